@@ -1,0 +1,162 @@
+# kvpipe - GNU Make build.  `make help` lists the targets.
+#
+# Layout: lib/*.c -> lib/libkvpipe.a; cmd/NAME.c -> bin/NAME;
+# tests/unit/test_*.c -> $(O)/tests/test_*; tests/cli/*.sh run the programs.
+# New files are picked up by wildcard: no edits here to add a module,
+# a program or a test.
+
+.DEFAULT_GOAL := all
+SHELL := /bin/sh
+
+CC      ?= cc
+PREFIX  ?= /usr/local
+DESTDIR ?=
+O       ?= build
+BINDIR  ?= bin
+V       ?= 0
+
+# Strict warnings (STYLE.md); -Werror so nothing slips in.
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wformat=2 -Werror
+OPT      ?= -O2 -g
+CPPFLAGS += -Ilib -D_GNU_SOURCE
+CFLAGS   += -std=c11 $(OPT) $(WARN) -pthread -MMD -MP
+LDLIBS   += -lzstd -lm -pthread
+
+# ---- CUDA plumbing (CUDA=auto|0|1).  The CPU build never needs nvcc. ----
+CUDA         ?= auto
+CUDA_HOME    ?= /usr/local/cuda
+NVCC_GENCODE ?= -gencode arch=compute_90,code=sm_90
+NVCC         ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
+CU_SRC       := $(wildcard kernels/*.cu)
+ifeq ($(CUDA),auto)
+  USE_CUDA := $(if $(and $(NVCC),$(CU_SRC)),1,0)
+else
+  USE_CUDA := $(CUDA)
+endif
+ifeq ($(USE_CUDA),1)
+  ifeq ($(NVCC),)
+    $(error CUDA=1 but nvcc was not found (set CUDA_HOME or PATH))
+  endif
+  CPPFLAGS += -DKVP_HAVE_CUDA=1
+  CU_OBJ   := $(CU_SRC:%.cu=$(O)/%.o)
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+endif
+
+ifeq ($(V),0)
+  Q  := @
+  say = @printf '  %-6s %s\n' $(1) $(2)
+else
+  Q  :=
+  say = @:
+endif
+
+LIB_SRC  := $(sort $(wildcard lib/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(O)/%.o) $(CU_OBJ)
+LIB      := $(if $(filter build,$(O)),lib/libkvpipe.a,$(O)/libkvpipe.a)
+CMD_SRC  := $(sort $(wildcard cmd/*.c))
+PROGS    := $(CMD_SRC:cmd/%.c=$(BINDIR)/%)
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+UNITS    := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)
+HEADERS  := $(sort $(wildcard lib/*.h))
+MAN1     := $(sort $(wildcard man/*.1))
+MAN5     := $(sort $(wildcard man/*.5))
+
+.PHONY: all help check check-unit check-cli asan install uninstall clean deps demo check-ref fetch-model
+.SUFFIXES:
+
+## all          build lib/libkvpipe.a and every program into bin/ (default)
+all: $(LIB) $(PROGS)
+
+$(O)/%.o: %.c
+	$(call say,CC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(O)/kernels/%.o: kernels/%.cu
+	$(call say,NVCC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(NVCC) $(NVCC_GENCODE) -O3 -Ilib -Xcompiler -fPIC -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	$(call say,AR,$@)
+	@mkdir -p $(@D)
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(BINDIR)/%: $(O)/cmd/%.o $(LIB)
+	$(call say,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(O)/tests/test_%: $(O)/tests/unit/test_%.o $(LIB)
+	$(call say,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+## deps         install missing build dependencies (Debian: libzstd-dev, ...)
+deps:
+	@scripts/deps
+
+## check        install deps, build, run every unit and CLI test
+check: deps
+	@$(MAKE) --no-print-directory all $(UNITS)
+	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run
+
+check-unit: all $(UNITS)
+	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run unit
+
+check-cli: all
+	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run cli
+
+## asan         the whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer
+asan: deps
+	@$(MAKE) --no-print-directory check-nodeps O=build/asan BINDIR=build/asan/bin \
+	    OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
+
+.PHONY: check-nodeps
+check-nodeps:
+	@$(MAKE) --no-print-directory all $(UNITS)
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run
+
+## check-ref    regenerate golden files from the reference packages (needs Python; makes a venv)
+check-ref: all
+	@scripts/ref/run
+
+## fetch-model  download and cache SmolLM2-135M-Instruct (GGUF) outside the repo
+fetch-model:
+	@scripts/fetch-model
+
+## demo         build, fetch the small real model and run the main pipeline
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@KVP_BIN=$(abspath $(BINDIR)) scripts/demo
+
+## install      install programs, man pages, library, headers, pkg-config (PREFIX, DESTDIR)
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	    $(DESTDIR)$(PREFIX)/include/kvpipe $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
+	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/kvpipe/
+	$(if $(MAN1),install -m 644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/)
+	$(if $(MAN5),install -m 644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5/)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*KVP_VERSION "\(.*\)"/\1/p' lib/cli.h)|' \
+	    -e 's|@LIBS@|$(LDLIBS)|' scripts/kvpipe.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpipe.pc
+
+## uninstall    remove what install put in place
+uninstall:
+	rm -f $(PROGS:$(BINDIR)/%=$(DESTDIR)$(PREFIX)/bin/%) $(DESTDIR)$(PREFIX)/lib/libkvpipe.a \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpipe.pc
+	rm -rf $(DESTDIR)$(PREFIX)/include/kvpipe
+	rm -f $(MAN1:man/%=$(DESTDIR)$(PREFIX)/share/man/man1/%) $(MAN5:man/%=$(DESTDIR)$(PREFIX)/share/man/man5/%)
+
+## clean        remove build outputs
+clean:
+	rm -rf $(O) build $(BINDIR) lib/libkvpipe.a tests/tmp
+
+## help         list the targets (V=1 shows commands; CUDA=auto|0|1, CUDA_HOME, NVCC_GENCODE)
+help:
+	@sed -n 's/^## /  /p' $(MAKEFILE_LIST)
+
+.SECONDARY:
+-include $(LIB_OBJ:.o=.d) $(CMD_SRC:%.c=$(O)/%.d) $(UNIT_SRC:%.c=$(O)/%.d)

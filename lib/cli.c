@@ -1,0 +1,250 @@
+/* cli.c - shared program behaviour (see cli.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Set once at startup and only read after: the one piece of program-wide
+ * state, like getopt's own. */
+static const char *prog_name = "kvpipe";
+
+void kvp_cli_init(const char *argv0)
+{
+    if (argv0 && *argv0) {
+        const char *slash = strrchr(argv0, '/');
+        prog_name = slash ? slash + 1 : argv0;
+    }
+    signal(SIGPIPE, SIG_DFL);
+}
+
+const char *kvp_cli_prog(void) { return prog_name; }
+
+static void vmsg(const char *fmt, va_list ap)
+{
+    fflush(stdout);
+    fprintf(stderr, "%s: ", prog_name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+void kvp_cli_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg(fmt, ap);
+    va_end(ap);
+}
+
+void kvp_cli_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg(fmt, ap);
+    va_end(ap);
+    exit(KVP_EXIT_FAIL);
+}
+
+void kvp_cli_die_err(const kvp_err *err)
+{
+    if (err->code == KVP_EPIPE)
+        exit(KVP_EXIT_OK);
+    kvp_cli_die("%s", err->msg[0] ? err->msg : kvp_strerror(err->code));
+}
+
+void kvp_cli_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg(fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "Try '%s --help' for more information.\n", prog_name);
+    exit(KVP_EXIT_USAGE);
+}
+
+void kvp_cli_version(void)
+{
+    printf("%s (kvpipe) %s\n", prog_name, KVP_VERSION);
+    exit(kvp_cli_close_stdout());
+}
+
+int kvp_cli_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-' || *s == '+')
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v) || v < 0)
+        return -1;
+    double mult = 1;
+    const char *p = end;
+    static const char units[] = "KMGTP";
+    const char *u = *p ? strchr(units, *p >= 'a' ? *p - 32 : *p) : NULL;
+    if (u && *p) {
+        int power = (int)(u - units) + 1;
+        p++;
+        double base = 1000;
+        if (*p == 'i') {
+            base = 1024;
+            p++;
+        }
+        for (int i = 0; i < power; i++)
+            mult *= base;
+    }
+    if (*p == 'B')
+        p++;
+    if (*p)
+        return -1;
+    double r = v * mult;
+    if (r >= 18446744073709551616.0)
+        return -1;
+    /* A fractional result ("1.5" bytes) is not a size. */
+    if (r != floor(r))
+        return -1;
+    *out = (uint64_t)r;
+    return 0;
+}
+
+int kvp_cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end || end == s || errno || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int kvp_cli_parse_f64(const char *s, double min, double max, double *out)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end || end == s || errno || !isfinite(v) || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+uint64_t kvp_cli_opt_size(const char *opt, const char *s)
+{
+    uint64_t v;
+    if (kvp_cli_parse_size(s, &v))
+        kvp_cli_usage_error("%s: '%s' is not a size (e.g. 512M, 4GiB, 1000000)", opt, s);
+    return v;
+}
+
+int64_t kvp_cli_opt_i64(const char *opt, const char *s, int64_t min, int64_t max)
+{
+    int64_t v;
+    if (kvp_cli_parse_i64(s, min, max, &v))
+        kvp_cli_usage_error("%s: '%s' is not a whole number from %lld to %lld", opt, s, (long long)min,
+                            (long long)max);
+    return v;
+}
+
+double kvp_cli_opt_f64(const char *opt, const char *s, double min, double max)
+{
+    double v;
+    if (kvp_cli_parse_f64(s, min, max, &v))
+        kvp_cli_usage_error("%s: '%s' is not a number from %g to %g", opt, s, min, max);
+    return v;
+}
+
+int kvp_cli_progress_enabled(void) { return isatty(2); }
+
+/* Length of the valid UTF-8 sequence at s (n bytes available), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned min;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+        min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    unsigned cp = c & (0x7f >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+void kvp_cli_json_str(FILE *f, const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    fputc('"', f);
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        if (c == '"' || c == '\\') {
+            fputc('\\', f);
+            fputc((int)c, f);
+            i++;
+        } else if (c < 0x20) {
+            switch (c) {
+            case '\n': fputs("\\n", f); break;
+            case '\t': fputs("\\t", f); break;
+            case '\r': fputs("\\r", f); break;
+            default: fprintf(f, "\\u%04x", c);
+            }
+            i++;
+        } else if (c < 0x80) {
+            fputc((int)c, f);
+            i++;
+        } else {
+            size_t len = utf8_len(s + i, n - i);
+            if (len) {
+                fwrite(s + i, 1, len, f);
+                i += len;
+            } else {
+                fputs("\\ufffd", f);
+                i++;
+            }
+        }
+    }
+    fputc('"', f);
+}
+
+int kvp_cli_close_stdout(void)
+{
+    int bad = fflush(stdout) != 0 || ferror(stdout);
+    int e = errno;
+    if (fclose(stdout) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad) {
+        if (e == EPIPE)
+            return KVP_EXIT_OK;
+        fprintf(stderr, "%s: <stdout>: write error: %s\n", prog_name, strerror(e));
+        return KVP_EXIT_FAIL;
+    }
+    return KVP_EXIT_OK;
+}

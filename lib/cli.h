@@ -1,0 +1,60 @@
+/* cli.h - what every kvpipe program shares: messages, exit codes, number and
+ * size parsing, JSON string output, progress and SIGPIPE behaviour.
+ *
+ * This is the program layer of the library: unlike the rest of lib/, these
+ * functions may print (to the stream they are given) and kvp_cli_die* exit.
+ * Only cmd/ calls them.
+ */
+#ifndef KVP_CLI_H
+#define KVP_CLI_H
+
+#include "error.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define KVP_VERSION "0.1.0"
+
+enum { KVP_EXIT_OK = 0, KVP_EXIT_FAIL = 1, KVP_EXIT_USAGE = 2 };
+
+/* Call first in main: remembers the program name (basename of argv0) for
+ * messages and restores default SIGPIPE so a vanished reader ends us quietly. */
+void kvp_cli_init(const char *argv0);
+const char *kvp_cli_prog(void);
+
+/* "prog: message" on stderr. */
+void kvp_cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "prog: message" on stderr, exit 1. */
+_Noreturn void kvp_cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "prog: <err->msg>" and exit 1; a broken pipe exits 0 quietly (like head). */
+_Noreturn void kvp_cli_die_err(const kvp_err *err);
+/* "prog: message" + "Try 'prog --help'." on stderr, exit 2. */
+_Noreturn void kvp_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print "prog VERSION" on stdout and exit 0. */
+_Noreturn void kvp_cli_version(void);
+
+/* Parse a size with optional suffix K M G T (powers of 1000) or Ki Mi Gi Ti
+ * (powers of 1024), an optional trailing B ("4GiB", "512M", "1.5G").
+ * Returns 0 or -1 on a malformed or overflowing value. */
+int kvp_cli_parse_size(const char *s, uint64_t *out);
+/* Whole number in [min, max]; 0 or -1. */
+int kvp_cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+/* Finite real number in [min, max]; 0 or -1. */
+int kvp_cli_parse_f64(const char *s, double min, double max, double *out);
+
+/* Option parsers that exit 2 with "prog: --name: ..." on a bad value. */
+uint64_t kvp_cli_opt_size(const char *opt, const char *s);
+int64_t kvp_cli_opt_i64(const char *opt, const char *s, int64_t min, int64_t max);
+double kvp_cli_opt_f64(const char *opt, const char *s, double min, double max);
+
+/* True when progress may be drawn: stderr is a terminal. */
+int kvp_cli_progress_enabled(void);
+
+/* Write s as a JSON string literal (quotes, escapes, invalid UTF-8 as U+FFFD). */
+void kvp_cli_json_str(FILE *f, const char *s, size_t n);
+
+/* Flush and close stdout, exit 1 on a write error (a full disk), exit 0
+ * quietly when the reader went away.  Call before returning from main. */
+int kvp_cli_close_stdout(void);
+
+#endif

@@ -1,0 +1,70 @@
+/* config.h - a model's architecture hyperparameters, whatever file they came
+ * from: GGUF metadata, a KVP CONFIG record (which uses the same GGUF-style keys,
+ * "general.architecture", "<arch>.block_count", ...), or an HF config.json.
+ * kvcalc, quantize and the engine all read this one struct.
+ */
+#ifndef KVP_CONFIG_H
+#define KVP_CONFIG_H
+
+#include "error.h"
+#include "meta.h"
+
+#include <stdint.h>
+
+enum kvp_rope_type {
+    KVP_ROPE_NORM = 0, /* rotate adjacent pairs (2i, 2i+1): GGUF llama (permuted weights) */
+    KVP_ROPE_NEOX = 1, /* rotate (i, i + d/2): HF safetensors, qwen2 */
+};
+
+enum kvp_rope_scaling {
+    KVP_ROPE_SCALING_NONE = 0,
+    KVP_ROPE_SCALING_LLAMA3 = 1, /* factor, low/high freq factor, original context */
+    KVP_ROPE_SCALING_LINEAR = 2, /* positions divided by factor */
+};
+
+typedef struct kvp_config {
+    char arch[32];            /* "llama", "qwen2", "mistral", "gemma2", "deepseek2" */
+    char name[128];           /* general.name, informational */
+    uint32_t n_layer;
+    uint32_t n_embd;          /* hidden size */
+    uint32_t n_ff;            /* dense FFN width */
+    uint32_t n_head;          /* query heads */
+    uint32_t n_head_kv;       /* KV heads (GQA/MQA); == n_head for MHA */
+    uint32_t head_dim;        /* per-head size (n_embd / n_head unless stated) */
+    uint32_t n_vocab;
+    uint32_t n_ctx;           /* trained context length */
+    double rope_theta;
+    double rms_eps;
+    uint32_t rope_type;       /* kvp_rope_type */
+    uint32_t rope_dim;        /* rotated dims per head (== head_dim normally) */
+    uint32_t rope_scaling;    /* kvp_rope_scaling */
+    double rope_factor;
+    double rope_low_freq_factor, rope_high_freq_factor;
+    uint32_t rope_orig_ctx;
+    uint32_t sliding_window;  /* 0: none; else window for sliding layers */
+    uint32_t sliding_period;  /* 0: every layer slides (Mistral); 2: every 2nd layer is global (Gemma-2) */
+    uint32_t n_expert;        /* MoE: experts per layer, 0 for dense */
+    uint32_t n_expert_used;   /* top-k */
+    uint32_t n_ff_expert;     /* expert FFN width (0: n_ff) */
+    uint32_t n_expert_shared; /* always-on shared experts */
+    uint32_t n_layer_dense;   /* leading dense layers in a MoE model */
+    uint32_t kv_lora_rank;    /* MLA latent size (DeepSeek: 512), 0 if not MLA */
+    uint32_t rope_head_dim_mla; /* MLA decoupled rope key dims (DeepSeek: 64) */
+    int tied_embeddings;      /* logits use token_embd */
+    int attn_bias;            /* q/k/v projections carry biases (qwen2) */
+    double n_params;          /* total parameters when known, else 0 */
+} kvp_config;
+
+void kvp_config_init(kvp_config *c);
+/* From GGUF-style metadata (GGUF header or KVP CONFIG record).  source names
+ * the file for messages; a missing required key is an error naming it. */
+int kvp_config_from_meta(kvp_config *c, const kvp_meta *m, const char *source, kvp_err *err);
+/* The inverse, for writing a KVP CONFIG record. */
+int kvp_config_to_meta(const kvp_config *c, kvp_meta *m);
+/* From an HF config.json (a file path, or a folder holding config.json). */
+int kvp_config_from_hf(kvp_config *c, const char *path, kvp_err *err);
+/* KV elements per token per layer for full attention (2 x n_head_kv x head_dim,
+ * or kv_lora_rank + rope_head_dim_mla for MLA). */
+uint64_t kvp_config_kv_elems_per_token_layer(const kvp_config *c);
+
+#endif

@@ -1,0 +1,279 @@
+/* io.c - mapped-or-streamed input and atomic output (see io.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char *dupstr(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+int kvp_in_from_fd(kvp_in *in, int fd, const char *name, kvp_err *err)
+{
+    memset(in, 0, sizeof *in);
+    in->fd = fd;
+    in->name = name;
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return kvp_err_set(err, KVP_EIO, "%s: %s", name, strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return kvp_err_set(err, KVP_EIO, "%s: is a directory", name);
+    if (S_ISREG(st.st_mode)) {
+        in->size = (uint64_t)st.st_size;
+        in->size_known = 1;
+        off_t here = lseek(fd, 0, SEEK_CUR);
+        if (here == 0 && st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX) {
+            void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+            if (m != MAP_FAILED)
+                in->map = m;
+        } else if (here > 0) { /* a redirected stdin already partly read */
+            in->pos = (uint64_t)here;
+        }
+    }
+    return 0;
+}
+
+int kvp_in_open(kvp_in *in, const char *path, kvp_err *err)
+{
+    if (strcmp(path, "-") == 0)
+        return kvp_in_from_fd(in, 0, "<stdin>", err);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
+    char *name = dupstr(path);
+    if (!name) {
+        close(fd);
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
+    }
+    int rc = kvp_in_from_fd(in, fd, name, err);
+    in->own_fd = 1;
+    in->name_owned = name;
+    if (rc)
+        kvp_in_close(in);
+    return rc;
+}
+
+uint64_t kvp_in_left(const kvp_in *in)
+{
+    if (!in->size_known)
+        return UINT64_MAX;
+    return in->pos >= in->size ? 0 : in->size - in->pos;
+}
+
+int64_t kvp_in_read(kvp_in *in, void *buf, size_t n, kvp_err *err)
+{
+    if (in->map) {
+        uint64_t left = kvp_in_left(in);
+        size_t k = n < left ? n : (size_t)left;
+        memcpy(buf, in->map + in->pos, k);
+        in->pos += k;
+        return (int64_t)k;
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(in->fd, (char *)buf + got, n - got);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return kvp_err_set(err, KVP_EIO, "%s: read at offset %llu: %s", in->name,
+                               (unsigned long long)(in->pos + got), strerror(errno));
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    in->pos += got;
+    return (int64_t)got;
+}
+
+int64_t kvp_in_skip(kvp_in *in, uint64_t n, kvp_err *err)
+{
+    if (in->map) {
+        uint64_t left = kvp_in_left(in);
+        uint64_t k = n < left ? n : left;
+        in->pos += k;
+        return (int64_t)k;
+    }
+    char tmp[65536];
+    uint64_t done = 0;
+    while (done < n) {
+        size_t want = n - done < sizeof tmp ? (size_t)(n - done) : sizeof tmp;
+        int64_t r = kvp_in_read(in, tmp, want, err);
+        if (r < 0)
+            return r;
+        done += (uint64_t)r;
+        if ((size_t)r < want)
+            break;
+    }
+    return (int64_t)done;
+}
+
+void kvp_in_close(kvp_in *in)
+{
+    if (in->map)
+        munmap((void *)in->map, (size_t)in->size);
+    if (in->own_fd && in->fd >= 0)
+        close(in->fd);
+    free(in->name_owned);
+    memset(in, 0, sizeof *in);
+    in->fd = -1;
+}
+
+int kvp_read_file(const char *path, uint64_t max, uint8_t **data, size_t *len, kvp_err *err)
+{
+    kvp_in in;
+    *data = NULL;
+    *len = 0;
+    int rc = kvp_in_open(&in, path, err);
+    if (rc)
+        return rc;
+    if (in.size_known && in.size > max) {
+        rc = kvp_err_set(err, KVP_ELIMIT, "%s: file is %llu bytes, more than the %llu allowed", in.name,
+                         (unsigned long long)in.size, (unsigned long long)max);
+        kvp_in_close(&in);
+        return rc;
+    }
+    size_t cap = in.size_known ? (size_t)in.size + 1 : 65536, n = 0;
+    uint8_t *buf = malloc(cap);
+    for (;;) {
+        if (!buf) {
+            rc = kvp_err_set(err, KVP_ENOMEM, "%s: out of memory reading the file", in.name);
+            break;
+        }
+        if (n + 1 >= cap) {
+            if (cap > max + 1) {
+                rc = kvp_err_set(err, KVP_ELIMIT, "%s: input exceeds %llu bytes", in.name, (unsigned long long)max);
+                break;
+            }
+            uint8_t *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                rc = kvp_err_set(err, KVP_ENOMEM, "%s: out of memory reading the file", in.name);
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        int64_t r = kvp_in_read(&in, buf + n, cap - 1 - n, err);
+        if (r < 0) {
+            rc = (int)r;
+            break;
+        }
+        n += (size_t)r;
+        if (r == 0)
+            break;
+        if (n > max) {
+            rc = kvp_err_set(err, KVP_ELIMIT, "%s: input exceeds %llu bytes", in.name, (unsigned long long)max);
+            break;
+        }
+    }
+    kvp_in_close(&in);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = 0;
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    if (strcmp(path, "-") == 0) {
+        out->fd = 1;
+        out->is_stdout = 1;
+        return 0;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return kvp_err_set(err, KVP_EIO, "%s: is a directory", path);
+    size_t n = strlen(path);
+    out->path = dupstr(path);
+    out->tmp_path = malloc(n + 16);
+    if (!out->path || !out->tmp_path) {
+        kvp_out_abort(out);
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
+    }
+    /* Same directory as the target so rename(2) is atomic. */
+    snprintf(out->tmp_path, n + 16, "%s.tmp.XXXXXX", path);
+    out->fd = mkstemp(out->tmp_path);
+    if (out->fd < 0) {
+        int e = errno;
+        free(out->tmp_path);
+        out->tmp_path = NULL;
+        kvp_out_abort(out);
+        return kvp_err_set(err, KVP_EIO, "%s: cannot create: %s", path, strerror(e));
+    }
+    fchmod(out->fd, 0644);
+    return 0;
+}
+
+const char *kvp_out_name(const kvp_out *out) { return out->is_stdout ? "<stdout>" : out->path; }
+
+int kvp_out_write(kvp_out *out, const void *p, size_t n, kvp_err *err)
+{
+    const char *b = p;
+    while (n > 0) {
+        ssize_t w = write(out->fd, b, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EPIPE)
+                return kvp_err_set(err, KVP_EPIPE, "%s: broken pipe", kvp_out_name(out));
+            return kvp_err_set(err, KVP_EIO, "%s: write failed at offset %llu: %s", kvp_out_name(out),
+                               (unsigned long long)out->pos, strerror(errno));
+        }
+        b += w;
+        n -= (size_t)w;
+        out->pos += (uint64_t)w;
+    }
+    return 0;
+}
+
+int kvp_out_commit(kvp_out *out, kvp_err *err)
+{
+    if (out->is_stdout) {
+        out->fd = -1;
+        return 0;
+    }
+    if (out->fd < 0)
+        return 0;
+    int rc = 0;
+    if (close(out->fd) != 0)
+        rc = kvp_err_set(err, KVP_EIO, "%s: close failed: %s", out->path, strerror(errno));
+    out->fd = -1;
+    if (!rc && rename(out->tmp_path, out->path) != 0)
+        rc = kvp_err_set(err, KVP_EIO, "%s: cannot rename into place: %s", out->path, strerror(errno));
+    if (rc)
+        unlink(out->tmp_path);
+    free(out->tmp_path);
+    free(out->path);
+    out->tmp_path = out->path = NULL;
+    return rc;
+}
+
+void kvp_out_abort(kvp_out *out)
+{
+    if (!out->is_stdout && out->fd >= 0)
+        close(out->fd);
+    out->fd = -1;
+    if (out->tmp_path)
+        unlink(out->tmp_path);
+    free(out->tmp_path);
+    free(out->path);
+    out->tmp_path = out->path = NULL;
+}

@@ -1,0 +1,67 @@
+/* io.h - input that may be a file (mmapped) or a pipe (read sequentially),
+ * and output that lands atomically (temporary file renamed into place).
+ *
+ * Readers never seek: a pipe works the same as a file.  A regular file is
+ * mapped once so large tensors can be used in place; `kvp_in_read` still works
+ * on it, so parsers are written once against the sequential interface and
+ * may ask for the mapping as an optimization.
+ */
+#ifndef KVP_IO_H
+#define KVP_IO_H
+
+#include "error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kvp_in {
+    int fd;
+    int own_fd;            /* close on kvp_in_close */
+    const char *name;      /* for messages: the path, or "<stdin>" */
+    char *name_owned;
+    const uint8_t *map;    /* whole file when mapped, else NULL */
+    uint64_t size;         /* file size when known (regular file) */
+    int size_known;
+    uint64_t pos;          /* bytes consumed so far */
+} kvp_in;
+
+/* Open path for reading; "-" is stdin.  Regular files are mapped (an empty
+ * file is fine).  Directories are refused with a clear message. */
+int kvp_in_open(kvp_in *in, const char *path, kvp_err *err);
+/* Wrap an already open descriptor (not closed by kvp_in_close). */
+int kvp_in_from_fd(kvp_in *in, int fd, const char *name, kvp_err *err);
+/* Read up to n bytes; returns the count (short only at end of input) or a
+ * negative code.  Advances pos. */
+int64_t kvp_in_read(kvp_in *in, void *buf, size_t n, kvp_err *err);
+/* Skip n bytes forward (reads and discards on a pipe); returns bytes skipped. */
+int64_t kvp_in_skip(kvp_in *in, uint64_t n, kvp_err *err);
+/* Bytes left when the size is known, else UINT64_MAX. */
+uint64_t kvp_in_left(const kvp_in *in);
+void kvp_in_close(kvp_in *in);
+
+/* Read a whole file (or stdin) into memory, with a size ceiling. *data is
+ * NUL-terminated for convenience (not counted in *len).  Free with free(). */
+int kvp_read_file(const char *path, uint64_t max, uint8_t **data, size_t *len, kvp_err *err);
+
+typedef struct kvp_out {
+    int fd;
+    int is_stdout;
+    char *path;      /* final name (NULL for stdout) */
+    char *tmp_path;  /* where we write until commit */
+    uint64_t pos;    /* bytes written */
+} kvp_out;
+
+/* Open path for writing; "-" is stdout.  A file is written under a temporary
+ * name in the same directory and renamed into place by kvp_out_commit, so a
+ * failed or interrupted run never leaves a partial file under `path`. */
+int kvp_out_open(kvp_out *out, const char *path, kvp_err *err);
+/* Write all n bytes (retries on EINTR).  KVP_EPIPE when the reader is gone. */
+int kvp_out_write(kvp_out *out, const void *p, size_t n, kvp_err *err);
+/* fsync-free flush and rename into place; closes. */
+int kvp_out_commit(kvp_out *out, kvp_err *err);
+/* Remove the temporary file; closes.  Safe after commit (does nothing). */
+void kvp_out_abort(kvp_out *out);
+/* The name the output will have, for messages ("<stdout>" for stdout). */
+const char *kvp_out_name(const kvp_out *out);
+
+#endif

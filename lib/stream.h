@@ -1,0 +1,228 @@
+/* stream.h - the KVP stream format: writer and reader.
+ *
+ * kvp(5) is the authoritative description; in short: a 64-byte stream header,
+ * then records, each a 64-byte record header (kind, sizes, CRC32C of header
+ * and payload) followed by its payload padded to 64 bytes, and last an END
+ * record with counts.  A payload is a kind-specific "meta" part, zero padding
+ * to 64, then a "data" part (tensor bytes, token ids); zstd may compress the
+ * whole payload.  Uncompressed data sits 64-byte aligned in the file, so a
+ * mapped file is used in place.
+ *
+ * The reader works on pipes and files alike, verifies every checksum, the
+ * record order and the END counts, and never allocates more than the input
+ * has actually delivered.
+ */
+#ifndef KVP_STREAM_H
+#define KVP_STREAM_H
+
+#include "error.h"
+#include "io.h"
+#include "meta.h"
+
+#include <stdint.h>
+
+#define KVP_VERSION_MAJOR 1
+#define KVP_VERSION_MINOR 0
+#define KVP_ALIGN 64
+#define KVP_HEADER_SIZE 64
+#define KVP_RECORD_HEADER_SIZE 64
+#define KVP_NAME_MAX 255
+#define KVP_MAX_DIMS 4
+#define KVP_FINGERPRINT_SIZE 16
+#define KVP_PRODUCER_MAX 20
+
+typedef enum kvp_kind {
+    KVP_KIND_HEADER = 0,     /* the stream header (not a record; kvdump shows it) */
+    KVP_KIND_CONFIG = 1,     /* model configuration: metadata list */
+    KVP_KIND_TOKENIZER = 2,  /* tokenizer vocabulary, merges, special ids: metadata list */
+    KVP_KIND_TENSOR = 3,
+    KVP_KIND_SEQUENCE = 4,
+    KVP_KIND_KV_BLOCK = 5,
+    KVP_KIND_BLOCK_REF = 6,
+    KVP_KIND_END = 15,
+    KVP_KIND_MAX = 0xffff
+} kvp_kind;
+#define KVP_KIND_COUNT 16 /* END counts kinds 0..15 */
+
+/* Record header flags. */
+#define KVP_RECORD_ZSTD 0x1u
+
+/* Name of a kind ("tensor"); "unknown" for ids we do not know. */
+const char *kvp_kind_name(uint32_t kind);
+
+/* ---- typed records ---- */
+
+typedef enum kvp_scheme {
+    KVP_SCHEME_NONE = 0,    /* plain dtype, or block-quantized with internal scales */
+    KVP_SCHEME_TENSOR = 1,  /* one scale for the tensor */
+    KVP_SCHEME_CHANNEL = 2, /* one scale per output row (shape[0]) */
+    KVP_SCHEME_GROUP = 3,   /* one scale per `group` elements along the last dim */
+} kvp_scheme;
+
+/* Tensor flags. */
+#define KVP_TENSOR_ASYM 0x1u /* zero points present: y = (q - z) * s */
+
+typedef struct kvp_tensor_rec {
+    char name[KVP_NAME_MAX + 1];
+    uint32_t dtype;            /* kvp_dtype of the data */
+    uint32_t n_dim;            /* 1..4 */
+    uint64_t shape[KVP_MAX_DIMS]; /* outermost first; shape[n_dim-1] is contiguous */
+    uint32_t scheme;           /* kvp_scheme */
+    uint32_t group;            /* elements per scale for GROUP (else 0) */
+    uint32_t scale_dtype;      /* dtype of scales (f32, f16, fp8_e4m3, e8m0) */
+    uint32_t flags;            /* KVP_TENSOR_* */
+    float global_scale;        /* multiplies every value (NVFP4 tensor scale); 1 otherwise */
+    uint64_t data_bytes;       /* must equal what dtype and shape imply */
+    uint64_t scales_bytes;     /* must equal what scheme, shape and scale_dtype imply */
+    uint64_t zeros_bytes;      /* zero points (same count and dtype as scales) when ASYM */
+} kvp_tensor_rec;
+
+typedef struct kvp_sampling {
+    float temperature;         /* 0 = greedy */
+    int32_t top_k;             /* 0 = off */
+    float top_p;               /* 1 = off */
+    float min_p;               /* 0 = off */
+    float repeat_penalty;      /* 1 = off */
+    uint32_t max_tokens;
+    uint64_t seed;
+    uint64_t rng[2];           /* generator state, so a resumed run continues it */
+} kvp_sampling;
+
+/* Sequence state. */
+enum { KVP_SEQ_PREFILLED = 1, KVP_SEQ_RUNNING = 2, KVP_SEQ_FINISHED = 3 };
+
+typedef struct kvp_seq_rec {
+    uint64_t id;
+    char label[KVP_NAME_MAX + 1]; /* the user's id from a prompts file, may be empty */
+    uint32_t state;
+    uint32_t finish_reason;    /* 0 none, 1 length, 2 stop token, 3 stop string */
+    uint32_t n_prompt;         /* the first n_prompt tokens are the prompt */
+    uint32_t n_tokens;         /* tokens whose KV is in the stream */
+    int32_t next_token;        /* sampled but not yet in the KV cache; -1 if none */
+    uint32_t block_size;       /* tokens per KV block */
+    kvp_sampling sampling;
+    /* data: n_tokens x u32 token ids */
+} kvp_seq_rec;
+
+typedef struct kvp_kvblock_rec {
+    uint64_t seq_id;
+    uint32_t block_index;      /* covers tokens [block_index*block_size, +n_tokens) */
+    uint32_t block_size;
+    uint32_t n_tokens;         /* filled slots, <= block_size */
+    uint32_t layer_begin, layer_end; /* layers [begin, end) */
+    uint32_t n_head_kv, head_dim;
+    uint32_t dtype;            /* KV element dtype */
+    uint32_t scale_dtype;      /* f32 when per-head scales are present, else 0 */
+    uint64_t parent_hash;      /* hash of the previous block of the sequence, 0 for the first */
+    uint64_t hash;             /* kvp_kvblock_hash(parent_hash, tokens) */
+    uint64_t data_bytes;       /* layers x 2 (K,V) x n_head_kv x block_size x head_dim elements */
+    uint64_t scales_bytes;     /* layers x 2 x n_head_kv scales, or 0 */
+    /* meta also carries the block's n_tokens token ids (kvp_kvblock_decode gives them) */
+} kvp_kvblock_rec;
+
+typedef struct kvp_blockref_rec {
+    uint64_t seq_id;
+    uint32_t block_index;
+    uint32_t n_tokens;
+    uint64_t parent_hash;
+    uint64_t hash;             /* names a KV_BLOCK earlier in the stream */
+} kvp_blockref_rec;
+
+typedef struct kvp_end_rec {
+    uint64_t n_records;                 /* records before END */
+    uint64_t count[KVP_KIND_COUNT];     /* by kind (unknown kinds >= 16 are not counted) */
+    uint64_t raw_bytes;                 /* sum of raw payload sizes before END */
+} kvp_end_rec;
+
+/* Content hash of a KV block: XXH64 over parent_hash (8 bytes LE) followed by
+ * the token ids (4 bytes LE each), seed 0.  Equal prefixes give equal chains. */
+uint64_t kvp_kvblock_hash(uint64_t parent_hash, const uint32_t *tokens, uint32_t n);
+
+/* Bytes implied by a tensor's dtype and shape, and by its scheme's scales;
+ * -1 when inconsistent (not a whole number of blocks, group not dividing). */
+int64_t kvp_tensor_data_bytes(const kvp_tensor_rec *t);
+int64_t kvp_tensor_scale_count(const kvp_tensor_rec *t);
+uint64_t kvp_tensor_numel(const kvp_tensor_rec *t);
+
+/* ---- writer ---- */
+
+typedef struct kvp_writer kvp_writer;
+
+typedef struct kvp_writer_opts {
+    int zstd_level;            /* 0: no compression; 1..19 */
+    const char *producer;      /* up to 20 chars, e.g. "quantize 0.1.0" */
+    uint8_t fingerprint[KVP_FINGERPRINT_SIZE]; /* model fingerprint, zeros if none */
+} kvp_writer_opts;
+
+/* A piece of payload data, so large tensors are written without copying. */
+typedef struct kvp_piece {
+    const void *p;
+    uint64_t n;
+} kvp_piece;
+
+/* Start a stream on out (kept open; the caller commits or aborts it). */
+int kvp_writer_open(kvp_writer **w, kvp_out *out, const kvp_writer_opts *opts, kvp_err *err);
+/* Any record: meta bytes, then zero padding to 64, then the data pieces
+ * (each piece starts 64-aligned within data when align_pieces is set). */
+int kvp_writer_record(kvp_writer *w, uint32_t kind, const void *meta, uint32_t meta_len,
+                      const kvp_piece *pieces, int n_pieces, int align_pieces, kvp_err *err);
+int kvp_write_meta(kvp_writer *w, uint32_t kind, const kvp_meta *m, kvp_err *err);
+int kvp_write_tensor(kvp_writer *w, const kvp_tensor_rec *t, const void *data, const void *scales,
+                     const void *zeros, kvp_err *err);
+int kvp_write_sequence(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *tokens, kvp_err *err);
+int kvp_write_kvblock(kvp_writer *w, const kvp_kvblock_rec *b, const uint32_t *tokens, const void *data,
+                      const void *scales, kvp_err *err);
+int kvp_write_blockref(kvp_writer *w, const kvp_blockref_rec *r, kvp_err *err);
+/* Write the END record.  The stream is complete only after this. */
+int kvp_writer_finish(kvp_writer *w, kvp_err *err);
+/* Bytes written so far, compressed-payload totals (for --summary-like reports). */
+uint64_t kvp_writer_bytes(const kvp_writer *w);
+void kvp_writer_free(kvp_writer *w);
+
+/* ---- reader ---- */
+
+typedef struct kvp_reader kvp_reader;
+
+typedef struct kvp_stream_info {
+    uint16_t major, minor;
+    uint32_t flags;
+    uint8_t fingerprint[KVP_FINGERPRINT_SIZE];
+    char producer[KVP_PRODUCER_MAX + 1];
+} kvp_stream_info;
+
+typedef struct kvp_record {
+    uint32_t kind;
+    uint32_t flags;            /* KVP_RECORD_* */
+    uint64_t index;            /* 0-based position among records */
+    uint64_t offset;           /* byte offset of the record header in the stream */
+    uint64_t stored_size;      /* payload bytes in the stream */
+    uint64_t raw_size;         /* payload bytes after decompression */
+    uint32_t meta_size;
+    const uint8_t *meta;       /* valid until the next kvp_reader_next */
+    const uint8_t *data;       /* 64-byte aligned */
+    uint64_t data_size;
+} kvp_record;
+
+/* Reads and checks the stream header from in (caller-owned, kept open). */
+int kvp_reader_open(kvp_reader **r, kvp_in *in, kvp_err *err);
+const kvp_stream_info *kvp_reader_info(const kvp_reader *r);
+/* Next record: 1 (rec filled, END included), 0 at the clean end after END,
+ * or a negative code with a message naming the stream, offset and record. */
+int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err);
+/* Largest raw payload the reader will accept (default 1 TiB). */
+void kvp_reader_set_limit(kvp_reader *r, uint64_t max_record_bytes);
+void kvp_reader_free(kvp_reader *r);
+
+/* Decoders for the typed records.  Each validates every field against the
+ * record's sizes and fails with a message naming the field. */
+int kvp_tensor_decode(const kvp_record *rec, kvp_tensor_rec *t, const uint8_t **data, const uint8_t **scales,
+                      const uint8_t **zeros, kvp_err *err);
+int kvp_seq_decode(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **tokens, kvp_err *err);
+/* tokens points into the record (unaligned u32 LE; use kvp_le32) */
+int kvp_kvblock_decode(const kvp_record *rec, kvp_kvblock_rec *b, const uint8_t **tokens_le, const uint8_t **data,
+                       const uint8_t **scales, kvp_err *err);
+int kvp_blockref_decode(const kvp_record *rec, kvp_blockref_rec *r, kvp_err *err);
+int kvp_end_decode(const kvp_record *rec, kvp_end_rec *e, kvp_err *err);
+int kvp_meta_record_decode(const kvp_record *rec, kvp_meta *m, kvp_err *err);
+
+#endif

@@ -1,0 +1,68 @@
+/* unit.h - the unit-test helper: assertions that report file, line and the
+ * expression, and a closing "N passed, N failed" line that tests/run sums. */
+#ifndef KVP_UNIT_H
+#define KVP_UNIT_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static int unit_passed, unit_failed;
+
+#define CHECK(expr)                                                                                \
+    do {                                                                                           \
+        if (expr) {                                                                                \
+            unit_passed++;                                                                         \
+        } else {                                                                                   \
+            unit_failed++;                                                                         \
+            printf("%s:%d: FAIL: %s\n", __FILE__, __LINE__, #expr);                                \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_MSG(expr, ...)                                                                       \
+    do {                                                                                           \
+        if (expr) {                                                                                \
+            unit_passed++;                                                                         \
+        } else {                                                                                   \
+            unit_failed++;                                                                         \
+            printf("%s:%d: FAIL: %s: ", __FILE__, __LINE__, #expr);                                \
+            printf(__VA_ARGS__);                                                                   \
+            putchar('\n');                                                                         \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_EQ_U64(a, b)                                                                         \
+    do {                                                                                           \
+        uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                                           \
+        CHECK_MSG(a_ == b_, "%" PRIu64 " != %" PRIu64 " (0x%" PRIx64 " vs 0x%" PRIx64 ")", a_, b_, \
+                  a_, b_);                                                                         \
+    } while (0)
+
+#define CHECK_EQ_I64(a, b)                                                                         \
+    do {                                                                                           \
+        int64_t a_ = (int64_t)(a), b_ = (int64_t)(b);                                              \
+        CHECK_MSG(a_ == b_, "%" PRId64 " != %" PRId64, a_, b_);                                    \
+    } while (0)
+
+#define CHECK_STR(a, b)                                                                            \
+    do {                                                                                           \
+        const char *a_ = (a), *b_ = (b);                                                           \
+        CHECK_MSG(a_ && b_ && strcmp(a_, b_) == 0, "\"%s\" != \"%s\"", a_ ? a_ : "(null)",         \
+                  b_ ? b_ : "(null)");                                                             \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                                      \
+    do {                                                                                           \
+        double a_ = (double)(a), b_ = (double)(b);                                                 \
+        CHECK_MSG(a_ - b_ <= (tol) && b_ - a_ <= (tol), "%.9g != %.9g (tol %g)", a_, b_,          \
+                  (double)(tol));                                                                  \
+    } while (0)
+
+/* Closing line; the exit status tells make whether anything failed. */
+static inline int unit_done(void)
+{
+    printf("%d passed, %d failed\n", unit_passed, unit_failed);
+    return unit_failed ? 1 : 0;
+}
+
+#endif
