@@ -65,6 +65,15 @@ int kvp_in_open(kvp_in *in, const char *path, kvp_err *err)
     return rc;
 }
 
+void kvp_in_unmap(kvp_in *in)
+{
+    if (!in->map)
+        return;
+    munmap((void *)in->map, (size_t)in->size);
+    in->map = NULL;
+    lseek(in->fd, (off_t)in->pos, SEEK_SET);
+}
+
 uint64_t kvp_in_left(const kvp_in *in)
 {
     if (!in->size_known)

@@ -30,6 +30,9 @@ typedef struct kvp_in {
 int kvp_in_open(kvp_in *in, const char *path, kvp_err *err);
 /* Wrap an already open descriptor (not closed by kvp_in_close). */
 int kvp_in_from_fd(kvp_in *in, int fd, const char *name, kvp_err *err);
+/* Stop using the mapping and read with read(2) from the current position,
+ * as on a pipe (tests use it to exercise the streaming path on files). */
+void kvp_in_unmap(kvp_in *in);
 /* Read up to n bytes; returns the count (short only at end of input) or a
  * negative code.  Advances pos. */
 int64_t kvp_in_read(kvp_in *in, void *buf, size_t n, kvp_err *err);

@@ -80,4 +80,23 @@ const char *kvp_meta_type_name(kvp_meta_type t);
 int kvp_meta_encode(const kvp_meta *m, kvp_buf *out);
 int kvp_meta_decode(kvp_meta *m, const void *p, size_t n, kvp_err *err);
 
+/* ---- additions for bulk loaders (GGUF, decode) ---- */
+
+/* Append e, taking ownership of its allocations (key, str, arr, off, chars),
+ * without checking that the key is new: loaders of many entries call
+ * kvp_meta_find_duplicate once afterwards instead (O(n log n)).  On failure
+ * (KVP_ENOMEM) e's allocations are freed. */
+int kvp_meta_push(kvp_meta *m, kvp_meta_entry *e);
+/* The first key (in sorted order) present twice, or NULL. */
+const char *kvp_meta_find_duplicate(const kvp_meta *m);
+/* String i of an ARR_STR entry and its length; NULL when out of range or e
+ * is not ARR_STR. */
+const char *kvp_meta_str_at(const kvp_meta_entry *e, uint64_t i, size_t *len);
+/* Free the allocations of one entry (for loaders that fail mid-way). */
+void kvp_meta_entry_free(kvp_meta_entry *e);
+/* Signed getter: I64, U64 up to INT64_MAX, BOOL; codes as kvp_meta_get_u64. */
+int kvp_meta_get_i64(const kvp_meta *m, const char *key, int64_t *out);
+/* Bytes per element of a numeric array type (1, 4 or 8), 0 otherwise. */
+size_t kvp_meta_elem_size(kvp_meta_type t);
+
 #endif

@@ -1,0 +1,415 @@
+/* kvdump - print, check and extract the records of a KVP stream.
+ *
+ * The format's debugger (like ncdump or `zstd -l`): every record with its
+ * offset, sizes, checksum status and per-kind fields; or only errors
+ * (--check), totals (--summary), one tensor's bytes (--extract).
+ */
+#include "cli.h"
+#include "io.h"
+#include "meta.h"
+#include "stream.h"
+#include "tensor.h"
+#include "wire.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: kvdump [-c | -s | -x NAME] [-j] [FILE|-]\n"
+            "Print the records of a KVP stream (a file, or standard input when FILE is - or absent).\n"
+            "\n"
+            "  -c, --check          verify the whole stream; print nothing but errors\n"
+            "  -s, --summary        print totals: records by kind, bytes, compression ratio\n"
+            "  -x, --extract NAME   write tensor NAME's raw data bytes to standard output\n"
+            "  -j, --json           JSON Lines: one object per record (or the summary)\n"
+            "  -h, --help           show this help and exit\n"
+            "  -V, --version        show the version and exit\n"
+            "\n"
+            "Exit status: 0 valid stream, 1 corrupt/truncated input or I/O error, 2 usage error.\n"
+            "See kvdump(1) and kvp(5).\n");
+}
+
+/* Hashes of KV blocks seen so far, so block references can be resolved. */
+typedef struct hashset {
+    uint64_t *slot;
+    size_t cap, n;
+} hashset;
+
+static int hashset_add(hashset *s, uint64_t h)
+{
+    if (h == 0)
+        h = 1; /* 0 marks an empty slot */
+    if (2 * (s->n + 1) > s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 1024;
+        uint64_t *slot = calloc(cap, sizeof *slot);
+        if (!slot)
+            return -1;
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->slot[i]) {
+                size_t j = s->slot[i] & (cap - 1);
+                while (slot[j])
+                    j = (j + 1) & (cap - 1);
+                slot[j] = s->slot[i];
+            }
+        free(s->slot);
+        s->slot = slot;
+        s->cap = cap;
+    }
+    size_t j = h & (s->cap - 1);
+    while (s->slot[j] && s->slot[j] != h)
+        j = (j + 1) & (s->cap - 1);
+    if (!s->slot[j]) {
+        s->slot[j] = h;
+        s->n++;
+    }
+    return 0;
+}
+
+static int hashset_has(const hashset *s, uint64_t h)
+{
+    if (h == 0)
+        h = 1;
+    if (!s->cap)
+        return 0;
+    size_t j = h & (s->cap - 1);
+    while (s->slot[j]) {
+        if (s->slot[j] == h)
+            return 1;
+        j = (j + 1) & (s->cap - 1);
+    }
+    return 0;
+}
+
+typedef struct totals {
+    uint64_t count[KVP_KIND_COUNT], unknown;
+    uint64_t stored, raw, records, tensor_bytes, tokens, compressed;
+    uint64_t file_bytes;
+} totals;
+
+typedef struct dumper {
+    const char *name;
+    int json, check, summary;
+    const char *extract;
+    int extracted;
+    hashset blocks;
+    totals t;
+} dumper;
+
+static void hex(char *out, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", p[i]);
+}
+
+static void print_shape(FILE *f, const kvp_tensor_rec *t, int json)
+{
+    fputc('[', f);
+    for (uint32_t i = 0; i < t->n_dim; i++)
+        fprintf(f, "%s%" PRIu64, i ? (json ? "," : ", ") : "", t->shape[i]);
+    fputc(']', f);
+}
+
+static const char *scheme_name(uint32_t s)
+{
+    static const char *names[] = {"none", "tensor", "channel", "group"};
+    return s < 4 ? names[s] : "?";
+}
+
+static void print_header(dumper *d, const kvp_stream_info *info)
+{
+    char fp[2 * KVP_FINGERPRINT_SIZE + 1];
+    hex(fp, info->fingerprint, KVP_FINGERPRINT_SIZE);
+    if (d->json) {
+        printf("{\"kind\":\"header\",\"offset\":0,\"size\":%d,\"version\":\"%u.%u\",\"producer\":", KVP_HEADER_SIZE,
+               info->major, info->minor);
+        kvp_cli_json_str(stdout, info->producer, strlen(info->producer));
+        printf(",\"fingerprint\":\"%s\",\"checksum\":\"ok\"}\n", fp);
+    } else {
+        printf("%10s  %-10s %10s %10s  %-8s %s\n", "OFFSET", "KIND", "STORED", "RAW", "CHECKSUM", "DETAILS");
+        printf("%10d  %-10s %10d %10d  %-8s version %u.%u, producer \"%s\", fingerprint %s\n", 0, "header",
+               KVP_HEADER_SIZE, KVP_HEADER_SIZE, "ok", info->major, info->minor, info->producer, fp);
+    }
+}
+
+/* Per-kind details: human text into a buffer, or JSON fields to stdout. */
+static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
+{
+    FILE *f = stdout;
+    int show = !d->check && !d->summary && !d->extract;
+    switch (rec->kind) {
+    case KVP_KIND_CONFIG:
+    case KVP_KIND_TOKENIZER: {
+        kvp_meta m;
+        kvp_meta_init(&m);
+        int rc = kvp_meta_record_decode(rec, &m, err);
+        if (!rc && show) {
+            const char *arch = kvp_meta_get_str(&m, "general.architecture");
+            if (d->json) {
+                printf(",\"entries\":%zu", m.n);
+                if (arch) {
+                    printf(",\"architecture\":");
+                    kvp_cli_json_str(f, arch, strlen(arch));
+                }
+            } else {
+                printf("%zu entries", m.n);
+                if (arch)
+                    printf(", architecture %s", arch);
+            }
+        }
+        kvp_meta_free(&m);
+        return rc;
+    }
+    case KVP_KIND_TENSOR: {
+        kvp_tensor_rec t;
+        const uint8_t *data;
+        int rc = kvp_tensor_decode(rec, &t, &data, NULL, NULL, err);
+        if (rc)
+            return rc;
+        d->t.tensor_bytes += t.data_bytes + t.scales_bytes + t.zeros_bytes;
+        if (d->extract && strcmp(d->extract, t.name) == 0 && !d->extracted) {
+            if (fwrite(data, 1, (size_t)t.data_bytes, stdout) != t.data_bytes)
+                return kvp_err_set(err, KVP_EIO, "<stdout>: write error");
+            d->extracted = 1;
+        }
+        if (!show)
+            return 0;
+        if (d->json) {
+            printf(",\"name\":");
+            kvp_cli_json_str(f, t.name, strlen(t.name));
+            printf(",\"dtype\":\"%s\",\"shape\":", kvp_dtype_name(t.dtype));
+            print_shape(f, &t, 1);
+            printf(",\"scheme\":\"%s\",\"group\":%u,\"data_bytes\":%" PRIu64 ",\"scales_bytes\":%" PRIu64, scheme_name(t.scheme),
+                   t.group, t.data_bytes, t.scales_bytes);
+            if (t.scales_bytes)
+                printf(",\"scale_dtype\":\"%s\"", kvp_dtype_name(t.scale_dtype));
+            if (t.flags & KVP_TENSOR_ASYM)
+                printf(",\"asymmetric\":true");
+        } else {
+            printf("%s %s ", t.name, kvp_dtype_name(t.dtype));
+            print_shape(f, &t, 0);
+            if (t.scheme != KVP_SCHEME_NONE) {
+                printf(" scale %s/%s", scheme_name(t.scheme), kvp_dtype_name(t.scale_dtype));
+                if (t.scheme == KVP_SCHEME_GROUP)
+                    printf(" group %u", t.group);
+            }
+            if (t.flags & KVP_TENSOR_ASYM)
+                printf(" asym");
+        }
+        return 0;
+    }
+    case KVP_KIND_SEQUENCE: {
+        kvp_seq_rec s;
+        int rc = kvp_seq_decode(rec, &s, NULL, err);
+        if (rc)
+            return rc;
+        d->t.tokens += s.n_tokens;
+        if (!show)
+            return 0;
+        if (d->json) {
+            printf(",\"seq_id\":%" PRIu64 ",\"label\":", s.id);
+            kvp_cli_json_str(f, s.label, strlen(s.label));
+            printf(",\"tokens\":%u,\"prompt_tokens\":%u,\"next_token\":%d,\"state\":%u", s.n_tokens, s.n_prompt,
+                   s.next_token, s.state);
+        } else {
+            printf("seq %" PRIu64 "%s%s%s tokens %u (prompt %u) next %d", s.id, s.label[0] ? " \"" : "", s.label,
+                   s.label[0] ? "\"" : "", s.n_tokens, s.n_prompt, s.next_token);
+        }
+        return 0;
+    }
+    case KVP_KIND_KV_BLOCK: {
+        kvp_kvblock_rec b;
+        int rc = kvp_kvblock_decode(rec, &b, NULL, NULL, NULL, err);
+        if (rc)
+            return rc;
+        if (hashset_add(&d->blocks, b.hash))
+            return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+        if (!show)
+            return 0;
+        if (d->json)
+            printf(",\"seq_id\":%" PRIu64 ",\"block\":%u,\"tokens\":%u,\"block_size\":%u,\"layers\":[%u,%u],"
+                   "\"kv_heads\":%u,\"head_dim\":%u,\"dtype\":\"%s\",\"hash\":\"%016" PRIx64 "\",\"parent\":\"%016" PRIx64
+                   "\"",
+                   b.seq_id, b.block_index, b.n_tokens, b.block_size, b.layer_begin, b.layer_end, b.n_head_kv,
+                   b.head_dim, kvp_dtype_name(b.dtype), b.hash, b.parent_hash);
+        else
+            printf("seq %" PRIu64 " block %u tokens %u/%u layers %u-%u %ux%u %s hash %016" PRIx64, b.seq_id,
+                   b.block_index, b.n_tokens, b.block_size, b.layer_begin, b.layer_end - 1, b.n_head_kv, b.head_dim,
+                   kvp_dtype_name(b.dtype), b.hash);
+        return 0;
+    }
+    case KVP_KIND_BLOCK_REF: {
+        kvp_blockref_rec r;
+        int rc = kvp_blockref_decode(rec, &r, err);
+        if (rc)
+            return rc;
+        if (!hashset_has(&d->blocks, r.hash))
+            return kvp_err_set(err, KVP_EFORMAT,
+                               "record %" PRIu64 " (block_ref) at offset %" PRIu64
+                               ": refers to block %016" PRIx64 ", which no earlier record holds",
+                               rec->index, rec->offset, r.hash);
+        if (!show)
+            return 0;
+        if (d->json)
+            printf(",\"seq_id\":%" PRIu64 ",\"block\":%u,\"tokens\":%u,\"hash\":\"%016" PRIx64 "\"", r.seq_id,
+                   r.block_index, r.n_tokens, r.hash);
+        else
+            printf("seq %" PRIu64 " block %u tokens %u -> %016" PRIx64, r.seq_id, r.block_index, r.n_tokens, r.hash);
+        return 0;
+    }
+    case KVP_KIND_END: {
+        kvp_end_rec e;
+        int rc = kvp_end_decode(rec, &e, err);
+        if (rc || !show)
+            return rc;
+        if (d->json)
+            printf(",\"records\":%" PRIu64 ",\"payload_bytes\":%" PRIu64, e.n_records, e.raw_bytes);
+        else
+            printf("%" PRIu64 " records, %" PRIu64 " payload bytes", e.n_records, e.raw_bytes);
+        return 0;
+    }
+    default:
+        if (show && !d->json)
+            printf("kind %u skipped", rec->kind);
+        return 0;
+    }
+}
+
+static int dump_record(dumper *d, const kvp_record *rec, kvp_err *err)
+{
+    int show = !d->check && !d->summary && !d->extract;
+    const char *kind = kvp_kind_name(rec->kind);
+    if (show) {
+        if (d->json) {
+            printf("{\"kind\":\"%s\"", kind);
+            if (rec->kind >= KVP_KIND_COUNT || !strcmp(kind, "unknown"))
+                printf(",\"kind_id\":%u", rec->kind);
+            printf(",\"index\":%" PRIu64 ",\"offset\":%" PRIu64 ",\"stored_bytes\":%" PRIu64 ",\"raw_bytes\":%" PRIu64
+                   ",\"zstd\":%s,\"checksum\":\"ok\"",
+                   rec->index, rec->offset, rec->stored_size, rec->raw_size,
+                   (rec->flags & KVP_RECORD_ZSTD) ? "true" : "false");
+        } else {
+            printf("%10" PRIu64 "  %-10s %10" PRIu64 " %10" PRIu64 "  %-8s ", rec->offset, kind, rec->stored_size,
+                   rec->raw_size, (rec->flags & KVP_RECORD_ZSTD) ? "ok zstd" : "ok");
+        }
+    }
+    int rc = describe(d, rec, err);
+    if (show) {
+        if (d->json)
+            putchar('}');
+        putchar('\n');
+    }
+    if (rc)
+        return rc;
+    d->t.records++;
+    d->t.stored += rec->stored_size;
+    d->t.raw += rec->raw_size;
+    if (rec->flags & KVP_RECORD_ZSTD)
+        d->t.compressed++;
+    if (rec->kind < KVP_KIND_COUNT && strcmp(kind, "unknown"))
+        d->t.count[rec->kind]++;
+    else
+        d->t.unknown++;
+    return 0;
+}
+
+static void print_summary(const dumper *d)
+{
+    const totals *t = &d->t;
+    double ratio = t->stored ? (double)t->raw / (double)t->stored : 1.0;
+    static const uint32_t kinds[] = {KVP_KIND_CONFIG,   KVP_KIND_TOKENIZER, KVP_KIND_TENSOR, KVP_KIND_SEQUENCE,
+                                     KVP_KIND_KV_BLOCK, KVP_KIND_BLOCK_REF, KVP_KIND_END};
+    if (d->json) {
+        printf("{\"file\":");
+        kvp_cli_json_str(stdout, d->name, strlen(d->name));
+        printf(",\"bytes\":%" PRIu64 ",\"records\":%" PRIu64, t->file_bytes, t->records);
+        for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+            printf(",\"%s\":%" PRIu64, kvp_kind_name(kinds[i]), t->count[kinds[i]]);
+        printf(",\"unknown\":%" PRIu64 ",\"stored_bytes\":%" PRIu64 ",\"raw_bytes\":%" PRIu64
+               ",\"compressed_records\":%" PRIu64 ",\"compression_ratio\":%.4f,\"tensor_bytes\":%" PRIu64
+               ",\"tokens\":%" PRIu64 "}\n",
+               t->unknown, t->stored, t->raw, t->compressed, ratio, t->tensor_bytes, t->tokens);
+        return;
+    }
+    printf("%s: %" PRIu64 " bytes, %" PRIu64 " records\n", d->name, t->file_bytes, t->records);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (t->count[kinds[i]])
+            printf("  %-10s %" PRIu64 "\n", kvp_kind_name(kinds[i]), t->count[kinds[i]]);
+    if (t->unknown)
+        printf("  %-10s %" PRIu64 " (skipped)\n", "unknown", t->unknown);
+    printf("payload: %" PRIu64 " bytes stored, %" PRIu64 " raw, ratio %.3f (%" PRIu64 " records compressed)\n",
+           t->stored, t->raw, ratio, t->compressed);
+    if (t->tensor_bytes)
+        printf("tensors: %" PRIu64 " bytes\n", t->tensor_bytes);
+    if (t->tokens)
+        printf("tokens:  %" PRIu64 " in sequences\n", t->tokens);
+}
+
+int main(int argc, char **argv)
+{
+    kvp_cli_init(argv[0]);
+    static const struct option opts[] = {
+        {"check", no_argument, NULL, 'c'},   {"summary", no_argument, NULL, 's'},
+        {"extract", required_argument, NULL, 'x'}, {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},    {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    dumper d = {0};
+    int c;
+    while ((c = getopt_long(argc, argv, "csx:jhV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': d.check = 1; break;
+        case 's': d.summary = 1; break;
+        case 'x': d.extract = optarg; break;
+        case 'j': d.json = 1; break;
+        case 'h':
+            usage(stdout);
+            return kvp_cli_close_stdout();
+        case 'V': kvp_cli_version();
+        default: kvp_cli_usage_error("unknown or incomplete option");
+        }
+    }
+    if (d.check + d.summary + (d.extract != NULL) > 1)
+        kvp_cli_usage_error("--check, --summary and --extract are exclusive");
+    if (argc - optind > 1)
+        kvp_cli_usage_error("one input at a time (got %d)", argc - optind);
+    const char *path = optind < argc ? argv[optind] : "-";
+    if (d.extract && isatty(1))
+        kvp_cli_usage_error("--extract writes binary data; redirect standard output to a file or pipe");
+
+    kvp_err err = {0};
+    kvp_in in;
+    kvp_reader *r = NULL;
+    if (kvp_in_open(&in, path, &err))
+        kvp_cli_die_err(&err);
+    d.name = strcmp(path, "-") ? path : "<stdin>"; /* in.name dies with in */
+    int rc = kvp_reader_open(&r, &in, &err);
+    if (!rc) {
+        if (!d.check && !d.summary && !d.extract)
+            print_header(&d, kvp_reader_info(r));
+        kvp_record rec;
+        while ((rc = kvp_reader_next(r, &rec, &err)) == 1) {
+            if ((rc = dump_record(&d, &rec, &err)) != 0) {
+                kvp_err_prefix(&err, "%s", in.name);
+                break;
+            }
+        }
+    }
+    d.t.file_bytes = in.pos;
+    kvp_reader_free(r);
+    free(d.blocks.slot);
+    kvp_in_close(&in);
+    if (rc < 0) {
+        fflush(stdout);
+        kvp_cli_die_err(&err);
+    }
+    if (d.extract && !d.extracted)
+        kvp_cli_die("%s: no tensor named '%s'", d.name, d.extract);
+    if (d.summary)
+        print_summary(&d);
+    return kvp_cli_close_stdout();
+}

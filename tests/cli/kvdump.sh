@@ -1,0 +1,108 @@
+# kvdump: listing, --json, --check, --summary, --extract, and corrupt input.
+. "$KVP_TESTS/cli/lib.sh"
+mk="$KVP_UNIT_DIR/test_stream"
+"$mk" --write-sample "$T/s.kvp" || echo "FAIL: could not write the sample stream"
+"$mk" --write-sample "$T/z.kvp" 3 || echo "FAIL: could not write the zstd sample"
+
+run kvdump "$T/s.kvp"
+expect_status 0 "lists a valid stream"
+expect_out_has "OFFSET  KIND" "table header"
+expect_out_has "version 1.0, producer \"test_stream\"" "stream header line"
+expect_out_has "f32 [6, 8] scale channel/f16" "tensor dtype, shape and scheme"
+expect_out_has "tokens 37 (prompt 36) next 42" "sequence fields"
+expect_out_has "tokens 16/16 layers 0-1 3x8 f16 hash" "KV block fields"
+expect_out_has "kind 100 skipped" "unknown record kinds are skipped"
+expect_out_has "7 records, 4418 payload bytes" "end record counts"
+expect_err_empty "no stderr on success"
+
+run kvdump --json "$T/s.kvp"
+expect_status 0 "--json"
+n=$(grep -c '^{.*}$' "$OUT")
+if [ "$n" -eq 9 ]; then pass "--json prints one object per record and the header"; else fail "--json line count $n"; fi
+expect_out_has '"kind":"kv_block"' "--json names kinds"
+expect_out_has '"shape":[6,8]' "--json shape"
+
+run kvdump -s "$T/z.kvp"
+expect_status 0 "--summary on a zstd stream"
+expect_out_has "(7 records compressed)" "zstd records counted"
+expect_out_has "kv_block   1" "counts by kind"
+run kvdump --summary --json "$T/s.kvp"
+expect_out_has '"records":8' "summary JSON record count"
+expect_out_has '"compression_ratio":1.0000' "uncompressed ratio"
+
+run kvdump --check "$T/z.kvp"
+expect_status 0 "--check accepts a valid stream"
+expect_out_empty "--check prints nothing on success"
+
+run_sh "cat '$T/z.kvp' | kvdump --check -"
+expect_status 0 "--check reads a pipe"
+
+name=$(kvdump --json "$T/s.kvp" | sed -n 's/.*"kind":"tensor".*"name":"\([^"]*\)".*/\1/p')
+run_sh "kvdump --extract '$name' '$T/s.kvp' > '$T/x.bin'"
+expect_status 0 "--extract a tensor"
+size=$(wc -c <"$T/x.bin")
+if [ "$size" -eq 192 ]; then pass "--extract writes the 192 data bytes"; else fail "--extract wrote $size bytes"; fi
+run_sh "kvdump --extract nosuch '$T/s.kvp' > /dev/null"
+expect_status 1 "--extract of a missing tensor fails"
+expect_err_has "no tensor named 'nosuch'" "names the missing tensor"
+
+# Truncated through a pipe: exit 1 with the offset.
+run_sh "head -c 3000 '$T/s.kvp' | kvdump --check"
+expect_status 1 "truncated pipe input"
+expect_err_has "payload cut short at offset 3000" "truncation names the offset"
+expect_err_one_line "one line of error"
+
+head -c 5248 "$T/s.kvp" >"$T/noend.kvp"
+run kvdump "$T/noend.kvp"
+expect_status 1 "stream without its end record"
+expect_err_has "without an end record (truncated)" "missing end record is reported"
+
+# A flipped bit in the KV block payload.
+cp "$T/s.kvp" "$T/flip.kvp"
+printf '\377' | dd of="$T/flip.kvp" bs=1 seek=2000 conv=notrunc 2>/dev/null
+run kvdump --check "$T/flip.kvp"
+expect_status 1 "corrupted payload"
+expect_err_has "record 5 (kv_block) at offset 1728: payload checksum mismatch" "checksum error names record and offset"
+
+printf 'GGUF\003\000\000\000' >"$T/notkvp"
+run kvdump "$T/notkvp"
+expect_status 1 "not a KVP file"
+expect_err_has "not a KVP stream (bad magic at offset 0)" "bad magic message"
+
+: >"$T/empty"
+run kvdump "$T/empty"
+expect_status 1 "empty file"
+expect_err_has "empty input" "empty input message"
+
+run kvdump "$T"
+expect_status 1 "a directory"
+expect_err_has "is a directory" "directory message"
+
+run kvdump "$T/missing.kvp"
+expect_status 1 "missing file"
+expect_err_has "No such file or directory" "missing file message"
+
+run kvdump --bogus
+expect_status 2 "unknown option"
+expect_err_has "Try 'kvdump --help'" "usage hint"
+run kvdump --check --summary "$T/s.kvp"
+expect_status 2 "conflicting options"
+run kvdump a b
+expect_status 2 "two inputs"
+run kvdump --help
+expect_status 0 "--help"
+expect_out_has "Usage: kvdump" "--help prints usage"
+run kvdump --version
+expect_status 0 "--version"
+expect_out_has "kvpipe" "--version names the project"
+
+# A closed stdout ends kvdump quietly (like head).
+run_sh "{ kvdump --json '$T/s.kvp'; echo \$? >'$T/rc'; } | head -c 1 >/dev/null"
+rc=$(cat "$T/rc")
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 141 ]; then pass "closed pipe ends kvdump quietly"; else fail "closed pipe: exit $rc"; fi
+expect_err_empty "no error on a closed pipe"
+run_sh "kvdump '$T/s.kvp' > /dev/full"
+expect_status 1 "full disk on stdout"
+expect_err_has "write error" "full disk reported"
+
+done_testing

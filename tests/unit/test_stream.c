@@ -1,0 +1,639 @@
+/* test_stream.c - the KVP format: round trips of every record kind, pipes,
+ * truncation at every offset, every single-bit flip, zstd, limits. */
+#define _POSIX_C_SOURCE 200809L
+#include "hash.h"
+#include "io.h"
+#include "meta.h"
+#include "stream.h"
+#include "tensor.h"
+#include "unit.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char tmpdir[] = "/tmp/kvp-test-stream.XXXXXX";
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void)
+{
+    /* splitmix64: deterministic random contents */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static char *path_in_tmp(const char *name)
+{
+    static char buf[256];
+    snprintf(buf, sizeof buf, "%s/%s", tmpdir, name);
+    return buf;
+}
+
+/* What the sample stream holds, to compare after reading back. */
+typedef struct sample {
+    kvp_tensor_rec t;
+    float tdata[6 * 8];
+    uint16_t tscales[6];
+    kvp_seq_rec s;
+    uint32_t stokens[37];
+    kvp_kvblock_rec b;
+    uint32_t btokens[16];
+    uint16_t bdata[2 * 2 * 3 * 16 * 8];
+    float bscales[2 * 2 * 3];
+    kvp_blockref_rec ref;
+} sample;
+
+static void make_sample(sample *x)
+{
+    memset(x, 0, sizeof *x);
+    snprintf(x->t.name, sizeof x->t.name, "blk.%d.attn_q.weight", (int)(rnd() % 100));
+    x->t.dtype = KVP_DTYPE_F32;
+    x->t.n_dim = 2;
+    x->t.shape[0] = 6;
+    x->t.shape[1] = 8;
+    x->t.scheme = KVP_SCHEME_CHANNEL;
+    x->t.scale_dtype = KVP_DTYPE_F16;
+    x->t.global_scale = 1.0f;
+    x->t.data_bytes = sizeof x->tdata;
+    x->t.scales_bytes = sizeof x->tscales;
+    for (size_t i = 0; i < 48; i++)
+        x->tdata[i] = (float)(int64_t)(rnd() % 2001 - 1000) / 7.0f;
+    for (size_t i = 0; i < 6; i++)
+        x->tscales[i] = (uint16_t)rnd();
+
+    x->s.id = rnd();
+    snprintf(x->s.label, sizeof x->s.label, "req-%u", (unsigned)(rnd() % 1000));
+    x->s.state = KVP_SEQ_PREFILLED;
+    x->s.n_tokens = 37;
+    x->s.n_prompt = 36;
+    x->s.next_token = 42;
+    x->s.block_size = 16;
+    x->s.sampling.temperature = 0.7f;
+    x->s.sampling.top_k = 40;
+    x->s.sampling.top_p = 0.9f;
+    x->s.sampling.seed = rnd();
+    x->s.sampling.rng[0] = rnd();
+    x->s.sampling.rng[1] = rnd();
+    for (int i = 0; i < 37; i++)
+        x->stokens[i] = (uint32_t)(rnd() % 49152);
+
+    x->b.seq_id = x->s.id;
+    x->b.block_index = 1;
+    x->b.block_size = 16;
+    x->b.n_tokens = 16;
+    x->b.layer_begin = 0;
+    x->b.layer_end = 2;
+    x->b.n_head_kv = 3;
+    x->b.head_dim = 8;
+    x->b.dtype = KVP_DTYPE_F16;
+    x->b.scale_dtype = KVP_DTYPE_F32;
+    x->b.data_bytes = sizeof x->bdata;
+    x->b.scales_bytes = sizeof x->bscales;
+    memcpy(x->btokens, x->stokens + 16, sizeof x->btokens);
+    x->b.parent_hash = kvp_kvblock_hash(0, x->stokens, 16);
+    x->b.hash = kvp_kvblock_hash(x->b.parent_hash, x->btokens, 16);
+    for (size_t i = 0; i < sizeof x->bdata / 2; i++)
+        x->bdata[i] = (uint16_t)rnd();
+    for (size_t i = 0; i < 12; i++)
+        x->bscales[i] = (float)(rnd() % 1000) / 100.0f;
+
+    x->ref.seq_id = x->s.id + 1;
+    x->ref.block_index = 1;
+    x->ref.n_tokens = 16;
+    x->ref.parent_hash = x->b.parent_hash;
+    x->ref.hash = x->b.hash;
+}
+
+static void make_meta(kvp_meta *m)
+{
+    kvp_meta_init(m);
+    kvp_meta_set_str(m, "general.architecture", "llama", 5);
+    kvp_meta_set_u64(m, "llama.block_count", 30);
+    kvp_meta_set_f64(m, "llama.rope.freq_base", 100000.0);
+    const char *toks[] = {"<|endoftext|>", "a", "\xc4\xa0the"};
+    size_t lens[] = {13, 1, 5};
+    kvp_meta_set_strarr(m, "tokenizer.ggml.tokens", toks, lens, 3);
+}
+
+/* Write the sample stream (every record kind + one unknown kind) to path. */
+static int write_sample(const char *path, const sample *x, int zstd, int fd_out)
+{
+    kvp_err err = {0};
+    kvp_out out;
+    int rc;
+    if (fd_out >= 0) {
+        memset(&out, 0, sizeof out);
+        out.fd = fd_out;
+        out.is_stdout = 1;
+    } else if ((rc = kvp_out_open(&out, path, &err))) {
+        printf("open: %s\n", err.msg);
+        return rc;
+    }
+    kvp_writer_opts o = {.zstd_level = zstd, .producer = "test_stream"};
+    memset(o.fingerprint, 0xab, sizeof o.fingerprint);
+    kvp_writer *w;
+    kvp_meta m;
+    make_meta(&m);
+    uint8_t unknown_meta[5] = {1, 2, 3, 4, 5};
+    kvp_piece unknown_piece = {"future", 6};
+    if ((rc = kvp_writer_open(&w, &out, &o, &err)) == 0) {
+        if (!rc) rc = kvp_write_meta(w, KVP_KIND_CONFIG, &m, &err);
+        if (!rc) rc = kvp_write_meta(w, KVP_KIND_TOKENIZER, &m, &err);
+        if (!rc) rc = kvp_write_tensor(w, &x->t, x->tdata, x->tscales, NULL, &err);
+        if (!rc) rc = kvp_writer_record(w, 100, unknown_meta, 5, &unknown_piece, 1, 0, &err);
+        if (!rc) rc = kvp_write_sequence(w, &x->s, x->stokens, &err);
+        if (!rc) rc = kvp_write_kvblock(w, &x->b, x->btokens, x->bdata, x->bscales, &err);
+        if (!rc) rc = kvp_write_blockref(w, &x->ref, &err);
+        if (!rc) rc = kvp_writer_finish(w, &err);
+        kvp_writer_free(w);
+    }
+    kvp_meta_free(&m);
+    if (fd_out >= 0)
+        return rc;
+    if (!rc)
+        rc = kvp_out_commit(&out, &err);
+    else
+        kvp_out_abort(&out);
+    if (rc)
+        printf("write: %s\n", err.msg);
+    return rc;
+}
+
+/* Read a whole stream, checking it against x when x is given.  Returns 0
+ * when the stream is complete and valid, else the negative code. */
+static int read_stream(kvp_in *in, const sample *x, int *kinds_seen, kvp_err *err)
+{
+    kvp_reader *r;
+    int rc = kvp_reader_open(&r, in, err);
+    if (rc)
+        return rc;
+    if (x) {
+        CHECK_STR(kvp_reader_info(r)->producer, "test_stream");
+        CHECK(kvp_reader_info(r)->fingerprint[15] == 0xab);
+    }
+    kvp_record rec;
+    int seen = 0;
+    while ((rc = kvp_reader_next(r, &rec, err)) == 1) {
+        rc = 0;
+        seen |= 1 << (rec.kind < 16 ? rec.kind : 16);
+        if (x)
+            CHECK(((uintptr_t)rec.data & 63) == 0);
+        if (rec.kind == KVP_KIND_CONFIG || rec.kind == KVP_KIND_TOKENIZER) {
+            kvp_meta m;
+            kvp_meta_init(&m);
+            rc = kvp_meta_record_decode(&rec, &m, err);
+            if (!rc && x) {
+                uint64_t v = 0;
+                CHECK(kvp_meta_get_u64(&m, "llama.block_count", &v) == 0 && v == 30);
+                CHECK_STR(kvp_meta_get_str(&m, "general.architecture"), "llama");
+                const kvp_meta_entry *e = kvp_meta_find(&m, "tokenizer.ggml.tokens");
+                CHECK(e && e->type == KVP_META_ARR_STR && e->n == 3 && strcmp(e->chars + e->off[2], "\xc4\xa0the") == 0);
+            }
+            kvp_meta_free(&m);
+        } else if (rec.kind == KVP_KIND_TENSOR) {
+            kvp_tensor_rec t;
+            const uint8_t *d, *s;
+            rc = kvp_tensor_decode(&rec, &t, &d, &s, NULL, err);
+            if (!rc && x) {
+                CHECK_STR(t.name, x->t.name);
+                CHECK(t.n_dim == 2 && t.shape[0] == 6 && t.shape[1] == 8 && t.dtype == KVP_DTYPE_F32);
+                CHECK(memcmp(d, x->tdata, sizeof x->tdata) == 0);
+                CHECK(memcmp(s, x->tscales, sizeof x->tscales) == 0);
+                CHECK(t.scheme == KVP_SCHEME_CHANNEL && t.scale_dtype == KVP_DTYPE_F16 && t.global_scale == 1.0f);
+            }
+        } else if (rec.kind == KVP_KIND_SEQUENCE) {
+            kvp_seq_rec s;
+            const uint32_t *tok;
+            rc = kvp_seq_decode(&rec, &s, &tok, err);
+            if (!rc && x) {
+                CHECK(s.id == x->s.id && s.n_tokens == 37 && s.n_prompt == 36 && s.next_token == 42);
+                CHECK_STR(s.label, x->s.label);
+                CHECK(memcmp(tok, x->stokens, sizeof x->stokens) == 0);
+                CHECK(memcmp(&s.sampling, &x->s.sampling, sizeof s.sampling) == 0);
+            }
+        } else if (rec.kind == KVP_KIND_KV_BLOCK) {
+            kvp_kvblock_rec b;
+            const uint8_t *tok, *d, *s;
+            rc = kvp_kvblock_decode(&rec, &b, &tok, &d, &s, err);
+            if (!rc && x) {
+                CHECK(memcmp(&b, &x->b, sizeof b) == 0);
+                CHECK(memcmp(tok, x->btokens, sizeof x->btokens) == 0);
+                CHECK(memcmp(d, x->bdata, sizeof x->bdata) == 0 && memcmp(s, x->bscales, sizeof x->bscales) == 0);
+            }
+        } else if (rec.kind == KVP_KIND_BLOCK_REF) {
+            kvp_blockref_rec b;
+            rc = kvp_blockref_decode(&rec, &b, err);
+            if (!rc && x)
+                CHECK(memcmp(&b, &x->ref, sizeof b) == 0);
+        } else if (rec.kind == 100 && x) {
+            CHECK(rec.meta_size == 5 && rec.data_size == 6 && memcmp(rec.data, "future", 6) == 0);
+        }
+        if (rc)
+            break;
+    }
+    kvp_reader_free(r);
+    if (kinds_seen)
+        *kinds_seen = seen;
+    return rc;
+}
+
+static int read_file(const char *path, int streamed, const sample *x, kvp_err *err)
+{
+    kvp_in in;
+    int rc = kvp_in_open(&in, path, err);
+    if (rc)
+        return rc;
+    if (streamed)
+        kvp_in_unmap(&in);
+    rc = read_stream(&in, x, NULL, err);
+    kvp_in_close(&in);
+    return rc;
+}
+
+/* Read a stream held in memory (as if mapped): fast enough to try every
+ * truncation and bit flip. */
+static int read_mem(const uint8_t *buf, size_t n, kvp_err *err)
+{
+    kvp_in in;
+    memset(&in, 0, sizeof in);
+    in.fd = -1;
+    in.name = "<mem>";
+    in.map = buf;
+    in.size = n;
+    in.size_known = 1;
+    return read_stream(&in, NULL, NULL, err);
+}
+
+static void test_hashes(void)
+{
+    CHECK_EQ_U64(kvp_crc32c(0, "123456789", 9), 0xE3069283u);
+    CHECK_EQ_U64(kvp_crc32c_portable(0, "123456789", 9), 0xE3069283u);
+    uint8_t buf[1000];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (uint8_t)rnd();
+    for (size_t n = 0; n < sizeof buf; n += 37)
+        CHECK_EQ_U64(kvp_crc32c(0, buf, n), kvp_crc32c_portable(0, buf, n));
+    CHECK_EQ_U64(kvp_crc32c(kvp_crc32c(0, buf, 100), buf + 100, 900), kvp_crc32c(0, buf, 1000));
+    /* Published XXH64 test values. */
+    CHECK_EQ_U64(kvp_xxh64("", 0, 0), 0xEF46DB3751D8E999ull);
+    CHECK_EQ_U64(kvp_xxh64("a", 1, 0), 0xD24EC4F1A98C6E5Bull);
+    CHECK_EQ_U64(kvp_xxh64("abc", 3, 0), 0x44BC2CF5AD770999ull);
+    CHECK_EQ_U64(kvp_xxh64("Nobody inspects the spammish repetition", 39, 0), 0xFBCEA83C8A378BF1ull);
+}
+
+static void test_round_trip(int zstd)
+{
+    sample x;
+    make_sample(&x);
+    const char *p = path_in_tmp(zstd ? "rt-zstd.kvp" : "rt.kvp");
+    CHECK(write_sample(p, &x, zstd, -1) == 0);
+    kvp_err err = {0};
+    for (int streamed = 0; streamed < 2; streamed++) {
+        int rc = read_file(p, streamed, &x, &err);
+        CHECK_MSG(rc == 0, "zstd=%d streamed=%d: rc %d %s", zstd, streamed, rc, err.msg);
+    }
+    kvp_in in;
+    int seen = 0;
+    CHECK(kvp_in_open(&in, p, &err) == 0);
+    CHECK(read_stream(&in, &x, &seen, &err) == 0);
+    kvp_in_close(&in);
+    CHECK(seen == (1 << KVP_KIND_CONFIG | 1 << KVP_KIND_TOKENIZER | 1 << KVP_KIND_TENSOR | 1 << KVP_KIND_SEQUENCE |
+                   1 << KVP_KIND_KV_BLOCK | 1 << KVP_KIND_BLOCK_REF | 1 << KVP_KIND_END | 1 << 16));
+}
+
+static void test_random_round_trips(void)
+{
+    /* Many random samples, alternating compression, all must read back. */
+    int ok = 1;
+    for (int i = 0; i < 40 && ok; i++) {
+        sample x;
+        make_sample(&x);
+        const char *p = path_in_tmp("rand.kvp");
+        kvp_err err = {0};
+        ok = write_sample(p, &x, i % 3 == 0 ? 3 : 0, -1) == 0 && read_file(p, i & 1, &x, &err) == 0;
+        CHECK_MSG(ok, "random round trip %d: %s", i, err.msg);
+    }
+}
+
+static uint8_t *slurp(const char *path, size_t *n)
+{
+    uint8_t *d;
+    void *aligned = NULL;
+    kvp_err err;
+    if (kvp_read_file(path, 1 << 20, &d, n, &err))
+        return NULL;
+    /* 64-aligned like a mapping, so payload alignment can be checked */
+    if (posix_memalign(&aligned, 64, *n + 1) == 0)
+        memcpy(aligned, d, *n);
+    free(d);
+    return aligned;
+}
+
+static void spit(const char *path, const uint8_t *d, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (n)
+        fwrite(d, 1, n, f);
+    fclose(f);
+}
+
+/* Every prefix of a valid stream is refused, mapped and streamed. */
+static void test_truncation(int zstd)
+{
+    sample x;
+    make_sample(&x);
+    const char *p = path_in_tmp("full.kvp");
+    CHECK(write_sample(p, &x, zstd, -1) == 0);
+    size_t n;
+    uint8_t *full = slurp(p, &n);
+    CHECK(full != NULL && n > 0);
+    if (!full)
+        return;
+    int accepted = 0, wrong_code = 0;
+    char *cut = strdup(path_in_tmp("cut.kvp"));
+    for (size_t len = 0; len < n; len++) {
+        kvp_err err = {0};
+        int rc = read_mem(full, len, &err);
+        if (rc == 0)
+            accepted++;
+        else if (rc != KVP_ETRUNC)
+            wrong_code++;
+        if (len % 13 == 0) { /* the streaming path too, on a sample of offsets */
+            spit(cut, full, len);
+            rc = read_file(cut, 1, NULL, &err);
+            if (rc == 0)
+                accepted++;
+            else if (rc != KVP_ETRUNC)
+                wrong_code++;
+        }
+    }
+    CHECK_MSG(accepted == 0, "%d truncated streams accepted (zstd=%d)", accepted, zstd);
+    CHECK_MSG(wrong_code == 0, "%d truncations reported as something else (zstd=%d)", wrong_code, zstd);
+    free(cut);
+    free(full);
+}
+
+/* Every single-bit flip anywhere in the stream is detected. */
+static void test_bit_flips(int zstd)
+{
+    sample x;
+    make_sample(&x);
+    const char *p = path_in_tmp("flip-src.kvp");
+    CHECK(write_sample(p, &x, zstd, -1) == 0);
+    size_t n;
+    uint8_t *full = slurp(p, &n);
+    if (!full)
+        return;
+    char *fp = strdup(path_in_tmp("flip.kvp"));
+    int accepted = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (int bit = 0; bit < 8; bit++) {
+            full[i] ^= (uint8_t)(1 << bit);
+            kvp_err err = {0};
+            int rc = read_mem(full, n, &err);
+            if (rc == 0 && i % 17 == 0 && bit == 3) {
+                spit(fp, full, n);
+                rc = read_file(fp, 1, NULL, &err);
+            }
+            if (rc == 0) {
+                accepted++;
+                if (accepted < 5)
+                    printf("flip of bit %d at offset %zu accepted\n", bit, i);
+            }
+            full[i] ^= (uint8_t)(1 << bit);
+        }
+    }
+    CHECK_MSG(accepted == 0, "%d of %zu bit flips accepted (zstd=%d)", accepted, n * 8, zstd);
+    free(fp);
+    free(full);
+}
+
+/* Writer and reader in two processes joined by a pipe. */
+static void test_pipe(void)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    sample x;
+    make_sample(&x);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        int rc = write_sample(NULL, &x, 1, fds[1]);
+        close(fds[1]);
+        _exit(rc ? 1 : 0);
+    }
+    close(fds[1]);
+    kvp_in in;
+    kvp_err err = {0};
+    CHECK(kvp_in_from_fd(&in, fds[0], "<pipe>", &err) == 0);
+    CHECK(in.map == NULL && !in.size_known);
+    int rc = read_stream(&in, &x, NULL, &err);
+    CHECK_MSG(rc == 0, "pipe read: %s", err.msg);
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* A pipe whose writer dies mid-record: truncation with the byte offset. */
+static void test_pipe_writer_dies(void)
+{
+    sample x;
+    make_sample(&x);
+    const char *p = path_in_tmp("die.kvp");
+    CHECK(write_sample(p, &x, 0, -1) == 0);
+    size_t n;
+    uint8_t *full = slurp(p, &n);
+    if (!full)
+        return;
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        ssize_t w = write(fds[1], full, n / 2);
+        (void)w;
+        _exit(0);
+    }
+    close(fds[1]);
+    kvp_in in;
+    kvp_err err = {0};
+    kvp_in_from_fd(&in, fds[0], "<pipe>", &err);
+    int rc = read_stream(&in, NULL, NULL, &err);
+    CHECK(rc == KVP_ETRUNC);
+    CHECK_MSG(strstr(err.msg, "offset") != NULL, "message lacks offset: %s", err.msg);
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    free(full);
+}
+
+/* A record declaring a huge payload is refused before allocation. */
+static void test_size_lies(void)
+{
+    sample x;
+    make_sample(&x);
+    const char *p = path_in_tmp("lie-src.kvp");
+    CHECK(write_sample(p, &x, 0, -1) == 0);
+    size_t n;
+    uint8_t *full = slurp(p, &n);
+    if (!full)
+        return;
+    /* First record header is at offset 64: set stored = raw = 2^39 and fix
+     * the header CRC so only the size check can catch it. */
+    uint8_t *h = full + 64;
+    kvp_put64(h + 16, 1ull << 39);
+    kvp_put64(h + 24, 1ull << 39);
+    kvp_put32(h + 60, kvp_crc32c(0, h, 60));
+    const char *lp = path_in_tmp("lie.kvp");
+    spit(lp, full, n);
+    kvp_err err = {0};
+    CHECK(read_file(lp, 0, NULL, &err) == KVP_ETRUNC);
+    CHECK_MSG(strstr(err.msg, "declares 549755813888 payload bytes") != NULL, "%s", err.msg);
+    /* Streamed through a pipe the size is unknown: the reader must grow only
+     * with the data that arrives, then report truncation. */
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        ssize_t w = write(fds[1], full, n);
+        (void)w;
+        _exit(0);
+    }
+    close(fds[1]);
+    kvp_in in;
+    kvp_in_from_fd(&in, fds[0], "<pipe>", &err);
+    CHECK(read_stream(&in, NULL, NULL, &err) == KVP_ETRUNC);
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    /* Above the reader's limit: refused outright. */
+    kvp_put64(h + 16, 1ull << 62);
+    kvp_put64(h + 24, 1ull << 62);
+    kvp_put32(h + 60, kvp_crc32c(0, h, 60));
+    spit(lp, full, n);
+    CHECK(read_file(lp, 1, NULL, &err) == KVP_ELIMIT);
+    free(full);
+}
+
+static void test_version_and_garbage(void)
+{
+    sample x;
+    make_sample(&x);
+    const char *p = path_in_tmp("ver.kvp");
+    CHECK(write_sample(p, &x, 0, -1) == 0);
+    size_t n;
+    uint8_t *full = slurp(p, &n);
+    if (!full)
+        return;
+    kvp_err err = {0};
+    kvp_put16(full + 8, 2); /* major 2, valid CRC: refused as newer */
+    kvp_put32(full + 60, kvp_crc32c(0, full, 60));
+    spit(p, full, n);
+    CHECK(read_file(p, 0, NULL, &err) == KVP_EVERSION);
+    CHECK_MSG(strstr(err.msg, "2.0 is newer") != NULL, "%s", err.msg);
+    kvp_put16(full + 8, 1);
+    kvp_put32(full + 60, kvp_crc32c(0, full, 60));
+    /* Data after the end record. */
+    uint8_t *more = malloc(n + 64);
+    memcpy(more, full, n);
+    memset(more + n, 0, 64);
+    spit(p, more, n + 64);
+    CHECK(read_file(p, 0, NULL, &err) == KVP_EFORMAT);
+    CHECK(strstr(err.msg, "after the end record") != NULL);
+    /* Not KVP at all. */
+    spit(p, (const uint8_t *)"GGUF\3\0\0\0", 8);
+    CHECK(read_file(p, 0, NULL, &err) == KVP_EFORMAT);
+    CHECK(strstr(err.msg, "not a KVP stream") != NULL);
+    free(more);
+    free(full);
+}
+
+static void test_writer_validation(void)
+{
+    const char *p = path_in_tmp("bad.kvp");
+    kvp_out out;
+    kvp_err err = {0};
+    kvp_writer *w;
+    CHECK(kvp_out_open(&out, p, &err) == 0);
+    CHECK(kvp_writer_open(&w, &out, NULL, &err) == 0);
+    kvp_tensor_rec t = {0};
+    strcpy(t.name, "x");
+    t.dtype = KVP_DTYPE_Q8_0;
+    t.n_dim = 1;
+    t.shape[0] = 33; /* not a whole Q8_0 block */
+    t.data_bytes = 34;
+    uint8_t d[64] = {0};
+    CHECK(kvp_write_tensor(w, &t, d, NULL, NULL, &err) == KVP_EINVAL);
+    kvp_writer_free(w);
+    kvp_out_abort(&out);
+    CHECK(access(p, F_OK) != 0); /* aborted output leaves nothing behind */
+    /* Sizes implied by shapes. */
+    t.dtype = KVP_DTYPE_Q4_1;
+    t.n_dim = 2;
+    t.shape[0] = 576;
+    t.shape[1] = 1536;
+    CHECK_EQ_I64(kvp_tensor_data_bytes(&t), 576 * 1536 / 32 * 20);
+    t.dtype = KVP_DTYPE_I4;
+    t.shape[1] = 7;
+    CHECK_EQ_I64(kvp_tensor_data_bytes(&t), 576 * 4);
+    t.scheme = KVP_SCHEME_GROUP;
+    t.group = 7;
+    CHECK_EQ_I64(kvp_tensor_scale_count(&t), 576);
+    t.group = 3;
+    CHECK_EQ_I64(kvp_tensor_scale_count(&t), -1);
+}
+
+static void test_f16(void)
+{
+    CHECK(kvp_f32_to_f16(1.0f) == 0x3c00);
+    CHECK(kvp_f32_to_f16(65504.0f) == 0x7bff);
+    CHECK(kvp_f32_to_f16(65520.0f) == 0x7c00);
+    CHECK(kvp_f32_to_f16(5.9604645e-8f) == 0x0001);
+    CHECK(kvp_f32_to_f16(2.9802322e-8f) == 0x0000); /* tie to even */
+    CHECK(kvp_f32_to_bf16(1.0f) == 0x3f80);
+    /* every f16 survives a round trip through f32 (NaNs stay NaN) */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = kvp_f16_to_f32((uint16_t)h);
+        uint16_t back = kvp_f32_to_f16(f);
+        if (f == f ? back != h : (back & 0x7c00) != 0x7c00 || !(back & 0x3ff))
+            bad++;
+    }
+    CHECK_MSG(bad == 0, "%d f16 values did not round-trip", bad);
+}
+
+int main(int argc, char **argv)
+{
+    /* `test_stream --write-sample FILE [ZSTD_LEVEL]`: the CLI tests' input. */
+    if (argc >= 3 && strcmp(argv[1], "--write-sample") == 0) {
+        sample x;
+        make_sample(&x);
+        return write_sample(argv[2], &x, argc > 3 ? atoi(argv[3]) : 0, strcmp(argv[2], "-") ? -1 : 1) ? 1 : 0;
+    }
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_hashes();
+    test_f16();
+    test_round_trip(0);
+    test_round_trip(5);
+    test_random_round_trips();
+    test_truncation(0);
+    test_truncation(3);
+    test_bit_flips(0);
+    test_bit_flips(3);
+    test_pipe();
+    test_pipe_writer_dies();
+    test_size_lies();
+    test_version_and_garbage();
+    test_writer_validation();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        printf("could not remove %s\n", tmpdir);
+    return unit_done();
+}
