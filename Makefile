@@ -57,11 +57,13 @@ CMD_SRC  := $(sort $(wildcard cmd/*.c))
 PROGS    := $(CMD_SRC:cmd/%.c=$(BINDIR)/%)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNITS    := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_REPLAY := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(O)/tests/test_fuzz_%)
 HEADERS  := $(sort $(wildcard lib/*.h))
 MAN1     := $(sort $(wildcard man/*.1))
 MAN5     := $(sort $(wildcard man/*.5))
 
-.PHONY: all help check check-unit check-cli asan install uninstall clean deps demo check-ref fetch-model
+.PHONY: all help check check-unit check-cli asan install uninstall clean deps demo check-ref fetch-model fuzz
 .SUFFIXES:
 
 ## all          build lib/libkvpipe.a and every program into bin/ (default)
@@ -92,16 +94,24 @@ $(O)/tests/test_%: $(O)/tests/unit/test_%.o $(LIB)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
+# Corpus replays: each fuzz harness linked with a plain main() that runs every
+# file of tests/fuzz/corpus/NAME/ (seeds and past crashes) in `make check`.
+$(O)/tests/test_fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(LIB)
+	$(call say,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 ## deps         install missing build dependencies (Debian: libzstd-dev, ...)
 deps:
 	@scripts/deps
 
-## check        install deps, build, run every unit and CLI test
+## check        install deps, build, fetch the test model if possible, run every test
 check: deps
-	@$(MAKE) --no-print-directory all $(UNITS)
+	@scripts/fetch-model >/dev/null || echo "check: the SmolLM2 test model could not be fetched; tests that need it are skipped"
+	@$(MAKE) --no-print-directory all $(UNITS) $(FUZZ_REPLAY)
 	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run
 
-check-unit: all $(UNITS)
+check-unit: all $(UNITS) $(FUZZ_REPLAY)
 	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run unit
 
 check-cli: all
@@ -114,9 +124,26 @@ asan: deps
 
 .PHONY: check-nodeps
 check-nodeps:
-	@$(MAKE) --no-print-directory all $(UNITS)
+	@$(MAKE) --no-print-directory all $(UNITS) $(FUZZ_REPLAY)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run
+
+## fuzz         run every libFuzzer harness in tests/fuzz/ for FUZZ_SECONDS (default 60) with clang
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_FLAGS   := -std=c11 -g -O1 -Ilib -D_GNU_SOURCE -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -pthread -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_LIBOBJ  := $(LIB_SRC:%.c=build/fuzz/%.o)
+build/fuzz/%.o: %.c
+	@mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+build/fuzz/bin/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBOBJ)
+	$(call say,FUZZ,$@)
+	@mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $^ -lzstd -lm -o $@
+fuzz:
+	@scripts/deps fuzz
+	@$(MAKE) --no-print-directory $(FUZZ_SRC:tests/fuzz/fuzz_%.c=build/fuzz/bin/fuzz_%)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
 
 ## check-ref    regenerate golden files from the reference packages (needs Python; makes a venv)
 check-ref: all
@@ -159,4 +186,4 @@ help:
 	@sed -n 's/^## /  /p' $(MAKEFILE_LIST)
 
 .SECONDARY:
--include $(LIB_OBJ:.o=.d) $(CMD_SRC:%.c=$(O)/%.d) $(UNIT_SRC:%.c=$(O)/%.d)
+-include $(LIB_OBJ:.o=.d) $(CMD_SRC:%.c=$(O)/%.d) $(UNIT_SRC:%.c=$(O)/%.d) $(FUZZ_SRC:%.c=$(O)/%.d)
