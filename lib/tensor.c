@@ -1,5 +1,6 @@
 /* tensor.c - dtype traits and the f16/bf16 conversions (see tensor.h). */
 #include "tensor.h"
+#include "quant.h"
 
 #include <string.h>
 #include <strings.h>
@@ -8,8 +9,8 @@ float kvp_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | man << 13; /* inf or NaN (payload kept) */
+    if (exp == 0x1f) { /* inf, or NaN made quiet with its payload kept (as F16C does) */
+        bits = sign | 0x7f800000u | man << 13 | (man ? 0x400000u : 0);
     } else if (exp == 0) {
         if (man == 0) {
             bits = sign;
@@ -74,21 +75,68 @@ uint16_t kvp_f32_to_bf16(float f)
 static void f32_to_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
 static void f32_from_f32(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
 
-static void f16_to_f32(const void *src, float *dst, int64_t n)
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TENSOR_F16C 1
+/* F16C converts 8 at a time with the same rounding (nearest even) and NaN
+ * quieting as the scalar code; tests/unit/test_quant.c checks every value. */
+__attribute__((target("avx2,fma,f16c"))) static void f16_to_f32_f16c(const uint8_t *s, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + 2 * i))));
+    for (; i < n; i++)
+        dst[i] = kvp_f16_to_f32((uint16_t)(s[2 * i] | s[2 * i + 1] << 8));
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void f16_from_f32_f16c(const float *src, uint8_t *d, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(d + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) {
+        uint16_t h = kvp_f32_to_f16(src[i]);
+        d[2 * i] = (uint8_t)h;
+        d[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+}
+#else
+#define TENSOR_F16C 0
+#endif
+
+void kvp_f16_row_to_f32(int impl, const void *src, float *dst, int64_t n)
 {
     const uint8_t *s = src;
+#if TENSOR_F16C
+    if (impl != KVP_IMPL_PORTABLE && kvp_have_avx2()) {
+        f16_to_f32_f16c(s, dst, n);
+        return;
+    }
+#endif
+    (void)impl;
     for (int64_t i = 0; i < n; i++)
         dst[i] = kvp_f16_to_f32((uint16_t)(s[2 * i] | s[2 * i + 1] << 8));
 }
-static void f16_from_f32(const float *src, void *dst, int64_t n)
+
+void kvp_f16_row_from_f32(int impl, const float *src, void *dst, int64_t n)
 {
     uint8_t *d = dst;
+#if TENSOR_F16C
+    if (impl != KVP_IMPL_PORTABLE && kvp_have_avx2()) {
+        f16_from_f32_f16c(src, d, n);
+        return;
+    }
+#endif
+    (void)impl;
     for (int64_t i = 0; i < n; i++) {
         uint16_t h = kvp_f32_to_f16(src[i]);
         d[2 * i] = (uint8_t)h;
         d[2 * i + 1] = (uint8_t)(h >> 8);
     }
 }
+
+static void f16_to_f32(const void *src, float *dst, int64_t n) { kvp_f16_row_to_f32(KVP_IMPL_AUTO, src, dst, n); }
+static void f16_from_f32(const float *src, void *dst, int64_t n) { kvp_f16_row_from_f32(KVP_IMPL_AUTO, src, dst, n); }
 static void bf16_to_f32(const void *src, float *dst, int64_t n)
 {
     const uint8_t *s = src;
@@ -105,32 +153,36 @@ static void bf16_from_f32(const float *src, void *dst, int64_t n)
     }
 }
 
-/* The table.  The quantize issue fills in conversions for the quantized and
- * 8/4-bit types; their sizes are fixed here because the format depends on them. */
+static void nvfp4_from_f32(const float *src, void *dst, int64_t n) { kvp_quantize_row_nvfp4(src, dst, n, 1.0f); }
+static void mxfp4_from_f32(const float *src, void *dst, int64_t n) { kvp_quantize_row_mxfp4(src, dst, n); }
+
+/* The table.  Conversions of the 8/4-bit and block types live in the quant
+ * module (minifloat.c, ggml_quants.c, quant.c); the sizes are fixed here
+ * because the format depends on them.  Q4_K and Q6_K are read-only. */
 static const kvp_dtype_traits traits[KVP_DTYPE_COUNT] = {
     [KVP_DTYPE_F32] = {"f32", 1, 4, 0, f32_to_f32, f32_from_f32},
     [KVP_DTYPE_F16] = {"f16", 1, 2, 0, f16_to_f32, f16_from_f32},
     [KVP_DTYPE_BF16] = {"bf16", 1, 2, 0, bf16_to_f32, bf16_from_f32},
     [KVP_DTYPE_F64] = {"f64", 1, 8, 0, NULL, NULL},
-    [KVP_DTYPE_FP8_E4M3] = {"fp8_e4m3", 1, 1, 0, NULL, NULL},
-    [KVP_DTYPE_FP8_E5M2] = {"fp8_e5m2", 1, 1, 0, NULL, NULL},
-    [KVP_DTYPE_FP4_E2M1] = {"fp4_e2m1", 2, 1, 0, NULL, NULL},
-    [KVP_DTYPE_I8] = {"i8", 1, 1, 0, NULL, NULL},
-    [KVP_DTYPE_I4] = {"i4", 2, 1, 0, NULL, NULL},
-    [KVP_DTYPE_U8] = {"u8", 1, 1, 0, NULL, NULL},
-    [KVP_DTYPE_U4] = {"u4", 2, 1, 0, NULL, NULL},
+    [KVP_DTYPE_FP8_E4M3] = {"fp8_e4m3", 1, 1, 0, kvp_dequantize_row_e4m3, kvp_quantize_row_e4m3},
+    [KVP_DTYPE_FP8_E5M2] = {"fp8_e5m2", 1, 1, 0, kvp_dequantize_row_e5m2, kvp_quantize_row_e5m2},
+    [KVP_DTYPE_FP4_E2M1] = {"fp4_e2m1", 2, 1, 0, kvp_dequantize_row_e2m1, kvp_quantize_row_e2m1},
+    [KVP_DTYPE_I8] = {"i8", 1, 1, 0, kvp_dequantize_row_i8, kvp_quantize_row_i8},
+    [KVP_DTYPE_I4] = {"i4", 2, 1, 0, kvp_dequantize_row_i4, kvp_quantize_row_i4},
+    [KVP_DTYPE_U8] = {"u8", 1, 1, 0, kvp_dequantize_row_u8, kvp_quantize_row_u8},
+    [KVP_DTYPE_U4] = {"u4", 2, 1, 0, kvp_dequantize_row_u4, kvp_quantize_row_u4},
     [KVP_DTYPE_I32] = {"i32", 1, 4, 0, NULL, NULL},
     [KVP_DTYPE_U32] = {"u32", 1, 4, 0, NULL, NULL},
-    [KVP_DTYPE_E8M0] = {"e8m0", 1, 1, 0, NULL, NULL},
-    [KVP_DTYPE_Q4_0] = {"q4_0", 32, 18, 1, NULL, NULL},
-    [KVP_DTYPE_Q4_1] = {"q4_1", 32, 20, 1, NULL, NULL},
-    [KVP_DTYPE_Q5_0] = {"q5_0", 32, 22, 1, NULL, NULL},
-    [KVP_DTYPE_Q5_1] = {"q5_1", 32, 24, 1, NULL, NULL},
-    [KVP_DTYPE_Q8_0] = {"q8_0", 32, 34, 1, NULL, NULL},
-    [KVP_DTYPE_Q4_K] = {"q4_k", 256, 144, 1, NULL, NULL},
-    [KVP_DTYPE_Q6_K] = {"q6_k", 256, 210, 1, NULL, NULL},
-    [KVP_DTYPE_NVFP4] = {"nvfp4", 16, 9, 1, NULL, NULL},
-    [KVP_DTYPE_MXFP4] = {"mxfp4", 32, 17, 1, NULL, NULL},
+    [KVP_DTYPE_E8M0] = {"e8m0", 1, 1, 0, kvp_dequantize_row_e8m0, kvp_quantize_row_e8m0},
+    [KVP_DTYPE_Q4_0] = {"q4_0", 32, 18, 1, kvp_dequantize_row_q4_0, kvp_quantize_row_q4_0},
+    [KVP_DTYPE_Q4_1] = {"q4_1", 32, 20, 1, kvp_dequantize_row_q4_1, kvp_quantize_row_q4_1},
+    [KVP_DTYPE_Q5_0] = {"q5_0", 32, 22, 1, kvp_dequantize_row_q5_0, kvp_quantize_row_q5_0},
+    [KVP_DTYPE_Q5_1] = {"q5_1", 32, 24, 1, kvp_dequantize_row_q5_1, kvp_quantize_row_q5_1},
+    [KVP_DTYPE_Q8_0] = {"q8_0", 32, 34, 1, kvp_dequantize_row_q8_0, kvp_quantize_row_q8_0},
+    [KVP_DTYPE_Q4_K] = {"q4_k", 256, 144, 1, kvp_dequantize_row_q4_k, NULL},
+    [KVP_DTYPE_Q6_K] = {"q6_k", 256, 210, 1, kvp_dequantize_row_q6_k, NULL},
+    [KVP_DTYPE_NVFP4] = {"nvfp4", 16, 9, 1, kvp_dequantize_row_nvfp4, nvfp4_from_f32},
+    [KVP_DTYPE_MXFP4] = {"mxfp4", 32, 17, 1, kvp_dequantize_row_mxfp4, mxfp4_from_f32},
 };
 
 const kvp_dtype_traits *kvp_dtype_get(uint32_t t)

@@ -1,0 +1,379 @@
+/* ggml_quants.c - GGUF block types and the FP4 block formats (see quant.h).
+ *
+ * Dequantization follows gguf-py's numpy code operation for operation (f32
+ * products, then the offset added), so the results are bit-identical to
+ * gguf.quants.dequantize; the quantizers follow ggml's reference quantizers
+ * (quantize_row_*_ref).  Blocks are read bytewise (no struct casts) so any
+ * alignment works.
+ */
+#include "quant.h"
+#include "quant_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+#define QK 32    /* elements per Q4_0..Q8_0 and MXFP4 block */
+#define QK_K 256 /* elements per K-quant super-block */
+
+static inline float f16le(const uint8_t *p) { return kvp_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+
+static inline void put_f16le(uint8_t *p, float f)
+{
+    uint16_t h = kvp_f32_to_f16(f);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+/* ---- dequantization ---- */
+
+/* block_q4_0 (18 bytes): f16 d; 16 bytes, element j low nibble, j+16 high. */
+void kvp_dequantize_row_q4_0(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 18, y += QK) {
+        float d = f16le(b);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)((b[2 + j] & 15) - 8);
+            y[j + 16] = d * (float)((b[2 + j] >> 4) - 8);
+        }
+    }
+}
+
+/* block_q4_1 (20 bytes): f16 d, f16 m, 16 bytes of nibbles; y = d q + m. */
+void kvp_dequantize_row_q4_1(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 20, y += QK) {
+        float d = f16le(b), m = f16le(b + 2);
+        for (int j = 0; j < 16; j++) {
+            float p0 = d * (float)(b[4 + j] & 15), p1 = d * (float)(b[4 + j] >> 4);
+            y[j] = p0 + m;
+            y[j + 16] = p1 + m;
+        }
+    }
+}
+
+/* block_q5_0 (22 bytes): f16 d, u32 qh (bit j = 5th bit of element j),
+ * 16 bytes of low nibbles; y = d (q - 16). */
+void kvp_dequantize_row_q5_0(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 22, y += QK) {
+        float d = f16le(b);
+        uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
+        for (int j = 0; j < 16; j++) {
+            int q0 = (b[6 + j] & 15) | (int)((qh >> j) & 1) << 4;
+            int q1 = (b[6 + j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            y[j] = d * (float)(q0 - 16);
+            y[j + 16] = d * (float)(q1 - 16);
+        }
+    }
+}
+
+/* block_q5_1 (24 bytes): f16 d, f16 m, u32 qh, 16 bytes; y = d q + m. */
+void kvp_dequantize_row_q5_1(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 24, y += QK) {
+        float d = f16le(b), m = f16le(b + 2);
+        uint32_t qh = (uint32_t)b[4] | (uint32_t)b[5] << 8 | (uint32_t)b[6] << 16 | (uint32_t)b[7] << 24;
+        for (int j = 0; j < 16; j++) {
+            int q0 = (b[8 + j] & 15) | (int)((qh >> j) & 1) << 4;
+            int q1 = (b[8 + j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            float p0 = d * (float)q0, p1 = d * (float)q1;
+            y[j] = p0 + m;
+            y[j + 16] = p1 + m;
+        }
+    }
+}
+
+/* block_q8_0 (34 bytes): f16 d, 32 x i8; y = q d. */
+void kvp_dequantize_row_q8_0(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 34, y += QK) {
+        float d = f16le(b);
+        for (int j = 0; j < QK; j++)
+            y[j] = (float)(int8_t)b[2 + j] * d;
+    }
+}
+
+/* Q4_K's 12 bytes of packed 6-bit scales and mins for its 8 sub-blocks. */
+static void q4k_scale_min(const uint8_t *s, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* block_q4_K (144 bytes): f16 d, f16 dmin, 12 bytes scales, 128 bytes of
+ * nibbles: 64-element chunks, element l of chunk c in the low nibble of byte
+ * 32c+l (sub-block 2c) or its high nibble (l-32, sub-block 2c+1).
+ * y = (d sc) q - (dmin m). */
+void kvp_dequantize_row_q4_k(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 144, y += QK_K) {
+        float d = f16le(b), dmin = f16le(b + 2);
+        const uint8_t *sc = b + 4, *q = b + 16;
+        for (int j = 0; j < 8; j++) {
+            int s, m;
+            q4k_scale_min(sc, j, &s, &m);
+            float dl = d * (float)s, ml = dmin * (float)m;
+            const uint8_t *qq = q + 32 * (j / 2);
+            int shift = 4 * (j & 1);
+            for (int l = 0; l < 32; l++) {
+                float p = dl * (float)((qq[l] >> shift) & 15);
+                y[32 * j + l] = p - ml;
+            }
+        }
+    }
+}
+
+/* block_q6_K (210 bytes): 128 bytes ql (low 4 bits), 64 bytes qh (high 2
+ * bits), 16 x i8 scales, f16 d.  Each 128-element half h: element l (< 32)
+ * of quarter k takes ql[64h + l + 32(k&1)] nibble k/2 and qh[32h + l] bits
+ * 2k; y = (d scale[element / 16]) (q - 32). */
+void kvp_dequantize_row_q6_k(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 210, y += QK_K) {
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float d = f16le(b + 208);
+        for (int e = 0; e < QK_K; e++) {
+            int h = e / 128, k = (e % 128) / 32, l = e % 32;
+            int lo = (ql[64 * h + l + 32 * (k & 1)] >> (4 * (k >> 1))) & 15;
+            int hi = (qh[32 * h + l] >> (2 * k)) & 3;
+            float ds = d * (float)sc[e / 16];
+            y[e] = ds * (float)((lo | hi << 4) - 32);
+        }
+    }
+}
+
+/* E2M1 code to f32 with -0 read as +0, as ggml's table of values does. */
+static inline float fp4v(int q) { return kvp_e2m1_to_f32((uint8_t)(q == 8 ? 0 : q)); }
+
+/* block_mxfp4 (17 bytes): E8M0 e, 16 bytes of E2M1 codes (j low, j+16 high). */
+void kvp_dequantize_row_mxfp4(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 17, y += QK) {
+        float d = kvp_e8m0_to_f32(b[0]);
+        for (int j = 0; j < 16; j++) {
+            y[j] = fp4v(b[1 + j] & 15) * d;
+            y[j + 16] = fp4v(b[1 + j] >> 4) * d;
+        }
+    }
+}
+
+/* nvfp4 (9 bytes): E4M3 scale, 8 bytes of E2M1 codes (j low, j+8 high). */
+void kvp_dequantize_row_nvfp4_g(const void *src, float *y, int64_t n, float global)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 16; i++, b += 9, y += 16) {
+        float d = kvp_e4m3_to_f32(b[0]);
+        for (int j = 0; j < 8; j++) {
+            float p0 = fp4v(b[1 + j] & 15) * d, p1 = fp4v(b[1 + j] >> 4) * d;
+            y[j] = p0 * global;
+            y[j + 8] = p1 * global;
+        }
+    }
+}
+
+void kvp_dequantize_row_nvfp4(const void *src, float *y, int64_t n) { kvp_dequantize_row_nvfp4_g(src, y, n, 1.0f); }
+
+/* ---- quantization (ggml's reference rules) ---- */
+
+void kvp_quantize_row_q8_0(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / QK; i++, b += 34, x += QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        put_f16le(b, d);
+        for (int j = 0; j < QK; j++)
+        {
+            float v = roundf(x[j] * id); /* in [-127, 127]; NaN -> 0 */
+            b[2 + j] = (uint8_t)(int8_t)(v == v ? (int)v : 0);
+        }
+    }
+}
+
+/* The signed value of largest magnitude (first one on ties), as ggml keeps it. */
+static float signed_absmax(const float *x, int n)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; j++)
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    return max;
+}
+
+static void minmax(const float *x, int n, float *mn, float *mx)
+{
+    float lo = INFINITY, hi = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        lo = x[j] < lo ? x[j] : lo;
+        hi = x[j] > hi ? x[j] : hi;
+    }
+    *mn = lo;
+    *mx = hi;
+}
+
+/* ggml truncates v (>= 0 for finite input) through int8_t and caps it at hi;
+ * NaN (which ggml leaves undefined) gives 0 here. */
+static inline int trunc_clamp(float v, int hi)
+{
+    if (!(v >= 0.0f))
+        return 0;
+    return v >= (float)hi ? hi : (int)v;
+}
+
+void kvp_quantize_row_q4_0(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / QK; i++, b += 18, x += QK) {
+        float d = signed_absmax(x, QK) / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        put_f16le(b, d);
+        for (int j = 0; j < 16; j++) {
+            int q0 = trunc_clamp(x[j] * id + 8.5f, 15), q1 = trunc_clamp(x[j + 16] * id + 8.5f, 15);
+            b[2 + j] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
+void kvp_quantize_row_q4_1(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / QK; i++, b += 20, x += QK) {
+        float mn, mx;
+        minmax(x, QK, &mn, &mx);
+        float d = (mx - mn) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        put_f16le(b, d);
+        put_f16le(b + 2, mn);
+        for (int j = 0; j < 16; j++) {
+            int q0 = trunc_clamp((x[j] - mn) * id + 0.5f, 15), q1 = trunc_clamp((x[j + 16] - mn) * id + 0.5f, 15);
+            b[4 + j] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
+static void put_q5(uint8_t *qh4, uint8_t *qs, const int *q)
+{
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((q[j] & 15) | (q[j + 16] & 15) << 4);
+        qh |= (uint32_t)((q[j] >> 4) & 1) << j | (uint32_t)((q[j + 16] >> 4) & 1) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++)
+        qh4[k] = (uint8_t)(qh >> (8 * k));
+}
+
+void kvp_quantize_row_q5_0(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    int q[QK];
+    for (int64_t i = 0; i < n / QK; i++, b += 22, x += QK) {
+        float d = signed_absmax(x, QK) / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        put_f16le(b, d);
+        for (int j = 0; j < QK; j++)
+            q[j] = trunc_clamp(x[j] * id + 16.5f, 31);
+        put_q5(b + 2, b + 6, q);
+    }
+}
+
+void kvp_quantize_row_q5_1(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    int q[QK];
+    for (int64_t i = 0; i < n / QK; i++, b += 24, x += QK) {
+        float mn, mx;
+        minmax(x, QK, &mn, &mx);
+        float d = (mx - mn) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        put_f16le(b, d);
+        put_f16le(b + 2, mn);
+        for (int j = 0; j < QK; j++)
+            q[j] = trunc_clamp((x[j] - mn) * id + 0.5f, 31);
+        put_q5(b + 4, b + 8, q);
+    }
+}
+
+/* floor(log2(a)) for finite a > 0, f32 subnormals included. */
+static int ilog2f(float a)
+{
+    uint32_t u;
+    memcpy(&u, &a, sizeof u);
+    int e = (int)(u >> 23);
+    if (e)
+        return e - 127;
+    int k = -127;
+    for (uint32_t m = u & 0x7fffffu; !(m & 0x400000u); m <<= 1)
+        k--;
+    return k;
+}
+
+int64_t kvp_quantize_row_mxfp4(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    int64_t clipped = 0;
+    for (int64_t i = 0; i < n / QK; i++, b += 17, x += QK) {
+        float amax = 0.0f;
+        int finite = 1;
+        for (int j = 0; j < QK; j++) {
+            amax = fmaxf(amax, fabsf(x[j]));
+            finite &= isfinite(x[j]) != 0;
+        }
+        memset(b, 0, 17);
+        if (!finite) {
+            b[0] = 0xff;
+            continue;
+        }
+        if (amax == 0.0f)
+            continue;
+        int e = ilog2f(amax) - 2 + 127; /* shared exponent: amax / scale in [4, 8) */
+        e = e < 0 ? 0 : e;
+        b[0] = (uint8_t)e;
+        float inv = ldexpf(1.0f, 127 - e); /* exact power of two */
+        for (int j = 0; j < QK; j++) {
+            float v = x[j] * inv;
+            clipped += fabsf(v) >= 7.0f;
+            uint8_t c = kvp_f32_to_e2m1(v) & 15;
+            c = c == 8 ? 0 : c; /* -0 stored as +0, as ggml does */
+            b[1 + j % 16] |= (uint8_t)(j < 16 ? c : c << 4);
+        }
+    }
+    return clipped;
+}
+
+int64_t kvp_quantize_row_nvfp4(const float *x, void *dst, int64_t n, float global)
+{
+    uint8_t *b = dst;
+    int64_t clipped = 0;
+    for (int64_t i = 0; i < n / 16; i++, b += 9, x += 16) {
+        float amax = 0.0f;
+        for (int j = 0; j < 16; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
+        memset(b, 0, 9);
+        uint8_t s = kvp_f32_to_e4m3_sat(amax / (6.0f * global));
+        b[0] = s & 0x7f; /* a NaN amax keeps the NaN code */
+        float d = kvp_e4m3_to_f32(b[0]) * global;
+        float inv = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int j = 0; j < 16; j++) {
+            float v = x[j] * inv;
+            clipped += fabsf(v) >= 7.0f;
+            uint8_t c = kvp_f32_to_e2m1(v) & 15;
+            c = c == 8 ? 0 : c;
+            b[1 + j % 8] |= (uint8_t)(j < 8 ? c : c << 4);
+        }
+    }
+    return clipped;
+}

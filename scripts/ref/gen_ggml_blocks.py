@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Golden GGUF block (de)quantization from the gguf package (gguf-py).
+
+Usage: gen_ggml_blocks.py OUTDIR   (run through scripts/ref/venv numpy gguf)
+
+ggml_deq_<type>.bin: u32 element count N, the blocks (random bytes with sane
+  f16/E4M3/E8M0 scale fields, fixed seed), then N f32 from
+  gguf.quants.dequantize.  Types: q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q6_k mxfp4
+  nvfp4 (ggml's 64-element NVFP4 super-block: 4 E4M3 scales then 32 bytes).
+ggml_q_<type>.bin: u32 N, N f32 inputs (random normal with outliers), then
+  the bytes of gguf.quants.quantize.  Types: q8_0 q4_0 q4_1 q5_0 q5_1 mxfp4.
+"""
+import os
+import sys
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+from gguf import GGML_QUANT_SIZES
+from gguf.quants import dequantize, quantize
+
+DEQ = {"q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1, "q8_0": T.Q8_0,
+       "q4_k": T.Q4_K, "q6_k": T.Q6_K, "mxfp4": T.MXFP4, "nvfp4": T.NVFP4}
+QUANT = {"q8_0": T.Q8_0, "q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1, "mxfp4": T.MXFP4}
+
+
+def f16_bytes(rng, n, lo, hi):
+    v = rng.uniform(lo, hi, n) * rng.choice([-1.0, 1.0], n)
+    return v.astype(np.float16).view(np.uint8).reshape(n, 2)
+
+
+def random_blocks(rng, name, n):
+    bs, nb = GGML_QUANT_SIZES[DEQ[name]]
+    b = rng.integers(0, 256, (n, nb), dtype=np.uint8)
+    if name in ("q4_0", "q5_0", "q8_0"):
+        b[:, 0:2] = f16_bytes(rng, n, 1e-3, 2.0)
+    elif name in ("q4_1", "q5_1", "q4_k"):
+        b[:, 0:2] = f16_bytes(rng, n, 1e-3, 2.0)
+        b[:, 2:4] = f16_bytes(rng, n, 1e-3, 2.0)
+    elif name == "q6_k":
+        b[:, 208:210] = f16_bytes(rng, n, 1e-4, 0.1)
+    elif name == "mxfp4":
+        b[:, 0] = rng.integers(100, 154, n)  # 2^-27 .. 2^26
+    elif name == "nvfp4":
+        b[:, 0:4] = rng.integers(1, 0x7F, (n, 4))  # positive E4M3, NaN excluded
+    return b, bs
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(7)
+    for name in DEQ:
+        nblk = 4 if name in ("q4_k", "q6_k") else 16
+        b, bs = random_blocks(rng, name, nblk)
+        y = dequantize(b.reshape(-1), DEQ[name]).astype("<f4")
+        assert y.size == nblk * bs
+        with open(os.path.join(out, "ggml_deq_%s.bin" % name), "wb") as f:
+            f.write(np.uint32(y.size).tobytes())
+            f.write(b.tobytes())
+            f.write(y.tobytes())
+    for name, t in QUANT.items():
+        n = 512
+        x = rng.standard_normal(n).astype(np.float32)
+        x[rng.integers(0, n, 8)] *= 20.0
+        x[64:96] = 0.0  # an all-zero block
+        x[96:128] = np.abs(x[96:128]) + 1.0  # an all-positive block
+        q = quantize(x, t)
+        with open(os.path.join(out, "ggml_q_%s.bin" % name), "wb") as f:
+            f.write(np.uint32(n).tobytes())
+            f.write(x.astype("<f4").tobytes())
+            f.write(np.ascontiguousarray(q).view(np.uint8).tobytes())
+
+
+if __name__ == "__main__":
+    main()
