@@ -82,6 +82,11 @@ int kvp_meta_decode(kvp_meta *m, const void *p, size_t n, kvp_err *err);
 
 /* ---- additions for bulk loaders (GGUF, decode) ---- */
 
+/* Notes on kvp_meta_decode: it initializes m itself (m's previous content, if
+ * any, is not freed) and leaves m empty on failure.  Strict: a duplicate key,
+ * an unknown type, a scalar with n != 1, a bool other than 0/1, or bytes left
+ * over after the last entry are errors (messages name the entry and key). */
+
 /* Append e, taking ownership of its allocations (key, str, arr, off, chars),
  * without checking that the key is new: loaders of many entries call
  * kvp_meta_find_duplicate once afterwards instead (O(n log n)).  On failure

@@ -1,0 +1,223 @@
+/* config_hf.c - kvp_config_from_hf: an HF config.json into a kvp_config.
+ *
+ * HF checkpoints keep Q/K rows unpermuted, so RoPE is NeoX-style (rotate
+ * (i, i + d/2)) whatever the architecture; see FACTS.md "RoPE". */
+#include "config.h"
+#include "json.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define HF_CONFIG_MAX (16u << 20) /* bytes: real ones are a few KB */
+
+typedef struct hf_ctx {
+    const kvp_json *j;
+    const char *path;
+    kvp_err *err;
+} hf_ctx;
+
+/* Optional unsigned member: 0 found, 1 absent or null, <0 error naming key. */
+static int hf_uint(const hf_ctx *x, const char *key, uint32_t *out)
+{
+    const kvp_json *v = kvp_json_get(x->j, key);
+    if (!v || v->type == KVP_JSON_NULL)
+        return 1;
+    uint64_t u;
+    if (kvp_json_to_u64(v, &u) != 0 || u > UINT32_MAX)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s: expected a non-negative integer below 2^32", x->path, key);
+    *out = (uint32_t)u;
+    return 0;
+}
+
+static int hf_need(const hf_ctx *x, const char *key, uint32_t *out)
+{
+    int rc = hf_uint(x, key, out);
+    if (rc == 1)
+        return kvp_err_set(x->err, KVP_ENOTFOUND, "%s: %s: required key missing", x->path, key);
+    return rc;
+}
+
+static int hf_num(const hf_ctx *x, const kvp_json *obj, const char *key, double *out)
+{
+    const kvp_json *v = kvp_json_get(obj, key);
+    if (!v || v->type == KVP_JSON_NULL)
+        return 1;
+    if (v->type != KVP_JSON_NUMBER)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s: expected a number, found %s", x->path, key,
+                           kvp_json_type_name(v->type));
+    *out = v->num;
+    return 0;
+}
+
+static int hf_bool(const hf_ctx *x, const char *key, int *out)
+{
+    const kvp_json *v = kvp_json_get(x->j, key);
+    if (!v || v->type == KVP_JSON_NULL)
+        return 1;
+    if (v->type != KVP_JSON_BOOL)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s: expected true or false", x->path, key);
+    *out = v->b;
+    return 0;
+}
+
+/* HF model_type -> the GGUF architecture name llama.cpp uses. */
+static const char *hf_arch(const char *model_type)
+{
+    static const char *const map[][2] = {
+        {"qwen2_moe", "qwen2moe"}, {"qwen3_moe", "qwen3moe"}, {"deepseek_v2", "deepseek2"},
+        {"deepseek_v3", "deepseek2"}, {"gpt_neox", "gptneox"}, {"phimoe", "phimoe"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(model_type, map[i][0]) == 0)
+            return map[i][1];
+    return model_type;
+}
+
+static int hf_rope_scaling(const hf_ctx *x, kvp_config *c)
+{
+    const kvp_json *rs = kvp_json_get(x->j, "rope_scaling");
+    if (!rs || rs->type == KVP_JSON_NULL)
+        return 0;
+    if (rs->type != KVP_JSON_OBJECT)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: rope_scaling: expected an object or null", x->path);
+    const char *type = kvp_json_get_str(rs, "rope_type");
+    if (!type)
+        type = kvp_json_get_str(rs, "type");
+    int rc;
+    if ((rc = hf_num(x, rs, "factor", &c->rope_factor)) < 0)
+        return rc;
+    if (type && strcmp(type, "llama3") == 0) {
+        c->rope_scaling = KVP_ROPE_SCALING_LLAMA3;
+        double orig = 0;
+        if ((rc = hf_num(x, rs, "low_freq_factor", &c->rope_low_freq_factor)) < 0 ||
+            (rc = hf_num(x, rs, "high_freq_factor", &c->rope_high_freq_factor)) < 0 ||
+            (rc = hf_num(x, rs, "original_max_position_embeddings", &orig)) < 0)
+            return rc;
+        if (orig < 0 || orig > UINT32_MAX)
+            return kvp_err_set(x->err, KVP_EFORMAT, "%s: rope_scaling.original_max_position_embeddings: out of range",
+                               x->path);
+        c->rope_orig_ctx = (uint32_t)orig;
+    } else if (type && strcmp(type, "linear") == 0) {
+        c->rope_scaling = KVP_ROPE_SCALING_LINEAR;
+    }
+    /* yarn, dynamic, longrope: recorded factor only; the engine does not run
+     * those architectures, and kvcalc does not need the rotation. */
+    if (c->rope_scaling != KVP_ROPE_SCALING_NONE && !(c->rope_factor > 0))
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: rope_scaling.factor: must be positive", x->path);
+    return 0;
+}
+
+static int hf_moe_mla(const hf_ctx *x, kvp_config *c)
+{
+    int rc;
+    if ((rc = hf_uint(x, "num_local_experts", &c->n_expert)) < 0 ||
+        (rc == 1 && (rc = hf_uint(x, "n_routed_experts", &c->n_expert)) < 0) ||
+        (rc == 1 && (rc = hf_uint(x, "num_experts", &c->n_expert)) < 0) ||
+        (rc = hf_uint(x, "num_experts_per_tok", &c->n_expert_used)) < 0 ||
+        (rc = hf_uint(x, "moe_intermediate_size", &c->n_ff_expert)) < 0 ||
+        (rc = hf_uint(x, "n_shared_experts", &c->n_expert_shared)) < 0 ||
+        (rc = hf_uint(x, "first_k_dense_replace", &c->n_layer_dense)) < 0 ||
+        (rc = hf_uint(x, "kv_lora_rank", &c->kv_lora_rank)) < 0)
+        return rc;
+    if (!c->n_expert)
+        c->n_expert_used = 0;
+    if (c->n_expert_used > c->n_expert)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: num_experts_per_tok: %u exceeds the %u experts", x->path,
+                           c->n_expert_used, c->n_expert);
+    if (c->kv_lora_rank) {
+        uint32_t rope = 0, nope = 0;
+        if ((rc = hf_need(x, "qk_rope_head_dim", &rope)) < 0 || (rc = hf_uint(x, "qk_nope_head_dim", &nope)) < 0)
+            return rc;
+        c->rope_head_dim_mla = c->rope_dim = rope;
+        if (nope)
+            c->head_dim = nope + rope;
+    }
+    return 0;
+}
+
+static int hf_fill(const hf_ctx *x, kvp_config *c)
+{
+    const char *mt = kvp_json_get_str(x->j, "model_type");
+    if (!mt)
+        return kvp_err_set(x->err, KVP_ENOTFOUND, "%s: model_type: required key missing (or not a string)", x->path);
+    const char *arch = hf_arch(mt);
+    if (!arch[0] || strlen(arch) >= sizeof c->arch)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: model_type: \"%.40s\" is empty or too long", x->path, mt);
+    strcpy(c->arch, arch);
+    const char *name = kvp_json_get_str(x->j, "_name_or_path");
+    if (name)
+        snprintf(c->name, sizeof c->name, "%s", name);
+    int rc;
+    if ((rc = hf_need(x, "num_hidden_layers", &c->n_layer)) < 0 || (rc = hf_need(x, "hidden_size", &c->n_embd)) < 0 ||
+        (rc = hf_need(x, "num_attention_heads", &c->n_head)) < 0 ||
+        (rc = hf_uint(x, "intermediate_size", &c->n_ff)) < 0 || (rc = hf_uint(x, "vocab_size", &c->n_vocab)) < 0 ||
+        (rc = hf_uint(x, "max_position_embeddings", &c->n_ctx)) < 0)
+        return rc;
+    if (c->n_head == 0)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: num_attention_heads: must not be 0", x->path);
+    c->n_head_kv = c->n_head;
+    if ((rc = hf_uint(x, "num_key_value_heads", &c->n_head_kv)) < 0)
+        return rc;
+    c->head_dim = c->n_embd / c->n_head;
+    if ((rc = hf_uint(x, "head_dim", &c->head_dim)) < 0)
+        return rc;
+    c->rms_eps = 1e-6; /* the HF Llama default */
+    if ((rc = hf_num(x, x->j, "rope_theta", &c->rope_theta)) < 0 ||
+        (rc = hf_num(x, x->j, "rms_norm_eps", &c->rms_eps)) < 0)
+        return rc;
+    c->rope_type = KVP_ROPE_NEOX;
+    c->rope_dim = c->head_dim;
+    double partial = 1.0;
+    if ((rc = hf_num(x, x->j, "partial_rotary_factor", &partial)) < 0)
+        return rc;
+    if (rc == 0 && partial > 0 && partial < 1)
+        c->rope_dim = (uint32_t)(c->head_dim * partial);
+    if ((rc = hf_rope_scaling(x, c)) < 0 || (rc = hf_moe_mla(x, c)) < 0)
+        return rc;
+
+    int use_sw = 1;
+    if ((rc = hf_bool(x, "use_sliding_window", &use_sw)) < 0 || (rc = hf_uint(x, "sliding_window", &c->sliding_window)) < 0)
+        return rc;
+    if (!use_sw)
+        c->sliding_window = 0;
+    if (c->sliding_window && strcmp(c->arch, "gemma2") == 0)
+        c->sliding_period = 2;
+    c->tied_embeddings = strncmp(c->arch, "gemma", 5) == 0; /* HF's per-model defaults */
+    if ((rc = hf_bool(x, "tie_word_embeddings", &c->tied_embeddings)) < 0)
+        return rc;
+    c->attn_bias = strcmp(c->arch, "qwen2") == 0;
+    if ((rc = hf_bool(x, "attention_bias", &c->attn_bias)) < 0)
+        return rc;
+    if (c->n_head_kv == 0 || c->n_head % c->n_head_kv)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: num_key_value_heads: %u heads are not a multiple of %u", x->path,
+                           c->n_head, c->n_head_kv);
+    if (c->head_dim == 0)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: head_dim: must not be 0", x->path);
+    return 0;
+}
+
+int kvp_config_from_hf(kvp_config *c, const char *path, kvp_err *err)
+{
+    kvp_config_init(c);
+    char file[4096];
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if ((size_t)snprintf(file, sizeof file, "%s/config.json", path) >= sizeof file)
+            return kvp_err_set(err, KVP_EINVAL, "%s: path too long", path);
+    } else {
+        snprintf(file, sizeof file, "%s", path);
+    }
+    kvp_json *j;
+    int rc = kvp_json_parse_file(&j, file, HF_CONFIG_MAX, err);
+    if (rc)
+        return rc;
+    if (j->type != KVP_JSON_OBJECT) {
+        rc = kvp_err_set(err, KVP_EFORMAT, "%s: expected a JSON object at the top", file);
+    } else {
+        hf_ctx x = {j, file, err};
+        rc = hf_fill(&x, c);
+    }
+    kvp_json_free(j);
+    return rc;
+}

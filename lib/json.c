@@ -1,0 +1,639 @@
+/* json.c - strict RFC 8259 parser (see json.h).  Recursive descent, the
+ * depth bounded by KVP_JSON_MAX_DEPTH; containers collect their children in
+ * arrays grown by doubling. */
+#include "json.h"
+
+#include "io.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct jp {
+    const unsigned char *s;
+    size_t n, i;
+    int depth;
+    const char *name;
+    kvp_err *err;
+} jp;
+
+void kvp_json_linecol(const char *text, size_t len, size_t pos, int *line, int *col)
+{
+    int l = 1, c = 1;
+    for (size_t k = 0; k < pos && k < len; k++) {
+        if (text[k] == '\n') {
+            l++;
+            c = 1;
+        } else {
+            c++;
+        }
+    }
+    *line = l;
+    *col = c;
+}
+
+static int jp_fail(jp *p, int code, size_t at, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static int jp_fail(jp *p, int code, size_t at, const char *fmt, ...)
+{
+    char what[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    int line, col;
+    kvp_json_linecol((const char *)p->s, p->n, at, &line, &col);
+    return kvp_err_set(p->err, code, "%s:%d:%d: %s", p->name, line, col, what);
+}
+
+const char *kvp_json_type_name(kvp_json_type t)
+{
+    switch (t) {
+    case KVP_JSON_NULL: return "null";
+    case KVP_JSON_BOOL: return "bool";
+    case KVP_JSON_NUMBER: return "number";
+    case KVP_JSON_STRING: return "string";
+    case KVP_JSON_ARRAY: return "array";
+    case KVP_JSON_OBJECT: return "object";
+    }
+    return "?";
+}
+
+static void json_clear(kvp_json *v)
+{
+    free(v->str);
+    for (size_t k = 0; k < v->n; k++) {
+        if (v->items)
+            json_clear(&v->items[k]);
+        if (v->keys)
+            free(v->keys[k]);
+    }
+    free(v->items);
+    free(v->keys);
+    free(v->key_lens);
+    free(v->sorted);
+    memset(v, 0, sizeof *v);
+}
+
+void kvp_json_free(kvp_json *v)
+{
+    if (!v)
+        return;
+    json_clear(v);
+    free(v);
+}
+
+static void skip_ws(jp *p)
+{
+    while (p->i < p->n) {
+        unsigned char c = p->s[p->i];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
+            break;
+        p->i++;
+    }
+}
+
+/* ---- strings ---- */
+
+/* Length of the valid UTF-8 sequence at s[0..left), or 0 when invalid
+ * (overlong, surrogate, above U+10FFFF, truncated). */
+static size_t utf8_len(const unsigned char *s, size_t left)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    uint32_t cp, min;
+    if ((c & 0xe0) == 0xc0) {
+        n = 2, cp = c & 0x1f, min = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+        n = 3, cp = c & 0x0f, min = 0x800;
+    } else if ((c & 0xf8) == 0xf0) {
+        n = 4, cp = c & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n > left)
+        return 0;
+    for (size_t k = 1; k < n; k++) {
+        if ((s[k] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[k] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+static size_t put_utf8(char *o, uint32_t cp)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xc0 | cp >> 6);
+        o[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | cp >> 12);
+        o[1] = (char)(0x80 | (cp >> 6 & 0x3f));
+        o[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | cp >> 18);
+    o[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+    o[2] = (char)(0x80 | (cp >> 6 & 0x3f));
+    o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+static int hex4(jp *p, size_t at, uint32_t *out)
+{
+    if (p->n - at < 4)
+        return jp_fail(p, KVP_EFORMAT, at, "\\u escape needs 4 hex digits");
+    uint32_t v = 0;
+    for (int k = 0; k < 4; k++) {
+        unsigned char c = p->s[at + (size_t)k];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0)
+            return jp_fail(p, KVP_EFORMAT, at + (size_t)k, "\\u escape needs 4 hex digits");
+        v = v << 4 | (uint32_t)d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* One escape after the backslash at p->i - 1; appends to o. */
+static int parse_escape(jp *p, char *o, size_t *olen)
+{
+    size_t at = p->i - 1;
+    if (p->i >= p->n)
+        return jp_fail(p, KVP_EFORMAT, at, "unterminated string");
+    unsigned char c = p->s[p->i++];
+    const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
+    const char *k = c ? strchr(from, c) : NULL;
+    if (k) {
+        o[(*olen)++] = to[k - from];
+        return 0;
+    }
+    if (c != 'u')
+        return jp_fail(p, KVP_EFORMAT, at, "invalid escape \\%c", c >= 0x20 && c < 0x7f ? c : '?');
+    uint32_t cp;
+    int rc = hex4(p, p->i, &cp);
+    if (rc)
+        return rc;
+    p->i += 4;
+    if (cp >= 0xdc00 && cp <= 0xdfff)
+        return jp_fail(p, KVP_EFORMAT, at, "lone low surrogate \\u%04X", (unsigned)cp);
+    if (cp >= 0xd800 && cp <= 0xdbff) {
+        uint32_t lo;
+        if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u')
+            return jp_fail(p, KVP_EFORMAT, at, "lone high surrogate \\u%04X", (unsigned)cp);
+        if ((rc = hex4(p, p->i + 2, &lo)))
+            return rc;
+        if (lo < 0xdc00 || lo > 0xdfff)
+            return jp_fail(p, KVP_EFORMAT, at, "high surrogate \\u%04X not followed by a low one", (unsigned)cp);
+        p->i += 6;
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+    }
+    *olen += put_utf8(o + *olen, cp);
+    return 0;
+}
+
+/* A string starting at the quote p->s[p->i]. The decoded text is never
+ * longer than the source, so one allocation of the source span suffices. */
+static int parse_string(jp *p, char **out, size_t *outlen)
+{
+    size_t start = p->i++;
+    size_t end = p->i;
+    while (end < p->n && p->s[end] != '"') /* find the closing quote, skipping escapes */
+        end += p->s[end] == '\\' ? 2 : 1;
+    if (end >= p->n)
+        return jp_fail(p, KVP_EFORMAT, start, "unterminated string");
+    char *o = malloc(end - start);
+    if (!o)
+        return jp_fail(p, KVP_ENOMEM, start, "out of memory for a string of %zu bytes", end - start);
+    size_t olen = 0;
+    while (p->i < end) {
+        unsigned char c = p->s[p->i];
+        int rc = 0;
+        if (c == '\\') {
+            p->i++;
+            rc = parse_escape(p, o, &olen);
+        } else if (c < 0x20) {
+            rc = jp_fail(p, KVP_EFORMAT, p->i, "raw control character 0x%02x in a string", c);
+        } else {
+            size_t k = utf8_len(p->s + p->i, end - p->i);
+            if (!k) {
+                rc = jp_fail(p, KVP_EFORMAT, p->i, "invalid UTF-8 in a string");
+            } else {
+                memcpy(o + olen, p->s + p->i, k);
+                olen += k;
+                p->i += k;
+            }
+        }
+        if (rc) {
+            free(o);
+            return rc;
+        }
+    }
+    p->i = end + 1;
+    o[olen] = '\0';
+    *out = o;
+    *outlen = olen;
+    return 0;
+}
+
+/* ---- numbers ---- */
+
+static size_t digits(const jp *p, size_t i)
+{
+    while (i < p->n && p->s[i] >= '0' && p->s[i] <= '9')
+        i++;
+    return i;
+}
+
+static int parse_number(jp *p, kvp_json *v)
+{
+    size_t start = p->i, i = p->i;
+    if (i < p->n && p->s[i] == '-')
+        i++;
+    if (i >= p->n || p->s[i] < '0' || p->s[i] > '9')
+        return jp_fail(p, KVP_EFORMAT, start, "invalid number");
+    size_t d0 = i;
+    i = digits(p, i);
+    if (p->s[d0] == '0' && i - d0 > 1)
+        return jp_fail(p, KVP_EFORMAT, start, "number with a leading zero");
+    int integral = 1;
+    if (i < p->n && p->s[i] == '.') {
+        size_t f = digits(p, i + 1);
+        if (f == i + 1)
+            return jp_fail(p, KVP_EFORMAT, i, "number needs digits after '.'");
+        i = f;
+        integral = 0;
+    }
+    if (i < p->n && (p->s[i] == 'e' || p->s[i] == 'E')) {
+        size_t e = i + 1;
+        if (e < p->n && (p->s[e] == '+' || p->s[e] == '-'))
+            e++;
+        size_t f = digits(p, e);
+        if (f == e)
+            return jp_fail(p, KVP_EFORMAT, i, "number needs digits in its exponent");
+        i = f;
+        integral = 0;
+    }
+    char buf[64], *heap = NULL, *text = buf;
+    size_t len = i - start;
+    if (len >= sizeof buf) {
+        if (!(heap = malloc(len + 1)))
+            return jp_fail(p, KVP_ENOMEM, start, "out of memory");
+        text = heap;
+    }
+    memcpy(text, p->s + start, len);
+    text[len] = '\0';
+    v->type = KVP_JSON_NUMBER;
+    v->num = strtod(text, NULL);
+    if (integral) {
+        errno = 0;
+        long long ll = strtoll(text, NULL, 10);
+        if (errno == 0) {
+            v->is_int = 1;
+            v->i = ll;
+        }
+    }
+    free(heap);
+    if (!isfinite(v->num))
+        return jp_fail(p, KVP_EFORMAT, start, "number out of range");
+    p->i = i;
+    return 0;
+}
+
+/* ---- values and containers ---- */
+
+static int parse_value(jp *p, kvp_json *v);
+
+static int grow(void **arr, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 8;
+    if (c > SIZE_MAX / size)
+        return KVP_ENOMEM;
+    void *a = realloc(*arr, c * size);
+    if (!a)
+        return KVP_ENOMEM;
+    *arr = a;
+    *cap = c;
+    return 0;
+}
+
+static int parse_array(jp *p, kvp_json *v)
+{
+    size_t start = p->i++, cap = 0;
+    v->type = KVP_JSON_ARRAY;
+    skip_ws(p);
+    if (p->i < p->n && p->s[p->i] == ']') {
+        p->i++;
+        return 0;
+    }
+    for (;;) {
+        if (grow((void **)&v->items, &cap, v->n + 1, sizeof *v->items))
+            return jp_fail(p, KVP_ENOMEM, start, "out of memory for an array");
+        kvp_json *child = &v->items[v->n];
+        memset(child, 0, sizeof *child);
+        skip_ws(p);
+        int rc = parse_value(p, child);
+        v->n++; /* counted even on failure so json_clear frees it */
+        if (rc)
+            return rc;
+        skip_ws(p);
+        if (p->i >= p->n)
+            return jp_fail(p, KVP_EFORMAT, start, "unterminated array");
+        unsigned char c = p->s[p->i++];
+        if (c == ']')
+            return 0;
+        if (c != ',')
+            return jp_fail(p, KVP_EFORMAT, p->i - 1, "expected ',' or ']' in an array");
+    }
+}
+
+typedef struct key_ref {
+    const char *key;
+    size_t len, idx;
+} key_ref;
+
+static int key_ref_cmp(const void *a, const void *b)
+{
+    const key_ref *x = a, *y = b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->key, y->key, n);
+    if (c)
+        return c;
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* Sort member indices by key; refuse duplicates. */
+static int index_object(jp *p, kvp_json *v, size_t start)
+{
+    if (v->n < 2)
+        return 0;
+    key_ref *r = malloc(v->n * sizeof *r);
+    v->sorted = malloc(v->n * sizeof *v->sorted);
+    if (!r || !v->sorted) {
+        free(r);
+        return jp_fail(p, KVP_ENOMEM, start, "out of memory for an object");
+    }
+    for (size_t k = 0; k < v->n; k++)
+        r[k] = (key_ref){v->keys[k], v->key_lens[k], k};
+    qsort(r, v->n, sizeof *r, key_ref_cmp);
+    int rc = 0;
+    for (size_t k = 0; k < v->n; k++) {
+        v->sorted[k] = r[k].idx;
+        if (!rc && k && key_ref_cmp(&r[k - 1], &r[k]) == 0)
+            rc = jp_fail(p, KVP_EFORMAT, v->items[r[k].idx > r[k - 1].idx ? r[k].idx : r[k - 1].idx].pos,
+                         "duplicate key \"%.80s\"", r[k].key);
+    }
+    free(r);
+    return rc;
+}
+
+static int parse_object(jp *p, kvp_json *v)
+{
+    size_t start = p->i++, cap = 0, kcap = 0, lcap = 0;
+    v->type = KVP_JSON_OBJECT;
+    skip_ws(p);
+    if (p->i < p->n && p->s[p->i] == '}') {
+        p->i++;
+        return 0;
+    }
+    for (;;) {
+        skip_ws(p);
+        if (p->i >= p->n)
+            return jp_fail(p, KVP_EFORMAT, start, "unterminated object");
+        if (p->s[p->i] != '"')
+            return jp_fail(p, KVP_EFORMAT, p->i, "expected a string key in an object");
+        if (grow((void **)&v->items, &cap, v->n + 1, sizeof *v->items) ||
+            grow((void **)&v->keys, &kcap, v->n + 1, sizeof *v->keys) ||
+            grow((void **)&v->key_lens, &lcap, v->n + 1, sizeof *v->key_lens))
+            return jp_fail(p, KVP_ENOMEM, start, "out of memory for an object");
+        kvp_json *child = &v->items[v->n];
+        memset(child, 0, sizeof *child);
+        v->keys[v->n] = NULL;
+        int rc = parse_string(p, &v->keys[v->n], &v->key_lens[v->n]);
+        if (rc)
+            return rc;
+        skip_ws(p);
+        if (p->i >= p->n || p->s[p->i] != ':') {
+            v->n++;
+            return jp_fail(p, KVP_EFORMAT, p->i, "expected ':' after an object key");
+        }
+        p->i++;
+        skip_ws(p);
+        rc = parse_value(p, child);
+        v->n++;
+        if (rc)
+            return rc;
+        skip_ws(p);
+        if (p->i >= p->n)
+            return jp_fail(p, KVP_EFORMAT, start, "unterminated object");
+        unsigned char c = p->s[p->i++];
+        if (c == '}')
+            return index_object(p, v, start);
+        if (c != ',')
+            return jp_fail(p, KVP_EFORMAT, p->i - 1, "expected ',' or '}' in an object");
+    }
+}
+
+static int literal(jp *p, const char *word)
+{
+    size_t n = strlen(word);
+    if (p->n - p->i < n || memcmp(p->s + p->i, word, n) != 0)
+        return jp_fail(p, KVP_EFORMAT, p->i, "invalid literal (expected %s)", word);
+    p->i += n;
+    return 0;
+}
+
+static int parse_value(jp *p, kvp_json *v)
+{
+    v->pos = p->i;
+    if (p->i >= p->n)
+        return jp_fail(p, KVP_EFORMAT, p->i, "unexpected end of input, expected a value");
+    unsigned char c = p->s[p->i];
+    int rc;
+    switch (c) {
+    case '{':
+    case '[':
+        if (++p->depth > KVP_JSON_MAX_DEPTH)
+            return jp_fail(p, KVP_ELIMIT, p->i, "nesting deeper than %d", KVP_JSON_MAX_DEPTH);
+        rc = c == '{' ? parse_object(p, v) : parse_array(p, v);
+        p->depth--;
+        return rc;
+    case '"':
+        v->type = KVP_JSON_STRING;
+        return parse_string(p, &v->str, &v->len);
+    case 't':
+        v->type = KVP_JSON_BOOL;
+        v->b = 1;
+        return literal(p, "true");
+    case 'f':
+        v->type = KVP_JSON_BOOL;
+        return literal(p, "false");
+    case 'n':
+        v->type = KVP_JSON_NULL;
+        return literal(p, "null");
+    default:
+        if (c == '-' || (c >= '0' && c <= '9'))
+            return parse_number(p, v);
+        return jp_fail(p, KVP_EFORMAT, p->i, "unexpected character '%c', expected a value",
+                       c >= 0x20 && c < 0x7f ? c : '?');
+    }
+}
+
+int kvp_json_parse(kvp_json **out, const char *text, size_t len, const char *name, kvp_err *err)
+{
+    *out = NULL;
+    jp p = {(const unsigned char *)text, len, 0, 0, name ? name : "<json>", err};
+    if (len > KVP_JSON_MAX_SIZE)
+        return kvp_err_set(err, KVP_ELIMIT, "%s: %zu bytes of JSON exceed the limit %llu", p.name, len,
+                           (unsigned long long)KVP_JSON_MAX_SIZE);
+    if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
+        p.i = 3;
+    kvp_json *root = calloc(1, sizeof *root);
+    if (!root)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", p.name);
+    skip_ws(&p);
+    int rc = parse_value(&p, root);
+    if (!rc) {
+        skip_ws(&p);
+        if (p.i < p.n)
+            rc = jp_fail(&p, KVP_EFORMAT, p.i, "trailing characters after the JSON value");
+    }
+    if (rc) {
+        kvp_json_free(root);
+        return rc;
+    }
+    *out = root;
+    return 0;
+}
+
+int kvp_json_parse_file(kvp_json **out, const char *path, uint64_t max, kvp_err *err)
+{
+    uint8_t *data;
+    size_t len;
+    *out = NULL;
+    if (max > KVP_JSON_MAX_SIZE)
+        max = KVP_JSON_MAX_SIZE;
+    int rc = kvp_read_file(path, max, &data, &len, err);
+    if (rc)
+        return rc;
+    rc = kvp_json_parse(out, (const char *)data, len, path, err);
+    free(data);
+    return rc;
+}
+
+/* ---- lookups ---- */
+
+const kvp_json *kvp_json_get(const kvp_json *obj, const char *key)
+{
+    if (!obj || obj->type != KVP_JSON_OBJECT || !key)
+        return NULL;
+    key_ref want = {key, strlen(key), 0};
+    if (!obj->sorted) {
+        for (size_t k = 0; k < obj->n; k++)
+            if (key_ref_cmp(&want, &(key_ref){obj->keys[k], obj->key_lens[k], k}) == 0)
+                return &obj->items[k];
+        return NULL;
+    }
+    size_t lo = 0, hi = obj->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2, k = obj->sorted[mid];
+        int c = key_ref_cmp(&want, &(key_ref){obj->keys[k], obj->key_lens[k], k});
+        if (c == 0)
+            return &obj->items[k];
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+const kvp_json *kvp_json_at(const kvp_json *arr, size_t i)
+{
+    return arr && arr->type == KVP_JSON_ARRAY && i < arr->n ? &arr->items[i] : NULL;
+}
+
+int kvp_json_to_i64(const kvp_json *v, int64_t *out)
+{
+    if (!v)
+        return KVP_ENOTFOUND;
+    if (v->type != KVP_JSON_NUMBER)
+        return KVP_EFORMAT;
+    if (v->is_int) {
+        *out = v->i;
+        return 0;
+    }
+    /* 1e3 or 4096.0 are integers too when exact and in range. */
+    if (v->num != floor(v->num) || v->num < -9.2e18 || v->num > 9.2e18)
+        return KVP_EFORMAT;
+    *out = (int64_t)v->num;
+    return 0;
+}
+
+int kvp_json_to_u64(const kvp_json *v, uint64_t *out)
+{
+    int64_t i;
+    int rc = kvp_json_to_i64(v, &i);
+    if (rc)
+        return rc;
+    if (i < 0)
+        return KVP_EFORMAT;
+    *out = (uint64_t)i;
+    return 0;
+}
+
+int kvp_json_get_u64(const kvp_json *obj, const char *key, uint64_t *out)
+{
+    return kvp_json_to_u64(kvp_json_get(obj, key), out);
+}
+
+int kvp_json_get_i64(const kvp_json *obj, const char *key, int64_t *out)
+{
+    return kvp_json_to_i64(kvp_json_get(obj, key), out);
+}
+
+int kvp_json_get_f64(const kvp_json *obj, const char *key, double *out)
+{
+    const kvp_json *v = kvp_json_get(obj, key);
+    if (!v)
+        return KVP_ENOTFOUND;
+    if (v->type != KVP_JSON_NUMBER)
+        return KVP_EFORMAT;
+    *out = v->num;
+    return 0;
+}
+
+int kvp_json_get_bool(const kvp_json *obj, const char *key, int *out)
+{
+    const kvp_json *v = kvp_json_get(obj, key);
+    if (!v)
+        return KVP_ENOTFOUND;
+    if (v->type != KVP_JSON_BOOL)
+        return KVP_EFORMAT;
+    *out = v->b;
+    return 0;
+}
+
+const char *kvp_json_get_str(const kvp_json *obj, const char *key)
+{
+    const kvp_json *v = kvp_json_get(obj, key);
+    return v && v->type == KVP_JSON_STRING ? v->str : NULL;
+}
