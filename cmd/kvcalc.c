@@ -1,0 +1,903 @@
+/* kvcalc - how much KV cache, how many sequences, how long a context: the
+ * capacity planner.  The memory model lives in lib/capacity.c; this file
+ * parses options, expands sweeps, and prints a report, JSON or TSV.
+ */
+#include "capacity.h"
+#include "cli.h"
+#include "presets.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: kvcalc [-m MODEL] [-g GPU] [options]\n"
+            "       kvcalc --list-models | --list-gpus\n"
+            "KV-cache, weight and activation memory per GPU; how many sequences fit.\n"
+            "\n"
+            "Model:\n"
+            "  -m, --model NAME|PATH     preset (--list-models), GGUF, KVP model, HF config.json or folder\n"
+            "      --layers N  --hidden N  --heads N  --kv-heads N  --head-dim N  --vocab N  --ffn N\n"
+            "      --experts N  --experts-used N  --window N  --params N[K|M|B|T]   override the model\n"
+            "      --weight-dtype T      f16 bf16 f32 fp8 int8 int4 int4-gN nvfp4 mxfp4 q4_0..q8_0 q2_k..q6_k\n"
+            "      --embed-dtype T       embeddings, lm_head, norms (default: as weights if 16/32-bit, else bf16)\n"
+            "      --kv-dtype T          f16 bf16 f32 fp8 fp8-e5m2 int8 int4 fp4 (default f16)\n"
+            "GPU:\n"
+            "  -g, --gpu NAME            preset (--list-gpus)\n"
+            "      --gpu-mem SIZE        memory per GPU (80G, 141GB, 80GiB)\n"
+            "      --gpu-bw RATE         bandwidth per GPU, bytes/s (3.35T)\n"
+            "      --gpus N  --tp N  --pp N   GPUs in all; tensor and pipeline parallel (default tp = gpus)\n"
+            "      --gpu-util F          usable share of memory (default 0.9)\n"
+            "      --overhead SIZE       fixed allowance per GPU (default 1GiB)\n"
+            "      --max-batched-tokens N  prefill chunk, sizes the activation allowance (default 8192)\n"
+            "Workload:\n"
+            "  -s, --seq-len N           tokens per sequence (default: the model's context, else 4096)\n"
+            "  -b, --batch N             concurrent sequences (default 1)\n"
+            "      --block-size N        tokens per KV block, a power of two (default 16)\n"
+            "      --lengths SPEC        simulate fragmentation: FILE, uniform:A:B, normal:MEAN:SD,\n"
+            "                            lognormal:MU:SIGMA\n"
+            "      --seed N  --shared-prefix N   for --lengths\n"
+            "Output:\n"
+            "      --json                one JSON object (JSON Lines for a sweep)\n"
+            "      --tsv                 header and rows\n"
+            "  -h, --help  -V, --version\n"
+            "Numeric options take START:END:STEP or START:END:xFACTOR for a sweep.\n");
+}
+
+/* ---- options that sweep ---- */
+
+enum sweep_id {
+    SW_SEQ_LEN, SW_BATCH, SW_GPUS, SW_TP, SW_PP, SW_GPU_UTIL, SW_BLOCK, SW_MBT, SW_GPU_MEM, SW_GPU_BW,
+    SW_OVERHEAD, SW_LAYERS, SW_KV_HEADS, SW_HEADS, SW_HEAD_DIM, SW_HIDDEN, SW_VOCAB, SW_FFN, SW_EXPERTS,
+    SW_EXPERTS_USED, SW_WINDOW, SW_PARAMS, SW_COUNT
+};
+enum { K_INT, K_SIZE, K_REAL, K_COUNT };
+
+typedef struct sweep_opt {
+    const char *name;  /* option name without dashes, also the output column */
+    int kind;
+    double min, max;
+    const char *spec;  /* as given, NULL when not given */
+    double *vals;
+    size_t n;
+} sweep_opt;
+
+static sweep_opt sweeps[SW_COUNT] = {
+    [SW_SEQ_LEN] = {"seq-len", K_INT, 1, 4294967296.0, NULL, NULL, 0},
+    [SW_BATCH] = {"batch", K_INT, 1, 4294967296.0, NULL, NULL, 0},
+    [SW_GPUS] = {"gpus", K_INT, 1, 65536, NULL, NULL, 0},
+    [SW_TP] = {"tp", K_INT, 1, 4096, NULL, NULL, 0},
+    [SW_PP] = {"pp", K_INT, 1, KVP_CAP_MAX_PP, NULL, NULL, 0},
+    [SW_GPU_UTIL] = {"gpu-util", K_REAL, 1e-9, 1, NULL, NULL, 0},
+    [SW_BLOCK] = {"block-size", K_INT, 1, 65536, NULL, NULL, 0},
+    [SW_MBT] = {"max-batched-tokens", K_INT, 1, 4294967296.0, NULL, NULL, 0},
+    [SW_GPU_MEM] = {"gpu-mem", K_SIZE, 1, 1e18, NULL, NULL, 0},
+    [SW_GPU_BW] = {"gpu-bw", K_SIZE, 1, 1e18, NULL, NULL, 0},
+    [SW_OVERHEAD] = {"overhead", K_SIZE, 0, 1e18, NULL, NULL, 0},
+    [SW_LAYERS] = {"layers", K_INT, 1, 100000, NULL, NULL, 0},
+    [SW_KV_HEADS] = {"kv-heads", K_INT, 1, 65536, NULL, NULL, 0},
+    [SW_HEADS] = {"heads", K_INT, 1, 65536, NULL, NULL, 0},
+    [SW_HEAD_DIM] = {"head-dim", K_INT, 1, 65536, NULL, NULL, 0},
+    [SW_HIDDEN] = {"hidden", K_INT, 1, 1048576, NULL, NULL, 0},
+    [SW_VOCAB] = {"vocab", K_INT, 0, 16777216, NULL, NULL, 0},
+    [SW_FFN] = {"ffn", K_INT, 0, 16777216, NULL, NULL, 0},
+    [SW_EXPERTS] = {"experts", K_INT, 0, 65536, NULL, NULL, 0},
+    [SW_EXPERTS_USED] = {"experts-used", K_INT, 1, 65536, NULL, NULL, 0},
+    [SW_WINDOW] = {"window", K_INT, 0, 4294967295.0, NULL, NULL, 0},
+    [SW_PARAMS] = {"params", K_COUNT, 1, 1e16, NULL, NULL, 0},
+};
+
+static int parse_int(const char *s, double *out)
+{
+    char *e;
+    if (!*s || *s == '-' || *s == '+')
+        return -1;
+    double v = strtod(s, &e);
+    if (e == s || *e || !isfinite(v) || v != floor(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_real(const char *s, double *out)
+{
+    char *e;
+    double v = strtod(s, &e);
+    if (e == s || *e || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* A size, also as a rate ("3.35TB/s"). */
+static int parse_size(const char *s, double *out)
+{
+    char buf[64];
+    size_t n = strlen(s);
+    if (n >= sizeof buf)
+        return -1;
+    memcpy(buf, s, n + 1);
+    if (n > 2 && strcmp(buf + n - 2, "/s") == 0)
+        buf[n - 2] = '\0';
+    uint64_t v;
+    if (kvp_cli_parse_size(buf, &v))
+        return -1;
+    *out = (double)v;
+    return 0;
+}
+
+/* A parameter count: 8.03B, 70G, 135M, 405000000000. */
+static int parse_count(const char *s, double *out)
+{
+    char *e;
+    if (!*s || *s == '-')
+        return -1;
+    double v = strtod(s, &e), mult = 1;
+    if (e == s || !isfinite(v))
+        return -1;
+    switch (*e) {
+    case 'k': case 'K': mult = 1e3; e++; break;
+    case 'm': case 'M': mult = 1e6; e++; break;
+    case 'b': case 'B': case 'g': case 'G': mult = 1e9; e++; break;
+    case 't': case 'T': mult = 1e12; e++; break;
+    default: break;
+    }
+    if (*e)
+        return -1;
+    *out = v * mult;
+    return 0;
+}
+
+static void expand_sweep(sweep_opt *o)
+{
+    static const kvp_cap_num_parser parsers[] = {[K_INT] = parse_int, [K_SIZE] = parse_size,
+                                                 [K_REAL] = parse_real, [K_COUNT] = parse_count};
+    kvp_err err = {0};
+    o->vals = malloc(KVP_CAP_SWEEP_MAX * sizeof *o->vals);
+    if (!o->vals)
+        kvp_cli_die("out of memory");
+    if (kvp_cap_sweep_parse(o->spec, parsers[o->kind], o->vals, KVP_CAP_SWEEP_MAX, &o->n, &err))
+        kvp_cli_usage_error("--%s: %s", o->name, err.msg);
+    for (size_t i = 0; i < o->n; i++) {
+        double v = o->vals[i];
+        if (o->kind == K_INT || o->kind == K_SIZE)
+            v = o->vals[i] = floor(v + 0.5); /* geometric steps land off whole numbers */
+        if (v < o->min || v > o->max)
+            kvp_cli_usage_error("--%s: %.15g is out of range (%.15g..%.15g)", o->name, v, o->min, o->max);
+        if (&sweeps[SW_BLOCK] == o && ((uint64_t)v & ((uint64_t)v - 1)))
+            kvp_cli_usage_error("--block-size: %.15g is not a power of two", v);
+    }
+}
+
+/* ---- the run's fixed choices ---- */
+
+typedef struct run {
+    kvp_cap_params base;
+    char model_label[160];
+    const char *model_source;     /* "preset", "gguf", "kvp", "hf", "options" */
+    const kvp_gpu_preset *gpu;
+    int have_gpu;
+    int json, tsv;
+    int tsv_header_done;
+    int sweeping;
+    kvp_cap_lengths lengths;
+    int have_lengths;
+    uint64_t seed, shared_prefix;
+    int gpus_given, tp_given;
+} run;
+
+static void apply(kvp_cap_params *p, int id, double v)
+{
+    uint32_t u = (uint32_t)v;
+    kvp_config *c = &p->cfg;
+    switch (id) {
+    case SW_SEQ_LEN: p->seq_len = (uint64_t)v; break;
+    case SW_BATCH: p->batch = (uint64_t)v; break;
+    case SW_GPUS: p->gpus = u; break;
+    case SW_TP: p->tp = u; break;
+    case SW_PP: p->pp = u; break;
+    case SW_GPU_UTIL: p->gpu_util = v; break;
+    case SW_BLOCK: p->block_size = u; break;
+    case SW_MBT: p->max_batched_tokens = (uint64_t)v; break;
+    case SW_GPU_MEM: p->gpu_mem_bytes = (uint64_t)v; break;
+    case SW_GPU_BW: p->gpu_bw = v; break;
+    case SW_OVERHEAD: p->overhead_bytes = (uint64_t)v; break;
+    case SW_LAYERS: c->n_layer = u; break;
+    case SW_KV_HEADS: c->n_head_kv = u; break;
+    case SW_HEADS: c->n_head = u; break;
+    case SW_HEAD_DIM: c->head_dim = u; c->rope_dim = u; break;
+    case SW_HIDDEN: c->n_embd = u; break;
+    case SW_VOCAB: c->n_vocab = u; break;
+    case SW_FFN: c->n_ff = u; break;
+    case SW_EXPERTS: c->n_expert = u; break;
+    case SW_EXPERTS_USED: c->n_expert_used = u; break;
+    case SW_WINDOW: c->sliding_window = u; break;
+    case SW_PARAMS: p->n_params = v; break;
+    default: break;
+    }
+}
+
+/* ---- printing helpers ---- */
+
+/* 1342177280 -> "1,342,177,280" */
+static const char *commas(char *buf, size_t n, uint64_t v)
+{
+    char tmp[32];
+    int len = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
+    size_t o = 0;
+    for (int i = 0; i < len && o + 2 < n; i++) {
+        if (i && (len - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = tmp[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* "1.34 GB (1.25 GiB)" */
+static const char *gbs(char *buf, size_t n, double bytes)
+{
+    if (fabs(bytes) >= 1e9)
+        snprintf(buf, n, "%.2f GB (%.2f GiB)", bytes / 1e9, bytes / 1073741824.0);
+    else
+        snprintf(buf, n, "%.2f MB (%.2f MiB)", bytes / 1e6, bytes / 1048576.0);
+    return buf;
+}
+
+/* One output row as name/value pairs, shared by JSON and TSV. */
+typedef struct field {
+    const char *name;
+    char val[176];
+    int is_str;
+} field;
+
+typedef struct row {
+    field f[96];
+    int n;
+} row;
+
+static void put_u(row *r, const char *name, uint64_t v)
+{
+    field *f = &r->f[r->n++];
+    f->name = name;
+    f->is_str = 0;
+    snprintf(f->val, sizeof f->val, "%" PRIu64, v);
+}
+static void put_i(row *r, const char *name, int64_t v)
+{
+    field *f = &r->f[r->n++];
+    f->name = name;
+    f->is_str = 0;
+    snprintf(f->val, sizeof f->val, "%" PRId64, v);
+}
+static void put_f(row *r, const char *name, double v)
+{
+    field *f = &r->f[r->n++];
+    f->name = name;
+    f->is_str = 0;
+    snprintf(f->val, sizeof f->val, "%.6g", v);
+}
+static void put_s(row *r, const char *name, const char *v)
+{
+    field *f = &r->f[r->n++];
+    f->name = name;
+    f->is_str = 1;
+    snprintf(f->val, sizeof f->val, "%s", v);
+}
+static void put_null(row *r, const char *name)
+{
+    field *f = &r->f[r->n++];
+    f->name = name;
+    f->is_str = 0;
+    snprintf(f->val, sizeof f->val, "null");
+}
+
+static void fill_row(row *w, const run *R, const kvp_cap_params *p, const kvp_cap_result *r)
+{
+    const kvp_config *c = &p->cfg;
+    w->n = 0;
+    put_s(w, "model", R->model_label);
+    put_s(w, "source", R->model_source);
+    put_u(w, "n_layer", c->n_layer);
+    put_u(w, "n_embd", c->n_embd);
+    put_u(w, "n_head", c->n_head);
+    put_u(w, "n_head_kv", c->n_head_kv);
+    put_u(w, "head_dim", c->head_dim ? c->head_dim : c->n_embd / c->n_head);
+    put_u(w, "n_vocab", c->n_vocab);
+    put_u(w, "n_ff", c->n_ff);
+    put_u(w, "n_expert", c->n_expert);
+    put_u(w, "sliding_window", c->sliding_window);
+    put_u(w, "kv_lora_rank", c->kv_lora_rank);
+    put_s(w, "weight_dtype", p->weight_fmt.name);
+    put_s(w, "kv_dtype", p->kv_fmt.name);
+    put_u(w, "seq_len", p->seq_len);
+    put_u(w, "batch", p->batch);
+    put_u(w, "block_size", p->block_size);
+    put_u(w, "n_params", r->n_params);
+    put_u(w, "n_params_active", r->n_params_active);
+    put_u(w, "weight_bytes", r->weight_bytes);
+    put_u(w, "kv_bytes_per_token", r->kv_bytes_per_token);
+    put_u(w, "kv_bytes_per_seq", r->kv_bytes_per_seq);
+    put_u(w, "kv_bytes", r->kv_bytes);
+    put_u(w, "kv_alloc_bytes_per_seq", r->kv_alloc_bytes_per_seq);
+    put_u(w, "kv_alloc_bytes", r->kv_alloc_bytes);
+    put_u(w, "kv_waste_bytes_per_seq", r->kv_waste_bytes_per_seq);
+    put_u(w, "tp", p->tp);
+    put_u(w, "pp", p->pp);
+    put_u(w, "gpus", p->gpus);
+    put_u(w, "kv_heads_per_gpu", r->kv_heads_per_gpu);
+    if (!R->have_gpu) {
+        put_null(w, "gpu");
+        return;
+    }
+    const kvp_cap_stage *st = &r->stage[r->binding];
+    put_s(w, "gpu", R->gpu ? R->gpu->name : "custom");
+    put_u(w, "gpu_mem_bytes", p->gpu_mem_bytes);
+    put_u(w, "gpu_bw_bytes_per_s", (uint64_t)p->gpu_bw);
+    put_f(w, "gpu_util", p->gpu_util);
+    put_u(w, "max_batched_tokens", p->max_batched_tokens);
+    put_u(w, "usable_bytes", r->usable_bytes);
+    put_u(w, "binding_stage", r->binding);
+    put_u(w, "weight_bytes_per_gpu", st->weight_bytes);
+    put_u(w, "overhead_bytes", p->overhead_bytes);
+    put_u(w, "activation_bytes", st->activation_bytes);
+    put_i(w, "kv_free_bytes", st->kv_free_bytes);
+    put_u(w, "kv_bytes_per_token_per_gpu", st->kv_bytes_per_token);
+    put_u(w, "kv_alloc_bytes_per_seq_per_gpu", st->kv_alloc_bytes_per_seq);
+    put_u(w, "block_bytes", st->block_bytes);
+    put_u(w, "kv_blocks", st->n_blocks);
+    put_s(w, "fits", r->fits ? "true" : "false");
+    w->f[w->n - 1].is_str = 0;
+    put_s(w, "batch_fits", r->batch_fits ? "true" : "false");
+    w->f[w->n - 1].is_str = 0;
+    put_u(w, "max_seqs", r->max_seqs);
+    put_u(w, "replicas", r->replicas);
+    put_u(w, "max_seqs_total", r->max_seqs_total);
+    if (r->max_context < 0)
+        put_null(w, "max_context");
+    else
+        put_i(w, "max_context", r->max_context);
+    put_u(w, "decode_bytes_per_step", r->decode_bytes_per_step);
+    put_f(w, "decode_tokens_per_s", r->decode_tokens_per_s);
+}
+
+static void print_json_fields(const row *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        printf("%s\"%s\":", i ? "," : "", w->f[i].name);
+        if (w->f[i].is_str)
+            kvp_cli_json_str(stdout, w->f[i].val, strlen(w->f[i].val));
+        else
+            fputs(w->f[i].val, stdout);
+    }
+}
+
+static void print_stages_json(const kvp_cap_result *r)
+{
+    printf(",\"stages\":[");
+    for (uint32_t s = 0; s < r->n_stages; s++) {
+        const kvp_cap_stage *st = &r->stage[s];
+        printf("%s{\"layer_begin\":%u,\"layer_end\":%u,\"weight_bytes\":%" PRIu64 ",\"activation_bytes\":%" PRIu64
+               ",\"kv_free_bytes\":%" PRId64 ",\"kv_bytes_per_token\":%" PRIu64 ",\"kv_blocks\":%" PRIu64
+               ",\"max_seqs\":%" PRIu64 "}",
+               s ? "," : "", st->layer_begin, st->layer_end, st->weight_bytes, st->activation_bytes,
+               st->kv_free_bytes, st->kv_bytes_per_token, st->n_blocks, st->max_seqs);
+    }
+    printf("]");
+}
+
+/* ---- fragmentation ---- */
+
+#define SIM_SIZES 7
+
+static size_t sim_block_sizes(uint32_t chosen, uint32_t *out)
+{
+    static const uint32_t std[] = {8, 16, 32, 64, 128, 256};
+    size_t n = 0;
+    int have = 0;
+    for (size_t i = 0; i < sizeof std / sizeof std[0]; i++) {
+        if (!have && chosen < std[i]) {
+            out[n++] = chosen;
+            have = 1;
+        }
+        if (std[i] == chosen)
+            have = 1;
+        out[n++] = std[i];
+    }
+    if (!have)
+        out[n++] = chosen;
+    return n;
+}
+
+static int simulate(const run *R, const kvp_cap_params *p, const kvp_cap_result *r, kvp_cap_sim_row *rows,
+                    size_t *n_rows, uint32_t *sizes)
+{
+    const kvp_cap_stage *st = &r->stage[r->binding];
+    kvp_cap_sim_opts o = {
+        .kv_bytes = st->kv_free_bytes > 0 ? (uint64_t)st->kv_free_bytes : 0,
+        .bytes_per_token = st->kv_bytes_per_token,
+        .scale_bytes_per_block = st->block_bytes - p->block_size * st->kv_bytes_per_token,
+        .max_len = p->seq_len,
+        .shared_prefix = R->shared_prefix,
+        .seed = R->seed,
+    };
+    size_t n = sim_block_sizes(p->block_size, sizes);
+    kvp_err err = {0};
+    if (kvp_cap_simulate(&o, &R->lengths, sizes, n, rows, &err))
+        kvp_cli_die_err(&err);
+    *n_rows = n + 1;
+    return 0;
+}
+
+static void print_sim_json(const kvp_cap_sim_row *rows, size_t n)
+{
+    printf(",\"fragmentation\":[");
+    for (size_t i = 0; i < n; i++) {
+        const kvp_cap_sim_row *s = &rows[i];
+        printf("%s{\"scheme\":\"%s\",\"block_size\":%u,\"seqs\":%" PRIu64 ",\"tokens\":%" PRIu64
+               ",\"alloc_bytes\":%" PRIu64 ",\"waste_bytes\":%" PRIu64 ",\"seqs_shared\":%" PRIu64
+               ",\"saved_bytes\":%" PRIu64 "}",
+               i ? "," : "", s->block_size ? "paged" : "contiguous", s->block_size, s->seqs, s->tokens,
+               s->alloc_bytes, s->waste_bytes, s->seqs_shared, s->saved_bytes);
+    }
+    printf("]");
+}
+
+static void print_sim_human(const run *R, const kvp_cap_params *p, const kvp_cap_sim_row *rows, size_t n)
+{
+    char b1[64];
+    printf("\nFragmentation (%s lengths, seed %" PRIu64 ", reserve %" PRIu64 " tokens contiguous", "simulated",
+           R->seed, p->seq_len);
+    if (R->shared_prefix)
+        printf(", shared prefix %" PRIu64, R->shared_prefix);
+    printf(")\n  %-16s %10s %10s %12s %24s %7s", "scheme", "seqs", "mean len", "tokens", "wasted", "waste%");
+    if (R->shared_prefix)
+        printf(" %10s %24s", "seqs+share", "saved");
+    printf("\n");
+    for (size_t i = 0; i < n; i++) {
+        const kvp_cap_sim_row *s = &rows[i];
+        char name[32];
+        if (s->block_size)
+            snprintf(name, sizeof name, "paged %u", s->block_size);
+        else
+            snprintf(name, sizeof name, "contiguous");
+        double pct = s->alloc_bytes ? 100.0 * (double)s->waste_bytes / (double)s->alloc_bytes : 0;
+        printf("  %-16s %10" PRIu64 " %10.1f %12" PRIu64 " %24s %6.1f%%", name, s->seqs,
+               s->seqs ? (double)s->tokens / (double)s->seqs : 0.0, s->tokens, gbs(b1, sizeof b1, (double)s->waste_bytes),
+               pct);
+        if (R->shared_prefix && s->block_size)
+            printf(" %10" PRIu64 " %24s", s->seqs_shared, gbs(b1, sizeof b1, (double)s->saved_bytes));
+        printf("\n");
+    }
+}
+
+/* ---- the human report ---- */
+
+static void print_human(const run *R, const kvp_cap_params *p, const kvp_cap_result *r)
+{
+    const kvp_config *c = &p->cfg;
+    char b1[64], b2[64];
+    uint32_t hd = c->head_dim ? c->head_dim : c->n_embd / c->n_head;
+    printf("model      %s (%s): %u layers, hidden %u, %u heads", R->model_label, R->model_source, c->n_layer,
+           c->n_embd, c->n_head);
+    if (c->kv_lora_rank)
+        printf(", MLA latent %u + rope %u", c->kv_lora_rank, c->rope_head_dim_mla);
+    else
+        printf(" / %u KV heads x %u", c->n_head_kv, hd);
+    printf(", vocab %u\n", c->n_vocab);
+    if (c->n_expert)
+        printf("           %u experts, top-%u%s\n", c->n_expert, c->n_expert_used,
+               c->n_expert_shared ? " + shared" : "");
+    if (c->sliding_window)
+        printf("           sliding window %u on %s layers\n", c->sliding_window,
+               c->sliding_period > 1 ? "alternate" : "all");
+    printf("           %.3f B params", (double)r->n_params / 1e9);
+    if (r->n_params_active != r->n_params)
+        printf(" (%.3f B active)", (double)r->n_params_active / 1e9);
+    printf("; weights %s, KV %s: %s\n", p->weight_fmt.name, p->kv_fmt.name, gbs(b1, sizeof b1, (double)r->weight_bytes));
+
+    printf("\nKV cache (whole model)\n");
+    printf("  per token          %s B", commas(b1, sizeof b1, r->kv_bytes_per_token));
+    if (c->kv_lora_rank)
+        printf("  (%u elements x %u layers)\n", r->kv_vector_elems, c->n_layer);
+    else
+        printf("  (K+V x %u heads x %u x %u layers)\n", c->n_head_kv, hd, c->n_layer);
+    printf("  per sequence       %s B = %s at %" PRIu64 " tokens\n", commas(b1, sizeof b1, r->kv_bytes_per_seq),
+           gbs(b2, sizeof b2, (double)r->kv_bytes_per_seq), p->seq_len);
+    printf("  batch of %-9" PRIu64 " %s B = %s\n", p->batch, commas(b1, sizeof b1, r->kv_bytes),
+           gbs(b2, sizeof b2, (double)r->kv_bytes));
+    printf("  paged, block %-5u %s B a sequence (%s B in the partial last block and scales)\n", p->block_size,
+           commas(b1, sizeof b1, r->kv_alloc_bytes_per_seq), commas(b2, sizeof b2, r->kv_waste_bytes_per_seq));
+    if (!R->have_gpu) {
+        printf("\n(no --gpu or --gpu-mem: capacity not computed)\n");
+        return;
+    }
+    const kvp_cap_stage *st = &r->stage[r->binding];
+    printf("\nPer GPU: %s, %s", R->gpu ? R->gpu->desc : "custom", gbs(b1, sizeof b1, (double)p->gpu_mem_bytes));
+    if (p->gpu_bw > 0)
+        printf(", %.2f TB/s", p->gpu_bw / 1e12);
+    printf("; tp %u x pp %u", p->tp, p->pp);
+    if (p->pp > 1)
+        printf(" (stage %u: layers %u-%u, the tightest)", r->binding, st->layer_begin, st->layer_end - 1);
+    printf("\n");
+    printf("  usable (x%.2f)     %s\n", p->gpu_util, gbs(b1, sizeof b1, (double)r->usable_bytes));
+    printf("  - weights          %s\n", gbs(b1, sizeof b1, (double)st->weight_bytes));
+    printf("  - overhead         %s  (CUDA context, libraries' workspaces)\n",
+           gbs(b1, sizeof b1, (double)p->overhead_bytes));
+    printf("  - activations      %s  (%" PRIu64 " batched tokens)\n", gbs(b1, sizeof b1, (double)st->activation_bytes),
+           p->max_batched_tokens);
+    printf("  = KV cache         %s\n", gbs(b1, sizeof b1, (double)st->kv_free_bytes));
+    if (c->kv_lora_rank)
+        printf("  KV per GPU         MLA latent, replicated on every TP rank; %s B per token\n",
+               commas(b1, sizeof b1, st->kv_bytes_per_token));
+    else
+        printf("  KV heads per GPU   %u%s; %s B per token\n", r->kv_heads_per_gpu,
+               p->tp > c->n_head_kv ? " (replicated: tp > KV heads)" : "",
+               commas(b1, sizeof b1, st->kv_bytes_per_token));
+    printf("  blocks             %s of %u tokens (%s B each)\n", commas(b1, sizeof b1, st->n_blocks), p->block_size,
+           commas(b2, sizeof b2, st->block_bytes));
+    printf("\nAnswer\n");
+    if (!r->fits) {
+        if (st->kv_free_bytes <= 0)
+            printf("  does not fit: weights and allowance exceed the usable memory by %s\n",
+                   gbs(b1, sizeof b1, (double)-st->kv_free_bytes));
+        else
+            printf("  does not fit: not one sequence of %" PRIu64 " tokens fits in the KV memory\n", p->seq_len);
+    }
+    printf("  sequences of %" PRIu64 " tokens at once: %" PRIu64, p->seq_len, r->max_seqs);
+    if (r->replicas > 1)
+        printf(" per replica, %" PRIu64 " over %u replicas", r->max_seqs_total, r->replicas);
+    printf("\n");
+    if (r->max_context < 0)
+        printf("  longest context for %" PRIu64 " sequences: unbounded (sliding windows)\n", p->batch);
+    else
+        printf("  longest context for %" PRIu64 " sequence%s: %" PRId64 " tokens%s\n", p->batch,
+               p->batch == 1 ? "" : "s", r->max_context,
+               c->n_ctx && (uint64_t)r->max_context > c->n_ctx ? " (beyond the trained context)" : "");
+    if (!r->batch_fits && r->fits)
+        printf("  a batch of %" PRIu64 " does not fit\n", p->batch);
+    if (r->decode_tokens_per_s > 0)
+        printf("  decode roofline, batch %" PRIu64 ": %.0f tokens/s (reads %s a step)\n", p->batch,
+               r->decode_tokens_per_s, gbs(b1, sizeof b1, (double)r->decode_bytes_per_step));
+}
+
+/* ---- one point of the sweep ---- */
+
+static void emit(run *R, const kvp_cap_params *p)
+{
+    kvp_cap_result r;
+    kvp_err err = {0};
+    if (kvp_cap_compute(p, &r, &err)) {
+        if (err.code == KVP_EINVAL)
+            kvp_cli_usage_error("%s", err.msg);
+        kvp_cli_die_err(&err);
+    }
+    kvp_cap_sim_row sim[SIM_SIZES + 2];
+    uint32_t sizes[SIM_SIZES + 1];
+    size_t n_sim = 0;
+    if (R->have_lengths)
+        simulate(R, p, &r, sim, &n_sim, sizes);
+
+    row w;
+    fill_row(&w, R, p, &r);
+    if (R->json) {
+        printf("{");
+        print_json_fields(&w);
+        if (p->pp > 1 && R->have_gpu)
+            print_stages_json(&r);
+        if (n_sim)
+            print_sim_json(sim, n_sim);
+        printf("}\n");
+    } else if (R->tsv) {
+        if (!R->tsv_header_done) {
+            for (int i = 0; i < w.n; i++)
+                printf("%s%s", i ? "\t" : "", w.f[i].name);
+            printf("\n");
+            R->tsv_header_done = 1;
+        }
+        for (int i = 0; i < w.n; i++) {
+            for (char *q = w.f[i].val; *q; q++) /* a field must not break the row */
+                if (*q == '\t' || *q == '\n' || *q == '\r')
+                    *q = ' ';
+            printf("%s%s", i ? "\t" : "", w.f[i].val);
+        }
+        printf("\n");
+    } else if (R->sweeping) {
+        if (!R->tsv_header_done) {
+            printf("%-10s %-8s %-5s %-4s %-4s %16s %18s %16s %10s %12s\n", "seq_len", "batch", "tp", "pp", "block",
+                   "kv_bytes", "weights/gpu", "kv_free/gpu", "max_seqs", "max_context");
+            R->tsv_header_done = 1;
+        }
+        const kvp_cap_stage *st = &r.stage[r.binding];
+        printf("%-10" PRIu64 " %-8" PRIu64 " %-5u %-4u %-4u %16" PRIu64 " %18" PRIu64 " %16" PRId64 " %10" PRIu64
+               " %12" PRId64 "\n",
+               p->seq_len, p->batch, p->tp, p->pp, p->block_size, r.kv_bytes, st->weight_bytes, st->kv_free_bytes,
+               r.max_seqs, r.max_context);
+    } else {
+        print_human(R, p, &r);
+        if (n_sim)
+            print_sim_human(R, p, sim, n_sim);
+    }
+}
+
+/* Nested loops over every swept option, in table order. */
+static void sweep_from(run *R, kvp_cap_params *p, int id)
+{
+    while (id < SW_COUNT && !sweeps[id].spec)
+        id++;
+    if (id == SW_COUNT) {
+        kvp_cap_params q = *p;
+        if (!R->gpus_given) /* one replica */
+            q.gpus = q.tp * q.pp;
+        else if (!R->tp_given && q.gpus % q.pp == 0) /* --gpus N alone: tensor parallel over them */
+            q.tp = q.gpus / q.pp;
+        emit(R, &q);
+        return;
+    }
+    for (size_t i = 0; i < sweeps[id].n; i++) {
+        kvp_cap_params q = *p;
+        apply(&q, id, sweeps[id].vals[i]);
+        sweep_from(R, &q, id + 1);
+    }
+}
+
+/* ---- listing ---- */
+
+static void list_models(int json)
+{
+    for (size_t i = 0; i < kvp_preset_model_count(); i++) {
+        const kvp_model_preset *m = kvp_preset_model_at(i);
+        uint64_t total, active;
+        kvp_cap_param_count(&m->cfg, m->q_lora_rank, &total, &active);
+        kvp_cap_params p;
+        kvp_cap_params_init(&p);
+        p.cfg = m->cfg;
+        p.q_lora_rank = m->q_lora_rank;
+        kvp_cap_result r;
+        kvp_err err = {0};
+        if (kvp_cap_compute(&p, &r, &err))
+            kvp_cli_die_err(&err);
+        if (json) {
+            printf("{\"name\":");
+            kvp_cli_json_str(stdout, m->name, strlen(m->name));
+            printf(",\"description\":");
+            kvp_cli_json_str(stdout, m->desc, strlen(m->desc));
+            printf(",\"n_params\":%" PRIu64 ",\"n_params_active\":%" PRIu64 ",\"kv_bytes_per_token\":%" PRIu64
+                   ",\"n_ctx\":%u}\n",
+                   total, active, r.kv_bytes_per_token, m->cfg.n_ctx);
+        } else {
+            if (i == 0)
+                printf("%-16s %9s %14s %8s  %s\n", "name", "params", "KV B/token f16", "context", "description");
+            printf("%-16s %8.2fB %14" PRIu64 " %8u  %s\n", m->name, (double)total / 1e9, r.kv_bytes_per_token,
+                   m->cfg.n_ctx, m->desc);
+        }
+    }
+}
+
+static void list_gpus(int json)
+{
+    for (size_t i = 0; i < kvp_preset_gpu_count(); i++) {
+        const kvp_gpu_preset *g = kvp_preset_gpu_at(i);
+        if (json) {
+            printf("{\"name\":");
+            kvp_cli_json_str(stdout, g->name, strlen(g->name));
+            printf(",\"description\":");
+            kvp_cli_json_str(stdout, g->desc, strlen(g->desc));
+            printf(",\"mem_bytes\":%" PRIu64 ",\"bw_bytes_per_s\":%.0f,\"tflops_bf16\":%g,\"tflops_fp8\":%g}\n",
+                   g->mem_bytes, g->bw_bytes_per_s, g->tflops_bf16, g->tflops_fp8);
+        } else {
+            if (i == 0)
+                printf("%-10s %10s %10s %8s %8s  %s\n", "name", "memory", "GiB", "TB/s", "bf16 TF", "description");
+            printf("%-10s %7.1f GB %10.2f %8.2f %8.0f  %s\n", g->name, (double)g->mem_bytes / 1e9,
+                   (double)g->mem_bytes / 1073741824.0, g->bw_bytes_per_s / 1e12, g->tflops_bf16, g->desc);
+        }
+    }
+}
+
+/* ---- main ---- */
+
+enum {
+    OPT_LIST_MODELS = 256, OPT_LIST_GPUS, OPT_JSON, OPT_TSV, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_EMBED_DTYPE,
+    OPT_LENGTHS, OPT_SEED, OPT_SHARED_PREFIX, OPT_SWEEP_BASE = 512
+};
+
+static const char *model_path_like(const char *s)
+{
+    size_t n = strlen(s);
+    if (strchr(s, '/'))
+        return s;
+    if (n > 5 && (strcmp(s + n - 5, ".gguf") == 0 || strcmp(s + n - 5, ".json") == 0))
+        return s;
+    if (n > 4 && strcmp(s + n - 4, ".kvp") == 0)
+        return s;
+    return NULL;
+}
+
+static void load_model(run *R, const char *name)
+{
+    kvp_cap_params *p = &R->base;
+    const kvp_model_preset *m = kvp_preset_model_find(name);
+    struct stat st;
+    if (m && stat(name, &st) != 0) {
+        p->cfg = m->cfg;
+        p->q_lora_rank = m->q_lora_rank;
+        snprintf(R->model_label, sizeof R->model_label, "%s", m->cfg.name);
+        R->model_source = "preset";
+        return;
+    }
+    if (stat(name, &st) != 0 && !model_path_like(name))
+        kvp_cli_usage_error("--model: '%s' is neither a preset (kvcalc --list-models) nor a file", name);
+    kvp_cap_model_file mf;
+    kvp_err err = {0};
+    if (kvp_cap_load_model(name, &mf, &err))
+        kvp_cli_die_err(&err);
+    p->cfg = mf.cfg;
+    p->q_lora_rank = mf.q_lora_rank;
+    R->model_source = mf.kind[0] == 'g' ? "gguf" : mf.kind[0] == 'k' ? "kvp" : "hf";
+    snprintf(R->model_label, sizeof R->model_label, "%s", mf.cfg.name[0] ? mf.cfg.name : name);
+    if (mf.weight_bytes) {
+        p->weight_bytes_override = mf.weight_bytes;
+        kvp_cap_fmt f;
+        if (mf.weight_type[0] && kvp_cap_weight_fmt(mf.weight_type, &f, NULL) == 0)
+            p->weight_fmt = p->embed_fmt = f;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    kvp_cli_init(argv[0]);
+    static run R;
+    kvp_cap_params_init(&R.base);
+    R.model_source = "options";
+    snprintf(R.model_label, sizeof R.model_label, "custom");
+    R.seed = 1;
+
+    struct option longopts[64];
+    int nl = 0;
+    static const struct option fixed[] = {
+        {"model", required_argument, NULL, 'm'},
+        {"gpu", required_argument, NULL, 'g'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"list-models", no_argument, NULL, OPT_LIST_MODELS},
+        {"list-gpus", no_argument, NULL, OPT_LIST_GPUS},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"tsv", no_argument, NULL, OPT_TSV},
+        {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+        {"weight-dtype", required_argument, NULL, OPT_WEIGHT_DTYPE},
+        {"embed-dtype", required_argument, NULL, OPT_EMBED_DTYPE},
+        {"lengths", required_argument, NULL, OPT_LENGTHS},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"shared-prefix", required_argument, NULL, OPT_SHARED_PREFIX},
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        longopts[nl++] = fixed[i];
+    for (int i = 0; i < SW_COUNT; i++)
+        longopts[nl++] = (struct option){sweeps[i].name, required_argument, NULL, OPT_SWEEP_BASE + i};
+    longopts[nl] = (struct option){NULL, 0, NULL, 0};
+
+    const char *model = NULL, *gpu = NULL, *kv_dtype = NULL, *weight_dtype = NULL, *embed_dtype = NULL;
+    const char *lengths = NULL;
+    int list_m = 0, list_g = 0, opt;
+    while ((opt = getopt_long(argc, argv, "m:g:s:b:hV", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'm': model = optarg; break;
+        case 'g': gpu = optarg; break;
+        case 's': sweeps[SW_SEQ_LEN].spec = optarg; break;
+        case 'b': sweeps[SW_BATCH].spec = optarg; break;
+        case 'h': usage(stdout); return kvp_cli_close_stdout();
+        case 'V': kvp_cli_version();
+        case OPT_LIST_MODELS: list_m = 1; break;
+        case OPT_LIST_GPUS: list_g = 1; break;
+        case OPT_JSON: R.json = 1; break;
+        case OPT_TSV: R.tsv = 1; break;
+        case OPT_KV_DTYPE: kv_dtype = optarg; break;
+        case OPT_WEIGHT_DTYPE: weight_dtype = optarg; break;
+        case OPT_EMBED_DTYPE: embed_dtype = optarg; break;
+        case OPT_LENGTHS: lengths = optarg; break;
+        case OPT_SEED: R.seed = (uint64_t)kvp_cli_opt_i64("--seed", optarg, 0, INT64_MAX); break;
+        case OPT_SHARED_PREFIX:
+            R.shared_prefix = (uint64_t)kvp_cli_opt_i64("--shared-prefix", optarg, 0, 1ll << 32);
+            break;
+        default:
+            if (opt >= OPT_SWEEP_BASE && opt < OPT_SWEEP_BASE + SW_COUNT) {
+                sweeps[opt - OPT_SWEEP_BASE].spec = optarg;
+                break;
+            }
+            fprintf(stderr, "Try '%s --help' for more information.\n", kvp_cli_prog());
+            return KVP_EXIT_USAGE;
+        }
+    }
+    if (optind < argc)
+        kvp_cli_usage_error("unexpected argument '%s'", argv[optind]);
+    if (R.json && R.tsv)
+        kvp_cli_usage_error("--json and --tsv: choose one");
+    if (list_m || list_g) {
+        if (list_m)
+            list_models(R.json);
+        if (list_g)
+            list_gpus(R.json);
+        return kvp_cli_close_stdout();
+    }
+
+    /* every swept value is checked before anything is computed */
+    for (int i = 0; i < SW_COUNT; i++)
+        if (sweeps[i].spec)
+            expand_sweep(&sweeps[i]);
+    size_t points = 1;
+    for (int i = 0; i < SW_COUNT; i++)
+        if (sweeps[i].spec) {
+            points *= sweeps[i].n;
+            if (points > KVP_CAP_SWEEP_MAX)
+                kvp_cli_usage_error("the sweep has more than %d points", KVP_CAP_SWEEP_MAX);
+        }
+    R.sweeping = points > 1;
+    for (int i = 0; i < SW_COUNT; i++)
+        if (sweeps[i].spec && sweeps[i].n > 1)
+            R.sweeping = 1;
+
+    kvp_err err = {0};
+    kvp_cap_params *p = &R.base;
+    if (model)
+        load_model(&R, model);
+    else if (!sweeps[SW_LAYERS].spec || !sweeps[SW_HIDDEN].spec || !sweeps[SW_HEADS].spec)
+        kvp_cli_usage_error("give --model, or at least --layers, --hidden and --heads");
+    if (!model && !sweeps[SW_KV_HEADS].spec) /* a model from options alone: MHA unless told */
+        p->cfg.n_head_kv = (uint32_t)sweeps[SW_HEADS].vals[0];
+    if (weight_dtype) {
+        if (kvp_cap_weight_fmt(weight_dtype, &p->weight_fmt, &err))
+            kvp_cli_usage_error("--weight-dtype: %s", err.msg);
+        p->weight_bytes_override = 0; /* a file's own bytes no longer apply */
+        if (kvp_cap_fmt_is_float(&p->weight_fmt))
+            p->embed_fmt = p->weight_fmt;
+        else
+            kvp_cap_weight_fmt("bf16", &p->embed_fmt, NULL);
+    }
+    if (embed_dtype && kvp_cap_weight_fmt(embed_dtype, &p->embed_fmt, &err))
+        kvp_cli_usage_error("--embed-dtype: %s", err.msg);
+    if (kv_dtype && kvp_cap_kv_fmt(kv_dtype, &p->kv_fmt, &err))
+        kvp_cli_usage_error("--kv-dtype: %s", err.msg);
+    /* a changed shape invalidates a file's exact weight bytes */
+    for (int i = SW_LAYERS; i <= SW_PARAMS; i++)
+        if (sweeps[i].spec && i != SW_WINDOW)
+            p->weight_bytes_override = 0;
+    if (p->cfg.n_ctx)
+        p->seq_len = p->cfg.n_ctx;
+
+    if (gpu) {
+        R.gpu = kvp_preset_gpu_find(gpu);
+        if (!R.gpu)
+            kvp_cli_usage_error("--gpu: unknown GPU '%s' (kvcalc --list-gpus)", gpu);
+        p->gpu_mem_bytes = R.gpu->mem_bytes;
+        p->gpu_bw = R.gpu->bw_bytes_per_s;
+        R.have_gpu = 1;
+    }
+    if (sweeps[SW_GPU_MEM].spec)
+        R.have_gpu = 1;
+    R.gpus_given = sweeps[SW_GPUS].spec != NULL;
+    R.tp_given = sweeps[SW_TP].spec != NULL;
+
+    if (lengths) {
+        if (!R.have_gpu)
+            kvp_cli_usage_error("--lengths needs --gpu or --gpu-mem (the simulation fills a GPU's KV memory)");
+        if (kvp_cap_lengths_parse(&R.lengths, lengths, &err)) {
+            if (err.code == KVP_EINVAL)
+                kvp_cli_usage_error("--lengths: %s", err.msg);
+            kvp_cli_die_err(&err);
+        }
+        R.have_lengths = 1;
+    }
+
+    if (R.have_lengths && R.tsv)
+        kvp_cli_usage_error("--lengths prints with the report or --json, not --tsv");
+    sweep_from(&R, p, 0);
+    kvp_cap_lengths_free(&R.lengths);
+    return kvp_cli_close_stdout();
+}

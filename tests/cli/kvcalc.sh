@@ -1,0 +1,242 @@
+# kvcalc.sh - the capacity planner end to end: the figures the issue names,
+# every model family, splits, sweeps, the fragmentation simulator, and usage
+# errors.  Expected numbers are worked out in the comments.
+. "$KVP_TESTS/cli/lib.sh"
+
+# jf NAME: the value of "NAME": in the first JSON line of stdout
+jf() { sed -n '1s/.*"'"$1"'":\([^,}]*\).*/\1/p' "$OUT"; }
+expect_field() { # NAME VALUE DESC
+    v=$(jf "$1")
+    if [ "$v" = "$2" ]; then pass "$3"; else fail "$3 ($1 is '$v', wanted $2)"; fi
+}
+
+run kvcalc --help
+expect_status 0 "--help exits 0"
+expect_out_has "Usage: kvcalc" "--help prints the usage"
+run kvcalc --version
+expect_status 0 "--version exits 0"
+expect_out_has "kvcalc (kvpipe)" "--version names the program"
+
+# ---- the issue's figures: Llama-3-70B, 4096 tokens, batch 1, fp16 ----
+run kvcalc --model llama-3-70b --seq-len 4096 --batch 1 --kv-dtype f16 --json
+expect_status 0 "llama-3-70b json"
+expect_field kv_bytes 1342177280 "Llama-3-70B: 1,342,177,280 KV bytes with its 8 KV heads"
+expect_field kv_bytes_per_token 327680 "Llama-3-70B: 327,680 bytes a token"
+# counting all 64 query heads as KV heads: 8x over 80 layers
+run kvcalc --model llama-3-70b --seq-len 4096 --kv-heads 64 --json
+expect_field kv_bytes 10737418240 "--kv-heads 64: 10,737,418,240 bytes (8x the GQA figure)"
+# the often-quoted 4,294,967,296 is 64 heads over 32 layers (2 x 64 x 128 x 2 x 32 x 4096)
+run kvcalc --model llama-3-70b --seq-len 4096 --kv-heads 64 --layers 32 --json
+expect_field kv_bytes 4294967296 "--kv-heads 64 --layers 32: 4,294,967,296"
+run kvcalc --model llama-3-70b --seq-len 4096 --kv-heads 64 --layers 32 --batch 128 --json
+expect_field kv_bytes 549755813888 "... and 549,755,813,888 at batch 128"
+
+# ---- bytes per token, each family ----
+run kvcalc -m smollm2-135m --json
+expect_field kv_bytes_per_token 23040 "SmolLM2-135M preset: 23,040 B/token"
+gguf=${KVPIPE_MODELS:-$HOME/.cache/kvpipe}/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -f "$gguf" ]; then
+    run kvcalc -m "$gguf" --json
+    expect_status 0 "SmolLM2 GGUF reads"
+    expect_field kv_bytes_per_token 23040 "SmolLM2 from its GGUF: 23,040 B/token"
+    expect_field source '"gguf"' "the GGUF is named as the source"
+    expect_field weight_dtype '"q4_1"' "its weights are Q4_1"
+    # Q4_1 matrices 30 x 3,538,944 / 32 x 20 + Q8_0 embeddings 28,311,552 / 32 x 34 + f32 norms 61 x 576 x 4
+    expect_field weight_bytes 96576768 "its weight bytes are the tensors' exact bytes"
+else
+    echo "note: $gguf absent (make fetch-model): GGUF check skipped"
+fi
+run kvcalc -m deepseek-v3 --json
+expect_field kv_bytes_per_token 70272 "DeepSeek-V3 MLA: (512 + 64) x 61 x 2 = 70,272"
+run kvcalc -m qwen2.5-7b --json
+expect_field kv_bytes_per_token 57344 "Qwen2.5-7B: 2 x 4 x 128 x 2 x 28"
+run kvcalc -m llama-3.1-405b --json
+expect_field kv_bytes_per_token 516096 "Llama-3.1-405B: 2 x 8 x 128 x 2 x 126"
+run kvcalc -m llama-3-8b --kv-heads 1 --json
+expect_field kv_bytes_per_token 16384 "MQA: 2 x 1 x 128 x 2 x 32"
+# sliding windows: Mistral stops at 4096 tokens; Gemma-2 on alternate layers
+run kvcalc -m mistral-7b -s 8192 --gpu h100 --json
+expect_field kv_bytes_per_seq 536870912 "Mistral-7B at 8192 tokens holds 4096: 131,072 x 4096"
+expect_field max_context null "a sliding-only model's context is unbounded"
+run kvcalc -m gemma-2-9b -s 8192 --json
+expect_field kv_bytes_per_seq 2113929216 "Gemma-2-9B: 21 x 8192 x 8192 + 21 x 8192 x 4096"
+# MoE: all experts' weights, attention-only KV
+run kvcalc -m mixtral-8x7b --json
+expect_field weight_bytes 93405585408 "Mixtral-8x7B f16 weights: 2 x 46,702,792,704"
+expect_field kv_bytes_per_token 131072 "Mixtral KV as a dense 32-layer GQA model"
+expect_field n_params_active 12879925248 "Mixtral active params 12.9B"
+# KV formats
+run kvcalc -m llama-3-8b --kv-dtype fp8 --json
+expect_field kv_bytes_per_token 65536 "fp8 KV halves the bytes"
+run kvcalc -m llama-3-8b --kv-dtype int8 -s 4096 --json
+# data 65536 x 4096 + one f32 scale per head (16) per layer (32) per block (256)
+expect_field kv_alloc_bytes_per_seq 268959744 "int8 KV counts its per-block scales"
+
+# ---- splits ----
+run kvcalc -m llama-3-70b --gpu h100 --tp 4 -s 4096 --json
+expect_field kv_heads_per_gpu 2 "tp 4: 2 of 8 KV heads a GPU"
+expect_field kv_bytes_per_token_per_gpu 81920 "tp 4: a quarter of the KV"
+expect_field gpus 4 "tp 4 alone means 4 GPUs"
+run kvcalc -m llama-3-70b --gpu h100 --tp 16 -s 4096 --json
+expect_field kv_heads_per_gpu 1 "tp 16 > 8 KV heads: one head a GPU, replicated"
+expect_field kv_bytes_per_token_per_gpu 40960 "tp 16: per-GPU KV stops shrinking at one head"
+run kvcalc -m llama-3-70b --gpu h100 --gpus 8 -s 4096 --json
+expect_field tp 8 "--gpus 8 alone: tp 8"
+run kvcalc -m llama-3-70b --gpu h100 --tp 2 --gpus 8 -s 4096 --json
+expect_field replicas 4 "tp 2 on 8 GPUs: 4 replicas"
+run kvcalc -m llama-3-70b --gpu h200 --pp 2 -s 4096 --json
+expect_out_has '"stages":[{"layer_begin":0,"layer_end":40' "pp 2: stages of 40 layers"
+expect_field kv_bytes_per_token_per_gpu 163840 "pp 2: half the layers' KV a GPU"
+# ---- blocks ----
+run kvcalc -m llama-3-8b -s 1000 --json
+expect_field kv_alloc_bytes_per_seq 132120576 "1000 tokens take 63 blocks of 16 = 1008 tokens"
+expect_field kv_waste_bytes_per_seq 1048576 "8 empty slots x 131,072"
+run kvcalc -m llama-3-8b -s 1000 --block-size 256 --json
+expect_field kv_alloc_bytes_per_seq 134217728 "block 256: 1024 tokens"
+
+# ---- the README question: 8k conversations, H200, Llama-3-8B fp8 weights and KV ----
+run kvcalc --model llama-3-8b --gpu h200 --weight-dtype fp8 --kv-dtype fp8 --seq-len 8192 --json
+expect_status 0 "the README one-liner runs"
+expect_field max_seqs 232 "232 conversations of 8k tokens fit"
+expect_field fits true "it fits"
+run kvcalc --model llama-3-8b --gpu h200 --weight-dtype fp8 --kv-dtype fp8 --seq-len 8192
+expect_out_has "sequences of 8192 tokens at once: 232" "the report says so in words"
+expect_out_has "GiB" "the report gives GiB"
+run kvcalc -m llama-3-70b --gpu rtx-4090 -s 4096 --json
+expect_field fits false "70B in f16 does not fit a 24GB card"
+expect_field max_seqs 0 "... so no sequences"
+
+# ---- sweeps ----
+run kvcalc -m llama-3-8b --gpu h100 --seq-len 1024:4096:1024 --json
+expect_status 0 "sweep runs"
+n=$(wc -l <"$OUT")
+if [ "$n" -eq 4 ]; then pass "1024:4096:1024 gives 4 JSON lines"; else fail "sweep gave $n lines"; fi
+run kvcalc -m llama-3-8b --gpu h100 --batch 1:64:x2 --tsv
+n=$(wc -l <"$OUT")
+if [ "$n" -eq 8 ]; then pass "1:64:x2 gives a header and 7 TSV rows"; else fail "tsv sweep gave $n lines"; fi
+expect_out_has "max_seqs" "the TSV header names its columns"
+run kvcalc -m llama-3-8b --gpu h100 --seq-len 2048:4096:2048 --tp 1:2:1 --json
+n=$(wc -l <"$OUT")
+if [ "$n" -eq 4 ]; then pass "two swept options multiply"; else fail "2 x 2 sweep gave $n lines"; fi
+run kvcalc -m llama-3-8b --gpu-mem 40G:80G:20G -s 4096
+expect_status 0 "a human sweep table"
+expect_out_has "max_seqs" "the sweep table has a header"
+
+# ---- fragmentation ----
+# all lengths 1000 on block 16: floor(blocks / 63) sequences; contiguous 4096 reservations fit max_seqs
+run kvcalc -m llama-3-8b --gpu h100 -s 4096 --lengths uniform:1000:1000 --json
+expect_status 0 "simulation runs"
+blocks=$(jf kv_blocks)
+maxs=$(jf max_seqs)
+paged=$(sed -n 's/.*"scheme":"paged","block_size":16,"seqs":\([0-9]*\).*/\1/p' "$OUT")
+contig=$(sed -n 's/.*"scheme":"contiguous","block_size":0,"seqs":\([0-9]*\).*/\1/p' "$OUT")
+if [ -n "$blocks" ] && [ "$paged" = "$((blocks / 63))" ]; then pass "equal lengths: paged seqs = blocks / 63"; else fail "paged $paged vs blocks $blocks / 63"; fi
+if [ -n "$maxs" ] && [ "$contig" = "$maxs" ]; then pass "contiguous reservation = max_seqs at 4096"; else fail "contiguous $contig vs $maxs"; fi
+run kvcalc -m llama-3-8b --gpu h100 -s 4096 --lengths lognormal:6:1 --seed 7 --json
+cp "$OUT" "$T/a"
+run kvcalc -m llama-3-8b --gpu h100 -s 4096 --lengths lognormal:6:1 --seed 7 --json
+expect_true "same seed, same simulation" cmp -s "$OUT" "$T/a"
+run kvcalc -m llama-3-8b --gpu h100 -s 4096 --lengths lognormal:6:1 --seed 8 --json
+expect_true "another seed, another simulation" sh -c "! cmp -s '$OUT' '$T/a'"
+printf '100\n200\n# comment\n300\n' >"$T/lens"
+run kvcalc -m llama-3-8b --gpu h100 -s 4096 --lengths "$T/lens" --shared-prefix 64
+expect_status 0 "lengths from a file, with a shared prefix"
+expect_out_has "paged 16" "the report lists block 16"
+expect_out_has "contiguous" "and the contiguous scheme"
+expect_out_has "saved" "and what the prefix saved"
+
+# ---- lists ----
+run kvcalc --list-models
+for m in smollm2-135m llama-3-8b llama-3-70b llama-3.1-405b mistral-7b mixtral-8x7b qwen2.5-7b qwen2.5-72b gemma-2-9b deepseek-v3; do
+    expect_out_has "$m" "--list-models has $m"
+done
+run kvcalc --list-gpus
+for g in h100-sxm h100-pcie h200 a100-40 a100-80 l40s rtx-4090 b200; do
+    expect_out_has "$g" "--list-gpus has $g"
+done
+
+# ---- HF config.json ----
+mkdir -p "$T/hf"
+cat >"$T/hf/config.json" <<'EOF'
+{"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+ "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 14336,
+ "max_position_embeddings": 8192, "rope_theta": 500000.0, "rms_norm_eps": 1e-05}
+EOF
+run kvcalc -m "$T/hf" -s 4096 --json
+expect_status 0 "an HF folder reads"
+expect_field kv_bytes 536870912 "HF Llama-3-8B shape: 131,072 x 4096"
+expect_field n_params 8030261248 "and its parameter count"
+run kvcalc -m "$T/hf/config.json" --json
+expect_field seq_len 8192 "seq-len defaults to the model's context"
+
+# DeepSeek-V3's config.json: MLA, 256 experts, q low rank; same figures as the preset
+cat >"$T/ds.json" <<'EOF'
+{"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+ "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1,
+ "n_routed_experts": 256, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "kv_lora_rank": 512,
+ "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "vocab_size": 129280,
+ "max_position_embeddings": 163840, "rope_theta": 10000, "rms_norm_eps": 1e-06, "tie_word_embeddings": false}
+EOF
+run kvcalc -m "$T/ds.json" --json
+expect_status 0 "DeepSeek-V3 config.json reads"
+expect_field kv_bytes_per_token 70272 "DeepSeek-V3 from HF: 70,272 B/token"
+run kvcalc -m deepseek-v3 --json
+want=$(jf n_params)
+run kvcalc -m "$T/ds.json" --json
+expect_field n_params "$want" "DeepSeek-V3 from HF: the preset's parameter count"
+
+# ---- usage errors: exit 2 ----
+run kvcalc --model llama-3-8b --frobnicate
+expect_status 2 "unknown option exits 2"
+run kvcalc --model llama-3-8b --block-size 0
+expect_status 2 "--block-size 0 exits 2"
+expect_err_has "block-size" "and names the option"
+run kvcalc --model llama-3-8b --block-size 24
+expect_status 2 "--block-size 24 (not a power of two) exits 2"
+run kvcalc --model llama-3-8b --gpu-mem -5G
+expect_status 2 "negative --gpu-mem exits 2"
+run kvcalc --model llama-3-8b --seq-len -1
+expect_status 2 "negative --seq-len exits 2"
+run kvcalc --model llama-3-8b --gpu h100 --gpu-util 2
+expect_status 2 "--gpu-util 2 exits 2"
+expect_err_has "gpu-util" "and names the option"
+run kvcalc --model llama-3-8b --gpu h100 --tp 4 --gpus 6
+expect_status 2 "--gpus not a multiple of tp exits 2"
+run kvcalc --model no-such-model
+expect_status 2 "an unknown preset exits 2"
+expect_err_has "list-models" "and points at --list-models"
+run kvcalc --model llama-3-8b --gpu tpu-v9
+expect_status 2 "an unknown GPU exits 2"
+run kvcalc --model llama-3-8b --kv-dtype q4_0
+expect_status 2 "an unknown KV dtype exits 2"
+run kvcalc --model llama-3-8b --seq-len 10:1:1
+expect_status 2 "a backwards sweep exits 2"
+run kvcalc --model llama-3-8b --lengths uniform:1:10
+expect_status 2 "--lengths without a GPU exits 2"
+run kvcalc
+expect_status 2 "no model exits 2"
+
+# ---- runtime errors: exit 1, one clear line naming the file ----
+run kvcalc --model "$T/missing.gguf"
+expect_status 1 "a missing model file exits 1"
+expect_err_has "missing.gguf" "and names the file"
+printf 'hello, not a model\n' >"$T/junk.bin"
+run kvcalc --model "$T/junk.bin"
+expect_status 1 "a file that is not a model exits 1"
+expect_err_has "junk.bin" "and names it"
+expect_err_one_line "in one line"
+printf 'GGUF\003\000\000\000' >"$T/short.gguf"
+run kvcalc --model "$T/short.gguf"
+expect_status 1 "a truncated GGUF exits 1"
+expect_err_has "short.gguf" "and names it"
+mkdir -p "$T/empty"
+run kvcalc --model "$T/empty"
+expect_status 1 "a folder without config.json exits 1"
+if [ "$(id -u)" != 0 ]; then
+    printf '{}' >"$T/unreadable.json"
+    chmod 000 "$T/unreadable.json"
+    run kvcalc --model "$T/unreadable.json"
+    expect_status 1 "an unreadable file exits 1"
+fi
+
+done_testing

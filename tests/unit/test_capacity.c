@@ -1,0 +1,562 @@
+/* test_capacity.c - the memory model against hand-computed values.
+ *
+ * Every expected number below is worked out in the comment beside it from the
+ * model's published shape, so a failure says which rule broke. */
+#include "capacity.h"
+#include "presets.h"
+#include "stream.h"
+#include "tensor.h"
+#include "unit.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static kvp_cap_params preset(const char *name)
+{
+    kvp_cap_params p;
+    kvp_cap_params_init(&p);
+    const kvp_model_preset *m = kvp_preset_model_find(name);
+    CHECK_MSG(m != NULL, "no preset %s", name);
+    if (m) {
+        p.cfg = m->cfg;
+        p.q_lora_rank = m->q_lora_rank;
+    }
+    p.gpu_mem_bytes = 80ull << 30;
+    return p;
+}
+
+static kvp_cap_result compute(const kvp_cap_params *p)
+{
+    kvp_cap_result r;
+    kvp_err err = {0};
+    int rc = kvp_cap_compute(p, &r, &err);
+    CHECK_MSG(rc == 0, "compute: %s", err.msg);
+    return r;
+}
+
+static void test_presets(void)
+{
+    CHECK(kvp_preset_model_find("Llama-3-70B") != NULL);
+    CHECK(kvp_preset_model_find("llama3_70b") == kvp_preset_model_find("llama-3-70b"));
+    CHECK(kvp_preset_model_find("llama-3-7b") == NULL);
+    CHECK(kvp_preset_gpu_find("H200") != NULL);
+    CHECK(kvp_preset_gpu_find("h200-sxm") == kvp_preset_gpu_find("h200"));
+    CHECK(kvp_preset_gpu_find("4090") == kvp_preset_gpu_find("rtx-4090"));
+    CHECK(kvp_preset_gpu_find("a100-40") != kvp_preset_gpu_find("a100-80"));
+    CHECK(kvp_preset_gpu_find("tpu") == NULL);
+    /* every FACTS.md model is present */
+    const char *need[] = {"smollm2-135m", "llama-3-8b", "llama-3-70b", "llama-3.1-405b", "mistral-7b",
+                          "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-72b", "gemma-2-9b", "deepseek-v3"};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        CHECK_MSG(kvp_preset_model_find(need[i]) != NULL, "%s", need[i]);
+    const char *gpus[] = {"h100-sxm", "h100-pcie", "h200", "a100-40", "a100-80", "l40s", "rtx-4090", "b200"};
+    for (size_t i = 0; i < sizeof gpus / sizeof gpus[0]; i++)
+        CHECK_MSG(kvp_preset_gpu_find(gpus[i]) != NULL, "%s", gpus[i]);
+}
+
+/* Parameter counts from the shapes, against the published totals. */
+static void test_params(void)
+{
+    static const struct { const char *name; uint64_t total, active; } want[] = {
+        /* embd 49152x576 (tied) + 30 x (q,o 576^2 + k,v 576x192 + 3x576x1536 + 2 norms) + norm */
+        {"smollm2-135m", 134515008, 0},
+        {"llama-3-8b", 8030261248ull, 0},
+        {"llama-3-70b", 70553706496ull, 0},
+        {"llama-3.1-405b", 405853388800ull, 0},
+        {"mistral-7b", 7241732096ull, 0},
+        /* 32 x (8 experts x 3 x 4096 x 14336 + router 4096x8 + attention + norms) + 2 x 32000x4096 */
+        {"mixtral-8x7b", 46702792704ull, 12879925248ull},
+        {"qwen2.5-7b", 7615616512ull, 0},
+        {"qwen2.5-72b", 72706203648ull, 0},
+        {"gemma-2-9b", 9241705984ull, 0},
+        /* 61 MLA layers 187,107,328 + norms, 3 dense FFN 396,361,728, 58 MoE layers of 257 experts
+         * x 44,040,192 + router 1,835,008, untied 129280x7168 embeddings: 671.0B (37.6B active) */
+        {"deepseek-v3", 671026404352ull, 37552282624ull},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const kvp_model_preset *m = kvp_preset_model_find(want[i].name);
+        uint64_t total = 0, active = 0;
+        kvp_cap_param_count(&m->cfg, m->q_lora_rank, &total, &active);
+        CHECK_MSG(total == want[i].total, "%s: %" PRIu64 " != %" PRIu64, want[i].name, total, want[i].total);
+        if (want[i].active)
+            CHECK_MSG(active == want[i].active, "%s active: %" PRIu64 " != %" PRIu64, want[i].name, active,
+                      want[i].active);
+    }
+}
+
+/* The done-when figures: Llama-3-70B, 4096 tokens, fp16. */
+static void test_llama70b(void)
+{
+    kvp_cap_params p = preset("llama-3-70b");
+    p.seq_len = 4096;
+    kvp_cap_result r = compute(&p);
+    CHECK_EQ_U64(r.kv_bytes_per_token, 327680); /* 2 x 8 x 128 x 2 x 80 */
+    CHECK_EQ_U64(r.kv_bytes, 1342177280ull);
+    CHECK_EQ_U64(r.kv_alloc_bytes, 1342177280ull); /* 4096 is 256 whole blocks */
+    /* the all-heads mistake: 64 KV heads are 8x the bytes over 80 layers */
+    p.cfg.n_head_kv = 64;
+    r = compute(&p);
+    CHECK_EQ_U64(r.kv_bytes, 10737418240ull);
+    /* the widely quoted 4,294,967,296 (2^32) is 64 heads over 32 layers:
+     * 2 x 64 x 128 x 2 x 32 x 4096; reproduced only when asked for */
+    p.cfg.n_layer = 32;
+    r = compute(&p);
+    CHECK_EQ_U64(r.kv_bytes, 4294967296ull);
+    p.batch = 128;
+    r = compute(&p);
+    CHECK_EQ_U64(r.kv_bytes, 549755813888ull);
+}
+
+static void test_kv_per_token(void)
+{
+    static const struct { const char *name; uint64_t bytes; } want[] = {
+        {"smollm2-135m", 23040},  {"llama-3-8b", 131072},  {"llama-3-70b", 327680}, {"llama-3.1-405b", 516096},
+        {"mistral-7b", 131072},   {"mixtral-8x7b", 131072}, {"qwen2.5-7b", 57344},  {"qwen2.5-72b", 327680},
+        {"deepseek-v3", 70272}, /* MLA: (512 + 64) x 61 x 2 */
+        {"gemma-2-9b", 344064}, /* 2 x 8 x 256 x 2 x 42, before windows */
+        {"llama-2-7b", 524288}, /* MHA: 2 x 32 x 128 x 2 x 32 */
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        kvp_cap_params p = preset(want[i].name);
+        kvp_cap_result r = compute(&p);
+        CHECK_MSG(r.kv_bytes_per_token == want[i].bytes, "%s: %" PRIu64 " != %" PRIu64, want[i].name,
+                  r.kv_bytes_per_token, want[i].bytes);
+    }
+    /* MQA: one KV head */
+    kvp_cap_params p = preset("llama-3-8b");
+    p.cfg.n_head_kv = 1;
+    CHECK_EQ_U64(compute(&p).kv_bytes_per_token, 2 * 1 * 128 * 2 * 32);
+}
+
+static void test_kv_dtypes(void)
+{
+    kvp_err err = {0};
+    kvp_cap_params p = preset("llama-3-8b");
+    p.seq_len = 4096;
+    CHECK(kvp_cap_kv_fmt("fp8", &p.kv_fmt, &err) == 0);
+    kvp_cap_result r = compute(&p);
+    CHECK_EQ_U64(r.kv_bytes_per_token, 65536);
+    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, 65536ull * 4096);
+    /* int8: data halves, plus an f32 scale per head (16 vectors) per layer per block */
+    CHECK(kvp_cap_kv_fmt("int8", &p.kv_fmt, &err) == 0);
+    r = compute(&p);
+    CHECK_EQ_U64(r.kv_bytes_per_token, 65536);
+    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, 65536ull * 4096 + 256ull * 32 * 16 * 4);
+    CHECK_EQ_U64(r.kv_bytes_per_seq, 65536ull * 4096);
+    CHECK(kvp_cap_kv_fmt("int4", &p.kv_fmt, &err) == 0);
+    CHECK_EQ_U64(compute(&p).kv_bytes_per_token, 32768);
+    /* fp4: NVFP4 blocks of 16 values in 9 bytes: 128 -> 72 bytes a vector */
+    CHECK(kvp_cap_kv_fmt("fp4", &p.kv_fmt, &err) == 0);
+    CHECK_EQ_U64(compute(&p).kv_bytes_per_token, 16 * 72 * 32);
+    CHECK(kvp_cap_kv_fmt("bf16", &p.kv_fmt, &err) == 0);
+    CHECK_EQ_U64(compute(&p).kv_bytes_per_token, 131072);
+    CHECK(kvp_cap_kv_fmt("q4_0", &p.kv_fmt, &err) == KVP_EINVAL);
+}
+
+static void test_weight_formats(void)
+{
+    kvp_err err = {0};
+    kvp_cap_fmt f;
+    /* GGUF types: exact block bytes, 4096 x 4096 */
+    CHECK(kvp_cap_weight_fmt("q4_1", &f, &err) == 0);
+    CHECK_EQ_U64(kvp_cap_fmt_bytes(&f, 4096, 4096), 4096ull * 128 * 20);
+    CHECK(kvp_cap_weight_fmt("Q8_0", &f, &err) == 0);
+    CHECK_EQ_U64(kvp_cap_fmt_bytes(&f, 4096, 4096), 4096ull * 128 * 34);
+    CHECK(kvp_cap_weight_fmt("q4_k", &f, &err) == 0);
+    CHECK_EQ_U64(kvp_cap_fmt_bytes(&f, 4096, 4096), 4096ull * 16 * 144);
+    CHECK(kvp_cap_weight_fmt("q5_k", &f, &err) == 0);
+    CHECK_EQ_U64(kvp_cap_fmt_bytes(&f, 4096, 4096), 4096ull * 16 * 176);
+    const kvp_dtype_traits *tr = kvp_dtype_get(KVP_DTYPE_Q6_K);
+    CHECK(kvp_cap_weight_fmt("q6_k", &f, &err) == 0);
+    CHECK(tr && f.block_bytes == (uint32_t)tr->block_bytes && f.block_elems == (uint32_t)tr->block_size);
+    /* int4 group 128: half a byte each plus an f16 scale per 128 */
+    CHECK(kvp_cap_weight_fmt("int4", &f, &err) == 0);
+    CHECK_EQ_U64(kvp_cap_fmt_bytes(&f, 4096, 4096), 4096ull * 2048 + 4096ull * 32 * 2);
+    CHECK(kvp_cap_weight_fmt("int4-g32", &f, &err) == 0);
+    CHECK_EQ_U64(kvp_cap_fmt_bytes(&f, 4096, 4096), 4096ull * 2048 + 4096ull * 128 * 2);
+    /* int8 per channel: one f32 per row */
+    CHECK(kvp_cap_weight_fmt("int8", &f, &err) == 0);
+    CHECK_EQ_U64(kvp_cap_fmt_bytes(&f, 4096, 4096), 4096ull * 4096 + 4096 * 4);
+    /* fp8: one f32 per tensor */
+    CHECK(kvp_cap_weight_fmt("fp8", &f, &err) == 0);
+    CHECK_EQ_U64(kvp_cap_fmt_bytes(&f, 4096, 4096), 4096ull * 4096 + 4);
+    CHECK(kvp_cap_weight_fmt("nvfp4", &f, &err) == 0);
+    CHECK_EQ_U64(kvp_cap_fmt_bytes(&f, 4096, 4096), 4096ull * 256 * 9 + 4);
+    CHECK(kvp_cap_weight_fmt("mxfp4", &f, &err) == 0);
+    CHECK_EQ_U64(kvp_cap_fmt_bytes(&f, 4096, 4096), 4096ull * 128 * 17);
+    CHECK(kvp_cap_weight_fmt("bf16", &f, &err) == 0 && kvp_cap_fmt_is_float(&f));
+    CHECK(kvp_cap_weight_fmt("int3", &f, &err) == KVP_EINVAL);
+
+    /* SmolLM2 in Q4_1 matrices, Q8_0 embeddings, f32 norms: the real GGUF's
+     * layout; 30 x (2 x 576^2 + 2 x 576 x 192 + 3 x 576 x 1536) Q4_1 weights */
+    kvp_cap_params p = preset("smollm2-135m");
+    CHECK(kvp_cap_weight_fmt("q4_1", &p.weight_fmt, &err) == 0);
+    CHECK(kvp_cap_weight_fmt("q8_0", &p.embed_fmt, &err) == 0);
+    kvp_cap_result r = compute(&p);
+    uint64_t lin = 30ull * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536) / 32 * 20;
+    uint64_t emb = 49152ull * 576 / 32 * 34;
+    uint64_t norms = 61ull * 576 / 32 * 34; /* norms in the embedding format here */
+    CHECK_EQ_U64(r.weight_bytes, lin + emb + norms);
+}
+
+/* Sliding windows: Mistral (every layer) and Gemma-2 (every other layer). */
+static void test_sliding(void)
+{
+    kvp_cap_params p = preset("mistral-7b");
+    p.seq_len = 8192;
+    kvp_cap_result r = compute(&p);
+    CHECK_EQ_U64(r.kv_bytes_per_seq, 131072ull * 4096); /* stops at the 4096 window */
+    /* tokens 4096..8191 span blocks 256..511: exactly 256 blocks */
+    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, 131072ull * 4096);
+    p.seq_len = 8200; /* window [4104, 8200): blocks 256 (4096..4111) .. 512: 257 blocks */
+    r = compute(&p);
+    CHECK_EQ_U64(r.kv_bytes_per_seq, 131072ull * 4096);
+    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, 131072ull * 16 * 257);
+    CHECK(r.max_context == -1); /* memory stops growing */
+    CHECK_EQ_U64(kvp_cap_layer_blocks(100, 16, 0), 7);
+    CHECK_EQ_U64(kvp_cap_layer_blocks(100, 16, 200), 7);
+    CHECK_EQ_U64(kvp_cap_layer_blocks(100, 16, 32), 3);  /* tokens 68..99: blocks 4..6 */
+    CHECK_EQ_U64(kvp_cap_layer_blocks(100, 16, 36), 3);  /* tokens 64..99: blocks 4..6 */
+    CHECK_EQ_U64(kvp_cap_layer_blocks(100, 16, 37), 4);  /* tokens 63..99: blocks 3..6 */
+
+    p = preset("gemma-2-9b");
+    CHECK(kvp_cap_layer_is_sliding(&p.cfg, 0) && !kvp_cap_layer_is_sliding(&p.cfg, 1));
+    p.seq_len = 8192;
+    r = compute(&p);
+    uint64_t per_layer_tok = 2 * 8 * 256 * 2; /* 8192 bytes */
+    CHECK_EQ_U64(r.kv_bytes_per_seq, 21 * per_layer_tok * 8192 + 21 * per_layer_tok * 4096);
+    p.seq_len = 2048; /* inside the window every layer holds everything */
+    CHECK_EQ_U64(compute(&p).kv_bytes_per_seq, 42 * per_layer_tok * 2048);
+}
+
+static void test_mla_moe(void)
+{
+    kvp_cap_params p = preset("deepseek-v3");
+    p.seq_len = 1000;
+    kvp_cap_result r = compute(&p);
+    CHECK_EQ_U64(r.kv_vector_elems, 576);
+    CHECK_EQ_U64(r.kv_bytes_per_seq, 70272ull * 1000);
+    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, 70272ull * 1008); /* 63 blocks of 16 */
+    /* MLA latent is replicated under TP: per-GPU KV does not shrink */
+    p.tp = p.gpus = 8;
+    r = compute(&p);
+    CHECK_EQ_U64(r.stage[0].kv_bytes_per_token, 70272);
+    /* MoE: KV of attention only, same as a dense model of that attention */
+    kvp_cap_params m = preset("mixtral-8x7b");
+    kvp_cap_params d = preset("mistral-7b");
+    d.cfg.sliding_window = 0;
+    CHECK_EQ_U64(compute(&m).kv_bytes_per_token, compute(&d).kv_bytes_per_token);
+    /* experts' weights all count: Mixtral f16 = 2 bytes x params */
+    CHECK_EQ_U64(compute(&m).weight_bytes, 2 * 46702792704ull);
+}
+
+static void test_tp_pp(void)
+{
+    kvp_cap_params p = preset("llama-3-70b");
+    p.seq_len = 4096;
+    p.tp = p.gpus = 4;
+    kvp_cap_result r = compute(&p);
+    CHECK_EQ_U64(r.kv_heads_per_gpu, 2);
+    CHECK_EQ_U64(r.stage[0].kv_bytes_per_token, 327680 / 4);
+    /* tp 16 > 8 KV heads: each GPU keeps one head (replicated twice) */
+    p.tp = p.gpus = 16;
+    r = compute(&p);
+    CHECK_EQ_U64(r.kv_heads_per_gpu, 1);
+    CHECK_EQ_U64(r.stage[0].kv_bytes_per_token, 327680 / 8);
+    /* weights at tp 2: every matrix halves; norms replicate.
+     * per layer: 855,638,016 matrix params / 2 + 16384 norms; embed + lm_head halve; final norm whole */
+    p.tp = p.gpus = 2;
+    r = compute(&p);
+    uint64_t want = 2 * (80ull * (855638016ull / 2 + 16384) + 2 * 1050673152ull / 2 + 8192);
+    CHECK_EQ_U64(r.stage[0].weight_bytes, want);
+    /* pp 2: 40 layers a stage; embeddings on stage 0, lm_head + norm on stage 1 */
+    p.tp = 1;
+    p.pp = p.gpus = 2;
+    r = compute(&p);
+    CHECK_EQ_U64(r.n_stages, 2);
+    CHECK_EQ_U64(r.stage[0].layer_end, 40);
+    CHECK_EQ_U64(r.stage[0].kv_bytes_per_token, 327680 / 2);
+    CHECK_EQ_U64(r.stage[0].weight_bytes, 2 * (40ull * 855654400 + 1050673152));
+    CHECK_EQ_U64(r.stage[1].weight_bytes, 2 * (40ull * 855654400 + 1050673152 + 8192));
+    /* pp 3 over 80 layers: 26, 27, 27 */
+    p.pp = p.gpus = 3;
+    r = compute(&p);
+    CHECK_EQ_U64(r.stage[0].layer_end - r.stage[0].layer_begin, 26);
+    CHECK_EQ_U64(r.stage[2].layer_end - r.stage[2].layer_begin, 27);
+    /* tied embeddings with pp: the last stage carries a copy */
+    kvp_cap_params s = preset("smollm2-135m");
+    s.pp = s.gpus = 2;
+    r = compute(&s);
+    /* 15 layers + the table each; the last also the output norm */
+    CHECK_EQ_U64(r.stage[1].weight_bytes, r.stage[0].weight_bytes + 576 * 2);
+    /* replicas */
+    p.pp = 1;
+    p.tp = 2;
+    p.gpus = 8;
+    r = compute(&p);
+    CHECK_EQ_U64(r.replicas, 4);
+    CHECK_EQ_U64(r.max_seqs_total, 4 * r.max_seqs);
+}
+
+static void test_blocks_capacity(void)
+{
+    kvp_cap_params p = preset("llama-3-8b");
+    p.seq_len = 1000; /* 63 blocks of 16 = 1008 tokens */
+    kvp_cap_result r = compute(&p);
+    CHECK_EQ_U64(r.kv_bytes_per_seq, 131072ull * 1000);
+    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, 131072ull * 1008);
+    CHECK_EQ_U64(r.kv_waste_bytes_per_seq, 131072ull * 8);
+    p.block_size = 256; /* 4 blocks = 1024 tokens */
+    r = compute(&p);
+    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, 131072ull * 1024);
+    /* capacity: fix memory so the answer is exact.  Allowance: 1 GiB +
+     * activations; give exactly room for 10 blocks of 16 tokens after them. */
+    p.block_size = 16;
+    p.gpu_util = 1.0;
+    p.gpu_mem_bytes = 0;
+    r = compute(&p);
+    uint64_t fixed = r.stage[0].weight_bytes + p.overhead_bytes + r.stage[0].activation_bytes;
+    p.gpu_mem_bytes = fixed + 10 * 16 * 131072ull + 5;
+    r = compute(&p);
+    CHECK_EQ_I64(r.stage[0].kv_free_bytes, 10 * 16 * 131072ll + 5);
+    CHECK_EQ_U64(r.stage[0].n_blocks, 10);
+    p.seq_len = 33; /* 3 blocks each: 3 sequences */
+    r = compute(&p);
+    CHECK_EQ_U64(r.max_seqs, 3);
+    p.batch = 2;
+    r = compute(&p);
+    CHECK_EQ_I64(r.max_context, 80); /* 5 blocks each */
+    CHECK(r.fits && r.batch_fits);
+    p.batch = 4;
+    r = compute(&p);
+    CHECK(r.fits && !r.batch_fits);
+    p.gpu_mem_bytes = fixed - 1;
+    r = compute(&p);
+    CHECK(!r.fits && r.max_seqs == 0 && r.stage[0].kv_free_bytes < 0);
+}
+
+static void test_roofline(void)
+{
+    kvp_cap_params p = preset("llama-3-8b");
+    p.gpu_bw = 1e12;
+    p.seq_len = 1024;
+    p.batch = 1;
+    kvp_cap_result r = compute(&p);
+    uint64_t bytes = r.stage[0].weight_bytes + 131072ull * 1024;
+    CHECK_EQ_U64(r.decode_bytes_per_step, bytes);
+    CHECK_NEAR(r.decode_tokens_per_s, 1e12 / (double)bytes, 1e-6);
+    p.gpu_bw = 0;
+    CHECK(compute(&p).decode_tokens_per_s == 0);
+}
+
+static void test_errors(void)
+{
+    kvp_err err = {0};
+    kvp_cap_result r;
+    kvp_cap_params p = preset("llama-3-8b");
+    p.block_size = 24;
+    CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL && strstr(err.msg, "block-size"));
+    p = preset("llama-3-8b");
+    p.gpu_util = 1.5;
+    CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL && strstr(err.msg, "gpu-util"));
+    p = preset("llama-3-8b");
+    p.tp = 4;
+    p.gpus = 2;
+    CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL && strstr(err.msg, "gpus"));
+    p = preset("llama-3-8b");
+    p.pp = p.gpus = 33;
+    CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL && strstr(err.msg, "pp"));
+    p = preset("llama-3-8b");
+    p.cfg.n_layer = 0;
+    CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL && strstr(err.msg, "layers"));
+}
+
+static int plain_num(const char *s, double *out)
+{
+    char *e;
+    *out = strtod(s, &e);
+    return e == s || *e ? -1 : 0;
+}
+
+static void test_sweep(void)
+{
+    kvp_err err = {0};
+    double v[64];
+    size_t n;
+    CHECK(kvp_cap_sweep_parse("1024:4096:1024", plain_num, v, 64, &n, &err) == 0);
+    CHECK(n == 4 && v[0] == 1024 && v[3] == 4096);
+    CHECK(kvp_cap_sweep_parse("1:64:x2", plain_num, v, 64, &n, &err) == 0);
+    CHECK(n == 7 && v[6] == 64);
+    CHECK(kvp_cap_sweep_parse("0.5:0.9:0.1", plain_num, v, 64, &n, &err) == 0);
+    CHECK(n == 5 && fabs(v[4] - 0.9) < 1e-12);
+    CHECK(kvp_cap_sweep_parse("7", plain_num, v, 64, &n, &err) == 0 && n == 1 && v[0] == 7);
+    CHECK(kvp_cap_sweep_parse("1:10:3", plain_num, v, 64, &n, &err) == 0 && n == 4 && v[3] == 10);
+    CHECK(kvp_cap_sweep_parse("4:1:1", plain_num, v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:4:0", plain_num, v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:4:x1", plain_num, v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:4", plain_num, v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:1000:1", plain_num, v, 64, &n, &err) == KVP_ELIMIT);
+}
+
+static void test_rng(void)
+{
+    kvp_cap_rng a, b;
+    kvp_cap_rng_seed(&a, 42);
+    kvp_cap_rng_seed(&b, 42);
+    int same = 1;
+    for (int i = 0; i < 100; i++)
+        same &= kvp_cap_rng_next(&a) == kvp_cap_rng_next(&b);
+    CHECK(same);
+    kvp_cap_rng_seed(&b, 43);
+    CHECK(kvp_cap_rng_next(&a) != kvp_cap_rng_next(&b));
+    /* moments of the normal generator */
+    double s = 0, s2 = 0;
+    int n = 200000;
+    for (int i = 0; i < n; i++) {
+        double x = kvp_cap_rng_normal(&a);
+        s += x;
+        s2 += x * x;
+    }
+    CHECK_NEAR(s / n, 0, 0.01);
+    CHECK_NEAR(s2 / n, 1, 0.02);
+}
+
+/* Fragmentation with closed-form answers. */
+static void test_sim(void)
+{
+    kvp_err err = {0};
+    kvp_cap_lengths d;
+    kvp_cap_sim_row rows[4];
+    uint32_t bs[3] = {16, 64, 256};
+    /* every length 1000: contiguous reservation of 4096 fits floor(M / 4096);
+     * block B fits floor(floor(M / B) / ceil(1000 / B)) */
+    CHECK(kvp_cap_lengths_parse(&d, "uniform:1000:1000", &err) == 0);
+    kvp_cap_sim_opts o = {.kv_bytes = 1000000, .bytes_per_token = 10, .max_len = 4096, .seed = 1};
+    CHECK(kvp_cap_simulate(&o, &d, bs, 3, rows, &err) == 0);
+    CHECK_EQ_U64(rows[0].seqs, 100000 / 4096);             /* 24 */
+    CHECK_EQ_U64(rows[0].waste_bytes, 24ull * 3096 * 10);
+    CHECK_EQ_U64(rows[1].seqs, (1000000 / 160) / 63);      /* 6250 blocks / 63 = 99 */
+    CHECK_EQ_U64(rows[1].waste_bytes, 99ull * 8 * 10);
+    CHECK_EQ_U64(rows[2].seqs, (1000000 / 640) / 16);      /* 1562 / 16 = 97 */
+    CHECK_EQ_U64(rows[3].seqs, (1000000 / 2560) / 4);      /* 390 / 4 = 97 */
+    CHECK_EQ_U64(rows[3].waste_bytes, 97ull * 24 * 10);
+    CHECK_EQ_U64(rows[1].seqs_shared, rows[1].seqs);       /* no prefix asked */
+
+    /* shared prefix of 512 tokens: 32 blocks of 16 shared, 31 own each;
+     * the first pays 63: 1 + floor((6250 - 63) / 31) = 200 */
+    o.shared_prefix = 512;
+    CHECK(kvp_cap_simulate(&o, &d, bs, 1, rows, &err) == 0);
+    CHECK_EQ_U64(rows[1].seqs_shared, 1 + (6250 - 63) / 31);
+    CHECK_EQ_U64(rows[1].saved_bytes, (rows[1].seqs_shared - 1) * 32 * 160);
+    o.shared_prefix = 0;
+
+    /* uniform 1..1024 with block 16: waste per sequence is uniform over
+     * 0..15 slots, mean 7.5 tokens; mean length 512.5 */
+    CHECK(kvp_cap_lengths_parse(&d, "uniform:1:1024", &err) == 0);
+    o.kv_bytes = 1000000000ull;
+    o.bytes_per_token = 1;
+    o.max_len = 1024;
+    CHECK(kvp_cap_simulate(&o, &d, bs, 1, rows, &err) == 0);
+    double mean_waste = (double)rows[1].waste_bytes / (double)rows[1].seqs;
+    double mean_len = (double)rows[1].tokens / (double)rows[1].seqs;
+    CHECK_MSG(rows[1].seqs > 1000000, "%" PRIu64, rows[1].seqs);
+    CHECK_NEAR(mean_waste, 7.5, 0.05);
+    CHECK_NEAR(mean_len, 512.5, 1.0);
+    /* deterministic for a seed, different for another */
+    kvp_cap_sim_row again[2];
+    CHECK(kvp_cap_simulate(&o, &d, bs, 1, again, &err) == 0);
+    CHECK(again[1].seqs == rows[1].seqs && again[1].waste_bytes == rows[1].waste_bytes);
+    o.seed = 2;
+    CHECK(kvp_cap_simulate(&o, &d, bs, 1, again, &err) == 0);
+    CHECK(again[1].tokens != rows[1].tokens);
+    kvp_cap_lengths_free(&d);
+
+    /* a lengths file, used cyclically */
+    char path[] = "/tmp/kvp-test-capacity-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "# two lengths\n16\n48\n");
+    fclose(f);
+    CHECK(kvp_cap_lengths_parse(&d, path, &err) == 0 && d.n_list == 2);
+    o = (kvp_cap_sim_opts){.kv_bytes = 16 * 8, .bytes_per_token = 1, .max_len = 64, .seed = 1};
+    CHECK(kvp_cap_simulate(&o, &d, bs, 1, rows, &err) == 0);
+    CHECK_EQ_U64(rows[1].seqs, 4); /* 1 + 3 + 1 + 3 = all 8 blocks; the fifth finds none */
+    CHECK_EQ_U64(rows[1].tokens, 128);
+    CHECK_EQ_U64(rows[1].waste_bytes, 0);
+    kvp_cap_lengths_free(&d);
+    f = fopen(path, "w");
+    fprintf(f, "16\n-3\n");
+    fclose(f);
+    CHECK(kvp_cap_lengths_parse(&d, path, &err) == KVP_EFORMAT && strstr(err.msg, "line 2"));
+    kvp_cap_lengths_free(&d);
+    unlink(path);
+    CHECK(kvp_cap_lengths_parse(&d, "uniform:5:2", &err) == KVP_EINVAL);
+    CHECK(kvp_cap_lengths_parse(&d, "normal:5", &err) == KVP_EINVAL);
+    CHECK(kvp_cap_lengths_parse(&d, "/nonexistent/lengths", &err) == KVP_EIO);
+}
+
+/* A KVP model file: its CONFIG record gives the shape. */
+static void test_load_kvp(void)
+{
+    kvp_err err = {0};
+    char path[] = "/tmp/kvp-test-capacity-kvp-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    const kvp_model_preset *m = kvp_preset_model_find("llama-3-8b");
+    kvp_meta meta;
+    kvp_meta_init(&meta);
+    CHECK(kvp_config_to_meta(&m->cfg, &meta) == 0);
+    kvp_out out;
+    kvp_writer *w = NULL;
+    kvp_writer_opts opts = {0};
+    opts.producer = "test_capacity";
+    int rc = kvp_out_open(&out, path, &err);
+    rc = rc ? rc : kvp_writer_open(&w, &out, &opts, &err);
+    rc = rc ? rc : kvp_write_meta(w, KVP_KIND_CONFIG, &meta, &err);
+    rc = rc ? rc : kvp_writer_finish(w, &err);
+    rc = rc ? rc : kvp_out_commit(&out, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    kvp_writer_free(w);
+    kvp_meta_free(&meta);
+    kvp_cap_model_file mf;
+    rc = kvp_cap_load_model(path, &mf, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    CHECK_STR(mf.kind, "kvp");
+    CHECK_EQ_U64(mf.cfg.n_layer, 32);
+    CHECK_EQ_U64(mf.cfg.n_head_kv, 8);
+    CHECK_EQ_U64(mf.cfg.head_dim, 128);
+    /* a stream with no CONFIG is not a model */
+    rc = kvp_out_open(&out, path, &err);
+    rc = rc ? rc : kvp_writer_open(&w, &out, &opts, &err);
+    rc = rc ? rc : kvp_writer_finish(w, &err);
+    rc = rc ? rc : kvp_out_commit(&out, &err);
+    kvp_writer_free(w);
+    CHECK(kvp_cap_load_model(path, &mf, &err) == KVP_ENOTFOUND && strstr(err.msg, "CONFIG"));
+    unlink(path);
+    CHECK(kvp_cap_load_model("/nonexistent/model.gguf", &mf, &err) == KVP_EIO);
+}
+
+int main(void)
+{
+    test_presets();
+    test_params();
+    test_llama70b();
+    test_kv_per_token();
+    test_kv_dtypes();
+    test_weight_formats();
+    test_sliding();
+    test_mla_moe();
+    test_tp_pp();
+    test_blocks_capacity();
+    test_roofline();
+    test_errors();
+    test_sweep();
+    test_rng();
+    test_sim();
+    test_load_kvp();
+    return unit_done();
+}
