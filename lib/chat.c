@@ -1,0 +1,113 @@
+/* chat.c - ChatML and Llama-3 prompt rendering (see chat.h). */
+#include "chat.h"
+
+#include <string.h>
+
+int kvp_chat_format_parse(const char *name, kvp_chat_format *f, kvp_err *err)
+{
+    if (name && !strcmp(name, "chatml")) {
+        *f = KVP_CHAT_CHATML;
+        return 0;
+    }
+    if (name && (!strcmp(name, "llama3") || !strcmp(name, "llama-3"))) {
+        *f = KVP_CHAT_LLAMA3;
+        return 0;
+    }
+    return kvp_err_set(err, KVP_EINVAL, "chat format \"%s\": unknown (chatml, llama3)", name ? name : "");
+}
+
+const char *kvp_chat_format_name(kvp_chat_format f)
+{
+    switch (f) {
+    case KVP_CHAT_CHATML: return "chatml";
+    case KVP_CHAT_LLAMA3: return "llama3";
+    }
+    return "?";
+}
+
+int kvp_chat_detect(const kvp_tokenizer *t, kvp_chat_format *f, kvp_err *err)
+{
+    if (kvp_tokenizer_find(t, "<|start_header_id|>", 19) >= 0 && kvp_tokenizer_find(t, "<|eot_id|>", 10) >= 0) {
+        *f = KVP_CHAT_LLAMA3;
+        return 0;
+    }
+    if (kvp_tokenizer_find(t, "<|im_start|>", 12) >= 0 && kvp_tokenizer_find(t, "<|im_end|>", 10) >= 0) {
+        *f = KVP_CHAT_CHATML;
+        return 0;
+    }
+    return kvp_err_set(err, KVP_ENOTFOUND,
+                       "the vocabulary has neither <|im_start|> (chatml) nor <|start_header_id|> (llama3): "
+                       "pick a chat format");
+}
+
+const char *kvp_chat_default_system(const kvp_meta *m, size_t *len)
+{
+    static const char open[] = "<|im_start|>system\n";
+    const char *tpl = kvp_meta_get_str(m, "tokenizer.chat_template");
+    if (!tpl)
+        return NULL;
+    const char *s = strstr(tpl, open);
+    if (!s)
+        return NULL;
+    s += sizeof open - 1;
+    const char *e = strstr(s, "<|im_end|>");
+    /* Only a literal message: one built from template variables is not ours to guess. */
+    if (!e || e == s || memchr(s, '{', (size_t)(e - s)) || memchr(s, '\'', (size_t)(e - s)))
+        return NULL;
+    *len = (size_t)(e - s);
+    return s;
+}
+
+static int chat_is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+static void chat_put_trimmed(kvp_buf *out, const char *s)
+{
+    size_t n = strlen(s);
+    while (n && chat_is_space(*s))
+        s++, n--;
+    while (n && chat_is_space(s[n - 1]))
+        n--;
+    kvp_buf_put(out, s, n);
+}
+
+static void chat_put(kvp_buf *out, const char *s) { kvp_buf_put(out, s, strlen(s)); }
+
+int kvp_chat_render(kvp_chat_format f, const kvp_chat_msg *msgs, size_t n, int add_generation, kvp_buf *out,
+                    kvp_err *err)
+{
+    if (f != KVP_CHAT_CHATML && f != KVP_CHAT_LLAMA3)
+        return kvp_err_set(err, KVP_EINVAL, "chat: format %d is not chatml or llama3", (int)f);
+    for (size_t i = 0; i < n; i++) {
+        if (!msgs[i].role || !msgs[i].role[0] || !msgs[i].content)
+            return kvp_err_set(err, KVP_EINVAL, "chat: message %zu has no %s", i,
+                               msgs[i].content ? "role" : "content");
+        if (f == KVP_CHAT_CHATML) {
+            chat_put(out, "<|im_start|>");
+            chat_put(out, msgs[i].role);
+            chat_put(out, "\n");
+            chat_put(out, msgs[i].content);
+            chat_put(out, "<|im_end|>\n");
+        } else {
+            chat_put(out, "<|start_header_id|>");
+            chat_put(out, msgs[i].role);
+            chat_put(out, "<|end_header_id|>\n\n");
+            chat_put_trimmed(out, msgs[i].content);
+            chat_put(out, "<|eot_id|>");
+        }
+    }
+    if (add_generation)
+        chat_put(out, f == KVP_CHAT_CHATML ? "<|im_start|>assistant\n" : "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (out->oom)
+        return kvp_err_set(err, KVP_ENOMEM, "chat: out of memory");
+    return 0;
+}
+
+int kvp_chat_prompt(kvp_chat_format f, const char *system, const char *user, kvp_buf *out, kvp_err *err)
+{
+    kvp_chat_msg m[2];
+    size_t n = 0;
+    if (system && system[0])
+        m[n++] = (kvp_chat_msg){"system", system};
+    m[n++] = (kvp_chat_msg){"user", user};
+    return kvp_chat_render(f, m, n, 1, out, err);
+}

@@ -1,0 +1,735 @@
+/* test_tokenizer.c - the tokenizers against HF `tokenizers` goldens
+ * (scripts/ref/gen_tokenizer.py), plus small hand-made vocabularies for the
+ * merge order, special tokens, byte fallback, detokenization and errors.
+ *
+ * Goldens: tok_llama_spm.txt runs always (its vocabulary is committed as
+ * tok_llama_spm_vocab.bin); tok_smollm2.txt needs the SmolLM2 GGUF
+ * ($KVP_SMOLLM2_GGUF or the scripts/fetch-model cache) and tok_llama3.txt
+ * llama.cpp's Llama-3 vocabulary in the cache; each skips with a note when
+ * its file is absent. */
+#include "chat.h"
+#include "gguf.h"
+#include "io.h"
+#include "tokenizer.h"
+#include "unicode.h"
+#include "unit.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void test_chat_model(const kvp_tokenizer *t, const kvp_meta *m, kvp_chat_format want);
+static void test_random_bytes(const kvp_tokenizer *t, const char *name);
+
+static char *path_in(char *buf, size_t cap, const char *env_dir, const char *dflt_sub, const char *name)
+{
+    const char *d = getenv(env_dir);
+    const char *home = getenv("HOME");
+    if (d && *d)
+        snprintf(buf, cap, "%s/%s", d, name);
+    else
+        snprintf(buf, cap, "%s/%s/%s", home ? home : ".", dflt_sub, name);
+    return buf;
+}
+
+static const char *golden_dir(void)
+{
+    const char *t = getenv("KVP_TESTS");
+    static char buf[1024];
+    snprintf(buf, sizeof buf, "%s/golden", t && *t ? t : "tests");
+    return buf;
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+static int ids_equal(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+    return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
+}
+
+static void print_ids(const char *what, const int32_t *ids, size_t n)
+{
+    printf("  %s:", what);
+    for (size_t i = 0; i < n && i < 40; i++)
+        printf(" %d", (int)ids[i]);
+    printf(n > 40 ? " ...\n" : "\n");
+}
+
+/* Push ids one at a time: every chunk must be whole UTF-8 characters and
+ * the chunks together the whole-sequence decode. */
+static int stream_ok(const kvp_tokenizer *t, const int32_t *ids, size_t n, int flags, const kvp_buf *whole)
+{
+    kvp_detok d;
+    kvp_buf all, chunk;
+    kvp_err err;
+    int ok = 1;
+    kvp_buf_init(&all);
+    kvp_buf_init(&chunk);
+    kvp_detok_init(&d, t, flags);
+    for (size_t i = 0; i <= n; i++) {
+        chunk.len = 0;
+        if (i < n)
+            kvp_detok_push(&d, ids[i], &chunk, &err);
+        else
+            kvp_detok_flush(&d, &chunk, &err);
+        for (size_t at = 0; at < chunk.len;) {
+            uint32_t cp;
+            at += kvp_unicode_decode((const char *)chunk.data + at, chunk.len - at, &cp);
+            ok &= cp != KVP_UNICODE_BAD;
+        }
+        kvp_buf_put(&all, chunk.data, chunk.len);
+    }
+    ok &= all.len == whole->len && (all.len == 0 || memcmp(all.data, whole->data, all.len) == 0);
+    kvp_buf_free(&all);
+    kvp_buf_free(&chunk);
+    return ok;
+}
+
+/* Bytes the vocabulary can spell: the others (SmolLM2 lacks a few control
+ * characters) drop out of the ids, as they do in HF, so no round trip. */
+static void byte_keep(const kvp_tokenizer *t, int keep[256])
+{
+    kvp_err err;
+    for (int c = 0; c < 256; c++) {
+        char one = (char)c;
+        int32_t *ids;
+        size_t nid;
+        keep[c] = kvp_tokenizer_encode(t, &one, 1, 0, 0, &ids, &nid, &err) == 0 && nid > 0;
+        free(ids);
+    }
+}
+
+/* Every line of a golden: encode equals HF's ids; decode gives the text back
+ * (byte-level always; SentencePiece when no special token is in the text);
+ * streaming decode gives the same bytes in whole characters. */
+static void run_golden(const kvp_tokenizer *t, const char *name)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", golden_dir(), name);
+    uint8_t *data;
+    size_t len;
+    kvp_err err;
+    if (kvp_read_file(path, 64u << 20, &data, &len, &err) < 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    size_t cases = 0, bad_ids = 0, bad_text = 0, bad_stream = 0;
+    int spm = kvp_tokenizer_model(t) == KVP_TOK_MODEL_SPM;
+    char *text = malloc(len + 1);
+    int32_t *want = malloc((len + 1) * sizeof *want);
+    kvp_buf dec;
+    kvp_buf_init(&dec);
+    int keep[256];
+    byte_keep(t, keep);
+    for (char *line = (char *)data; line && *line;) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        if (line[0] == '#') {
+            line = next;
+            continue;
+        }
+        char *tab = strchr(line, '\t');
+        if (!tab) {
+            CHECK_MSG(0, "%s: a line without a tab", name);
+            break;
+        }
+        size_t tl = 0;
+        for (char *h = line; h + 1 < tab; h += 2)
+            text[tl++] = (char)(hexval(h[0]) << 4 | hexval(h[1]));
+        size_t nw = 0;
+        for (char *p = tab + 1; *p;) {
+            char *end;
+            want[nw++] = (int32_t)strtol(p, &end, 10);
+            p = end;
+            while (*p == ' ')
+                p++;
+        }
+        int32_t *ids;
+        size_t n;
+        int rc = kvp_tokenizer_encode(t, text, tl, 1, -1, &ids, &n, &err);
+        cases++;
+        if (rc < 0 || !ids_equal(ids, n, want, nw)) {
+            if (bad_ids++ < 5) {
+                printf("%s: case %zu \"%.*s\"\n", name, cases, (int)tl, text);
+                print_ids("want", want, nw);
+                print_ids("got ", ids, n);
+            }
+            free(ids);
+            line = next;
+            continue;
+        }
+        int has_special = 0;
+        size_t skip = kvp_tokenizer_add_bos(t) && n && ids[0] == kvp_tokenizer_bos(t);
+        for (size_t i = skip; i < n; i++)
+            has_special |= kvp_tokenizer_token_type(t, ids[i]) == KVP_TOKEN_CONTROL ||
+                           kvp_tokenizer_token_type(t, ids[i]) == KVP_TOKEN_UNKNOWN;
+        int flags = KVP_DETOK_SPECIAL | (spm ? KVP_DETOK_STRIP_SPACE : 0);
+        dec.len = 0;
+        kvp_tokenizer_decode(t, ids + skip, n - skip, flags, &dec, &err);
+        size_t kl = 0;
+        for (size_t i = 0; i < tl; i++)
+            if (keep[(uint8_t)text[i]])
+                text[kl++] = text[i];
+        if (!(spm && has_special) && (dec.len != kl || (kl && memcmp(dec.data, text, kl) != 0)) && bad_text++ < 5)
+            printf("%s: case %zu \"%.*s\" decodes to \"%.*s\"\n", name, cases, (int)kl, text, (int)dec.len,
+                   dec.data);
+        if (!stream_ok(t, ids + skip, n - skip, flags, &dec))
+            bad_stream++;
+        free(ids);
+        line = next;
+    }
+    printf("ok %s: %zu cases, %zu differ from HF\n", name, cases, bad_ids);
+    CHECK(cases >= 1000);
+    CHECK_EQ_U64(bad_ids, 0);
+    CHECK_EQ_U64(bad_text, 0);
+    CHECK_EQ_U64(bad_stream, 0);
+    kvp_buf_free(&dec);
+    free(want);
+    free(text);
+    free(data);
+}
+
+static kvp_tokenizer *load_gguf(const char *path, kvp_gguf *g, const char *pre_override)
+{
+    kvp_err err;
+    kvp_tokenizer *t = NULL;
+    if (access(path, R_OK) != 0)
+        return NULL;
+    if (kvp_gguf_open(g, path, &err) < 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return NULL;
+    }
+    if (pre_override)
+        kvp_meta_set_str(&g->meta, "tokenizer.ggml.pre", pre_override, strlen(pre_override));
+    int rc = kvp_tokenizer_load_meta(&t, &g->meta, path, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    return t;
+}
+
+static void encode_expect(const kvp_tokenizer *t, const char *text, int special, int bos, const int32_t *want,
+                          size_t nw)
+{
+    int32_t *ids;
+    size_t n;
+    kvp_err err;
+    int rc = kvp_tokenizer_encode(t, text, strlen(text), special, bos, &ids, &n, &err);
+    CHECK_MSG(rc == 0 && ids_equal(ids, n, want, nw), "encode \"%s\"", text);
+    if (rc == 0 && !ids_equal(ids, n, want, nw)) {
+        print_ids("want", want, nw);
+        print_ids("got ", ids, n);
+    }
+    free(ids);
+}
+
+/* Long inputs stay fast: BPE is O(m log m) per word, not O(m^2). */
+static void test_long_inputs(const kvp_tokenizer *t)
+{
+    size_t n = 1u << 20;
+    char *s = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        s[i] = "ab"[i % 2]; /* one 1 MiB word */
+    int32_t *ids;
+    size_t nid;
+    kvp_err err;
+    clock_t c0 = clock();
+    int rc = kvp_tokenizer_encode(t, s, n, 0, 0, &ids, &nid, &err);
+    double secs = (double)(clock() - c0) / CLOCKS_PER_SEC;
+    CHECK(rc == 0 && nid > 0 && nid <= n / 2);
+    kvp_buf b;
+    kvp_buf_init(&b);
+    kvp_tokenizer_decode(t, ids, nid, 0, &b, &err);
+    CHECK(b.len == n && memcmp(b.data, s, n) == 0);
+    printf("ok long word: 1 MiB -> %zu tokens in %.3f s\n", nid, secs);
+    free(ids);
+    kvp_buf_free(&b);
+    for (size_t i = 0; i < n; i++)
+        s[i] = "Hello, world 12 \n"[i % 17];
+    c0 = clock();
+    rc = kvp_tokenizer_encode(t, s, n, 0, 0, &ids, &nid, &err);
+    secs = (double)(clock() - c0) / CLOCKS_PER_SEC;
+    CHECK(rc == 0);
+    printf("ok prose: 1 MiB -> %zu tokens in %.3f s (%.1f MB/s)\n", nid, secs, secs > 0 ? 1.048576 / secs : 0.0);
+    free(ids);
+    free(s);
+}
+
+static void test_smollm2(void)
+{
+    char path[1024];
+    const char *env = getenv("KVP_SMOLLM2_GGUF");
+    if (env && *env)
+        snprintf(path, sizeof path, "%s", env);
+    else
+        path_in(path, sizeof path, "KVPIPE_MODELS", ".cache/kvpipe", "SmolLM2-135M-Instruct.Q4_1.gguf");
+    kvp_gguf g;
+    kvp_tokenizer *t = load_gguf(path, &g, NULL);
+    if (!t) {
+        printf("skip: %s absent (make fetch-model): SmolLM2 goldens not run\n", path);
+        return;
+    }
+    CHECK_EQ_U64(kvp_tokenizer_n_vocab(t), 49152);
+    CHECK_EQ_U64(kvp_tokenizer_pre(t), KVP_TOK_PRE_SMOLLM);
+    CHECK_EQ_I64(kvp_tokenizer_bos(t), 1);
+    CHECK_EQ_I64(kvp_tokenizer_eos(t), 2);
+    CHECK(!kvp_tokenizer_add_bos(t));
+    CHECK(kvp_tokenizer_is_eog(t, 2));
+    CHECK(kvp_tokenizer_is_eog(t, 0));
+    CHECK(!kvp_tokenizer_is_eog(t, 1));
+    const int32_t v1[] = {504, 3575, 282, 4649, 314};
+    encode_expect(t, "The capital of France is", 1, -1, v1, 5);
+    const int32_t v2[] = {19556, 905, 17, 216, 33, 34, 35};
+    encode_expect(t, "Hello world! 123", 1, -1, v2, 7);
+    /* Without parse_special, control tokens are plain text. */
+    int32_t *ids;
+    size_t n;
+    kvp_err err;
+    kvp_tokenizer_encode(t, "<|im_start|>", 12, 0, 0, &ids, &n, &err);
+    CHECK(n > 1 && ids[0] != 1);
+    free(ids);
+    size_t len;
+    const char *p = kvp_tokenizer_piece(t, 216, &len);
+    CHECK(p && len == 1 && p[0] == ' ');
+    CHECK_EQ_I64(kvp_tokenizer_find(t, "The", 3), 504);
+    test_chat_model(t, &g.meta, KVP_CHAT_CHATML);
+    {
+        /* The tokenizer keys alone (a KVP TOKENIZER record) round-trip
+         * through the record encoding and load the same vocabulary. */
+        kvp_meta only, back;
+        kvp_buf enc;
+        kvp_err e2;
+        kvp_tokenizer *t2 = NULL;
+        kvp_meta_init(&only);
+        kvp_buf_init(&enc);
+        int nk = kvp_tokenizer_copy_meta(&only, &g.meta, &e2);
+        CHECK(nk >= 10 && kvp_meta_find(&only, "general.architecture") == NULL);
+        CHECK(kvp_meta_encode(&only, &enc) == 0);
+        CHECK(kvp_meta_decode(&back, enc.data, enc.len, &e2) == 0);
+        CHECK(kvp_tokenizer_load_meta(&t2, &back, "record", &e2) == 0);
+        if (t2) {
+            encode_expect(t2, "The capital of France is", 1, -1, v1, 5);
+            kvp_tokenizer_free(t2);
+        }
+        kvp_meta_free(&back);
+        kvp_meta_free(&only);
+        kvp_buf_free(&enc);
+    }
+    run_golden(t, "tok_smollm2.txt");
+    test_random_bytes(t, "SmolLM2");
+    test_long_inputs(t);
+    kvp_tokenizer_free(t);
+    kvp_gguf_close(&g);
+}
+
+static void test_llama3(void)
+{
+    char path[1024];
+    path_in(path, sizeof path, "KVPIPE_CACHE", ".cache/kvpipe", "vocab/ggml-vocab-llama-bpe.gguf");
+    kvp_gguf g;
+    kvp_tokenizer *t = load_gguf(path, &g, NULL);
+    if (!t) {
+        printf("skip: %s absent (scripts/ref/gen_tokenizer.py caches it): Llama-3 goldens not run\n", path);
+        return;
+    }
+    CHECK_EQ_U64(kvp_tokenizer_pre(t), KVP_TOK_PRE_LLAMA3);
+    CHECK(kvp_tokenizer_is_eog(t, kvp_tokenizer_find(t, "<|eot_id|>", 10)));
+    test_chat_model(t, &g.meta, KVP_CHAT_LLAMA3);
+    run_golden(t, "tok_llama3.txt");
+    test_random_bytes(t, "Llama-3");
+    kvp_tokenizer_free(t);
+    kvp_gguf_close(&g);
+}
+
+static void test_llama_spm(void)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tok_llama_spm_vocab.bin", golden_dir());
+    kvp_gguf g;
+    kvp_tokenizer *t = load_gguf(path, &g, NULL);
+    CHECK_MSG(t != NULL, "%s: cannot load the committed SentencePiece vocabulary", path);
+    if (!t)
+        return;
+    CHECK_EQ_U64(kvp_tokenizer_n_vocab(t), 32000);
+    CHECK_EQ_U64(kvp_tokenizer_model(t), KVP_TOK_MODEL_SPM);
+    CHECK(kvp_tokenizer_add_bos(t));
+    const int32_t v[] = {1, 15043, 3186};
+    encode_expect(t, "Hello world", 1, -1, v, 3);
+    run_golden(t, "tok_llama_spm.txt");
+    test_random_bytes(t, "Llama-2 SPM");
+    /* The dummy-prefix space is dropped only when asked. */
+    kvp_buf b;
+    kvp_err err;
+    kvp_buf_init(&b);
+    kvp_tokenizer_decode(t, v + 1, 2, 0, &b, &err);
+    CHECK(b.len == 12 && memcmp(b.data, " Hello world", 12) == 0);
+    b.len = 0;
+    kvp_tokenizer_decode(t, v, 3, KVP_DETOK_STRIP_SPACE, &b, &err);
+    CHECK(b.len == 11 && memcmp(b.data, "Hello world", 11) == 0);
+    kvp_buf_free(&b);
+    kvp_tokenizer_free(t);
+    kvp_gguf_close(&g);
+}
+
+/* ---- small hand-made vocabularies ---- */
+
+static void set_tokens(kvp_meta *m, const char *const *tok, size_t n)
+{
+    size_t lens[64];
+    for (size_t i = 0; i < n; i++)
+        lens[i] = strlen(tok[i]);
+    kvp_meta_set_strarr(m, "tokenizer.ggml.tokens", tok, lens, n);
+}
+
+static void set_merges(kvp_meta *m, const char *const *mg, size_t n)
+{
+    size_t lens[64];
+    for (size_t i = 0; i < n; i++)
+        lens[i] = strlen(mg[i]);
+    kvp_meta_set_strarr(m, "tokenizer.ggml.merges", mg, lens, n);
+}
+
+static void test_tiny_bpe(void)
+{
+    /* Byte-level: "a" "b" "c" "Ġ" and merges; "ab" ranks before "bc". */
+    static const char *const tok[] = {"<s>", "a", "b", "c", "\xC4\xA0", "ab", "bc", "abc", ("\xC4\xA0" "a"), "<x>"};
+    static const char *const mg[] = {"b c", "a b", "a bc", "\xC4\xA0 a", "zz q"};
+    const int32_t types[] = {3, 1, 1, 1, 1, 1, 1, 1, 1, 4};
+    kvp_meta m;
+    kvp_meta_init(&m);
+    kvp_meta_set_str(&m, "tokenizer.ggml.model", "gpt2", 4);
+    set_tokens(&m, tok, 10);
+    set_merges(&m, mg, 5);
+    kvp_meta_set_arr(&m, "tokenizer.ggml.token_type", KVP_META_ARR_I32, types, 10);
+    kvp_meta_set_u64(&m, "tokenizer.ggml.bos_token_id", 0);
+    kvp_meta_set_u64(&m, "tokenizer.ggml.eos_token_id", 0);
+    kvp_tokenizer *t;
+    kvp_err err;
+    int rc = kvp_tokenizer_load_meta(&t, &m, "tiny", &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc == 0) {
+        /* "bc" is rank 0: abc -> a|bc -> (a bc) abc. */
+        const int32_t e1[] = {7};
+        encode_expect(t, "abc", 0, 0, e1, 1);
+        /* abab: a b ranks 1, leftmost first: ab ab. */
+        const int32_t e2[] = {5, 5};
+        encode_expect(t, "abab", 0, 0, e2, 2);
+        const int32_t e3[] = {0, 1, 8};
+        encode_expect(t, "a a", 0, 1, e3, 3);
+        /* Control tokens only with parse_special; user-defined always. */
+        const int32_t e4[] = {1, 0, 2, 9, 3};
+        encode_expect(t, "a<s>b<x>c", 1, 0, e4, 5);
+        int32_t *ids;
+        size_t n;
+        /* Bytes with no stand-in in the vocabulary drop out, as in HF. */
+        rc = kvp_tokenizer_encode(t, "<s>", 3, 0, 0, &ids, &n, &err);
+        CHECK(rc == 0 && n == 0);
+        free(ids);
+        const int32_t e5[] = {1, 2};
+        encode_expect(t, "a<b", 0, 0, e5, 2);
+        kvp_detok d;
+        kvp_buf b;
+        kvp_buf_init(&b);
+        kvp_detok_init(&d, t, 0);
+        CHECK(kvp_detok_push(&d, 12345, &b, &err) == KVP_EINVAL);
+        CHECK(kvp_detok_push(&d, 0, &b, &err) == 0 && b.len == 0); /* control: silent */
+        kvp_detok_init(&d, t, KVP_DETOK_SPECIAL);
+        CHECK(kvp_detok_push(&d, 0, &b, &err) == 0 && b.len == 3);
+        kvp_buf_free(&b);
+        kvp_tokenizer_free(t);
+    }
+    kvp_meta_free(&m);
+}
+
+static void test_tiny_spm(void)
+{
+    /* SentencePiece: scores pick the merge; unknown characters fall back to bytes. */
+    static const char *const tok[] = {"<unk>", "<s>", "</s>", "<0xC3>", "<0xA9>", "\xE2\x96\x81", "a", "b",
+                                      ("\xE2\x96\x81" "a"), "ab", ("\xE2\x96\x81" "ab")};
+    const int32_t types[] = {2, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1};
+    const float scores[] = {0, 0, 0, 0, 0, -1, -2, -3, -5, -4, -6};
+    kvp_meta m;
+    kvp_meta_init(&m);
+    kvp_meta_set_str(&m, "tokenizer.ggml.model", "llama", 5);
+    set_tokens(&m, tok, 11);
+    kvp_meta_set_arr(&m, "tokenizer.ggml.token_type", KVP_META_ARR_I32, types, 11);
+    kvp_meta_set_arr(&m, "tokenizer.ggml.scores", KVP_META_ARR_F32, scores, 11);
+    kvp_meta_set_u64(&m, "tokenizer.ggml.bos_token_id", 1);
+    kvp_meta_set_u64(&m, "tokenizer.ggml.eos_token_id", 2);
+    kvp_meta_set_u64(&m, "tokenizer.ggml.unknown_token_id", 0);
+    kvp_tokenizer *t;
+    kvp_err err;
+    int rc = kvp_tokenizer_load_meta(&t, &m, "tiny-spm", &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc == 0) {
+        CHECK(kvp_tokenizer_add_bos(t));
+        /* "▁ab": ab (-4) beats ▁a (-5), then ▁ab. */
+        const int32_t e1[] = {1, 10};
+        encode_expect(t, "ab", 0, -1, e1, 2);
+        /* é is not a piece: its two bytes; x has no byte token: <unk>. */
+        const int32_t e2[] = {5, 3, 4, 0};
+        encode_expect(t, "\xC3\xA9x", 0, 0, e2, 4);
+        /* Streaming: the two byte tokens are held back until whole. */
+        kvp_detok d;
+        kvp_buf b;
+        kvp_buf_init(&b);
+        kvp_detok_init(&d, t, KVP_DETOK_STRIP_SPACE);
+        kvp_detok_push(&d, 5, &b, &err);
+        CHECK(b.len == 0); /* the dummy-prefix space, dropped */
+        kvp_detok_push(&d, 3, &b, &err);
+        CHECK(b.len == 0);
+        kvp_detok_push(&d, 4, &b, &err);
+        CHECK(b.len == 2 && memcmp(b.data, "\xC3\xA9", 2) == 0);
+        kvp_detok_push(&d, 3, &b, &err);
+        CHECK(b.len == 2);
+        kvp_detok_flush(&d, &b, &err);
+        CHECK(b.len == 3 && (uint8_t)b.data[2] == 0xC3);
+        kvp_buf_free(&b);
+        kvp_tokenizer_free(t);
+    }
+    kvp_meta_free(&m);
+}
+
+static void expect_load_error(kvp_meta *m, int code, const char *needle)
+{
+    kvp_tokenizer *t = (kvp_tokenizer *)1;
+    kvp_err err = {0};
+    int rc = kvp_tokenizer_load_meta(&t, m, "bad.gguf", &err);
+    CHECK_MSG(rc == code && t == NULL, "rc %d want %d: %s", rc, code, err.msg);
+    CHECK_MSG(strstr(err.msg, needle) != NULL, "\"%s\" lacks \"%s\"", err.msg, needle);
+}
+
+static void test_errors(void)
+{
+    static const char *const tok[] = {"a", "b"};
+    kvp_meta m;
+    kvp_meta_init(&m);
+    expect_load_error(&m, KVP_ENOTFOUND, "tokenizer.ggml.model");
+    kvp_meta_set_str(&m, "tokenizer.ggml.model", "bert", 4);
+    expect_load_error(&m, KVP_EUNSUPPORTED, "bert");
+    kvp_meta_set_str(&m, "tokenizer.ggml.model", "gpt2", 4);
+    expect_load_error(&m, KVP_ENOTFOUND, "tokenizer.ggml.tokens");
+    kvp_meta_set_u64(&m, "tokenizer.ggml.tokens", 3);
+    expect_load_error(&m, KVP_EFORMAT, "arr[str]");
+    set_tokens(&m, tok, 2);
+    expect_load_error(&m, KVP_ENOTFOUND, "merges");
+    set_merges(&m, tok, 2);
+    expect_load_error(&m, KVP_EFORMAT, "merges[0]");
+    static const char *const mg[] = {"a b"};
+    set_merges(&m, mg, 1);
+    kvp_meta_set_u64(&m, "tokenizer.ggml.bos_token_id", 2);
+    expect_load_error(&m, KVP_EFORMAT, "bos_token_id");
+    kvp_meta_set_u64(&m, "tokenizer.ggml.bos_token_id", 1);
+    const float sc[] = {0};
+    kvp_meta_set_arr(&m, "tokenizer.ggml.scores", KVP_META_ARR_F32, sc, 1);
+    expect_load_error(&m, KVP_EFORMAT, "scores");
+    const float sc2[] = {0, 0};
+    kvp_meta_set_arr(&m, "tokenizer.ggml.scores", KVP_META_ARR_F32, sc2, 2);
+    const int32_t ty[] = {1, 9};
+    kvp_meta_set_arr(&m, "tokenizer.ggml.token_type", KVP_META_ARR_I32, ty, 2);
+    expect_load_error(&m, KVP_EFORMAT, "token_type[1]");
+    const int32_t ty2[] = {1, 1};
+    kvp_meta_set_arr(&m, "tokenizer.ggml.token_type", KVP_META_ARR_I32, ty2, 2);
+    kvp_meta_set_str(&m, "tokenizer.ggml.pre", "klingon", 7);
+    expect_load_error(&m, KVP_EUNSUPPORTED, "klingon");
+    kvp_meta_set_str(&m, "tokenizer.ggml.pre", "qwen2", 5);
+    kvp_tokenizer *t;
+    kvp_err err;
+    CHECK(kvp_tokenizer_load_meta(&t, &m, "ok", &err) == 0);
+    kvp_tokenizer_free(t);
+    kvp_meta_free(&m);
+}
+
+
+/* Arbitrary bytes (invalid UTF-8 included) survive encode + decode. */
+static void test_random_bytes(const kvp_tokenizer *t, const char *name)
+{
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    size_t bad = 0;
+    char s[64];
+    kvp_buf b;
+    kvp_err err;
+    kvp_buf_init(&b);
+    int flags = kvp_tokenizer_model(t) == KVP_TOK_MODEL_SPM ? KVP_DETOK_STRIP_SPACE : 0;
+    int keep[256];
+    byte_keep(t, keep);
+    char want[64];
+    for (int k = 0; k < 2000; k++) {
+        size_t n = 1 + k % 63;
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            /* Mostly high bytes and '<' so broken sequences and near-specials are common. */
+            s[i] = x % 3 ? (char)(x >> 24) : "<|> a\n\xE4\xBD\xA0\xF0\x9F"[(x >> 8) % 11];
+        }
+        size_t nw = 0;
+        for (size_t i = 0; i < n; i++)
+            if (keep[(uint8_t)s[i]])
+                want[nw++] = s[i];
+        int32_t *ids;
+        size_t nid;
+        b.len = 0;
+        if (kvp_tokenizer_encode(t, s, n, 0, 0, &ids, &nid, &err) < 0 ||
+            kvp_tokenizer_decode(t, ids, nid, flags, &b, &err) < 0 || b.len != nw ||
+            (nw && memcmp(b.data, want, nw) != 0))
+            bad++;
+        free(ids);
+    }
+    printf("ok %s: 2000 random byte strings, %zu do not round-trip\n", name, bad);
+    CHECK_EQ_U64(bad, 0);
+    kvp_buf_free(&b);
+}
+
+/* ---- tokenizer.json ---- */
+
+static void test_json_tiny(void)
+{
+    /* Byte-level with SmolLM's Digits split; "Ġ" is U+0120. */
+    static const char byte_level[] =
+        "{\"added_tokens\": [{\"id\": 0, \"content\": \"<|endoftext|>\", \"special\": true},"
+        "                    {\"id\": 9, \"content\": \"<tool>\", \"special\": false}],"
+        " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": ["
+        "    {\"type\": \"Digits\", \"individual_digits\": true},"
+        "    {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}]},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"<|endoftext|>\": 0, \"a\": 1, \"b\": 2, \"1\": 3,"
+        "    \"\\u0120\": 4, \"ab\": 5, \"\\u0120ab\": 6, \"2\": 7},"
+        "    \"merges\": [\"a b\", [\"\\u0120\", \"ab\"]]}}";
+    kvp_json *root;
+    kvp_err err;
+    kvp_meta m;
+    kvp_tokenizer *t;
+    CHECK(kvp_json_parse(&root, byte_level, sizeof byte_level - 1, "tiny.json", &err) == 0);
+    kvp_meta_init(&m);
+    int rc = kvp_tokenizer_meta_from_json(&m, root, "tiny.json", &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    CHECK_STR(kvp_meta_get_str(&m, "tokenizer.ggml.pre"), "smollm");
+    rc = rc ? rc : kvp_tokenizer_load_meta(&t, &m, "tiny.json", &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc == 0) {
+        CHECK_EQ_U64(kvp_tokenizer_n_vocab(t), 10); /* id 8 is a gap: a placeholder */
+        CHECK_EQ_U64(kvp_tokenizer_token_type(t, 8), KVP_TOKEN_UNUSED);
+        CHECK_EQ_I64(kvp_tokenizer_eos(t), 0);
+        const int32_t e1[] = {5, 6, 3, 7, 9, 0};
+        encode_expect(t, "ab ab12<tool><|endoftext|>", 1, -1, e1, 6);
+        kvp_tokenizer_free(t);
+    }
+    kvp_meta_free(&m);
+    kvp_json_free(root);
+    static const char wordpiece[] = "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}";
+    CHECK(kvp_json_parse(&root, wordpiece, sizeof wordpiece - 1, "wp.json", &err) == 0);
+    kvp_meta_init(&m);
+    CHECK(kvp_tokenizer_meta_from_json(&m, root, "wp.json", &err) == KVP_EUNSUPPORTED && strstr(err.msg, "WordPiece"));
+    kvp_meta_free(&m);
+    kvp_json_free(root);
+}
+
+static void test_json_goldens(void)
+{
+    static const char *const pairs[][2] = {{"smollm2.tokenizer.json", "tok_smollm2.txt"},
+                                          {"llama-spm.tokenizer.json", "tok_llama_spm.txt"},
+                                          {"llama-bpe.tokenizer.json", "tok_llama3.txt"}};
+    for (size_t i = 0; i < 3; i++) {
+        char sub[128], path[1024];
+        snprintf(sub, sizeof sub, "vocab/%s", pairs[i][0]);
+        path_in(path, sizeof path, "KVPIPE_CACHE", ".cache/kvpipe", sub);
+        if (access(path, R_OK) != 0) {
+            printf("skip: %s absent (scripts/ref/gen_tokenizer.py writes it)\n", path);
+            continue;
+        }
+        kvp_tokenizer *t;
+        kvp_err err;
+        int rc = kvp_tokenizer_load_json(&t, path, &err);
+        CHECK_MSG(rc == 0, "%s", err.msg);
+        if (rc == 0) {
+            printf("tokenizer.json: %s\n", pairs[i][0]);
+            run_golden(t, pairs[i][1]);
+            kvp_tokenizer_free(t);
+        }
+    }
+}
+
+/* ---- chat formats ---- */
+
+static int buf_is(const kvp_buf *b, const char *s)
+{
+    return b->len == strlen(s) && (b->len == 0 || memcmp(b->data, s, b->len) == 0);
+}
+
+static void test_chat_render(void)
+{
+    kvp_buf b;
+    kvp_err err;
+    kvp_chat_format f;
+    kvp_buf_init(&b);
+    CHECK(kvp_chat_format_parse("chatml", &f, &err) == 0 && f == KVP_CHAT_CHATML);
+    CHECK(kvp_chat_format_parse("llama3", &f, &err) == 0 && f == KVP_CHAT_LLAMA3);
+    CHECK(kvp_chat_format_parse("vicuna", &f, &err) == KVP_EINVAL && strstr(err.msg, "chatml, llama3"));
+    CHECK_STR(kvp_chat_format_name(KVP_CHAT_LLAMA3), "llama3");
+    CHECK(kvp_chat_prompt(KVP_CHAT_CHATML, "Be brief.", "Hi!", &b, &err) == 0);
+    CHECK(buf_is(&b, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
+                     "<|im_start|>assistant\n"));
+    b.len = 0;
+    CHECK(kvp_chat_prompt(KVP_CHAT_CHATML, NULL, "Hi!", &b, &err) == 0);
+    CHECK(buf_is(&b, "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"));
+    b.len = 0;
+    CHECK(kvp_chat_prompt(KVP_CHAT_LLAMA3, " Be brief.\n", "Hi!  ", &b, &err) == 0);
+    CHECK(buf_is(&b, "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                     "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    b.len = 0;
+    const kvp_chat_msg bad[] = {{"user", NULL}};
+    CHECK(kvp_chat_render(KVP_CHAT_CHATML, bad, 1, 1, &b, &err) == KVP_EINVAL && strstr(err.msg, "message 0"));
+    const kvp_chat_msg turns[] = {{"user", "2+2?"}, {"assistant", "4"}, {"user", "and 3+3?"}};
+    CHECK(kvp_chat_render(KVP_CHAT_CHATML, turns, 3, 0, &b, &err) == 0);
+    CHECK(buf_is(&b, "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+                     "<|im_start|>user\nand 3+3?<|im_end|>\n"));
+    kvp_buf_free(&b);
+}
+
+/* The vocabulary picks the format; the rendered prompt parses into one id
+ * per special token. */
+static void test_chat_model(const kvp_tokenizer *t, const kvp_meta *m, kvp_chat_format want)
+{
+    kvp_chat_format f = 0;
+    kvp_err err;
+    kvp_buf b;
+    CHECK(kvp_chat_detect(t, &f, &err) == 0 && f == want);
+    kvp_buf_init(&b);
+    size_t dl = 0;
+    const char *def = kvp_chat_default_system(m, &dl);
+    if (want == KVP_CHAT_CHATML) {
+        CHECK(def && dl == 68 && memcmp(def, "You are a helpful AI assistant named SmolLM, trained by Hugging Face", dl) == 0);
+    }
+    kvp_chat_prompt(f, "Be brief.", "What is 2+2?", &b, &err);
+    int32_t *ids;
+    size_t n;
+    CHECK(kvp_tokenizer_encode(t, (const char *)b.data, b.len, 1, 0, &ids, &n, &err) == 0);
+    const char *open = want == KVP_CHAT_CHATML ? "<|im_start|>" : "<|start_header_id|>";
+    int32_t open_id = kvp_tokenizer_find(t, open, strlen(open));
+    size_t opens = 0;
+    for (size_t i = 0; i < n; i++)
+        opens += ids[i] == open_id;
+    CHECK(n > 10 && ids[0] == open_id && opens == 3);
+    free(ids);
+    kvp_buf_free(&b);
+}
+
+int main(void)
+{
+    test_chat_render();
+    test_tiny_bpe();
+    test_tiny_spm();
+    test_errors();
+    test_llama_spm();
+    test_smollm2();
+    test_llama3();
+    test_json_tiny();
+    test_json_goldens();
+    return unit_done();
+}

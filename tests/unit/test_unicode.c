@@ -1,0 +1,124 @@
+/* test_unicode.c - UTF-8 decoding, the held-back tail rule and the generated
+ * character classes. */
+#include "unicode.h"
+#include "unit.h"
+
+static void test_roundtrip_all(void)
+{
+    int bad = 0;
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp++) {
+        char b[4];
+        uint32_t back;
+        size_t n = kvp_unicode_encode(cp, b);
+        if (cp >= 0xD800 && cp <= 0xDFFF) {
+            bad += n != 0;
+            continue;
+        }
+        if (n == 0 || kvp_unicode_decode(b, n, &back) != n || back != cp ||
+            kvp_unicode_complete_prefix(b, n) != n || (n > 1 && kvp_unicode_complete_prefix(b, n - 1) != 0))
+            bad++;
+    }
+    CHECK_EQ_U64(bad, 0);
+    char b[4];
+    CHECK_EQ_U64(kvp_unicode_encode(0x110000, b), 0);
+}
+
+static void check_bad(const char *s, size_t n)
+{
+    uint32_t cp = 0;
+    CHECK_EQ_U64(kvp_unicode_decode(s, n, &cp), 1);
+    CHECK_EQ_U64(cp, KVP_UNICODE_BAD);
+}
+
+static void test_invalid(void)
+{
+    check_bad("\x80", 1);          /* lone continuation */
+    check_bad("\xC0\x80", 2);      /* overlong NUL */
+    check_bad("\xC1\xBF", 2);      /* overlong */
+    check_bad("\xE0\x80\x80", 3);  /* overlong */
+    check_bad("\xED\xA0\x80", 3);  /* surrogate */
+    check_bad("\xF4\x90\x80\x80", 4); /* past U+10FFFF */
+    check_bad("\xF5\x80\x80\x80", 4);
+    check_bad("\xFF", 1);
+    check_bad("\xE4\xBD", 2);      /* truncated */
+    check_bad("\xE4\x41\x41", 3);  /* bad continuation */
+    uint32_t cp;
+    CHECK_EQ_U64(kvp_unicode_decode("\xE4\xBD\xA0", 3, &cp), 3);
+    CHECK_EQ_U64(cp, 0x4F60);
+}
+
+static void test_complete_prefix(void)
+{
+    CHECK_EQ_U64(kvp_unicode_complete_prefix("", 0), 0);
+    CHECK_EQ_U64(kvp_unicode_complete_prefix("ab", 2), 2);
+    CHECK_EQ_U64(kvp_unicode_complete_prefix("ab\xE4", 3), 2);
+    CHECK_EQ_U64(kvp_unicode_complete_prefix("ab\xE4\xBD", 4), 2);
+    CHECK_EQ_U64(kvp_unicode_complete_prefix("ab\xE4\xBD\xA0", 5), 5);
+    CHECK_EQ_U64(kvp_unicode_complete_prefix("\xF0\x9F\x98", 3), 0);
+    /* Bytes no continuation can rescue are not held back. */
+    CHECK_EQ_U64(kvp_unicode_complete_prefix("a\x80", 2), 2);
+    CHECK_EQ_U64(kvp_unicode_complete_prefix("a\xFF", 2), 2);
+    CHECK_EQ_U64(kvp_unicode_complete_prefix("a\xED\xA0", 3), 3); /* would be a surrogate */
+    CHECK_EQ_U64(kvp_unicode_complete_prefix("a\xE4\x41", 3), 3);
+    CHECK_EQ_U64(kvp_unicode_complete_prefix("a\xC0", 2), 2);
+}
+
+static void test_classes(void)
+{
+    CHECK(kvp_unicode_is_letter('a'));
+    CHECK(kvp_unicode_is_letter('Z'));
+    CHECK(kvp_unicode_is_letter(0xE9));    /* é */
+    CHECK(kvp_unicode_is_letter(0x4E2D));  /* 中 */
+    CHECK(kvp_unicode_is_letter(0x05D0));  /* א */
+    CHECK(!kvp_unicode_is_letter(0x0301)); /* combining acute is Mn */
+    CHECK(kvp_unicode_is_number('7'));
+    CHECK(kvp_unicode_is_number(0x0663));  /* Arabic-Indic three */
+    CHECK(kvp_unicode_is_number(0xBD));    /* ½ (No) */
+    CHECK(kvp_unicode_is_number(0x216B));  /* Ⅻ (Nl) */
+    CHECK(kvp_unicode_is_number(0xB2));    /* ² */
+    CHECK(kvp_unicode_is_space(' '));
+    CHECK(kvp_unicode_is_space('\n'));
+    CHECK(kvp_unicode_is_space(0x0B));
+    CHECK(kvp_unicode_is_space(0x85));
+    CHECK(kvp_unicode_is_space(0xA0));
+    CHECK(kvp_unicode_is_space(0x3000));
+    CHECK(kvp_unicode_is_space(0x2028));
+    CHECK(!kvp_unicode_is_space(0x1C));    /* isspace() in Python, not White_Space */
+    CHECK(!kvp_unicode_is_space(0x200B));  /* zero width space is Cf */
+    CHECK_EQ_U64(kvp_unicode_class_of('!'), 0);
+    CHECK_EQ_U64(kvp_unicode_class_of(0x1F600), 0); /* emoji */
+    CHECK_EQ_U64(kvp_unicode_class_of(KVP_UNICODE_BAD), 0);
+    /* ASCII fast path agrees with the tables. */
+    int bad = 0;
+    for (uint32_t c = 0; c < 0x80; c++) {
+        int want = 0;
+        for (size_t i = 0; i < kvp_unicode_letter_count; i++)
+            want |= c >= kvp_unicode_letter[i].lo && c <= kvp_unicode_letter[i].hi ? KVP_UNICODE_LETTER : 0;
+        for (size_t i = 0; i < kvp_unicode_number_count; i++)
+            want |= c >= kvp_unicode_number[i].lo && c <= kvp_unicode_number[i].hi ? KVP_UNICODE_NUMBER : 0;
+        for (size_t i = 0; i < kvp_unicode_space_count; i++)
+            want |= c >= kvp_unicode_space[i].lo && c <= kvp_unicode_space[i].hi ? KVP_UNICODE_SPACE : 0;
+        bad += want != kvp_unicode_class_of(c);
+    }
+    CHECK_EQ_U64(bad, 0);
+}
+
+static void check_sorted(const kvp_unicode_range *r, size_t n)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += r[i].lo > r[i].hi || r[i].hi > 0x10FFFF || (i && r[i].lo <= r[i - 1].hi);
+    CHECK_EQ_U64(bad, 0);
+}
+
+int main(void)
+{
+    test_roundtrip_all();
+    test_invalid();
+    test_complete_prefix();
+    test_classes();
+    check_sorted(kvp_unicode_letter, kvp_unicode_letter_count);
+    check_sorted(kvp_unicode_number, kvp_unicode_number_count);
+    check_sorted(kvp_unicode_space, kvp_unicode_space_count);
+    return unit_done();
+}
