@@ -1,0 +1,446 @@
+/* quantize - convert a model (GGUF, safetensors, KVP) into a KVP model file
+ * with its tensors in another dtype, and report the error introduced; or
+ * convert the KV blocks of a KVP stream (--kv).
+ *
+ * The work is lib/convert.h; this file parses options and prints.
+ */
+#include "cli.h"
+#include "convert.h"
+#include "io.h"
+#include "threadpool.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PRODUCER "quantize " KVP_VERSION
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: quantize [options] INPUT -o OUTPUT\n"
+            "       quantize --kv TYPE [-o OUTPUT] [INPUT|-]\n"
+            "Convert a model (.gguf, .safetensors file or folder, .kvp) into a KVP model file,\n"
+            "quantizing its weights; or convert the KV blocks of a KVP stream (--kv).\n"
+            "\n"
+            "  -t, --to TYPE         weights: f32 f16 bf16 fp8 fp8-e5m2 int8 int4 fp4 nvfp4 mxfp4\n"
+            "                        q8_0 q4_0 q4_1 q5_0 q5_1, or keep (default: keep)\n"
+            "  -s, --scheme SCHEME   tensor, channel or group scales (fp8, int8, int4, fp4);\n"
+            "                        default: fp8 tensor, int8 channel, int4 group 128, fp4 group 32\n"
+            "  -g, --group N         elements per scale along a row (implies --scheme group)\n"
+            "      --asym            int8/int4 with zero points\n"
+            "  -e, --embed TYPE      token embeddings (default: keep)\n"
+            "  -i, --include REGEX   convert only tensors whose name matches (others are kept)\n"
+            "  -x, --exclude REGEX   keep tensors whose name matches as they are\n"
+            "      --drop REGEX      leave tensors whose name matches out of the output\n"
+            "  -o, --output FILE     the KVP file to write (- for standard output)\n"
+            "  -f, --force           overwrite OUTPUT if it exists\n"
+            "  -n, --dry-run         print the plan and sizes; write nothing\n"
+            "  -r, --report FILE     per-tensor error report (- for standard output)\n"
+            "      --json            report (and dry-run plan) as JSON Lines instead of TSV\n"
+            "  -z, --zstd[=LEVEL]    compress records with zstd (default level 3)\n"
+            "      --threads N       worker threads (default: all cores)\n"
+            "      --kv TYPE         convert KV blocks to f32, f16, bf16, fp8 or int8\n"
+            "  -h, --help            show this help and exit\n"
+            "  -V, --version         show the version and exit\n"
+            "\n"
+            "Norms and 1-D tensors are always stored as f32.\n"
+            "Exit status: 0 success, 1 bad input or I/O error, 2 usage error.  See quantize(1).\n");
+}
+
+typedef struct options {
+    kvp_convert_opts co;
+    const char *output, *report;
+    int force, dry_run, json, zstd, threads, kv;
+    int scheme_set;
+} options;
+
+static uint32_t parse_scheme(const char *s)
+{
+    if (strcmp(s, "tensor") == 0)
+        return KVP_SCHEME_TENSOR;
+    if (strcmp(s, "channel") == 0)
+        return KVP_SCHEME_CHANNEL;
+    if (strcmp(s, "group") == 0)
+        return KVP_SCHEME_GROUP;
+    kvp_cli_usage_error("--scheme: '%s' is not tensor, channel or group", s);
+}
+
+static int parse_type(const char *opt, const char *s)
+{
+    int d = kvp_convert_dtype_from_name(s);
+    if (d == -2)
+        kvp_cli_usage_error("%s: unknown type '%s' (see --help)", opt, s);
+    return d;
+}
+
+static void check_regex(const char *opt, const char *re)
+{
+    kvp_err err = {0};
+    if (kvp_convert_check_regex(re, &err) < 0)
+        kvp_cli_usage_error("%s: %s", opt, err.msg);
+}
+
+static void parse(int argc, char **argv, options *o)
+{
+    enum { OPT_ASYM = 256, OPT_DROP, OPT_JSON, OPT_THREADS, OPT_KV };
+    static const struct option lopts[] = {
+        {"to", required_argument, NULL, 't'},      {"scheme", required_argument, NULL, 's'},
+        {"group", required_argument, NULL, 'g'},   {"asym", no_argument, NULL, OPT_ASYM},
+        {"embed", required_argument, NULL, 'e'},   {"include", required_argument, NULL, 'i'},
+        {"exclude", required_argument, NULL, 'x'}, {"drop", required_argument, NULL, OPT_DROP},
+        {"output", required_argument, NULL, 'o'},  {"force", no_argument, NULL, 'f'},
+        {"dry-run", no_argument, NULL, 'n'},       {"report", required_argument, NULL, 'r'},
+        {"json", no_argument, NULL, OPT_JSON},     {"zstd", optional_argument, NULL, 'z'},
+        {"threads", required_argument, NULL, OPT_THREADS}, {"kv", required_argument, NULL, OPT_KV},
+        {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    memset(o, 0, sizeof *o);
+    kvp_convert_opts_init(&o->co);
+    o->kv = -1;
+    int c, to_set = 0, embed_set = 0;
+    while ((c = getopt_long(argc, argv, "t:s:g:e:i:x:o:fnr:z::hV", lopts, NULL)) != -1) {
+        switch (c) {
+        case 't': o->co.to = parse_type("--to", optarg); to_set = 1; break;
+        case 's': o->co.scheme = parse_scheme(optarg); o->scheme_set = 1; break;
+        case 'g': o->co.group = (uint32_t)kvp_cli_opt_i64("--group", optarg, 2, 65536); break;
+        case OPT_ASYM: o->co.asym = 1; break;
+        case 'e': o->co.embed = parse_type("--embed", optarg); embed_set = 1; break;
+        case 'i': check_regex("--include", optarg); o->co.include = optarg; break;
+        case 'x': check_regex("--exclude", optarg); o->co.exclude = optarg; break;
+        case OPT_DROP: check_regex("--drop", optarg); o->co.drop = optarg; break;
+        case 'o': o->output = optarg; break;
+        case 'f': o->force = 1; break;
+        case 'n': o->dry_run = 1; break;
+        case 'r': o->report = optarg; break;
+        case OPT_JSON: o->json = 1; break;
+        case 'z': o->zstd = optarg ? (int)kvp_cli_opt_i64("--zstd", optarg, 1, 19) : 3; break;
+        case OPT_THREADS: o->threads = (int)kvp_cli_opt_i64("--threads", optarg, 1, 1024); break;
+        case OPT_KV: o->kv = parse_type("--kv", optarg); break;
+        case 'h':
+            usage(stdout);
+            exit(kvp_cli_close_stdout());
+        case 'V': kvp_cli_version();
+        default: kvp_cli_usage_error("unknown or incomplete option");
+        }
+    }
+    if (o->kv != -1) {
+        if (to_set || embed_set || o->scheme_set || o->co.group || o->co.asym || o->co.include || o->co.exclude ||
+            o->co.drop || o->dry_run)
+            kvp_cli_usage_error("--kv converts KV blocks only: it takes no --to, --embed, --scheme, --group, "
+                                "--asym, --include, --exclude, --drop or --dry-run");
+        int d = o->kv;
+        if (d != KVP_DTYPE_F32 && d != KVP_DTYPE_F16 && d != KVP_DTYPE_BF16 && d != KVP_DTYPE_FP8_E4M3 &&
+            d != KVP_DTYPE_I8)
+            kvp_cli_usage_error("--kv: KV blocks convert to f32, f16, bf16, fp8 or int8");
+        return;
+    }
+    int scaled = kvp_convert_dtype_scaled(o->co.to);
+    if ((o->scheme_set || o->co.group) && !scaled)
+        kvp_cli_usage_error("--scheme and --group apply to fp8, fp8-e5m2, int8, int4 and fp4, not --to %s",
+                            to_set ? kvp_dtype_name((uint32_t)o->co.to) : "keep");
+    if (o->co.group) {
+        if (o->scheme_set && o->co.scheme != KVP_SCHEME_GROUP)
+            kvp_cli_usage_error("--group goes with --scheme group");
+        if (o->co.group % 2)
+            kvp_cli_usage_error("--group: %u is odd (4-bit types pack two per byte)", o->co.group);
+        o->co.scheme = KVP_SCHEME_GROUP;
+    }
+    if (o->co.asym && o->co.to != KVP_DTYPE_I8 && o->co.to != KVP_DTYPE_I4)
+        kvp_cli_usage_error("--asym applies to int8 and int4");
+}
+
+/* ---- report and progress ---- */
+
+typedef struct reporter {
+    FILE *f;             /* --report target, or NULL */
+    int json;
+    int tty;             /* stderr is a terminal: progress and a short table */
+    size_t done, total;
+    kvp_buf line;
+} reporter;
+
+static int on_tensor(void *ctx, const kvp_convert_item *it, kvp_err *err)
+{
+    reporter *r = ctx;
+    (void)err;
+    r->done++;
+    if (r->f) {
+        r->line.len = 0;
+        kvp_convert_report_row(&r->line, it, r->json);
+        fwrite(r->line.data, 1, r->line.len, r->f);
+    }
+    if (r->tty)
+        fprintf(stderr, "\r%s: [%zu/%zu] %-48.48s", kvp_cli_prog(), r->done, r->total, it->src.name);
+    return 0;
+}
+
+/* The short table on a terminal: one line per (from, to, scheme). */
+static void print_table(const kvp_convert *cv, const kvp_convert_totals *t)
+{
+    size_t n = kvp_convert_count(cv);
+    char *done = calloc(n ? n : 1, 1);
+    if (!done)
+        return;
+    fprintf(stderr, "\r%-72s\r%-10s %-10s %-12s %7s %14s %14s %9s\n", "", "from", "to", "scheme", "tensors", "bytes in",
+            "bytes out", "SNR dB");
+    for (size_t i = 0; i < n; i++) {
+        const kvp_convert_item *a = kvp_convert_item_at(cv, i);
+        if (done[i] || a->action == KVP_CONVERT_DROP)
+            continue;
+        char sa[32], sb[32];
+        kvp_convert_scheme_str(&a->out, sa, sizeof sa);
+        kvp_quant_stats st;
+        memset(&st, 0, sizeof st);
+        uint64_t k = 0, in = 0, out = 0;
+        for (size_t j = i; j < n; j++) {
+            const kvp_convert_item *b = kvp_convert_item_at(cv, j);
+            kvp_convert_scheme_str(&b->out, sb, sizeof sb);
+            if (done[j] || b->action == KVP_CONVERT_DROP || strcmp(a->src_type, b->src_type) ||
+                a->out.dtype != b->out.dtype || strcmp(sa, sb))
+                continue;
+            done[j] = 1;
+            k++;
+            in += b->src.data_bytes + b->src.scales_bytes + b->src.zeros_bytes;
+            out += b->out.data_bytes + b->out.scales_bytes + b->out.zeros_bytes;
+            if (b->action == KVP_CONVERT_QUANT)
+                kvp_quant_stats_merge(&st, &b->stats);
+        }
+        kvp_quant_report rep;
+        kvp_quant_stats_report(&st, &rep);
+        fprintf(stderr, "%-10s %-10s %-12s %7" PRIu64 " %14" PRIu64 " %14" PRIu64 " %9.2f\n", a->src_type,
+                kvp_dtype_name(a->out.dtype), sa, k, in, out, st.n ? rep.snr_db : 1.0 / 0.0);
+    }
+    kvp_quant_report rep;
+    kvp_quant_stats_report(&t->stats, &rep);
+    fprintf(stderr, "%-10s %-10s %-12s %7" PRIu64 " %14" PRIu64 " %14" PRIu64 " %9.2f\n", "total", "", "",
+            t->n_tensors, t->bytes_in, t->bytes_out, t->stats.n ? rep.snr_db : 1.0 / 0.0);
+    free(done);
+}
+
+static FILE *open_report(const char *path)
+{
+    if (!path)
+        return NULL;
+    if (strcmp(path, "-") == 0)
+        return stdout;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        kvp_cli_die("%s: %s", path, strerror(errno));
+    return f;
+}
+
+static void close_report(FILE *f, const char *path)
+{
+    if (f && f != stdout && fclose(f) != 0)
+        kvp_cli_die("%s: %s", path, strerror(errno));
+}
+
+/* ---- the plan (--dry-run) ---- */
+
+static void print_plan(const kvp_convert *cv, int json)
+{
+    if (!json)
+        printf("name\tshape\tfrom\tto\tscheme\tbytes_in\tbytes_out\tnote\n");
+    for (size_t i = 0; i < kvp_convert_count(cv); i++) {
+        const kvp_convert_item *it = kvp_convert_item_at(cv, i);
+        char shape[96], scheme[32];
+        kvp_convert_shape_str(&it->src, shape, sizeof shape);
+        kvp_convert_scheme_str(&it->out, scheme, sizeof scheme);
+        const char *to = it->action == KVP_CONVERT_DROP ? "dropped" : kvp_dtype_name(it->out.dtype);
+        uint64_t in = it->src.data_bytes + it->src.scales_bytes + it->src.zeros_bytes;
+        uint64_t out = it->action == KVP_CONVERT_DROP ? 0 : it->out.data_bytes + it->out.scales_bytes + it->out.zeros_bytes;
+        if (json) {
+            printf("{\"name\":");
+            kvp_cli_json_str(stdout, it->src.name, strlen(it->src.name));
+            printf(",\"shape\":\"%s\",\"from\":", shape);
+            kvp_cli_json_str(stdout, it->src_type, strlen(it->src_type));
+            printf(",\"to\":\"%s\",\"scheme\":\"%s\",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"note\":", to,
+                   scheme, in, out);
+            kvp_cli_json_str(stdout, it->note, strlen(it->note));
+            printf("}\n");
+        } else {
+            printf("%s\t%s\t%s\t%s\t%s\t%" PRIu64 "\t%" PRIu64 "\t%s\n", it->src.name, shape, it->src_type, to, scheme,
+                   in, out, it->note[0] ? it->note : "-");
+        }
+    }
+    kvp_convert_totals t;
+    kvp_convert_totals_get(cv, &t);
+    if (json)
+        printf("{\"summary\":true,\"tensors\":%" PRIu64 ",\"quantized\":%" PRIu64 ",\"dropped\":%" PRIu64
+               ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"file_bytes\":%" PRIu64 "}\n",
+               t.n_tensors, t.n_quantized, t.n_dropped, t.bytes_in, t.bytes_out, t.file_bytes);
+    else
+        printf("total: %" PRIu64 " tensors (%" PRIu64 " converted, %" PRIu64 " dropped), %" PRIu64
+               " bytes in, %" PRIu64 " bytes out, file %" PRIu64 " bytes\n",
+               t.n_tensors, t.n_quantized, t.n_dropped, t.bytes_in, t.bytes_out, t.file_bytes);
+}
+
+/* ---- the two modes ---- */
+
+static void check_output(const options *o, const char *input)
+{
+    if (strcmp(o->output, "-") == 0) {
+        if (isatty(1))
+            kvp_cli_usage_error("the output is binary; redirect standard output to a file or pipe");
+        if (o->report && strcmp(o->report, "-") == 0)
+            kvp_cli_usage_error("--report - and -o - would both write to standard output");
+        return;
+    }
+    struct stat si, so;
+    if (stat(o->output, &so) != 0)
+        return;
+    if (input && stat(input, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        kvp_cli_usage_error("%s: the output would replace the input", o->output);
+    if (!o->force)
+        kvp_cli_die("%s: exists (--force overwrites it)", o->output);
+}
+
+static void note_fallbacks(const kvp_convert *cv, const kvp_convert_totals *t)
+{
+    const char *const *notes;
+    size_t nn = kvp_convert_notes(cv, &notes);
+    for (size_t i = 0; i < nn; i++)
+        kvp_cli_warn("note: %s", notes[i]);
+    if (!t->n_fallback)
+        return;
+    for (size_t i = 0; i < kvp_convert_count(cv); i++) {
+        const kvp_convert_item *it = kvp_convert_item_at(cv, i);
+        if (it->note[0] && it->action != KVP_CONVERT_DROP) {
+            kvp_cli_warn("note: %" PRIu64 " tensor%s took a fallback (first: %s: %s)", t->n_fallback,
+                         t->n_fallback == 1 ? "" : "s", it->src.name, it->note);
+            return;
+        }
+    }
+}
+
+static int run_model(const options *o, const char *input)
+{
+    kvp_err err = {0};
+    kvp_convert *cv;
+    if (kvp_convert_open(&cv, input, &err) < 0)
+        kvp_cli_die_err(&err);
+    if (kvp_convert_plan(cv, &o->co, &err) < 0)
+        kvp_cli_die_err(&err);
+    kvp_convert_totals t;
+    kvp_convert_totals_get(cv, &t);
+    if (o->dry_run) {
+        note_fallbacks(cv, &t);
+        print_plan(cv, o->json);
+        kvp_convert_free(cv);
+        return kvp_cli_close_stdout();
+    }
+    kvp_threadpool *pool = NULL;
+    if (kvp_threadpool_create(&pool, o->threads, &err) < 0)
+        kvp_cli_die_err(&err);
+    reporter r = {open_report(o->report), o->json, kvp_cli_progress_enabled(), 0, t.n_tensors + t.n_dropped, {0}};
+    kvp_buf_init(&r.line);
+    if (r.f && !o->json) {
+        kvp_convert_report_header(&r.line);
+        fwrite(r.line.data, 1, r.line.len, r.f);
+    }
+    kvp_out out;
+    int rc = kvp_out_open(&out, o->output, &err);
+    if (rc == 0) {
+        rc = kvp_convert_write(cv, &out, o->zstd, PRODUCER, pool, on_tensor, &r, &err);
+        if (rc == 0)
+            rc = kvp_out_commit(&out, &err);
+        else
+            kvp_out_abort(&out);
+    }
+    kvp_threadpool_free(pool);
+    if (rc < 0) {
+        if (r.tty)
+            fputc('\n', stderr);
+        kvp_cli_die_err(&err);
+    }
+    kvp_convert_totals_get(cv, &t);
+    if (r.f) {
+        r.line.len = 0;
+        kvp_convert_report_summary(&r.line, &t, o->json);
+        fwrite(r.line.data, 1, r.line.len, r.f);
+    }
+    close_report(r.f, o->report);
+    if (r.tty)
+        print_table(cv, &t);
+    note_fallbacks(cv, &t);
+    kvp_buf_free(&r.line);
+    kvp_convert_free(cv);
+    return kvp_cli_close_stdout();
+}
+
+static int run_kv(const options *o, const char *input)
+{
+    kvp_err err = {0};
+    kvp_in in;
+    kvp_out out;
+    kvp_convert_kv_stats st;
+    if (kvp_in_open(&in, input, &err) < 0)
+        kvp_cli_die_err(&err);
+    int rc = kvp_out_open(&out, o->output, &err);
+    if (rc == 0) {
+        rc = kvp_convert_kv_stream(&in, &out, (uint32_t)o->kv, o->zstd, PRODUCER, &st, &err);
+        if (rc == 0)
+            rc = kvp_out_commit(&out, &err);
+        else
+            kvp_out_abort(&out);
+    }
+    kvp_in_close(&in);
+    if (rc < 0)
+        kvp_cli_die_err(&err);
+    FILE *f = open_report(o->report);
+    if (f) {
+        kvp_quant_report rep;
+        kvp_quant_stats_report(&st.stats, &rep);
+        int exact = st.stats.n == 0 || rep.snr_db > 1e300;
+        if (o->json)
+            fprintf(f,
+                    "{\"summary\":true,\"kv\":\"%s\",\"records\":%" PRIu64 ",\"blocks\":%" PRIu64
+                    ",\"converted\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64
+                    ",\"rmse\":%.6g,\"rel_err\":%.6g,\"snr_db\":%s%.6g,\"max_abs_err\":%.6g,\"clipped\":%.6g}\n",
+                    kvp_dtype_name((uint32_t)o->kv), st.n_records, st.n_blocks, st.n_converted, st.bytes_in,
+                    st.bytes_out, rep.rmse, rep.rel_err, exact ? "null" : "", exact ? 0.0 : rep.snr_db,
+                    rep.max_abs_err, rep.clipped);
+        else
+            fprintf(f,
+                    "to\trecords\tblocks\tconverted\tbytes_in\tbytes_out\trmse\trel_err\tsnr_db\tmax_abs_err\tclipped\n"
+                    "%s\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\n",
+                    kvp_dtype_name((uint32_t)o->kv), st.n_records, st.n_blocks, st.n_converted, st.bytes_in,
+                    st.bytes_out, rep.rmse, rep.rel_err, exact ? 1.0 / 0.0 : rep.snr_db, rep.max_abs_err,
+                    rep.clipped);
+        close_report(f, o->report);
+    }
+    return kvp_cli_close_stdout();
+}
+
+int main(int argc, char **argv)
+{
+    kvp_cli_init(argv[0]);
+    options o;
+    parse(argc, argv, &o);
+    if (argc - optind > 1)
+        kvp_cli_usage_error("one input at a time (got %d)", argc - optind);
+    if (o.kv != -1) {
+        const char *input = optind < argc ? argv[optind] : "-";
+        if (!o.output)
+            o.output = "-";
+        check_output(&o, strcmp(input, "-") ? input : NULL);
+        return run_kv(&o, input);
+    }
+    if (optind >= argc)
+        kvp_cli_usage_error("no INPUT model given");
+    const char *input = argv[optind];
+    if (strcmp(input, "-") == 0)
+        kvp_cli_usage_error("a model is read from a file or folder, not standard input");
+    if (!o.dry_run) {
+        if (!o.output)
+            kvp_cli_usage_error("no output: give -o OUTPUT (or --dry-run)");
+        check_output(&o, input);
+    }
+    return run_model(&o, input);
+}

@@ -1,0 +1,710 @@
+/* convert.c - model conversion: open the input, list its tensors, plan each
+ * tensor's output (see convert.h for the rules).  Writing is convert_write.c. */
+#include "convert_impl.h"
+
+#include "fingerprint.h"
+#include "json.h"
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <regex.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#define TOKENIZER_JSON_MAX (UINT64_C(256) << 20) /* bytes of tokenizer.json we read */
+
+static const uint8_t kvp_magic[4] = {0x89, 'K', 'V', 'P'};
+
+/* ---- names and defaults ---- */
+
+static const struct {
+    const char *name;
+    int dtype;
+} target_names[] = {
+    {"keep", KVP_CONVERT_KEEP},
+    {"f32", KVP_DTYPE_F32},
+    {"f16", KVP_DTYPE_F16},
+    {"bf16", KVP_DTYPE_BF16},
+    {"fp8", KVP_DTYPE_FP8_E4M3},
+    {"fp8-e4m3", KVP_DTYPE_FP8_E4M3},
+    {"fp8_e4m3", KVP_DTYPE_FP8_E4M3},
+    {"e4m3", KVP_DTYPE_FP8_E4M3},
+    {"fp8-e5m2", KVP_DTYPE_FP8_E5M2},
+    {"fp8_e5m2", KVP_DTYPE_FP8_E5M2},
+    {"e5m2", KVP_DTYPE_FP8_E5M2},
+    {"int8", KVP_DTYPE_I8},
+    {"i8", KVP_DTYPE_I8},
+    {"int4", KVP_DTYPE_I4},
+    {"i4", KVP_DTYPE_I4},
+    {"fp4", KVP_DTYPE_FP4_E2M1},
+    {"fp4_e2m1", KVP_DTYPE_FP4_E2M1},
+    {"nvfp4", KVP_DTYPE_NVFP4},
+    {"mxfp4", KVP_DTYPE_MXFP4},
+    {"q8_0", KVP_DTYPE_Q8_0},
+    {"q4_0", KVP_DTYPE_Q4_0},
+    {"q4_1", KVP_DTYPE_Q4_1},
+    {"q5_0", KVP_DTYPE_Q5_0},
+    {"q5_1", KVP_DTYPE_Q5_1},
+};
+
+int kvp_convert_dtype_from_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof target_names / sizeof target_names[0]; i++)
+        if (strcasecmp(name, target_names[i].name) == 0)
+            return target_names[i].dtype;
+    return -2;
+}
+
+int kvp_convert_dtype_scaled(int dtype)
+{
+    return dtype == KVP_DTYPE_I8 || dtype == KVP_DTYPE_I4 || dtype == KVP_DTYPE_FP8_E4M3 ||
+           dtype == KVP_DTYPE_FP8_E5M2 || dtype == KVP_DTYPE_FP4_E2M1;
+}
+
+void kvp_convert_default_scheme(int dtype, uint32_t *scheme, uint32_t *group)
+{
+    *scheme = KVP_SCHEME_NONE;
+    *group = 0;
+    switch (dtype) {
+    case KVP_DTYPE_I8:
+        *scheme = KVP_SCHEME_CHANNEL;
+        break;
+    case KVP_DTYPE_I4:
+        *scheme = KVP_SCHEME_GROUP;
+        *group = 128;
+        break;
+    case KVP_DTYPE_FP4_E2M1:
+        *scheme = KVP_SCHEME_GROUP;
+        *group = 32;
+        break;
+    case KVP_DTYPE_FP8_E4M3:
+    case KVP_DTYPE_FP8_E5M2:
+        *scheme = KVP_SCHEME_TENSOR;
+        break;
+    default:
+        break;
+    }
+}
+
+void kvp_convert_opts_init(kvp_convert_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->to = KVP_CONVERT_KEEP;
+    o->embed = KVP_CONVERT_KEEP;
+}
+
+int kvp_convert_check_regex(const char *re, kvp_err *err)
+{
+    regex_t rx;
+    int rc = regcomp(&rx, re, REG_EXTENDED | REG_NOSUB);
+    if (rc) {
+        char msg[160];
+        regerror(rc, &rx, msg, sizeof msg);
+        return kvp_err_set(err, KVP_EINVAL, "regular expression '%s': %s", re, msg);
+    }
+    regfree(&rx);
+    return 0;
+}
+
+/* ---- small helpers ---- */
+
+static int add_note(kvp_convert *cv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int add_note(kvp_convert *cv, const char *fmt, ...)
+{
+    char msg[KVP_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    char **n = realloc(cv->notes, (cv->n_notes + 1) * sizeof *n);
+    if (!n)
+        return KVP_ENOMEM;
+    cv->notes = n;
+    if (!(n[cv->n_notes] = strdup(msg)))
+        return KVP_ENOMEM;
+    cv->n_notes++;
+    return 0;
+}
+
+/* Deep copy of one metadata entry into m. */
+static int meta_copy_entry(kvp_meta *m, const kvp_meta_entry *e)
+{
+    switch (e->type) {
+    case KVP_META_U64:
+        return kvp_meta_set_u64(m, e->key, e->v.u);
+    case KVP_META_I64:
+        return kvp_meta_set_i64(m, e->key, e->v.i);
+    case KVP_META_F64:
+        return kvp_meta_set_f64(m, e->key, e->v.f);
+    case KVP_META_BOOL:
+        return kvp_meta_set_bool(m, e->key, e->v.u != 0);
+    case KVP_META_STR:
+        return kvp_meta_set_str(m, e->key, e->str, e->n);
+    case KVP_META_ARR_STR: {
+        const char **s = malloc((e->n ? e->n : 1) * sizeof *s);
+        size_t *len = malloc((e->n ? e->n : 1) * sizeof *len);
+        int rc = s && len ? 0 : KVP_ENOMEM;
+        for (uint64_t i = 0; !rc && i < e->n; i++)
+            s[i] = kvp_meta_str_at(e, i, &len[i]);
+        if (!rc)
+            rc = kvp_meta_set_strarr(m, e->key, s, len, e->n);
+        free(s);
+        free(len);
+        return rc;
+    }
+    default:
+        return kvp_meta_set_arr(m, e->key, e->type, e->arr, e->n);
+    }
+}
+
+static int starts_with(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+static int grow_items(kvp_convert *cv, uint64_t n, kvp_err *err)
+{
+    cv->items = calloc(n ? n : 1, sizeof *cv->items);
+    cv->src_index = calloc(n ? n : 1, sizeof *cv->src_index);
+    cv->src_ndim = calloc(n ? n : 1, sizeof *cv->src_ndim);
+    if (!cv->items || !cv->src_index || !cv->src_ndim)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for %llu tensors", cv->path, (unsigned long long)n);
+    return 0;
+}
+
+/* Fill item i's name and source record from a shape given outermost first. */
+static int set_src(kvp_convert *cv, size_t i, const char *name, int dtype, const char *type_name, uint32_t n_dims,
+                   const uint64_t *shape, uint64_t nbytes, kvp_err *err)
+{
+    kvp_convert_item *it = &cv->items[i];
+    size_t len = strlen(name);
+    if (len == 0 || len > KVP_NAME_MAX)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %.64s...: name of %zu bytes (KVP allows 1..%d)",
+                           cv->path, name, len, KVP_NAME_MAX);
+    memcpy(it->src.name, name, len + 1);
+    snprintf(it->src_type, sizeof it->src_type, "%s", type_name);
+    cv->src_ndim[i] = n_dims;
+    /* Leading dimensions of 1 go first, then a scalar becomes [1]. */
+    uint32_t skip = 0;
+    while (n_dims - skip > KVP_MAX_DIMS && shape[skip] == 1)
+        skip++;
+    it->src.n_dim = n_dims - skip;
+    if (it->src.n_dim == 0)
+        it->src.n_dim = 1, it->src.shape[0] = 1;
+    else if (it->src.n_dim <= KVP_MAX_DIMS)
+        memcpy(it->src.shape, shape + skip, it->src.n_dim * sizeof *shape);
+    it->src.dtype = dtype < 0 ? UINT32_MAX : (uint32_t)dtype;
+    it->src.global_scale = 1.0f;
+    it->src.data_bytes = nbytes;
+    it->src_ok = dtype >= 0 && it->src.n_dim <= KVP_MAX_DIMS && kvp_tensor_data_bytes(&it->src) == (int64_t)nbytes;
+    return 0;
+}
+
+/* GGUF files often leave the vocabulary size to the token list, which goes
+ * to the TOKENIZER record: state it in the config so that stands alone. */
+static int put_vocab_size(kvp_convert *cv, kvp_err *err)
+{
+    char key[64];
+    snprintf(key, sizeof key, "%s.vocab_size", cv->cfg.arch);
+    if (kvp_meta_find(&cv->config_meta, key) || cv->cfg.n_vocab == 0)
+        return 0;
+    int rc = kvp_meta_set_u64(&cv->config_meta, key, cv->cfg.n_vocab);
+    return rc < 0 ? kvp_err_set(err, rc, "%s: out of memory", cv->path) : 0;
+}
+
+/* The config of a KVP model; like a GGUF's, it may need the token list of the
+ * TOKENIZER record for the vocabulary size. */
+static int kvp_input_config(kvp_convert *cv, kvp_err *err)
+{
+    const kvp_meta_entry *tokens = kvp_meta_find(&cv->tok_meta, "tokenizer.ggml.tokens");
+    if (!tokens)
+        return kvp_config_from_meta(&cv->cfg, &cv->config_meta, cv->path, err);
+    kvp_meta m;
+    kvp_meta_init(&m);
+    int rc = 0;
+    for (size_t i = 0; !rc && i < cv->config_meta.n; i++)
+        rc = meta_copy_entry(&m, &cv->config_meta.e[i]);
+    if (!rc && !kvp_meta_find(&m, tokens->key))
+        rc = meta_copy_entry(&m, tokens);
+    if (rc < 0)
+        rc = kvp_err_set(err, rc, "%s: out of memory", cv->path);
+    else
+        rc = kvp_config_from_meta(&cv->cfg, &m, cv->path, err);
+    kvp_meta_free(&m);
+    return rc;
+}
+
+/* ---- GGUF ---- */
+
+static int open_gguf(kvp_convert *cv, kvp_err *err)
+{
+    int rc = kvp_gguf_open(&cv->gguf, cv->path, err);
+    if (rc < 0)
+        return rc;
+    cv->gguf_open = 1;
+    const kvp_gguf *g = &cv->gguf;
+    if ((rc = kvp_config_from_meta(&cv->cfg, &g->meta, cv->path, err)) < 0)
+        return rc;
+    for (size_t i = 0; i < g->meta.n; i++) {
+        const kvp_meta_entry *e = &g->meta.e[i];
+        /* GGUF-only layout keys and llama.cpp's file type do not describe the output. */
+        if (strcmp(e->key, "general.alignment") == 0 || strcmp(e->key, "general.file_type") == 0)
+            continue;
+        kvp_meta *dst = starts_with(e->key, "tokenizer.") ? &cv->tok_meta : &cv->config_meta;
+        if ((rc = meta_copy_entry(dst, e)) < 0)
+            return kvp_err_set(err, rc, "%s: out of memory copying key %s", cv->path, e->key);
+    }
+    if ((rc = put_vocab_size(cv, err)) < 0 || (rc = grow_items(cv, g->n_tensors, err)) < 0)
+        return rc;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const kvp_gguf_tensor *t = &g->tensors[i];
+        uint64_t shape[4];
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            shape[d] = t->ne[t->n_dims - 1 - d];
+        if ((rc = set_src(cv, i, t->name, t->dtype, kvp_gguf_type_name(t->ggml_type), t->n_dims, shape, t->nbytes,
+                          err)) < 0)
+            return rc;
+        cv->src_index[i] = i;
+    }
+    cv->n_items = g->n_tensors;
+    return 0;
+}
+
+/* ---- safetensors ---- */
+
+/* tokenizer.json next to the checkpoint: the derived tokenizer.ggml.* keys
+ * and the whole text.  A tokenizer we cannot translate is kept as text. */
+static int load_hf_tokenizer(kvp_convert *cv, const char *dir, kvp_err *err)
+{
+    char path[4096];
+    struct stat sb;
+    if ((size_t)snprintf(path, sizeof path, "%s/tokenizer.json", dir) >= sizeof path || stat(path, &sb) != 0)
+        return add_note(cv, "%s: no tokenizer.json: the output has no tokenizer", dir) < 0
+                   ? kvp_err_set(err, KVP_ENOMEM, "out of memory")
+                   : 0;
+    uint8_t *text;
+    size_t len;
+    int rc = kvp_read_file(path, TOKENIZER_JSON_MAX, &text, &len, err);
+    if (rc < 0)
+        return rc;
+    kvp_json *root = NULL;
+    kvp_err e2 = {0};
+    rc = kvp_json_parse(&root, (const char *)text, len, path, &e2);
+    if (rc == 0)
+        rc = kvp_tokenizer_meta_from_json(&cv->tok_meta, root, path, &e2);
+    kvp_json_free(root);
+    if (rc < 0) {
+        kvp_meta_free(&cv->tok_meta);
+        kvp_meta_init(&cv->tok_meta);
+        if (add_note(cv, "%s (kept as text only)", e2.msg) < 0) {
+            free(text);
+            return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+        }
+    }
+    rc = kvp_meta_set_str(&cv->tok_meta, "tokenizer.huggingface.json", (const char *)text, len);
+    free(text);
+    if (rc < 0)
+        return kvp_err_set(err, rc, "%s: out of memory", path);
+    /* The chat template lives in tokenizer_config.json; optional. */
+    if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) < sizeof path && stat(path, &sb) == 0 &&
+        kvp_json_parse_file(&root, path, TOKENIZER_JSON_MAX, &e2) == 0) {
+        const char *tpl = kvp_json_get_str(root, "chat_template");
+        if (tpl)
+            rc = kvp_meta_set_str(&cv->tok_meta, "tokenizer.chat_template", tpl, strlen(tpl));
+        kvp_json_free(root);
+        if (rc < 0)
+            return kvp_err_set(err, rc, "%s: out of memory", path);
+    }
+    return 0;
+}
+
+static int open_safetensors(kvp_convert *cv, kvp_err *err)
+{
+    int rc = kvp_safetensors_open(&cv->st, cv->path, err);
+    if (rc < 0)
+        return rc;
+    cv->st_open = 1;
+    const kvp_safetensors *st = &cv->st;
+    if ((rc = kvp_config_from_hf(&cv->cfg, st->dir, err)) < 0)
+        return rc;
+    if ((rc = kvp_config_to_meta(&cv->cfg, &cv->config_meta)) < 0)
+        return kvp_err_set(err, rc, "%s: config has no architecture", st->dir);
+    if ((rc = load_hf_tokenizer(cv, st->dir, err)) < 0)
+        return rc;
+    if ((rc = grow_items(cv, st->n_tensors, err)) < 0)
+        return rc;
+    for (uint64_t i = 0; i < st->n_tensors; i++) {
+        const kvp_safetensors_tensor *t = &st->tensors[i];
+        if ((rc = set_src(cv, i, t->name, t->dtype, t->dtype_name, t->n_dims, t->shape, t->nbytes, err)) < 0)
+            return rc;
+        cv->src_index[i] = i;
+    }
+    cv->n_items = st->n_tensors;
+    return 0;
+}
+
+/* ---- KVP ---- */
+
+static int open_kvp(kvp_convert *cv, kvp_err *err)
+{
+    kvp_in in;
+    int rc = kvp_in_open(&in, cv->path, err);
+    if (rc < 0)
+        return rc;
+    kvp_reader *r = NULL;
+    size_t cap = 0;
+    int have_config = 0;
+    if ((rc = kvp_reader_open(&r, &in, err)) < 0)
+        goto out;
+    kvp_record rec;
+    while ((rc = kvp_reader_next(r, &rec, err)) == 1) {
+        if (rec.kind == KVP_KIND_END)
+            continue;
+        if (rec.kind == KVP_KIND_CONFIG || rec.kind == KVP_KIND_TOKENIZER) {
+            kvp_meta *m = rec.kind == KVP_KIND_CONFIG ? &cv->config_meta : &cv->tok_meta;
+            kvp_meta_free(m);
+            if ((rc = kvp_meta_record_decode(&rec, m, err)) < 0)
+                break;
+            have_config |= rec.kind == KVP_KIND_CONFIG;
+        } else if (rec.kind == KVP_KIND_TENSOR) {
+            kvp_tensor_rec t;
+            const uint8_t *d, *s, *z;
+            if ((rc = kvp_tensor_decode(&rec, &t, &d, &s, &z, err)) < 0)
+                break;
+            if (cv->n_items == cap) {
+                size_t nc = cap ? 2 * cap : 256;
+                kvp_convert_item *ni = realloc(cv->items, nc * sizeof *ni);
+                if (ni)
+                    cv->items = ni;
+                uint32_t *nd = realloc(cv->src_ndim, nc * sizeof *nd);
+                if (nd)
+                    cv->src_ndim = nd;
+                if (!ni || !nd) {
+                    rc = kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", cv->path);
+                    break;
+                }
+                cap = nc;
+            }
+            kvp_convert_item *it = &cv->items[cv->n_items];
+            memset(it, 0, sizeof *it);
+            it->src = t;
+            const kvp_dtype_traits *tr = kvp_dtype_get(t.dtype);
+            it->src_ok = tr != NULL;
+            snprintf(it->src_type, sizeof it->src_type, "%s", kvp_dtype_name(t.dtype));
+            cv->src_ndim[cv->n_items++] = t.n_dim;
+        } else if (rec.kind == KVP_KIND_SEQUENCE || rec.kind == KVP_KIND_KV_BLOCK ||
+                   rec.kind == KVP_KIND_BLOCK_REF) {
+            rc = kvp_err_set(err, KVP_EUNSUPPORTED, "%s: record %llu is a %s: a KV stream, not a model (use --kv)",
+                             cv->path, (unsigned long long)rec.index, kvp_kind_name(rec.kind));
+            break;
+        } else if (add_note(cv, "%s: record %llu of unknown kind %u left out", cv->path,
+                            (unsigned long long)rec.index, rec.kind) < 0) {
+            rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
+            break;
+        }
+    }
+    if (rc == 0 && !have_config)
+        rc = kvp_err_set(err, KVP_EFORMAT, "%s: no config record: not a model file", cv->path);
+    if (rc == 0)
+        rc = kvp_input_config(cv, err);
+out:
+    kvp_reader_free(r);
+    kvp_in_close(&in);
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- open ---- */
+
+static int detect(const char *path, int *format, kvp_err *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
+        *format = KVP_CONVERT_SAFETENSORS;
+        return 0;
+    }
+    if (!S_ISREG(sb.st_mode))
+        return kvp_err_set(err, KVP_EINVAL, "%s: not a regular file (a model is read from a file, not a pipe)", path);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
+    uint8_t head[4] = {0};
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    if (n == 4 && memcmp(head, "GGUF", 4) == 0)
+        *format = KVP_CONVERT_GGUF;
+    else if (n == 4 && memcmp(head, kvp_magic, 4) == 0)
+        *format = KVP_CONVERT_KVP;
+    else
+        *format = KVP_CONVERT_SAFETENSORS; /* its reader names what is wrong */
+    return 0;
+}
+
+int kvp_convert_open(kvp_convert **out, const char *path, kvp_err *err)
+{
+    *out = NULL;
+    kvp_convert *cv = calloc(1, sizeof *cv);
+    if (!cv || !(cv->path = strdup(path))) {
+        free(cv);
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
+    }
+    kvp_meta_init(&cv->config_meta);
+    kvp_meta_init(&cv->tok_meta);
+    kvp_config_init(&cv->cfg);
+    int rc = detect(path, &cv->format, err);
+    if (rc == 0) {
+        if (cv->format == KVP_CONVERT_GGUF)
+            rc = open_gguf(cv, err);
+        else if (cv->format == KVP_CONVERT_KVP)
+            rc = open_kvp(cv, err);
+        else
+            rc = open_safetensors(cv, err);
+    }
+    if (rc < 0) {
+        kvp_convert_free(cv);
+        return rc;
+    }
+    *out = cv;
+    return 0;
+}
+
+void kvp_convert_free(kvp_convert *cv)
+{
+    if (!cv)
+        return;
+    if (cv->gguf_open)
+        kvp_gguf_close(&cv->gguf);
+    if (cv->st_open)
+        kvp_safetensors_close(&cv->st);
+    kvp_meta_free(&cv->config_meta);
+    kvp_meta_free(&cv->tok_meta);
+    for (size_t i = 0; i < cv->n_notes; i++)
+        free(cv->notes[i]);
+    free(cv->notes);
+    free(cv->items);
+    free(cv->src_index);
+    free(cv->src_ndim);
+    free(cv->path);
+    free(cv);
+}
+
+int kvp_convert_format(const kvp_convert *cv) { return cv->format; }
+
+const char *kvp_convert_format_name(const kvp_convert *cv)
+{
+    return cv->format == KVP_CONVERT_GGUF ? "gguf" : cv->format == KVP_CONVERT_KVP ? "kvp" : "safetensors";
+}
+
+const kvp_config *kvp_convert_config(const kvp_convert *cv) { return &cv->cfg; }
+
+size_t kvp_convert_notes(const kvp_convert *cv, const char *const **notes)
+{
+    *notes = (const char *const *)cv->notes;
+    return cv->n_notes;
+}
+
+size_t kvp_convert_count(const kvp_convert *cv) { return cv->n_items; }
+
+const kvp_convert_item *kvp_convert_item_at(const kvp_convert *cv, size_t i)
+{
+    return i < cv->n_items ? &cv->items[i] : NULL;
+}
+
+/* ---- plan ---- */
+
+typedef struct plan_ctx {
+    const kvp_convert_opts *o;
+    regex_t include, exclude, drop;
+    int has_include, has_exclude, has_drop;
+} plan_ctx;
+
+static int matches(const regex_t *rx, const char *name) { return regexec(rx, name, 0, NULL, 0) == 0; }
+
+static int is_embedding(const char *name)
+{
+    static const char *const ends[] = {"token_embd.weight", "embed_tokens.weight", "wte.weight",
+                                       "word_embeddings.weight"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        size_t k = strlen(ends[i]);
+        if (n >= k && strcmp(name + n - k, ends[i]) == 0 && (n == k || name[n - k - 1] == '.'))
+            return 1;
+    }
+    return 0;
+}
+
+/* The target dtype by the rules of convert.h (KVP_CONVERT_KEEP, or a dtype). */
+static int choose_dtype(const plan_ctx *p, const kvp_convert_item *it)
+{
+    const char *name = it->src.name;
+    if (it->src.n_dim == 1 || strstr(name, "norm"))
+        return KVP_DTYPE_F32;
+    if ((p->has_include && !matches(&p->include, name)) || (p->has_exclude && matches(&p->exclude, name)))
+        return KVP_CONVERT_KEEP;
+    return is_embedding(name) ? p->o->embed : p->o->to;
+}
+
+/* A group that divides row: group / 2^k down to 16, else 0 (use CHANNEL). */
+static uint32_t fit_group(uint32_t group, uint64_t row)
+{
+    for (uint32_t g = group; g >= 16; g /= 2)
+        if (row % g == 0)
+            return g;
+    return 0;
+}
+
+static int same_layout(const kvp_tensor_rec *a, const kvp_tensor_rec *b)
+{
+    uint32_t sa = a->scale_dtype ? a->scale_dtype : KVP_DTYPE_F32, sb = b->scale_dtype ? b->scale_dtype : KVP_DTYPE_F32;
+    return a->dtype == b->dtype && a->scheme == b->scheme && a->group == b->group && a->flags == b->flags &&
+           (a->scheme == KVP_SCHEME_NONE || sa == sb);
+}
+
+static void plan_quant(kvp_convert_item *it, const kvp_convert_opts *o, int dtype)
+{
+    kvp_quant_spec spec = {(uint32_t)dtype, KVP_SCHEME_NONE, 0, 0, 0};
+    if (kvp_convert_dtype_scaled(dtype)) {
+        kvp_convert_default_scheme(dtype, &spec.scheme, &spec.group);
+        if (dtype == o->to) { /* the user's options apply to --to's dtype */
+            if (o->scheme)
+                spec.scheme = o->scheme;
+            if (o->group)
+                spec.group = o->group;
+            spec.asym = o->asym;
+        }
+        if (spec.scheme == KVP_SCHEME_GROUP) {
+            uint64_t row = it->src.shape[it->src.n_dim - 1];
+            uint32_t g = fit_group(spec.group, row);
+            if (g != spec.group)
+                snprintf(it->note, sizeof it->note, "%s: row of %llu is not a multiple of group %u",
+                         g ? "smaller group" : "per channel", (unsigned long long)row, spec.group);
+            if (g)
+                spec.group = g;
+            else
+                spec.scheme = KVP_SCHEME_CHANNEL;
+        }
+    }
+    kvp_tensor_rec out = it->src;
+    kvp_err e = {0};
+    if (kvp_quant_plan(&out, &spec, &e) < 0) {
+        kvp_quant_spec f16 = {KVP_DTYPE_F16, KVP_SCHEME_NONE, 0, 0, 0};
+        out = it->src;
+        const char *why = e.msg; /* drop the "tensor NAME: " the note's row already shows */
+        size_t nl = strlen(it->src.name);
+        if (strncmp(why, "tensor ", 7) == 0 && strncmp(why + 7, it->src.name, nl) == 0 && why[7 + nl] == ':')
+            why += 9 + nl;
+        snprintf(it->note, sizeof it->note, "f16: %.100s", why);
+        kvp_quant_plan(&out, &f16, &e); /* any shape fits f16 */
+    }
+    it->out = out;
+    it->action = same_layout(&it->src, &out) ? KVP_CONVERT_COPY : KVP_CONVERT_QUANT;
+    if (it->action == KVP_CONVERT_COPY)
+        it->out = it->src;
+}
+
+static int plan_one(kvp_convert *cv, const plan_ctx *p, size_t i, kvp_err *err)
+{
+    kvp_convert_item *it = &cv->items[i];
+    it->note[0] = '\0';
+    memset(&it->stats, 0, sizeof it->stats);
+    if (p->has_drop && matches(&p->drop, it->src.name)) {
+        it->action = KVP_CONVERT_DROP;
+        it->out = it->src;
+        return 0;
+    }
+    if (!it->src_ok) {
+        if (cv->src_ndim[i] > KVP_MAX_DIMS && it->src.n_dim > KVP_MAX_DIMS)
+            return kvp_err_set(err, KVP_EUNSUPPORTED,
+                               "%s: tensor %s: %u dimensions (KVP holds at most %d; --drop leaves it out)", cv->path,
+                               it->src.name, cv->src_ndim[i], KVP_MAX_DIMS);
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: unsupported type %s (--drop leaves it out)",
+                           cv->path, it->src.name, it->src_type);
+    }
+    int dtype = choose_dtype(p, it);
+    const kvp_dtype_traits *tr = kvp_dtype_get(it->src.dtype);
+    if (dtype != KVP_CONVERT_KEEP && !tr->to_f32) {
+        snprintf(it->note, sizeof it->note, "kept: no conversion from %s", tr->name);
+        dtype = KVP_CONVERT_KEEP;
+    }
+    if (dtype == KVP_CONVERT_KEEP) {
+        it->action = KVP_CONVERT_COPY;
+        it->out = it->src;
+        return 0;
+    }
+    plan_quant(it, p->o, dtype);
+    return 0;
+}
+
+static int compile(regex_t *rx, int *has, const char *re, kvp_err *err)
+{
+    if (!re)
+        return 0;
+    int rc = kvp_convert_check_regex(re, err);
+    if (rc < 0)
+        return rc;
+    if (regcomp(rx, re, REG_EXTENDED | REG_NOSUB) != 0)
+        return kvp_err_set(err, KVP_ENOMEM, "regular expression '%s': out of memory", re);
+    *has = 1;
+    return 0;
+}
+
+static int check_opts(const kvp_convert_opts *o, kvp_err *err)
+{
+    for (int k = 0; k < 2; k++) {
+        int d = k ? o->embed : o->to;
+        const kvp_dtype_traits *tr = kvp_dtype_get((uint32_t)d);
+        if (d != KVP_CONVERT_KEEP && (!tr || !tr->from_f32))
+            return kvp_err_set(err, KVP_EINVAL, "cannot write dtype %s", kvp_dtype_name((uint32_t)d));
+    }
+    if (o->scheme > KVP_SCHEME_GROUP || (o->scheme && !kvp_convert_dtype_scaled(o->to)))
+        return kvp_err_set(err, KVP_EINVAL, "a scale scheme applies to fp8, int8, int4 and fp4 only");
+    if (o->asym && o->to != KVP_DTYPE_I8 && o->to != KVP_DTYPE_I4)
+        return kvp_err_set(err, KVP_EINVAL, "asymmetric quantization applies to int8 and int4 only");
+    if (o->group && (o->group < 2 || o->group % 2))
+        return kvp_err_set(err, KVP_EINVAL, "group %u: must be an even number", o->group);
+    return 0;
+}
+
+int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
+{
+    plan_ctx p;
+    memset(&p, 0, sizeof p);
+    p.o = o;
+    int rc = check_opts(o, err);
+    if (!rc && !(rc = compile(&p.include, &p.has_include, o->include, err)) &&
+        !(rc = compile(&p.exclude, &p.has_exclude, o->exclude, err)))
+        rc = compile(&p.drop, &p.has_drop, o->drop, err);
+    for (size_t i = 0; !rc && i < cv->n_items; i++)
+        rc = plan_one(cv, &p, i, err);
+    if (p.has_include)
+        regfree(&p.include);
+    if (p.has_exclude)
+        regfree(&p.exclude);
+    if (p.has_drop)
+        regfree(&p.drop);
+    if (rc < 0)
+        return rc;
+    const char *to = "keep";
+    for (size_t i = 0; i < sizeof target_names / sizeof target_names[0]; i++)
+        if (target_names[i].dtype == o->to) {
+            to = target_names[i].name;
+            break;
+        }
+    if ((rc = kvp_meta_set_str(&cv->config_meta, "kvpipe.quantize.to", to, strlen(to))) < 0)
+        return kvp_err_set(err, rc, "out of memory");
+    cv->planned = 1;
+    return 0;
+}
+
+void kvp_convert_fingerprint(const kvp_convert *cv, uint8_t out[KVP_FINGERPRINT_SIZE])
+{
+    kvp_tensor_rec *recs = malloc((cv->n_items ? cv->n_items : 1) * sizeof *recs);
+    size_t n = 0;
+    for (size_t i = 0; recs && i < cv->n_items; i++)
+        if (cv->items[i].action != KVP_CONVERT_DROP)
+            recs[n++] = cv->items[i].out;
+    kvp_fingerprint(&cv->cfg, recs ? recs : NULL, recs ? n : 0, out);
+    free(recs);
+}

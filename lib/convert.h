@@ -1,0 +1,190 @@
+/* convert.h - turn a model file into a KVP model file, quantizing its
+ * tensors as asked, and convert the KV blocks of a KVP stream to another
+ * dtype.  quantize(1) is a thin shell over this module.
+ *
+ * Model conversion is two passes over the input, which stays mapped:
+ *   kvp_convert_open   detect the format (GGUF, safetensors file, index or
+ *                      folder, KVP model), read config and tokenizer, list
+ *                      the tensors (nothing is dequantized yet);
+ *   kvp_convert_plan   choose each tensor's output dtype and scheme, with
+ *                      byte counts (enough for a dry run);
+ *   kvp_convert_write  write CONFIG, TOKENIZER and one TENSOR record per
+ *                      planned tensor, one tensor at a time: memory is the
+ *                      mapping plus one f32 buffer and one output buffer of
+ *                      the largest tensor, never the whole model twice.
+ *
+ * Which dtype a tensor gets (first rule that applies):
+ *   1. a name matching opts.drop is left out;
+ *   2. 1-D tensors and norms (name contains "norm") become f32;
+ *   3. names not matching opts.include (when set) or matching opts.exclude
+ *      are kept as they are (bytes copied, source dtype);
+ *   4. token embeddings (token_embd.weight, *embed_tokens.weight, wte.weight,
+ *      word_embeddings.weight) get opts.embed (default: kept);
+ *   5. everything else gets opts.to (default: kept).
+ * Fallbacks, each recorded in the item's note: a GROUP scheme whose group
+ * does not divide a row takes the largest group/2^k (>= 16) that does, or
+ * CHANNEL when the row is shorter than 16 or has no such divisor; a tensor
+ * whose rows do not fit the target's blocks (q8_0 with a row of 8) becomes
+ * f16.
+ *
+ * Tensor names: GGUF names stay GGUF names ("blk.0.attn_q.weight"),
+ * safetensors names stay HF names ("model.layers.0.self_attn.q_proj.weight").
+ * Shapes are KVP order (outermost first): a GGUF tensor's ne[] reversed, with
+ * the same bytes.  The CONFIG record is the GGUF metadata minus the
+ * tokenizer.* keys and general.file_type (or kvp_config_to_meta of config.json
+ * for safetensors, or the KVP input's record), plus "kvpipe.quantize.to" (and
+ * "<arch>.vocab_size" when a GGUF left it to the token list); the
+ * TOKENIZER record holds GGUF's tokenizer.* keys, or for safetensors the keys
+ * derived from tokenizer.json (kvp_tokenizer_meta_from_json) plus its whole
+ * text as "tokenizer.huggingface.json" (and "tokenizer.chat_template" from
+ * tokenizer_config.json when present).
+ */
+#ifndef KVP_CONVERT_H
+#define KVP_CONVERT_H
+
+#include "config.h"
+#include "error.h"
+#include "io.h"
+#include "quant.h"
+#include "stream.h"
+#include "threadpool.h"
+#include "wire.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVP_CONVERT_KEEP (-1) /* dtype: keep the source's type and bytes */
+
+enum kvp_convert_format {
+    KVP_CONVERT_GGUF = 1,
+    KVP_CONVERT_SAFETENSORS = 2,
+    KVP_CONVERT_KVP = 3,
+};
+
+typedef enum kvp_convert_action {
+    KVP_CONVERT_COPY = 0,  /* bytes (and scales) copied as they are */
+    KVP_CONVERT_QUANT = 1, /* dequantized to f32, then cast or quantized */
+    KVP_CONVERT_DROP = 2,  /* left out of the output */
+} kvp_convert_action;
+
+typedef struct kvp_convert_opts {
+    int to;               /* dtype for weights, or KVP_CONVERT_KEEP (default) */
+    uint32_t scheme;      /* kvp_scheme for fp8/int/fp4 targets; 0: the dtype's default */
+    uint32_t group;       /* GROUP elements; 0: the dtype's default */
+    int asym;             /* integer targets: zero points */
+    int embed;            /* dtype for token embeddings, or KVP_CONVERT_KEEP (default) */
+    const char *include;  /* POSIX extended regexes on tensor names, or NULL */
+    const char *exclude;
+    const char *drop;
+} kvp_convert_opts;
+
+typedef struct kvp_convert_item {
+    kvp_tensor_rec src;    /* the input tensor as a record (dtype, shape; scheme and scales for KVP input) */
+    int src_ok;            /* src.dtype is a kvp_dtype we can read */
+    char src_type[16];     /* the type as the input names it ("q4_1", "BF16", "i64") */
+    kvp_tensor_rec out;    /* planned output: dtype, scheme, group, byte counts (global_scale after writing) */
+    int action;            /* kvp_convert_action */
+    char note[120];        /* the fallback taken, or "" */
+    kvp_quant_stats stats; /* error of out against the dequantized source (QUANT, after writing) */
+} kvp_convert_item;
+
+typedef struct kvp_convert_totals {
+    uint64_t n_tensors;    /* written */
+    uint64_t n_quantized;  /* QUANT to a different dtype or scheme */
+    uint64_t n_fallback;   /* with a note */
+    uint64_t n_dropped;
+    uint64_t bytes_in;     /* source bytes of the written tensors (data + scales + zeros) */
+    uint64_t bytes_out;    /* output bytes of the written tensors */
+    uint64_t file_bytes;   /* size of the output file when written without zstd */
+    kvp_quant_stats stats; /* merged over the quantized tensors (weighted SNR) */
+} kvp_convert_totals;
+
+typedef struct kvp_convert kvp_convert;
+
+/* Defaults, then the rules above: to = embed = KVP_CONVERT_KEEP. */
+void kvp_convert_opts_init(kvp_convert_opts *o);
+
+/* The dtype named by a --to argument: f32, f16, bf16, fp8 (= fp8-e4m3, e4m3),
+ * fp8-e5m2 (e5m2), int8 (i8), int4 (i4), fp4 (scaled E2M1), nvfp4, mxfp4,
+ * q8_0, q4_0, q4_1, q5_0, q5_1, or "keep" (KVP_CONVERT_KEEP).  -2 when the
+ * name is none of these. */
+int kvp_convert_dtype_from_name(const char *name);
+/* The scheme and group a target dtype gets by default: i8 CHANNEL, i4 GROUP
+ * 128, fp4_e2m1 GROUP 32, fp8 TENSOR, others NONE (plain casts, block types). */
+void kvp_convert_default_scheme(int dtype, uint32_t *scheme, uint32_t *group);
+/* Whether dtype takes a scale scheme (fp8, int8, int4, fp4). */
+int kvp_convert_dtype_scaled(int dtype);
+/* 0 when re compiles as a POSIX extended regex, else KVP_EINVAL naming it. */
+int kvp_convert_check_regex(const char *re, kvp_err *err);
+
+/* Open path: a .gguf, a .safetensors file, a model.safetensors.index.json, a
+ * folder of safetensors with config.json, or a KVP model file (not a pipe).
+ * Format is detected from the first bytes.  Messages name the file and field. */
+int kvp_convert_open(kvp_convert **cv, const char *path, kvp_err *err);
+void kvp_convert_free(kvp_convert *cv);
+int kvp_convert_format(const kvp_convert *cv);
+const char *kvp_convert_format_name(const kvp_convert *cv);
+const kvp_config *kvp_convert_config(const kvp_convert *cv);
+/* Notes gathered while opening (tokenizer.json kept as text only, ...);
+ * n_notes strings, owned by cv. */
+size_t kvp_convert_notes(const kvp_convert *cv, const char *const **notes);
+
+/* Plan every tensor (may be called again with other options).  Fails with
+ * KVP_EUNSUPPORTED naming the tensor for a source type we cannot read that
+ * is not dropped, KVP_EINVAL for a bad regex or impossible option set. */
+int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err);
+size_t kvp_convert_count(const kvp_convert *cv);
+const kvp_convert_item *kvp_convert_item_at(const kvp_convert *cv, size_t i);
+/* Totals of the plan (stats are filled as kvp_convert_write proceeds). */
+void kvp_convert_totals_get(const kvp_convert *cv, kvp_convert_totals *t);
+/* The fingerprint of the planned output (lib/fingerprint.h). */
+void kvp_convert_fingerprint(const kvp_convert *cv, uint8_t out[KVP_FINGERPRINT_SIZE]);
+
+/* Called after each tensor is written (dropped ones too, action DROP);
+ * a negative return stops the conversion with that code. */
+typedef int (*kvp_convert_fn)(void *ctx, const kvp_convert_item *it, kvp_err *err);
+
+/* Write the planned model to out (opened by the caller, who commits it on
+ * success and aborts it on failure).  zstd_level 0..19; producer as in
+ * kvp_writer_opts.  pool may be NULL. */
+int kvp_convert_write(kvp_convert *cv, kvp_out *out, int zstd_level, const char *producer, kvp_threadpool *pool,
+                      kvp_convert_fn fn, void *ctx, kvp_err *err);
+
+/* ---- reports (convert_report.c): text into b, for the program to print ---- */
+
+/* TSV header line: name shape from to scheme bytes_in bytes_out rmse rel_err
+ * snr_db max_abs_err clipped. */
+void kvp_convert_report_header(kvp_buf *b);
+/* One tensor: a TSV line, or a JSON object line (json != 0).  Copied tensors
+ * show zero error; an exact conversion's SNR is "inf" (TSV) or null (JSON). */
+void kvp_convert_report_row(kvp_buf *b, const kvp_convert_item *it, int json);
+/* The closing line: name "TOTAL" (TSV) or {"summary":true,...} (JSON), with
+ * tensor counts, bytes, and the error merged over the quantized tensors (the
+ * SNR weighted by each tensor's energy). */
+void kvp_convert_report_summary(kvp_buf *b, const kvp_convert_totals *t, int json);
+/* "4x8" style shape text (outermost first) into buf. */
+void kvp_convert_shape_str(const kvp_tensor_rec *t, char *buf, size_t n);
+/* "group64", "channel", "tensor", "-" for a record's scheme. */
+void kvp_convert_scheme_str(const kvp_tensor_rec *t, char *buf, size_t n);
+
+/* ---- KV streams (convert_kv.c) ---- */
+
+typedef struct kvp_convert_kv_stats {
+    uint64_t n_records;    /* records read, END excluded */
+    uint64_t n_blocks;     /* KV_BLOCK records */
+    uint64_t n_converted;  /* KV blocks whose dtype changed */
+    uint64_t bytes_in;     /* KV block data + scales bytes read */
+    uint64_t bytes_out;    /* ... written */
+    kvp_quant_stats stats; /* error over the filled slots of converted blocks */
+} kvp_convert_kv_stats;
+
+/* Copy the KVP stream in to out, converting every KV_BLOCK to dtype (f32,
+ * f16, bf16, fp8_e4m3, i8; per-block-per-head scales, kvp_quant_kv_convert)
+ * and passing every other record through with its meta and data unchanged
+ * (known kinds are decoded first, so a malformed one is an error).  The
+ * stream header's fingerprint is kept; producer and zstd_level as in
+ * kvp_writer_opts.  st may be NULL. */
+int kvp_convert_kv_stream(kvp_in *in, kvp_out *out, uint32_t dtype, int zstd_level, const char *producer,
+                          kvp_convert_kv_stats *st, kvp_err *err);
+
+#endif

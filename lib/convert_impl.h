@@ -1,0 +1,35 @@
+/* convert_impl.h - what convert.c (open, plan) shares with convert_write.c;
+ * not part of the public API. */
+#ifndef KVP_CONVERT_IMPL_H
+#define KVP_CONVERT_IMPL_H
+
+#include "convert.h"
+#include "gguf.h"
+#include "meta.h"
+#include "safetensors.h"
+
+struct kvp_convert {
+    int format;                /* kvp_convert_format */
+    char *path;
+    kvp_gguf gguf;             /* GGUF input (mapped) */
+    kvp_safetensors st;        /* safetensors input (mapped) */
+    int gguf_open, st_open;
+    kvp_config cfg;
+    kvp_meta config_meta;      /* the CONFIG record to write */
+    kvp_meta tok_meta;         /* the TOKENIZER record (none when empty) */
+    kvp_convert_item *items;   /* one per input tensor, input order */
+    size_t n_items;
+    uint64_t *src_index;       /* GGUF / safetensors tensor index of each item */
+    uint32_t *src_ndim;        /* the input's own dimension count (may exceed 4) */
+    char **notes;
+    size_t n_notes;
+    int planned;
+};
+
+/* Bytes of a tensor record's data part sections: data, scales, zeros. */
+static inline uint64_t kvp_convert_rec_bytes(const kvp_tensor_rec *t)
+{
+    return t->data_bytes + t->scales_bytes + t->zeros_bytes;
+}
+
+#endif

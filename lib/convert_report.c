@@ -1,0 +1,163 @@
+/* convert_report.c - the conversion report as text (TSV or JSON Lines),
+ * built into a buffer for the program to print. */
+#include "convert_impl.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static void putf(kvp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(kvp_buf *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        kvp_buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* A JSON string literal; names are bytes from a file, so escape everything
+ * below 0x20 and the two specials (other bytes go through as they are). */
+static void put_json_str(kvp_buf *b, const char *s)
+{
+    kvp_buf_u8(b, '"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            putf(b, "\\%c", c);
+        else if (c < 0x20)
+            putf(b, "\\u%04x", c);
+        else
+            kvp_buf_u8(b, c);
+    }
+    kvp_buf_u8(b, '"');
+}
+
+/* TSV cells may not hold tabs or newlines. */
+static void put_tsv_str(kvp_buf *b, const char *s)
+{
+    for (; *s; s++)
+        kvp_buf_u8(b, (*s == '\t' || *s == '\n' || *s == '\r') ? ' ' : (uint8_t)*s);
+}
+
+/* A double for a report: "inf" / null when infinite, %.6g otherwise. */
+static void put_num(kvp_buf *b, double v, int json)
+{
+    if (isinf(v) || isnan(v))
+        putf(b, "%s", json ? "null" : isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+    else
+        putf(b, "%.6g", v);
+}
+
+void kvp_convert_shape_str(const kvp_tensor_rec *t, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < t->n_dim && i < KVP_MAX_DIMS && used < n; i++) {
+        int k = snprintf(buf + used, n - used, "%s%" PRIu64, i ? "x" : "", t->shape[i]);
+        if (k < 0)
+            break;
+        used += (size_t)k;
+    }
+}
+
+void kvp_convert_scheme_str(const kvp_tensor_rec *t, char *buf, size_t n)
+{
+    const char *asym = (t->flags & KVP_TENSOR_ASYM) ? "-asym" : "";
+    switch (t->scheme) {
+    case KVP_SCHEME_TENSOR:
+        snprintf(buf, n, "tensor%s", asym);
+        break;
+    case KVP_SCHEME_CHANNEL:
+        snprintf(buf, n, "channel%s", asym);
+        break;
+    case KVP_SCHEME_GROUP:
+        snprintf(buf, n, "group%u%s", t->group, asym);
+        break;
+    default:
+        snprintf(buf, n, "-");
+        break;
+    }
+}
+
+void kvp_convert_report_header(kvp_buf *b)
+{
+    putf(b, "name\tshape\tfrom\tto\tscheme\tbytes_in\tbytes_out\trmse\trel_err\tsnr_db\tmax_abs_err\tclipped\n");
+}
+
+static void put_errors(kvp_buf *b, const kvp_quant_stats *st, int json)
+{
+    kvp_quant_report r;
+    kvp_quant_stats_report(st, &r);
+    if (st->n == 0) /* copied, not measured: the values are the source's */
+        r.snr_db = INFINITY;
+    const char *sep = json ? "," : "\t";
+    if (json)
+        putf(b, ",\"rmse\":");
+    put_num(b, r.rmse, json);
+    putf(b, "%s%s", sep, json ? "\"rel_err\":" : "");
+    put_num(b, r.rel_err, json);
+    putf(b, "%s%s", sep, json ? "\"snr_db\":" : "");
+    put_num(b, r.snr_db, json);
+    putf(b, "%s%s", sep, json ? "\"max_abs_err\":" : "");
+    put_num(b, r.max_abs_err, json);
+    putf(b, "%s%s", sep, json ? "\"clipped\":" : "");
+    put_num(b, r.clipped, json);
+}
+
+void kvp_convert_report_row(kvp_buf *b, const kvp_convert_item *it, int json)
+{
+    char shape[96], scheme[32];
+    kvp_convert_shape_str(&it->src, shape, sizeof shape);
+    kvp_convert_scheme_str(&it->out, scheme, sizeof scheme);
+    const char *to = it->action == KVP_CONVERT_DROP ? "dropped" : kvp_dtype_name(it->out.dtype);
+    uint64_t in = kvp_convert_rec_bytes(&it->src), out = it->action == KVP_CONVERT_DROP ? 0 : kvp_convert_rec_bytes(&it->out);
+    kvp_quant_stats none;
+    memset(&none, 0, sizeof none);
+    const kvp_quant_stats *st = it->action == KVP_CONVERT_QUANT ? &it->stats : &none;
+    if (json) {
+        putf(b, "{\"name\":");
+        put_json_str(b, it->src.name);
+        putf(b, ",\"shape\":[");
+        for (uint32_t i = 0; i < it->src.n_dim && i < KVP_MAX_DIMS; i++)
+            putf(b, "%s%" PRIu64, i ? "," : "", it->src.shape[i]);
+        putf(b, "],\"from\":");
+        put_json_str(b, it->src_type);
+        putf(b, ",\"to\":\"%s\",\"scheme\":\"%s\",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64, to, scheme, in,
+             out);
+        put_errors(b, st, 1);
+        if (it->note[0]) {
+            putf(b, ",\"note\":");
+            put_json_str(b, it->note);
+        }
+        putf(b, "}\n");
+        return;
+    }
+    put_tsv_str(b, it->src.name);
+    putf(b, "\t%s\t", shape);
+    put_tsv_str(b, it->src_type);
+    putf(b, "\t%s\t%s\t%" PRIu64 "\t%" PRIu64 "\t", to, scheme, in, out);
+    put_errors(b, st, 0);
+    putf(b, "\n");
+}
+
+void kvp_convert_report_summary(kvp_buf *b, const kvp_convert_totals *t, int json)
+{
+    if (json) {
+        putf(b,
+             "{\"summary\":true,\"tensors\":%" PRIu64 ",\"quantized\":%" PRIu64 ",\"fallback\":%" PRIu64
+             ",\"dropped\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"file_bytes\":%" PRIu64,
+             t->n_tensors, t->n_quantized, t->n_fallback, t->n_dropped, t->bytes_in, t->bytes_out, t->file_bytes);
+        put_errors(b, &t->stats, 1);
+        putf(b, "}\n");
+        return;
+    }
+    putf(b, "TOTAL\t%" PRIu64 " tensors, %" PRIu64 " quantized\t-\t-\t-\t%" PRIu64 "\t%" PRIu64 "\t", t->n_tensors,
+         t->n_quantized, t->bytes_in, t->bytes_out);
+    put_errors(b, &t->stats, 0);
+    putf(b, "\n");
+}

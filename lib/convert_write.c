@@ -1,0 +1,232 @@
+/* convert_write.c - the writing pass of a model conversion: one tensor at a
+ * time from the mapped input, through one f32 buffer, into the KVP writer. */
+#include "convert_impl.h"
+
+#include "fingerprint.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Buffers reused from tensor to tensor: they grow to the largest one. */
+typedef struct wbuf {
+    float *x;          /* dequantized source, numel f32 */
+    size_t x_cap;      /* elements */
+    uint8_t *q;        /* output data | scales | zeros */
+    size_t q_cap;      /* bytes */
+    uint8_t *a;        /* an aligned copy of a misaligned source */
+    size_t a_cap;
+} wbuf;
+
+static int grow(void **p, size_t *cap, size_t want, size_t elem)
+{
+    if (want <= *cap)
+        return 0;
+    if (want > SIZE_MAX / elem)
+        return KVP_ENOMEM;
+    void *n = malloc(want * elem); /* no realloc: the old contents are not needed */
+    if (!n)
+        return KVP_ENOMEM;
+    free(*p);
+    *p = n;
+    *cap = want;
+    return 0;
+}
+
+/* The source sections of one tensor. */
+typedef struct src_view {
+    const uint8_t *data, *scales, *zeros;
+} src_view;
+
+/* A source tensor's data, aligned for the row converters (safetensors data
+ * offsets need not be). */
+static int aligned_src(wbuf *b, const void *p, uint64_t n, const uint8_t **out)
+{
+    if (((uintptr_t)p & 15) == 0) {
+        *out = p;
+        return 0;
+    }
+    if (n > SIZE_MAX || grow((void **)&b->a, &b->a_cap, (size_t)n, 1) < 0)
+        return KVP_ENOMEM;
+    memcpy(b->a, p, (size_t)n);
+    *out = b->a;
+    return 0;
+}
+
+static int quant_one(kvp_convert_item *it, const src_view *sv, wbuf *b, kvp_writer *w, kvp_threadpool *pool,
+                     kvp_err *err)
+{
+    uint64_t numel = kvp_tensor_numel(&it->src);
+    uint64_t d = kvp_align_up(it->out.data_bytes, KVP_ALIGN), s = kvp_align_up(it->out.scales_bytes, KVP_ALIGN);
+    uint64_t total = d + s + it->out.zeros_bytes;
+    if (numel > SIZE_MAX / sizeof(float) || total > SIZE_MAX || grow((void **)&b->x, &b->x_cap, numel, 4) < 0 ||
+        grow((void **)&b->q, &b->q_cap, total ? total : 1, 1) < 0)
+        return kvp_err_set(err, KVP_ENOMEM, "tensor %s: out of memory for %llu elements", it->src.name,
+                           (unsigned long long)numel);
+    int rc = kvp_dequant_tensor(&it->src, sv->data, sv->scales, sv->zeros, b->x, pool, err);
+    if (rc < 0)
+        return rc;
+    uint8_t *scales = it->out.scales_bytes ? b->q + d : NULL, *zeros = it->out.zeros_bytes ? b->q + d + s : NULL;
+    memset(&it->stats, 0, sizeof it->stats);
+    if ((rc = kvp_quant_tensor(&it->out, b->x, b->q, scales, zeros, &it->stats, pool, err)) < 0)
+        return rc;
+    return kvp_write_tensor(w, &it->out, b->q, scales, zeros, err);
+}
+
+static int write_one(kvp_convert_item *it, const src_view *sv, wbuf *b, kvp_writer *w, kvp_threadpool *pool,
+                     kvp_err *err)
+{
+    if (it->action == KVP_CONVERT_DROP)
+        return 0;
+    if (it->action == KVP_CONVERT_COPY)
+        return kvp_write_tensor(w, &it->out, sv->data, sv->scales, sv->zeros, err);
+    return quant_one(it, sv, b, w, pool, err);
+}
+
+/* GGUF and safetensors: tensors are used in place in the mapping. */
+static int write_mapped(kvp_convert *cv, kvp_writer *w, wbuf *b, kvp_threadpool *pool, kvp_convert_fn fn, void *ctx,
+                        kvp_err *err)
+{
+    for (size_t i = 0; i < cv->n_items; i++) {
+        kvp_convert_item *it = &cv->items[i];
+        const void *p;
+        if (cv->format == KVP_CONVERT_GGUF)
+            p = kvp_gguf_tensor_data(&cv->gguf, &cv->gguf.tensors[cv->src_index[i]]);
+        else
+            p = cv->st.tensors[cv->src_index[i]].data;
+        src_view sv = {NULL, NULL, NULL};
+        int rc = 0;
+        if (it->action != KVP_CONVERT_DROP && aligned_src(b, p, it->src.data_bytes, &sv.data) < 0)
+            rc = kvp_err_set(err, KVP_ENOMEM, "tensor %s: out of memory", it->src.name);
+        if (!rc)
+            rc = write_one(it, &sv, b, w, pool, err);
+        if (!rc && fn)
+            rc = fn(ctx, it, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* KVP input: read the stream again; its tensors come in plan order. */
+static int write_from_kvp(kvp_convert *cv, kvp_writer *w, wbuf *b, kvp_threadpool *pool, kvp_convert_fn fn,
+                          void *ctx, kvp_err *err)
+{
+    kvp_in in;
+    int rc = kvp_in_open(&in, cv->path, err);
+    if (rc < 0)
+        return rc;
+    kvp_reader *r = NULL;
+    size_t i = 0;
+    if ((rc = kvp_reader_open(&r, &in, err)) < 0)
+        goto out;
+    kvp_record rec;
+    while ((rc = kvp_reader_next(r, &rec, err)) == 1) {
+        if (rec.kind != KVP_KIND_TENSOR)
+            continue;
+        kvp_tensor_rec t;
+        src_view sv;
+        if ((rc = kvp_tensor_decode(&rec, &t, &sv.data, &sv.scales, &sv.zeros, err)) < 0)
+            break;
+        if (i >= cv->n_items || strcmp(t.name, cv->items[i].src.name) != 0) {
+            rc = kvp_err_set(err, KVP_EMISMATCH, "%s: record %llu: tensor %s changed since it was planned", cv->path,
+                             (unsigned long long)rec.index, t.name);
+            break;
+        }
+        kvp_convert_item *it = &cv->items[i++];
+        if ((rc = write_one(it, &sv, b, w, pool, err)) < 0 || (fn && (rc = fn(ctx, it, err)) < 0))
+            break;
+    }
+    if (rc == 0 && i != cv->n_items)
+        rc = kvp_err_set(err, KVP_EMISMATCH, "%s: %zu tensors read, %zu planned", cv->path, i, cv->n_items);
+out:
+    kvp_reader_free(r);
+    kvp_in_close(&in);
+    return rc < 0 ? rc : 0;
+}
+
+int kvp_convert_write(kvp_convert *cv, kvp_out *out, int zstd_level, const char *producer, kvp_threadpool *pool,
+                      kvp_convert_fn fn, void *ctx, kvp_err *err)
+{
+    if (!cv->planned)
+        return kvp_err_set(err, KVP_EINVAL, "%s: kvp_convert_write before kvp_convert_plan", cv->path);
+    kvp_writer_opts wo;
+    memset(&wo, 0, sizeof wo);
+    wo.zstd_level = zstd_level;
+    wo.producer = producer;
+    kvp_convert_fingerprint(cv, wo.fingerprint);
+    kvp_writer *w = NULL;
+    wbuf b;
+    memset(&b, 0, sizeof b);
+    int rc = kvp_writer_open(&w, out, &wo, err);
+    if (!rc)
+        rc = kvp_write_meta(w, KVP_KIND_CONFIG, &cv->config_meta, err);
+    if (!rc && cv->tok_meta.n)
+        rc = kvp_write_meta(w, KVP_KIND_TOKENIZER, &cv->tok_meta, err);
+    if (!rc)
+        rc = cv->format == KVP_CONVERT_KVP ? write_from_kvp(cv, w, &b, pool, fn, ctx, err)
+                                           : write_mapped(cv, w, &b, pool, fn, ctx, err);
+    if (!rc)
+        rc = kvp_writer_finish(w, err);
+    kvp_writer_free(w);
+    free(b.x);
+    free(b.q);
+    free(b.a);
+    return rc;
+}
+
+/* ---- totals ---- */
+
+/* Bytes of a record in the stream: header, meta padded, data sections each
+ * padded (kvp(5)). */
+static uint64_t record_bytes(uint64_t meta_len, const uint64_t *sections, int n)
+{
+    uint64_t b = KVP_RECORD_HEADER_SIZE + kvp_align_up(meta_len, KVP_ALIGN);
+    for (int i = 0; i < n; i++)
+        b += kvp_align_up(sections[i], KVP_ALIGN);
+    return b;
+}
+
+static uint64_t meta_record_bytes(const kvp_meta *m)
+{
+    kvp_buf b;
+    kvp_buf_init(&b);
+    kvp_meta_encode(m, &b);
+    uint64_t n = record_bytes(b.len, NULL, 0);
+    kvp_buf_free(&b);
+    return n;
+}
+
+static uint64_t tensor_record_bytes(const kvp_tensor_rec *t)
+{
+    /* name, dtype, n_dim, shape, scheme, group, scale dtype, flags, global scale, three sizes */
+    uint64_t meta = 4 + strlen(t->name) + 4 + 4 + 8ull * t->n_dim + 4 * 4 + 4 + 3 * 8;
+    uint64_t sec[3] = {t->data_bytes, t->scales_bytes, t->zeros_bytes};
+    return record_bytes(meta, sec, 3);
+}
+
+void kvp_convert_totals_get(const kvp_convert *cv, kvp_convert_totals *t)
+{
+    memset(t, 0, sizeof *t);
+    t->file_bytes = KVP_HEADER_SIZE + meta_record_bytes(&cv->config_meta);
+    if (cv->tok_meta.n)
+        t->file_bytes += meta_record_bytes(&cv->tok_meta);
+    for (size_t i = 0; i < cv->n_items; i++) {
+        const kvp_convert_item *it = &cv->items[i];
+        if (it->action == KVP_CONVERT_DROP) {
+            t->n_dropped++;
+            continue;
+        }
+        t->n_tensors++;
+        t->n_fallback += it->note[0] != '\0';
+        t->bytes_in += kvp_convert_rec_bytes(&it->src);
+        t->bytes_out += kvp_convert_rec_bytes(&it->out);
+        t->file_bytes += tensor_record_bytes(&it->out);
+        if (it->action == KVP_CONVERT_QUANT) {
+            t->n_quantized++;
+            kvp_quant_stats_merge(&t->stats, &it->stats);
+        }
+    }
+    /* END: n_records, raw bytes, kind count, counts by kind */
+    t->file_bytes += record_bytes(8 + 8 + 4 + 8 * KVP_KIND_COUNT, NULL, 0);
+}

@@ -1,0 +1,197 @@
+# quantize: safetensors and GGUF conversion, reports, dry runs, usage and
+# input errors, atomic output, --kv streams; and, when the real model is in
+# the cache, SmolLM2-135M Q4_1 to every target with a sane SNR ordering.
+. "$KVP_TESTS/cli/lib.sh"
+mk="$KVP_UNIT_DIR/test_convert"
+G="$KVP_TESTS/golden/tiny-st"
+"$mk" --write-gguf "$T/tiny.gguf" || echo "FAIL: could not write the tiny GGUF"
+"$mk" --write-kv-sample "$T/kv.kvp" || echo "FAIL: could not write the KV sample"
+
+# ---- safetensors (the golden tiny checkpoint) ----
+
+run quantize --to f16 --drop '^step$' "$G" -o "$T/st.kvp"
+expect_status 0 "safetensors folder to f16"
+expect_err_has "no tokenizer.json" "a missing tokenizer.json is noted"
+run kvdump --check "$T/st.kvp"
+expect_status 0 "kvdump --check accepts the safetensors conversion"
+run kvdump "$T/st.kvp"
+expect_out_has 'producer "quantize 0.1.0"' "producer in the stream header"
+expect_out_has "model.layers.0.self_attn.k_proj.weight" "HF tensor names are kept"
+
+# k_proj is bf16 in the file, element i = ((i + 3) % 7 - 3) / 4: exact in f16
+want=$(awk 'BEGIN { split("ba00 b800 b400 0000 3400 3800 3a00", h, " ");
+    for (i = 0; i < 32; i++) printf "%s ", h[(i + 3) % 7 + 1]; print "" }')
+kvdump --extract model.layers.0.self_attn.k_proj.weight "$T/st.kvp" >"$T/k.bin" 2>"$ERR"
+got=$(od -An -v -tx2 "$T/k.bin" | tr -s ' \n' '  ' | sed 's/^ //')
+if [ "$got" = "$want" ]; then pass "bf16 -> f16 values exact (kvdump --extract)"; else fail "f16 values: got '$got' want '$want'"; fi
+
+run quantize --to int8 --drop '^step$' "$G/sharded/model.safetensors.index.json" -o "$T/st8.kvp" --report -
+expect_status 0 "sharded safetensors (index.json) to int8 with --report -"
+expect_out_has "name	shape	from	to	scheme	bytes_in	bytes_out	rmse	rel_err	snr_db	max_abs_err	clipped" "TSV report header"
+expect_out_has "model.layers.0.mlp.down_proj.weight	8x16	BF16	i8	channel	256	160	" "TSV report row"
+expect_out_has "TOTAL	11 tensors, 7 quantized" "TSV summary row"
+run kvdump --check "$T/st8.kvp"
+expect_status 0 "int8 output passes kvdump --check"
+
+run quantize --to f32 "$T/st8.kvp" -o "$T/st32.kvp" --json --report "$T/r.jsonl"
+expect_status 0 "a KVP model as input (int8 back to f32)"
+n=$(grep -c '^{"name":' "$T/r.jsonl")
+if [ "$n" -eq 11 ]; then pass "--json report: one object per tensor"; else fail "--json rows: $n"; fi
+if tail -n 1 "$T/r.jsonl" | grep -q '^{"summary":true,"tensors":11,'; then pass "--json summary line"; else fail "--json summary: $(tail -n 1 "$T/r.jsonl")"; fi
+
+run quantize --to int8 "$G" -o "$T/nostep.kvp"
+expect_status 1 "an unsupported source type fails"
+expect_err_has "tensor step: unsupported type I64" "the error names the tensor and its type"
+expect_err_one_line "one error line"
+expect_true "a failed conversion leaves no output" test ! -e "$T/nostep.kvp"
+
+# ---- GGUF (a small one written by the unit test helper) ----
+
+run quantize --to int4 "$T/tiny.gguf" -o "$T/g4.kvp"
+expect_status 1 "GGUF with a q2_K tensor"
+expect_err_has "tensor blk.0.weird.weight: unsupported type q2_k" "q2_K named"
+run quantize --to int4 --drop weird "$T/tiny.gguf" -o "$T/g4.kvp"
+expect_status 0 "GGUF to int4 with --drop"
+expect_err_has "took a fallback" "group fallback noted on stderr"
+run kvdump "$T/g4.kvp"
+expect_out_has "blk.0.attn_q.weight" "GGUF names kept"
+expect_out_has "i4 [8, 64] scale group/f32 group 64" "int4 group 64 on rows of 64, shape reversed"
+expect_out_has "q8_0 [4, 64]" "embedding kept in its source type"
+run kvdump --check "$T/g4.kvp"
+expect_status 0 "GGUF conversion passes kvdump --check"
+
+run quantize -n --to q8_0 --drop weird "$T/tiny.gguf"
+expect_status 0 "--dry-run"
+expect_out_has "blk.0.ffn_down.weight	64x48	f16	f16	-	6144	6144	f16: " "dry run shows the f16 fallback"
+expect_out_has "total: 4 tensors" "dry run total line"
+size=$(sed -n 's/.*file \([0-9]*\) bytes$/\1/p' "$OUT")
+run quantize --to q8_0 --drop weird "$T/tiny.gguf" -o "$T/g8.kvp"
+real=$(wc -c <"$T/g8.kvp" | tr -d ' ')
+if [ -n "$size" ] && [ "$size" = "$real" ]; then pass "dry-run file size is exact ($real)"; else fail "dry-run size '$size' vs $real"; fi
+run quantize -n --to q8_0 --drop weird "$T/tiny.gguf" -o "$T/dry.kvp"
+expect_true "--dry-run writes nothing" test ! -e "$T/dry.kvp"
+
+run_sh "quantize --to fp8 --zstd=5 --drop weird '$T/tiny.gguf' -o - | kvdump --check -"
+expect_status 0 "-o - and --zstd into kvdump --check"
+
+head -c 300 "$T/tiny.gguf" >"$T/trunc.gguf"
+run quantize --to int8 "$T/trunc.gguf" -o "$T/t.kvp"
+expect_status 1 "truncated GGUF"
+expect_err_has "trunc.gguf" "the error names the file"
+expect_err_one_line "truncated GGUF: one error line"
+printf 'this is not a model at all' >"$T/garbage.bin"
+run quantize --to int8 "$T/garbage.bin" -o "$T/t.kvp"
+expect_status 1 "garbage input"
+expect_err_has "garbage.bin" "garbage: the error names the file"
+expect_true "no output after input errors" test ! -e "$T/t.kvp"
+run quantize --to int8 "$T/absent.gguf" -o "$T/t.kvp"
+expect_status 1 "missing input"
+
+# atomic output: the write fails part way (file size limit), nothing is left
+run_sh "trap '' XFSZ; ulimit -f 2; exec quantize --to f32 --drop weird '$T/tiny.gguf' -o '$T/big.kvp'"
+expect_status 1 "a write error fails the conversion"
+left=$(ls "$T" | grep -c '^big\.kvp')
+if [ "$left" -eq 0 ]; then pass "nothing left under the output name (nor a temporary)"; else fail "left: $(ls "$T" | grep big)"; fi
+
+# ---- output safety ----
+
+run quantize --to int8 --drop weird "$T/tiny.gguf" -o "$T/g4.kvp"
+expect_status 1 "an existing output is refused"
+expect_err_has "--force" "the refusal says how to overwrite"
+run quantize --to int8 --drop weird -f "$T/tiny.gguf" -o "$T/g4.kvp"
+expect_status 0 "--force overwrites"
+run quantize --to int8 -f "$T/st8.kvp" -o "$T/st8.kvp"
+expect_status 2 "the input is never overwritten"
+
+# ---- usage errors ----
+
+run quantize --to int3 "$T/tiny.gguf" -o "$T/u.kvp"
+expect_status 2 "unknown --to"
+expect_err_has "unknown type 'int3'" "unknown type named"
+run quantize --to int4 --group 0 "$T/tiny.gguf" -o "$T/u.kvp"
+expect_status 2 "--group 0"
+run quantize --to int4 --group 33 "$T/tiny.gguf" -o "$T/u.kvp"
+expect_status 2 "odd --group"
+run quantize --to q8_0 --scheme channel "$T/tiny.gguf" -o "$T/u.kvp"
+expect_status 2 "--scheme with a block type"
+run quantize --to int8 --scheme tensor --group 64 "$T/tiny.gguf" -o "$T/u.kvp"
+expect_status 2 "--group with --scheme tensor"
+run quantize --to fp8 --asym "$T/tiny.gguf" -o "$T/u.kvp"
+expect_status 2 "--asym on fp8"
+run quantize --to int8 --include '([' "$T/tiny.gguf" -o "$T/u.kvp"
+expect_status 2 "a bad regex"
+run quantize --to int8 "$T/tiny.gguf"
+expect_status 2 "missing -o"
+run quantize --to int8
+expect_status 2 "missing INPUT"
+run quantize --to int8 "$T/tiny.gguf" -o - --report -
+expect_status 2 "-o - with --report -"
+expect_true "usage errors write nothing" test ! -e "$T/u.kvp"
+run quantize --help
+expect_status 0 "--help"
+expect_out_has "Usage: quantize" "--help usage line"
+run quantize --version
+expect_out_has "0.1.0" "--version"
+
+# ---- --kv ----
+
+run_sh "quantize --kv fp8 < '$T/kv.kvp' > '$T/kv8.kvp'"
+expect_status 0 "--kv fp8 from stdin to stdout"
+run kvdump "$T/kv8.kvp"
+expect_out_has "3x8 fp8_e4m3" "KV blocks converted to fp8"
+expect_out_lacks " f16 hash" "no f16 KV block left"
+expect_out_has "fingerprint 5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a" "stream fingerprint kept"
+expect_out_has "kind 77 skipped" "unknown record kinds pass through"
+expect_out_has "seq 7 block 0 tokens 16 -> " "block references pass through"
+expect_out_has "seq 7 tokens 40 (prompt 40) next 5" "sequences pass through"
+run kvdump --check "$T/kv8.kvp"
+expect_status 0 "--kv output passes kvdump --check"
+run_sh "cat '$T/kv8.kvp' | quantize --kv int8 --report - -o '$T/kvi8.kvp'"
+expect_status 0 "--kv int8 through a pipe with --report -"
+expect_out_has "to	records	blocks	converted" "KV report header"
+expect_out_has "i8	7	3	3	" "KV report row"
+run_sh "quantize --kv f16 '$T/kvi8.kvp' | kvdump -"
+expect_status 0 "--kv f16 back"
+expect_out_has "3x8 f16 hash" "back to f16"
+run quantize --kv q4_0 "$T/kv.kvp" -o "$T/kvq.kvp"
+expect_status 2 "--kv to a type KV blocks do not take"
+run quantize --kv fp8 --to int8 "$T/kv.kvp" -o "$T/kvq.kvp"
+expect_status 2 "--kv with --to"
+head -c 5000 "$T/kv.kvp" >"$T/kvcut.kvp"
+run quantize --kv fp8 "$T/kvcut.kvp" -o "$T/kvq.kvp"
+expect_status 1 "--kv on a truncated stream"
+expect_err_has "kvcut.kvp" "truncated stream named"
+expect_true "--kv failure leaves no output" test ! -e "$T/kvq.kvp"
+run quantize --to int8 "$T/kv.kvp" -o "$T/kvq.kvp"
+expect_status 1 "a KV stream is not a model"
+expect_err_has "use --kv" "the error points at --kv"
+
+# ---- the real model (SmolLM2-135M-Instruct Q4_1), when cached ----
+
+M="${KVPIPE_MODELS:-$HOME/.cache/kvpipe}/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ ! -f "$M" ]; then
+    echo "note: $M absent (scripts/fetch-model): SmolLM2 conversions skipped"
+else
+    for to in q8_0 int8 fp8 int4 nvfp4 mxfp4; do
+        run quantize --to "$to" "$M" -o "$T/m.kvp" --report "$T/r-$to.tsv"
+        expect_status 0 "SmolLM2 Q4_1 to $to"
+        run kvdump --check "$T/m.kvp"
+        expect_status 0 "kvdump --check accepts SmolLM2 $to"
+        size=$(wc -c <"$T/m.kvp" | tr -d ' ')
+        snr=$(awk -F'\t' '$1 == "TOTAL" { print $10 }' "$T/r-$to.tsv")
+        eval "snr_$to=\$snr"
+        echo "note: SmolLM2-135M $to: $size bytes, weighted SNR $snr dB"
+        rm -f "$T/m.kvp"
+    done
+    # the SNR ordering: 8-bit integers > fp8 > 4-bit formats
+    sane=$(awk -v q8="$snr_q8_0" -v i8="$snr_int8" -v f8="$snr_fp8" -v i4="$snr_int4" -v nv="$snr_nvfp4" \
+        -v mx="$snr_mxfp4" 'BEGIN { print (q8 > f8 && i8 > f8 && f8 > i4 && f8 > nv && f8 > mx && i4 > 10 && mx > 10) ? 1 : 0 }')
+    if [ "$sane" = 1 ]; then pass "SNR ordering int8/q8_0 > fp8 > int4/fp4"; else
+        fail "SNR ordering: q8_0 $snr_q8_0 int8 $snr_int8 fp8 $snr_fp8 int4 $snr_int4 nvfp4 $snr_nvfp4 mxfp4 $snr_mxfp4"; fi
+    head -c 100000 "$M" >"$T/trunc-m.gguf"
+    run quantize --to int8 "$T/trunc-m.gguf" -o "$T/t.kvp"
+    expect_status 1 "truncated SmolLM2 GGUF"
+    expect_err_has "trunc-m.gguf" "truncated SmolLM2: file named"
+fi
+
+done_testing

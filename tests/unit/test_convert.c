@@ -1,0 +1,773 @@
+/* test_convert.c - model conversion (GGUF, safetensors, KVP -> KVP) and KV
+ * stream conversion (lib/convert.h).
+ *
+ * `test_convert --write-kv-sample FILE [DTYPE]` writes a small KV stream (the
+ * CLI tests' input for quantize --kv): config, sequence, three KV blocks
+ * (DTYPE, default f16), a block reference, a record of an unknown kind, END.
+ * `test_convert --write-gguf FILE` writes the small GGUF of these tests
+ * (q8_0 embedding, q4_1, f32 and f16 weights, one q2_K tensor). */
+#define _POSIX_C_SOURCE 200809L
+#include "convert.h"
+#include "fingerprint.h"
+#include "gguf.h"
+#include "io.h"
+#include "meta.h"
+#include "quant.h"
+#include "stream.h"
+#include "tensor.h"
+#include "unit.h"
+#include "wire.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmpdir[] = "/tmp/kvp-test-convert.XXXXXX";
+static char golden[1024];
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rndf(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+static const char *tmp_path(const char *name)
+{
+    static char buf[4][300];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+/* ---- a small GGUF written by hand (FACTS.md "GGUF v3") ---- */
+
+static void g_str(kvp_buf *b, const char *s)
+{
+    kvp_buf_u64(b, strlen(s));
+    kvp_buf_put(b, s, strlen(s));
+}
+static void g_kv_str(kvp_buf *b, const char *k, const char *v)
+{
+    g_str(b, k);
+    kvp_buf_u32(b, 8);
+    g_str(b, v);
+}
+static void g_kv_u32(kvp_buf *b, const char *k, uint32_t v)
+{
+    g_str(b, k);
+    kvp_buf_u32(b, 4);
+    kvp_buf_u32(b, v);
+}
+
+typedef struct gtensor {
+    const char *name;
+    uint32_t type, n_dims;
+    uint64_t ne[2];
+    uint8_t *data;
+    size_t nbytes;
+    float *ref; /* dequantized values */
+} gtensor;
+
+#define NT 5
+static gtensor gt[NT];
+
+/* token_embd q8_0 [64, 4], attn_q q4_1 [64, 8], attn_norm f32 [64],
+ * ffn_down f16 [48, 64] (rows of 48: no q8_0 blocks), weird q2_K [256]. */
+static void make_tensors(void)
+{
+    static const struct {
+        const char *name;
+        uint32_t type, n_dims;
+        uint64_t ne0, ne1;
+    } spec[NT] = {
+        {"token_embd.weight", 8, 2, 64, 4},
+        {"blk.0.attn_q.weight", 3, 2, 64, 8},
+        {"blk.0.attn_norm.weight", 0, 1, 64, 1},
+        {"blk.0.ffn_down.weight", 1, 2, 48, 64},
+        {"blk.0.weird.weight", 10, 1, 256, 1},
+    };
+    for (int i = 0; i < NT; i++) {
+        gtensor *t = &gt[i];
+        t->name = spec[i].name;
+        t->type = spec[i].type;
+        t->n_dims = spec[i].n_dims;
+        t->ne[0] = spec[i].ne0;
+        t->ne[1] = spec[i].ne1;
+        size_t n = (size_t)(t->ne[0] * t->ne[1]);
+        float *x = malloc(n * sizeof *x);
+        t->ref = malloc(n * sizeof *x);
+        for (size_t j = 0; j < n; j++)
+            x[j] = rndf() * (1.0f + (float)(j % 7));
+        switch (t->type) {
+        case 0:
+            t->nbytes = n * 4;
+            t->data = malloc(t->nbytes);
+            memcpy(t->data, x, t->nbytes);
+            break;
+        case 1:
+            t->nbytes = n * 2;
+            t->data = malloc(t->nbytes);
+            for (size_t j = 0; j < n; j++)
+                kvp_put16(t->data + 2 * j, kvp_f32_to_f16(x[j]));
+            break;
+        case 3:
+            t->nbytes = n / 32 * 20;
+            t->data = malloc(t->nbytes);
+            kvp_quantize_row_q4_1(x, t->data, (int64_t)n);
+            break;
+        case 8:
+            t->nbytes = n / 32 * 34;
+            t->data = malloc(t->nbytes);
+            kvp_quantize_row_q8_0(x, t->data, (int64_t)n);
+            break;
+        default: /* q2_K: 84 bytes a 256-element block; never read */
+            t->nbytes = n / 256 * 84;
+            t->data = malloc(t->nbytes);
+            for (size_t j = 0; j < t->nbytes; j++)
+                t->data[j] = (uint8_t)rnd();
+            break;
+        }
+        const kvp_dtype_traits *tr = kvp_dtype_get((uint32_t)kvp_gguf_type_to_dtype(t->type));
+        if (tr)
+            tr->to_f32(t->data, t->ref, (int64_t)n);
+        free(x);
+    }
+}
+
+static int write_gguf(const char *path, int n_tensors)
+{
+    kvp_buf b;
+    kvp_buf_init(&b);
+    kvp_buf_put(&b, "GGUF", 4);
+    kvp_buf_u32(&b, 3);
+    kvp_buf_u64(&b, (uint64_t)n_tensors);
+    kvp_buf_u64(&b, 8);
+    g_kv_str(&b, "general.architecture", "llama");
+    g_kv_str(&b, "general.name", "tiny");
+    g_kv_u32(&b, "general.file_type", 3);
+    g_kv_u32(&b, "llama.block_count", 1);
+    g_kv_u32(&b, "llama.embedding_length", 64);
+    g_kv_u32(&b, "llama.attention.head_count", 2);
+    g_kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    g_str(&b, "tokenizer.ggml.tokens");
+    kvp_buf_u32(&b, 9);
+    kvp_buf_u32(&b, 8);
+    kvp_buf_u64(&b, 2);
+    g_str(&b, "a");
+    g_str(&b, "b");
+    uint64_t off = 0;
+    for (int i = 0; i < n_tensors; i++) {
+        g_str(&b, gt[i].name);
+        kvp_buf_u32(&b, gt[i].n_dims);
+        for (uint32_t d = 0; d < gt[i].n_dims; d++)
+            kvp_buf_u64(&b, gt[i].ne[d]);
+        kvp_buf_u32(&b, gt[i].type);
+        kvp_buf_u64(&b, off);
+        off = kvp_align_up(off + gt[i].nbytes, 32);
+    }
+    kvp_buf_align(&b, 32);
+    for (int i = 0; i < n_tensors; i++) {
+        kvp_buf_put(&b, gt[i].data, gt[i].nbytes);
+        kvp_buf_align(&b, 32);
+    }
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(b.data, 1, b.len, f) == b.len;
+    if (f)
+        fclose(f);
+    kvp_buf_free(&b);
+    return ok ? 0 : -1;
+}
+
+/* ---- reading an output back ---- */
+
+typedef struct found {
+    kvp_tensor_rec t;
+    uint8_t *raw;    /* data bytes copy */
+    float *y;        /* dequantized */
+    int n_tensors;
+    kvp_meta config, tok;
+    int has_tok;
+    uint8_t fingerprint[16];
+    char producer[KVP_PRODUCER_MAX + 1];
+} found;
+
+static void found_free(found *f)
+{
+    free(f->raw);
+    free(f->y);
+    kvp_meta_free(&f->config);
+    if (f->has_tok)
+        kvp_meta_free(&f->tok);
+    memset(f, 0, sizeof *f);
+}
+
+/* Read path whole; keep tensor `name` (dequantized). 0 when valid. */
+static int read_back(const char *path, const char *name, found *f)
+{
+    memset(f, 0, sizeof *f);
+    kvp_meta_init(&f->config);
+    kvp_err err = {0};
+    kvp_in in;
+    kvp_reader *r = NULL;
+    int rc = kvp_in_open(&in, path, &err);
+    if (rc)
+        return rc;
+    if ((rc = kvp_reader_open(&r, &in, &err)) == 0) {
+        memcpy(f->fingerprint, kvp_reader_info(r)->fingerprint, 16);
+        memcpy(f->producer, kvp_reader_info(r)->producer, sizeof f->producer);
+        kvp_record rec;
+        while ((rc = kvp_reader_next(r, &rec, &err)) == 1) {
+            if (rec.kind == KVP_KIND_CONFIG) {
+                kvp_meta_free(&f->config);
+                rc = kvp_meta_record_decode(&rec, &f->config, &err);
+            } else if (rec.kind == KVP_KIND_TOKENIZER) {
+                rc = kvp_meta_record_decode(&rec, &f->tok, &err);
+                f->has_tok = rc == 0;
+            } else if (rec.kind == KVP_KIND_TENSOR) {
+                kvp_tensor_rec t;
+                const uint8_t *d, *s, *z;
+                rc = kvp_tensor_decode(&rec, &t, &d, &s, &z, &err);
+                f->n_tensors++;
+                if (rc == 0 && name && strcmp(t.name, name) == 0) {
+                    f->t = t;
+                    f->raw = malloc(t.data_bytes);
+                    memcpy(f->raw, d, t.data_bytes);
+                    f->y = malloc(kvp_tensor_numel(&t) * sizeof(float));
+                    rc = kvp_dequant_tensor(&t, d, s, z, f->y, NULL, &err);
+                }
+            }
+            if (rc < 0)
+                break;
+        }
+    }
+    if (rc < 0)
+        printf("read_back %s: %s\n", path, err.msg);
+    kvp_reader_free(r);
+    kvp_in_close(&in);
+    return rc;
+}
+
+static uint64_t file_size(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+}
+
+/* Plan and write input to output; returns the code. */
+static int convert(const char *input, const char *output, const kvp_convert_opts *o, int zstd, kvp_convert **keep,
+                   kvp_err *err)
+{
+    kvp_convert *cv;
+    int rc = kvp_convert_open(&cv, input, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = kvp_convert_plan(cv, o, err)) == 0) {
+        kvp_out out;
+        if ((rc = kvp_out_open(&out, output, err)) == 0) {
+            rc = kvp_convert_write(cv, &out, zstd, "test_convert", NULL, NULL, NULL, err);
+            if (rc == 0)
+                rc = kvp_out_commit(&out, err);
+            else
+                kvp_out_abort(&out);
+        }
+    }
+    if (keep && rc == 0)
+        *keep = cv;
+    else
+        kvp_convert_free(cv);
+    return rc;
+}
+
+static const kvp_convert_item *item_named(const kvp_convert *cv, const char *name)
+{
+    for (size_t i = 0; i < kvp_convert_count(cv); i++)
+        if (strcmp(kvp_convert_item_at(cv, i)->src.name, name) == 0)
+            return kvp_convert_item_at(cv, i);
+    return NULL;
+}
+
+/* ---- tests ---- */
+
+static void test_names(void)
+{
+    CHECK_EQ_I64(kvp_convert_dtype_from_name("fp8"), KVP_DTYPE_FP8_E4M3);
+    CHECK_EQ_I64(kvp_convert_dtype_from_name("FP8-E5M2"), KVP_DTYPE_FP8_E5M2);
+    CHECK_EQ_I64(kvp_convert_dtype_from_name("int4"), KVP_DTYPE_I4);
+    CHECK_EQ_I64(kvp_convert_dtype_from_name("nvfp4"), KVP_DTYPE_NVFP4);
+    CHECK_EQ_I64(kvp_convert_dtype_from_name("keep"), KVP_CONVERT_KEEP);
+    CHECK_EQ_I64(kvp_convert_dtype_from_name("q4_k"), -2); /* readable, not writable */
+    CHECK_EQ_I64(kvp_convert_dtype_from_name("int3"), -2);
+    uint32_t s, g;
+    kvp_convert_default_scheme(KVP_DTYPE_I8, &s, &g);
+    CHECK(s == KVP_SCHEME_CHANNEL && g == 0);
+    kvp_convert_default_scheme(KVP_DTYPE_I4, &s, &g);
+    CHECK(s == KVP_SCHEME_GROUP && g == 128);
+    kvp_convert_default_scheme(KVP_DTYPE_FP8_E4M3, &s, &g);
+    CHECK(s == KVP_SCHEME_TENSOR);
+    kvp_convert_default_scheme(KVP_DTYPE_Q8_0, &s, &g);
+    CHECK(s == KVP_SCHEME_NONE);
+    kvp_err err = {0};
+    CHECK(kvp_convert_check_regex("^blk\\.[0-9]+\\.", &err) == 0);
+    CHECK(kvp_convert_check_regex("(unclosed", &err) == KVP_EINVAL && strstr(err.msg, "(unclosed"));
+}
+
+static double snr_db(const float *x, const float *y, size_t n)
+{
+    double s = 0, e = 0;
+    for (size_t i = 0; i < n; i++) {
+        s += (double)x[i] * x[i];
+        e += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+    }
+    return e == 0 ? INFINITY : 10 * log10(s / e);
+}
+
+static void test_gguf_int8(void)
+{
+    const char *in = tmp_path("tiny.gguf"), *out = tmp_path("tiny-int8.kvp");
+    CHECK(write_gguf(in, NT) == 0);
+    kvp_err err = {0};
+    kvp_convert_opts o;
+    kvp_convert_opts_init(&o);
+    o.to = KVP_DTYPE_I8;
+
+    /* The q2_K tensor stops the plan, naming the tensor and its type ... */
+    kvp_convert *cv;
+    CHECK(kvp_convert_open(&cv, in, &err) == 0);
+    int rc = kvp_convert_plan(cv, &o, &err);
+    CHECK(rc == KVP_EUNSUPPORTED && strstr(err.msg, "blk.0.weird.weight") && strstr(err.msg, "unsupported type"));
+    kvp_convert_free(cv);
+    CHECK(access(out, F_OK) != 0);
+
+    /* ... unless dropped. */
+    o.drop = "weird";
+    rc = convert(in, out, &o, 0, &cv, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc)
+        return;
+    CHECK_EQ_U64(kvp_convert_count(cv), NT);
+    const kvp_convert_item *q = item_named(cv, "blk.0.attn_q.weight");
+    const kvp_convert_item *e = item_named(cv, "token_embd.weight");
+    const kvp_convert_item *nrm = item_named(cv, "blk.0.attn_norm.weight");
+    const kvp_convert_item *dn = item_named(cv, "blk.0.ffn_down.weight");
+    const kvp_convert_item *w = item_named(cv, "blk.0.weird.weight");
+    CHECK(q && q->action == KVP_CONVERT_QUANT && q->out.dtype == KVP_DTYPE_I8 && q->out.scheme == KVP_SCHEME_CHANNEL);
+    CHECK(q && q->out.n_dim == 2 && q->out.shape[0] == 8 && q->out.shape[1] == 64); /* ne reversed */
+    CHECK(e && e->action == KVP_CONVERT_COPY && e->out.dtype == KVP_DTYPE_Q8_0); /* --embed keep */
+    CHECK(nrm && nrm->out.dtype == KVP_DTYPE_F32 && nrm->action == KVP_CONVERT_COPY);
+    CHECK(dn && dn->out.dtype == KVP_DTYPE_I8 && dn->out.shape[0] == 64 && dn->out.shape[1] == 48);
+    CHECK(w && w->action == KVP_CONVERT_DROP);
+    uint8_t fp[16], zero[16] = {0};
+    kvp_convert_fingerprint(cv, fp);
+    CHECK(memcmp(fp, zero, 16) != 0);
+    kvp_convert_totals t;
+    kvp_convert_totals_get(cv, &t);
+    CHECK_EQ_U64(t.n_tensors, 4);
+    CHECK_EQ_U64(t.n_quantized, 2);
+    CHECK_EQ_U64(t.n_dropped, 1);
+    CHECK_EQ_U64(t.file_bytes, file_size(out)); /* the dry-run estimate is exact */
+
+    found f;
+    CHECK(read_back(out, "blk.0.attn_q.weight", &f) == 0);
+    CHECK_EQ_I64(f.n_tensors, 4);
+    CHECK(memcmp(f.fingerprint, fp, 16) == 0);
+    CHECK_STR(f.producer, "test_convert");
+    CHECK_STR(kvp_meta_get_str(&f.config, "general.architecture"), "llama");
+    CHECK_STR(kvp_meta_get_str(&f.config, "kvpipe.quantize.to"), "int8");
+    CHECK(kvp_meta_find(&f.config, "general.file_type") == NULL);
+    CHECK(kvp_meta_find(&f.config, "tokenizer.ggml.model") == NULL);
+    CHECK(f.has_tok && kvp_meta_get_str(&f.tok, "tokenizer.ggml.model") != NULL);
+    CHECK(f.has_tok && kvp_meta_find(&f.tok, "tokenizer.ggml.tokens") && kvp_meta_find(&f.tok, "tokenizer.ggml.tokens")->n == 2);
+    if (f.y) {
+        /* error measured against the dequantized q4_1 source, as the item says */
+        double s = snr_db(gt[1].ref, f.y, 512);
+        kvp_quant_report rep;
+        kvp_quant_stats_report(&q->stats, &rep);
+        CHECK_MSG(s > 35, "int8 channel SNR %.2f dB", s);
+        CHECK_NEAR(rep.snr_db, s, 0.01);
+        CHECK_EQ_U64(q->stats.n, 512);
+    }
+    found_free(&f);
+    CHECK(read_back(out, "token_embd.weight", &f) == 0);
+    CHECK(f.raw && memcmp(f.raw, gt[0].data, gt[0].nbytes) == 0); /* copied byte for byte */
+    found_free(&f);
+    kvp_convert_free(cv);
+}
+
+static void test_fallbacks(void)
+{
+    const char *in = tmp_path("tiny.gguf");
+    kvp_err err = {0};
+    kvp_convert *cv;
+    CHECK(kvp_convert_open(&cv, in, &err) == 0);
+    if (!cv)
+        return;
+    kvp_convert_opts o;
+    kvp_convert_opts_init(&o);
+    o.drop = "weird";
+    o.to = KVP_DTYPE_I4; /* group 128 on rows of 64 and 48 */
+    CHECK(kvp_convert_plan(cv, &o, &err) == 0);
+    const kvp_convert_item *q = item_named(cv, "blk.0.attn_q.weight"), *dn = item_named(cv, "blk.0.ffn_down.weight");
+    CHECK(q->out.scheme == KVP_SCHEME_GROUP && q->out.group == 64 && strstr(q->note, "group 128"));
+    CHECK(dn->out.scheme == KVP_SCHEME_GROUP && dn->out.group == 16); /* 48 = 3 x 16 */
+    o.to = KVP_DTYPE_Q8_0; /* rows of 48 hold no whole q8_0 block: f16, which the source already is */
+    CHECK(kvp_convert_plan(cv, &o, &err) == 0);
+    CHECK(dn->out.dtype == KVP_DTYPE_F16 && dn->action == KVP_CONVERT_COPY && strncmp(dn->note, "f16:", 4) == 0);
+    CHECK(q->out.dtype == KVP_DTYPE_Q8_0 && q->note[0] == 0);
+    o.to = KVP_DTYPE_FP8_E4M3;
+    o.exclude = "attn_q";
+    o.embed = KVP_DTYPE_F16;
+    CHECK(kvp_convert_plan(cv, &o, &err) == 0);
+    CHECK(q->action == KVP_CONVERT_COPY && q->out.dtype == KVP_DTYPE_Q4_1);
+    CHECK(item_named(cv, "token_embd.weight")->out.dtype == KVP_DTYPE_F16);
+    CHECK(dn->out.dtype == KVP_DTYPE_FP8_E4M3 && dn->out.scheme == KVP_SCHEME_TENSOR);
+    o.exclude = NULL;
+    o.include = "ffn";
+    CHECK(kvp_convert_plan(cv, &o, &err) == 0);
+    CHECK(q->action == KVP_CONVERT_COPY && dn->action == KVP_CONVERT_QUANT);
+    o.include = "([";
+    CHECK(kvp_convert_plan(cv, &o, &err) == KVP_EINVAL);
+    kvp_convert_free(cv);
+}
+
+/* A KVP model as input: int8 -> f16 gives the int8 reconstruction back. */
+static void test_kvp_input(void)
+{
+    const char *in = tmp_path("tiny-int8.kvp"), *out = tmp_path("tiny-f16.kvp");
+    kvp_err err = {0};
+    kvp_convert_opts o;
+    kvp_convert_opts_init(&o);
+    o.to = KVP_DTYPE_F16;
+    kvp_convert *cv = NULL;
+    int rc = convert(in, out, &o, 3, &cv, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc)
+        return;
+    CHECK_STR(kvp_convert_format_name(cv), "kvp");
+    found a, b;
+    CHECK(read_back(in, "blk.0.attn_q.weight", &a) == 0);
+    CHECK(read_back(out, "blk.0.attn_q.weight", &b) == 0);
+    CHECK(b.t.dtype == KVP_DTYPE_F16 && b.n_tensors == 4);
+    int same = a.y && b.y;
+    for (int i = 0; same && i < 512; i++)
+        same = kvp_f16_to_f32(kvp_f32_to_f16(a.y[i])) == b.y[i];
+    CHECK(same);
+    CHECK_STR(kvp_meta_get_str(&b.config, "kvpipe.quantize.to"), "f16");
+    CHECK(b.has_tok);
+    found_free(&a);
+    found_free(&b);
+    kvp_convert_free(cv);
+}
+
+static void test_safetensors(void)
+{
+    const char *out = tmp_path("tiny-st.kvp");
+    kvp_err err = {0};
+    kvp_convert_opts o;
+    kvp_convert_opts_init(&o);
+    o.to = KVP_DTYPE_F16;
+    kvp_convert *cv;
+    CHECK(kvp_convert_open(&cv, golden, &err) == 0);
+    CHECK(kvp_convert_plan(cv, &o, &err) == KVP_EUNSUPPORTED && strstr(err.msg, "step") && strstr(err.msg, "I64"));
+    kvp_convert_free(cv);
+    o.drop = "^step$";
+    char sharded[1100];
+    snprintf(sharded, sizeof sharded, "%s/sharded", golden);
+    for (int k = 0; k < 2; k++) {
+        cv = NULL;
+        int rc = convert(k ? sharded : golden, out, &o, 0, &cv, &err);
+        CHECK_MSG(rc == 0, "%s", err.msg);
+        if (rc)
+            return;
+        CHECK_STR(kvp_convert_config(cv)->arch, "llama");
+        found f;
+        /* k_proj is bf16 in the file, element i ((i + 3) % 7 - 3) / 4: exact in f16 */
+        CHECK(read_back(out, "model.layers.0.self_attn.k_proj.weight", &f) == 0);
+        CHECK(f.t.dtype == KVP_DTYPE_F16 && f.t.n_dim == 2 && f.t.shape[0] == 4 && f.t.shape[1] == 8);
+        int ok = f.y != NULL;
+        for (int i = 0; ok && i < 32; i++)
+            ok = f.y[i] == (float)((i + 3) % 7 - 3) / 4.0f;
+        CHECK(ok);
+        CHECK_EQ_U64(kvp_convert_count(cv), 12);
+        CHECK_EQ_I64(f.n_tensors, 11);
+        CHECK_STR(kvp_meta_get_str(&f.config, "kvpipe.rope_type"), "neox");
+        found_free(&f);
+        /* v_proj is float8_e4m3fn in the file, norms f32 */
+        const kvp_convert_item *v = item_named(cv, "model.layers.0.self_attn.v_proj.weight");
+        CHECK(v && v->src.dtype == KVP_DTYPE_FP8_E4M3 && v->out.dtype == KVP_DTYPE_F16 && v->stats.sum_sq_err == 0);
+        kvp_convert_free(cv);
+    }
+}
+
+/* ---- KV streams ---- */
+
+#define KV_BLOCKS 3
+
+static int write_kv_sample(const char *path, uint32_t dtype)
+{
+    kvp_err err = {0};
+    kvp_out out;
+    int rc = kvp_out_open(&out, path, &err);
+    if (rc)
+        return rc;
+    kvp_writer_opts wo = {.zstd_level = 0, .producer = "test_convert"};
+    memset(wo.fingerprint, 0x5a, sizeof wo.fingerprint);
+    kvp_writer *w = NULL;
+    kvp_meta m;
+    kvp_meta_init(&m);
+    kvp_meta_set_str(&m, "general.architecture", "llama", 5);
+    uint32_t tokens[40];
+    for (int i = 0; i < 40; i++)
+        tokens[i] = (uint32_t)(rnd() % 49152);
+    kvp_seq_rec s;
+    memset(&s, 0, sizeof s);
+    s.id = 7;
+    s.state = KVP_SEQ_PREFILLED;
+    s.n_prompt = s.n_tokens = 40;
+    s.next_token = 5;
+    s.block_size = 16;
+    s.sampling.top_p = 1;
+    s.sampling.repeat_penalty = 1;
+    if ((rc = kvp_writer_open(&w, &out, &wo, &err)) == 0) {
+        rc = kvp_write_meta(w, KVP_KIND_CONFIG, &m, &err);
+        if (!rc)
+            rc = kvp_write_sequence(w, &s, tokens, &err);
+        uint64_t parent = 0;
+        for (uint32_t k = 0; !rc && k < KV_BLOCKS; k++) {
+            kvp_kvblock_rec src;
+            memset(&src, 0, sizeof src);
+            src.seq_id = 7;
+            src.block_index = k;
+            src.block_size = 16;
+            src.n_tokens = k < 2 ? 16 : 8;
+            src.layer_begin = 0;
+            src.layer_end = 2;
+            src.n_head_kv = 3;
+            src.head_dim = 8;
+            src.dtype = KVP_DTYPE_F32;
+            src.parent_hash = parent;
+            src.hash = parent = kvp_kvblock_hash(parent, tokens + 16 * k, src.n_tokens);
+            size_t n = 2 * 2 * 3 * 16 * 8;
+            src.data_bytes = n * 4;
+            float *x = calloc(n, sizeof *x);
+            for (size_t i = 0; i < n; i++)
+                if ((i / 8) % 16 < src.n_tokens) /* only filled slots */
+                    x[i] = rndf() * (float)(1 + (i / 128) % 5);
+            kvp_kvblock_rec dst;
+            rc = kvp_quant_kv_plan(&src, dtype, &dst, &err);
+            uint8_t *d = malloc(dst.data_bytes ? dst.data_bytes : 1);
+            float sc[12];
+            if (!rc)
+                rc = kvp_quant_kv_convert(&src, x, NULL, &dst, d, dst.scales_bytes ? sc : NULL, NULL, &err);
+            if (!rc)
+                rc = kvp_write_kvblock(w, &dst, tokens + 16 * k, d, dst.scales_bytes ? sc : NULL, &err);
+            free(x);
+            free(d);
+        }
+        kvp_blockref_rec ref = {7, 0, 16, 0, 0};
+        ref.hash = kvp_kvblock_hash(0, tokens, 16);
+        uint8_t unknown_meta[3] = {9, 8, 7};
+        kvp_piece unknown_piece = {"later", 5};
+        if (!rc)
+            rc = kvp_write_blockref(w, &ref, &err);
+        if (!rc)
+            rc = kvp_writer_record(w, 77, unknown_meta, 3, &unknown_piece, 1, 0, &err);
+        if (!rc)
+            rc = kvp_writer_finish(w, &err);
+        kvp_writer_free(w);
+    }
+    kvp_meta_free(&m);
+    if (!rc)
+        rc = kvp_out_commit(&out, &err);
+    else
+        kvp_out_abort(&out);
+    if (rc)
+        printf("write_kv_sample: %s\n", err.msg);
+    return rc;
+}
+
+/* All records of a stream, for comparing two: kind, meta bytes, and the KV
+ * blocks dequantized. */
+typedef struct kvrec {
+    uint32_t kind;
+    uint8_t *meta;
+    uint32_t meta_size;
+    kvp_kvblock_rec b;
+    float *y; /* KV block values (filled slots; others 0) */
+} kvrec;
+
+static int read_kv(const char *path, kvrec *recs, int max, uint8_t fp[16])
+{
+    kvp_err err = {0};
+    kvp_in in;
+    kvp_reader *r = NULL;
+    int n = 0, rc = kvp_in_open(&in, path, &err);
+    if (rc)
+        return rc;
+    if ((rc = kvp_reader_open(&r, &in, &err)) == 0) {
+        memcpy(fp, kvp_reader_info(r)->fingerprint, 16);
+        kvp_record rec;
+        while (n < max && (rc = kvp_reader_next(r, &rec, &err)) == 1) {
+            kvrec *k = &recs[n++];
+            memset(k, 0, sizeof *k);
+            k->kind = rec.kind;
+            k->meta_size = rec.meta_size;
+            k->meta = malloc(rec.meta_size + 1);
+            memcpy(k->meta, rec.meta, rec.meta_size);
+            if (rec.kind == KVP_KIND_KV_BLOCK) {
+                const uint8_t *tok, *d, *s;
+                if ((rc = kvp_kvblock_decode(&rec, &k->b, &tok, &d, &s, &err)) < 0)
+                    break;
+                kvp_kvblock_rec f32;
+                size_t nel = 2 * 2 * 3 * 16 * 8;
+                k->y = malloc(nel * sizeof(float));
+                if ((rc = kvp_quant_kv_plan(&k->b, KVP_DTYPE_F32, &f32, &err)) < 0 ||
+                    (rc = kvp_quant_kv_convert(&k->b, d, k->b.scales_bytes ? s : NULL, &f32, k->y, NULL, NULL,
+                                               &err)) < 0)
+                    break;
+            }
+        }
+    }
+    if (rc < 0)
+        printf("read_kv %s: %s\n", path, err.msg);
+    kvp_reader_free(r);
+    kvp_in_close(&in);
+    return rc < 0 ? rc : n;
+}
+
+static void free_kv(kvrec *recs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(recs[i].meta);
+        free(recs[i].y);
+    }
+}
+
+static void test_kv(uint32_t dtype, double min_snr)
+{
+    const char *in = tmp_path("kv-f16.kvp"), *out = tmp_path("kv-out.kvp");
+    CHECK(write_kv_sample(in, KVP_DTYPE_F16) == 0);
+    kvp_err err = {0};
+    kvp_in i;
+    kvp_out o;
+    kvp_convert_kv_stats st;
+    CHECK(kvp_in_open(&i, in, &err) == 0);
+    kvp_in_unmap(&i); /* as from a pipe */
+    CHECK(kvp_out_open(&o, out, &err) == 0);
+    int rc = kvp_convert_kv_stream(&i, &o, dtype, dtype == KVP_DTYPE_I8 ? 3 : 0, "quantize", &st, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc == 0)
+        CHECK(kvp_out_commit(&o, &err) == 0);
+    else
+        kvp_out_abort(&o);
+    kvp_in_close(&i);
+    CHECK_EQ_U64(st.n_blocks, KV_BLOCKS);
+    CHECK_EQ_U64(st.n_converted, dtype == KVP_DTYPE_F16 ? 0 : KV_BLOCKS);
+    CHECK_EQ_U64(st.n_records, 1 + 1 + KV_BLOCKS + 1 + 1);
+
+    kvrec a[16], b[16];
+    uint8_t fa[16], fb[16];
+    int na = read_kv(in, a, 16, fa), nb = read_kv(out, b, 16, fb);
+    CHECK(na == nb && na == 8);
+    CHECK(memcmp(fa, fb, 16) == 0);
+    for (int k = 0; k < na && k < nb; k++) {
+        CHECK_EQ_U64(a[k].kind, b[k].kind);
+        if (a[k].kind == KVP_KIND_END) /* counts bytes: differs */
+            continue;
+        if (a[k].kind != KVP_KIND_KV_BLOCK) {
+            CHECK(a[k].meta_size == b[k].meta_size && memcmp(a[k].meta, b[k].meta, a[k].meta_size) == 0);
+            continue;
+        }
+        CHECK_EQ_U64(b[k].b.dtype, dtype);
+        CHECK(b[k].b.hash == a[k].b.hash && b[k].b.n_tokens == a[k].b.n_tokens);
+        double s = snr_db(a[k].y, b[k].y, 2 * 2 * 3 * 16 * 8);
+        CHECK_MSG(s >= min_snr, "block %d to %s: SNR %.2f dB", k, kvp_dtype_name(dtype), s);
+    }
+    if (dtype != KVP_DTYPE_F16) {
+        kvp_quant_report rep;
+        kvp_quant_stats_report(&st.stats, &rep);
+        CHECK_MSG(rep.snr_db >= min_snr, "stream SNR %.2f", rep.snr_db);
+    }
+    free_kv(a, na > 0 ? na : 0);
+    free_kv(b, nb > 0 ? nb : 0);
+}
+
+static void test_kv_errors(void)
+{
+    kvp_err err = {0};
+    kvp_in i;
+    kvp_out o;
+    const char *out = tmp_path("kv-bad.kvp");
+    /* a model file has no KV blocks: passes through; a truncated stream fails and leaves nothing */
+    const char *in = tmp_path("kv-f16.kvp");
+    uint64_t n = file_size(in);
+    const char *cut = tmp_path("kv-cut.kvp");
+    FILE *f = fopen(in, "rb"), *g = fopen(cut, "wb");
+    char *buf = malloc(n);
+    if (f && g && fread(buf, 1, n, f) == n)
+        fwrite(buf, 1, n - 100, g);
+    if (f)
+        fclose(f);
+    if (g)
+        fclose(g);
+    free(buf);
+    CHECK(kvp_in_open(&i, cut, &err) == 0);
+    CHECK(kvp_out_open(&o, out, &err) == 0);
+    int rc = kvp_convert_kv_stream(&i, &o, KVP_DTYPE_FP8_E4M3, 0, "quantize", NULL, &err);
+    CHECK(rc < 0 && strstr(err.msg, "kv-cut.kvp"));
+    kvp_out_abort(&o);
+    kvp_in_close(&i);
+    CHECK(access(out, F_OK) != 0);
+    CHECK(kvp_in_open(&i, in, &err) == 0);
+    CHECK(kvp_out_open(&o, out, &err) == 0);
+    CHECK(kvp_convert_kv_stream(&i, &o, KVP_DTYPE_Q4_0, 0, "quantize", NULL, &err) == KVP_EUNSUPPORTED);
+    kvp_out_abort(&o);
+    kvp_in_close(&i);
+    /* a KV stream is not a model */
+    kvp_convert *cv;
+    CHECK(kvp_convert_open(&cv, in, &err) == KVP_EUNSUPPORTED && strstr(err.msg, "--kv"));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 3 && strcmp(argv[1], "--write-kv-sample") == 0) {
+        int d = argc > 3 ? kvp_dtype_from_name(argv[3]) : KVP_DTYPE_F16;
+        return d >= 0 && write_kv_sample(argv[2], (uint32_t)d) == 0 ? 0 : 1;
+    }
+    if (argc >= 3 && strcmp(argv[1], "--write-gguf") == 0) {
+        make_tensors();
+        return write_gguf(argv[2], NT) == 0 ? 0 : 1;
+    }
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    const char *t = getenv("KVP_TESTS");
+    snprintf(golden, sizeof golden, "%s/golden/tiny-st", t ? t : "tests");
+    make_tensors();
+    test_names();
+    test_gguf_int8();
+    test_fallbacks();
+    test_kvp_input();
+    test_safetensors();
+    test_kv(KVP_DTYPE_FP8_E4M3, 25);
+    test_kv(KVP_DTYPE_I8, 35);
+    test_kv(KVP_DTYPE_BF16, 40);
+    test_kv(KVP_DTYPE_F16, 1e9); /* same dtype: untouched, exact */
+    test_kv(KVP_DTYPE_F32, 1e9);
+    test_kv_errors();
+    for (int i = 0; i < NT; i++) {
+        free(gt[i].data);
+        free(gt[i].ref);
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        printf("could not remove %s\n", tmpdir);
+    return unit_done();
+}
