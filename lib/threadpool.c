@@ -1,4 +1,11 @@
-/* threadpool.c - spin-then-sleep worker pool with an atomic task counter. */
+/* threadpool.c - spin-then-sleep worker pool.
+ *
+ * A run is published as one 64-bit ticket: generation (24 bits), task count
+ * (20 bits) and next task index (20 bits).  Threads claim tasks by
+ * compare-and-swap on the ticket, so a worker that wakes late (descheduled on
+ * a busy machine) can never claim a task of a later run, and the caller
+ * waits only for the tasks to be done, not for every worker to check in.
+ */
 #include "threadpool.h"
 
 #include <pthread.h>
@@ -11,19 +18,21 @@
 /* How many polls a worker makes before it sleeps on the condition variable:
  * long enough to cover the gap between two ops of one forward pass. */
 #define KVP_POOL_SPIN 20000
+#define TASK_BITS 20
+#define TASK_MASK ((1u << TASK_BITS) - 1)
+#define MAX_TASKS TASK_MASK
 
 struct kvp_threadpool {
     int n_threads;
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake;
-    atomic_uint_fast64_t generation; /* bumped for each run; workers wait for a change */
-    atomic_int next_task;
-    atomic_int pending;              /* workers still inside the current run */
+    atomic_uint gen;            /* run generation (low 24 bits used) */
+    _Atomic uint64_t ticket;    /* gen << 40 | n_tasks << 20 | next index */
+    atomic_int done;            /* tasks finished in the current run */
     atomic_int stop;
-    kvp_task_fn fn;
+    kvp_task_fn fn;             /* valid while the run's tasks are unclaimed */
     void *ctx;
-    int n_tasks;
 };
 
 typedef struct worker_arg {
@@ -31,13 +40,25 @@ typedef struct worker_arg {
     int index;
 } worker_arg;
 
-static void drain(kvp_threadpool *p, int thread)
+static uint64_t make_ticket(unsigned gen, unsigned n) { return (uint64_t)(gen & 0xffffffu) << 40 | (uint64_t)n << TASK_BITS; }
+
+/* Claim and run tasks of generation gen until none is left. */
+static void drain(kvp_threadpool *p, unsigned gen, int thread)
 {
+    uint64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
     for (;;) {
-        int i = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
-        if (i >= p->n_tasks)
-            break;
-        p->fn(p->ctx, i, thread);
+        if ((unsigned)(t >> 40) != (gen & 0xffffffu))
+            return;
+        unsigned n = (unsigned)(t >> TASK_BITS) & TASK_MASK, i = (unsigned)t & TASK_MASK;
+        if (i >= n)
+            return;
+        if (atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            /* Task i of gen is unfinished, so fn and ctx are still this run's. */
+            p->fn(p->ctx, (int)i, thread);
+            atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+            t = atomic_load_explicit(&p->ticket, memory_order_acquire);
+        }
     }
 }
 
@@ -47,12 +68,11 @@ static void *worker_main(void *argp)
     kvp_threadpool *p = a->pool;
     int index = a->index;
     free(a);
-    uint_fast64_t seen = 0;
+    unsigned seen = 0;
     for (;;) {
-        uint_fast64_t g;
+        unsigned g;
         int spins = 0;
-        while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
-               !atomic_load(&p->stop)) {
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !atomic_load(&p->stop)) {
             if (++spins < KVP_POOL_SPIN) {
 #if defined(__x86_64__) || defined(__i386__)
                 __builtin_ia32_pause();
@@ -60,15 +80,14 @@ static void *worker_main(void *argp)
                 continue;
             }
             pthread_mutex_lock(&p->mu);
-            while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
                 pthread_cond_wait(&p->wake, &p->mu);
             pthread_mutex_unlock(&p->mu);
         }
         if (atomic_load(&p->stop))
             return NULL;
         seen = g;
-        drain(p, index);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+        drain(p, g, index);
     }
 }
 
@@ -88,12 +107,12 @@ int kvp_threadpool_create(kvp_threadpool **pool, int n_threads, kvp_err *err)
     kvp_threadpool *p = calloc(1, sizeof *p);
     if (!p)
         return kvp_err_set(err, KVP_ENOMEM, "threads: out of memory");
-    p->n_threads = n_threads;
+    p->n_threads = 1;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
-    atomic_init(&p->generation, 0);
-    atomic_init(&p->next_task, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->ticket, make_ticket(0, 0));
+    atomic_init(&p->done, 0);
     atomic_init(&p->stop, 0);
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
@@ -109,10 +128,10 @@ int kvp_threadpool_create(kvp_threadpool **pool, int n_threads, kvp_err *err)
             }
             if (!a || pthread_create(&p->threads[i - 1], NULL, worker_main, a) != 0) {
                 free(a);
-                p->n_threads = i; /* only i-1 workers exist: free joins those */
-                kvp_threadpool_free(p);
+                kvp_threadpool_free(p); /* joins the p->n_threads - 1 started so far */
                 return kvp_err_set(err, KVP_ENOMEM, "threads: cannot start thread %d of %d", i, n_threads);
             }
+            p->n_threads = i + 1;
         }
     }
     *pool = p;
@@ -137,33 +156,47 @@ void kvp_threadpool_free(kvp_threadpool *p)
 
 int kvp_threadpool_size(const kvp_threadpool *p) { return p ? p->n_threads : 1; }
 
+static void run_inline(kvp_task_fn fn, void *ctx, int n_tasks)
+{
+    for (int i = 0; i < n_tasks; i++)
+        fn(ctx, i, 0);
+}
+
 void kvp_threadpool_run(kvp_threadpool *p, kvp_task_fn fn, void *ctx, int n_tasks)
 {
     if (n_tasks <= 0)
         return;
     if (!p || p->n_threads == 1 || n_tasks == 1) {
-        for (int i = 0; i < n_tasks; i++)
-            fn(ctx, i, 0);
+        run_inline(fn, ctx, n_tasks);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
-    /* The lock orders the bump against a worker deciding to sleep. */
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
-    drain(p, 0);
-    int spins = 0;
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) {
-        if (++spins > 1000)
-            sched_yield();
+    /* Larger runs go out in slices that fit the ticket's task field. */
+    for (int base = 0; base < n_tasks; base += MAX_TASKS) {
+        int n = n_tasks - base < (int)MAX_TASKS ? n_tasks - base : (int)MAX_TASKS;
+        if (base) { /* rare: a slice runs inline rather than remap indices */
+            for (int i = 0; i < n; i++)
+                fn(ctx, base + i, 0);
+            continue;
+        }
+        unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+        p->fn = fn;
+        p->ctx = ctx;
+        atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+        atomic_store_explicit(&p->ticket, make_ticket(g, (unsigned)n), memory_order_release);
+        /* The lock orders the bump against a worker deciding to sleep. */
+        pthread_mutex_lock(&p->mu);
+        atomic_store_explicit(&p->gen, g, memory_order_release);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+        drain(p, g, 0);
+        int spins = 0;
+        while (atomic_load_explicit(&p->done, memory_order_acquire) != n) {
+            if (++spins > 1000)
+                sched_yield();
 #if defined(__x86_64__) || defined(__i386__)
-        else
-            __builtin_ia32_pause();
+            else
+                __builtin_ia32_pause();
 #endif
+        }
     }
 }

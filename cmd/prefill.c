@@ -1,0 +1,125 @@
+/* prefill - run prompts through the model and write their KV cache, first
+ * sampled token and sampling state as a KVP stream for decode. */
+#include "cli.h"
+#include "runopts.h"
+#include "sample.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: prefill -m MODEL [-p TEXT | -f FILE | --tokens IDS] [options] > kv.kvp\n"
+            "Run every prompt through the model in chunks, sample its first token and write a KVP\n"
+            "stream: model fingerprint, one sequence record per prompt, its KV blocks (a block\n"
+            "shared by several prompts is written once and referenced after) and the end record.\n\n"
+            "%s"
+            "  -o, --output FILE       write the stream to FILE (default stdout)\n"
+            "  -h, --help, --version\n\n"
+            "Sampling options are stored in the stream and used by decode.\n"
+            "Exit status: 0 success, 1 runtime error (bad model or prompts file, KV memory\n"
+            "exhausted), 2 usage error.\n",
+            kvp_runopts_help);
+}
+
+int main(int argc, char **argv)
+{
+    kvp_cli_init(argv[0]);
+    kvp_runopts o;
+    kvp_runopts_init(&o);
+    const char *output = "-";
+    struct option longopts[64];
+    size_t k = 0;
+    for (; kvp_runopts_long[k].name; k++)
+        longopts[k] = kvp_runopts_long[k];
+    longopts[k++] = (struct option){"output", required_argument, NULL, 'o'};
+    longopts[k] = (struct option){NULL, 0, NULL, 0};
+    int c;
+    while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "ho:", longopts, NULL)) != -1) {
+        if (kvp_runopts_parse(&o, c, optarg))
+            continue;
+        if (c == 'o') {
+            output = optarg;
+            continue;
+        }
+        if (c == 'h' || c == KVP_OPT_HELP) {
+            usage(stdout);
+            return 0;
+        }
+        if (c == KVP_OPT_VERSION)
+            kvp_cli_version();
+        kvp_cli_usage_error("unknown option");
+    }
+    if (!o.model)
+        kvp_cli_usage_error("no model (-m MODEL)");
+    if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) != 1)
+        kvp_cli_usage_error("give one of -p TEXT, -f FILE and --tokens IDS");
+    if (optind < argc)
+        kvp_cli_usage_error("unexpected argument '%s'", argv[optind]);
+    kvp_err err = {0};
+    if (kvp_sample_check(&o.sampling, &err) < 0)
+        kvp_cli_usage_error("%s", err.msg);
+
+    kvp_run r;
+    kvp_prompts ps;
+    uint32_t **ids, *lens;
+    if (kvp_run_open(&r, &o, &err) < 0 || kvp_run_prompts(&r, &o, &ps, &ids, &lens, &err) < 0 ||
+        kvp_run_start(&r, &o, NULL, &err) < 0)
+        kvp_cli_die_err(&err);
+    uint32_t n = (uint32_t)ps.n;
+    kvp_gen_seq *seqs = calloc(n ? n : 1, sizeof *seqs);
+    float *logits = malloc(sizeof(float) * r.model->cfg.n_vocab);
+    if (!seqs || !logits)
+        kvp_cli_die("out of memory");
+    kvp_gen_opts go = {.chunk = o.chunk};
+    double t_all = kvp_gen_now();
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        kvp_gen_seq *s = &seqs[i];
+        kvp_gen_seq_init(s, r.tok);
+        s->rec.id = i;
+        snprintf(s->rec.label, sizeof s->rec.label, "%s", ps.p[i].label);
+        s->rec.sampling = o.sampling;
+        kvp_sample_seed(&s->rec.sampling, i);
+        double t0 = kvp_gen_now();
+        if ((s->handle = kvp_kvcache_seq_new(r.kc, &err)) < 0 ||
+            kvp_gen_prefill(r.engine, r.kc, s, ids[i], lens[i], &go, logits, &err) < 0) {
+            if (ps.p[i].label[0])
+                kvp_err_prefix(&err, "prompt %s", ps.p[i].label);
+            kvp_cli_die_err(&err);
+        }
+        double t1 = kvp_gen_now();
+        total += lens[i];
+        if (o.stats) {
+            if (o.json)
+                fprintf(stderr, "{\"id\":\"%s\",\"prompt_tokens\":%u,\"computed\":%u,\"ttft_ms\":%.2f,"
+                        "\"tokens_per_s\":%.2f}\n", ps.p[i].label, lens[i], s->n_prefill, (t1 - t0) * 1e3,
+                        (t1 - t0) > 0 ? s->n_prefill / (t1 - t0) : 0);
+            else
+                fprintf(stderr, "prefill: sequence %u%s%s: %u prompt tokens (%u computed), first token after "
+                        "%.1f ms, %.1f tokens/s\n", i, ps.p[i].label[0] ? " " : "", ps.p[i].label, lens[i],
+                        s->n_prefill, (t1 - t0) * 1e3, (t1 - t0) > 0 ? s->n_prefill / (t1 - t0) : 0);
+        }
+        free(ids[i]);
+    }
+    uint64_t nb = 0, nr = 0;
+    if (kvp_run_save(&r, output, "prefill " KVP_VERSION, seqs, n, &nb, &nr, &err) < 0)
+        kvp_cli_die_err(&err);
+    if (o.stats && !o.json)
+        fprintf(stderr, "prefill: %u sequences, %llu prompt tokens in %.3f s; %llu KV blocks written, %llu shared "
+                "by reference\n", n, (unsigned long long)total, kvp_gen_now() - t_all, (unsigned long long)nb,
+                (unsigned long long)nr);
+    for (uint32_t i = 0; i < n; i++)
+        kvp_gen_seq_free(&seqs[i]);
+    free(seqs);
+    free(ids);
+    free(lens);
+    free(logits);
+    kvp_prompts_free(&ps);
+    kvp_run_close(&r);
+    kvp_runopts_free(&o);
+    return kvp_cli_close_stdout();
+}

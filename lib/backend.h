@@ -1,0 +1,127 @@
+/* backend.h - the operations table the engine computes through.
+ *
+ * engine.c calls only what this table offers and never looks at how it is
+ * done: the CPU backend (lib/backend_cpu.c) implements it over host memory
+ * with a thread pool; a CUDA backend (kernels/) implements the same table over
+ * device memory.  Activation buffers come from the backend's alloc, so they
+ * live wherever the backend computes.  All activations are f32, row-major:
+ * "[n_tok][n]" means n_tok rows of n contiguous floats.
+ *
+ * Weights are used in their stored format (kvp_weight.dtype): the matmul op
+ * handles F32, F16, BF16, Q4_0, Q4_1 and Q8_0 rows directly and fails with
+ * KVP_EUNSUPPORTED (naming the tensor) for anything else.
+ *
+ * The paged KV cache is a pool of equal blocks (kvp_kv_pool); one block holds
+ * block_size token slots for every layer, laid out as
+ *   [layer][K=0,V=1][n_head_kv][block_size][head_dim]
+ * (the order of a KVP KV_BLOCK record's data, kvp(5)), so a block is written
+ * to a stream as it is.  A token's slot is block_id * block_size + offset.
+ */
+#ifndef KVP_BACKEND_H
+#define KVP_BACKEND_H
+
+#include "error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A weight matrix as stored: n_out rows of n_in elements (GGUF ne[0] = n_in),
+ * row r at data + r * row_bytes.  1-D tensors (norm weights) have n_out 1. */
+typedef struct kvp_weight {
+    const char *name;      /* tensor name, for messages */
+    int dtype;             /* kvp_dtype of the stored data; -1 when absent */
+    uint32_t n_in;         /* contiguous dimension */
+    uint32_t n_out;        /* rows */
+    uint64_t row_bytes;
+    const void *data;      /* host bytes (inside the mapped model file) */
+    void *dev;             /* the backend's own copy when it keeps one, else NULL */
+} kvp_weight;
+
+/* The KV pool as kernels see it. */
+typedef struct kvp_kv_pool {
+    void *base;            /* n_blocks * block_bytes, from the backend's alloc */
+    int dtype;             /* KVP_DTYPE_F16, BF16 or F32 */
+    uint32_t n_blocks;
+    uint32_t block_size;   /* token slots per block */
+    uint32_t n_layer, n_head_kv, head_dim;
+    uint64_t block_bytes;  /* n_layer * 2 * n_head_kv * block_size * head_dim * element size */
+} kvp_kv_pool;
+
+/* One attention call: every query token of the step, each attending to the
+ * keys at positions 0..pos[t] of its own sequence (causal), read through that
+ * sequence's block table.  Query head h uses KV head h / (n_head / n_head_kv). */
+typedef struct kvp_attn_args {
+    const float *q;        /* [n_tok][n_head * head_dim], RoPE applied */
+    float *out;            /* [n_tok][n_head * head_dim] */
+    uint32_t n_tok, n_head;
+    uint32_t layer;
+    float scale;           /* 1/sqrt(head_dim) */
+    const int32_t *pos;    /* [n_tok] */
+    const uint32_t *tok_seq;             /* [n_tok]: index into tables */
+    const uint32_t *const *tables;       /* [n_seq]: block ids, position p in block tables[s][p / block_size] */
+    const kvp_kv_pool *kv;
+} kvp_attn_args;
+
+enum kvp_rope_kind { KVP_ROPE_KIND_NORM = 0, KVP_ROPE_KIND_NEOX = 1 }; /* == kvp_rope_type (config.h) */
+
+typedef struct kvp_backend kvp_backend;
+
+typedef struct kvp_backend_ops {
+    const char *name;      /* "cpu", "cuda" */
+    void (*destroy)(kvp_backend *b);
+    /* Device memory for activations and the KV pool (64-byte aligned, zeroed). */
+    void *(*alloc)(kvp_backend *b, size_t bytes);
+    void (*release)(kvp_backend *b, void *p);
+    /* Copy between host and device memory (plain memcpy on the CPU). */
+    void (*to_host)(kvp_backend *b, void *host, const void *dev, size_t bytes);
+    void (*from_host)(kvp_backend *b, void *dev, const void *host, size_t bytes);
+    /* Make w usable by this backend (upload; CPU: nothing). 0 or a code. */
+    int (*prepare_weight)(kvp_backend *b, kvp_weight *w, kvp_err *err);
+
+    /* y[n_tok][w.n_out] = x[n_tok][w.n_in] . w^T.  0 or KVP_EUNSUPPORTED. */
+    int (*matmul)(kvp_backend *b, const kvp_weight *w, const float *x, float *y, uint32_t n_tok, kvp_err *err);
+    /* out[t] = tokens' rows of the embedding table, as f32: [n_tok][w.n_in]. */
+    int (*embed)(kvp_backend *b, const kvp_weight *w, const int32_t *tokens, uint32_t n_tok, float *out,
+                 kvp_err *err);
+    /* y = x / sqrt(mean(x^2) + eps) * weight, per row of n. y may be x. */
+    void (*rmsnorm)(kvp_backend *b, const float *x, const float *weight, float *y, uint32_t n_tok, uint32_t n,
+                    float eps);
+    /* Rotate each head of x[n_tok][n_head * head_dim] in place by its
+     * position: pairs (2i, 2i+1) for NORM, (i, i + rot_dim/2) for NEOX, angle
+     * pos * inv_freq[i], i < rot_dim / 2 (dims past rot_dim are left alone). */
+    void (*rope)(kvp_backend *b, float *x, uint32_t n_tok, uint32_t n_head, uint32_t head_dim, uint32_t rot_dim,
+                 const int32_t *pos, const float *inv_freq, int kind);
+    /* x[t] += bias, per row of n (QKV bias). */
+    void (*add_bias)(kvp_backend *b, float *x, const float *bias, uint32_t n_tok, uint32_t n);
+    /* x += y over n elements. */
+    void (*add)(kvp_backend *b, float *x, const float *y, size_t n);
+    /* g = silu(g) * u over n elements (SwiGLU). */
+    void (*silu_mul)(kvp_backend *b, float *g, const float *u, size_t n);
+    /* Store k, v [n_tok][n_head_kv * head_dim] of one layer into the slots. */
+    void (*kv_store)(kvp_backend *b, const kvp_kv_pool *kv, uint32_t layer, const float *k, const float *v,
+                     uint32_t n_tok, const uint32_t *slot);
+    /* 0 or KVP_ENOMEM (its scratch grows with the longest context). */
+    int (*attention)(kvp_backend *b, const kvp_attn_args *a, kvp_err *err);
+    /* Copy block src to block dst, every layer (copy-on-write). */
+    void (*kv_copy_block)(kvp_backend *b, const kvp_kv_pool *kv, uint32_t dst, uint32_t src);
+} kvp_backend_ops;
+
+struct kvp_backend {
+    const kvp_backend_ops *ops;
+    void *impl;            /* the backend's private state */
+};
+
+/* CPU backend flags. */
+#define KVP_CPU_PORTABLE 0x1u /* never use the SIMD kernels (tests compare both) */
+#define KVP_CPU_NO_VNNI 0x2u  /* AVX2 kernels even where AVX512-VNNI is present */
+
+/* The CPU backend with n_threads threads (<= 0: all cores). */
+int kvp_backend_cpu_create(kvp_backend **b, int n_threads, unsigned flags, kvp_err *err);
+/* "avx2+fma+f16c+avx512vnni", "avx2+fma+f16c" or "portable": the kernels a
+ * CPU backend runs. */
+const char *kvp_backend_cpu_isa(const kvp_backend *b);
+int kvp_backend_cpu_threads(const kvp_backend *b);
+/* Destroy any backend (NULL is fine). */
+void kvp_backend_free(kvp_backend *b);
+
+#endif

@@ -1,0 +1,479 @@
+/* backend_cpu.c - the CPU implementation of backend.h: host memory, a thread
+ * pool, and the kernel table (AVX2 or portable) chosen when it is created. */
+#include "backend.h"
+#include "backend_cpu_kern.h"
+#include "tensor.h"
+#include "threadpool.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+typedef struct cpu_impl {
+    kvp_threadpool *pool;
+    const kvp_cpu_kernels *k;
+    int n_threads;
+    /* growable scratch, resized only outside parallel regions */
+    void *qbuf;            /* quantized activations */
+    size_t qbuf_size;
+    float *att;            /* attention scores, one slice per thread */
+    size_t att_per_thread; /* floats */
+} cpu_impl;
+
+static cpu_impl *impl_of(kvp_backend *b) { return b->impl; }
+
+static void *grow(void **p, size_t *have, size_t need)
+{
+    if (need <= *have)
+        return *p;
+    free(*p);
+    *p = aligned_alloc(64, (need + 63) & ~(size_t)63);
+    *have = *p ? need : 0;
+    return *p;
+}
+
+/* ---- memory ---- */
+
+/* Every block carries a 64-byte header {size, kind} in front of it.  Large
+ * ones (the KV pool) are anonymous mappings: zero pages arrive on first
+ * touch, so an unused KV pool costs no resident memory. */
+#define KVP_ALLOC_HDR 64
+#define KVP_ALLOC_MMAP_MIN ((size_t)1 << 20)
+
+static void *cpu_alloc(kvp_backend *b, size_t bytes)
+{
+    (void)b;
+    size_t n = ((bytes + 63) & ~(size_t)63) + KVP_ALLOC_HDR;
+    uint8_t *base;
+    int mapped = n >= KVP_ALLOC_MMAP_MIN;
+    if (n < bytes)
+        return NULL;
+    if (mapped) {
+        void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        base = m == MAP_FAILED ? NULL : m;
+    } else {
+        base = aligned_alloc(64, n);
+        if (base)
+            memset(base, 0, n);
+    }
+    if (!base)
+        return NULL;
+    ((size_t *)base)[0] = n;
+    ((size_t *)base)[1] = (size_t)mapped;
+    return base + KVP_ALLOC_HDR;
+}
+
+static void cpu_release(kvp_backend *b, void *p)
+{
+    (void)b;
+    if (!p)
+        return;
+    uint8_t *base = (uint8_t *)p - KVP_ALLOC_HDR;
+    if (((size_t *)base)[1])
+        munmap(base, ((size_t *)base)[0]);
+    else
+        free(base);
+}
+static void cpu_copy(kvp_backend *b, void *dst, const void *src, size_t bytes)
+{
+    (void)b;
+    memcpy(dst, src, bytes);
+}
+static int cpu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
+{
+    (void)b, (void)w, (void)err;
+    return 0;
+}
+
+/* ---- matmul ---- */
+
+typedef struct mm_ctx {
+    const kvp_cpu_kernels *k;
+    const kvp_weight *w;
+    const float *x;            /* [n_tok][n_in] */
+    const kvp_q8blk *xq;       /* [n_tok][n_in/32] when quantized */
+    float *y;                  /* [n_tok][n_out] */
+    uint32_t n_tok, rows_per_task, toks_per_task, n_row_tasks;
+    int quant;
+    kvp_dotq_fn dq;
+    kvp_dotf_fn df;
+} mm_ctx;
+
+static void mm_quant_task(void *ctxp, int task, int thread)
+{
+    (void)thread;
+    mm_ctx *c = ctxp;
+    uint32_t nb = c->w->n_in / KVP_QK;
+    c->k->quant_q8(c->x + (size_t)task * c->w->n_in, (kvp_q8blk *)c->xq + (size_t)task * nb, c->w->n_in);
+}
+
+static void mm_task(void *ctxp, int task, int thread)
+{
+    (void)thread;
+    mm_ctx *c = ctxp;
+    const kvp_weight *w = c->w;
+    uint32_t r0 = (uint32_t)task % c->n_row_tasks * c->rows_per_task;
+    uint32_t r1 = r0 + c->rows_per_task < w->n_out ? r0 + c->rows_per_task : w->n_out;
+    uint32_t t0 = (uint32_t)task / c->n_row_tasks * c->toks_per_task;
+    uint32_t t1 = t0 + c->toks_per_task < c->n_tok ? t0 + c->toks_per_task : c->n_tok;
+    uint32_t nb = w->n_in / KVP_QK;
+    const uint8_t *base = w->data;
+    for (uint32_t t = t0; t < t1; t += KVP_MM_TOK) {
+        uint32_t nt = t1 - t < KVP_MM_TOK ? t1 - t : KVP_MM_TOK;
+        const kvp_q8blk *xq[KVP_MM_TOK];
+        const float *xf[KVP_MM_TOK];
+        for (uint32_t i = 0; i < nt; i++) {
+            if (c->quant)
+                xq[i] = c->xq + (size_t)(t + i) * nb;
+            else
+                xf[i] = c->x + (size_t)(t + i) * w->n_in;
+        }
+        for (uint32_t r = r0; r < r1; r++) {
+            float out[KVP_MM_TOK];
+            const void *row = base + (size_t)r * w->row_bytes;
+            if (c->quant)
+                c->dq(row, xq, nt, nb, out);
+            else
+                c->df(row, xf, nt, w->n_in, out);
+            for (uint32_t i = 0; i < nt; i++)
+                c->y[(size_t)(t + i) * w->n_out + r] = out[i];
+        }
+    }
+}
+
+static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float *y, uint32_t n_tok, kvp_err *err)
+{
+    cpu_impl *im = impl_of(b);
+    mm_ctx c = {.k = im->k, .w = w, .x = x, .y = y, .n_tok = n_tok};
+    switch (w->dtype) {
+    case KVP_DTYPE_Q4_0: c.dq = im->k->dot_q4_0; break;
+    case KVP_DTYPE_Q4_1: c.dq = im->k->dot_q4_1; break;
+    case KVP_DTYPE_Q8_0: c.dq = im->k->dot_q8_0; break;
+    case KVP_DTYPE_F32: c.df = im->k->dot_f32; break;
+    case KVP_DTYPE_F16: c.df = im->k->dot_f16; break;
+    case KVP_DTYPE_BF16: c.df = im->k->dot_bf16; break;
+    default:
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: weight type %s has no CPU matmul kernel",
+                           w->name ? w->name : "weight", kvp_dtype_name((uint32_t)w->dtype));
+    }
+    if (n_tok == 0)
+        return 0;
+    c.quant = c.dq != NULL;
+    if (c.quant) {
+        if (w->n_in % KVP_QK)
+            return kvp_err_set(err, KVP_EFORMAT, "%s: row of %u elements is not whole blocks of 32",
+                               w->name ? w->name : "weight", w->n_in);
+        size_t need = (size_t)n_tok * (w->n_in / KVP_QK) * sizeof(kvp_q8blk);
+        if (!grow(&im->qbuf, &im->qbuf_size, need))
+            return kvp_err_set(err, KVP_ENOMEM, "matmul: out of memory for %u activation rows", n_tok);
+        c.xq = im->qbuf;
+        kvp_threadpool_run(n_tok > 1 ? im->pool : NULL, mm_quant_task, &c, (int)n_tok);
+    }
+    /* Tasks: rows split so each thread gets several (load balance), tokens
+     * split in tiles so a tile of weight rows stays in cache across them. */
+    uint32_t nth = (uint32_t)im->n_threads;
+    c.toks_per_task = n_tok <= 8 ? n_tok : 64;
+    uint32_t n_tok_tasks = (n_tok + c.toks_per_task - 1) / c.toks_per_task;
+    uint32_t want = nth * 4 / n_tok_tasks;
+    if (want < 1)
+        want = 1;
+    uint32_t rows = (w->n_out + want - 1) / want;
+    if (n_tok > 8 && rows > 64)
+        rows = 64;
+    rows = (rows + 3) & ~3u;
+    if (rows == 0)
+        rows = 4;
+    c.rows_per_task = rows;
+    c.n_row_tasks = (w->n_out + rows - 1) / rows;
+    kvp_threadpool_run(im->pool, mm_task, &c, (int)(c.n_row_tasks * n_tok_tasks));
+    return 0;
+}
+
+static int cpu_embed(kvp_backend *b, const kvp_weight *w, const int32_t *tokens, uint32_t n_tok, float *out,
+                     kvp_err *err)
+{
+    (void)b;
+    for (uint32_t t = 0; t < n_tok; t++) {
+        if (tokens[t] < 0 || (uint32_t)tokens[t] >= w->n_out)
+            return kvp_err_set(err, KVP_EINVAL, "%s: token id %d is outside the vocabulary of %u",
+                               w->name ? w->name : "embedding", tokens[t], w->n_out);
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)tokens[t] * w->row_bytes;
+        if (kvp_cpu_dequant_row(w->dtype, row, out + (size_t)t * w->n_in, w->n_in) < 0)
+            return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: embedding type %s is not supported",
+                               w->name ? w->name : "embedding", kvp_dtype_name((uint32_t)w->dtype));
+    }
+    return 0;
+}
+
+/* ---- elementwise ---- */
+
+static void cpu_rmsnorm(kvp_backend *b, const float *x, const float *weight, float *y, uint32_t n_tok, uint32_t n,
+                        float eps)
+{
+    (void)b;
+    for (uint32_t t = 0; t < n_tok; t++, x += n, y += n) {
+        double ss = 0; /* double: the sum of 576..8192 squares, order-independent enough */
+        for (uint32_t i = 0; i < n; i++)
+            ss += (double)x[i] * x[i];
+        float scale = (float)(1.0 / sqrt(ss / n + eps));
+        for (uint32_t i = 0; i < n; i++)
+            y[i] = x[i] * scale * weight[i];
+    }
+}
+
+static void cpu_rope(kvp_backend *b, float *x, uint32_t n_tok, uint32_t n_head, uint32_t head_dim, uint32_t rot_dim,
+                     const int32_t *pos, const float *inv_freq, int kind)
+{
+    (void)b;
+    uint32_t half = rot_dim / 2;
+    float cs[512], sn[512]; /* rot_dim/2 <= 512: head dims up to 1024 */
+    if (half > 512)
+        half = 512;
+    for (uint32_t t = 0; t < n_tok; t++) {
+        for (uint32_t i = 0; i < half; i++) {
+            float a = (float)pos[t] * inv_freq[i];
+            cs[i] = cosf(a);
+            sn[i] = sinf(a);
+        }
+        for (uint32_t h = 0; h < n_head; h++) {
+            float *v = x + ((size_t)t * n_head + h) * head_dim;
+            for (uint32_t i = 0; i < half; i++) {
+                uint32_t i0 = kind == KVP_ROPE_KIND_NEOX ? i : 2 * i;
+                uint32_t i1 = kind == KVP_ROPE_KIND_NEOX ? i + half : 2 * i + 1;
+                float a = v[i0], c = v[i1];
+                v[i0] = a * cs[i] - c * sn[i];
+                v[i1] = a * sn[i] + c * cs[i];
+            }
+        }
+    }
+}
+
+static void cpu_add_bias(kvp_backend *b, float *x, const float *bias, uint32_t n_tok, uint32_t n)
+{
+    (void)b;
+    for (uint32_t t = 0; t < n_tok; t++, x += n)
+        for (uint32_t i = 0; i < n; i++)
+            x[i] += bias[i];
+}
+
+static void cpu_add(kvp_backend *b, float *x, const float *y, size_t n)
+{
+    (void)b;
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+static void cpu_silu_mul(kvp_backend *b, float *g, const float *u, size_t n)
+{
+    (void)b;
+    for (size_t i = 0; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* ---- paged KV ---- */
+
+static size_t kv_esize(int dtype) { return dtype == KVP_DTYPE_F32 ? 4 : 2; }
+
+/* Byte offset of (block, layer, K/V, head, slot) in the pool. */
+static size_t kv_off(const kvp_kv_pool *kv, uint32_t block, uint32_t layer, uint32_t which, uint32_t head,
+                     uint32_t slot)
+{
+    size_t e = ((((size_t)layer * 2 + which) * kv->n_head_kv + head) * kv->block_size + slot) * kv->head_dim;
+    return (size_t)block * kv->block_bytes + e * kv_esize(kv->dtype);
+}
+
+static void kv_put(int dtype, void *dst, const float *src, uint32_t n)
+{
+    if (dtype == KVP_DTYPE_F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    uint16_t *h = dst;
+    for (uint32_t i = 0; i < n; i++)
+        h[i] = dtype == KVP_DTYPE_F16 ? kvp_f32_to_f16(src[i]) : kvp_f32_to_bf16(src[i]);
+}
+
+static void cpu_kv_store(kvp_backend *b, const kvp_kv_pool *kv, uint32_t layer, const float *k, const float *v,
+                         uint32_t n_tok, const uint32_t *slot)
+{
+    (void)b;
+    uint8_t *base = kv->base;
+    size_t row = (size_t)kv->n_head_kv * kv->head_dim;
+    for (uint32_t t = 0; t < n_tok; t++) {
+        uint32_t blk = slot[t] / kv->block_size, s = slot[t] % kv->block_size;
+        for (uint32_t h = 0; h < kv->n_head_kv; h++) {
+            kv_put(kv->dtype, base + kv_off(kv, blk, layer, 0, h, s), k + t * row + (size_t)h * kv->head_dim,
+                   kv->head_dim);
+            kv_put(kv->dtype, base + kv_off(kv, blk, layer, 1, h, s), v + t * row + (size_t)h * kv->head_dim,
+                   kv->head_dim);
+        }
+    }
+}
+
+static void cpu_kv_copy_block(kvp_backend *b, const kvp_kv_pool *kv, uint32_t dst, uint32_t src)
+{
+    (void)b;
+    uint8_t *base = kv->base;
+    memcpy(base + (size_t)dst * kv->block_bytes, base + (size_t)src * kv->block_bytes, kv->block_bytes);
+}
+
+typedef struct attn_ctx {
+    const kvp_attn_args *a;
+    const kvp_cpu_kernels *k;
+    float *scratch;          /* per thread: n_rep * (max_pos + 1) floats */
+    size_t per_thread;
+    uint32_t n_head_kv, n_rep;
+} attn_ctx;
+
+/* One task: one query token, one KV head and the n_rep query heads on it. */
+static void attn_task(void *ctxp, int task, int thread)
+{
+    attn_ctx *c = ctxp;
+    const kvp_attn_args *a = c->a;
+    const kvp_kv_pool *kv = a->kv;
+    uint32_t t = (uint32_t)task / c->n_head_kv, g = (uint32_t)task % c->n_head_kv;
+    uint32_t hd = kv->head_dim, bs = kv->block_size, n_pos = (uint32_t)a->pos[t] + 1;
+    const uint32_t *table = a->tables[a->tok_seq[t]];
+    const uint8_t *base = kv->base;
+    float *sc = c->scratch + (size_t)thread * c->per_thread; /* [n_rep][n_pos] */
+    const float *q = a->q + ((size_t)t * a->n_head + (size_t)g * c->n_rep) * hd;
+    float *out = a->out + ((size_t)t * a->n_head + (size_t)g * c->n_rep) * hd;
+
+    /* query heads sharing this KV head go through together, up to 8 at once */
+    for (uint32_t p = 0; p < n_pos; p++) {
+        const void *kp = base + kv_off(kv, table[p / bs], a->layer, 0, g, p % bs);
+        for (uint32_t r0 = 0; r0 < c->n_rep; r0 += 8) {
+            uint32_t nq = c->n_rep - r0 < 8 ? c->n_rep - r0 : 8;
+            float d[8];
+            c->k->dot_kv(kv->dtype, kp, q + (size_t)r0 * hd, hd, nq, d);
+            for (uint32_t r = 0; r < nq; r++)
+                sc[(size_t)(r0 + r) * n_pos + p] = d[r] * a->scale;
+        }
+    }
+    for (uint32_t r = 0; r < c->n_rep; r++) {
+        float *s = sc + (size_t)r * n_pos, mx = -INFINITY, sum = 0;
+        for (uint32_t p = 0; p < n_pos; p++)
+            mx = s[p] > mx ? s[p] : mx;
+        for (uint32_t p = 0; p < n_pos; p++) {
+            s[p] = expf(s[p] - mx);
+            sum += s[p];
+        }
+        float inv = 1.0f / sum;
+        for (uint32_t p = 0; p < n_pos; p++)
+            s[p] *= inv;
+        memset(out + (size_t)r * hd, 0, hd * sizeof(float));
+    }
+    for (uint32_t p = 0; p < n_pos; p++) {
+        const void *vp = base + kv_off(kv, table[p / bs], a->layer, 1, g, p % bs);
+        for (uint32_t r0 = 0; r0 < c->n_rep; r0 += 8) {
+            uint32_t nq = c->n_rep - r0 < 8 ? c->n_rep - r0 : 8;
+            float w[8];
+            for (uint32_t r = 0; r < nq; r++)
+                w[r] = sc[(size_t)(r0 + r) * n_pos + p];
+            c->k->axpy_kv(kv->dtype, out + (size_t)r0 * hd, w, vp, hd, nq);
+        }
+    }
+}
+
+static int cpu_attention(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
+{
+    cpu_impl *im = impl_of(b);
+    attn_ctx c = {.a = a, .k = im->k, .n_head_kv = a->kv->n_head_kv};
+    c.n_rep = a->n_head / c.n_head_kv;
+    int32_t max_pos = 0;
+    for (uint32_t t = 0; t < a->n_tok; t++)
+        max_pos = a->pos[t] > max_pos ? a->pos[t] : max_pos;
+    c.per_thread = (size_t)c.n_rep * ((size_t)max_pos + 1);
+    size_t have = im->att_per_thread * (size_t)im->n_threads * sizeof(float);
+    if (c.per_thread > im->att_per_thread) {
+        void *p = im->att;
+        if (!grow(&p, &have, c.per_thread * 2 * (size_t)im->n_threads * sizeof(float)))
+            return kvp_err_set(err, KVP_ENOMEM, "attention: out of memory for %zu scores", c.per_thread);
+        im->att = p;
+        im->att_per_thread = c.per_thread * 2;
+    }
+    c.scratch = im->att;
+    c.per_thread = im->att_per_thread;
+    kvp_threadpool_run(im->pool, attn_task, &c, (int)(a->n_tok * c.n_head_kv));
+    return 0;
+}
+
+/* ---- create / destroy ---- */
+
+static void cpu_destroy(kvp_backend *b)
+{
+    cpu_impl *im = impl_of(b);
+    if (im) {
+        kvp_threadpool_free(im->pool);
+        free(im->qbuf);
+        free(im->att);
+        free(im);
+    }
+    free(b);
+}
+
+static const kvp_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .to_host = cpu_copy,
+    .from_host = cpu_copy,
+    .prepare_weight = cpu_prepare_weight,
+    .matmul = cpu_matmul,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .add_bias = cpu_add_bias,
+    .add = cpu_add,
+    .silu_mul = cpu_silu_mul,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .kv_copy_block = cpu_kv_copy_block,
+};
+
+int kvp_backend_cpu_create(kvp_backend **out, int n_threads, unsigned flags, kvp_err *err)
+{
+    *out = NULL;
+    kvp_backend *b = calloc(1, sizeof *b);
+    cpu_impl *im = calloc(1, sizeof *im);
+    if (!b || !im) {
+        free(b);
+        free(im);
+        return kvp_err_set(err, KVP_ENOMEM, "cpu backend: out of memory");
+    }
+    b->ops = &cpu_ops;
+    b->impl = im;
+    im->k = NULL;
+    if (!(flags & KVP_CPU_PORTABLE) && !(flags & KVP_CPU_NO_VNNI))
+        im->k = kvp_cpu_kernels_vnni();
+    if (!im->k && !(flags & KVP_CPU_PORTABLE))
+        im->k = kvp_cpu_kernels_avx2();
+    if (!im->k)
+        im->k = &kvp_cpu_kernels_portable;
+    int rc = kvp_threadpool_create(&im->pool, n_threads, err);
+    if (rc < 0) {
+        cpu_destroy(b);
+        return rc;
+    }
+    im->n_threads = kvp_threadpool_size(im->pool);
+    *out = b;
+    return 0;
+}
+
+const char *kvp_backend_cpu_isa(const kvp_backend *b)
+{
+    return b && b->ops == &cpu_ops ? ((const cpu_impl *)b->impl)->k->isa : "?";
+}
+
+int kvp_backend_cpu_threads(const kvp_backend *b)
+{
+    return b && b->ops == &cpu_ops ? ((const cpu_impl *)b->impl)->n_threads : 0;
+}
+
+void kvp_backend_free(kvp_backend *b)
+{
+    if (b)
+        b->ops->destroy(b);
+}

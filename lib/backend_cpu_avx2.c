@@ -1,0 +1,30 @@
+/* backend_cpu_avx2.c - AVX2 + FMA + F16C kernels, compiled with per-function
+ * target attributes so the build needs no -mavx2 and the program still runs
+ * (on the portable kernels) where the CPU lacks them.  The kernels are in
+ * backend_cpu_x86.inc, shared with the VNNI build of them. */
+#include "backend_cpu_kern.h"
+#include "tensor.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#include <immintrin.h>
+#include <math.h>
+
+#define KVP_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define KVP_X86_TABLE kernels_avx2
+#define KVP_X86_ISA "avx2+fma+f16c"
+#include "backend_cpu_x86.inc"
+
+const kvp_cpu_kernels *kvp_cpu_kernels_avx2(void)
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return &kernels_avx2;
+    return NULL;
+}
+
+#else
+
+const kvp_cpu_kernels *kvp_cpu_kernels_avx2(void) { return NULL; }
+
+#endif

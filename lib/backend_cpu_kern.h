@@ -1,0 +1,70 @@
+/* backend_cpu_kern.h - the CPU backend's inner kernels (private to
+ * backend_cpu*.c): one table per instruction set, picked at run time.
+ *
+ * Quantized weights are multiplied without dequantizing them: activations are
+ * first quantized to 8-bit blocks of 32 (kvp_q8blk), then each weight block
+ * meets one activation block in integer arithmetic, as llama.cpp does.
+ *   Q8_0:  dw*dx * sum(qw*qx)
+ *   Q4_1:  dw*dx * sum(qw*qx) + mw * s,      s = dx * sum(qx)
+ *   Q4_0:  dw*dx * sum(qw*qx) - 8*dw * s     (stored q in 0..15, y = (q-8) dw)
+ * Every table gives the same results within float rounding (summation order).
+ */
+#ifndef KVP_BACKEND_CPU_KERN_H
+#define KVP_BACKEND_CPU_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVP_QK 32      /* elements per quantization block */
+#define KVP_MM_TOK 4   /* tokens one dot kernel call handles */
+
+/* An activation block: 32 int8 with scale d and s = d * sum(q). */
+typedef struct kvp_q8blk {
+    float d, s;
+    int8_t q[KVP_QK];
+} kvp_q8blk;
+
+/* Stored weight blocks (GGUF layouts; FACTS.md). */
+typedef struct kvp_blk_q4_0 {
+    uint16_t d;            /* f16 */
+    uint8_t qs[16];        /* byte j: element j (low nibble), element j+16 (high) */
+} kvp_blk_q4_0;
+typedef struct kvp_blk_q4_1 {
+    uint16_t d, m;         /* f16 scale and minimum */
+    uint8_t qs[16];
+} kvp_blk_q4_1;
+typedef struct kvp_blk_q8_0 {
+    uint16_t d;
+    int8_t qs[32];
+} kvp_blk_q8_0;
+_Static_assert(sizeof(kvp_blk_q4_0) == 18, "q4_0 block is 18 bytes");
+_Static_assert(sizeof(kvp_blk_q4_1) == 20, "q4_1 block is 20 bytes");
+_Static_assert(sizeof(kvp_blk_q8_0) == 34, "q8_0 block is 34 bytes");
+
+/* out[t] = dot(weight row w, activation row x[t]) for t < ntok <= KVP_MM_TOK;
+ * n elements (nb = n / 32 blocks for the quantized kinds). */
+typedef void (*kvp_dotq_fn)(const void *w, const kvp_q8blk *const *x, uint32_t ntok, uint32_t nb, float *out);
+typedef void (*kvp_dotf_fn)(const void *w, const float *const *x, uint32_t ntok, uint32_t n, float *out);
+
+typedef struct kvp_cpu_kernels {
+    const char *isa;
+    void (*quant_q8)(const float *x, kvp_q8blk *y, uint32_t n); /* n multiple of 32 */
+    kvp_dotq_fn dot_q4_0, dot_q4_1, dot_q8_0;
+    kvp_dotf_fn dot_f32, dot_f16, dot_bf16;
+    /* One KV row (kv dtype f32/f16/bf16, n elements) against nq <= 8 query
+     * heads that share it (GQA): out[r] = k . q[r*n .. r*n+n). */
+    void (*dot_kv)(int dtype, const void *k, const float *q, uint32_t n, uint32_t nq, float *out);
+    /* y[r*n ..] += a[r] * v for r < nq <= 8. */
+    void (*axpy_kv)(int dtype, float *y, const float *a, const void *v, uint32_t n, uint32_t nq);
+} kvp_cpu_kernels;
+
+extern const kvp_cpu_kernels kvp_cpu_kernels_portable;
+/* NULL when this CPU lacks AVX2, FMA or F16C (or the compiler is not x86). */
+const kvp_cpu_kernels *kvp_cpu_kernels_avx2(void);
+/* NULL unless the CPU also has AVX512-VNNI and AVX512VL. */
+const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void);
+
+/* Row dequantization for the embedding lookup (any supported dtype). 0 or -1. */
+int kvp_cpu_dequant_row(int dtype, const void *src, float *dst, uint32_t n);
+
+#endif

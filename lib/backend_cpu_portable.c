@@ -1,0 +1,194 @@
+/* backend_cpu_portable.c - plain C kernels: the reference every faster kernel
+ * set is tested against, and what runs on CPUs without AVX2. */
+#include "backend_cpu_kern.h"
+#include "tensor.h"
+
+#include <math.h>
+#include <string.h>
+
+static void quant_q8(const float *x, kvp_q8blk *y, uint32_t n)
+{
+    for (uint32_t b = 0; b < n / KVP_QK; b++, x += KVP_QK) {
+        float amax = 0;
+        for (int j = 0; j < KVP_QK; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < KVP_QK; j++) {
+            int q = (int)lrintf(x[j] * id);
+            y[b].q[j] = (int8_t)q;
+            sum += q;
+        }
+        y[b].d = d;
+        y[b].s = d * (float)sum;
+    }
+}
+
+/* Shared by Q4_0 and Q4_1: stored nibbles times the activation. */
+static int dot_nibbles(const uint8_t *qs, const int8_t *xq)
+{
+    int s = 0;
+    for (int j = 0; j < 16; j++)
+        s += (qs[j] & 15) * xq[j] + (qs[j] >> 4) * xq[j + 16];
+    return s;
+}
+
+static void dot_q4_0(const void *w, const kvp_q8blk *const *x, uint32_t ntok, uint32_t nb, float *out)
+{
+    const kvp_blk_q4_0 *wb = w;
+    for (uint32_t t = 0; t < ntok; t++) {
+        float acc = 0;
+        for (uint32_t b = 0; b < nb; b++) {
+            float dw = kvp_f16_to_f32(wb[b].d);
+            acc += dw * x[t][b].d * (float)dot_nibbles(wb[b].qs, x[t][b].q) - 8.0f * dw * x[t][b].s;
+        }
+        out[t] = acc;
+    }
+}
+
+static void dot_q4_1(const void *w, const kvp_q8blk *const *x, uint32_t ntok, uint32_t nb, float *out)
+{
+    const kvp_blk_q4_1 *wb = w;
+    for (uint32_t t = 0; t < ntok; t++) {
+        float acc = 0;
+        for (uint32_t b = 0; b < nb; b++) {
+            float dw = kvp_f16_to_f32(wb[b].d), mw = kvp_f16_to_f32(wb[b].m);
+            acc += dw * x[t][b].d * (float)dot_nibbles(wb[b].qs, x[t][b].q) + mw * x[t][b].s;
+        }
+        out[t] = acc;
+    }
+}
+
+static void dot_q8_0(const void *w, const kvp_q8blk *const *x, uint32_t ntok, uint32_t nb, float *out)
+{
+    const kvp_blk_q8_0 *wb = w;
+    for (uint32_t t = 0; t < ntok; t++) {
+        float acc = 0;
+        for (uint32_t b = 0; b < nb; b++) {
+            int s = 0;
+            for (int j = 0; j < KVP_QK; j++)
+                s += wb[b].qs[j] * x[t][b].q[j];
+            acc += kvp_f16_to_f32(wb[b].d) * x[t][b].d * (float)s;
+        }
+        out[t] = acc;
+    }
+}
+
+static void dot_f32(const void *w, const float *const *x, uint32_t ntok, uint32_t n, float *out)
+{
+    const float *wf = w;
+    for (uint32_t t = 0; t < ntok; t++) {
+        float acc = 0;
+        for (uint32_t i = 0; i < n; i++)
+            acc += wf[i] * x[t][i];
+        out[t] = acc;
+    }
+}
+
+static void dot_f16(const void *w, const float *const *x, uint32_t ntok, uint32_t n, float *out)
+{
+    const uint16_t *wh = w;
+    for (uint32_t t = 0; t < ntok; t++) {
+        float acc = 0;
+        for (uint32_t i = 0; i < n; i++)
+            acc += kvp_f16_to_f32(wh[i]) * x[t][i];
+        out[t] = acc;
+    }
+}
+
+static void dot_bf16(const void *w, const float *const *x, uint32_t ntok, uint32_t n, float *out)
+{
+    const uint16_t *wh = w;
+    for (uint32_t t = 0; t < ntok; t++) {
+        float acc = 0;
+        for (uint32_t i = 0; i < n; i++)
+            acc += kvp_bf16_to_f32(wh[i]) * x[t][i];
+        out[t] = acc;
+    }
+}
+
+static inline float kv_elem(int dtype, const void *p, uint32_t i)
+{
+    if (dtype == KVP_DTYPE_F16)
+        return kvp_f16_to_f32(((const uint16_t *)p)[i]);
+    if (dtype == KVP_DTYPE_BF16)
+        return kvp_bf16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+static void dot_kv(int dtype, const void *k, const float *q, uint32_t n, uint32_t nq, float *out)
+{
+    for (uint32_t r = 0; r < nq; r++) {
+        float acc = 0;
+        for (uint32_t i = 0; i < n; i++)
+            acc += kv_elem(dtype, k, i) * q[(size_t)r * n + i];
+        out[r] = acc;
+    }
+}
+
+static void axpy_kv(int dtype, float *y, const float *a, const void *v, uint32_t n, uint32_t nq)
+{
+    for (uint32_t r = 0; r < nq; r++)
+        for (uint32_t i = 0; i < n; i++)
+            y[(size_t)r * n + i] += a[r] * kv_elem(dtype, v, i);
+}
+
+const kvp_cpu_kernels kvp_cpu_kernels_portable = {
+    .isa = "portable",
+    .quant_q8 = quant_q8,
+    .dot_q4_0 = dot_q4_0,
+    .dot_q4_1 = dot_q4_1,
+    .dot_q8_0 = dot_q8_0,
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .dot_bf16 = dot_bf16,
+    .dot_kv = dot_kv,
+    .axpy_kv = axpy_kv,
+};
+
+int kvp_cpu_dequant_row(int dtype, const void *src, float *dst, uint32_t n)
+{
+    switch (dtype) {
+    case KVP_DTYPE_F32:
+        memcpy(dst, src, (size_t)n * 4);
+        return 0;
+    case KVP_DTYPE_F16:
+    case KVP_DTYPE_BF16:
+        for (uint32_t i = 0; i < n; i++)
+            dst[i] = kv_elem(dtype, src, i);
+        return 0;
+    case KVP_DTYPE_Q4_0:
+    case KVP_DTYPE_Q4_1: {
+        /* Q4_0 and Q4_1 differ only in the header; walk by block size. */
+        const uint8_t *p = src;
+        size_t bb = dtype == KVP_DTYPE_Q4_0 ? sizeof(kvp_blk_q4_0) : sizeof(kvp_blk_q4_1);
+        for (uint32_t b = 0; b < n / KVP_QK; b++, p += bb, dst += KVP_QK) {
+            float d = kvp_f16_to_f32((uint16_t)(p[0] | p[1] << 8)), m;
+            const uint8_t *qs;
+            if (dtype == KVP_DTYPE_Q4_0) {
+                m = -8.0f * d;
+                qs = p + 2;
+            } else {
+                m = kvp_f16_to_f32((uint16_t)(p[2] | p[3] << 8));
+                qs = p + 4;
+            }
+            for (int j = 0; j < 16; j++) {
+                dst[j] = (float)(qs[j] & 15) * d + m;
+                dst[j + 16] = (float)(qs[j] >> 4) * d + m;
+            }
+        }
+        return 0;
+    }
+    case KVP_DTYPE_Q8_0: {
+        const kvp_blk_q8_0 *b = src;
+        for (uint32_t i = 0; i < n / KVP_QK; i++, dst += KVP_QK) {
+            float d = kvp_f16_to_f32(b[i].d);
+            for (int j = 0; j < KVP_QK; j++)
+                dst[j] = (float)b[i].qs[j] * d;
+        }
+        return 0;
+    }
+    default:
+        return -1;
+    }
+}

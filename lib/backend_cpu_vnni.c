@@ -1,0 +1,31 @@
+/* backend_cpu_vnni.c - the x86 kernels (backend_cpu_x86.inc) with
+ * AVX512-VNNI's dpbusd doing the u8 x i8 dot products in one instruction
+ * (256-bit registers: AVX512VL).  Chosen at run time when the CPU has it. */
+#include "backend_cpu_kern.h"
+#include "tensor.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 9 || defined(__clang__))
+
+#include <immintrin.h>
+#include <math.h>
+
+#define KVP_AVX2 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define KVP_X86_TABLE kernels_vnni
+#define KVP_X86_ISA "avx2+fma+f16c+avx512vnni"
+#define KVP_X86_VNNI 1
+#include "backend_cpu_x86.inc"
+
+const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void)
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        return &kernels_vnni;
+    return NULL;
+}
+
+#else
+
+const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void) { return NULL; }
+
+#endif

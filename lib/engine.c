@@ -1,0 +1,273 @@
+/* engine.c - the Llama forward pass over a batch of sequence chunks.
+ *
+ * For T tokens in the step (all sequences together), d = n_embd:
+ *   x[T][d] = embed(tokens)
+ *   per layer:  h = rmsnorm(x) * attn_norm
+ *               q = h Wq^T [T][n_head*hd], k, v = h Wk^T, h Wv^T [T][n_head_kv*hd]
+ *               RoPE(q, k) by position; store k, v in the cache slots
+ *               a = attention(q, cached K/V of each token's sequence)
+ *               x += a Wo^T
+ *               h = rmsnorm(x) * ffn_norm;  x += (silu(h Wg^T) * (h Wu^T)) Wd^T
+ *   logits = rmsnorm(x[rows asked]) * output_norm . output^T
+ */
+#include "engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kvp_engine {
+    const kvp_model *m;
+    kvp_backend *be;
+    kvp_kvcache *kc;
+    uint32_t cap_tok;      /* tokens the buffers hold */
+    uint32_t cap_rows;     /* logits rows the buffers hold */
+    /* device buffers */
+    float *x, *h, *q, *k, *v, *att, *g, *u, *logits;
+    /* host metadata for the step */
+    int32_t *tok_ids, *pos;
+    uint32_t *slot, *tok_seq, *rows;
+    const uint32_t **tables;
+    uint32_t cap_seqs;
+};
+
+static void release(kvp_engine *e, float **p)
+{
+    if (*p)
+        e->be->ops->release(e->be, *p);
+    *p = NULL;
+}
+
+static void free_buffers(kvp_engine *e)
+{
+    release(e, &e->x), release(e, &e->h), release(e, &e->q), release(e, &e->k), release(e, &e->v);
+    release(e, &e->att), release(e, &e->g), release(e, &e->u), release(e, &e->logits);
+    free(e->tok_ids), free(e->pos), free(e->slot), free(e->tok_seq), free(e->rows);
+    e->tok_ids = e->pos = NULL;
+    e->slot = e->tok_seq = e->rows = NULL;
+    e->cap_tok = e->cap_rows = 0;
+}
+
+static int ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n_seqs, kvp_err *err)
+{
+    const kvp_config *c = &e->m->cfg;
+    if (n_seqs > e->cap_seqs) {
+        const uint32_t **t = realloc(e->tables, n_seqs * sizeof *t);
+        if (!t)
+            return kvp_err_set(err, KVP_ENOMEM, "engine: out of memory for %u sequences", n_seqs);
+        e->tables = t;
+        e->cap_seqs = n_seqs;
+    }
+    if (n_tok <= e->cap_tok && n_rows <= e->cap_rows)
+        return 0;
+    uint32_t nt = n_tok > e->cap_tok ? n_tok : e->cap_tok, nr = n_rows > e->cap_rows ? n_rows : e->cap_rows;
+    free_buffers(e);
+    size_t d = c->n_embd, nq = (size_t)c->n_head * c->head_dim, nkv = (size_t)c->n_head_kv * c->head_dim;
+    size_t ff = c->n_ff, f = sizeof(float);
+    kvp_backend *be = e->be;
+    e->x = be->ops->alloc(be, nt * d * f);
+    e->h = be->ops->alloc(be, nt * (d > nq ? d : nq) * f);
+    e->q = be->ops->alloc(be, nt * nq * f);
+    e->k = be->ops->alloc(be, nt * nkv * f);
+    e->v = be->ops->alloc(be, nt * nkv * f);
+    e->att = be->ops->alloc(be, nt * nq * f);
+    e->g = be->ops->alloc(be, nt * ff * f);
+    e->u = be->ops->alloc(be, nt * ff * f);
+    e->logits = be->ops->alloc(be, (nr ? nr : 1) * (size_t)c->n_vocab * f);
+    e->tok_ids = malloc(nt * sizeof *e->tok_ids);
+    e->pos = malloc(nt * sizeof *e->pos);
+    e->slot = malloc(nt * sizeof *e->slot);
+    e->tok_seq = malloc(nt * sizeof *e->tok_seq);
+    e->rows = malloc(nt * sizeof *e->rows);
+    if (!e->x || !e->h || !e->q || !e->k || !e->v || !e->att || !e->g || !e->u || !e->logits || !e->tok_ids ||
+        !e->pos || !e->slot || !e->tok_seq || !e->rows) {
+        free_buffers(e);
+        return kvp_err_set(err, KVP_ENOMEM, "engine: out of memory for a step of %u tokens", nt);
+    }
+    e->cap_tok = nt;
+    e->cap_rows = nr;
+    return 0;
+}
+
+int kvp_engine_create(kvp_engine **out, const kvp_model *m, kvp_backend *be, kvp_kvcache *kc, kvp_err *err)
+{
+    *out = NULL;
+    const kvp_kv_pool *kv = kvp_kvcache_pool(kc);
+    if (kv->n_layer != m->cfg.n_layer || kv->n_head_kv != m->cfg.n_head_kv || kv->head_dim != m->cfg.head_dim)
+        return kvp_err_set(err, KVP_EMISMATCH, "engine: KV cache shape (%u layers, %u x %u) is not the model's "
+                           "(%u layers, %u x %u)", kv->n_layer, kv->n_head_kv, kv->head_dim, m->cfg.n_layer,
+                           m->cfg.n_head_kv, m->cfg.head_dim);
+    kvp_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return kvp_err_set(err, KVP_ENOMEM, "engine: out of memory");
+    e->m = m;
+    e->be = be;
+    e->kc = kc;
+    *out = e;
+    return 0;
+}
+
+void kvp_engine_free(kvp_engine *e)
+{
+    if (!e)
+        return;
+    free_buffers(e);
+    free(e->tables);
+    free(e);
+}
+
+/* One transformer layer over the T tokens of the step. */
+static int layer_forward(kvp_engine *e, uint32_t il, uint32_t T, kvp_attn_args *aa, kvp_err *err)
+{
+    const kvp_config *c = &e->m->cfg;
+    const kvp_layer *L = &e->m->layers[il];
+    const kvp_backend_ops *op = e->be->ops;
+    kvp_backend *be = e->be;
+    uint32_t d = c->n_embd, nq = c->n_head * c->head_dim, nkv = c->n_head_kv * c->head_dim;
+    float eps = (float)c->rms_eps;
+    int rc;
+
+    op->rmsnorm(be, e->x, L->attn_norm.data, e->h, T, d, eps);
+    if ((rc = op->matmul(be, &L->wq, e->h, e->q, T, err)) < 0 || (rc = op->matmul(be, &L->wk, e->h, e->k, T, err)) < 0 ||
+        (rc = op->matmul(be, &L->wv, e->h, e->v, T, err)) < 0)
+        return rc;
+    if (L->bq.dtype >= 0) {
+        op->add_bias(be, e->q, L->bq.data, T, nq);
+        op->add_bias(be, e->k, L->bk.data, T, nkv);
+        op->add_bias(be, e->v, L->bv.data, T, nkv);
+    }
+    op->rope(be, e->q, T, c->n_head, c->head_dim, c->rope_dim, e->pos, e->m->inv_freq, (int)c->rope_type);
+    op->rope(be, e->k, T, c->n_head_kv, c->head_dim, c->rope_dim, e->pos, e->m->inv_freq, (int)c->rope_type);
+    /* All K/V of this layer are stored before any token attends (kvcache.h). */
+    op->kv_store(be, kvp_kvcache_pool(e->kc), il, e->k, e->v, T, e->slot);
+    aa->layer = il;
+    if ((rc = op->attention(be, aa, err)) < 0)
+        return rc;
+    if ((rc = op->matmul(be, &L->wo, e->att, e->h, T, err)) < 0)
+        return rc;
+    op->add(be, e->x, e->h, (size_t)T * d);
+
+    op->rmsnorm(be, e->x, L->ffn_norm.data, e->h, T, d, eps);
+    if ((rc = op->matmul(be, &L->w_gate, e->h, e->g, T, err)) < 0 || (rc = op->matmul(be, &L->w_up, e->h, e->u, T, err)) < 0)
+        return rc;
+    op->silu_mul(be, e->g, e->u, (size_t)T * c->n_ff);
+    if ((rc = op->matmul(be, &L->w_down, e->g, e->h, T, err)) < 0)
+        return rc;
+    op->add(be, e->x, e->h, (size_t)T * d);
+    return 0;
+}
+
+/* Undo the appends of a failed step. */
+static void rollback(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n, const uint32_t *old_len)
+{
+    for (uint32_t i = 0; i < n; i++)
+        kvp_kvcache_seq_truncate(e->kc, seqs[i].seq, old_len[i], NULL);
+}
+
+int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, float *logits, kvp_err *err)
+{
+    const kvp_config *c = &e->m->cfg;
+    const kvp_backend_ops *op = e->be->ops;
+    kvp_backend *be = e->be;
+    uint64_t T64 = 0, R64 = 0;
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        T64 += seqs[i].n_tokens;
+        R64 += seqs[i].want == KVP_LOGITS_ALL ? seqs[i].n_tokens : seqs[i].want == KVP_LOGITS_LAST && seqs[i].n_tokens;
+        for (uint32_t j = 0; j < i; j++)
+            if (seqs[j].seq == seqs[i].seq)
+                return kvp_err_set(err, KVP_EINVAL, "engine: sequence %d appears twice in one step", seqs[i].seq);
+    }
+    if (T64 == 0)
+        return 0;
+    if (T64 > (1u << 20))
+        return kvp_err_set(err, KVP_ELIMIT, "engine: %llu tokens in one step (at most %u)", (unsigned long long)T64,
+                           1u << 20);
+    if (R64 && !logits)
+        return kvp_err_set(err, KVP_EINVAL, "engine: logits asked for but no buffer given");
+    uint32_t T = (uint32_t)T64, R = (uint32_t)R64;
+    int rc = ensure(e, T, R, n_seqs, err);
+    if (rc < 0)
+        return rc;
+    uint32_t *old_len = malloc((n_seqs ? n_seqs : 1) * sizeof *old_len);
+    if (!old_len)
+        return kvp_err_set(err, KVP_ENOMEM, "engine: out of memory");
+
+    /* Reserve cache slots and lay the step's tokens out. */
+    uint32_t t = 0, r = 0, n_app = 0;
+    for (uint32_t i = 0; i < n_seqs; i++, n_app++) {
+        const kvp_step_seq *s = &seqs[i];
+        old_len[i] = kvp_kvcache_seq_len(e->kc, s->seq);
+        if ((rc = kvp_kvcache_seq_append(e->kc, s->seq, s->tokens, s->n_tokens, e->slot + t, err)) < 0)
+            goto fail;
+        for (uint32_t j = 0; j < s->n_tokens; j++, t++) {
+            if (s->tokens[j] >= c->n_vocab) {
+                n_app++;
+                rc = kvp_err_set(err, KVP_EINVAL, "engine: token id %u is outside the vocabulary of %u",
+                                 s->tokens[j], c->n_vocab);
+                goto fail;
+            }
+            e->tok_ids[t] = (int32_t)s->tokens[j];
+            e->pos[t] = (int32_t)(old_len[i] + j);
+            e->tok_seq[t] = i;
+            if (s->want == KVP_LOGITS_ALL || (s->want == KVP_LOGITS_LAST && j + 1 == s->n_tokens))
+                e->rows[r++] = t;
+        }
+    }
+    for (uint32_t i = 0; i < n_seqs; i++)
+        e->tables[i] = kvp_kvcache_seq_blocks(e->kc, seqs[i].seq);
+
+    kvp_attn_args aa = {.q = e->q, .out = e->att, .n_tok = T, .n_head = c->n_head,
+                        .scale = 1.0f / sqrtf((float)c->head_dim), .pos = e->pos, .tok_seq = e->tok_seq,
+                        .tables = e->tables, .kv = kvp_kvcache_pool(e->kc)};
+    if ((rc = op->embed(be, &e->m->tok_embd, e->tok_ids, T, e->x, err)) < 0)
+        goto fail;
+    for (uint32_t il = 0; il < c->n_layer; il++)
+        if ((rc = layer_forward(e, il, T, &aa, err)) < 0)
+            goto fail;
+    if (R) {
+        /* Gather the rows asked for, then norm and project only those. */
+        size_t d = c->n_embd;
+        for (uint32_t i = 0; i < R; i++)
+            if (e->rows[i] != i)
+                memcpy(e->x + i * d, e->x + (size_t)e->rows[i] * d, d * sizeof(float));
+        op->rmsnorm(be, e->x, e->m->output_norm.data, e->h, R, c->n_embd, (float)c->rms_eps);
+        if ((rc = op->matmul(be, &e->m->output, e->h, e->logits, R, err)) < 0)
+            goto fail;
+        op->to_host(be, logits, e->logits, (size_t)R * c->n_vocab * sizeof(float));
+    }
+    free(old_len);
+    return (int)R;
+fail:
+    rollback(e, seqs, n_app < n_seqs ? n_app : n_seqs, old_len);
+    free(old_len);
+    return rc;
+}
+
+uint32_t kvp_engine_n_vocab(const kvp_engine *e) { return e->m->cfg.n_vocab; }
+
+int kvp_engine_prefill(kvp_engine *e, int seq, const uint32_t *tokens, uint32_t n, uint32_t chunk, float *last_logits,
+                       kvp_err *err)
+{
+    if (n == 0)
+        return kvp_err_set(err, KVP_EINVAL, "engine: empty prompt");
+    if (chunk == 0)
+        chunk = 512;
+    uint32_t done = 0;
+    if (kvp_kvcache_seq_len(e->kc, seq) == 0) {
+        int got = kvp_kvcache_seq_share_prefix(e->kc, seq, tokens, n, err);
+        if (got < 0)
+            return got;
+        done = (uint32_t)got;
+    }
+    while (done < n) {
+        uint32_t k = n - done < chunk ? n - done : chunk;
+        int last = done + k == n;
+        kvp_step_seq s = {.seq = seq, .tokens = tokens + done, .n_tokens = k,
+                          .want = last && last_logits ? KVP_LOGITS_LAST : KVP_LOGITS_NONE};
+        int rc = kvp_engine_step(e, &s, 1, last ? last_logits : NULL, err);
+        if (rc < 0)
+            return rc;
+        done += k;
+    }
+    return 0;
+}

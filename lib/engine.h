@@ -1,0 +1,54 @@
+/* engine.h - one forward step of a model over a set of sequences.
+ *
+ * Each sequence in a step contributes one or more tokens: a prompt chunk, a
+ * decode token, or the draft tokens a speculative verifier checks.  Their
+ * K/V go into the paged cache (lib/kvcache.h) at the sequence's next
+ * positions and every token attends to its own sequence only, so continuous
+ * batching is "put every active sequence in the next step".  The engine
+ * computes only through the backend's operations table (lib/backend.h).
+ */
+#ifndef KVP_ENGINE_H
+#define KVP_ENGINE_H
+
+#include "backend.h"
+#include "error.h"
+#include "kvcache.h"
+#include "model.h"
+
+#include <stdint.h>
+
+enum kvp_logits_want {
+    KVP_LOGITS_NONE = 0, /* prompt chunk that is not the last */
+    KVP_LOGITS_LAST = 1, /* the last token's row (sampling the next token) */
+    KVP_LOGITS_ALL = 2,  /* every token's row (verification, scoring) */
+};
+
+typedef struct kvp_step_seq {
+    int seq;                 /* kvcache sequence handle */
+    const uint32_t *tokens;  /* [n_tokens], placed at positions len .. len+n_tokens-1 */
+    uint32_t n_tokens;
+    int want;                /* kvp_logits_want */
+} kvp_step_seq;
+
+typedef struct kvp_engine kvp_engine;
+
+/* The engine keeps pointers to m, be and kc (the caller frees them after). */
+int kvp_engine_create(kvp_engine **e, const kvp_model *m, kvp_backend *be, kvp_kvcache *kc, kvp_err *err);
+void kvp_engine_free(kvp_engine *e);
+
+/* Run one step.  logits (host memory) receives, sequence by sequence in
+ * order, 0, 1 or n_tokens rows of n_vocab floats as each asked; it may be
+ * NULL when none asks.  Returns the number of rows written, or a negative
+ * code; on failure no sequence has grown (KV out of blocks: KVP_ELIMIT). */
+int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, float *logits, kvp_err *err);
+
+/* The model's vocabulary size (rows of logits are this long). */
+uint32_t kvp_engine_n_vocab(const kvp_engine *e);
+
+/* Feed a whole prompt to one sequence in chunks of at most chunk tokens
+ * (0: 512), reusing cached prefix blocks first; last_logits (n_vocab floats,
+ * may be NULL) gets the last token's row.  0 or a code. */
+int kvp_engine_prefill(kvp_engine *e, int seq, const uint32_t *tokens, uint32_t n, uint32_t chunk, float *last_logits,
+                       kvp_err *err);
+
+#endif

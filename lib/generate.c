@@ -1,0 +1,197 @@
+/* generate.c - batched prefill and generation loop (see generate.h). */
+#include "generate.h"
+#include "sample.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KVP_PENALTY_WINDOW 64 /* recent tokens the repetition penalty sees */
+
+double kvp_gen_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+const char *kvp_gen_finish_name(uint32_t r)
+{
+    switch (r) {
+    case KVP_FINISH_LENGTH: return "length";
+    case KVP_FINISH_STOP: return "stop";
+    case KVP_FINISH_STOP_STRING: return "stop_string";
+    default: return "none";
+    }
+}
+
+void kvp_gen_seq_init(kvp_gen_seq *s, const kvp_tokenizer *tok)
+{
+    s->n_gen = 0;
+    kvp_buf_init(&s->text);
+    s->emitted = 0;
+    kvp_detok_init(&s->dt, tok, 0);
+    s->t_start = kvp_gen_now();
+    s->t_first = s->t_last = 0;
+    s->n_prefill = 0;
+}
+
+void kvp_gen_seq_free(kvp_gen_seq *s) { kvp_buf_free(&s->text); }
+
+static int sample(kvp_kvcache *kc, kvp_gen_seq *s, float *logits, uint32_t n_vocab, kvp_err *err)
+{
+    uint32_t len = kvp_kvcache_seq_len(kc, s->handle);
+    const uint32_t *toks = kvp_kvcache_seq_tokens(kc, s->handle);
+    uint32_t w = len < KVP_PENALTY_WINDOW ? len : KVP_PENALTY_WINDOW;
+    int t = kvp_sample_next(&s->rec.sampling, logits, n_vocab, toks + (len - w), w, err);
+    if (t < 0)
+        return t;
+    s->rec.next_token = t;
+    return 0;
+}
+
+int kvp_gen_prefill(kvp_engine *e, kvp_kvcache *kc, kvp_gen_seq *s, const uint32_t *prompt, uint32_t n,
+                    const kvp_gen_opts *o, float *logits, kvp_err *err)
+{
+    uint32_t before = kvp_kvcache_seq_len(kc, s->handle);
+    kvp_kvcache_stats st0, st1;
+    kvp_kvcache_get_stats(kc, &st0);
+    int rc = kvp_engine_prefill(e, s->handle, prompt, n, o ? o->chunk : 0, logits, err);
+    if (rc < 0)
+        return rc;
+    kvp_kvcache_get_stats(kc, &st1);
+    s->n_prefill = n - (uint32_t)(st1.prefix_tokens - st0.prefix_tokens);
+    s->rec.n_prompt = before + n;
+    s->rec.state = KVP_SEQ_PREFILLED;
+    s->rec.finish_reason = KVP_FINISH_NONE;
+    return sample(kc, s, logits, kvp_engine_n_vocab(e), err);
+}
+
+/* Longest stop string, for holding back text that may begin one. */
+static size_t max_stop_len(const kvp_gen_opts *o)
+{
+    size_t m = 0;
+    for (size_t i = 0; o && i < o->n_stop; i++)
+        m = strlen(o->stop[i]) > m ? strlen(o->stop[i]) : m;
+    return m;
+}
+
+/* Accept token t into s's text; 1 when s is now finished. */
+static int accept(kvp_gen_seq *s, const kvp_tokenizer *tok, const kvp_gen_opts *o, uint32_t budget, size_t hold,
+                  kvp_gen_emit_fn emit, void *ctx, kvp_err *err, int *rc)
+{
+    int32_t t = s->rec.next_token;
+    double now = kvp_gen_now();
+    if (!s->t_first)
+        s->t_first = now;
+    s->t_last = now;
+    if (!(o && o->ignore_eos) && kvp_tokenizer_is_eog(tok, t)) {
+        s->rec.finish_reason = KVP_FINISH_STOP;
+        s->rec.next_token = -1; /* nothing left to feed */
+        return 1;
+    }
+    s->n_gen++;
+    size_t old = s->text.len;
+    if ((*rc = kvp_detok_push(&s->dt, t, &s->text, err)) < 0)
+        return 1;
+    /* a stop string can only end inside what this token added */
+    for (size_t i = 0; o && i < o->n_stop; i++) {
+        size_t sl = strlen(o->stop[i]);
+        if (!sl)
+            continue;
+        size_t from = old >= sl ? old - sl + 1 : 0;
+        for (size_t p = from; p + sl <= s->text.len; p++) {
+            if (memcmp(s->text.data + p, o->stop[i], sl) == 0) {
+                s->text.len = p;
+                s->rec.finish_reason = KVP_FINISH_STOP_STRING;
+                break;
+            }
+        }
+        if (s->rec.finish_reason == KVP_FINISH_STOP_STRING)
+            break;
+    }
+    if (s->rec.finish_reason == KVP_FINISH_NONE && s->n_gen >= budget)
+        s->rec.finish_reason = KVP_FINISH_LENGTH;
+    size_t ready = s->rec.finish_reason ? s->text.len : (s->text.len > hold ? s->text.len - hold : 0);
+    if (ready > s->emitted && emit) {
+        emit(ctx, s, (const char *)s->text.data + s->emitted, ready - s->emitted);
+        s->emitted = ready;
+    }
+    return s->rec.finish_reason != KVP_FINISH_NONE;
+}
+
+int kvp_gen_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, kvp_gen_seq *seqs, uint32_t n,
+                const kvp_gen_opts *o, kvp_gen_emit_fn emit, void *ctx, kvp_err *err)
+{
+    uint32_t V = kvp_engine_n_vocab(e);
+    size_t hold = max_stop_len(o);
+    hold = hold ? hold - 1 : 0;
+    float *logits = malloc((size_t)V * (n ? n : 1) * sizeof(float));
+    kvp_step_seq *step = malloc((n ? n : 1) * sizeof *step);
+    uint32_t *idx = malloc((n ? n : 1) * sizeof *idx), *feed = malloc((n ? n : 1) * sizeof *feed);
+    int rc = 0;
+    if (!logits || !step || !idx || !feed) {
+        rc = kvp_err_set(err, KVP_ENOMEM, "generate: out of memory for %u sequences", n);
+        goto out;
+    }
+    /* Tokens sampled by prefill are new text; a resumed sequence's pending
+     * token was already shown and is only fed. */
+    for (uint32_t i = 0; i < n; i++) {
+        kvp_gen_seq *s = &seqs[i];
+        if (s->rec.state == KVP_SEQ_FINISHED || s->rec.next_token < 0) {
+            s->rec.state = KVP_SEQ_FINISHED;
+            continue;
+        }
+        uint32_t budget = o && o->max_tokens ? o->max_tokens : s->rec.sampling.max_tokens;
+        if (budget == 0) {
+            s->rec.finish_reason = KVP_FINISH_LENGTH;
+            s->rec.state = KVP_SEQ_FINISHED;
+        } else if (s->rec.state == KVP_SEQ_PREFILLED) {
+            s->rec.state = KVP_SEQ_RUNNING;
+            if (accept(s, tok, o, budget, hold, emit, ctx, err, &rc))
+                s->rec.state = KVP_SEQ_FINISHED;
+            if (rc < 0)
+                goto out;
+        } else {
+            s->rec.state = KVP_SEQ_RUNNING;
+            s->rec.finish_reason = KVP_FINISH_NONE;
+        }
+        if (s->rec.state == KVP_SEQ_FINISHED && emit)
+            emit(ctx, s, NULL, 0);
+    }
+    for (;;) {
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            if (seqs[i].rec.state != KVP_SEQ_RUNNING)
+                continue;
+            feed[k] = (uint32_t)seqs[i].rec.next_token;
+            step[k] = (kvp_step_seq){.seq = seqs[i].handle, .tokens = &feed[k], .n_tokens = 1,
+                                     .want = KVP_LOGITS_LAST};
+            idx[k++] = i;
+        }
+        if (k == 0)
+            break;
+        if ((rc = kvp_engine_step(e, step, k, logits, err)) < 0)
+            goto out;
+        rc = 0;
+        for (uint32_t j = 0; j < k; j++) {
+            kvp_gen_seq *s = &seqs[idx[j]];
+            if ((rc = sample(kc, s, logits + (size_t)j * V, V, err)) < 0)
+                goto out;
+            uint32_t budget = o && o->max_tokens ? o->max_tokens : s->rec.sampling.max_tokens;
+            if (accept(s, tok, o, budget, hold, emit, ctx, err, &rc)) {
+                s->rec.state = KVP_SEQ_FINISHED;
+                if (rc < 0)
+                    goto out;
+                if (emit)
+                    emit(ctx, s, NULL, 0);
+            }
+        }
+    }
+out:
+    free(logits);
+    free(step);
+    free(idx);
+    free(feed);
+    return rc < 0 ? rc : 0;
+}

@@ -1,0 +1,454 @@
+/* kvcache.c - block pool, block tables, refcounts, copy-on-write, prefix hashes. */
+#include "kvcache.h"
+#include "stream.h"
+#include "tensor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+
+typedef struct kvseq {
+    int used;
+    uint32_t *blocks, n_blocks, cap_blocks;
+    uint32_t *tokens, n_tokens, cap_tokens;
+} kvseq;
+
+struct kvp_kvcache {
+    kvp_kv_pool pool;
+    kvp_backend *be;
+    uint32_t *refs;        /* [n_blocks] */
+    uint64_t *hash;        /* [n_blocks] chained hash of a registered full block, else 0 */
+    uint32_t *next;        /* [n_blocks] hash-bucket chain */
+    uint32_t *bucket;      /* [n_bucket] first block of each chain */
+    uint32_t n_bucket;     /* power of two */
+    uint32_t *free_list, n_free;
+    kvseq *seqs;
+    uint32_t n_seqs;
+    kvp_kvcache_stats st;
+};
+
+void kvp_kvcache_opts_init(kvp_kvcache_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->block_size = 16;
+    o->dtype = KVP_DTYPE_F16;
+}
+
+uint64_t kvp_kvcache_block_bytes(const kvp_config *c, uint32_t block_size, int dtype)
+{
+    uint64_t es = dtype == KVP_DTYPE_F32 ? 4 : (dtype == KVP_DTYPE_F16 || dtype == KVP_DTYPE_BF16) ? 2 : 0;
+    return (uint64_t)c->n_layer * 2 * c->n_head_kv * block_size * c->head_dim * es;
+}
+
+void kvp_kvcache_free(kvp_kvcache *kc)
+{
+    if (!kc)
+        return;
+    if (kc->pool.base)
+        kc->be->ops->release(kc->be, kc->pool.base);
+    for (uint32_t i = 0; i < kc->n_seqs; i++) {
+        free(kc->seqs[i].blocks);
+        free(kc->seqs[i].tokens);
+    }
+    free(kc->seqs);
+    free(kc->refs);
+    free(kc->hash);
+    free(kc->next);
+    free(kc->bucket);
+    free(kc->free_list);
+    free(kc);
+}
+
+int kvp_kvcache_create(kvp_kvcache **out, const kvp_config *c, const kvp_kvcache_opts *o, kvp_backend *be,
+                       kvp_err *err)
+{
+    *out = NULL;
+    uint32_t bs = o->block_size ? o->block_size : 16;
+    if (bs > 4096)
+        return kvp_err_set(err, KVP_EINVAL, "block size %u: more than 4096 tokens", bs);
+    if (o->dtype != KVP_DTYPE_F16 && o->dtype != KVP_DTYPE_BF16 && o->dtype != KVP_DTYPE_F32)
+        return kvp_err_set(err, KVP_EINVAL, "KV dtype %s: use f16, bf16 or f32", kvp_dtype_name((uint32_t)o->dtype));
+    uint64_t bb = kvp_kvcache_block_bytes(c, bs, o->dtype);
+    if (bb == 0)
+        return kvp_err_set(err, KVP_EINVAL, "KV block of zero bytes (config has no layers or heads)");
+    uint64_t nb = o->n_blocks;
+    if (!nb && o->mem_bytes)
+        nb = o->mem_bytes / bb;
+    if (!nb && !o->mem_bytes)
+        nb = ((uint64_t)(c->n_ctx ? c->n_ctx : 4096) + bs - 1) / bs;
+    if (nb == 0)
+        return kvp_err_set(err, KVP_EINVAL, "KV memory %llu bytes holds no block of %llu bytes (%u tokens)",
+                           (unsigned long long)o->mem_bytes, (unsigned long long)bb, bs);
+    if (nb > (1u << 30) || nb * bb / bb != nb)
+        return kvp_err_set(err, KVP_ELIMIT, "KV pool of %llu blocks is too large", (unsigned long long)nb);
+    kvp_kvcache *kc = calloc(1, sizeof *kc);
+    if (!kc)
+        return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory");
+    kc->be = be;
+    kc->pool = (kvp_kv_pool){.dtype = o->dtype, .n_blocks = (uint32_t)nb, .block_size = bs, .n_layer = c->n_layer,
+                             .n_head_kv = c->n_head_kv, .head_dim = c->head_dim, .block_bytes = bb};
+    kc->n_bucket = 16;
+    while (kc->n_bucket < nb * 2)
+        kc->n_bucket *= 2;
+    kc->refs = calloc(nb, sizeof *kc->refs);
+    kc->hash = calloc(nb, sizeof *kc->hash);
+    kc->next = malloc(nb * sizeof *kc->next);
+    kc->free_list = malloc(nb * sizeof *kc->free_list);
+    kc->bucket = malloc(kc->n_bucket * sizeof *kc->bucket);
+    if (kc->refs && kc->hash && kc->next && kc->free_list && kc->bucket)
+        kc->pool.base = be->ops->alloc(be, (size_t)(nb * bb));
+    if (!kc->pool.base) {
+        kvp_kvcache_free(kc);
+        return kvp_err_set(err, KVP_ENOMEM, "KV cache: cannot allocate %llu blocks x %llu bytes = %.1f MiB",
+                           (unsigned long long)nb, (unsigned long long)bb, (double)(nb * bb) / (1 << 20));
+    }
+    memset(kc->bucket, 0xff, kc->n_bucket * sizeof *kc->bucket);
+    /* Hand blocks out lowest id first (pop from the end). */
+    for (uint32_t i = 0; i < nb; i++)
+        kc->free_list[i] = (uint32_t)nb - 1 - i;
+    kc->n_free = (uint32_t)nb;
+    kc->st.n_blocks = (uint32_t)nb;
+    kc->st.block_bytes = bb;
+    *out = kc;
+    return 0;
+}
+
+const kvp_kv_pool *kvp_kvcache_pool(const kvp_kvcache *kc) { return &kc->pool; }
+
+void kvp_kvcache_get_stats(const kvp_kvcache *kc, kvp_kvcache_stats *s)
+{
+    *s = kc->st;
+    s->n_free = kc->n_free;
+}
+
+/* ---- hash table of full blocks ---- */
+
+static uint32_t bucket_of(const kvp_kvcache *kc, uint64_t h) { return (uint32_t)(h ^ (h >> 32)) & (kc->n_bucket - 1); }
+
+int64_t kvp_kvcache_find_hash(const kvp_kvcache *kc, uint64_t h)
+{
+    if (!h)
+        return -1;
+    for (uint32_t b = kc->bucket[bucket_of(kc, h)]; b != NONE; b = kc->next[b])
+        if (kc->hash[b] == h)
+            return b;
+    return -1;
+}
+
+/* Register block b under h unless another block already holds h (the first
+ * stays canonical; b is then simply an unshared duplicate). */
+static void hash_add(kvp_kvcache *kc, uint32_t b, uint64_t h)
+{
+    if (!h || kvp_kvcache_find_hash(kc, h) >= 0)
+        return;
+    uint32_t k = bucket_of(kc, h);
+    kc->hash[b] = h;
+    kc->next[b] = kc->bucket[k];
+    kc->bucket[k] = b;
+}
+
+static void hash_remove(kvp_kvcache *kc, uint32_t b)
+{
+    uint64_t h = kc->hash[b];
+    if (!h)
+        return;
+    for (uint32_t *pp = &kc->bucket[bucket_of(kc, h)]; *pp != NONE; pp = &kc->next[*pp]) {
+        if (*pp == b) {
+            *pp = kc->next[b];
+            break;
+        }
+    }
+    kc->hash[b] = 0;
+}
+
+/* ---- blocks ---- */
+
+static uint32_t block_take(kvp_kvcache *kc)
+{
+    uint32_t b = kc->free_list[--kc->n_free];
+    kc->refs[b] = 1;
+    return b;
+}
+
+static void block_unref(kvp_kvcache *kc, uint32_t b)
+{
+    if (kc->refs[b] && --kc->refs[b] == 0) {
+        hash_remove(kc, b);
+        kc->free_list[kc->n_free++] = b;
+    }
+}
+
+uint64_t kvp_kvcache_block_hash(const kvp_kvcache *kc, uint32_t b) { return b < kc->pool.n_blocks ? kc->hash[b] : 0; }
+uint32_t kvp_kvcache_block_refs(const kvp_kvcache *kc, uint32_t b) { return b < kc->pool.n_blocks ? kc->refs[b] : 0; }
+
+void kvp_kvcache_block_read(kvp_kvcache *kc, uint32_t b, void *host)
+{
+    kc->be->ops->to_host(kc->be, host, (uint8_t *)kc->pool.base + (size_t)b * kc->pool.block_bytes,
+                         kc->pool.block_bytes);
+}
+
+void kvp_kvcache_block_write(kvp_kvcache *kc, uint32_t b, const void *host)
+{
+    kc->be->ops->from_host(kc->be, (uint8_t *)kc->pool.base + (size_t)b * kc->pool.block_bytes, host,
+                           kc->pool.block_bytes);
+}
+
+/* ---- sequences ---- */
+
+static kvseq *seq_get(const kvp_kvcache *kc, int seq)
+{
+    if (seq < 0 || (uint32_t)seq >= kc->n_seqs || !kc->seqs[seq].used)
+        return NULL;
+    return &kc->seqs[seq];
+}
+
+static int grow_u32(uint32_t **p, uint32_t *cap, uint64_t need)
+{
+    if (need <= *cap)
+        return 0;
+    if (need > (1u << 30))
+        return -1;
+    uint64_t n = *cap ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    uint32_t *q = realloc(*p, n * sizeof *q);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = (uint32_t)n;
+    return 0;
+}
+
+int kvp_kvcache_seq_new(kvp_kvcache *kc, kvp_err *err)
+{
+    for (uint32_t i = 0; i < kc->n_seqs; i++) {
+        if (!kc->seqs[i].used) {
+            kc->seqs[i].used = 1;
+            kc->seqs[i].n_blocks = kc->seqs[i].n_tokens = 0;
+            return (int)i;
+        }
+    }
+    if (kc->n_seqs >= (1u << 24))
+        return kvp_err_set(err, KVP_ELIMIT, "KV cache: more than %u sequences", 1u << 24);
+    kvseq *s = realloc(kc->seqs, (kc->n_seqs + 1) * sizeof *s);
+    if (!s)
+        return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory for a sequence");
+    kc->seqs = s;
+    memset(&s[kc->n_seqs], 0, sizeof *s);
+    s[kc->n_seqs].used = 1;
+    return (int)kc->n_seqs++;
+}
+
+void kvp_kvcache_seq_free(kvp_kvcache *kc, int seq)
+{
+    kvseq *s = seq_get(kc, seq);
+    if (!s)
+        return;
+    for (uint32_t i = 0; i < s->n_blocks; i++)
+        block_unref(kc, s->blocks[i]);
+    s->n_blocks = s->n_tokens = 0;
+    s->used = 0;
+}
+
+int kvp_kvcache_seq_fork(kvp_kvcache *kc, int src, kvp_err *err)
+{
+    if (!seq_get(kc, src))
+        return kvp_err_set(err, KVP_EINVAL, "KV cache: fork of unknown sequence %d", src);
+    int id = kvp_kvcache_seq_new(kc, err);
+    if (id < 0)
+        return id;
+    kvseq *s = &kc->seqs[src], *d = &kc->seqs[id]; /* after seq_new: it may move seqs */
+    if (grow_u32(&d->blocks, &d->cap_blocks, s->n_blocks) < 0 || grow_u32(&d->tokens, &d->cap_tokens, s->n_tokens) < 0) {
+        kvp_kvcache_seq_free(kc, id);
+        return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory forking sequence %d", src);
+    }
+    memcpy(d->blocks, s->blocks, s->n_blocks * sizeof *d->blocks);
+    memcpy(d->tokens, s->tokens, s->n_tokens * sizeof *d->tokens);
+    d->n_blocks = s->n_blocks;
+    d->n_tokens = s->n_tokens;
+    for (uint32_t i = 0; i < d->n_blocks; i++)
+        kc->refs[d->blocks[i]]++;
+    return id;
+}
+
+/* Hash of the full block i of s (chained through the blocks before it). */
+static uint64_t chain_hash(const kvp_kvcache *kc, const uint32_t *tokens, uint32_t i, uint64_t parent)
+{
+    uint32_t bs = kc->pool.block_size;
+    return kvp_kvblock_hash(parent, tokens + (size_t)i * bs, bs);
+}
+
+int kvp_kvcache_seq_share_prefix(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, kvp_err *err)
+{
+    kvseq *s = seq_get(kc, seq);
+    if (!s)
+        return kvp_err_set(err, KVP_EINVAL, "KV cache: unknown sequence %d", seq);
+    if (s->n_tokens || n == 0)
+        return 0;
+    uint32_t bs = kc->pool.block_size, max_blocks = (n - 1) / bs, got = 0;
+    uint64_t h = 0;
+    int64_t found[64];
+    int miss = 0;
+    while (got < max_blocks && !miss) {
+        /* Attach in batches so a long prompt needs no big scratch array. */
+        uint32_t k = 0;
+        while (k < 64 && got + k < max_blocks) {
+            h = chain_hash(kc, tokens, got + k, h);
+            if ((found[k] = kvp_kvcache_find_hash(kc, h)) < 0) {
+                miss = 1;
+                break;
+            }
+            k++;
+        }
+        if (k == 0)
+            break;
+        if (grow_u32(&s->blocks, &s->cap_blocks, (uint64_t)got + k) < 0 ||
+            grow_u32(&s->tokens, &s->cap_tokens, (uint64_t)(got + k) * bs) < 0)
+            return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory sharing a prefix");
+        for (uint32_t i = 0; i < k; i++) {
+            s->blocks[got + i] = (uint32_t)found[i];
+            kc->refs[found[i]]++;
+        }
+        memcpy(s->tokens + (size_t)got * bs, tokens + (size_t)got * bs, (size_t)k * bs * sizeof *tokens);
+        got += k;
+        s->n_blocks = got;
+        s->n_tokens = got * bs;
+    }
+    kc->st.prefix_blocks += got;
+    kc->st.prefix_tokens += (uint64_t)got * bs;
+    return (int)(got * bs);
+}
+
+int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, uint32_t *slots,
+                           kvp_err *err)
+{
+    kvseq *s = seq_get(kc, seq);
+    if (!s)
+        return kvp_err_set(err, KVP_EINVAL, "KV cache: unknown sequence %d", seq);
+    if (n == 0)
+        return 0;
+    uint32_t bs = kc->pool.block_size, len = s->n_tokens;
+    uint64_t end = (uint64_t)len + n, want_blocks = (end + bs - 1) / bs;
+    if (end > (1u << 30))
+        return kvp_err_set(err, KVP_ELIMIT, "KV cache: sequence %d would hold %llu tokens", seq,
+                           (unsigned long long)end);
+    int cow = len % bs && kc->refs[s->blocks[s->n_blocks - 1]] > 1;
+    uint64_t need = want_blocks - s->n_blocks + (uint64_t)cow;
+    if (need > kc->n_free)
+        return kvp_err_set(err, KVP_ELIMIT,
+                           "KV cache out of blocks: sequence %d needs %llu more (of %u tokens each) for %u new tokens, "
+                           "%u of %u blocks are free (%.1f MiB pool); raise --kv-mem or --kv-blocks",
+                           seq, (unsigned long long)need, bs, n, kc->n_free, kc->pool.n_blocks,
+                           (double)kc->pool.n_blocks * (double)kc->pool.block_bytes / (1 << 20));
+    if (grow_u32(&s->blocks, &s->cap_blocks, want_blocks) < 0 || grow_u32(&s->tokens, &s->cap_tokens, end) < 0)
+        return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory for sequence %d", seq);
+    if (cow) {
+        uint32_t old = s->blocks[s->n_blocks - 1], b = block_take(kc);
+        kc->be->ops->kv_copy_block(kc->be, &kc->pool, b, old);
+        block_unref(kc, old);
+        s->blocks[s->n_blocks - 1] = b;
+        kc->st.cow_copies++;
+    }
+    while (s->n_blocks < want_blocks)
+        s->blocks[s->n_blocks++] = block_take(kc);
+    memcpy(s->tokens + len, tokens, (size_t)n * sizeof *tokens);
+    s->n_tokens = (uint32_t)end;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p = len + i;
+        slots[i] = s->blocks[p / bs] * bs + p % bs;
+    }
+    /* Register the blocks this append filled. */
+    uint32_t first_full = len / bs, n_full = (uint32_t)(end / bs);
+    uint64_t h = first_full ? kc->hash[s->blocks[first_full - 1]] : 0;
+    if (first_full && !h) /* parent is an unregistered duplicate: recompute its chain */
+        for (uint32_t i = 0; i < first_full; i++)
+            h = chain_hash(kc, s->tokens, i, h);
+    for (uint32_t i = first_full; i < n_full; i++) {
+        h = chain_hash(kc, s->tokens, i, h);
+        hash_add(kc, s->blocks[i], h);
+    }
+    return 0;
+}
+
+int64_t kvp_kvcache_seq_push_block(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, int64_t from,
+                                   const void *host, kvp_err *err)
+{
+    kvseq *s = seq_get(kc, seq);
+    uint32_t bs = kc->pool.block_size;
+    if (!s)
+        return kvp_err_set(err, KVP_EINVAL, "KV cache: unknown sequence %d", seq);
+    if (s->n_tokens % bs || n == 0 || n > bs || (from >= 0 && (uint64_t)from >= kc->pool.n_blocks) ||
+        (from < 0 && !host))
+        return kvp_err_set(err, KVP_EINVAL, "KV cache: sequence %d: block of %u tokens cannot follow %u tokens "
+                           "(block size %u)", seq, n, s->n_tokens, bs);
+    int share = from >= 0 && n == bs && kc->refs[from] > 0;
+    if (!share && kc->n_free == 0)
+        return kvp_err_set(err, KVP_ELIMIT, "KV cache out of blocks: sequence %d needs 1 more (of %u tokens each), "
+                           "0 of %u blocks are free (%.1f MiB pool); raise --kv-mem or --kv-blocks",
+                           seq, bs, kc->pool.n_blocks,
+                           (double)kc->pool.n_blocks * (double)kc->pool.block_bytes / (1 << 20));
+    if (grow_u32(&s->blocks, &s->cap_blocks, (uint64_t)s->n_blocks + 1) < 0 ||
+        grow_u32(&s->tokens, &s->cap_tokens, (uint64_t)s->n_tokens + n) < 0)
+        return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory for sequence %d", seq);
+    uint32_t b;
+    if (share) {
+        b = (uint32_t)from;
+        kc->refs[b]++;
+    } else {
+        b = block_take(kc);
+        if (from >= 0)
+            kc->be->ops->kv_copy_block(kc->be, &kc->pool, b, (uint32_t)from);
+        else
+            kvp_kvcache_block_write(kc, b, host);
+    }
+    uint64_t parent = s->n_blocks ? kc->hash[s->blocks[s->n_blocks - 1]] : 0;
+    if (s->n_blocks && !parent)
+        for (uint32_t i = 0; i < s->n_blocks; i++)
+            parent = chain_hash(kc, s->tokens, i, parent);
+    s->blocks[s->n_blocks++] = b;
+    memcpy(s->tokens + s->n_tokens, tokens, (size_t)n * sizeof *tokens);
+    s->n_tokens += n;
+    if (n == bs && !share)
+        hash_add(kc, b, kvp_kvblock_hash(parent, tokens, n));
+    return b;
+}
+
+int kvp_kvcache_seq_truncate(kvp_kvcache *kc, int seq, uint32_t n, kvp_err *err)
+{
+    kvseq *s = seq_get(kc, seq);
+    if (!s)
+        return kvp_err_set(err, KVP_EINVAL, "KV cache: unknown sequence %d", seq);
+    if (n > s->n_tokens)
+        return kvp_err_set(err, KVP_EINVAL, "KV cache: truncate sequence %d to %u of %u tokens", seq, n, s->n_tokens);
+    uint32_t bs = kc->pool.block_size, keep = (n + bs - 1) / bs;
+    while (s->n_blocks > keep)
+        block_unref(kc, s->blocks[--s->n_blocks]);
+    /* A registered block that becomes partial may be rewritten: unless others
+     * hold it (then the next append copies it), it leaves the table. */
+    if (n % bs && keep && kc->refs[s->blocks[keep - 1]] == 1)
+        hash_remove(kc, s->blocks[keep - 1]);
+    s->n_tokens = n;
+    return 0;
+}
+
+uint32_t kvp_kvcache_seq_len(const kvp_kvcache *kc, int seq)
+{
+    kvseq *s = seq_get(kc, seq);
+    return s ? s->n_tokens : 0;
+}
+const uint32_t *kvp_kvcache_seq_tokens(const kvp_kvcache *kc, int seq)
+{
+    kvseq *s = seq_get(kc, seq);
+    return s ? s->tokens : NULL;
+}
+const uint32_t *kvp_kvcache_seq_blocks(const kvp_kvcache *kc, int seq)
+{
+    kvseq *s = seq_get(kc, seq);
+    return s ? s->blocks : NULL;
+}
+uint32_t kvp_kvcache_seq_n_blocks(const kvp_kvcache *kc, int seq)
+{
+    kvseq *s = seq_get(kc, seq);
+    return s ? s->n_blocks : 0;
+}

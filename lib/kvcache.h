@@ -1,0 +1,102 @@
+/* kvcache.h - the paged KV cache: a pool of fixed-size blocks, a block table
+ * per sequence, reference counts with copy-on-write, and prefix sharing.
+ *
+ * A block holds block_size token slots of K and V for every layer (layout in
+ * lib/backend.h).  A sequence's position p lives in its block p / block_size,
+ * slot p % block_size.  Full blocks are immutable; each is named by a hash
+ * chained from its parent's (kvp_kvblock_hash, lib/stream.h), so two
+ * sequences whose prompts start alike reach the same hashes, and
+ * kvp_kvcache_seq_share_prefix lets the second reuse the first one's blocks
+ * instead of computing them again.  A block that several sequences hold
+ * (after a fork, or a shared prefix) is copied before one of them writes
+ * into it.
+ *
+ * Hashes are registered when a block's tokens are appended, before the
+ * forward step writes its K/V; the engine writes every token's K/V of a layer
+ * before any attention of that layer reads, so a sequence may share blocks
+ * that are being computed in the same step.
+ */
+#ifndef KVP_KVCACHE_H
+#define KVP_KVCACHE_H
+
+#include "backend.h"
+#include "config.h"
+#include "error.h"
+
+#include <stdint.h>
+
+typedef struct kvp_kvcache_opts {
+    uint32_t block_size;   /* tokens per block; 0: 16 */
+    uint64_t n_blocks;     /* pool size in blocks; 0: from mem_bytes */
+    uint64_t mem_bytes;    /* pool size in bytes when n_blocks is 0; both 0: n_ctx tokens */
+    int dtype;             /* KVP_DTYPE_F16 (kvp_kvcache_opts_init), BF16 or F32 */
+} kvp_kvcache_opts;
+
+typedef struct kvp_kvcache_stats {
+    uint32_t n_blocks, n_free;
+    uint64_t block_bytes;
+    uint64_t prefix_blocks;  /* blocks attached through share_prefix (not computed) */
+    uint64_t prefix_tokens;
+    uint64_t cow_copies;     /* blocks copied before a write */
+} kvp_kvcache_stats;
+
+typedef struct kvp_kvcache kvp_kvcache;
+
+void kvp_kvcache_opts_init(kvp_kvcache_opts *o);
+/* Bytes of one block for this config, block size and dtype (0 if unknown dtype). */
+uint64_t kvp_kvcache_block_bytes(const kvp_config *c, uint32_t block_size, int dtype);
+/* Allocate the pool on backend be.  0 or a code (KVP_EINVAL for a bad
+ * option, KVP_ENOMEM naming the bytes asked). */
+int kvp_kvcache_create(kvp_kvcache **kc, const kvp_config *c, const kvp_kvcache_opts *o, kvp_backend *be,
+                       kvp_err *err);
+void kvp_kvcache_free(kvp_kvcache *kc);
+
+/* The pool as kernels see it (valid until kvp_kvcache_free). */
+const kvp_kv_pool *kvp_kvcache_pool(const kvp_kvcache *kc);
+void kvp_kvcache_get_stats(const kvp_kvcache *kc, kvp_kvcache_stats *s);
+
+/* A new empty sequence: its handle (>= 0) or a negative code. */
+int kvp_kvcache_seq_new(kvp_kvcache *kc, kvp_err *err);
+/* Drop a sequence and its references to blocks (bad handles are ignored). */
+void kvp_kvcache_seq_free(kvp_kvcache *kc, int seq);
+/* A new sequence holding the same blocks and tokens as src (no copy until
+ * one of them writes into a shared partial block).  Handle or a code. */
+int kvp_kvcache_seq_fork(kvp_kvcache *kc, int src, kvp_err *err);
+/* For an empty sequence about to take the prompt tokens[n]: attach the
+ * cached full blocks whose hash chain matches the prompt's start, leaving at
+ * least one token to compute (its logits are needed).  Returns the number of
+ * tokens now cached (a multiple of block_size), or a negative code. */
+int kvp_kvcache_seq_share_prefix(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, kvp_err *err);
+/* Reserve slots for n more tokens at positions len .. len+n-1, copying a
+ * shared last block first and taking new blocks as needed; slots[i] gets
+ * block * block_size + offset for position len+i.  On failure (KVP_ELIMIT
+ * when the pool runs out, with the numbers) nothing changes. */
+int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, uint32_t *slots,
+                           kvp_err *err);
+/* Add one whole block to a sequence whose length is a multiple of
+ * block_size, for loading a saved stream: tokens[n] (n <= block_size) are its
+ * tokens.  from >= 0 names a block already in the pool with the same content:
+ * a full one is shared (no copy), a partial one is copied.  from < 0 takes a
+ * new block filled from host[block_bytes].  Returns the block id used, or a
+ * negative code (KVP_ELIMIT when the pool is full). */
+int64_t kvp_kvcache_seq_push_block(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, int64_t from,
+                                   const void *host, kvp_err *err);
+/* Forget positions >= n (speculative decoding rolls back). n <= len. */
+int kvp_kvcache_seq_truncate(kvp_kvcache *kc, int seq, uint32_t n, kvp_err *err);
+
+/* A sequence's state (NULL / 0 for a bad handle). */
+uint32_t kvp_kvcache_seq_len(const kvp_kvcache *kc, int seq);
+const uint32_t *kvp_kvcache_seq_tokens(const kvp_kvcache *kc, int seq);
+const uint32_t *kvp_kvcache_seq_blocks(const kvp_kvcache *kc, int seq);
+uint32_t kvp_kvcache_seq_n_blocks(const kvp_kvcache *kc, int seq);
+
+/* A block's chained hash (0 while it is not full) and reference count. */
+uint64_t kvp_kvcache_block_hash(const kvp_kvcache *kc, uint32_t block);
+uint32_t kvp_kvcache_block_refs(const kvp_kvcache *kc, uint32_t block);
+/* The full block registered under hash, or -1. */
+int64_t kvp_kvcache_find_hash(const kvp_kvcache *kc, uint64_t hash);
+/* Copy a block's bytes to host memory (block_bytes) / from host memory. */
+void kvp_kvcache_block_read(kvp_kvcache *kc, uint32_t block, void *host);
+void kvp_kvcache_block_write(kvp_kvcache *kc, uint32_t block, const void *host);
+
+#endif

@@ -1,0 +1,94 @@
+/* runopts.h - the options prefill and decode share (model, threads, KV
+ * cache, sampling, prompts) and the setup they both do: load the model and
+ * its tokenizer, start the backend, size the KV cache, make the engine.
+ *
+ * Program layer (like cli.h): kvp_runopts_parse exits 2 on a bad value.
+ */
+#ifndef KVP_RUNOPTS_H
+#define KVP_RUNOPTS_H
+
+#include "engine.h"
+#include "error.h"
+#include "generate.h"
+#include "kvcache.h"
+#include "model.h"
+#include "prompts.h"
+#include "stream.h"
+#include "tokenizer.h"
+
+#include <getopt.h>
+#include <stdint.h>
+
+/* Long-option ids (beyond single characters). */
+enum {
+    KVP_OPT_THREADS = 0x1000, KVP_OPT_BLOCK_SIZE, KVP_OPT_KV_MEM, KVP_OPT_KV_BLOCKS, KVP_OPT_KV_DTYPE,
+    KVP_OPT_TEMP, KVP_OPT_TOP_K, KVP_OPT_TOP_P, KVP_OPT_MIN_P, KVP_OPT_REPEAT, KVP_OPT_SEED, KVP_OPT_TOKENS,
+    KVP_OPT_CHAT, KVP_OPT_SYSTEM, KVP_OPT_CHUNK, KVP_OPT_STATS, KVP_OPT_JSON, KVP_OPT_STOP, KVP_OPT_IGNORE_EOS,
+    KVP_OPT_KV_OUT, KVP_OPT_HELP, KVP_OPT_VERSION,
+};
+
+/* The shared entries of a getopt_long table, ended by a zero entry. */
+extern const struct option kvp_runopts_long[];
+#define KVP_RUNOPTS_SHORT "m:p:f:n:t:"
+
+typedef struct kvp_runopts {
+    const char *model;
+    const char *prompt;         /* -p */
+    const char *file;           /* -f */
+    const char *tokens;         /* --tokens "1,2,3" */
+    int chat;                   /* --chat */
+    const char *system;
+    int threads;                /* 0: all cores */
+    kvp_kvcache_opts kv;
+    int kv_dtype_set;
+    uint64_t kv_mem;
+    uint32_t chunk;
+    kvp_sampling sampling;      /* defaults, then the options */
+    unsigned sampling_set;      /* bit per option given (resumed streams keep the others) */
+    int stats, json;
+    const char **stop;
+    size_t n_stop;
+    int ignore_eos;
+    const char *kv_out;
+} kvp_runopts;
+
+#define KVP_SET_TEMP 1u
+#define KVP_SET_TOP_K 2u
+#define KVP_SET_TOP_P 4u
+#define KVP_SET_MIN_P 8u
+#define KVP_SET_REPEAT 16u
+#define KVP_SET_SEED 32u
+#define KVP_SET_MAX 64u
+
+void kvp_runopts_init(kvp_runopts *o);
+void kvp_runopts_free(kvp_runopts *o);
+/* Handle option c with argument arg: 1 if it was one of ours, else 0. */
+int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg);
+/* Options text for --help. */
+extern const char kvp_runopts_help[];
+/* Apply the options given to a sampling state (a resumed one keeps the rest). */
+void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s);
+
+typedef struct kvp_run {
+    kvp_model *model;
+    kvp_tokenizer *tok;
+    kvp_backend *be;
+    kvp_kvcache *kc;
+    kvp_engine *engine;
+} kvp_run;
+
+/* Load model + tokenizer and start the backend (no cache yet). */
+int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err);
+/* Make the KV cache (from the options) and the engine; kc may be given
+ * (read from a stream) and is then adopted. */
+int kvp_run_start(kvp_run *r, const kvp_runopts *o, kvp_kvcache *kc, kvp_err *err);
+void kvp_run_close(kvp_run *r);
+/* The prompts the options name, tokenized: *ids[i] (malloc'd) of *lens[i].
+ * *ps keeps their labels. */
+int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uint32_t ***ids, uint32_t **lens,
+                    kvp_err *err);
+/* Write seqs as a KVP stream to path ("-": stdout). */
+int kvp_run_save(kvp_run *r, const char *path, const char *producer, const kvp_gen_seq *seqs, uint32_t n,
+                 uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err);
+
+#endif

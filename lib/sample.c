@@ -1,0 +1,164 @@
+/* sample.c - repetition penalty, top-k / top-p / min-p, temperature, draw. */
+#include "sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kvp_sample_defaults(kvp_sampling *s)
+{
+    memset(s, 0, sizeof *s);
+    s->temperature = 0;
+    s->top_k = 0;
+    s->top_p = 1;
+    s->min_p = 0;
+    s->repeat_penalty = 1;
+    s->max_tokens = 128;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void kvp_sample_seed(kvp_sampling *s, uint64_t seq_id)
+{
+    uint64_t x = s->seed ^ (seq_id * 0xd1b54a32d192ed03ull);
+    s->rng[0] = splitmix64(&x);
+    s->rng[1] = splitmix64(&x);
+    if (!s->rng[0] && !s->rng[1])
+        s->rng[1] = 1; /* xoroshiro's one forbidden state */
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+double kvp_sample_uniform(kvp_sampling *s)
+{
+    uint64_t s0 = s->rng[0], s1 = s->rng[1], r = s0 + s1;
+    s1 ^= s0;
+    s->rng[0] = rotl(s0, 24) ^ s1 ^ (s1 << 16);
+    s->rng[1] = rotl(s1, 37);
+    return (double)(r >> 11) * (1.0 / 9007199254740992.0);
+}
+
+int kvp_sample_check(const kvp_sampling *s, kvp_err *err)
+{
+    if (!(s->temperature >= 0) || s->temperature > 100)
+        return kvp_err_set(err, KVP_EINVAL, "temperature %g: use 0 (greedy) .. 100", (double)s->temperature);
+    if (s->top_k < 0)
+        return kvp_err_set(err, KVP_EINVAL, "top-k %d: use 0 (off) or more", s->top_k);
+    if (!(s->top_p > 0 && s->top_p <= 1))
+        return kvp_err_set(err, KVP_EINVAL, "top-p %g: use a value in (0, 1]", (double)s->top_p);
+    if (!(s->min_p >= 0 && s->min_p <= 1))
+        return kvp_err_set(err, KVP_EINVAL, "min-p %g: use a value in [0, 1]", (double)s->min_p);
+    if (!(s->repeat_penalty > 0) || s->repeat_penalty > 100)
+        return kvp_err_set(err, KVP_EINVAL, "repeat penalty %g: use a value in (0, 100]", (double)s->repeat_penalty);
+    return 0;
+}
+
+typedef struct cand {
+    float logit;
+    uint32_t id;
+} cand;
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit)
+        return x->logit > y->logit ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static void penalize(float *logits, uint32_t n_vocab, const uint32_t *recent, uint32_t n_recent, float pen)
+{
+    /* Each distinct token once (n_recent is a short window: quadratic is fine). */
+    for (uint32_t i = 0; i < n_recent; i++) {
+        uint32_t t = recent[i];
+        if (t >= n_vocab)
+            continue;
+        int seen = 0;
+        for (uint32_t j = 0; j < i && !seen; j++)
+            seen = recent[j] == t;
+        if (seen)
+            continue;
+        logits[t] = logits[t] > 0 ? logits[t] / pen : logits[t] * pen;
+    }
+}
+
+static uint32_t argmax(const float *x, uint32_t n)
+{
+    uint32_t b = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+int kvp_sample_next(kvp_sampling *s, float *logits, uint32_t n_vocab, const uint32_t *recent, uint32_t n_recent,
+                    kvp_err *err)
+{
+    if (n_vocab == 0)
+        return kvp_err_set(err, KVP_EINVAL, "sample: empty vocabulary");
+    if (s->repeat_penalty != 1 && n_recent)
+        penalize(logits, n_vocab, recent, n_recent, s->repeat_penalty);
+    if (s->temperature <= 0)
+        return (int)argmax(logits, n_vocab);
+
+    cand *c = malloc((size_t)n_vocab * sizeof *c);
+    if (!c)
+        return kvp_err_set(err, KVP_ENOMEM, "sample: out of memory");
+    for (uint32_t i = 0; i < n_vocab; i++)
+        c[i] = (cand){logits[i], i};
+    uint32_t n = n_vocab;
+    /* Sort only when a filter needs the order; top-k first shrinks it. */
+    if (s->top_k > 0 && (uint32_t)s->top_k < n) {
+        /* a full sort is fine at vocabulary sizes and keeps ties deterministic */
+        qsort(c, n, sizeof *c, cand_cmp);
+        n = (uint32_t)s->top_k;
+    } else if (s->top_p < 1 || s->min_p > 0) {
+        qsort(c, n, sizeof *c, cand_cmp);
+    }
+    float mx = c[0].logit;
+    if (!(s->top_k > 0) && !(s->top_p < 1) && !(s->min_p > 0))
+        for (uint32_t i = 1; i < n; i++)
+            mx = c[i].logit > mx ? c[i].logit : mx;
+    /* top-p and min-p on the unscaled distribution (sorted here) */
+    if (s->top_p < 1 || s->min_p > 0) {
+        double sum = 0;
+        for (uint32_t i = 0; i < n; i++)
+            sum += exp((double)c[i].logit - mx);
+        double cum = 0, pmin = s->min_p; /* relative to the top probability */
+        uint32_t keep = n;
+        for (uint32_t i = 0; i < n; i++) {
+            double p = exp((double)c[i].logit - mx) / sum;
+            if (s->min_p > 0 && i > 0 && exp((double)c[i].logit - mx) < pmin) {
+                keep = i;
+                break;
+            }
+            cum += p;
+            if (s->top_p < 1 && cum >= s->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+    /* temperature, then draw */
+    double sum = 0, inv_t = 1.0 / s->temperature;
+    for (uint32_t i = 0; i < n; i++)
+        sum += exp(((double)c[i].logit - mx) * inv_t);
+    double r = kvp_sample_uniform(s) * sum, acc = 0;
+    uint32_t pick = c[n - 1].id;
+    for (uint32_t i = 0; i < n; i++) {
+        acc += exp(((double)c[i].logit - mx) * inv_t);
+        if (r < acc) {
+            pick = c[i].id;
+            break;
+        }
+    }
+    free(c);
+    return (int)pick;
+}

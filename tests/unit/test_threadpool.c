@@ -1,0 +1,57 @@
+/* test_threadpool.c - every task runs exactly once per run, across many
+ * back-to-back runs (late workers must not claim tasks of a later run). */
+#include "unit.h"
+#include "threadpool.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+typedef struct ctx {
+    atomic_int *hits;
+    atomic_int threads_seen[8];
+} ctx;
+
+static void task(void *cp, int i, int thread)
+{
+    ctx *c = cp;
+    atomic_fetch_add(&c->hits[i], 1);
+    if (thread >= 0 && thread < 8)
+        atomic_fetch_add(&c->threads_seen[thread], 1);
+}
+
+int main(void)
+{
+    kvp_err err = {0};
+    kvp_threadpool *p;
+    CHECK(kvp_threadpool_create(&p, 4, &err) == 0);
+    CHECK_EQ_I64(kvp_threadpool_size(p), 4);
+    CHECK(kvp_threadpool_ncpu() >= 1);
+    enum { N = 300 };
+    ctx c = {0};
+    c.hits = calloc(N, sizeof *c.hits);
+    int bad = 0;
+    for (int r = 0; r < 3000; r++) {
+        int n = 1 + r % N;
+        for (int i = 0; i < n; i++)
+            atomic_store(&c.hits[i], 0);
+        kvp_threadpool_run(p, task, &c, n);
+        for (int i = 0; i < n; i++)
+            bad += atomic_load(&c.hits[i]) != 1;
+    }
+    CHECK_EQ_I64(bad, 0);
+    int used = 0;
+    for (int t = 0; t < 8; t++)
+        used += atomic_load(&c.threads_seen[t]) > 0;
+    CHECK(used >= 1);
+    kvp_threadpool_run(p, task, &c, 0); /* nothing */
+    kvp_threadpool_run(NULL, task, &c, 3); /* inline */
+    CHECK_EQ_I64(atomic_load(&c.hits[2]), 2);
+    kvp_threadpool_free(p);
+    CHECK(kvp_threadpool_create(&p, 2000, &err) == KVP_EINVAL);
+    CHECK(kvp_threadpool_create(&p, 1, &err) == 0);
+    kvp_threadpool_run(p, task, &c, 5);
+    CHECK_EQ_I64(atomic_load(&c.hits[4]), 2);
+    kvp_threadpool_free(p);
+    free(c.hits);
+    return unit_done();
+}
