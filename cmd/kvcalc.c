@@ -811,8 +811,7 @@ int main(int argc, char **argv)
                 sweeps[opt - OPT_SWEEP_BASE].spec = optarg;
                 break;
             }
-            fprintf(stderr, "Try '%s --help' for more information.\n", kvp_cli_prog());
-            return KVP_EXIT_USAGE;
+            kvp_cli_bad_option(argv, "m:g:s:b:hV");
         }
     }
     if (optind < argc)

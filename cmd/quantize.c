@@ -126,7 +126,7 @@ static void parse(int argc, char **argv, options *o)
             usage(stdout);
             exit(kvp_cli_close_stdout());
         case 'V': kvp_cli_version();
-        default: kvp_cli_usage_error("unknown or incomplete option");
+        default: kvp_cli_bad_option(argv, "t:s:g:e:i:x:o:fnr:z::hV");
         }
     }
     if (o->kv != -1) {
@@ -297,7 +297,10 @@ static void check_output(const options *o, const char *input)
         return;
     if (input && stat(input, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
         kvp_cli_usage_error("%s: the output would replace the input", o->output);
-    if (!o->force)
+    if (S_ISDIR(so.st_mode))
+        kvp_cli_die("%s: is a directory", o->output);
+    /* a device or FIFO (-o /dev/null) is written in place, not replaced */
+    if (S_ISREG(so.st_mode) && !o->force)
         kvp_cli_die("%s: exists (--force overwrites it)", o->output);
 }
 

@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -21,6 +22,7 @@ void kvp_cli_init(const char *argv0)
         prog_name = slash ? slash + 1 : argv0;
     }
     signal(SIGPIPE, SIG_DFL);
+    opterr = 0;
 }
 
 const char *kvp_cli_prog(void) { return prog_name; }
@@ -65,6 +67,31 @@ void kvp_cli_usage_error(const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "Try '%s --help' for more information.\n", prog_name);
     exit(KVP_EXIT_USAGE);
+}
+
+void kvp_cli_bad_option(char *const argv[], const char *optstring)
+{
+    int c = optopt;
+    /* An unknown short option; argv[optind - 1] may not hold it (getopt
+     * stays on a cluster like -qc until its end), optopt does. */
+    if (c > 0 && c < 256 && (c == ':' || !strchr(optstring, c))) {
+        if (c > 32 && c < 127)
+            kvp_cli_usage_error("unknown option '-%c'", c);
+        kvp_cli_usage_error("unknown option (byte %d)", c);
+    }
+    /* A long option, or a known short one missing its value (only at the end
+     * of argv, so getopt has moved past it): the argument just consumed. */
+    const char *arg = optind > 0 && argv[optind - 1] ? argv[optind - 1] : "";
+    int is_long = strncmp(arg, "--", 2) == 0 && arg[2];
+    const char *eq = is_long ? strchr(arg, '=') : NULL;
+    int name_len = eq ? (int)(eq - arg) : (int)strlen(arg);
+    if (c == 0)
+        kvp_cli_usage_error("unknown option '%.*s'", name_len, arg);
+    if (!is_long)
+        kvp_cli_usage_error("option '-%c' needs a value", c);
+    if (eq)
+        kvp_cli_usage_error("option '%.*s' takes no value", name_len, arg);
+    kvp_cli_usage_error("option '%s' needs a value", arg);
 }
 
 void kvp_cli_version(void)

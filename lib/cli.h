@@ -18,7 +18,9 @@
 enum { KVP_EXIT_OK = 0, KVP_EXIT_FAIL = 1, KVP_EXIT_USAGE = 2 };
 
 /* Call first in main: remembers the program name (basename of argv0) for
- * messages and restores default SIGPIPE so a vanished reader ends us quietly. */
+ * messages, restores default SIGPIPE so a vanished reader ends us quietly,
+ * and turns off getopt's own messages (opterr = 0) so that a bad option gives
+ * the same two lines as every other usage error: kvp_cli_bad_option. */
 void kvp_cli_init(const char *argv0);
 const char *kvp_cli_prog(void);
 
@@ -28,8 +30,14 @@ void kvp_cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void kvp_cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "prog: <err->msg>" and exit 1; a broken pipe exits 0 quietly (like head). */
 _Noreturn void kvp_cli_die_err(const kvp_err *err);
-/* "prog: message" + "Try 'prog --help'." on stderr, exit 2. */
+/* "prog: message" + "Try 'prog --help'." on stderr, exit 2.  Every usage
+ * error is exactly these two lines; every runtime error is one line. */
 _Noreturn void kvp_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The usage error for getopt_long's '?' (or ':'): names the option that was
+ * unknown, lacks its value or takes none.  optstring is the one given to
+ * getopt_long (it tells an unknown short option from one missing its value);
+ * a long option whose val is a character must have it in optstring. */
+_Noreturn void kvp_cli_bad_option(char *const argv[], const char *optstring);
 /* Print "prog VERSION" on stdout and exit 0. */
 _Noreturn void kvp_cli_version(void);
 

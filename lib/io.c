@@ -4,6 +4,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +41,9 @@ int kvp_in_from_fd(kvp_in *in, int fd, const char *name, kvp_err *err)
             void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
             if (m != MAP_FAILED)
                 in->map = m;
+            else if (errno == ENOMEM) /* no address space (ulimit -v): reading it into memory would not fit either */
+                return kvp_err_set(err, KVP_ENOMEM, "%s: cannot map the file's %llu bytes: %s", name,
+                                   (unsigned long long)st.st_size, strerror(errno));
         } else if (here > 0) { /* a redirected stdin already partly read */
             in->pos = (uint64_t)here;
         }
@@ -198,6 +204,89 @@ int kvp_read_file(const char *path, uint64_t max, uint8_t **data, size_t *len, k
     return 0;
 }
 
+/* ---- temporary files removed on a fatal signal ----
+ *
+ * The one piece of mutable global state in lib/, and why: a signal handler
+ * gets no argument through which to find the kvp_out objects alive when
+ * SIGINT or SIGTERM arrives, so the paths of their temporary files sit in this
+ * small fixed table, which the handler can read.  Slots are claimed and freed
+ * with lock-free atomics; the handler only loads pointers and calls unlink and
+ * raise, which are async-signal-safe.  A slot is claimed before the file is
+ * created and freed only after it is renamed or removed, so there is no moment
+ * when the file exists and the handler does not know it.
+ */
+#define TMP_SLOTS 32
+_Static_assert(ATOMIC_POINTER_LOCK_FREE == 2, "the signal handler needs lock-free pointers");
+static _Atomic(const char *) tmp_slot[TMP_SLOTS];
+static pthread_once_t handlers_once = PTHREAD_ONCE_INIT;
+static const int fatal_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGPIPE, SIGXFSZ};
+
+static void on_fatal_signal(int sig)
+{
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        const char *p = atomic_load(&tmp_slot[i]);
+        if (p)
+            unlink(p);
+    }
+    /* SA_RESETHAND put back the default action: die of the same signal, so
+     * the parent sees exactly what it would have without us. */
+    raise(sig);
+}
+
+static void install_handlers(void)
+{
+    for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++) {
+        struct sigaction old;
+        /* A signal ignored by whoever started us (nohup, `trap '' XFSZ`, a
+         * background job's SIGINT) stays ignored. */
+        if (sigaction(fatal_signals[i], NULL, &old) != 0 || (old.sa_flags & SA_SIGINFO) ||
+            old.sa_handler != SIG_DFL)
+            continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_fatal_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND | SA_RESTART;
+        sigaction(fatal_signals[i], &sa, NULL);
+    }
+}
+
+/* Claim a slot for path: 1 + its index, or 0 when the table is full (that
+ * file is then not removed on a signal). */
+static int tmp_register(const char *path)
+{
+    pthread_once(&handlers_once, install_handlers);
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        const char *none = NULL;
+        if (atomic_compare_exchange_strong(&tmp_slot[i], &none, path))
+            return i + 1;
+    }
+    return 0;
+}
+
+static void tmp_unregister(kvp_out *out)
+{
+    /* Only our own entry: a zeroed kvp_out must not free another's slot. */
+    const char *mine = out->tmp_path;
+    if (out->sig_slot > 0 && out->sig_slot <= TMP_SLOTS && mine)
+        atomic_compare_exchange_strong(&tmp_slot[out->sig_slot - 1], &mine, NULL);
+    out->sig_slot = 0;
+}
+
+/* ---- output ---- */
+
+static int out_open_direct(kvp_out *out, const char *path, kvp_err *err)
+{
+    out->fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (out->fd < 0) {
+        int e = errno;
+        kvp_out_abort(out);
+        return kvp_err_set(err, KVP_EIO, "%s: cannot open for writing: %s", path, strerror(e));
+    }
+    out->direct = 1;
+    return 0;
+}
+
 int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -208,20 +297,29 @@ int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
         return 0;
     }
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    int exists = stat(path, &st) == 0;
+    if (exists && S_ISDIR(st.st_mode))
         return kvp_err_set(err, KVP_EIO, "%s: is a directory", path);
     size_t n = strlen(path);
     out->path = dupstr(path);
+    if (!out->path) {
+        kvp_out_abort(out);
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
+    }
+    if (exists && !S_ISREG(st.st_mode))
+        return out_open_direct(out, path, err);
     out->tmp_path = malloc(n + 16);
-    if (!out->path || !out->tmp_path) {
+    if (!out->tmp_path) {
         kvp_out_abort(out);
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
     }
     /* Same directory as the target so rename(2) is atomic. */
     snprintf(out->tmp_path, n + 16, "%s.tmp.XXXXXX", path);
+    out->sig_slot = tmp_register(out->tmp_path);
     out->fd = mkstemp(out->tmp_path);
     if (out->fd < 0) {
         int e = errno;
+        tmp_unregister(out);
         free(out->tmp_path);
         out->tmp_path = NULL;
         kvp_out_abort(out);
@@ -253,6 +351,14 @@ int kvp_out_write(kvp_out *out, const void *p, size_t n, kvp_err *err)
     return 0;
 }
 
+static void out_release(kvp_out *out)
+{
+    tmp_unregister(out); /* before the path's memory goes */
+    free(out->tmp_path);
+    free(out->path);
+    out->tmp_path = out->path = NULL;
+}
+
 int kvp_out_commit(kvp_out *out, kvp_err *err)
 {
     if (out->is_stdout) {
@@ -262,16 +368,16 @@ int kvp_out_commit(kvp_out *out, kvp_err *err)
     if (out->fd < 0)
         return 0;
     int rc = 0;
-    if (close(out->fd) != 0)
+    if (close(out->fd) != 0) /* NFS and friends report a full disk here */
         rc = kvp_err_set(err, KVP_EIO, "%s: close failed: %s", out->path, strerror(errno));
     out->fd = -1;
-    if (!rc && rename(out->tmp_path, out->path) != 0)
-        rc = kvp_err_set(err, KVP_EIO, "%s: cannot rename into place: %s", out->path, strerror(errno));
-    if (rc)
-        unlink(out->tmp_path);
-    free(out->tmp_path);
-    free(out->path);
-    out->tmp_path = out->path = NULL;
+    if (!out->direct) {
+        if (!rc && rename(out->tmp_path, out->path) != 0)
+            rc = kvp_err_set(err, KVP_EIO, "%s: cannot rename into place: %s", out->path, strerror(errno));
+        if (rc)
+            unlink(out->tmp_path);
+    }
+    out_release(out);
     return rc;
 }
 
@@ -280,9 +386,7 @@ void kvp_out_abort(kvp_out *out)
     if (!out->is_stdout && out->fd >= 0)
         close(out->fd);
     out->fd = -1;
-    if (out->tmp_path)
+    if (out->tmp_path && !out->direct)
         unlink(out->tmp_path);
-    free(out->tmp_path);
-    free(out->path);
-    out->tmp_path = out->path = NULL;
+    out_release(out);
 }

@@ -49,14 +49,24 @@ int kvp_read_file(const char *path, uint64_t max, uint8_t **data, size_t *len, k
 typedef struct kvp_out {
     int fd;
     int is_stdout;
+    int direct;      /* path is a device or FIFO: written in place, no rename */
+    int sig_slot;    /* 1 + slot of tmp_path in the signal cleanup table; 0: none */
     char *path;      /* final name (NULL for stdout) */
     char *tmp_path;  /* where we write until commit */
     uint64_t pos;    /* bytes written */
 } kvp_out;
 
 /* Open path for writing; "-" is stdout.  A file is written under a temporary
- * name in the same directory and renamed into place by kvp_out_commit, so a
- * failed or interrupted run never leaves a partial file under `path`. */
+ * name in the same directory ("PATH.tmp.XXXXXX") and renamed into place by
+ * kvp_out_commit, so a failed or interrupted run never leaves a partial file
+ * under `path`.  An existing path that is not a regular file (/dev/null,
+ * /dev/full, a FIFO) is written in place: renaming over it would replace it.
+ *
+ * While the temporary file exists, a fatal signal whose action is the default
+ * (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGPIPE, SIGXFSZ) removes it and then
+ * ends the process by that signal as it would have; the handlers are
+ * installed on the first temporary file.  SIGKILL cannot be caught: it leaves
+ * the temporary file (never a file under `path`). */
 int kvp_out_open(kvp_out *out, const char *path, kvp_err *err);
 /* Write all n bytes (retries on EINTR).  KVP_EPIPE when the reader is gone. */
 int kvp_out_write(kvp_out *out, const void *p, size_t n, kvp_err *err);
