@@ -9,15 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { OPT_RESUME = 0x2000 };
+
 static void usage(FILE *f)
 {
     fprintf(f,
             "Usage: prefill -m MODEL [-p TEXT | -f FILE | --tokens IDS] [options] > kv.kvp\n"
+            "       prefill -m MODEL --resume KV.kvp -p TEXT | --tokens IDS [options] > kv2.kvp\n"
             "Run every prompt through the model in chunks, sample its first token and write a KVP\n"
             "stream: model fingerprint, one sequence record per prompt, its KV blocks (a block\n"
             "shared by several prompts is written once and referenced after) and the end record.\n\n"
             "%s"
             "  -o, --output FILE       write the stream to FILE (default stdout)\n"
+            "      --resume FILE       extend every sequence of a saved KV stream (decode --kv-out)\n"
+            "                          by one more turn: -p TEXT (with --chat, a user turn) or --tokens\n"
             "  -h, --help, --version\n\n"
             "Sampling options are stored in the stream and used by decode.\n"
             "Exit status: 0 success, 1 runtime error (bad model or prompts file, KV memory\n"
@@ -30,12 +35,13 @@ int main(int argc, char **argv)
     kvp_cli_init(argv[0]);
     kvp_runopts o;
     kvp_runopts_init(&o);
-    const char *output = "-";
+    const char *output = "-", *resume = NULL;
     struct option longopts[64];
     size_t k = 0;
     for (; kvp_runopts_long[k].name; k++)
         longopts[k] = kvp_runopts_long[k];
     longopts[k++] = (struct option){"output", required_argument, NULL, 'o'};
+    longopts[k++] = (struct option){"resume", required_argument, NULL, OPT_RESUME};
     longopts[k] = (struct option){NULL, 0, NULL, 0};
     int c;
     while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "ho:", longopts, NULL)) != -1) {
@@ -43,6 +49,10 @@ int main(int argc, char **argv)
             continue;
         if (c == 'o') {
             output = optarg;
+            continue;
+        }
+        if (c == OPT_RESUME) {
+            resume = optarg;
             continue;
         }
         if (c == 'h' || c == KVP_OPT_HELP) {
@@ -57,6 +67,8 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("no model (-m MODEL)");
     if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) != 1)
         kvp_cli_usage_error("give one of -p TEXT, -f FILE and --tokens IDS");
+    if (resume && o.file)
+        kvp_cli_usage_error("--resume takes the next turn as -p TEXT or --tokens IDS, not -f");
     if (optind < argc)
         kvp_cli_usage_error("unexpected argument '%s'", argv[optind]);
     kvp_err err = {0};
@@ -65,30 +77,53 @@ int main(int argc, char **argv)
 
     kvp_run r;
     kvp_prompts ps;
-    uint32_t **ids, *lens;
-    if (kvp_run_open(&r, &o, &err) < 0 || kvp_run_prompts(&r, &o, &ps, &ids, &lens, &err) < 0 ||
-        kvp_run_start(&r, &o, NULL, &err) < 0)
+    uint32_t **ids = NULL, *lens = NULL, n = 0;
+    kvp_gen_seq *seqs = NULL;
+    kvp_prompts_init(&ps, 0, NULL);
+    if (kvp_run_open(&r, &o, &err) < 0)
         kvp_cli_die_err(&err);
-    uint32_t n = (uint32_t)ps.n;
-    kvp_gen_seq *seqs = calloc(n ? n : 1, sizeof *seqs);
+    if (resume) {
+        /* every saved sequence gets the next turn */
+        if (kvp_run_resume(&r, &o, resume, &seqs, &n, &err) < 0)
+            kvp_cli_die_err(&err);
+        ids = calloc(n ? n : 1, sizeof *ids);
+        lens = calloc(n ? n : 1, sizeof *lens);
+        if (!ids || !lens)
+            kvp_cli_die("out of memory");
+        for (uint32_t i = 0; i < n; i++)
+            if (kvp_run_turn_ids(&r, &o, &seqs[i], &ids[i], &lens[i], &err) < 0)
+                kvp_cli_die("%s: %s", resume, err.msg);
+    } else {
+        if (kvp_run_prompts(&r, &o, &ps, &ids, &lens, &err) < 0 || kvp_run_start(&r, &o, NULL, &err) < 0)
+            kvp_cli_die_err(&err);
+        n = (uint32_t)ps.n;
+        seqs = calloc(n ? n : 1, sizeof *seqs);
+        if (!seqs)
+            kvp_cli_die("out of memory");
+        for (uint32_t i = 0; i < n; i++) {
+            kvp_gen_seq *s = &seqs[i];
+            kvp_gen_seq_init(s, r.tok);
+            s->rec.id = i;
+            snprintf(s->rec.label, sizeof s->rec.label, "%s", ps.p[i].label);
+            s->rec.sampling = o.sampling;
+            kvp_sample_seed(&s->rec.sampling, i);
+            s->handle = -1;
+        }
+    }
     float *logits = malloc(sizeof(float) * r.model->cfg.n_vocab);
-    if (!seqs || !logits)
+    if (!logits)
         kvp_cli_die("out of memory");
     kvp_gen_opts go = {.chunk = o.chunk};
     double t_all = kvp_gen_now();
     uint64_t total = 0;
     for (uint32_t i = 0; i < n; i++) {
         kvp_gen_seq *s = &seqs[i];
-        kvp_gen_seq_init(s, r.tok);
-        s->rec.id = i;
-        snprintf(s->rec.label, sizeof s->rec.label, "%s", ps.p[i].label);
-        s->rec.sampling = o.sampling;
-        kvp_sample_seed(&s->rec.sampling, i);
+        const char *label = s->rec.label;
         double t0 = kvp_gen_now();
-        if ((s->handle = kvp_kvcache_seq_new(r.kc, &err)) < 0 ||
+        if ((s->handle < 0 && (s->handle = kvp_kvcache_seq_new(r.kc, &err)) < 0) ||
             kvp_gen_prefill(r.engine, r.kc, s, ids[i], lens[i], &go, logits, &err) < 0) {
-            if (ps.p[i].label[0])
-                kvp_err_prefix(&err, "prompt %s", ps.p[i].label);
+            if (label[0])
+                kvp_err_prefix(&err, "prompt %s", label);
             kvp_cli_die_err(&err);
         }
         double t1 = kvp_gen_now();
@@ -96,11 +131,11 @@ int main(int argc, char **argv)
         if (o.stats) {
             if (o.json)
                 fprintf(stderr, "{\"id\":\"%s\",\"prompt_tokens\":%u,\"computed\":%u,\"ttft_ms\":%.2f,"
-                        "\"tokens_per_s\":%.2f}\n", ps.p[i].label, lens[i], s->n_prefill, (t1 - t0) * 1e3,
+                        "\"tokens_per_s\":%.2f}\n", label, lens[i], s->n_prefill, (t1 - t0) * 1e3,
                         (t1 - t0) > 0 ? s->n_prefill / (t1 - t0) : 0);
             else
                 fprintf(stderr, "prefill: sequence %u%s%s: %u prompt tokens (%u computed), first token after "
-                        "%.1f ms, %.1f tokens/s\n", i, ps.p[i].label[0] ? " " : "", ps.p[i].label, lens[i],
+                        "%.1f ms, %.1f tokens/s\n", i, label[0] ? " " : "", label, lens[i],
                         s->n_prefill, (t1 - t0) * 1e3, (t1 - t0) > 0 ? s->n_prefill / (t1 - t0) : 0);
         }
         free(ids[i]);

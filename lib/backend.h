@@ -8,8 +8,9 @@
  * "[n_tok][n]" means n_tok rows of n contiguous floats.
  *
  * Weights are used in their stored format (kvp_weight.dtype): the matmul op
- * handles F32, F16, BF16, Q4_0, Q4_1 and Q8_0 rows directly and fails with
- * KVP_EUNSUPPORTED (naming the tensor) for anything else.
+ * handles F32, F16, BF16, Q4_0, Q4_1, Q8_0 and the scaled FP8_E4M3, I8 and
+ * I4 rows directly and fails with KVP_EUNSUPPORTED (naming the tensor) for
+ * anything else.
  *
  * The paged KV cache is a pool of equal blocks (kvp_kv_pool); one block holds
  * block_size token slots for every layer, laid out as
@@ -26,7 +27,14 @@
 #include <stdint.h>
 
 /* A weight matrix as stored: n_out rows of n_in elements (GGUF ne[0] = n_in),
- * row r at data + r * row_bytes.  1-D tensors (norm weights) have n_out 1. */
+ * row r at data + r * row_bytes.  1-D tensors (norm weights) have n_out 1.
+ *
+ * Scaled schemes (KVP tensor records, lib/quant.h: fp8_e4m3, i8, i4 with one
+ * scale per tensor, per row or per group): element i of row r is
+ *   y = (q - z) * scales[r * scale_stride + i / group]
+ * with z = zeros[...same index] when zeros is set (asymmetric), else 0.
+ * TENSOR: group = n_in, scale_stride 0; CHANNEL: group = n_in, stride 1;
+ * GROUP: stride n_in / group.  Block types and plain floats have scales NULL. */
 typedef struct kvp_weight {
     const char *name;      /* tensor name, for messages */
     int dtype;             /* kvp_dtype of the stored data; -1 when absent */
@@ -35,6 +43,10 @@ typedef struct kvp_weight {
     uint64_t row_bytes;
     const void *data;      /* host bytes (inside the mapped model file) */
     void *dev;             /* the backend's own copy when it keeps one, else NULL */
+    const float *scales;   /* f32 scales of a scaled scheme, else NULL */
+    const float *zeros;    /* f32 zero points (integer values), or NULL */
+    uint32_t group;        /* elements per scale along a row */
+    uint32_t scale_stride; /* scales per row: 0 (one for the tensor), 1, or n_in / group */
 } kvp_weight;
 
 /* The KV pool as kernels see it. */

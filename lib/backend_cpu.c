@@ -98,6 +98,11 @@ typedef struct mm_ctx {
     int quant;
     kvp_dotq_fn dq;
     kvp_dotf_fn df;
+    kvp_dotf2_fn df2;          /* two rows by KVP_MM_TOK tokens, or NULL */
+    kvp_dotq2_fn dq2;
+    kvp_dots2_fn ds2;
+    kvp_dots_fn ds;            /* scaled integer rows (quant set) */
+    kvp_dotsf_fn dsf;          /* scaled float rows */
 } mm_ctx;
 
 static void mm_quant_task(void *ctxp, int task, int thread)
@@ -129,10 +134,33 @@ static void mm_task(void *ctxp, int task, int thread)
             else
                 xf[i] = c->x + (size_t)(t + i) * w->n_in;
         }
-        for (uint32_t r = r0; r < r1; r++) {
+        uint32_t r = r0;
+        if ((c->df2 || c->dq2 || c->ds2) && nt == KVP_MM_TOK)
+            for (; r + 2 <= r1; r += 2) {
+                float o0[KVP_MM_TOK], o1[KVP_MM_TOK];
+                const void *w0 = base + (size_t)r * w->row_bytes, *w1 = base + (size_t)(r + 1) * w->row_bytes;
+                if (c->ds2) {
+                    size_t s0 = (size_t)r * w->scale_stride, s1 = s0 + w->scale_stride;
+                    c->ds2(w0, w1, w->scales + s0, w->scales + s1, w->zeros ? w->zeros + s0 : NULL,
+                           w->zeros ? w->zeros + s1 : NULL, w->group, xq, nb, o0, o1);
+                } else if (c->dq2)
+                    c->dq2(w0, w1, xq, nb, o0, o1);
+                else
+                    c->df2(w0, w1, xf, w->n_in, o0, o1);
+                for (uint32_t i = 0; i < nt; i++) {
+                    c->y[(size_t)(t + i) * w->n_out + r] = o0[i];
+                    c->y[(size_t)(t + i) * w->n_out + r + 1] = o1[i];
+                }
+            }
+        for (; r < r1; r++) {
             float out[KVP_MM_TOK];
             const void *row = base + (size_t)r * w->row_bytes;
-            if (c->quant)
+            const float *sc = w->scales ? w->scales + (size_t)r * w->scale_stride : NULL;
+            if (c->ds)
+                c->ds(row, sc, w->zeros ? w->zeros + (size_t)r * w->scale_stride : NULL, w->group, xq, nt, nb, out);
+            else if (c->dsf)
+                c->dsf(row, sc, w->group, xf, nt, w->n_in, out);
+            else if (c->quant)
                 c->dq(row, xq, nt, nb, out);
             else
                 c->df(row, xf, nt, w->n_in, out);
@@ -147,19 +175,27 @@ static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float
     cpu_impl *im = impl_of(b);
     mm_ctx c = {.k = im->k, .w = w, .x = x, .y = y, .n_tok = n_tok};
     switch (w->dtype) {
-    case KVP_DTYPE_Q4_0: c.dq = im->k->dot_q4_0; break;
-    case KVP_DTYPE_Q4_1: c.dq = im->k->dot_q4_1; break;
-    case KVP_DTYPE_Q8_0: c.dq = im->k->dot_q8_0; break;
-    case KVP_DTYPE_F32: c.df = im->k->dot_f32; break;
-    case KVP_DTYPE_F16: c.df = im->k->dot_f16; break;
-    case KVP_DTYPE_BF16: c.df = im->k->dot_bf16; break;
+    case KVP_DTYPE_Q4_0: c.dq = im->k->dot_q4_0, c.dq2 = im->k->dot2_q4_0; break;
+    case KVP_DTYPE_Q4_1: c.dq = im->k->dot_q4_1, c.dq2 = im->k->dot2_q4_1; break;
+    case KVP_DTYPE_Q8_0: c.dq = im->k->dot_q8_0, c.dq2 = im->k->dot2_q8_0; break;
+    case KVP_DTYPE_F32: c.df = im->k->dot_f32, c.df2 = im->k->dot2_f32; break;
+    case KVP_DTYPE_F16: c.df = im->k->dot_f16, c.df2 = im->k->dot2_f16; break;
+    case KVP_DTYPE_BF16: c.df = im->k->dot_bf16, c.df2 = im->k->dot2_bf16; break;
+    case KVP_DTYPE_I8: c.ds = im->k->dot_i8, c.ds2 = im->k->dot2_i8; break;
+    case KVP_DTYPE_I4: c.ds = im->k->dot_i4, c.ds2 = im->k->dot2_i4; break;
+    case KVP_DTYPE_FP8_E4M3: c.dsf = im->k->dot_e4m3; break;
     default:
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: weight type %s has no CPU matmul kernel",
                            w->name ? w->name : "weight", kvp_dtype_name((uint32_t)w->dtype));
     }
+    if ((c.ds || c.dsf) != (w->scales != NULL) || (w->zeros && !c.ds) ||
+        (w->scales && (!w->group || w->n_in % w->group || (c.ds && w->group % KVP_QK))))
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: type %s with %s scales (group %u of a row of %u) has no CPU "
+                           "matmul kernel", w->name ? w->name : "weight", kvp_dtype_name((uint32_t)w->dtype),
+                           w->scales ? "these" : "no", w->group, w->n_in);
     if (n_tok == 0)
         return 0;
-    c.quant = c.dq != NULL;
+    c.quant = c.dq != NULL || c.ds != NULL;
     if (c.quant) {
         if (w->n_in % KVP_QK)
             return kvp_err_set(err, KVP_EFORMAT, "%s: row of %u elements is not whole blocks of 32",
@@ -198,8 +234,7 @@ static int cpu_embed(kvp_backend *b, const kvp_weight *w, const int32_t *tokens,
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= w->n_out)
             return kvp_err_set(err, KVP_EINVAL, "%s: token id %d is outside the vocabulary of %u",
                                w->name ? w->name : "embedding", tokens[t], w->n_out);
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)tokens[t] * w->row_bytes;
-        if (kvp_cpu_dequant_row(w->dtype, row, out + (size_t)t * w->n_in, w->n_in) < 0)
+        if (kvp_cpu_dequant_weight_row(w, (uint32_t)tokens[t], out + (size_t)t * w->n_in) < 0)
             return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: embedding type %s is not supported",
                                w->name ? w->name : "embedding", kvp_dtype_name((uint32_t)w->dtype));
     }

@@ -46,11 +46,40 @@ _Static_assert(sizeof(kvp_blk_q8_0) == 34, "q8_0 block is 34 bytes");
 typedef void (*kvp_dotq_fn)(const void *w, const kvp_q8blk *const *x, uint32_t ntok, uint32_t nb, float *out);
 typedef void (*kvp_dotf_fn)(const void *w, const float *const *x, uint32_t ntok, uint32_t n, float *out);
 
+/* Scaled weights (backend.h): one row whose scales sc (and zero points zp,
+ * or NULL) hold one value per g elements.
+ *   i8, i4: g a multiple of 32; per activation block dx*sum(q*qx) - z*s, so
+ *           zero points cost one multiply-add a block (i4 is stored offset:
+ *           q = (nibble ^ 8) - 8, element 2k low nibble, 2k+1 high).
+ *   e4m3:   f32 activations; any g dividing n. */
+typedef void (*kvp_dots_fn)(const void *w, const float *sc, const float *zp, uint32_t g, const kvp_q8blk *const *x,
+                            uint32_t ntok, uint32_t nb, float *out);
+typedef void (*kvp_dotsf_fn)(const void *w, const float *sc, uint32_t g, const float *const *x, uint32_t ntok,
+                             uint32_t n, float *out);
+
+/* Two rows w0, w1 against KVP_MM_TOK tokens at once: o0[t], o1[t]. */
+typedef void (*kvp_dotf2_fn)(const void *w0, const void *w1, const float *const *x, uint32_t n, float *o0,
+                             float *o1);
+
+typedef void (*kvp_dotq2_fn)(const void *w0, const void *w1, const kvp_q8blk *const *x, uint32_t nb, float *o0,
+                             float *o1);
+
+/* Two scaled rows (scales sc0/sc1, zero points zp0/zp1 or NULL) by
+ * KVP_MM_TOK tokens. */
+typedef void (*kvp_dots2_fn)(const void *w0, const void *w1, const float *sc0, const float *sc1, const float *zp0,
+                             const float *zp1, uint32_t g, const kvp_q8blk *const *x, uint32_t nb, float *o0,
+                             float *o1);
+
 typedef struct kvp_cpu_kernels {
     const char *isa;
     void (*quant_q8)(const float *x, kvp_q8blk *y, uint32_t n); /* n multiple of 32 */
     kvp_dotq_fn dot_q4_0, dot_q4_1, dot_q8_0;
     kvp_dotf_fn dot_f32, dot_f16, dot_bf16;
+    kvp_dotq2_fn dot2_q4_0, dot2_q4_1, dot2_q8_0; /* NULL: use the one-row kernels */
+    kvp_dotf2_fn dot2_f32, dot2_f16, dot2_bf16;
+    kvp_dots2_fn dot2_i8, dot2_i4;
+    kvp_dots_fn dot_i8, dot_i4;
+    kvp_dotsf_fn dot_e4m3;
     /* One KV row (kv dtype f32/f16/bf16, n elements) against nq <= 8 query
      * heads that share it (GQA): out[r] = k . q[r*n .. r*n+n). */
     void (*dot_kv)(int dtype, const void *k, const float *q, uint32_t n, uint32_t nq, float *out);
@@ -66,5 +95,9 @@ const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void);
 
 /* Row dequantization for the embedding lookup (any supported dtype). 0 or -1. */
 int kvp_cpu_dequant_row(int dtype, const void *src, float *dst, uint32_t n);
+
+struct kvp_weight;
+/* Row r of w as f32 (dst[w->n_in]), scaled schemes included.  0 or -1. */
+int kvp_cpu_dequant_weight_row(const struct kvp_weight *w, uint32_t r, float *dst);
 
 #endif

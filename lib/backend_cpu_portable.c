@@ -1,6 +1,8 @@
 /* backend_cpu_portable.c - plain C kernels: the reference every faster kernel
  * set is tested against, and what runs on CPUs without AVX2. */
 #include "backend_cpu_kern.h"
+#include "backend.h"
+#include "quant.h"
 #include "tensor.h"
 
 #include <math.h>
@@ -107,6 +109,67 @@ static void dot_bf16(const void *w, const float *const *x, uint32_t ntok, uint32
     }
 }
 
+/* ---- scaled schemes ---- */
+
+static void dot_i8(const void *w, const float *sc, const float *zp, uint32_t g, const kvp_q8blk *const *x,
+                   uint32_t ntok, uint32_t nb, float *out)
+{
+    const int8_t *q = w;
+    uint32_t bpg = g / KVP_QK; /* blocks per scale */
+    for (uint32_t t = 0; t < ntok; t++) {
+        float acc = 0;
+        for (uint32_t b0 = 0; b0 < nb; b0 += bpg) {
+            float z = zp ? zp[b0 / bpg] : 0.0f, ga = 0;
+            for (uint32_t b = b0; b < b0 + bpg; b++) {
+                int s = 0;
+                for (int j = 0; j < KVP_QK; j++)
+                    s += q[(size_t)b * KVP_QK + j] * x[t][b].q[j];
+                ga += x[t][b].d * (float)s - z * x[t][b].s;
+            }
+            acc += sc[b0 / bpg] * ga;
+        }
+        out[t] = acc;
+    }
+}
+
+static void dot_i4(const void *w, const float *sc, const float *zp, uint32_t g, const kvp_q8blk *const *x,
+                   uint32_t ntok, uint32_t nb, float *out)
+{
+    const uint8_t *q = w;
+    uint32_t bpg = g / KVP_QK;
+    for (uint32_t t = 0; t < ntok; t++) {
+        float acc = 0;
+        for (uint32_t b0 = 0; b0 < nb; b0 += bpg) {
+            float z = (zp ? zp[b0 / bpg] : 0.0f) + 8.0f, ga = 0;
+            for (uint32_t b = b0; b < b0 + bpg; b++) {
+                const uint8_t *qb = q + (size_t)b * 16;
+                int s = 0;
+                for (int j = 0; j < 16; j++)
+                    s += ((qb[j] & 15) ^ 8) * x[t][b].q[2 * j] + ((qb[j] >> 4) ^ 8) * x[t][b].q[2 * j + 1];
+                ga += x[t][b].d * (float)s - z * x[t][b].s;
+            }
+            acc += sc[b0 / bpg] * ga;
+        }
+        out[t] = acc;
+    }
+}
+
+static void dot_e4m3(const void *w, const float *sc, uint32_t g, const float *const *x, uint32_t ntok, uint32_t n,
+                     float *out)
+{
+    const uint8_t *q = w;
+    for (uint32_t t = 0; t < ntok; t++) {
+        float acc = 0;
+        for (uint32_t i0 = 0; i0 < n; i0 += g) {
+            float ga = 0;
+            for (uint32_t i = i0; i < i0 + g; i++)
+                ga += kvp_e4m3_to_f32(q[i]) * x[t][i];
+            acc += sc[i0 / g] * ga;
+        }
+        out[t] = acc;
+    }
+}
+
 static inline float kv_elem(int dtype, const void *p, uint32_t i)
 {
     if (dtype == KVP_DTYPE_F16)
@@ -142,6 +205,9 @@ const kvp_cpu_kernels kvp_cpu_kernels_portable = {
     .dot_f32 = dot_f32,
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
+    .dot_i8 = dot_i8,
+    .dot_i4 = dot_i4,
+    .dot_e4m3 = dot_e4m3,
     .dot_kv = dot_kv,
     .axpy_kv = axpy_kv,
 };
@@ -191,4 +257,31 @@ int kvp_cpu_dequant_row(int dtype, const void *src, float *dst, uint32_t n)
     default:
         return -1;
     }
+}
+
+/* Scaled element i of a row: (q - z) * s, q decoded from the stored dtype. */
+static float scaled_elem(const kvp_weight *w, const uint8_t *row, const float *sc, const float *zp, uint32_t i)
+{
+    float q;
+    if (w->dtype == KVP_DTYPE_I8)
+        q = (float)(int8_t)row[i];
+    else if (w->dtype == KVP_DTYPE_I4)
+        q = (float)((int)(((i & 1) ? row[i / 2] >> 4 : row[i / 2] & 15) ^ 8) - 8);
+    else
+        q = kvp_e4m3_to_f32(row[i]);
+    return (q - (zp ? zp[i / w->group] : 0.0f)) * sc[i / w->group];
+}
+
+int kvp_cpu_dequant_weight_row(const kvp_weight *w, uint32_t r, float *dst)
+{
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+    if (!w->scales)
+        return kvp_cpu_dequant_row(w->dtype, row, dst, w->n_in);
+    if (w->dtype != KVP_DTYPE_I8 && w->dtype != KVP_DTYPE_I4 && w->dtype != KVP_DTYPE_FP8_E4M3)
+        return -1;
+    const float *sc = w->scales + (size_t)r * w->scale_stride;
+    const float *zp = w->zeros ? w->zeros + (size_t)r * w->scale_stride : NULL;
+    for (uint32_t i = 0; i < w->n_in; i++)
+        dst[i] = scaled_elem(w, row, sc, zp, i);
+    return 0;
 }

@@ -1,57 +1,359 @@
-/* model.c - load a Llama-family GGUF into weight descriptors over the mapping. */
+/* model.c - load a Llama-family model (GGUF, KVP model file or HF folder)
+ * into weight descriptors over the mapping (model.h). */
 #include "model.h"
 #include "fingerprint.h"
 #include "tensor.h"
+#include "wire.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
-/* Bind w to tensor `name`, checking its type is usable and its dims are
- * [n_in, n_out] (n_out 0 for a 1-D tensor).  optional: absent is fine. */
-static int bind(kvp_model *m, kvp_weight *w, const char *name, uint64_t n_in, uint64_t n_out, int optional,
-                kvp_err *err)
+#define KVP_UNREADABLE 0xffffffffu /* tensor dtype we have no kvp_dtype for */
+
+/* ---- owned memory ---- */
+
+/* 64-byte aligned, zeroed memory freed with the model; NULL when out of it. */
+static void *own(kvp_model *m, uint64_t bytes)
 {
-    memset(w, 0, sizeof *w);
-    w->dtype = -1;
-    const kvp_gguf_tensor *t = kvp_gguf_find(&m->gguf, name);
-    if (!t) {
-        if (optional)
-            return 0;
-        return kvp_err_set(err, KVP_ENOTFOUND, "%s: tensor %s is missing", m->path, name);
+    if (bytes > SIZE_MAX - 64)
+        return NULL;
+    if (m->n_owned == m->cap_owned) {
+        size_t cap = m->cap_owned ? 2 * m->cap_owned : 16;
+        void **o = realloc(m->owned, cap * sizeof *o);
+        if (!o)
+            return NULL;
+        m->owned = o;
+        m->cap_owned = cap;
     }
-    uint64_t want_dims = n_out ? 2 : 1;
-    if (t->n_dims != want_dims || t->ne[0] != n_in || (n_out && t->ne[1] != n_out))
-        return kvp_err_set(err, KVP_EFORMAT, "%s: tensor %s: shape [%llu, %llu] (%u dims), expected [%llu, %llu]",
-                           m->path, name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], t->n_dims,
-                           (unsigned long long)n_in, (unsigned long long)(n_out ? n_out : 1));
-    if (t->dtype < 0 || kvp_dtype_row_bytes((uint32_t)t->dtype, (int64_t)n_in) < 0)
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: type %s is not supported", m->path, name,
-                           kvp_gguf_type_name(t->ggml_type));
-    switch (t->dtype) {
-    case KVP_DTYPE_F32: case KVP_DTYPE_F16: case KVP_DTYPE_BF16:
-    case KVP_DTYPE_Q4_0: case KVP_DTYPE_Q4_1: case KVP_DTYPE_Q8_0:
-        break;
-    default:
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: type %s has no kernel (use f32, f16, bf16, "
-                           "q4_0, q4_1 or q8_0)", m->path, name, kvp_gguf_type_name(t->ggml_type));
-    }
-    w->name = t->name;
-    w->dtype = t->dtype;
-    w->n_in = (uint32_t)n_in;
-    w->n_out = n_out ? (uint32_t)n_out : 1;
-    w->row_bytes = (uint64_t)kvp_dtype_row_bytes((uint32_t)t->dtype, (int64_t)n_in);
-    w->data = kvp_gguf_tensor_data(&m->gguf, t);
+    void *p = aligned_alloc(64, ((size_t)bytes + 63) & ~(size_t)63);
+    if (!p)
+        return NULL;
+    memset(p, 0, ((size_t)bytes + 63) & ~(size_t)63);
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+/* p copied into owned memory (NULL stays NULL). */
+static int own_copy(kvp_model *m, const void **p, uint64_t n)
+{
+    if (!*p || !n)
+        return 0;
+    void *c = own(m, n);
+    if (!c)
+        return KVP_ENOMEM;
+    memcpy(c, *p, (size_t)n);
+    *p = c;
+    m->copied_bytes += n;
     return 0;
 }
 
-/* 1-D weights the engine reads as plain floats (norms, biases) must be f32. */
-static int need_f32(const kvp_model *m, const kvp_weight *w, kvp_err *err)
+static kvp_model_tensor *add_tensor(kvp_model *m, size_t *cap)
 {
-    if (w->dtype >= 0 && w->dtype != KVP_DTYPE_F32)
+    if (m->n_tensors == *cap) {
+        size_t c = *cap ? 2 * *cap : 64;
+        kvp_model_tensor *t = realloc(m->tensors, c * sizeof *t);
+        if (!t)
+            return NULL;
+        m->tensors = t;
+        *cap = c;
+    }
+    kvp_model_tensor *t = &m->tensors[m->n_tensors++];
+    memset(t, 0, sizeof *t);
+    t->rec.global_scale = 1.0f;
+    return t;
+}
+
+static int set_name(kvp_model *m, kvp_model_tensor *t, const char *name, kvp_err *err)
+{
+    size_t n = strlen(name);
+    if (n > KVP_NAME_MAX)
+        return kvp_err_set(err, KVP_ELIMIT, "%s: tensor name of %zu bytes (at most %d)", m->path, n, KVP_NAME_MAX);
+    memcpy(t->rec.name, name, n + 1);
+    return 0;
+}
+
+/* ---- the three sources, each into the tensor table ---- */
+
+static int open_gguf(kvp_model *m, kvp_err *err)
+{
+    int rc = kvp_gguf_open(&m->gguf, m->path, err);
+    if (rc < 0)
+        return rc;
+    m->open_gguf = 1;
+    kvp_config_init(&m->cfg);
+    if ((rc = kvp_config_from_meta(&m->cfg, &m->gguf.meta, m->path, err)) < 0)
+        return rc;
+    size_t cap = 0;
+    for (uint64_t i = 0; i < m->gguf.n_tensors; i++) {
+        const kvp_gguf_tensor *g = &m->gguf.tensors[i];
+        kvp_model_tensor *t = add_tensor(m, &cap);
+        if (!t)
+            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
+        if ((rc = set_name(m, t, g->name, err)) < 0)
+            return rc;
+        t->rec.dtype = g->dtype < 0 ? KVP_UNREADABLE : (uint32_t)g->dtype;
+        t->rec.n_dim = g->n_dims;
+        for (uint32_t d = 0; d < g->n_dims && d < KVP_MAX_DIMS; d++)
+            t->rec.shape[d] = g->ne[g->n_dims - 1 - d]; /* outermost first */
+        t->rec.data_bytes = g->nbytes;
+        t->data = kvp_gguf_tensor_data(&m->gguf, g);
+    }
+    return 0;
+}
+
+/* One TENSOR record: in place when the stream is mapped and the record is
+ * stored raw, else copied (the reader's buffer is reused for the next one). */
+static int kvp_tensor(kvp_model *m, const kvp_record *rec, size_t *cap, kvp_err *err)
+{
+    kvp_model_tensor *t = add_tensor(m, cap);
+    if (!t)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
+    const uint8_t *d, *s, *z;
+    int rc = kvp_tensor_decode(rec, &t->rec, &d, &s, &z, err);
+    if (rc < 0)
+        return kvp_err_prefix(err, "%s", m->path), rc;
+    t->data = d, t->scales = s, t->zeros = z;
+    if ((rec->flags & KVP_RECORD_ZSTD) || !m->in.map) {
+        if (own_copy(m, &t->data, t->rec.data_bytes) < 0 || own_copy(m, &t->scales, t->rec.scales_bytes) < 0 ||
+            own_copy(m, &t->zeros, t->rec.zeros_bytes) < 0)
+            return kvp_err_set(err, KVP_ENOMEM, "%s: tensor %s: out of memory for %llu bytes", m->path, t->rec.name,
+                               (unsigned long long)t->rec.data_bytes);
+    }
+    return 0;
+}
+
+static int open_kvp(kvp_model *m, kvp_err *err)
+{
+    int rc = kvp_in_open(&m->in, m->path, err);
+    if (rc < 0)
+        return rc;
+    m->open_in = 1;
+    kvp_reader *r = NULL;
+    kvp_meta cfg;
+    int have_cfg = 0;
+    size_t cap = 0;
+    kvp_meta_init(&cfg);
+    if ((rc = kvp_reader_open(&r, &m->in, err)) < 0)
+        goto out;
+    kvp_record rec;
+    while ((rc = kvp_reader_next(r, &rec, err)) == 1) {
+        if (rec.kind == KVP_KIND_CONFIG && !have_cfg) {
+            if ((rc = kvp_meta_record_decode(&rec, &cfg, err)) < 0)
+                break;
+            have_cfg = 1;
+        } else if (rec.kind == KVP_KIND_TOKENIZER && !m->has_tok_meta) {
+            if ((rc = kvp_meta_record_decode(&rec, &m->tok_meta, err)) < 0)
+                break;
+            m->has_tok_meta = 1;
+        } else if (rec.kind == KVP_KIND_TENSOR) {
+            if ((rc = kvp_tensor(m, &rec, &cap, err)) < 0)
+                break;
+        } else if (rec.kind == KVP_KIND_SEQUENCE || rec.kind == KVP_KIND_KV_BLOCK) {
+            rc = kvp_err_set(err, KVP_EFORMAT, "%s: a KV stream, not a model file (record %llu is a %s)", m->path,
+                             (unsigned long long)rec.index, kvp_kind_name(rec.kind));
+            break;
+        }
+    }
+    if (rc < 0)
+        goto out;
+    if (!have_cfg) {
+        rc = kvp_err_set(err, KVP_EFORMAT, "%s: no CONFIG record (not a KVP model file?)", m->path);
+        goto out;
+    }
+    kvp_config_init(&m->cfg);
+    rc = kvp_config_from_meta(&m->cfg, &cfg, m->path, err);
+out:
+    if (rc < 0 && r && !strstr(err->msg, m->path))
+        kvp_err_prefix(err, "%s", m->path);
+    kvp_reader_free(r);
+    kvp_meta_free(&cfg);
+    return rc < 0 ? rc : 0;
+}
+
+static int open_hf(kvp_model *m, kvp_err *err)
+{
+    int rc = kvp_safetensors_open(&m->st, m->path, err);
+    if (rc < 0)
+        return rc;
+    m->open_st = 1;
+    if ((rc = kvp_config_from_hf(&m->cfg, m->st.dir, err)) < 0)
+        return rc;
+    size_t cap = 0;
+    for (uint64_t i = 0; i < m->st.n_tensors; i++) {
+        const kvp_safetensors_tensor *s = &m->st.tensors[i];
+        kvp_model_tensor *t = add_tensor(m, &cap);
+        if (!t)
+            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
+        if ((rc = set_name(m, t, s->name, err)) < 0)
+            return rc;
+        t->rec.dtype = s->dtype < 0 ? KVP_UNREADABLE : (uint32_t)s->dtype;
+        t->rec.n_dim = s->n_dims < KVP_MAX_DIMS ? s->n_dims : KVP_MAX_DIMS;
+        for (uint32_t d = 0; d < t->rec.n_dim; d++)
+            t->rec.shape[d] = s->shape[d];
+        t->rec.data_bytes = s->nbytes;
+        t->data = s->data;
+        /* the kernels read whole elements: move data not aligned for them */
+        if (((uintptr_t)t->data & 3) && own_copy(m, &t->data, s->nbytes) < 0)
+            return kvp_err_set(err, KVP_ENOMEM, "%s: tensor %s: out of memory", m->path, s->name);
+    }
+    return 0;
+}
+
+/* ---- binding weights ---- */
+
+static const kvp_model_tensor *find(const kvp_model *m, const char *name)
+{
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].rec.name, name) == 0)
+            return &m->tensors[i];
+    return NULL;
+}
+
+static int is_scaled(uint32_t dtype)
+{
+    return dtype == KVP_DTYPE_I8 || dtype == KVP_DTYPE_I4 || dtype == KVP_DTYPE_FP8_E4M3;
+}
+
+/* n values of a scale dtype (f32, f16, bf16) widened to owned f32; scales
+ * (not zero points) take the record's global scale. */
+static int widen(kvp_model *m, const kvp_model_tensor *t, const void *src, uint64_t n, int is_scale,
+                 const float **out, kvp_err *err)
+{
+    uint32_t sd = t->rec.scale_dtype ? t->rec.scale_dtype : KVP_DTYPE_F32;
+    if (sd != KVP_DTYPE_F32 && sd != KVP_DTYPE_F16 && sd != KVP_DTYPE_BF16)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: scales of type %s are not supported (f32, f16, bf16)",
+                           m->path, t->rec.name, kvp_dtype_name(sd));
+    float *f = own(m, n * sizeof(float));
+    if (!f)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: tensor %s: out of memory for %llu scales", m->path, t->rec.name,
+                           (unsigned long long)n);
+    const uint8_t *p = src;
+    float g = is_scale && t->rec.global_scale != 0 && isfinite(t->rec.global_scale) ? t->rec.global_scale : 1.0f;
+    for (uint64_t i = 0; i < n; i++) {
+        if (sd == KVP_DTYPE_F32) {
+            uint32_t u = kvp_le32(p + 4 * i);
+            memcpy(&f[i], &u, 4);
+        } else if (sd == KVP_DTYPE_F16) {
+            f[i] = kvp_f16_to_f32(kvp_le16(p + 2 * i));
+        } else {
+            f[i] = kvp_bf16_to_f32(kvp_le16(p + 2 * i));
+        }
+        f[i] *= g;
+    }
+    *out = f;
+    return 0;
+}
+
+/* Scales of a scaled weight [n_out rows of n_in]: layout checked, widened. */
+static int bind_scales(kvp_model *m, kvp_weight *w, const kvp_model_tensor *t, kvp_err *err)
+{
+    const kvp_tensor_rec *r = &t->rec;
+    if (!is_scaled(r->dtype)) {
+        if (r->scheme != KVP_SCHEME_NONE)
+            return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: type %s with a scale scheme is not supported",
+                               m->path, r->name, kvp_dtype_name(r->dtype));
+        return 0;
+    }
+    uint64_t per_row;
+    switch (r->scheme) {
+    case KVP_SCHEME_TENSOR: w->group = w->n_in, w->scale_stride = 0, per_row = 0; break;
+    case KVP_SCHEME_CHANNEL: w->group = w->n_in, w->scale_stride = 1, per_row = 1; break;
+    case KVP_SCHEME_GROUP:
+        if (!r->group || w->n_in % r->group)
+            return kvp_err_set(err, KVP_EFORMAT, "%s: tensor %s: group %u does not divide a row of %u", m->path,
+                               r->name, r->group, w->n_in);
+        w->group = r->group, w->scale_stride = w->n_in / r->group, per_row = w->scale_stride;
+        break;
+    default:
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: type %s needs a tensor, channel or group scale",
+                           m->path, r->name, kvp_dtype_name(r->dtype));
+    }
+    if (r->dtype != KVP_DTYPE_FP8_E4M3 && w->group % 32)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: %s scales every %u elements; the CPU kernels need a "
+                           "multiple of 32 (quantize with --group 32 or more)", m->path, r->name,
+                           kvp_dtype_name(r->dtype), w->group);
+    if (r->flags & KVP_TENSOR_ASYM && r->dtype == KVP_DTYPE_FP8_E4M3)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: fp8 with zero points", m->path, r->name);
+    uint64_t n = per_row ? per_row * w->n_out : 1;
+    if (kvp_tensor_scale_count(r) != (int64_t)n || !t->scales)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: tensor %s: %lld scales, expected %llu", m->path, r->name,
+                           (long long)kvp_tensor_scale_count(r), (unsigned long long)n);
+    int rc = widen(m, t, t->scales, n, 1, &w->scales, err);
+    if (rc == 0 && (r->flags & KVP_TENSOR_ASYM))
+        rc = t->zeros ? widen(m, t, t->zeros, n, 0, &w->zeros, err)
+                      : kvp_err_set(err, KVP_EFORMAT, "%s: tensor %s: zero points missing", m->path, r->name);
+    return rc;
+}
+
+/* Bind w to the tensor called gname (GGUF) or hname (HF), checking its type
+ * is usable and its shape is [n_out, n_in] outermost first ([n_in] when
+ * n_out is 0).  optional: absent is fine. */
+static int bind(kvp_model *m, kvp_weight *w, const char *gname, const char *hname, uint64_t n_in, uint64_t n_out,
+                int optional, kvp_err *err)
+{
+    memset(w, 0, sizeof *w);
+    w->dtype = -1;
+    const kvp_model_tensor *t = find(m, gname);
+    if (!t && hname)
+        t = find(m, hname);
+    if (!t) {
+        if (optional)
+            return 0;
+        return kvp_err_set(err, KVP_ENOTFOUND, "%s: tensor %s is missing", m->path,
+                           m->format == KVP_MODEL_HF && hname ? hname : gname);
+    }
+    const kvp_tensor_rec *r = &t->rec;
+    uint32_t want_dims = n_out ? 2 : 1;
+    if (r->n_dim != want_dims || r->shape[want_dims - 1] != n_in || (n_out && r->shape[0] != n_out))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: tensor %s: shape [%llu, %llu] (%u dims), expected [%llu, %llu]",
+                           m->path, r->name, (unsigned long long)r->shape[r->n_dim > 1 ? 1 : 0],
+                           (unsigned long long)(r->n_dim > 1 ? r->shape[0] : 1), r->n_dim, (unsigned long long)n_in,
+                           (unsigned long long)(n_out ? n_out : 1));
+    int64_t rb = r->dtype == KVP_UNREADABLE ? -1 : kvp_dtype_row_bytes(r->dtype, (int64_t)n_in);
+    switch (rb < 0 ? KVP_UNREADABLE : r->dtype) {
+    case KVP_DTYPE_F32: case KVP_DTYPE_F16: case KVP_DTYPE_BF16:
+    case KVP_DTYPE_Q4_0: case KVP_DTYPE_Q4_1: case KVP_DTYPE_Q8_0:
+    case KVP_DTYPE_I8: case KVP_DTYPE_I4: case KVP_DTYPE_FP8_E4M3:
+        break;
+    default:
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: type %s has no kernel (use f32, f16, bf16, q4_0, "
+                           "q4_1, q8_0, fp8, int8 or int4)", m->path, r->name,
+                           r->dtype == KVP_UNREADABLE ? "unknown" : kvp_dtype_name(r->dtype));
+    }
+    if (r->dtype == KVP_DTYPE_I4 && n_in % 2)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: int4 rows of odd length", m->path, r->name);
+    w->name = r->name;
+    w->dtype = (int)r->dtype;
+    w->n_in = (uint32_t)n_in;
+    w->n_out = n_out ? (uint32_t)n_out : 1;
+    w->row_bytes = (uint64_t)rb;
+    w->data = t->data;
+    return bind_scales(m, w, t, err);
+}
+
+/* 1-D weights the engine reads as plain floats (norms, biases): f32, or
+ * f16/bf16 (as HF checkpoints store them) widened into owned memory. */
+static int need_f32(kvp_model *m, kvp_weight *w, kvp_err *err)
+{
+    if (w->dtype < 0 || w->dtype == KVP_DTYPE_F32)
+        return 0;
+    if ((w->dtype != KVP_DTYPE_F16 && w->dtype != KVP_DTYPE_BF16) || w->n_out != 1)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: type %s, expected f32", m->path, w->name,
                            kvp_dtype_name((uint32_t)w->dtype));
+    float *f = own(m, (uint64_t)w->n_in * sizeof(float));
+    if (!f)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: tensor %s: out of memory", m->path, w->name);
+    const uint8_t *p = w->data;
+    for (uint32_t i = 0; i < w->n_in; i++)
+        f[i] = w->dtype == KVP_DTYPE_F16 ? kvp_f16_to_f32(kvp_le16(p + 2 * i)) : kvp_bf16_to_f32(kvp_le16(p + 2 * i));
+    m->copied_bytes += (uint64_t)w->n_in * sizeof(float);
+    w->data = f;
+    w->dtype = KVP_DTYPE_F32;
+    w->row_bytes = (uint64_t)w->n_in * sizeof(float);
     return 0;
 }
 
@@ -60,31 +362,34 @@ static int bind_layer(kvp_model *m, uint32_t i, kvp_err *err)
     const kvp_config *c = &m->cfg;
     kvp_layer *L = &m->layers[i];
     uint64_t d = c->n_embd, q = (uint64_t)c->n_head * c->head_dim, kv = (uint64_t)c->n_head_kv * c->head_dim;
-    char name[96];
+    char gname[96], hname[96];
     int rc = 0;
-#define B(field, suffix, n_in, n_out, opt)                                                                            \
+#define B(field, gsuffix, hsuffix, n_in, n_out, opt)                                                                 \
     do {                                                                                                           \
-        snprintf(name, sizeof name, "blk.%u.%s", i, suffix);                                                       \
-        if ((rc = bind(m, &L->field, name, n_in, n_out, opt, err)) < 0)                                            \
+        snprintf(gname, sizeof gname, "blk.%u.%s", i, gsuffix);                                                    \
+        snprintf(hname, sizeof hname, "model.layers.%u.%s", i, hsuffix);                                           \
+        if ((rc = bind(m, &L->field, gname, hname, n_in, n_out, opt, err)) < 0)                                    \
             return rc;                                                                                             \
     } while (0)
-    B(attn_norm, "attn_norm.weight", d, 0, 0);
-    B(wq, "attn_q.weight", d, q, 0);
-    B(wk, "attn_k.weight", d, kv, 0);
-    B(wv, "attn_v.weight", d, kv, 0);
-    B(bq, "attn_q.bias", q, 0, 1);
-    B(bk, "attn_k.bias", kv, 0, 1);
-    B(bv, "attn_v.bias", kv, 0, 1);
-    B(wo, "attn_output.weight", q, d, 0);
-    B(ffn_norm, "ffn_norm.weight", d, 0, 0);
-    B(w_gate, "ffn_gate.weight", d, c->n_ff, 0);
-    B(w_up, "ffn_up.weight", d, c->n_ff, 0);
-    B(w_down, "ffn_down.weight", c->n_ff, d, 0);
+    B(attn_norm, "attn_norm.weight", "input_layernorm.weight", d, 0, 0);
+    B(wq, "attn_q.weight", "self_attn.q_proj.weight", d, q, 0);
+    B(wk, "attn_k.weight", "self_attn.k_proj.weight", d, kv, 0);
+    B(wv, "attn_v.weight", "self_attn.v_proj.weight", d, kv, 0);
+    B(bq, "attn_q.bias", "self_attn.q_proj.bias", q, 0, 1);
+    B(bk, "attn_k.bias", "self_attn.k_proj.bias", kv, 0, 1);
+    B(bv, "attn_v.bias", "self_attn.v_proj.bias", kv, 0, 1);
+    B(wo, "attn_output.weight", "self_attn.o_proj.weight", q, d, 0);
+    B(ffn_norm, "ffn_norm.weight", "post_attention_layernorm.weight", d, 0, 0);
+    B(w_gate, "ffn_gate.weight", "mlp.gate_proj.weight", d, c->n_ff, 0);
+    B(w_up, "ffn_up.weight", "mlp.up_proj.weight", d, c->n_ff, 0);
+    B(w_down, "ffn_down.weight", "mlp.down_proj.weight", c->n_ff, d, 0);
 #undef B
     if ((rc = need_f32(m, &L->attn_norm, err)) < 0 || (rc = need_f32(m, &L->ffn_norm, err)) < 0 ||
         (rc = need_f32(m, &L->bq, err)) < 0 || (rc = need_f32(m, &L->bk, err)) < 0 ||
         (rc = need_f32(m, &L->bv, err)) < 0)
         return rc;
+    if ((L->bq.dtype >= 0) != (L->bk.dtype >= 0) || (L->bq.dtype >= 0) != (L->bv.dtype >= 0))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: layer %u has some of the q/k/v biases but not all", m->path, i);
     return 0;
 }
 
@@ -98,7 +403,7 @@ static int make_inv_freq(kvp_model *m, kvp_err *err)
     if (!m->inv_freq)
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
     kvp_weight rf;
-    int rc = bind(m, &rf, "rope_freqs.weight", half, 0, 1, err);
+    int rc = bind(m, &rf, "rope_freqs.weight", NULL, half, 0, 1, err);
     if (rc < 0 || (rc = need_f32(m, &rf, err)) < 0)
         return rc;
     for (uint32_t i = 0; i < half; i++) {
@@ -124,21 +429,15 @@ static int make_inv_freq(kvp_model *m, kvp_err *err)
 }
 
 /* Fingerprint (lib/fingerprint.h, shared with quantize's KVP model files):
- * the config, then each tensor as a KVP tensor record would describe it. */
+ * the config, then each tensor as a KVP tensor record describes it. */
 static int fingerprint(kvp_model *m, kvp_err *err)
 {
-    size_t n = (size_t)m->gguf.n_tensors;
+    size_t n = m->n_tensors;
     kvp_tensor_rec *r = calloc(n ? n : 1, sizeof *r);
     if (!r)
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
-    for (size_t i = 0; i < n; i++) {
-        const kvp_gguf_tensor *t = &m->gguf.tensors[i];
-        snprintf(r[i].name, sizeof r[i].name, "%s", t->name);
-        r[i].dtype = (uint32_t)t->dtype; /* unsupported types hash as 0xffffffff */
-        r[i].n_dim = t->n_dims;
-        for (uint32_t d = 0; d < t->n_dims && d < KVP_MAX_DIMS; d++)
-            r[i].shape[d] = t->ne[t->n_dims - 1 - d]; /* outermost first */
-    }
+    for (size_t i = 0; i < n; i++)
+        r[i] = m->tensors[i].rec;
     kvp_fingerprint(&m->cfg, r, n, m->fingerprint);
     free(r);
     return 0;
@@ -163,6 +462,55 @@ static int check_config(const kvp_model *m, kvp_err *err)
     return 0;
 }
 
+/* GGUF, KVP or HF, from the first bytes (a folder is HF). */
+static int detect(const char *path, int *format, kvp_err *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
+        *format = KVP_MODEL_HF;
+        return 0;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
+    uint8_t head[4] = {0};
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    static const uint8_t kvp_magic[4] = {0x89, 'K', 'V', 'P'};
+    if (n == 4 && memcmp(head, "GGUF", 4) == 0)
+        *format = KVP_MODEL_GGUF;
+    else if (n == 4 && memcmp(head, kvp_magic, 4) == 0)
+        *format = KVP_MODEL_KVP;
+    else
+        *format = KVP_MODEL_HF; /* the safetensors reader names what is wrong */
+    return 0;
+}
+
+static int bind_all(kvp_model *m, kvp_err *err)
+{
+    const kvp_config *c = &m->cfg;
+    int rc;
+    if ((rc = bind(m, &m->tok_embd, "token_embd.weight", "model.embed_tokens.weight", c->n_embd, c->n_vocab, 0,
+                   err)) < 0 ||
+        (rc = bind(m, &m->output_norm, "output_norm.weight", "model.norm.weight", c->n_embd, 0, 0, err)) < 0 ||
+        (rc = need_f32(m, &m->output_norm, err)) < 0 ||
+        (rc = bind(m, &m->output, "output.weight", "lm_head.weight", c->n_embd, c->n_vocab, 1, err)) < 0)
+        return rc;
+    m->cfg.tied_embeddings = m->output.dtype < 0;
+    if (m->cfg.tied_embeddings)
+        m->output = m->tok_embd;
+    m->layers = calloc(c->n_layer, sizeof *m->layers);
+    if (!m->layers)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
+    for (uint32_t i = 0; i < c->n_layer; i++)
+        if ((rc = bind_layer(m, i, err)) < 0)
+            return rc;
+    m->cfg.attn_bias = m->layers[0].bq.dtype >= 0;
+    return 0;
+}
+
 int kvp_model_load(kvp_model **out, const char *path, kvp_err *err)
 {
     *out = NULL;
@@ -171,38 +519,21 @@ int kvp_model_load(kvp_model **out, const char *path, kvp_err *err)
         free(m);
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
     }
-    int rc = kvp_gguf_open(&m->gguf, path, err);
+    kvp_meta_init(&m->tok_meta);
+    int rc = detect(path, &m->format, err);
     if (rc < 0)
         goto fail;
-    kvp_config_init(&m->cfg);
-    if ((rc = kvp_config_from_meta(&m->cfg, &m->gguf.meta, path, err)) < 0)
+    rc = m->format == KVP_MODEL_GGUF ? open_gguf(m, err) : m->format == KVP_MODEL_KVP ? open_kvp(m, err)
+                                                                                     : open_hf(m, err);
+    if (rc < 0)
         goto fail;
     if (m->cfg.rope_dim == 0)
         m->cfg.rope_dim = m->cfg.head_dim;
-    if ((rc = check_config(m, err)) < 0)
+    if ((rc = check_config(m, err)) < 0 || (rc = bind_all(m, err)) < 0 || (rc = make_inv_freq(m, err)) < 0)
         goto fail;
-    const kvp_config *c = &m->cfg;
-    if ((rc = bind(m, &m->tok_embd, "token_embd.weight", c->n_embd, c->n_vocab, 0, err)) < 0 ||
-        (rc = bind(m, &m->output_norm, "output_norm.weight", c->n_embd, 0, 0, err)) < 0 ||
-        (rc = need_f32(m, &m->output_norm, err)) < 0 ||
-        (rc = bind(m, &m->output, "output.weight", c->n_embd, c->n_vocab, 1, err)) < 0)
-        goto fail;
-    m->cfg.tied_embeddings = m->output.dtype < 0;
-    if (m->cfg.tied_embeddings)
-        m->output = m->tok_embd;
-    m->layers = calloc(c->n_layer, sizeof *m->layers);
-    if (!m->layers) {
-        rc = kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    for (uint32_t i = 0; i < c->n_layer; i++)
-        if ((rc = bind_layer(m, i, err)) < 0)
-            goto fail;
-    m->cfg.attn_bias = m->layers[0].bq.dtype >= 0;
-    if ((rc = make_inv_freq(m, err)) < 0)
-        goto fail;
-    for (uint64_t i = 0; i < m->gguf.n_tensors; i++)
-        m->weight_bytes += m->gguf.tensors[i].nbytes;
+    for (size_t i = 0; i < m->n_tensors; i++)
+        m->weight_bytes += m->tensors[i].rec.data_bytes + m->tensors[i].rec.scales_bytes +
+                           m->tensors[i].rec.zeros_bytes;
     if ((rc = fingerprint(m, err)) < 0)
         goto fail;
     *out = m;
@@ -216,11 +547,49 @@ void kvp_model_free(kvp_model *m)
 {
     if (!m)
         return;
-    kvp_gguf_close(&m->gguf);
+    if (m->open_gguf)
+        kvp_gguf_close(&m->gguf);
+    if (m->open_in)
+        kvp_in_close(&m->in);
+    if (m->open_st)
+        kvp_safetensors_close(&m->st);
+    kvp_meta_free(&m->tok_meta);
+    for (size_t i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
+    free(m->owned);
+    free(m->tensors);
     free(m->layers);
     free(m->inv_freq);
     free(m->path);
     free(m);
 }
 
+int kvp_model_load_tokenizer(const kvp_model *m, kvp_tokenizer **t, kvp_err *err)
+{
+    *t = NULL;
+    switch (m->format) {
+    case KVP_MODEL_GGUF:
+        return kvp_tokenizer_load_meta(t, &m->gguf.meta, m->path, err);
+    case KVP_MODEL_KVP:
+        if (!m->has_tok_meta)
+            return kvp_err_set(err, KVP_ENOTFOUND, "%s: no TOKENIZER record (use --tokens)", m->path);
+        return kvp_tokenizer_load_meta(t, &m->tok_meta, m->path, err);
+    default: {
+        size_t n = strlen(m->st.dir) + sizeof "/tokenizer.json";
+        char *p = malloc(n);
+        if (!p)
+            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
+        snprintf(p, n, "%s/tokenizer.json", m->st.dir);
+        int rc = kvp_tokenizer_load_json(t, p, err);
+        free(p);
+        return rc;
+    }
+    }
+}
+
 void kvp_model_fingerprint_hex(const kvp_model *m, char buf[33]) { kvp_fingerprint_hex(m->fingerprint, buf); }
+
+const char *kvp_model_format_name(const kvp_model *m)
+{
+    return m->format == KVP_MODEL_GGUF ? "gguf" : m->format == KVP_MODEL_KVP ? "kvp" : "hf";
+}

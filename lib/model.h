@@ -1,14 +1,29 @@
 /* model.h - a Llama-family model: its config and its weights, used in place.
  *
- * kvp_model_load maps a GGUF file (lib/gguf.h) and carves it into weight
- * descriptors (kvp_weight, lib/backend.h) that point into the mapping: no
- * weight is copied or dequantized.  Shapes below are in GGUF order
- * [n_in, n_out] (n_in contiguous), with d = n_embd, hd = head_dim.
+ * kvp_model_load opens one of three kinds of model and carves it into weight
+ * descriptors (kvp_weight, lib/backend.h) that point into the mapping:
+ *   GGUF           (lib/gguf.h): GGUF tensor names, Q/K rows permuted for
+ *                  adjacent-pair RoPE (config decides, FACTS.md);
+ *   KVP model file (what quantize writes, lib/convert.h): CONFIG, TOKENIZER
+ *                  and TENSOR records, with GGUF names or HF names after the
+ *                  file it came from; scaled schemes (fp8/i8/i4 with tensor,
+ *                  channel or group scales) keep their bytes, their scales
+ *                  are widened to f32 (a few floats per row);
+ *   HF folder      (or a .safetensors file / index beside config.json and
+ *                  tokenizer.json): HF names, unpermuted weights, NEOX RoPE.
+ * No weight is dequantized.  Copies are made only where the bytes cannot be
+ * used where they lie: zstd-compressed KVP records (decompressed into owned
+ * memory), a KVP model read from a pipe, and safetensors data not aligned
+ * for its element type.
+ *
+ * Shapes below are [n_in, n_out] (n_in contiguous), d = n_embd, hd =
+ * head_dim; in the tensor table shapes are outermost first, as in KVP.
  *
  * The fingerprint names the model for KV streams (lib/fingerprint.h: XXH64
- * over the config and every tensor's name, dtype and shape), so KV made by
- * another model, quantization or layout is refused (not: a model with the
- * same tensors but retrained weights).
+ * over the config and every tensor's name, dtype, shape and scale layout, in
+ * file order), the same definition for all three kinds, so KV made by another
+ * model, quantization or layout is refused (not: a model with the same
+ * tensors but retrained weights).
  */
 #ifndef KVP_MODEL_H
 #define KVP_MODEL_H
@@ -17,8 +32,12 @@
 #include "config.h"
 #include "error.h"
 #include "gguf.h"
+#include "io.h"
+#include "safetensors.h"
 #include "stream.h"
+#include "tokenizer.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct kvp_layer {
@@ -32,24 +51,54 @@ typedef struct kvp_layer {
     kvp_weight w_down;      /* [n_ff, d] */
 } kvp_layer;
 
+enum kvp_model_format {
+    KVP_MODEL_GGUF = 1,
+    KVP_MODEL_KVP = 2,
+    KVP_MODEL_HF = 3,      /* safetensors + config.json + tokenizer.json */
+};
+
+/* One tensor of the file as a KVP tensor record would describe it, and where
+ * its sections are (in the mapping, or owned by the model). */
+typedef struct kvp_model_tensor {
+    kvp_tensor_rec rec;     /* dtype 0xffffffff: a type we cannot read */
+    const void *data, *scales, *zeros;
+} kvp_model_tensor;
+
 typedef struct kvp_model {
     kvp_config cfg;
-    kvp_gguf gguf;          /* the mapped file the weights point into */
+    int format;             /* kvp_model_format */
     char *path;
+    kvp_gguf gguf;          /* GGUF: the mapped file */
+    kvp_in in;              /* KVP: the mapped (or read) stream */
+    kvp_safetensors st;     /* HF: the mapped shards */
+    kvp_meta tok_meta;      /* KVP: the TOKENIZER record's keys */
+    int open_gguf, open_in, open_st, has_tok_meta;
+    kvp_model_tensor *tensors; /* [n_tensors], file order */
+    size_t n_tensors;
+    void **owned;           /* copies and widened scales, freed with the model */
+    size_t n_owned, cap_owned;
     kvp_weight tok_embd;    /* [d, n_vocab] */
     kvp_weight output_norm; /* [d] */
     kvp_weight output;      /* [d, n_vocab]; == tok_embd when tied */
     kvp_layer *layers;      /* [n_layer] */
     float *inv_freq;        /* [rope_dim / 2] RoPE frequencies, scaling applied */
     uint8_t fingerprint[KVP_FINGERPRINT_SIZE];
-    uint64_t weight_bytes;  /* sum of all tensor sizes */
+    uint64_t weight_bytes;  /* sum of all tensor sizes (data, scales, zeros) */
+    uint64_t copied_bytes;  /* of which copied out of the file (see above) */
 } kvp_model;
 
-/* Load path (GGUF).  0 or a code; messages name the file and tensor:
+/* Load path: a .gguf, a KVP model file, an HF folder, a .safetensors file or
+ * a model.safetensors.index.json (the kind is told by the first bytes).  0
+ * or a code; messages name the file and tensor:
  * "m.gguf: tensor blk.3.attn_q.weight: shape [576, 512], expected [576, 576]". */
 int kvp_model_load(kvp_model **m, const char *path, kvp_err *err);
 void kvp_model_free(kvp_model *m);
+/* The model's tokenizer: GGUF metadata, the KVP TOKENIZER record, or the
+ * folder's tokenizer.json.  0 or a code naming the file. */
+int kvp_model_load_tokenizer(const kvp_model *m, kvp_tokenizer **t, kvp_err *err);
 /* 32 lowercase hex digits of the fingerprint into buf[33]. */
 void kvp_model_fingerprint_hex(const kvp_model *m, char buf[33]);
+/* "gguf", "kvp" or "hf". */
+const char *kvp_model_format_name(const kvp_model *m);
 
 #endif

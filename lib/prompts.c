@@ -30,7 +30,7 @@ void kvp_prompts_free(kvp_prompts *ps)
 
 static void put_str(kvp_buf *b, const char *s) { kvp_buf_put(b, s, strlen(s)); }
 
-int kvp_chat_render(int fmt, const char *const *role, const char *const *content, size_t n, char **out,
+int kvp_prompts_render(int fmt, const char *const *role, const char *const *content, size_t n, char **out,
                     size_t *len, kvp_err *err)
 {
     kvp_buf b;
@@ -96,8 +96,8 @@ int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, s
         memcpy(user, text, len);
         user[len] = 0;
         content[1] = user;
-        int rc = ps->system ? kvp_chat_render(ps->chat, role, content, 2, &t, &n, err)
-                            : kvp_chat_render(ps->chat, role + 1, content + 1, 1, &t, &n, err);
+        int rc = ps->system ? kvp_prompts_render(ps->chat, role, content, 2, &t, &n, err)
+                            : kvp_prompts_render(ps->chat, role + 1, content + 1, 1, &t, &n, err);
         free(user);
         if (rc < 0)
             return rc;
@@ -155,7 +155,7 @@ static int add_json(kvp_prompts *ps, const kvp_json *o, const char *path, int li
     }
     char *t;
     size_t n;
-    if ((rc = kvp_chat_render(ps->chat ? ps->chat : KVP_CHAT_CHATML, role, content, k, &t, &n, err)) == 0)
+    if ((rc = kvp_prompts_render(ps->chat ? ps->chat : KVP_CHAT_CHATML, role, content, k, &t, &n, err)) == 0)
         rc = push(ps, lab, t, n, 1, err);
 out:
     free(role);

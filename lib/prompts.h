@@ -45,7 +45,7 @@ int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, s
 int kvp_prompts_read_file(kvp_prompts *ps, const char *path, kvp_err *err);
 /* Render messages (role[i], content[i]) in format fmt, ending with the
  * assistant's turn opened; *out is malloc'd.  0 or a code. */
-int kvp_chat_render(int fmt, const char *const *role, const char *const *content, size_t n, char **out,
+int kvp_prompts_render(int fmt, const char *const *role, const char *const *content, size_t n, char **out,
                     size_t *len, kvp_err *err);
 
 #endif

@@ -39,7 +39,7 @@ const struct option kvp_runopts_long[] = {
 };
 
 const char kvp_runopts_help[] =
-    "  -m, --model FILE        model (GGUF)\n"
+    "  -m, --model FILE        model: GGUF, KVP model file (quantize) or HF folder\n"
     "  -p, --prompt TEXT       one prompt\n"
     "  -f, --file FILE         prompts: JSON Lines ({\"id\",\"prompt\"} or {\"messages\"}) or one text\n"
     "      --tokens IDS        one prompt as token ids, comma-separated\n"
@@ -138,7 +138,7 @@ int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
     int rc;
     if ((rc = kvp_model_load(&r->model, o->model, err)) < 0)
         return rc;
-    if ((rc = kvp_tokenizer_load_meta(&r->tok, &r->model->gguf.meta, o->model, err)) < 0)
+    if ((rc = kvp_model_load_tokenizer(r->model, &r->tok, err)) < 0)
         return rc;
     return kvp_backend_cpu_create(&r->be, o->threads, 0, err);
 }
@@ -275,4 +275,110 @@ int kvp_run_save(kvp_run *r, const char *path, const char *producer, const kvp_g
     kvp_writer_free(w);
     free(ss);
     return rc;
+}
+
+int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_seq **out, uint32_t *n_out,
+                   kvp_err *err)
+{
+    kvp_in in;
+    kvp_reader *rd = NULL;
+    kvp_kvcache *kc = NULL;
+    kvp_seqio_seq *ss = NULL;
+    uint32_t n = 0;
+    *out = NULL;
+    *n_out = 0;
+    int rc = kvp_in_open(&in, path, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = kvp_reader_open(&rd, &in, err)) == 0 &&
+        (rc = kvp_seqio_read(rd, in.name, r->model, r->be, &o->kv, &kc, &ss, &n, err)) == 0)
+        rc = kvp_run_start(r, o, kc, err);
+    kvp_reader_free(rd);
+    kvp_in_close(&in);
+    if (rc < 0) {
+        if (!r->kc)
+            kvp_kvcache_free(kc);
+        free(ss);
+        return rc;
+    }
+    kvp_gen_seq *seqs = calloc(n ? n : 1, sizeof *seqs);
+    if (!seqs) {
+        free(ss);
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        kvp_gen_seq_init(&seqs[i], r->tok);
+        seqs[i].rec = ss[i].rec;
+        seqs[i].handle = ss[i].handle;
+        kvp_runopts_apply_sampling(o, &seqs[i].rec.sampling);
+        if (o->sampling_set & KVP_SET_SEED)
+            kvp_sample_seed(&seqs[i].rec.sampling, seqs[i].rec.id);
+    }
+    free(ss);
+    *out = seqs;
+    *n_out = n;
+    return 0;
+}
+
+/* The next turn's text: plain, or with --chat the assistant's turn closed
+ * and a user turn rendered with the assistant's opened after it. */
+static int turn_text(const kvp_run *r, const kvp_runopts *o, kvp_buf *b, kvp_err *err)
+{
+    if (o->chat) {
+        int llama3 = kvp_tokenizer_find(r->tok, "<|start_header_id|>", 19) >= 0;
+        const char *close = llama3 ? "<|eot_id|>" : "<|im_end|>\n", *role = "user";
+        char *t = NULL;
+        size_t n = 0;
+        int rc = kvp_prompts_render(llama3 ? KVP_CHAT_LLAMA3 : KVP_CHAT_CHATML, &role, &o->prompt, 1, &t, &n, err);
+        if (rc < 0)
+            return rc;
+        kvp_buf_put(b, close, strlen(close));
+        kvp_buf_put(b, t, n);
+        free(t);
+    } else {
+        kvp_buf_put(b, o->prompt, strlen(o->prompt));
+    }
+    return b->oom ? kvp_err_set(err, KVP_ENOMEM, "out of memory") : 0;
+}
+
+int kvp_run_turn_ids(const kvp_run *r, const kvp_runopts *o, const kvp_gen_seq *s, uint32_t **ids, uint32_t *n,
+                     kvp_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    uint32_t *tv = NULL, tn = 0;
+    int rc = 0;
+    if (o->tokens) {
+        if ((rc = parse_ids(o->tokens, r->model->cfg.n_vocab, &tv, &tn, err)) < 0)
+            return rc;
+    } else if (o->prompt) {
+        kvp_buf b;
+        kvp_buf_init(&b);
+        int32_t *t = NULL;
+        size_t k = 0;
+        if ((rc = turn_text(r, o, &b, err)) == 0)
+            rc = kvp_tokenizer_encode(r->tok, (const char *)b.data, b.len, o->chat, 0, &t, &k, err);
+        kvp_buf_free(&b);
+        if (rc < 0)
+            return rc;
+        tv = (uint32_t *)t; /* ids are < n_vocab: same bits */
+        tn = (uint32_t)k;
+    }
+    int pend = s->rec.next_token >= 0;
+    if (tn == 0) {
+        free(tv);
+        return kvp_err_set(err, KVP_EINVAL, "the next turn is empty");
+    }
+    uint32_t *v = malloc(((size_t)tn + 1) * sizeof *v);
+    if (!v) {
+        free(tv);
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    }
+    if (pend)
+        v[0] = (uint32_t)s->rec.next_token;
+    memcpy(v + pend, tv, (size_t)tn * sizeof *v);
+    free(tv);
+    *ids = v;
+    *n = tn + (uint32_t)pend;
+    return 0;
 }

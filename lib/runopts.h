@@ -87,6 +87,18 @@ void kvp_run_close(kvp_run *r);
  * *ps keeps their labels. */
 int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uint32_t ***ids, uint32_t **lens,
                     kvp_err *err);
+/* Read the KVP stream at path ("-": stdin) into a new KV cache, start the
+ * engine on it, and make *seqs[*n] of its sequences, with the sampling
+ * options given applied (the others kept from the stream).  0 or a code. */
+int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_seq **seqs, uint32_t *n,
+                   kvp_err *err);
+/* The tokens that extend a saved sequence s by one more turn, o->prompt
+ * (or o->tokens as ids): s's pending token first when it has one (sampled,
+ * not yet in the cache); with o->chat the text becomes a user turn (the
+ * assistant's turn closed first, a new one opened after).  *ids malloc'd.
+ * 0 or a code (KVP_EINVAL for an empty turn). */
+int kvp_run_turn_ids(const kvp_run *r, const kvp_runopts *o, const kvp_gen_seq *s, uint32_t **ids, uint32_t *n,
+                     kvp_err *err);
 /* Write seqs as a KVP stream to path ("-": stdout). */
 int kvp_run_save(kvp_run *r, const char *path, const char *producer, const kvp_gen_seq *seqs, uint32_t n,
                  uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err);

@@ -5,6 +5,8 @@
 #include "unit.h"
 #include "backend.h"
 #include "backend_cpu_kern.h"
+#include "convert.h"
+#include "quant.h"
 #include "engine.h"
 #include "gguf.h"
 #include "seqio.h"
@@ -113,9 +115,47 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
             }
         }
     }
+    /* two-row tiles against the one-row kernel, row by row */
+    for (int k = 0; k < 3; k++) {
+        uint8_t rows[2][NB * 34];
+        float w2[N];
+        for (int i = 0; i < N; i++)
+            w2[i] = frand();
+        quant_row(types[k], w, rows[0], N);
+        quant_row(types[k], w2, rows[1], N);
+        kvp_dotq2_fn f2 = k == 0 ? fast->dot2_q4_0 : k == 1 ? fast->dot2_q4_1 : fast->dot2_q8_0;
+        kvp_dotq_fn fr = k == 0 ? ref->dot_q4_0 : k == 1 ? ref->dot_q4_1 : ref->dot_q8_0;
+        if (!f2)
+            continue;
+        float o0[4], o1[4], r0[4], r1[4];
+        f2(rows[0], rows[1], xq, NB, o0, o1);
+        fr(rows[0], xq, 4, NB, r0);
+        fr(rows[1], xq, 4, NB, r1);
+        for (int t = 0; t < 4; t++) {
+            CHECK_NEAR(o0[t], r0[t], 1e-3 * (1 + fabs(r0[t])));
+            CHECK_NEAR(o1[t], r1[t], 1e-3 * (1 + fabs(r1[t])));
+        }
+    }
     uint16_t h[N], bf[N];
     for (int i = 0; i < N; i++)
         h[i] = kvp_f32_to_f16(w[i]), bf[i] = kvp_f32_to_bf16(w[i]);
+    if (fast->dot2_f16) {
+        float o0[4], o1[4], r0[4], r1[4];
+        fast->dot2_f16(h, bf, xf, N - 5, o0, o1); /* any two rows; a tail */
+        ref->dot_f16(h, xf, 4, N - 5, r0);
+        ref->dot_bf16(bf, xf, 4, N - 5, r1);
+        fast->dot2_bf16(bf, h, xf, N, o1, o0); /* bf16 row only checked below */
+        ref->dot_bf16(bf, xf, 4, N, r1);
+        for (int t = 0; t < 4; t++)
+            CHECK_NEAR(o1[t], r1[t], 1e-3 * (1 + fabs(r1[t])));
+        fast->dot2_f16(h, bf, xf, N - 5, o0, o1);
+        for (int t = 0; t < 4; t++)
+            CHECK_NEAR(o0[t], r0[t], 1e-3 * (1 + fabs(r0[t])));
+        fast->dot2_f32(w, w, xf, N, o0, o1);
+        ref->dot_f32(w, xf, 4, N, r0);
+        for (int t = 0; t < 4; t++)
+            CHECK(fabs(o0[t] - r0[t]) < 1e-3 * (1 + fabs(r0[t])) && o0[t] == o1[t]);
+    }
     float a[4], b[4];
     ref->dot_f16(h, xf, 3, N, a);
     fast->dot_f16(h, xf, 3, N, b);
@@ -299,7 +339,7 @@ static void naive_matvec(const kvp_weight *w, const float *x, float *y)
 {
     float *row = malloc(sizeof(float) * w->n_in);
     for (uint32_t r = 0; r < w->n_out; r++) {
-        kvp_cpu_dequant_row(w->dtype, (const uint8_t *)w->data + (size_t)r * w->row_bytes, row, w->n_in);
+        kvp_cpu_dequant_weight_row(w, r, row);
         double s = 0;
         for (uint32_t i = 0; i < w->n_in; i++)
             s += (double)row[i] * x[i];
@@ -336,8 +376,7 @@ static void naive_forward(const kvp_model *m, const uint32_t *tokens, uint32_t n
     float *K = malloc((size_t)4 * n * nkv), *V = malloc((size_t)4 * n * nkv), *g = malloc(4 * ff), *u = malloc(4 * ff);
     float *o = malloc(4 * d), *sc = malloc(4 * n);
     for (uint32_t t = 0; t < n; t++)
-        kvp_cpu_dequant_row(m->tok_embd.dtype, (const uint8_t *)m->tok_embd.data + tokens[t] * m->tok_embd.row_bytes,
-                            x + t * d, d);
+        kvp_cpu_dequant_weight_row(&m->tok_embd, tokens[t], x + t * d);
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const kvp_layer *L = &m->layers[l];
         for (uint32_t t = 0; t < n; t++) { /* K, V of all positions first */
@@ -702,6 +741,216 @@ static void test_seqio(const char *dir)
     unlink(ps);
 }
 
+/* ---- scaled schemes: matmul on stored bytes against dequantize + f32 ---- */
+
+/* y[t][r] for a weight quantized by lib/quant.c with spec, through the
+ * backend's matmul (portable or SIMD kernels), against the dequantized
+ * weights times x in double. */
+static void test_scaled_one(unsigned flags, const kvp_quant_spec *spec)
+{
+    enum { NO = 6, NI = 256, NT = 5 };
+    static float w[NO * NI], deq[NO * NI], x[NT * NI], y[NT * NO];
+    for (int i = 0; i < NO * NI; i++)
+        w[i] = frand() * (1 + (i / NI)); /* rows of different ranges */
+    for (int i = 0; i < NT * NI; i++)
+        x[i] = frand();
+    kvp_err err = {0};
+    kvp_tensor_rec rec;
+    memset(&rec, 0, sizeof rec);
+    snprintf(rec.name, sizeof rec.name, "w");
+    rec.n_dim = 2, rec.shape[0] = NO, rec.shape[1] = NI;
+    if (kvp_quant_plan(&rec, spec, &err) < 0) {
+        CHECK_MSG(0, "plan: %s", err.msg);
+        return;
+    }
+    uint8_t *data = calloc(1, rec.data_bytes), *sc = calloc(1, rec.scales_bytes + 4);
+    uint8_t *zp = calloc(1, rec.zeros_bytes + 4);
+    CHECK(kvp_quant_tensor(&rec, w, data, sc, rec.zeros_bytes ? zp : NULL, NULL, NULL, &err) == 0);
+    CHECK(kvp_dequant_tensor(&rec, data, sc, rec.zeros_bytes ? zp : NULL, deq, NULL, &err) == 0);
+    kvp_weight kw = {.name = "w", .dtype = (int)rec.dtype, .n_in = NI, .n_out = NO, .data = data,
+                     .scales = (const float *)sc, .zeros = rec.zeros_bytes ? (const float *)zp : NULL};
+    kw.row_bytes = (uint64_t)kvp_dtype_row_bytes(rec.dtype, NI);
+    kw.group = rec.scheme == KVP_SCHEME_GROUP ? rec.group : NI;
+    kw.scale_stride = rec.scheme == KVP_SCHEME_TENSOR ? 0 : rec.scheme == KVP_SCHEME_CHANNEL ? 1 : NI / rec.group;
+    kvp_backend *be;
+    CHECK(kvp_backend_cpu_create(&be, 2, flags, &err) == 0);
+    double worst = 0;
+    for (uint32_t nt = 1; nt <= NT; nt += 2) {
+        CHECK_MSG(be->ops->matmul(be, &kw, x, y, nt, &err) == 0, "%s", err.msg);
+        for (uint32_t t = 0; t < nt; t++)
+            for (uint32_t r = 0; r < NO; r++) {
+                double ref = 0, mag = 0;
+                for (uint32_t i = 0; i < NI; i++) {
+                    ref += (double)deq[r * NI + i] * x[t * NI + i];
+                    mag += fabs((double)deq[r * NI + i] * x[t * NI + i]);
+                }
+                double e = fabs(y[t * NO + r] - ref) / mag;
+                worst = e > worst ? e : worst;
+            }
+    }
+    /* f32 activations (fp8): rounding only; 8-bit activations (int): about
+     * 1/254 of each product at worst, far less on average */
+    double tol = rec.dtype == KVP_DTYPE_FP8_E4M3 ? 1e-5 : 4e-3;
+    CHECK_MSG(worst < tol, "%s %s scheme %u group %u%s: max error %g of sum |w x|", kvp_backend_cpu_isa(be),
+              kvp_dtype_name(rec.dtype), rec.scheme, rec.group, spec->asym ? " asym" : "", worst);
+    kvp_backend_free(be);
+    free(data), free(sc), free(zp);
+}
+
+static void test_scaled(void)
+{
+    const kvp_quant_spec specs[] = {
+        {KVP_DTYPE_FP8_E4M3, KVP_SCHEME_TENSOR, 0, KVP_DTYPE_F32, 0},
+        {KVP_DTYPE_FP8_E4M3, KVP_SCHEME_CHANNEL, 0, KVP_DTYPE_F32, 0},
+        {KVP_DTYPE_FP8_E4M3, KVP_SCHEME_GROUP, 16, KVP_DTYPE_F32, 0},
+        {KVP_DTYPE_I8, KVP_SCHEME_CHANNEL, 0, KVP_DTYPE_F32, 0},
+        {KVP_DTYPE_I8, KVP_SCHEME_TENSOR, 0, KVP_DTYPE_F32, 0},
+        {KVP_DTYPE_I8, KVP_SCHEME_GROUP, 64, KVP_DTYPE_F32, 1},
+        {KVP_DTYPE_I4, KVP_SCHEME_GROUP, 128, KVP_DTYPE_F32, 0},
+        {KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, KVP_DTYPE_F32, 1},
+        {KVP_DTYPE_I4, KVP_SCHEME_CHANNEL, 0, KVP_DTYPE_F32, 0},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        test_scaled_one(KVP_CPU_PORTABLE, &specs[i]);
+        test_scaled_one(0, &specs[i]);
+        test_scaled_one(KVP_CPU_NO_VNNI, &specs[i]);
+    }
+}
+
+/* ---- KVP model files (what quantize writes) ---- */
+
+static int convert_to(const char *in, const char *out, const kvp_convert_opts *o, int zstd, uint8_t fp[16],
+                      kvp_err *err)
+{
+    kvp_convert *cv;
+    int rc = kvp_convert_open(&cv, in, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = kvp_convert_plan(cv, o, err)) == 0) {
+        kvp_out ko;
+        if ((rc = kvp_out_open(&ko, out, err)) == 0) {
+            rc = kvp_convert_write(cv, &ko, zstd, "test_engine", NULL, NULL, NULL, err);
+            rc = rc ? (kvp_out_abort(&ko), rc) : kvp_out_commit(&ko, err);
+        }
+        kvp_convert_fingerprint(cv, fp);
+    }
+    kvp_convert_free(cv);
+    return rc;
+}
+
+/* All logits of a prompt in one step. */
+static int run_all(const char *path, unsigned flags, const uint32_t *tok, uint32_t n, float *out, rig *keep)
+{
+    rig r;
+    kvp_err err = {0};
+    if (rig_open(&r, path, 2, flags, KVP_DTYPE_F32, 64, 4) < 0)
+        return -1;
+    int s = kvp_kvcache_seq_new(r.kc, &err);
+    kvp_step_seq ss = {.seq = s, .tokens = tok, .n_tokens = n, .want = KVP_LOGITS_ALL};
+    int rc = kvp_engine_step(r.e, &ss, 1, out, &err);
+    if (keep)
+        *keep = r;
+    else
+        rig_close(&r);
+    return rc == (int)n ? 0 : -1;
+}
+
+static void test_kvp_models(const char *dir)
+{
+    tiny_cfg c = {.n_layer = 2, .n_embd = 128, .n_ff = 320, .n_head = 4, .n_head_kv = 2, .n_vocab = 96,
+                  .wtype = KVP_DTYPE_F32, .tied = 0};
+    size_t len;
+    uint8_t *file = tiny_gguf(&c, &len);
+    char gpath[512], kpath[512];
+    snprintf(gpath, sizeof gpath, "%s/src.gguf", dir);
+    snprintf(kpath, sizeof kpath, "%s/m.kvp", dir);
+    CHECK(write_file(gpath, file, len) == 0);
+    free(file);
+    enum { N = 13 };
+    uint32_t tok[N], V = c.n_vocab;
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)(i * 29 + 3) % V;
+    float *ref = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
+    float *port = malloc(sizeof(float) * N * V);
+    float *naive = malloc(sizeof(float) * N * V);
+    rig g;
+    if (run_all(gpath, 0, tok, N, ref, &g) < 0) {
+        CHECK(0);
+        return;
+    }
+    const struct {
+        int to, embed;
+        uint32_t scheme, group;
+        int asym, zstd;
+        double tol; /* against the naive pass over the same stored weights */
+    } cases[] = {
+        {KVP_CONVERT_KEEP, KVP_CONVERT_KEEP, 0, 0, 0, 0, 0},
+        {KVP_CONVERT_KEEP, KVP_CONVERT_KEEP, 0, 0, 0, 3, 0},
+        {KVP_DTYPE_F16, KVP_CONVERT_KEEP, 0, 0, 0, 0, 1e-4},
+        {KVP_DTYPE_Q8_0, KVP_DTYPE_Q8_0, 0, 0, 0, 0, 0.25},
+        {KVP_DTYPE_FP8_E4M3, KVP_CONVERT_KEEP, 0, 0, 0, 0, 1e-4},
+        {KVP_DTYPE_FP8_E4M3, KVP_DTYPE_FP8_E4M3, KVP_SCHEME_GROUP, 32, 0, 2, 1e-4},
+        {KVP_DTYPE_I8, KVP_DTYPE_I8, 0, 0, 0, 0, 0.25},
+        {KVP_DTYPE_I8, KVP_CONVERT_KEEP, KVP_SCHEME_GROUP, 64, 1, 0, 0.25},
+        {KVP_DTYPE_I4, KVP_DTYPE_I4, 0, 0, 0, 0, 0.25},
+        {KVP_DTYPE_I4, KVP_CONVERT_KEEP, KVP_SCHEME_GROUP, 32, 1, 3, 0.25},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        kvp_convert_opts o;
+        kvp_convert_opts_init(&o);
+        o.to = cases[k].to, o.embed = cases[k].embed, o.scheme = cases[k].scheme, o.group = cases[k].group;
+        o.asym = cases[k].asym;
+        kvp_err err = {0};
+        uint8_t fp[16];
+        int rc = convert_to(gpath, kpath, &o, cases[k].zstd, fp, &err);
+        CHECK_MSG(rc == 0, "convert case %zu: %s", k, err.msg);
+        rig r;
+        if (rc < 0 || run_all(kpath, 0, tok, N, got, &r) < 0) {
+            CHECK_MSG(0, "case %zu: load or run failed", k);
+            continue;
+        }
+        CHECK_EQ_U64(r.m->format, KVP_MODEL_KVP);
+        CHECK_MSG(memcmp(fp, r.m->fingerprint, 16) == 0, "case %zu: fingerprint differs from quantize's", k);
+        CHECK_EQ_U64(r.m->copied_bytes > 0, cases[k].zstd > 0); /* in place unless compressed */
+        const char *what = o.to == KVP_CONVERT_KEEP ? "keep" : kvp_dtype_name((uint32_t)o.to);
+        if (cases[k].tol == 0) {
+            /* the same bytes: the same logits as the GGUF, bit for bit */
+            CHECK_MSG(memcmp(ref, got, sizeof(float) * N * V) == 0, "case %zu (%s): logits differ from the GGUF's", k,
+                      what);
+        } else {
+            naive_forward(r.m, tok, N, naive);
+            double e = rel_err(naive, got, (size_t)N * V);
+            CHECK_MSG(e < cases[k].tol, "case %zu (%s): engine vs naive: max rel %g", k, what, e);
+            /* and still the model it was made from (3-bit mantissas and int4 on
+             * random weights: loosely) */
+            double eg = rel_err(ref, got, (size_t)N * V);
+            double gtol = o.to == KVP_DTYPE_I4 || o.to == KVP_DTYPE_FP8_E4M3 ? 1.5 : 0.3;
+            CHECK_MSG(eg < gtol, "case %zu (%s): vs the f32 GGUF: max rel %g", k, what, eg);
+            if (run_all(kpath, KVP_CPU_PORTABLE, tok, N, port, NULL) == 0) {
+                double ep = rel_err(port, got, (size_t)N * V);
+                CHECK_MSG(ep < 3e-3, "case %zu (%s): portable vs %s: max rel %g", k, what,
+                          kvp_backend_cpu_isa(r.be), ep);
+            }
+        }
+        rig_close(&r);
+    }
+    /* int4 scaled every 16: the kernels need whole blocks of 32 */
+    kvp_convert_opts o;
+    kvp_convert_opts_init(&o);
+    o.to = KVP_DTYPE_I4, o.group = 16;
+    kvp_err err = {0};
+    uint8_t fp[16];
+    CHECK(convert_to(gpath, kpath, &o, 0, fp, &err) == 0);
+    kvp_model *m = NULL;
+    CHECK(kvp_model_load(&m, kpath, &err) == KVP_EUNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "m.kvp: tensor output.weight") && strstr(err.msg, "multiple of 32"), "%s", err.msg);
+    kvp_model_free(m);
+    rig_close(&g);
+    free(ref), free(got), free(port), free(naive);
+    unlink(gpath);
+    unlink(kpath);
+}
+
 /* ---- SmolLM2 against llama.cpp ---- */
 
 static const char *model_path(void)
@@ -861,6 +1110,8 @@ int main(void)
     test_tiny(dir, KVP_DTYPE_Q4_0, 1, 2, 2, KVP_DTYPE_F16, 0.25);
     test_prefix_sharing(dir);
     test_seqio(dir);
+    test_scaled();
+    test_kvp_models(dir);
     test_smollm2();
     rmdir(dir);
     return unit_done();
