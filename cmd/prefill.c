@@ -57,11 +57,11 @@ int main(int argc, char **argv)
         }
         if (c == 'h' || c == KVP_OPT_HELP) {
             usage(stdout);
-            return 0;
+            return kvp_cli_close_stdout();
         }
         if (c == KVP_OPT_VERSION)
             kvp_cli_version();
-        kvp_cli_usage_error("unknown option");
+        kvp_cli_bad_option(argv, KVP_RUNOPTS_SHORT "ho:");
     }
     if (!o.model)
         kvp_cli_usage_error("no model (-m MODEL)");

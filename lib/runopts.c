@@ -84,7 +84,13 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     case KVP_OPT_SYSTEM: o->system = arg; break;
     case 'n': o->sampling.max_tokens = parse_u32("--max-tokens", arg, 0, 1 << 24); o->sampling_set |= KVP_SET_MAX; break;
     case 't': o->threads = (int)kvp_cli_opt_i64("--threads", arg, 1, 1024); break;
-    case KVP_OPT_BLOCK_SIZE: o->kv.block_size = parse_u32("--block-size", arg, 1, 4096); break;
+    case KVP_OPT_BLOCK_SIZE:
+        o->kv.block_size = parse_u32("--block-size", arg, 1, 4096);
+        /* Blocks are allocated and hashed as power-of-two token groups, as in
+         * kvcalc; anything else is a mistake worth catching early. */
+        if (o->kv.block_size & (o->kv.block_size - 1))
+            kvp_cli_usage_error("--block-size: %u is not a power of two", o->kv.block_size);
+        break;
     case KVP_OPT_KV_MEM: o->kv.mem_bytes = kvp_cli_opt_size("--kv-mem", arg); break;
     case KVP_OPT_KV_BLOCKS: o->kv.n_blocks = parse_u32("--kv-blocks", arg, 1, 1 << 30); break;
     case KVP_OPT_KV_DTYPE: {

@@ -13,8 +13,8 @@
 mkdir "$T/dir"
 : >"$T/empty"
 : >"$T/empty.gguf"
-"$KVP_UNIT_DIR/test_stream" --write-sample "$T/s.kvp" || echo "FAIL: could not write the sample stream"
-"$KVP_UNIT_DIR/test_convert" --write-gguf "$T/tiny.gguf" || echo "FAIL: could not write the tiny GGUF"
+"$KVP_UNIT_DIR/test_stream" --write-sample "$T/s.kvp" || { status=1; fail "could not write the sample stream"; }
+"$KVP_UNIT_DIR/test_convert" --write-gguf "$T/tiny.gguf" || { status=1; fail "could not write the tiny GGUF"; }
 
 # ---- kvdump ----
 usage_case kvdump "unknown option" "unknown option '--bogus'" kvdump --bogus
@@ -113,8 +113,8 @@ for p in prefill decode; do
     usage_case $p "--kv-dtype q4_0" "--kv-dtype" $p -m "$T/x.gguf" -p a --kv-dtype q4_0
     # issue 6: a block size that is not a power of two is a usage error (kvcalc's rule)
     run $p -m "$T/missing.gguf" -p a --block-size 24
-    known_defect "$p --block-size 24 (not a power of two) is a usage error" \
-        "$p accepts --block-size 24 (lib/runopts.c checks only 1..4096)" test "$status" -eq 2
+    expect_true "$p --block-size 24 (not a power of two) is a usage error" test "$status" -eq 2
+    expect_err_has "--block-size: 24 is not a power of two" "$p names the bad block size"
     runtime_case $p "an empty model file" "empty.gguf" $p -m "$T/empty.gguf" -p a
     runtime_case $p "a directory as the model" "dir" $p -m "$T/dir" -p a
     runtime_case $p "a missing model" "missing.gguf" $p -m "$T/missing.gguf" -p a

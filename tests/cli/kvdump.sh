@@ -1,8 +1,8 @@
 # kvdump: listing, --json, --check, --summary, --extract, and corrupt input.
 . "$KVP_TESTS/cli/lib.sh"
 mk="$KVP_UNIT_DIR/test_stream"
-"$mk" --write-sample "$T/s.kvp" || echo "FAIL: could not write the sample stream"
-"$mk" --write-sample "$T/z.kvp" 3 || echo "FAIL: could not write the zstd sample"
+"$mk" --write-sample "$T/s.kvp" || { status=1; fail "could not write the sample stream"; }
+"$mk" --write-sample "$T/z.kvp" 3 || { status=1; fail "could not write the zstd sample"; }
 
 run kvdump "$T/s.kvp"
 expect_status 0 "lists a valid stream"

@@ -4,8 +4,8 @@
 . "$KVP_TESTS/cli/lib.sh"
 mk="$KVP_UNIT_DIR/test_convert"
 G="$KVP_TESTS/golden/tiny-st"
-"$mk" --write-gguf "$T/tiny.gguf" || echo "FAIL: could not write the tiny GGUF"
-"$mk" --write-kv-sample "$T/kv.kvp" || echo "FAIL: could not write the KV sample"
+"$mk" --write-gguf "$T/tiny.gguf" || { status=1; fail "could not write the tiny GGUF"; }
+"$mk" --write-kv-sample "$T/kv.kvp" || { status=1; fail "could not write the KV sample"; }
 
 # ---- safetensors (the golden tiny checkpoint) ----
 
