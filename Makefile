@@ -136,10 +136,10 @@ FUZZ_LIBOBJ  := $(LIB_SRC:%.c=build/fuzz/%.o)
 build/fuzz/%.o: %.c
 	@mkdir -p $(@D)
 	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
-build/fuzz/bin/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBOBJ)
+build/fuzz/bin/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBOBJ) $(wildcard tests/fuzz/*.h)
 	$(call say,FUZZ,$@)
 	@mkdir -p $(@D)
-	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $^ -lzstd -lm -o $@
+	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(filter-out %.h,$^) -lzstd -lm -o $@
 fuzz:
 	@scripts/deps fuzz
 	@$(MAKE) --no-print-directory $(FUZZ_SRC:tests/fuzz/fuzz_%.c=build/fuzz/bin/fuzz_%)

@@ -19,7 +19,7 @@
 const kvp_cpu_kernels *kvp_cpu_kernels_avx2(void)
 {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (kvp_have_avx2() /* avx2, fma, f16c */)
         return &kernels_avx2;
     return NULL;
 }

@@ -63,6 +63,10 @@ int kvp_config_from_meta(kvp_config *c, const kvp_meta *m, const char *source, k
 int kvp_config_to_meta(const kvp_config *c, kvp_meta *m);
 /* From an HF config.json (a file path, or a folder holding config.json). */
 int kvp_config_from_hf(kvp_config *c, const char *path, kvp_err *err);
+/* The same from a config.json already parsed (lib/json.h); name is used in
+ * messages.  Lets callers (and the fuzz harness) work from memory. */
+struct kvp_json;
+int kvp_config_from_hf_json(kvp_config *c, const struct kvp_json *j, const char *name, kvp_err *err);
 /* KV elements per token per layer for full attention (2 x n_head_kv x head_dim,
  * or kv_lora_rank + rope_head_dim_mla for MLA). */
 uint64_t kvp_config_kv_elems_per_token_layer(const kvp_config *c);

@@ -129,6 +129,9 @@ static int hf_moe_mla(const hf_ctx *x, kvp_config *c)
         uint32_t rope = 0, nope = 0;
         if ((rc = hf_need(x, "qk_rope_head_dim", &rope)) < 0 || (rc = hf_uint(x, "qk_nope_head_dim", &nope)) < 0)
             return rc;
+        /* 0 would read back from a KVP CONFIG record as "all of head_dim" */
+        if (rope == 0)
+            return kvp_err_set(x->err, KVP_EFORMAT, "%s: qk_rope_head_dim: must not be 0", x->path);
         c->rope_head_dim_mla = c->rope_dim = rope;
         if (nope)
             c->head_dim = nope + rope;
@@ -173,6 +176,9 @@ static int hf_fill(const hf_ctx *x, kvp_config *c)
         return rc;
     if (rc == 0 && partial > 0 && partial < 1)
         c->rope_dim = (uint32_t)(c->head_dim * partial);
+    if (c->rope_dim == 0 && c->head_dim) /* 0 would read back as "all of head_dim" */
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: partial_rotary_factor: %g rotates none of the %u head dims",
+                           x->path, partial, c->head_dim);
     if ((rc = hf_rope_scaling(x, c)) < 0 || (rc = hf_moe_mla(x, c)) < 0)
         return rc;
 
@@ -197,6 +203,16 @@ static int hf_fill(const hf_ctx *x, kvp_config *c)
     return 0;
 }
 
+int kvp_config_from_hf_json(kvp_config *c, const kvp_json *j, const char *name, kvp_err *err)
+{
+    kvp_config_init(c);
+    const char *src = name ? name : "config.json";
+    if (!j || j->type != KVP_JSON_OBJECT)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: expected a JSON object at the top", src);
+    hf_ctx x = {j, src, err};
+    return hf_fill(&x, c);
+}
+
 int kvp_config_from_hf(kvp_config *c, const char *path, kvp_err *err)
 {
     kvp_config_init(c);
@@ -212,12 +228,7 @@ int kvp_config_from_hf(kvp_config *c, const char *path, kvp_err *err)
     int rc = kvp_json_parse_file(&j, file, HF_CONFIG_MAX, err);
     if (rc)
         return rc;
-    if (j->type != KVP_JSON_OBJECT) {
-        rc = kvp_err_set(err, KVP_EFORMAT, "%s: expected a JSON object at the top", file);
-    } else {
-        hf_ctx x = {j, file, err};
-        rc = hf_fill(&x, c);
-    }
+    rc = kvp_config_from_hf_json(c, j, file, err);
     kvp_json_free(j);
     return rc;
 }

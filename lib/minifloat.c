@@ -230,10 +230,21 @@ void kvp_fp8_row_impl(int impl, int e5m2, int sat, const float *x, uint8_t *d, i
         e4m3_row_c(x, d, n, sat);
 }
 
+#if KVP_X86_SIMD
+#include <cpuid.h>
+/* F16C from CPUID leaf 1 (ECX bit 29): clang before 15 does not know
+ * __builtin_cpu_supports("f16c"), and the fuzz build uses clang. */
+static int cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 int kvp_have_avx2(void)
 {
 #if KVP_X86_SIMD
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 #else
     return 0;
 #endif

@@ -222,8 +222,11 @@ int64_t kvp_dtype_row_bytes(uint32_t t, int64_t n)
     if (!tr || n < 0)
         return -1;
     if (tr->block_size == 2 && !tr->is_quantized) /* packed 4-bit scalars */
-        return (n + 1) / 2;
+        return n / 2 + (n & 1);
     if (n % tr->block_size)
+        return -1;
+    /* n may come from a file: refuse a byte count that does not fit. */
+    if (n / tr->block_size > INT64_MAX / tr->block_bytes)
         return -1;
     return n / tr->block_size * tr->block_bytes;
 }

@@ -134,7 +134,10 @@ static int tj_merges(kvp_meta *m, const kvp_json *model, const char *src, kvp_er
     for (size_t i = 0; rc == 0 && i < mg->n; i++) {
         const kvp_json *e = &mg->items[i];
         if (e->type == KVP_JSON_STRING) {
-            s[i] = strdup(e->str);
+            /* not strdup: a merge may hold "\u0000", and lens[i] counts past it */
+            s[i] = malloc(e->len + 1);
+            if (s[i])
+                memcpy(s[i], e->str, e->len + 1);
             lens[i] = e->len;
         } else if (e->type == KVP_JSON_ARRAY && e->n == 2 && e->items[0].type == KVP_JSON_STRING &&
                    e->items[1].type == KVP_JSON_STRING) {
@@ -304,7 +307,10 @@ static int tj_fill(kvp_meta *m, const kvp_json *root, const char *src, tj_vocab 
                     kvp_meta_set_arr(m, "tokenizer.ggml.token_type", KVP_META_ARR_I32, v->type, v->n) < 0))
         rc = kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", src);
     for (uint64_t i = 0; i < v->n; i++)
-        free(pad[i]);
+        if (pad[i]) { /* the copy in m is kept; v must not point at freed text */
+            free(pad[i]);
+            v->text[i] = NULL;
+        }
     free(pad);
     if (rc < 0)
         return rc;

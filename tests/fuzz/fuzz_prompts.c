@@ -1,0 +1,49 @@
+/* fuzz_prompts.c - libFuzzer harness: the prompts file reader (JSON Lines of
+ * {"id","prompt"} or {"messages":[...]}, or one plain text) with ChatML
+ * rendering on.  It takes a path, so each input goes to one scratch file
+ * (removed at exit).  Every prompt accepted must be a NUL-terminated string
+ * of the length it claims. */
+#define _POSIX_C_SOURCE 200809L
+#include "prompts.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static char path[300];
+
+static void cleanup(void) { unlink(path); }
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!path[0]) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(path, sizeof path, "%s/kvp-fuzz-prompts-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        int fd = mkstemp(path);
+        if (fd < 0)
+            abort();
+        close(fd);
+        atexit(cleanup);
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
+        abort();
+    for (int chat = 0; chat <= 1; chat++) {
+        kvp_prompts ps;
+        kvp_prompts_init(&ps, chat ? KVP_CHAT_CHATML : KVP_CHAT_NONE, chat ? "be brief" : NULL);
+        kvp_err err = {0};
+        if (kvp_prompts_read_file(&ps, path, &err) == 0) {
+            for (size_t i = 0; i < ps.n; i++)
+                if (!ps.p[i].text || !ps.p[i].label || ps.p[i].text[ps.p[i].len] != '\0')
+                    abort();
+        } else if (err.code >= 0 || !err.msg[0]) {
+            abort(); /* a failure must carry a code and a message */
+        }
+        kvp_prompts_free(&ps);
+    }
+    return 0;
+}

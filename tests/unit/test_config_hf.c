@@ -1,0 +1,97 @@
+/* test_config_hf.c - kvp_config_from_hf_json (config.json already parsed):
+ * the same config as the path form, and the inputs the fuzzer found that
+ * were accepted but did not survive the trip through a KVP CONFIG record. */
+#include "config.h"
+#include "json.h"
+#include "unit.h"
+
+#include <stdlib.h>
+
+static int from_text(kvp_config *c, const char *text, kvp_err *err)
+{
+    kvp_json *j;
+    int rc = kvp_json_parse(&j, text, strlen(text), "t.json", err);
+    if (rc)
+        return rc;
+    rc = kvp_config_from_hf_json(c, j, "t.json", err);
+    kvp_json_free(j);
+    return rc;
+}
+
+/* to_meta then from_meta gives back the fields the engine uses. */
+static int round_trips(const kvp_config *c)
+{
+    kvp_meta m;
+    kvp_meta_init(&m);
+    kvp_config b;
+    kvp_err err = {0};
+    int ok = kvp_config_to_meta(c, &m) == 0 && kvp_config_from_meta(&b, &m, "rt", &err) == 0 &&
+             b.n_layer == c->n_layer && b.head_dim == c->head_dim && b.rope_dim == c->rope_dim &&
+             b.n_head_kv == c->n_head_kv && b.kv_lora_rank == c->kv_lora_rank && b.rope_type == c->rope_type;
+    kvp_meta_free(&m);
+    return ok;
+}
+
+static void test_same_as_path(void)
+{
+    const char *dir = getenv("KVP_TESTS");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/golden/tiny-st/config.json", dir ? dir : "tests");
+    kvp_config a, b;
+    kvp_err err = {0};
+    kvp_json *j;
+    CHECK(kvp_config_from_hf(&a, path, &err) == 0);
+    CHECK(kvp_json_parse_file(&j, path, 1 << 20, &err) == 0);
+    CHECK(kvp_config_from_hf_json(&b, j, path, &err) == 0);
+    kvp_json_free(j);
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+    CHECK_EQ_U64(b.n_embd, 8);
+    CHECK(round_trips(&b));
+}
+
+static void test_not_object(void)
+{
+    kvp_config c;
+    kvp_err err = {0};
+    CHECK(from_text(&c, "[1, 2]", &err) == KVP_EFORMAT);
+    CHECK(strstr(err.msg, "t.json: expected a JSON object") != NULL);
+    CHECK(kvp_config_from_hf_json(&c, NULL, NULL, &err) == KVP_EFORMAT);
+}
+
+/* Found by fuzz_hfconfig: an MLA config with qk_rope_head_dim 0 was
+ * accepted with rope_dim 0, which a KVP CONFIG record reads back as "all of
+ * head_dim"; likewise a partial_rotary_factor that rotates no dimension. */
+static void test_fuzz_regressions(void)
+{
+    kvp_config c;
+    kvp_err err = {0};
+    const char *mla = "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                      "\"num_attention_heads\": 4, \"kv_lora_rank\": 32, \"qk_rope_head_dim\": 0, "
+                      "\"qk_nope_head_dim\": 16}";
+    CHECK(from_text(&c, mla, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "qk_rope_head_dim") != NULL, "%s", err.msg);
+    const char *phi = "{\"model_type\": \"phi\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                      "\"num_attention_heads\": 4, \"partial_rotary_factor\": 0.001}";
+    CHECK(from_text(&c, phi, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "partial_rotary_factor") != NULL, "%s", err.msg);
+    /* the valid neighbours still load and round-trip */
+    const char *mla_ok = "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                         "\"num_attention_heads\": 4, \"kv_lora_rank\": 32, \"qk_rope_head_dim\": 8, "
+                         "\"qk_nope_head_dim\": 16}";
+    CHECK(from_text(&c, mla_ok, &err) == 0);
+    CHECK_EQ_U64(c.rope_dim, 8);
+    CHECK(round_trips(&c));
+    const char *phi_ok = "{\"model_type\": \"phi\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                         "\"num_attention_heads\": 4, \"partial_rotary_factor\": 0.5}";
+    CHECK(from_text(&c, phi_ok, &err) == 0);
+    CHECK_EQ_U64(c.rope_dim, 8);
+    CHECK(round_trips(&c));
+}
+
+int main(void)
+{
+    test_same_as_path();
+    test_not_object();
+    test_fuzz_regressions();
+    return unit_done();
+}
