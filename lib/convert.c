@@ -17,7 +17,6 @@
 
 #define TOKENIZER_JSON_MAX (UINT64_C(256) << 20) /* bytes of tokenizer.json we read */
 
-static const uint8_t kvp_magic[4] = {0x89, 'K', 'V', 'P'};
 
 /* ---- names and defaults ---- */
 
@@ -418,28 +417,10 @@ out:
 
 static int detect(const char *path, int *format, kvp_err *err)
 {
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) {
-        *format = KVP_CONVERT_SAFETENSORS;
-        return 0;
-    }
-    if (!S_ISREG(sb.st_mode))
-        return kvp_err_set(err, KVP_EINVAL, "%s: not a regular file (a model is read from a file, not a pipe)", path);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
-    uint8_t head[4] = {0};
-    size_t n = fread(head, 1, sizeof head, f);
-    fclose(f);
-    if (n == 4 && memcmp(head, "GGUF", 4) == 0)
-        *format = KVP_CONVERT_GGUF;
-    else if (n == 4 && memcmp(head, kvp_magic, 4) == 0)
-        *format = KVP_CONVERT_KVP;
-    else
-        *format = KVP_CONVERT_SAFETENSORS; /* its reader names what is wrong */
-    return 0;
+    int kind, rc = kvp_file_kind_of(path, &kind, err);
+    if (rc == 0)
+        *format = kind == KVP_FILE_GGUF ? KVP_CONVERT_GGUF : kind == KVP_FILE_KVP ? KVP_CONVERT_KVP : KVP_CONVERT_SAFETENSORS;
+    return rc;
 }
 
 int kvp_convert_open(kvp_convert **out, const char *path, kvp_err *err)

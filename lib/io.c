@@ -71,6 +71,28 @@ int kvp_in_open(kvp_in *in, const char *path, kvp_err *err)
     return rc;
 }
 
+int kvp_file_kind_of(const char *path, int *kind, kvp_err *err)
+{
+    static const uint8_t kvp_magic[4] = {0x89, 'K', 'V', 'P'};
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
+    *kind = KVP_FILE_SAFETENSORS;
+    if (S_ISDIR(sb.st_mode))
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
+    uint8_t head[4] = {0};
+    ssize_t n = read(fd, head, sizeof head);
+    close(fd);
+    if (n == 4 && memcmp(head, "GGUF", 4) == 0)
+        *kind = KVP_FILE_GGUF;
+    else if (n == 4 && memcmp(head, kvp_magic, 4) == 0)
+        *kind = KVP_FILE_KVP;
+    return 0;
+}
+
 void kvp_in_unmap(kvp_in *in)
 {
     if (!in->map)

@@ -46,6 +46,15 @@ void kvp_in_close(kvp_in *in);
  * NUL-terminated for convenience (not counted in *len).  Free with free(). */
 int kvp_read_file(const char *path, uint64_t max, uint8_t **data, size_t *len, kvp_err *err);
 
+/* What kind of model input a path is, from its first bytes (never its name). */
+enum kvp_file_kind {
+    KVP_FILE_GGUF = 1,        /* "GGUF" magic */
+    KVP_FILE_KVP = 2,         /* the KVP stream magic */
+    KVP_FILE_SAFETENSORS = 3, /* anything else, or a folder: the safetensors reader names what is wrong */
+};
+/* Sets *kind for path; 0, or KVP_EIO naming the path when it cannot be read. */
+int kvp_file_kind_of(const char *path, int *kind, kvp_err *err);
+
 typedef struct kvp_out {
     int fd;
     int is_stdout;

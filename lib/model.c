@@ -465,27 +465,10 @@ static int check_config(const kvp_model *m, kvp_err *err)
 /* GGUF, KVP or HF, from the first bytes (a folder is HF). */
 static int detect(const char *path, int *format, kvp_err *err)
 {
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) {
-        *format = KVP_MODEL_HF;
-        return 0;
-    }
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
-    uint8_t head[4] = {0};
-    size_t n = fread(head, 1, sizeof head, f);
-    fclose(f);
-    static const uint8_t kvp_magic[4] = {0x89, 'K', 'V', 'P'};
-    if (n == 4 && memcmp(head, "GGUF", 4) == 0)
-        *format = KVP_MODEL_GGUF;
-    else if (n == 4 && memcmp(head, kvp_magic, 4) == 0)
-        *format = KVP_MODEL_KVP;
-    else
-        *format = KVP_MODEL_HF; /* the safetensors reader names what is wrong */
-    return 0;
+    int kind, rc = kvp_file_kind_of(path, &kind, err);
+    if (rc == 0)
+        *format = kind == KVP_FILE_GGUF ? KVP_MODEL_GGUF : kind == KVP_FILE_KVP ? KVP_MODEL_KVP : KVP_MODEL_HF;
+    return rc;
 }
 
 static int bind_all(kvp_model *m, kvp_err *err)

@@ -12,29 +12,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "scratch.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char path[300]; /* the scratch file, "" until made */
-
-static void cleanup(void)
-{
-    unlink(path);
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!path[0]) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(path, sizeof path, "%s/kvp-fuzz-model-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-        int fd = mkstemp(path);
-        if (fd < 0)
-            abort();
-        close(fd);
-        atexit(cleanup);
-    }
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
-        abort();
+    const char *path = fuzz_scratch_write(data, size, "model");
     kvp_model *m;
     kvp_err err = {0};
     if (kvp_model_load(&m, path, &err) != 0) {

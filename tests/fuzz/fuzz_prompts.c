@@ -12,26 +12,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "scratch.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char path[300];
-
-static void cleanup(void) { unlink(path); }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!path[0]) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(path, sizeof path, "%s/kvp-fuzz-prompts-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-        int fd = mkstemp(path);
-        if (fd < 0)
-            abort();
-        close(fd);
-        atexit(cleanup);
-    }
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
-        abort();
+    const char *path = fuzz_scratch_write(data, size, "prompts");
     for (int chat = 0; chat <= 1; chat++) {
         kvp_prompts ps;
         kvp_prompts_init(&ps, chat ? KVP_CHAT_CHATML : KVP_CHAT_NONE, chat ? "be brief" : NULL);
