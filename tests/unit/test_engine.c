@@ -136,6 +136,44 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
             CHECK_NEAR(o1[t], r1[t], 1e-3 * (1 + fabs(r1[t])));
         }
     }
+    /* q8_0 tiles with extreme codes (w -128 and 127, x +-127) against an
+     * exact sum: the VNNI tile offsets x by 128 and must cancel it exactly */
+    if (fast->dot2_q8_0) {
+        uint8_t rows[2][NB * 34];
+        kvp_q8blk xe[4][NB];
+        for (int r = 0; r < 2; r++)
+            for (int b = 0; b < NB; b++) {
+                uint8_t *blk = rows[r] + b * 34;
+                kvp_put16(blk, kvp_f32_to_f16(0.5f * (float)(b + 1)));
+                for (int j = 0; j < 32; j++)
+                    blk[2 + j] = (uint8_t)(int8_t)((j + b + r) % 3 == 0 ? -128 : j % 2 ? 127 : -((j * 37 + r) % 128));
+            }
+        for (int t = 0; t < 4; t++)
+            for (int b = 0; b < NB; b++) {
+                xe[t][b].d = 1.0f / (float)(t + 2);
+                int sum = 0;
+                for (int j = 0; j < 32; j++) {
+                    int v = (j + t) % 4 == 0 ? -127 : (j + b) % 5 == 0 ? 127 : (j * 13 + t * 7 + b) % 255 - 127;
+                    xe[t][b].q[j] = (int8_t)v;
+                    sum += v;
+                }
+                xe[t][b].s = xe[t][b].d * (float)sum;
+            }
+        const kvp_q8blk *xp[4] = {xe[0], xe[1], xe[2], xe[3]};
+        float o[2][4];
+        fast->dot2_q8_0(rows[0], rows[1], xp, NB, o[0], o[1]);
+        for (int r = 0; r < 2; r++)
+            for (int t = 0; t < 4; t++) {
+                double exact = 0;
+                for (int b = 0; b < NB; b++) {
+                    long isum = 0;
+                    for (int j = 0; j < 32; j++)
+                        isum += (long)(int8_t)rows[r][b * 34 + 2 + j] * xe[t][b].q[j];
+                    exact += 0.5 * (b + 1) * (double)xe[t][b].d * (double)isum;
+                }
+                CHECK_NEAR(o[r][t], exact, 1e-5 * (1 + fabs(exact)));
+            }
+    }
     uint16_t h[N], bf[N];
     for (int i = 0; i < N; i++)
         h[i] = kvp_f32_to_f16(w[i]), bf[i] = kvp_f32_to_bf16(w[i]);
