@@ -356,59 +356,109 @@ static void cpu_kv_copy_block(kvp_backend *b, const kvp_kv_pool *kv, uint32_t ds
 typedef struct attn_ctx {
     const kvp_attn_args *a;
     const kvp_cpu_kernels *k;
-    float *scratch;          /* per thread: n_rep * (max_pos + 1) floats */
+    float *scratch;          /* per thread: see attn_scratch_floats */
     size_t per_thread;
     uint32_t n_head_kv, n_rep;
+    uint32_t tile;           /* query tokens per task */
 } attn_ctx;
 
-/* One task: one query token, one KV head and the n_rep query heads on it. */
-static void attn_task(void *ctxp, int task, int thread)
+/* Query tokens per task: enough that one K/V row read from the cache serves
+ * up to 8 queries (the kernels' width), counting the GQA heads. */
+static uint32_t attn_tile(uint32_t n_rep)
 {
-    attn_ctx *c = ctxp;
+    uint32_t t = n_rep >= 8 ? 1 : 8 / n_rep;
+    return t ? t : 1;
+}
+
+/* Scratch for one task of nqt = tile * n_rep queries: scores [nqt][n_pos]
+ * plus packed queries and outputs, [nqt][head_dim] each. */
+static size_t attn_scratch_floats(uint32_t nqt, uint32_t n_pos, uint32_t hd)
+{
+    return (size_t)nqt * n_pos + 2 * (size_t)nqt * hd;
+}
+
+/* Tokens tok[0..nt) of one sequence against KV head g: the n_rep query heads
+ * of each token are packed side by side, so each K and V row is loaded once
+ * for all nt * n_rep queries.  A query sees positions 0..pos (causal): keys
+ * past that are scored but get weight 0, which leaves its sum unchanged. */
+static void attn_run(const attn_ctx *c, const uint32_t *tok, uint32_t nt, uint32_t g, float *sc)
+{
     const kvp_attn_args *a = c->a;
     const kvp_kv_pool *kv = a->kv;
-    uint32_t t = (uint32_t)task / c->n_head_kv, g = (uint32_t)task % c->n_head_kv;
-    uint32_t hd = kv->head_dim, bs = kv->block_size, n_pos = (uint32_t)a->pos[t] + 1;
-    const uint32_t *table = a->tables[a->tok_seq[t]];
+    uint32_t hd = kv->head_dim, bs = kv->block_size, nq = nt * c->n_rep, n_pos = 0;
+    uint32_t lim[8]; /* per token (nt <= 8): its n_pos */
+    const uint32_t *table = a->tables[a->tok_seq[tok[0]]];
     const uint8_t *base = kv->base;
-    float *sc = c->scratch + (size_t)thread * c->per_thread; /* [n_rep][n_pos] */
-    const float *q = a->q + ((size_t)t * a->n_head + (size_t)g * c->n_rep) * hd;
-    float *out = a->out + ((size_t)t * a->n_head + (size_t)g * c->n_rep) * hd;
+    for (uint32_t i = 0; i < nt; i++) {
+        uint32_t np = (uint32_t)a->pos[tok[i]] + 1;
+        n_pos = np > n_pos ? np : n_pos;
+        lim[i] = np;
+    }
+    float *qp = sc + (size_t)nq * n_pos, *op = qp + (size_t)nq * hd; /* [nq][hd] each */
+    for (uint32_t i = 0; i < nt; i++)
+        memcpy(qp + (size_t)i * c->n_rep * hd, a->q + ((size_t)tok[i] * a->n_head + (size_t)g * c->n_rep) * hd,
+               (size_t)c->n_rep * hd * sizeof(float));
 
-    /* query heads sharing this KV head go through together, up to 8 at once */
     for (uint32_t p = 0; p < n_pos; p++) {
         const void *kp = base + kv_off(kv, table[p / bs], a->layer, 0, g, p % bs);
-        for (uint32_t r0 = 0; r0 < c->n_rep; r0 += 8) {
-            uint32_t nq = c->n_rep - r0 < 8 ? c->n_rep - r0 : 8;
+        for (uint32_t r0 = 0; r0 < nq; r0 += 8) {
+            uint32_t n = nq - r0 < 8 ? nq - r0 : 8;
             float d[8];
-            c->k->dot_kv(kv->dtype, kp, q + (size_t)r0 * hd, hd, nq, d);
-            for (uint32_t r = 0; r < nq; r++)
+            c->k->dot_kv(kv->dtype, kp, qp + (size_t)r0 * hd, hd, n, d);
+            for (uint32_t r = 0; r < n; r++)
                 sc[(size_t)(r0 + r) * n_pos + p] = d[r] * a->scale;
         }
     }
-    for (uint32_t r = 0; r < c->n_rep; r++) {
+    for (uint32_t r = 0; r < nq; r++) {
         float *s = sc + (size_t)r * n_pos, mx = -INFINITY, sum = 0;
-        for (uint32_t p = 0; p < n_pos; p++)
+        uint32_t np = lim[r / c->n_rep];
+        for (uint32_t p = 0; p < np; p++)
             mx = s[p] > mx ? s[p] : mx;
-        for (uint32_t p = 0; p < n_pos; p++) {
+        for (uint32_t p = 0; p < np; p++) {
             s[p] = expf(s[p] - mx);
             sum += s[p];
         }
         float inv = 1.0f / sum;
-        for (uint32_t p = 0; p < n_pos; p++)
+        for (uint32_t p = 0; p < np; p++)
             s[p] *= inv;
-        memset(out + (size_t)r * hd, 0, hd * sizeof(float));
+        for (uint32_t p = np; p < n_pos; p++)
+            s[p] = 0;
     }
+    memset(op, 0, (size_t)nq * hd * sizeof(float));
     for (uint32_t p = 0; p < n_pos; p++) {
         const void *vp = base + kv_off(kv, table[p / bs], a->layer, 1, g, p % bs);
-        for (uint32_t r0 = 0; r0 < c->n_rep; r0 += 8) {
-            uint32_t nq = c->n_rep - r0 < 8 ? c->n_rep - r0 : 8;
+        for (uint32_t r0 = 0; r0 < nq; r0 += 8) {
+            uint32_t n = nq - r0 < 8 ? nq - r0 : 8;
             float w[8];
-            for (uint32_t r = 0; r < nq; r++)
+            for (uint32_t r = 0; r < n; r++)
                 w[r] = sc[(size_t)(r0 + r) * n_pos + p];
-            c->k->axpy_kv(kv->dtype, out + (size_t)r0 * hd, w, vp, hd, nq);
+            c->k->axpy_kv(kv->dtype, op + (size_t)r0 * hd, w, vp, hd, n);
         }
     }
+    for (uint32_t i = 0; i < nt; i++)
+        memcpy(a->out + ((size_t)tok[i] * a->n_head + (size_t)g * c->n_rep) * hd, op + (size_t)i * c->n_rep * hd,
+               (size_t)c->n_rep * hd * sizeof(float));
+}
+
+/* One task: a tile of consecutive query tokens and one KV head; tokens of
+ * the tile that belong to different sequences go through in separate runs. */
+static void attn_task(void *ctxp, int task, int thread)
+{
+    attn_ctx *c = ctxp;
+    const kvp_attn_args *a = c->a;
+    uint32_t tile = (uint32_t)task / c->n_head_kv, g = (uint32_t)task % c->n_head_kv;
+    uint32_t t0 = tile * c->tile, t1 = t0 + c->tile < a->n_tok ? t0 + c->tile : a->n_tok;
+    float *sc = c->scratch + (size_t)thread * c->per_thread;
+    uint32_t tok[8], nt = 0; /* c->tile <= 8 */
+    for (uint32_t t = t0; t < t1; t++) {
+        if (nt && a->tok_seq[t] != a->tok_seq[tok[0]]) {
+            attn_run(c, tok, nt, g, sc);
+            nt = 0;
+        }
+        tok[nt++] = t;
+    }
+    if (nt)
+        attn_run(c, tok, nt, g, sc);
 }
 
 static int cpu_attention(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
@@ -416,10 +466,11 @@ static int cpu_attention(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
     cpu_impl *im = impl_of(b);
     attn_ctx c = {.a = a, .k = im->k, .n_head_kv = a->kv->n_head_kv};
     c.n_rep = a->n_head / c.n_head_kv;
+    c.tile = attn_tile(c.n_rep);
     int32_t max_pos = 0;
     for (uint32_t t = 0; t < a->n_tok; t++)
         max_pos = a->pos[t] > max_pos ? a->pos[t] : max_pos;
-    c.per_thread = (size_t)c.n_rep * ((size_t)max_pos + 1);
+    c.per_thread = attn_scratch_floats(c.tile * c.n_rep, (uint32_t)max_pos + 1, a->kv->head_dim);
     size_t have = im->att_per_thread * (size_t)im->n_threads * sizeof(float);
     if (c.per_thread > im->att_per_thread) {
         void *p = im->att;
@@ -430,7 +481,8 @@ static int cpu_attention(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
     }
     c.scratch = im->att;
     c.per_thread = im->att_per_thread;
-    kvp_threadpool_run(im->pool, attn_task, &c, (int)(a->n_tok * c.n_head_kv));
+    uint32_t n_tiles = (a->n_tok + c.tile - 1) / c.tile;
+    kvp_threadpool_run(im->pool, attn_task, &c, (int)(n_tiles * c.n_head_kv));
     return 0;
 }
 

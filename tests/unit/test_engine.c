@@ -1130,6 +1130,117 @@ static void test_smollm2(void)
     rig_close(&r);
 }
 
+/* ---- attention: tiled/GQA-packed CPU path against a scalar reference ---- */
+
+/* Two sequences in one call, the first a causal chunk at positions 5..11
+ * (with history 0..4 in the cache), the second a fresh chunk 0..4, so the
+ * backend's token tiles cross a sequence boundary; block tables scattered.
+ * K/V values are rounded to the pool dtype first so only summation order
+ * separates the backend from the double-precision reference. */
+static void test_attention_one(int kv_dtype, uint32_t n_head_kv, uint32_t n_rep, unsigned flags)
+{
+    enum { HD = 36, BS = 4, NB = 8, NL = 2, NSEQ = 2, MAXP = 12 };
+    const uint32_t lo[NSEQ] = {5, 0}, hi[NSEQ] = {12, 5}; /* query positions [lo, hi) */
+    const uint32_t tab0[] = {3, 0, 5}, tab1[] = {1, 6};
+    const uint32_t *tables[NSEQ] = {tab0, tab1};
+    uint32_t n_head = n_head_kv * n_rep, row = n_head_kv * HD;
+    size_t es = kv_dtype == KVP_DTYPE_F32 ? 4 : 2;
+    kvp_err err = {0};
+    kvp_backend *be;
+    if (kvp_backend_cpu_create(&be, 2, flags, &err) < 0) {
+        CHECK_MSG(0, "backend: %s", err.msg);
+        return;
+    }
+    kvp_kv_pool kv = {.dtype = kv_dtype, .n_blocks = NB, .block_size = BS, .n_layer = NL, .n_head_kv = n_head_kv,
+                      .head_dim = HD};
+    kv.block_bytes = (uint64_t)NL * 2 * n_head_kv * BS * HD * es;
+    kv.base = be->ops->alloc(be, (size_t)NB * kv.block_bytes);
+    float *k = calloc((size_t)NSEQ * MAXP * row, sizeof(float)), *v = calloc((size_t)NSEQ * MAXP * row, sizeof(float));
+    uint32_t n_tok = 0;
+    for (int s = 0; s < NSEQ; s++)
+        n_tok += hi[s] - lo[s];
+    float *q = malloc((size_t)n_tok * n_head * HD * sizeof(float));
+    float *out = malloc((size_t)n_tok * n_head * HD * sizeof(float));
+    int32_t pos[MAXP * NSEQ];
+    uint32_t seq[MAXP * NSEQ];
+    CHECK(kv.base && k && v && q && out);
+    if (!kv.base || !k || !v || !q || !out)
+        goto done;
+    for (size_t i = 0; i < (size_t)NSEQ * MAXP * row; i++) {
+        k[i] = frand();
+        v[i] = frand();
+        if (kv_dtype == KVP_DTYPE_F16) {
+            k[i] = kvp_f16_to_f32(kvp_f32_to_f16(k[i]));
+            v[i] = kvp_f16_to_f32(kvp_f32_to_f16(v[i]));
+        }
+    }
+    for (size_t i = 0; i < (size_t)n_tok * n_head * HD; i++)
+        q[i] = 2 * frand(); /* sharper softmax than uniform */
+    /* store all positions 0..hi of each sequence in layer 1 */
+    for (uint32_t s = 0, t = 0; s < NSEQ; s++) {
+        for (uint32_t p = 0; p < hi[s]; p++) {
+            uint32_t slot = tables[s][p / BS] * BS + p % BS;
+            const float *kr = k + ((size_t)s * MAXP + p) * row, *vr = v + ((size_t)s * MAXP + p) * row;
+            be->ops->kv_store(be, &kv, 1, kr, vr, 1, &slot);
+        }
+        for (uint32_t p = lo[s]; p < hi[s]; p++, t++) {
+            pos[t] = (int32_t)p;
+            seq[t] = s;
+        }
+    }
+    kvp_attn_args a = {.q = q, .out = out, .n_tok = n_tok, .n_head = n_head, .layer = 1,
+                       .scale = 1.0f / sqrtf((float)HD), .pos = pos, .tok_seq = seq, .tables = tables, .kv = &kv};
+    CHECK_MSG(be->ops->attention(be, &a, &err) == 0, "%s", err.msg);
+    double worst = 0;
+    for (uint32_t t = 0; t < n_tok; t++)
+        for (uint32_t h = 0; h < n_head; h++) {
+            const float *qh = q + ((size_t)t * n_head + h) * HD;
+            uint32_t g = h / n_rep, np = (uint32_t)pos[t] + 1;
+            double sc[MAXP], mx = -1e300, sum = 0;
+            for (uint32_t p = 0; p < np; p++) {
+                const float *kr = k + ((size_t)seq[t] * MAXP + p) * row + (size_t)g * HD;
+                double d = 0;
+                for (uint32_t i = 0; i < HD; i++)
+                    d += (double)qh[i] * kr[i];
+                sc[p] = d * a.scale;
+                mx = sc[p] > mx ? sc[p] : mx;
+            }
+            for (uint32_t p = 0; p < np; p++)
+                sum += sc[p] = exp(sc[p] - mx);
+            for (uint32_t i = 0; i < HD; i++) {
+                double ref = 0;
+                for (uint32_t p = 0; p < np; p++)
+                    ref += sc[p] / sum * v[((size_t)seq[t] * MAXP + p) * row + (size_t)g * HD + i];
+                double e = fabs(out[((size_t)t * n_head + h) * HD + i] - ref);
+                worst = e > worst ? e : worst;
+            }
+        }
+    CHECK_MSG(worst < 1e-5, "attention kv %d heads %u/%u flags %u: worst error %g", kv_dtype, n_head, n_head_kv,
+              flags, worst);
+done:
+    if (kv.base)
+        be->ops->release(be, kv.base);
+    free(k);
+    free(v);
+    free(q);
+    free(out);
+    be->ops->destroy(be);
+}
+
+static void test_attention(void)
+{
+    const int dts[] = {KVP_DTYPE_F32, KVP_DTYPE_F16};
+    const uint32_t reps[] = {1, 3, 9};
+    uint64_t saved = rng_state; /* later tests keep their own random data */
+    for (int d = 0; d < 2; d++)
+        for (int r = 0; r < 3; r++)
+            for (unsigned fl = 0; fl < 2; fl++) {
+                test_attention_one(dts[d], 2, reps[r], fl);
+                test_attention_one(dts[d], 1, reps[r], fl);
+            }
+    rng_state = saved;
+}
+
 int main(void)
 {
     char dir[] = "/tmp/kvp-test-engine.XXXXXX";
@@ -1138,6 +1249,7 @@ int main(void)
         return unit_done();
     }
     test_kernels();
+    test_attention();
     test_tiny(dir, KVP_DTYPE_F32, 0, 4, 4, KVP_DTYPE_F32, 1e-4);
     test_tiny(dir, KVP_DTYPE_F16, 1, 4, 2, KVP_DTYPE_F32, 1e-4);
     test_tiny(dir, KVP_DTYPE_BF16, 0, 4, 1, KVP_DTYPE_BF16, 0.1);
