@@ -6,7 +6,7 @@
 run prefill -m x.gguf --resume "$T/none.kvp" -f "$T/p.jsonl"
 expect_status 2 "--resume with -f is a usage error"
 
-M=${KVP_MODEL:-${KVPIPE_CACHE:-$HOME/.cache/kvpipe}/SmolLM2-135M-Instruct.Q4_1.gguf}
+M="$KVP_MODEL"
 if [ ! -f "$M" ]; then
     echo "note: $M absent (scripts/fetch-model); skipping the model tests"
     done_testing

@@ -124,7 +124,7 @@ usage_case prefill "an extra argument" "unexpected argument" prefill -m "$T/x.gg
 usage_case decode "two KV streams" "more than one" decode -m "$T/x.gguf" a.kvp b.kvp
 usage_case decode "a KV stream with prompts" "at once" decode -m "$T/x.gguf" -p a "$T/s.kvp"
 
-M="${KVPIPE_MODELS:-$HOME/.cache/kvpipe}/SmolLM2-135M-Instruct.Q4_1.gguf"
+M="$KVP_MODEL"
 if [ ! -f "$M" ]; then
     echo "note: $M absent (scripts/fetch-model): prefill/decode input errors on the model skipped"
     done_testing

@@ -34,7 +34,7 @@ expect_field kv_bytes 549755813888 "... and 549,755,813,888 at batch 128"
 # ---- bytes per token, each family ----
 run kvcalc -m smollm2-135m --json
 expect_field kv_bytes_per_token 23040 "SmolLM2-135M preset: 23,040 B/token"
-gguf=${KVPIPE_MODELS:-$HOME/.cache/kvpipe}/SmolLM2-135M-Instruct.Q4_1.gguf
+gguf="$KVP_MODEL"
 if [ -f "$gguf" ]; then
     run kvcalc -m "$gguf" --json
     expect_status 0 "SmolLM2 GGUF reads"

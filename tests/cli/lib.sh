@@ -7,6 +7,8 @@
 set -u
 : "${KVP_BIN:?}"
 PATH="$KVP_BIN:$PATH"
+# The real test model (tests/run sets it; the same rule when run by hand).
+KVP_MODEL=${KVP_MODEL:-${KVPIPE_MODELS:-$HOME/.cache/kvpipe}/SmolLM2-135M-Instruct.Q4_1.gguf}
 export PATH
 T_PASS=0
 T_FAIL=0

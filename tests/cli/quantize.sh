@@ -168,7 +168,7 @@ expect_err_has "use --kv" "the error points at --kv"
 
 # ---- the real model (SmolLM2-135M-Instruct Q4_1), when cached ----
 
-M="${KVPIPE_MODELS:-$HOME/.cache/kvpipe}/SmolLM2-135M-Instruct.Q4_1.gguf"
+M="$KVP_MODEL"
 if [ ! -f "$M" ]; then
     echo "note: $M absent (scripts/fetch-model): SmolLM2 conversions skipped"
 else

@@ -229,13 +229,7 @@ static void test_from_hf(void)
 
 static void test_real_model(void)
 {
-    const char *dir = getenv("KVPIPE_MODELS");
-    const char *home = getenv("HOME");
-    char path[4096];
-    if (dir && *dir)
-        snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    else
-        snprintf(path, sizeof path, "%s/.cache/kvpipe/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    const char *path = unit_model_path();
     if (access(path, R_OK) != 0) {
         printf("note: %s absent, real-model checks skipped (scripts/fetch-model makes it present)\n", path);
         return;

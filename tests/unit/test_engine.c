@@ -991,21 +991,6 @@ static void test_kvp_models(const char *dir)
 
 /* ---- SmolLM2 against llama.cpp ---- */
 
-static const char *model_path(void)
-{
-    static char buf[1024];
-    const char *p = getenv("KVP_MODEL");
-    if (p && *p)
-        return p;
-    const char *home = getenv("KVPIPE_CACHE");
-    if (home && *home)
-        snprintf(buf, sizeof buf, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", home);
-    else
-        snprintf(buf, sizeof buf, "%s/.cache/kvpipe/SmolLM2-135M-Instruct.Q4_1.gguf",
-                 getenv("HOME") ? getenv("HOME") : ".");
-    return buf;
-}
-
 /* Read "key N v v v ..." lines of the golden file. */
 static int read_ids(FILE *f, const char *key, uint32_t *ids, uint32_t max)
 {
@@ -1024,7 +1009,7 @@ static void test_smollm2(void)
     const char *tests = getenv("KVP_TESTS") ? getenv("KVP_TESTS") : "tests";
     char gpath[1024];
     snprintf(gpath, sizeof gpath, "%s/golden/engine_smollm2.txt", tests);
-    const char *mpath = model_path();
+    const char *mpath = unit_model_path();
     FILE *f = fopen(gpath, "r");
     if (access(mpath, R_OK) != 0 || !f) {
         printf("note: skipping the SmolLM2 comparison (%s or %s absent; run scripts/fetch-model)\n", mpath, gpath);

@@ -442,13 +442,7 @@ static void test_pipe(void)
 
 static void test_real_model(void)
 {
-    const char *dir = getenv("KVPIPE_MODELS");
-    char path[4096];
-    const char *home = getenv("HOME");
-    if (dir && *dir)
-        snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    else
-        snprintf(path, sizeof path, "%s/.cache/kvpipe/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    const char *path = unit_model_path();
     if (access(path, R_OK) != 0) {
         printf("note: %s absent, real-model checks skipped (scripts/fetch-model makes it present)\n", path);
         return;

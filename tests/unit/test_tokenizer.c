@@ -4,7 +4,7 @@
  *
  * Goldens: tok_llama_spm.txt runs always (its vocabulary is committed as
  * tok_llama_spm_vocab.bin); tok_smollm2.txt needs the SmolLM2 GGUF
- * ($KVP_SMOLLM2_GGUF or the scripts/fetch-model cache) and tok_llama3.txt
+ * ($KVP_MODEL, set by tests/run) and tok_llama3.txt
  * llama.cpp's Llama-3 vocabulary in the cache; each skips with a note when
  * its file is absent. */
 #include "chat.h"
@@ -264,12 +264,7 @@ static void test_long_inputs(const kvp_tokenizer *t)
 
 static void test_smollm2(void)
 {
-    char path[1024];
-    const char *env = getenv("KVP_SMOLLM2_GGUF");
-    if (env && *env)
-        snprintf(path, sizeof path, "%s", env);
-    else
-        path_in(path, sizeof path, "KVPIPE_MODELS", ".cache/kvpipe", "SmolLM2-135M-Instruct.Q4_1.gguf");
+    const char *path = unit_model_path();
     kvp_gguf g;
     kvp_tokenizer *t = load_gguf(path, &g, NULL);
     if (!t) {

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int unit_passed, unit_failed;
@@ -57,6 +58,22 @@ static int unit_passed, unit_failed;
         CHECK_MSG(a_ - b_ <= (tol) && b_ - a_ <= (tol), "%.9g != %.9g (tol %g)", a_, b_,          \
                   (double)(tol));                                                                  \
     } while (0)
+
+/* The real test model, SmolLM2-135M-Instruct Q4_1.  tests/run exports
+ * KVP_MODEL (where scripts/fetch-model puts it); run by hand, the same rule:
+ * $KVPIPE_MODELS, else ~/.cache/kvpipe.  Tests that need it skip when absent. */
+static inline const char *unit_model_path(void)
+{
+    static char buf[4096];
+    const char *p = getenv("KVP_MODEL"), *dir = getenv("KVPIPE_MODELS"), *home = getenv("HOME");
+    if (p && *p)
+        return p;
+    if (dir && *dir)
+        snprintf(buf, sizeof buf, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    else
+        snprintf(buf, sizeof buf, "%s/.cache/kvpipe/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    return buf;
+}
 
 /* Closing line; the exit status tells make whether anything failed. */
 static inline int unit_done(void)
