@@ -54,23 +54,21 @@ static inline uint32_t mini_mag(uint32_t ax, int mbits, int bias)
     return q; /* q == 1 << mbits is the smallest normal: the encoding agrees */
 }
 
-uint8_t kvp_f32_to_e4m3(float f)
+/* Encode f in a 1-sign minifloat with mbits mantissa bits and exponent bias:
+ * NaN becomes `nan`; a magnitude code above `max` (the largest finite)
+ * becomes `over` (NaN or inf, or `max` itself when saturating). */
+static uint8_t mini_encode(float f, int mbits, int bias, uint32_t nan, uint32_t max, uint32_t over)
 {
     uint32_t x = f32_bits(f), ax = x & 0x7fffffffu, s = (x >> 24) & 0x80;
     if (ax > 0x7f800000u)
-        return (uint8_t)(s | 0x7f);
-    uint32_t c = mini_mag(ax, 3, 7);
-    return (uint8_t)(s | (c > 0x7e ? 0x7f : c));
+        return (uint8_t)(s | nan);
+    uint32_t c = mini_mag(ax, mbits, bias);
+    return (uint8_t)(s | (c > max ? over : c));
 }
 
-uint8_t kvp_f32_to_e4m3_sat(float f)
-{
-    uint32_t x = f32_bits(f), ax = x & 0x7fffffffu, s = (x >> 24) & 0x80;
-    if (ax > 0x7f800000u)
-        return (uint8_t)(s | 0x7f);
-    uint32_t c = mini_mag(ax, 3, 7);
-    return (uint8_t)(s | (c > 0x7e ? 0x7e : c));
-}
+/* E4M3fn: no infinities; 0x7f is NaN, so overflow is NaN unless saturating. */
+uint8_t kvp_f32_to_e4m3(float f) { return mini_encode(f, 3, 7, 0x7f, 0x7e, 0x7f); }
+uint8_t kvp_f32_to_e4m3_sat(float f) { return mini_encode(f, 3, 7, 0x7f, 0x7e, 0x7e); }
 
 float kvp_e4m3_to_f32(uint8_t b)
 {
@@ -82,23 +80,9 @@ float kvp_e4m3_to_f32(uint8_t b)
     return bits_f32(s | (e + 120) << 23 | m << 20);
 }
 
-uint8_t kvp_f32_to_e5m2(float f)
-{
-    uint32_t x = f32_bits(f), ax = x & 0x7fffffffu, s = (x >> 24) & 0x80;
-    if (ax > 0x7f800000u)
-        return (uint8_t)(s | 0x7e);
-    uint32_t c = mini_mag(ax, 2, 15);
-    return (uint8_t)(s | (c > 0x7b ? 0x7c : c));
-}
-
-uint8_t kvp_f32_to_e5m2_sat(float f)
-{
-    uint32_t x = f32_bits(f), ax = x & 0x7fffffffu, s = (x >> 24) & 0x80;
-    if (ax > 0x7f800000u)
-        return (uint8_t)(s | 0x7e);
-    uint32_t c = mini_mag(ax, 2, 15);
-    return (uint8_t)(s | (c > 0x7b ? 0x7b : c));
-}
+/* E5M2: IEEE-like; overflow is inf (0x7c) unless saturating. */
+uint8_t kvp_f32_to_e5m2(float f) { return mini_encode(f, 2, 15, 0x7e, 0x7b, 0x7c); }
+uint8_t kvp_f32_to_e5m2_sat(float f) { return mini_encode(f, 2, 15, 0x7e, 0x7b, 0x7b); }
 
 float kvp_e5m2_to_f32(uint8_t b)
 {
