@@ -109,29 +109,57 @@ static uint64_t xxh_merge(uint64_t acc, uint64_t v)
     return acc * P1 + P4;
 }
 
-uint64_t kvp_xxh64(const void *data, size_t n, uint64_t seed)
+void kvp_xxh64_init(kvp_xxh64_state *st, uint64_t seed)
 {
-    const uint8_t *p = data, *end = p + n;
-    uint64_t h;
-    if (n >= 32) {
-        uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
-        const uint8_t *limit = end - 32;
-        do {
-            v1 = xxh_round(v1, rd64(p));
-            v2 = xxh_round(v2, rd64(p + 8));
-            v3 = xxh_round(v3, rd64(p + 16));
-            v4 = xxh_round(v4, rd64(p + 24));
-            p += 32;
-        } while (p <= limit);
-        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-        h = xxh_merge(h, v1);
-        h = xxh_merge(h, v2);
-        h = xxh_merge(h, v3);
-        h = xxh_merge(h, v4);
-    } else {
-        h = seed + P5;
+    memset(st, 0, sizeof *st);
+    st->seed = seed;
+    st->v[0] = seed + P1 + P2;
+    st->v[1] = seed + P2;
+    st->v[2] = seed;
+    st->v[3] = seed - P1;
+}
+
+static void xxh_stripe(kvp_xxh64_state *st, const uint8_t *p)
+{
+    for (int i = 0; i < 4; i++)
+        st->v[i] = xxh_round(st->v[i], rd64(p + 8 * i));
+}
+
+void kvp_xxh64_update(kvp_xxh64_state *st, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    st->total += n;
+    if (st->memsize + n < 32) { /* not a whole stripe yet: keep it */
+        memcpy(st->mem + st->memsize, p, n);
+        st->memsize += (uint32_t)n;
+        return;
     }
-    h += (uint64_t)n;
+    if (st->memsize) { /* complete the stripe begun earlier */
+        size_t k = 32 - st->memsize;
+        memcpy(st->mem + st->memsize, p, k);
+        xxh_stripe(st, st->mem);
+        p += k;
+        n -= k;
+        st->memsize = 0;
+    }
+    for (; n >= 32; p += 32, n -= 32)
+        xxh_stripe(st, p);
+    memcpy(st->mem, p, n);
+    st->memsize = (uint32_t)n;
+}
+
+uint64_t kvp_xxh64_digest(const kvp_xxh64_state *st)
+{
+    uint64_t h;
+    if (st->total >= 32) {
+        h = rotl64(st->v[0], 1) + rotl64(st->v[1], 7) + rotl64(st->v[2], 12) + rotl64(st->v[3], 18);
+        for (int i = 0; i < 4; i++)
+            h = xxh_merge(h, st->v[i]);
+    } else {
+        h = st->seed + P5;
+    }
+    h += st->total;
+    const uint8_t *p = st->mem, *end = p + st->memsize;
     while (p + 8 <= end) {
         h ^= xxh_round(0, rd64(p));
         h = rotl64(h, 27) * P1 + P4;
@@ -152,4 +180,12 @@ uint64_t kvp_xxh64(const void *data, size_t n, uint64_t seed)
     h *= P3;
     h ^= h >> 32;
     return h;
+}
+
+uint64_t kvp_xxh64(const void *data, size_t n, uint64_t seed)
+{
+    kvp_xxh64_state st;
+    kvp_xxh64_init(&st, seed);
+    kvp_xxh64_update(&st, data, n);
+    return kvp_xxh64_digest(&st);
 }

@@ -20,4 +20,15 @@ uint32_t kvp_crc32c_portable(uint32_t crc, const void *p, size_t n);
 /* XXH64 of n bytes with seed (the published algorithm, same values). */
 uint64_t kvp_xxh64(const void *p, size_t n, uint64_t seed);
 
+/* The same hash fed in pieces: init, any number of updates, digest. */
+typedef struct kvp_xxh64_state {
+    uint64_t v[4], total;
+    uint8_t mem[32];
+    uint32_t memsize;
+    uint64_t seed;
+} kvp_xxh64_state;
+void kvp_xxh64_init(kvp_xxh64_state *st, uint64_t seed);
+void kvp_xxh64_update(kvp_xxh64_state *st, const void *p, size_t n);
+uint64_t kvp_xxh64_digest(const kvp_xxh64_state *st);
+
 #endif

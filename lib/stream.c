@@ -47,30 +47,23 @@ const char *kvp_kind_name(uint32_t kind)
     }
 }
 
+/* Hash the little-endian bytes so the value is the same on every host;
+ * streamed, so no block size needs a buffer. */
+static uint64_t kvblock_hash_le(uint64_t parent_hash, const uint8_t *tokens_le, uint32_t n)
+{
+    uint8_t parent[8];
+    kvp_put64(parent, parent_hash);
+    kvp_xxh64_state st;
+    kvp_xxh64_init(&st, 0);
+    kvp_xxh64_update(&st, parent, sizeof parent);
+    kvp_xxh64_update(&st, tokens_le, 4 * (size_t)n);
+    return kvp_xxh64_digest(&st);
+}
+
 uint64_t kvp_kvblock_hash(uint64_t parent_hash, const uint32_t *tokens, uint32_t n)
 {
-    /* Hash the little-endian bytes so the value is the same on every host. */
-    uint8_t stack[8 + 4 * 64];
-    uint8_t *buf = stack;
-    size_t len = 8 + 4 * (size_t)n;
-    if (len > sizeof stack && !(buf = malloc(len))) {
-        /* Fall back to chaining per token; still deterministic. */
-        uint64_t h = parent_hash;
-        for (uint32_t i = 0; i < n; i++) {
-            uint8_t t[12];
-            kvp_put64(t, h);
-            kvp_put32(t + 8, tokens[i]);
-            h = kvp_xxh64(t, sizeof t, 0);
-        }
-        return h;
-    }
-    kvp_put64(buf, parent_hash);
-    for (uint32_t i = 0; i < n; i++)
-        kvp_put32(buf + 8 + 4 * i, tokens[i]);
-    uint64_t h = kvp_xxh64(buf, len, 0);
-    if (buf != stack)
-        free(buf);
-    return h;
+    /* The host is little-endian (checked at the top), so the ids are their bytes. */
+    return kvblock_hash_le(parent_hash, (const uint8_t *)tokens, n);
 }
 
 /* ---- sizes implied by tensor descriptions ---- */
@@ -1051,13 +1044,7 @@ int kvp_kvblock_decode(const kvp_record *rec, kvp_kvblock_rec *b, const uint8_t 
     if (end != rec->data_size)
         return bad_field(rec, err, "payload size does not match data_bytes and scales_bytes");
     /* The content hash is recomputed from the tokens it names. */
-    uint32_t *ids = malloc((size_t)b->n_tokens * 4);
-    if (!ids)
-        return kvp_err_set(err, KVP_ENOMEM, "out of memory checking a KV block hash");
-    for (uint32_t i = 0; i < b->n_tokens; i++)
-        ids[i] = kvp_le32(tok + 4 * i);
-    uint64_t h = kvp_kvblock_hash(b->parent_hash, ids, b->n_tokens);
-    free(ids);
+    uint64_t h = kvblock_hash_le(b->parent_hash, tok, b->n_tokens);
     if (CRC_BAD(h, b->hash))
         return kvp_err_set(err, KVP_ECHECKSUM,
                            "record %llu (kv_block) at offset %llu: block hash %016llx does not match its tokens "

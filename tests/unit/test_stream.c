@@ -282,6 +282,24 @@ static void test_hashes(void)
     CHECK_EQ_U64(kvp_xxh64("a", 1, 0), 0xD24EC4F1A98C6E5Bull);
     CHECK_EQ_U64(kvp_xxh64("abc", 3, 0), 0x44BC2CF5AD770999ull);
     CHECK_EQ_U64(kvp_xxh64("Nobody inspects the spammish repetition", 39, 0), 0xFBCEA83C8A378BF1ull);
+    /* Fed in pieces of every size, the hash is the one-shot hash. */
+    int differ = 0;
+    for (size_t n = 0; n < 200; n += 7)
+        for (size_t piece = 1; piece <= 40; piece += 3) {
+            kvp_xxh64_state st;
+            kvp_xxh64_init(&st, 5);
+            for (size_t at = 0; at < n; at += piece)
+                kvp_xxh64_update(&st, buf + at, at + piece <= n ? piece : n - at);
+            differ += kvp_xxh64_digest(&st) != kvp_xxh64(buf, n, 5);
+        }
+    CHECK_MSG(differ == 0, "%d streamed hashes differ from one-shot", differ);
+    /* The block hash is XXH64(parent LE || token ids LE), as kvp(5) says. */
+    uint32_t toks[3] = {504, 3575, 282};
+    uint8_t raw[20];
+    kvp_put64(raw, 0x1122334455667788ull);
+    for (int i = 0; i < 3; i++)
+        kvp_put32(raw + 8 + 4 * i, toks[i]);
+    CHECK_EQ_U64(kvp_kvblock_hash(0x1122334455667788ull, toks, 3), kvp_xxh64(raw, sizeof raw, 0));
 }
 
 static void test_round_trip(int zstd)
