@@ -301,9 +301,7 @@ static void cpu_add(kvp_backend *b, float *x, const float *y, size_t n)
 
 static void cpu_silu_mul(kvp_backend *b, float *g, const float *u, size_t n)
 {
-    (void)b;
-    for (size_t i = 0; i < n; i++)
-        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    impl_of(b)->k->silu_mul(g, u, n);
 }
 
 /* ---- paged KV ---- */
@@ -359,85 +357,78 @@ typedef struct attn_ctx {
     float *scratch;          /* per thread: see attn_scratch_floats */
     size_t per_thread;
     uint32_t n_head_kv, n_rep;
-    uint32_t tile;           /* query tokens per task */
+    uint32_t tile;           /* query tokens per task, <= KVP_ATT_TILE_MAX */
 } attn_ctx;
 
-/* Query tokens per task: enough that one K/V row read from the cache serves
- * up to 8 queries (the kernels' width), counting the GQA heads. */
-static uint32_t attn_tile(uint32_t n_rep)
+/* Queries a task aims for: the kernels' lanes hold them, and every K/V
+ * block converted to f32 serves all of them. */
+#define KVP_ATT_QUERIES 48
+#define KVP_ATT_TILE_MAX 48
+
+static uint32_t attn_lanes(uint32_t nq) { return (nq + 7) & ~7u; }
+
+/* Scratch for one task of ldq query lanes over n_pos keys: queries
+ * [hd][ldq], scores [n_pos][ldq], outputs [ldq][hd], one K or V block as f32
+ * [bs][hd], and per lane its key count, max and sum. */
+static size_t attn_scratch_floats(uint32_t ldq, uint32_t n_pos, uint32_t hd, uint32_t bs)
 {
-    uint32_t t = n_rep >= 8 ? 1 : 8 / n_rep;
-    return t ? t : 1;
+    return (size_t)ldq * (2 * (size_t)hd + n_pos + 3) + (size_t)bs * hd;
 }
 
-/* Scratch for one task of nqt = tile * n_rep queries: scores [nqt][n_pos]
- * plus packed queries and outputs, [nqt][head_dim] each. */
-static size_t attn_scratch_floats(uint32_t nqt, uint32_t n_pos, uint32_t hd)
+/* K (which 0) or V (1) rows of block slot range [0, np) of KV head g at
+ * table entry blk, as f32: in place for an f32 cache, else converted. */
+static const float *attn_block(const attn_ctx *c, const uint32_t *table, uint32_t blk, uint32_t which, uint32_t g,
+                               uint32_t np, float *buf)
 {
-    return (size_t)nqt * n_pos + 2 * (size_t)nqt * hd;
+    const kvp_kv_pool *kv = c->a->kv;
+    const void *src = (const uint8_t *)kv->base + kv_off(kv, table[blk], c->a->layer, which, g, 0);
+    if (kv->dtype == KVP_DTYPE_F32)
+        return src;
+    c->k->kv_f32(kv->dtype, src, buf, np * kv->head_dim);
+    return buf;
 }
 
-/* Tokens tok[0..nt) of one sequence against KV head g: the n_rep query heads
- * of each token are packed side by side, so each K and V row is loaded once
- * for all nt * n_rep queries.  A query sees positions 0..pos (causal): keys
- * past that are scored but get weight 0, which leaves its sum unchanged. */
+/* Tokens tok[0..nt) of one sequence against KV head g.  Their nq = nt *
+ * n_rep query heads go into lanes, so each K and V row serves them all.  A
+ * query sees positions 0..pos (causal): later keys are scored but weighted
+ * 0.  The softmax's division happens once per output row, at the end. */
 static void attn_run(const attn_ctx *c, const uint32_t *tok, uint32_t nt, uint32_t g, float *sc)
 {
     const kvp_attn_args *a = c->a;
     const kvp_kv_pool *kv = a->kv;
-    uint32_t hd = kv->head_dim, bs = kv->block_size, nq = nt * c->n_rep, n_pos = 0;
-    uint32_t lim[8]; /* per token (nt <= 8): its n_pos */
+    uint32_t hd = kv->head_dim, bs = kv->block_size, nq = nt * c->n_rep, ldq = attn_lanes(nq), n_pos = 0;
     const uint32_t *table = a->tables[a->tok_seq[tok[0]]];
-    const uint8_t *base = kv->base;
-    for (uint32_t i = 0; i < nt; i++) {
-        uint32_t np = (uint32_t)a->pos[tok[i]] + 1;
-        n_pos = np > n_pos ? np : n_pos;
-        lim[i] = np;
-    }
-    float *qp = sc + (size_t)nq * n_pos, *op = qp + (size_t)nq * hd; /* [nq][hd] each */
     for (uint32_t i = 0; i < nt; i++)
-        memcpy(qp + (size_t)i * c->n_rep * hd, a->q + ((size_t)tok[i] * a->n_head + (size_t)g * c->n_rep) * hd,
-               (size_t)c->n_rep * hd * sizeof(float));
-
-    for (uint32_t p = 0; p < n_pos; p++) {
-        const void *kp = base + kv_off(kv, table[p / bs], a->layer, 0, g, p % bs);
-        for (uint32_t r0 = 0; r0 < nq; r0 += 8) {
-            uint32_t n = nq - r0 < 8 ? nq - r0 : 8;
-            float d[8];
-            c->k->dot_kv(kv->dtype, kp, qp + (size_t)r0 * hd, hd, n, d);
-            for (uint32_t r = 0; r < n; r++)
-                sc[(size_t)(r0 + r) * n_pos + p] = d[r] * a->scale;
-        }
+        n_pos = (uint32_t)a->pos[tok[i]] + 1 > n_pos ? (uint32_t)a->pos[tok[i]] + 1 : n_pos;
+    float *qt = sc, *s = qt + (size_t)hd * ldq, *o = s + (size_t)n_pos * ldq, *buf = o + (size_t)ldq * hd;
+    float *mx = buf + (size_t)bs * hd, *sum = mx + ldq;
+    int32_t *lim = (int32_t *)(sum + ldq);
+    memset(qt, 0, (size_t)hd * ldq * sizeof(float));
+    for (uint32_t j = 0; j < ldq; j++) {
+        lim[j] = j < nq ? a->pos[tok[j / c->n_rep]] + 1 : 1;
+        if (j >= nq)
+            continue;
+        const float *qj = a->q + ((size_t)tok[j / c->n_rep] * a->n_head + (size_t)g * c->n_rep + j % c->n_rep) * hd;
+        for (uint32_t d = 0; d < hd; d++)
+            qt[(size_t)d * ldq + j] = qj[d] * a->scale;
     }
-    for (uint32_t r = 0; r < nq; r++) {
-        float *s = sc + (size_t)r * n_pos, mx = -INFINITY, sum = 0;
-        uint32_t np = lim[r / c->n_rep];
-        for (uint32_t p = 0; p < np; p++)
-            mx = s[p] > mx ? s[p] : mx;
-        for (uint32_t p = 0; p < np; p++) {
-            s[p] = expf(s[p] - mx);
-            sum += s[p];
-        }
-        float inv = 1.0f / sum;
-        for (uint32_t p = 0; p < np; p++)
-            s[p] *= inv;
-        for (uint32_t p = np; p < n_pos; p++)
-            s[p] = 0;
+    uint32_t n_blk = (n_pos + bs - 1) / bs;
+    for (uint32_t b = 0; b < n_blk; b++) {
+        uint32_t np = n_pos - b * bs < bs ? n_pos - b * bs : bs;
+        c->k->att_scores(qt, ldq, attn_block(c, table, b, 0, g, np, buf), np, hd, s + (size_t)b * bs * ldq);
     }
-    memset(op, 0, (size_t)nq * hd * sizeof(float));
-    for (uint32_t p = 0; p < n_pos; p++) {
-        const void *vp = base + kv_off(kv, table[p / bs], a->layer, 1, g, p % bs);
-        for (uint32_t r0 = 0; r0 < nq; r0 += 8) {
-            uint32_t n = nq - r0 < 8 ? nq - r0 : 8;
-            float w[8];
-            for (uint32_t r = 0; r < n; r++)
-                w[r] = sc[(size_t)(r0 + r) * n_pos + p];
-            c->k->axpy_kv(kv->dtype, op + (size_t)r0 * hd, w, vp, hd, n);
-        }
+    c->k->att_softmax(s, ldq, n_pos, lim, mx, sum);
+    memset(o, 0, (size_t)nq * hd * sizeof(float));
+    for (uint32_t b = 0; b < n_blk; b++) {
+        uint32_t np = n_pos - b * bs < bs ? n_pos - b * bs : bs;
+        c->k->att_values(s + (size_t)b * bs * ldq, ldq, nq, attn_block(c, table, b, 1, g, np, buf), np, hd, o);
     }
-    for (uint32_t i = 0; i < nt; i++)
-        memcpy(a->out + ((size_t)tok[i] * a->n_head + (size_t)g * c->n_rep) * hd, op + (size_t)i * c->n_rep * hd,
-               (size_t)c->n_rep * hd * sizeof(float));
+    for (uint32_t j = 0; j < nq; j++) {
+        float *dst = a->out + ((size_t)tok[j / c->n_rep] * a->n_head + (size_t)g * c->n_rep + j % c->n_rep) * hd;
+        float inv = 1.0f / sum[j];
+        for (uint32_t d = 0; d < hd; d++)
+            dst[d] = o[(size_t)j * hd + d] * inv;
+    }
 }
 
 /* One task: a tile of consecutive query tokens and one KV head; tokens of
@@ -449,7 +440,7 @@ static void attn_task(void *ctxp, int task, int thread)
     uint32_t tile = (uint32_t)task / c->n_head_kv, g = (uint32_t)task % c->n_head_kv;
     uint32_t t0 = tile * c->tile, t1 = t0 + c->tile < a->n_tok ? t0 + c->tile : a->n_tok;
     float *sc = c->scratch + (size_t)thread * c->per_thread;
-    uint32_t tok[8], nt = 0; /* c->tile <= 8 */
+    uint32_t tok[KVP_ATT_TILE_MAX], nt = 0;
     for (uint32_t t = t0; t < t1; t++) {
         if (nt && a->tok_seq[t] != a->tok_seq[tok[0]]) {
             attn_run(c, tok, nt, g, sc);
@@ -466,18 +457,24 @@ static int cpu_attention(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
     cpu_impl *im = impl_of(b);
     attn_ctx c = {.a = a, .k = im->k, .n_head_kv = a->kv->n_head_kv};
     c.n_rep = a->n_head / c.n_head_kv;
-    c.tile = attn_tile(c.n_rep);
+    /* Tokens per task: KVP_ATT_QUERIES queries, fewer while that leaves
+     * under two tasks a thread. */
+    c.tile = c.n_rep >= KVP_ATT_QUERIES ? 1 : KVP_ATT_QUERIES / c.n_rep;
+    while (c.tile > 1 && (a->n_tok + c.tile - 1) / c.tile * c.n_head_kv < 2 * (uint32_t)im->n_threads)
+        c.tile = (c.tile + 1) / 2;
     int32_t max_pos = 0;
     for (uint32_t t = 0; t < a->n_tok; t++)
         max_pos = a->pos[t] > max_pos ? a->pos[t] : max_pos;
-    c.per_thread = attn_scratch_floats(c.tile * c.n_rep, (uint32_t)max_pos + 1, a->kv->head_dim);
+    c.per_thread = attn_scratch_floats(attn_lanes(c.tile * c.n_rep), (uint32_t)max_pos + 1, a->kv->head_dim,
+                                       a->kv->block_size);
     size_t have = im->att_per_thread * (size_t)im->n_threads * sizeof(float);
     if (c.per_thread > im->att_per_thread) {
         void *p = im->att;
-        if (!grow(&p, &have, c.per_thread * 2 * (size_t)im->n_threads * sizeof(float)))
+        p = grow(&p, &have, c.per_thread * 2 * (size_t)im->n_threads * sizeof(float));
+        im->att = p; /* grow freed the old scratch either way */
+        im->att_per_thread = p ? c.per_thread * 2 : 0;
+        if (!p)
             return kvp_err_set(err, KVP_ENOMEM, "attention: out of memory for %zu scores", c.per_thread);
-        im->att = p;
-        im->att_per_thread = c.per_thread * 2;
     }
     c.scratch = im->att;
     c.per_thread = im->att_per_thread;

@@ -80,11 +80,20 @@ typedef struct kvp_cpu_kernels {
     kvp_dots2_fn dot2_i8, dot2_i4;
     kvp_dots_fn dot_i8, dot_i4;
     kvp_dotsf_fn dot_e4m3;
-    /* One KV row (kv dtype f32/f16/bf16, n elements) against nq <= 8 query
-     * heads that share it (GQA): out[r] = k . q[r*n .. r*n+n). */
-    void (*dot_kv)(int dtype, const void *k, const float *q, uint32_t n, uint32_t nq, float *out);
-    /* y[r*n ..] += a[r] * v for r < nq <= 8. */
-    void (*axpy_kv)(int dtype, float *y, const float *a, const void *v, uint32_t n, uint32_t nq);
+    /* Attention (backend_cpu.c): the queries of one KV head sit in lanes,
+     * qt[d * ldq + j] is element d of query j, ldq a multiple of 8. */
+    /* n K/V elements of dtype f16/bf16/f32 as f32. */
+    void (*kv_f32)(int dtype, const void *src, float *dst, uint32_t n);
+    /* s[p * ldq + j] = sum_d qt[d * ldq + j] * k[p * hd + d], p < np. */
+    void (*att_scores)(const float *qt, uint32_t ldq, const float *k, uint32_t np, uint32_t hd, float *s);
+    /* Per lane j, over the keys p < lim[j] (>= 1) of s[np][ldq]: s = e^(s -
+     * max), 0 for the keys it may not see; mx[j] the max, sum[j] the sum. */
+    void (*att_softmax)(float *s, uint32_t ldq, uint32_t np, const int32_t *lim, float *mx, float *sum);
+    /* o[j * hd + i] += sum_p s[p * ldq + j] * v[p * hd + i], j < nq, p < np. */
+    void (*att_values)(const float *s, uint32_t ldq, uint32_t nq, const float *v, uint32_t np, uint32_t hd,
+                       float *o);
+    /* g = silu(g) * u = g / (1 + e^-g) * u */
+    void (*silu_mul)(float *g, const float *u, size_t n);
 } kvp_cpu_kernels;
 
 extern const kvp_cpu_kernels kvp_cpu_kernels_portable;

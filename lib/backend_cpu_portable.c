@@ -179,21 +179,52 @@ static inline float kv_elem(int dtype, const void *p, uint32_t i)
     return ((const float *)p)[i];
 }
 
-static void dot_kv(int dtype, const void *k, const float *q, uint32_t n, uint32_t nq, float *out)
+static void kv_f32(int dtype, const void *src, float *dst, uint32_t n)
 {
-    for (uint32_t r = 0; r < nq; r++) {
-        float acc = 0;
-        for (uint32_t i = 0; i < n; i++)
-            acc += kv_elem(dtype, k, i) * q[(size_t)r * n + i];
-        out[r] = acc;
+    for (uint32_t i = 0; i < n; i++)
+        dst[i] = kv_elem(dtype, src, i);
+}
+
+static void att_scores(const float *qt, uint32_t ldq, const float *k, uint32_t np, uint32_t hd, float *s)
+{
+    for (uint32_t p = 0; p < np; p++)
+        for (uint32_t j = 0; j < ldq; j++) {
+            float acc = 0;
+            for (uint32_t d = 0; d < hd; d++)
+                acc += qt[(size_t)d * ldq + j] * k[(size_t)p * hd + d];
+            s[(size_t)p * ldq + j] = acc;
+        }
+}
+
+static void att_softmax(float *s, uint32_t ldq, uint32_t np, const int32_t *lim, float *mx, float *sum)
+{
+    for (uint32_t j = 0; j < ldq; j++) {
+        uint32_t n = (uint32_t)lim[j] < np ? (uint32_t)lim[j] : np;
+        float m = -INFINITY, t = 0;
+        for (uint32_t p = 0; p < n; p++)
+            m = fmaxf(m, s[(size_t)p * ldq + j]);
+        for (uint32_t p = 0; p < np; p++) {
+            float *e = &s[(size_t)p * ldq + j];
+            *e = p < n ? expf(*e - m) : 0.0f;
+            t += *e;
+        }
+        mx[j] = m, sum[j] = t;
     }
 }
 
-static void axpy_kv(int dtype, float *y, const float *a, const void *v, uint32_t n, uint32_t nq)
+static void att_values(const float *s, uint32_t ldq, uint32_t nq, const float *v, uint32_t np, uint32_t hd,
+                       float *o)
 {
-    for (uint32_t r = 0; r < nq; r++)
-        for (uint32_t i = 0; i < n; i++)
-            y[(size_t)r * n + i] += a[r] * kv_elem(dtype, v, i);
+    for (uint32_t j = 0; j < nq; j++)
+        for (uint32_t p = 0; p < np; p++)
+            for (uint32_t i = 0; i < hd; i++)
+                o[(size_t)j * hd + i] += s[(size_t)p * ldq + j] * v[(size_t)p * hd + i];
+}
+
+static void silu_mul(float *g, const float *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 const kvp_cpu_kernels kvp_cpu_kernels_portable = {
@@ -208,8 +239,11 @@ const kvp_cpu_kernels kvp_cpu_kernels_portable = {
     .dot_i8 = dot_i8,
     .dot_i4 = dot_i4,
     .dot_e4m3 = dot_e4m3,
-    .dot_kv = dot_kv,
-    .axpy_kv = axpy_kv,
+    .kv_f32 = kv_f32,
+    .att_scores = att_scores,
+    .att_softmax = att_softmax,
+    .att_values = att_values,
+    .silu_mul = silu_mul,
 };
 
 int kvp_cpu_dequant_row(int dtype, const void *src, float *dst, uint32_t n)

@@ -13,6 +13,9 @@ Writes OUTDIR/engine_smollm2.txt, a text file tests/unit/test_engine.c reads:
                            over those top-5 entries between its f16 KV cache
                            (the default, used above) and an f32 one; our
                            error is judged against it
+  spread_rms X             the root mean square of those differences: a
+                           steadier figure than the max, which one position
+                           decides
 The model path defaults to what scripts/fetch-model prints, else
 ~/.cache/kvpipe/SmolLM2-135M-Instruct.Q4_1.gguf.  Exits 0 with a note when
 the model is absent (nothing to compare).
@@ -84,10 +87,12 @@ def main(argv):
                   type_k=0, type_v=0, flash_attn=False)
     llm32.eval(prompt)
     s32 = np.array(llm32.scores[: len(prompt)], dtype=np.float32)
-    spread = 0.0
+    spread, sq = 0.0, []
     for p in range(len(prompt)):
         top = np.argsort(-scores[p], kind="stable")[:5]
         spread = max(spread, float(np.abs(s32[p][top] - scores[p][top]).max()))
+        sq.extend(float(d) ** 2 for d in s32[p][top] - scores[p][top])
+    spread_rms = float(np.sqrt(np.mean(sq)))
     del llm32
 
     chat = llm.tokenize(CHAT.encode(), add_bos=False, special=True)
@@ -101,6 +106,7 @@ def main(argv):
     lines.append(f"greedy_prompt {len(chat)} " + " ".join(map(str, chat)))
     lines.append(f"greedy {len(gen)} " + " ".join(map(str, gen)))
     lines.append(f"spread {spread:.4f}")
+    lines.append(f"spread_rms {spread_rms:.4f}")
     with open(os.path.join(out, "engine_smollm2.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"gen_engine: {len(prompt)} prompt positions, {len(gen)} greedy tokens")

