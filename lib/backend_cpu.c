@@ -19,6 +19,10 @@ typedef struct cpu_impl {
     size_t qbuf_size;
     float *att;            /* attention scores, one slice per thread */
     size_t att_per_thread; /* floats */
+    void *tiles;           /* interleaved activation tiles (kvp_cpu_q8_tile_put) */
+    size_t tiles_size;
+    void *wsum;            /* the weight's block sums for flipped tiles */
+    size_t wsum_size;
 } cpu_impl;
 
 static cpu_impl *impl_of(kvp_backend *b) { return b->impl; }
@@ -94,79 +98,159 @@ typedef struct mm_ctx {
     const float *x;            /* [n_tok][n_in] */
     const kvp_q8blk *xq;       /* [n_tok][n_in/32] when quantized */
     float *y;                  /* [n_tok][n_out] */
+    uint8_t *tiles;            /* per group of tile_tok tokens: its xt and dxs (kvp_cpu_q8_tile_put) */
+    size_t tile_bytes;         /* per group */
+    int flip;                  /* tiles flipped, and wsum set (tile_flip) */
+    int32_t *wsum;             /* [n_out][nb] when flip */
+    uint32_t n_sum_tasks;      /* prep tasks after the n_tok quantizing ones */
     uint32_t n_tok, rows_per_task, toks_per_task, n_row_tasks;
     int quant;
     kvp_dotq_fn dq;
     kvp_dotf_fn df;
-    kvp_dotf2_fn df2;          /* two rows by KVP_MM_TOK tokens, or NULL */
+    kvp_dotf2_fn df2;          /* two rows by tile_tok tokens, or NULL */
     kvp_dotq2_fn dq2;
     kvp_dots2_fn ds2;
     kvp_dots_fn ds;            /* scaled integer rows (quant set) */
     kvp_dotsf_fn dsf;          /* scaled float rows */
 } mm_ctx;
 
-static void mm_quant_task(void *ctxp, int task, int thread)
+void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb, uint32_t unit, int flip,
+                         int8_t *xt, float *dxs)
+{
+    for (uint32_t b = 0; b < nb; b++, dxs += KVP_Q8_SCALES, xt += (size_t)T * KVP_QK) {
+        int32_t sum = 0;
+        uint64_t q[KVP_QK / 8];
+        memcpy(q, x[b].q, KVP_QK);
+        for (int i = 0; i < KVP_QK / 8; i++)
+            q[i] ^= flip ? 0x8080808080808080ull : 0;
+        for (uint32_t c = 0; c < KVP_QK / unit; c++)
+            memcpy(xt + ((size_t)c * T + t) * unit, (const uint8_t *)q + c * unit, unit);
+        for (int j = 0; j < KVP_QK; j++)
+            sum += x[b].q[j];
+        dxs[t] = x[b].d;
+        dxs[8 + t] = x[b].s;
+        memcpy(dxs + 16 + t, &sum, sizeof sum);
+        if (t == 0)
+            for (uint32_t u = T; u < 8; u++) {
+                dxs[u] = dxs[8 + u] = 0.0f;
+                memset(dxs + 16 + u, 0, sizeof(float));
+            }
+    }
+}
+
+/* The tiles' preparation: tasks 0..n_tok-1 quantize a token each to 8-bit
+ * blocks and put it into its tile when it is one of a whole group of
+ * tile_tok tokens; the n_sum_tasks after them fill wsum, a share of the
+ * rows each. */
+static void mm_prep_task(void *ctxp, int task, int thread)
 {
     (void)thread;
     mm_ctx *c = ctxp;
-    uint32_t nb = c->w->n_in / KVP_QK;
-    c->k->quant_q8(c->x + (size_t)task * c->w->n_in, (kvp_q8blk *)c->xq + (size_t)task * nb, c->w->n_in);
+    const kvp_weight *w = c->w;
+    uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok;
+    if ((uint32_t)task >= c->n_tok) {
+        uint32_t i = (uint32_t)task - c->n_tok, per = (w->n_out + c->n_sum_tasks - 1) / c->n_sum_tasks;
+        uint32_t r0 = i * per, r1 = r0 + per < w->n_out ? r0 + per : w->n_out;
+        size_t bb = w->dtype == KVP_DTYPE_Q8_0 ? sizeof(kvp_blk_q8_0) : KVP_QK, qoff = bb - KVP_QK;
+        for (uint32_t r = r0; r < r1; r++)
+            c->k->wsum((const uint8_t *)w->data + (size_t)r * w->row_bytes + qoff, bb, nb, c->wsum + (size_t)r * nb);
+        return;
+    }
+    uint32_t g = (uint32_t)task / T;
+    kvp_q8blk *xq = (kvp_q8blk *)c->xq + (size_t)task * nb;
+    c->k->quant_q8(c->x + (size_t)task * w->n_in, xq, w->n_in);
+    if (c->tiles && g < c->n_tok / T) {
+        int8_t *xt = (int8_t *)(c->tiles + (size_t)g * c->tile_bytes);
+        kvp_cpu_q8_tile_put(xq, (uint32_t)task % T, T, nb, c->k->tile_unit, c->flip, xt,
+                            (float *)(xt + (size_t)nb * T * KVP_QK));
+    }
+}
+
+/* Rows r0..r1 (an even count) by the T = tile_tok tokens at xq or xf, two
+ * rows a kernel call. */
+static void mm_tile_rows(const mm_ctx *c, uint32_t t, uint32_t r0, uint32_t r1, const int8_t *xt,
+                         const float *const *xf, const float *dxs)
+{
+    const kvp_weight *w = c->w;
+    const uint8_t *base = w->data;
+    uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok;
+    for (uint32_t r = r0; r < r1; r += 2) {
+        float o0[KVP_MM_TILE], o1[KVP_MM_TILE];
+        const void *w0 = base + (size_t)r * w->row_bytes, *w1 = base + (size_t)(r + 1) * w->row_bytes;
+        const int32_t *ws = c->wsum ? c->wsum + (size_t)r * nb : NULL;
+        if (c->ds2) {
+            size_t s0 = (size_t)r * w->scale_stride, s1 = s0 + w->scale_stride;
+            c->ds2(w0, w1, w->scales + s0, w->scales + s1, w->zeros ? w->zeros + s0 : NULL,
+                   w->zeros ? w->zeros + s1 : NULL, w->group, xt, dxs, ws, nb, o0, o1);
+        } else if (c->dq2) {
+            c->dq2(w0, w1, xt, dxs, ws, nb, o0, o1);
+        } else {
+            c->df2(w0, w1, xf, w->n_in, o0, o1);
+        }
+        for (uint32_t i = 0; i < T; i++) {
+            c->y[(size_t)(t + i) * w->n_out + r] = o0[i];
+            c->y[(size_t)(t + i) * w->n_out + r + 1] = o1[i];
+        }
+    }
+}
+
+/* Rows r0..r1 by nt <= KVP_MM_TOK tokens from t, one row a kernel call. */
+static void mm_single_rows(const mm_ctx *c, uint32_t t, uint32_t nt, uint32_t r0, uint32_t r1)
+{
+    const kvp_weight *w = c->w;
+    const uint8_t *base = w->data;
+    uint32_t nb = w->n_in / KVP_QK;
+    const kvp_q8blk *xq[KVP_MM_TOK];
+    const float *xf[KVP_MM_TOK];
+    for (uint32_t i = 0; i < nt; i++) {
+        if (c->quant)
+            xq[i] = c->xq + (size_t)(t + i) * nb;
+        else
+            xf[i] = c->x + (size_t)(t + i) * w->n_in;
+    }
+    for (uint32_t r = r0; r < r1; r++) {
+        float out[KVP_MM_TOK];
+        const void *row = base + (size_t)r * w->row_bytes;
+        const float *sc = w->scales ? w->scales + (size_t)r * w->scale_stride : NULL;
+        if (c->ds)
+            c->ds(row, sc, w->zeros ? w->zeros + (size_t)r * w->scale_stride : NULL, w->group, xq, nt, nb, out);
+        else if (c->dsf)
+            c->dsf(row, sc, w->group, xf, nt, w->n_in, out);
+        else if (c->quant)
+            c->dq(row, xq, nt, nb, out);
+        else
+            c->df(row, xf, nt, w->n_in, out);
+        for (uint32_t i = 0; i < nt; i++)
+            c->y[(size_t)(t + i) * w->n_out + r] = out[i];
+    }
 }
 
 static void mm_task(void *ctxp, int task, int thread)
 {
-    (void)thread;
     mm_ctx *c = ctxp;
     const kvp_weight *w = c->w;
     uint32_t r0 = (uint32_t)task % c->n_row_tasks * c->rows_per_task;
     uint32_t r1 = r0 + c->rows_per_task < w->n_out ? r0 + c->rows_per_task : w->n_out;
     uint32_t t0 = (uint32_t)task / c->n_row_tasks * c->toks_per_task;
     uint32_t t1 = t0 + c->toks_per_task < c->n_tok ? t0 + c->toks_per_task : c->n_tok;
-    uint32_t nb = w->n_in / KVP_QK;
-    const uint8_t *base = w->data;
-    for (uint32_t t = t0; t < t1; t += KVP_MM_TOK) {
-        uint32_t nt = t1 - t < KVP_MM_TOK ? t1 - t : KVP_MM_TOK;
-        const kvp_q8blk *xq[KVP_MM_TOK];
-        const float *xf[KVP_MM_TOK];
-        for (uint32_t i = 0; i < nt; i++) {
-            if (c->quant)
-                xq[i] = c->xq + (size_t)(t + i) * nb;
-            else
+    uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok;
+    int tiled = c->df2 || c->dq2 || c->ds2;
+    (void)thread;
+    for (uint32_t t = t0; t < t1;) {
+        uint32_t nt = t1 - t < T ? t1 - t : T, rs = r0;
+        if (tiled && nt == T) {
+            const float *xf[KVP_MM_TILE];
+            for (uint32_t i = 0; i < T; i++)
                 xf[i] = c->x + (size_t)(t + i) * w->n_in;
+            const int8_t *xt = c->tiles ? (const int8_t *)(c->tiles + (size_t)(t / T) * c->tile_bytes) : NULL;
+            const float *dxs = xt ? (const float *)(xt + (size_t)nb * T * KVP_QK) : NULL;
+            rs = r0 + ((r1 - r0) & ~1u);
+            mm_tile_rows(c, t, r0, rs, xt, xf, dxs);
         }
-        uint32_t r = r0;
-        if ((c->df2 || c->dq2 || c->ds2) && nt == KVP_MM_TOK)
-            for (; r + 2 <= r1; r += 2) {
-                float o0[KVP_MM_TOK], o1[KVP_MM_TOK];
-                const void *w0 = base + (size_t)r * w->row_bytes, *w1 = base + (size_t)(r + 1) * w->row_bytes;
-                if (c->ds2) {
-                    size_t s0 = (size_t)r * w->scale_stride, s1 = s0 + w->scale_stride;
-                    c->ds2(w0, w1, w->scales + s0, w->scales + s1, w->zeros ? w->zeros + s0 : NULL,
-                           w->zeros ? w->zeros + s1 : NULL, w->group, xq, nb, o0, o1);
-                } else if (c->dq2)
-                    c->dq2(w0, w1, xq, nb, o0, o1);
-                else
-                    c->df2(w0, w1, xf, w->n_in, o0, o1);
-                for (uint32_t i = 0; i < nt; i++) {
-                    c->y[(size_t)(t + i) * w->n_out + r] = o0[i];
-                    c->y[(size_t)(t + i) * w->n_out + r + 1] = o1[i];
-                }
-            }
-        for (; r < r1; r++) {
-            float out[KVP_MM_TOK];
-            const void *row = base + (size_t)r * w->row_bytes;
-            const float *sc = w->scales ? w->scales + (size_t)r * w->scale_stride : NULL;
-            if (c->ds)
-                c->ds(row, sc, w->zeros ? w->zeros + (size_t)r * w->scale_stride : NULL, w->group, xq, nt, nb, out);
-            else if (c->dsf)
-                c->dsf(row, sc, w->group, xf, nt, w->n_in, out);
-            else if (c->quant)
-                c->dq(row, xq, nt, nb, out);
-            else
-                c->df(row, xf, nt, w->n_in, out);
-            for (uint32_t i = 0; i < nt; i++)
-                c->y[(size_t)(t + i) * w->n_out + r] = out[i];
-        }
+        for (uint32_t u = t; u < t + nt; u += KVP_MM_TOK) /* rows the tiles left, or every row */
+            if (rs < r1)
+                mm_single_rows(c, u, t + nt - u < KVP_MM_TOK ? t + nt - u : KVP_MM_TOK, rs, r1);
+        t += nt;
     }
 }
 
@@ -204,7 +288,20 @@ static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float
         if (!grow(&im->qbuf, &im->qbuf_size, need))
             return kvp_err_set(err, KVP_ENOMEM, "matmul: out of memory for %u activation rows", n_tok);
         c.xq = im->qbuf;
-        kvp_threadpool_run(n_tok > 1 ? im->pool : NULL, mm_quant_task, &c, (int)n_tok);
+        if (n_tok >= im->k->tile_tok && (c.dq2 || c.ds2)) {
+            c.tile_bytes = (size_t)(w->n_in / KVP_QK) * (im->k->tile_tok * KVP_QK + KVP_Q8_SCALES * sizeof(float));
+            if (!grow(&im->tiles, &im->tiles_size, c.tile_bytes * (n_tok / im->k->tile_tok)))
+                return kvp_err_set(err, KVP_ENOMEM, "matmul: out of memory for activation tiles");
+            c.tiles = im->tiles;
+            c.flip = im->k->tile_flip && (w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8);
+        }
+        if (c.flip) {
+            if (!grow(&im->wsum, &im->wsum_size, (size_t)w->n_out * (w->n_in / KVP_QK) * sizeof(int32_t)))
+                return kvp_err_set(err, KVP_ENOMEM, "matmul: out of memory for block sums");
+            c.wsum = im->wsum;
+            c.n_sum_tasks = (uint32_t)im->n_threads * 2;
+        }
+        kvp_threadpool_run(n_tok > 1 ? im->pool : NULL, mm_prep_task, &c, (int)(n_tok + c.n_sum_tasks));
     }
     /* Tasks: rows split so each thread gets several (load balance), tokens
      * split in tiles so a tile of weight rows stays in cache across them. */
@@ -492,6 +589,8 @@ static void cpu_destroy(kvp_backend *b)
         kvp_threadpool_free(im->pool);
         free(im->qbuf);
         free(im->att);
+        free(im->tiles);
+        free(im->wsum);
         free(im);
     }
     free(b);

@@ -16,7 +16,9 @@
 #include <stdint.h>
 
 #define KVP_QK 32      /* elements per quantization block */
-#define KVP_MM_TOK 4   /* tokens one dot kernel call handles */
+#define KVP_MM_TOK 4   /* tokens one single-row dot kernel call handles */
+#define KVP_MM_TILE 8  /* most tokens a two-row tile kernel takes (tile_tok) */
+#define KVP_Q8_SCALES 24 /* 4-byte slots per block in a tile's scale table */
 
 /* An activation block: 32 int8 with scale d and s = d * sum(q). */
 typedef struct kvp_q8blk {
@@ -57,21 +59,41 @@ typedef void (*kvp_dots_fn)(const void *w, const float *sc, const float *zp, uin
 typedef void (*kvp_dotsf_fn)(const void *w, const float *sc, uint32_t g, const float *const *x, uint32_t ntok,
                              uint32_t n, float *out);
 
-/* Two rows w0, w1 against KVP_MM_TOK tokens at once: o0[t], o1[t]. */
+/* Two rows w0, w1 against tile_tok tokens at once: o0[t], o1[t]. */
 typedef void (*kvp_dotf2_fn)(const void *w0, const void *w1, const float *const *x, uint32_t n, float *o0,
                              float *o1);
 
-typedef void (*kvp_dotq2_fn)(const void *w0, const void *w1, const kvp_q8blk *const *x, uint32_t nb, float *o0,
-                             float *o1);
+/* The quantized ones take the tile's activations interleaved (xt and dxs,
+ * kvp_cpu_q8_tile_put) and, for Q8_0 and i8 in a table with tile_flip, the
+ * rows' wsum (-128 * each block's sum of quants: row w0's nb entries, then
+ * w1's); NULL otherwise. */
+typedef void (*kvp_dotq2_fn)(const void *w0, const void *w1, const int8_t *xt, const float *dxs,
+                             const int32_t *wsum, uint32_t nb, float *o0, float *o1);
 
 /* Two scaled rows (scales sc0/sc1, zero points zp0/zp1 or NULL) by
- * KVP_MM_TOK tokens. */
+ * tile_tok tokens. */
 typedef void (*kvp_dots2_fn)(const void *w0, const void *w1, const float *sc0, const float *sc1, const float *zp0,
-                             const float *zp1, uint32_t g, const kvp_q8blk *const *x, uint32_t nb, float *o0,
-                             float *o1);
+                             const float *zp1, uint32_t g, const int8_t *xt, const float *dxs, const int32_t *wsum,
+                             uint32_t nb, float *o0, float *o1);
+
+/* One token's activation blocks x[0..nb) into slot t of a tile of T (<= 8)
+ * tokens, the layout the two-row kernels read.  xt (32-byte aligned): each
+ * block's T * 32 quants, in groups of unit bytes (32: whole blocks; 4: four
+ * elements), group c of slot t at (c * T + t) * unit, each quant xor 0x80
+ * (x + 128 as u8) when flip.  dxs: KVP_Q8_SCALES
+ * slots a block, the tokens' d (f32) at t, s (f32) at 8 + t, sum(q) (i32)
+ * at 16 + t; slots T..7 of each zero. */
+void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb, uint32_t unit, int flip,
+                         int8_t *xt, float *dxs);
 
 typedef struct kvp_cpu_kernels {
     const char *isa;
+    uint32_t tile_tok;     /* tokens the two-row (dot2_*) kernels take, <= KVP_MM_TILE */
+    uint32_t tile_unit;    /* the xt grouping they read (kvp_cpu_q8_tile_put) */
+    int tile_flip;         /* Q8_0 and i8 tiles: xt flipped, and a wsum table */
+    /* out[b] = -128 * sum of the 32 int8 at q + b * stride, b < nb (NULL
+     * without tile_flip). */
+    void (*wsum)(const uint8_t *q, size_t stride, uint32_t nb, int32_t *out);
     void (*quant_q8)(const float *x, kvp_q8blk *y, uint32_t n); /* n multiple of 32 */
     kvp_dotq_fn dot_q4_0, dot_q4_1, dot_q8_0;
     kvp_dotf_fn dot_f32, dot_f16, dot_bf16;

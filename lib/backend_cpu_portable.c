@@ -229,6 +229,8 @@ static void silu_mul(float *g, const float *u, size_t n)
 
 const kvp_cpu_kernels kvp_cpu_kernels_portable = {
     .isa = "portable",
+    .tile_tok = KVP_MM_TOK, /* no two-row kernels */
+    .tile_unit = KVP_QK,
     .quant_q8 = quant_q8,
     .dot_q4_0 = dot_q4_0,
     .dot_q4_1 = dot_q4_1,

@@ -14,6 +14,8 @@
 #define KVP_X86_TABLE kernels_vnni
 #define KVP_X86_ISA "avx2+fma+f16c+avx512vnni"
 #define KVP_X86_VNNI 1
+/* AVX512VL's 32 registers hold a tile of 2 rows by 8 tokens (16 accumulators) */
+#define KVP_X86_T 8
 #include "backend_cpu_x86.inc"
 
 const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void)

@@ -144,23 +144,29 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
 static void test_kernels_one(const kvp_cpu_kernels *fast)
 {
     const kvp_cpu_kernels *ref = &kvp_cpu_kernels_portable;
-    enum { N = 256, NB = N / 32 };
-    float x[4][N], w[N];
+    enum { N = 256, NB = N / 32, TT = KVP_MM_TILE };
+    const uint32_t T = fast->tile_tok; /* tokens a two-row tile takes */
+    static float dxs[NB * KVP_Q8_SCALES];
+    static _Alignas(32) int8_t xtile[NB * KVP_MM_TILE * 32];
+    float x[TT][N], w[N];
+    CHECK(T >= 1 && T <= TT);
     for (int i = 0; i < N; i++) {
         w[i] = frand();
-        for (int t = 0; t < 4; t++)
-            x[t][i] = frand() * (t + 1);
+        for (int t = 0; t < TT; t++)
+            x[t][i] = frand() * (t % 4 + 1);
     }
-    kvp_q8blk qa[4][NB], qb[4][NB];
-    for (int t = 0; t < 4; t++) {
+    kvp_q8blk qa[TT][NB], qb[TT][NB];
+    for (int t = 0; t < TT; t++) {
         ref->quant_q8(x[t], qa[t], N);
         fast->quant_q8(x[t], qb[t], N);
         CHECK(memcmp(qa[t][0].q, qb[t][0].q, 32) == 0);
         CHECK_NEAR(qa[t][1].d, qb[t][1].d, 1e-7);
         CHECK_NEAR(qa[t][2].s, qb[t][2].s, 1e-4);
     }
-    const kvp_q8blk *xq[4] = {qa[0], qa[1], qa[2], qa[3]};
-    const float *xf[4] = {x[0], x[1], x[2], x[3]};
+    const kvp_q8blk *xq[TT];
+    const float *xf[TT];
+    for (int t = 0; t < TT; t++)
+        xq[t] = qa[t], xf[t] = x[t];
     int types[] = {KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1, KVP_DTYPE_Q8_0};
     for (int k = 0; k < 3; k++) {
         uint8_t row[NB * 34];
@@ -194,11 +200,20 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
         kvp_dotq_fn fr = k == 0 ? ref->dot_q4_0 : k == 1 ? ref->dot_q4_1 : ref->dot_q8_0;
         if (!f2)
             continue;
-        float o0[4], o1[4], r0[4], r1[4];
-        f2(rows[0], rows[1], xq, NB, o0, o1);
-        fr(rows[0], xq, 4, NB, r0);
-        fr(rows[1], xq, 4, NB, r1);
-        for (int t = 0; t < 4; t++) {
+        float o0[TT], o1[TT], r0[TT], r1[TT];
+        int32_t ws[2 * NB];
+        int flip = fast->tile_flip && types[k] == KVP_DTYPE_Q8_0;
+        for (uint32_t t = 0; t < T; t++)
+            kvp_cpu_q8_tile_put(qa[t], t, T, NB, fast->tile_unit, flip, xtile, dxs);
+        if (flip)
+            for (int r = 0; r < 2; r++)
+                fast->wsum(rows[r] + 2, 34, NB, ws + r * NB);
+        f2(rows[0], rows[1], xtile, dxs, flip ? ws : NULL, NB, o0, o1);
+        for (uint32_t t = 0; t < T; t += 4) { /* the one-row kernels take 4 tokens */
+            fr(rows[0], xq + t, T - t < 4 ? T - t : 4, NB, r0 + t);
+            fr(rows[1], xq + t, T - t < 4 ? T - t : 4, NB, r1 + t);
+        }
+        for (uint32_t t = 0; t < T; t++) {
             CHECK_NEAR(o0[t], r0[t], 1e-3 * (1 + fabs(r0[t])));
             CHECK_NEAR(o1[t], r1[t], 1e-3 * (1 + fabs(r1[t])));
         }
@@ -207,7 +222,7 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
      * exact sum: the VNNI tile offsets x by 128 and must cancel it exactly */
     if (fast->dot2_q8_0) {
         uint8_t rows[2][NB * 34];
-        kvp_q8blk xe[4][NB];
+        kvp_q8blk xe[TT][NB];
         for (int r = 0; r < 2; r++)
             for (int b = 0; b < NB; b++) {
                 uint8_t *blk = rows[r] + b * 34;
@@ -215,7 +230,7 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
                 for (int j = 0; j < 32; j++)
                     blk[2 + j] = (uint8_t)(int8_t)((j + b + r) % 3 == 0 ? -128 : j % 2 ? 127 : -((j * 37 + r) % 128));
             }
-        for (int t = 0; t < 4; t++)
+        for (int t = 0; t < TT; t++)
             for (int b = 0; b < NB; b++) {
                 xe[t][b].d = 1.0f / (float)(t + 2);
                 int sum = 0;
@@ -226,11 +241,23 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
                 }
                 xe[t][b].s = xe[t][b].d * (float)sum;
             }
-        const kvp_q8blk *xp[4] = {xe[0], xe[1], xe[2], xe[3]};
-        float o[2][4];
-        fast->dot2_q8_0(rows[0], rows[1], xp, NB, o[0], o[1]);
+        float o[2][TT], dxe[NB * KVP_Q8_SCALES];
+        static _Alignas(32) int8_t xte[NB * KVP_MM_TILE * 32];
+        for (uint32_t t = 0; t < T; t++)
+            kvp_cpu_q8_tile_put(xe[t], t, T, NB, fast->tile_unit, fast->tile_flip, xte, dxe);
+        int32_t ws[2 * NB];
+        for (int r = 0; r < 2 && fast->tile_flip; r++) {
+            fast->wsum(rows[r] + 2, 34, NB, ws + r * NB);
+            for (int b = 0; b < NB; b++) { /* the block sums, checked on their own */
+                int sum = 0;
+                for (int j = 0; j < 32; j++)
+                    sum += (int8_t)rows[r][b * 34 + 2 + j];
+                CHECK_EQ_I64(ws[r * NB + b], -128 * sum);
+            }
+        }
+        fast->dot2_q8_0(rows[0], rows[1], xte, dxe, fast->tile_flip ? ws : NULL, NB, o[0], o[1]);
         for (int r = 0; r < 2; r++)
-            for (int t = 0; t < 4; t++) {
+            for (uint32_t t = 0; t < T; t++) {
                 double exact = 0;
                 for (int b = 0; b < NB; b++) {
                     long isum = 0;
@@ -245,21 +272,32 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
     for (int i = 0; i < N; i++)
         h[i] = kvp_f32_to_f16(w[i]), bf[i] = kvp_f32_to_bf16(w[i]);
     if (fast->dot2_f16) {
-        float o0[4], o1[4], r0[4], r1[4];
-        fast->dot2_f16(h, bf, xf, N - 5, o0, o1); /* any two rows; a tail */
-        ref->dot_f16(h, xf, 4, N - 5, r0);
-        ref->dot_bf16(bf, xf, 4, N - 5, r1);
-        fast->dot2_bf16(bf, h, xf, N, o1, o0); /* bf16 row only checked below */
-        ref->dot_bf16(bf, xf, 4, N, r1);
-        for (int t = 0; t < 4; t++)
-            CHECK_NEAR(o1[t], r1[t], 1e-3 * (1 + fabs(r1[t])));
-        fast->dot2_f16(h, bf, xf, N - 5, o0, o1);
-        for (int t = 0; t < 4; t++)
-            CHECK_NEAR(o0[t], r0[t], 1e-3 * (1 + fabs(r0[t])));
-        fast->dot2_f32(w, w, xf, N, o0, o1);
-        ref->dot_f32(w, xf, 4, N, r0);
-        for (int t = 0; t < 4; t++)
-            CHECK(fabs(o0[t] - r0[t]) < 1e-3 * (1 + fabs(r0[t])) && o0[t] == o1[t]);
+        float o0[TT], o1[TT], r0[TT];
+        for (int pass = 0; pass < 3; pass++) {
+            /* pass 0: an f16 row (the other row, read as f16, unchecked),
+             * with a tail; 1: a bf16 row; 2: f32, the same row twice */
+            uint32_t n = pass == 0 ? N - 5 : N;
+            if (pass == 0)
+                fast->dot2_f16(h, bf, xf, n, o0, o1);
+            else if (pass == 1)
+                fast->dot2_bf16(h, bf, xf, n, o1, o0);
+            else
+                fast->dot2_f32(w, w, xf, n, o0, o1);
+            for (uint32_t t = 0; t < T; t += 4) {
+                uint32_t k4 = T - t < 4 ? T - t : 4;
+                if (pass == 0)
+                    ref->dot_f16(h, xf + t, k4, n, r0 + t);
+                else if (pass == 1)
+                    ref->dot_bf16(bf, xf + t, k4, n, r0 + t);
+                else
+                    ref->dot_f32(w, xf + t, k4, n, r0 + t);
+            }
+            for (uint32_t t = 0; t < T; t++) {
+                CHECK_NEAR(o0[t], r0[t], 1e-3 * (1 + fabs(r0[t])));
+                if (pass == 2)
+                    CHECK(o0[t] == o1[t]);
+            }
+        }
     }
     float a[4], b[4];
     ref->dot_f16(h, xf, 3, N, a);
