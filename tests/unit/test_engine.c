@@ -1328,6 +1328,83 @@ static void test_attention(void)
     rng_state = saved;
 }
 
+/* SmolLM2 against HF transformers in fp32 (tests/golden/engine_smollm2_hf.txt,
+ * scripts/ref/gen_engine_smollm2_hf.py): transformers dequantized the Q4_1
+ * GGUF itself; here our converter writes it as f32 weights and the engine
+ * runs with an f32 KV cache, so what is left is summation order. */
+static void test_smollm2_hf(const char *dir)
+{
+    const char *tests = getenv("KVP_TESTS") ? getenv("KVP_TESTS") : "tests";
+    char gpath[1024], f32path[1100];
+    snprintf(gpath, sizeof gpath, "%s/golden/engine_smollm2_hf.txt", tests);
+    snprintf(f32path, sizeof f32path, "%s/smollm2-f32.kvp", dir);
+    const char *mpath = unit_model_path();
+    FILE *f = fopen(gpath, "r");
+    if (access(mpath, R_OK) != 0 || !f) {
+        printf("note: skipping the SmolLM2 comparison with transformers (%s or %s absent)\n", mpath, gpath);
+        if (f)
+            fclose(f);
+        return;
+    }
+    char name[128];
+    unsigned long long size;
+    uint32_t prompt[1024];
+    CHECK(fscanf(f, "model %127s %llu", name, &size) == 2);
+    int n = read_ids(f, "prompt", prompt, 1024);
+    kvp_convert_opts o;
+    kvp_convert_opts_init(&o);
+    o.to = o.embed = KVP_DTYPE_F32;
+    uint8_t fp[16];
+    kvp_err err = {0};
+    rig r;
+    if (n <= 0 || convert_to(mpath, f32path, &o, 0, fp, &err) < 0 ||
+        rig_open(&r, f32path, 0, 0, KVP_DTYPE_F32, 64, 16) < 0) {
+        printf("smollm2 f32: %s\n", err.msg);
+        CHECK(0);
+        fclose(f);
+        unlink(f32path);
+        return;
+    }
+    uint32_t V = r.m->cfg.n_vocab;
+    float *lg = malloc(sizeof(float) * (size_t)n * V);
+    int s = kvp_kvcache_seq_new(r.kc, &err);
+    kvp_step_seq ss = {.seq = s, .tokens = prompt, .n_tokens = (uint32_t)n, .want = KVP_LOGITS_ALL};
+    CHECK_EQ_I64(kvp_engine_step(r.e, &ss, 1, lg, &err), n);
+    int agree = 0, ties = 0;
+    double max_rel = 0;
+    for (int p = 0; p < n; p++) {
+        unsigned pp, id[5];
+        float v[5];
+        if (fscanf(f, " pos %u %u:%f %u:%f %u:%f %u:%f %u:%f", &pp, &id[0], &v[0], &id[1], &v[1], &id[2], &v[2],
+                   &id[3], &v[3], &id[4], &v[4]) != 11) {
+            CHECK(0);
+            break;
+        }
+        const float *row = lg + (size_t)p * V;
+        uint32_t best = 0;
+        for (uint32_t i = 1; i < V; i++)
+            best = row[i] > row[best] ? i : best;
+        if (best == id[0])
+            agree++;
+        else if (v[0] - v[1] < 1e-3f) /* a tie at the golden's 5 decimals */
+            ties++;
+        else
+            printf("pos %d: top-1 %u, transformers %u (%.5f vs %.5f)\n", p, best, id[0], v[0], v[1]);
+        double range = fabs(v[0]) > 1 ? fabs(v[0]) : 1;
+        for (int j = 0; j < 5; j++)
+            max_rel = fmax(max_rel, fabs(row[id[j]] - v[j]) / range);
+    }
+    printf("smollm2 f32 vs transformers fp32: top-1 agreement %d/%d (%d ties), top-5 logits max rel err %.2e\n",
+           agree, n, ties, max_rel);
+    CHECK(agree + ties == n);
+    /* the golden's 5 decimals alone allow 5e-6 of a logit near 1 */
+    CHECK_MSG(max_rel < 1e-4, "max relative logit error %g against transformers", max_rel);
+    free(lg);
+    rig_close(&r);
+    fclose(f);
+    unlink(f32path);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/kvp-test-engine.XXXXXX";
@@ -1350,6 +1427,7 @@ int main(void)
     test_scaled();
     test_kvp_models(dir);
     test_smollm2();
+    test_smollm2_hf(dir);
     rmdir(dir);
     return unit_done();
 }
