@@ -74,13 +74,38 @@ static const char *hf_arch(const char *model_type)
     return model_type;
 }
 
-static int hf_rope_scaling(const hf_ctx *x, kvp_config *c)
+/* transformers 5 writes the rotation as one object, "rope_parameters":
+ * {"rope_type", "rope_theta", the scaling keys, maybe
+ * "partial_rotary_factor"}, or one such object per layer type
+ * ({"full_attention": {...}, "sliding_attention": {...}}: the full-attention
+ * one is taken, as the KV sizes need only the head layout).  NULL when the
+ * config has none (the 4.x keys rope_theta and rope_scaling then apply). */
+static int hf_rope_parameters(const hf_ctx *x, const kvp_json **out)
 {
-    const kvp_json *rs = kvp_json_get(x->j, "rope_scaling");
+    const kvp_json *rp = kvp_json_get(x->j, "rope_parameters");
+    *out = NULL;
+    if (!rp || rp->type == KVP_JSON_NULL)
+        return 0;
+    if (rp->type != KVP_JSON_OBJECT)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: rope_parameters: expected an object or null", x->path);
+    if (!kvp_json_get(rp, "rope_type") && !kvp_json_get(rp, "rope_theta")) {
+        const kvp_json *full = kvp_json_get(rp, "full_attention");
+        if (!full || full->type != KVP_JSON_OBJECT)
+            return kvp_err_set(x->err, KVP_EFORMAT, "%s: rope_parameters: neither rope_type nor rope_theta, and "
+                               "no full_attention object", x->path);
+        rp = full;
+    }
+    *out = rp;
+    return 0;
+}
+
+/* Scaling from rs: the 4.x rope_scaling object, or rope_parameters. */
+static int hf_rope_scaling(const hf_ctx *x, const kvp_json *rs, const char *what, kvp_config *c)
+{
     if (!rs || rs->type == KVP_JSON_NULL)
         return 0;
     if (rs->type != KVP_JSON_OBJECT)
-        return kvp_err_set(x->err, KVP_EFORMAT, "%s: rope_scaling: expected an object or null", x->path);
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s: expected an object or null", x->path, what);
     const char *type = kvp_json_get_str(rs, "rope_type");
     if (!type)
         type = kvp_json_get_str(rs, "type");
@@ -95,8 +120,8 @@ static int hf_rope_scaling(const hf_ctx *x, kvp_config *c)
             (rc = hf_num(x, rs, "original_max_position_embeddings", &orig)) < 0)
             return rc;
         if (orig < 0 || orig > UINT32_MAX)
-            return kvp_err_set(x->err, KVP_EFORMAT, "%s: rope_scaling.original_max_position_embeddings: out of range",
-                               x->path);
+            return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s.original_max_position_embeddings: out of range",
+                               x->path, what);
         c->rope_orig_ctx = (uint32_t)orig;
     } else if (type && strcmp(type, "linear") == 0) {
         c->rope_scaling = KVP_ROPE_SCALING_LINEAR;
@@ -104,7 +129,7 @@ static int hf_rope_scaling(const hf_ctx *x, kvp_config *c)
     /* yarn, dynamic, longrope: recorded factor only; the engine does not run
      * those architectures, and kvcalc does not need the rotation. */
     if (c->rope_scaling != KVP_ROPE_SCALING_NONE && !(c->rope_factor > 0))
-        return kvp_err_set(x->err, KVP_EFORMAT, "%s: rope_scaling.factor: must be positive", x->path);
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s.factor: must be positive", x->path, what);
     return 0;
 }
 
@@ -166,7 +191,9 @@ static int hf_fill(const hf_ctx *x, kvp_config *c)
     if ((rc = hf_uint(x, "head_dim", &c->head_dim)) < 0)
         return rc;
     c->rms_eps = 1e-6; /* the HF Llama default */
-    if ((rc = hf_num(x, x->j, "rope_theta", &c->rope_theta)) < 0 ||
+    const kvp_json *rp;
+    if ((rc = hf_rope_parameters(x, &rp)) < 0 || (rc = hf_num(x, x->j, "rope_theta", &c->rope_theta)) < 0 ||
+        (rp && (rc = hf_num(x, rp, "rope_theta", &c->rope_theta)) < 0) ||
         (rc = hf_num(x, x->j, "rms_norm_eps", &c->rms_eps)) < 0)
         return rc;
     c->rope_type = KVP_ROPE_NEOX;
@@ -174,12 +201,20 @@ static int hf_fill(const hf_ctx *x, kvp_config *c)
     double partial = 1.0;
     if ((rc = hf_num(x, x->j, "partial_rotary_factor", &partial)) < 0)
         return rc;
-    if (rc == 0 && partial > 0 && partial < 1)
+    int found = rc == 0;
+    if (rp) {
+        if ((rc = hf_num(x, rp, "partial_rotary_factor", &partial)) < 0)
+            return rc;
+        found |= rc == 0;
+    }
+    if (found && partial > 0 && partial < 1)
         c->rope_dim = (uint32_t)(c->head_dim * partial);
     if (c->rope_dim == 0 && c->head_dim) /* 0 would read back as "all of head_dim" */
         return kvp_err_set(x->err, KVP_EFORMAT, "%s: partial_rotary_factor: %g rotates none of the %u head dims",
                            x->path, partial, c->head_dim);
-    if ((rc = hf_rope_scaling(x, c)) < 0 || (rc = hf_moe_mla(x, c)) < 0)
+    if ((rc = rp ? hf_rope_scaling(x, rp, "rope_parameters", c)
+                 : hf_rope_scaling(x, kvp_json_get(x->j, "rope_scaling"), "rope_scaling", c)) < 0 ||
+        (rc = hf_moe_mla(x, c)) < 0)
         return rc;
 
     int use_sw = 1;

@@ -12,9 +12,11 @@ Writes OUTDIR/engine_hf/<name>/{config.json, model.safetensors, logits.bin}:
   model.safetensors  the weights as BF16 (half the bytes of F32); the
                      reference runs on exactly these values upcast to fp32,
                      so the comparison is that of f32 weights
-  config.json        as save_pretrained writes it, plus the classic
-                     "rope_theta" / "rope_scaling" keys that transformers 4.x
-                     wrote and most published checkpoints carry
+  config.json        as save_pretrained writes it ("rope_parameters", the
+                     transformers 5 form) for the llama3-scaled and qwen2
+                     models; for the other two, as transformers 4.x wrote
+                     it and most published checkpoints carry it: the
+                     classic "rope_theta" / "rope_scaling" keys instead
   logits.bin         "KVPL", u32 n_tok, u32 n_vocab, n_tok u32 token ids,
                      then n_tok x n_vocab f32 logits (little-endian)
 """
@@ -75,8 +77,10 @@ def make(name, arch, hidden, heads, kv, hd, ffn, vocab, tied, scaling, out):
             os.remove(os.path.join(d, extra))
     with open(os.path.join(d, "config.json")) as f:
         cj = json.load(f)
-    cj["rope_theta"] = theta
-    cj["rope_scaling"] = scaling
+    if scaling is None and arch == "llama":  # the 4.x form
+        cj.pop("rope_parameters", None)
+        cj["rope_theta"] = theta
+        cj["rope_scaling"] = scaling
     cj["tie_word_embeddings"] = tied
     cj["head_dim"] = hd
     with open(os.path.join(d, "config.json"), "w") as f:

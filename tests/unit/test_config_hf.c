@@ -88,10 +88,55 @@ static void test_fuzz_regressions(void)
     CHECK(round_trips(&c));
 }
 
+/* transformers 5's "rope_parameters" (flat, or one object per layer type)
+ * gives the same config as the 4.x rope_theta and rope_scaling keys. */
+static void test_rope_parameters(void)
+{
+    kvp_config a, b;
+    kvp_err err = {0};
+    const char *base = "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, ";
+    char v4[1024], v5[1024], nested[1024];
+    snprintf(v4, sizeof v4, "%s\"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", "
+             "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+             "\"original_max_position_embeddings\": 8192}}", base);
+    snprintf(v5, sizeof v5, "%s\"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+             "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192, "
+             "\"rope_theta\": 500000.0}}", base);
+    CHECK(from_text(&a, v4, &err) == 0);
+    CHECK(from_text(&b, v5, &err) == 0);
+    CHECK_MSG(memcmp(&a, &b, sizeof a) == 0, "rope_parameters and rope_scaling configs differ");
+    CHECK(b.rope_theta == 500000.0 && b.rope_scaling == KVP_ROPE_SCALING_LLAMA3 && b.rope_factor == 8.0);
+    CHECK_EQ_U64(b.rope_orig_ctx, 8192);
+    /* the default type carries only the base; a per-layer-type object gives
+     * the full-attention one, partial rotation included */
+    snprintf(v5, sizeof v5, "%s\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6}}", base);
+    CHECK(from_text(&b, v5, &err) == 0);
+    CHECK(b.rope_theta == 1e6 && b.rope_scaling == KVP_ROPE_SCALING_NONE);
+    snprintf(nested, sizeof nested, "%s\"rope_parameters\": {\"sliding_attention\": {\"rope_type\": \"default\", "
+             "\"rope_theta\": 10000.0}, \"full_attention\": {\"rope_type\": \"default\", \"rope_theta\": 1e6, "
+             "\"partial_rotary_factor\": 0.5}}}", base);
+    CHECK(from_text(&b, nested, &err) == 0);
+    CHECK(b.rope_theta == 1e6);
+    CHECK_EQ_U64(b.rope_dim, 8);
+    CHECK(round_trips(&b));
+    /* malformed: named */
+    snprintf(v5, sizeof v5, "%s\"rope_parameters\": 7}", base);
+    CHECK(from_text(&b, v5, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "t.json: rope_parameters: expected an object") != NULL, "%s", err.msg);
+    snprintf(v5, sizeof v5, "%s\"rope_parameters\": {\"sliding_attention\": {}}}", base);
+    CHECK(from_text(&b, v5, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "full_attention") != NULL, "%s", err.msg);
+    snprintf(v5, sizeof v5, "%s\"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": -2}}", base);
+    CHECK(from_text(&b, v5, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "rope_parameters.factor: must be positive") != NULL, "%s", err.msg);
+}
+
 int main(void)
 {
     test_same_as_path();
     test_not_object();
     test_fuzz_regressions();
+    test_rope_parameters();
     return unit_done();
 }
