@@ -1098,6 +1098,36 @@ static int read_ids(FILE *f, const char *key, uint32_t *ids, uint32_t max)
     return (int)n;
 }
 
+/* One "pos P id:logit x5" line of a golden logits file: 0, or -1 when the
+ * file holds no such line. */
+static int read_top5(FILE *f, unsigned id[5], float v[5])
+{
+    unsigned pp;
+    return fscanf(f, " pos %u %u:%f %u:%f %u:%f %u:%f %u:%f", &pp, &id[0], &v[0], &id[1], &v[1], &id[2], &v[2],
+                  &id[3], &v[3], &id[4], &v[4]) == 11 ? 0 : -1;
+}
+
+/* The prompt through r's engine in one step: every position's logits,
+ * n * n_vocab floats the caller frees. */
+static float *prompt_logits(rig *r, const uint32_t *prompt, int n)
+{
+    float *lg = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * r->m->cfg.n_vocab);
+    kvp_err err = {0};
+    int s = kvp_kvcache_seq_new(r->kc, &err);
+    kvp_step_seq ss = {.seq = s, .tokens = prompt, .n_tokens = (uint32_t)n, .want = KVP_LOGITS_ALL};
+    CHECK_EQ_I64(kvp_engine_step(r->e, &ss, 1, lg, &err), n);
+    kvp_kvcache_seq_free(r->kc, s);
+    return lg;
+}
+
+static uint32_t argmax(const float *row, uint32_t n)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        best = row[i] > row[best] ? i : best;
+    return best;
+}
+
 static void test_smollm2(void)
 {
     const char *tests = getenv("KVP_TESTS") ? getenv("KVP_TESTS") : "tests";
@@ -1124,25 +1154,19 @@ static void test_smollm2(void)
     int n = read_ids(f, "prompt", prompt, 1024);
     CHECK(n > 0);
     uint32_t V = r.m->cfg.n_vocab;
-    float *lg = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * V);
+    float *lg = prompt_logits(&r, prompt, n);
     kvp_err err = {0};
-    int s = kvp_kvcache_seq_new(r.kc, &err);
-    kvp_step_seq ss = {.seq = s, .tokens = prompt, .n_tokens = (uint32_t)n, .want = KVP_LOGITS_ALL};
-    CHECK_EQ_I64(kvp_engine_step(r.e, &ss, 1, lg, &err), n);
     int agree = 0, near_tie = 0;
     double max_abs = 0, max_rel = 0, sq = 0;
     for (int p = 0; p < n; p++) {
-        unsigned pp, id[5];
+        unsigned id[5];
         float v[5];
-        if (fscanf(f, " pos %u %u:%f %u:%f %u:%f %u:%f %u:%f", &pp, &id[0], &v[0], &id[1], &v[1], &id[2], &v[2],
-                   &id[3], &v[3], &id[4], &v[4]) != 11) {
+        if (read_top5(f, id, v) < 0) {
             CHECK(0);
             break;
         }
         const float *row = lg + (size_t)p * V;
-        uint32_t best = 0;
-        for (uint32_t i = 1; i < V; i++)
-            best = row[i] > row[best] ? i : best;
+        uint32_t best = argmax(row, V);
         if (best == id[0])
             agree++;
         else if (v[0] - v[1] < 0.3f) /* the reference itself is undecided */
@@ -1366,24 +1390,18 @@ static void test_smollm2_hf(const char *dir)
         return;
     }
     uint32_t V = r.m->cfg.n_vocab;
-    float *lg = malloc(sizeof(float) * (size_t)n * V);
-    int s = kvp_kvcache_seq_new(r.kc, &err);
-    kvp_step_seq ss = {.seq = s, .tokens = prompt, .n_tokens = (uint32_t)n, .want = KVP_LOGITS_ALL};
-    CHECK_EQ_I64(kvp_engine_step(r.e, &ss, 1, lg, &err), n);
+    float *lg = prompt_logits(&r, prompt, n);
     int agree = 0, ties = 0;
     double max_rel = 0;
     for (int p = 0; p < n; p++) {
-        unsigned pp, id[5];
+        unsigned id[5];
         float v[5];
-        if (fscanf(f, " pos %u %u:%f %u:%f %u:%f %u:%f %u:%f", &pp, &id[0], &v[0], &id[1], &v[1], &id[2], &v[2],
-                   &id[3], &v[3], &id[4], &v[4]) != 11) {
+        if (read_top5(f, id, v) < 0) {
             CHECK(0);
             break;
         }
         const float *row = lg + (size_t)p * V;
-        uint32_t best = 0;
-        for (uint32_t i = 1; i < V; i++)
-            best = row[i] > row[best] ? i : best;
+        uint32_t best = argmax(row, V);
         if (best == id[0])
             agree++;
         else if (v[0] - v[1] < 1e-3f) /* a tie at the golden's 5 decimals */
