@@ -1128,6 +1128,44 @@ static uint32_t argmax(const float *row, uint32_t n)
     return best;
 }
 
+typedef struct top5_cmp {
+    int agree, ties;            /* top-1 equal; different where the golden's top two are within tie */
+    double max_abs, max_rel, sq; /* errors on the golden's top-5 entries (rel: of max(1, |top-1|)) */
+} top5_cmp;
+
+/* Our logits lg[n][V] against the golden's next n top-5 lines; a top-1
+ * disagreement that is not a tie is printed, naming ref. */
+static top5_cmp compare_top5(FILE *f, const float *lg, int n, uint32_t V, float tie, const char *ref)
+{
+    top5_cmp c = {0};
+    for (int p = 0; p < n; p++) {
+        unsigned id[5];
+        float v[5];
+        if (read_top5(f, id, v) < 0) {
+            CHECK(0);
+            break;
+        }
+        const float *row = lg + (size_t)p * V;
+        uint32_t best = argmax(row, V);
+        if (best == id[0])
+            c.agree++;
+        else if (v[0] - v[1] < tie)
+            c.ties++;
+        else
+            printf("pos %d: top-1 %u, %s %u (%.5f vs %.5f)\n", p, best, ref, id[0], v[0], v[1]);
+        if (getenv("KVP_ENGINE_VERBOSE"))
+            printf("pos %d err top1 %.4f\n", p, row[id[0]] - v[0]);
+        double range = fabs(v[0]) > 1 ? fabs(v[0]) : 1;
+        for (int j = 0; j < 5; j++) {
+            double d = fabs(row[id[j]] - v[j]);
+            c.sq += d * d;
+            c.max_abs = fmax(c.max_abs, d);
+            c.max_rel = fmax(c.max_rel, d / range);
+        }
+    }
+    return c;
+}
+
 static void test_smollm2(void)
 {
     const char *tests = getenv("KVP_TESTS") ? getenv("KVP_TESTS") : "tests";
@@ -1156,37 +1194,11 @@ static void test_smollm2(void)
     uint32_t V = r.m->cfg.n_vocab;
     float *lg = prompt_logits(&r, prompt, n);
     kvp_err err = {0};
-    int agree = 0, near_tie = 0;
-    double max_abs = 0, max_rel = 0, sq = 0;
-    for (int p = 0; p < n; p++) {
-        unsigned id[5];
-        float v[5];
-        if (read_top5(f, id, v) < 0) {
-            CHECK(0);
-            break;
-        }
-        const float *row = lg + (size_t)p * V;
-        uint32_t best = argmax(row, V);
-        if (best == id[0])
-            agree++;
-        else if (v[0] - v[1] < 0.3f) /* the reference itself is undecided */
-            near_tie++;
-        else
-            printf("pos %d: top-1 %u, llama.cpp %u (%.3f vs %.3f)\n", p, best, id[0], v[0], v[1]);
-        double range = fabs(v[0]) > 1 ? fabs(v[0]) : 1;
-        if (getenv("KVP_ENGINE_VERBOSE"))
-            printf("pos %d err top1 %.4f\n", p, row[id[0]] - v[0]);
-        for (int j = 0; j < 5; j++) {
-            double d = fabs(row[id[j]] - v[j]);
-            sq += d * d;
-            max_abs = d > max_abs ? d : max_abs;
-            max_rel = d / range > max_rel ? d / range : max_rel;
-        }
-    }
+    top5_cmp c = compare_top5(f, lg, n, V, 0.3f, "llama.cpp"); /* within 0.3 llama.cpp itself is undecided */
     printf("smollm2 vs llama.cpp: top-1 agreement %d/%d (%d more near ties), top-5 logits max abs err %.4f, "
-           "max rel err %.4f\n", agree, n, near_tie, max_abs, max_rel);
-    CHECK(agree + near_tie == n);
-    CHECK(agree >= n * 97 / 100);
+           "max rel err %.4f\n", c.agree, n, c.ties, c.max_abs, c.max_rel);
+    CHECK(c.agree + c.ties == n);
+    CHECK(c.agree >= n * 97 / 100);
     long gpos = ftell(f); /* the spread lines are last; read them now */
     float spread = 0, spread_rms = 0;
     char line[256];
@@ -1194,7 +1206,7 @@ static void test_smollm2(void)
         if (sscanf(line, "spread %f", &spread) != 1)
             sscanf(line, "spread_rms %f", &spread_rms);
     fseek(f, gpos, SEEK_SET);
-    double rms = n > 0 ? sqrt(sq / (5.0 * n)) : 0;
+    double rms = n > 0 ? sqrt(c.sq / (5.0 * n)) : 0;
     printf("smollm2: top-5 logits rms err %.4f; llama.cpp's own spread (f16 vs f32 KV) rms %.4f, max %.4f\n", rms,
            spread_rms, spread);
     CHECK(spread > 0 && spread_rms > 0);
@@ -1203,7 +1215,7 @@ static void test_smollm2(void)
      * position where an 8-bit activation rounding flips, and moved between
      * 0.72 and 1.43 over the same three; it gets the wider bound. */
     CHECK_MSG(rms < 1.5 * spread_rms, "rms logit error %g, llama.cpp's own rms spread %g", rms, spread_rms);
-    CHECK_MSG(max_abs < 2.5 * spread, "max abs logit error %g, llama.cpp's own spread %g", max_abs, spread);
+    CHECK_MSG(c.max_abs < 2.5 * spread, "max abs logit error %g, llama.cpp's own spread %g", c.max_abs, spread);
 
     int ng = read_ids(f, "greedy_prompt", gp, 1024), ngen = read_ids(f, "greedy", gen, 256);
     CHECK(ng > 0 && ngen > 0);
@@ -1391,32 +1403,12 @@ static void test_smollm2_hf(const char *dir)
     }
     uint32_t V = r.m->cfg.n_vocab;
     float *lg = prompt_logits(&r, prompt, n);
-    int agree = 0, ties = 0;
-    double max_rel = 0;
-    for (int p = 0; p < n; p++) {
-        unsigned id[5];
-        float v[5];
-        if (read_top5(f, id, v) < 0) {
-            CHECK(0);
-            break;
-        }
-        const float *row = lg + (size_t)p * V;
-        uint32_t best = argmax(row, V);
-        if (best == id[0])
-            agree++;
-        else if (v[0] - v[1] < 1e-3f) /* a tie at the golden's 5 decimals */
-            ties++;
-        else
-            printf("pos %d: top-1 %u, transformers %u (%.5f vs %.5f)\n", p, best, id[0], v[0], v[1]);
-        double range = fabs(v[0]) > 1 ? fabs(v[0]) : 1;
-        for (int j = 0; j < 5; j++)
-            max_rel = fmax(max_rel, fabs(row[id[j]] - v[j]) / range);
-    }
+    top5_cmp c = compare_top5(f, lg, n, V, 1e-3f, "transformers"); /* a tie at the golden's 5 decimals */
     printf("smollm2 f32 vs transformers fp32: top-1 agreement %d/%d (%d ties), top-5 logits max rel err %.2e\n",
-           agree, n, ties, max_rel);
-    CHECK(agree + ties == n);
+           c.agree, n, c.ties, c.max_rel);
+    CHECK(c.agree + c.ties == n);
     /* the golden's 5 decimals alone allow 5e-6 of a logit near 1 */
-    CHECK_MSG(max_rel < 1e-4, "max relative logit error %g against transformers", max_rel);
+    CHECK_MSG(c.max_rel < 1e-4, "max relative logit error %g against transformers", c.max_rel);
     free(lg);
     rig_close(&r);
     fclose(f);
