@@ -118,18 +118,18 @@ void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb
                          int8_t *xt, float *dxs)
 {
     for (uint32_t b = 0; b < nb; b++, dxs += KVP_Q8_SCALES, xt += (size_t)T * KVP_QK) {
-        int32_t sum = 0;
         uint64_t q[KVP_QK / 8];
         memcpy(q, x[b].q, KVP_QK);
         for (int i = 0; i < KVP_QK / 8; i++)
             q[i] ^= flip ? 0x8080808080808080ull : 0;
-        for (uint32_t c = 0; c < KVP_QK / unit; c++)
-            memcpy(xt + ((size_t)c * T + t) * unit, (const uint8_t *)q + c * unit, unit);
-        for (int j = 0; j < KVP_QK; j++)
-            sum += x[b].q[j];
+        if (unit == 4) /* constant sizes: memcpy becomes a move, not a call */
+            for (uint32_t c = 0; c < KVP_QK / 4; c++)
+                memcpy(xt + ((size_t)c * T + t) * 4, (const uint8_t *)q + c * 4, 4);
+        else
+            memcpy(xt + (size_t)t * KVP_QK, q, KVP_QK);
         dxs[t] = x[b].d;
         dxs[8 + t] = x[b].s;
-        memcpy(dxs + 16 + t, &sum, sizeof sum);
+        memcpy(dxs + 16 + t, &x[b].sum, sizeof x[b].sum);
         if (t == 0)
             for (uint32_t u = T; u < 8; u++) {
                 dxs[u] = dxs[8 + u] = 0.0f;
@@ -138,31 +138,33 @@ void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb
     }
 }
 
-/* The tiles' preparation: tasks 0..n_tok-1 quantize a token each to 8-bit
- * blocks and put it into its tile when it is one of a whole group of
- * tile_tok tokens; the n_sum_tasks after them fill wsum, a share of the
- * rows each. */
+/* The tiles' preparation.  Task g < n_groups quantizes tokens g*T ..
+ * g*T+T-1 (T = tile_tok; the last group may be short) to 8-bit blocks and,
+ * when the group is whole, puts them into its tile: one task a tile, as
+ * tokens of one tile written by two threads would share cache lines.  The
+ * n_sum_tasks after them fill wsum, a share of the rows each. */
 static void mm_prep_task(void *ctxp, int task, int thread)
 {
     (void)thread;
     mm_ctx *c = ctxp;
     const kvp_weight *w = c->w;
-    uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok;
-    if ((uint32_t)task >= c->n_tok) {
-        uint32_t i = (uint32_t)task - c->n_tok, per = (w->n_out + c->n_sum_tasks - 1) / c->n_sum_tasks;
+    uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok, n_groups = (c->n_tok + T - 1) / T;
+    if ((uint32_t)task >= n_groups) {
+        uint32_t i = (uint32_t)task - n_groups, per = (w->n_out + c->n_sum_tasks - 1) / c->n_sum_tasks;
         uint32_t r0 = i * per, r1 = r0 + per < w->n_out ? r0 + per : w->n_out;
         size_t bb = w->dtype == KVP_DTYPE_Q8_0 ? sizeof(kvp_blk_q8_0) : KVP_QK, qoff = bb - KVP_QK;
         for (uint32_t r = r0; r < r1; r++)
             c->k->wsum((const uint8_t *)w->data + (size_t)r * w->row_bytes + qoff, bb, nb, c->wsum + (size_t)r * nb);
         return;
     }
-    uint32_t g = (uint32_t)task / T;
-    kvp_q8blk *xq = (kvp_q8blk *)c->xq + (size_t)task * nb;
-    c->k->quant_q8(c->x + (size_t)task * w->n_in, xq, w->n_in);
-    if (c->tiles && g < c->n_tok / T) {
-        int8_t *xt = (int8_t *)(c->tiles + (size_t)g * c->tile_bytes);
-        kvp_cpu_q8_tile_put(xq, (uint32_t)task % T, T, nb, c->k->tile_unit, c->flip, xt,
-                            (float *)(xt + (size_t)nb * T * KVP_QK));
+    uint32_t t0 = (uint32_t)task * T, t1 = t0 + T < c->n_tok ? t0 + T : c->n_tok;
+    int8_t *xt = c->tiles && t1 - t0 == T ? (int8_t *)(c->tiles + (size_t)task * c->tile_bytes) : NULL;
+    for (uint32_t t = t0; t < t1; t++) {
+        kvp_q8blk *xq = (kvp_q8blk *)c->xq + (size_t)t * nb;
+        c->k->quant_q8(c->x + (size_t)t * w->n_in, xq, w->n_in);
+        if (xt)
+            kvp_cpu_q8_tile_put(xq, t - t0, T, nb, c->k->tile_unit, c->flip, xt,
+                                (float *)(xt + (size_t)nb * T * KVP_QK));
     }
 }
 
@@ -301,7 +303,9 @@ static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float
             c.wsum = im->wsum;
             c.n_sum_tasks = (uint32_t)im->n_threads * 2;
         }
-        kvp_threadpool_run(n_tok > 1 ? im->pool : NULL, mm_prep_task, &c, (int)(n_tok + c.n_sum_tasks));
+        uint32_t n_groups = (n_tok + im->k->tile_tok - 1) / im->k->tile_tok;
+        kvp_threadpool_run(n_groups + c.n_sum_tasks > 1 ? im->pool : NULL, mm_prep_task, &c,
+                           (int)(n_groups + c.n_sum_tasks));
     }
     /* Tasks: rows split so each thread gets several (load balance), tokens
      * split in tiles so a tile of weight rows stays in cache across them. */

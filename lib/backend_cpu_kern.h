@@ -20,9 +20,10 @@
 #define KVP_MM_TILE 8  /* most tokens a two-row tile kernel takes (tile_tok) */
 #define KVP_Q8_SCALES 24 /* 4-byte slots per block in a tile's scale table */
 
-/* An activation block: 32 int8 with scale d and s = d * sum(q). */
+/* An activation block: 32 int8 with scale d, their sum, and s = d * sum. */
 typedef struct kvp_q8blk {
     float d, s;
+    int32_t sum;
     int8_t q[KVP_QK];
 } kvp_q8blk;
 
@@ -79,7 +80,7 @@ typedef void (*kvp_dots2_fn)(const void *w0, const void *w1, const float *sc0, c
 /* One token's activation blocks x[0..nb) into slot t of a tile of T (<= 8)
  * tokens, the layout the two-row kernels read.  xt (32-byte aligned): each
  * block's T * 32 quants, in groups of unit bytes (32: whole blocks; 4: four
- * elements), group c of slot t at (c * T + t) * unit, each quant xor 0x80
+ * elements; no other), group c of slot t at (c * T + t) * unit, each quant xor 0x80
  * (x + 128 as u8) when flip.  dxs: KVP_Q8_SCALES
  * slots a block, the tokens' d (f32) at t, s (f32) at 8 + t, sum(q) (i32)
  * at 16 + t; slots T..7 of each zero. */

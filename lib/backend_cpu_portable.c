@@ -22,6 +22,7 @@ static void quant_q8(const float *x, kvp_q8blk *y, uint32_t n)
             sum += q;
         }
         y[b].d = d;
+        y[b].sum = sum;
         y[b].s = d * (float)sum;
     }
 }

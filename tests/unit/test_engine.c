@@ -162,6 +162,7 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
         CHECK(memcmp(qa[t][0].q, qb[t][0].q, 32) == 0);
         CHECK_NEAR(qa[t][1].d, qb[t][1].d, 1e-7);
         CHECK_NEAR(qa[t][2].s, qb[t][2].s, 1e-4);
+        CHECK_EQ_I64(qa[t][2].sum, qb[t][2].sum);
     }
     const kvp_q8blk *xq[TT];
     const float *xf[TT];
@@ -239,6 +240,7 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
                     xe[t][b].q[j] = (int8_t)v;
                     sum += v;
                 }
+                xe[t][b].sum = sum;
                 xe[t][b].s = xe[t][b].d * (float)sum;
             }
         float o[2][TT], dxe[NB * KVP_Q8_SCALES];
