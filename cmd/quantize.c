@@ -157,24 +157,56 @@ static void parse(int argc, char **argv, options *o)
 
 /* ---- report and progress ---- */
 
+/* The --report file is written like the model: under a temporary name,
+ * renamed into place only when the conversion succeeded, so a failed run
+ * leaves no half report (and an earlier report where it was). */
 typedef struct reporter {
-    FILE *f;             /* --report target, or NULL */
+    kvp_out out;         /* the --report target, when on */
+    int on;
     int json;
     int tty;             /* stderr is a terminal: progress and a short table */
     size_t done, total;
     kvp_buf line;
 } reporter;
 
+static void report_open(reporter *r, const char *path)
+{
+    kvp_err err = {0};
+    r->on = path != NULL;
+    if (r->on && kvp_out_open(&r->out, path, &err) < 0)
+        kvp_cli_die_err(&err);
+}
+
+/* Write r->line to the report. */
+static int report_put(reporter *r, kvp_err *err)
+{
+    return r->on ? kvp_out_write(&r->out, r->line.data, r->line.len, err) : 0;
+}
+
+static void report_commit(reporter *r)
+{
+    kvp_err err = {0};
+    if (r->on && kvp_out_commit(&r->out, &err) < 0)
+        kvp_cli_die_err(&err);
+    r->on = 0;
+}
+
+static void report_abort(reporter *r)
+{
+    if (r->on)
+        kvp_out_abort(&r->out);
+    r->on = 0;
+}
+
 static int on_tensor(void *ctx, const kvp_convert_item *it, kvp_err *err)
 {
     reporter *r = ctx;
-    (void)err;
     r->done++;
-    if (r->f) {
-        r->line.len = 0;
-        kvp_convert_report_row(&r->line, it, r->json);
-        fwrite(r->line.data, 1, r->line.len, r->f);
-    }
+    r->line.len = 0;
+    kvp_convert_report_row(&r->line, it, r->json);
+    int rc = report_put(r, err);
+    if (rc < 0)
+        return rc;
     if (r->tty)
         fprintf(stderr, "\r%s: [%zu/%zu] %-48.48s", kvp_cli_prog(), r->done, r->total, it->src.name);
     return 0;
@@ -221,24 +253,6 @@ static void print_table(const kvp_convert *cv, const kvp_convert_totals *t)
     fprintf(stderr, "%-10s %-10s %-12s %7" PRIu64 " %14" PRIu64 " %14" PRIu64 " %9.2f\n", "total", "", "",
             t->n_tensors, t->bytes_in, t->bytes_out, t->stats.n ? rep.snr_db : 1.0 / 0.0);
     free(done);
-}
-
-static FILE *open_report(const char *path)
-{
-    if (!path)
-        return NULL;
-    if (strcmp(path, "-") == 0)
-        return stdout;
-    FILE *f = fopen(path, "w");
-    if (!f)
-        kvp_cli_die("%s: %s", path, strerror(errno));
-    return f;
-}
-
-static void close_report(FILE *f, const char *path)
-{
-    if (f && f != stdout && fclose(f) != 0)
-        kvp_cli_die("%s: %s", path, strerror(errno));
 }
 
 /* ---- the plan (--dry-run) ---- */
@@ -341,15 +355,14 @@ static int run_model(const options *o, const char *input)
     kvp_threadpool *pool = NULL;
     if (kvp_threadpool_create(&pool, o->threads, &err) < 0)
         kvp_cli_die_err(&err);
-    reporter r = {open_report(o->report), o->json, kvp_cli_progress_enabled(), 0, t.n_tensors + t.n_dropped, {0}};
+    reporter r = {.json = o->json, .tty = kvp_cli_progress_enabled(), .total = t.n_tensors + t.n_dropped};
     kvp_buf_init(&r.line);
-    if (r.f && !o->json) {
+    report_open(&r, o->report);
+    if (!o->json)
         kvp_convert_report_header(&r.line);
-        fwrite(r.line.data, 1, r.line.len, r.f);
-    }
     kvp_out out;
-    int rc = kvp_out_open(&out, o->output, &err);
-    if (rc == 0) {
+    int rc = report_put(&r, &err);
+    if (rc == 0 && (rc = kvp_out_open(&out, o->output, &err)) == 0) {
         rc = kvp_convert_write(cv, &out, o->zstd, PRODUCER, pool, on_tensor, &r, &err);
         if (rc == 0)
             rc = kvp_out_commit(&out, &err);
@@ -357,18 +370,18 @@ static int run_model(const options *o, const char *input)
             kvp_out_abort(&out);
     }
     kvp_threadpool_free(pool);
+    kvp_convert_totals_get(cv, &t);
+    r.line.len = 0;
+    kvp_convert_report_summary(&r.line, &t, o->json);
+    if (rc == 0)
+        rc = report_put(&r, &err);
     if (rc < 0) {
+        report_abort(&r);
         if (r.tty)
             fputc('\n', stderr);
         kvp_cli_die_err(&err);
     }
-    kvp_convert_totals_get(cv, &t);
-    if (r.f) {
-        r.line.len = 0;
-        kvp_convert_report_summary(&r.line, &t, o->json);
-        fwrite(r.line.data, 1, r.line.len, r.f);
-    }
-    close_report(r.f, o->report);
+    report_commit(&r);
     if (r.tty)
         print_table(cv, &t);
     note_fallbacks(cv, &t);
@@ -396,13 +409,15 @@ static int run_kv(const options *o, const char *input)
     kvp_in_close(&in);
     if (rc < 0)
         kvp_cli_die_err(&err);
-    FILE *f = open_report(o->report);
-    if (f) {
+    if (o->report) {
+        reporter r = {0};
+        kvp_buf_init(&r.line);
         kvp_quant_report rep;
         kvp_quant_stats_report(&st.stats, &rep);
-        int exact = st.stats.n == 0 || rep.snr_db > 1e300;
+        int exact = st.stats.n == 0 || rep.snr_db > 1e300, k;
+        char text[1024];
         if (o->json)
-            fprintf(f,
+            k = snprintf(text, sizeof text,
                     "{\"summary\":true,\"kv\":\"%s\",\"records\":%" PRIu64 ",\"blocks\":%" PRIu64
                     ",\"converted\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64
                     ",\"rmse\":%.6g,\"rel_err\":%.6g,\"snr_db\":%s%.6g,\"max_abs_err\":%.6g,\"clipped\":%.6g}\n",
@@ -410,13 +425,20 @@ static int run_kv(const options *o, const char *input)
                     st.bytes_out, rep.rmse, rep.rel_err, exact ? "null" : "", exact ? 0.0 : rep.snr_db,
                     rep.max_abs_err, rep.clipped);
         else
-            fprintf(f,
+            k = snprintf(text, sizeof text,
                     "to\trecords\tblocks\tconverted\tbytes_in\tbytes_out\trmse\trel_err\tsnr_db\tmax_abs_err\tclipped\n"
                     "%s\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\n",
                     kvp_dtype_name((uint32_t)o->kv), st.n_records, st.n_blocks, st.n_converted, st.bytes_in,
                     st.bytes_out, rep.rmse, rep.rel_err, exact ? 1.0 / 0.0 : rep.snr_db, rep.max_abs_err,
                     rep.clipped);
-        close_report(f, o->report);
+        kvp_buf_put(&r.line, text, k > 0 && (size_t)k < sizeof text ? (size_t)k : 0);
+        report_open(&r, o->report);
+        if (report_put(&r, &err) < 0) {
+            report_abort(&r);
+            kvp_cli_die_err(&err);
+        }
+        report_commit(&r);
+        kvp_buf_free(&r.line);
     }
     return kvp_cli_close_stdout();
 }

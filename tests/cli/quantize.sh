@@ -127,6 +127,18 @@ expect_status 2 "missing INPUT"
 run quantize --to int8 "$T/tiny.gguf" -o - --report -
 expect_status 2 "-o - with --report -"
 expect_true "usage errors write nothing" test ! -e "$T/u.kvp"
+# the report is written like the model: nothing half-done under its name
+run quantize --to f32 "$T/st8.kvp" -o /dev/full --report "$T/rep-new.tsv"
+expect_status 1 "a full disk under -o"
+expect_err_has "/dev/full" "the full disk named"
+expect_true "a failed conversion leaves no report" test ! -e "$T/rep-new.tsv"
+echo "the earlier report" >"$T/rep-old.tsv"
+run quantize --to f32 "$T/st8.kvp" -o /dev/full --report "$T/rep-old.tsv"
+expect_true "a failed conversion keeps the earlier report" grep -qx "the earlier report" "$T/rep-old.tsv"
+expect_true "and no temporary report file" sh -c "! ls '$T'/rep-*.tmp.* 2>/dev/null | grep -q ."
+run quantize --to f32 "$T/st8.kvp" -o "$T/rep.kvp" --report "$T/rep-old.tsv"
+expect_status 0 "a conversion with --report over an earlier one"
+expect_true "replaces the earlier report" grep -q "^name	shape" "$T/rep-old.tsv"
 run quantize --help
 expect_status 0 "--help"
 expect_out_has "Usage: quantize" "--help usage line"
