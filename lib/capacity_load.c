@@ -60,15 +60,19 @@ static int load_kvp(const char *path, kvp_cap_model_file *out, kvp_err *err)
     rc = kvp_reader_open(&r, &in, err);
     kvp_record rec;
     int found = 0;
-    while (!rc && !found) {
+    /* Read to the end, so a file cut short is refused, but skim the tensors:
+     * their payloads are most of a model and kvcalc needs none of them. */
+    if (!rc)
+        kvp_reader_skim(r, 1u << KVP_KIND_TENSOR);
+    while (!rc) {
         int n = kvp_reader_next(r, &rec, err);
         if (n < 0) {
             rc = n;
             break;
         }
-        if (n == 0 || rec.kind == KVP_KIND_END)
+        if (n == 0)
             break;
-        if (rec.kind != KVP_KIND_CONFIG)
+        if (rec.kind != KVP_KIND_CONFIG || found)
             continue;
         kvp_meta m;
         kvp_meta_init(&m);

@@ -555,6 +555,7 @@ struct kvp_reader {
     uint64_t count[KVP_KIND_COUNT];
     int ended;                /* END seen */
     int at_eof;               /* clean end reported */
+    uint32_t skim;            /* kinds whose payload is skipped on mapped input (bit per kind) */
     uint8_t *buf;             /* stored payload (pipe reads) */
     size_t buf_cap;
     uint8_t *raw;             /* decompressed payload */
@@ -625,6 +626,7 @@ int kvp_reader_open(kvp_reader **rp, kvp_in *in, kvp_err *err)
 
 const kvp_stream_info *kvp_reader_info(const kvp_reader *r) { return &r->info; }
 void kvp_reader_set_limit(kvp_reader *r, uint64_t max) { r->limit = max; }
+void kvp_reader_skim(kvp_reader *r, uint32_t kinds) { r->skim = kinds; }
 
 void kvp_reader_free(kvp_reader *r)
 {
@@ -794,6 +796,9 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
         return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu (%s) at offset %llu: inconsistent sizes", name,
                            (unsigned long long)r->index, kname, (unsigned long long)off);
 
+    /* A skimmed record (mapped input): header, sizes and padding checked,
+     * the payload neither read nor checksummed. */
+    int skim = in->map && rec->kind < 32 && (r->skim >> rec->kind & 1) && rec->kind != KVP_KIND_END;
     /* The stored payload: in place when mapped, else read into our buffer. */
     const uint8_t *stored;
     if (in->map) {
@@ -821,6 +826,12 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
                 return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu (%s) at offset %llu: nonzero padding at offset %llu",
                                    name, (unsigned long long)r->index, kname, (unsigned long long)off,
                                    (unsigned long long)(in->pos - npad + i));
+    }
+    if (skim) {
+        r->index++;
+        r->raw_bytes += rec->raw_size;
+        r->count[rec->kind]++;
+        return 1;
     }
     uint32_t pcrc = kvp_crc32c(0, stored, (size_t)rec->stored_size), pstored = kvp_le32(h + RH_PCRC);
     if (CRC_BAD(pcrc, pstored))

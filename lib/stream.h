@@ -211,6 +211,13 @@ const kvp_stream_info *kvp_reader_info(const kvp_reader *r);
 int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err);
 /* Largest raw payload the reader will accept (default 1 TiB). */
 void kvp_reader_set_limit(kvp_reader *r, uint64_t max_record_bytes);
+/* Skim records of the kinds in the mask (bit 1 << kind; END never) when the
+ * input is mapped: their headers, sizes, order and padding are checked and
+ * counted toward END as usual, but the payload is neither read nor
+ * checksummed, and rec->meta and rec->data are NULL.  For a reader that
+ * needs one small record of a large file (kvcalc's CONFIG) yet must notice
+ * a file cut short.  Streamed input reads everything as before. */
+void kvp_reader_skim(kvp_reader *r, uint32_t kinds);
 void kvp_reader_free(kvp_reader *r);
 
 /* Decoders for the typed records.  Each validates every field against the

@@ -46,6 +46,20 @@ if [ -f "$gguf" ]; then
 else
     echo "note: $gguf absent (make fetch-model): GGUF check skipped"
 fi
+# ---- KVP model files (quantize's output): read to the end, tensors skimmed ----
+G=${KVP_TESTS:-tests}/golden
+run quantize --to f32 --drop '^step$' "$G/tiny-st" -o "$T/tiny.kvp"
+expect_status 0 "a tiny KVP model file to read"
+run kvcalc -m "$T/tiny.kvp" --json
+expect_status 0 "a KVP model file reads"
+expect_field source '"kvp"' "the KVP file is named as the source"
+size=$(wc -c <"$T/tiny.kvp")
+for cut in 1000 $((size / 2)) $((size - 64)); do
+    head -c "$cut" "$T/tiny.kvp" >"$T/cut.kvp"
+    run kvcalc -m "$T/cut.kvp" --json
+    expect_status 1 "a KVP model file cut at $cut of $size bytes is refused"
+    expect_true "the error names the file and calls it cut short" grep -Eq "cut\.kvp: .*(cut short|truncated)" "$ERR"
+done
 run kvcalc -m deepseek-v3 --json
 expect_field kv_bytes_per_token 70272 "DeepSeek-V3 MLA: (512 + 64) x 61 x 2 = 70,272"
 run kvcalc -m qwen2.5-7b --json

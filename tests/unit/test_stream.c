@@ -394,6 +394,82 @@ static void test_truncation(int zstd)
     free(full);
 }
 
+/* Records other than TENSOR that a skimming read returned without their
+ * payload (none should be). */
+static int skim_lost;
+
+/* Read a stream in memory skimming its TENSOR records: 0 after a clean
+ * END, else the reader's code; *skimmed counts records seen without payload. */
+static int skim_mem(const uint8_t *buf, size_t n, int *skimmed, kvp_err *err)
+{
+    kvp_in in;
+    memset(&in, 0, sizeof in);
+    in.fd = -1;
+    in.name = "<mem>";
+    in.map = buf;
+    in.size = n;
+    in.size_known = 1;
+    kvp_reader *r;
+    int rc = kvp_reader_open(&r, &in, err);
+    if (rc)
+        return rc;
+    kvp_reader_skim(r, 1u << KVP_KIND_TENSOR);
+    kvp_record rec;
+    *skimmed = 0;
+    while ((rc = kvp_reader_next(r, &rec, err)) == 1)
+        if (rec.kind == KVP_KIND_TENSOR)
+            *skimmed += rec.meta == NULL && rec.data == NULL;
+        else if (rec.kind != KVP_KIND_END && rec.raw_size)
+            skim_lost += rec.meta == NULL;
+    kvp_reader_free(r);
+    return rc;
+}
+
+/* Skimmed records: a whole stream reads to its END, every truncation is
+ * still refused, a flipped header bit is still caught; a flipped payload
+ * bit of a skimmed record is not (that is the point: not reading it). */
+static void test_skim(int zstd)
+{
+    sample x;
+    make_sample(&x);
+    const char *p = path_in_tmp("skim.kvp");
+    CHECK(write_sample(p, &x, zstd, -1) == 0);
+    size_t n;
+    uint8_t *full = slurp(p, &n);
+    if (!full)
+        return;
+    kvp_err err = {0};
+    int skimmed = 0, accepted = 0;
+    CHECK_EQ_I64(skim_mem(full, n, &skimmed, &err), 0);
+    CHECK_MSG(skimmed > 0, "no TENSOR record skimmed (zstd=%d)", zstd);
+    for (size_t len = 0; len < n; len++)
+        accepted += skim_mem(full, len, &skimmed, &err) != KVP_ETRUNC;
+    CHECK_MSG(accepted == 0, "%d truncations not refused as such when skimming (zstd=%d)", accepted, zstd);
+    CHECK_MSG(skim_lost == 0, "%d records of other kinds skimmed", skim_lost);
+    /* find the first TENSOR record: its header, then its payload */
+    kvp_in in;
+    memset(&in, 0, sizeof in);
+    in.fd = -1, in.name = "<mem>", in.map = full, in.size = n, in.size_known = 1;
+    kvp_reader *r;
+    kvp_record rec;
+    uint64_t hdr = 0, payload = 0;
+    CHECK(kvp_reader_open(&r, &in, &err) == 0);
+    while (kvp_reader_next(r, &rec, &err) == 1)
+        if (rec.kind == KVP_KIND_TENSOR && rec.stored_size) {
+            hdr = rec.offset, payload = rec.offset + 64 + rec.stored_size / 2;
+            break;
+        }
+    kvp_reader_free(r);
+    CHECK(payload > 0);
+    full[hdr + 20] ^= 4;
+    CHECK_EQ_I64(skim_mem(full, n, &skimmed, &err), KVP_ECHECKSUM);
+    full[hdr + 20] ^= 4;
+    full[payload] ^= 4;
+    CHECK_EQ_I64(skim_mem(full, n, &skimmed, &err), 0);
+    CHECK(read_mem(full, n, &err) == KVP_ECHECKSUM); /* a full read still catches it */
+    free(full);
+}
+
 /* Every single-bit flip anywhere in the stream is detected. */
 static void test_bit_flips(int zstd)
 {
@@ -644,6 +720,8 @@ int main(int argc, char **argv)
     test_truncation(3);
     test_bit_flips(0);
     test_bit_flips(3);
+    test_skim(0);
+    test_skim(3);
     test_pipe();
     test_pipe_writer_dies();
     test_size_lies();
