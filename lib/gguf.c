@@ -289,7 +289,8 @@ static int gg_read_value(gg_ctx *x, kvp_meta_entry *e, uint32_t t, uint64_t i)
         e->type = KVP_META_STR;
         e->n = len;
         e->str = dup_bytes(s, len);
-        return e->str ? 0 : kv_fail(x, KVP_ENOMEM, i, e->key, "out of memory");
+        return e->str ? 0 : kv_fail(x, KVP_ENOMEM, i, e->key, "out of memory for a string of %" PRIu64 " bytes",
+                                    len);
     }
     if (t == GG_ARR) {
         uint32_t et = kvp_cur_u32(&x->c);
@@ -434,7 +435,8 @@ static int gg_check_unique(gg_ctx *x, kvp_gguf *g)
         return 0;
     const kvp_gguf_tensor **v = malloc((size_t)g->n_tensors * sizeof *v);
     if (!v)
-        return kvp_err_set(x->err, KVP_ENOMEM, "%s: out of memory", x->name);
+        return kvp_err_set(x->err, KVP_ENOMEM, "%s: out of memory sorting %" PRIu64 " tensors", x->name,
+                           g->n_tensors);
     for (uint64_t i = 0; i < g->n_tensors; i++)
         v[i] = &g->tensors[i];
     qsort(v, (size_t)g->n_tensors, sizeof *v, name_cmp);
@@ -550,12 +552,14 @@ static int gg_slurp(kvp_gguf *g, kvp_err *err)
     uint8_t *buf = malloc(cap);
     for (;;) {
         if (!buf)
-            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory reading the file", g->in.name);
+            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for %zu bytes reading the stream", g->in.name,
+                               cap);
         g->owned = buf;
         if (n == cap) {
             buf = cap < SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
             if (!buf)
-                return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory reading the file", g->in.name);
+                return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for %zu bytes reading the stream (%zu read)",
+                                   g->in.name, cap < SIZE_MAX / 2 ? cap * 2 : SIZE_MAX, n);
             g->owned = buf;
             cap *= 2;
         }
