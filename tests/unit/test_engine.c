@@ -882,7 +882,7 @@ static void test_seqio(const char *dir)
  * weights times x in double. */
 static void test_scaled_one(unsigned flags, const kvp_quant_spec *spec)
 {
-    enum { NO = 6, NI = 256, NT = 5 };
+    enum { NO = 6, NI = 256, NT = 19 }; /* 19 tokens: whole tiles of 4 and 8, and leftovers */
     static float w[NO * NI], deq[NO * NI], x[NT * NI], y[NT * NO];
     for (int i = 0; i < NO * NI; i++)
         w[i] = frand() * (1 + (i / NI)); /* rows of different ranges */
