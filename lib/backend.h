@@ -47,6 +47,7 @@ typedef struct kvp_weight {
     const float *zeros;    /* f32 zero points (integer values), or NULL */
     uint32_t group;        /* elements per scale along a row */
     uint32_t scale_stride; /* scales per row: 0 (one for the tensor), 1, or n_in / group */
+    float global;          /* NVFP4: the tensor scale (0 means 1) */
 } kvp_weight;
 
 /* The KV pool as kernels see it. */

@@ -23,6 +23,8 @@ typedef struct cpu_impl {
     size_t tiles_size;
     void *wsum;            /* the weight's block sums for flipped tiles */
     size_t wsum_size;
+    void *rowbuf;          /* the matmul's row path: rows as f32, per thread */
+    size_t rowbuf_size;
 } cpu_impl;
 
 static cpu_impl *impl_of(kvp_backend *b) { return b->impl; }
@@ -112,6 +114,7 @@ typedef struct mm_ctx {
     kvp_dots2_fn ds2;
     kvp_dots_fn ds;            /* scaled integer rows (quant set) */
     kvp_dotsf_fn dsf;          /* scaled float rows */
+    float *rowbuf;             /* the row path: per thread, rows_per_task rows as f32 */
 } mm_ctx;
 
 void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb, uint32_t unit, int flip,
@@ -170,15 +173,27 @@ static void mm_prep_task(void *ctxp, int task, int thread)
 
 /* Rows r0..r1 (an even count) by the T = tile_tok tokens at xq or xf, two
  * rows a kernel call. */
-static void mm_tile_rows(const mm_ctx *c, uint32_t t, uint32_t r0, uint32_t r1, const int8_t *xt,
-                         const float *const *xf, const float *dxs)
+/* Where the kernels find the weight's rows: row r at base + (r - first) *
+ * stride (the weight itself, or the row path's f32 copies). */
+typedef struct mm_rows {
+    const uint8_t *base;
+    size_t stride;
+    uint32_t first;
+} mm_rows;
+
+static const void *mm_row(const mm_rows *src, uint32_t r)
+{
+    return src->base + (size_t)(r - src->first) * src->stride;
+}
+
+static void mm_tile_rows(const mm_ctx *c, const mm_rows *src, uint32_t t, uint32_t r0, uint32_t r1,
+                         const int8_t *xt, const float *const *xf, const float *dxs)
 {
     const kvp_weight *w = c->w;
-    const uint8_t *base = w->data;
     uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok;
     for (uint32_t r = r0; r < r1; r += 2) {
         float o0[KVP_MM_TILE], o1[KVP_MM_TILE];
-        const void *w0 = base + (size_t)r * w->row_bytes, *w1 = base + (size_t)(r + 1) * w->row_bytes;
+        const void *w0 = mm_row(src, r), *w1 = mm_row(src, r + 1);
         const int32_t *ws = c->wsum ? c->wsum + (size_t)r * nb : NULL;
         if (c->ds2) {
             size_t s0 = (size_t)r * w->scale_stride, s1 = s0 + w->scale_stride;
@@ -197,10 +212,9 @@ static void mm_tile_rows(const mm_ctx *c, uint32_t t, uint32_t r0, uint32_t r1, 
 }
 
 /* Rows r0..r1 by nt <= KVP_MM_TOK tokens from t, one row a kernel call. */
-static void mm_single_rows(const mm_ctx *c, uint32_t t, uint32_t nt, uint32_t r0, uint32_t r1)
+static void mm_single_rows(const mm_ctx *c, const mm_rows *src, uint32_t t, uint32_t nt, uint32_t r0, uint32_t r1)
 {
     const kvp_weight *w = c->w;
-    const uint8_t *base = w->data;
     uint32_t nb = w->n_in / KVP_QK;
     const kvp_q8blk *xq[KVP_MM_TOK];
     const float *xf[KVP_MM_TOK];
@@ -212,7 +226,7 @@ static void mm_single_rows(const mm_ctx *c, uint32_t t, uint32_t nt, uint32_t r0
     }
     for (uint32_t r = r0; r < r1; r++) {
         float out[KVP_MM_TOK];
-        const void *row = base + (size_t)r * w->row_bytes;
+        const void *row = mm_row(src, r);
         const float *sc = w->scales ? w->scales + (size_t)r * w->scale_stride : NULL;
         if (c->ds)
             c->ds(row, sc, w->zeros ? w->zeros + (size_t)r * w->scale_stride : NULL, w->group, xq, nt, nb, out);
@@ -237,7 +251,13 @@ static void mm_task(void *ctxp, int task, int thread)
     uint32_t t1 = t0 + c->toks_per_task < c->n_tok ? t0 + c->toks_per_task : c->n_tok;
     uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok;
     int tiled = c->df2 || c->dq2 || c->ds2;
-    (void)thread;
+    mm_rows src = {w->data, w->row_bytes, 0};
+    if (c->rowbuf) { /* the row path: this task's rows in f32, once for all its tokens */
+        float *buf = c->rowbuf + (size_t)thread * c->rows_per_task * w->n_in;
+        for (uint32_t r = r0; r < r1; r++)
+            kvp_cpu_dequant_weight_row(w, r, buf + (size_t)(r - r0) * w->n_in);
+        src = (mm_rows){(const uint8_t *)buf, (size_t)w->n_in * sizeof(float), r0};
+    }
     for (uint32_t t = t0; t < t1;) {
         uint32_t nt = t1 - t < T ? t1 - t : T, rs = r0;
         if (tiled && nt == T) {
@@ -247,11 +267,11 @@ static void mm_task(void *ctxp, int task, int thread)
             const int8_t *xt = c->tiles ? (const int8_t *)(c->tiles + (size_t)(t / T) * c->tile_bytes) : NULL;
             const float *dxs = xt ? (const float *)(xt + (size_t)nb * T * KVP_QK) : NULL;
             rs = r0 + ((r1 - r0) & ~1u);
-            mm_tile_rows(c, t, r0, rs, xt, xf, dxs);
+            mm_tile_rows(c, &src, t, r0, rs, xt, xf, dxs);
         }
         for (uint32_t u = t; u < t + nt; u += KVP_MM_TOK) /* rows the tiles left, or every row */
             if (rs < r1)
-                mm_single_rows(c, u, t + nt - u < KVP_MM_TOK ? t + nt - u : KVP_MM_TOK, rs, r1);
+                mm_single_rows(c, &src, u, t + nt - u < KVP_MM_TOK ? t + nt - u : KVP_MM_TOK, rs, r1);
         t += nt;
     }
 }
@@ -270,15 +290,23 @@ static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float
     case KVP_DTYPE_I8: c.ds = im->k->dot_i8, c.ds2 = im->k->dot2_i8; break;
     case KVP_DTYPE_I4: c.ds = im->k->dot_i4, c.ds2 = im->k->dot2_i4; break;
     case KVP_DTYPE_FP8_E4M3: c.dsf = im->k->dot_e4m3; break;
-    default:
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: weight type %s has no CPU matmul kernel",
-                           w->name ? w->name : "weight", kvp_dtype_name((uint32_t)w->dtype));
+    default: break;
     }
-    if ((c.ds || c.dsf) != (w->scales != NULL) || (w->zeros && !c.ds) ||
-        (w->scales && (!w->group || w->n_in % w->group || (c.ds && w->group % KVP_QK))))
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: type %s with %s scales (group %u of a row of %u) has no CPU "
-                           "matmul kernel", w->name ? w->name : "weight", kvp_dtype_name((uint32_t)w->dtype),
-                           w->scales ? "these" : "no", w->group, w->n_in);
+    if (w->scales && (!w->group || w->n_in % w->group))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: group %u does not divide a row of %u", w->name ? w->name : "weight",
+                           w->group, w->n_in);
+    int direct = (c.dq || c.df || c.ds || c.dsf) && (c.ds || c.dsf) == (w->scales != NULL) &&
+                 (!w->zeros || c.ds) && !(c.ds && w->group % KVP_QK);
+    if (!direct) {
+        /* The row path: types with no dot kernel (Q5_x, Q4_K, Q6_K, MXFP4,
+         * NVFP4, fp8-E5M2, scaled FP4, int groups under 32) are turned into
+         * f32 a task's rows at a time and multiplied with the f32 kernels. */
+        if (!kvp_cpu_dequant_weight_row_ok(w))
+            return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: weight type %s%s has no CPU matmul", w->name ? w->name
+                               : "weight", kvp_dtype_name((uint32_t)w->dtype), w->scales ? " with scales" : "");
+        c.dq = NULL, c.dq2 = NULL, c.ds = NULL, c.ds2 = NULL, c.dsf = NULL;
+        c.df = im->k->dot_f32, c.df2 = im->k->dot2_f32;
+    }
     if (n_tok == 0)
         return 0;
     c.quant = c.dq != NULL || c.ds != NULL;
@@ -316,13 +344,18 @@ static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float
     if (want < 1)
         want = 1;
     uint32_t rows = (w->n_out + want - 1) / want;
-    if (n_tok > 8 && rows > 64)
+    if ((n_tok > 8 || !direct) && rows > 64)
         rows = 64;
     rows = (rows + 3) & ~3u;
     if (rows == 0)
         rows = 4;
     c.rows_per_task = rows;
     c.n_row_tasks = (w->n_out + rows - 1) / rows;
+    if (!direct) {
+        if (!grow(&im->rowbuf, &im->rowbuf_size, (size_t)im->n_threads * rows * w->n_in * sizeof(float)))
+            return kvp_err_set(err, KVP_ENOMEM, "matmul: out of memory for %u rows of %u as f32", rows, w->n_in);
+        c.rowbuf = im->rowbuf;
+    }
     kvp_threadpool_run(im->pool, mm_task, &c, (int)(c.n_row_tasks * n_tok_tasks));
     return 0;
 }
@@ -595,6 +628,7 @@ static void cpu_destroy(kvp_backend *b)
         free(im->att);
         free(im->tiles);
         free(im->wsum);
+        free(im->rowbuf);
         free(im);
     }
     free(b);

@@ -131,5 +131,7 @@ int kvp_cpu_dequant_row(int dtype, const void *src, float *dst, uint32_t n);
 struct kvp_weight;
 /* Row r of w as f32 (dst[w->n_in]), scaled schemes included.  0 or -1. */
 int kvp_cpu_dequant_weight_row(const struct kvp_weight *w, uint32_t r, float *dst);
+/* Whether kvp_cpu_dequant_weight_row decodes w's type and scales. */
+int kvp_cpu_dequant_weight_row_ok(const struct kvp_weight *w);
 
 #endif

@@ -291,6 +291,13 @@ int kvp_cpu_dequant_row(int dtype, const void *src, float *dst, uint32_t n)
         }
         return 0;
     }
+    /* types with no dot kernel: the matmul runs them a row at a time in f32 */
+    case KVP_DTYPE_Q5_0: kvp_dequantize_row_q5_0(src, dst, n); return 0;
+    case KVP_DTYPE_Q5_1: kvp_dequantize_row_q5_1(src, dst, n); return 0;
+    case KVP_DTYPE_Q4_K: kvp_dequantize_row_q4_k(src, dst, n); return 0;
+    case KVP_DTYPE_Q6_K: kvp_dequantize_row_q6_k(src, dst, n); return 0;
+    case KVP_DTYPE_MXFP4: kvp_dequantize_row_mxfp4(src, dst, n); return 0;
+    case KVP_DTYPE_NVFP4: kvp_dequantize_row_nvfp4(src, dst, n); return 0;
     default:
         return -1;
     }
@@ -304,6 +311,10 @@ static float scaled_elem(const kvp_weight *w, const uint8_t *row, const float *s
         q = (float)(int8_t)row[i];
     else if (w->dtype == KVP_DTYPE_I4)
         q = (float)((int)(((i & 1) ? row[i / 2] >> 4 : row[i / 2] & 15) ^ 8) - 8);
+    else if (w->dtype == KVP_DTYPE_FP4_E2M1)
+        q = kvp_e2m1_to_f32((uint8_t)((i & 1) ? row[i / 2] >> 4 : row[i / 2] & 15));
+    else if (w->dtype == KVP_DTYPE_FP8_E5M2)
+        q = kvp_e5m2_to_f32(row[i]);
     else
         q = kvp_e4m3_to_f32(row[i]);
     return (q - (zp ? zp[i / w->group] : 0.0f)) * sc[i / w->group];
@@ -312,13 +323,34 @@ static float scaled_elem(const kvp_weight *w, const uint8_t *row, const float *s
 int kvp_cpu_dequant_weight_row(const kvp_weight *w, uint32_t r, float *dst)
 {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+    if (!w->scales && w->dtype == KVP_DTYPE_NVFP4) {
+        kvp_dequantize_row_nvfp4_g(row, dst, w->n_in, w->global != 0 ? w->global : 1.0f);
+        return 0;
+    }
     if (!w->scales)
         return kvp_cpu_dequant_row(w->dtype, row, dst, w->n_in);
-    if (w->dtype != KVP_DTYPE_I8 && w->dtype != KVP_DTYPE_I4 && w->dtype != KVP_DTYPE_FP8_E4M3)
+    if (w->dtype != KVP_DTYPE_I8 && w->dtype != KVP_DTYPE_I4 && w->dtype != KVP_DTYPE_FP8_E4M3 &&
+        w->dtype != KVP_DTYPE_FP8_E5M2 && w->dtype != KVP_DTYPE_FP4_E2M1)
         return -1;
     const float *sc = w->scales + (size_t)r * w->scale_stride;
     const float *zp = w->zeros ? w->zeros + (size_t)r * w->scale_stride : NULL;
     for (uint32_t i = 0; i < w->n_in; i++)
         dst[i] = scaled_elem(w, row, sc, zp, i);
     return 0;
+}
+
+int kvp_cpu_dequant_weight_row_ok(const kvp_weight *w)
+{
+    switch (w->dtype) {
+    case KVP_DTYPE_F32: case KVP_DTYPE_F16: case KVP_DTYPE_BF16: case KVP_DTYPE_Q4_0: case KVP_DTYPE_Q4_1:
+    case KVP_DTYPE_Q8_0: case KVP_DTYPE_Q5_0: case KVP_DTYPE_Q5_1: case KVP_DTYPE_Q4_K: case KVP_DTYPE_Q6_K:
+    case KVP_DTYPE_MXFP4: case KVP_DTYPE_NVFP4:
+        return !w->scales && !w->zeros;
+    case KVP_DTYPE_I8: case KVP_DTYPE_I4:
+        return w->scales != NULL;
+    case KVP_DTYPE_FP8_E4M3: case KVP_DTYPE_FP8_E5M2: case KVP_DTYPE_FP4_E2M1:
+        return w->scales != NULL && !w->zeros;
+    default:
+        return 0;
+    }
 }

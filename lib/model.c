@@ -215,7 +215,8 @@ static const kvp_model_tensor *find(const kvp_model *m, const char *name)
 
 static int is_scaled(uint32_t dtype)
 {
-    return dtype == KVP_DTYPE_I8 || dtype == KVP_DTYPE_I4 || dtype == KVP_DTYPE_FP8_E4M3;
+    return dtype == KVP_DTYPE_I8 || dtype == KVP_DTYPE_I4 || dtype == KVP_DTYPE_FP8_E4M3 ||
+           dtype == KVP_DTYPE_FP8_E5M2 || dtype == KVP_DTYPE_FP4_E2M1;
 }
 
 /* n values of a scale dtype (f32, f16, bf16) widened to owned f32; scales
@@ -272,12 +273,9 @@ static int bind_scales(kvp_model *m, kvp_weight *w, const kvp_model_tensor *t, k
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: type %s needs a tensor, channel or group scale",
                            m->path, r->name, kvp_dtype_name(r->dtype));
     }
-    if (r->dtype != KVP_DTYPE_FP8_E4M3 && w->group % 32)
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: %s scales every %u elements; the CPU kernels need a "
-                           "multiple of 32 (quantize with --group 32 or more)", m->path, r->name,
-                           kvp_dtype_name(r->dtype), w->group);
-    if (r->flags & KVP_TENSOR_ASYM && r->dtype == KVP_DTYPE_FP8_E4M3)
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: fp8 with zero points", m->path, r->name);
+    if (r->flags & KVP_TENSOR_ASYM && r->dtype != KVP_DTYPE_I8 && r->dtype != KVP_DTYPE_I4)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: %s with zero points", m->path, r->name,
+                           kvp_dtype_name(r->dtype));
     uint64_t n = per_row ? per_row * w->n_out : 1;
     if (kvp_tensor_scale_count(r) != (int64_t)n || !t->scales)
         return kvp_err_set(err, KVP_EFORMAT, "%s: tensor %s: %lld scales, expected %llu", m->path, r->name,
@@ -318,20 +316,25 @@ static int bind(kvp_model *m, kvp_weight *w, const char *gname, const char *hnam
     case KVP_DTYPE_F32: case KVP_DTYPE_F16: case KVP_DTYPE_BF16:
     case KVP_DTYPE_Q4_0: case KVP_DTYPE_Q4_1: case KVP_DTYPE_Q8_0:
     case KVP_DTYPE_I8: case KVP_DTYPE_I4: case KVP_DTYPE_FP8_E4M3:
+    /* no dot kernel: the CPU matmul turns a few rows at a time into f32 */
+    case KVP_DTYPE_Q5_0: case KVP_DTYPE_Q5_1: case KVP_DTYPE_Q4_K: case KVP_DTYPE_Q6_K:
+    case KVP_DTYPE_MXFP4: case KVP_DTYPE_NVFP4: case KVP_DTYPE_FP8_E5M2: case KVP_DTYPE_FP4_E2M1:
         break;
     default:
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: type %s has no kernel (use f32, f16, bf16, q4_0, "
-                           "q4_1, q8_0, fp8, int8 or int4)", m->path, r->name,
-                           r->dtype == KVP_UNREADABLE ? "unknown" : kvp_dtype_name(r->dtype));
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: type %s is not supported for inference", m->path,
+                           r->name, r->dtype == KVP_UNREADABLE ? "unknown" : kvp_dtype_name(r->dtype));
     }
-    if (r->dtype == KVP_DTYPE_I4 && n_in % 2)
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: int4 rows of odd length", m->path, r->name);
+    if ((r->dtype == KVP_DTYPE_I4 || r->dtype == KVP_DTYPE_FP4_E2M1) && n_in % 2)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: %s rows of odd length", m->path, r->name,
+                           kvp_dtype_name(r->dtype));
     w->name = r->name;
     w->dtype = (int)r->dtype;
     w->n_in = (uint32_t)n_in;
     w->n_out = n_out ? (uint32_t)n_out : 1;
     w->row_bytes = (uint64_t)rb;
     w->data = t->data;
+    w->global = r->dtype == KVP_DTYPE_NVFP4 && r->global_scale != 0 && isfinite(r->global_scale) ? r->global_scale
+                                                                                                  : 1.0f;
     return bind_scales(m, w, t, err);
 }
 

@@ -72,6 +72,23 @@ static void quant_row(int dtype, const float *x, uint8_t *out, uint32_t n)
     }
 }
 
+/* A row of random K-quant super-blocks (256 elements): random quants and
+ * sub-block scales, the f16 super-block scales set so that the values are
+ * of the order of 0.5. */
+static void kquant_row(int dtype, uint8_t *out, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i++)
+        out[i] = (uint8_t)((frand() + 1) * 128);
+    if (dtype == KVP_DTYPE_Q4_K) /* d, dmin, scales[12], qs[128]: d * sc * q - dmin * m */
+        for (size_t o = 0; o < bytes; o += 144) {
+            kvp_put16(out + o, kvp_f32_to_f16(0.001f));
+            kvp_put16(out + o + 2, kvp_f32_to_f16(0.004f));
+        }
+    else /* Q6_K: ql[128], qh[64], scales[16] (i8), d: d * sc * (q - 32) */
+        for (size_t o = 0; o < bytes; o += 210)
+            kvp_put16(out + o + 208, kvp_f32_to_f16(1e-4f));
+}
+
 /* ---- kernels: AVX2 against portable ---- */
 
 /* The attention, softmax and SiLU kernels of a fast table against the
@@ -367,6 +384,8 @@ static uint32_t ggml_id(int dtype)
     case KVP_DTYPE_Q4_0: return 2;
     case KVP_DTYPE_Q4_1: return 3;
     case KVP_DTYPE_Q8_0: return 8;
+    case KVP_DTYPE_Q4_K: return 12;
+    case KVP_DTYPE_Q6_K: return 14;
     default: return 30; /* bf16 */
     }
 }
@@ -446,6 +465,8 @@ static uint8_t *tiny_gguf(const tiny_cfg *c, size_t *len)
             else if (ts[i].dtype == KVP_DTYPE_BF16)
                 for (uint32_t j = 0; j < ts[i].n_in; j++)
                     kvp_put16(q + 2 * j, kvp_f32_to_bf16(row[j]));
+            else if (ts[i].dtype == KVP_DTYPE_Q4_K || ts[i].dtype == KVP_DTYPE_Q6_K)
+                kquant_row(ts[i].dtype, q, (size_t)rb);
             else
                 quant_row(ts[i].dtype, row, q, ts[i].n_in);
             kvp_buf_put(&b, q, (size_t)rb);
@@ -989,6 +1010,38 @@ static int run_all(const char *path, unsigned flags, const uint32_t *tok, uint32
     return rc == (int)n ? 0 : -1;
 }
 
+/* Every 2-D tensor of m as the engine reads its rows (the row path and the
+ * embedding lookup) equals the quantize library's whole-tensor dequantizer,
+ * which the golden files check against gguf and ml_dtypes. */
+static void check_rows_decode(const kvp_model *m, const char *what)
+{
+    int bad = 0, seen = 0;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const kvp_model_tensor *t = &m->tensors[i];
+        const kvp_weight *w = NULL;
+        if (strcmp(t->rec.name, "token_embd.weight") == 0)
+            w = &m->tok_embd;
+        else if (strcmp(t->rec.name, "blk.0.attn_q.weight") == 0)
+            w = &m->layers[0].wq;
+        else if (strcmp(t->rec.name, "blk.1.ffn_down.weight") == 0)
+            w = &m->layers[1].w_down;
+        if (!w)
+            continue;
+        seen++;
+        size_t n = (size_t)w->n_out * w->n_in;
+        float *ref = malloc(n * sizeof(float)), *row = malloc(w->n_in * sizeof(float));
+        kvp_err err = {0};
+        CHECK_MSG(kvp_dequant_tensor(&t->rec, t->data, t->scales, t->zeros, ref, NULL, &err) == 0, "%s", err.msg);
+        for (uint32_t r = 0; r < w->n_out; r++) {
+            CHECK(kvp_cpu_dequant_weight_row(w, r, row) == 0);
+            bad += memcmp(row, ref + (size_t)r * w->n_in, w->n_in * sizeof(float)) != 0;
+        }
+        free(ref), free(row);
+    }
+    CHECK_MSG(seen == 3 && bad == 0, "%s: %d of 3 tensors seen, %d rows decode otherwise than kvp_dequant_tensor",
+              what, seen, bad);
+}
+
 static void test_kvp_models(const char *dir)
 {
     tiny_cfg c = {.n_layer = 2, .n_embd = 128, .n_ff = 320, .n_head = 4, .n_head_kv = 2, .n_vocab = 96,
@@ -1028,6 +1081,14 @@ static void test_kvp_models(const char *dir)
         {KVP_DTYPE_I8, KVP_CONVERT_KEEP, KVP_SCHEME_GROUP, 64, 1, 0, 0.25},
         {KVP_DTYPE_I4, KVP_DTYPE_I4, 0, 0, 0, 0, 0.25},
         {KVP_DTYPE_I4, KVP_CONVERT_KEEP, KVP_SCHEME_GROUP, 32, 1, 3, 0.25},
+        /* the row path (no dot kernel: rows turned into f32), so f32 math */
+        {KVP_DTYPE_Q5_0, KVP_DTYPE_Q5_1, 0, 0, 0, 0, 1e-4},
+        {KVP_DTYPE_Q5_1, KVP_CONVERT_KEEP, 0, 0, 0, 2, 1e-4},
+        {KVP_DTYPE_FP8_E5M2, KVP_DTYPE_FP8_E5M2, 0, 0, 0, 0, 1e-4},
+        {KVP_DTYPE_FP4_E2M1, KVP_CONVERT_KEEP, 0, 0, 0, 0, 1e-4},
+        {KVP_DTYPE_NVFP4, KVP_DTYPE_NVFP4, 0, 0, 0, 0, 1e-4},
+        {KVP_DTYPE_MXFP4, KVP_CONVERT_KEEP, 0, 0, 0, 0, 1e-4},
+        {KVP_DTYPE_I4, KVP_DTYPE_I8, KVP_SCHEME_GROUP, 16, 1, 0, 1e-4},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         kvp_convert_opts o;
@@ -1047,6 +1108,7 @@ static void test_kvp_models(const char *dir)
         CHECK_MSG(memcmp(fp, r.m->fingerprint, 16) == 0, "case %zu: fingerprint differs from quantize's", k);
         CHECK_EQ_U64(r.m->copied_bytes > 0, cases[k].zstd > 0); /* in place unless compressed */
         const char *what = o.to == KVP_CONVERT_KEEP ? "keep" : kvp_dtype_name((uint32_t)o.to);
+        check_rows_decode(r.m, what);
         if (cases[k].tol == 0) {
             /* the same bytes: the same logits as the GGUF, bit for bit */
             CHECK_MSG(memcmp(ref, got, sizeof(float) * N * V) == 0, "case %zu (%s): logits differ from the GGUF's", k,
@@ -1058,7 +1120,10 @@ static void test_kvp_models(const char *dir)
             /* and still the model it was made from (3-bit mantissas and int4 on
              * random weights: loosely) */
             double eg = rel_err(ref, got, (size_t)N * V);
-            double gtol = o.to == KVP_DTYPE_I4 || o.to == KVP_DTYPE_FP8_E4M3 ? 1.5 : 0.3;
+            int coarse = o.to == KVP_DTYPE_I4 || o.to == KVP_DTYPE_FP8_E4M3 || o.to == KVP_DTYPE_FP8_E5M2 ||
+                         o.to == KVP_DTYPE_FP4_E2M1 || o.to == KVP_DTYPE_NVFP4 || o.to == KVP_DTYPE_MXFP4 ||
+                         o.to == KVP_DTYPE_Q5_0; /* 5 bits and less on random weights: loosely */
+            double gtol = coarse ? 1.5 : 0.3;
             CHECK_MSG(eg < gtol, "case %zu (%s): vs the f32 GGUF: max rel %g", k, what, eg);
             if (run_all(kpath, KVP_CPU_PORTABLE, tok, N, port, NULL) == 0) {
                 double ep = rel_err(port, got, (size_t)N * V);
@@ -1068,17 +1133,6 @@ static void test_kvp_models(const char *dir)
         }
         rig_close(&r);
     }
-    /* int4 scaled every 16: the kernels need whole blocks of 32 */
-    kvp_convert_opts o;
-    kvp_convert_opts_init(&o);
-    o.to = KVP_DTYPE_I4, o.group = 16;
-    kvp_err err = {0};
-    uint8_t fp[16];
-    CHECK(convert_to(gpath, kpath, &o, 0, fp, &err) == 0);
-    kvp_model *m = NULL;
-    CHECK(kvp_model_load(&m, kpath, &err) == KVP_EUNSUPPORTED);
-    CHECK_MSG(strstr(err.msg, "m.kvp: tensor output.weight") && strstr(err.msg, "multiple of 32"), "%s", err.msg);
-    kvp_model_free(m);
     rig_close(&g);
     free(ref), free(got), free(port), free(naive);
     unlink(gpath);
@@ -1417,6 +1471,46 @@ static void test_smollm2_hf(const char *dir)
     unlink(f32path);
 }
 
+/* GGUF K-quants (Q4_K, Q6_K), which only llama.cpp writes: random valid
+ * super-blocks in a tiny GGUF, run through the row path (embedding lookup
+ * included) against the naive pass and the portable kernels, and each
+ * tensor's rows against the library's dequantizer. */
+static void test_kquants(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/kq.gguf", dir);
+    enum { N = 11 };
+    uint32_t tok[N];
+    int types[] = {KVP_DTYPE_Q4_K, KVP_DTYPE_Q6_K};
+    for (int k = 0; k < 2; k++) {
+        tiny_cfg c = {.n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .n_vocab = 96,
+                      .wtype = types[k], .tied = k};
+        size_t len;
+        uint8_t *file = tiny_gguf(&c, &len);
+        CHECK(write_file(path, file, len) == 0);
+        free(file);
+        for (int i = 0; i < N; i++)
+            tok[i] = (uint32_t)(i * 37 + 5) % c.n_vocab;
+        float *got = malloc(sizeof(float) * N * c.n_vocab), *naive = malloc(sizeof(float) * N * c.n_vocab);
+        float *port = malloc(sizeof(float) * N * c.n_vocab);
+        rig r;
+        if (run_all(path, 0, tok, N, got, &r) < 0) {
+            CHECK_MSG(0, "%s: load or run failed", kvp_dtype_name((uint32_t)types[k]));
+        } else {
+            check_rows_decode(r.m, kvp_dtype_name((uint32_t)types[k]));
+            naive_forward(r.m, tok, N, naive);
+            double e = rel_err(naive, got, (size_t)N * c.n_vocab);
+            CHECK_MSG(e < 1e-4, "%s: engine vs naive: max rel %g", kvp_dtype_name((uint32_t)types[k]), e);
+            CHECK(run_all(path, KVP_CPU_PORTABLE, tok, N, port, NULL) == 0);
+            double ep = rel_err(port, got, (size_t)N * c.n_vocab);
+            CHECK_MSG(ep < 1e-4, "%s: portable vs fast: max rel %g", kvp_dtype_name((uint32_t)types[k]), ep);
+            rig_close(&r);
+        }
+        free(got), free(naive), free(port);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/kvp-test-engine.XXXXXX";
@@ -1438,6 +1532,7 @@ int main(void)
     test_seqio(dir);
     test_scaled();
     test_kvp_models(dir);
+    test_kquants(dir);
     test_smollm2();
     test_smollm2_hf(dir);
     rmdir(dir);
