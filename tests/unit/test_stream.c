@@ -253,9 +253,8 @@ static int read_file(const char *path, int streamed, const sample *x, kvp_err *e
     return rc;
 }
 
-/* Read a stream held in memory (as if mapped): fast enough to try every
- * truncation and bit flip. */
-static int read_mem(const uint8_t *buf, size_t n, kvp_err *err)
+/* An input over bytes in memory, as if mapped from a file. */
+static kvp_in mem_in(const uint8_t *buf, size_t n)
 {
     kvp_in in;
     memset(&in, 0, sizeof in);
@@ -264,6 +263,14 @@ static int read_mem(const uint8_t *buf, size_t n, kvp_err *err)
     in.map = buf;
     in.size = n;
     in.size_known = 1;
+    return in;
+}
+
+/* Read a stream held in memory: fast enough to try every truncation and
+ * bit flip. */
+static int read_mem(const uint8_t *buf, size_t n, kvp_err *err)
+{
+    kvp_in in = mem_in(buf, n);
     return read_stream(&in, NULL, NULL, err);
 }
 
@@ -359,15 +366,23 @@ static void spit(const char *path, const uint8_t *d, size_t n)
 }
 
 /* Every prefix of a valid stream is refused, mapped and streamed. */
-static void test_truncation(int zstd)
+/* The sample stream (zstd level zstd) written to tmp/name and read back
+ * whole; NULL on failure (checked). */
+static uint8_t *sample_bytes(int zstd, const char *name, size_t *n)
 {
     sample x;
     make_sample(&x);
-    const char *p = path_in_tmp("full.kvp");
+    const char *p = path_in_tmp(name);
     CHECK(write_sample(p, &x, zstd, -1) == 0);
+    uint8_t *full = slurp(p, n);
+    CHECK(full != NULL && *n > 0);
+    return full;
+}
+
+static void test_truncation(int zstd)
+{
     size_t n;
-    uint8_t *full = slurp(p, &n);
-    CHECK(full != NULL && n > 0);
+    uint8_t *full = sample_bytes(zstd, "full.kvp", &n);
     if (!full)
         return;
     int accepted = 0, wrong_code = 0;
@@ -402,13 +417,7 @@ static int skim_lost;
  * END, else the reader's code; *skimmed counts records seen without payload. */
 static int skim_mem(const uint8_t *buf, size_t n, int *skimmed, kvp_err *err)
 {
-    kvp_in in;
-    memset(&in, 0, sizeof in);
-    in.fd = -1;
-    in.name = "<mem>";
-    in.map = buf;
-    in.size = n;
-    in.size_known = 1;
+    kvp_in in = mem_in(buf, n);
     kvp_reader *r;
     int rc = kvp_reader_open(&r, &in, err);
     if (rc)
@@ -430,12 +439,8 @@ static int skim_mem(const uint8_t *buf, size_t n, int *skimmed, kvp_err *err)
  * bit of a skimmed record is not (that is the point: not reading it). */
 static void test_skim(int zstd)
 {
-    sample x;
-    make_sample(&x);
-    const char *p = path_in_tmp("skim.kvp");
-    CHECK(write_sample(p, &x, zstd, -1) == 0);
     size_t n;
-    uint8_t *full = slurp(p, &n);
+    uint8_t *full = sample_bytes(zstd, "skim.kvp", &n);
     if (!full)
         return;
     kvp_err err = {0};
@@ -447,9 +452,7 @@ static void test_skim(int zstd)
     CHECK_MSG(accepted == 0, "%d truncations not refused as such when skimming (zstd=%d)", accepted, zstd);
     CHECK_MSG(skim_lost == 0, "%d records of other kinds skimmed", skim_lost);
     /* find the first TENSOR record: its header, then its payload */
-    kvp_in in;
-    memset(&in, 0, sizeof in);
-    in.fd = -1, in.name = "<mem>", in.map = full, in.size = n, in.size_known = 1;
+    kvp_in in = mem_in(full, n);
     kvp_reader *r;
     kvp_record rec;
     uint64_t hdr = 0, payload = 0;
@@ -473,12 +476,8 @@ static void test_skim(int zstd)
 /* Every single-bit flip anywhere in the stream is detected. */
 static void test_bit_flips(int zstd)
 {
-    sample x;
-    make_sample(&x);
-    const char *p = path_in_tmp("flip-src.kvp");
-    CHECK(write_sample(p, &x, zstd, -1) == 0);
     size_t n;
-    uint8_t *full = slurp(p, &n);
+    uint8_t *full = sample_bytes(zstd, "flip-src.kvp", &n);
     if (!full)
         return;
     char *fp = strdup(path_in_tmp("flip.kvp"));
