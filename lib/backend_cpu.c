@@ -104,7 +104,7 @@ typedef struct mm_ctx {
     size_t tile_bytes;         /* per group */
     int flip;                  /* tiles flipped, and wsum set (tile_flip) */
     int32_t *wsum;             /* [n_out][nb] when flip */
-    uint32_t n_sum_tasks;      /* prep tasks after the n_tok quantizing ones */
+    uint32_t n_sum_tasks;      /* prep tasks after the quantizing ones (mm_prep_task) */
     uint32_t n_tok, rows_per_task, toks_per_task, n_row_tasks;
     int quant;
     kvp_dotq_fn dq;
@@ -171,8 +171,8 @@ static void mm_prep_task(void *ctxp, int task, int thread)
     }
 }
 
-/* Rows r0..r1 (an even count) by the T = tile_tok tokens at xq or xf, two
- * rows a kernel call. */
+/* Rows r0..r1 (an even count) by the T = tile_tok tokens of tile xt/dxs
+ * (quantized kinds) or rows xf (float kinds), two rows a kernel call. */
 /* Where the kernels find the weight's rows: row r at base + (r - first) *
  * stride (the weight itself, or the row path's f32 copies). */
 typedef struct mm_rows {
