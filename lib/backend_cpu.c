@@ -19,6 +19,10 @@ typedef struct cpu_impl {
     size_t qbuf_size;
     float *att;            /* attention scores, one slice per thread */
     size_t att_per_thread; /* floats */
+    void *parts;           /* attention over key chunks: the chunks' results */
+    size_t parts_size;
+    void *runs;            /* attention's runs (attn_plan) */
+    size_t runs_size;
     void *tiles;           /* interleaved activation tiles (kvp_cpu_q8_tile_put) */
     size_t tiles_size;
     void *wsum;            /* the weight's block sums for flipped tiles */
@@ -491,13 +495,31 @@ typedef struct attn_ctx {
     float *scratch;          /* per thread: see attn_scratch_floats */
     size_t per_thread;
     uint32_t n_head_kv, n_rep;
-    uint32_t tile;           /* query tokens per task, <= KVP_ATT_TILE_MAX */
+    struct attn_runrec *runs; /* the step's runs (attn_plan) */
+    uint32_t n_runs;
+    uint32_t chunk;          /* keys per chunk of a split run */
+    float *parts;            /* split runs: per (run, head, chunk) an attn_part's floats */
 } attn_ctx;
+
+/* A run: consecutive query tokens of one sequence that go through the
+ * kernels together.  A one-token run over a long context (decode) has its
+ * keys split into chunks of c->chunk, one task per head and chunk, merged
+ * after; the split depends on the run alone, never on the batch or the
+ * thread count, so a sequence gets the same numbers in any company. */
+typedef struct attn_runrec {
+    uint32_t t0, nt;
+    uint32_t n_chunks;       /* 1: not split */
+    uint32_t first_task;     /* its tasks: n_head_kv * n_chunks from here */
+    size_t part;             /* split: offset of its parts in c->parts (floats) */
+} attn_runrec;
 
 /* Queries a task aims for: the kernels' lanes hold them, and every K/V
  * block converted to f32 serves all of them. */
 #define KVP_ATT_QUERIES 48
 #define KVP_ATT_TILE_MAX 48
+/* Keys a chunk of a split one-token run holds (rounded up to whole
+ * blocks); runs over fewer than twice this many are not split. */
+#define KVP_ATT_CHUNK 256
 
 static uint32_t attn_lanes(uint32_t nq) { return (nq + 7) & ~7u; }
 
@@ -522,85 +544,179 @@ static const float *attn_block(const attn_ctx *c, const uint32_t *table, uint32_
     return buf;
 }
 
-/* Tokens tok[0..nt) of one sequence against KV head g.  Their nq = nt *
- * n_rep query heads go into lanes, so each K and V row serves them all.  A
- * query sees positions 0..pos (causal): later keys are scored but weighted
- * 0.  The softmax's division happens once per output row, at the end. */
-static void attn_run(const attn_ctx *c, const uint32_t *tok, uint32_t nt, uint32_t g, float *sc)
+/* The result of attention over a range of keys, per query lane: the
+ * weighted sum of V rows o (not yet divided), the max score mx the weights
+ * e^(score - mx) were taken against, and their sum. */
+typedef struct attn_part {
+    float *o, *mx, *sum;     /* [nq][hd], [ldq], [ldq] */
+} attn_part;
+
+/* Tokens tok[0..nt) of one sequence against KV head g, over keys [p0, p1)
+ * (p0 a multiple of the block size).  Their nq = nt * n_rep query heads go
+ * into lanes, so each K and V row serves them all.  A query sees positions
+ * 0..pos (causal): later keys are scored but weighted 0.  Returns nq. */
+static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, uint32_t g, uint32_t p0, uint32_t p1,
+                           float *sc, attn_part *out)
 {
     const kvp_attn_args *a = c->a;
     const kvp_kv_pool *kv = a->kv;
-    uint32_t hd = kv->head_dim, bs = kv->block_size, nq = nt * c->n_rep, ldq = attn_lanes(nq), n_pos = 0;
+    uint32_t hd = kv->head_dim, bs = kv->block_size, nq = nt * c->n_rep, ldq = attn_lanes(nq), n = p1 - p0;
     const uint32_t *table = a->tables[a->tok_seq[tok[0]]];
-    for (uint32_t i = 0; i < nt; i++)
-        n_pos = (uint32_t)a->pos[tok[i]] + 1 > n_pos ? (uint32_t)a->pos[tok[i]] + 1 : n_pos;
-    float *qt = sc, *s = qt + (size_t)hd * ldq, *o = s + (size_t)n_pos * ldq, *buf = o + (size_t)ldq * hd;
+    float *qt = sc, *s = qt + (size_t)hd * ldq, *o = s + (size_t)n * ldq, *buf = o + (size_t)ldq * hd;
     float *mx = buf + (size_t)bs * hd, *sum = mx + ldq;
     int32_t *lim = (int32_t *)(sum + ldq);
     memset(qt, 0, (size_t)hd * ldq * sizeof(float));
     for (uint32_t j = 0; j < ldq; j++) {
-        lim[j] = j < nq ? a->pos[tok[j / c->n_rep]] + 1 : 1;
+        int32_t seen = j < nq ? a->pos[tok[j / c->n_rep]] + 1 - (int32_t)p0 : 1; /* keys of the range it sees */
+        lim[j] = seen > 0 ? seen : 0;
         if (j >= nq)
             continue;
         const float *qj = a->q + ((size_t)tok[j / c->n_rep] * a->n_head + (size_t)g * c->n_rep + j % c->n_rep) * hd;
         for (uint32_t d = 0; d < hd; d++)
             qt[(size_t)d * ldq + j] = qj[d] * a->scale;
     }
-    uint32_t n_blk = (n_pos + bs - 1) / bs;
-    for (uint32_t b = 0; b < n_blk; b++) {
-        uint32_t np = n_pos - b * bs < bs ? n_pos - b * bs : bs;
-        c->k->att_scores(qt, ldq, attn_block(c, table, b, 0, g, np, buf), np, hd, s + (size_t)b * bs * ldq);
+    for (uint32_t p = p0; p < p1; p += bs) {
+        uint32_t np = p1 - p < bs ? p1 - p : bs;
+        c->k->att_scores(qt, ldq, attn_block(c, table, p / bs, 0, g, np, buf), np, hd, s + (size_t)(p - p0) * ldq);
     }
-    c->k->att_softmax(s, ldq, n_pos, lim, mx, sum);
+    c->k->att_softmax(s, ldq, n, lim, mx, sum);
     memset(o, 0, (size_t)nq * hd * sizeof(float));
-    for (uint32_t b = 0; b < n_blk; b++) {
-        uint32_t np = n_pos - b * bs < bs ? n_pos - b * bs : bs;
-        c->k->att_values(s + (size_t)b * bs * ldq, ldq, nq, attn_block(c, table, b, 1, g, np, buf), np, hd, o);
+    for (uint32_t p = p0; p < p1; p += bs) {
+        uint32_t np = p1 - p < bs ? p1 - p : bs;
+        c->k->att_values(s + (size_t)(p - p0) * ldq, ldq, nq, attn_block(c, table, p / bs, 1, g, np, buf), np, hd, o);
     }
+    *out = (attn_part){o, mx, sum};
+    return nq;
+}
+
+/* Query lane j of head g of the run tok[] in the output. */
+static float *attn_out_row(const attn_ctx *c, const uint32_t *tok, uint32_t g, uint32_t j)
+{
+    const kvp_attn_args *a = c->a;
+    return a->out + ((size_t)tok[j / c->n_rep] * a->n_head + (size_t)g * c->n_rep + j % c->n_rep) * a->kv->head_dim;
+}
+
+/* The whole run over all its keys; the softmax's division happens once per
+ * output row, here. */
+static void attn_run(const attn_ctx *c, const uint32_t *tok, uint32_t nt, uint32_t g, float *sc)
+{
+    const kvp_attn_args *a = c->a;
+    uint32_t hd = a->kv->head_dim, n_pos = 0;
+    for (uint32_t i = 0; i < nt; i++)
+        n_pos = (uint32_t)a->pos[tok[i]] + 1 > n_pos ? (uint32_t)a->pos[tok[i]] + 1 : n_pos;
+    attn_part part;
+    uint32_t nq = attn_range(c, tok, nt, g, 0, n_pos, sc, &part);
     for (uint32_t j = 0; j < nq; j++) {
-        float *dst = a->out + ((size_t)tok[j / c->n_rep] * a->n_head + (size_t)g * c->n_rep + j % c->n_rep) * hd;
-        float inv = 1.0f / sum[j];
+        float *dst = attn_out_row(c, tok, g, j), inv = 1.0f / part.sum[j];
         for (uint32_t d = 0; d < hd; d++)
-            dst[d] = o[(size_t)j * hd + d] * inv;
+            dst[d] = part.o[(size_t)j * hd + d] * inv;
     }
 }
 
-/* One task: a tile of consecutive query tokens and one KV head; tokens of
- * the tile that belong to different sequences go through in separate runs. */
+/* Floats of one (run, head, chunk) part of a split: o [n_rep][hd], mx and sum. */
+static size_t attn_part_floats(const attn_ctx *c) { return (size_t)c->n_rep * (c->a->kv->head_dim + 2); }
+
+/* Task i: the run holding it (binary search on first_task), its head, and
+ * for a split run its chunk. */
 static void attn_task(void *ctxp, int task, int thread)
 {
     attn_ctx *c = ctxp;
-    const kvp_attn_args *a = c->a;
-    uint32_t tile = (uint32_t)task / c->n_head_kv, g = (uint32_t)task % c->n_head_kv;
-    uint32_t t0 = tile * c->tile, t1 = t0 + c->tile < a->n_tok ? t0 + c->tile : a->n_tok;
-    float *sc = c->scratch + (size_t)thread * c->per_thread;
-    uint32_t tok[KVP_ATT_TILE_MAX], nt = 0;
-    for (uint32_t t = t0; t < t1; t++) {
-        if (nt && a->tok_seq[t] != a->tok_seq[tok[0]]) {
-            attn_run(c, tok, nt, g, sc);
-            nt = 0;
-        }
-        tok[nt++] = t;
+    uint32_t lo = 0, hi = c->n_runs - 1, i = (uint32_t)task;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi + 1) / 2;
+        if (c->runs[mid].first_task <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
-    if (nt)
-        attn_run(c, tok, nt, g, sc);
+    const attn_runrec *r = &c->runs[lo];
+    uint32_t k = i - r->first_task, g = k / r->n_chunks, ch = k % r->n_chunks, hd = c->a->kv->head_dim;
+    uint32_t tok[KVP_ATT_TILE_MAX];
+    for (uint32_t j = 0; j < r->nt; j++)
+        tok[j] = r->t0 + j;
+    float *sc = c->scratch + (size_t)thread * c->per_thread;
+    if (r->n_chunks == 1) {
+        attn_run(c, tok, r->nt, g, sc);
+        return;
+    }
+    uint32_t n_pos = (uint32_t)c->a->pos[r->t0] + 1, p0 = ch * c->chunk;
+    uint32_t p1 = p0 + c->chunk < n_pos ? p0 + c->chunk : n_pos;
+    attn_part part;
+    uint32_t nq = attn_range(c, tok, 1, g, p0, p1, sc, &part);
+    float *dst = c->parts + r->part + (size_t)k * attn_part_floats(c);
+    memcpy(dst, part.o, (size_t)nq * hd * sizeof(float));
+    memcpy(dst + (size_t)nq * hd, part.mx, nq * sizeof(float));
+    memcpy(dst + (size_t)nq * (hd + 1), part.sum, nq * sizeof(float));
+}
+
+/* A split run, after its tasks: each query's chunks combined, every chunk's
+ * sum and output rescaled from its own max to the overall one. */
+static void attn_merge(const attn_ctx *c, const attn_runrec *r)
+{
+    uint32_t hd = c->a->kv->head_dim, nq = c->n_rep, tok = r->t0;
+    size_t pf = attn_part_floats(c);
+    for (uint32_t g = 0; g < c->n_head_kv; g++)
+        for (uint32_t j = 0; j < nq; j++) {
+            const float *base = c->parts + r->part + (size_t)g * r->n_chunks * pf;
+            float m = -INFINITY, l = 0, *dst = attn_out_row(c, &tok, g, j);
+            for (uint32_t ch = 0; ch < r->n_chunks; ch++)
+                m = fmaxf(m, base[ch * pf + (size_t)nq * hd + j]);
+            memset(dst, 0, hd * sizeof(float));
+            for (uint32_t ch = 0; ch < r->n_chunks; ch++) {
+                const float *part = base + ch * pf;
+                float w = expf(part[(size_t)nq * hd + j] - m);
+                l += w * part[(size_t)nq * (hd + 1) + j];
+                for (uint32_t d = 0; d < hd; d++)
+                    dst[d] += w * part[(size_t)j * hd + d];
+            }
+            for (uint32_t d = 0; d < hd; d++)
+                dst[d] /= l;
+        }
+}
+
+/* The runs of the step: tiles of `tile` tokens, cut where the sequence
+ * changes; sets their tasks and parts.  Returns the task count; *parts the
+ * floats the split runs need. */
+static uint32_t attn_plan(attn_ctx *c, uint32_t tile, size_t *parts)
+{
+    const kvp_attn_args *a = c->a;
+    uint32_t n = 0, tasks = 0;
+    *parts = 0;
+    for (uint32_t t = 0; t < a->n_tok;) {
+        uint32_t end = t + tile < a->n_tok ? t + tile : a->n_tok, u = t + 1;
+        while (u < end && a->tok_seq[u] == a->tok_seq[t])
+            u++;
+        attn_runrec *r = &c->runs[n++];
+        uint32_t n_pos = (uint32_t)a->pos[t] + 1;
+        r->t0 = t, r->nt = u - t, r->first_task = tasks, r->part = *parts;
+        r->n_chunks = r->nt == 1 && n_pos >= 2 * c->chunk ? (n_pos + c->chunk - 1) / c->chunk : 1;
+        tasks += c->n_head_kv * r->n_chunks;
+        if (r->n_chunks > 1)
+            *parts += (size_t)c->n_head_kv * r->n_chunks * attn_part_floats(c);
+        t = u;
+    }
+    c->n_runs = n;
+    return tasks;
 }
 
 static int cpu_attention(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
 {
     cpu_impl *im = impl_of(b);
     attn_ctx c = {.a = a, .k = im->k, .n_head_kv = a->kv->n_head_kv};
+    uint32_t bs = a->kv->block_size;
     c.n_rep = a->n_head / c.n_head_kv;
-    /* Tokens per task: KVP_ATT_QUERIES queries, fewer while that leaves
-     * under two tasks a thread. */
-    c.tile = c.n_rep >= KVP_ATT_QUERIES ? 1 : KVP_ATT_QUERIES / c.n_rep;
-    while (c.tile > 1 && (a->n_tok + c.tile - 1) / c.tile * c.n_head_kv < 2 * (uint32_t)im->n_threads)
-        c.tile = (c.tile + 1) / 2;
+    c.chunk = (KVP_ATT_CHUNK + bs - 1) / bs * bs;
+    /* Tokens per tile: KVP_ATT_QUERIES queries, fewer while that leaves
+     * under two tasks a thread (a query's numbers do not depend on its
+     * tile: the lanes are independent). */
+    uint32_t tile = c.n_rep >= KVP_ATT_QUERIES ? 1 : KVP_ATT_QUERIES / c.n_rep;
+    while (tile > 1 && (a->n_tok + tile - 1) / tile * c.n_head_kv < 2 * (uint32_t)im->n_threads)
+        tile = (tile + 1) / 2;
     int32_t max_pos = 0;
     for (uint32_t t = 0; t < a->n_tok; t++)
         max_pos = a->pos[t] > max_pos ? a->pos[t] : max_pos;
-    c.per_thread = attn_scratch_floats(attn_lanes(c.tile * c.n_rep), (uint32_t)max_pos + 1, a->kv->head_dim,
-                                       a->kv->block_size);
+    uint32_t n_keys = (uint32_t)max_pos + 1 < 2 * c.chunk || tile > 1 ? (uint32_t)max_pos + 1 : 2 * c.chunk;
+    c.per_thread = attn_scratch_floats(attn_lanes(tile * c.n_rep), n_keys, a->kv->head_dim, bs);
     size_t have = im->att_per_thread * (size_t)im->n_threads * sizeof(float);
     if (c.per_thread > im->att_per_thread) {
         void *p = im->att;
@@ -612,8 +728,20 @@ static int cpu_attention(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
     }
     c.scratch = im->att;
     c.per_thread = im->att_per_thread;
-    uint32_t n_tiles = (a->n_tok + c.tile - 1) / c.tile;
-    kvp_threadpool_run(im->pool, attn_task, &c, (int)(n_tiles * c.n_head_kv));
+    if (!grow(&im->runs, &im->runs_size, (size_t)a->n_tok * sizeof(attn_runrec)))
+        return kvp_err_set(err, KVP_ENOMEM, "attention: out of memory for %u runs", a->n_tok);
+    c.runs = im->runs;
+    size_t parts;
+    uint32_t n_tasks = attn_plan(&c, tile, &parts);
+    if (parts) {
+        if (!grow(&im->parts, &im->parts_size, parts * sizeof(float)))
+            return kvp_err_set(err, KVP_ENOMEM, "attention: out of memory for %zu split results", parts);
+        c.parts = im->parts;
+    }
+    kvp_threadpool_run(im->pool, attn_task, &c, (int)n_tasks);
+    for (uint32_t i = 0; parts && i < c.n_runs; i++)
+        if (c.runs[i].n_chunks > 1)
+            attn_merge(&c, &c.runs[i]);
     return 0;
 }
 
@@ -626,6 +754,8 @@ static void cpu_destroy(kvp_backend *b)
         kvp_threadpool_free(im->pool);
         free(im->qbuf);
         free(im->att);
+        free(im->parts);
+        free(im->runs);
         free(im->tiles);
         free(im->wsum);
         free(im->rowbuf);

@@ -1406,6 +1406,90 @@ done:
     be->ops->destroy(be);
 }
 
+/* One-token runs over long contexts split their keys into chunks: against a
+ * naive softmax in double, and the same numbers for a sequence alone as in a
+ * batch (the split depends on the run only). */
+static void test_attention_split(int kv_dtype, unsigned flags)
+{
+    enum { HD = 64, BS = 16, NKV = 3, REP = 3, NH = NKV * REP, L0 = 1300, L1 = 600 };
+    const uint32_t len[2] = {L0, L1}, nblk[2] = {(L0 + BS - 1) / BS, (L1 + BS - 1) / BS};
+    uint32_t row = NKV * HD, nb = nblk[0] + nblk[1];
+    size_t es = kv_dtype == KVP_DTYPE_F32 ? 4 : 2;
+    kvp_err err = {0};
+    kvp_backend *be;
+    if (kvp_backend_cpu_create(&be, 2, flags, &err) < 0) {
+        CHECK_MSG(0, "backend: %s", err.msg);
+        return;
+    }
+    kvp_kv_pool kv = {.dtype = kv_dtype, .n_blocks = nb, .block_size = BS, .n_layer = 1, .n_head_kv = NKV,
+                      .head_dim = HD};
+    kv.block_bytes = (uint64_t)2 * NKV * BS * HD * es;
+    kv.base = be->ops->alloc(be, (size_t)nb * kv.block_bytes);
+    uint32_t *tab[2] = {malloc(nblk[0] * sizeof(uint32_t)), malloc(nblk[1] * sizeof(uint32_t))};
+    float *k = malloc(sizeof(float) * (L0 + L1) * row), *v = malloc(sizeof(float) * (L0 + L1) * row);
+    float q[2 * NH * HD], out_alone[2][NH * HD], out_both[2 * NH * HD];
+    for (uint32_t i = 0; i < nblk[0]; i++)
+        tab[0][i] = nb - 1 - i; /* scattered, reversed */
+    for (uint32_t i = 0; i < nblk[1]; i++)
+        tab[1][i] = i;
+    for (size_t i = 0; i < (size_t)(L0 + L1) * row; i++) {
+        k[i] = frand(), v[i] = frand();
+        if (kv_dtype == KVP_DTYPE_F16)
+            k[i] = kvp_f16_to_f32(kvp_f32_to_f16(k[i])), v[i] = kvp_f16_to_f32(kvp_f32_to_f16(v[i]));
+    }
+    for (int i = 0; i < 2 * NH * HD; i++)
+        q[i] = 3 * frand();
+    for (int sq = 0; sq < 2; sq++)
+        for (uint32_t p = 0; p < len[sq]; p++) {
+            uint32_t slot = tab[sq][p / BS] * BS + p % BS;
+            const float *base = (sq ? k + (size_t)L0 * row : k) + (size_t)p * row;
+            const float *vb = (sq ? v + (size_t)L0 * row : v) + (size_t)p * row;
+            be->ops->kv_store(be, &kv, 0, base, vb, 1, &slot);
+        }
+    const uint32_t *const tables[2] = {tab[0], tab[1]};
+    int32_t pos[2] = {L0 - 1, L1 - 1};
+    uint32_t seqs[2] = {0, 1};
+    for (int sq = 0; sq < 2; sq++) { /* each alone, then both */
+        kvp_attn_args a = {.q = q + sq * NH * HD, .out = out_alone[sq], .n_tok = 1, .n_head = NH, .layer = 0,
+                           .scale = 0.125f, .pos = pos + sq, .tok_seq = seqs + sq, .tables = tables, .kv = &kv};
+        CHECK(be->ops->attention(be, &a, &err) == 0);
+    }
+    kvp_attn_args ab = {.q = q, .out = out_both, .n_tok = 2, .n_head = NH, .layer = 0, .scale = 0.125f,
+                        .pos = pos, .tok_seq = seqs, .tables = tables, .kv = &kv};
+    CHECK(be->ops->attention(be, &ab, &err) == 0);
+    CHECK_MSG(memcmp(out_alone[0], out_both, sizeof out_alone[0]) == 0 &&
+              memcmp(out_alone[1], out_both + NH * HD, sizeof out_alone[1]) == 0,
+              "a split run gives other numbers in a batch (kv %d flags %u)", kv_dtype, flags);
+    double worst = 0;
+    double *sc = malloc(sizeof(double) * L0);
+    for (int sq = 0; sq < 2; sq++)
+        for (uint32_t h = 0; h < NH; h++) {
+            const float *qh = q + (sq * NH + h) * HD, *kb = sq ? k + (size_t)L0 * row : k;
+            const float *vb = sq ? v + (size_t)L0 * row : v;
+            uint32_t g = h / REP;
+            double mx = -1e300, sum = 0;
+            for (uint32_t p = 0; p < len[sq]; p++) {
+                double d = 0;
+                for (int i = 0; i < HD; i++)
+                    d += (double)qh[i] * kb[(size_t)p * row + g * HD + i];
+                sc[p] = d * 0.125;
+                mx = fmax(mx, sc[p]);
+            }
+            for (uint32_t p = 0; p < len[sq]; p++)
+                sum += sc[p] = exp(sc[p] - mx);
+            for (int i = 0; i < HD; i++) {
+                double ref = 0;
+                for (uint32_t p = 0; p < len[sq]; p++)
+                    ref += sc[p] / sum * vb[(size_t)p * row + g * HD + i];
+                worst = fmax(worst, fabs(out_alone[sq][h * HD + i] - ref));
+            }
+        }
+    CHECK_MSG(worst < 1e-5, "split attention kv %d flags %u: worst error %g", kv_dtype, flags, worst);
+    free(sc), free(k), free(v), free(tab[0]), free(tab[1]);
+    be->ops->release(be, kv.base);
+    be->ops->destroy(be);
+}
+
 static void test_attention(void)
 {
     const int dts[] = {KVP_DTYPE_F32, KVP_DTYPE_F16};
@@ -1417,6 +1501,10 @@ static void test_attention(void)
                 test_attention_one(dts[d], 2, reps[r], fl);
                 test_attention_one(dts[d], 1, reps[r], fl);
             }
+    for (unsigned fl = 0; fl < 2; fl++) {
+        test_attention_split(KVP_DTYPE_F16, fl);
+        test_attention_split(KVP_DTYPE_F32, fl);
+    }
     rng_state = saved;
 }
 
