@@ -565,6 +565,9 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
     float *qt = sc, *s = qt + (size_t)hd * ldq, *o = s + (size_t)n * ldq, *buf = o + (size_t)ldq * hd;
     float *mx = buf + (size_t)bs * hd, *sum = mx + ldq;
     int32_t *lim = (int32_t *)(sum + ldq);
+    /* A few queries (decode) score each key as it is stored, with the
+     * queries as rows; more go into lanes against keys converted to f32. */
+    int rows = nq <= 4 && ldq == 8;
     memset(qt, 0, (size_t)hd * ldq * sizeof(float));
     for (uint32_t j = 0; j < ldq; j++) {
         int32_t seen = j < nq ? a->pos[tok[j / c->n_rep]] + 1 - (int32_t)p0 : 1; /* keys of the range it sees */
@@ -573,11 +576,16 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
             continue;
         const float *qj = a->q + ((size_t)tok[j / c->n_rep] * a->n_head + (size_t)g * c->n_rep + j % c->n_rep) * hd;
         for (uint32_t d = 0; d < hd; d++)
-            qt[(size_t)d * ldq + j] = qj[d] * a->scale;
+            qt[rows ? (size_t)j * hd + d : (size_t)d * ldq + j] = qj[d] * a->scale;
     }
     for (uint32_t p = p0; p < p1; p += bs) {
         uint32_t np = p1 - p < bs ? p1 - p : bs;
-        c->k->att_scores(qt, ldq, attn_block(c, table, p / bs, 0, g, np, buf), np, hd, s + (size_t)(p - p0) * ldq);
+        float *sp = s + (size_t)(p - p0) * ldq;
+        if (rows)
+            c->k->att_scores_rows(qt, nq, kv->dtype, (const uint8_t *)kv->base +
+                                  kv_off(kv, table[p / bs], a->layer, 0, g, 0), np, hd, sp, ldq);
+        else
+            c->k->att_scores(qt, ldq, attn_block(c, table, p / bs, 0, g, np, buf), np, hd, sp);
     }
     c->k->att_softmax(s, ldq, n, lim, mx, sum);
     memset(o, 0, (size_t)nq * hd * sizeof(float));

@@ -109,6 +109,11 @@ typedef struct kvp_cpu_kernels {
     void (*kv_f32)(int dtype, const void *src, float *dst, uint32_t n);
     /* s[p * ldq + j] = sum_d qt[d * ldq + j] * k[p * hd + d], p < np. */
     void (*att_scores)(const float *qt, uint32_t ldq, const float *k, uint32_t np, uint32_t hd, float *s);
+    /* Decode's few queries (nq <= 4, rows q[nq][hd]) against np keys read in
+     * their stored dtype (f32/f16/bf16): s[p * ldq + j] for j < nq, lanes
+     * nq .. ldq-1 of each key set to 0 (ldq 8). */
+    void (*att_scores_rows)(const float *q, uint32_t nq, int dtype, const void *k, uint32_t np, uint32_t hd,
+                            float *s, uint32_t ldq);
     /* Per lane j, over the keys p < lim[j] (>= 1) of s[np][ldq]: s = e^(s -
      * max), 0 for the keys it may not see; mx[j] the max, sum[j] the sum. */
     void (*att_softmax)(float *s, uint32_t ldq, uint32_t np, const int32_t *lim, float *mx, float *sum);

@@ -197,6 +197,18 @@ static void att_scores(const float *qt, uint32_t ldq, const float *k, uint32_t n
         }
 }
 
+static void att_scores_rows(const float *q, uint32_t nq, int dtype, const void *k, uint32_t np, uint32_t hd,
+                            float *s, uint32_t ldq)
+{
+    for (uint32_t p = 0; p < np; p++)
+        for (uint32_t j = 0; j < ldq; j++) {
+            float acc = 0;
+            for (uint32_t d = 0; j < nq && d < hd; d++)
+                acc += q[(size_t)j * hd + d] * kv_elem(dtype, k, p * hd + d);
+            s[(size_t)p * ldq + j] = acc;
+        }
+}
+
 static void att_softmax(float *s, uint32_t ldq, uint32_t np, const int32_t *lim, float *mx, float *sum)
 {
     for (uint32_t j = 0; j < ldq; j++) {
@@ -244,6 +256,7 @@ const kvp_cpu_kernels kvp_cpu_kernels_portable = {
     .dot_e4m3 = dot_e4m3,
     .kv_f32 = kv_f32,
     .att_scores = att_scores,
+    .att_scores_rows = att_scores_rows,
     .att_softmax = att_softmax,
     .att_values = att_values,
     .silu_mul = silu_mul,

@@ -116,6 +116,29 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
                 worst = fmax(worst, fabs(sa[i] - sb[i]));
             CHECK_MSG(worst < 1e-4, "att_scores ldq %u hd %u: max difference %g", ldq, hd, worst);
         }
+    /* decode's rows: up to 4 queries against keys as stored (f16, f32, bf16),
+     * head dims with and without a tail */
+    static uint16_t hb[NP * HD];
+    for (int i = 0; i < NP * HD; i++)
+        hb[i] = kvp_f32_to_bf16(k[i]);
+    for (uint32_t nq = 1; nq <= 4; nq++)
+        for (uint32_t hd = 70; hd <= HD; hd += 10)
+            for (int dt = 0; dt < 3; dt++) {
+                int dtype = dt == 0 ? KVP_DTYPE_F16 : dt == 1 ? KVP_DTYPE_F32 : KVP_DTYPE_BF16;
+                const void *kk = dt == 0 ? (const void *)h : dt == 1 ? (const void *)k : (const void *)hb;
+                for (int i = 0; i < NP * 8; i++)
+                    sa[i] = sb[i] = 99.0f; /* every lane must be written */
+                ref->att_scores_rows(qt, nq, dtype, kk, NP, hd, sa, 8);
+                fast->att_scores_rows(qt, nq, dtype, kk, NP, hd, sb, 8);
+                double worst = 0;
+                int unset = 0;
+                for (uint32_t i = 0; i < NP * 8; i++) {
+                    worst = fmax(worst, fabs(sa[i] - sb[i]));
+                    unset += i % 8 >= nq && sb[i] != 0.0f;
+                }
+                CHECK_MSG(worst < 1e-4 && unset == 0, "att_scores_rows nq %u hd %u dtype %d: max difference %g, %d "
+                          "padding lanes not 0", nq, hd, dtype, worst, unset);
+            }
     /* softmax: lane j sees lim[j] keys; scores spread over [-60, 20] */
     int32_t lim[LDQ];
     float mxa[LDQ], mxb[LDQ], suma[LDQ], sumb[LDQ];
