@@ -1245,19 +1245,30 @@ static top5_cmp compare_top5(FILE *f, const float *lg, int n, uint32_t V, float 
     return c;
 }
 
-static void test_smollm2(void)
+/* The SmolLM2 golden file `name` (tests/golden), opened, and the model's
+ * path in *mpath; NULL, with a note, when either is absent. */
+static FILE *smollm2_golden(const char *name, const char **mpath)
 {
     const char *tests = getenv("KVP_TESTS") ? getenv("KVP_TESTS") : "tests";
     char gpath[1024];
-    snprintf(gpath, sizeof gpath, "%s/golden/engine_smollm2.txt", tests);
-    const char *mpath = unit_model_path();
+    snprintf(gpath, sizeof gpath, "%s/golden/%s", tests, name);
+    *mpath = unit_model_path();
     FILE *f = fopen(gpath, "r");
-    if (access(mpath, R_OK) != 0 || !f) {
-        printf("note: skipping the SmolLM2 comparison (%s or %s absent; run scripts/fetch-model)\n", mpath, gpath);
+    if (access(*mpath, R_OK) != 0 || !f) {
+        printf("note: skipping the comparison with %s (%s or it absent; run scripts/fetch-model)\n", name, *mpath);
         if (f)
             fclose(f);
-        return;
+        return NULL;
     }
+    return f;
+}
+
+static void test_smollm2(void)
+{
+    const char *mpath;
+    FILE *f = smollm2_golden("engine_smollm2.txt", &mpath);
+    if (!f)
+        return;
     rig r;
     if (rig_open(&r, mpath, 0, 0, KVP_DTYPE_F16, 64, 16) < 0) {
         CHECK(0);
@@ -1339,6 +1350,18 @@ static void test_smollm2(void)
  * backend's token tiles cross a sequence boundary; block tables scattered.
  * K/V values are rounded to the pool dtype first so only summation order
  * separates the backend from the double-precision reference. */
+/* A CPU backend of two threads with flags, or NULL (a failed check). */
+static kvp_backend *two_thread_backend(unsigned flags)
+{
+    kvp_err err = {0};
+    kvp_backend *be;
+    if (kvp_backend_cpu_create(&be, 2, flags, &err) < 0) {
+        CHECK_MSG(0, "backend: %s", err.msg);
+        return NULL;
+    }
+    return be;
+}
+
 static void test_attention_one(int kv_dtype, uint32_t n_head_kv, uint32_t n_rep, unsigned flags)
 {
     enum { HD = 36, BS = 4, NB = 8, NL = 2, NSEQ = 2, MAXP = 12 };
@@ -1348,11 +1371,9 @@ static void test_attention_one(int kv_dtype, uint32_t n_head_kv, uint32_t n_rep,
     uint32_t n_head = n_head_kv * n_rep, row = n_head_kv * HD;
     size_t es = kv_dtype == KVP_DTYPE_F32 ? 4 : 2;
     kvp_err err = {0};
-    kvp_backend *be;
-    if (kvp_backend_cpu_create(&be, 2, flags, &err) < 0) {
-        CHECK_MSG(0, "backend: %s", err.msg);
+    kvp_backend *be = two_thread_backend(flags);
+    if (!be)
         return;
-    }
     kvp_kv_pool kv = {.dtype = kv_dtype, .n_blocks = NB, .block_size = BS, .n_layer = NL, .n_head_kv = n_head_kv,
                       .head_dim = HD};
     kv.block_bytes = (uint64_t)NL * 2 * n_head_kv * BS * HD * es;
@@ -1439,11 +1460,9 @@ static void test_attention_split(int kv_dtype, unsigned flags)
     uint32_t row = NKV * HD, nb = nblk[0] + nblk[1];
     size_t es = kv_dtype == KVP_DTYPE_F32 ? 4 : 2;
     kvp_err err = {0};
-    kvp_backend *be;
-    if (kvp_backend_cpu_create(&be, 2, flags, &err) < 0) {
-        CHECK_MSG(0, "backend: %s", err.msg);
+    kvp_backend *be = two_thread_backend(flags);
+    if (!be)
         return;
-    }
     kvp_kv_pool kv = {.dtype = kv_dtype, .n_blocks = nb, .block_size = BS, .n_layer = 1, .n_head_kv = NKV,
                       .head_dim = HD};
     kv.block_bytes = (uint64_t)2 * NKV * BS * HD * es;
@@ -1537,18 +1556,12 @@ static void test_attention(void)
  * runs with an f32 KV cache, so what is left is summation order. */
 static void test_smollm2_hf(const char *dir)
 {
-    const char *tests = getenv("KVP_TESTS") ? getenv("KVP_TESTS") : "tests";
-    char gpath[1024], f32path[1100];
-    snprintf(gpath, sizeof gpath, "%s/golden/engine_smollm2_hf.txt", tests);
+    char f32path[1100];
     snprintf(f32path, sizeof f32path, "%s/smollm2-f32.kvp", dir);
-    const char *mpath = unit_model_path();
-    FILE *f = fopen(gpath, "r");
-    if (access(mpath, R_OK) != 0 || !f) {
-        printf("note: skipping the SmolLM2 comparison with transformers (%s or %s absent)\n", mpath, gpath);
-        if (f)
-            fclose(f);
+    const char *mpath;
+    FILE *f = smollm2_golden("engine_smollm2_hf.txt", &mpath);
+    if (!f)
         return;
-    }
     char name[128];
     unsigned long long size;
     uint32_t prompt[1024];
