@@ -333,25 +333,6 @@ static float scaled_elem(const kvp_weight *w, const uint8_t *row, const float *s
     return (q - (zp ? zp[i / w->group] : 0.0f)) * sc[i / w->group];
 }
 
-int kvp_cpu_dequant_weight_row(const kvp_weight *w, uint32_t r, float *dst)
-{
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-    if (!w->scales && w->dtype == KVP_DTYPE_NVFP4) {
-        kvp_dequantize_row_nvfp4_g(row, dst, w->n_in, w->global != 0 ? w->global : 1.0f);
-        return 0;
-    }
-    if (!w->scales)
-        return kvp_cpu_dequant_row(w->dtype, row, dst, w->n_in);
-    if (w->dtype != KVP_DTYPE_I8 && w->dtype != KVP_DTYPE_I4 && w->dtype != KVP_DTYPE_FP8_E4M3 &&
-        w->dtype != KVP_DTYPE_FP8_E5M2 && w->dtype != KVP_DTYPE_FP4_E2M1)
-        return -1;
-    const float *sc = w->scales + (size_t)r * w->scale_stride;
-    const float *zp = w->zeros ? w->zeros + (size_t)r * w->scale_stride : NULL;
-    for (uint32_t i = 0; i < w->n_in; i++)
-        dst[i] = scaled_elem(w, row, sc, zp, i);
-    return 0;
-}
-
 int kvp_cpu_dequant_weight_row_ok(const kvp_weight *w)
 {
     switch (w->dtype) {
@@ -366,4 +347,22 @@ int kvp_cpu_dequant_weight_row_ok(const kvp_weight *w)
     default:
         return 0;
     }
+}
+
+int kvp_cpu_dequant_weight_row(const kvp_weight *w, uint32_t r, float *dst)
+{
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+    if (!kvp_cpu_dequant_weight_row_ok(w))
+        return -1;
+    if (w->dtype == KVP_DTYPE_NVFP4) { /* the tensor scale too */
+        kvp_dequantize_row_nvfp4_g(row, dst, w->n_in, w->global != 0 ? w->global : 1.0f);
+        return 0;
+    }
+    if (!w->scales)
+        return kvp_cpu_dequant_row(w->dtype, row, dst, w->n_in);
+    const float *sc = w->scales + (size_t)r * w->scale_stride;
+    const float *zp = w->zeros ? w->zeros + (size_t)r * w->scale_stride : NULL;
+    for (uint32_t i = 0; i < w->n_in; i++)
+        dst[i] = scaled_elem(w, row, sc, zp, i);
+    return 0;
 }

@@ -4,6 +4,7 @@
 #include "json.h"
 
 #include "io.h"
+#include "unicode.h"
 
 #include <errno.h>
 #include <math.h>
@@ -131,30 +132,6 @@ static size_t utf8_len(const unsigned char *s, size_t left)
     return n;
 }
 
-static size_t put_utf8(char *o, uint32_t cp)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xc0 | cp >> 6);
-        o[1] = (char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | cp >> 12);
-        o[1] = (char)(0x80 | (cp >> 6 & 0x3f));
-        o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | cp >> 18);
-    o[1] = (char)(0x80 | (cp >> 12 & 0x3f));
-    o[2] = (char)(0x80 | (cp >> 6 & 0x3f));
-    o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
 static int hex4(jp *p, size_t at, uint32_t *out)
 {
     if (p->n - at < 4)
@@ -204,7 +181,7 @@ static int parse_escape(jp *p, char *o, size_t *olen)
         p->i += 6;
         cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
     }
-    *olen += put_utf8(o + *olen, cp);
+    *olen += kvp_unicode_encode(cp, o + *olen); /* cp is valid: surrogates were paired above */
     return 0;
 }
 

@@ -7,6 +7,7 @@
 #define KVP_FUZZ_TOKVOCAB_H
 
 #include "meta.h"
+#include "unicode.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -30,23 +31,6 @@ static void tv_add(tv_list *l, const char *s, size_t len, int32_t type, float sc
     l->type[l->n] = type;
     l->score[l->n] = score;
     l->n++;
-}
-
-static size_t tv_utf8(char *o, uint32_t cp)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xc0 | cp >> 6);
-        o[1] = (char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    o[0] = (char)(0xe0 | cp >> 12);
-    o[1] = (char)(0x80 | (cp >> 6 & 0x3f));
-    o[2] = (char)(0x80 | (cp & 0x3f));
-    return 3;
 }
 
 /* GPT-2's byte -> code point map (FACTS.md, "GPT-2 byte-level BPE"). */
@@ -81,7 +65,7 @@ static int tv_gpt2(kvp_meta *m, const char *pre)
     tv_add(&l, "<|im_start|>", 12, 3, 0);
     tv_add(&l, "<|im_end|>", 10, 3, 0);
     for (int b = 0; b < 256; b++)
-        tv_add(&l, s, tv_utf8(s, tv_byte_cp(b)), 1, 0);
+        tv_add(&l, s, kvp_unicode_encode(tv_byte_cp(b), s), 1, 0);
     /* "\xc4\xa0" is U+0120, the byte-level space */
     static const char *const merged[] = {"\xc4\xa0t", "he", "\xc4\xa0the", "in", "\xc4\xa0" "a", "12", "\xc4\xa0\xc4\xa0"};
     static const char *const merges[] = {"\xc4\xa0 t", "h e", "\xc4\xa0t he", "i n", "\xc4\xa0 a", "1 2",

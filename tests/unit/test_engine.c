@@ -1199,14 +1199,6 @@ static float *prompt_logits(rig *r, const uint32_t *prompt, int n)
     return lg;
 }
 
-static uint32_t argmax(const float *row, uint32_t n)
-{
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        best = row[i] > row[best] ? i : best;
-    return best;
-}
-
 typedef struct top5_cmp {
     int agree, ties;            /* top-1 equal; different where the golden's top two are within tie */
     double max_abs, max_rel, sq; /* errors on the golden's top-5 entries (rel: of max(1, |top-1|)) */
@@ -1225,7 +1217,7 @@ static top5_cmp compare_top5(FILE *f, const float *lg, int n, uint32_t V, float 
             break;
         }
         const float *row = lg + (size_t)p * V;
-        uint32_t best = argmax(row, V);
+        uint32_t best = unit_argmax(row, V);
         if (best == id[0])
             c.agree++;
         else if (v[0] - v[1] < tie)
@@ -1316,9 +1308,7 @@ static void test_smollm2(void)
         int same = 0;
         double diverge_gap = 0;
         for (int i = 0; i < ngen; i++) {
-            uint32_t best = 0;
-            for (uint32_t j = 1; j < V; j++)
-                best = row[j] > row[best] ? j : best;
+            uint32_t best = unit_argmax(row, V);
             if (best != gen[i]) {
                 /* a divergence is acceptable only where the two candidates
                  * are a near tie (the references disagree among themselves

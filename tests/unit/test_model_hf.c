@@ -91,14 +91,6 @@ out:
     return rc;
 }
 
-static uint32_t argmax(const float *x, uint32_t n)
-{
-    uint32_t b = 0;
-    for (uint32_t i = 1; i < n; i++)
-        b = x[i] > x[b] ? i : b;
-    return b;
-}
-
 /* max |a - b| / max |a| and the count of positions whose top-1 differs. */
 static double compare(const ref_logits *r, const float *got, uint32_t *top1_diff)
 {
@@ -110,7 +102,7 @@ static double compare(const ref_logits *r, const float *got, uint32_t *top1_diff
             mx = fabs(a[i]) > mx ? fabs(a[i]) : mx;
             md = fabs(a[i] - b[i]) > md ? fabs(a[i] - b[i]) : md;
         }
-        *top1_diff += argmax(a, r->n_vocab) != argmax(b, r->n_vocab);
+        *top1_diff += unit_argmax(a, r->n_vocab) != unit_argmax(b, r->n_vocab);
     }
     return md / (mx > 0 ? mx : 1);
 }

@@ -76,6 +76,15 @@ static inline const char *unit_model_path(void)
 }
 
 /* Closing line; the exit status tells make whether anything failed. */
+/* Index of the largest of x[0..n) (the first on ties): greedy decoding. */
+static inline uint32_t unit_argmax(const float *x, uint32_t n)
+{
+    uint32_t b = 0;
+    for (uint32_t i = 1; i < n; i++)
+        b = x[i] > x[b] ? i : b;
+    return b;
+}
+
 static inline int unit_done(void)
 {
     printf("%d passed, %d failed\n", unit_passed, unit_failed);
