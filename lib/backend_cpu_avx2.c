@@ -10,6 +10,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #define KVP_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define KVP_X86_TABLE kernels_avx2

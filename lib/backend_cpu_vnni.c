@@ -9,6 +9,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #define KVP_AVX2 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
 #define KVP_X86_TABLE kernels_vnni

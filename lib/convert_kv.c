@@ -1,6 +1,7 @@
 /* convert_kv.c - convert the KV blocks of a KVP stream to another dtype and
  * pass every other record through (quantize --kv). */
 #include "convert.h"
+#include "quant_kv.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* ggml_quants.c - GGUF block types and the FP4 block formats (see quant.h).
+/* ggml_quants.c - GGUF block types and the FP4 block formats (see ggml_quants.h).
  *
  * Dequantization follows gguf-py's numpy code operation for operation (f32
  * products, then the offset added), so the results are bit-identical to
@@ -6,7 +6,8 @@
  * (quantize_row_*_ref).  Blocks are read bytewise (no struct casts) so any
  * alignment works.
  */
-#include "quant.h"
+#include "ggml_quants.h"
+#include "minifloat.h"
 #include "quant_impl.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* minifloat.c - FP8 E4M3fn, FP8 E5M2, FP4 E2M1 and E8M0 casts (see quant.h).
+/* minifloat.c - FP8 E4M3fn, FP8 E5M2, FP4 E2M1 and E8M0 casts, and f16/bf16 (see minifloat.h).
  *
  * Encoding works on the f32 bit pattern so rounding is exact: in the target's
  * normal range, adding half an ulp minus one plus the kept lsb and shifting
@@ -8,7 +8,7 @@
  * exact float multiply plus round-to-nearest-even), so it gives identical
  * bytes; tests/unit/test_quant.c checks that over every f16 value.
  */
-#include "quant.h"
+#include "minifloat.h"
 #include "quant_impl.h"
 
 #include <math.h>
@@ -31,6 +31,137 @@ static inline float bits_f32(uint32_t u)
     memcpy(&f, &u, sizeof f);
     return f;
 }
+
+/* ---- f16 and bf16 ---- */
+
+float kvp_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) { /* inf, or NaN made quiet with its payload kept (as F16C does) */
+        bits = sign | 0x7f800000u | man << 13 | (man ? 0x400000u : 0);
+    } else if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalize */
+            int e = -1;
+            do {
+                man <<= 1;
+                e++;
+            } while (!(man & 0x400));
+            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+        }
+    } else {
+        bits = sign | (exp + 112) << 23 | man << 13;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+uint16_t kvp_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) /* NaN: keep quiet, keep top payload bits */
+        return (uint16_t)(sign | 0x7e00 | ((ax >> 13) & 0x3ff));
+    if (ax >= 0x477ff000u) /* rounds to >= 65520: inf */
+        return (uint16_t)(sign | 0x7c00);
+    if (ax < 0x38800000u) { /* below f16's smallest normal 2^-14: subnormal */
+        if (ax < 0x33000000u) /* < 2^-25: rounds to zero (ties-to-even at 2^-25 -> 0) */
+            return sign;
+        uint32_t e = ax >> 23, man = (ax & 0x7fffff) | 0x800000;
+        int shift = (int)(126 - e); /* value = man * 2^(e-150); unit = 2^-24 */
+        uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1)))
+            q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t r = ax + 0xfffu + ((ax >> 13) & 1); /* round to nearest even on bit 13 */
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+float kvp_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+uint16_t kvp_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+    x += 0x7fffu + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MINI_F16C 1
+/* F16C converts 8 at a time with the same rounding (nearest even) and NaN
+ * quieting as the scalar code; tests/unit/test_quant.c checks every value. */
+__attribute__((target("avx2,fma,f16c"))) static void f16_to_f32_f16c(const uint8_t *s, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + 2 * i))));
+    for (; i < n; i++)
+        dst[i] = kvp_f16_to_f32((uint16_t)(s[2 * i] | s[2 * i + 1] << 8));
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void f16_from_f32_f16c(const float *src, uint8_t *d, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(d + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) {
+        uint16_t h = kvp_f32_to_f16(src[i]);
+        d[2 * i] = (uint8_t)h;
+        d[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+}
+#else
+#define MINI_F16C 0
+#endif
+
+void kvp_f16_row_to_f32(int impl, const void *src, float *dst, int64_t n)
+{
+    const uint8_t *s = src;
+#if MINI_F16C
+    if (impl != KVP_IMPL_PORTABLE && kvp_have_avx2()) {
+        f16_to_f32_f16c(s, dst, n);
+        return;
+    }
+#endif
+    (void)impl;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = kvp_f16_to_f32((uint16_t)(s[2 * i] | s[2 * i + 1] << 8));
+}
+
+void kvp_f16_row_from_f32(int impl, const float *src, void *dst, int64_t n)
+{
+    uint8_t *d = dst;
+#if MINI_F16C
+    if (impl != KVP_IMPL_PORTABLE && kvp_have_avx2()) {
+        f16_from_f32_f16c(src, d, n);
+        return;
+    }
+#endif
+    (void)impl;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = kvp_f32_to_f16(src[i]);
+        d[2 * i] = (uint8_t)h;
+        d[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+}
+
+/* ---- FP8, FP4, E8M0 ---- */
 
 /* Magnitude code of finite |x| (bits ax) in a format with mbits mantissa
  * bits and exponent bias `bias`; may exceed the largest code (overflow), the
@@ -212,26 +343,6 @@ void kvp_fp8_row_impl(int impl, int e5m2, int sat, const float *x, uint8_t *d, i
         e5m2_row_c(x, d, n, sat);
     else
         e4m3_row_c(x, d, n, sat);
-}
-
-#if KVP_X86_SIMD
-#include <cpuid.h>
-/* F16C from CPUID leaf 1 (ECX bit 29): clang before 15 does not know
- * __builtin_cpu_supports("f16c"), and the fuzz build uses clang. */
-static int cpu_has_f16c(void)
-{
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-}
-#endif
-
-int kvp_have_avx2(void)
-{
-#if KVP_X86_SIMD
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-#else
-    return 0;
-#endif
 }
 
 void kvp_quantize_row_e4m3(const float *x, void *dst, int64_t n) { kvp_fp8_row_impl(KVP_IMPL_AUTO, 0, 0, x, dst, n); }

@@ -1,4 +1,4 @@
-/* quant.c - scaled quantization of tensors, integer casts, error statistics
+/* quant.c - scaled quantization of tensors and error statistics
  * (see quant.h for the layouts).
  *
  * A tensor is quantized in two passes: the scales (one per scale unit: the
@@ -9,6 +9,7 @@
  */
 #include "quant.h"
 #include "quant_impl.h"
+#include "wire.h"
 
 #include <float.h>
 #include <math.h>
@@ -21,83 +22,6 @@
 
 #define CHUNK 16384 /* elements per task: a multiple of every block size and of 2 */
 #define PIECE 1024  /* elements dequantized at a time for the statistics */
-
-/* ---- plain integer casts ---- */
-
-static inline int clamp_rne(float v, int lo, int hi)
-{
-    if (!(v == v))
-        return 0;
-    v = kvp_rne(v);
-    return v < (float)lo ? lo : v > (float)hi ? hi : (int)v;
-}
-
-void kvp_quantize_row_i8(const float *x, void *dst, int64_t n)
-{
-    int8_t *d = dst;
-    for (int64_t i = 0; i < n; i++)
-        d[i] = (int8_t)clamp_rne(x[i], -128, 127);
-}
-
-void kvp_dequantize_row_i8(const void *src, float *y, int64_t n)
-{
-    const int8_t *s = src;
-    for (int64_t i = 0; i < n; i++)
-        y[i] = (float)s[i];
-}
-
-void kvp_quantize_row_u8(const float *x, void *dst, int64_t n)
-{
-    uint8_t *d = dst;
-    for (int64_t i = 0; i < n; i++)
-        d[i] = (uint8_t)clamp_rne(x[i], 0, 255);
-}
-
-void kvp_dequantize_row_u8(const void *src, float *y, int64_t n)
-{
-    const uint8_t *s = src;
-    for (int64_t i = 0; i < n; i++)
-        y[i] = (float)s[i];
-}
-
-static void nibbles_put(uint8_t *d, int64_t i, int q)
-{
-    if (i & 1)
-        d[i / 2] = (uint8_t)((d[i / 2] & 0x0f) | (q & 15) << 4);
-    else
-        d[i / 2] = (uint8_t)(q & 15); /* the low nibble comes first: clears the high one */
-}
-
-void kvp_quantize_row_i4(const float *x, void *dst, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        nibbles_put(dst, i, clamp_rne(x[i], -8, 7));
-}
-
-static inline int i4_at(const uint8_t *s, int64_t i)
-{
-    int q = (s[i / 2] >> (4 * (i & 1))) & 15;
-    return q >= 8 ? q - 16 : q;
-}
-
-void kvp_dequantize_row_i4(const void *src, float *y, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        y[i] = (float)i4_at(src, i);
-}
-
-void kvp_quantize_row_u4(const float *x, void *dst, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        nibbles_put(dst, i, clamp_rne(x[i], 0, 15));
-}
-
-void kvp_dequantize_row_u4(const void *src, float *y, int64_t n)
-{
-    const uint8_t *s = src;
-    for (int64_t i = 0; i < n; i++)
-        y[i] = (float)((s[i / 2] >> (4 * (i & 1))) & 15);
-}
 
 /* ---- statistics ---- */
 
@@ -495,7 +419,7 @@ static void dequant_piece(const kvp_tensor_rec *t, const uint8_t *data, uint64_t
         return;
     case KVP_DTYPE_I4:
         for (int64_t i = 0; i < n; i++)
-            y[i] = ((float)i4_at(data, (int64_t)pos + i) - z) * s;
+            y[i] = ((float)kvp_i4_at(data, (int64_t)pos + i) - z) * s;
         return;
     case KVP_DTYPE_FP4_E2M1:
         for (int64_t i = 0; i < n; i++)

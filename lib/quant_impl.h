@@ -1,7 +1,9 @@
-/* quant_impl.h - private to the quant module (minifloat.c, ggml_quants.c,
- * quant.c, quant_kv.c): SIMD build switches and shared helpers. */
+/* quant_impl.h - private to the numeric layer (minifloat.c, intcast.c,
+ * ggml_quants.c, quant.c): SIMD build switches and shared helpers. */
 #ifndef KVP_QUANT_IMPL_H
 #define KVP_QUANT_IMPL_H
+
+#include "cpufeat.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -16,13 +18,11 @@
 #define KVP_AVX2
 #endif
 
-int kvp_have_avx2(void);
-
 /* Whether to take the AVX2 path for impl (0 auto, 1 portable, 2 simd: the
  * caller already asked the CPU once). */
 static inline int kvp_use_simd(int impl)
 {
-    return KVP_X86_SIMD && (impl == 2 || (impl == 0 && kvp_have_avx2()));
+    return KVP_X86_SIMD && (impl == KVP_IMPL_SIMD || (impl == KVP_IMPL_AUTO && kvp_have_avx2()));
 }
 
 /* Round to nearest, ties to even (the default FP environment), as

@@ -1,9 +1,9 @@
 /* quant_kv.c - converting KV block payloads between element dtypes (see
- * quant.h).  A payload is a list of "slabs", one per (layer, K/V, head), each
+ * quant_kv.h).  A payload is a list of "slabs", one per (layer, K/V, head), each
  * block_size x head_dim elements of which the first n_tokens x head_dim are
  * filled; fp8 and int8 slabs each carry one f32 scale. */
-#include "quant.h"
-#include "quant_impl.h"
+#include "quant_kv.h"
+#include "wire.h"
 
 #include <math.h>
 #include <stdlib.h>

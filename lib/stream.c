@@ -66,50 +66,6 @@ uint64_t kvp_kvblock_hash(uint64_t parent_hash, const uint32_t *tokens, uint32_t
     return kvblock_hash_le(parent_hash, (const uint8_t *)tokens, n);
 }
 
-/* ---- sizes implied by tensor descriptions ---- */
-
-uint64_t kvp_tensor_numel(const kvp_tensor_rec *t)
-{
-    uint64_t n = 1;
-    for (uint32_t i = 0; i < t->n_dim && i < KVP_MAX_DIMS; i++) {
-        if (t->shape[i] && n > UINT64_MAX / t->shape[i])
-            return 0; /* overflow: callers treat 0 elements as invalid */
-        n *= t->shape[i];
-    }
-    return n;
-}
-
-int64_t kvp_tensor_data_bytes(const kvp_tensor_rec *t)
-{
-    if (t->n_dim < 1 || t->n_dim > KVP_MAX_DIMS)
-        return -1;
-    uint64_t numel = kvp_tensor_numel(t), inner = t->shape[t->n_dim - 1];
-    if (numel == 0 || inner == 0 || inner > INT64_MAX)
-        return -1;
-    int64_t row = kvp_dtype_row_bytes(t->dtype, (int64_t)inner);
-    uint64_t rows = numel / inner;
-    if (row < 0 || (row && rows > (uint64_t)INT64_MAX / (uint64_t)row))
-        return -1;
-    return (int64_t)(rows * (uint64_t)row);
-}
-
-int64_t kvp_tensor_scale_count(const kvp_tensor_rec *t)
-{
-    uint64_t numel = kvp_tensor_numel(t);
-    if (t->n_dim < 1 || t->n_dim > KVP_MAX_DIMS || numel == 0 || numel > INT64_MAX)
-        return -1;
-    switch (t->scheme) {
-    case KVP_SCHEME_NONE: return 0;
-    case KVP_SCHEME_TENSOR: return 1;
-    case KVP_SCHEME_CHANNEL: return (int64_t)t->shape[0];
-    case KVP_SCHEME_GROUP:
-        if (t->group == 0 || t->shape[t->n_dim - 1] % t->group)
-            return -1;
-        return (int64_t)(numel / t->group);
-    default: return -1;
-    }
-}
-
 static int64_t scale_bytes(uint32_t scale_dtype, int64_t count)
 {
     if (count == 0)

@@ -18,6 +18,7 @@
 #include "error.h"
 #include "io.h"
 #include "meta.h"
+#include "tensor.h"
 
 #include <stdint.h>
 
@@ -26,8 +27,6 @@
 #define KVP_ALIGN 64
 #define KVP_HEADER_SIZE 64
 #define KVP_RECORD_HEADER_SIZE 64
-#define KVP_NAME_MAX 255
-#define KVP_MAX_DIMS 4
 #define KVP_FINGERPRINT_SIZE 16
 #define KVP_PRODUCER_MAX 20
 
@@ -52,30 +51,7 @@ const char *kvp_kind_name(uint32_t kind);
 
 /* ---- typed records ---- */
 
-typedef enum kvp_scheme {
-    KVP_SCHEME_NONE = 0,    /* plain dtype, or block-quantized with internal scales */
-    KVP_SCHEME_TENSOR = 1,  /* one scale for the tensor */
-    KVP_SCHEME_CHANNEL = 2, /* one scale per output row (shape[0]) */
-    KVP_SCHEME_GROUP = 3,   /* one scale per `group` elements along the last dim */
-} kvp_scheme;
 
-/* Tensor flags. */
-#define KVP_TENSOR_ASYM 0x1u /* zero points present: y = (q - z) * s */
-
-typedef struct kvp_tensor_rec {
-    char name[KVP_NAME_MAX + 1];
-    uint32_t dtype;            /* kvp_dtype of the data */
-    uint32_t n_dim;            /* 1..4 */
-    uint64_t shape[KVP_MAX_DIMS]; /* outermost first; shape[n_dim-1] is contiguous */
-    uint32_t scheme;           /* kvp_scheme */
-    uint32_t group;            /* elements per scale for GROUP (else 0) */
-    uint32_t scale_dtype;      /* dtype of scales (f32, f16, fp8_e4m3, e8m0) */
-    uint32_t flags;            /* KVP_TENSOR_* */
-    float global_scale;        /* multiplies every value (NVFP4 tensor scale); 1 otherwise */
-    uint64_t data_bytes;       /* must equal what dtype and shape imply */
-    uint64_t scales_bytes;     /* must equal what scheme, shape and scale_dtype imply */
-    uint64_t zeros_bytes;      /* zero points (same count and dtype as scales) when ASYM */
-} kvp_tensor_rec;
 
 typedef struct kvp_sampling {
     float temperature;         /* 0 = greedy */
@@ -138,11 +114,6 @@ typedef struct kvp_end_rec {
  * the token ids (4 bytes LE each), seed 0.  Equal prefixes give equal chains. */
 uint64_t kvp_kvblock_hash(uint64_t parent_hash, const uint32_t *tokens, uint32_t n);
 
-/* Bytes implied by a tensor's dtype and shape, and by its scheme's scales;
- * -1 when inconsistent (not a whole number of blocks, group not dividing). */
-int64_t kvp_tensor_data_bytes(const kvp_tensor_rec *t);
-int64_t kvp_tensor_scale_count(const kvp_tensor_rec *t);
-uint64_t kvp_tensor_numel(const kvp_tensor_rec *t);
 
 /* ---- writer ---- */
 

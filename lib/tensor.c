@@ -1,139 +1,16 @@
-/* tensor.c - dtype traits and the f16/bf16 conversions (see tensor.h). */
+/* tensor.c - dtype traits and the sizes a tensor description implies (see
+ * tensor.h). */
 #include "tensor.h"
-#include "quant.h"
+#include "cpufeat.h"
+#include "ggml_quants.h"
+#include "intcast.h"
+#include "minifloat.h"
 
 #include <string.h>
 #include <strings.h>
 
-float kvp_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) { /* inf, or NaN made quiet with its payload kept (as F16C does) */
-        bits = sign | 0x7f800000u | man << 13 | (man ? 0x400000u : 0);
-    } else if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalize */
-            int e = -1;
-            do {
-                man <<= 1;
-                e++;
-            } while (!(man & 0x400));
-            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
-        }
-    } else {
-        bits = sign | (exp + 112) << 23 | man << 13;
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-uint16_t kvp_f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) /* NaN: keep quiet, keep top payload bits */
-        return (uint16_t)(sign | 0x7e00 | ((ax >> 13) & 0x3ff));
-    if (ax >= 0x477ff000u) /* rounds to >= 65520: inf */
-        return (uint16_t)(sign | 0x7c00);
-    if (ax < 0x38800000u) { /* below f16's smallest normal 2^-14: subnormal */
-        if (ax < 0x33000000u) /* < 2^-25: rounds to zero (ties-to-even at 2^-25 -> 0) */
-            return sign;
-        uint32_t e = ax >> 23, man = (ax & 0x7fffff) | 0x800000;
-        int shift = (int)(126 - e); /* value = man * 2^(e-150); unit = 2^-24 */
-        uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1)))
-            q++;
-        return (uint16_t)(sign | q);
-    }
-    uint32_t r = ax + 0xfffu + ((ax >> 13) & 1); /* round to nearest even on bit 13 */
-    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
-
-float kvp_bf16_to_f32(uint16_t h)
-{
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-uint16_t kvp_f32_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
-    x += 0x7fffu + ((x >> 16) & 1);
-    return (uint16_t)(x >> 16);
-}
-
 static void f32_to_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
 static void f32_from_f32(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define TENSOR_F16C 1
-/* F16C converts 8 at a time with the same rounding (nearest even) and NaN
- * quieting as the scalar code; tests/unit/test_quant.c checks every value. */
-__attribute__((target("avx2,fma,f16c"))) static void f16_to_f32_f16c(const uint8_t *s, float *dst, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + 2 * i))));
-    for (; i < n; i++)
-        dst[i] = kvp_f16_to_f32((uint16_t)(s[2 * i] | s[2 * i + 1] << 8));
-}
-
-__attribute__((target("avx2,fma,f16c"))) static void f16_from_f32_f16c(const float *src, uint8_t *d, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(d + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) {
-        uint16_t h = kvp_f32_to_f16(src[i]);
-        d[2 * i] = (uint8_t)h;
-        d[2 * i + 1] = (uint8_t)(h >> 8);
-    }
-}
-#else
-#define TENSOR_F16C 0
-#endif
-
-void kvp_f16_row_to_f32(int impl, const void *src, float *dst, int64_t n)
-{
-    const uint8_t *s = src;
-#if TENSOR_F16C
-    if (impl != KVP_IMPL_PORTABLE && kvp_have_avx2()) {
-        f16_to_f32_f16c(s, dst, n);
-        return;
-    }
-#endif
-    (void)impl;
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = kvp_f16_to_f32((uint16_t)(s[2 * i] | s[2 * i + 1] << 8));
-}
-
-void kvp_f16_row_from_f32(int impl, const float *src, void *dst, int64_t n)
-{
-    uint8_t *d = dst;
-#if TENSOR_F16C
-    if (impl != KVP_IMPL_PORTABLE && kvp_have_avx2()) {
-        f16_from_f32_f16c(src, d, n);
-        return;
-    }
-#endif
-    (void)impl;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t h = kvp_f32_to_f16(src[i]);
-        d[2 * i] = (uint8_t)h;
-        d[2 * i + 1] = (uint8_t)(h >> 8);
-    }
-}
 
 static void f16_to_f32(const void *src, float *dst, int64_t n) { kvp_f16_row_to_f32(KVP_IMPL_AUTO, src, dst, n); }
 static void f16_from_f32(const float *src, void *dst, int64_t n) { kvp_f16_row_from_f32(KVP_IMPL_AUTO, src, dst, n); }
@@ -229,4 +106,48 @@ int64_t kvp_dtype_row_bytes(uint32_t t, int64_t n)
     if (n / tr->block_size > INT64_MAX / tr->block_bytes)
         return -1;
     return n / tr->block_size * tr->block_bytes;
+}
+
+/* ---- sizes implied by tensor descriptions ---- */
+
+uint64_t kvp_tensor_numel(const kvp_tensor_rec *t)
+{
+    uint64_t n = 1;
+    for (uint32_t i = 0; i < t->n_dim && i < KVP_MAX_DIMS; i++) {
+        if (t->shape[i] && n > UINT64_MAX / t->shape[i])
+            return 0; /* overflow: callers treat 0 elements as invalid */
+        n *= t->shape[i];
+    }
+    return n;
+}
+
+int64_t kvp_tensor_data_bytes(const kvp_tensor_rec *t)
+{
+    if (t->n_dim < 1 || t->n_dim > KVP_MAX_DIMS)
+        return -1;
+    uint64_t numel = kvp_tensor_numel(t), inner = t->shape[t->n_dim - 1];
+    if (numel == 0 || inner == 0 || inner > INT64_MAX)
+        return -1;
+    int64_t row = kvp_dtype_row_bytes(t->dtype, (int64_t)inner);
+    uint64_t rows = numel / inner;
+    if (row < 0 || (row && rows > (uint64_t)INT64_MAX / (uint64_t)row))
+        return -1;
+    return (int64_t)(rows * (uint64_t)row);
+}
+
+int64_t kvp_tensor_scale_count(const kvp_tensor_rec *t)
+{
+    uint64_t numel = kvp_tensor_numel(t);
+    if (t->n_dim < 1 || t->n_dim > KVP_MAX_DIMS || numel == 0 || numel > INT64_MAX)
+        return -1;
+    switch (t->scheme) {
+    case KVP_SCHEME_NONE: return 0;
+    case KVP_SCHEME_TENSOR: return 1;
+    case KVP_SCHEME_CHANNEL: return (int64_t)t->shape[0];
+    case KVP_SCHEME_GROUP:
+        if (t->group == 0 || t->shape[t->n_dim - 1] % t->group)
+            return -1;
+        return (int64_t)(numel / t->group);
+    default: return -1;
+    }
 }

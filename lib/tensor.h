@@ -1,15 +1,26 @@
-/* tensor.h - element types (dtypes) and their traits table.
+/* tensor.h - element types (dtypes), their traits table, and the
+ * description of a (possibly quantized) tensor.
  *
  * One table indexed by kvp_dtype gives each type's name, block size, bytes per
  * block and its conversions to and from f32, so every reader, writer and
  * kernel agrees on sizes.  The numeric ids are part of the KVP format
  * (kvp(5)): never renumber, only append.
+ *
+ * kvp_tensor_rec describes a tensor's element type, shape and scale layout:
+ * what a KVP TENSOR record carries in its header (lib/stream.h serializes
+ * it) and what quantization (lib/quant.h) produces, so the numerics never
+ * need the stream format.
  */
 #ifndef KVP_TENSOR_H
 #define KVP_TENSOR_H
 
+#include "minifloat.h"
+
 #include <stddef.h>
 #include <stdint.h>
+
+#define KVP_NAME_MAX 255 /* tensor, sequence label and key names */
+#define KVP_MAX_DIMS 4
 
 typedef enum kvp_dtype {
     KVP_DTYPE_F32 = 0,
@@ -61,10 +72,37 @@ int kvp_dtype_from_name(const char *name);
  * blocks or t is unknown.  4-bit scalar types round up to whole bytes. */
 int64_t kvp_dtype_row_bytes(uint32_t t, int64_t n);
 
-/* Scalar conversions, round to nearest even, NaN kept as NaN. */
-float kvp_f16_to_f32(uint16_t h);
-uint16_t kvp_f32_to_f16(float f);
-float kvp_bf16_to_f32(uint16_t h);
-uint16_t kvp_f32_to_bf16(float f);
+/* ---- tensor descriptions ---- */
+
+typedef enum kvp_scheme {
+    KVP_SCHEME_NONE = 0,    /* plain dtype, or block-quantized with internal scales */
+    KVP_SCHEME_TENSOR = 1,  /* one scale for the tensor */
+    KVP_SCHEME_CHANNEL = 2, /* one scale per output row (shape[0]) */
+    KVP_SCHEME_GROUP = 3,   /* one scale per `group` elements along the last dim */
+} kvp_scheme;
+
+/* Tensor flags. */
+#define KVP_TENSOR_ASYM 0x1u /* zero points present: y = (q - z) * s */
+
+typedef struct kvp_tensor_rec {
+    char name[KVP_NAME_MAX + 1];
+    uint32_t dtype;            /* kvp_dtype of the data */
+    uint32_t n_dim;            /* 1..4 */
+    uint64_t shape[KVP_MAX_DIMS]; /* outermost first; shape[n_dim-1] is contiguous */
+    uint32_t scheme;           /* kvp_scheme */
+    uint32_t group;            /* elements per scale for GROUP (else 0) */
+    uint32_t scale_dtype;      /* dtype of scales (f32, f16, fp8_e4m3, e8m0) */
+    uint32_t flags;            /* KVP_TENSOR_* */
+    float global_scale;        /* multiplies every value (NVFP4 tensor scale); 1 otherwise */
+    uint64_t data_bytes;       /* must equal what dtype and shape imply */
+    uint64_t scales_bytes;     /* must equal what scheme, shape and scale_dtype imply */
+    uint64_t zeros_bytes;      /* zero points (same count and dtype as scales) when ASYM */
+} kvp_tensor_rec;
+
+/* Bytes implied by a tensor's dtype and shape, and by its scheme's scales;
+ * -1 when inconsistent (not a whole number of blocks, group not dividing). */
+int64_t kvp_tensor_data_bytes(const kvp_tensor_rec *t);
+int64_t kvp_tensor_scale_count(const kvp_tensor_rec *t);
+uint64_t kvp_tensor_numel(const kvp_tensor_rec *t);
 
 #endif

@@ -13,6 +13,7 @@
 #include "io.h"
 #include "meta.h"
 #include "quant.h"
+#include "quant_kv.h"
 #include "stream.h"
 #include "tensor.h"
 #include "unit.h"

@@ -2,6 +2,8 @@
  * gguf-py (scripts/ref/gen_casts.py, gen_ggml_blocks.py), scaled quantization
  * round trips, and the AVX2 paths against the portable ones. */
 #include "quant.h"
+#include "quant_kv.h"
+#include "wire.h"
 #include "threadpool.h"
 #include "unit.h"
 

@@ -1,0 +1,38 @@
+/* ggml_quants.h - GGUF's block types and the FP4 block formats.
+ *
+ * GGUF's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K dequantized bit-exactly like
+ * gguf-py; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 quantized like ggml's reference
+ * quantizers; NVFP4 and MXFP4 blocks (layouts in quant.h).
+ */
+#ifndef KVP_GGML_QUANTS_H
+#define KVP_GGML_QUANTS_H
+
+#include <stdint.h>
+
+/* n is a multiple of the block size. */
+void kvp_dequantize_row_q4_0(const void *src, float *y, int64_t n);
+void kvp_dequantize_row_q4_1(const void *src, float *y, int64_t n);
+void kvp_dequantize_row_q5_0(const void *src, float *y, int64_t n);
+void kvp_dequantize_row_q5_1(const void *src, float *y, int64_t n);
+void kvp_dequantize_row_q8_0(const void *src, float *y, int64_t n);
+void kvp_dequantize_row_q4_k(const void *src, float *y, int64_t n);
+void kvp_dequantize_row_q6_k(const void *src, float *y, int64_t n);
+void kvp_dequantize_row_mxfp4(const void *src, float *y, int64_t n);
+void kvp_dequantize_row_nvfp4(const void *src, float *y, int64_t n); /* global scale 1 */
+void kvp_quantize_row_q4_0(const float *x, void *dst, int64_t n);
+void kvp_quantize_row_q4_1(const float *x, void *dst, int64_t n);
+void kvp_quantize_row_q5_0(const float *x, void *dst, int64_t n);
+void kvp_quantize_row_q5_1(const float *x, void *dst, int64_t n);
+void kvp_quantize_row_q8_0(const float *x, void *dst, int64_t n);
+/* MXFP4 (OCP MX v1.0): shared exponent floor(log2(amax)) - 2 (E2M1's emax),
+ * elements cast round-to-nearest-even and clamped to +-6.  An all-zero block
+ * gets exponent 0 (y = 0); a block with inf/NaN gets the NaN scale 0xff.
+ * Returns the count of elements clamped. */
+int64_t kvp_quantize_row_mxfp4(const float *x, void *dst, int64_t n);
+/* NVFP4: block scale e4m3_sat(amax / (6 * global)), elements
+ * e2m1(x / (scale * global)).  global > 0 (1 for the trait).  Returns the
+ * count of elements clamped. */
+int64_t kvp_quantize_row_nvfp4(const float *x, void *dst, int64_t n, float global);
+void kvp_dequantize_row_nvfp4_g(const void *src, float *y, int64_t n, float global);
+
+#endif

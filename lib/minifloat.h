@@ -1,0 +1,55 @@
+/* minifloat.h - casts between f32 and the narrow float types: f16, bf16,
+ * FP8 E4M3fn, FP8 E5M2, FP4 E2M1 and E8M0.
+ *
+ * Bit exact with ml_dtypes (float8_e4m3fn, float8_e5m2, float4_e2m1fn,
+ * float8_e8m0fnu) for every f32 that is not an f32 subnormal.  Round to
+ * nearest even.  The plain casts overflow the way ml_dtypes does (E4M3fn to
+ * NaN, E5M2 to inf, E2M1 saturates); the _sat casts clamp to the largest
+ * finite value (what scaled quantization wants).  Row casts use AVX2/F16C
+ * when the CPU has it, with results identical to the portable code.
+ * Packed 4-bit rows hold (n+1)/2 bytes, element 2k in the low nibble.
+ */
+#ifndef KVP_MINIFLOAT_H
+#define KVP_MINIFLOAT_H
+
+#include "cpufeat.h"
+
+#include <stdint.h>
+
+/* Scalar f16/bf16, round to nearest even, NaN kept as NaN. */
+float kvp_f16_to_f32(uint16_t h);
+uint16_t kvp_f32_to_f16(float f);
+float kvp_bf16_to_f32(uint16_t h);
+uint16_t kvp_f32_to_bf16(float f);
+
+/* f16 rows with the code path chosen (KVP_IMPL_*: F16C or portable). */
+void kvp_f16_row_to_f32(int impl, const void *src, float *dst, int64_t n);
+void kvp_f16_row_from_f32(int impl, const float *src, void *dst, int64_t n);
+
+/* Scalar narrow floats. */
+uint8_t kvp_f32_to_e4m3(float f);     /* NaN 0x7f/0xff; |x| > 464 and inf -> NaN */
+uint8_t kvp_f32_to_e4m3_sat(float f); /* overflow and inf -> +-448 */
+float kvp_e4m3_to_f32(uint8_t b);
+uint8_t kvp_f32_to_e5m2(float f);     /* overflow -> inf, NaN 0x7e/0xfe */
+uint8_t kvp_f32_to_e5m2_sat(float f); /* overflow and inf -> +-57344 */
+float kvp_e5m2_to_f32(uint8_t b);
+uint8_t kvp_f32_to_e2m1(float f);     /* 4-bit code; saturates at +-6 (the format has no inf/NaN) */
+float kvp_e2m1_to_f32(uint8_t code);  /* low nibble used */
+uint8_t kvp_f32_to_e8m0(float f);     /* nearest power of two, ties up; <= 0, inf, NaN -> 0xff */
+float kvp_e8m0_to_f32(uint8_t b);     /* 2^(b-127); 0xff is NaN */
+
+/* Rows of n elements: the dtype traits' to_f32/from_f32. */
+void kvp_quantize_row_e4m3(const float *x, void *dst, int64_t n);
+void kvp_quantize_row_e4m3_sat(const float *x, void *dst, int64_t n);
+void kvp_dequantize_row_e4m3(const void *src, float *y, int64_t n);
+/* The fp8 row casts with the code path chosen: e5m2 0/1, sat 0/1. */
+void kvp_fp8_row_impl(int impl, int e5m2, int sat, const float *x, uint8_t *dst, int64_t n);
+void kvp_quantize_row_e5m2(const float *x, void *dst, int64_t n);
+void kvp_quantize_row_e5m2_sat(const float *x, void *dst, int64_t n);
+void kvp_dequantize_row_e5m2(const void *src, float *y, int64_t n);
+void kvp_quantize_row_e2m1(const float *x, void *dst, int64_t n);
+void kvp_dequantize_row_e2m1(const void *src, float *y, int64_t n);
+void kvp_quantize_row_e8m0(const float *x, void *dst, int64_t n);
+void kvp_dequantize_row_e8m0(const void *src, float *y, int64_t n);
+
+#endif
