@@ -124,16 +124,6 @@ struct kvp_backend {
     void *impl;            /* the backend's private state */
 };
 
-/* CPU backend flags. */
-#define KVP_CPU_PORTABLE 0x1u /* never use the SIMD kernels (tests compare both) */
-#define KVP_CPU_NO_VNNI 0x2u  /* AVX2 kernels even where AVX512-VNNI is present */
-
-/* The CPU backend with n_threads threads (<= 0: all cores). */
-int kvp_backend_cpu_create(kvp_backend **b, int n_threads, unsigned flags, kvp_err *err);
-/* "avx2+fma+f16c+avx512vnni", "avx2+fma+f16c" or "portable": the kernels a
- * CPU backend runs. */
-const char *kvp_backend_cpu_isa(const kvp_backend *b);
-int kvp_backend_cpu_threads(const kvp_backend *b);
 /* Destroy any backend (NULL is fine). */
 void kvp_backend_free(kvp_backend *b);
 

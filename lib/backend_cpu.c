@@ -1,6 +1,7 @@
 /* backend_cpu.c - the CPU implementation of backend.h: host memory, a thread
  * pool, and the kernel table (AVX2 or portable) chosen when it is created. */
 #include "backend.h"
+#include "backend_cpu.h"
 #include "backend_cpu_kern.h"
 #include "tensor.h"
 #include "threadpool.h"
@@ -829,10 +830,4 @@ const char *kvp_backend_cpu_isa(const kvp_backend *b)
 int kvp_backend_cpu_threads(const kvp_backend *b)
 {
     return b && b->ops == &cpu_ops ? ((const cpu_impl *)b->impl)->n_threads : 0;
-}
-
-void kvp_backend_free(kvp_backend *b)
-{
-    if (b)
-        b->ops->destroy(b);
 }

@@ -1,5 +1,6 @@
 /* runopts.c - shared options and setup of prefill and decode. */
 #include "runopts.h"
+#include "backend_cpu.h"
 #include "cli.h"
 #include "sample.h"
 #include "seqio.h"

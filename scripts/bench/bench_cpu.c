@@ -7,6 +7,7 @@
  * and with DEPTH, generation continuing a DEPTH-token prompt:
  *   kvpipe  tg128@2048  <tokens/s>
  * Usage: bench_cpu MODEL THREADS PP TG REPS [DEPTH] */
+#include "backend_cpu.h"
 #include "engine.h"
 
 #include <stdio.h>

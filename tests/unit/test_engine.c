@@ -4,6 +4,7 @@
  * (tests/golden/engine_smollm2.txt, scripts/ref/gen_engine.py). */
 #include "unit.h"
 #include "backend.h"
+#include "backend_cpu.h"
 #include "backend_cpu_kern.h"
 #include "convert.h"
 #include "quant.h"

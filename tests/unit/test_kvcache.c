@@ -1,5 +1,6 @@
 /* test_kvcache.c - block pool accounting, prefix hashes, fork + copy-on-write,
  * truncation and the out-of-blocks error. */
+#include "backend_cpu.h"
 #include "unit.h"
 #include "kvcache.h"
 #include "stream.h"

@@ -6,6 +6,7 @@
  * with HF tensor names. */
 #include "unit.h"
 #include "backend.h"
+#include "backend_cpu.h"
 #include "convert.h"
 #include "engine.h"
 #include "wire.h"
