@@ -1,6 +1,6 @@
 # kvpipe - GNU Make build.  `make help` lists the targets.
 #
-# Layout: lib/*.c -> lib/libkvpipe.a; cmd/NAME.c -> bin/NAME;
+# Layout: lib/LAYER/*.c -> lib/libkvpipe.a (one folder a layer, README "Layout"); cmd/NAME.c -> bin/NAME;
 # tests/unit/test_*.c -> $(O)/tests/test_*; tests/cli/*.sh run the programs.
 # New files are picked up by wildcard: no edits here to add a module,
 # a program or a test.
@@ -18,7 +18,11 @@ V       ?= 0
 # Strict warnings (STYLE.md); -Werror so nothing slips in.
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wformat=2 -Werror
 OPT      ?= -O2 -g
-CPPFLAGS += -Ilib -D_GNU_SOURCE
+# Each layer folder of lib/ is on the include path: file names are unique
+# across the tree, and scripts/check-layers says which includes are allowed.
+LIB_DIRS := $(sort $(patsubst %/,%,$(dir $(wildcard lib/*/*.c lib/*/*.h))))
+LIB_INC  := $(addprefix -I,$(LIB_DIRS))
+CPPFLAGS += $(LIB_INC) -D_GNU_SOURCE
 CFLAGS   += -std=c11 $(OPT) $(WARN) -pthread -MMD -MP
 LDLIBS   += -lzstd -lm -pthread
 
@@ -50,7 +54,7 @@ else
   say = @:
 endif
 
-LIB_SRC  := $(sort $(wildcard lib/*.c))
+LIB_SRC  := $(sort $(wildcard lib/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(O)/%.o) $(CU_OBJ)
 LIB      := $(if $(filter build,$(O)),lib/libkvpipe.a,$(O)/libkvpipe.a)
 CMD_SRC  := $(sort $(wildcard cmd/*.c))
@@ -59,7 +63,7 @@ UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNITS    := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(O)/tests/test_fuzz_%)
-HEADERS  := $(sort $(wildcard lib/*.h))
+HEADERS  := $(sort $(wildcard lib/*/*.h))
 MAN1     := $(sort $(wildcard man/*.1))
 MAN5     := $(sort $(wildcard man/*.5))
 
@@ -77,7 +81,7 @@ $(O)/%.o: %.c
 $(O)/kernels/%.o: kernels/%.cu
 	$(call say,NVCC,$<)
 	@mkdir -p $(@D)
-	$(Q)$(NVCC) $(NVCC_GENCODE) -O3 -Ilib -Xcompiler -fPIC -c $< -o $@
+	$(Q)$(NVCC) $(NVCC_GENCODE) -O3 $(LIB_INC) -Xcompiler -fPIC -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	$(call say,AR,$@)
@@ -131,7 +135,7 @@ check-nodeps:
 ## fuzz         run every libFuzzer harness in tests/fuzz/ for FUZZ_SECONDS (default 60) with clang
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
-FUZZ_FLAGS   := -std=c11 -g -O1 -Ilib -D_GNU_SOURCE -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -pthread -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_FLAGS   := -std=c11 -g -O1 $(LIB_INC) -D_GNU_SOURCE -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -pthread -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_LIBOBJ  := $(LIB_SRC:%.c=build/fuzz/%.o)
 build/fuzz/%.o: %.c
 	@mkdir -p $(@D)
