@@ -9,11 +9,10 @@
 #define KVP_CLI_H
 
 #include "error.h"
+#include "version.h"
 
 #include <stdint.h>
 #include <stdio.h>
-
-#define KVP_VERSION "0.1.0"
 
 enum { KVP_EXIT_OK = 0, KVP_EXIT_FAIL = 1, KVP_EXIT_USAGE = 2 };
 

@@ -8,7 +8,7 @@
  */
 #include "ggml_quants.h"
 #include "minifloat.h"
-#include "quant_impl.h"
+#include "num_impl.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* intcast.c - plain integer casts (see intcast.h). */
 #include "intcast.h"
-#include "quant_impl.h"
+#include "num_impl.h"
 
 static inline int clamp_rne(float v, int lo, int hi)
 {

@@ -9,7 +9,7 @@
  * bytes; tests/unit/test_quant.c checks that over every f16 value.
  */
 #include "minifloat.h"
-#include "quant_impl.h"
+#include "num_impl.h"
 
 #include <math.h>
 #include <string.h>

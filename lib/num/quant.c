@@ -8,7 +8,7 @@
  * merged in chunk order, so the figures do not depend on the thread count.
  */
 #include "quant.h"
-#include "quant_impl.h"
+#include "num_impl.h"
 #include "wire.h"
 
 #include <float.h>

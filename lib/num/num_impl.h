@@ -1,7 +1,7 @@
-/* quant_impl.h - private to the numeric layer (minifloat.c, intcast.c,
+/* num_impl.h - private to the numeric layer (minifloat.c, intcast.c,
  * ggml_quants.c, quant.c): SIMD build switches and shared helpers. */
-#ifndef KVP_QUANT_IMPL_H
-#define KVP_QUANT_IMPL_H
+#ifndef KVP_NUM_IMPL_H
+#define KVP_NUM_IMPL_H
 
 #include "cpufeat.h"
 
