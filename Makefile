@@ -63,7 +63,9 @@ UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNITS    := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(O)/tests/test_fuzz_%)
-HEADERS  := $(sort $(wildcard lib/*/*.h))
+# The public API: lib/kvpipe.h and the headers it includes (scripts/check-layers
+# checks that they include nothing else); every other header stays in lib/.
+PUB_HEADERS := lib/kvpipe.h $(foreach h,$(shell sed -n 's/^\#include "\(.*\)"$$/\1/p' lib/kvpipe.h),$(wildcard lib/*/$(h)))
 MAN1     := $(sort $(wildcard man/*.1))
 MAN5     := $(sort $(wildcard man/*.5))
 
@@ -113,7 +115,7 @@ deps:
 check: deps
 	@scripts/fetch-model >/dev/null || echo "check: the SmolLM2 test model could not be fetched; tests that need it are skipped"
 	@$(MAKE) --no-print-directory all $(UNITS) $(FUZZ_REPLAY)
-	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run
+	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) KVP_CFLAGS="$(OPT)" tests/run
 
 check-unit: all $(UNITS) $(FUZZ_REPLAY)
 	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run unit
@@ -130,7 +132,7 @@ asan: deps
 check-nodeps:
 	@$(MAKE) --no-print-directory all $(UNITS) $(FUZZ_REPLAY)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run
+	    KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) KVP_CFLAGS="$(OPT)" tests/run
 
 ## fuzz         run every libFuzzer harness in tests/fuzz/ for FUZZ_SECONDS (default 60) with clang
 FUZZ_SECONDS ?= 60
@@ -162,16 +164,16 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@KVP_BIN=$(abspath $(BINDIR)) scripts/demo
 
-## install      install programs, man pages, library, headers, pkg-config (PREFIX, DESTDIR)
+## install      install programs, man pages, library, public headers (lib/kvpipe.h), kvpipe.pc (PREFIX, DESTDIR)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	    $(DESTDIR)$(PREFIX)/include/kvpipe $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/kvpipe/
+	install -m 644 $(PUB_HEADERS) $(DESTDIR)$(PREFIX)/include/kvpipe/
 	$(if $(MAN1),install -m 644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/)
 	$(if $(MAN5),install -m 644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5/)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*KVP_VERSION "\(.*\)"/\1/p' lib/cli.h)|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*KVP_VERSION "\(.*\)"/\1/p' lib/base/version.h)|' \
 	    -e 's|@LIBS@|$(LDLIBS)|' scripts/kvpipe.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpipe.pc
 
 ## uninstall    remove what install put in place
