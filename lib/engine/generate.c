@@ -21,6 +21,7 @@ const char *kvp_gen_finish_name(uint32_t r)
     case KVP_FINISH_LENGTH: return "length";
     case KVP_FINISH_STOP: return "stop";
     case KVP_FINISH_STOP_STRING: return "stop_string";
+    case KVP_FINISH_KV_MEMORY: return "kv_memory";
     default: return "none";
     }
 }
@@ -76,9 +77,32 @@ static size_t max_stop_len(const kvp_gen_opts *o)
     return m;
 }
 
-/* Accept token t into s's text; 1 when s is now finished. */
-static int accept(kvp_gen_seq *s, const kvp_tokenizer *tok, const kvp_gen_opts *o, uint32_t budget, size_t hold,
-                  kvp_gen_emit_fn emit, void *ctx, kvp_err *err, int *rc)
+uint32_t kvp_gen_budget(const kvp_gen_seq *s, const kvp_gen_opts *o)
+{
+    return o && o->max_tokens ? o->max_tokens : s->rec.sampling.max_tokens;
+}
+
+/* Cut s's text at the first stop string that ends inside what the last
+ * token added (from old on); 1 when one did. */
+static int cut_stop(kvp_gen_seq *s, const kvp_gen_opts *o, size_t old)
+{
+    for (size_t i = 0; o && i < o->n_stop; i++) {
+        size_t sl = strlen(o->stop[i]);
+        if (!sl)
+            continue;
+        size_t from = old >= sl ? old - sl + 1 : 0;
+        for (size_t p = from; p + sl <= s->text.len; p++) {
+            if (memcmp(s->text.data + p, o->stop[i], sl) == 0) {
+                s->text.len = p;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+int kvp_gen_accept(kvp_gen_seq *s, const kvp_tokenizer *tok, const kvp_gen_opts *o, kvp_gen_emit_fn emit, void *ctx,
+                   kvp_err *err)
 {
     int32_t t = s->rec.next_token;
     double now = kvp_gen_now();
@@ -92,26 +116,15 @@ static int accept(kvp_gen_seq *s, const kvp_tokenizer *tok, const kvp_gen_opts *
     }
     s->n_gen++;
     size_t old = s->text.len;
-    if ((*rc = kvp_detok_push(&s->dt, t, &s->text, err)) < 0)
-        return 1;
-    /* a stop string can only end inside what this token added */
-    for (size_t i = 0; o && i < o->n_stop; i++) {
-        size_t sl = strlen(o->stop[i]);
-        if (!sl)
-            continue;
-        size_t from = old >= sl ? old - sl + 1 : 0;
-        for (size_t p = from; p + sl <= s->text.len; p++) {
-            if (memcmp(s->text.data + p, o->stop[i], sl) == 0) {
-                s->text.len = p;
-                s->rec.finish_reason = KVP_FINISH_STOP_STRING;
-                break;
-            }
-        }
-        if (s->rec.finish_reason == KVP_FINISH_STOP_STRING)
-            break;
-    }
-    if (s->rec.finish_reason == KVP_FINISH_NONE && s->n_gen >= budget)
+    int rc = kvp_detok_push(&s->dt, t, &s->text, err);
+    if (rc < 0)
+        return rc;
+    if (cut_stop(s, o, old))
+        s->rec.finish_reason = KVP_FINISH_STOP_STRING;
+    else if (s->n_gen >= kvp_gen_budget(s, o))
         s->rec.finish_reason = KVP_FINISH_LENGTH;
+    size_t hold = max_stop_len(o);
+    hold = hold ? hold - 1 : 0;
     size_t ready = s->rec.finish_reason ? s->text.len : (s->text.len > hold ? s->text.len - hold : 0);
     if (ready > s->emitted && emit) {
         emit(ctx, s, (const char *)s->text.data + s->emitted, ready - s->emitted);
@@ -124,8 +137,6 @@ int kvp_gen_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, kvp_ge
                 const kvp_gen_opts *o, kvp_gen_emit_fn emit, void *ctx, kvp_err *err)
 {
     uint32_t V = kvp_engine_n_vocab(e);
-    size_t hold = max_stop_len(o);
-    hold = hold ? hold - 1 : 0;
     float *logits = malloc((size_t)V * (n ? n : 1) * sizeof(float));
     kvp_step_seq *step = malloc((n ? n : 1) * sizeof *step);
     uint32_t *idx = malloc((n ? n : 1) * sizeof *idx), *feed = malloc((n ? n : 1) * sizeof *feed);
@@ -142,16 +153,16 @@ int kvp_gen_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, kvp_ge
             s->rec.state = KVP_SEQ_FINISHED;
             continue;
         }
-        uint32_t budget = o && o->max_tokens ? o->max_tokens : s->rec.sampling.max_tokens;
-        if (budget == 0) {
+        if (kvp_gen_budget(s, o) == 0) {
             s->rec.finish_reason = KVP_FINISH_LENGTH;
             s->rec.state = KVP_SEQ_FINISHED;
         } else if (s->rec.state == KVP_SEQ_PREFILLED) {
             s->rec.state = KVP_SEQ_RUNNING;
-            if (accept(s, tok, o, budget, hold, emit, ctx, err, &rc))
-                s->rec.state = KVP_SEQ_FINISHED;
-            if (rc < 0)
+            if ((rc = kvp_gen_accept(s, tok, o, emit, ctx, err)) < 0)
                 goto out;
+            if (rc)
+                s->rec.state = KVP_SEQ_FINISHED;
+            rc = 0;
         } else {
             s->rec.state = KVP_SEQ_RUNNING;
             s->rec.finish_reason = KVP_FINISH_NONE;
@@ -178,14 +189,14 @@ int kvp_gen_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, kvp_ge
             kvp_gen_seq *s = &seqs[idx[j]];
             if ((rc = sample(kc, s, logits + (size_t)j * V, V, err)) < 0)
                 goto out;
-            uint32_t budget = o && o->max_tokens ? o->max_tokens : s->rec.sampling.max_tokens;
-            if (accept(s, tok, o, budget, hold, emit, ctx, err, &rc)) {
+            if ((rc = kvp_gen_accept(s, tok, o, emit, ctx, err)) < 0)
+                goto out;
+            if (rc) {
                 s->rec.state = KVP_SEQ_FINISHED;
-                if (rc < 0)
-                    goto out;
                 if (emit)
                     emit(ctx, s, NULL, 0);
             }
+            rc = 0;
         }
     }
 out:

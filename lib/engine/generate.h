@@ -20,7 +20,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { KVP_FINISH_NONE = 0, KVP_FINISH_LENGTH = 1, KVP_FINISH_STOP = 2, KVP_FINISH_STOP_STRING = 3 };
+enum {
+    KVP_FINISH_NONE = 0,
+    KVP_FINISH_LENGTH = 1,
+    KVP_FINISH_STOP = 2,
+    KVP_FINISH_STOP_STRING = 3,
+    KVP_FINISH_KV_MEMORY = 4, /* the sequence alone does not fit in the KV cache */
+};
 
 typedef struct kvp_gen_seq {
     kvp_seq_rec rec;       /* id, label, state, n_prompt, next_token, sampling (rng advances) */
@@ -58,7 +64,16 @@ int kvp_gen_prefill(kvp_engine *e, kvp_kvcache *kc, kvp_gen_seq *s, const uint32
 /* Generate for seqs[n] together until all have finished. */
 int kvp_gen_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, kvp_gen_seq *seqs, uint32_t n,
                 const kvp_gen_opts *o, kvp_gen_emit_fn emit, void *ctx, kvp_err *err);
-/* "length", "stop", "stop_string" or "none". */
+/* Tokens s may generate: o->max_tokens, else its sampling's max_tokens. */
+uint32_t kvp_gen_budget(const kvp_gen_seq *s, const kvp_gen_opts *o);
+/* Take s->rec.next_token as generated: an end-of-generation token finishes
+ * s (KVP_FINISH_STOP, next_token -1); anything else is detokenized into
+ * s->text, cut at a stop string, counted against the budget, and the text
+ * that can no longer change goes to emit.  1 when s has finished, 0 when
+ * not, or a negative code. */
+int kvp_gen_accept(kvp_gen_seq *s, const kvp_tokenizer *tok, const kvp_gen_opts *o, kvp_gen_emit_fn emit, void *ctx,
+                   kvp_err *err);
+/* "length", "stop", "stop_string", "kv_memory" or "none". */
 const char *kvp_gen_finish_name(uint32_t reason);
 
 #endif

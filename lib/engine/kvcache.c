@@ -320,6 +320,24 @@ int kvp_kvcache_seq_share_prefix(kvp_kvcache *kc, int seq, const uint32_t *token
     return (int)(got * bs);
 }
 
+/* New blocks s needs to hold n more tokens: the ones past its last block,
+ * plus a copy of its last block when that is partial and shared. */
+static uint64_t blocks_needed(const kvp_kvcache *kc, const kvseq *s, uint32_t n)
+{
+    uint32_t bs = kc->pool.block_size, len = s->n_tokens;
+    if (n == 0)
+        return 0;
+    uint64_t want_blocks = ((uint64_t)len + n + bs - 1) / bs;
+    int cow = len % bs && kc->refs[s->blocks[s->n_blocks - 1]] > 1;
+    return want_blocks - s->n_blocks + (uint64_t)cow;
+}
+
+uint64_t kvp_kvcache_seq_blocks_needed(const kvp_kvcache *kc, int seq, uint32_t n)
+{
+    const kvseq *s = seq_get(kc, seq);
+    return s ? blocks_needed(kc, s, n) : 0;
+}
+
 int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, uint32_t *slots,
                            kvp_err *err)
 {
@@ -334,7 +352,7 @@ int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uin
         return kvp_err_set(err, KVP_ELIMIT, "KV cache: sequence %d would hold %llu tokens", seq,
                            (unsigned long long)end);
     int cow = len % bs && kc->refs[s->blocks[s->n_blocks - 1]] > 1;
-    uint64_t need = want_blocks - s->n_blocks + (uint64_t)cow;
+    uint64_t need = blocks_needed(kc, s, n);
     if (need > kc->n_free)
         return kvp_err_set(err, KVP_ELIMIT,
                            "KV cache out of blocks: sequence %d needs %llu more (of %u tokens each) for %u new tokens, "

@@ -73,6 +73,9 @@ int kvp_kvcache_seq_share_prefix(kvp_kvcache *kc, int seq, const uint32_t *token
  * when the pool runs out, with the numbers) nothing changes. */
 int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, uint32_t *slots,
                            kvp_err *err);
+/* New blocks seq_append would take for n more tokens (a copy of a shared
+ * partial last block included): what a scheduler asks before it plans. */
+uint64_t kvp_kvcache_seq_blocks_needed(const kvp_kvcache *kc, int seq, uint32_t n);
 /* Add one whole block to a sequence whose length is a multiple of
  * block_size, for loading a saved stream: tokens[n] (n <= block_size) are its
  * tokens.  from >= 0 names a block already in the pool with the same content:

@@ -34,6 +34,9 @@ const struct option kvp_runopts_long[] = {
     {"stop", required_argument, NULL, KVP_OPT_STOP},
     {"ignore-eos", no_argument, NULL, KVP_OPT_IGNORE_EOS},
     {"kv-out", required_argument, NULL, KVP_OPT_KV_OUT},
+    {"max-num-seqs", required_argument, NULL, KVP_OPT_MAX_NUM_SEQS},
+    {"max-batched-tokens", required_argument, NULL, KVP_OPT_MAX_BATCHED},
+    {"static", no_argument, NULL, KVP_OPT_STATIC},
     {"help", no_argument, NULL, KVP_OPT_HELP},
     {"version", no_argument, NULL, KVP_OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -54,6 +57,9 @@ const char kvp_runopts_help[] =
     "      --kv-mem SIZE       KV cache size (e.g. 512MiB), or --kv-blocks N\n"
     "      --kv-dtype TYPE     f16 (default), bf16 or f32\n"
     "      --chunk N           prompt tokens per forward step (512)\n"
+    "      --max-num-seqs N    sequences running at once (64)\n"
+    "      --max-batched-tokens N  tokens per forward step, decode and prompt chunks together (512)\n"
+    "      --static            static batching: a new batch of --max-num-seqs only when the last has ended\n"
     "      --stats             timings on stderr (with --json: as JSON)\n";
 
 void kvp_runopts_init(kvp_runopts *o)
@@ -61,6 +67,8 @@ void kvp_runopts_init(kvp_runopts *o)
     memset(o, 0, sizeof *o);
     kvp_kvcache_opts_init(&o->kv);
     kvp_sample_defaults(&o->sampling);
+    o->sched.max_num_seqs = 64;
+    o->sched.max_batched_tokens = 512;
 }
 
 void kvp_runopts_free(kvp_runopts *o)
@@ -108,7 +116,10 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     case KVP_OPT_MIN_P: o->sampling.min_p = (float)kvp_cli_opt_f64("--min-p", arg, 0, 1); o->sampling_set |= KVP_SET_MIN_P; break;
     case KVP_OPT_REPEAT: o->sampling.repeat_penalty = (float)kvp_cli_opt_f64("--repeat-penalty", arg, 1e-3, 100); o->sampling_set |= KVP_SET_REPEAT; break;
     case KVP_OPT_SEED: o->sampling.seed = (uint64_t)kvp_cli_opt_i64("--seed", arg, 0, INT64_MAX); o->sampling_set |= KVP_SET_SEED; break;
-    case KVP_OPT_CHUNK: o->chunk = parse_u32("--chunk", arg, 1, 1 << 16); break;
+    case KVP_OPT_CHUNK: o->chunk = o->sched.max_batched_tokens = parse_u32("--chunk", arg, 1, 1 << 16); break;
+    case KVP_OPT_MAX_NUM_SEQS: o->sched.max_num_seqs = parse_u32("--max-num-seqs", arg, 1, 1 << 16); break;
+    case KVP_OPT_MAX_BATCHED: o->sched.max_batched_tokens = parse_u32("--max-batched-tokens", arg, 1, 1 << 16); break;
+    case KVP_OPT_STATIC: o->sched.static_batch = 1; break;
     case KVP_OPT_STATS: o->stats = 1; break;
     case KVP_OPT_JSON: o->json = 1; break;
     case KVP_OPT_IGNORE_EOS: o->ignore_eos = 1; break;

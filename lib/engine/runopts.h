@@ -13,6 +13,7 @@
 #include "kvcache.h"
 #include "model.h"
 #include "prompts.h"
+#include "sched.h"
 #include "stream.h"
 #include "tokenizer.h"
 
@@ -24,7 +25,7 @@ enum {
     KVP_OPT_THREADS = 0x1000, KVP_OPT_BLOCK_SIZE, KVP_OPT_KV_MEM, KVP_OPT_KV_BLOCKS, KVP_OPT_KV_DTYPE,
     KVP_OPT_TEMP, KVP_OPT_TOP_K, KVP_OPT_TOP_P, KVP_OPT_MIN_P, KVP_OPT_REPEAT, KVP_OPT_SEED, KVP_OPT_TOKENS,
     KVP_OPT_CHAT, KVP_OPT_SYSTEM, KVP_OPT_CHUNK, KVP_OPT_STATS, KVP_OPT_JSON, KVP_OPT_STOP, KVP_OPT_IGNORE_EOS,
-    KVP_OPT_KV_OUT, KVP_OPT_HELP, KVP_OPT_VERSION,
+    KVP_OPT_KV_OUT, KVP_OPT_HELP, KVP_OPT_VERSION, KVP_OPT_MAX_NUM_SEQS, KVP_OPT_MAX_BATCHED, KVP_OPT_STATIC,
 };
 
 /* The shared entries of a getopt_long table, ended by a zero entry. */
@@ -42,7 +43,8 @@ typedef struct kvp_runopts {
     kvp_kvcache_opts kv;
     int kv_dtype_set;
     uint64_t kv_mem;
-    uint32_t chunk;
+    uint32_t chunk;             /* --chunk: prompt tokens a step (prefill); decode's token budget */
+    kvp_sched_opts sched;       /* --max-num-seqs, --max-batched-tokens, --static */
     kvp_sampling sampling;      /* defaults, then the options */
     unsigned sampling_set;      /* bit per option given (resumed streams keep the others) */
     int stats, json;

@@ -103,6 +103,21 @@ int kvp_sched_add(kvp_sched *s, kvp_sched_req *r, kvp_err *err)
     return 0;
 }
 
+kvp_sched_req *kvp_sched_drain(kvp_sched *s)
+{
+    if (s->run.n) {
+        kvp_sched_req *r = s->run.v[--s->run.n];
+        s->kv.release(s->kv.ctx, r);
+        return r;
+    }
+    if (s->wait.n) {
+        kvp_sched_req *r = s->wait.v[0];
+        list_remove_at(&s->wait, 0);
+        return r;
+    }
+    return NULL;
+}
+
 uint32_t kvp_sched_n_running(const kvp_sched *s) { return s->run.n; }
 uint32_t kvp_sched_n_waiting(const kvp_sched *s) { return s->wait.n; }
 uint64_t kvp_sched_n_preemptions(const kvp_sched *s) { return s->n_preemptions; }

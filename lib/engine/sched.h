@@ -107,6 +107,9 @@ int kvp_sched_step(kvp_sched *s, kvp_sched_plan *plan, kvp_err *err);
 void kvp_sched_commit(kvp_sched *s, const kvp_sched_plan *plan);
 /* A running request has finished: its blocks go back (kv->release). */
 void kvp_sched_finish(kvp_sched *s, kvp_sched_req *r);
+/* Take out any request still running (its blocks given back) or waiting,
+ * or NULL when none is left: for cleaning up after a failure. */
+kvp_sched_req *kvp_sched_drain(kvp_sched *s);
 uint32_t kvp_sched_n_running(const kvp_sched *s);
 uint32_t kvp_sched_n_waiting(const kvp_sched *s);
 /* Preemptions so far. */

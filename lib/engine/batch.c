@@ -1,0 +1,344 @@
+/* batch.c - the batch engine's loop (see batch.h).
+ *
+ * Each iteration: read requests while the waiting queue is short, let the
+ * scheduler plan a step, run it as one engine step, then for every request
+ * whose step reached its last token sample the next one, accept it as text
+ * (end of generation, stop strings, budget) and hand finished requests out.
+ */
+#include "batch.h"
+#include "sample.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PENALTY_WINDOW 64 /* recent tokens the repetition penalty sees (as generate.c) */
+
+kvp_request *kvp_request_of(kvp_gen_seq *s) { return (kvp_request *)(void *)((char *)s - offsetof(kvp_request, g)); }
+
+kvp_request *kvp_request_new(const kvp_tokenizer *tok, uint64_t id, const char *label, const uint32_t *prompt,
+                             uint32_t n, const kvp_sampling *s)
+{
+    kvp_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->cap_tokens = n + 16;
+    r->tokens = malloc((size_t)r->cap_tokens * sizeof *r->tokens);
+    if (!r->tokens) {
+        free(r);
+        return NULL;
+    }
+    memcpy(r->tokens, prompt, (size_t)n * sizeof *prompt);
+    r->n_prompt = n;
+    r->sr.n_tokens = n;
+    r->sr.user = r;
+    kvp_gen_seq_init(&r->g, tok);
+    r->g.handle = -1;
+    r->holder = -1;
+    r->g.rec.id = id;
+    snprintf(r->g.rec.label, sizeof r->g.rec.label, "%s", label ? label : "");
+    r->g.rec.sampling = *s;
+    r->g.rec.n_prompt = n;
+    r->g.rec.next_token = -1;
+    r->g.rec.state = KVP_SEQ_RUNNING;
+    return r;
+}
+
+void kvp_request_free(kvp_request *r)
+{
+    if (!r)
+        return;
+    kvp_gen_seq_free(&r->g);
+    free(r->tokens);
+    free(r);
+}
+
+static int request_push(kvp_request *r, uint32_t t)
+{
+    if (r->sr.n_tokens == r->cap_tokens) {
+        uint32_t cap = r->cap_tokens * 2;
+        uint32_t *v = realloc(r->tokens, (size_t)cap * sizeof *v);
+        if (!v)
+            return KVP_ENOMEM;
+        r->tokens = v;
+        r->cap_tokens = cap;
+    }
+    r->tokens[r->sr.n_tokens++] = t;
+    return 0;
+}
+
+int kvp_request_feed(kvp_request *r, int show, kvp_err *err)
+{
+    r->g.rec.state = KVP_SEQ_RUNNING;
+    r->g.rec.finish_reason = KVP_FINISH_NONE;
+    if (show) {
+        int rc = kvp_gen_accept(&r->g, r->g.dt.t, &r->opts, NULL, NULL, err);
+        if (rc < 0)
+            return rc;
+        if (rc) {
+            r->g.rec.state = KVP_SEQ_FINISHED;
+            return 0;
+        }
+    }
+    if (request_push(r, (uint32_t)r->g.rec.next_token) < 0)
+        return kvp_err_set(err, KVP_ENOMEM, "request %llu: out of memory for its tokens",
+                           (unsigned long long)r->g.rec.id);
+    return 0;
+}
+
+void kvp_request_end(kvp_request *r) { r->g.rec.state = KVP_SEQ_FINISHED; }
+
+/* ---- the KV cache as the scheduler sees it ---- */
+
+typedef struct batch {
+    int keep;            /* keep_finished */
+    kvp_engine *e;
+    kvp_kvcache *kc;
+    const kvp_tokenizer *tok;
+    kvp_gen_emit_fn emit;
+    void *ctx;
+    kvp_batch_stats *st;
+} batch;
+
+static uint32_t kv_n_free(void *ctx)
+{
+    kvp_kvcache_stats s;
+    kvp_kvcache_get_stats(((batch *)ctx)->kc, &s);
+    return s.n_free;
+}
+
+static uint32_t kv_needed(void *ctx, const kvp_sched_req *sr, uint32_t n)
+{
+    const kvp_request *r = sr->user;
+    uint64_t k = kvp_kvcache_seq_blocks_needed(((batch *)ctx)->kc, r->g.handle, n);
+    return k > UINT32_MAX ? UINT32_MAX : (uint32_t)k;
+}
+
+/* A cache sequence for r, with the cached blocks of its tokens' prefix. */
+static int kv_start(void *ctx, kvp_sched_req *sr, kvp_err *err)
+{
+    batch *b = ctx;
+    kvp_request *r = sr->user;
+    int h = kvp_kvcache_seq_new(b->kc, err);
+    if (h < 0)
+        return h;
+    r->g.handle = h;
+    int got = kvp_kvcache_seq_share_prefix(b->kc, h, r->tokens, sr->n_tokens, err);
+    if (got < 0) {
+        kvp_kvcache_seq_free(b->kc, h);
+        r->g.handle = -1;
+        return got;
+    }
+    if (sr->n_preempted == 0)
+        r->n_cached = (uint32_t)got;
+    if (r->holder >= 0) { /* the stream's copy has served: its blocks are shared or recomputed */
+        kvp_kvcache_seq_free(b->kc, r->holder);
+        r->holder = -1;
+    }
+    return got;
+}
+
+static void kv_release(void *ctx, kvp_sched_req *sr)
+{
+    batch *b = ctx;
+    kvp_request *r = sr->user;
+    uint32_t why = r->g.rec.finish_reason;
+    if (b->keep && why != KVP_FINISH_NONE && why != KVP_FINISH_KV_MEMORY)
+        return; /* finished: its KV stays for the caller to save */
+    kvp_kvcache_seq_free(b->kc, r->g.handle);
+    r->g.handle = -1;
+}
+
+/* ---- sampling and finishing ---- */
+
+static int sample_next(kvp_request *r, float *logits, uint32_t n_vocab, kvp_err *err)
+{
+    uint32_t len = r->sr.n_tokens, w = len < PENALTY_WINDOW ? len : PENALTY_WINDOW;
+    int t = kvp_sample_next(&r->g.rec.sampling, logits, n_vocab, r->tokens + (len - w), w, err);
+    if (t < 0)
+        return t;
+    r->g.rec.next_token = t;
+    return 0;
+}
+
+static void finish(batch *b, kvp_request *r)
+{
+    r->t_end = kvp_gen_now();
+    r->g.rec.state = KVP_SEQ_FINISHED;
+    if (r->holder >= 0) { /* never started: the stream's sequence is its KV */
+        if (b->keep && r->g.handle < 0)
+            r->g.handle = r->holder;
+        else
+            kvp_kvcache_seq_free(b->kc, r->holder);
+        r->holder = -1;
+    }
+    kvp_batch_stats *st = b->st;
+    st->requests++;
+    st->kv_memory += r->g.rec.finish_reason == KVP_FINISH_KV_MEMORY;
+    st->prompt_tokens += r->n_prompt;
+    st->cached_tokens += r->n_cached;
+    st->generated += r->g.n_gen;
+    if (b->emit && r->g.text.len > r->g.emitted) /* text accepted before it ran */
+        b->emit(b->ctx, &r->g, (const char *)r->g.text.data + r->g.emitted, r->g.text.len - r->g.emitted);
+    r->g.emitted = r->g.text.len;
+    if (b->emit)
+        b->emit(b->ctx, &r->g, NULL, 0);
+    if (!b->keep)
+        kvp_request_free(r);
+}
+
+/* r's step reached its last token: sample, accept, and finish or go on.
+ * 1 when r finished (and is freed), 0 when it goes on, or a code. */
+static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, kvp_err *err)
+{
+    int rc = sample_next(r, logits, kvp_engine_n_vocab(b->e), err);
+    if (rc < 0)
+        return rc;
+    double before = r->g.t_last;
+    if ((rc = kvp_gen_accept(&r->g, b->tok, &r->opts, b->emit, b->ctx, err)) < 0)
+        return rc;
+    if (before > 0 && r->g.t_last - before > r->itl_max)
+        r->itl_max = r->g.t_last - before;
+    if (rc) {
+        kvp_sched_finish(s, &r->sr);
+        finish(b, r);
+        return 1;
+    }
+    if (request_push(r, (uint32_t)r->g.rec.next_token) < 0)
+        return kvp_err_set(err, KVP_ENOMEM, "request %llu: out of memory for its tokens",
+                           (unsigned long long)r->g.rec.id);
+    return 0;
+}
+
+/* A request from the source: one that is already over (no budget, or a
+ * resumed stream's sequence that had ended) finishes at once. */
+static int take(batch *b, kvp_sched *s, kvp_request *r, kvp_err *err)
+{
+    if (r->g.t_start <= 0)
+        r->g.t_start = kvp_gen_now();
+    if (r->g.rec.state == KVP_SEQ_FINISHED) {
+        finish(b, r);
+        return 0;
+    }
+    if (kvp_gen_budget(&r->g, &r->opts) <= r->g.n_gen) {
+        r->g.rec.finish_reason = KVP_FINISH_LENGTH;
+        finish(b, r);
+        return 0;
+    }
+    int rc = kvp_sched_add(s, &r->sr, err);
+    if (rc < 0)
+        kvp_request_free(r);
+    return rc;
+}
+
+int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, const kvp_batch_opts *o,
+                  const kvp_batch_source *src, kvp_gen_emit_fn emit, void *ctx, kvp_batch_stats *st, kvp_err *err)
+{
+    kvp_batch_stats local;
+    if (!st)
+        st = &local;
+    memset(st, 0, sizeof *st);
+    batch b = {.keep = o->keep_finished, .e = e, .kc = kc, .tok = tok, .emit = emit, .ctx = ctx, .st = st};
+    kvp_sched_kv kv = {.ctx = &b, .n_free = kv_n_free, .blocks_needed = kv_needed, .start = kv_start,
+                       .release = kv_release};
+    kvp_kvcache_stats ks;
+    kvp_kvcache_get_stats(kc, &ks);
+    kvp_sched_opts so = o->sched;
+    if (!so.watermark_blocks)
+        so.watermark_blocks = ks.n_blocks / 100; /* vLLM's 1% */
+    kvp_sched *s = NULL;
+    int rc = kvp_sched_create(&s, &so, &kv, err);
+    if (rc < 0)
+        return rc;
+    uint32_t max_seqs = so.max_num_seqs ? so.max_num_seqs : 256;
+    uint32_t lookahead = o->lookahead ? o->lookahead : 2 * max_seqs;
+    uint32_t V = kvp_engine_n_vocab(e);
+    float *logits = NULL; /* rows for the requests that sample, grown as needed */
+    uint32_t cap_rows = 0;
+    kvp_step_seq *step = malloc((size_t)max_seqs * sizeof *step);
+    kvp_request **rows = malloc((size_t)max_seqs * sizeof *rows);
+    st->total_blocks = ks.n_blocks;
+    double t0 = kvp_gen_now();
+    int src_done = 0;
+    if (!step || !rows) {
+        rc = kvp_err_set(err, KVP_ENOMEM, "batch: out of memory for %u sequences", max_seqs);
+        goto out;
+    }
+    for (;;) {
+        /* Read ahead; wait for the source only when there is nothing to run. */
+        while (!src_done && kvp_sched_n_waiting(s) < lookahead) {
+            int idle = kvp_sched_n_running(s) == 0 && kvp_sched_n_waiting(s) == 0;
+            kvp_request *r = NULL;
+            rc = src->next(src->ctx, idle, &r, err);
+            if (rc < 0)
+                goto out;
+            if (rc == KVP_BATCH_END) {
+                src_done = 1;
+                break;
+            }
+            if (rc == 0)
+                break;
+            if ((rc = take(&b, s, r, err)) < 0)
+                goto out;
+        }
+        rc = 0;
+        if (src_done && !kvp_sched_n_running(s) && !kvp_sched_n_waiting(s))
+            break;
+        kvp_sched_plan p;
+        if ((rc = kvp_sched_step(s, &p, err)) < 0)
+            goto out;
+        for (uint32_t i = 0; i < p.n_ended; i++) {
+            kvp_request *r = p.ended[i]->user;
+            r->g.rec.finish_reason = KVP_FINISH_KV_MEMORY;
+            finish(&b, r);
+        }
+        if (p.n_items == 0)
+            continue; /* only admissions that ended, or a source with nothing yet */
+        /* One engine step over the plan; a request that reaches its last
+         * token asks for its logits. */
+        uint32_t n_rows = 0;
+        for (uint32_t i = 0; i < p.n_items; i++) {
+            kvp_request *r = p.items[i].r->user;
+            uint32_t from = r->sr.n_computed, n = p.items[i].n;
+            int last = from + n == r->sr.n_tokens;
+            step[i] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from, .n_tokens = n,
+                                     .want = last ? KVP_LOGITS_LAST : KVP_LOGITS_NONE};
+            if (last)
+                rows[n_rows++] = r;
+        }
+        if (n_rows > cap_rows) {
+            float *l = realloc(logits, (size_t)V * n_rows * sizeof *l);
+            if (!l) {
+                rc = kvp_err_set(err, KVP_ENOMEM, "batch: out of memory for %u rows of logits", n_rows);
+                goto out;
+            }
+            logits = l;
+            cap_rows = n_rows;
+        }
+        if ((rc = kvp_engine_step(e, step, p.n_items, logits, err)) < 0)
+            goto out;
+        rc = 0;
+        st->steps++;
+        kvp_kvcache_get_stats(kc, &ks);
+        if (ks.n_blocks - ks.n_free > st->peak_blocks)
+            st->peak_blocks = ks.n_blocks - ks.n_free;
+        kvp_sched_commit(s, &p);
+        for (uint32_t i = 0; i < n_rows; i++) {
+            if ((rc = advance(&b, s, rows[i], logits + (size_t)i * V, err)) < 0)
+                goto out;
+            rc = 0;
+        }
+    }
+out:
+    /* after a failure, whatever is still queued or running goes */
+    for (kvp_sched_req *left; s && (left = kvp_sched_drain(s)) != NULL;)
+        kvp_request_free(left->user);
+    st->preemptions = s ? kvp_sched_n_preemptions(s) : 0;
+    st->seconds = kvp_gen_now() - t0;
+    free(logits);
+    free(step);
+    free(rows);
+    kvp_sched_free(s);
+    return rc;
+}

@@ -1,0 +1,92 @@
+/* batch.h - the batch engine: requests come in, are scheduled step by step
+ * over the paged KV cache (lib/engine/sched.h: continuous batching, chunked
+ * prefill, preemption by recompute) and leave as soon as they finish.
+ *
+ * A request holds everything that must survive preemption: its tokens
+ * (prompt, then every token sampled), its sampling state and generator, its
+ * text and timings.  The KV cache holds only what can be computed again.
+ * Requests are pulled from a source as the waiting queue drains (at most
+ * `lookahead` wait), and each finished request is handed to emit and freed,
+ * so a job of any length runs in bounded memory.
+ *
+ * Greedy output does not depend on the batch: each request's tokens are
+ * computed by the same engine whatever else shares its steps.
+ */
+#ifndef KVP_BATCH_H
+#define KVP_BATCH_H
+
+#include "engine.h"
+#include "error.h"
+#include "generate.h"
+#include "kvcache.h"
+#include "sched.h"
+#include "tokenizer.h"
+
+#include <stdint.h>
+
+typedef struct kvp_request {
+    kvp_gen_seq g;           /* id, label, sampling, text, timings (t_start = arrival) */
+    kvp_gen_opts opts;       /* its own budget and stop strings (stop owned by the caller) */
+    uint32_t *tokens;        /* [n_tokens]: prompt, then the sampled tokens */
+    uint32_t cap_tokens;
+    uint32_t n_prompt;
+    kvp_sched_req sr;        /* n_tokens / n_computed as the scheduler counts them */
+    uint32_t n_cached;       /* prompt tokens reused from the prefix cache (first admission) */
+    int holder;              /* a cache sequence (read from a stream) whose blocks its start reuses, or -1 */
+    double t_end;
+    double itl_max;          /* longest gap between two tokens, seconds */
+    void *user;
+} kvp_request;
+
+/* Where requests come from.  next: 1 with *r set (a request made with
+ * kvp_request_new), 0 when none is ready now but more may come (block
+ * says whether the caller would rather wait: nothing else to do), or
+ * KVP_BATCH_END when there are no more; or a negative code. */
+#define KVP_BATCH_END 2
+typedef struct kvp_batch_source {
+    void *ctx;
+    int (*next)(void *ctx, int block, kvp_request **r, kvp_err *err);
+} kvp_batch_source;
+
+typedef struct kvp_batch_opts {
+    kvp_sched_opts sched;
+    uint32_t lookahead;      /* waiting requests read ahead (0: 2 x max_num_seqs) */
+    int keep_finished;       /* finished requests keep their KV sequence and are the
+                                emit callback's to free (for saving the state) */
+} kvp_batch_opts;
+
+/* Summary of a run (kvp_batch_run fills it). */
+typedef struct kvp_batch_stats {
+    uint64_t requests, kv_memory;      /* finished; of which ended for lack of KV memory */
+    uint64_t prompt_tokens, cached_tokens, generated;
+    uint64_t steps, preemptions;
+    uint32_t peak_blocks;              /* most blocks in use at once */
+    uint32_t total_blocks;
+    double seconds;
+} kvp_batch_stats;
+
+/* A request for prompt[n] (copied) with sampling s; id and label for its
+ * output.  NULL when out of memory. */
+kvp_request *kvp_request_new(const kvp_tokenizer *tok, uint64_t id, const char *label, const uint32_t *prompt,
+                             uint32_t n, const kvp_sampling *s);
+void kvp_request_free(kvp_request *r);
+/* A request made from a saved sequence whose g.rec.next_token was sampled
+ * but is not in the cache: show it first as generated text (a fresh
+ * prefill's token) when show is set, then queue it to be computed.  0 or a
+ * code; the request may finish right here (an end-of-generation token). */
+int kvp_request_feed(kvp_request *r, int show, kvp_err *err);
+/* A request made from a saved sequence that had ended: it finishes as it
+ * comes in, with its record's finish reason. */
+void kvp_request_end(kvp_request *r);
+
+/* Run every request of src to its end.  emit gets text as it becomes final
+ * and (n 0) each request when it has finished; the request is freed right
+ * after that call (unless keep_finished).  0 or a negative code (a request that cannot fit in the
+ * cache alone is not an error: it finishes with KVP_FINISH_KV_MEMORY). */
+int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, const kvp_batch_opts *o,
+                  const kvp_batch_source *src, kvp_gen_emit_fn emit, void *ctx, kvp_batch_stats *st, kvp_err *err);
+
+/* The request a kvp_gen_seq handed to emit belongs to. */
+kvp_request *kvp_request_of(kvp_gen_seq *s);
+
+#endif
