@@ -23,9 +23,11 @@ static void usage(FILE *f)
             "      --ignore-eos        do not stop at end-of-generation tokens\n"
             "      --json              JSON Lines output (default when there are several sequences)\n"
             "      --kv-out FILE       write the final KV state as a KVP stream (resume with decode < FILE)\n"
+            "      --slo-ttft MS, --slo-tpot MS  service-level bounds; --stats reports goodput (requests within both)\n"
+            "      --min-goodput FRAC  exit 3 when fewer than FRAC of the requests met the SLOs\n"
             "  -h, --help, --version\n\n"
-            "Exit status: 0 success, 1 runtime error (bad model, stream or prompts file, KV memory\n"
-            "exhausted), 2 usage error.\n",
+            "Exit status: 0 success, 1 runtime error (bad model, stream or prompts file, a sequence\n"
+            "that does not fit in the KV cache alone), 2 usage error, 3 goodput below --min-goodput.\n",
             kvp_runopts_help);
 }
 
@@ -79,24 +81,87 @@ static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
         c->kept[c->n_kept++] = kvp_request_of(s);
 }
 
-static void stats(const kvp_runopts *o, const kvp_batch_stats *st)
+/* The run's summary: counts, throughput, the latency distributions and
+ * goodput against the SLOs, as one JSON object. */
+static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, const kvp_runopts *o)
 {
-    double dt = st->seconds;
-    if (o->json)
-        fprintf(stderr, "{\"sequences\":%llu,\"generated\":%llu,\"seconds\":%.3f,\"tokens_per_s\":%.2f,"
-                "\"steps\":%llu,\"preemptions\":%llu,\"peak_blocks\":%u,\"blocks\":%u,\"prompt_tokens\":%llu,"
-                "\"cached_tokens\":%llu,\"kv_memory\":%llu}\n",
-                (unsigned long long)st->requests, (unsigned long long)st->generated, dt,
-                dt > 0 ? (double)st->generated / dt : 0, (unsigned long long)st->steps,
-                (unsigned long long)st->preemptions, st->peak_blocks, st->total_blocks,
-                (unsigned long long)st->prompt_tokens, (unsigned long long)st->cached_tokens,
-                (unsigned long long)st->kv_memory);
-    else
-        fprintf(stderr, "decode: %llu sequences, %llu tokens in %.3f s (%.2f tokens/s); %llu steps, %llu "
-                "preemptions, peak %u of %u KV blocks\n", (unsigned long long)st->requests,
-                (unsigned long long)st->generated, dt, dt > 0 ? (double)st->generated / dt : 0,
-                (unsigned long long)st->steps, (unsigned long long)st->preemptions, st->peak_blocks,
-                st->total_blocks);
+    double dt = st->seconds > 0 ? st->seconds : 1e-9;
+    kvp_dist d;
+    fprintf(f, "{\"requests\":%llu,\"kv_memory\":%llu,\"seconds\":%.3f,\"request_throughput\":%.3f,"
+            "\"output_tokens\":%llu,\"output_throughput\":%.2f,\"prompt_tokens\":%llu,\"cached_prompt_tokens\":%llu,"
+            "\"prefix_hit_rate\":%.4f,\"total_token_throughput\":%.2f,\"steps\":%llu,\"preemptions\":%llu,"
+            "\"peak_kv_blocks\":%u,\"kv_blocks\":%u,\"block_size\":%u,\"max_num_seqs\":%u,\"max_batched_tokens\":%u,"
+            "\"static\":%s,",
+            (unsigned long long)st->requests, (unsigned long long)st->kv_memory, st->seconds,
+            (double)st->requests / dt, (unsigned long long)st->generated, (double)st->generated / dt,
+            (unsigned long long)st->prompt_tokens, (unsigned long long)st->cached_tokens,
+            st->prompt_tokens ? (double)st->cached_tokens / (double)st->prompt_tokens : 0.0,
+            (double)(st->generated + st->prompt_tokens) / dt, (unsigned long long)st->steps,
+            (unsigned long long)st->preemptions, st->peak_blocks, st->total_blocks, o->kv.block_size,
+            o->sched.max_num_seqs, o->sched.max_batched_tokens, o->sched.static_batch ? "true" : "false");
+    kvp_metrics_ttft(m, &d);
+    kvp_dist_json(f, "ttft_ms", &d);
+    fputc(',', f);
+    kvp_metrics_tpot(m, &d);
+    kvp_dist_json(f, "tpot_ms", &d);
+    fputc(',', f);
+    kvp_metrics_itl(m, &d);
+    kvp_dist_json(f, "itl_ms", &d);
+    fputc(',', f);
+    kvp_metrics_e2e(m, &d);
+    kvp_dist_json(f, "e2e_ms", &d);
+    fprintf(f, ",\"slo_ttft_ms\":%.3f,\"slo_tpot_ms\":%.3f,\"good_requests\":%llu,\"goodput\":%.4f,"
+            "\"goodput_rps\":%.3f}\n", m->slo_ttft * 1e3, m->slo_tpot * 1e3, (unsigned long long)m->good,
+            kvp_metrics_goodput(m), (double)m->good / dt);
+}
+
+static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m)
+{
+    double dt = st->seconds > 0 ? st->seconds : 1e-9;
+    kvp_dist t, p, i, e;
+    kvp_metrics_ttft(m, &t);
+    kvp_metrics_tpot(m, &p);
+    kvp_metrics_itl(m, &i);
+    kvp_metrics_e2e(m, &e);
+    fprintf(f, "decode: %llu sequences, %llu tokens in %.3f s (%.2f tokens/s, %.3f requests/s); %llu steps, %llu "
+            "preemptions, peak %u of %u KV blocks; prompt tokens from the prefix cache %llu of %llu\n",
+            (unsigned long long)st->requests, (unsigned long long)st->generated, st->seconds,
+            (double)st->generated / dt, (double)st->requests / dt, (unsigned long long)st->steps,
+            (unsigned long long)st->preemptions, st->peak_blocks, st->total_blocks,
+            (unsigned long long)st->cached_tokens, (unsigned long long)st->prompt_tokens);
+    fprintf(f, "decode: ms       mean      p50      p90      p99\n");
+    const kvp_dist *ds[] = {&t, &p, &i, &e};
+    const char *names[] = {"TTFT", "TPOT", "ITL", "E2E"};
+    for (int k = 0; k < 4; k++)
+        fprintf(f, "decode: %-4s %9.2f %8.2f %8.2f %8.2f\n", names[k], ds[k]->mean * 1e3, ds[k]->p50 * 1e3,
+                ds[k]->p90 * 1e3, ds[k]->p99 * 1e3);
+    if (m->slo_ttft > 0 || m->slo_tpot > 0)
+        fprintf(f, "decode: goodput %.4f (%llu of %llu requests within TTFT %.0f ms and TPOT %.0f ms)\n",
+                kvp_metrics_goodput(m), (unsigned long long)m->good, (unsigned long long)m->n, m->slo_ttft * 1e3,
+                m->slo_tpot * 1e3);
+}
+
+/* --stats: on stderr (text, or JSON with --json), or JSON into FILE. */
+static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_metrics *m)
+{
+    if (!o->stats_file) {
+        if (o->json)
+            summary_json(stderr, st, m, o);
+        else
+            summary_text(stderr, st, m);
+        return;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        kvp_cli_die("--stats=%s: out of memory", o->stats_file);
+    summary_json(f, st, m, o);
+    fclose(f);
+    kvp_err err = {0};
+    if (kvp_cli_write_atomic(o->stats_file, buf, len, &err) < 0)
+        kvp_cli_die_err(&err);
+    free(buf);
 }
 
 /* ---- request sources ---- */
@@ -175,15 +240,35 @@ static int stream_next(void *ctx, int block, kvp_request **out, kvp_err *err)
     return 1;
 }
 
+enum { OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT };
+
 int main(int argc, char **argv)
 {
     kvp_cli_init(argv[0]);
     kvp_runopts o;
     kvp_runopts_init(&o);
+    struct option longopts[64];
+    size_t k = 0;
+    for (; kvp_runopts_long[k].name; k++)
+        longopts[k] = kvp_runopts_long[k];
+    longopts[k++] = (struct option){"slo-ttft", required_argument, NULL, OPT_SLO_TTFT};
+    longopts[k++] = (struct option){"slo-tpot", required_argument, NULL, OPT_SLO_TPOT};
+    longopts[k++] = (struct option){"min-goodput", required_argument, NULL, OPT_MIN_GOODPUT};
+    longopts[k] = (struct option){NULL, 0, NULL, 0};
+    double slo_ttft = 0, slo_tpot = 0, min_goodput = -1;
     int c;
-    while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "h", kvp_runopts_long, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "h", longopts, NULL)) != -1) {
         if (kvp_runopts_parse(&o, c, optarg))
             continue;
+        if (c == OPT_SLO_TTFT || c == OPT_SLO_TPOT) {
+            double ms = kvp_cli_opt_f64(c == OPT_SLO_TTFT ? "--slo-ttft" : "--slo-tpot", optarg, 0, 1e9);
+            *(c == OPT_SLO_TTFT ? &slo_ttft : &slo_tpot) = ms / 1e3;
+            continue;
+        }
+        if (c == OPT_MIN_GOODPUT) {
+            min_goodput = kvp_cli_opt_f64("--min-goodput", optarg, 0, 1);
+            continue;
+        }
         if (c == 'h' || c == KVP_OPT_HELP) {
             usage(stdout);
             return kvp_cli_close_stdout();
@@ -234,12 +319,16 @@ int main(int argc, char **argv)
     if (o.kv_out && !(oc.kept = calloc(n ? n : 1, sizeof *oc.kept)))
         kvp_cli_die("out of memory");
     kvp_kvcache_get_stats(r.kc, &oc.kv);
-    kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL};
+    kvp_metrics metrics;
+    kvp_metrics_init(&metrics, slo_ttft, slo_tpot);
+    kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .metrics = &metrics};
     kvp_batch_stats st;
     if (kvp_batch_run(r.engine, r.kc, r.tok, &bo, &src, emit, &oc, &st, &err) < 0)
         kvp_cli_die_err(&err);
     if (o.stats)
-        stats(&o, &st);
+        write_stats(&o, &st, &metrics);
+    double goodput = kvp_metrics_goodput(&metrics);
+    kvp_metrics_free(&metrics);
     if (o.kv_out) {
         kvp_gen_seq *seqs = calloc(oc.n_kept ? oc.n_kept : 1, sizeof *seqs);
         if (!seqs)
@@ -260,6 +349,10 @@ int main(int argc, char **argv)
     kvp_run_close(&r);
     kvp_runopts_free(&o);
     int rc = kvp_cli_close_stdout();
+    if (min_goodput >= 0 && goodput < min_goodput) {
+        kvp_cli_warn("goodput %.4f is below --min-goodput %.4f", goodput, min_goodput);
+        return 3;
+    }
     if (oc.n_kv_memory) {
         kvp_cli_warn("%llu of %u sequences did not fit in the KV cache; the others completed",
                      (unsigned long long)oc.n_kv_memory, n);

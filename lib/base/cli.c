@@ -1,6 +1,7 @@
 /* cli.c - shared program behaviour (see cli.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "io.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -274,4 +275,16 @@ int kvp_cli_close_stdout(void)
         return KVP_EXIT_FAIL;
     }
     return KVP_EXIT_OK;
+}
+
+int kvp_cli_write_atomic(const char *path, const void *data, size_t n, kvp_err *err)
+{
+    kvp_out out;
+    int rc = kvp_out_open(&out, path, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = kvp_out_write(&out, data, n, err)) == 0 && (rc = kvp_out_commit(&out, err)) == 0)
+        return 0;
+    kvp_out_abort(&out);
+    return rc;
 }

@@ -60,6 +60,10 @@ int kvp_cli_progress_enabled(void);
 /* Write s as a JSON string literal (quotes, escapes, invalid UTF-8 as U+FFFD). */
 void kvp_cli_json_str(FILE *f, const char *s, size_t n);
 
+/* Write data[n] to path as a whole: a temporary file renamed into place
+ * (lib/base/io.h), so a reader never sees half of it.  0 or a code. */
+int kvp_cli_write_atomic(const char *path, const void *data, size_t n, kvp_err *err);
+
 /* Flush and close stdout, exit 1 on a write error (a full disk), exit 0
  * quietly when the reader went away.  Call before returning from main. */
 int kvp_cli_close_stdout(void);

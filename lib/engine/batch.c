@@ -93,6 +93,7 @@ void kvp_request_end(kvp_request *r) { r->g.rec.state = KVP_SEQ_FINISHED; }
 
 typedef struct batch {
     int keep;            /* keep_finished */
+    kvp_metrics *metrics;
     kvp_engine *e;
     kvp_kvcache *kc;
     const kvp_tokenizer *tok;
@@ -162,7 +163,7 @@ static int sample_next(kvp_request *r, float *logits, uint32_t n_vocab, kvp_err 
     return 0;
 }
 
-static void finish(batch *b, kvp_request *r)
+static int finish(batch *b, kvp_request *r, kvp_err *err)
 {
     r->t_end = kvp_gen_now();
     r->g.rec.state = KVP_SEQ_FINISHED;
@@ -184,8 +185,12 @@ static void finish(batch *b, kvp_request *r)
     r->g.emitted = r->g.text.len;
     if (b->emit)
         b->emit(b->ctx, &r->g, NULL, 0);
+    int rc = b->metrics ? kvp_metrics_add_request(b->metrics, r->g.t_start, r->g.t_first, r->g.t_last, r->g.n_gen,
+                                                  err)
+                        : 0;
     if (!b->keep)
         kvp_request_free(r);
+    return rc;
 }
 
 /* r's step reached its last token: sample, accept, and finish or go on.
@@ -198,12 +203,16 @@ static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, kvp_er
     double before = r->g.t_last;
     if ((rc = kvp_gen_accept(&r->g, b->tok, &r->opts, b->emit, b->ctx, err)) < 0)
         return rc;
-    if (before > 0 && r->g.t_last - before > r->itl_max)
-        r->itl_max = r->g.t_last - before;
+    if (before > 0) {
+        double gap = r->g.t_last - before;
+        if (gap > r->itl_max)
+            r->itl_max = gap;
+        if (b->metrics)
+            kvp_metrics_add_itl(b->metrics, gap);
+    }
     if (rc) {
         kvp_sched_finish(s, &r->sr);
-        finish(b, r);
-        return 1;
+        return (rc = finish(b, r, err)) < 0 ? rc : 1;
     }
     if (request_push(r, (uint32_t)r->g.rec.next_token) < 0)
         return kvp_err_set(err, KVP_ENOMEM, "request %llu: out of memory for its tokens",
@@ -217,14 +226,11 @@ static int take(batch *b, kvp_sched *s, kvp_request *r, kvp_err *err)
 {
     if (r->g.t_start <= 0)
         r->g.t_start = kvp_gen_now();
-    if (r->g.rec.state == KVP_SEQ_FINISHED) {
-        finish(b, r);
-        return 0;
-    }
+    if (r->g.rec.state == KVP_SEQ_FINISHED)
+        return finish(b, r, err);
     if (kvp_gen_budget(&r->g, &r->opts) <= r->g.n_gen) {
         r->g.rec.finish_reason = KVP_FINISH_LENGTH;
-        finish(b, r);
-        return 0;
+        return finish(b, r, err);
     }
     int rc = kvp_sched_add(s, &r->sr, err);
     if (rc < 0)
@@ -239,7 +245,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     if (!st)
         st = &local;
     memset(st, 0, sizeof *st);
-    batch b = {.keep = o->keep_finished, .e = e, .kc = kc, .tok = tok, .emit = emit, .ctx = ctx, .st = st};
+    batch b = {.keep = o->keep_finished, .metrics = o->metrics, .e = e, .kc = kc, .tok = tok, .emit = emit, .ctx = ctx, .st = st};
     kvp_sched_kv kv = {.ctx = &b, .n_free = kv_n_free, .blocks_needed = kv_needed, .start = kv_start,
                        .release = kv_release};
     kvp_kvcache_stats ks;
@@ -291,7 +297,8 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         for (uint32_t i = 0; i < p.n_ended; i++) {
             kvp_request *r = p.ended[i]->user;
             r->g.rec.finish_reason = KVP_FINISH_KV_MEMORY;
-            finish(&b, r);
+            if ((rc = finish(&b, r, err)) < 0)
+                goto out;
         }
         if (p.n_items == 0)
             continue; /* only admissions that ended, or a source with nothing yet */

@@ -19,6 +19,7 @@
 #include "error.h"
 #include "generate.h"
 #include "kvcache.h"
+#include "metrics.h"
 #include "sched.h"
 #include "tokenizer.h"
 
@@ -53,6 +54,7 @@ typedef struct kvp_batch_opts {
     uint32_t lookahead;      /* waiting requests read ahead (0: 2 x max_num_seqs) */
     int keep_finished;       /* finished requests keep their KV sequence and are the
                                 emit callback's to free (for saving the state) */
+    kvp_metrics *metrics;    /* per-request and per-token timings, or NULL */
 } kvp_batch_opts;
 
 /* Summary of a run (kvp_batch_run fills it). */

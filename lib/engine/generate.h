@@ -1,12 +1,13 @@
 /* generate.h - prompt processing and token generation for a batch of
  * sequences: what prefill and decode share.
  *
- * kvp_gen_prefill runs each sequence's prompt through the engine (reusing
- * cached prefix blocks) and samples its first token; kvp_gen_run then feeds
- * every active sequence's pending token in one batched step per token,
- * samples the next, and stops each on an end-of-generation token, a stop
- * string or its token budget.  A sequence's pending token (rec.next_token) is
- * sampled but not yet in the KV cache, so a saved state resumes exactly.
+ * kvp_gen_prefill runs a sequence's prompt through the engine (reusing
+ * cached prefix blocks) and samples its first token; kvp_gen_accept takes
+ * each sampled token as text and stops the sequence on an end-of-generation
+ * token, a stop string or its token budget (the batch engine, lib/engine/
+ * batch.h, drives it for many sequences).  A sequence's pending token
+ * (rec.next_token) is sampled but not yet in the KV cache, so a saved state
+ * resumes exactly.
  */
 #ifndef KVP_GENERATE_H
 #define KVP_GENERATE_H
@@ -61,9 +62,6 @@ void kvp_gen_seq_free(kvp_gen_seq *s);
  * into rec.next_token (state PREFILLED).  logits: scratch of n_vocab floats. */
 int kvp_gen_prefill(kvp_engine *e, kvp_kvcache *kc, kvp_gen_seq *s, const uint32_t *prompt, uint32_t n,
                     const kvp_gen_opts *o, float *logits, kvp_err *err);
-/* Generate for seqs[n] together until all have finished. */
-int kvp_gen_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, kvp_gen_seq *seqs, uint32_t n,
-                const kvp_gen_opts *o, kvp_gen_emit_fn emit, void *ctx, kvp_err *err);
 /* Tokens s may generate: o->max_tokens, else its sampling's max_tokens. */
 uint32_t kvp_gen_budget(const kvp_gen_seq *s, const kvp_gen_opts *o);
 /* Take s->rec.next_token as generated: an end-of-generation token finishes

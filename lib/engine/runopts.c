@@ -29,7 +29,7 @@ const struct option kvp_runopts_long[] = {
     {"repeat-penalty", required_argument, NULL, KVP_OPT_REPEAT},
     {"seed", required_argument, NULL, KVP_OPT_SEED},
     {"chunk", required_argument, NULL, KVP_OPT_CHUNK},
-    {"stats", no_argument, NULL, KVP_OPT_STATS},
+    {"stats", optional_argument, NULL, KVP_OPT_STATS},
     {"json", no_argument, NULL, KVP_OPT_JSON},
     {"stop", required_argument, NULL, KVP_OPT_STOP},
     {"ignore-eos", no_argument, NULL, KVP_OPT_IGNORE_EOS},
@@ -60,7 +60,7 @@ const char kvp_runopts_help[] =
     "      --max-num-seqs N    sequences running at once (64)\n"
     "      --max-batched-tokens N  tokens per forward step, decode and prompt chunks together (512)\n"
     "      --static            static batching: a new batch of --max-num-seqs only when the last has ended\n"
-    "      --stats             timings on stderr (with --json: as JSON)\n";
+    "      --stats[=FILE]      timings on stderr (with --json: as JSON), or as JSON into FILE\n";
 
 void kvp_runopts_init(kvp_runopts *o)
 {
@@ -120,7 +120,10 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     case KVP_OPT_MAX_NUM_SEQS: o->sched.max_num_seqs = parse_u32("--max-num-seqs", arg, 1, 1 << 16); break;
     case KVP_OPT_MAX_BATCHED: o->sched.max_batched_tokens = parse_u32("--max-batched-tokens", arg, 1, 1 << 16); break;
     case KVP_OPT_STATIC: o->sched.static_batch = 1; break;
-    case KVP_OPT_STATS: o->stats = 1; break;
+    case KVP_OPT_STATS:
+        o->stats = 1;
+        o->stats_file = arg;
+        break;
     case KVP_OPT_JSON: o->json = 1; break;
     case KVP_OPT_IGNORE_EOS: o->ignore_eos = 1; break;
     case KVP_OPT_KV_OUT: o->kv_out = arg; break;

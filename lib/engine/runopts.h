@@ -48,6 +48,7 @@ typedef struct kvp_runopts {
     kvp_sampling sampling;      /* defaults, then the options */
     unsigned sampling_set;      /* bit per option given (resumed streams keep the others) */
     int stats, json;
+    const char *stats_file;     /* --stats=FILE: the summary as JSON into FILE */
     const char **stop;
     size_t n_stop;
     int ignore_eos;

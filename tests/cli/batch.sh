@@ -1,0 +1,84 @@
+# decode as a batch engine: continuous batching under a small KV cache
+# (preemption, nothing lost), a sequence too large for the cache ending alone
+# with kv_memory, the same greedy text whatever the token budget or batching
+# mode when sequences run alone, serving metrics and the goodput exit code.
+. "$KVP_TESTS/cli/lib.sh"
+
+run decode -m x.gguf -p hi --max-num-seqs 0
+expect_status 2 "--max-num-seqs 0 is a usage error"
+run decode -m x.gguf -p hi --min-goodput 1.5
+expect_status 2 "--min-goodput above 1 is a usage error"
+run decode -m x.gguf -p hi --slo-ttft -3
+expect_status 2 "a negative SLO is a usage error"
+expect_err_has "--slo-ttft" "names the option"
+
+M="$KVP_MODEL"
+if [ ! -f "$M" ]; then
+    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
+    done_testing
+    exit $?
+fi
+
+# 10 chat prompts, 3 of them identical to others
+i=0
+: >"$T/p.jsonl"
+for q in "Name a fruit." "Name a color." "Name a fruit." "Say hello." "Name a city." \
+    "Count to three." "Name a color." "Say hello." "Name an animal." "Name a planet."; do
+    i=$((i + 1))
+    printf '{"id":"q%d","messages":[{"role":"user","content":"%s"}]}\n' "$i" "$q" >>"$T/p.jsonl"
+done
+lines() { sed 's/,"ttft_ms.*//' "$OUT" | sort; }
+
+# A 2 MiB cache holds 5 blocks of 16 tokens: sequences are preempted and
+# recomputed, and every one still finishes.
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 24 --kv-mem 2MiB --stats="$T/stats.json"
+expect_status 0 "a job larger than the KV cache completes"
+n=$(grep -c '"finish_reason":"\(stop\|length\|stop_string\)"' "$OUT")
+if [ "$n" = 10 ]; then pass "every sequence has its line"; else fail "$n of 10 lines"; fi
+if grep -q '"preemptions":[1-9]' "$T/stats.json"; then pass "the cache was short: sequences were preempted"
+else fail "no preemption reported: $(cat "$T/stats.json")"; fi
+for k in '"requests":10' '"ttft_ms":{"n":10' '"tpot_ms":' '"itl_ms":' '"e2e_ms":' '"p99":' '"goodput":1.0000'; do
+    if grep -qF "$k" "$T/stats.json"; then pass "stats has $k"; else fail "stats lacks $k"; fi
+done
+if ls "$T"/stats.json.tmp.* >/dev/null 2>&1; then fail "a temporary stats file was left"; else pass "stats written whole"; fi
+
+# Greedy text of sequences that run alone does not depend on the batching
+# mode.  (Across token budgets and batch compositions it needs kernels whose
+# rounding does not depend on the step: not yet, see the README's limits.)
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1
+expect_status 0 "one at a time"
+lines >"$T/alone"
+for mode in "--static" "--static --kv-mem 2MiB"; do
+    # shellcheck disable=SC2086
+    run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 $mode
+    lines >"$T/mode"
+    if cmp -s "$T/alone" "$T/mode"; then pass "same text with $mode"; else fail "text differs with $mode"; fi
+done
+q1=$(grep '"id":"q1"' "$T/alone" | sed 's/"id":"q1"//')
+q3=$(grep '"id":"q3"' "$T/alone" | sed 's/"id":"q3"//')
+if [ -n "$q1" ] && [ "$q1" = "$q3" ]; then pass "equal prompts give equal text"; else fail "q1 and q3 differ"; fi
+
+# A prompt longer than the whole cache ends alone; the others complete.
+long=$(i=0; while [ $i -lt 60 ]; do printf 'word%d ' $i; i=$((i + 1)); done)
+{
+    printf '{"id":"short1","prompt":"The capital of France is"}\n'
+    printf '{"id":"long","prompt":"%s"}\n' "$long"
+    printf '{"id":"short2","prompt":"The sky is"}\n'
+} >"$T/mix.jsonl"
+run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 4 --kv-blocks 6 --block-size 8
+expect_status 1 "a sequence that cannot fit is a failure of the job"
+expect_out_has '"id":"long","text":"","tokens":0,"finish_reason":"kv_memory"' "it ends with finish_reason kv_memory"
+expect_out_has '"id":"short1"' "the one before it completes"
+expect_out_has '"id":"short2"' "the one after it completes"
+expect_err_has "sequence long: KV cache out of blocks" "the message names the sequence"
+expect_err_has "1 of 3 sequences did not fit" "and says how many"
+
+# Goodput: an SLO nobody meets
+run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 2 --slo-ttft 0.001 --min-goodput 0.5 --stats
+expect_status 3 "goodput below --min-goodput exits 3"
+expect_err_has "goodput 0.0000 (0 of 3 requests within TTFT 0 ms" "the summary reports goodput"
+expect_err_has "is below --min-goodput" "says why it failed"
+run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 2 --slo-ttft 1000000 --min-goodput 1
+expect_status 0 "an SLO everyone meets exits 0"
+
+done_testing
