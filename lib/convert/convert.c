@@ -254,7 +254,8 @@ static int open_gguf(kvp_convert *cv, kvp_err *err)
         if ((rc = meta_copy_entry(dst, e)) < 0)
             return kvp_err_set(err, rc, "%s: out of memory copying key %s", cv->path, e->key);
     }
-    if ((rc = put_vocab_size(cv, err)) < 0 || (rc = grow_items(cv, g->n_tensors, err)) < 0)
+    if ((rc = kvp_model_check(&cv->cfg, &cv->tok_meta, cv->path, err)) < 0 || (rc = put_vocab_size(cv, err)) < 0 ||
+        (rc = grow_items(cv, g->n_tensors, err)) < 0)
         return rc;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const kvp_gguf_tensor *t = &g->tensors[i];
@@ -329,7 +330,8 @@ static int open_safetensors(kvp_convert *cv, kvp_err *err)
         return rc;
     if ((rc = kvp_config_to_meta(&cv->cfg, &cv->config_meta)) < 0)
         return kvp_err_set(err, rc, "%s: config has no architecture", st->dir);
-    if ((rc = load_hf_tokenizer(cv, st->dir, err)) < 0)
+    if ((rc = load_hf_tokenizer(cv, st->dir, err)) < 0 ||
+        (rc = kvp_model_check(&cv->cfg, &cv->tok_meta, cv->path, err)) < 0)
         return rc;
     if ((rc = grow_items(cv, st->n_tensors, err)) < 0)
         return rc;
@@ -407,6 +409,8 @@ static int open_kvp(kvp_convert *cv, kvp_err *err)
         rc = kvp_err_set(err, KVP_EFORMAT, "%s: no config record: not a model file", cv->path);
     if (rc == 0)
         rc = kvp_input_config(cv, err);
+    if (rc == 0)
+        rc = kvp_model_check(&cv->cfg, &cv->tok_meta, cv->path, err);
 out:
     kvp_reader_free(r);
     kvp_in_close(&in);

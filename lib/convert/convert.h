@@ -119,7 +119,10 @@ int kvp_convert_check_regex(const char *re, kvp_err *err);
 
 /* Open path: a .gguf, a .safetensors file, a model.safetensors.index.json, a
  * folder of safetensors with config.json, or a KVP model file (not a pipe).
- * Format is detected from the first bytes.  Messages name the file and field. */
+ * Format is detected from the first bytes.  The model then passes
+ * kvp_model_check (lib/model.h), the loader's own validation, so a model the
+ * loader would refuse is refused here with the loader's message.  Messages
+ * name the file and field. */
 int kvp_convert_open(kvp_convert **cv, const char *path, kvp_err *err);
 void kvp_convert_free(kvp_convert *cv);
 int kvp_convert_format(const kvp_convert *cv);

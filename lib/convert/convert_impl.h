@@ -6,6 +6,7 @@
 #include "convert.h"
 #include "gguf.h"
 #include "meta.h"
+#include "model.h"
 #include "safetensors.h"
 
 struct kvp_convert {

@@ -93,6 +93,36 @@ expect_status 1 "a write error fails the conversion"
 left=$(ls "$T" | grep -c '^big\.kvp')
 if [ "$left" -eq 0 ]; then pass "nothing left under the output name (nor a temporary)"; else fail "left: $(ls "$T" | grep big)"; fi
 
+# ---- quantize refuses what decode refuses, with decode's message ----
+
+for fault in bos layers token-type; do
+    "$mk" --write-gguf "$T/bad-$fault.gguf" "$fault" || { status=1; fail "could not write bad-$fault.gguf"; }
+    run quantize --to int8 --drop weird "$T/bad-$fault.gguf" -o "$T/bad.kvp"
+    expect_status 1 "quantize refuses a GGUF with a bad $fault"
+    expect_err_one_line "bad $fault: one error line"
+    expect_err_has "bad-$fault.gguf" "bad $fault: the file is named"
+    expect_true "bad $fault: no output file" test ! -e "$T/bad.kvp"
+    q=$(sed 's/^quantize: //' "$ERR")
+    run decode -m "$T/bad-$fault.gguf" -p hi -n 1
+    expect_status 1 "decode refuses it too ($fault)"
+    d=$(sed 's/^decode: //' "$ERR")
+    if [ -n "$q" ] && [ "$q" = "$d" ]; then pass "bad $fault: quantize says what decode says"; else
+        fail "bad $fault: quantize '$q', decode '$d'"; fi
+done
+run quantize --to int8 --drop weird "$T/bad-bos.gguf" -o "$T/bad.kvp"
+expect_err_has "tokenizer.ggml.bos_token_id: 2 is outside the vocabulary of 2" "bad bos: the key and the value"
+run quantize --to int8 --drop weird "$T/bad-layers.gguf" -o "$T/bad.kvp"
+expect_err_has "config: 2147483648 layers (want 1..4096)" "bad layers: the count and the limit"
+run quantize --to int8 --drop weird "$T/bad-token-type.gguf" -o "$T/bad.kvp"
+expect_err_has "tokenizer.ggml.token_type: want arr[i32] of 2, got arr[i32] of 1" "bad token-type: both lengths"
+# well formed but not an architecture decode runs: converted (kvcalc, kvdump and re-quantizing read it)
+"$mk" --write-gguf "$T/gemma2.gguf" gemma2 || { status=1; fail "could not write gemma2.gguf"; }
+run quantize --to int8 --drop weird "$T/gemma2.gguf" -o "$T/gemma2.kvp"
+expect_status 0 "quantize converts a well-formed model of another architecture"
+run decode -m "$T/gemma2.kvp" -p hi -n 1
+expect_status 1 "which decode refuses"
+expect_err_has "architecture 'gemma2' is not supported" "decode names the architecture"
+
 # ---- output safety ----
 
 run quantize --to int8 --drop weird "$T/tiny.gguf" -o "$T/g4.kvp"
