@@ -15,7 +15,8 @@ struct kvp_convert {
     kvp_gguf gguf;             /* GGUF input (mapped) */
     kvp_safetensors st;        /* safetensors input (mapped) */
     int gguf_open, st_open;
-    kvp_config cfg;
+    int bare;                  /* tensors only: no config (so no CONFIG record, zero fingerprint) */
+    kvp_config cfg;            /* all zero when bare */
     kvp_meta config_meta;      /* the CONFIG record to write */
     kvp_meta tok_meta;         /* the TOKENIZER record (none when empty) */
     kvp_convert_item *items;   /* one per input tensor, input order */

@@ -9,13 +9,14 @@
  * a fault the model loader refuses (write_gguf). */
 #define _POSIX_C_SOURCE 200809L
 #include "convert.h"
-#include "model.h"
 #include "fingerprint.h"
 #include "gguf.h"
 #include "io.h"
 #include "meta.h"
+#include "model.h"
 #include "quant.h"
 #include "quant_kv.h"
+#include "safetensors.h"
 #include "stream.h"
 #include "tensor.h"
 #include "unit.h"
@@ -227,7 +228,7 @@ typedef struct found {
     float *y;        /* dequantized */
     int n_tensors;
     kvp_meta config, tok;
-    int has_tok;
+    int has_config, has_tok;
     uint8_t fingerprint[16];
     char producer[KVP_PRODUCER_MAX + 1];
 } found;
@@ -261,6 +262,7 @@ static int read_back(const char *path, const char *name, found *f)
             if (rec.kind == KVP_KIND_CONFIG) {
                 kvp_meta_free(&f->config);
                 rc = kvp_meta_record_decode(&rec, &f->config, &err);
+                f->has_config = rc == 0;
             } else if (rec.kind == KVP_KIND_TOKENIZER) {
                 rc = kvp_meta_record_decode(&rec, &f->tok, &err);
                 f->has_tok = rc == 0;
@@ -583,6 +585,124 @@ static void test_safetensors(void)
     }
 }
 
+/* Copy file from into path (the bare tests' inputs). */
+static int copy_file(const char *from, const char *path)
+{
+    uint8_t *b;
+    size_t n;
+    kvp_err err = {0};
+    if (kvp_read_file(from, 1u << 20, &b, &n, &err) < 0)
+        return -1;
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(b, 1, n, f) == n;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    free(b);
+    return ok ? 0 : -1;
+}
+
+/* A bare safetensors file (no config.json beside it) converts to a stream of
+ * its tensors: no CONFIG, no TOKENIZER, zero fingerprint; every tensor comes
+ * back byte-equal when its type is kept, within f16 rounding when cast. */
+static void test_bare(void)
+{
+    char dir[400], src[500], cfg[500], golden_st[1100];
+    snprintf(dir, sizeof dir, "%s", tmp_path("bare"));
+    snprintf(src, sizeof src, "%s/model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(golden_st, sizeof golden_st, "%s/model.safetensors", golden);
+    CHECK(mkdir(dir, 0700) == 0 && copy_file(golden_st, src) == 0);
+    const char *out = tmp_path("bare.kvp"), *back = tmp_path("bare-back.kvp");
+    kvp_err err = {0};
+    kvp_convert_opts o;
+    kvp_convert_opts_init(&o);
+    o.to = KVP_DTYPE_F16;
+    o.drop = "^step$";
+    kvp_convert *cv = NULL;
+    int rc = convert(src, out, &o, 0, &cv, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc)
+        return;
+    CHECK(kvp_convert_config(cv) == NULL);
+    const char *const *notes;
+    CHECK(kvp_convert_notes(cv, &notes) == 1 && strstr(notes[0], "no config.json"));
+    uint8_t fp[16], zero[16] = {0};
+    kvp_convert_fingerprint(cv, fp);
+    CHECK(memcmp(fp, zero, 16) == 0);
+    kvp_convert_totals t;
+    kvp_convert_totals_get(cv, &t);
+    CHECK_EQ_U64(t.file_bytes, file_size(out)); /* the dry run's size holds without a CONFIG record */
+    kvp_convert_free(cv);
+
+    kvp_safetensors st;
+    CHECK(kvp_safetensors_open(&st, src, &err) == 0);
+    int n_checked = 0;
+    for (uint64_t i = 0; i < st.n_tensors; i++) {
+        const kvp_safetensors_tensor *s = &st.tensors[i];
+        if (strcmp(s->name, "step") == 0)
+            continue;
+        found f;
+        CHECK(read_back(out, s->name, &f) == 0);
+        CHECK_EQ_I64(f.n_tensors, 11);
+        CHECK(!f.has_config && !f.has_tok && memcmp(f.fingerprint, zero, 16) == 0);
+        if (!f.raw) {
+            CHECK_MSG(0, "%s missing from the output", s->name);
+            found_free(&f);
+            continue;
+        }
+        if ((int)f.t.dtype == s->dtype) { /* kept (f32 norms and embedding, f16 weights): the same bytes */
+            CHECK_MSG(f.t.data_bytes == s->nbytes && memcmp(f.raw, s->data, s->nbytes) == 0, "%s differs", s->name);
+        } else { /* bf16 and fp8 to f16: within f16's rounding */
+            uint64_t n = kvp_safetensors_nelems(s);
+            float *x = malloc(n * sizeof *x);
+            kvp_dtype_get((uint32_t)s->dtype)->to_f32(s->data, x, (int64_t)n);
+            int ok = f.t.dtype == KVP_DTYPE_F16;
+            for (uint64_t j = 0; ok && j < n; j++)
+                ok = fabsf(f.y[j] - x[j]) <= fabsf(x[j]) / 2048;
+            CHECK_MSG(ok, "%s: %s to f16 beyond rounding", s->name, kvp_dtype_name((uint32_t)s->dtype));
+            free(x);
+        }
+        n_checked++;
+        found_free(&f);
+    }
+    CHECK_EQ_I64(n_checked, 11);
+    kvp_safetensors_close(&st);
+
+    /* the tensor stream converts again (back to f32), still bare */
+    o.to = KVP_DTYPE_F32;
+    o.drop = NULL;
+    cv = NULL;
+    CHECK_MSG((rc = convert(out, back, &o, 0, &cv, &err)) == 0, "%s", err.msg);
+    if (rc == 0) {
+        CHECK(kvp_convert_config(cv) == NULL && kvp_convert_notes(cv, &notes) == 1 && strstr(notes[0], "no config"));
+        kvp_convert_free(cv);
+        found a, b;
+        CHECK(read_back(out, "model.layers.0.self_attn.v_proj.weight", &a) == 0);
+        CHECK(read_back(back, "model.layers.0.self_attn.v_proj.weight", &b) == 0);
+        CHECK(!b.has_config && b.n_tensors == 11 && b.t.dtype == KVP_DTYPE_F32 && a.y && b.y &&
+              memcmp(a.y, b.y, 32 * sizeof(float)) == 0);
+        found_free(&a);
+        found_free(&b);
+    }
+
+    /* config.json present makes it a model: a broken one is an error, not bare */
+    FILE *f = fopen(cfg, "w");
+    CHECK(f && fputs("{", f) >= 0 && fclose(f) == 0);
+    CHECK(kvp_convert_open(&cv, src, &err) < 0 && strstr(err.msg, "config.json"));
+    unlink(cfg);
+
+    /* a KVP stream with neither config nor tensors has nothing to convert */
+    kvp_out ko;
+    kvp_writer *w = NULL;
+    kvp_writer_opts wo;
+    memset(&wo, 0, sizeof wo);
+    const char *empty = tmp_path("empty.kvp");
+    CHECK(kvp_out_open(&ko, empty, &err) == 0 && kvp_writer_open(&w, &ko, &wo, &err) == 0 &&
+          kvp_writer_finish(w, &err) == 0 && kvp_out_commit(&ko, &err) == 0);
+    kvp_writer_free(w);
+    CHECK(kvp_convert_open(&cv, empty, &err) == KVP_EFORMAT && strstr(err.msg, "nothing to convert"));
+}
+
 /* ---- KV streams ---- */
 
 #define KV_BLOCKS 3
@@ -835,6 +955,7 @@ int main(int argc, char **argv)
     test_fallbacks();
     test_kvp_input();
     test_safetensors();
+    test_bare();
     test_kv(KVP_DTYPE_FP8_E4M3, 25);
     test_kv(KVP_DTYPE_I8, 35);
     test_kv(KVP_DTYPE_BF16, 40);
