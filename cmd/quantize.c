@@ -25,7 +25,8 @@ static void usage(FILE *f)
             "Usage: quantize [options] INPUT -o OUTPUT\n"
             "       quantize --kv TYPE [-o OUTPUT] [INPUT|-]\n"
             "Convert a model (.gguf, .safetensors file or folder, .kvp) into a KVP model file,\n"
-            "quantizing its weights; or convert the KV blocks of a KVP stream (--kv).\n"
+            "quantizing its weights (safetensors without config.json: its tensors alone);\n"
+            "or convert the KV blocks of a KVP stream (--kv).\n"
             "\n"
             "  -t, --to TYPE         weights: f32 f16 bf16 fp8 fp8-e5m2 int8 int4 fp4 nvfp4 mxfp4\n"
             "                        q8_0 q4_0 q4_1 q5_0 q5_1, or keep (default: keep)\n"
@@ -297,6 +298,12 @@ static void print_plan(const kvp_convert *cv, int json)
 
 /* ---- the two modes ---- */
 
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
 static void check_output(const options *o, const char *input)
 {
     if (strcmp(o->output, "-") == 0) {
@@ -396,6 +403,14 @@ static int run_kv(const options *o, const char *input)
     kvp_in in;
     kvp_out out;
     kvp_convert_kv_stats st;
+    int kind;
+    /* KV blocks come from a model's prefill or decode, in a KVP stream; a
+     * GGUF or safetensors file holds tensors, converted without --kv. */
+    if (strcmp(input, "-") != 0 && kvp_file_kind_of(input, &kind, &err) == 0 &&
+        (kind == KVP_FILE_GGUF || (kind == KVP_FILE_SAFETENSORS && ends_with(input, ".safetensors"))))
+        kvp_cli_die("%s: a %s file, not a KVP stream: --kv converts the KV blocks a model computed, which need the "
+                    "model's config (convert its tensors without --kv)", input,
+                    kind == KVP_FILE_GGUF ? "GGUF" : "safetensors");
     if (kvp_in_open(&in, input, &err) < 0)
         kvp_cli_die_err(&err);
     int rc = kvp_out_open(&out, o->output, &err);

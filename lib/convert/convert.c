@@ -254,7 +254,8 @@ static int open_gguf(kvp_convert *cv, kvp_err *err)
         if ((rc = meta_copy_entry(dst, e)) < 0)
             return kvp_err_set(err, rc, "%s: out of memory copying key %s", cv->path, e->key);
     }
-    if ((rc = put_vocab_size(cv, err)) < 0 || (rc = grow_items(cv, g->n_tensors, err)) < 0)
+    if ((rc = kvp_model_check(&cv->cfg, &cv->tok_meta, cv->path, err)) < 0 || (rc = put_vocab_size(cv, err)) < 0 ||
+        (rc = grow_items(cv, g->n_tensors, err)) < 0)
         return rc;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const kvp_gguf_tensor *t = &g->tensors[i];
@@ -325,12 +326,25 @@ static int open_safetensors(kvp_convert *cv, kvp_err *err)
         return rc;
     cv->st_open = 1;
     const kvp_safetensors *st = &cv->st;
-    if ((rc = kvp_config_from_hf(&cv->cfg, st->dir, err)) < 0)
-        return rc;
-    if ((rc = kvp_config_to_meta(&cv->cfg, &cv->config_meta)) < 0)
-        return kvp_err_set(err, rc, "%s: config has no architecture", st->dir);
-    if ((rc = load_hf_tokenizer(cv, st->dir, err)) < 0)
-        return rc;
+    char path[4096];
+    struct stat sb;
+    if ((size_t)snprintf(path, sizeof path, "%s/config.json", st->dir) < sizeof path && stat(path, &sb) != 0 &&
+        errno == ENOENT) {
+        /* A bare tensor file (an adapter, a dump): its tensors, nothing else. */
+        cv->bare = 1;
+        memset(&cv->cfg, 0, sizeof cv->cfg);
+        if (add_note(cv, "%s: no config.json in %s: tensors only, without config or tokenizer (not a model decode "
+                     "can run)", cv->path, st->dir) < 0)
+            return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    } else {
+        if ((rc = kvp_config_from_hf(&cv->cfg, st->dir, err)) < 0)
+            return rc;
+        if ((rc = kvp_config_to_meta(&cv->cfg, &cv->config_meta)) < 0)
+            return kvp_err_set(err, rc, "%s: config has no architecture", st->dir);
+        if ((rc = load_hf_tokenizer(cv, st->dir, err)) < 0 ||
+            (rc = kvp_model_check(&cv->cfg, &cv->tok_meta, cv->path, err)) < 0)
+            return rc;
+    }
     if ((rc = grow_items(cv, st->n_tensors, err)) < 0)
         return rc;
     for (uint64_t i = 0; i < st->n_tensors; i++) {
@@ -403,10 +417,18 @@ static int open_kvp(kvp_convert *cv, kvp_err *err)
             break;
         }
     }
-    if (rc == 0 && !have_config)
-        rc = kvp_err_set(err, KVP_EFORMAT, "%s: no config record: not a model file", cv->path);
-    if (rc == 0)
+    if (rc == 0 && have_config) {
         rc = kvp_input_config(cv, err);
+    } else if (rc == 0 && cv->n_items == 0) {
+        rc = kvp_err_set(err, KVP_EFORMAT, "%s: no config record and no tensors: nothing to convert", cv->path);
+    } else if (rc == 0) { /* tensors only, as quantize writes them from a bare safetensors file */
+        cv->bare = 1;
+        memset(&cv->cfg, 0, sizeof cv->cfg);
+        if (add_note(cv, "%s: no config record: tensors only", cv->path) < 0)
+            rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    }
+    if (rc == 0)
+        rc = kvp_model_check(cv->bare ? NULL : &cv->cfg, &cv->tok_meta, cv->path, err);
 out:
     kvp_reader_free(r);
     kvp_in_close(&in);
@@ -478,7 +500,7 @@ const char *kvp_convert_format_name(const kvp_convert *cv)
     return cv->format == KVP_CONVERT_GGUF ? "gguf" : cv->format == KVP_CONVERT_KVP ? "kvp" : "safetensors";
 }
 
-const kvp_config *kvp_convert_config(const kvp_convert *cv) { return &cv->cfg; }
+const kvp_config *kvp_convert_config(const kvp_convert *cv) { return cv->bare ? NULL : &cv->cfg; }
 
 size_t kvp_convert_notes(const kvp_convert *cv, const char *const **notes)
 {
@@ -673,7 +695,7 @@ int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
             to = target_names[i].name;
             break;
         }
-    if ((rc = kvp_meta_set_str(&cv->config_meta, "kvpipe.quantize.to", to, strlen(to))) < 0)
+    if (!cv->bare && (rc = kvp_meta_set_str(&cv->config_meta, "kvpipe.quantize.to", to, strlen(to))) < 0)
         return kvp_err_set(err, rc, "out of memory");
     cv->planned = 1;
     return 0;
@@ -681,6 +703,10 @@ int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
 
 void kvp_convert_fingerprint(const kvp_convert *cv, uint8_t out[KVP_FINGERPRINT_SIZE])
 {
+    if (cv->bare) { /* kvp(5): zeros, the stream belongs to no model */
+        memset(out, 0, KVP_FINGERPRINT_SIZE);
+        return;
+    }
     kvp_tensor_rec *recs = malloc((cv->n_items ? cv->n_items : 1) * sizeof *recs);
     size_t n = 0;
     for (size_t i = 0; recs && i < cv->n_items; i++)

@@ -4,8 +4,9 @@
  *
  * Model conversion is two passes over the input, which stays mapped:
  *   kvp_convert_open   detect the format (GGUF, safetensors file, index or
- *                      folder, KVP model), read config and tokenizer, list
- *                      the tensors (nothing is dequantized yet);
+ *                      folder, KVP model or tensor file), read config and
+ *                      tokenizer, list the tensors (nothing is dequantized
+ *                      yet);
  *   kvp_convert_plan   choose each tensor's output dtype and scheme, with
  *                      byte counts (enough for a dry run);
  *   kvp_convert_write  write CONFIG, TOKENIZER and one TENSOR record per
@@ -38,6 +39,15 @@
  * derived from tokenizer.json (kvp_tokenizer_meta_from_json) plus its whole
  * text as "tokenizer.huggingface.json" (and "tokenizer.chat_template" from
  * tokenizer_config.json when present).
+ *
+ * Bare tensor files: safetensors with no config.json beside them (a LoRA
+ * adapter, a single tensor, a research dump), or a KVP stream of tensors
+ * with no CONFIG record (what such a conversion writes), convert too: the
+ * output holds the TENSOR records only, no CONFIG and no TOKENIZER, and its
+ * stream header's fingerprint is zero, kvp(5)'s "belongs to no model" (the
+ * fingerprint hashes a model's config, which there is none of).  Every
+ * option applies, since the rules above go by tensor names and shapes.  A
+ * note says so; kvp_convert_config returns NULL.
  */
 #ifndef KVP_CONVERT_H
 #define KVP_CONVERT_H
@@ -118,12 +128,17 @@ int kvp_convert_dtype_scaled(int dtype);
 int kvp_convert_check_regex(const char *re, kvp_err *err);
 
 /* Open path: a .gguf, a .safetensors file, a model.safetensors.index.json, a
- * folder of safetensors with config.json, or a KVP model file (not a pipe).
- * Format is detected from the first bytes.  Messages name the file and field. */
+ * folder of safetensors (config.json beside any of the three makes it a
+ * model, else it is a bare tensor file), or a KVP model or tensor file (not
+ * a pipe).  Format is detected from the first bytes.  A model then passes
+ * kvp_model_check (lib/model.h), the loader's own validation, so a model the
+ * loader would refuse is refused here with the loader's message.  Messages
+ * name the file and field. */
 int kvp_convert_open(kvp_convert **cv, const char *path, kvp_err *err);
 void kvp_convert_free(kvp_convert *cv);
 int kvp_convert_format(const kvp_convert *cv);
 const char *kvp_convert_format_name(const kvp_convert *cv);
+/* The model's config; NULL for a bare tensor file. */
 const kvp_config *kvp_convert_config(const kvp_convert *cv);
 /* Notes gathered while opening (tokenizer.json kept as text only, ...);
  * n_notes strings, owned by cv. */
@@ -137,7 +152,8 @@ size_t kvp_convert_count(const kvp_convert *cv);
 const kvp_convert_item *kvp_convert_item_at(const kvp_convert *cv, size_t i);
 /* Totals of the plan (stats are filled as kvp_convert_write proceeds). */
 void kvp_convert_totals_get(const kvp_convert *cv, kvp_convert_totals *t);
-/* The fingerprint of the planned output (lib/fingerprint.h). */
+/* The fingerprint of the planned output (lib/fingerprint.h); zero for a
+ * bare tensor file. */
 void kvp_convert_fingerprint(const kvp_convert *cv, uint8_t out[KVP_FINGERPRINT_SIZE]);
 
 /* Called after each tensor is written (dropped ones too, action DROP);

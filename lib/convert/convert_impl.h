@@ -6,6 +6,7 @@
 #include "convert.h"
 #include "gguf.h"
 #include "meta.h"
+#include "model.h"
 #include "safetensors.h"
 
 struct kvp_convert {
@@ -14,7 +15,8 @@ struct kvp_convert {
     kvp_gguf gguf;             /* GGUF input (mapped) */
     kvp_safetensors st;        /* safetensors input (mapped) */
     int gguf_open, st_open;
-    kvp_config cfg;
+    int bare;                  /* tensors only: no config (so no CONFIG record, zero fingerprint) */
+    kvp_config cfg;            /* all zero when bare */
     kvp_meta config_meta;      /* the CONFIG record to write */
     kvp_meta tok_meta;         /* the TOKENIZER record (none when empty) */
     kvp_convert_item *items;   /* one per input tensor, input order */

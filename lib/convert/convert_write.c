@@ -159,7 +159,7 @@ int kvp_convert_write(kvp_convert *cv, kvp_out *out, int zstd_level, const char 
     wbuf b;
     memset(&b, 0, sizeof b);
     int rc = kvp_writer_open(&w, out, &wo, err);
-    if (!rc)
+    if (!rc && !cv->bare)
         rc = kvp_write_meta(w, KVP_KIND_CONFIG, &cv->config_meta, err);
     if (!rc && cv->tok_meta.n)
         rc = kvp_write_meta(w, KVP_KIND_TOKENIZER, &cv->tok_meta, err);
@@ -208,7 +208,7 @@ static uint64_t tensor_record_bytes(const kvp_tensor_rec *t)
 void kvp_convert_totals_get(const kvp_convert *cv, kvp_convert_totals *t)
 {
     memset(t, 0, sizeof *t);
-    t->file_bytes = KVP_HEADER_SIZE + meta_record_bytes(&cv->config_meta);
+    t->file_bytes = KVP_HEADER_SIZE + (cv->bare ? 0 : meta_record_bytes(&cv->config_meta));
     if (cv->tok_meta.n)
         t->file_bytes += meta_record_bytes(&cv->tok_meta);
     for (size_t i = 0; i < cv->n_items; i++) {

@@ -329,3 +329,46 @@ uint64_t kvp_config_kv_elems_per_token_layer(const kvp_config *c)
         return (uint64_t)c->kv_lora_rank + c->rope_head_dim_mla;
     return 2ull * c->n_head_kv * c->head_dim;
 }
+
+/* ---- the checks every model passes ---- */
+
+/* Ceilings on what we load: far beyond any released model, low enough that
+ * products of two of them fit in 64 bits with room to spare. */
+#define CFG_MAX_LAYER 4096u
+#define CFG_MAX_EMBD (1u << 20)
+#define CFG_MAX_FF (1u << 22)
+#define CFG_MAX_HEAD 65536u
+#define CFG_MAX_HEAD_DIM 1024u
+#define CFG_MAX_VOCAB (1u << 24)
+
+int kvp_config_check(const kvp_config *c, const char *source, kvp_err *err)
+{
+    const char *src = source ? source : "?";
+    uint32_t ff = c->n_ff ? c->n_ff : c->n_expert ? c->n_ff_expert : 0;
+    const struct {
+        uint32_t v, max;
+        const char *what;
+    } dim[] = {
+        {c->n_layer, CFG_MAX_LAYER, "layers"},
+        {c->n_embd, CFG_MAX_EMBD, "embedding width"},
+        {ff, CFG_MAX_FF, "feed-forward width"},
+        {c->n_head, CFG_MAX_HEAD, "attention heads"},
+        {c->n_head_kv, CFG_MAX_HEAD, "KV heads"},
+        {c->head_dim, CFG_MAX_HEAD_DIM, "head dim"},
+        {c->n_vocab, CFG_MAX_VOCAB, "vocabulary"},
+    };
+    for (size_t i = 0; i < sizeof dim / sizeof dim[0]; i++)
+        if (dim[i].v == 0 || dim[i].v > dim[i].max)
+            return kvp_err_set(err, dim[i].v ? KVP_ELIMIT : KVP_EFORMAT, "%s: config: %u %s (want 1..%u)", src,
+                               dim[i].v, dim[i].what, dim[i].max);
+    if (c->n_ff_expert > CFG_MAX_FF)
+        return kvp_err_set(err, KVP_ELIMIT, "%s: config: %u expert feed-forward width (want 0..%u)", src,
+                           c->n_ff_expert, CFG_MAX_FF);
+    if (c->n_head % c->n_head_kv)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: config: %u heads are not a multiple of %u KV heads", src, c->n_head,
+                           c->n_head_kv);
+    if (c->rope_dim % 2 || (c->rope_dim > c->head_dim && !c->kv_lora_rank))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: config: rope dimension %u with head dim %u", src, c->rope_dim,
+                           c->head_dim);
+    return 0;
+}

@@ -446,22 +446,34 @@ static int fingerprint(kvp_model *m, kvp_err *err)
     return 0;
 }
 
-static int check_config(const kvp_model *m, kvp_err *err)
+static int has_tokenizer_keys(const kvp_meta *m)
+{
+    for (size_t i = 0; m && i < m->n; i++)
+        if (strncmp(m->e[i].key, "tokenizer.ggml.", 15) == 0)
+            return 1;
+    return 0;
+}
+
+int kvp_model_check(const kvp_config *c, const kvp_meta *tok, const char *source, kvp_err *err)
+{
+    int rc = c ? kvp_config_check(c, source, err) : 0;
+    if (rc == 0 && has_tokenizer_keys(tok))
+        rc = kvp_tokenizer_check_meta(tok, source, err);
+    return rc;
+}
+
+/* What the engine runs, beyond what every model satisfies. */
+static int check_supported(const kvp_model *m, kvp_err *err)
 {
     const kvp_config *c = &m->cfg;
     if (strcmp(c->arch, "llama") != 0 && strcmp(c->arch, "mistral") != 0 && strcmp(c->arch, "qwen2") != 0)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama, mistral, qwen2)",
                            m->path, c->arch);
-    if (!c->n_layer || !c->n_embd || !c->n_ff || !c->n_head || !c->n_head_kv || !c->head_dim || !c->n_vocab)
-        return kvp_err_set(err, KVP_EFORMAT, "%s: config has a zero dimension", m->path);
-    if (c->n_head % c->n_head_kv)
-        return kvp_err_set(err, KVP_EFORMAT, "%s: %u heads are not a multiple of %u KV heads", m->path, c->n_head,
-                           c->n_head_kv);
-    if (c->rope_dim > c->head_dim || c->rope_dim % 2 || c->head_dim > 1024)
-        return kvp_err_set(err, KVP_EFORMAT, "%s: rope dimension %u with head dim %u", m->path, c->rope_dim,
-                           c->head_dim);
-    if (c->n_layer > 4096 || c->n_embd > (1u << 20) || c->n_ff > (1u << 22) || c->n_vocab > (1u << 24))
-        return kvp_err_set(err, KVP_ELIMIT, "%s: config dimensions beyond what we load", m->path);
+    if (!c->n_ff)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: a mixture of experts is not supported (no dense feed-forward "
+                           "width)", m->path);
+    if (c->kv_lora_rank) /* (the one case kvp_config_check lets RoPE be wider than a head) */
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: multi-head latent attention is not supported", m->path);
     return 0;
 }
 
@@ -515,7 +527,9 @@ int kvp_model_load(kvp_model **out, const char *path, kvp_err *err)
         goto fail;
     if (m->cfg.rope_dim == 0)
         m->cfg.rope_dim = m->cfg.head_dim;
-    if ((rc = check_config(m, err)) < 0 || (rc = bind_all(m, err)) < 0 || (rc = make_inv_freq(m, err)) < 0)
+    const kvp_meta *tok = m->format == KVP_MODEL_GGUF ? &m->gguf.meta : m->has_tok_meta ? &m->tok_meta : NULL;
+    if ((rc = kvp_model_check(&m->cfg, tok, m->path, err)) < 0 || (rc = check_supported(m, err)) < 0 ||
+        (rc = bind_all(m, err)) < 0 || (rc = make_inv_freq(m, err)) < 0)
         goto fail;
     for (size_t i = 0; i < m->n_tensors; i++)
         m->weight_bytes += m->tensors[i].rec.data_bytes + m->tensors[i].rec.scales_bytes +

@@ -93,6 +93,17 @@ typedef struct kvp_model {
  * "m.gguf: tensor blk.3.attn_q.weight: shape [576, 512], expected [576, 576]". */
 int kvp_model_load(kvp_model **m, const char *path, kvp_err *err);
 void kvp_model_free(kvp_model *m);
+/* What a model file must satisfy whatever reads it: the one validation that
+ * kvp_model_load runs and quantize (lib/convert.h) runs before writing, so
+ * that quantize never writes a model the loader would refuse, and refuses
+ * it with the loader's message.  c: kvp_config_check (NULL: a tensor file
+ * with no config); tok: the file's metadata holding its tokenizer.* keys,
+ * checked by kvp_tokenizer_check_meta when it has any tokenizer.ggml.* key
+ * (NULL or none: no tokenizer to check).  What the engine cannot run but is
+ * well formed (another architecture, tokenizer algorithm or pre-tokenizer)
+ * passes: kvp_model_load and kvp_model_load_tokenizer refuse that
+ * themselves.  0 or a negative code, the message naming source. */
+int kvp_model_check(const kvp_config *c, const kvp_meta *tok, const char *source, kvp_err *err);
 /* The model's tokenizer: GGUF metadata, the KVP TOKENIZER record, or the
  * folder's tokenizer.json.  0 or a code naming the file. */
 int kvp_model_load_tokenizer(const kvp_model *m, kvp_tokenizer **t, kvp_err *err);

@@ -150,7 +150,18 @@ static void tok_byte_map(uint16_t cp[256])
     }
 }
 
-static int tok_load_tokens(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_err *err)
+/* ---- the checks (kvp_tokenizer_check_meta): every count, type and id the
+ * builders below then rely on ---- */
+
+/* "A B": the length of A (the split is the first space after the first
+ * byte), or 0 when s is not a merge. */
+static size_t tok_merge_split(const char *s, size_t len)
+{
+    const char *sp = len > 1 && len <= 2 * KVP_TOK_MAX_TOKEN_BYTES ? memchr(s + 1, ' ', len - 1) : NULL;
+    return sp ? (size_t)(sp - s) : 0;
+}
+
+static int tok_check_tokens(const kvp_meta *m, const char *src, uint32_t *n_vocab, kvp_err *err)
 {
     const kvp_meta_entry *e = kvp_meta_find(m, "tokenizer.ggml.tokens");
     if (!e)
@@ -161,49 +172,32 @@ static int tok_load_tokens(kvp_tokenizer *t, const kvp_meta *m, const char *src,
     if (e->n == 0 || e->n > KVP_TOK_MAX_VOCAB)
         return kvp_err_set(err, KVP_ELIMIT, "%s: tokenizer.ggml.tokens: %llu tokens (want 1..%u)", src,
                            (unsigned long long)e->n, KVP_TOK_MAX_VOCAB);
-    t->n_vocab = (uint32_t)e->n;
     for (uint64_t i = 0; i < e->n; i++) {
         if (e->off[i + 1] <= e->off[i] || e->off[i + 1] - e->off[i] - 1 > KVP_TOK_MAX_TOKEN_BYTES)
             return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.ggml.tokens[%llu]: bad length", src,
                                (unsigned long long)i);
     }
-    uint64_t bytes = e->off[e->n];
-    t->text = malloc(bytes ? bytes : 1);
-    t->text_off = malloc((e->n + 1) * sizeof *t->text_off);
-    t->score = calloc(e->n, sizeof *t->score);
-    t->type = malloc(e->n);
-    if (!t->text || !t->text_off || !t->score || !t->type)
-        return kvp_err_set(err, KVP_ENOMEM, "%s: tokenizer: out of memory for %llu tokens", src,
-                           (unsigned long long)e->n);
-    memcpy(t->text, e->chars, bytes);
-    memcpy(t->text_off, e->off, (e->n + 1) * sizeof *t->text_off);
-    memset(t->type, KVP_TOKEN_NORMAL, e->n);
+    *n_vocab = (uint32_t)e->n;
     return 0;
 }
 
-static int tok_load_scores_types(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_err *err)
+static int tok_check_scores_types(const kvp_meta *m, uint32_t n_vocab, const char *src, kvp_err *err)
 {
     const kvp_meta_entry *e = kvp_meta_find(m, "tokenizer.ggml.scores");
-    if (e) {
-        if (e->type != KVP_META_ARR_F32 || e->n != t->n_vocab)
-            return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.ggml.scores: want arr[f32] of %u, got %s of %llu",
-                               src, t->n_vocab, kvp_meta_type_name(e->type), (unsigned long long)e->n);
-        memcpy(t->score, e->arr, t->n_vocab * sizeof *t->score);
-    }
+    if (e && (e->type != KVP_META_ARR_F32 || e->n != n_vocab))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.ggml.scores: want arr[f32] of %u, got %s of %llu", src,
+                           n_vocab, kvp_meta_type_name(e->type), (unsigned long long)e->n);
     e = kvp_meta_find(m, "tokenizer.ggml.token_type");
-    if (e) {
-        if (e->type != KVP_META_ARR_I32 || e->n != t->n_vocab)
-            return kvp_err_set(err, KVP_EFORMAT,
-                               "%s: tokenizer.ggml.token_type: want arr[i32] of %u, got %s of %llu", src,
-                               t->n_vocab, kvp_meta_type_name(e->type), (unsigned long long)e->n);
-        const int32_t *ty = e->arr;
-        for (uint32_t i = 0; i < t->n_vocab; i++) {
-            if (ty[i] < 0 || ty[i] > KVP_TOKEN_BYTE)
-                return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.ggml.token_type[%u]: %d is not a token type",
-                                   src, i, (int)ty[i]);
-            t->type[i] = (uint8_t)ty[i];
-        }
-    }
+    if (!e)
+        return 0;
+    if (e->type != KVP_META_ARR_I32 || e->n != n_vocab)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.ggml.token_type: want arr[i32] of %u, got %s of %llu",
+                           src, n_vocab, kvp_meta_type_name(e->type), (unsigned long long)e->n);
+    const int32_t *ty = e->arr;
+    for (uint32_t i = 0; i < n_vocab; i++)
+        if (ty[i] < 0 || ty[i] > KVP_TOKEN_BYTE)
+            return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.ggml.token_type[%u]: %d is not a token type", src, i,
+                               (int)ty[i]);
     return 0;
 }
 
@@ -240,7 +234,9 @@ static int tok_load_bool(const kvp_meta *m, const char *key, int dflt, int *out,
     return 0;
 }
 
-static int tok_load_merges(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_err *err)
+static const char *const tok_special_names[] = {"bos", "eos", "unknown", "eot", "eom"};
+
+static int tok_check_merges(const kvp_meta *m, const char *src, kvp_err *err)
 {
     const kvp_meta_entry *e = kvp_meta_find(m, "tokenizer.ggml.merges");
     if (!e)
@@ -248,6 +244,67 @@ static int tok_load_merges(kvp_tokenizer *t, const kvp_meta *m, const char *src,
     if (e->type != KVP_META_ARR_STR || e->n > 4ull * KVP_TOK_MAX_VOCAB)
         return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.ggml.merges: want arr[str] of at most %u, got %s of %llu",
                            src, 4 * KVP_TOK_MAX_VOCAB, kvp_meta_type_name(e->type), (unsigned long long)e->n);
+    for (uint64_t i = 0; i < e->n; i++) {
+        size_t len;
+        const char *s = kvp_meta_str_at(e, i, &len);
+        if (!tok_merge_split(s, len))
+            return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.ggml.merges[%llu]: \"%.40s\" is not \"A B\"", src,
+                               (unsigned long long)i, s);
+    }
+    return 0;
+}
+
+int kvp_tokenizer_check_meta(const kvp_meta *m, const char *source, kvp_err *err)
+{
+    const char *src = source ? source : "tokenizer";
+    const char *model = kvp_meta_get_str(m, "tokenizer.ggml.model");
+    uint32_t n_vocab = 0;
+    int rc, flag;
+    int32_t id;
+    if (!model)
+        return kvp_err_set(err, KVP_ENOTFOUND, "%s: tokenizer.ggml.model: missing", src);
+    if ((rc = tok_check_tokens(m, src, &n_vocab, err)) < 0 || (rc = tok_check_scores_types(m, n_vocab, src, err)) < 0)
+        return rc;
+    if (strcmp(model, "gpt2") == 0 && (rc = tok_check_merges(m, src, err)) < 0)
+        return rc;
+    for (size_t i = 0; i < sizeof tok_special_names / sizeof *tok_special_names; i++)
+        if ((rc = tok_load_id(m, tok_special_names[i], n_vocab, &id, src, err)) < 0)
+            return rc;
+    if ((rc = tok_load_bool(m, "tokenizer.ggml.add_bos_token", 0, &flag, src, err)) < 0 ||
+        (rc = tok_load_bool(m, "tokenizer.ggml.add_space_prefix", 0, &flag, src, err)) < 0)
+        return rc;
+    return 0;
+}
+
+/* ---- building, from metadata kvp_tokenizer_check_meta accepted ---- */
+
+static int tok_load_tokens(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_err *err)
+{
+    const kvp_meta_entry *e = kvp_meta_find(m, "tokenizer.ggml.tokens");
+    t->n_vocab = (uint32_t)e->n;
+    uint64_t bytes = e->off[e->n];
+    t->text = malloc(bytes ? bytes : 1);
+    t->text_off = malloc((e->n + 1) * sizeof *t->text_off);
+    t->score = calloc(e->n, sizeof *t->score);
+    t->type = malloc(e->n);
+    if (!t->text || !t->text_off || !t->score || !t->type)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: tokenizer: out of memory for %llu tokens", src,
+                           (unsigned long long)e->n);
+    memcpy(t->text, e->chars, bytes);
+    memcpy(t->text_off, e->off, (e->n + 1) * sizeof *t->text_off);
+    memset(t->type, KVP_TOKEN_NORMAL, e->n);
+    const kvp_meta_entry *sc = kvp_meta_find(m, "tokenizer.ggml.scores");
+    if (sc)
+        memcpy(t->score, sc->arr, t->n_vocab * sizeof *t->score);
+    const kvp_meta_entry *ty = kvp_meta_find(m, "tokenizer.ggml.token_type");
+    for (uint32_t i = 0; ty && i < t->n_vocab; i++)
+        t->type[i] = (uint8_t)((const int32_t *)ty->arr)[i];
+    return 0;
+}
+
+static int tok_load_merges(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_err *err)
+{
+    const kvp_meta_entry *e = kvp_meta_find(m, "tokenizer.ggml.merges");
     uint64_t cap = tok_pow2_above(e->n);
     t->merge_slot = malloc(cap * sizeof *t->merge_slot);
     char *both = malloc(2 * KVP_TOK_MAX_TOKEN_BYTES + 2);
@@ -261,17 +318,11 @@ static int tok_load_merges(kvp_tokenizer *t, const kvp_meta *m, const char *src,
     for (uint64_t i = 0; i < e->n; i++) {
         size_t len;
         const char *s = kvp_meta_str_at(e, i, &len);
-        /* "A B": split at the first space after the first byte. */
-        const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
-        if (!sp || len > 2 * KVP_TOK_MAX_TOKEN_BYTES) {
-            free(both);
-            return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.ggml.merges[%llu]: \"%.40s\" is not \"A B\"", src,
-                               (unsigned long long)i, s);
-        }
-        size_t la = (size_t)(sp - s), lb = len - la - 1;
-        int32_t a = kvp_tokenizer_find(t, s, la), b = kvp_tokenizer_find(t, sp + 1, lb);
+        size_t la = tok_merge_split(s, len), lb = len - la - 1;
+        const char *b_text = s + la + 1;
+        int32_t a = kvp_tokenizer_find(t, s, la), b = kvp_tokenizer_find(t, b_text, lb);
         memcpy(both, s, la);
-        memcpy(both + la, sp + 1, lb);
+        memcpy(both + la, b_text, lb);
         int32_t ab = kvp_tokenizer_find(t, both, la + lb);
         /* A merge naming absent tokens can never fire; converters leave a few. */
         if (a < 0 || b < 0 || ab < 0)
@@ -460,10 +511,11 @@ static int tok_load_bytes(kvp_tokenizer *t)
 
 static int tok_load(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_err *err)
 {
+    int rc = kvp_tokenizer_check_meta(m, src, err);
+    if (rc < 0)
+        return rc;
+    /* well formed; now what we can run */
     const char *model = kvp_meta_get_str(m, "tokenizer.ggml.model");
-    int rc;
-    if (!model)
-        return kvp_err_set(err, KVP_ENOTFOUND, "%s: tokenizer.ggml.model: missing", src);
     if (!strcmp(model, "gpt2"))
         t->model = KVP_TOK_MODEL_GPT2;
     else if (!strcmp(model, "llama"))
@@ -471,23 +523,19 @@ static int tok_load(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_er
     else
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tokenizer.ggml.model: \"%s\" is not supported (gpt2, llama)",
                            src, model);
-    if ((rc = tok_load_pre(t, m, src, err)) < 0 || (rc = tok_load_tokens(t, m, src, err)) < 0 ||
-        (rc = tok_load_scores_types(t, m, src, err)) < 0)
+    if ((rc = tok_load_pre(t, m, src, err)) < 0 || (rc = tok_load_tokens(t, m, src, err)) < 0)
         return rc;
     if (tok_build_vocab_hash(t) < 0)
         return kvp_err_set(err, KVP_ENOMEM, "%s: tokenizer: out of memory", src);
     if (t->model == KVP_TOK_MODEL_GPT2 && (rc = tok_load_merges(t, m, src, err)) < 0)
         return rc;
-    if ((rc = tok_load_id(m, "bos", t->n_vocab, &t->bos, src, err)) < 0 ||
-        (rc = tok_load_id(m, "eos", t->n_vocab, &t->eos, src, err)) < 0 ||
-        (rc = tok_load_id(m, "unknown", t->n_vocab, &t->unk, src, err)) < 0 ||
-        (rc = tok_load_id(m, "eot", t->n_vocab, &t->eot, src, err)) < 0 ||
-        (rc = tok_load_id(m, "eom", t->n_vocab, &t->eom, src, err)) < 0)
-        return rc;
+    int32_t *ids[] = {&t->bos, &t->eos, &t->unk, &t->eot, &t->eom};
+    _Static_assert(sizeof ids / sizeof *ids == sizeof tok_special_names / sizeof *tok_special_names, "an id a name");
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) /* checked: cannot fail */
+        (void)tok_load_id(m, tok_special_names[i], t->n_vocab, ids[i], src, err);
     int spm = t->model == KVP_TOK_MODEL_SPM;
-    if ((rc = tok_load_bool(m, "tokenizer.ggml.add_bos_token", spm, &t->add_bos, src, err)) < 0 ||
-        (rc = tok_load_bool(m, "tokenizer.ggml.add_space_prefix", spm, &t->add_space_prefix, src, err)) < 0)
-        return rc;
+    (void)tok_load_bool(m, "tokenizer.ggml.add_bos_token", spm, &t->add_bos, src, err);
+    (void)tok_load_bool(m, "tokenizer.ggml.add_space_prefix", spm, &t->add_space_prefix, src, err);
     if (!spm)
         t->add_space_prefix = 0; /* byte-level BPE has no dummy prefix */
     tok_load_bytes(t);

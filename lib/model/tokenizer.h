@@ -61,9 +61,18 @@ typedef enum kvp_token_type {
 #define KVP_TOK_MAX_VOCAB (1u << 22)
 #define KVP_TOK_MAX_TOKEN_BYTES 65536u
 
-/* Build a tokenizer from tokenizer.ggml.* keys in m (m may be freed after).
- * source names the file in messages.  0 or a negative code; *t is NULL on
- * failure. */
+/* Whether the tokenizer.ggml.* keys in m are well formed, whatever reads
+ * them: tokenizer.ggml.model present; tokens 1..KVP_TOK_MAX_VOCAB strings of
+ * at most KVP_TOK_MAX_TOKEN_BYTES; scores and token_type (when present) one
+ * per token, types 0..6; merges present and each "A B" for gpt2; the bos,
+ * eos, unknown, eot and eom ids inside the vocabulary; add_bos_token and
+ * add_space_prefix booleans.  Not checked: whether we can run the model and
+ * pre-tokenizer (kvp_tokenizer_load_meta refuses those it does not know).
+ * 0, or a negative code with "SOURCE: KEY: what is wrong". */
+int kvp_tokenizer_check_meta(const kvp_meta *m, const char *source, kvp_err *err);
+/* Build a tokenizer from tokenizer.ggml.* keys in m (m may be freed after),
+ * after kvp_tokenizer_check_meta.  source names the file in messages.  0 or a
+ * negative code; *t is NULL on failure. */
 int kvp_tokenizer_load_meta(kvp_tokenizer **t, const kvp_meta *m, const char *source, kvp_err *err);
 void kvp_tokenizer_free(kvp_tokenizer *t);
 

@@ -45,6 +45,89 @@ expect_err_has "tensor step: unsupported type I64" "the error names the tensor a
 expect_err_one_line "one error line"
 expect_true "a failed conversion leaves no output" test ! -e "$T/nostep.kvp"
 
+# ---- bare safetensors: tensors without config.json ----
+
+# bare.safetensors, written here: "w16" f16 [2, 4], "w32" f32 [4, 8], "bias" f32 [3]
+put_le() { # BYTES WORD...: each word as BYTES little-endian bytes
+    _k=$1
+    shift
+    for _w in "$@"; do
+        _i=0
+        while [ "$_i" -lt "$_k" ]; do
+            printf "$(printf '\\%03o' $(((_w >> (8 * _i)) & 255)))"
+            _i=$((_i + 1))
+        done
+    done
+}
+hdr='{"__metadata__":{"format":"pt"},"w16":{"dtype":"F16","shape":[2,4],"data_offsets":[0,16]},"w32":{"dtype":"F32","shape":[4,8],"data_offsets":[16,144]},"bias":{"dtype":"F32","shape":[3],"data_offsets":[144,156]}}'
+# f32 words: 1, 0.5, -1, 0.25, 2, -0.75, 0.125, -2 in turn
+f32s="0x3f800000 0x3f000000 0xbf800000 0x3e800000 0x40000000 0xbf400000 0x3e000000 0xc0000000"
+{
+    put_le 8 ${#hdr}
+    printf '%s' "$hdr"
+    put_le 2 0x3c00 0xb800 0x4000 0x3555 0x0001 0x7bff 0x8400 0x0000
+    put_le 4 $f32s $f32s $f32s $f32s
+    put_le 4 0x3f800000 0x40400000 0xc0a00000
+} >"$T/bare.safetensors"
+run quantize --to f16 "$T/bare.safetensors" -o "$T/bare16.kvp"
+expect_status 0 "a bare safetensors file converts"
+expect_err_has "no config.json" "the missing config is noted"
+run kvdump "$T/bare16.kvp"
+expect_out_has "fingerprint 00000000000000000000000000000000" "no model: zero fingerprint"
+expect_out_lacks " config " "no CONFIG record"
+expect_out_lacks " tokenizer " "no TOKENIZER record"
+expect_out_has "w32 f16 [4, 8]" "f32 weight cast to f16"
+expect_out_has "bias f32 [3]" "1-D tensor kept f32"
+run kvdump --check "$T/bare16.kvp"
+expect_status 0 "kvdump --check accepts the tensor stream"
+# round trip: kvdump --extract gives the tensors back
+data=$((8 + ${#hdr}))
+extract_cmp() { # NAME OFFSET BYTES KVP: extracted bytes equal the source's
+    kvdump --extract "$1" "$4" >"$T/x.bin" 2>"$ERR"
+    tail -c +$((data + $2 + 1)) "$T/bare.safetensors" | head -c "$3" >"$T/want.bin"
+    if cmp -s "$T/x.bin" "$T/want.bin"; then pass "--extract $1: the source's bytes"; else fail "--extract $1 differs"; fi
+}
+extract_cmp w16 0 16 "$T/bare16.kvp"
+extract_cmp bias 144 12 "$T/bare16.kvp"
+kvdump --extract w32 "$T/bare16.kvp" >"$T/x.bin"
+got=$(od -An -v -tx2 "$T/x.bin" | tr -s ' \n' '  ' | sed 's/^ //;s/ $//')
+want=$(for i in 1 2 3 4; do printf '3c00 3800 bc00 3400 4000 ba00 3000 c000 '; done | sed 's/ $//')
+if [ "$got" = "$want" ]; then pass "--extract w32: f32 values exact in f16"; else fail "w32 as f16: '$got'"; fi
+# through int8 and back to f32: within the quantization error (a row's max / 254)
+run quantize --to int8 "$T/bare.safetensors" -o "$T/bare8.kvp"
+expect_status 0 "a bare safetensors file to int8"
+run quantize --to f32 "$T/bare8.kvp" -o "$T/bare32.kvp"
+expect_status 0 "the tensor stream converts again (int8 to f32)"
+expect_err_has "no config record: tensors only" "noted again"
+kvdump --extract w32 "$T/bare32.kvp" | od -An -v -tf4 >"$T/got.txt"
+tail -c +$((data + 16 + 1)) "$T/bare.safetensors" | head -c 128 | od -An -v -tf4 >"$T/want.txt"
+worst=$(paste -d ' ' "$T/got.txt" "$T/want.txt" | awk '{ h = NF / 2; for (i = 1; i <= h; i++) {
+    d = $i - $(i + h); if (d < 0) d = -d; if (d > m) m = d } } END { print m + 0 }')
+if awk -v w="$worst" 'BEGIN { exit !(w <= 2 / 254) }'; then pass "int8 round trip within 2/254 (worst $worst)"; else
+    fail "int8 round trip error $worst"; fi
+run quantize -n --to int4 "$T/bare.safetensors"
+expect_status 0 "--dry-run on a bare file"
+size=$(sed -n 's/.*file \([0-9]*\) bytes$/\1/p' "$OUT")
+run quantize --to int4 "$T/bare.safetensors" -o "$T/bare4.kvp"
+real=$(wc -c <"$T/bare4.kvp" | tr -d ' ')
+if [ -n "$size" ] && [ "$size" = "$real" ]; then pass "bare dry-run file size is exact ($real)"; else fail "dry-run size '$size' vs $real"; fi
+# the golden checkpoint's file, copied away from its config.json
+mkdir "$T/lone"
+cp "$G/model.safetensors" "$T/lone/"
+run quantize --to bf16 --drop '^step$' "$T/lone/model.safetensors" -o "$T/lone.kvp"
+expect_status 0 "a checkpoint file without its config.json"
+run kvdump --summary "$T/lone.kvp"
+expect_out_has "tensor     11" "all its tensors"
+# what needs a model says so
+run quantize --kv fp8 "$T/bare.safetensors" -o "$T/kvbare.kvp"
+expect_status 1 "--kv on a safetensors file"
+expect_err_has "need the model's config" "the error says --kv needs a model"
+expect_err_one_line "--kv on safetensors: one line"
+expect_true "--kv on safetensors: no output" test ! -e "$T/kvbare.kvp"
+run decode -m "$T/bare16.kvp" -p hi -n 1
+expect_status 1 "decode refuses a tensor stream as a model"
+expect_err_has "no CONFIG record" "decode: no config"
+
 # ---- GGUF (a small one written by the unit test helper) ----
 
 run quantize --to int4 "$T/tiny.gguf" -o "$T/g4.kvp"
@@ -92,6 +175,36 @@ run_sh "trap '' XFSZ; ulimit -f 2; exec quantize --to f32 --drop weird '$T/tiny.
 expect_status 1 "a write error fails the conversion"
 left=$(ls "$T" | grep -c '^big\.kvp')
 if [ "$left" -eq 0 ]; then pass "nothing left under the output name (nor a temporary)"; else fail "left: $(ls "$T" | grep big)"; fi
+
+# ---- quantize refuses what decode refuses, with decode's message ----
+
+for fault in bos layers token-type; do
+    "$mk" --write-gguf "$T/bad-$fault.gguf" "$fault" || { status=1; fail "could not write bad-$fault.gguf"; }
+    run quantize --to int8 --drop weird "$T/bad-$fault.gguf" -o "$T/bad.kvp"
+    expect_status 1 "quantize refuses a GGUF with a bad $fault"
+    expect_err_one_line "bad $fault: one error line"
+    expect_err_has "bad-$fault.gguf" "bad $fault: the file is named"
+    expect_true "bad $fault: no output file" test ! -e "$T/bad.kvp"
+    q=$(sed 's/^quantize: //' "$ERR")
+    run decode -m "$T/bad-$fault.gguf" -p hi -n 1
+    expect_status 1 "decode refuses it too ($fault)"
+    d=$(sed 's/^decode: //' "$ERR")
+    if [ -n "$q" ] && [ "$q" = "$d" ]; then pass "bad $fault: quantize says what decode says"; else
+        fail "bad $fault: quantize '$q', decode '$d'"; fi
+done
+run quantize --to int8 --drop weird "$T/bad-bos.gguf" -o "$T/bad.kvp"
+expect_err_has "tokenizer.ggml.bos_token_id: 2 is outside the vocabulary of 2" "bad bos: the key and the value"
+run quantize --to int8 --drop weird "$T/bad-layers.gguf" -o "$T/bad.kvp"
+expect_err_has "config: 2147483648 layers (want 1..4096)" "bad layers: the count and the limit"
+run quantize --to int8 --drop weird "$T/bad-token-type.gguf" -o "$T/bad.kvp"
+expect_err_has "tokenizer.ggml.token_type: want arr[i32] of 2, got arr[i32] of 1" "bad token-type: both lengths"
+# well formed but not an architecture decode runs: converted (kvcalc, kvdump and re-quantizing read it)
+"$mk" --write-gguf "$T/gemma2.gguf" gemma2 || { status=1; fail "could not write gemma2.gguf"; }
+run quantize --to int8 --drop weird "$T/gemma2.gguf" -o "$T/gemma2.kvp"
+expect_status 0 "quantize converts a well-formed model of another architecture"
+run decode -m "$T/gemma2.kvp" -p hi -n 1
+expect_status 1 "which decode refuses"
+expect_err_has "architecture 'gemma2' is not supported" "decode names the architecture"
 
 # ---- output safety ----
 
@@ -174,6 +287,9 @@ run quantize --kv fp8 "$T/kvcut.kvp" -o "$T/kvq.kvp"
 expect_status 1 "--kv on a truncated stream"
 expect_err_has "kvcut.kvp" "truncated stream named"
 expect_true "--kv failure leaves no output" test ! -e "$T/kvq.kvp"
+run quantize --kv fp8 "$T/tiny.gguf" -o "$T/kvq.kvp"
+expect_status 1 "--kv on a GGUF file"
+expect_err_has "a GGUF file, not a KVP stream: --kv converts the KV blocks" "--kv on GGUF: says what --kv converts"
 run quantize --to int8 "$T/kv.kvp" -o "$T/kvq.kvp"
 expect_status 1 "a KV stream is not a model"
 expect_err_has "use --kv" "the error points at --kv"

@@ -16,6 +16,14 @@ fuzzer starts from deep inside the formats:
   corpus/tokvocab/    tokenizer.ggml.* metadata lists (byte-level BPE, SentencePiece)
   corpus/tokjson/     HF tokenizer.json files
   corpus/model/       complete tiny Llama GGUF models for fuzz_model
+  corpus/convert/     fuzz_convert's inputs: the f32 tiny Llama GGUF and the
+                      tiny-st safetensors (bare there: no config.json), copied
+                      here; and two KVP files quantize wrote from them, which
+                      this script leaves as they are:
+                        quantize --to int8 tiny-llama-f32.gguf -o tiny-llama-int8.kvp
+                        quantize --to f16 --drop '^step$' model.safetensors -o bare-tiny-st-f16.kvp
+                      (the second from tests/golden/tiny-st/model.safetensors
+                      copied alone into a folder)
 """
 import json
 import os
@@ -317,6 +325,14 @@ def tok_seeds():
     shutil.copyfile(os.path.join(ROOT, "json", "tokenizer.json"), os.path.join(ROOT, "tokjson", "small.json"))
 
 
+def convert_seeds():
+    os.makedirs(os.path.join(ROOT, "convert"), exist_ok=True)
+    shutil.copyfile(os.path.join(ROOT, "model", "tiny-llama-f32.gguf.bin"),
+                    os.path.join(ROOT, "convert", "tiny-llama-f32.gguf.bin"))
+    shutil.copyfile(os.path.join(ROOT, "safetensors", "tiny-st.safetensors"),
+                    os.path.join(ROOT, "convert", "bare-tiny-st.safetensors"))
+
+
 if __name__ == "__main__":
     gguf_seeds()
     meta_seeds()
@@ -324,3 +340,4 @@ if __name__ == "__main__":
     hf_seeds()
     st_seeds()
     tok_seeds()
+    convert_seeds()

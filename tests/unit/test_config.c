@@ -247,9 +247,49 @@ static void test_real_model(void)
     kvp_gguf_close(&g);
 }
 
+/* kvp_config_check: what every model passes, each refusal naming the field. */
+static void test_check(void)
+{
+    kvp_meta m;
+    smollm_meta(&m);
+    kvp_config c, d;
+    kvp_err err = {0};
+    CHECK(kvp_config_from_meta(&c, &m, "x.gguf", &err) == 0);
+    CHECK_MSG(kvp_config_check(&c, "x.gguf", &err) == 0, "%s", err.msg);
+    d = c, d.n_layer = 1u << 31;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_ELIMIT);
+    CHECK_STR(err.msg, "x.gguf: config: 2147483648 layers (want 1..4096)");
+    d = c, d.n_layer = 4096;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == 0);
+    d = c, d.n_ff = 0;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT);
+    CHECK_STR(err.msg, "x.gguf: config: 0 feed-forward width (want 1..4194304)");
+    d.n_expert = 8, d.n_ff_expert = 1024; /* experts only: their width counts */
+    CHECK_MSG(kvp_config_check(&d, "x.gguf", &err) == 0, "%s", err.msg);
+    d = c, d.n_expert = 8, d.n_ff_expert = 1u << 23;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_ELIMIT && strstr(err.msg, "expert feed-forward width"));
+    d = c, d.n_vocab = 0;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT && strstr(err.msg, "0 vocabulary"));
+    d = c, d.n_vocab = (1u << 24) + 1;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_ELIMIT && strstr(err.msg, "vocabulary"));
+    d = c, d.head_dim = 2048, d.rope_dim = 64;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_ELIMIT && strstr(err.msg, "2048 head dim"));
+    d = c, d.n_head_kv = 2;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT);
+    CHECK_STR(err.msg, "x.gguf: config: 9 heads are not a multiple of 2 KV heads");
+    d = c, d.rope_dim = 63;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT && strstr(err.msg, "rope dimension 63"));
+    d = c, d.rope_dim = 128;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT);
+    d.kv_lora_rank = 512; /* MLA's decoupled RoPE key may be wider than a head */
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == 0);
+    kvp_meta_free(&m);
+}
+
 int main(void)
 {
     test_from_meta();
+    test_check();
     test_from_hf();
     test_real_model();
     return unit_done();

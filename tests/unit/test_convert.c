@@ -4,16 +4,19 @@
  * `test_convert --write-kv-sample FILE [DTYPE]` writes a small KV stream (the
  * CLI tests' input for quantize --kv): config, sequence, three KV blocks
  * (DTYPE, default f16), a block reference, a record of an unknown kind, END.
- * `test_convert --write-gguf FILE` writes the small GGUF of these tests
- * (q8_0 embedding, q4_1, f32 and f16 weights, one q2_K tensor). */
+ * `test_convert --write-gguf FILE [FAULT]` writes the small GGUF of these
+ * tests (q8_0 embedding, q4_1, f32 and f16 weights, one q2_K tensor), or with
+ * a fault the model loader refuses (write_gguf). */
 #define _POSIX_C_SOURCE 200809L
 #include "convert.h"
 #include "fingerprint.h"
 #include "gguf.h"
 #include "io.h"
 #include "meta.h"
+#include "model.h"
 #include "quant.h"
 #include "quant_kv.h"
+#include "safetensors.h"
 #include "stream.h"
 #include "tensor.h"
 #include "unit.h"
@@ -141,27 +144,59 @@ static void make_tensors(void)
     }
 }
 
-static int write_gguf(const char *path, int n_tensors)
+/* The tiny GGUF, well formed; or a variant: one with a fault the model
+ * loader refuses (kvp_model_check): "bos" a BOS id past the 2-token
+ * vocabulary, "layers" 2^31 layers, "token-type" a token_type array of 1 for
+ * the 2 tokens; or "gemma2", well formed but an architecture decode does not
+ * run. */
+static int write_gguf(const char *path, int n_tensors, const char *variant)
 {
+    const char *f = variant ? variant : "";
+    const char *arch = strcmp(f, "gemma2") == 0 ? "gemma2" : "llama";
+    char key[64];
+    kvp_buf kv;
+    kvp_buf_init(&kv);
+    uint64_t n_kv = 0;
+#define KV(call) (call, n_kv++)
+#define ARCH(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    KV(g_kv_str(&kv, "general.architecture", arch));
+    KV(g_kv_str(&kv, "general.name", "tiny"));
+    KV(g_kv_u32(&kv, "general.file_type", 3));
+    KV(g_kv_u32(&kv, ARCH("block_count"), strcmp(f, "layers") == 0 ? 1u << 31 : 1));
+    KV(g_kv_u32(&kv, ARCH("embedding_length"), 64));
+    KV(g_kv_u32(&kv, ARCH("feed_forward_length"), 48));
+    KV(g_kv_u32(&kv, ARCH("attention.head_count"), 2));
+    KV(g_kv_str(&kv, "tokenizer.ggml.model", "gpt2"));
+    KV(g_str(&kv, "tokenizer.ggml.tokens"));
+    kvp_buf_u32(&kv, 9); /* array of */
+    kvp_buf_u32(&kv, 8); /* strings */
+    kvp_buf_u64(&kv, 2);
+    g_str(&kv, "a");
+    g_str(&kv, "b");
+    KV(g_str(&kv, "tokenizer.ggml.merges"));
+    kvp_buf_u32(&kv, 9);
+    kvp_buf_u32(&kv, 8);
+    kvp_buf_u64(&kv, 1);
+    g_str(&kv, "a b");
+    if (strcmp(f, "bos") == 0)
+        KV(g_kv_u32(&kv, "tokenizer.ggml.bos_token_id", 2));
+    if (strcmp(f, "token-type") == 0) {
+        KV(g_str(&kv, "tokenizer.ggml.token_type"));
+        kvp_buf_u32(&kv, 9);
+        kvp_buf_u32(&kv, 5); /* int32 */
+        kvp_buf_u64(&kv, 1);
+        kvp_buf_u32(&kv, 1);
+    }
+#undef KV
+#undef ARCH
     kvp_buf b;
     kvp_buf_init(&b);
     kvp_buf_put(&b, "GGUF", 4);
     kvp_buf_u32(&b, 3);
     kvp_buf_u64(&b, (uint64_t)n_tensors);
-    kvp_buf_u64(&b, 8);
-    g_kv_str(&b, "general.architecture", "llama");
-    g_kv_str(&b, "general.name", "tiny");
-    g_kv_u32(&b, "general.file_type", 3);
-    g_kv_u32(&b, "llama.block_count", 1);
-    g_kv_u32(&b, "llama.embedding_length", 64);
-    g_kv_u32(&b, "llama.attention.head_count", 2);
-    g_kv_str(&b, "tokenizer.ggml.model", "gpt2");
-    g_str(&b, "tokenizer.ggml.tokens");
-    kvp_buf_u32(&b, 9);
-    kvp_buf_u32(&b, 8);
-    kvp_buf_u64(&b, 2);
-    g_str(&b, "a");
-    g_str(&b, "b");
+    kvp_buf_u64(&b, n_kv);
+    kvp_buf_put(&b, kv.data, kv.len);
+    kvp_buf_free(&kv);
     uint64_t off = 0;
     for (int i = 0; i < n_tensors; i++) {
         g_str(&b, gt[i].name);
@@ -177,10 +212,10 @@ static int write_gguf(const char *path, int n_tensors)
         kvp_buf_put(&b, gt[i].data, gt[i].nbytes);
         kvp_buf_align(&b, 32);
     }
-    FILE *f = fopen(path, "wb");
-    int ok = f && fwrite(b.data, 1, b.len, f) == b.len;
-    if (f)
-        fclose(f);
+    FILE *fp = fopen(path, "wb");
+    int ok = fp && fwrite(b.data, 1, b.len, fp) == b.len;
+    if (fp && fclose(fp) != 0)
+        ok = 0;
     kvp_buf_free(&b);
     return ok ? 0 : -1;
 }
@@ -193,7 +228,7 @@ typedef struct found {
     float *y;        /* dequantized */
     int n_tensors;
     kvp_meta config, tok;
-    int has_tok;
+    int has_config, has_tok;
     uint8_t fingerprint[16];
     char producer[KVP_PRODUCER_MAX + 1];
 } found;
@@ -227,6 +262,7 @@ static int read_back(const char *path, const char *name, found *f)
             if (rec.kind == KVP_KIND_CONFIG) {
                 kvp_meta_free(&f->config);
                 rc = kvp_meta_record_decode(&rec, &f->config, &err);
+                f->has_config = rc == 0;
             } else if (rec.kind == KVP_KIND_TOKENIZER) {
                 rc = kvp_meta_record_decode(&rec, &f->tok, &err);
                 f->has_tok = rc == 0;
@@ -331,7 +367,7 @@ static double snr_db(const float *x, const float *y, size_t n)
 static void test_gguf_int8(void)
 {
     const char *in = tmp_path("tiny.gguf"), *out = tmp_path("tiny-int8.kvp");
-    CHECK(write_gguf(in, NT) == 0);
+    CHECK(write_gguf(in, NT, NULL) == 0);
     kvp_err err = {0};
     kvp_convert_opts o;
     kvp_convert_opts_init(&o);
@@ -398,6 +434,50 @@ static void test_gguf_int8(void)
     CHECK(f.raw && memcmp(f.raw, gt[0].data, gt[0].nbytes) == 0); /* copied byte for byte */
     found_free(&f);
     kvp_convert_free(cv);
+}
+
+/* quantize refuses what the model loader refuses, with its message: the
+ * one validation (kvp_model_check) runs in both. */
+static void test_validation(void)
+{
+    static const struct {
+        const char *variant, *msg;
+    } cases[] = {
+        {"bos", "tokenizer.ggml.bos_token_id: 2 is outside the vocabulary of 2"},
+        {"layers", "config: 2147483648 layers (want 1..4096)"},
+        {"token-type", "tokenizer.ggml.token_type: want arr[i32] of 2, got arr[i32] of 1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *in = tmp_path("bad.gguf");
+        CHECK(write_gguf(in, NT, cases[i].variant) == 0);
+        kvp_convert *cv = NULL;
+        kvp_model *m = NULL;
+        kvp_err e1 = {0}, e2 = {0};
+        CHECK(kvp_convert_open(&cv, in, &e1) < 0 && cv == NULL);
+        CHECK(kvp_model_load(&m, in, &e2) < 0 && m == NULL);
+        CHECK_MSG(e1.code == e2.code && strcmp(e1.msg, e2.msg) == 0, "quantize \"%s\", loader \"%s\"", e1.msg,
+                  e2.msg);
+        CHECK_MSG(strstr(e1.msg, in) && strstr(e1.msg, cases[i].msg), "%s: \"%s\" lacks \"%s\"",
+                  cases[i].variant, e1.msg, cases[i].msg);
+    }
+    /* well formed, but not a model decode runs: converted all the same */
+    const char *in = tmp_path("gemma2.gguf"), *out = tmp_path("gemma2.kvp");
+    CHECK(write_gguf(in, NT - 1, "gemma2") == 0);
+    kvp_convert_opts o;
+    kvp_convert_opts_init(&o);
+    kvp_err err = {0};
+    kvp_model *m = NULL;
+    CHECK_MSG(convert(in, out, &o, 0, NULL, &err) == 0, "%s", err.msg);
+    CHECK(kvp_model_load(&m, out, &err) == KVP_EUNSUPPORTED && strstr(err.msg, "architecture 'gemma2'"));
+    /* the check itself: no config is no config to check; tokenizer keys only when present */
+    kvp_meta tok;
+    kvp_meta_init(&tok);
+    CHECK(kvp_model_check(NULL, NULL, "t", &err) == 0);
+    kvp_meta_set_str(&tok, "tokenizer.chat_template", "x", 1);
+    CHECK(kvp_model_check(NULL, &tok, "t", &err) == 0);
+    kvp_meta_set_u64(&tok, "tokenizer.ggml.eos_token_id", 0);
+    CHECK(kvp_model_check(NULL, &tok, "t", &err) == KVP_ENOTFOUND && strstr(err.msg, "t: tokenizer.ggml.model"));
+    kvp_meta_free(&tok);
 }
 
 static void test_fallbacks(void)
@@ -503,6 +583,124 @@ static void test_safetensors(void)
         CHECK(v && v->src.dtype == KVP_DTYPE_FP8_E4M3 && v->out.dtype == KVP_DTYPE_F16 && v->stats.sum_sq_err == 0);
         kvp_convert_free(cv);
     }
+}
+
+/* Copy file from into path (the bare tests' inputs). */
+static int copy_file(const char *from, const char *path)
+{
+    uint8_t *b;
+    size_t n;
+    kvp_err err = {0};
+    if (kvp_read_file(from, 1u << 20, &b, &n, &err) < 0)
+        return -1;
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(b, 1, n, f) == n;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    free(b);
+    return ok ? 0 : -1;
+}
+
+/* A bare safetensors file (no config.json beside it) converts to a stream of
+ * its tensors: no CONFIG, no TOKENIZER, zero fingerprint; every tensor comes
+ * back byte-equal when its type is kept, within f16 rounding when cast. */
+static void test_bare(void)
+{
+    char dir[400], src[500], cfg[500], golden_st[1100];
+    snprintf(dir, sizeof dir, "%s", tmp_path("bare"));
+    snprintf(src, sizeof src, "%s/model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(golden_st, sizeof golden_st, "%s/model.safetensors", golden);
+    CHECK(mkdir(dir, 0700) == 0 && copy_file(golden_st, src) == 0);
+    const char *out = tmp_path("bare.kvp"), *back = tmp_path("bare-back.kvp");
+    kvp_err err = {0};
+    kvp_convert_opts o;
+    kvp_convert_opts_init(&o);
+    o.to = KVP_DTYPE_F16;
+    o.drop = "^step$";
+    kvp_convert *cv = NULL;
+    int rc = convert(src, out, &o, 0, &cv, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc)
+        return;
+    CHECK(kvp_convert_config(cv) == NULL);
+    const char *const *notes;
+    CHECK(kvp_convert_notes(cv, &notes) == 1 && strstr(notes[0], "no config.json"));
+    uint8_t fp[16], zero[16] = {0};
+    kvp_convert_fingerprint(cv, fp);
+    CHECK(memcmp(fp, zero, 16) == 0);
+    kvp_convert_totals t;
+    kvp_convert_totals_get(cv, &t);
+    CHECK_EQ_U64(t.file_bytes, file_size(out)); /* the dry run's size holds without a CONFIG record */
+    kvp_convert_free(cv);
+
+    kvp_safetensors st;
+    CHECK(kvp_safetensors_open(&st, src, &err) == 0);
+    int n_checked = 0;
+    for (uint64_t i = 0; i < st.n_tensors; i++) {
+        const kvp_safetensors_tensor *s = &st.tensors[i];
+        if (strcmp(s->name, "step") == 0)
+            continue;
+        found f;
+        CHECK(read_back(out, s->name, &f) == 0);
+        CHECK_EQ_I64(f.n_tensors, 11);
+        CHECK(!f.has_config && !f.has_tok && memcmp(f.fingerprint, zero, 16) == 0);
+        if (!f.raw) {
+            CHECK_MSG(0, "%s missing from the output", s->name);
+            found_free(&f);
+            continue;
+        }
+        if ((int)f.t.dtype == s->dtype) { /* kept (f32 norms and embedding, f16 weights): the same bytes */
+            CHECK_MSG(f.t.data_bytes == s->nbytes && memcmp(f.raw, s->data, s->nbytes) == 0, "%s differs", s->name);
+        } else { /* bf16 and fp8 to f16: within f16's rounding */
+            uint64_t n = kvp_safetensors_nelems(s);
+            float *x = malloc(n * sizeof *x);
+            kvp_dtype_get((uint32_t)s->dtype)->to_f32(s->data, x, (int64_t)n);
+            int ok = f.t.dtype == KVP_DTYPE_F16;
+            for (uint64_t j = 0; ok && j < n; j++)
+                ok = fabsf(f.y[j] - x[j]) <= fabsf(x[j]) / 2048;
+            CHECK_MSG(ok, "%s: %s to f16 beyond rounding", s->name, kvp_dtype_name((uint32_t)s->dtype));
+            free(x);
+        }
+        n_checked++;
+        found_free(&f);
+    }
+    CHECK_EQ_I64(n_checked, 11);
+    kvp_safetensors_close(&st);
+
+    /* the tensor stream converts again (back to f32), still bare */
+    o.to = KVP_DTYPE_F32;
+    o.drop = NULL;
+    cv = NULL;
+    CHECK_MSG((rc = convert(out, back, &o, 0, &cv, &err)) == 0, "%s", err.msg);
+    if (rc == 0) {
+        CHECK(kvp_convert_config(cv) == NULL && kvp_convert_notes(cv, &notes) == 1 && strstr(notes[0], "no config"));
+        kvp_convert_free(cv);
+        found a, b;
+        CHECK(read_back(out, "model.layers.0.self_attn.v_proj.weight", &a) == 0);
+        CHECK(read_back(back, "model.layers.0.self_attn.v_proj.weight", &b) == 0);
+        CHECK(!b.has_config && b.n_tensors == 11 && b.t.dtype == KVP_DTYPE_F32 && a.y && b.y &&
+              memcmp(a.y, b.y, 32 * sizeof(float)) == 0);
+        found_free(&a);
+        found_free(&b);
+    }
+
+    /* config.json present makes it a model: a broken one is an error, not bare */
+    FILE *f = fopen(cfg, "w");
+    CHECK(f && fputs("{", f) >= 0 && fclose(f) == 0);
+    CHECK(kvp_convert_open(&cv, src, &err) < 0 && strstr(err.msg, "config.json"));
+    unlink(cfg);
+
+    /* a KVP stream with neither config nor tensors has nothing to convert */
+    kvp_out ko;
+    kvp_writer *w = NULL;
+    kvp_writer_opts wo;
+    memset(&wo, 0, sizeof wo);
+    const char *empty = tmp_path("empty.kvp");
+    CHECK(kvp_out_open(&ko, empty, &err) == 0 && kvp_writer_open(&w, &ko, &wo, &err) == 0 &&
+          kvp_writer_finish(w, &err) == 0 && kvp_out_commit(&ko, &err) == 0);
+    kvp_writer_free(w);
+    CHECK(kvp_convert_open(&cv, empty, &err) == KVP_EFORMAT && strstr(err.msg, "nothing to convert"));
 }
 
 /* ---- KV streams ---- */
@@ -742,7 +940,7 @@ int main(int argc, char **argv)
     }
     if (argc >= 3 && strcmp(argv[1], "--write-gguf") == 0) {
         make_tensors();
-        return write_gguf(argv[2], NT) == 0 ? 0 : 1;
+        return write_gguf(argv[2], NT, argc > 3 ? argv[3] : NULL) == 0 ? 0 : 1;
     }
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
@@ -753,9 +951,11 @@ int main(int argc, char **argv)
     make_tensors();
     test_names();
     test_gguf_int8();
+    test_validation();
     test_fallbacks();
     test_kvp_input();
     test_safetensors();
+    test_bare();
     test_kv(KVP_DTYPE_FP8_E4M3, 25);
     test_kv(KVP_DTYPE_I8, 35);
     test_kv(KVP_DTYPE_BF16, 40);
