@@ -2,15 +2,20 @@
  * batch together: from a KVP stream that prefill wrote (stdin or FILE), or
  * from prompts it prefills itself. */
 #include "cli.h"
+#include "batch.h"
+#include "jobsrc.h"
+#include "results.h"
 #include "runopts.h"
 #include "sample.h"
-#include "batch.h"
-#include "seqio.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -25,60 +30,93 @@ static void usage(FILE *f)
             "      --kv-out FILE       write the final KV state as a KVP stream (resume with decode < FILE)\n"
             "      --slo-ttft MS, --slo-tpot MS  service-level bounds; --stats reports goodput (requests within both)\n"
             "      --min-goodput FRAC  exit 3 when fewer than FRAC of the requests met the SLOs\n"
+            "      --resume OUT        append results to OUT, skipping the ids it already has (a killed job\n"
+            "                          resumed gives the same lines as one run)\n"
+            "      --shard K/N         only every N-th request, starting at K (0 <= K < N)\n"
             "  -h, --help, --version\n\n"
             "Exit status: 0 success, 1 runtime error (bad model, stream or prompts file, a sequence\n"
-            "that does not fit in the KV cache alone), 2 usage error, 3 goodput below --min-goodput.\n",
+            "that does not fit in the KV cache alone), 2 usage error, 3 goodput below --min-goodput,\n"
+            "130/143 stopped by SIGINT/SIGTERM (what had finished is written).\n",
             kvp_runopts_help);
 }
 
 typedef struct out_ctx {
     int stream_text;       /* one sequence, plain text streamed */
-    const kvp_runopts *o;
+    int fd;                /* JSON lines go here, one write() a line (stdout, or --resume's file) */
+    const char *out_name;
     kvp_request **kept;    /* --kv-out: finished requests, kept with their KV */
-    uint32_t n_kept;
+    uint32_t n_kept, cap_kept;
+    uint64_t n_written;
     uint64_t n_kv_memory;  /* sequences that did not fit in the cache alone */
     kvp_kvcache_stats kv;  /* the cache's size, for that message */
 } out_ctx;
 
-static void print_line(const kvp_gen_seq *s)
+/* One result line.  Written with one write() so a job killed at any moment
+ * leaves whole lines and at most one cut-off last line (--resume drops it). */
+static void write_line(out_ctx *c, const kvp_gen_seq *s)
 {
+    char *buf = NULL, idb[32];
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        kvp_cli_die("out of memory");
     double ttft = s->t_first ? (s->t_first - s->t_start) * 1e3 : 0;
     double tpot = s->n_gen > 1 ? (s->t_last - s->t_first) * 1e3 / (s->n_gen - 1) : 0;
-    fputs("{\"id\":", stdout);
+    fputs("{\"id\":", f);
     if (s->rec.label[0])
-        kvp_cli_json_str(stdout, s->rec.label, strlen(s->rec.label));
+        kvp_cli_json_str(f, s->rec.label, strlen(s->rec.label));
     else
-        printf("%llu", (unsigned long long)s->rec.id);
-    fputs(",\"text\":", stdout);
-    kvp_cli_json_str(stdout, (const char *)s->text.data, s->text.len);
-    printf(",\"tokens\":%u,\"finish_reason\":\"%s\",\"ttft_ms\":%.2f,\"tpot_ms\":%.3f}\n", s->n_gen,
-           kvp_gen_finish_name(s->rec.finish_reason), ttft, tpot);
+        fputs(kvp_request_id(s, idb), f);
+    fputs(",\"text\":", f);
+    kvp_cli_json_str(f, (const char *)s->text.data, s->text.len);
+    fprintf(f, ",\"tokens\":%u,\"finish_reason\":\"%s\",\"ttft_ms\":%.2f,\"tpot_ms\":%.3f}\n", s->n_gen,
+            kvp_gen_finish_name(s->rec.finish_reason), ttft, tpot);
+    if (fclose(f) != 0)
+        kvp_cli_die("out of memory");
+    for (size_t off = 0; off < len;) {
+        ssize_t w = write(c->fd, buf + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            if (errno == EPIPE)
+                exit(KVP_EXIT_OK); /* the reader went away: a quiet end, like head */
+            kvp_cli_die("%s: %s", c->out_name, strerror(errno));
+        }
+        off += (size_t)w;
+    }
+    free(buf);
+    c->n_written++;
 }
 
 static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
 {
     out_ctx *c = cp;
     if (n == 0 && s->rec.finish_reason == KVP_FINISH_KV_MEMORY) {
+        char idb[32];
         c->n_kv_memory++;
-        if (s->rec.label[0])
-            kvp_cli_warn("sequence %s: KV cache out of blocks: it needs more than all %u blocks of %llu bytes; "
-                         "raise --kv-mem or --kv-blocks", s->rec.label, c->kv.n_blocks,
-                         (unsigned long long)c->kv.block_bytes);
-        else
-            kvp_cli_warn("sequence %llu: KV cache out of blocks: it needs more than all %u blocks of %llu bytes; "
-                         "raise --kv-mem or --kv-blocks", (unsigned long long)s->rec.id, c->kv.n_blocks,
-                         (unsigned long long)c->kv.block_bytes);
+        kvp_cli_warn("sequence %s: KV cache out of blocks: it needs more than all %u blocks of %llu bytes; "
+                     "raise --kv-mem or --kv-blocks", kvp_request_id(s, idb), c->kv.n_blocks,
+                     (unsigned long long)c->kv.block_bytes);
     }
     if (c->stream_text) {
         fwrite(bytes, 1, n, stdout);
         if (n == 0)
             fputc('\n', stdout);
+        fflush(stdout);
     } else if (n == 0) {
-        print_line(s);
+        write_line(c, s);
     }
-    fflush(stdout);
-    if (n == 0 && c->kept)
+    if (n == 0 && c->kept) {
+        if (c->n_kept == c->cap_kept) {
+            uint32_t cap = c->cap_kept ? c->cap_kept * 2 : 64;
+            kvp_request **k = realloc(c->kept, cap * sizeof *k);
+            if (!k)
+                kvp_cli_die("out of memory");
+            c->kept = k;
+            c->cap_kept = cap;
+        }
         c->kept[c->n_kept++] = kvp_request_of(s);
+    }
 }
 
 /* The run's summary: counts, throughput, the latency distributions and
@@ -164,83 +202,38 @@ static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_met
     free(buf);
 }
 
-/* ---- request sources ---- */
+enum { OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD };
 
-/* Prompts from -p, -f or --tokens, tokenized. */
-typedef struct prompt_src {
-    const kvp_runopts *o;
-    const kvp_tokenizer *tok;
-    kvp_prompts ps;
-    uint32_t **ids, *lens;
-    uint32_t next;
-} prompt_src;
+static volatile sig_atomic_t stop_signal;
 
-static int prompt_next(void *ctx, int block, kvp_request **out, kvp_err *err)
+static void on_stop(int sig) { stop_signal = sig; }
+
+/* SIGINT and SIGTERM end the run after the step in progress. */
+static void catch_stop_signals(void)
 {
-    (void)block;
-    prompt_src *p = ctx;
-    if (p->next >= p->ps.n)
-        return KVP_BATCH_END;
-    uint32_t i = p->next++;
-    kvp_sampling smp = p->o->sampling;
-    kvp_sample_seed(&smp, i);
-    kvp_request *r = kvp_request_new(p->tok, i, p->ps.p[i].label, p->ids[i], p->lens[i], &smp);
-    free(p->ids[i]);
-    p->ids[i] = NULL;
-    if (!r)
-        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
-    r->opts = (kvp_gen_opts){.stop = p->o->stop, .n_stop = p->o->n_stop, .ignore_eos = p->o->ignore_eos};
-    *out = r;
-    return 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
-/* Sequences of a KVP stream (prefill's output, or a saved --kv-out): each
- * becomes a request whose tokens are the stream's, its KV held by the
- * stream's sequence until the request reuses the blocks. */
-typedef struct stream_src {
-    const kvp_runopts *o;
-    const kvp_tokenizer *tok;
-    kvp_kvcache *kc;
-    kvp_seqio_seq *ss;
-    uint32_t n, next;
-} stream_src;
-
-static int stream_next(void *ctx, int block, kvp_request **out, kvp_err *err)
+/* --resume OUT: the ids OUT already has; OUT cut back to its whole lines
+ * and opened for appending. */
+static int open_resume(const char *path, kvp_idset *done)
 {
-    (void)block;
-    stream_src *p = ctx;
-    if (p->next >= p->n)
-        return KVP_BATCH_END;
-    kvp_seqio_seq *q = &p->ss[p->next++];
-    uint32_t len = kvp_kvcache_seq_len(p->kc, q->handle);
-    kvp_request *r = kvp_request_new(p->tok, q->rec.id, q->rec.label, kvp_kvcache_seq_tokens(p->kc, q->handle), len,
-                                     &q->rec.sampling);
-    if (!r)
-        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
-    r->holder = q->handle; /* its blocks serve the request's start, then go */
-    r->g.rec = q->rec;
-    r->n_prompt = q->rec.n_prompt;
-    r->opts = (kvp_gen_opts){.stop = p->o->stop, .n_stop = p->o->n_stop, .ignore_eos = p->o->ignore_eos};
-    kvp_runopts_apply_sampling(p->o, &r->g.rec.sampling);
-    if (p->o->sampling_set & KVP_SET_SEED)
-        kvp_sample_seed(&r->g.rec.sampling, r->g.rec.id);
-    int rc = kvp_sample_check(&r->g.rec.sampling, err);
-    /* a sequence cut by its budget continues; one that met a stop does not */
-    int over = q->rec.next_token < 0 ||
-               (q->rec.state == KVP_SEQ_FINISHED && q->rec.finish_reason != KVP_FINISH_LENGTH);
-    if (rc == 0 && !over)
-        rc = kvp_request_feed(r, q->rec.state == KVP_SEQ_PREFILLED, err);
-    else if (rc == 0)
-        kvp_request_end(r);
-    if (rc < 0) {
-        kvp_request_free(r);
-        return rc;
-    }
-    *out = r;
-    return 1;
+    kvp_err err = {0};
+    uint64_t whole = 0;
+    if (kvp_results_scan(path, done, &whole, &err) < 0)
+        kvp_cli_die_err(&err);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        kvp_cli_die("%s: %s", path, strerror(errno));
+    if (ftruncate(fd, (off_t)whole) != 0)
+        kvp_cli_die("%s: cannot cut off the unfinished last line: %s", path, strerror(errno));
+    return fd;
 }
-
-enum { OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT };
 
 int main(int argc, char **argv)
 {
@@ -254,8 +247,12 @@ int main(int argc, char **argv)
     longopts[k++] = (struct option){"slo-ttft", required_argument, NULL, OPT_SLO_TTFT};
     longopts[k++] = (struct option){"slo-tpot", required_argument, NULL, OPT_SLO_TPOT};
     longopts[k++] = (struct option){"min-goodput", required_argument, NULL, OPT_MIN_GOODPUT};
+    longopts[k++] = (struct option){"resume", required_argument, NULL, OPT_RESUME};
+    longopts[k++] = (struct option){"shard", required_argument, NULL, OPT_SHARD};
     longopts[k] = (struct option){NULL, 0, NULL, 0};
     double slo_ttft = 0, slo_tpot = 0, min_goodput = -1;
+    const char *resume = NULL;
+    uint32_t shard_k = 0, shard_n = 0;
     int c;
     while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "h", longopts, NULL)) != -1) {
         if (kvp_runopts_parse(&o, c, optarg))
@@ -267,6 +264,19 @@ int main(int argc, char **argv)
         }
         if (c == OPT_MIN_GOODPUT) {
             min_goodput = kvp_cli_opt_f64("--min-goodput", optarg, 0, 1);
+            continue;
+        }
+        if (c == OPT_RESUME) {
+            resume = optarg;
+            continue;
+        }
+        if (c == OPT_SHARD) {
+            unsigned kk, nn;
+            char end;
+            if (sscanf(optarg, "%u/%u%c", &kk, &nn, &end) != 2 || nn == 0 || kk >= nn)
+                kvp_cli_usage_error("--shard: '%s' is not K/N with 0 <= K < N", optarg);
+            shard_k = kk;
+            shard_n = nn;
             continue;
         }
         if (c == 'h' || c == KVP_OPT_HELP) {
@@ -291,44 +301,45 @@ int main(int argc, char **argv)
     if (kvp_sample_check(&o.sampling, &err) < 0)
         kvp_cli_usage_error("%s", err.msg);
 
-    kvp_run r;
-    if (kvp_run_open(&r, &o, &err) < 0)
-        kvp_cli_die_err(&err);
-    prompt_src ps = {.o = &o, .tok = r.tok};
-    stream_src ss = {.o = &o, .tok = r.tok};
-    kvp_batch_source src;
-    uint32_t n = 0;
-    if (from_prompts) {
-        if (kvp_run_prompts(&r, &o, &ps.ps, &ps.ids, &ps.lens, &err) < 0 || kvp_run_start(&r, &o, NULL, &err) < 0)
-            kvp_cli_die_err(&err);
-        n = (uint32_t)ps.ps.n;
-        src = (kvp_batch_source){.ctx = &ps, .next = prompt_next};
-    } else {
-        kvp_in in;
-        kvp_reader *rd = NULL;
-        if (kvp_in_open(&in, kv_in, &err) < 0 || kvp_reader_open(&rd, &in, &err) < 0 ||
-            kvp_seqio_read(rd, in.name, r.model, r.be, &o.kv, &ss.kc, &ss.ss, &ss.n, &err) < 0 ||
-            kvp_run_start(&r, &o, ss.kc, &err) < 0)
-            kvp_cli_die_err(&err);
-        kvp_reader_free(rd);
-        kvp_in_close(&in);
-        n = ss.n;
-        src = (kvp_batch_source){.ctx = &ss, .next = stream_next};
+    if (resume && o.kv_out)
+        kvp_cli_usage_error("--resume and --kv-out at once (a resumed job's KV state would be partial)");
+
+    kvp_idset done;
+    kvp_idset_init(&done);
+    out_ctx oc = {.fd = STDOUT_FILENO, .out_name = "standard output"};
+    if (resume) {
+        oc.fd = open_resume(resume, &done);
+        oc.out_name = resume;
     }
-    out_ctx oc = {.stream_text = n == 1 && !o.json, .o = &o};
-    if (o.kv_out && !(oc.kept = calloc(n ? n : 1, sizeof *oc.kept)))
-        kvp_cli_die("out of memory");
+    kvp_run r;
+    kvp_jobsrc *js = NULL;
+    if (kvp_run_open(&r, &o, &err) < 0 || kvp_jobsrc_open(&js, &r, &o, kv_in, &err) < 0)
+        kvp_cli_die_err(&err);
+    kvp_jobsrc_filter(js, shard_k, shard_n, resume ? &done : NULL);
+    uint64_t n = kvp_jobsrc_total(js);
+    oc.stream_text = n == 1 && !o.json && !resume && shard_n < 2;
     kvp_kvcache_get_stats(r.kc, &oc.kv);
+    if (o.kv_out)
+        oc.kept = calloc(1, sizeof *oc.kept);
     kvp_metrics metrics;
     kvp_metrics_init(&metrics, slo_ttft, slo_tpot);
-    kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .metrics = &metrics};
+    kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .metrics = &metrics,
+                         .stop = &stop_signal};
+    kvp_batch_source src = kvp_jobsrc_source(js);
     kvp_batch_stats st;
+    fflush(stdout);
+    catch_stop_signals();
     if (kvp_batch_run(r.engine, r.kc, r.tok, &bo, &src, emit, &oc, &st, &err) < 0)
         kvp_cli_die_err(&err);
     if (o.stats)
         write_stats(&o, &st, &metrics);
-    double goodput = kvp_metrics_goodput(&metrics);
-    kvp_metrics_free(&metrics);
+    if (st.stopped) {
+        uint64_t left = n - kvp_jobsrc_skipped(js) - st.requests;
+        kvp_cli_warn("stopped by %s: %llu sequences written, %llu not finished%s%s", strsignal(stop_signal),
+                     (unsigned long long)st.requests, (unsigned long long)left,
+                     resume ? "; run again with --resume " : "", resume ? resume : "");
+        return 128 + stop_signal;
+    }
     if (o.kv_out) {
         kvp_gen_seq *seqs = calloc(oc.n_kept ? oc.n_kept : 1, sizeof *seqs);
         if (!seqs)
@@ -340,12 +351,15 @@ int main(int argc, char **argv)
         free(seqs);
         for (uint32_t i = 0; i < oc.n_kept; i++)
             kvp_request_free(oc.kept[i]);
-        free(oc.kept);
     }
-    free(ps.ids);
-    free(ps.lens);
-    kvp_prompts_free(&ps.ps);
-    free(ss.ss);
+    free(oc.kept);
+    if (resume && close(oc.fd) != 0)
+        kvp_cli_die("%s: %s", resume, strerror(errno));
+    kvp_idset_free(&done);
+    uint64_t n_asked = n - kvp_jobsrc_skipped(js);
+    kvp_jobsrc_free(js);
+    double goodput = kvp_metrics_goodput(&metrics);
+    kvp_metrics_free(&metrics);
     kvp_run_close(&r);
     kvp_runopts_free(&o);
     int rc = kvp_cli_close_stdout();
@@ -354,8 +368,8 @@ int main(int argc, char **argv)
         return 3;
     }
     if (oc.n_kv_memory) {
-        kvp_cli_warn("%llu of %u sequences did not fit in the KV cache; the others completed",
-                     (unsigned long long)oc.n_kv_memory, n);
+        kvp_cli_warn("%llu of %llu sequences did not fit in the KV cache; the others completed",
+                     (unsigned long long)oc.n_kv_memory, (unsigned long long)n_asked);
         return KVP_EXIT_FAIL;
     }
     return rc;

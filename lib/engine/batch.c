@@ -272,6 +272,10 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         goto out;
     }
     for (;;) {
+        if (o->stop && *o->stop) {
+            st->stopped = 1;
+            break;
+        }
         /* Read ahead; wait for the source only when there is nothing to run. */
         while (!src_done && kvp_sched_n_waiting(s) < lookahead) {
             int idle = kvp_sched_n_running(s) == 0 && kvp_sched_n_waiting(s) == 0;
@@ -338,9 +342,11 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         }
     }
 out:
-    /* after a failure, whatever is still queued or running goes */
-    for (kvp_sched_req *left; s && (left = kvp_sched_drain(s)) != NULL;)
+    /* after a failure or a stop, whatever is still queued or running goes */
+    for (kvp_sched_req *left; s && (left = kvp_sched_drain(s)) != NULL;) {
         kvp_request_free(left->user);
+        st->dropped++;
+    }
     st->preemptions = s ? kvp_sched_n_preemptions(s) : 0;
     st->seconds = kvp_gen_now() - t0;
     free(logits);

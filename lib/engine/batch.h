@@ -23,6 +23,7 @@
 #include "sched.h"
 #include "tokenizer.h"
 
+#include <signal.h>
 #include <stdint.h>
 
 typedef struct kvp_request {
@@ -55,6 +56,8 @@ typedef struct kvp_batch_opts {
     int keep_finished;       /* finished requests keep their KV sequence and are the
                                 emit callback's to free (for saving the state) */
     kvp_metrics *metrics;    /* per-request and per-token timings, or NULL */
+    volatile sig_atomic_t *stop; /* when set non-zero (a signal), the run ends after
+                                    the step in progress; unfinished requests are dropped */
 } kvp_batch_opts;
 
 /* Summary of a run (kvp_batch_run fills it). */
@@ -63,6 +66,8 @@ typedef struct kvp_batch_stats {
     uint64_t prompt_tokens, cached_tokens, generated;
     uint64_t steps, preemptions;
     uint32_t peak_blocks;              /* most blocks in use at once */
+    uint64_t dropped;                  /* unfinished when *stop was seen */
+    int stopped;                       /* the run ended on *stop */
     uint32_t total_blocks;
     double seconds;
 } kvp_batch_stats;

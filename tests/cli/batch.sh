@@ -47,6 +47,7 @@ if ls "$T"/stats.json.tmp.* >/dev/null 2>&1; then fail "a temporary stats file w
 # rounding does not depend on the step: not yet, see the README's limits.)
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1
 expect_status 0 "one at a time"
+cp "$OUT" "$T/alone.raw"
 lines >"$T/alone"
 for mode in "--static" "--static --kv-mem 2MiB"; do
     # shellcheck disable=SC2086
@@ -57,6 +58,72 @@ done
 q1=$(grep '"id":"q1"' "$T/alone" | sed 's/"id":"q1"//')
 q3=$(grep '"id":"q3"' "$T/alone" | sed 's/"id":"q3"//')
 if [ -n "$q1" ] && [ "$q1" = "$q3" ]; then pass "equal prompts give equal text"; else fail "q1 and q3 differ"; fi
+
+# --shard K/N: three shards hold every request once, each as run alone.
+: >"$T/shards"
+for k in 0 1 2; do
+    run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 --shard $k/3
+    expect_status 0 "shard $k/3"
+    lines >>"$T/shards"
+done
+sort "$T/shards" >"$T/shards.sorted"
+if cmp -s "$T/alone" "$T/shards.sorted"; then pass "shards 0/3 1/3 2/3 together are the whole job"
+else fail "the shards differ from the whole job"; fi
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --shard 1/4
+if [ "$(wc -l <"$OUT")" = 3 ]; then pass "shard 1/4 of 10 takes 3 (ids 1, 5, 9)"; else fail "shard 1/4: $(wc -l <"$OUT") lines"; fi
+run decode -m x.gguf -p hi --shard 3/3
+expect_status 2 "--shard 3/3 is a usage error"
+
+# --resume: a job cut off mid-line resumes to the same lines as one run.
+head -n 3 "$T/alone.raw" >"$T/out.jsonl"
+printf '{"id":"q9","text":"half a li' >>"$T/out.jsonl"
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 --resume "$T/out.jsonl"
+expect_status 0 "--resume finishes the job"
+expect_out_empty "results go to the file, not stdout"
+sed 's/,"ttft_ms.*//' "$T/out.jsonl" | sort >"$T/resumed"
+if cmp -s "$T/alone" "$T/resumed"; then pass "resumed lines equal one run's"; else fail "resumed lines differ"; fi
+before=$(wc -l <"$T/out.jsonl")
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 --resume "$T/out.jsonl"
+expect_status 0 "resuming a finished job"
+if [ "$(wc -l <"$T/out.jsonl")" = "$before" ]; then pass "adds nothing"; else fail "a finished job grew"; fi
+printf 'not json\n' >"$T/bad.jsonl"
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --resume "$T/bad.jsonl"
+expect_status 1 "a results file with a broken line is refused"
+expect_err_has "bad.jsonl:1" "names the file and line"
+
+# Killed (SIGKILL) at random moments and resumed until done: the same lines.
+rm -f "$T/killed.jsonl"
+seed=7
+for round in 1 2 3 4 5 6 7 8 9 10 11 12; do
+    decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 --resume "$T/killed.jsonl" >/dev/null 2>&1 &
+    pid=$!
+    seed=$(( (seed * 1103515245 + 12345) % 2147483648 ))
+    sleep "0.$(( 3 + seed % 7 ))"
+    kill -9 $pid 2>/dev/null
+    wait $pid 2>/dev/null
+done
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 --resume "$T/killed.jsonl"
+expect_status 0 "the last resume completes"
+sed 's/,"ttft_ms.*//' "$T/killed.jsonl" | sort >"$T/killed"
+if cmp -s "$T/alone" "$T/killed"; then pass "killed 12 times, resumed: the same lines as one run"
+else fail "killed and resumed: lines differ ($(wc -l <"$T/killed.jsonl") lines)"; fi
+
+# SIGTERM: the step in progress ends, what finished is written, exit 143.
+rm -f "$T/term.jsonl"
+decode -m "$M" -t 2 -f "$T/p.jsonl" -n 32 --max-num-seqs 1 --resume "$T/term.jsonl" >/dev/null 2>"$T/term.err" &
+pid=$!
+sleep 1.5
+kill -TERM $pid
+wait $pid
+status=$?
+LAST_CMD="decode ... --resume term.jsonl, then SIGTERM"
+expect_status 143 "SIGTERM exits 143"
+if grep -q "stopped by" "$T/term.err" && grep -q "not finished; run again with --resume" "$T/term.err"; then
+    pass "says how many remain and how to go on"
+else fail "SIGTERM message: $(cat "$T/term.err")"; fi
+if [ ! -s "$T/term.jsonl" ] || [ "$(tail -c 1 "$T/term.jsonl" | od -An -c | tr -d ' ')" = '\n' ]; then
+    pass "only whole lines were written"
+else fail "a half line after SIGTERM"; fi
 
 # A prompt longer than the whole cache ends alone; the others complete.
 long=$(i=0; while [ $i -lt 60 ]; do printf 'word%d ' $i; i=$((i + 1)); done)

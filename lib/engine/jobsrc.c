@@ -1,0 +1,189 @@
+/* jobsrc.c - a batch job's requests (see jobsrc.h). */
+#include "jobsrc.h"
+#include "sample.h"
+#include "seqio.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kvp_jobsrc {
+    const kvp_runopts *o;
+    const kvp_tokenizer *tok;
+    /* prompts: tokenized by kvp_run_prompts */
+    int from_prompts;
+    kvp_prompts ps;
+    uint32_t **ids, *lens;
+    /* a stream: its sequences loaded into the cache */
+    kvp_kvcache *kc;
+    kvp_seqio_seq *ss;
+    uint64_t n, next;
+    /* the filter */
+    uint32_t shard_k, shard_n;
+    const kvp_idset *done;
+    uint64_t skipped;
+};
+
+const char *kvp_request_id(const kvp_gen_seq *s, char buf[32])
+{
+    if (s->rec.label[0])
+        return s->rec.label;
+    snprintf(buf, 32, "%" PRIu64, s->rec.id);
+    return buf;
+}
+
+/* Whether request i (label, or its index) passes the filter. */
+static int keep(kvp_jobsrc *js, uint64_t i, const char *label)
+{
+    if (js->shard_n > 1 && i % js->shard_n != js->shard_k)
+        return 0;
+    if (js->done) {
+        char buf[32];
+        const char *id = label && label[0] ? label : (snprintf(buf, sizeof buf, "%" PRIu64, i), buf);
+        if (kvp_idset_has(js->done, id, strlen(id))) {
+            js->skipped++;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static kvp_gen_opts gen_opts(const kvp_runopts *o)
+{
+    return (kvp_gen_opts){.stop = o->stop, .n_stop = o->n_stop, .ignore_eos = o->ignore_eos};
+}
+
+static int prompt_next(kvp_jobsrc *js, kvp_request **out, kvp_err *err)
+{
+    for (; js->next < js->n; js->next++) {
+        uint64_t i = js->next;
+        if (!keep(js, i, js->ps.p[i].label)) {
+            free(js->ids[i]);
+            js->ids[i] = NULL;
+            continue;
+        }
+        js->next++;
+        kvp_sampling smp = js->o->sampling;
+        kvp_sample_seed(&smp, i);
+        kvp_request *r = kvp_request_new(js->tok, i, js->ps.p[i].label, js->ids[i], js->lens[i], &smp);
+        free(js->ids[i]);
+        js->ids[i] = NULL;
+        if (!r)
+            return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+        r->opts = gen_opts(js->o);
+        *out = r;
+        return 1;
+    }
+    return KVP_BATCH_END;
+}
+
+/* A stream's sequence becomes a request whose tokens are the stream's; the
+ * stream's own cache sequence holds the KV until the request reuses it. */
+static int stream_next(kvp_jobsrc *js, kvp_request **out, kvp_err *err)
+{
+    for (; js->next < js->n; js->next++) {
+        kvp_seqio_seq *q = &js->ss[js->next];
+        if (!keep(js, js->next, q->rec.label)) {
+            kvp_kvcache_seq_free(js->kc, q->handle);
+            continue;
+        }
+        js->next++;
+        uint32_t len = kvp_kvcache_seq_len(js->kc, q->handle);
+        kvp_request *r = kvp_request_new(js->tok, q->rec.id, q->rec.label, kvp_kvcache_seq_tokens(js->kc, q->handle),
+                                         len, &q->rec.sampling);
+        if (!r)
+            return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+        r->holder = q->handle;
+        r->g.rec = q->rec;
+        r->n_prompt = q->rec.n_prompt;
+        r->opts = gen_opts(js->o);
+        kvp_runopts_apply_sampling(js->o, &r->g.rec.sampling);
+        if (js->o->sampling_set & KVP_SET_SEED)
+            kvp_sample_seed(&r->g.rec.sampling, r->g.rec.id);
+        int rc = kvp_sample_check(&r->g.rec.sampling, err);
+        /* a sequence cut by its budget continues; one that met a stop does not */
+        int over = q->rec.next_token < 0 ||
+                   (q->rec.state == KVP_SEQ_FINISHED && q->rec.finish_reason != KVP_FINISH_LENGTH);
+        if (rc == 0 && !over)
+            rc = kvp_request_feed(r, q->rec.state == KVP_SEQ_PREFILLED, err);
+        else if (rc == 0)
+            kvp_request_end(r);
+        if (rc < 0) {
+            kvp_request_free(r);
+            return rc;
+        }
+        *out = r;
+        return 1;
+    }
+    return KVP_BATCH_END;
+}
+
+static int next(void *ctx, int block, kvp_request **out, kvp_err *err)
+{
+    (void)block; /* everything is read at open */
+    kvp_jobsrc *js = ctx;
+    return js->from_prompts ? prompt_next(js, out, err) : stream_next(js, out, err);
+}
+
+int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const char *kv_in, kvp_err *err)
+{
+    *out = NULL;
+    kvp_jobsrc *js = calloc(1, sizeof *js);
+    if (!js)
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    js->o = o;
+    js->tok = r->tok;
+    js->from_prompts = o->prompt || o->file || o->tokens;
+    int rc;
+    if (js->from_prompts) {
+        if ((rc = kvp_run_prompts(r, o, &js->ps, &js->ids, &js->lens, err)) == 0)
+            rc = kvp_run_start(r, o, NULL, err);
+        js->n = js->ps.n;
+    } else {
+        kvp_in in;
+        kvp_reader *rd = NULL;
+        uint32_t n = 0;
+        if ((rc = kvp_in_open(&in, kv_in, err)) < 0) {
+            kvp_jobsrc_free(js);
+            return rc;
+        }
+        if ((rc = kvp_reader_open(&rd, &in, err)) == 0 &&
+            (rc = kvp_seqio_read(rd, in.name, r->model, r->be, &o->kv, &js->kc, &js->ss, &n, err)) == 0)
+            rc = kvp_run_start(r, o, js->kc, err);
+        kvp_reader_free(rd);
+        kvp_in_close(&in);
+        js->n = n;
+    }
+    if (rc < 0) {
+        kvp_jobsrc_free(js);
+        return rc;
+    }
+    *out = js;
+    return 0;
+}
+
+void kvp_jobsrc_free(kvp_jobsrc *js)
+{
+    if (!js)
+        return;
+    if (js->ids)
+        for (uint64_t i = 0; i < js->ps.n; i++)
+            free(js->ids[i]);
+    free(js->ids);
+    free(js->lens);
+    kvp_prompts_free(&js->ps);
+    free(js->ss);
+    free(js);
+}
+
+void kvp_jobsrc_filter(kvp_jobsrc *js, uint32_t k, uint32_t n, const kvp_idset *done)
+{
+    js->shard_k = k;
+    js->shard_n = n;
+    js->done = done;
+}
+
+kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js) { return (kvp_batch_source){.ctx = js, .next = next}; }
+uint64_t kvp_jobsrc_total(const kvp_jobsrc *js) { return js->n; }
+uint64_t kvp_jobsrc_skipped(const kvp_jobsrc *js) { return js->skipped; }

@@ -1,0 +1,42 @@
+/* jobsrc.h - where a batch job's requests come from (decode, and specdec
+ * after it): the prompts the options name (-p, -f, --tokens), or the
+ * sequences of a KVP stream that prefill or an earlier decode wrote.
+ *
+ * Requests can be filtered, with no coordinator between processes:
+ *  - shard K/N keeps every N-th request starting at K (0 <= K < N), so N
+ *    cron entries or a Slurm job array split one prompts file;
+ *  - done (a results file's ids, lib/engine/results.h) drops requests already
+ *    answered, so a killed job resumes where it stopped.
+ * A request's id is what decode prints: its label (the prompts file's "id"),
+ * else its index in the input.
+ */
+#ifndef KVP_JOBSRC_H
+#define KVP_JOBSRC_H
+
+#include "batch.h"
+#include "error.h"
+#include "results.h"
+#include "runopts.h"
+
+#include <stdint.h>
+
+typedef struct kvp_jobsrc kvp_jobsrc;
+
+/* Read the job's input: prompts when o names them, else the KVP stream at
+ * kv_in ("-": stdin), whose cache becomes r's (kvp_run_start is done here
+ * either way).  0 or a code. */
+int kvp_jobsrc_open(kvp_jobsrc **js, kvp_run *r, const kvp_runopts *o, const char *kv_in, kvp_err *err);
+void kvp_jobsrc_free(kvp_jobsrc *js);
+/* Keep only shard k of n (n 0 or 1: all) and requests whose id is not in
+ * done (NULL: none). */
+void kvp_jobsrc_filter(kvp_jobsrc *js, uint32_t k, uint32_t n, const kvp_idset *done);
+/* The source to hand kvp_batch_run. */
+kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js);
+/* Requests in the input, and how many the filter has dropped so far. */
+uint64_t kvp_jobsrc_total(const kvp_jobsrc *js);
+uint64_t kvp_jobsrc_skipped(const kvp_jobsrc *js);
+
+/* The id of a request as printed: label, else the decimal index, into buf. */
+const char *kvp_request_id(const kvp_gen_seq *s, char buf[32]);
+
+#endif

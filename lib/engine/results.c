@@ -1,0 +1,137 @@
+/* results.c - ids already written to a results file (see results.h). */
+#include "results.h"
+#include "io.h"
+#include "json.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define RESULTS_MAX_BYTES (UINT64_C(1) << 36) /* 64 GiB of results: far beyond any job */
+
+void kvp_idset_init(kvp_idset *s) { memset(s, 0, sizeof *s); }
+
+void kvp_idset_free(kvp_idset *s)
+{
+    for (size_t i = 0; i < s->cap; i++)
+        free(s->slot[i]);
+    free(s->slot);
+    memset(s, 0, sizeof *s);
+}
+
+static uint64_t fnv1a(const char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* The slot of id, or of the empty place where it would go. */
+static size_t find(const kvp_idset *s, const char *id, size_t len)
+{
+    size_t i = (size_t)fnv1a(id, len) & (s->cap - 1);
+    while (s->slot[i] && (strlen(s->slot[i]) != len || memcmp(s->slot[i], id, len) != 0))
+        i = (i + 1) & (s->cap - 1);
+    return i;
+}
+
+int kvp_idset_has(const kvp_idset *s, const char *id, size_t len)
+{
+    return s->cap && s->slot[find(s, id, len)] != NULL;
+}
+
+static int grow(kvp_idset *s)
+{
+    size_t cap = s->cap ? s->cap * 2 : 256;
+    kvp_idset g = {calloc(cap, sizeof *g.slot), cap, 0};
+    if (!g.slot)
+        return KVP_ENOMEM;
+    for (size_t i = 0; i < s->cap; i++)
+        if (s->slot[i])
+            g.slot[find(&g, s->slot[i], strlen(s->slot[i]))] = s->slot[i];
+    g.n = s->n;
+    free(s->slot);
+    *s = g;
+    return 0;
+}
+
+int kvp_idset_add(kvp_idset *s, const char *id, size_t len)
+{
+    if ((s->n + 1) * 2 > s->cap && grow(s) < 0)
+        return KVP_ENOMEM;
+    size_t i = find(s, id, len);
+    if (s->slot[i])
+        return 0;
+    char *c = malloc(len + 1);
+    if (!c)
+        return KVP_ENOMEM;
+    memcpy(c, id, len);
+    c[len] = '\0';
+    s->slot[i] = c;
+    s->n++;
+    return 1;
+}
+
+/* The id of one whole line, as decode prints it: a string, or an integer. */
+static int line_id(const char *path, uint64_t line, const char *p, size_t n, kvp_idset *done, kvp_err *err)
+{
+    kvp_json *v = NULL;
+    /* the parser says "NAME:1:COL: what" of the one line: NAME is path:line */
+    char name[600];
+    snprintf(name, sizeof name, "%s:%" PRIu64, path, line);
+    int rc = kvp_json_parse(&v, p, n, name, err);
+    if (rc < 0)
+        return rc;
+    const kvp_json *id = kvp_json_get(v, "id");
+    const char *s = kvp_json_get_str(v, "id");
+    char num[32];
+    int64_t k;
+    if (!s && id && kvp_json_to_i64(id, &k) == 0) {
+        snprintf(num, sizeof num, "%" PRId64, k);
+        s = num;
+    }
+    if (!s) {
+        kvp_json_free(v);
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": a result line without an \"id\" (string or integer)",
+                           path, line);
+    }
+    rc = kvp_idset_add(done, s, strlen(s));
+    kvp_json_free(v);
+    return rc < 0 ? kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its ids", path) : 0;
+}
+
+int kvp_results_scan(const char *path, kvp_idset *done, uint64_t *whole, kvp_err *err)
+{
+    *whole = 0;
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT)
+        return 0; /* nothing written yet */
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int rc = kvp_read_file(path, RESULTS_MAX_BYTES, &data, &len, err);
+    if (rc < 0)
+        return rc;
+    const char *p = (const char *)data;
+    size_t start = 0;
+    uint64_t line = 0;
+    for (size_t i = 0; i < len && rc == 0; i++) {
+        if (p[i] != '\n')
+            continue;
+        line++;
+        size_t b = start;
+        while (b < i && (p[b] == ' ' || p[b] == '\t' || p[b] == '\r'))
+            b++;
+        if (b < i)
+            rc = line_id(path, line, p + start, i - start, done, err);
+        start = i + 1;
+        if (rc == 0)
+            *whole = start;
+    }
+    free(data);
+    return rc;
+}
