@@ -33,6 +33,8 @@ static void usage(FILE *f)
             "      --resume OUT        append results to OUT, skipping the ids it already has (a killed job\n"
             "                          resumed gives the same lines as one run)\n"
             "      --shard K/N         only every N-th request, starting at K (0 <= K < N)\n"
+            "      --rate R            release requests at R a second (Poisson; --seed), not all at once\n"
+            "      --burstiness B      gamma-distributed gaps of shape B (1: Poisson; < 1 burstier)\n"
             "  -h, --help, --version\n\n"
             "Exit status: 0 success, 1 runtime error (bad model, stream or prompts file, a sequence\n"
             "that does not fit in the KV cache alone), 2 usage error, 3 goodput below --min-goodput,\n"
@@ -202,7 +204,7 @@ static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_met
     free(buf);
 }
 
-enum { OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD };
+enum { OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD, OPT_RATE, OPT_BURST };
 
 static volatile sig_atomic_t stop_signal;
 
@@ -249,10 +251,13 @@ int main(int argc, char **argv)
     longopts[k++] = (struct option){"min-goodput", required_argument, NULL, OPT_MIN_GOODPUT};
     longopts[k++] = (struct option){"resume", required_argument, NULL, OPT_RESUME};
     longopts[k++] = (struct option){"shard", required_argument, NULL, OPT_SHARD};
+    longopts[k++] = (struct option){"rate", required_argument, NULL, OPT_RATE};
+    longopts[k++] = (struct option){"burstiness", required_argument, NULL, OPT_BURST};
     longopts[k] = (struct option){NULL, 0, NULL, 0};
     double slo_ttft = 0, slo_tpot = 0, min_goodput = -1;
     const char *resume = NULL;
     uint32_t shard_k = 0, shard_n = 0;
+    double rate = 0, burstiness = 1;
     int c;
     while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "h", longopts, NULL)) != -1) {
         if (kvp_runopts_parse(&o, c, optarg))
@@ -264,6 +269,14 @@ int main(int argc, char **argv)
         }
         if (c == OPT_MIN_GOODPUT) {
             min_goodput = kvp_cli_opt_f64("--min-goodput", optarg, 0, 1);
+            continue;
+        }
+        if (c == OPT_RATE) {
+            rate = kvp_cli_opt_f64("--rate", optarg, 1e-6, 1e9);
+            continue;
+        }
+        if (c == OPT_BURST) {
+            burstiness = kvp_cli_opt_f64("--burstiness", optarg, 1e-3, 1e3);
             continue;
         }
         if (c == OPT_RESUME) {
@@ -316,6 +329,7 @@ int main(int argc, char **argv)
     if (kvp_run_open(&r, &o, &err) < 0 || kvp_jobsrc_open(&js, &r, &o, kv_in, &err) < 0)
         kvp_cli_die_err(&err);
     kvp_jobsrc_filter(js, shard_k, shard_n, resume ? &done : NULL);
+    kvp_jobsrc_arrivals(js, rate, burstiness, o.sampling.seed);
     uint64_t n = kvp_jobsrc_total(js);
     oc.stream_text = n == 1 && !o.json && !resume && shard_n < 2;
     kvp_kvcache_get_stats(r.kc, &oc.kv);

@@ -4,9 +4,11 @@
 #include "seqio.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct kvp_jobsrc {
     const kvp_runopts *o;
@@ -19,6 +21,10 @@ struct kvp_jobsrc {
     kvp_kvcache *kc;
     kvp_seqio_seq *ss;
     uint64_t n, next;
+    /* arrivals (rate 0: all at once) */
+    double rate, shape;
+    uint64_t rng[2];
+    double next_arrival;     /* monotonic seconds; 0 until the first request */
     /* the filter */
     uint32_t shard_k, shard_n;
     const kvp_idset *done;
@@ -49,12 +55,84 @@ static int keep(kvp_jobsrc *js, uint64_t i, const char *label)
     return 1;
 }
 
+/* ---- arrivals ---- */
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+/* Uniform in (0, 1) from xoroshiro128+. */
+static double uniform(uint64_t s[2])
+{
+    uint64_t a = s[0], b = s[1], r = a + b;
+    b ^= a;
+    s[0] = rotl(a, 24) ^ b ^ (b << 16);
+    s[1] = rotl(b, 37);
+    return ((double)(r >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+static double normal(uint64_t s[2])
+{
+    return sqrt(-2.0 * log(uniform(s))) * cos(6.283185307179586 * uniform(s));
+}
+
+/* Gamma(shape k, scale 1) by Marsaglia and Tsang; k < 1 boosted by U^(1/k). */
+static double gamma_draw(uint64_t s[2], double k)
+{
+    if (k < 1)
+        return gamma_draw(s, k + 1) * pow(uniform(s), 1.0 / k);
+    double d = k - 1.0 / 3, c = 1.0 / sqrt(9 * d);
+    for (;;) {
+        double x = normal(s), v = 1 + c * x;
+        if (v <= 0)
+            continue;
+        v = v * v * v;
+        double u = uniform(s);
+        if (log(u) < 0.5 * x * x + d - d * v + d * log(v))
+            return d * v;
+    }
+}
+
+void kvp_jobsrc_arrivals(kvp_jobsrc *js, double rate, double burstiness, uint64_t seed)
+{
+    js->rate = rate;
+    js->shape = burstiness > 0 ? burstiness : 1;
+    js->rng[0] = seed * 0x9e3779b97f4a7c15ULL + 0x243f6a8885a308d3ULL;
+    js->rng[1] = (seed ^ 0x13198a2e03707344ULL) * 0xbf58476d1ce4e5b9ULL | 1;
+}
+
+static void sleep_until(double t)
+{
+    double now = kvp_gen_now();
+    if (t <= now)
+        return;
+    double d = t - now;
+    struct timespec ts = {.tv_sec = (time_t)d, .tv_nsec = (long)((d - floor(d)) * 1e9)};
+    nanosleep(&ts, NULL); /* a signal cuts it short: the caller looks again */
+}
+
+/* 1 when the next request has arrived (its arrival time in *t), else 0;
+ * with block, waits for it first. */
+static int arrived(kvp_jobsrc *js, int block, double *t)
+{
+    *t = 0;
+    if (js->rate <= 0)
+        return 1;
+    if (js->next_arrival == 0)
+        js->next_arrival = kvp_gen_now();
+    if (block)
+        sleep_until(js->next_arrival);
+    if (kvp_gen_now() < js->next_arrival)
+        return 0;
+    *t = js->next_arrival;
+    js->next_arrival += gamma_draw(js->rng, js->shape) / (js->rate * js->shape);
+    return 1;
+}
+
 static kvp_gen_opts gen_opts(const kvp_runopts *o)
 {
     return (kvp_gen_opts){.stop = o->stop, .n_stop = o->n_stop, .ignore_eos = o->ignore_eos};
 }
 
-static int prompt_next(kvp_jobsrc *js, kvp_request **out, kvp_err *err)
+static int prompt_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *err)
 {
     for (; js->next < js->n; js->next++) {
         uint64_t i = js->next;
@@ -63,6 +141,11 @@ static int prompt_next(kvp_jobsrc *js, kvp_request **out, kvp_err *err)
             js->ids[i] = NULL;
             continue;
         }
+        double t_arrival;
+        if (!arrived(js, block, &t_arrival))
+            return 0;
+        if (t_arrival == 0)
+            t_arrival = kvp_gen_now();
         js->next++;
         kvp_sampling smp = js->o->sampling;
         kvp_sample_seed(&smp, i);
@@ -72,6 +155,7 @@ static int prompt_next(kvp_jobsrc *js, kvp_request **out, kvp_err *err)
         if (!r)
             return kvp_err_set(err, KVP_ENOMEM, "out of memory");
         r->opts = gen_opts(js->o);
+        r->g.t_start = t_arrival;
         *out = r;
         return 1;
     }
@@ -80,7 +164,7 @@ static int prompt_next(kvp_jobsrc *js, kvp_request **out, kvp_err *err)
 
 /* A stream's sequence becomes a request whose tokens are the stream's; the
  * stream's own cache sequence holds the KV until the request reuses it. */
-static int stream_next(kvp_jobsrc *js, kvp_request **out, kvp_err *err)
+static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *err)
 {
     for (; js->next < js->n; js->next++) {
         kvp_seqio_seq *q = &js->ss[js->next];
@@ -88,6 +172,11 @@ static int stream_next(kvp_jobsrc *js, kvp_request **out, kvp_err *err)
             kvp_kvcache_seq_free(js->kc, q->handle);
             continue;
         }
+        double t_arrival;
+        if (!arrived(js, block, &t_arrival))
+            return 0;
+        if (t_arrival == 0)
+            t_arrival = kvp_gen_now();
         js->next++;
         uint32_t len = kvp_kvcache_seq_len(js->kc, q->handle);
         kvp_request *r = kvp_request_new(js->tok, q->rec.id, q->rec.label, kvp_kvcache_seq_tokens(js->kc, q->handle),
@@ -97,6 +186,7 @@ static int stream_next(kvp_jobsrc *js, kvp_request **out, kvp_err *err)
         r->holder = q->handle;
         r->g.rec = q->rec;
         r->n_prompt = q->rec.n_prompt;
+        r->g.t_start = t_arrival; /* before the prefill's token is shown: TTFT >= 0 */
         r->opts = gen_opts(js->o);
         kvp_runopts_apply_sampling(js->o, &r->g.rec.sampling);
         if (js->o->sampling_set & KVP_SET_SEED)
@@ -121,9 +211,8 @@ static int stream_next(kvp_jobsrc *js, kvp_request **out, kvp_err *err)
 
 static int next(void *ctx, int block, kvp_request **out, kvp_err *err)
 {
-    (void)block; /* everything is read at open */
     kvp_jobsrc *js = ctx;
-    return js->from_prompts ? prompt_next(js, out, err) : stream_next(js, out, err);
+    return js->from_prompts ? prompt_next(js, block, out, err) : stream_next(js, block, out, err);
 }
 
 int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const char *kv_in, kvp_err *err)

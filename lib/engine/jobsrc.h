@@ -30,6 +30,12 @@ void kvp_jobsrc_free(kvp_jobsrc *js);
 /* Keep only shard k of n (n 0 or 1: all) and requests whose id is not in
  * done (NULL: none). */
 void kvp_jobsrc_filter(kvp_jobsrc *js, uint32_t k, uint32_t n, const kvp_idset *done);
+/* Release the requests over time instead of all at once, as a serving
+ * benchmark does: gaps between arrivals are Gamma(shape burstiness, mean
+ * 1/rate) (burstiness 1: a Poisson process; below 1 burstier, above 1
+ * steadier), drawn from seed.  A request's arrival time, not the moment it
+ * is read, starts its TTFT.  rate 0: all at once. */
+void kvp_jobsrc_arrivals(kvp_jobsrc *js, double rate, double burstiness, uint64_t seed);
 /* The source to hand kvp_batch_run. */
 kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js);
 /* Requests in the input, and how many the filter has dropped so far. */

@@ -125,6 +125,14 @@ if [ ! -s "$T/term.jsonl" ] || [ "$(tail -c 1 "$T/term.jsonl" | od -An -c | tr -
     pass "only whole lines were written"
 else fail "a half line after SIGTERM"; fi
 
+# --rate: requests released over time still all complete (timings are
+# scripts/bench-serve's business, not a test's)
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 2 --rate 50 --burstiness 0.5 --seed 3 --stats --json
+expect_status 0 "requests released at a rate"
+if [ "$(grep -c '"finish_reason"' "$OUT")" = 10 ]; then pass "all 10 answered"; else fail "not all answered"; fi
+run decode -m x.gguf -p hi --rate 0
+expect_status 2 "--rate 0 is a usage error"
+
 # A prompt longer than the whole cache ends alone; the others complete.
 long=$(i=0; while [ $i -lt 60 ]; do printf 'word%d ' $i; i=$((i + 1)); done)
 {
