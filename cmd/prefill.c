@@ -79,7 +79,7 @@ int main(int argc, char **argv)
     kvp_prompts ps;
     uint32_t **ids = NULL, *lens = NULL, n = 0;
     kvp_gen_seq *seqs = NULL;
-    kvp_prompts_init(&ps, 0, NULL);
+    kvp_prompts_init(&ps);
     if (kvp_run_open(&r, &o, &err) < 0)
         kvp_cli_die_err(&err);
     if (resume) {
