@@ -60,6 +60,9 @@ int kvp_cli_progress_enabled(void);
 
 /* Write s as a JSON string literal (quotes, escapes, invalid UTF-8 as U+FFFD). */
 void kvp_cli_json_str(FILE *f, const char *s, size_t n);
+/* Write s in single quotes, C-escaped: \n \t \r \\ \' and \xNN for other
+ * control bytes and bytes that are not whole UTF-8 (part of a character). */
+void kvp_cli_c_str(FILE *f, const char *s, size_t n);
 
 /* Flush and close stdout, exit 1 on a write error (a full disk), exit 0
  * quietly when the reader went away.  Call before returning from main. */
