@@ -17,6 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A sequence's token ids in the listing: the first SEQ_HEAD and the last
+ * SEQ_TAIL (--json has them all). */
+enum { SEQ_HEAD = 8, SEQ_TAIL = 4 };
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -26,7 +30,9 @@ static void usage(FILE *f)
             "  -c, --check          verify the whole stream; print nothing but errors\n"
             "  -s, --summary        print totals: records by kind, bytes, compression ratio\n"
             "  -x, --extract NAME   write tensor NAME's raw data bytes to standard output\n"
-            "  -j, --json           JSON Lines: one object per record (or the summary)\n"
+            "  -j, --json           JSON Lines: one object per record (or the summary); a sequence's\n"
+            "                       token ids all (\"token_ids\"), where the listing shows the first\n"
+            "                       8 and the last 4\n"
             "  -h, --help           show this help and exit\n"
             "  -V, --version        show the version and exit\n"
             "\n"
@@ -204,7 +210,8 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
     }
     case KVP_KIND_SEQUENCE: {
         kvp_seq_rec s;
-        int rc = kvp_seq_decode(rec, &s, NULL, err);
+        const uint32_t *ids;
+        int rc = kvp_seq_decode(rec, &s, &ids, err);
         if (rc)
             return rc;
         d->t.tokens += s.n_tokens;
@@ -213,11 +220,22 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
         if (d->json) {
             printf(",\"seq_id\":%" PRIu64 ",\"label\":", s.id);
             kvp_cli_json_str(f, s.label, strlen(s.label));
-            printf(",\"tokens\":%u,\"prompt_tokens\":%u,\"next_token\":%d,\"state\":%u", s.n_tokens, s.n_prompt,
-                   s.next_token, s.state);
+            printf(",\"tokens\":%u,\"prompt_tokens\":%u,\"next_token\":%d,\"state\":%u,\"token_ids\":[", s.n_tokens,
+                   s.n_prompt, s.next_token, s.state);
+            for (uint32_t i = 0; i < s.n_tokens; i++)
+                printf("%s%u", i ? "," : "", ids[i]);
+            putchar(']');
         } else {
-            printf("seq %" PRIu64 "%s%s%s tokens %u (prompt %u) next %d", s.id, s.label[0] ? " \"" : "", s.label,
+            printf("seq %" PRIu64 "%s%s%s tokens %u (prompt %u) next %d ids [", s.id, s.label[0] ? " \"" : "", s.label,
                    s.label[0] ? "\"" : "", s.n_tokens, s.n_prompt, s.next_token);
+            for (uint32_t i = 0; i < s.n_tokens; i++) {
+                if (s.n_tokens > SEQ_HEAD + SEQ_TAIL && i == SEQ_HEAD) {
+                    printf(" ...");
+                    i = s.n_tokens - SEQ_TAIL;
+                }
+                printf("%s%u", i ? " " : "", ids[i]);
+            }
+            putchar(']');
         }
         return 0;
     }

@@ -9,13 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_RESUME = 0x2000 };
+enum { OPT_RESUME = 0x2000, OPT_TOKENIZE };
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "Usage: prefill -m MODEL [-p TEXT | -f FILE | --tokens IDS] [options] > kv.kvp\n"
             "       prefill -m MODEL --resume KV.kvp -p TEXT | --tokens IDS [options] > kv2.kvp\n"
+            "       prefill --tokenize -m MODEL [-p TEXT | -f FILE | --tokens IDS] [--chat] [--no-special] [--json]\n"
             "Run every prompt through the model in chunks, sample its first token and write a KVP\n"
             "stream: model fingerprint, one sequence record per prompt, its KV blocks (a block\n"
             "shared by several prompts is written once and referenced after) and the end record.\n\n"
@@ -23,11 +24,72 @@ static void usage(FILE *f)
             "  -o, --output FILE       write the stream to FILE (default stdout)\n"
             "      --resume FILE       extend every sequence of a saved KV stream (decode --kv-out)\n"
             "                          by one more turn: -p TEXT (with --chat, a user turn) or --tokens\n"
+            "      --tokenize          print each prompt's token ids and pieces instead (standard\n"
+            "                          input when no prompt is given; --json: {\"ids\",\"pieces\"})\n"
             "  -h, --help, --version\n\n"
             "Sampling options are stored in the stream and used by decode.\n"
             "Exit status: 0 success, 1 runtime error (bad model or prompts file, KV memory\n"
             "exhausted), 2 usage error.\n",
             kvp_runopts_help);
+}
+
+/* --tokenize: one line per token, "id -> 'piece'" as llama.cpp's tokenize
+ * tool prints it (escaped), or one JSON object per prompt. */
+static void list_tokens(const kvp_runopts *o)
+{
+    kvp_run r;
+    kvp_prompts ps;
+    uint32_t **ids = NULL, *lens = NULL;
+    kvp_err err = {0};
+    kvp_prompts_init(&ps);
+    if (kvp_run_open_vocab(&r, o, &err) < 0 || kvp_run_prompts(&r, o, &ps, &ids, &lens, &err) < 0)
+        kvp_cli_die_err(&err);
+    for (size_t i = 0; i < ps.n; i++) {
+        const char *label = ps.p[i].label;
+        if (o->json) {
+            fputs("{", stdout);
+            if (ps.n > 1 || label[0]) {
+                fputs("\"id\":", stdout);
+                if (label[0])
+                    kvp_cli_json_str(stdout, label, strlen(label));
+                else
+                    printf("%zu", i);
+                fputs(",", stdout);
+            }
+            fputs("\"ids\":[", stdout);
+            for (uint32_t k = 0; k < lens[i]; k++)
+                printf("%s%u", k ? "," : "", ids[i][k]);
+            fputs("],\"pieces\":[", stdout);
+        } else if (ps.n > 1) {
+            if (label[0])
+                printf("# %s\n", label);
+            else
+                printf("# %zu\n", i);
+        }
+        for (uint32_t k = 0; k < lens[i]; k++) {
+            size_t len;
+            const char *p = kvp_tokenizer_piece(r.tok, (int32_t)ids[i][k], &len);
+            if (!p)
+                kvp_cli_die("%s: token id %u is outside the vocabulary of %zu", o->model, ids[i][k],
+                            kvp_tokenizer_n_vocab(r.tok));
+            if (o->json) {
+                if (k)
+                    fputs(",", stdout);
+                kvp_cli_json_str(stdout, p, len);
+            } else {
+                printf("%6u -> ", ids[i][k]);
+                kvp_cli_c_str(stdout, p, len);
+                fputs("\n", stdout);
+            }
+        }
+        if (o->json)
+            fputs("]}\n", stdout);
+        free(ids[i]);
+    }
+    free(ids);
+    free(lens);
+    kvp_prompts_free(&ps);
+    kvp_run_close(&r);
 }
 
 int main(int argc, char **argv)
@@ -36,12 +98,14 @@ int main(int argc, char **argv)
     kvp_runopts o;
     kvp_runopts_init(&o);
     const char *output = "-", *resume = NULL;
+    int tokenize = 0;
     struct option longopts[64];
     size_t k = 0;
     for (; kvp_runopts_long[k].name; k++)
         longopts[k] = kvp_runopts_long[k];
     longopts[k++] = (struct option){"output", required_argument, NULL, 'o'};
     longopts[k++] = (struct option){"resume", required_argument, NULL, OPT_RESUME};
+    longopts[k++] = (struct option){"tokenize", no_argument, NULL, OPT_TOKENIZE};
     longopts[k] = (struct option){NULL, 0, NULL, 0};
     int c;
     while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "ho:", longopts, NULL)) != -1) {
@@ -55,6 +119,10 @@ int main(int argc, char **argv)
             resume = optarg;
             continue;
         }
+        if (c == OPT_TOKENIZE) {
+            tokenize = 1;
+            continue;
+        }
         if (c == 'h' || c == KVP_OPT_HELP) {
             usage(stdout);
             return kvp_cli_close_stdout();
@@ -65,7 +133,12 @@ int main(int argc, char **argv)
     }
     if (!o.model)
         kvp_cli_usage_error("no model (-m MODEL)");
-    if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) != 1)
+    int n_in = (o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL);
+    if (tokenize && resume)
+        kvp_cli_usage_error("--tokenize takes prompts, not --resume");
+    if (tokenize && n_in == 0)
+        o.file = "-";
+    else if (n_in != 1)
         kvp_cli_usage_error("give one of -p TEXT, -f FILE and --tokens IDS");
     if (resume && o.file)
         kvp_cli_usage_error("--resume takes the next turn as -p TEXT or --tokens IDS, not -f");
@@ -74,12 +147,17 @@ int main(int argc, char **argv)
     kvp_err err = {0};
     if (kvp_sample_check(&o.sampling, &err) < 0)
         kvp_cli_usage_error("%s", err.msg);
+    if (tokenize) {
+        list_tokens(&o);
+        kvp_runopts_free(&o);
+        return kvp_cli_close_stdout();
+    }
 
     kvp_run r;
     kvp_prompts ps;
     uint32_t **ids = NULL, *lens = NULL, n = 0;
     kvp_gen_seq *seqs = NULL;
-    kvp_prompts_init(&ps, 0, NULL);
+    kvp_prompts_init(&ps);
     if (kvp_run_open(&r, &o, &err) < 0)
         kvp_cli_die_err(&err);
     if (resume) {

@@ -260,6 +260,33 @@ void kvp_cli_json_str(FILE *f, const char *str, size_t n)
     fputc('"', f);
 }
 
+void kvp_cli_c_str(FILE *f, const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    fputc('\'', f);
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t len = c >= 0x80 ? utf8_len(s + i, n - i) : 1;
+        if (c == '\'' || c == '\\') {
+            fputc('\\', f);
+            fputc((int)c, f);
+        } else if (c == '\n') {
+            fputs("\\n", f);
+        } else if (c == '\t') {
+            fputs("\\t", f);
+        } else if (c == '\r') {
+            fputs("\\r", f);
+        } else if (c < 0x20 || c == 0x7f || len == 0) {
+            fprintf(f, "\\x%02x", c);
+            len = 1;
+        } else {
+            fwrite(s + i, 1, len, f);
+        }
+        i += len;
+    }
+    fputc('\'', f);
+}
+
 int kvp_cli_close_stdout(void)
 {
     int bad = fflush(stdout) != 0 || ferror(stdout);

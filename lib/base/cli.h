@@ -59,6 +59,9 @@ int kvp_cli_progress_enabled(void);
 
 /* Write s as a JSON string literal (quotes, escapes, invalid UTF-8 as U+FFFD). */
 void kvp_cli_json_str(FILE *f, const char *s, size_t n);
+/* Write s in single quotes, C-escaped: \n \t \r \\ \' and \xNN for other
+ * control bytes and bytes that are not whole UTF-8 (part of a character). */
+void kvp_cli_c_str(FILE *f, const char *s, size_t n);
 
 /* Write data[n] to path as a whole: a temporary file renamed into place
  * (lib/base/io.h), so a reader never sees half of it.  0 or a code. */

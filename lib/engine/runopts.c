@@ -37,6 +37,7 @@ const struct option kvp_runopts_long[] = {
     {"max-num-seqs", required_argument, NULL, KVP_OPT_MAX_NUM_SEQS},
     {"max-batched-tokens", required_argument, NULL, KVP_OPT_MAX_BATCHED},
     {"static", no_argument, NULL, KVP_OPT_STATIC},
+    {"no-special", no_argument, NULL, KVP_OPT_NO_SPECIAL},
     {"help", no_argument, NULL, KVP_OPT_HELP},
     {"version", no_argument, NULL, KVP_OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -48,6 +49,7 @@ const char kvp_runopts_help[] =
     "  -f, --file FILE         prompts: JSON Lines ({\"id\",\"prompt\"} or {\"messages\"}) or one text\n"
     "      --tokens IDS        one prompt as token ids, comma-separated\n"
     "      --chat              render plain prompts in the model's chat format\n"
+    "      --no-special        take <|im_start|> etc. in plain prompts as text, not special tokens\n"
     "      --system TEXT       system message for --chat\n"
     "  -n, --max-tokens N      tokens to generate per sequence (128)\n"
     "      --temperature T     0 is greedy (default 0)\n"
@@ -90,6 +92,7 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     case 'f': o->file = arg; break;
     case KVP_OPT_TOKENS: o->tokens = arg; break;
     case KVP_OPT_CHAT: o->chat = 1; break;
+    case KVP_OPT_NO_SPECIAL: o->no_special = 1; break;
     case KVP_OPT_SYSTEM: o->system = arg; break;
     case 'n': o->sampling.max_tokens = parse_u32("--max-tokens", arg, 0, 1 << 24); o->sampling_set |= KVP_SET_MAX; break;
     case 't': o->threads = (int)kvp_cli_opt_i64("--threads", arg, 1, 1024); break;
@@ -164,6 +167,21 @@ int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
     return kvp_backend_cpu_create(&r->be, o->threads, 0, err);
 }
 
+int kvp_run_open_vocab(kvp_run *r, const kvp_runopts *o, kvp_err *err)
+{
+    memset(r, 0, sizeof *r);
+    int rc = kvp_model_load(&r->model, o->model, err);
+    return rc < 0 ? rc : kvp_model_load_tokenizer(r->model, &r->tok, err);
+}
+
+kvp_chat_format kvp_run_chat_format(const kvp_run *r)
+{
+    kvp_chat_format f = KVP_CHAT_CHATML;
+    kvp_err ignored;
+    kvp_chat_detect(r->tok, &f, &ignored);
+    return f;
+}
+
 int kvp_run_start(kvp_run *r, const kvp_runopts *o, kvp_kvcache *kc, kvp_err *err)
 {
     int rc;
@@ -224,10 +242,12 @@ static int parse_ids(const char *s, uint32_t n_vocab, uint32_t **ids, uint32_t *
 int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uint32_t ***ids, uint32_t **lens,
                     kvp_err *err)
 {
-    int chat = 0, rc = 0;
-    if (o->chat)
-        chat = kvp_tokenizer_find(r->tok, "<|start_header_id|>", 19) >= 0 ? KVP_CHAT_LLAMA3 : KVP_CHAT_CHATML;
-    kvp_prompts_init(ps, chat, o->system);
+    int rc = 0;
+    kvp_prompts_init(ps);
+    ps->format = kvp_run_chat_format(r);
+    ps->chat = o->chat;
+    ps->literal = o->no_special;
+    ps->system = o->system;
     *ids = NULL;
     *lens = NULL;
     if (o->tokens) {
@@ -256,7 +276,7 @@ int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uin
     for (size_t i = 0; i < ps->n; i++) {
         int32_t *t;
         size_t n;
-        if ((rc = kvp_tokenizer_encode(r->tok, ps->p[i].text, ps->p[i].len, ps->p[i].special, -1, &t, &n, err)) < 0)
+        if ((rc = kvp_prompts_encode(ps, i, r->tok, &t, &n, err)) < 0)
             return rc;
         if (n == 0) {
             free(t);
@@ -342,22 +362,21 @@ int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_s
 }
 
 /* The next turn's text: plain, or with --chat the assistant's turn closed
- * and a user turn rendered with the assistant's opened after it. */
-static int turn_text(const kvp_run *r, const kvp_runopts *o, kvp_buf *b, kvp_err *err)
+ * and a user turn rendered with the assistant's opened after it; marks
+ * gets where control tokens are parsed. */
+static int turn_text(const kvp_run *r, const kvp_runopts *o, kvp_buf *b, kvp_chat_marks *marks, kvp_err *err)
 {
     if (o->chat) {
-        int llama3 = kvp_tokenizer_find(r->tok, "<|start_header_id|>", 19) >= 0;
-        const char *close = llama3 ? "<|eot_id|>" : "<|im_end|>\n", *role = "user";
-        char *t = NULL;
-        size_t n = 0;
-        int rc = kvp_prompts_render(llama3 ? KVP_CHAT_LLAMA3 : KVP_CHAT_CHATML, &role, &o->prompt, 1, &t, &n, err);
-        if (rc < 0)
-            return rc;
-        kvp_buf_put(b, close, strlen(close));
-        kvp_buf_put(b, t, n);
-        free(t);
-    } else {
-        kvp_buf_put(b, o->prompt, strlen(o->prompt));
+        kvp_chat_format f = kvp_run_chat_format(r);
+        int rc = kvp_chat_close_turn(f, b, marks, err);
+        return rc < 0 ? rc : kvp_chat_prompt(f, NULL, o->prompt, b, marks, err);
+    }
+    kvp_buf_put(b, o->prompt, strlen(o->prompt));
+    if (!o->no_special && b->len) {
+        if (!(marks->v = malloc(sizeof *marks->v)))
+            return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+        marks->v[0] = (kvp_tok_span){0, b->len};
+        marks->n = marks->cap = 1;
     }
     return b->oom ? kvp_err_set(err, KVP_ENOMEM, "out of memory") : 0;
 }
@@ -374,12 +393,14 @@ int kvp_run_turn_ids(const kvp_run *r, const kvp_runopts *o, const kvp_gen_seq *
             return rc;
     } else if (o->prompt) {
         kvp_buf b;
+        kvp_chat_marks marks = {0};
         kvp_buf_init(&b);
         int32_t *t = NULL;
         size_t k = 0;
-        if ((rc = turn_text(r, o, &b, err)) == 0)
-            rc = kvp_tokenizer_encode(r->tok, (const char *)b.data, b.len, o->chat, 0, &t, &k, err);
+        if ((rc = turn_text(r, o, &b, &marks, err)) == 0)
+            rc = kvp_tokenizer_encode_spans(r->tok, (const char *)b.data, b.len, marks.v, marks.n, 0, &t, &k, err);
         kvp_buf_free(&b);
+        kvp_chat_marks_free(&marks);
         if (rc < 0)
             return rc;
         tv = (uint32_t *)t; /* ids are < n_vocab: same bits */

@@ -25,7 +25,8 @@ enum {
     KVP_OPT_THREADS = 0x1000, KVP_OPT_BLOCK_SIZE, KVP_OPT_KV_MEM, KVP_OPT_KV_BLOCKS, KVP_OPT_KV_DTYPE,
     KVP_OPT_TEMP, KVP_OPT_TOP_K, KVP_OPT_TOP_P, KVP_OPT_MIN_P, KVP_OPT_REPEAT, KVP_OPT_SEED, KVP_OPT_TOKENS,
     KVP_OPT_CHAT, KVP_OPT_SYSTEM, KVP_OPT_CHUNK, KVP_OPT_STATS, KVP_OPT_JSON, KVP_OPT_STOP, KVP_OPT_IGNORE_EOS,
-    KVP_OPT_KV_OUT, KVP_OPT_HELP, KVP_OPT_VERSION, KVP_OPT_MAX_NUM_SEQS, KVP_OPT_MAX_BATCHED, KVP_OPT_STATIC,
+    KVP_OPT_KV_OUT, KVP_OPT_NO_SPECIAL, KVP_OPT_HELP, KVP_OPT_VERSION, KVP_OPT_MAX_NUM_SEQS, KVP_OPT_MAX_BATCHED,
+    KVP_OPT_STATIC,
 };
 
 /* The shared entries of a getopt_long table, ended by a zero entry. */
@@ -38,6 +39,7 @@ typedef struct kvp_runopts {
     const char *file;           /* -f */
     const char *tokens;         /* --tokens "1,2,3" */
     int chat;                   /* --chat */
+    int no_special;             /* --no-special: plain prompts' control tokens are text */
     const char *system;
     int threads;                /* 0: all cores */
     kvp_kvcache_opts kv;
@@ -82,12 +84,16 @@ typedef struct kvp_run {
 
 /* Load model + tokenizer and start the backend (no cache yet). */
 int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err);
+/* Load model + tokenizer only (no backend: for tokenizing). */
+int kvp_run_open_vocab(kvp_run *r, const kvp_runopts *o, kvp_err *err);
 /* Make the KV cache (from the options) and the engine; kc may be given
  * (read from a stream) and is then adopted. */
 int kvp_run_start(kvp_run *r, const kvp_runopts *o, kvp_kvcache *kc, kvp_err *err);
 void kvp_run_close(kvp_run *r);
 /* The prompts the options name, tokenized: *ids[i] (malloc'd) of *lens[i].
- * *ps keeps their labels. */
+ * *ps keeps their labels.  Plain prompts are parsed for special tokens
+ * unless --no-special; with --chat or {"messages"} only the template's
+ * markers are (prompts.h). */
 int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uint32_t ***ids, uint32_t **lens,
                     kvp_err *err);
 /* Read the KVP stream at path ("-": stdin) into a new KV cache, start the
@@ -98,10 +104,15 @@ int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_s
 /* The tokens that extend a saved sequence s by one more turn, o->prompt
  * (or o->tokens as ids): s's pending token first when it has one (sampled,
  * not yet in the cache); with o->chat the text becomes a user turn (the
- * assistant's turn closed first, a new one opened after).  *ids malloc'd.
+ * assistant's turn closed first, a new one opened after; the message
+ * literal), else it is parsed for special tokens unless --no-special.
+ * *ids malloc'd.
  * 0 or a code (KVP_EINVAL for an empty turn). */
 int kvp_run_turn_ids(const kvp_run *r, const kvp_runopts *o, const kvp_gen_seq *s, uint32_t **ids, uint32_t *n,
                      kvp_err *err);
+/* The chat format the model's vocabulary speaks (ChatML when it names
+ * neither). */
+kvp_chat_format kvp_run_chat_format(const kvp_run *r);
 /* Write seqs as a KVP stream to path ("-": stdout). */
 int kvp_run_save(kvp_run *r, const char *path, const char *producer, const kvp_gen_seq *seqs, uint32_t n,
                  uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err);

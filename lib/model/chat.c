@@ -1,6 +1,7 @@
 /* chat.c - ChatML and Llama-3 prompt rendering (see chat.h). */
 #include "chat.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int kvp_chat_format_parse(const char *name, kvp_chat_format *f, kvp_err *err)
@@ -58,56 +59,126 @@ const char *kvp_chat_default_system(const kvp_meta *m, size_t *len)
     return s;
 }
 
+void kvp_chat_marks_free(kvp_chat_marks *m)
+{
+    free(m->v);
+    memset(m, 0, sizeof *m);
+}
+
 static int chat_is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
-static void chat_put_trimmed(kvp_buf *out, const char *s)
+/* Text appended to out with the marks it holds; *oom set on failure. */
+typedef struct chat_out {
+    kvp_buf *b;
+    kvp_chat_marks *marks;
+    int oom;
+} chat_out;
+
+static void chat_put_trimmed(chat_out *o, const char *s)
 {
     size_t n = strlen(s);
     while (n && chat_is_space(*s))
         s++, n--;
     while (n && chat_is_space(s[n - 1]))
         n--;
-    kvp_buf_put(out, s, n);
+    kvp_buf_put(o->b, s, n);
 }
 
-static void chat_put(kvp_buf *out, const char *s) { kvp_buf_put(out, s, strlen(s)); }
+static void chat_put(chat_out *o, const char *s) { kvp_buf_put(o->b, s, strlen(s)); }
+
+/* A template marker: special where the text around it is not. */
+static void chat_mark(chat_out *o, const char *s)
+{
+    kvp_chat_marks *m = o->marks;
+    size_t at = o->b->len, len = strlen(s);
+    chat_put(o, s);
+    if (!m)
+        return;
+    if (m->n && m->v[m->n - 1].off + m->v[m->n - 1].len == at) {
+        m->v[m->n - 1].len += len; /* adjacent markers: one span */
+        return;
+    }
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 16;
+        kvp_tok_span *v = realloc(m->v, cap * sizeof *v);
+        if (!v) {
+            o->oom = 1;
+            return;
+        }
+        m->v = v;
+        m->cap = cap;
+    }
+    m->v[m->n++] = (kvp_tok_span){at, len};
+}
+
+static int chat_done(chat_out *o, kvp_err *err)
+{
+    if (o->b->oom || o->oom)
+        return kvp_err_set(err, KVP_ENOMEM, "chat: out of memory");
+    return 0;
+}
 
 int kvp_chat_render(kvp_chat_format f, const kvp_chat_msg *msgs, size_t n, int add_generation, kvp_buf *out,
-                    kvp_err *err)
+                    kvp_chat_marks *marks, kvp_err *err)
 {
     if (f != KVP_CHAT_CHATML && f != KVP_CHAT_LLAMA3)
         return kvp_err_set(err, KVP_EINVAL, "chat: format %d is not chatml or llama3", (int)f);
+    chat_out o = {out, marks, 0};
     for (size_t i = 0; i < n; i++) {
         if (!msgs[i].role || !msgs[i].role[0] || !msgs[i].content)
             return kvp_err_set(err, KVP_EINVAL, "chat: message %zu has no %s", i,
                                msgs[i].content ? "role" : "content");
         if (f == KVP_CHAT_CHATML) {
-            chat_put(out, "<|im_start|>");
-            chat_put(out, msgs[i].role);
-            chat_put(out, "\n");
-            chat_put(out, msgs[i].content);
-            chat_put(out, "<|im_end|>\n");
+            chat_mark(&o, "<|im_start|>");
+            chat_put(&o, msgs[i].role);
+            chat_put(&o, "\n");
+            chat_put(&o, msgs[i].content);
+            chat_mark(&o, "<|im_end|>");
+            chat_put(&o, "\n");
         } else {
-            chat_put(out, "<|start_header_id|>");
-            chat_put(out, msgs[i].role);
-            chat_put(out, "<|end_header_id|>\n\n");
-            chat_put_trimmed(out, msgs[i].content);
-            chat_put(out, "<|eot_id|>");
+            chat_mark(&o, "<|start_header_id|>");
+            chat_put(&o, msgs[i].role);
+            chat_mark(&o, "<|end_header_id|>");
+            chat_put(&o, "\n\n");
+            chat_put_trimmed(&o, msgs[i].content);
+            chat_mark(&o, "<|eot_id|>");
         }
     }
-    if (add_generation)
-        chat_put(out, f == KVP_CHAT_CHATML ? "<|im_start|>assistant\n" : "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    if (out->oom)
-        return kvp_err_set(err, KVP_ENOMEM, "chat: out of memory");
-    return 0;
+    if (add_generation) {
+        if (f == KVP_CHAT_CHATML) {
+            chat_mark(&o, "<|im_start|>");
+            chat_put(&o, "assistant\n");
+        } else {
+            chat_mark(&o, "<|start_header_id|>");
+            chat_put(&o, "assistant");
+            chat_mark(&o, "<|end_header_id|>");
+            chat_put(&o, "\n\n");
+        }
+    }
+    return chat_done(&o, err);
 }
 
-int kvp_chat_prompt(kvp_chat_format f, const char *system, const char *user, kvp_buf *out, kvp_err *err)
+int kvp_chat_prompt(kvp_chat_format f, const char *system, const char *user, kvp_buf *out, kvp_chat_marks *marks,
+                    kvp_err *err)
 {
     kvp_chat_msg m[2];
     size_t n = 0;
     if (system && system[0])
         m[n++] = (kvp_chat_msg){"system", system};
     m[n++] = (kvp_chat_msg){"user", user};
-    return kvp_chat_render(f, m, n, 1, out, err);
+    return kvp_chat_render(f, m, n, 1, out, marks, err);
+}
+
+int kvp_chat_close_turn(kvp_chat_format f, kvp_buf *out, kvp_chat_marks *marks, kvp_err *err)
+{
+    if (f != KVP_CHAT_CHATML && f != KVP_CHAT_LLAMA3)
+        return kvp_err_set(err, KVP_EINVAL, "chat: format %d is not chatml or llama3", (int)f);
+    chat_out o = {out, marks, 0};
+    if (f == KVP_CHAT_CHATML) {
+        chat_mark(&o, "<|im_end|>");
+        chat_put(&o, "\n");
+    } else {
+        chat_mark(&o, "<|eot_id|>");
+    }
+    return chat_done(&o, err);
 }

@@ -5,9 +5,15 @@
  * Llama-3:
  *     <|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>...<|start_header_id|>assistant<|end_header_id|>\n\n
  *     (content trimmed of surrounding whitespace, as the model's template does)
- * The rendered text carries special tokens: encode it with parse_special = 1.
  * BOS is not part of it: encode with add_bos = -1 (the vocabulary's choice;
  * Llama-3 adds <|begin_of_text|>, SmolLM2 adds nothing).
+ *
+ * Only the template's own markers (<|im_start|>, <|eot_id|>, ...) are
+ * special: the renderer records where it put them (kvp_chat_marks) and
+ * kvp_tokenizer_encode_spans parses control tokens there alone, so a role or
+ * a message that contains "<|im_end|>" stays text and cannot open a turn of
+ * its own.  (HF's apply_chat_template and llama.cpp render a string and parse
+ * all of it, so there a message can forge one.)
  */
 #ifndef KVP_CHAT_H
 #define KVP_CHAT_H
@@ -40,11 +46,27 @@ int kvp_chat_detect(const kvp_tokenizer *t, kvp_chat_format *f, kvp_err *err);
  * read from tokenizer.chat_template; NULL when it has no literal one. */
 const char *kvp_chat_default_system(const kvp_meta *m, size_t *len);
 
+/* Where the template's markers lie in a rendered text: byte ranges of out,
+ * sorted, for kvp_tokenizer_encode_spans.  Zero-initialize; free with
+ * kvp_chat_marks_free. */
+typedef struct kvp_chat_marks {
+    kvp_tok_span *v;
+    size_t n, cap;
+} kvp_chat_marks;
+
+void kvp_chat_marks_free(kvp_chat_marks *m);
+
 /* Append the prompt for n messages to out; add_generation opens an
- * assistant turn at the end.  0 or KVP_EINVAL / KVP_ENOMEM. */
+ * assistant turn at the end.  marks (NULL: not wanted) gets the offsets in
+ * out of the markers appended.  0 or KVP_EINVAL / KVP_ENOMEM. */
 int kvp_chat_render(kvp_chat_format f, const kvp_chat_msg *msgs, size_t n, int add_generation, kvp_buf *out,
-                    kvp_err *err);
+                    kvp_chat_marks *marks, kvp_err *err);
 /* One turn: an optional system message (NULL or "" for none) and the user's. */
-int kvp_chat_prompt(kvp_chat_format f, const char *system, const char *user, kvp_buf *out, kvp_err *err);
+int kvp_chat_prompt(kvp_chat_format f, const char *system, const char *user, kvp_buf *out, kvp_chat_marks *marks,
+                    kvp_err *err);
+/* Close the assistant's turn and open the next user turn: what continues a
+ * saved conversation (decode/prefill --resume --chat) before the user's
+ * message, rendered with kvp_chat_render.  Marks as above. */
+int kvp_chat_close_turn(kvp_chat_format f, kvp_buf *out, kvp_chat_marks *marks, kvp_err *err);
 
 #endif

@@ -1,4 +1,4 @@
-/* prompts.c - prompt files (JSON Lines or text) and chat rendering. */
+/* prompts.c - prompt files (JSON Lines or text), rendered by chat.c. */
 #include "prompts.h"
 #include "io.h"
 #include "json.h"
@@ -10,11 +10,10 @@
 
 #define KVP_PROMPTS_MAX_FILE (1ull << 30)
 
-void kvp_prompts_init(kvp_prompts *ps, int chat, const char *system)
+void kvp_prompts_init(kvp_prompts *ps)
 {
     memset(ps, 0, sizeof *ps);
-    ps->chat = chat;
-    ps->system = system;
+    ps->format = KVP_CHAT_CHATML;
 }
 
 void kvp_prompts_free(kvp_prompts *ps)
@@ -22,92 +21,86 @@ void kvp_prompts_free(kvp_prompts *ps)
     for (size_t i = 0; i < ps->n; i++) {
         free(ps->p[i].label);
         free(ps->p[i].text);
+        free(ps->p[i].special);
     }
     free(ps->p);
     ps->p = NULL;
     ps->n = ps->cap = 0;
 }
 
-static void put_str(kvp_buf *b, const char *s) { kvp_buf_put(b, s, strlen(s)); }
-
-int kvp_prompts_render(int fmt, const char *const *role, const char *const *content, size_t n, char **out,
-                    size_t *len, kvp_err *err)
+/* Take text (malloc'd, NUL-terminated) and special (malloc'd or NULL) as
+ * prompt n, or free them. */
+static int push(kvp_prompts *ps, const char *label, char *text, size_t len, kvp_tok_span *special,
+                size_t n_special, kvp_err *err)
 {
-    kvp_buf b;
-    kvp_buf_init(&b);
-    for (size_t i = 0; i < n; i++) {
-        if (fmt == KVP_CHAT_LLAMA3) {
-            if (i == 0)
-                put_str(&b, "<|begin_of_text|>");
-            put_str(&b, "<|start_header_id|>");
-            put_str(&b, role[i]);
-            put_str(&b, "<|end_header_id|>\n\n");
-            put_str(&b, content[i]);
-            put_str(&b, "<|eot_id|>");
-        } else {
-            put_str(&b, "<|im_start|>");
-            put_str(&b, role[i]);
-            put_str(&b, "\n");
-            put_str(&b, content[i]);
-            put_str(&b, "<|im_end|>\n");
-        }
-    }
-    put_str(&b, fmt == KVP_CHAT_LLAMA3 ? "<|start_header_id|>assistant<|end_header_id|>\n\n" : "<|im_start|>assistant\n");
-    kvp_buf_u8(&b, 0);
-    if (b.oom) {
-        kvp_buf_free(&b);
-        return kvp_err_set(err, KVP_ENOMEM, "chat: out of memory");
-    }
-    *out = (char *)b.data;
-    *len = b.len - 1;
-    return 0;
-}
-
-static int push(kvp_prompts *ps, const char *label, char *text, size_t len, int special, kvp_err *err)
-{
+    char *l = NULL;
     if (ps->n == ps->cap) {
         size_t cap = ps->cap ? ps->cap * 2 : 8;
         kvp_prompt *p = realloc(ps->p, cap * sizeof *p);
-        if (!p) {
-            free(text);
-            return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
-        }
+        if (!p)
+            goto oom;
         ps->p = p;
         ps->cap = cap;
     }
-    char *l = strdup(label ? label : "");
-    if (!l) {
-        free(text);
-        return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
-    }
-    ps->p[ps->n++] = (kvp_prompt){l, text, len, special};
+    if (!(l = strdup(label ? label : "")))
+        goto oom;
+    ps->p[ps->n++] = (kvp_prompt){l, text, len, special, n_special};
     return 0;
+oom:
+    free(text);
+    free(special);
+    return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
+}
+
+/* Render msgs and push them: only the markers are special. */
+static int push_chat(kvp_prompts *ps, const char *label, const kvp_chat_msg *msgs, size_t n, kvp_err *err)
+{
+    kvp_buf b;
+    kvp_chat_marks marks = {0};
+    kvp_buf_init(&b);
+    int rc = kvp_chat_render(ps->format, msgs, n, 1, &b, &marks, err);
+    if (rc == 0) {
+        kvp_buf_u8(&b, 0);
+        if (b.oom)
+            rc = kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
+    }
+    if (rc < 0) {
+        kvp_buf_free(&b);
+        kvp_chat_marks_free(&marks);
+        return rc;
+    }
+    return push(ps, label, (char *)b.data, b.len - 1, marks.v, marks.n, err);
 }
 
 int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, size_t len, kvp_err *err)
 {
-    char *t;
-    size_t n;
-    if (ps->chat) {
-        const char *role[2] = {"system", "user"}, *content[2] = {ps->system, NULL};
-        char *user = malloc(len + 1);
-        if (!user)
-            return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
-        memcpy(user, text, len);
-        user[len] = 0;
-        content[1] = user;
-        int rc = ps->system ? kvp_prompts_render(ps->chat, role, content, 2, &t, &n, err)
-                            : kvp_prompts_render(ps->chat, role + 1, content + 1, 1, &t, &n, err);
-        free(user);
-        if (rc < 0)
-            return rc;
-        return push(ps, label, t, n, 1, err);
-    }
-    if (!(t = malloc(len + 1)))
+    char *t = malloc(len + 1);
+    if (!t)
         return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
     memcpy(t, text, len);
     t[len] = 0;
-    return push(ps, label, t, len, 0, err);
+    if (ps->chat) {
+        kvp_chat_msg m[2] = {{"system", ps->system}, {"user", t}};
+        int rc = ps->system ? push_chat(ps, label, m, 2, err) : push_chat(ps, label, m + 1, 1, err);
+        free(t);
+        return rc;
+    }
+    kvp_tok_span *all = NULL;
+    if (!ps->literal) {
+        if (!(all = malloc(sizeof *all))) {
+            free(t);
+            return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
+        }
+        *all = (kvp_tok_span){0, len};
+    }
+    return push(ps, label, t, len, all, all != NULL, err);
+}
+
+int kvp_prompts_encode(const kvp_prompts *ps, size_t i, const kvp_tokenizer *t, int32_t **ids, size_t *n,
+                       kvp_err *err)
+{
+    const kvp_prompt *p = &ps->p[i];
+    return kvp_tokenizer_encode_spans(t, p->text, p->len, p->special, p->n_special, -1, ids, n, err);
 }
 
 /* One JSON Lines object. */
@@ -132,34 +125,24 @@ static int add_json(kvp_prompts *ps, const kvp_json *o, const char *path, int li
     if (!msgs || msgs->type != KVP_JSON_ARRAY || msgs->n == 0)
         return kvp_err_set(err, KVP_EFORMAT, "%s:%d: needs a \"prompt\" string or a non-empty \"messages\" array",
                            path, line);
-    const char **role = calloc(msgs->n + 1, sizeof *role), **content = calloc(msgs->n + 1, sizeof *content);
-    int rc = 0;
+    kvp_chat_msg *m = calloc(msgs->n + 1, sizeof *m);
     size_t k = 0;
-    if (!role || !content) {
-        rc = kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
-        goto out;
-    }
-    if (ps->system && strcmp(kvp_json_get_str(kvp_json_at(msgs, 0), "role") ? kvp_json_get_str(kvp_json_at(msgs, 0), "role") : "", "system") != 0) {
-        role[k] = "system";
-        content[k++] = ps->system;
-    }
+    if (!m)
+        return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
+    const char *first = kvp_json_get_str(kvp_json_at(msgs, 0), "role");
+    if (ps->system && (!first || strcmp(first, "system") != 0))
+        m[k++] = (kvp_chat_msg){"system", ps->system};
     for (size_t i = 0; i < msgs->n; i++, k++) {
-        const kvp_json *m = kvp_json_at(msgs, i);
-        role[k] = kvp_json_get_str(m, "role");
-        content[k] = kvp_json_get_str(m, "content");
-        if (!role[k] || !content[k]) {
-            rc = kvp_err_set(err, KVP_EFORMAT, "%s:%d: message %zu needs \"role\" and \"content\" strings", path,
-                             line, i);
-            goto out;
+        const kvp_json *e = kvp_json_at(msgs, i);
+        m[k] = (kvp_chat_msg){kvp_json_get_str(e, "role"), kvp_json_get_str(e, "content")};
+        if (!m[k].role || !m[k].role[0] || !m[k].content) {
+            free(m);
+            return kvp_err_set(err, KVP_EFORMAT, "%s:%d: message %zu needs a non-empty \"role\" and a \"content\" "
+                               "string", path, line, i);
         }
     }
-    char *t;
-    size_t n;
-    if ((rc = kvp_prompts_render(ps->chat ? ps->chat : KVP_CHAT_CHATML, role, content, k, &t, &n, err)) == 0)
-        rc = push(ps, lab, t, n, 1, err);
-out:
-    free(role);
-    free(content);
+    int rc = push_chat(ps, lab, m, k, err);
+    free(m);
     return rc;
 }
 

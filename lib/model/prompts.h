@@ -1,5 +1,5 @@
 /* prompts.h - prompts for prefill and decode: plain text, JSON Lines files,
- * and the built-in chat formats (ChatML, Llama-3).
+ * rendered in the built-in chat formats (chat.h) where asked.
  *
  * A prompts file is JSON Lines when its first non-blank byte is '{': one
  * object a line, {"id": ..., "prompt": "..."} or {"id": ..., "messages":
@@ -8,44 +8,50 @@
  * Messages are always rendered in the chat format; plain prompts only when
  * chat is asked for (--chat), as one user turn after the optional system
  * message.  Errors name the file and line.
+ *
+ * Special tokens: a plain prompt (-p, "prompt", a text file) is parsed for
+ * control tokens as llama.cpp and HF do, so "<|im_start|>" in it is one
+ * token, unless literal is set (--no-special).  In rendered chat only the
+ * template's markers are special: roles and message contents stay literal
+ * whatever literal says, so no message can forge a turn.
  */
 #ifndef KVP_PROMPTS_H
 #define KVP_PROMPTS_H
 
+#include "chat.h"
 #include "error.h"
+#include "tokenizer.h"
 
 #include <stddef.h>
 
-enum kvp_chat_format {
-    KVP_CHAT_NONE = 0,
-    KVP_CHAT_CHATML = 1, /* <|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n */
-    KVP_CHAT_LLAMA3 = 2, /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> ... */
-};
-
 typedef struct kvp_prompt {
-    char *label;   /* the user's id ("" when none), NUL-terminated */
-    char *text;    /* the text to tokenize (chat rendered), NUL-terminated */
+    char *label;            /* the user's id ("" when none), NUL-terminated */
+    char *text;             /* the text to tokenize (chat rendered), NUL-terminated */
     size_t len;
-    int special;   /* the text holds control tokens to parse (chat) */
+    kvp_tok_span *special;  /* where control tokens are parsed (malloc'd, or NULL) */
+    size_t n_special;
 } kvp_prompt;
 
 typedef struct kvp_prompts {
     kvp_prompt *p;
     size_t n, cap;
-    int chat;            /* kvp_chat_format for rendering; NONE: plain prompts stay plain */
-    const char *system;  /* system message for plain prompts rendered as chat, or NULL */
+    kvp_chat_format format; /* for messages, and plain prompts when chat (default ChatML) */
+    int chat;               /* plain prompts become a user turn */
+    int literal;            /* plain prompts' control tokens are text (--no-special) */
+    const char *system;     /* system message for rendered prompts, or NULL */
 } kvp_prompts;
 
-/* ps->chat and ps->system are set by the caller before adding. */
-void kvp_prompts_init(kvp_prompts *ps, int chat, const char *system);
+/* Empty, ChatML, plain prompts plain and parsed for special tokens; set the
+ * fields above before adding. */
+void kvp_prompts_init(kvp_prompts *ps);
 void kvp_prompts_free(kvp_prompts *ps);
 /* Add one plain prompt (rendered as a user turn when ps->chat). */
 int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, size_t len, kvp_err *err);
 /* Add the prompts of a file ("-" is stdin). */
 int kvp_prompts_read_file(kvp_prompts *ps, const char *path, kvp_err *err);
-/* Render messages (role[i], content[i]) in format fmt, ending with the
- * assistant's turn opened; *out is malloc'd.  0 or a code. */
-int kvp_prompts_render(int fmt, const char *const *role, const char *const *content, size_t n, char **out,
-                    size_t *len, kvp_err *err);
+/* Tokenize prompt i with its special spans; BOS as the vocabulary says.
+ * *ids malloc'd.  0 or a code. */
+int kvp_prompts_encode(const kvp_prompts *ps, size_t i, const kvp_tokenizer *t, int32_t **ids, size_t *n,
+                       kvp_err *err);
 
 #endif

@@ -534,7 +534,11 @@ static int tok_load(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_er
     for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) /* checked: cannot fail */
         (void)tok_load_id(m, tok_special_names[i], t->n_vocab, ids[i], src, err);
     int spm = t->model == KVP_TOK_MODEL_SPM;
-    (void)tok_load_bool(m, "tokenizer.ggml.add_bos_token", spm, &t->add_bos, src, err);
+    /* Without the key, BOS as llama.cpp adds it: SentencePiece and the
+     * Llama-3 pre-tokenizer (whose models' own tokenizers add it too).
+     * kvp_tokenizer_check_meta checked both keys: these cannot fail. */
+    int bos_dflt = spm || t->pre == KVP_TOK_PRE_LLAMA3;
+    (void)tok_load_bool(m, "tokenizer.ggml.add_bos_token", bos_dflt, &t->add_bos, src, err);
     (void)tok_load_bool(m, "tokenizer.ggml.add_space_prefix", spm, &t->add_space_prefix, src, err);
     if (!spm)
         t->add_space_prefix = 0; /* byte-level BPE has no dummy prefix */
@@ -1094,21 +1098,101 @@ static int tok_encode_raw(tok_work *w, const uint8_t *text, size_t len)
     return tok_encode_gpt2(w, text, len);
 }
 
-/* The special token that starts at s (longest first), or -1. */
-static int32_t tok_special_at(const kvp_tokenizer *t, const uint8_t *s, size_t left, int parse_special)
+/* Special tokens are cut out of the text as llama.cpp's tokenizer does
+ * (tokenizer_st_partition): every token, longest first (equal lengths by id),
+ * takes each occurrence, left to right, that lies wholly in text no longer
+ * token has taken.  That differs from a leftmost-longest scan only where two
+ * tokens overlap ("ab" + "bcd" in "abcd" gives a|bcd, not ab|cd).  A control
+ * or unknown token is taken only inside a special span; a user-defined one
+ * anywhere. */
+typedef struct tok_cut {
+    uint64_t key;  /* ~len << 32 | id: the order tokens take their turn in */
+    size_t at;     /* byte offset in the text */
+} tok_cut;
+
+static int tok_cut_cmp(const void *pa, const void *pb)
 {
-    for (uint32_t j = t->special_at[s[0]]; j < t->special_at[s[0] + 1]; j++) {
-        int32_t id = t->special[j];
-        size_t len;
-        const char *x = tok_text(t, id, &len);
-        if (len <= left && memcmp(x, s, len) == 0 && (parse_special || t->type[id] == KVP_TOKEN_USER_DEFINED))
-            return id;
-    }
-    return -1;
+    const tok_cut *a = pa, *b = pb;
+    if (a->key != b->key)
+        return a->key < b->key ? -1 : 1;
+    return a->at < b->at ? -1 : a->at > b->at;
 }
 
-int kvp_tokenizer_encode(const kvp_tokenizer *t, const char *text, size_t len, int parse_special, int add_bos,
-                         int32_t **ids, size_t *n, kvp_err *err)
+static int tok_cut_at_cmp(const void *pa, const void *pb)
+{
+    const tok_cut *a = pa, *b = pb;
+    return a->at < b->at ? -1 : a->at > b->at;
+}
+
+/* Whether [at, at + len) lies inside one of the sorted spans, from *k on
+ * (*k only moves forward as at grows). */
+static int tok_in_span(const kvp_tok_span *sp, size_t n_sp, size_t *k, size_t at, size_t len)
+{
+    while (*k < n_sp && sp[*k].off + sp[*k].len <= at)
+        (*k)++;
+    return *k < n_sp && sp[*k].off <= at && at + len <= sp[*k].off + sp[*k].len;
+}
+
+/* The accepted cuts of text, sorted by offset, into *out (*n_out). */
+static int tok_find_cuts(const kvp_tokenizer *t, const uint8_t *s, size_t len, const kvp_tok_span *sp,
+                         size_t n_sp, tok_cut **out, size_t *n_out, kvp_err *err)
+{
+    tok_cut *c = NULL;
+    size_t n = 0, cap = 0, k = 0;
+    *out = NULL;
+    *n_out = 0;
+    for (size_t i = 0; i < len; i++) {
+        for (uint32_t j = t->special_at[s[i]]; j < t->special_at[s[i] + 1]; j++) {
+            int32_t id = t->special[j];
+            size_t l;
+            const char *x = tok_text(t, id, &l);
+            if (l > len - i || memcmp(x, s + i, l) != 0)
+                continue;
+            if (t->type[id] != KVP_TOKEN_USER_DEFINED && !tok_in_span(sp, n_sp, &k, i, l))
+                continue;
+            if (n == cap) {
+                size_t nc = cap ? 2 * cap : 16;
+                tok_cut *g = realloc(c, nc * sizeof *c);
+                if (!g) {
+                    free(c);
+                    return kvp_err_set(err, KVP_ENOMEM, "tokenizer: out of memory");
+                }
+                c = g;
+                cap = nc;
+            }
+            c[n++] = (tok_cut){(uint64_t)(UINT32_MAX - (uint32_t)l) << 32 | (uint32_t)id, i};
+        }
+    }
+    if (n == 0)
+        return 0;
+    /* Taken bytes as a bitmap over the text: a cut is accepted when none of
+     * its bytes is taken. */
+    uint8_t *taken = calloc(len / 8 + 1, 1);
+    if (!taken) {
+        free(c);
+        return kvp_err_set(err, KVP_ENOMEM, "tokenizer: out of memory");
+    }
+    qsort(c, n, sizeof *c, tok_cut_cmp);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t at = c[i].at, l = UINT32_MAX - (uint32_t)(c[i].key >> 32), b;
+        for (b = at; b < at + l && !(taken[b >> 3] >> (b & 7) & 1); b++)
+            ;
+        if (b < at + l)
+            continue;
+        for (b = at; b < at + l; b++)
+            taken[b >> 3] |= (uint8_t)(1u << (b & 7));
+        c[m++] = c[i];
+    }
+    free(taken);
+    qsort(c, m, sizeof *c, tok_cut_at_cmp);
+    *out = c;
+    *n_out = m;
+    return 0;
+}
+
+int kvp_tokenizer_encode_spans(const kvp_tokenizer *t, const char *text, size_t len, const kvp_tok_span *special,
+                               size_t n_special, int add_bos, int32_t **ids, size_t *n, kvp_err *err)
 {
     *ids = NULL;
     *n = 0;
@@ -1117,29 +1201,32 @@ int kvp_tokenizer_encode(const kvp_tokenizer *t, const char *text, size_t len, i
     if (len > TOK_MAX_TEXT)
         return kvp_err_set(err, KVP_ELIMIT, "tokenizer: text of %zu bytes is over the %llu-byte limit", len,
                            (unsigned long long)TOK_MAX_TEXT);
+    for (size_t i = 0; i < n_special; i++)
+        if (special[i].off > len || special[i].len > len - special[i].off ||
+            (i && special[i].off < special[i - 1].off + special[i - 1].len))
+            return kvp_err_set(err, KVP_EINVAL, "tokenizer: special span %zu (%zu+%zu) is out of order or outside "
+                               "the %zu-byte text", i, special[i].off, special[i].len, len);
     tok_work w = {.t = t, .err = err};
     const uint8_t *s = (const uint8_t *)text;
-    int rc = 0;
+    tok_cut *cut = NULL;
+    size_t n_cut = 0;
+    int rc = tok_find_cuts(t, s, len, special, n_special, &cut, &n_cut, err);
     if (add_bos < 0)
         add_bos = t->add_bos;
-    if (add_bos && t->bos >= 0)
+    if (rc == 0 && add_bos && t->bos >= 0)
         rc = tok_emit(&w, t->bos);
     size_t raw = 0;
-    for (size_t i = 0; i < len && rc == 0;) {
-        int32_t id = tok_special_at(t, s + i, len - i, parse_special);
-        if (id < 0) {
-            i++;
-            continue;
-        }
+    for (size_t i = 0; i < n_cut && rc == 0; i++) {
+        int32_t id = (int32_t)(uint32_t)cut[i].key;
         size_t l;
         tok_text(t, id, &l);
-        if ((rc = tok_encode_raw(&w, s + raw, i - raw)) < 0 || (rc = tok_emit(&w, id)) < 0)
-            break;
-        i += l;
-        raw = i;
+        if ((rc = tok_encode_raw(&w, s + raw, cut[i].at - raw)) == 0)
+            rc = tok_emit(&w, id);
+        raw = cut[i].at + l;
     }
     if (rc == 0)
         rc = tok_encode_raw(&w, s + raw, len - raw);
+    free(cut);
     tok_work_free(&w);
     if (rc < 0) {
         free(w.ids);
@@ -1148,6 +1235,13 @@ int kvp_tokenizer_encode(const kvp_tokenizer *t, const char *text, size_t len, i
     *ids = w.ids;
     *n = w.n_ids;
     return 0;
+}
+
+int kvp_tokenizer_encode(const kvp_tokenizer *t, const char *text, size_t len, int parse_special, int add_bos,
+                         int32_t **ids, size_t *n, kvp_err *err)
+{
+    kvp_tok_span all = {0, len};
+    return kvp_tokenizer_encode_spans(t, text, len, &all, parse_special ? 1 : 0, add_bos, ids, n, err);
 }
 
 /* ------------------------------------------------------------------ */

@@ -13,8 +13,12 @@
  *           pieces whose concatenation is in the vocabulary merge, highest
  *           tokenizer.ggml.scores first; characters outside the vocabulary
  *           fall back to <0xNN> byte tokens.
- * Control and user-defined tokens (token_type 3, 4) are cut out of the text
- * before either runs (leftmost, longest first), as HF tokenizers does.
+ * Control, unknown and user-defined tokens (token_type 3, 2, 4) are cut out
+ * of the text before either runs, as llama.cpp does (longest token first,
+ * each taking its occurrences left to right; HF tokenizers' leftmost-longest
+ * scan gives the same ids unless two special tokens overlap in the text).
+ * Control and unknown tokens only where the caller asks (parse_special, or
+ * spans of the text); user-defined ones always, as in both references.
  *
  * The vocabulary comes from GGUF-style metadata (lib/meta.h), which both a
  * GGUF header and a KVP TOKENIZER record give.  A loaded tokenizer is
@@ -91,12 +95,28 @@ int kvp_tokenizer_load_json(kvp_tokenizer **t, const char *path, kvp_err *err);
 int kvp_tokenizer_copy_meta(kvp_meta *dst, const kvp_meta *src, kvp_err *err);
 
 /* Encode len bytes of text (any bytes; invalid UTF-8 is kept byte for byte).
- * parse_special: cut control tokens (such as <|im_start|>) out of the text;
- * user-defined tokens are always cut out.  add_bos: 1 prepend BOS, 0 not,
- * -1 as the vocabulary says (tokenizer.ggml.add_bos_token).  *ids is
- * malloc'd (free it) and holds *n ids.  0 or a negative code. */
+ * parse_special: cut control tokens (such as <|im_start|>) out of the text,
+ * as llama.cpp's llama_tokenize(parse_special = true) and HF's encode do;
+ * 0 takes them as plain text (user-defined tokens are cut out either way).
+ * add_bos: 1 prepend BOS, 0 not, -1 as the vocabulary says
+ * (tokenizer.ggml.add_bos_token).  *ids is malloc'd (free it) and holds *n
+ * ids.  0 or a negative code. */
 int kvp_tokenizer_encode(const kvp_tokenizer *t, const char *text, size_t len, int parse_special,
                          int add_bos, int32_t **ids, size_t *n, kvp_err *err);
+
+/* A byte range [off, off + len) of a text. */
+typedef struct kvp_tok_span {
+    size_t off, len;
+} kvp_tok_span;
+
+/* kvp_tokenizer_encode where control tokens are cut out only when they lie
+ * wholly inside one of the n_special spans (sorted, not overlapping), and
+ * the rest of the text is literal: a chat template's own markers are
+ * special, the messages between them are not, and BPE still runs across a
+ * marker-free stretch as one text.  KVP_EINVAL for spans out of order or
+ * outside the text. */
+int kvp_tokenizer_encode_spans(const kvp_tokenizer *t, const char *text, size_t len, const kvp_tok_span *special,
+                               size_t n_special, int add_bos, int32_t **ids, size_t *n, kvp_err *err);
 
 size_t kvp_tokenizer_n_vocab(const kvp_tokenizer *t);
 kvp_tok_model kvp_tokenizer_model(const kvp_tokenizer *t);

@@ -158,7 +158,9 @@ def hf_bytelevel(v, pre):
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tk.decoder = decoders.ByteLevel()
     tk.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials(v)])
-    if v["add_bos"]:
+    # Without tokenizer.ggml.add_bos_token, llama.cpp adds BOS for the Llama-3
+    # pre-tokenizer (as Llama-3's own tokenizer.json does); so does our loader.
+    if v["add_bos"] or (v["add_bos"] is None and pre == "llama3"):
         bos = v["tokens"][v["bos"]]
         tk.post_processor = processors.TemplateProcessing(single=bos + " $A", special_tokens=[(bos, v["bos"])])
     return tk

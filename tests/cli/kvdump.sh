@@ -21,6 +21,13 @@ n=$(grep -c '^{.*}$' "$OUT")
 if [ "$n" -eq 9 ]; then pass "--json prints one object per record and the header"; else fail "--json line count $n"; fi
 expect_out_has '"kind":"kv_block"' "--json names kinds"
 expect_out_has '"shape":[6,8]' "--json shape"
+# A sequence's token ids: all 37 in JSON; the first 8 and last 4 in the listing.
+ids=$(sed -n 's/.*"kind":"sequence".*"token_ids":\[\([0-9,]*\)\].*/\1/p' "$OUT")
+n=$(printf '%s' "$ids" | tr ',' '\n' | grep -c .)
+if [ "$n" -eq 37 ]; then pass "--json gives all 37 token ids"; else fail "--json token_ids has $n ids"; fi
+short="$(printf '%s' "$ids" | cut -d, -f1-8 | tr ',' ' ') ... $(printf '%s' "$ids" | cut -d, -f34-37 | tr ',' ' ')"
+run kvdump "$T/s.kvp"
+expect_out_has "next 42 ids [$short]" "the listing shows the first 8 and the last 4 ids"
 
 run kvdump -s "$T/z.kvp"
 expect_status 0 "--summary on a zstd stream"

@@ -1,8 +1,8 @@
 /* fuzz_prompts.c - libFuzzer harness: the prompts file reader (JSON Lines of
  * {"id","prompt"} or {"messages":[...]}, or one plain text) with ChatML
- * rendering on.  It takes a path, so each input goes to one scratch file
+ * rendering on and off.  It takes a path, so each input goes to one scratch file
  * (removed at exit).  Every prompt accepted must be a NUL-terminated string
- * of the length it claims. */
+ * of the length it claims, its special spans sorted and inside it. */
 #define _POSIX_C_SOURCE 200809L
 #include "prompts.h"
 
@@ -21,12 +21,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *path = fuzz_scratch_write(data, size, "prompts");
     for (int chat = 0; chat <= 1; chat++) {
         kvp_prompts ps;
-        kvp_prompts_init(&ps, chat ? KVP_CHAT_CHATML : KVP_CHAT_NONE, chat ? "be brief" : NULL);
+        kvp_prompts_init(&ps);
+        ps.chat = chat;
+        ps.system = chat ? "be brief" : NULL;
         kvp_err err = {0};
         if (kvp_prompts_read_file(&ps, path, &err) == 0) {
             for (size_t i = 0; i < ps.n; i++)
                 if (!ps.p[i].text || !ps.p[i].label || ps.p[i].text[ps.p[i].len] != '\0')
                     abort();
+            for (size_t i = 0; i < ps.n; i++) /* special spans: sorted, inside the text */
+                for (size_t k = 0; k < ps.p[i].n_special; k++) {
+                    const kvp_tok_span *sp = ps.p[i].special;
+                    if (sp[k].off + sp[k].len > ps.p[i].len || (k && sp[k].off < sp[k - 1].off + sp[k - 1].len))
+                        abort();
+                }
         } else if (err.code >= 0 || !err.msg[0]) {
             abort(); /* a failure must carry a code and a message */
         }

@@ -2,7 +2,8 @@
  * (fuzz_tokenizer.c, and the seeds of fuzz_tokvocab.c): a byte-level BPE one
  * whose 256 byte tokens make every input encodable and decodable back to the
  * same bytes, and a SentencePiece one with <0xNN> byte fallback.  Header-only
- * (static functions) so each harness stays one file plus replay.c. */
+ * (static inline functions, so a file may use one and not the other) so each
+ * harness stays one file plus replay.c; tests/unit/test_prompts.c uses it too. */
 #ifndef KVP_FUZZ_TOKVOCAB_H
 #define KVP_FUZZ_TOKVOCAB_H
 
@@ -23,7 +24,7 @@ typedef struct tv_list {
     size_t n;
 } tv_list;
 
-static void tv_add(tv_list *l, const char *s, size_t len, int32_t type, float score)
+static inline void tv_add(tv_list *l, const char *s, size_t len, int32_t type, float score)
 {
     memcpy(l->text[l->n], s, len);
     l->text[l->n][len] = '\0';
@@ -34,7 +35,7 @@ static void tv_add(tv_list *l, const char *s, size_t len, int32_t type, float sc
 }
 
 /* GPT-2's byte -> code point map (FACTS.md, "GPT-2 byte-level BPE"). */
-static uint32_t tv_byte_cp(int b)
+static inline uint32_t tv_byte_cp(int b)
 {
     if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)
         return (uint32_t)b;
@@ -45,7 +46,7 @@ static uint32_t tv_byte_cp(int b)
     return 0x100u + (uint32_t)n;
 }
 
-static int tv_finish(kvp_meta *m, tv_list *l)
+static inline int tv_finish(kvp_meta *m, tv_list *l)
 {
     for (size_t i = 0; i < l->n; i++)
         l->ptr[i] = l->text[i];
@@ -56,7 +57,7 @@ static int tv_finish(kvp_meta *m, tv_list *l)
 
 /* Byte-level BPE: the 256 byte tokens, a few merges, two control tokens.
  * pre: "gpt2", "smollm", "llama-bpe" or "qwen2". */
-static int tv_gpt2(kvp_meta *m, const char *pre)
+static inline int tv_gpt2(kvp_meta *m, const char *pre)
 {
     static tv_list l;
     l.n = 0;
@@ -85,7 +86,7 @@ static int tv_gpt2(kvp_meta *m, const char *pre)
 }
 
 /* SentencePiece BPE: <unk> <s> </s>, the 256 <0xNN> byte tokens, pieces with scores. */
-static int tv_spm(kvp_meta *m)
+static inline int tv_spm(kvp_meta *m)
 {
     static tv_list l;
     l.n = 0;

@@ -1,6 +1,8 @@
 /* test_tokenizer.c - the tokenizers against HF `tokenizers` goldens
- * (scripts/ref/gen_tokenizer.py), plus small hand-made vocabularies for the
- * merge order, special tokens, byte fallback, detokenization and errors.
+ * (scripts/ref/gen_tokenizer.py) and llama.cpp's for special tokens in the
+ * text (scripts/ref/gen_tokenizer_special.py), plus small hand-made
+ * vocabularies for the merge order, special tokens and spans, byte
+ * fallback, detokenization and errors.
  *
  * Goldens: tok_llama_spm.txt runs always (its vocabulary is committed as
  * tok_llama_spm_vocab.bin); tok_smollm2.txt needs the SmolLM2 GGUF
@@ -198,6 +200,128 @@ static void run_golden(const kvp_tokenizer *t, const char *name)
     free(data);
 }
 
+/* Parse "n n n" into want; returns the count. */
+static size_t parse_ids_into(const char *p, const char *end, int32_t *want)
+{
+    size_t n = 0;
+    while (p < end) {
+        while (p < end && *p == ' ')
+            p++;
+        if (p >= end)
+            break;
+        char *e;
+        want[n++] = (int32_t)strtol(p, &e, 10);
+        p = e;
+    }
+    return n;
+}
+
+/* A golden of gen_tokenizer_special.py: every line's text encoded with
+ * special tokens parsed and not, BOS as the vocabulary says, must give
+ * llama.cpp's ids.  Returns the number of cases (0 when unreadable). */
+static size_t run_special_golden_cols(const kvp_tokenizer *t, const char *name, size_t min_cases, int both)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", golden_dir(), name);
+    uint8_t *data;
+    size_t len;
+    kvp_err err;
+    if (kvp_read_file(path, 16u << 20, &data, &len, &err) < 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return 0;
+    }
+    char *text = malloc(len + 1);
+    int32_t *want = malloc((len + 1) * sizeof *want);
+    size_t cases = 0, bad[2] = {0, 0};
+    for (char *line = (char *)data; line && *line;) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+        if (line[0] == '#' || !t2) {
+            CHECK_MSG(line[0] == '#', "%s: a line without two tabs", name);
+            line = next;
+            continue;
+        }
+        size_t tl = 0;
+        for (char *h = line; h + 1 < t1; h += 2)
+            text[tl++] = (char)(hexval(h[0]) << 4 | hexval(h[1]));
+        cases++;
+        for (int special = 1; special >= 1 - both; special--) {
+            size_t nw = special ? parse_ids_into(t1 + 1, t2, want) : parse_ids_into(t2 + 1, t2 + strlen(t2), want);
+            int32_t *ids;
+            size_t n;
+            int rc = kvp_tokenizer_encode(t, text, tl, special, -1, &ids, &n, &err);
+            if (rc < 0 || !ids_equal(ids, n, want, nw)) {
+                if (bad[special]++ < 5) {
+                    printf("%s: case %zu (special %d) \"%.*s\"\n", name, cases, special, (int)tl, text);
+                    print_ids("want", want, nw);
+                    print_ids("got ", ids, n);
+                }
+            }
+            free(ids);
+        }
+        line = next;
+    }
+    printf("ok %s: %zu cases, %zu differ from llama.cpp with special tokens parsed, %zu without%s\n", name, cases,
+           bad[1], bad[0], both ? "" : " (not compared)");
+    CHECK(cases >= min_cases);
+    CHECK_EQ_U64(bad[1], 0);
+    CHECK_EQ_U64(bad[0], 0);
+    free(want);
+    free(text);
+    free(data);
+    return cases;
+}
+
+static size_t run_special_golden(const kvp_tokenizer *t, const char *name, size_t min_cases)
+{
+    return run_special_golden_cols(t, name, min_cases, 1);
+}
+
+/* Overlapping special tokens, where llama.cpp's longest-first order and a
+ * leftmost-longest scan part ways: the committed SentencePiece vocabulary
+ * with the two ordinary tokens the golden names ("# control A B") made
+ * control tokens, as gen_tokenizer_special.py made them for llama.cpp.
+ * Only the parsed column counts: with parsing off, llama.cpp's SentencePiece
+ * merges still reach those ids (it looks merged text up in the whole
+ * vocabulary), which no real vocabulary exercises. */
+static void test_special_overlap(void)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tok_special_overlap.txt", golden_dir());
+    uint8_t *data;
+    size_t len;
+    kvp_err err;
+    if (kvp_read_file(path, 1u << 20, &data, &len, &err) < 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    const char *c = strstr((const char *)data, "\n# control ");
+    int a = -1, b = -1;
+    CHECK(c && sscanf(c, "\n# control %d %d", &a, &b) == 2);
+    free(data);
+    snprintf(path, sizeof path, "%s/tok_llama_spm_vocab.bin", golden_dir());
+    kvp_gguf g;
+    if (kvp_gguf_open(&g, path, &err) < 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    /* the meta is ours: set the two types in place */
+    kvp_meta_entry *e = (kvp_meta_entry *)kvp_meta_find(&g.meta, "tokenizer.ggml.token_type");
+    CHECK(e && e->type == KVP_META_ARR_I32 && a >= 0 && b >= 0 && (uint64_t)a < e->n && (uint64_t)b < e->n);
+    if (e && e->type == KVP_META_ARR_I32 && a >= 0 && b >= 0 && (uint64_t)a < e->n && (uint64_t)b < e->n) {
+        ((int32_t *)e->arr)[a] = KVP_TOKEN_CONTROL;
+        ((int32_t *)e->arr)[b] = KVP_TOKEN_CONTROL;
+        kvp_tokenizer *t = NULL;
+        CHECK_MSG(kvp_tokenizer_load_meta(&t, &g.meta, path, &err) == 0, "%s", err.msg);
+        if (t)
+            run_special_golden_cols(t, "tok_special_overlap.txt", 9, 0);
+        kvp_tokenizer_free(t);
+    }
+    kvp_gguf_close(&g);
+}
+
 static kvp_tokenizer *load_gguf(const char *path, kvp_gguf *g, const char *pre_override)
 {
     kvp_err err;
@@ -318,6 +442,7 @@ static void test_smollm2(void)
         kvp_buf_free(&enc);
     }
     run_golden(t, "tok_smollm2.txt");
+    run_special_golden(t, "tok_special_smollm2.txt", 300);
     test_random_bytes(t, "SmolLM2");
     test_long_inputs(t);
     kvp_tokenizer_free(t);
@@ -338,6 +463,7 @@ static void test_llama3(void)
     CHECK(kvp_tokenizer_is_eog(t, kvp_tokenizer_find(t, "<|eot_id|>", 10)));
     test_chat_model(t, &g.meta, KVP_CHAT_LLAMA3);
     run_golden(t, "tok_llama3.txt");
+    run_special_golden(t, "tok_special_llama3.txt", 900);
     test_random_bytes(t, "Llama-3");
     kvp_tokenizer_free(t);
     kvp_gguf_close(&g);
@@ -358,6 +484,7 @@ static void test_llama_spm(void)
     const int32_t v[] = {1, 15043, 3186};
     encode_expect(t, "Hello world", 1, -1, v, 3);
     run_golden(t, "tok_llama_spm.txt");
+    run_special_golden(t, "tok_special_llama_spm.txt", 200);
     test_random_bytes(t, "Llama-2 SPM");
     /* The dummy-prefix space is dropped only when asked. */
     kvp_buf b;
@@ -594,6 +721,59 @@ static void test_random_bytes(const kvp_tokenizer *t, const char *name)
     kvp_buf_free(&b);
 }
 
+/* Special tokens cut out as llama.cpp does: longest first across the text,
+ * then shorter ones in what is left; spans limit where control tokens are
+ * parsed. */
+static void test_special_order_and_spans(void)
+{
+    static const char *const tok[] = {"<s>", "a", "b", "c", "d", "ab", "bcd", "<u>"};
+    const int32_t types[] = {3, 1, 1, 1, 1, 3, 3, 4};
+    kvp_meta m;
+    kvp_meta_init(&m);
+    kvp_meta_set_str(&m, "tokenizer.ggml.model", "gpt2", 4);
+    set_tokens(&m, tok, 8);
+    static const char *const mg[] = {"zz q"}; /* no merge applies */
+    set_merges(&m, mg, 1);
+    kvp_meta_set_arr(&m, "tokenizer.ggml.token_type", KVP_META_ARR_I32, types, 8);
+    kvp_meta_set_u64(&m, "tokenizer.ggml.bos_token_id", 0);
+    kvp_meta_set_u64(&m, "tokenizer.ggml.eos_token_id", 0);
+    kvp_tokenizer *t;
+    kvp_err err;
+    int rc = kvp_tokenizer_load_meta(&t, &m, "overlap", &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    kvp_meta_free(&m);
+    if (rc)
+        return;
+    /* "bcd" is longer: it goes first, and "ab" no longer fits (a leftmost
+     * scan would give ab|c|d). */
+    const int32_t e1[] = {1, 6};
+    encode_expect(t, "abcd", 1, 0, e1, 2);
+    const int32_t e2[] = {1, 6, 5, 2};
+    encode_expect(t, "abcdabb", 1, 0, e2, 4);
+    const int32_t e3[] = {1, 2, 3, 4};
+    encode_expect(t, "abcd", 0, 0, e3, 4);
+    /* Spans: only the second "ab" and the <s> at its end are special; a
+     * control token that runs past its span is text; user-defined <u>
+     * anywhere. */
+    static const char s[] = "ab ab<u>bcd<s>";
+    /*                       0123456789012 */
+    const kvp_tok_span sp[] = {{3, 2}, {8, 2}, {11, 3}};
+    int32_t *ids;
+    size_t n;
+    const int32_t want[] = {1, 2, 5, 7, 2, 3, 4, 0};
+    rc = kvp_tokenizer_encode_spans(t, s, sizeof s - 1, sp, 3, 0, &ids, &n, &err);
+    CHECK_MSG(rc == 0 && ids_equal(ids, n, want, 8), "encode_spans");
+    if (rc == 0 && !ids_equal(ids, n, want, 8))
+        print_ids("got ", ids, n);
+    free(ids);
+    const kvp_tok_span bad[] = {{3, 2}, {4, 2}};
+    CHECK(kvp_tokenizer_encode_spans(t, s, sizeof s - 1, bad, 2, 0, &ids, &n, &err) == KVP_EINVAL &&
+          strstr(err.msg, "span 1"));
+    const kvp_tok_span past[] = {{10, 5}};
+    CHECK(kvp_tokenizer_encode_spans(t, s, sizeof s - 1, past, 1, 0, &ids, &n, &err) == KVP_EINVAL);
+    kvp_tokenizer_free(t);
+}
+
 /* ---- tokenizer.json ---- */
 
 static void test_json_tiny(void)
@@ -679,22 +859,22 @@ static void test_chat_render(void)
     CHECK(kvp_chat_format_parse("llama3", &f, &err) == 0 && f == KVP_CHAT_LLAMA3);
     CHECK(kvp_chat_format_parse("vicuna", &f, &err) == KVP_EINVAL && strstr(err.msg, "chatml, llama3"));
     CHECK_STR(kvp_chat_format_name(KVP_CHAT_LLAMA3), "llama3");
-    CHECK(kvp_chat_prompt(KVP_CHAT_CHATML, "Be brief.", "Hi!", &b, &err) == 0);
+    CHECK(kvp_chat_prompt(KVP_CHAT_CHATML, "Be brief.", "Hi!", &b, NULL, &err) == 0);
     CHECK(buf_is(&b, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
                      "<|im_start|>assistant\n"));
     b.len = 0;
-    CHECK(kvp_chat_prompt(KVP_CHAT_CHATML, NULL, "Hi!", &b, &err) == 0);
+    CHECK(kvp_chat_prompt(KVP_CHAT_CHATML, NULL, "Hi!", &b, NULL, &err) == 0);
     CHECK(buf_is(&b, "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"));
     b.len = 0;
-    CHECK(kvp_chat_prompt(KVP_CHAT_LLAMA3, " Be brief.\n", "Hi!  ", &b, &err) == 0);
+    CHECK(kvp_chat_prompt(KVP_CHAT_LLAMA3, " Be brief.\n", "Hi!  ", &b, NULL, &err) == 0);
     CHECK(buf_is(&b, "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
                      "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
                      "<|start_header_id|>assistant<|end_header_id|>\n\n"));
     b.len = 0;
     const kvp_chat_msg bad[] = {{"user", NULL}};
-    CHECK(kvp_chat_render(KVP_CHAT_CHATML, bad, 1, 1, &b, &err) == KVP_EINVAL && strstr(err.msg, "message 0"));
+    CHECK(kvp_chat_render(KVP_CHAT_CHATML, bad, 1, 1, &b, NULL, &err) == KVP_EINVAL && strstr(err.msg, "message 0"));
     const kvp_chat_msg turns[] = {{"user", "2+2?"}, {"assistant", "4"}, {"user", "and 3+3?"}};
-    CHECK(kvp_chat_render(KVP_CHAT_CHATML, turns, 3, 0, &b, &err) == 0);
+    CHECK(kvp_chat_render(KVP_CHAT_CHATML, turns, 3, 0, &b, NULL, &err) == 0);
     CHECK(buf_is(&b, "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
                      "<|im_start|>user\nand 3+3?<|im_end|>\n"));
     kvp_buf_free(&b);
@@ -714,7 +894,7 @@ static void test_chat_model(const kvp_tokenizer *t, const kvp_meta *m, kvp_chat_
     if (want == KVP_CHAT_CHATML) {
         CHECK(def && dl == 68 && memcmp(def, "You are a helpful AI assistant named SmolLM, trained by Hugging Face", dl) == 0);
     }
-    kvp_chat_prompt(f, "Be brief.", "What is 2+2?", &b, &err);
+    kvp_chat_prompt(f, "Be brief.", "What is 2+2?", &b, NULL, &err);
     int32_t *ids;
     size_t n;
     CHECK(kvp_tokenizer_encode(t, (const char *)b.data, b.len, 1, 0, &ids, &n, &err) == 0);
@@ -733,6 +913,8 @@ int main(void)
     test_chat_render();
     test_tiny_bpe();
     test_tiny_spm();
+    test_special_order_and_spans();
+    test_special_overlap();
     test_errors();
     test_llama_spm();
     test_smollm2();

@@ -1,0 +1,104 @@
+# Special tokens in prompts and seeing the tokens: prefill --tokenize,
+# --no-special, --chat's literal messages, kvdump's token ids; on the real
+# model (SmolLM2-135M-Instruct Q4_1) where cached.
+. "$KVP_TESTS/cli/lib.sh"
+
+run prefill --tokenize -p hi
+expect_status 2 "--tokenize without a model is a usage error"
+expect_err_has "no model" "names what is missing"
+run prefill --tokenize --resume x.kvp -m x.gguf -p hi
+expect_status 2 "--tokenize with --resume is a usage error"
+run prefill --help
+expect_out_has "--tokenize" "--help lists --tokenize"
+expect_out_has "--no-special" "--help lists --no-special"
+run decode --help
+expect_out_has "--no-special" "decode --help lists --no-special"
+run prefill --tokenize -m "$T/missing.gguf" -p hi
+expect_status 1 "a missing model is a runtime error"
+expect_err_one_line "one line of error"
+
+M="$KVP_MODEL"
+if [ ! -f "$M" ]; then
+    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
+    done_testing
+    exit $?
+fi
+nl='
+'
+P="<|im_start|>user${nl}Hi<|im_end|>"
+
+# The issue's example: llama.cpp and HF give [1, 4093, 198, 26843, 2].
+run prefill --tokenize -m "$M" -p "$P"
+expect_status 0 "--tokenize"
+cat >"$T/want.txt" <<'E'
+     1 -> '<|im_start|>'
+  4093 -> 'user'
+   198 -> '\n'
+ 26843 -> 'Hi'
+     2 -> '<|im_end|>'
+E
+expect_out_file "$T/want.txt" "one line per token, id and escaped piece, markers as special ids"
+expect_err_empty "no stderr"
+
+run prefill --tokenize --json -m "$M" -p "$P"
+expect_status 0 "--tokenize --json"
+printf '%s\n' '{"ids":[1,4093,198,26843,2],"pieces":["<|im_start|>","user","\n","Hi","<|im_end|>"]}' >"$T/want.json"
+expect_out_file "$T/want.json" "--json gives ids and pieces"
+
+run_sh "printf '%s' '$P' | prefill --tokenize -m '$M' --json"
+expect_status 0 "--tokenize reads standard input"
+expect_out_file "$T/want.json" "standard input tokenizes as -p"
+printf '%s' "$P" >"$T/p.txt"
+run prefill --tokenize -m "$M" --json -f "$T/p.txt"
+expect_out_file "$T/want.json" "a plain text file is parsed for special tokens too"
+
+run prefill --tokenize --no-special --json -m "$M" -p "$P"
+expect_status 0 "--no-special"
+expect_out_lacks '"ids":[1,' "--no-special: <|im_start|> is not id 1"
+expect_out_has '"<","|","im","_","start","|",">","user"' "--no-special: the marker is text"
+
+# --chat: the message is literal, the template's markers special.
+run prefill --tokenize --json --chat -m "$M" -p "Hi<|im_end|>"
+expect_status 0 "--tokenize --chat"
+printf '%s\n' '{"ids":[1,4093,198,26843,44,108,306,79,486,108,46,2,198,1,520,9531,198],"pieces":["<|im_start|>","user","\n","Hi","<","|","im","_","end","|",">","<|im_end|>","\n","<|im_start|>","ass","istant","\n"]}' >"$T/chat.json"
+expect_out_file "$T/chat.json" "a message cannot close its own turn"
+
+cat >"$T/p.jsonl" <<'J'
+{"id":"a","prompt":"<|im_start|>user\nHi<|im_end|>"}
+{"id":"b","messages":[{"role":"user","content":"Hi<|im_end|>"}]}
+J
+run prefill --tokenize --json -m "$M" -f "$T/p.jsonl"
+expect_status 0 "--tokenize a JSON Lines file"
+expect_out_has '{"id":"a","ids":[1,4093,198,26843,2],' "\"prompt\" is parsed for special tokens"
+expect_out_has '{"id":"b","ids":[1,4093,198,26843,44,108,306,79,486,108,46,2,198,1,520,9531,198],' "\"messages\" contents stay literal"
+run prefill --tokenize -m "$M" -f "$T/p.jsonl"
+expect_out_has "# b" "text output names each prompt"
+
+run prefill --tokenize -m "$M" -p "a	é😀"
+cat >"$T/esc.txt" <<'E'
+    81 -> 'a'
+   197 -> '\t'
+  2756 -> 'é'
+ 10813 -> '\xf0\x9f'
+   242 -> '\x98'
+   218 -> '\x80'
+E
+expect_out_file "$T/esc.txt" "pieces: control bytes and parts of a character escaped"
+run prefill --tokenize -m "$M" --tokens 1,4093
+expect_out_has "  4093 -> 'user'" "--tokens: pieces of given ids"
+
+# prefill and decode parse the markers: a hand-written ChatML prompt is --chat's.
+run_sh "prefill -m '$M' -t 2 -n 1 -p '$P' | kvdump --json"
+expect_status 0 "prefill of a prompt with special tokens"
+expect_out_has '"token_ids":[1,4093,198,26843,2]' "kvdump shows the special ids prefill used"
+run_sh "prefill -m '$M' -t 2 -n 1 -p '$P' | kvdump"
+expect_out_has "ids [1 4093 198 26843 2]" "kvdump's listing shows them too"
+run decode -m "$M" -t 2 -n 12 --chat -p "What is the capital of France?"
+cp "$OUT" "$T/chat.out"
+run decode -m "$M" -t 2 -n 12 -p "<|im_start|>user${nl}What is the capital of France?<|im_end|>${nl}<|im_start|>assistant${nl}"
+expect_status 0 "decode of a hand-written ChatML prompt"
+expect_out_file "$T/chat.out" "gives what --chat gives"
+run decode -m "$M" -t 2 -n 12 --no-special -p "<|im_start|>user${nl}What is the capital of France?<|im_end|>${nl}<|im_start|>assistant${nl}"
+expect_status 0 "decode --no-special"
+if cmp -s "$OUT" "$T/chat.out"; then fail "--no-special changed nothing"; else pass "--no-special takes the markers as text"; fi
+done_testing
