@@ -127,6 +127,29 @@ static int arrived(kvp_jobsrc *js, int block, double *t)
     return 1;
 }
 
+/* The command line's sampling with what the request line set; a request's
+ * own seed alone seeds it (the same seed, the same draws), else the
+ * command line's seed and the request's index. */
+static int request_sampling(const kvp_runopts *o, const kvp_prompt_params *pp, uint64_t i, kvp_sampling *smp,
+                            kvp_err *err)
+{
+    *smp = o->sampling;
+    if (pp->set & KVP_PARAM_MAX_TOKENS)
+        smp->max_tokens = pp->max_tokens;
+    if (pp->set & KVP_PARAM_TEMPERATURE)
+        smp->temperature = pp->temperature;
+    if (pp->set & KVP_PARAM_TOP_P)
+        smp->top_p = pp->top_p;
+    if (pp->set & KVP_PARAM_TOP_K)
+        smp->top_k = pp->top_k;
+    if (pp->set & KVP_PARAM_MIN_P)
+        smp->min_p = pp->min_p;
+    if (pp->set & KVP_PARAM_SEED)
+        smp->seed = pp->seed;
+    kvp_sample_seed(smp, pp->set & KVP_PARAM_SEED ? 0 : i);
+    return kvp_sample_check(smp, err);
+}
+
 static kvp_gen_opts gen_opts(const kvp_runopts *o)
 {
     return (kvp_gen_opts){.stop = o->stop, .n_stop = o->n_stop, .ignore_eos = o->ignore_eos};
@@ -147,14 +170,21 @@ static int prompt_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
         if (t_arrival == 0)
             t_arrival = kvp_gen_now();
         js->next++;
-        kvp_sampling smp = js->o->sampling;
-        kvp_sample_seed(&smp, i);
-        kvp_request *r = kvp_request_new(js->tok, i, js->ps.p[i].label, js->ids[i], js->lens[i], &smp);
+        const kvp_prompt_params *pp = &js->ps.p[i].params;
+        kvp_sampling smp;
+        int rc = request_sampling(js->o, pp, i, &smp, err);
+        kvp_request *r = rc < 0 ? NULL : kvp_request_new(js->tok, i, js->ps.p[i].label, js->ids[i], js->lens[i], &smp);
         free(js->ids[i]);
         js->ids[i] = NULL;
+        if (rc < 0)
+            return kvp_err_prefix(err, "request %s", js->ps.p[i].label[0] ? js->ps.p[i].label : "");
         if (!r)
             return kvp_err_set(err, KVP_ENOMEM, "out of memory");
         r->opts = gen_opts(js->o);
+        if (pp->set & KVP_PARAM_STOP) {
+            r->opts.stop = (const char *const *)pp->stop;
+            r->opts.n_stop = pp->n_stop;
+        }
         r->g.t_start = t_arrival;
         *out = r;
         return 1;

@@ -22,6 +22,9 @@ void kvp_prompts_free(kvp_prompts *ps)
         free(ps->p[i].label);
         free(ps->p[i].text);
         free(ps->p[i].special);
+        for (size_t k = 0; k < ps->p[i].params.n_stop; k++)
+            free(ps->p[i].params.stop[k]);
+        free(ps->p[i].params.stop);
     }
     free(ps->p);
     ps->p = NULL;
@@ -44,7 +47,7 @@ static int push(kvp_prompts *ps, const char *label, char *text, size_t len, kvp_
     }
     if (!(l = strdup(label ? label : "")))
         goto oom;
-    ps->p[ps->n++] = (kvp_prompt){l, text, len, special, n_special};
+    ps->p[ps->n++] = (kvp_prompt){.label = l, .text = text, .len = len, .special = special, .n_special = n_special};
     return 0;
 oom:
     free(text);
@@ -103,6 +106,83 @@ int kvp_prompts_encode(const kvp_prompts *ps, size_t i, const kvp_tokenizer *t, 
     return kvp_tokenizer_encode_spans(t, p->text, p->len, p->special, p->n_special, -1, ids, n, err);
 }
 
+static void params_free(kvp_prompt_params *pp)
+{
+    for (size_t k = 0; k < pp->n_stop; k++)
+        free(pp->stop[k]);
+    free(pp->stop);
+    memset(pp, 0, sizeof *pp);
+}
+
+/* A number field in [lo, hi] (integral when whole): 1 when present, 0 when
+ * absent, or a code naming the line and the field. */
+static int num_field(const kvp_json *o, const char *key, double lo, double hi, int whole, double *out,
+                     const char *path, int line, kvp_err *err)
+{
+    const kvp_json *v = kvp_json_get(o, key);
+    if (!v || v->type == KVP_JSON_NULL)
+        return 0;
+    double x;
+    if (v->type != KVP_JSON_NUMBER || kvp_json_get_f64(o, key, &x) < 0 || (whole && !v->is_int) || !(x >= lo) ||
+        !(x <= hi))
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%d: \"%s\" must be %s in [%g, %g]", path, line, key,
+                           whole ? "an integer" : "a number", lo, hi);
+    *out = x;
+    return 1;
+}
+
+/* "stop": a string or an array of strings. */
+static int stop_field(const kvp_json *o, kvp_prompt_params *pp, const char *path, int line, kvp_err *err)
+{
+    const kvp_json *v = kvp_json_get(o, "stop");
+    if (!v || v->type == KVP_JSON_NULL)
+        return 0;
+    size_t n = v->type == KVP_JSON_STRING ? 1 : v->type == KVP_JSON_ARRAY ? v->n : 0;
+    if (v->type != KVP_JSON_STRING && v->type != KVP_JSON_ARRAY)
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%d: \"stop\" must be a string or an array of strings", path, line);
+    if (n > 64)
+        return kvp_err_set(err, KVP_ELIMIT, "%s:%d: %zu stop strings (at most 64)", path, line, n);
+    pp->stop = calloc(n ? n : 1, sizeof *pp->stop);
+    if (!pp->stop)
+        return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const kvp_json *e = v->type == KVP_JSON_STRING ? v : kvp_json_at(v, i);
+        if (!e || e->type != KVP_JSON_STRING)
+            return kvp_err_set(err, KVP_EFORMAT, "%s:%d: \"stop\" entry %zu is not a string", path, line, i);
+        if (!(pp->stop[i] = strdup(e->str)))
+            return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
+        pp->n_stop = i + 1;
+    }
+    pp->set |= KVP_PARAM_STOP;
+    return 0;
+}
+
+/* The request's own generation parameters (kvp_prompt_params). */
+static int params_of(const kvp_json *o, kvp_prompt_params *pp, const char *path, int line, kvp_err *err)
+{
+    double x;
+    int rc;
+    memset(pp, 0, sizeof *pp);
+#define FIELD(key, lo, hi, whole, bit, assign)                                                      \
+    if ((rc = num_field(o, key, lo, hi, whole, &x, path, line, err)) < 0)                          \
+        return rc;                                                                                 \
+    if (rc) {                                                                                      \
+        assign;                                                                                    \
+        pp->set |= bit;                                                                            \
+    }
+    FIELD("max_tokens", 0, 1 << 24, 1, KVP_PARAM_MAX_TOKENS, pp->max_tokens = (uint32_t)x)
+    FIELD("temperature", 0, 100, 0, KVP_PARAM_TEMPERATURE, pp->temperature = (float)x)
+    FIELD("top_p", 1e-6, 1, 0, KVP_PARAM_TOP_P, pp->top_p = (float)x)
+    FIELD("top_k", 0, 1 << 24, 1, KVP_PARAM_TOP_K, pp->top_k = (int32_t)x)
+    FIELD("min_p", 0, 1, 0, KVP_PARAM_MIN_P, pp->min_p = (float)x)
+    FIELD("seed", 0, 9007199254740991.0, 1, KVP_PARAM_SEED, pp->seed = (uint64_t)x)
+#undef FIELD
+    return stop_field(o, pp, path, line, err);
+}
+
+static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, const char *path, int line,
+                           kvp_err *err);
+
 /* One JSON Lines object. */
 static int add_json(kvp_prompts *ps, const kvp_json *o, const char *path, int line, kvp_err *err)
 {
@@ -119,6 +199,25 @@ static int add_json(kvp_prompts *ps, const kvp_json *o, const char *path, int li
     } else if (id && id->type != KVP_JSON_NULL) {
         return kvp_err_set(err, KVP_EFORMAT, "%s:%d: \"id\" must be a string or an integer", path, line);
     }
+    kvp_prompt_params pp;
+    int rc = params_of(o, &pp, path, line, err);
+    if (rc < 0) {
+        params_free(&pp);
+        return rc;
+    }
+    size_t before = ps->n;
+    rc = add_json_prompt(ps, o, lab, path, line, err);
+    if (rc == 0 && ps->n == before + 1)
+        ps->p[before].params = pp;
+    else
+        params_free(&pp);
+    return rc;
+}
+
+/* The prompt of one JSON Lines object: "prompt", or "messages" rendered. */
+static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, const char *path, int line,
+                           kvp_err *err)
+{
     const kvp_json *pr = kvp_json_get(o, "prompt"), *msgs = kvp_json_get(o, "messages");
     if (pr && pr->type == KVP_JSON_STRING)
         return kvp_prompts_add_text(ps, lab, pr->str, pr->len, err);

@@ -9,6 +9,11 @@
  * chat is asked for (--chat), as one user turn after the optional system
  * message.  Errors name the file and line.
  *
+ * A line may carry its own generation parameters, as an OpenAI-style
+ * request does: "max_tokens", "temperature", "top_p", "top_k", "min_p",
+ * "seed" and "stop" (a string or an array of strings); the command line
+ * gives the defaults for the lines that do not.
+ *
  * Special tokens: a plain prompt (-p, "prompt", a text file) is parsed for
  * control tokens as llama.cpp and HF do, so "<|im_start|>" in it is one
  * token, unless literal is set (--no-special).  In rendered chat only the
@@ -23,9 +28,27 @@
 #include "tokenizer.h"
 
 #include <stddef.h>
+#include <stdint.h>
+
+/* Parameters a request line set (bits of kvp_prompt_params.set). */
+enum {
+    KVP_PARAM_MAX_TOKENS = 1, KVP_PARAM_TEMPERATURE = 2, KVP_PARAM_TOP_P = 4, KVP_PARAM_TOP_K = 8,
+    KVP_PARAM_MIN_P = 16, KVP_PARAM_SEED = 32, KVP_PARAM_STOP = 64,
+};
+
+typedef struct kvp_prompt_params {
+    unsigned set;           /* KVP_PARAM_* given on the line */
+    uint32_t max_tokens;
+    float temperature, top_p, min_p;
+    int32_t top_k;
+    uint64_t seed;
+    char **stop;            /* [n_stop] NUL-terminated, owned */
+    size_t n_stop;
+} kvp_prompt_params;
 
 typedef struct kvp_prompt {
     char *label;            /* the user's id ("" when none), NUL-terminated */
+    kvp_prompt_params params;
     char *text;             /* the text to tokenize (chat rendered), NUL-terminated */
     size_t len;
     kvp_tok_span *special;  /* where control tokens are parsed (malloc'd, or NULL) */

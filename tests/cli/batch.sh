@@ -133,6 +133,30 @@ if [ "$(grep -c '"finish_reason"' "$OUT")" = 10 ]; then pass "all 10 answered"; 
 run decode -m x.gguf -p hi --rate 0
 expect_status 2 "--rate 0 is a usage error"
 
+# A request line's own parameters override the command line's.
+cat >"$T/params.jsonl" <<'J'
+{"id":"a","prompt":"The capital of France is","max_tokens":3}
+{"id":"b","prompt":"The capital of France is","stop":["United"],"max_tokens":40}
+{"id":"c","prompt":"Once upon a time","temperature":0.8,"seed":5,"max_tokens":6}
+{"id":"d","prompt":"Once upon a time","temperature":0.8,"seed":5,"max_tokens":6}
+{"id":"e","prompt":"Once upon a time","temperature":0.8,"max_tokens":6}
+J
+run decode -m "$M" -t 2 -f "$T/params.jsonl" -n 10 --max-num-seqs 1
+expect_status 0 "requests with their own parameters"
+expect_out_has '"id":"a","text":" Paris.\n","tokens":3,"finish_reason":"length"' "max_tokens 3 of the line, not -n 10"
+expect_out_has '"id":"b","text":" Paris.\n\nThe ","tokens":6,"finish_reason":"stop_string"' "the line's stop string"
+c=$(grep '"id":"c"' "$OUT" | sed 's/.*"text"//; s/,"ttft.*//')
+d=$(grep '"id":"d"' "$OUT" | sed 's/.*"text"//; s/,"ttft.*//')
+if [ -n "$c" ] && [ "$c" = "$d" ]; then pass "the same seed draws the same text"; else fail "seed 5 twice: $c / $d"; fi
+expect_out_has '"id":"e","text"' "a line without a seed samples too"
+printf '{"id":"x","prompt":"hi"}\n{"id":"y","prompt":"hi","top_p":2}\n' >"$T/badp.jsonl"
+run decode -m "$M" -t 2 -f "$T/badp.jsonl"
+expect_status 1 "a bad request parameter is refused"
+expect_err_has 'badp.jsonl:2: "top_p" must be a number in [1e-06, 1]' "names file, line and field"
+printf '{"id":"y","prompt":"hi","stop":[1,2]}\n' >"$T/badp.jsonl"
+run decode -m "$M" -t 2 -f "$T/badp.jsonl"
+expect_err_has 'badp.jsonl:1: "stop" entry 0 is not a string' "a stop that is not a string"
+
 # A prompt longer than the whole cache ends alone; the others complete.
 long=$(i=0; while [ $i -lt 60 ]; do printf 'word%d ' $i; i=$((i + 1)); done)
 {

@@ -153,6 +153,54 @@ static void test_file(const kvp_tokenizer *t)
     unlink(path);
 }
 
+/* A request line's own parameters: each field, stop as a string or an
+ * array, and range errors naming the line and the field. */
+static void test_params(void)
+{
+    const char *path = write_tmp("{\"prompt\":\"a\",\"max_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,"
+                                 "\"top_k\":40,\"min_p\":0.05,\"seed\":11,\"stop\":[\"x\",\"yz\"]}\n"
+                                 "{\"prompt\":\"b\",\"stop\":\"q\"}\n{\"prompt\":\"c\"}\n");
+    if (!path)
+        return;
+    kvp_prompts ps;
+    kvp_err err;
+    kvp_prompts_init(&ps);
+    int rc = kvp_prompts_read_file(&ps, path, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc == 0 && ps.n == 3) {
+        const kvp_prompt_params *a = &ps.p[0].params, *b = &ps.p[1].params, *c = &ps.p[2].params;
+        CHECK_EQ_U64(a->set, KVP_PARAM_MAX_TOKENS | KVP_PARAM_TEMPERATURE | KVP_PARAM_TOP_P | KVP_PARAM_TOP_K |
+                                 KVP_PARAM_MIN_P | KVP_PARAM_SEED | KVP_PARAM_STOP);
+        CHECK_EQ_U64(a->max_tokens, 7);
+        CHECK_NEAR(a->temperature, 0.5, 1e-7);
+        CHECK_NEAR(a->top_p, 0.9, 1e-7);
+        CHECK_EQ_U64(a->top_k, 40);
+        CHECK_NEAR(a->min_p, 0.05, 1e-7);
+        CHECK_EQ_U64(a->seed, 11);
+        CHECK(a->n_stop == 2 && strcmp(a->stop[0], "x") == 0 && strcmp(a->stop[1], "yz") == 0);
+        CHECK(b->set == KVP_PARAM_STOP && b->n_stop == 1 && strcmp(b->stop[0], "q") == 0);
+        CHECK_EQ_U64(c->set, 0);
+    }
+    kvp_prompts_free(&ps);
+    unlink(path);
+    static const char *const bad[][2] = {
+        {"{\"prompt\":\"a\"}\n{\"prompt\":\"a\",\"max_tokens\":-1}\n", ":2: \"max_tokens\" must be an integer"},
+        {"{\"prompt\":\"a\",\"max_tokens\":1.5}\n", ":1: \"max_tokens\" must be an integer"},
+        {"{\"prompt\":\"a\",\"temperature\":\"hot\"}\n", ":1: \"temperature\" must be a number"},
+        {"{\"prompt\":\"a\",\"top_p\":0}\n", ":1: \"top_p\" must be a number in"},
+        {"{\"prompt\":\"a\",\"stop\":{}}\n", ":1: \"stop\" must be a string or an array"},
+        {"{\"prompt\":\"a\",\"stop\":[\"a\",3]}\n", ":1: \"stop\" entry 1 is not a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        path = write_tmp(bad[i][0]);
+        kvp_prompts_init(&ps);
+        rc = kvp_prompts_read_file(&ps, path, &err);
+        CHECK_MSG(rc < 0 && strstr(err.msg, bad[i][1]), "case %zu: %s", i, rc < 0 ? err.msg : "accepted");
+        kvp_prompts_free(&ps);
+        unlink(path);
+    }
+}
+
 /* Llama-3: markers recorded where they are, no <|begin_of_text|> in the
  * text (BOS comes from the vocabulary), contents trimmed as the model's
  * template does. */
@@ -200,5 +248,6 @@ int main(void)
         kvp_tokenizer_free(t);
     }
     test_llama3_marks();
+    test_params();
     return unit_done();
 }
