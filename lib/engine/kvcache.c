@@ -367,6 +367,11 @@ int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uin
         block_unref(kc, old);
         s->blocks[s->n_blocks - 1] = b;
         kc->st.cow_copies++;
+    } else if (len % bs) {
+        /* A partial last block held once may still carry the hash of the
+         * full contents it had before a truncation (kept while it was shared):
+         * it is about to be written in place, so it leaves the table. */
+        hash_remove(kc, s->blocks[s->n_blocks - 1]);
     }
     while (s->n_blocks < want_blocks)
         s->blocks[s->n_blocks++] = block_take(kc);
