@@ -220,8 +220,9 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
         if (d->json) {
             printf(",\"seq_id\":%" PRIu64 ",\"label\":", s.id);
             kvp_cli_json_str(f, s.label, strlen(s.label));
-            printf(",\"tokens\":%u,\"prompt_tokens\":%u,\"next_token\":%d,\"state\":%u,\"token_ids\":[", s.n_tokens,
-                   s.n_prompt, s.next_token, s.state);
+            printf(",\"tokens\":%u,\"prompt_tokens\":%u,\"next_token\":%d,\"state\":%u,\"arrival_ns\":%" PRIu64
+                   ",\"first_token_ns\":%" PRIu64 ",\"token_ids\":[", s.n_tokens, s.n_prompt, s.next_token, s.state,
+                   s.arrival_ns, s.first_ns);
             for (uint32_t i = 0; i < s.n_tokens; i++)
                 printf("%s%u", i ? "," : "", ids[i]);
             putchar(']');

@@ -193,17 +193,27 @@ int main(int argc, char **argv)
         kvp_cli_die("out of memory");
     kvp_gen_opts go = {.chunk = o.chunk};
     double t_all = kvp_gen_now();
-    uint64_t total = 0;
+    uint64_t total = 0, arrival = kvp_gen_wall_ns(); /* every prompt was read by now */
+    /* Each sequence goes out as soon as it is computed: decode at the other
+     * end of a pipe starts on it while the rest are computed. */
+    kvp_run_saver sv;
+    if (kvp_run_save_open(&sv, &r, output, "prefill " KVP_VERSION, &err) < 0)
+        kvp_cli_die_err(&err);
     for (uint32_t i = 0; i < n; i++) {
         kvp_gen_seq *s = &seqs[i];
         const char *label = s->rec.label;
         double t0 = kvp_gen_now();
+        s->rec.arrival_ns = arrival;
         if ((s->handle < 0 && (s->handle = kvp_kvcache_seq_new(r.kc, &err)) < 0) ||
             kvp_gen_prefill(r.engine, r.kc, s, ids[i], lens[i], &go, logits, &err) < 0) {
+            kvp_run_save_abort(&sv);
             if (label[0])
                 kvp_err_prefix(&err, "prompt %s", label);
             kvp_cli_die_err(&err);
         }
+        s->rec.first_ns = kvp_gen_wall_ns();
+        if (kvp_run_save_put(&sv, s, &err) < 0)
+            kvp_cli_die_err(&err);
         double t1 = kvp_gen_now();
         total += lens[i];
         if (o.stats) {
@@ -219,7 +229,7 @@ int main(int argc, char **argv)
         free(ids[i]);
     }
     uint64_t nb = 0, nr = 0;
-    if (kvp_run_save(&r, output, "prefill " KVP_VERSION, seqs, n, &nb, &nr, &err) < 0)
+    if (kvp_run_save_finish(&sv, &nb, &nr, &err) < 0)
         kvp_cli_die_err(&err);
     if (o.stats && !o.json)
         fprintf(stderr, "prefill: %u sequences, %llu prompt tokens in %.3f s; %llu KV blocks written, %llu shared "

@@ -15,6 +15,19 @@ double kvp_gen_now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+uint64_t kvp_gen_wall_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+double kvp_gen_mono_of_wall(uint64_t ns)
+{
+    double ago = ((double)kvp_gen_wall_ns() - (double)ns) * 1e-9;
+    return kvp_gen_now() - ago;
+}
+
 const char *kvp_gen_finish_name(uint32_t r)
 {
     switch (r) {

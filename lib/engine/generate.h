@@ -55,6 +55,11 @@ typedef void (*kvp_gen_emit_fn)(void *ctx, kvp_gen_seq *s, const char *bytes, si
 
 /* Seconds on a monotonic clock. */
 double kvp_gen_now(void);
+/* Nanoseconds since the Unix epoch (the clock that travels between
+ * processes and hosts in sequence records), and a wall-clock time as the
+ * monotonic clock's seconds. */
+uint64_t kvp_gen_wall_ns(void);
+double kvp_gen_mono_of_wall(uint64_t ns);
 /* Prepare s (zeroes the run fields, sets up detokenization). */
 void kvp_gen_seq_init(kvp_gen_seq *s, const kvp_tokenizer *tok);
 void kvp_gen_seq_free(kvp_gen_seq *s);

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +18,16 @@ struct kvp_jobsrc {
     int from_prompts;
     kvp_prompts ps;
     uint32_t **ids, *lens;
-    /* a stream: its sequences loaded into the cache */
+    /* a stream: sequences read as they arrive */
+    kvp_in in;
+    int in_open;
+    kvp_reader *rd;
+    kvp_seqio_reader *sr;
     kvp_kvcache *kc;
-    kvp_seqio_seq *ss;
+    kvp_seqio_seq pend[2];     /* read ahead at open (to tell one sequence from more) */
+    uint32_t *pend_tok[2];
+    uint32_t n_pend;
+    int stream_end;
     uint64_t n, next;
     /* arrivals (rate 0: all at once) */
     double rate, shape;
@@ -192,30 +200,96 @@ static int prompt_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
     return KVP_BATCH_END;
 }
 
+/* Whether reading the stream now would wait: a pipe with nothing in it.
+ * (Bytes the reader has buffered are not seen: the next wait reads them.) */
+static int would_block(const kvp_jobsrc *js)
+{
+    if (js->in.map || js->n_pend)
+        return 0;
+    struct pollfd p = {.fd = js->in.fd, .events = POLLIN};
+    return poll(&p, 1, 0) == 0;
+}
+
+static int read_one(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err *err);
+
+/* The next sequence of the stream: from the read-ahead, else read now.
+ * 1 with *q and *tok (malloc'd copy of its tokens), 0 at the end. */
+static int stream_read(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err *err)
+{
+    if (js->n_pend) {
+        *q = js->pend[0];
+        *tok = js->pend_tok[0];
+        js->pend[0] = js->pend[1];
+        js->pend_tok[0] = js->pend_tok[1];
+        js->n_pend--;
+        return 1;
+    }
+    return read_one(js, q, tok, err);
+}
+
+/* One sequence from the stream itself. */
+static int read_one(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err *err)
+{
+    if (js->stream_end)
+        return 0;
+    const uint32_t *t;
+    int got = kvp_seqio_reader_next(js->sr, q, &t, err);
+    if (got <= 0) {
+        js->stream_end = got == 0;
+        return got;
+    }
+    js->n++;
+    *tok = malloc(((size_t)q->rec.n_tokens + 1) * sizeof **tok);
+    if (!*tok)
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory for %u tokens", q->rec.n_tokens);
+    memcpy(*tok, t, (size_t)q->rec.n_tokens * sizeof **tok);
+    return 1;
+}
+
 /* A stream's sequence becomes a request whose tokens are the stream's; the
- * stream's own cache sequence holds the KV until the request reuses it. */
+ * blocks the stream carried sit in a cache sequence (its holder) until the
+ * request starts and shares them.  Its arrival, when the stream tells it,
+ * is the request's (so TTFT counts prefill too). */
 static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *err)
 {
-    for (; js->next < js->n; js->next++) {
-        kvp_seqio_seq *q = &js->ss[js->next];
-        if (!keep(js, js->next, q->rec.label)) {
-            kvp_kvcache_seq_free(js->kc, q->handle);
+    for (;;) {
+        if (!block && would_block(js))
+            return 0;
+        kvp_seqio_seq q;
+        uint32_t *tok = NULL;
+        int got = stream_read(js, &q, &tok, err);
+        if (got < 0)
+            return got;
+        if (got == 0)
+            return KVP_BATCH_END;
+        uint64_t idx = js->next++;
+        if (!keep(js, idx, q.rec.label)) {
+            kvp_kvcache_seq_free(js->kc, q.handle);
+            free(tok);
             continue;
         }
         double t_arrival;
-        if (!arrived(js, block, &t_arrival))
+        if (!arrived(js, block, &t_arrival)) {
+            /* not yet due: back to the front of the read-ahead */
+            memmove(js->pend + 1, js->pend, js->n_pend * sizeof *js->pend);
+            memmove(js->pend_tok + 1, js->pend_tok, js->n_pend * sizeof *js->pend_tok);
+            js->pend[0] = q;
+            js->pend_tok[0] = tok;
+            js->n_pend++;
+            js->next--;
             return 0;
+        }
         if (t_arrival == 0)
-            t_arrival = kvp_gen_now();
-        js->next++;
-        uint32_t len = kvp_kvcache_seq_len(js->kc, q->handle);
-        kvp_request *r = kvp_request_new(js->tok, q->rec.id, q->rec.label, kvp_kvcache_seq_tokens(js->kc, q->handle),
-                                         len, &q->rec.sampling);
-        if (!r)
+            t_arrival = q.rec.arrival_ns ? kvp_gen_mono_of_wall(q.rec.arrival_ns) : kvp_gen_now();
+        kvp_request *r = kvp_request_new(js->tok, q.rec.id, q.rec.label, tok, q.rec.n_tokens, &q.rec.sampling);
+        free(tok);
+        if (!r) {
+            kvp_kvcache_seq_free(js->kc, q.handle);
             return kvp_err_set(err, KVP_ENOMEM, "out of memory");
-        r->holder = q->handle;
-        r->g.rec = q->rec;
-        r->n_prompt = q->rec.n_prompt;
+        }
+        r->holder = q.handle;
+        r->g.rec = q.rec;
+        r->n_prompt = q.rec.n_prompt;
         r->g.t_start = t_arrival; /* before the prefill's token is shown: TTFT >= 0 */
         r->opts = gen_opts(js->o);
         kvp_runopts_apply_sampling(js->o, &r->g.rec.sampling);
@@ -223,10 +297,10 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
             kvp_sample_seed(&r->g.rec.sampling, r->g.rec.id);
         int rc = kvp_sample_check(&r->g.rec.sampling, err);
         /* a sequence cut by its budget continues; one that met a stop does not */
-        int over = q->rec.next_token < 0 ||
-                   (q->rec.state == KVP_SEQ_FINISHED && q->rec.finish_reason != KVP_FINISH_LENGTH);
+        int over = q.rec.next_token < 0 ||
+                   (q.rec.state == KVP_SEQ_FINISHED && q.rec.finish_reason != KVP_FINISH_LENGTH);
         if (rc == 0 && !over)
-            rc = kvp_request_feed(r, q->rec.state == KVP_SEQ_PREFILLED, err);
+            rc = kvp_request_feed(r, q.rec.state == KVP_SEQ_PREFILLED, err);
         else if (rc == 0)
             kvp_request_end(r);
         if (rc < 0) {
@@ -236,7 +310,6 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
         *out = r;
         return 1;
     }
-    return KVP_BATCH_END;
 }
 
 static int next(void *ctx, int block, kvp_request **out, kvp_err *err)
@@ -259,20 +332,30 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
         if ((rc = kvp_run_prompts(r, o, &js->ps, &js->ids, &js->lens, err)) == 0)
             rc = kvp_run_start(r, o, NULL, err);
         js->n = js->ps.n;
-    } else {
-        kvp_in in;
-        kvp_reader *rd = NULL;
-        uint32_t n = 0;
-        if ((rc = kvp_in_open(&in, kv_in, err)) < 0) {
-            kvp_jobsrc_free(js);
-            return rc;
+    } else if ((rc = kvp_in_open(&js->in, kv_in, err)) == 0) {
+        js->in_open = 1;
+        if ((rc = kvp_reader_open(&js->rd, &js->in, err)) == 0)
+            rc = kvp_seqio_reader_open(&js->sr, js->rd, js->in.name, r->model, r->be, &o->kv, err);
+        /* Read ahead two sequences: the first makes the cache (its block
+         * size), and whether there is a second decides decode's output. */
+        while (rc == 0 && js->n_pend < 2) {
+            kvp_seqio_seq q;
+            uint32_t *tok;
+            int got = read_one(js, &q, &tok, err);
+            if (got <= 0) {
+                rc = got;
+                break;
+            }
+            js->pend[js->n_pend] = q;
+            js->pend_tok[js->n_pend++] = tok;
         }
-        if ((rc = kvp_reader_open(&rd, &in, err)) == 0 &&
-            (rc = kvp_seqio_read(rd, in.name, r->model, r->be, &o->kv, &js->kc, &js->ss, &n, err)) == 0)
+        js->kc = js->sr ? kvp_seqio_reader_take_cache(js->sr) : NULL;
+        if (rc == 0 && !js->kc)
+            rc = kvp_kvcache_create(&js->kc, &r->model->cfg, &o->kv, r->be, err);
+        if (rc == 0)
             rc = kvp_run_start(r, o, js->kc, err);
-        kvp_reader_free(rd);
-        kvp_in_close(&in);
-        js->n = n;
+        else if (!r->kc)
+            kvp_kvcache_free(js->kc);
     }
     if (rc < 0) {
         kvp_jobsrc_free(js);
@@ -292,7 +375,12 @@ void kvp_jobsrc_free(kvp_jobsrc *js)
     free(js->ids);
     free(js->lens);
     kvp_prompts_free(&js->ps);
-    free(js->ss);
+    for (uint32_t i = 0; i < js->n_pend; i++)
+        free(js->pend_tok[i]);
+    kvp_seqio_reader_free(js->sr);
+    kvp_reader_free(js->rd);
+    if (js->in_open)
+        kvp_in_close(&js->in);
     free(js);
 }
 

@@ -38,7 +38,8 @@ void kvp_jobsrc_filter(kvp_jobsrc *js, uint32_t k, uint32_t n, const kvp_idset *
 void kvp_jobsrc_arrivals(kvp_jobsrc *js, double rate, double burstiness, uint64_t seed);
 /* The source to hand kvp_batch_run. */
 kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js);
-/* Requests in the input, and how many the filter has dropped so far. */
+/* Requests in the input (of a stream: read so far, and at least 2 unless it
+ * has fewer), and how many the filter has dropped so far. */
 uint64_t kvp_jobsrc_total(const kvp_jobsrc *js);
 uint64_t kvp_jobsrc_skipped(const kvp_jobsrc *js);
 

@@ -289,33 +289,68 @@ int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uin
     return 0;
 }
 
+int kvp_run_save_open(kvp_run_saver *sv, kvp_run *r, const char *path, const char *producer, kvp_err *err)
+{
+    memset(sv, 0, sizeof *sv);
+    int rc = kvp_out_open(&sv->out, path, err);
+    if (rc < 0)
+        return rc;
+    sv->open = 1;
+    kvp_writer_opts wo = {.zstd_level = 0, .producer = producer};
+    memcpy(wo.fingerprint, r->model->fingerprint, KVP_FINGERPRINT_SIZE);
+    if ((rc = kvp_writer_open(&sv->w, &sv->out, &wo, err)) == 0)
+        rc = kvp_seqio_writer_open(&sv->sw, sv->w, r->kc, err);
+    if (rc < 0)
+        kvp_run_save_abort(sv);
+    return rc;
+}
+
+int kvp_run_save_put(kvp_run_saver *sv, const kvp_gen_seq *s, kvp_err *err)
+{
+    kvp_seqio_seq q = {.rec = s->rec, .handle = s->handle};
+    int rc = kvp_seqio_writer_put(sv->sw, &q, err);
+    if (rc < 0)
+        kvp_run_save_abort(sv);
+    return rc;
+}
+
+int kvp_run_save_finish(kvp_run_saver *sv, uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err)
+{
+    kvp_seqio_writer_counts(sv->sw, n_blocks, n_refs);
+    int rc = kvp_writer_finish(sv->w, err);
+    if (rc == 0)
+        rc = kvp_out_commit(&sv->out, err);
+    if (rc < 0) {
+        kvp_run_save_abort(sv);
+        return rc;
+    }
+    sv->open = 0;
+    kvp_seqio_writer_free(sv->sw);
+    kvp_writer_free(sv->w);
+    sv->sw = NULL;
+    sv->w = NULL;
+    return 0;
+}
+
+void kvp_run_save_abort(kvp_run_saver *sv)
+{
+    if (sv->open)
+        kvp_out_abort(&sv->out);
+    sv->open = 0;
+    kvp_seqio_writer_free(sv->sw);
+    kvp_writer_free(sv->w);
+    sv->sw = NULL;
+    sv->w = NULL;
+}
+
 int kvp_run_save(kvp_run *r, const char *path, const char *producer, const kvp_gen_seq *seqs, uint32_t n,
                  uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err)
 {
-    kvp_out out;
-    int rc = kvp_out_open(&out, path, err);
-    if (rc < 0)
-        return rc;
-    kvp_writer_opts wo = {.zstd_level = 0, .producer = producer};
-    memcpy(wo.fingerprint, r->model->fingerprint, KVP_FINGERPRINT_SIZE);
-    kvp_writer *w = NULL;
-    kvp_seqio_seq *ss = malloc((n ? n : 1) * sizeof *ss);
-    if (!ss) {
-        kvp_out_abort(&out);
-        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        ss[i].rec = seqs[i].rec;
-        ss[i].handle = seqs[i].handle;
-    }
-    if ((rc = kvp_writer_open(&w, &out, &wo, err)) == 0 &&
-        (rc = kvp_seqio_write(w, r->kc, ss, n, n_blocks, n_refs, err)) == 0 && (rc = kvp_writer_finish(w, err)) == 0)
-        rc = kvp_out_commit(&out, err);
-    if (rc < 0)
-        kvp_out_abort(&out);
-    kvp_writer_free(w);
-    free(ss);
-    return rc;
+    kvp_run_saver sv;
+    int rc = kvp_run_save_open(&sv, r, path, producer, err);
+    for (uint32_t i = 0; rc == 0 && i < n; i++)
+        rc = kvp_run_save_put(&sv, &seqs[i], err);
+    return rc < 0 ? rc : kvp_run_save_finish(&sv, n_blocks, n_refs, err);
 }
 
 int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_seq **out, uint32_t *n_out,

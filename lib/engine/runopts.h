@@ -14,6 +14,7 @@
 #include "model.h"
 #include "prompts.h"
 #include "sched.h"
+#include "seqio.h"
 #include "stream.h"
 #include "tokenizer.h"
 
@@ -113,6 +114,22 @@ int kvp_run_turn_ids(const kvp_run *r, const kvp_runopts *o, const kvp_gen_seq *
 /* The chat format the model's vocabulary speaks (ChatML when it names
  * neither). */
 kvp_chat_format kvp_run_chat_format(const kvp_run *r);
+/* A KVP stream of sequences written as each is ready (prefill writes each
+ * prompt's KV as soon as it is computed, so decode at the other end of a
+ * pipe starts on it while the rest are still being computed).  open: the
+ * stream header to path ("-": stdout; a file appears whole, on finish);
+ * put: one sequence with its blocks (a block written before becomes a
+ * reference); finish: the END record.  A failure aborts the output. */
+typedef struct kvp_run_saver {
+    kvp_out out;
+    int open;
+    kvp_writer *w;
+    kvp_seqio_writer *sw;
+} kvp_run_saver;
+int kvp_run_save_open(kvp_run_saver *sv, kvp_run *r, const char *path, const char *producer, kvp_err *err);
+int kvp_run_save_put(kvp_run_saver *sv, const kvp_gen_seq *s, kvp_err *err);
+int kvp_run_save_finish(kvp_run_saver *sv, uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err);
+void kvp_run_save_abort(kvp_run_saver *sv);
 /* Write seqs as a KVP stream to path ("-": stdout). */
 int kvp_run_save(kvp_run *r, const char *path, const char *producer, const kvp_gen_seq *seqs, uint32_t n,
                  uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err);

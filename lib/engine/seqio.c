@@ -59,214 +59,362 @@ static int hmap_put(hmap *h, uint64_t k, int64_t v)
 
 /* ---- writer ---- */
 
+struct kvp_seqio_writer {
+    kvp_writer *w;
+    kvp_kvcache *kc;
+    uint8_t *buf;     /* one block's bytes */
+    hmap seen;        /* hashes of the blocks written so far */
+    uint64_t n_blocks, n_refs;
+};
+
+int kvp_seqio_writer_open(kvp_seqio_writer **out, kvp_writer *w, kvp_kvcache *kc, kvp_err *err)
+{
+    *out = NULL;
+    kvp_seqio_writer *sw = calloc(1, sizeof *sw);
+    const kvp_kv_pool *pool = kvp_kvcache_pool(kc);
+    if (!sw || !(sw->buf = malloc(pool->block_bytes))) {
+        free(sw);
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory for a KV block of %llu bytes",
+                           (unsigned long long)pool->block_bytes);
+    }
+    sw->w = w;
+    sw->kc = kc;
+    *out = sw;
+    return 0;
+}
+
+void kvp_seqio_writer_free(kvp_seqio_writer *sw)
+{
+    if (!sw)
+        return;
+    free(sw->buf);
+    hmap_free(&sw->seen);
+    free(sw);
+}
+
+void kvp_seqio_writer_counts(const kvp_seqio_writer *sw, uint64_t *n_blocks, uint64_t *n_refs)
+{
+    if (n_blocks)
+        *n_blocks = sw->n_blocks;
+    if (n_refs)
+        *n_refs = sw->n_refs;
+}
+
+int kvp_seqio_writer_put(kvp_seqio_writer *sw, const kvp_seqio_seq *s, kvp_err *err)
+{
+    kvp_kvcache *kc = sw->kc;
+    const kvp_kv_pool *pool = kvp_kvcache_pool(kc);
+    uint32_t len = kvp_kvcache_seq_len(kc, s->handle), bs = pool->block_size;
+    const uint32_t *tok = kvp_kvcache_seq_tokens(kc, s->handle), *blocks = kvp_kvcache_seq_blocks(kc, s->handle);
+    kvp_seq_rec rec = s->rec;
+    rec.n_tokens = len;
+    rec.block_size = bs;
+    int rc = kvp_write_sequence(sw->w, &rec, tok, err);
+    uint64_t parent = 0;
+    for (uint32_t b = 0; rc == 0 && b * bs < len; b++) {
+        uint32_t nt = len - b * bs < bs ? len - b * bs : bs;
+        uint64_t h = kvp_kvblock_hash(parent, tok + (size_t)b * bs, nt);
+        if (hmap_get(&sw->seen, h) >= 0) {
+            kvp_blockref_rec r = {.seq_id = rec.id, .block_index = b, .n_tokens = nt, .parent_hash = parent,
+                                  .hash = h};
+            if ((rc = kvp_write_blockref(sw->w, &r, err)) == 0)
+                sw->n_refs++;
+        } else {
+            kvp_kvblock_rec kb = {.seq_id = rec.id, .block_index = b, .block_size = bs, .n_tokens = nt,
+                                  .layer_begin = 0, .layer_end = pool->n_layer, .n_head_kv = pool->n_head_kv,
+                                  .head_dim = pool->head_dim, .dtype = (uint32_t)pool->dtype,
+                                  .parent_hash = parent, .hash = h, .data_bytes = pool->block_bytes};
+            kvp_kvcache_block_read(kc, blocks[b], sw->buf);
+            if ((rc = kvp_write_kvblock(sw->w, &kb, tok + (size_t)b * bs, sw->buf, NULL, err)) == 0) {
+                if (hmap_put(&sw->seen, h, 1) < 0)
+                    rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
+                sw->n_blocks++;
+            }
+        }
+        parent = h;
+    }
+    return rc;
+}
+
 int kvp_seqio_write(kvp_writer *w, kvp_kvcache *kc, const kvp_seqio_seq *seqs, uint32_t n, uint64_t *n_blocks,
                     uint64_t *n_refs, kvp_err *err)
 {
-    const kvp_kv_pool *pool = kvp_kvcache_pool(kc);
-    uint8_t *buf = malloc(pool->block_bytes);
-    hmap seen = {0};
-    int rc = 0;
-    uint64_t nb = 0, nr = 0;
-    if (!buf)
-        return kvp_err_set(err, KVP_ENOMEM, "out of memory for a KV block of %llu bytes",
-                           (unsigned long long)pool->block_bytes);
-    for (uint32_t i = 0; i < n && rc == 0; i++) {
-        const kvp_seqio_seq *s = &seqs[i];
-        uint32_t len = kvp_kvcache_seq_len(kc, s->handle), bs = pool->block_size;
-        const uint32_t *tok = kvp_kvcache_seq_tokens(kc, s->handle), *blocks = kvp_kvcache_seq_blocks(kc, s->handle);
-        kvp_seq_rec rec = s->rec;
-        rec.n_tokens = len;
-        rec.block_size = bs;
-        if ((rc = kvp_write_sequence(w, &rec, tok, err)) < 0)
-            break;
-        uint64_t parent = 0;
-        for (uint32_t b = 0; b * bs < len; b++) {
-            uint32_t nt = len - b * bs < bs ? len - b * bs : bs;
-            uint64_t h = kvp_kvblock_hash(parent, tok + (size_t)b * bs, nt);
-            if (hmap_get(&seen, h) >= 0) {
-                kvp_blockref_rec r = {.seq_id = rec.id, .block_index = b, .n_tokens = nt, .parent_hash = parent,
-                                      .hash = h};
-                if ((rc = kvp_write_blockref(w, &r, err)) < 0)
-                    break;
-                nr++;
-            } else {
-                kvp_kvblock_rec kb = {.seq_id = rec.id, .block_index = b, .block_size = bs, .n_tokens = nt,
-                                      .layer_begin = 0, .layer_end = pool->n_layer, .n_head_kv = pool->n_head_kv,
-                                      .head_dim = pool->head_dim, .dtype = (uint32_t)pool->dtype,
-                                      .parent_hash = parent, .hash = h, .data_bytes = pool->block_bytes};
-                kvp_kvcache_block_read(kc, blocks[b], buf);
-                if ((rc = kvp_write_kvblock(w, &kb, tok + (size_t)b * bs, buf, NULL, err)) < 0)
-                    break;
-                if (hmap_put(&seen, h, 1) < 0) {
-                    rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
-                    break;
-                }
-                nb++;
-            }
-            parent = h;
-        }
-    }
-    free(buf);
-    hmap_free(&seen);
-    if (n_blocks)
-        *n_blocks = nb;
-    if (n_refs)
-        *n_refs = nr;
+    kvp_seqio_writer *sw = NULL;
+    int rc = kvp_seqio_writer_open(&sw, w, kc, err);
+    for (uint32_t i = 0; rc == 0 && i < n; i++)
+        rc = kvp_seqio_writer_put(sw, &seqs[i], err);
+    if (sw)
+        kvp_seqio_writer_counts(sw, n_blocks, n_refs);
+    kvp_seqio_writer_free(sw);
     return rc < 0 ? rc : 0;
 }
 
-/* ---- reader ---- */
+/* ---- reader ----
+ *
+ * A sequence is its SEQUENCE record and then exactly its blocks, in order
+ * (what the writer writes).  Blocks load into a cache sequence as far as
+ * they can: a block referred to that the cache no longer holds, or no free
+ * block, ends the loading, and the caller computes the rest from the
+ * sequence's tokens (which the SEQUENCE record carries).  Every record is
+ * still read and checked. */
 
-typedef struct rd {
+struct kvp_seqio_reader {
+    kvp_reader *r;
     const char *name;
     const kvp_model *m;
     kvp_backend *be;
     kvp_kvcache_opts opts;
-    kvp_kvcache *kc;
-    kvp_seqio_seq *seqs;
-    uint32_t n, cap;
-    hmap blocks;      /* stream block hash -> pool block */
-} rd;
+    kvp_kvcache *kc;          /* made at the first sequence (its block size) */
+    int own_kc;
+    uint32_t *tokens;         /* the current sequence's tokens */
+    uint32_t cap_tokens;
+    uint64_t n_seqs;
+    hmap ids;                 /* sequence ids seen: each once */
+    hmap partial;             /* hash of a partial block loaded -> handle << 32 | block index */
+    int done;
+};
 
-static kvp_seqio_seq *find_seq(rd *d, uint64_t id)
+/* The block of a partial-block reference, if the sequence that loaded it
+ * still holds the same tokens there (the handle may since name another
+ * sequence: the chained hash over its tokens tells); else -1. */
+static int64_t partial_block(const kvp_seqio_reader *sr, uint64_t hash)
 {
-    for (uint32_t i = 0; i < d->n; i++)
-        if (d->seqs[i].rec.id == id)
-            return &d->seqs[i];
-    return NULL;
+    int64_t v = hmap_get(&sr->partial, hash);
+    if (v < 0)
+        return -1;
+    int handle = (int)(v >> 32);
+    uint32_t bi = (uint32_t)v, bs = kvp_kvcache_pool(sr->kc)->block_size;
+    uint32_t len = kvp_kvcache_seq_len(sr->kc, handle);
+    if (kvp_kvcache_seq_n_blocks(sr->kc, handle) <= bi)
+        return -1;
+    const uint32_t *tok = kvp_kvcache_seq_tokens(sr->kc, handle);
+    uint64_t h = 0;
+    for (uint32_t b = 0; b <= bi; b++) {
+        uint32_t nt = len - b * bs < bs ? len - b * bs : bs;
+        h = kvp_kvblock_hash(h, tok + (size_t)b * bs, nt);
+    }
+    return h == hash ? (int64_t)kvp_kvcache_seq_blocks(sr->kc, handle)[bi] : -1;
 }
 
-static int on_sequence(rd *d, const kvp_record *rec, kvp_err *err)
+static int fingerprint_check(const kvp_reader *r, const char *name, const kvp_model *m, kvp_err *err)
 {
-    kvp_seq_rec s;
-    const uint32_t *tokens;
-    int rc = kvp_seq_decode(rec, &s, &tokens, err);
+    const kvp_stream_info *info = kvp_reader_info(r);
+    if (memcmp(info->fingerprint, m->fingerprint, KVP_FINGERPRINT_SIZE) == 0)
+        return 0;
+    char a[33], b[33];
+    for (int i = 0; i < KVP_FINGERPRINT_SIZE; i++)
+        snprintf(a + 2 * i, 3, "%02x", info->fingerprint[i]);
+    kvp_model_fingerprint_hex(m, b);
+    return kvp_err_set(err, KVP_EMISMATCH, "%s: KV made by another model (fingerprint %s; %s is %s)", name, a,
+                       m->path, b);
+}
+
+int kvp_seqio_reader_open(kvp_seqio_reader **out, kvp_reader *r, const char *name, const kvp_model *m,
+                          kvp_backend *be, const kvp_kvcache_opts *opts, kvp_err *err)
+{
+    *out = NULL;
+    int rc = fingerprint_check(r, name, m, err);
     if (rc < 0)
         return rc;
-    if (find_seq(d, s.id))
-        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: sequence %llu appears twice", d->name,
-                           (unsigned long long)rec->index, (unsigned long long)s.id);
-    if (s.block_size == 0 || s.block_size > 4096)
-        return kvp_err_set(err, KVP_EFORMAT, "%s: sequence %llu: block size %u", d->name,
-                           (unsigned long long)s.id, s.block_size);
-    if (!d->kc) {
-        d->opts.block_size = s.block_size;
-        if ((rc = kvp_kvcache_create(&d->kc, &d->m->cfg, &d->opts, d->be, err)) < 0)
-            return rc;
-    } else if (s.block_size != kvp_kvcache_pool(d->kc)->block_size) {
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: sequence %llu: block size %u differs from %u earlier",
-                           d->name, (unsigned long long)s.id, s.block_size, kvp_kvcache_pool(d->kc)->block_size);
-    }
-    for (uint32_t i = 0; i < s.n_tokens; i++)
-        if (kvp_le32(&tokens[i]) >= d->m->cfg.n_vocab)
-            return kvp_err_set(err, KVP_EFORMAT, "%s: sequence %llu: token %u is outside the vocabulary", d->name,
-                               (unsigned long long)s.id, kvp_le32(&tokens[i]));
-    if (d->n == d->cap) {
-        uint32_t cap = d->cap ? d->cap * 2 : 16;
-        kvp_seqio_seq *p = realloc(d->seqs, cap * sizeof *p);
-        if (!p)
-            return kvp_err_set(err, KVP_ENOMEM, "out of memory");
-        d->seqs = p;
-        d->cap = cap;
-    }
-    int h = kvp_kvcache_seq_new(d->kc, err);
-    if (h < 0)
-        return h;
-    d->seqs[d->n].rec = s;
-    d->seqs[d->n].handle = h;
-    d->n++;
+    kvp_seqio_reader *sr = calloc(1, sizeof *sr);
+    if (!sr)
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    *sr = (kvp_seqio_reader){.r = r, .name = name, .m = m, .be = be, .opts = *opts, .own_kc = 1};
+    *out = sr;
     return 0;
 }
 
-/* Common checks for a block or ref joining sequence seq_id at index bi. */
-static kvp_seqio_seq *block_target(rd *d, const kvp_record *rec, uint64_t seq_id, uint32_t bi, uint32_t nt,
-                                   kvp_err *err)
+void kvp_seqio_reader_free(kvp_seqio_reader *sr)
 {
-    kvp_seqio_seq *s = find_seq(d, seq_id);
-    if (!s) {
-        kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: KV block for sequence %llu before its sequence record",
-                    d->name, (unsigned long long)rec->index, (unsigned long long)seq_id);
-        return NULL;
-    }
-    if (bi != kvp_kvcache_seq_n_blocks(d->kc, s->handle) ||
-        (uint64_t)bi * s->rec.block_size + nt > s->rec.n_tokens) {
-        kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: block %u of sequence %llu is out of order or too long",
-                    d->name, (unsigned long long)rec->index, bi, (unsigned long long)seq_id);
-        return NULL;
-    }
-    return s;
+    if (!sr)
+        return;
+    if (sr->own_kc)
+        kvp_kvcache_free(sr->kc);
+    free(sr->tokens);
+    hmap_free(&sr->ids);
+    hmap_free(&sr->partial);
+    free(sr);
 }
 
-static int on_kvblock(rd *d, const kvp_record *rec, kvp_err *err)
+kvp_kvcache *kvp_seqio_reader_take_cache(kvp_seqio_reader *sr)
 {
-    kvp_kvblock_rec b;
-    const uint8_t *tok_le, *data, *scales;
-    int rc = kvp_kvblock_decode(rec, &b, &tok_le, &data, &scales, err);
+    sr->own_kc = 0;
+    return sr->kc;
+}
+
+/* The cache, made for the stream's block size at its first sequence. */
+static int cache_for(kvp_seqio_reader *sr, const kvp_seq_rec *s, kvp_err *err)
+{
+    if (s->block_size == 0 || s->block_size > 4096)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: sequence %llu: block size %u", sr->name, (unsigned long long)s->id,
+                           s->block_size);
+    if (!sr->kc) {
+        sr->opts.block_size = s->block_size;
+        return kvp_kvcache_create(&sr->kc, &sr->m->cfg, &sr->opts, sr->be, err);
+    }
+    if (s->block_size != kvp_kvcache_pool(sr->kc)->block_size)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: sequence %llu: block size %u differs from %u earlier",
+                           sr->name, (unsigned long long)s->id, s->block_size, kvp_kvcache_pool(sr->kc)->block_size);
+    return 0;
+}
+
+static int on_sequence(kvp_seqio_reader *sr, const kvp_record *rec, kvp_seq_rec *s, kvp_err *err)
+{
+    const uint32_t *tokens;
+    int rc = kvp_seq_decode(rec, s, &tokens, err);
     if (rc < 0)
         return rc;
-    const kvp_kv_pool *pool = d->kc ? kvp_kvcache_pool(d->kc) : NULL;
-    if (!pool)
-        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: KV block before any sequence", d->name,
-                           (unsigned long long)rec->index);
-    if ((int)b.dtype != pool->dtype)
-        return kvp_err_set(err, KVP_EMISMATCH, "%s: KV dtype %s in the stream, this run uses %s (--kv-dtype)",
-                           d->name, kvp_dtype_name(b.dtype), kvp_dtype_name((uint32_t)pool->dtype));
-    if (b.layer_begin != 0 || b.layer_end != pool->n_layer || b.n_head_kv != pool->n_head_kv ||
-        b.head_dim != pool->head_dim || b.block_size != pool->block_size || b.scales_bytes ||
-        b.data_bytes != pool->block_bytes)
-        return kvp_err_set(err, KVP_EMISMATCH, "%s: record %llu: KV block of layers %u-%u, %u x %u heads, block %u "
-                           "does not fit this model (%u layers, %u x %u, block %u)", d->name,
-                           (unsigned long long)rec->index, b.layer_begin, b.layer_end, b.n_head_kv, b.head_dim,
-                           b.block_size, pool->n_layer, pool->n_head_kv, pool->head_dim, pool->block_size);
-    kvp_seqio_seq *s = block_target(d, rec, b.seq_id, b.block_index, b.n_tokens, err);
-    if (!s)
-        return err->code;
-    uint32_t ids[4096];
-    for (uint32_t i = 0; i < b.n_tokens; i++)
-        ids[i] = kvp_le32(tok_le + 4 * i);
-    int64_t from = b.n_tokens == pool->block_size ? kvp_kvcache_find_hash(d->kc, b.hash) : -1;
-    int64_t blk = kvp_kvcache_seq_push_block(d->kc, s->handle, ids, b.n_tokens, from, data, err);
-    if (blk < 0)
-        return (int)blk;
-    if (hmap_put(&d->blocks, b.hash, blk) < 0)
+    if (hmap_get(&sr->ids, s->id + 1) >= 0) /* + 1: hmap keys are never 0 */
+        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: sequence %llu appears twice", sr->name,
+                           (unsigned long long)rec->index, (unsigned long long)s->id);
+    if (hmap_put(&sr->ids, s->id + 1, 1) < 0)
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    if ((rc = cache_for(sr, s, err)) < 0)
+        return rc;
+    if (s->n_tokens > sr->cap_tokens) {
+        uint32_t *t = realloc(sr->tokens, (size_t)s->n_tokens * sizeof *t);
+        if (!t)
+            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for %u tokens", sr->name, s->n_tokens);
+        sr->tokens = t;
+        sr->cap_tokens = s->n_tokens;
+    }
+    for (uint32_t i = 0; i < s->n_tokens; i++) {
+        sr->tokens[i] = kvp_le32(&tokens[i]);
+        if (sr->tokens[i] >= sr->m->cfg.n_vocab)
+            return kvp_err_set(err, KVP_EFORMAT, "%s: sequence %llu: token %u is outside the vocabulary", sr->name,
+                               (unsigned long long)s->id, sr->tokens[i]);
+    }
+    return 0;
+}
+
+/* Block bi of sequence s: checks common to blocks and references. */
+static int block_check(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_rec *s, uint64_t seq_id,
+                       uint32_t bi, uint32_t want_bi, uint32_t nt, uint64_t parent, uint64_t hash, kvp_err *err)
+{
+    uint32_t bs = s->block_size;
+    uint64_t start = (uint64_t)want_bi * bs;
+    uint32_t want_nt = s->n_tokens - start < bs ? (uint32_t)(s->n_tokens - start) : bs;
+    if (seq_id != s->id || bi != want_bi || nt != want_nt)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: block %u of sequence %llu (%u tokens) where block %u "
+                           "of sequence %llu (%u tokens) belongs", sr->name, (unsigned long long)rec->index, bi,
+                           (unsigned long long)seq_id, nt, want_bi, (unsigned long long)s->id, want_nt);
+    if (kvp_kvblock_hash(parent, sr->tokens + start, nt) != hash)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: block %u of sequence %llu: its hash does not match "
+                           "the sequence's tokens", sr->name, (unsigned long long)rec->index, bi,
+                           (unsigned long long)seq_id);
+    return 0;
+}
+
+/* Load one block record into seq (while *loading).  A record that cannot
+ * be loaded stops the loading, never the reading. */
+static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_rec *s, int handle, uint32_t bi,
+                    uint64_t *parent, int *loading, kvp_err *err)
+{
+    const kvp_kv_pool *pool = kvp_kvcache_pool(sr->kc);
+    const uint32_t *tok = sr->tokens + (size_t)bi * s->block_size;
+    int64_t from = -1;
+    const uint8_t *data = NULL;
+    uint32_t nt;
+    uint64_t hash;
+    int rc;
+    if (rec->kind == KVP_KIND_KV_BLOCK) {
+        kvp_kvblock_rec b;
+        const uint8_t *tok_le, *scales;
+        if ((rc = kvp_kvblock_decode(rec, &b, &tok_le, &data, &scales, err)) < 0)
+            return rc;
+        if ((int)b.dtype != pool->dtype)
+            return kvp_err_set(err, KVP_EMISMATCH, "%s: KV dtype %s in the stream, this run uses %s (--kv-dtype)",
+                               sr->name, kvp_dtype_name(b.dtype), kvp_dtype_name((uint32_t)pool->dtype));
+        if (b.layer_begin != 0 || b.layer_end != pool->n_layer || b.n_head_kv != pool->n_head_kv ||
+            b.head_dim != pool->head_dim || b.block_size != pool->block_size || b.scales_bytes ||
+            b.data_bytes != pool->block_bytes)
+            return kvp_err_set(err, KVP_EMISMATCH, "%s: record %llu: KV block of layers %u-%u, %u x %u heads, block "
+                               "%u does not fit this model (%u layers, %u x %u, block %u)", sr->name,
+                               (unsigned long long)rec->index, b.layer_begin, b.layer_end, b.n_head_kv, b.head_dim,
+                               b.block_size, pool->n_layer, pool->n_head_kv, pool->head_dim, pool->block_size);
+        if ((rc = block_check(sr, rec, s, b.seq_id, b.block_index, bi, b.n_tokens, *parent, b.hash, err)) < 0)
+            return rc;
+        for (uint32_t i = 0; i < b.n_tokens; i++)
+            if (kvp_le32(tok_le + 4 * i) != tok[i])
+                return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: block %u's tokens differ from its sequence's",
+                                   sr->name, (unsigned long long)rec->index, bi);
+        nt = b.n_tokens;
+        hash = b.hash;
+        /* a full block the cache already holds is shared, not copied */
+        if (nt == pool->block_size)
+            from = kvp_kvcache_find_hash(sr->kc, hash);
+    } else {
+        kvp_blockref_rec r;
+        if ((rc = kvp_blockref_decode(rec, &r, err)) < 0)
+            return rc;
+        if ((rc = block_check(sr, rec, s, r.seq_id, r.block_index, bi, r.n_tokens, *parent, r.hash, err)) < 0)
+            return rc;
+        nt = r.n_tokens;
+        hash = r.hash;
+        /* A full block by its registered hash; a partial one (the tail of an
+         * equal prompt) where it was loaded, if still there.  One that has
+         * left the cache is computed again from the tokens. */
+        from = nt == pool->block_size ? kvp_kvcache_find_hash(sr->kc, hash) : partial_block(sr, hash);
+        if (from < 0)
+            *loading = 0;
+    }
+    *parent = hash;
+    if (!*loading)
+        return 0;
+    kvp_err quiet = {0};
+    int64_t blk = kvp_kvcache_seq_push_block(sr->kc, handle, tok, nt, from, from >= 0 ? NULL : data, &quiet);
+    if (blk == KVP_ELIMIT)
+        *loading = 0; /* no free block: the rest is computed later */
+    else if (blk < 0)
+        return kvp_err_set(err, (int)blk, "%s: %s", sr->name, quiet.msg);
+    else if (nt < pool->block_size && hmap_put(&sr->partial, hash, (int64_t)handle << 32 | bi) < 0)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
     return 0;
 }
 
-static int on_blockref(rd *d, const kvp_record *rec, kvp_err *err)
+int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *out, const uint32_t **tokens, kvp_err *err)
 {
-    kvp_blockref_rec r;
-    int rc = kvp_blockref_decode(rec, &r, err);
+    kvp_record rec;
+    int got;
+    if (sr->done)
+        return 0;
+    while ((got = kvp_reader_next(sr->r, &rec, err)) > 0 && rec.kind != KVP_KIND_SEQUENCE) {
+        if (rec.kind == KVP_KIND_KV_BLOCK || rec.kind == KVP_KIND_BLOCK_REF)
+            return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: a KV block with no sequence before it", sr->name,
+                               (unsigned long long)rec.index);
+    }
+    if (got <= 0) {
+        sr->done = 1;
+        return got;
+    }
+    kvp_seq_rec s;
+    int rc = on_sequence(sr, &rec, &s, err);
     if (rc < 0)
         return rc;
-    int64_t from = hmap_get(&d->blocks, r.hash);
-    if (from < 0 || !d->kc)
-        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: reference to block %016llx, which the stream has "
-                           "not carried", d->name, (unsigned long long)rec->index, (unsigned long long)r.hash);
-    kvp_seqio_seq *s = block_target(d, rec, r.seq_id, r.block_index, r.n_tokens, err);
-    if (!s)
-        return err->code;
-    /* the tokens are those of the block referred to (its hash names them) */
-    uint32_t bs = kvp_kvcache_pool(d->kc)->block_size, ids[4096];
-    if (r.n_tokens == 0 || r.n_tokens > bs)
-        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: block reference of %u tokens (block size %u)",
-                           d->name, (unsigned long long)rec->index, r.n_tokens, bs);
-    const uint32_t *src_tok = NULL;
-    for (uint32_t i = 0; i < d->n && !src_tok; i++) {
-        const uint32_t *bl = kvp_kvcache_seq_blocks(d->kc, d->seqs[i].handle);
-        uint32_t nb = kvp_kvcache_seq_n_blocks(d->kc, d->seqs[i].handle);
-        for (uint32_t j = 0; j < nb; j++)
-            if (bl[j] == (uint32_t)from) {
-                src_tok = kvp_kvcache_seq_tokens(d->kc, d->seqs[i].handle) + (size_t)j * bs;
-                break;
-            }
+    int handle = kvp_kvcache_seq_new(sr->kc, err);
+    if (handle < 0)
+        return handle;
+    uint32_t nb = (uint32_t)(((uint64_t)s.n_tokens + s.block_size - 1) / s.block_size);
+    uint64_t parent = 0;
+    int loading = 1;
+    for (uint32_t bi = 0; bi < nb && rc == 0; bi++) {
+        got = kvp_reader_next(sr->r, &rec, err);
+        if (got <= 0 || (rec.kind != KVP_KIND_KV_BLOCK && rec.kind != KVP_KIND_BLOCK_REF))
+            rc = got < 0 ? got
+                         : kvp_err_set(err, KVP_EFORMAT, "%s: sequence %llu: the stream carries KV for %u of its %u "
+                                       "blocks", sr->name, (unsigned long long)s.id, bi, nb);
+        else
+            rc = on_block(sr, &rec, &s, handle, bi, &parent, &loading, err);
     }
-    if (!src_tok || kvp_kvblock_hash(r.parent_hash, src_tok, r.n_tokens) != r.hash)
-        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: block reference does not match the block it names",
-                           d->name, (unsigned long long)rec->index);
-    memcpy(ids, src_tok, (size_t)r.n_tokens * sizeof *ids);
-    int64_t blk = kvp_kvcache_seq_push_block(d->kc, s->handle, ids, r.n_tokens, from, NULL, err);
-    return blk < 0 ? (int)blk : 0;
+    if (rc < 0) {
+        kvp_kvcache_seq_free(sr->kc, handle);
+        return rc;
+    }
+    out->rec = s;
+    out->handle = handle;
+    *tokens = sr->tokens;
+    sr->n_seqs++;
+    return 1;
 }
 
 int kvp_seqio_read(kvp_reader *r, const char *name, const kvp_model *m, kvp_backend *be,
@@ -275,51 +423,45 @@ int kvp_seqio_read(kvp_reader *r, const char *name, const kvp_model *m, kvp_back
     *kc = NULL;
     *seqs = NULL;
     *n = 0;
-    rd d = {.name = name, .m = m, .be = be, .opts = *opts};
-    const kvp_stream_info *info = kvp_reader_info(r);
-    int rc = 0;
-    if (memcmp(info->fingerprint, m->fingerprint, KVP_FINGERPRINT_SIZE) != 0) {
-        char a[33], b[33];
-        for (int i = 0; i < KVP_FINGERPRINT_SIZE; i++)
-            snprintf(a + 2 * i, 3, "%02x", info->fingerprint[i]);
-        kvp_model_fingerprint_hex(m, b);
-        rc = kvp_err_set(err, KVP_EMISMATCH, "%s: KV made by another model (fingerprint %s; %s is %s)", name, a,
-                         m->path, b);
-        goto done;
-    }
-    kvp_record rec;
-    int got;
-    while ((got = kvp_reader_next(r, &rec, err)) > 0) {
-        if (rec.kind == KVP_KIND_SEQUENCE)
-            rc = on_sequence(&d, &rec, err);
-        else if (rec.kind == KVP_KIND_KV_BLOCK)
-            rc = on_kvblock(&d, &rec, err);
-        else if (rec.kind == KVP_KIND_BLOCK_REF)
-            rc = on_blockref(&d, &rec, err);
-        if (rc < 0)
-            goto done;
-    }
-    if (got < 0) {
-        rc = got;
-        goto done;
-    }
-    for (uint32_t i = 0; i < d.n; i++) {
-        uint32_t have = kvp_kvcache_seq_len(d.kc, d.seqs[i].handle);
-        if (have != d.seqs[i].rec.n_tokens) {
-            rc = kvp_err_set(err, KVP_EFORMAT, "%s: sequence %llu: the stream carries KV for %u of its %u tokens",
-                             name, (unsigned long long)d.seqs[i].rec.id, have, d.seqs[i].rec.n_tokens);
-            goto done;
+    kvp_seqio_reader *sr = NULL;
+    kvp_seqio_seq *v = NULL;
+    uint32_t k = 0, cap = 0;
+    const uint32_t *tok;
+    int rc = kvp_seqio_reader_open(&sr, r, name, m, be, opts, err);
+    while (rc == 0) {
+        kvp_seqio_seq s;
+        int got = kvp_seqio_reader_next(sr, &s, &tok, err);
+        if (got <= 0) {
+            rc = got;
+            break;
         }
+        /* whole reads keep every block: the cache was sized for the stream */
+        if (kvp_kvcache_seq_len(sr->kc, s.handle) != s.rec.n_tokens) {
+            rc = kvp_err_set(err, KVP_ELIMIT, "%s: sequence %llu: the KV cache has no room for all its blocks; "
+                             "raise --kv-mem or --kv-blocks", name, (unsigned long long)s.rec.id);
+            break;
+        }
+        if (k == cap) {
+            cap = cap ? cap * 2 : 16;
+            kvp_seqio_seq *p = realloc(v, cap * sizeof *p);
+            if (!p) {
+                rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
+                break;
+            }
+            v = p;
+        }
+        v[k++] = s;
     }
-done:
-    hmap_free(&d.blocks);
+    if (rc == 0 && !sr->kc) /* no sequence: a cache of the options' own block size */
+        rc = kvp_kvcache_create(&sr->kc, &m->cfg, opts, be, err);
     if (rc < 0) {
-        free(d.seqs);
-        kvp_kvcache_free(d.kc);
+        free(v);
+        kvp_seqio_reader_free(sr);
         return rc;
     }
-    *kc = d.kc;
-    *seqs = d.seqs;
-    *n = d.n;
+    *kc = kvp_seqio_reader_take_cache(sr);
+    kvp_seqio_reader_free(sr);
+    *seqs = v;
+    *n = k;
     return 0;
 }

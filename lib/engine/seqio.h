@@ -24,10 +24,38 @@ typedef struct kvp_seqio_seq {
     int handle;        /* kvcache sequence */
 } kvp_seqio_seq;
 
+/* Sequences written one at a time, as each is ready (prefill writes each
+ * prompt's as soon as it is done): a block already written by an earlier
+ * put travels as a BLOCK_REF. */
+typedef struct kvp_seqio_writer kvp_seqio_writer;
+int kvp_seqio_writer_open(kvp_seqio_writer **sw, kvp_writer *w, kvp_kvcache *kc, kvp_err *err);
+int kvp_seqio_writer_put(kvp_seqio_writer *sw, const kvp_seqio_seq *s, kvp_err *err);
+/* KV_BLOCK and BLOCK_REF records written so far (either may be NULL). */
+void kvp_seqio_writer_counts(const kvp_seqio_writer *sw, uint64_t *n_blocks, uint64_t *n_refs);
+void kvp_seqio_writer_free(kvp_seqio_writer *sw);
+
 /* Write seqs[n] with their KV from kc.  Counts KV_BLOCK and BLOCK_REF records
  * into *n_blocks / *n_refs when not NULL.  0 or a code. */
 int kvp_seqio_write(kvp_writer *w, kvp_kvcache *kc, const kvp_seqio_seq *seqs, uint32_t n, uint64_t *n_blocks,
                     uint64_t *n_refs, kvp_err *err);
+
+/* Sequences read one at a time as they arrive (decode starts on the first
+ * while prefill still writes the rest).  A sequence's blocks load into its
+ * cache sequence as far as they can: a referenced block the cache no longer
+ * holds, or a cache with no free block, ends the loading (the caller computes
+ * the rest from the tokens); everything is still read and checked.  The
+ * cache is made at the first sequence, with the stream's block size. */
+typedef struct kvp_seqio_reader kvp_seqio_reader;
+/* Checks the stream's model fingerprint against m.  0 or a code. */
+int kvp_seqio_reader_open(kvp_seqio_reader **sr, kvp_reader *r, const char *name, const kvp_model *m,
+                          kvp_backend *be, const kvp_kvcache_opts *opts, kvp_err *err);
+/* The next sequence: 1 with *s (its loaded blocks under s->handle) and
+ * *tokens (all rec.n_tokens of them, valid until the next call), 0 at the
+ * stream's end, or a negative code naming the stream and record. */
+int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *s, const uint32_t **tokens, kvp_err *err);
+/* The cache (NULL before the first sequence); the caller owns it after. */
+kvp_kvcache *kvp_seqio_reader_take_cache(kvp_seqio_reader *sr);
+void kvp_seqio_reader_free(kvp_seqio_reader *sr);
 
 /* Read a whole stream from r into a new cache *kc (made with opts, whose
  * block size is replaced by the stream's) and a malloc'd array *seqs[*n].

@@ -413,6 +413,8 @@ int kvp_write_sequence(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *toke
     kvp_buf_u64(&b, sp->seed);
     kvp_buf_u64(&b, sp->rng[0]);
     kvp_buf_u64(&b, sp->rng[1]);
+    kvp_buf_u64(&b, s->arrival_ns);
+    kvp_buf_u64(&b, s->first_ns);
     kvp_piece p = {tokens, (uint64_t)s->n_tokens * 4};
     return finish_meta(w, &b, KVP_KIND_SEQUENCE, &p, s->n_tokens ? 1 : 0, err);
 }
@@ -963,6 +965,10 @@ int kvp_seq_decode(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **token
     sp->rng[1] = kvp_cur_u64(&c);
     if (c.bad)
         return bad_field(rec, err, "sequence meta cut short or label longer than 255 bytes");
+    if (c.left >= 16) { /* the times came later: older streams end before them */
+        s->arrival_ns = kvp_cur_u64(&c);
+        s->first_ns = kvp_cur_u64(&c);
+    }
     if (s->n_prompt > s->n_tokens)
         return bad_field(rec, err, "n_prompt exceeds n_tokens");
     if (rec->data_size != (uint64_t)s->n_tokens * 4)

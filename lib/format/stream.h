@@ -77,6 +77,8 @@ typedef struct kvp_seq_rec {
     int32_t next_token;        /* sampled but not yet in the KV cache; -1 if none */
     uint32_t block_size;       /* tokens per KV block */
     kvp_sampling sampling;
+    uint64_t arrival_ns;       /* request arrival, ns since the Unix epoch; 0 unknown */
+    uint64_t first_ns;         /* first token sampled, likewise; 0 none */
     /* data: n_tokens x u32 token ids */
 } kvp_seq_rec;
 

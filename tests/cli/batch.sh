@@ -125,6 +125,19 @@ if [ ! -s "$T/term.jsonl" ] || [ "$(tail -c 1 "$T/term.jsonl" | od -An -c | tr -
     pass "only whole lines were written"
 else fail "a half line after SIGTERM"; fi
 
+# prefill | decode: decode takes each sequence as it arrives; the text is
+# what decode alone gives, and the stream carries each request's arrival and
+# first-token times (wall clock) so decode's TTFT counts prefill too.
+run_sh "prefill -m '$M' -t 2 -f '$T/p.jsonl' | decode -m '$M' -t 2 -n 8 --max-num-seqs 1"
+expect_status 0 "prefill | decode"
+lines >"$T/piped"
+if cmp -s "$T/alone" "$T/piped"; then pass "prefill | decode gives decode's own text"; else fail "prefill | decode differs"; fi
+run prefill -m "$M" -t 2 -f "$T/p.jsonl" -o "$T/p.kvp"
+run kvdump --json "$T/p.kvp"
+if grep -q '"arrival_ns":1[0-9]\{18\}' "$OUT" && grep -q '"first_token_ns":1[0-9]\{18\}' "$OUT"; then
+    pass "sequence records carry arrival and first-token times"
+else fail "no times in the sequence records"; fi
+
 # --rate: requests released over time still all complete (timings are
 # scripts/bench-serve's business, not a test's)
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 2 --rate 50 --burstiness 0.5 --seed 3 --stats --json

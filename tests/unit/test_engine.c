@@ -914,6 +914,33 @@ static void test_seqio(const char *dir)
     kvp_reader_free(r);
     kvp_in_close(&in);
     kvp_model_free(mb);
+    /* Read one sequence at a time (decode after a pipe): each comes with all
+     * its tokens; a reference to a block the cache has let go stops the
+     * loading (the caller computes the rest), and so does a full cache. */
+    for (int small = 0; small <= 1; small++) {
+        o.dtype = KVP_DTYPE_F16;
+        o.n_blocks = small ? 2 : 16;
+        kvp_seqio_reader *sr = NULL;
+        kvp_seqio_seq q;
+        const uint32_t *tok;
+        CHECK(kvp_in_open(&in, ps, &err) == 0 && kvp_reader_open(&r, &in, &err) == 0);
+        CHECK(kvp_seqio_reader_open(&sr, r, ps, a.m, a.be, &o, &err) == 0);
+        CHECK_EQ_I64(kvp_seqio_reader_next(sr, &q, &tok, &err), 1);
+        kvp_kvcache *kc2 = kvp_seqio_reader_take_cache(sr);
+        CHECK(kc2 != NULL && q.rec.id == 7 && q.rec.n_tokens == 10 && memcmp(tok, t1, sizeof t1) == 0);
+        /* 3 blocks of 4 into a pool of 2: loading stops, nothing fails */
+        CHECK_EQ_U64(kvp_kvcache_seq_len(kc2, q.handle), small ? 8 : 10);
+        kvp_kvcache_seq_free(kc2, q.handle); /* its blocks go: seq 8's reference finds nothing */
+        CHECK_EQ_I64(kvp_seqio_reader_next(sr, &q, &tok, &err), 1);
+        CHECK(q.rec.id == 8 && q.rec.n_tokens == 6 && memcmp(tok, t2, sizeof t2) == 0);
+        CHECK_EQ_U64(kvp_kvcache_seq_len(kc2, q.handle), 0);
+        CHECK_EQ_I64(kvp_seqio_reader_next(sr, &q, &tok, &err), 0);
+        CHECK_EQ_I64(kvp_seqio_reader_next(sr, &q, &tok, &err), 0); /* and stays at the end */
+        kvp_seqio_reader_free(sr);
+        kvp_kvcache_free(kc2);
+        kvp_reader_free(r);
+        kvp_in_close(&in);
+    }
     rig_close(&a);
     unlink(pa);
     unlink(pb);
