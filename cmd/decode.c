@@ -35,6 +35,7 @@ static void usage(FILE *f)
             "      --shard K/N         only every N-th request, starting at K (0 <= K < N)\n"
             "      --rate R            release requests at R a second (Poisson; --seed), not all at once\n"
             "      --burstiness B      gamma-distributed gaps of shape B (1: Poisson; < 1 burstier)\n"
+            "      --no-prefix-cache   compute every prompt in full, even where cached blocks hold its start\n"
             "  -h, --help, --version\n\n"
             "Exit status: 0 success, 1 runtime error (bad model, stream or prompts file, a sequence\n"
             "that does not fit in the KV cache alone), 2 usage error, 3 goodput below --min-goodput,\n"
@@ -204,7 +205,10 @@ static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_met
     free(buf);
 }
 
-enum { OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD, OPT_RATE, OPT_BURST };
+enum {
+    OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD, OPT_RATE, OPT_BURST,
+    OPT_NO_PREFIX_CACHE,
+};
 
 static volatile sig_atomic_t stop_signal;
 
@@ -253,11 +257,13 @@ int main(int argc, char **argv)
     longopts[k++] = (struct option){"shard", required_argument, NULL, OPT_SHARD};
     longopts[k++] = (struct option){"rate", required_argument, NULL, OPT_RATE};
     longopts[k++] = (struct option){"burstiness", required_argument, NULL, OPT_BURST};
+    longopts[k++] = (struct option){"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE};
     longopts[k] = (struct option){NULL, 0, NULL, 0};
     double slo_ttft = 0, slo_tpot = 0, min_goodput = -1;
     const char *resume = NULL;
     uint32_t shard_k = 0, shard_n = 0;
     double rate = 0, burstiness = 1;
+    int no_prefix_cache = 0;
     int c;
     while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "h", longopts, NULL)) != -1) {
         if (kvp_runopts_parse(&o, c, optarg))
@@ -269,6 +275,10 @@ int main(int argc, char **argv)
         }
         if (c == OPT_MIN_GOODPUT) {
             min_goodput = kvp_cli_opt_f64("--min-goodput", optarg, 0, 1);
+            continue;
+        }
+        if (c == OPT_NO_PREFIX_CACHE) {
+            no_prefix_cache = 1;
             continue;
         }
         if (c == OPT_RATE) {
@@ -337,7 +347,8 @@ int main(int argc, char **argv)
         oc.kept = calloc(1, sizeof *oc.kept);
     kvp_metrics metrics;
     kvp_metrics_init(&metrics, slo_ttft, slo_tpot);
-    kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .metrics = &metrics,
+    kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .no_prefix_cache = no_prefix_cache,
+                         .metrics = &metrics,
                          .stop = &stop_signal};
     kvp_batch_source src = kvp_jobsrc_source(js);
     kvp_batch_stats st;

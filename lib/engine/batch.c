@@ -93,6 +93,7 @@ void kvp_request_end(kvp_request *r) { r->g.rec.state = KVP_SEQ_FINISHED; }
 
 typedef struct batch {
     int keep;            /* keep_finished */
+    int no_prefix;       /* no_prefix_cache */
     kvp_metrics *metrics;
     kvp_engine *e;
     kvp_kvcache *kc;
@@ -125,7 +126,7 @@ static int kv_start(void *ctx, kvp_sched_req *sr, kvp_err *err)
     if (h < 0)
         return h;
     r->g.handle = h;
-    int got = kvp_kvcache_seq_share_prefix(b->kc, h, r->tokens, sr->n_tokens, err);
+    int got = b->no_prefix ? 0 : kvp_kvcache_seq_share_prefix(b->kc, h, r->tokens, sr->n_tokens, err);
     if (got < 0) {
         kvp_kvcache_seq_free(b->kc, h);
         r->g.handle = -1;
@@ -245,7 +246,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     if (!st)
         st = &local;
     memset(st, 0, sizeof *st);
-    batch b = {.keep = o->keep_finished, .metrics = o->metrics, .e = e, .kc = kc, .tok = tok, .emit = emit, .ctx = ctx, .st = st};
+    batch b = {.keep = o->keep_finished, .no_prefix = o->no_prefix_cache, .metrics = o->metrics, .e = e, .kc = kc, .tok = tok, .emit = emit, .ctx = ctx, .st = st};
     kvp_sched_kv kv = {.ctx = &b, .n_free = kv_n_free, .blocks_needed = kv_needed, .start = kv_start,
                        .release = kv_release};
     kvp_kvcache_stats ks;

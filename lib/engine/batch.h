@@ -55,6 +55,7 @@ typedef struct kvp_batch_opts {
     uint32_t lookahead;      /* waiting requests read ahead (0: 2 x max_num_seqs) */
     int keep_finished;       /* finished requests keep their KV sequence and are the
                                 emit callback's to free (for saving the state) */
+    int no_prefix_cache;     /* never start a request on cached blocks (for comparison) */
     kvp_metrics *metrics;    /* per-request and per-token timings, or NULL */
     volatile sig_atomic_t *stop; /* when set non-zero (a signal), the run ends after
                                     the step in progress; unfinished requests are dropped */
