@@ -1353,6 +1353,57 @@ static kvp_backend *two_thread_backend(unsigned flags)
     return be;
 }
 
+/* The backend's RoPE against a double-precision rotation, NORM and NEOX,
+ * full and partial rot_dim, up to head dims far past the 1024 the old fixed
+ * angle table held: every pair rotated, dims past rot_dim untouched. */
+static void test_rope_one(uint32_t hd, uint32_t rot, int kind)
+{
+    enum { NT = 3, NH = 2 };
+    const int32_t pos[NT] = {0, 7, 1000};
+    kvp_backend *be = two_thread_backend(0);
+    float *x = malloc(sizeof(float) * NT * NH * hd), *x0 = malloc(sizeof(float) * NT * NH * hd);
+    float *inv = malloc(sizeof(float) * (rot / 2 + 1));
+    if (!be || !x || !x0 || !inv) {
+        CHECK(0);
+        goto out;
+    }
+    for (uint32_t i = 0; i < NT * NH * hd; i++)
+        x0[i] = x[i] = frand();
+    for (uint32_t i = 0; i < rot / 2; i++)
+        inv[i] = (float)pow(10000.0, -2.0 * i / rot);
+    be->ops->rope(be, x, NT, NH, hd, rot, pos, inv, kind);
+    double worst = 0;
+    int untouched = 1;
+    for (uint32_t t = 0; t < NT; t++)
+        for (uint32_t h = 0; h < NH; h++) {
+            const float *a = x0 + ((size_t)t * NH + h) * hd, *b = x + ((size_t)t * NH + h) * hd;
+            for (uint32_t i = 0; i < rot / 2; i++) {
+                uint32_t e0 = kind == KVP_ROPE_KIND_NEOX ? i : 2 * i, e1 = kind == KVP_ROPE_KIND_NEOX ? i + rot / 2 : 2 * i + 1;
+                double ang = (double)pos[t] * inv[i], r0 = a[e0] * cos(ang) - a[e1] * sin(ang);
+                double r1 = a[e0] * sin(ang) + a[e1] * cos(ang);
+                worst = fmax(worst, fmax(fabs(r0 - b[e0]), fabs(r1 - b[e1])));
+            }
+            for (uint32_t i = rot; i < hd; i++)
+                untouched &= a[i] == b[i];
+        }
+    CHECK_MSG(worst < 1e-3, "rope hd %u rot %u kind %d: error %g", hd, rot, kind, worst);
+    CHECK_MSG(untouched, "rope hd %u rot %u kind %d: dims past rot_dim changed", hd, rot, kind);
+out:
+    kvp_backend_free(be);
+    free(x);
+    free(x0);
+    free(inv);
+}
+
+static void test_rope(void)
+{
+    test_rope_one(64, 64, KVP_ROPE_KIND_NORM);
+    test_rope_one(64, 32, KVP_ROPE_KIND_NEOX);
+    test_rope_one(130, 126, KVP_ROPE_KIND_NORM); /* a last chunk of 63 pairs */
+    test_rope_one(2048, 2048, KVP_ROPE_KIND_NORM);
+    test_rope_one(4096, 3000, KVP_ROPE_KIND_NEOX);
+}
+
 static void test_attention_one(int kv_dtype, uint32_t n_head_kv, uint32_t n_rep, unsigned flags)
 {
     enum { HD = 36, BS = 4, NB = 8, NL = 2, NSEQ = 2, MAXP = 12 };
@@ -1650,6 +1701,7 @@ int main(void)
     test_kquants(dir);
     test_smollm2();
     test_smollm2_hf(dir);
+    test_rope(); /* last: it draws from frand() */
     rmdir(dir);
     return unit_done();
 }
