@@ -109,28 +109,35 @@ $(O)/tests/test_fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(LIB)
 deps:
 	@scripts/deps
 
-## check        install deps, build, fetch the test model if possible, run every test
+# Every test build has lib/base/debug.h's assertions on (KVP_DEBUG=1) and
+# its own folder, so `make` (bin/, build/) never carries them.
+KVP_DEBUG ?= 0
+ifeq ($(KVP_DEBUG),1)
+  CPPFLAGS += -DKVP_DEBUG=1
+endif
+CHECK_VARS := O=build/check BINDIR=build/check/bin KVP_DEBUG=1
+
+## check        install deps, fetch the test model if possible, run every test (build/check: assertions on)
 check: deps
 	@scripts/fetch-model >/dev/null || echo "check: the SmolLM2 test model could not be fetched; tests that need it are skipped"
-	@$(MAKE) --no-print-directory all $(UNITS) $(FUZZ_REPLAY)
-	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run
+	@$(MAKE) --no-print-directory check-nodeps $(CHECK_VARS)
 
-check-unit: all $(UNITS) $(FUZZ_REPLAY)
-	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run unit
+check-unit:
+	@$(MAKE) --no-print-directory check-nodeps $(CHECK_VARS) TESTS=unit
 
-check-cli: all
-	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run cli
+check-cli:
+	@$(MAKE) --no-print-directory check-nodeps $(CHECK_VARS) TESTS=cli
 
 ## asan         the whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 asan: deps
-	@$(MAKE) --no-print-directory check-nodeps O=build/asan BINDIR=build/asan/bin \
+	@$(MAKE) --no-print-directory check-nodeps O=build/asan BINDIR=build/asan/bin KVP_DEBUG=1 \
 	    OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
 
 .PHONY: check-nodeps
 check-nodeps:
 	@$(MAKE) --no-print-directory all $(UNITS) $(FUZZ_REPLAY)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run
+	    KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run $(TESTS)
 
 ## fuzz         run every libFuzzer harness in tests/fuzz/ for FUZZ_SECONDS (default 60) with clang
 FUZZ_SECONDS ?= 60
