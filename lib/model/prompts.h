@@ -23,7 +23,7 @@ enum kvp_chat_format {
 };
 
 typedef struct kvp_prompt {
-    char *label;   /* the user's id ("" when none), NUL-terminated */
+    char *label;   /* the user's id ("" when none), NUL-terminated, at most KVP_NAME_MAX bytes */
     char *text;    /* the text to tokenize (chat rendered), NUL-terminated */
     size_t len;
     int special;   /* the text holds control tokens to parse (chat) */
@@ -39,9 +39,12 @@ typedef struct kvp_prompts {
 /* ps->chat and ps->system are set by the caller before adding. */
 void kvp_prompts_init(kvp_prompts *ps, int chat, const char *system);
 void kvp_prompts_free(kvp_prompts *ps);
-/* Add one plain prompt (rendered as a user turn when ps->chat). */
+/* Add one plain prompt (rendered as a user turn when ps->chat); a label
+ * longer than KVP_NAME_MAX bytes is KVP_EINVAL. */
 int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, size_t len, kvp_err *err);
-/* Add the prompts of a file ("-" is stdin). */
+/* Add the prompts of a file ("-" is stdin); an "id" longer than
+ * KVP_NAME_MAX bytes (a sequence record's label) is KVP_EFORMAT naming the
+ * line. */
 int kvp_prompts_read_file(kvp_prompts *ps, const char *path, kvp_err *err);
 /* Render messages (role[i], content[i]) in format fmt, ending with the
  * assistant's turn opened; *out is malloc'd.  0 or a code. */
