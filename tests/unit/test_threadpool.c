@@ -61,8 +61,9 @@ int main(void)
     test_reentry_asserts();
     kvp_err err = {0};
     kvp_threadpool *p;
-    CHECK(kvp_threadpool_create(&p, 4, &err) == 0);
-    CHECK_EQ_I64(kvp_threadpool_size(p), 4);
+    int nt = unit_threads(4);
+    CHECK(kvp_threadpool_create(&p, nt, &err) == 0);
+    CHECK_EQ_I64(kvp_threadpool_size(p), nt);
     CHECK(kvp_threadpool_ncpu() >= 1);
     enum { N = 300 };
     ctx c = {0};
