@@ -71,7 +71,7 @@ PUB_HEADERS := lib/kvpipe.h $(foreach h,$(shell sed -n 's/^\#include "\(.*\)"$$/
 MAN1     := $(sort $(wildcard man/*.1))
 MAN5     := $(sort $(wildcard man/*.5))
 
-.PHONY: all help check check-unit check-cli asan install uninstall clean deps demo check-ref fetch-model fuzz
+.PHONY: all help check check-unit check-cli asan tsan install uninstall clean deps demo check-ref fetch-model fuzz
 .SUFFIXES:
 
 ## all          build lib/libkvpipe.a and every program into bin/ (default)
@@ -113,28 +113,54 @@ $(O)/tests/test_fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(LIB)
 deps:
 	@scripts/deps
 
-## check        install deps, build, fetch the test model if possible, run every test
+# Every test build has lib/base/debug.h's assertions on (KVP_DEBUG=1) and
+# its own folder, so `make` (bin/, build/) never carries them.
+KVP_DEBUG ?= 0
+ifeq ($(KVP_DEBUG),1)
+  CPPFLAGS += -DKVP_DEBUG=1
+endif
+CHECK_VARS := O=build/check BINDIR=build/check/bin KVP_DEBUG=1
+
+## check        install deps, fetch the test model if possible, run every test (build/check: assertions on)
 check: deps
 	@scripts/fetch-model >/dev/null || echo "check: the SmolLM2 test model could not be fetched; tests that need it are skipped"
-	@$(MAKE) --no-print-directory all $(UNITS) $(FUZZ_REPLAY)
-	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) KVP_CFLAGS="$(OPT)" tests/run
+	@$(MAKE) --no-print-directory check-nodeps $(CHECK_VARS)
 
-check-unit: all $(UNITS) $(FUZZ_REPLAY)
-	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run unit
+check-unit:
+	@$(MAKE) --no-print-directory check-nodeps $(CHECK_VARS) TESTS=unit
 
-check-cli: all
-	@KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) tests/run cli
+check-cli:
+	@$(MAKE) --no-print-directory check-nodeps $(CHECK_VARS) TESTS=cli
 
 ## asan         the whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 asan: deps
-	@$(MAKE) --no-print-directory check-nodeps O=build/asan BINDIR=build/asan/bin \
+	@$(MAKE) --no-print-directory check-nodeps O=build/asan BINDIR=build/asan/bin KVP_DEBUG=1 \
 	    OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
 
-.PHONY: check-nodeps
+## tsan         unit tests under ThreadSanitizer, thread pool at 2 and 4 (TSAN_MODEL=1: real-model engine tests too)
+TSAN_MODEL ?= 0
+tsan: deps
+	@$(MAKE) --no-print-directory tsan-nodeps O=build/tsan BINDIR=build/tsan/bin KVP_DEBUG=1 \
+	    OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=thread"
+
+.PHONY: check-nodeps tsan-nodeps
 check-nodeps:
 	@$(MAKE) --no-print-directory all $(UNITS) $(FUZZ_REPLAY)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) KVP_CFLAGS="$(OPT)" tests/run
+	    KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) KVP_CFLAGS="$(OPT)" tests/run $(TESTS)
+
+# Every unit test with a pool of 2, the pool's users again with 4
+# (KVP_TEST_THREADS: unit.h's unit_threads, tests/cli/lib.sh's $THREADS).
+# test_engine's tiny models go through every parallel op of the forward
+# pass; its SmolLM2 parts and cli/engine*.sh take over 15 minutes under TSan
+# on 2 cores, so they run only with TSAN_MODEL=1.
+tsan-nodeps:
+	@$(MAKE) --no-print-directory all $(UNITS)
+	@set -e; export TSAN_OPTIONS=halt_on_error=1:exitcode=66 KVP_BIN=$(abspath $(BINDIR)) \
+	    KVP_UNIT_DIR=$(abspath $(O)/tests) $(if $(filter 1,$(TSAN_MODEL)),,KVP_MODEL=/nonexistent); \
+	    echo "tsan: thread pool of 2"; KVP_TEST_THREADS=2 tests/run unit; \
+	    echo "tsan: thread pool of 4"; for t in engine threadpool model_hf; do KVP_TEST_THREADS=4 tests/run unit $$t; done; \
+	    if [ "$(TSAN_MODEL)" = 1 ]; then for n in 2 4; do KVP_TEST_THREADS=$$n tests/run cli engine; done; fi
 
 ## fuzz         run every libFuzzer harness in tests/fuzz/ for FUZZ_SECONDS (default 60) with clang
 FUZZ_SECONDS ?= 60

@@ -246,18 +246,23 @@ int main(int argc, char **argv)
     kvp_cli_init(argv[0]);
     kvp_runopts o;
     kvp_runopts_init(&o);
-    struct option longopts[64];
+    /* the shared options, ours, the zero entry: sized by the compiler */
+    static const struct option own[] = {
+        {"slo-ttft", required_argument, NULL, OPT_SLO_TTFT},
+        {"slo-tpot", required_argument, NULL, OPT_SLO_TPOT},
+        {"min-goodput", required_argument, NULL, OPT_MIN_GOODPUT},
+        {"resume", required_argument, NULL, OPT_RESUME},
+        {"shard", required_argument, NULL, OPT_SHARD},
+        {"rate", required_argument, NULL, OPT_RATE},
+        {"burstiness", required_argument, NULL, OPT_BURST},
+        {"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE},
+    };
+    struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];
     size_t k = 0;
-    for (; kvp_runopts_long[k].name; k++)
-        longopts[k] = kvp_runopts_long[k];
-    longopts[k++] = (struct option){"slo-ttft", required_argument, NULL, OPT_SLO_TTFT};
-    longopts[k++] = (struct option){"slo-tpot", required_argument, NULL, OPT_SLO_TPOT};
-    longopts[k++] = (struct option){"min-goodput", required_argument, NULL, OPT_MIN_GOODPUT};
-    longopts[k++] = (struct option){"resume", required_argument, NULL, OPT_RESUME};
-    longopts[k++] = (struct option){"shard", required_argument, NULL, OPT_SHARD};
-    longopts[k++] = (struct option){"rate", required_argument, NULL, OPT_RATE};
-    longopts[k++] = (struct option){"burstiness", required_argument, NULL, OPT_BURST};
-    longopts[k++] = (struct option){"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE};
+    for (size_t i = 0; i < KVP_RUNOPTS_N_LONG; i++)
+        longopts[k++] = kvp_runopts_long[i];
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        longopts[k++] = own[i];
     longopts[k] = (struct option){NULL, 0, NULL, 0};
     double slo_ttft = 0, slo_tpot = 0, min_goodput = -1;
     const char *resume = NULL;

@@ -180,7 +180,7 @@ static void expand_sweep(sweep_opt *o)
 
 typedef struct run {
     kvp_cap_params base;
-    char model_label[160];
+    const char *model_label;      /* argv, a preset, or base.cfg.name: never copied */
     const char *model_source;     /* "preset", "gguf", "kvp", "hf", "options" */
     const kvp_gpu_preset *gpu;
     int have_gpu;
@@ -254,8 +254,8 @@ static const char *gbs(char *buf, size_t n, double bytes)
 /* One output row as name/value pairs, shared by JSON and TSV. */
 typedef struct field {
     const char *name;
-    char val[176];
-    int is_str;
+    const char *str;     /* a string (put_s), quoted in JSON; else NULL */
+    char num[32];        /* else a number or a JSON literal */
 } field;
 
 typedef struct row {
@@ -263,40 +263,35 @@ typedef struct row {
     int n;
 } row;
 
-static void put_u(row *r, const char *name, uint64_t v)
+static field *put(row *r, const char *name)
 {
     field *f = &r->f[r->n++];
     f->name = name;
-    f->is_str = 0;
-    snprintf(f->val, sizeof f->val, "%" PRIu64, v);
+    f->str = NULL;
+    return f;
+}
+static void put_u(row *r, const char *name, uint64_t v)
+{
+    field *f = put(r, name);
+    snprintf(f->num, sizeof f->num, "%" PRIu64, v);
 }
 static void put_i(row *r, const char *name, int64_t v)
 {
-    field *f = &r->f[r->n++];
-    f->name = name;
-    f->is_str = 0;
-    snprintf(f->val, sizeof f->val, "%" PRId64, v);
+    field *f = put(r, name);
+    snprintf(f->num, sizeof f->num, "%" PRId64, v);
 }
 static void put_f(row *r, const char *name, double v)
 {
-    field *f = &r->f[r->n++];
-    f->name = name;
-    f->is_str = 0;
-    snprintf(f->val, sizeof f->val, "%.6g", v);
+    field *f = put(r, name);
+    snprintf(f->num, sizeof f->num, "%.6g", v);
 }
-static void put_s(row *r, const char *name, const char *v)
+/* v must outlive the row (argv, a preset, the run's config). */
+static void put_s(row *r, const char *name, const char *v) { put(r, name)->str = v; }
+/* null, true or false */
+static void put_lit(row *r, const char *name, const char *lit)
 {
-    field *f = &r->f[r->n++];
-    f->name = name;
-    f->is_str = 1;
-    snprintf(f->val, sizeof f->val, "%s", v);
-}
-static void put_null(row *r, const char *name)
-{
-    field *f = &r->f[r->n++];
-    f->name = name;
-    f->is_str = 0;
-    snprintf(f->val, sizeof f->val, "null");
+    field *f = put(r, name);
+    snprintf(f->num, sizeof f->num, "%s", lit);
 }
 
 static void fill_row(row *w, const run *R, const kvp_cap_params *p, const kvp_cap_result *r)
@@ -334,7 +329,7 @@ static void fill_row(row *w, const run *R, const kvp_cap_params *p, const kvp_ca
     put_u(w, "gpus", p->gpus);
     put_u(w, "kv_heads_per_gpu", r->kv_heads_per_gpu);
     if (!R->have_gpu) {
-        put_null(w, "gpu");
+        put_lit(w, "gpu", "null");
         return;
     }
     const kvp_cap_stage *st = &r->stage[r->binding];
@@ -353,15 +348,13 @@ static void fill_row(row *w, const run *R, const kvp_cap_params *p, const kvp_ca
     put_u(w, "kv_alloc_bytes_per_seq_per_gpu", st->kv_alloc_bytes_per_seq);
     put_u(w, "block_bytes", st->block_bytes);
     put_u(w, "kv_blocks", st->n_blocks);
-    put_s(w, "fits", r->fits ? "true" : "false");
-    w->f[w->n - 1].is_str = 0;
-    put_s(w, "batch_fits", r->batch_fits ? "true" : "false");
-    w->f[w->n - 1].is_str = 0;
+    put_lit(w, "fits", r->fits ? "true" : "false");
+    put_lit(w, "batch_fits", r->batch_fits ? "true" : "false");
     put_u(w, "max_seqs", r->max_seqs);
     put_u(w, "replicas", r->replicas);
     put_u(w, "max_seqs_total", r->max_seqs_total);
     if (r->max_context < 0)
-        put_null(w, "max_context");
+        put_lit(w, "max_context", "null");
     else
         put_i(w, "max_context", r->max_context);
     put_u(w, "decode_bytes_per_step", r->decode_bytes_per_step);
@@ -372,10 +365,10 @@ static void print_json_fields(const row *w)
 {
     for (int i = 0; i < w->n; i++) {
         printf("%s\"%s\":", i ? "," : "", w->f[i].name);
-        if (w->f[i].is_str)
-            kvp_cli_json_str(stdout, w->f[i].val, strlen(w->f[i].val));
+        if (w->f[i].str)
+            kvp_cli_json_str(stdout, w->f[i].str, strlen(w->f[i].str));
         else
-            fputs(w->f[i].val, stdout);
+            fputs(w->f[i].num, stdout);
     }
 }
 
@@ -603,10 +596,10 @@ static void emit(run *R, const kvp_cap_params *p)
             R->tsv_header_done = 1;
         }
         for (int i = 0; i < w.n; i++) {
-            for (char *q = w.f[i].val; *q; q++) /* a field must not break the row */
-                if (*q == '\t' || *q == '\n' || *q == '\r')
-                    *q = ' ';
-            printf("%s%s", i ? "\t" : "", w.f[i].val);
+            if (i)
+                putchar('\t');
+            for (const char *q = w.f[i].str ? w.f[i].str : w.f[i].num; *q; q++) /* a field must not break the row */
+                putchar(*q == '\t' || *q == '\n' || *q == '\r' ? ' ' : *q);
         }
         printf("\n");
     } else if (R->sweeping) {
@@ -728,7 +721,7 @@ static void load_model(run *R, const char *name)
     if (m && stat(name, &st) != 0) {
         p->cfg = m->cfg;
         p->q_lora_rank = m->q_lora_rank;
-        snprintf(R->model_label, sizeof R->model_label, "%s", m->cfg.name);
+        R->model_label = m->cfg.name;
         R->model_source = "preset";
         return;
     }
@@ -741,7 +734,7 @@ static void load_model(run *R, const char *name)
     p->cfg = mf.cfg;
     p->q_lora_rank = mf.q_lora_rank;
     R->model_source = mf.kind[0] == 'g' ? "gguf" : mf.kind[0] == 'k' ? "kvp" : "hf";
-    snprintf(R->model_label, sizeof R->model_label, "%s", mf.cfg.name[0] ? mf.cfg.name : name);
+    R->model_label = p->cfg.name[0] ? p->cfg.name : name;
     if (mf.weight_bytes) {
         p->weight_bytes_override = mf.weight_bytes;
         kvp_cap_fmt f;
@@ -756,11 +749,9 @@ int main(int argc, char **argv)
     static run R;
     kvp_cap_params_init(&R.base);
     R.model_source = "options";
-    snprintf(R.model_label, sizeof R.model_label, "custom");
+    R.model_label = "custom";
     R.seed = 1;
 
-    struct option longopts[64];
-    int nl = 0;
     static const struct option fixed[] = {
         {"model", required_argument, NULL, 'm'},
         {"gpu", required_argument, NULL, 'g'},
@@ -777,6 +768,9 @@ int main(int argc, char **argv)
         {"seed", required_argument, NULL, OPT_SEED},
         {"shared-prefix", required_argument, NULL, OPT_SHARED_PREFIX},
     };
+    /* the fixed options, one a sweep, the zero entry: sized by the compiler */
+    struct option longopts[sizeof fixed / sizeof fixed[0] + SW_COUNT + 1];
+    size_t nl = 0;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         longopts[nl++] = fixed[i];
     for (int i = 0; i < SW_COUNT; i++)

@@ -99,13 +99,18 @@ int main(int argc, char **argv)
     kvp_runopts_init(&o);
     const char *output = "-", *resume = NULL;
     int tokenize = 0;
-    struct option longopts[64];
+    /* the shared options, ours, the zero entry: sized by the compiler */
+    static const struct option own[] = {
+        {"output", required_argument, NULL, 'o'},
+        {"resume", required_argument, NULL, OPT_RESUME},
+        {"tokenize", no_argument, NULL, OPT_TOKENIZE},
+    };
+    struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];
     size_t k = 0;
-    for (; kvp_runopts_long[k].name; k++)
-        longopts[k] = kvp_runopts_long[k];
-    longopts[k++] = (struct option){"output", required_argument, NULL, 'o'};
-    longopts[k++] = (struct option){"resume", required_argument, NULL, OPT_RESUME};
-    longopts[k++] = (struct option){"tokenize", no_argument, NULL, OPT_TOKENIZE};
+    for (size_t i = 0; i < KVP_RUNOPTS_N_LONG; i++)
+        longopts[k++] = kvp_runopts_long[i];
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        longopts[k++] = own[i];
     longopts[k] = (struct option){NULL, 0, NULL, 0};
     int c;
     while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "ho:", longopts, NULL)) != -1) {

@@ -16,7 +16,9 @@
  * block_size token slots for every layer, laid out as
  *   [layer][K=0,V=1][n_head_kv][block_size][head_dim]
  * (the order of a KVP KV_BLOCK record's data, kvp(5)), so a block is written
- * to a stream as it is.  A token's slot is block_id * block_size + offset.
+ * to a stream as it is.  A token's slot is block_id * block_size + offset,
+ * a uint32: a pool holds at most KVP_KV_MAX_SLOTS token slots (kvcache.c
+ * refuses a larger one), so slot arithmetic in uint32 never wraps.
  */
 #ifndef KVP_BACKEND_H
 #define KVP_BACKEND_H
@@ -49,6 +51,9 @@ typedef struct kvp_weight {
     uint32_t scale_stride; /* scales per row: 0 (one for the tensor), 1, or n_in / group */
     float global;          /* NVFP4: the tensor scale (0 means 1) */
 } kvp_weight;
+
+/* Token slots a pool may hold (n_blocks * block_size): slot ids are 32 bits. */
+#define KVP_KV_MAX_SLOTS ((uint64_t)1 << 32)
 
 /* The KV pool as kernels see it. */
 typedef struct kvp_kv_pool {

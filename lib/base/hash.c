@@ -1,6 +1,7 @@
 /* hash.c - CRC32C and XXH64 (see hash.h). */
 #include "hash.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -12,11 +13,12 @@
 #define CRC32C_POLY 0x82F63B78u
 
 static uint32_t crc32c_table[8][256];
-static int crc32c_table_ready;
+static pthread_once_t crc32c_table_once = PTHREAD_ONCE_INIT;
 
-/* Slice-by-8 tables; built on first use.  Racing threads write identical
- * values, so the race is benign, but we build them before threads start in
- * practice (the first record read or written). */
+/* Slice-by-8 tables: table[0] is the byte-at-a-time table, table[t] is
+ * table[t - 1] carried over one more zero byte.  Built once, on first use,
+ * under pthread_once: any thread may be the first to checksum (the SSE4.2
+ * path never needs them; aarch64 and older x86 hosts always do). */
 static void crc32c_init(void)
 {
     for (uint32_t i = 0; i < 256; i++) {
@@ -28,13 +30,11 @@ static void crc32c_init(void)
     for (int t = 1; t < 8; t++)
         for (uint32_t i = 0; i < 256; i++)
             crc32c_table[t][i] = (crc32c_table[t - 1][i] >> 8) ^ crc32c_table[0][crc32c_table[t - 1][i] & 0xff];
-    crc32c_table_ready = 1;
 }
 
 uint32_t kvp_crc32c_portable(uint32_t crc, const void *p, size_t n)
 {
-    if (!crc32c_table_ready)
-        crc32c_init();
+    pthread_once(&crc32c_table_once, crc32c_init);
     const uint8_t *b = p;
     crc = ~crc;
     while (n >= 8) {

@@ -7,6 +7,7 @@
  * waits only for the tasks to be done, not for every worker to check in.
  */
 #include "threadpool.h"
+#include "debug.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -31,6 +32,7 @@ struct kvp_threadpool {
     _Atomic uint64_t ticket;    /* gen << 40 | n_tasks << 20 | next index */
     atomic_int done;            /* tasks finished in the current run */
     atomic_int stop;
+    atomic_int running;         /* a run is in progress (run is not reentrant) */
     kvp_task_fn fn;             /* valid while the run's tasks are unclaimed */
     void *ctx;
 };
@@ -56,7 +58,8 @@ static void drain(kvp_threadpool *p, unsigned gen, int thread)
                                                   memory_order_acquire)) {
             /* Task i of gen is unfinished, so fn and ctx are still this run's. */
             p->fn(p->ctx, (int)i, thread);
-            atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+            int done = atomic_fetch_add_explicit(&p->done, 1, memory_order_release) + 1;
+            KVP_ASSERT(done <= (int)n); /* each task of the run claimed once */
             t = atomic_load_explicit(&p->ticket, memory_order_acquire);
         }
     }
@@ -114,6 +117,7 @@ int kvp_threadpool_create(kvp_threadpool **pool, int n_threads, kvp_err *err)
     atomic_init(&p->ticket, make_ticket(0, 0));
     atomic_init(&p->done, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->running, 0);
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
         if (!p->threads) {
@@ -142,6 +146,7 @@ void kvp_threadpool_free(kvp_threadpool *p)
 {
     if (!p)
         return;
+    KVP_ASSERT(!atomic_load(&p->running)); /* not freed from inside a task */
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->wake);
@@ -170,6 +175,8 @@ void kvp_threadpool_run(kvp_threadpool *p, kvp_task_fn fn, void *ctx, int n_task
         run_inline(fn, ctx, n_tasks);
         return;
     }
+    int was_running = atomic_exchange(&p->running, 1);
+    KVP_ASSERT(!was_running); /* fn called run on its own pool, or two threads share one */
     /* Larger runs go out in slices that fit the ticket's task field. */
     for (int base = 0; base < n_tasks; base += MAX_TASKS) {
         int n = n_tasks - base < (int)MAX_TASKS ? n_tasks - base : (int)MAX_TASKS;
@@ -199,4 +206,5 @@ void kvp_threadpool_run(kvp_threadpool *p, kvp_task_fn fn, void *ctx, int n_task
 #endif
         }
     }
+    atomic_store(&p->running, 0);
 }

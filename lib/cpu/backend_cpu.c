@@ -396,28 +396,34 @@ static void cpu_rmsnorm(kvp_backend *b, const float *x, const float *weight, flo
     }
 }
 
+/* Any rot_dim: the angles go through a small table KVP_ROPE_CHUNK pairs at a
+ * time, each chunk applied to every head before the next is computed. */
+#define KVP_ROPE_CHUNK 64
+
 static void cpu_rope(kvp_backend *b, float *x, uint32_t n_tok, uint32_t n_head, uint32_t head_dim, uint32_t rot_dim,
                      const int32_t *pos, const float *inv_freq, int kind)
 {
     (void)b;
     uint32_t half = rot_dim / 2;
-    float cs[512], sn[512]; /* rot_dim/2 <= 512: head dims up to 1024 */
-    if (half > 512)
-        half = 512;
+    float cs[KVP_ROPE_CHUNK], sn[KVP_ROPE_CHUNK];
     for (uint32_t t = 0; t < n_tok; t++) {
-        for (uint32_t i = 0; i < half; i++) {
-            float a = (float)pos[t] * inv_freq[i];
-            cs[i] = cosf(a);
-            sn[i] = sinf(a);
-        }
-        for (uint32_t h = 0; h < n_head; h++) {
-            float *v = x + ((size_t)t * n_head + h) * head_dim;
-            for (uint32_t i = 0; i < half; i++) {
-                uint32_t i0 = kind == KVP_ROPE_KIND_NEOX ? i : 2 * i;
-                uint32_t i1 = kind == KVP_ROPE_KIND_NEOX ? i + half : 2 * i + 1;
-                float a = v[i0], c = v[i1];
-                v[i0] = a * cs[i] - c * sn[i];
-                v[i1] = a * sn[i] + c * cs[i];
+        for (uint32_t i0 = 0; i0 < half; i0 += KVP_ROPE_CHUNK) {
+            uint32_t n = half - i0 < KVP_ROPE_CHUNK ? half - i0 : KVP_ROPE_CHUNK;
+            for (uint32_t j = 0; j < n; j++) {
+                float a = (float)pos[t] * inv_freq[i0 + j];
+                cs[j] = cosf(a);
+                sn[j] = sinf(a);
+            }
+            for (uint32_t h = 0; h < n_head; h++) {
+                float *v = x + ((size_t)t * n_head + h) * head_dim;
+                for (uint32_t j = 0; j < n; j++) {
+                    uint32_t i = i0 + j;
+                    uint32_t e0 = kind == KVP_ROPE_KIND_NEOX ? i : 2 * i;
+                    uint32_t e1 = kind == KVP_ROPE_KIND_NEOX ? i + half : 2 * i + 1;
+                    float p = v[e0], q = v[e1];
+                    v[e0] = p * cs[j] - q * sn[j];
+                    v[e1] = p * sn[j] + q * cs[j];
+                }
             }
         }
     }

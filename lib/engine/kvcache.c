@@ -1,5 +1,17 @@
-/* kvcache.c - block pool, block tables, refcounts, copy-on-write, prefix hashes. */
+/* kvcache.c - block pool, block tables, refcounts, copy-on-write, prefix hashes.
+ *
+ * Invariants (checked by KVP_ASSERT and, in debug builds, by a walk of the
+ * whole cache after every change, kvcache_check):
+ *   - a block is free (on the free list, refs 0, no hash) or held (refs =
+ *     the number of block-table entries naming it, over all sequences);
+ *   - a sequence of n tokens holds ceil(n / block_size) blocks;
+ *   - a block with a hash is the first block registered under it: a find
+ *     by that hash returns it, and its content is the full block the hash
+ *     names, so nothing writes into it (a holder that must write copies it
+ *     first, or unregisters it when it holds it alone).
+ */
 #include "kvcache.h"
+#include "debug.h"
 #include "stream.h"
 #include "tensor.h"
 
@@ -27,6 +39,13 @@ struct kvp_kvcache {
     uint32_t n_seqs;
     kvp_kvcache_stats st;
 };
+
+#if KVP_DEBUG
+static void kvcache_check(const kvp_kvcache *kc);
+#define KVCACHE_CHECK(kc) kvcache_check(kc)
+#else
+#define KVCACHE_CHECK(kc) ((void)0)
+#endif
 
 void kvp_kvcache_opts_init(kvp_kvcache_opts *o)
 {
@@ -81,7 +100,18 @@ int kvp_kvcache_create(kvp_kvcache **out, const kvp_config *c, const kvp_kvcache
         return kvp_err_set(err, KVP_EINVAL, "KV memory %llu bytes holds no block of %llu bytes (%u tokens)",
                            (unsigned long long)o->mem_bytes, (unsigned long long)bb, bs);
     if (nb > (1u << 30) || nb * bb / bb != nb)
-        return kvp_err_set(err, KVP_ELIMIT, "KV pool of %llu blocks is too large", (unsigned long long)nb);
+        return kvp_err_set(err, KVP_ELIMIT, "KV pool of %llu blocks is too large (at most 2^30)",
+                           (unsigned long long)nb);
+    /* A token's slot id, block * block_size + offset, is 32 bits in the
+     * backend interface (kv_store's slots, the block tables): the pool holds
+     * at most 2^32 token slots.  That is ~90 TiB of f16 KV even for
+     * SmolLM2-135M (23,040 bytes a token), so the bound costs nothing real,
+     * and the slot arrays stay half the size of 64-bit ones. */
+    if (nb * bs > KVP_KV_MAX_SLOTS)
+        return kvp_err_set(err, KVP_ELIMIT,
+                           "KV pool of %llu blocks x %u tokens = %llu token slots: more than 2^32 (a slot id is 32 "
+                           "bits); use fewer or smaller blocks", (unsigned long long)nb, bs,
+                           (unsigned long long)(nb * bs));
     kvp_kvcache *kc = calloc(1, sizeof *kc);
     if (!kc)
         return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory");
@@ -110,6 +140,7 @@ int kvp_kvcache_create(kvp_kvcache **out, const kvp_config *c, const kvp_kvcache
     kc->n_free = (uint32_t)nb;
     kc->st.n_blocks = (uint32_t)nb;
     kc->st.block_bytes = bb;
+    KVCACHE_CHECK(kc);
     *out = kc;
     return 0;
 }
@@ -142,6 +173,7 @@ static void hash_add(kvp_kvcache *kc, uint32_t b, uint64_t h)
 {
     if (!h || kvp_kvcache_find_hash(kc, h) >= 0)
         return;
+    KVP_ASSERT(kc->refs[b] > 0 && kc->hash[b] == 0);
     uint32_t k = bucket_of(kc, h);
     kc->hash[b] = h;
     kc->next[b] = kc->bucket[k];
@@ -153,12 +185,12 @@ static void hash_remove(kvp_kvcache *kc, uint32_t b)
     uint64_t h = kc->hash[b];
     if (!h)
         return;
-    for (uint32_t *pp = &kc->bucket[bucket_of(kc, h)]; *pp != NONE; pp = &kc->next[*pp]) {
-        if (*pp == b) {
-            *pp = kc->next[b];
-            break;
-        }
-    }
+    uint32_t *pp = &kc->bucket[bucket_of(kc, h)];
+    while (*pp != NONE && *pp != b)
+        pp = &kc->next[*pp];
+    KVP_ASSERT(*pp == b); /* a block with a hash is in its bucket's chain */
+    if (*pp == b)
+        *pp = kc->next[b];
     kc->hash[b] = 0;
 }
 
@@ -166,13 +198,16 @@ static void hash_remove(kvp_kvcache *kc, uint32_t b)
 
 static uint32_t block_take(kvp_kvcache *kc)
 {
+    KVP_ASSERT(kc->n_free > 0); /* callers count the blocks they need first */
     uint32_t b = kc->free_list[--kc->n_free];
+    KVP_ASSERT(b < kc->pool.n_blocks && kc->refs[b] == 0 && kc->hash[b] == 0);
     kc->refs[b] = 1;
     return b;
 }
 
 static void block_unref(kvp_kvcache *kc, uint32_t b)
 {
+    KVP_ASSERT(b < kc->pool.n_blocks && kc->refs[b] > 0);
     if (kc->refs[b] && --kc->refs[b] == 0) {
         hash_remove(kc, b);
         kc->free_list[kc->n_free++] = b;
@@ -249,6 +284,7 @@ void kvp_kvcache_seq_free(kvp_kvcache *kc, int seq)
         block_unref(kc, s->blocks[i]);
     s->n_blocks = s->n_tokens = 0;
     s->used = 0;
+    KVCACHE_CHECK(kc);
 }
 
 int kvp_kvcache_seq_fork(kvp_kvcache *kc, int src, kvp_err *err)
@@ -267,8 +303,11 @@ int kvp_kvcache_seq_fork(kvp_kvcache *kc, int src, kvp_err *err)
     memcpy(d->tokens, s->tokens, s->n_tokens * sizeof *d->tokens);
     d->n_blocks = s->n_blocks;
     d->n_tokens = s->n_tokens;
-    for (uint32_t i = 0; i < d->n_blocks; i++)
+    for (uint32_t i = 0; i < d->n_blocks; i++) {
+        KVP_ASSERT(kc->refs[d->blocks[i]] > 0);
         kc->refs[d->blocks[i]]++;
+    }
+    KVCACHE_CHECK(kc);
     return id;
 }
 
@@ -307,6 +346,7 @@ int kvp_kvcache_seq_share_prefix(kvp_kvcache *kc, int seq, const uint32_t *token
             grow_u32(&s->tokens, &s->cap_tokens, (uint64_t)(got + k) * bs) < 0)
             return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory sharing a prefix");
         for (uint32_t i = 0; i < k; i++) {
+            KVP_ASSERT(kc->refs[found[i]] > 0); /* registered blocks are held */
             s->blocks[got + i] = (uint32_t)found[i];
             kc->refs[found[i]]++;
         }
@@ -317,6 +357,7 @@ int kvp_kvcache_seq_share_prefix(kvp_kvcache *kc, int seq, const uint32_t *token
     }
     kc->st.prefix_blocks += got;
     kc->st.prefix_tokens += (uint64_t)got * bs;
+    KVCACHE_CHECK(kc);
     return (int)(got * bs);
 }
 
@@ -379,6 +420,7 @@ int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uin
     s->n_tokens = (uint32_t)end;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t p = len + i;
+        KVP_ASSERT((uint64_t)s->blocks[p / bs] * bs + p % bs < (uint64_t)kc->pool.n_blocks * bs);
         slots[i] = s->blocks[p / bs] * bs + p % bs;
     }
     /* Register the blocks this append filled. */
@@ -391,6 +433,7 @@ int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uin
         h = chain_hash(kc, s->tokens, i, h);
         hash_add(kc, s->blocks[i], h);
     }
+    KVCACHE_CHECK(kc);
     return 0;
 }
 
@@ -434,6 +477,7 @@ int64_t kvp_kvcache_seq_push_block(kvp_kvcache *kc, int seq, const uint32_t *tok
     s->n_tokens += n;
     if (n == bs && !share)
         hash_add(kc, b, kvp_kvblock_hash(parent, tokens, n));
+    KVCACHE_CHECK(kc);
     return b;
 }
 
@@ -452,6 +496,7 @@ int kvp_kvcache_seq_truncate(kvp_kvcache *kc, int seq, uint32_t n, kvp_err *err)
     if (n % bs && keep && kc->refs[s->blocks[keep - 1]] == 1)
         hash_remove(kc, s->blocks[keep - 1]);
     s->n_tokens = n;
+    KVCACHE_CHECK(kc);
     return 0;
 }
 
@@ -475,3 +520,43 @@ uint32_t kvp_kvcache_seq_n_blocks(const kvp_kvcache *kc, int seq)
     kvseq *s = seq_get(kc, seq);
     return s ? s->n_blocks : 0;
 }
+
+#if KVP_DEBUG
+/* The invariants at the top of this file, over the whole cache: O(blocks +
+ * block-table entries), after every change in debug builds. */
+static void kvcache_check(const kvp_kvcache *kc)
+{
+    uint32_t nb = kc->pool.n_blocks, bs = kc->pool.block_size;
+    uint32_t *held = calloc(nb, sizeof *held);
+    if (!held)
+        return;
+    KVP_ASSERT(kc->n_free <= nb);
+    for (uint32_t i = 0; i < kc->n_free; i++) {
+        uint32_t b = kc->free_list[i];
+        KVP_ASSERT(b < nb && kc->refs[b] == 0 && kc->hash[b] == 0);
+        KVP_ASSERT(held[b] == 0); /* on the free list once */
+        held[b] = 1;
+    }
+    memset(held, 0, nb * sizeof *held);
+    for (uint32_t q = 0; q < kc->n_seqs; q++) {
+        const kvseq *s = &kc->seqs[q];
+        if (!s->used)
+            continue;
+        KVP_ASSERT(s->n_blocks == (uint32_t)(((uint64_t)s->n_tokens + bs - 1) / bs));
+        KVP_ASSERT(s->n_blocks <= s->cap_blocks && s->n_tokens <= s->cap_tokens);
+        for (uint32_t i = 0; i < s->n_blocks; i++) {
+            KVP_ASSERT(s->blocks[i] < nb);
+            held[s->blocks[i]]++;
+        }
+    }
+    uint32_t n_zero = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        KVP_ASSERT(kc->refs[b] == held[b]);
+        n_zero += kc->refs[b] == 0;
+        if (kc->hash[b])
+            KVP_ASSERT(kc->refs[b] > 0 && kvp_kvcache_find_hash(kc, kc->hash[b]) == (int64_t)b);
+    }
+    KVP_ASSERT(n_zero == kc->n_free);
+    free(held);
+}
+#endif

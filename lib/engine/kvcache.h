@@ -46,7 +46,8 @@ void kvp_kvcache_opts_init(kvp_kvcache_opts *o);
 /* Bytes of one block for this config, block size and dtype (0 if unknown dtype). */
 uint64_t kvp_kvcache_block_bytes(const kvp_config *c, uint32_t block_size, int dtype);
 /* Allocate the pool on backend be.  0 or a code (KVP_EINVAL for a bad
- * option, KVP_ENOMEM naming the bytes asked). */
+ * option, KVP_ELIMIT past 2^30 blocks or KVP_KV_MAX_SLOTS = 2^32 token slots,
+ * KVP_ENOMEM naming the bytes asked). */
 int kvp_kvcache_create(kvp_kvcache **kc, const kvp_config *c, const kvp_kvcache_opts *o, kvp_backend *be,
                        kvp_err *err);
 void kvp_kvcache_free(kvp_kvcache *kc);

@@ -42,6 +42,8 @@ const struct option kvp_runopts_long[] = {
     {"version", no_argument, NULL, KVP_OPT_VERSION},
     {NULL, 0, NULL, 0},
 };
+_Static_assert(sizeof kvp_runopts_long / sizeof kvp_runopts_long[0] == KVP_RUNOPTS_N_LONG + 1,
+               "KVP_RUNOPTS_N_LONG counts kvp_runopts_long's entries");
 
 const char kvp_runopts_help[] =
     "  -m, --model FILE        model: GGUF, KVP model file (quantize) or HF folder\n"

@@ -30,8 +30,10 @@ enum {
     KVP_OPT_STATIC,
 };
 
-/* The shared entries of a getopt_long table, ended by a zero entry. */
-extern const struct option kvp_runopts_long[];
+/* The shared entries of a getopt_long table: KVP_RUNOPTS_N_LONG of them,
+ * then a zero entry (a program adding its own sizes its table from it). */
+#define KVP_RUNOPTS_N_LONG 30
+extern const struct option kvp_runopts_long[KVP_RUNOPTS_N_LONG + 1];
 #define KVP_RUNOPTS_SHORT "m:p:f:n:t:"
 
 typedef struct kvp_runopts {

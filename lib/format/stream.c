@@ -682,6 +682,16 @@ static int check_end(kvp_reader *r, const kvp_record *rec, kvp_err *err)
     return 0;
 }
 
+/* A record before END, read or skimmed, toward the END record's totals.
+ * Kinds past KVP_KIND_COUNT (unknown to this version, skimmable up to 31)
+ * count as records and bytes but not by kind, as the writer counts them. */
+static void tally(kvp_reader *r, const kvp_record *rec)
+{
+    r->raw_bytes += rec->raw_size;
+    if (rec->kind < KVP_KIND_COUNT)
+        r->count[rec->kind]++;
+}
+
 int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
 {
     kvp_in *in = r->in;
@@ -787,8 +797,7 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
     }
     if (skim) {
         r->index++;
-        r->raw_bytes += rec->raw_size;
-        r->count[rec->kind]++;
+        tally(r, rec);
         return 1;
     }
     uint32_t pcrc = kvp_crc32c(0, stored, (size_t)rec->stored_size), pstored = kvp_le32(h + RH_PCRC);
@@ -820,11 +829,8 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
         r->ended = 1;
     }
     r->index++;
-    if (rec->kind != KVP_KIND_END) {
-        r->raw_bytes += rec->raw_size;
-        if (rec->kind < KVP_KIND_COUNT)
-            r->count[rec->kind]++;
-    }
+    if (rec->kind != KVP_KIND_END)
+        tally(r, rec);
     return 1;
 }
 

@@ -2,6 +2,7 @@
 #include "prompts.h"
 #include "io.h"
 #include "json.h"
+#include "tensor.h"
 #include "wire.h"
 
 #include <stdio.h>
@@ -44,6 +45,11 @@ static int push(kvp_prompts *ps, const char *label, char *text, size_t len, kvp_
             goto oom;
         ps->p = p;
         ps->cap = cap;
+    }
+    if (label && strlen(label) > KVP_NAME_MAX) {
+        free(text);
+        free(special);
+        return kvp_err_set(err, KVP_EINVAL, "prompts: id of %zu bytes, longer than %d", strlen(label), KVP_NAME_MAX);
     }
     if (!(l = strdup(label ? label : "")))
         goto oom;
@@ -192,6 +198,11 @@ static int add_json(kvp_prompts *ps, const kvp_json *o, const char *path, int li
     const char *lab = "";
     const kvp_json *id = kvp_json_get(o, "id");
     if (id && id->type == KVP_JSON_STRING) {
+        /* it travels in a sequence record's label, KVP_NAME_MAX bytes: refused
+         * rather than cut, so two long ids never come out the same */
+        if (id->len > KVP_NAME_MAX)
+            return kvp_err_set(err, KVP_EFORMAT, "%s:%d: \"id\" is %zu bytes, longer than %d", path, line, id->len,
+                               KVP_NAME_MAX);
         lab = id->str;
     } else if (id && id->type == KVP_JSON_NUMBER && id->is_int) {
         snprintf(label, sizeof label, "%lld", (long long)id->i);

@@ -47,7 +47,7 @@ typedef struct kvp_prompt_params {
 } kvp_prompt_params;
 
 typedef struct kvp_prompt {
-    char *label;            /* the user's id ("" when none), NUL-terminated */
+    char *label;            /* the user's id ("" when none), NUL-terminated, at most KVP_NAME_MAX bytes */
     kvp_prompt_params params;
     char *text;             /* the text to tokenize (chat rendered), NUL-terminated */
     size_t len;
@@ -68,9 +68,12 @@ typedef struct kvp_prompts {
  * fields above before adding. */
 void kvp_prompts_init(kvp_prompts *ps);
 void kvp_prompts_free(kvp_prompts *ps);
-/* Add one plain prompt (rendered as a user turn when ps->chat). */
+/* Add one plain prompt (rendered as a user turn when ps->chat); a label
+ * longer than KVP_NAME_MAX bytes is KVP_EINVAL. */
 int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, size_t len, kvp_err *err);
-/* Add the prompts of a file ("-" is stdin). */
+/* Add the prompts of a file ("-" is stdin); an "id" longer than
+ * KVP_NAME_MAX bytes (a sequence record's label) is KVP_EFORMAT naming the
+ * line. */
 int kvp_prompts_read_file(kvp_prompts *ps, const char *path, kvp_err *err);
 /* Tokenize prompt i with its special spans; BOS as the vocabulary says.
  * *ids malloc'd.  0 or a code. */

@@ -26,17 +26,17 @@ if [ ! -f "$M" ]; then
     exit $?
 fi
 
-run decode -m "$M" -t 2 -p "The capital of France is" -n 8
+run decode -m "$M" -t $THREADS -p "The capital of France is" -n 8
 expect_status 0 "greedy decode of a plain prompt"
 expect_out_has " Paris." "the right answer"
 expect_err_empty "no stderr"
 cp "$OUT" "$T/direct.txt"
 
-run decode -m "$M" -t 2 --chat -p "What is the capital of France?" -n 40
+run decode -m "$M" -t $THREADS --chat -p "What is the capital of France?" -n 40
 expect_status 0 "--chat"
 expect_out_has "Paris" "a chat answer"
 
-run_sh "prefill -m '$M' -t 2 -p 'The capital of France is' -n 8 | decode -m '$M' -t 2"
+run_sh "prefill -m '$M' -t $THREADS -p 'The capital of France is' -n 8 | decode -m '$M' -t $THREADS"
 expect_status 0 "prefill | decode"
 expect_out_file "$T/direct.txt" "prefill | decode gives what one decode gives"
 
@@ -46,7 +46,7 @@ cat >"$T/p.jsonl" <<'J'
 
 {"id":"c","prompt":"The capital of France is"}
 J
-run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 32
+run decode -m "$M" -t $THREADS -f "$T/p.jsonl" -n 32
 expect_status 0 "a batch from JSON Lines"
 for id in a b c; do
     if [ "$(grep -c "\"id\":\"$id\"" "$OUT")" = 1 ]; then pass "one line for $id"; else fail "one line for $id"; fi
@@ -59,7 +59,7 @@ if [ -n "$a" ] && [ "$a" = "$c" ]; then pass "equal prompts give equal text"; el
 expect_out_has '"text":" Paris.' "batched sequence matches the one alone"
 expect_out_has '"finish_reason":"stop"' "chat message stops at its end token"
 
-run prefill -m "$M" -t 2 -f "$T/p.jsonl" --stats -o "$T/kv.kvp"
+run prefill -m "$M" -t $THREADS -f "$T/p.jsonl" --stats -o "$T/kv.kvp"
 expect_status 0 "prefill to a file with --stats"
 expect_err_has "1 shared by reference" "the shared prompt block is written once"
 run kvdump --check "$T/kv.kvp"
@@ -68,7 +68,7 @@ expect_status 0 "kvdump accepts prefill's stream"
 # a long shared prefix is computed once
 long="Once upon a time, in a land far away, there lived a king who had three daughters. The youngest was the kindest of them all, and every morning she walked to the river to"
 printf '{"id":"x","prompt":"%s sing."}\n{"id":"y","prompt":"%s swim."}\n' "$long" "$long" >"$T/shared.jsonl"
-run prefill -m "$M" -t 2 -f "$T/shared.jsonl" --stats -o "$T/shared.kvp"
+run prefill -m "$M" -t $THREADS -f "$T/shared.jsonl" --stats -o "$T/shared.kvp"
 expect_status 0 "prefill of two prompts with a common start"
 n1=$(sed -n 's/.*sequence 0 x: \([0-9]*\) prompt tokens (\([0-9]*\) computed).*/\2/p' "$ERR")
 n2=$(sed -n 's/.*sequence 1 y: \([0-9]*\) prompt tokens (\([0-9]*\) computed).*/\2/p' "$ERR")
@@ -80,30 +80,36 @@ else
 fi
 
 # KV round trip: --kv-out then resume continues where it stopped
-run decode -m "$M" -t 2 -p "The capital of France is" -n 4 --kv-out "$T/state.kvp"
+run decode -m "$M" -t $THREADS -p "The capital of France is" -n 4 --kv-out "$T/state.kvp"
 expect_status 0 "--kv-out"
 head -c -1 "$OUT" >"$T/joined.txt" # the newline decode ends its text with
-run decode -m "$M" -t 2 -n 4 "$T/state.kvp"
+run decode -m "$M" -t $THREADS -n 4 "$T/state.kvp"
 expect_status 0 "resume from --kv-out"
 head -c -1 "$OUT" >>"$T/joined.txt"
-run decode -m "$M" -t 2 -p "The capital of France is" -n 8
+run decode -m "$M" -t $THREADS -p "The capital of France is" -n 8
 head -c -1 "$OUT" >"$T/once.txt"
 if cmp -s "$T/joined.txt" "$T/once.txt"; then pass "4 + 4 resumed tokens equal 8 at once"; else fail "resume differs: '$(cat "$T/joined.txt")'"; fi
 
 # runtime errors
 printf '{"id":1,"prompt":"ok"}\n{"id":2,"prompt":}\n' >"$T/bad.jsonl"
-run decode -m "$M" -t 2 -f "$T/bad.jsonl"
+run decode -m "$M" -t $THREADS -f "$T/bad.jsonl"
 expect_status 1 "a malformed prompts file"
 expect_err_has "bad.jsonl:2" "the error names the file and line"
-run decode -m "$M" -t 2 --kv-blocks 1 --block-size 4 -p "The capital of France is a city"
+long_id=$(printf 'i%.0s' $(seq 1 256))
+printf '{"id":"a","prompt":"ok"}\n{"id":"%s","prompt":"ok"}\n' "$long_id" >"$T/longid.jsonl"
+run prefill -m "$M" -t $THREADS -f "$T/longid.jsonl" -o "$T/longid.kvp"
+expect_status 1 "a prompt id past 255 bytes is refused, not cut"
+expect_err_has 'longid.jsonl:2: "id" is 256 bytes, longer than 255' "the error names the line and the limit"
+expect_err_one_line "in one line"
+run decode -m "$M" -t $THREADS --kv-blocks 1 --block-size 4 -p "The capital of France is a city"
 expect_status 1 "exhausted KV memory"
 expect_err_has "out of blocks" "says what ran out"
-run decode -m "$M" -t 2 --kv-dtype bf16 "$T/kv.kvp"
+run decode -m "$M" -t $THREADS --kv-dtype bf16 "$T/kv.kvp"
 expect_status 1 "a stream of another KV dtype"
 expect_err_has "KV dtype f16 in the stream" "names both dtypes"
 # a cut-off stream (another model's stream is refused too: test_engine)
 head -c 5000 "$T/kv.kvp" >"$T/cut.kvp"
-run decode -m "$M" -t 2 "$T/cut.kvp"
+run decode -m "$M" -t $THREADS "$T/cut.kvp"
 expect_status 1 "a truncated stream"
 expect_err_one_line "one line of error"
 done_testing

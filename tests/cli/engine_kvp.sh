@@ -16,10 +16,10 @@ fi
 # the same tensors as a KVP model file: the same text, the same fingerprint
 run quantize "$M" -o "$T/keep.kvp"
 expect_status 0 "quantize --to keep"
-run decode -m "$M" -t 2 -p "The capital of France is" -n 12
+run decode -m "$M" -t $THREADS -p "The capital of France is" -n 12
 expect_status 0 "decode on the GGUF"
 cp "$OUT" "$T/gguf.txt"
-run decode -m "$T/keep.kvp" -t 2 -p "The capital of France is" -n 12
+run decode -m "$T/keep.kvp" -t $THREADS -p "The capital of France is" -n 12
 expect_status 0 "decode on the KVP model file"
 expect_out_file "$T/gguf.txt" "the same greedy text as the GGUF"
 
@@ -27,46 +27,46 @@ expect_out_file "$T/gguf.txt" "the same greedy text as the GGUF"
 for to in q8_0 int8 fp8 int4; do
     run quantize --to "$to" "$M" -o "$T/m-$to.kvp"
     expect_status 0 "quantize --to $to"
-    run decode -m "$T/m-$to.kvp" -t 2 --chat -p "What is the capital of France?" -n 16
+    run decode -m "$T/m-$to.kvp" -t $THREADS --chat -p "What is the capital of France?" -n 16
     expect_status 0 "decode on the $to KVP model"
     expect_out_has "Paris" "the $to model answers"
 done
-run_sh "'$KVP_BIN/prefill' -m '$T/m-q8_0.kvp' -t 2 -p hello -o '$T/q8.kv'"
+run_sh "'$KVP_BIN/prefill' -m '$T/m-q8_0.kvp' -t $THREADS -p hello -o '$T/q8.kv'"
 expect_status 0 "prefill with the q8_0 KVP model"
-run decode -m "$M" -t 2 "$T/q8.kv"
+run decode -m "$M" -t $THREADS "$T/q8.kv"
 expect_status 1 "the GGUF refuses KV made by the q8_0 model"
 expect_err_has "fingerprint" "says the fingerprints differ"
-run decode -m "$T/m-q8_0.kvp" -t 2 -n 4 "$T/q8.kv"
+run decode -m "$T/m-q8_0.kvp" -t $THREADS -n 4 "$T/q8.kv"
 expect_status 0 "the q8_0 model takes its own KV"
-run decode -m "$T/q8.kv" -t 2 -p hi
+run decode -m "$T/q8.kv" -t $THREADS -p hi
 expect_status 1 "a KV stream is not a model"
 expect_err_has "not a model file" "says so"
 
 # prefill --resume: one more turn equals the whole conversation at once
-run decode -m "$M" -t 2 --chat -p "What is the capital of France?" -n 32 --kv-out "$T/turn1.kvp"
+run decode -m "$M" -t $THREADS --chat -p "What is the capital of France?" -n 32 --kv-out "$T/turn1.kvp"
 expect_status 0 "first turn with --kv-out"
 answer=$(cat "$OUT")
-run prefill -m "$M" -t 2 --resume "$T/turn1.kvp" --chat -p "And what is the capital of Germany?" -o "$T/turn2.kvp"
+run prefill -m "$M" -t $THREADS --resume "$T/turn1.kvp" --chat -p "And what is the capital of Germany?" -o "$T/turn2.kvp"
 expect_status 0 "prefill --resume with the next turn"
-run decode -m "$M" -t 2 -n 32 "$T/turn2.kvp"
+run decode -m "$M" -t $THREADS -n 32 "$T/turn2.kvp"
 expect_status 0 "decode the extended conversation"
 cp "$OUT" "$T/resumed.txt"
 printf '{"messages":[{"role":"user","content":"What is the capital of France?"},{"role":"assistant","content":"%s"},{"role":"user","content":"And what is the capital of Germany?"}]}\n' \
     "$answer" >"$T/conv.jsonl"
-run decode -m "$M" -t 2 -n 32 -f "$T/conv.jsonl"
+run decode -m "$M" -t $THREADS -n 32 -f "$T/conv.jsonl"
 expect_status 0 "the whole conversation at once"
 expect_out_file "$T/resumed.txt" "the resumed conversation answers as the whole one"
 run_sh "'$KVP_BIN/kvdump' '$T/turn2.kvp' | sed -n 's/.* seq 0 tokens \([0-9]*\).*/\1/p'"
 n_resumed=$(cat "$OUT")
-run_sh "'$KVP_BIN/prefill' -m '$M' -t 2 -f '$T/conv.jsonl' | '$KVP_BIN/kvdump' - | sed -n 's/.* seq 0 tokens \([0-9]*\).*/\1/p'"
+run_sh "'$KVP_BIN/prefill' -m '$M' -t $THREADS -f '$T/conv.jsonl' | '$KVP_BIN/kvdump' - | sed -n 's/.* seq 0 tokens \([0-9]*\).*/\1/p'"
 if [ -n "$n_resumed" ] && [ "$n_resumed" = "$(cat "$OUT")" ]; then
     pass "as many tokens in the cache ($n_resumed)"
 else
     fail "resumed cache holds $n_resumed tokens, the whole conversation $(cat "$OUT")"
 fi
-run prefill -m "$M" -t 2 --resume "$T/turn1.kvp" --tokens 28,29 -o "$T/turn2b.kvp"
+run prefill -m "$M" -t $THREADS --resume "$T/turn1.kvp" --tokens 28,29 -o "$T/turn2b.kvp"
 expect_status 0 "--resume with --tokens"
-run prefill -m "$T/m-q8_0.kvp" -t 2 --resume "$T/turn1.kvp" -p more
+run prefill -m "$T/m-q8_0.kvp" -t $THREADS --resume "$T/turn1.kvp" -p more
 expect_status 1 "--resume with another model's stream"
 expect_err_one_line "one line of error"
 done_testing

@@ -182,6 +182,18 @@ expect_field kv_bytes 536870912 "HF Llama-3-8B shape: 131,072 x 4096"
 expect_field n_params 8030261248 "and its parameter count"
 run kvcalc -m "$T/hf/config.json" --json
 expect_field seq_len 8192 "seq-len defaults to the model's context"
+# A model without a name is labelled by its path, whole: no fixed-size copy
+# cuts a long one (it was 159 bytes), in JSON, TSV or the report.
+long="$T/$(printf 'd%.0s' $(seq 1 200))/$(printf 'e%.0s' $(seq 1 200))"
+mkdir -p "$long"
+cp "$T/hf/config.json" "$long/"
+run kvcalc -m "$long" --json
+expect_status 0 "a model under a 400-byte path reads"
+expect_out_has "\"model\":\"$long\"," "--json labels it with the whole path"
+run kvcalc -m "$long" --tsv
+expect_out_has "$long	hf	" "--tsv too"
+run kvcalc -m "$long"
+expect_out_has "model      $long (hf)" "the report too"
 
 # DeepSeek-V3's config.json: MLA, 256 experts, q low rank; same figures as the preset
 cat >"$T/ds.json" <<'EOF'

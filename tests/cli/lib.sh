@@ -10,6 +10,9 @@ PATH="$KVP_BIN:$PATH"
 # The real test model (tests/run sets it; the same rule when run by hand).
 KVP_MODEL=${KVP_MODEL:-${KVPIPE_MODELS:-$HOME/.cache/kvpipe}/SmolLM2-135M-Instruct.Q4_1.gguf}
 export PATH
+# Threads for the programs' pools (-t): $KVP_TEST_THREADS (make tsan TSAN_MODEL=1
+# runs 2 and 4), else 2.
+THREADS=${KVP_TEST_THREADS:-2}
 T_PASS=0
 T_FAIL=0
 T=$(mktemp -d "${TMPDIR:-/tmp}/kvp-cli.XXXXXX")

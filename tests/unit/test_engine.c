@@ -677,7 +677,7 @@ static void test_tiny(const char *dir, int wtype, int tied, uint32_t n_head, uin
     CHECK(write_file(path, file, len) == 0);
     free(file);
     rig r;
-    if (rig_open(&r, path, 2, 0, kv_dtype, 64, 4) < 0) {
+    if (rig_open(&r, path, unit_threads(2), 0, kv_dtype, 64, 4) < 0) {
         CHECK(0);
         return;
     }
@@ -755,7 +755,7 @@ static void test_prefix_sharing(const char *dir)
     CHECK(write_file(path, file, len) == 0);
     free(file);
     rig r;
-    if (rig_open(&r, path, 2, 0, KVP_DTYPE_F16, 32, 4) < 0) {
+    if (rig_open(&r, path, unit_threads(2), 0, KVP_DTYPE_F16, 32, 4) < 0) {
         CHECK(0);
         return;
     }
@@ -777,7 +777,7 @@ static void test_prefix_sharing(const char *dir)
     CHECK_EQ_U64(kvp_kvcache_block_refs(r.kc, kvp_kvcache_seq_blocks(r.kc, sa)[0]), 2);
     /* the same prompt b computed privately in a fresh cache */
     rig q;
-    if (rig_open(&q, path, 2, 0, KVP_DTYPE_F16, 32, 4) == 0) {
+    if (rig_open(&q, path, unit_threads(2), 0, KVP_DTYPE_F16, 32, 4) == 0) {
         int sq = kvp_kvcache_seq_new(q.kc, &err);
         kvp_step_seq one = {.seq = sq, .tokens = b, .n_tokens = 14, .want = KVP_LOGITS_LAST};
         CHECK_EQ_I64(kvp_engine_step(q.e, &one, 1, lpriv, &err), 1);
@@ -796,7 +796,7 @@ static void test_prefix_sharing(const char *dir)
     CHECK_EQ_U64(st1.cow_copies, 1);
     kvp_step_seq a1 = {.seq = sa, .tokens = &ta, .n_tokens = 1, .want = KVP_LOGITS_LAST};
     CHECK_EQ_I64(kvp_engine_step(r.e, &a1, 1, l2, &err), 1);
-    if (rig_open(&q, path, 2, 0, KVP_DTYPE_F16, 32, 4) == 0) {
+    if (rig_open(&q, path, unit_threads(2), 0, KVP_DTYPE_F16, 32, 4) == 0) {
         uint32_t a2[15];
         memcpy(a2, a, sizeof a);
         a2[14] = ta;
@@ -842,7 +842,7 @@ static void test_seqio(const char *dir)
     CHECK(write_file(pb, f, len) == 0);
     free(f);
     rig a;
-    if (rig_open(&a, pa, 2, 0, KVP_DTYPE_F16, 32, 4) < 0) {
+    if (rig_open(&a, pa, unit_threads(2), 0, KVP_DTYPE_F16, 32, 4) < 0) {
         CHECK(0);
         return;
     }
@@ -979,7 +979,7 @@ static void test_scaled_one(unsigned flags, const kvp_quant_spec *spec)
     kw.group = rec.scheme == KVP_SCHEME_GROUP ? rec.group : NI;
     kw.scale_stride = rec.scheme == KVP_SCHEME_TENSOR ? 0 : rec.scheme == KVP_SCHEME_CHANNEL ? 1 : NI / rec.group;
     kvp_backend *be;
-    CHECK(kvp_backend_cpu_create(&be, 2, flags, &err) == 0);
+    CHECK(kvp_backend_cpu_create(&be, unit_threads(2), flags, &err) == 0);
     double worst = 0;
     for (uint32_t nt = 1; nt <= NT; nt += 2) {
         CHECK_MSG(be->ops->matmul(be, &kw, x, y, nt, &err) == 0, "%s", err.msg);
@@ -1049,7 +1049,7 @@ static int run_all(const char *path, unsigned flags, const uint32_t *tok, uint32
 {
     rig r;
     kvp_err err = {0};
-    if (rig_open(&r, path, 2, flags, KVP_DTYPE_F32, 64, 4) < 0)
+    if (rig_open(&r, path, unit_threads(2), flags, KVP_DTYPE_F32, 64, 4) < 0)
         return -1;
     int s = kvp_kvcache_seq_new(r.kc, &err);
     kvp_step_seq ss = {.seq = s, .tokens = tok, .n_tokens = n, .want = KVP_LOGITS_ALL};
@@ -1290,7 +1290,7 @@ static void test_smollm2(void)
     if (!f)
         return;
     rig r;
-    if (rig_open(&r, mpath, 0, 0, KVP_DTYPE_F16, 64, 16) < 0) {
+    if (rig_open(&r, mpath, unit_threads(0), 0, KVP_DTYPE_F16, 64, 16) < 0) {
         CHECK(0);
         fclose(f);
         return;
@@ -1368,16 +1368,68 @@ static void test_smollm2(void)
  * backend's token tiles cross a sequence boundary; block tables scattered.
  * K/V values are rounded to the pool dtype first so only summation order
  * separates the backend from the double-precision reference. */
-/* A CPU backend of two threads with flags, or NULL (a failed check). */
+/* A CPU backend of two threads ($KVP_TEST_THREADS) with flags, or NULL (a
+ * failed check). */
 static kvp_backend *two_thread_backend(unsigned flags)
 {
     kvp_err err = {0};
     kvp_backend *be;
-    if (kvp_backend_cpu_create(&be, 2, flags, &err) < 0) {
+    if (kvp_backend_cpu_create(&be, unit_threads(2), flags, &err) < 0) {
         CHECK_MSG(0, "backend: %s", err.msg);
         return NULL;
     }
     return be;
+}
+
+/* The backend's RoPE against a double-precision rotation, NORM and NEOX,
+ * full and partial rot_dim, up to head dims far past the 1024 the old fixed
+ * angle table held: every pair rotated, dims past rot_dim untouched. */
+static void test_rope_one(uint32_t hd, uint32_t rot, int kind)
+{
+    enum { NT = 3, NH = 2 };
+    const int32_t pos[NT] = {0, 7, 1000};
+    kvp_backend *be = two_thread_backend(0);
+    float *x = malloc(sizeof(float) * NT * NH * hd), *x0 = malloc(sizeof(float) * NT * NH * hd);
+    float *inv = malloc(sizeof(float) * (rot / 2 + 1));
+    if (!be || !x || !x0 || !inv) {
+        CHECK(0);
+        goto out;
+    }
+    for (uint32_t i = 0; i < NT * NH * hd; i++)
+        x0[i] = x[i] = frand();
+    for (uint32_t i = 0; i < rot / 2; i++)
+        inv[i] = (float)pow(10000.0, -2.0 * i / rot);
+    be->ops->rope(be, x, NT, NH, hd, rot, pos, inv, kind);
+    double worst = 0;
+    int untouched = 1;
+    for (uint32_t t = 0; t < NT; t++)
+        for (uint32_t h = 0; h < NH; h++) {
+            const float *a = x0 + ((size_t)t * NH + h) * hd, *b = x + ((size_t)t * NH + h) * hd;
+            for (uint32_t i = 0; i < rot / 2; i++) {
+                uint32_t e0 = kind == KVP_ROPE_KIND_NEOX ? i : 2 * i, e1 = kind == KVP_ROPE_KIND_NEOX ? i + rot / 2 : 2 * i + 1;
+                double ang = (double)pos[t] * inv[i], r0 = a[e0] * cos(ang) - a[e1] * sin(ang);
+                double r1 = a[e0] * sin(ang) + a[e1] * cos(ang);
+                worst = fmax(worst, fmax(fabs(r0 - b[e0]), fabs(r1 - b[e1])));
+            }
+            for (uint32_t i = rot; i < hd; i++)
+                untouched &= a[i] == b[i];
+        }
+    CHECK_MSG(worst < 1e-3, "rope hd %u rot %u kind %d: error %g", hd, rot, kind, worst);
+    CHECK_MSG(untouched, "rope hd %u rot %u kind %d: dims past rot_dim changed", hd, rot, kind);
+out:
+    kvp_backend_free(be);
+    free(x);
+    free(x0);
+    free(inv);
+}
+
+static void test_rope(void)
+{
+    test_rope_one(64, 64, KVP_ROPE_KIND_NORM);
+    test_rope_one(64, 32, KVP_ROPE_KIND_NEOX);
+    test_rope_one(130, 126, KVP_ROPE_KIND_NORM); /* a last chunk of 63 pairs */
+    test_rope_one(2048, 2048, KVP_ROPE_KIND_NORM);
+    test_rope_one(4096, 3000, KVP_ROPE_KIND_NEOX);
 }
 
 static void test_attention_one(int kv_dtype, uint32_t n_head_kv, uint32_t n_rep, unsigned flags)
@@ -1592,7 +1644,7 @@ static void test_smollm2_hf(const char *dir)
     kvp_err err = {0};
     rig r;
     if (n <= 0 || convert_to(mpath, f32path, &o, 0, fp, &err) < 0 ||
-        rig_open(&r, f32path, 0, 0, KVP_DTYPE_F32, 64, 16) < 0) {
+        rig_open(&r, f32path, unit_threads(0), 0, KVP_DTYPE_F32, 64, 16) < 0) {
         printf("smollm2 f32: %s\n", err.msg);
         CHECK(0);
         fclose(f);
@@ -1677,6 +1729,7 @@ int main(void)
     test_kquants(dir);
     test_smollm2();
     test_smollm2_hf(dir);
+    test_rope(); /* last: it draws from frand() */
     rmdir(dir);
     return unit_done();
 }

@@ -1,5 +1,7 @@
 /* test_kvcache.c - block pool accounting, prefix hashes, fork + copy-on-write,
- * truncation and the out-of-blocks error. */
+ * truncation, the out-of-blocks error and the pool's size limits.  Built
+ * with KVP_DEBUG (make check), every change also walks the whole cache
+ * (kvcache_check). */
 #include "backend_cpu.h"
 #include "unit.h"
 #include "kvcache.h"
@@ -18,6 +20,91 @@ static kvp_config small_config(void)
     c.head_dim = 8;
     c.n_ctx = 64;
     return c;
+}
+
+/* A block registered while shared, made partial by a truncate, then left
+ * to one holder by the others: that holder's next append writes into it,
+ * so its hash must go, or a later prompt with the old prefix would attach
+ * K/V that no longer belongs to it. */
+static void test_truncate_then_unshare(kvp_backend *be)
+{
+    kvp_err err = {0};
+    kvp_config c = small_config();
+    kvp_kvcache_opts o;
+    kvp_kvcache_opts_init(&o);
+    o.block_size = 4;
+    o.n_blocks = 10;
+    kvp_kvcache *kc;
+    CHECK(kvp_kvcache_create(&kc, &c, &o, be, &err) == 0);
+    uint32_t toks[9], slots[9], other = 999;
+    for (int i = 0; i < 9; i++)
+        toks[i] = (uint32_t)(200 + i);
+    uint64_t h0 = kvp_kvblock_hash(0, toks, 4), h1 = kvp_kvblock_hash(h0, toks + 4, 4);
+    int a = kvp_kvcache_seq_new(kc, &err);
+    CHECK(kvp_kvcache_seq_append(kc, a, toks, 8, slots, &err) == 0);
+    uint32_t blk1 = kvp_kvcache_seq_blocks(kc, a)[1];
+    int b = kvp_kvcache_seq_fork(kc, a, &err);
+    CHECK(kvp_kvcache_seq_truncate(kc, a, 5, &err) == 0);
+    CHECK_EQ_I64(kvp_kvcache_find_hash(kc, h1), blk1); /* b still holds it whole */
+    kvp_kvcache_seq_free(kc, b);
+    CHECK_EQ_U64(kvp_kvcache_block_refs(kc, blk1), 1);
+    CHECK(kvp_kvcache_seq_append(kc, a, &other, 1, slots, &err) == 0);
+    CHECK_EQ_U64(slots[0], blk1 * 4 + 1); /* written in place: no copy was needed */
+    CHECK_EQ_I64(kvp_kvcache_find_hash(kc, h1), -1);
+    CHECK_EQ_U64(kvp_kvcache_block_hash(kc, blk1), 0);
+    int d = kvp_kvcache_seq_new(kc, &err);
+    CHECK_EQ_I64(kvp_kvcache_seq_share_prefix(kc, d, toks, 9, &err), 4); /* block 0 only */
+    kvp_kvcache_free(kc);
+}
+
+/* A backend whose memory is never touched: pools of 2^20 blocks of 4096
+ * tokens without 16 GiB behind them. */
+static void *stub_alloc(kvp_backend *b, size_t bytes)
+{
+    static char none[64];
+    (void)b, (void)bytes;
+    return none;
+}
+static void stub_release(kvp_backend *b, void *p) { (void)b, (void)p; }
+static const kvp_backend_ops stub_ops = {.name = "stub", .alloc = stub_alloc, .release = stub_release};
+
+/* Slot ids are block * block_size + offset in 32 bits: a pool of exactly
+ * 2^32 token slots is accepted, one block more is refused, by count or by
+ * bytes, with the numbers. */
+static void test_pool_limits(void)
+{
+    kvp_backend stub = {&stub_ops, NULL};
+    kvp_err err = {0};
+    kvp_config c = small_config();
+    c.n_layer = 1, c.n_head_kv = 1, c.head_dim = 1;
+    kvp_kvcache_opts o;
+    kvp_kvcache_opts_init(&o);
+    o.block_size = 4096;
+    o.n_blocks = 1u << 20;
+    kvp_kvcache *kc = NULL;
+    CHECK(kvp_kvcache_create(&kc, &c, &o, &stub, &err) == 0);
+    if (kc) {
+        const kvp_kv_pool *pool = kvp_kvcache_pool(kc);
+        CHECK_EQ_U64((uint64_t)pool->n_blocks * pool->block_size, KVP_KV_MAX_SLOTS);
+        uint32_t t[3] = {1, 2, 3}, slots[3];
+        int a = kvp_kvcache_seq_new(kc, &err);
+        CHECK(kvp_kvcache_seq_append(kc, a, t, 3, slots, &err) == 0);
+        CHECK_EQ_U64(slots[2], 2);
+        kvp_kvcache_free(kc);
+    }
+    o.n_blocks = (1u << 20) + 1;
+    CHECK_EQ_I64(kvp_kvcache_create(&kc, &c, &o, &stub, &err), KVP_ELIMIT);
+    CHECK_MSG(strstr(err.msg, "1048577 blocks x 4096 tokens = 4294971392 token slots") != NULL, "%s", err.msg);
+    o.n_blocks = 0;
+    o.mem_bytes = kvp_kvcache_block_bytes(&c, 4096, KVP_DTYPE_F16) * ((1u << 20) + 1);
+    CHECK_EQ_I64(kvp_kvcache_create(&kc, &c, &o, &stub, &err), KVP_ELIMIT);
+    CHECK(strstr(err.msg, "more than 2^32") != NULL);
+    /* and 2^30 blocks at most, whatever their size */
+    o.mem_bytes = 0;
+    o.block_size = 1;
+    o.n_blocks = (1u << 30) + 1;
+    CHECK_EQ_I64(kvp_kvcache_create(&kc, &c, &o, &stub, &err), KVP_ELIMIT);
+    CHECK(strstr(err.msg, "at most 2^30") != NULL);
 }
 
 int main(void)
@@ -145,6 +232,8 @@ int main(void)
     o.mem_bytes = 0;
     o.dtype = KVP_DTYPE_Q4_1;
     CHECK_EQ_I64(kvp_kvcache_create(&kc, &c, &o, be, &err), KVP_EINVAL);
+    test_truncate_then_unshare(be);
+    test_pool_limits();
     kvp_backend_free(be);
     return unit_done();
 }

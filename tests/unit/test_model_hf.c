@@ -67,7 +67,7 @@ static int run(const kvp_model *m, const uint32_t *ids, uint32_t n, int mode, fl
     o.n_blocks = 16;
     o.block_size = 4;
     int rc = -1;
-    if (kvp_backend_cpu_create(&be, 2, 0, &err) < 0 || kvp_kvcache_create(&kc, &m->cfg, &o, be, &err) < 0 ||
+    if (kvp_backend_cpu_create(&be, unit_threads(2), 0, &err) < 0 || kvp_kvcache_create(&kc, &m->cfg, &o, be, &err) < 0 ||
         kvp_engine_create(&e, m, be, kc, &err) < 0) {
         printf("engine: %s\n", err.msg);
         goto out;

@@ -1,10 +1,15 @@
 /* test_threadpool.c - every task runs exactly once per run, across many
- * back-to-back runs (late workers must not claim tasks of a later run). */
+ * back-to-back runs (late workers must not claim tasks of a later run); a
+ * task that runs its own pool again trips the pool's assertion (test
+ * builds have KVP_DEBUG). */
 #include "unit.h"
 #include "threadpool.h"
 
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 typedef struct ctx {
     atomic_int *hits;
@@ -19,12 +24,46 @@ static void task(void *cp, int i, int thread)
         atomic_fetch_add(&c->threads_seen[thread], 1);
 }
 
+#if KVP_DEBUG
+static kvp_threadpool *reentered;
+static void noop(void *c, int i, int thread) { (void)c, (void)i, (void)thread; }
+static void reenter(void *c, int i, int thread)
+{
+    (void)c, (void)thread;
+    if (i == 0)
+        kvp_threadpool_run(reentered, noop, NULL, 4);
+}
+
+/* In a child (forked before this process starts any thread): a reentrant
+ * run must abort, not corrupt the run in progress or hang. */
+static void test_reentry_asserts(void)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        kvp_err err;
+        alarm(20);
+        if (!freopen("/dev/null", "w", stderr) || kvp_threadpool_create(&reentered, 2, &err) < 0)
+            _exit(3);
+        kvp_threadpool_run(reentered, reenter, NULL, 4);
+        _exit(0);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    CHECK_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "child status 0x%x", st);
+}
+#else
+static void test_reentry_asserts(void) {}
+#endif
+
 int main(void)
 {
+    test_reentry_asserts();
     kvp_err err = {0};
     kvp_threadpool *p;
-    CHECK(kvp_threadpool_create(&p, 4, &err) == 0);
-    CHECK_EQ_I64(kvp_threadpool_size(p), 4);
+    int nt = unit_threads(4);
+    CHECK(kvp_threadpool_create(&p, nt, &err) == 0);
+    CHECK_EQ_I64(kvp_threadpool_size(p), nt);
     CHECK(kvp_threadpool_ncpu() >= 1);
     enum { N = 300 };
     ctx c = {0};

@@ -75,7 +75,15 @@ static inline const char *unit_model_path(void)
     return buf;
 }
 
-/* Closing line; the exit status tells make whether anything failed. */
+/* Threads for a test's pool: $KVP_TEST_THREADS when set (make tsan runs
+ * the tests at 2 and at 4), else dflt (0: every core). */
+static inline int unit_threads(int dflt)
+{
+    const char *s = getenv("KVP_TEST_THREADS");
+    int n = s && *s ? atoi(s) : dflt;
+    return n > 0 && n <= 1024 ? n : dflt;
+}
+
 /* Index of the largest of x[0..n) (the first on ties): greedy decoding. */
 static inline uint32_t unit_argmax(const float *x, uint32_t n)
 {
@@ -85,6 +93,7 @@ static inline uint32_t unit_argmax(const float *x, uint32_t n)
     return b;
 }
 
+/* Closing line; the exit status tells make whether anything failed. */
 static inline int unit_done(void)
 {
     printf("%d passed, %d failed\n", unit_passed, unit_failed);
