@@ -2,6 +2,7 @@
  * batch together: from a KVP stream that prefill wrote (stdin or FILE), or
  * from prompts it prefills itself. */
 #include "cli.h"
+#include "hash.h"
 #include "batch.h"
 #include "jobsrc.h"
 #include "results.h"
@@ -36,6 +37,7 @@ static void usage(FILE *f)
             "      --rate R            release requests at R a second (Poisson; --seed), not all at once\n"
             "      --burstiness B      gamma-distributed gaps of shape B (1: Poisson; < 1 burstier)\n"
             "      --no-prefix-cache   compute every prompt in full, even where cached blocks hold its start\n"
+            "      --cache-salt S      share cached KV blocks only with requests of the same salt (a tenant)\n"
             "  -h, --help, --version\n\n"
             "Exit status: 0 success, 1 runtime error (bad model, stream or prompts file, a sequence\n"
             "that does not fit in the KV cache alone), 2 usage error, 3 goodput below --min-goodput,\n"
@@ -207,7 +209,7 @@ static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_met
 
 enum {
     OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD, OPT_RATE, OPT_BURST,
-    OPT_NO_PREFIX_CACHE,
+    OPT_NO_PREFIX_CACHE, OPT_CACHE_SALT,
 };
 
 static volatile sig_atomic_t stop_signal;
@@ -256,6 +258,7 @@ int main(int argc, char **argv)
         {"rate", required_argument, NULL, OPT_RATE},
         {"burstiness", required_argument, NULL, OPT_BURST},
         {"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE},
+        {"cache-salt", required_argument, NULL, OPT_CACHE_SALT},
     };
     struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];
     size_t k = 0;
@@ -269,6 +272,7 @@ int main(int argc, char **argv)
     uint32_t shard_k = 0, shard_n = 0;
     double rate = 0, burstiness = 1;
     int no_prefix_cache = 0;
+    uint64_t cache_salt = 0;
     int c;
     while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "h", longopts, NULL)) != -1) {
         if (kvp_runopts_parse(&o, c, optarg))
@@ -284,6 +288,13 @@ int main(int argc, char **argv)
         }
         if (c == OPT_NO_PREFIX_CACHE) {
             no_prefix_cache = 1;
+            o.kv.no_cache = 1;
+            continue;
+        }
+        if (c == OPT_CACHE_SALT) {
+            if (!optarg[0])
+                kvp_cli_usage_error("--cache-salt: empty");
+            cache_salt = kvp_xxh64(optarg, strlen(optarg), 0) | 1;
             continue;
         }
         if (c == OPT_RATE) {
@@ -345,6 +356,7 @@ int main(int argc, char **argv)
         kvp_cli_die_err(&err);
     kvp_jobsrc_filter(js, shard_k, shard_n, resume ? &done : NULL);
     kvp_jobsrc_arrivals(js, rate, burstiness, o.sampling.seed);
+    kvp_jobsrc_salt(js, cache_salt);
     uint64_t n = kvp_jobsrc_total(js);
     oc.stream_text = n == 1 && !o.json && !resume && shard_n < 2;
     kvp_kvcache_get_stats(r.kc, &oc.kv);

@@ -126,7 +126,9 @@ static int kv_start(void *ctx, kvp_sched_req *sr, kvp_err *err)
     if (h < 0)
         return h;
     r->g.handle = h;
-    int got = b->no_prefix ? 0 : kvp_kvcache_seq_share_prefix(b->kc, h, r->tokens, sr->n_tokens, err);
+    int got = kvp_kvcache_seq_set_salt(b->kc, h, r->salt, err);
+    if (got == 0 && !b->no_prefix)
+        got = kvp_kvcache_seq_share_prefix(b->kc, h, r->tokens, sr->n_tokens, err);
     if (got < 0) {
         kvp_kvcache_seq_free(b->kc, h);
         r->g.handle = -1;

@@ -34,6 +34,7 @@ typedef struct kvp_request {
     uint32_t n_prompt;
     kvp_sched_req sr;        /* n_tokens / n_computed as the scheduler counts them */
     uint32_t n_cached;       /* prompt tokens reused from the prefix cache (first admission) */
+    uint64_t salt;           /* the KV cache salt of its blocks (0: none) */
     int holder;              /* a cache sequence (read from a stream) whose blocks its start reuses, or -1 */
     double t_end;
     double itl_max;          /* longest gap between two tokens, seconds */

@@ -33,6 +33,7 @@ struct kvp_jobsrc {
     double rate, shape;
     uint64_t rng[2];
     double next_arrival;     /* monotonic seconds; 0 until the first request */
+    uint64_t salt;           /* --cache-salt */
     /* the filter */
     uint32_t shard_k, shard_n;
     const kvp_idset *done;
@@ -189,6 +190,7 @@ static int prompt_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
         if (!r)
             return kvp_err_set(err, KVP_ENOMEM, "out of memory");
         r->opts = gen_opts(js->o);
+        r->salt = pp->set & KVP_PARAM_CACHE_SALT ? pp->cache_salt : js->salt;
         if (pp->set & KVP_PARAM_STOP) {
             r->opts.stop = (const char *const *)pp->stop;
             r->opts.n_stop = pp->n_stop;
@@ -288,6 +290,7 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
             return kvp_err_set(err, KVP_ENOMEM, "out of memory");
         }
         r->holder = q.handle;
+        r->salt = js->salt;
         r->g.rec = q.rec;
         r->n_prompt = q.rec.n_prompt;
         r->g.t_start = t_arrival; /* before the prefill's token is shown: TTFT >= 0 */
@@ -390,6 +393,8 @@ void kvp_jobsrc_filter(kvp_jobsrc *js, uint32_t k, uint32_t n, const kvp_idset *
     js->shard_n = n;
     js->done = done;
 }
+
+void kvp_jobsrc_salt(kvp_jobsrc *js, uint64_t salt) { js->salt = salt; }
 
 kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js) { return (kvp_batch_source){.ctx = js, .next = next}; }
 uint64_t kvp_jobsrc_total(const kvp_jobsrc *js) { return js->n; }

@@ -36,6 +36,9 @@ void kvp_jobsrc_filter(kvp_jobsrc *js, uint32_t k, uint32_t n, const kvp_idset *
  * steadier), drawn from seed.  A request's arrival time, not the moment it
  * is read, starts its TTFT.  rate 0: all at once. */
 void kvp_jobsrc_arrivals(kvp_jobsrc *js, double rate, double burstiness, uint64_t seed);
+/* The KV cache salt of every request without its own "cache_salt" (0:
+ * none). */
+void kvp_jobsrc_salt(kvp_jobsrc *js, uint64_t salt);
 /* The source to hand kvp_batch_run. */
 kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js);
 /* Requests in the input (of a stream: read so far, and at least 2 unless it

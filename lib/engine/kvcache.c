@@ -2,8 +2,10 @@
  *
  * Invariants (checked by KVP_ASSERT and, in debug builds, by a walk of the
  * whole cache after every change, kvcache_check):
- *   - a block is free (on the free list, refs 0, no hash) or held (refs =
- *     the number of block-table entries naming it, over all sequences);
+ *   - a block is free (on the free list, refs 0, no hash), cached (on the
+ *     LRU list, refs 0, a hash: its content is still the full block the
+ *     hash names) or held (refs = the number of block-table entries naming
+ *     it, over all sequences);
  *   - a sequence of n tokens holds ceil(n / block_size) blocks;
  *   - a block with a hash is the first block registered under it: a find
  *     by that hash returns it, and its content is the full block the hash
@@ -22,6 +24,7 @@
 
 typedef struct kvseq {
     int used;
+    uint64_t salt;         /* the hash chain's start (0: unsalted) */
     uint32_t *blocks, n_blocks, cap_blocks;
     uint32_t *tokens, n_tokens, cap_tokens;
 } kvseq;
@@ -35,6 +38,13 @@ struct kvp_kvcache {
     uint32_t *bucket;      /* [n_bucket] first block of each chain */
     uint32_t n_bucket;     /* power of two */
     uint32_t *free_list, n_free;
+    /* freed full blocks kept findable, least recently freed at the head */
+    uint32_t *lru_prev, *lru_next, lru_head, lru_tail, n_cached;
+    int no_cache;
+    /* what each registered block's hash names, to check a hit: its tokens
+     * [n_blocks][block_size] and its parent's hash */
+    uint32_t *btok;
+    uint64_t *bparent;
     kvseq *seqs;
     uint32_t n_seqs;
     kvp_kvcache_stats st;
@@ -76,6 +86,10 @@ void kvp_kvcache_free(kvp_kvcache *kc)
     free(kc->next);
     free(kc->bucket);
     free(kc->free_list);
+    free(kc->lru_prev);
+    free(kc->lru_next);
+    free(kc->btok);
+    free(kc->bparent);
     free(kc);
 }
 
@@ -126,7 +140,14 @@ int kvp_kvcache_create(kvp_kvcache **out, const kvp_config *c, const kvp_kvcache
     kc->next = malloc(nb * sizeof *kc->next);
     kc->free_list = malloc(nb * sizeof *kc->free_list);
     kc->bucket = malloc(kc->n_bucket * sizeof *kc->bucket);
-    if (kc->refs && kc->hash && kc->next && kc->free_list && kc->bucket)
+    kc->lru_prev = malloc(nb * sizeof *kc->lru_prev);
+    kc->lru_next = malloc(nb * sizeof *kc->lru_next);
+    kc->btok = malloc(nb * bs * sizeof *kc->btok);
+    kc->bparent = malloc(nb * sizeof *kc->bparent);
+    kc->lru_head = kc->lru_tail = NONE;
+    kc->no_cache = o->no_cache;
+    if (kc->refs && kc->hash && kc->next && kc->free_list && kc->bucket && kc->lru_prev && kc->lru_next && kc->btok &&
+        kc->bparent)
         kc->pool.base = be->ops->alloc(be, (size_t)(nb * bb));
     if (!kc->pool.base) {
         kvp_kvcache_free(kc);
@@ -147,10 +168,15 @@ int kvp_kvcache_create(kvp_kvcache **out, const kvp_config *c, const kvp_kvcache
 
 const kvp_kv_pool *kvp_kvcache_pool(const kvp_kvcache *kc) { return &kc->pool; }
 
+/* Blocks that can be taken: free, or cached (the least recently freed is
+ * given up first). */
+static uint32_t blocks_avail(const kvp_kvcache *kc) { return kc->n_free + kc->n_cached; }
+
 void kvp_kvcache_get_stats(const kvp_kvcache *kc, kvp_kvcache_stats *s)
 {
     *s = kc->st;
-    s->n_free = kc->n_free;
+    s->n_free = blocks_avail(kc);
+    s->n_cached = kc->n_cached;
 }
 
 /* ---- hash table of full blocks ---- */
@@ -169,10 +195,14 @@ int64_t kvp_kvcache_find_hash(const kvp_kvcache *kc, uint64_t h)
 
 /* Register block b under h unless another block already holds h (the first
  * stays canonical; b is then simply an unshared duplicate). */
-static void hash_add(kvp_kvcache *kc, uint32_t b, uint64_t h)
+/* Register full block b under h, remembering what h names. */
+static void hash_add(kvp_kvcache *kc, uint32_t b, uint64_t h, uint64_t parent, const uint32_t *tokens)
 {
     if (!h || kvp_kvcache_find_hash(kc, h) >= 0)
         return;
+    uint32_t bs = kc->pool.block_size;
+    memcpy(kc->btok + (size_t)b * bs, tokens, (size_t)bs * sizeof *tokens);
+    kc->bparent[b] = parent;
     KVP_ASSERT(kc->refs[b] > 0 && kc->hash[b] == 0);
     uint32_t k = bucket_of(kc, h);
     kc->hash[b] = h;
@@ -196,22 +226,80 @@ static void hash_remove(kvp_kvcache *kc, uint32_t b)
 
 /* ---- blocks ---- */
 
+static void lru_push(kvp_kvcache *kc, uint32_t b)
+{
+    kc->lru_prev[b] = kc->lru_tail;
+    kc->lru_next[b] = NONE;
+    if (kc->lru_tail != NONE)
+        kc->lru_next[kc->lru_tail] = b;
+    else
+        kc->lru_head = b;
+    kc->lru_tail = b;
+    kc->n_cached++;
+}
+
+static void lru_remove(kvp_kvcache *kc, uint32_t b)
+{
+    uint32_t p = kc->lru_prev[b], n = kc->lru_next[b];
+    if (p != NONE)
+        kc->lru_next[p] = n;
+    else
+        kc->lru_head = n;
+    if (n != NONE)
+        kc->lru_prev[n] = p;
+    else
+        kc->lru_tail = p;
+    KVP_ASSERT(kc->n_cached > 0);
+    kc->n_cached--;
+}
+
 static uint32_t block_take(kvp_kvcache *kc)
 {
-    KVP_ASSERT(kc->n_free > 0); /* callers count the blocks they need first */
-    uint32_t b = kc->free_list[--kc->n_free];
+    KVP_ASSERT(blocks_avail(kc) > 0); /* callers count the blocks they need first */
+    uint32_t b;
+    if (kc->n_free) {
+        b = kc->free_list[--kc->n_free];
+    } else { /* give up the least recently freed cached block */
+        b = kc->lru_head;
+        lru_remove(kc, b);
+        hash_remove(kc, b);
+    }
     KVP_ASSERT(b < kc->pool.n_blocks && kc->refs[b] == 0 && kc->hash[b] == 0);
     kc->refs[b] = 1;
     return b;
 }
 
+/* Hold block b once more; a cached block leaves the LRU list. */
+static void block_ref(kvp_kvcache *kc, uint32_t b)
+{
+    if (kc->refs[b] == 0) {
+        KVP_ASSERT(kc->hash[b] != 0); /* only a cached block is taken back this way */
+        lru_remove(kc, b);
+    }
+    kc->refs[b]++;
+}
+
+/* Let go of block b: at its last holder a full registered block stays
+ * findable (cached) unless caching is off; anything else is free. */
 static void block_unref(kvp_kvcache *kc, uint32_t b)
 {
     KVP_ASSERT(b < kc->pool.n_blocks && kc->refs[b] > 0);
     if (kc->refs[b] && --kc->refs[b] == 0) {
-        hash_remove(kc, b);
-        kc->free_list[kc->n_free++] = b;
+        if (kc->hash[b] && !kc->no_cache) {
+            lru_push(kc, b);
+        } else {
+            hash_remove(kc, b);
+            kc->free_list[kc->n_free++] = b;
+        }
     }
+}
+
+/* Whether registered block b holds what a prompt's block i names: its
+ * tokens and its parent's hash, not only the same 64-bit hash. */
+static int block_is(const kvp_kvcache *kc, uint32_t b, uint64_t parent, const uint32_t *tokens)
+{
+    uint32_t bs = kc->pool.block_size;
+    return kc->bparent[b] == parent && memcmp(kc->btok + (size_t)b * bs, tokens, (size_t)bs * sizeof *tokens) == 0;
 }
 
 uint64_t kvp_kvcache_block_hash(const kvp_kvcache *kc, uint32_t b) { return b < kc->pool.n_blocks ? kc->hash[b] : 0; }
@@ -261,6 +349,7 @@ int kvp_kvcache_seq_new(kvp_kvcache *kc, kvp_err *err)
         if (!kc->seqs[i].used) {
             kc->seqs[i].used = 1;
             kc->seqs[i].n_blocks = kc->seqs[i].n_tokens = 0;
+            kc->seqs[i].salt = 0;
             return (int)i;
         }
     }
@@ -283,8 +372,18 @@ void kvp_kvcache_seq_free(kvp_kvcache *kc, int seq)
     for (uint32_t i = 0; i < s->n_blocks; i++)
         block_unref(kc, s->blocks[i]);
     s->n_blocks = s->n_tokens = 0;
+    s->salt = 0; /* the handle's next sequence starts unsalted */
     s->used = 0;
     KVCACHE_CHECK(kc);
+}
+
+int kvp_kvcache_seq_set_salt(kvp_kvcache *kc, int seq, uint64_t salt, kvp_err *err)
+{
+    kvseq *s = seq_get(kc, seq);
+    if (!s || s->n_tokens)
+        return kvp_err_set(err, KVP_EINVAL, "KV cache: salt for sequence %d, which is unknown or not empty", seq);
+    s->salt = salt;
+    return 0;
 }
 
 int kvp_kvcache_seq_fork(kvp_kvcache *kc, int src, kvp_err *err)
@@ -303,6 +402,7 @@ int kvp_kvcache_seq_fork(kvp_kvcache *kc, int src, kvp_err *err)
     memcpy(d->tokens, s->tokens, s->n_tokens * sizeof *d->tokens);
     d->n_blocks = s->n_blocks;
     d->n_tokens = s->n_tokens;
+    d->salt = s->salt;
     for (uint32_t i = 0; i < d->n_blocks; i++) {
         KVP_ASSERT(kc->refs[d->blocks[i]] > 0);
         kc->refs[d->blocks[i]]++;
@@ -326,15 +426,17 @@ int kvp_kvcache_seq_share_prefix(kvp_kvcache *kc, int seq, const uint32_t *token
     if (s->n_tokens || n == 0)
         return 0;
     uint32_t bs = kc->pool.block_size, max_blocks = (n - 1) / bs, got = 0;
-    uint64_t h = 0;
+    uint64_t h = s->salt;
     int64_t found[64];
     int miss = 0;
     while (got < max_blocks && !miss) {
         /* Attach in batches so a long prompt needs no big scratch array. */
         uint32_t k = 0;
         while (k < 64 && got + k < max_blocks) {
+            uint64_t parent = h;
             h = chain_hash(kc, tokens, got + k, h);
-            if ((found[k] = kvp_kvcache_find_hash(kc, h)) < 0) {
+            found[k] = kvp_kvcache_find_hash(kc, h);
+            if (found[k] < 0 || !block_is(kc, (uint32_t)found[k], parent, tokens + (size_t)(got + k) * bs)) {
                 miss = 1;
                 break;
             }
@@ -346,9 +448,8 @@ int kvp_kvcache_seq_share_prefix(kvp_kvcache *kc, int seq, const uint32_t *token
             grow_u32(&s->tokens, &s->cap_tokens, (uint64_t)(got + k) * bs) < 0)
             return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory sharing a prefix");
         for (uint32_t i = 0; i < k; i++) {
-            KVP_ASSERT(kc->refs[found[i]] > 0); /* registered blocks are held */
             s->blocks[got + i] = (uint32_t)found[i];
-            kc->refs[found[i]]++;
+            block_ref(kc, (uint32_t)found[i]);
         }
         memcpy(s->tokens + (size_t)got * bs, tokens + (size_t)got * bs, (size_t)k * bs * sizeof *tokens);
         got += k;
@@ -394,11 +495,11 @@ int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uin
                            (unsigned long long)end);
     int cow = len % bs && kc->refs[s->blocks[s->n_blocks - 1]] > 1;
     uint64_t need = blocks_needed(kc, s, n);
-    if (need > kc->n_free)
+    if (need > blocks_avail(kc))
         return kvp_err_set(err, KVP_ELIMIT,
                            "KV cache out of blocks: sequence %d needs %llu more (of %u tokens each) for %u new tokens, "
                            "%u of %u blocks are free (%.1f MiB pool); raise --kv-mem or --kv-blocks",
-                           seq, (unsigned long long)need, bs, n, kc->n_free, kc->pool.n_blocks,
+                           seq, (unsigned long long)need, bs, n, blocks_avail(kc), kc->pool.n_blocks,
                            (double)kc->pool.n_blocks * (double)kc->pool.block_bytes / (1 << 20));
     if (grow_u32(&s->blocks, &s->cap_blocks, want_blocks) < 0 || grow_u32(&s->tokens, &s->cap_tokens, end) < 0)
         return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory for sequence %d", seq);
@@ -425,13 +526,16 @@ int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uin
     }
     /* Register the blocks this append filled. */
     uint32_t first_full = len / bs, n_full = (uint32_t)(end / bs);
-    uint64_t h = first_full ? kc->hash[s->blocks[first_full - 1]] : 0;
-    if (first_full && !h) /* parent is an unregistered duplicate: recompute its chain */
+    uint64_t h = first_full ? kc->hash[s->blocks[first_full - 1]] : s->salt;
+    if (first_full && !h) { /* parent is an unregistered duplicate: recompute its chain */
+        h = s->salt;
         for (uint32_t i = 0; i < first_full; i++)
             h = chain_hash(kc, s->tokens, i, h);
+    }
     for (uint32_t i = first_full; i < n_full; i++) {
+        uint64_t parent = h;
         h = chain_hash(kc, s->tokens, i, h);
-        hash_add(kc, s->blocks[i], h);
+        hash_add(kc, s->blocks[i], h, parent, s->tokens + (size_t)i * bs);
     }
     KVCACHE_CHECK(kc);
     return 0;
@@ -448,8 +552,20 @@ int64_t kvp_kvcache_seq_push_block(kvp_kvcache *kc, int seq, const uint32_t *tok
         (from < 0 && !host))
         return kvp_err_set(err, KVP_EINVAL, "KV cache: sequence %d: block of %u tokens cannot follow %u tokens "
                            "(block size %u)", seq, n, s->n_tokens, bs);
-    int share = from >= 0 && n == bs && kc->refs[from] > 0;
-    if (!share && kc->n_free == 0)
+    uint64_t parent = s->n_blocks ? kc->hash[s->blocks[s->n_blocks - 1]] : s->salt;
+    if (s->n_blocks && !parent) {
+        parent = s->salt;
+        for (uint32_t i = 0; i < s->n_blocks; i++)
+            parent = chain_hash(kc, s->tokens, i, parent);
+    }
+    /* A full block that is held or cached is shared, if it holds what these
+     * tokens name; a partial one is copied. */
+    int share = from >= 0 && n == bs && (kc->refs[from] > 0 || kc->hash[from]) &&
+                block_is(kc, (uint32_t)from, parent, tokens);
+    if (from >= 0 && n == bs && !share && !host)
+        return kvp_err_set(err, KVP_ENOTFOUND, "KV cache: sequence %d: block %lld does not hold the tokens asked for",
+                           seq, (long long)from);
+    if (!share && blocks_avail(kc) == 0)
         return kvp_err_set(err, KVP_ELIMIT, "KV cache out of blocks: sequence %d needs 1 more (of %u tokens each), "
                            "0 of %u blocks are free (%.1f MiB pool); raise --kv-mem or --kv-blocks",
                            seq, bs, kc->pool.n_blocks,
@@ -460,23 +576,19 @@ int64_t kvp_kvcache_seq_push_block(kvp_kvcache *kc, int seq, const uint32_t *tok
     uint32_t b;
     if (share) {
         b = (uint32_t)from;
-        kc->refs[b]++;
+        block_ref(kc, b);
     } else {
         b = block_take(kc);
-        if (from >= 0)
+        if (from >= 0 && !(n == bs && host))
             kc->be->ops->kv_copy_block(kc->be, &kc->pool, b, (uint32_t)from);
         else
             kvp_kvcache_block_write(kc, b, host);
     }
-    uint64_t parent = s->n_blocks ? kc->hash[s->blocks[s->n_blocks - 1]] : 0;
-    if (s->n_blocks && !parent)
-        for (uint32_t i = 0; i < s->n_blocks; i++)
-            parent = chain_hash(kc, s->tokens, i, parent);
     s->blocks[s->n_blocks++] = b;
     memcpy(s->tokens + s->n_tokens, tokens, (size_t)n * sizeof *tokens);
     s->n_tokens += n;
     if (n == bs && !share)
-        hash_add(kc, b, kvp_kvblock_hash(parent, tokens, n));
+        hash_add(kc, b, kvp_kvblock_hash(parent, tokens, n), parent, tokens);
     KVCACHE_CHECK(kc);
     return b;
 }
@@ -489,8 +601,14 @@ int kvp_kvcache_seq_truncate(kvp_kvcache *kc, int seq, uint32_t n, kvp_err *err)
     if (n > s->n_tokens)
         return kvp_err_set(err, KVP_EINVAL, "KV cache: truncate sequence %d to %u of %u tokens", seq, n, s->n_tokens);
     uint32_t bs = kc->pool.block_size, keep = (n + bs - 1) / bs;
-    while (s->n_blocks > keep)
-        block_unref(kc, s->blocks[--s->n_blocks]);
+    /* Dropped blocks may hold K/V never computed (a failed step rolled back)
+     * or rejected draft tokens: they are not kept as cache. */
+    while (s->n_blocks > keep) {
+        uint32_t b = s->blocks[--s->n_blocks];
+        if (kc->refs[b] == 1)
+            hash_remove(kc, b);
+        block_unref(kc, b);
+    }
     /* A registered block that becomes partial may be rewritten: unless others
      * hold it (then the next append copies it), it leaves the table. */
     if (n % bs && keep && kc->refs[s->blocks[keep - 1]] == 1)
@@ -549,14 +667,19 @@ static void kvcache_check(const kvp_kvcache *kc)
             held[s->blocks[i]]++;
         }
     }
-    uint32_t n_zero = 0;
+    uint32_t n_zero = 0, n_lru = 0;
+    for (uint32_t b = kc->lru_head; b != NONE; b = kc->lru_next[b]) {
+        KVP_ASSERT(b < nb && kc->refs[b] == 0 && kc->hash[b] != 0); /* cached: findable, held by none */
+        KVP_ASSERT(++n_lru <= nb);
+    }
+    KVP_ASSERT(n_lru == kc->n_cached);
     for (uint32_t b = 0; b < nb; b++) {
         KVP_ASSERT(kc->refs[b] == held[b]);
         n_zero += kc->refs[b] == 0;
         if (kc->hash[b])
-            KVP_ASSERT(kc->refs[b] > 0 && kvp_kvcache_find_hash(kc, kc->hash[b]) == (int64_t)b);
+            KVP_ASSERT(kvp_kvcache_find_hash(kc, kc->hash[b]) == (int64_t)b);
     }
-    KVP_ASSERT(n_zero == kc->n_free);
+    KVP_ASSERT(n_zero == kc->n_free + kc->n_cached);
     free(held);
 }
 #endif

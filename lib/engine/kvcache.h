@@ -14,7 +14,17 @@
  * Hashes are registered when a block's tokens are appended, before the
  * forward step writes its K/V; the engine writes every token's K/V of a layer
  * before any attention of that layer reads, so a sequence may share blocks
- * that are being computed in the same step.
+ * that are being computed in the same step.  A step that fails truncates its
+ * sequences back, and blocks a truncation drops leave the table.
+ *
+ * A prefix cache across requests: a full block whose last holder lets go
+ * (kvp_kvcache_seq_free) keeps its hash and waits, least recently freed
+ * first, until its memory is needed, so a later prompt with the same start
+ * (a system prompt, a conversation's history) reuses it.  A hit is trusted
+ * only when the block's own tokens and parent hash equal the prompt's (each
+ * block keeps them), so a crafted hash collision cannot hand a request
+ * another's K/V; and a sequence's salt (kvp_kvcache_seq_set_salt) starts
+ * its hash chain, so requests of different salts (tenants) share nothing.
  */
 #ifndef KVP_KVCACHE_H
 #define KVP_KVCACHE_H
@@ -30,10 +40,12 @@ typedef struct kvp_kvcache_opts {
     uint64_t n_blocks;     /* pool size in blocks; 0: from mem_bytes */
     uint64_t mem_bytes;    /* pool size in bytes when n_blocks is 0; both 0: n_ctx tokens */
     int dtype;             /* KVP_DTYPE_F16 (kvp_kvcache_opts_init), BF16 or F32 */
+    int no_cache;          /* free full blocks right away instead of keeping them findable */
 } kvp_kvcache_opts;
 
 typedef struct kvp_kvcache_stats {
-    uint32_t n_blocks, n_free;
+    uint32_t n_blocks, n_free;   /* n_free: blocks that can be taken, cached ones included */
+    uint32_t n_cached;           /* of those, freed full blocks still findable by their hash */
     uint64_t block_bytes;
     uint64_t prefix_blocks;  /* blocks attached through share_prefix (not computed) */
     uint64_t prefix_tokens;
@@ -58,6 +70,10 @@ void kvp_kvcache_get_stats(const kvp_kvcache *kc, kvp_kvcache_stats *s);
 
 /* A new empty sequence: its handle (>= 0) or a negative code. */
 int kvp_kvcache_seq_new(kvp_kvcache *kc, kvp_err *err);
+/* Salt an empty sequence's hash chain (0: none), before its first tokens:
+ * it only ever shares blocks with sequences of the same salt.  0 or
+ * KVP_EINVAL. */
+int kvp_kvcache_seq_set_salt(kvp_kvcache *kc, int seq, uint64_t salt, kvp_err *err);
 /* Drop a sequence and its references to blocks (bad handles are ignored). */
 void kvp_kvcache_seq_free(kvp_kvcache *kc, int seq);
 /* A new sequence holding the same blocks and tokens as src (no copy until

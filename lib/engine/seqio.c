@@ -363,8 +363,8 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
         return 0;
     kvp_err quiet = {0};
     int64_t blk = kvp_kvcache_seq_push_block(sr->kc, handle, tok, nt, from, from >= 0 ? NULL : data, &quiet);
-    if (blk == KVP_ELIMIT)
-        *loading = 0; /* no free block: the rest is computed later */
+    if (blk == KVP_ELIMIT || blk == KVP_ENOTFOUND)
+        *loading = 0; /* no free block, or the block found holds other tokens: computed later */
     else if (blk < 0)
         return kvp_err_set(err, (int)blk, "%s: %s", sr->name, quiet.msg);
     else if (nt < pool->block_size && hmap_put(&sr->partial, hash, (int64_t)handle << 32 | bi) < 0)

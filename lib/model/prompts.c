@@ -1,5 +1,6 @@
 /* prompts.c - prompt files (JSON Lines or text), rendered by chat.c. */
 #include "prompts.h"
+#include "hash.h"
 #include "io.h"
 #include "json.h"
 #include "tensor.h"
@@ -183,6 +184,13 @@ static int params_of(const kvp_json *o, kvp_prompt_params *pp, const char *path,
     FIELD("min_p", 0, 1, 0, KVP_PARAM_MIN_P, pp->min_p = (float)x)
     FIELD("seed", 0, 9007199254740991.0, 1, KVP_PARAM_SEED, pp->seed = (uint64_t)x)
 #undef FIELD
+    const kvp_json *salt = kvp_json_get(o, "cache_salt");
+    if (salt && salt->type != KVP_JSON_NULL) {
+        if (salt->type != KVP_JSON_STRING || salt->len == 0)
+            return kvp_err_set(err, KVP_EFORMAT, "%s:%d: \"cache_salt\" must be a non-empty string", path, line);
+        pp->cache_salt = kvp_xxh64(salt->str, salt->len, 0) | 1;
+        pp->set |= KVP_PARAM_CACHE_SALT;
+    }
     return stop_field(o, pp, path, line, err);
 }
 

@@ -12,7 +12,9 @@
  * A line may carry its own generation parameters, as an OpenAI-style
  * request does: "max_tokens", "temperature", "top_p", "top_k", "min_p",
  * "seed" and "stop" (a string or an array of strings); the command line
- * gives the defaults for the lines that do not.
+ * gives the defaults for the lines that do not.  "cache_salt" (a string, as
+ * vLLM takes it) keeps the request's KV blocks apart from those of other
+ * salts: requests of different tenants never share cached blocks.
  *
  * Special tokens: a plain prompt (-p, "prompt", a text file) is parsed for
  * control tokens as llama.cpp and HF do, so "<|im_start|>" in it is one
@@ -33,7 +35,7 @@
 /* Parameters a request line set (bits of kvp_prompt_params.set). */
 enum {
     KVP_PARAM_MAX_TOKENS = 1, KVP_PARAM_TEMPERATURE = 2, KVP_PARAM_TOP_P = 4, KVP_PARAM_TOP_K = 8,
-    KVP_PARAM_MIN_P = 16, KVP_PARAM_SEED = 32, KVP_PARAM_STOP = 64,
+    KVP_PARAM_MIN_P = 16, KVP_PARAM_SEED = 32, KVP_PARAM_STOP = 64, KVP_PARAM_CACHE_SALT = 128,
 };
 
 typedef struct kvp_prompt_params {
@@ -44,6 +46,7 @@ typedef struct kvp_prompt_params {
     uint64_t seed;
     char **stop;            /* [n_stop] NUL-terminated, owned */
     size_t n_stop;
+    uint64_t cache_salt;    /* "cache_salt": XXH64 of the string (never 0) */
 } kvp_prompt_params;
 
 typedef struct kvp_prompt {

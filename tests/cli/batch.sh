@@ -138,6 +138,28 @@ if grep -q '"arrival_ns":1[0-9]\{18\}' "$OUT" && grep -q '"first_token_ns":1[0-9
     pass "sequence records carry arrival and first-token times"
 else fail "no times in the sequence records"; fi
 
+# The prefix cache across requests: one after another (nothing shared while
+# running), a later request reuses the blocks of an earlier one's system
+# prompt; --no-prefix-cache computes them again; salts keep tenants apart.
+sys=$(i=0; while [ $i -lt 40 ]; do printf 'Rule %d: be brief. ' $i; i=$((i + 1)); done)
+{
+    printf '{"id":"s1","messages":[{"role":"system","content":"%s"},{"role":"user","content":"Name a fruit."}]}\n' "$sys"
+    printf '{"id":"s2","messages":[{"role":"system","content":"%s"},{"role":"user","content":"Name a color."}]}\n' "$sys"
+} >"$T/sys.jsonl"
+run decode -m "$M" -t 2 -f "$T/sys.jsonl" -n 2 --max-num-seqs 1 --stats="$T/sys.json"
+expect_status 0 "requests with one system prompt"
+if grep -q '"cached_prompt_tokens":[1-9]' "$T/sys.json"; then pass "the second reuses the first one's blocks"
+else fail "no prefix reuse: $(cat "$T/sys.json")"; fi
+run decode -m "$M" -t 2 -f "$T/sys.jsonl" -n 2 --max-num-seqs 1 --no-prefix-cache --stats="$T/sys.json"
+if grep -q '"cached_prompt_tokens":0,' "$T/sys.json"; then pass "--no-prefix-cache computes all"; else fail "reuse with --no-prefix-cache"; fi
+sed 's/"messages"/"cache_salt":"tenant-a","messages"/; 2s/tenant-a/tenant-b/' "$T/sys.jsonl" >"$T/salted.jsonl"
+run decode -m "$M" -t 2 -f "$T/salted.jsonl" -n 2 --max-num-seqs 1 --stats="$T/sys.json"
+if grep -q '"cached_prompt_tokens":0,' "$T/sys.json"; then pass "different cache salts share nothing"
+else fail "blocks shared across salts: $(cat "$T/sys.json")"; fi
+run decode -m "$M" -t 2 -f "$T/sys.jsonl" -n 2 --max-num-seqs 1 --cache-salt tenant-c --stats="$T/sys.json"
+if grep -q '"cached_prompt_tokens":[1-9]' "$T/sys.json"; then pass "one salt for all: shared among them"
+else fail "--cache-salt stopped sharing within its tenant"; fi
+
 # --rate: requests released over time still all complete (timings are
 # scripts/bench-serve's business, not a test's)
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 2 --rate 50 --burstiness 0.5 --seed 3 --stats --json

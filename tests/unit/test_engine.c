@@ -917,9 +917,11 @@ static void test_seqio(const char *dir)
     /* Read one sequence at a time (decode after a pipe): each comes with all
      * its tokens; a reference to a block the cache has let go stops the
      * loading (the caller computes the rest), and so does a full cache. */
-    for (int small = 0; small <= 1; small++) {
+    for (int run = 0; run < 3; run++) {
+        int small = run == 1, cached = run == 2;
         o.dtype = KVP_DTYPE_F16;
         o.n_blocks = small ? 2 : 16;
+        o.no_cache = !cached;
         kvp_seqio_reader *sr = NULL;
         kvp_seqio_seq q;
         const uint32_t *tok;
@@ -930,10 +932,12 @@ static void test_seqio(const char *dir)
         CHECK(kc2 != NULL && q.rec.id == 7 && q.rec.n_tokens == 10 && memcmp(tok, t1, sizeof t1) == 0);
         /* 3 blocks of 4 into a pool of 2: loading stops, nothing fails */
         CHECK_EQ_U64(kvp_kvcache_seq_len(kc2, q.handle), small ? 8 : 10);
-        kvp_kvcache_seq_free(kc2, q.handle); /* its blocks go: seq 8's reference finds nothing */
+        /* its blocks go (or, caching, stay findable): seq 8's reference to
+         * its first block finds nothing (or finds it) */
+        kvp_kvcache_seq_free(kc2, q.handle);
         CHECK_EQ_I64(kvp_seqio_reader_next(sr, &q, &tok, &err), 1);
         CHECK(q.rec.id == 8 && q.rec.n_tokens == 6 && memcmp(tok, t2, sizeof t2) == 0);
-        CHECK_EQ_U64(kvp_kvcache_seq_len(kc2, q.handle), 0);
+        CHECK_EQ_U64(kvp_kvcache_seq_len(kc2, q.handle), cached ? 6 : 0);
         CHECK_EQ_I64(kvp_seqio_reader_next(sr, &q, &tok, &err), 0);
         CHECK_EQ_I64(kvp_seqio_reader_next(sr, &q, &tok, &err), 0); /* and stays at the end */
         kvp_seqio_reader_free(sr);

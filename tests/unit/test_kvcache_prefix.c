@@ -97,6 +97,87 @@ static void test_blocks_needed(kvp_backend *be)
     kvp_kvcache_free(kc);
 }
 
+/* Freed full blocks stay findable (cached) until their memory is needed,
+ * least recently freed first; truncated blocks do not; salts keep sharing
+ * apart; a block that does not hold the tokens asked for is not shared. */
+static void test_prefix_cache(kvp_backend *be)
+{
+    kvp_kvcache *kc = make(be, 6);
+    kvp_err err = {0};
+    kvp_kvcache_stats st;
+    uint32_t t[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, u[10] = {21, 22, 23, 24, 25, 26, 27, 28, 29, 30}, slots[10];
+    int a = kvp_kvcache_seq_new(kc, &err);
+    CHECK(kvp_kvcache_seq_append(kc, a, t, 9, slots, &err) == 0); /* 2 full blocks + 1 token */
+    kvp_kvcache_seq_free(kc, a);
+    kvp_kvcache_get_stats(kc, &st);
+    CHECK_EQ_U64(st.n_cached, 2);
+    CHECK_EQ_U64(st.n_free, 6); /* cached blocks can still be taken */
+    int b = kvp_kvcache_seq_new(kc, &err);
+    CHECK_EQ_I64(kvp_kvcache_seq_share_prefix(kc, b, t, 10, &err), 8); /* a later request reuses both */
+    kvp_kvcache_get_stats(kc, &st);
+    CHECK_EQ_U64(st.n_cached, 0);
+    CHECK_EQ_U64(st.n_free, 4);
+    kvp_kvcache_seq_free(kc, b);
+
+    /* a salted request shares nothing with unsalted blocks, and the other way */
+    int c = kvp_kvcache_seq_new(kc, &err);
+    CHECK(kvp_kvcache_seq_set_salt(kc, c, 0x5a17, &err) == 0);
+    CHECK_EQ_I64(kvp_kvcache_seq_share_prefix(kc, c, t, 10, &err), 0);
+    CHECK(kvp_kvcache_seq_append(kc, c, t, 9, slots, &err) == 0);
+    CHECK(kvp_kvcache_seq_set_salt(kc, c, 1, &err) < 0); /* only while empty */
+    kvp_kvcache_seq_free(kc, c);
+    int d = kvp_kvcache_seq_new(kc, &err);
+    CHECK(kvp_kvcache_seq_set_salt(kc, d, 0x5a17, &err) == 0);
+    CHECK_EQ_I64(kvp_kvcache_seq_share_prefix(kc, d, t, 10, &err), 8); /* same salt: shared */
+    kvp_kvcache_seq_free(kc, d);
+
+    /* memory is needed: the least recently freed cached blocks go first */
+    int e = kvp_kvcache_seq_new(kc, &err);
+    CHECK(kvp_kvcache_seq_append(kc, e, u, 10, slots, &err) == 0); /* 3 blocks of the 6 */
+    kvp_kvcache_get_stats(kc, &st);
+    CHECK_EQ_U64(st.n_free, 3);
+    int f = kvp_kvcache_seq_new(kc, &err);
+    CHECK(kvp_kvcache_seq_append(kc, f, u, 10, slots, &err) == 0); /* takes the rest: cached ones given up */
+    kvp_kvcache_get_stats(kc, &st);
+    CHECK_EQ_U64(st.n_free, 0);
+    CHECK_EQ_U64(st.n_cached, 0);
+    kvp_kvcache_seq_free(kc, f);
+    int g = kvp_kvcache_seq_new(kc, &err);
+    CHECK_EQ_I64(kvp_kvcache_seq_share_prefix(kc, g, t, 10, &err), 0); /* gone */
+    kvp_kvcache_seq_free(kc, g);
+
+    /* blocks a truncation drops (a rolled-back step) are not cached */
+    int h = kvp_kvcache_seq_new(kc, &err);
+    CHECK(kvp_kvcache_seq_append(kc, h, t, 8, slots, &err) == 0);
+    CHECK(kvp_kvcache_seq_truncate(kc, h, 0, &err) == 0);
+    kvp_kvcache_seq_free(kc, h);
+    int i = kvp_kvcache_seq_new(kc, &err);
+    CHECK_EQ_I64(kvp_kvcache_seq_share_prefix(kc, i, t, 10, &err), 0);
+
+    /* a block named for sharing must hold those tokens */
+    uint32_t held = kvp_kvcache_seq_blocks(kc, e)[0];
+    CHECK_EQ_I64(kvp_kvcache_seq_push_block(kc, i, t, BS, held, NULL, &err), KVP_ENOTFOUND);
+    CHECK_EQ_I64(kvp_kvcache_seq_push_block(kc, i, u, BS, held, NULL, &err), (int64_t)held);
+    kvp_kvcache_free(kc);
+
+    /* caching off: freed blocks are free at once */
+    kvp_config cfg;
+    kvp_config_init(&cfg);
+    cfg.n_layer = 1, cfg.n_head_kv = 1, cfg.head_dim = 4, cfg.n_ctx = 64;
+    kvp_kvcache_opts o;
+    kvp_kvcache_opts_init(&o);
+    o.block_size = BS, o.n_blocks = 4, o.no_cache = 1;
+    CHECK(kvp_kvcache_create(&kc, &cfg, &o, be, &err) == 0);
+    a = kvp_kvcache_seq_new(kc, &err);
+    CHECK(kvp_kvcache_seq_append(kc, a, t, 8, slots, &err) == 0);
+    kvp_kvcache_seq_free(kc, a);
+    kvp_kvcache_get_stats(kc, &st);
+    CHECK_EQ_U64(st.n_cached, 0);
+    b = kvp_kvcache_seq_new(kc, &err);
+    CHECK_EQ_I64(kvp_kvcache_seq_share_prefix(kc, b, t, 10, &err), 0);
+    kvp_kvcache_free(kc);
+}
+
 int main(void)
 {
     kvp_err err = {0};
@@ -104,6 +185,7 @@ int main(void)
     CHECK(kvp_backend_cpu_create(&be, 1, 0, &err) == 0);
     test_truncate_then_append(be);
     test_blocks_needed(be);
+    test_prefix_cache(be);
     kvp_backend_free(be);
     printf("%d passed, %d failed\n", unit_passed, unit_failed);
     return unit_failed != 0;
