@@ -261,12 +261,7 @@ int main(int argc, char **argv)
         {"cache-salt", required_argument, NULL, OPT_CACHE_SALT},
     };
     struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];
-    size_t k = 0;
-    for (size_t i = 0; i < KVP_RUNOPTS_N_LONG; i++)
-        longopts[k++] = kvp_runopts_long[i];
-    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
-        longopts[k++] = own[i];
-    longopts[k] = (struct option){NULL, 0, NULL, 0};
+    kvp_runopts_table(longopts, own, sizeof own / sizeof own[0]);
     double slo_ttft = 0, slo_tpot = 0, min_goodput = -1;
     const char *resume = NULL;
     uint32_t shard_k = 0, shard_n = 0;

@@ -106,12 +106,7 @@ int main(int argc, char **argv)
         {"tokenize", no_argument, NULL, OPT_TOKENIZE},
     };
     struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];
-    size_t k = 0;
-    for (size_t i = 0; i < KVP_RUNOPTS_N_LONG; i++)
-        longopts[k++] = kvp_runopts_long[i];
-    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
-        longopts[k++] = own[i];
-    longopts[k] = (struct option){NULL, 0, NULL, 0};
+    kvp_runopts_table(longopts, own, sizeof own / sizeof own[0]);
     int c;
     while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "ho:", longopts, NULL)) != -1) {
         if (kvp_runopts_parse(&o, c, optarg))

@@ -66,6 +66,13 @@ const char kvp_runopts_help[] =
     "      --static            static batching: a new batch of --max-num-seqs only when the last has ended\n"
     "      --stats[=FILE]      timings on stderr (with --json: as JSON), or as JSON into FILE\n";
 
+void kvp_runopts_table(struct option *out, const struct option *own, size_t n_own)
+{
+    memcpy(out, kvp_runopts_long, KVP_RUNOPTS_N_LONG * sizeof *out);
+    memcpy(out + KVP_RUNOPTS_N_LONG, own, n_own * sizeof *own);
+    out[KVP_RUNOPTS_N_LONG + n_own] = (struct option){NULL, 0, NULL, 0};
+}
+
 void kvp_runopts_init(kvp_runopts *o)
 {
     memset(o, 0, sizeof *o);

@@ -35,6 +35,9 @@ enum {
 #define KVP_RUNOPTS_N_LONG 30
 extern const struct option kvp_runopts_long[KVP_RUNOPTS_N_LONG + 1];
 #define KVP_RUNOPTS_SHORT "m:p:f:n:t:"
+/* A program's getopt_long table: the shared entries, then its own n_own,
+ * then the zero entry, into out[KVP_RUNOPTS_N_LONG + n_own + 1]. */
+void kvp_runopts_table(struct option *out, const struct option *own, size_t n_own);
 
 typedef struct kvp_runopts {
     const char *model;
