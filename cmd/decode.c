@@ -104,8 +104,9 @@ static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
                      (unsigned long long)c->kv.block_bytes);
     }
     if (c->stream_text) {
-        fwrite(bytes, 1, n, stdout);
-        if (n == 0)
+        if (n)
+            fwrite(bytes, 1, n, stdout);
+        else
             fputc('\n', stdout);
         fflush(stdout);
     } else if (n == 0) {
@@ -375,9 +376,8 @@ int main(int argc, char **argv)
         kvp_cli_warn("stopped by %s: %llu sequences written, %llu not finished%s%s", strsignal(stop_signal),
                      (unsigned long long)st.requests, (unsigned long long)left,
                      resume ? "; run again with --resume " : "", resume ? resume : "");
-        return 128 + stop_signal;
     }
-    if (o.kv_out) {
+    if (o.kv_out && !st.stopped) { /* a stopped run's state would be partial */
         kvp_gen_seq *seqs = calloc(oc.n_kept ? oc.n_kept : 1, sizeof *seqs);
         if (!seqs)
             kvp_cli_die("out of memory");
@@ -386,9 +386,9 @@ int main(int argc, char **argv)
         if (kvp_run_save(&r, o.kv_out, "decode " KVP_VERSION, seqs, oc.n_kept, NULL, NULL, &err) < 0)
             kvp_cli_die_err(&err);
         free(seqs);
-        for (uint32_t i = 0; i < oc.n_kept; i++)
-            kvp_request_free(oc.kept[i]);
     }
+    for (uint32_t i = 0; i < oc.n_kept; i++)
+        kvp_request_free(oc.kept[i]);
     free(oc.kept);
     if (resume && close(oc.fd) != 0)
         kvp_cli_die("%s: %s", resume, strerror(errno));
@@ -400,6 +400,8 @@ int main(int argc, char **argv)
     kvp_run_close(&r);
     kvp_runopts_free(&o);
     int rc = kvp_cli_close_stdout();
+    if (st.stopped)
+        return 128 + stop_signal;
     if (min_goodput >= 0 && goodput < min_goodput) {
         kvp_cli_warn("goodput %.4f is below --min-goodput %.4f", goodput, min_goodput);
         return 3;
