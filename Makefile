@@ -20,8 +20,10 @@ WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wformat=2 -Werror
 OPT      ?= -O2 -g
 # Each layer folder of lib/ is on the include path: file names are unique
 # across the tree, and scripts/check-layers says which includes are allowed.
+# -iquote, not -I: only #include "..." looks there, so a system header's
+# <sched.h> is the system's, not lib/engine/sched.h.
 LIB_DIRS := $(sort $(patsubst %/,%,$(dir $(wildcard lib/*/*.c lib/*/*.h))))
-LIB_INC  := $(addprefix -I,$(LIB_DIRS))
+LIB_INC  := $(addprefix -iquote,$(LIB_DIRS))
 CPPFLAGS += $(LIB_INC) -D_GNU_SOURCE
 CFLAGS   += -std=c11 $(OPT) $(WARN) -pthread -MMD -MP
 LDLIBS   += -lzstd -lm -pthread
@@ -83,7 +85,7 @@ $(O)/%.o: %.c
 $(O)/kernels/%.o: kernels/%.cu
 	$(call say,NVCC,$<)
 	@mkdir -p $(@D)
-	$(Q)$(NVCC) $(NVCC_GENCODE) -O3 $(LIB_INC) -Xcompiler -fPIC -c $< -o $@
+	$(Q)$(NVCC) $(NVCC_GENCODE) -O3 $(addprefix -I,$(LIB_DIRS)) -Xcompiler -fPIC -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	$(call say,AR,$@)
