@@ -99,26 +99,25 @@ static int cpu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
 
 /* ---- matmul ---- */
 
+/* The work is cut into pieces for the kernels (kvp_mm_blk): up to
+ * KVP_MM_ROWS rows by one token group, the groups tile_tok tokens from token
+ * 0 of the step.  The kernels give each (row, token) the same bits in any
+ * piece, so neither this cut, nor the tasks', nor the thread count reach the
+ * results (backend_cpu_kern.h). */
 typedef struct mm_ctx {
     const kvp_cpu_kernels *k;
     const kvp_weight *w;
     const float *x;            /* [n_tok][n_in] */
     const kvp_q8blk *xq;       /* [n_tok][n_in/32] when quantized */
     float *y;                  /* [n_tok][n_out] */
-    uint8_t *tiles;            /* per group of tile_tok tokens: its xt and dxs (kvp_cpu_q8_tile_put) */
+    uint8_t *tiles;            /* per group of tile_tok tokens: its xt and dxs (kvp_cpu_q8_tile_put), or NULL */
     size_t tile_bytes;         /* per group */
     int flip;                  /* tiles flipped, and wsum set (tile_flip) */
     int32_t *wsum;             /* [n_out][nb] when flip */
     uint32_t n_sum_tasks;      /* prep tasks after the quantizing ones (mm_prep_task) */
     uint32_t n_tok, rows_per_task, toks_per_task, n_row_tasks;
     int quant;
-    kvp_dotq_fn dq;
-    kvp_dotf_fn df;
-    kvp_dotf2_fn df2;          /* two rows by tile_tok tokens, or NULL */
-    kvp_dotq2_fn dq2;
-    kvp_dots2_fn ds2;
-    kvp_dots_fn ds;            /* scaled integer rows (quant set) */
-    kvp_dotsf_fn dsf;          /* scaled float rows */
+    kvp_mm_fn mm;
     float *rowbuf;             /* the row path: per thread, rows_per_task rows as f32 */
 } mm_ctx;
 
@@ -147,10 +146,10 @@ void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb
 }
 
 /* The tiles' preparation.  Task g < n_groups quantizes tokens g*T ..
- * g*T+T-1 (T = tile_tok; the last group may be short) to 8-bit blocks and,
- * when the group is whole, puts them into its tile: one task a tile, as
- * tokens of one tile written by two threads would share cache lines.  The
- * n_sum_tasks after them fill wsum, a share of the rows each. */
+ * g*T+T-1 (T = tile_tok; the last group may be short, its tile's other
+ * slots zero) to 8-bit blocks and puts them into its tile: one task a tile,
+ * as tokens of one tile written by two threads would share cache lines.
+ * The n_sum_tasks after them fill wsum, a share of the rows each. */
 static void mm_prep_task(void *ctxp, int task, int thread)
 {
     (void)thread;
@@ -166,7 +165,9 @@ static void mm_prep_task(void *ctxp, int task, int thread)
         return;
     }
     uint32_t t0 = (uint32_t)task * T, t1 = t0 + T < c->n_tok ? t0 + T : c->n_tok;
-    int8_t *xt = c->tiles && t1 - t0 == T ? (int8_t *)(c->tiles + (size_t)task * c->tile_bytes) : NULL;
+    int8_t *xt = c->tiles ? (int8_t *)(c->tiles + (size_t)task * c->tile_bytes) : NULL;
+    if (xt && t1 - t0 < T)
+        memset(xt, 0, c->tile_bytes);
     for (uint32_t t = t0; t < t1; t++) {
         kvp_q8blk *xq = (kvp_q8blk *)c->xq + (size_t)t * nb;
         c->k->quant_q8(c->x + (size_t)t * w->n_in, xq, w->n_in);
@@ -176,76 +177,8 @@ static void mm_prep_task(void *ctxp, int task, int thread)
     }
 }
 
-/* Rows r0..r1 (an even count) by the T = tile_tok tokens of tile xt/dxs
- * (quantized kinds) or rows xf (float kinds), two rows a kernel call. */
-/* Where the kernels find the weight's rows: row r at base + (r - first) *
- * stride (the weight itself, or the row path's f32 copies). */
-typedef struct mm_rows {
-    const uint8_t *base;
-    size_t stride;
-    uint32_t first;
-} mm_rows;
-
-static const void *mm_row(const mm_rows *src, uint32_t r)
-{
-    return src->base + (size_t)(r - src->first) * src->stride;
-}
-
-static void mm_tile_rows(const mm_ctx *c, const mm_rows *src, uint32_t t, uint32_t r0, uint32_t r1,
-                         const int8_t *xt, const float *const *xf, const float *dxs)
-{
-    const kvp_weight *w = c->w;
-    uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok;
-    for (uint32_t r = r0; r < r1; r += 2) {
-        float o0[KVP_MM_TILE], o1[KVP_MM_TILE];
-        const void *w0 = mm_row(src, r), *w1 = mm_row(src, r + 1);
-        const int32_t *ws = c->wsum ? c->wsum + (size_t)r * nb : NULL;
-        if (c->ds2) {
-            size_t s0 = (size_t)r * w->scale_stride, s1 = s0 + w->scale_stride;
-            c->ds2(w0, w1, w->scales + s0, w->scales + s1, w->zeros ? w->zeros + s0 : NULL,
-                   w->zeros ? w->zeros + s1 : NULL, w->group, xt, dxs, ws, nb, o0, o1);
-        } else if (c->dq2) {
-            c->dq2(w0, w1, xt, dxs, ws, nb, o0, o1);
-        } else {
-            c->df2(w0, w1, xf, w->n_in, o0, o1);
-        }
-        for (uint32_t i = 0; i < T; i++) {
-            c->y[(size_t)(t + i) * w->n_out + r] = o0[i];
-            c->y[(size_t)(t + i) * w->n_out + r + 1] = o1[i];
-        }
-    }
-}
-
-/* Rows r0..r1 by nt <= KVP_MM_TOK tokens from t, one row a kernel call. */
-static void mm_single_rows(const mm_ctx *c, const mm_rows *src, uint32_t t, uint32_t nt, uint32_t r0, uint32_t r1)
-{
-    const kvp_weight *w = c->w;
-    uint32_t nb = w->n_in / KVP_QK;
-    const kvp_q8blk *xq[KVP_MM_TOK];
-    const float *xf[KVP_MM_TOK];
-    for (uint32_t i = 0; i < nt; i++) {
-        if (c->quant)
-            xq[i] = c->xq + (size_t)(t + i) * nb;
-        else
-            xf[i] = c->x + (size_t)(t + i) * w->n_in;
-    }
-    for (uint32_t r = r0; r < r1; r++) {
-        float out[KVP_MM_TOK];
-        const void *row = mm_row(src, r);
-        const float *sc = w->scales ? w->scales + (size_t)r * w->scale_stride : NULL;
-        if (c->ds)
-            c->ds(row, sc, w->zeros ? w->zeros + (size_t)r * w->scale_stride : NULL, w->group, xq, nt, nb, out);
-        else if (c->dsf)
-            c->dsf(row, sc, w->group, xf, nt, w->n_in, out);
-        else if (c->quant)
-            c->dq(row, xq, nt, nb, out);
-        else
-            c->df(row, xf, nt, w->n_in, out);
-        for (uint32_t i = 0; i < nt; i++)
-            c->y[(size_t)(t + i) * w->n_out + r] = out[i];
-    }
-}
-
+/* Task: rows r0..r1 by tokens t0..t1, one token group at a time, the rows
+ * KVP_MM_ROWS a piece. */
 static void mm_task(void *ctxp, int task, int thread)
 {
     mm_ctx *c = ctxp;
@@ -255,53 +188,65 @@ static void mm_task(void *ctxp, int task, int thread)
     uint32_t t0 = (uint32_t)task / c->n_row_tasks * c->toks_per_task;
     uint32_t t1 = t0 + c->toks_per_task < c->n_tok ? t0 + c->toks_per_task : c->n_tok;
     uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok;
-    int tiled = c->df2 || c->dq2 || c->ds2;
-    mm_rows src = {w->data, w->row_bytes, 0};
+    kvp_mm_blk b = {.w = w->data, .w_stride = w->row_bytes, .sc = w->scales, .zp = w->zeros,
+                    .sc_stride = w->scale_stride, .g = w->group, .n = w->n_in, .ldy = w->n_out};
+    uint32_t rw = 0; /* row rw at b.w */
     if (c->rowbuf) { /* the row path: this task's rows in f32, once for all its tokens */
         float *buf = c->rowbuf + (size_t)thread * c->rows_per_task * w->n_in;
         for (uint32_t r = r0; r < r1; r++)
             kvp_cpu_dequant_weight_row(w, r, buf + (size_t)(r - r0) * w->n_in);
-        src = (mm_rows){(const uint8_t *)buf, (size_t)w->n_in * sizeof(float), r0};
+        b.w = (const uint8_t *)buf, rw = r0;
+        b.w_stride = (size_t)w->n_in * sizeof(float);
+        b.sc = b.zp = NULL;
     }
-    for (uint32_t t = t0; t < t1;) {
-        uint32_t nt = t1 - t < T ? t1 - t : T, rs = r0;
-        if (tiled && nt == T) {
-            const float *xf[KVP_MM_TILE];
-            for (uint32_t i = 0; i < T; i++)
-                xf[i] = c->x + (size_t)(t + i) * w->n_in;
-            const int8_t *xt = c->tiles ? (const int8_t *)(c->tiles + (size_t)(t / T) * c->tile_bytes) : NULL;
-            const float *dxs = xt ? (const float *)(xt + (size_t)nb * T * KVP_QK) : NULL;
-            rs = r0 + ((r1 - r0) & ~1u);
-            mm_tile_rows(c, &src, t, r0, rs, xt, xf, dxs);
+    const uint8_t *w0 = b.w;
+    const float *sc0 = b.sc, *zp0 = b.zp;
+    for (uint32_t t = t0; t < t1; t += b.nt) { /* t0 is a multiple of T */
+        const kvp_q8blk *xq[KVP_MM_TILE];
+        const float *xf[KVP_MM_TILE];
+        b.nt = t1 - t < T ? t1 - t : T;
+        for (uint32_t i = 0; i < b.nt; i++) {
+            xq[i] = c->quant ? c->xq + (size_t)(t + i) * nb : NULL;
+            xf[i] = c->x + (size_t)(t + i) * w->n_in;
         }
-        for (uint32_t u = t; u < t + nt; u += KVP_MM_TOK) /* rows the tiles left, or every row */
-            if (rs < r1)
-                mm_single_rows(c, &src, u, t + nt - u < KVP_MM_TOK ? t + nt - u : KVP_MM_TOK, rs, r1);
-        t += nt;
+        b.xq = xq, b.xf = xf;
+        b.xt = c->tiles ? (const int8_t *)(c->tiles + (size_t)(t / T) * c->tile_bytes) : NULL;
+        b.dxs = b.xt ? (const float *)(b.xt + (size_t)nb * T * KVP_QK) : NULL;
+        for (uint32_t r = r0; r < r1; r += KVP_MM_ROWS) {
+            b.nr = r1 - r < KVP_MM_ROWS ? r1 - r : KVP_MM_ROWS;
+            b.w = w0 + (size_t)(r - rw) * b.w_stride;
+            b.sc = sc0 ? sc0 + (size_t)r * w->scale_stride : NULL;
+            b.zp = zp0 ? zp0 + (size_t)r * w->scale_stride : NULL;
+            b.wsum = c->wsum ? c->wsum + (size_t)r * nb : NULL;
+            b.y = c->y + (size_t)t * w->n_out + r;
+            c->mm(&b);
+        }
     }
 }
 
 static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float *y, uint32_t n_tok, kvp_err *err)
 {
     cpu_impl *im = impl_of(b);
-    mm_ctx c = {.k = im->k, .w = w, .x = x, .y = y, .n_tok = n_tok};
+    const kvp_cpu_kernels *k = im->k;
+    mm_ctx c = {.k = k, .w = w, .x = x, .y = y, .n_tok = n_tok};
+    int scaled_kind = 0;
     switch (w->dtype) {
-    case KVP_DTYPE_Q4_0: c.dq = im->k->dot_q4_0, c.dq2 = im->k->dot2_q4_0; break;
-    case KVP_DTYPE_Q4_1: c.dq = im->k->dot_q4_1, c.dq2 = im->k->dot2_q4_1; break;
-    case KVP_DTYPE_Q8_0: c.dq = im->k->dot_q8_0, c.dq2 = im->k->dot2_q8_0; break;
-    case KVP_DTYPE_F32: c.df = im->k->dot_f32, c.df2 = im->k->dot2_f32; break;
-    case KVP_DTYPE_F16: c.df = im->k->dot_f16, c.df2 = im->k->dot2_f16; break;
-    case KVP_DTYPE_BF16: c.df = im->k->dot_bf16, c.df2 = im->k->dot2_bf16; break;
-    case KVP_DTYPE_I8: c.ds = im->k->dot_i8, c.ds2 = im->k->dot2_i8; break;
-    case KVP_DTYPE_I4: c.ds = im->k->dot_i4, c.ds2 = im->k->dot2_i4; break;
-    case KVP_DTYPE_FP8_E4M3: c.dsf = im->k->dot_e4m3; break;
+    case KVP_DTYPE_Q4_0: c.mm = k->mm_q4_0, c.quant = 1; break;
+    case KVP_DTYPE_Q4_1: c.mm = k->mm_q4_1, c.quant = 1; break;
+    case KVP_DTYPE_Q8_0: c.mm = k->mm_q8_0, c.quant = 1; break;
+    case KVP_DTYPE_F32: c.mm = k->mm_f32; break;
+    case KVP_DTYPE_F16: c.mm = k->mm_f16; break;
+    case KVP_DTYPE_BF16: c.mm = k->mm_bf16; break;
+    case KVP_DTYPE_I8: c.mm = k->mm_i8, c.quant = 1, scaled_kind = 1; break;
+    case KVP_DTYPE_I4: c.mm = k->mm_i4, c.quant = 1, scaled_kind = 1; break;
+    case KVP_DTYPE_FP8_E4M3: c.mm = k->mm_e4m3, scaled_kind = 1; break;
     default: break;
     }
     if (w->scales && (!w->group || w->n_in % w->group))
         return kvp_err_set(err, KVP_EFORMAT, "%s: group %u does not divide a row of %u", w->name ? w->name : "weight",
                            w->group, w->n_in);
-    int direct = (c.dq || c.df || c.ds || c.dsf) && (c.ds || c.dsf) == (w->scales != NULL) &&
-                 (!w->zeros || c.ds) && !(c.ds && w->group % KVP_QK);
+    int direct = c.mm && scaled_kind == (w->scales != NULL) && (!w->zeros || c.quant) &&
+                 !(scaled_kind && c.quant && w->group % KVP_QK);
     if (!direct) {
         /* The row path: types with no dot kernel (Q5_x, Q4_K, Q6_K, MXFP4,
          * NVFP4, fp8-E5M2, scaled FP4, int groups under 32) are turned into
@@ -309,41 +254,43 @@ static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float
         if (!kvp_cpu_dequant_weight_row_ok(w))
             return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: weight type %s%s has no CPU matmul", w->name ? w->name
                                : "weight", kvp_dtype_name((uint32_t)w->dtype), w->scales ? " with scales" : "");
-        c.dq = NULL, c.dq2 = NULL, c.ds = NULL, c.ds2 = NULL, c.dsf = NULL;
-        c.df = im->k->dot_f32, c.df2 = im->k->dot2_f32;
+        c.mm = k->mm_f32, c.quant = 0;
     }
+    if (w->row_bytes > ((uint64_t)1 << 28)) /* the kernels address 8 rows with 32-bit offsets */
+        return kvp_err_set(err, KVP_ELIMIT, "%s: rows of %llu bytes are longer than the CPU kernels take (256 MiB)",
+                           w->name ? w->name : "weight", (unsigned long long)w->row_bytes);
     if (n_tok == 0)
         return 0;
-    c.quant = c.dq != NULL || c.ds != NULL;
+    uint32_t T = k->tile_tok, n_groups = (n_tok + T - 1) / T, nb = w->n_in / KVP_QK;
     if (c.quant) {
         if (w->n_in % KVP_QK)
             return kvp_err_set(err, KVP_EFORMAT, "%s: row of %u elements is not whole blocks of 32",
                                w->name ? w->name : "weight", w->n_in);
-        size_t need = (size_t)n_tok * (w->n_in / KVP_QK) * sizeof(kvp_q8blk);
+        size_t need = (size_t)n_tok * nb * sizeof(kvp_q8blk);
         if (!grow(&im->qbuf, &im->qbuf_size, need))
             return kvp_err_set(err, KVP_ENOMEM, "matmul: out of memory for %u activation rows", n_tok);
         c.xq = im->qbuf;
-        if (n_tok >= im->k->tile_tok && (c.dq2 || c.ds2)) {
-            c.tile_bytes = (size_t)(w->n_in / KVP_QK) * (im->k->tile_tok * KVP_QK + KVP_Q8_SCALES * sizeof(float));
-            if (!grow(&im->tiles, &im->tiles_size, c.tile_bytes * (n_tok / im->k->tile_tok)))
+        if (n_tok > k->few_tok) { /* some group goes through a tile */
+            c.tile_bytes = (size_t)nb * (T * KVP_QK + KVP_Q8_SCALES * sizeof(float));
+            if (!grow(&im->tiles, &im->tiles_size, c.tile_bytes * n_groups))
                 return kvp_err_set(err, KVP_ENOMEM, "matmul: out of memory for activation tiles");
             c.tiles = im->tiles;
-            c.flip = im->k->tile_flip && (w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8);
+            c.flip = k->tile_flip && (w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8);
         }
         if (c.flip) {
-            if (!grow(&im->wsum, &im->wsum_size, (size_t)w->n_out * (w->n_in / KVP_QK) * sizeof(int32_t)))
+            if (!grow(&im->wsum, &im->wsum_size, (size_t)w->n_out * nb * sizeof(int32_t)))
                 return kvp_err_set(err, KVP_ENOMEM, "matmul: out of memory for block sums");
             c.wsum = im->wsum;
             c.n_sum_tasks = (uint32_t)im->n_threads * 2;
         }
-        uint32_t n_groups = (n_tok + im->k->tile_tok - 1) / im->k->tile_tok;
         kvp_threadpool_run(n_groups + c.n_sum_tasks > 1 ? im->pool : NULL, mm_prep_task, &c,
                            (int)(n_groups + c.n_sum_tasks));
     }
     /* Tasks: rows split so each thread gets several (load balance), tokens
-     * split in tiles so a tile of weight rows stays in cache across them. */
+     * split in whole groups so a task's weight rows stay in cache across
+     * them. */
     uint32_t nth = (uint32_t)im->n_threads;
-    c.toks_per_task = n_tok <= 8 ? n_tok : 64;
+    c.toks_per_task = n_tok <= 8 ? n_tok : 64; /* a multiple of T */
     uint32_t n_tok_tasks = (n_tok + c.toks_per_task - 1) / c.toks_per_task;
     uint32_t want = nth * 4 / n_tok_tasks;
     if (want < 1)
@@ -351,9 +298,7 @@ static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float
     uint32_t rows = (w->n_out + want - 1) / want;
     if ((n_tok > 8 || !direct) && rows > 64)
         rows = 64;
-    rows = (rows + 3) & ~3u;
-    if (rows == 0)
-        rows = 4;
+    rows = (rows + KVP_MM_ROWS - 1) / KVP_MM_ROWS * KVP_MM_ROWS;
     c.rows_per_task = rows;
     c.n_row_tasks = (w->n_out + rows - 1) / rows;
     if (!direct) {
@@ -496,46 +441,74 @@ static void cpu_kv_copy_block(kvp_backend *b, const kvp_kv_pool *kv, uint32_t ds
     memcpy(base + (size_t)dst * kv->block_bytes, base + (size_t)src * kv->block_bytes, kv->block_bytes);
 }
 
+/* ---- attention ----
+ *
+ * Batch invariance: a query's output depends only on its own q, its
+ * position and its sequence's keys and values.  Its keys are taken in
+ * chunks fixed by absolute position (0 .. C-1, C .. 2C-1, ...; C =
+ * KVP_ATT_CHUNK rounded up to whole blocks), each chunk gives a part (the
+ * weighted sum of its values against the chunk's own max score, and the
+ * weights' sum), and the parts are folded in chunk order by attn_fold.
+ * The kernels compute each query lane alone (backend_cpu_kern.h), so it
+ * makes no difference which other queries share a run, how many tokens the
+ * step holds, the thread count, or whether a run's chunks are computed in
+ * turn in one task or in parallel tasks and folded after. */
+
 typedef struct attn_ctx {
     const kvp_attn_args *a;
     const kvp_cpu_kernels *k;
-    float *scratch;          /* per thread: see attn_scratch_floats */
+    float *scratch;          /* per thread: see attn_scratch */
     size_t per_thread;
     uint32_t n_head_kv, n_rep;
+    uint32_t ldq;            /* query lanes the scratch holds */
     struct attn_runrec *runs; /* the step's runs (attn_plan) */
     uint32_t n_runs;
-    uint32_t chunk;          /* keys per chunk of a split run */
+    uint32_t chunk;          /* C: keys a chunk holds */
     float *parts;            /* split runs: per (run, head, chunk) an attn_part's floats */
 } attn_ctx;
 
 /* A run: consecutive query tokens of one sequence that go through the
- * kernels together.  A one-token run over a long context (decode) has its
- * keys split into chunks of c->chunk, one task per head and chunk, merged
- * after; the split depends on the run alone, never on the batch or the
- * thread count, so a sequence gets the same numbers in any company. */
+ * kernels together, one task per KV head taking the chunks in turn.  A
+ * one-token run over two chunks or more (decode over a long context) is
+ * split instead: one task per head and chunk, the parts folded after. */
 typedef struct attn_runrec {
     uint32_t t0, nt;
-    uint32_t n_chunks;       /* 1: not split */
+    uint32_t n_chunks;       /* split: its chunks; 1: not split */
     uint32_t first_task;     /* its tasks: n_head_kv * n_chunks from here */
     size_t part;             /* split: offset of its parts in c->parts (floats) */
 } attn_runrec;
 
-/* Queries a task aims for: the kernels' lanes hold them, and every K/V
- * block converted to f32 serves all of them. */
+/* Queries a task aims for: the kernels' lanes hold them, and every V block
+ * converted to f32 serves all of them. */
 #define KVP_ATT_QUERIES 48
 #define KVP_ATT_TILE_MAX 48
-/* Keys a chunk of a split one-token run holds (rounded up to whole
- * blocks); runs over fewer than twice this many are not split. */
+/* Keys a chunk holds (rounded up to whole blocks). */
 #define KVP_ATT_CHUNK 256
 
 static uint32_t attn_lanes(uint32_t nq) { return (nq + 7) & ~7u; }
 
-/* Scratch for one task of ldq query lanes over n_pos keys: queries
- * [hd][ldq], scores [n_pos][ldq], outputs [ldq][hd], one K or V block as f32
- * [bs][hd], and per lane its key count, max and sum. */
-static size_t attn_scratch_floats(uint32_t ldq, uint32_t n_pos, uint32_t hd, uint32_t bs)
+/* A task's scratch for ldq query lanes: queries as rows q[ldq][hd], the
+ * chunk's scores s[C][ldq] and part o[ldq][hd], the fold so far O[ldq][hd]
+ * with its max M and sum L, one K or V block as f32 buf[bs][hd], and per
+ * lane its key count lim, the part's max mx and sum. */
+typedef struct attn_scratch {
+    float *q, *s, *o, *O, *buf, *mx, *sum, *M, *L;
+    int32_t *lim;
+} attn_scratch;
+
+static size_t attn_scratch_floats(uint32_t ldq, uint32_t chunk, uint32_t hd, uint32_t bs)
 {
-    return (size_t)ldq * (2 * (size_t)hd + n_pos + 3) + (size_t)bs * hd;
+    return (size_t)ldq * (3 * (size_t)hd + chunk + 5) + (size_t)bs * hd;
+}
+
+static attn_scratch attn_scratch_at(const attn_ctx *c, float *base)
+{
+    uint32_t hd = c->a->kv->head_dim, ldq = c->ldq;
+    attn_scratch w;
+    w.q = base, w.s = w.q + (size_t)ldq * hd, w.o = w.s + (size_t)c->chunk * ldq, w.O = w.o + (size_t)ldq * hd;
+    w.buf = w.O + (size_t)ldq * hd, w.mx = w.buf + (size_t)c->a->kv->block_size * hd;
+    w.sum = w.mx + ldq, w.M = w.sum + ldq, w.L = w.M + ldq, w.lim = (int32_t *)(w.L + ldq);
+    return w;
 }
 
 /* K (which 0) or V (1) rows of block slot range [0, np) of KV head g at
@@ -551,57 +524,74 @@ static const float *attn_block(const attn_ctx *c, const uint32_t *table, uint32_
     return buf;
 }
 
-/* The result of attention over a range of keys, per query lane: the
- * weighted sum of V rows o (not yet divided), the max score mx the weights
- * e^(score - mx) were taken against, and their sum. */
-typedef struct attn_part {
-    float *o, *mx, *sum;     /* [nq][hd], [ldq], [ldq] */
-} attn_part;
-
-/* Tokens tok[0..nt) of one sequence against KV head g, over keys [p0, p1)
- * (p0 a multiple of the block size).  Their nq = nt * n_rep query heads go
- * into lanes, so each K and V row serves them all.  A query sees positions
- * 0..pos (causal): later keys are scored but weighted 0.  Returns nq. */
+/* Tokens tok[0..nt) of one sequence against KV head g, over the keys of
+ * the chunk [p0, p1) (p0 a multiple of C, p1 - p0 <= C).  Their nq = nt *
+ * n_rep query heads go into lanes, so each K and V row serves them all.  A
+ * query sees positions 0..pos (causal): later keys are scored but weighted
+ * 0, and a query before p0 sees none (mx -inf, sum 0).  Leaves the part in
+ * w->o, w->mx, w->sum; returns nq. */
 static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, uint32_t g, uint32_t p0, uint32_t p1,
-                           float *sc, attn_part *out)
+                           const attn_scratch *w)
 {
     const kvp_attn_args *a = c->a;
     const kvp_kv_pool *kv = a->kv;
     uint32_t hd = kv->head_dim, bs = kv->block_size, nq = nt * c->n_rep, ldq = attn_lanes(nq), n = p1 - p0;
     const uint32_t *table = a->tables[a->tok_seq[tok[0]]];
-    float *qt = sc, *s = qt + (size_t)hd * ldq, *o = s + (size_t)n * ldq, *buf = o + (size_t)ldq * hd;
-    float *mx = buf + (size_t)bs * hd, *sum = mx + ldq;
-    int32_t *lim = (int32_t *)(sum + ldq);
-    /* A few queries (decode) score each key as it is stored, with the
-     * queries as rows; more go into lanes against keys converted to f32. */
-    int rows = nq <= 4 && ldq == 8;
-    memset(qt, 0, (size_t)hd * ldq * sizeof(float));
     for (uint32_t j = 0; j < ldq; j++) {
         int32_t seen = j < nq ? a->pos[tok[j / c->n_rep]] + 1 - (int32_t)p0 : 1; /* keys of the range it sees */
-        lim[j] = seen > 0 ? seen : 0;
+        w->lim[j] = seen > 0 ? seen : 0;
         if (j >= nq)
             continue;
         const float *qj = a->q + ((size_t)tok[j / c->n_rep] * a->n_head + (size_t)g * c->n_rep + j % c->n_rep) * hd;
         for (uint32_t d = 0; d < hd; d++)
-            qt[rows ? (size_t)j * hd + d : (size_t)d * ldq + j] = qj[d] * a->scale;
+            w->q[(size_t)j * hd + d] = qj[d] * a->scale;
     }
+    /* A few queries (decode) read each key as stored; more share one
+     * conversion of the block to f32 (the same numbers either way). */
+    int convert = nq > 4 && kv->dtype != KVP_DTYPE_F32;
     for (uint32_t p = p0; p < p1; p += bs) {
         uint32_t np = p1 - p < bs ? p1 - p : bs;
-        float *sp = s + (size_t)(p - p0) * ldq;
-        if (rows)
-            c->k->att_scores_rows(qt, nq, kv->dtype, (const uint8_t *)kv->base +
-                                  kv_off(kv, table[p / bs], a->layer, 0, g, 0), np, hd, sp, ldq);
+        float *sp = w->s + (size_t)(p - p0) * ldq;
+        if (convert)
+            c->k->att_scores(w->q, nq, KVP_DTYPE_F32, attn_block(c, table, p / bs, 0, g, np, w->buf), np, hd, sp,
+                             ldq);
         else
-            c->k->att_scores(qt, ldq, attn_block(c, table, p / bs, 0, g, np, buf), np, hd, sp);
+            c->k->att_scores(w->q, nq, kv->dtype, (const uint8_t *)kv->base +
+                             kv_off(kv, table[p / bs], a->layer, 0, g, 0), np, hd, sp, ldq);
     }
-    c->k->att_softmax(s, ldq, n, lim, mx, sum);
-    memset(o, 0, (size_t)nq * hd * sizeof(float));
+    c->k->att_softmax(w->s, ldq, n, w->lim, w->mx, w->sum);
+    memset(w->o, 0, (size_t)nq * hd * sizeof(float));
     for (uint32_t p = p0; p < p1; p += bs) {
         uint32_t np = p1 - p < bs ? p1 - p : bs;
-        c->k->att_values(s + (size_t)(p - p0) * ldq, ldq, nq, attn_block(c, table, p / bs, 1, g, np, buf), np, hd, o);
+        c->k->att_values(w->s + (size_t)(p - p0) * ldq, ldq, nq, attn_block(c, table, p / bs, 1, g, np, w->buf), np,
+                         hd, w->o);
     }
-    *out = (attn_part){o, mx, sum};
     return nq;
+}
+
+/* Fold one chunk's part (max m, sum l, weighted values o[hd]) of a query
+ * into the fold so far (*M, *L, O[hd]), the first chunk's part as it is:
+ * both are rescaled to the larger max.  Every query's chunks go through
+ * this in chunk order, whichever way they were computed. */
+static void attn_fold(float *M, float *L, float *O, float m, float l, const float *o, uint32_t hd, int first)
+{
+    if (first) {
+        *M = m, *L = l;
+        memcpy(O, o, hd * sizeof(float));
+        return;
+    }
+    float mn = fmaxf(*M, m), s = expf(*M - mn), t = expf(m - mn);
+    *M = mn, *L = *L * s + l * t;
+    for (uint32_t d = 0; d < hd; d++)
+        O[d] = O[d] * s + o[d] * t;
+}
+
+/* The softmax's division, once per output row. */
+static void attn_finish(float *dst, const float *O, float L, uint32_t hd)
+{
+    float inv = 1.0f / L;
+    for (uint32_t d = 0; d < hd; d++)
+        dst[d] = O[d] * inv;
 }
 
 /* Query lane j of head g of the run tok[] in the output. */
@@ -611,21 +601,22 @@ static float *attn_out_row(const attn_ctx *c, const uint32_t *tok, uint32_t g, u
     return a->out + ((size_t)tok[j / c->n_rep] * a->n_head + (size_t)g * c->n_rep + j % c->n_rep) * a->kv->head_dim;
 }
 
-/* The whole run over all its keys; the softmax's division happens once per
- * output row, here. */
-static void attn_run(const attn_ctx *c, const uint32_t *tok, uint32_t nt, uint32_t g, float *sc)
+/* The whole run over all its chunks in turn. */
+static void attn_run(const attn_ctx *c, const uint32_t *tok, uint32_t nt, uint32_t g, const attn_scratch *w)
 {
     const kvp_attn_args *a = c->a;
-    uint32_t hd = a->kv->head_dim, n_pos = 0;
+    uint32_t hd = a->kv->head_dim, n_pos = 0, nq = nt * c->n_rep;
     for (uint32_t i = 0; i < nt; i++)
         n_pos = (uint32_t)a->pos[tok[i]] + 1 > n_pos ? (uint32_t)a->pos[tok[i]] + 1 : n_pos;
-    attn_part part;
-    uint32_t nq = attn_range(c, tok, nt, g, 0, n_pos, sc, &part);
-    for (uint32_t j = 0; j < nq; j++) {
-        float *dst = attn_out_row(c, tok, g, j), inv = 1.0f / part.sum[j];
-        for (uint32_t d = 0; d < hd; d++)
-            dst[d] = part.o[(size_t)j * hd + d] * inv;
+    for (uint32_t p0 = 0; p0 < n_pos; p0 += c->chunk) {
+        attn_range(c, tok, nt, g, p0, p0 + c->chunk < n_pos ? p0 + c->chunk : n_pos, w);
+        for (uint32_t j = 0; j < nq; j++)
+            if ((uint32_t)a->pos[tok[j / c->n_rep]] >= p0)
+                attn_fold(&w->M[j], &w->L[j], w->O + (size_t)j * hd, w->mx[j], w->sum[j], w->o + (size_t)j * hd, hd,
+                          p0 == 0);
     }
+    for (uint32_t j = 0; j < nq; j++)
+        attn_finish(attn_out_row(c, tok, g, j), w->O + (size_t)j * hd, w->L[j], hd);
 }
 
 /* Floats of one (run, head, chunk) part of a split: o [n_rep][hd], mx and sum. */
@@ -649,23 +640,21 @@ static void attn_task(void *ctxp, int task, int thread)
     uint32_t tok[KVP_ATT_TILE_MAX];
     for (uint32_t j = 0; j < r->nt; j++)
         tok[j] = r->t0 + j;
-    float *sc = c->scratch + (size_t)thread * c->per_thread;
+    attn_scratch w = attn_scratch_at(c, c->scratch + (size_t)thread * c->per_thread);
     if (r->n_chunks == 1) {
-        attn_run(c, tok, r->nt, g, sc);
+        attn_run(c, tok, r->nt, g, &w);
         return;
     }
     uint32_t n_pos = (uint32_t)c->a->pos[r->t0] + 1, p0 = ch * c->chunk;
-    uint32_t p1 = p0 + c->chunk < n_pos ? p0 + c->chunk : n_pos;
-    attn_part part;
-    uint32_t nq = attn_range(c, tok, 1, g, p0, p1, sc, &part);
+    uint32_t nq = attn_range(c, tok, 1, g, p0, p0 + c->chunk < n_pos ? p0 + c->chunk : n_pos, &w);
     float *dst = c->parts + r->part + (size_t)k * attn_part_floats(c);
-    memcpy(dst, part.o, (size_t)nq * hd * sizeof(float));
-    memcpy(dst + (size_t)nq * hd, part.mx, nq * sizeof(float));
-    memcpy(dst + (size_t)nq * (hd + 1), part.sum, nq * sizeof(float));
+    memcpy(dst, w.o, (size_t)nq * hd * sizeof(float));
+    memcpy(dst + (size_t)nq * hd, w.mx, nq * sizeof(float));
+    memcpy(dst + (size_t)nq * (hd + 1), w.sum, nq * sizeof(float));
 }
 
-/* A split run, after its tasks: each query's chunks combined, every chunk's
- * sum and output rescaled from its own max to the overall one. */
+/* A split run, after its tasks: each query's parts folded in chunk order
+ * into its output row. */
 static void attn_merge(const attn_ctx *c, const attn_runrec *r)
 {
     uint32_t hd = c->a->kv->head_dim, nq = c->n_rep, tok = r->t0;
@@ -673,19 +662,13 @@ static void attn_merge(const attn_ctx *c, const attn_runrec *r)
     for (uint32_t g = 0; g < c->n_head_kv; g++)
         for (uint32_t j = 0; j < nq; j++) {
             const float *base = c->parts + r->part + (size_t)g * r->n_chunks * pf;
-            float m = -INFINITY, l = 0, *dst = attn_out_row(c, &tok, g, j);
-            for (uint32_t ch = 0; ch < r->n_chunks; ch++)
-                m = fmaxf(m, base[ch * pf + (size_t)nq * hd + j]);
-            memset(dst, 0, hd * sizeof(float));
+            float M = 0, L = 0, *dst = attn_out_row(c, &tok, g, j);
             for (uint32_t ch = 0; ch < r->n_chunks; ch++) {
                 const float *part = base + ch * pf;
-                float w = expf(part[(size_t)nq * hd + j] - m);
-                l += w * part[(size_t)nq * (hd + 1) + j];
-                for (uint32_t d = 0; d < hd; d++)
-                    dst[d] += w * part[(size_t)j * hd + d];
+                attn_fold(&M, &L, dst, part[(size_t)nq * hd + j], part[(size_t)nq * (hd + 1) + j],
+                          part + (size_t)j * hd, hd, ch == 0);
             }
-            for (uint32_t d = 0; d < hd; d++)
-                dst[d] /= l;
+            attn_finish(dst, dst, L, hd);
         }
 }
 
@@ -727,19 +710,16 @@ static int cpu_attention(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
     uint32_t tile = c.n_rep >= KVP_ATT_QUERIES ? 1 : KVP_ATT_QUERIES / c.n_rep;
     while (tile > 1 && (a->n_tok + tile - 1) / tile * c.n_head_kv < 2 * (uint32_t)im->n_threads)
         tile = (tile + 1) / 2;
-    int32_t max_pos = 0;
-    for (uint32_t t = 0; t < a->n_tok; t++)
-        max_pos = a->pos[t] > max_pos ? a->pos[t] : max_pos;
-    uint32_t n_keys = (uint32_t)max_pos + 1 < 2 * c.chunk || tile > 1 ? (uint32_t)max_pos + 1 : 2 * c.chunk;
-    c.per_thread = attn_scratch_floats(attn_lanes(tile * c.n_rep), n_keys, a->kv->head_dim, bs);
-    size_t have = im->att_per_thread * (size_t)im->n_threads * sizeof(float);
-    if (c.per_thread > im->att_per_thread) {
+    c.ldq = attn_lanes(tile * c.n_rep);
+    size_t need = attn_scratch_floats(c.ldq, c.chunk, a->kv->head_dim, bs);
+    if (need > im->att_per_thread) {
         void *p = im->att;
-        p = grow(&p, &have, c.per_thread * 2 * (size_t)im->n_threads * sizeof(float));
+        size_t have = im->att_per_thread * (size_t)im->n_threads * sizeof(float);
+        p = grow(&p, &have, need * (size_t)im->n_threads * sizeof(float));
         im->att = p; /* grow freed the old scratch either way */
-        im->att_per_thread = p ? c.per_thread * 2 : 0;
+        im->att_per_thread = p ? need : 0;
         if (!p)
-            return kvp_err_set(err, KVP_ENOMEM, "attention: out of memory for %zu scores", c.per_thread);
+            return kvp_err_set(err, KVP_ENOMEM, "attention: out of memory for %zu floats of scratch", need);
     }
     c.scratch = im->att;
     c.per_thread = im->att_per_thread;

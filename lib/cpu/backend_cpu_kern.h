@@ -7,7 +7,12 @@
  *   Q8_0:  dw*dx * sum(qw*qx)
  *   Q4_1:  dw*dx * sum(qw*qx) + mw * s,      s = dx * sum(qx)
  *   Q4_0:  dw*dx * sum(qw*qx) - 8*dw * s     (stored q in 0..15, y = (q-8) dw)
- * Every table gives the same results within float rounding (summation order).
+ * Scaled i8 and i4 rows (group g a multiple of 32) are the same with the
+ * group's scale for dw and -z * scale for mw (z the zero point; i4 is stored
+ * offset: q = (nibble ^ 8) - 8, element 2k low nibble, 2k+1 high); fp8 e4m3
+ * rows meet f32 activations.  Every table gives the same results within
+ * float rounding (summation order), and each table the same bits for a
+ * token in any batch (kvp_mm_blk).
  */
 #ifndef KVP_BACKEND_CPU_KERN_H
 #define KVP_BACKEND_CPU_KERN_H
@@ -16,8 +21,7 @@
 #include <stdint.h>
 
 #define KVP_QK 32      /* elements per quantization block */
-#define KVP_MM_TOK 4   /* tokens one single-row dot kernel call handles */
-#define KVP_MM_TILE 8  /* most tokens a two-row tile kernel takes (tile_tok) */
+#define KVP_MM_TILE 8  /* most tokens a group holds (tile_tok) */
 #define KVP_Q8_SCALES 24 /* 4-byte slots per block in a tile's scale table */
 
 /* An activation block: 32 int8 with scale d, their sum, and s = d * sum. */
@@ -44,38 +48,47 @@ _Static_assert(sizeof(kvp_blk_q4_0) == 18, "q4_0 block is 18 bytes");
 _Static_assert(sizeof(kvp_blk_q4_1) == 20, "q4_1 block is 20 bytes");
 _Static_assert(sizeof(kvp_blk_q8_0) == 34, "q8_0 block is 34 bytes");
 
-/* out[t] = dot(weight row w, activation row x[t]) for t < ntok <= KVP_MM_TOK;
- * n elements (nb = n / 32 blocks for the quantized kinds). */
-typedef void (*kvp_dotq_fn)(const void *w, const kvp_q8blk *const *x, uint32_t ntok, uint32_t nb, float *out);
-typedef void (*kvp_dotf_fn)(const void *w, const float *const *x, uint32_t ntok, uint32_t n, float *out);
-
-/* Scaled weights (backend.h): one row whose scales sc (and zero points zp,
- * or NULL) hold one value per g elements.
- *   i8, i4: g a multiple of 32; per activation block dx*sum(q*qx) - z*s, so
- *           zero points cost one multiply-add a block (i4 is stored offset:
- *           q = (nibble ^ 8) - 8, element 2k low nibble, 2k+1 high).
- *   e4m3:   f32 activations; any g dividing n. */
-typedef void (*kvp_dots_fn)(const void *w, const float *sc, const float *zp, uint32_t g, const kvp_q8blk *const *x,
-                            uint32_t ntok, uint32_t nb, float *out);
-typedef void (*kvp_dotsf_fn)(const void *w, const float *sc, uint32_t g, const float *const *x, uint32_t ntok,
-                             uint32_t n, float *out);
-
-/* Two rows w0, w1 against tile_tok tokens at once: o0[t], o1[t]. */
-typedef void (*kvp_dotf2_fn)(const void *w0, const void *w1, const float *const *x, uint32_t n, float *o0,
-                             float *o1);
-
-/* The quantized ones take the tile's activations interleaved (xt and dxs,
- * kvp_cpu_q8_tile_put) and, for Q8_0 and i8 in a table with tile_flip, the
- * rows' wsum (-128 * each block's sum of quants: row w0's nb entries, then
- * w1's); NULL otherwise. */
-typedef void (*kvp_dotq2_fn)(const void *w0, const void *w1, const int8_t *xt, const float *dxs,
-                             const int32_t *wsum, uint32_t nb, float *o0, float *o1);
-
-/* Two scaled rows (scales sc0/sc1, zero points zp0/zp1 or NULL) by
- * tile_tok tokens. */
-typedef void (*kvp_dots2_fn)(const void *w0, const void *w1, const float *sc0, const float *sc1, const float *zp0,
-                             const float *zp1, uint32_t g, const int8_t *xt, const float *dxs, const int32_t *wsum,
-                             uint32_t nb, float *o0, float *o1);
+/* One piece of a matmul, the only way the backend reaches the dot kernels:
+ * rows r < nr (<= KVP_MM_ROWS) of a weight by the tokens t < nt (<= the
+ * table's tile_tok) of one token group, y[t * ldy + r] = dot(row r, token t).
+ *
+ * Batch invariance: every kernel set fixes one order of float operations
+ * for each (row, token) and keeps it whatever nr, nt, the token's place in
+ * the group and the row's place in the piece are, so a token's outputs are
+ * the same bits in any batch (its prompt chunked any way, any thread
+ * count).  The kernel sets differ from each other in that order:
+ *   portable:  blocks (elements) in order into one float.
+ *   AVX2:      8 float lanes, each block's products (each 8 elements) added
+ *              in order by FMA, then one horizontal sum; Q4 minimums and
+ *              zero points in a chain of FMAs of their own, added last.
+ *   VNNI:      quantized kinds: each block's exact i32 dot product, then
+ *              one scalar chain of FMAs over the blocks, the minimum terms
+ *              in a second chain, added last; floats as AVX2.
+ *
+ * Quantized kinds (Q4_0, Q4_1, Q8_0, i8, i4) read the tokens' blocks xq or
+ * the group's tile xt/dxs (kvp_cpu_q8_tile_put), which the backend builds
+ * when nt > few_tok; wsum is set with the tile for Q8_0 and i8 under
+ * tile_flip.  Scaled kinds: row r's scales at sc + r * sc_stride (zero
+ * points zp likewise, or NULL), one per g elements.  Float kinds (f32, f16,
+ * bf16, and fp8 e4m3 with its scales) read the rows xf. */
+#define KVP_MM_ROWS 8
+typedef struct kvp_mm_blk {
+    const uint8_t *w;          /* row 0; row r at w + r * w_stride */
+    size_t w_stride;
+    const float *sc, *zp;      /* scaled kinds: row 0's scales and zero points */
+    size_t sc_stride;
+    uint32_t g;
+    const int32_t *wsum;       /* row 0's block sums (nb a row), see above */
+    const int8_t *xt;          /* the tile, or NULL when nt <= few_tok */
+    const float *dxs;
+    const kvp_q8blk *const *xq; /* [nt]: each token's n / 32 blocks */
+    const float *const *xf;    /* [nt]: each token's n floats */
+    uint32_t n;                /* elements a row */
+    uint32_t nr, nt;
+    float *y;
+    size_t ldy;
+} kvp_mm_blk;
+typedef void (*kvp_mm_fn)(const kvp_mm_blk *b);
 
 /* One token's activation blocks x[0..nb) into slot t of a tile of T (<= 8)
  * tokens, the layout the two-row kernels read.  xt (32-byte aligned): each
@@ -89,33 +102,30 @@ void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb
 
 typedef struct kvp_cpu_kernels {
     const char *isa;
-    uint32_t tile_tok;     /* tokens the two-row (dot2_*) kernels take, <= KVP_MM_TILE */
-    uint32_t tile_unit;    /* the xt grouping they read (kvp_cpu_q8_tile_put) */
+    uint32_t tile_tok;     /* tokens a group (and a tile) holds, <= KVP_MM_TILE */
+    uint32_t few_tok;      /* groups of up to this many tokens need no tile */
+    uint32_t tile_unit;    /* the xt grouping the tiles use (kvp_cpu_q8_tile_put) */
     int tile_flip;         /* Q8_0 and i8 tiles: xt flipped, and a wsum table */
     /* out[b] = -128 * sum of the 32 int8 at q + b * stride, b < nb (NULL
      * without tile_flip). */
     void (*wsum)(const uint8_t *q, size_t stride, uint32_t nb, int32_t *out);
     void (*quant_q8)(const float *x, kvp_q8blk *y, uint32_t n); /* n multiple of 32 */
-    kvp_dotq_fn dot_q4_0, dot_q4_1, dot_q8_0;
-    kvp_dotf_fn dot_f32, dot_f16, dot_bf16;
-    kvp_dotq2_fn dot2_q4_0, dot2_q4_1, dot2_q8_0; /* NULL: use the one-row kernels */
-    kvp_dotf2_fn dot2_f32, dot2_f16, dot2_bf16;
-    kvp_dots2_fn dot2_i8, dot2_i4;
-    kvp_dots_fn dot_i8, dot_i4;
-    kvp_dotsf_fn dot_e4m3;
-    /* Attention (backend_cpu.c): the queries of one KV head sit in lanes,
-     * qt[d * ldq + j] is element d of query j, ldq a multiple of 8. */
+    kvp_mm_fn mm_q4_0, mm_q4_1, mm_q8_0, mm_i8, mm_i4; /* i8, i4: g a multiple of 32 */
+    kvp_mm_fn mm_f32, mm_f16, mm_bf16, mm_e4m3;       /* e4m3: any g dividing n */
+    /* Attention (backend_cpu.c): scores s[p * ldq + j] of key p for query
+     * lane j, ldq a multiple of 8.  Like the matmul, each (query, key) score
+     * and each output element has one order of operations whatever the
+     * other lanes hold. */
     /* n K/V elements of dtype f16/bf16/f32 as f32. */
     void (*kv_f32)(int dtype, const void *src, float *dst, uint32_t n);
-    /* s[p * ldq + j] = sum_d qt[d * ldq + j] * k[p * hd + d], p < np. */
-    void (*att_scores)(const float *qt, uint32_t ldq, const float *k, uint32_t np, uint32_t hd, float *s);
-    /* Decode's few queries (nq <= 4, rows q[nq][hd]) against np keys read in
-     * their stored dtype (f32/f16/bf16): s[p * ldq + j] for j < nq, lanes
-     * nq .. ldq-1 of each key set to 0 (ldq 8). */
-    void (*att_scores_rows)(const float *q, uint32_t nq, int dtype, const void *k, uint32_t np, uint32_t hd,
-                            float *s, uint32_t ldq);
-    /* Per lane j, over the keys p < lim[j] (>= 1) of s[np][ldq]: s = e^(s -
-     * max), 0 for the keys it may not see; mx[j] the max, sum[j] the sum. */
+    /* Queries as rows q[nq][hd] (nq <= ldq) against np keys k[np][hd] read
+     * in their stored dtype (f32/f16/bf16): s[p * ldq + j] = q[j] . k[p]
+     * for j < nq, lanes nq .. ldq-1 of each key set to 0. */
+    void (*att_scores)(const float *q, uint32_t nq, int dtype, const void *k, uint32_t np, uint32_t hd, float *s,
+                       uint32_t ldq);
+    /* Per lane j, over the keys p < lim[j] of s[np][ldq]: s = e^(s - max),
+     * 0 for the keys it may not see; mx[j] the max (-inf when lim[j] is 0),
+     * sum[j] the sum. */
     void (*att_softmax)(float *s, uint32_t ldq, uint32_t np, const int32_t *lim, float *mx, float *sum);
     /* o[j * hd + i] += sum_p s[p * ldq + j] * v[p * hd + i], j < nq, p < np. */
     void (*att_values)(const float *s, uint32_t ldq, uint32_t nq, const float *v, uint32_t np, uint32_t hd,

@@ -36,140 +36,122 @@ static int dot_nibbles(const uint8_t *qs, const int8_t *xq)
     return s;
 }
 
-static void dot_q4_0(const void *w, const kvp_q8blk *const *x, uint32_t ntok, uint32_t nb, float *out)
+/* One row by one token's blocks x[nb] (or floats x[n]): every kind's sum
+ * runs through the blocks (elements) in order into one float. */
+static float dot_q4_0(const kvp_blk_q4_0 *wb, const kvp_q8blk *x, uint32_t nb)
 {
-    const kvp_blk_q4_0 *wb = w;
-    for (uint32_t t = 0; t < ntok; t++) {
-        float acc = 0;
-        for (uint32_t b = 0; b < nb; b++) {
-            float dw = kvp_f16_to_f32(wb[b].d);
-            acc += dw * x[t][b].d * (float)dot_nibbles(wb[b].qs, x[t][b].q) - 8.0f * dw * x[t][b].s;
-        }
-        out[t] = acc;
+    float acc = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        float dw = kvp_f16_to_f32(wb[b].d);
+        acc += dw * x[b].d * (float)dot_nibbles(wb[b].qs, x[b].q) - 8.0f * dw * x[b].s;
     }
+    return acc;
 }
 
-static void dot_q4_1(const void *w, const kvp_q8blk *const *x, uint32_t ntok, uint32_t nb, float *out)
+static float dot_q4_1(const kvp_blk_q4_1 *wb, const kvp_q8blk *x, uint32_t nb)
 {
-    const kvp_blk_q4_1 *wb = w;
-    for (uint32_t t = 0; t < ntok; t++) {
-        float acc = 0;
-        for (uint32_t b = 0; b < nb; b++) {
-            float dw = kvp_f16_to_f32(wb[b].d), mw = kvp_f16_to_f32(wb[b].m);
-            acc += dw * x[t][b].d * (float)dot_nibbles(wb[b].qs, x[t][b].q) + mw * x[t][b].s;
-        }
-        out[t] = acc;
+    float acc = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        float dw = kvp_f16_to_f32(wb[b].d), mw = kvp_f16_to_f32(wb[b].m);
+        acc += dw * x[b].d * (float)dot_nibbles(wb[b].qs, x[b].q) + mw * x[b].s;
     }
+    return acc;
 }
 
-static void dot_q8_0(const void *w, const kvp_q8blk *const *x, uint32_t ntok, uint32_t nb, float *out)
+static float dot_q8_0(const kvp_blk_q8_0 *wb, const kvp_q8blk *x, uint32_t nb)
 {
-    const kvp_blk_q8_0 *wb = w;
-    for (uint32_t t = 0; t < ntok; t++) {
-        float acc = 0;
-        for (uint32_t b = 0; b < nb; b++) {
-            int s = 0;
-            for (int j = 0; j < KVP_QK; j++)
-                s += wb[b].qs[j] * x[t][b].q[j];
-            acc += kvp_f16_to_f32(wb[b].d) * x[t][b].d * (float)s;
-        }
-        out[t] = acc;
+    float acc = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        int s = 0;
+        for (int j = 0; j < KVP_QK; j++)
+            s += wb[b].qs[j] * x[b].q[j];
+        acc += kvp_f16_to_f32(wb[b].d) * x[b].d * (float)s;
     }
+    return acc;
 }
 
-static void dot_f32(const void *w, const float *const *x, uint32_t ntok, uint32_t n, float *out)
+/* f32, f16 or bf16 weights */
+static float dot_f(int dtype, const void *w, const float *x, uint32_t n)
 {
-    const float *wf = w;
-    for (uint32_t t = 0; t < ntok; t++) {
-        float acc = 0;
-        for (uint32_t i = 0; i < n; i++)
-            acc += wf[i] * x[t][i];
-        out[t] = acc;
-    }
-}
-
-static void dot_f16(const void *w, const float *const *x, uint32_t ntok, uint32_t n, float *out)
-{
-    const uint16_t *wh = w;
-    for (uint32_t t = 0; t < ntok; t++) {
-        float acc = 0;
-        for (uint32_t i = 0; i < n; i++)
-            acc += kvp_f16_to_f32(wh[i]) * x[t][i];
-        out[t] = acc;
-    }
-}
-
-static void dot_bf16(const void *w, const float *const *x, uint32_t ntok, uint32_t n, float *out)
-{
-    const uint16_t *wh = w;
-    for (uint32_t t = 0; t < ntok; t++) {
-        float acc = 0;
-        for (uint32_t i = 0; i < n; i++)
-            acc += kvp_bf16_to_f32(wh[i]) * x[t][i];
-        out[t] = acc;
-    }
+    float acc = 0;
+    for (uint32_t i = 0; i < n; i++)
+        acc += (dtype == KVP_DTYPE_F32 ? ((const float *)w)[i] : dtype == KVP_DTYPE_F16
+                ? kvp_f16_to_f32(((const uint16_t *)w)[i]) : kvp_bf16_to_f32(((const uint16_t *)w)[i])) * x[i];
+    return acc;
 }
 
 /* ---- scaled schemes ---- */
 
-static void dot_i8(const void *w, const float *sc, const float *zp, uint32_t g, const kvp_q8blk *const *x,
-                   uint32_t ntok, uint32_t nb, float *out)
+/* i8 (is4 0) or i4 (1): per group the blocks' sums, then times the scale */
+static float dot_int(int is4, const uint8_t *q, const float *sc, const float *zp, uint32_t g, const kvp_q8blk *x,
+                     uint32_t nb)
 {
-    const int8_t *q = w;
     uint32_t bpg = g / KVP_QK; /* blocks per scale */
-    for (uint32_t t = 0; t < ntok; t++) {
-        float acc = 0;
-        for (uint32_t b0 = 0; b0 < nb; b0 += bpg) {
-            float z = zp ? zp[b0 / bpg] : 0.0f, ga = 0;
-            for (uint32_t b = b0; b < b0 + bpg; b++) {
-                int s = 0;
-                for (int j = 0; j < KVP_QK; j++)
-                    s += q[(size_t)b * KVP_QK + j] * x[t][b].q[j];
-                ga += x[t][b].d * (float)s - z * x[t][b].s;
-            }
-            acc += sc[b0 / bpg] * ga;
-        }
-        out[t] = acc;
-    }
-}
-
-static void dot_i4(const void *w, const float *sc, const float *zp, uint32_t g, const kvp_q8blk *const *x,
-                   uint32_t ntok, uint32_t nb, float *out)
-{
-    const uint8_t *q = w;
-    uint32_t bpg = g / KVP_QK;
-    for (uint32_t t = 0; t < ntok; t++) {
-        float acc = 0;
-        for (uint32_t b0 = 0; b0 < nb; b0 += bpg) {
-            float z = (zp ? zp[b0 / bpg] : 0.0f) + 8.0f, ga = 0;
-            for (uint32_t b = b0; b < b0 + bpg; b++) {
+    float acc = 0;
+    for (uint32_t b0 = 0; b0 < nb; b0 += bpg) {
+        float z = (zp ? zp[b0 / bpg] : 0.0f) + (is4 ? 8.0f : 0.0f), ga = 0;
+        for (uint32_t b = b0; b < b0 + bpg; b++) {
+            int s = 0;
+            if (is4) {
                 const uint8_t *qb = q + (size_t)b * 16;
-                int s = 0;
                 for (int j = 0; j < 16; j++)
-                    s += ((qb[j] & 15) ^ 8) * x[t][b].q[2 * j] + ((qb[j] >> 4) ^ 8) * x[t][b].q[2 * j + 1];
-                ga += x[t][b].d * (float)s - z * x[t][b].s;
+                    s += ((qb[j] & 15) ^ 8) * x[b].q[2 * j] + ((qb[j] >> 4) ^ 8) * x[b].q[2 * j + 1];
+            } else {
+                for (int j = 0; j < KVP_QK; j++)
+                    s += (int8_t)q[(size_t)b * KVP_QK + j] * x[b].q[j];
             }
-            acc += sc[b0 / bpg] * ga;
+            ga += x[b].d * (float)s - z * x[b].s;
         }
-        out[t] = acc;
+        acc += sc[b0 / bpg] * ga;
+    }
+    return acc;
+}
+
+static float dot_e4m3(const uint8_t *q, const float *sc, uint32_t g, const float *x, uint32_t n)
+{
+    float acc = 0;
+    for (uint32_t i0 = 0; i0 < n; i0 += g) {
+        float ga = 0;
+        for (uint32_t i = i0; i < i0 + g; i++)
+            ga += kvp_e4m3_to_f32(q[i]) * x[i];
+        acc += sc[i0 / g] * ga;
+    }
+    return acc;
+}
+
+/* Every (row, token) of the piece on its own. */
+static void mm_kind(int dtype, const kvp_mm_blk *b)
+{
+    uint32_t nb = b->n / KVP_QK;
+    for (uint32_t r = 0; r < b->nr; r++) {
+        const uint8_t *w = b->w + (size_t)r * b->w_stride;
+        const float *sc = b->sc ? b->sc + (size_t)r * b->sc_stride : NULL;
+        const float *zp = b->zp ? b->zp + (size_t)r * b->sc_stride : NULL;
+        for (uint32_t t = 0; t < b->nt; t++) {
+            float v;
+            switch (dtype) {
+            case KVP_DTYPE_Q4_0: v = dot_q4_0((const kvp_blk_q4_0 *)w, b->xq[t], nb); break;
+            case KVP_DTYPE_Q4_1: v = dot_q4_1((const kvp_blk_q4_1 *)w, b->xq[t], nb); break;
+            case KVP_DTYPE_Q8_0: v = dot_q8_0((const kvp_blk_q8_0 *)w, b->xq[t], nb); break;
+            case KVP_DTYPE_I8: v = dot_int(0, w, sc, zp, b->g, b->xq[t], nb); break;
+            case KVP_DTYPE_I4: v = dot_int(1, w, sc, zp, b->g, b->xq[t], nb); break;
+            case KVP_DTYPE_FP8_E4M3: v = dot_e4m3(w, sc, b->g, b->xf[t], b->n); break;
+            default: v = dot_f(dtype, w, b->xf[t], b->n); break;
+            }
+            b->y[(size_t)t * b->ldy + r] = v;
+        }
     }
 }
 
-static void dot_e4m3(const void *w, const float *sc, uint32_t g, const float *const *x, uint32_t ntok, uint32_t n,
-                     float *out)
-{
-    const uint8_t *q = w;
-    for (uint32_t t = 0; t < ntok; t++) {
-        float acc = 0;
-        for (uint32_t i0 = 0; i0 < n; i0 += g) {
-            float ga = 0;
-            for (uint32_t i = i0; i < i0 + g; i++)
-                ga += kvp_e4m3_to_f32(q[i]) * x[t][i];
-            acc += sc[i0 / g] * ga;
-        }
-        out[t] = acc;
-    }
-}
+static void mm_q4_0(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_Q4_0, b); }
+static void mm_q4_1(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_Q4_1, b); }
+static void mm_q8_0(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_Q8_0, b); }
+static void mm_i8(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_I8, b); }
+static void mm_i4(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_I4, b); }
+static void mm_f32(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_F32, b); }
+static void mm_f16(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_F16, b); }
+static void mm_bf16(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_BF16, b); }
+static void mm_e4m3(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_FP8_E4M3, b); }
 
 static inline float kv_elem(int dtype, const void *p, uint32_t i)
 {
@@ -186,19 +168,8 @@ static void kv_f32(int dtype, const void *src, float *dst, uint32_t n)
         dst[i] = kv_elem(dtype, src, i);
 }
 
-static void att_scores(const float *qt, uint32_t ldq, const float *k, uint32_t np, uint32_t hd, float *s)
-{
-    for (uint32_t p = 0; p < np; p++)
-        for (uint32_t j = 0; j < ldq; j++) {
-            float acc = 0;
-            for (uint32_t d = 0; d < hd; d++)
-                acc += qt[(size_t)d * ldq + j] * k[(size_t)p * hd + d];
-            s[(size_t)p * ldq + j] = acc;
-        }
-}
-
-static void att_scores_rows(const float *q, uint32_t nq, int dtype, const void *k, uint32_t np, uint32_t hd,
-                            float *s, uint32_t ldq)
+static void att_scores(const float *q, uint32_t nq, int dtype, const void *k, uint32_t np, uint32_t hd, float *s,
+                       uint32_t ldq)
 {
     for (uint32_t p = 0; p < np; p++)
         for (uint32_t j = 0; j < ldq; j++) {
@@ -242,21 +213,21 @@ static void silu_mul(float *g, const float *u, size_t n)
 
 const kvp_cpu_kernels kvp_cpu_kernels_portable = {
     .isa = "portable",
-    .tile_tok = KVP_MM_TOK, /* no two-row kernels */
+    .tile_tok = 4,
+    .few_tok = 4, /* no tiles */
     .tile_unit = KVP_QK,
     .quant_q8 = quant_q8,
-    .dot_q4_0 = dot_q4_0,
-    .dot_q4_1 = dot_q4_1,
-    .dot_q8_0 = dot_q8_0,
-    .dot_f32 = dot_f32,
-    .dot_f16 = dot_f16,
-    .dot_bf16 = dot_bf16,
-    .dot_i8 = dot_i8,
-    .dot_i4 = dot_i4,
-    .dot_e4m3 = dot_e4m3,
+    .mm_q4_0 = mm_q4_0,
+    .mm_q4_1 = mm_q4_1,
+    .mm_q8_0 = mm_q8_0,
+    .mm_i8 = mm_i8,
+    .mm_i4 = mm_i4,
+    .mm_f32 = mm_f32,
+    .mm_f16 = mm_f16,
+    .mm_bf16 = mm_bf16,
+    .mm_e4m3 = mm_e4m3,
     .kv_f32 = kv_f32,
     .att_scores = att_scores,
-    .att_scores_rows = att_scores_rows,
     .att_softmax = att_softmax,
     .att_values = att_values,
     .silu_mul = silu_mul,

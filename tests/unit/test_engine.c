@@ -93,9 +93,10 @@ static void kquant_row(int dtype, uint8_t *out, size_t bytes)
 /* ---- kernels: AVX2 against portable ---- */
 
 /* The attention, softmax and SiLU kernels of a fast table against the
- * portable ones, on shapes that reach every tile and tail: lanes 8 (decode)
- * and 24, keys 19 (8-, 4- and 1-key tiles), head dims 80 (32- and 8-wide
- * parts) and 70 (a scalar tail). */
+ * portable ones, on shapes that reach every tile and tail: queries 1 to 5
+ * and 11 (groups of four, padded), keys 19 (pairs and one alone), head dims
+ * 80 (32- and 8-wide parts) and 70 (a scalar tail); and the per-query and
+ * per-element results the same bits wherever they sit. */
 static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *fast)
 {
     enum { HD = 80, NP = 19, LDQ = 24 };
@@ -108,43 +109,46 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
     float kf[NP * HD];
     fast->kv_f32(KVP_DTYPE_F16, h, kf, NP * HD - 3);
     CHECK(memcmp(kf, k, (NP * HD - 3) * sizeof(float)) == 0);
-    for (uint32_t ldq = 8; ldq <= LDQ; ldq += 16)
-        for (uint32_t hd = 70; hd <= HD; hd += 10) {
-            ref->att_scores(qt, ldq, k, NP, hd, sa);
-            fast->att_scores(qt, ldq, k, NP, hd, sb);
-            double worst = 0;
-            for (uint32_t i = 0; i < NP * ldq; i++)
-                worst = fmax(worst, fabs(sa[i] - sb[i]));
-            CHECK_MSG(worst < 1e-4, "att_scores ldq %u hd %u: max difference %g", ldq, hd, worst);
-        }
-    /* decode's rows: up to 4 queries against keys as stored (f16, f32, bf16),
-     * head dims with and without a tail */
+    /* scores: queries as rows against keys as stored (f16, f32, bf16), head
+     * dims with and without a tail; each query's scores the same bits alone
+     * as among others, whatever the key's dtype as stored */
     static uint16_t hb[NP * HD];
+    static float s1[NP * 8];
     for (int i = 0; i < NP * HD; i++)
         hb[i] = kvp_f32_to_bf16(k[i]);
-    for (uint32_t nq = 1; nq <= 4; nq++)
+    for (uint32_t nq = 1; nq <= 11; nq += nq < 5 ? 1 : 6)
         for (uint32_t hd = 70; hd <= HD; hd += 10)
             for (int dt = 0; dt < 3; dt++) {
                 int dtype = dt == 0 ? KVP_DTYPE_F16 : dt == 1 ? KVP_DTYPE_F32 : KVP_DTYPE_BF16;
                 const void *kk = dt == 0 ? (const void *)h : dt == 1 ? (const void *)k : (const void *)hb;
-                for (int i = 0; i < NP * 8; i++)
+                uint32_t ldq = nq <= 8 ? 8 : LDQ;
+                for (uint32_t i = 0; i < NP * ldq; i++)
                     sa[i] = sb[i] = 99.0f; /* every lane must be written */
-                ref->att_scores_rows(qt, nq, dtype, kk, NP, hd, sa, 8);
-                fast->att_scores_rows(qt, nq, dtype, kk, NP, hd, sb, 8);
+                ref->att_scores(qt, nq, dtype, kk, NP, hd, sa, ldq);
+                fast->att_scores(qt, nq, dtype, kk, NP, hd, sb, ldq);
                 double worst = 0;
-                int unset = 0;
-                for (uint32_t i = 0; i < NP * 8; i++) {
+                int unset = 0, moved = 0;
+                for (uint32_t i = 0; i < NP * ldq; i++) {
                     worst = fmax(worst, fabs(sa[i] - sb[i]));
-                    unset += i % 8 >= nq && sb[i] != 0.0f;
+                    unset += i % ldq >= nq && sb[i] != 0.0f;
                 }
-                CHECK_MSG(worst < 1e-4 && unset == 0, "att_scores_rows nq %u hd %u dtype %d: max difference %g, %d "
-                          "padding lanes not 0", nq, hd, dtype, worst, unset);
+                for (uint32_t j = 0; j < nq; j++) {
+                    fast->att_scores(qt + j * hd, 1, dtype, kk, NP, hd, s1, 8);
+                    for (uint32_t p = 0; p < NP; p++)
+                        moved += memcmp(&s1[p * 8], &sb[p * ldq + j], sizeof(float)) != 0;
+                }
+                if (dt == 0) { /* f16 keys read as stored or converted: the same bits */
+                    fast->att_scores(qt, nq, KVP_DTYPE_F32, k, NP, hd, sa, ldq);
+                    moved += memcmp(sa, sb, NP * ldq * sizeof(float)) != 0;
+                }
+                CHECK_MSG(worst < 1e-4 && unset == 0 && moved == 0, "att_scores nq %u hd %u dtype %d: max difference "
+                          "%g, %d padding lanes not 0, %d scores other bits alone", nq, hd, dtype, worst, unset, moved);
             }
     /* softmax: lane j sees lim[j] keys; scores spread over [-60, 20] */
     int32_t lim[LDQ];
     float mxa[LDQ], mxb[LDQ], suma[LDQ], sumb[LDQ];
     for (int j = 0; j < LDQ; j++)
-        lim[j] = 1 + (j * 7) % NP;
+        lim[j] = j == 3 ? 0 : 1 + (j * 7) % NP; /* lane 3 sees no key */
     for (int i = 0; i < NP * LDQ; i++)
         sa[i] = sb[i] = 40.0f * frand() - 20.0f - (i % 5 == 0 ? 40.0f : 0.0f);
     ref->att_softmax(sa, LDQ, NP, lim, mxa, suma);
@@ -180,91 +184,189 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
     for (int i = 0; i < NS; i++)
         bad += !(fabsf(ga[i] - gb[i]) <= 1e-6f * fabsf(ga[i]) + 1e-30f);
     CHECK_MSG(bad == 0, "silu_mul: %d of %d values differ", bad, NS);
+    bad = 0;
+    for (int i = 0; i < NS; i += 7) { /* alone, each is the tail: the same bits as in the body */
+        float g1 = (float)(i - NS / 2) * 0.25f;
+        fast->silu_mul(&g1, &u[i], 1);
+        bad += i > 1 && memcmp(&g1, &gb[i], sizeof g1) != 0;
+    }
+    CHECK_MSG(bad == 0, "silu_mul: %d values other bits alone", bad);
 }
 
-static void test_kernels_one(const kvp_cpu_kernels *fast)
+/* A matmul piece through table k the way the backend runs it: rows w (nr,
+ * stride bytes apart) by tokens x[nt] (nt <= tile_tok), quantized by k
+ * and put into a tile when nt > few_tok, with the block sums a flipped tile
+ * needs; y[t * ldy + r]. */
+typedef struct kern_w {
+    int dtype;
+    const uint8_t *w;
+    size_t stride;
+    const float *sc, *zp;    /* scaled kinds */
+    size_t sc_stride;
+    uint32_t g, n;
+} kern_w;
+
+static void kern_mm(const kvp_cpu_kernels *k, const kern_w *kw, uint32_t nr, const float *const *x, uint32_t nt,
+                    float *y, size_t ldy)
 {
-    const kvp_cpu_kernels *ref = &kvp_cpu_kernels_portable;
-    enum { N = 256, NB = N / 32, TT = KVP_MM_TILE };
-    const uint32_t T = fast->tile_tok; /* tokens a two-row tile takes */
-    static float dxs[NB * KVP_Q8_SCALES];
-    static _Alignas(32) int8_t xtile[NB * KVP_MM_TILE * 32];
-    float x[TT][N], w[N];
-    CHECK(T >= 1 && T <= TT);
-    for (int i = 0; i < N; i++) {
-        w[i] = frand();
-        for (int t = 0; t < TT; t++)
-            x[t][i] = frand() * (t % 4 + 1);
+    enum { NBMAX = 16 };
+    static kvp_q8blk xq[KVP_MM_TILE][NBMAX];
+    static _Alignas(32) int8_t xt[NBMAX * KVP_MM_TILE * 32];
+    static float dxs[NBMAX * KVP_Q8_SCALES];
+    static int32_t ws[KVP_MM_ROWS * NBMAX];
+    uint32_t nb = kw->n / 32, T = k->tile_tok;
+    int dt = kw->dtype, quant = dt == KVP_DTYPE_Q4_0 || dt == KVP_DTYPE_Q4_1 || dt == KVP_DTYPE_Q8_0 ||
+                                dt == KVP_DTYPE_I8 || dt == KVP_DTYPE_I4;
+    int flip = k->tile_flip && (dt == KVP_DTYPE_Q8_0 || dt == KVP_DTYPE_I8);
+    const kvp_q8blk *xp[KVP_MM_TILE];
+    kvp_mm_blk b = {.w = kw->w, .w_stride = kw->stride, .sc = kw->sc, .zp = kw->zp, .sc_stride = kw->sc_stride,
+                    .g = kw->g, .xf = x, .n = kw->n, .nr = nr, .nt = nt, .y = y, .ldy = ldy};
+    if (nb > NBMAX || nt > T || nr > KVP_MM_ROWS) {
+        CHECK(0);
+        return;
     }
-    kvp_q8blk qa[TT][NB], qb[TT][NB];
-    for (int t = 0; t < TT; t++) {
-        ref->quant_q8(x[t], qa[t], N);
-        fast->quant_q8(x[t], qb[t], N);
-        CHECK(memcmp(qa[t][0].q, qb[t][0].q, 32) == 0);
-        CHECK_NEAR(qa[t][1].d, qb[t][1].d, 1e-7);
-        CHECK_NEAR(qa[t][2].s, qb[t][2].s, 1e-4);
-        CHECK_EQ_I64(qa[t][2].sum, qb[t][2].sum);
-    }
-    const kvp_q8blk *xq[TT];
-    const float *xf[TT];
-    for (int t = 0; t < TT; t++)
-        xq[t] = qa[t], xf[t] = x[t];
-    int types[] = {KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1, KVP_DTYPE_Q8_0};
-    for (int k = 0; k < 3; k++) {
-        uint8_t row[NB * 34];
-        quant_row(types[k], w, row, N);
-        kvp_dotq_fn fr = k == 0 ? ref->dot_q4_0 : k == 1 ? ref->dot_q4_1 : ref->dot_q8_0;
-        kvp_dotq_fn ff = k == 0 ? fast->dot_q4_0 : k == 1 ? fast->dot_q4_1 : fast->dot_q8_0;
-        for (uint32_t nt = 1; nt <= 4; nt++) {
-            float a[4], b[4], deq[N];
-            fr(row, xq, nt, NB, a);
-            ff(row, xq, nt, NB, b);
-            kvp_cpu_dequant_row(types[k], row, deq, N);
-            for (uint32_t t = 0; t < nt; t++) {
-                double exact = 0;
-                for (int i = 0; i < N; i++)
-                    exact += (double)deq[i] * x[t][i];
-                CHECK_NEAR(a[t], b[t], 1e-3 * (1 + fabs(a[t])));
-                /* activation quantization error: ~ |x|/127 per element */
-                CHECK_NEAR(a[t], exact, 0.02 * (t + 1) * sqrt(N));
+    if (quant) {
+        memset(xt, 0, sizeof xt);
+        for (uint32_t t = 0; t < nt; t++) {
+            k->quant_q8(x[t], xq[t], kw->n);
+            xp[t] = xq[t];
+            if (nt > k->few_tok)
+                kvp_cpu_q8_tile_put(xq[t], t, T, nb, k->tile_unit, flip, xt, dxs);
+        }
+        b.xq = xp;
+        if (nt > k->few_tok) {
+            b.xt = xt, b.dxs = dxs;
+            if (flip) {
+                for (uint32_t r = 0; r < nr; r++)
+                    k->wsum(kw->w + r * kw->stride + (dt == KVP_DTYPE_Q8_0 ? 2 : 0), dt == KVP_DTYPE_Q8_0 ? 34 : 32,
+                            nb, ws + r * nb);
+                b.wsum = ws;
             }
         }
     }
-    /* two-row tiles against the one-row kernel, row by row */
-    for (int k = 0; k < 3; k++) {
-        uint8_t rows[2][NB * 34];
-        float w2[N];
-        for (int i = 0; i < N; i++)
-            w2[i] = frand();
-        quant_row(types[k], w, rows[0], N);
-        quant_row(types[k], w2, rows[1], N);
-        kvp_dotq2_fn f2 = k == 0 ? fast->dot2_q4_0 : k == 1 ? fast->dot2_q4_1 : fast->dot2_q8_0;
-        kvp_dotq_fn fr = k == 0 ? ref->dot_q4_0 : k == 1 ? ref->dot_q4_1 : ref->dot_q8_0;
-        if (!f2)
-            continue;
-        float o0[TT], o1[TT], r0[TT], r1[TT];
-        int32_t ws[2 * NB];
-        int flip = fast->tile_flip && types[k] == KVP_DTYPE_Q8_0;
-        for (uint32_t t = 0; t < T; t++)
-            kvp_cpu_q8_tile_put(qa[t], t, T, NB, fast->tile_unit, flip, xtile, dxs);
-        if (flip)
-            for (int r = 0; r < 2; r++)
-                fast->wsum(rows[r] + 2, 34, NB, ws + r * NB);
-        f2(rows[0], rows[1], xtile, dxs, flip ? ws : NULL, NB, o0, o1);
-        for (uint32_t t = 0; t < T; t += 4) { /* the one-row kernels take 4 tokens */
-            fr(rows[0], xq + t, T - t < 4 ? T - t : 4, NB, r0 + t);
-            fr(rows[1], xq + t, T - t < 4 ? T - t : 4, NB, r1 + t);
-        }
-        for (uint32_t t = 0; t < T; t++) {
-            CHECK_NEAR(o0[t], r0[t], 1e-3 * (1 + fabs(r0[t])));
-            CHECK_NEAR(o1[t], r1[t], 1e-3 * (1 + fabs(r1[t])));
-        }
+    kvp_mm_fn f = dt == KVP_DTYPE_Q4_0 ? k->mm_q4_0 : dt == KVP_DTYPE_Q4_1 ? k->mm_q4_1 : dt == KVP_DTYPE_Q8_0
+                  ? k->mm_q8_0 : dt == KVP_DTYPE_I8 ? k->mm_i8 : dt == KVP_DTYPE_I4 ? k->mm_i4 : dt == KVP_DTYPE_F32
+                  ? k->mm_f32 : dt == KVP_DTYPE_F16 ? k->mm_f16 : dt == KVP_DTYPE_BF16 ? k->mm_bf16 : k->mm_e4m3;
+    f(&b);
+}
+
+/* Every kind's matmul of a fast table against the portable one and an
+ * exact sum, on KVP_MM_ROWS rows by KVP_MM_TILE tokens; and each (row,
+ * token) the same bits however it is cut into pieces: a row alone or among
+ * others, a token alone, first or last of a group, in a tile or not. */
+static void test_kernels_one(const kvp_cpu_kernels *fast)
+{
+    const kvp_cpu_kernels *ref = &kvp_cpu_kernels_portable;
+    enum { N = 256, NB = N / 32, TT = KVP_MM_TILE, R = KVP_MM_ROWS };
+    const uint32_t T = fast->tile_tok;
+    static float x[TT][N], wf[R][N], sc[R][N / 32], zp[R][N / 32];
+    static uint8_t wq[R][N * 4];
+    CHECK(T >= 1 && T <= TT && fast->few_tok < T);
+    for (int i = 0; i < N; i++)
+        for (int t = 0; t < TT; t++)
+            x[t][i] = frand() * (t % 4 + 1);
+    const float *xf[TT];
+    for (int t = 0; t < TT; t++)
+        xf[t] = x[t];
+    kvp_q8blk qa[NB], qb[NB];
+    for (int t = 0; t < TT; t++) {
+        ref->quant_q8(x[t], qa, N);
+        fast->quant_q8(x[t], qb, N);
+        CHECK(memcmp(qa[0].q, qb[0].q, 32) == 0);
+        CHECK_NEAR(qa[1].d, qb[1].d, 1e-7);
+        CHECK_NEAR(qa[2].s, qb[2].s, 1e-4);
+        CHECK_EQ_I64(qa[2].sum, qb[2].sum);
     }
-    /* q8_0 tiles with extreme codes (w -128 and 127, x +-127) against an
-     * exact sum: the VNNI tile offsets x by 128 and must cancel it exactly */
-    if (fast->dot2_q8_0) {
-        uint8_t rows[2][NB * 34];
-        kvp_q8blk xe[TT][NB];
+    const int kinds[] = {KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1, KVP_DTYPE_Q8_0, KVP_DTYPE_I8, KVP_DTYPE_I4,
+                         KVP_DTYPE_F32, KVP_DTYPE_F16, KVP_DTYPE_BF16, KVP_DTYPE_FP8_E4M3};
+    for (int ki = 0; ki < 9; ki++) {
+        int dt = kinds[ki], quant = ki < 5, scaled = ki == 3 || ki == 4 || ki == 8;
+        uint32_t n = ki >= 5 && ki <= 7 ? N - 5 : N; /* floats: a tail */
+        kern_w kw = {.dtype = dt, .n = n, .g = ki == 8 ? 32 : 64};
+        kw.stride = (size_t)kvp_dtype_row_bytes((uint32_t)dt, n);
+        kw.sc_stride = scaled ? n / kw.g : 0;
+        for (int r = 0; r < R; r++) {
+            for (uint32_t i = 0; i < n; i++)
+                wf[r][i] = frand();
+            for (uint32_t u = 0; u < n / kw.g; u++)
+                sc[r][u] = 0.01f + 0.1f * fabsf(frand()), zp[r][u] = (float)((r * 3 + (int)u) % 5 - 2);
+            uint8_t *o = wq[0] + r * kw.stride;
+            if (dt <= KVP_DTYPE_Q8_0 && dt >= KVP_DTYPE_Q4_0)
+                quant_row(dt, wf[r], o, n);
+            for (uint32_t i = 0; i < n; i++) {
+                if (dt == KVP_DTYPE_F32)
+                    memcpy(o + 4 * i, &wf[r][i], 4);
+                else if (dt == KVP_DTYPE_F16)
+                    kvp_put16(o + 2 * i, kvp_f32_to_f16(wf[r][i]));
+                else if (dt == KVP_DTYPE_BF16)
+                    kvp_put16(o + 2 * i, kvp_f32_to_bf16(wf[r][i]));
+                else if (dt == KVP_DTYPE_I8)
+                    o[i] = (uint8_t)(int8_t)(i % 17 == 0 ? -128 : lrintf(wf[r][i] * 127));
+                else if (dt == KVP_DTYPE_I4)
+                    o[i / 2] = (uint8_t)(i % 2 ? (o[i / 2] & 15) | ((lrintf(wf[r][i] * 7) & 15) << 4)
+                                                : (lrintf(wf[r][i] * 7) & 15));
+                else if (dt == KVP_DTYPE_FP8_E4M3)
+                    o[i] = kvp_f32_to_e4m3_sat(wf[r][i] * 100);
+            }
+        }
+        kw.w = wq[0];
+        kw.sc = scaled ? sc[0] : NULL;
+        kw.zp = ki == 3 || ki == 4 ? zp[0] : NULL; /* i8 and i4 asymmetric */
+        float ya[TT][R], yb[TT][R], one[TT][R];
+        for (uint32_t t = 0; t < TT; t += ref->tile_tok)
+            kern_mm(ref, &kw, R, xf + t, TT - t < ref->tile_tok ? TT - t : ref->tile_tok, ya[t], R);
+        for (uint32_t t = 0; t < TT; t += T)
+            kern_mm(fast, &kw, R, xf + t, TT - t < T ? TT - t : T, yb[t], R);
+        kvp_weight w = {.dtype = dt, .n_in = n, .n_out = R, .row_bytes = kw.stride, .data = kw.w, .scales = kw.sc,
+                        .zeros = kw.zp, .group = kw.g, .scale_stride = (uint32_t)kw.sc_stride};
+        double worst = 0, worst_exact = 0;
+        for (int r = 0; r < R; r++) {
+            float deq[N];
+            CHECK(kvp_cpu_dequant_weight_row(&w, (uint32_t)r, deq) == 0);
+            for (int t = 0; t < TT; t++) {
+                double exact = 0, mag = 0;
+                for (uint32_t i = 0; i < n; i++)
+                    exact += (double)deq[i] * x[t][i], mag += fabs((double)deq[i] * x[t][i]);
+                worst = fmax(worst, fabs(ya[t][r] - yb[t][r]) / (1 + mag));
+                /* quantized activations: ~ |x|/127 an element, relative to the magnitude */
+                worst_exact = fmax(worst_exact, fabs(ya[t][r] - exact) / (1 + mag));
+            }
+        }
+        CHECK_MSG(worst < 1e-5, "%s %s: %s against portable: %g", fast->isa, kvp_dtype_name((uint32_t)dt), "max",
+                  worst);
+        CHECK_MSG(worst_exact < (quant ? 0.02 : 1e-5), "%s: portable against an exact sum: %g",
+                  kvp_dtype_name((uint32_t)dt), worst_exact);
+        /* the same bits in any piece: each row alone by each token alone,
+         * then each token last of a group and first of another */
+        int bad = 0;
+        for (int r = 0; r < R; r++) {
+            kern_w k1 = kw;
+            k1.w = kw.w + r * kw.stride;
+            k1.sc = kw.sc ? kw.sc + r * kw.sc_stride : NULL;
+            k1.zp = kw.zp ? kw.zp + r * kw.sc_stride : NULL;
+            for (int t = 0; t < TT; t++)
+                kern_mm(fast, &k1, 1, xf + t, 1, &one[t][r], 1);
+        }
+        bad += memcmp(one, yb, sizeof one) != 0;
+        for (uint32_t g = 2; g <= T; g++)
+            for (int t = 0; t < TT; t++) {
+                const float *grp[TT];
+                float yg[TT][R];
+                for (uint32_t i = 0; i < g; i++)
+                    grp[i] = x[(t + TT - (int)(g - 1) + (int)i) % TT]; /* t last */
+                kern_mm(fast, &kw, R, grp, g, yg[0], R);
+                bad += memcmp(yg[g - 1], yb[t], sizeof yb[t]) != 0;
+                for (uint32_t i = 0; i < g; i++)
+                    grp[i] = x[(t + (int)i * 3) % TT]; /* t first */
+                kern_mm(fast, &kw, R - 3, grp, g, yg[0], R);
+                bad += memcmp(yg[0], yb[t], (R - 3) * sizeof(float)) != 0;
+            }
+        CHECK_MSG(bad == 0, "%s %s: %d pieces give other bits", fast->isa, kvp_dtype_name((uint32_t)dt), bad);
+    }
+    /* q8_0 with extreme codes (w -128 and 127, x +-127) against an exact
+     * sum: the VNNI tile offsets x by 128 and must cancel it exactly */
+    {
+        static uint8_t rows[2][NB * 34];
         for (int r = 0; r < 2; r++)
             for (int b = 0; b < NB; b++) {
                 uint8_t *blk = rows[r] + b * 34;
@@ -272,92 +374,48 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
                 for (int j = 0; j < 32; j++)
                     blk[2 + j] = (uint8_t)(int8_t)((j + b + r) % 3 == 0 ? -128 : j % 2 ? 127 : -((j * 37 + r) % 128));
             }
+        /* activations that quantize to +-127 and chosen codes: amax 127 in
+         * every block, so d = 1 and q = x */
         for (int t = 0; t < TT; t++)
-            for (int b = 0; b < NB; b++) {
-                xe[t][b].d = 1.0f / (float)(t + 2);
-                int sum = 0;
-                for (int j = 0; j < 32; j++) {
-                    int v = (j + t) % 4 == 0 ? -127 : (j + b) % 5 == 0 ? 127 : (j * 13 + t * 7 + b) % 255 - 127;
-                    xe[t][b].q[j] = (int8_t)v;
-                    sum += v;
-                }
-                xe[t][b].sum = sum;
-                xe[t][b].s = xe[t][b].d * (float)sum;
+            for (int b = 0; b < NB; b++)
+                for (int j = 0; j < 32; j++)
+                    x[t][b * 32 + j] = (float)(j == 0 ? 127 : (j + t) % 4 == 0 ? -127 : (j + b) % 5 == 0 ? 127
+                                               : (j * 13 + t * 7 + b) % 255 - 127);
+        kern_w kw = {.dtype = KVP_DTYPE_Q8_0, .w = rows[0], .stride = NB * 34, .n = N};
+        float y[TT][2];
+        for (uint32_t nt = 1; nt <= T; nt += T - 1)
+            for (uint32_t t = 0; t < TT; t += nt) {
+                kern_mm(fast, &kw, 2, xf + t, TT - t < nt ? TT - t : nt, y[t], 2);
+                for (uint32_t u = t; u < t + nt && u < TT; u++)
+                    for (int r = 0; r < 2; r++) {
+                        double exact = 0;
+                        for (int b = 0; b < NB; b++) {
+                            long isum = 0;
+                            for (int j = 0; j < 32; j++)
+                                isum += (long)(int8_t)rows[r][b * 34 + 2 + j] * lrintf(x[u][b * 32 + j]);
+                            exact += 0.5 * (b + 1) * (double)isum;
+                        }
+                        CHECK_NEAR(y[u][r], exact, 1e-5 * (1 + fabs(exact)));
+                    }
             }
-        float o[2][TT], dxe[NB * KVP_Q8_SCALES];
-        static _Alignas(32) int8_t xte[NB * KVP_MM_TILE * 32];
-        for (uint32_t t = 0; t < T; t++)
-            kvp_cpu_q8_tile_put(xe[t], t, T, NB, fast->tile_unit, fast->tile_flip, xte, dxe);
-        int32_t ws[2 * NB];
-        for (int r = 0; r < 2 && fast->tile_flip; r++) {
-            fast->wsum(rows[r] + 2, 34, NB, ws + r * NB);
-            for (int b = 0; b < NB; b++) { /* the block sums, checked on their own */
+        if (fast->wsum) { /* the block sums, checked on their own */
+            int32_t ws[NB];
+            fast->wsum(rows[1] + 2, 34, NB, ws);
+            for (int b = 0; b < NB; b++) {
                 int sum = 0;
                 for (int j = 0; j < 32; j++)
-                    sum += (int8_t)rows[r][b * 34 + 2 + j];
-                CHECK_EQ_I64(ws[r * NB + b], -128 * sum);
-            }
-        }
-        fast->dot2_q8_0(rows[0], rows[1], xte, dxe, fast->tile_flip ? ws : NULL, NB, o[0], o[1]);
-        for (int r = 0; r < 2; r++)
-            for (uint32_t t = 0; t < T; t++) {
-                double exact = 0;
-                for (int b = 0; b < NB; b++) {
-                    long isum = 0;
-                    for (int j = 0; j < 32; j++)
-                        isum += (long)(int8_t)rows[r][b * 34 + 2 + j] * xe[t][b].q[j];
-                    exact += 0.5 * (b + 1) * (double)xe[t][b].d * (double)isum;
-                }
-                CHECK_NEAR(o[r][t], exact, 1e-5 * (1 + fabs(exact)));
-            }
-    }
-    uint16_t h[N], bf[N];
-    for (int i = 0; i < N; i++)
-        h[i] = kvp_f32_to_f16(w[i]), bf[i] = kvp_f32_to_bf16(w[i]);
-    if (fast->dot2_f16) {
-        float o0[TT], o1[TT], r0[TT];
-        for (int pass = 0; pass < 3; pass++) {
-            /* pass 0: an f16 row (the other row, read as f16, unchecked),
-             * with a tail; 1: a bf16 row; 2: f32, the same row twice */
-            uint32_t n = pass == 0 ? N - 5 : N;
-            if (pass == 0)
-                fast->dot2_f16(h, bf, xf, n, o0, o1);
-            else if (pass == 1)
-                fast->dot2_bf16(h, bf, xf, n, o1, o0);
-            else
-                fast->dot2_f32(w, w, xf, n, o0, o1);
-            for (uint32_t t = 0; t < T; t += 4) {
-                uint32_t k4 = T - t < 4 ? T - t : 4;
-                if (pass == 0)
-                    ref->dot_f16(h, xf + t, k4, n, r0 + t);
-                else if (pass == 1)
-                    ref->dot_bf16(bf, xf + t, k4, n, r0 + t);
-                else
-                    ref->dot_f32(w, xf + t, k4, n, r0 + t);
-            }
-            for (uint32_t t = 0; t < T; t++) {
-                CHECK_NEAR(o0[t], r0[t], 1e-3 * (1 + fabs(r0[t])));
-                if (pass == 2)
-                    CHECK(o0[t] == o1[t]);
+                    sum += (int8_t)rows[1][b * 34 + 2 + j];
+                CHECK_EQ_I64(ws[b], -128 * sum);
             }
         }
     }
-    float a[4], b[4];
-    ref->dot_f16(h, xf, 3, N, a);
-    fast->dot_f16(h, xf, 3, N, b);
-    CHECK_NEAR(a[2], b[2], 1e-3);
-    ref->dot_bf16(bf, xf, 2, N - 3, a); /* odd length: the tail path */
-    fast->dot_bf16(bf, xf, 2, N - 3, b);
-    CHECK_NEAR(a[1], b[1], 1e-3);
-    ref->dot_f32(w, xf, 4, N, a);
-    fast->dot_f32(w, xf, 4, N, b);
-    CHECK_NEAR(a[3], b[3], 1e-3);
     test_att_kernels(ref, fast);
 }
 
 static void test_kernels(void)
 {
     const kvp_cpu_kernels *avx2 = kvp_cpu_kernels_avx2(), *vnni = kvp_cpu_kernels_vnni();
+    uint64_t saved = rng_state; /* later tests' data the same on any CPU */
     if (avx2)
         test_kernels_one(avx2);
     else
@@ -366,6 +424,7 @@ static void test_kernels(void)
         test_kernels_one(vnni);
     else
         printf("note: no AVX512-VNNI on this CPU; its kernels not compared\n");
+    rng_state = saved;
 }
 
 /* ---- a tiny random GGUF ---- */
@@ -1177,7 +1236,8 @@ static void test_kvp_models(const char *dir)
             double eg = rel_err(ref, got, (size_t)N * V);
             int coarse = o.to == KVP_DTYPE_I4 || o.to == KVP_DTYPE_FP8_E4M3 || o.to == KVP_DTYPE_FP8_E5M2 ||
                          o.to == KVP_DTYPE_FP4_E2M1 || o.to == KVP_DTYPE_NVFP4 || o.to == KVP_DTYPE_MXFP4 ||
-                         o.to == KVP_DTYPE_Q5_0; /* 5 bits and less on random weights: loosely */
+                         o.to == KVP_DTYPE_Q5_0 || o.to == KVP_DTYPE_Q5_1; /* 5 bits and less on random
+                                                                             * weights: loosely */
             double gtol = coarse ? 1.5 : 0.3;
             CHECK_MSG(eg < gtol, "case %zu (%s): vs the f32 GGUF: max rel %g", k, what, eg);
             if (run_all(kpath, KVP_CPU_PORTABLE, tok, N, port, NULL) == 0) {
@@ -1327,9 +1387,12 @@ static void test_smollm2(void)
     /* The RMS is the steady figure: three kernel sets that differ only in
      * summation order gave top-1 logit errors of RMS 0.182-0.184.  The max is decided by the one
      * position where an 8-bit activation rounding flips, and moved between
-     * 0.72 and 1.43 over the same three; it gets the wider bound. */
+     * 0.72 and 1.93 over five (the batch-invariant VNNI order gave 1.93 at
+     * position 158, where its logits and the portable kernels' differ by
+     * 2.45; the earlier VNNI order reached 2.55 against them at 109); it
+     * gets the wider bound. */
     CHECK_MSG(rms < 1.5 * spread_rms, "rms logit error %g, llama.cpp's own rms spread %g", rms, spread_rms);
-    CHECK_MSG(c.max_abs < 2.5 * spread, "max abs logit error %g, llama.cpp's own spread %g", c.max_abs, spread);
+    CHECK_MSG(c.max_abs < 3.5 * spread, "max abs logit error %g, llama.cpp's own spread %g", c.max_abs, spread);
 
     int ng = read_ids(f, "greedy_prompt", gp, 1024), ngen = read_ids(f, "greedy", gen, 256);
     CHECK(ng > 0 && ngen > 0);
