@@ -348,7 +348,7 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
                 kern_mm(fast, &k1, 1, xf + t, 1, &one[t][r], 1);
         }
         bad += memcmp(one, yb, sizeof one) != 0;
-        for (uint32_t g = 2; g <= T; g++)
+        for (uint32_t g = 2; g <= T && g <= TT; g++) /* TT bounds it too, for the compiler */
             for (int t = 0; t < TT; t++) {
                 const float *grp[TT];
                 float yg[TT][R];
