@@ -2,6 +2,7 @@
  * model against a naive dense forward written here, batching, chunking and
  * prefix sharing invariants, and SmolLM2 against llama.cpp's golden logits
  * (tests/golden/engine_smollm2.txt, scripts/ref/gen_engine.py). */
+#include "rig.h"
 #include "unit.h"
 #include "backend.h"
 #include "backend_cpu.h"
@@ -672,40 +673,6 @@ static void naive_forward(const kvp_model *m, const uint32_t *tokens, uint32_t n
 }
 
 /* ---- engine on the tiny model ---- */
-
-typedef struct rig {
-    kvp_model *m;
-    kvp_backend *be;
-    kvp_kvcache *kc;
-    kvp_engine *e;
-} rig;
-
-static int rig_open(rig *r, const char *path, int threads, unsigned flags, int kv_dtype, uint32_t n_blocks,
-                    uint32_t bs)
-{
-    kvp_err err = {0};
-    memset(r, 0, sizeof *r);
-    kvp_kvcache_opts o;
-    kvp_kvcache_opts_init(&o);
-    o.dtype = kv_dtype;
-    o.n_blocks = n_blocks;
-    o.block_size = bs;
-    if (kvp_model_load(&r->m, path, &err) < 0 || kvp_backend_cpu_create(&r->be, threads, flags, &err) < 0 ||
-        kvp_kvcache_create(&r->kc, &r->m->cfg, &o, r->be, &err) < 0 ||
-        kvp_engine_create(&r->e, r->m, r->be, r->kc, &err) < 0) {
-        printf("rig: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static void rig_close(rig *r)
-{
-    kvp_engine_free(r->e);
-    kvp_kvcache_free(r->kc);
-    kvp_backend_free(r->be);
-    kvp_model_free(r->m);
-}
 
 static double max_abs_diff(const float *a, const float *b, size_t n)
 {

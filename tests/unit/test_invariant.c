@@ -8,6 +8,7 @@
  * weights; head and FFN sizes with SIMD tails; f16 and f32 caches; a
  * 600-token context, so decode splits its keys over chunks while the
  * prompt's tiles take them in turn) and on SmolLM2-135M when it is cached. */
+#include "rig.h"
 #include "unit.h"
 #include "backend.h"
 #include "backend_cpu.h"
@@ -22,6 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* eight sequences of up to 700 tokens */
+#define INV_BLOCKS(bs) (8 * (700 / (bs) + 2))
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static float frand(void) /* uniform in [-1, 1) */
@@ -140,39 +144,6 @@ static int write_tiny(const char *path, const tiny_cfg *c)
 
 /* ---- the engine ---- */
 
-typedef struct rig {
-    kvp_model *m;
-    kvp_backend *be;
-    kvp_kvcache *kc;
-    kvp_engine *e;
-} rig;
-
-static int rig_open(rig *r, const char *path, int threads, unsigned flags, int kv_dtype, uint32_t bs)
-{
-    kvp_err err = {0};
-    memset(r, 0, sizeof *r);
-    kvp_kvcache_opts o;
-    kvp_kvcache_opts_init(&o);
-    o.dtype = kv_dtype;
-    o.block_size = bs;
-    o.n_blocks = 8 * (700 / bs + 2); /* eight sequences of up to 700 tokens */
-    if (kvp_model_load(&r->m, path, &err) < 0 || kvp_backend_cpu_create(&r->be, threads, flags, &err) < 0 ||
-        kvp_kvcache_create(&r->kc, &r->m->cfg, &o, r->be, &err) < 0 ||
-        kvp_engine_create(&r->e, r->m, r->be, r->kc, &err) < 0) {
-        CHECK_MSG(0, "rig: %s", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static void rig_close(rig *r)
-{
-    kvp_engine_free(r->e);
-    kvp_kvcache_free(r->kc);
-    kvp_backend_free(r->be);
-    kvp_model_free(r->m);
-}
-
 /* Another sequence of the step: n_pre of its tokens computed before, in a
  * step of their own, then n_step more in the step that ends the prompt
  * under test. */
@@ -247,8 +218,10 @@ static void check_model(const char *what, const char *path, unsigned flags, int 
                         const uint32_t *p, uint32_t n, const uint32_t *other, int quick)
 {
     rig r1;
-    if (rig_open(&r1, path, 1, flags, kv_dtype, bs) < 0)
+    if (rig_open(&r1, path, 1, flags, kv_dtype, INV_BLOCKS(bs), bs) < 0) {
+        CHECK_MSG(0, "%s: the model, backend or cache did not open", what);
         return;
+    }
     uint32_t V = r1.m->cfg.n_vocab;
     float *want = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);
     const char *isa = kvp_backend_cpu_isa(r1.be);
@@ -287,8 +260,10 @@ static void check_model(const char *what, const char *path, unsigned flags, int 
     }
     for (int th = 2; th <= (quick ? 2 : 3); th++) {
         rig rt;
-        if (rig_open(&rt, path, th, flags, kv_dtype, bs) < 0)
+        if (rig_open(&rt, path, th, flags, kv_dtype, INV_BLOCKS(bs), bs) < 0) {
+            CHECK_MSG(0, "%s: %d threads: the model, backend or cache did not open", what, th);
             continue;
+        }
         if (last_logits(&rt, p, n, &alone, got) == 0)
             CHECK_MSG(memcmp(want, got, sizeof(float) * V) == 0, "%s, %s: %d threads: logits differ from one", what,
                       isa, th);
