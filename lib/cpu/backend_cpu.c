@@ -3,6 +3,7 @@
 #include "backend.h"
 #include "backend_cpu.h"
 #include "backend_cpu_kern.h"
+#include "kvscale.h"
 #include "tensor.h"
 #include "threadpool.h"
 
@@ -396,7 +397,7 @@ static void cpu_silu_mul(kvp_backend *b, float *g, const float *u, size_t n)
 
 /* ---- paged KV ---- */
 
-static size_t kv_esize(int dtype) { return dtype == KVP_DTYPE_F32 ? 4 : 2; }
+static size_t kv_esize(int dtype) { return dtype == KVP_DTYPE_F32 ? 4 : kvp_kvscale_dtype(dtype) ? 1 : 2; }
 
 /* Byte offset of (block, layer, K/V, head, slot) in the pool. */
 static size_t kv_off(const kvp_kv_pool *kv, uint32_t block, uint32_t layer, uint32_t which, uint32_t head,
@@ -404,6 +405,13 @@ static size_t kv_off(const kvp_kv_pool *kv, uint32_t block, uint32_t layer, uint
 {
     size_t e = ((((size_t)layer * 2 + which) * kv->n_head_kv + head) * kv->block_size + slot) * kv->head_dim;
     return (size_t)block * kv->block_bytes + e * kv_esize(kv->dtype);
+}
+
+/* The scale of slab (block, layer, K/V, head) of a scaled cache. */
+static float *kv_scale(const kvp_kv_pool *kv, uint32_t block, uint32_t layer, uint32_t which, uint32_t head)
+{
+    size_t i = ((size_t)layer * 2 + which) * kv->n_head_kv + head;
+    return (float *)((uint8_t *)kv->base + (size_t)block * kv->block_bytes + kv->scales_off) + i;
 }
 
 static void kv_put(int dtype, void *dst, const float *src, uint32_t n)
@@ -417,19 +425,28 @@ static void kv_put(int dtype, void *dst, const float *src, uint32_t n)
         h[i] = dtype == KVP_DTYPE_F16 ? kvp_f32_to_f16(src[i]) : kvp_f32_to_bf16(src[i]);
 }
 
+/* One head's row src[head_dim] into slot s of its slab. */
+static void kv_put_row(const kvp_kv_pool *kv, uint32_t blk, uint32_t layer, uint32_t which, uint32_t h, uint32_t s,
+                       const float *src)
+{
+    uint8_t *base = kv->base;
+    if (kvp_kvscale_dtype(kv->dtype))
+        kvp_kvscale_append(kv->dtype, base + kv_off(kv, blk, layer, which, h, 0), kv_scale(kv, blk, layer, which, h),
+                           s, src, kv->head_dim);
+    else
+        kv_put(kv->dtype, base + kv_off(kv, blk, layer, which, h, s), src, kv->head_dim);
+}
+
 static void cpu_kv_store(kvp_backend *b, const kvp_kv_pool *kv, uint32_t layer, const float *k, const float *v,
                          uint32_t n_tok, const uint32_t *slot)
 {
     (void)b;
-    uint8_t *base = kv->base;
     size_t row = (size_t)kv->n_head_kv * kv->head_dim;
     for (uint32_t t = 0; t < n_tok; t++) {
         uint32_t blk = slot[t] / kv->block_size, s = slot[t] % kv->block_size;
         for (uint32_t h = 0; h < kv->n_head_kv; h++) {
-            kv_put(kv->dtype, base + kv_off(kv, blk, layer, 0, h, s), k + t * row + (size_t)h * kv->head_dim,
-                   kv->head_dim);
-            kv_put(kv->dtype, base + kv_off(kv, blk, layer, 1, h, s), v + t * row + (size_t)h * kv->head_dim,
-                   kv->head_dim);
+            kv_put_row(kv, blk, layer, 0, h, s, k + t * row + (size_t)h * kv->head_dim);
+            kv_put_row(kv, blk, layer, 1, h, s, v + t * row + (size_t)h * kv->head_dim);
         }
     }
 }
@@ -520,7 +537,8 @@ static const float *attn_block(const attn_ctx *c, const uint32_t *table, uint32_
     const void *src = (const uint8_t *)kv->base + kv_off(kv, table[blk], c->a->layer, which, g, 0);
     if (kv->dtype == KVP_DTYPE_F32)
         return src;
-    c->k->kv_f32(kv->dtype, src, buf, np * kv->head_dim);
+    float scale = kvp_kvscale_dtype(kv->dtype) ? *kv_scale(kv, table[blk], c->a->layer, which, g) : 1.0f;
+    c->k->kv_f32(kv->dtype, src, scale, buf, np * kv->head_dim);
     return buf;
 }
 
@@ -546,9 +564,11 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
         for (uint32_t d = 0; d < hd; d++)
             w->q[(size_t)j * hd + d] = qj[d] * a->scale;
     }
-    /* A few queries (decode) read each key as stored; more share one
-     * conversion of the block to f32 (the same numbers either way). */
-    int convert = nq > 4 && kv->dtype != KVP_DTYPE_F32;
+    /* A few queries (decode) read each f16/bf16 key as stored; more share
+     * one conversion of the block to f32 (the same numbers either way).
+     * Scaled keys (fp8, int8) are always converted, block by block into L1:
+     * the cache is read in its own bytes, there is no f32 copy of it. */
+    int convert = (nq > 4 && kv->dtype != KVP_DTYPE_F32) || kvp_kvscale_dtype(kv->dtype);
     for (uint32_t p = p0; p < p1; p += bs) {
         uint32_t np = p1 - p < bs ? p1 - p : bs;
         float *sp = w->s + (size_t)(p - p0) * ldq;

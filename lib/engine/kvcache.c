@@ -14,6 +14,7 @@
  */
 #include "kvcache.h"
 #include "debug.h"
+#include "kvscale.h"
 #include "stream.h"
 #include "tensor.h"
 
@@ -64,10 +65,26 @@ void kvp_kvcache_opts_init(kvp_kvcache_opts *o)
     o->dtype = KVP_DTYPE_F16;
 }
 
+/* Element bytes of a KV dtype the cache holds, 0 for others. */
+static uint64_t kv_elem_bytes(int dtype)
+{
+    if (dtype == KVP_DTYPE_F32)
+        return 4;
+    if (dtype == KVP_DTYPE_F16 || dtype == KVP_DTYPE_BF16)
+        return 2;
+    return kvp_kvscale_dtype(dtype) ? 1 : 0;
+}
+
+/* Bytes of a block's data; its scales (a scaled dtype) follow. */
+static uint64_t block_data_bytes(const kvp_config *c, uint32_t block_size, int dtype)
+{
+    return (uint64_t)c->n_layer * 2 * c->n_head_kv * block_size * c->head_dim * kv_elem_bytes(dtype);
+}
+
 uint64_t kvp_kvcache_block_bytes(const kvp_config *c, uint32_t block_size, int dtype)
 {
-    uint64_t es = dtype == KVP_DTYPE_F32 ? 4 : (dtype == KVP_DTYPE_F16 || dtype == KVP_DTYPE_BF16) ? 2 : 0;
-    return (uint64_t)c->n_layer * 2 * c->n_head_kv * block_size * c->head_dim * es;
+    uint64_t scales = kvp_kvscale_dtype(dtype) ? (uint64_t)c->n_layer * 2 * c->n_head_kv * 4 : 0;
+    return block_data_bytes(c, block_size, dtype) + scales;
 }
 
 void kvp_kvcache_free(kvp_kvcache *kc)
@@ -100,8 +117,9 @@ int kvp_kvcache_create(kvp_kvcache **out, const kvp_config *c, const kvp_kvcache
     uint32_t bs = o->block_size ? o->block_size : 16;
     if (bs > 4096)
         return kvp_err_set(err, KVP_EINVAL, "block size %u: more than 4096 tokens", bs);
-    if (o->dtype != KVP_DTYPE_F16 && o->dtype != KVP_DTYPE_BF16 && o->dtype != KVP_DTYPE_F32)
-        return kvp_err_set(err, KVP_EINVAL, "KV dtype %s: use f16, bf16 or f32", kvp_dtype_name((uint32_t)o->dtype));
+    if (!kv_elem_bytes(o->dtype))
+        return kvp_err_set(err, KVP_EINVAL, "KV dtype %s: use f16, bf16, f32, fp8 or int8",
+                           kvp_dtype_name((uint32_t)o->dtype));
     uint64_t bb = kvp_kvcache_block_bytes(c, bs, o->dtype);
     if (bb == 0)
         return kvp_err_set(err, KVP_EINVAL, "KV block of zero bytes (config has no layers or heads)");
@@ -131,7 +149,8 @@ int kvp_kvcache_create(kvp_kvcache **out, const kvp_config *c, const kvp_kvcache
         return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory");
     kc->be = be;
     kc->pool = (kvp_kv_pool){.dtype = o->dtype, .n_blocks = (uint32_t)nb, .block_size = bs, .n_layer = c->n_layer,
-                             .n_head_kv = c->n_head_kv, .head_dim = c->head_dim, .block_bytes = bb};
+                             .n_head_kv = c->n_head_kv, .head_dim = c->head_dim, .block_bytes = bb,
+                             .scales_off = kvp_kvscale_dtype(o->dtype) ? block_data_bytes(c, bs, o->dtype) : 0};
     kc->n_bucket = 16;
     while (kc->n_bucket < nb * 2)
         kc->n_bucket *= 2;

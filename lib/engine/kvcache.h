@@ -39,8 +39,9 @@ typedef struct kvp_kvcache_opts {
     uint32_t block_size;   /* tokens per block; 0: 16 */
     uint64_t n_blocks;     /* pool size in blocks; 0: from mem_bytes */
     uint64_t mem_bytes;    /* pool size in bytes when n_blocks is 0; both 0: n_ctx tokens */
-    int dtype;             /* KVP_DTYPE_F16 (kvp_kvcache_opts_init), BF16 or F32 */
+    int dtype;             /* KVP_DTYPE_F16 (kvp_kvcache_opts_init), BF16, F32, or scaled FP8_E4M3 or I8 */
     int no_cache;          /* free full blocks right away instead of keeping them findable */
+    int dtype_from_stream; /* a cache made for a KVP stream (seqio) takes the dtype of its first KV block */
 } kvp_kvcache_opts;
 
 typedef struct kvp_kvcache_stats {

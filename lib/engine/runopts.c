@@ -2,6 +2,7 @@
 #include "runopts.h"
 #include "backend_cpu.h"
 #include "cli.h"
+#include "kvscale.h"
 #include "sample.h"
 #include "seqio.h"
 #include "tensor.h"
@@ -59,7 +60,7 @@ const char kvp_runopts_help[] =
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "      --block-size N      tokens per KV block (16)\n"
     "      --kv-mem SIZE       KV cache size (e.g. 512MiB), or --kv-blocks N\n"
-    "      --kv-dtype TYPE     f16 (default), bf16 or f32\n"
+    "      --kv-dtype TYPE     f16 (default), bf16, f32, or fp8 / int8 (scaled per head and block)\n"
     "      --chunk N           prompt tokens per forward step (512)\n"
     "      --max-num-seqs N    sequences running at once (64)\n"
     "      --max-batched-tokens N  tokens per forward step, decode and prompt chunks together (512)\n"
@@ -77,6 +78,7 @@ void kvp_runopts_init(kvp_runopts *o)
 {
     memset(o, 0, sizeof *o);
     kvp_kvcache_opts_init(&o->kv);
+    o->kv.dtype_from_stream = 1; /* until --kv-dtype names one */
     kvp_sample_defaults(&o->sampling);
     o->sched.max_num_seqs = 64;
     o->sched.max_batched_tokens = 512;
@@ -116,9 +118,10 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     case KVP_OPT_KV_BLOCKS: o->kv.n_blocks = parse_u32("--kv-blocks", arg, 1, 1 << 30); break;
     case KVP_OPT_KV_DTYPE: {
         int d = kvp_dtype_from_name(arg);
-        if (d != KVP_DTYPE_F16 && d != KVP_DTYPE_BF16 && d != KVP_DTYPE_F32)
-            kvp_cli_usage_error("--kv-dtype: '%s': use f16, bf16 or f32", arg);
+        if (d != KVP_DTYPE_F16 && d != KVP_DTYPE_BF16 && d != KVP_DTYPE_F32 && !kvp_kvscale_dtype(d))
+            kvp_cli_usage_error("--kv-dtype: '%s': use f16, bf16, f32, fp8 (e4m3) or int8", arg);
         o->kv.dtype = d;
+        o->kv.dtype_from_stream = 0;
         o->kv_dtype_set = 1;
         break;
     }

@@ -124,8 +124,15 @@ int kvp_seqio_writer_put(kvp_seqio_writer *sw, const kvp_seqio_seq *s, kvp_err *
                                   .layer_begin = 0, .layer_end = pool->n_layer, .n_head_kv = pool->n_head_kv,
                                   .head_dim = pool->head_dim, .dtype = (uint32_t)pool->dtype,
                                   .parent_hash = parent, .hash = h, .data_bytes = pool->block_bytes};
+            const uint8_t *scales = NULL;
+            if (pool->scales_off) { /* a scaled cache: its scales follow the data, as in the record */
+                kb.data_bytes = pool->scales_off;
+                kb.scale_dtype = KVP_DTYPE_F32;
+                kb.scales_bytes = pool->block_bytes - pool->scales_off;
+                scales = sw->buf + pool->scales_off;
+            }
             kvp_kvcache_block_read(kc, blocks[b], sw->buf);
-            if ((rc = kvp_write_kvblock(sw->w, &kb, tok + (size_t)b * bs, sw->buf, NULL, err)) == 0) {
+            if ((rc = kvp_write_kvblock(sw->w, &kb, tok + (size_t)b * bs, sw->buf, scales, err)) == 0) {
                 if (hmap_put(&sw->seen, h, 1) < 0)
                     rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
                 sw->n_blocks++;
@@ -164,7 +171,8 @@ struct kvp_seqio_reader {
     const kvp_model *m;
     kvp_backend *be;
     kvp_kvcache_opts opts;
-    kvp_kvcache *kc;          /* made at the first sequence (its block size) */
+    kvp_kvcache *kc;          /* made at the first sequence (its block size; its first block's dtype) */
+    uint8_t *stage;           /* a scaled block's data and scales, put together as the pool holds them */
     int own_kc;
     uint32_t *tokens;         /* the current sequence's tokens */
     uint32_t cap_tokens;
@@ -231,6 +239,7 @@ void kvp_seqio_reader_free(kvp_seqio_reader *sr)
     if (sr->own_kc)
         kvp_kvcache_free(sr->kc);
     free(sr->tokens);
+    free(sr->stage);
     hmap_free(&sr->ids);
     hmap_free(&sr->partial);
     free(sr);
@@ -250,7 +259,7 @@ static int cache_for(kvp_seqio_reader *sr, const kvp_seq_rec *s, kvp_err *err)
                            s->block_size);
     if (!sr->kc) {
         sr->opts.block_size = s->block_size;
-        return kvp_kvcache_create(&sr->kc, &sr->m->cfg, &sr->opts, sr->be, err);
+        return 0; /* made by make_cache, which may first see the dtype */
     }
     if (s->block_size != kvp_kvcache_pool(sr->kc)->block_size)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: sequence %llu: block size %u differs from %u earlier",
@@ -285,6 +294,48 @@ static int on_sequence(kvp_seqio_reader *sr, const kvp_record *rec, kvp_seq_rec 
                                (unsigned long long)s->id, sr->tokens[i]);
     }
     return 0;
+}
+
+/* The cache, at the first sequence: of the dtype of its first block when
+ * the options leave it to the stream (rec, that block, or NULL). */
+static int make_cache(kvp_seqio_reader *sr, const kvp_record *rec, kvp_err *err)
+{
+    if (sr->kc)
+        return 0;
+    kvp_kvblock_rec b;
+    const uint8_t *tok_le, *data, *scales;
+    if (rec && rec->kind == KVP_KIND_KV_BLOCK && sr->opts.dtype_from_stream &&
+        kvp_kvblock_decode(rec, &b, &tok_le, &data, &scales, err) == 0 &&
+        kvp_kvcache_block_bytes(&sr->m->cfg, 1, (int)b.dtype) > 0)
+        sr->opts.dtype = (int)b.dtype; /* one the cache cannot hold is refused by on_block, naming it */
+    int rc = kvp_kvcache_create(&sr->kc, &sr->m->cfg, &sr->opts, sr->be, err);
+    const kvp_kv_pool *pool = rc == 0 ? kvp_kvcache_pool(sr->kc) : NULL;
+    if (pool && pool->scales_off && !(sr->stage = malloc(pool->block_bytes)))
+        rc = kvp_err_set(err, KVP_ENOMEM, "out of memory for a KV block of %llu bytes",
+                         (unsigned long long)pool->block_bytes);
+    return rc;
+}
+
+/* A scaled block's payload as the pool holds it: data, then its scales,
+ * each checked finite and positive (a zero or NaN scale would poison every
+ * score that reads the slab). */
+static const uint8_t *stage_scaled(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_kvblock_rec *b,
+                                   const uint8_t *data, const uint8_t *scales, kvp_err *err)
+{
+    const kvp_kv_pool *pool = kvp_kvcache_pool(sr->kc);
+    memcpy(sr->stage, data, pool->scales_off);
+    memcpy(sr->stage + pool->scales_off, scales, b->scales_bytes);
+    for (uint64_t i = 0; i < b->scales_bytes / 4; i++) {
+        float f;
+        memcpy(&f, sr->stage + pool->scales_off + 4 * i, 4);
+        if (!(f > 0.0f && f <= 3.4e38f)) {
+            kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: KV block %u of sequence %llu: scale %llu is %g (not a "
+                        "positive finite number)", sr->name, (unsigned long long)rec->index, b->block_index,
+                        (unsigned long long)b->seq_id, (unsigned long long)i, (double)f);
+            return NULL;
+        }
+    }
+    return sr->stage;
 }
 
 /* Block bi of sequence s: checks common to blocks and references. */
@@ -325,9 +376,11 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
         if ((int)b.dtype != pool->dtype)
             return kvp_err_set(err, KVP_EMISMATCH, "%s: KV dtype %s in the stream, this run uses %s (--kv-dtype)",
                                sr->name, kvp_dtype_name(b.dtype), kvp_dtype_name((uint32_t)pool->dtype));
+        uint64_t want_data = pool->scales_off ? pool->scales_off : pool->block_bytes;
+        uint64_t want_scales = pool->block_bytes - want_data;
         if (b.layer_begin != 0 || b.layer_end != pool->n_layer || b.n_head_kv != pool->n_head_kv ||
-            b.head_dim != pool->head_dim || b.block_size != pool->block_size || b.scales_bytes ||
-            b.data_bytes != pool->block_bytes)
+            b.head_dim != pool->head_dim || b.block_size != pool->block_size || b.scales_bytes != want_scales ||
+            b.data_bytes != want_data || (want_scales && b.scale_dtype != KVP_DTYPE_F32))
             return kvp_err_set(err, KVP_EMISMATCH, "%s: record %llu: KV block of layers %u-%u, %u x %u heads, block "
                                "%u does not fit this model (%u layers, %u x %u, block %u)", sr->name,
                                (unsigned long long)rec->index, b.layer_begin, b.layer_end, b.n_head_kv, b.head_dim,
@@ -338,6 +391,8 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
             if (kvp_le32(tok_le + 4 * i) != tok[i])
                 return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: block %u's tokens differ from its sequence's",
                                    sr->name, (unsigned long long)rec->index, bi);
+        if (want_scales && !(data = stage_scaled(sr, rec, &b, data, scales, err)))
+            return KVP_EFORMAT;
         nt = b.n_tokens;
         hash = b.hash;
         /* a full block the cache already holds is shared, not copied */
@@ -391,14 +446,24 @@ int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *out, const uint32
     int rc = on_sequence(sr, &rec, &s, err);
     if (rc < 0)
         return rc;
+    uint32_t nb = (uint32_t)(((uint64_t)s.n_tokens + s.block_size - 1) / s.block_size);
+    int ahead = 0; /* the first block's record, read before the cache is made */
+    if (!sr->kc) {
+        if (nb && (got = kvp_reader_next(sr->r, &rec, err)) < 0)
+            return got;
+        ahead = nb && got > 0;
+        if ((rc = make_cache(sr, ahead ? &rec : NULL, err)) < 0)
+            return rc;
+    }
     int handle = kvp_kvcache_seq_new(sr->kc, err);
     if (handle < 0)
         return handle;
-    uint32_t nb = (uint32_t)(((uint64_t)s.n_tokens + s.block_size - 1) / s.block_size);
     uint64_t parent = 0;
     int loading = 1;
     for (uint32_t bi = 0; bi < nb && rc == 0; bi++) {
-        got = kvp_reader_next(sr->r, &rec, err);
+        if (!ahead)
+            got = kvp_reader_next(sr->r, &rec, err);
+        ahead = 0;
         if (got <= 0 || (rec.kind != KVP_KIND_KV_BLOCK && rec.kind != KVP_KIND_BLOCK_REF))
             rc = got < 0 ? got
                          : kvp_err_set(err, KVP_EFORMAT, "%s: sequence %llu: the stream carries KV for %u of its %u "

@@ -3,6 +3,7 @@
  * block_size x head_dim elements of which the first n_tokens x head_dim are
  * filled; fp8 and int8 slabs each carry one f32 scale. */
 #include "quant_kv.h"
+#include "kvscale.h"
 #include "wire.h"
 
 #include <math.h>
@@ -11,7 +12,7 @@
 
 #define KV_MAX_BYTES (UINT64_C(1) << 40) /* sanity ceiling for one block's payload */
 
-static int kv_scaled(uint32_t dtype) { return dtype == KVP_DTYPE_FP8_E4M3 || dtype == KVP_DTYPE_I8; }
+static int kv_scaled(uint32_t dtype) { return kvp_kvscale_dtype((int)dtype); }
 
 static int kv_dtype_ok(uint32_t dtype)
 {
@@ -99,28 +100,16 @@ int kvp_quant_kv_convert(const kvp_kvblock_rec *src, const void *src_data, const
     for (uint64_t k = 0; k < slabs; k++, in += sin, out += sout) {
         float s_in = src_has_scales ? get_f32((const uint8_t *)src_scales + 4 * k) : 1.0f;
         ti->to_f32(in, x, (int64_t)n);
-        float amax = 0.0f;
-        for (uint64_t i = 0; i < n; i++) {
+        for (uint64_t i = 0; i < n; i++)
             x[i] *= s_in;
-            amax = fabsf(x[i]) > amax && isfinite(x[i]) ? fabsf(x[i]) : amax;
-        }
         memset(out, 0, sout);
         if (kv_scaled(dst->dtype)) {
-            float s = amax / (dst->dtype == KVP_DTYPE_I8 ? 127.0f : 448.0f), inv;
-            s = s > 0.0f ? s : 1.0f;
-            inv = 1.0f / s;
+            float s = kvp_kvscale_of((int)dst->dtype, kvp_kvscale_amax(x, (int64_t)n));
             uint32_t u;
             memcpy(&u, &s, 4);
             kvp_put32((uint8_t *)dst_scales + 4 * k, u);
-            for (uint64_t i = 0; i < n; i++)
-                y[i] = x[i] * inv;
-            if (dst->dtype == KVP_DTYPE_I8)
-                kvp_quantize_row_i8(y, out, (int64_t)n);
-            else
-                kvp_quantize_row_e4m3_sat(y, out, (int64_t)n);
-            to->to_f32(out, y, (int64_t)n);
-            for (uint64_t i = 0; i < n; i++)
-                y[i] *= s;
+            kvp_kvscale_encode((int)dst->dtype, x, s, out, (int64_t)n);
+            kvp_kvscale_decode((int)dst->dtype, out, s, y, (int64_t)n);
         } else {
             to->from_f32(x, out, (int64_t)n);
             to->to_f32(out, y, (int64_t)n);

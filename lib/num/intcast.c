@@ -14,7 +14,7 @@ void kvp_quantize_row_i8(const float *x, void *dst, int64_t n)
 {
     int8_t *d = dst;
     for (int64_t i = 0; i < n; i++)
-        d[i] = (int8_t)clamp_rne(x[i], -128, 127);
+        d[i] = kvp_f32_to_i8(x[i]);
 }
 
 void kvp_dequantize_row_i8(const void *src, float *y, int64_t n)

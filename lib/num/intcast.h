@@ -7,7 +7,18 @@
 #ifndef KVP_INTCAST_H
 #define KVP_INTCAST_H
 
+#include <math.h>
 #include <stdint.h>
+
+/* One f32 to int8: round to nearest even (the default rounding mode),
+ * saturating, NaN -> 0. */
+static inline int8_t kvp_f32_to_i8(float v)
+{
+    if (!(v == v))
+        return 0;
+    v = rintf(v);
+    return (int8_t)(v < -128.0f ? -128 : v > 127.0f ? 127 : (int)v);
+}
 
 void kvp_quantize_row_i8(const float *x, void *dst, int64_t n);
 void kvp_dequantize_row_i8(const void *src, float *y, int64_t n);

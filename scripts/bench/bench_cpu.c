@@ -56,12 +56,12 @@ static double gen_after(kvp_engine *e, kvp_kvcache *kc, const uint32_t *prompt, 
 
 int main(int argc, char **argv)
 {
-    if (argc != 6 && argc != 7) {
-        fprintf(stderr, "usage: bench_cpu MODEL THREADS PP TG REPS [DEPTH]\n");
+    if (argc < 6 || argc > 8) {
+        fprintf(stderr, "usage: bench_cpu MODEL THREADS PP TG REPS [DEPTH [KV_DTYPE]]\n");
         return 2;
     }
     int threads = atoi(argv[2]), pp = atoi(argv[3]), tg = atoi(argv[4]), reps = atoi(argv[5]);
-    int depth = argc == 7 ? atoi(argv[6]) : 0;
+    int depth = argc >= 7 ? atoi(argv[6]) : 0;
     kvp_err err = {0};
     kvp_model *m;
     kvp_backend *be;
@@ -71,6 +71,10 @@ int main(int argc, char **argv)
         die(&err);
     kvp_kvcache_opts o;
     kvp_kvcache_opts_init(&o);
+    if (argc == 8 && (o.dtype = kvp_dtype_from_name(argv[7])) < 0) {
+        fprintf(stderr, "bench_cpu: %s: not a KV dtype\n", argv[7]);
+        return 2;
+    }
     o.n_blocks = (uint64_t)((pp > depth ? pp : depth) + tg + 64) / 16 + 4;
     if (kvp_kvcache_create(&kc, &m->cfg, &o, be, &err) < 0 || kvp_engine_create(&e, m, be, kc, &err) < 0)
         die(&err);

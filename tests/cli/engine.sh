@@ -107,6 +107,33 @@ expect_err_has "out of blocks" "says what ran out"
 run decode -m "$M" -t $THREADS --kv-dtype bf16 "$T/kv.kvp"
 expect_status 1 "a stream of another KV dtype"
 expect_err_has "KV dtype f16 in the stream" "names both dtypes"
+# fp8 and int8 KV caches: prefill writes them, decode takes the dtype from the
+# stream, `quantize --kv` output decodes too, and the same --kv-mem holds twice
+# the blocks of f16 (tests/unit/test_kvquant.c checks the numbers)
+for kd in fp8 int8; do
+    run prefill -m "$M" -t $THREADS --kv-dtype $kd -p "The capital of France is" -o "$T/kv_$kd.kvp"
+    expect_status 0 "prefill --kv-dtype $kd"
+    run kvdump "$T/kv_$kd.kvp"
+    case $kd in fp8) want=fp8_e4m3 ;; *) want=i8 ;; esac
+    expect_out_has "$want" "kvdump shows $want blocks"
+    run decode -m "$M" -t $THREADS -n 8 --temperature 0 "$T/kv_$kd.kvp"
+    expect_status 0 "decode on a $kd stream, dtype from the stream"
+    expect_true "decode on a $kd stream writes text" test -s "$OUT"
+    run decode -m "$M" -t $THREADS -n 8 --kv-dtype f16 "$T/kv_$kd.kvp"
+    expect_status 1 "an f16 run refuses a $kd stream"
+    expect_err_has "KV dtype $want in the stream, this run uses f16" "names both dtypes"
+    run decode -m "$M" -t $THREADS -n 1 --kv-dtype $kd --kv-mem 4MiB --stats="$T/st_$kd.json" -p hi
+    expect_status 0 "decode --kv-dtype $kd --stats"
+done
+run decode -m "$M" -t $THREADS -n 1 --kv-mem 4MiB --stats="$T/st_f16.json" -p hi
+blocks() { sed 's/.*"kv_blocks":\([0-9]*\).*/\1/' "$1"; }
+expect_true "fp8 holds twice the blocks of f16 in the same --kv-mem" \
+    test $(($(blocks "$T/st_fp8.json") * 100 / $(blocks "$T/st_f16.json"))) -ge 199
+run quantize --kv fp8 "$T/kv.kvp" -o "$T/kv_q8.kvp"
+expect_status 0 "quantize --kv fp8 a prefill stream"
+run decode -m "$M" -t $THREADS -n 8 "$T/kv_q8.kvp"
+expect_status 0 "prefill | quantize --kv fp8 | decode"
+expect_true "and it writes text" test -s "$OUT"
 # a cut-off stream (another model's stream is refused too: test_engine)
 head -c 5000 "$T/kv.kvp" >"$T/cut.kvp"
 run decode -m "$M" -t $THREADS "$T/cut.kvp"

@@ -138,7 +138,12 @@ static void test_kv_dtypes(void)
     CHECK(kvp_cap_kv_fmt("fp8", &p.kv_fmt, &err) == 0);
     kvp_cap_result r = compute(&p);
     CHECK_EQ_U64(r.kv_bytes_per_token, 65536);
-    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, 65536ull * 4096);
+    /* fp8 (E4M3) as decode's cache holds it: an f32 scale per head (16
+     * vectors) per layer per block, 256 blocks */
+    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, 65536ull * 4096 + 256ull * 16 * 4 * 32);
+    /* fp8-e5m2: one scale per layer, not counted */
+    CHECK(kvp_cap_kv_fmt("fp8-e5m2", &p.kv_fmt, &err) == 0);
+    CHECK_EQ_U64(compute(&p).kv_alloc_bytes_per_seq, 65536ull * 4096);
     /* int8: data halves, plus an f32 scale per head (16 vectors) per layer per block */
     CHECK(kvp_cap_kv_fmt("int8", &p.kv_fmt, &err) == 0);
     r = compute(&p);

@@ -108,8 +108,22 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
     for (int i = 0; i < NP * HD; i++)
         h[i] = kvp_f32_to_f16(frand()), k[i] = kvp_f16_to_f32(h[i]);
     float kf[NP * HD];
-    fast->kv_f32(KVP_DTYPE_F16, h, kf, NP * HD - 3);
+    fast->kv_f32(KVP_DTYPE_F16, h, 1.0f, kf, NP * HD - 3);
     CHECK(memcmp(kf, k, (NP * HD - 3) * sizeof(float)) == 0);
+    /* a scaled cache's bytes (every fp8 code but NaN, every int8) times a
+     * scale: the same bits from both kernel sets, a tail included */
+    static uint8_t b8[259];
+    float fa[259], fb[259];
+    for (int dt = 0; dt < 2; dt++) {
+        int dtype = dt ? KVP_DTYPE_I8 : KVP_DTYPE_FP8_E4M3;
+        for (int i = 0; i < 259; i++)
+            b8[i] = (uint8_t)(dt || (i & 0x7f) != 0x7f ? i : 0);
+        ref->kv_f32(dtype, b8, 0.0371f, fa, 259);
+        fast->kv_f32(dtype, b8, 0.0371f, fb, 259);
+        CHECK_MSG(memcmp(fa, fb, sizeof fa) == 0, "%s: scaled %s rows differ", fast->isa,
+                  kvp_dtype_name((uint32_t)dtype));
+        CHECK_NEAR(fa[dt ? 255 : 0x7e], dt ? -0.0371f : 448.0f * 0.0371f, 1e-6);
+    }
     /* scores: queries as rows against keys as stored (f16, f32, bf16), head
      * dims with and without a tail; each query's scores the same bits alone
      * as among others, whatever the key's dtype as stored */

@@ -1,0 +1,469 @@
+/* test_kvquant.c - the scaled KV cache (fp8 e4m3 and int8 with one scale
+ * per head per block): the slab numerics (lib/num/kvscale.c), the CPU
+ * backend's stores and attention over such a pool, a round trip through a
+ * KVP stream, and on SmolLM2 how far its logits move from an f16 cache's. */
+#include "backend_cpu.h"
+#include "kvscale.h"
+#include "minifloat.h"
+#include "rig.h"
+#include "seqio.h"
+#include "stream.h"
+#include "tensor.h"
+#include "unit.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (2.0 / 16777216.0) - 1.0);
+}
+
+static const int scaled[2] = {KVP_DTYPE_FP8_E4M3, KVP_DTYPE_I8};
+
+/* How far a stored element may be from what was written after k roundings
+ * (its own, and one for each time the slab's scale grew since), the last
+ * at scale: fp8 keeps 3 mantissa bits (half an ulp is at most 1/16 of the
+ * value), with steps of scale * 2^-9 in the subnormal range; int8 loses up
+ * to half a step of each scale, the last the largest. */
+static double tolerance(int dtype, float x, float scale, int k)
+{
+    if (dtype == KVP_DTYPE_I8)
+        return k * scale * 0.50001;
+    return k * (fabs(x) / 16 + scale * 0x1p-10) * 1.0001;
+}
+
+/* Rows appended one by one, some larger than all before them: after each,
+ * the scale holds the largest |x| so far (int8: exactly amax / 127; fp8:
+ * the power of two above amax / 448), and every row reads back within
+ * tolerance.  fp8 growth is exact: the slab equals the rows encoded at the
+ * final scale at once, short of the subnormal range.  Slot 0 of a reused
+ * slab starts afresh. */
+static void test_append(int dtype)
+{
+    enum { N = 64, BS = 16 };
+    uint8_t slab[BS * N], once[N];
+    float rows[BS][N], back[N], scale = 12345.0f, amax = 0;
+    int grew[BS] = {0}; /* times the scale grew after row r was written */
+    memset(slab, 0x5a, sizeof slab); /* a reused block's old bytes */
+    for (int s = 0; s < BS; s++) {
+        float mag = (s % 5 == 3) ? 4.0f * (float)(s + 1) : 1.0f, was = scale;
+        for (int i = 0; i < N; i++) {
+            rows[s][i] = mag * frand();
+            amax = fmaxf(amax, fabsf(rows[s][i]));
+        }
+        kvp_kvscale_append(dtype, slab, &scale, (uint32_t)s, rows[s], N);
+        for (int r = 0; r < s && scale != was; r++)
+            grew[r]++;
+        float top = scale * kvp_kvscale_max(dtype);
+        if (dtype == KVP_DTYPE_I8)
+            CHECK_MSG(fabsf(top - amax) <= amax * 1e-6f, "i8 slot %d: scale %g for amax %g", s, scale, amax);
+        else
+            CHECK_MSG(top >= amax && top < 2 * amax && frexpf(scale, &(int){0}) == 0.5f,
+                      "fp8 slot %d: scale %g for amax %g", s, scale, amax);
+        double worst = 0;
+        for (int r = 0; r <= s; r++) {
+            kvp_kvscale_decode(dtype, slab + (size_t)r * N, scale, back, N);
+            for (int i = 0; i < N; i++) {
+                double e = fabs(back[i] - rows[r][i]) - tolerance(dtype, rows[r][i], scale, 1 + grew[r]);
+                worst = e > worst ? e : worst;
+            }
+        }
+        CHECK_MSG(worst <= 0, "%s slot %d: a row reads back %g past its tolerance", kvp_dtype_name((uint32_t)dtype),
+                  s, worst);
+    }
+    if (dtype == KVP_DTYPE_FP8_E4M3) {
+        int differ = 0;
+        for (int r = 0; r < BS; r++) {
+            kvp_kvscale_encode(dtype, rows[r], scale, once, N);
+            for (int i = 0; i < N; i++)
+                differ += once[i] != slab[r * N + i] && fabsf(rows[r][i]) >= scale * 0x1p-6f;
+        }
+        CHECK_MSG(differ == 0, "fp8: %d elements differ from encoding at the final scale", differ);
+    }
+    /* the largest element sits at the top of the range */
+    float big[N] = {0};
+    big[7] = -3.0f;
+    kvp_kvscale_append(dtype, slab, &scale, 0, big, N);
+    kvp_kvscale_decode(dtype, slab, scale, back, N);
+    CHECK_NEAR(back[7], -3.0f, 1e-6);
+    CHECK_NEAR(back[0], 0.0f, 0);
+    /* an all-zero row gets scale 1, not 0 (a later row divides by it) */
+    memset(big, 0, sizeof big);
+    kvp_kvscale_append(dtype, slab, &scale, 0, big, N);
+    CHECK_NEAR(scale, 1.0f, 0);
+}
+
+/* A CPU backend of two threads with flags, or NULL (a failed check). */
+static kvp_backend *backend(unsigned flags)
+{
+    kvp_err err = {0};
+    kvp_backend *be;
+    if (kvp_backend_cpu_create(&be, unit_threads(2), flags, &err) < 0) {
+        CHECK_MSG(0, "backend: %s", err.msg);
+        return NULL;
+    }
+    return be;
+}
+
+/* A scaled pool as kvcache.c lays it out. */
+static kvp_kv_pool scaled_pool(kvp_backend *be, int dtype, uint32_t nb, uint32_t bs, uint32_t nl, uint32_t nkv,
+                               uint32_t hd)
+{
+    kvp_kv_pool kv = {.dtype = dtype, .n_blocks = nb, .block_size = bs, .n_layer = nl, .n_head_kv = nkv,
+                      .head_dim = hd};
+    kv.scales_off = (uint64_t)nl * 2 * nkv * bs * hd;
+    kv.block_bytes = kv.scales_off + (uint64_t)nl * 2 * nkv * 4;
+    kv.base = be->ops->alloc(be, (size_t)nb * kv.block_bytes);
+    return kv;
+}
+
+/* Element i of position p's K (which 0) or V row of head g, layer l, as the
+ * pool holds it. */
+static float pool_at(const kvp_kv_pool *kv, const uint32_t *table, uint32_t l, uint32_t which, uint32_t g,
+                     uint32_t p, uint32_t i)
+{
+    uint32_t blk = table[p / kv->block_size];
+    const uint8_t *b = (const uint8_t *)kv->base + (size_t)blk * kv->block_bytes;
+    size_t slab = ((size_t)l * 2 + which) * kv->n_head_kv + g;
+    float scale, y;
+    memcpy(&scale, b + kv->scales_off + 4 * slab, 4);
+    kvp_kvscale_decode(kv->dtype, b + (slab * kv->block_size + p % kv->block_size) * kv->head_dim + i, scale, &y, 1);
+    return y;
+}
+
+/* Storing a prompt's tokens in one call, or in chunks of 3, or one at a
+ * time, leaves the same bytes: a slab depends on what was written into it,
+ * in order, never on the batch. */
+static void test_store_chunks(int dtype, unsigned flags)
+{
+    enum { HD = 40, BS = 8, NB = 4, NKV = 2, NT = 29 };
+    kvp_backend *be = backend(flags);
+    if (!be)
+        return;
+    kvp_kv_pool a = scaled_pool(be, dtype, NB, BS, 1, NKV, HD), b = scaled_pool(be, dtype, NB, BS, 1, NKV, HD);
+    float *k = malloc(sizeof(float) * NT * NKV * HD), *v = malloc(sizeof(float) * NT * NKV * HD);
+    uint32_t slot[NT];
+    CHECK(a.base && b.base && k && v);
+    if (a.base && b.base && k && v) {
+        for (int i = 0; i < NT * NKV * HD; i++) {
+            k[i] = frand() * (i % 97 == 0 ? 30.0f : 1.0f);
+            v[i] = frand() * (i % 89 == 0 ? 30.0f : 1.0f);
+        }
+        for (uint32_t t = 0; t < NT; t++)
+            slot[t] = (3 - t / BS) * BS + t % BS; /* blocks 3, 2, 1, 0 */
+        be->ops->kv_store(be, &a, 0, k, v, NT, slot);
+        for (uint32_t t = 0; t < NT; t += 3) {
+            uint32_t n = NT - t < 3 ? NT - t : 3;
+            be->ops->kv_store(be, &b, 0, k + t * NKV * HD, v + t * NKV * HD, n, slot + t);
+        }
+        CHECK_MSG(memcmp(a.base, b.base, (size_t)NB * a.block_bytes) == 0, "%s: chunked stores differ",
+                  kvp_dtype_name((uint32_t)dtype));
+    }
+    if (a.base)
+        be->ops->release(be, a.base);
+    if (b.base)
+        be->ops->release(be, b.base);
+    free(k);
+    free(v);
+    be->ops->destroy(be);
+}
+
+/* Attention over a scaled pool against a softmax in double over the values
+ * the pool holds (decoded here), so only summation order separates them:
+ * a prompt chunk with history, and decode tokens over a context long
+ * enough to be split into chunks. */
+static void test_attention(int dtype, unsigned flags, uint32_t n_rep, uint32_t ctx, uint32_t n_q)
+{
+    enum { HD = 64, BS = 16, NKV = 2, NL = 2 };
+    uint32_t nb = (ctx + BS - 1) / BS, nh = NKV * n_rep, row = NKV * HD;
+    kvp_backend *be = backend(flags);
+    if (!be)
+        return;
+    kvp_kv_pool kv = scaled_pool(be, dtype, nb, BS, NL, NKV, HD);
+    uint32_t *table = malloc(nb * sizeof *table), *slot = malloc(ctx * sizeof *slot), *tseq = calloc(n_q, 4);
+    float *k = malloc(sizeof(float) * row), *v = malloc(sizeof(float) * row);
+    float *q = malloc(sizeof(float) * n_q * nh * HD), *out = malloc(sizeof(float) * n_q * nh * HD);
+    int32_t *pos = malloc(n_q * sizeof *pos);
+    double *sc = malloc(ctx * sizeof *sc);
+    kvp_err err = {0};
+    CHECK(kv.base && table && slot && tseq && k && v && q && out && pos && sc);
+    if (!kv.base || !table || !slot || !tseq || !k || !v || !q || !out || !pos || !sc)
+        goto done;
+    for (uint32_t i = 0; i < nb; i++)
+        table[i] = (i * 7 + 3) % nb; /* scattered; nb is never a multiple of 7 here */
+    for (uint32_t p = 0; p < ctx; p++) {
+        for (uint32_t i = 0; i < row; i++) {
+            k[i] = frand() * (p % 37 == 5 ? 8.0f : 1.0f);
+            v[i] = frand();
+        }
+        uint32_t s = table[p / BS] * BS + p % BS;
+        be->ops->kv_store(be, &kv, 1, k, v, 1, &s);
+    }
+    for (uint32_t t = 0; t < n_q; t++)
+        pos[t] = (int32_t)(ctx - n_q + t);
+    for (size_t i = 0; i < (size_t)n_q * nh * HD; i++)
+        q[i] = 2 * frand();
+    const uint32_t *tables[1] = {table};
+    kvp_attn_args a = {.q = q, .out = out, .n_tok = n_q, .n_head = nh, .layer = 1,
+                       .scale = 1.0f / sqrtf((float)HD), .pos = pos, .tok_seq = tseq, .tables = tables, .kv = &kv};
+    CHECK_MSG(be->ops->attention(be, &a, &err) == 0, "%s", err.msg);
+    double worst = 0;
+    for (uint32_t t = 0; t < n_q; t++)
+        for (uint32_t h = 0; h < nh; h++) {
+            const float *qh = q + ((size_t)t * nh + h) * HD;
+            uint32_t g = h / n_rep, np = (uint32_t)pos[t] + 1;
+            double mx = -1e300, sum = 0;
+            for (uint32_t p = 0; p < np; p++) {
+                double d = 0;
+                for (uint32_t i = 0; i < HD; i++)
+                    d += (double)qh[i] * pool_at(&kv, table, 1, 0, g, p, i);
+                sc[p] = d * a.scale;
+                mx = sc[p] > mx ? sc[p] : mx;
+            }
+            for (uint32_t p = 0; p < np; p++)
+                sum += sc[p] = exp(sc[p] - mx);
+            for (uint32_t i = 0; i < HD; i++) {
+                double ref = 0;
+                for (uint32_t p = 0; p < np; p++)
+                    ref += sc[p] / sum * pool_at(&kv, table, 1, 1, g, p, i);
+                double e = fabs(out[((size_t)t * nh + h) * HD + i] - ref);
+                worst = e > worst ? e : worst;
+            }
+        }
+    CHECK_MSG(worst < 2e-5, "attention over %s, rep %u, ctx %u, %u queries, flags %u: worst error %g",
+              kvp_dtype_name((uint32_t)dtype), n_rep, ctx, n_q, flags, worst);
+done:
+    if (kv.base)
+        be->ops->release(be, kv.base);
+    free(table);
+    free(slot);
+    free(tseq);
+    free(k);
+    free(v);
+    free(q);
+    free(out);
+    free(pos);
+    free(sc);
+    be->ops->destroy(be);
+}
+
+/* The golden prompt of tests/golden/engine_smollm2.txt and the model, or 0
+ * with a note when either is absent. */
+static int golden_prompt(uint32_t *ids, int max, const char **mpath)
+{
+    const char *tests = getenv("KVP_TESTS") ? getenv("KVP_TESTS") : "tests";
+    char path[1024], key[32];
+    snprintf(path, sizeof path, "%s/golden/engine_smollm2.txt", tests);
+    *mpath = unit_model_path();
+    FILE *f = fopen(path, "r");
+    if (!f || access(*mpath, R_OK) != 0) {
+        printf("note: skipping SmolLM2 with a scaled KV cache (%s or %s absent; run scripts/fetch-model)\n", *mpath,
+               path);
+        if (f)
+            fclose(f);
+        return 0;
+    }
+    char line[256];
+    unsigned n = 0;
+    CHECK(fgets(line, sizeof line, f) != NULL); /* model line */
+    CHECK(fscanf(f, "%31s %u", key, &n) == 2 && strcmp(key, "prompt") == 0 && n <= (unsigned)max);
+    for (unsigned i = 0; i < n && i < (unsigned)max; i++)
+        CHECK(fscanf(f, "%u", &ids[i]) == 1);
+    fclose(f);
+    return (int)n;
+}
+
+/* Logits at every position of prompt[n], with a KV cache of dtype. */
+static float *prompt_logits(const char *mpath, int dtype, const uint32_t *prompt, int n, uint32_t *V)
+{
+    rig r;
+    if (rig_open(&r, mpath, unit_threads(0), 0, dtype, 64, 16) < 0) {
+        CHECK(0);
+        return NULL;
+    }
+    *V = r.m->cfg.n_vocab;
+    float *lg = malloc(sizeof(float) * (size_t)n * *V);
+    kvp_err err = {0};
+    int s = kvp_kvcache_seq_new(r.kc, &err);
+    kvp_step_seq ss = {.seq = s, .tokens = prompt, .n_tokens = (uint32_t)n, .want = KVP_LOGITS_ALL};
+    CHECK_EQ_I64(kvp_engine_step(r.e, &ss, 1, lg, &err), n);
+    rig_close(&r);
+    return lg;
+}
+
+typedef struct agreement {
+    int agree, ties;  /* top-1 equal; unequal but within 1 logit of each other in the reference */
+    double rms, max;  /* change in every logit */
+} agreement;
+
+static agreement compare(const float *ref, const float *lg, int n, uint32_t V)
+{
+    agreement c = {0};
+    double sq = 0;
+    for (int p = 0; p < n; p++) {
+        const float *a = ref + (size_t)p * V, *b = lg + (size_t)p * V;
+        uint32_t ta = unit_argmax(a, V), tb = unit_argmax(b, V);
+        c.agree += ta == tb;
+        c.ties += ta != tb && a[ta] - a[tb] < 1.0f;
+        for (uint32_t i = 0; i < V; i++) {
+            double e = fabs((double)a[i] - b[i]);
+            sq += e * e;
+            c.max = e > c.max ? e : c.max;
+        }
+    }
+    c.rms = sqrt(sq / ((double)n * V));
+    return c;
+}
+
+/* SmolLM2 on the golden prompt: the scaled caches against the f16 one, top-1
+ * agreement and the RMS of the change in every logit, beside what an f32
+ * cache changes (the engine's own sensitivity: 8-bit activation rounding
+ * turns small KV differences into flips wherever two tokens are near a
+ * tie).  Measured: f32 96.3% (rms 0.27), fp8 95.7% (0.47), int8 94.4%
+ * (0.38), every disagreement a near tie in all three; the issue's 97% is
+ * above what even f32 reaches on this text. */
+static void test_smollm2(void)
+{
+    uint32_t prompt[1024], V = 0;
+    const char *mpath;
+    int n = golden_prompt(prompt, 1024, &mpath);
+    if (n <= 0)
+        return;
+    float *ref = prompt_logits(mpath, KVP_DTYPE_F16, prompt, n, &V);
+    float *f32 = ref ? prompt_logits(mpath, KVP_DTYPE_F32, prompt, n, &V) : NULL;
+    if (!f32) {
+        free(ref);
+        return;
+    }
+    agreement base = compare(ref, f32, n, V);
+    printf("smollm2 f32 KV vs f16 KV: top-1 agreement %d/%d (%.1f%%; %d of the others near ties), logit rms err "
+           "%.4f, max %.4f\n", base.agree, n, 100.0 * base.agree / n, base.ties, base.rms, base.max);
+    for (int d = 0; d < 2; d++) {
+        float *lg = prompt_logits(mpath, scaled[d], prompt, n, &V);
+        if (!lg)
+            continue;
+        agreement c = compare(ref, lg, n, V);
+        const char *name = kvp_dtype_name((uint32_t)scaled[d]);
+        printf("smollm2 %s KV vs f16 KV: top-1 agreement %d/%d (%.1f%%; %d of the others near ties), logit rms err "
+               "%.4f, max %.4f\n", name, c.agree, n, 100.0 * c.agree / n, c.ties, c.rms, c.max);
+        CHECK_MSG(c.agree + c.ties == n, "%s: %d top-1 flips that are not near ties", name, n - c.agree - c.ties);
+        CHECK_MSG(c.agree * 100 >= n * 93, "%s: top-1 agreement %d of %d", name, c.agree, n);
+        CHECK_MSG(c.rms < 2.5 * base.rms, "%s: logit rms error %g, an f32 cache's %g", name, c.rms, base.rms);
+        free(lg);
+    }
+    free(ref);
+    free(f32);
+}
+
+/* A scaled cache written to a KVP stream and read back (its dtype taken
+ * from the stream) holds the same bytes and gives the same next logits. */
+static void test_stream(int dtype)
+{
+    uint32_t prompt[1024], V;
+    const char *mpath;
+    int n = golden_prompt(prompt, 1024, &mpath);
+    if (n <= 40)
+        return;
+    rig r;
+    if (rig_open(&r, mpath, unit_threads(2), 0, dtype, 32, 16) < 0) {
+        CHECK(0);
+        return;
+    }
+    V = r.m->cfg.n_vocab;
+    kvp_err err = {0};
+    char path[] = "/tmp/test_kvquant_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    kvp_seqio_seq ss = {.rec = {.id = 3}};
+    ss.handle = kvp_kvcache_seq_new(r.kc, &err);
+    float *l0 = malloc(sizeof(float) * V), *l1 = malloc(sizeof(float) * V);
+    CHECK(kvp_engine_prefill(r.e, ss.handle, prompt, 40, 0, l0, &err) == 0);
+    kvp_out out;
+    kvp_writer *w = NULL;
+    kvp_writer_opts wo = {.producer = "test_kvquant"};
+    memcpy(wo.fingerprint, r.m->fingerprint, KVP_FINGERPRINT_SIZE);
+    uint64_t nb = 0, nr = 0;
+    CHECK(kvp_out_open(&out, path, &err) == 0 && kvp_writer_open(&w, &out, &wo, &err) == 0 &&
+          kvp_seqio_write(w, r.kc, &ss, 1, &nb, &nr, &err) == 0 && kvp_writer_finish(w, &err) == 0 &&
+          kvp_out_commit(&out, &err) == 0);
+    kvp_writer_free(w);
+    CHECK_EQ_U64(nb, 3);
+    kvp_in in;
+    kvp_reader *rd = NULL;
+    kvp_kvcache *kc = NULL;
+    kvp_seqio_seq *got = NULL;
+    uint32_t ng = 0;
+    kvp_kvcache_opts o;
+    kvp_kvcache_opts_init(&o); /* f16, unless the stream says otherwise: */
+    o.dtype_from_stream = 1;
+    o.n_blocks = 8;
+    CHECK(kvp_in_open(&in, path, &err) == 0 && kvp_reader_open(&rd, &in, &err) == 0);
+    CHECK_MSG(kvp_seqio_read(rd, path, r.m, r.be, &o, &kc, &got, &ng, &err) == 0, "%s", err.msg);
+    kvp_reader_free(rd);
+    kvp_in_close(&in);
+    CHECK_EQ_U64(ng, 1);
+    if (ng == 1 && kc) {
+        const kvp_kv_pool *a = kvp_kvcache_pool(r.kc), *b = kvp_kvcache_pool(kc);
+        CHECK_EQ_I64(b->dtype, dtype);
+        CHECK_EQ_U64(b->block_bytes, a->block_bytes);
+        uint8_t *x = malloc(a->block_bytes), *y = malloc(b->block_bytes);
+        for (uint32_t i = 0; i < 3 && x && y; i++) {
+            kvp_kvcache_block_read(r.kc, kvp_kvcache_seq_blocks(r.kc, ss.handle)[i], x);
+            kvp_kvcache_block_read(kc, kvp_kvcache_seq_blocks(kc, got[0].handle)[i], y);
+            CHECK_MSG(memcmp(x, y, a->block_bytes) == 0, "%s block %u differs after the stream",
+                      kvp_dtype_name((uint32_t)dtype), i);
+        }
+        free(x);
+        free(y);
+        uint32_t nx = prompt[40];
+        kvp_step_seq st = {.seq = ss.handle, .tokens = &nx, .n_tokens = 1, .want = KVP_LOGITS_LAST};
+        CHECK_EQ_I64(kvp_engine_step(r.e, &st, 1, l0, &err), 1);
+        kvp_engine *e2;
+        CHECK(kvp_engine_create(&e2, r.m, r.be, kc, &err) == 0);
+        kvp_step_seq st2 = {.seq = got[0].handle, .tokens = &nx, .n_tokens = 1, .want = KVP_LOGITS_LAST};
+        CHECK_EQ_I64(kvp_engine_step(e2, &st2, 1, l1, &err), 1);
+        CHECK_MSG(memcmp(l0, l1, sizeof(float) * V) == 0, "%s: reloaded KV gives other logits",
+                  kvp_dtype_name((uint32_t)dtype));
+        kvp_engine_free(e2);
+    }
+    /* an f16 run named on the command line refuses the stream, naming both */
+    o.dtype_from_stream = 0;
+    kvp_kvcache *kc2 = NULL;
+    kvp_seqio_seq *got2 = NULL;
+    CHECK(kvp_in_open(&in, path, &err) == 0 && kvp_reader_open(&rd, &in, &err) == 0);
+    CHECK_EQ_I64(kvp_seqio_read(rd, path, r.m, r.be, &o, &kc2, &got2, &ng, &err), KVP_EMISMATCH);
+    CHECK(strstr(err.msg, kvp_dtype_name((uint32_t)dtype)) && strstr(err.msg, "f16"));
+    kvp_reader_free(rd);
+    kvp_in_close(&in);
+    free(got);
+    kvp_kvcache_free(kc);
+    free(l0);
+    free(l1);
+    unlink(path);
+    rig_close(&r);
+}
+
+int main(void)
+{
+    for (int d = 0; d < 2; d++) {
+        test_append(scaled[d]);
+        for (unsigned fl = 0; fl < 2; fl++) {
+            test_store_chunks(scaled[d], fl);
+            test_attention(scaled[d], fl, 3, 37, 11);  /* a prompt chunk over history */
+            test_attention(scaled[d], fl, 1, 20, 20);  /* a whole prompt, one head a group */
+            test_attention(scaled[d], fl, 3, 900, 1);  /* decode, split into chunks */
+        }
+        test_stream(scaled[d]);
+    }
+    test_smollm2();
+    return unit_done();
+}
