@@ -125,9 +125,27 @@ static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
     }
 }
 
+/* What kvcalc --check needs besides the counts: the model and the KV pool
+ * as this run made them (kvcalc(1) CHECKING A RUN). */
+typedef struct run_info {
+    const char *model;           /* -m as given */
+    char fingerprint[33];
+    const char *input;           /* "prompts" (-p, -f, --tokens) or "kvp" (a KV stream) */
+    kvp_kvcache_stats kv;        /* n_blocks, block_bytes */
+    uint32_t block_size;         /* the pool's (a stream's own block size wins over --block-size) */
+} run_info;
+
+/* How the pool was sized: kvp_kvcache_create takes --kv-blocks, else
+ * --kv-mem, else the model's context. */
+static const char *pool_sized_by(const kvp_runopts *o)
+{
+    return o->kv.n_blocks ? "kv-blocks" : o->kv.mem_bytes ? "kv-mem" : "context";
+}
+
 /* The run's summary: counts, throughput, the latency distributions and
  * goodput against the SLOs, as one JSON object. */
-static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, const kvp_runopts *o)
+static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, const kvp_runopts *o,
+                         const run_info *ri)
 {
     double dt = st->seconds > 0 ? st->seconds : 1e-9;
     kvp_dist d;
@@ -141,8 +159,25 @@ static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
             (unsigned long long)st->prompt_tokens, (unsigned long long)st->cached_tokens,
             st->prompt_tokens ? (double)st->cached_tokens / (double)st->prompt_tokens : 0.0,
             (double)(st->generated + st->prompt_tokens) / dt, (unsigned long long)st->steps,
-            (unsigned long long)st->preemptions, st->peak_blocks, st->total_blocks, o->kv.block_size,
+            (unsigned long long)st->preemptions, st->peak_blocks, st->total_blocks, ri->block_size,
             o->sched.max_num_seqs, o->sched.max_batched_tokens, o->sched.static_batch ? "true" : "false");
+    /* the plan kvcalc --check reproduces, and what the run measured against it */
+    fputs("\"model\":", f);
+    kvp_cli_json_str(f, ri->model, strlen(ri->model));
+    fprintf(f, ",\"model_fingerprint\":\"%s\",\"input\":\"%s\",\"kv_dtype\":\"%s\",\"kv_block_bytes\":%llu,"
+            "\"kv_pool_bytes\":%llu,\"kv_pool_sized_by\":\"%s\",\"kv_mem\":",
+            ri->fingerprint, ri->input, kvp_dtype_name((uint32_t)o->kv.dtype),
+            (unsigned long long)ri->kv.block_bytes, (unsigned long long)ri->kv.n_blocks * ri->kv.block_bytes,
+            pool_sized_by(o));
+    if (!o->kv.n_blocks && o->kv.mem_bytes)
+        fprintf(f, "%llu", (unsigned long long)o->kv.mem_bytes);
+    else
+        fputs("null", f);
+    fprintf(f, ",\"kv_out\":%s,\"stopped\":%s,\"peak_running\":%u,\"mean_prompt_tokens\":%.2f,"
+            "\"mean_output_tokens\":%.2f,\"max_seq_len\":%llu,",
+            o->kv_out ? "true" : "false", st->stopped ? "true" : "false", st->peak_running,
+            st->requests ? (double)st->prompt_tokens / (double)st->requests : 0.0,
+            st->requests ? (double)st->generated / (double)st->requests : 0.0, (unsigned long long)st->max_seq_len);
     kvp_metrics_ttft(m, &d);
     kvp_dist_json(f, "ttft_ms", &d);
     fputc(',', f);
@@ -186,11 +221,11 @@ static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m)
 }
 
 /* --stats: on stderr (text, or JSON with --json), or JSON into FILE. */
-static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_metrics *m)
+static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_metrics *m, const run_info *ri)
 {
     if (!o->stats_file) {
         if (o->json)
-            summary_json(stderr, st, m, o);
+            summary_json(stderr, st, m, o, ri);
         else
             summary_text(stderr, st, m);
         return;
@@ -200,7 +235,7 @@ static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_met
     FILE *f = open_memstream(&buf, &len);
     if (!f)
         kvp_cli_die("--stats=%s: out of memory", o->stats_file);
-    summary_json(f, st, m, o);
+    summary_json(f, st, m, o, ri);
     fclose(f);
     kvp_err err = {0};
     if (kvp_cli_write_atomic(o->stats_file, buf, len, &err) < 0)
@@ -369,8 +404,12 @@ int main(int argc, char **argv)
     catch_stop_signals();
     if (kvp_batch_run(r.engine, r.kc, r.tok, &bo, &src, emit, &oc, &st, &err) < 0)
         kvp_cli_die_err(&err);
-    if (o.stats)
-        write_stats(&o, &st, &metrics);
+    if (o.stats) {
+        run_info ri = {.model = o.model, .input = from_prompts ? "prompts" : "kvp", .kv = oc.kv,
+                       .block_size = kvp_kvcache_pool(r.kc)->block_size};
+        kvp_model_fingerprint_hex(r.model, ri.fingerprint);
+        write_stats(&o, &st, &metrics, &ri);
+    }
     if (st.stopped) {
         uint64_t left = n - kvp_jobsrc_skipped(js) - st.requests;
         kvp_cli_warn("stopped by %s: %llu sequences written, %llu not finished%s%s", strsignal(stop_signal),

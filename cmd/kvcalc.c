@@ -3,7 +3,9 @@
  * parses options, expands sweeps, and prints a report, JSON or TSV.
  */
 #include "capacity.h"
+#include "capacity_check.h"
 #include "cli.h"
+#include "model.h"
 #include "presets.h"
 
 #include <getopt.h>
@@ -20,6 +22,7 @@ static void usage(FILE *f)
     fprintf(f,
             "Usage: kvcalc [-m MODEL] [-g GPU] [options]\n"
             "       kvcalc --list-models | --list-gpus\n"
+            "       kvcalc --check STATS.json [-m MODEL] [--kv-dtype T] [--block-size N] [--kv-mem SIZE] [--json]\n"
             "KV-cache, weight and activation memory per GPU; how many sequences fit.\n"
             "\n"
             "Model:\n"
@@ -44,6 +47,12 @@ static void usage(FILE *f)
             "      --lengths SPEC        simulate fragmentation: FILE, uniform:A:B, normal:MEAN:SD,\n"
             "                            lognormal:MU:SIGMA\n"
             "      --seed N  --shared-prefix N   for --lengths\n"
+            "Checking a run:\n"
+            "      --check STATS.json    set kvcalc's KV model beside what decode --stats=FILE measured:\n"
+            "                            block bytes, blocks, peak use, concurrency; exit 1 when they\n"
+            "                            disagree.  The model defaults to the one the run names; KV dtype,\n"
+            "                            block size and pool are the run's unless given\n"
+            "      --kv-mem SIZE         with --check: the KV pool size to predict from\n"
             "Output:\n"
             "      --json                one JSON object (JSON Lines for a sweep)\n"
             "      --tsv                 header and rows\n"
@@ -698,7 +707,7 @@ static void list_gpus(int json)
 
 enum {
     OPT_LIST_MODELS = 256, OPT_LIST_GPUS, OPT_JSON, OPT_TSV, OPT_KV_DTYPE, OPT_WEIGHT_DTYPE, OPT_EMBED_DTYPE,
-    OPT_LENGTHS, OPT_SEED, OPT_SHARED_PREFIX, OPT_SWEEP_BASE = 512
+    OPT_LENGTHS, OPT_SEED, OPT_SHARED_PREFIX, OPT_CHECK, OPT_KV_MEM, OPT_SWEEP_BASE = 512
 };
 
 static const char *model_path_like(const char *s)
@@ -743,6 +752,256 @@ static void load_model(run *R, const char *name)
     }
 }
 
+/* ---- --check: kvcalc's model beside a decode run (kvcalc(1) CHECKING A RUN) ---- */
+
+/* The options --check takes: the model's shape and the block size, one
+ * value each.  The rest plan a GPU, which the check has none of. */
+static int check_takes(int id)
+{
+    return id == SW_BLOCK || (id >= SW_LAYERS && id <= SW_PARAMS && id != SW_WINDOW);
+}
+
+static const char *row_label(char *buf, size_t n, const kvp_cap_check_row *w, int i)
+{
+    if (i == KVP_CAP_ROW_SEQS_MEAN || i == KVP_CAP_ROW_SEQS_MAX)
+        snprintf(buf, n, "seqs of %" PRIu64 " tok (%s)", w->len, i == KVP_CAP_ROW_SEQS_MEAN ? "mean" : "longest");
+    else
+        snprintf(buf, n, "%s", w->field);
+    return buf;
+}
+
+/* Why a row is reported and not checked. */
+static const char *row_note(char *buf, size_t n, const kvp_cap_check *c, const kvp_cap_run *rs, int i)
+{
+    const kvp_cap_check_row *w = &c->row[i];
+    buf[0] = '\0';
+    if (w->rule != KVP_CAP_RULE_INFO)
+        return buf;
+    if (i == KVP_CAP_ROW_SEQS_MEAN || i == KVP_CAP_ROW_SEQS_MAX)
+        snprintf(buf, n, ": decode's is peak_running");
+    else if (rs->requests == 0)
+        snprintf(buf, n, ": no request");
+    else if (strcmp(rs->input, "kvp") == 0)
+        snprintf(buf, n, ": a KV stream's sequences hold blocks while they wait");
+    else if (rs->kv_out)
+        snprintf(buf, n, ": --kv-out keeps finished requests' blocks");
+    else if (rs->stopped)
+        snprintf(buf, n, ": the run was stopped");
+    else if (i == KVP_CAP_ROW_PREEMPTIONS)
+        snprintf(buf, n, ": %" PRIu64 " of the longest fit, %" PRIu64 " could run",
+                 c->row[KVP_CAP_ROW_SEQS_MAX].predicted, c->seats);
+    else
+        snprintf(buf, n, ": not one of the longest fits");
+    return buf;
+}
+
+static const char *rule_name(int rule)
+{
+    return rule == KVP_CAP_RULE_EQUAL ? "equal" : rule == KVP_CAP_RULE_AT_MOST ? "at most" : "reported";
+}
+
+static int check_run(run *R, const char *stats, const char *model, const char *kv_dtype, const char *kv_mem)
+{
+    for (int i = 0; i < SW_COUNT; i++) {
+        if (!sweeps[i].spec)
+            continue;
+        if (!check_takes(i))
+            kvp_cli_usage_error("--check: --%s does not apply (the run's pool is checked, not a GPU plan)",
+                                sweeps[i].name);
+        expand_sweep(&sweeps[i]);
+        if (sweeps[i].n != 1)
+            kvp_cli_usage_error("--check: --%s: one value, not a sweep", sweeps[i].name);
+    }
+    uint64_t mem = 0;
+    if (kv_mem) {
+        mem = kvp_cli_opt_size("--kv-mem", kv_mem);
+        if (mem == 0)
+            kvp_cli_usage_error("--kv-mem: 0 bytes holds no block");
+    }
+    kvp_cap_run rs;
+    kvp_err err = {0};
+    if (kvp_cap_run_load(&rs, stats, &err))
+        kvp_cli_die_err(&err);
+
+    /* the model: -m, else the file the run names */
+    int model_from_run = !model;
+    if (!model) {
+        struct stat st;
+        if (!rs.model[0])
+            kvp_cli_usage_error("--check: %s names no model: give -m MODEL", stats);
+        if (stat(rs.model, &st) != 0)
+            kvp_cli_die("%s: model: '%s' is not here (a path as decode was given it): give -m MODEL", stats,
+                        rs.model);
+        model = rs.model;
+    }
+    load_model(R, model);
+    kvp_cap_params *p = &R->base;
+    for (int i = SW_LAYERS; i <= SW_PARAMS; i++)
+        if (sweeps[i].spec)
+            apply(p, i, sweeps[i].vals[0]);
+    /* the run's KV dtype, block size and pool, unless the command line says */
+    const char *dtype_src = kv_dtype ? "--kv-dtype" : "the run's";
+    if (kvp_cap_kv_fmt(kv_dtype ? kv_dtype : rs.kv_dtype, &p->kv_fmt, &err))
+        kvp_cli_usage_error("--kv-dtype: %s", err.msg);
+    const char *bs_src = sweeps[SW_BLOCK].spec ? "--block-size" : "the run's";
+    p->block_size = sweeps[SW_BLOCK].spec ? (uint32_t)sweeps[SW_BLOCK].vals[0] : rs.block_size;
+    int pool = kv_mem ? KVP_CAP_POOL_MEM : rs.pool;
+    if (!kv_mem)
+        mem = rs.kv_mem;
+
+    /* the fingerprint, when the model is a file the loader reads */
+    char fp[33] = "";
+    const char *fp_note = "not checked: a preset has no fingerprint";
+    int fp_bad = 0;
+    if (strcmp(R->model_source, "preset") != 0) {
+        kvp_model *m = NULL;
+        kvp_err merr = {0};
+        if (kvp_model_load(&m, model, &merr) == 0) {
+            kvp_model_fingerprint_hex(m, fp);
+            fp_bad = strcmp(fp, rs.fingerprint) != 0;
+            fp_note = fp_bad ? "DIFFERS from the run's" : "the run's";
+            kvp_model_free(m);
+        } else {
+            fp_note = "not checked: decode's loader does not read this model";
+        }
+    }
+
+    kvp_cap_check c;
+    if (kvp_cap_check_run(p, pool, mem, &rs, &c, &err)) {
+        if (err.code == KVP_EINVAL)
+            kvp_cli_usage_error("--check: %s", err.msg);
+        kvp_cli_die_err(&err);
+    }
+    int agree = c.n_failed == 0 && !fp_bad;
+    const kvp_config *cfg = &p->cfg;
+
+    if (R->json) {
+        printf("{\"stats\":");
+        kvp_cli_json_str(stdout, stats, strlen(stats));
+        printf(",\"model\":");
+        kvp_cli_json_str(stdout, R->model_label, strlen(R->model_label));
+        printf(",\"source\":\"%s\",\"model_path\":", R->model_source);
+        kvp_cli_json_str(stdout, model, strlen(model));
+        printf(",\"model_fingerprint\":");
+        if (fp[0])
+            printf("\"%s\"", fp);
+        else
+            printf("null");
+        printf(",\"run_fingerprint\":\"%s\",\"fingerprint_ok\":%s", rs.fingerprint,
+               fp[0] ? (fp_bad ? "false" : "true") : "null");
+        printf(",\"kv_dtype\":\"%s\",\"block_size\":%u,\"kv_pool_sized_by\":\"%s\",\"kv_mem\":", p->kv_fmt.name,
+               p->block_size, kvp_cap_pool_name(pool));
+        if (pool == KVP_CAP_POOL_MEM)
+            printf("%" PRIu64, mem);
+        else
+            printf("null");
+        printf(",\"n_layer\":%u,\"layer_block_bytes\":%" PRIu64 ",\"kv_bytes_per_token\":%" PRIu64
+               ",\"mean_seq_len\":%" PRIu64 ",\"max_seq_len\":%" PRIu64 ",\"seats\":%" PRIu64 ",\"rows\":[",
+               cfg->n_layer, c.layer_block_bytes, c.bytes_per_token, c.mean_len, c.max_len, c.seats);
+        for (int i = 0; i < KVP_CAP_CHECK_ROWS; i++) {
+            const kvp_cap_check_row *w = &c.row[i];
+            char lb[48];
+            printf("%s{\"quantity\":", i ? "," : "");
+            row_label(lb, sizeof lb, w, i);
+            kvp_cli_json_str(stdout, lb, strlen(lb));
+            printf(",\"field\":\"%s\",\"kvcalc\":", w->field);
+            if (w->has_predicted)
+                printf("%" PRIu64, w->predicted);
+            else
+                printf("null");
+            printf(",\"decode\":%" PRIu64 ",\"ratio\":", w->measured);
+            if (w->has_predicted && w->predicted)
+                printf("%.6g", (double)w->measured / (double)w->predicted);
+            else
+                printf("null");
+            printf(",\"rule\":\"%s\",\"ok\":%s}", rule_name(w->rule), w->ok ? "true" : "false");
+        }
+        printf("],\"agree\":%s,\"failed\":[", agree ? "true" : "false");
+        int k = 0;
+        if (fp_bad)
+            printf("%s\"model_fingerprint\"", k++ ? "," : "");
+        for (int i = 0; i < KVP_CAP_CHECK_ROWS; i++)
+            if (!c.row[i].ok)
+                printf("%s\"%s\"", k++ ? "," : "", c.row[i].field);
+        printf("]}\n");
+    } else {
+        char b1[32], b2[32], b3[32];
+        printf("decode's run (%s) beside kvcalc's model\n", stats);
+        printf("  model        %s (%s: %s%s)\n", R->model_label, R->model_source, model,
+               model_from_run ? ", as the run names it" : "");
+        printf("  fingerprint  %s: %s\n", fp[0] ? fp : rs.fingerprint, fp_note);
+        printf("  KV           %s (%s), blocks of %u tokens (%s); one block holds all %u layers:\n", p->kv_fmt.name,
+               dtype_src, p->block_size, bs_src, cfg->n_layer);
+        printf("               %u x %s B%s = %s B\n", cfg->n_layer, commas(b1, sizeof b1, c.layer_block_bytes),
+               p->kv_fmt.scale == KVP_CAP_SCALE_BLOCK ? " (scales included)" : "",
+               commas(b2, sizeof b2, c.block_bytes));
+        if (pool == KVP_CAP_POOL_MEM)
+            printf("  pool         --kv-mem %s B (%s): %s blocks\n", commas(b1, sizeof b1, mem),
+                   kv_mem ? "the command line" : "the run's", commas(b2, sizeof b2, c.n_blocks));
+        else if (pool == KVP_CAP_POOL_BLOCKS)
+            printf("  pool         --kv-blocks %s (the run's)\n", commas(b1, sizeof b1, c.n_blocks));
+        else
+            printf("  pool         the model's context, %u tokens: %s blocks\n", cfg->n_ctx ? cfg->n_ctx : 4096,
+                   commas(b1, sizeof b1, c.n_blocks));
+        printf("  run          %" PRIu64 " requests (%s), mean %.2f + %.2f tokens, longest %" PRIu64
+               "; up to %u at once\n\n",
+               rs.requests, strcmp(rs.input, "kvp") == 0 ? "from a KV stream" : "from prompts",
+               rs.requests ? (double)rs.prompt_tokens / (double)rs.requests : 0.0,
+               rs.requests ? (double)rs.output_tokens / (double)rs.requests : 0.0, rs.max_seq_len,
+               rs.max_num_seqs);
+        printf("%-24s %14s %14s %8s  %s\n", "quantity", "kvcalc", "decode", "ratio", "check");
+        for (int i = 0; i < KVP_CAP_CHECK_ROWS; i++) {
+            const kvp_cap_check_row *w = &c.row[i];
+            char lb[48], pb[40], rb[16];
+            row_label(lb, sizeof lb, w, i);
+            if (!w->has_predicted)
+                snprintf(pb, sizeof pb, "-");
+            else if (w->rule == KVP_CAP_RULE_AT_MOST)
+                snprintf(pb, sizeof pb, "<= %s", commas(b1, sizeof b1, w->predicted));
+            else
+                snprintf(pb, sizeof pb, "%s", commas(b1, sizeof b1, w->predicted));
+            if (w->has_predicted && w->predicted)
+                snprintf(rb, sizeof rb, "%.3f", (double)w->measured / (double)w->predicted);
+            else
+                snprintf(rb, sizeof rb, "-");
+            char nb[96];
+            printf("%-24s %14s %14s %8s  %s%s%s\n", lb, pb, commas(b3, sizeof b3, w->measured), rb,
+                   w->rule == KVP_CAP_RULE_INFO ? "" : w->ok ? "ok: " : "DIFFERS: ", rule_name(w->rule),
+                   row_note(nb, sizeof nb, &c, &rs, i));
+        }
+        if (agree)
+            printf("verdict: agree (block bytes, blocks and pool exact; peak within the pool%s)\n",
+                   c.row[KVP_CAP_ROW_PREEMPTIONS].has_predicted ? "; no preemption where all fit" : "");
+        else {
+            printf("verdict: DISAGREE on");
+            int k = 0;
+            if (fp_bad)
+                printf("%s model_fingerprint", k++ ? "," : "");
+            for (int i = 0; i < KVP_CAP_CHECK_ROWS; i++)
+                if (!c.row[i].ok)
+                    printf("%s %s", k++ ? "," : "", c.row[i].field);
+            printf("\n");
+        }
+    }
+    int rc = kvp_cli_close_stdout();
+    if (!agree) {
+        char msg[512];
+        size_t o = 0;
+        if (fp_bad)
+            o += (size_t)snprintf(msg + o, sizeof msg - o, " model_fingerprint (kvcalc's model %s, the run's %s)", fp,
+                                  rs.fingerprint);
+        for (int i = 0; i < KVP_CAP_CHECK_ROWS && o < sizeof msg; i++)
+            if (!c.row[i].ok)
+                o += (size_t)snprintf(msg + o, sizeof msg - o, "%s %s (kvcalc %s%" PRIu64 ", decode %" PRIu64 ")",
+                                      o ? "," : "", c.row[i].field,
+                                      c.row[i].rule == KVP_CAP_RULE_AT_MOST ? "at most " : "", c.row[i].predicted,
+                                      c.row[i].measured);
+        kvp_cli_warn("%s: the run disagrees with kvcalc's model on%s", stats, msg);
+        return KVP_EXIT_FAIL;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     kvp_cli_init(argv[0]);
@@ -767,6 +1026,8 @@ int main(int argc, char **argv)
         {"lengths", required_argument, NULL, OPT_LENGTHS},
         {"seed", required_argument, NULL, OPT_SEED},
         {"shared-prefix", required_argument, NULL, OPT_SHARED_PREFIX},
+        {"check", required_argument, NULL, OPT_CHECK},
+        {"kv-mem", required_argument, NULL, OPT_KV_MEM},
     };
     /* the fixed options, one a sweep, the zero entry: sized by the compiler */
     struct option longopts[sizeof fixed / sizeof fixed[0] + SW_COUNT + 1];
@@ -778,12 +1039,13 @@ int main(int argc, char **argv)
     longopts[nl] = (struct option){NULL, 0, NULL, 0};
 
     const char *model = NULL, *gpu = NULL, *kv_dtype = NULL, *weight_dtype = NULL, *embed_dtype = NULL;
-    const char *lengths = NULL;
+    const char *lengths = NULL, *check = NULL, *kv_mem = NULL;
+    const char *not_for_check = NULL; /* an option --check has no use for */
     int list_m = 0, list_g = 0, opt;
     while ((opt = getopt_long(argc, argv, "m:g:s:b:hV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'm': model = optarg; break;
-        case 'g': gpu = optarg; break;
+        case 'g': gpu = optarg; not_for_check = "--gpu"; break;
         case 's': sweeps[SW_SEQ_LEN].spec = optarg; break;
         case 'b': sweeps[SW_BATCH].spec = optarg; break;
         case 'h': usage(stdout); return kvp_cli_close_stdout();
@@ -791,15 +1053,21 @@ int main(int argc, char **argv)
         case OPT_LIST_MODELS: list_m = 1; break;
         case OPT_LIST_GPUS: list_g = 1; break;
         case OPT_JSON: R.json = 1; break;
-        case OPT_TSV: R.tsv = 1; break;
+        case OPT_TSV: R.tsv = 1; not_for_check = "--tsv"; break;
         case OPT_KV_DTYPE: kv_dtype = optarg; break;
-        case OPT_WEIGHT_DTYPE: weight_dtype = optarg; break;
-        case OPT_EMBED_DTYPE: embed_dtype = optarg; break;
-        case OPT_LENGTHS: lengths = optarg; break;
-        case OPT_SEED: R.seed = (uint64_t)kvp_cli_opt_i64("--seed", optarg, 0, INT64_MAX); break;
+        case OPT_WEIGHT_DTYPE: weight_dtype = optarg; not_for_check = "--weight-dtype"; break;
+        case OPT_EMBED_DTYPE: embed_dtype = optarg; not_for_check = "--embed-dtype"; break;
+        case OPT_LENGTHS: lengths = optarg; not_for_check = "--lengths"; break;
+        case OPT_SEED:
+            R.seed = (uint64_t)kvp_cli_opt_i64("--seed", optarg, 0, INT64_MAX);
+            not_for_check = "--seed";
+            break;
         case OPT_SHARED_PREFIX:
             R.shared_prefix = (uint64_t)kvp_cli_opt_i64("--shared-prefix", optarg, 0, 1ll << 32);
+            not_for_check = "--shared-prefix";
             break;
+        case OPT_CHECK: check = optarg; break;
+        case OPT_KV_MEM: kv_mem = optarg; break;
         default:
             if (opt >= OPT_SWEEP_BASE && opt < OPT_SWEEP_BASE + SW_COUNT) {
                 sweeps[opt - OPT_SWEEP_BASE].spec = optarg;
@@ -812,6 +1080,16 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("unexpected argument '%s'", argv[optind]);
     if (R.json && R.tsv)
         kvp_cli_usage_error("--json and --tsv: choose one");
+    if (kv_mem && !check)
+        kvp_cli_usage_error("--kv-mem goes with --check (for a plan, give --gpu-mem)");
+    if (check) {
+        if (list_m || list_g)
+            kvp_cli_usage_error("--check and --list-models/--list-gpus: choose one");
+        if (not_for_check)
+            kvp_cli_usage_error("--check: %s does not apply (the run's pool is checked, not a GPU plan)",
+                                not_for_check);
+        return check_run(&R, check, model, kv_dtype, kv_mem);
+    }
     if (list_m || list_g) {
         if (list_m)
             list_models(R.json);

@@ -183,6 +183,8 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
     st->prompt_tokens += r->n_prompt;
     st->cached_tokens += r->n_cached;
     st->generated += r->g.n_gen;
+    if ((uint64_t)r->n_prompt + r->g.n_gen > st->max_seq_len)
+        st->max_seq_len = (uint64_t)r->n_prompt + r->g.n_gen;
     if (b->emit && r->g.text.len > r->g.emitted) /* text accepted before it ran */
         b->emit(b->ctx, &r->g, (const char *)r->g.text.data + r->g.emitted, r->g.text.len - r->g.emitted);
     r->g.emitted = r->g.text.len;
@@ -301,6 +303,8 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         kvp_sched_plan p;
         if ((rc = kvp_sched_step(s, &p, err)) < 0)
             goto out;
+        if (kvp_sched_n_running(s) > st->peak_running)
+            st->peak_running = kvp_sched_n_running(s);
         for (uint32_t i = 0; i < p.n_ended; i++) {
             kvp_request *r = p.ended[i]->user;
             r->g.rec.finish_reason = KVP_FINISH_KV_MEMORY;

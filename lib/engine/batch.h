@@ -68,6 +68,8 @@ typedef struct kvp_batch_stats {
     uint64_t prompt_tokens, cached_tokens, generated;
     uint64_t steps, preemptions;
     uint32_t peak_blocks;              /* most blocks in use at once */
+    uint32_t peak_running;             /* most requests running at once (in one step's plan) */
+    uint64_t max_seq_len;              /* longest finished request: prompt + generated tokens */
     uint64_t dropped;                  /* unfinished when *stop was seen */
     int stopped;                       /* the run ended on *stop */
     uint32_t total_blocks;

@@ -16,6 +16,8 @@ fuzzer starts from deep inside the formats:
   corpus/tokvocab/    tokenizer.ggml.* metadata lists (byte-level BPE, SentencePiece)
   corpus/tokjson/     HF tokenizer.json files
   corpus/model/       complete tiny Llama GGUF models for fuzz_model
+  corpus/kvstats/     decode --stats=FILE summaries for fuzz_kvstats (kvcalc --check):
+                      each way of sizing the pool, a KV stream's run, an int8 cache
   corpus/convert/     fuzz_convert's inputs: the f32 tiny Llama GGUF and the
                       tiny-st safetensors (bare there: no config.json), copied
                       here; and two KVP files quantize wrote from them, which
@@ -333,6 +335,30 @@ def convert_seeds():
                     os.path.join(ROOT, "convert", "bare-tiny-st.safetensors"))
 
 
+def kvstats_seeds():
+    base = {"requests": 10, "kv_memory": 0, "seconds": 0.9, "output_tokens": 240, "prompt_tokens": 150,
+            "cached_prompt_tokens": 0, "steps": 60, "preemptions": 4, "peak_kv_blocks": 5, "kv_blocks": 5,
+            "block_size": 16, "max_num_seqs": 64, "max_batched_tokens": 512, "static": False,
+            "model": "SmolLM2-135M-Instruct.Q4_1.gguf", "model_fingerprint": "1d9ba74afb3032449c2bb4394c0ac691",
+            "input": "prompts", "kv_dtype": "f16", "kv_block_bytes": 368640, "kv_pool_bytes": 1843200,
+            "kv_pool_sized_by": "kv-mem", "kv_mem": 2097152, "kv_out": False, "stopped": False,
+            "peak_running": 3, "mean_prompt_tokens": 15.0, "mean_output_tokens": 24.0, "max_seq_len": 41,
+            "ttft_ms": {"n": 10, "mean": 1.5, "p50": 1.0, "p90": 2.0, "p99": 3.0, "max": 3.0}}
+    write("kvstats", "kv-mem.json", json.dumps(base, separators=(",", ":")))
+    write("kvstats", "context.json", json.dumps(dict(
+        base, kv_pool_sized_by="context", kv_mem=None, kv_blocks=512, kv_pool_bytes=512 * 368640,
+        preemptions=0), indent=1))
+    write("kvstats", "kv-blocks-f32.json", json.dumps(dict(
+        base, kv_pool_sized_by="kv-blocks", kv_mem=None, kv_blocks=7, block_size=32, kv_dtype="f32",
+        kv_block_bytes=1474560, kv_pool_bytes=7 * 1474560)))
+    write("kvstats", "stream.json", json.dumps(dict(base, input="kvp", kv_out=True, stopped=True)))
+    write("kvstats", "int8.json", json.dumps(dict(
+        base, kv_dtype="i8", kv_block_bytes=185040, kv_blocks=11, kv_pool_bytes=11 * 185040)))
+    write("kvstats", "empty-run.json", json.dumps(dict(
+        base, requests=0, output_tokens=0, prompt_tokens=0, max_seq_len=0, peak_running=0, preemptions=0,
+        peak_kv_blocks=0)))
+
+
 if __name__ == "__main__":
     gguf_seeds()
     meta_seeds()
@@ -341,3 +367,4 @@ if __name__ == "__main__":
     st_seeds()
     tok_seeds()
     convert_seeds()
+    kvstats_seeds()

@@ -1,0 +1,169 @@
+# kvcheck.sh - kvcalc --check: kvcalc's model of the KV pool beside what
+# decode --stats=FILE measured.  The real-model part runs decode under
+# several pool sizings and checks each run; doctored and broken stats files
+# must be refused with the field or the file named.
+. "$KVP_TESTS/cli/lib.sh"
+
+# ---- without the model: a preset and hand-made stats ----
+# SmolLM2-135M: 30 layers x 16 tokens x 2 x 3 KV heads x 64 x 2 B = 368,640 B
+# a block; a 2 MiB pool holds 5 of them.
+cat >"$T/s.json" <<'EOF'
+{"requests":10,"kv_memory":0,"output_tokens":240,"prompt_tokens":150,"preemptions":4,"peak_kv_blocks":5,
+ "kv_blocks":5,"block_size":16,"max_num_seqs":64,"static":false,"model":"",
+ "model_fingerprint":"1d9ba74afb3032449c2bb4394c0ac691","input":"prompts","kv_dtype":"f16",
+ "kv_block_bytes":368640,"kv_pool_bytes":1843200,"kv_pool_sized_by":"kv-mem","kv_mem":2097152,
+ "kv_out":false,"stopped":false,"peak_running":3,"mean_prompt_tokens":15.00,"mean_output_tokens":24.00,
+ "max_seq_len":41}
+EOF
+run kvcalc --check "$T/s.json" -m smollm2-135m
+expect_status 0 "a preset's pool agrees with hand-made stats"
+expect_out_has "verdict: agree" "the verdict line says so"
+expect_out_has "30 x 12,288 B = 368,640 B" "one block holds all 30 layers of 12,288 B"
+expect_out_has "not checked: a preset has no fingerprint" "a preset's fingerprint is not checked"
+expect_err_empty "nothing on stderr when they agree"
+run kvcalc --check "$T/s.json" -m smollm2-135m --json
+expect_status 0 "--json"
+expect_out_has '"agree":true' "--json: agree"
+expect_out_has '{"quantity":"kv_blocks","field":"kv_blocks","kvcalc":5,"decode":5,"ratio":1,"rule":"equal","ok":true}' \
+    "--json: the kv_blocks row"
+expect_out_has '"kvcalc":1,"decode":3,"ratio":3,"rule":"reported"' "--json: sequences of 41 tokens: 1 fits, 3 ran"
+run kvcalc --check "$T/s.json"
+expect_status 2 "stats naming no model, and no -m: a usage error"
+expect_err_has "give -m MODEL" "says to give the model"
+
+# the command line wins over the run's options, and then they differ
+run kvcalc --check "$T/s.json" -m smollm2-135m --kv-dtype f32
+expect_status 1 "--kv-dtype f32 against an f16 run"
+expect_err_has "kv_block_bytes (kvcalc 737280, decode 368640)" "names kv_block_bytes with both values"
+expect_err_one_line "one line on stderr"
+expect_out_has "verdict: DISAGREE on kv_block_bytes, kv_blocks, kv_pool_bytes" "the verdict names the fields"
+run kvcalc --check "$T/s.json" -m smollm2-135m --kv-mem 4MiB
+expect_status 1 "--kv-mem 4MiB predicts 11 blocks, not the run's 5"
+expect_err_has "kv_blocks (kvcalc 11, decode 5)" "names kv_blocks"
+run kvcalc --check "$T/s.json" -m smollm2-135m --kv-heads 8
+expect_status 1 "a wrong model shape (8 KV heads) disagrees"
+
+# doctored and broken stats: the field or the file named, exit 1
+sed 's/"kv_block_bytes":368640/"kv_block_bytes":368000/' "$T/s.json" >"$T/bad.json"
+run kvcalc --check "$T/bad.json" -m smollm2-135m
+expect_status 1 "wrong block bytes"
+expect_err_has "kv_block_bytes" "names kv_block_bytes"
+sed 's/"peak_kv_blocks":5/"peak_kv_blocks":6/' "$T/s.json" >"$T/bad.json"
+run kvcalc --check "$T/bad.json" -m smollm2-135m
+expect_status 1 "more blocks in use than the pool has"
+expect_err_has "peak_kv_blocks (kvcalc at most 5, decode 6)" "names peak_kv_blocks"
+sed 's/"block_size":16/"block_size":"16"/' "$T/s.json" >"$T/bad.json"
+run kvcalc --check "$T/bad.json" -m smollm2-135m
+expect_status 1 "a string for a number"
+expect_err_has "$T/bad.json: block_size: not a non-negative integer" "names the file and the field"
+sed 's/"kv_blocks":5/"kv_blocks":99999999999999/' "$T/s.json" >"$T/bad.json"
+run kvcalc --check "$T/bad.json" -m smollm2-135m
+expect_status 1 "a count out of range"
+expect_err_has "kv_blocks: 99999999999999 is out of range" "names the field and the range"
+grep -v '"kv_block_bytes"' "$T/s.json" >"$T/bad.json"
+run kvcalc --check "$T/bad.json" -m smollm2-135m
+expect_status 1 "a stats file without kv_block_bytes (an older decode's)"
+expect_err_has "missing" "says the field is missing"
+head -c 200 "$T/s.json" >"$T/cut.json"
+run kvcalc --check "$T/cut.json" -m smollm2-135m
+expect_status 1 "a stats file cut short"
+expect_err_has "$T/cut.json:" "names the file"
+expect_err_one_line "one line"
+printf '\001\002garbage' >"$T/bad.json"
+run kvcalc --check "$T/bad.json" -m smollm2-135m
+expect_status 1 "garbage"
+expect_err_has "$T/bad.json:" "names the file"
+printf '[1,2]' >"$T/bad.json"
+run kvcalc --check "$T/bad.json" -m smollm2-135m
+expect_status 1 "JSON that is not an object"
+run kvcalc --check "$T/absent.json" -m smollm2-135m
+expect_status 1 "a stats file that is not there"
+expect_err_has "$T/absent.json" "names it"
+
+# usage errors
+run kvcalc --check "$T/s.json" -m smollm2-135m --gpu h200
+expect_status 2 "--gpu does not go with --check"
+expect_err_has "--gpu does not apply" "says why"
+run kvcalc --check "$T/s.json" -m smollm2-135m --tp 2
+expect_status 2 "--tp does not go with --check"
+run kvcalc --check "$T/s.json" -m smollm2-135m --block-size 16:64:x2
+expect_status 2 "no sweeps with --check"
+run kvcalc --check "$T/s.json" -m smollm2-135m --tsv
+expect_status 2 "--tsv does not go with --check"
+run kvcalc -m smollm2-135m --kv-mem 1GiB
+expect_status 2 "--kv-mem without --check"
+run kvcalc --check "$T/s.json" -m smollm2-135m --kv-dtype q9
+expect_status 2 "an unknown --kv-dtype"
+
+# ---- with the model: decode's own stats ----
+M="$KVP_MODEL"
+if [ ! -f "$M" ]; then
+    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
+    done_testing
+    exit $?
+fi
+: >"$T/p.jsonl"
+for q in "Name a fruit." "Name a color." "Say hello." "Count to three." "Name a planet." "Name a city."; do
+    printf '{"messages":[{"role":"user","content":"%s"}]}\n' "$q" >>"$T/p.jsonl"
+done
+
+# a 2 MiB pool: 5 blocks, sequences preempted
+run decode -m "$M" -t "$THREADS" -f "$T/p.jsonl" -n 16 --kv-mem 2MiB --stats="$T/run.json"
+expect_status 0 "decode writes its stats"
+for k in '"kv_block_bytes":368640' '"kv_pool_bytes":1843200' '"kv_pool_sized_by":"kv-mem"' '"kv_mem":2097152' \
+    '"kv_dtype":"f16"' '"input":"prompts"' '"peak_running":' '"max_seq_len":' '"model_fingerprint":"' \
+    '"mean_prompt_tokens":' '"kv_blocks":5,"block_size":16'; do
+    if grep -qF "$k" "$T/run.json"; then pass "stats have $k"; else fail "stats lack $k: $(cat "$T/run.json")"; fi
+done
+run kvcalc --check "$T/run.json"
+expect_status 0 "kvcalc agrees with decode's run (the model the run names)"
+expect_out_has "verdict: agree" "verdict: agree"
+expect_out_has ": the run's" "the model file's fingerprint is the run's"
+run kvcalc -m "$M" --check "$T/run.json" --json
+expect_status 0 "-m MODEL --json"
+expect_out_has '"fingerprint_ok":true' "--json: the fingerprint matches"
+expect_out_has '"agree":true' "--json: agree"
+
+# doctored: another model's fingerprint, wrong block bytes, a model not there
+sed 's/"model_fingerprint":"[0-9a-f]*"/"model_fingerprint":"00000000000000000000000000000000"/' "$T/run.json" >"$T/bad.json"
+run kvcalc --check "$T/bad.json"
+expect_status 1 "another model's fingerprint"
+expect_err_has "model_fingerprint" "names model_fingerprint"
+sed 's/"kv_block_bytes":368640/"kv_block_bytes":737280/' "$T/run.json" >"$T/bad.json"
+run kvcalc --check "$T/bad.json"
+expect_status 1 "doctored block bytes"
+expect_err_has "kv_block_bytes (kvcalc 368640, decode 737280)" "names kv_block_bytes"
+sed 's#"model":"[^"]*"#"model":"/nonexistent/m.gguf"#' "$T/run.json" >"$T/bad.json"
+run kvcalc --check "$T/bad.json"
+expect_status 1 "the run's model is not here"
+expect_err_has "model: '/nonexistent/m.gguf' is not here" "says so"
+run kvcalc --check "$T/bad.json" -m "$M"
+expect_status 0 "... and -m MODEL stands in for it"
+
+# the other sizings: --kv-blocks with f32 and blocks of 32; the context;
+# a large pool where every sequence fits, so no preemption may happen
+run decode -m "$M" -t "$THREADS" -f "$T/p.jsonl" -n 8 --kv-blocks 7 --block-size 32 --kv-dtype f32 \
+    --stats="$T/run2.json"
+expect_status 0 "decode --kv-blocks 7 --block-size 32 --kv-dtype f32"
+run kvcalc --check "$T/run2.json"
+expect_status 0 "kvcalc agrees: 7 blocks of 1,474,560 B"
+expect_out_has "1,474,560" "f32 blocks of 32 tokens: 30 x 49,152 B"
+run decode -m "$M" -t "$THREADS" -f "$T/p.jsonl" -n 8 --stats="$T/run3.json"
+expect_status 0 "decode with the default pool (the model's context)"
+run kvcalc --check "$T/run3.json"
+expect_status 0 "kvcalc agrees: 8192 tokens of context, 512 blocks"
+expect_out_has "context, 8192 tokens: 512 blocks" "the pool from the model's context"
+run decode -m "$M" -t "$THREADS" -f "$T/p.jsonl" -n 16 --kv-mem 64MiB --stats="$T/run4.json"
+run kvcalc --check "$T/run4.json" --json
+expect_status 0 "a 64 MiB pool agrees"
+expect_out_has '"field":"preemptions","kvcalc":0,"decode":0,"ratio":null,"rule":"at most","ok":true' \
+    "every sequence fits at its longest: no preemption, and it is checked"
+
+# a KV stream's run: the preemption rule does not apply
+run_sh "prefill -m '$M' -t $THREADS -f '$T/p.jsonl' | decode -m '$M' -t $THREADS -n 4 --kv-mem 8MiB --stats='$T/run5.json' >/dev/null"
+expect_status 0 "prefill | decode --stats"
+run kvcalc --check "$T/run5.json"
+expect_status 0 "kvcalc agrees with a KV stream's run"
+expect_out_has "a KV stream's sequences hold blocks while they wait" "says why preemptions are not checked"
+
+done_testing
