@@ -509,6 +509,9 @@ static void print_human(const run *R, const kvp_cap_params *p, const kvp_cap_res
     printf("  per token          %s B", commas(b1, sizeof b1, r->kv_bytes_per_token));
     if (c->kv_lora_rank)
         printf("  (%u elements x %u layers)\n", r->kv_vector_elems, c->n_layer);
+    else if (p->kv_fmt.scale == KVP_CAP_SCALE_TOKEN)
+        printf("  (K+V x %u heads x (%u + a %u-byte scale) x %u layers)\n", c->n_head_kv, hd, p->kv_fmt.scale_bytes,
+               c->n_layer);
     else
         printf("  (K+V x %u heads x %u x %u layers)\n", c->n_head_kv, hd, c->n_layer);
     printf("  per sequence       %s B = %s at %" PRIu64 " tokens\n", commas(b1, sizeof b1, r->kv_bytes_per_seq),
@@ -933,7 +936,7 @@ static int check_run(run *R, const char *stats, const char *model, const char *k
         printf("  KV           %s (%s), blocks of %u tokens (%s); one block holds all %u layers:\n", p->kv_fmt.name,
                dtype_src, p->block_size, bs_src, cfg->n_layer);
         printf("               %u x %s B%s = %s B\n", cfg->n_layer, commas(b1, sizeof b1, c.layer_block_bytes),
-               p->kv_fmt.scale == KVP_CAP_SCALE_BLOCK ? " (scales included)" : "",
+               p->kv_fmt.scale == KVP_CAP_SCALE_BLOCK || p->kv_fmt.scale == KVP_CAP_SCALE_TOKEN ? " (scales included)" : "",
                commas(b2, sizeof b2, c.block_bytes));
         if (pool == KVP_CAP_POOL_MEM)
             printf("  pool         --kv-mem %s B (%s): %s blocks\n", commas(b1, sizeof b1, mem),

@@ -18,8 +18,8 @@
  * (the order of a KVP KV_BLOCK record's data, kvp(5)), so a block is written
  * to a stream as it is.  A scaled cache (fp8_e4m3 or i8 elements,
  * lib/num/kvscale.h) follows the data with one f32 scale per
- * [layer][K/V][head] (a KV_BLOCK record's scales, in the same order), at
- * scales_off; an element's value is its decoded q times its slab's scale.  A token's slot is block_id * block_size + offset,
+ * [layer][K/V][head][slot] (a KV_BLOCK record's scales, one a slot), at
+ * scales_off: an element's value is its decoded q times its row's scale.  A token's slot is block_id * block_size + offset,
  * a uint32: a pool holds at most KVP_KV_MAX_SLOTS token slots (kvcache.c
  * refuses a larger one), so slot arithmetic in uint32 never wraps.
  */
@@ -66,7 +66,7 @@ typedef struct kvp_kv_pool {
     uint32_t block_size;   /* token slots per block */
     uint32_t n_layer, n_head_kv, head_dim;
     uint64_t block_bytes;  /* n_layer * 2 * n_head_kv * block_size * head_dim * element size,
-                            * plus n_layer * 2 * n_head_kv * 4 for a scaled cache's scales */
+                            * plus n_layer * 2 * n_head_kv * block_size * 4 for a scaled cache's scales */
     uint64_t scales_off;   /* a scaled cache: where a block's scales start (its data bytes); else 0 */
 } kvp_kv_pool;
 
@@ -120,10 +120,8 @@ typedef struct kvp_backend_ops {
     void (*add)(kvp_backend *b, float *x, const float *y, size_t n);
     /* g = silu(g) * u over n elements (SwiGLU). */
     void (*silu_mul)(kvp_backend *b, float *g, const float *u, size_t n);
-    /* Store k, v [n_tok][n_head_kv * head_dim] of one layer into the slots,
-     * tokens in order.  A scaled cache grows each slab's scale as
-     * kvp_kvscale_append does (so a slab depends only on what was written
-     * into it, never on the batch). */
+    /* Store k, v [n_tok][n_head_kv * head_dim] of one layer into the slots
+     * (a scaled cache: each row with its own scale, kvp_kvscale_row). */
     void (*kv_store)(kvp_backend *b, const kvp_kv_pool *kv, uint32_t layer, const float *k, const float *v,
                      uint32_t n_tok, const uint32_t *slot);
     /* 0 or KVP_ENOMEM (its scratch grows with the longest context). */

@@ -407,10 +407,10 @@ static size_t kv_off(const kvp_kv_pool *kv, uint32_t block, uint32_t layer, uint
     return (size_t)block * kv->block_bytes + e * kv_esize(kv->dtype);
 }
 
-/* The scale of slab (block, layer, K/V, head) of a scaled cache. */
-static float *kv_scale(const kvp_kv_pool *kv, uint32_t block, uint32_t layer, uint32_t which, uint32_t head)
+/* The scales of slab (block, layer, K/V, head) of a scaled cache, one a slot. */
+static float *kv_scales(const kvp_kv_pool *kv, uint32_t block, uint32_t layer, uint32_t which, uint32_t head)
 {
-    size_t i = ((size_t)layer * 2 + which) * kv->n_head_kv + head;
+    size_t i = (((size_t)layer * 2 + which) * kv->n_head_kv + head) * kv->block_size;
     return (float *)((uint8_t *)kv->base + (size_t)block * kv->block_bytes + kv->scales_off) + i;
 }
 
@@ -431,8 +431,8 @@ static void kv_put_row(const kvp_kv_pool *kv, uint32_t blk, uint32_t layer, uint
 {
     uint8_t *base = kv->base;
     if (kvp_kvscale_dtype(kv->dtype))
-        kvp_kvscale_append(kv->dtype, base + kv_off(kv, blk, layer, which, h, 0), kv_scale(kv, blk, layer, which, h),
-                           s, src, kv->head_dim);
+        kv_scales(kv, blk, layer, which, h)[s] =
+            kvp_kvscale_row(kv->dtype, src, kv->head_dim, base + kv_off(kv, blk, layer, which, h, s));
     else
         kv_put(kv->dtype, base + kv_off(kv, blk, layer, which, h, s), src, kv->head_dim);
 }
@@ -537,8 +537,14 @@ static const float *attn_block(const attn_ctx *c, const uint32_t *table, uint32_
     const void *src = (const uint8_t *)kv->base + kv_off(kv, table[blk], c->a->layer, which, g, 0);
     if (kv->dtype == KVP_DTYPE_F32)
         return src;
-    float scale = kvp_kvscale_dtype(kv->dtype) ? *kv_scale(kv, table[blk], c->a->layer, which, g) : 1.0f;
-    c->k->kv_f32(kv->dtype, src, scale, buf, np * kv->head_dim);
+    if (kvp_kvscale_dtype(kv->dtype)) {
+        const float *sc = kv_scales(kv, table[blk], c->a->layer, which, g);
+        for (uint32_t r = 0; r < np; r++)
+            c->k->kv_f32(kv->dtype, (const uint8_t *)src + (size_t)r * kv->head_dim, sc[r], buf + (size_t)r * kv->head_dim,
+                         kv->head_dim);
+        return buf;
+    }
+    c->k->kv_f32(kv->dtype, src, 1.0f, buf, np * kv->head_dim);
     return buf;
 }
 

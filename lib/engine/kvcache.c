@@ -83,7 +83,7 @@ static uint64_t block_data_bytes(const kvp_config *c, uint32_t block_size, int d
 
 uint64_t kvp_kvcache_block_bytes(const kvp_config *c, uint32_t block_size, int dtype)
 {
-    uint64_t scales = kvp_kvscale_dtype(dtype) ? (uint64_t)c->n_layer * 2 * c->n_head_kv * 4 : 0;
+    uint64_t scales = kvp_kvscale_dtype(dtype) ? (uint64_t)c->n_layer * 2 * c->n_head_kv * block_size * 4 : 0;
     return block_data_bytes(c, block_size, dtype) + scales;
 }
 

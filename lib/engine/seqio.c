@@ -316,22 +316,28 @@ static int make_cache(kvp_seqio_reader *sr, const kvp_record *rec, kvp_err *err)
     return rc;
 }
 
-/* A scaled block's payload as the pool holds it: data, then its scales,
- * each checked finite and positive (a zero or NaN scale would poison every
- * score that reads the slab). */
+/* A scaled block's payload as the pool holds it: data, then its scales, one
+ * a slot (a block of `quantize --kv`, one scale a head, gives each slot its
+ * head's: the same values), each checked finite and positive (a zero or NaN
+ * scale would poison every score that reads it). */
 static const uint8_t *stage_scaled(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_kvblock_rec *b,
                                    const uint8_t *data, const uint8_t *scales, kvp_err *err)
 {
     const kvp_kv_pool *pool = kvp_kvcache_pool(sr->kc);
+    uint64_t n = (pool->block_bytes - pool->scales_off) / 4, per = kvp_kvblock_scales_per_slot(b) ? 1 : pool->block_size;
+    uint8_t *sc = sr->stage + pool->scales_off;
     memcpy(sr->stage, data, pool->scales_off);
-    memcpy(sr->stage + pool->scales_off, scales, b->scales_bytes);
-    for (uint64_t i = 0; i < b->scales_bytes / 4; i++) {
+    for (uint64_t i = 0; i < n; i++)
+        memcpy(sc + 4 * i, scales + 4 * (i / per), 4);
+    for (uint64_t i = 0; i < n; i++) {
         float f;
-        memcpy(&f, sr->stage + pool->scales_off + 4 * i, 4);
+        memcpy(&f, sc + 4 * i, 4);
+        if (per == 1 && i % pool->block_size >= b->n_tokens) /* a slot past the filled ones: unspecified */
+            continue;
         if (!(f > 0.0f && f <= 3.4e38f)) {
             kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: KV block %u of sequence %llu: scale %llu is %g (not a "
                         "positive finite number)", sr->name, (unsigned long long)rec->index, b->block_index,
-                        (unsigned long long)b->seq_id, (unsigned long long)i, (double)f);
+                        (unsigned long long)b->seq_id, (unsigned long long)(i / per), (double)f);
             return NULL;
         }
     }
@@ -377,10 +383,13 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
             return kvp_err_set(err, KVP_EMISMATCH, "%s: KV dtype %s in the stream, this run uses %s (--kv-dtype)",
                                sr->name, kvp_dtype_name(b.dtype), kvp_dtype_name((uint32_t)pool->dtype));
         uint64_t want_data = pool->scales_off ? pool->scales_off : pool->block_bytes;
-        uint64_t want_scales = pool->block_bytes - want_data;
+        uint64_t want_scales = pool->block_bytes - want_data; /* one a slot; or one a head */
+        int scales_ok = want_scales ? b.scale_dtype == KVP_DTYPE_F32 &&
+                                          (b.scales_bytes == want_scales || b.scales_bytes * b.block_size == want_scales)
+                                    : b.scales_bytes == 0;
         if (b.layer_begin != 0 || b.layer_end != pool->n_layer || b.n_head_kv != pool->n_head_kv ||
-            b.head_dim != pool->head_dim || b.block_size != pool->block_size || b.scales_bytes != want_scales ||
-            b.data_bytes != want_data || (want_scales && b.scale_dtype != KVP_DTYPE_F32))
+            b.head_dim != pool->head_dim || b.block_size != pool->block_size || !scales_ok ||
+            b.data_bytes != want_data)
             return kvp_err_set(err, KVP_EMISMATCH, "%s: record %llu: KV block of layers %u-%u, %u x %u heads, block "
                                "%u does not fit this model (%u layers, %u x %u, block %u)", sr->name,
                                (unsigned long long)rec->index, b.layer_begin, b.layer_end, b.n_head_kv, b.head_dim,

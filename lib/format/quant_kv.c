@@ -82,11 +82,13 @@ int kvp_quant_kv_convert(const kvp_kvblock_rec *src, const void *src_data, const
         want.scales_bytes != dst->scales_bytes)
         return kvp_err_set(err, KVP_EFORMAT, "kv block %u of sequence %llu: data_bytes %llu does not match its shape",
                            src->block_index, (unsigned long long)src->seq_id, (unsigned long long)src->data_bytes);
-    int src_has_scales = src->scale_dtype == KVP_DTYPE_F32 && src->scales_bytes == slabs * 4 && src_scales;
+    /* a slab's scale, or (a running cache's stream) one for each slot's row */
+    uint64_t per = kvp_kvblock_scales_per_slot(src) == 1 ? src->block_size : 1;
+    int src_has_scales = src->scale_dtype == KVP_DTYPE_F32 && src->scales_bytes == slabs * per * 4 && src_scales;
     if (src->scale_dtype && !src_has_scales)
-        return kvp_err_set(err, KVP_EFORMAT, "kv block %u of sequence %llu: scales_bytes %llu, want %llu f32",
+        return kvp_err_set(err, KVP_EFORMAT, "kv block %u of sequence %llu: scales_bytes %llu, want %llu or %llu f32",
                            src->block_index, (unsigned long long)src->seq_id, (unsigned long long)src->scales_bytes,
-                           (unsigned long long)slabs);
+                           (unsigned long long)slabs, (unsigned long long)(slabs * src->block_size));
     const kvp_dtype_traits *ti = kvp_dtype_get(src->dtype), *to = kvp_dtype_get(dst->dtype);
     uint64_t n = (uint64_t)src->n_tokens * src->head_dim; /* filled elements of a slab */
     float *x = malloc((n ? n : 1) * sizeof *x), *y = malloc((n ? n : 1) * sizeof *y);
@@ -98,10 +100,9 @@ int kvp_quant_kv_convert(const kvp_kvblock_rec *src, const void *src_data, const
     const uint8_t *in = src_data;
     uint8_t *out = dst_data;
     for (uint64_t k = 0; k < slabs; k++, in += sin, out += sout) {
-        float s_in = src_has_scales ? get_f32((const uint8_t *)src_scales + 4 * k) : 1.0f;
         ti->to_f32(in, x, (int64_t)n);
-        for (uint64_t i = 0; i < n; i++)
-            x[i] *= s_in;
+        for (uint64_t i = 0; src_has_scales && i < n; i++)
+            x[i] *= get_f32((const uint8_t *)src_scales + 4 * (k * per + (per > 1 ? i / src->head_dim : 0)));
         memset(out, 0, sout);
         if (kv_scaled(dst->dtype)) {
             float s = kvp_kvscale_of((int)dst->dtype, kvp_kvscale_amax(x, (int64_t)n));

@@ -435,10 +435,20 @@ static int64_t kvblock_data_bytes(const kvp_kvblock_rec *b)
     return (int64_t)(heads * (uint64_t)row);
 }
 
-static int64_t kvblock_scale_bytes(const kvp_kvblock_rec *b)
+/* Scales of a head's slab: 1, or one a slot. */
+static int64_t kvblock_scale_bytes(const kvp_kvblock_rec *b, int per_slot)
 {
-    uint64_t n = ((uint64_t)b->layer_end - b->layer_begin) * 2 * b->n_head_kv;
+    uint64_t n = ((uint64_t)b->layer_end - b->layer_begin) * 2 * b->n_head_kv * (per_slot ? b->block_size : 1);
     return kvp_dtype_row_bytes(b->scale_dtype, (int64_t)n);
+}
+
+int kvp_kvblock_scales_per_slot(const kvp_kvblock_rec *b)
+{
+    if (b->scales_bytes == 0)
+        return -1;
+    if ((int64_t)b->scales_bytes == kvblock_scale_bytes(b, 0))
+        return 0;
+    return (int64_t)b->scales_bytes == kvblock_scale_bytes(b, 1) ? 1 : -1;
 }
 
 int kvp_write_kvblock(kvp_writer *w, const kvp_kvblock_rec *bl, const uint32_t *tokens, const void *data,
@@ -448,7 +458,7 @@ int kvp_write_kvblock(kvp_writer *w, const kvp_kvblock_rec *bl, const uint32_t *
     if (want < 0 || (uint64_t)want != bl->data_bytes || bl->n_tokens == 0 || bl->n_tokens > bl->block_size)
         return kvp_err_set(err, KVP_EINVAL, "KV block %u of sequence %llu: sizes do not match its shape",
                            bl->block_index, (unsigned long long)bl->seq_id);
-    if (bl->scales_bytes && (int64_t)bl->scales_bytes != kvblock_scale_bytes(bl))
+    if (bl->scales_bytes && kvp_kvblock_scales_per_slot(bl) < 0)
         return kvp_err_set(err, KVP_EINVAL, "KV block %u of sequence %llu: scales_bytes does not match its heads",
                            bl->block_index, (unsigned long long)bl->seq_id);
     kvp_buf b;
@@ -1016,8 +1026,8 @@ int kvp_kvblock_decode(const kvp_record *rec, kvp_kvblock_rec *b, const uint8_t 
     int64_t want = kvblock_data_bytes(b);
     if (want < 0 || (uint64_t)want != b->data_bytes)
         return bad_field(rec, err, "data_bytes does not match layers, heads, block size and dtype");
-    if (b->scales_bytes && (int64_t)b->scales_bytes != kvblock_scale_bytes(b))
-        return bad_field(rec, err, "scales_bytes does not match layers and heads");
+    if (b->scales_bytes && kvp_kvblock_scales_per_slot(b) < 0)
+        return bad_field(rec, err, "scales_bytes does not match layers and heads (one scale a head, or a slot)");
     uint64_t soff = kvp_align_up(b->data_bytes, KVP_ALIGN);
     uint64_t end = b->scales_bytes ? soff + b->scales_bytes : b->data_bytes;
     if (end != rec->data_size)

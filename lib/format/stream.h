@@ -94,7 +94,8 @@ typedef struct kvp_kvblock_rec {
     uint64_t parent_hash;      /* hash of the previous block of the sequence, 0 for the first */
     uint64_t hash;             /* kvp_kvblock_hash(parent_hash, tokens) */
     uint64_t data_bytes;       /* layers x 2 (K,V) x n_head_kv x block_size x head_dim elements */
-    uint64_t scales_bytes;     /* layers x 2 x n_head_kv scales, or 0 */
+    uint64_t scales_bytes;     /* layers x 2 x n_head_kv scales (one a head), that x block_size (one a
+                                * slot: a running cache's), or 0 */
     /* meta also carries the block's n_tokens token ids (kvp_kvblock_decode gives them) */
 } kvp_kvblock_rec;
 
@@ -111,6 +112,10 @@ typedef struct kvp_end_rec {
     uint64_t count[KVP_KIND_COUNT];     /* by kind (unknown kinds >= 16 are not counted) */
     uint64_t raw_bytes;                 /* sum of raw payload sizes before END */
 } kvp_end_rec;
+
+/* Whether a KV block's scales are one a slot (1) or one a head (0); -1 when
+ * it has none or scales_bytes matches neither. */
+int kvp_kvblock_scales_per_slot(const kvp_kvblock_rec *b);
 
 /* Content hash of a KV block: XXH64 over parent_hash (8 bytes LE) followed by
  * the token ids (4 bytes LE each), seed 0.  Equal prefixes give equal chains. */

@@ -24,6 +24,7 @@ enum kvp_cap_scale {
     KVP_CAP_SCALE_ROW = 2,    /* one scale per output row */
     KVP_CAP_SCALE_GROUP = 3,  /* one scale per `group` elements along a row */
     KVP_CAP_SCALE_BLOCK = 4,  /* KV only: one scale per head per KV block (kvp(5) KV_BLOCK) */
+    KVP_CAP_SCALE_TOKEN = 5,  /* KV only: one scale per head per token (decode's fp8/int8 cache) */
 };
 
 /* How a tensor (weights) or a KV vector is stored: rows are cut into blocks
@@ -42,9 +43,10 @@ typedef struct kvp_cap_fmt {
  * mxfp4, and the GGUF types q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k.
  * Returns 0 or KVP_EINVAL with a message listing the choices. */
 int kvp_cap_weight_fmt(const char *name, kvp_cap_fmt *f, kvp_err *err);
-/* KV formats: f32 f16 bf16, fp8 (E4M3), int8 and int4 (an f32 scale per
- * head per block, as kvpipe's cache and kvp(5) hold them), fp8-e5m2 (a
- * per-layer scale, not counted), fp4 (NVFP4 blocks). */
+/* KV formats: f32 f16 bf16, fp8 (E4M3) and int8 (an f32 scale per head per
+ * token, as decode's cache holds them), int4 (an f32 scale per head per
+ * block, kvp(5)), fp8-e5m2 (a per-layer scale, not counted), fp4 (NVFP4
+ * blocks). */
 int kvp_cap_kv_fmt(const char *name, kvp_cap_fmt *f, kvp_err *err);
 /* Bytes of a rows x cols tensor in format f (scales included). */
 uint64_t kvp_cap_fmt_bytes(const kvp_cap_fmt *f, uint64_t rows, uint64_t cols);

@@ -3,7 +3,7 @@
 # sequence alone (--max-num-seqs 1), in the default continuous batch, with a
 # 7-token step budget (prompts cut into chunks beside running decodes), in
 # static batches, and with a KV cache so small that sequences are preempted
-# and computed again.  Needs the real model (scripts/fetch-model).
+# and computed again; on an f16 cache and on fp8 and int8 ones.  Needs the real model (scripts/fetch-model).
 . "$KVP_TESTS/cli/lib.sh"
 
 M="$KVP_MODEL"
@@ -63,4 +63,19 @@ check_mode "3 threads" -t 3 --max-batched-tokens 19
 check_mode "preempted and recomputed" --kv-mem 4MiB --stats --json
 p=$(sed -n 's/.*"preemptions":\([0-9]*\).*/\1/p' "$ERR")
 if [ -n "$p" ] && [ "$p" -gt 0 ]; then pass "the small cache preempts ($p)"; else fail "no preemptions (${p:-none})"; fi
+
+# A scaled (fp8, int8) cache: each token's row has its own scale, so what
+# a token's attention reads never depends on the tokens after it in the
+# same chunk: the same holds there, prompts cut into 7-token chunks too.
+for kd in fp8 int8; do
+    run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 24 --max-num-seqs 1 --kv-dtype $kd
+    expect_status 0 "$kd: one sequence at a time"
+    greedy_lines >"$T/alone.txt"
+    check_mode "$kd: continuous batch" --kv-dtype $kd
+    check_mode "$kd: 7-token steps" --kv-dtype $kd --max-batched-tokens 7
+    # 2 MiB holds 10 fp8 blocks of 16 tokens (191 KiB each)
+    check_mode "$kd: preempted and recomputed" --kv-dtype $kd --kv-mem 2MiB --stats --json
+    p=$(sed -n 's/.*"preemptions":\([0-9]*\).*/\1/p' "$ERR")
+    if [ -n "$p" ] && [ "$p" -gt 0 ]; then pass "$kd: the small cache preempts ($p)"; else fail "$kd: no preemptions"; fi
+done
 done_testing

@@ -80,11 +80,15 @@ expect_field weight_bytes 93405585408 "Mixtral-8x7B f16 weights: 2 x 46,702,792,
 expect_field kv_bytes_per_token 131072 "Mixtral KV as a dense 32-layer GQA model"
 expect_field n_params_active 12879925248 "Mixtral active params 12.9B"
 # KV formats
+# fp8 and int8 as decode's cache holds them: a byte an element, and an f32
+# scale per head (16 K and V) per layer (32) per token: 65536 + 2048
 run kvcalc -m llama-3-8b --kv-dtype fp8 --json
-expect_field kv_bytes_per_token 65536 "fp8 KV halves the bytes"
+expect_field kv_bytes_per_token 67584 "fp8 KV halves the bytes, plus its scales"
 run kvcalc -m llama-3-8b --kv-dtype int8 -s 4096 --json
-# data 65536 x 4096 + one f32 scale per head (16) per layer (32) per block (256)
-expect_field kv_alloc_bytes_per_seq 268959744 "int8 KV counts its per-block scales"
+expect_field kv_alloc_bytes_per_seq 276824064 "int8 KV counts its per-token scales"
+# int4: half a byte an element, an f32 scale per head per layer per block (256)
+run kvcalc -m llama-3-8b --kv-dtype int4 -s 4096 --json
+expect_field kv_alloc_bytes_per_seq 134742016 "int4 KV counts its per-block scales"
 
 # ---- splits ----
 run kvcalc -m llama-3-70b --gpu h100 --tp 4 -s 4096 --json
@@ -111,10 +115,10 @@ expect_field kv_alloc_bytes_per_seq 134217728 "block 256: 1024 tokens"
 # ---- the README question: 8k conversations, H200, Llama-3-8B fp8 weights and KV ----
 run kvcalc --model llama-3-8b --gpu h200 --weight-dtype fp8 --kv-dtype fp8 --seq-len 8192 --json
 expect_status 0 "the README one-liner runs"
-expect_field max_seqs 231 "231 conversations of 8k tokens fit (fp8 scales per head per block)"
+expect_field max_seqs 225 "225 conversations of 8k tokens fit (an fp8 scale per head per token)"
 expect_field fits true "it fits"
 run kvcalc --model llama-3-8b --gpu h200 --weight-dtype fp8 --kv-dtype fp8 --seq-len 8192
-expect_out_has "sequences of 8192 tokens at once: 231" "the report says so in words"
+expect_out_has "sequences of 8192 tokens at once: 225" "the report says so in words"
 expect_out_has "GiB" "the report gives GiB"
 run kvcalc -m llama-3-70b --gpu rtx-4090 -s 4096 --json
 expect_field fits false "70B in f16 does not fit a 24GB card"

@@ -137,21 +137,23 @@ static void test_kv_dtypes(void)
     p.seq_len = 4096;
     CHECK(kvp_cap_kv_fmt("fp8", &p.kv_fmt, &err) == 0);
     kvp_cap_result r = compute(&p);
-    CHECK_EQ_U64(r.kv_bytes_per_token, 65536);
     /* fp8 (E4M3) as decode's cache holds it: an f32 scale per head (16
-     * vectors) per layer per block, 256 blocks */
-    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, 65536ull * 4096 + 256ull * 16 * 4 * 32);
+     * vectors) per layer per token */
+    CHECK_EQ_U64(r.kv_bytes_per_token, 65536 + 16 * 4 * 32);
+    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, (65536ull + 16 * 4 * 32) * 4096);
     /* fp8-e5m2: one scale per layer, not counted */
     CHECK(kvp_cap_kv_fmt("fp8-e5m2", &p.kv_fmt, &err) == 0);
     CHECK_EQ_U64(compute(&p).kv_alloc_bytes_per_seq, 65536ull * 4096);
-    /* int8: data halves, plus an f32 scale per head (16 vectors) per layer per block */
+    /* int8: data halves, plus an f32 scale per head per layer per token */
     CHECK(kvp_cap_kv_fmt("int8", &p.kv_fmt, &err) == 0);
     r = compute(&p);
-    CHECK_EQ_U64(r.kv_bytes_per_token, 65536);
-    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, 65536ull * 4096 + 256ull * 32 * 16 * 4);
-    CHECK_EQ_U64(r.kv_bytes_per_seq, 65536ull * 4096);
+    CHECK_EQ_U64(r.kv_bytes_per_token, 65536 + 16 * 4 * 32);
+    CHECK_EQ_U64(r.kv_bytes_per_seq, (65536ull + 16 * 4 * 32) * 4096);
+    /* int4: an f32 scale per head (16 vectors) per layer per block */
     CHECK(kvp_cap_kv_fmt("int4", &p.kv_fmt, &err) == 0);
-    CHECK_EQ_U64(compute(&p).kv_bytes_per_token, 32768);
+    r = compute(&p);
+    CHECK_EQ_U64(r.kv_bytes_per_token, 32768);
+    CHECK_EQ_U64(r.kv_alloc_bytes_per_seq, 32768ull * 4096 + 256ull * 32 * 16 * 4);
     /* fp4: NVFP4 blocks of 16 values in 9 bytes: 128 -> 72 bytes a vector */
     CHECK(kvp_cap_kv_fmt("fp4", &p.kv_fmt, &err) == 0);
     CHECK_EQ_U64(compute(&p).kv_bytes_per_token, 16 * 72 * 32);

@@ -222,14 +222,14 @@ static void test_pools_and_formats(void)
     CHECK_EQ_U64(c.block_bytes, 368640);
     p.cfg.sliding_window = 0;
     /* f32: twice the bytes; int8: a byte an element plus an f32 scale per
-     * head per block in every layer: 30 x (16 x 2 x 3 x 64 + 2 x 3 x 4) */
+     * head per token in every layer: 30 x 16 x 2 x 3 x (64 + 4) */
     CHECK(kvp_cap_kv_fmt("f32", &p.kv_fmt, &err) == 0);
     CHECK(kvp_cap_check_run(&p, KVP_CAP_POOL_MEM, 2097152, &r, &c, &err) == 0);
     CHECK_EQ_U64(c.block_bytes, 737280);
     CHECK_EQ_U64(c.n_blocks, 2);
     CHECK(kvp_cap_kv_fmt("int8", &p.kv_fmt, &err) == 0);
     CHECK(kvp_cap_check_run(&p, KVP_CAP_POOL_MEM, 2097152, &r, &c, &err) == 0);
-    CHECK_EQ_U64(c.block_bytes, 30 * (16 * 2 * 3 * 64 + 2 * 3 * 4));
+    CHECK_EQ_U64(c.block_bytes, 30 * 16 * 2 * 3 * (64 + 4));
     /* block size 32 halves the blocks a sequence takes */
     CHECK(kvp_cap_kv_fmt("f16", &p.kv_fmt, &err) == 0);
     p.block_size = 32;
