@@ -388,8 +388,8 @@ int main(int argc, char **argv)
     kvp_jobsrc_filter(js, shard_k, shard_n, resume ? &done : NULL);
     kvp_jobsrc_arrivals(js, rate, burstiness, o.sampling.seed);
     kvp_jobsrc_salt(js, cache_salt);
-    uint64_t n = kvp_jobsrc_total(js);
-    oc.stream_text = n == 1 && !o.json && !resume && shard_n < 2;
+    /* read ahead at open: 1 only when the input holds one request */
+    oc.stream_text = kvp_jobsrc_total(js) == 1 && kvp_jobsrc_read_all(js) && !o.json && !resume && shard_n < 2;
     kvp_kvcache_get_stats(r.kc, &oc.kv);
     if (o.kv_out)
         oc.kept = calloc(1, sizeof *oc.kept);
@@ -410,10 +410,13 @@ int main(int argc, char **argv)
         kvp_model_fingerprint_hex(r.model, ri.fingerprint);
         write_stats(&o, &st, &metrics, &ri);
     }
+    /* requests read so far: the whole input unless the run stopped early */
+    uint64_t n_asked = kvp_jobsrc_total(js) - kvp_jobsrc_skipped(js);
     if (st.stopped) {
-        uint64_t left = n - kvp_jobsrc_skipped(js) - st.requests;
-        kvp_cli_warn("stopped by %s: %llu sequences written, %llu not finished%s%s", strsignal(stop_signal),
-                     (unsigned long long)st.requests, (unsigned long long)left,
+        uint64_t left = n_asked - st.requests;
+        kvp_cli_warn("stopped by %s: %llu sequences written, %llu read and not finished%s%s%s",
+                     strsignal(stop_signal), (unsigned long long)st.requests, (unsigned long long)left,
+                     kvp_jobsrc_read_all(js) ? "" : ", the rest of the input not read yet",
                      resume ? "; run again with --resume " : "", resume ? resume : "");
     }
     if (o.kv_out && !st.stopped) { /* a stopped run's state would be partial */
@@ -432,7 +435,6 @@ int main(int argc, char **argv)
     if (resume && close(oc.fd) != 0)
         kvp_cli_die("%s: %s", resume, strerror(errno));
     kvp_idset_free(&done);
-    uint64_t n_asked = n - kvp_jobsrc_skipped(js);
     kvp_jobsrc_free(js);
     double goodput = kvp_metrics_goodput(&metrics);
     kvp_metrics_free(&metrics);

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -133,6 +134,30 @@ int64_t kvp_in_read(kvp_in *in, void *buf, size_t n, kvp_err *err)
     }
     in->pos += got;
     return (int64_t)got;
+}
+
+int64_t kvp_in_read_some(kvp_in *in, void *buf, size_t n, kvp_err *err)
+{
+    if (in->map)
+        return kvp_in_read(in, buf, n, err);
+    for (;;) {
+        ssize_t r = read(in->fd, buf, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return kvp_err_set(err, KVP_EIO, "%s: read at offset %llu: %s", in->name, (unsigned long long)in->pos,
+                               strerror(errno));
+        in->pos += (uint64_t)r;
+        return r;
+    }
+}
+
+int kvp_in_would_block(const kvp_in *in)
+{
+    if (in->map || in->size_known)
+        return 0;
+    struct pollfd p = {.fd = in->fd, .events = POLLIN};
+    return poll(&p, 1, 0) == 0;
 }
 
 int64_t kvp_in_skip(kvp_in *in, uint64_t n, kvp_err *err)

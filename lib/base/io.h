@@ -36,6 +36,13 @@ void kvp_in_unmap(kvp_in *in);
 /* Read up to n bytes; returns the count (short only at end of input) or a
  * negative code.  Advances pos. */
 int64_t kvp_in_read(kvp_in *in, void *buf, size_t n, kvp_err *err);
+/* Read what is there, up to n bytes: waits only while nothing is (one
+ * read(2) on a pipe, so a line written to a pipe is seen as it comes).
+ * The count, 0 at the end of input, or a negative code.  Advances pos. */
+int64_t kvp_in_read_some(kvp_in *in, void *buf, size_t n, kvp_err *err);
+/* 1 when reading now would wait (a pipe or terminal with nothing in it),
+ * else 0: a file, a mapping, data or the end ready. */
+int kvp_in_would_block(const kvp_in *in);
 /* Skip n bytes forward (reads and discards on a pipe); returns bytes skipped. */
 int64_t kvp_in_skip(kvp_in *in, uint64_t n, kvp_err *err);
 /* Bytes left when the size is known, else UINT64_MAX. */

@@ -50,6 +50,11 @@ void kvp_request_free(kvp_request *r)
     if (!r)
         return;
     kvp_gen_seq_free(&r->g);
+    if (r->stop_owned) {
+        for (size_t k = 0; k < r->opts.n_stop; k++)
+            free(r->stop_owned[k]);
+        free(r->stop_owned);
+    }
     free(r->tokens);
     free(r);
 }
@@ -271,7 +276,8 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     kvp_request **rows = malloc((size_t)max_seqs * sizeof *rows);
     st->total_blocks = ks.n_blocks;
     double t0 = kvp_gen_now();
-    int src_done = 0;
+    int src_done = 0, src_rc = 0; /* src_rc: the source's failure, reported once the rest has run */
+    kvp_err src_err = {0};
     if (!step || !rows) {
         rc = kvp_err_set(err, KVP_ENOMEM, "batch: out of memory for %u sequences", max_seqs);
         goto out;
@@ -285,9 +291,12 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         while (!src_done && kvp_sched_n_waiting(s) < lookahead) {
             int idle = kvp_sched_n_running(s) == 0 && kvp_sched_n_waiting(s) == 0;
             kvp_request *r = NULL;
-            rc = src->next(src->ctx, idle, &r, err);
-            if (rc < 0)
-                goto out;
+            rc = src->next(src->ctx, idle, &r, &src_err);
+            if (rc < 0) {
+                src_rc = rc;
+                src_done = 1;
+                break;
+            }
             if (rc == KVP_BATCH_END) {
                 src_done = 1;
                 break;
@@ -347,6 +356,11 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
                 goto out;
             rc = 0;
         }
+    }
+    if (src_rc < 0) {
+        rc = src_rc;
+        if (err)
+            *err = src_err;
     }
 out:
     /* after a failure or a stop, whatever is still queued or running goes */

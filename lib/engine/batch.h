@@ -28,7 +28,8 @@
 
 typedef struct kvp_request {
     kvp_gen_seq g;           /* id, label, sampling, text, timings (t_start = arrival) */
-    kvp_gen_opts opts;       /* its own budget and stop strings (stop owned by the caller) */
+    kvp_gen_opts opts;       /* its own budget and stop strings (stop the caller's, or stop_owned) */
+    char **stop_owned;       /* [opts.n_stop] freed with the request (a prompts line's own), or NULL */
     uint32_t *tokens;        /* [n_tokens]: prompt, then the sampled tokens */
     uint32_t cap_tokens;
     uint32_t n_prompt;
@@ -44,7 +45,9 @@ typedef struct kvp_request {
 /* Where requests come from.  next: 1 with *r set (a request made with
  * kvp_request_new), 0 when none is ready now but more may come (block
  * says whether the caller would rather wait: nothing else to do), or
- * KVP_BATCH_END when there are no more; or a negative code. */
+ * KVP_BATCH_END when there are no more; or a negative code (bad input:
+ * no more is asked for, the requests taken before it run to their end,
+ * and kvp_batch_run then returns that code). */
 #define KVP_BATCH_END 2
 typedef struct kvp_batch_source {
     void *ctx;
@@ -93,7 +96,10 @@ void kvp_request_end(kvp_request *r);
 /* Run every request of src to its end.  emit gets text as it becomes final
  * and (n 0) each request when it has finished; the request is freed right
  * after that call (unless keep_finished).  0 or a negative code (a request that cannot fit in the
- * cache alone is not an error: it finishes with KVP_FINISH_KV_MEMORY). */
+ * cache alone is not an error: it finishes with KVP_FINISH_KV_MEMORY).  A
+ * source's failure ends the run after the requests already taken have
+ * finished (each emitted), so a bad record in a long input loses nothing
+ * read before it; any other failure ends it at once. */
 int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, const kvp_batch_opts *o,
                   const kvp_batch_source *src, kvp_gen_emit_fn emit, void *ctx, kvp_batch_stats *st, kvp_err *err);
 

@@ -1,5 +1,6 @@
 /* jobsrc.c - a batch job's requests (see jobsrc.h). */
 #include "jobsrc.h"
+#include "debug.h"
 #include "sample.h"
 #include "seqio.h"
 
@@ -11,13 +12,24 @@
 #include <string.h>
 #include <time.h>
 
+/* A prompt read and not yet taken: its ids when given (-p, --tokens),
+ * else NULL until it is taken and tokenized. */
+typedef struct pending {
+    kvp_prompt p;
+    uint32_t *ids;
+    uint32_t n_ids;
+    uint64_t line;             /* in the prompts file */
+} pending;
+
 struct kvp_jobsrc {
     const kvp_runopts *o;
     const kvp_tokenizer *tok;
-    /* prompts: tokenized by kvp_run_prompts */
+    /* prompts: -p and --tokens given, -f read as the queue drains */
     int from_prompts;
-    kvp_prompts ps;
-    uint32_t **ids, *lens;
+    kvp_prompts_reader *pr;
+    pending pp[2];             /* read ahead (at open: to tell one prompt from more) */
+    uint32_t n_pp;
+    int prompts_end;
     /* a stream: sequences read as they arrive */
     kvp_in in;
     int in_open;
@@ -164,13 +176,82 @@ static kvp_gen_opts gen_opts(const kvp_runopts *o)
     return (kvp_gen_opts){.stop = o->stop, .n_stop = o->n_stop, .ignore_eos = o->ignore_eos};
 }
 
+/* Read one more prompt of the file into the read-ahead: 1, 0 at its end,
+ * or a code naming the file and line. */
+static int read_prompt(kvp_jobsrc *js, kvp_err *err)
+{
+    pending *q = &js->pp[js->n_pp];
+    memset(q, 0, sizeof *q);
+    int got = js->prompts_end ? 0 : kvp_prompts_reader_next(js->pr, &q->p, err);
+    if (got <= 0) {
+        js->prompts_end = got == 0;
+        return got;
+    }
+    q->line = kvp_prompts_reader_line(js->pr);
+    js->n_pp++;
+    js->n++;
+    return 1;
+}
+
+/* Drop the first prompt of the read-ahead. */
+static void pop_prompt(kvp_jobsrc *js)
+{
+    kvp_prompt_free(&js->pp[0].p);
+    free(js->pp[0].ids);
+    memmove(js->pp, js->pp + 1, (js->n_pp - 1) * sizeof *js->pp);
+    js->n_pp--;
+}
+
+/* Request i of prompt q, tokenized now if it is not yet. */
+static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **out, kvp_err *err)
+{
+    const char *label = q->p.label;
+    if (!q->ids) {
+        int32_t *t;
+        size_t n;
+        int rc = kvp_prompt_encode(&q->p, js->tok, &t, &n, err);
+        if (rc < 0)
+            return kvp_err_prefix(err, "%s:%" PRIu64, js->o->file, q->line);
+        q->ids = (uint32_t *)t; /* ids are < n_vocab: same bits */
+        if (n == 0 || n > UINT32_MAX)
+            return kvp_err_set(err, KVP_EINVAL, "%s:%" PRIu64 ": prompt %" PRIu64 "%s%s is %s", js->o->file, q->line,
+                               i + 1, label[0] ? " " : "", label, n ? "too long" : "empty");
+        q->n_ids = (uint32_t)n;
+    }
+    const kvp_prompt_params *pp = &q->p.params;
+    kvp_sampling smp;
+    if (request_sampling(js->o, pp, i, &smp, err) < 0)
+        return kvp_err_prefix(err, "request %s", label);
+    kvp_request *r = kvp_request_new(js->tok, i, label, q->ids, q->n_ids, &smp);
+    if (!r)
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    r->opts = gen_opts(js->o);
+    r->salt = pp->set & KVP_PARAM_CACHE_SALT ? pp->cache_salt : js->salt;
+    if (pp->set & KVP_PARAM_STOP) { /* the request takes the line's stop strings */
+        r->opts.stop = (const char *const *)pp->stop;
+        r->opts.n_stop = pp->n_stop;
+        r->stop_owned = q->p.params.stop;
+        q->p.params.stop = NULL;
+        q->p.params.n_stop = 0;
+    }
+    *out = r;
+    return 1;
+}
+
 static int prompt_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *err)
 {
-    for (; js->next < js->n; js->next++) {
+    for (;;) {
+        if (js->n_pp == 0) {
+            if (js->prompts_end || (!block && !kvp_prompts_reader_ready(js->pr)))
+                return js->prompts_end ? KVP_BATCH_END : 0;
+            int got = read_prompt(js, err);
+            if (got <= 0)
+                return got < 0 ? got : KVP_BATCH_END;
+        }
         uint64_t i = js->next;
-        if (!keep(js, i, js->ps.p[i].label)) {
-            free(js->ids[i]);
-            js->ids[i] = NULL;
+        if (!keep(js, i, js->pp[0].p.label)) {
+            pop_prompt(js);
+            js->next++;
             continue;
         }
         double t_arrival;
@@ -179,27 +260,12 @@ static int prompt_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
         if (t_arrival == 0)
             t_arrival = kvp_gen_now();
         js->next++;
-        const kvp_prompt_params *pp = &js->ps.p[i].params;
-        kvp_sampling smp;
-        int rc = request_sampling(js->o, pp, i, &smp, err);
-        kvp_request *r = rc < 0 ? NULL : kvp_request_new(js->tok, i, js->ps.p[i].label, js->ids[i], js->lens[i], &smp);
-        free(js->ids[i]);
-        js->ids[i] = NULL;
-        if (rc < 0)
-            return kvp_err_prefix(err, "request %s", js->ps.p[i].label[0] ? js->ps.p[i].label : "");
-        if (!r)
-            return kvp_err_set(err, KVP_ENOMEM, "out of memory");
-        r->opts = gen_opts(js->o);
-        r->salt = pp->set & KVP_PARAM_CACHE_SALT ? pp->cache_salt : js->salt;
-        if (pp->set & KVP_PARAM_STOP) {
-            r->opts.stop = (const char *const *)pp->stop;
-            r->opts.n_stop = pp->n_stop;
-        }
-        r->g.t_start = t_arrival;
-        *out = r;
-        return 1;
+        int rc = prompt_request(js, &js->pp[0], i, out, err);
+        pop_prompt(js);
+        if (rc == 1)
+            (*out)->g.t_start = t_arrival;
+        return rc;
     }
-    return KVP_BATCH_END;
 }
 
 /* Whether reading the stream now would wait: a pipe with nothing in it.
@@ -321,6 +387,43 @@ static int next(void *ctx, int block, kvp_request **out, kvp_err *err)
     return js->from_prompts ? prompt_next(js, block, out, err) : stream_next(js, block, out, err);
 }
 
+/* -f: the reader, and two prompts read ahead (whether there is a second
+ * decides decode's output); -p, --tokens: the one prompt, tokenized. */
+static int open_prompts(kvp_jobsrc *js, kvp_run *r, const kvp_runopts *o, kvp_err *err)
+{
+    int rc = 0;
+    if (o->file && !o->prompt && !o->tokens) {
+        kvp_prompts set;
+        kvp_prompts_init(&set);
+        set.format = kvp_run_chat_format(r);
+        set.chat = o->chat;
+        set.literal = o->no_special;
+        set.system = o->system;
+        rc = kvp_prompts_reader_open(&js->pr, o->file, &set, err);
+        while (rc == 0 && js->n_pp < 2 && (rc = read_prompt(js, err)) == 1)
+            rc = 0;
+        return rc < 0 ? rc : 0;
+    }
+    kvp_prompts ps;
+    uint32_t **ids, *lens;
+    rc = kvp_run_prompts(r, o, &ps, &ids, &lens, err);
+    KVP_ASSERT(rc < 0 || ps.n == 1);
+    for (size_t i = 0; i < ps.n; i++) {
+        if (rc == 0 && js->n_pp < 2) {
+            js->pp[js->n_pp++] = (pending){.p = ps.p[i], .ids = ids[i], .n_ids = lens[i]};
+            js->n++;
+            memset(&ps.p[i], 0, sizeof ps.p[i]); /* moved */
+        } else if (ids) {
+            free(ids[i]);
+        }
+    }
+    js->prompts_end = 1;
+    free(ids);
+    free(lens);
+    kvp_prompts_free(&ps);
+    return rc;
+}
+
 int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const char *kv_in, kvp_err *err)
 {
     *out = NULL;
@@ -332,9 +435,8 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
     js->from_prompts = o->prompt || o->file || o->tokens;
     int rc;
     if (js->from_prompts) {
-        if ((rc = kvp_run_prompts(r, o, &js->ps, &js->ids, &js->lens, err)) == 0)
+        if ((rc = open_prompts(js, r, o, err)) == 0)
             rc = kvp_run_start(r, o, NULL, err);
-        js->n = js->ps.n;
     } else if ((rc = kvp_in_open(&js->in, kv_in, err)) == 0) {
         js->in_open = 1;
         if ((rc = kvp_reader_open(&js->rd, &js->in, err)) == 0)
@@ -372,12 +474,9 @@ void kvp_jobsrc_free(kvp_jobsrc *js)
 {
     if (!js)
         return;
-    if (js->ids)
-        for (uint64_t i = 0; i < js->ps.n; i++)
-            free(js->ids[i]);
-    free(js->ids);
-    free(js->lens);
-    kvp_prompts_free(&js->ps);
+    while (js->n_pp)
+        pop_prompt(js);
+    kvp_prompts_reader_free(js->pr);
     for (uint32_t i = 0; i < js->n_pend; i++)
         free(js->pend_tok[i]);
     kvp_seqio_reader_free(js->sr);
@@ -399,3 +498,4 @@ void kvp_jobsrc_salt(kvp_jobsrc *js, uint64_t salt) { js->salt = salt; }
 kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js) { return (kvp_batch_source){.ctx = js, .next = next}; }
 uint64_t kvp_jobsrc_total(const kvp_jobsrc *js) { return js->n; }
 uint64_t kvp_jobsrc_skipped(const kvp_jobsrc *js) { return js->skipped; }
+int kvp_jobsrc_read_all(const kvp_jobsrc *js) { return js->from_prompts ? js->prompts_end : js->stream_end; }

@@ -9,6 +9,11 @@
  *    answered, so a killed job resumes where it stopped.
  * A request's id is what decode prints: its label (the prompts file's "id"),
  * else its index in the input.
+ *
+ * Input is read as the batch engine asks for requests: a prompts file a
+ * line at a time (tokenized when its request is taken), a stream a
+ * sequence at a time, so a job of any length holds only the requests in
+ * flight and the few read ahead.
  */
 #ifndef KVP_JOBSRC_H
 #define KVP_JOBSRC_H
@@ -41,10 +46,13 @@ void kvp_jobsrc_arrivals(kvp_jobsrc *js, double rate, double burstiness, uint64_
 void kvp_jobsrc_salt(kvp_jobsrc *js, uint64_t salt);
 /* The source to hand kvp_batch_run. */
 kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js);
-/* Requests in the input (of a stream: read so far, and at least 2 unless it
- * has fewer), and how many the filter has dropped so far. */
+/* Requests read so far (the input is read as the run takes them: at open,
+ * at least 2 unless it has fewer), and how many the filter has dropped so
+ * far; all the input's once kvp_jobsrc_read_all says so. */
 uint64_t kvp_jobsrc_total(const kvp_jobsrc *js);
 uint64_t kvp_jobsrc_skipped(const kvp_jobsrc *js);
+/* 1 when the input has been read to its end. */
+int kvp_jobsrc_read_all(const kvp_jobsrc *js);
 
 /* The id of a request as printed: label, else the decimal index, into buf. */
 const char *kvp_request_id(const kvp_gen_seq *s, char buf[32]);

@@ -6,11 +6,12 @@
 #include "tensor.h"
 #include "wire.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define KVP_PROMPTS_MAX_FILE (1ull << 30)
+#define KVP_PROMPTS_MAX_RECORD (1ull << 30) /* one line, or a whole plain-text file */
 
 void kvp_prompts_init(kvp_prompts *ps)
 {
@@ -18,19 +19,44 @@ void kvp_prompts_init(kvp_prompts *ps)
     ps->format = KVP_CHAT_CHATML;
 }
 
+static void params_free(kvp_prompt_params *pp)
+{
+    for (size_t k = 0; k < pp->n_stop; k++)
+        free(pp->stop[k]);
+    free(pp->stop);
+    memset(pp, 0, sizeof *pp);
+}
+
+void kvp_prompt_free(kvp_prompt *p)
+{
+    free(p->label);
+    free(p->text);
+    free(p->special);
+    params_free(&p->params);
+    memset(p, 0, sizeof *p);
+}
+
 void kvp_prompts_free(kvp_prompts *ps)
 {
-    for (size_t i = 0; i < ps->n; i++) {
-        free(ps->p[i].label);
-        free(ps->p[i].text);
-        free(ps->p[i].special);
-        for (size_t k = 0; k < ps->p[i].params.n_stop; k++)
-            free(ps->p[i].params.stop[k]);
-        free(ps->p[i].params.stop);
-    }
+    for (size_t i = 0; i < ps->n; i++)
+        kvp_prompt_free(&ps->p[i]);
     free(ps->p);
     ps->p = NULL;
     ps->n = ps->cap = 0;
+}
+
+/* Room for one more prompt: 0 or KVP_ENOMEM. */
+static int grow(kvp_prompts *ps)
+{
+    if (ps->n < ps->cap)
+        return 0;
+    size_t cap = ps->cap ? ps->cap * 2 : 8;
+    kvp_prompt *p = realloc(ps->p, cap * sizeof *p);
+    if (!p)
+        return KVP_ENOMEM;
+    ps->p = p;
+    ps->cap = cap;
+    return 0;
 }
 
 /* Take text (malloc'd, NUL-terminated) and special (malloc'd or NULL) as
@@ -39,14 +65,8 @@ static int push(kvp_prompts *ps, const char *label, char *text, size_t len, kvp_
                 size_t n_special, kvp_err *err)
 {
     char *l = NULL;
-    if (ps->n == ps->cap) {
-        size_t cap = ps->cap ? ps->cap * 2 : 8;
-        kvp_prompt *p = realloc(ps->p, cap * sizeof *p);
-        if (!p)
-            goto oom;
-        ps->p = p;
-        ps->cap = cap;
-    }
+    if (grow(ps) < 0)
+        goto oom;
     if (label && strlen(label) > KVP_NAME_MAX) {
         free(text);
         free(special);
@@ -106,25 +126,21 @@ int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, s
     return push(ps, label, t, len, all, all != NULL, err);
 }
 
-int kvp_prompts_encode(const kvp_prompts *ps, size_t i, const kvp_tokenizer *t, int32_t **ids, size_t *n,
-                       kvp_err *err)
+int kvp_prompt_encode(const kvp_prompt *p, const kvp_tokenizer *t, int32_t **ids, size_t *n, kvp_err *err)
 {
-    const kvp_prompt *p = &ps->p[i];
     return kvp_tokenizer_encode_spans(t, p->text, p->len, p->special, p->n_special, -1, ids, n, err);
 }
 
-static void params_free(kvp_prompt_params *pp)
+int kvp_prompts_encode(const kvp_prompts *ps, size_t i, const kvp_tokenizer *t, int32_t **ids, size_t *n,
+                       kvp_err *err)
 {
-    for (size_t k = 0; k < pp->n_stop; k++)
-        free(pp->stop[k]);
-    free(pp->stop);
-    memset(pp, 0, sizeof *pp);
+    return kvp_prompt_encode(&ps->p[i], t, ids, n, err);
 }
 
 /* A number field in [lo, hi] (integral when whole): 1 when present, 0 when
  * absent, or a code naming the line and the field. */
 static int num_field(const kvp_json *o, const char *key, double lo, double hi, int whole, double *out,
-                     const char *path, int line, kvp_err *err)
+                     const char *path, uint64_t line, kvp_err *err)
 {
     const kvp_json *v = kvp_json_get(o, key);
     if (!v || v->type == KVP_JSON_NULL)
@@ -132,30 +148,30 @@ static int num_field(const kvp_json *o, const char *key, double lo, double hi, i
     double x;
     if (v->type != KVP_JSON_NUMBER || kvp_json_get_f64(o, key, &x) < 0 || (whole && !v->is_int) || !(x >= lo) ||
         !(x <= hi))
-        return kvp_err_set(err, KVP_EFORMAT, "%s:%d: \"%s\" must be %s in [%g, %g]", path, line, key,
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"%s\" must be %s in [%g, %g]", path, line, key,
                            whole ? "an integer" : "a number", lo, hi);
     *out = x;
     return 1;
 }
 
 /* "stop": a string or an array of strings. */
-static int stop_field(const kvp_json *o, kvp_prompt_params *pp, const char *path, int line, kvp_err *err)
+static int stop_field(const kvp_json *o, kvp_prompt_params *pp, const char *path, uint64_t line, kvp_err *err)
 {
     const kvp_json *v = kvp_json_get(o, "stop");
     if (!v || v->type == KVP_JSON_NULL)
         return 0;
     size_t n = v->type == KVP_JSON_STRING ? 1 : v->type == KVP_JSON_ARRAY ? v->n : 0;
     if (v->type != KVP_JSON_STRING && v->type != KVP_JSON_ARRAY)
-        return kvp_err_set(err, KVP_EFORMAT, "%s:%d: \"stop\" must be a string or an array of strings", path, line);
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"stop\" must be a string or an array of strings", path, line);
     if (n > 64)
-        return kvp_err_set(err, KVP_ELIMIT, "%s:%d: %zu stop strings (at most 64)", path, line, n);
+        return kvp_err_set(err, KVP_ELIMIT, "%s:%" PRIu64 ": %zu stop strings (at most 64)", path, line, n);
     pp->stop = calloc(n ? n : 1, sizeof *pp->stop);
     if (!pp->stop)
         return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
     for (size_t i = 0; i < n; i++) {
         const kvp_json *e = v->type == KVP_JSON_STRING ? v : kvp_json_at(v, i);
         if (!e || e->type != KVP_JSON_STRING)
-            return kvp_err_set(err, KVP_EFORMAT, "%s:%d: \"stop\" entry %zu is not a string", path, line, i);
+            return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"stop\" entry %zu is not a string", path, line, i);
         if (!(pp->stop[i] = strdup(e->str)))
             return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
         pp->n_stop = i + 1;
@@ -165,7 +181,7 @@ static int stop_field(const kvp_json *o, kvp_prompt_params *pp, const char *path
 }
 
 /* The request's own generation parameters (kvp_prompt_params). */
-static int params_of(const kvp_json *o, kvp_prompt_params *pp, const char *path, int line, kvp_err *err)
+static int params_of(const kvp_json *o, kvp_prompt_params *pp, const char *path, uint64_t line, kvp_err *err)
 {
     double x;
     int rc;
@@ -187,21 +203,21 @@ static int params_of(const kvp_json *o, kvp_prompt_params *pp, const char *path,
     const kvp_json *salt = kvp_json_get(o, "cache_salt");
     if (salt && salt->type != KVP_JSON_NULL) {
         if (salt->type != KVP_JSON_STRING || salt->len == 0)
-            return kvp_err_set(err, KVP_EFORMAT, "%s:%d: \"cache_salt\" must be a non-empty string", path, line);
+            return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"cache_salt\" must be a non-empty string", path, line);
         pp->cache_salt = kvp_xxh64(salt->str, salt->len, 0) | 1;
         pp->set |= KVP_PARAM_CACHE_SALT;
     }
     return stop_field(o, pp, path, line, err);
 }
 
-static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, const char *path, int line,
+static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, const char *path, uint64_t line,
                            kvp_err *err);
 
 /* One JSON Lines object. */
-static int add_json(kvp_prompts *ps, const kvp_json *o, const char *path, int line, kvp_err *err)
+static int add_json(kvp_prompts *ps, const kvp_json *o, const char *path, uint64_t line, kvp_err *err)
 {
     if (o->type != KVP_JSON_OBJECT)
-        return kvp_err_set(err, KVP_EFORMAT, "%s:%d: expected an object", path, line);
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": expected an object", path, line);
     char label[64] = "";
     const char *lab = "";
     const kvp_json *id = kvp_json_get(o, "id");
@@ -209,14 +225,14 @@ static int add_json(kvp_prompts *ps, const kvp_json *o, const char *path, int li
         /* it travels in a sequence record's label, KVP_NAME_MAX bytes: refused
          * rather than cut, so two long ids never come out the same */
         if (id->len > KVP_NAME_MAX)
-            return kvp_err_set(err, KVP_EFORMAT, "%s:%d: \"id\" is %zu bytes, longer than %d", path, line, id->len,
+            return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"id\" is %zu bytes, longer than %d", path, line, id->len,
                                KVP_NAME_MAX);
         lab = id->str;
     } else if (id && id->type == KVP_JSON_NUMBER && id->is_int) {
         snprintf(label, sizeof label, "%lld", (long long)id->i);
         lab = label;
     } else if (id && id->type != KVP_JSON_NULL) {
-        return kvp_err_set(err, KVP_EFORMAT, "%s:%d: \"id\" must be a string or an integer", path, line);
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"id\" must be a string or an integer", path, line);
     }
     kvp_prompt_params pp;
     int rc = params_of(o, &pp, path, line, err);
@@ -234,14 +250,14 @@ static int add_json(kvp_prompts *ps, const kvp_json *o, const char *path, int li
 }
 
 /* The prompt of one JSON Lines object: "prompt", or "messages" rendered. */
-static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, const char *path, int line,
+static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, const char *path, uint64_t line,
                            kvp_err *err)
 {
     const kvp_json *pr = kvp_json_get(o, "prompt"), *msgs = kvp_json_get(o, "messages");
     if (pr && pr->type == KVP_JSON_STRING)
         return kvp_prompts_add_text(ps, lab, pr->str, pr->len, err);
     if (!msgs || msgs->type != KVP_JSON_ARRAY || msgs->n == 0)
-        return kvp_err_set(err, KVP_EFORMAT, "%s:%d: needs a \"prompt\" string or a non-empty \"messages\" array",
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": needs a \"prompt\" string or a non-empty \"messages\" array",
                            path, line);
     kvp_chat_msg *m = calloc(msgs->n + 1, sizeof *m);
     size_t k = 0;
@@ -255,7 +271,7 @@ static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, 
         m[k] = (kvp_chat_msg){kvp_json_get_str(e, "role"), kvp_json_get_str(e, "content")};
         if (!m[k].role || !m[k].role[0] || !m[k].content) {
             free(m);
-            return kvp_err_set(err, KVP_EFORMAT, "%s:%d: message %zu needs a non-empty \"role\" and a \"content\" "
+            return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": message %zu needs a non-empty \"role\" and a \"content\" "
                                "string", path, line, i);
         }
     }
@@ -264,48 +280,251 @@ static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, 
     return rc;
 }
 
+/* ---- the reader: one record at a time ----
+ *
+ * buf[beg, end) holds input read and not yet used: the rest of the line in
+ * hand and whatever came after it (a whole plain-text file); buf[beg, scan)
+ * is known to have no newline.  The mode is decided by the first non-blank
+ * byte, found without using it up (a plain-text prompt is every byte). */
+
+enum { MODE_UNKNOWN, MODE_JSON, MODE_TEXT };
+
+struct kvp_prompts_reader {
+    kvp_in in;
+    int in_open;
+    char *path;             /* as given, for messages ("-" for stdin) */
+    kvp_prompts one;        /* the settings; the record being parsed lands in one.p[0] */
+    char *buf;
+    size_t cap, beg, scan, end;
+    int eof, mode, text_done;
+    uint64_t line;          /* lines used up */
+    uint64_t line_last;     /* the line of the prompt last returned */
+    uint64_t n;             /* prompts returned */
+    int rc;                 /* a failure, repeated by every later call */
+    kvp_err e;
+};
+
+int kvp_prompts_reader_open(kvp_prompts_reader **out, const char *path, const kvp_prompts *ps, kvp_err *err)
+{
+    *out = NULL;
+    kvp_prompts_reader *rd = calloc(1, sizeof *rd);
+    if (!rd || !(rd->path = strdup(path))) {
+        free(rd);
+        return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
+    }
+    kvp_prompts_init(&rd->one);
+    rd->one.format = ps->format;
+    rd->one.chat = ps->chat;
+    rd->one.literal = ps->literal;
+    rd->one.system = ps->system;
+    int rc = kvp_in_open(&rd->in, path, err);
+    if (rc < 0) {
+        kvp_prompts_reader_free(rd);
+        return rc;
+    }
+    rd->in_open = 1;
+    kvp_in_unmap(&rd->in); /* read(2) into one line's buffer: the file's pages are not kept */
+    *out = rd;
+    return 0;
+}
+
+void kvp_prompts_reader_free(kvp_prompts_reader *rd)
+{
+    if (!rd)
+        return;
+    if (rd->in_open)
+        kvp_in_close(&rd->in);
+    kvp_prompts_free(&rd->one);
+    free(rd->buf);
+    free(rd->path);
+    free(rd);
+}
+
+uint64_t kvp_prompts_reader_line(const kvp_prompts_reader *rd) { return rd->line_last; }
+
+/* A failure (its message in rd->e) for this and every later call. */
+static int fail(kvp_prompts_reader *rd, int rc)
+{
+    rd->rc = rc;
+    return rc;
+}
+
+/* One read after buf[end]: 1 when bytes came, 0 at the end, or a code (the
+ * record in hand past the ceiling: KVP_ELIMIT naming its line). */
+static int fill(kvp_prompts_reader *rd)
+{
+    if (rd->beg > 0) {
+        memmove(rd->buf, rd->buf + rd->beg, rd->end - rd->beg);
+        rd->scan -= rd->beg;
+        rd->end -= rd->beg;
+        rd->beg = 0;
+    }
+    if (rd->end == rd->cap) {
+        if (rd->cap >= KVP_PROMPTS_MAX_RECORD) {
+            if (rd->mode == MODE_TEXT)
+                kvp_err_set(&rd->e, KVP_ELIMIT, "%s: a plain-text prompt of more than %llu bytes", rd->path,
+                            (unsigned long long)KVP_PROMPTS_MAX_RECORD);
+            else
+                kvp_err_set(&rd->e, KVP_ELIMIT, "%s:%" PRIu64 ": a line of more than %llu bytes", rd->path,
+                            rd->line + 1, (unsigned long long)KVP_PROMPTS_MAX_RECORD);
+            return fail(rd, KVP_ELIMIT);
+        }
+        size_t cap = rd->cap ? rd->cap * 2 : 65536;
+        char *b = realloc(rd->buf, cap);
+        if (!b)
+            return fail(rd, kvp_err_set(&rd->e, KVP_ENOMEM, "%s: out of memory for a line of %zu bytes", rd->path,
+                                        cap));
+        rd->buf = b;
+        rd->cap = cap;
+    }
+    int64_t r = kvp_in_read_some(&rd->in, rd->buf + rd->end, rd->cap - rd->end, &rd->e);
+    if (r < 0)
+        return fail(rd, (int)r);
+    rd->end += (size_t)r;
+    rd->eof = r == 0;
+    return r > 0;
+}
+
+/* The next line, buf[beg, *eol) (without its newline), when it is whole
+ * (or the last, unended, at the end of input): 1, else 0. */
+static int whole_line(kvp_prompts_reader *rd, size_t *eol)
+{
+    const char *nl = rd->scan < rd->end ? memchr(rd->buf + rd->scan, '\n', rd->end - rd->scan) : NULL;
+    if (nl) {
+        *eol = (size_t)(nl - rd->buf);
+        return 1;
+    }
+    rd->scan = rd->end;
+    *eol = rd->end;
+    return rd->eof && rd->beg < rd->end;
+}
+
+/* Use up the line ending at eol. */
+static void next_line(kvp_prompts_reader *rd, size_t eol)
+{
+    rd->line++;
+    rd->beg = rd->scan = eol < rd->end ? eol + 1 : eol;
+}
+
+static int blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+/* Whether the buffer holds what the next call needs (a whole non-blank
+ * line, all of a plain-text file, or the end), deciding the mode on the
+ * way and using up blank lines: 1 or 0 (more must be read). */
+static int at_hand(kvp_prompts_reader *rd)
+{
+    if (rd->rc < 0 || rd->text_done)
+        return 1;
+    if (rd->mode == MODE_UNKNOWN) {
+        size_t i = rd->beg;
+        while (i < rd->end && (blank(rd->buf[i]) || rd->buf[i] == '\n'))
+            i++;
+        if (i == rd->end)
+            return rd->eof;
+        rd->mode = rd->buf[i] == '{' ? MODE_JSON : MODE_TEXT;
+    }
+    if (rd->mode == MODE_TEXT)
+        return rd->eof;
+    size_t eol;
+    while (whole_line(rd, &eol)) {
+        size_t a = rd->beg;
+        while (a < eol && blank(rd->buf[a]))
+            a++;
+        if (a < eol)
+            return 1;
+        next_line(rd, eol);
+    }
+    return rd->eof;
+}
+
+int kvp_prompts_reader_ready(kvp_prompts_reader *rd)
+{
+    while (!at_hand(rd)) {
+        if (kvp_in_would_block(&rd->in))
+            return 0;
+        if (fill(rd) < 0)
+            return 1; /* the failure is at hand */
+    }
+    return 1;
+}
+
+/* Hand the prompt parsed into rd->one out as *p. */
+static int hand_out(kvp_prompts_reader *rd, kvp_prompt *p)
+{
+    *p = rd->one.p[0];
+    rd->one.n = 0;
+    rd->line_last = rd->line;
+    rd->n++;
+    return 1;
+}
+
+int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
+{
+    memset(p, 0, sizeof *p);
+    while (!at_hand(rd))
+        if (fill(rd) < 0)
+            break;
+    if (rd->rc < 0) {
+        if (err)
+            *err = rd->e;
+        return rd->rc;
+    }
+    int rc = 0;
+    if (rd->mode == MODE_UNKNOWN) {
+        if (rd->n == 0) /* nothing but blanks */
+            rc = kvp_err_set(&rd->e, KVP_EFORMAT, "%s: no prompt in the file", rd->path);
+    } else if (rd->mode == MODE_TEXT) {
+        if (rd->text_done)
+            return 0;
+        rd->text_done = 1;
+        rc = kvp_prompts_add_text(&rd->one, "", rd->buf + rd->beg, rd->end - rd->beg, &rd->e);
+        rd->line = 1;
+        rd->beg = rd->scan = rd->end;
+        if (rc == 0)
+            return hand_out(rd, p);
+    } else {
+        size_t eol;
+        if (!whole_line(rd, &eol))
+            return 0; /* at_hand used up the blank lines before the end */
+        size_t a = rd->beg;
+        while (a < eol && blank(rd->buf[a]))
+            a++;
+        next_line(rd, eol); /* the bytes stay where they are until the next read */
+        kvp_json *o;
+        char name[300];
+        snprintf(name, sizeof name, "%s:%" PRIu64, rd->path, rd->line);
+        rc = kvp_json_parse(&o, rd->buf + a, eol - a, name, &rd->e);
+        if (rc == 0) {
+            rc = add_json(&rd->one, o, rd->path, rd->line, &rd->e);
+            kvp_json_free(o);
+        }
+        if (rc == 0)
+            return hand_out(rd, p);
+    }
+    if (rc < 0) {
+        if (err)
+            *err = rd->e;
+        return fail(rd, rc);
+    }
+    return 0;
+}
+
 int kvp_prompts_read_file(kvp_prompts *ps, const char *path, kvp_err *err)
 {
-    uint8_t *data;
-    size_t len;
-    int rc = kvp_read_file(path, KVP_PROMPTS_MAX_FILE, &data, &len, err);
-    if (rc < 0)
-        return rc;
-    const char *s = (const char *)data;
-    size_t i = 0;
-    while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
-        i++;
-    if (i == len) {
-        free(data);
-        return kvp_err_set(err, KVP_EFORMAT, "%s: no prompt in the file", path);
-    }
-    if (s[i] != '{') {
-        rc = kvp_prompts_add_text(ps, "", s, len, err);
-        free(data);
-        return rc;
-    }
-    size_t pos = 0;
-    int line = 0;
-    while (pos < len && rc == 0) {
-        size_t end = pos;
-        while (end < len && s[end] != '\n')
-            end++;
-        line++;
-        size_t a = pos;
-        while (a < end && (s[a] == ' ' || s[a] == '\t' || s[a] == '\r'))
-            a++;
-        if (a < end) {
-            kvp_json *o;
-            char name[300];
-            snprintf(name, sizeof name, "%s:%d", path, line);
-            rc = kvp_json_parse(&o, s + a, end - a, name, err);
-            if (rc == 0) {
-                rc = add_json(ps, o, path, line, err);
-                kvp_json_free(o);
-            }
+    kvp_prompts_reader *rd;
+    int rc = kvp_prompts_reader_open(&rd, path, ps, err);
+    while (rc == 0) {
+        kvp_prompt p;
+        if ((rc = kvp_prompts_reader_next(rd, &p, err)) <= 0)
+            break;
+        if ((rc = grow(ps)) < 0) {
+            kvp_prompt_free(&p);
+            rc = kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
+            break;
         }
-        pos = end + 1;
+        ps->p[ps->n++] = p;
+        rc = 0;
     }
-    free(data);
+    kvp_prompts_reader_free(rd);
     return rc;
 }

@@ -9,6 +9,11 @@
  * chat is asked for (--chat), as one user turn after the optional system
  * message.  Errors name the file and line.
  *
+ * A file is read a record at a time (kvp_prompts_reader): only as far as
+ * the line asked for, so a file or pipe of any length takes the memory of
+ * the line in hand, and a pipe's lines are used as they are written.  The
+ * ceiling (1 GiB) is on one line, or on the whole of a plain-text file.
+ *
  * A line may carry its own generation parameters, as an OpenAI-style
  * request does: "max_tokens", "temperature", "top_p", "top_k", "min_p",
  * "seed" and "stop" (a string or an array of strings); the command line
@@ -74,13 +79,39 @@ void kvp_prompts_free(kvp_prompts *ps);
 /* Add one plain prompt (rendered as a user turn when ps->chat); a label
  * longer than KVP_NAME_MAX bytes is KVP_EINVAL. */
 int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, size_t len, kvp_err *err);
-/* Add the prompts of a file ("-" is stdin); an "id" longer than
- * KVP_NAME_MAX bytes (a sequence record's label) is KVP_EFORMAT naming the
- * line. */
+/* Add the prompts of a file ("-" is stdin), all of them (a
+ * kvp_prompts_reader to the end); an "id" longer than KVP_NAME_MAX bytes (a
+ * sequence record's label) is KVP_EFORMAT naming the line. */
 int kvp_prompts_read_file(kvp_prompts *ps, const char *path, kvp_err *err);
 /* Tokenize prompt i with its special spans; BOS as the vocabulary says.
  * *ids malloc'd.  0 or a code. */
 int kvp_prompts_encode(const kvp_prompts *ps, size_t i, const kvp_tokenizer *t, int32_t **ids, size_t *n,
                        kvp_err *err);
+/* The same for one prompt. */
+int kvp_prompt_encode(const kvp_prompt *p, const kvp_tokenizer *t, int32_t **ids, size_t *n, kvp_err *err);
+/* Free what p owns (label, text, spans, stop strings) and zero it. */
+void kvp_prompt_free(kvp_prompt *p);
+
+/* ---- one record at a time ---- */
+
+typedef struct kvp_prompts_reader kvp_prompts_reader;
+
+/* Open path ("-": stdin) to read its prompts one at a time, rendered with
+ * the settings of ps (format, chat, literal, system: ps->system must
+ * outlive the reader).  Nothing is read yet.  0 or a code naming the path. */
+int kvp_prompts_reader_open(kvp_prompts_reader **rd, const char *path, const kvp_prompts *ps, kvp_err *err);
+void kvp_prompts_reader_free(kvp_prompts_reader *rd);
+/* The next prompt into *p (the caller's: kvp_prompt_free), reading only up
+ * to the end of its line (on a pipe, waiting for it): 1, or 0 at the end
+ * of the input, or a code naming the file and line (an empty input is
+ * KVP_EFORMAT "no prompt in the file").  After a failure every later call
+ * fails the same way. */
+int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err);
+/* 1 when kvp_prompts_reader_next would not wait for input (a file; a
+ * whole line, the end or a failure at hand), 0 when it would wait on a
+ * pipe.  Takes in what a pipe already holds, never waiting. */
+int kvp_prompts_reader_ready(kvp_prompts_reader *rd);
+/* The line of the prompt last returned (1-based; 0 before the first). */
+uint64_t kvp_prompts_reader_line(const kvp_prompts_reader *rd);
 
 #endif

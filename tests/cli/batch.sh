@@ -118,7 +118,7 @@ wait $pid
 status=$?
 LAST_CMD="decode ... --resume term.jsonl, then SIGTERM"
 expect_status 143 "SIGTERM exits 143"
-if grep -q "stopped by" "$T/term.err" && grep -q "not finished; run again with --resume" "$T/term.err"; then
+if grep -q "stopped by" "$T/term.err" && grep -q "not finished.*; run again with --resume" "$T/term.err"; then
     pass "says how many remain and how to go on"
 else fail "SIGTERM message: $(cat "$T/term.err")"; fi
 if [ ! -s "$T/term.jsonl" ] || [ "$(tail -c 1 "$T/term.jsonl" | od -An -c | tr -d ' ')" = '\n' ]; then

@@ -2,7 +2,10 @@
  * {"id","prompt"} or {"messages":[...]}, or one plain text) with ChatML
  * rendering on and off.  It takes a path, so each input goes to one scratch file
  * (removed at exit).  Every prompt accepted must be a NUL-terminated string
- * of the length it claims, its special spans sorted and inside it. */
+ * of the length it claims, its special spans sorted and inside it; read a
+ * record at a time (kvp_prompts_reader, asked whether it is ready between
+ * records, as decode does), the file gives the same prompts, up to the same
+ * failure. */
 #define _POSIX_C_SOURCE 200809L
 #include "prompts.h"
 
@@ -38,6 +41,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         } else if (err.code >= 0 || !err.msg[0]) {
             abort(); /* a failure must carry a code and a message */
         }
+        int whole = err.code;
+        kvp_prompts_reader *rd;
+        kvp_err e2 = {0};
+        size_t n = 0;
+        int rc = kvp_prompts_reader_open(&rd, path, &ps, &e2);
+        while (rc == 0) {
+            kvp_prompt p;
+            if (!kvp_prompts_reader_ready(rd))
+                abort(); /* a file never waits */
+            if ((rc = kvp_prompts_reader_next(rd, &p, &e2)) <= 0)
+                break;
+            if (n >= ps.n || strcmp(p.label, ps.p[n].label) != 0 || p.len != ps.p[n].len ||
+                memcmp(p.text, ps.p[n].text, p.len) != 0)
+                abort();
+            n++;
+            kvp_prompt_free(&p);
+            rc = 0;
+        }
+        if (n != ps.n || (rc < 0) != (whole < 0) || (rc < 0 && strcmp(err.msg, e2.msg) != 0))
+            abort();
+        if (rc < 0 && kvp_prompts_reader_next(rd, &(kvp_prompt){0}, &e2) != rc)
+            abort(); /* a failure stays */
+        kvp_prompts_reader_free(rd);
         kvp_prompts_free(&ps);
     }
     return 0;

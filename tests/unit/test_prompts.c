@@ -290,6 +290,128 @@ static void test_id_lengths(void)
     unlink(path);
 }
 
+/* The reader on a pipe: a line is used as soon as it is whole, ready() says
+ * so without waiting, blank lines count for the line numbers. */
+static void test_reader_pipe(void)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    char path[32];
+    snprintf(path, sizeof path, "/dev/fd/%d", fds[0]);
+    kvp_prompts set;
+    kvp_prompts_init(&set);
+    kvp_prompts_reader *rd = NULL;
+    kvp_err err = {0};
+    CHECK_MSG(kvp_prompts_reader_open(&rd, path, &set, &err) == 0, "%s", err.msg);
+    close(fds[0]);
+    if (!rd)
+        return;
+    kvp_prompt p;
+    CHECK_EQ_I64(kvp_prompts_reader_ready(rd), 0); /* nothing written yet */
+    static const char a[] = "\n{\"id\":\"a\",\"prompt\":\"one\"}\n{\"id\":\"b\",\"pro";
+    CHECK(write(fds[1], a, sizeof a - 1) == (ssize_t)(sizeof a - 1));
+    CHECK_EQ_I64(kvp_prompts_reader_ready(rd), 1);
+    CHECK_EQ_I64(kvp_prompts_reader_next(rd, &p, &err), 1);
+    CHECK(p.label && strcmp(p.label, "a") == 0 && p.len == 3);
+    CHECK_EQ_U64(kvp_prompts_reader_line(rd), 2);
+    kvp_prompt_free(&p);
+    CHECK_EQ_I64(kvp_prompts_reader_ready(rd), 0); /* half a line */
+    static const char b[] = "mpt\":\"two\"}\n\n  \n";
+    CHECK(write(fds[1], b, sizeof b - 1) == (ssize_t)(sizeof b - 1));
+    CHECK_EQ_I64(kvp_prompts_reader_ready(rd), 1);
+    CHECK_EQ_I64(kvp_prompts_reader_next(rd, &p, &err), 1);
+    CHECK(p.label && strcmp(p.label, "b") == 0);
+    CHECK_EQ_U64(kvp_prompts_reader_line(rd), 3);
+    kvp_prompt_free(&p);
+    CHECK_EQ_I64(kvp_prompts_reader_ready(rd), 0); /* blank lines only: the next prompt is still to come */
+    static const char c[] = "{\"prompt\":\"three\"}"; /* the last line, unended */
+    CHECK(write(fds[1], c, sizeof c - 1) == (ssize_t)(sizeof c - 1));
+    CHECK_EQ_I64(kvp_prompts_reader_ready(rd), 0);
+    close(fds[1]);
+    CHECK_EQ_I64(kvp_prompts_reader_ready(rd), 1);
+    CHECK_EQ_I64(kvp_prompts_reader_next(rd, &p, &err), 1);
+    CHECK(p.len == 5 && memcmp(p.text, "three", 5) == 0 && p.label && p.label[0] == 0);
+    CHECK_EQ_U64(kvp_prompts_reader_line(rd), 6);
+    kvp_prompt_free(&p);
+    CHECK_EQ_I64(kvp_prompts_reader_next(rd, &p, &err), 0);
+    CHECK_EQ_I64(kvp_prompts_reader_next(rd, &p, &err), 0);
+    kvp_prompts_reader_free(rd);
+}
+
+/* A bad line after good ones: the good ones come out, then an error naming
+ * the file and the line, again on every later call. */
+static void test_reader_bad_line(void)
+{
+    const char *path = write_tmp("{\"prompt\":\"a\"}\n\n{\"prompt\":\"b\"}\n{\"prompt\":\"c\",\"top_k\":-2}\n"
+                                 "{\"prompt\":\"d\"}\n");
+    if (!path)
+        return;
+    kvp_prompts set;
+    kvp_prompts_init(&set);
+    kvp_prompts_reader *rd = NULL;
+    kvp_err err = {0};
+    CHECK(kvp_prompts_reader_open(&rd, path, &set, &err) == 0);
+    if (!rd)
+        return;
+    kvp_prompt p;
+    CHECK_EQ_I64(kvp_prompts_reader_next(rd, &p, &err), 1);
+    kvp_prompt_free(&p);
+    CHECK_EQ_I64(kvp_prompts_reader_next(rd, &p, &err), 1);
+    CHECK_EQ_U64(kvp_prompts_reader_line(rd), 3);
+    kvp_prompt_free(&p);
+    char want[128];
+    snprintf(want, sizeof want, "%s:4: \"top_k\" must be an integer", path);
+    for (int k = 0; k < 2; k++) {
+        memset(&err, 0, sizeof err);
+        CHECK_EQ_I64(kvp_prompts_reader_next(rd, &p, &err), KVP_EFORMAT);
+        CHECK_MSG(strstr(err.msg, want), "%s", err.msg);
+        CHECK(p.text == NULL);
+    }
+    kvp_prompts_reader_free(rd);
+    /* the whole-file reader stops at the same line, with the prompts before it */
+    kvp_prompts ps;
+    kvp_prompts_init(&ps);
+    CHECK_EQ_I64(kvp_prompts_read_file(&ps, path, &err), KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, want), "%s", err.msg);
+    CHECK_EQ_U64(ps.n, 2);
+    kvp_prompts_free(&ps);
+    unlink(path);
+}
+
+/* Many lines: every one read once, in order, with its line. */
+static void test_reader_many(void)
+{
+    char path[] = "/tmp/kvp-test-prompts-many.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    FILE *f = fdopen(fd, "w");
+    enum { N = 20000 };
+    for (int i = 0; i < N; i++) /* lines of changing length, past the reader's first buffer */
+        fprintf(f, "{\"id\":\"q%d\",\"prompt\":\"%*d\"}\n", i, 5 + i % 97, i);
+    fclose(f);
+    kvp_prompts set;
+    kvp_prompts_init(&set);
+    kvp_prompts_reader *rd = NULL;
+    kvp_err err = {0};
+    CHECK(kvp_prompts_reader_open(&rd, path, &set, &err) == 0);
+    int bad = 0, n = 0;
+    kvp_prompt p;
+    while (rd && kvp_prompts_reader_next(rd, &p, &err) == 1) {
+        char want[16];
+        snprintf(want, sizeof want, "q%d", n);
+        bad += strcmp(p.label, want) != 0 || p.len != (size_t)(5 + n % 97) || atoi(p.text) != n ||
+               kvp_prompts_reader_line(rd) != (uint64_t)n + 1;
+        kvp_prompt_free(&p);
+        n++;
+    }
+    CHECK_EQ_I64(n, N);
+    CHECK_EQ_I64(bad, 0);
+    kvp_prompts_reader_free(rd);
+    unlink(path);
+}
+
 int main(void)
 {
     kvp_tokenizer *t = tiny();
@@ -302,5 +424,8 @@ int main(void)
     test_llama3_marks();
     test_params();
     test_id_lengths();
+    test_reader_pipe();
+    test_reader_bad_line();
+    test_reader_many();
     return unit_done();
 }

@@ -1,0 +1,84 @@
+# decode reads a prompts file as its queue drains (decode(1), INPUT): every
+# line of a long file is answered exactly once; on a pipe the first answers
+# come before the rest of the prompts is written; a bad line in the middle
+# is reported with the file and line (exit 1) after every request read
+# before it has been answered, and --resume then finishes the job.
+. "$KVP_TESTS/cli/lib.sh"
+
+M="$KVP_MODEL"
+if [ ! -f "$M" ]; then
+    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
+    done_testing
+    exit $?
+fi
+
+# 2,000 one-token requests through a small cache: each id once, no other.
+awk 'BEGIN { for (i = 0; i < 2000; i++) printf "{\"id\":\"s%d\",\"prompt\":\"%d\",\"max_tokens\":1}\n", i, i }' \
+    >"$T/many.jsonl"
+run decode -m "$M" -t 2 -f "$T/many.jsonl" --kv-mem 8MiB
+expect_status 0 "2,000 requests complete"
+sed -n 's/^{"id":"\([^"]*\)".*/\1/p' "$OUT" | sort >"$T/got"
+sed -n 's/^{"id":"\([^"]*\)".*/\1/p' "$T/many.jsonl" | sort >"$T/want"
+if [ "$(wc -l <"$OUT")" -eq 2000 ] && cmp -s "$T/got" "$T/want"; then pass "every id exactly once"
+else fail "ids: $(wc -l <"$OUT") lines, $(sort -u "$T/got" | wc -l) distinct"; fi
+
+# A pipe: two prompts and half a third written, then nothing until an answer
+# is out; decode must not wait for the rest of the input to start.
+mkfifo "$T/fifo"
+decode -m "$M" -t 2 -f - -n 2 <"$T/fifo" >"$T/inc.out" 2>"$T/inc.err" &
+pid=$!
+exec 7>"$T/fifo"
+printf '{"id":"f1","prompt":"One"}\n{"id":"f2","prompt":"Two"}\n{"id":"f3","prompt":"Thr' >&7
+i=0
+while [ ! -s "$T/inc.out" ] && [ $i -lt 600 ] && kill -0 $pid 2>/dev/null; do
+    sleep 0.1
+    i=$((i + 1))
+done
+LAST_CMD="decode -f - from a FIFO written in two parts"
+if [ -s "$T/inc.out" ]; then pass "the first answer came before the prompts were all written"
+else fail "no answer after 60 s with the input still open: $(cat "$T/inc.err")"; fi
+printf 'ee"}\n{"id":"f4","prompt":"Four"}\n' >&7
+exec 7>&-
+wait $pid
+status=$?
+expect_status 0 "then the rest is read and answered"
+n=$(grep -c '"id":"f[1-4]"' "$T/inc.out")
+if [ "$n" = 4 ]; then pass "all four answered"; else fail "$n of 4 answered: $(cat "$T/inc.out")"; fi
+
+# A bad line (30 of 40): the 29 read before it are answered and written, the
+# error names the file and line, nothing after it is started.
+awk 'BEGIN { for (i = 1; i <= 40; i++)
+    if (i == 30) print "{\"id\":\"b30\",\"prompt\":\"x\",\"top_p\":0}"; else printf "{\"id\":\"b%d\",\"prompt\":\"%d\"}\n", i, i }' \
+    >"$T/bad.jsonl"
+for how in file pipe; do
+    rm -f "$T/res.jsonl"
+    if [ $how = file ]; then
+        run decode -m "$M" -t 2 -f "$T/bad.jsonl" -n 1 --max-num-seqs 2 --resume "$T/res.jsonl"
+        where="$T/bad.jsonl:30:"
+    else
+        run_sh "cat '$T/bad.jsonl' | decode -m '$M' -t 2 -f - -n 1 --max-num-seqs 2 --resume '$T/res.jsonl'"
+        where="-:30:"
+    fi
+    expect_status 1 "$how: a bad line in the middle fails the job"
+    expect_err_has "$where \"top_p\" must be a number" "$how: the error names the file and line"
+    expect_err_one_line "$how: one line on stderr"
+    sed -n 's/^{"id":"\([^"]*\)".*/\1/p' "$T/res.jsonl" | sort >"$T/got"
+    awk 'BEGIN { for (i = 1; i < 30; i++) printf "b%d\n", i }' | sort >"$T/want"
+    if cmp -s "$T/got" "$T/want"; then pass "$how: the 29 requests before it were answered, none after"
+    else fail "$how: answered $(tr '\n' ' ' <"$T/got")"; fi
+done
+sed 's/"top_p":0/"top_p":1/' "$T/bad.jsonl" >"$T/fixed.jsonl"
+run decode -m "$M" -t 2 -f "$T/fixed.jsonl" -n 1 --max-num-seqs 2 --resume "$T/res.jsonl"
+expect_status 0 "the line fixed, --resume finishes the job"
+n=$(sed -n 's/^{"id":"\([^"]*\)".*/\1/p' "$T/res.jsonl" | sort -u | wc -l)
+if [ "$(wc -l <"$T/res.jsonl")" -eq 40 ] && [ "$n" -eq 40 ]; then pass "each of the 40 once"
+else fail "$(wc -l <"$T/res.jsonl") lines, $n ids after resuming"; fi
+
+# A prompt that tokenizes to nothing, on line 3: named with its line.
+printf '{"prompt":"a"}\n\n{"id":"e","prompt":""}\n' >"$T/empty.jsonl"
+run decode -m "$M" -t 2 -f "$T/empty.jsonl" -n 1
+expect_status 1 "an empty prompt fails the job"
+expect_err_has "empty.jsonl:3: prompt 2 e is empty" "named with its file, line, index and id"
+expect_out_has '"id":0' "the prompt before it is answered"
+
+done_testing
