@@ -529,7 +529,8 @@ static attn_scratch attn_scratch_at(const attn_ctx *c, float *base)
 }
 
 /* K (which 0) or V (1) rows of block slot range [0, np) of KV head g at
- * table entry blk, as f32: in place for an f32 cache, else converted. */
+ * table entry blk, as f32: in place for an f32 cache, else converted (a
+ * scaled cache's codes unscaled: see scale_rows). */
 static const float *attn_block(const attn_ctx *c, const uint32_t *table, uint32_t blk, uint32_t which, uint32_t g,
                                uint32_t np, float *buf)
 {
@@ -537,15 +538,25 @@ static const float *attn_block(const attn_ctx *c, const uint32_t *table, uint32_
     const void *src = (const uint8_t *)kv->base + kv_off(kv, table[blk], c->a->layer, which, g, 0);
     if (kv->dtype == KVP_DTYPE_F32)
         return src;
-    if (kvp_kvscale_dtype(kv->dtype)) {
-        const float *sc = kv_scales(kv, table[blk], c->a->layer, which, g);
-        for (uint32_t r = 0; r < np; r++)
-            c->k->kv_f32(kv->dtype, (const uint8_t *)src + (size_t)r * kv->head_dim, sc[r], buf + (size_t)r * kv->head_dim,
-                         kv->head_dim);
-        return buf;
-    }
     c->k->kv_f32(kv->dtype, src, 1.0f, buf, np * kv->head_dim);
     return buf;
+}
+
+/* A scaled cache's row scales, factored out of the sums they scale: key
+ * p's scores s[p][0..ldq) times its K scale, and after the softmax, its
+ * weights times its V scale.  Either way of reading the codes (direct, or
+ * converted to f32 first) gives their exact values, so both give the same
+ * bits, as for f16. */
+static void scale_rows(const attn_ctx *c, const uint32_t *table, uint32_t blk, uint32_t which, uint32_t g, float *s,
+                       uint32_t np, uint32_t ldq)
+{
+    const kvp_kv_pool *kv = c->a->kv;
+    if (!kvp_kvscale_dtype(kv->dtype))
+        return;
+    const float *sc = kv_scales(kv, table[blk], c->a->layer, which, g);
+    for (uint32_t p = 0; p < np; p++)
+        for (uint32_t j = 0; j < ldq; j++)
+            s[(size_t)p * ldq + j] *= sc[p];
 }
 
 /* Tokens tok[0..nt) of one sequence against KV head g, over the keys of
@@ -570,11 +581,10 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
         for (uint32_t d = 0; d < hd; d++)
             w->q[(size_t)j * hd + d] = qj[d] * a->scale;
     }
-    /* A few queries (decode) read each f16/bf16 key as stored; more share
-     * one conversion of the block to f32 (the same numbers either way).
-     * Scaled keys (fp8, int8) are always converted, block by block into L1:
-     * the cache is read in its own bytes, there is no f32 copy of it. */
-    int convert = (nq > 4 && kv->dtype != KVP_DTYPE_F32) || kvp_kvscale_dtype(kv->dtype);
+    /* A few queries (decode) read each key as stored (f16, bf16, fp8,
+     * int8); more share one conversion of the block to f32 (the same numbers
+     * either way).  The cache is read in its own bytes: no f32 copy of it. */
+    int convert = nq > 4 && kv->dtype != KVP_DTYPE_F32;
     for (uint32_t p = p0; p < p1; p += bs) {
         uint32_t np = p1 - p < bs ? p1 - p : bs;
         float *sp = w->s + (size_t)(p - p0) * ldq;
@@ -584,13 +594,15 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
         else
             c->k->att_scores(w->q, nq, kv->dtype, (const uint8_t *)kv->base +
                              kv_off(kv, table[p / bs], a->layer, 0, g, 0), np, hd, sp, ldq);
+        scale_rows(c, table, p / bs, 0, g, sp, np, ldq);
     }
     c->k->att_softmax(w->s, ldq, n, w->lim, w->mx, w->sum);
     memset(w->o, 0, (size_t)nq * hd * sizeof(float));
     for (uint32_t p = p0; p < p1; p += bs) {
         uint32_t np = p1 - p < bs ? p1 - p : bs;
-        c->k->att_values(w->s + (size_t)(p - p0) * ldq, ldq, nq, attn_block(c, table, p / bs, 1, g, np, w->buf), np,
-                         hd, w->o);
+        float *sp = w->s + (size_t)(p - p0) * ldq;
+        scale_rows(c, table, p / bs, 1, g, sp, np, ldq);
+        c->k->att_values(sp, ldq, nq, attn_block(c, table, p / bs, 1, g, np, w->buf), np, hd, w->o);
     }
     return nq;
 }

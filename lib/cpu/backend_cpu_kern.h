@@ -120,7 +120,7 @@ typedef struct kvp_cpu_kernels {
      * (fp8_e4m3, i8) times scale (kvp_kvscale_decode's numbers). */
     void (*kv_f32)(int dtype, const void *src, float scale, float *dst, uint32_t n);
     /* Queries as rows q[nq][hd] (nq <= ldq) against np keys k[np][hd] read
-     * in their stored dtype (f32/f16/bf16; never a scaled one): s[p * ldq + j] = q[j] . k[p]
+     * in their stored dtype (f32/f16/bf16, or fp8/i8 codes unscaled): s[p * ldq + j] = q[j] . k[p]
      * for j < nq, lanes nq .. ldq-1 of each key set to 0. */
     void (*att_scores)(const float *q, uint32_t nq, int dtype, const void *k, uint32_t np, uint32_t hd, float *s,
                        uint32_t ldq);

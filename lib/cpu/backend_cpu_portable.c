@@ -154,8 +154,14 @@ static void mm_f16(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_F16, b); }
 static void mm_bf16(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_BF16, b); }
 static void mm_e4m3(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_FP8_E4M3, b); }
 
+/* Element i of a K/V row: a float kind's value, a scaled kind's code's
+ * value (unscaled). */
 static inline float kv_elem(int dtype, const void *p, uint32_t i)
 {
+    if (dtype == KVP_DTYPE_FP8_E4M3)
+        return kvp_e4m3_to_f32(((const uint8_t *)p)[i]);
+    if (dtype == KVP_DTYPE_I8)
+        return (float)((const int8_t *)p)[i];
     if (dtype == KVP_DTYPE_F16)
         return kvp_f16_to_f32(((const uint16_t *)p)[i]);
     if (dtype == KVP_DTYPE_BF16)

@@ -124,18 +124,26 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
                   kvp_dtype_name((uint32_t)dtype));
         CHECK_NEAR(fa[dt ? 255 : 0x7e], dt ? -0.0371f : 448.0f * 0.0371f, 1e-6);
     }
-    /* scores: queries as rows against keys as stored (f16, f32, bf16), head
-     * dims with and without a tail; each query's scores the same bits alone
-     * as among others, whatever the key's dtype as stored */
+    /* scores: queries as rows against keys as stored (f16, f32, bf16, and
+     * the codes of fp8 and int8 unscaled), head dims with and without a
+     * tail; each query's scores the same bits alone as among others,
+     * whatever the key's dtype as stored */
     static uint16_t hb[NP * HD];
-    static float s1[NP * 8];
-    for (int i = 0; i < NP * HD; i++)
+    static uint8_t k8[NP * HD], ki[NP * HD];
+    static float s1[NP * 8], kc[NP * HD];
+    for (int i = 0; i < NP * HD; i++) {
         hb[i] = kvp_f32_to_bf16(k[i]);
+        k8[i] = kvp_f32_to_e4m3_sat(k[i] * 300.0f);
+        ki[i] = (uint8_t)kvp_f32_to_i8(k[i] * 127.0f);
+    }
+    const int kdt[5] = {KVP_DTYPE_F16, KVP_DTYPE_F32, KVP_DTYPE_BF16, KVP_DTYPE_FP8_E4M3, KVP_DTYPE_I8};
+    const void *kks[5] = {h, k, hb, k8, ki};
+    const double kmag[5] = {1, 1, 1, 300, 127}; /* the keys' scale: fp8 and int8 codes are large */
     for (uint32_t nq = 1; nq <= 11; nq += nq < 5 ? 1 : 6)
         for (uint32_t hd = 70; hd <= HD; hd += 10)
-            for (int dt = 0; dt < 3; dt++) {
-                int dtype = dt == 0 ? KVP_DTYPE_F16 : dt == 1 ? KVP_DTYPE_F32 : KVP_DTYPE_BF16;
-                const void *kk = dt == 0 ? (const void *)h : dt == 1 ? (const void *)k : (const void *)hb;
+            for (int dt = 0; dt < 5; dt++) {
+                int dtype = kdt[dt];
+                const void *kk = kks[dt];
                 uint32_t ldq = nq <= 8 ? 8 : LDQ;
                 for (uint32_t i = 0; i < NP * ldq; i++)
                     sa[i] = sb[i] = 99.0f; /* every lane must be written */
@@ -144,7 +152,7 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
                 double worst = 0;
                 int unset = 0, moved = 0;
                 for (uint32_t i = 0; i < NP * ldq; i++) {
-                    worst = fmax(worst, fabs(sa[i] - sb[i]));
+                    worst = fmax(worst, fabs(sa[i] - sb[i]) / kmag[dt]);
                     unset += i % ldq >= nq && sb[i] != 0.0f;
                 }
                 for (uint32_t j = 0; j < nq; j++) {
@@ -152,8 +160,9 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
                     for (uint32_t p = 0; p < NP; p++)
                         moved += memcmp(&s1[p * 8], &sb[p * ldq + j], sizeof(float)) != 0;
                 }
-                if (dt == 0) { /* f16 keys read as stored or converted: the same bits */
-                    fast->att_scores(qt, nq, KVP_DTYPE_F32, k, NP, hd, sa, ldq);
+                if (dt != 1 && dt != 2) { /* keys read as stored or converted: the same bits */
+                    fast->kv_f32(dtype, kk, 1.0f, kc, NP * HD);
+                    fast->att_scores(qt, nq, KVP_DTYPE_F32, kc, NP, hd, sa, ldq);
                     moved += memcmp(sa, sb, NP * ldq * sizeof(float)) != 0;
                 }
                 CHECK_MSG(worst < 1e-4 && unset == 0 && moved == 0, "att_scores nq %u hd %u dtype %d: max difference "
