@@ -214,6 +214,13 @@ int main(int argc, char **argv)
         s->rec.first_ns = kvp_gen_wall_ns();
         if (kvp_run_save_put(&sv, s, &err) < 0)
             kvp_cli_die_err(&err);
+        /* Written: its blocks go back to the pool, so any number of prompts
+         * runs in the cache of one.  Its full blocks stay findable in the
+         * prefix cache until their memory is needed, and the stream refers
+         * to blocks it has already carried, so shared prefixes are still
+         * computed and sent once. */
+        kvp_kvcache_seq_free(r.kc, s->handle);
+        s->handle = -1;
         double t1 = kvp_gen_now();
         total += lens[i];
         if (o.stats) {

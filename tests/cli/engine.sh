@@ -140,6 +140,19 @@ expect_status 0 "quantize --kv fp8 a prefill stream"
 run decode -m "$M" -t $THREADS -n 8 "$T/kv_q8.kvp"
 expect_status 0 "prefill | quantize --kv fp8 | decode"
 expect_true "and it writes text" test -s "$OUT"
+# prefill frees each sequence once written: 24 prompts of ~230 tokens (a
+# shared 120-token start) through a cache of 44 blocks (704 tokens, three
+# prompts), the shared start computed and sent once
+long=$(printf 'the same words open every prompt here %.0s' $(seq 1 15))
+for i in $(seq 1 24); do
+    printf '{"id":"L%d","prompt":"%s question %d %s"}\n' "$i" "$long" "$i" "$(printf 'more text %.0s' $(seq 1 50))"
+done >"$T/many.jsonl"
+run prefill -m "$M" -t $THREADS -f "$T/many.jsonl" --kv-mem 16MiB --stats -o "$T/many.kvp"
+expect_status 0 "prefill: 24 long prompts through a cache of three"
+expect_err_has "shared by reference" "reports the blocks it shared"
+run decode -m "$M" -t $THREADS -n 2 --json "$T/many.kvp"
+expect_status 0 "decode takes all of them"
+expect_true "24 answers" test "$(grep -c '"finish_reason"' "$OUT")" -eq 24
 # a cut-off stream (another model's stream is refused too: test_engine)
 head -c 5000 "$T/kv.kvp" >"$T/cut.kvp"
 run decode -m "$M" -t $THREADS "$T/cut.kvp"
