@@ -581,9 +581,10 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
         for (uint32_t d = 0; d < hd; d++)
             w->q[(size_t)j * hd + d] = qj[d] * a->scale;
     }
-    /* A few queries (decode) read each key as stored (f16, bf16, fp8,
-     * int8); more share one conversion of the block to f32 (the same numbers
-     * either way).  The cache is read in its own bytes: no f32 copy of it. */
+    /* A few queries (decode) read each key and value as stored (f16, bf16,
+     * fp8, int8); more share one conversion of the block to f32 (the same
+     * numbers either way).  The cache is read in its own bytes: no f32 copy
+     * of it. */
     int convert = nq > 4 && kv->dtype != KVP_DTYPE_F32;
     for (uint32_t p = p0; p < p1; p += bs) {
         uint32_t np = p1 - p < bs ? p1 - p : bs;
@@ -602,7 +603,12 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
         uint32_t np = p1 - p < bs ? p1 - p : bs;
         float *sp = w->s + (size_t)(p - p0) * ldq;
         scale_rows(c, table, p / bs, 1, g, sp, np, ldq);
-        c->k->att_values(sp, ldq, nq, attn_block(c, table, p / bs, 1, g, np, w->buf), np, hd, w->o);
+        if (convert || kv->dtype == KVP_DTYPE_F32)
+            c->k->att_values(sp, ldq, nq, KVP_DTYPE_F32, attn_block(c, table, p / bs, 1, g, np, w->buf), np, hd,
+                             w->o);
+        else
+            c->k->att_values(sp, ldq, nq, kv->dtype, (const uint8_t *)kv->base +
+                             kv_off(kv, table[p / bs], a->layer, 1, g, 0), np, hd, w->o);
     }
     return nq;
 }

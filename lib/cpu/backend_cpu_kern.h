@@ -128,9 +128,10 @@ typedef struct kvp_cpu_kernels {
      * 0 for the keys it may not see; mx[j] the max (-inf when lim[j] is 0),
      * sum[j] the sum. */
     void (*att_softmax)(float *s, uint32_t ldq, uint32_t np, const int32_t *lim, float *mx, float *sum);
-    /* o[j * hd + i] += sum_p s[p * ldq + j] * v[p * hd + i], j < nq, p < np. */
-    void (*att_values)(const float *s, uint32_t ldq, uint32_t nq, const float *v, uint32_t np, uint32_t hd,
-                       float *o);
+    /* o[j * hd + i] += sum_p s[p * ldq + j] * v[p * hd + i], j < nq, p < np,
+     * the values read in their stored dtype as att_scores reads keys. */
+    void (*att_values)(const float *s, uint32_t ldq, uint32_t nq, int dtype, const void *v, uint32_t np,
+                       uint32_t hd, float *o);
     /* g = silu(g) * u = g / (1 + e^-g) * u */
     void (*silu_mul)(float *g, const float *u, size_t n);
 } kvp_cpu_kernels;

@@ -207,13 +207,13 @@ static void att_softmax(float *s, uint32_t ldq, uint32_t np, const int32_t *lim,
     }
 }
 
-static void att_values(const float *s, uint32_t ldq, uint32_t nq, const float *v, uint32_t np, uint32_t hd,
-                       float *o)
+static void att_values(const float *s, uint32_t ldq, uint32_t nq, int dtype, const void *v, uint32_t np,
+                       uint32_t hd, float *o)
 {
     for (uint32_t j = 0; j < nq; j++)
         for (uint32_t p = 0; p < np; p++)
             for (uint32_t i = 0; i < hd; i++)
-                o[(size_t)j * hd + i] += s[(size_t)p * ldq + j] * v[(size_t)p * hd + i];
+                o[(size_t)j * hd + i] += s[(size_t)p * ldq + j] * kv_elem(dtype, v, p * hd + i);
 }
 
 static void silu_mul(float *g, const float *u, size_t n)

@@ -88,13 +88,28 @@ static void penalize(float *logits, uint32_t n_vocab, const uint32_t *recent, ui
     }
 }
 
+/* The first index of the largest value (0 when none compares larger than
+ * -inf).  Two passes, the first over 16 independent lanes the compiler
+ * turns into vector max instructions: a batch samples every sequence of a
+ * step on one thread, a 49,152-entry row each. */
 static uint32_t argmax(const float *x, uint32_t n)
 {
-    uint32_t b = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
+    float lane[16];
+    for (int k = 0; k < 16; k++)
+        lane[k] = -INFINITY;
+    uint32_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
+    float best = -INFINITY;
+    for (int k = 0; k < 16; k++)
+        best = lane[k] > best ? lane[k] : best;
+    for (; i < n; i++)
+        best = x[i] > best ? x[i] : best;
+    for (i = 0; i < n; i++)
+        if (x[i] == best)
+            return i;
+    return 0;
 }
 
 int kvp_sample_next(kvp_sampling *s, float *logits, uint32_t n_vocab, const uint32_t *recent, uint32_t n_recent,

@@ -186,16 +186,23 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
     CHECK_MSG(bad == 0, "att_softmax: %d of %d weights differ", bad, NP * LDQ);
     for (int j = 0; j < LDQ; j++)
         CHECK(mxa[j] == mxb[j] && fabsf(suma[j] - sumb[j]) <= 1e-5f * suma[j]);
-    for (uint32_t hd = 70; hd <= HD; hd += 10) {
-        for (uint32_t i = 0; i < LDQ * HD; i++)
-            oa[i] = ob[i] = frand();
-        ref->att_values(sa, LDQ, 5, k, NP, hd, oa);
-        fast->att_values(sa, LDQ, 5, k, NP, hd, ob);
-        double worst = 0;
-        for (uint32_t i = 0; i < LDQ * HD; i++)
-            worst = fmax(worst, fabs(oa[i] - ob[i]));
-        CHECK_MSG(worst < 1e-5, "att_values hd %u: max difference %g", hd, worst);
-    }
+    /* values read as stored (each dtype) or converted first: the same bits */
+    static float oc[LDQ * HD];
+    for (uint32_t hd = 70; hd <= HD; hd += 10)
+        for (int dt = 0; dt < 5; dt++) {
+            for (uint32_t i = 0; i < LDQ * HD; i++)
+                oa[i] = ob[i] = oc[i] = frand();
+            ref->att_values(sa, LDQ, 5, kdt[dt], kks[dt], NP, hd, oa);
+            fast->att_values(sa, LDQ, 5, kdt[dt], kks[dt], NP, hd, ob);
+            fast->kv_f32(kdt[dt], kks[dt], 1.0f, kc, NP * HD);
+            fast->att_values(sa, LDQ, 5, KVP_DTYPE_F32, kc, NP, hd, oc);
+            double worst = 0;
+            for (uint32_t i = 0; i < LDQ * HD; i++)
+                worst = fmax(worst, fabs(oa[i] - ob[i]) / kmag[dt]);
+            CHECK_MSG(worst < 1e-5, "att_values hd %u dtype %d: max difference %g", hd, kdt[dt], worst);
+            CHECK_MSG(memcmp(ob, oc, sizeof ob) == 0, "att_values hd %u dtype %d: direct and converted differ", hd,
+                      kdt[dt]);
+        }
     /* SiLU over its whole range, the exp clamps included */
     enum { NS = 1003 };
     static float ga[NS], gb[NS], u[NS];
