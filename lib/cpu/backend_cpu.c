@@ -603,7 +603,9 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
         uint32_t np = p1 - p < bs ? p1 - p : bs;
         float *sp = w->s + (size_t)(p - p0) * ldq;
         scale_rows(c, table, p / bs, 1, g, sp, np, ldq);
-        if (convert || kv->dtype == KVP_DTYPE_F32)
+        /* fp8 values cost six operations a load, and the value tiles load
+         * each row once per pair of queries: converted once instead */
+        if (convert || kv->dtype == KVP_DTYPE_F32 || kv->dtype == KVP_DTYPE_FP8_E4M3)
             c->k->att_values(sp, ldq, nq, KVP_DTYPE_F32, attn_block(c, table, p / bs, 1, g, np, w->buf), np, hd,
                              w->o);
         else
