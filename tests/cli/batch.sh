@@ -110,9 +110,13 @@ else fail "killed and resumed: lines differ ($(wc -l <"$T/killed.jsonl") lines)"
 
 # SIGTERM: the step in progress ends, what finished is written, exit 143.
 rm -f "$T/term.jsonl"
-decode -m "$M" -t 2 -f "$T/p.jsonl" -n 32 --max-num-seqs 1 --resume "$T/term.jsonl" >/dev/null 2>"$T/term.err" &
+# (long enough at any speed: 200 tokens each, one at a time; the signal
+# comes once the first has been written)
+decode -m "$M" -t 2 -f "$T/p.jsonl" -n 200 --ignore-eos --max-num-seqs 1 --resume "$T/term.jsonl" \
+    >/dev/null 2>"$T/term.err" &
 pid=$!
-sleep 1.5
+i=0
+while [ ! -s "$T/term.jsonl" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 kill -TERM $pid
 wait $pid
 status=$?
