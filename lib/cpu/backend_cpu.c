@@ -4,6 +4,7 @@
 #include "backend_cpu.h"
 #include "backend_cpu_kern.h"
 #include "kvscale.h"
+#include "minifloat.h"
 #include "tensor.h"
 #include "threadpool.h"
 
@@ -420,9 +421,13 @@ static void kv_put(int dtype, void *dst, const float *src, uint32_t n)
         memcpy(dst, src, (size_t)n * 4);
         return;
     }
+    if (dtype == KVP_DTYPE_F16) { /* F16C where the CPU has it: the same bits as the portable cast */
+        kvp_f16_row_from_f32(KVP_IMPL_AUTO, src, dst, n);
+        return;
+    }
     uint16_t *h = dst;
     for (uint32_t i = 0; i < n; i++)
-        h[i] = dtype == KVP_DTYPE_F16 ? kvp_f32_to_f16(src[i]) : kvp_f32_to_bf16(src[i]);
+        h[i] = kvp_f32_to_bf16(src[i]);
 }
 
 /* One head's row src[head_dim] into slot s of its slab. */
