@@ -798,6 +798,18 @@ static const char *row_note(char *buf, size_t n, const kvp_cap_check *c, const k
     return buf;
 }
 
+/* The fields that disagree, comma-separated: JSON strings, or words. */
+static void print_failed(int fp_bad, const kvp_cap_check *c, int json)
+{
+    int k = 0;
+    for (int i = -1; i < KVP_CAP_CHECK_ROWS; i++) {
+        if (i < 0 ? !fp_bad : c->row[i].ok)
+            continue;
+        const char *name = i < 0 ? "model_fingerprint" : c->row[i].field;
+        printf(json ? "%s\"%s\"" : "%s %s", k++ ? "," : "", name);
+    }
+}
+
 static const char *rule_name(int rule)
 {
     return rule == KVP_CAP_RULE_EQUAL ? "equal" : rule == KVP_CAP_RULE_AT_MOST ? "at most" : "reported";
@@ -920,12 +932,7 @@ static int check_run(run *R, const char *stats, const char *model, const char *k
             printf(",\"rule\":\"%s\",\"ok\":%s}", rule_name(w->rule), w->ok ? "true" : "false");
         }
         printf("],\"agree\":%s,\"failed\":[", agree ? "true" : "false");
-        int k = 0;
-        if (fp_bad)
-            printf("%s\"model_fingerprint\"", k++ ? "," : "");
-        for (int i = 0; i < KVP_CAP_CHECK_ROWS; i++)
-            if (!c.row[i].ok)
-                printf("%s\"%s\"", k++ ? "," : "", c.row[i].field);
+        print_failed(fp_bad, &c, 1);
         printf("]}\n");
     } else {
         char b1[32], b2[32], b3[32];
@@ -977,12 +984,7 @@ static int check_run(run *R, const char *stats, const char *model, const char *k
                    c.row[KVP_CAP_ROW_PREEMPTIONS].has_predicted ? "; no preemption where all fit" : "");
         else {
             printf("verdict: DISAGREE on");
-            int k = 0;
-            if (fp_bad)
-                printf("%s model_fingerprint", k++ ? "," : "");
-            for (int i = 0; i < KVP_CAP_CHECK_ROWS; i++)
-                if (!c.row[i].ok)
-                    printf("%s %s", k++ ? "," : "", c.row[i].field);
+            print_failed(fp_bad, &c, 0);
             printf("\n");
         }
     }

@@ -398,14 +398,12 @@ static void cpu_silu_mul(kvp_backend *b, float *g, const float *u, size_t n)
 
 /* ---- paged KV ---- */
 
-static size_t kv_esize(int dtype) { return dtype == KVP_DTYPE_F32 ? 4 : kvp_kvscale_dtype(dtype) ? 1 : 2; }
-
 /* Byte offset of (block, layer, K/V, head, slot) in the pool. */
 static size_t kv_off(const kvp_kv_pool *kv, uint32_t block, uint32_t layer, uint32_t which, uint32_t head,
                      uint32_t slot)
 {
     size_t e = ((((size_t)layer * 2 + which) * kv->n_head_kv + head) * kv->block_size + slot) * kv->head_dim;
-    return (size_t)block * kv->block_bytes + e * kv_esize(kv->dtype);
+    return (size_t)block * kv->block_bytes + e * kvp_cpu_kv_esize(kv->dtype);
 }
 
 /* The scales of slab (block, layer, K/V, head) of a scaled cache, one a slot. */
@@ -543,7 +541,7 @@ static const float *attn_block(const attn_ctx *c, const uint32_t *table, uint32_
     const void *src = (const uint8_t *)kv->base + kv_off(kv, table[blk], c->a->layer, which, g, 0);
     if (kv->dtype == KVP_DTYPE_F32)
         return src;
-    c->k->kv_f32(kv->dtype, src, 1.0f, buf, np * kv->head_dim);
+    c->k->kv_f32(kv->dtype, src, buf, np * kv->head_dim);
     return buf;
 }
 

@@ -3,7 +3,6 @@
  * (on the portable kernels) where the CPU lacks them.  The kernels are in
  * backend_cpu_x86.inc, shared with the VNNI build of them. */
 #include "backend_cpu_kern.h"
-#include "kvscale.h"
 #include "quant.h"
 #include "tensor.h"
 

@@ -17,6 +17,8 @@
 #ifndef KVP_BACKEND_CPU_KERN_H
 #define KVP_BACKEND_CPU_KERN_H
 
+#include "tensor.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -100,6 +102,12 @@ typedef void (*kvp_mm_fn)(const kvp_mm_blk *b);
 void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb, uint32_t unit, int flip,
                          int8_t *xt, float *dxs);
 
+/* Bytes of one K/V element of a cache dtype (f32, f16, bf16, fp8, i8). */
+static inline size_t kvp_cpu_kv_esize(int dtype)
+{
+    return dtype == KVP_DTYPE_F32 ? 4 : dtype == KVP_DTYPE_FP8_E4M3 || dtype == KVP_DTYPE_I8 ? 1 : 2;
+}
+
 typedef struct kvp_cpu_kernels {
     const char *isa;
     uint32_t tile_tok;     /* tokens a group (and a tile) holds, <= KVP_MM_TILE */
@@ -117,8 +125,8 @@ typedef struct kvp_cpu_kernels {
      * and each output element has one order of operations whatever the
      * other lanes hold. */
     /* n K/V elements of dtype f16/bf16/f32 as f32, or of a scaled dtype
-     * (fp8_e4m3, i8) times scale (kvp_kvscale_decode's numbers). */
-    void (*kv_f32)(int dtype, const void *src, float scale, float *dst, uint32_t n);
+     * (fp8_e4m3, i8) as their codes' values, unscaled. */
+    void (*kv_f32)(int dtype, const void *src, float *dst, uint32_t n);
     /* Queries as rows q[nq][hd] (nq <= ldq) against np keys k[np][hd] read
      * in their stored dtype (f32/f16/bf16, or fp8/i8 codes unscaled): s[p * ldq + j] = q[j] . k[p]
      * for j < nq, lanes nq .. ldq-1 of each key set to 0. */

@@ -2,7 +2,6 @@
  * set is tested against, and what runs on CPUs without AVX2. */
 #include "backend_cpu_kern.h"
 #include "backend.h"
-#include "kvscale.h"
 #include "quant.h"
 #include "tensor.h"
 
@@ -169,12 +168,8 @@ static inline float kv_elem(int dtype, const void *p, uint32_t i)
     return ((const float *)p)[i];
 }
 
-static void kv_f32(int dtype, const void *src, float scale, float *dst, uint32_t n)
+static void kv_f32(int dtype, const void *src, float *dst, uint32_t n)
 {
-    if (kvp_kvscale_dtype(dtype)) {
-        kvp_kvscale_decode(dtype, src, scale, dst, n);
-        return;
-    }
     for (uint32_t i = 0; i < n; i++)
         dst[i] = kv_elem(dtype, src, i);
 }

@@ -2,7 +2,6 @@
  * AVX512-VNNI's dpbusd doing the u8 x i8 dot products in one instruction
  * (256-bit registers: AVX512VL).  Chosen at run time when the CPU has it. */
 #include "backend_cpu_kern.h"
-#include "kvscale.h"
 #include "quant.h"
 #include "tensor.h"
 

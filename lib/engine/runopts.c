@@ -122,7 +122,6 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
             kvp_cli_usage_error("--kv-dtype: '%s': use f16, bf16, f32, fp8 (e4m3) or int8", arg);
         o->kv.dtype = d;
         o->kv.dtype_from_stream = 0;
-        o->kv_dtype_set = 1;
         break;
     }
     case KVP_OPT_TEMP: o->sampling.temperature = (float)kvp_cli_opt_f64("--temperature", arg, 0, 100); o->sampling_set |= KVP_SET_TEMP; break;

@@ -327,10 +327,9 @@ static const uint8_t *stage_scaled(kvp_seqio_reader *sr, const kvp_record *rec, 
     uint64_t n = (pool->block_bytes - pool->scales_off) / 4, per = kvp_kvblock_scales_per_slot(b) ? 1 : pool->block_size;
     uint8_t *sc = sr->stage + pool->scales_off;
     memcpy(sr->stage, data, pool->scales_off);
-    for (uint64_t i = 0; i < n; i++)
-        memcpy(sc + 4 * i, scales + 4 * (i / per), 4);
     for (uint64_t i = 0; i < n; i++) {
         float f;
+        memcpy(sc + 4 * i, scales + 4 * (i / per), 4);
         memcpy(&f, sc + 4 * i, 4);
         if (per == 1 && i % pool->block_size >= b->n_tokens) /* a slot past the filled ones: unspecified */
             continue;
@@ -383,9 +382,10 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
             return kvp_err_set(err, KVP_EMISMATCH, "%s: KV dtype %s in the stream, this run uses %s (--kv-dtype)",
                                sr->name, kvp_dtype_name(b.dtype), kvp_dtype_name((uint32_t)pool->dtype));
         uint64_t want_data = pool->scales_off ? pool->scales_off : pool->block_bytes;
-        uint64_t want_scales = pool->block_bytes - want_data; /* one a slot; or one a head */
-        int scales_ok = want_scales ? b.scale_dtype == KVP_DTYPE_F32 &&
-                                          (b.scales_bytes == want_scales || b.scales_bytes * b.block_size == want_scales)
+        uint64_t want_scales = pool->block_bytes - want_data;
+        /* one scale a slot or one a head (the decoder matched either to the
+         * record's shape, which must be the pool's) */
+        int scales_ok = want_scales ? b.scale_dtype == KVP_DTYPE_F32 && kvp_kvblock_scales_per_slot(&b) >= 0
                                     : b.scales_bytes == 0;
         if (b.layer_begin != 0 || b.layer_end != pool->n_layer || b.n_head_kv != pool->n_head_kv ||
             b.head_dim != pool->head_dim || b.block_size != pool->block_size || !scales_ok ||

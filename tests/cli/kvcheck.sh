@@ -44,22 +44,22 @@ run kvcalc --check "$T/s.json" -m smollm2-135m --kv-heads 8
 expect_status 1 "a wrong model shape (8 KV heads) disagrees"
 
 # doctored and broken stats: the field or the file named, exit 1
-sed 's/"kv_block_bytes":368640/"kv_block_bytes":368000/' "$T/s.json" >"$T/bad.json"
-run kvcalc --check "$T/bad.json" -m smollm2-135m
-expect_status 1 "wrong block bytes"
-expect_err_has "kv_block_bytes" "names kv_block_bytes"
-sed 's/"peak_kv_blocks":5/"peak_kv_blocks":6/' "$T/s.json" >"$T/bad.json"
-run kvcalc --check "$T/bad.json" -m smollm2-135m
-expect_status 1 "more blocks in use than the pool has"
-expect_err_has "peak_kv_blocks (kvcalc at most 5, decode 6)" "names peak_kv_blocks"
-sed 's/"block_size":16/"block_size":"16"/' "$T/s.json" >"$T/bad.json"
-run kvcalc --check "$T/bad.json" -m smollm2-135m
-expect_status 1 "a string for a number"
-expect_err_has "$T/bad.json: block_size: not a non-negative integer" "names the file and the field"
-sed 's/"kv_blocks":5/"kv_blocks":99999999999999/' "$T/s.json" >"$T/bad.json"
-run kvcalc --check "$T/bad.json" -m smollm2-135m
-expect_status 1 "a count out of range"
-expect_err_has "kv_blocks: 99999999999999 is out of range" "names the field and the range"
+# doctored SED-EXPRESSION WHAT STDERR-TEXT: the run's stats edited, refused
+doctored() {
+    sed "$1" "$T/s.json" >"$T/bad.json"
+    run kvcalc --check "$T/bad.json" -m smollm2-135m
+    expect_status 1 "$2"
+    expect_err_has "$3" "$2: names it"
+}
+doctored 's/"kv_block_bytes":368640/"kv_block_bytes":368000/' "wrong block bytes" "kv_block_bytes"
+run kvcalc --check "$T/bad.json" -m smollm2-135m --json
+expect_out_has '"agree":false,"failed":["kv_block_bytes"]' "--json lists the field that disagrees"
+doctored 's/"peak_kv_blocks":5/"peak_kv_blocks":6/' "more blocks in use than the pool has" \
+    "peak_kv_blocks (kvcalc at most 5, decode 6)"
+doctored 's/"block_size":16/"block_size":"16"/' "a string for a number" \
+    "$T/bad.json: block_size: not a non-negative integer"
+doctored 's/"kv_blocks":5/"kv_blocks":99999999999999/' "a count out of range" \
+    "kv_blocks: 99999999999999 is out of range"
 grep -v '"kv_block_bytes"' "$T/s.json" >"$T/bad.json"
 run kvcalc --check "$T/bad.json" -m smollm2-135m
 expect_status 1 "a stats file without kv_block_bytes (an older decode's)"

@@ -1,5 +1,6 @@
 /* rig.h - a model, a CPU backend, a KV cache and an engine opened
- * together for the engine tests (test_engine.c, test_invariant.c). */
+ * together for the engine tests (test_engine.c, test_invariant.c,
+ * test_kvquant.c). */
 #ifndef KVP_TEST_RIG_H
 #define KVP_TEST_RIG_H
 
@@ -7,6 +8,7 @@
 #include "engine.h"
 #include "kvcache.h"
 #include "model.h"
+#include "unit.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -37,6 +39,19 @@ static inline int rig_open(rig *r, const char *path, int threads, unsigned flags
         return -1;
     }
     return 0;
+}
+
+/* A CPU backend of two threads ($KVP_TEST_THREADS) with flags, or NULL
+ * after a failed check. */
+static inline kvp_backend *rig_backend(unsigned flags)
+{
+    kvp_err err = {0};
+    kvp_backend *be;
+    if (kvp_backend_cpu_create(&be, unit_threads(2), flags, &err) < 0) {
+        CHECK_MSG(0, "backend: %s", err.msg);
+        return NULL;
+    }
+    return be;
 }
 
 static inline void rig_close(rig *r)

@@ -23,13 +23,7 @@
 /* ---- deterministic random numbers ---- */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (2.0 / (1ull << 24)) - 1.0);
-}
+static float frand(void) { return unit_frand(&rng_state); } /* uniform in [-1, 1) */
 
 /* ---- quantizers for the test weights (the simple round-to-nearest ones) ---- */
 
@@ -108,21 +102,21 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
     for (int i = 0; i < NP * HD; i++)
         h[i] = kvp_f32_to_f16(frand()), k[i] = kvp_f16_to_f32(h[i]);
     float kf[NP * HD];
-    fast->kv_f32(KVP_DTYPE_F16, h, 1.0f, kf, NP * HD - 3);
+    fast->kv_f32(KVP_DTYPE_F16, h, kf, NP * HD - 3);
     CHECK(memcmp(kf, k, (NP * HD - 3) * sizeof(float)) == 0);
-    /* a scaled cache's bytes (every fp8 code but NaN, every int8) times a
-     * scale: the same bits from both kernel sets, a tail included */
+    /* a scaled cache's bytes (every fp8 code but NaN, every int8) as their
+     * codes' values: the same bits from both kernel sets, a tail included */
     static uint8_t b8[259];
     float fa[259], fb[259];
     for (int dt = 0; dt < 2; dt++) {
         int dtype = dt ? KVP_DTYPE_I8 : KVP_DTYPE_FP8_E4M3;
         for (int i = 0; i < 259; i++)
             b8[i] = (uint8_t)(dt || (i & 0x7f) != 0x7f ? i : 0);
-        ref->kv_f32(dtype, b8, 0.0371f, fa, 259);
-        fast->kv_f32(dtype, b8, 0.0371f, fb, 259);
+        ref->kv_f32(dtype, b8, fa, 259);
+        fast->kv_f32(dtype, b8, fb, 259);
         CHECK_MSG(memcmp(fa, fb, sizeof fa) == 0, "%s: scaled %s rows differ", fast->isa,
                   kvp_dtype_name((uint32_t)dtype));
-        CHECK_NEAR(fa[dt ? 255 : 0x7e], dt ? -0.0371f : 448.0f * 0.0371f, 1e-6);
+        CHECK_NEAR(fa[dt ? 255 : 0x7e], dt ? -1.0f : 448.0f, 0);
     }
     /* scores: queries as rows against keys as stored (f16, f32, bf16, and
      * the codes of fp8 and int8 unscaled), head dims with and without a
@@ -161,7 +155,7 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
                         moved += memcmp(&s1[p * 8], &sb[p * ldq + j], sizeof(float)) != 0;
                 }
                 if (dt != 1 && dt != 2) { /* keys read as stored or converted: the same bits */
-                    fast->kv_f32(dtype, kk, 1.0f, kc, NP * HD);
+                    fast->kv_f32(dtype, kk, kc, NP * HD);
                     fast->att_scores(qt, nq, KVP_DTYPE_F32, kc, NP, hd, sa, ldq);
                     moved += memcmp(sa, sb, NP * ldq * sizeof(float)) != 0;
                 }
@@ -194,7 +188,7 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
                 oa[i] = ob[i] = oc[i] = frand();
             ref->att_values(sa, LDQ, 5, kdt[dt], kks[dt], NP, hd, oa);
             fast->att_values(sa, LDQ, 5, kdt[dt], kks[dt], NP, hd, ob);
-            fast->kv_f32(kdt[dt], kks[dt], 1.0f, kc, NP * HD);
+            fast->kv_f32(kdt[dt], kks[dt], kc, NP * HD);
             fast->att_values(sa, LDQ, 5, KVP_DTYPE_F32, kc, NP, hd, oc);
             double worst = 0;
             for (uint32_t i = 0; i < LDQ * HD; i++)
@@ -1427,24 +1421,6 @@ static void test_smollm2(void)
 
 /* ---- attention: tiled/GQA-packed CPU path against a scalar reference ---- */
 
-/* Two sequences in one call, the first a causal chunk at positions 5..11
- * (with history 0..4 in the cache), the second a fresh chunk 0..4, so the
- * backend's token tiles cross a sequence boundary; block tables scattered.
- * K/V values are rounded to the pool dtype first so only summation order
- * separates the backend from the double-precision reference. */
-/* A CPU backend of two threads ($KVP_TEST_THREADS) with flags, or NULL (a
- * failed check). */
-static kvp_backend *two_thread_backend(unsigned flags)
-{
-    kvp_err err = {0};
-    kvp_backend *be;
-    if (kvp_backend_cpu_create(&be, unit_threads(2), flags, &err) < 0) {
-        CHECK_MSG(0, "backend: %s", err.msg);
-        return NULL;
-    }
-    return be;
-}
-
 /* The backend's RoPE against a double-precision rotation, NORM and NEOX,
  * full and partial rot_dim, up to head dims far past the 1024 the old fixed
  * angle table held: every pair rotated, dims past rot_dim untouched. */
@@ -1452,7 +1428,7 @@ static void test_rope_one(uint32_t hd, uint32_t rot, int kind)
 {
     enum { NT = 3, NH = 2 };
     const int32_t pos[NT] = {0, 7, 1000};
-    kvp_backend *be = two_thread_backend(0);
+    kvp_backend *be = rig_backend(0);
     float *x = malloc(sizeof(float) * NT * NH * hd), *x0 = malloc(sizeof(float) * NT * NH * hd);
     float *inv = malloc(sizeof(float) * (rot / 2 + 1));
     if (!be || !x || !x0 || !inv) {
@@ -1496,6 +1472,11 @@ static void test_rope(void)
     test_rope_one(4096, 3000, KVP_ROPE_KIND_NEOX);
 }
 
+/* Two sequences in one call, the first a causal chunk at positions 5..11
+ * (with history 0..4 in the cache), the second a fresh chunk 0..4, so the
+ * backend's token tiles cross a sequence boundary; block tables scattered.
+ * K/V values are rounded to the pool dtype first so only summation order
+ * separates the backend from the double-precision reference. */
 static void test_attention_one(int kv_dtype, uint32_t n_head_kv, uint32_t n_rep, unsigned flags)
 {
     enum { HD = 36, BS = 4, NB = 8, NL = 2, NSEQ = 2, MAXP = 12 };
@@ -1505,7 +1486,7 @@ static void test_attention_one(int kv_dtype, uint32_t n_head_kv, uint32_t n_rep,
     uint32_t n_head = n_head_kv * n_rep, row = n_head_kv * HD;
     size_t es = kv_dtype == KVP_DTYPE_F32 ? 4 : 2;
     kvp_err err = {0};
-    kvp_backend *be = two_thread_backend(flags);
+    kvp_backend *be = rig_backend(flags);
     if (!be)
         return;
     kvp_kv_pool kv = {.dtype = kv_dtype, .n_blocks = NB, .block_size = BS, .n_layer = NL, .n_head_kv = n_head_kv,
@@ -1594,7 +1575,7 @@ static void test_attention_split(int kv_dtype, unsigned flags)
     uint32_t row = NKV * HD, nb = nblk[0] + nblk[1];
     size_t es = kv_dtype == KVP_DTYPE_F32 ? 4 : 2;
     kvp_err err = {0};
-    kvp_backend *be = two_thread_backend(flags);
+    kvp_backend *be = rig_backend(flags);
     if (!be)
         return;
     kvp_kv_pool kv = {.dtype = kv_dtype, .n_blocks = nb, .block_size = BS, .n_layer = 1, .n_head_kv = NKV,

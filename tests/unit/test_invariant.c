@@ -28,13 +28,7 @@
 #define INV_BLOCKS(bs) (8 * (700 / (bs) + 2))
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (2.0 / (1ull << 24)) - 1.0);
-}
+static float frand(void) { return unit_frand(&rng_state); } /* uniform in [-1, 1) */
 
 /* ---- a tiny random Llama as GGUF ---- */
 

@@ -17,13 +17,7 @@
 #include <unistd.h>
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (2.0 / 16777216.0) - 1.0);
-}
+static float frand(void) { return unit_frand(&rng_state); } /* uniform in [-1, 1) */
 
 static const int scaled[2] = {KVP_DTYPE_FP8_E4M3, KVP_DTYPE_I8};
 
@@ -65,18 +59,6 @@ static void test_row(int dtype)
     CHECK_NEAR(kvp_kvscale_row(dtype, x, N, q), 1.0f, 0);
 }
 
-/* A CPU backend of two threads with flags, or NULL (a failed check). */
-static kvp_backend *backend(unsigned flags)
-{
-    kvp_err err = {0};
-    kvp_backend *be;
-    if (kvp_backend_cpu_create(&be, unit_threads(2), flags, &err) < 0) {
-        CHECK_MSG(0, "backend: %s", err.msg);
-        return NULL;
-    }
-    return be;
-}
-
 /* A scaled pool as kvcache.c lays it out. */
 static kvp_kv_pool scaled_pool(kvp_backend *be, int dtype, uint32_t nb, uint32_t bs, uint32_t nl, uint32_t nkv,
                                uint32_t hd)
@@ -108,7 +90,7 @@ static float pool_at(const kvp_kv_pool *kv, const uint32_t *table, uint32_t l, u
 static void test_store_chunks(int dtype, unsigned flags)
 {
     enum { HD = 40, BS = 8, NB = 4, NKV = 2, NT = 29 };
-    kvp_backend *be = backend(flags);
+    kvp_backend *be = rig_backend(flags);
     if (!be)
         return;
     kvp_kv_pool a = scaled_pool(be, dtype, NB, BS, 1, NKV, HD), b = scaled_pool(be, dtype, NB, BS, 1, NKV, HD);
@@ -147,7 +129,7 @@ static void test_attention(int dtype, unsigned flags, uint32_t n_rep, uint32_t c
 {
     enum { HD = 64, BS = 16, NKV = 2, NL = 2 };
     uint32_t nb = (ctx + BS - 1) / BS, nh = NKV * n_rep, row = NKV * HD;
-    kvp_backend *be = backend(flags);
+    kvp_backend *be = rig_backend(flags);
     if (!be)
         return;
     kvp_kv_pool kv = scaled_pool(be, dtype, nb, BS, NL, NKV, HD);

@@ -93,6 +93,16 @@ static inline uint32_t unit_argmax(const float *x, uint32_t n)
     return b;
 }
 
+/* xorshift64 step of *state: uniform in [-1, 1).  Each test keeps its own
+ * state, so its random data does not depend on the other tests. */
+static inline float unit_frand(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (float)((*state >> 40) * (2.0 / (1ull << 24)) - 1.0);
+}
+
 /* Closing line; the exit status tells make whether anything failed. */
 static inline int unit_done(void)
 {
