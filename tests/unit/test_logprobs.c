@@ -831,6 +831,8 @@ static int write_sample(const char *path, int full)
 {
     spec sp;
     make_spec(&sp, full ? 0 : 5, 40);
+    for (uint32_t i = 0; i < sp.n_win; i++) /* a finite mean, for kvdump's perplexity */
+        sp.w[i].lp_tok[sp.w[i].n_pos - 1] = -1.5f;
     kvp_err err = {0};
     int rc = lib_write(path, &sp, &err);
     if (rc)
@@ -864,6 +866,18 @@ static int write_seeds(const char *dir)
     sp.n_win = 2;
     snprintf(p, sizeof p, "%s/bad-fewer-windows.kvp", dir);
     raw_write(p, &sp);
+    /* topk.kvp cut inside its second window */
+    uint8_t *d;
+    size_t n;
+    kvp_err err;
+    snprintf(p, sizeof p, "%s/topk.kvp", dir);
+    if (kvp_read_file(p, 1 << 20, &d, &n, &err) || n < 1000)
+        return 1;
+    snprintf(p, sizeof p, "%s/bad-cut.kvp", dir);
+    FILE *f = fopen(p, "wb");
+    rc |= !f || fwrite(d, 1, 1000, f) != 1000;
+    rc |= f && fclose(f) != 0;
+    free(d);
     return rc || unit_failed;
 }
 
