@@ -6,6 +6,7 @@
  */
 #include "cli.h"
 #include "io.h"
+#include "logprobs.h"
 #include "meta.h"
 #include "stream.h"
 #include "tensor.h"
@@ -13,6 +14,7 @@
 
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -93,7 +95,7 @@ static int hashset_has(const hashset *s, uint64_t h)
 
 typedef struct totals {
     uint64_t count[KVP_KIND_COUNT], unknown;
-    uint64_t stored, raw, records, tensor_bytes, tokens, compressed;
+    uint64_t stored, raw, records, tensor_bytes, tokens, compressed, positions;
     uint64_t file_bytes;
 } totals;
 
@@ -103,6 +105,9 @@ typedef struct dumper {
     const char *extract;
     int extracted;
     hashset blocks;
+    int have_scores;          /* saved distributions: the SCORES record seen */
+    kvp_scores_rec scores;
+    uint32_t next_window;     /* the window the next LOGPROBS must carry */
     totals t;
 } dumper;
 
@@ -280,9 +285,90 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
             printf("seq %" PRIu64 " block %u tokens %u -> %016" PRIx64, r.seq_id, r.block_index, r.n_tokens, r.hash);
         return 0;
     }
+    case KVP_KIND_SCORES: {
+        kvp_scores_rec *s = &d->scores;
+        if (d->have_scores)
+            return kvp_err_set(err, KVP_EFORMAT, "record %" PRIu64 " (scores) at offset %" PRIu64 ": a second scores record",
+                               rec->index, rec->offset);
+        int rc = kvp_scores_decode(rec, s, err);
+        if (rc)
+            return rc;
+        d->have_scores = 1;
+        if (!show)
+            return 0;
+        if (d->json) {
+            printf(",\"tokens_hash\":\"%016" PRIx64 "\",\"n_tokens\":%" PRIu64 ",\"ctx\":%u,\"first\":%u,\"windows\":%u,"
+                   "\"n_vocab\":%u,\"top_k\":%u,\"bos\":",
+                   s->tokens_hash, s->n_tokens, s->ctx, s->first, s->n_windows, s->n_vocab, s->top_k);
+            if (s->bos == KVP_SCORES_NO_BOS)
+                printf("null");
+            else
+                printf("%u", s->bos);
+            printf(",\"text\":");
+            kvp_cli_json_str(f, s->text, strlen(s->text));
+        } else {
+            printf("tokens %" PRIu64 " hash %016" PRIx64 " ctx %u first %u windows %u vocab %u k ", s->n_tokens,
+                   s->tokens_hash, s->ctx, s->first, s->n_windows, s->n_vocab);
+            printf(s->top_k ? "%u" : "full", s->top_k);
+            printf(s->bos == KVP_SCORES_NO_BOS ? " bos none" : " bos %u", s->bos);
+            printf(" text \"%s\"", s->text);
+        }
+        return 0;
+    }
+    case KVP_KIND_LOGPROBS: {
+        kvp_logprobs_view v;
+        int rc = kvp_logprobs_decode(rec, &v, err);
+        if (rc)
+            return rc;
+        /* The windows of a saved-distributions file, checked as prefill --kld reads them. */
+        const kvp_scores_rec *s = &d->scores;
+        if (!d->have_scores)
+            return kvp_err_set(err, KVP_EFORMAT, "record %" PRIu64 " (logprobs) at offset %" PRIu64
+                               ": a window before any scores record", rec->index, rec->offset);
+        if (v.window != d->next_window || v.window >= s->n_windows)
+            return kvp_err_set(err, KVP_EFORMAT,
+                               "record %" PRIu64 " (logprobs) at offset %" PRIu64 ": window %u where %s%u",
+                               rec->index, rec->offset, v.window,
+                               d->next_window < s->n_windows ? "window " : "the scores record announces ",
+                               d->next_window < s->n_windows ? d->next_window : s->n_windows);
+        if (v.n_pos != kvp_scores_n_pos(s) || v.top_k != s->top_k || v.n_vocab != s->n_vocab)
+            return kvp_err_set(err, KVP_EFORMAT,
+                               "record %" PRIu64 " (logprobs) at offset %" PRIu64 ": window %u has n_pos %u, top_k %u, "
+                               "n_vocab %u; the scores record says %u, %u, %u",
+                               rec->index, rec->offset, v.window, v.n_pos, v.top_k, v.n_vocab, kvp_scores_n_pos(s),
+                               s->top_k, s->n_vocab);
+        d->next_window++;
+        d->t.positions += v.n_pos;
+        if (!show)
+            return 0;
+        double sum = 0;
+        for (uint32_t i = 0; i < v.n_pos; i++)
+            sum += v.lp_tok[i];
+        double mean = sum / v.n_pos; /* -inf when a text token had probability 0 */
+        if (d->json) {
+            printf(",\"window\":%u,\"positions\":%u,\"top_k\":%u,\"n_vocab\":%u,\"mean_lp_tok\":", v.window, v.n_pos,
+                   v.top_k, v.n_vocab);
+            if (isfinite(mean))
+                printf("%.6f", mean);
+            else
+                printf("null");
+        } else {
+            printf("window %u positions %u k ", v.window, v.n_pos);
+            printf(v.top_k ? "%u" : "full", v.top_k);
+            printf(" mean lp_tok %.4f", mean);
+            if (isfinite(exp(-mean)))
+                printf(" (ppl %.4f)", exp(-mean));
+        }
+        return 0;
+    }
     case KVP_KIND_END: {
         kvp_end_rec e;
         int rc = kvp_end_decode(rec, &e, err);
+        if (!rc && d->have_scores && d->next_window != d->scores.n_windows)
+            rc = kvp_err_set(err, KVP_EFORMAT,
+                             "record %" PRIu64 " (end) at offset %" PRIu64
+                             ": the scores record announces %u windows, %u came",
+                             rec->index, rec->offset, d->scores.n_windows, d->next_window);
         if (rc || !show)
             return rc;
         if (d->json)
@@ -341,7 +427,8 @@ static void print_summary(const dumper *d)
     const totals *t = &d->t;
     double ratio = t->stored ? (double)t->raw / (double)t->stored : 1.0;
     static const uint32_t kinds[] = {KVP_KIND_CONFIG,   KVP_KIND_TOKENIZER, KVP_KIND_TENSOR, KVP_KIND_SEQUENCE,
-                                     KVP_KIND_KV_BLOCK, KVP_KIND_BLOCK_REF, KVP_KIND_END};
+                                     KVP_KIND_KV_BLOCK, KVP_KIND_BLOCK_REF, KVP_KIND_SCORES, KVP_KIND_LOGPROBS,
+                                     KVP_KIND_END};
     if (d->json) {
         printf("{\"file\":");
         kvp_cli_json_str(stdout, d->name, strlen(d->name));
@@ -350,8 +437,8 @@ static void print_summary(const dumper *d)
             printf(",\"%s\":%" PRIu64, kvp_kind_name(kinds[i]), t->count[kinds[i]]);
         printf(",\"unknown\":%" PRIu64 ",\"stored_bytes\":%" PRIu64 ",\"raw_bytes\":%" PRIu64
                ",\"compressed_records\":%" PRIu64 ",\"compression_ratio\":%.4f,\"tensor_bytes\":%" PRIu64
-               ",\"tokens\":%" PRIu64 "}\n",
-               t->unknown, t->stored, t->raw, t->compressed, ratio, t->tensor_bytes, t->tokens);
+               ",\"tokens\":%" PRIu64 ",\"positions\":%" PRIu64 "}\n",
+               t->unknown, t->stored, t->raw, t->compressed, ratio, t->tensor_bytes, t->tokens, t->positions);
         return;
     }
     printf("%s: %" PRIu64 " bytes, %" PRIu64 " records\n", d->name, t->file_bytes, t->records);
@@ -366,6 +453,8 @@ static void print_summary(const dumper *d)
         printf("tensors: %" PRIu64 " bytes\n", t->tensor_bytes);
     if (t->tokens)
         printf("tokens:  %" PRIu64 " in sequences\n", t->tokens);
+    if (t->positions)
+        printf("scored:  %" PRIu64 " positions in windows\n", t->positions);
 }
 
 int main(int argc, char **argv)

@@ -32,10 +32,11 @@
 #include "ggml_quants.h"
 #include "quant.h"
 
-/* format: KVP streams (reader, writer, typed records), GGUF, safetensors */
+/* format: KVP streams (reader, writer, typed records, saved distributions), GGUF, safetensors */
 #include "meta.h"
 #include "json.h"
 #include "stream.h"
+#include "logprobs.h"
 #include "quant_kv.h"
 #include "gguf.h"
 #include "safetensors.h"

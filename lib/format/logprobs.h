@@ -16,8 +16,9 @@
 
 #include <stdint.h>
 
-#define KVP_KIND_SCORES 7   /* the binding: tokens hash, windows, k */
-#define KVP_KIND_LOGPROBS 8 /* one window's scored positions */
+/* Record kinds KVP_KIND_SCORES (7: the binding: tokens hash, windows, k)
+ * and KVP_KIND_LOGPROBS (8: one window's scored positions) are in
+ * stream.h's kvp_kind, with every other kind. */
 
 #define KVP_LOGPROBS_MAX_K 4096u /* top-k larger than this: save --full rows */
 #define KVP_SCORES_NO_BOS 0xffffffffu
@@ -56,22 +57,31 @@ typedef struct kvp_logprobs_view {
 
 /* Decode/encode a SCORES record.  decode checks ctx >= 2, first < ctx-1,
  * n_windows >= 1, n_windows*ctx <= n_tokens, n_vocab >= 1, top_k <= the
- * max and < n_vocab, bos < n_vocab or none; a message names the field. */
+ * max and < n_vocab, bos < n_vocab or none, a text of at most 255 bytes
+ * and no NUL, no data part; a message names the field and its value.
+ * write refuses (KVP_EINVAL) what decode would. */
 int kvp_scores_decode(const kvp_record *rec, kvp_scores_rec *s, kvp_err *err);
 int kvp_write_scores(kvp_writer *w, const kvp_scores_rec *s, kvp_err *err);
 
 /* Decode a LOGPROBS record in place (views into rec's data, valid until
- * the next kvp_reader_next).  Checks that the sizes fill the data part
- * exactly, that every log-prob is <= 0 and not NaN (-inf allowed), that ids
- * are < n_vocab, distinct within a row and in descending log-prob order.
- * The caller compares window/n_pos/top_k/n_vocab with its SCORES record. */
+ * the next kvp_reader_next).  Checks n_pos >= 1 and top_k as SCORES does,
+ * that the sections fill the data part exactly, that every log-prob is
+ * <= 0 and not NaN (-inf allowed), that ids are < n_vocab, distinct within
+ * a row and in descending log-prob order (ties allowed).  The caller
+ * compares window/n_pos/top_k/n_vocab with its SCORES record.  write
+ * refuses (KVP_EINVAL) a view decode would refuse. */
 int kvp_logprobs_decode(const kvp_record *rec, kvp_logprobs_view *v, kvp_err *err);
 int kvp_write_logprobs(kvp_writer *w, const kvp_logprobs_view *v, kvp_err *err);
 
 /* ---- a whole BASE file ---- */
 
 /* Write: header (fingerprint, producer), SCORES, then one put a window,
- * then finish (END; a file appears whole under its name only then). */
+ * then finish (END; a file appears whole under its name only then).
+ * path "-" is standard output; fingerprint NULL is zeros.  put refuses a
+ * window out of order or of another shape than the SCORES record's (the
+ * writer stays usable; after a failed write only abort remains).  finish
+ * frees fw whatever it returns, like fclose: on failure (fewer windows than
+ * announced, a write error) nothing appears under path. */
 typedef struct kvp_lpfile_writer kvp_lpfile_writer;
 int kvp_lpfile_create(kvp_lpfile_writer **fw, const char *path, const uint8_t fingerprint[KVP_FINGERPRINT_SIZE],
                       const char *producer, const kvp_scores_rec *s, kvp_err *err);
@@ -80,11 +90,13 @@ int kvp_lpfile_finish(kvp_lpfile_writer *fw, kvp_err *err);
 /* Abandon (removes the temporary file) and free; NULL is fine. */
 void kvp_lpfile_abort(kvp_lpfile_writer *fw);
 
-/* Read: open reads the header and the SCORES record (skipping records of
- * kinds it does not know; any other kind before it is an error); next gives
- * the windows in order: 1 and *v, or 0 after the END record once all
- * n_windows came (fewer, more, out of order or a cut stream: an error
- * naming the file and the record). */
+/* Read: open ("-" is standard input) reads the header and the SCORES
+ * record (skipping records of kinds it does not know; any other kind before
+ * it is an error); next gives the windows in order: 1 and *v (valid until
+ * the next call), or 0 after the END record once all n_windows came and
+ * nothing follows END (fewer, more, out of order, another shape than
+ * SCORES, a second SCORES or a cut stream: an error naming the file and
+ * the record; calls after an error fail again, after 0 return 0). */
 typedef struct kvp_lpfile kvp_lpfile;
 int kvp_lpfile_open(kvp_lpfile **f, const char *path, kvp_scores_rec *s, kvp_err *err);
 /* The base model's fingerprint from the stream header. */

@@ -42,6 +42,8 @@ const char *kvp_kind_name(uint32_t kind)
     case KVP_KIND_SEQUENCE: return "sequence";
     case KVP_KIND_KV_BLOCK: return "kv_block";
     case KVP_KIND_BLOCK_REF: return "block_ref";
+    case KVP_KIND_SCORES: return "scores";
+    case KVP_KIND_LOGPROBS: return "logprobs";
     case KVP_KIND_END: return "end";
     default: return "unknown";
     }

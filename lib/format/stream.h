@@ -38,6 +38,8 @@ typedef enum kvp_kind {
     KVP_KIND_SEQUENCE = 4,
     KVP_KIND_KV_BLOCK = 5,
     KVP_KIND_BLOCK_REF = 6,
+    KVP_KIND_SCORES = 7,     /* saved distributions: the binding (logprobs.h) */
+    KVP_KIND_LOGPROBS = 8,   /* saved distributions: one window (logprobs.h) */
     KVP_KIND_END = 15,
     KVP_KIND_MAX = 0xffff
 } kvp_kind;

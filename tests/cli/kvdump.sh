@@ -103,6 +103,44 @@ run kvdump --version
 expect_status 0 "--version"
 expect_out_has "kvpipe" "--version names the project"
 
+# Saved next-token distributions (prefill --save-logits): SCORES and LOGPROBS.
+lp="$KVP_UNIT_DIR/test_logprobs"
+"$lp" --write-sample "$T/lp.kvp" || { status=1; fail "could not write the logprobs sample"; }
+"$lp" --write-sample "$T/lpfull.kvp" full || { status=1; fail "could not write the full-row sample"; }
+mkdir "$T/seeds" && "$lp" --write-seeds "$T/seeds" || { status=1; fail "could not write the damaged logprobs files"; }
+run kvdump "$T/lp.kvp"
+expect_status 0 "lists a saved-distributions file"
+expect_out_has "scores             57         57  ok       tokens 41 hash 2ccfd8f13da911bc ctx 12 first 5 windows 3 vocab 40 k 5 bos 1 text \"wiki.test.raw\"" "scores fields"
+expect_out_has "logprobs          440        440  ok       window 1 positions 6 k 5 mean lp_tok -2.7007 (ppl 14.8894)" "logprobs fields"
+expect_out_has "4 records, 1377 payload bytes" "end record of a saved-distributions file"
+run kvdump "$T/lpfull.kvp"
+expect_out_has "windows 3 vocab 40 k full bos 1" "full rows are k full"
+expect_out_has "window 2 positions 6 k full mean lp_tok" "a full-row window"
+run kvdump --json "$T/lp.kvp"
+expect_out_has '"kind":"scores","index":0,"offset":64,"stored_bytes":57,"raw_bytes":57,"zstd":false,"checksum":"ok","tokens_hash":"2ccfd8f13da911bc","n_tokens":41,"ctx":12,"first":5,"windows":3,"n_vocab":40,"top_k":5,"bos":1,"text":"wiki.test.raw"}' "--json scores"
+expect_out_has '"window":1,"positions":6,"top_k":5,"n_vocab":40,"mean_lp_tok":-2.700' "--json logprobs"
+run kvdump --json "$T/seeds/unknown-kinds.kvp"
+expect_out_has '"mean_lp_tok":null' "--json: a mean of -inf is null"
+run kvdump --summary "$T/lpfull.kvp"
+expect_out_has "logprobs   3" "--summary counts windows"
+expect_out_has "scored:  18 positions in windows" "--summary counts positions"
+run kvdump --check "$T/lp.kvp"
+expect_status 0 "--check accepts a saved-distributions file"
+expect_out_empty "--check prints nothing"
+run kvdump --check "$T/seeds/bad-dup-ids.kvp"
+expect_status 1 "a window with a repeated id"
+expect_err_has "bad-dup-ids.kvp: record 2 (logprobs) at offset 704: window 1: row 2: id 35 appears twice" "names the record, window, row and id"
+expect_err_one_line "one line of error"
+run kvdump --check "$T/seeds/bad-short-data.kvp"
+expect_status 1 "a window one byte short"
+expect_err_has "data part holds 1023 bytes, n_pos 6, top_k 0 and n_vocab 40 need 1024" "names both sizes"
+run kvdump --check "$T/seeds/bad-fewer-windows.kvp"
+expect_status 1 "fewer windows than announced"
+expect_err_has "record 3 (end) at offset 1216: the scores record announces 3 windows, 2 came" "names the counts"
+run kvdump --check "$T/seeds/bad-cut.kvp"
+expect_status 1 "a cut saved-distributions file"
+expect_err_has "record 2 (logprobs) at offset 704 declares 440 payload bytes but only 232 remain (truncated)" "names the cut"
+
 # A closed stdout ends kvdump quietly (like head).
 run_sh "{ kvdump --json '$T/s.kvp'; echo \$? >'$T/rc'; } | head -c 1 >/dev/null"
 rc=$(cat "$T/rc")

@@ -26,6 +26,13 @@ fuzzer starts from deep inside the formats:
                         quantize --to f16 --drop '^step$' model.safetensors -o bare-tiny-st-f16.kvp
                       (the second from tests/golden/tiny-st/model.safetensors
                       copied alone into a folder)
+  corpus/logprobs/    saved next-token distributions (kvp(5) scores and logprobs
+                      records) for fuzz_logprobs: not written here but by the C
+                      writer and the unit test's raw encoder, valid (top-k, full
+                      rows, unknown kinds skipped) and damaged (a repeated id, a
+                      window one byte short, a window missing, a file cut short):
+                        make build/tests/test_logprobs
+                        build/tests/test_logprobs --write-seeds tests/fuzz/corpus/logprobs
 """
 import json
 import os
