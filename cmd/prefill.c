@@ -1,6 +1,7 @@
 /* prefill - run prompts through the model and write their KV cache, first
  * sampled token and sampling state as a KVP stream for decode. */
 #include "cli.h"
+#include "perplexity.h"
 #include "runopts.h"
 #include "sample.h"
 
@@ -9,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_RESUME = 0x2000, OPT_TOKENIZE };
+enum { OPT_RESUME = 0x2000, OPT_TOKENIZE, OPT_PPL, OPT_CTX, OPT_CHUNKS, OPT_SAVE, OPT_SAVE_TOP, OPT_FULL, OPT_KLD };
 
 static void usage(FILE *f)
 {
@@ -17,6 +18,8 @@ static void usage(FILE *f)
             "Usage: prefill -m MODEL [-p TEXT | -f FILE | --tokens IDS] [options] > kv.kvp\n"
             "       prefill -m MODEL --resume KV.kvp -p TEXT | --tokens IDS [options] > kv2.kvp\n"
             "       prefill --tokenize -m MODEL [-p TEXT | -f FILE | --tokens IDS] [--chat] [--no-special] [--json]\n"
+            "       prefill --perplexity TEXT -m MODEL [--ctx N] [--chunks N] [--save-logits BASE.kvp [--save-top K | --full]]\n"
+            "               [--kld BASE.kvp] [--kv-dtype TYPE] [--json]\n"
             "Run every prompt through the model in chunks, sample its first token and write a KVP\n"
             "stream: model fingerprint, one sequence record per prompt, its KV blocks (a block\n"
             "shared by several prompts is written once and referenced after) and the end record.\n\n"
@@ -26,6 +29,16 @@ static void usage(FILE *f)
             "                          by one more turn: -p TEXT (with --chat, a user turn) or --tokens\n"
             "      --tokenize          print each prompt's token ids and pieces instead (standard\n"
             "                          input when no prompt is given; --json: {\"ids\",\"pieces\"})\n"
+            "      --perplexity TEXT   score TEXT (a file, - for stdin) in windows instead, as llama.cpp's\n"
+            "                          perplexity tool does, and print PPL (first half of each window is\n"
+            "                          context only)\n"
+            "      --ctx N             tokens a window (default 512)\n"
+            "      --chunks N          score at most N windows (default: all)\n"
+            "      --save-logits FILE  save the model's next-token distributions as a BASE for --kld\n"
+            "      --save-top K        save the top K log-probs and the rest's mass (default 32)\n"
+            "      --full              save whole rows instead (n_vocab floats a position)\n"
+            "      --kld BASE          compare with a saved BASE: KL divergence, top-token agreement,\n"
+            "                          delta-p and PPL ratio, as llama.cpp prints them\n"
             "  -h, --help, --version\n\n"
             "Sampling options are stored in the stream and used by decode.\n"
             "Exit status: 0 success, 1 runtime error (bad model or prompts file, KV memory\n"
@@ -92,6 +105,34 @@ static void list_tokens(const kvp_runopts *o)
     kvp_run_close(&r);
 }
 
+/* --perplexity: score a text (no KV stream is written). */
+static int perplexity_mode(kvp_runopts *o, const char *text, kvp_ppl_opts *po, int full, int save_top_set, int argc,
+                           char **argv)
+{
+    if (!text)
+        kvp_cli_usage_error("--save-logits, --save-top, --full and --kld go with --perplexity TEXT");
+    if (o->prompt || o->file || o->tokens || o->chat)
+        kvp_cli_usage_error("--perplexity scores a text file; it takes no prompts (-p, -f, --tokens, --chat)");
+    if ((full || save_top_set) && !po->save_path)
+        kvp_cli_usage_error("--save-top and --full choose what --save-logits saves");
+    if (full && save_top_set)
+        kvp_cli_usage_error("--save-top K or --full, not both");
+    if (po->save_path && po->base_path)
+        kvp_cli_usage_error("--save-logits makes a base and --kld compares with one: separate runs");
+    if (optind < argc)
+        kvp_cli_usage_error("unexpected argument '%s'", argv[optind]);
+    if (full)
+        po->save_k = 0;
+    po->chunk = o->chunk;
+    kvp_ppl_result res;
+    kvp_err err = {0};
+    if (kvp_perplexity_run(o, text, po, &res, &err) < 0)
+        kvp_cli_die_err(&err);
+    kvp_perplexity_print(stdout, &res, strcmp(text, "-") ? text : "<stdin>", o->json);
+    kvp_runopts_free(o);
+    return kvp_cli_close_stdout();
+}
+
 int main(int argc, char **argv)
 {
     kvp_cli_init(argv[0]);
@@ -104,7 +145,17 @@ int main(int argc, char **argv)
         {"output", required_argument, NULL, 'o'},
         {"resume", required_argument, NULL, OPT_RESUME},
         {"tokenize", no_argument, NULL, OPT_TOKENIZE},
+        {"perplexity", required_argument, NULL, OPT_PPL},
+        {"ctx", required_argument, NULL, OPT_CTX},
+        {"chunks", required_argument, NULL, OPT_CHUNKS},
+        {"save-logits", required_argument, NULL, OPT_SAVE},
+        {"save-top", required_argument, NULL, OPT_SAVE_TOP},
+        {"full", no_argument, NULL, OPT_FULL},
+        {"kld", required_argument, NULL, OPT_KLD},
     };
+    const char *ppl_text = NULL;
+    kvp_ppl_opts po = {.ctx = 512, .save_k = 32, .bos = -1, .producer = "prefill " KVP_VERSION};
+    int save_top_set = 0, full = 0;
     struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];
     kvp_runopts_table(longopts, own, sizeof own / sizeof own[0]);
     int c;
@@ -123,6 +174,19 @@ int main(int argc, char **argv)
             tokenize = 1;
             continue;
         }
+        switch (c) {
+        case OPT_PPL: ppl_text = optarg; continue;
+        case OPT_CTX: po.ctx = (uint32_t)kvp_cli_opt_i64("--ctx", optarg, 4, 1 << 20); continue;
+        case OPT_CHUNKS: po.max_windows = (uint32_t)kvp_cli_opt_i64("--chunks", optarg, 1, UINT32_MAX); continue;
+        case OPT_SAVE: po.save_path = optarg; continue;
+        case OPT_SAVE_TOP:
+            po.save_k = (uint32_t)kvp_cli_opt_i64("--save-top", optarg, 1, KVP_LOGPROBS_MAX_K);
+            save_top_set = 1;
+            continue;
+        case OPT_FULL: full = 1; continue;
+        case OPT_KLD: po.base_path = optarg; continue;
+        default: break;
+        }
         if (c == 'h' || c == KVP_OPT_HELP) {
             usage(stdout);
             return kvp_cli_close_stdout();
@@ -133,6 +197,8 @@ int main(int argc, char **argv)
     }
     if (!o.model)
         kvp_cli_usage_error("no model (-m MODEL)");
+    if (ppl_text || po.save_path || po.base_path || full || save_top_set)
+        return perplexity_mode(&o, ppl_text, &po, full, save_top_set, argc, argv);
     int n_in = (o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL);
     if (tokenize && resume)
         kvp_cli_usage_error("--tokenize takes prompts, not --resume");

@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "convert.h"
 #include "io.h"
+#include "perplexity.h"
 #include "threadpool.h"
 
 #include <errno.h>
@@ -45,6 +46,10 @@ static void usage(FILE *f)
             "      --json            report (and dry-run plan) as JSON Lines instead of TSV\n"
             "  -z, --zstd[=LEVEL]    compress records with zstd (default level 3)\n"
             "      --threads N       worker threads (default: all cores)\n"
+            "      --eval TEXT       then score TEXT with the input and the output model: PPL of each,\n"
+            "                        KL divergence and top-token agreement (in windows of 512, as\n"
+            "                        prefill --perplexity), printed and added to the report\n"
+            "      --eval-chunks N   score at most N windows of TEXT\n"
             "      --kv TYPE         convert KV blocks to f32, f16, bf16, fp8 or int8\n"
             "  -h, --help            show this help and exit\n"
             "  -V, --version         show the version and exit\n"
@@ -58,6 +63,8 @@ typedef struct options {
     const char *output, *report;
     int force, dry_run, json, zstd, threads, kv;
     int scheme_set;
+    const char *eval;      /* --eval TEXT */
+    uint32_t eval_chunks;
 } options;
 
 static uint32_t parse_scheme(const char *s)
@@ -88,7 +95,7 @@ static void check_regex(const char *opt, const char *re)
 
 static void parse(int argc, char **argv, options *o)
 {
-    enum { OPT_ASYM = 256, OPT_DROP, OPT_JSON, OPT_THREADS, OPT_KV };
+    enum { OPT_ASYM = 256, OPT_DROP, OPT_JSON, OPT_THREADS, OPT_KV, OPT_EVAL, OPT_EVAL_CHUNKS };
     static const struct option lopts[] = {
         {"to", required_argument, NULL, 't'},      {"scheme", required_argument, NULL, 's'},
         {"group", required_argument, NULL, 'g'},   {"asym", no_argument, NULL, OPT_ASYM},
@@ -98,6 +105,7 @@ static void parse(int argc, char **argv, options *o)
         {"dry-run", no_argument, NULL, 'n'},       {"report", required_argument, NULL, 'r'},
         {"json", no_argument, NULL, OPT_JSON},     {"zstd", optional_argument, NULL, 'z'},
         {"threads", required_argument, NULL, OPT_THREADS}, {"kv", required_argument, NULL, OPT_KV},
+        {"eval", required_argument, NULL, OPT_EVAL}, {"eval-chunks", required_argument, NULL, OPT_EVAL_CHUNKS},
         {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
@@ -123,6 +131,10 @@ static void parse(int argc, char **argv, options *o)
         case 'z': o->zstd = optarg ? (int)kvp_cli_opt_i64("--zstd", optarg, 1, 19) : 3; break;
         case OPT_THREADS: o->threads = (int)kvp_cli_opt_i64("--threads", optarg, 1, 1024); break;
         case OPT_KV: o->kv = parse_type("--kv", optarg); break;
+        case OPT_EVAL: o->eval = optarg; break;
+        case OPT_EVAL_CHUNKS:
+            o->eval_chunks = (uint32_t)kvp_cli_opt_i64("--eval-chunks", optarg, 1, UINT32_MAX);
+            break;
         case 'h':
             usage(stdout);
             exit(kvp_cli_close_stdout());
@@ -130,6 +142,10 @@ static void parse(int argc, char **argv, options *o)
         default: kvp_cli_bad_option(argv, "t:s:g:e:i:x:o:fnr:z::hV");
         }
     }
+    if (o->eval_chunks && !o->eval)
+        kvp_cli_usage_error("--eval-chunks goes with --eval TEXT");
+    if (o->eval && (o->kv != -1 || o->dry_run))
+        kvp_cli_usage_error("--eval scores a converted model: not with --kv or --dry-run");
     if (o->kv != -1) {
         if (to_set || embed_set || o->scheme_set || o->co.group || o->co.asym || o->co.include || o->co.exclude ||
             o->co.drop || o->dry_run)
@@ -343,6 +359,68 @@ static void note_fallbacks(const kvp_convert *cv, const kvp_convert_totals *t)
     }
 }
 
+/* ---- --eval ---- */
+
+/* Score the text with the source model, saving its top 32 as the base (in
+ * a temporary folder), then the output against it; one report line. */
+static int eval_models(const options *o, const char *input, kvp_buf *line, kvp_err *err)
+{
+    char dir[4096], base[4200];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/quantize-eval.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir))
+        return kvp_err_set(err, KVP_EIO, "%s: cannot make a temporary folder: %s", dir, strerror(errno));
+    snprintf(base, sizeof base, "%s/base.kvp", dir);
+    kvp_runopts ro;
+    kvp_runopts_init(&ro);
+    ro.model = input;
+    ro.threads = o->threads;
+    kvp_ppl_opts po = {.max_windows = o->eval_chunks, .save_k = 32, .bos = -1, .save_path = base,
+                       .producer = PRODUCER};
+    kvp_ppl_result src, out;
+    int rc = kvp_perplexity_run(&ro, o->eval, &po, &src, err);
+    if (rc == 0) {
+        ro.model = o->output;
+        po.save_path = NULL;
+        po.base_path = base;
+        rc = kvp_perplexity_run(&ro, o->eval, &po, &out, err);
+    }
+    unlink(base);
+    rmdir(dir);
+    kvp_runopts_free(&ro);
+    if (rc < 0)
+        return kvp_err_prefix(err, "--eval"), rc;
+    const kvp_kld_summary *k = &out.kld;
+    char *mem = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&mem, &len);
+    if (!f)
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    if (o->json) {
+        fputs("{\"eval\":true,\"text\":", f);
+        kvp_cli_json_str(f, o->eval, strlen(o->eval));
+        fprintf(f, ",\"tokens\":%" PRIu64 ",\"ctx\":%u,\"windows\":%u,\"scored\":%" PRIu64
+                ",\"source_ppl\":%.6f,\"source_ppl_err\":%.6f,\"ppl\":%.6f,\"ppl_err\":%.6f,"
+                "\"ppl_ratio\":%.6f,\"ppl_ratio_err\":%.6f,\"kld\":%.6g,\"kld_err\":%.6g,\"kld_p99\":%.6g,"
+                "\"kld_max\":%.6g,\"same_top\":%.6f,\"dp_rms\":%.6g}\n",
+                out.n_tokens, out.ctx, out.n_windows, out.sum.n, src.ppl, src.ppl_err, out.ppl, out.ppl_err,
+                k->ratio, k->ratio_err, k->kld_mean, k->kld_err, k->kld_pct[1], k->kld_max, k->same_top, k->dp_rms);
+    } else {
+        fprintf(f, "eval\ttokens\tctx\twindows\tscored\tsource_ppl\tsource_ppl_err\tppl\tppl_err\tppl_ratio\t"
+                "kld\tkld_err\tkld_p99\tkld_max\tsame_top\tdp_rms\n"
+                "%s\t%" PRIu64 "\t%u\t%u\t%" PRIu64 "\t%.6f\t%.6f\t%.6f\t%.6f\t%.6f\t%.6g\t%.6g\t%.6g\t%.6g\t"
+                "%.6f\t%.6g\n",
+                o->eval, out.n_tokens, out.ctx, out.n_windows, out.sum.n, src.ppl, src.ppl_err, out.ppl,
+                out.ppl_err, k->ratio, k->kld_mean, k->kld_err, k->kld_pct[1], k->kld_max, k->same_top, k->dp_rms);
+    }
+    fclose(f);
+    kvp_buf_put(line, mem, len);
+    free(mem);
+    fprintf(stderr, "%s: %s: PPL %.4f -> %.4f (x%.4f), mean KLD %.6f, 99%% KLD %.6f, same top token %.2f%%\n",
+            kvp_cli_prog(), o->eval, src.ppl, out.ppl, k->ratio, k->kld_mean, k->kld_pct[1], 100 * k->same_top);
+    return 0;
+}
+
 static int run_model(const options *o, const char *input)
 {
     kvp_err err = {0};
@@ -380,6 +458,8 @@ static int run_model(const options *o, const char *input)
     kvp_convert_totals_get(cv, &t);
     r.line.len = 0;
     kvp_convert_report_summary(&r.line, &t, o->json);
+    if (rc == 0 && o->eval)
+        rc = eval_models(o, input, &r.line, &err);
     if (rc == 0)
         rc = report_put(&r, &err);
     if (rc < 0) {
@@ -480,6 +560,8 @@ int main(int argc, char **argv)
     if (!o.dry_run) {
         if (!o.output)
             kvp_cli_usage_error("no output: give -o OUTPUT (or --dry-run)");
+        if (o.eval && strcmp(o.output, "-") == 0)
+            kvp_cli_usage_error("--eval reads the output model back: give -o FILE, not standard output");
         check_output(&o, input);
     }
     return run_model(&o, input);

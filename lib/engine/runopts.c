@@ -60,7 +60,7 @@ const char kvp_runopts_help[] =
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "      --block-size N      tokens per KV block (16)\n"
     "      --kv-mem SIZE       KV cache size (e.g. 512MiB), or --kv-blocks N\n"
-    "      --kv-dtype TYPE     f16 (default), bf16, f32, or fp8 / int8 (scaled per head and block)\n"
+    "      --kv-dtype TYPE     f16 (default), bf16, f32, or fp8 / int8 (a scale per token and head)\n"
     "      --chunk N           prompt tokens per forward step (512)\n"
     "      --max-num-seqs N    sequences running at once (64)\n"
     "      --max-batched-tokens N  tokens per forward step, decode and prompt chunks together (512)\n"

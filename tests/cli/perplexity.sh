@@ -1,0 +1,190 @@
+# perplexity.sh - prefill --perplexity: usage errors always; on the real
+# model, PPL against llama.cpp's and HF transformers' (the goldens of
+# scripts/ref/gen_ppl*.py, on the GPL-3 text Debian carries), a saved base
+# and KL divergence (0 for a model against itself; top-k against full rows),
+# and the runtime errors: short and empty texts, a base from another text.
+. "$KVP_TESTS/cli/lib.sh"
+
+run prefill --perplexity x.txt
+expect_status 2 "no model: a usage error"
+run prefill -m x.gguf --kld base.kvp
+expect_status 2 "--kld without --perplexity"
+expect_err_has "go with --perplexity TEXT" "says what they go with"
+run prefill -m x.gguf --perplexity x.txt --full
+expect_status 2 "--full without --save-logits"
+run prefill -m x.gguf --perplexity x.txt --save-logits b.kvp --kld b.kvp
+expect_status 2 "--save-logits with --kld"
+run prefill -m x.gguf --perplexity x.txt -p hello
+expect_status 2 "a prompt with --perplexity"
+run prefill -m x.gguf --perplexity x.txt --ctx 2
+expect_status 2 "--ctx below 4"
+run prefill -m x.gguf --perplexity x.txt --save-logits b.kvp --save-top 8 --full
+expect_status 2 "--save-top with --full"
+
+M="$KVP_MODEL"
+if [ ! -f "$M" ]; then
+    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
+    done_testing
+    exit $?
+fi
+P="prefill -m $M -t $THREADS"
+
+# ---- runtime errors ----
+: >"$T/empty.txt"
+run $P --perplexity "$T/empty.txt"
+expect_status 1 "an empty text"
+expect_err_has "empty.txt: empty text" "names the file"
+expect_err_one_line "one line"
+printf 'Just a few words of text.\n' >"$T/short.txt"
+run $P --perplexity "$T/short.txt"
+expect_status 1 "a text shorter than one window"
+expect_err_has "fewer than one window of --ctx 512" "says so"
+run $P --perplexity "$T/missing.txt"
+expect_status 1 "a missing text"
+expect_err_has "missing.txt" "names it"
+run $P --perplexity "$T/short.txt" --ctx 100000
+expect_status 1 "--ctx beyond the model's context"
+expect_err_has "context length" "says so"
+
+# ---- a text of our own: saved bases and KL divergence ----
+# Windows of 64 tokens keep this quick; the man page is a text the tree has.
+TXT="$KVP_TESTS/../man/prefill.1"
+run $P --perplexity "$TXT" --ctx 64 --chunks 3 --json
+expect_status 0 "perplexity of a man page"
+expect_out_has '"ctx":64,"windows":3,"scored":93' "3 windows of 64 score 31 positions each"
+ppl=$(sed 's/.*"ppl":\([0-9.]*\).*/\1/' "$OUT")
+expect_true "a PPL above 1 and finite ($ppl)" awk -v p="$ppl" 'BEGIN { exit !(p > 1 && p < 1000) }'
+
+run $P --perplexity "$TXT" --ctx 64 --chunks 3 --save-logits "$T/base.kvp"
+expect_status 0 "--save-logits (top 32)"
+expect_out_has "PPL      " "prints the PPL too"
+expect_true "the base file exists" test -s "$T/base.kvp"
+run kvdump "$T/base.kvp"
+expect_status 0 "kvdump reads the base"
+expect_out_has "scores" "it has the scores record"
+
+run $P --perplexity "$TXT" --ctx 64 --chunks 3 --kld "$T/base.kvp" --json
+expect_status 0 "--kld: the model against itself"
+expect_out_has '"kld":0,"kld_err":0,"kld_max":0' "KL divergence exactly 0"
+expect_out_has '"ppl_ratio":1.000000,"ppl_ratio_err":0.000000' "PPL ratio exactly 1"
+expect_out_has '"same_top":1.000000' "the same top token everywhere"
+expect_out_has '"dp_rms":0,' "no change in any probability"
+run $P --perplexity "$TXT" --ctx 64 --chunks 3 --kld "$T/base.kvp"
+expect_status 0 "--kld text report"
+expect_out_has "====== KL divergence statistics ======" "llama.cpp's KLD block"
+expect_out_has "Mean    KLD:   0.000000" "its mean line"
+expect_out_has "Same top p: 100.000" "its top-token line"
+
+# a quantized KV cache moves the distribution a little, not a lot
+run $P --perplexity "$TXT" --ctx 64 --chunks 3 --kld "$T/base.kvp" --kv-dtype fp8 --json
+expect_status 0 "--kld with an fp8 KV cache"
+kld=$(sed 's/.*"kld":\([-0-9.e]*\),.*/\1/' "$OUT")
+expect_true "fp8 KV: 0 < mean KLD ($kld) < 0.05" awk -v k="$kld" 'BEGIN { exit !(k > 0 && k < 0.05) }'
+
+# top-k against full rows: lumping the tokens outside the top k into one
+# outcome gives a lower bound of the full KLD (the log-sum inequality); the
+# gap is the tail's own divergence times its mass, so it shrinks as k grows.
+# On this high-entropy text (PPL ~60, 64-token windows) k=32 gave 72% of the
+# full value and k=1024 95%: the bounds below are the man page's.
+run $P --perplexity "$TXT" --ctx 64 --chunks 3 --save-logits "$T/full.kvp" --full
+expect_status 0 "--save-logits --full"
+run $P --perplexity "$TXT" --ctx 64 --chunks 3 --kld "$T/full.kvp" --kv-dtype fp8 --json
+expect_status 0 "--kld against full rows"
+kfull=$(sed 's/.*"kld":\([-0-9.e]*\),.*/\1/' "$OUT")
+run $P --perplexity "$TXT" --ctx 64 --chunks 3 --save-logits "$T/k1024.kvp" --save-top 1024
+expect_status 0 "--save-top 1024"
+run $P --perplexity "$TXT" --ctx 64 --chunks 3 --kld "$T/k1024.kvp" --kv-dtype fp8 --json
+k1024=$(sed 's/.*"kld":\([-0-9.e]*\),.*/\1/' "$OUT")
+expect_true "top-32 KLD ($kld) <= top-1024 ($k1024) <= full ($kfull)" \
+    awk -v a="$kld" -v b="$k1024" -v c="$kfull" 'BEGIN { exit !(a <= b && b <= c + 1e-9) }'
+expect_true "top-32 KLD at least 60% of the full one" awk -v a="$kld" -v b="$kfull" 'BEGIN { exit !(a >= 0.6 * b) }'
+expect_true "top-1024 KLD at least 90% of the full one" awk -v a="$k1024" -v b="$kfull" 'BEGIN { exit !(a >= 0.9 * b) }'
+
+# ---- bad bases ----
+run $P --perplexity "$TXT" --ctx 64 --chunks 4 --kld "$T/base.kvp"
+expect_status 1 "more windows than the base holds"
+expect_err_has "holds 3 windows; this run scores 4" "says how many"
+run $P --perplexity "$TXT" --ctx 32 --chunks 3 --kld "$T/base.kvp"
+expect_status 1 "other windows than the base's"
+expect_err_has "windows of 64 tokens" "names the base's"
+head -c 3000 "$TXT" >"$T/other.txt"
+printf 'and then something else entirely, to make the text differ.\n' >>"$T/other.txt"
+run $P --perplexity "$T/other.txt" --ctx 64 --chunks 3 --kld "$T/base.kvp"
+expect_status 1 "a base from another text"
+expect_err_has "made from other tokens" "says so"
+expect_err_has "hash " "names the hashes"
+expect_err_one_line "one line"
+head -c 5000 "$T/base.kvp" >"$T/cut.kvp"
+run $P --perplexity "$TXT" --ctx 64 --chunks 3 --kld "$T/cut.kvp"
+expect_status 1 "a cut base"
+expect_err_has "cut.kvp" "names the file"
+run $P --perplexity "$TXT" --ctx 64 --kld "$T/missing.kvp"
+expect_status 1 "a missing base"
+run prefill -m "$M" -p hi -o "$T/kv.kvp"
+run $P --perplexity "$TXT" --ctx 64 --kld "$T/kv.kvp"
+expect_status 1 "a KV stream is not a base"
+expect_err_has "kv.kvp" "names it"
+
+# ---- quantize --eval: the source and the output scored on one text ----
+run quantize --to q8_0 "$M" -o "$T/q8.kvp" --eval "$TXT" --eval-chunks 2 -r "$T/r.tsv" --threads $THREADS
+expect_status 0 "quantize --eval"
+expect_err_has "PPL " "one line of PPL and KLD on stderr"
+expect_err_has "same top token" "with the top-token agreement"
+expect_true "the report has the eval header" grep -q "^eval	tokens	ctx	windows	scored	source_ppl" "$T/r.tsv"
+expect_true "and its row, 2 windows of 512 (510 scored)" grep -q "^$TXT	[0-9]*	512	2	510	" "$T/r.tsv"
+kld=$(awk -F'	' '$1 == "'"$TXT"'" { print $11 }' "$T/r.tsv")
+expect_true "q8_0 from Q4_1: a small mean KLD ($kld)" awk -v k="$kld" 'BEGIN { exit !(k > 0 && k < 0.01) }'
+run quantize --to q8_0 "$M" -o "$T/q8.kvp" -f --eval "$TXT" --eval-chunks 1 -r - --json --threads $THREADS
+expect_status 0 "quantize --eval --json"
+expect_out_has '{"eval":true,"text":"' "an eval object after the summary"
+run quantize --to q8_0 "$M" -o - --eval "$TXT"
+expect_status 2 "--eval with the model on standard output"
+run quantize --to q8_0 "$M" -o "$T/x.kvp" --eval-chunks 2
+expect_status 2 "--eval-chunks without --eval"
+run quantize --to q8_0 "$M" -o "$T/q8s.kvp" --eval "$T/short.txt" -r "$T/rs.tsv"
+expect_status 1 "--eval on a text shorter than a window"
+expect_err_has "--eval: " "says it was the evaluation"
+expect_true "the report is not left half written" test ! -e "$T/rs.tsv"
+
+# ---- the references, on the GPL-3 text ----
+GPL=/usr/share/common-licenses/GPL-3
+G="$KVP_TESTS/golden/ppl_smollm2.txt"
+if [ ! -f "$GPL" ]; then
+    echo "note: $GPL absent; skipping the comparison with the references"
+    done_testing
+    exit $?
+fi
+# The golden's PPL over its first N windows, from its per-window sums.
+golden_ppl() { # FILE N
+    awk -v n="$2" '$1 == "window" && $2 < n { s += $3; c += $4 } END { printf "%.6f\n", exp(s / c) }' "$1"
+}
+ours_ppl() { # from the JSON in $OUT: exp(nll sum / scored)
+    awk -v s="$(sed 's/.*"nll":\([0-9.]*\).*/\1/' "$OUT")" -v n="$(sed 's/.*"scored":\([0-9]*\).*/\1/' "$OUT")" \
+        'BEGIN { printf "%.6f\n", exp(s / n) }'
+}
+run $P --perplexity "$GPL" --chunks 3 --json
+expect_status 0 "perplexity of GPL-3, 3 windows of 512"
+tokens=$(awk '$1 == "tokens" { print $2 " " $3 }' "$G")
+expect_out_has "\"tokens\":${tokens% *},\"tokens_hash\":\"${tokens#* }\"" \
+    "the same tokens as llama.cpp's tokenizer ($tokens)"
+want=$(golden_ppl "$G" 3)
+got=$(ours_ppl)
+expect_true "PPL $got within 1% of llama.cpp's $want (3 windows, Q4_1)" \
+    awk -v a="$got" -v b="$want" 'BEGIN { d = a / b - 1; exit !(d < 0.01 && d > -0.01) }'
+
+# f32 weights (the Q4_1 ones, dequantized by our quantize) and an f32 KV
+# cache against HF transformers in fp32 on the same weights: within 1e-3.
+G="$KVP_TESTS/golden/ppl_smollm2_hf.txt"
+run quantize --to f32 "$M" -o "$T/f32.kvp"
+expect_status 0 "quantize --to f32"
+run prefill -m "$T/f32.kvp" -t $THREADS --perplexity "$GPL" --chunks 2 --kv-dtype f32 --json
+expect_status 0 "perplexity with f32 weights and KV, 2 windows"
+tokens=$(awk '$1 == "tokens" { print $2 " " $3 }' "$G")
+expect_out_has "\"tokens\":${tokens% *},\"tokens_hash\":\"${tokens#* }\"" "the same tokens as HF's tokenizer"
+want=$(golden_ppl "$G" 2)
+got=$(ours_ppl)
+expect_true "PPL $got within 1e-3 of HF transformers' $want (fp32, 2 windows)" \
+    awk -v a="$got" -v b="$want" 'BEGIN { d = a / b - 1; exit !(d < 0.001 && d > -0.001) }'
+rm -f "$T/f32.kvp"
+
+done_testing
