@@ -40,9 +40,10 @@ int kvp_in_from_fd(kvp_in *in, int fd, const char *name, kvp_err *err)
         off_t here = lseek(fd, 0, SEEK_CUR);
         if (here == 0 && st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX) {
             void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-            if (m != MAP_FAILED)
+            if (m != MAP_FAILED) {
                 in->map = m;
-            else if (errno == ENOMEM) /* no address space (ulimit -v): reading it into memory would not fit either */
+                in->own_map = 1;
+            } else if (errno == ENOMEM) /* no address space (ulimit -v): reading it into memory would not fit either */
                 return kvp_err_set(err, KVP_ENOMEM, "%s: cannot map the file's %llu bytes: %s", name,
                                    (unsigned long long)st.st_size, strerror(errno));
         } else if (here > 0) { /* a redirected stdin already partly read */
@@ -94,9 +95,19 @@ int kvp_file_kind_of(const char *path, int *kind, kvp_err *err)
     return 0;
 }
 
+void kvp_in_from_memory(kvp_in *in, const void *p, size_t n, const char *name)
+{
+    memset(in, 0, sizeof *in);
+    in->fd = -1;
+    in->name = name;
+    in->map = p;
+    in->size = n;
+    in->size_known = 1;
+}
+
 void kvp_in_unmap(kvp_in *in)
 {
-    if (!in->map)
+    if (!in->map || !in->own_map)
         return;
     munmap((void *)in->map, (size_t)in->size);
     in->map = NULL;
@@ -184,7 +195,7 @@ int64_t kvp_in_skip(kvp_in *in, uint64_t n, kvp_err *err)
 
 void kvp_in_close(kvp_in *in)
 {
-    if (in->map)
+    if (in->map && in->own_map)
         munmap((void *)in->map, (size_t)in->size);
     if (in->own_fd && in->fd >= 0)
         close(in->fd);

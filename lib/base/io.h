@@ -19,7 +19,8 @@ typedef struct kvp_in {
     int own_fd;            /* close on kvp_in_close */
     const char *name;      /* for messages: the path, or "<stdin>" */
     char *name_owned;
-    const uint8_t *map;    /* whole file when mapped, else NULL */
+    const uint8_t *map;    /* whole file when mapped (or the caller's bytes), else NULL */
+    int own_map;           /* munmap on kvp_in_close */
     uint64_t size;         /* file size when known (regular file) */
     int size_known;
     uint64_t pos;          /* bytes consumed so far */
@@ -30,6 +31,9 @@ typedef struct kvp_in {
 int kvp_in_open(kvp_in *in, const char *path, kvp_err *err);
 /* Wrap an already open descriptor (not closed by kvp_in_close). */
 int kvp_in_from_fd(kvp_in *in, int fd, const char *name, kvp_err *err);
+/* Read n bytes the caller keeps in memory (not copied, not freed) as if
+ * they were a mapped file named name: fuzz harnesses and tests. */
+void kvp_in_from_memory(kvp_in *in, const void *p, size_t n, const char *name);
 /* Stop using the mapping and read with read(2) from the current position,
  * as on a pipe (tests use it to exercise the streaming path on files). */
 void kvp_in_unmap(kvp_in *in);

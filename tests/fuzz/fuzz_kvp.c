@@ -10,23 +10,11 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* The bytes as a mapped file of `size` bytes. */
-static kvp_in mem_in(const uint8_t *data, size_t size)
-{
-    kvp_in in;
-    memset(&in, 0, sizeof in);
-    in.fd = -1;
-    in.name = "<fuzz>";
-    in.map = data;
-    in.size = size;
-    in.size_known = 1;
-    return in;
-}
-
 /* kvcalc's way through a model file: TENSOR payloads skimmed, to the end. */
 static void skim(const uint8_t *data, size_t size)
 {
-    kvp_in in = mem_in(data, size);
+    kvp_in in;
+    kvp_in_from_memory(&in, data, size, "<fuzz>");
     kvp_err err = {0};
     kvp_reader *r;
     if (kvp_reader_open(&r, &in, &err))
@@ -42,7 +30,8 @@ static void skim(const uint8_t *data, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     skim(data, size);
-    kvp_in in = mem_in(data, size);
+    kvp_in in;
+    kvp_in_from_memory(&in, data, size, "<fuzz>");
     kvp_err err = {0};
     kvp_reader *r;
     if (kvp_reader_open(&r, &in, &err))

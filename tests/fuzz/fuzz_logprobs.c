@@ -18,19 +18,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* The bytes as a mapped file of `size` bytes. */
-static kvp_in mem_in(const uint8_t *data, size_t size)
-{
-    kvp_in in;
-    memset(&in, 0, sizeof in);
-    in.fd = -1;
-    in.name = "<fuzz>";
-    in.map = data;
-    in.size = size;
-    in.size_known = 1;
-    return in;
-}
-
 /* What the decoder promised, checked again from the view alone. */
 static void check_view(const kvp_logprobs_view *v)
 {
@@ -62,7 +49,8 @@ static kvp_writer *null_writer(void)
 
 static void records(const uint8_t *data, size_t size)
 {
-    kvp_in in = mem_in(data, size);
+    kvp_in in;
+    kvp_in_from_memory(&in, data, size, "<fuzz>");
     kvp_err err = {0};
     kvp_reader *r;
     if (kvp_reader_open(&r, &in, &err))

@@ -253,24 +253,12 @@ static int read_file(const char *path, int streamed, const sample *x, kvp_err *e
     return rc;
 }
 
-/* An input over bytes in memory, as if mapped from a file. */
-static kvp_in mem_in(const uint8_t *buf, size_t n)
-{
-    kvp_in in;
-    memset(&in, 0, sizeof in);
-    in.fd = -1;
-    in.name = "<mem>";
-    in.map = buf;
-    in.size = n;
-    in.size_known = 1;
-    return in;
-}
-
 /* Read a stream held in memory: fast enough to try every truncation and
  * bit flip. */
 static int read_mem(const uint8_t *buf, size_t n, kvp_err *err)
 {
-    kvp_in in = mem_in(buf, n);
+    kvp_in in;
+    kvp_in_from_memory(&in, buf, n, "<mem>");
     return read_stream(&in, NULL, NULL, err);
 }
 
@@ -417,7 +405,8 @@ static int skim_lost;
  * END, else the reader's code; *skimmed counts records seen without payload. */
 static int skim_mem(const uint8_t *buf, size_t n, int *skimmed, kvp_err *err)
 {
-    kvp_in in = mem_in(buf, n);
+    kvp_in in;
+    kvp_in_from_memory(&in, buf, n, "<mem>");
     kvp_reader *r;
     int rc = kvp_reader_open(&r, &in, err);
     if (rc)
@@ -452,7 +441,8 @@ static void test_skim(int zstd)
     CHECK_MSG(accepted == 0, "%d truncations not refused as such when skimming (zstd=%d)", accepted, zstd);
     CHECK_MSG(skim_lost == 0, "%d records of other kinds skimmed", skim_lost);
     /* find the first TENSOR record: its header, then its payload */
-    kvp_in in = mem_in(full, n);
+    kvp_in in;
+    kvp_in_from_memory(&in, full, n, "<mem>");
     kvp_reader *r;
     kvp_record rec;
     uint64_t hdr = 0, payload = 0;
@@ -516,7 +506,7 @@ static void test_skim_unknown_kinds(void)
     for (int mapped = 0; mapped < 2; mapped++) {
         kvp_in in;
         if (mapped) {
-            in = mem_in(buf, n);
+            kvp_in_from_memory(&in, buf, n, "<mem>");
         } else if (kvp_in_open(&in, p, &err) == 0) {
             kvp_in_unmap(&in);
         } else {
