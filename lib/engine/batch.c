@@ -106,6 +106,7 @@ typedef struct batch {
     kvp_gen_emit_fn emit;
     void *ctx;
     kvp_batch_stats *st;
+    const kvp_batch_opts *o;
 } batch;
 
 static uint32_t kv_n_free(void *ctx)
@@ -203,15 +204,14 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
     return rc;
 }
 
-/* r's step reached its last token: sample, accept, and finish or go on.
- * 1 when r finished (and is freed), 0 when it goes on, or a code. */
-static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, kvp_err *err)
+/* r's sampled token (g.rec.next_token) as generated: accept it, and finish
+ * or go on.  1 when r finished (and is freed unless kept), 0 when it goes
+ * on, or a code. */
+static int take_token(batch *b, kvp_sched *s, kvp_request *r, kvp_err *err)
 {
-    int rc = sample_next(r, logits, kvp_engine_n_vocab(b->e), err);
-    if (rc < 0)
-        return rc;
     double before = r->g.t_last;
-    if ((rc = kvp_gen_accept(&r->g, b->tok, &r->opts, b->emit, b->ctx, err)) < 0)
+    int rc = kvp_gen_accept(&r->g, b->tok, &r->opts, b->emit, b->ctx, err);
+    if (rc < 0)
         return rc;
     if (before > 0) {
         double gap = r->g.t_last - before;
@@ -230,6 +230,95 @@ static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, kvp_er
     return 0;
 }
 
+/* r's step reached its last token: sample, accept, and finish or go on. */
+static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, kvp_err *err)
+{
+    int rc = sample_next(r, logits, kvp_engine_n_vocab(b->e), err);
+    return rc < 0 ? rc : take_token(b, s, r, err);
+}
+
+/* ---- speculation ---- */
+
+/* Drafts for r's decode step, written after its tokens (the step reads them
+ * from there); the count, 0 for none. */
+static uint32_t draft_for(batch *b, kvp_request *r)
+{
+    uint32_t k = b->o->draft_adaptive ? r->draft_k : b->o->draft_len;
+    if (!k)
+        return 0;
+    uint32_t n = r->sr.n_tokens;
+    if (r->cap_tokens - n < k) {
+        uint32_t cap = r->cap_tokens * 2 + k;
+        uint32_t *v = realloc(r->tokens, (size_t)cap * sizeof *v);
+        if (!v)
+            return 0; /* no room to guess: decode plainly */
+        r->tokens = v;
+        r->cap_tokens = cap;
+    }
+    /* the step draws one token besides the kept drafts: a draft past the
+     * budget's last token could never be kept */
+    uint32_t budget = kvp_gen_budget(&r->g, &r->opts);
+    uint32_t room = budget > r->g.n_gen + 1 ? budget - r->g.n_gen - 1 : 0;
+    if (k > room)
+        k = room;
+    uint32_t m = k ? b->o->drafter->draft(b->o->drafter->ctx, r->tokens, n, k, r->draft) : 0;
+    memcpy(r->tokens + n, r->draft, m * sizeof *r->tokens);
+    return m;
+}
+
+/* r's verify step: rows[1 + n_draft] of logits, row j after draft token
+ * j - 1.  Each row is sampled in turn with r's own generator (the state
+ * plain decoding would have at that token); a draft token is kept while
+ * the draw equals it.  The KV cache forgets the drafts past the last kept
+ * one; then the drawn tokens are taken as generated, in order. */
+static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, kvp_err *err)
+{
+    uint32_t V = kvp_engine_n_vocab(b->e), nd = r->n_draft, len = r->sr.n_tokens, m = 0;
+    uint32_t drawn[KVP_DRAFT_MAX + 1];
+    kvp_sampling after[KVP_DRAFT_MAX + 1]; /* the generator after each draw */
+    for (;; m++) {
+        uint32_t at = len + m, w = at < PENALTY_WINDOW ? at : PENALTY_WINDOW;
+        int t = kvp_sample_next(&r->g.rec.sampling, rows + (size_t)m * V, V, r->tokens + (at - w), w, err);
+        if (t < 0)
+            return t;
+        drawn[m] = (uint32_t)t;
+        after[m] = r->g.rec.sampling;
+        if (m == nd || drawn[m] != r->draft[m])
+            break;
+    }
+    kvp_batch_stats *st = b->st;
+    st->verify_steps++;
+    st->drafted += nd;
+    st->accepted += m;
+    for (uint32_t j = 0; j < nd; j++) {
+        st->drafted_at[j]++;
+        st->accepted_at[j] += j < m;
+    }
+    r->n_verify++;
+    r->n_drafted += nd;
+    r->n_accepted += m;
+    if (b->o->draft_adaptive)
+        r->draft_k = m == nd ? (r->draft_k < b->o->draft_len ? r->draft_k + 1 : r->draft_k) : m + 1;
+    int handle = r->g.handle, keep = b->keep;
+    uint32_t valid = r->sr.n_computed + m; /* the last token, then m kept drafts */
+    int rc = kvp_kvcache_seq_truncate(b->kc, handle, valid, err);
+    for (uint32_t j = 0; rc == 0 && j <= m; j++) {
+        r->g.rec.next_token = (int32_t)drawn[j];
+        r->g.rec.sampling = after[j];
+        if ((rc = take_token(b, s, r, err)) == 1) {
+            /* finished at a kept draft: a kept request's cache ends where
+             * its tokens do (a freed one's blocks are right for their
+             * tokens, whatever they were) */
+            if (keep && j < m)
+                rc = kvp_kvcache_seq_truncate(b->kc, handle, valid - (m - j), err);
+            return rc < 0 ? rc : 1;
+        }
+        if (rc == 0 && j < m)
+            r->sr.n_computed++; /* the draft token's K/V, computed in the step, stands */
+    }
+    return rc;
+}
+
 /* A request from the source: one that is already over (no budget, or a
  * resumed stream's sequence that had ended) finishes at once. */
 static int take(batch *b, kvp_sched *s, kvp_request *r, kvp_err *err)
@@ -242,6 +331,7 @@ static int take(batch *b, kvp_sched *s, kvp_request *r, kvp_err *err)
         r->g.rec.finish_reason = KVP_FINISH_LENGTH;
         return finish(b, r, err);
     }
+    r->draft_k = b->o->draft_len;
     int rc = kvp_sched_add(s, &r->sr, err);
     if (rc < 0)
         kvp_request_free(r);
@@ -255,7 +345,8 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     if (!st)
         st = &local;
     memset(st, 0, sizeof *st);
-    batch b = {.keep = o->keep_finished, .no_prefix = o->no_prefix_cache, .metrics = o->metrics, .e = e, .kc = kc, .tok = tok, .emit = emit, .ctx = ctx, .st = st};
+    batch b = {.keep = o->keep_finished, .no_prefix = o->no_prefix_cache, .metrics = o->metrics, .e = e, .kc = kc,
+               .tok = tok, .emit = emit, .ctx = ctx, .st = st, .o = o};
     kvp_sched_kv kv = {.ctx = &b, .n_free = kv_n_free, .blocks_needed = kv_needed, .start = kv_start,
                        .release = kv_release};
     kvp_kvcache_stats ks;
@@ -323,16 +414,23 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         if (p.n_items == 0)
             continue; /* only admissions that ended, or a source with nothing yet */
         /* One engine step over the plan; a request that reaches its last
-         * token asks for its logits. */
-        uint32_t n_rows = 0;
+         * token asks for its logits, a decode step with drafts for a row
+         * after each of them too. */
+        int drafting = o->drafter != NULL;
+    again:;
+        uint32_t n_rows = 0, n_req = 0;
         for (uint32_t i = 0; i < p.n_items; i++) {
             kvp_request *r = p.items[i].r->user;
             uint32_t from = r->sr.n_computed, n = p.items[i].n;
             int last = from + n == r->sr.n_tokens;
-            step[i] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from, .n_tokens = n,
-                                     .want = last ? KVP_LOGITS_LAST : KVP_LOGITS_NONE};
-            if (last)
-                rows[n_rows++] = r;
+            r->n_draft = drafting && last && n == 1 ? draft_for(&b, r) : 0;
+            step[i] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from, .n_tokens = n + r->n_draft,
+                                     .want = !last ? KVP_LOGITS_NONE
+                                             : r->n_draft ? KVP_LOGITS_ALL : KVP_LOGITS_LAST};
+            if (last) {
+                rows[n_req++] = r;
+                n_rows += 1 + r->n_draft;
+            }
         }
         if (n_rows > cap_rows) {
             float *l = realloc(logits, (size_t)V * n_rows * sizeof *l);
@@ -343,18 +441,28 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             logits = l;
             cap_rows = n_rows;
         }
-        if ((rc = kvp_engine_step(e, step, p.n_items, logits, err)) < 0)
+        if ((rc = kvp_engine_step(e, step, p.n_items, logits, err)) < 0) {
+            if (rc == KVP_ELIMIT && drafting && n_rows > n_req) {
+                drafting = 0; /* the drafts did not fit: the plan as scheduled */
+                goto again;
+            }
             goto out;
+        }
         rc = 0;
         st->steps++;
         kvp_kvcache_get_stats(kc, &ks);
         if (ks.n_blocks - ks.n_free > st->peak_blocks)
             st->peak_blocks = ks.n_blocks - ks.n_free;
         kvp_sched_commit(s, &p);
-        for (uint32_t i = 0; i < n_rows; i++) {
-            if ((rc = advance(&b, s, rows[i], logits + (size_t)i * V, err)) < 0)
+        for (uint32_t i = 0, row = 0; i < n_req; i++) {
+            kvp_request *r = rows[i];
+            uint32_t nd = r->n_draft;
+            rc = nd ? advance_spec(&b, s, r, logits + (size_t)row * V, err)
+                    : advance(&b, s, r, logits + (size_t)row * V, err);
+            if (rc < 0)
                 goto out;
             rc = 0;
+            row += 1 + nd;
         }
     }
     if (src_rc < 0) {

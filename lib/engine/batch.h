@@ -15,6 +15,7 @@
 #ifndef KVP_BATCH_H
 #define KVP_BATCH_H
 
+#include "draft.h"
 #include "engine.h"
 #include "error.h"
 #include "generate.h"
@@ -36,6 +37,10 @@ typedef struct kvp_request {
     kvp_sched_req sr;        /* n_tokens / n_computed as the scheduler counts them */
     uint32_t n_cached;       /* prompt tokens reused from the prefix cache (first admission) */
     uint64_t salt;           /* the KV cache salt of its blocks (0: none) */
+    uint32_t draft[KVP_DRAFT_MAX]; /* this step's draft tokens (speculation) */
+    uint32_t n_draft;
+    uint32_t draft_k;        /* its draft length now (adapted to its acceptance) */
+    uint32_t n_drafted, n_accepted, n_verify; /* draft tokens proposed, accepted; verify steps */
     int holder;              /* a cache sequence (read from a stream) whose blocks its start reuses, or -1 */
     double t_end;
     double itl_max;          /* longest gap between two tokens, seconds */
@@ -63,6 +68,17 @@ typedef struct kvp_batch_opts {
     kvp_metrics *metrics;    /* per-request and per-token timings, or NULL */
     volatile sig_atomic_t *stop; /* when set non-zero (a signal), the run ends after
                                     the step in progress; unfinished requests are dropped */
+    /* Speculative decoding: with a drafter, a request's decode step also
+     * carries up to draft_len guessed tokens, verified in the same engine
+     * step (one logits row each); the request keeps the longest prefix its
+     * own sampler draws, plus the sampler's next token, and the KV cache
+     * forgets the rest.  draft_adaptive: each request's draft length
+     * follows its acceptance (one more after a step that took them all,
+     * one past what was taken after one that did not).  A step whose
+     * drafts do not fit in the KV cache runs without them. */
+    const kvp_drafter *drafter;
+    uint32_t draft_len;
+    int draft_adaptive;
 } kvp_batch_opts;
 
 /* Summary of a run (kvp_batch_run fills it). */
@@ -77,6 +93,10 @@ typedef struct kvp_batch_stats {
     int stopped;                       /* the run ended on *stop */
     uint32_t total_blocks;
     double seconds;
+    /* speculation: verify steps (a request's step that carried drafts),
+     * draft tokens proposed and accepted, and both by position in the draft */
+    uint64_t verify_steps, drafted, accepted;
+    uint64_t drafted_at[KVP_DRAFT_MAX], accepted_at[KVP_DRAFT_MAX];
 } kvp_batch_stats;
 
 /* A request for prompt[n] (copied) with sampling s; id and label for its

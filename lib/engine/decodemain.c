@@ -1,0 +1,548 @@
+/* decodemain.c - the decode and specdec programs (see decodemain.h).
+ * Generate tokens over a paged KV cache, for every sequence of a batch
+ * together: from a KVP stream that prefill wrote (stdin or FILE), or from
+ * prompts it prefills itself; specdec speculates. */
+#include "decodemain.h"
+
+#include "batch.h"
+#include "cli.h"
+#include "draft.h"
+#include "hash.h"
+#include "jobsrc.h"
+#include "results.h"
+#include "runopts.h"
+#include "sample.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f, int spec)
+{
+    if (spec)
+        fprintf(f,
+                "Usage: specdec -m MODEL [--method ngram] [--draft-len K|auto] [options] [KV.kvp]\n"
+                "       specdec -m MODEL -p TEXT | -f FILE | --tokens IDS [--method ngram] [options]\n"
+                "Generate as decode does, with speculative decoding: a drafter guesses the next tokens\n"
+                "and one batched step of the model checks them.  The output is decode's, token for\n"
+                "token, greedy or sampled.\n\n"
+                "      --method M          ngram (prompt lookup: the last tokens found earlier in the\n"
+                "                          sequence, and what followed them; default)\n"
+                "      --draft-len K|auto  draft tokens a step, 1..%d (default auto: up to 8, adapted to each\n"
+                "                          sequence's acceptance)\n"
+                "      --ngram-min N, --ngram-max N  lengths of the n-grams looked up (default 1 and 3)\n\n"
+                "Every decode option applies:\n",
+                KVP_DRAFT_MAX);
+    else
+        fprintf(f,
+                "Usage: decode -m MODEL [options] [KV.kvp]     continue what prefill began (stdin when no file)\n"
+                "       decode -m MODEL -p TEXT | -f FILE | --tokens IDS [options]\n"
+                "Generate text for every sequence together, one batched step per token.\n\n");
+    fprintf(f,
+            "%s"
+            "      --stop STRING       stop a sequence at STRING (repeatable)\n"
+            "      --ignore-eos        do not stop at end-of-generation tokens\n"
+            "      --json              JSON Lines output (default when there are several sequences)\n"
+            "      --kv-out FILE       write the final KV state as a KVP stream (resume with decode < FILE)\n"
+            "      --slo-ttft MS, --slo-tpot MS  service-level bounds; --stats reports goodput (requests within both)\n"
+            "      --min-goodput FRAC  exit 3 when fewer than FRAC of the requests met the SLOs\n"
+            "      --resume OUT        append results to OUT, skipping the ids it already has (a killed job\n"
+            "                          resumed gives the same lines as one run)\n"
+            "      --shard K/N         only every N-th request, starting at K (0 <= K < N)\n"
+            "      --rate R            release requests at R a second (Poisson; --seed), not all at once\n"
+            "      --burstiness B      gamma-distributed gaps of shape B (1: Poisson; < 1 burstier)\n"
+            "      --no-prefix-cache   compute every prompt in full, even where cached blocks hold its start\n"
+            "      --cache-salt S      share cached KV blocks only with requests of the same salt (a tenant)\n"
+            "  -h, --help, --version\n\n"
+            "Exit status: 0 success, 1 runtime error (bad model, stream or prompts file, a sequence\n"
+            "that does not fit in the KV cache alone), 2 usage error, 3 goodput below --min-goodput,\n"
+            "130/143 stopped by SIGINT/SIGTERM (what had finished is written).\n",
+            kvp_runopts_help);
+}
+
+typedef struct out_ctx {
+    int spec;              /* specdec: the lines carry drafted and accepted counts */
+    int stream_text;       /* one sequence, plain text streamed */
+    int fd;                /* JSON lines go here, one write() a line (stdout, or --resume's file) */
+    const char *out_name;
+    kvp_request **kept;    /* --kv-out: finished requests, kept with their KV */
+    uint32_t n_kept, cap_kept;
+    uint64_t n_written;
+    uint64_t n_kv_memory;  /* sequences that did not fit in the cache alone */
+    kvp_kvcache_stats kv;  /* the cache's size, for that message */
+} out_ctx;
+
+/* One result line.  Written with one write() so a job killed at any moment
+ * leaves whole lines and at most one cut-off last line (--resume drops it). */
+static void write_line(out_ctx *c, const kvp_gen_seq *s)
+{
+    char *buf = NULL, idb[32];
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        kvp_cli_die("out of memory");
+    double ttft = s->t_first ? (s->t_first - s->t_start) * 1e3 : 0;
+    double tpot = s->n_gen > 1 ? (s->t_last - s->t_first) * 1e3 / (s->n_gen - 1) : 0;
+    fputs("{\"id\":", f);
+    if (s->rec.label[0])
+        kvp_cli_json_str(f, s->rec.label, strlen(s->rec.label));
+    else
+        fputs(kvp_request_id(s, idb), f);
+    fputs(",\"text\":", f);
+    kvp_cli_json_str(f, (const char *)s->text.data, s->text.len);
+    fprintf(f, ",\"tokens\":%u,\"finish_reason\":\"%s\",\"ttft_ms\":%.2f,\"tpot_ms\":%.3f", s->n_gen,
+            kvp_gen_finish_name(s->rec.finish_reason), ttft, tpot);
+    if (c->spec) {
+        const kvp_request *r = kvp_request_of((kvp_gen_seq *)s);
+        fprintf(f, ",\"drafted\":%u,\"accepted\":%u,\"verify_steps\":%u", r->n_drafted, r->n_accepted,
+                r->n_verify);
+    }
+    fputs("}\n", f);
+    if (fclose(f) != 0)
+        kvp_cli_die("out of memory");
+    for (size_t off = 0; off < len;) {
+        ssize_t w = write(c->fd, buf + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            if (errno == EPIPE)
+                exit(KVP_EXIT_OK); /* the reader went away: a quiet end, like head */
+            kvp_cli_die("%s: %s", c->out_name, strerror(errno));
+        }
+        off += (size_t)w;
+    }
+    free(buf);
+    c->n_written++;
+}
+
+static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
+{
+    out_ctx *c = cp;
+    if (n == 0 && s->rec.finish_reason == KVP_FINISH_KV_MEMORY) {
+        char idb[32];
+        c->n_kv_memory++;
+        kvp_cli_warn("sequence %s: KV cache out of blocks: it needs more than all %u blocks of %llu bytes; "
+                     "raise --kv-mem or --kv-blocks", kvp_request_id(s, idb), c->kv.n_blocks,
+                     (unsigned long long)c->kv.block_bytes);
+    }
+    if (c->stream_text) {
+        if (n)
+            fwrite(bytes, 1, n, stdout);
+        else
+            fputc('\n', stdout);
+        fflush(stdout);
+    } else if (n == 0) {
+        write_line(c, s);
+    }
+    if (n == 0 && c->kept) {
+        if (c->n_kept == c->cap_kept) {
+            uint32_t cap = c->cap_kept ? c->cap_kept * 2 : 64;
+            kvp_request **k = realloc(c->kept, cap * sizeof *k);
+            if (!k)
+                kvp_cli_die("out of memory");
+            c->kept = k;
+            c->cap_kept = cap;
+        }
+        c->kept[c->n_kept++] = kvp_request_of(s);
+    }
+}
+
+/* What kvcalc --check needs besides the counts: the model and the KV pool
+ * as this run made them (kvcalc(1) CHECKING A RUN). */
+typedef struct run_info {
+    const char *model;           /* -m as given */
+    char fingerprint[33];
+    const char *input;           /* "prompts" (-p, -f, --tokens) or "kvp" (a KV stream) */
+    kvp_kvcache_stats kv;        /* n_blocks, block_bytes */
+    uint32_t block_size;         /* the pool's (a stream's own block size wins over --block-size) */
+} run_info;
+
+/* How the pool was sized: kvp_kvcache_create takes --kv-blocks, else
+ * --kv-mem, else the model's context. */
+static const char *pool_sized_by(const kvp_runopts *o)
+{
+    return o->kv.n_blocks ? "kv-blocks" : o->kv.mem_bytes ? "kv-mem" : "context";
+}
+
+/* The run's summary: counts, throughput, the latency distributions and
+ * goodput against the SLOs, as one JSON object. */
+/* specdec's part of the summary: the drafter, and how its drafts fared. */
+typedef struct spec_info {
+    const char *method;  /* NULL: no speculation */
+    uint32_t draft_len;
+    int adaptive;
+} spec_info;
+
+static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
+{
+    fprintf(f, ",\"spec\":{\"method\":\"%s\",\"draft_len\":%u,\"adaptive\":%s,\"verify_steps\":%llu,"
+            "\"drafted\":%llu,\"accepted\":%llu,\"acceptance\":%.4f,\"mean_accepted\":%.3f,"
+            "\"tokens_per_step\":%.3f,\"acceptance_at\":[",
+            sp->method, sp->draft_len, sp->adaptive ? "true" : "false", (unsigned long long)st->verify_steps,
+            (unsigned long long)st->drafted, (unsigned long long)st->accepted,
+            st->drafted ? (double)st->accepted / (double)st->drafted : 0.0,
+            st->verify_steps ? (double)st->accepted / (double)st->verify_steps : 0.0,
+            st->steps ? (double)st->generated / (double)st->steps : 0.0);
+    for (uint32_t j = 0; j < sp->draft_len && j < KVP_DRAFT_MAX; j++)
+        fprintf(f, "%s%.4f", j ? "," : "", st->drafted_at[j] ? (double)st->accepted_at[j] / (double)st->drafted_at[j]
+                                                              : 0.0);
+    fputs("]}", f);
+}
+
+static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, const kvp_runopts *o,
+                         const run_info *ri, const spec_info *sp)
+{
+    double dt = st->seconds > 0 ? st->seconds : 1e-9;
+    kvp_dist d;
+    fprintf(f, "{\"requests\":%llu,\"kv_memory\":%llu,\"seconds\":%.3f,\"request_throughput\":%.3f,"
+            "\"output_tokens\":%llu,\"output_throughput\":%.2f,\"prompt_tokens\":%llu,\"cached_prompt_tokens\":%llu,"
+            "\"prefix_hit_rate\":%.4f,\"total_token_throughput\":%.2f,\"steps\":%llu,\"preemptions\":%llu,"
+            "\"peak_kv_blocks\":%u,\"kv_blocks\":%u,\"block_size\":%u,\"max_num_seqs\":%u,\"max_batched_tokens\":%u,"
+            "\"static\":%s,",
+            (unsigned long long)st->requests, (unsigned long long)st->kv_memory, st->seconds,
+            (double)st->requests / dt, (unsigned long long)st->generated, (double)st->generated / dt,
+            (unsigned long long)st->prompt_tokens, (unsigned long long)st->cached_tokens,
+            st->prompt_tokens ? (double)st->cached_tokens / (double)st->prompt_tokens : 0.0,
+            (double)(st->generated + st->prompt_tokens) / dt, (unsigned long long)st->steps,
+            (unsigned long long)st->preemptions, st->peak_blocks, st->total_blocks, ri->block_size,
+            o->sched.max_num_seqs, o->sched.max_batched_tokens, o->sched.static_batch ? "true" : "false");
+    /* the plan kvcalc --check reproduces, and what the run measured against it */
+    fputs("\"model\":", f);
+    kvp_cli_json_str(f, ri->model, strlen(ri->model));
+    fprintf(f, ",\"model_fingerprint\":\"%s\",\"input\":\"%s\",\"kv_dtype\":\"%s\",\"kv_block_bytes\":%llu,"
+            "\"kv_pool_bytes\":%llu,\"kv_pool_sized_by\":\"%s\",\"kv_mem\":",
+            ri->fingerprint, ri->input, kvp_dtype_name((uint32_t)o->kv.dtype),
+            (unsigned long long)ri->kv.block_bytes, (unsigned long long)ri->kv.n_blocks * ri->kv.block_bytes,
+            pool_sized_by(o));
+    if (!o->kv.n_blocks && o->kv.mem_bytes)
+        fprintf(f, "%llu", (unsigned long long)o->kv.mem_bytes);
+    else
+        fputs("null", f);
+    fprintf(f, ",\"kv_out\":%s,\"stopped\":%s,\"peak_running\":%u,\"mean_prompt_tokens\":%.2f,"
+            "\"mean_output_tokens\":%.2f,\"max_seq_len\":%llu,",
+            o->kv_out ? "true" : "false", st->stopped ? "true" : "false", st->peak_running,
+            st->requests ? (double)st->prompt_tokens / (double)st->requests : 0.0,
+            st->requests ? (double)st->generated / (double)st->requests : 0.0, (unsigned long long)st->max_seq_len);
+    kvp_metrics_ttft(m, &d);
+    kvp_dist_json(f, "ttft_ms", &d);
+    fputc(',', f);
+    kvp_metrics_tpot(m, &d);
+    kvp_dist_json(f, "tpot_ms", &d);
+    fputc(',', f);
+    kvp_metrics_itl(m, &d);
+    kvp_dist_json(f, "itl_ms", &d);
+    fputc(',', f);
+    kvp_metrics_e2e(m, &d);
+    kvp_dist_json(f, "e2e_ms", &d);
+    fprintf(f, ",\"slo_ttft_ms\":%.3f,\"slo_tpot_ms\":%.3f,\"good_requests\":%llu,\"goodput\":%.4f,"
+            "\"goodput_rps\":%.3f", m->slo_ttft * 1e3, m->slo_tpot * 1e3, (unsigned long long)m->good,
+            kvp_metrics_goodput(m), (double)m->good / dt);
+    if (sp->method)
+        spec_json(f, st, sp);
+    fputs("}\n", f);
+}
+
+static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, const spec_info *sp)
+{
+    const char *prog = kvp_cli_prog();
+    double dt = st->seconds > 0 ? st->seconds : 1e-9;
+    kvp_dist t, p, i, e;
+    kvp_metrics_ttft(m, &t);
+    kvp_metrics_tpot(m, &p);
+    kvp_metrics_itl(m, &i);
+    kvp_metrics_e2e(m, &e);
+    fprintf(f, "%s: %llu sequences, %llu tokens in %.3f s (%.2f tokens/s, %.3f requests/s); %llu steps, %llu "
+            "preemptions, peak %u of %u KV blocks; prompt tokens from the prefix cache %llu of %llu\n",
+            prog, (unsigned long long)st->requests, (unsigned long long)st->generated, st->seconds,
+            (double)st->generated / dt, (double)st->requests / dt, (unsigned long long)st->steps,
+            (unsigned long long)st->preemptions, st->peak_blocks, st->total_blocks,
+            (unsigned long long)st->cached_tokens, (unsigned long long)st->prompt_tokens);
+    fprintf(f, "%s: ms       mean      p50      p90      p99\n", prog);
+    const kvp_dist *ds[] = {&t, &p, &i, &e};
+    const char *names[] = {"TTFT", "TPOT", "ITL", "E2E"};
+    for (int k = 0; k < 4; k++)
+        fprintf(f, "%s: %-4s %9.2f %8.2f %8.2f %8.2f\n", prog, names[k], ds[k]->mean * 1e3, ds[k]->p50 * 1e3,
+                ds[k]->p90 * 1e3, ds[k]->p99 * 1e3);
+    if (m->slo_ttft > 0 || m->slo_tpot > 0)
+        fprintf(f, "%s: goodput %.4f (%llu of %llu requests within TTFT %.0f ms and TPOT %.0f ms)\n",
+                prog, kvp_metrics_goodput(m), (unsigned long long)m->good, (unsigned long long)m->n, m->slo_ttft * 1e3,
+                m->slo_tpot * 1e3);
+    if (sp->method)
+        fprintf(f, "%s: %s drafts: %llu verify steps, %llu of %llu draft tokens accepted (%.1f%%), %.2f accepted a "
+                "step, %.2f tokens a step\n", prog, sp->method, (unsigned long long)st->verify_steps,
+                (unsigned long long)st->accepted, (unsigned long long)st->drafted,
+                st->drafted ? 100.0 * (double)st->accepted / (double)st->drafted : 0.0,
+                st->verify_steps ? (double)st->accepted / (double)st->verify_steps : 0.0,
+                st->steps ? (double)st->generated / (double)st->steps : 0.0);
+}
+
+/* --stats: on stderr (text, or JSON with --json), or JSON into FILE. */
+static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_metrics *m, const run_info *ri,
+                        const spec_info *sp)
+{
+    if (!o->stats_file) {
+        if (o->json)
+            summary_json(stderr, st, m, o, ri, sp);
+        else
+            summary_text(stderr, st, m, sp);
+        return;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        kvp_cli_die("--stats=%s: out of memory", o->stats_file);
+    summary_json(f, st, m, o, ri, sp);
+    fclose(f);
+    kvp_err err = {0};
+    if (kvp_cli_write_atomic(o->stats_file, buf, len, &err) < 0)
+        kvp_cli_die_err(&err);
+    free(buf);
+}
+
+enum {
+    OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD, OPT_RATE, OPT_BURST,
+    OPT_NO_PREFIX_CACHE, OPT_CACHE_SALT, OPT_METHOD, OPT_DRAFT_LEN, OPT_NGRAM_MIN, OPT_NGRAM_MAX,
+};
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig) { stop_signal = sig; }
+
+/* SIGINT and SIGTERM end the run after the step in progress. */
+static void catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* --resume OUT: the ids OUT already has; OUT cut back to its whole lines
+ * and opened for appending. */
+static int open_resume(const char *path, kvp_idset *done)
+{
+    kvp_err err = {0};
+    uint64_t whole = 0;
+    if (kvp_results_scan(path, done, &whole, &err) < 0)
+        kvp_cli_die_err(&err);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        kvp_cli_die("%s: %s", path, strerror(errno));
+    if (ftruncate(fd, (off_t)whole) != 0)
+        kvp_cli_die("%s: cannot cut off the unfinished last line: %s", path, strerror(errno));
+    return fd;
+}
+
+int kvp_decode_main(int argc, char **argv, int spec)
+{
+    kvp_cli_init(argv[0]);
+    kvp_runopts o;
+    kvp_runopts_init(&o);
+    /* the shared options, ours, the zero entry: sized by the compiler */
+    static const struct option own[] = {
+        {"slo-ttft", required_argument, NULL, OPT_SLO_TTFT},
+        {"slo-tpot", required_argument, NULL, OPT_SLO_TPOT},
+        {"min-goodput", required_argument, NULL, OPT_MIN_GOODPUT},
+        {"resume", required_argument, NULL, OPT_RESUME},
+        {"shard", required_argument, NULL, OPT_SHARD},
+        {"rate", required_argument, NULL, OPT_RATE},
+        {"burstiness", required_argument, NULL, OPT_BURST},
+        {"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE},
+        {"cache-salt", required_argument, NULL, OPT_CACHE_SALT},
+        /* specdec's: the last entries, left out of decode's table */
+        {"method", required_argument, NULL, OPT_METHOD},
+        {"draft-len", required_argument, NULL, OPT_DRAFT_LEN},
+        {"ngram-min", required_argument, NULL, OPT_NGRAM_MIN},
+        {"ngram-max", required_argument, NULL, OPT_NGRAM_MAX},
+    };
+    enum { N_SPEC_OPTS = 4 };
+    size_t n_own = sizeof own / sizeof own[0] - (spec ? 0 : N_SPEC_OPTS);
+    struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];
+    kvp_runopts_table(longopts, own, n_own);
+    spec_info sp = {.method = spec ? "ngram" : NULL, .draft_len = 8, .adaptive = 1};
+    kvp_ngram_drafter ngram = {.min_n = 1, .max_n = 3};
+    double slo_ttft = 0, slo_tpot = 0, min_goodput = -1;
+    const char *resume = NULL;
+    uint32_t shard_k = 0, shard_n = 0;
+    double rate = 0, burstiness = 1;
+    int no_prefix_cache = 0;
+    uint64_t cache_salt = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "h", longopts, NULL)) != -1) {
+        if (kvp_runopts_parse(&o, c, optarg))
+            continue;
+        if (c == OPT_SLO_TTFT || c == OPT_SLO_TPOT) {
+            double ms = kvp_cli_opt_f64(c == OPT_SLO_TTFT ? "--slo-ttft" : "--slo-tpot", optarg, 0, 1e9);
+            *(c == OPT_SLO_TTFT ? &slo_ttft : &slo_tpot) = ms / 1e3;
+            continue;
+        }
+        if (c == OPT_MIN_GOODPUT) {
+            min_goodput = kvp_cli_opt_f64("--min-goodput", optarg, 0, 1);
+            continue;
+        }
+        if (c == OPT_NO_PREFIX_CACHE) {
+            no_prefix_cache = 1;
+            o.kv.no_cache = 1;
+            continue;
+        }
+        if (c == OPT_CACHE_SALT) {
+            if (!optarg[0])
+                kvp_cli_usage_error("--cache-salt: empty");
+            cache_salt = kvp_xxh64(optarg, strlen(optarg), 0) | 1;
+            continue;
+        }
+        if (c == OPT_RATE) {
+            rate = kvp_cli_opt_f64("--rate", optarg, 1e-6, 1e9);
+            continue;
+        }
+        if (c == OPT_BURST) {
+            burstiness = kvp_cli_opt_f64("--burstiness", optarg, 1e-3, 1e3);
+            continue;
+        }
+        if (c == OPT_RESUME) {
+            resume = optarg;
+            continue;
+        }
+        if (c == OPT_METHOD) {
+            if (strcmp(optarg, "ngram") != 0)
+                kvp_cli_usage_error("--method: '%s': the method is ngram (draft, layerskip and heads are not "
+                                    "built yet)", optarg);
+            continue;
+        }
+        if (c == OPT_DRAFT_LEN) {
+            sp.adaptive = strcmp(optarg, "auto") == 0;
+            if (!sp.adaptive)
+                sp.draft_len = (uint32_t)kvp_cli_opt_i64("--draft-len", optarg, 1, KVP_DRAFT_MAX);
+            continue;
+        }
+        if (c == OPT_NGRAM_MIN || c == OPT_NGRAM_MAX) {
+            uint32_t v = (uint32_t)kvp_cli_opt_i64(c == OPT_NGRAM_MIN ? "--ngram-min" : "--ngram-max", optarg, 1, 64);
+            *(c == OPT_NGRAM_MIN ? &ngram.min_n : &ngram.max_n) = v;
+            continue;
+        }
+        if (c == OPT_SHARD) {
+            unsigned kk, nn;
+            char end;
+            if (sscanf(optarg, "%u/%u%c", &kk, &nn, &end) != 2 || nn == 0 || kk >= nn)
+                kvp_cli_usage_error("--shard: '%s' is not K/N with 0 <= K < N", optarg);
+            shard_k = kk;
+            shard_n = nn;
+            continue;
+        }
+        if (c == 'h' || c == KVP_OPT_HELP) {
+            usage(stdout, spec);
+            return kvp_cli_close_stdout();
+        }
+        if (c == KVP_OPT_VERSION)
+            kvp_cli_version();
+        kvp_cli_bad_option(argv, KVP_RUNOPTS_SHORT "h");
+    }
+    if (!o.model)
+        kvp_cli_usage_error("no model (-m MODEL)");
+    if (ngram.min_n > ngram.max_n)
+        kvp_cli_usage_error("--ngram-min %u is above --ngram-max %u", ngram.min_n, ngram.max_n);
+    int from_prompts = o.prompt || o.file || o.tokens;
+    if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) > 1)
+        kvp_cli_usage_error("give one of -p, -f and --tokens");
+    if (from_prompts && optind < argc)
+        kvp_cli_usage_error("a KV stream and prompts at once");
+    if (optind + 1 < argc)
+        kvp_cli_usage_error("more than one KV stream");
+    const char *kv_in = optind < argc ? argv[optind] : "-";
+    kvp_err err = {0};
+    if (kvp_sample_check(&o.sampling, &err) < 0)
+        kvp_cli_usage_error("%s", err.msg);
+
+    if (resume && o.kv_out)
+        kvp_cli_usage_error("--resume and --kv-out at once (a resumed job's KV state would be partial)");
+
+    kvp_idset done;
+    kvp_idset_init(&done);
+    out_ctx oc = {.spec = spec, .fd = STDOUT_FILENO, .out_name = "standard output"};
+    if (resume) {
+        oc.fd = open_resume(resume, &done);
+        oc.out_name = resume;
+    }
+    kvp_run r;
+    kvp_jobsrc *js = NULL;
+    if (kvp_run_open(&r, &o, &err) < 0 || kvp_jobsrc_open(&js, &r, &o, kv_in, &err) < 0)
+        kvp_cli_die_err(&err);
+    kvp_jobsrc_filter(js, shard_k, shard_n, resume ? &done : NULL);
+    kvp_jobsrc_arrivals(js, rate, burstiness, o.sampling.seed);
+    kvp_jobsrc_salt(js, cache_salt);
+    /* read ahead at open: 1 only when the input holds one request */
+    oc.stream_text = kvp_jobsrc_total(js) == 1 && kvp_jobsrc_read_all(js) && !o.json && !resume && shard_n < 2;
+    kvp_kvcache_get_stats(r.kc, &oc.kv);
+    if (o.kv_out)
+        oc.kept = calloc(1, sizeof *oc.kept);
+    kvp_metrics metrics;
+    kvp_metrics_init(&metrics, slo_ttft, slo_tpot);
+    kvp_drafter drafter = {.ctx = &ngram, .draft = kvp_ngram_draft};
+    kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .no_prefix_cache = no_prefix_cache,
+                         .metrics = &metrics, .stop = &stop_signal, .drafter = spec ? &drafter : NULL,
+                         .draft_len = sp.draft_len, .draft_adaptive = sp.adaptive};
+    kvp_batch_source src = kvp_jobsrc_source(js);
+    kvp_batch_stats st;
+    fflush(stdout);
+    catch_stop_signals();
+    if (kvp_batch_run(r.engine, r.kc, r.tok, &bo, &src, emit, &oc, &st, &err) < 0)
+        kvp_cli_die_err(&err);
+    if (o.stats) {
+        run_info ri = {.model = o.model, .input = from_prompts ? "prompts" : "kvp", .kv = oc.kv,
+                       .block_size = kvp_kvcache_pool(r.kc)->block_size};
+        kvp_model_fingerprint_hex(r.model, ri.fingerprint);
+        write_stats(&o, &st, &metrics, &ri, &sp);
+    }
+    /* requests read so far: the whole input unless the run stopped early */
+    uint64_t n_asked = kvp_jobsrc_total(js) - kvp_jobsrc_skipped(js);
+    if (st.stopped) {
+        uint64_t left = n_asked - st.requests;
+        kvp_cli_warn("stopped by %s: %llu sequences written, %llu read and not finished%s%s%s",
+                     strsignal(stop_signal), (unsigned long long)st.requests, (unsigned long long)left,
+                     kvp_jobsrc_read_all(js) ? "" : ", the rest of the input not read yet",
+                     resume ? "; run again with --resume " : "", resume ? resume : "");
+    }
+    if (o.kv_out && !st.stopped) { /* a stopped run's state would be partial */
+        kvp_gen_seq *seqs = calloc(oc.n_kept ? oc.n_kept : 1, sizeof *seqs);
+        if (!seqs)
+            kvp_cli_die("out of memory");
+        for (uint32_t i = 0; i < oc.n_kept; i++)
+            seqs[i] = oc.kept[i]->g; /* saving reads the record and the cache handle */
+        if (kvp_run_save(&r, o.kv_out, spec ? "specdec " KVP_VERSION : "decode " KVP_VERSION, seqs, oc.n_kept, NULL,
+                         NULL, &err) < 0)
+            kvp_cli_die_err(&err);
+        free(seqs);
+    }
+    for (uint32_t i = 0; i < oc.n_kept; i++)
+        kvp_request_free(oc.kept[i]);
+    free(oc.kept);
+    if (resume && close(oc.fd) != 0)
+        kvp_cli_die("%s: %s", resume, strerror(errno));
+    kvp_idset_free(&done);
+    kvp_jobsrc_free(js);
+    double goodput = kvp_metrics_goodput(&metrics);
+    kvp_metrics_free(&metrics);
+    kvp_run_close(&r);
+    kvp_runopts_free(&o);
+    int rc = kvp_cli_close_stdout();
+    if (st.stopped)
+        return 128 + stop_signal;
+    if (min_goodput >= 0 && goodput < min_goodput) {
+        kvp_cli_warn("goodput %.4f is below --min-goodput %.4f", goodput, min_goodput);
+        return 3;
+    }
+    if (oc.n_kv_memory) {
+        kvp_cli_warn("%llu of %llu sequences did not fit in the KV cache; the others completed",
+                     (unsigned long long)oc.n_kv_memory, (unsigned long long)n_asked);
+        return KVP_EXIT_FAIL;
+    }
+    return rc;
+}

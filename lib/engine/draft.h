@@ -1,0 +1,35 @@
+/* draft.h - drafters for speculative decoding: cheap guesses of the tokens
+ * that follow a sequence, which the batch engine verifies in one step of
+ * the target model (lib/engine/batch.h).
+ *
+ * A drafter here is deterministic: its guess is a function of the tokens
+ * alone.  The verifier draws each token from the target's own distribution
+ * with the request's own generator and keeps a draft token only when the
+ * draw equals it, so what comes out is exactly what decoding without
+ * drafts gives (greedy or sampled); a drafter changes the speed, never the
+ * text.
+ */
+#ifndef KVP_DRAFT_H
+#define KVP_DRAFT_H
+
+#include <stdint.h>
+
+#define KVP_DRAFT_MAX 16 /* draft tokens a step at most */
+
+typedef struct kvp_drafter {
+    void *ctx;
+    /* Up to k (<= KVP_DRAFT_MAX) tokens to follow tokens[n] into out;
+     * returns how many (0: no guess). */
+    uint32_t (*draft)(void *ctx, const uint32_t *tokens, uint32_t n, uint32_t k, uint32_t *out);
+} kvp_drafter;
+
+/* Prompt lookup: the last N tokens (N from max_n down to min_n) are looked
+ * for earlier in the sequence (prompt and output), latest occurrence first;
+ * the tokens that followed the first match are the draft. */
+typedef struct kvp_ngram_drafter {
+    uint32_t min_n, max_n;
+} kvp_ngram_drafter;
+
+uint32_t kvp_ngram_draft(void *ngram_drafter, const uint32_t *tokens, uint32_t n, uint32_t k, uint32_t *out);
+
+#endif

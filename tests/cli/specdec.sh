@@ -1,0 +1,108 @@
+# specdec.sh - speculative decoding: usage errors always; on the real model,
+# output identical to decode's token for token (greedy and sampled, one
+# request at a time and batched, fixed and adaptive draft lengths, a KV cache
+# too small for every draft), the draft statistics, and a saved KV state that
+# resumes as decode's does.
+. "$KVP_TESTS/cli/lib.sh"
+
+run specdec
+expect_status 2 "no model: a usage error"
+run specdec -m x.gguf -p hi --method medusa
+expect_status 2 "an unknown method"
+expect_err_has "--method: 'medusa'" "names it"
+run specdec -m x.gguf -p hi --draft-len 0
+expect_status 2 "--draft-len 0"
+run specdec -m x.gguf -p hi --draft-len 17
+expect_status 2 "--draft-len beyond the maximum"
+run specdec -m x.gguf -p hi --ngram-min 4 --ngram-max 2
+expect_status 2 "--ngram-min above --ngram-max"
+expect_err_has "--ngram-min 4 is above --ngram-max 2" "says so"
+run decode -m x.gguf -p hi --method ngram
+expect_status 2 "decode has no --method"
+run specdec --help
+expect_status 0 "--help"
+expect_out_has "Usage: specdec" "specdec's usage"
+expect_out_has "--draft-len" "lists its options"
+expect_out_has "--kv-dtype" "and decode's"
+
+M="$KVP_MODEL"
+if [ ! -f "$M" ]; then
+    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
+    done_testing
+    exit $?
+fi
+
+# Prompts whose answers copy from them (prompt lookup drafts well) and two
+# that do not.
+awk 'BEGIN {
+    for (i = 0; i < 6; i++) {
+        s = "Copy this list exactly:"
+        for (j = 0; j < 8; j++) s = s " item " (j * i + 3) " is " (j % 2 ? "red" : "blue") ","
+        printf "{\"id\":\"c%d\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}\n", i, s
+    }
+    print "{\"id\":\"o1\",\"messages\":[{\"role\":\"user\",\"content\":\"Write a short poem about the sea.\"}]}"
+    print "{\"id\":\"o2\",\"prompt\":\"Once upon a time\"}"
+}' >"$T/p.jsonl"
+
+# same: decode's and specdec's lines without their timings, by id
+same() { # DESC FILE_A FILE_B
+    sed 's/,"ttft_ms.*//' "$2" | sort >"$T/a.cmp"
+    sed 's/,"ttft_ms.*//' "$3" | sort >"$T/b.cmp"
+    expect_true "$1" cmp -s "$T/a.cmp" "$T/b.cmp"
+}
+D="decode -m $M -t $THREADS -f $T/p.jsonl -n 48"
+S="specdec -m $M -t $THREADS -f $T/p.jsonl -n 48"
+
+run $D
+expect_status 0 "decode, greedy"
+cp "$OUT" "$T/d.jl"
+run $S --stats --json
+expect_status 0 "specdec, greedy, batched"
+cp "$OUT" "$T/s.jl"
+same "greedy, batched: the same tokens as decode" "$T/d.jl" "$T/s.jl"
+expect_err_has '"spec":{"method":"ngram","draft_len":8,"adaptive":true' "the stats name the method"
+acc=$(sed -n 's/.*"spec":.*"accepted":\([0-9]*\),.*/\1/p' "$ERR")
+expect_true "drafts were accepted ($acc)" test "${acc:-0}" -gt 20
+expect_out_has '"drafted":' "each line counts its drafts"
+run $S --max-num-seqs 1 --draft-len 4
+same "greedy, one at a time, --draft-len 4" "$T/d.jl" "$OUT"
+run $S --draft-len 16 --ngram-min 2 --ngram-max 4
+same "greedy, --draft-len 16, 2- to 4-grams" "$T/d.jl" "$OUT"
+
+for opts in "--temperature 0.8 --top-p 0.9 --seed 3" "--temperature 1 --top-k 40 --min-p 0.05 --repeat-penalty 1.1 --seed 9"; do
+    # shellcheck disable=SC2086
+    run $D $opts
+    cp "$OUT" "$T/d.jl"
+    # shellcheck disable=SC2086
+    run $S $opts --stats
+    expect_status 0 "specdec $opts"
+    same "sampled ($opts): the same tokens as decode" "$T/d.jl" "$OUT"
+done
+
+# a cache of 12 blocks: drafts that do not fit are dropped for the step,
+# and preemption recomputes; nothing changes in the output
+run $D --kv-blocks 12
+cp "$OUT" "$T/d.jl"
+run $S --kv-blocks 12 --stats
+expect_status 0 "specdec with a 12-block cache"
+same "a small cache: the same tokens as decode" "$T/d.jl" "$OUT"
+
+# the KV state saved at the end resumes as decode's does (the rejected
+# drafts' K/V are gone)
+head -2 "$T/p.jsonl" >"$T/p2.jsonl"
+run decode -m "$M" -t $THREADS -f "$T/p2.jsonl" -n 20 --kv-out "$T/d.kvp"
+run specdec -m "$M" -t $THREADS -f "$T/p2.jsonl" -n 20 --kv-out "$T/s.kvp"
+expect_status 0 "specdec --kv-out"
+run decode -m "$M" -t $THREADS -n 16 "$T/d.kvp"
+cp "$OUT" "$T/d2.jl"
+run decode -m "$M" -t $THREADS -n 16 "$T/s.kvp"
+expect_status 0 "decode resumes specdec's state"
+same "and continues it as it continues decode's" "$T/d2.jl" "$OUT"
+
+run_sh "prefill -m '$M' -t $THREADS -p 'Repeat: one two three four five six seven. Again: one two three' | specdec -m '$M' -t $THREADS -n 24"
+expect_status 0 "prefill | specdec"
+cp "$OUT" "$T/s.txt"
+run_sh "prefill -m '$M' -t $THREADS -p 'Repeat: one two three four five six seven. Again: one two three' | decode -m '$M' -t $THREADS -n 24"
+expect_true "prefill | specdec writes what prefill | decode does" cmp -s "$T/s.txt" "$OUT"
+
+done_testing
