@@ -172,8 +172,17 @@ static int sample_next(kvp_request *r, float *logits, uint32_t n_vocab, kvp_err 
     return 0;
 }
 
+/* The drafter's state for r goes with r. */
+static void drop_draft_state(const kvp_batch_opts *o, kvp_request *r)
+{
+    if (r->draft_state && o->drafter && o->drafter->release)
+        o->drafter->release(o->drafter->ctx, r->draft_state);
+    r->draft_state = NULL;
+}
+
 static int finish(batch *b, kvp_request *r, kvp_err *err)
 {
+    drop_draft_state(b->o, r);
     r->t_end = kvp_gen_now();
     r->g.rec.state = KVP_SEQ_FINISHED;
     if (r->holder >= 0) { /* never started: the stream's sequence is its KV */
@@ -261,7 +270,7 @@ static uint32_t draft_for(batch *b, kvp_request *r)
     uint32_t room = budget > r->g.n_gen + 1 ? budget - r->g.n_gen - 1 : 0;
     if (k > room)
         k = room;
-    uint32_t m = k ? b->o->drafter->draft(b->o->drafter->ctx, r->tokens, n, k, r->draft) : 0;
+    uint32_t m = k ? b->o->drafter->draft(b->o->drafter->ctx, &r->draft_state, r->tokens, n, k, r->draft) : 0;
     memcpy(r->tokens + n, r->draft, m * sizeof *r->tokens);
     return m;
 }
@@ -473,6 +482,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
 out:
     /* after a failure or a stop, whatever is still queued or running goes */
     for (kvp_sched_req *left; s && (left = kvp_sched_drain(s)) != NULL;) {
+        drop_draft_state(o, left->user);
         kvp_request_free(left->user);
         st->dropped++;
     }

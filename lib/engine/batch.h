@@ -38,6 +38,7 @@ typedef struct kvp_request {
     uint32_t n_cached;       /* prompt tokens reused from the prefix cache (first admission) */
     uint64_t salt;           /* the KV cache salt of its blocks (0: none) */
     uint32_t draft[KVP_DRAFT_MAX]; /* this step's draft tokens (speculation) */
+    void *draft_state;       /* the drafter's own for this request */
     uint32_t n_draft;
     uint32_t draft_k;        /* its draft length now (adapted to its acceptance) */
     uint32_t n_drafted, n_accepted, n_verify; /* draft tokens proposed, accepted; verify steps */

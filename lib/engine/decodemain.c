@@ -7,6 +7,7 @@
 #include "batch.h"
 #include "cli.h"
 #include "draft.h"
+#include "draftmodel.h"
 #include "hash.h"
 #include "jobsrc.h"
 #include "results.h"
@@ -32,7 +33,9 @@ static void usage(FILE *f, int spec)
                 "and one batched step of the model checks them.  The output is decode's, token for\n"
                 "token, greedy or sampled.\n\n"
                 "      --method M          ngram (prompt lookup: the last tokens found earlier in the\n"
-                "                          sequence, and what followed them; default)\n"
+                "                          sequence, and what followed them; default), or draft\n"
+                "      --draft MODEL       the draft model of --method draft: same vocabulary, smaller or\n"
+                "                          more quantized; it drafts greedily\n"
                 "      --draft-len K|auto  draft tokens a step, 1..%d (default auto: up to 8, adapted to each\n"
                 "                          sequence's acceptance)\n"
                 "      --ngram-min N, --ngram-max N  lengths of the n-grams looked up (default 1 and 3)\n\n"
@@ -307,7 +310,7 @@ static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_met
 
 enum {
     OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD, OPT_RATE, OPT_BURST,
-    OPT_NO_PREFIX_CACHE, OPT_CACHE_SALT, OPT_METHOD, OPT_DRAFT_LEN, OPT_NGRAM_MIN, OPT_NGRAM_MAX,
+    OPT_NO_PREFIX_CACHE, OPT_CACHE_SALT, OPT_METHOD, OPT_DRAFT_LEN, OPT_NGRAM_MIN, OPT_NGRAM_MAX, OPT_DRAFT,
 };
 
 static volatile sig_atomic_t stop_signal;
@@ -362,8 +365,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
         {"draft-len", required_argument, NULL, OPT_DRAFT_LEN},
         {"ngram-min", required_argument, NULL, OPT_NGRAM_MIN},
         {"ngram-max", required_argument, NULL, OPT_NGRAM_MAX},
+        {"draft", required_argument, NULL, OPT_DRAFT},
     };
-    enum { N_SPEC_OPTS = 4 };
+    enum { N_SPEC_OPTS = 5 };
+    const char *draft_path = NULL;
     size_t n_own = sizeof own / sizeof own[0] - (spec ? 0 : N_SPEC_OPTS);
     struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];
     kvp_runopts_table(longopts, own, n_own);
@@ -412,9 +417,17 @@ int kvp_decode_main(int argc, char **argv, int spec)
             continue;
         }
         if (c == OPT_METHOD) {
-            if (strcmp(optarg, "ngram") != 0)
-                kvp_cli_usage_error("--method: '%s': the method is ngram (draft, layerskip and heads are not "
-                                    "built yet)", optarg);
+            if (strcmp(optarg, "ngram") == 0)
+                sp.method = "ngram";
+            else if (strcmp(optarg, "draft") == 0)
+                sp.method = "draft";
+            else
+                kvp_cli_usage_error("--method: '%s': use ngram or draft (layerskip and heads are not built yet)",
+                                    optarg);
+            continue;
+        }
+        if (c == OPT_DRAFT) {
+            draft_path = optarg;
             continue;
         }
         if (c == OPT_DRAFT_LEN) {
@@ -449,6 +462,11 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("no model (-m MODEL)");
     if (ngram.min_n > ngram.max_n)
         kvp_cli_usage_error("--ngram-min %u is above --ngram-max %u", ngram.min_n, ngram.max_n);
+    int use_draft = sp.method && strcmp(sp.method, "draft") == 0;
+    if (use_draft && !draft_path)
+        kvp_cli_usage_error("--method draft needs --draft MODEL");
+    if (draft_path && !use_draft)
+        kvp_cli_usage_error("--draft MODEL goes with --method draft");
     int from_prompts = o.prompt || o.file || o.tokens;
     if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) > 1)
         kvp_cli_usage_error("give one of -p, -f and --tokens");
@@ -486,6 +504,14 @@ int kvp_decode_main(int argc, char **argv, int spec)
     kvp_metrics metrics;
     kvp_metrics_init(&metrics, slo_ttft, slo_tpot);
     kvp_drafter drafter = {.ctx = &ngram, .draft = kvp_ngram_draft};
+    kvp_run dr = {0};
+    kvp_draft_model dm = {0};
+    if (use_draft) {
+        if (kvp_run_open_draft(&dr, &r, &o, draft_path, &err) < 0 || kvp_draft_model_init(&dm, dr.engine, dr.kc, &err) < 0)
+            kvp_cli_die_err(&err);
+        dm.chunk = o.chunk;
+        drafter = (kvp_drafter){.ctx = &dm, .draft = kvp_draft_model_draft, .release = kvp_draft_model_release};
+    }
     kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .no_prefix_cache = no_prefix_cache,
                          .metrics = &metrics, .stop = &stop_signal, .drafter = spec ? &drafter : NULL,
                          .draft_len = sp.draft_len, .draft_adaptive = sp.adaptive};
@@ -528,6 +554,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_die("%s: %s", resume, strerror(errno));
     kvp_idset_free(&done);
     kvp_jobsrc_free(js);
+    if (use_draft) {
+        kvp_draft_model_free(&dm);
+        kvp_run_close_draft(&dr);
+    }
     double goodput = kvp_metrics_goodput(&metrics);
     kvp_metrics_free(&metrics);
     kvp_run_close(&r);

@@ -3,8 +3,9 @@
 
 #include <string.h>
 
-uint32_t kvp_ngram_draft(void *ctx, const uint32_t *t, uint32_t n, uint32_t k, uint32_t *out)
+uint32_t kvp_ngram_draft(void *ctx, void **state, const uint32_t *t, uint32_t n, uint32_t k, uint32_t *out)
 {
+    (void)state; /* a function of the tokens alone */
     const kvp_ngram_drafter *d = ctx;
     if (k > KVP_DRAFT_MAX)
         k = KVP_DRAFT_MAX;

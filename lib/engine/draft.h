@@ -19,8 +19,11 @@
 typedef struct kvp_drafter {
     void *ctx;
     /* Up to k (<= KVP_DRAFT_MAX) tokens to follow tokens[n] into out;
-     * returns how many (0: no guess). */
-    uint32_t (*draft)(void *ctx, const uint32_t *tokens, uint32_t n, uint32_t k, uint32_t *out);
+     * returns how many (0: no guess).  *state is the request's own (NULL
+     * at first), for a drafter that keeps something per request. */
+    uint32_t (*draft)(void *ctx, void **state, const uint32_t *tokens, uint32_t n, uint32_t k, uint32_t *out);
+    /* The request is gone: let its state go (NULL: nothing to let go). */
+    void (*release)(void *ctx, void *state);
 } kvp_drafter;
 
 /* Prompt lookup: the last N tokens (N from max_n down to min_n) are looked
@@ -30,6 +33,7 @@ typedef struct kvp_ngram_drafter {
     uint32_t min_n, max_n;
 } kvp_ngram_drafter;
 
-uint32_t kvp_ngram_draft(void *ngram_drafter, const uint32_t *tokens, uint32_t n, uint32_t k, uint32_t *out);
+uint32_t kvp_ngram_draft(void *ngram_drafter, void **state, const uint32_t *tokens, uint32_t n, uint32_t k,
+                         uint32_t *out);
 
 #endif

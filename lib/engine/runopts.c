@@ -203,6 +203,31 @@ int kvp_run_start(kvp_run *r, const kvp_runopts *o, kvp_kvcache *kc, kvp_err *er
     return kvp_engine_create(&r->engine, r->model, r->be, r->kc, err);
 }
 
+int kvp_run_open_draft(kvp_run *d, const kvp_run *target, const kvp_runopts *o, const char *path, kvp_err *err)
+{
+    memset(d, 0, sizeof *d);
+    int rc;
+    if ((rc = kvp_model_load(&d->model, path, err)) < 0 || (rc = kvp_model_load_tokenizer(d->model, &d->tok, err)) < 0)
+        return rc;
+    int64_t at = kvp_tokenizer_vocab_diff(target->tok, d->tok);
+    if (at >= 0) {
+        size_t na = kvp_tokenizer_n_vocab(target->tok), nb = kvp_tokenizer_n_vocab(d->tok);
+        if (na != nb)
+            return kvp_err_set(err, KVP_EINVAL, "%s: a vocabulary of %zu tokens; the model's (%s) has %zu: a draft "
+                               "model must share its vocabulary", path, nb, o->model, na);
+        return kvp_err_set(err, KVP_EINVAL, "%s: token %lld differs from the model's (%s): a draft model must share "
+                           "its vocabulary", path, (long long)at, o->model);
+    }
+    d->be = target->be;
+    return kvp_run_start(d, o, NULL, err);
+}
+
+void kvp_run_close_draft(kvp_run *d)
+{
+    d->be = NULL; /* the target's */
+    kvp_run_close(d);
+}
+
 void kvp_run_close(kvp_run *r)
 {
     kvp_engine_free(r->engine);

@@ -95,6 +95,13 @@ int kvp_run_open_vocab(kvp_run *r, const kvp_runopts *o, kvp_err *err);
  * (read from a stream) and is then adopted. */
 int kvp_run_start(kvp_run *r, const kvp_runopts *o, kvp_kvcache *kc, kvp_err *err);
 void kvp_run_close(kvp_run *r);
+/* A draft model for speculative decoding (specdec --draft PATH): loaded
+ * with its tokenizer, run on target's backend (one thread pool), with its
+ * own KV cache sized as the options say, and an engine.  Its vocabulary
+ * must be the target's, token for token (a message names the first token
+ * that differs).  Close with kvp_run_close_draft. */
+int kvp_run_open_draft(kvp_run *d, const kvp_run *target, const kvp_runopts *o, const char *path, kvp_err *err);
+void kvp_run_close_draft(kvp_run *d);
 /* The prompts the options name, tokenized: *ids[i] (malloc'd) of *lens[i].
  * *ps keeps their labels.  Plain prompts are parsed for special tokens
  * unless --no-special; with --chat or {"messages"} only the template's

@@ -1305,3 +1305,15 @@ int kvp_tokenizer_decode(const kvp_tokenizer *t, const int32_t *ids, size_t n, i
     }
     return kvp_detok_flush(&d, out, err);
 }
+
+int64_t kvp_tokenizer_vocab_diff(const kvp_tokenizer *a, const kvp_tokenizer *b)
+{
+    size_t na = kvp_tokenizer_n_vocab(a), nb = kvp_tokenizer_n_vocab(b), n = na < nb ? na : nb;
+    for (size_t i = 0; i < n; i++) {
+        size_t la = 0, lb = 0;
+        const char *pa = kvp_tokenizer_piece(a, (int32_t)i, &la), *pb = kvp_tokenizer_piece(b, (int32_t)i, &lb);
+        if (!pa || !pb || la != lb || (la && memcmp(pa, pb, la) != 0))
+            return (int64_t)i;
+    }
+    return na == nb ? -1 : (int64_t)n;
+}

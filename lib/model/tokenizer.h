@@ -119,6 +119,10 @@ int kvp_tokenizer_encode_spans(const kvp_tokenizer *t, const char *text, size_t 
                                size_t n_special, int add_bos, int32_t **ids, size_t *n, kvp_err *err);
 
 size_t kvp_tokenizer_n_vocab(const kvp_tokenizer *t);
+/* -1 when a and b have the same pieces for the same ids (one model's
+ * tokens mean the same to the other: a draft model's), else the first id
+ * where they differ (the smaller size when one is a prefix of the other). */
+int64_t kvp_tokenizer_vocab_diff(const kvp_tokenizer *a, const kvp_tokenizer *b);
 kvp_tok_model kvp_tokenizer_model(const kvp_tokenizer *t);
 kvp_tok_pre kvp_tokenizer_pre(const kvp_tokenizer *t);
 /* Special ids, -1 when the vocabulary has none. */

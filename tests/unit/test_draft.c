@@ -7,7 +7,7 @@
 static uint32_t draft(uint32_t min_n, uint32_t max_n, const uint32_t *t, uint32_t n, uint32_t k, uint32_t *out)
 {
     kvp_ngram_drafter d = {.min_n = min_n, .max_n = max_n};
-    return kvp_ngram_draft(&d, t, n, k, out);
+    return kvp_ngram_draft(&d, NULL, t, n, k, out);
 }
 
 int main(void)

@@ -908,8 +908,38 @@ static void test_chat_model(const kvp_tokenizer *t, const kvp_meta *m, kvp_chat_
     kvp_buf_free(&b);
 }
 
+/* Two vocabularies are the same when every id has the same piece. */
+static void test_vocab_diff(void)
+{
+    static const char *const v1[] = {"<s>", "a", "b", "ab"}, *const v2[] = {"<s>", "a", "c", "ab"};
+    kvp_tokenizer *t[4];
+    const char *const *v[4] = {v1, v1, v2, v1};
+    size_t n[4] = {4, 4, 4, 3};
+    for (int i = 0; i < 4; i++) {
+        kvp_meta m;
+        kvp_meta_init(&m);
+        kvp_meta_set_str(&m, "tokenizer.ggml.model", "gpt2", 4);
+        set_tokens(&m, v[i], n[i]);
+        static const char *const mg[] = {"a b"};
+        set_merges(&m, mg, 1);
+        kvp_err err;
+        int rc = kvp_tokenizer_load_meta(&t[i], &m, "tiny", &err);
+        CHECK_MSG(rc == 0, "%s", err.msg);
+        kvp_meta_free(&m);
+        if (rc)
+            return;
+    }
+    CHECK(kvp_tokenizer_vocab_diff(t[0], t[1]) == -1);
+    CHECK(kvp_tokenizer_vocab_diff(t[0], t[2]) == 2);
+    CHECK(kvp_tokenizer_vocab_diff(t[0], t[3]) == 3);
+    CHECK(kvp_tokenizer_vocab_diff(t[3], t[0]) == 3);
+    for (int i = 0; i < 4; i++)
+        kvp_tokenizer_free(t[i]);
+}
+
 int main(void)
 {
+    test_vocab_diff();
     test_chat_render();
     test_tiny_bpe();
     test_tiny_spm();

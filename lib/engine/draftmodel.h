@@ -1,0 +1,35 @@
+/* draftmodel.h - a second, smaller or more quantized model with the same
+ * vocabulary as the drafter (speculative decoding, lib/engine/draft.h).
+ *
+ * Each request gets a sequence in the draft model's own KV cache.  Before
+ * drafting, that sequence is brought in line with the request's tokens:
+ * whatever follows their common prefix (rejected drafts, or tokens the
+ * target chose instead) is truncated and the new tokens are fed in one
+ * step; then the draft model takes k greedy steps.  Greedy drafts are a
+ * function of the tokens, so the verifier's rule keeps the output exact.
+ * When the draft cache is full the request gets no draft that step.
+ */
+#ifndef KVP_DRAFTMODEL_H
+#define KVP_DRAFTMODEL_H
+
+#include "draft.h"
+#include "engine.h"
+#include "kvcache.h"
+
+typedef struct kvp_draft_model {
+    kvp_engine *e;   /* the draft model's engine over its own cache kc */
+    kvp_kvcache *kc;
+    float *logits;   /* [n_vocab] */
+    uint32_t chunk;  /* tokens a feeding step (0: 512) */
+    uint64_t steps;  /* draft-model steps taken (feeding and drafting) */
+} kvp_draft_model;
+
+/* 0 or KVP_ENOMEM; kvp_draft_model_free after. */
+int kvp_draft_model_init(kvp_draft_model *d, kvp_engine *e, kvp_kvcache *kc, kvp_err *err);
+void kvp_draft_model_free(kvp_draft_model *d);
+/* The kvp_drafter callbacks (ctx: a kvp_draft_model). */
+uint32_t kvp_draft_model_draft(void *ctx, void **state, const uint32_t *tokens, uint32_t n, uint32_t k,
+                               uint32_t *out);
+void kvp_draft_model_release(void *ctx, void *state);
+
+#endif
