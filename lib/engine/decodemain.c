@@ -38,7 +38,9 @@ static void usage(FILE *f, int spec)
                 "                          more quantized; it drafts greedily\n"
                 "      --draft-len K|auto  draft tokens a step, 1..%d (default auto: up to 8, adapted to each\n"
                 "                          sequence's acceptance)\n"
-                "      --ngram-min N, --ngram-max N  lengths of the n-grams looked up (default 1 and 3)\n\n"
+                "      --ngram-min N, --ngram-max N  lengths of the n-grams looked up (default 1 and 3)\n"
+                "      --compare           run the requests with decode first (its output not printed),\n"
+                "                          then report both speeds and check the outputs are the same\n\n"
                 "Every decode option applies:\n",
                 KVP_DRAFT_MAX);
     else
@@ -68,8 +70,64 @@ static void usage(FILE *f, int spec)
             kvp_runopts_help);
 }
 
+/* --compare: decode's own run of the same requests first, each output kept
+ * as a hash by request id, so specdec's run can be checked against it. */
+typedef struct ref_out {
+    uint64_t id, hash;
+} ref_out;
+
+typedef struct compare_ctx {
+    ref_out *v;
+    size_t n, cap;
+    uint64_t same, differ;
+    kvp_batch_stats st;    /* decode's run */
+} compare_ctx;
+
+static uint64_t out_hash(const kvp_gen_seq *s)
+{
+    return kvp_xxh64(s->text.data, s->text.len, s->rec.finish_reason * 0x9e3779b97f4a7c15ull + s->n_gen);
+}
+
+/* The emit callback of decode's run: nothing printed, a hash kept. */
+static void compare_collect(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
+{
+    (void)bytes;
+    compare_ctx *c = cp;
+    if (n)
+        return;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        ref_out *v = realloc(c->v, cap * sizeof *v);
+        if (!v)
+            kvp_cli_die("out of memory");
+        c->v = v;
+        c->cap = cap;
+    }
+    c->v[c->n++] = (ref_out){s->rec.id, out_hash(s)};
+}
+
+static int ref_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const ref_out *)a)->id, y = ((const ref_out *)b)->id;
+    return (x > y) - (x < y);
+}
+
+static void compare_check(compare_ctx *c, const kvp_gen_seq *s)
+{
+    ref_out key = {s->rec.id, 0};
+    const ref_out *hit = bsearch(&key, c->v, c->n, sizeof *c->v, ref_cmp);
+    if (hit && hit->hash == out_hash(s)) {
+        c->same++;
+        return;
+    }
+    char idb[32];
+    c->differ++;
+    kvp_cli_warn("--compare: sequence %s: not what decode wrote", kvp_request_id((kvp_gen_seq *)s, idb));
+}
+
 typedef struct out_ctx {
     int spec;              /* specdec: the lines carry drafted and accepted counts */
+    compare_ctx *cmp;      /* --compare: check each output against decode's */
     int stream_text;       /* one sequence, plain text streamed */
     int fd;                /* JSON lines go here, one write() a line (stdout, or --resume's file) */
     const char *out_name;
@@ -133,6 +191,8 @@ static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
                      "raise --kv-mem or --kv-blocks", kvp_request_id(s, idb), c->kv.n_blocks,
                      (unsigned long long)c->kv.block_bytes);
     }
+    if (n == 0 && c->cmp)
+        compare_check(c->cmp, s);
     if (c->stream_text) {
         if (n)
             fwrite(bytes, 1, n, stdout);
@@ -179,7 +239,13 @@ typedef struct spec_info {
     const char *method;  /* NULL: no speculation */
     uint32_t draft_len;
     int adaptive;
+    const compare_ctx *cmp; /* --compare */
 } spec_info;
+
+static double tokens_per_s(const kvp_batch_stats *st)
+{
+    return st->seconds > 0 ? (double)st->generated / st->seconds : 0;
+}
 
 static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
 {
@@ -194,7 +260,14 @@ static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
     for (uint32_t j = 0; j < sp->draft_len && j < KVP_DRAFT_MAX; j++)
         fprintf(f, "%s%.4f", j ? "," : "", st->drafted_at[j] ? (double)st->accepted_at[j] / (double)st->drafted_at[j]
                                                               : 0.0);
-    fputs("]}", f);
+    fputs("]", f);
+    if (sp->cmp) {
+        double a = tokens_per_s(&sp->cmp->st), b = tokens_per_s(st);
+        fprintf(f, ",\"compare\":{\"decode_output_throughput\":%.2f,\"decode_seconds\":%.3f,\"speedup\":%.3f,"
+                "\"same\":%llu,\"differ\":%llu}", a, sp->cmp->st.seconds, a > 0 ? b / a : 0.0,
+                (unsigned long long)sp->cmp->same, (unsigned long long)sp->cmp->differ);
+    }
+    fputs("}", f);
 }
 
 static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, const kvp_runopts *o,
@@ -282,6 +355,12 @@ static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
                 st->drafted ? 100.0 * (double)st->accepted / (double)st->drafted : 0.0,
                 st->verify_steps ? (double)st->accepted / (double)st->verify_steps : 0.0,
                 st->steps ? (double)st->generated / (double)st->steps : 0.0);
+    if (sp->cmp) {
+        double a = tokens_per_s(&sp->cmp->st), b = tokens_per_s(st);
+        fprintf(f, "%s: compare: decode %.2f tokens/s, %s %.2f tokens/s: %.2fx; the same output for %llu of %llu "
+                "sequences\n", prog, a, prog, b, a > 0 ? b / a : 0.0, (unsigned long long)sp->cmp->same,
+                (unsigned long long)(sp->cmp->same + sp->cmp->differ));
+    }
 }
 
 /* --stats: on stderr (text, or JSON with --json), or JSON into FILE. */
@@ -311,6 +390,7 @@ static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_met
 enum {
     OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD, OPT_RATE, OPT_BURST,
     OPT_NO_PREFIX_CACHE, OPT_CACHE_SALT, OPT_METHOD, OPT_DRAFT_LEN, OPT_NGRAM_MIN, OPT_NGRAM_MAX, OPT_DRAFT,
+    OPT_COMPARE,
 };
 
 static volatile sig_atomic_t stop_signal;
@@ -366,9 +446,11 @@ int kvp_decode_main(int argc, char **argv, int spec)
         {"ngram-min", required_argument, NULL, OPT_NGRAM_MIN},
         {"ngram-max", required_argument, NULL, OPT_NGRAM_MAX},
         {"draft", required_argument, NULL, OPT_DRAFT},
+        {"compare", no_argument, NULL, OPT_COMPARE},
     };
-    enum { N_SPEC_OPTS = 5 };
+    enum { N_SPEC_OPTS = 6 };
     const char *draft_path = NULL;
+    int compare = 0;
     size_t n_own = sizeof own / sizeof own[0] - (spec ? 0 : N_SPEC_OPTS);
     struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];
     kvp_runopts_table(longopts, own, n_own);
@@ -430,6 +512,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
             draft_path = optarg;
             continue;
         }
+        if (c == OPT_COMPARE) {
+            compare = 1;
+            continue;
+        }
         if (c == OPT_DRAFT_LEN) {
             sp.adaptive = strcmp(optarg, "auto") == 0;
             if (!sp.adaptive)
@@ -481,6 +567,9 @@ int kvp_decode_main(int argc, char **argv, int spec)
 
     if (resume && o.kv_out)
         kvp_cli_usage_error("--resume and --kv-out at once (a resumed job's KV state would be partial)");
+    if (compare && (!from_prompts || resume || o.kv_out || rate > 0))
+        kvp_cli_usage_error("--compare runs the requests twice: it takes prompts (-p, -f, --tokens), not a KV "
+                            "stream, --resume, --kv-out or --rate");
 
     kvp_idset done;
     kvp_idset_init(&done);
@@ -491,7 +580,35 @@ int kvp_decode_main(int argc, char **argv, int spec)
     }
     kvp_run r;
     kvp_jobsrc *js = NULL;
-    if (kvp_run_open(&r, &o, &err) < 0 || kvp_jobsrc_open(&js, &r, &o, kv_in, &err) < 0)
+    compare_ctx cmp = {0};
+    if (kvp_run_open(&r, &o, &err) < 0)
+        kvp_cli_die_err(&err);
+    if (compare) {
+        /* decode's run first, on a cache of its own (so neither run finds the
+         * other's prompts cached) */
+        kvp_metrics m0;
+        kvp_metrics_init(&m0, 0, 0);
+        kvp_batch_opts bo0 = {.sched = o.sched, .no_prefix_cache = no_prefix_cache, .metrics = &m0,
+                              .stop = &stop_signal};
+        if (kvp_jobsrc_open(&js, &r, &o, kv_in, &err) < 0)
+            kvp_cli_die_err(&err);
+        kvp_jobsrc_filter(js, shard_k, shard_n, NULL);
+        kvp_jobsrc_salt(js, cache_salt);
+        kvp_batch_source src0 = kvp_jobsrc_source(js);
+        catch_stop_signals();
+        if (kvp_batch_run(r.engine, r.kc, r.tok, &bo0, &src0, compare_collect, &cmp, &cmp.st, &err) < 0)
+            kvp_cli_die_err(&err);
+        qsort(cmp.v, cmp.n, sizeof *cmp.v, ref_cmp);
+        kvp_metrics_free(&m0);
+        kvp_jobsrc_free(js);
+        kvp_engine_free(r.engine);
+        kvp_kvcache_free(r.kc);
+        r.engine = NULL;
+        r.kc = NULL;
+        oc.cmp = &cmp;
+        sp.cmp = &cmp;
+    }
+    if (kvp_jobsrc_open(&js, &r, &o, kv_in, &err) < 0)
         kvp_cli_die_err(&err);
     kvp_jobsrc_filter(js, shard_k, shard_n, resume ? &done : NULL);
     kvp_jobsrc_arrivals(js, rate, burstiness, o.sampling.seed);
@@ -568,6 +685,12 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (min_goodput >= 0 && goodput < min_goodput) {
         kvp_cli_warn("goodput %.4f is below --min-goodput %.4f", goodput, min_goodput);
         return 3;
+    }
+    free(cmp.v);
+    if (cmp.differ) {
+        kvp_cli_warn("--compare: %llu of %llu sequences differ from decode's output: a bug, please report it",
+                     (unsigned long long)cmp.differ, (unsigned long long)(cmp.same + cmp.differ));
+        return KVP_EXIT_FAIL;
     }
     if (oc.n_kv_memory) {
         kvp_cli_warn("%llu of %llu sequences did not fit in the KV cache; the others completed",
