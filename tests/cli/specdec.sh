@@ -22,6 +22,8 @@ expect_status 2 "--method draft without --draft"
 expect_err_has "needs --draft MODEL" "says what it needs"
 run specdec -m x.gguf -p hi --draft y.gguf
 expect_status 2 "--draft without --method draft"
+run specdec -m x.gguf --compare kv.kvp
+expect_status 2 "--compare with a KV stream"
 run decode -m x.gguf -p hi --method ngram
 expect_status 2 "decode has no --method"
 run specdec --help
@@ -69,6 +71,11 @@ expect_err_has '"spec":{"method":"ngram","draft_len":8,"adaptive":true' "the sta
 acc=$(sed -n 's/.*"spec":.*"accepted":\([0-9]*\),.*/\1/p' "$ERR")
 expect_true "drafts were accepted ($acc)" test "${acc:-0}" -gt 20
 expect_out_has '"drafted":' "each line counts its drafts"
+run $S --compare --stats --json
+expect_status 0 "--compare"
+expect_err_has '"same":8,"differ":0}' "decode's and specdec's outputs are the same for all 8"
+expect_err_has '"compare":{"decode_output_throughput":' "with decode's speed beside"
+same "--compare prints specdec's output only" "$T/d.jl" "$OUT"
 run $S --max-num-seqs 1 --draft-len 4
 same "greedy, one at a time, --draft-len 4" "$T/d.jl" "$OUT"
 run $S --draft-len 16 --ngram-min 2 --ngram-max 4
