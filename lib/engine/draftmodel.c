@@ -1,6 +1,8 @@
 /* draftmodel.c - drafting with a second model (see draftmodel.h). */
 #include "draftmodel.h"
 
+#include "sample.h"
+
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,15 +32,6 @@ static int draft_seq(kvp_draft_model *d, void **state)
     return seq;
 }
 
-static uint32_t greedy(const float *logits, uint32_t n)
-{
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    return best;
-}
-
 uint32_t kvp_draft_model_draft(void *ctx, void **state, const uint32_t *t, uint32_t n, uint32_t k, uint32_t *out)
 {
     kvp_draft_model *d = ctx;
@@ -60,7 +53,7 @@ uint32_t kvp_draft_model_draft(void *ctx, void **state, const uint32_t *t, uint3
     d->steps++;
     uint32_t m = 0;
     for (; m < k; m++) {
-        out[m] = greedy(d->logits, nv);
+        out[m] = kvp_sample_argmax(d->logits, nv);
         if (m + 1 == k)
             break;
         kvp_step_seq s = {.seq = seq, .tokens = out + m, .n_tokens = 1, .want = KVP_LOGITS_LAST};

@@ -1,6 +1,8 @@
 /* logdist.c - log-softmax facts of a logits row, and a row against a base. */
 #include "logdist.h"
 
+#include "sample.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -63,15 +65,6 @@ void kvp_logdist_topk(const float *l, uint32_t n, uint32_t k, uint32_t *ids)
     }
 }
 
-static uint32_t argmax(const float *l, uint32_t n)
-{
-    uint32_t b = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (l[i] > l[b])
-            b = i;
-    return b;
-}
-
 /* p (log lp) times (lp - lq); 0 where p is 0, whatever q is. */
 static double kl_term(double lp, double lq)
 {
@@ -92,7 +85,7 @@ void kvp_logdist_cmp_topk(const float *l, uint32_t n, uint32_t tok, const uint32
     out->kld = kld;
     out->p_diff = exp(lq_tok) - exp(lp_tok);
     out->top_diff = exp(kvp_logdist_lp(l[ids[0]], lse)) - exp(lp[0]);
-    out->same_top = argmax(l, n) == ids[0];
+    out->same_top = kvp_sample_argmax(l, n) == ids[0];
 }
 
 void kvp_logdist_cmp_full(const float *l, uint32_t n, uint32_t tok, const float *lp_base, kvp_logdist_cmp *out)
@@ -100,11 +93,11 @@ void kvp_logdist_cmp_full(const float *l, uint32_t n, uint32_t tok, const float 
     double lse = kvp_logdist_lse(l, n), kld = 0;
     for (uint32_t i = 0; i < n; i++)
         kld += kl_term(lp_base[i], kvp_logdist_lp(l[i], lse));
-    uint32_t top = argmax(lp_base, n);
+    uint32_t top = kvp_sample_argmax(lp_base, n);
     float lq_tok = kvp_logdist_lp(l[tok], lse);
     out->nll = -(double)lq_tok;
     out->kld = kld;
     out->p_diff = exp(lq_tok) - exp(lp_base[tok]);
     out->top_diff = exp(kvp_logdist_lp(l[top], lse)) - exp(lp_base[top]);
-    out->same_top = argmax(l, n) == top;
+    out->same_top = kvp_sample_argmax(l, n) == top;
 }

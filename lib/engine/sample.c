@@ -92,7 +92,7 @@ static void penalize(float *logits, uint32_t n_vocab, const uint32_t *recent, ui
  * -inf).  Two passes, the first over 16 independent lanes the compiler
  * turns into vector max instructions: a batch samples every sequence of a
  * step on one thread, a 49,152-entry row each. */
-static uint32_t argmax(const float *x, uint32_t n)
+uint32_t kvp_sample_argmax(const float *x, uint32_t n)
 {
     float lane[16];
     for (int k = 0; k < 16; k++)
@@ -120,7 +120,7 @@ int kvp_sample_next(kvp_sampling *s, float *logits, uint32_t n_vocab, const uint
     if (s->repeat_penalty != 1 && n_recent)
         penalize(logits, n_vocab, recent, n_recent, s->repeat_penalty);
     if (s->temperature <= 0)
-        return (int)argmax(logits, n_vocab);
+        return (int)kvp_sample_argmax(logits, n_vocab);
 
     cand *c = malloc((size_t)n_vocab * sizeof *c);
     if (!c)

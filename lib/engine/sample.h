@@ -27,6 +27,8 @@ int kvp_sample_check(const kvp_sampling *s, kvp_err *err);
  * draws.  Returns the token id or a negative code. */
 int kvp_sample_next(kvp_sampling *s, float *logits, uint32_t n_vocab, const uint32_t *recent, uint32_t n_recent,
                     kvp_err *err);
+/* The index of the largest of x[n] (the lowest one on a tie): greedy. */
+uint32_t kvp_sample_argmax(const float *x, uint32_t n);
 /* A uniform double in [0, 1) from s->rng (xoroshiro128+), advancing it. */
 double kvp_sample_uniform(kvp_sampling *s);
 

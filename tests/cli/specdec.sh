@@ -139,31 +139,6 @@ rm -f "$T/q4.kvp"
 run_sh "prefill -m '$M' -t $THREADS -p 'Repeat: one two three four five six seven. Again: one two three' | specdec -m '$M' -t $THREADS -n 24"
 expect_status 0 "prefill | specdec"
 cp "$OUT" "$T/s.txt"
-# a draft model: the test model re-quantized to q4_0 drafts for it, and the
-# model itself (everything accepted); greedy and sampled, the same output
-run quantize --to q4_0 "$M" -o "$T/q4.kvp"
-expect_status 0 "quantize a draft model"
-run $D
-cp "$OUT" "$T/d.jl"
-run $S --method draft --draft "$T/q4.kvp" --stats --json
-expect_status 0 "--method draft (q4_0 drafting for Q4_1)"
-same "a draft model, greedy: the same tokens as decode" "$T/d.jl" "$OUT"
-expect_err_has '"spec":{"method":"draft"' "the stats name the method"
-acc=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
-expect_true "most of q4_0's drafts are kept ($acc)" awk -v a="$acc" 'BEGIN { exit !(a > 0.5) }'
-run $S --method draft --draft "$M" --max-num-seqs 1 --draft-len 6 --stats --json
-same "the model drafting for itself, one at a time" "$T/d.jl" "$OUT"
-acc=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
-expect_true "and every draft is kept ($acc)" awk -v a="$acc" 'BEGIN { exit !(a == 1) }'
-run $D --temperature 0.7 --seed 11
-cp "$OUT" "$T/d.jl"
-run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11
-same "a draft model, sampled: the same tokens as decode" "$T/d.jl" "$OUT"
-run $S --method draft --draft "$T/missing.gguf"
-expect_status 1 "a missing draft model"
-expect_err_has "missing.gguf" "names it"
-rm -f "$T/q4.kvp"
-
 run_sh "prefill -m '$M' -t $THREADS -p 'Repeat: one two three four five six seven. Again: one two three' | decode -m '$M' -t $THREADS -n 24"
 expect_true "prefill | specdec writes what prefill | decode does" cmp -s "$T/s.txt" "$OUT"
 
