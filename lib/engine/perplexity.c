@@ -47,8 +47,10 @@ int kvp_perplexity_run(const kvp_runopts *o, const char *text_path, kvp_ppl_opts
         goto out;
     }
     kvp_runopts ro = *o;
-    if (!ro.kv.n_blocks && !ro.kv.mem_bytes && !ro.kv_mem) /* one window, not the model's whole context */
-        ro.kv.n_blocks = (ctx + (ro.kv.block_size ? ro.kv.block_size : 16) - 1) / (ro.kv.block_size ? ro.kv.block_size : 16);
+    if (!ro.kv.n_blocks && !ro.kv.mem_bytes) { /* one window, not the model's whole context */
+        uint32_t bs = ro.kv.block_size ? ro.kv.block_size : 16; /* the cache's default */
+        ro.kv.n_blocks = (ctx + bs - 1) / bs;
+    }
     if ((rc = kvp_perplexity_tokens(&r, text_path, &ids, &n, err)) < 0 || (rc = kvp_run_start(&r, &ro, NULL, err)) < 0)
         goto out;
     po->bos = kvp_tokenizer_add_bos(r.tok) == 1 ? kvp_tokenizer_bos(r.tok) : -1;

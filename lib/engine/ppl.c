@@ -5,7 +5,6 @@
 #include "hash.h"
 #include "logdist.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,14 +13,7 @@
 
 uint64_t kvp_ppl_tokens_hash(const uint32_t *tokens, uint64_t n)
 {
-    kvp_xxh64_state st;
-    kvp_xxh64_init(&st, 0);
-    for (uint64_t i = 0; i < n; i++) {
-        uint8_t b[4] = {(uint8_t)tokens[i], (uint8_t)(tokens[i] >> 8), (uint8_t)(tokens[i] >> 16),
-                        (uint8_t)(tokens[i] >> 24)};
-        kvp_xxh64_update(&st, b, 4);
-    }
-    return kvp_xxh64_digest(&st);
+    return kvp_xxh64(tokens, (size_t)n * sizeof *tokens, 0); /* little-endian hosts only (README) */
 }
 
 /* What one run carries between windows. */
@@ -94,12 +86,14 @@ static int state_open(ppl_state *st, uint32_t rows, kvp_err *err)
         st->binding = b; /* reported back: the base's own name for its text */
     }
     if (o->save_path) {
-        size_t row = st->k ? st->k : nv;
+        uint32_t k = st->k;
         st->s_lp_tok = malloc(np * sizeof(float));
-        st->s_lp_rest = malloc(np * sizeof(float));
-        st->s_lp = malloc((size_t)np * row * sizeof(float));
-        st->s_ids = malloc((size_t)np * (st->k ? st->k : 1) * sizeof(uint32_t));
-        if (!st->s_lp_tok || !st->s_lp_rest || !st->s_lp || !st->s_ids)
+        st->s_lp = malloc((size_t)np * (k ? k : nv) * sizeof(float));
+        if (k) { /* full rows have neither */
+            st->s_lp_rest = malloc(np * sizeof(float));
+            st->s_ids = malloc((size_t)np * k * sizeof(uint32_t));
+        }
+        if (!st->s_lp_tok || !st->s_lp || (k && (!st->s_lp_rest || !st->s_ids)))
             return kvp_err_set(err, KVP_ENOMEM, "out of memory for a window of %u saved rows", np);
         uint8_t zero[KVP_FINGERPRINT_SIZE] = {0};
         return kvp_lpfile_create(&st->save, o->save_path, o->fingerprint ? o->fingerprint : zero,
@@ -125,7 +119,6 @@ static void save_row(ppl_state *st, const float *l, uint32_t p, uint32_t tok)
         lse = kvp_logdist_lse(l, nv);
         for (uint32_t i = 0; i < nv; i++)
             st->s_lp[(size_t)p * nv + i] = kvp_logdist_lp(l[i], lse);
-        st->s_lp_rest[p] = -INFINITY;
     }
     st->s_lp_tok[p] = kvp_logdist_lp(l[tok], lse);
     kvp_pplsum_add(&st->sum, -(double)st->s_lp_tok[p]);
@@ -196,8 +189,8 @@ static int run_window(ppl_state *st, kvp_engine *e, kvp_kvcache *kc, const uint3
     rc = 0;
     if (st->save) {
         kvp_logprobs_view v = {.window = w, .n_pos = st->n_pos, .top_k = st->k, .n_vocab = st->n_vocab,
-                               .lp_tok = st->s_lp_tok, .lp_rest = st->k ? st->s_lp_rest : NULL,
-                               .ids = st->k ? st->s_ids : NULL, .lp = st->s_lp};
+                               .lp_tok = st->s_lp_tok, .lp_rest = st->s_lp_rest, .ids = st->s_ids,
+                               .lp = st->s_lp};
         rc = kvp_lpfile_put(st->save, &v, err);
     }
 out:

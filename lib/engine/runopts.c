@@ -205,9 +205,10 @@ int kvp_run_start(kvp_run *r, const kvp_runopts *o, kvp_kvcache *kc, kvp_err *er
 
 int kvp_run_open_draft(kvp_run *d, const kvp_run *target, const kvp_runopts *o, const char *path, kvp_err *err)
 {
-    memset(d, 0, sizeof *d);
-    int rc;
-    if ((rc = kvp_model_load(&d->model, path, err)) < 0 || (rc = kvp_model_load_tokenizer(d->model, &d->tok, err)) < 0)
+    kvp_runopts dro = *o;
+    dro.model = path;
+    int rc = kvp_run_open_vocab(d, &dro, err);
+    if (rc < 0)
         return rc;
     int64_t at = kvp_tokenizer_vocab_diff(target->tok, d->tok);
     if (at >= 0) {

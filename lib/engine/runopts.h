@@ -49,7 +49,6 @@ typedef struct kvp_runopts {
     const char *system;
     int threads;                /* 0: all cores */
     kvp_kvcache_opts kv;
-    uint64_t kv_mem;
     uint32_t chunk;             /* --chunk: prompt tokens a step (prefill); decode's token budget */
     kvp_sched_opts sched;       /* --max-num-seqs, --max-batched-tokens, --static */
     kvp_sampling sampling;      /* defaults, then the options */
