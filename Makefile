@@ -48,6 +48,41 @@ ifeq ($(USE_CUDA),1)
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
 endif
 
+# ---- MPI (MPI=auto|0|1): lib/comm's collectives; without it one process. ----
+# Found through pkg-config (OpenMPI's ompi-c, MPICH's mpich), else mpicc.
+MPI          ?= auto
+ifneq ($(MPI),0)
+  MPI_CFLAGS ?= $(shell pkg-config --cflags ompi-c 2>/dev/null || pkg-config --cflags mpich 2>/dev/null || \
+                  mpicc --showme:compile 2>/dev/null || mpicc -compile_info 2>/dev/null | sed 's/^[^ ]* //;s/ -c .*//')
+  MPI_LIBS   ?= $(shell pkg-config --libs ompi-c 2>/dev/null || pkg-config --libs mpich 2>/dev/null || \
+                  mpicc --showme:link 2>/dev/null)
+  HAVE_MPI   := $(shell printf '\043include <mpi.h>\nint main(void){return MPI_Init(0,0);}\n' | \
+                  $(CC) -x c - $(MPI_CFLAGS) $(MPI_LIBS) -o /dev/null >/dev/null 2>&1 && echo 1)
+endif
+ifeq ($(MPI)$(HAVE_MPI),1)
+  $(error MPI=1 but no MPI was found (Debian: apt-get install libopenmpi-dev openmpi-bin))
+endif
+ifeq ($(HAVE_MPI),1)
+  CPPFLAGS += -DKVP_HAVE_MPI=1 $(MPI_CFLAGS)
+  LDLIBS   += $(MPI_LIBS)
+endif
+
+# ---- NCCL (NCCL=auto|0|1): tpbench's GPU backend, in lib/comm/*nccl*.c. ----
+# Headers and libraries from the CUDA toolkit; only tpbench links them (with
+# an rpath), so no other program needs CUDA's libraries to start.
+NCCL ?= auto
+ifneq ($(NCCL),0)
+  HAVE_NCCL := $(shell test -f $(CUDA_HOME)/include/nccl.h && test -f $(CUDA_HOME)/include/cuda_runtime.h && \
+                 ls $(CUDA_HOME)/lib64/libnccl.so >/dev/null 2>&1 && echo 1)
+endif
+ifeq ($(NCCL)$(HAVE_NCCL),1)
+  $(error NCCL=1 but nccl.h or libnccl.so is not under CUDA_HOME=$(CUDA_HOME))
+endif
+ifeq ($(HAVE_NCCL),1)
+  NCCL_CPPFLAGS := -DKVP_HAVE_NCCL=1 -isystem $(CUDA_HOME)/include
+  NCCL_LIBS     := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
+endif
+
 ifeq ($(V),0)
   Q  := @
   say = @printf '  %-6s %s\n' $(1) $(2)
@@ -86,6 +121,9 @@ $(O)/kernels/%.o: kernels/%.cu
 	$(call say,NVCC,$<)
 	@mkdir -p $(@D)
 	$(Q)$(NVCC) $(NVCC_GENCODE) -O3 $(addprefix -I,$(LIB_DIRS)) -Xcompiler -fPIC -c $< -o $@
+
+$(O)/lib/comm/%nccl.o $(O)/lib/comm/%nccl_impl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
+$(BINDIR)/tpbench: LDLIBS += $(NCCL_LIBS)
 
 $(LIB): $(LIB_OBJ)
 	$(call say,AR,$@)

@@ -1,0 +1,285 @@
+/* comm_mpi.c - kvp_comm over MPI (built when the Makefile finds MPI).
+ *
+ * Every collective is the non-blocking MPI call followed by kvp_comm_wait,
+ * which polls with a deadline: MPI itself would wait forever for a peer that
+ * hangs.  Polling spins briefly (a step's all-reduce on one host takes
+ * microseconds) and then sleeps in growing steps, so ranks oversubscribed on
+ * few cores give their core back to the peer they wait for.
+ */
+#ifdef KVP_HAVE_MPI
+#include "comm.h"
+
+#include <mpi.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct kvp_comm {
+    MPI_Comm mc;
+    int rank, size;
+    int owned;             /* MPI_Comm_free on kvp_comm_free */
+};
+
+static kvp_comm *world;
+static double timeout_s = 300.0;
+
+int kvp_comm_have_mpi(void) { return 1; }
+
+void kvp_comm_set_timeout(double seconds) { timeout_s = seconds > 0 ? seconds : 300.0; }
+double kvp_comm_timeout(void) { return timeout_s; }
+
+static int mpi_fail(kvp_err *err, int rc, const char *what)
+{
+    char s[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS)
+        snprintf(s, sizeof s, "MPI error %d", rc);
+    return kvp_err_set(err, KVP_EIO, "%s: %s", what, s);
+}
+
+int kvp_comm_world(kvp_comm **out, kvp_err *err)
+{
+    *out = NULL;
+    if (world) {
+        *out = world;
+        return 0;
+    }
+    int inited = 0, provided = 0;
+    MPI_Initialized(&inited);
+    if (!inited && kvp_comm_launched_size() <= 1) {
+        /* Started alone: a world of one that never starts MPI (a singleton
+         * MPI_Init forks a daemon and leaves its environment behind). */
+        kvp_comm *one = calloc(1, sizeof *one);
+        if (!one)
+            return kvp_err_set(err, KVP_ENOMEM, "comm: out of memory");
+        one->mc = MPI_COMM_NULL;
+        one->size = 1;
+        world = *out = one;
+        return 0;
+    }
+    /* Only the calling thread talks to MPI; the engine's pool never does. */
+    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return kvp_err_set(err, KVP_EIO, "MPI_Init failed (is this job started by mpirun or srun?)");
+    kvp_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return kvp_err_set(err, KVP_ENOMEM, "comm: out of memory");
+    /* Errors come back as codes (and become messages), not MPI's abort. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    c->mc = MPI_COMM_WORLD;
+    MPI_Comm_rank(c->mc, &c->rank);
+    MPI_Comm_size(c->mc, &c->size);
+    world = *out = c;
+    return 0;
+}
+
+void kvp_comm_finalize(void)
+{
+    if (world && world->mc == MPI_COMM_NULL) {
+        free(world);
+        world = NULL;
+        return;
+    }
+    int inited = 0, done = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&done);
+    if (inited && !done)
+        MPI_Finalize();
+    free(world);
+    world = NULL;
+}
+
+int kvp_comm_rank(const kvp_comm *c) { return c->rank; }
+int kvp_comm_size(const kvp_comm *c) { return c->size; }
+void *kvp_comm_handle(kvp_comm *c) { return c->mc == MPI_COMM_NULL ? NULL : &c->mc; }
+
+int kvp_comm_split(kvp_comm *c, int color, int key, kvp_comm **out, kvp_err *err)
+{
+    *out = NULL;
+    if (c->mc == MPI_COMM_NULL) {
+        *out = c; /* the world of one (kvp_comm_free ignores it) */
+        return 0;
+    }
+    kvp_comm *s = calloc(1, sizeof *s);
+    if (!s)
+        return kvp_err_set(err, KVP_ENOMEM, "comm: out of memory");
+    int rc = MPI_Comm_split(c->mc, color, key, &s->mc);
+    if (rc != MPI_SUCCESS) {
+        free(s);
+        return mpi_fail(err, rc, "MPI_Comm_split");
+    }
+    MPI_Comm_set_errhandler(s->mc, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(s->mc, &s->rank);
+    MPI_Comm_size(s->mc, &s->size);
+    s->owned = 1;
+    *out = s;
+    return 0;
+}
+
+void kvp_comm_free(kvp_comm *c)
+{
+    if (!c || c == world)
+        return;
+    int done = 0;
+    MPI_Finalized(&done);
+    if (c->owned && !done)
+        MPI_Comm_free(&c->mc);
+    free(c);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int kvp_comm_wait(kvp_comm *c, void *request, const char *what, kvp_err *err)
+{
+    MPI_Request *req = request;
+    double deadline = now_s() + timeout_s;
+    long nap_ns = 1000;
+    for (unsigned spin = 0;; spin++) {
+        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, rc, what);
+        if (done)
+            return 0;
+        if (spin < 2000)
+            continue;
+        if (now_s() > deadline) {
+            fprintf(stderr, "rank %d: %s waited %.0f s for its peers (a rank died or hangs; --timeout); "
+                    "aborting the job\n", c->rank, what, timeout_s);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+            exit(1); /* MPI_Abort does not return; if it did, still never hang */
+        }
+        struct timespec ts = {0, nap_ns};
+        nanosleep(&ts, NULL);
+        if (nap_ns < 200000)
+            nap_ns *= 2;
+    }
+}
+
+/* MPI counts are int: larger buffers go in pieces of at most 1 GiB. */
+#define PIECE ((size_t)1 << 30)
+
+int kvp_comm_allreduce_f32(kvp_comm *c, float *x, size_t n, kvp_err *err)
+{
+    if (c->size == 1)
+        return 0;
+    for (size_t at = 0; at < n;) {
+        size_t k = n - at < PIECE / sizeof(float) ? n - at : PIECE / sizeof(float);
+        MPI_Request r;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, x + at, (int)k, MPI_FLOAT, MPI_SUM, c->mc, &r);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, rc, "all_reduce");
+        char what[64];
+        snprintf(what, sizeof what, "all_reduce of %zu floats", k);
+        if ((rc = kvp_comm_wait(c, &r, what, err)) < 0)
+            return rc;
+        at += k;
+    }
+    return 0;
+}
+
+int kvp_comm_allgather(kvp_comm *c, const void *send, void *recv, size_t bytes, kvp_err *err)
+{
+    if (c->size == 1) {
+        if (send != recv)
+            memmove(recv, send, bytes);
+        return 0;
+    }
+    if (bytes > INT_MAX)
+        return kvp_err_set(err, KVP_ELIMIT, "all_gather of %zu bytes a rank (at most %d)", bytes, INT_MAX);
+    MPI_Request r;
+    int rc = MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->mc, &r);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "all_gather");
+    return kvp_comm_wait(c, &r, "all_gather", err);
+}
+
+int kvp_comm_bcast(kvp_comm *c, void *buf, size_t bytes, int root, kvp_err *err)
+{
+    if (c->size == 1)
+        return 0;
+    for (size_t at = 0; at < bytes;) {
+        size_t k = bytes - at < PIECE ? bytes - at : PIECE;
+        MPI_Request r;
+        int rc = MPI_Ibcast((char *)buf + at, (int)k, MPI_BYTE, root, c->mc, &r);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, rc, "broadcast");
+        if ((rc = kvp_comm_wait(c, &r, "broadcast", err)) < 0)
+            return rc;
+        at += k;
+    }
+    return 0;
+}
+
+int kvp_comm_send(kvp_comm *c, const void *buf, size_t bytes, int dst, int tag, kvp_err *err)
+{
+    if (dst < 0 || dst >= c->size || dst == c->rank)
+        return kvp_err_set(err, KVP_EINVAL, "send from rank %d to rank %d of %d", c->rank, dst, c->size);
+    for (size_t at = 0; at < bytes || at == 0;) {
+        size_t k = bytes - at < PIECE ? bytes - at : PIECE;
+        MPI_Request r;
+        int rc = MPI_Isend((const char *)buf + at, (int)k, MPI_BYTE, dst, tag, c->mc, &r);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, rc, "send");
+        char what[64];
+        snprintf(what, sizeof what, "send to rank %d", dst);
+        if ((rc = kvp_comm_wait(c, &r, what, err)) < 0)
+            return rc;
+        at += k;
+        if (bytes == 0)
+            break;
+    }
+    return 0;
+}
+
+int kvp_comm_recv(kvp_comm *c, void *buf, size_t bytes, int src, int tag, kvp_err *err)
+{
+    if (src < 0 || src >= c->size || src == c->rank)
+        return kvp_err_set(err, KVP_EINVAL, "receive at rank %d from rank %d of %d", c->rank, src, c->size);
+    for (size_t at = 0; at < bytes || at == 0;) {
+        size_t k = bytes - at < PIECE ? bytes - at : PIECE;
+        MPI_Request r;
+        int rc = MPI_Irecv((char *)buf + at, (int)k, MPI_BYTE, src, tag, c->mc, &r);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, rc, "receive");
+        char what[64];
+        snprintf(what, sizeof what, "receive from rank %d", src);
+        if ((rc = kvp_comm_wait(c, &r, what, err)) < 0)
+            return rc;
+        at += k;
+        if (bytes == 0)
+            break;
+    }
+    return 0;
+}
+
+int kvp_comm_barrier(kvp_comm *c, kvp_err *err)
+{
+    if (c->size == 1)
+        return 0;
+    MPI_Request r;
+    int rc = MPI_Ibarrier(c->mc, &r);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "barrier");
+    return kvp_comm_wait(c, &r, "barrier", err);
+}
+
+void kvp_comm_abort(kvp_comm *c, int status)
+{
+    fflush(stdout);
+    fflush(stderr);
+    if (c && c->mc == MPI_COMM_NULL)
+        exit(status);
+    MPI_Abort(c ? c->mc : MPI_COMM_WORLD, status);
+    exit(status);
+}
+#else
+typedef int kvp_comm_mpi_absent; /* ISO C: a translation unit is never empty */
+#endif
