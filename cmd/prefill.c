@@ -197,6 +197,11 @@ int main(int argc, char **argv)
     }
     if (!o.model)
         kvp_cli_usage_error("no model (-m MODEL)");
+    int follower = kvp_run_tp_follow(&o); /* --tp: ranks past 0 compute, rank 0 goes on */
+    if (follower >= 0) {
+        kvp_runopts_free(&o);
+        return follower;
+    }
     if (ppl_text || po.save_path || po.base_path || full || save_top_set)
         return perplexity_mode(&o, ppl_text, &po, full, save_top_set, argc, argv);
     int n_in = (o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL);

@@ -88,6 +88,7 @@ typedef struct kvp_attn_args {
 enum kvp_rope_kind { KVP_ROPE_KIND_NORM = 0, KVP_ROPE_KIND_NEOX = 1 }; /* == kvp_rope_type (config.h) */
 
 typedef struct kvp_backend kvp_backend;
+struct kvp_comm; /* lib/comm/comm.h: the ranks of a tensor-parallel group */
 
 typedef struct kvp_backend_ops {
     const char *name;      /* "cpu", "cuda" */
@@ -128,6 +129,13 @@ typedef struct kvp_backend_ops {
     int (*attention)(kvp_backend *b, const kvp_attn_args *a, kvp_err *err);
     /* Copy block src to block dst, every layer (copy-on-write). */
     void (*kv_copy_block)(kvp_backend *b, const kvp_kv_pool *kv, uint32_t dst, uint32_t src);
+    /* Tensor parallelism (lib/engine/engine.h): x[n] = its sum over the
+     * ranks of comm, in place, after a row-parallel matmul (MPI on the CPU;
+     * a GPU backend uses its collective library on device memory).  0 or a
+     * code; a peer that never comes aborts the job (comm.h). */
+    int (*all_reduce)(kvp_backend *b, struct kvp_comm *comm, float *x, size_t n, kvp_err *err);
+    /* recv[rank][n] = send[n] of every rank of comm (the vocabulary slices). */
+    int (*all_gather)(kvp_backend *b, struct kvp_comm *comm, const float *send, float *recv, size_t n, kvp_err *err);
 } kvp_backend_ops;
 
 struct kvp_backend {

@@ -60,6 +60,9 @@ int kvp_comm_allreduce_f32(kvp_comm *c, float *x, size_t n, kvp_err *err);
 int kvp_comm_allgather(kvp_comm *c, const void *send, void *recv, size_t bytes, kvp_err *err);
 /* Rank root's buf[bytes] to every rank. */
 int kvp_comm_bcast(kvp_comm *c, void *buf, size_t bytes, int root, kvp_err *err);
+/* The same, waiting with no deadline: a rank waiting for its next order
+ * while rank root waits on its own input (a pipe that is slow to fill). */
+int kvp_comm_bcast_idle(kvp_comm *c, void *buf, size_t bytes, int root, kvp_err *err);
 /* Point to point, matched by tag.  bytes must equal on both sides. */
 int kvp_comm_send(kvp_comm *c, const void *buf, size_t bytes, int dst, int tag, kvp_err *err);
 int kvp_comm_recv(kvp_comm *c, void *buf, size_t bytes, int src, int tag, kvp_err *err);

@@ -136,9 +136,9 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int kvp_comm_wait(kvp_comm *c, void *request, const char *what, kvp_err *err)
+/* Poll until done; past the deadline (forever: no deadline) abort the job. */
+static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forever, kvp_err *err)
 {
-    MPI_Request *req = request;
     double deadline = now_s() + timeout_s;
     long nap_ns = 1000;
     for (unsigned spin = 0;; spin++) {
@@ -149,7 +149,7 @@ int kvp_comm_wait(kvp_comm *c, void *request, const char *what, kvp_err *err)
             return 0;
         if (spin < 2000)
             continue;
-        if (now_s() > deadline) {
+        if (!forever && now_s() > deadline) {
             fprintf(stderr, "rank %d: %s waited %.0f s for its peers (a rank died or hangs; --timeout); "
                     "aborting the job\n", c->rank, what, timeout_s);
             fflush(stderr);
@@ -161,6 +161,11 @@ int kvp_comm_wait(kvp_comm *c, void *request, const char *what, kvp_err *err)
         if (nap_ns < 200000)
             nap_ns *= 2;
     }
+}
+
+int kvp_comm_wait(kvp_comm *c, void *request, const char *what, kvp_err *err)
+{
+    return wait_until(c, request, what, 0, err);
 }
 
 /* MPI counts are int: larger buffers go in pieces of at most 1 GiB. */
@@ -201,7 +206,7 @@ int kvp_comm_allgather(kvp_comm *c, const void *send, void *recv, size_t bytes, 
     return kvp_comm_wait(c, &r, "all_gather", err);
 }
 
-int kvp_comm_bcast(kvp_comm *c, void *buf, size_t bytes, int root, kvp_err *err)
+static int bcast(kvp_comm *c, void *buf, size_t bytes, int root, int forever, kvp_err *err)
 {
     if (c->size == 1)
         return 0;
@@ -211,11 +216,21 @@ int kvp_comm_bcast(kvp_comm *c, void *buf, size_t bytes, int root, kvp_err *err)
         int rc = MPI_Ibcast((char *)buf + at, (int)k, MPI_BYTE, root, c->mc, &r);
         if (rc != MPI_SUCCESS)
             return mpi_fail(err, rc, "broadcast");
-        if ((rc = kvp_comm_wait(c, &r, "broadcast", err)) < 0)
+        if ((rc = wait_until(c, &r, "broadcast", forever, err)) < 0)
             return rc;
         at += k;
     }
     return 0;
+}
+
+int kvp_comm_bcast(kvp_comm *c, void *buf, size_t bytes, int root, kvp_err *err)
+{
+    return bcast(c, buf, bytes, root, 0, err);
+}
+
+int kvp_comm_bcast_idle(kvp_comm *c, void *buf, size_t bytes, int root, kvp_err *err)
+{
+    return bcast(c, buf, bytes, root, 1, err);
 }
 
 int kvp_comm_send(kvp_comm *c, const void *buf, size_t bytes, int dst, int tag, kvp_err *err)

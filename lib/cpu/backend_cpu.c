@@ -3,6 +3,7 @@
 #include "backend.h"
 #include "backend_cpu.h"
 #include "backend_cpu_kern.h"
+#include "comm.h"
 #include "kvscale.h"
 #include "minifloat.h"
 #include "tensor.h"
@@ -808,6 +809,21 @@ static void cpu_destroy(kvp_backend *b)
     free(b);
 }
 
+/* ---- tensor parallelism: host memory, so MPI reads it directly ---- */
+
+static int cpu_all_reduce(kvp_backend *b, struct kvp_comm *comm, float *x, size_t n, kvp_err *err)
+{
+    (void)b;
+    return kvp_comm_allreduce_f32(comm, x, n, err);
+}
+
+static int cpu_all_gather(kvp_backend *b, struct kvp_comm *comm, const float *send, float *recv, size_t n,
+                          kvp_err *err)
+{
+    (void)b;
+    return kvp_comm_allgather(comm, send, recv, n * sizeof(float), err);
+}
+
 static const kvp_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -826,6 +842,8 @@ static const kvp_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .kv_copy_block = cpu_kv_copy_block,
+    .all_reduce = cpu_all_reduce,
+    .all_gather = cpu_all_gather,
 };
 
 int kvp_backend_cpu_create(kvp_backend **out, int n_threads, unsigned flags, kvp_err *err)

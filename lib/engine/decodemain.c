@@ -571,6 +571,11 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("--compare runs the requests twice: it takes prompts (-p, -f, --tokens), not a KV "
                             "stream, --resume, --kv-out or --rate");
 
+    int follower = kvp_run_tp_follow(&o); /* --tp: ranks past 0 compute, rank 0 goes on */
+    if (follower >= 0) {
+        kvp_runopts_free(&o);
+        return follower;
+    }
     kvp_idset done;
     kvp_idset_init(&done);
     out_ctx oc = {.spec = spec, .fd = STDOUT_FILENO, .out_name = "standard output"};

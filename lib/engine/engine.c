@@ -11,25 +11,12 @@
  *   logits = rmsnorm(x[rows asked]) * output_norm . output^T
  */
 #include "engine.h"
+#include "engine_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct kvp_engine {
-    const kvp_model *m;
-    kvp_backend *be;
-    kvp_kvcache *kc;
-    uint32_t cap_tok;      /* tokens the buffers hold */
-    uint32_t cap_rows;     /* logits rows the buffers hold */
-    /* device buffers */
-    float *x, *h, *q, *k, *v, *att, *g, *u, *logits;
-    /* host metadata for the step */
-    int32_t *tok_ids, *pos;
-    uint32_t *slot, *tok_seq, *rows;
-    const uint32_t **tables;
-    uint32_t cap_seqs;
-};
 
 static void release(kvp_engine *e, float **p)
 {
@@ -41,21 +28,26 @@ static void release(kvp_engine *e, float **p)
 static void free_buffers(kvp_engine *e)
 {
     release(e, &e->x), release(e, &e->h), release(e, &e->q), release(e, &e->k), release(e, &e->v);
-    release(e, &e->att), release(e, &e->g), release(e, &e->u), release(e, &e->logits);
+    release(e, &e->att), release(e, &e->g), release(e, &e->u), release(e, &e->logits), release(e, &e->gathered);
+    free(e->host_gathered);
+    e->host_gathered = NULL;
     free(e->tok_ids), free(e->pos), free(e->slot), free(e->tok_seq), free(e->rows);
     e->tok_ids = e->pos = NULL;
     e->slot = e->tok_seq = e->rows = NULL;
     e->cap_tok = e->cap_rows = 0;
 }
 
-static int ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n_seqs, kvp_err *err)
+int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n_seqs, kvp_err *err)
 {
     const kvp_config *c = &e->m->cfg;
     if (n_seqs > e->cap_seqs) {
         const uint32_t **t = realloc(e->tables, n_seqs * sizeof *t);
-        if (!t)
+        if (t)
+            e->tables = t;
+        uint32_t *nt = t ? realloc(e->n_table, n_seqs * sizeof *nt) : NULL;
+        if (!nt)
             return kvp_err_set(err, KVP_ENOMEM, "engine: out of memory for %u sequences", n_seqs);
-        e->tables = t;
+        e->n_table = nt;
         e->cap_seqs = n_seqs;
     }
     if (n_tok <= e->cap_tok && n_rows <= e->cap_rows)
@@ -74,13 +66,18 @@ static int ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n_seq
     e->g = be->ops->alloc(be, nt * ff * f);
     e->u = be->ops->alloc(be, nt * ff * f);
     e->logits = be->ops->alloc(be, (nr ? nr : 1) * (size_t)c->n_vocab * f);
+    if (e->tp) { /* every rank's vocabulary slice of every row */
+        size_t all = (size_t)e->tp_n * (nr ? nr : 1) * e->vocab_rows * f;
+        e->gathered = be->ops->alloc(be, all);
+        e->host_gathered = malloc(all);
+    }
     e->tok_ids = malloc(nt * sizeof *e->tok_ids);
     e->pos = malloc(nt * sizeof *e->pos);
     e->slot = malloc(nt * sizeof *e->slot);
     e->tok_seq = malloc(nt * sizeof *e->tok_seq);
     e->rows = malloc(nt * sizeof *e->rows);
     if (!e->x || !e->h || !e->q || !e->k || !e->v || !e->att || !e->g || !e->u || !e->logits || !e->tok_ids ||
-        !e->pos || !e->slot || !e->tok_seq || !e->rows) {
+        !e->pos || !e->slot || !e->tok_seq || !e->rows || (e->tp && (!e->gathered || !e->host_gathered))) {
         free_buffers(e);
         return kvp_err_set(err, KVP_ENOMEM, "engine: out of memory for a step of %u tokens", nt);
     }
@@ -111,9 +108,18 @@ void kvp_engine_free(kvp_engine *e)
 {
     if (!e)
         return;
+    kvp_engine_tp_release(e);
     free_buffers(e);
     free(e->tables);
+    free(e->n_table);
     free(e);
+}
+
+/* A row-parallel matmul's partial sums, summed over the ranks (tensor
+ * parallelism; alone, nothing to do). */
+static int reduce(kvp_engine *e, float *x, size_t n, kvp_err *err)
+{
+    return e->tp ? e->be->ops->all_reduce(e->be, e->tp, x, n, err) : 0;
 }
 
 /* One transformer layer over the T tokens of the step. */
@@ -143,7 +149,7 @@ static int layer_forward(kvp_engine *e, uint32_t il, uint32_t T, kvp_attn_args *
     aa->layer = il;
     if ((rc = op->attention(be, aa, err)) < 0)
         return rc;
-    if ((rc = op->matmul(be, &L->wo, e->att, e->h, T, err)) < 0)
+    if ((rc = op->matmul(be, &L->wo, e->att, e->h, T, err)) < 0 || (rc = reduce(e, e->h, (size_t)T * d, err)) < 0)
         return rc;
     op->add(be, e->x, e->h, (size_t)T * d);
 
@@ -151,10 +157,64 @@ static int layer_forward(kvp_engine *e, uint32_t il, uint32_t T, kvp_attn_args *
     if ((rc = op->matmul(be, &L->w_gate, e->h, e->g, T, err)) < 0 || (rc = op->matmul(be, &L->w_up, e->h, e->u, T, err)) < 0)
         return rc;
     op->silu_mul(be, e->g, e->u, (size_t)T * c->n_ff);
-    if ((rc = op->matmul(be, &L->w_down, e->g, e->h, T, err)) < 0)
+    if ((rc = op->matmul(be, &L->w_down, e->g, e->h, T, err)) < 0 || (rc = reduce(e, e->h, (size_t)T * d, err)) < 0)
         return rc;
     op->add(be, e->x, e->h, (size_t)T * d);
     return 0;
+}
+
+/* The logits rows: alone, straight to the host; under tensor parallelism
+ * each rank projects its vocabulary rows and the slices are gathered. */
+static int project(kvp_engine *e, uint32_t R, float *logits, kvp_err *err)
+{
+    const kvp_config *c = &e->m->cfg;
+    const kvp_backend_ops *op = e->be->ops;
+    kvp_backend *be = e->be;
+    int rc;
+    if ((rc = op->matmul(be, &e->m->output, e->h, e->logits, R, err)) < 0)
+        return rc;
+    if (!e->tp) {
+        op->to_host(be, logits, e->logits, (size_t)R * c->n_vocab * sizeof(float));
+        return 0;
+    }
+    /* Each rank's slice is [R][its rows], packed; the last rank may hold
+     * fewer rows than vocab_rows, the rest of its piece is unused. */
+    size_t piece = (size_t)R * e->vocab_rows;
+    if ((rc = op->all_gather(be, e->tp, e->logits, e->gathered, piece, err)) < 0 || !logits)
+        return rc;
+    op->to_host(be, e->host_gathered, e->gathered, piece * (size_t)e->tp_n * sizeof(float));
+    for (int q = 0; q < e->tp_n; q++) {
+        uint32_t v0 = (uint32_t)q * e->vocab_rows, nv = c->n_vocab - v0 < e->vocab_rows ? c->n_vocab - v0 : e->vocab_rows;
+        const float *src = e->host_gathered + (size_t)q * piece;
+        for (uint32_t i = 0; i < R; i++)
+            memcpy(logits + (size_t)i * c->n_vocab + v0, src + (size_t)i * nv, nv * sizeof(float));
+    }
+    return 0;
+}
+
+int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, float *logits, kvp_err *err)
+{
+    const kvp_config *c = &e->m->cfg;
+    const kvp_backend_ops *op = e->be->ops;
+    kvp_backend *be = e->be;
+    kvp_attn_args aa = {.q = e->q, .out = e->att, .n_tok = T, .n_head = c->n_head,
+                        .scale = 1.0f / sqrtf((float)c->head_dim), .pos = e->pos, .tok_seq = e->tok_seq,
+                        .tables = e->tables, .kv = kvp_kvcache_pool(e->kc)};
+    int rc;
+    if ((rc = op->embed(be, &e->m->tok_embd, e->tok_ids, T, e->x, err)) < 0)
+        return rc;
+    for (uint32_t il = 0; il < c->n_layer; il++)
+        if ((rc = layer_forward(e, il, T, &aa, err)) < 0)
+            return rc;
+    if (!R)
+        return 0;
+    /* Gather the rows asked for, then norm and project only those. */
+    size_t d = c->n_embd;
+    for (uint32_t i = 0; i < R; i++)
+        if (e->rows[i] != i)
+            memcpy(e->x + i * d, e->x + (size_t)e->rows[i] * d, d * sizeof(float));
+    op->rmsnorm(be, e->x, e->m->output_norm.data, e->h, R, c->n_embd, (float)c->rms_eps);
+    return project(e, R, logits, err);
 }
 
 /* Undo the appends of a failed step. */
@@ -167,8 +227,6 @@ static void rollback(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n, const 
 int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, float *logits, kvp_err *err)
 {
     const kvp_config *c = &e->m->cfg;
-    const kvp_backend_ops *op = e->be->ops;
-    kvp_backend *be = e->be;
     uint64_t T64 = 0, R64 = 0;
     for (uint32_t i = 0; i < n_seqs; i++) {
         T64 += seqs[i].n_tokens;
@@ -185,7 +243,7 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
     if (R64 && !logits)
         return kvp_err_set(err, KVP_EINVAL, "engine: logits asked for but no buffer given");
     uint32_t T = (uint32_t)T64, R = (uint32_t)R64;
-    int rc = ensure(e, T, R, n_seqs, err);
+    int rc = kvp_engine_ensure(e, T, R, n_seqs, err);
     if (rc < 0)
         return rc;
     uint32_t *old_len = malloc((n_seqs ? n_seqs : 1) * sizeof *old_len);
@@ -213,28 +271,15 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
                 e->rows[r++] = t;
         }
     }
-    for (uint32_t i = 0; i < n_seqs; i++)
+    for (uint32_t i = 0; i < n_seqs; i++) {
         e->tables[i] = kvp_kvcache_seq_blocks(e->kc, seqs[i].seq);
-
-    kvp_attn_args aa = {.q = e->q, .out = e->att, .n_tok = T, .n_head = c->n_head,
-                        .scale = 1.0f / sqrtf((float)c->head_dim), .pos = e->pos, .tok_seq = e->tok_seq,
-                        .tables = e->tables, .kv = kvp_kvcache_pool(e->kc)};
-    if ((rc = op->embed(be, &e->m->tok_embd, e->tok_ids, T, e->x, err)) < 0)
-        goto fail;
-    for (uint32_t il = 0; il < c->n_layer; il++)
-        if ((rc = layer_forward(e, il, T, &aa, err)) < 0)
-            goto fail;
-    if (R) {
-        /* Gather the rows asked for, then norm and project only those. */
-        size_t d = c->n_embd;
-        for (uint32_t i = 0; i < R; i++)
-            if (e->rows[i] != i)
-                memcpy(e->x + i * d, e->x + (size_t)e->rows[i] * d, d * sizeof(float));
-        op->rmsnorm(be, e->x, e->m->output_norm.data, e->h, R, c->n_embd, (float)c->rms_eps);
-        if ((rc = op->matmul(be, &e->m->output, e->h, e->logits, R, err)) < 0)
-            goto fail;
-        op->to_host(be, logits, e->logits, (size_t)R * c->n_vocab * sizeof(float));
+        e->n_table[i] = kvp_kvcache_seq_n_blocks(e->kc, seqs[i].seq);
     }
+
+    if (e->tp && (rc = kvp_engine_tp_send_step(e, T, R, n_seqs, err)) < 0)
+        goto fail;
+    if ((rc = kvp_engine_run(e, T, R, logits, err)) < 0)
+        goto fail;
     free(old_len);
     return (int)R;
 fail:

@@ -51,4 +51,23 @@ uint32_t kvp_engine_n_vocab(const kvp_engine *e);
 int kvp_engine_prefill(kvp_engine *e, int seq, const uint32_t *tokens, uint32_t n, uint32_t chunk, float *last_logits,
                        kvp_err *err);
 
+/* ---- tensor parallelism (lib/engine/tp.c) ----
+ * n ranks of comm tp each hold a shard of the model (shard.h) and their
+ * heads of the KV pool; rank 0, the driver, runs the program and its KV
+ * cache, and broadcasts each step's layout (tpmsg.h) to the others, which
+ * compute it with it; the logits come whole to the driver.  Greedy output
+ * equals one process's but for near-ties: the all-reduces sum partial
+ * products in another order. */
+struct kvp_comm;
+/* The driver: make engine e (m a shard, no step run yet) rank 0 of tp and
+ * send the other ranks its pool's shape.  kvp_engine_free tells them it is
+ * gone.  0 or a code. */
+int kvp_engine_tp_start(kvp_engine *e, struct kvp_comm *tp, kvp_err *err);
+/* A worker (rank > 0): follow the driver's engines on shard and be until
+ * kvp_engine_tp_end.  0, or a code naming this rank (a bad message, out of
+ * memory); a driver that never comes is waited for. */
+int kvp_engine_tp_serve(const kvp_model *shard, kvp_backend *be, struct kvp_comm *tp, kvp_err *err);
+/* The driver: the job is over (after the last engine is freed). */
+int kvp_engine_tp_end(struct kvp_comm *tp, kvp_err *err);
+
 #endif

@@ -49,7 +49,23 @@ struct kvp_kvcache {
     kvseq *seqs;
     uint32_t n_seqs;
     kvp_kvcache_stats st;
+    kvp_kvcache_copy_hook on_copy;
+    void *on_copy_ctx;
 };
+
+/* Copy a block in the pool, and tell the hook (tensor-parallel ranks copy theirs). */
+static void copy_block(kvp_kvcache *kc, uint32_t dst, uint32_t src)
+{
+    kc->be->ops->kv_copy_block(kc->be, &kc->pool, dst, src);
+    if (kc->on_copy)
+        kc->on_copy(kc->on_copy_ctx, dst, src);
+}
+
+void kvp_kvcache_set_copy_hook(kvp_kvcache *kc, kvp_kvcache_copy_hook fn, void *ctx)
+{
+    kc->on_copy = fn;
+    kc->on_copy_ctx = ctx;
+}
 
 #if KVP_DEBUG
 static void kvcache_check(const kvp_kvcache *kc);
@@ -524,7 +540,7 @@ int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uin
         return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory for sequence %d", seq);
     if (cow) {
         uint32_t old = s->blocks[s->n_blocks - 1], b = block_take(kc);
-        kc->be->ops->kv_copy_block(kc->be, &kc->pool, b, old);
+        copy_block(kc, b, old);
         block_unref(kc, old);
         s->blocks[s->n_blocks - 1] = b;
         kc->st.cow_copies++;
@@ -599,7 +615,7 @@ int64_t kvp_kvcache_seq_push_block(kvp_kvcache *kc, int seq, const uint32_t *tok
     } else {
         b = block_take(kc);
         if (from >= 0 && !(n == bs && host))
-            kc->be->ops->kv_copy_block(kc->be, &kc->pool, b, (uint32_t)from);
+            copy_block(kc, b, (uint32_t)from);
         else
             kvp_kvcache_block_write(kc, b, host);
     }

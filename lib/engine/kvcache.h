@@ -116,6 +116,11 @@ uint64_t kvp_kvcache_block_hash(const kvp_kvcache *kc, uint32_t block);
 uint32_t kvp_kvcache_block_refs(const kvp_kvcache *kc, uint32_t block);
 /* The full block registered under hash, or -1. */
 int64_t kvp_kvcache_find_hash(const kvp_kvcache *kc, uint64_t hash);
+/* Called after every block copy the cache makes (copy-on-write, a partial
+ * block pushed from another): tensor parallelism replays them on the other
+ * ranks' pools (engine.h).  NULL: none. */
+typedef void (*kvp_kvcache_copy_hook)(void *ctx, uint32_t dst, uint32_t src);
+void kvp_kvcache_set_copy_hook(kvp_kvcache *kc, kvp_kvcache_copy_hook fn, void *ctx);
 /* Copy a block's bytes to host memory (block_bytes) / from host memory. */
 void kvp_kvcache_block_read(kvp_kvcache *kc, uint32_t block, void *host);
 void kvp_kvcache_block_write(kvp_kvcache *kc, uint32_t block, const void *host);

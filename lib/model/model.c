@@ -37,6 +37,24 @@ static void *own(kvp_model *m, uint64_t bytes)
     return p;
 }
 
+void *kvp_model_own(kvp_model *m, uint64_t bytes) { return own(m, bytes); }
+
+/* [p, p + n) inside a read-only mapping of in's file (not bytes read into memory). */
+static int in_file_map(const kvp_in *in, const void *p, uint64_t n)
+{
+    const uint8_t *b = p;
+    return in->map && in->own_map && b >= in->map && n <= in->size && (uint64_t)(b - in->map) <= in->size - n;
+}
+
+int kvp_model_file_backed(const kvp_model *m, const void *p, uint64_t n)
+{
+    if (m->base)
+        return kvp_model_file_backed(m->base, p, n);
+    if (m->open_gguf)
+        return !m->gguf.owned && in_file_map(&m->gguf.in, p, n);
+    return m->open_in && in_file_map(&m->in, p, n);
+}
+
 /* p copied into owned memory (NULL stays NULL). */
 static int own_copy(kvp_model *m, const void **p, uint64_t n)
 {
@@ -547,6 +565,14 @@ void kvp_model_free(kvp_model *m)
 {
     if (!m)
         return;
+    if (m->base) { /* a shard (shard.h): only its own copies and layers */
+        for (size_t i = 0; i < m->n_owned; i++)
+            free(m->owned[i]);
+        free(m->owned);
+        free(m->layers);
+        free(m);
+        return;
+    }
     if (m->open_gguf)
         kvp_gguf_close(&m->gguf);
     if (m->open_in)

@@ -85,6 +85,7 @@ typedef struct kvp_model {
     uint8_t fingerprint[KVP_FINGERPRINT_SIZE];
     uint64_t weight_bytes;  /* sum of all tensor sizes (data, scales, zeros) */
     uint64_t copied_bytes;  /* of which copied out of the file (see above) */
+    const struct kvp_model *base; /* a tensor-parallel shard (shard.h): the whole model it views, else NULL */
 } kvp_model;
 
 /* Load path: a .gguf, a KVP model file, an HF folder, a .safetensors file or
@@ -109,6 +110,12 @@ int kvp_model_check(const kvp_config *c, const kvp_meta *tok, const char *source
 int kvp_model_load_tokenizer(const kvp_model *m, kvp_tokenizer **t, kvp_err *err);
 /* 32 lowercase hex digits of the fingerprint into buf[33]. */
 void kvp_model_fingerprint_hex(const kvp_model *m, char buf[33]);
+/* 64-byte aligned, zeroed memory freed with m (NULL when out of memory). */
+void *kvp_model_own(kvp_model *m, uint64_t bytes);
+/* Whether [p, p + n) lies in m's file as mapped (GGUF, or KVP read from a
+ * file): pages there can be given back (madvise) and read again from the
+ * file, unlike copies and bytes read from a pipe. */
+int kvp_model_file_backed(const kvp_model *m, const void *p, uint64_t n);
 /* "gguf", "kvp" or "hf". */
 const char *kvp_model_format_name(const kvp_model *m);
 

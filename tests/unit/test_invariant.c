@@ -9,6 +9,7 @@
  * 600-token context, so decode splits its keys over chunks while the
  * prompt's tiles take them in turn) and on SmolLM2-135M when it is cached. */
 #include "rig.h"
+#include "tiny.h"
 #include "unit.h"
 #include "backend.h"
 #include "backend_cpu.h"
@@ -29,112 +30,6 @@
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static float frand(void) { return unit_frand(&rng_state); } /* uniform in [-1, 1) */
-
-/* ---- a tiny random Llama as GGUF ---- */
-
-typedef struct tiny_cfg {
-    uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab;
-    int wtype; /* Q4_0, Q4_1, Q8_0 or F16 */
-    int tied;
-} tiny_cfg;
-
-static void gguf_str(kvp_buf *b, const char *s)
-{
-    kvp_buf_u64(b, strlen(s));
-    kvp_buf_put(b, s, strlen(s));
-}
-
-static void gguf_kv(kvp_buf *b, const char *k, uint32_t type, const void *v)
-{
-    gguf_str(b, k);
-    kvp_buf_u32(b, type);
-    if (type == 4)
-        kvp_buf_u32(b, *(const uint32_t *)v);
-    else if (type == 6)
-        kvp_buf_f32(b, *(const float *)v);
-    else
-        gguf_str(b, v);
-}
-
-static int write_tiny(const char *path, const tiny_cfg *c)
-{
-    struct { char name[48]; uint32_t n_in, n_out; int dtype; } ts[64];
-    int nt = 0;
-    uint32_t kv = c->n_head_kv * (c->n_embd / c->n_head);
-#define T(a, b, dt) (ts[nt].n_in = a, ts[nt].n_out = b, ts[nt++].dtype = dt)
-    snprintf(ts[nt].name, 48, "token_embd.weight"), T(c->n_embd, c->n_vocab, c->wtype);
-    snprintf(ts[nt].name, 48, "output_norm.weight"), T(c->n_embd, 0, KVP_DTYPE_F32);
-    if (!c->tied)
-        snprintf(ts[nt].name, 48, "output.weight"), T(c->n_embd, c->n_vocab, c->wtype);
-    const char *names[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
-                           "ffn_up", "ffn_down"};
-    const uint32_t n_in[] = {c->n_embd, c->n_embd, c->n_embd, c->n_embd, c->n_embd, c->n_embd, c->n_embd, c->n_embd,
-                             c->n_ff};
-    const uint32_t n_out[] = {0, c->n_embd, kv, kv, c->n_embd, 0, c->n_ff, c->n_ff, c->n_embd};
-    for (uint32_t l = 0; l < c->n_layer; l++)
-        for (int i = 0; i < 9; i++)
-            snprintf(ts[nt].name, 48, "blk.%u.%s.weight", l, names[i]),
-                T(n_in[i], n_out[i], n_out[i] ? c->wtype : KVP_DTYPE_F32);
-#undef T
-    const uint32_t ggml[] = {[KVP_DTYPE_F32] = 0, [KVP_DTYPE_F16] = 1, [KVP_DTYPE_Q4_0] = 2, [KVP_DTYPE_Q4_1] = 3,
-                             [KVP_DTYPE_Q8_0] = 8};
-    kvp_buf b;
-    kvp_buf_init(&b);
-    kvp_buf_put(&b, "GGUF", 4);
-    kvp_buf_u32(&b, 3);
-    kvp_buf_u64(&b, (uint64_t)nt);
-    kvp_buf_u64(&b, 11);
-    gguf_kv(&b, "general.architecture", 8, "llama");
-    const char *keys[] = {"llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
-                          "llama.attention.head_count", "llama.attention.head_count_kv", "llama.context_length",
-                          "llama.rope.dimension_count", "llama.vocab_size"};
-    const uint32_t vals[] = {c->n_layer, c->n_embd, c->n_ff, c->n_head, c->n_head_kv, 4096, c->n_embd / c->n_head,
-                             c->n_vocab};
-    for (int i = 0; i < 8; i++)
-        gguf_kv(&b, keys[i], 4, &vals[i]);
-    const float theta = 10000.0f, eps = 1e-5f;
-    gguf_kv(&b, "llama.rope.freq_base", 6, &theta);
-    gguf_kv(&b, "llama.attention.layer_norm_rms_epsilon", 6, &eps);
-    uint64_t off = 0;
-    for (int i = 0; i < nt; i++) {
-        gguf_str(&b, ts[i].name);
-        kvp_buf_u32(&b, ts[i].n_out ? 2 : 1);
-        kvp_buf_u64(&b, ts[i].n_in);
-        if (ts[i].n_out)
-            kvp_buf_u64(&b, ts[i].n_out);
-        kvp_buf_u32(&b, ggml[ts[i].dtype]);
-        kvp_buf_u64(&b, off);
-        off += kvp_align_up((uint64_t)kvp_dtype_row_bytes((uint32_t)ts[i].dtype, ts[i].n_in) *
-                                (ts[i].n_out ? ts[i].n_out : 1), 32);
-    }
-    kvp_buf_align(&b, 32);
-    float row[1024];
-    uint8_t q[4096];
-    for (int i = 0; i < nt; i++) {
-        int64_t rb = kvp_dtype_row_bytes((uint32_t)ts[i].dtype, ts[i].n_in);
-        for (uint32_t r = 0; r < (ts[i].n_out ? ts[i].n_out : 1); r++) {
-            for (uint32_t j = 0; j < ts[i].n_in; j++)
-                row[j] = ts[i].n_out ? 0.5f * frand() : 1.0f + 0.2f * frand();
-            switch (ts[i].dtype) {
-            case KVP_DTYPE_F32: memcpy(q, row, (size_t)rb); break;
-            case KVP_DTYPE_F16:
-                for (uint32_t j = 0; j < ts[i].n_in; j++)
-                    kvp_put16(q + 2 * j, kvp_f32_to_f16(row[j]));
-                break;
-            case KVP_DTYPE_Q4_0: kvp_quantize_row_q4_0(row, q, ts[i].n_in); break;
-            case KVP_DTYPE_Q4_1: kvp_quantize_row_q4_1(row, q, ts[i].n_in); break;
-            default: kvp_quantize_row_q8_0(row, q, ts[i].n_in); break;
-            }
-            kvp_buf_put(&b, q, (size_t)rb);
-        }
-        kvp_buf_align(&b, 32);
-    }
-    FILE *f = fopen(path, "wb");
-    int ok = f && fwrite(b.data, 1, b.len, f) == b.len;
-    ok = f && fclose(f) == 0 && ok;
-    kvp_buf_free(&b);
-    return ok ? 0 : -1;
-}
 
 /* ---- the engine ---- */
 
@@ -301,18 +196,18 @@ static void test_tiny(const char *dir, const unsigned *fl, int n_fl)
         uint32_t bs, n;
     } models[] = {
         /* a 600-token prompt: keys in three chunks of 256 */
-        {{2, 128, 352, 4, 2, 96, KVP_DTYPE_Q4_1, 0}, KVP_DTYPE_F16, 16, 600},
-        {{2, 128, 256, 4, 1, 80, KVP_DTYPE_Q8_0, 1}, KVP_DTYPE_F16, 16, 45},
-        {{1, 64, 96, 2, 2, 72, KVP_DTYPE_Q4_0, 1}, KVP_DTYPE_F16, 16, 30},
+        {{2, 128, 352, 4, 2, 96, KVP_DTYPE_Q4_1, 0, 0}, KVP_DTYPE_F16, 16, 600},
+        {{2, 128, 256, 4, 1, 80, KVP_DTYPE_Q8_0, 1, 0}, KVP_DTYPE_F16, 16, 45},
+        {{1, 64, 96, 2, 2, 72, KVP_DTYPE_Q4_0, 1, 0}, KVP_DTYPE_F16, 16, 30},
         /* head dim 20 and 100 FFN rows: tails everywhere; chunks of 64 blocks of 4 */
-        {{2, 80, 100, 4, 2, 64, KVP_DTYPE_F16, 0}, KVP_DTYPE_F32, 4, 300},
+        {{2, 80, 100, 4, 2, 64, KVP_DTYPE_F16, 0, 0}, KVP_DTYPE_F32, 4, 300},
     };
     uint32_t p[700], other[700];
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
         char path[512], what[64];
         snprintf(path, sizeof path, "%s/tiny%zu.gguf", dir, mi);
         snprintf(what, sizeof what, "tiny %s", kvp_dtype_name((uint32_t)models[mi].c.wtype));
-        CHECK(write_tiny(path, &models[mi].c) == 0);
+        CHECK(tiny_write(path, &models[mi].c, &rng_state) == 0);
         for (uint32_t i = 0; i < 700; i++) {
             p[i] = (uint32_t)((frand() + 1) * 0.5f * (float)models[mi].c.n_vocab) % models[mi].c.n_vocab;
             other[i] = (i * 37 + 11) % models[mi].c.n_vocab;

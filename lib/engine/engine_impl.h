@@ -1,0 +1,48 @@
+/* engine_impl.h - the engine's state, shared by engine.c (the forward
+ * pass) and tp.c (tensor parallelism: the driver's messages and the
+ * workers' loop).  Nothing else includes it. */
+#ifndef KVP_ENGINE_IMPL_H
+#define KVP_ENGINE_IMPL_H
+
+#include "comm.h"
+#include "engine.h"
+#include "tpmsg.h"
+
+struct kvp_engine {
+    const kvp_model *m;
+    kvp_backend *be;
+    kvp_kvcache *kc;
+    uint32_t cap_tok;      /* tokens the buffers hold */
+    uint32_t cap_rows;     /* logits rows the buffers hold */
+    /* device buffers */
+    float *x, *h, *q, *k, *v, *att, *g, *u, *logits;
+    /* host metadata for the step */
+    int32_t *tok_ids, *pos;
+    uint32_t *slot, *tok_seq, *rows;
+    const uint32_t **tables;
+    uint32_t cap_seqs;
+    /* tensor parallelism (NULL tp: one process) */
+    kvp_comm *tp;
+    int tp_rank, tp_n;
+    uint32_t vocab_rows;   /* kvp_shard_vocab_rows: each rank's share of the logits */
+    float *gathered;       /* device [tp_n][cap_rows * vocab_rows] */
+    float *host_gathered;  /* its host copy */
+    uint32_t cap_gathered; /* rows it holds */
+    kvp_tpmsg_buf msg;     /* the driver's next message */
+    uint32_t *copies, n_copies, cap_copies; /* the driver's block copies since the last step: [n][2] */
+    int copies_lost;       /* a copy could not be recorded (out of memory) */
+    uint32_t *n_table;     /* the driver's [cap_seqs] table lengths */
+};
+
+/* Make room for a step of n_tok tokens, n_rows logits rows, n_seqs sequences. */
+int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n_seqs, kvp_err *err);
+/* The step laid out in e's arrays: embed, every layer, and the logits rows
+ * (gathered across ranks under tensor parallelism) into logits (host; NULL
+ * on a worker).  0 or a code. */
+int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, float *logits, kvp_err *err);
+/* The driver: broadcast the step laid out in e's arrays (tp.c). */
+int kvp_engine_tp_send_step(kvp_engine *e, uint32_t T, uint32_t R, uint32_t n_seqs, kvp_err *err);
+/* Release the tensor-parallel buffers (tp.c). */
+void kvp_engine_tp_release(kvp_engine *e);
+
+#endif

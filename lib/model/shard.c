@@ -1,0 +1,195 @@
+/* shard.c - a rank's slices of a model's weights (shard.h). */
+#include "shard.h"
+
+#include "tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+uint32_t kvp_shard_vocab_rows(uint32_t n_vocab, uint32_t n) { return n ? (n_vocab + n - 1) / n : n_vocab; }
+
+/* "1, 3 or 9": the rank counts that divide x (at most 64). */
+static void divisors(uint32_t x, char *buf, size_t cap)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (uint32_t d = 1; d <= x && d <= 64 && at + 16 < cap; d++)
+        if (x % d == 0)
+            at += (size_t)snprintf(buf + at, cap - at, "%s%u", at ? ", " : "", d);
+}
+
+int kvp_shard_check(const kvp_config *c, uint32_t n, kvp_err *err)
+{
+    char ok[256];
+    if (n == 0)
+        return kvp_err_set(err, KVP_EINVAL, "tensor parallelism over 0 ranks");
+    if (c->n_head % n) {
+        divisors(c->n_head, ok, sizeof ok);
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: %u query heads do not split "
+                           "evenly (ranks that divide them: %s)", n, c->n_head, ok);
+    }
+    if (c->n_head_kv % n && n % c->n_head_kv) {
+        divisors(c->n_head_kv, ok, sizeof ok);
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: %u KV heads neither split "
+                           "evenly nor replicate evenly (use a divisor or a multiple of %u; divisors: %s)", n,
+                           c->n_head_kv, c->n_head_kv, ok);
+    }
+    if (c->n_ff % n)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: the FFN width %u does not "
+                           "split evenly", n, c->n_ff);
+    if ((uint64_t)kvp_shard_vocab_rows(c->n_vocab, n) * (n - 1) >= c->n_vocab)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: a vocabulary of %u leaves the "
+                           "last rank no rows", n, c->n_vocab);
+    if (c->n_expert || c->kv_lora_rank)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism: %s models (experts or MLA) are not split",
+                           c->arch);
+    return 0;
+}
+
+/* Rows [r0, r0 + nr) of w, in place. */
+static kvp_weight rows(const kvp_weight *w, uint32_t r0, uint32_t nr)
+{
+    kvp_weight v = *w;
+    if (w->dtype < 0)
+        return v;
+    v.n_out = nr;
+    v.data = (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;
+    v.dev = NULL;
+    if (w->scales && w->scale_stride)
+        v.scales = w->scales + (uint64_t)r0 * w->scale_stride;
+    if (w->zeros && w->scale_stride)
+        v.zeros = w->zeros + (uint64_t)r0 * w->scale_stride;
+    return v;
+}
+
+/* A 1-D weight's elements [e0, e0 + ne) (the biases of row slices). */
+static kvp_weight elems(const kvp_weight *w, uint32_t e0, uint32_t ne)
+{
+    kvp_weight v = *w;
+    if (w->dtype < 0)
+        return v;
+    v.n_in = ne;
+    v.data = (const float *)w->data + e0;
+    v.row_bytes = (uint64_t)ne * sizeof(float);
+    return v;
+}
+
+/* Per-row scale groups of a column slice: scales[r][g0 .. g0 + ng) copied. */
+static const float *slice_groups(kvp_model *s, const float *src, uint32_t n_out, uint32_t stride, uint32_t g0,
+                                 uint32_t ng)
+{
+    float *dst = kvp_model_own(s, (uint64_t)n_out * ng * sizeof(float));
+    if (!dst)
+        return NULL;
+    for (uint32_t r = 0; r < n_out; r++)
+        memcpy(dst + (uint64_t)r * ng, src + (uint64_t)r * stride + g0, ng * sizeof(float));
+    return dst;
+}
+
+/* The pages of a whole tensor this rank copied its columns from leave its
+ * resident memory (each rank keeps ~1/n of the weights); they stay in the
+ * page cache for the other ranks.  Only for the mapped file: dropping a
+ * private copy's pages would lose them. */
+static void give_back(const kvp_model *m, const void *p, uint64_t n)
+{
+    if (!kvp_model_file_backed(m, p, n))
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)p + page - 1) & ~(page - 1);
+    uintptr_t b = ((uintptr_t)p + (uintptr_t)n) & ~(page - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* Columns [c0, c0 + nc) of w, copied (one piece of every row). */
+static int cols(kvp_model *s, const kvp_weight *w, uint32_t c0, uint32_t nc, kvp_weight *out, kvp_err *err)
+{
+    *out = *w;
+    int64_t off = kvp_dtype_row_bytes((uint32_t)w->dtype, c0), rb = kvp_dtype_row_bytes((uint32_t)w->dtype, nc);
+    int64_t whole = kvp_dtype_row_bytes((uint32_t)w->dtype, (int64_t)c0 + nc);
+    int grouped = w->scales && w->scale_stride > 1;
+    if (off < 0 || rb <= 0 || whole != off + rb || (grouped && (c0 % w->group || nc % w->group)))
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor %s: %s%s cannot be cut at column %u of %u (a cut must fall "
+                           "between %s)", w->name, kvp_dtype_name((uint32_t)w->dtype), grouped ? " with group scales" : "",
+                           c0, w->n_in, grouped ? "scale groups" : "quantization blocks");
+    uint8_t *dst = kvp_model_own(s, (uint64_t)rb * w->n_out);
+    if (!dst)
+        return kvp_err_set(err, KVP_ENOMEM, "tensor %s: out of memory for its slice", w->name);
+    for (uint32_t r = 0; r < w->n_out; r++)
+        memcpy(dst + (uint64_t)r * (uint64_t)rb, (const uint8_t *)w->data + (uint64_t)r * w->row_bytes + off,
+               (size_t)rb);
+    give_back(s->base, w->data, (uint64_t)w->n_out * w->row_bytes);
+    out->data = dst;
+    out->dev = NULL;
+    out->n_in = nc;
+    out->row_bytes = (uint64_t)rb;
+    if (grouped) {
+        uint32_t g0 = c0 / w->group, ng = nc / w->group;
+        out->scale_stride = ng;
+        out->scales = slice_groups(s, w->scales, w->n_out, w->scale_stride, g0, ng);
+        out->zeros = w->zeros ? slice_groups(s, w->zeros, w->n_out, w->scale_stride, g0, ng) : NULL;
+        if (!out->scales || (w->zeros && !out->zeros))
+            return kvp_err_set(err, KVP_ENOMEM, "tensor %s: out of memory for its scales", w->name);
+    }
+    return 0;
+}
+
+static int shard_layer(kvp_model *s, const kvp_layer *L, kvp_layer *o, const kvp_config *c, uint32_t r, uint32_t n,
+                       kvp_err *err)
+{
+    uint32_t hd = c->head_dim, nh = c->n_head / n, ff = c->n_ff / n;
+    /* KV heads of this rank: its share, or the one its query heads use. */
+    uint32_t nkv = c->n_head_kv % n == 0 ? c->n_head_kv / n : 1;
+    uint32_t kv0 = c->n_head_kv % n == 0 ? r * nkv : r / (n / c->n_head_kv);
+    *o = *L;
+    o->wq = rows(&L->wq, r * nh * hd, nh * hd);
+    o->wk = rows(&L->wk, kv0 * hd, nkv * hd);
+    o->wv = rows(&L->wv, kv0 * hd, nkv * hd);
+    o->bq = elems(&L->bq, r * nh * hd, nh * hd);
+    o->bk = elems(&L->bk, kv0 * hd, nkv * hd);
+    o->bv = elems(&L->bv, kv0 * hd, nkv * hd);
+    o->w_gate = rows(&L->w_gate, r * ff, ff);
+    o->w_up = rows(&L->w_up, r * ff, ff);
+    int rc = cols(s, &L->wo, r * nh * hd, nh * hd, &o->wo, err);
+    return rc < 0 ? rc : cols(s, &L->w_down, r * ff, ff, &o->w_down, err);
+}
+
+int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n, kvp_err *err)
+{
+    *out = NULL;
+    int rc = kvp_shard_check(&m->cfg, n, err);
+    if (rc < 0)
+        return rc;
+    if (r >= n)
+        return kvp_err_set(err, KVP_EINVAL, "rank %u of %u", r, n);
+    kvp_model *s = calloc(1, sizeof *s);
+    if (!s)
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    /* Everything read-only is shared with m (the mapping, the tokenizer's
+     * metadata, the fingerprint); the shard owns its layers and copies. */
+    *s = *m;
+    s->base = m;
+    s->owned = NULL;
+    s->n_owned = s->cap_owned = 0;
+    s->layers = calloc(m->cfg.n_layer ? m->cfg.n_layer : 1, sizeof *s->layers);
+    if (!s->layers) {
+        free(s);
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    }
+    for (uint32_t il = 0; il < m->cfg.n_layer && rc == 0; il++)
+        rc = shard_layer(s, &m->layers[il], &s->layers[il], &m->cfg, r, n, err);
+    if (rc < 0) {
+        kvp_err_prefix(err, "%s: shard %u of %u", m->path, r, n);
+        kvp_model_free(s);
+        return rc;
+    }
+    uint32_t vs = kvp_shard_vocab_rows(m->cfg.n_vocab, n), v0 = r * vs;
+    s->output = rows(&m->output, v0, v0 + vs <= m->cfg.n_vocab ? vs : m->cfg.n_vocab - v0);
+    s->cfg.n_head = m->cfg.n_head / n;
+    s->cfg.n_head_kv = m->cfg.n_head_kv % n == 0 ? m->cfg.n_head_kv / n : 1;
+    s->cfg.n_ff = m->cfg.n_ff / n;
+    *out = s;
+    return 0;
+}

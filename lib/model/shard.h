@@ -1,0 +1,44 @@
+/* shard.h - one rank's part of a model for tensor parallelism.
+ *
+ * Megatron-LM's split of a Llama layer over n ranks; rank r holds
+ *   wq (bq)          the rows of its query heads [r*nh/n, (r+1)*nh/n)
+ *   wk, wv (bk, bv)  the rows of the KV heads those query heads use: n_head_kv/n
+ *                    heads, or, when n is a multiple of n_head_kv, the one KV
+ *                    head its query heads share (replicated on n/n_head_kv
+ *                    ranks, as vLLM does)
+ *   w_gate, w_up     rows [r*n_ff/n, (r+1)*n_ff/n)
+ *   wo, w_down       the matching columns (each rank's product is a partial
+ *                    sum: the engine all-reduces it before the residual add)
+ *   output           vocabulary rows [r*vs, min(n_vocab, (r+1)*vs)),
+ *                    vs = kvp_shard_vocab_rows (the engine gathers them)
+ *   tok_embd, norms  whole (every rank embeds and normalizes the full hidden state)
+ * Row slices are views into the model (no copy; only those pages are read);
+ * column slices are copied, one slice of each row, since a row's elements
+ * are contiguous.  The shard's config has the rank's n_head, n_head_kv and
+ * n_ff, so the engine and the KV cache size themselves for the rank; n_embd
+ * and n_vocab stay whole.
+ *
+ * A split that does not divide evenly (9 query heads over 2 ranks, or a
+ * column cut inside a quantization block or scale group) is refused with a
+ * message naming the counts: every rank does the same work.
+ */
+#ifndef KVP_SHARD_H
+#define KVP_SHARD_H
+
+#include "error.h"
+#include "model.h"
+
+#include <stdint.h>
+
+/* Vocabulary rows a rank projects: ceil(n_vocab / n). */
+uint32_t kvp_shard_vocab_rows(uint32_t n_vocab, uint32_t n);
+
+/* Whether m's config splits over n ranks: 0, or KVP_EUNSUPPORTED with a
+ * message naming the counts and the splits that would work. */
+int kvp_shard_check(const kvp_config *c, uint32_t n, kvp_err *err);
+
+/* Rank r of n's shard of m (n >= 1; n == 1 is a view of the whole).  m must
+ * outlive it.  Free with kvp_model_free.  0 or a code. */
+int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n, kvp_err *err);
+
+#endif
