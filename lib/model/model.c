@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #define KVP_UNREADABLE 0xffffffffu /* tensor dtype we have no kvp_dtype for */
@@ -44,6 +45,13 @@ static int in_file_map(const kvp_in *in, const void *p, uint64_t n)
 {
     const uint8_t *b = p;
     return in->map && in->own_map && b >= in->map && n <= in->size && (uint64_t)(b - in->map) <= in->size - n;
+}
+
+void kvp_model_give_back(const kvp_model *m)
+{
+    const kvp_in *in = m->open_gguf && !m->gguf.owned ? &m->gguf.in : m->open_in ? &m->in : NULL;
+    if (in && in->map && in->own_map && in->size)
+        madvise((void *)(uintptr_t)in->map, (size_t)in->size, MADV_DONTNEED);
 }
 
 int kvp_model_file_backed(const kvp_model *m, const void *p, uint64_t n)

@@ -116,6 +116,12 @@ void *kvp_model_own(kvp_model *m, uint64_t bytes);
  * file): pages there can be given back (madvise) and read again from the
  * file, unlike copies and bytes read from a pipe. */
 int kvp_model_file_backed(const kvp_model *m, const void *p, uint64_t n);
+/* Drop the resident pages of m's mapped file (GGUF, or KVP read from a
+ * file; nothing for other kinds): they are read again from the file where
+ * used.  A tensor-parallel rank calls it once its shard is made, since
+ * loading read the whole file (a KVP file's checksums) and the rank uses
+ * a slice of it. */
+void kvp_model_give_back(const kvp_model *m);
 /* "gguf", "kvp" or "hf". */
 const char *kvp_model_format_name(const kvp_model *m);
 

@@ -190,6 +190,8 @@ int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n,
     s->cfg.n_head = m->cfg.n_head / n;
     s->cfg.n_head_kv = m->cfg.n_head_kv % n == 0 ? m->cfg.n_head_kv / n : 1;
     s->cfg.n_ff = m->cfg.n_ff / n;
+    if (n > 1)
+        kvp_model_give_back(m);
     *out = s;
     return 0;
 }
