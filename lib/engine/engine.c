@@ -29,8 +29,8 @@ static void free_buffers(kvp_engine *e)
 {
     release(e, &e->x), release(e, &e->h), release(e, &e->q), release(e, &e->k), release(e, &e->v);
     release(e, &e->att), release(e, &e->g), release(e, &e->u), release(e, &e->logits), release(e, &e->gathered);
-    free(e->host_gathered);
-    e->host_gathered = NULL;
+    free(e->host_gathered), free(e->host_x), free(e->host_logits);
+    e->host_gathered = e->host_x = e->host_logits = NULL;
     free(e->tok_ids), free(e->pos), free(e->slot), free(e->tok_seq), free(e->rows);
     e->tok_ids = e->pos = NULL;
     e->slot = e->tok_seq = e->rows = NULL;
@@ -71,13 +71,17 @@ int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n
         e->gathered = be->ops->alloc(be, all);
         e->host_gathered = malloc(all);
     }
+    int pipe = e->world && (e->prev >= 0 || e->next >= 0);
+    e->host_x = pipe ? malloc(nt * d * f) : NULL;
+    e->host_logits = e->world && e->rank == e->logits_from ? malloc((nr ? nr : 1) * (size_t)c->n_vocab * f) : NULL;
     e->tok_ids = malloc(nt * sizeof *e->tok_ids);
     e->pos = malloc(nt * sizeof *e->pos);
     e->slot = malloc(nt * sizeof *e->slot);
     e->tok_seq = malloc(nt * sizeof *e->tok_seq);
     e->rows = malloc(nt * sizeof *e->rows);
     if (!e->x || !e->h || !e->q || !e->k || !e->v || !e->att || !e->g || !e->u || !e->logits || !e->tok_ids ||
-        !e->pos || !e->slot || !e->tok_seq || !e->rows || (e->tp && (!e->gathered || !e->host_gathered))) {
+        !e->pos || !e->slot || !e->tok_seq || !e->rows || (e->tp && (!e->gathered || !e->host_gathered)) ||
+        (pipe && !e->host_x) || (e->world && e->rank == e->logits_from && !e->host_logits)) {
         free_buffers(e);
         return kvp_err_set(err, KVP_ENOMEM, "engine: out of memory for a step of %u tokens", nt);
     }
@@ -100,6 +104,7 @@ int kvp_engine_create(kvp_engine **out, const kvp_model *m, kvp_backend *be, kvp
     e->m = m;
     e->be = be;
     e->kc = kc;
+    e->prev = e->next = e->logits_from = -1; /* alone until kvp_engine_tp_start */
     *out = e;
     return 0;
 }
@@ -200,21 +205,36 @@ int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, float *logits, kvp_err
     kvp_attn_args aa = {.q = e->q, .out = e->att, .n_tok = T, .n_head = c->n_head,
                         .scale = 1.0f / sqrtf((float)c->head_dim), .pos = e->pos, .tok_seq = e->tok_seq,
                         .tables = e->tables, .kv = kvp_kvcache_pool(e->kc)};
-    int rc;
-    if ((rc = op->embed(be, &e->m->tok_embd, e->tok_ids, T, e->x, err)) < 0)
+    size_t d = c->n_embd, xb = (size_t)T * d * sizeof(float);
+    int rc = 0;
+    if (e->prev < 0)
+        rc = op->embed(be, &e->m->tok_embd, e->tok_ids, T, e->x, err);
+    else if ((rc = kvp_comm_recv(e->world, e->host_x, xb, e->prev, KVP_TAG_HIDDEN, err)) == 0)
+        op->from_host(be, e->x, e->host_x, xb);
+    for (uint32_t il = 0; il < c->n_layer && rc == 0; il++)
+        rc = layer_forward(e, il, T, &aa, err);
+    if (rc < 0)
         return rc;
-    for (uint32_t il = 0; il < c->n_layer; il++)
-        if ((rc = layer_forward(e, il, T, &aa, err)) < 0)
+    if (e->next >= 0) { /* the next stage goes on; the last one has the logits */
+        op->to_host(be, e->host_x, e->x, xb);
+        if ((rc = kvp_comm_send(e->world, e->host_x, xb, e->next, KVP_TAG_HIDDEN, err)) < 0 || !R || e->rank)
             return rc;
+        return kvp_comm_recv(e->world, logits, (size_t)R * c->n_vocab * sizeof(float), e->logits_from,
+                             KVP_TAG_LOGITS, err);
+    }
     if (!R)
         return 0;
     /* Gather the rows asked for, then norm and project only those. */
-    size_t d = c->n_embd;
     for (uint32_t i = 0; i < R; i++)
         if (e->rows[i] != i)
             memcpy(e->x + i * d, e->x + (size_t)e->rows[i] * d, d * sizeof(float));
     op->rmsnorm(be, e->x, e->m->output_norm.data, e->h, R, c->n_embd, (float)c->rms_eps);
-    return project(e, R, logits, err);
+    if (e->rank != e->logits_from || e->rank == 0)
+        return project(e, R, logits, err);
+    /* the last stage's first rank: to rank 0, which waits in its own stage */
+    if ((rc = project(e, R, e->host_logits, err)) < 0)
+        return rc;
+    return kvp_comm_send(e->world, e->host_logits, (size_t)R * c->n_vocab * sizeof(float), 0, KVP_TAG_LOGITS, err);
 }
 
 /* Undo the appends of a failed step. */
@@ -276,7 +296,7 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
         e->n_table[i] = kvp_kvcache_seq_n_blocks(e->kc, seqs[i].seq);
     }
 
-    if (e->tp && (rc = kvp_engine_tp_send_step(e, T, R, n_seqs, err)) < 0)
+    if (e->world && (rc = kvp_engine_tp_send_step(e, T, R, n_seqs, err)) < 0)
         goto fail;
     if ((rc = kvp_engine_run(e, T, R, logits, err)) < 0)
         goto fail;

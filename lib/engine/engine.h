@@ -51,23 +51,32 @@ uint32_t kvp_engine_n_vocab(const kvp_engine *e);
 int kvp_engine_prefill(kvp_engine *e, int seq, const uint32_t *tokens, uint32_t n, uint32_t chunk, float *last_logits,
                        kvp_err *err);
 
-/* ---- tensor parallelism (lib/engine/tp.c) ----
- * n ranks of comm tp each hold a shard of the model (shard.h) and their
- * heads of the KV pool; rank 0, the driver, runs the program and its KV
- * cache, and broadcasts each step's layout (tpmsg.h) to the others, which
- * compute it with it; the logits come whole to the driver.  Greedy output
- * equals one process's but for near-ties: the all-reduces sum partial
- * products in another order. */
+/* ---- tensor and pipeline parallelism (lib/engine/tp.c) ----
+ * The ranks of a job (world) are pp pipeline stages of tp ranks each:
+ * world rank = stage * tp + tp rank.  Each holds its shard of the model
+ * (shard.h: its stage's layers, split tp ways) and those layers' KV heads.
+ * Rank 0, the driver, runs the program and its KV cache, and broadcasts
+ * each step's layout (tpmsg.h) to the others.  In a step, each stage's
+ * ranks all-reduce their row-parallel products within the stage; stage s
+ * passes its hidden state to stage s + 1 (rank by rank); the last stage
+ * projects the vocabulary and its first rank sends the logits to rank 0.
+ * Greedy output equals one process's but for near-ties: the all-reduces
+ * sum partial products in another order. */
 struct kvp_comm;
-/* The driver: make engine e (m a shard, no step run yet) rank 0 of tp and
- * send the other ranks its pool's shape.  kvp_engine_free tells them it is
- * gone.  0 or a code. */
-int kvp_engine_tp_start(kvp_engine *e, struct kvp_comm *tp, kvp_err *err);
-/* A worker (rank > 0): follow the driver's engines on shard and be until
+typedef struct kvp_parallel {
+    struct kvp_comm *world;  /* every rank of the job */
+    struct kvp_comm *tp;     /* this stage's ranks (size tp) */
+    uint32_t tp_size, pp_size, stage;
+} kvp_parallel;
+/* The driver: make engine e (its model a shard, no step run yet) rank 0 of
+ * d and send the other ranks its pool's shape.  kvp_engine_free tells them
+ * it is gone.  0 or a code. */
+int kvp_engine_tp_start(kvp_engine *e, const kvp_parallel *d, kvp_err *err);
+/* Any other rank: follow the driver's engines on shard and be until
  * kvp_engine_tp_end.  0, or a code naming this rank (a bad message, out of
  * memory); a driver that never comes is waited for. */
-int kvp_engine_tp_serve(const kvp_model *shard, kvp_backend *be, struct kvp_comm *tp, kvp_err *err);
+int kvp_engine_tp_serve(const kvp_model *shard, kvp_backend *be, const kvp_parallel *d, kvp_err *err);
 /* The driver: the job is over (after the last engine is freed). */
-int kvp_engine_tp_end(struct kvp_comm *tp, kvp_err *err);
+int kvp_engine_tp_end(const kvp_parallel *d, kvp_err *err);
 
 #endif

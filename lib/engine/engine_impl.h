@@ -21,18 +21,29 @@ struct kvp_engine {
     uint32_t *slot, *tok_seq, *rows;
     const uint32_t **tables;
     uint32_t cap_seqs;
-    /* tensor parallelism (NULL tp: one process) */
-    kvp_comm *tp;
+    /* tensor and pipeline parallelism (NULL world: one process) */
+    kvp_comm *world;       /* the job: messages from rank 0, hidden states, logits */
+    kvp_comm *tp;          /* this stage's ranks, when more than one: all-reduce, logits gather */
     int tp_rank, tp_n;
+    int rank, prev, next;  /* world ranks: this one, the previous and next stage's peer (-1: none) */
+    int logits_from;       /* world rank that sends rank 0 the logits (-1: rank 0 has them) */
+    int pp_n;              /* pipeline stages */
     uint32_t vocab_rows;   /* kvp_shard_vocab_rows: each rank's share of the logits */
     float *gathered;       /* device [tp_n][cap_rows * vocab_rows] */
     float *host_gathered;  /* its host copy */
+    float *host_x;         /* pipeline stages: the hidden state sent or received, [cap_tok][n_embd] */
+    float *host_logits;    /* the last stage's first rank: logits sent to rank 0, [cap_rows][n_vocab] */
     uint32_t cap_gathered; /* rows it holds */
     kvp_tpmsg_buf msg;     /* the driver's next message */
     uint32_t *copies, n_copies, cap_copies; /* the driver's block copies since the last step: [n][2] */
     int copies_lost;       /* a copy could not be recorded (out of memory) */
     uint32_t *n_table;     /* the driver's [cap_seqs] table lengths */
 };
+
+/* Point-to-point tags between pipeline stages. */
+#define KVP_TAG_HIDDEN 11
+#define KVP_TAG_LOGITS 12
+#define KVP_TAG_KV 13
 
 /* Make room for a step of n_tok tokens, n_rows logits rows, n_seqs sequences. */
 int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n_seqs, kvp_err *err);

@@ -433,10 +433,10 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
     js->o = o;
     js->tok = r->tok;
     js->from_prompts = o->prompt || o->file || o->tokens;
-    if (r->tp && !js->from_prompts) {
+    if (r->dist.world && !js->from_prompts) {
         free(js);
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "--tp: KV streams as input are not supported yet (their blocks "
-                           "hold every head); give prompts (-p, -f, --tokens), or run without --tp");
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "--tp/--pp: KV streams as input are not supported yet (their "
+                           "blocks hold every head and layer); give prompts (-p, -f, --tokens), or run in one process");
     }
     int rc;
     if (js->from_prompts) {

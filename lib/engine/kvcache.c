@@ -51,6 +51,9 @@ struct kvp_kvcache {
     kvp_kvcache_stats st;
     kvp_kvcache_copy_hook on_copy;
     void *on_copy_ctx;
+    kvp_kv_pool whole;     /* the job's whole blocks (kvp_kvcache_set_whole), when read_whole is set */
+    kvp_kvcache_read_hook read_whole;
+    void *read_whole_ctx;
 };
 
 /* Copy a block in the pool, and tell the hook (tensor-parallel ranks copy theirs). */
@@ -344,6 +347,24 @@ void kvp_kvcache_block_read(kvp_kvcache *kc, uint32_t b, void *host)
 {
     kc->be->ops->to_host(kc->be, host, (uint8_t *)kc->pool.base + (size_t)b * kc->pool.block_bytes,
                          kc->pool.block_bytes);
+}
+
+void kvp_kvcache_set_whole(kvp_kvcache *kc, const kvp_kv_pool *whole, kvp_kvcache_read_hook fn, void *ctx)
+{
+    if (whole)
+        kc->whole = *whole;
+    kc->read_whole = whole ? fn : NULL;
+    kc->read_whole_ctx = ctx;
+}
+
+const kvp_kv_pool *kvp_kvcache_whole(const kvp_kvcache *kc) { return kc->read_whole ? &kc->whole : &kc->pool; }
+
+int kvp_kvcache_block_read_whole(kvp_kvcache *kc, uint32_t b, void *host, kvp_err *err)
+{
+    if (kc->read_whole)
+        return kc->read_whole(kc->read_whole_ctx, b, host, err);
+    kvp_kvcache_block_read(kc, b, host);
+    return 0;
 }
 
 void kvp_kvcache_block_write(kvp_kvcache *kc, uint32_t b, const void *host)

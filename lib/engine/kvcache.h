@@ -121,6 +121,16 @@ int64_t kvp_kvcache_find_hash(const kvp_kvcache *kc, uint64_t hash);
  * ranks' pools (engine.h).  NULL: none. */
 typedef void (*kvp_kvcache_copy_hook)(void *ctx, uint32_t dst, uint32_t src);
 void kvp_kvcache_set_copy_hook(kvp_kvcache *kc, kvp_kvcache_copy_hook fn, void *ctx);
+/* Under tensor or pipeline parallelism a rank's pool holds some layers
+ * and heads of each block; what the job's cache holds is whole blocks, as a
+ * KV stream writes them.  The driver sets that shape and a reader of whole
+ * blocks (engine.h's gather); kvp_kvcache_whole and
+ * kvp_kvcache_block_read_whole give them, or the pool and its own bytes
+ * when none is set.  The reader returns 0 or a code. */
+typedef int (*kvp_kvcache_read_hook)(void *ctx, uint32_t block, void *host, kvp_err *err);
+void kvp_kvcache_set_whole(kvp_kvcache *kc, const kvp_kv_pool *whole, kvp_kvcache_read_hook fn, void *ctx);
+const kvp_kv_pool *kvp_kvcache_whole(const kvp_kvcache *kc);
+int kvp_kvcache_block_read_whole(kvp_kvcache *kc, uint32_t block, void *host, kvp_err *err);
 /* Copy a block's bytes to host memory (block_bytes) / from host memory. */
 void kvp_kvcache_block_read(kvp_kvcache *kc, uint32_t block, void *host);
 void kvp_kvcache_block_write(kvp_kvcache *kc, uint32_t block, const void *host);

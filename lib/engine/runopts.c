@@ -40,6 +40,7 @@ const struct option kvp_runopts_long[] = {
     {"static", no_argument, NULL, KVP_OPT_STATIC},
     {"no-special", no_argument, NULL, KVP_OPT_NO_SPECIAL},
     {"tp", required_argument, NULL, KVP_OPT_TP},
+    {"pp", required_argument, NULL, KVP_OPT_PP},
     {"timeout", required_argument, NULL, KVP_OPT_TIMEOUT},
     {"help", no_argument, NULL, KVP_OPT_HELP},
     {"version", no_argument, NULL, KVP_OPT_VERSION},
@@ -70,7 +71,8 @@ const char kvp_runopts_help[] =
     "      --stats[=FILE]      timings on stderr (with --json: as JSON), or as JSON into FILE\n"
     "      --tp N              tensor parallelism over N ranks: start with mpirun -np N (each rank maps its\n"
     "                          shard of the weights and holds its KV heads; rank 0 reads and writes)\n"
-    "      --timeout S         under --tp: a rank waiting S seconds for its peers ends the job (300)\n";
+    "      --pp M              pipeline parallelism: the layers in M stages (mpirun -np N*M with --tp N)\n"
+    "      --timeout S         under --tp/--pp: a rank waiting S seconds for its peers ends the job (300)\n";
 
 void kvp_runopts_table(struct option *out, const struct option *own, size_t n_own)
 {
@@ -147,6 +149,7 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     case KVP_OPT_IGNORE_EOS: o->ignore_eos = 1; break;
     case KVP_OPT_KV_OUT: o->kv_out = arg; break;
     case KVP_OPT_TP: o->tp = parse_u32("--tp", arg, 1, 1024); break;
+    case KVP_OPT_PP: o->pp = parse_u32("--pp", arg, 1, 1024); break;
     case KVP_OPT_TIMEOUT: o->timeout = kvp_cli_opt_f64("--timeout", arg, 0.001, 1e7); break;
     case KVP_OPT_STOP: {
         const char **s = realloc(o->stop, (o->n_stop + 1) * sizeof *s);
@@ -182,7 +185,7 @@ int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
         return rc;
     if ((rc = kvp_model_load_tokenizer(r->model, &r->tok, err)) < 0)
         return rc;
-    if (o->tp > 1 && (rc = kvp_run_tp_open(r, o, err)) < 0)
+    if ((o->tp > 1 || o->pp > 1) && (rc = kvp_run_tp_open(r, o, err)) < 0)
         return rc;
     return kvp_backend_cpu_create(&r->be, o->threads, 0, err);
 }
@@ -209,12 +212,12 @@ int kvp_run_start(kvp_run *r, const kvp_runopts *o, kvp_kvcache *kc, kvp_err *er
         r->kc = kc;
     else if ((rc = kvp_kvcache_create(&r->kc, &r->model->cfg, &o->kv, r->be, err)) < 0)
         return rc;
-    if (kc && r->tp)
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "--tp: KV streams as input are not supported yet (their blocks "
-                           "hold every head); give prompts, or run without --tp");
+    if (kc && r->dist.world)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "--tp/--pp: KV streams as input are not supported yet (their "
+                           "blocks hold every head and layer); give prompts, or run in one process");
     if ((rc = kvp_engine_create(&r->engine, r->model, r->be, r->kc, err)) < 0)
         return rc;
-    return r->tp ? kvp_engine_tp_start(r->engine, r->tp, err) : 0;
+    return r->dist.world ? kvp_engine_tp_start(r->engine, &r->dist, err) : 0;
 }
 
 int kvp_run_open_draft(kvp_run *d, const kvp_run *target, const kvp_runopts *o, const char *path, kvp_err *err)
@@ -345,9 +348,6 @@ int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uin
 int kvp_run_save_open(kvp_run_saver *sv, kvp_run *r, const char *path, const char *producer, kvp_err *err)
 {
     memset(sv, 0, sizeof *sv);
-    if (r->tp)
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "--tp: KV streams as output are not supported yet (each rank "
-                           "holds its heads)");
     int rc = kvp_out_open(&sv->out, path, err);
     if (rc < 0)
         return rc;

@@ -27,12 +27,12 @@ enum {
     KVP_OPT_TEMP, KVP_OPT_TOP_K, KVP_OPT_TOP_P, KVP_OPT_MIN_P, KVP_OPT_REPEAT, KVP_OPT_SEED, KVP_OPT_TOKENS,
     KVP_OPT_CHAT, KVP_OPT_SYSTEM, KVP_OPT_CHUNK, KVP_OPT_STATS, KVP_OPT_JSON, KVP_OPT_STOP, KVP_OPT_IGNORE_EOS,
     KVP_OPT_KV_OUT, KVP_OPT_NO_SPECIAL, KVP_OPT_HELP, KVP_OPT_VERSION, KVP_OPT_MAX_NUM_SEQS, KVP_OPT_MAX_BATCHED,
-    KVP_OPT_STATIC, KVP_OPT_TP, KVP_OPT_TIMEOUT,
+    KVP_OPT_STATIC, KVP_OPT_TP, KVP_OPT_PP, KVP_OPT_TIMEOUT,
 };
 
 /* The shared entries of a getopt_long table: KVP_RUNOPTS_N_LONG of them,
  * then a zero entry (a program adding its own sizes its table from it). */
-#define KVP_RUNOPTS_N_LONG 32
+#define KVP_RUNOPTS_N_LONG 33
 extern const struct option kvp_runopts_long[KVP_RUNOPTS_N_LONG + 1];
 #define KVP_RUNOPTS_SHORT "m:p:f:n:t:"
 /* A program's getopt_long table: the shared entries, then its own n_own,
@@ -59,7 +59,8 @@ typedef struct kvp_runopts {
     size_t n_stop;
     int ignore_eos;
     const char *kv_out;
-    uint32_t tp;                /* --tp N: tensor-parallel ranks (mpirun -np N); 0 or 1: one process */
+    uint32_t tp;                /* --tp N: tensor-parallel ranks a stage; 0 or 1: none */
+    uint32_t pp;                /* --pp M: pipeline stages; 0 or 1: none (mpirun -np N*M) */
     double timeout;             /* --timeout S: how long a rank waits for its peers (0: comm.h's default) */
 } kvp_runopts;
 
@@ -83,7 +84,7 @@ void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s);
 typedef struct kvp_run {
     kvp_model *model;           /* under --tp: this rank's shard of whole */
     kvp_model *whole;           /* under --tp: the model loaded, else NULL */
-    struct kvp_comm *tp;        /* under --tp: the ranks, this one the driver (rank 0) */
+    kvp_parallel dist;              /* under --tp/--pp: the job's ranks, this one the driver (world NULL: alone) */
     kvp_tokenizer *tok;
     kvp_backend *be;
     kvp_kvcache *kc;
@@ -92,14 +93,14 @@ typedef struct kvp_run {
 
 /* Load model + tokenizer and start the backend (no cache yet). */
 int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err);
-/* Under --tp N, run by every program first: on ranks other than 0, follow
- * rank 0's steps on this rank's shard until the job ends, and return the
- * exit status (0, or 1 after printing "prog: rank R: ..." and aborting the
- * job); on rank 0 (or without --tp) return -1: go on as the driver. */
+/* Under --tp N / --pp M, run by every program first: on ranks other than 0,
+ * follow rank 0's steps on this rank's shard until the job ends, and return
+ * the exit status (0, or 1 after printing "prog: rank R: ..." and aborting
+ * the job); on rank 0 (or alone) return -1: go on as the driver. */
 int kvp_run_tp_follow(const kvp_runopts *o);
-/* The driver, inside kvp_run_open under --tp (tprun.c): join the job's ranks
- * (there must be o->tp of them), keep the model loaded in r->whole and put
- * rank 0's shard in r->model.  From kvp_run_tp_follow until
+/* The driver, inside kvp_run_open under --tp/--pp (tprun.c): join the job's
+ * ranks (there must be tp * pp of them), keep the model loaded in r->whole
+ * and put rank 0's shard in r->model.  From kvp_run_tp_follow until
  * kvp_run_tp_close, a driver that exits any other way (a fatal error)
  * aborts the job, so no rank waits for a driver that is gone.  0 or a code. */
 int kvp_run_tp_open(kvp_run *r, const kvp_runopts *o, kvp_err *err);

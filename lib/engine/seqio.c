@@ -71,7 +71,7 @@ int kvp_seqio_writer_open(kvp_seqio_writer **out, kvp_writer *w, kvp_kvcache *kc
 {
     *out = NULL;
     kvp_seqio_writer *sw = calloc(1, sizeof *sw);
-    const kvp_kv_pool *pool = kvp_kvcache_pool(kc);
+    const kvp_kv_pool *pool = kvp_kvcache_whole(kc);
     if (!sw || !(sw->buf = malloc(pool->block_bytes))) {
         free(sw);
         return kvp_err_set(err, KVP_ENOMEM, "out of memory for a KV block of %llu bytes",
@@ -103,7 +103,7 @@ void kvp_seqio_writer_counts(const kvp_seqio_writer *sw, uint64_t *n_blocks, uin
 int kvp_seqio_writer_put(kvp_seqio_writer *sw, const kvp_seqio_seq *s, kvp_err *err)
 {
     kvp_kvcache *kc = sw->kc;
-    const kvp_kv_pool *pool = kvp_kvcache_pool(kc);
+    const kvp_kv_pool *pool = kvp_kvcache_whole(kc); /* whole blocks, gathered under --tp/--pp */
     uint32_t len = kvp_kvcache_seq_len(kc, s->handle), bs = pool->block_size;
     const uint32_t *tok = kvp_kvcache_seq_tokens(kc, s->handle), *blocks = kvp_kvcache_seq_blocks(kc, s->handle);
     kvp_seq_rec rec = s->rec;
@@ -131,8 +131,8 @@ int kvp_seqio_writer_put(kvp_seqio_writer *sw, const kvp_seqio_seq *s, kvp_err *
                 kb.scales_bytes = pool->block_bytes - pool->scales_off;
                 scales = sw->buf + pool->scales_off;
             }
-            kvp_kvcache_block_read(kc, blocks[b], sw->buf);
-            if ((rc = kvp_write_kvblock(sw->w, &kb, tok + (size_t)b * bs, sw->buf, scales, err)) == 0) {
+            if ((rc = kvp_kvcache_block_read_whole(kc, blocks[b], sw->buf, err)) == 0 &&
+                (rc = kvp_write_kvblock(sw->w, &kb, tok + (size_t)b * bs, sw->buf, scales, err)) == 0) {
                 if (hmap_put(&sw->seen, h, 1) < 0)
                     rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
                 sw->n_blocks++;

@@ -66,27 +66,131 @@ static void note_copy(void *ctx, uint32_t dst, uint32_t src)
     e->n_copies++;
 }
 
-static void set_group(kvp_engine *e, kvp_comm *tp)
+/* This rank's place in the job, from d. */
+static void set_group(kvp_engine *e, const kvp_parallel *d)
 {
-    e->tp = tp;
-    e->tp_rank = kvp_comm_rank(tp);
-    e->tp_n = kvp_comm_size(tp);
-    e->vocab_rows = kvp_shard_vocab_rows(e->m->cfg.n_vocab, (uint32_t)e->tp_n);
+    e->world = d->world;
+    e->rank = kvp_comm_rank(d->world);
+    e->tp = d->tp_size > 1 ? d->tp : NULL;
+    e->tp_rank = e->rank % (int)d->tp_size;
+    e->tp_n = (int)d->tp_size;
+    e->vocab_rows = kvp_shard_vocab_rows(e->m->cfg.n_vocab, d->tp_size);
+    e->prev = d->stage > 0 ? e->rank - (int)d->tp_size : -1;
+    e->next = d->stage + 1 < d->pp_size ? e->rank + (int)d->tp_size : -1;
+    e->logits_from = d->pp_size > 1 ? (int)((d->pp_size - 1) * d->tp_size) : -1;
+    e->pp_n = (int)d->pp_size;
 }
 
-int kvp_engine_tp_start(kvp_engine *e, kvp_comm *tp, kvp_err *err)
+/* The whole model's layer count, whatever this rank's stage holds. */
+static uint32_t whole_layers(const kvp_model *m) { return m->base ? m->base->cfg.n_layer : m->cfg.n_layer; }
+
+/* ---- whole KV blocks, for a KV stream: each rank's layers and heads ---- */
+
+/* Where world rank q's part of a block goes in the whole one. */
+typedef struct part {
+    uint32_t l0, n_layer, kv0, n_kv; /* its layers and KV heads */
+    uint64_t data, bytes;            /* its data bytes, its whole block bytes (data + scales) */
+} part;
+
+static part part_of(const kvp_engine *e, const kvp_kv_pool *whole, int q)
+{
+    uint32_t tp = (uint32_t)e->tp_n, pp = (uint32_t)e->pp_n, s = (uint32_t)q / tp, t = (uint32_t)q % tp;
+    uint32_t L = whole->n_layer, H = whole->n_head_kv, bs = whole->block_size;
+    part p = {.l0 = kvp_shard_first_layer(L, s, pp)};
+    p.n_layer = kvp_shard_first_layer(L, s + 1, pp) - p.l0;
+    p.n_kv = H % tp == 0 ? H / tp : 1;
+    p.kv0 = H % tp == 0 ? t * p.n_kv : t / (tp / H); /* as shard.c splits them */
+    uint64_t rows = (uint64_t)p.n_layer * 2 * p.n_kv * bs;
+    p.data = rows * whole->head_dim * (uint64_t)kvp_dtype_row_bytes((uint32_t)whole->dtype, 1);
+    p.bytes = p.data + (whole->scales_off ? rows * sizeof(float) : 0);
+    return p;
+}
+
+/* A rank's part (src, laid out as its own pool's block) into the whole block. */
+static void place(const kvp_kv_pool *w, const part *p, const uint8_t *src, uint8_t *dst)
+{
+    uint64_t slab = (uint64_t)w->block_size * w->head_dim * (uint64_t)kvp_dtype_row_bytes((uint32_t)w->dtype, 1);
+    uint64_t sslab = (uint64_t)w->block_size * sizeof(float);
+    for (uint32_t l = 0; l < p->n_layer; l++)
+        for (uint32_t kv = 0; kv < 2; kv++)
+            for (uint32_t h = 0; h < p->n_kv; h++) {
+                uint64_t from = ((uint64_t)l * 2 + kv) * p->n_kv + h;
+                uint64_t to = ((uint64_t)(p->l0 + l) * 2 + kv) * w->n_head_kv + p->kv0 + h;
+                memcpy(dst + to * slab, src + from * slab, slab);
+                if (w->scales_off)
+                    memcpy(dst + w->scales_off + to * sslab, src + p->data + from * sslab, sslab);
+            }
+}
+
+/* The driver's kvp_kvcache_read_hook: every rank's part of block b, whole. */
+static int read_whole(void *ctx, uint32_t b, void *host, kvp_err *err)
+{
+    kvp_engine *e = ctx;
+    const kvp_kv_pool *w = kvp_kvcache_whole(e->kc);
+    int n = kvp_comm_size(e->world), rc = kvp_tpmsg_put_kv_read(&e->msg, b, err);
+    if (rc < 0 || (rc = send_msg(e->world, &e->msg, err)) < 0)
+        return rc;
+    uint8_t *buf = malloc(kvp_kvcache_pool(e->kc)->block_bytes > part_of(e, w, n - 1).bytes
+                              ? kvp_kvcache_pool(e->kc)->block_bytes : part_of(e, w, n - 1).bytes);
+    if (!buf)
+        rc = kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
+    /* every rank answers (a failure here leaves the job unable to go on: the
+     * caller's error ends it) */
+    for (int q = 0; q < n && rc == 0; q++) {
+        part p = part_of(e, w, q);
+        if (q == 0)
+            kvp_kvcache_block_read(e->kc, b, buf);
+        else
+            rc = kvp_comm_recv(e->world, buf, p.bytes, q, KVP_TAG_KV, err);
+        if (rc == 0)
+            place(w, &p, buf, host);
+    }
+    free(buf);
+    return rc;
+}
+
+/* The job's whole block shape, for the KV streams the driver writes. */
+static void set_whole(kvp_engine *e)
+{
+    const kvp_config *c = e->m->base ? &e->m->base->cfg : &e->m->cfg;
+    const kvp_kv_pool *kv = kvp_kvcache_pool(e->kc);
+    kvp_kv_pool w = *kv;
+    w.base = NULL;
+    w.n_layer = c->n_layer;
+    w.n_head_kv = c->n_head_kv;
+    w.block_bytes = kvp_kvcache_block_bytes(c, kv->block_size, kv->dtype);
+    w.scales_off = kv->scales_off ? w.block_bytes - (uint64_t)w.n_layer * 2 * w.n_head_kv * w.block_size * sizeof(float)
+                                  : 0;
+    kvp_kvcache_set_whole(e->kc, &w, read_whole, e);
+}
+
+/* A worker's answer to KV_READ: its part of block b, to rank 0. */
+static int send_part(kvp_engine *e, uint32_t b, kvp_err *err)
+{
+    const kvp_kv_pool *kv = kvp_kvcache_pool(e->kc);
+    uint8_t *buf = malloc(kv->block_bytes);
+    if (!buf)
+        return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
+    kvp_kvcache_block_read(e->kc, b, buf);
+    int rc = kvp_comm_send(e->world, buf, kv->block_bytes, 0, KVP_TAG_KV, err);
+    free(buf);
+    return rc;
+}
+
+int kvp_engine_tp_start(kvp_engine *e, const kvp_parallel *d, kvp_err *err)
 {
     if (e->cap_tok)
         return kvp_err_set(err, KVP_EINVAL, "tensor parallel: the engine has run a step already");
-    if (kvp_comm_rank(tp) != 0)
-        return kvp_err_set(err, KVP_EINVAL, "tensor parallel: rank %d is not the driver", kvp_comm_rank(tp));
-    set_group(e, tp);
+    if (kvp_comm_rank(d->world) != 0)
+        return kvp_err_set(err, KVP_EINVAL, "tensor parallel: rank %d is not the driver", kvp_comm_rank(d->world));
+    set_group(e, d);
     kvp_kvcache_set_copy_hook(e->kc, note_copy, e);
+    set_whole(e);
     const kvp_kv_pool *kv = kvp_kvcache_pool(e->kc);
     kvp_tpmsg_setup s = {.n_blocks = kv->n_blocks, .block_size = kv->block_size, .dtype = (uint32_t)kv->dtype,
-                         .n_layer = e->m->cfg.n_layer, .n_vocab = e->m->cfg.n_vocab};
+                         .n_layer = whole_layers(e->m), .n_vocab = e->m->cfg.n_vocab};
     int rc = kvp_tpmsg_put_setup(&e->msg, &s, err);
-    return rc < 0 ? rc : send_msg(tp, &e->msg, err);
+    return rc < 0 ? rc : send_msg(e->world, &e->msg, err);
 }
 
 int kvp_engine_tp_send_step(kvp_engine *e, uint32_t T, uint32_t R, uint32_t n_seqs, kvp_err *err)
@@ -97,18 +201,19 @@ int kvp_engine_tp_send_step(kvp_engine *e, uint32_t T, uint32_t R, uint32_t n_se
                         .pos = e->pos, .slot = e->slot, .tok_seq = e->tok_seq, .rows = e->rows,
                         .n_table = e->n_table, .tables = e->tables, .copies = e->copies};
     int rc = kvp_tpmsg_put_step(&e->msg, &s, err);
-    if (rc == 0 && (rc = send_msg(e->tp, &e->msg, err)) == 0)
+    if (rc == 0 && (rc = send_msg(e->world, &e->msg, err)) == 0)
         e->n_copies = 0;
     return rc;
 }
 
 void kvp_engine_tp_release(kvp_engine *e)
 {
-    if (e->tp && e->tp_rank == 0) {
+    if (e->world && e->rank == 0) {
         kvp_err ignored;
         kvp_kvcache_set_copy_hook(e->kc, NULL, NULL);
+        kvp_kvcache_set_whole(e->kc, NULL, NULL, NULL);
         if (kvp_tpmsg_put_stop(&e->msg, &ignored) == 0)
-            send_msg(e->tp, &e->msg, &ignored);
+            send_msg(e->world, &e->msg, &ignored);
     }
     kvp_tpmsg_buf_free(&e->msg);
     free(e->copies);
@@ -116,13 +221,13 @@ void kvp_engine_tp_release(kvp_engine *e)
     e->n_copies = e->cap_copies = 0;
 }
 
-int kvp_engine_tp_end(kvp_comm *tp, kvp_err *err)
+int kvp_engine_tp_end(const kvp_parallel *d, kvp_err *err)
 {
     kvp_tpmsg_buf b = {0};
     uint32_t w[2] = {KVP_TPMSG_MAGIC, KVP_TPMSG_END};
     b.w = w;
     b.n = b.cap = 2;
-    return send_msg(tp, &b, err);
+    return send_msg(d->world, &b, err);
 }
 
 /* ---- the workers ---- */
@@ -148,13 +253,13 @@ static int follow_step(kvp_engine *e, const kvp_tpmsg_step *s, kvp_err *err)
 
 /* From a SETUP to its STOP: a pool like the driver's (with this rank's
  * heads) and the steps on it. */
-static int follow_engine(const kvp_model *shard, kvp_backend *be, kvp_comm *tp, const kvp_tpmsg_setup *su,
+static int follow_engine(const kvp_model *shard, kvp_backend *be, const kvp_parallel *d, const kvp_tpmsg_setup *su,
                          kvp_tpmsg_buf *b, kvp_err *err)
 {
-    if (su->n_layer != shard->cfg.n_layer || su->n_vocab != shard->cfg.n_vocab)
+    if (su->n_layer != whole_layers(shard) || su->n_vocab != shard->cfg.n_vocab)
         return kvp_err_set(err, KVP_EMISMATCH, "tensor parallel: rank 0's model has %u layers and %u tokens, this "
                            "rank's %u and %u (every rank must load the same model)", su->n_layer, su->n_vocab,
-                           shard->cfg.n_layer, shard->cfg.n_vocab);
+                           whole_layers(shard), shard->cfg.n_vocab);
     kvp_kvcache_opts ko;
     kvp_kvcache_opts_init(&ko);
     ko.n_blocks = su->n_blocks;
@@ -166,38 +271,39 @@ static int follow_engine(const kvp_model *shard, kvp_backend *be, kvp_comm *tp, 
     if (rc == 0)
         rc = kvp_engine_create(&e, shard, be, kc, err);
     if (rc == 0)
-        set_group(e, tp);
+        set_group(e, d);
     while (rc == 0) {
         kvp_tpmsg m;
-        if ((rc = recv_msg(tp, b, err)) < 0 || (rc = kvp_tpmsg_decode(&m, b->w, b->n, su, err)) < 0)
+        if ((rc = recv_msg(d->world, b, err)) < 0 || (rc = kvp_tpmsg_decode(&m, b->w, b->n, su, err)) < 0)
             break;
         if (m.kind == KVP_TPMSG_STOP) {
             kvp_tpmsg_free(&m);
             break;
         }
-        rc = m.kind == KVP_TPMSG_STEP ? follow_step(e, &m.step, err)
-                                      : kvp_err_set(err, KVP_EFORMAT, "tensor parallel: message kind %u inside a run",
-                                                    m.kind);
+        rc = m.kind == KVP_TPMSG_STEP      ? follow_step(e, &m.step, err)
+             : m.kind == KVP_TPMSG_KV_READ ? send_part(e, m.block, err)
+                                           : kvp_err_set(err, KVP_EFORMAT, "tensor parallel: message kind %u inside a "
+                                                         "run", m.kind);
         kvp_tpmsg_free(&m);
     }
     if (e)
-        e->tp = NULL; /* a worker sends no STOP */
+        e->world = NULL; /* a worker sends no STOP */
     kvp_engine_free(e);
     kvp_kvcache_free(kc);
     return rc;
 }
 
-int kvp_engine_tp_serve(const kvp_model *shard, kvp_backend *be, kvp_comm *tp, kvp_err *err)
+int kvp_engine_tp_serve(const kvp_model *shard, kvp_backend *be, const kvp_parallel *d, kvp_err *err)
 {
     kvp_tpmsg_buf b = {0};
     int rc = 0;
     for (;;) {
         kvp_tpmsg m;
-        if ((rc = recv_msg(tp, &b, err)) < 0 || (rc = kvp_tpmsg_decode(&m, b.w, b.n, NULL, err)) < 0)
+        if ((rc = recv_msg(d->world, &b, err)) < 0 || (rc = kvp_tpmsg_decode(&m, b.w, b.n, NULL, err)) < 0)
             break;
         if (m.kind == KVP_TPMSG_END)
             break;
-        rc = m.kind == KVP_TPMSG_SETUP ? follow_engine(shard, be, tp, &m.setup, &b, err)
+        rc = m.kind == KVP_TPMSG_SETUP ? follow_engine(shard, be, d, &m.setup, &b, err)
                                        : kvp_err_set(err, KVP_EFORMAT, "tensor parallel: message kind %u before a "
                                                      "setup", m.kind);
         kvp_tpmsg_free(&m);
@@ -206,6 +312,6 @@ int kvp_engine_tp_serve(const kvp_model *shard, kvp_backend *be, kvp_comm *tp, k
     }
     kvp_tpmsg_buf_free(&b);
     if (rc < 0)
-        kvp_err_prefix(err, "rank %d", kvp_comm_rank(tp));
+        kvp_err_prefix(err, "rank %d", kvp_comm_rank(d->world));
     return rc;
 }

@@ -54,6 +54,16 @@ int kvp_tpmsg_put_stop(kvp_tpmsg_buf *b, kvp_err *err)
     return 0;
 }
 
+int kvp_tpmsg_put_kv_read(kvp_tpmsg_buf *b, uint32_t block, kvp_err *err)
+{
+    b->n = 0;
+    int rc = reserve(b, 3, err);
+    if (rc < 0)
+        return rc;
+    put1(b, KVP_TPMSG_MAGIC), put1(b, KVP_TPMSG_KV_READ), put1(b, block);
+    return 0;
+}
+
 int kvp_tpmsg_put_step(kvp_tpmsg_buf *b, const kvp_tpmsg_step *s, kvp_err *err)
 {
     b->n = 0;
@@ -193,6 +203,18 @@ int kvp_tpmsg_decode(kvp_tpmsg *m, const uint32_t *w, size_t n, const kvp_tpmsg_
     case KVP_TPMSG_STOP:
     case KVP_TPMSG_END:
         break;
+    case KVP_TPMSG_KV_READ: {
+        const uint32_t *b = take(&r, 1);
+        if (!b)
+            return trunc_err(err, "the block to read");
+        if (!lim)
+            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: a block read before the setup");
+        if (*b >= lim->n_blocks)
+            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: read of block %u of %u", *b,
+                               lim->n_blocks);
+        m->block = *b;
+        break;
+    }
     case KVP_TPMSG_STEP:
         if (!lim)
             return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: a step before the setup");

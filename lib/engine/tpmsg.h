@@ -12,6 +12,7 @@
  *          each token's sequence, the R rows whose logits are wanted, each
  *          sequence's block table, and the copy-on-write block copies the
  *          driver's cache made since the last step (done first)
+ *   KV_READ  send rank 0 your part of a block (it writes a KV stream)
  *   STOP   the engine is gone (its pool with it); a SETUP may follow
  *   END    the job is over
  *
@@ -33,7 +34,9 @@
 #define KVP_TPMSG_MAGIC 0x5054564bu /* "KVTP" */
 #define KVP_TPMSG_MAX_TOK (1u << 20)
 
-enum kvp_tpmsg_kind { KVP_TPMSG_SETUP = 1, KVP_TPMSG_STEP = 2, KVP_TPMSG_STOP = 3, KVP_TPMSG_END = 4 };
+enum kvp_tpmsg_kind {
+    KVP_TPMSG_SETUP = 1, KVP_TPMSG_STEP = 2, KVP_TPMSG_STOP = 3, KVP_TPMSG_END = 4, KVP_TPMSG_KV_READ = 5,
+};
 
 typedef struct kvp_tpmsg_setup {
     uint32_t n_blocks, block_size, dtype, n_layer, n_vocab;
@@ -53,6 +56,7 @@ typedef struct kvp_tpmsg_step {
 
 typedef struct kvp_tpmsg {
     uint32_t kind;
+    uint32_t block;                /* KV_READ */
     kvp_tpmsg_setup setup;
     kvp_tpmsg_step step;
     const uint32_t **tables_mem;   /* owned */
@@ -68,6 +72,7 @@ void kvp_tpmsg_buf_free(kvp_tpmsg_buf *b);
 /* Encode into b (reset first).  0 or KVP_ENOMEM. */
 int kvp_tpmsg_put_setup(kvp_tpmsg_buf *b, const kvp_tpmsg_setup *s, kvp_err *err);
 int kvp_tpmsg_put_stop(kvp_tpmsg_buf *b, kvp_err *err);
+int kvp_tpmsg_put_kv_read(kvp_tpmsg_buf *b, uint32_t block, kvp_err *err);
 /* s->tables[i] has s->n_table[i] blocks. */
 int kvp_tpmsg_put_step(kvp_tpmsg_buf *b, const kvp_tpmsg_step *s, kvp_err *err);
 

@@ -1,4 +1,5 @@
-/* tprun.c - starting and ending a tensor-parallel job (runopts.h: --tp). */
+/* tprun.c - starting and ending a tensor- or pipeline-parallel job
+ * (runopts.h: --tp, --pp). */
 #include "runopts.h"
 #include "backend_cpu.h"
 #include "cli.h"
@@ -7,8 +8,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-/* The driver's group while the job runs; an exit before kvp_run_tp_close
+/* The driver's world while the job runs; an exit before kvp_run_tp_close
  * (a fatal error's exit(1)) aborts the job from atexit. */
 static kvp_comm *live;
 
@@ -20,18 +22,36 @@ static void abort_job_at_exit(void)
     }
 }
 
-/* The world, checked against --tp. */
-static int join(const kvp_runopts *o, kvp_comm **w, kvp_err *err)
+/* The world, checked against --tp and --pp, and this rank's place in it:
+ * world rank = stage * tp + tp rank; d->tp the ranks of its stage. */
+static kvp_parallel joined; /* rank 0 joins once: kvp_run_tp_follow, then kvp_run_tp_open */
+
+static int join(const kvp_runopts *o, kvp_parallel *d, kvp_err *err)
 {
+    if (joined.world) { /* splitting again would be a collective the others never join */
+        *d = joined;
+        return 0;
+    }
+    memset(d, 0, sizeof *d);
+    d->tp_size = o->tp ? o->tp : 1;
+    d->pp_size = o->pp ? o->pp : 1;
     kvp_comm_set_timeout(o->timeout);
-    int rc = kvp_comm_world(w, err);
+    kvp_comm *w = NULL;
+    int rc = kvp_comm_world(&w, err);
     if (rc < 0)
         return rc;
-    if ((uint32_t)kvp_comm_size(*w) != o->tp)
-        return kvp_err_set(err, KVP_EINVAL, "--tp %u, but the job has %d rank%s: start it with mpirun -np %u (or "
-                           "srun -n %u)", o->tp, kvp_comm_size(*w), kvp_comm_size(*w) == 1 ? "" : "s", o->tp, o->tp);
-    if (kvp_comm_rank(*w) == 0 && !live) {
-        live = *w;
+    uint32_t want = d->tp_size * d->pp_size;
+    d->world = w; /* for the rank in messages */
+    if ((uint32_t)kvp_comm_size(w) != want)
+        return kvp_err_set(err, KVP_EINVAL, "--tp %u --pp %u: %u ranks, but the job has %d: start it with mpirun -np "
+                           "%u (or srun -n %u)", d->tp_size, d->pp_size, want, kvp_comm_size(w), want, want);
+    d->world = w;
+    d->stage = (uint32_t)kvp_comm_rank(w) / d->tp_size;
+    if ((rc = kvp_comm_split(w, (int)d->stage, kvp_comm_rank(w), &d->tp, err)) < 0)
+        return rc;
+    if (kvp_comm_rank(w) == 0 && !live) {
+        joined = *d;
+        live = w;
         static int registered;
         if (!registered++)
             atexit(abort_job_at_exit);
@@ -39,54 +59,60 @@ static int join(const kvp_runopts *o, kvp_comm **w, kvp_err *err)
     return 0;
 }
 
+static int shard_of(const kvp_model *m, const kvp_parallel *d, kvp_model **out, kvp_err *err)
+{
+    return kvp_model_shard(out, m, (uint32_t)kvp_comm_rank(d->world) % d->tp_size, d->tp_size, d->stage, d->pp_size,
+                           err);
+}
+
 int kvp_run_tp_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
 {
-    kvp_comm *w = NULL;
-    int rc = join(o, &w, err);
+    int rc = join(o, &r->dist, err);
     if (rc < 0)
         return rc;
     r->whole = r->model;
     r->model = NULL;
-    r->tp = w;
-    return kvp_model_shard(&r->model, r->whole, 0, o->tp, err);
+    return shard_of(r->whole, &r->dist, &r->model, err);
 }
 
 void kvp_run_tp_close(kvp_run *r)
 {
-    if (!r->tp)
+    if (!r->dist.world)
         return;
     kvp_err err = {0};
-    if (kvp_engine_tp_end(r->tp, &err) < 0)
+    if (kvp_engine_tp_end(&r->dist, &err) < 0)
         kvp_cli_warn("%s", err.msg);
     live = NULL;
-    r->tp = NULL;
+    kvp_comm_free(r->dist.tp);
+    memset(&r->dist, 0, sizeof r->dist);
+    memset(&joined, 0, sizeof joined);
     kvp_comm_finalize();
 }
 
 int kvp_run_tp_follow(const kvp_runopts *o)
 {
-    if (o->tp <= 1)
+    if (o->tp <= 1 && o->pp <= 1)
         return -1;
     kvp_err err = {0};
-    kvp_comm *w = NULL;
+    kvp_parallel d;
     kvp_model *m = NULL, *shard = NULL;
     kvp_backend *be = NULL;
-    int rc = join(o, &w, &err);
-    if (rc == 0 && kvp_comm_rank(w) == 0)
-        return -1;
-    if (rc == 0 && (rc = kvp_model_load(&m, o->model, &err)) == 0 &&
-        (rc = kvp_model_shard(&shard, m, (uint32_t)kvp_comm_rank(w), o->tp, &err)) == 0 &&
+    int rc = join(o, &d, &err);
+    if (rc == 0 && kvp_comm_rank(d.world) == 0)
+        return -1; /* the driver: kvp_run_tp_open takes the place it joined */
+    if (rc == 0 && (rc = kvp_model_load(&m, o->model, &err)) == 0 && (rc = shard_of(m, &d, &shard, &err)) == 0 &&
         (rc = kvp_backend_cpu_create(&be, o->threads, 0, &err)) == 0)
-        rc = kvp_engine_tp_serve(shard, be, w, &err);
+        rc = kvp_engine_tp_serve(shard, be, &d, &err);
     kvp_backend_free(be);
     kvp_model_free(shard);
     kvp_model_free(m);
     if (rc < 0) {
-        fprintf(stderr, "%s: rank %d: %s\n", kvp_cli_prog(), w ? kvp_comm_rank(w) : -1, err.msg);
-        if (w)
-            kvp_comm_abort(w, 1);
+        fprintf(stderr, "%s: rank %d: %s\n", kvp_cli_prog(), d.world ? kvp_comm_rank(d.world) : -1, err.msg);
+        if (d.world)
+            kvp_comm_abort(d.world, 1);
         return 1;
     }
+    kvp_comm_free(d.tp);
     kvp_comm_finalize();
     return 0;
 }

@@ -156,14 +156,25 @@ static int shard_layer(kvp_model *s, const kvp_layer *L, kvp_layer *o, const kvp
     return rc < 0 ? rc : cols(s, &L->w_down, r * ff, ff, &o->w_down, err);
 }
 
-int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n, kvp_err *err)
+uint32_t kvp_shard_first_layer(uint32_t n_layer, uint32_t stage, uint32_t pp)
+{
+    uint32_t base = n_layer / pp, extra = n_layer % pp;
+    return stage * base + (stage < extra ? stage : extra);
+}
+
+int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n, uint32_t stage, uint32_t pp,
+                    kvp_err *err)
 {
     *out = NULL;
     int rc = kvp_shard_check(&m->cfg, n, err);
     if (rc < 0)
         return rc;
-    if (r >= n)
-        return kvp_err_set(err, KVP_EINVAL, "rank %u of %u", r, n);
+    if (r >= n || stage >= pp)
+        return kvp_err_set(err, KVP_EINVAL, "rank %u of %u, stage %u of %u", r, n, stage, pp);
+    if (pp > m->cfg.n_layer)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "pipeline parallelism over %u stages: the model has %u layers (at "
+                           "most one stage a layer)", pp, m->cfg.n_layer);
+    uint32_t l0 = kvp_shard_first_layer(m->cfg.n_layer, stage, pp), l1 = kvp_shard_first_layer(m->cfg.n_layer, stage + 1, pp);
     kvp_model *s = calloc(1, sizeof *s);
     if (!s)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
@@ -173,24 +184,25 @@ int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n,
     s->base = m;
     s->owned = NULL;
     s->n_owned = s->cap_owned = 0;
-    s->layers = calloc(m->cfg.n_layer ? m->cfg.n_layer : 1, sizeof *s->layers);
+    s->layers = calloc(l1 - l0, sizeof *s->layers);
     if (!s->layers) {
         free(s);
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
     }
-    for (uint32_t il = 0; il < m->cfg.n_layer && rc == 0; il++)
-        rc = shard_layer(s, &m->layers[il], &s->layers[il], &m->cfg, r, n, err);
+    for (uint32_t il = l0; il < l1 && rc == 0; il++)
+        rc = shard_layer(s, &m->layers[il], &s->layers[il - l0], &m->cfg, r, n, err);
     if (rc < 0) {
         kvp_err_prefix(err, "%s: shard %u of %u", m->path, r, n);
         kvp_model_free(s);
         return rc;
     }
+    s->cfg.n_layer = l1 - l0;
     uint32_t vs = kvp_shard_vocab_rows(m->cfg.n_vocab, n), v0 = r * vs;
     s->output = rows(&m->output, v0, v0 + vs <= m->cfg.n_vocab ? vs : m->cfg.n_vocab - v0);
     s->cfg.n_head = m->cfg.n_head / n;
     s->cfg.n_head_kv = m->cfg.n_head_kv % n == 0 ? m->cfg.n_head_kv / n : 1;
     s->cfg.n_ff = m->cfg.n_ff / n;
-    if (n > 1)
+    if (n > 1 || pp > 1)
         kvp_model_give_back(m);
     *out = s;
     return 0;

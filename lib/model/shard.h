@@ -37,8 +37,18 @@ uint32_t kvp_shard_vocab_rows(uint32_t n_vocab, uint32_t n);
  * message naming the counts and the splits that would work. */
 int kvp_shard_check(const kvp_config *c, uint32_t n, kvp_err *err);
 
-/* Rank r of n's shard of m (n >= 1; n == 1 is a view of the whole).  m must
- * outlive it.  Free with kvp_model_free.  0 or a code. */
-int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n, kvp_err *err);
+/* Pipeline parallelism splits the layers first: stage s of pp holds layers
+ * [kvp_shard_first_layer(L, s, pp), kvp_shard_first_layer(L, s + 1, pp)),
+ * the earlier stages one more when pp does not divide L; the first stage
+ * embeds, the last normalizes and projects the vocabulary (each needs its
+ * tensors; the others map none of them). */
+uint32_t kvp_shard_first_layer(uint32_t n_layer, uint32_t stage, uint32_t pp);
+
+/* Tensor rank r of n's shard of pipeline stage `stage` of pp (n, pp >= 1;
+ * 1 and 1 is a view of the whole): its layers, each split as above, its
+ * config's n_layer theirs.  m must outlive it.  Free with kvp_model_free.
+ * 0 or a code (a stage of no layer is refused). */
+int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n, uint32_t stage, uint32_t pp,
+                    kvp_err *err);
 
 #endif

@@ -1,10 +1,11 @@
-# tp.sh - tensor parallelism (decode, prefill and specdec --tp N under
-# mpirun): refusals always; with MPI and the real model, greedy output equal
+# tp.sh - tensor and pipeline parallelism (decode, prefill and specdec
+# --tp N --pp M under mpirun): refusals always; with MPI and the real model, greedy output equal
 # to one process's on an f16 copy (the int8-activation kernels of Q4_1/Q8_0
 # can round the last-bit differences of the all-reduce into a different
 # near-tie: test_tp.c measures that), prompts from a pipe, perplexity and
 # speculative decoding under --tp, and a rank that stops or dies ending the
-# whole job with a message instead of a hang.
+# whole job with a message instead of a hang; KV streams written by a
+# parallel job decode in one process as one process's do.
 . "$KVP_TESTS/cli/lib.sh"
 
 run decode -m x.gguf -p hi --tp 0
@@ -30,10 +31,10 @@ M=$KVP_MODEL
 
 run decode -m "$M" -p hi --tp 3
 expect_status 1 "--tp 3 started alone"
-expect_err_has "--tp 3, but the job has 1 rank: start it with mpirun -np 3" "says how to start it"
+expect_err_has "--tp 3 --pp 1: 3 ranks, but the job has 1: start it with mpirun -np 3" "says how to start it"
 run timeout 60 mpirun -np 2 decode -m "$M" -p hi --tp 3
 expect_true "--tp 3 over 2 ranks fails" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
-expect_err_has "--tp 3, but the job has 2 ranks" "names both counts"
+expect_err_has "--tp 3 --pp 1: 3 ranks, but the job has 2" "names both counts"
 run timeout 60 mpirun -np 2 decode -m "$M" -p hi --tp 2
 expect_true "9 heads over 2 ranks fails, no hang" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
 expect_err_has "9 query heads do not split evenly (ranks that divide them: 1, 3, 9)" "names the heads and the splits"
@@ -54,6 +55,22 @@ texts "$OUT" >"$T/b.txt"
 expect_true "the same text for every request as one process" cmp -s "$T/a.txt" "$T/b.txt"
 expect_true "four answers" [ "$(wc -l <"$T/b.txt")" -eq 4 ]
 
+# pipeline stages compute what one process does, bit for bit (no sum is split)
+run decode -m "$M" -f "$KVP_TESTS/../scripts/demo-prompts.jsonl" -n 24 --json -t "$THREADS"
+texts "$OUT" >"$T/q.txt"
+run timeout 300 mpirun -np 2 decode -m "$M" -f "$KVP_TESTS/../scripts/demo-prompts.jsonl" -n 24 --json --pp 2 -t 1
+expect_status 0 "decode --pp 2 on the Q4_1 model"
+texts "$OUT" >"$T/p.txt"
+expect_true "the same text for every request as one process" cmp -s "$T/q.txt" "$T/p.txt"
+run timeout 300 mpirun -np 6 decode -m "$T/f16.kvp" -f "$KVP_TESTS/../scripts/demo-prompts.jsonl" -n 24 --json \
+    --tp 3 --pp 2 -t 1
+expect_status 0 "decode --tp 3 --pp 2: six ranks"
+texts "$OUT" >"$T/b.txt"
+expect_true "the same text for every request as one process" cmp -s "$T/a.txt" "$T/b.txt"
+run timeout 60 mpirun -np 2 decode -m "$M" -p hi --pp 3
+expect_true "--pp 3 over 2 ranks fails" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+expect_err_has "rank 1: --tp 1 --pp 3: 3 ranks, but the job has 2" "names the counts and the rank"
+
 run_sh "printf '%s\n' 'The capital of France is' | timeout 120 mpirun -np 3 decode -m '$M' -f - -n 8 --tp 3 -t 1"
 expect_status 0 "prompts from a pipe reach rank 0"
 expect_out_has "Paris" "and it answers (Q4_1 weights)"
@@ -66,6 +83,9 @@ expect_out_has "Paris" "answers too"
 head -c 3000 /usr/share/common-licenses/GPL-3 >"$T/text.txt" 2>/dev/null || head -c 3000 "$KVP_TESTS/../README.md" >"$T/text.txt"
 run prefill -m "$T/f16.kvp" --perplexity "$T/text.txt" --ctx 128 --json -t "$THREADS"
 ppl1=$(sed -n 's/.*"ppl":\([0-9.]*\).*/\1/p' "$OUT")
+run timeout 300 mpirun -np 2 prefill -m "$T/f16.kvp" --perplexity "$T/text.txt" --ctx 128 --json --pp 2 -t 1
+expect_status 0 "prefill --perplexity --pp 2"
+expect_out_has "\"ppl\":$ppl1," "the same perplexity as one process, to the last digit"
 run timeout 300 mpirun -np 3 prefill -m "$T/f16.kvp" --perplexity "$T/text.txt" --ctx 128 --json --tp 3 -t 1
 expect_status 0 "prefill --perplexity --tp 3"
 ppl3=$(sed -n 's/.*"ppl":\([0-9.]*\).*/\1/p' "$OUT")
@@ -78,14 +98,36 @@ run timeout 300 mpirun -np 3 specdec -m "$T/f16.kvp" -f "$KVP_TESTS/../scripts/d
     --compare --json -t 1
 expect_status 0 "specdec --tp 3 --compare: identical to decode --tp 3"
 
+# ---- KV streams out of a parallel job: each block gathered whole ----
+P="$KVP_TESTS/../scripts/demo-prompts.jsonl"
+run prefill -m "$M" -f "$P" -o "$T/kv1.kvp" -t "$THREADS"
+run timeout 120 mpirun -np 2 prefill -m "$M" -f "$P" -o "$T/kv2.kvp" --pp 2 -t 1
+expect_status 0 "prefill --pp 2 writes a KV stream"
+run kvdump --check "$T/kv2.kvp"
+expect_status 0 "a whole, valid stream"
+run decode -m "$M" -n 24 --json "$T/kv1.kvp"
+texts "$OUT" >"$T/d1.txt"
+run decode -m "$M" -n 24 --json "$T/kv2.kvp"
+texts "$OUT" >"$T/d2.txt"
+expect_true "decoded alone, the same text as one process's stream (Q4_1: the KV is the same bits)" \
+    cmp -s "$T/d1.txt" "$T/d2.txt"
+run prefill -m "$T/f16.kvp" -f "$P" -o "$T/kvf1.kvp" -t "$THREADS"
+run timeout 300 mpirun -np 3 prefill -m "$T/f16.kvp" -f "$P" -o "$T/kvf3.kvp" --tp 3 -t 1
+expect_status 0 "prefill --tp 3 writes a KV stream"
+run decode -m "$T/f16.kvp" -n 24 --json "$T/kvf1.kvp"
+texts "$OUT" >"$T/f1.txt"
+run decode -m "$T/f16.kvp" -n 24 --json "$T/kvf3.kvp"
+texts "$OUT" >"$T/f3.txt"
+expect_true "decoded alone, the same text as one process's stream (f16)" cmp -s "$T/f1.txt" "$T/f3.txt"
+run timeout 120 mpirun -np 3 decode -m "$M" -p "The capital of France is" -n 4 --tp 3 --kv-out "$T/kvo.kvp" -t 1
+expect_status 0 "decode --tp 3 --kv-out"
+run decode -m "$M" -n 4 "$T/kvo.kvp"
+expect_status 0 "its state resumes in one process"
+
 # ---- what --tp does not do yet ----
 run_sh "prefill -m '$M' -p hi | timeout 60 mpirun -np 3 decode -m '$M' --tp 3"
 expect_true "a KV stream into decode --tp is refused" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
 expect_err_has "KV streams as input are not supported yet" "says so"
-run timeout 60 mpirun -np 3 decode -m "$M" -p hi -n 2 --tp 3 --kv-out "$T/kv.kvp"
-expect_true "--kv-out under --tp is refused" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
-expect_err_has "KV streams as output are not supported yet" "says so"
-expect_true "and leaves no file" [ ! -e "$T/kv.kvp" ]
 
 # ---- a rank that stops, then one that dies ----
 # the pid of rank $1 among the ranks of a job tagged by --system $2

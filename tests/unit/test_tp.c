@@ -1,8 +1,8 @@
 /* test_tp.c - tensor parallelism: the shard's slices and refusals, the
  * driver's messages (every field of a step checked against the pool), then
- * this binary again under mpirun with 2, 3 and 4 ranks: rank 0 runs each
- * step on a tensor-parallel engine and on a one-process engine of the whole
- * model side by side (prompts in one step and in chunks, batched decodes,
+ * this binary again under mpirun with 2, 3 and 4 ranks (tensor parallel,
+ * pipeline stages, and both): rank 0 runs each step on the parallel engine
+ * and on a one-process engine of the whole model side by side (prompts in one step and in chunks, batched decodes,
  * a fork whose copy-on-write the other ranks must replay, a truncation, f16
  * and fp8 caches), and the logits must agree to float rounding with the
  * same greedy token. */
@@ -42,20 +42,26 @@ static double tolerance(int wtype)
 typedef struct tp_model {
     tiny_cfg c;
     const char *file;
-    int ranks; /* the mpirun world that runs it */
+    int tp, pp; /* run by the mpirun world of tp * pp ranks */
 } tp_model;
 
 /* 12 query / 6 KV heads split 2 and 3 ways (uneven vocabulary over 3);
  * 8 / 2 heads over 4 ranks replicate each KV head on 2 ranks. */
 static const tp_model models[] = {
     {{.n_layer = 2, .n_embd = 384, .n_ff = 768, .n_head = 12, .n_head_kv = 6, .n_vocab = 100,
-      .wtype = KVP_DTYPE_Q4_1, .amp = AMP}, "tp_a.gguf", 2},
+      .wtype = KVP_DTYPE_Q4_1, .amp = AMP}, "tp_a.gguf", 2, 1},
+    {{.n_layer = 3, .n_embd = 384, .n_ff = 768, .n_head = 12, .n_head_kv = 6, .n_vocab = 100,
+      .wtype = KVP_DTYPE_F32, .amp = AMP}, "tp_c.gguf", 2, 1},
+    /* 3 layers in 2 stages: 2 and 1 */
+    {{.n_layer = 3, .n_embd = 384, .n_ff = 768, .n_head = 12, .n_head_kv = 6, .n_vocab = 100,
+      .wtype = KVP_DTYPE_F32, .amp = AMP}, "pp_c.gguf", 1, 2},
     {{.n_layer = 2, .n_embd = 384, .n_ff = 768, .n_head = 12, .n_head_kv = 6, .n_vocab = 100,
-      .wtype = KVP_DTYPE_F32, .amp = AMP}, "tp_c.gguf", 2},
-    {{.n_layer = 2, .n_embd = 384, .n_ff = 768, .n_head = 12, .n_head_kv = 6, .n_vocab = 100,
-      .wtype = KVP_DTYPE_Q8_0, .tied = 1, .amp = AMP}, "tp_a8.gguf", 3},
+      .wtype = KVP_DTYPE_Q8_0, .tied = 1, .amp = AMP}, "tp_a8.gguf", 3, 1},
     {{.n_layer = 2, .n_embd = 384, .n_ff = 768, .n_head = 8, .n_head_kv = 2, .n_vocab = 100,
-      .wtype = KVP_DTYPE_F16, .amp = AMP}, "tp_b.gguf", 4},
+      .wtype = KVP_DTYPE_F16, .amp = AMP}, "tp_b.gguf", 4, 1},
+    /* 2 stages of 2 ranks, the vocabulary split 50/50 in the last */
+    {{.n_layer = 3, .n_embd = 384, .n_ff = 768, .n_head = 12, .n_head_kv = 6, .n_vocab = 100,
+      .wtype = KVP_DTYPE_F16, .tied = 1, .amp = AMP}, "tppp_c.gguf", 2, 2},
 };
 #define N_MODELS (sizeof models / sizeof models[0])
 
@@ -93,7 +99,7 @@ static void test_shard_slices(const char *dir)
         CHECK_MSG(0, "%s", err.msg);
         return;
     }
-    CHECK(kvp_model_shard(&s, m, 1, 2, &err) == 0);
+    CHECK(kvp_model_shard(&s, m, 1, 2, 0, 1, &err) == 0);
     if (s) {
         const kvp_layer *L = &m->layers[1], *S = &s->layers[1];
         CHECK(s->cfg.n_head == 6 && s->cfg.n_head_kv == 3 && s->cfg.n_ff == 384 && s->cfg.n_embd == 384);
@@ -113,8 +119,16 @@ static void test_shard_slices(const char *dir)
         kvp_model_free(s);
     }
     s = NULL;
-    CHECK(kvp_model_shard(&s, m, 0, 5, &err) == KVP_EUNSUPPORTED && !s);
-    CHECK(kvp_model_shard(&s, m, 2, 2, &err) == KVP_EINVAL && !s);
+    CHECK(kvp_model_shard(&s, m, 0, 5, 0, 1, &err) == KVP_EUNSUPPORTED && !s);
+    CHECK(kvp_model_shard(&s, m, 2, 2, 0, 1, &err) == KVP_EINVAL && !s);
+    CHECK(kvp_model_shard(&s, m, 0, 1, 0, 3, &err) == KVP_EUNSUPPORTED && !s && strstr(err.msg, "2 layers"));
+    /* the second of 2 stages of a 2-layer model: layer 1, as its layer 0 */
+    CHECK(kvp_model_shard(&s, m, 0, 1, 1, 2, &err) == 0 && s && s->cfg.n_layer == 1 &&
+          s->layers[0].wq.data == m->layers[1].wq.data && s->layers[0].wo.n_in == 384);
+    kvp_model_free(s);
+    CHECK(kvp_shard_first_layer(30, 0, 4) == 0 && kvp_shard_first_layer(30, 1, 4) == 8 &&
+          kvp_shard_first_layer(30, 2, 4) == 16 && kvp_shard_first_layer(30, 3, 4) == 23 &&
+          kvp_shard_first_layer(30, 4, 4) == 30);
     kvp_model_free(m);
 }
 
@@ -129,8 +143,8 @@ static void test_row_parallel_matmul(const char *dir)
         char path[512];
         snprintf(path, sizeof path, "%s/%s", dir, models[mi].file);
         kvp_model *m = NULL, *s0 = NULL, *s1 = NULL;
-        if (kvp_model_load(&m, path, &err) < 0 || kvp_model_shard(&s0, m, 0, 2, &err) < 0 ||
-            kvp_model_shard(&s1, m, 1, 2, &err) < 0) {
+        if (kvp_model_load(&m, path, &err) < 0 || kvp_model_shard(&s0, m, 0, 2, 0, 1, &err) < 0 ||
+            kvp_model_shard(&s1, m, 1, 2, 0, 1, &err) < 0) {
             CHECK_MSG(0, "%s", err.msg);
             kvp_model_free(s0), kvp_model_free(m);
             continue;
@@ -213,6 +227,11 @@ static void test_messages(void)
     CHECK(kvp_tpmsg_decode(&m, b.w, b.n, NULL, &err) == KVP_EFORMAT);
     CHECK(kvp_tpmsg_put_stop(&b, &err) == 0 && kvp_tpmsg_decode(&m, b.w, b.n, NULL, &err) == 0 &&
           m.kind == KVP_TPMSG_STOP);
+    CHECK(kvp_tpmsg_put_kv_read(&b, 7, &err) == 0 && kvp_tpmsg_decode(&m, b.w, b.n, &lim, &err) == 0 &&
+          m.kind == KVP_TPMSG_KV_READ && m.block == 7);
+    CHECK(kvp_tpmsg_decode(&m, b.w, b.n, NULL, &err) == KVP_EFORMAT && strstr(err.msg, "before the setup"));
+    CHECK(kvp_tpmsg_put_kv_read(&b, 8, &err) == 0 && kvp_tpmsg_decode(&m, b.w, b.n, &lim, &err) == KVP_EFORMAT &&
+          strstr(err.msg, "block 8 of 8"));
     kvp_tpmsg_buf_free(&b);
 }
 
@@ -305,7 +324,13 @@ static void scenario(pair *p)
     kvp_kvcache_seq_free(p->ref.kc, f), kvp_kvcache_seq_free(p->kc, f);
 }
 
-static void driver(kvp_comm *w, const char *path, int kv_dtype, int wtype)
+static int shard_for(const kvp_model *m, const kvp_parallel *d, kvp_model **s, kvp_err *err)
+{
+    return kvp_model_shard(s, m, (uint32_t)kvp_comm_rank(d->world) % d->tp_size, d->tp_size, d->stage, d->pp_size,
+                           err);
+}
+
+static void driver(const kvp_parallel *d, const char *path, int kv_dtype, int wtype)
 {
     kvp_err err = {0};
     pair p = {.tol = tolerance(wtype)};
@@ -320,14 +345,14 @@ static void driver(kvp_comm *w, const char *path, int kv_dtype, int wtype)
     p.la = malloc(64 * sizeof(float) * V);
     p.lb = malloc(64 * sizeof(float) * V);
     int ok = kvp_model_load(&p.whole, path, &err) == 0 &&
-             kvp_model_shard(&p.shard, p.whole, 0, (uint32_t)kvp_comm_size(w), &err) == 0 &&
+             shard_for(p.whole, d, &p.shard, &err) == 0 &&
              kvp_kvcache_create(&p.kc, &p.shard->cfg, &ko, p.ref.be, &err) == 0 &&
-             kvp_engine_create(&p.e, p.shard, p.ref.be, p.kc, &err) == 0 && kvp_engine_tp_start(p.e, w, &err) == 0;
+             kvp_engine_create(&p.e, p.shard, p.ref.be, p.kc, &err) == 0 && kvp_engine_tp_start(p.e, d, &err) == 0;
     CHECK_MSG(ok, "%s", err.msg);
     if (ok && p.la && p.lb)
         scenario(&p);
-    printf("rank 0: %s over %d ranks, kv %s: %d steps, logits within %.2g of their largest (allowed %.0g), %d "
-           "near-ties\n", strrchr(path, '/') + 1, kvp_comm_size(w), kvp_dtype_name((uint32_t)kv_dtype), p.steps,
+    printf("rank 0: %s, tp %u x pp %u, kv %s: %d steps, logits within %.2g of their largest (allowed %.0g), %d "
+           "near-ties\n", strrchr(path, '/') + 1, d->tp_size, d->pp_size, kvp_dtype_name((uint32_t)kv_dtype), p.steps,
            p.worst, p.tol, p.ties);
     kvp_engine_free(p.e); /* the other ranks drop theirs */
     kvp_kvcache_free(p.kc);
@@ -337,19 +362,19 @@ static void driver(kvp_comm *w, const char *path, int kv_dtype, int wtype)
     rig_close(&p.ref);
 }
 
-static void follower(kvp_comm *w, const char *path)
+static void follower(const kvp_parallel *d, const char *path)
 {
     kvp_err err = {0};
     kvp_model *m = NULL, *s = NULL;
     kvp_backend *be = NULL;
     int rc = kvp_model_load(&m, path, &err);
     if (rc == 0)
-        rc = kvp_model_shard(&s, m, (uint32_t)kvp_comm_rank(w), (uint32_t)kvp_comm_size(w), &err);
+        rc = shard_for(m, d, &s, &err);
     if (rc == 0)
         rc = kvp_backend_cpu_create(&be, 1, 0, &err);
     if (rc == 0)
-        rc = kvp_engine_tp_serve(s, be, w, &err);
-    CHECK_MSG(rc == 0, "rank %d: %s", kvp_comm_rank(w), err.msg);
+        rc = kvp_engine_tp_serve(s, be, d, &err);
+    CHECK_MSG(rc == 0, "rank %d: %s", kvp_comm_rank(d->world), err.msg);
     kvp_backend_free(be);
     kvp_model_free(s);
     kvp_model_free(m);
@@ -366,17 +391,21 @@ static int ranks_main(const char *dir)
     kvp_comm_set_timeout(120);
     int r = kvp_comm_rank(w);
     for (size_t i = 0; i < N_MODELS; i++) {
-        if (models[i].ranks != kvp_comm_size(w))
+        if (models[i].tp * models[i].pp != kvp_comm_size(w))
             continue;
+        kvp_parallel d = {.world = w, .tp_size = (uint32_t)models[i].tp, .pp_size = (uint32_t)models[i].pp,
+                          .stage = (uint32_t)(r / models[i].tp)};
+        CHECK(kvp_comm_split(w, (int)d.stage, r, &d.tp, &err) == 0);
         char path[512];
         snprintf(path, sizeof path, "%s/%s", dir, models[i].file);
         if (r == 0) {
-            driver(w, path, KVP_DTYPE_F16, models[i].c.wtype);
-            driver(w, path, KVP_DTYPE_FP8_E4M3, models[i].c.wtype);
-            CHECK(kvp_engine_tp_end(w, &err) == 0);
+            driver(&d, path, KVP_DTYPE_F16, models[i].c.wtype);
+            driver(&d, path, KVP_DTYPE_FP8_E4M3, models[i].c.wtype);
+            CHECK(kvp_engine_tp_end(&d, &err) == 0);
         } else {
-            follower(w, path);
+            follower(&d, path);
         }
+        kvp_comm_free(d.tp);
     }
     if (unit_failed == 0)
         printf("rank ok\n");
@@ -451,6 +480,8 @@ static int write_seeds(const char *dir)
     SEED("step-3seqs.bin");
     b.n -= 3;
     SEED("step-cut.bin");
+    bad |= kvp_tpmsg_put_kv_read(&b, 63, &err);
+    SEED("kv-read.bin");
     kvp_tpmsg_buf_free(&b);
 #undef SEED
     if (bad)
