@@ -27,7 +27,8 @@ static int reserve(kvp_tpmsg_buf *b, size_t more, kvp_err *err)
 
 static void put(kvp_tpmsg_buf *b, const void *src, size_t words)
 {
-    memcpy(b->w + b->n, src, words * sizeof(uint32_t));
+    if (words) /* an empty array may be NULL */
+        memcpy(b->w + b->n, src, words * sizeof(uint32_t));
     b->n += words;
 }
 

@@ -93,7 +93,7 @@ static void test_three_ranks(const char *self)
     }
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-             "OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np 3 '%s' 2>&1", self);
+             "OMPI_MCA_rmaps_base_oversubscribe=1 %s mpirun -np 3 '%s' 2>&1", unit_mpi_asan(), self);
     FILE *p = popen(cmd, "r");
     CHECK(p != NULL);
     if (!p)

@@ -418,7 +418,8 @@ static void run_ranks(const char *self, const char *dir, int n)
 {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-             "OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np %d '%s' --ranks '%s' 2>&1", n, self, dir);
+             "OMPI_MCA_rmaps_base_oversubscribe=1 %s mpirun -np %d '%s' --ranks '%s' 2>&1", unit_mpi_asan(), n, self,
+             dir);
     FILE *p = popen(cmd, "r");
     CHECK(p != NULL);
     if (!p)
