@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,46 +234,38 @@ int kvp_comm_bcast_idle(kvp_comm *c, void *buf, size_t bytes, int root, kvp_err 
     return bcast(c, buf, bytes, root, 1, err);
 }
 
-int kvp_comm_send(kvp_comm *c, const void *buf, size_t bytes, int dst, int tag, kvp_err *err)
+/* A send (to >= 0: the peer) or receive of bytes in pieces; an empty
+ * message is still one message, so the peer's matching call completes. */
+static int p2p(kvp_comm *c, void *buf, size_t bytes, int peer, int tag, int sending, kvp_err *err)
 {
-    if (dst < 0 || dst >= c->size || dst == c->rank)
-        return kvp_err_set(err, KVP_EINVAL, "send from rank %d to rank %d of %d", c->rank, dst, c->size);
-    for (size_t at = 0; at < bytes || at == 0;) {
+    const char *verb = sending ? "send" : "receive";
+    if (peer < 0 || peer >= c->size || peer == c->rank)
+        return kvp_err_set(err, KVP_EINVAL, "%s between rank %d and rank %d of %d", verb, c->rank, peer, c->size);
+    char what[64];
+    snprintf(what, sizeof what, "%s %s rank %d", verb, sending ? "to" : "from", peer);
+    size_t at = 0;
+    do {
         size_t k = bytes - at < PIECE ? bytes - at : PIECE;
         MPI_Request r;
-        int rc = MPI_Isend((const char *)buf + at, (int)k, MPI_BYTE, dst, tag, c->mc, &r);
+        int rc = sending ? MPI_Isend((char *)buf + at, (int)k, MPI_BYTE, peer, tag, c->mc, &r)
+                         : MPI_Irecv((char *)buf + at, (int)k, MPI_BYTE, peer, tag, c->mc, &r);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(err, rc, "send");
-        char what[64];
-        snprintf(what, sizeof what, "send to rank %d", dst);
+            return mpi_fail(err, rc, verb);
         if ((rc = kvp_comm_wait(c, &r, what, err)) < 0)
             return rc;
         at += k;
-        if (bytes == 0)
-            break;
-    }
+    } while (at < bytes);
     return 0;
+}
+
+int kvp_comm_send(kvp_comm *c, const void *buf, size_t bytes, int dst, int tag, kvp_err *err)
+{
+    return p2p(c, (void *)(uintptr_t)buf, bytes, dst, tag, 1, err);
 }
 
 int kvp_comm_recv(kvp_comm *c, void *buf, size_t bytes, int src, int tag, kvp_err *err)
 {
-    if (src < 0 || src >= c->size || src == c->rank)
-        return kvp_err_set(err, KVP_EINVAL, "receive at rank %d from rank %d of %d", c->rank, src, c->size);
-    for (size_t at = 0; at < bytes || at == 0;) {
-        size_t k = bytes - at < PIECE ? bytes - at : PIECE;
-        MPI_Request r;
-        int rc = MPI_Irecv((char *)buf + at, (int)k, MPI_BYTE, src, tag, c->mc, &r);
-        if (rc != MPI_SUCCESS)
-            return mpi_fail(err, rc, "receive");
-        char what[64];
-        snprintf(what, sizeof what, "receive from rank %d", src);
-        if ((rc = kvp_comm_wait(c, &r, what, err)) < 0)
-            return rc;
-        at += k;
-        if (bytes == 0)
-            break;
-    }
-    return 0;
+    return p2p(c, buf, bytes, src, tag, 0, err);
 }
 
 int kvp_comm_barrier(kvp_comm *c, kvp_err *err)

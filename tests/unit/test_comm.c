@@ -91,24 +91,7 @@ static void test_three_ranks(const char *self)
         printf("skip: no MPI in this build or no mpirun: the 3-rank checks did not run\n");
         return;
     }
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-             "OMPI_MCA_rmaps_base_oversubscribe=1 %s mpirun -np 3 '%s' 2>&1", unit_mpi_asan(), self);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    if (!p)
-        return;
-    char line[512];
-    int ok_lines = 0;
-    while (fgets(line, sizeof line, p)) {
-        if (strcmp(line, "rank ok\n") == 0)
-            ok_lines++;
-        else
-            printf("  mpirun: %s", line);
-    }
-    int rc = pclose(p);
-    CHECK_MSG(rc == 0, "mpirun -np 3 exited %d", rc);
-    CHECK_MSG(ok_lines == 3, "%d of 3 ranks passed", ok_lines);
+    unit_mpirun(self, 3, "", "mpirun");
 }
 
 int main(int argc, char **argv)

@@ -118,6 +118,31 @@ static inline const char *unit_mpi_asan(void)
     return buf;
 }
 
+/* Run this test binary again as n ranks under mpirun with args (quoted by
+ * the caller), as root on few cores if need be; every line a rank prints
+ * that is not "rank ok" is shown with tag.  Checks that mpirun exits 0 and
+ * that all n ranks said "rank ok". */
+static inline void unit_mpirun(const char *self, int n, const char *args, const char *tag)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+             "OMPI_MCA_rmaps_base_oversubscribe=1 %s mpirun -np %d '%s' %s 2>&1", unit_mpi_asan(), n, self, args);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    char line[1024];
+    int ok = 0;
+    while (fgets(line, sizeof line, p)) {
+        if (strcmp(line, "rank ok\n") == 0)
+            ok++;
+        else
+            printf("  %s: %s", tag, line);
+    }
+    int rc = pclose(p);
+    CHECK_MSG(rc == 0 && ok == n, "mpirun -np %d: exit %d, %d of %d ranks passed", n, rc, ok, n);
+}
+
 /* Closing line; the exit status tells make whether anything failed. */
 static inline int unit_done(void)
 {
