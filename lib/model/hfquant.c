@@ -330,8 +330,9 @@ void kvp_hfq_describe(const kvp_hfq *q, char *buf, size_t n)
             snprintf(strat, sizeof strat, "group %u", s->group);
         else
             snprintf(strat, sizeof strat, "%s", s->strategy == KVP_SCHEME_CHANNEL ? "channel" : "tensor");
-        at += (size_t)snprintf(buf + at, n - at, "%s %s %s%u %s%s%s (activations %s)", i ? ";" : "",
-                               q->method == KVP_HFQ_CT ? format_name(s->format) : "", s->is_float ? "fp" : "int",
+        at += (size_t)snprintf(buf + at, n - at, "%s %s%s%s%u %s%s%s (activations %s)", i ? ";" : "",
+                               q->method == KVP_HFQ_CT ? format_name(s->format) : "", q->method == KVP_HFQ_CT ? " " : "",
+                               s->is_float ? "fp" : "int",
                                s->bits, strat, s->symmetric ? " symmetric" : " with zero points",
                                s->act_order ? ", act order" : "", s->act);
     }
