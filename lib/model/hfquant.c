@@ -149,7 +149,7 @@ static int ct_format(const qctx *x, const char *where, const char *f, int *out)
     static const struct { const char *name; int fmt; } map[] = {
         {"pack-quantized", KVP_HFQ_FMT_PACK}, {"naive-quantized", KVP_HFQ_FMT_NAIVE},
         {"int-quantized", KVP_HFQ_FMT_NAIVE}, {"float-quantized", KVP_HFQ_FMT_FLOAT},
-        {"dense", KVP_HFQ_FMT_DENSE},
+        {"nvfp4-pack-quantized", KVP_HFQ_FMT_NVFP4}, {"dense", KVP_HFQ_FMT_DENSE},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(f, map[i].name) == 0) {
@@ -157,7 +157,8 @@ static int ct_format(const qctx *x, const char *where, const char *f, int *out)
             return 0;
         }
     return kvp_err_set(x->err, KVP_EUNSUPPORTED, "%s: %s: '%.40s' is not supported (pack-quantized, "
-                       "naive-quantized, int-quantized, float-quantized, dense)", x->path, where, f);
+                       "naive-quantized, int-quantized, float-quantized, nvfp4-pack-quantized, dense)", x->path,
+                       where, f);
 }
 
 /* "fp8 dynamic token" style text of an input_activations object. */
@@ -203,11 +204,17 @@ static int ct_weights(const qctx *x, const kvp_json *w, const char *where, kvp_h
     s->is_float = type && strcmp(type, "float") == 0;
     if (type && !s->is_float && strcmp(type, "int") != 0)
         return kvp_err_set(x->err, KVP_EUNSUPPORTED, "%s: %s.type: '%.20s' (int or float)", x->path, where, type);
-    if (s->is_float && bits != 8)
-        return kvp_err_set(x->err, KVP_EUNSUPPORTED, "%s: %s.num_bits: float weights of %lld bits (fp8 E4M3 is "
-                           "supported; NVFP4 is not yet)", x->path, where, (long long)bits);
     if ((rc = check_bits(x, where, bits, &s->bits)) < 0)
         return rc;
+    if (s->is_float && bits == 4) { /* NVFP4: E4M3 scales per 16 under an f32 tensor scale */
+        if ((rc = q_int(x, w, where, "group_size", &group)) < 0)
+            return rc;
+        if (!strat || strcmp(strat, "tensor_group") != 0 || group != 16 || !s->symmetric)
+            return kvp_err_set(x->err, KVP_EUNSUPPORTED, "%s: %s: 4-bit float weights other than NVFP4 (strategy "
+                               "tensor_group, group_size 16, symmetric)", x->path, where);
+        s->strategy = KVP_SCHEME_GROUP, s->group = 16;
+        return 0;
+    }
     if (!strat || strcmp(strat, "tensor") == 0) {
         s->strategy = KVP_SCHEME_TENSOR;
     } else if (strcmp(strat, "channel") == 0) {
@@ -270,9 +277,11 @@ static int parse_ct(const qctx *x, const kvp_json *qc, kvp_hfq *q)
         snprintf(sub, sizeof sub, "%s.input_activations", where);
         if ((rc = ct_act(x, kvp_json_get(g, "input_activations"), sub, s->act, sizeof s->act)) < 0)
             return rc;
-        if (s->format == KVP_HFQ_FMT_FLOAT && !s->is_float)
-            return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s.weights.type: float-quantized needs float weights",
-                               x->path, where);
+        if ((s->format == KVP_HFQ_FMT_FLOAT && (!s->is_float || s->bits != 8)) ||
+            (s->format == KVP_HFQ_FMT_NVFP4 && (!s->is_float || s->bits != 4)))
+            return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s.weights: %s needs %s float weights", x->path, where,
+                               s->format == KVP_HFQ_FMT_NVFP4 ? "nvfp4-pack-quantized" : "float-quantized",
+                               s->format == KVP_HFQ_FMT_NVFP4 ? "4-bit" : "8-bit");
         if ((s->format == KVP_HFQ_FMT_PACK || s->format == KVP_HFQ_FMT_NAIVE) && s->is_float)
             return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s.weights.type: an integer format with float weights",
                                x->path, where);
@@ -317,7 +326,7 @@ static const char *method_name(int m)
 static const char *format_name(int f)
 {
     return f == KVP_HFQ_FMT_PACK ? "pack-quantized" : f == KVP_HFQ_FMT_NAIVE ? "naive-quantized"
-           : f == KVP_HFQ_FMT_FLOAT ? "float-quantized" : "dense";
+           : f == KVP_HFQ_FMT_FLOAT ? "float-quantized" : f == KVP_HFQ_FMT_NVFP4 ? "nvfp4-pack-quantized" : "dense";
 }
 
 void kvp_hfq_describe(const kvp_hfq *q, char *buf, size_t n)
@@ -345,7 +354,7 @@ void kvp_hfq_cap_format(const kvp_hfq *q, char *buf, size_t n)
         return;
     const kvp_hfq_scheme *s = &q->schemes[0];
     if (s->is_float)
-        snprintf(buf, n, "fp8");
+        snprintf(buf, n, "%s", s->bits == 4 ? "nvfp4" : "fp8");
     else if (s->bits == 8)
         snprintf(buf, n, "int8");
     else if (s->strategy == KVP_SCHEME_GROUP)

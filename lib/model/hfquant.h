@@ -16,6 +16,9 @@
  *
  *   compressed-tensors naive-quantized int8, float-quantized fp8: the codes
  *     are used in place; scales (and zero points) widened to f32;
+ *   compressed-tensors nvfp4-pack-quantized: the E2M1 codes are kvp's scaled
+ *     fp4_e2m1 in place, group 16, each f32 scale e4m3(s) / global as the
+ *     package computes it;
  *   compressed-tensors pack-quantized int4/int8: codes stored offset by
  *     2^(bits-1) in int32 words, rewritten as two's complement (exact);
  *     packed zero points unpacked;
@@ -25,8 +28,7 @@
  *     the plain i / group order cannot be a contiguous group scheme: that
  *     weight is dequantized to f32 (exact: (q - z) * s in f32, as the
  *     reference computes it with f32 scales).
- * What none of these can hold (block or tensor-group strategies, NVFP4,
- * other bit widths, GPTQ/AWQ kernel layouts other than the above) is
+ * What none of these can hold (block strategies, MXFP4, other bit widths, GPTQ/AWQ kernel layouts other than the above) is
  * refused naming the tensor or the config field.
  */
 #ifndef KVP_HFQUANT_H
@@ -52,6 +54,7 @@ enum kvp_hfq_format {     /* compressed-tensors' "format" */
     KVP_HFQ_FMT_PACK = 1,    /* pack-quantized: int codes in int32 words */
     KVP_HFQ_FMT_NAIVE = 2,   /* naive-quantized / int-quantized: int8 storage */
     KVP_HFQ_FMT_FLOAT = 3,   /* float-quantized: fp8 E4M3 storage */
+    KVP_HFQ_FMT_NVFP4 = 4,   /* nvfp4-pack-quantized: E2M1 pairs in bytes, E4M3 scales, f32 global scale */
 };
 
 /* One weight scheme: a compressed-tensors config group, or the single
@@ -60,7 +63,7 @@ typedef struct kvp_hfq_scheme {
     char name[48];        /* the config group's name ("group_0"), or the method */
     int format;           /* kvp_hfq_format (GPTQ/AWQ: PACK) */
     uint32_t bits;        /* 4 or 8 */
-    int is_float;         /* weights "type": "float" (fp8) */
+    int is_float;         /* weights "type": "float" (fp8, or fp4 for NVFP4) */
     uint32_t strategy;    /* kvp_scheme: TENSOR, CHANNEL or GROUP */
     uint32_t group;       /* GROUP: elements per scale */
     int symmetric;        /* no zero points */

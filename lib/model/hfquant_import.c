@@ -10,6 +10,7 @@
 #include "minifloat.h"
 #include "wire.h"
 
+#include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -458,6 +459,50 @@ static int ct_stored(ictx *x, const char *mod, const kvp_hfq_scheme *sc, const k
     return emit_codes(x, t, &c);
 }
 
+/* NVFP4: weight_packed U8 [n_out, n_in / 2] (element 2k in the low nibble,
+ * kvp's fp4_e2m1 layout), weight_scale F8_E4M3 [n_out, n_in / 16],
+ * weight_global_scale F32 [1].  The package computes e2m1 * (s / global) in
+ * f32: each kvp scale is that quotient, so the codes run in place. */
+static int ct_nvfp4(ictx *x, const char *mod, const kvp_safetensors_tensor *w)
+{
+    const kvp_safetensors_tensor *sc_t, *gs_t, *in_gs;
+    int rc = want_dtype(x, w, "U8", NULL, NULL);
+    if (rc == 0 && w->n_dims != 2)
+        rc = kvp_err_set(x->err, KVP_EFORMAT, "%s: tensor %s: %u dims, expected 2", x->path, w->name, w->n_dims);
+    if (rc == 0)
+        rc = part(x, mod, "weight_scale", 1, &sc_t);
+    if (rc == 0)
+        rc = part(x, mod, "weight_global_scale", 1, &gs_t);
+    if (rc == 0)
+        rc = part(x, mod, "input_global_scale", 0, &in_gs);
+    if (rc < 0)
+        return rc;
+    uint64_t n_out = w->shape[0], n_in = 2 * w->shape[1];
+    if (n_in % 16)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: tensor %s: rows of %llu, not a multiple of 16", x->path,
+                           w->name, (unsigned long long)n_in);
+    if ((rc = want_dtype(x, sc_t, "F8_E4M3", NULL, NULL)) < 0 || (rc = want_shape(x, sc_t, n_out, n_in / 16)) < 0 ||
+        (rc = want_dtype(x, gs_t, "F32", NULL, NULL)) < 0)
+        return rc;
+    if (kvp_safetensors_nelems(gs_t) != 1)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: tensor %s: %llu values, expected 1", x->path, gs_t->name,
+                           (unsigned long long)kvp_safetensors_nelems(gs_t));
+    float g = float_at(gs_t, 0);
+    if (!(g > 0) || !isfinite(g))
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: tensor %s: global scale %g", x->path, gs_t->name, g);
+    uint64_t ns = n_out * n_in / 16;
+    float *s = own(x, ns * 4);
+    if (!s)
+        return oom(x, sc_t->name, ns * 4);
+    for (uint64_t k = 0; k < ns; k++)
+        s[k] = kvp_e4m3_to_f32(((const uint8_t *)sc_t->data)[k]) / g;
+    kvp_hfq_tensor *t = new_tensor(x, mod, w, n_out, n_in);
+    t->data = w->data;
+    set_scaled(t, KVP_DTYPE_FP4_E2M1, KVP_SCHEME_GROUP, 16, s, NULL);
+    x->s->n_in_place++;
+    return 0;
+}
+
 static int import_ct(ictx *x)
 {
     for (uint64_t i = 0; i < x->st->n_tensors; i++) {
@@ -486,10 +531,12 @@ static int import_ct(ictx *x)
                                "targets module %s", x->path, w->name, mod);
         if (sc->format == KVP_HFQ_FMT_DENSE)
             continue; /* floats: the scales beside them are not needed */
-        if (packed != (sc->format == KVP_HFQ_FMT_PACK))
+        int wants_packed = sc->format == KVP_HFQ_FMT_PACK || sc->format == KVP_HFQ_FMT_NVFP4;
+        if (packed != wants_packed)
             return kvp_err_set(x->err, KVP_EFORMAT, "%s: tensor %s: config group %s says %s", x->path, w->name,
-                               sc->name, packed ? "not pack-quantized" : "pack-quantized (weight_packed)");
-        int rc = packed ? ct_pack(x, mod, sc, w) : ct_stored(x, mod, sc, w);
+                               sc->name, packed ? "not pack-quantized" : "packed (weight_packed)");
+        int rc = !packed ? ct_stored(x, mod, sc, w) : sc->format == KVP_HFQ_FMT_NVFP4 ? ct_nvfp4(x, mod, w)
+                                                                                     : ct_pack(x, mod, sc, w);
         if (rc < 0)
             return rc;
     }

@@ -22,7 +22,10 @@ points compressed-tensors made for its pack-quantized case, so its
 decompression is their reference too.  desc_act: the columns are quantized in
 a fixed random order (contiguous groups in that order), stored in the
 original order with g_idx[perm[j]] = j // group.  Scales are f32 so that
-(q - z) * s is one f32 rounding in the package and in kvpipe alike.
+(q - z) * s is one f32 rounding in the package and in kvpipe alike.  NVFP4
+(ct_nvfp4): E4M3 scales per 16 with an f32 global scale; the package
+computes e2m1 * (scale / global) in f32 and returns it rounded to bf16,
+which ref holds.
 """
 import json
 import os
@@ -34,7 +37,8 @@ from safetensors.torch import save_file
 from compressed_tensors.compressors.base import BaseCompressor
 from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
 from compressed_tensors.quantization.lifecycle.forward import quantize
-from compressed_tensors.quantization.utils.helpers import calculate_qparams
+from compressed_tensors.quantization.utils.helpers import calculate_qparams, generate_gparam
+from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
 
 MODS = [("model.layers.0.mlp.up_proj", 16, 64), ("model.layers.0.mlp.down_proj", 24, 64)]
 GROUP = 32
@@ -86,6 +90,28 @@ def ct_case(fmt, wargs, act=None, in_scale=False):
         "config_groups": {"group_0": json.loads(scheme.model_dump_json())},
     }
     return tensors, ref, qc, codes
+
+
+def nvfp4_case():
+    """NVFP4 (A16): E2M1 codes, E4M3 scales per 16, an f32 global scale.
+    The package decompresses to bf16: ref holds those values (as f32)."""
+    scheme = QuantizationScheme(targets=["Linear"], **PRESET_SCHEMES["NVFP4A16"])
+    comp = BaseCompressor.get_value_from_registry("nvfp4-pack-quantized")
+    tensors, ref = {}, {}
+    for k, (mod, out, inp) in enumerate(MODS):
+        w = weight(k + 1, out, inp)
+        gs = generate_gparam(w.min(), w.max()).reshape(1)
+        v = w.reshape(out, -1, 16)
+        s, _ = calculate_qparams(v.amin(dim=2), v.amax(dim=2), scheme.weights, global_scale=gs)
+        c = comp.compress({"weight": w, "weight_scale": s, "weight_global_scale": gs}, scheme)
+        d = comp.decompress(dict(c), scheme)
+        ref[mod + ".weight"] = d["weight"].to(torch.float32).contiguous()
+        for name, t in c.items():
+            tensors[mod + "." + name] = t.contiguous()
+    qc = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+          "quantization_status": "compressed", "ignore": ["lm_head"],
+          "config_groups": {"group_0": json.loads(scheme.model_dump_json())}}
+    return tensors, ref, qc
 
 
 def pack_cols(u, bits, order=None):
@@ -189,6 +215,9 @@ def main():
     write(root, "ct_fp8_tensor", t, r, qc)
     t, r, qc, _ = ct_case("float-quantized", fp8c, act=dict(a8f, strategy="token", dynamic=True))
     write(root, "ct_fp8_channel", t, r, qc)
+
+    t, r, qc = nvfp4_case()
+    write(root, "ct_nvfp4", t, r, qc)
 
     # GPTQ and AWQ from the asymmetric 4-bit codes: the same reference weights.
     _, ref4, _, codes4 = ct_case("pack-quantized", w4ga)

@@ -33,6 +33,9 @@ static const char *const configs[] = {
     "{\"quantization_config\":{\"quant_method\":\"gptq\",\"bits\":8,\"group_size\":-1,"
     "\"checkpoint_format\":\"gptq_v2\"}}",
     "{\"quantization_config\":{\"quant_method\":\"awq\",\"bits\":4,\"group_size\":32,\"version\":\"gemm\"}}",
+    "{\"quantization_config\":{\"quant_method\":\"compressed-tensors\",\"format\":\"nvfp4-pack-quantized\","
+    "\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":4,\"type\":\"float\","
+    "\"strategy\":\"tensor_group\",\"group_size\":16}}}}}",
 };
 
 static void check_tensor(const kvp_hfq_tensor *t)

@@ -7,6 +7,7 @@
  * or tensor. */
 #include "hfquant.h"
 #include "json.h"
+#include "minifloat.h"
 #include "model.h"
 #include "quant.h"
 #include "safetensors.h"
@@ -23,18 +24,20 @@ typedef struct expect {
     uint32_t dtype, scheme, group;
     int asym;           /* zero points kept */
     int in_place;       /* codes used where they lie */
+    int bf16_ref;       /* the package returns bf16: compare our f32 rounded to bf16 */
 } expect;
 
 static const expect cases[] = {
-    {"ct_w4a16_g32", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 0, 0},
-    {"ct_w4a16_g32_asym", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 1, 0},
-    {"ct_w8a16_channel", KVP_DTYPE_I8, KVP_SCHEME_CHANNEL, 0, 0, 0},
-    {"ct_w8a8_int8_asym", KVP_DTYPE_I8, KVP_SCHEME_CHANNEL, 0, 1, 1},
-    {"ct_fp8_tensor", KVP_DTYPE_FP8_E4M3, KVP_SCHEME_TENSOR, 0, 0, 1},
-    {"ct_fp8_channel", KVP_DTYPE_FP8_E4M3, KVP_SCHEME_CHANNEL, 0, 0, 1},
-    {"gptq_g32", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 1, 0},
-    {"awq_g32", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 1, 0},
-    {"gptq_desc_act", KVP_DTYPE_F32, KVP_SCHEME_NONE, 0, 0, 0},
+    {"ct_w4a16_g32", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 0, 0, 0},
+    {"ct_w4a16_g32_asym", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 1, 0, 0},
+    {"ct_w8a16_channel", KVP_DTYPE_I8, KVP_SCHEME_CHANNEL, 0, 0, 0, 0},
+    {"ct_w8a8_int8_asym", KVP_DTYPE_I8, KVP_SCHEME_CHANNEL, 0, 1, 1, 0},
+    {"ct_fp8_tensor", KVP_DTYPE_FP8_E4M3, KVP_SCHEME_TENSOR, 0, 0, 1, 0},
+    {"ct_fp8_channel", KVP_DTYPE_FP8_E4M3, KVP_SCHEME_CHANNEL, 0, 0, 1, 0},
+    {"gptq_g32", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 1, 0, 0},
+    {"awq_g32", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 1, 0, 0},
+    {"gptq_desc_act", KVP_DTYPE_F32, KVP_SCHEME_NONE, 0, 0, 0, 0},
+    {"ct_nvfp4", KVP_DTYPE_FP4_E2M1, KVP_SCHEME_GROUP, 16, 0, 1, 1},
 };
 
 /* Every imported weight of one case equals ref.safetensors bit for bit. */
@@ -82,9 +85,12 @@ static void test_case(const expect *e)
         rc = kvp_dequant_tensor(&t->rec, t->data, t->scales, t->zeros, y, NULL, &err);
         CHECK_MSG(rc == 0, "%s", err.msg);
         uint64_t diff = 0, first = n;
-        for (uint64_t k = 0; rc == 0 && k < n; k++)
+        for (uint64_t k = 0; rc == 0 && k < n; k++) {
+            if (e->bf16_ref) /* rounded as torch rounds f32 to bf16 (to nearest even) */
+                y[k] = kvp_bf16_to_f32(kvp_f32_to_bf16(y[k]));
             if (memcmp(&y[k], (const uint8_t *)r->data + 4 * k, 4) != 0 && diff++ == 0)
                 first = k;
+        }
         CHECK_MSG(diff == 0, "%s: %s: %llu of %llu values differ from compressed-tensors (first at %llu)", e->dir,
                   t->rec.name, (unsigned long long)diff, (unsigned long long)n, (unsigned long long)first);
         free(y);
@@ -139,7 +145,10 @@ static void test_bad_configs(void)
          "weights.strategy: 'block'"},
         {"{\"quantization_config\":{\"quant_method\":\"compressed-tensors\",\"format\":\"nvfp4-pack-quantized\","
          "\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":4,\"type\":\"float\"}}}}}",
-         "format: 'nvfp4-pack-quantized'"},
+         "4-bit float weights other than NVFP4"},
+        {"{\"quantization_config\":{\"quant_method\":\"compressed-tensors\",\"format\":\"mxfp4-pack-quantized\","
+         "\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":4,\"type\":\"float\"}}}}}",
+         "format: 'mxfp4-pack-quantized'"},
         {"{\"quantization_config\":{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\","
          "\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":4,\"strategy\":\"group\"}}}}}",
          "group_size: a positive size"},
