@@ -192,6 +192,7 @@ static int ct_weights(const qctx *x, const kvp_json *w, const char *where, kvp_h
         return rc;
     if (rc == 1)
         return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s.num_bits: missing", x->path, where);
+    s->symmetric = 1; /* QuantizationArgs' default */
     if ((rc = q_str(x, w, where, "type", &type)) < 0 || (rc = q_str(x, w, where, "strategy", &strat)) < 0 ||
         (rc = q_bool(x, w, where, "symmetric", &s->symmetric)) < 0)
         return rc;

@@ -174,6 +174,18 @@ static void test_bad_configs(void)
     char buf[256];
     kvp_hfq_cap_format(&q, buf, sizeof buf);
     CHECK_STR(buf, "int8");
+    /* compressed-tensors' defaults: symmetric, strategy tensor */
+    CHECK(parse_text("{\"quantization_config\":{\"quant_method\":\"compressed-tensors\",\"format\":"
+                     "\"nvfp4-pack-quantized\",\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],\"weights\":"
+                     "{\"num_bits\":4,\"type\":\"float\",\"strategy\":\"tensor_group\",\"group_size\":16}}}}}",
+                     &q, &err) == 0);
+    CHECK(q.method == KVP_HFQ_CT && q.schemes[0].symmetric && q.schemes[0].is_float && q.schemes[0].group == 16);
+    kvp_hfq_cap_format(&q, buf, sizeof buf);
+    CHECK_STR(buf, "nvfp4");
+    CHECK(parse_text("{\"quantization_config\":{\"quant_method\":\"compressed-tensors\",\"format\":"
+                     "\"naive-quantized\",\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],\"weights\":"
+                     "{\"num_bits\":8}}}}}", &q, &err) == 0);
+    CHECK(q.schemes[0].symmetric && q.schemes[0].strategy == KVP_SCHEME_TENSOR && q.schemes[0].format == KVP_HFQ_FMT_NAIVE);
     CHECK(parse_text("{\"quantization_config\":{\"quant_method\":\"awq\",\"w_bit\":4,\"q_group_size\":128,"
                      "\"version\":\"GEMM\"}}", &q, &err) == 0);
     kvp_hfq_cap_format(&q, buf, sizeof buf);
