@@ -13,6 +13,8 @@ OUTDIR/engine_hfquant/CASE/{config.json, model.safetensors, logits.bin}:
   ct_w4a16_g32     pack-quantized int4, group 32, asymmetric (packed zero points)
   ct_w8a8_int8     int-quantized int8 per channel, int8 dynamic per-token activations
   ct_fp8_channel   float-quantized fp8 E4M3 per channel, fp8 dynamic activations
+  ct_nvfp4         nvfp4-pack-quantized (NVFP4A16): the package's decompression
+                   rounds these weights to bf16, so the reference runs on them
   gptq_desc_act    the int4 codes of ct_w4a16_g32 in AutoGPTQ's v1 layout, its
                    groups stored in reverse order with a g_idx saying so (a
                    desc_act-style order that no contiguous group scheme holds)
@@ -40,6 +42,8 @@ from safetensors.torch import load_file, save_file
 from compressed_tensors.compressors.base import BaseCompressor
 from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
 from compressed_tensors.quantization.lifecycle.forward import quantize
+from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
+from compressed_tensors.quantization.utils.helpers import calculate_qparams, generate_gparam
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_hfquant import qparams, _pack_rows, pack_cols  # noqa: E402
@@ -88,6 +92,26 @@ def ct_quantize(base, fmt, wargs, act):
     qc = {"quant_method": "compressed-tensors", "format": fmt, "quantization_status": "compressed",
           "ignore": ["lm_head"], "config_groups": {"group_0": json.loads(scheme.model_dump_json())}}
     return out, qc, codes
+
+
+def nvfp4_quantize(base):
+    scheme = QuantizationScheme(targets=["Linear"], **PRESET_SCHEMES["NVFP4A16"])
+    comp = BaseCompressor.get_value_from_registry("nvfp4-pack-quantized")
+    out = {}
+    for name, t in base.items():
+        if not is_linear(name):
+            out[name] = t
+            continue
+        mod = name[: -len(".weight")]
+        w = t.to(torch.float32)
+        gs = generate_gparam(w.min(), w.max()).reshape(1)
+        v = w.reshape(w.shape[0], -1, 16)
+        sc, _ = calculate_qparams(v.amin(dim=2), v.amax(dim=2), scheme.weights, global_scale=gs)
+        for k, x in comp.compress({"weight": w, "weight_scale": sc, "weight_global_scale": gs}, scheme).items():
+            out[mod + "." + k] = x.contiguous()
+    qc = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "quantization_status": "compressed",
+          "ignore": ["lm_head"], "config_groups": {"group_0": json.loads(scheme.model_dump_json())}}
+    return out, qc
 
 
 def gptq_awq(base, codes, awq, relabel=False):
@@ -162,6 +186,9 @@ def main():
         print("%s: top-1 %s" % (case, logits.argmax(-1).tolist()[:8]), file=sys.stderr)
         if case == "ct_w4a16_g32":
             codes4, logits4 = codes, logits
+    tensors, qc = nvfp4_quantize(base)
+    d = write_case(root, "ct_nvfp4", cfg, tensors, qc)
+    write_logits(os.path.join(d, "logits.bin"), ids, hf_logits(d, ids))
     gq = {"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": True, "sym": False,
           "checkpoint_format": "gptq"}
     d = write_case(root, "gptq_desc_act", cfg, gptq_awq(base, codes4, False, relabel=True), gq)

@@ -222,7 +222,7 @@ static int layers_as_f32(kvp_model *m, float ***owned, size_t *n_owned)
  * scripts/ref/gen_engine_hfquant.py) against transformers running it through
  * compressed-tensors: its linear layers load as the kvp dtype they map to
  * (f32 for a desc_act g_idx order) and run in the engine's own kernels. */
-static void test_quantized(const char *name, int dtype, double tol, uint32_t top1, const char *tmpdir)
+static void test_quantized(const char *name, int dtype, double tol, double tol_f32, uint32_t top1, const char *tmpdir)
 {
     char dir[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/../engine_hfquant/%s", golden, name);
@@ -260,7 +260,7 @@ static void test_quantized(const char *name, int dtype, double tol, uint32_t top
         uint32_t diff;
         double e = compare(&r, got, &diff);
         printf("%s (weights as f32): max rel err %.3g, top-1 differs at %u of %u\n", name, e, diff, r.n_tok);
-        CHECK_MSG(e < 1e-5, "%s: max rel err %g", name, e);
+        CHECK_MSG(e < tol_f32, "%s: max rel err %g", name, e);
         CHECK_EQ_U64(diff, 0);
     } else {
         CHECK_MSG(0, "%s: %s", name, err.msg);
@@ -329,11 +329,16 @@ int main(void)
     test_paths(tmp);
     /* i4 and i8 kernels round activations to 8 bits (as for Q4_0/Q8_0):
      * their bound is that rounding's; fp8 and f32 rows compute in f32 */
-    test_quantized("ct_w4a16_g32", KVP_DTYPE_I4, 5e-2, 1, tmp);
-    test_quantized("ct_w8a8_int8", KVP_DTYPE_I8, 5e-2, 3, tmp);
-    test_quantized("ct_fp8_channel", KVP_DTYPE_FP8_E4M3, 1e-5, 0, tmp);
-    test_quantized("gptq_desc_act", KVP_DTYPE_F32, 1e-5, 0, tmp);
-    test_quantized("awq_g32", KVP_DTYPE_I4, 5e-2, 1, tmp);
+    test_quantized("ct_w4a16_g32", KVP_DTYPE_I4, 5e-2, 1e-5, 1, tmp);
+    test_quantized("ct_w8a8_int8", KVP_DTYPE_I8, 5e-2, 1e-5, 3, tmp);
+    test_quantized("ct_fp8_channel", KVP_DTYPE_FP8_E4M3, 1e-5, 1e-5, 0, tmp);
+    test_quantized("gptq_desc_act", KVP_DTYPE_F32, 1e-5, 1e-5, 0, tmp);
+    test_quantized("awq_g32", KVP_DTYPE_I4, 5e-2, 1e-5, 1, tmp);
+    /* the reference runs on the bf16 values its decompression returns, we
+     * on their f32 products e2m1 * (s / global) (fp4 has no kernel: f32
+     * rows either way): transformers itself moves by 1.40e-2 from the one
+     * to the other on this model, as we do */
+    test_quantized("ct_nvfp4", KVP_DTYPE_FP4_E2M1, 2e-2, 2e-2, 0, tmp);
     rmdir(tmp);
     return unit_done();
 }
