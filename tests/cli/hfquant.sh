@@ -71,4 +71,16 @@ expect_status 1 "scales that do not match the group size are refused"
 expect_err_has "model.layers.0.mlp.down_proj.scales: shape [3, 64]" "naming the tensor and its shape"
 expect_true "nothing written" test ! -e "$T/bad.kvp"
 
+# ---- SmolLM2 quantized by llm-compressor (scripts/ref/make_smollm2_ct.py), when cached ----
+CT=${KVPIPE_CACHE:-$HOME/.cache/kvpipe}/smollm2-ct
+for s in w4a16-g64 w8a8-int8 fp8; do
+    if [ ! -f "$CT/$s/model.safetensors" ]; then
+        echo "note: $CT/$s absent (scripts/ref/make_smollm2_ct.py): its decode check skipped"
+        continue
+    fi
+    run decode -m "$CT/$s" -t $THREADS --chat -p "What is the capital of France?" -n 40
+    expect_status 0 "decode runs SmolLM2 $s"
+    expect_out_has "Paris" "and SmolLM2 $s knows the capital of France"
+done
+
 done_testing
