@@ -13,12 +13,13 @@ Writes OUTDIR/hfquant/CASE/:
                        compressor.decompress gives for the same codes
 
 compressed-tensors cases are written by its own compressors (compress) and
-checked by them (decompress).  GPTQ (AutoGPTQ v1 layout: qweight [in/8, out],
+checked by them (decompress).  GPTQ (AutoGPTQ v1 layout, 4 and 8 bits: qweight [in/8, out],
 qzeros [groups, out/8] holding zero - 1, scales [groups, out], g_idx) and
 AWQ (GEMM: qweight [in, out/8], nibbles in the order 0 2 4 6 1 3 5 7, qzeros
 likewise, scales [groups, out]) have no CPU package here: their files are
 built from the published layouts out of the very codes, scales and zero
-points compressed-tensors made for its pack-quantized case, so its
+points compressed-tensors made for its pack-quantized cases (int4 group 32
+asymmetric; int8 channel for gptq_8bit_channel), so its
 decompression is their reference too.  desc_act: the columns are quantized in
 a fixed random order (contiguous groups in that order), stored in the
 original order with g_idx[perm[j]] = j // group.  Scales are f32 so that
@@ -207,8 +208,10 @@ def main():
     write(root, "ct_w4a16_g32", t, r, qc)
     t, r, qc, codes4 = ct_case("pack-quantized", w4ga)
     write(root, "ct_w4a16_g32_asym", t, r, qc)
-    t, r, qc, _ = ct_case("pack-quantized", w8c)
+    t, r, qc, codes8 = ct_case("pack-quantized", w8c)
     write(root, "ct_w8a16_channel", t, r, qc)
+    g8 = {"quant_method": "gptq", "bits": 8, "group_size": -1, "desc_act": False, "sym": True}
+    write(root, "gptq_8bit_channel", gptq_from(codes8, 8, 64), r, g8)
     t, r, qc, _ = ct_case("int-quantized", dict(w8c, symmetric=False), act=a8i)
     write(root, "ct_w8a8_int8_asym", t, r, qc)
     t, r, qc, _ = ct_case("float-quantized", fp8t, act=a8f, in_scale=True)

@@ -37,6 +37,7 @@ static const expect cases[] = {
     {"gptq_g32", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 1, 0, 0},
     {"awq_g32", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 1, 0, 0},
     {"gptq_desc_act", KVP_DTYPE_F32, KVP_SCHEME_NONE, 0, 0, 0, 0},
+    {"gptq_8bit_channel", KVP_DTYPE_I8, KVP_SCHEME_CHANNEL, 0, 0, 0, 0},
     {"ct_nvfp4", KVP_DTYPE_FP4_E2M1, KVP_SCHEME_GROUP, 16, 0, 1, 1},
 };
 
