@@ -17,8 +17,9 @@ transformers reads them, the base of the others) or one of:
   fp8         FP8 E4M3 per-channel weights, dynamic per-token activations
               (FP8_DYNAMIC: no calibration)
 The model is read from the same Q4_1 GGUF the tests use (transformers' GGUF
-reader); calibration is /usr/share/common-licenses/GPL-3, which every Debian
-machine has: 16 windows of 256 tokens.  lm_head (tied to the embeddings)
+reader, its tokenizer with SmolLM2's digit pre-split put back); calibration
+is /usr/share/common-licenses/GPL-3, which every Debian machine has: 16
+windows of 256 tokens.  lm_head (tied to the embeddings)
 stays unquantized.  gen_engine_smollm2_ct.py takes logits from these.
 """
 import os
@@ -51,6 +52,18 @@ def recipe(scheme):
     return QuantizationModifier(targets="Linear", scheme="FP8_DYNAMIC", ignore=["lm_head"])
 
 
+def smollm2_tokenizer(folder, name):
+    """The GGUF's tokenizer with SmolLM2's digit pre-split put back
+    (transformers' GGUF reader drops it; gen_ppl_hf.py's restore_pre), so the
+    checkpoints tokenize as SmolLM2's own tokenizer.json and llama.cpp do."""
+    from tokenizers import pre_tokenizers
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    bt = tok.backend_tokenizer
+    if type(bt.pre_tokenizer).__name__ == "ByteLevel":
+        bt.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), bt.pre_tokenizer])
+    return tok
+
+
 def main(argv):
     cache = os.environ.get("KVPIPE_CACHE", os.path.expanduser("~/.cache/kvpipe"))
     path = argv[1] if len(argv) > 1 else os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -67,10 +80,11 @@ def main(argv):
         m = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
         m.load_state_dict(g.state_dict())
         m.save_pretrained(base)
-        AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(base)
+    smollm2_tokenizer(folder, name).save_pretrained(base)
     for scheme in ("w4a16-g64", "w8a8-int8", "fp8"):
         out = os.path.join(cache, "smollm2-ct", scheme)
         if os.path.exists(os.path.join(out, "model.safetensors")):
+            smollm2_tokenizer(folder, name).save_pretrained(out)  # (older runs saved it without the split)
             print(f"make_smollm2_ct: {out} exists")
             continue
         tok = AutoTokenizer.from_pretrained(base)
