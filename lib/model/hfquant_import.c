@@ -156,15 +156,19 @@ typedef struct codes {
     const kvp_safetensors_tensor *g_idx; /* I32 [n_in], or NULL: column i is in group i / group */
 } codes;
 
-static int alloc_codes(ictx *x, codes *c, const char *mod, int with_zeros)
+/* The codes, and (own_sz: GPTQ/AWQ, which decode them here) scales and zero
+ * points; compressed-tensors brings its own (ct_scales, ct_zeros). */
+static int alloc_codes(ictx *x, codes *c, const char *mod, int own_sz)
 {
     uint64_t ns = c->strategy == KVP_SCHEME_TENSOR ? 1 : c->n_out * c->ng;
     if (c->n_out && c->n_in > UINT64_MAX / c->n_out)
         return oom(x, mod, UINT64_MAX);
     c->q = own(x, c->n_out * c->n_in);
-    c->s = own(x, ns * 4);
-    c->z = with_zeros ? own(x, ns * 4) : NULL;
-    if (!c->q || !c->s || (with_zeros && !c->z))
+    if (own_sz) {
+        c->s = own(x, ns * 4);
+        c->z = own(x, ns * 4);
+    }
+    if (!c->q || (own_sz && (!c->s || !c->z)))
         return oom(x, mod, c->n_out * c->n_in);
     return 0;
 }

@@ -208,6 +208,8 @@ def main():
     write(root, "ct_w4a16_g32", t, r, qc)
     t, r, qc, codes4 = ct_case("pack-quantized", w4ga)
     write(root, "ct_w4a16_g32_asym", t, r, qc)
+    t, r, qc, _ = ct_case("naive-quantized", w4ga)
+    write(root, "ct_w4_naive_asym", t, r, qc)
     t, r, qc, codes8 = ct_case("pack-quantized", w8c)
     write(root, "ct_w8a16_channel", t, r, qc)
     g8 = {"quant_method": "gptq", "bits": 8, "group_size": -1, "desc_act": False, "sym": True}

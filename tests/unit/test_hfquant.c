@@ -31,6 +31,7 @@ static const expect cases[] = {
     {"ct_w4a16_g32", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 0, 0, 0},
     {"ct_w4a16_g32_asym", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 1, 0, 0},
     {"ct_w8a16_channel", KVP_DTYPE_I8, KVP_SCHEME_CHANNEL, 0, 0, 0, 0},
+    {"ct_w4_naive_asym", KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 1, 0, 0},
     {"ct_w8a8_int8_asym", KVP_DTYPE_I8, KVP_SCHEME_CHANNEL, 0, 1, 1, 0},
     {"ct_fp8_tensor", KVP_DTYPE_FP8_E4M3, KVP_SCHEME_TENSOR, 0, 0, 1, 0},
     {"ct_fp8_channel", KVP_DTYPE_FP8_E4M3, KVP_SCHEME_CHANNEL, 0, 0, 1, 0},
