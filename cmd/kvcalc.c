@@ -752,6 +752,10 @@ static void load_model(run *R, const char *name)
         kvp_cap_fmt f;
         if (mf.weight_type[0] && kvp_cap_weight_fmt(mf.weight_type, &f, NULL) == 0)
             p->weight_fmt = p->embed_fmt = f;
+    } else if (mf.weight_type[0]) { /* an HF quantization_config: the linear layers' format */
+        kvp_cap_fmt f;
+        if (kvp_cap_weight_fmt(mf.weight_type, &f, NULL) == 0)
+            p->weight_fmt = f; /* embeddings, norms and lm_head stay 16-bit, as such checkpoints keep them */
     }
 }
 

@@ -48,6 +48,7 @@
 #include "config.h"
 #include "tokenizer.h"
 #include "chat.h"
+#include "hfquant.h"
 #include "model.h"
 #include "presets.h"
 

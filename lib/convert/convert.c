@@ -319,6 +319,31 @@ static int load_hf_tokenizer(kvp_convert *cv, const char *dir, kvp_err *err)
     return 0;
 }
 
+/* A quantized checkpoint's layers (quantization_config in config.json):
+ * each imported weight becomes one item; the note says what was done. */
+static int open_hfq(kvp_convert *cv, kvp_err *err)
+{
+    char path[4096], note[640];
+    cv->src_hfq = calloc(cv->st.n_tensors ? cv->st.n_tensors : 1, sizeof *cv->src_hfq);
+    if (!cv->src_hfq)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", cv->path);
+    snprintf(path, sizeof path, "%s/config.json", cv->st.dir);
+    int rc = kvp_hfq_open(&cv->hfq, &cv->st, path, note, sizeof note, err);
+    if (rc == 0 && note[0] && add_note(cv, "%s", note) < 0)
+        rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    return rc;
+}
+
+/* Item i from an imported quantized weight: its record, with what was done. */
+static void set_src_hfq(kvp_convert *cv, size_t i, const kvp_hfq_tensor *t)
+{
+    kvp_convert_item *it = &cv->items[i];
+    it->src = t->rec;
+    it->src_ok = 1;
+    snprintf(it->src_type, sizeof it->src_type, "%s", kvp_dtype_name(t->rec.dtype));
+    cv->src_ndim[i] = 2;
+}
+
 static int open_safetensors(kvp_convert *cv, kvp_err *err)
 {
     int rc = kvp_safetensors_open(&cv->st, cv->path, err);
@@ -345,15 +370,24 @@ static int open_safetensors(kvp_convert *cv, kvp_err *err)
             (rc = kvp_model_check(&cv->cfg, &cv->tok_meta, cv->path, err)) < 0)
             return rc;
     }
-    if ((rc = grow_items(cv, st->n_tensors, err)) < 0)
+    if ((rc = grow_items(cv, st->n_tensors, err)) < 0 || (!cv->bare && (rc = open_hfq(cv, err)) < 0))
         return rc;
+    size_t n = 0;
     for (uint64_t i = 0; i < st->n_tensors; i++) {
         const kvp_safetensors_tensor *t = &st->tensors[i];
-        if ((rc = set_src(cv, i, t->name, t->dtype, t->dtype_name, t->n_dims, t->shape, t->nbytes, err)) < 0)
+        int32_t role = cv->hfq.role ? cv->hfq.role[i] : KVP_HFQ_PLAIN;
+        if (cv->src_hfq)
+            cv->src_hfq[n] = role;
+        cv->src_index[n] = i;
+        if (role == KVP_HFQ_PART)
+            continue; /* folded into its layer's weight */
+        if (role >= 0)
+            set_src_hfq(cv, n, &cv->hfq.t[role]);
+        else if ((rc = set_src(cv, n, t->name, t->dtype, t->dtype_name, t->n_dims, t->shape, t->nbytes, err)) < 0)
             return rc;
-        cv->src_index[i] = i;
+        n++;
     }
-    cv->n_items = st->n_tensors;
+    cv->n_items = n;
     return 0;
 }
 
@@ -481,6 +515,8 @@ void kvp_convert_free(kvp_convert *cv)
         kvp_gguf_close(&cv->gguf);
     if (cv->st_open)
         kvp_safetensors_close(&cv->st);
+    kvp_hfq_set_free(&cv->hfq);
+    free(cv->src_hfq);
     kvp_meta_free(&cv->config_meta);
     kvp_meta_free(&cv->tok_meta);
     for (size_t i = 0; i < cv->n_notes; i++)

@@ -22,6 +22,8 @@ struct kvp_convert {
     kvp_convert_item *items;   /* one per input tensor, input order */
     size_t n_items;
     uint64_t *src_index;       /* GGUF / safetensors tensor index of each item */
+    kvp_hfq_set hfq;           /* safetensors: the quantized layers' weights (hfquant.h), empty when none */
+    int32_t *src_hfq;          /* safetensors: the hfq tensor of each item, or -1 */
     uint32_t *src_ndim;        /* the input's own dimension count (may exceed 4) */
     char **notes;
     size_t n_notes;

@@ -90,11 +90,15 @@ static int write_mapped(kvp_convert *cv, kvp_writer *w, wbuf *b, kvp_threadpool 
     for (size_t i = 0; i < cv->n_items; i++) {
         kvp_convert_item *it = &cv->items[i];
         const void *p;
-        if (cv->format == KVP_CONVERT_GGUF)
-            p = kvp_gguf_tensor_data(&cv->gguf, &cv->gguf.tensors[cv->src_index[i]]);
-        else
-            p = cv->st.tensors[cv->src_index[i]].data;
         src_view sv = {NULL, NULL, NULL};
+        if (cv->format == KVP_CONVERT_GGUF) {
+            p = kvp_gguf_tensor_data(&cv->gguf, &cv->gguf.tensors[cv->src_index[i]]);
+        } else if (cv->src_hfq && cv->src_hfq[i] >= 0) { /* a quantized layer's weight (hfquant.h) */
+            const kvp_hfq_tensor *q = &cv->hfq.t[cv->src_hfq[i]];
+            p = q->data, sv.scales = q->scales, sv.zeros = q->zeros;
+        } else {
+            p = cv->st.tensors[cv->src_index[i]].data;
+        }
         int rc = 0;
         if (it->action != KVP_CONVERT_DROP && aligned_src(b, p, it->src.data_bytes, &sv.data) < 0)
             rc = kvp_err_set(err, KVP_ENOMEM, "tensor %s: out of memory", it->src.name);

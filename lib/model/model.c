@@ -208,12 +208,30 @@ static int open_hf(kvp_model *m, kvp_err *err)
     m->open_st = 1;
     if ((rc = kvp_config_from_hf(&m->cfg, m->st.dir, err)) < 0)
         return rc;
+    size_t n = strlen(m->st.dir) + sizeof "/config.json";
+    char *cfg_path = malloc(n);
+    if (!cfg_path)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
+    snprintf(cfg_path, n, "%s/config.json", m->st.dir);
+    rc = kvp_hfq_open(&m->hfq, &m->st, cfg_path, m->quant_note, sizeof m->quant_note, err);
+    free(cfg_path);
+    if (rc < 0)
+        return rc;
     size_t cap = 0;
     for (uint64_t i = 0; i < m->st.n_tensors; i++) {
         const kvp_safetensors_tensor *s = &m->st.tensors[i];
+        int32_t role = m->hfq.role ? m->hfq.role[i] : KVP_HFQ_PLAIN;
+        if (role == KVP_HFQ_PART)
+            continue; /* folded into its weight */
         kvp_model_tensor *t = add_tensor(m, &cap);
         if (!t)
             return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
+        if (role >= 0) { /* a quantized layer's weight, as hfquant.h describes it */
+            const kvp_hfq_tensor *q = &m->hfq.t[role];
+            t->rec = q->rec;
+            t->data = q->data, t->scales = q->scales, t->zeros = q->zeros;
+            continue;
+        }
         if ((rc = set_name(m, t, s->name, err)) < 0)
             return rc;
         t->rec.dtype = s->dtype < 0 ? KVP_UNREADABLE : (uint32_t)s->dtype;
@@ -587,6 +605,7 @@ void kvp_model_free(kvp_model *m)
         kvp_in_close(&m->in);
     if (m->open_st)
         kvp_safetensors_close(&m->st);
+    kvp_hfq_set_free(&m->hfq);
     kvp_meta_free(&m->tok_meta);
     for (size_t i = 0; i < m->n_owned; i++)
         free(m->owned[i]);

@@ -10,11 +10,15 @@
  *                  channel or group scales) keep their bytes, their scales
  *                  are widened to f32 (a few floats per row);
  *   HF folder      (or a .safetensors file / index beside config.json and
- *                  tokenizer.json): HF names, unpermuted weights, NEOX RoPE.
- * No weight is dequantized.  Copies are made only where the bytes cannot be
- * used where they lie: zstd-compressed KVP records (decompressed into owned
- * memory), a KVP model read from a pipe, and safetensors data not aligned
- * for its element type.
+ *                  tokenizer.json): HF names, unpermuted weights, NEOX RoPE;
+ *                  a quantized one (GPTQ, AWQ, compressed-tensors: its
+ *                  config.json's quantization_config) through lib/model/
+ *                  hfquant.h, each linear layer's parts one scaled tensor.
+ * No weight is dequantized, except a GPTQ-style g_idx order no group scheme
+ * holds (hfquant.h).  Copies are made only where the bytes cannot be used
+ * where they lie: zstd-compressed KVP records (decompressed into owned
+ * memory), a KVP model read from a pipe, safetensors data not aligned for
+ * its element type, and quantized layouts rewritten as kvp rows.
  *
  * Shapes below are [n_in, n_out] (n_in contiguous), d = n_embd, hd =
  * head_dim; in the tensor table shapes are outermost first, as in KVP.
@@ -32,6 +36,7 @@
 #include "config.h"
 #include "error.h"
 #include "gguf.h"
+#include "hfquant.h"
 #include "io.h"
 #include "safetensors.h"
 #include "stream.h"
@@ -71,6 +76,8 @@ typedef struct kvp_model {
     kvp_gguf gguf;          /* GGUF: the mapped file */
     kvp_in in;              /* KVP: the mapped (or read) stream */
     kvp_safetensors st;     /* HF: the mapped shards */
+    kvp_hfq_set hfq;        /* HF: the quantized layers' weights (empty when none) */
+    char quant_note[640];   /* HF: what quantization_config held and what was done, or "" */
     kvp_meta tok_meta;      /* KVP: the TOKENIZER record's keys */
     int open_gguf, open_in, open_st, has_tok_meta;
     kvp_model_tensor *tensors; /* [n_tensors], file order */

@@ -145,7 +145,7 @@ typedef struct kvp_cap_model_file {
     kvp_config cfg;
     char kind[8];           /* "gguf", "kvp" or "hf" */
     uint64_t weight_bytes;  /* exact bytes of all tensors when the file lists them (GGUF), else 0 */
-    char weight_type[16];   /* the type holding most weight bytes ("q4_1"), or "" */
+    char weight_type[16];   /* the type holding most weight bytes ("q4_1"), an HF quantization_config's ("int4-g128"), or "" */
     uint32_t q_lora_rank;   /* MLA query low rank, which kvp_config does not carry; 0 if none */
 } kvp_cap_model_file;
 

@@ -4,6 +4,7 @@
 #include "capacity.h"
 
 #include "gguf.h"
+#include "hfquant.h"
 #include "io.h"
 #include "json.h"
 #include "stream.h"
@@ -93,7 +94,9 @@ static int load_kvp(const char *path, kvp_cap_model_file *out, kvp_err *err)
     return rc;
 }
 
-/* HF: the shape from kvp_config_from_hf, plus MLA's q_lora_rank. */
+/* HF: the shape from kvp_config_from_hf, plus MLA's q_lora_rank and the
+ * weight format a quantization_config gives (hfquant.h; one it cannot read
+ * is an error naming the field, as the loader's would be). */
 static int load_hf(const char *path, int is_dir, kvp_cap_model_file *out, kvp_err *err)
 {
     int rc = kvp_config_from_hf(&out->cfg, path, err);
@@ -108,8 +111,12 @@ static int load_hf(const char *path, int is_dir, kvp_cap_model_file *out, kvp_er
     if (kvp_json_parse_file(&j, file, 16u << 20, NULL) == 0 && kvp_json_get_u64(j, "q_lora_rank", &q) == 0 &&
         q <= 65536)
         out->q_lora_rank = (uint32_t)q;
+    /* a quantized checkpoint: its linear layers' format (GPTQ, AWQ, compressed-tensors) */
+    kvp_hfq hq;
+    if (j && (rc = kvp_hfq_parse(&hq, j, file, err)) == 0)
+        kvp_hfq_cap_format(&hq, out->weight_type, sizeof out->weight_type);
     kvp_json_free(j);
-    return 0;
+    return rc;
 }
 
 int kvp_cap_load_model(const char *path, kvp_cap_model_file *out, kvp_err *err)

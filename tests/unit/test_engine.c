@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- deterministic random numbers ---- */
@@ -1710,6 +1711,71 @@ static void test_smollm2_hf(const char *dir)
     unlink(f32path);
 }
 
+/* SmolLM2 quantized by llm-compressor (scripts/ref/make_smollm2_ct.py, cached
+ * outside the repo) against transformers running the same checkpoint through
+ * compressed-tensors in fp32 (tests/golden/engine_smollm2_ct_SCHEME.txt,
+ * gen_engine_smollm2_ct.py).  The folder is loaded as it is (i4 / i8 / fp8
+ * weights in their own kernels), and through quantize as f32 weights, where
+ * only summation order is left.  Skipped when the checkpoint is absent or
+ * was made again elsewhere (its size differs from the golden's). */
+static void test_smollm2_ct(const char *dir, const char *scheme, double in_place_bound)
+{
+    const char *tests = getenv("KVP_TESTS") ? getenv("KVP_TESTS") : "tests";
+    const char *cache = getenv("KVPIPE_CACHE");
+    char gpath[1024], ckpt[1024], st[1100], f32path[1100];
+    snprintf(gpath, sizeof gpath, "%s/golden/engine_smollm2_ct_%s.txt", tests, scheme);
+    if (cache)
+        snprintf(ckpt, sizeof ckpt, "%s/smollm2-ct/%s", cache, scheme);
+    else
+        snprintf(ckpt, sizeof ckpt, "%s/.cache/kvpipe/smollm2-ct/%s", getenv("HOME") ? getenv("HOME") : ".", scheme);
+    snprintf(st, sizeof st, "%s/model.safetensors", ckpt);
+    snprintf(f32path, sizeof f32path, "%s/smollm2-ct-%s.kvp", dir, scheme);
+    FILE *f = fopen(gpath, "r");
+    struct stat sb;
+    char name[128];
+    unsigned long long size = 0;
+    if (!f || fscanf(f, "model %127s %llu", name, &size) != 2 || stat(st, &sb) != 0 || (uint64_t)sb.st_size != size) {
+        printf("note: skipping %s: %s absent or not the checkpoint it was made from (scripts/ref/make_smollm2_ct.py)\n",
+               gpath, st);
+        if (f)
+            fclose(f);
+        return;
+    }
+    uint32_t prompt[1024];
+    int n = read_ids(f, "prompt", prompt, 1024);
+    long at = ftell(f);
+    kvp_convert_opts o;
+    kvp_convert_opts_init(&o);
+    o.to = o.embed = KVP_DTYPE_F32;
+    uint8_t fp[16];
+    kvp_err err = {0};
+    rig r;
+    for (int f32 = 0; f32 < 2 && n > 0; f32++) {
+        if ((f32 && convert_to(ckpt, f32path, &o, 0, fp, &err) < 0) ||
+            rig_open(&r, f32 ? f32path : ckpt, unit_threads(0), 0, KVP_DTYPE_F32, 64, 16) < 0) {
+            printf("smollm2 %s: %s\n", scheme, err.msg);
+            CHECK(0);
+            break;
+        }
+        float *lg = prompt_logits(&r, prompt, n);
+        fseek(f, at, SEEK_SET);
+        top5_cmp c = compare_top5(f, lg, n, r.m->cfg.n_vocab, 1e-3f, "transformers");
+        printf("smollm2 %s (%s) vs transformers + compressed-tensors fp32: top-1 agreement %d/%d (%d ties), top-5 "
+               "logits max rel err %.2e\n", scheme, f32 ? "as f32 weights" : "in place", c.agree, n, c.ties,
+               c.max_rel);
+        /* f32 weights: summation order only; in place: the kernels' 8-bit activations (i4, i8) */
+        CHECK_MSG(c.max_rel < (f32 ? 1e-4 : in_place_bound), "%s: max relative logit error %g", scheme, c.max_rel);
+        if (f32)
+            CHECK(c.agree + c.ties == n);
+        else
+            CHECK_MSG(c.agree + c.ties >= n * 95 / 100, "%s: top-1 agreement %d/%d", scheme, c.agree, n);
+        free(lg);
+        rig_close(&r);
+    }
+    fclose(f);
+    unlink(f32path);
+}
+
 /* GGUF K-quants (Q4_K, Q6_K), which only llama.cpp writes: random valid
  * super-blocks in a tiny GGUF, run through the row path (embedding lookup
  * included) against the naive pass and the portable kernels, and each
@@ -1774,6 +1840,9 @@ int main(void)
     test_kquants(dir);
     test_smollm2();
     test_smollm2_hf(dir);
+    test_smollm2_ct(dir, "w4a16-g64", 1e-1);
+    test_smollm2_ct(dir, "w8a8-int8", 1e-1);
+    test_smollm2_ct(dir, "fp8", 1e-4);
     test_rope(); /* last: it draws from frand() */
     rmdir(dir);
     return unit_done();

@@ -9,6 +9,7 @@
 #include "backend_cpu.h"
 #include "convert.h"
 #include "engine.h"
+#include "quant.h"
 #include "wire.h"
 
 #include <math.h>
@@ -186,6 +187,107 @@ out:
     free(r.ids), free(r.logits);
 }
 
+/* Every scaled weight of m's layers replaced by its f32 values (the
+ * kvp_dequant_tensor of its record): the weights alone, without the integer
+ * kernels' 8-bit activations.  The buffers go into *owned (free each). */
+static int layers_as_f32(kvp_model *m, float ***owned, size_t *n_owned)
+{
+    *owned = calloc(m->n_tensors, sizeof **owned);
+    *n_owned = 0;
+    for (uint32_t l = 0; *owned && l < m->cfg.n_layer; l++) {
+        kvp_layer *L = &m->layers[l];
+        kvp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) {
+            kvp_weight *w = ws[k];
+            const kvp_model_tensor *t = NULL;
+            for (size_t i = 0; i < m->n_tensors && !t; i++)
+                t = m->tensors[i].rec.name == w->name ? &m->tensors[i] : NULL;
+            if (!t || w->dtype == KVP_DTYPE_F32)
+                continue;
+            float *y = malloc(sizeof(float) * w->n_in * w->n_out);
+            kvp_err err = {0};
+            if (!y || kvp_dequant_tensor(&t->rec, t->data, t->scales, t->zeros, y, NULL, &err) < 0) {
+                free(y);
+                return -1;
+            }
+            (*owned)[(*n_owned)++] = y;
+            w->data = y, w->dtype = KVP_DTYPE_F32, w->row_bytes = 4ull * w->n_in;
+            w->scales = w->zeros = NULL, w->scale_stride = 0, w->group = w->n_in;
+        }
+    }
+    return *owned ? 0 : -1;
+}
+
+/* A quantized checkpoint (tests/golden/engine_hfquant/, made by
+ * scripts/ref/gen_engine_hfquant.py) against transformers running it through
+ * compressed-tensors: its linear layers load as the kvp dtype they map to
+ * (f32 for a desc_act g_idx order) and run in the engine's own kernels. */
+static void test_quantized(const char *name, int dtype, double tol, double tol_f32, uint32_t top1, const char *tmpdir)
+{
+    char dir[1200], path[1300];
+    snprintf(dir, sizeof dir, "%s/../engine_hfquant/%s", golden, name);
+    snprintf(path, sizeof path, "%s/logits.bin", dir);
+    ref_logits r;
+    if (read_ref(path, &r) < 0) {
+        CHECK_MSG(0, "%s: cannot read", path);
+        return;
+    }
+    kvp_err err = {0};
+    kvp_model *m = NULL;
+    int rc = kvp_model_load(&m, dir, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    float *got = malloc(sizeof(float) * r.n_tok * r.n_vocab), *got2 = malloc(sizeof(float) * r.n_tok * r.n_vocab);
+    for (int mode = 0; rc == 0 && mode < 2; mode++) {
+        CHECK_EQ_U64(m->layers[1].w_down.dtype, dtype);
+        CHECK(m->quant_note[0] != 0);
+        if (run(m, r.ids, r.n_tok, mode, got) < 0) {
+            CHECK(0);
+            continue;
+        }
+        uint32_t diff;
+        double e = compare(&r, got, &diff);
+        printf("%s (%s): max rel err %.3g vs transformers + compressed-tensors, top-1 differs at %u of %u\n", name,
+               mode ? "token by token" : "one step", e, diff, r.n_tok);
+        CHECK_MSG(e < tol, "%s: max rel err %g", name, e);
+        CHECK_MSG(diff <= top1, "%s: top-1 differs at %u", name, diff);
+    }
+    /* the weights themselves, through f32 rows: transformers' f32 result */
+    float **owned = NULL;
+    size_t n_owned = 0;
+    kvp_model *f = NULL;
+    if (rc == 0 && kvp_model_load(&f, dir, &err) == 0 && layers_as_f32(f, &owned, &n_owned) == 0 &&
+        run(f, r.ids, r.n_tok, 0, got) == 0) {
+        uint32_t diff;
+        double e = compare(&r, got, &diff);
+        printf("%s (weights as f32): max rel err %.3g, top-1 differs at %u of %u\n", name, e, diff, r.n_tok);
+        CHECK_MSG(e < tol_f32, "%s: max rel err %g", name, e);
+        CHECK_EQ_U64(diff, 0);
+    } else {
+        CHECK_MSG(0, "%s: %s", name, err.msg);
+    }
+    for (size_t i = 0; i < n_owned; i++)
+        free(owned[i]);
+    free(owned);
+    kvp_model_free(f);
+    /* quantize keeps the imported tensors: the same logits from its KVP file */
+    snprintf(path, sizeof path, "%s/%s.kvp", tmpdir, name);
+    uint8_t fp[16];
+    kvp_model *k = NULL;
+    if (rc == 0 && (rc = convert_keep(dir, path, fp, &err)) == 0 && (rc = kvp_model_load(&k, path, &err)) == 0) {
+        CHECK_EQ_U64(k->layers[1].w_down.dtype, dtype);
+        CHECK(memcmp(k->fingerprint, fp, 16) == 0);
+        CHECK(run(m, r.ids, r.n_tok, 0, got) == 0 && run(k, r.ids, r.n_tok, 0, got2) == 0);
+        CHECK(memcmp(got, got2, sizeof(float) * r.n_tok * r.n_vocab) == 0);
+    } else {
+        CHECK_MSG(0, "%s", err.msg);
+    }
+    kvp_model_free(k);
+    unlink(path);
+    free(got), free(got2);
+    kvp_model_free(m);
+    free(r.ids), free(r.logits);
+}
+
 /* The .safetensors file itself names the same model; a folder without
  * config.json is refused naming it. */
 static void test_paths(const char *tmpdir)
@@ -225,6 +327,18 @@ int main(void)
     test_one("gqa3_hd80_llama3", 0, 0, 1, tmp);
     test_one("qwen2_bias_tied", 1, 1, 0, tmp);
     test_paths(tmp);
+    /* i4 and i8 kernels round activations to 8 bits (as for Q4_0/Q8_0):
+     * their bound is that rounding's; fp8 and f32 rows compute in f32 */
+    test_quantized("ct_w4a16_g32", KVP_DTYPE_I4, 5e-2, 1e-5, 1, tmp);
+    test_quantized("ct_w8a8_int8", KVP_DTYPE_I8, 5e-2, 1e-5, 3, tmp);
+    test_quantized("ct_fp8_channel", KVP_DTYPE_FP8_E4M3, 1e-5, 1e-5, 0, tmp);
+    test_quantized("gptq_desc_act", KVP_DTYPE_F32, 1e-5, 1e-5, 0, tmp);
+    test_quantized("awq_g32", KVP_DTYPE_I4, 5e-2, 1e-5, 1, tmp);
+    /* the reference runs on the bf16 values its decompression returns, we
+     * on their f32 products e2m1 * (s / global) (fp4 has no kernel: f32
+     * rows either way): transformers itself moves by 1.40e-2 from the one
+     * to the other on this model, as we do */
+    test_quantized("ct_nvfp4", KVP_DTYPE_FP4_E2M1, 2e-2, 2e-2, 0, tmp);
     rmdir(tmp);
     return unit_done();
 }
