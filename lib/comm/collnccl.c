@@ -53,18 +53,26 @@ static void dev_release(void *st, void *buf)
     cudaFree(buf);
 }
 
+/* Copies go on the collectives' stream and are waited for: a plain
+ * cudaMemcpy runs on the legacy stream, which a non-blocking stream does not
+ * wait for, and may return before a pageable upload has landed. */
+static int dev_copy(nccl_state *s, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, kvp_err *err)
+{
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, s->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(s->stream);
+    return e == cudaSuccess ? 0 : cuda_fail(err, e, kind == cudaMemcpyHostToDevice ? "copy to the device"
+                                                                                   : "copy from the device");
+}
+
 static int dev_put(void *st, void *dst, const void *host, size_t bytes, kvp_err *err)
 {
-    (void)st;
-    cudaError_t e = cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice);
-    return e == cudaSuccess ? 0 : cuda_fail(err, e, "cudaMemcpy to the device");
+    return dev_copy(st, dst, host, bytes, cudaMemcpyHostToDevice, err);
 }
 
 static int dev_get(void *st, void *host, const void *src, size_t bytes, kvp_err *err)
 {
-    (void)st;
-    cudaError_t e = cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost);
-    return e == cudaSuccess ? 0 : cuda_fail(err, e, "cudaMemcpy from the device");
+    return dev_copy(st, host, src, bytes, cudaMemcpyDeviceToHost, err);
 }
 
 static ncclDataType_t nccl_type(int dtype)
