@@ -41,9 +41,13 @@ int kvp_cb_sizes(const kvp_cb_opts *o, int n, uint64_t *sizes, int max, kvp_err 
         return kvp_err_set(err, KVP_EINVAL, "step factor %g never grows the size (use -f > 1 or -i)",
                            o->step_factor);
     int k = 0;
-    for (double b = (double)o->min_bytes; b <= (double)o->max_bytes && k < max;
+    /* from 1 byte at least: 0 x a factor would never grow */
+    for (double b = o->min_bytes ? (double)o->min_bytes : 1.0; b <= (double)o->max_bytes;
          b = o->step_bytes ? b + (double)o->step_bytes : b * o->step_factor) {
         uint64_t s = round_size(o->op, n, o->dtype, (uint64_t)b);
+        if (k == max)
+            return kvp_err_set(err, KVP_ELIMIT, "more than %d sizes from %llu to %llu bytes: use a larger step",
+                               max, (unsigned long long)o->min_bytes, (unsigned long long)o->max_bytes);
         if (s / kvp_cb_dtype_size(o->dtype) > INT_MAX)
             return kvp_err_set(err, KVP_ELIMIT, "%llu bytes is over %d elements (MPI counts are int)",
                                (unsigned long long)s, INT_MAX);

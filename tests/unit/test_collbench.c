@@ -74,7 +74,12 @@ static void test_counts_and_sizes(void)
     o.op = KVP_CB_OP_ALL_REDUCE;
     k = kvp_cb_sizes(&o, 2, sz, 64, &err);
     CHECK(k == 4 && sz[0] == 100 && sz[3] == 400);
+    o.step_bytes = 1;
+    CHECK(kvp_cb_sizes(&o, 2, sz, 64, &err) == KVP_ELIMIT); /* 301 sizes */
     o.step_bytes = 0;
+    o.min_bytes = 0; /* from 1 byte: one float, then doubling */
+    k = kvp_cb_sizes(&o, 2, sz, 64, &err);
+    CHECK(k == 7 && sz[0] == 4 && sz[6] == 256);
     o.step_factor = 1.0;
     CHECK(kvp_cb_sizes(&o, 2, sz, 64, &err) == KVP_EINVAL);
 }
