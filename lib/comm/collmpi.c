@@ -2,10 +2,8 @@
  * MPI's non-blocking collectives, each waited for with the job's deadline
  * (kvp_comm_wait), timed with the host's monotonic clock.
  *
- * half and bfloat16 travel as MPI_UINT16_T with user reduction operators,
- * one per type and operator (MPI has no 16-bit floats; a predefined type
- * keeps OpenMPI on its fast paths, where a derived 2-byte type of our own
- * ran a bfloat16 all-reduce several times slower); float uses MPI_FLOAT and
+ * half and bfloat16 travel as a 2-byte MPI datatype of our own with user
+ * reduction operators (MPI has no 16-bit floats); float uses MPI_FLOAT and
  * MPI's built-in operators.  A world of one (started without mpirun, or a
  * build without MPI) runs every collective as the copy it is over one rank.
  */
@@ -25,7 +23,8 @@ typedef struct mpi_state {
     int rank, n;
 #ifdef KVP_HAVE_MPI
     MPI_Comm mc;                 /* MPI_COMM_NULL in a world of one */
-    MPI_Op op16[2][KVP_CB_REDOP_COUNT]; /* user operators: half, bfloat16 */
+    MPI_Datatype t16[2];         /* half, bfloat16 */
+    MPI_Op op16[2][KVP_CB_REDOP_COUNT]; /* user operators for t16 */
 #endif
 } mpi_state;
 
@@ -89,8 +88,7 @@ USER_OP(min_bf16, KVP_CB_DTYPE_BFLOAT16, KVP_CB_REDOP_MIN)
 
 static MPI_Datatype mpi_type(const mpi_state *s, int dtype)
 {
-    (void)s;
-    return dtype == KVP_CB_DTYPE_FLOAT ? MPI_FLOAT : MPI_UINT16_T;
+    return dtype == KVP_CB_DTYPE_FLOAT ? MPI_FLOAT : s->t16[dtype == KVP_CB_DTYPE_HALF ? 0 : 1];
 }
 
 static MPI_Op mpi_op(const mpi_state *s, int dtype, int redop)
@@ -179,19 +177,26 @@ static void mpi_close(void *st)
     MPI_Finalized(&done);
     if (s->mc != MPI_COMM_NULL && !done) {
         for (int k = 0; k < 2; k++)
+            MPI_Type_free(&s->t16[k]);
+        for (int k = 0; k < 2; k++)
             for (int r = 0; r < KVP_CB_REDOP_COUNT; r++)
                 MPI_Op_free(&s->op16[k][r]);
     }
     free(s);
 }
 
-static int setup_ops(mpi_state *s, kvp_err *err)
+static int setup_types(mpi_state *s, kvp_err *err)
 {
     static MPI_User_function *const fn[2][KVP_CB_REDOP_COUNT] = {
         {sum_half, prod_half, max_half, min_half},
         {sum_bf16, prod_bf16, max_bf16, min_bf16},
     };
     int rc;
+    for (int k = 0; k < 2; k++) {
+        if ((rc = MPI_Type_contiguous(2, MPI_BYTE, &s->t16[k])) != MPI_SUCCESS ||
+            (rc = MPI_Type_commit(&s->t16[k])) != MPI_SUCCESS)
+            return mpi_fail(err, rc, "MPI_Type_contiguous");
+    }
     for (int k = 0; k < 2; k++)
         for (int r = 0; r < KVP_CB_REDOP_COUNT; r++)
             if ((rc = MPI_Op_create(fn[k][r], 1, &s->op16[k][r])) != MPI_SUCCESS)
@@ -245,7 +250,7 @@ int kvp_cb_mpi_open(kvp_comm *c, kvp_cb_backend *b, kvp_err *err)
     MPI_Comm *mc = kvp_comm_handle(c);
     s->mc = mc ? *mc : MPI_COMM_NULL;
     int rc;
-    if (s->mc != MPI_COMM_NULL && (rc = setup_ops(s, err)) < 0) {
+    if (s->mc != MPI_COMM_NULL && (rc = setup_types(s, err)) < 0) {
         free(s);
         return rc;
     }
