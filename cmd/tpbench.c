@@ -484,6 +484,18 @@ static int run_model(const opts *o, kvp_comm *w, kvp_cb_backend *be, kvp_err *er
 
 /* ---- main ---- */
 
+/* Set while a silenced rank parses: see linger. */
+static int quiet_parse;
+
+/* mpirun ends the whole job as soon as one rank exits non-zero, and rank
+ * 0's usage message could go down with it: a silenced rank that finds the
+ * same error leaves only after rank 0 has had time to say it. */
+static void linger(void)
+{
+    if (quiet_parse)
+        usleep(500 * 1000);
+}
+
 /* Parse the options with every rank but the launcher's rank 0 silenced:
  * each rank parses the same argv, and one usage message is enough. */
 static void parse_quietly(int argc, char **argv, opts *o)
@@ -496,8 +508,11 @@ static void parse_quietly(int argc, char **argv, opts *o)
             dup2(null, 2);
             close(null);
         }
+        quiet_parse = 1;
+        atexit(linger);
     }
     parse_opts(argc, argv, o);
+    quiet_parse = 0;
     if (saved >= 0) {
         dup2(saved, 2);
         close(saved);
@@ -505,12 +520,16 @@ static void parse_quietly(int argc, char **argv, opts *o)
 }
 
 /* A usage error found after MPI started (it needs the rank count): every
- * rank finds it, rank 0 says it, all exit 2. */
+ * rank finds it; rank 0 says it before MPI_Finalize (which waits for all
+ * ranks), so no rank's exit can end the job before the message is out. */
 static _Noreturn void usage_after_init(int rank, const char *msg)
 {
+    if (rank == 0) {
+        kvp_cli_warn("%s", msg);
+        fprintf(stderr, "Try '%s --help' for more information.\n", kvp_cli_prog());
+        fflush(stderr);
+    }
     kvp_comm_finalize();
-    if (rank == 0)
-        kvp_cli_usage_error("%s", msg);
     exit(KVP_EXIT_USAGE);
 }
 

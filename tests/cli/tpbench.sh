@@ -170,11 +170,13 @@ wait_ranks() { # FILE: until the rank list is out (at most 30 s)
     while [ $i -lt 300 ] && ! grep -q '^#  Rank  2 ' "$1"; do sleep 0.1; i=$((i + 1)); done
 }
 for sig in STOP KILL; do
+    k=$T/kill-$sig # a file of its own: the job starts in the background, and the
+    # shell may look before it has truncated a file an earlier job wrote
     mpirun -np 3 tpbench all_reduce -b 64K -e 64K -i 1 -n 2000000 -w 0 -c 0 --timeout 3 \
-        >"$T/k.out" 2>"$T/k.err" &
+        >"$k.out" 2>"$k.err" &
     job=$!
-    wait_ranks "$T/k.out"
-    pid=$(rank_pid "$T/k.out" 1)
+    wait_ranks "$k.out"
+    pid=$(rank_pid "$k.out" 1)
     sleep 0.5
     start=$(date +%s)
     [ -n "$pid" ] && kill -$sig "$pid"
@@ -187,8 +189,8 @@ for sig in STOP KILL; do
     kill $dog 2>/dev/null
     [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
     LAST_CMD="mpirun -np 3 tpbench ... --timeout 3; kill -$sig rank 1 ($pid)"
-    cp "$T/k.out" "$OUT"
-    cp "$T/k.err" "$ERR"
+    cp "$k.out" "$OUT"
+    cp "$k.err" "$ERR"
     if [ -n "$pid" ] && [ "$status" -ne 0 ] && [ "$took" -lt 30 ]; then pass "kill -$sig a rank: the job ends non-zero ($took s)"
     else fail "kill -$sig a rank: exit $status after $took s"; fi
     if [ "$sig" = STOP ]; then
