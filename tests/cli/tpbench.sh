@@ -1,0 +1,202 @@
+#!/bin/sh
+# tpbench: the collectives table with 1 to 4 ranks over every operation and
+# dtype, in place, JSON, usage errors, a wrong reduction caught by the check,
+# a stopped and a killed rank ending the job, NCCL without a GPU, and the
+# model-shaped traffic.  Small sizes: the whole file takes well under a minute.
+. "$KVP_TESTS/cli/lib.sh"
+
+# As root OpenMPI wants these; CI has 2 cores, so up to 4 ranks oversubscribe.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# No warnings about the missing fabrics of a container.
+export OMPI_MCA_btl_base_warn_component_unused=0
+# Under `make asan` (tests/lsan.supp): a slow unwind keeps libmpi's frames
+# in the stacks of OpenMPI's leaks so the suppressions can name them, and
+# the PMPI shim below may be preloaded ahead of the ASan runtime.
+case ${ASAN_OPTIONS:-} in
+*detect_leaks=1*) export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0:verify_asan_link_order=0" ;;
+esac
+
+# ---- one rank, no launcher ----
+run tpbench all_reduce -b 8 -e 4K -n 2 -w 1
+expect_status 0 "one rank without mpirun"
+expect_out_has "# Avg bus bandwidth" "the average busbw line"
+expect_out_has "#wrong" "the nccl-tests columns"
+expect_out_has "# Wrong elements     : 0 OK" "nothing wrong"
+expect_err_empty "quiet on stderr"
+rows=$(grep -c '^ ' "$OUT")
+if [ "$rows" -eq 10 ]; then pass "8 B .. 4 KiB is 10 rows"; else fail "8 B .. 4 KiB gave $rows rows"; fi
+
+# ---- usage errors: exit 2, two lines ----
+for bad in "-b x" "-f 1" "-d double" "-o avg" "nosuchop" "-c 2" "--backend tcp" "all_reduce all_gather" \
+    "sendrecv -z" "--tp 2" "--model nosuch --tp 2" "--model llama-3-8b" "--model llama-3-8b --tp 2 --link x" \
+    "-e 8 -b 16" "broadcast -r 1"; do
+    # shellcheck disable=SC2086
+    run tpbench $bad
+    expect_status 2 "usage error: $bad"
+    expect_err_has "Try 'tpbench --help'" "usage error says where help is: $bad"
+done
+run tpbench --help
+expect_status 0 "--help"
+expect_out_has "--backend mpi|nccl" "--help lists the backends"
+
+# ---- NCCL: built here, but no GPU in CI ----
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "skip: a GPU is present: the no-GPU failure of --backend nccl is not tested here"
+else
+    run tpbench --backend nccl -b 8 -e 8
+    expect_status 1 "--backend nccl without a GPU fails"
+    if grep -qE "no CUDA device|built without NCCL" "$ERR"; then pass "and says why"
+    else fail "--backend nccl: no clear reason"; fi
+    expect_err_has "tpbench: rank 0: " "the error names the rank"
+fi
+
+# ---- the model, alone: modeled only ----
+run tpbench --model llama-3-70b --tp 8 --gpu h100
+expect_status 0 "--model alone"
+expect_out_has "measured: not run" "one rank measures nothing"
+for l in nvlink4 pcie4 pcie5 ib-ndr; do expect_out_has "modeled  $l" "modeled over $l"; done
+expect_out_has "160 all_reduce of 1 x 8192" "llama-3-70b: two all-reduces a layer"
+run tpbench --model llama-3-8b --tp 4 --link pcie4 --alpha 0 --bandwidth 32G --json
+expect_status 0 "--model --json"
+
+json_ok() { # FILE EXPR: EXPR (python, on the parsed object j) is true
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$2"
+}
+if command -v python3 >/dev/null 2>&1; then
+    expect_true "--model JSON parses, one link, alpha 0" json_ok "$OUT" \
+        'j["measured"] is None and len(j["modeled"]) == 1 and j["modeled"][0]["alpha_us"] == 0 and j["modeled"][0]["source"] == "modeled"'
+else
+    echo "skip: no python3: JSON output not parsed"
+fi
+
+if ! command -v mpirun >/dev/null 2>&1; then
+    echo "skip: no mpirun (Debian: openmpi-bin): the multi-rank tpbench tests did not run"
+    done_testing
+    exit $?
+fi
+run mpirun -np 2 tpbench -b 8 -e 8 -n 1 -w 0
+if grep -q "has no MPI" "$ERR"; then
+    echo "skip: this tpbench was built without MPI: the multi-rank tests did not run"
+    done_testing
+    exit $?
+fi
+expect_status 0 "two ranks"
+
+# ---- every operation and dtype, 2 and 4 ranks; every reduction at 3 ----
+for np in 2 4; do
+    for op in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv; do
+        for d in float half bfloat16; do
+            run mpirun -np $np tpbench $op -b 8 -e 64K -f 16 -d $d -n 2 -w 1 -r $((np - 1))
+            if [ "$status" -eq 0 ] && grep -q "# Wrong elements     : 0 OK" "$OUT"; then pass "np $np $op $d"
+            else fail "np $np $op $d"; fi
+        done
+    done
+done
+for op in all_reduce reduce_scatter reduce; do
+    for d in float half bfloat16; do
+        for o in prod max min; do
+            run mpirun -np 3 tpbench $op -b 12 -e 6K -f 8 -d $d -o $o -n 1 -w 0 -r 1
+            if [ "$status" -eq 0 ] && grep -q "# Wrong elements     : 0 OK" "$OUT"; then pass "np 3 $op $d $o"
+            else fail "np 3 $op $d $o"; fi
+        done
+    done
+done
+run mpirun -np 4 tpbench alltoall -b 8 -e 1K -f 4 -d half -z -n 2 -w 0
+expect_status 0 "-z"
+if awk '/^ / && $6 != "N/A" { bad = 1 } END { exit bad }' "$OUT"; then pass "-z leaves out-of-place N/A"
+else fail "-z ran out of place"; fi
+expect_out_lacks "     N/A     N/A     N/A     N/A     N/A" "-z ran in place"
+
+run mpirun -np 3 tpbench broadcast -r 5
+expect_status 2 "a root past the ranks is a usage error"
+n=$(grep -c "^tpbench: " "$ERR")
+if [ "$n" -eq 1 ]; then pass "one rank says it"; else fail "$n ranks said it"; fi
+
+run mpirun -np 4 tpbench -x
+expect_status 2 "a bad flag under mpirun"
+n=$(grep -c "^tpbench: " "$ERR")
+if [ "$n" -eq 1 ]; then pass "only rank 0 prints the usage error"; else fail "$n usage lines"; fi
+
+# ---- JSON ----
+run mpirun -np 3 tpbench reduce_scatter -b 12 -e 12K -f 4 -d bfloat16 -n 2 -w 0 --json
+expect_status 0 "--json"
+if command -v python3 >/dev/null 2>&1; then
+    expect_true "JSON: 3 ranks, 6 rows, nothing wrong, busbw = algbw x 2/3" json_ok "$OUT" \
+        'j["ranks"] == 3 and len(j["rows"]) == 6 and j["wrong"] == 0 and len(j["rank_list"]) == 3 and all(abs(r["out_of_place"]["busbw"] - r["out_of_place"]["algbw"] * 2 / 3) < 1e-5 for r in j["rows"]) and all(abs(r["in_place"]["algbw"] - r["size"] / r["in_place"]["time_us"] / 1e3) < 1e-3 * r["in_place"]["algbw"] + 1e-5 for r in j["rows"])'
+fi
+
+# ---- a wrong reduction is caught ----
+# A profiling-interface shim (PMPI, part of the MPI standard) preloaded into
+# the ranks makes every all-reduce compute max instead of sum: tpbench
+# itself has no hook for this.
+if command -v mpicc >/dev/null 2>&1; then
+    cat >"$T/wrongop.c" <<'EOF'
+#include <mpi.h>
+int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c, MPI_Request *q)
+{
+    /* the data's all-reduces only: tpbench sums its counts in doubles */
+    return PMPI_Iallreduce(s, r, n, t, t == MPI_FLOAT ? MPI_MAX : op, c, q);
+}
+EOF
+    if mpicc -shared -fPIC -o "$T/wrongop.so" "$T/wrongop.c" 2>"$T/cc.err"; then
+        run mpirun -np 3 -x LD_PRELOAD="$T/wrongop.so" tpbench all_reduce -b 1K -e 4K -n 1 -w 0
+        expect_status 1 "a wrong all-reduce exits 1"
+        expect_out_has "FAILED" "and says FAILED"
+        # 3 ranks x 256 floats: a max equals the sum only where the other values are 0
+        if awk '/^ / && $1 == 1024 { exit !($9 > 600 && $13 > 600) }' "$OUT"; then pass "wrong elements counted over ranks"
+        else fail "the wrong count is off: $(grep '^ *1024 ' "$OUT")"; fi
+    else
+        echo "skip: mpicc could not build the shim: $(head -c 200 "$T/cc.err")"
+    fi
+else
+    echo "skip: no mpicc: the wrong-reduction test did not run"
+fi
+
+# ---- the model, measured ----
+run mpirun -np 2 tpbench --model llama-3-8b --tp 2 --batch 2 -n 2 -w 1 --link nvlink4
+expect_status 0 "--model measured with 2 ranks"
+expect_out_has "measured  all_reduce       64" "64 all-reduces measured"
+expect_out_has "modeled  nvlink4" "beside the model"
+run mpirun -np 2 tpbench --model llama-3-8b --tp 4
+expect_status 2 "--tp 4 in a job of 2"
+
+# ---- a rank that stops or dies ends the job ----
+# the rank's pid from the table's rank list
+rank_pid() { # FILE RANK
+    awk -v r="$2" '$1 == "#" && $2 == "Rank" && $3 == r { print $5 }' "$1"
+}
+wait_ranks() { # FILE: until the rank list is out (at most 30 s)
+    i=0
+    while [ $i -lt 300 ] && ! grep -q '^#  Rank  2 ' "$1"; do sleep 0.1; i=$((i + 1)); done
+}
+for sig in STOP KILL; do
+    k=$T/kill-$sig # a file of its own: the job starts in the background, and the
+    # shell may look before it has truncated a file an earlier job wrote
+    mpirun -np 3 tpbench all_reduce -b 64K -e 64K -i 1 -n 2000000 -w 0 -c 0 --timeout 3 \
+        >"$k.out" 2>"$k.err" &
+    job=$!
+    wait_ranks "$k.out"
+    pid=$(rank_pid "$k.out" 1)
+    sleep 0.5
+    start=$(date +%s)
+    [ -n "$pid" ] && kill -$sig "$pid"
+    # a watchdog, so a hang fails the test instead of the suite
+    ( sleep 60 && kill -9 $job 2>/dev/null ) &
+    dog=$!
+    wait $job
+    status=$?
+    took=$(($(date +%s) - start))
+    kill $dog 2>/dev/null
+    [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+    LAST_CMD="mpirun -np 3 tpbench ... --timeout 3; kill -$sig rank 1 ($pid)"
+    cp "$k.out" "$OUT"
+    cp "$k.err" "$ERR"
+    if [ -n "$pid" ] && [ "$status" -ne 0 ] && [ "$took" -lt 30 ]; then pass "kill -$sig a rank: the job ends non-zero ($took s)"
+    else fail "kill -$sig a rank: exit $status after $took s"; fi
+    if [ "$sig" = STOP ]; then
+        expect_err_has "waited 3 s for its peers" "a stopped rank: the others say they waited"
+        if grep -qE "^rank [02]: " "$ERR"; then pass "the message names the rank"; else fail "no rank named"; fi
+    fi
+done
+
+done_testing
