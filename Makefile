@@ -185,7 +185,7 @@ tsan: deps
 check-nodeps:
 	@$(MAKE) --no-print-directory all $(UNITS) $(FUZZ_REPLAY)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
+	    LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 	    KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) KVP_CFLAGS="$(OPT)" tests/run $(TESTS)
 
 # Every unit test with a pool of 2, the pool's users again with 4
