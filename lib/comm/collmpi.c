@@ -8,6 +8,7 @@
  * build without MPI) runs every collective as the copy it is over one rank.
  */
 #include "collbench.h"
+#include "comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,15 +104,6 @@ static MPI_Op mpi_op(const mpi_state *s, int dtype, int redop)
     }
 }
 
-static int mpi_fail(kvp_err *err, int rc, const char *what)
-{
-    char s[MPI_MAX_ERROR_STRING];
-    int n = 0;
-    if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS)
-        snprintf(s, sizeof s, "MPI error %d", rc);
-    return kvp_err_set(err, KVP_EIO, "%s: %s", what, s);
-}
-
 /* Issue call c once (non-blocking) into req[0..*nreq). */
 static int issue(mpi_state *s, kvp_cb_call *c, MPI_Request *req, int *nreq)
 {
@@ -161,7 +153,7 @@ static int mpi_time(void *st, kvp_cb_call *c, int iters, double *seconds, kvp_er
         MPI_Request req[2];
         int nreq = 0, rc = issue(s, c, req, &nreq);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(err, rc, what);
+            return kvp_comm_mpi_error(err, rc, what);
         for (int k = 0; k < nreq; k++)
             if ((rc = kvp_comm_wait(s->c, &req[k], what, err)) < 0)
                 return rc;
@@ -195,12 +187,12 @@ static int setup_types(mpi_state *s, kvp_err *err)
     for (int k = 0; k < 2; k++) {
         if ((rc = MPI_Type_contiguous(2, MPI_BYTE, &s->t16[k])) != MPI_SUCCESS ||
             (rc = MPI_Type_commit(&s->t16[k])) != MPI_SUCCESS)
-            return mpi_fail(err, rc, "MPI_Type_contiguous");
+            return kvp_comm_mpi_error(err, rc, "MPI_Type_contiguous");
     }
     for (int k = 0; k < 2; k++)
         for (int r = 0; r < KVP_CB_REDOP_COUNT; r++)
             if ((rc = MPI_Op_create(fn[k][r], 1, &s->op16[k][r])) != MPI_SUCCESS)
-                return mpi_fail(err, rc, "MPI_Op_create");
+                return kvp_comm_mpi_error(err, rc, "MPI_Op_create");
     return 0;
 }
 
@@ -212,7 +204,7 @@ int kvp_cb_sum_doubles(kvp_comm *c, double *v, int n, kvp_err *err)
     MPI_Request r;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, *mc, &r);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "summing results over ranks");
+        return kvp_comm_mpi_error(err, rc, "summing results over ranks");
     return kvp_comm_wait(c, &r, "summing results over ranks", err);
 }
 

@@ -75,6 +75,10 @@ void kvp_comm_abort(kvp_comm *c, int status);
  * (tpbench's collectives), or NULL without MPI. */
 void *kvp_comm_handle(kvp_comm *c);
 
+/* KVP_EIO with "what: MPI's text for error code rc" (for code calling MPI
+ * itself).  Returns KVP_EIO. */
+int kvp_comm_mpi_error(kvp_err *err, int rc, const char *what);
+
 /* Wait for an MPI request (MPI_Request *) with the job's deadline: 0 when
  * complete; on timeout prints "rank R: WHAT waited S s for its peers" and
  * aborts the job.  Only with MPI. */

@@ -32,7 +32,7 @@ int kvp_comm_have_mpi(void) { return 1; }
 void kvp_comm_set_timeout(double seconds) { timeout_s = seconds > 0 ? seconds : 300.0; }
 double kvp_comm_timeout(void) { return timeout_s; }
 
-static int mpi_fail(kvp_err *err, int rc, const char *what)
+int kvp_comm_mpi_error(kvp_err *err, int rc, const char *what)
 {
     char s[MPI_MAX_ERROR_STRING];
     int n = 0;
@@ -109,7 +109,7 @@ int kvp_comm_split(kvp_comm *c, int color, int key, kvp_comm **out, kvp_err *err
     int rc = MPI_Comm_split(c->mc, color, key, &s->mc);
     if (rc != MPI_SUCCESS) {
         free(s);
-        return mpi_fail(err, rc, "MPI_Comm_split");
+        return kvp_comm_mpi_error(err, rc, "MPI_Comm_split");
     }
     MPI_Comm_set_errhandler(s->mc, MPI_ERRORS_RETURN);
     MPI_Comm_rank(s->mc, &s->rank);
@@ -145,7 +145,7 @@ static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forev
     for (unsigned spin = 0;; spin++) {
         int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(err, rc, what);
+            return kvp_comm_mpi_error(err, rc, what);
         if (done)
             return 0;
         if (spin < 2000)
@@ -181,7 +181,7 @@ int kvp_comm_allreduce_f32(kvp_comm *c, float *x, size_t n, kvp_err *err)
         MPI_Request r;
         int rc = MPI_Iallreduce(MPI_IN_PLACE, x + at, (int)k, MPI_FLOAT, MPI_SUM, c->mc, &r);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(err, rc, "all_reduce");
+            return kvp_comm_mpi_error(err, rc, "all_reduce");
         char what[64];
         snprintf(what, sizeof what, "all_reduce of %zu floats", k);
         if ((rc = kvp_comm_wait(c, &r, what, err)) < 0)
@@ -203,7 +203,7 @@ int kvp_comm_allgather(kvp_comm *c, const void *send, void *recv, size_t bytes, 
     MPI_Request r;
     int rc = MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->mc, &r);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "all_gather");
+        return kvp_comm_mpi_error(err, rc, "all_gather");
     return kvp_comm_wait(c, &r, "all_gather", err);
 }
 
@@ -216,7 +216,7 @@ static int bcast(kvp_comm *c, void *buf, size_t bytes, int root, int forever, kv
         MPI_Request r;
         int rc = MPI_Ibcast((char *)buf + at, (int)k, MPI_BYTE, root, c->mc, &r);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(err, rc, "broadcast");
+            return kvp_comm_mpi_error(err, rc, "broadcast");
         if ((rc = wait_until(c, &r, "broadcast", forever, err)) < 0)
             return rc;
         at += k;
@@ -250,7 +250,7 @@ static int p2p(kvp_comm *c, void *buf, size_t bytes, int peer, int tag, int send
         int rc = sending ? MPI_Isend((char *)buf + at, (int)k, MPI_BYTE, peer, tag, c->mc, &r)
                          : MPI_Irecv((char *)buf + at, (int)k, MPI_BYTE, peer, tag, c->mc, &r);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(err, rc, verb);
+            return kvp_comm_mpi_error(err, rc, verb);
         if ((rc = kvp_comm_wait(c, &r, what, err)) < 0)
             return rc;
         at += k;
@@ -275,7 +275,7 @@ int kvp_comm_barrier(kvp_comm *c, kvp_err *err)
     MPI_Request r;
     int rc = MPI_Ibarrier(c->mc, &r);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "barrier");
+        return kvp_comm_mpi_error(err, rc, "barrier");
     return kvp_comm_wait(c, &r, "barrier", err);
 }
 

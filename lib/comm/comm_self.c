@@ -87,6 +87,11 @@ int kvp_comm_barrier(kvp_comm *c, kvp_err *err)
     return 0;
 }
 
+int kvp_comm_mpi_error(kvp_err *err, int rc, const char *what)
+{
+    return kvp_err_set(err, KVP_EIO, "%s: MPI error %d", what, rc);
+}
+
 int kvp_comm_wait(kvp_comm *c, void *request, const char *what, kvp_err *err)
 {
     (void)c, (void)request;
