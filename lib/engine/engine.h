@@ -76,6 +76,10 @@ int kvp_engine_tp_start(kvp_engine *e, const kvp_parallel *d, kvp_err *err);
  * kvp_engine_tp_end.  0, or a code naming this rank (a bad message, out of
  * memory); a driver that never comes is waited for. */
 int kvp_engine_tp_serve(const kvp_model *shard, kvp_backend *be, const kvp_parallel *d, kvp_err *err);
+/* The driver, after kvp_engine_tp_start on a cache that was read whole
+ * from a KV stream and given its rank's pool (kvp_kvcache_repool): every
+ * block in use, from the old whole pool, to the ranks.  0 or a code. */
+int kvp_engine_tp_adopt(kvp_engine *e, const kvp_kv_pool *old, kvp_err *err);
 /* The driver: the job is over (after the last engine is freed). */
 int kvp_engine_tp_end(const kvp_parallel *d, kvp_err *err);
 

@@ -433,11 +433,6 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
     js->o = o;
     js->tok = r->tok;
     js->from_prompts = o->prompt || o->file || o->tokens;
-    if (r->dist.world && !js->from_prompts) {
-        free(js);
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "--tp/--pp: KV streams as input are not supported yet (their "
-                           "blocks hold every head and layer); give prompts (-p, -f, --tokens), or run in one process");
-    }
     int rc;
     if (js->from_prompts) {
         if ((rc = open_prompts(js, r, o, err)) == 0)
@@ -445,7 +440,9 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
     } else if ((rc = kvp_in_open(&js->in, kv_in, err)) == 0) {
         js->in_open = 1;
         if ((rc = kvp_reader_open(&js->rd, &js->in, err)) == 0)
-            rc = kvp_seqio_reader_open(&js->sr, js->rd, js->in.name, r->model, r->be, &o->kv, err);
+            /* the whole model's shape: under --tp/--pp blocks arrive whole */
+            rc = kvp_seqio_reader_open(&js->sr, js->rd, js->in.name, r->whole ? r->whole : r->model, r->be, &o->kv,
+                                       err);
         /* Read ahead two sequences: the first makes the cache (its block
          * size), and whether there is a second decides decode's output. */
         while (rc == 0 && js->n_pend < 2) {
@@ -461,7 +458,7 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
         }
         js->kc = js->sr ? kvp_seqio_reader_take_cache(js->sr) : NULL;
         if (rc == 0 && !js->kc)
-            rc = kvp_kvcache_create(&js->kc, &r->model->cfg, &o->kv, r->be, err);
+            rc = kvp_kvcache_create(&js->kc, &(r->whole ? r->whole : r->model)->cfg, &o->kv, r->be, err);
         if (rc == 0)
             rc = kvp_run_start(r, o, js->kc, err);
         else if (!r->kc)

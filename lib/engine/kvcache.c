@@ -53,6 +53,7 @@ struct kvp_kvcache {
     void *on_copy_ctx;
     kvp_kv_pool whole;     /* the job's whole blocks (kvp_kvcache_set_whole), when read_whole is set */
     kvp_kvcache_read_hook read_whole;
+    kvp_kvcache_write_hook write_whole;
     void *read_whole_ctx;
 };
 
@@ -349,12 +350,38 @@ void kvp_kvcache_block_read(kvp_kvcache *kc, uint32_t b, void *host)
                          kc->pool.block_bytes);
 }
 
-void kvp_kvcache_set_whole(kvp_kvcache *kc, const kvp_kv_pool *whole, kvp_kvcache_read_hook fn, void *ctx)
+void kvp_kvcache_set_whole(kvp_kvcache *kc, const kvp_kv_pool *whole, kvp_kvcache_read_hook rd,
+                           kvp_kvcache_write_hook wr, void *ctx)
 {
     if (whole)
         kc->whole = *whole;
-    kc->read_whole = whole ? fn : NULL;
+    kc->read_whole = whole ? rd : NULL;
+    kc->write_whole = whole ? wr : NULL;
     kc->read_whole_ctx = ctx;
+}
+
+int kvp_kvcache_block_write_whole(kvp_kvcache *kc, uint32_t b, const void *host, kvp_err *err)
+{
+    if (kc->write_whole)
+        return kc->write_whole(kc->read_whole_ctx, b, host, err);
+    kvp_kvcache_block_write(kc, b, host);
+    return 0;
+}
+
+int kvp_kvcache_repool(kvp_kvcache *kc, const kvp_config *c, kvp_kv_pool *old, kvp_err *err)
+{
+    kvp_kv_pool p = kc->pool;
+    p.n_layer = c->n_layer;
+    p.n_head_kv = c->n_head_kv;
+    p.head_dim = c->head_dim;
+    p.block_bytes = kvp_kvcache_block_bytes(c, p.block_size, p.dtype);
+    p.scales_off = kvp_kvscale_dtype(p.dtype) ? block_data_bytes(c, p.block_size, p.dtype) : 0;
+    if (!p.block_bytes || !(p.base = kc->be->ops->alloc(kc->be, (size_t)p.n_blocks * p.block_bytes)))
+        return kvp_err_set(err, KVP_ENOMEM, "KV cache: cannot allocate %u blocks x %llu bytes", p.n_blocks,
+                           (unsigned long long)p.block_bytes);
+    *old = kc->pool;
+    kc->pool = p;
+    return 0;
 }
 
 const kvp_kv_pool *kvp_kvcache_whole(const kvp_kvcache *kc) { return kc->read_whole ? &kc->whole : &kc->pool; }
@@ -630,6 +657,7 @@ int64_t kvp_kvcache_seq_push_block(kvp_kvcache *kc, int seq, const uint32_t *tok
         grow_u32(&s->tokens, &s->cap_tokens, (uint64_t)s->n_tokens + n) < 0)
         return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory for sequence %d", seq);
     uint32_t b;
+    int rc;
     if (share) {
         b = (uint32_t)from;
         block_ref(kc, b);
@@ -637,8 +665,10 @@ int64_t kvp_kvcache_seq_push_block(kvp_kvcache *kc, int seq, const uint32_t *tok
         b = block_take(kc);
         if (from >= 0 && !(n == bs && host))
             copy_block(kc, b, (uint32_t)from);
-        else
-            kvp_kvcache_block_write(kc, b, host);
+        else if ((rc = kvp_kvcache_block_write_whole(kc, b, host, err)) < 0) {
+            block_unref(kc, b);
+            return rc;
+        }
     }
     s->blocks[s->n_blocks++] = b;
     memcpy(s->tokens + s->n_tokens, tokens, (size_t)n * sizeof *tokens);

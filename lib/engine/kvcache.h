@@ -128,9 +128,18 @@ void kvp_kvcache_set_copy_hook(kvp_kvcache *kc, kvp_kvcache_copy_hook fn, void *
  * kvp_kvcache_block_read_whole give them, or the pool and its own bytes
  * when none is set.  The reader returns 0 or a code. */
 typedef int (*kvp_kvcache_read_hook)(void *ctx, uint32_t block, void *host, kvp_err *err);
-void kvp_kvcache_set_whole(kvp_kvcache *kc, const kvp_kv_pool *whole, kvp_kvcache_read_hook fn, void *ctx);
+typedef int (*kvp_kvcache_write_hook)(void *ctx, uint32_t block, const void *host, kvp_err *err);
+void kvp_kvcache_set_whole(kvp_kvcache *kc, const kvp_kv_pool *whole, kvp_kvcache_read_hook rd,
+                           kvp_kvcache_write_hook wr, void *ctx);
 const kvp_kv_pool *kvp_kvcache_whole(const kvp_kvcache *kc);
 int kvp_kvcache_block_read_whole(kvp_kvcache *kc, uint32_t block, void *host, kvp_err *err);
+/* Write a whole block (kvp_kvcache_seq_push_block's host bytes go here). */
+int kvp_kvcache_block_write_whole(kvp_kvcache *kc, uint32_t block, const void *host, kvp_err *err);
+/* Give the cache a new pool shaped for config c (same blocks, block size
+ * and dtype; its blocks' bytes are not carried over): a stream read whole
+ * into one process's cache becomes a rank's.  The old pool's memory is the
+ * caller's (release it with the backend).  0 or a code (nothing changed). */
+int kvp_kvcache_repool(kvp_kvcache *kc, const kvp_config *c, kvp_kv_pool *old, kvp_err *err);
 /* Copy a block's bytes to host memory (block_bytes) / from host memory. */
 void kvp_kvcache_block_read(kvp_kvcache *kc, uint32_t block, void *host);
 void kvp_kvcache_block_write(kvp_kvcache *kc, uint32_t block, const void *host);

@@ -212,9 +212,18 @@ int kvp_run_start(kvp_run *r, const kvp_runopts *o, kvp_kvcache *kc, kvp_err *er
         r->kc = kc;
     else if ((rc = kvp_kvcache_create(&r->kc, &r->model->cfg, &o->kv, r->be, err)) < 0)
         return rc;
-    if (kc && r->dist.world)
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "--tp/--pp: KV streams as input are not supported yet (their "
-                           "blocks hold every head and layer); give prompts, or run in one process");
+    if (kc && r->dist.world) {
+        /* read whole from a stream (the whole model's shape): this rank's
+         * pool in its place, and every block in use scattered to the ranks */
+        kvp_kv_pool old;
+        if ((rc = kvp_kvcache_repool(kc, &r->model->cfg, &old, err)) < 0)
+            return rc;
+        if ((rc = kvp_engine_create(&r->engine, r->model, r->be, r->kc, err)) == 0 &&
+            (rc = kvp_engine_tp_start(r->engine, &r->dist, err)) == 0)
+            rc = kvp_engine_tp_adopt(r->engine, &old, err);
+        r->be->ops->release(r->be, old.base);
+        return rc;
+    }
     if ((rc = kvp_engine_create(&r->engine, r->model, r->be, r->kc, err)) < 0)
         return rc;
     return r->dist.world ? kvp_engine_tp_start(r->engine, &r->dist, err) : 0;
@@ -423,7 +432,7 @@ int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_s
     if (rc < 0)
         return rc;
     if ((rc = kvp_reader_open(&rd, &in, err)) == 0 &&
-        (rc = kvp_seqio_read(rd, in.name, r->model, r->be, &o->kv, &kc, &ss, &n, err)) == 0)
+        (rc = kvp_seqio_read(rd, in.name, r->whole ? r->whole : r->model, r->be, &o->kv, &kc, &ss, &n, err)) == 0)
         rc = kvp_run_start(r, o, kc, err);
     kvp_reader_free(rd);
     kvp_in_close(&in);

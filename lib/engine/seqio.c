@@ -309,7 +309,7 @@ static int make_cache(kvp_seqio_reader *sr, const kvp_record *rec, kvp_err *err)
         kvp_kvcache_block_bytes(&sr->m->cfg, 1, (int)b.dtype) > 0)
         sr->opts.dtype = (int)b.dtype; /* one the cache cannot hold is refused by on_block, naming it */
     int rc = kvp_kvcache_create(&sr->kc, &sr->m->cfg, &sr->opts, sr->be, err);
-    const kvp_kv_pool *pool = rc == 0 ? kvp_kvcache_pool(sr->kc) : NULL;
+    const kvp_kv_pool *pool = rc == 0 ? kvp_kvcache_whole(sr->kc) : NULL;
     if (pool && pool->scales_off && !(sr->stage = malloc(pool->block_bytes)))
         rc = kvp_err_set(err, KVP_ENOMEM, "out of memory for a KV block of %llu bytes",
                          (unsigned long long)pool->block_bytes);
@@ -323,7 +323,7 @@ static int make_cache(kvp_seqio_reader *sr, const kvp_record *rec, kvp_err *err)
 static const uint8_t *stage_scaled(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_kvblock_rec *b,
                                    const uint8_t *data, const uint8_t *scales, kvp_err *err)
 {
-    const kvp_kv_pool *pool = kvp_kvcache_pool(sr->kc);
+    const kvp_kv_pool *pool = kvp_kvcache_whole(sr->kc);
     uint64_t n = (pool->block_bytes - pool->scales_off) / 4, per = kvp_kvblock_scales_per_slot(b) ? 1 : pool->block_size;
     uint8_t *sc = sr->stage + pool->scales_off;
     memcpy(sr->stage, data, pool->scales_off);
@@ -366,7 +366,8 @@ static int block_check(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_se
 static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_rec *s, int handle, uint32_t bi,
                     uint64_t *parent, int *loading, kvp_err *err)
 {
-    const kvp_kv_pool *pool = kvp_kvcache_pool(sr->kc);
+    /* whole blocks: under --tp/--pp the cache scatters them to the ranks */
+    const kvp_kv_pool *pool = kvp_kvcache_whole(sr->kc);
     const uint32_t *tok = sr->tokens + (size_t)bi * s->block_size;
     int64_t from = -1;
     const uint8_t *data = NULL;

@@ -127,7 +127,7 @@ static int read_whole(void *ctx, uint32_t b, void *host, kvp_err *err)
 {
     kvp_engine *e = ctx;
     const kvp_kv_pool *w = kvp_kvcache_whole(e->kc);
-    int n = kvp_comm_size(e->world), rc = kvp_tpmsg_put_kv_read(&e->msg, b, err);
+    int n = kvp_comm_size(e->world), rc = kvp_tpmsg_put_kv(&e->msg, KVP_TPMSG_KV_READ, b, err);
     if (rc < 0 || (rc = send_msg(e->world, &e->msg, err)) < 0)
         return rc;
     uint8_t *buf = malloc(kvp_kvcache_pool(e->kc)->block_bytes > part_of(e, w, n - 1).bytes
@@ -149,6 +149,77 @@ static int read_whole(void *ctx, uint32_t b, void *host, kvp_err *err)
     return rc;
 }
 
+/* The inverse of place: a rank's part out of a whole block. */
+static void take_part(const kvp_kv_pool *w, const part *p, const uint8_t *src, uint8_t *dst)
+{
+    uint64_t slab = (uint64_t)w->block_size * w->head_dim * (uint64_t)kvp_dtype_row_bytes((uint32_t)w->dtype, 1);
+    uint64_t sslab = (uint64_t)w->block_size * sizeof(float);
+    for (uint32_t l = 0; l < p->n_layer; l++)
+        for (uint32_t kv = 0; kv < 2; kv++)
+            for (uint32_t h = 0; h < p->n_kv; h++) {
+                uint64_t to = ((uint64_t)l * 2 + kv) * p->n_kv + h;
+                uint64_t from = ((uint64_t)(p->l0 + l) * 2 + kv) * w->n_head_kv + p->kv0 + h;
+                memcpy(dst + to * slab, src + from * slab, slab);
+                if (w->scales_off)
+                    memcpy(dst + p->data + to * sslab, src + w->scales_off + from * sslab, sslab);
+            }
+}
+
+/* The driver's kvp_kvcache_write_hook: block b whole (a KV stream read),
+ * each rank's part to it. */
+static int write_whole(void *ctx, uint32_t b, const void *host, kvp_err *err)
+{
+    kvp_engine *e = ctx;
+    const kvp_kv_pool *w = kvp_kvcache_whole(e->kc);
+    int n = kvp_comm_size(e->world), rc = kvp_tpmsg_put_kv(&e->msg, KVP_TPMSG_KV_WRITE, b, err);
+    if (rc < 0 || (rc = send_msg(e->world, &e->msg, err)) < 0)
+        return rc;
+    uint8_t *buf = malloc(kvp_kvcache_pool(e->kc)->block_bytes); /* stage 0's part is the largest */
+    if (!buf)
+        return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
+    for (int q = 0; q < n && rc == 0; q++) {
+        part p = part_of(e, w, q);
+        take_part(w, &p, host, buf);
+        if (q == 0)
+            kvp_kvcache_block_write(e->kc, b, buf);
+        else
+            rc = kvp_comm_send(e->world, buf, p.bytes, q, KVP_TAG_KV, err);
+    }
+    free(buf);
+    return rc;
+}
+
+/* A worker's answer to KV_WRITE: its part of block b, from rank 0. */
+static int recv_part(kvp_engine *e, uint32_t b, kvp_err *err)
+{
+    const kvp_kv_pool *kv = kvp_kvcache_pool(e->kc);
+    uint8_t *buf = malloc(kv->block_bytes);
+    if (!buf)
+        return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
+    int rc = kvp_comm_recv(e->world, buf, kv->block_bytes, 0, KVP_TAG_KV, err);
+    if (rc == 0)
+        kvp_kvcache_block_write(e->kc, b, buf);
+    free(buf);
+    return rc;
+}
+
+int kvp_engine_tp_adopt(kvp_engine *e, const kvp_kv_pool *old, kvp_err *err)
+{
+    uint8_t *buf = malloc(old->block_bytes);
+    if (!buf)
+        return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
+    int rc = 0;
+    for (uint32_t b = 0; b < old->n_blocks && rc == 0; b++) {
+        if (!kvp_kvcache_block_refs(e->kc, b) && !kvp_kvcache_block_hash(e->kc, b))
+            continue; /* free: nothing in it */
+        e->be->ops->to_host(e->be, buf, (const uint8_t *)old->base + (uint64_t)b * old->block_bytes,
+                            old->block_bytes);
+        rc = write_whole(e, b, buf, err);
+    }
+    free(buf);
+    return rc;
+}
+
 /* The job's whole block shape, for the KV streams the driver writes. */
 static void set_whole(kvp_engine *e)
 {
@@ -161,7 +232,7 @@ static void set_whole(kvp_engine *e)
     w.block_bytes = kvp_kvcache_block_bytes(c, kv->block_size, kv->dtype);
     w.scales_off = kv->scales_off ? w.block_bytes - (uint64_t)w.n_layer * 2 * w.n_head_kv * w.block_size * sizeof(float)
                                   : 0;
-    kvp_kvcache_set_whole(e->kc, &w, read_whole, e);
+    kvp_kvcache_set_whole(e->kc, &w, read_whole, write_whole, e);
 }
 
 /* A worker's answer to KV_READ: its part of block b, to rank 0. */
@@ -211,7 +282,7 @@ void kvp_engine_tp_release(kvp_engine *e)
     if (e->world && e->rank == 0) {
         kvp_err ignored;
         kvp_kvcache_set_copy_hook(e->kc, NULL, NULL);
-        kvp_kvcache_set_whole(e->kc, NULL, NULL, NULL);
+        kvp_kvcache_set_whole(e->kc, NULL, NULL, NULL, NULL);
         if (kvp_tpmsg_put_stop(&e->msg, &ignored) == 0)
             send_msg(e->world, &e->msg, &ignored);
     }
@@ -282,6 +353,7 @@ static int follow_engine(const kvp_model *shard, kvp_backend *be, const kvp_para
         }
         rc = m.kind == KVP_TPMSG_STEP      ? follow_step(e, &m.step, err)
              : m.kind == KVP_TPMSG_KV_READ ? send_part(e, m.block, err)
+             : m.kind == KVP_TPMSG_KV_WRITE ? recv_part(e, m.block, err)
                                            : kvp_err_set(err, KVP_EFORMAT, "tensor parallel: message kind %u inside a "
                                                          "run", m.kind);
         kvp_tpmsg_free(&m);

@@ -55,13 +55,13 @@ int kvp_tpmsg_put_stop(kvp_tpmsg_buf *b, kvp_err *err)
     return 0;
 }
 
-int kvp_tpmsg_put_kv_read(kvp_tpmsg_buf *b, uint32_t block, kvp_err *err)
+int kvp_tpmsg_put_kv(kvp_tpmsg_buf *b, uint32_t kind, uint32_t block, kvp_err *err)
 {
     b->n = 0;
     int rc = reserve(b, 3, err);
     if (rc < 0)
         return rc;
-    put1(b, KVP_TPMSG_MAGIC), put1(b, KVP_TPMSG_KV_READ), put1(b, block);
+    put1(b, KVP_TPMSG_MAGIC), put1(b, kind), put1(b, block);
     return 0;
 }
 
@@ -204,14 +204,16 @@ int kvp_tpmsg_decode(kvp_tpmsg *m, const uint32_t *w, size_t n, const kvp_tpmsg_
     case KVP_TPMSG_STOP:
     case KVP_TPMSG_END:
         break;
-    case KVP_TPMSG_KV_READ: {
+    case KVP_TPMSG_KV_READ:
+    case KVP_TPMSG_KV_WRITE: {
+        const char *what = m->kind == KVP_TPMSG_KV_READ ? "read" : "write";
         const uint32_t *b = take(&r, 1);
         if (!b)
-            return trunc_err(err, "the block to read");
+            return kvp_err_set(err, KVP_ETRUNC, "tensor parallel message: ends inside the block to %s", what);
         if (!lim)
-            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: a block read before the setup");
+            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: a block %s before the setup", what);
         if (*b >= lim->n_blocks)
-            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: read of block %u of %u", *b,
+            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: %s of block %u of %u", what, *b,
                                lim->n_blocks);
         m->block = *b;
         break;

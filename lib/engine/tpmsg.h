@@ -13,6 +13,7 @@
  *          sequence's block table, and the copy-on-write block copies the
  *          driver's cache made since the last step (done first)
  *   KV_READ  send rank 0 your part of a block (it writes a KV stream)
+ *   KV_WRITE receive your part of a block from rank 0 (it reads a KV stream)
  *   STOP   the engine is gone (its pool with it); a SETUP may follow
  *   END    the job is over
  *
@@ -36,6 +37,7 @@
 
 enum kvp_tpmsg_kind {
     KVP_TPMSG_SETUP = 1, KVP_TPMSG_STEP = 2, KVP_TPMSG_STOP = 3, KVP_TPMSG_END = 4, KVP_TPMSG_KV_READ = 5,
+    KVP_TPMSG_KV_WRITE = 6,
 };
 
 typedef struct kvp_tpmsg_setup {
@@ -56,7 +58,7 @@ typedef struct kvp_tpmsg_step {
 
 typedef struct kvp_tpmsg {
     uint32_t kind;
-    uint32_t block;                /* KV_READ */
+    uint32_t block;                /* KV_READ, KV_WRITE */
     kvp_tpmsg_setup setup;
     kvp_tpmsg_step step;
     const uint32_t **tables_mem;   /* owned */
@@ -72,7 +74,8 @@ void kvp_tpmsg_buf_free(kvp_tpmsg_buf *b);
 /* Encode into b (reset first).  0 or KVP_ENOMEM. */
 int kvp_tpmsg_put_setup(kvp_tpmsg_buf *b, const kvp_tpmsg_setup *s, kvp_err *err);
 int kvp_tpmsg_put_stop(kvp_tpmsg_buf *b, kvp_err *err);
-int kvp_tpmsg_put_kv_read(kvp_tpmsg_buf *b, uint32_t block, kvp_err *err);
+/* kind KVP_TPMSG_KV_READ or KVP_TPMSG_KV_WRITE */
+int kvp_tpmsg_put_kv(kvp_tpmsg_buf *b, uint32_t kind, uint32_t block, kvp_err *err);
 /* s->tables[i] has s->n_table[i] blocks. */
 int kvp_tpmsg_put_step(kvp_tpmsg_buf *b, const kvp_tpmsg_step *s, kvp_err *err);
 

@@ -5,7 +5,7 @@
 # near-tie: test_tp.c measures that), prompts from a pipe, perplexity and
 # speculative decoding under --tp, and a rank that stops or dies ending the
 # whole job with a message instead of a hang; KV streams written by a
-# parallel job decode in one process as one process's do.
+# parallel job decode in one process as one process's do, and the reverse.
 . "$KVP_TESTS/cli/lib.sh"
 
 run decode -m x.gguf -p hi --tp 0
@@ -141,10 +141,22 @@ expect_status 0 "decode --tp 3 --kv-out"
 run decode -m "$M" -n 4 "$T/kvo.kvp"
 expect_status 0 "its state resumes in one process"
 
-# ---- what --tp does not do yet ----
-run_sh "prefill -m '$M' -p hi | timeout 60 mpirun -np 3 decode -m '$M' --tp 3"
-expect_true "a KV stream into decode --tp is refused" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
-expect_err_has "KV streams as input are not supported yet" "says so"
+# ---- KV streams into a parallel job: each block scattered to the ranks ----
+run timeout 120 mpirun -np 2 decode -m "$M" -n "$N" --json --pp 2 -t 1 "$T/kv1.kvp"
+expect_status 0 "decode --pp 2 reads a KV stream"
+texts "$OUT" >"$T/d3.txt"
+expect_true "the same text as one process reading it (Q4_1: the same bits)" cmp -s "$T/d1.txt" "$T/d3.txt"
+run_sh "prefill -m '$T/f16.kvp' -f '$P' -t $THREADS | timeout 300 mpirun -np 3 decode -m '$T/f16.kvp' -n $N --json --tp 3 -t 1"
+expect_status 0 "prefill | mpirun decode --tp 3: the stream through a pipe to rank 0"
+texts "$OUT" >"$T/f4.txt"
+expect_true "the same text as one process reading it (f16)" cmp -s "$T/f1.txt" "$T/f4.txt"
+run prefill -m "$M" -f "$P" --kv-dtype fp8 -o "$T/kv8.kvp" -t "$THREADS"
+run decode -m "$M" -n "$N" --json "$T/kv8.kvp"
+texts "$OUT" >"$T/e1.txt"
+run timeout 120 mpirun -np 2 decode -m "$M" -n "$N" --json --pp 2 -t 1 "$T/kv8.kvp"
+expect_status 0 "decode --pp 2 reads an fp8 stream (scales scattered with their heads)"
+texts "$OUT" >"$T/e2.txt"
+expect_true "the same text as one process reading it" cmp -s "$T/e1.txt" "$T/e2.txt"
 
 # ---- a rank that stops, then one that dies ----
 # the pid of rank $1 among the ranks of a job tagged by --system $2

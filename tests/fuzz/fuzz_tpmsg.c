@@ -1,7 +1,7 @@
 /* fuzz_tpmsg.c - libFuzzer harness: a tensor-parallel worker's reader of
  * rank 0's messages (kvp_tpmsg_decode, lib/engine/tpmsg.h).  The bytes are
  * the message's little-endian words against a pool of 64 blocks of 16
- * tokens and a vocabulary of 100 (a step, a block read) or no pool (a
+ * tokens and a vocabulary of 100 (a step, a block read or write) or no pool (a
  * setup, stop or end).  A refusal must carry a message; an accepted step must hold every
  * promise the worker relies on (each index in range, each slot its
  * position's) and encode back to the very words. */
@@ -60,10 +60,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!m.setup.n_blocks || !m.setup.block_size)
                 abort();
             re = kvp_tpmsg_put_setup(&b, &m.setup, &err);
-        } else if (m.kind == KVP_TPMSG_KV_READ) {
+        } else if (m.kind == KVP_TPMSG_KV_READ || m.kind == KVP_TPMSG_KV_WRITE) {
             if (!with_pool || m.block >= lim.n_blocks)
                 abort();
-            re = kvp_tpmsg_put_kv_read(&b, m.block, &err);
+            re = kvp_tpmsg_put_kv(&b, m.kind, m.block, &err);
         } else if (m.kind == KVP_TPMSG_STOP) {
             re = kvp_tpmsg_put_stop(&b, &err);
         } else if (m.kind == KVP_TPMSG_END) {

@@ -227,11 +227,15 @@ static void test_messages(void)
     CHECK(kvp_tpmsg_decode(&m, b.w, b.n, NULL, &err) == KVP_EFORMAT);
     CHECK(kvp_tpmsg_put_stop(&b, &err) == 0 && kvp_tpmsg_decode(&m, b.w, b.n, NULL, &err) == 0 &&
           m.kind == KVP_TPMSG_STOP);
-    CHECK(kvp_tpmsg_put_kv_read(&b, 7, &err) == 0 && kvp_tpmsg_decode(&m, b.w, b.n, &lim, &err) == 0 &&
+    CHECK(kvp_tpmsg_put_kv(&b, KVP_TPMSG_KV_READ, 7, &err) == 0 &&
+          kvp_tpmsg_decode(&m, b.w, b.n, &lim, &err) == 0 &&
           m.kind == KVP_TPMSG_KV_READ && m.block == 7);
     CHECK(kvp_tpmsg_decode(&m, b.w, b.n, NULL, &err) == KVP_EFORMAT && strstr(err.msg, "before the setup"));
-    CHECK(kvp_tpmsg_put_kv_read(&b, 8, &err) == 0 && kvp_tpmsg_decode(&m, b.w, b.n, &lim, &err) == KVP_EFORMAT &&
-          strstr(err.msg, "block 8 of 8"));
+    CHECK(kvp_tpmsg_put_kv(&b, KVP_TPMSG_KV_READ, 8, &err) == 0 &&
+          kvp_tpmsg_decode(&m, b.w, b.n, &lim, &err) == KVP_EFORMAT && strstr(err.msg, "read of block 8 of 8"));
+    CHECK(kvp_tpmsg_put_kv(&b, KVP_TPMSG_KV_WRITE, 3, &err) == 0 && kvp_tpmsg_decode(&m, b.w, b.n, &lim, &err) == 0 &&
+          m.kind == KVP_TPMSG_KV_WRITE && m.block == 3);
+    CHECK(kvp_tpmsg_decode(&m, b.w, 2, &lim, &err) == KVP_ETRUNC && strstr(err.msg, "block to write"));
     kvp_tpmsg_buf_free(&b);
 }
 
@@ -467,8 +471,10 @@ static int write_seeds(const char *dir)
     SEED("step-3seqs.bin");
     b.n -= 3;
     SEED("step-cut.bin");
-    bad |= kvp_tpmsg_put_kv_read(&b, 63, &err);
+    bad |= kvp_tpmsg_put_kv(&b, KVP_TPMSG_KV_READ, 63, &err);
     SEED("kv-read.bin");
+    bad |= kvp_tpmsg_put_kv(&b, KVP_TPMSG_KV_WRITE, 0, &err);
+    SEED("kv-write.bin");
     kvp_tpmsg_buf_free(&b);
 #undef SEED
     if (bad)
