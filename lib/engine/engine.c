@@ -127,8 +127,9 @@ static int reduce(kvp_engine *e, float *x, size_t n, kvp_err *err)
     return e->tp ? e->be->ops->all_reduce(e->be, e->tp, x, n, err) : 0;
 }
 
-/* One transformer layer over the T tokens of the step. */
-static int layer_forward(kvp_engine *e, uint32_t il, uint32_t T, kvp_attn_args *aa, kvp_err *err)
+/* One transformer layer over tokens [t0, t0 + T) of the step (all of them,
+ * or one micro-batch of a pipeline stage: every buffer is rows of tokens). */
+static int layer_forward(kvp_engine *e, uint32_t il, uint32_t t0, uint32_t T, kvp_attn_args *aa, kvp_err *err)
 {
     const kvp_config *c = &e->m->cfg;
     const kvp_layer *L = &e->m->layers[il];
@@ -136,35 +137,41 @@ static int layer_forward(kvp_engine *e, uint32_t il, uint32_t T, kvp_attn_args *
     kvp_backend *be = e->be;
     uint32_t d = c->n_embd, nq = c->n_head * c->head_dim, nkv = c->n_head_kv * c->head_dim;
     float eps = (float)c->rms_eps;
+    float *x = e->x + (size_t)t0 * d, *h = e->h + (size_t)t0 * d, *q = e->q + (size_t)t0 * nq;
+    float *k = e->k + (size_t)t0 * nkv, *v = e->v + (size_t)t0 * nkv, *att = e->att + (size_t)t0 * nq;
+    float *g = e->g + (size_t)t0 * c->n_ff, *u = e->u + (size_t)t0 * c->n_ff;
+    const int32_t *pos = e->pos + t0;
     int rc;
 
-    op->rmsnorm(be, e->x, L->attn_norm.data, e->h, T, d, eps);
-    if ((rc = op->matmul(be, &L->wq, e->h, e->q, T, err)) < 0 || (rc = op->matmul(be, &L->wk, e->h, e->k, T, err)) < 0 ||
-        (rc = op->matmul(be, &L->wv, e->h, e->v, T, err)) < 0)
+    op->rmsnorm(be, x, L->attn_norm.data, h, T, d, eps);
+    if ((rc = op->matmul(be, &L->wq, h, q, T, err)) < 0 || (rc = op->matmul(be, &L->wk, h, k, T, err)) < 0 ||
+        (rc = op->matmul(be, &L->wv, h, v, T, err)) < 0)
         return rc;
     if (L->bq.dtype >= 0) {
-        op->add_bias(be, e->q, L->bq.data, T, nq);
-        op->add_bias(be, e->k, L->bk.data, T, nkv);
-        op->add_bias(be, e->v, L->bv.data, T, nkv);
+        op->add_bias(be, q, L->bq.data, T, nq);
+        op->add_bias(be, k, L->bk.data, T, nkv);
+        op->add_bias(be, v, L->bv.data, T, nkv);
     }
-    op->rope(be, e->q, T, c->n_head, c->head_dim, c->rope_dim, e->pos, e->m->inv_freq, (int)c->rope_type);
-    op->rope(be, e->k, T, c->n_head_kv, c->head_dim, c->rope_dim, e->pos, e->m->inv_freq, (int)c->rope_type);
-    /* All K/V of this layer are stored before any token attends (kvcache.h). */
-    op->kv_store(be, kvp_kvcache_pool(e->kc), il, e->k, e->v, T, e->slot);
+    op->rope(be, q, T, c->n_head, c->head_dim, c->rope_dim, pos, e->m->inv_freq, (int)c->rope_type);
+    op->rope(be, k, T, c->n_head_kv, c->head_dim, c->rope_dim, pos, e->m->inv_freq, (int)c->rope_type);
+    /* All K/V of this layer are stored before any token attends (kvcache.h);
+     * a micro-batch's tokens attend only to earlier ones, stored first. */
+    op->kv_store(be, kvp_kvcache_pool(e->kc), il, k, v, T, e->slot + t0);
     aa->layer = il;
+    aa->q = q, aa->out = att, aa->n_tok = T, aa->pos = pos, aa->tok_seq = e->tok_seq + t0;
     if ((rc = op->attention(be, aa, err)) < 0)
         return rc;
-    if ((rc = op->matmul(be, &L->wo, e->att, e->h, T, err)) < 0 || (rc = reduce(e, e->h, (size_t)T * d, err)) < 0)
+    if ((rc = op->matmul(be, &L->wo, att, h, T, err)) < 0 || (rc = reduce(e, h, (size_t)T * d, err)) < 0)
         return rc;
-    op->add(be, e->x, e->h, (size_t)T * d);
+    op->add(be, x, h, (size_t)T * d);
 
-    op->rmsnorm(be, e->x, L->ffn_norm.data, e->h, T, d, eps);
-    if ((rc = op->matmul(be, &L->w_gate, e->h, e->g, T, err)) < 0 || (rc = op->matmul(be, &L->w_up, e->h, e->u, T, err)) < 0)
+    op->rmsnorm(be, x, L->ffn_norm.data, h, T, d, eps);
+    if ((rc = op->matmul(be, &L->w_gate, h, g, T, err)) < 0 || (rc = op->matmul(be, &L->w_up, h, u, T, err)) < 0)
         return rc;
-    op->silu_mul(be, e->g, e->u, (size_t)T * c->n_ff);
-    if ((rc = op->matmul(be, &L->w_down, e->g, e->h, T, err)) < 0 || (rc = reduce(e, e->h, (size_t)T * d, err)) < 0)
+    op->silu_mul(be, g, u, (size_t)T * c->n_ff);
+    if ((rc = op->matmul(be, &L->w_down, g, h, T, err)) < 0 || (rc = reduce(e, h, (size_t)T * d, err)) < 0)
         return rc;
-    op->add(be, e->x, e->h, (size_t)T * d);
+    op->add(be, x, h, (size_t)T * d);
     return 0;
 }
 
@@ -197,6 +204,19 @@ static int project(kvp_engine *e, uint32_t R, float *logits, kvp_err *err)
     return 0;
 }
 
+/* Micro-batches of a step of T tokens: one without pipeline stages; with
+ * them, twice the stages (a step's bubble is then a third of what one
+ * batch leaves), but at least 16 tokens each: a decode step's few tokens
+ * would read the weights once a micro-batch for no gain.  Every rank
+ * derives the same count from T. */
+static uint32_t micro_batches(const kvp_engine *e, uint32_t T)
+{
+    if (e->pp_n <= 1)
+        return 1;
+    uint32_t want = 2 * (uint32_t)e->pp_n, fit = T / 16;
+    return fit < 1 ? 1 : fit < want ? fit : want;
+}
+
 int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, float *logits, kvp_err *err)
 {
     const kvp_config *c = &e->m->cfg;
@@ -205,19 +225,30 @@ int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, float *logits, kvp_err
     kvp_attn_args aa = {.q = e->q, .out = e->att, .n_tok = T, .n_head = c->n_head,
                         .scale = 1.0f / sqrtf((float)c->head_dim), .pos = e->pos, .tok_seq = e->tok_seq,
                         .tables = e->tables, .kv = kvp_kvcache_pool(e->kc)};
-    size_t d = c->n_embd, xb = (size_t)T * d * sizeof(float);
+    size_t d = c->n_embd;
     int rc = 0;
-    if (e->prev < 0)
-        rc = op->embed(be, &e->m->tok_embd, e->tok_ids, T, e->x, err);
-    else if ((rc = kvp_comm_recv(e->world, e->host_x, xb, e->prev, KVP_TAG_HIDDEN, err)) == 0)
-        op->from_host(be, e->x, e->host_x, xb);
-    for (uint32_t il = 0; il < c->n_layer && rc == 0; il++)
-        rc = layer_forward(e, il, T, &aa, err);
+    /* Pipeline stages take the step in micro-batches, so stage s computes
+     * one while stage s + 1 computes the one before (micro_batches). */
+    uint32_t M = micro_batches(e, T);
+    for (uint32_t mb = 0; mb < M && rc == 0; mb++) {
+        uint32_t t0 = (uint32_t)((uint64_t)T * mb / M), n = (uint32_t)((uint64_t)T * (mb + 1) / M) - t0;
+        size_t xb = (size_t)n * d * sizeof(float);
+        float *x = e->x + (size_t)t0 * d;
+        if (e->prev < 0)
+            rc = op->embed(be, &e->m->tok_embd, e->tok_ids + t0, n, x, err);
+        else if ((rc = kvp_comm_recv(e->world, e->host_x, xb, e->prev, KVP_TAG_HIDDEN, err)) == 0)
+            op->from_host(be, x, e->host_x, xb);
+        for (uint32_t il = 0; il < c->n_layer && rc == 0; il++)
+            rc = layer_forward(e, il, t0, n, &aa, err);
+        if (rc == 0 && e->next >= 0) { /* the next stage goes on */
+            op->to_host(be, e->host_x, x, xb);
+            rc = kvp_comm_send(e->world, e->host_x, xb, e->next, KVP_TAG_HIDDEN, err);
+        }
+    }
     if (rc < 0)
         return rc;
-    if (e->next >= 0) { /* the next stage goes on; the last one has the logits */
-        op->to_host(be, e->host_x, e->x, xb);
-        if ((rc = kvp_comm_send(e->world, e->host_x, xb, e->next, KVP_TAG_HIDDEN, err)) < 0 || !R || e->rank)
+    if (e->next >= 0) { /* the last stage has the logits */
+        if (!R || e->rank)
             return rc;
         return kvp_comm_recv(e->world, logits, (size_t)R * c->n_vocab * sizeof(float), e->logits_from,
                              KVP_TAG_LOGITS, err);

@@ -5,7 +5,8 @@
  * and on a one-process engine of the whole model side by side (prompts in one step and in chunks, batched decodes,
  * a fork whose copy-on-write the other ranks must replay, a truncation, f16
  * and fp8 caches), and the logits must agree to float rounding with the
- * same greedy token. */
+ * same greedy token (pipeline stages alone: the same bits, their steps
+ * of 44 tokens cut into micro-batches). */
 #include "rig.h"
 #include "tiny.h"
 #include "unit.h"
@@ -34,8 +35,10 @@ static uint64_t rng_state = 0x51ed2701a3c5b9e7ull;
  * rounding boundary moves an element by a whole step (1/127 of its block's
  * largest): 2% of the logits seen on these random models, so 5% allowed.
  * A wrong slice, head or row moves them by their own size. */
-static double tolerance(int wtype)
+static double tolerance(int wtype, uint32_t tp)
 {
+    if (tp == 1)
+        return 0; /* pipeline stages alone split no sum: the same bits, micro-batches or not */
     return wtype == KVP_DTYPE_F16 || wtype == KVP_DTYPE_F32 ? 1e-3 : 5e-2;
 }
 
@@ -270,13 +273,13 @@ static void both(pair *p, const kvp_step_seq *ss, uint32_t n, const char *what)
         }
         double rel = d / (amax > 0 ? amax : 1);
         p->worst = fmax(p->worst, rel);
-        CHECK_MSG(rel < p->tol, "%s row %d: logits differ by %.3g of their largest", what, r, rel);
+        CHECK_MSG(rel <= p->tol, "%s row %d: logits differ by %.3g of their largest", what, r, rel);
         uint32_t ia = unit_argmax(a, V), ib = unit_argmax(b, V);
         float second = -INFINITY;
         for (uint32_t v = 0; v < V; v++)
             if (v != ia && a[v] > second)
                 second = a[v];
-        if (ia != ib && a[ia] - second < 2 * p->tol * amax)
+        if (ia != ib && p->tol > 0 && a[ia] - second < 2 * p->tol * amax)
             p->ties++;
         else
             CHECK_MSG(ia == ib, "%s row %d: greedy token %u alone, %u under tp", what, r, ia, ib);
@@ -337,7 +340,7 @@ static int shard_for(const kvp_model *m, const kvp_parallel *d, kvp_model **s, k
 static void driver(const kvp_parallel *d, const char *path, int kv_dtype, int wtype)
 {
     kvp_err err = {0};
-    pair p = {.tol = tolerance(wtype)};
+    pair p = {.tol = tolerance(wtype, d->tp_size)};
     if (rig_open(&p.ref, path, 1, 0, kv_dtype, 64, 16) < 0) {
         CHECK(0);
         return;
