@@ -106,19 +106,23 @@ static part part_of(const kvp_engine *e, const kvp_kv_pool *whole, int q)
     return p;
 }
 
-/* A rank's part (src, laid out as its own pool's block) into the whole block. */
-static void place(const kvp_kv_pool *w, const part *p, const uint8_t *src, uint8_t *dst)
+/* Copy a rank's part of a block (laid out as that rank's own pool's block)
+ * into the whole block (to_whole) or out of it. */
+static void copy_part(const kvp_kv_pool *w, const part *p, uint8_t *whole, uint8_t *mine, int to_whole)
 {
     uint64_t slab = (uint64_t)w->block_size * w->head_dim * (uint64_t)kvp_dtype_row_bytes((uint32_t)w->dtype, 1);
     uint64_t sslab = (uint64_t)w->block_size * sizeof(float);
     for (uint32_t l = 0; l < p->n_layer; l++)
         for (uint32_t kv = 0; kv < 2; kv++)
             for (uint32_t h = 0; h < p->n_kv; h++) {
-                uint64_t from = ((uint64_t)l * 2 + kv) * p->n_kv + h;
-                uint64_t to = ((uint64_t)(p->l0 + l) * 2 + kv) * w->n_head_kv + p->kv0 + h;
-                memcpy(dst + to * slab, src + from * slab, slab);
-                if (w->scales_off)
-                    memcpy(dst + w->scales_off + to * sslab, src + p->data + from * sslab, sslab);
+                uint64_t at_mine = ((uint64_t)l * 2 + kv) * p->n_kv + h;
+                uint64_t at_whole = ((uint64_t)(p->l0 + l) * 2 + kv) * w->n_head_kv + p->kv0 + h;
+                uint8_t *a = whole + at_whole * slab, *m = mine + at_mine * slab;
+                memcpy(to_whole ? a : m, to_whole ? m : a, slab);
+                if (!w->scales_off)
+                    continue;
+                a = whole + w->scales_off + at_whole * sslab, m = mine + p->data + at_mine * sslab;
+                memcpy(to_whole ? a : m, to_whole ? m : a, sslab);
             }
 }
 
@@ -143,26 +147,10 @@ static int read_whole(void *ctx, uint32_t b, void *host, kvp_err *err)
         else
             rc = kvp_comm_recv(e->world, buf, p.bytes, q, KVP_TAG_KV, err);
         if (rc == 0)
-            place(w, &p, buf, host);
+            copy_part(w, &p, host, buf, 1);
     }
     free(buf);
     return rc;
-}
-
-/* The inverse of place: a rank's part out of a whole block. */
-static void take_part(const kvp_kv_pool *w, const part *p, const uint8_t *src, uint8_t *dst)
-{
-    uint64_t slab = (uint64_t)w->block_size * w->head_dim * (uint64_t)kvp_dtype_row_bytes((uint32_t)w->dtype, 1);
-    uint64_t sslab = (uint64_t)w->block_size * sizeof(float);
-    for (uint32_t l = 0; l < p->n_layer; l++)
-        for (uint32_t kv = 0; kv < 2; kv++)
-            for (uint32_t h = 0; h < p->n_kv; h++) {
-                uint64_t to = ((uint64_t)l * 2 + kv) * p->n_kv + h;
-                uint64_t from = ((uint64_t)(p->l0 + l) * 2 + kv) * w->n_head_kv + p->kv0 + h;
-                memcpy(dst + to * slab, src + from * slab, slab);
-                if (w->scales_off)
-                    memcpy(dst + p->data + to * sslab, src + w->scales_off + from * sslab, sslab);
-            }
 }
 
 /* The driver's kvp_kvcache_write_hook: block b whole (a KV stream read),
@@ -179,7 +167,7 @@ static int write_whole(void *ctx, uint32_t b, const void *host, kvp_err *err)
         return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
     for (int q = 0; q < n && rc == 0; q++) {
         part p = part_of(e, w, q);
-        take_part(w, &p, host, buf);
+        copy_part(w, &p, (uint8_t *)(uintptr_t)host, buf, 0); /* only read from */
         if (q == 0)
             kvp_kvcache_block_write(e->kc, b, buf);
         else
