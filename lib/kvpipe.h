@@ -23,6 +23,7 @@
 #include "cpufeat.h"
 #include "wire.h"
 #include "io.h"
+#include "owned.h"
 #include "threadpool.h"
 
 /* num: dtypes and their traits, casts, GGUF blocks, scaled quantization */

@@ -196,7 +196,8 @@ static int project(kvp_engine *e, uint32_t R, float *logits, kvp_err *err)
         return rc;
     op->to_host(be, e->host_gathered, e->gathered, piece * (size_t)e->tp_n * sizeof(float));
     for (int q = 0; q < e->tp_n; q++) {
-        uint32_t v0 = (uint32_t)q * e->vocab_rows, nv = c->n_vocab - v0 < e->vocab_rows ? c->n_vocab - v0 : e->vocab_rows;
+        uint32_t v0 = (uint32_t)q * e->vocab_rows;
+        uint32_t nv = c->n_vocab - v0 < e->vocab_rows ? c->n_vocab - v0 : e->vocab_rows;
         const float *src = e->host_gathered + (size_t)q * piece;
         for (uint32_t i = 0; i < R; i++)
             memcpy(logits + (size_t)i * c->n_vocab + v0, src + (size_t)i * nv, nv * sizeof(float));

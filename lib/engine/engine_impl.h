@@ -24,7 +24,7 @@ struct kvp_engine {
     /* tensor and pipeline parallelism (NULL world: one process) */
     kvp_comm *world;       /* the job: messages from rank 0, hidden states, logits */
     kvp_comm *tp;          /* this stage's ranks, when more than one: all-reduce, logits gather */
-    int tp_rank, tp_n;
+    int tp_n;              /* ranks a stage */
     int rank, prev, next;  /* world ranks: this one, the previous and next stage's peer (-1: none) */
     int logits_from;       /* world rank that sends rank 0 the logits (-1: rank 0 has them) */
     int pp_n;              /* pipeline stages */
@@ -33,7 +33,6 @@ struct kvp_engine {
     float *host_gathered;  /* its host copy */
     float *host_x;         /* pipeline stages: the hidden state sent or received, [cap_tok][n_embd] */
     float *host_logits;    /* the last stage's first rank: logits sent to rank 0, [cap_rows][n_vocab] */
-    uint32_t cap_gathered; /* rows it holds */
     kvp_tpmsg_buf msg;     /* the driver's next message */
     uint32_t *copies, n_copies, cap_copies; /* the driver's block copies since the last step: [n][2] */
     int copies_lost;       /* a copy could not be recorded (out of memory) */

@@ -441,8 +441,7 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
         js->in_open = 1;
         if ((rc = kvp_reader_open(&js->rd, &js->in, err)) == 0)
             /* the whole model's shape: under --tp/--pp blocks arrive whole */
-            rc = kvp_seqio_reader_open(&js->sr, js->rd, js->in.name, r->whole ? r->whole : r->model, r->be, &o->kv,
-                                       err);
+            rc = kvp_seqio_reader_open(&js->sr, js->rd, js->in.name, kvp_run_loaded(r), r->be, &o->kv, err);
         /* Read ahead two sequences: the first makes the cache (its block
          * size), and whether there is a second decides decode's output. */
         while (rc == 0 && js->n_pend < 2) {
@@ -458,7 +457,7 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
         }
         js->kc = js->sr ? kvp_seqio_reader_take_cache(js->sr) : NULL;
         if (rc == 0 && !js->kc)
-            rc = kvp_kvcache_create(&js->kc, &(r->whole ? r->whole : r->model)->cfg, &o->kv, r->be, err);
+            rc = kvp_kvcache_create(&js->kc, &kvp_run_loaded(r)->cfg, &o->kv, r->be, err);
         if (rc == 0)
             rc = kvp_run_start(r, o, js->kc, err);
         else if (!r->kc)

@@ -432,7 +432,7 @@ int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_s
     if (rc < 0)
         return rc;
     if ((rc = kvp_reader_open(&rd, &in, err)) == 0 &&
-        (rc = kvp_seqio_read(rd, in.name, r->whole ? r->whole : r->model, r->be, &o->kv, &kc, &ss, &n, err)) == 0)
+        (rc = kvp_seqio_read(rd, in.name, kvp_run_loaded(r), r->be, &o->kv, &kc, &ss, &n, err)) == 0)
         rc = kvp_run_start(r, o, kc, err);
     kvp_reader_free(rd);
     kvp_in_close(&in);

@@ -107,6 +107,9 @@ int kvp_run_tp_open(kvp_run *r, const kvp_runopts *o, kvp_err *err);
 /* The driver, after its last engine (kvp_run_close): the other ranks end
  * and MPI is finalized. */
 void kvp_run_tp_close(kvp_run *r);
+/* The model as loaded: the whole one under --tp/--pp (r->model is then this
+ * rank's shard), which KV streams are read and checked against. */
+static inline const kvp_model *kvp_run_loaded(const kvp_run *r) { return r->whole ? r->whole : r->model; }
 /* Load model + tokenizer only (no backend: for tokenizing). */
 int kvp_run_open_vocab(kvp_run *r, const kvp_runopts *o, kvp_err *err);
 /* Make the KV cache (from the options) and the engine; kc may be given

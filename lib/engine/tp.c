@@ -72,7 +72,6 @@ static void set_group(kvp_engine *e, const kvp_parallel *d)
     e->world = d->world;
     e->rank = kvp_comm_rank(d->world);
     e->tp = d->tp_size > 1 ? d->tp : NULL;
-    e->tp_rank = e->rank % (int)d->tp_size;
     e->tp_n = (int)d->tp_size;
     e->vocab_rows = kvp_shard_vocab_rows(e->m->cfg.n_vocab, d->tp_size);
     e->prev = d->stage > 0 ? e->rank - (int)d->tp_size : -1;
@@ -134,8 +133,7 @@ static int read_whole(void *ctx, uint32_t b, void *host, kvp_err *err)
     int n = kvp_comm_size(e->world), rc = kvp_tpmsg_put_kv(&e->msg, KVP_TPMSG_KV_READ, b, err);
     if (rc < 0 || (rc = send_msg(e->world, &e->msg, err)) < 0)
         return rc;
-    uint8_t *buf = malloc(kvp_kvcache_pool(e->kc)->block_bytes > part_of(e, w, n - 1).bytes
-                              ? kvp_kvcache_pool(e->kc)->block_bytes : part_of(e, w, n - 1).bytes);
+    uint8_t *buf = malloc(kvp_kvcache_pool(e->kc)->block_bytes); /* stage 0's part is the largest */
     if (!buf)
         rc = kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
     /* every rank answers (a failure here leaves the job unable to go on: the
@@ -271,7 +269,7 @@ void kvp_engine_tp_release(kvp_engine *e)
         kvp_err ignored;
         kvp_kvcache_set_copy_hook(e->kc, NULL, NULL);
         kvp_kvcache_set_whole(e->kc, NULL, NULL, NULL, NULL);
-        if (kvp_tpmsg_put_stop(&e->msg, &ignored) == 0)
+        if (kvp_tpmsg_put_bare(&e->msg, KVP_TPMSG_STOP, &ignored) == 0)
             send_msg(e->world, &e->msg, &ignored);
     }
     kvp_tpmsg_buf_free(&e->msg);
@@ -283,10 +281,11 @@ void kvp_engine_tp_release(kvp_engine *e)
 int kvp_engine_tp_end(const kvp_parallel *d, kvp_err *err)
 {
     kvp_tpmsg_buf b = {0};
-    uint32_t w[2] = {KVP_TPMSG_MAGIC, KVP_TPMSG_END};
-    b.w = w;
-    b.n = b.cap = 2;
-    return send_msg(d->world, &b, err);
+    int rc = kvp_tpmsg_put_bare(&b, KVP_TPMSG_END, err);
+    if (rc == 0)
+        rc = send_msg(d->world, &b, err);
+    kvp_tpmsg_buf_free(&b);
+    return rc;
 }
 
 /* ---- the workers ---- */

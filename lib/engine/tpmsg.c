@@ -45,13 +45,13 @@ int kvp_tpmsg_put_setup(kvp_tpmsg_buf *b, const kvp_tpmsg_setup *s, kvp_err *err
     return 0;
 }
 
-int kvp_tpmsg_put_stop(kvp_tpmsg_buf *b, kvp_err *err)
+int kvp_tpmsg_put_bare(kvp_tpmsg_buf *b, uint32_t kind, kvp_err *err)
 {
     b->n = 0;
     int rc = reserve(b, 2, err);
     if (rc < 0)
         return rc;
-    put1(b, KVP_TPMSG_MAGIC), put1(b, KVP_TPMSG_STOP);
+    put1(b, KVP_TPMSG_MAGIC), put1(b, kind);
     return 0;
 }
 
@@ -209,7 +209,7 @@ int kvp_tpmsg_decode(kvp_tpmsg *m, const uint32_t *w, size_t n, const kvp_tpmsg_
         const char *what = m->kind == KVP_TPMSG_KV_READ ? "read" : "write";
         const uint32_t *b = take(&r, 1);
         if (!b)
-            return kvp_err_set(err, KVP_ETRUNC, "tensor parallel message: ends inside the block to %s", what);
+            return trunc_err(err, m->kind == KVP_TPMSG_KV_READ ? "the block to read" : "the block to write");
         if (!lim)
             return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: a block %s before the setup", what);
         if (*b >= lim->n_blocks)

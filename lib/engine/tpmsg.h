@@ -73,7 +73,8 @@ typedef struct kvp_tpmsg_buf {
 void kvp_tpmsg_buf_free(kvp_tpmsg_buf *b);
 /* Encode into b (reset first).  0 or KVP_ENOMEM. */
 int kvp_tpmsg_put_setup(kvp_tpmsg_buf *b, const kvp_tpmsg_setup *s, kvp_err *err);
-int kvp_tpmsg_put_stop(kvp_tpmsg_buf *b, kvp_err *err);
+/* kind KVP_TPMSG_STOP or KVP_TPMSG_END (no fields) */
+int kvp_tpmsg_put_bare(kvp_tpmsg_buf *b, uint32_t kind, kvp_err *err);
 /* kind KVP_TPMSG_KV_READ or KVP_TPMSG_KV_WRITE */
 int kvp_tpmsg_put_kv(kvp_tpmsg_buf *b, uint32_t kind, uint32_t block, kvp_err *err);
 /* s->tables[i] has s->n_table[i] blocks. */

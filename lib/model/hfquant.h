@@ -35,6 +35,7 @@
 #define KVP_HFQUANT_H
 
 #include "error.h"
+#include "owned.h"
 #include "json.h"
 #include "safetensors.h"
 #include "tensor.h"
@@ -109,8 +110,7 @@ typedef struct kvp_hfq_set {
     kvp_hfq_tensor *t;    /* [n] */
     size_t n;
     int32_t *role;        /* [st->n_tensors]: PLAIN, PART, or k: t[k] takes this tensor's place */
-    void **owned;         /* converted data, f32 scales and zeros */
-    size_t n_owned, cap_owned;
+    kvp_owned owned;      /* converted data, f32 scales and zeros */
     uint64_t n_in_place, n_converted, n_dequantized;
 } kvp_hfq_set;
 

@@ -28,25 +28,7 @@ typedef struct ictx {
 
 /* ---- memory ---- */
 
-static void *own(ictx *x, uint64_t bytes)
-{
-    kvp_hfq_set *s = x->s;
-    if (bytes > SIZE_MAX - 64)
-        return NULL;
-    if (s->n_owned == s->cap_owned) {
-        size_t cap = s->cap_owned ? 2 * s->cap_owned : 32;
-        void **o = realloc(s->owned, cap * sizeof *o);
-        if (!o)
-            return NULL;
-        s->owned = o;
-        s->cap_owned = cap;
-    }
-    size_t n = ((size_t)bytes + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, n ? n : 64);
-    if (p)
-        s->owned[s->n_owned++] = p;
-    return p;
-}
+static void *own(ictx *x, uint64_t bytes) { return kvp_owned_alloc(&x->s->owned, bytes); }
 
 static int oom(ictx *x, const char *what, uint64_t n)
 {
@@ -644,9 +626,7 @@ int kvp_hfq_import(kvp_hfq_set *s, const kvp_hfq *q, const kvp_safetensors *st, 
 
 void kvp_hfq_set_free(kvp_hfq_set *s)
 {
-    for (size_t i = 0; i < s->n_owned; i++)
-        free(s->owned[i]);
-    free(s->owned);
+    kvp_owned_free(&s->owned);
     free(s->t);
     free(s->role);
     memset(s, 0, sizeof *s);

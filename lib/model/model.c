@@ -18,49 +18,32 @@
 /* ---- owned memory ---- */
 
 /* 64-byte aligned, zeroed memory freed with the model; NULL when out of it. */
-static void *own(kvp_model *m, uint64_t bytes)
-{
-    if (bytes > SIZE_MAX - 64)
-        return NULL;
-    if (m->n_owned == m->cap_owned) {
-        size_t cap = m->cap_owned ? 2 * m->cap_owned : 16;
-        void **o = realloc(m->owned, cap * sizeof *o);
-        if (!o)
-            return NULL;
-        m->owned = o;
-        m->cap_owned = cap;
-    }
-    void *p = aligned_alloc(64, ((size_t)bytes + 63) & ~(size_t)63);
-    if (!p)
-        return NULL;
-    memset(p, 0, ((size_t)bytes + 63) & ~(size_t)63);
-    m->owned[m->n_owned++] = p;
-    return p;
-}
+static void *own(kvp_model *m, uint64_t bytes) { return kvp_owned_alloc(&m->owned, bytes); }
 
 void *kvp_model_own(kvp_model *m, uint64_t bytes) { return own(m, bytes); }
 
-/* [p, p + n) inside a read-only mapping of in's file (not bytes read into memory). */
-static int in_file_map(const kvp_in *in, const void *p, uint64_t n)
+/* The model's file as a read-only mapping (GGUF, or KVP read from a file),
+ * or NULL: bytes read from a pipe, and HF shards, are not given back. */
+static const kvp_in *file_map(const kvp_model *m)
 {
-    const uint8_t *b = p;
-    return in->map && in->own_map && b >= in->map && n <= in->size && (uint64_t)(b - in->map) <= in->size - n;
+    if (m->base)
+        return file_map(m->base);
+    const kvp_in *in = m->open_gguf && !m->gguf.owned ? &m->gguf.in : !m->open_gguf && m->open_in ? &m->in : NULL;
+    return in && in->map && in->own_map && in->size ? in : NULL;
 }
 
 void kvp_model_give_back(const kvp_model *m)
 {
-    const kvp_in *in = m->open_gguf && !m->gguf.owned ? &m->gguf.in : m->open_in ? &m->in : NULL;
-    if (in && in->map && in->own_map && in->size)
+    const kvp_in *in = file_map(m);
+    if (in)
         madvise((void *)(uintptr_t)in->map, (size_t)in->size, MADV_DONTNEED);
 }
 
 int kvp_model_file_backed(const kvp_model *m, const void *p, uint64_t n)
 {
-    if (m->base)
-        return kvp_model_file_backed(m->base, p, n);
-    if (m->open_gguf)
-        return !m->gguf.owned && in_file_map(&m->gguf.in, p, n);
-    return m->open_in && in_file_map(&m->in, p, n);
+    const kvp_in *in = file_map(m);
+    const uint8_t *b = p;
+    return in && b >= in->map && n <= in->size && (uint64_t)(b - in->map) <= in->size - n;
 }
 
 /* p copied into owned memory (NULL stays NULL). */
@@ -592,9 +575,7 @@ void kvp_model_free(kvp_model *m)
     if (!m)
         return;
     if (m->base) { /* a shard (shard.h): only its own copies and layers */
-        for (size_t i = 0; i < m->n_owned; i++)
-            free(m->owned[i]);
-        free(m->owned);
+        kvp_owned_free(&m->owned);
         free(m->layers);
         free(m);
         return;
@@ -607,9 +588,7 @@ void kvp_model_free(kvp_model *m)
         kvp_safetensors_close(&m->st);
     kvp_hfq_set_free(&m->hfq);
     kvp_meta_free(&m->tok_meta);
-    for (size_t i = 0; i < m->n_owned; i++)
-        free(m->owned[i]);
-    free(m->owned);
+    kvp_owned_free(&m->owned);
     free(m->tensors);
     free(m->layers);
     free(m->inv_freq);

@@ -38,6 +38,7 @@
 #include "gguf.h"
 #include "hfquant.h"
 #include "io.h"
+#include "owned.h"
 #include "safetensors.h"
 #include "stream.h"
 #include "tokenizer.h"
@@ -82,8 +83,7 @@ typedef struct kvp_model {
     int open_gguf, open_in, open_st, has_tok_meta;
     kvp_model_tensor *tensors; /* [n_tensors], file order */
     size_t n_tensors;
-    void **owned;           /* copies and widened scales, freed with the model */
-    size_t n_owned, cap_owned;
+    kvp_owned owned;        /* copies and widened scales, freed with the model */
     kvp_weight tok_embd;    /* [d, n_vocab] */
     kvp_weight output_norm; /* [d] */
     kvp_weight output;      /* [d, n_vocab]; == tok_embd when tied */

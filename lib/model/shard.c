@@ -112,7 +112,8 @@ static int cols(kvp_model *s, const kvp_weight *w, uint32_t c0, uint32_t nc, kvp
     int grouped = w->scales && w->scale_stride > 1;
     if (off < 0 || rb <= 0 || whole != off + rb || (grouped && (c0 % w->group || nc % w->group)))
         return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor %s: %s%s cannot be cut at column %u of %u (a cut must fall "
-                           "between %s)", w->name, kvp_dtype_name((uint32_t)w->dtype), grouped ? " with group scales" : "",
+                           "between %s)", w->name, kvp_dtype_name((uint32_t)w->dtype),
+                           grouped ? " with group scales" : "",
                            c0, w->n_in, grouped ? "scale groups" : "quantization blocks");
     uint8_t *dst = kvp_model_own(s, (uint64_t)rb * w->n_out);
     if (!dst)
@@ -174,7 +175,8 @@ int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n,
     if (pp > m->cfg.n_layer)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "pipeline parallelism over %u stages: the model has %u layers (at "
                            "most one stage a layer)", pp, m->cfg.n_layer);
-    uint32_t l0 = kvp_shard_first_layer(m->cfg.n_layer, stage, pp), l1 = kvp_shard_first_layer(m->cfg.n_layer, stage + 1, pp);
+    uint32_t l0 = kvp_shard_first_layer(m->cfg.n_layer, stage, pp);
+    uint32_t l1 = kvp_shard_first_layer(m->cfg.n_layer, stage + 1, pp);
     kvp_model *s = calloc(1, sizeof *s);
     if (!s)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
@@ -182,8 +184,7 @@ int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n,
      * metadata, the fingerprint); the shard owns its layers and copies. */
     *s = *m;
     s->base = m;
-    s->owned = NULL;
-    s->n_owned = s->cap_owned = 0;
+    memset(&s->owned, 0, sizeof s->owned);
     s->layers = calloc(l1 - l0, sizeof *s->layers);
     if (!s->layers) {
         free(s);

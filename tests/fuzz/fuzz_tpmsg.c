@@ -64,12 +64,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!with_pool || m.block >= lim.n_blocks)
                 abort();
             re = kvp_tpmsg_put_kv(&b, m.kind, m.block, &err);
-        } else if (m.kind == KVP_TPMSG_STOP) {
-            re = kvp_tpmsg_put_stop(&b, &err);
-        } else if (m.kind == KVP_TPMSG_END) {
-            re = -1; /* kvp_engine_tp_end writes it by hand: two words */
-            if (n != 2)
-                abort();
+        } else if (m.kind == KVP_TPMSG_STOP || m.kind == KVP_TPMSG_END) {
+            re = kvp_tpmsg_put_bare(&b, m.kind, &err);
         } else {
             abort();
         }

@@ -228,8 +228,8 @@ static void test_messages(void)
           m.kind == KVP_TPMSG_SETUP && m.setup.n_blocks == 8 && m.setup.n_vocab == 100);
     b.w[2] = 0;
     CHECK(kvp_tpmsg_decode(&m, b.w, b.n, NULL, &err) == KVP_EFORMAT);
-    CHECK(kvp_tpmsg_put_stop(&b, &err) == 0 && kvp_tpmsg_decode(&m, b.w, b.n, NULL, &err) == 0 &&
-          m.kind == KVP_TPMSG_STOP);
+    CHECK(kvp_tpmsg_put_bare(&b, KVP_TPMSG_STOP, &err) == 0 &&
+          kvp_tpmsg_decode(&m, b.w, b.n, NULL, &err) == 0 && m.kind == KVP_TPMSG_STOP);
     CHECK(kvp_tpmsg_put_kv(&b, KVP_TPMSG_KV_READ, 7, &err) == 0 &&
           kvp_tpmsg_decode(&m, b.w, b.n, &lim, &err) == 0 &&
           m.kind == KVP_TPMSG_KV_READ && m.block == 7);
@@ -447,11 +447,9 @@ static int write_seeds(const char *dir)
     kvp_tpmsg_setup su = {.n_blocks = 64, .block_size = 16, .dtype = 1, .n_layer = 2, .n_vocab = 100};
     bad |= kvp_tpmsg_put_setup(&b, &su, &err);
     SEED("setup.bin");
-    bad |= kvp_tpmsg_put_stop(&b, &err);
+    bad |= kvp_tpmsg_put_bare(&b, KVP_TPMSG_STOP, &err);
     SEED("stop.bin");
-    uint32_t end[2] = {KVP_TPMSG_MAGIC, KVP_TPMSG_END};
-    b.n = 0;
-    memcpy(b.w, end, sizeof end), b.n = 2;
+    bad |= kvp_tpmsg_put_bare(&b, KVP_TPMSG_END, &err);
     SEED("end.bin");
     /* three sequences: a 20-token prompt (blocks 3, 9), a decode at 40 (blocks 1, 2, 7), a 2-token draft at 16 */
     uint32_t t0[] = {3, 9}, t1[] = {1, 2, 7}, t2[] = {5, 6};
