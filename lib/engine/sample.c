@@ -199,6 +199,17 @@ static int warp(const kvp_sampling *s, const float *logits, uint32_t n_vocab, ca
     return 0;
 }
 
+/* A kept token's weight at the temperature (1 / inv_t), and their sum. */
+static double temp_weight(const cand *c, float mx, double inv_t) { return exp(((double)c->logit - mx) * inv_t); }
+
+static double temp_sum(const cand *c, uint32_t n, float mx, double inv_t)
+{
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += temp_weight(&c[i], mx, inv_t);
+    return sum;
+}
+
 int kvp_sample_next(kvp_sampling *s, float *logits, uint32_t n_vocab, const uint32_t *recent, uint32_t n_recent,
                     kvp_err *err)
 {
@@ -215,13 +226,10 @@ int kvp_sample_next(kvp_sampling *s, float *logits, uint32_t n_vocab, const uint
     if (rc < 0)
         return rc;
     /* temperature, then draw */
-    double sum = 0, inv_t = 1.0 / s->temperature;
-    for (uint32_t i = 0; i < n; i++)
-        sum += exp(((double)c[i].logit - mx) * inv_t);
-    double r = kvp_sample_uniform(s) * sum, acc = 0;
+    double inv_t = 1.0 / s->temperature, r = kvp_sample_uniform(s) * temp_sum(c, n, mx, inv_t), acc = 0;
     uint32_t pick = c[n - 1].id;
     for (uint32_t i = 0; i < n; i++) {
-        acc += exp(((double)c[i].logit - mx) * inv_t);
+        acc += temp_weight(&c[i], mx, inv_t);
         if (r < acc) {
             pick = c[i].id;
             break;
@@ -249,11 +257,9 @@ int kvp_sample_probs(const kvp_sampling *s, float *logits, uint32_t n_vocab, con
     int rc = warp(s, logits, n_vocab, &c, &n, &mx, err);
     if (rc < 0)
         return rc;
-    double sum = 0, inv_t = 1.0 / s->temperature;
+    double inv_t = 1.0 / s->temperature, sum = temp_sum(c, n, mx, inv_t);
     for (uint32_t i = 0; i < n; i++)
-        sum += exp(((double)c[i].logit - mx) * inv_t);
-    for (uint32_t i = 0; i < n; i++)
-        p[c[i].id] = (float)(exp(((double)c[i].logit - mx) * inv_t) / sum);
+        p[c[i].id] = (float)(temp_weight(&c[i], mx, inv_t) / sum);
     free(c);
     return 0;
 }
