@@ -20,8 +20,9 @@ import sys
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGUFReader, GGUFWriter
 from gguf.quants import quantize
+from requant_gguf import copy_field
 
 N_LAYER, N_EMBD, N_FF, N_HEAD, N_HEAD_KV, N_VOCAB, N_CTX = 22, 2048, 5632, 32, 4, 32000, 2048
 HEAD = N_EMBD // N_HEAD
@@ -71,10 +72,7 @@ def writer(path, ftype, vocab):
     w.add_file_type(ftype)
     for f in vocab.fields.values():
         if f.name.startswith("tokenizer."):
-            if f.types[0] == GGUFValueType.ARRAY:
-                w.add_key_value(f.name, f.contents(), f.types[0], sub_type=f.types[-1])
-            else:
-                w.add_key_value(f.name, f.contents(), f.types[0])
+            copy_field(w, f)
     return w
 
 
