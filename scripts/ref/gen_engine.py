@@ -18,13 +18,16 @@ Writes OUTDIR/engine_smollm2.txt, a text file tests/unit/test_engine.c reads:
                            decides
 The model path defaults to what scripts/fetch-model prints, else
 ~/.cache/kvpipe/SmolLM2-135M-Instruct.Q4_1.gguf.  Exits 0 with a note when
-the model is absent (nothing to compare).
+the model is absent (nothing to compare).  llama.cpp runs through
+llamaref.run: with its extra buffer types off where its default run dies.
 """
 import os
 import subprocess
 import sys
 
 import numpy as np
+
+import llamaref
 
 NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TEXT = (
@@ -58,20 +61,9 @@ def model_path(argv):
     return os.path.join(cache, NAME)
 
 
-def main(argv):
-    out = argv[1]
-    path = model_path(argv)
-    if not os.path.exists(path):
-        print(f"gen_engine: {path} absent, nothing written (run scripts/fetch-model)")
-        return 0
-    try:
-        from llama_cpp import Llama  # the reference: llama.cpp, built by pip
-    except ImportError:
-        print("gen_engine: llama-cpp-python is not installed: run `nice scripts/ref/venv llama-cpp-python` "
-              "(builds llama.cpp from source, about 10 minutes on 2 cores)")
-        return 1
-
-    llm = Llama(model_path=path, n_ctx=1024, n_batch=512, logits_all=True, n_threads=2, verbose=False, seed=0)
+def reference(open_llama, path):
+    """The golden's lines from llama.cpp, the prompt and greedy lengths."""
+    llm = open_llama(model_path=path, n_ctx=1024, n_batch=512, logits_all=True, n_threads=2, verbose=False, seed=0)
     lines = [f"model {NAME} {os.path.getsize(path)}"]
 
     prompt = llm.tokenize(TEXT.encode(), add_bos=False, special=False)
@@ -83,8 +75,8 @@ def main(argv):
         top = np.argsort(-scores[p], kind="stable")[:5]
         lines.append(f"pos {p} " + " ".join(f"{i}:{scores[p][i]:.5f}" for i in top))
 
-    llm32 = Llama(model_path=path, n_ctx=1024, n_batch=512, logits_all=True, n_threads=2, verbose=False, seed=0,
-                  type_k=0, type_v=0, flash_attn=False)
+    llm32 = open_llama(model_path=path, n_ctx=1024, n_batch=512, logits_all=True, n_threads=2, verbose=False, seed=0,
+                       type_k=0, type_v=0, flash_attn=False)
     llm32.eval(prompt)
     s32 = np.array(llm32.scores[: len(prompt)], dtype=np.float32)
     spread, sq = 0.0, []
@@ -107,9 +99,26 @@ def main(argv):
     lines.append(f"greedy {len(gen)} " + " ".join(map(str, gen)))
     lines.append(f"spread {spread:.4f}")
     lines.append(f"spread_rms {spread_rms:.4f}")
+    return lines, len(prompt), len(gen)
+
+
+def main(argv):
+    out = argv[1]
+    path = model_path(argv)
+    if not os.path.exists(path):
+        print(f"gen_engine: {path} absent, nothing written (run scripts/fetch-model)")
+        return 0
+    try:
+        import llama_cpp  # noqa: F401 - the reference: llama.cpp, built by pip
+    except ImportError:
+        print("gen_engine: llama-cpp-python is not installed: run `nice scripts/ref/venv llama-cpp-python` "
+              "(builds llama.cpp from source, about 10 minutes on 2 cores)")
+        return 1
+
+    lines, n_prompt, n_gen = llamaref.run(lambda open_llama: reference(open_llama, path), "gen_engine")[0]
     with open(os.path.join(out, "engine_smollm2.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    print(f"gen_engine: {len(prompt)} prompt positions, {len(gen)} greedy tokens")
+    print(f"gen_engine: {n_prompt} prompt positions, {n_gen} greedy tokens")
     return 0
 
 

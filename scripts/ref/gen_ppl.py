@@ -46,6 +46,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_engine  # noqa: E402  (the model's location)
+import llamaref  # noqa: E402
 
 TEXT_PATH = "/usr/share/common-licenses/GPL-3"
 CTX = 512
@@ -141,6 +142,24 @@ def run_llama(llm, tokens, bos):
     return nlls
 
 
+def reference(open_llama, path, text):
+    """(tokens, bos, nll arrays a window, f32-KV ppl) from llama.cpp, or
+    (None, token count, None, None) when the text is under two windows."""
+    def load(**kv):
+        return open_llama(model_path=path, n_ctx=CTX, n_batch=CTX, n_ubatch=CTX, logits_all=True, n_threads=2,
+                          n_threads_batch=2, flash_attn=False, verbose=False, seed=0, **kv)
+
+    llm = load()
+    bos = llm.token_bos() if llm._model.add_bos_token() else None
+    tokens = llm.tokenize(text, add_bos=bos is not None, special=False)
+    if len(tokens) < 2 * CTX:
+        return None, len(tokens), None, None
+    nlls = run_llama(llm, tokens, bos)
+    del llm
+    ppl32, _ = summary(run_llama(load(type_k=0, type_v=0), tokens, bos))  # GGML_TYPE_F32 KV
+    return tokens, bos, nlls, ppl32
+
+
 def main(argv):
     out = argv[1]
     got = inputs(argv, "gen_ppl")
@@ -150,22 +169,11 @@ def main(argv):
     if not need("gen_ppl", ["llama-cpp-python", "xxhash"]):
         return 1
     import llama_cpp
-    from llama_cpp import Llama  # the reference: llama.cpp, built by pip
     t0 = time.time()
-
-    def load(**kv):
-        return Llama(model_path=path, n_ctx=CTX, n_batch=CTX, n_ubatch=CTX, logits_all=True, n_threads=2,
-                     n_threads_batch=2, flash_attn=False, verbose=False, seed=0, **kv)
-
-    llm = load()
-    bos = llm.token_bos() if llm._model.add_bos_token() else None
-    tokens = llm.tokenize(text, add_bos=bos is not None, special=False)
-    if len(tokens) < 2 * CTX:
-        print(f"gen_ppl: {len(tokens)} tokens, fewer than 2*ctx")
+    (tokens, bos, nlls, ppl32), _ = llamaref.run(lambda open_llama: reference(open_llama, path, text), "gen_ppl")
+    if tokens is None:
+        print(f"gen_ppl: {bos} tokens, fewer than 2*ctx")
         return 1
-    nlls = run_llama(llm, tokens, bos)
-    del llm
-    ppl32, _ = summary(run_llama(load(type_k=0, type_v=0), tokens, bos))  # GGML_TYPE_F32 KV
 
     made_by = (f"scripts/ref/gen_ppl.py: llama.cpp via llama-cpp-python {llama_cpp.__version__}, "
                f"f16 KV cache, no flash attention, 2 threads (an f32 KV cache gives ppl {ppl32:.6f}); "
