@@ -61,6 +61,9 @@ comma      := ,
 CU_ARCHS   := $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(NVCC_GENCODE))))
 NVCC_FLAGS := $(NVCC_GENCODE) -O3 -std=c++20 -Xptxas -v -Werror all-warnings -Xcompiler -fPIC,-Wall,-Wextra \
               $(addprefix -Xcompiler -iquote,$(LIB_DIRS) kernels) -DKVP_CUDA_ARCHS='"$(CU_ARCHS)"'
+# Unit tests in CUDA C++ (tests/unit/test_*.cu: the kernels' host-callable
+# numerics against lib/num, no GPU needed), built when CUDA is.
+CU_UNITS   := $(if $(filter 1,$(USE_CUDA)),$(patsubst tests/unit/%.cu,$(O)/tests/%,$(wildcard tests/unit/test_*.cu)))
 
 # ---- MPI (MPI=auto|0|1): lib/comm's collectives; without it one process. ----
 # Found through pkg-config (OpenMPI's ompi-c, MPICH's mpich), else mpicc.
@@ -111,7 +114,7 @@ LIB      := $(if $(filter build,$(O)),lib/libkvpipe.a,$(O)/libkvpipe.a)
 CMD_SRC  := $(sort $(wildcard cmd/*.c))
 PROGS    := $(CMD_SRC:cmd/%.c=$(BINDIR)/%)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
-UNITS    := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)
+UNITS    := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%) $(CU_UNITS)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(O)/tests/test_fuzz_%)
 # The public API: lib/kvpipe.h and the headers it includes (scripts/check-layers
@@ -134,6 +137,11 @@ $(O)/%.o: %.c
 # -iquote (through the host compiler) as for C: lib/engine/sched.h must not
 # stand in for the system's <sched.h>.  ptxas's report goes to NAME.ptxas.
 $(O)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh) lib/plan/gpuplan.h lib/backend/backend.h
+	$(call say,NVCC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas) >&2; exit 1; }
+
+$(O)/tests/unit/%.o: tests/unit/%.cu $(wildcard kernels/*.cuh) lib/plan/gpuplan.h lib/backend/backend.h
 	$(call say,NVCC,$<)
 	@mkdir -p $(@D)
 	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas) >&2; exit 1; }

@@ -62,17 +62,9 @@ __global__ void __launch_bounds__(STORE_THREADS)
     m = 0.0f;
     for (int i = 0; i < STORE_THREADS / 32; i++)
         m = fmaxf(m, wmax[i]);
-    int i8 = kv.dtype == KVP_DTYPE_I8;
-    float scale = m / (i8 ? 127.0f : 448.0f);
-    scale = scale > 0.0f && isfinite(scale) ? scale : 1.0f;
-    if (!i8) {
-        int e;
-        float fr = frexpf(scale, &e);
-        scale = fr == 0.5f ? scale : ldexpf(1.0f, e);
-    }
-    float inv = 1.0f / scale;
+    float scale = cu_kv_row_scale(kv.dtype, m), inv = 1.0f / scale;
     for (uint32_t i = threadIdx.x; i < hd; i += STORE_THREADS)
-        dst[i] = i8 ? (uint8_t)cu_to_i8(src[i] * inv) : cu_to_e4m3_sat(src[i] * inv);
+        dst[i] = cu_kv_encode(kv.dtype, src[i], inv);
     if (threadIdx.x == 0)
         ((float *)(base + kv.scales_off))[cu_kv_scale(kv, layer, which, h, s)] = scale;
 }

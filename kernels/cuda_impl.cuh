@@ -17,6 +17,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 extern "C" {
 #include "backend.h"
@@ -63,27 +64,58 @@ __device__ static inline void cu_fault(cu_faults *f, int kind, int64_t value)
     }
 }
 
-/* ---- element decoders (the device side of lib/num/minifloat.c) ---- */
+/* ---- element decoders (the device side of lib/num/minifloat.c) ----
+ *
+ * Host and device both (CU_HD): tests/unit/test_cudanum.cu runs them on the
+ * CPU against lib/num and lib/cpu, value for value. */
+#define CU_HD __host__ __device__ static inline
+#ifdef __CUDA_ARCH__
+#define CU_UNROLL _Pragma("unroll")
+#else
+#define CU_UNROLL /* the host compiler has no #pragma unroll */
+#endif
 
-__device__ static inline float cu_f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+CU_HD uint32_t cu_fbits(float f)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
 
-__device__ static inline float cu_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+CU_HD float cu_bitsf(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+CU_HD float cu_f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+CU_HD float cu_bf16(uint16_t h) { return cu_bitsf((uint32_t)h << 16); }
 
 /* E4M3fn: 0x7f / 0xff NaN, exponent 0 subnormal in units of 2^-9. */
-__device__ static inline float cu_e4m3(uint8_t b)
+CU_HD float cu_e4m3(uint8_t b)
 {
     uint32_t s = (uint32_t)(b & 0x80) << 24, e = (b >> 3) & 15, m = b & 7;
     if ((b & 0x7f) == 0x7f)
-        return __uint_as_float(s | 0x7fc00000u);
+        return cu_bitsf(s | 0x7fc00000u);
     if (e == 0)
-        return __uint_as_float(s | __float_as_uint((float)m * 0x1p-9f));
-    return __uint_as_float(s | (e + 120) << 23 | m << 20);
+        return cu_bitsf(s | cu_fbits((float)m * 0x1p-9f));
+    return cu_bitsf(s | (e + 120) << 23 | m << 20);
 }
 
 /* kvp_f32_to_f16: round to nearest even, NaN quiet with its top payload. */
-__device__ static inline uint16_t cu_to_f16(float f)
+CU_HD uint16_t cu_to_f16(float f)
 {
-    uint32_t x = __float_as_uint(f), ax = x & 0x7fffffffu;
+    uint32_t x = cu_fbits(f), ax = x & 0x7fffffffu;
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
     if (ax > 0x7f800000u)
         return (uint16_t)(sign | 0x7e00 | ((ax >> 13) & 0x3ff));
@@ -104,9 +136,9 @@ __device__ static inline uint16_t cu_to_f16(float f)
 }
 
 /* kvp_f32_to_bf16: round to nearest even, NaN made quiet. */
-__device__ static inline uint16_t cu_to_bf16(float f)
+CU_HD uint16_t cu_to_bf16(float f)
 {
-    uint32_t x = __float_as_uint(f);
+    uint32_t x = cu_fbits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((x >> 16) | 0x40);
     x += 0x7fffu + ((x >> 16) & 1);
@@ -115,9 +147,9 @@ __device__ static inline uint16_t cu_to_bf16(float f)
 
 /* kvp_f32_to_e4m3_sat: nearest even, subnormals in units of 2^-9,
  * overflow and inf to +-448, NaN to 0x7f. */
-__device__ static inline uint8_t cu_to_e4m3_sat(float f)
+CU_HD uint8_t cu_to_e4m3_sat(float f)
 {
-    uint32_t x = __float_as_uint(f), ax = x & 0x7fffffffu, s = (x >> 24) & 0x80, c;
+    uint32_t x = cu_fbits(f), ax = x & 0x7fffffffu, s = (x >> 24) & 0x80, c;
     if (ax > 0x7f800000u)
         return (uint8_t)(s | 0x7f);
     int e = (int)(ax >> 23) - 127;
@@ -138,12 +170,33 @@ __device__ static inline uint8_t cu_to_e4m3_sat(float f)
 }
 
 /* kvp_f32_to_i8: nearest even, saturating, NaN to 0. */
-__device__ static inline int8_t cu_to_i8(float v)
+CU_HD int8_t cu_to_i8(float v)
 {
     if (!(v == v))
         return 0;
     v = rintf(v);
     return (int8_t)(v < -128.0f ? -128 : v > 127.0f ? 127 : (int)v);
+}
+
+/* A scaled KV row's scale from its largest finite |x| (kvp_kvscale_row):
+ * int8 amax / 127; fp8 the power of two at or above amax / 448; 1 for an
+ * all-zero (or non-finite) row. */
+CU_HD float cu_kv_row_scale(int dtype, float amax)
+{
+    int i8 = dtype == KVP_DTYPE_I8;
+    float s = amax / (i8 ? 127.0f : 448.0f);
+    s = s > 0.0f && isfinite(s) ? s : 1.0f;
+    if (i8)
+        return s;
+    int e;
+    float m = frexpf(s, &e);
+    return m == 0.5f ? s : ldexpf(1.0f, e);
+}
+
+/* One element of a scaled KV row: encode(x * inv), inv = 1 / scale. */
+CU_HD uint8_t cu_kv_encode(int dtype, float x, float inv)
+{
+    return dtype == KVP_DTYPE_I8 ? (uint8_t)cu_to_i8(x * inv) : cu_to_e4m3_sat(x * inv);
 }
 
 /* ---- weights: 8 consecutive elements i0 .. i0 + 7 of row r as f32 ----
@@ -152,7 +205,7 @@ __device__ static inline int8_t cu_to_i8(float v)
  * whole blocks of 32 a row (prepare_weight checks), so 8 elements never
  * straddle a block.  Scaled kinds: (q - z) * scale[i / group]. */
 template <int DT>
-__device__ static inline void cu_wdec8(const cu_wview &w, uint32_t r, uint32_t i0, float out[8])
+CU_HD void cu_wdec8(const cu_wview &w, uint32_t r, uint32_t i0, float out[8])
 {
     const uint8_t *row = w.data + (uint64_t)r * w.row_bytes;
     if (DT == KVP_DTYPE_Q4_0 || DT == KVP_DTYPE_Q4_1 || DT == KVP_DTYPE_Q8_0) {
@@ -162,7 +215,7 @@ __device__ static inline void cu_wdec8(const cu_wview &w, uint32_t r, uint32_t i
         float d = cu_f16((uint16_t)(blk[0] | blk[1] << 8));
         if (DT == KVP_DTYPE_Q8_0) { /* blocks of 34 bytes: the quants are 2-byte aligned */
             const uint16_t *q2 = (const uint16_t *)(blk + 2 + j0);
-#pragma unroll
+CU_UNROLL
             for (int j = 0; j < 4; j++) {
                 uint16_t v = q2[j];
                 out[2 * j] = (float)(int8_t)(v & 0xff) * d;
@@ -173,7 +226,7 @@ __device__ static inline void cu_wdec8(const cu_wview &w, uint32_t r, uint32_t i
         float m = DT == KVP_DTYPE_Q4_1 ? cu_f16((uint16_t)(blk[2] | blk[3] << 8)) : 0.0f;
         const uint8_t *qs = blk + (DT == KVP_DTYPE_Q4_1 ? 4 : 2) + (j0 & 15);
         uint32_t sh = j0 >= 16 ? 4 : 0; /* byte j holds element j low, j + 16 high */
-#pragma unroll
+CU_UNROLL
         for (int j = 0; j < 8; j++) {
             int q = (qs[j] >> sh) & 15;
             out[j] = DT == KVP_DTYPE_Q4_1 ? (float)q * d + m : (float)(q - 8) * d;
@@ -191,7 +244,7 @@ __device__ static inline void cu_wdec8(const cu_wview &w, uint32_t r, uint32_t i
             } else {
                 uint4 v = *(const uint4 *)p;
                 uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
+CU_UNROLL
                 for (int j = 0; j < 4; j++) {
                     out[2 * j] = DT == KVP_DTYPE_F16 ? cu_f16((uint16_t)u[j]) : cu_bf16((uint16_t)u[j]);
                     out[2 * j + 1] = DT == KVP_DTYPE_F16 ? cu_f16((uint16_t)(u[j] >> 16)) : cu_bf16((uint16_t)(u[j] >> 16));
@@ -199,7 +252,7 @@ __device__ static inline void cu_wdec8(const cu_wview &w, uint32_t r, uint32_t i
             }
             return;
         }
-#pragma unroll
+CU_UNROLL
         for (int j = 0; j < 8; j++) {
             uint32_t i = i0 + j;
             if (i >= w.n_in)
@@ -214,7 +267,7 @@ __device__ static inline void cu_wdec8(const cu_wview &w, uint32_t r, uint32_t i
     /* scaled: FP8_E4M3, I8, I4 */
     const float *sc = w.sc + (uint64_t)r * w.scale_stride;
     const float *zp = w.zp ? w.zp + (uint64_t)r * w.scale_stride : NULL;
-#pragma unroll
+CU_UNROLL
     for (int j = 0; j < 8; j++) {
         uint32_t i = i0 + j < w.n_in ? i0 + j : w.n_in - 1, g = i / w.group; /* past the row: read 0 below */
         float q;
@@ -236,7 +289,7 @@ __device__ static inline void cu_wdec8(const cu_wview &w, uint32_t r, uint32_t i
 
 /* ---- KV elements: a float kind's value, a scaled kind's code unscaled ---- */
 template <int DT>
-__device__ static inline float cu_kv_elem(const uint8_t *p, uint64_t i)
+CU_HD float cu_kv_elem(const uint8_t *p, uint64_t i)
 {
     if (DT == KVP_DTYPE_F32)
         return ((const float *)p)[i];
