@@ -75,27 +75,17 @@ __device__ static inline void cu_fault(cu_faults *f, int kind, int64_t value)
 #define CU_UNROLL /* the host compiler has no #pragma unroll */
 #endif
 
-CU_HD uint32_t cu_fbits(float f)
+/* A float's bits and back (memcpy: one move on either side). */
+template <typename To, typename From>
+CU_HD To cu_bitcast(From f)
 {
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(f);
-#else
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-#endif
+    static_assert(sizeof(To) == sizeof(From), "same size");
+    To t;
+    memcpy(&t, &f, sizeof t);
+    return t;
 }
-
-CU_HD float cu_bitsf(uint32_t u)
-{
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-#endif
-}
+CU_HD uint32_t cu_fbits(float f) { return cu_bitcast<uint32_t>(f); }
+CU_HD float cu_bitsf(uint32_t u) { return cu_bitcast<float>(u); }
 
 CU_HD float cu_f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
