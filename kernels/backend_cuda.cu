@@ -148,7 +148,8 @@ static void cu_release(kvp_backend *b, void *p)
 {
     if (p) {
         cudaSetDevice(impl_of(b)->device);
-        cudaFree(p); /* waits for work that may still use it */
+        cudaStreamSynchronize(impl_of(b)->st); /* ops queued before may still read it */
+        cudaFree(p);
     }
 }
 
@@ -289,18 +290,22 @@ static int cu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
         free(tmp);
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of host memory", name);
     }
+    /* on the ops' stream (a plain cudaMemcpy is on the legacy stream, which
+     * a non-blocking stream does not wait for), then waited for */
     uint8_t *mem = NULL;
     cudaError_t e = cudaMalloc((void **)&mem, total);
     if (e == cudaSuccess)
-        e = cudaMemcpy(mem, w->data, data, cudaMemcpyHostToDevice);
+        e = cudaMemcpyAsync(mem, w->data, data, cudaMemcpyHostToDevice, im->st);
     if (e == cudaSuccess && n_sc)
-        e = cudaMemcpy(mem + off_sc, w->scales, n_sc * 4, cudaMemcpyHostToDevice);
+        e = cudaMemcpyAsync(mem + off_sc, w->scales, n_sc * 4, cudaMemcpyHostToDevice, im->st);
     if (e == cudaSuccess && n_sc && w->zeros)
-        e = cudaMemcpy(mem + off_zp, w->zeros, n_sc * 4, cudaMemcpyHostToDevice);
+        e = cudaMemcpyAsync(mem + off_zp, w->zeros, n_sc * 4, cudaMemcpyHostToDevice, im->st);
     if (e == cudaSuccess && want_f32) {
         kvp_dtype_get((uint32_t)w->dtype)->to_f32(w->data, tmp, w->n_in);
-        e = cudaMemcpy(mem + off_f, tmp, (size_t)w->n_in * 4, cudaMemcpyHostToDevice);
+        e = cudaMemcpyAsync(mem + off_f, tmp, (size_t)w->n_in * 4, cudaMemcpyHostToDevice, im->st);
     }
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(im->st);
     free(tmp);
     if (e != cudaSuccess) {
         cudaFree(mem);
@@ -331,6 +336,7 @@ static void cu_release_weight(kvp_backend *b, kvp_weight *w)
     if (!cw)
         return;
     cudaSetDevice(impl_of(b)->device);
+    cudaStreamSynchronize(impl_of(b)->st);
     cudaFree(cw->mem);
     free(cw);
     w->dev = NULL;
