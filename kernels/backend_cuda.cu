@@ -150,6 +150,7 @@ static void cu_release(kvp_backend *b, void *p)
         cudaSetDevice(impl_of(b)->device);
         cudaStreamSynchronize(impl_of(b)->st); /* ops queued before may still read it */
         cudaFree(p);
+        (void)cudaGetLastError(); /* nowhere to report; not to be blamed on the next op */
     }
 }
 
@@ -338,6 +339,7 @@ static void cu_release_weight(kvp_backend *b, kvp_weight *w)
     cudaSetDevice(impl_of(b)->device);
     cudaStreamSynchronize(impl_of(b)->st);
     cudaFree(cw->mem);
+    (void)cudaGetLastError();
     free(cw);
     w->dev = NULL;
 }
