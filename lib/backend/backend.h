@@ -135,7 +135,7 @@ typedef struct kvp_backend_reserve {
 enum kvp_backend_use {
     KVP_USE_MATMUL = 1,    /* weights of this dtype in matmul (scaled: with scales) */
     KVP_USE_EMBED = 2,     /* embedding tables of this dtype */
-    KVP_USE_KV = 3,        /* a KV pool of this dtype */
+    KVP_USE_KV = 3,        /* a KV pool of this dtype (fp8 and i8 pools always carry scales; scaled ignored) */
 };
 
 enum kvp_rope_kind { KVP_ROPE_KIND_NORM = 0, KVP_ROPE_KIND_NEOX = 1 }; /* == kvp_rope_type (config.h) */
