@@ -220,6 +220,16 @@ static int cu_reserve(kvp_backend *b, const kvp_backend_reserve *r, kvp_err *err
 
 /* ---- weights ---- */
 
+/* GGUF block types the kernels do not read: prepare_weight uploads them
+ * dequantized to f32 (lib/num's rows, the CPU's own row path), so a file
+ * mixing in a few of them (Q4_K_M's Q6_K output) still runs, at 4 bytes a
+ * weight for those tensors. */
+static int via_f32(int dtype)
+{
+    return dtype == KVP_DTYPE_Q5_0 || dtype == KVP_DTYPE_Q5_1 || dtype == KVP_DTYPE_Q4_K ||
+           dtype == KVP_DTYPE_Q6_K || dtype == KVP_DTYPE_MXFP4;
+}
+
 static int cu_supports(const kvp_backend *b, int use, int dtype, int scaled)
 {
     (void)b;
@@ -229,6 +239,8 @@ static int cu_supports(const kvp_backend *b, int use, int dtype, int scaled)
         switch (dtype) {
         case KVP_DTYPE_F32: case KVP_DTYPE_F16: case KVP_DTYPE_BF16:
         case KVP_DTYPE_Q4_0: case KVP_DTYPE_Q4_1: case KVP_DTYPE_Q8_0:
+            return !scaled;
+        case KVP_DTYPE_Q5_0: case KVP_DTYPE_Q5_1: case KVP_DTYPE_Q4_K: case KVP_DTYPE_Q6_K: case KVP_DTYPE_MXFP4:
             return !scaled;
         case KVP_DTYPE_FP8_E4M3: case KVP_DTYPE_I8: case KVP_DTYPE_I4:
             return scaled != 0;
@@ -252,7 +264,7 @@ static int weight_ok(const kvp_weight *w, kvp_err *err)
     if (!cu_supports(NULL, KVP_USE_MATMUL, w->dtype, scaled))
         return kvp_err_set(err, KVP_EUNSUPPORTED,
                            "%s: weight type %s%s is not supported by the CUDA backend (f32, f16, bf16, q4_0, q4_1, "
-                           "q8_0, and fp8_e4m3, i8, i4 with scales)",
+                           "q8_0, q5_0, q5_1, q4_k, q6_k, mxfp4, and fp8_e4m3, i8, i4 with scales)",
                            name, kvp_dtype_name((uint32_t)w->dtype), scaled ? " with scales" : "");
     if (w->zeros && w->dtype == KVP_DTYPE_FP8_E4M3)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: fp8_e4m3 with zero points is not supported", name);
@@ -269,6 +281,48 @@ static int weight_ok(const kvp_weight *w, kvp_err *err)
     return 0;
 }
 
+/* A via_f32 weight: rows dequantized on the host a few MiB at a time and
+ * uploaded as an f32 matrix. */
+static int prepare_as_f32(cu_impl *im, kvp_weight *w, kvp_err *err)
+{
+    const char *name = wname(w);
+    size_t row = (size_t)w->n_in * sizeof(float), per = row >= ((size_t)4 << 20) ? 1 : ((size_t)4 << 20) / row;
+    kvp_to_f32_fn to_f32 = kvp_dtype_get((uint32_t)w->dtype)->to_f32;
+    cu_weight *cw = (cu_weight *)calloc(1, sizeof *cw);
+    float *buf = (float *)malloc(per * row);
+    uint8_t *mem = NULL;
+    if (!cw || !buf) {
+        free(cw);
+        free(buf);
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of host memory", name);
+    }
+    cudaError_t e = cudaMalloc((void **)&mem, (size_t)w->n_out * row);
+    for (uint32_t r0 = 0; e == cudaSuccess && r0 < w->n_out; r0 += (uint32_t)per) {
+        uint32_t n = w->n_out - r0 < per ? w->n_out - r0 : (uint32_t)per;
+        for (uint32_t r = 0; r < n; r++)
+            to_f32((const uint8_t *)w->data + (uint64_t)(r0 + r) * w->row_bytes, buf + (size_t)r * w->n_in, w->n_in);
+        e = cudaMemcpyAsync(mem + (size_t)r0 * row, buf, n * row, cudaMemcpyHostToDevice, im->st);
+        if (e == cudaSuccess) /* buf is refilled next */
+            e = cudaStreamSynchronize(im->st);
+    }
+    free(buf);
+    if (e != cudaSuccess) {
+        cudaFree(mem);
+        free(cw);
+        return cu_fail(err, e, "prepare_weight %s (%s as f32, %u x %u)", name, kvp_dtype_name((uint32_t)w->dtype),
+                       w->n_out, w->n_in);
+    }
+    cw->mem = mem;
+    cw->dtype = KVP_DTYPE_F32;
+    cw->n_out = w->n_out;
+    cw->v.data = mem;
+    cw->v.row_bytes = row;
+    cw->v.n_in = w->n_in;
+    cw->f32 = w->n_out == 1 ? (const float *)mem : NULL;
+    w->dev = cw;
+    return 0;
+}
+
 static int cu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
 {
     cu_impl *im = impl_of(b);
@@ -278,6 +332,8 @@ static int cu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
         return rc;
     if ((rc = cu_enter(im, err, "prepare_weight")) < 0)
         return rc;
+    if (via_f32(w->dtype))
+        return prepare_as_f32(im, w, err);
     size_t data = (size_t)w->n_out * w->row_bytes;
     size_t n_sc = !w->scales ? 0 : w->scale_stride ? (size_t)w->n_out * w->scale_stride : 1;
     /* a 1-D float weight is also kept as f32 for the ops that take [n] f32 */
