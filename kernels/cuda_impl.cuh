@@ -199,12 +199,15 @@ CU_HD void cu_wdec8(const cu_wview &w, uint32_t r, uint32_t i0, float out[8])
 {
     const uint8_t *row = w.data + (uint64_t)r * w.row_bytes;
     if (DT == KVP_DTYPE_Q4_0 || DT == KVP_DTYPE_Q4_1 || DT == KVP_DTYPE_Q8_0) {
+        /* Blocks of 18, 20 or 34 bytes in rows of whole blocks from a
+         * 256-byte aligned base: every field is 2-byte aligned, so 16-bit
+         * loads (a byte pair of quants at a time). */
         const uint32_t bb = DT == KVP_DTYPE_Q4_0 ? 18 : DT == KVP_DTYPE_Q4_1 ? 20 : 34;
-        const uint8_t *blk = row + (uint64_t)(i0 / 32) * bb;
+        const uint16_t *blk = (const uint16_t *)(row + (uint64_t)(i0 / 32) * bb);
         uint32_t j0 = i0 % 32;
-        float d = cu_f16((uint16_t)(blk[0] | blk[1] << 8));
-        if (DT == KVP_DTYPE_Q8_0) { /* blocks of 34 bytes: the quants are 2-byte aligned */
-            const uint16_t *q2 = (const uint16_t *)(blk + 2 + j0);
+        float d = cu_f16(blk[0]);
+        if (DT == KVP_DTYPE_Q8_0) {
+            const uint16_t *q2 = blk + 1 + j0 / 2;
 CU_UNROLL
             for (int j = 0; j < 4; j++) {
                 uint16_t v = q2[j];
@@ -213,13 +216,15 @@ CU_UNROLL
             }
             return;
         }
-        float m = DT == KVP_DTYPE_Q4_1 ? cu_f16((uint16_t)(blk[2] | blk[3] << 8)) : 0.0f;
-        const uint8_t *qs = blk + (DT == KVP_DTYPE_Q4_1 ? 4 : 2) + (j0 & 15);
+        float m = DT == KVP_DTYPE_Q4_1 ? cu_f16(blk[1]) : 0.0f;
+        const uint16_t *q2 = blk + (DT == KVP_DTYPE_Q4_1 ? 2 : 1) + (j0 & 15) / 2;
         uint32_t sh = j0 >= 16 ? 4 : 0; /* byte j holds element j low, j + 16 high */
 CU_UNROLL
-        for (int j = 0; j < 8; j++) {
-            int q = (qs[j] >> sh) & 15;
-            out[j] = DT == KVP_DTYPE_Q4_1 ? (float)q * d + m : (float)(q - 8) * d;
+        for (int j = 0; j < 4; j++) {
+            uint32_t v = (uint32_t)q2[j] >> sh;
+            int qa = (int)(v & 15), qb = (int)((v >> 8) & 15);
+            out[2 * j] = DT == KVP_DTYPE_Q4_1 ? (float)qa * d + m : (float)(qa - 8) * d;
+            out[2 * j + 1] = DT == KVP_DTYPE_Q4_1 ? (float)qb * d + m : (float)(qb - 8) * d;
         }
         return;
     }
