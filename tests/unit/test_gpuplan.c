@@ -20,7 +20,7 @@ static void test_split_coverage(void)
             int32_t pos = poss[j];
             uint32_t n = kvp_gpuplan_splits(sk, pos), k0, k1, next = 0;
             int ok = 1;
-            memset(seen, 0, (size_t)pos + 1);
+            memset(seen, 0, sizeof seen);
             for (uint32_t s = 0; s < n + 2; s++) { /* two past the end must be empty */
                 int has = kvp_gpuplan_split_range(sk, pos, s, &k0, &k1);
                 if (s >= n) {
