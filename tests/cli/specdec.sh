@@ -22,6 +22,10 @@ expect_status 2 "--method draft without --draft"
 expect_err_has "needs --draft MODEL" "says what it needs"
 run specdec -m x.gguf -p hi --draft y.gguf
 expect_status 2 "--draft without --method draft"
+run specdec --selftest
+expect_status 0 "--selftest: speculative sampling keeps the distribution"
+expect_out_has "caught" "and the wrong rule is caught"
+expect_out_lacks "FAIL" "no check fails"
 run specdec -m x.gguf --compare kv.kvp
 expect_status 2 "--compare with a KV stream"
 run decode -m x.gguf -p hi --method ngram
@@ -129,8 +133,44 @@ acc=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
 expect_true "and every draft is kept ($acc)" awk -v a="$acc" 'BEGIN { exit !(a == 1) }'
 run $D --temperature 0.7 --seed 11
 cp "$OUT" "$T/d.jl"
-run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11
-same "a draft model, sampled: the same tokens as decode" "$T/d.jl" "$OUT"
+run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --greedy-drafts
+same "a draft model, sampled, --greedy-drafts: the same tokens as decode" "$T/d.jl" "$OUT"
+# sampled drafts, kept by speculative sampling: the model drafting for
+# itself draws from the very distribution it is checked against (the
+# engine gives the same bits in any batch), so every draft is kept
+run $S --method draft --draft "$M" --temperature 0.7 --seed 11 --max-num-seqs 1 --draft-len 6 --stats --json
+expect_status 0 "sampled drafts from the model itself"
+acc=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
+expect_true "speculative sampling keeps every draft of p itself ($acc)" awk -v a="$acc" 'BEGIN { exit !(a == 1) }'
+cp "$OUT" "$T/s1.jl"
+run $S --method draft --draft "$M" --temperature 0.7 --seed 11 --max-num-seqs 1 --draft-len 6
+same "a sampled speculative run is reproducible (same seed, same text)" "$T/s1.jl" "$OUT"
+run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --stats --json
+expect_status 0 "q4_0 drafts drawn and kept by speculative sampling"
+acc2=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
+expect_true "it keeps some of them ($acc2)" awk -v a="$acc2" 'BEGIN { exit !(a > 0.2) }'
+run $S --greedy-drafts
+expect_status 2 "--greedy-drafts without --method draft"
+
+# self-speculation: the model's first layers and its output head draft
+run $D
+cp "$OUT" "$T/d.jl"
+run $S --method layerskip --draft-layers 12 --stats --json
+expect_status 0 "--method layerskip"
+same "layerskip, greedy: the same tokens as decode" "$T/d.jl" "$OUT"
+expect_err_has '"spec":{"method":"layerskip"' "the stats name the method"
+run $S --method layerskip --draft-layers 30 --max-num-seqs 1 --draft-len 6 --stats --json
+same "every layer drafting: the same tokens as decode" "$T/d.jl" "$OUT"
+acc=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
+expect_true "and every draft is kept ($acc)" awk -v a="$acc" 'BEGIN { exit !(a == 1) }'
+run $S --method layerskip --draft-layers 30 --temperature 0.9 --seed 4 --max-num-seqs 1 --stats --json
+acc=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
+expect_true "sampled drafts of every layer are all kept ($acc)" awk -v a="$acc" 'BEGIN { exit !(a == 1) }'
+run $S --method layerskip --draft-layers 31
+expect_status 1 "--draft-layers past the model's layers"
+expect_err_has "30 layers" "says how many it has"
+run $S --draft-layers 4
+expect_status 2 "--draft-layers without --method layerskip"
 run $S --method draft --draft "$T/missing.gguf"
 expect_status 1 "a missing draft model"
 expect_err_has "missing.gguf" "names it"
