@@ -29,6 +29,13 @@ CFLAGS   += -std=c11 $(OPT) $(WARN) -pthread -MMD -MP
 LDLIBS   += -lzstd -lm -pthread
 
 # ---- CUDA plumbing (CUDA=auto|0|1).  The CPU build never needs nvcc. ----
+# kernels/*.cu go into the library with lib/.  The CUDA runtime is linked
+# statically (cudart_static), so a program needs no CUDA library to start:
+# only the driver (libcuda.so.1), which cudart opens at the first CUDA call;
+# without it kvp_backend_cuda_create fails with KVP_EUNSUPPORTED and the CPU
+# backend runs as before.  Each kernel file's `ptxas -v` report is kept
+# beside its object (.ptxas), and `make check` runs scripts/check-spills over
+# them: a kernel that spills or uses local memory fails the build's tests.
 CUDA         ?= auto
 CUDA_HOME    ?= /usr/local/cuda
 NVCC_GENCODE ?= -gencode arch=compute_90,code=sm_90
@@ -39,14 +46,24 @@ ifeq ($(CUDA),auto)
 else
   USE_CUDA := $(CUDA)
 endif
+# kernels/backend_cuda.h, the C side's one header of the CUDA backend
+CPPFLAGS += -iquote kernels
 ifeq ($(USE_CUDA),1)
   ifeq ($(NVCC),)
     $(error CUDA=1 but nvcc was not found (set CUDA_HOME or PATH))
   endif
   CPPFLAGS += -DKVP_HAVE_CUDA=1
   CU_OBJ   := $(CU_SRC:%.cu=$(O)/%.o)
-  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
+# The architectures, as backend_cuda.cu names them when a device has no code here: "sm_90".
+comma      := ,
+CU_ARCHS   := $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(NVCC_GENCODE))))
+NVCC_FLAGS := $(NVCC_GENCODE) -O3 -std=c++20 -Xptxas -v -Werror all-warnings -Xcompiler -fPIC,-Wall,-Wextra \
+              $(addprefix -Xcompiler -iquote,$(LIB_DIRS) kernels) -DKVP_CUDA_ARCHS='"$(CU_ARCHS)"'
+# Unit tests in CUDA C++ (tests/unit/test_*.cu: the kernels' host-callable
+# numerics against lib/num, no GPU needed), built when CUDA is.
+CU_UNITS   := $(if $(filter 1,$(USE_CUDA)),$(patsubst tests/unit/%.cu,$(O)/tests/%,$(wildcard tests/unit/test_*.cu)))
 
 # ---- MPI (MPI=auto|0|1): lib/comm's collectives; without it one process. ----
 # Found through pkg-config (OpenMPI's ompi-c, MPICH's mpich), else mpicc.
@@ -97,7 +114,7 @@ LIB      := $(if $(filter build,$(O)),lib/libkvpipe.a,$(O)/libkvpipe.a)
 CMD_SRC  := $(sort $(wildcard cmd/*.c))
 PROGS    := $(CMD_SRC:cmd/%.c=$(BINDIR)/%)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
-UNITS    := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)
+UNITS    := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%) $(CU_UNITS)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(O)/tests/test_fuzz_%)
 # The public API: lib/kvpipe.h and the headers it includes (scripts/check-layers
@@ -117,10 +134,17 @@ $(O)/%.o: %.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(O)/kernels/%.o: kernels/%.cu
+# -iquote (through the host compiler) as for C: lib/engine/sched.h must not
+# stand in for the system's <sched.h>.  ptxas's report goes to NAME.ptxas.
+$(O)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh) lib/plan/gpuplan.h lib/backend/backend.h
 	$(call say,NVCC,$<)
 	@mkdir -p $(@D)
-	$(Q)$(NVCC) $(NVCC_GENCODE) -O3 $(addprefix -I,$(LIB_DIRS)) -Xcompiler -fPIC -c $< -o $@
+	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas) >&2; exit 1; }
+
+$(O)/tests/unit/%.o: tests/unit/%.cu $(wildcard kernels/*.cuh) lib/plan/gpuplan.h lib/backend/backend.h
+	$(call say,NVCC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas) >&2; exit 1; }
 
 $(O)/lib/comm/%nccl.o $(O)/lib/comm/%nccl_impl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
 $(BINDIR)/tpbench: LDLIBS += $(NCCL_LIBS)
@@ -171,19 +195,25 @@ check-cli:
 	@$(MAKE) --no-print-directory check-nodeps $(CHECK_VARS) TESTS=cli
 
 ## asan         the whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer
+# The sanitizer builds leave CUDA out (CUDA=0): nvcc does not instrument the
+# kernels' host code, so they would check nothing there, and on a machine
+# with a GPU the CUDA driver's fixed mappings collide with ASan's shadow
+# memory (protect_shadow_gap) and TSan's; the build also skips nvcc's minutes.
 asan: deps
-	@$(MAKE) --no-print-directory check-nodeps O=build/asan BINDIR=build/asan/bin KVP_DEBUG=1 \
+	@$(MAKE) --no-print-directory check-nodeps O=build/asan BINDIR=build/asan/bin KVP_DEBUG=1 CUDA=0 \
 	    OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
 
 ## tsan         unit tests under ThreadSanitizer, thread pool at 2 and 4 (TSAN_MODEL=1: real-model engine tests too)
 TSAN_MODEL ?= 0
 tsan: deps
-	@$(MAKE) --no-print-directory tsan-nodeps O=build/tsan BINDIR=build/tsan/bin KVP_DEBUG=1 \
+	@$(MAKE) --no-print-directory tsan-nodeps O=build/tsan BINDIR=build/tsan/bin KVP_DEBUG=1 CUDA=0 \
 	    OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=thread"
 
 .PHONY: check-nodeps tsan-nodeps
 check-nodeps:
 	@$(MAKE) --no-print-directory all $(UNITS) $(FUZZ_REPLAY)
+	$(if $(CU_OBJ),@scripts/check-spills $(CU_OBJ:.o=.ptxas) >$(O)/kernels/spills.txt || \
+	    { cat $(O)/kernels/spills.txt; exit 1; }; tail -n 1 $(O)/kernels/spills.txt)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 	    KVP_BIN=$(abspath $(BINDIR)) KVP_UNIT_DIR=$(abspath $(O)/tests) KVP_CFLAGS="$(OPT)" tests/run $(TESTS)

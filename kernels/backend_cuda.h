@@ -8,9 +8,20 @@
 #include "backend.h"
 #include "error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The CUDA backend on device ordinal `device`.  KVP_EUNSUPPORTED with the
  * reason (no driver, no device, compute capability below what the kernels
  * were built for) when this machine cannot run it. */
 int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *err);
+
+/* The device's name ("NVIDIA H200"), or NULL when b is not a CUDA backend. */
+const char *kvp_backend_cuda_device(const kvp_backend *b);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,261 @@
+/* cuda_attn.cu - the paged KV cache on the device: storing a step's K and V
+ * rows, and attention over block tables (split-K with a log-sum-exp merge;
+ * lib/plan/gpuplan.h plans the launch).
+ */
+#include "cuda_impl.cuh"
+
+#include <math.h>
+
+int cu_kv_dtype_ok(int dtype)
+{
+    return dtype == KVP_DTYPE_F32 || dtype == KVP_DTYPE_F16 || dtype == KVP_DTYPE_BF16 ||
+           dtype == KVP_DTYPE_FP8_E4M3 || dtype == KVP_DTYPE_I8;
+}
+
+/* ---- kv_store: one CTA a (token, KV head, K or V) row ----
+ *
+ * The bits of the CPU's kv_store: f16/bf16 rounded to nearest even, and a
+ * scaled row (fp8 e4m3, int8) with its own scale exactly as
+ * kvp_kvscale_row computes it (the largest finite |x|; int8 amax / 127;
+ * fp8 the power of two at or above amax / 448), each element encoded as
+ * x * (1 / scale). */
+
+#define STORE_THREADS 128
+
+__global__ void __launch_bounds__(STORE_THREADS)
+    cu_kv_store_k(kvp_kv_pool kv, uint32_t layer, const float *__restrict__ k, const float *__restrict__ v,
+                  const uint32_t *__restrict__ slot, cu_faults *faults)
+{
+    __shared__ float wmax[STORE_THREADS / 32];
+    uint32_t t = blockIdx.x, h = blockIdx.y, which = blockIdx.z, hd = kv.head_dim;
+    uint32_t sl = slot[t];
+    if (sl == KVP_GPU_SLOT_NONE) /* a graph's padding token */
+        return;
+    if ((uint64_t)sl >= (uint64_t)kv.n_blocks * kv.block_size) {
+        if (threadIdx.x == 0)
+            cu_fault(faults, CU_FAULT_SLOT, sl);
+        return;
+    }
+    uint32_t blk = sl / kv.block_size, s = sl % kv.block_size;
+    const float *src = (which ? v : k) + ((uint64_t)t * kv.n_head_kv + h) * hd;
+    uint8_t *base = (uint8_t *)kv.base + (uint64_t)blk * kv.block_bytes;
+    uint8_t *dst = base + cu_kv_row(kv, layer, which, h, s);
+    if (kv.dtype == KVP_DTYPE_F32 || kv.dtype == KVP_DTYPE_F16 || kv.dtype == KVP_DTYPE_BF16) {
+        for (uint32_t i = threadIdx.x; i < hd; i += STORE_THREADS) {
+            if (kv.dtype == KVP_DTYPE_F32)
+                ((float *)dst)[i] = src[i];
+            else
+                ((uint16_t *)dst)[i] = kv.dtype == KVP_DTYPE_F16 ? cu_to_f16(src[i]) : cu_to_bf16(src[i]);
+        }
+        return;
+    }
+    float m = 0.0f;
+    for (uint32_t i = threadIdx.x; i < hd; i += STORE_THREADS) {
+        float a = fabsf(src[i]);
+        m = a > m && isfinite(src[i]) ? a : m;
+    }
+    for (int o = 16; o > 0; o /= 2)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x % 32 == 0)
+        wmax[threadIdx.x / 32] = m;
+    __syncthreads();
+    m = 0.0f;
+    for (int i = 0; i < STORE_THREADS / 32; i++)
+        m = fmaxf(m, wmax[i]);
+    float scale = cu_kv_row_scale(kv.dtype, m), inv = 1.0f / scale;
+    for (uint32_t i = threadIdx.x; i < hd; i += STORE_THREADS)
+        dst[i] = cu_kv_encode(kv.dtype, src[i], inv);
+    if (threadIdx.x == 0)
+        ((float *)(base + kv.scales_off))[cu_kv_scale(kv, layer, which, h, s)] = scale;
+}
+
+cudaError_t cu_kv_store(cudaStream_t st, const kvp_kv_pool &kv, uint32_t layer, const float *k, const float *v,
+                        uint32_t n_tok, const uint32_t *slot, cu_faults *faults)
+{
+    if (n_tok == 0)
+        return cudaSuccess;
+    cu_kv_store_k<<<dim3(n_tok, kv.n_head_kv, 2), STORE_THREADS, 0, st>>>(kv, layer, k, v, slot, faults);
+    return cudaGetLastError();
+}
+
+/* ---- attention ----
+ *
+ * CTA (token t, split sp, KV head g and its head group): query rows qi <
+ * nq (heads h0 + qi, all sharing KV head g) against the keys [k0, k1) of the
+ * split, KTILE keys at a time through shared memory.  Thread (qi, kj) =
+ * (tid / KTILE, tid % KTILE) scores key kj of the tile for query qi; the 16
+ * threads of a query (half a warp) then share the tile's max and sum by
+ * shuffles and update the query's running max m, sum l and output o (an
+ * online softmax), each thread owning dims kj, kj + 16, ... of o. */
+
+#define QR KVP_GPU_ATT_QROWS
+#define KT KVP_GPU_ATT_KTILE
+#define DPT (KVP_GPU_ATT_MAX_HEAD_DIM / KT) /* output dims a thread owns */
+
+struct cu_attn_params {
+    const float *q;
+    float *out, *parts;
+    const int32_t *pos;
+    const uint32_t *tok_seq, *tables;
+    uint32_t table_stride, n_head, n_rep, head_groups, max_splits, split_keys, layer;
+    float scale;
+    kvp_kv_pool kv;
+};
+
+template <int DT>
+__global__ void __launch_bounds__(KVP_GPU_ATT_THREADS) cu_attn_k(cu_attn_params p, cu_faults *faults)
+{
+    extern __shared__ float sm[];
+    const kvp_kv_pool &kv = p.kv;
+    const uint32_t hd = kv.head_dim, bs = kv.block_size, tid = threadIdx.x, qi = tid / KT, kj = tid % KT;
+    const uint32_t t = blockIdx.x, sp = blockIdx.y, g = blockIdx.z / p.head_groups;
+    const uint32_t hq0 = (blockIdx.z % p.head_groups) * QR, nq = min(QR, p.n_rep - hq0), h0 = g * p.n_rep + hq0;
+    const int32_t pos = p.pos[t];
+    uint32_t k0, k1;
+    if (!kvp_gpuplan_split_range(p.split_keys, pos, sp, &k0, &k1))
+        return; /* past this token's context (the grid is sized for the step's longest) */
+    const uint32_t n_split = kvp_gpuplan_splits(p.split_keys, pos);
+    if (n_split > p.max_splits && sp == 0 && tid == 0) /* its last keys have no CTA */
+        cu_fault(faults, CU_FAULT_CTX, pos);
+    float *qs = sm, *ks = qs + QR * hd, *vs = ks + KT * (hd + 1), *ps = vs + KT * hd;
+    const uint32_t *table = p.tables + (uint64_t)p.tok_seq[t] * p.table_stride;
+    const int scaled = DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8;
+
+    for (uint32_t i = tid; i < QR * hd; i += KVP_GPU_ATT_THREADS) {
+        uint32_t r = i / hd;
+        qs[i] = r < nq ? p.q[((uint64_t)t * p.n_head + h0 + r) * hd + i % hd] * p.scale : 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f, o[DPT];
+#pragma unroll
+    for (int c = 0; c < DPT; c++)
+        o[c] = 0.0f;
+
+    for (uint32_t kt = k0; kt < k1; kt += KT) {
+        /* K and V rows of keys kt .. kt + KT - 1 as f32 (scaled: times their row's scale) */
+        for (uint32_t i = tid; i < KT * hd; i += KVP_GPU_ATT_THREADS) {
+            uint32_t j = i / hd, d = i % hd, key = kt + j;
+            float kvv = 0.0f, vvv = 0.0f;
+            if (key < k1) {
+                uint32_t blk = table[key / bs], s = key % bs;
+                if (blk < kv.n_blocks) {
+                    const uint8_t *b = (const uint8_t *)kv.base + (uint64_t)blk * kv.block_bytes;
+                    kvv = cu_kv_elem<DT>(b + cu_kv_row(kv, p.layer, 0, g, s), d);
+                    vvv = cu_kv_elem<DT>(b + cu_kv_row(kv, p.layer, 1, g, s), d);
+                    if (scaled) {
+                        const float *sc = (const float *)(b + kv.scales_off);
+                        kvv *= sc[cu_kv_scale(kv, p.layer, 0, g, s)];
+                        vvv *= sc[cu_kv_scale(kv, p.layer, 1, g, s)];
+                    }
+                } else if (d == 0) {
+                    cu_fault(faults, CU_FAULT_BLOCK, blk);
+                }
+            }
+            ks[j * (hd + 1) + d] = kvv;
+            vs[j * hd + d] = vvv;
+        }
+        __syncthreads();
+        float s = -INFINITY;
+        if (qi < nq && kt + kj < k1) {
+            s = 0.0f;
+            for (uint32_t d = 0; d < hd; d++)
+                s += qs[qi * hd + d] * ks[kj * (hd + 1) + d];
+        }
+        float tmax = s;
+        for (int off = KT / 2; off > 0; off /= 2)
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off, KT));
+        float mnew = fmaxf(m, tmax);
+        /* -inf - -inf is NaN: a query with no key yet keeps 0 weights */
+        float pr = s == -INFINITY ? 0.0f : expf(s - mnew), alpha = m == -INFINITY ? 0.0f : expf(m - mnew);
+        float psum = pr;
+        for (int off = KT / 2; off > 0; off /= 2)
+            psum += __shfl_xor_sync(0xffffffffu, psum, off, KT);
+        l = l * alpha + psum;
+        m = mnew;
+        ps[qi * KT + kj] = pr;
+        __syncwarp(); /* a query's 16 weights come from its own half warp */
+#pragma unroll
+        for (int c = 0; c < DPT; c++) {
+            uint32_t d = kj + c * KT;
+            if (d < hd) {
+                float acc = o[c] * alpha;
+                for (int j = 0; j < KT; j++)
+                    acc += ps[qi * KT + j] * vs[j * hd + d];
+                o[c] = acc;
+            }
+        }
+        __syncthreads(); /* before the next tile overwrites ks, vs, ps */
+    }
+    if (qi >= nq)
+        return;
+    uint32_t h = h0 + qi;
+    if (n_split == 1) { /* the whole context: the output itself */
+        float inv = 1.0f / l, *dst = p.out + ((uint64_t)t * p.n_head + h) * hd;
+#pragma unroll
+        for (int c = 0; c < DPT; c++)
+            if (kj + c * KT < hd)
+                dst[kj + c * KT] = o[c] * inv;
+        return;
+    }
+    float *part = p.parts + (((uint64_t)t * p.n_head + h) * p.max_splits + sp) * (hd + 2);
+#pragma unroll
+    for (int c = 0; c < DPT; c++)
+        if (kj + c * KT < hd)
+            part[kj + c * KT] = o[c];
+    if (kj == 0)
+        part[hd] = m, part[hd + 1] = l;
+}
+
+/* One CTA a (token, head) with more than one split: every split has a key,
+ * so a finite max m_i and a sum l_i > 0; out = sum_i e^(m_i - M) o_i / sum_i
+ * e^(m_i - M) l_i, M the largest m_i, the splits in order. */
+__global__ void __launch_bounds__(KVP_GPU_MERGE_THREADS) cu_attn_merge_k(cu_attn_params p)
+{
+    uint32_t t = blockIdx.x, h = blockIdx.y, hd = p.kv.head_dim;
+    uint32_t n = kvp_gpuplan_splits(p.split_keys, p.pos[t]);
+    if (n <= 1)
+        return;
+    const float *part = p.parts + ((uint64_t)t * p.n_head + h) * p.max_splits * (hd + 2);
+    float M = -INFINITY, L = 0.0f;
+    for (uint32_t i = 0; i < n; i++)
+        M = fmaxf(M, part[i * (hd + 2) + hd]);
+    for (uint32_t i = 0; i < n; i++)
+        L += expf(part[i * (hd + 2) + hd] - M) * part[i * (hd + 2) + hd + 1];
+    float inv = 1.0f / L, *dst = p.out + ((uint64_t)t * p.n_head + h) * hd;
+    for (uint32_t d = threadIdx.x; d < hd; d += KVP_GPU_MERGE_THREADS) {
+        float acc = 0.0f;
+        for (uint32_t i = 0; i < n; i++)
+            acc += expf(part[i * (hd + 2) + hd] - M) * part[i * (hd + 2) + d];
+        dst[d] = acc * inv;
+    }
+}
+
+cudaError_t cu_attention(cudaStream_t st, const kvp_attn_args &a, const kvp_gpu_attn_shape &s, float *parts,
+                         cu_faults *faults)
+{
+    if (a.n_tok == 0)
+        return cudaSuccess;
+    cu_attn_params p;
+    p.q = a.q, p.out = a.out, p.parts = parts, p.pos = a.pos, p.tok_seq = a.tok_seq, p.tables = a.tables;
+    p.table_stride = a.table_stride, p.n_head = a.n_head, p.n_rep = s.n_rep, p.head_groups = s.head_groups;
+    p.max_splits = s.max_splits, p.split_keys = s.split_keys, p.layer = a.layer, p.scale = a.scale, p.kv = *a.kv;
+    dim3 grid(s.grid[0], s.grid[1], s.grid[2]);
+    switch (a.kv->dtype) {
+#define CU_ATTN_CASE(DT)                                                        \
+    case DT:                                                                    \
+        cu_attn_k<DT><<<grid, s.threads, s.smem, st>>>(p, faults);              \
+        break;
+        CU_ATTN_CASE(KVP_DTYPE_F32)
+        CU_ATTN_CASE(KVP_DTYPE_F16)
+        CU_ATTN_CASE(KVP_DTYPE_BF16)
+        CU_ATTN_CASE(KVP_DTYPE_FP8_E4M3)
+        CU_ATTN_CASE(KVP_DTYPE_I8)
+#undef CU_ATTN_CASE
+    default:
+        return cudaErrorInvalidValue;
+    }
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || s.max_splits <= 1)
+        return e;
+    cu_attn_merge_k<<<dim3(s.merge_grid[0], s.merge_grid[1]), KVP_GPU_MERGE_THREADS, 0, st>>>(p);
+    return cudaGetLastError();
+}

@@ -1,0 +1,351 @@
+/* cuda_impl.cuh - what the CUDA backend's files share (private to kernels/):
+ * the library's C headers, a weight as kernels read it, the element
+ * decoders every kernel uses, the device-side error record, and the launch
+ * functions each kernel file gives backend_cuda.cu.
+ *
+ * Numerics follow the CPU backend (lib/cpu, the oracle): the same block
+ * layouts and dequantization, and for everything the KV cache stores, the
+ * same bits (f16/bf16 rounding, fp8/int8 row scales of lib/num/kvscale.c),
+ * so a KV block written here reads the same on the CPU and the reverse.
+ * Sums run in another order than on the CPU, and quantized weights meet f32
+ * activations here (the CPU first rounds activations to 8-bit blocks), so
+ * matmul and attention agree with the CPU to float rounding, not bits.
+ */
+#ifndef KVP_CUDA_IMPL_CUH
+#define KVP_CUDA_IMPL_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+extern "C" {
+#include "backend.h"
+#include "gpuplan.h"
+#include "tensor.h"
+}
+
+/* ---- a weight on the device ----
+ *
+ * What prepare_weight uploads, and the view kernels take by value: rows as
+ * stored (row r at data + r * row_bytes), a scaled scheme's scales and zero
+ * points (row r's at sc + r * scale_stride, one per group elements), and for
+ * a 1-D weight (norms, biases, RoPE frequencies) its values as f32. */
+struct cu_wview {
+    const uint8_t *data;
+    const float *sc, *zp;
+    uint64_t row_bytes;
+    uint32_t n_in, group, scale_stride;
+};
+
+/* ---- the device error record ----
+ *
+ * Kernels that find bad input (a token id outside the table, a slot or block
+ * id outside the pool) cannot return it: they record the first one here, in
+ * mapped host memory, and the host reports it at the next synchronize or
+ * to_host (backend.h: asynchronous failures surface later). */
+enum cu_fault {
+    CU_FAULT_NONE = 0,
+    CU_FAULT_TOKEN = 1,    /* embed: value = the token id */
+    CU_FAULT_SLOT = 2,     /* kv_store: value = the slot */
+    CU_FAULT_BLOCK = 3,    /* attention: value = the block id a table holds */
+    CU_FAULT_CTX = 4,      /* attention: value = a position past the max_ctx the grid was planned for */
+};
+struct cu_faults {
+    int kind;              /* cu_fault: the first one since the host last cleared it */
+    int64_t value;
+};
+
+__device__ static inline void cu_fault(cu_faults *f, int kind, int64_t value)
+{
+    if (atomicCAS(&f->kind, 0, kind) == 0) {
+        f->value = value;
+        __threadfence_system();
+    }
+}
+
+/* ---- element decoders (the device side of lib/num/minifloat.c) ----
+ *
+ * Host and device both (CU_HD): tests/unit/test_cudanum.cu runs them on the
+ * CPU against lib/num and lib/cpu, value for value. */
+#define CU_HD __host__ __device__ static inline
+#ifdef __CUDA_ARCH__
+#define CU_UNROLL _Pragma("unroll")
+#else
+#define CU_UNROLL /* the host compiler has no #pragma unroll */
+#endif
+
+/* A float's bits and back (memcpy: one move on either side). */
+template <typename To, typename From>
+CU_HD To cu_bitcast(From f)
+{
+    static_assert(sizeof(To) == sizeof(From), "same size");
+    To t;
+    memcpy(&t, &f, sizeof t);
+    return t;
+}
+CU_HD uint32_t cu_fbits(float f) { return cu_bitcast<uint32_t>(f); }
+CU_HD float cu_bitsf(uint32_t u) { return cu_bitcast<float>(u); }
+
+CU_HD float cu_f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+CU_HD float cu_bf16(uint16_t h) { return cu_bitsf((uint32_t)h << 16); }
+
+/* E4M3fn: 0x7f / 0xff NaN, exponent 0 subnormal in units of 2^-9. */
+CU_HD float cu_e4m3(uint8_t b)
+{
+    uint32_t s = (uint32_t)(b & 0x80) << 24, e = (b >> 3) & 15, m = b & 7;
+    if ((b & 0x7f) == 0x7f)
+        return cu_bitsf(s | 0x7fc00000u);
+    if (e == 0)
+        return cu_bitsf(s | cu_fbits((float)m * 0x1p-9f));
+    return cu_bitsf(s | (e + 120) << 23 | m << 20);
+}
+
+/* kvp_f32_to_f16: round to nearest even, NaN quiet with its top payload. */
+CU_HD uint16_t cu_to_f16(float f)
+{
+    uint32_t x = cu_fbits(f), ax = x & 0x7fffffffu;
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    if (ax > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00 | ((ax >> 13) & 0x3ff));
+    if (ax >= 0x477ff000u)
+        return (uint16_t)(sign | 0x7c00);
+    if (ax < 0x38800000u) {
+        if (ax < 0x33000000u)
+            return sign;
+        uint32_t e = ax >> 23, man = (ax & 0x7fffff) | 0x800000;
+        int shift = (int)(126 - e);
+        uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1)))
+            q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t r = ax + 0xfffu + ((ax >> 13) & 1);
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+/* kvp_f32_to_bf16: round to nearest even, NaN made quiet. */
+CU_HD uint16_t cu_to_bf16(float f)
+{
+    uint32_t x = cu_fbits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40);
+    x += 0x7fffu + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+/* kvp_f32_to_e4m3_sat: nearest even, subnormals in units of 2^-9,
+ * overflow and inf to +-448, NaN to 0x7f. */
+CU_HD uint8_t cu_to_e4m3_sat(float f)
+{
+    uint32_t x = cu_fbits(f), ax = x & 0x7fffffffu, s = (x >> 24) & 0x80, c;
+    if (ax > 0x7f800000u)
+        return (uint8_t)(s | 0x7f);
+    int e = (int)(ax >> 23) - 127;
+    if (e >= -6) {
+        uint32_t r = ax + ((1u << 19) - 1) + ((ax >> 20) & 1);
+        c = (r >> 20) - (120u << 3);
+    } else if (e < -10) {
+        c = 0;
+    } else {
+        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+        int sh = 20 + (-6 - e);
+        uint32_t q = m >> sh, rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
+        if (rem > half || (rem == half && (q & 1)))
+            q++;
+        c = q;
+    }
+    return (uint8_t)(s | (c > 0x7e ? 0x7e : c));
+}
+
+/* kvp_f32_to_i8: nearest even, saturating, NaN to 0. */
+CU_HD int8_t cu_to_i8(float v)
+{
+    if (!(v == v))
+        return 0;
+    v = rintf(v);
+    return (int8_t)(v < -128.0f ? -128 : v > 127.0f ? 127 : (int)v);
+}
+
+/* A scaled KV row's scale from its largest finite |x| (kvp_kvscale_row):
+ * int8 amax / 127; fp8 the power of two at or above amax / 448; 1 for an
+ * all-zero (or non-finite) row. */
+CU_HD float cu_kv_row_scale(int dtype, float amax)
+{
+    int i8 = dtype == KVP_DTYPE_I8;
+    float s = amax / (i8 ? 127.0f : 448.0f);
+    s = s > 0.0f && isfinite(s) ? s : 1.0f;
+    if (i8)
+        return s;
+    int e;
+    float m = frexpf(s, &e);
+    return m == 0.5f ? s : ldexpf(1.0f, e);
+}
+
+/* One element of a scaled KV row: encode(x * inv), inv = 1 / scale. */
+CU_HD uint8_t cu_kv_encode(int dtype, float x, float inv)
+{
+    return dtype == KVP_DTYPE_I8 ? (uint8_t)cu_to_i8(x * inv) : cu_to_e4m3_sat(x * inv);
+}
+
+/* ---- weights: 8 consecutive elements i0 .. i0 + 7 of row r as f32 ----
+ *
+ * i0 is a multiple of 8; elements at or past n_in read 0.  Block types have
+ * whole blocks of 32 a row (prepare_weight checks), so 8 elements never
+ * straddle a block.  Scaled kinds: (q - z) * scale[i / group]. */
+template <int DT>
+CU_HD void cu_wdec8(const cu_wview &w, uint32_t r, uint32_t i0, float out[8])
+{
+    const uint8_t *row = w.data + (uint64_t)r * w.row_bytes;
+    if (DT == KVP_DTYPE_Q4_0 || DT == KVP_DTYPE_Q4_1 || DT == KVP_DTYPE_Q8_0) {
+        /* Blocks of 18, 20 or 34 bytes in rows of whole blocks from a
+         * 256-byte aligned base: every field is 2-byte aligned, so 16-bit
+         * loads (a byte pair of quants at a time). */
+        const uint32_t bb = DT == KVP_DTYPE_Q4_0 ? 18 : DT == KVP_DTYPE_Q4_1 ? 20 : 34;
+        const uint16_t *blk = (const uint16_t *)(row + (uint64_t)(i0 / 32) * bb);
+        uint32_t j0 = i0 % 32;
+        float d = cu_f16(blk[0]);
+        if (DT == KVP_DTYPE_Q8_0) {
+            const uint16_t *q2 = blk + 1 + j0 / 2;
+CU_UNROLL
+            for (int j = 0; j < 4; j++) {
+                uint16_t v = q2[j];
+                out[2 * j] = (float)(int8_t)(v & 0xff) * d;
+                out[2 * j + 1] = (float)(int8_t)(v >> 8) * d;
+            }
+            return;
+        }
+        float m = DT == KVP_DTYPE_Q4_1 ? cu_f16(blk[1]) : 0.0f;
+        const uint16_t *q2 = blk + (DT == KVP_DTYPE_Q4_1 ? 2 : 1) + (j0 & 15) / 2;
+        uint32_t sh = j0 >= 16 ? 4 : 0; /* byte j holds element j low, j + 16 high */
+CU_UNROLL
+        for (int j = 0; j < 4; j++) {
+            uint32_t v = (uint32_t)q2[j] >> sh;
+            int qa = (int)(v & 15), qb = (int)((v >> 8) & 15);
+            out[2 * j] = DT == KVP_DTYPE_Q4_1 ? (float)qa * d + m : (float)(qa - 8) * d;
+            out[2 * j + 1] = DT == KVP_DTYPE_Q4_1 ? (float)qb * d + m : (float)(qb - 8) * d;
+        }
+        return;
+    }
+    if (DT == KVP_DTYPE_F32 || DT == KVP_DTYPE_F16 || DT == KVP_DTYPE_BF16) {
+        const uint32_t es = DT == KVP_DTYPE_F32 ? 4 : 2;
+        const uint8_t *p = row + (uint64_t)i0 * es;
+        if (i0 + 8 <= w.n_in && ((uintptr_t)p & 15) == 0) { /* 16-byte loads where aligned */
+            if (DT == KVP_DTYPE_F32) {
+                float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+                out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+                out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+            } else {
+                uint4 v = *(const uint4 *)p;
+                uint32_t u[4] = {v.x, v.y, v.z, v.w};
+CU_UNROLL
+                for (int j = 0; j < 4; j++) {
+                    out[2 * j] = DT == KVP_DTYPE_F16 ? cu_f16((uint16_t)u[j]) : cu_bf16((uint16_t)u[j]);
+                    out[2 * j + 1] = DT == KVP_DTYPE_F16 ? cu_f16((uint16_t)(u[j] >> 16)) : cu_bf16((uint16_t)(u[j] >> 16));
+                }
+            }
+            return;
+        }
+CU_UNROLL
+        for (int j = 0; j < 8; j++) {
+            uint32_t i = i0 + j;
+            if (i >= w.n_in)
+                out[j] = 0.0f;
+            else if (DT == KVP_DTYPE_F32)
+                out[j] = ((const float *)row)[i];
+            else
+                out[j] = DT == KVP_DTYPE_F16 ? cu_f16(((const uint16_t *)row)[i]) : cu_bf16(((const uint16_t *)row)[i]);
+        }
+        return;
+    }
+    /* scaled: FP8_E4M3, I8, I4 */
+    const float *sc = w.sc + (uint64_t)r * w.scale_stride;
+    const float *zp = w.zp ? w.zp + (uint64_t)r * w.scale_stride : NULL;
+CU_UNROLL
+    for (int j = 0; j < 8; j++) {
+        uint32_t i = i0 + j < w.n_in ? i0 + j : w.n_in - 1, g = i / w.group; /* past the row: read 0 below */
+        float q;
+        if (DT == KVP_DTYPE_FP8_E4M3)
+            q = cu_e4m3(row[i]);
+        else if (DT == KVP_DTYPE_I8)
+            q = (float)(int8_t)row[i];
+        else /* i4: element 2k the low nibble of byte k, two's complement */
+            q = (float)((int)(((row[i / 2] >> (4 * (i & 1))) & 15) ^ 8) - 8);
+        float v = (q - (zp ? zp[g] : 0.0f)) * sc[g];
+        out[j] = i0 + j < w.n_in ? v : 0.0f;
+    }
+}
+
+/* Calls F::template run<DT>() for a weight dtype the matmul and embed
+ * kernels are built for; cudaErrorInvalidValue for any other. */
+#define CU_WEIGHT_DTYPES(X) X(KVP_DTYPE_F32) X(KVP_DTYPE_F16) X(KVP_DTYPE_BF16) X(KVP_DTYPE_Q4_0) \
+    X(KVP_DTYPE_Q4_1) X(KVP_DTYPE_Q8_0) X(KVP_DTYPE_FP8_E4M3) X(KVP_DTYPE_I8) X(KVP_DTYPE_I4)
+
+/* ---- KV elements: a float kind's value, a scaled kind's code unscaled ---- */
+template <int DT>
+CU_HD float cu_kv_elem(const uint8_t *p, uint64_t i)
+{
+    if (DT == KVP_DTYPE_F32)
+        return ((const float *)p)[i];
+    if (DT == KVP_DTYPE_F16)
+        return cu_f16(((const uint16_t *)p)[i]);
+    if (DT == KVP_DTYPE_BF16)
+        return cu_bf16(((const uint16_t *)p)[i]);
+    if (DT == KVP_DTYPE_FP8_E4M3)
+        return cu_e4m3(p[i]);
+    return (float)(int8_t)p[i];
+}
+
+__host__ __device__ static inline uint32_t cu_kv_esize(int dtype)
+{
+    return dtype == KVP_DTYPE_F32 ? 4 : dtype == KVP_DTYPE_FP8_E4M3 || dtype == KVP_DTYPE_I8 ? 1 : 2;
+}
+
+/* Byte offset of row (layer, K/V, head, slot) inside a block: the
+ * [layer][K/V][n_head_kv][block_size][head_dim] layout of backend.h. */
+__host__ __device__ static inline uint64_t cu_kv_row(const kvp_kv_pool &kv, uint32_t layer, uint32_t which,
+                                                     uint32_t head, uint32_t slot)
+{
+    return ((((uint64_t)layer * 2 + which) * kv.n_head_kv + head) * kv.block_size + slot) * kv.head_dim *
+           cu_kv_esize(kv.dtype);
+}
+
+/* Index of that row's scale among a scaled block's scales (floats at scales_off). */
+__host__ __device__ static inline uint64_t cu_kv_scale(const kvp_kv_pool &kv, uint32_t layer, uint32_t which,
+                                                       uint32_t head, uint32_t slot)
+{
+    return (((uint64_t)layer * 2 + which) * kv.n_head_kv + head) * kv.block_size + slot;
+}
+
+/* ---- launches (each returns cudaGetLastError after queuing its kernels) ---- */
+
+/* cuda_matmul.cu */
+cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const float *x, float *y,
+                      uint32_t n_tok, const kvp_gpu_mm_shape &shape);
+cudaError_t cu_embed(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const int32_t *tokens,
+                     uint32_t n_tok, float *out, cu_faults *faults);
+
+/* cuda_elem.cu; cu_probe: the attributes of one kernel, which fails
+ * (cudaErrorNoKernelImageForDevice) on a device this build has no code for */
+cudaError_t cu_probe(cudaFuncAttributes *fa);
+cudaError_t cu_rmsnorm(cudaStream_t st, const float *x, const float *w, float *y, uint32_t n_tok, uint32_t n,
+                       float eps);
+cudaError_t cu_rope(cudaStream_t st, float *x, uint32_t n_tok, uint32_t n_head, uint32_t head_dim, uint32_t rot_dim,
+                    const int32_t *pos, const float *inv_freq, int neox);
+cudaError_t cu_add_bias(cudaStream_t st, float *x, const float *bias, uint32_t n_tok, uint32_t n);
+cudaError_t cu_add(cudaStream_t st, float *x, const float *y, size_t n);
+cudaError_t cu_silu_mul(cudaStream_t st, float *g, const float *u, size_t n);
+cudaError_t cu_gather_rows(cudaStream_t st, float *dst, const float *src, const uint32_t *rows, uint32_t n_rows,
+                           uint32_t n);
+
+/* cuda_attn.cu */
+cudaError_t cu_kv_store(cudaStream_t st, const kvp_kv_pool &kv, uint32_t layer, const float *k, const float *v,
+                        uint32_t n_tok, const uint32_t *slot, cu_faults *faults);
+/* parts: shape.part_floats floats of scratch when shape.max_splits > 1. */
+cudaError_t cu_attention(cudaStream_t st, const kvp_attn_args &a, const kvp_gpu_attn_shape &shape, float *parts,
+                         cu_faults *faults);
+/* Is this KV dtype one the kernels are built for. */
+int cu_kv_dtype_ok(int dtype);
+
+#endif

@@ -1,0 +1,198 @@
+/* cuda_matmul.cu - y = x . w^T on weights in their stored format, and the
+ * embedding lookup.
+ *
+ * Decode (up to KVP_GPU_GEMV_MAX_TOK tokens): a warp a weight row, each lane
+ * decoding 8 consecutive elements at a time (cu_wdec8) and multiplying them
+ * with every token's activations, so the row is read from memory once for
+ * all tokens; the lanes' sums meet in a shuffle reduction.  Prompts: a
+ * plain tiled f32 GEMM (64 tokens x 64 rows a CTA, steps of 32 elements)
+ * that decodes its weight tile into shared memory.  Neither uses tensor
+ * cores: correct first (kernels/README.md says what comes next).
+ */
+#include "cuda_impl.cuh"
+
+/* ---- GEMV ---- */
+
+/* minimum 8 CTAs an SM (at most 64 registers): without it ptxas spills 4
+ * bytes in the Q8_0 instance although it uses only 40 */
+template <int DT>
+__global__ void __launch_bounds__(KVP_GPU_GEMV_THREADS, 8)
+    cu_gemv_k(cu_wview w, uint32_t n_out, const float *__restrict__ x, float *__restrict__ y, uint32_t n_tok)
+{
+    uint32_t lane = threadIdx.x % 32, r = blockIdx.x * KVP_GPU_GEMV_ROWS + threadIdx.x / 32;
+    if (r >= n_out)
+        return;
+    float acc[KVP_GPU_GEMV_MAX_TOK];
+#pragma unroll
+    for (int t = 0; t < KVP_GPU_GEMV_MAX_TOK; t++)
+        acc[t] = 0.0f;
+    /* x rows are 16-byte aligned when the buffer is and n_in is a multiple of 4 */
+    int vec = ((uintptr_t)x & 15) == 0 && w.n_in % 4 == 0;
+#pragma unroll 1
+    for (uint32_t i0 = lane * 8; i0 < w.n_in; i0 += 32 * 8) {
+        float wv[8];
+        cu_wdec8<DT>(w, r, i0, wv);
+#pragma unroll
+        for (int t = 0; t < KVP_GPU_GEMV_MAX_TOK; t++) {
+            if ((uint32_t)t >= n_tok)
+                break;
+            const float *xp = x + (uint64_t)t * w.n_in + i0;
+            float s = 0.0f;
+            if (vec && i0 + 8 <= w.n_in) {
+                float4 a = ((const float4 *)xp)[0], b = ((const float4 *)xp)[1];
+                s = wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x + wv[5] * b.y +
+                    wv[6] * b.z + wv[7] * b.w;
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    s += i0 + j < w.n_in ? wv[j] * xp[j] : 0.0f;
+            }
+            acc[t] += s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < KVP_GPU_GEMV_MAX_TOK; t++) {
+        if ((uint32_t)t >= n_tok)
+            break;
+        float s = acc[t];
+        for (int o = 16; o > 0; o /= 2)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0)
+            y[(uint64_t)t * n_out + r] = s;
+    }
+}
+
+/* ---- GEMM ---- */
+
+#define BM KVP_GPU_GEMM_BM
+#define BN KVP_GPU_GEMM_BN
+#define BK KVP_GPU_GEMM_BK
+
+template <int DT>
+__global__ void __launch_bounds__(KVP_GPU_GEMM_THREADS)
+    cu_gemm_k(cu_wview w, uint32_t n_out, const float *__restrict__ x, float *__restrict__ y, uint32_t n_tok)
+{
+    /* [k][token] and [k][row]: the inner loop reads 4 consecutive tokens and
+     * 4 consecutive rows of one k; +4 keeps rows 16-byte aligned */
+    __shared__ __align__(16) float xs[BK][BM + 4];
+    __shared__ __align__(16) float ws[BK][BN + 4];
+    uint32_t tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    uint32_t tok0 = blockIdx.y * BM, row0 = blockIdx.x * BN;
+    float acc[4][4] = {};
+    for (uint32_t k0 = 0; k0 < w.n_in; k0 += BK) {
+        /* activations: BM x BK floats, consecutive threads along k (coalesced) */
+#pragma unroll
+        for (int e = 0; e < BM * BK / KVP_GPU_GEMM_THREADS; e++) {
+            uint32_t idx = tid + e * KVP_GPU_GEMM_THREADS, t = idx / BK, kk = idx % BK;
+            uint32_t gt = tok0 + t, gk = k0 + kk;
+            xs[kk][t] = gt < n_tok && gk < w.n_in ? x[(uint64_t)gt * w.n_in + gk] : 0.0f;
+        }
+        /* weights: BN rows x BK elements, one 8-element decode a thread */
+        {
+            uint32_t rr = tid / (BK / 8), part = tid % (BK / 8), r = row0 + rr, i0 = k0 + part * 8;
+            float wv[8];
+            if (r < n_out && i0 < w.n_in) {
+                cu_wdec8<DT>(w, r, i0, wv);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    wv[j] = 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                ws[part * 8 + j][rr] = wv[j];
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int kk = 0; kk < BK; kk++) {
+            float4 a = *(const float4 *)&xs[kk][ty * 4], b = *(const float4 *)&ws[kk][tx * 4];
+            float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] += av[i] * bv[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t t = tok0 + ty * 4 + i;
+        if (t >= n_tok)
+            break;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            uint32_t r = row0 + tx * 4 + j;
+            if (r < n_out)
+                y[(uint64_t)t * n_out + r] = acc[i][j];
+        }
+    }
+}
+
+/* ---- embedding: one CTA a token, the row decoded 8 elements a thread ---- */
+
+#define EMBED_THREADS 128
+
+template <int DT>
+__global__ void __launch_bounds__(EMBED_THREADS)
+    cu_embed_k(cu_wview w, uint32_t n_out, const int32_t *__restrict__ tokens, float *__restrict__ out,
+               cu_faults *faults)
+{
+    uint32_t t = blockIdx.x;
+    int32_t id = tokens[t];
+    float *o = out + (uint64_t)t * w.n_in;
+    if (id < 0 || (uint32_t)id >= n_out) {
+        if (threadIdx.x == 0)
+            cu_fault(faults, CU_FAULT_TOKEN, id);
+        for (uint32_t i = threadIdx.x; i < w.n_in; i += EMBED_THREADS)
+            o[i] = 0.0f;
+        return;
+    }
+    for (uint32_t i0 = threadIdx.x * 8; i0 < w.n_in; i0 += EMBED_THREADS * 8) {
+        float v[8];
+        cu_wdec8<DT>(w, (uint32_t)id, i0, v);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            if (i0 + j < w.n_in)
+                o[i0 + j] = v[j];
+    }
+}
+
+cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const float *x, float *y,
+                      uint32_t n_tok, const kvp_gpu_mm_shape &s)
+{
+    dim3 grid(s.grid[0], s.grid[1]);
+    int gemv = s.kind == KVP_GPU_MM_GEMV;
+    switch (dtype) {
+#define CU_MM_CASE(DT)                                                                 \
+    case DT:                                                                           \
+        if (gemv)                                                                      \
+            cu_gemv_k<DT><<<grid, s.threads, 0, st>>>(w, n_out, x, y, n_tok);          \
+        else                                                                           \
+            cu_gemm_k<DT><<<grid, s.threads, 0, st>>>(w, n_out, x, y, n_tok);          \
+        break;
+        CU_WEIGHT_DTYPES(CU_MM_CASE)
+#undef CU_MM_CASE
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t cu_embed(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const int32_t *tokens,
+                     uint32_t n_tok, float *out, cu_faults *faults)
+{
+    if (n_tok == 0)
+        return cudaSuccess;
+    switch (dtype) {
+#define CU_EMBED_CASE(DT)                                                              \
+    case DT:                                                                           \
+        cu_embed_k<DT><<<n_tok, EMBED_THREADS, 0, st>>>(w, n_out, tokens, out, faults); \
+        break;
+        CU_WEIGHT_DTYPES(CU_EMBED_CASE)
+#undef CU_EMBED_CASE
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}

@@ -1,0 +1,146 @@
+/* gpuplan.h - the CUDA backend's host-side planning, in plain C so that it
+ * builds and is unit tested on machines without CUDA (tests/unit/test_gpuplan.c).
+ *
+ * kernels/ launches what this file decides: how a paged decode attention is
+ * cut into key splits (split-K, merged by log-sum-exp), the grid and block
+ * of every kernel, how ragged block tables become the one [n_seq][stride]
+ * device array backend.h asks for, and which padded batch sizes a CUDA
+ * graph is captured at.  The few functions a kernel must agree with bit for
+ * bit (which keys a split covers) are static inline and marked KVP_GPU_FN,
+ * so the device code calls the same arithmetic the tests check.
+ */
+#ifndef KVP_GPUPLAN_H
+#define KVP_GPUPLAN_H
+
+#include "error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define KVP_GPU_FN __host__ __device__ static inline
+#else
+#define KVP_GPU_FN static inline
+#endif
+
+/* ---- paged decode attention ----
+ *
+ * One CTA computes one (query token, key split, KV head, group of up to
+ * KVP_GPU_ATT_QROWS of that head's query heads): the query heads that share
+ * a KV head read each K and V row once.  Keys are cut by absolute position
+ * into splits of split_keys (0 .. S-1, S .. 2S-1, ...), so which keys a split
+ * covers, and the order the merge folds them in, depend only on the token's
+ * position: a token's output is the same bits in any batch.  A token whose
+ * keys fit in one split has its output written by that CTA; longer ones
+ * leave per-split partial results (unnormalized o, max m, sum l) that a
+ * second kernel folds.  The grid's split dimension is sized for the longest
+ * context of the step (max_ctx), and CTAs past their own token's context
+ * exit at once, so a grid planned for a maximum can be captured in a graph
+ * and replayed for any shorter contexts. */
+#define KVP_GPU_ATT_SPLIT_KEYS 512 /* keys a split aims for (rounded up to whole blocks) */
+#define KVP_GPU_ATT_QROWS 8        /* query heads one CTA holds */
+#define KVP_GPU_ATT_KTILE 16       /* keys a CTA holds in shared memory at a time */
+#define KVP_GPU_ATT_THREADS 128    /* QROWS x KTILE: one thread a (query, key) score */
+#define KVP_GPU_ATT_MAX_HEAD_DIM 256 /* each thread keeps head_dim / KTILE output dims in registers */
+#define KVP_GPU_MERGE_THREADS 128
+
+typedef struct kvp_gpu_attn_shape {
+    uint32_t split_keys;   /* keys a split covers: a multiple of block_size */
+    uint32_t max_splits;   /* splits of the longest context: the grid's y */
+    uint32_t n_rep;        /* query heads per KV head */
+    uint32_t head_groups;  /* CTAs per KV head: ceil(n_rep / QROWS) */
+    uint32_t grid[3];      /* n_tok, max_splits, n_head_kv * head_groups */
+    uint32_t threads;
+    size_t smem;           /* dynamic shared memory bytes */
+    uint64_t part_floats;  /* partial results when max_splits > 1 (0 else):
+                            * [n_tok][n_head][max_splits][head_dim + 2] */
+    uint32_t merge_grid[2]; /* n_tok, n_head; unused when max_splits is 1 */
+} kvp_gpu_attn_shape;
+
+/* The keys one split covers: keys of a query at position pos are 0..pos. */
+KVP_GPU_FN uint32_t kvp_gpuplan_splits(uint32_t split_keys, int32_t pos)
+{
+    return pos < 0 ? 0 : ((uint32_t)pos + split_keys) / split_keys;
+}
+
+/* [*k0, *k1) of split s of a query at pos; 0 when s has no keys. */
+KVP_GPU_FN int kvp_gpuplan_split_range(uint32_t split_keys, int32_t pos, uint32_t s, uint32_t *k0, uint32_t *k1)
+{
+    uint64_t n = pos < 0 ? 0 : (uint64_t)pos + 1, a = (uint64_t)s * split_keys, b = a + split_keys;
+    *k0 = (uint32_t)(a < n ? a : n);
+    *k1 = (uint32_t)(b < n ? b : n);
+    return *k1 > *k0;
+}
+
+/* Keys a split covers for a pool of block_size: KVP_GPU_ATT_SPLIT_KEYS
+ * rounded up to whole blocks, so a split never starts inside a block. */
+uint32_t kvp_gpuplan_split_keys(uint32_t block_size);
+
+/* The launch of one attention call.  0, or KVP_EUNSUPPORTED (head_dim over
+ * KVP_GPU_ATT_MAX_HEAD_DIM, n_head not a multiple of n_head_kv) or
+ * KVP_ELIMIT (a grid dimension too large) with a message. */
+int kvp_gpuplan_attn(kvp_gpu_attn_shape *s, uint32_t n_tok, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                     uint32_t block_size, uint32_t max_ctx, kvp_err *err);
+
+/* ---- matmul ----
+ *
+ * Up to KVP_GPU_GEMV_MAX_TOK tokens (decode) go through a GEMV that reads
+ * each weight row once for all of them: a warp a row, KVP_GPU_GEMV_ROWS rows
+ * a CTA, each lane decoding 8 consecutive elements at a time in the stored
+ * format.  More tokens go through a tiled GEMM that decodes a
+ * KVP_GPU_GEMM_BN x KVP_GPU_GEMM_BK tile of weights to f32 in shared memory
+ * and multiplies it with a KVP_GPU_GEMM_BM x BK tile of activations. */
+#define KVP_GPU_GEMV_MAX_TOK 8
+#define KVP_GPU_GEMV_ROWS 4
+#define KVP_GPU_GEMV_THREADS (32 * KVP_GPU_GEMV_ROWS)
+#define KVP_GPU_GEMM_BM 64     /* tokens a CTA */
+#define KVP_GPU_GEMM_BN 64     /* weight rows a CTA */
+#define KVP_GPU_GEMM_BK 32     /* elements of a row a step */
+#define KVP_GPU_GEMM_THREADS 256 /* each a 4 x 4 block of outputs */
+
+enum kvp_gpu_mm_kind { KVP_GPU_MM_GEMV = 0, KVP_GPU_MM_GEMM = 1 };
+
+typedef struct kvp_gpu_mm_shape {
+    int kind;              /* kvp_gpu_mm_kind */
+    uint32_t grid[2];      /* GEMV: row groups, 1; GEMM: row tiles, token tiles */
+    uint32_t threads;
+} kvp_gpu_mm_shape;
+
+/* The launch of y[n_tok][n_out] = x . w^T.  0, or KVP_ELIMIT when a grid
+ * dimension would be too large. */
+int kvp_gpuplan_matmul(kvp_gpu_mm_shape *s, uint32_t n_out, uint32_t n_tok, kvp_err *err);
+
+/* Blocks of `threads` for a grid-stride loop over n elements, capped at
+ * max_blocks (enough to fill the device; each thread then loops). */
+uint32_t kvp_gpuplan_blocks(uint64_t n, uint32_t threads, uint32_t max_blocks);
+
+/* ---- block tables ---- */
+
+/* The row length of a [n_seq][stride] table for contexts up to max_ctx:
+ * the blocks max_ctx needs, rounded up to a multiple of 4 (16-byte rows). */
+uint32_t kvp_gpuplan_table_stride(uint32_t max_ctx, uint32_t block_size);
+
+/* Ragged tables (tables[s] holds n_blocks[s] block ids) into dst
+ * [n_rows][stride]: row s < n_seq gets its table then `fill`, rows n_seq ..
+ * n_rows - 1 (graph padding) are all `fill`.  0, or KVP_ELIMIT naming the
+ * sequence whose table is longer than stride, or KVP_EINVAL when n_rows <
+ * n_seq. */
+int kvp_gpuplan_tables(uint32_t *dst, uint32_t n_rows, uint32_t stride, const uint32_t *const *tables,
+                       const uint32_t *n_blocks, uint32_t n_seq, uint32_t fill, kvp_err *err);
+
+/* ---- CUDA graphs ----
+ *
+ * A decode step is captured once per padded batch size and replayed with
+ * the step's inputs copied into the captured buffers: sizes 1, 2, 4, then
+ * multiples of 8 up to 256, then multiples of 16, and max itself (vLLM's
+ * ladder: under 8 padding tokens to 256, under 16 past it, and few graphs).  Padding tokens carry the slot
+ * KVP_GPU_SLOT_NONE, which kv_store skips, and position 0 of a real row. */
+#define KVP_GPU_SLOT_NONE UINT32_MAX
+
+/* The padded batch for n tokens (n <= max), or 0 when n is 0 or over max. */
+uint32_t kvp_gpuplan_graph_batch(uint32_t n, uint32_t max);
+/* The sizes captured for batches up to max, ascending, into out[cap];
+ * returns how many there are (which may exceed cap; only cap are written). */
+uint32_t kvp_gpuplan_graph_sizes(uint32_t max, uint32_t *out, uint32_t cap);
+
+#endif

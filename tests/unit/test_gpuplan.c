@@ -1,0 +1,163 @@
+/* test_gpuplan.c - the CUDA backend's host-side planning (lib/plan/gpuplan.h):
+ * key splits cover every key once, launch shapes fit CUDA's limits and the
+ * kernels' assumptions, tables flatten with their padding, and the graph
+ * ladder pads every batch to a captured size. */
+#include "gpuplan.h"
+#include "unit.h"
+
+/* Every key 0..pos in exactly one split, splits in order, each starting on a
+ * block boundary, and none past kvp_gpuplan_splits. */
+static void test_split_coverage(void)
+{
+    static const uint32_t bss[] = {1, 7, 16, 32, 100, 512, 1000};
+    static const int32_t poss[] = {0, 1, 15, 16, 511, 512, 513, 1023, 1024, 4095, 8191, 100000};
+    static uint8_t seen[100001];
+    for (size_t i = 0; i < sizeof bss / sizeof bss[0]; i++) {
+        uint32_t bs = bss[i], sk = kvp_gpuplan_split_keys(bs);
+        CHECK_MSG(sk % bs == 0 && sk >= KVP_GPU_ATT_SPLIT_KEYS && sk < KVP_GPU_ATT_SPLIT_KEYS + bs,
+                  "block %u: split of %u keys", bs, sk);
+        for (size_t j = 0; j < sizeof poss / sizeof poss[0]; j++) {
+            int32_t pos = poss[j];
+            uint32_t n = kvp_gpuplan_splits(sk, pos), k0, k1, next = 0;
+            int ok = 1;
+            memset(seen, 0, sizeof seen);
+            for (uint32_t s = 0; s < n + 2; s++) { /* two past the end must be empty */
+                int has = kvp_gpuplan_split_range(sk, pos, s, &k0, &k1);
+                if (s >= n) {
+                    ok &= !has;
+                    continue;
+                }
+                ok &= has && k0 == next && k0 % bs == 0 && k1 - k0 <= sk;
+                for (uint32_t k = k0; k < k1; k++)
+                    seen[k]++;
+                next = k1;
+            }
+            for (int32_t k = 0; k <= pos; k++)
+                ok &= seen[k] == 1;
+            ok &= next == (uint32_t)pos + 1;
+            CHECK_MSG(ok, "block %u, pos %d: %u splits of %u keys do not cover 0..pos once", bs, pos, n, sk);
+        }
+    }
+    CHECK_EQ_U64(kvp_gpuplan_splits(512, -1), 0);
+    CHECK_EQ_U64(kvp_gpuplan_splits(512, 0), 1);
+    CHECK_EQ_U64(kvp_gpuplan_splits(512, 511), 1);
+    CHECK_EQ_U64(kvp_gpuplan_splits(512, 512), 2);
+    /* the largest position: no wrap in the range arithmetic */
+    uint32_t k0, k1;
+    CHECK(kvp_gpuplan_split_range(512, INT32_MAX, (uint32_t)(((uint64_t)INT32_MAX + 1) / 512 - 1), &k0, &k1));
+    CHECK_EQ_U64(k1, (uint64_t)INT32_MAX + 1);
+}
+
+static void test_attn_shape(void)
+{
+    kvp_gpu_attn_shape s;
+    kvp_err err = {0};
+    /* Llama-3-8B decode, 8 tokens at up to 4000 keys, blocks of 16 */
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 8, 32, 8, 128, 16, 4000, &err), 0);
+    CHECK_EQ_U64(s.split_keys, 512);
+    CHECK_EQ_U64(s.max_splits, 8);
+    CHECK_EQ_U64(s.n_rep, 4);
+    CHECK_EQ_U64(s.head_groups, 1);
+    CHECK(s.grid[0] == 8 && s.grid[1] == 8 && s.grid[2] == 8);
+    CHECK_EQ_U64(s.threads, KVP_GPU_ATT_QROWS * KVP_GPU_ATT_KTILE);
+    CHECK_EQ_U64(s.part_floats, 8ull * 32 * 8 * 130);
+    CHECK(s.merge_grid[0] == 8 && s.merge_grid[1] == 32);
+    /* the largest head fits the 48 KiB a kernel gets without opting in */
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 64, 8, KVP_GPU_ATT_MAX_HEAD_DIM, 16, 100, &err), 0);
+    CHECK_MSG(s.smem <= 48 * 1024, "%zu bytes of shared memory", s.smem);
+    CHECK_EQ_U64(s.max_splits, 1);
+    CHECK_EQ_U64(s.part_floats, 0); /* one split: written in place, no merge */
+    /* SmolLM2: 9 heads over 3, head_dim 64; a GQA group over QROWS takes two CTAs */
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 3, 9, 3, 64, 16, 513, &err), 0);
+    CHECK(s.n_rep == 3 && s.head_groups == 1 && s.max_splits == 2 && s.grid[2] == 3);
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 40, 2, 64, 16, 10, &err), 0);
+    CHECK(s.n_rep == 20 && s.head_groups == 3 && s.grid[2] == 6);
+    /* refused */
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 32, 8, 512, 16, 10, &err), KVP_EUNSUPPORTED);
+    CHECK(strstr(err.msg, "head_dim 512") != NULL);
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 10, 4, 64, 16, 10, &err), KVP_EUNSUPPORTED);
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 32, 8, 128, 1, 65536u * 512u, &err), KVP_ELIMIT);
+}
+
+static void test_matmul_shape(void)
+{
+    kvp_gpu_mm_shape s;
+    kvp_err err = {0};
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 4096, 1, &err), 0);
+    CHECK(s.kind == KVP_GPU_MM_GEMV && s.grid[0] == 4096 / KVP_GPU_GEMV_ROWS && s.threads == 32 * KVP_GPU_GEMV_ROWS);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 4097, KVP_GPU_GEMV_MAX_TOK, &err), 0);
+    CHECK(s.kind == KVP_GPU_MM_GEMV && s.grid[0] == 4096 / KVP_GPU_GEMV_ROWS + 1);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 4097, KVP_GPU_GEMV_MAX_TOK + 1, &err), 0);
+    CHECK(s.kind == KVP_GPU_MM_GEMM && s.grid[0] == 65 && s.grid[1] == 1 && s.threads == KVP_GPU_GEMM_THREADS);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 64, 129, &err), 0);
+    CHECK(s.grid[0] == 1 && s.grid[1] == 3);
+    /* the GEMM's 4 x 4 outputs a thread cover its tile exactly */
+    CHECK_EQ_U64(KVP_GPU_GEMM_THREADS * 16, KVP_GPU_GEMM_BM * KVP_GPU_GEMM_BN);
+    /* and its weight tile is one 8-element decode a thread */
+    CHECK_EQ_U64(KVP_GPU_GEMM_THREADS * 8, KVP_GPU_GEMM_BN * KVP_GPU_GEMM_BK);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 64, UINT32_MAX, &err), KVP_ELIMIT);
+    CHECK_EQ_U64(kvp_gpuplan_blocks(0, 256, 1024), 1);
+    CHECK_EQ_U64(kvp_gpuplan_blocks(257, 256, 1024), 2);
+    CHECK_EQ_U64(kvp_gpuplan_blocks((uint64_t)1 << 40, 256, 1024), 1024);
+}
+
+static void test_tables(void)
+{
+    kvp_err err = {0};
+    CHECK_EQ_U64(kvp_gpuplan_table_stride(1, 16), 4);
+    CHECK_EQ_U64(kvp_gpuplan_table_stride(4096, 16), 256);
+    CHECK_EQ_U64(kvp_gpuplan_table_stride(4097, 16), 260);
+    CHECK_EQ_U64(kvp_gpuplan_table_stride(0, 16), 4);
+    const uint32_t t0[] = {5, 9, 2}, t1[] = {7}, t2[] = {0};
+    const uint32_t *tabs[] = {t0, t1, t2};
+    const uint32_t nb[] = {3, 1, 0};
+    uint32_t dst[4 * 4];
+    memset(dst, 0xab, sizeof dst);
+    CHECK_EQ_I64(kvp_gpuplan_tables(dst, 4, 4, tabs, nb, 3, 0xffffffffu, &err), 0);
+    const uint32_t F = 0xffffffffu;
+    const uint32_t want[16] = {5, 9, 2, F, 7, F, F, F, F, F, F, F, F, F, F, F};
+    CHECK(memcmp(dst, want, sizeof want) == 0);
+    const uint32_t nb_long[] = {5, 1, 0};
+    CHECK_EQ_I64(kvp_gpuplan_tables(dst, 4, 4, tabs, nb_long, 3, 0, &err), KVP_ELIMIT);
+    CHECK(strstr(err.msg, "sequence 0 has 5 blocks") != NULL);
+    CHECK_EQ_I64(kvp_gpuplan_tables(dst, 2, 4, tabs, nb, 3, 0, &err), KVP_EINVAL);
+}
+
+static void test_graph_ladder(void)
+{
+    CHECK_EQ_U64(kvp_gpuplan_graph_batch(0, 512), 0);
+    CHECK_EQ_U64(kvp_gpuplan_graph_batch(1, 512), 1);
+    CHECK_EQ_U64(kvp_gpuplan_graph_batch(3, 512), 4);
+    CHECK_EQ_U64(kvp_gpuplan_graph_batch(5, 512), 8);
+    CHECK_EQ_U64(kvp_gpuplan_graph_batch(9, 512), 16);
+    CHECK_EQ_U64(kvp_gpuplan_graph_batch(256, 512), 256);
+    CHECK_EQ_U64(kvp_gpuplan_graph_batch(257, 512), 272);
+    CHECK_EQ_U64(kvp_gpuplan_graph_batch(513, 512), 0);
+    CHECK_EQ_U64(kvp_gpuplan_graph_batch(97, 100), 100); /* max itself is a size */
+    /* every batch up to max pads to a listed size: under 8 tokens of padding to 256, under 16 past */
+    uint32_t sizes[128];
+    for (uint32_t max = 1; max <= 600; max += 37) {
+        uint32_t k = kvp_gpuplan_graph_sizes(max, sizes, 128), ok = k <= 128 && sizes[k - 1] == max;
+        for (uint32_t i = 1; ok && i < k; i++)
+            ok &= sizes[i] > sizes[i - 1];
+        for (uint32_t n = 1; ok && n <= max; n++) {
+            uint32_t p = kvp_gpuplan_graph_batch(n, max), listed = 0;
+            for (uint32_t i = 0; i < k; i++)
+                listed |= sizes[i] == p;
+            ok &= listed && p >= n && p - n < (n <= 256 ? 8u : 16u);
+        }
+        CHECK_MSG(ok, "graph sizes for batches up to %u", max);
+    }
+    CHECK_EQ_U64(kvp_gpuplan_graph_sizes(512, sizes, 128), 3 + 32 + 16);
+    CHECK_EQ_U64(kvp_gpuplan_graph_sizes(512, sizes, 2), 3 + 32 + 16); /* counted past cap */
+}
+
+int main(void)
+{
+    test_split_coverage();
+    test_attn_shape();
+    test_matmul_shape();
+    test_tables();
+    test_graph_ladder();
+    return unit_done();
+}
