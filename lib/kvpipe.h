@@ -58,6 +58,7 @@
 
 /* cpu: the CPU backend */
 #include "backend_cpu.h"
+#include "backends.h"
 
 /* engine: paged KV cache, forward steps, sampling, generation */
 #include "kvcache.h"

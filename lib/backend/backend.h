@@ -1,16 +1,43 @@
 /* backend.h - the operations table the engine computes through.
  *
  * engine.c calls only what this table offers and never looks at how it is
- * done: the CPU backend (lib/backend_cpu.c) implements it over host memory
- * with a thread pool; a CUDA backend (kernels/) implements the same table over
- * device memory.  Activation buffers come from the backend's alloc, so they
- * live wherever the backend computes.  All activations are f32, row-major:
- * "[n_tok][n]" means n_tok rows of n contiguous floats.
+ * done: the CPU backend (lib/cpu) implements it over host memory with a
+ * thread pool; the CUDA backend (lib/cuda with kernels/) implements the same
+ * table over device memory.  lib/engine/backends.h opens one by name.
  *
- * Weights are used in their stored format (kvp_weight.dtype): the matmul op
+ * Memory.  Every pointer an op takes is "device" memory from the backend's
+ * alloc (the CPU's device memory is host memory, but nothing may rely on
+ * that), except where a field says "host".  The engine never reads or writes
+ * device memory itself: it moves bytes with to_host/from_host and rearranges
+ * rows with gather_rows.  All activations are f32, row-major: "[n_tok][n]"
+ * means n_tok rows of n contiguous floats.
+ *
+ * Errors and ordering.  Every op returns 0 or a negative kvp_err code with a
+ * message in err.  A backend may run ops asynchronously, in the order they
+ * were called: a failure may then surface at a later op, at to_host, or at
+ * synchronize, which waits for everything issued so far.  to_host returns
+ * once the host bytes are there.  After a failed op the contents of any
+ * buffer written since the last successful synchronize are undefined.
+ *
+ * Scratch.  Ops never allocate: reserve() sizes the backend's scratch for the
+ * largest step the engine will run (tokens, context), and an op asked for
+ * more than was reserved fails with KVP_ELIMIT.  The engine reserves before
+ * the first step and again, outside any step, when a step outgrows it; so a
+ * sequence of ops between two reserves can be captured and replayed (CUDA
+ * graphs).
+ *
+ * Weights.  The engine calls prepare_weight once for every weight it will
+ * pass to an op (matrices, norm weights, biases, the RoPE frequencies) and
+ * release_weight when done.  prepare_weight is where a backend uploads the
+ * bytes, builds any per-weight derived data (block sums, repacked layouts),
+ * and refuses a weight it cannot use (KVP_EUNSUPPORTED, naming the tensor),
+ * so an unsupported dtype fails when the engine is created, not at its first
+ * step.  Ops read w->dev when the backend set it, else w->data.
+ *
+ * Weights are used in their stored format (kvp_weight.dtype): the CPU matmul
  * handles F32, F16, BF16, Q4_0, Q4_1, Q8_0 and the scaled FP8_E4M3, I8 and
- * I4 rows directly and fails with KVP_EUNSUPPORTED (naming the tensor) for
- * anything else.
+ * I4 rows directly, and other readable types through f32 rows; supports()
+ * answers for any backend.
  *
  * The paged KV cache is a pool of equal blocks (kvp_kv_pool); one block holds
  * block_size token slots for every layer, laid out as
@@ -19,9 +46,10 @@
  * to a stream as it is.  A scaled cache (fp8_e4m3 or i8 elements,
  * lib/num/kvscale.h) follows the data with one f32 scale per
  * [layer][K/V][head][slot] (a KV_BLOCK record's scales, one a slot), at
- * scales_off: an element's value is its decoded q times its row's scale.  A token's slot is block_id * block_size + offset,
- * a uint32: a pool holds at most KVP_KV_MAX_SLOTS token slots (kvcache.c
- * refuses a larger one), so slot arithmetic in uint32 never wraps.
+ * scales_off: an element's value is its decoded q times its row's scale.  A
+ * token's slot is block_id * block_size + offset, a uint32: a pool holds at
+ * most KVP_KV_MAX_SLOTS token slots (kvcache.c refuses a larger one), so
+ * slot arithmetic in uint32 never wraps.
  */
 #ifndef KVP_BACKEND_H
 #define KVP_BACKEND_H
@@ -31,8 +59,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A weight matrix as stored: n_out rows of n_in elements (GGUF ne[0] = n_in),
- * row r at data + r * row_bytes.  1-D tensors (norm weights) have n_out 1.
+/* A weight as stored: n_out rows of n_in elements (GGUF ne[0] = n_in), row r
+ * at data + r * row_bytes.  1-D tensors (norm weights, biases, the RoPE
+ * frequencies) have n_out 1.
  *
  * Scaled schemes (KVP tensor records, lib/quant.h: fp8_e4m3, i8, i4 with one
  * scale per tensor, per row or per group): element i of row r is
@@ -47,9 +76,9 @@ typedef struct kvp_weight {
     uint32_t n_out;        /* rows */
     uint64_t row_bytes;
     const void *data;      /* host bytes (inside the mapped model file) */
-    void *dev;             /* the backend's own copy when it keeps one, else NULL */
-    const float *scales;   /* f32 scales of a scaled scheme, else NULL */
-    const float *zeros;    /* f32 zero points (integer values), or NULL */
+    void *dev;             /* prepare_weight: the backend's own copy or derived data, else NULL */
+    const float *scales;   /* host f32 scales of a scaled scheme, else NULL */
+    const float *zeros;    /* host f32 zero points (integer values), or NULL */
     uint32_t group;        /* elements per scale along a row */
     uint32_t scale_stride; /* scales per row: 0 (one for the tensor), 1, or n_in / group */
     float global;          /* NVFP4: the tensor scale (0 means 1) */
@@ -60,7 +89,7 @@ typedef struct kvp_weight {
 
 /* The KV pool as kernels see it. */
 typedef struct kvp_kv_pool {
-    void *base;            /* n_blocks * block_bytes, from the backend's alloc */
+    void *base;            /* device: n_blocks * block_bytes, from the backend's alloc */
     int dtype;             /* KVP_DTYPE_F16, BF16, F32, or scaled FP8_E4M3 or I8 */
     uint32_t n_blocks;
     uint32_t block_size;   /* token slots per block */
@@ -72,7 +101,10 @@ typedef struct kvp_kv_pool {
 
 /* One attention call: every query token of the step, each attending to the
  * keys at positions 0..pos[t] of its own sequence (causal), read through that
- * sequence's block table.  Query head h uses KV head h / (n_head / n_head_kv). */
+ * sequence's block table.  Query head h uses KV head h / (n_head / n_head_kv).
+ * The step's tokens of one sequence are consecutive.  The host copies of pos
+ * and tok_seq (the same values) let a backend plan the work (how to split
+ * long contexts, launch shapes) without reading device memory. */
 typedef struct kvp_attn_args {
     const float *q;        /* [n_tok][n_head * head_dim], RoPE applied */
     float *out;            /* [n_tok][n_head * head_dim] */
@@ -80,10 +112,31 @@ typedef struct kvp_attn_args {
     uint32_t layer;
     float scale;           /* 1/sqrt(head_dim) */
     const int32_t *pos;    /* [n_tok] */
-    const uint32_t *tok_seq;             /* [n_tok]: index into tables */
-    const uint32_t *const *tables;       /* [n_seq]: block ids, position p in block tables[s][p / block_size] */
-    const kvp_kv_pool *kv;
+    const uint32_t *tok_seq; /* [n_tok]: the token's sequence, a row of tables */
+    const uint32_t *tables;  /* [n_seq][table_stride]: sequence s's position p is in block
+                              * tables[s * table_stride + p / block_size] */
+    uint32_t n_seq, table_stride;
+    const int32_t *host_pos;      /* host [n_tok] */
+    const uint32_t *host_tok_seq; /* host [n_tok] */
+    uint32_t max_ctx;      /* host: the most keys any query sees (max pos + 1) */
+    const kvp_kv_pool *kv; /* host struct; kv->base is device memory */
 } kvp_attn_args;
+
+/* What reserve() sizes scratch for: the largest step to come. */
+typedef struct kvp_backend_reserve {
+    uint32_t max_tok;      /* tokens in one step (matmul rows, attention queries) */
+    uint32_t max_ctx;      /* keys one query may see */
+    uint32_t max_n_in;     /* the widest weight row a matmul will take */
+    uint32_t n_head;       /* attention: query heads */
+    const kvp_kv_pool *kv; /* attention's pool (its head_dim, block_size, heads); NULL: no attention */
+} kvp_backend_reserve;
+
+/* What supports() is asked about. */
+enum kvp_backend_use {
+    KVP_USE_MATMUL = 1,    /* weights of this dtype in matmul (scaled: with scales) */
+    KVP_USE_EMBED = 2,     /* embedding tables of this dtype */
+    KVP_USE_KV = 3,        /* a KV pool of this dtype (fp8 and i8 pools always carry scales; scaled ignored) */
+};
 
 enum kvp_rope_kind { KVP_ROPE_KIND_NORM = 0, KVP_ROPE_KIND_NEOX = 1 }; /* == kvp_rope_type (config.h) */
 
@@ -93,46 +146,64 @@ struct kvp_comm; /* lib/comm/comm.h: the ranks of a tensor-parallel group */
 typedef struct kvp_backend_ops {
     const char *name;      /* "cpu", "cuda" */
     void (*destroy)(kvp_backend *b);
-    /* Device memory for activations and the KV pool (64-byte aligned, zeroed). */
+    /* 1 when this backend can do `use` with dtype (scaled: a scaled scheme), else 0. */
+    int (*supports)(const kvp_backend *b, int use, int dtype, int scaled);
+
+    /* Device memory for activations and the KV pool (64-byte aligned,
+     * zeroed); NULL when there is none. */
     void *(*alloc)(kvp_backend *b, size_t bytes);
     void (*release)(kvp_backend *b, void *p);
-    /* Copy between host and device memory (plain memcpy on the CPU). */
-    void (*to_host)(kvp_backend *b, void *host, const void *dev, size_t bytes);
-    void (*from_host)(kvp_backend *b, void *dev, const void *host, size_t bytes);
-    /* Make w usable by this backend (upload; CPU: nothing). 0 or a code. */
+    /* Copy between host and device memory.  to_host waits for the bytes. */
+    int (*to_host)(kvp_backend *b, void *host, const void *dev, size_t bytes, kvp_err *err);
+    int (*from_host)(kvp_backend *b, void *dev, const void *host, size_t bytes, kvp_err *err);
+    /* Wait for every op issued so far; their first failure, if any. */
+    int (*synchronize)(kvp_backend *b, kvp_err *err);
+    /* Size scratch for steps up to r (grows only; never during a step). */
+    int (*reserve)(kvp_backend *b, const kvp_backend_reserve *r, kvp_err *err);
+    /* Make w usable by the ops (upload, derived data; sets w->dev).  0,
+     * KVP_EUNSUPPORTED naming the tensor, or KVP_ENOMEM. */
     int (*prepare_weight)(kvp_backend *b, kvp_weight *w, kvp_err *err);
+    /* Give back what prepare_weight made (w->dev NULL after; NULL dev is fine). */
+    void (*release_weight)(kvp_backend *b, kvp_weight *w);
 
-    /* y[n_tok][w.n_out] = x[n_tok][w.n_in] . w^T.  0 or KVP_EUNSUPPORTED. */
+    /* y[n_tok][w.n_out] = x[n_tok][w.n_in] . w^T. */
     int (*matmul)(kvp_backend *b, const kvp_weight *w, const float *x, float *y, uint32_t n_tok, kvp_err *err);
-    /* out[t] = tokens' rows of the embedding table, as f32: [n_tok][w.n_in]. */
+    /* out[t] = tokens' rows of the embedding table, as f32: [n_tok][w.n_in].
+     * tokens: device [n_tok]; an id outside the table is KVP_EINVAL (a
+     * backend that finds out asynchronously reports it at a later op). */
     int (*embed)(kvp_backend *b, const kvp_weight *w, const int32_t *tokens, uint32_t n_tok, float *out,
                  kvp_err *err);
-    /* y = x / sqrt(mean(x^2) + eps) * weight, per row of n. y may be x. */
-    void (*rmsnorm)(kvp_backend *b, const float *x, const float *weight, float *y, uint32_t n_tok, uint32_t n,
-                    float eps);
+    /* y = x / sqrt(mean(x^2) + eps) * w, per row of n (w: [n] f32).  y may be x. */
+    int (*rmsnorm)(kvp_backend *b, const float *x, const kvp_weight *w, float *y, uint32_t n_tok, uint32_t n,
+                   float eps, kvp_err *err);
     /* Rotate each head of x[n_tok][n_head * head_dim] in place by its
-     * position: pairs (2i, 2i+1) for NORM, (i, i + rot_dim/2) for NEOX, angle
-     * pos * inv_freq[i], i < rot_dim / 2 (dims past rot_dim are left alone). */
-    void (*rope)(kvp_backend *b, float *x, uint32_t n_tok, uint32_t n_head, uint32_t head_dim, uint32_t rot_dim,
-                 const int32_t *pos, const float *inv_freq, int kind);
-    /* x[t] += bias, per row of n (QKV bias). */
-    void (*add_bias)(kvp_backend *b, float *x, const float *bias, uint32_t n_tok, uint32_t n);
+     * position pos[t] (device): pairs (2i, 2i+1) for NORM, (i, i + rot_dim/2)
+     * for NEOX, angle pos * inv_freq[i], i < rot_dim / 2 (inv_freq: f32
+     * [rot_dim / 2]; dims past rot_dim are left alone). */
+    int (*rope)(kvp_backend *b, float *x, uint32_t n_tok, uint32_t n_head, uint32_t head_dim, uint32_t rot_dim,
+                const int32_t *pos, const kvp_weight *inv_freq, int kind, kvp_err *err);
+    /* x[t] += bias, per row of n (bias: [n] f32; the QKV biases). */
+    int (*add_bias)(kvp_backend *b, float *x, const kvp_weight *bias, uint32_t n_tok, uint32_t n, kvp_err *err);
     /* x += y over n elements. */
-    void (*add)(kvp_backend *b, float *x, const float *y, size_t n);
+    int (*add)(kvp_backend *b, float *x, const float *y, size_t n, kvp_err *err);
     /* g = silu(g) * u over n elements (SwiGLU). */
-    void (*silu_mul)(kvp_backend *b, float *g, const float *u, size_t n);
+    int (*silu_mul)(kvp_backend *b, float *g, const float *u, size_t n, kvp_err *err);
+    /* dst[i] = src[rows[i]], i < n_rows, rows of n floats (rows: device
+     * [n_rows]); dst and src do not overlap. */
+    int (*gather_rows)(kvp_backend *b, float *dst, const float *src, const uint32_t *rows, uint32_t n_rows,
+                       uint32_t n, kvp_err *err);
     /* Store k, v [n_tok][n_head_kv * head_dim] of one layer into the slots
-     * (a scaled cache: each row with its own scale, kvp_kvscale_row). */
-    void (*kv_store)(kvp_backend *b, const kvp_kv_pool *kv, uint32_t layer, const float *k, const float *v,
-                     uint32_t n_tok, const uint32_t *slot);
-    /* 0 or KVP_ENOMEM (its scratch grows with the longest context). */
+     * (device [n_tok]; a scaled cache: each row with its own scale,
+     * kvp_kvscale_row). */
+    int (*kv_store)(kvp_backend *b, const kvp_kv_pool *kv, uint32_t layer, const float *k, const float *v,
+                    uint32_t n_tok, const uint32_t *slot, kvp_err *err);
     int (*attention)(kvp_backend *b, const kvp_attn_args *a, kvp_err *err);
     /* Copy block src to block dst, every layer (copy-on-write). */
-    void (*kv_copy_block)(kvp_backend *b, const kvp_kv_pool *kv, uint32_t dst, uint32_t src);
+    int (*kv_copy_block)(kvp_backend *b, const kvp_kv_pool *kv, uint32_t dst, uint32_t src, kvp_err *err);
     /* Tensor parallelism (lib/engine/engine.h): x[n] = its sum over the
      * ranks of comm, in place, after a row-parallel matmul (MPI on the CPU;
-     * a GPU backend uses its collective library on device memory).  0 or a
-     * code; a peer that never comes aborts the job (comm.h). */
+     * a GPU backend uses its collective library on device memory, or the
+     * host).  A peer that never comes aborts the job (comm.h). */
     int (*all_reduce)(kvp_backend *b, struct kvp_comm *comm, float *x, size_t n, kvp_err *err);
     /* recv[rank][n] = send[n] of every rank of comm (the vocabulary slices). */
     int (*all_gather)(kvp_backend *b, struct kvp_comm *comm, const float *send, float *recv, size_t n, kvp_err *err);
@@ -145,5 +216,8 @@ struct kvp_backend {
 
 /* Destroy any backend (NULL is fine). */
 void kvp_backend_free(kvp_backend *b);
+
+/* Prepare a weight when it is present (dtype >= 0); absent ones stay as they are. */
+int kvp_backend_prepare(kvp_backend *b, kvp_weight *w, kvp_err *err);
 
 #endif

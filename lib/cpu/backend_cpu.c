@@ -18,22 +18,32 @@ typedef struct cpu_impl {
     kvp_threadpool *pool;
     const kvp_cpu_kernels *k;
     int n_threads;
-    /* growable scratch, resized only outside parallel regions */
-    void *qbuf;            /* quantized activations */
+    /* Scratch, sized by cpu_reserve (never inside an op): */
+    uint32_t res_tok;      /* tokens a step may hold */
+    uint32_t res_n_in;     /* the widest matmul row */
+    uint32_t res_ctx;      /* keys a query may see */
+    uint32_t row_n_in;     /* the widest weight prepared for the row path (0: none) */
+    void *qbuf;            /* quantized activations [res_tok][res_n_in / 32] */
     size_t qbuf_size;
     float *att;            /* attention scores, one slice per thread */
     size_t att_per_thread; /* floats */
     void *parts;           /* attention over key chunks: the chunks' results */
     size_t parts_size;
-    void *runs;            /* attention's runs (attn_plan) */
+    void *runs;            /* attention's runs (attn_plan), one a token at most */
     size_t runs_size;
     void *tiles;           /* interleaved activation tiles (kvp_cpu_q8_tile_put) */
     size_t tiles_size;
-    void *wsum;            /* the weight's block sums for flipped tiles */
-    size_t wsum_size;
     void *rowbuf;          /* the matmul's row path: rows as f32, per thread */
     size_t rowbuf_size;
 } cpu_impl;
+
+/* What prepare_weight keeps for a weight (w->dev). */
+typedef struct cpu_weight {
+    int32_t *wsum;         /* [n_out][n_in / 32] block sums, for flipped tiles (Q8_0, i8); else NULL */
+} cpu_weight;
+
+/* Rows a matmul task takes on the row path (and on any path past 8 tokens). */
+#define KVP_CPU_ROWBUF_ROWS 64
 
 static cpu_impl *impl_of(kvp_backend *b) { return b->impl; }
 
@@ -89,14 +99,17 @@ static void cpu_release(kvp_backend *b, void *p)
     else
         free(base);
 }
-static void cpu_copy(kvp_backend *b, void *dst, const void *src, size_t bytes)
+static int cpu_copy(kvp_backend *b, void *dst, const void *src, size_t bytes, kvp_err *err)
 {
-    (void)b;
+    (void)b, (void)err;
     memcpy(dst, src, bytes);
+    return 0;
 }
-static int cpu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
+
+/* Every op has finished when it returns: nothing to wait for. */
+static int cpu_synchronize(kvp_backend *b, kvp_err *err)
 {
-    (void)b, (void)w, (void)err;
+    (void)b, (void)err;
     return 0;
 }
 
@@ -116,8 +129,7 @@ typedef struct mm_ctx {
     uint8_t *tiles;            /* per group of tile_tok tokens: its xt and dxs (kvp_cpu_q8_tile_put), or NULL */
     size_t tile_bytes;         /* per group */
     int flip;                  /* tiles flipped, and wsum set (tile_flip) */
-    int32_t *wsum;             /* [n_out][nb] when flip */
-    uint32_t n_sum_tasks;      /* prep tasks after the quantizing ones (mm_prep_task) */
+    const int32_t *wsum;       /* [n_out][nb] when flip: the weight's (cpu_weight) */
     uint32_t n_tok, rows_per_task, toks_per_task, n_row_tasks;
     int quant;
     kvp_mm_fn mm;
@@ -148,25 +160,16 @@ void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb
     }
 }
 
-/* The tiles' preparation.  Task g < n_groups quantizes tokens g*T ..
- * g*T+T-1 (T = tile_tok; the last group may be short, its tile's other
- * slots zero) to 8-bit blocks and puts them into its tile: one task a tile,
- * as tokens of one tile written by two threads would share cache lines.
- * The n_sum_tasks after them fill wsum, a share of the rows each. */
+/* The tiles' preparation.  Task g quantizes tokens g*T .. g*T+T-1 (T =
+ * tile_tok; the last group may be short, its tile's other slots zero) to
+ * 8-bit blocks and puts them into its tile: one task a tile, as tokens of
+ * one tile written by two threads would share cache lines. */
 static void mm_prep_task(void *ctxp, int task, int thread)
 {
     (void)thread;
     mm_ctx *c = ctxp;
     const kvp_weight *w = c->w;
-    uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok, n_groups = (c->n_tok + T - 1) / T;
-    if ((uint32_t)task >= n_groups) {
-        uint32_t i = (uint32_t)task - n_groups, per = (w->n_out + c->n_sum_tasks - 1) / c->n_sum_tasks;
-        uint32_t r0 = i * per, r1 = r0 + per < w->n_out ? r0 + per : w->n_out;
-        size_t bb = w->dtype == KVP_DTYPE_Q8_0 ? sizeof(kvp_blk_q8_0) : KVP_QK, qoff = bb - KVP_QK;
-        for (uint32_t r = r0; r < r1; r++)
-            c->k->wsum((const uint8_t *)w->data + (size_t)r * w->row_bytes + qoff, bb, nb, c->wsum + (size_t)r * nb);
-        return;
-    }
+    uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok;
     uint32_t t0 = (uint32_t)task * T, t1 = t0 + T < c->n_tok ? t0 + T : c->n_tok;
     int8_t *xt = c->tiles ? (int8_t *)(c->tiles + (size_t)task * c->tile_bytes) : NULL;
     if (xt && t1 - t0 < T)
@@ -227,67 +230,97 @@ static void mm_task(void *ctxp, int task, int thread)
     }
 }
 
+/* The kernel for w: c->mm and c->quant set; 1 when it takes w's bytes
+ * directly, 0 when w goes through the row path (f32 rows, mm_f32), -1 when
+ * this backend cannot multiply w at all. */
+static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
+{
+    int scaled_kind = 0;
+    c->mm = NULL, c->quant = 0;
+    switch (w->dtype) {
+    case KVP_DTYPE_Q4_0: c->mm = k->mm_q4_0, c->quant = 1; break;
+    case KVP_DTYPE_Q4_1: c->mm = k->mm_q4_1, c->quant = 1; break;
+    case KVP_DTYPE_Q8_0: c->mm = k->mm_q8_0, c->quant = 1; break;
+    case KVP_DTYPE_F32: c->mm = k->mm_f32; break;
+    case KVP_DTYPE_F16: c->mm = k->mm_f16; break;
+    case KVP_DTYPE_BF16: c->mm = k->mm_bf16; break;
+    case KVP_DTYPE_I8: c->mm = k->mm_i8, c->quant = 1, scaled_kind = 1; break;
+    case KVP_DTYPE_I4: c->mm = k->mm_i4, c->quant = 1, scaled_kind = 1; break;
+    case KVP_DTYPE_FP8_E4M3: c->mm = k->mm_e4m3, scaled_kind = 1; break;
+    default: break;
+    }
+    if (c->mm && scaled_kind == (w->scales != NULL) && (!w->zeros || c->quant) &&
+        !(scaled_kind && c->quant && w->group % KVP_QK))
+        return 1;
+    /* The row path: types with no dot kernel (Q5_x, Q4_K, Q6_K, MXFP4,
+     * NVFP4, fp8-E5M2, scaled FP4, int groups under 32) are turned into f32
+     * a task's rows at a time and multiplied with the f32 kernels. */
+    c->mm = k->mm_f32, c->quant = 0;
+    return kvp_cpu_dequant_weight_row_ok(w) ? 0 : -1;
+}
+
+/* Flipped tiles (tile_flip) multiply x + 128: the weight's block sums take
+ * the 128s back out, so Q8_0 and i8 weights keep them. */
+static int mm_wants_wsum(const kvp_cpu_kernels *k, const kvp_weight *w, int direct)
+{
+    return direct == 1 && k->tile_flip && (w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8);
+}
+
+static const char *wname(const kvp_weight *w) { return w->name ? w->name : "weight"; }
+
+/* The shape checks every matmul of w needs, once. */
+static int mm_check(const kvp_weight *w, const mm_ctx *c, kvp_err *err)
+{
+    if (w->scales && (!w->group || w->n_in % w->group))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: group %u does not divide a row of %u", wname(w), w->group, w->n_in);
+    if (w->row_bytes > ((uint64_t)1 << 28)) /* the kernels address 8 rows with 32-bit offsets */
+        return kvp_err_set(err, KVP_ELIMIT, "%s: rows of %llu bytes are longer than the CPU kernels take (256 MiB)",
+                           wname(w), (unsigned long long)w->row_bytes);
+    if (c->quant && w->n_in % KVP_QK)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: row of %u elements is not whole blocks of 32", wname(w), w->n_in);
+    return 0;
+}
+
+/* Scratch the matmul of n_tok tokens by rows of n_in needs beyond what
+ * reserve sized: 0, or KVP_ELIMIT naming the weight. */
+static int mm_reserved(const cpu_impl *im, const kvp_weight *w, uint32_t n_tok, kvp_err *err)
+{
+    if (n_tok <= im->res_tok && w->n_in <= im->res_n_in)
+        return 0;
+    return kvp_err_set(err, KVP_ELIMIT, "%s: a matmul of %u tokens by rows of %u is beyond the scratch reserved "
+                       "(%u tokens, rows of %u)", wname(w), n_tok, w->n_in, im->res_tok, im->res_n_in);
+}
+
 static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float *y, uint32_t n_tok, kvp_err *err)
 {
     cpu_impl *im = impl_of(b);
     const kvp_cpu_kernels *k = im->k;
     mm_ctx c = {.k = k, .w = w, .x = x, .y = y, .n_tok = n_tok};
-    int scaled_kind = 0;
-    switch (w->dtype) {
-    case KVP_DTYPE_Q4_0: c.mm = k->mm_q4_0, c.quant = 1; break;
-    case KVP_DTYPE_Q4_1: c.mm = k->mm_q4_1, c.quant = 1; break;
-    case KVP_DTYPE_Q8_0: c.mm = k->mm_q8_0, c.quant = 1; break;
-    case KVP_DTYPE_F32: c.mm = k->mm_f32; break;
-    case KVP_DTYPE_F16: c.mm = k->mm_f16; break;
-    case KVP_DTYPE_BF16: c.mm = k->mm_bf16; break;
-    case KVP_DTYPE_I8: c.mm = k->mm_i8, c.quant = 1, scaled_kind = 1; break;
-    case KVP_DTYPE_I4: c.mm = k->mm_i4, c.quant = 1, scaled_kind = 1; break;
-    case KVP_DTYPE_FP8_E4M3: c.mm = k->mm_e4m3, scaled_kind = 1; break;
-    default: break;
-    }
-    if (w->scales && (!w->group || w->n_in % w->group))
-        return kvp_err_set(err, KVP_EFORMAT, "%s: group %u does not divide a row of %u", w->name ? w->name : "weight",
-                           w->group, w->n_in);
-    int direct = c.mm && scaled_kind == (w->scales != NULL) && (!w->zeros || c.quant) &&
-                 !(scaled_kind && c.quant && w->group % KVP_QK);
-    if (!direct) {
-        /* The row path: types with no dot kernel (Q5_x, Q4_K, Q6_K, MXFP4,
-         * NVFP4, fp8-E5M2, scaled FP4, int groups under 32) are turned into
-         * f32 a task's rows at a time and multiplied with the f32 kernels. */
-        if (!kvp_cpu_dequant_weight_row_ok(w))
-            return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: weight type %s%s has no CPU matmul", w->name ? w->name
-                               : "weight", kvp_dtype_name((uint32_t)w->dtype), w->scales ? " with scales" : "");
-        c.mm = k->mm_f32, c.quant = 0;
-    }
-    if (w->row_bytes > ((uint64_t)1 << 28)) /* the kernels address 8 rows with 32-bit offsets */
-        return kvp_err_set(err, KVP_ELIMIT, "%s: rows of %llu bytes are longer than the CPU kernels take (256 MiB)",
-                           w->name ? w->name : "weight", (unsigned long long)w->row_bytes);
+    int direct = mm_pick(k, w, &c), rc;
+    if (direct < 0)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: weight type %s%s has no CPU matmul", wname(w),
+                           kvp_dtype_name((uint32_t)w->dtype), w->scales ? " with scales" : "");
+    if ((rc = mm_check(w, &c, err)) < 0)
+        return rc;
     if (n_tok == 0)
         return 0;
+    if ((rc = mm_reserved(im, w, n_tok, err)) < 0)
+        return rc;
     uint32_t T = k->tile_tok, n_groups = (n_tok + T - 1) / T, nb = w->n_in / KVP_QK;
     if (c.quant) {
-        if (w->n_in % KVP_QK)
-            return kvp_err_set(err, KVP_EFORMAT, "%s: row of %u elements is not whole blocks of 32",
-                               w->name ? w->name : "weight", w->n_in);
-        size_t need = (size_t)n_tok * nb * sizeof(kvp_q8blk);
-        if (!grow(&im->qbuf, &im->qbuf_size, need))
-            return kvp_err_set(err, KVP_ENOMEM, "matmul: out of memory for %u activation rows", n_tok);
         c.xq = im->qbuf;
         if (n_tok > k->few_tok) { /* some group goes through a tile */
             c.tile_bytes = (size_t)nb * (T * KVP_QK + KVP_Q8_SCALES * sizeof(float));
-            if (!grow(&im->tiles, &im->tiles_size, c.tile_bytes * n_groups))
-                return kvp_err_set(err, KVP_ENOMEM, "matmul: out of memory for activation tiles");
             c.tiles = im->tiles;
-            c.flip = k->tile_flip && (w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8);
+            c.flip = mm_wants_wsum(k, w, direct);
         }
         if (c.flip) {
-            if (!grow(&im->wsum, &im->wsum_size, (size_t)w->n_out * nb * sizeof(int32_t)))
-                return kvp_err_set(err, KVP_ENOMEM, "matmul: out of memory for block sums");
-            c.wsum = im->wsum;
-            c.n_sum_tasks = (uint32_t)im->n_threads * 2;
+            const cpu_weight *cw = w->dev;
+            if (!cw || !cw->wsum)
+                return kvp_err_set(err, KVP_EINVAL, "%s: weight was not prepared (prepare_weight)", wname(w));
+            c.wsum = cw->wsum;
         }
-        kvp_threadpool_run(n_groups + c.n_sum_tasks > 1 ? im->pool : NULL, mm_prep_task, &c,
-                           (int)(n_groups + c.n_sum_tasks));
+        kvp_threadpool_run(n_groups > 1 ? im->pool : NULL, mm_prep_task, &c, (int)n_groups);
     }
     /* Tasks: rows split so each thread gets several (load balance), tokens
      * split in whole groups so a task's weight rows stay in cache across
@@ -299,18 +332,104 @@ static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float
     if (want < 1)
         want = 1;
     uint32_t rows = (w->n_out + want - 1) / want;
-    if ((n_tok > 8 || !direct) && rows > 64)
-        rows = 64;
+    if ((n_tok > 8 || !direct) && rows > KVP_CPU_ROWBUF_ROWS)
+        rows = KVP_CPU_ROWBUF_ROWS;
     rows = (rows + KVP_MM_ROWS - 1) / KVP_MM_ROWS * KVP_MM_ROWS;
     c.rows_per_task = rows;
     c.n_row_tasks = (w->n_out + rows - 1) / rows;
     if (!direct) {
-        if (!grow(&im->rowbuf, &im->rowbuf_size, (size_t)im->n_threads * rows * w->n_in * sizeof(float)))
-            return kvp_err_set(err, KVP_ENOMEM, "matmul: out of memory for %u rows of %u as f32", rows, w->n_in);
+        if (w->n_in > im->row_n_in)
+            return kvp_err_set(err, KVP_ELIMIT, "%s: rows of %u as f32 are beyond the scratch reserved (%u; "
+                               "prepare_weight, then reserve)", wname(w), w->n_in, im->row_n_in);
         c.rowbuf = im->rowbuf;
     }
     kvp_threadpool_run(im->pool, mm_task, &c, (int)(c.n_row_tasks * n_tok_tasks));
     return 0;
+}
+
+/* ---- weights and scratch ---- */
+
+typedef struct wsum_ctx {
+    const kvp_cpu_kernels *k;
+    const kvp_weight *w;
+    int32_t *wsum;
+    uint32_t per;          /* rows a task */
+} wsum_ctx;
+
+static void wsum_task(void *ctxp, int task, int thread)
+{
+    (void)thread;
+    wsum_ctx *c = ctxp;
+    const kvp_weight *w = c->w;
+    uint32_t nb = w->n_in / KVP_QK, r0 = (uint32_t)task * c->per;
+    uint32_t r1 = r0 + c->per < w->n_out ? r0 + c->per : w->n_out;
+    size_t bb = w->dtype == KVP_DTYPE_Q8_0 ? sizeof(kvp_blk_q8_0) : KVP_QK, qoff = bb - KVP_QK;
+    for (uint32_t r = r0; r < r1; r++)
+        c->k->wsum((const uint8_t *)w->data + (size_t)r * w->row_bytes + qoff, bb, nb, c->wsum + (size_t)r * nb);
+}
+
+static void cpu_release_weight(kvp_backend *b, kvp_weight *w)
+{
+    (void)b;
+    cpu_weight *cw = w->dev;
+    if (cw) {
+        free(cw->wsum);
+        free(cw);
+    }
+    w->dev = NULL;
+}
+
+/* Check w once; keep the block sums flipped tiles need; note the widest
+ * row-path weight, whose f32 rows reserve sizes. */
+static int cpu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
+{
+    cpu_impl *im = impl_of(b);
+    mm_ctx c = {0};
+    int direct = mm_pick(im->k, w, &c), rc;
+    if (w->n_out == 1 && w->dtype == KVP_DTYPE_F32) /* norm weights, biases, frequencies: read as they are */
+        return 0;
+    if (direct < 0)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: weight type %s%s is not supported by the CPU backend",
+                           wname(w), w->dtype >= 0 ? kvp_dtype_name((uint32_t)w->dtype) : "(absent)",
+                           w->scales ? " with scales" : "");
+    if (direct >= 0 && (rc = mm_check(w, &c, err)) < 0)
+        return rc;
+    if (direct == 0 && w->n_in > im->row_n_in) {
+        size_t need = (size_t)im->n_threads * KVP_CPU_ROWBUF_ROWS * w->n_in * sizeof(float);
+        if (!grow(&im->rowbuf, &im->rowbuf_size, need))
+            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for %u rows of %u as f32", wname(w),
+                               KVP_CPU_ROWBUF_ROWS, w->n_in);
+        im->row_n_in = w->n_in;
+    }
+    if (!mm_wants_wsum(im->k, w, direct) || w->dev)
+        return 0;
+    cpu_weight *cw = calloc(1, sizeof *cw);
+    size_t n = (size_t)w->n_out * (w->n_in / KVP_QK);
+    if (!cw || !(cw->wsum = malloc((n ? n : 1) * sizeof *cw->wsum))) {
+        free(cw);
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its block sums", wname(w));
+    }
+    wsum_ctx wc = {.k = im->k, .w = w, .wsum = cw->wsum};
+    uint32_t n_tasks = (uint32_t)im->n_threads * 4;
+    wc.per = (w->n_out + n_tasks - 1) / n_tasks;
+    kvp_threadpool_run(im->pool, wsum_task, &wc, (int)((w->n_out + wc.per - 1) / wc.per));
+    w->dev = cw;
+    return 0;
+}
+
+static int cpu_supports(const kvp_backend *b, int use, int dtype, int scaled)
+{
+    (void)b;
+    if (use == KVP_USE_KV) /* fp8 and i8 pools always carry their scales */
+        return (dtype == KVP_DTYPE_F32 || dtype == KVP_DTYPE_F16 || dtype == KVP_DTYPE_BF16 ||
+                           dtype == KVP_DTYPE_FP8_E4M3 || dtype == KVP_DTYPE_I8);
+    if (use != KVP_USE_MATMUL && use != KVP_USE_EMBED)
+        return 0;
+    /* The row reader decides: any dtype it turns into f32 rows is usable. */
+    kvp_weight w = {.dtype = dtype, .n_in = 256, .n_out = 1, .group = 32, .scale_stride = 8};
+    static const float one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    w.scales = scaled ? one : NULL;
+    return kvp_cpu_dequant_weight_row_ok(&w);
 }
 
 static int cpu_embed(kvp_backend *b, const kvp_weight *w, const int32_t *tokens, uint32_t n_tok, float *out,
@@ -330,10 +449,24 @@ static int cpu_embed(kvp_backend *b, const kvp_weight *w, const int32_t *tokens,
 
 /* ---- elementwise ---- */
 
-static void cpu_rmsnorm(kvp_backend *b, const float *x, const float *weight, float *y, uint32_t n_tok, uint32_t n,
-                        float eps)
+/* A 1-D f32 weight's n floats (norm weights, biases, RoPE frequencies). */
+static const float *f32_vec(const kvp_weight *w, uint32_t n, kvp_err *err)
+{
+    if (w->dtype != KVP_DTYPE_F32 || (uint64_t)w->n_in * w->n_out < n || !w->data) {
+        kvp_err_set(err, KVP_EINVAL, "%s: wanted %u f32 values, it holds %s [%u x %u]", wname(w), n,
+                    w->dtype >= 0 ? kvp_dtype_name((uint32_t)w->dtype) : "nothing", w->n_out, w->n_in);
+        return NULL;
+    }
+    return w->data;
+}
+
+static int cpu_rmsnorm(kvp_backend *b, const float *x, const kvp_weight *w, float *y, uint32_t n_tok, uint32_t n,
+                       float eps, kvp_err *err)
 {
     (void)b;
+    const float *weight = f32_vec(w, n, err);
+    if (!weight)
+        return err->code;
     for (uint32_t t = 0; t < n_tok; t++, x += n, y += n) {
         double ss = 0; /* double: the sum of 576..8192 squares, order-independent enough */
         for (uint32_t i = 0; i < n; i++)
@@ -342,17 +475,23 @@ static void cpu_rmsnorm(kvp_backend *b, const float *x, const float *weight, flo
         for (uint32_t i = 0; i < n; i++)
             y[i] = x[i] * scale * weight[i];
     }
+    return 0;
 }
 
 /* Any rot_dim: the angles go through a small table KVP_ROPE_CHUNK pairs at a
  * time, each chunk applied to every head before the next is computed. */
 #define KVP_ROPE_CHUNK 64
 
-static void cpu_rope(kvp_backend *b, float *x, uint32_t n_tok, uint32_t n_head, uint32_t head_dim, uint32_t rot_dim,
-                     const int32_t *pos, const float *inv_freq, int kind)
+static int cpu_rope(kvp_backend *b, float *x, uint32_t n_tok, uint32_t n_head, uint32_t head_dim, uint32_t rot_dim,
+                    const int32_t *pos, const kvp_weight *freq, int kind, kvp_err *err)
 {
     (void)b;
     uint32_t half = rot_dim / 2;
+    const float *inv_freq = f32_vec(freq, half, err);
+    if (!inv_freq)
+        return err->code;
+    if (rot_dim > head_dim)
+        return kvp_err_set(err, KVP_EINVAL, "rope: %u rotated dims in a head of %u", rot_dim, head_dim);
     float cs[KVP_ROPE_CHUNK], sn[KVP_ROPE_CHUNK];
     for (uint32_t t = 0; t < n_tok; t++) {
         for (uint32_t i0 = 0; i0 < half; i0 += KVP_ROPE_CHUNK) {
@@ -375,26 +514,43 @@ static void cpu_rope(kvp_backend *b, float *x, uint32_t n_tok, uint32_t n_head, 
             }
         }
     }
+    return 0;
 }
 
-static void cpu_add_bias(kvp_backend *b, float *x, const float *bias, uint32_t n_tok, uint32_t n)
+static int cpu_add_bias(kvp_backend *b, float *x, const kvp_weight *w, uint32_t n_tok, uint32_t n, kvp_err *err)
 {
     (void)b;
+    const float *bias = f32_vec(w, n, err);
+    if (!bias)
+        return err->code;
     for (uint32_t t = 0; t < n_tok; t++, x += n)
         for (uint32_t i = 0; i < n; i++)
             x[i] += bias[i];
+    return 0;
 }
 
-static void cpu_add(kvp_backend *b, float *x, const float *y, size_t n)
+static int cpu_add(kvp_backend *b, float *x, const float *y, size_t n, kvp_err *err)
 {
-    (void)b;
+    (void)b, (void)err;
     for (size_t i = 0; i < n; i++)
         x[i] += y[i];
+    return 0;
 }
 
-static void cpu_silu_mul(kvp_backend *b, float *g, const float *u, size_t n)
+static int cpu_silu_mul(kvp_backend *b, float *g, const float *u, size_t n, kvp_err *err)
 {
+    (void)err;
     impl_of(b)->k->silu_mul(g, u, n);
+    return 0;
+}
+
+static int cpu_gather_rows(kvp_backend *b, float *dst, const float *src, const uint32_t *rows, uint32_t n_rows,
+                           uint32_t n, kvp_err *err)
+{
+    (void)b, (void)err;
+    for (uint32_t i = 0; i < n_rows; i++)
+        memcpy(dst + (size_t)i * n, src + (size_t)rows[i] * n, (size_t)n * sizeof(float));
+    return 0;
 }
 
 /* ---- paged KV ---- */
@@ -441,10 +597,12 @@ static void kv_put_row(const kvp_kv_pool *kv, uint32_t blk, uint32_t layer, uint
         kv_put(kv->dtype, base + kv_off(kv, blk, layer, which, h, s), src, kv->head_dim);
 }
 
-static void cpu_kv_store(kvp_backend *b, const kvp_kv_pool *kv, uint32_t layer, const float *k, const float *v,
-                         uint32_t n_tok, const uint32_t *slot)
+static int cpu_kv_store(kvp_backend *b, const kvp_kv_pool *kv, uint32_t layer, const float *k, const float *v,
+                        uint32_t n_tok, const uint32_t *slot, kvp_err *err)
 {
     (void)b;
+    if (layer >= kv->n_layer)
+        return kvp_err_set(err, KVP_EINVAL, "kv_store: layer %u of a pool of %u", layer, kv->n_layer);
     size_t row = (size_t)kv->n_head_kv * kv->head_dim;
     for (uint32_t t = 0; t < n_tok; t++) {
         uint32_t blk = slot[t] / kv->block_size, s = slot[t] % kv->block_size;
@@ -453,13 +611,18 @@ static void cpu_kv_store(kvp_backend *b, const kvp_kv_pool *kv, uint32_t layer, 
             kv_put_row(kv, blk, layer, 1, h, s, v + t * row + (size_t)h * kv->head_dim);
         }
     }
+    return 0;
 }
 
-static void cpu_kv_copy_block(kvp_backend *b, const kvp_kv_pool *kv, uint32_t dst, uint32_t src)
+static int cpu_kv_copy_block(kvp_backend *b, const kvp_kv_pool *kv, uint32_t dst, uint32_t src, kvp_err *err)
 {
     (void)b;
+    if (dst >= kv->n_blocks || src >= kv->n_blocks)
+        return kvp_err_set(err, KVP_EINVAL, "kv_copy_block: block %u to %u in a pool of %u", src, dst, kv->n_blocks);
     uint8_t *base = kv->base;
-    memcpy(base + (size_t)dst * kv->block_bytes, base + (size_t)src * kv->block_bytes, kv->block_bytes);
+    if (dst != src)
+        memcpy(base + (size_t)dst * kv->block_bytes, base + (size_t)src * kv->block_bytes, kv->block_bytes);
+    return 0;
 }
 
 /* ---- attention ----
@@ -486,6 +649,7 @@ typedef struct attn_ctx {
     uint32_t n_runs;
     uint32_t chunk;          /* C: keys a chunk holds */
     float *parts;            /* split runs: per (run, head, chunk) an attn_part's floats */
+    size_t parts_cap;        /* floats parts holds: runs past it are not split */
 } attn_ctx;
 
 /* A run: consecutive query tokens of one sequence that go through the
@@ -575,7 +739,7 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
     const kvp_attn_args *a = c->a;
     const kvp_kv_pool *kv = a->kv;
     uint32_t hd = kv->head_dim, bs = kv->block_size, nq = nt * c->n_rep, ldq = attn_lanes(nq), n = p1 - p0;
-    const uint32_t *table = a->tables[a->tok_seq[tok[0]]];
+    const uint32_t *table = a->tables + (size_t)a->tok_seq[tok[0]] * a->table_stride;
     for (uint32_t j = 0; j < ldq; j++) {
         int32_t seen = j < nq ? a->pos[tok[j / c->n_rep]] + 1 - (int32_t)p0 : 1; /* keys of the range it sees */
         w->lim[j] = seen > 0 ? seen : 0;
@@ -722,9 +886,11 @@ static void attn_merge(const attn_ctx *c, const attn_runrec *r)
         }
 }
 
-/* The runs of the step: tiles of `tile` tokens, cut where the sequence
- * changes; sets their tasks and parts.  Returns the task count; *parts the
- * floats the split runs need. */
+/* The runs of the step (from the host copies of pos and tok_seq): tiles
+ * of `tile` tokens, cut where the sequence changes; sets their tasks and
+ * parts.  A run is split only while the reserved parts hold it (either way
+ * gives the same bits).  Returns the task count; *parts the floats the
+ * split runs use. */
 static uint32_t attn_plan(attn_ctx *c, uint32_t tile, size_t *parts)
 {
     const kvp_attn_args *a = c->a;
@@ -732,28 +898,44 @@ static uint32_t attn_plan(attn_ctx *c, uint32_t tile, size_t *parts)
     *parts = 0;
     for (uint32_t t = 0; t < a->n_tok;) {
         uint32_t end = t + tile < a->n_tok ? t + tile : a->n_tok, u = t + 1;
-        while (u < end && a->tok_seq[u] == a->tok_seq[t])
+        while (u < end && a->host_tok_seq[u] == a->host_tok_seq[t])
             u++;
         attn_runrec *r = &c->runs[n++];
-        uint32_t n_pos = (uint32_t)a->pos[t] + 1;
+        uint32_t n_pos = (uint32_t)a->host_pos[t] + 1, n_chunks = (n_pos + c->chunk - 1) / c->chunk;
+        size_t need = (size_t)c->n_head_kv * n_chunks * attn_part_floats(c);
         r->t0 = t, r->nt = u - t, r->first_task = tasks, r->part = *parts;
-        r->n_chunks = r->nt == 1 && n_pos >= 2 * c->chunk ? (n_pos + c->chunk - 1) / c->chunk : 1;
+        r->n_chunks = r->nt == 1 && n_pos >= 2 * c->chunk && *parts + need <= c->parts_cap ? n_chunks : 1;
         tasks += c->n_head_kv * r->n_chunks;
         if (r->n_chunks > 1)
-            *parts += (size_t)c->n_head_kv * r->n_chunks * attn_part_floats(c);
+            *parts += need;
         t = u;
     }
     c->n_runs = n;
     return tasks;
 }
 
+/* Attention's chunk C for a pool of block_size bs: KVP_ATT_CHUNK in whole blocks. */
+static uint32_t attn_chunk(uint32_t bs) { return (KVP_ATT_CHUNK + bs - 1) / bs * bs; }
+
+/* The widest query lanes a task takes with n_rep query heads a KV head. */
+static uint32_t attn_max_lanes(uint32_t n_rep)
+{
+    return attn_lanes(n_rep >= KVP_ATT_QUERIES ? n_rep : KVP_ATT_QUERIES / n_rep * n_rep);
+}
+
+/* Decode steps that split long contexts across threads: the parts
+ * reserved hold this many such tokens (past it, the rest run unsplit). */
+#define KVP_ATT_SPLIT_TOKENS 256
+
 static int cpu_attention(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
 {
     cpu_impl *im = impl_of(b);
     attn_ctx c = {.a = a, .k = im->k, .n_head_kv = a->kv->n_head_kv};
     uint32_t bs = a->kv->block_size;
+    if (!c.n_head_kv || a->n_head % c.n_head_kv)
+        return kvp_err_set(err, KVP_EINVAL, "attention: %u query heads over %u KV heads", a->n_head, c.n_head_kv);
     c.n_rep = a->n_head / c.n_head_kv;
-    c.chunk = (KVP_ATT_CHUNK + bs - 1) / bs * bs;
+    c.chunk = attn_chunk(bs);
     /* Tokens per tile: KVP_ATT_QUERIES queries, fewer while that leaves
      * under two tasks a thread (a query's numbers do not depend on its
      * tile: the lanes are independent). */
@@ -762,31 +944,70 @@ static int cpu_attention(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
         tile = (tile + 1) / 2;
     c.ldq = attn_lanes(tile * c.n_rep);
     size_t need = attn_scratch_floats(c.ldq, c.chunk, a->kv->head_dim, bs);
-    if (need > im->att_per_thread) {
-        void *p = im->att;
-        size_t have = im->att_per_thread * (size_t)im->n_threads * sizeof(float);
-        p = grow(&p, &have, need * (size_t)im->n_threads * sizeof(float));
-        im->att = p; /* grow freed the old scratch either way */
-        im->att_per_thread = p ? need : 0;
-        if (!p)
-            return kvp_err_set(err, KVP_ENOMEM, "attention: out of memory for %zu floats of scratch", need);
-    }
+    if (need > im->att_per_thread || a->n_tok > im->res_tok)
+        return kvp_err_set(err, KVP_ELIMIT, "attention: %u queries over heads of %u are beyond the scratch reserved "
+                           "(%u tokens)", a->n_tok, a->kv->head_dim, im->res_tok);
     c.scratch = im->att;
     c.per_thread = im->att_per_thread;
-    if (!grow(&im->runs, &im->runs_size, (size_t)a->n_tok * sizeof(attn_runrec)))
-        return kvp_err_set(err, KVP_ENOMEM, "attention: out of memory for %u runs", a->n_tok);
     c.runs = im->runs;
+    c.parts = im->parts;
+    c.parts_cap = im->parts_size / sizeof(float);
     size_t parts;
     uint32_t n_tasks = attn_plan(&c, tile, &parts);
-    if (parts) {
-        if (!grow(&im->parts, &im->parts_size, parts * sizeof(float)))
-            return kvp_err_set(err, KVP_ENOMEM, "attention: out of memory for %zu split results", parts);
-        c.parts = im->parts;
-    }
     kvp_threadpool_run(im->pool, attn_task, &c, (int)n_tasks);
     for (uint32_t i = 0; parts && i < c.n_runs; i++)
         if (c.runs[i].n_chunks > 1)
             attn_merge(&c, &c.runs[i]);
+    return 0;
+}
+
+/* Grow *p to need bytes; KVP_ENOMEM naming what when it cannot. */
+static int reserve_one(void **p, size_t *have, size_t need, const char *what, kvp_err *err)
+{
+    if (grow(p, have, need ? need : 1))
+        return 0;
+    return kvp_err_set(err, KVP_ENOMEM, "cpu backend: out of memory for %zu bytes of %s", need, what);
+}
+
+/* Scratch for the largest step to come: every buffer an op uses, sized
+ * here so the ops never allocate (backend.h). */
+static int cpu_reserve(kvp_backend *b, const kvp_backend_reserve *r, kvp_err *err)
+{
+    cpu_impl *im = impl_of(b);
+    uint32_t nt = r->max_tok > im->res_tok ? r->max_tok : im->res_tok;
+    uint32_t n_in = r->max_n_in > im->res_n_in ? r->max_n_in : im->res_n_in;
+    uint32_t ctx = r->max_ctx > im->res_ctx ? r->max_ctx : im->res_ctx;
+    uint32_t T = im->k->tile_tok, nb = (n_in + KVP_QK - 1) / KVP_QK, nth = (uint32_t)im->n_threads;
+    size_t tile_bytes = (size_t)nb * (T * KVP_QK + KVP_Q8_SCALES * sizeof(float));
+    int rc;
+    if ((rc = reserve_one(&im->qbuf, &im->qbuf_size, (size_t)nt * nb * sizeof(kvp_q8blk), "activations", err)) < 0 ||
+        (rc = reserve_one(&im->tiles, &im->tiles_size, tile_bytes * ((nt + T - 1) / T), "activation tiles",
+                          err)) < 0 ||
+        (rc = reserve_one(&im->runs, &im->runs_size, (size_t)nt * sizeof(attn_runrec), "attention runs", err)) < 0)
+        return rc;
+    im->res_tok = nt, im->res_n_in = n_in;
+    const kvp_kv_pool *kv = r->kv;
+    if (!kv || !kv->n_head_kv || !r->n_head)
+        return 0;
+    uint32_t n_rep = r->n_head / kv->n_head_kv, chunk = attn_chunk(kv->block_size);
+    size_t per = attn_scratch_floats(attn_max_lanes(n_rep ? n_rep : 1), chunk, kv->head_dim, kv->block_size);
+    if (per > im->att_per_thread) {
+        void *p = im->att;
+        size_t have = im->att_per_thread * nth * sizeof(float);
+        if ((rc = reserve_one(&p, &have, per * nth * sizeof(float), "attention scratch", err)) < 0) {
+            im->att = NULL, im->att_per_thread = 0; /* grow freed the old one */
+            return rc;
+        }
+        im->att = p, im->att_per_thread = per;
+    }
+    /* Split decode tokens: each of up to KVP_ATT_SPLIT_TOKENS keeps a part
+     * per KV head and chunk of the longest context. */
+    size_t split = nt < KVP_ATT_SPLIT_TOKENS ? nt : KVP_ATT_SPLIT_TOKENS;
+    size_t part = (size_t)n_rep * (kv->head_dim + 2);
+    size_t parts = ctx >= 2 * chunk ? split * kv->n_head_kv * ((ctx + chunk - 1) / chunk) * part : 0;
+    if (parts && (rc = reserve_one(&im->parts, &im->parts_size, parts * sizeof(float), "attention parts", err)) < 0)
+        return rc;
+    im->res_ctx = ctx;
     return 0;
 }
 
@@ -802,7 +1023,6 @@ static void cpu_destroy(kvp_backend *b)
         free(im->parts);
         free(im->runs);
         free(im->tiles);
-        free(im->wsum);
         free(im->rowbuf);
         free(im);
     }
@@ -827,11 +1047,15 @@ static int cpu_all_gather(kvp_backend *b, struct kvp_comm *comm, const float *se
 static const kvp_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
+    .supports = cpu_supports,
     .alloc = cpu_alloc,
     .release = cpu_release,
     .to_host = cpu_copy,
     .from_host = cpu_copy,
+    .synchronize = cpu_synchronize,
+    .reserve = cpu_reserve,
     .prepare_weight = cpu_prepare_weight,
+    .release_weight = cpu_release_weight,
     .matmul = cpu_matmul,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
@@ -839,6 +1063,7 @@ static const kvp_backend_ops cpu_ops = {
     .add_bias = cpu_add_bias,
     .add = cpu_add,
     .silu_mul = cpu_silu_mul,
+    .gather_rows = cpu_gather_rows,
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .kv_copy_block = cpu_kv_copy_block,

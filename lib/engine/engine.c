@@ -25,16 +25,38 @@ static void release(kvp_engine *e, float **p)
     *p = NULL;
 }
 
+static void release_dev(kvp_engine *e, void *pp)
+{
+    void **p = pp;
+    if (*p)
+        e->be->ops->release(e->be, *p);
+    *p = NULL;
+}
+
 static void free_buffers(kvp_engine *e)
 {
     release(e, &e->x), release(e, &e->h), release(e, &e->q), release(e, &e->k), release(e, &e->v);
     release(e, &e->att), release(e, &e->g), release(e, &e->u), release(e, &e->logits), release(e, &e->gathered);
+    release_dev(e, &e->d_tok), release_dev(e, &e->d_pos), release_dev(e, &e->d_slot);
+    release_dev(e, &e->d_tok_seq), release_dev(e, &e->d_rows);
     free(e->host_gathered), free(e->host_x), free(e->host_logits);
     e->host_gathered = e->host_x = e->host_logits = NULL;
     free(e->tok_ids), free(e->pos), free(e->slot), free(e->tok_seq), free(e->rows);
     e->tok_ids = e->pos = NULL;
     e->slot = e->tok_seq = e->rows = NULL;
     e->cap_tok = e->cap_rows = 0;
+}
+
+/* The backend's scratch for steps of n_tok tokens whose queries see up to
+ * ctx keys (backend.h: sized between steps, never inside one). */
+static int reserve(kvp_engine *e, uint32_t n_tok, uint32_t ctx, kvp_err *err)
+{
+    kvp_backend_reserve r = {.max_tok = n_tok, .max_ctx = ctx, .max_n_in = e->max_n_in,
+                             .n_head = e->m->cfg.n_head, .kv = kvp_kvcache_pool(e->kc)};
+    int rc = e->be->ops->reserve(e->be, &r, err);
+    if (rc == 0)
+        e->res_ctx = ctx;
+    return rc;
 }
 
 int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n_seqs, kvp_err *err)
@@ -79,15 +101,69 @@ int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n
     e->slot = malloc(nt * sizeof *e->slot);
     e->tok_seq = malloc(nt * sizeof *e->tok_seq);
     e->rows = malloc(nt * sizeof *e->rows);
+    e->d_tok = be->ops->alloc(be, nt * sizeof *e->d_tok);
+    e->d_pos = be->ops->alloc(be, nt * sizeof *e->d_pos);
+    e->d_slot = be->ops->alloc(be, nt * sizeof *e->d_slot);
+    e->d_tok_seq = be->ops->alloc(be, nt * sizeof *e->d_tok_seq);
+    e->d_rows = be->ops->alloc(be, nt * sizeof *e->d_rows);
     if (!e->x || !e->h || !e->q || !e->k || !e->v || !e->att || !e->g || !e->u || !e->logits || !e->tok_ids ||
-        !e->pos || !e->slot || !e->tok_seq || !e->rows || (e->tp && (!e->gathered || !e->host_gathered)) ||
-        (pipe && !e->host_x) || (e->world && e->rank == e->logits_from && !e->host_logits)) {
+        !e->pos || !e->slot || !e->tok_seq || !e->rows || !e->d_tok || !e->d_pos || !e->d_slot || !e->d_tok_seq ||
+        !e->d_rows || (e->tp && (!e->gathered || !e->host_gathered)) || (pipe && !e->host_x) ||
+        (e->world && e->rank == e->logits_from && !e->host_logits)) {
         free_buffers(e);
         return kvp_err_set(err, KVP_ENOMEM, "engine: out of memory for a step of %u tokens", nt);
     }
     e->cap_tok = nt;
     e->cap_rows = nr;
-    return 0;
+    return reserve(e, nt, e->res_ctx, err);
+}
+
+/* Every weight the step passes to an op, each with its own copy of the
+ * descriptor: the model stays const, the backend keeps its data in dev. */
+#define KVP_LAYER_WEIGHTS(L)                                                                                    \
+    &(L)->attn_norm, &(L)->wq, &(L)->wk, &(L)->wv, &(L)->bq, &(L)->bk, &(L)->bv, &(L)->wo, &(L)->ffn_norm,    \
+        &(L)->w_gate, &(L)->w_up, &(L)->w_down
+
+static void release_weights(kvp_engine *e)
+{
+    kvp_backend *be = e->be;
+    for (uint32_t il = 0; il < e->m->cfg.n_layer; il++) {
+        kvp_weight *ws[] = {KVP_LAYER_WEIGHTS(&e->layers[il])};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+            be->ops->release_weight(be, ws[i]);
+    }
+    be->ops->release_weight(be, &e->tok_embd);
+    be->ops->release_weight(be, &e->output);
+    be->ops->release_weight(be, &e->output_norm);
+    be->ops->release_weight(be, &e->rope_freq);
+}
+
+static int prepare_one(kvp_engine *e, kvp_weight *w, kvp_err *err)
+{
+    w->dev = NULL;
+    if (w->dtype >= 0 && w->n_in > e->max_n_in)
+        e->max_n_in = w->n_in;
+    return kvp_backend_prepare(e->be, w, err);
+}
+
+static int prepare_weights(kvp_engine *e, kvp_err *err)
+{
+    const kvp_model *m = e->m;
+    int rc = 0;
+    e->tok_embd = m->tok_embd, e->output = m->output, e->output_norm = m->output_norm;
+    e->rope_freq = (kvp_weight){.name = "rope frequencies", .dtype = KVP_DTYPE_F32, .n_in = m->cfg.rope_dim / 2,
+                                .n_out = 1, .row_bytes = (uint64_t)(m->cfg.rope_dim / 2) * sizeof(float),
+                                .data = m->inv_freq};
+    for (uint32_t il = 0; il < m->cfg.n_layer && rc == 0; il++) {
+        e->layers[il] = m->layers[il];
+        kvp_weight *ws[] = {KVP_LAYER_WEIGHTS(&e->layers[il])};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws && rc == 0; i++)
+            rc = prepare_one(e, ws[i], err);
+    }
+    if (rc == 0 && (rc = prepare_one(e, &e->tok_embd, err)) == 0 && (rc = prepare_one(e, &e->output, err)) == 0 &&
+        (rc = prepare_one(e, &e->output_norm, err)) == 0)
+        rc = prepare_one(e, &e->rope_freq, err);
+    return rc;
 }
 
 int kvp_engine_create(kvp_engine **out, const kvp_model *m, kvp_backend *be, kvp_kvcache *kc, kvp_err *err)
@@ -99,12 +175,19 @@ int kvp_engine_create(kvp_engine **out, const kvp_model *m, kvp_backend *be, kvp
                            "(%u layers, %u x %u)", kv->n_layer, kv->n_head_kv, kv->head_dim, m->cfg.n_layer,
                            m->cfg.n_head_kv, m->cfg.head_dim);
     kvp_engine *e = calloc(1, sizeof *e);
-    if (!e)
+    if (!e || !(e->layers = calloc(m->cfg.n_layer ? m->cfg.n_layer : 1, sizeof *e->layers))) {
+        free(e);
         return kvp_err_set(err, KVP_ENOMEM, "engine: out of memory");
+    }
     e->m = m;
     e->be = be;
     e->kc = kc;
     e->prev = e->next = e->logits_from = -1; /* alone until kvp_engine_tp_start */
+    int rc = prepare_weights(e, err);
+    if (rc < 0) {
+        kvp_engine_free(e);
+        return rc;
+    }
     *out = e;
     return 0;
 }
@@ -115,6 +198,10 @@ void kvp_engine_free(kvp_engine *e)
         return;
     kvp_engine_tp_release(e);
     free_buffers(e);
+    release_weights(e);
+    release_dev(e, &e->d_flat);
+    free(e->flat);
+    free(e->layers);
     free(e->tables);
     free(e->n_table);
     free(e);
@@ -128,11 +215,13 @@ static int reduce(kvp_engine *e, float *x, size_t n, kvp_err *err)
 }
 
 /* One transformer layer over tokens [t0, t0 + T) of the step (all of them,
- * or one micro-batch of a pipeline stage: every buffer is rows of tokens). */
+ * or one micro-batch of a pipeline stage: every buffer is rows of tokens).
+ * Each op's failure stops the layer (an asynchronous backend may report
+ * an earlier op's). */
 static int layer_forward(kvp_engine *e, uint32_t il, uint32_t t0, uint32_t T, kvp_attn_args *aa, kvp_err *err)
 {
     const kvp_config *c = &e->m->cfg;
-    const kvp_layer *L = &e->m->layers[il];
+    const kvp_layer *L = &e->layers[il];
     const kvp_backend_ops *op = e->be->ops;
     kvp_backend *be = e->be;
     uint32_t d = c->n_embd, nq = c->n_head * c->head_dim, nkv = c->n_head_kv * c->head_dim;
@@ -140,39 +229,39 @@ static int layer_forward(kvp_engine *e, uint32_t il, uint32_t t0, uint32_t T, kv
     float *x = e->x + (size_t)t0 * d, *h = e->h + (size_t)t0 * d, *q = e->q + (size_t)t0 * nq;
     float *k = e->k + (size_t)t0 * nkv, *v = e->v + (size_t)t0 * nkv, *att = e->att + (size_t)t0 * nq;
     float *g = e->g + (size_t)t0 * c->n_ff, *u = e->u + (size_t)t0 * c->n_ff;
-    const int32_t *pos = e->pos + t0;
+    const int32_t *pos = e->d_pos + t0;
     int rc;
 
-    op->rmsnorm(be, x, L->attn_norm.data, h, T, d, eps);
-    if ((rc = op->matmul(be, &L->wq, h, q, T, err)) < 0 || (rc = op->matmul(be, &L->wk, h, k, T, err)) < 0 ||
+    if ((rc = op->rmsnorm(be, x, &L->attn_norm, h, T, d, eps, err)) < 0 ||
+        (rc = op->matmul(be, &L->wq, h, q, T, err)) < 0 || (rc = op->matmul(be, &L->wk, h, k, T, err)) < 0 ||
         (rc = op->matmul(be, &L->wv, h, v, T, err)) < 0)
         return rc;
-    if (L->bq.dtype >= 0) {
-        op->add_bias(be, q, L->bq.data, T, nq);
-        op->add_bias(be, k, L->bk.data, T, nkv);
-        op->add_bias(be, v, L->bv.data, T, nkv);
-    }
-    op->rope(be, q, T, c->n_head, c->head_dim, c->rope_dim, pos, e->m->inv_freq, (int)c->rope_type);
-    op->rope(be, k, T, c->n_head_kv, c->head_dim, c->rope_dim, pos, e->m->inv_freq, (int)c->rope_type);
+    if (L->bq.dtype >= 0 &&
+        ((rc = op->add_bias(be, q, &L->bq, T, nq, err)) < 0 || (rc = op->add_bias(be, k, &L->bk, T, nkv, err)) < 0 ||
+         (rc = op->add_bias(be, v, &L->bv, T, nkv, err)) < 0))
+        return rc;
+    if ((rc = op->rope(be, q, T, c->n_head, c->head_dim, c->rope_dim, pos, &e->rope_freq, (int)c->rope_type,
+                       err)) < 0 ||
+        (rc = op->rope(be, k, T, c->n_head_kv, c->head_dim, c->rope_dim, pos, &e->rope_freq, (int)c->rope_type,
+                       err)) < 0)
+        return rc;
     /* All K/V of this layer are stored before any token attends (kvcache.h);
      * a micro-batch's tokens attend only to earlier ones, stored first. */
-    op->kv_store(be, kvp_kvcache_pool(e->kc), il, k, v, T, e->slot + t0);
+    if ((rc = op->kv_store(be, kvp_kvcache_pool(e->kc), il, k, v, T, e->d_slot + t0, err)) < 0)
+        return rc;
     aa->layer = il;
-    aa->q = q, aa->out = att, aa->n_tok = T, aa->pos = pos, aa->tok_seq = e->tok_seq + t0;
-    if ((rc = op->attention(be, aa, err)) < 0)
+    aa->q = q, aa->out = att, aa->n_tok = T, aa->pos = pos, aa->tok_seq = e->d_tok_seq + t0;
+    aa->host_pos = e->pos + t0, aa->host_tok_seq = e->tok_seq + t0;
+    if ((rc = op->attention(be, aa, err)) < 0 || (rc = op->matmul(be, &L->wo, att, h, T, err)) < 0 ||
+        (rc = reduce(e, h, (size_t)T * d, err)) < 0 || (rc = op->add(be, x, h, (size_t)T * d, err)) < 0)
         return rc;
-    if ((rc = op->matmul(be, &L->wo, att, h, T, err)) < 0 || (rc = reduce(e, h, (size_t)T * d, err)) < 0)
-        return rc;
-    op->add(be, x, h, (size_t)T * d);
 
-    op->rmsnorm(be, x, L->ffn_norm.data, h, T, d, eps);
-    if ((rc = op->matmul(be, &L->w_gate, h, g, T, err)) < 0 || (rc = op->matmul(be, &L->w_up, h, u, T, err)) < 0)
+    if ((rc = op->rmsnorm(be, x, &L->ffn_norm, h, T, d, eps, err)) < 0 ||
+        (rc = op->matmul(be, &L->w_gate, h, g, T, err)) < 0 || (rc = op->matmul(be, &L->w_up, h, u, T, err)) < 0 ||
+        (rc = op->silu_mul(be, g, u, (size_t)T * c->n_ff, err)) < 0 ||
+        (rc = op->matmul(be, &L->w_down, g, h, T, err)) < 0 || (rc = reduce(e, h, (size_t)T * d, err)) < 0)
         return rc;
-    op->silu_mul(be, g, u, (size_t)T * c->n_ff);
-    if ((rc = op->matmul(be, &L->w_down, g, h, T, err)) < 0 || (rc = reduce(e, h, (size_t)T * d, err)) < 0)
-        return rc;
-    op->add(be, x, h, (size_t)T * d);
-    return 0;
+    return op->add(be, x, h, (size_t)T * d, err);
 }
 
 /* The logits rows: alone, straight to the host; under tensor parallelism
@@ -183,18 +272,16 @@ static int project(kvp_engine *e, uint32_t R, float *logits, kvp_err *err)
     const kvp_backend_ops *op = e->be->ops;
     kvp_backend *be = e->be;
     int rc;
-    if ((rc = op->matmul(be, &e->m->output, e->h, e->logits, R, err)) < 0)
+    if ((rc = op->matmul(be, &e->output, e->h, e->logits, R, err)) < 0)
         return rc;
-    if (!e->tp) {
-        op->to_host(be, logits, e->logits, (size_t)R * c->n_vocab * sizeof(float));
-        return 0;
-    }
+    if (!e->tp)
+        return op->to_host(be, logits, e->logits, (size_t)R * c->n_vocab * sizeof(float), err);
     /* Each rank's slice is [R][its rows], packed; the last rank may hold
      * fewer rows than vocab_rows, the rest of its piece is unused. */
     size_t piece = (size_t)R * e->vocab_rows;
-    if ((rc = op->all_gather(be, e->tp, e->logits, e->gathered, piece, err)) < 0 || !logits)
+    if ((rc = op->all_gather(be, e->tp, e->logits, e->gathered, piece, err)) < 0 || !logits ||
+        (rc = op->to_host(be, e->host_gathered, e->gathered, piece * (size_t)e->tp_n * sizeof(float), err)) < 0)
         return rc;
-    op->to_host(be, e->host_gathered, e->gathered, piece * (size_t)e->tp_n * sizeof(float));
     for (int q = 0; q < e->tp_n; q++) {
         uint32_t v0 = (uint32_t)q * e->vocab_rows;
         uint32_t nv = c->n_vocab - v0 < e->vocab_rows ? c->n_vocab - v0 : e->vocab_rows;
@@ -218,16 +305,65 @@ static uint32_t micro_batches(const kvp_engine *e, uint32_t T)
     return fit < 1 ? 1 : fit < want ? fit : want;
 }
 
-int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, float *logits, kvp_err *err)
+/* The block tables of the step's n_seqs sequences as one [n_seqs][stride]
+ * array (stride: the longest table), on the host and the device. */
+static int upload_tables(kvp_engine *e, uint32_t n_seqs, uint32_t *stride, kvp_err *err)
+{
+    uint32_t w = 1;
+    for (uint32_t i = 0; i < n_seqs; i++)
+        w = e->n_table[i] > w ? e->n_table[i] : w;
+    size_t n = (size_t)(n_seqs ? n_seqs : 1) * w;
+    if (n > e->cap_flat) {
+        size_t cap = n > 2 * e->cap_flat ? n : 2 * e->cap_flat;
+        free(e->flat);
+        release_dev(e, &e->d_flat);
+        e->cap_flat = 0;
+        if (!(e->flat = malloc(cap * sizeof *e->flat)) ||
+            !(e->d_flat = e->be->ops->alloc(e->be, cap * sizeof *e->d_flat)))
+            return kvp_err_set(err, KVP_ENOMEM, "engine: out of memory for the block tables of %u sequences",
+                               n_seqs);
+        e->cap_flat = cap;
+    }
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        memcpy(e->flat + (size_t)i * w, e->tables[i], (size_t)e->n_table[i] * sizeof *e->flat);
+        memset(e->flat + (size_t)i * w + e->n_table[i], 0, (size_t)(w - e->n_table[i]) * sizeof *e->flat);
+    }
+    *stride = w;
+    return e->be->ops->from_host(e->be, e->d_flat, e->flat, n * sizeof *e->flat, err);
+}
+
+/* The step's metadata to the device, and the backend's scratch grown to
+ * its longest context first (between steps: backend.h). */
+static int upload_step(kvp_engine *e, uint32_t T, uint32_t R, uint32_t n_seqs, kvp_attn_args *aa, kvp_err *err)
+{
+    const kvp_backend_ops *op = e->be->ops;
+    kvp_backend *be = e->be;
+    uint32_t ctx = 0, stride = 0;
+    for (uint32_t t = 0; t < T; t++)
+        ctx = (uint32_t)e->pos[t] + 1 > ctx ? (uint32_t)e->pos[t] + 1 : ctx;
+    int rc = 0;
+    if (ctx > e->res_ctx) /* doubling: a growing sequence reserves rarely */
+        rc = reserve(e, e->cap_tok, ctx > 2 * e->res_ctx ? ctx : 2 * e->res_ctx, err);
+    if (rc < 0 || (rc = upload_tables(e, n_seqs, &stride, err)) < 0 ||
+        (rc = op->from_host(be, e->d_tok, e->tok_ids, T * sizeof *e->tok_ids, err)) < 0 ||
+        (rc = op->from_host(be, e->d_pos, e->pos, T * sizeof *e->pos, err)) < 0 ||
+        (rc = op->from_host(be, e->d_slot, e->slot, T * sizeof *e->slot, err)) < 0 ||
+        (rc = op->from_host(be, e->d_tok_seq, e->tok_seq, T * sizeof *e->tok_seq, err)) < 0 ||
+        (R && (rc = op->from_host(be, e->d_rows, e->rows, R * sizeof *e->rows, err)) < 0))
+        return rc;
+    aa->tables = e->d_flat, aa->table_stride = stride, aa->n_seq = n_seqs, aa->max_ctx = ctx;
+    return 0;
+}
+
+int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, uint32_t n_seqs, float *logits, kvp_err *err)
 {
     const kvp_config *c = &e->m->cfg;
     const kvp_backend_ops *op = e->be->ops;
     kvp_backend *be = e->be;
-    kvp_attn_args aa = {.q = e->q, .out = e->att, .n_tok = T, .n_head = c->n_head,
-                        .scale = 1.0f / sqrtf((float)c->head_dim), .pos = e->pos, .tok_seq = e->tok_seq,
-                        .tables = e->tables, .kv = kvp_kvcache_pool(e->kc)};
+    kvp_attn_args aa = {.n_head = c->n_head, .scale = 1.0f / sqrtf((float)c->head_dim),
+                        .kv = kvp_kvcache_pool(e->kc)};
     size_t d = c->n_embd;
-    int rc = 0;
+    int rc = upload_step(e, T, R, n_seqs, &aa, err);
     /* Pipeline stages take the step in micro-batches, so stage s computes
      * one while stage s + 1 computes the one before (micro_batches). */
     uint32_t M = micro_batches(e, T);
@@ -236,15 +372,13 @@ int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, float *logits, kvp_err
         size_t xb = (size_t)n * d * sizeof(float);
         float *x = e->x + (size_t)t0 * d;
         if (e->prev < 0)
-            rc = op->embed(be, &e->m->tok_embd, e->tok_ids + t0, n, x, err);
+            rc = op->embed(be, &e->tok_embd, e->d_tok + t0, n, x, err);
         else if ((rc = kvp_comm_recv(e->world, e->host_x, xb, e->prev, KVP_TAG_HIDDEN, err)) == 0)
-            op->from_host(be, x, e->host_x, xb);
+            rc = op->from_host(be, x, e->host_x, xb, err);
         for (uint32_t il = 0; il < c->n_layer && rc == 0; il++)
             rc = layer_forward(e, il, t0, n, &aa, err);
-        if (rc == 0 && e->next >= 0) { /* the next stage goes on */
-            op->to_host(be, e->host_x, x, xb);
+        if (rc == 0 && e->next >= 0 && (rc = op->to_host(be, e->host_x, x, xb, err)) == 0) /* the next stage goes on */
             rc = kvp_comm_send(e->world, e->host_x, xb, e->next, KVP_TAG_HIDDEN, err);
-        }
     }
     if (rc < 0)
         return rc;
@@ -255,12 +389,11 @@ int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, float *logits, kvp_err
                              KVP_TAG_LOGITS, err);
     }
     if (!R)
-        return 0;
+        return op->synchronize(be, err);
     /* Gather the rows asked for, then norm and project only those. */
-    for (uint32_t i = 0; i < R; i++)
-        if (e->rows[i] != i)
-            memcpy(e->x + i * d, e->x + (size_t)e->rows[i] * d, d * sizeof(float));
-    op->rmsnorm(be, e->x, e->m->output_norm.data, e->h, R, c->n_embd, (float)c->rms_eps);
+    if ((rc = op->gather_rows(be, e->h, e->x, e->d_rows, R, c->n_embd, err)) < 0 ||
+        (rc = op->rmsnorm(be, e->h, &e->output_norm, e->h, R, c->n_embd, (float)c->rms_eps, err)) < 0)
+        return rc;
     if (e->rank != e->logits_from || e->rank == 0)
         return project(e, R, logits, err);
     /* the last stage's first rank: to rank 0, which waits in its own stage */
@@ -330,7 +463,7 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
 
     if (e->world && (rc = kvp_engine_tp_send_step(e, T, R, n_seqs, err)) < 0)
         goto fail;
-    if ((rc = kvp_engine_run(e, T, R, logits, err)) < 0)
+    if ((rc = kvp_engine_run(e, T, R, n_seqs, logits, err)) < 0)
         goto fail;
     free(old_len);
     return (int)R;

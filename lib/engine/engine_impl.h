@@ -12,8 +12,15 @@ struct kvp_engine {
     const kvp_model *m;
     kvp_backend *be;
     kvp_kvcache *kc;
+    /* The model's weights as the backend prepared them (prepare_weight):
+     * copies of the model's descriptors, each with its backend data. */
+    kvp_layer *layers;     /* [n_layer] */
+    kvp_weight tok_embd, output, output_norm;
+    kvp_weight rope_freq;  /* the model's inv_freq, [rope_dim / 2] f32 */
+    uint32_t max_n_in;     /* the widest weight row */
     uint32_t cap_tok;      /* tokens the buffers hold */
     uint32_t cap_rows;     /* logits rows the buffers hold */
+    uint32_t res_ctx;      /* keys a query may see, as reserved in the backend */
     /* device buffers */
     float *x, *h, *q, *k, *v, *att, *g, *u, *logits;
     /* host metadata for the step */
@@ -21,6 +28,11 @@ struct kvp_engine {
     uint32_t *slot, *tok_seq, *rows;
     const uint32_t **tables;
     uint32_t cap_seqs;
+    /* the step's metadata on the device (kvp_engine_run uploads it) */
+    int32_t *d_tok, *d_pos;
+    uint32_t *d_slot, *d_tok_seq, *d_rows;
+    uint32_t *flat, *d_flat; /* block tables [n_seq][stride], host and device */
+    size_t cap_flat;       /* uint32s each holds */
     /* tensor and pipeline parallelism (NULL world: one process) */
     kvp_comm *world;       /* the job: messages from rank 0, hidden states, logits */
     kvp_comm *tp;          /* this stage's ranks, when more than one: all-reduce, logits gather */
@@ -46,10 +58,11 @@ struct kvp_engine {
 
 /* Make room for a step of n_tok tokens, n_rows logits rows, n_seqs sequences. */
 int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n_seqs, kvp_err *err);
-/* The step laid out in e's arrays: embed, every layer, and the logits rows
+/* The step laid out in e's host arrays (T tokens of n_seqs sequences, R
+ * logits rows): uploaded, then embed, every layer, and the logits rows
  * (gathered across ranks under tensor parallelism) into logits (host; NULL
  * on a worker).  0 or a code. */
-int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, float *logits, kvp_err *err);
+int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, uint32_t n_seqs, float *logits, kvp_err *err);
 /* The driver: broadcast the step laid out in e's arrays (tp.c). */
 int kvp_engine_tp_send_step(kvp_engine *e, uint32_t T, uint32_t R, uint32_t n_seqs, kvp_err *err);
 /* Release the tensor-parallel buffers (tp.c). */

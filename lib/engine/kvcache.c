@@ -58,11 +58,12 @@ struct kvp_kvcache {
 };
 
 /* Copy a block in the pool, and tell the hook (tensor-parallel ranks copy theirs). */
-static void copy_block(kvp_kvcache *kc, uint32_t dst, uint32_t src)
+static int copy_block(kvp_kvcache *kc, uint32_t dst, uint32_t src, kvp_err *err)
 {
-    kc->be->ops->kv_copy_block(kc->be, &kc->pool, dst, src);
-    if (kc->on_copy)
+    int rc = kc->be->ops->kv_copy_block(kc->be, &kc->pool, dst, src, err);
+    if (rc == 0 && kc->on_copy)
         kc->on_copy(kc->on_copy_ctx, dst, src);
+    return rc;
 }
 
 void kvp_kvcache_set_copy_hook(kvp_kvcache *kc, kvp_kvcache_copy_hook fn, void *ctx)
@@ -164,6 +165,9 @@ int kvp_kvcache_create(kvp_kvcache **out, const kvp_config *c, const kvp_kvcache
                            "KV pool of %llu blocks x %u tokens = %llu token slots: more than 2^32 (a slot id is 32 "
                            "bits); use fewer or smaller blocks", (unsigned long long)nb, bs,
                            (unsigned long long)(nb * bs));
+    if (!be->ops->supports(be, KVP_USE_KV, o->dtype, kvp_kvscale_dtype(o->dtype)))
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "KV cache: the %s backend has no %s cache", be->ops->name,
+                           kvp_dtype_name((uint32_t)o->dtype));
     kvp_kvcache *kc = calloc(1, sizeof *kc);
     if (!kc)
         return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory");
@@ -344,10 +348,10 @@ static int block_is(const kvp_kvcache *kc, uint32_t b, uint64_t parent, const ui
 uint64_t kvp_kvcache_block_hash(const kvp_kvcache *kc, uint32_t b) { return b < kc->pool.n_blocks ? kc->hash[b] : 0; }
 uint32_t kvp_kvcache_block_refs(const kvp_kvcache *kc, uint32_t b) { return b < kc->pool.n_blocks ? kc->refs[b] : 0; }
 
-void kvp_kvcache_block_read(kvp_kvcache *kc, uint32_t b, void *host)
+int kvp_kvcache_block_read(kvp_kvcache *kc, uint32_t b, void *host, kvp_err *err)
 {
-    kc->be->ops->to_host(kc->be, host, (uint8_t *)kc->pool.base + (size_t)b * kc->pool.block_bytes,
-                         kc->pool.block_bytes);
+    return kc->be->ops->to_host(kc->be, host, (uint8_t *)kc->pool.base + (size_t)b * kc->pool.block_bytes,
+                                kc->pool.block_bytes, err);
 }
 
 void kvp_kvcache_set_whole(kvp_kvcache *kc, const kvp_kv_pool *whole, kvp_kvcache_read_hook rd,
@@ -364,8 +368,7 @@ int kvp_kvcache_block_write_whole(kvp_kvcache *kc, uint32_t b, const void *host,
 {
     if (kc->write_whole)
         return kc->write_whole(kc->read_whole_ctx, b, host, err);
-    kvp_kvcache_block_write(kc, b, host);
-    return 0;
+    return kvp_kvcache_block_write(kc, b, host, err);
 }
 
 int kvp_kvcache_repool(kvp_kvcache *kc, const kvp_config *c, kvp_kv_pool *old, kvp_err *err)
@@ -390,14 +393,13 @@ int kvp_kvcache_block_read_whole(kvp_kvcache *kc, uint32_t b, void *host, kvp_er
 {
     if (kc->read_whole)
         return kc->read_whole(kc->read_whole_ctx, b, host, err);
-    kvp_kvcache_block_read(kc, b, host);
-    return 0;
+    return kvp_kvcache_block_read(kc, b, host, err);
 }
 
-void kvp_kvcache_block_write(kvp_kvcache *kc, uint32_t b, const void *host)
+int kvp_kvcache_block_write(kvp_kvcache *kc, uint32_t b, const void *host, kvp_err *err)
 {
-    kc->be->ops->from_host(kc->be, (uint8_t *)kc->pool.base + (size_t)b * kc->pool.block_bytes, host,
-                           kc->pool.block_bytes);
+    return kc->be->ops->from_host(kc->be, (uint8_t *)kc->pool.base + (size_t)b * kc->pool.block_bytes, host,
+                                  kc->pool.block_bytes, err);
 }
 
 /* ---- sequences ---- */
@@ -588,7 +590,11 @@ int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uin
         return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory for sequence %d", seq);
     if (cow) {
         uint32_t old = s->blocks[s->n_blocks - 1], b = block_take(kc);
-        copy_block(kc, b, old);
+        int rc = copy_block(kc, b, old, err);
+        if (rc < 0) {
+            block_unref(kc, b);
+            return rc;
+        }
         block_unref(kc, old);
         s->blocks[s->n_blocks - 1] = b;
         kc->st.cow_copies++;
@@ -663,9 +669,9 @@ int64_t kvp_kvcache_seq_push_block(kvp_kvcache *kc, int seq, const uint32_t *tok
         block_ref(kc, b);
     } else {
         b = block_take(kc);
-        if (from >= 0 && !(n == bs && host))
-            copy_block(kc, b, (uint32_t)from);
-        else if ((rc = kvp_kvcache_block_write_whole(kc, b, host, err)) < 0) {
+        rc = from >= 0 && !(n == bs && host) ? copy_block(kc, b, (uint32_t)from, err)
+                                              : kvp_kvcache_block_write_whole(kc, b, host, err);
+        if (rc < 0) {
             block_unref(kc, b);
             return rc;
         }

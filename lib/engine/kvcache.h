@@ -141,7 +141,7 @@ int kvp_kvcache_block_write_whole(kvp_kvcache *kc, uint32_t block, const void *h
  * caller's (release it with the backend).  0 or a code (nothing changed). */
 int kvp_kvcache_repool(kvp_kvcache *kc, const kvp_config *c, kvp_kv_pool *old, kvp_err *err);
 /* Copy a block's bytes to host memory (block_bytes) / from host memory. */
-void kvp_kvcache_block_read(kvp_kvcache *kc, uint32_t block, void *host);
-void kvp_kvcache_block_write(kvp_kvcache *kc, uint32_t block, const void *host);
+int kvp_kvcache_block_read(kvp_kvcache *kc, uint32_t block, void *host, kvp_err *err);
+int kvp_kvcache_block_write(kvp_kvcache *kc, uint32_t block, const void *host, kvp_err *err);
 
 #endif

@@ -1,6 +1,6 @@
 /* runopts.c - shared options and setup of prefill and decode. */
 #include "runopts.h"
-#include "backend_cpu.h"
+#include "backends.h"
 #include "cli.h"
 #include "kvscale.h"
 #include "sample.h"
@@ -19,6 +19,7 @@ const struct option kvp_runopts_long[] = {
     {"system", required_argument, NULL, KVP_OPT_SYSTEM},
     {"max-tokens", required_argument, NULL, 'n'},
     {"threads", required_argument, NULL, 't'},
+    {"backend", required_argument, NULL, KVP_OPT_BACKEND},
     {"block-size", required_argument, NULL, KVP_OPT_BLOCK_SIZE},
     {"kv-mem", required_argument, NULL, KVP_OPT_KV_MEM},
     {"kv-blocks", required_argument, NULL, KVP_OPT_KV_BLOCKS},
@@ -61,6 +62,7 @@ const char kvp_runopts_help[] =
     "      --temperature T     0 is greedy (default 0)\n"
     "      --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed N\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
+    "      --backend NAME      where the model runs: cpu (default) or cuda; -g is --backend cuda\n"
     "      --block-size N      tokens per KV block (16)\n"
     "      --kv-mem SIZE       KV cache size (e.g. 512MiB), or --kv-blocks N\n"
     "      --kv-dtype TYPE     f16 (default), bf16, f32, or fp8 / int8 (a scale per token and head)\n"
@@ -114,6 +116,12 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     case KVP_OPT_SYSTEM: o->system = arg; break;
     case 'n': o->sampling.max_tokens = parse_u32("--max-tokens", arg, 0, 1 << 24); o->sampling_set |= KVP_SET_MAX; break;
     case 't': o->threads = (int)kvp_cli_opt_i64("--threads", arg, 1, 1024); break;
+    case 'g': o->backend = "cuda"; break;
+    case KVP_OPT_BACKEND:
+        if (strcmp(arg, "cpu") && strcmp(arg, "cuda"))
+            kvp_cli_usage_error("--backend: '%s': use cpu or cuda", arg);
+        o->backend = arg;
+        break;
     case KVP_OPT_BLOCK_SIZE:
         o->kv.block_size = parse_u32("--block-size", arg, 1, 4096);
         /* Blocks are allocated and hashed as power-of-two token groups, as in
@@ -187,7 +195,13 @@ int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
         return rc;
     if ((o->tp > 1 || o->pp > 1) && (rc = kvp_run_tp_open(r, o, err)) < 0)
         return rc;
-    return kvp_backend_cpu_create(&r->be, o->threads, 0, err);
+    return kvp_run_open_backend(&r->be, o, err);
+}
+
+int kvp_run_open_backend(kvp_backend **be, const kvp_runopts *o, kvp_err *err)
+{
+    kvp_backend_config cfg = {.n_threads = o->threads};
+    return kvp_backend_open(be, o->backend ? o->backend : "cpu", &cfg, err);
 }
 
 int kvp_run_open_vocab(kvp_run *r, const kvp_runopts *o, kvp_err *err)

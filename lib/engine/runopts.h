@@ -27,14 +27,14 @@ enum {
     KVP_OPT_TEMP, KVP_OPT_TOP_K, KVP_OPT_TOP_P, KVP_OPT_MIN_P, KVP_OPT_REPEAT, KVP_OPT_SEED, KVP_OPT_TOKENS,
     KVP_OPT_CHAT, KVP_OPT_SYSTEM, KVP_OPT_CHUNK, KVP_OPT_STATS, KVP_OPT_JSON, KVP_OPT_STOP, KVP_OPT_IGNORE_EOS,
     KVP_OPT_KV_OUT, KVP_OPT_NO_SPECIAL, KVP_OPT_HELP, KVP_OPT_VERSION, KVP_OPT_MAX_NUM_SEQS, KVP_OPT_MAX_BATCHED,
-    KVP_OPT_STATIC, KVP_OPT_TP, KVP_OPT_PP, KVP_OPT_TIMEOUT,
+    KVP_OPT_STATIC, KVP_OPT_TP, KVP_OPT_PP, KVP_OPT_TIMEOUT, KVP_OPT_BACKEND,
 };
 
 /* The shared entries of a getopt_long table: KVP_RUNOPTS_N_LONG of them,
  * then a zero entry (a program adding its own sizes its table from it). */
-#define KVP_RUNOPTS_N_LONG 33
+#define KVP_RUNOPTS_N_LONG 34
 extern const struct option kvp_runopts_long[KVP_RUNOPTS_N_LONG + 1];
-#define KVP_RUNOPTS_SHORT "m:p:f:n:t:"
+#define KVP_RUNOPTS_SHORT "m:p:f:n:t:g"
 /* A program's getopt_long table: the shared entries, then its own n_own,
  * then the zero entry, into out[KVP_RUNOPTS_N_LONG + n_own + 1]. */
 void kvp_runopts_table(struct option *out, const struct option *own, size_t n_own);
@@ -48,6 +48,7 @@ typedef struct kvp_runopts {
     int no_special;             /* --no-special: plain prompts' control tokens are text */
     const char *system;
     int threads;                /* 0: all cores */
+    const char *backend;        /* --backend NAME (-g: cuda); NULL: cpu */
     kvp_kvcache_opts kv;
     uint32_t chunk;             /* --chunk: prompt tokens a step (prefill); decode's token budget */
     kvp_sched_opts sched;       /* --max-num-seqs, --max-batched-tokens, --static */
@@ -93,6 +94,8 @@ typedef struct kvp_run {
 
 /* Load model + tokenizer and start the backend (no cache yet). */
 int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err);
+/* The backend --backend names (cpu when none), with --threads. */
+int kvp_run_open_backend(kvp_backend **be, const kvp_runopts *o, kvp_err *err);
 /* Under --tp N / --pp M, run by every program first: on ranks other than 0,
  * follow rank 0's steps on this rank's shard until the job ends, and return
  * the exit status (0, or 1 after printing "prog: rank R: ..." and aborting

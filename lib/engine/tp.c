@@ -141,7 +141,7 @@ static int read_whole(void *ctx, uint32_t b, void *host, kvp_err *err)
     for (int q = 0; q < n && rc == 0; q++) {
         part p = part_of(e, w, q);
         if (q == 0)
-            kvp_kvcache_block_read(e->kc, b, buf);
+            rc = kvp_kvcache_block_read(e->kc, b, buf, err);
         else
             rc = kvp_comm_recv(e->world, buf, p.bytes, q, KVP_TAG_KV, err);
         if (rc == 0)
@@ -167,7 +167,7 @@ static int write_whole(void *ctx, uint32_t b, const void *host, kvp_err *err)
         part p = part_of(e, w, q);
         copy_part(w, &p, (uint8_t *)(uintptr_t)host, buf, 0); /* only read from */
         if (q == 0)
-            kvp_kvcache_block_write(e->kc, b, buf);
+            rc = kvp_kvcache_block_write(e->kc, b, buf, err);
         else
             rc = kvp_comm_send(e->world, buf, p.bytes, q, KVP_TAG_KV, err);
     }
@@ -184,7 +184,7 @@ static int recv_part(kvp_engine *e, uint32_t b, kvp_err *err)
         return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
     int rc = kvp_comm_recv(e->world, buf, kv->block_bytes, 0, KVP_TAG_KV, err);
     if (rc == 0)
-        kvp_kvcache_block_write(e->kc, b, buf);
+        rc = kvp_kvcache_block_write(e->kc, b, buf, err);
     free(buf);
     return rc;
 }
@@ -198,9 +198,10 @@ int kvp_engine_tp_adopt(kvp_engine *e, const kvp_kv_pool *old, kvp_err *err)
     for (uint32_t b = 0; b < old->n_blocks && rc == 0; b++) {
         if (!kvp_kvcache_block_refs(e->kc, b) && !kvp_kvcache_block_hash(e->kc, b))
             continue; /* free: nothing in it */
-        e->be->ops->to_host(e->be, buf, (const uint8_t *)old->base + (uint64_t)b * old->block_bytes,
-                            old->block_bytes);
-        rc = write_whole(e, b, buf, err);
+        rc = e->be->ops->to_host(e->be, buf, (const uint8_t *)old->base + (uint64_t)b * old->block_bytes,
+                                 old->block_bytes, err);
+        if (rc == 0)
+            rc = write_whole(e, b, buf, err);
     }
     free(buf);
     return rc;
@@ -228,8 +229,9 @@ static int send_part(kvp_engine *e, uint32_t b, kvp_err *err)
     uint8_t *buf = malloc(kv->block_bytes);
     if (!buf)
         return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
-    kvp_kvcache_block_read(e->kc, b, buf);
-    int rc = kvp_comm_send(e->world, buf, kv->block_bytes, 0, KVP_TAG_KV, err);
+    int rc = kvp_kvcache_block_read(e->kc, b, buf, err);
+    if (rc == 0)
+        rc = kvp_comm_send(e->world, buf, kv->block_bytes, 0, KVP_TAG_KV, err);
     free(buf);
     return rc;
 }
@@ -297,16 +299,20 @@ static int follow_step(kvp_engine *e, const kvp_tpmsg_step *s, kvp_err *err)
     if (rc < 0)
         return rc;
     const kvp_kv_pool *kv = kvp_kvcache_pool(e->kc);
-    for (uint32_t i = 0; i < s->n_copies; i++)
-        e->be->ops->kv_copy_block(e->be, kv, s->copies[2 * i], s->copies[2 * i + 1]);
+    for (uint32_t i = 0; i < s->n_copies && rc == 0; i++)
+        rc = e->be->ops->kv_copy_block(e->be, kv, s->copies[2 * i], s->copies[2 * i + 1], err);
+    if (rc < 0)
+        return rc;
     memcpy(e->tok_ids, s->tok, s->n_tok * sizeof *e->tok_ids);
     memcpy(e->pos, s->pos, s->n_tok * sizeof *e->pos);
     memcpy(e->slot, s->slot, s->n_tok * sizeof *e->slot);
     memcpy(e->tok_seq, s->tok_seq, s->n_tok * sizeof *e->tok_seq);
     memcpy(e->rows, s->rows, s->n_rows * sizeof *e->rows);
-    for (uint32_t i = 0; i < s->n_seqs; i++)
+    for (uint32_t i = 0; i < s->n_seqs; i++) {
         e->tables[i] = s->tables[i];
-    return kvp_engine_run(e, s->n_tok, s->n_rows, NULL, err);
+        e->n_table[i] = s->n_table[i];
+    }
+    return kvp_engine_run(e, s->n_tok, s->n_rows, s->n_seqs, NULL, err);
 }
 
 /* From a SETUP to its STOP: a pool like the driver's (with this rank's

@@ -1,7 +1,6 @@
 /* tprun.c - starting and ending a tensor- or pipeline-parallel job
  * (runopts.h: --tp, --pp). */
 #include "runopts.h"
-#include "backend_cpu.h"
 #include "cli.h"
 #include "comm.h"
 #include "shard.h"
@@ -101,7 +100,7 @@ int kvp_run_tp_follow(const kvp_runopts *o)
     if (rc == 0 && kvp_comm_rank(d.world) == 0)
         return -1; /* the driver: kvp_run_tp_open takes the place it joined */
     if (rc == 0 && (rc = kvp_model_load(&m, o->model, &err)) == 0 && (rc = shard_of(m, &d, &shard, &err)) == 0 &&
-        (rc = kvp_backend_cpu_create(&be, o->threads, 0, &err)) == 0)
+        (rc = kvp_run_open_backend(&be, o, &err)) == 0)
         rc = kvp_engine_tp_serve(shard, be, &d, &err);
     kvp_backend_free(be);
     kvp_model_free(shard);

@@ -54,6 +54,42 @@ static inline kvp_backend *rig_backend(unsigned flags)
     return be;
 }
 
+/* Scratch for ops called directly (backend.h: ops never allocate): steps
+ * of n_tok tokens, rows of n_in, queries of n_head heads seeing ctx keys
+ * of kv (NULL: no attention). */
+static inline void rig_reserve(kvp_backend *be, uint32_t n_tok, uint32_t n_in, uint32_t n_head, uint32_t ctx,
+                               const kvp_kv_pool *kv)
+{
+    kvp_err err = {0};
+    kvp_backend_reserve r = {.max_tok = n_tok, .max_ctx = ctx, .max_n_in = n_in, .n_head = n_head, .kv = kv};
+    CHECK_MSG(be->ops->reserve(be, &r, &err) == 0, "reserve: %s", err.msg);
+}
+
+/* Attention's block tables as the engine lays them out: n_seq rows of
+ * stride ids into flat (stride >= every n[s]), the rest 0. */
+static inline void rig_flat_tables(const uint32_t *const *tables, const uint32_t *n, uint32_t n_seq, uint32_t stride,
+                                   uint32_t *flat)
+{
+    for (uint32_t s = 0; s < n_seq; s++)
+        for (uint32_t i = 0; i < stride; i++)
+            flat[(size_t)s * stride + i] = i < n[s] ? tables[s][i] : 0;
+}
+
+/* The attention arguments every test fills the same way: host copies
+ * equal to the device arrays (the CPU backend's memory is the host's). */
+static inline kvp_attn_args rig_attn_args(const float *q, float *out, uint32_t n_tok, uint32_t n_head, uint32_t layer,
+                                          float scale, const int32_t *pos, const uint32_t *tok_seq,
+                                          const uint32_t *flat, uint32_t n_seq, uint32_t stride,
+                                          const kvp_kv_pool *kv)
+{
+    uint32_t ctx = 0;
+    for (uint32_t t = 0; t < n_tok; t++)
+        ctx = (uint32_t)pos[t] + 1 > ctx ? (uint32_t)pos[t] + 1 : ctx;
+    return (kvp_attn_args){.q = q, .out = out, .n_tok = n_tok, .n_head = n_head, .layer = layer, .scale = scale,
+                           .pos = pos, .tok_seq = tok_seq, .tables = flat, .n_seq = n_seq, .table_stride = stride,
+                           .host_pos = pos, .host_tok_seq = tok_seq, .max_ctx = ctx, .kv = kv};
+}
+
 static inline void rig_close(rig *r)
 {
     kvp_engine_free(r->e);

@@ -1035,6 +1035,8 @@ static void test_scaled_one(unsigned flags, const kvp_quant_spec *spec)
     kw.scale_stride = rec.scheme == KVP_SCHEME_TENSOR ? 0 : rec.scheme == KVP_SCHEME_CHANNEL ? 1 : NI / rec.group;
     kvp_backend *be;
     CHECK(kvp_backend_cpu_create(&be, unit_threads(2), flags, &err) == 0);
+    CHECK_MSG(be->ops->prepare_weight(be, &kw, &err) == 0, "prepare: %s", err.msg);
+    rig_reserve(be, NT, NI, 0, 0, NULL);
     double worst = 0;
     for (uint32_t nt = 1; nt <= NT; nt += 2) {
         CHECK_MSG(be->ops->matmul(be, &kw, x, y, nt, &err) == 0, "%s", err.msg);
@@ -1440,7 +1442,9 @@ static void test_rope_one(uint32_t hd, uint32_t rot, int kind)
         x0[i] = x[i] = frand();
     for (uint32_t i = 0; i < rot / 2; i++)
         inv[i] = (float)pow(10000.0, -2.0 * i / rot);
-    be->ops->rope(be, x, NT, NH, hd, rot, pos, inv, kind);
+    kvp_weight freq = {.name = "freq", .dtype = KVP_DTYPE_F32, .n_in = rot / 2, .n_out = 1, .data = inv};
+    kvp_err err = {0};
+    CHECK_MSG(be->ops->rope(be, x, NT, NH, hd, rot, pos, &freq, kind, &err) == 0, "rope: %s", err.msg);
     double worst = 0;
     int untouched = 1;
     for (uint32_t t = 0; t < NT; t++)
@@ -1520,15 +1524,18 @@ static void test_attention_one(int kv_dtype, uint32_t n_head_kv, uint32_t n_rep,
         for (uint32_t p = 0; p < hi[s]; p++) {
             uint32_t slot = tables[s][p / BS] * BS + p % BS;
             const float *kr = k + ((size_t)s * MAXP + p) * row, *vr = v + ((size_t)s * MAXP + p) * row;
-            be->ops->kv_store(be, &kv, 1, kr, vr, 1, &slot);
+            CHECK(be->ops->kv_store(be, &kv, 1, kr, vr, 1, &slot, &err) == 0);
         }
         for (uint32_t p = lo[s]; p < hi[s]; p++, t++) {
             pos[t] = (int32_t)p;
             seq[t] = s;
         }
     }
-    kvp_attn_args a = {.q = q, .out = out, .n_tok = n_tok, .n_head = n_head, .layer = 1,
-                       .scale = 1.0f / sqrtf((float)HD), .pos = pos, .tok_seq = seq, .tables = tables, .kv = &kv};
+    const uint32_t n_blk[NSEQ] = {3, 2};
+    uint32_t flat[NSEQ * 3];
+    rig_flat_tables(tables, n_blk, NSEQ, 3, flat);
+    rig_reserve(be, n_tok, 0, n_head, MAXP, &kv);
+    kvp_attn_args a = rig_attn_args(q, out, n_tok, n_head, 1, 1.0f / sqrtf((float)HD), pos, seq, flat, NSEQ, 3, &kv);
     CHECK_MSG(be->ops->attention(be, &a, &err) == 0, "%s", err.msg);
     double worst = 0;
     for (uint32_t t = 0; t < n_tok; t++)
@@ -1602,18 +1609,20 @@ static void test_attention_split(int kv_dtype, unsigned flags)
             uint32_t slot = tab[sq][p / BS] * BS + p % BS;
             const float *base = (sq ? k + (size_t)L0 * row : k) + (size_t)p * row;
             const float *vb = (sq ? v + (size_t)L0 * row : v) + (size_t)p * row;
-            be->ops->kv_store(be, &kv, 0, base, vb, 1, &slot);
+            CHECK(be->ops->kv_store(be, &kv, 0, base, vb, 1, &slot, &err) == 0);
         }
     const uint32_t *const tables[2] = {tab[0], tab[1]};
+    uint32_t *flat = malloc(sizeof(uint32_t) * 2 * nblk[0]);
+    rig_flat_tables(tables, nblk, 2, nblk[0], flat);
+    rig_reserve(be, 2, 0, NH, L0, &kv);
     int32_t pos[2] = {L0 - 1, L1 - 1};
     uint32_t seqs[2] = {0, 1};
     for (int sq = 0; sq < 2; sq++) { /* each alone, then both */
-        kvp_attn_args a = {.q = q + sq * NH * HD, .out = out_alone[sq], .n_tok = 1, .n_head = NH, .layer = 0,
-                           .scale = 0.125f, .pos = pos + sq, .tok_seq = seqs + sq, .tables = tables, .kv = &kv};
+        kvp_attn_args a = rig_attn_args(q + sq * NH * HD, out_alone[sq], 1, NH, 0, 0.125f, pos + sq, seqs + sq, flat, 2,
+                                        nblk[0], &kv);
         CHECK(be->ops->attention(be, &a, &err) == 0);
     }
-    kvp_attn_args ab = {.q = q, .out = out_both, .n_tok = 2, .n_head = NH, .layer = 0, .scale = 0.125f,
-                        .pos = pos, .tok_seq = seqs, .tables = tables, .kv = &kv};
+    kvp_attn_args ab = rig_attn_args(q, out_both, 2, NH, 0, 0.125f, pos, seqs, flat, 2, nblk[0], &kv);
     CHECK(be->ops->attention(be, &ab, &err) == 0);
     CHECK_MSG(memcmp(out_alone[0], out_both, sizeof out_alone[0]) == 0 &&
               memcmp(out_alone[1], out_both + NH * HD, sizeof out_alone[1]) == 0,
@@ -1643,7 +1652,7 @@ static void test_attention_split(int kv_dtype, unsigned flags)
             }
         }
     CHECK_MSG(worst < 1e-5, "split attention kv %d flags %u: worst error %g", kv_dtype, flags, worst);
-    free(sc), free(k), free(v), free(tab[0]), free(tab[1]);
+    free(sc), free(k), free(v), free(tab[0]), free(tab[1]), free(flat);
     be->ops->release(be, kv.base);
     be->ops->destroy(be);
 }

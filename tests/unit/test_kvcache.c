@@ -182,12 +182,12 @@ int main(void)
     const kvp_kv_pool *pool = kvp_kvcache_pool(kc);
     uint8_t *blk = malloc(pool->block_bytes), *blk2 = malloc(pool->block_bytes);
     memset(blk, 0x5a, pool->block_bytes);
-    kvp_kvcache_block_write(kc, part, blk);
+    CHECK(kvp_kvcache_block_write(kc, part, blk, &err) == 0);
     CHECK(kvp_kvcache_seq_append(kc, f, toks + 9, 1, slots, &err) == 0);
     uint32_t fpart = kvp_kvcache_seq_blocks(kc, f)[2];
     CHECK(fpart != part);
     CHECK_EQ_U64(kvp_kvcache_block_refs(kc, part), 1);
-    kvp_kvcache_block_read(kc, fpart, blk2);
+    CHECK(kvp_kvcache_block_read(kc, fpart, blk2, &err) == 0);
     CHECK(memcmp(blk, blk2, pool->block_bytes) == 0);
     kvp_kvcache_get_stats(kc, &st);
     CHECK_EQ_U64(st.cow_copies, 1);

@@ -104,10 +104,11 @@ static void test_store_chunks(int dtype, unsigned flags)
         }
         for (uint32_t t = 0; t < NT; t++)
             slot[t] = (3 - t / BS) * BS + t % BS; /* blocks 3, 2, 1, 0 */
-        be->ops->kv_store(be, &a, 0, k, v, NT, slot);
+        kvp_err err = {0};
+        CHECK(be->ops->kv_store(be, &a, 0, k, v, NT, slot, &err) == 0);
         for (uint32_t t = 0; t < NT; t += 3) {
             uint32_t n = NT - t < 3 ? NT - t : 3;
-            be->ops->kv_store(be, &b, 0, k + t * NKV * HD, v + t * NKV * HD, n, slot + t);
+            CHECK(be->ops->kv_store(be, &b, 0, k + t * NKV * HD, v + t * NKV * HD, n, slot + t, &err) == 0);
         }
         CHECK_MSG(memcmp(a.base, b.base, (size_t)NB * a.block_bytes) == 0, "%s: chunked stores differ",
                   kvp_dtype_name((uint32_t)dtype));
@@ -150,15 +151,14 @@ static void test_attention(int dtype, unsigned flags, uint32_t n_rep, uint32_t c
             v[i] = frand();
         }
         uint32_t s = table[p / BS] * BS + p % BS;
-        be->ops->kv_store(be, &kv, 1, k, v, 1, &s);
+        CHECK(be->ops->kv_store(be, &kv, 1, k, v, 1, &s, &err) == 0);
     }
     for (uint32_t t = 0; t < n_q; t++)
         pos[t] = (int32_t)(ctx - n_q + t);
     for (size_t i = 0; i < (size_t)n_q * nh * HD; i++)
         q[i] = 2 * frand();
-    const uint32_t *tables[1] = {table};
-    kvp_attn_args a = {.q = q, .out = out, .n_tok = n_q, .n_head = nh, .layer = 1,
-                       .scale = 1.0f / sqrtf((float)HD), .pos = pos, .tok_seq = tseq, .tables = tables, .kv = &kv};
+    rig_reserve(be, n_q, 0, nh, ctx, &kv);
+    kvp_attn_args a = rig_attn_args(q, out, n_q, nh, 1, 1.0f / sqrtf((float)HD), pos, tseq, table, 1, nb, &kv);
     CHECK_MSG(be->ops->attention(be, &a, &err) == 0, "%s", err.msg);
     double worst = 0;
     for (uint32_t t = 0; t < n_q; t++)
@@ -365,8 +365,8 @@ static void test_stream(int dtype)
         CHECK_EQ_U64(b->block_bytes, a->block_bytes);
         uint8_t *x = malloc(a->block_bytes), *y = malloc(b->block_bytes);
         for (uint32_t i = 0; i < 3 && x && y; i++) {
-            kvp_kvcache_block_read(r.kc, kvp_kvcache_seq_blocks(r.kc, ss.handle)[i], x);
-            kvp_kvcache_block_read(kc, kvp_kvcache_seq_blocks(kc, got[0].handle)[i], y);
+            CHECK(kvp_kvcache_block_read(r.kc, kvp_kvcache_seq_blocks(r.kc, ss.handle)[i], x, &err) == 0 &&
+                  kvp_kvcache_block_read(kc, kvp_kvcache_seq_blocks(kc, got[0].handle)[i], y, &err) == 0);
             CHECK_MSG(memcmp(x, y, a->block_bytes) == 0, "%s block %u differs after the stream",
                       kvp_dtype_name((uint32_t)dtype), i);
         }

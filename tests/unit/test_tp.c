@@ -152,29 +152,34 @@ static void test_row_parallel_matmul(const char *dir)
             kvp_model_free(s0), kvp_model_free(m);
             continue;
         }
-        const kvp_weight *w = &m->layers[0].wo, *w0 = &s0->layers[0].wo, *w1 = &s1->layers[0].wo;
-        uint32_t n = w->n_in, h = w0->n_in;
+        /* prepared copies, as an engine holds them */
+        kvp_weight w = m->layers[0].wo, w0 = s0->layers[0].wo, w1 = s1->layers[0].wo;
+        CHECK(kvp_backend_prepare(be, &w, &err) == 0 && kvp_backend_prepare(be, &w0, &err) == 0 &&
+              kvp_backend_prepare(be, &w1, &err) == 0);
+        uint32_t n = w.n_in, h = w0.n_in;
         for (uint32_t T = 1; T <= 64; T += T < 16 ? 4 : T == 39 ? 5 : 11) {
             float *x = malloc(sizeof(float) * T * n), *x0 = malloc(sizeof(float) * T * h),
-                  *x1 = malloc(sizeof(float) * T * h), *y = malloc(sizeof(float) * T * w->n_out),
-                  *y0 = malloc(sizeof(float) * T * w->n_out), *y1 = malloc(sizeof(float) * T * w->n_out);
+                  *x1 = malloc(sizeof(float) * T * h), *y = malloc(sizeof(float) * T * w.n_out),
+                  *y0 = malloc(sizeof(float) * T * w.n_out), *y1 = malloc(sizeof(float) * T * w.n_out);
             for (uint32_t i = 0; i < T * n; i++)
                 x[i] = unit_frand(&rng_state);
             for (uint32_t t = 0; t < T; t++) {
                 memcpy(x0 + t * h, x + t * n, h * sizeof(float));
                 memcpy(x1 + t * h, x + t * n + h, h * sizeof(float));
             }
-            CHECK(be->ops->matmul(be, w, x, y, T, &err) == 0 && be->ops->matmul(be, w0, x0, y0, T, &err) == 0 &&
-                  be->ops->matmul(be, w1, x1, y1, T, &err) == 0);
+            rig_reserve(be, T, n, 0, 0, NULL);
+            CHECK(be->ops->matmul(be, &w, x, y, T, &err) == 0 && be->ops->matmul(be, &w0, x0, y0, T, &err) == 0 &&
+                  be->ops->matmul(be, &w1, x1, y1, T, &err) == 0);
             double worst = 0, big = 0;
-            for (uint32_t i = 0; i < T * w->n_out; i++) {
+            for (uint32_t i = 0; i < T * w.n_out; i++) {
                 worst = fmax(worst, fabs((double)y[i] - ((double)y0[i] + y1[i])));
                 big = fmax(big, fabs(y[i]));
             }
             CHECK_MSG(worst <= 1e-5 * big, "%s: %s, %u tokens: halves' sum off by %.3g of %.3g", models[mi].file,
-                      kvp_dtype_name((uint32_t)w->dtype), T, worst, big);
+                      kvp_dtype_name((uint32_t)w.dtype), T, worst, big);
             free(x), free(x0), free(x1), free(y), free(y0), free(y1);
         }
+        be->ops->release_weight(be, &w), be->ops->release_weight(be, &w0), be->ops->release_weight(be, &w1);
         kvp_model_free(s0), kvp_model_free(s1), kvp_model_free(m);
     }
     kvp_backend_free(be);
