@@ -2,7 +2,7 @@
  * copy bandwidth, measured in the same run (DESIGN.md "Numbers first").
  * Run by scripts/device-check; never by make check (it only builds there).
  *
- *   gpu_bench [--budget SECONDS] [--layers N]
+ *   gpu_bench [--budget SECONDS] [--layers N] [--steps N]
  *
  * 1. Copy bandwidth: cudaMemcpy device to device (KVP_HAVE_CUDA builds), and
  *    kv_copy_block of a 256 MiB block through the op table; bytes read plus
@@ -42,6 +42,7 @@ enum { D = 4096, FF = 14336, NH = 32, NKV = 8, HD = 128, VOCAB = 128256, BS = 16
 static kvp_backend *gb;
 static double t_end;          /* the budget's end (gpu_now) */
 static uint32_t n_layer = 32;
+static int n_steps = 15; /* timed steps of batch-1 decode (the sweep: at most 5) */
 static uint64_t rng = 0x853c49e6748fea9bull;
 
 static uint64_t next64(void)
@@ -471,19 +472,21 @@ int main(int argc, char **argv)
 {
     double budget = 120;
     static const struct option opts[] = {{"budget", required_argument, 0, 'b'}, {"layers", required_argument, 0, 'l'},
-                                         {0, 0, 0, 0}};
-    for (int c; (c = getopt_long(argc, argv, "b:l:", opts, NULL)) != -1;) {
+                                         {"steps", required_argument, 0, 's'}, {0, 0, 0, 0}};
+    for (int c; (c = getopt_long(argc, argv, "b:l:s:", opts, NULL)) != -1;) {
         if (c == 'b')
             budget = atof(optarg);
         else if (c == 'l')
             n_layer = (uint32_t)atoi(optarg);
+        else if (c == 's')
+            n_steps = atoi(optarg);
         else {
-            fprintf(stderr, "usage: gpu_bench [--budget SECONDS] [--layers N]\n");
+            fprintf(stderr, "usage: gpu_bench [--budget SECONDS] [--layers N] [--steps N]\n");
             return 2;
         }
     }
-    if (n_layer < 1 || n_layer > 32 || !(budget > 0)) {
-        fprintf(stderr, "gpu_bench: --layers 1..32, --budget > 0\n");
+    if (n_layer < 1 || n_layer > 32 || !(budget > 0) || n_steps < 1 || n_steps > 60) {
+        fprintf(stderr, "gpu_bench: --layers 1..32, --budget > 0, --steps 1..60\n");
         return 2;
     }
     t_end = gpu_now() + budget;
@@ -510,14 +513,14 @@ int main(int argc, char **argv)
         printf("%s: %u layers built and prepared in %.1f s, %.2f GB of weights read per token\n", dnames[d], n_layer,
                gpu_now() - t0, m.bytes_per_token / 1e9);
         fflush(stdout);
-        double t = decode_median(&m, &s, 1, CTX, 3, 15);
+        double t = decode_median(&m, &s, 1, CTX, 3, n_steps);
         b1_ms[d] = t * 1e3, b1_gb[d] = m.bytes_per_token / 1e9;
         if (d == 0) /* the sweep on bf16 */
             for (int i = 0; i < NSW && t > 0; i++) {
-                sweep_ms[i] = i == 0 ? t * 1e3 : decode_median(&m, &s, sweep[i], CTX, 2, 5) * 1e3;
+                sweep_ms[i] = i == 0 ? t * 1e3 : decode_median(&m, &s, sweep[i], CTX, 2, n_steps < 5 ? n_steps : 5) * 1e3;
                 if (sweep_ms[i] <= 0)
                     break;
-                printf("  bf16 batch %3u: %8.2f ms/step %9.0f tokens/s\n", sweep[i], sweep_ms[i],
+                printf("  bf16 batch %3u: %8.2f ms/step %9.1f tokens/s\n", sweep[i], sweep_ms[i],
                        sweep[i] / (sweep_ms[i] * 1e-3));
                 fflush(stdout);
             }
@@ -542,7 +545,7 @@ int main(int argc, char **argv)
     printf("\n== batch sweep, bf16, context %d ==\n%8s %10s %12s\n", CTX, "batch", "ms/step", "tokens/s");
     for (int i = 0; i < NSW; i++)
         if (sweep_ms[i] > 0)
-            printf("%8u %10.2f %12.0f\n", sweep[i], sweep_ms[i], sweep[i] / (sweep_ms[i] * 1e-3));
+            printf("%8u %10.2f %12.1f\n", sweep[i], sweep_ms[i], sweep[i] / (sweep_ms[i] * 1e-3));
     printf("\n== paged decode attention, f16 KV, 32/8 heads of 128 ==\n%8s %8s %10s %10s %10s\n", "seqs", "context",
            "us", "GB/s", "of copy");
     for (int i = 0; i < 4; i++)

@@ -161,11 +161,10 @@ int main(int argc, char **argv)
     row("engine (weights, buffers)", (double)f2 - (double)f3, "weights", (double)st->weight_bytes);
     row("prefill (first steps' growth)", (double)f3 - (double)f4, "activation allowance", (double)st->activation_bytes);
     row("32 decode steps", (double)f4 - (double)f5, NULL, 0);
-    row("overhead measured (context + open", (double)(total - f0) + (double)f0 - (double)f1 +
-                                                (double)f2 - (double)f3 - (double)st->weight_bytes +
-                                                (double)f3 - (double)f5,
-        "overhead + activations", (double)p.overhead_bytes + (double)st->activation_bytes);
-    printf("  + engine beyond weights + growth)\n");
+    /* everything but the weights and the KV pool: what kvcalc's overhead
+     * and activation allowances stand for */
+    double rest = (double)(total - f5) - (double)st->weight_bytes - ((double)f1 - (double)f2);
+    row("all but weights and KV pool", rest, "overhead + activations", (double)p.overhead_bytes + (double)st->activation_bytes);
     printf("pool as the cache made it: %u blocks of %llu bytes\n", pool->n_blocks,
            (unsigned long long)pool->block_bytes);
     printf("kvcalc -m %s -g h200 --kv-dtype f16 --block-size 16 --seq-len %llu --max-batched-tokens %u\n", path,

@@ -6,7 +6,10 @@
  * only as a near-tie: on the CPU side, the logit of the CPU's token minus
  * the logit of the GPU's token must be at most twice the largest logit
  * difference between the backends at that step, and at most 1.  Before
- * that, every step's logits must agree to 5% (||gpu - cpu|| / ||cpu||).
+ * that, every step's logits must agree to 10% (||gpu - cpu|| / ||cpu||):
+ * the CPU's own portable and AVX2 kernels are 4.5% apart on the whole
+ * model (1.4% on the 8-layer slice device-check carries), as kernels that
+ * round activations differently are.
  *
  * The model: $KVP_TEST_MODEL, else where scripts/fetch-model puts it
  * (unit.h).  scripts/device-check runs it on a model cut to its first layers
@@ -113,7 +116,7 @@ int main(void)
         gpu_diff d;
         gpu_diff_f32(&d, b, a, n_vocab);
         worst = fmax(worst, gpu_diff_rms(&d));
-        CHECK_MSG(d.bad == 0 && gpu_diff_rms(&d) <= 0.05, "step %u: logits differ by %.3g of their norm (%zu not finite)",
+        CHECK_MSG(d.bad == 0 && gpu_diff_rms(&d) <= 0.1, "step %u: logits differ by %.3g of their norm (%zu not finite)",
                   i, gpu_diff_rms(&d), d.bad);
         if (tc[i] != tg[i]) {
             /* the CPU's view of the two tokens, and how far the backends are apart here */
