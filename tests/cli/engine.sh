@@ -18,6 +18,9 @@ expect_status 0 "--version"
 run decode -m "$T/missing.gguf" -p hi
 expect_status 1 "a missing model is a runtime error"
 expect_err_one_line "one line of error"
+run decode --backend tpu -m x.gguf -p hi
+expect_status 2 "an unknown --backend is a usage error"
+expect_err_has "use cpu or cuda" "the usage error names the backends"
 
 M="$KVP_MODEL"
 if [ ! -f "$M" ]; then
@@ -31,6 +34,18 @@ expect_status 0 "greedy decode of a plain prompt"
 expect_out_has " Paris." "the right answer"
 expect_err_empty "no stderr"
 cp "$OUT" "$T/direct.txt"
+
+run decode -m "$M" -t $THREADS --backend cpu -p "The capital of France is" -n 8
+expect_status 0 "--backend cpu"
+expect_out_file "$T/direct.txt" "--backend cpu is the default backend"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    # no GPU here: -g fails at start, saying why (no CUDA in this build, or no device)
+    run decode -m "$M" -t $THREADS -g -p "The capital of France is" -n 8
+    expect_status 1 "-g without a GPU is a runtime error"
+    expect_err_has "cuda" "the error names the CUDA backend"
+    expect_err_one_line "one line of error"
+    expect_out_empty "nothing generated"
+fi
 
 run decode -m "$M" -t $THREADS --chat -p "What is the capital of France?" -n 40
 expect_status 0 "--chat"
