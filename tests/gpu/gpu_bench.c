@@ -79,29 +79,39 @@ static void *dev_alloc(size_t bytes)
     return p;
 }
 
-/* Fill device memory with random valid values of dtype (never zeros: they
- * can run faster than real data), through a 64 MiB host buffer. */
-static void dev_fill(void *dev, size_t bytes, int dtype)
+/* bytes of random valid values of dtype at h (never zeros: they can run
+ * faster than real data): bf16/f16 with a small exponent, fp8 e4m3 without
+ * its NaN codes, int8/int4 any byte. */
+static void fill_random(uint8_t *h, size_t bytes, int dtype)
 {
-    size_t chunk = (size_t)64 << 20;
-    uint8_t *h = malloc(chunk);
-    if (!h)
-        exit(1);
-    for (size_t i = 0; i + 8 <= chunk; i += 8) {
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
         uint64_t r = next64();
-        if (dtype == KVP_DTYPE_F16 || dtype == KVP_DTYPE_BF16) /* sign, a small exponent, random mantissa */
+        if (dtype == KVP_DTYPE_F16 || dtype == KVP_DTYPE_BF16)
             for (int j = 0; j < 4; j++) {
                 uint16_t m = (uint16_t)(r >> (16 * j));
                 uint16_t v = dtype == KVP_DTYPE_BF16 ? (uint16_t)((m & 0x807f) | (118 + (m >> 8 & 3)) << 7)
                                                      : (uint16_t)((m & 0x83ff) | (9 + (m >> 10 & 3)) << 10);
                 memcpy(h + i + 2 * j, &v, 2);
             }
-        else /* fp8 e4m3 without its NaN codes; int8/int4 any byte */
+        else
             for (int j = 0; j < 8; j++) {
                 uint8_t b = (uint8_t)(r >> (8 * j));
                 h[i + j] = dtype == KVP_DTYPE_FP8_E4M3 && (b & 0x7f) == 0x7f ? b ^ 1 : b;
             }
     }
+    for (size_t i = bytes & ~(size_t)7; i < bytes; i++) /* a tail: small values in every type */
+        h[i] = 0x1c;
+}
+
+/* Device memory filled with random values of dtype, through a 64 MiB host
+ * buffer. */
+static void dev_fill(void *dev, size_t bytes, int dtype)
+{
+    size_t chunk = (size_t)64 << 20;
+    uint8_t *h = malloc(chunk);
+    if (!h)
+        exit(1);
+    fill_random(h, chunk, dtype);
     for (size_t off = 0; off < bytes; off += chunk) {
         size_t n = bytes - off < chunk ? bytes - off : chunk;
         OP("from_host", gb->ops->from_host(gb, (uint8_t *)dev + off, h, n, err));
@@ -199,20 +209,7 @@ static void *host_random(size_t bytes, int dtype)
         fprintf(stderr, "gpu_bench: out of host memory (%.2f GB)\n", bytes / 1e9);
         exit(1);
     }
-    for (size_t i = 0; i + 8 <= bytes; i += 8) {
-        uint64_t r = next64();
-        if (dtype == KVP_DTYPE_BF16)
-            for (int j = 0; j < 4; j++) {
-                uint16_t x = (uint16_t)(r >> (16 * j));
-                x = (uint16_t)((x & 0x807f) | (118 + (x >> 8 & 3)) << 7);
-                memcpy(h + i + 2 * j, &x, 2);
-            }
-        else
-            for (int j = 0; j < 8; j++) {
-                uint8_t b = (uint8_t)(r >> (8 * j));
-                h[i + j] = dtype == KVP_DTYPE_FP8_E4M3 && (b & 0x7f) == 0x7f ? b ^ 1 : b;
-            }
-    }
+    fill_random(h, bytes, dtype);
     return h;
 }
 
