@@ -19,6 +19,8 @@
  * 3. Batch sweep 1..256 (bf16): tokens/s of that step with B sequences.
  * 4. Paged decode attention alone at 1k and 8k contexts: KV bytes read over
  *    time.
+ * 5. Prompt matmuls (512 tokens) of the FFN's up and down matrices in each
+ *    weight type: TFLOP/s, and fp8 and int4 against bf16.
  * Each timing: warm-up steps first, then the median of timed steps, each
  * ended by synchronize (to_host for the logits) before the clock stops.
  * Sections stop early when the time budget runs out, saying so. */
@@ -465,6 +467,40 @@ static double attention_gbs(uint32_t b, uint32_t ctx, double *secs)
     return bytes / t[n / 2] / 1e9;
 }
 
+/* ---- 5. prompt matmuls ---- */
+
+/* TFLOP/s of y[n_tok][n_out] = x . w^T for one of the model's matrices at
+ * a prompt chunk's n_tok (the median of 5 after 2 warm-ups); 0 when the
+ * budget ran out.  x holds small random values. */
+static double prompt_tflops(const kvp_weight *w, uint32_t n_tok)
+{
+    float *x = dev_alloc(4ull * n_tok * w->n_in), *y = dev_alloc(4ull * n_tok * w->n_out);
+    float *hx = malloc(4ull * n_tok * w->n_in);
+    if (!hx)
+        exit(1);
+    for (size_t i = 0; i < (size_t)n_tok * w->n_in; i++)
+        hx[i] = (float)((int)(next64() % 2001) - 1000) / 1000;
+    OP("from_host", gb->ops->from_host(gb, x, hx, 4ull * n_tok * w->n_in, err));
+    free(hx);
+    kvp_backend_reserve r = {.max_tok = n_tok, .max_ctx = 1, .max_n_in = w->n_in, .n_head = NH, .kv = NULL};
+    OP("reserve", gb->ops->reserve(gb, &r, err));
+    double t[5];
+    int n = 0;
+    for (int i = 0; i < 7 && !over_budget(); i++) {
+        double t0 = gpu_now();
+        OP("matmul", gb->ops->matmul(gb, w, x, y, n_tok, err));
+        OP("synchronize", gb->ops->synchronize(gb, err));
+        if (i >= 2)
+            t[n++] = gpu_now() - t0;
+    }
+    gb->ops->release(gb, x);
+    gb->ops->release(gb, y);
+    if (n < 5)
+        return 0;
+    qsort(t, (size_t)n, sizeof t[0], cmp_double);
+    return 2.0 * n_tok * w->n_in * w->n_out / t[n / 2] / 1e12;
+}
+
 int main(int argc, char **argv)
 {
     double budget = 120;
@@ -497,7 +533,8 @@ int main(int argc, char **argv)
 
     static const int dts[3] = {KVP_DTYPE_BF16, KVP_DTYPE_FP8_E4M3, KVP_DTYPE_I4};
     static const char *dnames[3] = {"bf16", "fp8 (tensor scale)", "int4 (g128)"};
-    double b1_ms[3] = {0}, b1_gb[3] = {0};
+    double b1_ms[3] = {0}, b1_gb[3] = {0}, pf_up[3] = {0}, pf_down[3] = {0};
+    enum { PROMPT = 512 };
     static const uint32_t sweep[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     enum { NSW = sizeof sweep / sizeof sweep[0], CTX = 512 };
     double sweep_ms[NSW] = {0};
@@ -521,6 +558,8 @@ int main(int argc, char **argv)
                        sweep[i] / (sweep_ms[i] * 1e-3));
                 fflush(stdout);
             }
+        pf_up[d] = prompt_tflops(&m.layers[0].up, PROMPT);
+        pf_down[d] = prompt_tflops(&m.layers[0].down, PROMPT);
         model_free(&m);
     }
     bufs_free(&s);
@@ -549,6 +588,11 @@ int main(int argc, char **argv)
         if (att_gbs[i] > 0)
             printf("%8u %8u %10.1f %10.0f %9.0f%%\n", att[i][0], att[i][1], att_s[i] * 1e6, att_gbs[i],
                    100 * att_gbs[i] / (bw / 1e9));
+    printf("\n== prompt matmuls, %d tokens (TFLOP/s) ==\n%-20s %12s %12s\n", PROMPT, "weights", "up 14336x4096",
+           "down 4096x14336");
+    for (int d = 0; d < 3; d++)
+        if (pf_up[d] > 0)
+            printf("%-20s %12.1f %12.1f\n", dnames[d], pf_up[d], pf_down[d]);
     printf("\nratios against the copy bandwidth measured above (%.0f GB/s, %s):\n", bw / 1e9,
            bw_cuda > 0 ? "cudaMemcpy" : "kv_copy_block");
     for (int d = 0; d < 3; d++)
@@ -557,6 +601,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < 4; i++)
         if (att_gbs[i] > 0)
             printf("  attention %3u x %-5u            %.2f\n", att[i][0], att[i][1], att_gbs[i] / (bw / 1e9));
+    for (int d = 1; d < 3; d++)
+        if (pf_up[d] > 0 && pf_up[0] > 0)
+            printf("prompt matmul %s against bf16 (up, down)   %.2f, %.2f\n", dnames[d], pf_up[d] / pf_up[0],
+                   pf_down[d] / pf_down[0]);
     if (over_budget())
         printf("(the %.0f s budget ran out: rows missing above were not run)\n", budget);
     kvp_backend_free(gb);
