@@ -7,13 +7,13 @@
  */
 #include "batch.h"
 #include "sample.h"
+#include "specverify.h"
 
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define PENALTY_WINDOW 64 /* recent tokens the repetition penalty sees (as generate.c) */
 
 kvp_request *kvp_request_of(kvp_gen_seq *s) { return (kvp_request *)(void *)((char *)s - offsetof(kvp_request, g)); }
 
@@ -56,6 +56,7 @@ void kvp_request_free(kvp_request *r)
         free(r->stop_owned);
     }
     free(r->tokens);
+    free(r->q);
     free(r);
 }
 
@@ -107,6 +108,7 @@ typedef struct batch {
     void *ctx;
     kvp_batch_stats *st;
     const kvp_batch_opts *o;
+    float *p;            /* speculative sampling: the target's distributions [KVP_DRAFT_MAX + 1][n_vocab] */
 } batch;
 
 static uint32_t kv_n_free(void *ctx)
@@ -164,7 +166,7 @@ static void kv_release(void *ctx, kvp_sched_req *sr)
 
 static int sample_next(kvp_request *r, float *logits, uint32_t n_vocab, kvp_err *err)
 {
-    uint32_t len = r->sr.n_tokens, w = len < PENALTY_WINDOW ? len : PENALTY_WINDOW;
+    uint32_t len = r->sr.n_tokens, w = len < KVP_SAMPLE_WINDOW ? len : KVP_SAMPLE_WINDOW;
     int t = kvp_sample_next(&r->g.rec.sampling, logits, n_vocab, r->tokens + (len - w), w, err);
     if (t < 0)
         return t;
@@ -270,23 +272,63 @@ static uint32_t draft_for(batch *b, kvp_request *r)
     uint32_t room = budget > r->g.n_gen + 1 ? budget - r->g.n_gen - 1 : 0;
     if (k > room)
         k = room;
-    uint32_t m = k ? b->o->drafter->draft(b->o->drafter->ctx, &r->draft_state, r->tokens, n, k, r->draft) : 0;
+    const kvp_drafter *d = b->o->drafter;
+    uint32_t m = 0, V = kvp_engine_n_vocab(b->e);
+    r->sampled = d->draft_sampled && r->g.rec.sampling.temperature > 0;
+    if (r->sampled && r->cap_q < (size_t)k * V) {
+        float *q = realloc(r->q, (size_t)k * V * sizeof *q);
+        if (!q)
+            return 0; /* no room for the distributions: decode plainly */
+        r->q = q;
+        r->cap_q = (size_t)k * V;
+    }
+    if (k)
+        m = r->sampled ? d->draft_sampled(d->ctx, &r->draft_state, r->tokens, n, k, r->draft, &r->g.rec.sampling, r->q)
+                       : d->draft(d->ctx, &r->draft_state, r->tokens, n, k, r->draft);
     memcpy(r->tokens + n, r->draft, m * sizeof *r->tokens);
     return m;
 }
 
+/* Drafts drawn from q: the target's distributions p after each (the same
+ * warping, penalties counting the drafts before), then speculative
+ * sampling (specverify.h) with r's generator.  drawn[0..m], m returned;
+ * after[] the generator after the last draw. */
+static int verify_sampled(batch *b, kvp_request *r, float *rows, uint32_t *drawn, kvp_sampling *after,
+                          kvp_err *err)
+{
+    uint32_t V = kvp_engine_n_vocab(b->e), nd = r->n_draft, len = r->sr.n_tokens;
+    for (uint32_t j = 0; j <= nd; j++) {
+        uint32_t at = len + j, w = at < KVP_SAMPLE_WINDOW ? at : KVP_SAMPLE_WINDOW;
+        int rc = kvp_sample_probs(&r->g.rec.sampling, rows + (size_t)j * V, V, r->tokens + (at - w), w,
+                                  b->p + (size_t)j * V, err);
+        if (rc < 0)
+            return rc;
+    }
+    uint32_t m = kvp_spec_verify(b->p, r->q, V, r->draft, nd, &r->g.rec.sampling, drawn);
+    for (uint32_t j = 0; j <= m; j++)
+        after[j] = r->g.rec.sampling;
+    return (int)m;
+}
+
 /* r's verify step: rows[1 + n_draft] of logits, row j after draft token
- * j - 1.  Each row is sampled in turn with r's own generator (the state
- * plain decoding would have at that token); a draft token is kept while
- * the draw equals it.  The KV cache forgets the drafts past the last kept
+ * j - 1.  Drafts drawn from q go through speculative sampling
+ * (verify_sampled).  Chosen drafts (ngram, greedy): each row is sampled in
+ * turn with r's own generator (the state plain decoding would have at that
+ * token); a draft token is kept while the draw equals it.  The KV cache forgets the drafts past the last kept
  * one; then the drawn tokens are taken as generated, in order. */
 static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, kvp_err *err)
 {
     uint32_t V = kvp_engine_n_vocab(b->e), nd = r->n_draft, len = r->sr.n_tokens, m = 0;
     uint32_t drawn[KVP_DRAFT_MAX + 1];
     kvp_sampling after[KVP_DRAFT_MAX + 1]; /* the generator after each draw */
-    for (;; m++) {
-        uint32_t at = len + m, w = at < PENALTY_WINDOW ? at : PENALTY_WINDOW;
+    if (r->sampled) {
+        int got = verify_sampled(b, r, rows, drawn, after, err);
+        if (got < 0)
+            return got;
+        m = (uint32_t)got;
+    }
+    for (; !r->sampled; m++) {
+        uint32_t at = len + m, w = at < KVP_SAMPLE_WINDOW ? at : KVP_SAMPLE_WINDOW;
         int t = kvp_sample_next(&r->g.rec.sampling, rows + (size_t)m * V, V, r->tokens + (at - w), w, err);
         if (t < 0)
             return t;
@@ -378,7 +420,9 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     double t0 = kvp_gen_now();
     int src_done = 0, src_rc = 0; /* src_rc: the source's failure, reported once the rest has run */
     kvp_err src_err = {0};
-    if (!step || !rows) {
+    if (o->drafter && o->drafter->draft_sampled)
+        b.p = malloc((size_t)(KVP_DRAFT_MAX + 1) * V * sizeof *b.p);
+    if (!step || !rows || (o->drafter && o->drafter->draft_sampled && !b.p)) {
         rc = kvp_err_set(err, KVP_ENOMEM, "batch: out of memory for %u sequences", max_seqs);
         goto out;
     }
@@ -491,6 +535,7 @@ out:
     free(logits);
     free(step);
     free(rows);
+    free(b.p);
     kvp_sched_free(s);
     return rc;
 }

@@ -40,6 +40,9 @@ typedef struct kvp_request {
     uint32_t draft[KVP_DRAFT_MAX]; /* this step's draft tokens (speculation) */
     void *draft_state;       /* the drafter's own for this request */
     uint32_t n_draft;
+    int sampled;             /* this step's drafts were drawn from q (draft_sampled), not chosen */
+    float *q;                /* [cap_q / n_vocab][n_vocab]: their distributions */
+    size_t cap_q;
     uint32_t draft_k;        /* its draft length now (adapted to its acceptance) */
     uint32_t n_drafted, n_accepted, n_verify; /* draft tokens proposed, accepted; verify steps */
     int holder;              /* a cache sequence (read from a stream) whose blocks its start reuses, or -1 */

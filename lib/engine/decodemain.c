@@ -13,6 +13,7 @@
 #include "results.h"
 #include "runopts.h"
 #include "sample.h"
+#include "specselftest.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,16 +32,22 @@ static void usage(FILE *f, int spec)
                 "       specdec -m MODEL -p TEXT | -f FILE | --tokens IDS [--method ngram] [options]\n"
                 "Generate as decode does, with speculative decoding: a drafter guesses the next tokens\n"
                 "and one batched step of the model checks them.  The output is decode's, token for\n"
-                "token, greedy or sampled.\n\n"
+                "token, greedy or sampled (sampled with a draft model: decode's distribution).\n\n"
                 "      --method M          ngram (prompt lookup: the last tokens found earlier in the\n"
                 "                          sequence, and what followed them; default), or draft\n"
                 "      --draft MODEL       the draft model of --method draft: same vocabulary, smaller or\n"
-                "                          more quantized; it drafts greedily\n"
+                "                          more quantized; greedy requests get its greedy drafts, sampled ones\n"
+                "                          drafts drawn from it, kept by speculative sampling (the target's\n"
+                "                          distribution, not decode's very draws)\n"
+                "      --greedy-drafts     draft greedily when sampling too: decode's very tokens for the same\n"
+                "                          seed, fewer drafts kept\n"
                 "      --draft-len K|auto  draft tokens a step, 1..%d (default auto: up to 8, adapted to each\n"
                 "                          sequence's acceptance)\n"
                 "      --ngram-min N, --ngram-max N  lengths of the n-grams looked up (default 1 and 3)\n"
                 "      --compare           run the requests with decode first (its output not printed),\n"
-                "                          then report both speeds and check the outputs are the same\n\n"
+                "                          then report both speeds and check the outputs are the same\n"
+                "      --selftest          check by counting (chi-square) that speculative sampling keeps\n"
+                "                          the target's distribution, and that a wrong rule is caught; no model\n\n"
                 "Every decode option applies:\n",
                 KVP_DRAFT_MAX);
     else
@@ -68,6 +75,26 @@ static void usage(FILE *f, int spec)
             "that does not fit in the KV cache alone), 2 usage error, 3 goodput below --min-goodput,\n"
             "130/143 stopped by SIGINT/SIGTERM (what had finished is written).\n",
             kvp_runopts_help);
+}
+
+/* --selftest: the table of specselftest.h's checks; exit 0 when all pass. */
+static int selftest(void)
+{
+    kvp_spec_check c[KVP_SPEC_SELFTEST_MAX];
+    uint32_t n = 0;
+    kvp_err err = {0};
+    int failed = kvp_spec_selftest(c, &n, &err);
+    if (failed < 0) {
+        fprintf(stderr, "%s: selftest: %s\n", kvp_cli_prog(), err.msg);
+        return 1;
+    }
+    printf("%-62s %8s %5s %9s %9s  %s\n", "check", "draws", "cells", "chi2", "p", "result");
+    for (uint32_t i = 0; i < n; i++)
+        printf("%-62s %8llu %5u %9.2f %9.3g  %s\n", c[i].what, (unsigned long long)c[i].draws, c[i].cells,
+               c[i].chi2, c[i].pvalue, c[i].pass ? (c[i].expect_caught ? "caught" : "ok") : "FAIL");
+    printf("%s: %u of %u checks passed\n", failed ? "FAILED" : "selftest", n - (uint32_t)failed, n);
+    int rc = kvp_cli_close_stdout();
+    return failed ? 1 : rc;
 }
 
 /* --compare: decode's own run of the same requests first, each output kept
@@ -391,6 +418,8 @@ enum {
     OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD, OPT_RATE, OPT_BURST,
     OPT_NO_PREFIX_CACHE, OPT_CACHE_SALT, OPT_METHOD, OPT_DRAFT_LEN, OPT_NGRAM_MIN, OPT_NGRAM_MAX, OPT_DRAFT,
     OPT_COMPARE,
+    OPT_SELFTEST,
+    OPT_GREEDY_DRAFTS,
 };
 
 static volatile sig_atomic_t stop_signal;
@@ -447,8 +476,11 @@ int kvp_decode_main(int argc, char **argv, int spec)
         {"ngram-max", required_argument, NULL, OPT_NGRAM_MAX},
         {"draft", required_argument, NULL, OPT_DRAFT},
         {"compare", no_argument, NULL, OPT_COMPARE},
+        {"selftest", no_argument, NULL, OPT_SELFTEST},
+        {"greedy-drafts", no_argument, NULL, OPT_GREEDY_DRAFTS},
     };
-    enum { N_SPEC_OPTS = 6 };
+    enum { N_SPEC_OPTS = 8 };
+    int greedy_drafts = 0;
     const char *draft_path = NULL;
     int compare = 0;
     size_t n_own = sizeof own / sizeof own[0] - (spec ? 0 : N_SPEC_OPTS);
@@ -516,6 +548,12 @@ int kvp_decode_main(int argc, char **argv, int spec)
             compare = 1;
             continue;
         }
+        if (c == OPT_SELFTEST)
+            return selftest();
+        if (c == OPT_GREEDY_DRAFTS) {
+            greedy_drafts = 1;
+            continue;
+        }
         if (c == OPT_DRAFT_LEN) {
             sp.adaptive = strcmp(optarg, "auto") == 0;
             if (!sp.adaptive)
@@ -553,6 +591,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("--method draft needs --draft MODEL");
     if (draft_path && !use_draft)
         kvp_cli_usage_error("--draft MODEL goes with --method draft");
+    if (greedy_drafts && !use_draft)
+        kvp_cli_usage_error("--greedy-drafts goes with --method draft");
     int from_prompts = o.prompt || o.file || o.tokens;
     if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) > 1)
         kvp_cli_usage_error("give one of -p, -f and --tokens");
@@ -632,7 +672,9 @@ int kvp_decode_main(int argc, char **argv, int spec)
         if (kvp_run_open_draft(&dr, &r, &o, draft_path, &err) < 0 || kvp_draft_model_init(&dm, dr.engine, dr.kc, &err) < 0)
             kvp_cli_die_err(&err);
         dm.chunk = o.chunk;
-        drafter = (kvp_drafter){.ctx = &dm, .draft = kvp_draft_model_draft, .release = kvp_draft_model_release};
+        drafter = (kvp_drafter){.ctx = &dm, .draft = kvp_draft_model_draft,
+                                .draft_sampled = greedy_drafts ? NULL : kvp_draft_model_draft_sampled,
+                                .release = kvp_draft_model_release};
     }
     kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .no_prefix_cache = no_prefix_cache,
                          .metrics = &metrics, .stop = &stop_signal, .drafter = spec ? &drafter : NULL,

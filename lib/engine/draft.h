@@ -12,6 +12,8 @@
 #ifndef KVP_DRAFT_H
 #define KVP_DRAFT_H
 
+#include "stream.h"
+
 #include <stdint.h>
 
 #define KVP_DRAFT_MAX 16 /* draft tokens a step at most */
@@ -22,6 +24,13 @@ typedef struct kvp_drafter {
      * returns how many (0: no guess).  *state is the request's own (NULL
      * at first), for a drafter that keeps something per request. */
     uint32_t (*draft)(void *ctx, void **state, const uint32_t *tokens, uint32_t n, uint32_t k, uint32_t *out);
+    /* A stochastic drafter (NULL: none), used when the request samples
+     * (temperature > 0): like draft, but each token drawn with s's warping
+     * (the target's, penalties counting the draft so far) from the
+     * distribution it writes into q[j][n_vocab], with s's generator.  The
+     * verifier then keeps tokens by speculative sampling (specverify.h). */
+    uint32_t (*draft_sampled)(void *ctx, void **state, const uint32_t *tokens, uint32_t n, uint32_t k, uint32_t *out,
+                              kvp_sampling *s, float *q);
     /* The request is gone: let its state go (NULL: nothing to let go). */
     void (*release)(void *ctx, void *state);
 } kvp_drafter;

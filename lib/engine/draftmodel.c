@@ -32,13 +32,14 @@ static int draft_seq(kvp_draft_model *d, void **state)
     return seq;
 }
 
-uint32_t kvp_draft_model_draft(void *ctx, void **state, const uint32_t *t, uint32_t n, uint32_t k, uint32_t *out)
+/* The request's sequence in the draft cache brought in line with t[n] and
+ * fed, its last logits in d->logits: the sequence, or -1 (no guess). */
+static int draft_sync(kvp_draft_model *d, void **state, const uint32_t *t, uint32_t n)
 {
-    kvp_draft_model *d = ctx;
     kvp_err err = {0};
     int seq = draft_seq(d, state);
     if (seq < 0 || n == 0)
-        return 0;
+        return -1;
     /* In line with the request: keep the common prefix (at most n - 1
      * tokens, so the last token is fed and gives the logits to draft from). */
     uint32_t len = kvp_kvcache_seq_len(d->kc, seq), common = 0;
@@ -46,14 +47,25 @@ uint32_t kvp_draft_model_draft(void *ctx, void **state, const uint32_t *t, uint3
     while (common < len && common + 1 < n && have[common] == t[common])
         common++;
     if (common < len && kvp_kvcache_seq_truncate(d->kc, seq, common, &err) < 0)
-        return 0;
-    uint32_t nv = kvp_engine_n_vocab(d->e);
+        return -1;
     if (kvp_engine_prefill(d->e, seq, t + common, n - common, d->chunk, d->logits, &err) < 0)
-        return 0; /* the draft cache is full: no guess this step */
+        return -1; /* the draft cache is full: no guess this step */
     d->steps++;
+    return seq;
+}
+
+/* k draft tokens into out, each chosen from d->logits by pick (which may
+ * change them) and fed to get the next logits.  Returns how many. */
+static uint32_t draft_steps(kvp_draft_model *d, int seq, uint32_t k, uint32_t *out,
+                            int (*pick)(void *pctx, uint32_t m, float *logits), void *pctx)
+{
+    kvp_err err = {0};
     uint32_t m = 0;
     for (; m < k; m++) {
-        out[m] = kvp_sample_argmax(d->logits, nv);
+        int t = pick(pctx, m, d->logits);
+        if (t < 0)
+            return m;
+        out[m] = (uint32_t)t;
         if (m + 1 == k)
             break;
         kvp_step_seq s = {.seq = seq, .tokens = out + m, .n_tokens = 1, .want = KVP_LOGITS_LAST};
@@ -62,6 +74,55 @@ uint32_t kvp_draft_model_draft(void *ctx, void **state, const uint32_t *t, uint3
         d->steps++;
     }
     return k;
+}
+
+static int pick_argmax(void *pctx, uint32_t m, float *logits)
+{
+    (void)m;
+    return (int)kvp_sample_argmax(logits, kvp_engine_n_vocab(((kvp_draft_model *)pctx)->e));
+}
+
+uint32_t kvp_draft_model_draft(void *ctx, void **state, const uint32_t *t, uint32_t n, uint32_t k, uint32_t *out)
+{
+    kvp_draft_model *d = ctx;
+    int seq = draft_sync(d, state, t, n);
+    return seq < 0 ? 0 : draft_steps(d, seq, k, out, pick_argmax, d);
+}
+
+/* Sampled drafting: the request's tokens and the drafts so far give the
+ * penalty its window, as the target's rows will see them. */
+typedef struct sampled_pick {
+    kvp_draft_model *d;
+    const uint32_t *t;     /* the request's tokens [n] */
+    uint32_t n;
+    const uint32_t *out;   /* the drafts so far */
+    kvp_sampling *s;
+    float *q;              /* [k][n_vocab] */
+} sampled_pick;
+
+static int pick_sampled(void *pctx, uint32_t m, float *logits)
+{
+    sampled_pick *c = pctx;
+    uint32_t nv = kvp_engine_n_vocab(c->d->e), at = c->n + m, w = at < KVP_SAMPLE_WINDOW ? at : KVP_SAMPLE_WINDOW;
+    uint32_t win[KVP_SAMPLE_WINDOW];
+    for (uint32_t i = 0; i < w; i++) { /* the last w of t[0..n) then out[0..m) */
+        uint32_t j = at - w + i;
+        win[i] = j < c->n ? c->t[j] : c->out[j - c->n];
+    }
+    kvp_err err = {0};
+    float *q = c->q + (size_t)m * nv;
+    if (kvp_sample_probs(c->s, logits, nv, win, w, q, &err) < 0)
+        return -1;
+    return (int)kvp_sample_from(q, nv, kvp_sample_uniform(c->s));
+}
+
+uint32_t kvp_draft_model_draft_sampled(void *ctx, void **state, const uint32_t *t, uint32_t n, uint32_t k,
+                                       uint32_t *out, kvp_sampling *s, float *q)
+{
+    kvp_draft_model *d = ctx;
+    int seq = draft_sync(d, state, t, n);
+    sampled_pick c = {.d = d, .t = t, .n = n, .out = out, .s = s, .q = q};
+    return seq < 0 ? 0 : draft_steps(d, seq, k, out, pick_sampled, &c);
 }
 
 void kvp_draft_model_release(void *ctx, void *state)

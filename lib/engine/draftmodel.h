@@ -5,8 +5,11 @@
  * drafting, that sequence is brought in line with the request's tokens:
  * whatever follows their common prefix (rejected drafts, or tokens the
  * target chose instead) is truncated and the new tokens are fed in one
- * step; then the draft model takes k greedy steps.  Greedy drafts are a
- * function of the tokens, so the verifier's rule keeps the output exact.
+ * step; then the draft model takes k steps.  Greedy requests get greedy
+ * drafts, a function of the tokens, so the verifier's rule keeps the output
+ * exact.  Sampling requests get drafts drawn from the draft model's own
+ * warped distribution q (draft_sampled), kept by speculative sampling
+ * (specverify.h): the output is distributed as the target's.
  * When the draft cache is full the request gets no draft that step.
  */
 #ifndef KVP_DRAFTMODEL_H
@@ -30,6 +33,8 @@ void kvp_draft_model_free(kvp_draft_model *d);
 /* The kvp_drafter callbacks (ctx: a kvp_draft_model). */
 uint32_t kvp_draft_model_draft(void *ctx, void **state, const uint32_t *tokens, uint32_t n, uint32_t k,
                                uint32_t *out);
+uint32_t kvp_draft_model_draft_sampled(void *ctx, void **state, const uint32_t *tokens, uint32_t n, uint32_t k,
+                                       uint32_t *out, kvp_sampling *s, float *q);
 void kvp_draft_model_release(void *ctx, void *state);
 
 #endif

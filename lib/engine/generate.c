@@ -6,7 +6,6 @@
 #include <string.h>
 #include <time.h>
 
-#define KVP_PENALTY_WINDOW 64 /* recent tokens the repetition penalty sees */
 
 double kvp_gen_now(void)
 {
@@ -56,7 +55,7 @@ static int sample(kvp_kvcache *kc, kvp_gen_seq *s, float *logits, uint32_t n_voc
 {
     uint32_t len = kvp_kvcache_seq_len(kc, s->handle);
     const uint32_t *toks = kvp_kvcache_seq_tokens(kc, s->handle);
-    uint32_t w = len < KVP_PENALTY_WINDOW ? len : KVP_PENALTY_WINDOW;
+    uint32_t w = len < KVP_SAMPLE_WINDOW ? len : KVP_SAMPLE_WINDOW;
     int t = kvp_sample_next(&s->rec.sampling, logits, n_vocab, toks + (len - w), w, err);
     if (t < 0)
         return t;

@@ -177,3 +177,115 @@ int kvp_sample_next(kvp_sampling *s, float *logits, uint32_t n_vocab, const uint
     free(c);
     return (int)pick;
 }
+
+/* ---- the distribution as an array (speculative decoding) ---- */
+
+static void cand_swap(cand *a, cand *b)
+{
+    cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Partial selection: c[0..k) become the k first of c[0..n) in cand_cmp's
+ * order (in no order themselves), expected O(n): the same set a sort's
+ * first k would be, ties broken by id. */
+static void select_first(cand *c, uint32_t n, uint32_t k)
+{
+    uint32_t lo = 0, hi = n; /* the k-th lies in [lo, hi) */
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ n;
+    while (hi - lo > 1) {
+        cand pivot = c[lo + (uint32_t)(splitmix64(&x) % (hi - lo))];
+        uint32_t lt = lo, i = lo, gt = hi; /* [lo,lt) before, [lt,i) equal, [gt,hi) after */
+        while (i < gt) {
+            int o = cand_cmp(&c[i], &pivot);
+            if (o < 0)
+                cand_swap(&c[lt++], &c[i++]);
+            else if (o > 0)
+                cand_swap(&c[i], &c[--gt]);
+            else
+                i++;
+        }
+        if (k <= lt)
+            hi = lt;
+        else if (k >= gt)
+            lo = gt;
+        else
+            return; /* the k-th is the pivot: [0, k) is the first k */
+    }
+}
+
+int kvp_sample_probs(const kvp_sampling *s, float *logits, uint32_t n_vocab, const uint32_t *recent,
+                     uint32_t n_recent, float *p, kvp_err *err)
+{
+    if (n_vocab == 0)
+        return kvp_err_set(err, KVP_EINVAL, "sample: empty vocabulary");
+    if (s->repeat_penalty != 1 && n_recent)
+        penalize(logits, n_vocab, recent, n_recent, s->repeat_penalty);
+    memset(p, 0, (size_t)n_vocab * sizeof *p);
+    if (s->temperature <= 0) {
+        p[kvp_sample_argmax(logits, n_vocab)] = 1;
+        return 0;
+    }
+    cand *c = malloc((size_t)n_vocab * sizeof *c);
+    if (!c)
+        return kvp_err_set(err, KVP_ENOMEM, "sample: out of memory");
+    for (uint32_t i = 0; i < n_vocab; i++)
+        c[i] = (cand){logits[i], i};
+    uint32_t n = n_vocab;
+    if (s->top_k > 0 && (uint32_t)s->top_k < n) {
+        select_first(c, n, (uint32_t)s->top_k);
+        n = (uint32_t)s->top_k;
+    }
+    float mx = c[0].logit;
+    for (uint32_t i = 1; i < n; i++)
+        mx = c[i].logit > mx ? c[i].logit : mx;
+    if (s->top_p < 1) { /* the cumulative mass needs the order: as kvp_sample_next */
+        qsort(c, n, sizeof *c, cand_cmp);
+        double sum = 0, cum = 0;
+        for (uint32_t i = 0; i < n; i++)
+            sum += exp((double)c[i].logit - mx);
+        uint32_t keep = n;
+        for (uint32_t i = 0; i < n; i++) {
+            if (s->min_p > 0 && i > 0 && exp((double)c[i].logit - mx) < s->min_p) {
+                keep = i;
+                break;
+            }
+            cum += exp((double)c[i].logit - mx) / sum;
+            if (cum >= s->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    } else if (s->min_p > 0) { /* a threshold against the top: no order needed */
+        uint32_t keep = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (c[i].logit == mx || exp((double)c[i].logit - mx) >= s->min_p)
+                c[keep++] = c[i];
+        n = keep;
+    }
+    double sum = 0, inv_t = 1.0 / s->temperature;
+    for (uint32_t i = 0; i < n; i++)
+        sum += exp(((double)c[i].logit - mx) * inv_t);
+    for (uint32_t i = 0; i < n; i++)
+        p[c[i].id] = (float)(exp(((double)c[i].logit - mx) * inv_t) / sum);
+    free(c);
+    return 0;
+}
+
+uint32_t kvp_sample_from(const float *p, uint32_t n, double u)
+{
+    double sum = 0, acc = 0;
+    uint32_t last = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (p[i] > 0)
+            sum += p[i], last = i;
+    double r = u * sum;
+    for (uint32_t i = 0; i < n; i++) {
+        acc += p[i] > 0 ? p[i] : 0;
+        if (p[i] > 0 && r < acc)
+            return i;
+    }
+    return last; /* rounding: the last token with mass */
+}

@@ -15,6 +15,9 @@
 
 #include <stdint.h>
 
+/* Recent tokens the repetition penalty sees (decode, batches, drafters). */
+#define KVP_SAMPLE_WINDOW 64
+
 /* Defaults: greedy, no filters, penalty 1, max_tokens 128, seed 0. */
 void kvp_sample_defaults(kvp_sampling *s);
 /* Seed s->rng from s->seed and a sequence id, so sequences of one batch draw
@@ -29,6 +32,17 @@ int kvp_sample_next(kvp_sampling *s, float *logits, uint32_t n_vocab, const uint
                     kvp_err *err);
 /* The index of the largest of x[n] (the lowest one on a tie): greedy. */
 uint32_t kvp_sample_argmax(const float *x, uint32_t n);
+/* The distribution kvp_sample_next draws from, as an array: p[n_vocab] (0
+ * outside the tokens the filters keep), after the same penalty (logits
+ * changed in place), top-k, top-p, min-p and temperature, in the same
+ * order, in double rounded to f32.  Temperature 0: all the mass on the
+ * argmax.  Top-k by partial selection; a sort only when top-p needs the
+ * order.  0 or a code. */
+int kvp_sample_probs(const kvp_sampling *s, float *logits, uint32_t n_vocab, const uint32_t *recent,
+                     uint32_t n_recent, float *p, kvp_err *err);
+/* A token drawn from the weights p[n] (>= 0, any sum) with the uniform u in
+ * [0, 1): the first i whose running sum passes u * sum. */
+uint32_t kvp_sample_from(const float *p, uint32_t n, double u);
 /* A uniform double in [0, 1) from s->rng (xoroshiro128+), advancing it. */
 double kvp_sample_uniform(kvp_sampling *s);
 

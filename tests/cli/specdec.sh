@@ -22,6 +22,10 @@ expect_status 2 "--method draft without --draft"
 expect_err_has "needs --draft MODEL" "says what it needs"
 run specdec -m x.gguf -p hi --draft y.gguf
 expect_status 2 "--draft without --method draft"
+run specdec --selftest
+expect_status 0 "--selftest: speculative sampling keeps the distribution"
+expect_out_has "caught" "and the wrong rule is caught"
+expect_out_lacks "FAIL" "no check fails"
 run specdec -m x.gguf --compare kv.kvp
 expect_status 2 "--compare with a KV stream"
 run decode -m x.gguf -p hi --method ngram
@@ -129,8 +133,24 @@ acc=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
 expect_true "and every draft is kept ($acc)" awk -v a="$acc" 'BEGIN { exit !(a == 1) }'
 run $D --temperature 0.7 --seed 11
 cp "$OUT" "$T/d.jl"
-run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11
-same "a draft model, sampled: the same tokens as decode" "$T/d.jl" "$OUT"
+run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --greedy-drafts
+same "a draft model, sampled, --greedy-drafts: the same tokens as decode" "$T/d.jl" "$OUT"
+# sampled drafts, kept by speculative sampling: the model drafting for
+# itself draws from the very distribution it is checked against (the
+# engine gives the same bits in any batch), so every draft is kept
+run $S --method draft --draft "$M" --temperature 0.7 --seed 11 --max-num-seqs 1 --draft-len 6 --stats --json
+expect_status 0 "sampled drafts from the model itself"
+acc=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
+expect_true "speculative sampling keeps every draft of p itself ($acc)" awk -v a="$acc" 'BEGIN { exit !(a == 1) }'
+cp "$OUT" "$T/s1.jl"
+run $S --method draft --draft "$M" --temperature 0.7 --seed 11 --max-num-seqs 1 --draft-len 6
+same "a sampled speculative run is reproducible (same seed, same text)" "$T/s1.jl" "$OUT"
+run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --stats --json
+expect_status 0 "q4_0 drafts drawn and kept by speculative sampling"
+acc2=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
+expect_true "it keeps some of them ($acc2)" awk -v a="$acc2" 'BEGIN { exit !(a > 0.2) }'
+run $S --greedy-drafts
+expect_status 2 "--greedy-drafts without --method draft"
 run $S --method draft --draft "$T/missing.gguf"
 expect_status 1 "a missing draft model"
 expect_err_has "missing.gguf" "names it"
