@@ -189,11 +189,14 @@ static inline double gpu_diff_rms(const gpu_diff *d)
 static inline void gpu_expect(const char *what, const gpu_diff *d, double tol)
 {
     double mx = gpu_diff_max(d), rms = gpu_diff_rms(d);
-    int ok = d->bad == 0 && mx <= tol && rms <= tol;
-    if (ok)
+    int within_tolerance = d->bad == 0 && mx <= tol && rms <= tol;
+    if (within_tolerance)
         printf("ok %s: max %.3g rms %.3g (tol %.3g)\n", what, mx, rms, tol);
-    CHECK_MSG(ok, "%s: max %.3g rms %.3g of the reference (tol %.3g), %zu of %zu elements unwritten or non-finite%s%zu",
-              what, mx, rms, tol, d->bad, d->n, d->bad ? ", first at " : "", d->bad ? d->first_bad : (size_t)0);
+    char first[48] = "";
+    if (d->bad)
+        snprintf(first, sizeof first, ", the first at %zu", d->first_bad);
+    CHECK_MSG(within_tolerance, "%s: max %.3g rms %.3g of the reference (tol %.3g), %zu of %zu elements unwritten or not finite%s",
+              what, mx, rms, tol, d->bad, d->n, first);
 }
 
 /* ---- time ---- */
