@@ -420,6 +420,7 @@ enum {
     OPT_COMPARE,
     OPT_SELFTEST,
     OPT_GREEDY_DRAFTS,
+    OPT_DRAFT_LAYERS,
 };
 
 static volatile sig_atomic_t stop_signal;
@@ -478,9 +479,11 @@ int kvp_decode_main(int argc, char **argv, int spec)
         {"compare", no_argument, NULL, OPT_COMPARE},
         {"selftest", no_argument, NULL, OPT_SELFTEST},
         {"greedy-drafts", no_argument, NULL, OPT_GREEDY_DRAFTS},
+        {"draft-layers", required_argument, NULL, OPT_DRAFT_LAYERS},
     };
-    enum { N_SPEC_OPTS = 8 };
+    enum { N_SPEC_OPTS = 9 };
     int greedy_drafts = 0;
+    uint32_t draft_layers = 0; /* layerskip: 0 for half the model's */
     const char *draft_path = NULL;
     int compare = 0;
     size_t n_own = sizeof own / sizeof own[0] - (spec ? 0 : N_SPEC_OPTS);
@@ -535,8 +538,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
                 sp.method = "ngram";
             else if (strcmp(optarg, "draft") == 0)
                 sp.method = "draft";
+            else if (strcmp(optarg, "layerskip") == 0)
+                sp.method = "layerskip";
             else
-                kvp_cli_usage_error("--method: '%s': use ngram or draft (layerskip and heads are not built yet)",
+                kvp_cli_usage_error("--method: '%s': use ngram, draft or layerskip (heads are not built yet)",
                                     optarg);
             continue;
         }
@@ -552,6 +557,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
             return selftest();
         if (c == OPT_GREEDY_DRAFTS) {
             greedy_drafts = 1;
+            continue;
+        }
+        if (c == OPT_DRAFT_LAYERS) {
+            draft_layers = (uint32_t)kvp_cli_opt_i64("--draft-layers", optarg, 1, 4096);
             continue;
         }
         if (c == OPT_DRAFT_LEN) {
@@ -591,8 +600,11 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("--method draft needs --draft MODEL");
     if (draft_path && !use_draft)
         kvp_cli_usage_error("--draft MODEL goes with --method draft");
-    if (greedy_drafts && !use_draft)
-        kvp_cli_usage_error("--greedy-drafts goes with --method draft");
+    int use_skip = sp.method && strcmp(sp.method, "layerskip") == 0;
+    if (greedy_drafts && !use_draft && !use_skip)
+        kvp_cli_usage_error("--greedy-drafts goes with --method draft or layerskip");
+    if (draft_layers && !use_skip)
+        kvp_cli_usage_error("--draft-layers goes with --method layerskip");
     int from_prompts = o.prompt || o.file || o.tokens;
     if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) > 1)
         kvp_cli_usage_error("give one of -p, -f and --tokens");
@@ -668,8 +680,13 @@ int kvp_decode_main(int argc, char **argv, int spec)
     kvp_drafter drafter = {.ctx = &ngram, .draft = kvp_ngram_draft};
     kvp_run dr = {0};
     kvp_draft_model dm = {0};
-    if (use_draft) {
-        if (kvp_run_open_draft(&dr, &r, &o, draft_path, &err) < 0 || kvp_draft_model_init(&dm, dr.engine, dr.kc, &err) < 0)
+    if (use_draft || use_skip) {
+        uint32_t nl = kvp_run_loaded(&r)->cfg.n_layer, keep = draft_layers ? draft_layers : (nl + 1) / 2;
+        if (use_skip && keep > nl)
+            kvp_cli_die("--draft-layers %u: %s has %u layers", keep, o.model, nl);
+        if ((use_draft ? kvp_run_open_draft(&dr, &r, &o, draft_path, &err)
+                       : kvp_run_open_layerskip(&dr, &r, &o, keep, &err)) < 0 ||
+            kvp_draft_model_init(&dm, dr.engine, dr.kc, &err) < 0)
             kvp_cli_die_err(&err);
         dm.chunk = o.chunk;
         drafter = (kvp_drafter){.ctx = &dm, .draft = kvp_draft_model_draft,
@@ -718,7 +735,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_die("%s: %s", resume, strerror(errno));
     kvp_idset_free(&done);
     kvp_jobsrc_free(js);
-    if (use_draft) {
+    if (use_draft || use_skip) {
         kvp_draft_model_free(&dm);
         kvp_run_close_draft(&dr);
     }

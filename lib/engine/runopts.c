@@ -5,6 +5,7 @@
 #include "kvscale.h"
 #include "sample.h"
 #include "seqio.h"
+#include "shard.h"
 #include "tensor.h"
 
 #include <stdlib.h>
@@ -259,6 +260,16 @@ int kvp_run_open_draft(kvp_run *d, const kvp_run *target, const kvp_runopts *o, 
         return kvp_err_set(err, KVP_EINVAL, "%s: token %lld differs from the model's (%s): a draft model must share "
                            "its vocabulary", path, (long long)at, o->model);
     }
+    d->be = target->be;
+    return kvp_run_start(d, o, NULL, err);
+}
+
+int kvp_run_open_layerskip(kvp_run *d, const kvp_run *target, const kvp_runopts *o, uint32_t n_layer, kvp_err *err)
+{
+    memset(d, 0, sizeof *d);
+    int rc = kvp_model_first_layers(&d->model, kvp_run_loaded(target), n_layer, err);
+    if (rc < 0)
+        return rc;
     d->be = target->be;
     return kvp_run_start(d, o, NULL, err);
 }

@@ -125,6 +125,11 @@ void kvp_run_close(kvp_run *r);
  * must be the target's, token for token (a message names the first token
  * that differs).  Close with kvp_run_close_draft. */
 int kvp_run_open_draft(kvp_run *d, const kvp_run *target, const kvp_runopts *o, const char *path, kvp_err *err);
+/* Self-speculation's drafter (specdec --method layerskip): target's model
+ * (the whole one under --tp) cut after its first n_layer layers
+ * (kvp_model_first_layers), on target's backend, with its own KV cache of
+ * those layers sized as the options say.  Close with kvp_run_close_draft. */
+int kvp_run_open_layerskip(kvp_run *d, const kvp_run *target, const kvp_runopts *o, uint32_t n_layer, kvp_err *err);
 void kvp_run_close_draft(kvp_run *d);
 /* The prompts the options name, tokenized: *ids[i] (malloc'd) of *lens[i].
  * *ps keeps their labels.  Plain prompts are parsed for special tokens

@@ -112,73 +112,7 @@ uint32_t kvp_sample_argmax(const float *x, uint32_t n)
     return 0;
 }
 
-int kvp_sample_next(kvp_sampling *s, float *logits, uint32_t n_vocab, const uint32_t *recent, uint32_t n_recent,
-                    kvp_err *err)
-{
-    if (n_vocab == 0)
-        return kvp_err_set(err, KVP_EINVAL, "sample: empty vocabulary");
-    if (s->repeat_penalty != 1 && n_recent)
-        penalize(logits, n_vocab, recent, n_recent, s->repeat_penalty);
-    if (s->temperature <= 0)
-        return (int)kvp_sample_argmax(logits, n_vocab);
-
-    cand *c = malloc((size_t)n_vocab * sizeof *c);
-    if (!c)
-        return kvp_err_set(err, KVP_ENOMEM, "sample: out of memory");
-    for (uint32_t i = 0; i < n_vocab; i++)
-        c[i] = (cand){logits[i], i};
-    uint32_t n = n_vocab;
-    /* Sort only when a filter needs the order; top-k first shrinks it. */
-    if (s->top_k > 0 && (uint32_t)s->top_k < n) {
-        /* a full sort is fine at vocabulary sizes and keeps ties deterministic */
-        qsort(c, n, sizeof *c, cand_cmp);
-        n = (uint32_t)s->top_k;
-    } else if (s->top_p < 1 || s->min_p > 0) {
-        qsort(c, n, sizeof *c, cand_cmp);
-    }
-    float mx = c[0].logit;
-    if (!(s->top_k > 0) && !(s->top_p < 1) && !(s->min_p > 0))
-        for (uint32_t i = 1; i < n; i++)
-            mx = c[i].logit > mx ? c[i].logit : mx;
-    /* top-p and min-p on the unscaled distribution (sorted here) */
-    if (s->top_p < 1 || s->min_p > 0) {
-        double sum = 0;
-        for (uint32_t i = 0; i < n; i++)
-            sum += exp((double)c[i].logit - mx);
-        double cum = 0, pmin = s->min_p; /* relative to the top probability */
-        uint32_t keep = n;
-        for (uint32_t i = 0; i < n; i++) {
-            double p = exp((double)c[i].logit - mx) / sum;
-            if (s->min_p > 0 && i > 0 && exp((double)c[i].logit - mx) < pmin) {
-                keep = i;
-                break;
-            }
-            cum += p;
-            if (s->top_p < 1 && cum >= s->top_p) {
-                keep = i + 1;
-                break;
-            }
-        }
-        n = keep;
-    }
-    /* temperature, then draw */
-    double sum = 0, inv_t = 1.0 / s->temperature;
-    for (uint32_t i = 0; i < n; i++)
-        sum += exp(((double)c[i].logit - mx) * inv_t);
-    double r = kvp_sample_uniform(s) * sum, acc = 0;
-    uint32_t pick = c[n - 1].id;
-    for (uint32_t i = 0; i < n; i++) {
-        acc += exp(((double)c[i].logit - mx) * inv_t);
-        if (r < acc) {
-            pick = c[i].id;
-            break;
-        }
-    }
-    free(c);
-    return (int)pick;
-}
-
-/* ---- the distribution as an array (speculative decoding) ---- */
+/* ---- the filters ---- */
 
 static void cand_swap(cand *a, cand *b)
 {
@@ -215,6 +149,96 @@ static void select_first(cand *c, uint32_t n, uint32_t k)
     }
 }
 
+/* The tokens the filters keep, in the order a draw walks them: c[0..*n)
+ * (malloc'd) and the largest logit *mx.  Top-k by partial selection, then
+ * min-p as a threshold against the top; whatever a filter kept is sorted
+ * (logit down, id up), only top-p needing the whole vocabulary sorted.
+ * With no filter, every token in id order.  The same set and order as
+ * sorting everything first. */
+static int warp(const kvp_sampling *s, const float *logits, uint32_t n_vocab, cand **out, uint32_t *n_out, float *mx_out,
+                kvp_err *err)
+{
+    cand *c = n_vocab ? malloc((size_t)n_vocab * sizeof *c) : NULL;
+    if (!c)
+        return kvp_err_set(err, KVP_ENOMEM, "sample: out of memory for %u candidates", n_vocab);
+    for (uint32_t i = 0; i < n_vocab; i++)
+        c[i] = (cand){logits[i], i};
+    uint32_t n = n_vocab;
+    if (s->top_k > 0 && (uint32_t)s->top_k < n) {
+        select_first(c, n, (uint32_t)s->top_k);
+        n = (uint32_t)s->top_k;
+    }
+    float mx = c[0].logit;
+    for (uint32_t i = 1; i < n; i++)
+        mx = c[i].logit > mx ? c[i].logit : mx;
+    /* top-p's mass is of what top-k kept (min-p comes after it, as in
+     * llama.cpp's chain) */
+    double mass = 0;
+    for (uint32_t i = 0; s->top_p < 1 && i < n; i++)
+        mass += exp((double)c[i].logit - mx);
+    if (s->min_p > 0) { /* relative to the top probability: exp(l - mx) >= min_p */
+        uint32_t keep = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (c[i].logit == mx || exp((double)c[i].logit - mx) >= s->min_p)
+                c[keep++] = c[i];
+        n = keep;
+    }
+    if (s->top_k > 0 || s->top_p < 1 || s->min_p > 0)
+        qsort(c, n, sizeof *c, cand_cmp);
+    if (s->top_p < 1) { /* the smallest sorted prefix holding top_p of the mass */
+        double cum = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            cum += exp((double)c[i].logit - mx) / mass;
+            if (cum >= s->top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    *out = c, *n_out = n, *mx_out = mx;
+    return 0;
+}
+
+/* A kept token's weight at the temperature (1 / inv_t), and their sum. */
+static double temp_weight(const cand *c, float mx, double inv_t) { return exp(((double)c->logit - mx) * inv_t); }
+
+static double temp_sum(const cand *c, uint32_t n, float mx, double inv_t)
+{
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += temp_weight(&c[i], mx, inv_t);
+    return sum;
+}
+
+int kvp_sample_next(kvp_sampling *s, float *logits, uint32_t n_vocab, const uint32_t *recent, uint32_t n_recent,
+                    kvp_err *err)
+{
+    if (n_vocab == 0)
+        return kvp_err_set(err, KVP_EINVAL, "sample: empty vocabulary");
+    if (s->repeat_penalty != 1 && n_recent)
+        penalize(logits, n_vocab, recent, n_recent, s->repeat_penalty);
+    if (s->temperature <= 0)
+        return (int)kvp_sample_argmax(logits, n_vocab);
+    cand *c;
+    uint32_t n;
+    float mx;
+    int rc = warp(s, logits, n_vocab, &c, &n, &mx, err);
+    if (rc < 0)
+        return rc;
+    /* temperature, then draw */
+    double inv_t = 1.0 / s->temperature, r = kvp_sample_uniform(s) * temp_sum(c, n, mx, inv_t), acc = 0;
+    uint32_t pick = c[n - 1].id;
+    for (uint32_t i = 0; i < n; i++) {
+        acc += temp_weight(&c[i], mx, inv_t);
+        if (r < acc) {
+            pick = c[i].id;
+            break;
+        }
+    }
+    free(c);
+    return (int)pick;
+}
+
 int kvp_sample_probs(const kvp_sampling *s, float *logits, uint32_t n_vocab, const uint32_t *recent,
                      uint32_t n_recent, float *p, kvp_err *err)
 {
@@ -227,49 +251,15 @@ int kvp_sample_probs(const kvp_sampling *s, float *logits, uint32_t n_vocab, con
         p[kvp_sample_argmax(logits, n_vocab)] = 1;
         return 0;
     }
-    cand *c = malloc((size_t)n_vocab * sizeof *c);
-    if (!c)
-        return kvp_err_set(err, KVP_ENOMEM, "sample: out of memory");
-    for (uint32_t i = 0; i < n_vocab; i++)
-        c[i] = (cand){logits[i], i};
-    uint32_t n = n_vocab;
-    if (s->top_k > 0 && (uint32_t)s->top_k < n) {
-        select_first(c, n, (uint32_t)s->top_k);
-        n = (uint32_t)s->top_k;
-    }
-    float mx = c[0].logit;
-    for (uint32_t i = 1; i < n; i++)
-        mx = c[i].logit > mx ? c[i].logit : mx;
-    if (s->top_p < 1) { /* the cumulative mass needs the order: as kvp_sample_next */
-        qsort(c, n, sizeof *c, cand_cmp);
-        double sum = 0, cum = 0;
-        for (uint32_t i = 0; i < n; i++)
-            sum += exp((double)c[i].logit - mx);
-        uint32_t keep = n;
-        for (uint32_t i = 0; i < n; i++) {
-            if (s->min_p > 0 && i > 0 && exp((double)c[i].logit - mx) < s->min_p) {
-                keep = i;
-                break;
-            }
-            cum += exp((double)c[i].logit - mx) / sum;
-            if (cum >= s->top_p) {
-                keep = i + 1;
-                break;
-            }
-        }
-        n = keep;
-    } else if (s->min_p > 0) { /* a threshold against the top: no order needed */
-        uint32_t keep = 0;
-        for (uint32_t i = 0; i < n; i++)
-            if (c[i].logit == mx || exp((double)c[i].logit - mx) >= s->min_p)
-                c[keep++] = c[i];
-        n = keep;
-    }
-    double sum = 0, inv_t = 1.0 / s->temperature;
+    cand *c;
+    uint32_t n;
+    float mx;
+    int rc = warp(s, logits, n_vocab, &c, &n, &mx, err);
+    if (rc < 0)
+        return rc;
+    double inv_t = 1.0 / s->temperature, sum = temp_sum(c, n, mx, inv_t);
     for (uint32_t i = 0; i < n; i++)
-        sum += exp(((double)c[i].logit - mx) * inv_t);
-    for (uint32_t i = 0; i < n; i++)
-        p[c[i].id] = (float)(exp(((double)c[i].logit - mx) * inv_t) / sum);
+        p[c[i].id] = (float)(temp_weight(&c[i], mx, inv_t) / sum);
     free(c);
     return 0;
 }

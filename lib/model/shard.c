@@ -208,3 +208,24 @@ int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n,
     *out = s;
     return 0;
 }
+
+int kvp_model_first_layers(kvp_model **out, const kvp_model *m, uint32_t n_layer, kvp_err *err)
+{
+    *out = NULL;
+    if (n_layer == 0 || n_layer > m->cfg.n_layer)
+        return kvp_err_set(err, KVP_EINVAL, "%s: %u layers of a model of %u", m->path, n_layer, m->cfg.n_layer);
+    kvp_model *s = calloc(1, sizeof *s);
+    if (!s)
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    *s = *m;
+    s->base = m;
+    memset(&s->owned, 0, sizeof s->owned);
+    if (!(s->layers = malloc(n_layer * sizeof *s->layers))) {
+        free(s);
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    }
+    memcpy(s->layers, m->layers, n_layer * sizeof *s->layers);
+    s->cfg.n_layer = n_layer;
+    *out = s;
+    return 0;
+}

@@ -51,4 +51,11 @@ uint32_t kvp_shard_first_layer(uint32_t n_layer, uint32_t stage, uint32_t pp);
 int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n, uint32_t stage, uint32_t pp,
                     kvp_err *err);
 
+/* Self-speculation (specdec --method layerskip): a view of m's first
+ * n_layer layers with m's final norm and output head, so the hidden state
+ * after layer n_layer - 1 exits early to the vocabulary.  Shares every
+ * tensor with m (m must outlive it); free with kvp_model_free.  0, or
+ * KVP_EINVAL when n_layer is 0 or more than m has. */
+int kvp_model_first_layers(kvp_model **out, const kvp_model *m, uint32_t n_layer, kvp_err *err);
+
 #endif

@@ -151,6 +151,26 @@ acc2=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
 expect_true "it keeps some of them ($acc2)" awk -v a="$acc2" 'BEGIN { exit !(a > 0.2) }'
 run $S --greedy-drafts
 expect_status 2 "--greedy-drafts without --method draft"
+
+# self-speculation: the model's first layers and its output head draft
+run $D
+cp "$OUT" "$T/d.jl"
+run $S --method layerskip --draft-layers 12 --stats --json
+expect_status 0 "--method layerskip"
+same "layerskip, greedy: the same tokens as decode" "$T/d.jl" "$OUT"
+expect_err_has '"spec":{"method":"layerskip"' "the stats name the method"
+run $S --method layerskip --draft-layers 30 --max-num-seqs 1 --draft-len 6 --stats --json
+same "every layer drafting: the same tokens as decode" "$T/d.jl" "$OUT"
+acc=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
+expect_true "and every draft is kept ($acc)" awk -v a="$acc" 'BEGIN { exit !(a == 1) }'
+run $S --method layerskip --draft-layers 30 --temperature 0.9 --seed 4 --max-num-seqs 1 --stats --json
+acc=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
+expect_true "sampled drafts of every layer are all kept ($acc)" awk -v a="$acc" 'BEGIN { exit !(a == 1) }'
+run $S --method layerskip --draft-layers 31
+expect_status 1 "--draft-layers past the model's layers"
+expect_err_has "30 layers" "says how many it has"
+run $S --draft-layers 4
+expect_status 2 "--draft-layers without --method layerskip"
 run $S --method draft --draft "$T/missing.gguf"
 expect_status 1 "a missing draft model"
 expect_err_has "missing.gguf" "names it"

@@ -1056,6 +1056,7 @@ static void test_scaled_one(unsigned flags, const kvp_quant_spec *spec)
     double tol = rec.dtype == KVP_DTYPE_FP8_E4M3 ? 1e-5 : 4e-3;
     CHECK_MSG(worst < tol, "%s %s scheme %u group %u%s: max error %g of sum |w x|", kvp_backend_cpu_isa(be),
               kvp_dtype_name(rec.dtype), rec.scheme, rec.group, spec->asym ? " asym" : "", worst);
+    be->ops->release_weight(be, &kw);
     kvp_backend_free(be);
     free(data), free(sc), free(zp);
 }

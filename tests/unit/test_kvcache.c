@@ -66,7 +66,13 @@ static void *stub_alloc(kvp_backend *b, size_t bytes)
     return none;
 }
 static void stub_release(kvp_backend *b, void *p) { (void)b, (void)p; }
-static const kvp_backend_ops stub_ops = {.name = "stub", .alloc = stub_alloc, .release = stub_release};
+static int stub_supports(const kvp_backend *b, int use, int dtype, int scaled)
+{
+    (void)b, (void)scaled;
+    return use == KVP_USE_KV && dtype == KVP_DTYPE_F16;
+}
+static const kvp_backend_ops stub_ops = {.name = "stub", .supports = stub_supports, .alloc = stub_alloc,
+                                         .release = stub_release};
 
 /* Slot ids are block * block_size + offset in 32 bits: a pool of exactly
  * 2^32 token slots is accepted, one block more is refused, by count or by
@@ -92,6 +98,10 @@ static void test_pool_limits(void)
         CHECK_EQ_U64(slots[2], 2);
         kvp_kvcache_free(kc);
     }
+    o.dtype = KVP_DTYPE_BF16; /* one the stub backend lacks: refused before any allocation */
+    CHECK_EQ_I64(kvp_kvcache_create(&kc, &c, &o, &stub, &err), KVP_EUNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "stub") && strstr(err.msg, "bf16"), "message: %s", err.msg);
+    o.dtype = KVP_DTYPE_F16;
     o.n_blocks = (1u << 20) + 1;
     CHECK_EQ_I64(kvp_kvcache_create(&kc, &c, &o, &stub, &err), KVP_ELIMIT);
     CHECK_MSG(strstr(err.msg, "1048577 blocks x 4096 tokens = 4294971392 token slots") != NULL, "%s", err.msg);
