@@ -117,6 +117,7 @@ UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNITS    := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%) $(CU_UNITS)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(O)/tests/test_fuzz_%)
+include tests/gpu/gpu.mk
 # The public API: lib/kvpipe.h and the headers it includes (scripts/check-layers
 # checks that they include nothing else); every other header stays in lib/.
 PUB_HEADERS := lib/kvpipe.h $(foreach h,$(shell sed -n 's/^\#include "\(.*\)"$$/\1/p' lib/kvpipe.h),$(wildcard lib/*/$(h)))
