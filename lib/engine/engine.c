@@ -18,27 +18,22 @@
 #include <string.h>
 
 
-static void release(kvp_engine *e, float **p)
+/* Give back a buffer from the backend's alloc; NULL, for the pointer
+ * that held it. */
+static void *release_dev(kvp_engine *e, void *p)
 {
-    if (*p)
-        e->be->ops->release(e->be, *p);
-    *p = NULL;
-}
-
-static void release_dev(kvp_engine *e, void *pp)
-{
-    void **p = pp;
-    if (*p)
-        e->be->ops->release(e->be, *p);
-    *p = NULL;
+    if (p)
+        e->be->ops->release(e->be, p);
+    return NULL;
 }
 
 static void free_buffers(kvp_engine *e)
 {
-    release(e, &e->x), release(e, &e->h), release(e, &e->q), release(e, &e->k), release(e, &e->v);
-    release(e, &e->att), release(e, &e->g), release(e, &e->u), release(e, &e->logits), release(e, &e->gathered);
-    release_dev(e, &e->d_tok), release_dev(e, &e->d_pos), release_dev(e, &e->d_slot);
-    release_dev(e, &e->d_tok_seq), release_dev(e, &e->d_rows);
+    float **act[] = {&e->x, &e->h, &e->q, &e->k, &e->v, &e->att, &e->g, &e->u, &e->logits, &e->gathered};
+    for (size_t i = 0; i < sizeof act / sizeof *act; i++)
+        *act[i] = release_dev(e, *act[i]);
+    e->d_tok = release_dev(e, e->d_tok), e->d_pos = release_dev(e, e->d_pos), e->d_slot = release_dev(e, e->d_slot);
+    e->d_tok_seq = release_dev(e, e->d_tok_seq), e->d_rows = release_dev(e, e->d_rows);
     free(e->host_gathered), free(e->host_x), free(e->host_logits);
     e->host_gathered = e->host_x = e->host_logits = NULL;
     free(e->tok_ids), free(e->pos), free(e->slot), free(e->tok_seq), free(e->rows);
@@ -199,7 +194,7 @@ void kvp_engine_free(kvp_engine *e)
     kvp_engine_tp_release(e);
     free_buffers(e);
     release_weights(e);
-    release_dev(e, &e->d_flat);
+    e->d_flat = release_dev(e, e->d_flat);
     free(e->flat);
     free(e->layers);
     free(e->tables);
@@ -316,7 +311,7 @@ static int upload_tables(kvp_engine *e, uint32_t n_seqs, uint32_t *stride, kvp_e
     if (n > e->cap_flat) {
         size_t cap = n > 2 * e->cap_flat ? n : 2 * e->cap_flat;
         free(e->flat);
-        release_dev(e, &e->d_flat);
+        e->d_flat = release_dev(e, e->d_flat);
         e->cap_flat = 0;
         if (!(e->flat = malloc(cap * sizeof *e->flat)) ||
             !(e->d_flat = e->be->ops->alloc(e->be, cap * sizeof *e->d_flat)))
