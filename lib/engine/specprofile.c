@@ -141,8 +141,8 @@ typedef struct run_out {
     double ctx_sum;          /* context length summed over those tokens' steps */
     uint64_t prompt_sum;
     int keep;                /* keep the longest request's tokens (the plain run) */
-    uint32_t *longest;       /* [n_longest]: its prompt and output, n_longest_prompt of prompt */
-    uint32_t n_longest, n_longest_prompt;
+    uint32_t *longest;       /* [n_longest]: its prompt and output */
+    uint32_t n_longest;
 } run_out;
 
 static void keep_tokens(run_out *o, const kvp_request *r)
@@ -156,7 +156,6 @@ static void keep_tokens(run_out *o, const kvp_request *r)
     memcpy(t, r->tokens, (size_t)n * sizeof *t);
     o->longest = t;
     o->n_longest = n;
-    o->n_longest_prompt = r->n_prompt;
 }
 
 static void run_emit(void *ctx, kvp_gen_seq *s, const char *bytes, size_t n)
@@ -202,14 +201,12 @@ static void run_out_free(run_out *o)
 typedef struct row {
     const kvp_spec_method *m;   /* NULL: plain decoding */
     uint32_t k;
-    kvp_spec_counts c;
-    kvp_spec_costs t;           /* each the least of the runs' medians */
-    double *gen;                /* [n_req] each request's fastest generation, first token to last */
-    uint64_t n_req;
-    double gen_seconds;         /* their sum */
-    double seconds;             /* the fastest whole run */
+    kvp_spec_counts c;          /* summed over the requests */
+    kvp_spec_costs t;           /* each the least of the times round */
+    double *gen, *wall;         /* [n_req] each request's fastest run: first token to last, and whole */
+    double gen_seconds, seconds; /* their sums */
     uint64_t gen_tokens, generated;
-    double call_in_run;         /* the drafter's calls as the run timed them, mean */
+    double call_seconds;        /* in the drafter, as the runs timed it */
     uint64_t same, differ;      /* requests whose text is plain decoding's */
     double predicted, measured, e2e;
 } row;
@@ -219,20 +216,67 @@ typedef struct profile {
     kvp_run *r;
     row *rows;                  /* [n_rows]: plain decoding first */
     uint32_t n_rows;
-    run_out ref;                /* plain decoding's first run: the texts and the probe tokens */
+    run_out ref;                /* plain decoding of all the requests: their texts, the longest */
+    uint32_t n_req;
     uint32_t ctx, prompt;       /* the decode steps' mean context and the mean prompt, tokens */
     uint32_t *probe;            /* [ctx + KVP_DRAFT_MAX + 1 + TIMING_REPS] real tokens, cycled */
 } profile;
 
 static void least(double *have, double got, int first) { *have = first || got < *have ? got : *have; }
 
-/* The mean context and prompt of the plain run, and the tokens the costs
- * are timed on: the longest request's, repeated to the length needed. */
-static void set_probe(profile *p)
+static double sum(const double *v, uint32_t n)
 {
-    const run_out *o = &p->ref;
-    if (!o->gen_tokens || !o->n_longest)
+    double s = 0;
+    for (uint32_t i = 0; i < n; i++)
+        s += v[i];
+    return s;
+}
+
+/* The prompts (request `only` alone, or every one when only is n_req)
+ * with drafter d (NULL: none), on a fresh cache and engine, left open for
+ * timing (close_engine). */
+static void run_prompts(profile *p, const kvp_drafter *d, uint32_t k, uint32_t only, run_out *out,
+                        kvp_batch_stats *st)
+{
+    kvp_err err = {0};
+    kvp_jobsrc *js = NULL;
+    kvp_batch_opts bo = {.sched = p->o->sched, .drafter = d, .draft_len = k};
+    bo.sched.max_num_seqs = 1; /* the cost model is one sequence's steps */
+    if (kvp_jobsrc_open(&js, p->r, p->o, "-", &err) < 0)
+        kvp_cli_die_err(&err);
+    if (only < p->n_req)
+        kvp_jobsrc_filter(js, only, p->n_req, NULL);
+    kvp_batch_source src = kvp_jobsrc_source(js);
+    if (kvp_batch_run(p->r->engine, p->r->kc, p->r->tok, &bo, &src, run_emit, out, st, &err) < 0)
+        kvp_cli_die_err(&err);
+    kvp_jobsrc_free(js);
+}
+
+static void close_engine(profile *p)
+{
+    kvp_engine_free(p->r->engine);
+    kvp_kvcache_free(p->r->kc);
+    p->r->engine = NULL;
+    p->r->kc = NULL;
+}
+
+/* Plain decoding of every request: the texts each run is checked against,
+ * and the context the costs are timed at: the decode steps' mean, on the
+ * longest request's tokens, repeated to the length needed. */
+static void run_reference(profile *p)
+{
+    run_out *o = &p->ref;
+    kvp_batch_stats st;
+    o->keep = 1;
+    run_prompts(p, NULL, 0, UINT32_MAX, o, &st);
+    close_engine(p);
+    if (!o->n)
+        kvp_cli_die("%s: no prompts", p->o->file);
+    if (o->n > UINT32_MAX - 1)
+        kvp_cli_die("%s: more than %u prompts", p->o->file, UINT32_MAX - 1);
+    if (!o->gen_tokens)
         kvp_cli_die("%s: no request generated more than one token: nothing to profile (raise -n)", p->o->file);
+    p->n_req = (uint32_t)o->n;
     p->ctx = (uint32_t)lround(o->ctx_sum / (double)o->gen_tokens);
     p->prompt = (uint32_t)lround((double)o->prompt_sum / (double)o->n);
     if (p->prompt < 1)
@@ -247,76 +291,58 @@ static void set_probe(profile *p)
         p->probe[i] = o->longest[i % o->n_longest];
 }
 
-/* Each request's fastest generation over the runs so far: a busy moment
- * of the machine slows a few requests of one run, not the same ones in
- * every run.  One at a time, requests finish in the input's order. */
-static void keep_fastest(row *w, const run_out *out, int first)
+/* A run's counts into its row's (each step gave 1 + its kept drafts; but
+ * a request that stops inside kept drafts: counted kept, not generated). */
+static void add_counts(row *w, const kvp_batch_stats *st, const counted *cd, const run_out *out)
 {
-    if (first) {
-        w->gen = malloc((out->n ? out->n : 1) * sizeof *w->gen);
-        if (!w->gen)
-            kvp_cli_die("out of memory");
-        memcpy(w->gen, out->gen, out->n * sizeof *w->gen);
-        w->n_req = out->n;
-        w->gen_tokens = out->gen_tokens;
+    kvp_spec_counts *c = &w->c;
+    uint64_t steps = out->gen_tokens > st->accepted ? out->gen_tokens - st->accepted : 0;
+    c->k = w->k;
+    c->requests += st->requests;
+    c->steps += steps > st->verify_steps ? steps : st->verify_steps;
+    c->calls += cd->calls;
+    c->verify_steps += st->verify_steps;
+    c->accepted += st->accepted;
+    for (uint32_t j = 0; j < KVP_DRAFT_MAX; j++) {
+        c->drafted_at[j] += st->drafted_at[j];
+        c->accepted_at[j] += st->accepted_at[j];
     }
-    w->gen_seconds = 0;
-    for (uint64_t i = 0; i < w->n_req; i++) {
-        if (i < out->n && out->gen[i] < w->gen[i])
-            w->gen[i] = out->gen[i];
-        w->gen_seconds += w->gen[i];
-    }
+    w->call_seconds += cd->seconds;
 }
 
-/* One run of every prompt with row w's drafter (none for plain decoding),
- * on a fresh cache and engine; then its costs, timed on that engine. */
-static void run_row(profile *p, row *w, int first, int check)
+/* Request j alone with row w's drafter.  The first time round: its counts,
+ * tokens, and whether its text is plain decoding's; every time: its
+ * times, the fastest kept.  The engine stays open (close_engine). */
+static void run_request(profile *p, row *w, uint32_t j, int first)
 {
-    kvp_err err = {0};
-    kvp_run *r = p->r;
-    kvp_jobsrc *js = NULL;
-    run_out out = {.keep = check == 0 && first};
     counted cd = {.inner = w->m ? &w->m->drafter : NULL};
     kvp_drafter d = {.ctx = &cd, .draft = counted_draft, .release = counted_release};
-    kvp_batch_opts bo = {.sched = p->o->sched, .drafter = w->m ? &d : NULL, .draft_len = w->k};
-    bo.sched.max_num_seqs = 1; /* the cost model is one sequence's steps */
+    run_out out = {0};
     kvp_batch_stats st;
-    if (kvp_jobsrc_open(&js, r, p->o, "-", &err) < 0)
-        kvp_cli_die_err(&err);
-    kvp_batch_source src = kvp_jobsrc_source(js);
-    if (kvp_batch_run(r->engine, r->kc, r->tok, &bo, &src, run_emit, &out, &st, &err) < 0)
-        kvp_cli_die_err(&err);
-    if (!st.requests)
-        kvp_cli_die("%s: no prompts", p->o->file);
-    if (!check) {
-        p->ref = out; /* plain decoding's texts, the others' reference */
-        set_probe(p);
+    run_prompts(p, w->m ? &d : NULL, w->k, j, &out, &st);
+    if (out.n != 1)
+        kvp_cli_die("%s: request %u ran %llu times alone (has the file changed?)", p->o->file, j,
+                    (unsigned long long)out.n);
+    if (first) {
+        if (w->m)
+            add_counts(w, &st, &cd, &out);
+        w->gen_tokens += out.gen_tokens;
+        w->generated += st.generated;
+        *(out.hash[0] == p->ref.hash[j] ? &w->same : &w->differ) += 1;
     }
-    /* a run's counts are the same every time (greedy); its clock is not */
-    if (w->m) {
-        w->c = (kvp_spec_counts){.k = w->k, .requests = st.requests, .calls = cd.calls,
-                                 .verify_steps = st.verify_steps, .accepted = st.accepted};
-        /* each decode step gave 1 + its kept drafts (but a run that stops
-         * inside kept drafts: counted kept, not generated) */
-        w->c.steps = out.gen_tokens > st.accepted ? out.gen_tokens - st.accepted : 0;
-        if (w->c.steps < st.verify_steps)
-            w->c.steps = st.verify_steps;
-        memcpy(w->c.drafted_at, st.drafted_at, sizeof st.drafted_at);
-        memcpy(w->c.accepted_at, st.accepted_at, sizeof st.accepted_at);
-        w->call_in_run = cd.calls ? cd.seconds / (double)cd.calls : 0;
-    }
-    keep_fastest(w, &out, first);
-    if (first || st.seconds < w->seconds) {
-        w->seconds = st.seconds;
-        w->generated = st.generated;
-    }
-    if (check && first)
-        for (uint64_t i = 0; i < out.n; i++)
-            *(i < p->ref.n && out.hash[i] == p->ref.hash[i] ? &w->same : &w->differ) += 1;
-    /* the costs, on this run's engine */
+    least(&w->gen[j], out.gen[0], first);
+    least(&w->wall[j], st.seconds, first);
+    run_out_free(&out);
+}
+
+/* Row w's costs, on the engine of its last run: the least of the times
+ * round. */
+static void time_costs(profile *p, row *w, int first)
+{
+    kvp_err err = {0};
     kvp_spec_costs t = {0};
     uint32_t max_j = w->m ? w->k + 1 : 1;
-    if (time_steps(r->engine, r->kc, p->probe, p->ctx, max_j, t.step, &err) < 0)
+    if (time_steps(p->r->engine, p->r->kc, p->probe, p->ctx, max_j, t.step, &err) < 0)
         kvp_cli_die_err(&err);
     if (w->m) {
         kvp_spec_time_fn *time_draft = w->m->time_draft ? w->m->time_draft : kvp_spec_time_drafter;
@@ -327,18 +353,15 @@ static void run_row(profile *p, row *w, int first, int check)
         least(&w->t.step[j], t.step[j], first);
     least(&w->t.call, t.call, first);
     least(&w->t.prime, t.prime, first);
-    if (check)
-        run_out_free(&out);
-    kvp_jobsrc_free(js);
-    kvp_engine_free(r->engine);
-    kvp_kvcache_free(r->kc);
-    r->engine = NULL;
-    r->kc = NULL;
 }
 
 /* The speedups of each row against plain decoding (rows[0]). */
 static void compare_rows(profile *p)
 {
+    for (uint32_t i = 0; i < p->n_rows; i++) {
+        p->rows[i].gen_seconds = sum(p->rows[i].gen, p->n_req);
+        p->rows[i].seconds = sum(p->rows[i].wall, p->n_req);
+    }
     const row *base = &p->rows[0];
     for (uint32_t i = 1; i < p->n_rows; i++) {
         row *w = &p->rows[i];
@@ -368,7 +391,7 @@ static void print_json_row(const profile *p, const row *w)
     if (!w->m) {
         printf("{\"method\":\"plain\",\"requests\":%llu,\"tokens\":%llu,\"context\":%u,\"prompt\":%u,"
                "\"t_decode_ms\":%.4f,\"gen_seconds\":%.4f,\"gen_tokens_per_s\":%.2f,\"output_tokens_per_s\":%.2f}\n",
-               (unsigned long long)p->ref.n, (unsigned long long)w->gen_tokens, p->ctx, p->prompt,
+               (unsigned long long)p->n_req, (unsigned long long)w->gen_tokens, p->ctx, p->prompt,
                w->t.step[1] * 1e3, w->gen_seconds, w->gen_seconds > 0 ? (double)w->gen_tokens / w->gen_seconds : 0,
                w->seconds > 0 ? (double)w->generated / w->seconds : 0);
         return;
@@ -389,7 +412,8 @@ static void print_json_row(const profile *p, const row *w)
     printf("],\"t_decode_ms\":%.4f,\"t_verify_ms\":%.4f,\"t_draft_ms\":%.4f,\"t_prime_ms\":%.4f,"
            "\"t_draft_in_run_ms\":%.4f,\"model_seconds\":%.4f,\"gen_seconds\":%.4f,\"predicted_speedup\":%.4f,"
            "\"measured_speedup\":%.4f,\"e2e_speedup\":%.4f,\"same\":%llu,\"differ\":%llu}\n",
-           w->t.step[1] * 1e3, w->t.step[c->k + 1] * 1e3, w->t.call * 1e3, w->t.prime * 1e3, w->call_in_run * 1e3,
+           w->t.step[1] * 1e3, w->t.step[c->k + 1] * 1e3, w->t.call * 1e3, w->t.prime * 1e3,
+           c->calls ? w->call_seconds / (double)c->calls * 1e3 : 0,
            kvp_spec_seconds(c, &w->t), w->gen_seconds, w->predicted, w->measured, w->e2e, (unsigned long long)w->same,
            (unsigned long long)w->differ);
 }
@@ -399,7 +423,7 @@ static void print_text(const profile *p)
     const row *base = &p->rows[0];
     printf("profile: %s, %llu requests one at a time, %llu tokens after their first; decode steps see %u tokens of "
            "context on average (prompts %u)\n",
-           p->o->file, (unsigned long long)p->ref.n, (unsigned long long)base->gen_tokens, p->ctx, p->prompt);
+           p->o->file, (unsigned long long)p->n_req, (unsigned long long)base->gen_tokens, p->ctx, p->prompt);
     printf("plain decode: %.3f ms a step, %.1f tokens/s generating, %.1f with the prompts\n", base->t.step[1] * 1e3,
            base->gen_seconds > 0 ? (double)base->gen_tokens / base->gen_seconds : 0,
            base->seconds > 0 ? (double)base->generated / base->seconds : 0);
@@ -524,16 +548,27 @@ int kvp_spec_profile_main(const kvp_runopts *o, const kvp_spec_profile_opts *po)
     for (uint32_t i = 0; i < ms.n; i++)
         for (uint32_t j = 0; j < n_k; j++)
             p.rows[1 + i * n_k + j] = (row){.m = &ms.m[i], .k = ks[j]};
-    /* Every row once, then again: a slow moment of the machine falls on
-     * one run of a row, and the fastest counts.  Plain decoding, every
-     * row's reference, runs first and last each time round, so one slow
-     * moment does not skew them all. */
+    run_reference(&p);
+    for (uint32_t i = 0; i < p.n_rows; i++) {
+        p.rows[i].gen = malloc(p.n_req * sizeof *p.rows[i].gen);
+        p.rows[i].wall = malloc(p.n_req * sizeof *p.rows[i].wall);
+        if (!p.rows[i].gen || !p.rows[i].wall)
+            kvp_cli_die("out of memory");
+    }
+    /* Request by request, plain decoding then every row: each row's time
+     * for a request is taken within seconds of plain decoding's, so the
+     * machine's speed drifting over the profile (other work starting or
+     * ending) does not skew a row against its reference.  Then again,
+     * the fastest of each kept: a busy moment slows one run. */
     for (uint32_t rep = 0, done = 0; rep < reps; rep++)
-        for (uint32_t i = 0; i <= p.n_rows; i++, done++) {
-            uint32_t at = i < p.n_rows ? i : 0;
-            progress(done, reps * (p.n_rows + 1), &p.rows[at]);
-            run_row(&p, &p.rows[at], rep == 0 && i < p.n_rows, i > 0 || rep > 0);
-        }
+        for (uint32_t j = 0; j < p.n_req; j++)
+            for (uint32_t i = 0; i < p.n_rows; i++, done++) {
+                progress(done, reps * p.n_req * p.n_rows, &p.rows[i]);
+                run_request(&p, &p.rows[i], j, rep == 0);
+                if (j + 1 == p.n_req)
+                    time_costs(&p, &p.rows[i], rep == 0);
+                close_engine(&p);
+            }
     compare_rows(&p);
     if (o->json)
         for (uint32_t i = 0; i < p.n_rows; i++)
@@ -544,8 +579,10 @@ int kvp_spec_profile_main(const kvp_runopts *o, const kvp_spec_profile_opts *po)
     uint64_t differ = 0;
     for (uint32_t i = 1; i < p.n_rows; i++)
         differ += p.rows[i].differ;
-    for (uint32_t i = 0; i < p.n_rows; i++)
+    for (uint32_t i = 0; i < p.n_rows; i++) {
         free(p.rows[i].gen);
+        free(p.rows[i].wall);
+    }
     free(p.rows);
     free(p.probe);
     run_out_free(&p.ref);
