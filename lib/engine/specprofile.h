@@ -1,12 +1,15 @@
 /* specprofile.h - specdec --profile: which drafter and draft length pay on
  * this machine, for these prompts.
  *
- * The prompts run with plain decoding, then with each method at each draft
- * length K (fixed, not adapted), greedy drafts, one request at a time: the
- * same tokens come out every time (checked).  Each run gives the
- * histogram of drafts kept a verify step; after it the costs are timed on
- * its own engine at the decode steps' mean context length: an engine step
- * of 1..K+1 tokens and a call of the drafter for K tokens (medians).  The
+ * The prompts run once with plain decoding (the texts every other run must
+ * give); then each request alone, with plain decoding and with each method
+ * at each draft length K (fixed, not adapted), greedy drafts, one request
+ * at a time.  A request's runs follow each other within seconds: the
+ * machine's speed drifting skews no method against plain decoding.  The
+ * runs give the histogram of drafts kept a verify step; after a method's
+ * last run its costs are timed on that run's engine at the decode steps'
+ * mean context length: an engine step of 1..K+1 tokens and a call of the
+ * drafter for K tokens (medians).  The
  * cost model (specmodel.h) turns counts and costs into a predicted
  * speedup; the runs' own clocks give the measured one (tokens after the
  * first over the time from first to last token, against plain decoding's).
@@ -53,7 +56,7 @@ typedef struct kvp_spec_profile_opts {
     kvp_ngram_drafter ngram;
     uint32_t ks[KVP_DRAFT_MAX];  /* the draft lengths, as given (n_k 0: 1, 2, 4, 8) */
     uint32_t n_k;
-    uint32_t reps;               /* runs of everything (0: 1); the fastest of each counts */
+    uint32_t reps;               /* times round (0: 1); the least of each figure counts */
 } kvp_spec_profile_opts;
 
 /* --draft-len's value: K or a list K,K,... of 1..KVP_DRAFT_MAX each, into
