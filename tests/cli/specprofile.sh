@@ -44,17 +44,7 @@ expect_err_has "bad.jsonl:2:" "names the file and line"
 run specdec -m "$M" -t $THREADS --profile "$T/empty.jsonl" --draft-len 1
 expect_status 1 "no prompts"
 
-# Prompts whose answers copy them (prompt lookup drafts well) and two that
-# do not, as in specdec.sh.
-awk 'BEGIN {
-    for (i = 0; i < 6; i++) {
-        s = "Copy this list exactly:"
-        for (j = 0; j < 8; j++) s = s " item " (j * i + 3) " is " (j % 2 ? "red" : "blue") ","
-        printf "{\"id\":\"c%d\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}\n", i, s
-    }
-    print "{\"id\":\"o1\",\"messages\":[{\"role\":\"user\",\"content\":\"Write a short poem about the sea.\"}]}"
-    print "{\"id\":\"o2\",\"prompt\":\"Once upon a time\"}"
-}' >"$T/p.jsonl"
+spec_prompts "$T/p.jsonl"
 
 # ngram, the model drafting for itself (every draft kept: acceptance 1, no
 # step kept none; a step near the token budget gets fewer than K drafts)
