@@ -8,6 +8,7 @@
 #include "jobsrc.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -461,12 +462,15 @@ static void print_recommendation(const profile *p, int json)
         return;
     }
     const row *w = &p->rows[best];
-    if (json)
-        printf("{\"recommendation\":\"%s\",\"draft_len\":%u,\"predicted_speedup\":%.4f,\"measured_speedup\":%.4f}\n",
-               w->m->name, w->k, w->predicted, w->measured);
-    else
-        printf("recommendation: specdec --method %s --draft-len %u (predicted %.2fx, measured %.2fx)\n", w->m->name,
-               w->k, w->predicted, w->measured);
+    if (json) {
+        printf("{\"recommendation\":\"%s\",\"draft_len\":%u,\"predicted_speedup\":%.4f,\"measured_speedup\":%.4f,"
+               "\"options\":", w->m->name, w->k, w->predicted, w->measured);
+        kvp_cli_json_str(stdout, w->m->options, strlen(w->m->options));
+        printf("}\n");
+    } else {
+        printf("recommendation: specdec %s --draft-len %u (predicted %.2fx, measured %.2fx)\n", w->m->options, w->k,
+               w->predicted, w->measured);
+    }
 }
 
 /* ---- the methods ---- */
@@ -474,21 +478,35 @@ static void print_recommendation(const profile *p, int json)
 typedef struct method_set {
     kvp_spec_method m[METHODS_MAX];
     uint32_t n;
+    char *options[METHODS_MAX];      /* each one's, malloc'd */
     kvp_ngram_drafter ngram;
     kvp_run draft_run, skip_run;     /* a draft model; the model's first layers */
     kvp_draft_model draft_dm, skip_dm;
 } method_set;
 
+/* The next method, named, with the options that pick it (printf's fmt). */
+__attribute__((format(printf, 3, 4))) static kvp_spec_method *add_method(method_set *ms, const char *name,
+                                                                         const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vasprintf(&ms->options[ms->n], fmt, ap);
+    va_end(ap);
+    if (rc < 0)
+        kvp_cli_die("out of memory");
+    kvp_spec_method *m = &ms->m[ms->n];
+    *m = (kvp_spec_method){.name = name, .options = ms->options[ms->n++]};
+    return m;
+}
+
 /* A model drafter on dr, as specdec's --method draft and layerskip make it. */
-static void add_model_method(method_set *ms, const char *name, kvp_run *dr, kvp_draft_model *dm, uint32_t chunk)
+static void set_model_drafter(kvp_spec_method *m, kvp_run *dr, kvp_draft_model *dm, uint32_t chunk)
 {
     kvp_err err = {0};
     if (kvp_draft_model_init(dm, dr->engine, dr->kc, &err) < 0)
         kvp_cli_die_err(&err);
     dm->chunk = chunk;
-    ms->m[ms->n++] = (kvp_spec_method){
-        .name = name,
-        .drafter = {.ctx = dm, .draft = kvp_draft_model_draft, .release = kvp_draft_model_release}};
+    m->drafter = (kvp_drafter){.ctx = dm, .draft = kvp_draft_model_draft, .release = kvp_draft_model_release};
 }
 
 /* ngram always; draft with --draft; layerskip.  The drafters' caches keep
@@ -499,18 +517,21 @@ static void open_methods(method_set *ms, const kvp_run *r, const kvp_runopts *o,
     kvp_runopts dro = *o;
     dro.kv.no_cache = 1;
     ms->ngram = po->ngram;
-    ms->m[ms->n++] = (kvp_spec_method){.name = "ngram", .drafter = {.ctx = &ms->ngram, .draft = kvp_ngram_draft}};
+    add_method(ms, "ngram", "--method ngram --ngram-min %u --ngram-max %u", po->ngram.min_n, po->ngram.max_n)
+        ->drafter = (kvp_drafter){.ctx = &ms->ngram, .draft = kvp_ngram_draft};
     if (po->draft) {
         if (kvp_run_open_draft(&ms->draft_run, r, &dro, po->draft, &err) < 0)
             kvp_cli_die_err(&err);
-        add_model_method(ms, "draft", &ms->draft_run, &ms->draft_dm, o->chunk);
+        set_model_drafter(add_method(ms, "draft", "--method draft --draft %s", po->draft), &ms->draft_run,
+                          &ms->draft_dm, o->chunk);
     }
     uint32_t nl = kvp_run_loaded(r)->cfg.n_layer, keep = po->draft_layers ? po->draft_layers : (nl + 1) / 2;
     if (keep > nl)
         kvp_cli_die("--draft-layers %u: %s has %u layers", keep, o->model, nl);
     if (kvp_run_open_layerskip(&ms->skip_run, r, &dro, keep, &err) < 0)
         kvp_cli_die_err(&err);
-    add_model_method(ms, "layerskip", &ms->skip_run, &ms->skip_dm, o->chunk);
+    set_model_drafter(add_method(ms, "layerskip", "--method layerskip --draft-layers %u", keep), &ms->skip_run,
+                      &ms->skip_dm, o->chunk);
 }
 
 static void close_methods(method_set *ms)
@@ -521,6 +542,8 @@ static void close_methods(method_set *ms)
     }
     kvp_draft_model_free(&ms->skip_dm);
     kvp_run_close_draft(&ms->skip_run);
+    for (uint32_t i = 0; i < ms->n; i++)
+        free(ms->options[i]);
 }
 
 static void progress(uint32_t i, uint32_t n, const row *w)
