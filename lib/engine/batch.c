@@ -57,6 +57,7 @@ void kvp_request_free(kvp_request *r)
     }
     free(r->tokens);
     free(r->q);
+    free(r->hidden);
     free(r);
 }
 
@@ -109,6 +110,8 @@ typedef struct batch {
     kvp_batch_stats *st;
     const kvp_batch_opts *o;
     float *p;            /* speculative sampling: the target's distributions [KVP_DRAFT_MAX + 1][n_vocab] */
+    float *hid;          /* a drafter from hidden states: the last step's, a row per logits row */
+    size_t cap_hid;      /* floats hid holds */
 } batch;
 
 static uint32_t kv_n_free(void *ctx)
@@ -241,10 +244,27 @@ static int take_token(batch *b, kvp_sched *s, kvp_request *r, kvp_err *err)
     return 0;
 }
 
-/* r's step reached its last token: sample, accept, and finish or go on. */
-static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, kvp_err *err)
+/* r's next token comes from the logits row whose hidden state is h (a
+ * row of b->hid; NULL when no drafter asks for them): r keeps it for its
+ * next draft.  No room for it means no draft next time, nothing worse. */
+static void keep_hidden(batch *b, kvp_request *r, const float *h)
+{
+    r->has_hidden = 0;
+    if (!h)
+        return;
+    uint32_t d = kvp_engine_n_embd(b->e);
+    if (!r->hidden && !(r->hidden = malloc((size_t)d * sizeof *r->hidden)))
+        return;
+    memcpy(r->hidden, h, (size_t)d * sizeof *r->hidden);
+    r->has_hidden = 1;
+}
+
+/* r's step reached its last token: sample, accept, and finish or go on.
+ * h: the hidden state of the row (NULL: not kept). */
+static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, const float *h, kvp_err *err)
 {
     int rc = sample_next(r, logits, kvp_engine_n_vocab(b->e), err);
+    keep_hidden(b, r, h);
     return rc < 0 ? rc : take_token(b, s, r, err);
 }
 
@@ -274,6 +294,12 @@ static uint32_t draft_for(batch *b, kvp_request *r)
         k = room;
     const kvp_drafter *d = b->o->drafter;
     uint32_t m = 0, V = kvp_engine_n_vocab(b->e);
+    if (d->draft_hidden) { /* guesses from the state behind the last token, when r has it */
+        r->sampled = 0;
+        m = k && r->has_hidden ? d->draft_hidden(d->ctx, r->hidden, r->tokens, n, k, r->draft) : 0;
+        memcpy(r->tokens + n, r->draft, m * sizeof *r->tokens);
+        return m;
+    }
     r->sampled = d->draft_sampled && r->g.rec.sampling.temperature > 0;
     if (r->sampled && r->cap_q < (size_t)k * V) {
         float *q = realloc(r->q, (size_t)k * V * sizeof *q);
@@ -316,7 +342,7 @@ static int verify_sampled(batch *b, kvp_request *r, float *rows, uint32_t *drawn
  * turn with r's own generator (the state plain decoding would have at that
  * token); a draft token is kept while the draw equals it.  The KV cache forgets the drafts past the last kept
  * one; then the drawn tokens are taken as generated, in order. */
-static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, kvp_err *err)
+static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, const float *hid, kvp_err *err)
 {
     uint32_t V = kvp_engine_n_vocab(b->e), nd = r->n_draft, len = r->sr.n_tokens, m = 0;
     uint32_t drawn[KVP_DRAFT_MAX + 1];
@@ -337,6 +363,7 @@ static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, kvp
         if (m == nd || drawn[m] != r->draft[m])
             break;
     }
+    keep_hidden(b, r, hid ? hid + (size_t)m * kvp_engine_n_embd(b->e) : NULL); /* row m chose the last token */
     kvp_batch_stats *st = b->st;
     st->verify_steps++;
     st->drafted += nd;
@@ -368,6 +395,20 @@ static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, kvp
             r->sr.n_computed++; /* the draft token's K/V, computed in the step, stands */
     }
     return rc;
+}
+
+/* The step's hidden states, a row per logits row, into b->hid. */
+static int step_hidden(batch *b, uint32_t n_rows, kvp_err *err)
+{
+    size_t need = (size_t)n_rows * kvp_engine_n_embd(b->e);
+    if (need > b->cap_hid) {
+        float *h = realloc(b->hid, need * sizeof *h);
+        if (!h)
+            return kvp_err_set(err, KVP_ENOMEM, "batch: out of memory for %u hidden states", n_rows);
+        b->hid = h;
+        b->cap_hid = need;
+    }
+    return kvp_engine_hidden(b->e, b->hid, n_rows, err);
 }
 
 /* A request from the source: one that is already over (no budget, or a
@@ -507,11 +548,19 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         if (ks.n_blocks - ks.n_free > st->peak_blocks)
             st->peak_blocks = ks.n_blocks - ks.n_free;
         kvp_sched_commit(s, &p);
+        const float *hid = NULL; /* for a drafter from hidden states */
+        if (o->drafter && o->drafter->draft_hidden) {
+            if ((rc = step_hidden(&b, n_rows, err)) < 0)
+                goto out;
+            hid = b.hid;
+        }
+        size_t d = kvp_engine_n_embd(e);
         for (uint32_t i = 0, row = 0; i < n_req; i++) {
             kvp_request *r = rows[i];
             uint32_t nd = r->n_draft;
-            rc = nd ? advance_spec(&b, s, r, logits + (size_t)row * V, err)
-                    : advance(&b, s, r, logits + (size_t)row * V, err);
+            const float *h = hid ? hid + row * d : NULL;
+            rc = nd ? advance_spec(&b, s, r, logits + (size_t)row * V, h, err)
+                    : advance(&b, s, r, logits + (size_t)row * V, h, err);
             if (rc < 0)
                 goto out;
             rc = 0;
@@ -536,6 +585,7 @@ out:
     free(step);
     free(rows);
     free(b.p);
+    free(b.hid);
     kvp_sched_free(s);
     return rc;
 }

@@ -44,6 +44,9 @@ typedef struct kvp_request {
     float *q;                /* [cap_q / n_vocab][n_vocab]: their distributions */
     size_t cap_q;
     uint32_t draft_k;        /* its draft length now (adapted to its acceptance) */
+    float *hidden;           /* [n_embd]: the hidden state behind its last token's logits
+                                (a drafter's draft_hidden), valid when has_hidden */
+    int has_hidden;
     uint32_t n_drafted, n_accepted, n_verify; /* draft tokens proposed, accepted; verify steps */
     int holder;              /* a cache sequence (read from a stream) whose blocks its start reuses, or -1 */
     double t_end;

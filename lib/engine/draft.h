@@ -31,6 +31,13 @@ typedef struct kvp_drafter {
      * verifier then keeps tokens by speculative sampling (specverify.h). */
     uint32_t (*draft_sampled)(void *ctx, void **state, const uint32_t *tokens, uint32_t n, uint32_t k, uint32_t *out,
                               kvp_sampling *s, float *q);
+    /* A drafter that guesses from the target model's hidden state (NULL:
+     * none; draft is then unused): hidden[n_embd] is the final-normed state
+     * behind the logits that chose tokens[n - 1] (kvp_engine_hidden), as
+     * the batch engine keeps it for each request.  Deterministic, so
+     * verified like draft's guesses.  Medusa heads (heads.h). */
+    uint32_t (*draft_hidden)(void *ctx, const float *hidden, const uint32_t *tokens, uint32_t n, uint32_t k,
+                             uint32_t *out);
     /* The request is gone: let its state go (NULL: nothing to let go). */
     void (*release)(void *ctx, void *state);
 } kvp_drafter;
