@@ -270,6 +270,63 @@ static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, const 
 
 /* ---- speculation ---- */
 
+/* A drafter from hidden states: r's draft tree of up to k deep, branch 0
+ * in r->draft and after r's tokens (room made by draft_for), the others in
+ * r->branch (their forks are made with the step).  Branch 0's length. */
+static uint32_t draft_tree(batch *b, kvp_request *r, uint32_t k)
+{
+    const kvp_drafter *d = b->o->drafter;
+    uint32_t out[KVP_DRAFT_BRANCHES * KVP_DRAFT_MAX], len[KVP_DRAFT_BRANCHES], n = r->sr.n_tokens;
+    uint32_t max_b = b->o->draft_branches > 1 ? b->o->draft_branches : 1;
+    max_b = max_b < KVP_DRAFT_BRANCHES ? max_b : KVP_DRAFT_BRANCHES;
+    uint32_t nb = d->draft_hidden(d->ctx, r->hidden, r->tokens, n, k, max_b, out, len);
+    nb = nb < max_b ? nb : max_b;
+    r->n_branch = 0;
+    for (uint32_t i = 0; i < nb && len[i] > 0; i++) { /* an empty branch ends the tree */
+        uint32_t m = len[i] < k ? len[i] : k;
+        r->branch_len[i] = m;
+        r->branch[i][0] = r->tokens[n - 1];
+        memcpy(r->branch[i] + 1, out + (size_t)i * KVP_DRAFT_MAX, m * sizeof *out);
+        r->branch_seq[i] = -1;
+        r->n_branch++;
+    }
+    if (!r->n_branch)
+        return 0;
+    memcpy(r->draft, r->branch[0] + 1, r->branch_len[0] * sizeof *r->draft);
+    memcpy(r->tokens + n, r->draft, r->branch_len[0] * sizeof *r->tokens);
+    return r->branch_len[0];
+}
+
+/* The forks of r's draft tree (branches past the first) go. */
+static void drop_forks(batch *b, kvp_request *r)
+{
+    for (uint32_t i = 1; i < r->n_branch; i++)
+        if (r->branch_seq[i] >= 0) {
+            kvp_kvcache_seq_free(b->kc, r->branch_seq[i]);
+            r->branch_seq[i] = -1;
+        }
+}
+
+/* The forks of r's draft tree's branches past the first, each a step entry
+ * after r's; the rows they add.  A fork the cache cannot make ends the
+ * tree there. */
+static uint32_t add_forks(batch *b, kvp_request *r, kvp_step_seq *step, uint32_t *n_step)
+{
+    uint32_t rows = 0;
+    for (uint32_t i = 1; i < r->n_branch; i++) {
+        int f = kvp_kvcache_seq_fork(b->kc, r->g.handle, NULL);
+        if (f < 0) {
+            r->n_branch = i;
+            break;
+        }
+        r->branch_seq[i] = f;
+        step[(*n_step)++] = (kvp_step_seq){.seq = f, .tokens = r->branch[i], .n_tokens = 1 + r->branch_len[i],
+                                           .want = KVP_LOGITS_ALL};
+        rows += 1 + r->branch_len[i];
+    }
+    return rows;
+}
+
 /* Drafts for r's decode step, written after its tokens (the step reads them
  * from there); the count, 0 for none. */
 static uint32_t draft_for(batch *b, kvp_request *r)
@@ -294,11 +351,9 @@ static uint32_t draft_for(batch *b, kvp_request *r)
         k = room;
     const kvp_drafter *d = b->o->drafter;
     uint32_t m = 0, V = kvp_engine_n_vocab(b->e);
-    if (d->draft_hidden) { /* guesses from the state behind the last token, when r has it */
+    if (d->draft_hidden) {
         r->sampled = 0;
-        m = k && r->has_hidden ? d->draft_hidden(d->ctx, r->hidden, r->tokens, n, k, r->draft) : 0;
-        memcpy(r->tokens + n, r->draft, m * sizeof *r->tokens);
-        return m;
+        return k && r->has_hidden ? draft_tree(b, r, k) : 0;
     }
     r->sampled = d->draft_sampled && r->g.rec.sampling.temperature > 0;
     if (r->sampled && r->cap_q < (size_t)k * V) {
@@ -336,33 +391,89 @@ static int verify_sampled(batch *b, kvp_request *r, float *rows, uint32_t *drawn
     return (int)m;
 }
 
-/* r's verify step: rows[1 + n_draft] of logits, row j after draft token
- * j - 1.  Drafts drawn from q go through speculative sampling
- * (verify_sampled).  Chosen drafts (ngram, greedy): each row is sampled in
- * turn with r's own generator (the state plain decoding would have at that
- * token); a draft token is kept while the draw equals it.  The KV cache forgets the drafts past the last kept
- * one; then the drawn tokens are taken as generated, in order. */
-static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, const float *hid, kvp_err *err)
+/* Chosen drafts (ngram, greedy, heads): rows[1 + nd] after the guesses
+ * draft[nd], which stand after r's tokens (changed by the sampler).  Each row is sampled in turn
+ * with r's own generator (the state plain decoding would have at that
+ * token); a guess is kept while the draw equals it.  drawn[0..m], after[]
+ * the generator after each draw; m returned, or a code. */
+static int verify_chosen(batch *b, kvp_request *r, float *rows, const uint32_t *draft, uint32_t nd,
+                         uint32_t *drawn, kvp_sampling *after, kvp_err *err)
 {
-    uint32_t V = kvp_engine_n_vocab(b->e), nd = r->n_draft, len = r->sr.n_tokens, m = 0;
-    uint32_t drawn[KVP_DRAFT_MAX + 1];
-    kvp_sampling after[KVP_DRAFT_MAX + 1]; /* the generator after each draw */
-    if (r->sampled) {
-        int got = verify_sampled(b, r, rows, drawn, after, err);
-        if (got < 0)
-            return got;
-        m = (uint32_t)got;
-    }
-    for (; !r->sampled; m++) {
+    uint32_t V = kvp_engine_n_vocab(b->e), len = r->sr.n_tokens, m = 0;
+    for (;; m++) {
         uint32_t at = len + m, w = at < KVP_SAMPLE_WINDOW ? at : KVP_SAMPLE_WINDOW;
         int t = kvp_sample_next(&r->g.rec.sampling, rows + (size_t)m * V, V, r->tokens + (at - w), w, err);
         if (t < 0)
             return t;
         drawn[m] = (uint32_t)t;
         after[m] = r->g.rec.sampling;
-        if (m == nd || drawn[m] != r->draft[m])
-            break;
+        if (m == nd || drawn[m] != draft[m])
+            return (int)m;
     }
+}
+
+/* A draft tree: every branch verified from the same generator state, on
+ * its own rows (after branch 0's, in order); the one that keeps the most
+ * wins (the first on a tie), and its fork becomes r's sequence.  Its
+ * guesses are put in r->draft and after r's tokens; *rows and *hid moved
+ * to its rows.  m returned, or a code. */
+static int verify_tree(batch *b, kvp_request *r, float **rows, const float **hid, uint32_t *drawn,
+                       kvp_sampling *after, kvp_err *err)
+{
+    uint32_t V = kvp_engine_n_vocab(b->e), d = kvp_engine_n_embd(b->e), len = r->sr.n_tokens;
+    kvp_sampling start = r->g.rec.sampling, best_after[KVP_DRAFT_MAX + 1];
+    uint32_t best = 0, best_m = 0, best_drawn[KVP_DRAFT_MAX + 1];
+    size_t off = 0, best_off = 0;
+    for (uint32_t i = 0; i < r->n_branch; i++) {
+        uint32_t nd = r->branch_len[i];
+        memcpy(r->tokens + len, r->branch[i] + 1, nd * sizeof *r->tokens); /* the penalties' window */
+        r->g.rec.sampling = start;
+        int m = verify_chosen(b, r, *rows + off * V, r->branch[i] + 1, nd, drawn, after, err);
+        if (m < 0) {
+            drop_forks(b, r);
+            return m;
+        }
+        if (i == 0 || (uint32_t)m > best_m) {
+            best = i, best_m = (uint32_t)m, best_off = off;
+            memcpy(best_drawn, drawn, ((size_t)m + 1) * sizeof *drawn);
+            memcpy(best_after, after, ((size_t)m + 1) * sizeof *after);
+        }
+        off += 1 + nd;
+    }
+    memcpy(drawn, best_drawn, ((size_t)best_m + 1) * sizeof *drawn);
+    memcpy(after, best_after, ((size_t)best_m + 1) * sizeof *after);
+    r->n_draft = r->branch_len[best];
+    memcpy(r->draft, r->branch[best] + 1, r->n_draft * sizeof *r->draft);
+    memcpy(r->tokens + len, r->draft, r->n_draft * sizeof *r->tokens);
+    if (best) { /* the fork has the kept K/V: it becomes r's sequence */
+        kvp_kvcache_seq_free(b->kc, r->g.handle);
+        r->g.handle = r->branch_seq[best];
+        r->branch_seq[best] = -1;
+    }
+    drop_forks(b, r);
+    b->st->branch_rows += off - (1 + r->branch_len[0]);
+    *rows += best_off * V;
+    if (*hid)
+        *hid += best_off * d;
+    return (int)best_m;
+}
+
+/* r's verify step: rows[1 + n_draft] of logits, row j after draft token
+ * j - 1 (then the rows of the other branches of a tree); hid their hidden
+ * states, or NULL.  Drafts drawn from q go through speculative sampling
+ * (verify_sampled), chosen ones through verify_chosen, a tree through
+ * verify_tree.  The KV cache forgets the drafts past the last kept one;
+ * then the drawn tokens are taken as generated, in order. */
+static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, const float *hid, kvp_err *err)
+{
+    uint32_t drawn[KVP_DRAFT_MAX + 1];
+    kvp_sampling after[KVP_DRAFT_MAX + 1]; /* the generator after each draw */
+    int got = r->sampled           ? verify_sampled(b, r, rows, drawn, after, err)
+              : r->n_branch > 1    ? verify_tree(b, r, &rows, &hid, drawn, after, err)
+                                   : verify_chosen(b, r, rows, r->draft, r->n_draft, drawn, after, err);
+    if (got < 0)
+        return got;
+    uint32_t m = (uint32_t)got, nd = r->n_draft;
     keep_hidden(b, r, hid ? hid + (size_t)m * kvp_engine_n_embd(b->e) : NULL); /* row m chose the last token */
     kvp_batch_stats *st = b->st;
     st->verify_steps++;
@@ -455,7 +566,8 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     uint32_t V = kvp_engine_n_vocab(e);
     float *logits = NULL; /* rows for the requests that sample, grown as needed */
     uint32_t cap_rows = 0;
-    kvp_step_seq *step = malloc((size_t)max_seqs * sizeof *step);
+    uint32_t max_branches = o->draft_branches > 1 ? o->draft_branches : 1;
+    kvp_step_seq *step = malloc((size_t)max_seqs * max_branches * sizeof *step);
     kvp_request **rows = malloc((size_t)max_seqs * sizeof *rows);
     st->total_blocks = ks.n_blocks;
     double t0 = kvp_gen_now();
@@ -512,19 +624,22 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
          * after each of them too. */
         int drafting = o->drafter != NULL;
     again:;
-        uint32_t n_rows = 0, n_req = 0;
+        uint32_t n_rows = 0, n_req = 0, n_step = 0;
         for (uint32_t i = 0; i < p.n_items; i++) {
             kvp_request *r = p.items[i].r->user;
             uint32_t from = r->sr.n_computed, n = p.items[i].n;
             int last = from + n == r->sr.n_tokens;
+            r->n_branch = 0;
             r->n_draft = drafting && last && n == 1 ? draft_for(&b, r) : 0;
-            step[i] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from, .n_tokens = n + r->n_draft,
-                                     .want = !last ? KVP_LOGITS_NONE
-                                             : r->n_draft ? KVP_LOGITS_ALL : KVP_LOGITS_LAST};
+            step[n_step++] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from,
+                                            .n_tokens = n + r->n_draft,
+                                            .want = !last ? KVP_LOGITS_NONE
+                                                    : r->n_draft ? KVP_LOGITS_ALL : KVP_LOGITS_LAST};
             if (last) {
                 rows[n_req++] = r;
                 n_rows += 1 + r->n_draft;
             }
+            n_rows += add_forks(&b, r, step, &n_step);
         }
         if (n_rows > cap_rows) {
             float *l = realloc(logits, (size_t)V * n_rows * sizeof *l);
@@ -535,7 +650,10 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             logits = l;
             cap_rows = n_rows;
         }
-        if ((rc = kvp_engine_step(e, step, p.n_items, logits, err)) < 0) {
+        rc = kvp_engine_step(e, step, n_step, logits, err);
+        if (rc < 0) {
+            for (uint32_t i = 0; i < n_req; i++)
+                drop_forks(&b, rows[i]);
             if (rc == KVP_ELIMIT && drafting && n_rows > n_req) {
                 drafting = 0; /* the drafts did not fit: the plan as scheduled */
                 goto again;
@@ -557,14 +675,16 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         size_t d = kvp_engine_n_embd(e);
         for (uint32_t i = 0, row = 0; i < n_req; i++) {
             kvp_request *r = rows[i];
-            uint32_t nd = r->n_draft;
+            uint32_t nd = r->n_draft, used = 1 + nd; /* its rows, every branch's */
+            for (uint32_t j = 1; j < r->n_branch; j++)
+                used += 1 + r->branch_len[j];
             const float *h = hid ? hid + row * d : NULL;
             rc = nd ? advance_spec(&b, s, r, logits + (size_t)row * V, h, err)
                     : advance(&b, s, r, logits + (size_t)row * V, h, err);
             if (rc < 0)
                 goto out;
             rc = 0;
-            row += 1 + nd;
+            row += used;
         }
     }
     if (src_rc < 0) {

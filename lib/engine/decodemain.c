@@ -49,6 +49,8 @@ static void usage(FILE *f, int spec)
                 "      --method heads      Medusa heads (--heads FILE) guess from the model's own last hidden\n"
                 "                          state: one residual block a head over the model's output head\n"
                 "      --heads FILE        heads made by --train-heads for this very model (its fingerprint)\n"
+                "      --branches B        heads: verify a tree of the B likeliest guesses (1..%d; default 1,\n"
+                "                          a chain), each branch a fork of the sequence in the same step\n"
                 "      --train-heads PROMPTS -o FILE  train Medusa heads on the model's greedy answers to\n"
                 "                          PROMPTS (-n tokens each), write them to FILE and exit;\n"
                 "                          --n-heads N (default 4), --epochs E (2), --lr LR (0.001)\n"
@@ -57,7 +59,7 @@ static void usage(FILE *f, int spec)
                 "      --selftest          check by counting (chi-square) that speculative sampling keeps\n"
                 "                          the target's distribution, and that a wrong rule is caught; no model\n\n"
                 "Every decode option applies:\n",
-                KVP_DRAFT_MAX);
+                KVP_DRAFT_MAX, KVP_DRAFT_BRANCHES);
     else
         fprintf(f,
                 "Usage: decode -m MODEL [options] [KV.kvp]     continue what prefill began (stdin when no file)\n"
@@ -296,6 +298,8 @@ static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
         fprintf(f, "%s%.4f", j ? "," : "", st->drafted_at[j] ? (double)st->accepted_at[j] / (double)st->drafted_at[j]
                                                               : 0.0);
     fputs("]", f);
+    if (st->branch_rows)
+        fprintf(f, ",\"branch_rows\":%llu", (unsigned long long)st->branch_rows);
     if (sp->cmp) {
         double a = tokens_per_s(&sp->cmp->st), b = tokens_per_s(st);
         fprintf(f, ",\"compare\":{\"decode_output_throughput\":%.2f,\"decode_seconds\":%.3f,\"speedup\":%.3f,"
@@ -429,12 +433,13 @@ enum {
     OPT_SELFTEST,
     OPT_GREEDY_DRAFTS,
     OPT_DRAFT_LAYERS,
-    OPT_HEADS, OPT_TRAIN_HEADS, OPT_N_HEADS, OPT_EPOCHS, OPT_LR,
+    OPT_HEADS, OPT_TRAIN_HEADS, OPT_N_HEADS, OPT_EPOCHS, OPT_LR, OPT_BRANCHES,
 };
 
 /* specdec's Medusa heads: --method heads --heads FILE, or training them. */
 typedef struct heads_cli {
     const char *path;       /* --heads */
+    uint32_t branches;      /* --branches: the draft tree's (0: a chain) */
     kvp_heads_job job;      /* --train-heads FILE -o OUT [--n-heads --epochs --lr] */
     int tuned;              /* a training option was given */
 } heads_cli;
@@ -444,6 +449,7 @@ static int parse_heads_opt(heads_cli *h, int c, const char *arg)
 {
     switch (c) {
     case OPT_HEADS: h->path = arg; return 1;
+    case OPT_BRANCHES: h->branches = (uint32_t)kvp_cli_opt_i64("--branches", arg, 1, KVP_DRAFT_BRANCHES); return 1;
     case OPT_TRAIN_HEADS: h->job.prompts = arg; return 1;
     case 'o': h->job.out = arg; return 1;
     case OPT_N_HEADS: h->job.n_heads = (uint32_t)kvp_cli_opt_i64("--n-heads", arg, 1, KVP_HEADS_MAX); break;
@@ -536,8 +542,9 @@ int kvp_decode_main(int argc, char **argv, int spec)
         {"n-heads", required_argument, NULL, OPT_N_HEADS},
         {"epochs", required_argument, NULL, OPT_EPOCHS},
         {"lr", required_argument, NULL, OPT_LR},
+        {"branches", required_argument, NULL, OPT_BRANCHES},
     };
-    enum { N_SPEC_OPTS = 14 };
+    enum { N_SPEC_OPTS = 15 };
     heads_cli hc = {0};
     int greedy_drafts = 0;
     uint32_t draft_layers = 0; /* layerskip: 0 for half the model's */
@@ -662,6 +669,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
     }
     if (hc.job.out || hc.tuned)
         kvp_cli_usage_error("-o, --n-heads, --epochs and --lr go with --train-heads");
+    if (hc.branches && !use_heads)
+        kvp_cli_usage_error("--branches goes with --method heads");
     if (use_heads != (hc.path != NULL))
         kvp_cli_usage_error(use_heads ? "--method heads needs --heads FILE (specdec --train-heads makes one)"
                                       : "--heads FILE goes with --method heads");
@@ -777,7 +786,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     }
     kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .no_prefix_cache = no_prefix_cache,
                          .metrics = &metrics, .stop = &stop_signal, .drafter = spec ? &drafter : NULL,
-                         .draft_len = sp.draft_len, .draft_adaptive = sp.adaptive};
+                         .draft_len = sp.draft_len, .draft_adaptive = sp.adaptive, .draft_branches = hc.branches};
     kvp_batch_source src = kvp_jobsrc_source(js);
     kvp_batch_stats st;
     fflush(stdout);

@@ -16,7 +16,8 @@
 
 #include <stdint.h>
 
-#define KVP_DRAFT_MAX 16 /* draft tokens a step at most */
+#define KVP_DRAFT_MAX 16     /* draft tokens a step at most */
+#define KVP_DRAFT_BRANCHES 8 /* branches of a draft tree at most */
 
 typedef struct kvp_drafter {
     void *ctx;
@@ -34,10 +35,14 @@ typedef struct kvp_drafter {
     /* A drafter that guesses from the target model's hidden state (NULL:
      * none; draft is then unused): hidden[n_embd] is the final-normed state
      * behind the logits that chose tokens[n - 1] (kvp_engine_hidden), as
-     * the batch engine keeps it for each request.  Deterministic, so
-     * verified like draft's guesses.  Medusa heads (heads.h). */
+     * the batch engine keeps it for each request.  It may guess a tree:
+     * up to max_b (<= KVP_DRAFT_BRANCHES) different branches, branch b's
+     * len[b] (<= k) tokens at out[b * KVP_DRAFT_MAX], its most likely
+     * first; returns the branch count (0: no guess).  Deterministic, so
+     * verified like draft's guesses; the branch whose guesses the sampler
+     * keeps longest wins.  Medusa heads (heads.h). */
     uint32_t (*draft_hidden)(void *ctx, const float *hidden, const uint32_t *tokens, uint32_t n, uint32_t k,
-                             uint32_t *out);
+                             uint32_t max_b, uint32_t *out, uint32_t *len);
     /* The request is gone: let its state go (NULL: nothing to let go). */
     void (*release)(void *ctx, void *state);
 } kvp_drafter;

@@ -282,25 +282,49 @@ void kvp_heads_drafter_free(kvp_heads_drafter *d)
     d->z = d->logits = NULL;
 }
 
-static uint32_t argmax(const float *x, uint32_t n)
+/* The w (<= KVP_DRAFT_BRANCHES) best tokens of logits x[n], best first,
+ * with their log-probabilities. */
+static void top_w(const float *x, uint32_t n, uint32_t w, uint32_t *id, double *lp)
 {
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
+    uint32_t got = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (got == w && x[i] <= x[id[w - 1]])
+            continue;
+        uint32_t j = got < w ? got++ : w - 1;
+        for (; j > 0 && x[id[j - 1]] < x[i]; j--)
+            id[j] = id[j - 1];
+        id[j] = i;
+    }
+    double mx = x[id[0]], sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += exp((double)x[i] - mx);
+    for (uint32_t j = 0; j < got; j++)
+        lp[j] = (double)x[id[j]] - mx - log(sum);
+}
+
+/* A path of the beam: its tokens so far and their summed log-probability. */
+typedef struct path {
+    uint32_t tok[KVP_DRAFT_MAX];
+    double score;
+} path;
+
+static int by_score(const void *a, const void *b)
+{
+    double x = ((const path *)a)->score, y = ((const path *)b)->score;
+    return (x < y) - (x > y);
 }
 
 uint32_t kvp_heads_draft(void *ctx, const float *hidden, const uint32_t *tokens, uint32_t n, uint32_t k,
-                         uint32_t *out)
+                         uint32_t max_b, uint32_t *out, uint32_t *len)
 {
     (void)tokens, (void)n;
     kvp_heads_drafter *d = ctx;
     const kvp_heads *h = d->h;
-    if (d->failed || !hidden)
+    if (d->failed || !hidden || !k || !max_b)
         return 0;
-    if (k > h->n_heads)
-        k = h->n_heads;
+    k = k < h->n_heads ? k : h->n_heads;
+    k = k < KVP_DRAFT_MAX ? k : KVP_DRAFT_MAX;
+    max_b = max_b < KVP_DRAFT_BRANCHES ? max_b : KVP_DRAFT_BRANCHES;
     for (uint32_t j = 0; j < k; j++)
         kvp_heads_apply(h, j, hidden, d->z + (size_t)j * h->n_embd, NULL);
     /* A failed projection (out of memory, a device fault) stops drafting;
@@ -309,8 +333,30 @@ uint32_t kvp_heads_draft(void *ctx, const float *hidden, const uint32_t *tokens,
         d->failed = 1;
         return 0;
     }
-    for (uint32_t j = 0; j < k; j++)
-        out[j] = argmax(d->logits + (size_t)j * d->n_vocab, d->n_vocab);
+    /* The heads guess independently, so a path's score is the sum of its
+     * tokens' log-probabilities, and the best path is each head's argmax:
+     * a beam of max_b paths, each extended by every head's max_b best. */
+    path beam[KVP_DRAFT_BRANCHES], next[KVP_DRAFT_BRANCHES * KVP_DRAFT_BRANCHES];
+    uint32_t nb = 1, id[KVP_DRAFT_BRANCHES];
+    double lp[KVP_DRAFT_BRANCHES];
+    beam[0].score = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        top_w(d->logits + (size_t)j * d->n_vocab, d->n_vocab, max_b, id, lp);
+        uint32_t nn = 0;
+        for (uint32_t p = 0; p < nb; p++)
+            for (uint32_t c = 0; c < max_b; c++) {
+                next[nn] = beam[p];
+                next[nn].tok[j] = id[c];
+                next[nn++].score = beam[p].score + lp[c];
+            }
+        qsort(next, nn, sizeof *next, by_score); /* stable enough: equal scores differ in tokens only */
+        nb = nn < max_b ? nn : max_b;
+        memcpy(beam, next, nb * sizeof *beam);
+    }
+    for (uint32_t p = 0; p < nb; p++) {
+        memcpy(out + (size_t)p * KVP_DRAFT_MAX, beam[p].tok, k * sizeof *out);
+        len[p] = k;
+    }
     d->calls++;
-    return k;
+    return nb;
 }

@@ -23,6 +23,7 @@
 #ifndef KVP_HEADS_H
 #define KVP_HEADS_H
 
+#include "draft.h"
 #include "engine.h"
 #include "error.h"
 #include "io.h"
@@ -67,9 +68,11 @@ int kvp_heads_check_model(const kvp_heads *h, const char *path, const uint8_t fp
                           uint32_t n_embd, kvp_err *err);
 
 /* ---- the drafter (draft.h's draft_hidden) ----
- * Guesses come from the heads in order: head k's argmax is draft token k,
- * each projected by the target's engine (kvp_engine_project), all heads
- * in one product so the output head is read once. */
+ * Head k's guess is draft token k, each head projected by the target's
+ * engine (kvp_engine_project), all in one product so the output head is
+ * read once.  A tree of max_b branches is the max_b likeliest paths (beam
+ * search over the heads' log-probabilities, summed): the first is every
+ * head's argmax, the chain. */
 typedef struct kvp_heads_drafter {
     const kvp_heads *h;
     kvp_engine *e;        /* the target's engine: its output head */
@@ -84,6 +87,6 @@ typedef struct kvp_heads_drafter {
 int kvp_heads_drafter_init(kvp_heads_drafter *d, const kvp_heads *h, kvp_engine *e, kvp_err *err);
 void kvp_heads_drafter_free(kvp_heads_drafter *d);
 uint32_t kvp_heads_draft(void *ctx, const float *hidden, const uint32_t *tokens, uint32_t n, uint32_t k,
-                         uint32_t *out);
+                         uint32_t max_b, uint32_t *out, uint32_t *len);
 
 #endif
