@@ -112,6 +112,11 @@ typedef struct batch {
     float *p;            /* speculative sampling: the target's distributions [KVP_DRAFT_MAX + 1][n_vocab] */
     float *hid;          /* a drafter from hidden states: the last step's, a row per logits row */
     size_t cap_hid;      /* floats hid holds */
+    /* draft_hidden's arguments for a step's requests ([max_num_seqs] each,
+     * times KVP_DRAFT_BRANCHES, times KVP_DRAFT_MAX) */
+    kvp_request **tree_req;
+    const float **tree_hid;
+    uint32_t *tree_k, *tree_out, *tree_len, *tree_nb;
 } batch;
 
 static uint32_t kv_n_free(void *ctx)
@@ -270,19 +275,15 @@ static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, const 
 
 /* ---- speculation ---- */
 
-/* A drafter from hidden states: r's draft tree of up to k deep, branch 0
- * in r->draft and after r's tokens (room made by draft_for), the others in
- * r->branch (their forks are made with the step).  Branch 0's length. */
-static uint32_t draft_tree(batch *b, kvp_request *r, uint32_t k)
+/* A drafter from hidden states' tree for r, as draft_hidden gave it
+ * (out, len: r's own part): branch 0 in r->draft and after r's tokens
+ * (room made by draft_room), the others in r->branch (their forks are made
+ * with the step).  Branch 0's length. */
+static uint32_t take_tree(kvp_request *r, uint32_t k, uint32_t nb, const uint32_t *out, const uint32_t *len)
 {
-    const kvp_drafter *d = b->o->drafter;
-    uint32_t out[KVP_DRAFT_BRANCHES * KVP_DRAFT_MAX], len[KVP_DRAFT_BRANCHES], n = r->sr.n_tokens;
-    uint32_t max_b = b->o->draft_branches > 1 ? b->o->draft_branches : 1;
-    max_b = max_b < KVP_DRAFT_BRANCHES ? max_b : KVP_DRAFT_BRANCHES;
-    uint32_t nb = d->draft_hidden(d->ctx, r->hidden, r->tokens, n, k, max_b, out, len);
-    nb = nb < max_b ? nb : max_b;
+    uint32_t n = r->sr.n_tokens;
     r->n_branch = 0;
-    for (uint32_t i = 0; i < nb && len[i] > 0; i++) { /* an empty branch ends the tree */
+    for (uint32_t i = 0; i < nb && i < KVP_DRAFT_BRANCHES && len[i] > 0; i++) { /* an empty branch ends it */
         uint32_t m = len[i] < k ? len[i] : k;
         r->branch_len[i] = m;
         r->branch[i][0] = r->tokens[n - 1];
@@ -329,7 +330,9 @@ static uint32_t add_forks(batch *b, kvp_request *r, kvp_step_seq *step, uint32_t
 
 /* Drafts for r's decode step, written after its tokens (the step reads them
  * from there); the count, 0 for none. */
-static uint32_t draft_for(batch *b, kvp_request *r)
+/* How many guesses r's next step may carry (its draft length, within its
+ * token budget), with room for them after its tokens; 0 for none. */
+static uint32_t draft_room(batch *b, kvp_request *r)
 {
     uint32_t k = b->o->draft_adaptive ? r->draft_k : b->o->draft_len;
     if (!k)
@@ -347,14 +350,16 @@ static uint32_t draft_for(batch *b, kvp_request *r)
      * budget's last token could never be kept */
     uint32_t budget = kvp_gen_budget(&r->g, &r->opts);
     uint32_t room = budget > r->g.n_gen + 1 ? budget - r->g.n_gen - 1 : 0;
-    if (k > room)
-        k = room;
+    return k < room ? k : room;
+}
+
+/* Drafts for r's decode step, written after its tokens (the step reads them
+ * from there); the count, 0 for none. */
+static uint32_t draft_for(batch *b, kvp_request *r)
+{
+    uint32_t k = draft_room(b, r), n = r->sr.n_tokens;
     const kvp_drafter *d = b->o->drafter;
     uint32_t m = 0, V = kvp_engine_n_vocab(b->e);
-    if (d->draft_hidden) {
-        r->sampled = 0;
-        return k && r->has_hidden ? draft_tree(b, r, k) : 0;
-    }
     r->sampled = d->draft_sampled && r->g.rec.sampling.temperature > 0;
     if (r->sampled && r->cap_q < (size_t)k * V) {
         float *q = realloc(r->q, (size_t)k * V * sizeof *q);
@@ -368,6 +373,36 @@ static uint32_t draft_for(batch *b, kvp_request *r)
                        : d->draft(d->ctx, &r->draft_state, r->tokens, n, k, r->draft);
     memcpy(r->tokens + n, r->draft, m * sizeof *r->tokens);
     return m;
+}
+
+/* A drafter from hidden states: the trees of every request of plan p whose
+ * step is a decode step and that has its hidden state, in one call; the
+ * others get none.  Sets each one's n_draft and n_branch. */
+static void draft_trees(batch *b, const kvp_sched_plan *p)
+{
+    const kvp_drafter *d = b->o->drafter;
+    uint32_t n = 0, max_b = b->o->draft_branches > 1 ? b->o->draft_branches : 1;
+    max_b = max_b < KVP_DRAFT_BRANCHES ? max_b : KVP_DRAFT_BRANCHES;
+    for (uint32_t i = 0; i < p->n_items; i++) {
+        kvp_request *r = p->items[i].r->user;
+        r->n_draft = r->n_branch = 0;
+        r->sampled = 0;
+        if (p->items[i].n != 1 || r->sr.n_computed + 1 != r->sr.n_tokens || !r->has_hidden)
+            continue;
+        uint32_t k = draft_room(b, r);
+        if (k) {
+            b->tree_req[n] = r, b->tree_k[n] = k, b->tree_hid[n] = r->hidden;
+            n++;
+        }
+    }
+    if (!n)
+        return;
+    d->draft_hidden(d->ctx, n, b->tree_hid, b->tree_k, max_b, b->tree_out, b->tree_len, b->tree_nb);
+    for (uint32_t i = 0; i < n; i++) {
+        size_t at = (size_t)i * KVP_DRAFT_BRANCHES;
+        b->tree_req[i]->n_draft = take_tree(b->tree_req[i], b->tree_k[i], b->tree_nb[i],
+                                            b->tree_out + at * KVP_DRAFT_MAX, b->tree_len + at);
+    }
 }
 
 /* Drafts drawn from q: the target's distributions p after each (the same
@@ -575,7 +610,15 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     kvp_err src_err = {0};
     if (o->drafter && o->drafter->draft_sampled)
         b.p = malloc((size_t)(KVP_DRAFT_MAX + 1) * V * sizeof *b.p);
-    if (!step || !rows || (o->drafter && o->drafter->draft_sampled && !b.p)) {
+    int trees = o->drafter && o->drafter->draft_hidden;
+    if (trees) {
+        size_t nb = (size_t)max_seqs * KVP_DRAFT_BRANCHES;
+        b.tree_req = malloc(max_seqs * sizeof *b.tree_req), b.tree_hid = malloc(max_seqs * sizeof *b.tree_hid);
+        b.tree_k = malloc(max_seqs * sizeof *b.tree_k), b.tree_nb = malloc(max_seqs * sizeof *b.tree_nb);
+        b.tree_len = malloc(nb * sizeof *b.tree_len), b.tree_out = malloc(nb * KVP_DRAFT_MAX * sizeof *b.tree_out);
+    }
+    if (!step || !rows || (o->drafter && o->drafter->draft_sampled && !b.p) ||
+        (trees && (!b.tree_req || !b.tree_hid || !b.tree_k || !b.tree_nb || !b.tree_len || !b.tree_out))) {
         rc = kvp_err_set(err, KVP_ENOMEM, "batch: out of memory for %u sequences", max_seqs);
         goto out;
     }
@@ -623,14 +666,16 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
          * token asks for its logits, a decode step with drafts for a row
          * after each of them too. */
         int drafting = o->drafter != NULL;
+        if (trees)
+            draft_trees(&b, &p);
     again:;
         uint32_t n_rows = 0, n_req = 0, n_step = 0;
         for (uint32_t i = 0; i < p.n_items; i++) {
             kvp_request *r = p.items[i].r->user;
             uint32_t from = r->sr.n_computed, n = p.items[i].n;
             int last = from + n == r->sr.n_tokens;
-            r->n_branch = 0;
-            r->n_draft = drafting && last && n == 1 ? draft_for(&b, r) : 0;
+            if (!drafting || !trees) /* trees: drafted before, unless they did not fit */
+                r->n_branch = 0, r->n_draft = drafting && last && n == 1 ? draft_for(&b, r) : 0;
             step[n_step++] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from,
                                             .n_tokens = n + r->n_draft,
                                             .want = !last ? KVP_LOGITS_NONE
@@ -706,6 +751,7 @@ out:
     free(rows);
     free(b.p);
     free(b.hid);
+    free(b.tree_req), free(b.tree_hid), free(b.tree_k), free(b.tree_nb), free(b.tree_len), free(b.tree_out);
     kvp_sched_free(s);
     return rc;
 }

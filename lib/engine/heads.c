@@ -260,15 +260,29 @@ int kvp_heads_check_model(const kvp_heads *h, const char *path, const uint8_t fp
 
 /* ---- the drafter ---- */
 
+/* Room for rows of z and logits. */
+static int drafter_rows(kvp_heads_drafter *d, uint32_t rows)
+{
+    if (rows <= d->cap_rows)
+        return 0;
+    float *z = realloc(d->z, (size_t)rows * d->h->n_embd * sizeof *z);
+    if (z)
+        d->z = z;
+    float *l = z ? realloc(d->logits, (size_t)rows * d->n_vocab * sizeof *l) : NULL;
+    if (!l)
+        return kvp_err_set(&d->err, KVP_ENOMEM, "heads: out of memory for %u rows of logits", rows);
+    d->logits = l;
+    d->cap_rows = rows;
+    return 0;
+}
+
 int kvp_heads_drafter_init(kvp_heads_drafter *d, const kvp_heads *h, kvp_engine *e, kvp_err *err)
 {
     memset(d, 0, sizeof *d);
     d->h = h;
     d->e = e;
     d->n_vocab = kvp_engine_n_vocab(e);
-    d->z = malloc((size_t)h->n_heads * h->n_embd * sizeof *d->z);
-    d->logits = malloc((size_t)h->n_heads * d->n_vocab * sizeof *d->logits);
-    if (!d->z || !d->logits) {
+    if (drafter_rows(d, h->n_heads) < 0) {
         kvp_heads_drafter_free(d);
         return kvp_err_set(err, KVP_ENOMEM, "heads: out of memory for %u heads' logits", h->n_heads);
     }
@@ -280,6 +294,7 @@ void kvp_heads_drafter_free(kvp_heads_drafter *d)
     free(d->z);
     free(d->logits);
     d->z = d->logits = NULL;
+    d->cap_rows = 0;
 }
 
 /* The w (<= KVP_DRAFT_BRANCHES) best tokens of logits x[n], best first,
@@ -314,25 +329,10 @@ static int by_score(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-uint32_t kvp_heads_draft(void *ctx, const float *hidden, const uint32_t *tokens, uint32_t n, uint32_t k,
-                         uint32_t max_b, uint32_t *out, uint32_t *len)
+/* Request i's tree from its heads' logits rows l[k][n_vocab]. */
+static uint32_t beam_search(const kvp_heads_drafter *d, const float *l, uint32_t k, uint32_t max_b, uint32_t *out,
+                            uint32_t *len)
 {
-    (void)tokens, (void)n;
-    kvp_heads_drafter *d = ctx;
-    const kvp_heads *h = d->h;
-    if (d->failed || !hidden || !k || !max_b)
-        return 0;
-    k = k < h->n_heads ? k : h->n_heads;
-    k = k < KVP_DRAFT_MAX ? k : KVP_DRAFT_MAX;
-    max_b = max_b < KVP_DRAFT_BRANCHES ? max_b : KVP_DRAFT_BRANCHES;
-    for (uint32_t j = 0; j < k; j++)
-        kvp_heads_apply(h, j, hidden, d->z + (size_t)j * h->n_embd, NULL);
-    /* A failed projection (out of memory, a device fault) stops drafting;
-     * decoding goes on plainly and the run reports it. */
-    if (kvp_engine_project(d->e, d->z, k, d->logits, &d->err) < 0) {
-        d->failed = 1;
-        return 0;
-    }
     /* The heads guess independently, so a path's score is the sum of its
      * tokens' log-probabilities, and the best path is each head's argmax:
      * a beam of max_b paths, each extended by every head's max_b best. */
@@ -341,7 +341,7 @@ uint32_t kvp_heads_draft(void *ctx, const float *hidden, const uint32_t *tokens,
     double lp[KVP_DRAFT_BRANCHES];
     beam[0].score = 0;
     for (uint32_t j = 0; j < k; j++) {
-        top_w(d->logits + (size_t)j * d->n_vocab, d->n_vocab, max_b, id, lp);
+        top_w(l + (size_t)j * d->n_vocab, d->n_vocab, max_b, id, lp);
         uint32_t nn = 0;
         for (uint32_t p = 0; p < nb; p++)
             for (uint32_t c = 0; c < max_b; c++) {
@@ -349,7 +349,7 @@ uint32_t kvp_heads_draft(void *ctx, const float *hidden, const uint32_t *tokens,
                 next[nn].tok[j] = id[c];
                 next[nn++].score = beam[p].score + lp[c];
             }
-        qsort(next, nn, sizeof *next, by_score); /* stable enough: equal scores differ in tokens only */
+        qsort(next, nn, sizeof *next, by_score);
         nb = nn < max_b ? nn : max_b;
         memcpy(beam, next, nb * sizeof *beam);
     }
@@ -357,6 +357,47 @@ uint32_t kvp_heads_draft(void *ctx, const float *hidden, const uint32_t *tokens,
         memcpy(out + (size_t)p * KVP_DRAFT_MAX, beam[p].tok, k * sizeof *out);
         len[p] = k;
     }
-    d->calls++;
     return nb;
+}
+
+/* The guesses request i gets: its k, within the heads there are. */
+static uint32_t depth(const kvp_heads *h, uint32_t k)
+{
+    k = k < h->n_heads ? k : h->n_heads;
+    return k < KVP_DRAFT_MAX ? k : KVP_DRAFT_MAX;
+}
+
+void kvp_heads_draft(void *ctx, uint32_t n, const float *const *hidden, const uint32_t *k, uint32_t max_b,
+                     uint32_t *out, uint32_t *len, uint32_t *n_branch)
+{
+    kvp_heads_drafter *d = ctx;
+    const kvp_heads *h = d->h;
+    uint32_t rows = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        n_branch[i] = 0;
+        rows += depth(h, k[i]);
+    }
+    max_b = max_b < KVP_DRAFT_BRANCHES ? max_b : KVP_DRAFT_BRANCHES;
+    if (d->failed || !rows || !max_b)
+        return;
+    /* A failed projection (out of memory, a device fault) stops drafting;
+     * decoding goes on plainly and the run reports it. */
+    if (drafter_rows(d, rows) < 0) {
+        d->failed = 1;
+        return;
+    }
+    for (uint32_t i = 0, r = 0; i < n; r += depth(h, k[i]), i++)
+        for (uint32_t j = 0; j < depth(h, k[i]); j++)
+            kvp_heads_apply(h, j, hidden[i], d->z + (size_t)(r + j) * h->n_embd, NULL);
+    if (kvp_engine_project(d->e, d->z, rows, d->logits, &d->err) < 0) {
+        d->failed = 1;
+        return;
+    }
+    for (uint32_t i = 0, r = 0; i < n; r += depth(h, k[i]), i++)
+        if (depth(h, k[i])) {
+            size_t at = (size_t)i * KVP_DRAFT_BRANCHES;
+            n_branch[i] = beam_search(d, d->logits + (size_t)r * d->n_vocab, depth(h, k[i]), max_b,
+                                      out + at * KVP_DRAFT_MAX, len + at);
+        }
+    d->calls++;
 }

@@ -69,15 +69,16 @@ int kvp_heads_check_model(const kvp_heads *h, const char *path, const uint8_t fp
 
 /* ---- the drafter (draft.h's draft_hidden) ----
  * Head k's guess is draft token k, each head projected by the target's
- * engine (kvp_engine_project), all in one product so the output head is
- * read once.  A tree of max_b branches is the max_b likeliest paths (beam
+ * engine (kvp_engine_project), every head of every request of the step in
+ * one product, so the output head is read once a step.  A tree of max_b branches is the max_b likeliest paths (beam
  * search over the heads' log-probabilities, summed): the first is every
  * head's argmax, the chain. */
 typedef struct kvp_heads_drafter {
     const kvp_heads *h;
     kvp_engine *e;        /* the target's engine: its output head */
-    float *z;             /* [n_heads][n_embd] */
-    float *logits;        /* [n_heads][n_vocab] */
+    float *z;             /* [cap_rows][n_embd]: every request's heads' rows */
+    float *logits;        /* [cap_rows][n_vocab] */
+    uint32_t cap_rows;
     uint32_t n_vocab;
     int failed;           /* a projection failed (its message in err); drafting stopped */
     kvp_err err;
@@ -86,7 +87,7 @@ typedef struct kvp_heads_drafter {
 
 int kvp_heads_drafter_init(kvp_heads_drafter *d, const kvp_heads *h, kvp_engine *e, kvp_err *err);
 void kvp_heads_drafter_free(kvp_heads_drafter *d);
-uint32_t kvp_heads_draft(void *ctx, const float *hidden, const uint32_t *tokens, uint32_t n, uint32_t k,
-                         uint32_t max_b, uint32_t *out, uint32_t *len);
+void kvp_heads_draft(void *ctx, uint32_t n, const float *const *hidden, const uint32_t *k, uint32_t max_b,
+                     uint32_t *out, uint32_t *len, uint32_t *n_branch);
 
 #endif
