@@ -206,6 +206,9 @@ int kvp_heads_train_run(kvp_run *r, kvp_runopts *o, const kvp_heads_job *job, FI
     jb.train.epochs = jb.train.epochs ? jb.train.epochs : 2;
     jb.train.lr = jb.train.lr > 0 ? jb.train.lr : 1e-3;
     int rc = kvp_heads_init(&h, K, d, m->fingerprint, err);
+    kvp_out probe; /* an output that cannot be written is said before the minutes of work, not after */
+    if (rc == 0 && (rc = kvp_out_open(&probe, job->out, err)) == 0)
+        kvp_out_abort(&probe);
     if (rc == 0 && (rc = answer_all(r, o, &a, err)) == 0 && rep)
         fprintf(rep, "specdec: %u answers from %s in %.1f s\n", a.count, job->prompts, wall() - t0);
     /* every tenth answer held out, when there are ten */

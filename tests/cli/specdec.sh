@@ -231,6 +231,13 @@ run $S --heads "$T/h.kvp"
 expect_status 2 "--heads without --method heads"
 run specdec -m "$M" --train-heads "$T/p.jsonl"
 expect_status 2 "--train-heads without -o"
+run specdec -m "$M" --train-heads "$T/p.jsonl" -o "$T/no/such/dir/h.kvp"
+expect_status 1 "an output that cannot be written"
+expect_err_has "no/such/dir/h.kvp" "is named at once"
+expect_err_one_line "before any answer is computed: one line"
+run specdec -m "$M" --train-heads "$T/absent.jsonl" -o "$T/x.kvp"
+expect_status 1 "a prompts file that is not there"
+expect_err_has "absent.jsonl" "is named"
 run specdec -m "$M" --train-heads "$T/p.jsonl" -o "$T/x.kvp" --temperature 0.5
 expect_status 2 "--train-heads learns greedy answers only"
 run $S --epochs 3
