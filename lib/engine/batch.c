@@ -57,6 +57,7 @@ void kvp_request_free(kvp_request *r)
     }
     free(r->tokens);
     free(r->q);
+    free(r->hidden);
     free(r);
 }
 
@@ -109,6 +110,13 @@ typedef struct batch {
     kvp_batch_stats *st;
     const kvp_batch_opts *o;
     float *p;            /* speculative sampling: the target's distributions [KVP_DRAFT_MAX + 1][n_vocab] */
+    float *hid;          /* a drafter from hidden states: the last step's, a row per logits row */
+    size_t cap_hid;      /* floats hid holds */
+    /* draft_hidden's arguments for a step's requests ([max_num_seqs] each,
+     * times KVP_DRAFT_BRANCHES, times KVP_DRAFT_MAX) */
+    kvp_request **tree_req;
+    const float **tree_hid;
+    uint32_t *tree_k, *tree_out, *tree_len, *tree_nb;
 } batch;
 
 static uint32_t kv_n_free(void *ctx)
@@ -241,18 +249,90 @@ static int take_token(batch *b, kvp_sched *s, kvp_request *r, kvp_err *err)
     return 0;
 }
 
-/* r's step reached its last token: sample, accept, and finish or go on. */
-static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, kvp_err *err)
+/* r's next token comes from the logits row whose hidden state is h (a
+ * row of b->hid; NULL when no drafter asks for them): r keeps it for its
+ * next draft.  No room for it means no draft next time, nothing worse. */
+static void keep_hidden(batch *b, kvp_request *r, const float *h)
+{
+    r->has_hidden = 0;
+    if (!h)
+        return;
+    uint32_t d = kvp_engine_n_embd(b->e);
+    if (!r->hidden && !(r->hidden = malloc((size_t)d * sizeof *r->hidden)))
+        return;
+    memcpy(r->hidden, h, (size_t)d * sizeof *r->hidden);
+    r->has_hidden = 1;
+}
+
+/* r's step reached its last token: sample, accept, and finish or go on.
+ * h: the hidden state of the row (NULL: not kept). */
+static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, const float *h, kvp_err *err)
 {
     int rc = sample_next(r, logits, kvp_engine_n_vocab(b->e), err);
+    keep_hidden(b, r, h);
     return rc < 0 ? rc : take_token(b, s, r, err);
 }
 
 /* ---- speculation ---- */
 
+/* A drafter from hidden states' tree for r, as draft_hidden gave it
+ * (out, len: r's own part): branch 0 in r->draft and after r's tokens
+ * (room made by draft_room), the others in r->branch (their forks are made
+ * with the step).  Branch 0's length. */
+static uint32_t take_tree(kvp_request *r, uint32_t k, uint32_t nb, const uint32_t *out, const uint32_t *len)
+{
+    uint32_t n = r->sr.n_tokens;
+    r->n_branch = 0;
+    for (uint32_t i = 0; i < nb && i < KVP_DRAFT_BRANCHES && len[i] > 0; i++) { /* an empty branch ends it */
+        uint32_t m = len[i] < k ? len[i] : k;
+        r->branch_len[i] = m;
+        r->branch[i][0] = r->tokens[n - 1];
+        memcpy(r->branch[i] + 1, out + (size_t)i * KVP_DRAFT_MAX, m * sizeof *out);
+        r->branch_seq[i] = -1;
+        r->n_branch++;
+    }
+    if (!r->n_branch)
+        return 0;
+    memcpy(r->draft, r->branch[0] + 1, r->branch_len[0] * sizeof *r->draft);
+    memcpy(r->tokens + n, r->draft, r->branch_len[0] * sizeof *r->tokens);
+    return r->branch_len[0];
+}
+
+/* The forks of r's draft tree (branches past the first) go. */
+static void drop_forks(batch *b, kvp_request *r)
+{
+    for (uint32_t i = 1; i < r->n_branch; i++)
+        if (r->branch_seq[i] >= 0) {
+            kvp_kvcache_seq_free(b->kc, r->branch_seq[i]);
+            r->branch_seq[i] = -1;
+        }
+}
+
+/* The forks of r's draft tree's branches past the first, each a step entry
+ * after r's; the rows they add.  A fork the cache cannot make ends the
+ * tree there. */
+static uint32_t add_forks(batch *b, kvp_request *r, kvp_step_seq *step, uint32_t *n_step)
+{
+    uint32_t rows = 0;
+    for (uint32_t i = 1; i < r->n_branch; i++) {
+        int f = kvp_kvcache_seq_fork(b->kc, r->g.handle, NULL);
+        if (f < 0) {
+            r->n_branch = i;
+            break;
+        }
+        r->branch_seq[i] = f;
+        step[(*n_step)++] = (kvp_step_seq){.seq = f, .tokens = r->branch[i], .n_tokens = 1 + r->branch_len[i],
+                                           .want = KVP_LOGITS_ALL};
+        rows += 1 + r->branch_len[i];
+    }
+    return rows;
+}
+
 /* Drafts for r's decode step, written after its tokens (the step reads them
  * from there); the count, 0 for none. */
-static uint32_t draft_for(batch *b, kvp_request *r)
+/* How many guesses r's next step may carry (its draft length, within its
+ * token budget), with room for them after its tokens; 0 for none. */
+static uint32_t draft_room(batch *b, kvp_request *r)
 {
     uint32_t k = b->o->draft_adaptive ? r->draft_k : b->o->draft_len;
     if (!k)
@@ -270,8 +350,14 @@ static uint32_t draft_for(batch *b, kvp_request *r)
      * budget's last token could never be kept */
     uint32_t budget = kvp_gen_budget(&r->g, &r->opts);
     uint32_t room = budget > r->g.n_gen + 1 ? budget - r->g.n_gen - 1 : 0;
-    if (k > room)
-        k = room;
+    return k < room ? k : room;
+}
+
+/* Drafts for r's decode step, written after its tokens (the step reads them
+ * from there); the count, 0 for none. */
+static uint32_t draft_for(batch *b, kvp_request *r)
+{
+    uint32_t k = draft_room(b, r), n = r->sr.n_tokens;
     const kvp_drafter *d = b->o->drafter;
     uint32_t m = 0, V = kvp_engine_n_vocab(b->e);
     r->sampled = d->draft_sampled && r->g.rec.sampling.temperature > 0;
@@ -287,6 +373,36 @@ static uint32_t draft_for(batch *b, kvp_request *r)
                        : d->draft(d->ctx, &r->draft_state, r->tokens, n, k, r->draft);
     memcpy(r->tokens + n, r->draft, m * sizeof *r->tokens);
     return m;
+}
+
+/* A drafter from hidden states: the trees of every request of plan p whose
+ * step is a decode step and that has its hidden state, in one call; the
+ * others get none.  Sets each one's n_draft and n_branch. */
+static void draft_trees(batch *b, const kvp_sched_plan *p)
+{
+    const kvp_drafter *d = b->o->drafter;
+    uint32_t n = 0, max_b = b->o->draft_branches > 1 ? b->o->draft_branches : 1;
+    max_b = max_b < KVP_DRAFT_BRANCHES ? max_b : KVP_DRAFT_BRANCHES;
+    for (uint32_t i = 0; i < p->n_items; i++) {
+        kvp_request *r = p->items[i].r->user;
+        r->n_draft = r->n_branch = 0;
+        r->sampled = 0;
+        if (p->items[i].n != 1 || r->sr.n_computed + 1 != r->sr.n_tokens || !r->has_hidden)
+            continue;
+        uint32_t k = draft_room(b, r);
+        if (k) {
+            b->tree_req[n] = r, b->tree_k[n] = k, b->tree_hid[n] = r->hidden;
+            n++;
+        }
+    }
+    if (!n)
+        return;
+    d->draft_hidden(d->ctx, n, b->tree_hid, b->tree_k, max_b, b->tree_out, b->tree_len, b->tree_nb);
+    for (uint32_t i = 0; i < n; i++) {
+        size_t at = (size_t)i * KVP_DRAFT_BRANCHES;
+        b->tree_req[i]->n_draft = take_tree(b->tree_req[i], b->tree_k[i], b->tree_nb[i],
+                                            b->tree_out + at * KVP_DRAFT_MAX, b->tree_len + at);
+    }
 }
 
 /* Drafts drawn from q: the target's distributions p after each (the same
@@ -310,33 +426,90 @@ static int verify_sampled(batch *b, kvp_request *r, float *rows, uint32_t *drawn
     return (int)m;
 }
 
-/* r's verify step: rows[1 + n_draft] of logits, row j after draft token
- * j - 1.  Drafts drawn from q go through speculative sampling
- * (verify_sampled).  Chosen drafts (ngram, greedy): each row is sampled in
- * turn with r's own generator (the state plain decoding would have at that
- * token); a draft token is kept while the draw equals it.  The KV cache forgets the drafts past the last kept
- * one; then the drawn tokens are taken as generated, in order. */
-static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, kvp_err *err)
+/* Chosen drafts (ngram, greedy, heads): rows[1 + nd] after the guesses
+ * draft[nd], which stand after r's tokens (changed by the sampler).  Each row is sampled in turn
+ * with r's own generator (the state plain decoding would have at that
+ * token); a guess is kept while the draw equals it.  drawn[0..m], after[]
+ * the generator after each draw; m returned, or a code. */
+static int verify_chosen(batch *b, kvp_request *r, float *rows, const uint32_t *draft, uint32_t nd,
+                         uint32_t *drawn, kvp_sampling *after, kvp_err *err)
 {
-    uint32_t V = kvp_engine_n_vocab(b->e), nd = r->n_draft, len = r->sr.n_tokens, m = 0;
-    uint32_t drawn[KVP_DRAFT_MAX + 1];
-    kvp_sampling after[KVP_DRAFT_MAX + 1]; /* the generator after each draw */
-    if (r->sampled) {
-        int got = verify_sampled(b, r, rows, drawn, after, err);
-        if (got < 0)
-            return got;
-        m = (uint32_t)got;
-    }
-    for (; !r->sampled; m++) {
+    uint32_t V = kvp_engine_n_vocab(b->e), len = r->sr.n_tokens, m = 0;
+    for (;; m++) {
         uint32_t at = len + m, w = at < KVP_SAMPLE_WINDOW ? at : KVP_SAMPLE_WINDOW;
         int t = kvp_sample_next(&r->g.rec.sampling, rows + (size_t)m * V, V, r->tokens + (at - w), w, err);
         if (t < 0)
             return t;
         drawn[m] = (uint32_t)t;
         after[m] = r->g.rec.sampling;
-        if (m == nd || drawn[m] != r->draft[m])
-            break;
+        if (m == nd || drawn[m] != draft[m])
+            return (int)m;
     }
+}
+
+/* A draft tree: every branch verified from the same generator state, on
+ * its own rows (after branch 0's, in order); the one that keeps the most
+ * wins (the first on a tie), and its fork becomes r's sequence.  Its
+ * guesses are put in r->draft and after r's tokens; *rows and *hid moved
+ * to its rows.  m returned, or a code. */
+static int verify_tree(batch *b, kvp_request *r, float **rows, const float **hid, uint32_t *drawn,
+                       kvp_sampling *after, kvp_err *err)
+{
+    uint32_t V = kvp_engine_n_vocab(b->e), d = kvp_engine_n_embd(b->e), len = r->sr.n_tokens;
+    kvp_sampling start = r->g.rec.sampling, best_after[KVP_DRAFT_MAX + 1];
+    uint32_t best = 0, best_m = 0, best_drawn[KVP_DRAFT_MAX + 1];
+    size_t off = 0, best_off = 0;
+    for (uint32_t i = 0; i < r->n_branch; i++) {
+        uint32_t nd = r->branch_len[i];
+        memcpy(r->tokens + len, r->branch[i] + 1, nd * sizeof *r->tokens); /* the penalties' window */
+        r->g.rec.sampling = start;
+        int m = verify_chosen(b, r, *rows + off * V, r->branch[i] + 1, nd, drawn, after, err);
+        if (m < 0) {
+            drop_forks(b, r);
+            return m;
+        }
+        if (i == 0 || (uint32_t)m > best_m) {
+            best = i, best_m = (uint32_t)m, best_off = off;
+            memcpy(best_drawn, drawn, ((size_t)m + 1) * sizeof *drawn);
+            memcpy(best_after, after, ((size_t)m + 1) * sizeof *after);
+        }
+        off += 1 + nd;
+    }
+    memcpy(drawn, best_drawn, ((size_t)best_m + 1) * sizeof *drawn);
+    memcpy(after, best_after, ((size_t)best_m + 1) * sizeof *after);
+    r->n_draft = r->branch_len[best];
+    memcpy(r->draft, r->branch[best] + 1, r->n_draft * sizeof *r->draft);
+    memcpy(r->tokens + len, r->draft, r->n_draft * sizeof *r->tokens);
+    if (best) { /* the fork has the kept K/V: it becomes r's sequence */
+        kvp_kvcache_seq_free(b->kc, r->g.handle);
+        r->g.handle = r->branch_seq[best];
+        r->branch_seq[best] = -1;
+    }
+    drop_forks(b, r);
+    b->st->branch_rows += off - (1 + r->branch_len[0]);
+    *rows += best_off * V;
+    if (*hid)
+        *hid += best_off * d;
+    return (int)best_m;
+}
+
+/* r's verify step: rows[1 + n_draft] of logits, row j after draft token
+ * j - 1 (then the rows of the other branches of a tree); hid their hidden
+ * states, or NULL.  Drafts drawn from q go through speculative sampling
+ * (verify_sampled), chosen ones through verify_chosen, a tree through
+ * verify_tree.  The KV cache forgets the drafts past the last kept one;
+ * then the drawn tokens are taken as generated, in order. */
+static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, const float *hid, kvp_err *err)
+{
+    uint32_t drawn[KVP_DRAFT_MAX + 1];
+    kvp_sampling after[KVP_DRAFT_MAX + 1]; /* the generator after each draw */
+    int got = r->sampled           ? verify_sampled(b, r, rows, drawn, after, err)
+              : r->n_branch > 1    ? verify_tree(b, r, &rows, &hid, drawn, after, err)
+                                   : verify_chosen(b, r, rows, r->draft, r->n_draft, drawn, after, err);
+    if (got < 0)
+        return got;
+    uint32_t m = (uint32_t)got, nd = r->n_draft;
+    keep_hidden(b, r, hid ? hid + (size_t)m * kvp_engine_n_embd(b->e) : NULL); /* row m chose the last token */
     kvp_batch_stats *st = b->st;
     st->verify_steps++;
     st->drafted += nd;
@@ -368,6 +541,20 @@ static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, kvp
             r->sr.n_computed++; /* the draft token's K/V, computed in the step, stands */
     }
     return rc;
+}
+
+/* The step's hidden states, a row per logits row, into b->hid. */
+static int step_hidden(batch *b, uint32_t n_rows, kvp_err *err)
+{
+    size_t need = (size_t)n_rows * kvp_engine_n_embd(b->e);
+    if (need > b->cap_hid) {
+        float *h = realloc(b->hid, need * sizeof *h);
+        if (!h)
+            return kvp_err_set(err, KVP_ENOMEM, "batch: out of memory for %u hidden states", n_rows);
+        b->hid = h;
+        b->cap_hid = need;
+    }
+    return kvp_engine_hidden(b->e, b->hid, n_rows, err);
 }
 
 /* A request from the source: one that is already over (no budget, or a
@@ -414,7 +601,8 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     uint32_t V = kvp_engine_n_vocab(e);
     float *logits = NULL; /* rows for the requests that sample, grown as needed */
     uint32_t cap_rows = 0;
-    kvp_step_seq *step = malloc((size_t)max_seqs * sizeof *step);
+    uint32_t max_branches = o->draft_branches > 1 ? o->draft_branches : 1;
+    kvp_step_seq *step = malloc((size_t)max_seqs * max_branches * sizeof *step);
     kvp_request **rows = malloc((size_t)max_seqs * sizeof *rows);
     st->total_blocks = ks.n_blocks;
     double t0 = kvp_gen_now();
@@ -422,7 +610,15 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     kvp_err src_err = {0};
     if (o->drafter && o->drafter->draft_sampled)
         b.p = malloc((size_t)(KVP_DRAFT_MAX + 1) * V * sizeof *b.p);
-    if (!step || !rows || (o->drafter && o->drafter->draft_sampled && !b.p)) {
+    int trees = o->drafter && o->drafter->draft_hidden;
+    if (trees) {
+        size_t nb = (size_t)max_seqs * KVP_DRAFT_BRANCHES;
+        b.tree_req = malloc(max_seqs * sizeof *b.tree_req), b.tree_hid = malloc(max_seqs * sizeof *b.tree_hid);
+        b.tree_k = malloc(max_seqs * sizeof *b.tree_k), b.tree_nb = malloc(max_seqs * sizeof *b.tree_nb);
+        b.tree_len = malloc(nb * sizeof *b.tree_len), b.tree_out = malloc(nb * KVP_DRAFT_MAX * sizeof *b.tree_out);
+    }
+    if (!step || !rows || (o->drafter && o->drafter->draft_sampled && !b.p) ||
+        (trees && (!b.tree_req || !b.tree_hid || !b.tree_k || !b.tree_nb || !b.tree_len || !b.tree_out))) {
         rc = kvp_err_set(err, KVP_ENOMEM, "batch: out of memory for %u sequences", max_seqs);
         goto out;
     }
@@ -470,20 +666,25 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
          * token asks for its logits, a decode step with drafts for a row
          * after each of them too. */
         int drafting = o->drafter != NULL;
+        if (trees)
+            draft_trees(&b, &p);
     again:;
-        uint32_t n_rows = 0, n_req = 0;
+        uint32_t n_rows = 0, n_req = 0, n_step = 0;
         for (uint32_t i = 0; i < p.n_items; i++) {
             kvp_request *r = p.items[i].r->user;
             uint32_t from = r->sr.n_computed, n = p.items[i].n;
             int last = from + n == r->sr.n_tokens;
-            r->n_draft = drafting && last && n == 1 ? draft_for(&b, r) : 0;
-            step[i] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from, .n_tokens = n + r->n_draft,
-                                     .want = !last ? KVP_LOGITS_NONE
-                                             : r->n_draft ? KVP_LOGITS_ALL : KVP_LOGITS_LAST};
+            if (!drafting || !trees) /* trees: drafted before, unless they did not fit */
+                r->n_branch = 0, r->n_draft = drafting && last && n == 1 ? draft_for(&b, r) : 0;
+            step[n_step++] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from,
+                                            .n_tokens = n + r->n_draft,
+                                            .want = !last ? KVP_LOGITS_NONE
+                                                    : r->n_draft ? KVP_LOGITS_ALL : KVP_LOGITS_LAST};
             if (last) {
                 rows[n_req++] = r;
                 n_rows += 1 + r->n_draft;
             }
+            n_rows += add_forks(&b, r, step, &n_step);
         }
         if (n_rows > cap_rows) {
             float *l = realloc(logits, (size_t)V * n_rows * sizeof *l);
@@ -494,7 +695,10 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             logits = l;
             cap_rows = n_rows;
         }
-        if ((rc = kvp_engine_step(e, step, p.n_items, logits, err)) < 0) {
+        rc = kvp_engine_step(e, step, n_step, logits, err);
+        if (rc < 0) {
+            for (uint32_t i = 0; i < n_req; i++)
+                drop_forks(&b, rows[i]);
             if (rc == KVP_ELIMIT && drafting && n_rows > n_req) {
                 drafting = 0; /* the drafts did not fit: the plan as scheduled */
                 goto again;
@@ -507,15 +711,25 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         if (ks.n_blocks - ks.n_free > st->peak_blocks)
             st->peak_blocks = ks.n_blocks - ks.n_free;
         kvp_sched_commit(s, &p);
+        const float *hid = NULL; /* for a drafter from hidden states */
+        if (o->drafter && o->drafter->draft_hidden) {
+            if ((rc = step_hidden(&b, n_rows, err)) < 0)
+                goto out;
+            hid = b.hid;
+        }
+        size_t d = kvp_engine_n_embd(e);
         for (uint32_t i = 0, row = 0; i < n_req; i++) {
             kvp_request *r = rows[i];
-            uint32_t nd = r->n_draft;
-            rc = nd ? advance_spec(&b, s, r, logits + (size_t)row * V, err)
-                    : advance(&b, s, r, logits + (size_t)row * V, err);
+            uint32_t nd = r->n_draft, used = 1 + nd; /* its rows, every branch's */
+            for (uint32_t j = 1; j < r->n_branch; j++)
+                used += 1 + r->branch_len[j];
+            const float *h = hid ? hid + row * d : NULL;
+            rc = nd ? advance_spec(&b, s, r, logits + (size_t)row * V, h, err)
+                    : advance(&b, s, r, logits + (size_t)row * V, h, err);
             if (rc < 0)
                 goto out;
             rc = 0;
-            row += 1 + nd;
+            row += used;
         }
     }
     if (src_rc < 0) {
@@ -536,6 +750,8 @@ out:
     free(step);
     free(rows);
     free(b.p);
+    free(b.hid);
+    free(b.tree_req), free(b.tree_hid), free(b.tree_k), free(b.tree_nb), free(b.tree_len), free(b.tree_out);
     kvp_sched_free(s);
     return rc;
 }

@@ -44,6 +44,16 @@ typedef struct kvp_request {
     float *q;                /* [cap_q / n_vocab][n_vocab]: their distributions */
     size_t cap_q;
     uint32_t draft_k;        /* its draft length now (adapted to its acceptance) */
+    float *hidden;           /* [n_embd]: the hidden state behind its last token's logits
+                                (a drafter's draft_hidden), valid when has_hidden */
+    int has_hidden;
+    /* A draft tree (draft_hidden): branch 0 is draft[n_draft] on the
+     * request's own sequence; each other branch b runs on a fork of it for
+     * the step (branch_seq[b]): its last token, then branch_len[b] guesses */
+    uint32_t n_branch;
+    uint32_t branch_len[KVP_DRAFT_BRANCHES];
+    uint32_t branch[KVP_DRAFT_BRANCHES][KVP_DRAFT_MAX + 1];
+    int branch_seq[KVP_DRAFT_BRANCHES];
     uint32_t n_drafted, n_accepted, n_verify; /* draft tokens proposed, accepted; verify steps */
     int holder;              /* a cache sequence (read from a stream) whose blocks its start reuses, or -1 */
     double t_end;
@@ -83,6 +93,11 @@ typedef struct kvp_batch_opts {
     const kvp_drafter *drafter;
     uint32_t draft_len;
     int draft_adaptive;
+    /* A drafter of trees (draft_hidden): branches a request's draft may
+     * have (0 or 1: a chain).  Each branch past the first is a fork of the
+     * request's sequence in the same step (its K/V blocks shared, the
+     * partial one copied); the longest kept branch becomes the sequence. */
+    uint32_t draft_branches;
 } kvp_batch_opts;
 
 /* Summary of a run (kvp_batch_run fills it). */
@@ -100,6 +115,7 @@ typedef struct kvp_batch_stats {
     /* speculation: verify steps (a request's step that carried drafts),
      * draft tokens proposed and accepted, and both by position in the draft */
     uint64_t verify_steps, drafted, accepted;
+    uint64_t branch_rows;              /* rows of draft-tree branches past the first */
     uint64_t drafted_at[KVP_DRAFT_MAX], accepted_at[KVP_DRAFT_MAX];
 } kvp_batch_stats;
 

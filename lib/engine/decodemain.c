@@ -8,6 +8,8 @@
 #include "cli.h"
 #include "draft.h"
 #include "draftmodel.h"
+#include "heads.h"
+#include "headsrun.h"
 #include "hash.h"
 #include "jobsrc.h"
 #include "results.h"
@@ -35,7 +37,7 @@ static void usage(FILE *f, int spec)
                 "and one batched step of the model checks them.  The output is decode's, token for\n"
                 "token, greedy or sampled (sampled with a draft model: decode's distribution).\n\n"
                 "      --method M          ngram (prompt lookup: the last tokens found earlier in the\n"
-                "                          sequence, and what followed them; default), or draft\n"
+                "                          sequence, and what followed them; default), draft, layerskip or heads\n"
                 "      --draft MODEL       the draft model of --method draft: same vocabulary, smaller or\n"
                 "                          more quantized; greedy requests get its greedy drafts, sampled ones\n"
                 "                          drafts drawn from it, kept by speculative sampling (the target's\n"
@@ -45,6 +47,14 @@ static void usage(FILE *f, int spec)
                 "      --draft-len K|auto  draft tokens a step, 1..%d (default auto: up to 8, adapted to each\n"
                 "                          sequence's acceptance); with --profile a list K,K,... (default 1,2,4,8)\n"
                 "      --ngram-min N, --ngram-max N  lengths of the n-grams looked up (default 1 and 3)\n"
+                "      --method heads      Medusa heads (--heads FILE) guess from the model's own last hidden\n"
+                "                          state: one residual block a head over the model's output head\n"
+                "      --heads FILE        heads made by --train-heads for this very model (its fingerprint)\n"
+                "      --branches B        heads: verify a tree of the B likeliest guesses (1..%d; default 1,\n"
+                "                          a chain), each branch a fork of the sequence in the same step\n"
+                "      --train-heads PROMPTS -o FILE  train Medusa heads on the model's greedy answers to\n"
+                "                          PROMPTS (-n tokens each), write them to FILE and exit;\n"
+                "                          --n-heads N (default 4), --epochs E (2), --lr LR (0.001)\n"
                 "      --compare           run the requests with decode first (its output not printed),\n"
                 "                          then report both speeds and check the outputs are the same\n"
                 "      --profile FILE      the prompts of FILE (as -f) through decode and each method (ngram,\n"
@@ -54,7 +64,7 @@ static void usage(FILE *f, int spec)
                 "      --selftest          check by counting (chi-square) that speculative sampling keeps\n"
                 "                          the target's distribution, and that a wrong rule is caught; no model\n\n"
                 "Every decode option applies:\n",
-                KVP_DRAFT_MAX);
+                KVP_DRAFT_MAX, KVP_DRAFT_BRANCHES);
     else
         fprintf(f,
                 "Usage: decode -m MODEL [options] [KV.kvp]     continue what prefill began (stdin when no file)\n"
@@ -293,6 +303,8 @@ static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
         fprintf(f, "%s%.4f", j ? "," : "", st->drafted_at[j] ? (double)st->accepted_at[j] / (double)st->drafted_at[j]
                                                               : 0.0);
     fputs("]", f);
+    if (st->branch_rows)
+        fprintf(f, ",\"branch_rows\":%llu", (unsigned long long)st->branch_rows);
     if (sp->cmp) {
         double a = tokens_per_s(&sp->cmp->st), b = tokens_per_s(st);
         fprintf(f, ",\"compare\":{\"decode_output_throughput\":%.2f,\"decode_seconds\":%.3f,\"speedup\":%.3f,"
@@ -427,7 +439,52 @@ enum {
     OPT_GREEDY_DRAFTS,
     OPT_DRAFT_LAYERS,
     OPT_PROFILE, OPT_PROFILE_REPS,
+    OPT_HEADS, OPT_TRAIN_HEADS, OPT_N_HEADS, OPT_EPOCHS, OPT_LR, OPT_BRANCHES,
 };
+
+/* specdec's Medusa heads: --method heads --heads FILE, or training them. */
+typedef struct heads_cli {
+    const char *path;       /* --heads */
+    uint32_t branches;      /* --branches: the draft tree's (0: a chain) */
+    kvp_heads_job job;      /* --train-heads FILE -o OUT [--n-heads --epochs --lr] */
+    int tuned;              /* a training option was given */
+} heads_cli;
+
+/* One of the heads options: 1 when c was one. */
+static int parse_heads_opt(heads_cli *h, int c, const char *arg)
+{
+    switch (c) {
+    case OPT_HEADS: h->path = arg; return 1;
+    case OPT_BRANCHES: h->branches = (uint32_t)kvp_cli_opt_i64("--branches", arg, 1, KVP_DRAFT_BRANCHES); return 1;
+    case OPT_TRAIN_HEADS: h->job.prompts = arg; return 1;
+    case 'o': h->job.out = arg; return 1;
+    case OPT_N_HEADS: h->job.n_heads = (uint32_t)kvp_cli_opt_i64("--n-heads", arg, 1, KVP_HEADS_MAX); break;
+    case OPT_EPOCHS: h->job.train.epochs = (uint32_t)kvp_cli_opt_i64("--epochs", arg, 1, 1000); break;
+    case OPT_LR: h->job.train.lr = kvp_cli_opt_f64("--lr", arg, 1e-7, 1); break;
+    default: return 0;
+    }
+    h->tuned = 1;
+    return 1;
+}
+
+/* --train-heads: the whole job, then exit. */
+static int train_heads(kvp_runopts *o, heads_cli *h)
+{
+    if (!h->job.out)
+        kvp_cli_usage_error("--train-heads needs -o HEADS.kvp (the file to write)");
+    if (o->prompt || o->file || o->tokens)
+        kvp_cli_usage_error("--train-heads FILE is the prompts: no -p, -f or --tokens beside it");
+    if (o->sampling.temperature > 0)
+        kvp_cli_usage_error("--train-heads learns the model's greedy answers: no --temperature");
+    o->file = h->job.prompts;
+    kvp_run r;
+    kvp_err err = {0};
+    if (kvp_run_open(&r, o, &err) < 0 || kvp_heads_train_run(&r, o, &h->job, stderr, &err) < 0)
+        kvp_cli_die_err(&err);
+    kvp_run_close(&r);
+    kvp_runopts_free(o);
+    return kvp_cli_close_stdout();
+}
 
 static volatile sig_atomic_t stop_signal;
 
@@ -488,8 +545,15 @@ int kvp_decode_main(int argc, char **argv, int spec)
         {"draft-layers", required_argument, NULL, OPT_DRAFT_LAYERS},
         {"profile", required_argument, NULL, OPT_PROFILE},
         {"profile-reps", required_argument, NULL, OPT_PROFILE_REPS},
+        {"heads", required_argument, NULL, OPT_HEADS},
+        {"train-heads", required_argument, NULL, OPT_TRAIN_HEADS},
+        {"n-heads", required_argument, NULL, OPT_N_HEADS},
+        {"epochs", required_argument, NULL, OPT_EPOCHS},
+        {"lr", required_argument, NULL, OPT_LR},
+        {"branches", required_argument, NULL, OPT_BRANCHES},
     };
-    enum { N_SPEC_OPTS = 11 };
+    enum { N_SPEC_OPTS = 17 };
+    heads_cli hc = {0};
     int greedy_drafts = 0;
     uint32_t draft_layers = 0; /* layerskip: 0 for half the model's */
     const char *draft_path = NULL;
@@ -508,8 +572,9 @@ int kvp_decode_main(int argc, char **argv, int spec)
     int no_prefix_cache = 0;
     uint64_t cache_salt = 0;
     int c;
-    while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "h", longopts, NULL)) != -1) {
-        if (kvp_runopts_parse(&o, c, optarg))
+    while ((c = getopt_long(argc, argv, spec ? KVP_RUNOPTS_SHORT "ho:" : KVP_RUNOPTS_SHORT "h", longopts, NULL)) !=
+           -1) {
+        if (kvp_runopts_parse(&o, c, optarg) || (spec && parse_heads_opt(&hc, c, optarg)))
             continue;
         if (c == OPT_SLO_TTFT || c == OPT_SLO_TPOT) {
             double ms = kvp_cli_opt_f64(c == OPT_SLO_TTFT ? "--slo-ttft" : "--slo-tpot", optarg, 0, 1e9);
@@ -550,9 +615,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
                 sp.method = "draft";
             else if (strcmp(optarg, "layerskip") == 0)
                 sp.method = "layerskip";
+            else if (strcmp(optarg, "heads") == 0)
+                sp.method = "heads";
             else
-                kvp_cli_usage_error("--method: '%s': use ngram, draft or layerskip (heads are not built yet)",
-                                    optarg);
+                kvp_cli_usage_error("--method: '%s': use ngram, draft, layerskip or heads", optarg);
             continue;
         }
         if (c == OPT_DRAFT) {
@@ -606,10 +672,25 @@ int kvp_decode_main(int argc, char **argv, int spec)
         }
         if (c == KVP_OPT_VERSION)
             kvp_cli_version();
-        kvp_cli_bad_option(argv, KVP_RUNOPTS_SHORT "h");
+        kvp_cli_bad_option(argv, spec ? KVP_RUNOPTS_SHORT "ho:" : KVP_RUNOPTS_SHORT "h");
     }
     if (!o.model)
         kvp_cli_usage_error("no model (-m MODEL)");
+    int use_heads = sp.method && strcmp(sp.method, "heads") == 0;
+    if ((hc.job.prompts || use_heads) && (o.tp > 1 || o.pp > 1))
+        kvp_cli_usage_error("Medusa heads run in one process: no --tp or --pp");
+    if (hc.job.prompts) {
+        if (optind < argc)
+            kvp_cli_usage_error("--train-heads takes no KV stream");
+        return train_heads(&o, &hc);
+    }
+    if (hc.job.out || hc.tuned)
+        kvp_cli_usage_error("-o, --n-heads, --epochs and --lr go with --train-heads");
+    if (hc.branches && !use_heads)
+        kvp_cli_usage_error("--branches goes with --method heads");
+    if (use_heads != (hc.path != NULL))
+        kvp_cli_usage_error(use_heads ? "--method heads needs --heads FILE (specdec --train-heads makes one)"
+                                      : "--heads FILE goes with --method heads");
     if (ngram.min_n > ngram.max_n)
         kvp_cli_usage_error("--ngram-min %u is above --ngram-max %u", ngram.min_n, ngram.max_n);
     int use_draft = sp.method && strcmp(sp.method, "draft") == 0;
@@ -725,15 +806,27 @@ int kvp_decode_main(int argc, char **argv, int spec)
                                 .draft_sampled = greedy_drafts ? NULL : kvp_draft_model_draft_sampled,
                                 .release = kvp_draft_model_release};
     }
+    kvp_heads heads = {0};
+    kvp_heads_drafter hd = {0};
+    if (use_heads) {
+        const kvp_model *tm = kvp_run_loaded(&r);
+        if (kvp_heads_read(&heads, hc.path, &err) < 0 ||
+            kvp_heads_check_model(&heads, hc.path, tm->fingerprint, tm->cfg.n_embd, &err) < 0 ||
+            kvp_heads_drafter_init(&hd, &heads, r.engine, &err) < 0)
+            kvp_cli_die_err(&err);
+        drafter = (kvp_drafter){.ctx = &hd, .draft_hidden = kvp_heads_draft};
+    }
     kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .no_prefix_cache = no_prefix_cache,
                          .metrics = &metrics, .stop = &stop_signal, .drafter = spec ? &drafter : NULL,
-                         .draft_len = sp.draft_len, .draft_adaptive = sp.adaptive};
+                         .draft_len = sp.draft_len, .draft_adaptive = sp.adaptive, .draft_branches = hc.branches};
     kvp_batch_source src = kvp_jobsrc_source(js);
     kvp_batch_stats st;
     fflush(stdout);
     catch_stop_signals();
     if (kvp_batch_run(r.engine, r.kc, r.tok, &bo, &src, emit, &oc, &st, &err) < 0)
         kvp_cli_die_err(&err);
+    if (hd.failed) /* the run finished without drafts; what broke them is still a fault */
+        kvp_cli_die_err(&hd.err);
     if (o.stats) {
         run_info ri = {.model = o.model, .input = from_prompts ? "prompts" : "kvp", .kv = oc.kv,
                        .block_size = kvp_kvcache_pool(r.kc)->block_size};
@@ -771,6 +864,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_draft_model_free(&dm);
         kvp_run_close_draft(&dr);
     }
+    kvp_heads_drafter_free(&hd);
+    kvp_heads_free(&heads);
     double goodput = kvp_metrics_goodput(&metrics);
     kvp_metrics_free(&metrics);
     kvp_run_close(&r);

@@ -16,7 +16,8 @@
 
 #include <stdint.h>
 
-#define KVP_DRAFT_MAX 16 /* draft tokens a step at most */
+#define KVP_DRAFT_MAX 16     /* draft tokens a step at most */
+#define KVP_DRAFT_BRANCHES 8 /* branches of a draft tree at most */
 
 typedef struct kvp_drafter {
     void *ctx;
@@ -31,6 +32,20 @@ typedef struct kvp_drafter {
      * verifier then keeps tokens by speculative sampling (specverify.h). */
     uint32_t (*draft_sampled)(void *ctx, void **state, const uint32_t *tokens, uint32_t n, uint32_t k, uint32_t *out,
                               kvp_sampling *s, float *q);
+    /* A drafter that guesses from the target model's hidden state (NULL:
+     * none; draft is then unused), for the n requests of a step at once
+     * (so they share one pass over whatever weights it reads).  Request
+     * i's hidden[i][n_embd] is the final-normed state behind the logits
+     * that chose its last token (kvp_engine_hidden), as the batch engine
+     * keeps it; k[i] its most guesses.  It may guess a tree: n_branch[i]
+     * (<= max_b <= KVP_DRAFT_BRANCHES; 0: no guess) different branches,
+     * branch b's len[i * KVP_DRAFT_BRANCHES + b] (<= k[i]) tokens at
+     * out[(i * KVP_DRAFT_BRANCHES + b) * KVP_DRAFT_MAX], its most likely
+     * first.  Deterministic, so verified like draft's guesses; the branch
+     * whose guesses the sampler keeps longest wins.  Medusa heads
+     * (heads.h). */
+    void (*draft_hidden)(void *ctx, uint32_t n, const float *const *hidden, const uint32_t *k, uint32_t max_b,
+                         uint32_t *out, uint32_t *len, uint32_t *n_branch);
     /* The request is gone: let its state go (NULL: nothing to let go). */
     void (*release)(void *ctx, void *state);
 } kvp_drafter;

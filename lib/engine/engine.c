@@ -39,7 +39,7 @@ static void free_buffers(kvp_engine *e)
     free(e->tok_ids), free(e->pos), free(e->slot), free(e->tok_seq), free(e->rows);
     e->tok_ids = e->pos = NULL;
     e->slot = e->tok_seq = e->rows = NULL;
-    e->cap_tok = e->cap_rows = 0;
+    e->cap_tok = e->cap_rows = e->hidden_rows = 0;
 }
 
 /* The backend's scratch for steps of n_tok tokens whose queries see up to
@@ -355,6 +355,7 @@ int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, uint32_t n_seqs, float
     const kvp_config *c = &e->m->cfg;
     const kvp_backend_ops *op = e->be->ops;
     kvp_backend *be = e->be;
+    e->hidden_rows = 0;
     kvp_attn_args aa = {.n_head = c->n_head, .scale = 1.0f / sqrtf((float)c->head_dim),
                         .kv = kvp_kvcache_pool(e->kc)};
     size_t d = c->n_embd;
@@ -389,12 +390,45 @@ int kvp_engine_run(kvp_engine *e, uint32_t T, uint32_t R, uint32_t n_seqs, float
     if ((rc = op->gather_rows(be, e->h, e->x, e->d_rows, R, c->n_embd, err)) < 0 ||
         (rc = op->rmsnorm(be, e->h, &e->output_norm, e->h, R, c->n_embd, (float)c->rms_eps, err)) < 0)
         return rc;
+    e->hidden_rows = R;
     if (e->rank != e->logits_from || e->rank == 0)
         return project(e, R, logits, err);
     /* the last stage's first rank: to rank 0, which waits in its own stage */
     if ((rc = project(e, R, e->host_logits, err)) < 0)
         return rc;
     return kvp_comm_send(e->world, e->host_logits, (size_t)R * c->n_vocab * sizeof(float), 0, KVP_TAG_LOGITS, err);
+}
+
+/* Medusa heads and their training need one process's whole output head. */
+static int check_alone(const kvp_engine *e, const char *what, kvp_err *err)
+{
+    if (e->world)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "engine: %s under tensor or pipeline parallelism", what);
+    return 0;
+}
+
+int kvp_engine_hidden(kvp_engine *e, float *out, uint32_t R, kvp_err *err)
+{
+    int rc = check_alone(e, "hidden states", err);
+    if (rc < 0)
+        return rc;
+    if (R > e->hidden_rows)
+        return kvp_err_set(err, KVP_EINVAL, "engine: %u hidden rows asked for, the last step left %u", R,
+                           e->hidden_rows);
+    size_t bytes = (size_t)R * e->m->cfg.n_embd * sizeof(float);
+    return R ? e->be->ops->to_host(e->be, out, e->h, bytes, err) : 0;
+}
+
+int kvp_engine_project(kvp_engine *e, const float *h, uint32_t R, float *logits, kvp_err *err)
+{
+    int rc = check_alone(e, "projecting hidden states", err);
+    if (rc < 0 || R == 0 || (rc = kvp_engine_ensure(e, R, R, 1, err)) < 0)
+        return rc;
+    e->hidden_rows = 0; /* e->h is overwritten */
+    size_t bytes = (size_t)R * e->m->cfg.n_embd * sizeof(float);
+    if ((rc = e->be->ops->from_host(e->be, e->h, h, bytes, err)) < 0)
+        return rc;
+    return project(e, R, logits, err);
 }
 
 /* Undo the appends of a failed step. */
@@ -469,6 +503,8 @@ fail:
 }
 
 uint32_t kvp_engine_n_vocab(const kvp_engine *e) { return e->m->cfg.n_vocab; }
+
+uint32_t kvp_engine_n_embd(const kvp_engine *e) { return e->m->cfg.n_embd; }
 
 int kvp_engine_prefill(kvp_engine *e, int seq, const uint32_t *tokens, uint32_t n, uint32_t chunk, float *last_logits,
                        kvp_err *err)

@@ -42,8 +42,23 @@ void kvp_engine_free(kvp_engine *e);
  * code; on failure no sequence has grown (KV out of blocks: KVP_ELIMIT). */
 int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, float *logits, kvp_err *err);
 
-/* The model's vocabulary size (rows of logits are this long). */
+/* The model's vocabulary size (rows of logits are this long) and width
+ * (hidden states are this long). */
 uint32_t kvp_engine_n_vocab(const kvp_engine *e);
+uint32_t kvp_engine_n_embd(const kvp_engine *e);
+
+/* The final-normed hidden states behind the last step's logits rows: its
+ * first R rows ([R][n_embd], host), in the order of the logits.  What a
+ * Medusa head drafts from (lib/engine/heads.h).  KVP_EINVAL when R is more
+ * than the last step gave, or another call has run since; not under
+ * tensor or pipeline parallelism.  0 or a code. */
+int kvp_engine_hidden(kvp_engine *e, float *out, uint32_t R, kvp_err *err);
+
+/* logits[R][n_vocab] = the model's output head applied to h[R][n_embd]
+ * (host rows, final-normed: what kvp_engine_hidden gives, or a head's
+ * transform of it).  The model's own prepared weight, no extra copy.  Not
+ * under tensor or pipeline parallelism.  0 or a code. */
+int kvp_engine_project(kvp_engine *e, const float *h, uint32_t R, float *logits, kvp_err *err);
 
 /* Feed a whole prompt to one sequence in chunks of at most chunk tokens
  * (0: 512), reusing cached prefix blocks first; last_logits (n_vocab floats,

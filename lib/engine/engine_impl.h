@@ -21,6 +21,7 @@ struct kvp_engine {
     uint32_t cap_tok;      /* tokens the buffers hold */
     uint32_t cap_rows;     /* logits rows the buffers hold */
     uint32_t res_ctx;      /* keys a query may see, as reserved in the backend */
+    uint32_t hidden_rows;  /* rows of e->h that hold the last step's normed hidden states */
     /* device buffers */
     float *x, *h, *q, *k, *v, *att, *g, *u, *logits;
     /* host metadata for the step */

@@ -164,7 +164,78 @@ expect_status 2 "--draft-layers without --method layerskip"
 run $S --method draft --draft "$T/missing.gguf"
 expect_status 1 "a missing draft model"
 expect_err_has "missing.gguf" "names it"
-rm -f "$T/q4.kvp"
+
+# Medusa heads: trained on the model's own answers (a quick run: one
+# epoch), then drafting; greedy and sampled, decode's very tokens
+run specdec -m "$M" -t $THREADS --train-heads "$T/p.jsonl" -n 24 --epochs 1 --n-heads 3 -o "$T/h.kvp"
+expect_status 0 "--train-heads"
+expect_err_has "top-1 accuracy" "reports each head's accuracy"
+expect_err_has "wrote $T/h.kvp (3 heads)" "and the file written"
+run kvdump "$T/h.kvp"
+expect_status 0 "kvdump reads a heads file"
+expect_out_has "medusa.3.w1 f32 [576, 576]" "its tensors"
+fp=$(sed -n 's/.*fingerprint \([0-9a-f]*\).*/\1/p' "$OUT")
+run $D
+cp "$OUT" "$T/d.jl"
+run $S --method heads --heads "$T/h.kvp" --stats --json
+expect_status 0 "--method heads"
+same "heads, greedy, batched: the same tokens as decode" "$T/d.jl" "$OUT"
+expect_err_has '"spec":{"method":"heads"' "the stats name the method"
+expect_err_has "\"model_fingerprint\":\"$fp\"" "the heads file carries the model's fingerprint ($fp)"
+dr=$(sed -n 's/.*"spec":.*"drafted":\([0-9]*\),.*/\1/p' "$ERR")
+expect_true "the heads drafted ($dr tokens)" test "${dr:-0}" -gt 20
+run $S --method heads --heads "$T/h.kvp" --max-num-seqs 1 --draft-len 2
+same "heads, greedy, one at a time, --draft-len 2" "$T/d.jl" "$OUT"
+run $S --method heads --heads "$T/h.kvp" --kv-blocks 12
+same "heads with a 12-block cache (drafts dropped, preemption)" "$T/d.jl" "$OUT"
+# a draft tree: three branches, each a fork of the sequence in the step;
+# the longest kept wins and its fork becomes the sequence
+run $S --method heads --heads "$T/h.kvp" --branches 3 --stats --json
+expect_status 0 "--branches 3"
+same "heads, a tree of 3 branches: the same tokens as decode" "$T/d.jl" "$OUT"
+expect_err_has '"branch_rows":' "the stats count the branches' rows"
+run $S --method heads --heads "$T/h.kvp" --branches 3 --max-num-seqs 2 --kv-blocks 14
+same "a tree in a small cache (forks that do not fit drop the drafts)" "$T/d.jl" "$OUT"
+run $S --branches 2
+expect_status 2 "--branches without --method heads"
+run $D --temperature 0.8 --top-p 0.9 --seed 3
+cp "$OUT" "$T/d.jl"
+run $S --method heads --heads "$T/h.kvp" --temperature 0.8 --top-p 0.9 --seed 3
+same "heads, sampled: the same tokens as decode" "$T/d.jl" "$OUT"
+run $S --method heads --heads "$T/h.kvp" --temperature 0.8 --top-p 0.9 --seed 3 --branches 4 --repeat-penalty 1.2
+cp "$OUT" "$T/s.jl"
+run $D --temperature 0.8 --top-p 0.9 --seed 3 --repeat-penalty 1.2
+same "heads, sampled with a penalty, a tree of 4: the same tokens as decode" "$OUT" "$T/s.jl"
+run $S --method heads --heads "$T/h.kvp" -m "$T/q4.kvp"
+expect_status 1 "heads trained for another model"
+expect_err_has "heads trained for model" "says so"
+expect_err_has "--train-heads" "and how to make the right ones"
+head -c 2000 "$T/h.kvp" >"$T/hcut.kvp"
+run $S --method heads --heads "$T/hcut.kvp"
+expect_status 1 "a heads file cut short"
+expect_err_has "hcut.kvp" "names it"
+run $S --method heads
+expect_status 2 "--method heads without --heads"
+expect_err_has "--train-heads makes one" "says where heads come from"
+run $S --heads "$T/h.kvp"
+expect_status 2 "--heads without --method heads"
+run specdec -m "$M" --train-heads "$T/p.jsonl"
+expect_status 2 "--train-heads without -o"
+run specdec -m "$M" --train-heads "$T/p.jsonl" -o "$T/no/such/dir/h.kvp"
+expect_status 1 "an output that cannot be written"
+expect_err_has "no/such/dir/h.kvp" "is named at once"
+expect_err_one_line "before any answer is computed: one line"
+run specdec -m "$M" --train-heads "$T/absent.jsonl" -o "$T/x.kvp"
+expect_status 1 "a prompts file that is not there"
+expect_err_has "absent.jsonl" "is named"
+run specdec -m "$M" --train-heads "$T/p.jsonl" -o "$T/x.kvp" --temperature 0.5
+expect_status 2 "--train-heads learns greedy answers only"
+run $S --epochs 3
+expect_status 2 "--epochs without --train-heads"
+run decode -m "$M" -p hi --heads "$T/h.kvp"
+expect_status 2 "decode has no --heads"
+expect_true "no heads file was left by the refused runs" test ! -e "$T/x.kvp"
+rm -f "$T/q4.kvp" "$T/h.kvp" "$T/hcut.kvp"
 
 run_sh "prefill -m '$M' -t $THREADS -p 'Repeat: one two three four five six seven. Again: one two three' | specdec -m '$M' -t $THREADS -n 24"
 expect_status 0 "prefill | specdec"

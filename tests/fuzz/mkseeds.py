@@ -33,6 +33,12 @@ fuzzer starts from deep inside the formats:
                       window one byte short, a window missing, a file cut short):
                         make build/tests/test_logprobs
                         build/tests/test_logprobs --write-seeds tests/fuzz/corpus/logprobs
+  corpus/heads/       Medusa heads files (specdec --train-heads) for fuzz_heads:
+                      not written here but by the C writer, valid (two heads,
+                      one head) and damaged (a NaN weight, another arch, a file
+                      cut short):
+                        make build/tests/test_heads
+                        build/tests/test_heads --write-seeds tests/fuzz/corpus/heads
 """
 import json
 import os

@@ -750,6 +750,19 @@ static void test_tiny(const char *dir, int wtype, int tied, uint32_t n_head, uin
     CHECK_MSG(e1 < tol, "%s%s %u/%u heads kv %s: one step vs naive: max rel %g", kvp_dtype_name((uint32_t)wtype),
               tied ? " tied" : "", n_head, n_head_kv, kvp_dtype_name((uint32_t)kv_dtype), e1);
 
+    /* 1b. the hidden states behind those rows, projected again, give the
+     *     very logits (Medusa heads draft through this); the rows are gone
+     *     once anything else used the buffers */
+    float *hid = malloc(sizeof(float) * N * c.n_embd), *proj = malloc(sizeof(float) * N * V);
+    CHECK_EQ_I64(kvp_engine_hidden(r.e, hid, N + 1, &err), KVP_EINVAL);
+    CHECK(kvp_engine_hidden(r.e, hid, N, &err) == 0);
+    CHECK(kvp_engine_project(r.e, hid, N, proj, &err) == 0);
+    CHECK(memcmp(proj, got, sizeof(float) * N * V) == 0);
+    CHECK_EQ_I64(kvp_engine_hidden(r.e, hid, 1, &err), KVP_EINVAL);
+    CHECK_EQ_U64(kvp_engine_n_embd(r.e), c.n_embd);
+    free(hid);
+    free(proj);
+
     /* 2. token by token in a second sequence, batched beside a third that
      *    takes the prompt in uneven chunks */
     int s2 = kvp_kvcache_seq_new(r.kc, &err), s3 = kvp_kvcache_seq_new(r.kc, &err);

@@ -1,0 +1,262 @@
+/* headsrun.c - specdec --train-heads (see headsrun.h). */
+#include "headsrun.h"
+
+#include "batch.h"
+#include "generate.h"
+#include "jobsrc.h"
+#include "version.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void kvp_heads_samples_free(kvp_heads_samples *s)
+{
+    free(s->hidden);
+    free(s->label);
+    s->hidden = NULL;
+    s->label = NULL;
+    s->n = s->cap = 0;
+}
+
+static int samples_reserve(kvp_heads_samples *s, uint32_t more, kvp_err *err)
+{
+    if (s->n + more <= s->cap)
+        return 0;
+    uint32_t cap = s->cap ? s->cap * 2 : 1024;
+    while (cap < s->n + more)
+        cap *= 2;
+    float *h = realloc(s->hidden, (size_t)cap * s->n_embd * sizeof *h);
+    if (h)
+        s->hidden = h;
+    uint32_t *l = h ? realloc(s->label, (size_t)cap * s->n_heads * sizeof *l) : NULL;
+    if (!l)
+        return kvp_err_set(err, KVP_ENOMEM, "heads training: out of memory for %u samples", cap);
+    s->label = l;
+    s->cap = cap;
+    return 0;
+}
+
+/* Sample p of tokens[n]: hidden state h, head k labelled tokens[p + 2 + k]. */
+static void add_sample(kvp_heads_samples *out, const float *h, const uint32_t *tokens, uint32_t n, uint32_t p)
+{
+    memcpy(out->hidden + (size_t)out->n * out->n_embd, h, out->n_embd * sizeof *h);
+    uint32_t *lab = out->label + (size_t)out->n * out->n_heads;
+    for (uint32_t k = 0; k < out->n_heads; k++)
+        lab[k] = p + 2 + k < n ? tokens[p + 2 + k] : KVP_HEADS_NO_LABEL;
+    out->n++;
+}
+
+int kvp_heads_collect(kvp_engine *e, kvp_kvcache *kc, const uint32_t *tokens, uint32_t n, uint32_t n_prompt,
+                      uint32_t chunk, kvp_heads_samples *out, kvp_err *err)
+{
+    if (n_prompt == 0 || n < n_prompt + 2)
+        return 0; /* no position with a label for head 1 */
+    uint32_t first = n_prompt - 1, last = n - 3; /* positions sampled: [first, last] */
+    uint32_t C = chunk ? chunk : 128;
+    float *logits = malloc((size_t)C * kvp_engine_n_vocab(e) * sizeof *logits);
+    float *hid = malloc((size_t)C * out->n_embd * sizeof *hid);
+    int seq = logits && hid ? kvp_kvcache_seq_new(kc, err)
+                            : kvp_err_set(err, KVP_ENOMEM, "heads training: out of memory for steps of %u", C);
+    int rc = seq < 0 ? seq : 0;
+    for (uint32_t p0 = 0; rc == 0 && p0 <= last; p0 += C) {
+        uint32_t m = n - p0 < C ? n - p0 : C;
+        int want = p0 + m > first ? KVP_LOGITS_ALL : KVP_LOGITS_NONE; /* rows only where samples are */
+        kvp_step_seq s = {.seq = seq, .tokens = tokens + p0, .n_tokens = m, .want = want};
+        if ((rc = kvp_engine_step(e, &s, 1, want ? logits : NULL, err)) < 0 || !want ||
+            (rc = kvp_engine_hidden(e, hid, m, err)) < 0 || (rc = samples_reserve(out, m, err)) < 0)
+            continue;
+        for (uint32_t p = p0 > first ? p0 : first; p < p0 + m && p <= last; p++)
+            add_sample(out, hid + (size_t)(p - p0) * out->n_embd, tokens, n, p);
+    }
+    if (seq >= 0)
+        kvp_kvcache_seq_free(kc, seq);
+    free(logits);
+    free(hid);
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- the job ---- */
+
+/* The target's answers, as each finishes: prompt and answer tokens. */
+typedef struct answers {
+    uint32_t **tok, *n, *n_prompt;
+    uint32_t count, cap;
+    int oom;
+} answers;
+
+static void answers_free(answers *a)
+{
+    for (uint32_t i = 0; i < a->count; i++)
+        free(a->tok[i]);
+    free(a->tok), free(a->n), free(a->n_prompt);
+    memset(a, 0, sizeof *a);
+}
+
+static int answers_grow(answers *a)
+{
+    uint32_t cap = a->cap ? 2 * a->cap : 64;
+    uint32_t **t = realloc(a->tok, cap * sizeof *t);
+    if (t)
+        a->tok = t;
+    uint32_t *n = t ? realloc(a->n, cap * sizeof *n) : NULL;
+    if (n)
+        a->n = n;
+    uint32_t *np = n ? realloc(a->n_prompt, cap * sizeof *np) : NULL;
+    if (!np)
+        return -1;
+    a->n_prompt = np;
+    a->cap = cap;
+    return 0;
+}
+
+/* emit: a finished request's tokens, its last sampled one included (a
+ * finishing token is accepted but never queued to be computed). */
+static void take_answer(void *ctx, kvp_gen_seq *g, const char *bytes, size_t nb)
+{
+    (void)bytes;
+    answers *a = ctx;
+    if (nb || a->oom)
+        return;
+    kvp_request *r = kvp_request_of(g);
+    uint32_t n = r->sr.n_tokens, last = g->rec.next_token >= 0 && g->n_gen > n - r->n_prompt;
+    uint32_t *t = (a->count < a->cap || answers_grow(a) == 0) ? malloc((n + 1) * sizeof *t) : NULL;
+    if (!t) {
+        a->oom = 1;
+        return;
+    }
+    memcpy(t, r->tokens, n * sizeof *t);
+    if (last)
+        t[n++] = (uint32_t)g->rec.next_token;
+    a->tok[a->count] = t, a->n[a->count] = n, a->n_prompt[a->count++] = r->n_prompt;
+}
+
+/* Answer every prompt greedily. */
+static int answer_all(kvp_run *r, kvp_runopts *o, answers *a, kvp_err *err)
+{
+    kvp_jobsrc *js = NULL;
+    int rc = kvp_jobsrc_open(&js, r, o, "-", err);
+    if (rc < 0)
+        return rc;
+    kvp_batch_opts bo = {.sched = o->sched};
+    kvp_batch_source src = kvp_jobsrc_source(js);
+    kvp_batch_stats st;
+    rc = kvp_batch_run(r->engine, r->kc, r->tok, &bo, &src, take_answer, a, &st, err);
+    kvp_jobsrc_free(js);
+    if (rc == 0 && a->oom)
+        rc = kvp_err_set(err, KVP_ENOMEM, "heads training: out of memory for the answers");
+    return rc;
+}
+
+typedef struct progress_ctx {
+    FILE *f;
+} progress_ctx;
+
+static void show_epoch(void *ctx, uint32_t epoch, double loss, double seconds)
+{
+    progress_ctx *p = ctx;
+    if (p->f)
+        fprintf(p->f, "  epoch %u: loss %.4f (%.1f s)\n", epoch, loss, seconds);
+}
+
+static void report_eval(FILE *f, const char *what, const kvp_heads_eval *ev, uint32_t K)
+{
+    if (!f)
+        return;
+    fprintf(f, "  %-26s", what);
+    for (uint32_t k = 0; k < K; k++)
+        fprintf(f, " %5.1f%%", 100 * ev->acc[k]);
+    fprintf(f, "   loss %.4f\n", ev->weighted);
+}
+
+/* What the file says of its training. */
+static int record_info(kvp_heads *h, const kvp_heads_job *job, uint32_t n_answers, uint32_t n_train,
+                       const kvp_heads_eval *after, double seconds)
+{
+    char key[64];
+    int rc = kvp_meta_set_u64(&h->info, "medusa.train.answers", n_answers);
+    rc = rc ? rc : kvp_meta_set_u64(&h->info, "medusa.train.samples", n_train);
+    rc = rc ? rc : kvp_meta_set_u64(&h->info, "medusa.train.epochs", job->train.epochs);
+    rc = rc ? rc : kvp_meta_set_f64(&h->info, "medusa.train.lr", job->train.lr);
+    rc = rc ? rc : kvp_meta_set_f64(&h->info, "medusa.train.seconds", seconds);
+    for (uint32_t k = 0; rc == 0 && after && k < h->n_heads; k++) {
+        snprintf(key, sizeof key, "medusa.%u.heldout_top1", k + 1);
+        rc = kvp_meta_set_f64(&h->info, key, after->acc[k]);
+    }
+    return rc;
+}
+
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int kvp_heads_train_run(kvp_run *r, kvp_runopts *o, const kvp_heads_job *job, FILE *rep, kvp_err *err)
+{
+    const kvp_model *m = kvp_run_loaded(r);
+    uint32_t K = job->n_heads ? job->n_heads : 4, d = m->cfg.n_embd;
+    double t0 = wall();
+    answers a = {0};
+    kvp_heads h = {0};
+    kvp_heads_vocab v = {0};
+    kvp_heads_samples tr = {.n_heads = K, .n_embd = d}, ho = {.n_heads = K, .n_embd = d};
+    kvp_heads_job jb = *job;
+    jb.train.epochs = jb.train.epochs ? jb.train.epochs : 2;
+    jb.train.lr = jb.train.lr > 0 ? jb.train.lr : 1e-3;
+    int rc = kvp_heads_init(&h, K, d, m->fingerprint, err);
+    kvp_out probe; /* an output that cannot be written is said before the minutes of work, not after */
+    if (rc == 0 && (rc = kvp_out_open(&probe, job->out, err)) == 0)
+        kvp_out_abort(&probe);
+    if (rc == 0 && (rc = answer_all(r, o, &a, err)) == 0 && rep)
+        fprintf(rep, "specdec: %u answers from %s in %.1f s\n", a.count, job->prompts, wall() - t0);
+    /* every tenth answer held out, when there are ten */
+    for (uint32_t i = 0; rc == 0 && i < a.count; i++)
+        rc = kvp_heads_collect(r->engine, r->kc, a.tok[i], a.n[i], a.n_prompt[i], 0,
+                               a.count >= 10 && i % 10 == 9 ? &ho : &tr, err);
+    if (rc == 0 && tr.n == 0)
+        rc = kvp_err_set(err, KVP_EINVAL, "%s: the answers give no training sample (each needs 2 tokens or more: "
+                         "raise -n)", job->prompts);
+    if (rc == 0)
+        rc = kvp_heads_vocab_init(&v, r->be, &m->output, err);
+    kvp_heads_set st = {.hidden = tr.hidden, .label = tr.label, .n = tr.n, .n_heads = K};
+    kvp_heads_set sh = {.hidden = ho.hidden, .label = ho.label, .n = ho.n, .n_heads = K};
+    kvp_heads_eval before = {0}, after = {0}, fit = {0};
+    if (rc == 0 && sh.n)
+        rc = kvp_heads_evaluate(&h, &v, &sh, jb.train.batch, &before, err);
+    progress_ctx pc = {rep};
+    jb.train.progress = show_epoch, jb.train.ctx = &pc;
+    if (rc == 0 && rep)
+        fprintf(rep, "specdec: training %u heads on %u samples (%u held out), %u epochs\n", K, tr.n, ho.n,
+                jb.train.epochs);
+    if (rc == 0)
+        rc = kvp_heads_train(&h, &v, &st, &jb.train, err);
+    if (rc == 0 && sh.n)
+        rc = kvp_heads_evaluate(&h, &v, &sh, jb.train.batch, &after, err);
+    if (rc == 0)
+        rc = kvp_heads_evaluate(&h, &v, &st, jb.train.batch, &fit, err);
+    if (rc == 0 && rep) {
+        fprintf(rep, "  top-1 accuracy, head      ");
+        for (uint32_t k = 0; k < K; k++)
+            fprintf(rep, " %6u", k + 1);
+        fprintf(rep, "\n");
+        if (sh.n) {
+            report_eval(rep, "held out, untrained", &before, K);
+            report_eval(rep, "held out, trained", &after, K);
+        }
+        report_eval(rep, "training samples", &fit, K);
+    }
+    if (rc == 0 && record_info(&h, &jb, a.count, tr.n, sh.n ? &after : NULL, wall() - t0) < 0)
+        rc = kvp_err_set(err, KVP_ENOMEM, "heads training: out of memory");
+    if (rc == 0)
+        rc = kvp_heads_write(&h, job->out, "specdec " KVP_VERSION, err);
+    if (rc == 0 && rep)
+        fprintf(rep, "specdec: wrote %s (%u heads) in %.1f s\n", job->out, K, wall() - t0);
+    kvp_heads_vocab_free(&v);
+    kvp_heads_samples_free(&tr);
+    kvp_heads_samples_free(&ho);
+    kvp_heads_free(&h);
+    answers_free(&a);
+    return rc;
+}
