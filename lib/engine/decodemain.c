@@ -58,8 +58,8 @@ static void usage(FILE *f, int spec)
                 "      --compare           run the requests with decode first (its output not printed),\n"
                 "                          then report both speeds and check the outputs are the same\n"
                 "      --profile FILE      the prompts of FILE (as -f) through decode and each method (ngram,\n"
-                "                          layerskip, draft with --draft) at each draft length, one request at a\n"
-                "                          time: drafts kept, a draft's and a verify step's cost, the predicted and\n"
+                "                          layerskip, draft with --draft, heads with --heads) at each draft length:\n"
+                "                          drafts kept, a draft's and a verify step's cost, the predicted and\n"
                 "                          measured speedups, and which to use (--profile-reps N: N runs each)\n"
                 "      --selftest          check by counting (chi-square) that speculative sampling keeps\n"
                 "                          the target's distribution, and that a wrong rule is caught; no model\n\n"
@@ -688,7 +688,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("-o, --n-heads, --epochs and --lr go with --train-heads");
     if (hc.branches && !use_heads)
         kvp_cli_usage_error("--branches goes with --method heads");
-    if (use_heads != (hc.path != NULL))
+    if (use_heads != (hc.path != NULL) && !profile)
         kvp_cli_usage_error(use_heads ? "--method heads needs --heads FILE (specdec --train-heads makes one)"
                                       : "--heads FILE goes with --method heads");
     if (ngram.min_n > ngram.max_n)
@@ -713,6 +713,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
                                 "KV stream, --compare, --resume, --kv-out, --rate, --shard, --tp or --pp");
         o.file = profile;
         po.draft = draft_path;
+        po.heads = hc.path;
         po.draft_layers = draft_layers;
         po.ngram = ngram;
         int rc = kvp_spec_profile_main(&o, &po);

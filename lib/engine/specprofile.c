@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "draftmodel.h"
 #include "hash.h"
+#include "heads.h"
 #include "jobsrc.h"
 
 #include <math.h>
@@ -15,7 +16,7 @@
 
 enum {
     TIMING_REPS = 9,     /* timings of each cost a run; the median counts */
-    METHODS_MAX = 4,     /* ngram, draft, layerskip, and room for one more */
+    METHODS_MAX = 4,     /* ngram, draft, layerskip, heads */
 };
 #define MIN_GAIN 1.05    /* a predicted speedup below this is not worth a drafter */
 
@@ -123,6 +124,16 @@ static uint32_t counted_draft(void *ctx, void **state, const uint32_t *tokens, u
     c->seconds += kvp_gen_now() - t0;
     c->calls++;
     return m;
+}
+
+static void counted_draft_hidden(void *ctx, uint32_t n, const float *const *hidden, const uint32_t *k, uint32_t max_b,
+                                 uint32_t *out, uint32_t *len, uint32_t *n_branch)
+{
+    counted *c = ctx;
+    double t0 = kvp_gen_now();
+    c->inner->draft_hidden(c->inner->ctx, n, hidden, k, max_b, out, len, n_branch);
+    c->seconds += kvp_gen_now() - t0;
+    c->calls += n;
 }
 
 static void counted_release(void *ctx, void *state)
@@ -236,14 +247,14 @@ static double sum(const double *v, uint32_t n)
 /* The prompts (request `only` alone, or every one when only is n_req)
  * with drafter d (NULL: none), on a fresh cache and engine, left open for
  * timing (close_engine). */
-static void run_prompts(profile *p, const kvp_drafter *d, uint32_t k, uint32_t only, run_out *out,
-                        kvp_batch_stats *st)
+static void run_prompts(profile *p, const kvp_spec_method *m, const kvp_drafter *d, uint32_t k, uint32_t only,
+                        run_out *out, kvp_batch_stats *st)
 {
     kvp_err err = {0};
     kvp_jobsrc *js = NULL;
     kvp_batch_opts bo = {.sched = p->o->sched, .drafter = d, .draft_len = k};
     bo.sched.max_num_seqs = 1; /* the cost model is one sequence's steps */
-    if (kvp_jobsrc_open(&js, p->r, p->o, "-", &err) < 0)
+    if (kvp_jobsrc_open(&js, p->r, p->o, "-", &err) < 0 || (m && m->bind && m->bind(m, p->r->engine, &err) < 0))
         kvp_cli_die_err(&err);
     if (only < p->n_req)
         kvp_jobsrc_filter(js, only, p->n_req, NULL);
@@ -269,7 +280,7 @@ static void run_reference(profile *p)
     run_out *o = &p->ref;
     kvp_batch_stats st;
     o->keep = 1;
-    run_prompts(p, NULL, 0, UINT32_MAX, o, &st);
+    run_prompts(p, NULL, NULL, 0, UINT32_MAX, o, &st);
     close_engine(p);
     if (!o->n)
         kvp_cli_die("%s: no prompts", p->o->file);
@@ -316,11 +327,16 @@ static void add_counts(row *w, const kvp_batch_stats *st, const counted *cd, con
  * times, the fastest kept.  The engine stays open (close_engine). */
 static void run_request(profile *p, row *w, uint32_t j, int first)
 {
-    counted cd = {.inner = w->m ? &w->m->drafter : NULL};
-    kvp_drafter d = {.ctx = &cd, .draft = counted_draft, .release = counted_release};
+    const kvp_drafter *inner = w->m ? &w->m->drafter : NULL;
+    counted cd = {.inner = inner};
+    kvp_drafter d = {.ctx = &cd, .release = counted_release};
+    if (inner && inner->draft_hidden)
+        d.draft_hidden = counted_draft_hidden;
+    else
+        d.draft = counted_draft;
     run_out out = {0};
     kvp_batch_stats st;
-    run_prompts(p, w->m ? &d : NULL, w->k, j, &out, &st);
+    run_prompts(p, w->m, w->m ? &d : NULL, w->k, j, &out, &st);
     if (out.n != 1)
         kvp_cli_die("%s: request %u ran %llu times alone (has the file changed?)", p->o->file, j,
                     (unsigned long long)out.n);
@@ -475,6 +491,53 @@ static void print_recommendation(const profile *p, int json)
 
 /* ---- the methods ---- */
 
+/* Medusa heads: they read the target's output head, so each run's engine
+ * is theirs (bind). */
+typedef struct heads_method {
+    kvp_heads h;
+    kvp_heads_drafter d;     /* made at the first bind (it needs an engine) */
+    int ready;
+} heads_method;
+
+static int bind_heads(const kvp_spec_method *m, kvp_engine *target, kvp_err *err)
+{
+    heads_method *hm = m->time_ctx;
+    if (hm->ready) {
+        hm->d.e = target;
+        return 0;
+    }
+    int rc = kvp_heads_drafter_init(&hm->d, &hm->h, target, err);
+    hm->ready = rc == 0;
+    return rc;
+}
+
+/* The heads' call for one request of k guesses, on a hidden state of
+ * zeros (what it costs does not depend on the values); no request state,
+ * so no prime. */
+static int time_heads(const kvp_spec_method *m, const uint32_t *tokens, uint32_t n_prompt, uint32_t n, uint32_t k,
+                      uint32_t reps, kvp_spec_costs *t, kvp_err *err)
+{
+    (void)tokens, (void)n_prompt, (void)n;
+    heads_method *hm = m->time_ctx;
+    float *hidden = calloc(hm->h.n_embd, sizeof *hidden);
+    if (!hidden)
+        return kvp_err_set(err, KVP_ENOMEM, "profile: out of memory");
+    const float *const rows[1] = {hidden};
+    uint32_t out[KVP_DRAFT_BRANCHES * KVP_DRAFT_MAX], len[KVP_DRAFT_BRANCHES], n_branch;
+    double v[TIMING_REPS];
+    if (reps > TIMING_REPS)
+        reps = TIMING_REPS;
+    for (uint32_t i = 0; i < reps; i++) {
+        double t0 = kvp_gen_now();
+        m->drafter.draft_hidden(m->drafter.ctx, 1, rows, &k, 1, out, len, &n_branch);
+        v[i] = kvp_gen_now() - t0;
+    }
+    free(hidden);
+    t->call = kvp_spec_median(v, reps);
+    t->prime = 0;
+    return hm->d.failed ? kvp_err_set(err, hm->d.err.code, "%s", hm->d.err.msg) : 0;
+}
+
 typedef struct method_set {
     kvp_spec_method m[METHODS_MAX];
     uint32_t n;
@@ -482,6 +545,7 @@ typedef struct method_set {
     kvp_ngram_drafter ngram;
     kvp_run draft_run, skip_run;     /* a draft model; the model's first layers */
     kvp_draft_model draft_dm, skip_dm;
+    heads_method heads;
 } method_set;
 
 /* The next method, named, with the options that pick it (printf's fmt). */
@@ -532,6 +596,17 @@ static void open_methods(method_set *ms, const kvp_run *r, const kvp_runopts *o,
         kvp_cli_die_err(&err);
     set_model_drafter(add_method(ms, "layerskip", "--method layerskip --draft-layers %u", keep), &ms->skip_run,
                       &ms->skip_dm, o->chunk);
+    if (po->heads) {
+        const kvp_model *tm = kvp_run_loaded(r);
+        if (kvp_heads_read(&ms->heads.h, po->heads, &err) < 0 ||
+            kvp_heads_check_model(&ms->heads.h, po->heads, tm->fingerprint, tm->cfg.n_embd, &err) < 0)
+            kvp_cli_die_err(&err);
+        kvp_spec_method *m = add_method(ms, "heads", "--method heads --heads %s", po->heads);
+        m->drafter = (kvp_drafter){.ctx = &ms->heads.d, .draft_hidden = kvp_heads_draft};
+        m->time_draft = time_heads;
+        m->time_ctx = &ms->heads;
+        m->bind = bind_heads;
+    }
 }
 
 static void close_methods(method_set *ms)
@@ -544,6 +619,8 @@ static void close_methods(method_set *ms)
     kvp_run_close_draft(&ms->skip_run);
     for (uint32_t i = 0; i < ms->n; i++)
         free(ms->options[i]);
+    kvp_heads_drafter_free(&ms->heads.d);
+    kvp_heads_free(&ms->heads.h);
 }
 
 static void progress(uint32_t i, uint32_t n, const row *w)

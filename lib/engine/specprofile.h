@@ -29,9 +29,10 @@
 #include <stdint.h>
 
 /* A method to profile: a drafter and how to time it.  The caller builds
- * the list; a new drafter is a name, its kvp_drafter, and a time_draft
- * when calling its draft callback alone does not show its cost (a drafter
- * fed by the target's step, say). */
+ * the list; a new drafter is a name, its kvp_drafter, a time_draft when
+ * calling its draft callback alone does not show its cost (one that
+ * drafts from the target's hidden state), and a bind when it reads the
+ * target's own weights. */
 typedef struct kvp_spec_method kvp_spec_method;
 /* Into t->call and t->prime: m's drafter asked for k tokens after
  * tokens[n] (the median of reps calls, each a token further on), and what
@@ -44,7 +45,10 @@ struct kvp_spec_method {
     const char *options;          /* specdec's options that pick it ("--method ngram") */
     kvp_drafter drafter;          /* its draft (greedy) callback; draft_sampled is not used */
     kvp_spec_time_fn *time_draft; /* NULL: kvp_spec_time_drafter */
-    void *time_ctx;               /* time_draft's own */
+    void *time_ctx;               /* time_draft's and bind's own */
+    /* Every run makes the target's engine anew: called with it before the
+     * run (NULL: not needed).  0 or a code. */
+    int (*bind)(const kvp_spec_method *m, kvp_engine *target, kvp_err *err);
 };
 
 /* The usual time_draft: calls m->drafter.draft as the batch engine does
@@ -53,6 +57,7 @@ kvp_spec_time_fn kvp_spec_time_drafter;
 
 typedef struct kvp_spec_profile_opts {
     const char *draft;           /* --draft: profile that draft model too (NULL: not) */
+    const char *heads;           /* --heads: and those Medusa heads (a chain; NULL: not) */
     uint32_t draft_layers;       /* layerskip's layers (0: half the model's, rounded up) */
     kvp_ngram_drafter ngram;
     uint32_t ks[KVP_DRAFT_MAX];  /* the draft lengths, as given (n_k 0: 1, 2, 4, 8) */

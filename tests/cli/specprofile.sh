@@ -101,12 +101,16 @@ far=$(awk '/"draft_len":[0-9]*,"steps"/ {
 [ -n "$far" ] && echo "$far"
 expect_true "predicted within 50% of measured on every row" test -z "$far"
 
-# the text table: a row for each, the histogram last, the recommendation
-run specdec -m "$M" -t $THREADS -n 16 --profile "$T/p.jsonl" --draft-len 3 --draft-layers 30
+# the text table: a row for each, the histogram last, the recommendation;
+# Medusa heads (trained in a few seconds: they guess poorly, and need not)
+run specdec -m "$M" -t $THREADS --train-heads "$T/p.jsonl" -n 16 --epochs 1 --n-heads 2 -o "$T/h.kvp"
+expect_status 0 "--train-heads, for --profile --heads"
+run specdec -m "$M" -t $THREADS -n 16 --profile "$T/p.jsonl" --draft-len 3 --draft-layers 30 --heads "$T/h.kvp"
 expect_status 0 "--profile, text"
 expect_out_has "plain decode: " "plain decoding's line"
-n=$(grep -Ec '^(ngram|layerskip) +3 ' "$OUT")
-expect_true "a row for each method ($n)" test "$n" -eq 2
+n=$(grep -Ec '^(ngram|layerskip|heads) +3 .* 8/8 ' "$OUT")
+expect_true "a row for each method, each with decode's texts ($n)" test "$n" -eq 3
+expect_true "2 heads guess 2 tokens at most: no verify step kept 3" grep -Eq '^heads +3 .* 0$' "$OUT"
 expect_true "every layer drafting keeps every draft" grep -Eq '^layerskip +3 +[0-9]+ +[0-9]+ +1\.000 ' "$OUT"
 expect_out_has "recommendation: " "a recommendation"
 
