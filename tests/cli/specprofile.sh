@@ -92,14 +92,21 @@ best=$(awk '/"draft_len":[0-9]*,"steps"/ {
 rec=$(sed -n 's/.*"recommendation":"\([a-z]*\)"\(,"draft_len":\([0-9]*\)\)\{0,1\}.*/\1 \3/p' "$T/prof.jl" | sed 's/ $//')
 expect_true "the recommendation ($rec) is the best predicted row ($best)" test "$rec" = "$best"
 
-# predicted against measured: within 50% here (scripts/check-profile: 25%)
-far=$(awk '/"draft_len":[0-9]*,"steps"/ {
-    p = $0; sub(/.*"predicted_speedup":/, "", p); p += 0
-    q = $0; sub(/.*"measured_speedup":/, "", q); q += 0
-    if (q <= 0 || p / q > 1.5 || q / p > 1.5) print substr($0, 1, 40) " predicted " p " measured " q
-}' "$T/prof.jl")
-[ -n "$far" ] && echo "$far"
-expect_true "predicted within 50% of measured on every row" test -z "$far"
+# predicted against measured: within 50% here (scripts/check-profile: 25%);
+# not in a sanitizer's build, whose instrumented loop around the engine
+# is a cost the model leaves out
+case ${KVP_CFLAGS:-} in
+*sanitize*) echo "specprofile: skipped: predicted against measured (a sanitizer build's timings)" ;;
+*)
+    far=$(awk '/"draft_len":[0-9]*,"steps"/ {
+        p = $0; sub(/.*"predicted_speedup":/, "", p); p += 0
+        q = $0; sub(/.*"measured_speedup":/, "", q); q += 0
+        if (q <= 0 || p / q > 1.5 || q / p > 1.5) print substr($0, 1, 40) " predicted " p " measured " q
+    }' "$T/prof.jl")
+    [ -n "$far" ] && echo "$far"
+    expect_true "predicted within 50% of measured on every row" test -z "$far"
+    ;;
+esac
 
 # the text table: a row for each, the histogram last, the recommendation;
 # Medusa heads (trained in a few seconds: they guess poorly, and need not)
