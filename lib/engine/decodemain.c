@@ -54,7 +54,8 @@ static void usage(FILE *f, int spec)
                 "                          a chain), each branch a fork of the sequence in the same step\n"
                 "      --train-heads PROMPTS -o FILE  train Medusa heads on the model's greedy answers to\n"
                 "                          PROMPTS (-n tokens each), write them to FILE and exit;\n"
-                "                          --n-heads N (default 4), --epochs E (2), --lr LR (0.001)\n"
+                "                          --n-heads N (default 4), --epochs E (2), --lr LR (0.001),\n"
+                "                          --train-samples S answers a prompt, greedy then sampled (1)\n"
                 "      --compare           run the requests with decode first (its output not printed),\n"
                 "                          then report both speeds and check the outputs are the same\n"
                 "      --profile FILE      the prompts of FILE (as -f) through decode and each method (ngram,\n"
@@ -439,7 +440,7 @@ enum {
     OPT_GREEDY_DRAFTS,
     OPT_DRAFT_LAYERS,
     OPT_PROFILE, OPT_PROFILE_REPS,
-    OPT_HEADS, OPT_TRAIN_HEADS, OPT_N_HEADS, OPT_EPOCHS, OPT_LR, OPT_BRANCHES,
+    OPT_HEADS, OPT_TRAIN_HEADS, OPT_N_HEADS, OPT_EPOCHS, OPT_LR, OPT_BRANCHES, OPT_TRAIN_SAMPLES,
 };
 
 /* specdec's Medusa heads: --method heads --heads FILE, or training them. */
@@ -461,6 +462,7 @@ static int parse_heads_opt(heads_cli *h, int c, const char *arg)
     case OPT_N_HEADS: h->job.n_heads = (uint32_t)kvp_cli_opt_i64("--n-heads", arg, 1, KVP_HEADS_MAX); break;
     case OPT_EPOCHS: h->job.train.epochs = (uint32_t)kvp_cli_opt_i64("--epochs", arg, 1, 1000); break;
     case OPT_LR: h->job.train.lr = kvp_cli_opt_f64("--lr", arg, 1e-7, 1); break;
+    case OPT_TRAIN_SAMPLES: h->job.samples = (uint32_t)kvp_cli_opt_i64("--train-samples", arg, 1, 64); break;
     default: return 0;
     }
     h->tuned = 1;
@@ -551,8 +553,9 @@ int kvp_decode_main(int argc, char **argv, int spec)
         {"epochs", required_argument, NULL, OPT_EPOCHS},
         {"lr", required_argument, NULL, OPT_LR},
         {"branches", required_argument, NULL, OPT_BRANCHES},
+        {"train-samples", required_argument, NULL, OPT_TRAIN_SAMPLES},
     };
-    enum { N_SPEC_OPTS = 17 };
+    enum { N_SPEC_OPTS = 18 };
     heads_cli hc = {0};
     int greedy_drafts = 0;
     uint32_t draft_layers = 0; /* layerskip: 0 for half the model's */
@@ -685,7 +688,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         return train_heads(&o, &hc);
     }
     if (hc.job.out || hc.tuned)
-        kvp_cli_usage_error("-o, --n-heads, --epochs and --lr go with --train-heads");
+        kvp_cli_usage_error("-o, --n-heads, --epochs, --lr and --train-samples go with --train-heads");
     if (hc.branches && !use_heads)
         kvp_cli_usage_error("--branches goes with --method heads");
     if (use_heads != (hc.path != NULL) && !profile)

@@ -4,6 +4,7 @@
 #include "batch.h"
 #include "generate.h"
 #include "jobsrc.h"
+#include "sample.h"
 #include "version.h"
 
 #include <stdlib.h>
@@ -37,42 +38,49 @@ static int samples_reserve(kvp_heads_samples *s, uint32_t more, kvp_err *err)
     return 0;
 }
 
-/* Sample p of tokens[n]: hidden state h, head k labelled tokens[p + 2 + k]. */
-static void add_sample(kvp_heads_samples *out, const float *h, const uint32_t *tokens, uint32_t n, uint32_t p)
-{
-    memcpy(out->hidden + (size_t)out->n * out->n_embd, h, out->n_embd * sizeof *h);
-    uint32_t *lab = out->label + (size_t)out->n * out->n_heads;
-    for (uint32_t k = 0; k < out->n_heads; k++)
-        lab[k] = p + 2 + k < n ? tokens[p + 2 + k] : KVP_HEADS_NO_LABEL;
-    out->n++;
-}
-
 int kvp_heads_collect(kvp_engine *e, kvp_kvcache *kc, const uint32_t *tokens, uint32_t n, uint32_t n_prompt,
                       uint32_t chunk, kvp_heads_samples *out, kvp_err *err)
 {
     if (n_prompt == 0 || n < n_prompt + 2)
         return 0; /* no position with a label for head 1 */
-    uint32_t first = n_prompt - 1, last = n - 3; /* positions sampled: [first, last] */
-    uint32_t C = chunk ? chunk : 128;
-    float *logits = malloc((size_t)C * kvp_engine_n_vocab(e) * sizeof *logits);
-    float *hid = malloc((size_t)C * out->n_embd * sizeof *hid);
-    int seq = logits && hid ? kvp_kvcache_seq_new(kc, err)
-                            : kvp_err_set(err, KVP_ENOMEM, "heads training: out of memory for steps of %u", C);
-    int rc = seq < 0 ? seq : 0;
-    for (uint32_t p0 = 0; rc == 0 && p0 <= last; p0 += C) {
+    uint32_t first = n_prompt - 1, last = n - 3, ns = last - first + 1; /* positions sampled: [first, last] */
+    uint32_t C = chunk ? chunk : 128, V = kvp_engine_n_vocab(e), d = out->n_embd;
+    float *logits = malloc((size_t)C * V * sizeof *logits);
+    float *hid = malloc((size_t)C * d * sizeof *hid);
+    uint32_t *teach = malloc((size_t)n * sizeof *teach); /* the model's argmax after each position */
+    int seq = logits && hid && teach ? kvp_kvcache_seq_new(kc, err)
+                                     : kvp_err_set(err, KVP_ENOMEM, "heads training: out of memory for steps of %u", C);
+    int rc = seq < 0 ? seq : samples_reserve(out, ns, err);
+    float *dst = rc == 0 ? out->hidden + (size_t)out->n * d : NULL;
+    for (uint32_t p0 = 0; rc == 0 && p0 + 1 < n; p0 += C) {
         uint32_t m = n - p0 < C ? n - p0 : C;
-        int want = p0 + m > first ? KVP_LOGITS_ALL : KVP_LOGITS_NONE; /* rows only where samples are */
+        int want = p0 + m > first ? KVP_LOGITS_ALL : KVP_LOGITS_NONE; /* rows only where labels are */
         kvp_step_seq s = {.seq = seq, .tokens = tokens + p0, .n_tokens = m, .want = want};
         if ((rc = kvp_engine_step(e, &s, 1, want ? logits : NULL, err)) < 0 || !want ||
-            (rc = kvp_engine_hidden(e, hid, m, err)) < 0 || (rc = samples_reserve(out, m, err)) < 0)
+            (rc = kvp_engine_hidden(e, hid, m, err)) < 0)
             continue;
-        for (uint32_t p = p0 > first ? p0 : first; p < p0 + m && p <= last; p++)
-            add_sample(out, hid + (size_t)(p - p0) * out->n_embd, tokens, n, p);
+        for (uint32_t p = p0 > first ? p0 : first; p < p0 + m; p++) {
+            teach[p] = kvp_sample_argmax(logits + (size_t)(p - p0) * V, V);
+            if (p <= last)
+                memcpy(dst + (size_t)(p - first) * d, hid + (size_t)(p - p0) * d, d * sizeof *hid);
+        }
     }
+    /* Head k at p guesses the token after p + 1 + k: what the model's own
+     * argmax there is.  On a greedy answer that is the answer's next token;
+     * on a sampled one it is what greedy decoding would keep after that
+     * prefix, which is what drafts are checked against. */
+    for (uint32_t p = first; rc == 0 && p <= last; p++) {
+        uint32_t *lab = out->label + (size_t)(out->n + p - first) * out->n_heads;
+        for (uint32_t k = 0; k < out->n_heads; k++)
+            lab[k] = p + 1 + k <= n - 2 ? teach[p + 1 + k] : KVP_HEADS_NO_LABEL;
+    }
+    if (rc == 0)
+        out->n += ns;
     if (seq >= 0)
         kvp_kvcache_seq_free(kc, seq);
     free(logits);
     free(hid);
+    free(teach);
     return rc < 0 ? rc : 0;
 }
 
@@ -81,6 +89,7 @@ int kvp_heads_collect(kvp_engine *e, kvp_kvcache *kc, const uint32_t *tokens, ui
 /* The target's answers, as each finishes: prompt and answer tokens. */
 typedef struct answers {
     uint32_t **tok, *n, *n_prompt;
+    uint64_t *id;         /* the request's: its prompt's line */
     uint32_t count, cap;
     int oom;
 } answers;
@@ -89,7 +98,7 @@ static void answers_free(answers *a)
 {
     for (uint32_t i = 0; i < a->count; i++)
         free(a->tok[i]);
-    free(a->tok), free(a->n), free(a->n_prompt);
+    free(a->tok), free(a->n), free(a->n_prompt), free(a->id);
     memset(a, 0, sizeof *a);
 }
 
@@ -103,9 +112,12 @@ static int answers_grow(answers *a)
     if (n)
         a->n = n;
     uint32_t *np = n ? realloc(a->n_prompt, cap * sizeof *np) : NULL;
-    if (!np)
+    if (np)
+        a->n_prompt = np;
+    uint64_t *id = np ? realloc(a->id, cap * sizeof *id) : NULL;
+    if (!id)
         return -1;
-    a->n_prompt = np;
+    a->id = id;
     a->cap = cap;
     return 0;
 }
@@ -128,11 +140,11 @@ static void take_answer(void *ctx, kvp_gen_seq *g, const char *bytes, size_t nb)
     memcpy(t, r->tokens, n * sizeof *t);
     if (last)
         t[n++] = (uint32_t)g->rec.next_token;
-    a->tok[a->count] = t, a->n[a->count] = n, a->n_prompt[a->count++] = r->n_prompt;
+    a->tok[a->count] = t, a->n[a->count] = n, a->n_prompt[a->count] = r->n_prompt, a->id[a->count++] = g->rec.id;
 }
 
-/* Answer every prompt greedily. */
-static int answer_all(kvp_run *r, kvp_runopts *o, answers *a, kvp_err *err)
+/* One pass over the prompts with o's sampling. */
+static int answer_pass(kvp_run *r, kvp_runopts *o, answers *a, kvp_err *err)
 {
     kvp_jobsrc *js = NULL;
     int rc = kvp_jobsrc_open(&js, r, o, "-", err);
@@ -145,6 +157,21 @@ static int answer_all(kvp_run *r, kvp_runopts *o, answers *a, kvp_err *err)
     kvp_jobsrc_free(js);
     if (rc == 0 && a->oom)
         rc = kvp_err_set(err, KVP_ENOMEM, "heads training: out of memory for the answers");
+    return rc;
+}
+
+/* Answer every prompt: greedily, then samples - 1 times more at
+ * temperature 0.8 (seeds 1, 2, ...), for more contexts to learn from. */
+static int answer_all(kvp_run *r, kvp_runopts *o, uint32_t samples, answers *a, kvp_err *err)
+{
+    int rc = 0;
+    kvp_sampling keep = o->sampling;
+    for (uint32_t i = 0; rc == 0 && i < (samples ? samples : 1); i++) {
+        o->sampling.temperature = i ? 0.8f : 0;
+        o->sampling.seed = keep.seed + i;
+        rc = answer_pass(r, o, a, err);
+    }
+    o->sampling = keep;
     return rc;
 }
 
@@ -209,12 +236,15 @@ int kvp_heads_train_run(kvp_run *r, kvp_runopts *o, const kvp_heads_job *job, FI
     kvp_out probe; /* an output that cannot be written is said before the minutes of work, not after */
     if (rc == 0 && (rc = kvp_out_open(&probe, job->out, err)) == 0)
         kvp_out_abort(&probe);
-    if (rc == 0 && (rc = answer_all(r, o, &a, err)) == 0 && rep)
+    if (rc == 0 && (rc = answer_all(r, o, job->samples, &a, err)) == 0 && rep)
         fprintf(rep, "specdec: %u answers from %s in %.1f s\n", a.count, job->prompts, wall() - t0);
-    /* every tenth answer held out, when there are ten */
+    /* every tenth prompt's answers held out, when there are ten prompts */
+    uint64_t n_prompts = 0;
+    for (uint32_t i = 0; i < a.count; i++)
+        n_prompts = a.id[i] + 1 > n_prompts ? a.id[i] + 1 : n_prompts;
     for (uint32_t i = 0; rc == 0 && i < a.count; i++)
         rc = kvp_heads_collect(r->engine, r->kc, a.tok[i], a.n[i], a.n_prompt[i], 0,
-                               a.count >= 10 && i % 10 == 9 ? &ho : &tr, err);
+                               n_prompts >= 10 && a.id[i] % 10 == 9 ? &ho : &tr, err);
     if (rc == 0 && tr.n == 0)
         rc = kvp_err_set(err, KVP_EINVAL, "%s: the answers give no training sample (each needs 2 tokens or more: "
                          "raise -n)", job->prompts);

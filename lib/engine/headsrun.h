@@ -2,12 +2,13 @@
  * the target's own greedy answers to a prompts file (self-distillation).
  *
  *  1. Every prompt is answered greedily by the batch engine (decode's
- *     options: -n, --max-num-seqs, chat templates...).
+ *     options: -n, --max-num-seqs, chat templates...), and samples - 1
+ *     times more at temperature 0.8, for more contexts.
  *  2. Each prompt + answer is run through the model once more, one step a
  *     chunk, and the final-normed hidden state of every answer position
- *     becomes a sample, labelled with the tokens 2, 3, ... places on
- *     (kvp_heads_collect).
- *  3. Every tenth answer (when there are ten or more) is held out; the
+ *     becomes a sample, labelled with the model's own argmax 2, 3, ...
+ *     places on (kvp_heads_collect).
+ *  3. Every tenth prompt's answers (when there are ten prompts) are held out; the
  *     heads train on the rest (headstrain.h) and are measured on both
  *     before and after: top-1 accuracy a head, which is what drafting
  *     needs.
@@ -33,9 +34,10 @@ typedef struct kvp_heads_samples {
 void kvp_heads_samples_free(kvp_heads_samples *s);
 /* Append the samples of tokens[n], whose first n_prompt are the prompt:
  * the hidden state of each position p from n_prompt - 1 on that has a
- * label for head 1 (tokens[p + 2]); head k's label is tokens[p + 1 + k] or
- * none.  A scratch sequence of kc, freed after; steps of at most chunk
- * tokens (0: 128).  0 or a code. */
+ * label for head 1; head k's (1-based) label is the model's argmax after
+ * position p + k (on a greedy answer, tokens[p + 1 + k]), while that
+ * position is before n - 1, else none.  A scratch sequence of kc, freed
+ * after; steps of at most chunk tokens (0: 128).  0 or a code. */
 int kvp_heads_collect(kvp_engine *e, kvp_kvcache *kc, const uint32_t *tokens, uint32_t n, uint32_t n_prompt,
                       uint32_t chunk, kvp_heads_samples *out, kvp_err *err);
 
@@ -43,6 +45,7 @@ typedef struct kvp_heads_job {
     const char *prompts;  /* the prompts file */
     const char *out;      /* the heads file to write */
     uint32_t n_heads;     /* 0: 4 */
+    uint32_t samples;     /* answers a prompt: greedy, then sampled (0: 1) */
     kvp_heads_train_opts train;
 } kvp_heads_job;
 
