@@ -253,6 +253,11 @@ fuzz:
 check-ref: all
 	@scripts/ref/run
 
+## check-profile  specdec --profile's predicted speedups within 25% of the measured ones (a timing: not in check)
+.PHONY: check-profile
+check-profile: all
+	@KVP_BIN=$(abspath $(BINDIR)) scripts/check-profile
+
 ## fetch-model  download and cache SmolLM2-135M-Instruct (GGUF) outside the repo
 fetch-model:
 	@scripts/fetch-model

@@ -15,6 +15,7 @@
 #include "results.h"
 #include "runopts.h"
 #include "sample.h"
+#include "specprofile.h"
 #include "specselftest.h"
 
 #include <errno.h>
@@ -44,7 +45,7 @@ static void usage(FILE *f, int spec)
                 "      --greedy-drafts     draft greedily when sampling too: decode's very tokens for the same\n"
                 "                          seed, fewer drafts kept\n"
                 "      --draft-len K|auto  draft tokens a step, 1..%d (default auto: up to 8, adapted to each\n"
-                "                          sequence's acceptance)\n"
+                "                          sequence's acceptance); with --profile a list K,K,... (default 1,2,4,8)\n"
                 "      --ngram-min N, --ngram-max N  lengths of the n-grams looked up (default 1 and 3)\n"
                 "      --method heads      Medusa heads (--heads FILE) guess from the model's own last hidden\n"
                 "                          state: one residual block a head over the model's output head\n"
@@ -57,6 +58,10 @@ static void usage(FILE *f, int spec)
                 "                          --train-samples S answers a prompt, greedy then sampled (1)\n"
                 "      --compare           run the requests with decode first (its output not printed),\n"
                 "                          then report both speeds and check the outputs are the same\n"
+                "      --profile FILE      the prompts of FILE (as -f) through decode and each method (ngram,\n"
+                "                          layerskip, draft with --draft, heads with --heads) at each draft length:\n"
+                "                          drafts kept, a draft's and a verify step's cost, the predicted and\n"
+                "                          measured speedups, and which to use (--profile-reps N: N runs each)\n"
                 "      --selftest          check by counting (chi-square) that speculative sampling keeps\n"
                 "                          the target's distribution, and that a wrong rule is caught; no model\n\n"
                 "Every decode option applies:\n",
@@ -434,6 +439,7 @@ enum {
     OPT_SELFTEST,
     OPT_GREEDY_DRAFTS,
     OPT_DRAFT_LAYERS,
+    OPT_PROFILE, OPT_PROFILE_REPS,
     OPT_HEADS, OPT_TRAIN_HEADS, OPT_N_HEADS, OPT_EPOCHS, OPT_LR, OPT_BRANCHES, OPT_TRAIN_SAMPLES,
 };
 
@@ -539,6 +545,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
         {"selftest", no_argument, NULL, OPT_SELFTEST},
         {"greedy-drafts", no_argument, NULL, OPT_GREEDY_DRAFTS},
         {"draft-layers", required_argument, NULL, OPT_DRAFT_LAYERS},
+        {"profile", required_argument, NULL, OPT_PROFILE},
+        {"profile-reps", required_argument, NULL, OPT_PROFILE_REPS},
         {"heads", required_argument, NULL, OPT_HEADS},
         {"train-heads", required_argument, NULL, OPT_TRAIN_HEADS},
         {"n-heads", required_argument, NULL, OPT_N_HEADS},
@@ -547,12 +555,14 @@ int kvp_decode_main(int argc, char **argv, int spec)
         {"branches", required_argument, NULL, OPT_BRANCHES},
         {"train-samples", required_argument, NULL, OPT_TRAIN_SAMPLES},
     };
-    enum { N_SPEC_OPTS = 16 };
+    enum { N_SPEC_OPTS = 18 };
     heads_cli hc = {0};
     int greedy_drafts = 0;
     uint32_t draft_layers = 0; /* layerskip: 0 for half the model's */
     const char *draft_path = NULL;
     int compare = 0;
+    const char *profile = NULL;      /* --profile FILE */
+    kvp_spec_profile_opts po = {0};
     size_t n_own = sizeof own / sizeof own[0] - (spec ? 0 : N_SPEC_OPTS);
     struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];
     kvp_runopts_table(longopts, own, n_own);
@@ -635,7 +645,14 @@ int kvp_decode_main(int argc, char **argv, int spec)
         if (c == OPT_DRAFT_LEN) {
             sp.adaptive = strcmp(optarg, "auto") == 0;
             if (!sp.adaptive)
-                sp.draft_len = (uint32_t)kvp_cli_opt_i64("--draft-len", optarg, 1, KVP_DRAFT_MAX);
+                sp.draft_len = kvp_spec_profile_parse_lens(optarg, po.ks, &po.n_k);
+            continue;
+        }
+        if (c == OPT_PROFILE || c == OPT_PROFILE_REPS) {
+            if (c == OPT_PROFILE)
+                profile = optarg;
+            else
+                po.reps = (uint32_t)kvp_cli_opt_i64("--profile-reps", optarg, 1, 100);
             continue;
         }
         if (c == OPT_NGRAM_MIN || c == OPT_NGRAM_MAX) {
@@ -674,7 +691,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("-o, --n-heads, --epochs, --lr and --train-samples go with --train-heads");
     if (hc.branches && !use_heads)
         kvp_cli_usage_error("--branches goes with --method heads");
-    if (use_heads != (hc.path != NULL))
+    if (use_heads != (hc.path != NULL) && !profile)
         kvp_cli_usage_error(use_heads ? "--method heads needs --heads FILE (specdec --train-heads makes one)"
                                       : "--heads FILE goes with --method heads");
     if (ngram.min_n > ngram.max_n)
@@ -682,14 +699,30 @@ int kvp_decode_main(int argc, char **argv, int spec)
     int use_draft = sp.method && strcmp(sp.method, "draft") == 0;
     if (use_draft && !draft_path)
         kvp_cli_usage_error("--method draft needs --draft MODEL");
-    if (draft_path && !use_draft)
-        kvp_cli_usage_error("--draft MODEL goes with --method draft");
+    if (draft_path && !use_draft && !profile)
+        kvp_cli_usage_error("--draft MODEL goes with --method draft or --profile");
     int use_skip = sp.method && strcmp(sp.method, "layerskip") == 0;
     if (greedy_drafts && !use_draft && !use_skip)
         kvp_cli_usage_error("--greedy-drafts goes with --method draft or layerskip");
-    if (draft_layers && !use_skip)
-        kvp_cli_usage_error("--draft-layers goes with --method layerskip");
+    if (draft_layers && !use_skip && !profile)
+        kvp_cli_usage_error("--draft-layers goes with --method layerskip or --profile");
+    if (po.n_k > 1 && !profile)
+        kvp_cli_usage_error("--draft-len: a list of lengths goes with --profile");
     int from_prompts = o.prompt || o.file || o.tokens;
+    if (profile) {
+        if (from_prompts || optind < argc || compare || resume || o.kv_out || rate > 0 || shard_n || o.tp > 1 ||
+            o.pp > 1)
+            kvp_cli_usage_error("--profile FILE runs the prompts of FILE alone, in one process: no -p, -f, --tokens, "
+                                "KV stream, --compare, --resume, --kv-out, --rate, --shard, --tp or --pp");
+        o.file = profile;
+        po.draft = draft_path;
+        po.heads = hc.path;
+        po.draft_layers = draft_layers;
+        po.ngram = ngram;
+        int rc = kvp_spec_profile_main(&o, &po);
+        kvp_runopts_free(&o);
+        return rc;
+    }
     if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) > 1)
         kvp_cli_usage_error("give one of -p, -f and --tokens");
     if (from_prompts && optind < argc)

@@ -63,6 +63,20 @@ expect_err_one_line() {
     if [ "$n" -eq 1 ]; then pass "$1"; else fail "$1 (stderr has $n lines)"; fi
 }
 
+# spec_prompts FILE: 8 prompts for speculative decoding, 6 whose answers
+# copy them (prompt lookup drafts well) and 2 that do not.
+spec_prompts() {
+    awk 'BEGIN {
+        for (i = 0; i < 6; i++) {
+            s = "Copy this list exactly:"
+            for (j = 0; j < 8; j++) s = s " item " (j * i + 3) " is " (j % 2 ? "red" : "blue") ","
+            printf "{\"id\":\"c%d\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}\n", i, s
+        }
+        print "{\"id\":\"o1\",\"messages\":[{\"role\":\"user\",\"content\":\"Write a short poem about the sea.\"}]}"
+        print "{\"id\":\"o2\",\"prompt\":\"Once upon a time\"}"
+    }' >"$1"
+}
+
 done_testing() {
     echo "$T_PASS passed, $T_FAIL failed"
     [ "$T_FAIL" -eq 0 ]

@@ -43,17 +43,7 @@ if [ ! -f "$M" ]; then
     exit $?
 fi
 
-# Prompts whose answers copy from them (prompt lookup drafts well) and two
-# that do not.
-awk 'BEGIN {
-    for (i = 0; i < 6; i++) {
-        s = "Copy this list exactly:"
-        for (j = 0; j < 8; j++) s = s " item " (j * i + 3) " is " (j % 2 ? "red" : "blue") ","
-        printf "{\"id\":\"c%d\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}\n", i, s
-    }
-    print "{\"id\":\"o1\",\"messages\":[{\"role\":\"user\",\"content\":\"Write a short poem about the sea.\"}]}"
-    print "{\"id\":\"o2\",\"prompt\":\"Once upon a time\"}"
-}' >"$T/p.jsonl"
+spec_prompts "$T/p.jsonl"
 
 # same: decode's and specdec's lines without their timings, by id
 same() { # DESC FILE_A FILE_B

@@ -1,0 +1,124 @@
+# specprofile.sh - specdec --profile: usage errors always; on the real model,
+# the table's structure and the invariants that can fail (each histogram
+# sums to its verify steps and its mean is the drafts kept, acceptance in
+# [0, 1], a model drafting for itself keeps every draft, speedups finite and
+# positive, every speculative run's text is plain decoding's, the
+# recommendation names a profiled row and the best predicted one), and
+# predicted against measured speedups.  Timings are never asserted
+# strictly here (DESIGN.md): the 25% comparison is scripts/check-profile;
+# this one allows 50%, which only a wrong model or a broken clock misses.
+. "$KVP_TESTS/cli/lib.sh"
+
+run specdec -m x.gguf --profile p.jsonl --draft-len 0
+expect_status 2 "--profile --draft-len 0"
+run specdec -m x.gguf --profile p.jsonl --draft-len 2,17
+expect_status 2 "a draft length beyond the maximum in the list"
+expect_err_has "'17' is not a whole number from 1 to 16" "names it"
+run specdec -m x.gguf --profile p.jsonl --draft-len 2,,4
+expect_status 2 "an empty length in the list"
+run specdec -m x.gguf -p hi --draft-len 2,4
+expect_status 2 "a list of draft lengths without --profile"
+expect_err_has "goes with --profile" "says so"
+run specdec -m x.gguf -p hi --profile p.jsonl
+expect_status 2 "--profile with -p"
+run specdec -m x.gguf --profile p.jsonl --profile-reps 0
+expect_status 2 "--profile-reps 0"
+run specdec --help
+expect_out_has "--profile FILE" "--help lists --profile"
+
+M="$KVP_MODEL"
+if [ ! -f "$M" ]; then
+    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
+    done_testing
+    exit $?
+fi
+
+run specdec -m "$M" -t $THREADS --profile "$T/missing.jsonl" --draft-len 1
+expect_status 1 "a missing prompts file"
+expect_err_has "missing.jsonl" "names it"
+printf '{"prompt":"Count: one two three"}\n{"prompt": oops}\n' >"$T/bad.jsonl"
+run specdec -m "$M" -t $THREADS -n 4 --profile "$T/bad.jsonl" --draft-len 1
+expect_status 1 "a bad record"
+expect_err_has "bad.jsonl:2:" "names the file and line"
+: >"$T/empty.jsonl"
+run specdec -m "$M" -t $THREADS --profile "$T/empty.jsonl" --draft-len 1
+expect_status 1 "no prompts"
+
+spec_prompts "$T/p.jsonl"
+
+# ngram, the model drafting for itself (every draft kept: acceptance 1, no
+# step kept none; a step near the token budget gets fewer than K drafts)
+# and layerskip's default half, at K 2 and 4
+run specdec -m "$M" -t $THREADS -n 32 --profile "$T/p.jsonl" --draft "$M" --draft-len 2,4 --json
+expect_status 0 "--profile --json"
+cp "$OUT" "$T/prof.jl"
+n=$(grep -c '"method":"plain"' "$T/prof.jl")
+expect_true "one plain decoding line ($n)" test "$n" -eq 1
+n=$(grep -c '"draft_len":[24],"steps"' "$T/prof.jl")
+expect_true "a line for each of 3 methods at 2 lengths ($n)" test "$n" -eq 6
+for m in ngram draft layerskip; do
+    expect_out_has "\"method\":\"$m\",\"draft_len\":4," "a $m row"
+done
+
+# the invariants, row by row; a failing one prints the row
+check_rows='
+function num(k,   i, s) { i = index($0, "\"" k "\":"); if (!i) return "x"; s = substr($0, i + length(k) + 3)
+                           match(s, /^-?[0-9.eE+-]+/); return substr(s, 1, RLENGTH) + 0 }
+function list(k, a,   i, s) { i = index($0, "\"" k "\":["); s = substr($0, i + length(k) + 4)
+                              s = substr(s, 1, index(s, "]") - 1); return split(s, a, ",") }
+/"draft_len":[0-9]*,"steps"/ {
+    k = num("draft_len"); nh = list("histogram", h); sum = 0; kept = 0
+    for (m = 1; m <= nh; m++) { sum += h[m]; kept += (m - 1) * h[m] }
+    if (nh != k + 1) bad = bad "histogram of " nh " for K " k "; "
+    if (sum != num("verify_steps")) bad = bad "histogram sums to " sum " not verify_steps; "
+    if (kept != num("accepted")) bad = bad "histogram mean is not accepted; "
+    a = num("acceptance"); if (a < 0 || a > 1) bad = bad "acceptance " a "; "
+    if (num("verify_steps") > num("steps") || num("calls") > num("steps")) bad = bad "more verify steps than steps; "
+    p = num("predicted_speedup"); if (!(p > 0 && p < 100)) bad = bad "predicted " p "; "
+    if (!(num("measured_speedup") > 0)) bad = bad "measured not positive; "
+    if (num("same") != 8 || num("differ") != 0) bad = bad "texts differ from plain decoding; "
+    if (index($0, "\"method\":\"draft\"") && (a != 1 || h[1] != 0)) bad = bad "the model drafting for itself lost some; "
+}
+END { if (bad != "") { print bad; exit 1 } }'
+expect_true "every row: histogram, acceptance, speedups, same texts" awk "$check_rows" "$T/prof.jl"
+
+# the recommendation: the best predicted row above 1.05, or plain
+best=$(awk '/"draft_len":[0-9]*,"steps"/ {
+    p = $0; sub(/.*"predicted_speedup":/, "", p); p += 0
+    m = $0; sub(/.*"method":"/, "", m); sub(/".*/, "", m)
+    k = $0; sub(/.*"draft_len":/, "", k); sub(/,.*/, "", k)
+    if (p > 1.05 && p > bp) { bp = p; b = m " " k }
+} END { print b == "" ? "plain" : b }' "$T/prof.jl")
+rec=$(sed -n 's/.*"recommendation":"\([a-z]*\)"\(,"draft_len":\([0-9]*\)\)\{0,1\}.*/\1 \3/p' "$T/prof.jl" | sed 's/ $//')
+expect_true "the recommendation ($rec) is the best predicted row ($best)" test "$rec" = "$best"
+
+# predicted against measured: within 50% here (scripts/check-profile: 25%);
+# not in a sanitizer's build, whose instrumented loop around the engine
+# is a cost the model leaves out
+case ${KVP_CFLAGS:-} in
+*sanitize*) echo "specprofile: skipped: predicted against measured (a sanitizer build's timings)" ;;
+*)
+    far=$(awk '/"draft_len":[0-9]*,"steps"/ {
+        p = $0; sub(/.*"predicted_speedup":/, "", p); p += 0
+        q = $0; sub(/.*"measured_speedup":/, "", q); q += 0
+        if (q <= 0 || p / q > 1.5 || q / p > 1.5) print substr($0, 1, 40) " predicted " p " measured " q
+    }' "$T/prof.jl")
+    [ -n "$far" ] && echo "$far"
+    expect_true "predicted within 50% of measured on every row" test -z "$far"
+    ;;
+esac
+
+# the text table: a row for each, the histogram last, the recommendation;
+# Medusa heads (trained in a few seconds: they guess poorly, and need not)
+run specdec -m "$M" -t $THREADS --train-heads "$T/p.jsonl" -n 16 --epochs 1 --n-heads 2 -o "$T/h.kvp"
+expect_status 0 "--train-heads, for --profile --heads"
+run specdec -m "$M" -t $THREADS -n 16 --profile "$T/p.jsonl" --draft-len 3 --draft-layers 30 --heads "$T/h.kvp"
+expect_status 0 "--profile, text"
+expect_out_has "plain decode: " "plain decoding's line"
+n=$(grep -Ec '^(ngram|layerskip|heads) +3 .* 8/8 ' "$OUT")
+expect_true "a row for each method, each with decode's texts ($n)" test "$n" -eq 3
+expect_true "2 heads guess 2 tokens at most: no verify step kept 3" grep -Eq '^heads +3 .* 0$' "$OUT"
+expect_true "every layer drafting keeps every draft" grep -Eq '^layerskip +3 +[0-9]+ +[0-9]+ +1\.000 ' "$OUT"
+expect_out_has "recommendation: " "a recommendation"
+
+done_testing
