@@ -335,6 +335,10 @@ static uint32_t add_forks(batch *b, kvp_request *r, kvp_step_seq *step, uint32_t
 static uint32_t draft_room(batch *b, kvp_request *r)
 {
     uint32_t k = b->o->draft_adaptive ? r->draft_k : b->o->draft_len;
+    if (b->o->draft_adaptive && r->pause) { /* its guesses failed: plain steps first */
+        r->pause--;
+        return 0;
+    }
     if (!k)
         return 0;
     uint32_t n = r->sr.n_tokens;
@@ -424,6 +428,31 @@ static int verify_sampled(batch *b, kvp_request *r, float *rows, uint32_t *drawn
     for (uint32_t j = 0; j <= m; j++)
         after[j] = r->g.rec.sampling;
     return (int)m;
+}
+
+/* --draft-len auto after a verify step that kept m of nd guesses: one more
+ * after a step that kept them all, one past what was kept otherwise; none
+ * kept, and r decodes plainly for a while, 1, 2, 4 ... up to 16 steps as
+ * its guesses keep failing, then tries one guess again (unless guessing
+ * is cheap: prompt lookup guesses only where it finds a match).  A drafter
+ * that costs a step's fraction (a draft model, layerskip, heads) then
+ * costs next to nothing where it cannot guess, so specdec is never much
+ * slower than decode. */
+static void adapt(batch *b, kvp_request *r, uint32_t m, uint32_t nd)
+{
+    uint32_t max = b->o->draft_len;
+    if (m == 0 && b->o->drafter->cheap) {
+        r->draft_k = 1;
+        return;
+    }
+    if (m == 0) {
+        r->backoff = r->backoff ? (r->backoff < 16 ? r->backoff * 2 : 16) : 1;
+        r->pause = r->backoff;
+        r->draft_k = 1;
+        return;
+    }
+    r->backoff = 0;
+    r->draft_k = m == nd ? (r->draft_k < max ? r->draft_k + 1 : r->draft_k) : m + 1;
 }
 
 /* Chosen drafts (ngram, greedy, heads): rows[1 + nd] after the guesses
@@ -522,7 +551,7 @@ static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, con
     r->n_drafted += nd;
     r->n_accepted += m;
     if (b->o->draft_adaptive)
-        r->draft_k = m == nd ? (r->draft_k < b->o->draft_len ? r->draft_k + 1 : r->draft_k) : m + 1;
+        adapt(b, r, m, nd);
     int handle = r->g.handle, keep = b->keep;
     uint32_t valid = r->sr.n_computed + m; /* the last token, then m kept drafts */
     int rc = kvp_kvcache_seq_truncate(b->kc, handle, valid, err);

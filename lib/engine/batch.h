@@ -44,6 +44,8 @@ typedef struct kvp_request {
     float *q;                /* [cap_q / n_vocab][n_vocab]: their distributions */
     size_t cap_q;
     uint32_t draft_k;        /* its draft length now (adapted to its acceptance) */
+    uint32_t pause, backoff; /* adaptive: plain steps left before it guesses again, and the
+                                last pause (doubling while its guesses keep failing) */
     float *hidden;           /* [n_embd]: the hidden state behind its last token's logits
                                 (a drafter's draft_hidden), valid when has_hidden */
     int has_hidden;
@@ -88,7 +90,8 @@ typedef struct kvp_batch_opts {
      * own sampler draws, plus the sampler's next token, and the KV cache
      * forgets the rest.  draft_adaptive: each request's draft length
      * follows its acceptance (one more after a step that took them all,
-     * one past what was taken after one that did not).  A step whose
+     * one past what was taken after one that did not, plain steps for a
+     * while, doubling, after one that took none).  A step whose
      * drafts do not fit in the KV cache runs without them. */
     const kvp_drafter *drafter;
     uint32_t draft_len;

@@ -794,7 +794,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         oc.kept = calloc(1, sizeof *oc.kept);
     kvp_metrics metrics;
     kvp_metrics_init(&metrics, slo_ttft, slo_tpot);
-    kvp_drafter drafter = {.ctx = &ngram, .draft = kvp_ngram_draft};
+    kvp_drafter drafter = {.ctx = &ngram, .draft = kvp_ngram_draft, .cheap = 1};
     kvp_run dr = {0};
     kvp_draft_model dm = {0};
     if (use_draft || use_skip) {

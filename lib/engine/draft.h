@@ -46,6 +46,9 @@ typedef struct kvp_drafter {
      * (heads.h). */
     void (*draft_hidden)(void *ctx, uint32_t n, const float *const *hidden, const uint32_t *k, uint32_t max_b,
                          uint32_t *out, uint32_t *len, uint32_t *n_branch);
+    /* Guessing costs next to nothing (prompt lookup): a failed guess is
+     * not followed by plain steps (batch.h, draft_adaptive). */
+    int cheap;
     /* The request is gone: let its state go (NULL: nothing to let go). */
     void (*release)(void *ctx, void *state);
 } kvp_drafter;

@@ -329,7 +329,7 @@ static void run_request(profile *p, row *w, uint32_t j, int first)
 {
     const kvp_drafter *inner = w->m ? &w->m->drafter : NULL;
     counted cd = {.inner = inner};
-    kvp_drafter d = {.ctx = &cd, .release = counted_release};
+    kvp_drafter d = {.ctx = &cd, .release = counted_release, .cheap = inner && inner->cheap};
     if (inner && inner->draft_hidden)
         d.draft_hidden = counted_draft_hidden;
     else
@@ -582,7 +582,7 @@ static void open_methods(method_set *ms, const kvp_run *r, const kvp_runopts *o,
     dro.kv.no_cache = 1;
     ms->ngram = po->ngram;
     add_method(ms, "ngram", "--method ngram --ngram-min %u --ngram-max %u", po->ngram.min_n, po->ngram.max_n)
-        ->drafter = (kvp_drafter){.ctx = &ms->ngram, .draft = kvp_ngram_draft};
+        ->drafter = (kvp_drafter){.ctx = &ms->ngram, .draft = kvp_ngram_draft, .cheap = 1};
     if (po->draft) {
         if (kvp_run_open_draft(&ms->draft_run, r, &dro, po->draft, &err) < 0)
             kvp_cli_die_err(&err);
