@@ -9,7 +9,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 void kvp_heads_samples_free(kvp_heads_samples *s)
 {
@@ -175,15 +174,11 @@ static int answer_all(kvp_run *r, kvp_runopts *o, uint32_t samples, answers *a, 
     return rc;
 }
 
-typedef struct progress_ctx {
-    FILE *f;
-} progress_ctx;
-
+/* ctx: the report's FILE, or NULL */
 static void show_epoch(void *ctx, uint32_t epoch, double loss, double seconds)
 {
-    progress_ctx *p = ctx;
-    if (p->f)
-        fprintf(p->f, "  epoch %u: loss %.4f (%.1f s)\n", epoch, loss, seconds);
+    if (ctx)
+        fprintf(ctx, "  epoch %u: loss %.4f (%.1f s)\n", epoch, loss, seconds);
 }
 
 static void report_eval(FILE *f, const char *what, const kvp_heads_eval *ev, uint32_t K)
@@ -213,18 +208,11 @@ static int record_info(kvp_heads *h, const kvp_heads_job *job, uint32_t n_answer
     return rc;
 }
 
-static double wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int kvp_heads_train_run(kvp_run *r, kvp_runopts *o, const kvp_heads_job *job, FILE *rep, kvp_err *err)
 {
     const kvp_model *m = kvp_run_loaded(r);
     uint32_t K = job->n_heads ? job->n_heads : 4, d = m->cfg.n_embd;
-    double t0 = wall();
+    double t0 = kvp_gen_now();
     answers a = {0};
     kvp_heads h = {0};
     kvp_heads_vocab v = {0};
@@ -237,7 +225,7 @@ int kvp_heads_train_run(kvp_run *r, kvp_runopts *o, const kvp_heads_job *job, FI
     if (rc == 0 && (rc = kvp_out_open(&probe, job->out, err)) == 0)
         kvp_out_abort(&probe);
     if (rc == 0 && (rc = answer_all(r, o, job->samples, &a, err)) == 0 && rep)
-        fprintf(rep, "specdec: %u answers from %s in %.1f s\n", a.count, job->prompts, wall() - t0);
+        fprintf(rep, "specdec: %u answers from %s in %.1f s\n", a.count, job->prompts, kvp_gen_now() - t0);
     /* every tenth prompt's answers held out, when there are ten prompts */
     uint64_t n_prompts = 0;
     for (uint32_t i = 0; i < a.count; i++)
@@ -255,8 +243,7 @@ int kvp_heads_train_run(kvp_run *r, kvp_runopts *o, const kvp_heads_job *job, FI
     kvp_heads_eval before = {0}, after = {0}, fit = {0};
     if (rc == 0 && sh.n)
         rc = kvp_heads_evaluate(&h, &v, &sh, jb.train.batch, &before, err);
-    progress_ctx pc = {rep};
-    jb.train.progress = show_epoch, jb.train.ctx = &pc;
+    jb.train.progress = show_epoch, jb.train.ctx = rep;
     if (rc == 0 && rep)
         fprintf(rep, "specdec: training %u heads on %u samples (%u held out), %u epochs\n", K, tr.n, ho.n,
                 jb.train.epochs);
@@ -277,12 +264,12 @@ int kvp_heads_train_run(kvp_run *r, kvp_runopts *o, const kvp_heads_job *job, FI
         }
         report_eval(rep, "training samples", &fit, K);
     }
-    if (rc == 0 && record_info(&h, &jb, a.count, tr.n, sh.n ? &after : NULL, wall() - t0) < 0)
+    if (rc == 0 && record_info(&h, &jb, a.count, tr.n, sh.n ? &after : NULL, kvp_gen_now() - t0) < 0)
         rc = kvp_err_set(err, KVP_ENOMEM, "heads training: out of memory");
     if (rc == 0)
         rc = kvp_heads_write(&h, job->out, "specdec " KVP_VERSION, err);
     if (rc == 0 && rep)
-        fprintf(rep, "specdec: wrote %s (%u heads) in %.1f s\n", job->out, K, wall() - t0);
+        fprintf(rep, "specdec: wrote %s (%u heads) in %.1f s\n", job->out, K, kvp_gen_now() - t0);
     kvp_heads_vocab_free(&v);
     kvp_heads_samples_free(&tr);
     kvp_heads_samples_free(&ho);

@@ -12,11 +12,12 @@
 #include "headstrain.h"
 
 #include "backend_cpu_kern.h"
+#include "generate.h"
+#include "sample.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define PAD 32 /* gradient products' inner length is padded to whole blocks */
 
@@ -364,21 +365,6 @@ int kvp_heads_evaluate(const kvp_heads *h, kvp_heads_vocab *v, const kvp_heads_s
     return rc;
 }
 
-static uint64_t splitmix(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int kvp_heads_train(kvp_heads *h, kvp_heads_vocab *v, const kvp_heads_set *s, const kvp_heads_train_opts *o,
                     kvp_err *err)
 {
@@ -392,13 +378,14 @@ int kvp_heads_train(kvp_heads *h, kvp_heads_vocab *v, const kvp_heads_set *s, co
     uint32_t *order = malloc((s->n ? s->n : 1) * sizeof *order);
     if (rc == 0 && !order)
         rc = kvp_err_set(err, KVP_ENOMEM, "heads training: out of memory for %u samples", s->n);
-    uint64_t rng = o->seed;
+    kvp_sampling rng = {.seed = o->seed};
+    kvp_sample_seed(&rng, 0);
     for (uint32_t e = 0; rc == 0 && e < epochs; e++) {
-        double t0 = now();
+        double t0 = kvp_gen_now();
         for (uint32_t i = 0; i < s->n; i++)
             order[i] = i;
         for (uint32_t i = s->n; i > 1; i--) { /* Fisher-Yates */
-            uint32_t j = (uint32_t)(splitmix(&rng) % i), tmp = order[i - 1];
+            uint32_t j = (uint32_t)(kvp_sample_uniform(&rng) * i), tmp = order[i - 1];
             order[i - 1] = order[j], order[j] = tmp;
         }
         kvp_heads_eval ev = {0};
@@ -406,7 +393,7 @@ int kvp_heads_train(kvp_heads *h, kvp_heads_vocab *v, const kvp_heads_set *s, co
             rc = batch_step(&t, s, order + i0, s->n - i0 < B ? s->n - i0 : B, lr, decay, &ev, err);
         finish_eval(&ev, h->n_heads, decay);
         if (rc == 0 && o->progress)
-            o->progress(o->ctx, e + 1, ev.weighted, now() - t0);
+            o->progress(o->ctx, e + 1, ev.weighted, kvp_gen_now() - t0);
     }
     free(order);
     trainer_free(&t);
