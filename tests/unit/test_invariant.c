@@ -2,7 +2,7 @@
  * last-token logits are the same bits (memcmp) computed alone, in one step
  * with other sequences of various lengths before and after it (prompts,
  * prompt chunks, decodes, one with its very tokens), with its prompt cut
- * into chunks of 1, 3, 7 and 64 tokens, and with 1, 2 and 3 threads.  For
+ * into chunks of 1, 3, 5, 7 and 64 tokens, and with 1, 2 and 3 threads.  For
  * each kernel set this CPU has (portable, AVX2, AVX512-VNNI: they differ
  * from each other), on tiny random models (Q4_1, Q8_0, Q4_0 and f16
  * weights; head and FFN sizes with SIMD tails; f16 and f32 caches; a
@@ -136,6 +136,7 @@ static void check_model(const char *what, const char *path, unsigned flags, int 
         {"last two tokens beside a decode", {n - 2, 0, sides + 5, 1, NULL, 0}},
         {"chunks of 1", {n - 1, 1, NULL, 0, NULL, 0}},
         {"chunks of 3", {n - (n - 1) % 3 - 1, 3, NULL, 0, NULL, 0}},
+        {"chunks of 5 (the few-token rows, no tile)", {n - (n - 1) % 5 - 1, 5, NULL, 0, NULL, 0}},
         {"chunks of 7", {n - (n - 1) % 7 - 1, 7, NULL, 0, NULL, 0}},
         {"chunks of 7, the last among others", {n - (n - 1) % 7 - 1, 7, b1, 3, a1, 2}},
         {"chunks of 64", {n - (n - 1) % 64 - 1, 64, NULL, 0, NULL, 0}},
