@@ -110,6 +110,8 @@ typedef struct batch {
     kvp_batch_stats *st;
     const kvp_batch_opts *o;
     float *p;            /* speculative sampling: the target's distributions [KVP_DRAFT_MAX + 1][n_vocab] */
+    uint32_t backoff;    /* --draft-len auto: the backoff the last verify step left its request with,
+                          * where a new request starts (the drafter's record on this job) */
     float *hid;          /* a drafter from hidden states: the last step's, a row per logits row */
     size_t cap_hid;      /* floats hid holds */
     /* draft_hidden's arguments for a step's requests ([max_num_seqs] each,
@@ -328,12 +330,25 @@ static uint32_t add_forks(batch *b, kvp_request *r, kvp_step_seq *step, uint32_t
     return rows;
 }
 
-/* Drafts for r's decode step, written after its tokens (the step reads them
- * from there); the count, 0 for none. */
+/* Where a request's adaptive drafting starts, at its first draft: where
+ * the job's last verify step left its request.  A drafter that has been
+ * failing on this job starts paused with one guess, not with a full draft
+ * a request, so short requests do not each pay the climb down. */
+static void adapt_start(const batch *b, kvp_request *r)
+{
+    r->draft_started = 1;
+    if (!b->backoff)
+        return;
+    r->backoff = r->pause = b->backoff;
+    r->draft_k = 1;
+}
+
 /* How many guesses r's next step may carry (its draft length, within its
  * token budget), with room for them after its tokens; 0 for none. */
 static uint32_t draft_room(batch *b, kvp_request *r)
 {
+    if (b->o->draft_adaptive && !r->draft_started)
+        adapt_start(b, r);
     uint32_t k = b->o->draft_adaptive ? r->draft_k : b->o->draft_len;
     if (b->o->draft_adaptive && r->pause) { /* its guesses failed: plain steps first */
         r->pause--;
@@ -372,6 +387,8 @@ static uint32_t draft_for(batch *b, kvp_request *r)
         r->q = q;
         r->cap_q = (size_t)k * V;
     }
+    if (d->on_target_cache)
+        r->draft_state = (void *)(intptr_t)(r->g.handle + 1);
     if (k)
         m = r->sampled ? d->draft_sampled(d->ctx, &r->draft_state, r->tokens, n, k, r->draft, &r->g.rec.sampling, r->q)
                        : d->draft(d->ctx, &r->draft_state, r->tokens, n, k, r->draft);
@@ -432,12 +449,14 @@ static int verify_sampled(batch *b, kvp_request *r, float *rows, uint32_t *drawn
 
 /* --draft-len auto after a verify step that kept m of nd guesses: one more
  * after a step that kept them all, one past what was kept otherwise; none
- * kept, and r decodes plainly for a while, 1, 2, 4 ... up to 16 steps as
- * its guesses keep failing, then tries one guess again (unless guessing
- * is cheap: prompt lookup guesses only where it finds a match).  A drafter
- * that costs a step's fraction (a draft model, layerskip, heads) then
- * costs next to nothing where it cannot guess, so specdec is never much
- * slower than decode. */
+ * kept, and r decodes plainly for a while, 1, 2, 4 ... up to
+ * KVP_DRAFT_BACKOFF_MAX steps as its guesses keep failing, then tries one
+ * guess again (unless guessing is cheap: prompt lookup guesses only where
+ * it finds a match).  A drafter that costs a step's fraction (a draft
+ * model, layerskip, heads) then costs next to nothing where it cannot
+ * guess, so specdec is never much slower than decode: a failed try costs
+ * about one step (a draft and a two-token verify), one in 32. */
+#define KVP_DRAFT_BACKOFF_MAX 32
 static void adapt(batch *b, kvp_request *r, uint32_t m, uint32_t nd)
 {
     uint32_t max = b->o->draft_len;
@@ -446,14 +465,16 @@ static void adapt(batch *b, kvp_request *r, uint32_t m, uint32_t nd)
         return;
     }
     if (m == 0) {
-        r->backoff = r->backoff ? (r->backoff < 16 ? r->backoff * 2 : 16) : 1;
+        r->backoff = r->backoff ? (r->backoff < KVP_DRAFT_BACKOFF_MAX ? r->backoff * 2 : KVP_DRAFT_BACKOFF_MAX) : 1;
         r->pause = r->backoff;
         r->draft_k = 1;
-        return;
+    } else {
+        r->backoff = 0;
+        r->draft_k = m == nd ? (r->draft_k < max ? r->draft_k + 1 : r->draft_k) : m + 1;
     }
-    r->backoff = 0;
-    r->draft_k = m == nd ? (r->draft_k < max ? r->draft_k + 1 : r->draft_k) : m + 1;
+    b->backoff = r->backoff;
 }
+
 
 /* Chosen drafts (ngram, greedy, heads): rows[1 + nd] after the guesses
  * draft[nd], which stand after r's tokens (changed by the sampler).  Each row is sampled in turn

@@ -44,6 +44,7 @@ typedef struct kvp_request {
     float *q;                /* [cap_q / n_vocab][n_vocab]: their distributions */
     size_t cap_q;
     uint32_t draft_k;        /* its draft length now (adapted to its acceptance) */
+    int draft_started;       /* adaptive: its draft length was set at its first draft (batch.c adapt_start) */
     uint32_t pause, backoff; /* adaptive: plain steps left before it guesses again, and the
                                 last pause (doubling while its guesses keep failing) */
     float *hidden;           /* [n_embd]: the hidden state behind its last token's logits

@@ -806,9 +806,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
             kvp_draft_model_init(&dm, dr.engine, dr.kc, &err) < 0)
             kvp_cli_die_err(&err);
         dm.chunk = o.chunk;
+        dm.on_target = dr.kc_borrowed;
         drafter = (kvp_drafter){.ctx = &dm, .draft = kvp_draft_model_draft,
                                 .draft_sampled = greedy_drafts ? NULL : kvp_draft_model_draft_sampled,
-                                .release = kvp_draft_model_release};
+                                .on_target_cache = dm.on_target, .release = kvp_draft_model_release};
     }
     kvp_heads heads = {0};
     kvp_heads_drafter hd = {0};

@@ -49,6 +49,11 @@ typedef struct kvp_drafter {
     /* Guessing costs next to nothing (prompt lookup): a failed guess is
      * not followed by plain steps (batch.h, draft_adaptive). */
     int cheap;
+    /* The drafter works in the target's own KV cache (layerskip): before
+     * each draft call *state is set to the request's sequence there (its
+     * handle + 1), which holds every token but the last computed; the
+     * drafter leaves it so (draftmodel.h). */
+    int on_target_cache;
     /* The request is gone: let its state go (NULL: nothing to let go). */
     void (*release)(void *ctx, void *state);
 } kvp_drafter;

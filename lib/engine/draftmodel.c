@@ -54,6 +54,22 @@ static int draft_sync(kvp_draft_model *d, void **state, const uint32_t *t, uint3
     return seq;
 }
 
+/* on_target: the request's sequence in the target's cache (*state), holding
+ * t[0..n-1) computed, fed t[n-1]; its last logits in d->logits: the
+ * sequence, or -1 (no guess). */
+static int draft_sync_target(kvp_draft_model *d, void *const *state, const uint32_t *t, uint32_t n)
+{
+    kvp_err err = {0};
+    int seq = *state ? (int)((intptr_t)*state - 1) : -1;
+    if (seq < 0 || n == 0 || kvp_kvcache_seq_len(d->kc, seq) != n - 1)
+        return -1;
+    kvp_step_seq s = {.seq = seq, .tokens = t + n - 1, .n_tokens = 1, .want = KVP_LOGITS_LAST};
+    if (kvp_engine_step(d->e, &s, 1, d->logits, &err) < 0)
+        return -1; /* a failed step leaves the sequence as it was */
+    d->steps++;
+    return seq;
+}
+
 /* k draft tokens into out, each chosen from d->logits by pick (which may
  * change them) and fed to get the next logits.  Returns how many. */
 static uint32_t draft_steps(kvp_draft_model *d, int seq, uint32_t k, uint32_t *out,
@@ -82,11 +98,28 @@ static int pick_argmax(void *pctx, uint32_t m, float *logits)
     return (int)kvp_sample_argmax(logits, kvp_engine_n_vocab(((kvp_draft_model *)pctx)->e));
 }
 
+/* The request's sequence made ready to draft from (fed up to t[n-1]): its
+ * handle, or -1. */
+static int draft_begin(kvp_draft_model *d, void **state, const uint32_t *t, uint32_t n)
+{
+    return d->on_target ? draft_sync_target(d, state, t, n) : draft_sync(d, state, t, n);
+}
+
+/* After drafting on the target's cache: the draft's slots go (the
+ * truncation keeps a prefix, so it cannot fail). */
+static uint32_t draft_end(kvp_draft_model *d, int seq, uint32_t n, uint32_t m)
+{
+    kvp_err ignored;
+    if (d->on_target)
+        kvp_kvcache_seq_truncate(d->kc, seq, n - 1, &ignored);
+    return m;
+}
+
 uint32_t kvp_draft_model_draft(void *ctx, void **state, const uint32_t *t, uint32_t n, uint32_t k, uint32_t *out)
 {
     kvp_draft_model *d = ctx;
-    int seq = draft_sync(d, state, t, n);
-    return seq < 0 ? 0 : draft_steps(d, seq, k, out, pick_argmax, d);
+    int seq = draft_begin(d, state, t, n);
+    return seq < 0 ? 0 : draft_end(d, seq, n, draft_steps(d, seq, k, out, pick_argmax, d));
 }
 
 /* Sampled drafting: the request's tokens and the drafts so far give the
@@ -120,14 +153,14 @@ uint32_t kvp_draft_model_draft_sampled(void *ctx, void **state, const uint32_t *
                                        uint32_t *out, kvp_sampling *s, float *q)
 {
     kvp_draft_model *d = ctx;
-    int seq = draft_sync(d, state, t, n);
+    int seq = draft_begin(d, state, t, n);
     sampled_pick c = {.d = d, .t = t, .n = n, .out = out, .s = s, .q = q};
-    return seq < 0 ? 0 : draft_steps(d, seq, k, out, pick_sampled, &c);
+    return seq < 0 ? 0 : draft_end(d, seq, n, draft_steps(d, seq, k, out, pick_sampled, &c));
 }
 
 void kvp_draft_model_release(void *ctx, void *state)
 {
     kvp_draft_model *d = ctx;
-    if (state)
+    if (state && !d->on_target) /* on_target: the state names the target's own sequence */
         kvp_kvcache_seq_free(d->kc, (int)((intptr_t)state - 1));
 }

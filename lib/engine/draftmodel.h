@@ -11,6 +11,12 @@
  * warped distribution q (draft_sampled), kept by speculative sampling
  * (specverify.h): the output is distributed as the target's.
  * When the draft cache is full the request gets no draft that step.
+ *
+ * Self-speculation (layerskip) drafts in the target's own cache instead
+ * (on_target): the request's sequence there already holds the first
+ * layers' K/V of every computed token, so only its last token is fed, and
+ * the draft's slots are given back at once (the verify step computes them
+ * again through every layer).  A pause in drafting then costs nothing.
  */
 #ifndef KVP_DRAFTMODEL_H
 #define KVP_DRAFTMODEL_H
@@ -22,6 +28,10 @@
 typedef struct kvp_draft_model {
     kvp_engine *e;   /* the draft model's engine over its own cache kc */
     kvp_kvcache *kc;
+    int on_target;   /* kc is the target's (layerskip, kvp_engine_create_first): a
+                      * request's sequence is its own, given as *state (seq + 1;
+                      * kvp_drafter.on_target_cache); drafts are appended to it
+                      * and truncated away before the call returns */
     float *logits;   /* [n_vocab] */
     uint32_t chunk;  /* tokens a feeding step (0: 512) */
     uint64_t steps;  /* draft-model steps taken (feeding and drafting) */

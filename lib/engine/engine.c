@@ -161,11 +161,14 @@ static int prepare_weights(kvp_engine *e, kvp_err *err)
     return rc;
 }
 
-int kvp_engine_create(kvp_engine **out, const kvp_model *m, kvp_backend *be, kvp_kvcache *kc, kvp_err *err)
+/* first: m may be the first layers of kc's model (kvp_engine_create_first). */
+static int engine_new(kvp_engine **out, const kvp_model *m, kvp_backend *be, kvp_kvcache *kc, int first,
+                      kvp_err *err)
 {
     *out = NULL;
     const kvp_kv_pool *kv = kvp_kvcache_pool(kc);
-    if (kv->n_layer != m->cfg.n_layer || kv->n_head_kv != m->cfg.n_head_kv || kv->head_dim != m->cfg.head_dim)
+    int layers_ok = first ? kv->n_layer >= m->cfg.n_layer : kv->n_layer == m->cfg.n_layer;
+    if (!layers_ok || kv->n_head_kv != m->cfg.n_head_kv || kv->head_dim != m->cfg.head_dim)
         return kvp_err_set(err, KVP_EMISMATCH, "engine: KV cache shape (%u layers, %u x %u) is not the model's "
                            "(%u layers, %u x %u)", kv->n_layer, kv->n_head_kv, kv->head_dim, m->cfg.n_layer,
                            m->cfg.n_head_kv, m->cfg.head_dim);
@@ -185,6 +188,16 @@ int kvp_engine_create(kvp_engine **out, const kvp_model *m, kvp_backend *be, kvp
     }
     *out = e;
     return 0;
+}
+
+int kvp_engine_create(kvp_engine **out, const kvp_model *m, kvp_backend *be, kvp_kvcache *kc, kvp_err *err)
+{
+    return engine_new(out, m, be, kc, 0, err);
+}
+
+int kvp_engine_create_first(kvp_engine **out, const kvp_model *m, kvp_backend *be, kvp_kvcache *kc, kvp_err *err)
+{
+    return engine_new(out, m, be, kc, 1, err);
 }
 
 void kvp_engine_free(kvp_engine *e)

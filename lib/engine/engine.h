@@ -34,6 +34,12 @@ typedef struct kvp_engine kvp_engine;
 
 /* The engine keeps pointers to m, be and kc (the caller frees them after). */
 int kvp_engine_create(kvp_engine **e, const kvp_model *m, kvp_backend *be, kvp_kvcache *kc, kvp_err *err);
+/* An engine of a model's first layers (kvp_model_first_layers) over the
+ * whole model's cache kc: its steps write layers 0..n_layer-1 of the
+ * sequences' K/V and leave the rest of the slots as they were.
+ * Self-speculation drafts so in the target's own cache: those layers' K/V
+ * are the target's, and its verify step writes every layer again. */
+int kvp_engine_create_first(kvp_engine **e, const kvp_model *m, kvp_backend *be, kvp_kvcache *kc, kvp_err *err);
 void kvp_engine_free(kvp_engine *e);
 
 /* Run one step.  logits (host memory) receives, sequence by sequence in

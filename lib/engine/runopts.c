@@ -271,12 +271,18 @@ int kvp_run_open_layerskip(kvp_run *d, const kvp_run *target, const kvp_runopts 
     if (rc < 0)
         return rc;
     d->be = target->be;
-    return kvp_run_start(d, o, NULL, err);
+    if (target->dist.world || !target->kc)
+        return kvp_run_start(d, o, NULL, err);
+    d->kc = target->kc;
+    d->kc_borrowed = 1;
+    return kvp_engine_create_first(&d->engine, d->model, d->be, d->kc, err);
 }
 
 void kvp_run_close_draft(kvp_run *d)
 {
     d->be = NULL; /* the target's */
+    if (d->kc_borrowed)
+        d->kc = NULL;
     kvp_run_close(d);
 }
 

@@ -90,6 +90,7 @@ typedef struct kvp_run {
     kvp_backend *be;
     kvp_kvcache *kc;
     kvp_engine *engine;
+    int kc_borrowed;            /* kc is another run's (layerskip on the target's cache): not freed here */
 } kvp_run;
 
 /* Load model + tokenizer and start the backend (no cache yet). */
@@ -127,8 +128,11 @@ void kvp_run_close(kvp_run *r);
 int kvp_run_open_draft(kvp_run *d, const kvp_run *target, const kvp_runopts *o, const char *path, kvp_err *err);
 /* Self-speculation's drafter (specdec --method layerskip): target's model
  * (the whole one under --tp) cut after its first n_layer layers
- * (kvp_model_first_layers), on target's backend, with its own KV cache of
- * those layers sized as the options say.  Close with kvp_run_close_draft. */
+ * (kvp_model_first_layers), on target's backend.  Alone, it drafts in the
+ * target's own KV cache (kvp_engine_create_first; d->kc_borrowed): those
+ * layers' K/V are the target's already, so nothing is fed twice.  Under
+ * --tp (the target's cache holds a rank's heads) it gets its own cache of
+ * those layers, sized as the options say.  Close with kvp_run_close_draft. */
 int kvp_run_open_layerskip(kvp_run *d, const kvp_run *target, const kvp_runopts *o, uint32_t n_layer, kvp_err *err);
 void kvp_run_close_draft(kvp_run *d);
 /* The prompts the options name, tokenized: *ids[i] (malloc'd) of *lens[i].

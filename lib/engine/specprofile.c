@@ -7,6 +7,7 @@
 #include "hash.h"
 #include "heads.h"
 #include "jobsrc.h"
+#include "shard.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -254,7 +255,7 @@ static void run_prompts(profile *p, const kvp_spec_method *m, const kvp_drafter 
     kvp_jobsrc *js = NULL;
     kvp_batch_opts bo = {.sched = p->o->sched, .drafter = d, .draft_len = k};
     bo.sched.max_num_seqs = 1; /* the cost model is one sequence's steps */
-    if (kvp_jobsrc_open(&js, p->r, p->o, "-", &err) < 0 || (m && m->bind && m->bind(m, p->r->engine, &err) < 0))
+    if (kvp_jobsrc_open(&js, p->r, p->o, "-", &err) < 0 || (m && m->bind && m->bind(m, p->r->engine, p->r->kc, &err) < 0))
         kvp_cli_die_err(&err);
     if (only < p->n_req)
         kvp_jobsrc_filter(js, only, p->n_req, NULL);
@@ -329,7 +330,8 @@ static void run_request(profile *p, row *w, uint32_t j, int first)
 {
     const kvp_drafter *inner = w->m ? &w->m->drafter : NULL;
     counted cd = {.inner = inner};
-    kvp_drafter d = {.ctx = &cd, .release = counted_release, .cheap = inner && inner->cheap};
+    kvp_drafter d = {.ctx = &cd, .release = counted_release, .cheap = inner && inner->cheap,
+                     .on_target_cache = inner && inner->on_target_cache};
     if (inner && inner->draft_hidden)
         d.draft_hidden = counted_draft_hidden;
     else
@@ -499,8 +501,9 @@ typedef struct heads_method {
     int ready;
 } heads_method;
 
-static int bind_heads(const kvp_spec_method *m, kvp_engine *target, kvp_err *err)
+static int bind_heads(const kvp_spec_method *m, kvp_engine *target, kvp_kvcache *kc, kvp_err *err)
 {
+    (void)kc;
     heads_method *hm = m->time_ctx;
     if (hm->ready) {
         hm->d.e = target;
@@ -538,14 +541,75 @@ static int time_heads(const kvp_spec_method *m, const uint32_t *tokens, uint32_t
     return hm->d.failed ? kvp_err_set(err, hm->d.err.code, "%s", hm->d.err.msg) : 0;
 }
 
+/* Self-speculation, as specdec runs it alone: the model's first layers
+ * drafting in the target's own cache (draftmodel.h, on_target), so each
+ * run's cache gets an engine of its own (bind). */
+typedef struct skip_method {
+    kvp_model *first;        /* the model's first layers */
+    kvp_backend *be;         /* the target's */
+    kvp_engine *target;      /* this run's, and its cache */
+    kvp_kvcache *kc;
+    kvp_draft_model dm;      /* dm.e: the first layers' engine over kc */
+    uint32_t chunk;
+} skip_method;
+
+static int bind_skip(const kvp_spec_method *m, kvp_engine *target, kvp_kvcache *kc, kvp_err *err)
+{
+    skip_method *sm = m->time_ctx;
+    kvp_engine *e;
+    int rc = kvp_engine_create_first(&e, sm->first, sm->be, kc, err);
+    if (rc == 0 && !sm->dm.logits && (rc = kvp_draft_model_init(&sm->dm, e, kc, err)) == 0)
+        sm->dm.chunk = sm->chunk, sm->dm.on_target = 1;
+    if (rc < 0) {
+        kvp_engine_free(e);
+        return rc;
+    }
+    if (sm->dm.e != e)
+        kvp_engine_free(sm->dm.e);
+    sm->dm.e = e, sm->dm.kc = kc, sm->target = target, sm->kc = kc;
+    return 0;
+}
+
+/* A draft call on a sequence of the target's cache holding tokens[0..n-1)
+ * (fed by the target, untimed), a token further each call: no prompt to
+ * prime, nothing fed twice. */
+static int time_skip(const kvp_spec_method *m, const uint32_t *tokens, uint32_t n_prompt, uint32_t n, uint32_t k,
+                     uint32_t reps, kvp_spec_costs *t, kvp_err *err)
+{
+    (void)n_prompt;
+    skip_method *sm = m->time_ctx;
+    uint32_t out[KVP_DRAFT_MAX];
+    double v[TIMING_REPS];
+    if (reps > TIMING_REPS)
+        reps = TIMING_REPS;
+    int rc, seq = kvp_kvcache_seq_new(sm->kc, err);
+    if (seq < 0)
+        return seq;
+    void *state = (void *)(intptr_t)(seq + 1);
+    rc = n > 1 ? kvp_engine_prefill(sm->target, seq, tokens, n - 1, sm->chunk, NULL, err) : 0;
+    for (uint32_t i = 0; i < reps && rc == 0; i++) {
+        double t0 = kvp_gen_now();
+        m->drafter.draft(m->drafter.ctx, &state, tokens, n + i, k, out);
+        v[i] = kvp_gen_now() - t0;
+        rc = kvp_engine_prefill(sm->target, seq, tokens + n - 1 + i, 1, sm->chunk, NULL, err);
+    }
+    kvp_kvcache_seq_free(sm->kc, seq);
+    if (rc < 0)
+        return rc;
+    t->call = kvp_spec_median(v, reps);
+    t->prime = 0;
+    return 0;
+}
+
 typedef struct method_set {
     kvp_spec_method m[METHODS_MAX];
     uint32_t n;
     char *options[METHODS_MAX];      /* each one's, malloc'd */
     kvp_ngram_drafter ngram;
-    kvp_run draft_run, skip_run;     /* a draft model; the model's first layers */
-    kvp_draft_model draft_dm, skip_dm;
+    kvp_run draft_run;               /* a draft model */
+    kvp_draft_model draft_dm;
     heads_method heads;
+    skip_method skip;
 } method_set;
 
 /* The next method, named, with the options that pick it (printf's fmt). */
@@ -570,7 +634,9 @@ static void set_model_drafter(kvp_spec_method *m, kvp_run *dr, kvp_draft_model *
     if (kvp_draft_model_init(dm, dr->engine, dr->kc, &err) < 0)
         kvp_cli_die_err(&err);
     dm->chunk = chunk;
-    m->drafter = (kvp_drafter){.ctx = dm, .draft = kvp_draft_model_draft, .release = kvp_draft_model_release};
+    dm->on_target = dr->kc_borrowed;
+    m->drafter = (kvp_drafter){.ctx = dm, .draft = kvp_draft_model_draft, .on_target_cache = dm->on_target,
+                               .release = kvp_draft_model_release};
 }
 
 /* ngram always; draft with --draft; layerskip.  The drafters' caches keep
@@ -592,10 +658,15 @@ static void open_methods(method_set *ms, const kvp_run *r, const kvp_runopts *o,
     uint32_t nl = kvp_run_loaded(r)->cfg.n_layer, keep = po->draft_layers ? po->draft_layers : (nl + 1) / 2;
     if (keep > nl)
         kvp_cli_die("--draft-layers %u: %s has %u layers", keep, o->model, nl);
-    if (kvp_run_open_layerskip(&ms->skip_run, r, &dro, keep, &err) < 0)
+    skip_method *sm = &ms->skip;
+    if (kvp_model_first_layers(&sm->first, kvp_run_loaded(r), keep, &err) < 0)
         kvp_cli_die_err(&err);
-    set_model_drafter(add_method(ms, "layerskip", "--method layerskip --draft-layers %u", keep), &ms->skip_run,
-                      &ms->skip_dm, o->chunk);
+    sm->be = r->be, sm->chunk = o->chunk;
+    kvp_spec_method *sk = add_method(ms, "layerskip", "--method layerskip --draft-layers %u", keep);
+    sk->drafter = (kvp_drafter){.ctx = &sm->dm, .draft = kvp_draft_model_draft, .on_target_cache = 1};
+    sk->time_draft = time_skip;
+    sk->time_ctx = sm;
+    sk->bind = bind_skip;
     if (po->heads) {
         const kvp_model *tm = kvp_run_loaded(r);
         if (kvp_heads_read(&ms->heads.h, po->heads, &err) < 0 ||
@@ -615,8 +686,9 @@ static void close_methods(method_set *ms)
         kvp_draft_model_free(&ms->draft_dm);
         kvp_run_close_draft(&ms->draft_run);
     }
-    kvp_draft_model_free(&ms->skip_dm);
-    kvp_run_close_draft(&ms->skip_run);
+    kvp_draft_model_free(&ms->skip.dm);
+    kvp_engine_free(ms->skip.dm.e);
+    kvp_model_free(ms->skip.first);
     for (uint32_t i = 0; i < ms->n; i++)
         free(ms->options[i]);
     kvp_heads_drafter_free(&ms->heads.d);

@@ -46,9 +46,9 @@ struct kvp_spec_method {
     kvp_drafter drafter;          /* its draft (greedy) callback; draft_sampled is not used */
     kvp_spec_time_fn *time_draft; /* NULL: kvp_spec_time_drafter */
     void *time_ctx;               /* time_draft's and bind's own */
-    /* Every run makes the target's engine anew: called with it before the
-     * run (NULL: not needed).  0 or a code. */
-    int (*bind)(const kvp_spec_method *m, kvp_engine *target, kvp_err *err);
+    /* Every run makes the target's engine and cache anew: called with
+     * them before the run (NULL: not needed).  0 or a code. */
+    int (*bind)(const kvp_spec_method *m, kvp_engine *target, kvp_kvcache *kc, kvp_err *err);
 };
 
 /* The usual time_draft: calls m->drafter.draft as the batch engine does

@@ -156,6 +156,16 @@ expect_true "and every draft is kept ($acc)" awk -v a="$acc" 'BEGIN { exit !(a =
 run $S --method layerskip --draft-layers 30 --temperature 0.9 --seed 4 --max-num-seqs 1 --stats --json
 acc=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
 expect_true "sampled drafts of every layer are all kept ($acc)" awk -v a="$acc" 'BEGIN { exit !(a == 1) }'
+# one layer of 30 guesses next to nothing: once the job has seen its guesses
+# fail, a new request starts paused with one guess instead of climbing down
+# from 8 (about 6 tries in 48 tokens each), and drafting on the model's own
+# cache leaves its text as decode's
+run $S --method layerskip --draft-layers 1 --max-num-seqs 1 --stats --json
+same "one layer drafting: the same tokens as decode" "$T/d.jl" "$OUT"
+vs=$(sed -n 's/.*"spec":.*"verify_steps":\([0-9]*\),.*/\1/p' "$ERR")
+nreq=$(wc -l <"$T/p.jsonl")
+expect_true "later requests start paused: $vs verify steps for $nreq requests" \
+    awk -v v="$vs" -v n="$nreq" 'BEGIN { exit !(v != "" && v <= 6 + 2 * (n - 1)) }'
 run $S --method layerskip --draft-layers 31
 expect_status 1 "--draft-layers past the model's layers"
 expect_err_has "30 layers" "says how many it has"

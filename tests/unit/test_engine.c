@@ -8,10 +8,12 @@
 #include "backend_cpu.h"
 #include "backend_cpu_kern.h"
 #include "convert.h"
+#include "draftmodel.h"
 #include "quant.h"
 #include "engine.h"
 #include "gguf.h"
 #include "seqio.h"
+#include "shard.h"
 #include "tensor.h"
 #include "wire.h"
 
@@ -1839,6 +1841,86 @@ static void test_kquants(const char *dir)
     unlink(path);
 }
 
+/* Self-speculation in the target's own cache (kvp_engine_create_first,
+ * draftmodel's on_target): the first layers draft the same tokens as the
+ * same layers over a cache of their own; the request's sequence comes back
+ * as it was (length, tokens, no block kept); the verify step that follows
+ * gives the very logits of a sequence no draft ever touched (every layer
+ * of the drafted slots is written again); and an engine of fewer layers is
+ * still refused by kvp_engine_create. */
+static void test_first_layers(const char *dir)
+{
+    tiny_cfg c = {.n_layer = 3, .n_embd = 128, .n_ff = 320, .n_head = 4, .n_head_kv = 2, .n_vocab = 96,
+                  .wtype = KVP_DTYPE_Q8_0, .tied = 1};
+    size_t len;
+    uint64_t saved = rng_state; /* the later tests' random models stay as they were */
+    uint8_t *file = tiny_gguf(&c, &len);
+    rng_state = saved;
+    char path[512];
+    snprintf(path, sizeof path, "%s/tiny-skip.gguf", dir);
+    CHECK(write_file(path, file, len) == 0);
+    free(file);
+    rig r;
+    if (rig_open(&r, path, unit_threads(2), 0, KVP_DTYPE_F16, 64, 4) < 0) {
+        CHECK(0);
+        return;
+    }
+    kvp_err err = {0};
+    kvp_model *first = NULL;
+    kvp_engine *fe = NULL, *oe = NULL, *bad = NULL;
+    kvp_kvcache *okc = NULL;
+    kvp_kvcache_opts ko;
+    kvp_kvcache_opts_init(&ko);
+    ko.dtype = KVP_DTYPE_F16, ko.n_blocks = 64, ko.block_size = 4;
+    if (kvp_model_first_layers(&first, r.m, 2, &err) < 0 || kvp_kvcache_create(&okc, &first->cfg, &ko, r.be, &err) < 0 ||
+        kvp_engine_create(&oe, first, r.be, okc, &err) < 0 || kvp_engine_create_first(&fe, first, r.be, r.kc, &err) < 0) {
+        CHECK_MSG(0, "first layers: %s", err.msg);
+        goto out;
+    }
+    CHECK_EQ_I64(kvp_engine_create(&bad, first, r.be, r.kc, &err), KVP_EMISMATCH);
+    enum { N = 23, K = 5 };
+    uint32_t tok[N], got[K], want[K], V = c.n_vocab;
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)(i * 29 + 3) % c.n_vocab;
+    kvp_draft_model on = {0}, own = {0};
+    CHECK(kvp_draft_model_init(&on, fe, r.kc, &err) == 0 && kvp_draft_model_init(&own, oe, okc, &err) == 0);
+    on.on_target = 1;
+    int s = kvp_kvcache_seq_new(r.kc, &err);
+    CHECK(s >= 0 && kvp_engine_prefill(r.e, s, tok, N - 1, 0, NULL, &err) == 0);
+    kvp_kvcache_stats before, after;
+    kvp_kvcache_get_stats(r.kc, &before);
+    void *st_on = (void *)(intptr_t)(s + 1), *st_own = NULL;
+    CHECK_EQ_U64(kvp_draft_model_draft(&on, &st_on, tok, N, K, got), K);
+    CHECK_EQ_U64(kvp_draft_model_draft(&own, &st_own, tok, N, K, want), K);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    kvp_kvcache_get_stats(r.kc, &after);
+    CHECK_EQ_U64(kvp_kvcache_seq_len(r.kc, s), N - 1);
+    CHECK(memcmp(kvp_kvcache_seq_tokens(r.kc, s), tok, (N - 1) * sizeof *tok) == 0);
+    CHECK_EQ_U64(after.n_free, before.n_free);
+    kvp_draft_model_release(&on, st_on); /* names the target's sequence: not freed */
+    CHECK_EQ_U64(kvp_kvcache_seq_len(r.kc, s), N - 1);
+    /* the verify step over the drafted slots, against a sequence never drafted on */
+    uint32_t step[1 + K];
+    step[0] = tok[N - 1];
+    memcpy(step + 1, got, sizeof got);
+    float *a = malloc(sizeof(float) * (1 + K) * V), *b = malloc(sizeof(float) * (1 + K) * V);
+    int s2 = kvp_kvcache_seq_new(r.kc, &err);
+    CHECK(s2 >= 0 && kvp_engine_prefill(r.e, s2, tok, N - 1, 0, NULL, &err) == 0);
+    kvp_step_seq v1 = {.seq = s, .tokens = step, .n_tokens = 1 + K, .want = KVP_LOGITS_ALL};
+    kvp_step_seq v2 = {.seq = s2, .tokens = step, .n_tokens = 1 + K, .want = KVP_LOGITS_ALL};
+    CHECK(a && b && kvp_engine_step(r.e, &v1, 1, a, &err) == 1 + K && kvp_engine_step(r.e, &v2, 1, b, &err) == 1 + K);
+    CHECK(a && b && memcmp(a, b, sizeof(float) * (1 + K) * V) == 0);
+    free(a), free(b);
+    kvp_draft_model_release(&own, st_own);
+    kvp_draft_model_free(&on), kvp_draft_model_free(&own);
+out:
+    kvp_engine_free(fe), kvp_engine_free(oe), kvp_engine_free(bad);
+    kvp_kvcache_free(okc);
+    kvp_model_free(first);
+    rig_close(&r);
+    unlink(path);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/kvp-test-engine.XXXXXX";
@@ -1857,6 +1939,7 @@ int main(void)
     test_tiny(dir, KVP_DTYPE_Q4_1, 0, 8, 2, KVP_DTYPE_F16, 0.25);
     test_tiny(dir, KVP_DTYPE_Q4_0, 1, 2, 2, KVP_DTYPE_F16, 0.25);
     test_prefix_sharing(dir);
+    test_first_layers(dir);
     test_seqio(dir);
     test_scaled();
     test_kvp_models(dir);
