@@ -671,6 +671,9 @@ typedef struct attn_runrec {
 #define KVP_ATT_CHUNK 256
 
 static uint32_t attn_lanes(uint32_t nq) { return (nq + 7) & ~7u; }
+/* A run's score lanes: a decode token's few query heads (<= 4) take four,
+ * so the softmax does not exponentiate lanes no query uses. */
+static uint32_t attn_run_lanes(uint32_t nq) { return nq <= 4 ? 4 : attn_lanes(nq); }
 
 /* A task's scratch for ldq query lanes: queries as rows q[ldq][hd], the
  * chunk's scores s[C][ldq] and part o[ldq][hd], the fold so far O[ldq][hd]
@@ -738,7 +741,7 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
 {
     const kvp_attn_args *a = c->a;
     const kvp_kv_pool *kv = a->kv;
-    uint32_t hd = kv->head_dim, bs = kv->block_size, nq = nt * c->n_rep, ldq = attn_lanes(nq), n = p1 - p0;
+    uint32_t hd = kv->head_dim, bs = kv->block_size, nq = nt * c->n_rep, ldq = attn_run_lanes(nq), n = p1 - p0;
     const uint32_t *table = a->tables + (size_t)a->tok_seq[tok[0]] * a->table_stride;
     for (uint32_t j = 0; j < ldq; j++) {
         int32_t seen = j < nq ? a->pos[tok[j / c->n_rep]] + 1 - (int32_t)p0 : 1; /* keys of the range it sees */

@@ -1,0 +1,119 @@
+/* bench_attn.c - the CPU backend's attention for decode steps, for
+ * scripts/bench-attn (which compiles it against libkvpipe.a).  Not a test:
+ * it prints timings, it asserts nothing.
+ *
+ * Usage: bench_attn CTX BATCH THREADS [N_HEAD_KV N_REP HEAD_DIM]
+ * BATCH sequences of CTX tokens each (an f16 cache of 16-token blocks, one
+ * layer, random K/V), then one decode token per sequence attending to all
+ * of its keys: the work of one layer of a decode step.  Defaults: SmolLM2's
+ * heads (3 KV heads, 3 query heads each, 64 wide).  Prints ms a call (the
+ * least of many: the host's noise only ever adds), the K/V bytes a call
+ * reads and that as GB/s. */
+#include "backend_cpu.h"
+#include "minifloat.h"
+#include "tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float frand(uint64_t *s) { return (float)((int)(next(s) % 2001) - 1000) / 1000.0f; }
+
+int main(int argc, char **argv)
+{
+    if (argc != 4 && argc != 7) {
+        fprintf(stderr, "usage: bench_attn CTX BATCH THREADS [N_HEAD_KV N_REP HEAD_DIM]\n");
+        return 2;
+    }
+    uint32_t ctx = (uint32_t)atol(argv[1]), B = (uint32_t)atol(argv[2]), nkv = 3, rep = 3, hd = 64, bs = 16;
+    int threads = atoi(argv[3]);
+    if (argc == 7)
+        nkv = (uint32_t)atol(argv[4]), rep = (uint32_t)atol(argv[5]), hd = (uint32_t)atol(argv[6]);
+    if (!ctx || !B || threads < 1 || !nkv || !rep || !hd || ctx > 65536 || B > 512) {
+        fprintf(stderr, "bench_attn: CTX 1..65536, BATCH 1..512, THREADS, heads and width positive\n");
+        return 2;
+    }
+    uint32_t nblk = (ctx + bs - 1) / bs, row = nkv * hd, nh = nkv * rep;
+    kvp_err err = {0};
+    kvp_backend *be = NULL;
+    if (kvp_backend_cpu_create(&be, threads, 0, &err) < 0) {
+        fprintf(stderr, "bench_attn: %s\n", err.msg);
+        return 1;
+    }
+    kvp_kv_pool kv = {.dtype = KVP_DTYPE_F16, .n_blocks = nblk * B, .block_size = bs, .n_layer = 1,
+                      .n_head_kv = nkv, .head_dim = hd};
+    kv.block_bytes = (uint64_t)2 * nkv * bs * hd * 2;
+    kv.base = be->ops->alloc(be, (size_t)kv.n_blocks * kv.block_bytes);
+    float *k = malloc(sizeof(float) * row * bs), *v = malloc(sizeof(float) * row * bs);
+    float *q = malloc(sizeof(float) * B * nh * hd), *out = malloc(sizeof(float) * B * nh * hd);
+    uint32_t *flat = malloc(sizeof(uint32_t) * B * nblk), *seq = malloc(sizeof(uint32_t) * B), slots[16];
+    int32_t *pos = malloc(sizeof(int32_t) * B);
+    if (!kv.base || !k || !v || !q || !out || !flat || !seq || !pos) {
+        fprintf(stderr, "bench_attn: out of memory\n");
+        return 1;
+    }
+    uint64_t s = 11;
+    for (uint32_t b = 0; b < kv.n_blocks; b++) { /* every block's slots, random K and V */
+        for (uint32_t i = 0; i < row * bs; i++)
+            k[i] = frand(&s), v[i] = frand(&s);
+        for (uint32_t i = 0; i < bs; i++)
+            slots[i] = b * bs + i;
+        if (be->ops->kv_store(be, &kv, 0, k, v, bs, slots, &err) < 0) {
+            fprintf(stderr, "bench_attn: %s\n", err.msg);
+            return 1;
+        }
+    }
+    for (uint32_t t = 0; t < B; t++) { /* sequence t: blocks t, t + B, t + 2B ... (spread as a pool is) */
+        for (uint32_t i = 0; i < nblk; i++)
+            flat[(size_t)t * nblk + i] = t + i * B;
+        seq[t] = t, pos[t] = (int32_t)ctx - 1;
+    }
+    for (size_t i = 0; i < (size_t)B * nh * hd; i++)
+        q[i] = 2 * frand(&s);
+    kvp_backend_reserve r = {.max_tok = B, .max_ctx = ctx, .max_n_in = row, .n_head = nh, .kv = &kv};
+    if (be->ops->reserve(be, &r, &err) < 0) {
+        fprintf(stderr, "bench_attn: %s\n", err.msg);
+        return 1;
+    }
+    kvp_attn_args a = {.q = q, .out = out, .n_tok = B, .n_head = nh, .layer = 0, .scale = 1.0f / sqrtf((float)hd),
+                       .pos = pos, .tok_seq = seq, .tables = flat, .n_seq = B, .table_stride = nblk,
+                       .host_pos = pos, .host_tok_seq = seq, .max_ctx = ctx, .kv = &kv};
+    /* calls a round: about 20 ms of work; rounds: 2 s in all */
+    double t0 = now();
+    if (be->ops->attention(be, &a, &err) < 0) {
+        fprintf(stderr, "bench_attn: %s\n", err.msg);
+        return 1;
+    }
+    double one = now() - t0, best = 1e30;
+    int calls = one > 0.02 ? 1 : (int)(0.02 / (one > 1e-7 ? one : 1e-7)) + 1;
+    for (double start = now(); now() - start < 2.0;) {
+        t0 = now();
+        for (int c = 0; c < calls; c++)
+            be->ops->attention(be, &a, &err);
+        double t = (now() - t0) / calls;
+        best = t < best ? t : best;
+    }
+    double bytes = (double)B * ctx * row * 2 * 2;
+    printf("ctx %u, batch %u, %u KV heads x %u, head %u, threads %d: %.4f ms a call, %.1f MB of K/V, %.1f GB/s\n",
+           ctx, B, nkv, rep, hd, threads, best * 1e3, bytes / 1e6, bytes / best / 1e9);
+    free(k), free(v), free(q), free(out), free(flat), free(seq), free(pos);
+    be->ops->release(be, kv.base);
+    be->ops->destroy(be);
+    return 0;
+}
