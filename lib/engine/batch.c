@@ -451,28 +451,29 @@ static int verify_sampled(batch *b, kvp_request *r, float *rows, uint32_t *drawn
  * after a step that kept them all, one past what was kept otherwise; none
  * kept, and r decodes plainly for a while, 1, 2, 4 ... up to
  * KVP_DRAFT_BACKOFF_MAX steps as its guesses keep failing, then tries one
- * guess again (unless guessing is cheap: prompt lookup guesses only where
- * it finds a match).  A drafter that costs a step's fraction (a draft
- * model, layerskip, heads) then costs next to nothing where it cannot
- * guess, so specdec is never much slower than decode: a failed try costs
- * about one step (a draft and a two-token verify), one in 32. */
+ * guess again.  A drafter that costs a step's fraction (a draft model,
+ * layerskip, heads) then costs next to nothing where it cannot guess, so
+ * specdec is never much slower than decode: a failed try costs about one
+ * step (a draft and a two-token verify), one in 32.  Guessing cheaply
+ * (prompt lookup: free to ask, and only where it finds a match) backs off
+ * up to KVP_DRAFT_BACKOFF_CHEAP steps: its failed try costs only the
+ * verify's extra token (a quarter of a step on a CPU), and a text that
+ * starts to quote its prompt should not wait long. */
 #define KVP_DRAFT_BACKOFF_MAX 32
+#define KVP_DRAFT_BACKOFF_CHEAP 4
 static void adapt(batch *b, kvp_request *r, uint32_t m, uint32_t nd)
 {
-    uint32_t max = b->o->draft_len;
-    if (m == 0 && b->o->drafter->cheap) {
-        r->draft_k = 1;
-        return;
-    }
+    uint32_t max = b->o->draft_len, most = b->o->drafter->cheap ? KVP_DRAFT_BACKOFF_CHEAP : KVP_DRAFT_BACKOFF_MAX;
     if (m == 0) {
-        r->backoff = r->backoff ? (r->backoff < KVP_DRAFT_BACKOFF_MAX ? r->backoff * 2 : KVP_DRAFT_BACKOFF_MAX) : 1;
+        r->backoff = r->backoff ? (r->backoff < most ? r->backoff * 2 : most) : 1;
         r->pause = r->backoff;
         r->draft_k = 1;
     } else {
         r->backoff = 0;
         r->draft_k = m == nd ? (r->draft_k < max ? r->draft_k + 1 : r->draft_k) : m + 1;
     }
-    b->backoff = r->backoff;
+    if (!b->o->drafter->cheap) /* a new request of a cheap drafter tries at once */
+        b->backoff = r->backoff;
 }
 
 

@@ -47,7 +47,7 @@ typedef struct kvp_drafter {
     void (*draft_hidden)(void *ctx, uint32_t n, const float *const *hidden, const uint32_t *k, uint32_t max_b,
                          uint32_t *out, uint32_t *len, uint32_t *n_branch);
     /* Guessing costs next to nothing (prompt lookup): a failed guess is
-     * not followed by plain steps (batch.h, draft_adaptive). */
+     * followed by fewer plain steps (at most 4; batch.c, adapt). */
     int cheap;
     /* The drafter works in the target's own KV cache (layerskip): before
      * each draft call *state is set to the request's sequence there (its
