@@ -9,6 +9,7 @@
  * heads (3 KV heads, 3 query heads each, 64 wide).  Prints ms a call (the
  * least of many: the host's noise only ever adds), the K/V bytes a call
  * reads and that as GB/s. */
+#include "bench.h"
 #include "backend_cpu.h"
 #include "minifloat.h"
 #include "tensor.h"
@@ -16,24 +17,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float frand(uint64_t *s) { return (float)((int)(next(s) % 2001) - 1000) / 1000.0f; }
 
 int main(int argc, char **argv)
 {
@@ -71,7 +54,7 @@ int main(int argc, char **argv)
     uint64_t s = 11;
     for (uint32_t b = 0; b < kv.n_blocks; b++) { /* every block's slots, random K and V */
         for (uint32_t i = 0; i < row * bs; i++)
-            k[i] = frand(&s), v[i] = frand(&s);
+            k[i] = bench_frand(&s), v[i] = bench_frand(&s);
         for (uint32_t i = 0; i < bs; i++)
             slots[i] = b * bs + i;
         if (be->ops->kv_store(be, &kv, 0, k, v, bs, slots, &err) < 0) {
@@ -85,7 +68,7 @@ int main(int argc, char **argv)
         seq[t] = t, pos[t] = (int32_t)ctx - 1;
     }
     for (size_t i = 0; i < (size_t)B * nh * hd; i++)
-        q[i] = 2 * frand(&s);
+        q[i] = 2 * bench_frand(&s);
     kvp_backend_reserve r = {.max_tok = B, .max_ctx = ctx, .max_n_in = row, .n_head = nh, .kv = &kv};
     if (be->ops->reserve(be, &r, &err) < 0) {
         fprintf(stderr, "bench_attn: %s\n", err.msg);
@@ -95,18 +78,18 @@ int main(int argc, char **argv)
                        .pos = pos, .tok_seq = seq, .tables = flat, .n_seq = B, .table_stride = nblk,
                        .host_pos = pos, .host_tok_seq = seq, .max_ctx = ctx, .kv = &kv};
     /* calls a round: about 20 ms of work; rounds: 2 s in all */
-    double t0 = now();
+    double t0 = bench_now();
     if (be->ops->attention(be, &a, &err) < 0) {
         fprintf(stderr, "bench_attn: %s\n", err.msg);
         return 1;
     }
-    double one = now() - t0, best = 1e30;
+    double one = bench_now() - t0, best = 1e30;
     int calls = one > 0.02 ? 1 : (int)(0.02 / (one > 1e-7 ? one : 1e-7)) + 1;
-    for (double start = now(); now() - start < 2.0;) {
-        t0 = now();
+    for (double start = bench_now(); bench_now() - start < 2.0;) {
+        t0 = bench_now();
         for (int c = 0; c < calls; c++)
             be->ops->attention(be, &a, &err);
-        double t = (now() - t0) / calls;
+        double t = (bench_now() - t0) / calls;
         best = t < best ? t : best;
     }
     double bytes = (double)B * ctx * row * 2 * 2;

@@ -9,6 +9,7 @@
  * every call then reads the weight from memory.  Prints one TSV line per
  * token count 1..MAX_TOK: tokens, ms a call (best of 7 rounds of several
  * calls), the weight's GB/s, and the call's cost over a one-token call. */
+#include "bench.h"
 #include "backend_cpu.h"
 #include "tensor.h"
 #include "minifloat.h"
@@ -16,23 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* A splitmix64 step: reproducible random bytes. */
-static uint64_t next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* Bytes a row of n elements takes in dtype, and the offset of each 32-block's
  * f16 scales (the rest random quants); 0 for an unknown name. */
@@ -57,16 +41,16 @@ static void fill(uint8_t *d, size_t bytes, size_t blk, size_t n_scales, int dtyp
 {
     uint64_t s = 42;
     for (size_t i = 0; i < bytes; i++)
-        d[i] = (uint8_t)next(&s);
+        d[i] = (uint8_t)bench_next(&s);
     for (size_t o = 0; o + blk <= bytes; o += blk)
         if (dtype == KVP_DTYPE_F16)
             for (size_t e = 0; e < blk; e += 2) {
-                uint16_t h = kvp_f32_to_f16((float)((int)(next(&s) % 2001) - 1000) / 1000.0f);
+                uint16_t h = kvp_f32_to_f16(bench_frand(&s));
                 memcpy(d + o + e, &h, 2);
             }
         else
             for (size_t k = 0; k < n_scales; k++) {
-                uint16_t h = kvp_f32_to_f16(0.001f * (float)(1 + next(&s) % 16));
+                uint16_t h = kvp_f32_to_f16(0.001f * (float)(1 + bench_next(&s) % 16));
                 memcpy(d + o + 2 * k, &h, 2);
             }
 }
@@ -97,7 +81,7 @@ int main(int argc, char **argv)
     fill(data, bytes, blk, n_scales, dtype);
     uint64_t s = 7;
     for (size_t i = 0; i < (size_t)max_tok * n_in; i++)
-        x[i] = (float)((int)(next(&s) % 2001) - 1000) / 1000.0f;
+        x[i] = bench_frand(&s);
     kvp_weight w = {.name = "bench", .dtype = dtype, .n_in = n_in, .n_out = n_out, .row_bytes = row, .data = data};
     kvp_backend_reserve r = {.max_tok = max_tok, .max_n_in = n_in};
     if (kvp_backend_cpu_create(&be, threads, 0, &err) < 0 || be->ops->prepare_weight(be, &w, &err) < 0 ||
@@ -112,13 +96,13 @@ int main(int argc, char **argv)
     for (uint32_t nt = 1; nt <= max_tok; nt++) {
         double best = 1e30;
         for (int round = 0; round < 7; round++) {
-            double t0 = now();
+            double t0 = bench_now();
             for (int c = 0; c < calls; c++)
                 if (be->ops->matmul(be, &w, x, y, nt, &err) < 0) {
                     fprintf(stderr, "bench_mm: %s\n", err.msg);
                     return 1;
                 }
-            double t = (now() - t0) / calls;
+            double t = (bench_now() - t0) / calls;
             best = t < best ? t : best;
         }
         if (nt == 1)

@@ -718,22 +718,33 @@ static double rel_err(const float *a, const float *b, size_t n)
     return max_abs_diff(a, b, n) / (mx > 0 ? mx : 1);
 }
 
+/* A tiny random model of shape c written to dir/name (its path into
+ * path[512]) and opened with a cache of n_blocks blocks of bs in kv_dtype.
+ * 0, or -1 after a failed check. */
+static int tiny_open(rig *r, const char *dir, const char *name, const tiny_cfg *c, int kv_dtype, uint32_t n_blocks,
+                     uint32_t bs, char *path)
+{
+    size_t len;
+    uint8_t *file = tiny_gguf(c, &len);
+    snprintf(path, 512, "%s/%s", dir, name);
+    CHECK(write_file(path, file, len) == 0);
+    free(file);
+    if (rig_open(r, path, unit_threads(2), 0, kv_dtype, n_blocks, bs) < 0) {
+        CHECK(0);
+        return -1;
+    }
+    return 0;
+}
+
 static void test_tiny(const char *dir, int wtype, int tied, uint32_t n_head, uint32_t n_head_kv, int kv_dtype,
                       double tol)
 {
     tiny_cfg c = {.n_layer = 2, .n_embd = 128, .n_ff = 320, .n_head = n_head, .n_head_kv = n_head_kv,
                   .n_vocab = 96, .wtype = wtype, .tied = tied};
-    size_t len;
-    uint8_t *file = tiny_gguf(&c, &len);
     char path[512];
-    snprintf(path, sizeof path, "%s/tiny.gguf", dir);
-    CHECK(write_file(path, file, len) == 0);
-    free(file);
     rig r;
-    if (rig_open(&r, path, unit_threads(2), 0, kv_dtype, 64, 4) < 0) {
-        CHECK(0);
+    if (tiny_open(&r, dir, "tiny.gguf", &c, kv_dtype, 64, 4, path) < 0)
         return;
-    }
     CHECK_EQ_U64(r.m->cfg.tied_embeddings, tied);
     enum { N = 21 };
     uint32_t tok[N];
@@ -814,17 +825,10 @@ static void test_prefix_sharing(const char *dir)
 {
     tiny_cfg c = {.n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2, .n_vocab = 64,
                   .wtype = KVP_DTYPE_Q8_0, .tied = 1};
-    size_t len;
-    uint8_t *file = tiny_gguf(&c, &len);
     char path[512];
-    snprintf(path, sizeof path, "%s/tiny_prefix.gguf", dir);
-    CHECK(write_file(path, file, len) == 0);
-    free(file);
     rig r;
-    if (rig_open(&r, path, unit_threads(2), 0, KVP_DTYPE_F16, 32, 4) < 0) {
-        CHECK(0);
+    if (tiny_open(&r, dir, "tiny_prefix.gguf", &c, KVP_DTYPE_F16, 32, 4, path) < 0)
         return;
-    }
     kvp_err err = {0};
     uint32_t a[14], b[14];
     for (int i = 0; i < 14; i++)
@@ -1852,19 +1856,13 @@ static void test_first_layers(const char *dir)
 {
     tiny_cfg c = {.n_layer = 3, .n_embd = 128, .n_ff = 320, .n_head = 4, .n_head_kv = 2, .n_vocab = 96,
                   .wtype = KVP_DTYPE_Q8_0, .tied = 1};
-    size_t len;
-    uint64_t saved = rng_state; /* the later tests' random models stay as they were */
-    uint8_t *file = tiny_gguf(&c, &len);
-    rng_state = saved;
     char path[512];
-    snprintf(path, sizeof path, "%s/tiny-skip.gguf", dir);
-    CHECK(write_file(path, file, len) == 0);
-    free(file);
     rig r;
-    if (rig_open(&r, path, unit_threads(2), 0, KVP_DTYPE_F16, 64, 4) < 0) {
-        CHECK(0);
+    uint64_t saved = rng_state; /* the later tests' random models stay as they were */
+    int rc = tiny_open(&r, dir, "tiny-skip.gguf", &c, KVP_DTYPE_F16, 64, 4, path);
+    rng_state = saved;
+    if (rc < 0)
         return;
-    }
     kvp_err err = {0};
     kvp_model *first = NULL;
     kvp_engine *fe = NULL, *oe = NULL, *bad = NULL;
