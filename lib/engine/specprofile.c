@@ -634,9 +634,7 @@ static void set_model_drafter(kvp_spec_method *m, kvp_run *dr, kvp_draft_model *
     if (kvp_draft_model_init(dm, dr->engine, dr->kc, &err) < 0)
         kvp_cli_die_err(&err);
     dm->chunk = chunk;
-    dm->on_target = dr->kc_borrowed;
-    m->drafter = (kvp_drafter){.ctx = dm, .draft = kvp_draft_model_draft, .on_target_cache = dm->on_target,
-                               .release = kvp_draft_model_release};
+    m->drafter = (kvp_drafter){.ctx = dm, .draft = kvp_draft_model_draft, .release = kvp_draft_model_release};
 }
 
 /* ngram always; draft with --draft; layerskip.  The drafters' caches keep
