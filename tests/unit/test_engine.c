@@ -237,7 +237,7 @@ typedef struct kern_w {
 static void kern_mm(const kvp_cpu_kernels *k, const kern_w *kw, uint32_t nr, const float *const *x, uint32_t nt,
                     float *y, size_t ldy)
 {
-    enum { NBMAX = 16 };
+    enum { NBMAX = 80 };
     static kvp_q8blk xq[KVP_MM_TILE][NBMAX];
     static _Alignas(32) int8_t xt[NBMAX * KVP_MM_TILE * 32];
     static float dxs[NBMAX * KVP_Q8_SCALES];
@@ -285,7 +285,8 @@ static void kern_mm(const kvp_cpu_kernels *k, const kern_w *kw, uint32_t nr, con
 static void test_kernels_one(const kvp_cpu_kernels *fast)
 {
     const kvp_cpu_kernels *ref = &kvp_cpu_kernels_portable;
-    enum { N = 256, NB = N / 32, TT = KVP_MM_TILE, R = KVP_MM_ROWS };
+    /* rows of 70 blocks: the VNNI tile takes them in two chunks and a tail */
+    enum { N = 2240, NB = N / 32, TT = KVP_MM_TILE, R = KVP_MM_ROWS };
     const uint32_t T = fast->tile_tok;
     static float x[TT][N], wf[R][N], sc[R][N / 32], zp[R][N / 32];
     static uint8_t wq[R][N * 4];
