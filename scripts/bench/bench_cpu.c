@@ -3,12 +3,14 @@
  * Built and run by scripts/bench-cpu; prints one TSV line per figure:
  *   kvpipe  pp512  <tokens/s>
  *   kvpipe  tg128  <tokens/s>
- *   memcpy  GB/s   <GB/s>
+ *   memcpy  GB/s   <GB/s>   (bytes read + written by one memcpy)
+ *   read    GB/s   <GB/s>   (bytes read by THREADS threads)
  * and with DEPTH, generation continuing a DEPTH-token prompt:
  *   kvpipe  tg128@2048  <tokens/s>
  * Usage: bench_cpu MODEL THREADS PP TG REPS [DEPTH] */
 #include "backend_cpu.h"
 #include "engine.h"
+#include "threadpool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,53 @@ static void die(const kvp_err *e)
 {
     fprintf(stderr, "bench_cpu: %s\n", e->msg);
     exit(1);
+}
+
+/* Read bandwidth: tasks each summing their slice of a buffer, as a
+ * generation step reads its weights (nothing written back). */
+typedef struct read_ctx {
+    const uint64_t *p;
+    size_t per;            /* words a task */
+    uint64_t sums[64];
+} read_ctx;
+
+static void read_task(void *ctxp, int task, int thread)
+{
+    (void)thread;
+    read_ctx *c = ctxp;
+    const uint64_t *p = c->p + (size_t)task * c->per;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= c->per; i += 4)
+        s0 += p[i], s1 += p[i + 1], s2 += p[i + 2], s3 += p[i + 3];
+    c->sums[task] = s0 + s1 + s2 + s3;
+}
+
+/* GB/s read from a 256 MiB buffer by n_threads threads, best of 3. */
+static double read_bandwidth(int n_threads)
+{
+    size_t n = (size_t)256 << 20;
+    uint64_t *buf = malloc(n);
+    kvp_threadpool *pool = NULL;
+    kvp_err err = {0};
+    if (!buf || (n_threads > 1 && kvp_threadpool_create(&pool, n_threads, &err) < 0)) {
+        free(buf);
+        return 0;
+    }
+    memset(buf, 1, n);
+    int tasks = n_threads * 4 <= 64 ? n_threads * 4 : 64;
+    read_ctx c = {.p = buf, .per = n / 8 / (size_t)tasks};
+    double bw = 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = now();
+        kvp_threadpool_run(pool, read_task, &c, tasks);
+        double t1 = now();
+        double g = (double)c.per * 8 * (double)tasks / (t1 - t0) / 1e9;
+        bw = g > bw ? g : bw;
+        buf[r] += c.sums[r]; /* the sums are used */
+    }
+    kvp_threadpool_free(pool);
+    free(buf);
+    return bw;
 }
 
 /* Seconds to generate n tokens greedily, one a step, after prefilling
@@ -118,6 +167,7 @@ int main(int argc, char **argv)
     if (depth > 0)
         printf("kvpipe\ttg%d@%d\t%.2f\n", tg, depth, best_deep);
     printf("memcpy\tGB/s\t%.2f\n", bw);
+    printf("read\tGB/s\t%.2f\n", read_bandwidth(threads));
     printf("kvpipe\tisa\t%s\n", kvp_backend_cpu_isa(be));
     free(a), free(b), free(toks), free(lg);
     kvp_engine_free(e);
