@@ -49,7 +49,14 @@ static void read_task(void *ctxp, int task, int thread)
     c->sums[task] = s0 + s1 + s2 + s3;
 }
 
-/* GB/s read from a 256 MiB buffer by n_threads threads, best of 3. */
+/* GB/s read from a 256 MiB buffer by n_threads threads: the median of 5
+ * (a best-of once gave twice the others on a shared host). */
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static double read_bandwidth(int n_threads)
 {
     size_t n = (size_t)256 << 20;
@@ -63,15 +70,16 @@ static double read_bandwidth(int n_threads)
     memset(buf, 1, n);
     int tasks = n_threads * 4 <= 64 ? n_threads * 4 : 64;
     read_ctx c = {.p = buf, .per = n / 8 / (size_t)tasks};
-    double bw = 0;
-    for (int r = 0; r < 3; r++) {
+    double g[5];
+    for (int r = 0; r < 5; r++) {
         double t0 = now();
         kvp_threadpool_run(pool, read_task, &c, tasks);
         double t1 = now();
-        double g = (double)c.per * 8 * (double)tasks / (t1 - t0) / 1e9;
-        bw = g > bw ? g : bw;
+        g[r] = (double)c.per * 8 * (double)tasks / (t1 - t0) / 1e9;
         buf[r] += c.sums[r]; /* the sums are used */
     }
+    qsort(g, 5, sizeof g[0], cmp_double);
+    double bw = g[2];
     kvp_threadpool_free(pool);
     free(buf);
     return bw;
