@@ -533,6 +533,8 @@ static int cu_attention_op(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
 {
     cu_impl *im = impl_of(b);
     const kvp_kv_pool *kv = a->kv;
+    if (a->parent) /* supports() says no: the engine never sends one */
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "cuda attention: draft trees are not implemented");
     int rc = kv_ok(kv, a->layer, "attention", err);
     if (rc < 0)
         return rc;

@@ -55,6 +55,7 @@
 #define KVP_BACKEND_H
 
 #include "error.h"
+#include "tensor.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -99,12 +100,49 @@ typedef struct kvp_kv_pool {
     uint64_t scales_off;   /* a scaled cache: where a block's scales start (its data bytes); else 0 */
 } kvp_kv_pool;
 
+/* Bytes of one K or V element of a pool of dtype (f32 4, f16 and bf16 2,
+ * fp8 and i8 1). */
+static inline uint32_t kvp_kv_esize(int dtype)
+{
+    return dtype == KVP_DTYPE_F32 ? 4 : dtype == KVP_DTYPE_FP8_E4M3 || dtype == KVP_DTYPE_I8 ? 1 : 2;
+}
+
+/* Where (layer, K 0 or V 1, head, slot) lives inside a block: the byte
+ * offset of its head_dim elements, and for a scaled pool of its scale
+ * (one f32 a row).  A block is [layer][K, V][head][slot][head_dim], then
+ * the scales in the same order. */
+static inline uint64_t kvp_kv_row_off(const kvp_kv_pool *kv, uint32_t layer, uint32_t which, uint32_t head,
+                                      uint32_t slot)
+{
+    return ((((uint64_t)layer * 2 + which) * kv->n_head_kv + head) * kv->block_size + slot) * kv->head_dim *
+           kvp_kv_esize(kv->dtype);
+}
+static inline uint64_t kvp_kv_scale_off(const kvp_kv_pool *kv, uint32_t layer, uint32_t which, uint32_t head,
+                                        uint32_t slot)
+{
+    return kv->scales_off + ((((uint64_t)layer * 2 + which) * kv->n_head_kv + head) * kv->block_size + slot) * 4;
+}
+
 /* One attention call: every query token of the step, each attending to the
  * keys at positions 0..pos[t] of its own sequence (causal), read through that
  * sequence's block table.  Query head h uses KV head h / (n_head / n_head_kv).
  * The step's tokens of one sequence are consecutive.  The host copies of pos
  * and tok_seq (the same values) let a backend plan the work (how to split
- * long contexts, launch shapes) without reading device memory. */
+ * long contexts, launch shapes) without reading device memory.
+ *
+ * A draft tree (parent set; only where supports(KVP_USE_TREE)): the step
+ * holds candidate continuations that share a prefix, so two tokens may sit
+ * at one position.  Token t's K/V are in the slot of position kv_pos[t] of
+ * its sequence (its row of the tree); pos[t] stays its RoPE position and
+ * causal limit.  The keys t sees are, by position: its own at pos[t]; its
+ * parent's (the step's token parent[t] < t, one position before) at
+ * kv_pos[parent[t]], and so on up its ancestors; below the first of them
+ * whose parent is -1, position p's key is in p's own slot.  The keys are
+ * taken in position order, as if the path were a plain sequence, so a
+ * token's output is the one a step of its path alone gives, to the bit.
+ * A path holds at most KVP_TREE_MAX_DEPTH of the step's tokens.  Without
+ * a tree, parent and kv_pos are NULL (kv_pos[t] = pos[t]). */
+#define KVP_TREE_MAX_DEPTH 64
 typedef struct kvp_attn_args {
     const float *q;        /* [n_tok][n_head * head_dim], RoPE applied */
     float *out;            /* [n_tok][n_head * head_dim] */
@@ -120,6 +158,8 @@ typedef struct kvp_attn_args {
     const uint32_t *host_tok_seq; /* host [n_tok] */
     uint32_t max_ctx;      /* host: the most keys any query sees (max pos + 1) */
     const kvp_kv_pool *kv; /* host struct; kv->base is device memory */
+    const int32_t *parent, *kv_pos;           /* a draft tree: [n_tok] each, or NULL */
+    const int32_t *host_parent, *host_kv_pos; /* their host copies */
 } kvp_attn_args;
 
 /* What reserve() sizes scratch for: the largest step to come. */
@@ -136,6 +176,7 @@ enum kvp_backend_use {
     KVP_USE_MATMUL = 1,    /* weights of this dtype in matmul (scaled: with scales) */
     KVP_USE_EMBED = 2,     /* embedding tables of this dtype */
     KVP_USE_KV = 3,        /* a KV pool of this dtype (fp8 and i8 pools always carry scales; scaled ignored) */
+    KVP_USE_TREE = 4,      /* attention over a draft tree (kvp_attn_args.parent; dtype, scaled ignored) */
 };
 
 enum kvp_rope_kind { KVP_ROPE_KIND_NORM = 0, KVP_ROPE_KIND_NEOX = 1 }; /* == kvp_rope_type (config.h) */

@@ -420,6 +420,8 @@ static int cpu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
 static int cpu_supports(const kvp_backend *b, int use, int dtype, int scaled)
 {
     (void)b;
+    if (use == KVP_USE_TREE)
+        return 1;
     if (use == KVP_USE_KV) /* fp8 and i8 pools always carry their scales */
         return (dtype == KVP_DTYPE_F32 || dtype == KVP_DTYPE_F16 || dtype == KVP_DTYPE_BF16 ||
                            dtype == KVP_DTYPE_FP8_E4M3 || dtype == KVP_DTYPE_I8);
@@ -559,15 +561,13 @@ static int cpu_gather_rows(kvp_backend *b, float *dst, const float *src, const u
 static size_t kv_off(const kvp_kv_pool *kv, uint32_t block, uint32_t layer, uint32_t which, uint32_t head,
                      uint32_t slot)
 {
-    size_t e = ((((size_t)layer * 2 + which) * kv->n_head_kv + head) * kv->block_size + slot) * kv->head_dim;
-    return (size_t)block * kv->block_bytes + e * kvp_cpu_kv_esize(kv->dtype);
+    return (size_t)block * kv->block_bytes + kvp_kv_row_off(kv, layer, which, head, slot);
 }
 
 /* The scales of slab (block, layer, K/V, head) of a scaled cache, one a slot. */
 static float *kv_scales(const kvp_kv_pool *kv, uint32_t block, uint32_t layer, uint32_t which, uint32_t head)
 {
-    size_t i = (((size_t)layer * 2 + which) * kv->n_head_kv + head) * kv->block_size;
-    return (float *)((uint8_t *)kv->base + (size_t)block * kv->block_bytes + kv->scales_off) + i;
+    return (float *)((uint8_t *)kv->base + (size_t)block * kv->block_bytes + kvp_kv_scale_off(kv, layer, which, head, 0));
 }
 
 static void kv_put(int dtype, void *dst, const float *src, uint32_t n)
@@ -677,16 +677,17 @@ static uint32_t attn_run_lanes(uint32_t nq) { return nq <= 4 ? 4 : attn_lanes(nq
 
 /* A task's scratch for ldq query lanes: queries as rows q[ldq][hd], the
  * chunk's scores s[C][ldq] and part o[ldq][hd], the fold so far O[ldq][hd]
- * with its max M and sum L, one K or V block as f32 buf[bs][hd], and per
- * lane its key count lim, the part's max mx and sum. */
+ * with its max M and sum L, one K or V block as f32 buf[bs][hd] and its
+ * rows' scales vsc[bs] (a draft tree's gathered rows), and per lane its key
+ * count lim, the part's max mx and sum. */
 typedef struct attn_scratch {
-    float *q, *s, *o, *O, *buf, *mx, *sum, *M, *L;
+    float *q, *s, *o, *O, *buf, *vsc, *mx, *sum, *M, *L;
     int32_t *lim;
 } attn_scratch;
 
 static size_t attn_scratch_floats(uint32_t ldq, uint32_t chunk, uint32_t hd, uint32_t bs)
 {
-    return (size_t)ldq * (3 * (size_t)hd + chunk + 5) + (size_t)bs * hd;
+    return (size_t)ldq * (3 * (size_t)hd + chunk + 5) + (size_t)bs * (hd + 1);
 }
 
 static attn_scratch attn_scratch_at(const attn_ctx *c, float *base)
@@ -694,7 +695,8 @@ static attn_scratch attn_scratch_at(const attn_ctx *c, float *base)
     uint32_t hd = c->a->kv->head_dim, ldq = c->ldq;
     attn_scratch w;
     w.q = base, w.s = w.q + (size_t)ldq * hd, w.o = w.s + (size_t)c->chunk * ldq, w.O = w.o + (size_t)ldq * hd;
-    w.buf = w.O + (size_t)ldq * hd, w.mx = w.buf + (size_t)c->a->kv->block_size * hd;
+    w.buf = w.O + (size_t)ldq * hd, w.vsc = w.buf + (size_t)c->a->kv->block_size * hd;
+    w.mx = w.vsc + c->a->kv->block_size;
     w.sum = w.mx + ldq, w.M = w.sum + ldq, w.L = w.M + ldq, w.lim = (int32_t *)(w.L + ldq);
     return w;
 }
@@ -730,6 +732,56 @@ static void scale_rows(const attn_ctx *c, const uint32_t *table, uint32_t blk, u
             s[(size_t)p * ldq + j] *= sc[p];
 }
 
+/* A draft tree's query (kvp_attn_args.parent): where the keys of its
+ * path are.  Positions lo..hi (hi its own) are in the slots of positions
+ * at[hi - p]; those below lo in their own. */
+typedef struct attn_path {
+    int32_t lo, hi;
+    int32_t at[KVP_TREE_MAX_DEPTH];
+} attn_path;
+
+static void attn_path_of(const kvp_attn_args *a, uint32_t t, attn_path *pa)
+{
+    int32_t u = (int32_t)t, n = 0;
+    pa->hi = a->pos[t];
+    while (u >= 0 && n < KVP_TREE_MAX_DEPTH) { /* the engine checked the depth (engine.c) */
+        pa->at[n++] = a->kv_pos[u];
+        u = a->parent[u];
+    }
+    pa->lo = pa->hi - n + 1;
+}
+
+/* Rows [p, p + np) of K (which 0) or V (1) of head g along a tree query's
+ * path, as f32 in buf[np][hd] (the codes of a scaled cache, their scales
+ * in vsc): each row from the slot its position's key is in. */
+static void attn_path_block(const attn_ctx *c, const uint32_t *table, const attn_path *pa, uint32_t p, uint32_t np,
+                            uint32_t which, uint32_t g, float *buf, float *vsc)
+{
+    const kvp_kv_pool *kv = c->a->kv;
+    uint32_t hd = kv->head_dim, bs = kv->block_size;
+    for (uint32_t r = 0; r < np; r++) {
+        int32_t q = (int32_t)(p + r);
+        uint32_t at = (uint32_t)(q >= pa->lo && q <= pa->hi ? pa->at[pa->hi - q] : q);
+        const void *src = (const uint8_t *)kv->base + kv_off(kv, table[at / bs], c->a->layer, which, g, at % bs);
+        if (kv->dtype == KVP_DTYPE_F32)
+            memcpy(buf + (size_t)r * hd, src, hd * sizeof(float));
+        else
+            c->k->kv_f32(kv->dtype, src, buf + (size_t)r * hd, hd);
+        if (kvp_kvscale_dtype(kv->dtype))
+            vsc[r] = kv_scales(kv, table[at / bs], c->a->layer, which, g)[at % bs];
+    }
+}
+
+/* scale_rows for gathered rows: their scales in vsc. */
+static void scale_path_rows(const attn_ctx *c, const float *vsc, float *s, uint32_t np, uint32_t ldq)
+{
+    if (!kvp_kvscale_dtype(c->a->kv->dtype))
+        return;
+    for (uint32_t p = 0; p < np; p++)
+        for (uint32_t j = 0; j < ldq; j++)
+            s[(size_t)p * ldq + j] *= vsc[p];
+}
+
 /* Tokens tok[0..nt) of one sequence against KV head g, over the keys of
  * the chunk [p0, p1) (p0 a multiple of C, p1 - p0 <= C).  Their nq = nt *
  * n_rep query heads go into lanes, so each K and V row serves them all.  A
@@ -755,11 +807,22 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
     /* A few queries (decode) read each key and value as stored (f16, bf16,
      * fp8, int8); more share one conversion of the block to f32 (the same
      * numbers either way).  The cache is read in its own bytes: no f32 copy
-     * of it. */
+     * of it.  A tree's query (a run of its own) reads the blocks that hold
+     * its path gathered, as f32 (the same numbers again). */
     int convert = nq > 4 && kv->dtype != KVP_DTYPE_F32;
+    attn_path pa = {.lo = INT32_MAX, .hi = -1};
+    if (a->parent)
+        attn_path_of(a, tok[0], &pa);
+#define ON_PATH(p, np) ((int32_t)((p) + (np)) > pa.lo && (int32_t)(p) <= pa.hi)
     for (uint32_t p = p0; p < p1; p += bs) {
         uint32_t np = p1 - p < bs ? p1 - p : bs;
         float *sp = w->s + (size_t)(p - p0) * ldq;
+        if (ON_PATH(p, np)) {
+            attn_path_block(c, table, &pa, p, np, 0, g, w->buf, w->vsc);
+            c->k->att_scores(w->q, nq, KVP_DTYPE_F32, w->buf, np, hd, sp, ldq);
+            scale_path_rows(c, w->vsc, sp, np, ldq);
+            continue;
+        }
         if (convert)
             c->k->att_scores(w->q, nq, KVP_DTYPE_F32, attn_block(c, table, p / bs, 0, g, np, w->buf), np, hd, sp,
                              ldq);
@@ -773,6 +836,12 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
     for (uint32_t p = p0; p < p1; p += bs) {
         uint32_t np = p1 - p < bs ? p1 - p : bs;
         float *sp = w->s + (size_t)(p - p0) * ldq;
+        if (ON_PATH(p, np)) {
+            attn_path_block(c, table, &pa, p, np, 1, g, w->buf, w->vsc);
+            scale_path_rows(c, w->vsc, sp, np, ldq);
+            c->k->att_values(sp, ldq, nq, KVP_DTYPE_F32, w->buf, np, hd, w->o);
+            continue;
+        }
         scale_rows(c, table, p / bs, 1, g, sp, np, ldq);
         /* fp8 values cost six operations a load, and the value tiles load
          * each row once per pair of queries: converted once instead */
@@ -783,6 +852,7 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
             c->k->att_values(sp, ldq, nq, kv->dtype, (const uint8_t *)kv->base +
                              kv_off(kv, table[p / bs], a->layer, 1, g, 0), np, hd, w->o);
     }
+#undef ON_PATH
     return nq;
 }
 
@@ -900,7 +970,8 @@ static uint32_t attn_plan(attn_ctx *c, uint32_t tile, size_t *parts)
     uint32_t n = 0, tasks = 0;
     *parts = 0;
     for (uint32_t t = 0; t < a->n_tok;) {
-        uint32_t end = t + tile < a->n_tok ? t + tile : a->n_tok, u = t + 1;
+        /* a tree's tokens each see their own path: a run apiece */
+        uint32_t end = a->host_parent ? t + 1 : t + tile < a->n_tok ? t + tile : a->n_tok, u = t + 1;
         while (u < end && a->host_tok_seq[u] == a->host_tok_seq[t])
             u++;
         attn_runrec *r = &c->runs[n++];

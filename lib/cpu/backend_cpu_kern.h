@@ -17,6 +17,7 @@
 #ifndef KVP_BACKEND_CPU_KERN_H
 #define KVP_BACKEND_CPU_KERN_H
 
+#include "backend.h"
 #include "tensor.h"
 
 #include <stddef.h>
@@ -103,10 +104,7 @@ void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb
                          int8_t *xt, float *dxs);
 
 /* Bytes of one K/V element of a cache dtype (f32, f16, bf16, fp8, i8). */
-static inline size_t kvp_cpu_kv_esize(int dtype)
-{
-    return dtype == KVP_DTYPE_F32 ? 4 : dtype == KVP_DTYPE_FP8_E4M3 || dtype == KVP_DTYPE_I8 ? 1 : 2;
-}
+static inline size_t kvp_cpu_kv_esize(int dtype) { return kvp_kv_esize(dtype); }
 
 typedef struct kvp_cpu_kernels {
     const char *isa;

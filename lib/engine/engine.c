@@ -34,10 +34,11 @@ static void free_buffers(kvp_engine *e)
         *act[i] = release_dev(e, *act[i]);
     e->d_tok = release_dev(e, e->d_tok), e->d_pos = release_dev(e, e->d_pos), e->d_slot = release_dev(e, e->d_slot);
     e->d_tok_seq = release_dev(e, e->d_tok_seq), e->d_rows = release_dev(e, e->d_rows);
+    e->d_parent = release_dev(e, e->d_parent), e->d_kv_pos = release_dev(e, e->d_kv_pos);
     free(e->host_gathered), free(e->host_x), free(e->host_logits);
     e->host_gathered = e->host_x = e->host_logits = NULL;
-    free(e->tok_ids), free(e->pos), free(e->slot), free(e->tok_seq), free(e->rows);
-    e->tok_ids = e->pos = NULL;
+    free(e->tok_ids), free(e->pos), free(e->slot), free(e->tok_seq), free(e->rows), free(e->parent), free(e->kv_pos);
+    e->tok_ids = e->pos = e->parent = e->kv_pos = NULL;
     e->slot = e->tok_seq = e->rows = NULL;
     e->cap_tok = e->cap_rows = e->hidden_rows = 0;
 }
@@ -96,6 +97,10 @@ int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n
     e->slot = malloc(nt * sizeof *e->slot);
     e->tok_seq = malloc(nt * sizeof *e->tok_seq);
     e->rows = malloc(nt * sizeof *e->rows);
+    e->parent = malloc(nt * sizeof *e->parent);
+    e->kv_pos = malloc(nt * sizeof *e->kv_pos);
+    e->d_parent = be->ops->alloc(be, nt * sizeof *e->d_parent);
+    e->d_kv_pos = be->ops->alloc(be, nt * sizeof *e->d_kv_pos);
     e->d_tok = be->ops->alloc(be, nt * sizeof *e->d_tok);
     e->d_pos = be->ops->alloc(be, nt * sizeof *e->d_pos);
     e->d_slot = be->ops->alloc(be, nt * sizeof *e->d_slot);
@@ -103,6 +108,7 @@ int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n
     e->d_rows = be->ops->alloc(be, nt * sizeof *e->d_rows);
     if (!e->x || !e->h || !e->q || !e->k || !e->v || !e->att || !e->g || !e->u || !e->logits || !e->tok_ids ||
         !e->pos || !e->slot || !e->tok_seq || !e->rows || !e->d_tok || !e->d_pos || !e->d_slot || !e->d_tok_seq ||
+        !e->parent || !e->kv_pos || !e->d_parent || !e->d_kv_pos ||
         !e->d_rows || (e->tp && (!e->gathered || !e->host_gathered)) || (pipe && !e->host_x) ||
         (e->world && e->rank == e->logits_from && !e->host_logits)) {
         free_buffers(e);
@@ -260,6 +266,10 @@ static int layer_forward(kvp_engine *e, uint32_t il, uint32_t t0, uint32_t T, kv
     aa->layer = il;
     aa->q = q, aa->out = att, aa->n_tok = T, aa->pos = pos, aa->tok_seq = e->d_tok_seq + t0;
     aa->host_pos = e->pos + t0, aa->host_tok_seq = e->tok_seq + t0;
+    /* a tree's parents are step indices: a step with one is never cut
+     * into micro-batches (kvp_engine_step refuses it under parallelism) */
+    aa->parent = e->tree ? e->d_parent : NULL, aa->kv_pos = e->tree ? e->d_kv_pos : NULL;
+    aa->host_parent = e->tree ? e->parent : NULL, aa->host_kv_pos = e->tree ? e->kv_pos : NULL;
     if ((rc = op->attention(be, aa, err)) < 0 || (rc = op->matmul(be, &L->wo, att, h, T, err)) < 0 ||
         (rc = reduce(e, h, (size_t)T * d, err)) < 0 || (rc = op->add(be, x, h, (size_t)T * d, err)) < 0)
         return rc;
@@ -357,7 +367,9 @@ static int upload_step(kvp_engine *e, uint32_t T, uint32_t R, uint32_t n_seqs, k
         (rc = op->from_host(be, e->d_pos, e->pos, T * sizeof *e->pos, err)) < 0 ||
         (rc = op->from_host(be, e->d_slot, e->slot, T * sizeof *e->slot, err)) < 0 ||
         (rc = op->from_host(be, e->d_tok_seq, e->tok_seq, T * sizeof *e->tok_seq, err)) < 0 ||
-        (R && (rc = op->from_host(be, e->d_rows, e->rows, R * sizeof *e->rows, err)) < 0))
+        (R && (rc = op->from_host(be, e->d_rows, e->rows, R * sizeof *e->rows, err)) < 0) ||
+        (e->tree && ((rc = op->from_host(be, e->d_parent, e->parent, T * sizeof *e->parent, err)) < 0 ||
+                     (rc = op->from_host(be, e->d_kv_pos, e->kv_pos, T * sizeof *e->kv_pos, err)) < 0)))
         return rc;
     aa->tables = e->d_flat, aa->table_stride = stride, aa->n_seq = n_seqs, aa->max_ctx = ctx;
     return 0;
@@ -444,6 +456,36 @@ int kvp_engine_project(kvp_engine *e, const float *h, uint32_t R, float *logits,
     return project(e, R, logits, err);
 }
 
+/* A draft tree's parents (kvp_step_seq.parent): each -1 or an earlier
+ * token of the sequence's entry, no path longer than KVP_TREE_MAX_DEPTH,
+ * on a backend that takes trees, in one process (the step messages of
+ * tensor and pipeline parallelism carry no tree). */
+static int check_tree(const kvp_engine *e, const kvp_step_seq *s, kvp_err *err)
+{
+    if (!s->parent)
+        return 0;
+    if (e->world)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "engine: a draft tree under tensor or pipeline parallelism");
+    if (!e->be->ops->supports(e->be, KVP_USE_TREE, 0, 0))
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "engine: the %s backend does not take draft trees",
+                           e->be->ops->name);
+    uint8_t depth[KVP_TREE_STEP_MAX];
+    if (s->n_tokens > KVP_TREE_STEP_MAX)
+        return kvp_err_set(err, KVP_ELIMIT, "engine: a draft tree of %u tokens (at most %u)", s->n_tokens,
+                           KVP_TREE_STEP_MAX);
+    for (uint32_t j = 0; j < s->n_tokens; j++) {
+        int32_t p = s->parent[j];
+        if (p < -1 || p >= (int32_t)j)
+            return kvp_err_set(err, KVP_EINVAL, "engine: draft tree token %u has parent %d (-1 or an earlier token)",
+                               j, p);
+        depth[j] = p < 0 ? 1 : (uint8_t)(depth[p] + 1);
+        if (depth[j] > KVP_TREE_MAX_DEPTH)
+            return kvp_err_set(err, KVP_ELIMIT, "engine: a draft tree path of more than %u tokens",
+                               KVP_TREE_MAX_DEPTH);
+    }
+    return 0;
+}
+
 /* Undo the appends of a failed step. */
 static void rollback(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n, const uint32_t *old_len)
 {
@@ -455,7 +497,12 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
 {
     const kvp_config *c = &e->m->cfg;
     uint64_t T64 = 0, R64 = 0;
+    int tree = 0;
     for (uint32_t i = 0; i < n_seqs; i++) {
+        int rc = check_tree(e, &seqs[i], err);
+        if (rc < 0)
+            return rc;
+        tree |= seqs[i].parent != NULL;
         T64 += seqs[i].n_tokens;
         R64 += seqs[i].want == KVP_LOGITS_ALL ? seqs[i].n_tokens : seqs[i].want == KVP_LOGITS_LAST && seqs[i].n_tokens;
         for (uint32_t j = 0; j < i; j++)
@@ -482,8 +529,13 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
     for (uint32_t i = 0; i < n_seqs; i++, n_app++) {
         const kvp_step_seq *s = &seqs[i];
         old_len[i] = kvp_kvcache_seq_len(e->kc, s->seq);
-        if ((rc = kvp_kvcache_seq_append(e->kc, s->seq, s->tokens, s->n_tokens, e->slot + t, err)) < 0)
+        /* a tree's rows are not the sequence's tokens in order: no block of
+         * them is registered for reuse (kvp_kvcache_seq_keep_path does,
+         * once the path that stays is known) */
+        if ((rc = (s->parent ? kvp_kvcache_seq_append_draft : kvp_kvcache_seq_append)(e->kc, s->seq, s->tokens,
+                                                                                    s->n_tokens, e->slot + t, err)) < 0)
             goto fail;
+        uint32_t t_first = t;
         for (uint32_t j = 0; j < s->n_tokens; j++, t++) {
             if (s->tokens[j] >= c->n_vocab) {
                 n_app++;
@@ -493,6 +545,13 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
             }
             e->tok_ids[t] = (int32_t)s->tokens[j];
             e->pos[t] = (int32_t)(old_len[i] + j);
+            e->kv_pos[t] = e->pos[t], e->parent[t] = -1;
+            if (s->parent && s->parent[j] >= 0) { /* one past its parent, whose row it follows */
+                e->parent[t] = (int32_t)t_first + s->parent[j];
+                e->pos[t] = e->pos[e->parent[t]] + 1;
+            } else if (s->parent) {
+                e->pos[t] = (int32_t)old_len[i];
+            }
             e->tok_seq[t] = i;
             if (s->want == KVP_LOGITS_ALL || (s->want == KVP_LOGITS_LAST && j + 1 == s->n_tokens))
                 e->rows[r++] = t;
@@ -503,6 +562,7 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
         e->n_table[i] = kvp_kvcache_seq_n_blocks(e->kc, seqs[i].seq);
     }
 
+    e->tree = tree;
     if (e->world && (rc = kvp_engine_tp_send_step(e, T, R, n_seqs, err)) < 0)
         goto fail;
     if ((rc = kvp_engine_run(e, T, R, n_seqs, logits, err)) < 0)

@@ -28,7 +28,16 @@ typedef struct kvp_step_seq {
     const uint32_t *tokens;  /* [n_tokens], placed at positions len .. len+n_tokens-1 */
     uint32_t n_tokens;
     int want;                /* kvp_logits_want */
+    /* NULL, or a draft tree: token j follows token parent[j] (< j) of this
+     * entry, or the sequence's tokens when -1, so it sits at its parent's
+     * position + 1 (len for -1) and sees only its own path (backend.h,
+     * kvp_attn_args).  Its rows are the cache's slots len .. len+n_tokens-1
+     * in order, registered for reuse only by kvp_kvcache_seq_keep_path once
+     * the path that stays is known.  At most KVP_TREE_STEP_MAX tokens. */
+    const int32_t *parent;
 } kvp_step_seq;
+
+#define KVP_TREE_STEP_MAX 256
 
 typedef struct kvp_engine kvp_engine;
 

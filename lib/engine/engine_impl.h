@@ -27,10 +27,12 @@ struct kvp_engine {
     /* host metadata for the step */
     int32_t *tok_ids, *pos;
     uint32_t *slot, *tok_seq, *rows;
+    int32_t *parent, *kv_pos; /* a draft tree's (kvp_attn_args), when tree */
+    int tree;                 /* the step holds a draft tree */
     const uint32_t **tables;
     uint32_t cap_seqs;
     /* the step's metadata on the device (kvp_engine_run uploads it) */
-    int32_t *d_tok, *d_pos;
+    int32_t *d_tok, *d_pos, *d_parent, *d_kv_pos;
     uint32_t *d_slot, *d_tok_seq, *d_rows;
     uint32_t *flat, *d_flat; /* block tables [n_seq][stride], host and device */
     size_t cap_flat;       /* uint32s each holds */

@@ -565,8 +565,26 @@ uint64_t kvp_kvcache_seq_blocks_needed(const kvp_kvcache *kc, int seq, uint32_t 
     return s ? blocks_needed(kc, s, n) : 0;
 }
 
-int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, uint32_t *slots,
-                           kvp_err *err)
+/* Register the blocks of s that filled up from its token len on (to its
+ * end), chaining from the block before. */
+static void register_filled(kvp_kvcache *kc, kvseq *s, uint32_t len)
+{
+    uint32_t bs = kc->pool.block_size, first_full = len / bs, n_full = s->n_tokens / bs;
+    uint64_t h = first_full ? kc->hash[s->blocks[first_full - 1]] : s->salt;
+    if (first_full && !h) { /* parent is an unregistered duplicate: recompute its chain */
+        h = s->salt;
+        for (uint32_t i = 0; i < first_full; i++)
+            h = chain_hash(kc, s->tokens, i, h);
+    }
+    for (uint32_t i = first_full; i < n_full; i++) {
+        uint64_t parent = h;
+        h = chain_hash(kc, s->tokens, i, h);
+        hash_add(kc, s->blocks[i], h, parent, s->tokens + (size_t)i * bs);
+    }
+}
+
+static int seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, uint32_t *slots, int reg,
+                      kvp_err *err)
 {
     kvseq *s = seq_get(kc, seq);
     if (!s)
@@ -613,19 +631,94 @@ int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uin
         KVP_ASSERT((uint64_t)s->blocks[p / bs] * bs + p % bs < (uint64_t)kc->pool.n_blocks * bs);
         slots[i] = s->blocks[p / bs] * bs + p % bs;
     }
-    /* Register the blocks this append filled. */
-    uint32_t first_full = len / bs, n_full = (uint32_t)(end / bs);
-    uint64_t h = first_full ? kc->hash[s->blocks[first_full - 1]] : s->salt;
-    if (first_full && !h) { /* parent is an unregistered duplicate: recompute its chain */
-        h = s->salt;
-        for (uint32_t i = 0; i < first_full; i++)
-            h = chain_hash(kc, s->tokens, i, h);
+    if (reg) /* the blocks this append filled */
+        register_filled(kc, s, len);
+    KVCACHE_CHECK(kc);
+    return 0;
+}
+
+int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, uint32_t *slots,
+                           kvp_err *err)
+{
+    return seq_append(kc, seq, tokens, n, slots, 1, err);
+}
+
+int kvp_kvcache_seq_append_draft(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, uint32_t *slots,
+                                 kvp_err *err)
+{
+    return seq_append(kc, seq, tokens, n, slots, 0, err);
+}
+
+/* Position src's K/V (every layer, K and V, every head, and a scaled
+ * pool's scales) copied to position dst of s, through host copies of
+ * their blocks (buf: two blocks; ids[0..1] the blocks they hold, -1 none;
+ * the second is written back by the caller). */
+static int copy_position(kvp_kvcache *kc, const kvseq *s, uint32_t src, uint32_t dst, uint8_t *buf, int64_t *ids,
+                         kvp_err *err)
+{
+    const kvp_kv_pool *kv = &kc->pool;
+    uint32_t bs = kv->block_size, bsrc = s->blocks[src / bs], bdst = s->blocks[dst / bs];
+    uint8_t *hs = buf, *hd = buf + kv->block_bytes;
+    int rc;
+    if (ids[1] != (int64_t)bdst) {
+        if (ids[1] >= 0 && (rc = kvp_kvcache_block_write(kc, (uint32_t)ids[1], hd, err)) < 0)
+            return rc;
+        if ((rc = kvp_kvcache_block_read(kc, bdst, hd, err)) < 0)
+            return rc;
+        ids[1] = bdst;
     }
-    for (uint32_t i = first_full; i < n_full; i++) {
-        uint64_t parent = h;
-        h = chain_hash(kc, s->tokens, i, h);
-        hash_add(kc, s->blocks[i], h, parent, s->tokens + (size_t)i * bs);
+    if (bsrc == bdst) {
+        hs = hd;
+    } else if (ids[0] != (int64_t)bsrc) {
+        if ((rc = kvp_kvcache_block_read(kc, bsrc, hs, err)) < 0)
+            return rc;
+        ids[0] = bsrc;
     }
+    size_t row = (size_t)kv->head_dim * kvp_kv_esize(kv->dtype);
+    for (uint32_t l = 0; l < kv->n_layer; l++)
+        for (uint32_t w = 0; w < 2; w++)
+            for (uint32_t h = 0; h < kv->n_head_kv; h++) {
+                memmove(hd + kvp_kv_row_off(kv, l, w, h, dst % bs), hs + kvp_kv_row_off(kv, l, w, h, src % bs), row);
+                if (kvp_kvscale_dtype(kv->dtype))
+                    memmove(hd + kvp_kv_scale_off(kv, l, w, h, dst % bs), hs + kvp_kv_scale_off(kv, l, w, h, src % bs),
+                            4);
+            }
+    return 0;
+}
+
+int kvp_kvcache_seq_keep_path(kvp_kvcache *kc, int seq, uint32_t base, const uint32_t *rows, uint32_t n, kvp_err *err)
+{
+    kvseq *s = seq_get(kc, seq);
+    if (!s)
+        return kvp_err_set(err, KVP_EINVAL, "KV cache: unknown sequence %d", seq);
+    if (base > s->n_tokens || n > s->n_tokens - base)
+        return kvp_err_set(err, KVP_EINVAL, "KV cache: sequence %d: a path of %u from %u of %u tokens", seq, n, base,
+                           s->n_tokens);
+    for (uint32_t i = 0; i < n; i++)
+        if (rows[i] < i || rows[i] >= s->n_tokens - base || (i && rows[i] <= rows[i - 1]))
+            return kvp_err_set(err, KVP_EINVAL, "KV cache: sequence %d: path row %u is %u (rows rise, each at "
+                               "least its place, below %u)", seq, i, rows[i], s->n_tokens - base);
+    /* In order: a row moves down to its place, and the places written are
+     * below every row still to move (rows rise, each >= its place). */
+    uint8_t *buf = NULL;
+    int64_t ids[2] = {-1, -1};
+    int rc = 0;
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        if (rows[i] == i)
+            continue;
+        if (!buf && !(buf = malloc(2 * (size_t)kc->pool.block_bytes)))
+            return kvp_err_set(err, KVP_ENOMEM, "KV cache: out of memory for two blocks");
+        rc = copy_position(kc, s, base + rows[i], base + i, buf, ids, err);
+        s->tokens[base + i] = s->tokens[base + rows[i]];
+    }
+    if (rc == 0 && ids[1] >= 0)
+        rc = kvp_kvcache_block_write(kc, (uint32_t)ids[1], buf + kc->pool.block_bytes, err);
+    free(buf);
+    if (rc < 0)
+        return rc;
+    if ((rc = kvp_kvcache_seq_truncate(kc, seq, base + n, err)) < 0)
+        return rc;
+    register_filled(kc, s, base);
     KVCACHE_CHECK(kc);
     return 0;
 }

@@ -93,6 +93,16 @@ int kvp_kvcache_seq_append(kvp_kvcache *kc, int seq, const uint32_t *tokens, uin
                            kvp_err *err);
 /* New blocks seq_append would take for n more tokens (a copy of a shared
  * partial last block included): what a scheduler asks before it plans. */
+/* kvp_kvcache_seq_append for a draft tree's rows (kvp_step_seq.parent):
+ * the blocks it fills are not registered for reuse, since their rows are
+ * not the sequence's tokens in order. */
+int kvp_kvcache_seq_append_draft(kvp_kvcache *kc, int seq, const uint32_t *tokens, uint32_t n, uint32_t *slots,
+                                 kvp_err *err);
+/* After a draft tree's step from length base: the path that stays, its
+ * rows rows[0..n) (rising, rows[i] >= i, counted from base), moves down to
+ * positions base .. base+n-1 (K/V of every layer, and the tokens), the
+ * sequence is cut to base + n, and the blocks it fills are registered. */
+int kvp_kvcache_seq_keep_path(kvp_kvcache *kc, int seq, uint32_t base, const uint32_t *rows, uint32_t n, kvp_err *err);
 uint64_t kvp_kvcache_seq_blocks_needed(const kvp_kvcache *kc, int seq, uint32_t n);
 /* Add one whole block to a sequence whose length is a multiple of
  * block_size, for loading a saved stream: tokens[n] (n <= block_size) are its
