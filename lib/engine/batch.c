@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,6 +113,14 @@ typedef struct batch {
     float *p;            /* speculative sampling: the target's distributions [KVP_DRAFT_MAX + 1][n_vocab] */
     uint32_t backoff;    /* --draft-len auto: the backoff the last verify step left its request with,
                           * where a new request starts (the drafter's record on this job) */
+    /* --draft-len auto's clock, from steps that hold one request alone:
+     * the seconds of a plain decode step (a moving average; 0: none yet),
+     * those of this step (its drafting included; 0: not such a step), and
+     * the tokens a speculative step gave per plain step's time (moving) */
+    double t_plain, t_step, spec_gain;
+    uint32_t since_plain; /* speculative steps since the last plain one (KVP_PLAIN_PROBE) */
+    uint32_t n_timed;     /* speculative steps spec_gain has taken in */
+    uint32_t n_started;   /* requests that started drafting (adapt_start) */
     float *hid;          /* a drafter from hidden states: the last step's, a row per logits row */
     size_t cap_hid;      /* floats hid holds */
     /* draft_hidden's arguments for a step's requests ([max_num_seqs] each,
@@ -330,18 +339,35 @@ static uint32_t add_forks(batch *b, kvp_request *r, kvp_step_seq *step, uint32_t
     return rows;
 }
 
+/* A costly drafter whose steps have given fewer tokens than plain steps
+ * would in their time (spec_gain, over at least KVP_GAIN_JUDGED of them)
+ * drafts for one new request in KVP_GAIN_RETRY: a draft model pays a
+ * prefill of each request's prompt before its first guess, which a
+ * request that then backs off never earns back. */
+#define KVP_GAIN_JUDGED 8
+#define KVP_GAIN_RETRY 8
+#define KVP_GAIN_LOSING 0.9
+
 /* Where a request's adaptive drafting starts, at its first draft: where
  * the job's last verify step left its request.  A drafter that has been
  * failing on this job starts paused with one guess, not with a full draft
  * a request, so short requests do not each pay the climb down. */
-static void adapt_start(const batch *b, kvp_request *r)
+static void adapt_start(batch *b, kvp_request *r)
 {
     r->draft_started = 1;
+    if (!b->o->drafter->cheap && b->n_timed >= KVP_GAIN_JUDGED && b->spec_gain < KVP_GAIN_LOSING)
+        r->no_draft = b->n_started % KVP_GAIN_RETRY != 0;
+    b->n_started++;
     if (!b->backoff)
         return;
     r->backoff = r->pause = b->backoff;
     r->draft_k = 1;
 }
+
+/* A costly drafter under --draft-len auto: one step in this many goes
+ * plain, so adapt's clock knows what a plain step costs even while every
+ * guess is kept (and knows it at once, from a job's first step). */
+#define KVP_PLAIN_PROBE 16
 
 /* How many guesses r's next step may carry (its draft length, within its
  * token budget), with room for them after its tokens; 0 for none. */
@@ -349,6 +375,12 @@ static uint32_t draft_room(batch *b, kvp_request *r)
 {
     if (b->o->draft_adaptive && !r->draft_started)
         adapt_start(b, r);
+    if (b->o->draft_adaptive && r->no_draft)
+        return 0;
+    if (b->o->draft_adaptive && !b->o->drafter->cheap && b->since_plain >= KVP_PLAIN_PROBE) {
+        b->since_plain = 0;
+        return 0;
+    }
     uint32_t k = b->o->draft_adaptive ? r->draft_k : b->o->draft_len;
     if (b->o->draft_adaptive && r->pause) { /* its guesses failed: plain steps first */
         r->pause--;
@@ -458,12 +490,27 @@ static int verify_sampled(batch *b, kvp_request *r, float *rows, uint32_t *drawn
  * (prompt lookup: free to ask, and only where it finds a match) backs off
  * up to KVP_DRAFT_BACKOFF_CHEAP steps: its failed try costs only the
  * verify's extra token (a quarter of a step on a CPU), and a text that
- * starts to quote its prompt should not wait long. */
+ * starts to quote its prompt should not wait long.  A costly drafter is
+ * also timed, while a request runs alone: when the tokens its steps give
+ * fall below what plain steps would give in the same time (a moving
+ * average of the two), its kept guesses count as a failure, so a drafter
+ * that is right but slow backs off too. */
 #define KVP_DRAFT_BACKOFF_MAX 32
 #define KVP_DRAFT_BACKOFF_CHEAP 4
 static void adapt(batch *b, kvp_request *r, uint32_t m, uint32_t nd)
 {
     uint32_t max = b->o->draft_len, most = b->o->drafter->cheap ? KVP_DRAFT_BACKOFF_CHEAP : KVP_DRAFT_BACKOFF_MAX;
+    if (!b->o->drafter->cheap && b->t_step > 0 && b->t_plain > 0) {
+        /* what drafting and verifying this step cost against the tokens it
+         * gave: a drafter that guesses well but costs more than its guesses
+         * save (a draft model nearly the target's size on a CPU) loses
+         * however often it is right, so it backs off as one that failed */
+        double g = (m + 1) * b->t_plain / b->t_step;
+        b->since_plain++, b->n_timed++;
+        b->spec_gain = 0.75 * b->spec_gain + 0.25 * g;
+        if (b->spec_gain < 1.0)
+            m = 0;
+    }
     if (m == 0) {
         r->backoff = r->backoff ? (r->backoff < most ? r->backoff * 2 : most) : 1;
         r->pause = r->backoff;
@@ -656,6 +703,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     kvp_step_seq *step = malloc((size_t)max_seqs * max_branches * sizeof *step);
     kvp_request **rows = malloc((size_t)max_seqs * sizeof *rows);
     st->total_blocks = ks.n_blocks;
+    b.spec_gain = 1.0, b.since_plain = KVP_PLAIN_PROBE;
     double t0 = kvp_gen_now();
     int src_done = 0, src_rc = 0; /* src_rc: the source's failure, reported once the rest has run */
     kvp_err src_err = {0};
@@ -717,6 +765,8 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
          * token asks for its logits, a decode step with drafts for a row
          * after each of them too. */
         int drafting = o->drafter != NULL;
+        int alone = p.n_items == 1 && drafting && o->draft_adaptive; /* timed for adapt */
+        double t_begin = alone ? kvp_gen_now() : 0;
         if (trees)
             draft_trees(&b, &p);
     again:;
@@ -758,6 +808,14 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         }
         rc = 0;
         st->steps++;
+        b.t_step = 0;
+        if (alone && n_step == 1 && n_req == 1) {
+            double t = kvp_gen_now() - t_begin;
+            if (rows[0]->n_draft)
+                b.t_step = t;
+            else if (p.items[0].n == 1) /* a plain decode step: a busy host only adds, so a faster one counts at once */
+                b.t_plain = b.t_plain > 0 ? fmin(t, 0.8 * b.t_plain + 0.2 * t) : t;
+        }
         kvp_kvcache_get_stats(kc, &ks);
         if (ks.n_blocks - ks.n_free > st->peak_blocks)
             st->peak_blocks = ks.n_blocks - ks.n_free;

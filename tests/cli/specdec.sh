@@ -121,6 +121,15 @@ run $S --method draft --draft "$M" --max-num-seqs 1 --draft-len 6 --stats --json
 same "the model drafting for itself, one at a time" "$T/d.jl" "$OUT"
 acc=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
 expect_true "and every draft is kept ($acc)" awk -v a="$acc" 'BEGIN { exit !(a == 1) }'
+# --draft-len auto times a costly drafter: the model drafting for itself is
+# always right, but each guess costs a step of the model, so guessing loses
+# and it backs off (without the clock it drafted nearly every token)
+run $S --method draft --draft "$M" --max-num-seqs 1 --stats --json
+same "the model drafting for itself, auto: the same tokens as decode" "$T/d.jl" "$OUT"
+dr=$(sed -n 's/.*"spec":.*"drafted":\([0-9]*\),.*/\1/p' "$ERR")
+ot=$(sed -n 's/.*"output_tokens":\([0-9]*\),.*/\1/p' "$ERR" | head -n 1)
+expect_true "a right but costly drafter backs off: $dr drafts for $ot tokens" \
+    awk -v d="$dr" -v o="$ot" 'BEGIN { exit !(d != "" && o > 0 && 2 * d < o) }'
 run $D --temperature 0.7 --seed 11
 cp "$OUT" "$T/d.jl"
 run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --greedy-drafts
