@@ -120,6 +120,9 @@ typedef struct batch {
     double t_plain, t_step, spec_gain;
     uint32_t since_plain; /* speculative steps since the last plain one (KVP_PLAIN_PROBE) */
     uint32_t n_timed;     /* speculative steps spec_gain has taken in */
+    int one_tree;         /* draft trees go in one sequence (kvp_engine_takes_trees), not forks */
+    float *path_rows;     /* a branch's logits rows gathered from a tree's ([KVP_DRAFT_MAX + 1][n_vocab]) */
+    float *path_hid;      /* and its hidden rows ([KVP_DRAFT_MAX + 1][n_embd]) */
     uint32_t n_started;   /* requests that started drafting (adapt_start) */
     float *hid;          /* a drafter from hidden states: the last step's, a row per logits row */
     size_t cap_hid;      /* floats hid holds */
@@ -309,6 +312,29 @@ static uint32_t take_tree(kvp_request *r, uint32_t k, uint32_t nb, const uint32_
     return r->branch_len[0];
 }
 
+/* r's branches merged into one tree (kvp_step_seq.parent) where the
+ * engine takes them: a guess its branch shares with an earlier branch
+ * (the same tokens from the root) is one node.  Sets n_nodes. */
+static void merge_tree(kvp_request *r)
+{
+    r->n_nodes = 1;
+    r->node_tok[0] = r->branch[0][0], r->node_par[0] = -1;
+    for (uint32_t b = 0; b < r->n_branch; b++) {
+        uint32_t at = 0;
+        r->node_of[b][0] = 0;
+        for (uint32_t j = 1; j <= r->branch_len[b]; j++) {
+            uint32_t tok = r->branch[b][j], c = 0;
+            while (c < r->n_nodes && !(r->node_par[c] == (int32_t)at && r->node_tok[c] == tok))
+                c++;
+            if (c == r->n_nodes) {
+                r->node_tok[c] = tok, r->node_par[c] = (int32_t)at;
+                r->n_nodes++;
+            }
+            r->node_of[b][j] = at = c;
+        }
+    }
+}
+
 /* The forks of r's draft tree (branches past the first) go. */
 static void drop_forks(batch *b, kvp_request *r)
 {
@@ -438,7 +464,7 @@ static void draft_trees(batch *b, const kvp_sched_plan *p)
     max_b = max_b < KVP_DRAFT_BRANCHES ? max_b : KVP_DRAFT_BRANCHES;
     for (uint32_t i = 0; i < p->n_items; i++) {
         kvp_request *r = p->items[i].r->user;
-        r->n_draft = r->n_branch = 0;
+        r->n_draft = r->n_branch = r->n_nodes = 0;
         r->sampled = 0;
         if (p->items[i].n != 1 || r->sr.n_computed + 1 != r->sr.n_tokens || !r->has_hidden)
             continue;
@@ -453,8 +479,10 @@ static void draft_trees(batch *b, const kvp_sched_plan *p)
     d->draft_hidden(d->ctx, n, b->tree_hid, b->tree_k, max_b, b->tree_out, b->tree_len, b->tree_nb);
     for (uint32_t i = 0; i < n; i++) {
         size_t at = (size_t)i * KVP_DRAFT_BRANCHES;
-        b->tree_req[i]->n_draft = take_tree(b->tree_req[i], b->tree_k[i], b->tree_nb[i],
-                                            b->tree_out + at * KVP_DRAFT_MAX, b->tree_len + at);
+        kvp_request *r = b->tree_req[i];
+        r->n_draft = take_tree(r, b->tree_k[i], b->tree_nb[i], b->tree_out + at * KVP_DRAFT_MAX, b->tree_len + at);
+        if (r->n_branch > 1 && b->one_tree)
+            merge_tree(r);
     }
 }
 
@@ -551,8 +579,57 @@ static int verify_chosen(batch *b, kvp_request *r, float *rows, const uint32_t *
  * guesses are put in r->draft and after r's tokens; *rows and *hid moved
  * to its rows.  m returned, or a code. */
 static int verify_tree(batch *b, kvp_request *r, float **rows, const float **hid, uint32_t *drawn,
+                       kvp_sampling *after, kvp_err *err);
+
+/* verify_tree for a tree in r's own sequence (n_nodes): each branch's rows
+ * gathered from the tree's (b->path_rows) and verified as verify_tree
+ * does; then the kept path moves into place in the cache
+ * (kvp_kvcache_seq_keep_path) and *hid points at its hidden rows. */
+static int verify_one_tree(batch *b, kvp_request *r, float **rows, const float **hid, uint32_t *drawn,
+                           kvp_sampling *after, kvp_err *err)
+{
+    uint32_t V = kvp_engine_n_vocab(b->e), d = kvp_engine_n_embd(b->e), len = r->sr.n_tokens;
+    kvp_sampling start = r->g.rec.sampling, best_after[KVP_DRAFT_MAX + 1];
+    uint32_t best = 0, best_m = 0, best_drawn[KVP_DRAFT_MAX + 1];
+    for (uint32_t i = 0; i < r->n_branch; i++) {
+        uint32_t nd = r->branch_len[i];
+        for (uint32_t j = 0; j <= nd; j++)
+            memcpy(b->path_rows + (size_t)j * V, *rows + (size_t)r->node_of[i][j] * V, V * sizeof(float));
+        memcpy(r->tokens + len, r->branch[i] + 1, nd * sizeof *r->tokens); /* the penalties' window */
+        r->g.rec.sampling = start;
+        int m = verify_chosen(b, r, b->path_rows, r->branch[i] + 1, nd, drawn, after, err);
+        if (m < 0)
+            return m;
+        if (i == 0 || (uint32_t)m > best_m) {
+            best = i, best_m = (uint32_t)m;
+            memcpy(best_drawn, drawn, ((size_t)m + 1) * sizeof *drawn);
+            memcpy(best_after, after, ((size_t)m + 1) * sizeof *after);
+        }
+    }
+    memcpy(drawn, best_drawn, ((size_t)best_m + 1) * sizeof *drawn);
+    memcpy(after, best_after, ((size_t)best_m + 1) * sizeof *after);
+    r->n_draft = r->branch_len[best];
+    memcpy(r->draft, r->branch[best] + 1, r->n_draft * sizeof *r->draft);
+    memcpy(r->tokens + len, r->draft, r->n_draft * sizeof *r->tokens);
+    /* the step's rows start at the sequence's last token (len - 1) */
+    int rc = kvp_kvcache_seq_keep_path(b->kc, r->g.handle, len - 1, r->node_of[best], best_m + 1, err);
+    if (rc < 0)
+        return rc;
+    if (*hid) {
+        for (uint32_t j = 0; j <= best_m; j++)
+            memcpy(b->path_hid + (size_t)j * d, *hid + (size_t)r->node_of[best][j] * d, d * sizeof(float));
+        *hid = b->path_hid;
+    }
+    b->st->branch_rows += r->n_nodes - (1 + r->branch_len[0]);
+    b->st->tree_steps++;
+    return (int)best_m;
+}
+
+static int verify_tree(batch *b, kvp_request *r, float **rows, const float **hid, uint32_t *drawn,
                        kvp_sampling *after, kvp_err *err)
 {
+    if (r->n_nodes)
+        return verify_one_tree(b, r, rows, hid, drawn, after, err);
     uint32_t V = kvp_engine_n_vocab(b->e), d = kvp_engine_n_embd(b->e), len = r->sr.n_tokens;
     kvp_sampling start = r->g.rec.sampling, best_after[KVP_DRAFT_MAX + 1];
     uint32_t best = 0, best_m = 0, best_drawn[KVP_DRAFT_MAX + 1];
@@ -715,9 +792,17 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         b.tree_req = malloc(max_seqs * sizeof *b.tree_req), b.tree_hid = malloc(max_seqs * sizeof *b.tree_hid);
         b.tree_k = malloc(max_seqs * sizeof *b.tree_k), b.tree_nb = malloc(max_seqs * sizeof *b.tree_nb);
         b.tree_len = malloc(nb * sizeof *b.tree_len), b.tree_out = malloc(nb * KVP_DRAFT_MAX * sizeof *b.tree_out);
+        /* a tree of branches in one sequence, where the engine takes it:
+         * guesses the branches share are computed once, and no fork */
+        b.one_tree = max_branches > 1 && kvp_engine_takes_trees(e);
+        if (b.one_tree) {
+            b.path_rows = malloc((size_t)(KVP_DRAFT_MAX + 1) * V * sizeof *b.path_rows);
+            b.path_hid = malloc((size_t)(KVP_DRAFT_MAX + 1) * kvp_engine_n_embd(e) * sizeof *b.path_hid);
+        }
     }
     if (!step || !rows || (o->drafter && o->drafter->draft_sampled && !b.p) ||
-        (trees && (!b.tree_req || !b.tree_hid || !b.tree_k || !b.tree_nb || !b.tree_len || !b.tree_out))) {
+        (trees && (!b.tree_req || !b.tree_hid || !b.tree_k || !b.tree_nb || !b.tree_len || !b.tree_out)) ||
+        (b.one_tree && (!b.path_rows || !b.path_hid))) {
         rc = kvp_err_set(err, KVP_ENOMEM, "batch: out of memory for %u sequences", max_seqs);
         goto out;
     }
@@ -776,16 +861,21 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             uint32_t from = r->sr.n_computed, n = p.items[i].n;
             int last = from + n == r->sr.n_tokens;
             if (!drafting || !trees) /* trees: drafted before, unless they did not fit */
-                r->n_branch = 0, r->n_draft = drafting && last && n == 1 ? draft_for(&b, r) : 0;
-            step[n_step++] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from,
-                                            .n_tokens = n + r->n_draft,
-                                            .want = !last ? KVP_LOGITS_NONE
-                                                    : r->n_draft ? KVP_LOGITS_ALL : KVP_LOGITS_LAST};
+                r->n_branch = r->n_nodes = 0, r->n_draft = drafting && last && n == 1 ? draft_for(&b, r) : 0;
+            if (r->n_nodes) /* a tree in its own sequence: a decode step (draft_trees) */
+                step[n_step++] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->node_tok, .n_tokens = r->n_nodes,
+                                                .want = KVP_LOGITS_ALL, .parent = r->node_par};
+            else
+                step[n_step++] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from,
+                                                .n_tokens = n + r->n_draft,
+                                                .want = !last ? KVP_LOGITS_NONE
+                                                        : r->n_draft ? KVP_LOGITS_ALL : KVP_LOGITS_LAST};
             if (last) {
                 rows[n_req++] = r;
-                n_rows += 1 + r->n_draft;
+                n_rows += r->n_nodes ? r->n_nodes : 1 + r->n_draft;
             }
-            n_rows += add_forks(&b, r, step, &n_step);
+            if (!r->n_nodes)
+                n_rows += add_forks(&b, r, step, &n_step);
         }
         if (n_rows > cap_rows) {
             float *l = realloc(logits, (size_t)V * n_rows * sizeof *l);
@@ -809,7 +899,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         rc = 0;
         st->steps++;
         b.t_step = 0;
-        if (alone && n_step == 1 && n_req == 1) {
+        if (alone && n_req == 1) { /* one request (and its forks, a tree's branches) */
             double t = kvp_gen_now() - t_begin;
             if (rows[0]->n_draft)
                 b.t_step = t;
@@ -832,6 +922,8 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             uint32_t nd = r->n_draft, used = 1 + nd; /* its rows, every branch's */
             for (uint32_t j = 1; j < r->n_branch; j++)
                 used += 1 + r->branch_len[j];
+            if (r->n_nodes)
+                used = r->n_nodes;
             const float *h = hid ? hid + row * d : NULL;
             rc = nd ? advance_spec(&b, s, r, logits + (size_t)row * V, h, err)
                     : advance(&b, s, r, logits + (size_t)row * V, h, err);
@@ -861,6 +953,7 @@ out:
     free(b.p);
     free(b.hid);
     free(b.tree_req), free(b.tree_hid), free(b.tree_k), free(b.tree_nb), free(b.tree_len), free(b.tree_out);
+    free(b.path_rows), free(b.path_hid);
     kvp_sched_free(s);
     return rc;
 }

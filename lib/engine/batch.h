@@ -58,6 +58,13 @@ typedef struct kvp_request {
     uint32_t branch_len[KVP_DRAFT_BRANCHES];
     uint32_t branch[KVP_DRAFT_BRANCHES][KVP_DRAFT_MAX + 1];
     int branch_seq[KVP_DRAFT_BRANCHES];
+    /* ... or, where the engine takes trees, the branches merged into one
+     * tree on the request's own sequence (n_nodes > 0): node 0 its last
+     * token, shared guesses once; branch b's nodes node_of[b][0..len] */
+    uint32_t n_nodes;
+    uint32_t node_tok[1 + KVP_DRAFT_BRANCHES * KVP_DRAFT_MAX];
+    int32_t node_par[1 + KVP_DRAFT_BRANCHES * KVP_DRAFT_MAX];
+    uint32_t node_of[KVP_DRAFT_BRANCHES][KVP_DRAFT_MAX + 1];
     uint32_t n_drafted, n_accepted, n_verify; /* draft tokens proposed, accepted; verify steps */
     int holder;              /* a cache sequence (read from a stream) whose blocks its start reuses, or -1 */
     double t_end;
@@ -121,6 +128,7 @@ typedef struct kvp_batch_stats {
      * draft tokens proposed and accepted, and both by position in the draft */
     uint64_t verify_steps, drafted, accepted;
     uint64_t branch_rows;              /* rows of draft-tree branches past the first */
+    uint64_t tree_steps;               /* verify steps of a tree in one sequence (kvp_step_seq.parent) */
     uint64_t drafted_at[KVP_DRAFT_MAX], accepted_at[KVP_DRAFT_MAX];
 } kvp_batch_stats;
 

@@ -306,6 +306,8 @@ static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
     fputs("]", f);
     if (st->branch_rows)
         fprintf(f, ",\"branch_rows\":%llu", (unsigned long long)st->branch_rows);
+    if (st->tree_steps)
+        fprintf(f, ",\"tree_steps\":%llu", (unsigned long long)st->tree_steps);
     if (sp->cmp) {
         double a = tokens_per_s(&sp->cmp->st), b = tokens_per_s(st);
         fprintf(f, ",\"compare\":{\"decode_output_throughput\":%.2f,\"decode_seconds\":%.3f,\"speedup\":%.3f,"

@@ -464,11 +464,10 @@ static int check_tree(const kvp_engine *e, const kvp_step_seq *s, kvp_err *err)
 {
     if (!s->parent)
         return 0;
-    if (e->world)
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "engine: a draft tree under tensor or pipeline parallelism");
-    if (!e->be->ops->supports(e->be, KVP_USE_TREE, 0, 0))
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "engine: the %s backend does not take draft trees",
-                           e->be->ops->name);
+    if (!kvp_engine_takes_trees(e))
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "engine: draft trees need a backend that takes them (%s does%s) "
+                           "in one process", e->be->ops->name,
+                           e->be->ops->supports(e->be, KVP_USE_TREE, 0, 0) ? "" : " not");
     uint8_t depth[KVP_TREE_STEP_MAX];
     if (s->n_tokens > KVP_TREE_STEP_MAX)
         return kvp_err_set(err, KVP_ELIMIT, "engine: a draft tree of %u tokens (at most %u)", s->n_tokens,
@@ -573,6 +572,11 @@ fail:
     rollback(e, seqs, n_app < n_seqs ? n_app : n_seqs, old_len);
     free(old_len);
     return rc;
+}
+
+int kvp_engine_takes_trees(const kvp_engine *e)
+{
+    return !e->world && e->be->ops->supports(e->be, KVP_USE_TREE, 0, 0);
 }
 
 uint32_t kvp_engine_n_vocab(const kvp_engine *e) { return e->m->cfg.n_vocab; }

@@ -57,6 +57,10 @@ void kvp_engine_free(kvp_engine *e);
  * code; on failure no sequence has grown (KV out of blocks: KVP_ELIMIT). */
 int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, float *logits, kvp_err *err);
 
+/* Whether steps may carry draft trees (kvp_step_seq.parent): a backend
+ * that takes them, in one process. */
+int kvp_engine_takes_trees(const kvp_engine *e);
+
 /* The model's vocabulary size (rows of logits are this long) and width
  * (hidden states are this long). */
 uint32_t kvp_engine_n_vocab(const kvp_engine *e);

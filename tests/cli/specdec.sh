@@ -207,14 +207,16 @@ run $S --method heads --heads "$T/h.kvp" --max-num-seqs 1 --draft-len 2
 same "heads, greedy, one at a time, --draft-len 2" "$T/d.jl" "$OUT"
 run $S --method heads --heads "$T/h.kvp" --kv-blocks 12
 same "heads with a 12-block cache (drafts dropped, preemption)" "$T/d.jl" "$OUT"
-# a draft tree: three branches, each a fork of the sequence in the step;
-# the longest kept wins and its fork becomes the sequence
+# a draft tree: three branches merged into one tree in the sequence (a
+# guess they share computed once), each token seeing its own path; the
+# longest kept wins and its path moves into place
 run $S --method heads --heads "$T/h.kvp" --branches 3 --stats --json
 expect_status 0 "--branches 3"
 same "heads, a tree of 3 branches: the same tokens as decode" "$T/d.jl" "$OUT"
 expect_err_has '"branch_rows":' "the stats count the branches' rows"
+expect_err_has '"tree_steps":' "and the steps verified as one tree"
 run $S --method heads --heads "$T/h.kvp" --branches 3 --max-num-seqs 2 --kv-blocks 14
-same "a tree in a small cache (forks that do not fit drop the drafts)" "$T/d.jl" "$OUT"
+same "a tree in a small cache (a tree that does not fit drops the drafts)" "$T/d.jl" "$OUT"
 run $S --branches 2
 expect_status 2 "--branches without --method heads"
 run $D --temperature 0.8 --top-p 0.9 --seed 3
