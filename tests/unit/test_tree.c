@@ -118,6 +118,21 @@ static void test_tree_dtype(const char *dir, int kv_dtype)
     CHECK(strstr(err.msg, "parent 1") != NULL);
     CHECK_EQ_I64(kvp_engine_step(r.e, &b2, 1, tl, &err), KVP_EINVAL);
     CHECK_EQ_U64(kvp_kvcache_seq_len(r.kc, s), len); /* nothing appended */
+    /* a path longer than KVP_TREE_MAX_DEPTH, and a tree past KVP_TREE_STEP_MAX */
+    enum { LONG = KVP_TREE_STEP_MAX + 1 };
+    static uint32_t many[LONG];
+    static int32_t chain[LONG], flat[LONG];
+    for (int i = 0; i < LONG; i++)
+        many[i] = (uint32_t)i % V, chain[i] = i - 1, flat[i] = -1;
+    kvp_step_seq deep = {.seq = s, .tokens = many, .n_tokens = KVP_TREE_MAX_DEPTH + 1, .parent = chain};
+    CHECK_EQ_I64(kvp_engine_step(r.e, &deep, 1, NULL, &err), KVP_ELIMIT);
+    CHECK(strstr(err.msg, "path of more than") != NULL);
+    deep.n_tokens = KVP_TREE_MAX_DEPTH;
+    CHECK_EQ_I64(kvp_engine_step(r.e, &deep, 1, NULL, &err), 0); /* the longest path: fine */
+    CHECK(kvp_kvcache_seq_truncate(r.kc, s, len, &err) == 0);
+    kvp_step_seq wide = {.seq = s, .tokens = many, .n_tokens = LONG, .parent = flat};
+    CHECK_EQ_I64(kvp_engine_step(r.e, &wide, 1, NULL, &err), KVP_ELIMIT);
+    CHECK_EQ_U64(kvp_kvcache_seq_len(r.kc, s), len);
     /* keep_path refuses rows that do not rise or that fall below their place */
     static const uint32_t fall[2] = {0, 0}, past[1] = {9};
     CHECK_EQ_I64(kvp_kvcache_seq_keep_path(r.kc, s, P, fall, 2, &err), KVP_EINVAL);
