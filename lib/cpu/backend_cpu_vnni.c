@@ -17,6 +17,8 @@
 #define KVP_X86_VNNI 1
 /* AVX512VL's 32 registers hold a tile of 2 rows by 8 tokens (16 accumulators) */
 #define KVP_X86_T 8
+/* and float prompt runs of 4 rows by 4 tokens (backend_cpu_x86.inc mm_f) */
+#define KVP_X86_FROWS 4
 #include "backend_cpu_x86.inc"
 
 const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void)
