@@ -720,16 +720,20 @@ static const float *attn_block(const attn_ctx *c, const uint32_t *table, uint32_
  * weights times its V scale.  Either way of reading the codes (direct, or
  * converted to f32 first) gives their exact values, so both give the same
  * bits, as for f16. */
+static void scale_by(const float *sc, float *s, uint32_t np, uint32_t ldq)
+{
+    for (uint32_t p = 0; p < np; p++)
+        for (uint32_t j = 0; j < ldq; j++)
+            s[(size_t)p * ldq + j] *= sc[p];
+}
+
+/* scale_by with the scales of block blk (table entry) of K/V head g. */
 static void scale_rows(const attn_ctx *c, const uint32_t *table, uint32_t blk, uint32_t which, uint32_t g, float *s,
                        uint32_t np, uint32_t ldq)
 {
     const kvp_kv_pool *kv = c->a->kv;
-    if (!kvp_kvscale_dtype(kv->dtype))
-        return;
-    const float *sc = kv_scales(kv, table[blk], c->a->layer, which, g);
-    for (uint32_t p = 0; p < np; p++)
-        for (uint32_t j = 0; j < ldq; j++)
-            s[(size_t)p * ldq + j] *= sc[p];
+    if (kvp_kvscale_dtype(kv->dtype))
+        scale_by(kv_scales(kv, table[blk], c->a->layer, which, g), s, np, ldq);
 }
 
 /* A draft tree's query (kvp_attn_args.parent): where the keys of its
@@ -775,11 +779,8 @@ static void attn_path_block(const attn_ctx *c, const uint32_t *table, const attn
 /* scale_rows for gathered rows: their scales in vsc. */
 static void scale_path_rows(const attn_ctx *c, const float *vsc, float *s, uint32_t np, uint32_t ldq)
 {
-    if (!kvp_kvscale_dtype(c->a->kv->dtype))
-        return;
-    for (uint32_t p = 0; p < np; p++)
-        for (uint32_t j = 0; j < ldq; j++)
-            s[(size_t)p * ldq + j] *= vsc[p];
+    if (kvp_kvscale_dtype(c->a->kv->dtype))
+        scale_by(vsc, s, np, ldq);
 }
 
 /* Tokens tok[0..nt) of one sequence against KV head g, over the keys of

@@ -573,72 +573,32 @@ static int verify_chosen(batch *b, kvp_request *r, float *rows, const uint32_t *
     }
 }
 
-/* A draft tree: every branch verified from the same generator state, on
- * its own rows (after branch 0's, in order); the one that keeps the most
- * wins (the first on a tie), and its fork becomes r's sequence.  Its
- * guesses are put in r->draft and after r's tokens; *rows and *hid moved
- * to its rows.  m returned, or a code. */
-static int verify_tree(batch *b, kvp_request *r, float **rows, const float **hid, uint32_t *drawn,
-                       kvp_sampling *after, kvp_err *err);
-
-/* verify_tree for a tree in r's own sequence (n_nodes): each branch's rows
- * gathered from the tree's (b->path_rows) and verified as verify_tree
- * does; then the kept path moves into place in the cache
- * (kvp_kvcache_seq_keep_path) and *hid points at its hidden rows. */
-static int verify_one_tree(batch *b, kvp_request *r, float **rows, const float **hid, uint32_t *drawn,
-                           kvp_sampling *after, kvp_err *err)
-{
-    uint32_t V = kvp_engine_n_vocab(b->e), d = kvp_engine_n_embd(b->e), len = r->sr.n_tokens;
-    kvp_sampling start = r->g.rec.sampling, best_after[KVP_DRAFT_MAX + 1];
-    uint32_t best = 0, best_m = 0, best_drawn[KVP_DRAFT_MAX + 1];
-    for (uint32_t i = 0; i < r->n_branch; i++) {
-        uint32_t nd = r->branch_len[i];
-        for (uint32_t j = 0; j <= nd; j++)
-            memcpy(b->path_rows + (size_t)j * V, *rows + (size_t)r->node_of[i][j] * V, V * sizeof(float));
-        memcpy(r->tokens + len, r->branch[i] + 1, nd * sizeof *r->tokens); /* the penalties' window */
-        r->g.rec.sampling = start;
-        int m = verify_chosen(b, r, b->path_rows, r->branch[i] + 1, nd, drawn, after, err);
-        if (m < 0)
-            return m;
-        if (i == 0 || (uint32_t)m > best_m) {
-            best = i, best_m = (uint32_t)m;
-            memcpy(best_drawn, drawn, ((size_t)m + 1) * sizeof *drawn);
-            memcpy(best_after, after, ((size_t)m + 1) * sizeof *after);
-        }
-    }
-    memcpy(drawn, best_drawn, ((size_t)best_m + 1) * sizeof *drawn);
-    memcpy(after, best_after, ((size_t)best_m + 1) * sizeof *after);
-    r->n_draft = r->branch_len[best];
-    memcpy(r->draft, r->branch[best] + 1, r->n_draft * sizeof *r->draft);
-    memcpy(r->tokens + len, r->draft, r->n_draft * sizeof *r->tokens);
-    /* the step's rows start at the sequence's last token (len - 1) */
-    int rc = kvp_kvcache_seq_keep_path(b->kc, r->g.handle, len - 1, r->node_of[best], best_m + 1, err);
-    if (rc < 0)
-        return rc;
-    if (*hid) {
-        for (uint32_t j = 0; j <= best_m; j++)
-            memcpy(b->path_hid + (size_t)j * d, *hid + (size_t)r->node_of[best][j] * d, d * sizeof(float));
-        *hid = b->path_hid;
-    }
-    b->st->branch_rows += r->n_nodes - (1 + r->branch_len[0]);
-    b->st->tree_steps++;
-    return (int)best_m;
-}
-
-static int verify_tree(batch *b, kvp_request *r, float **rows, const float **hid, uint32_t *drawn,
+/* A draft tree: every branch verified from the same generator state; the
+ * one that keeps the most wins (the first on a tie).  Its guesses are put
+ * in r->draft and after r's tokens, and *hid moved to its hidden rows.
+ * Forks (n_nodes 0): branch i's rows follow branch 0's in order, and the
+ * winner's fork becomes r's sequence.  A tree in r's own sequence
+ * (n_nodes): a branch's rows are gathered from its nodes' (b->path_rows),
+ * and the kept path moves into place in the cache
+ * (kvp_kvcache_seq_keep_path).  m returned, or a code. */
+static int verify_tree(batch *b, kvp_request *r, float *rows, const float **hid, uint32_t *drawn,
                        kvp_sampling *after, kvp_err *err)
 {
-    if (r->n_nodes)
-        return verify_one_tree(b, r, rows, hid, drawn, after, err);
     uint32_t V = kvp_engine_n_vocab(b->e), d = kvp_engine_n_embd(b->e), len = r->sr.n_tokens;
     kvp_sampling start = r->g.rec.sampling, best_after[KVP_DRAFT_MAX + 1];
     uint32_t best = 0, best_m = 0, best_drawn[KVP_DRAFT_MAX + 1];
     size_t off = 0, best_off = 0;
     for (uint32_t i = 0; i < r->n_branch; i++) {
         uint32_t nd = r->branch_len[i];
+        float *br = rows + off * V;
+        if (r->n_nodes) {
+            br = b->path_rows;
+            for (uint32_t j = 0; j <= nd; j++)
+                memcpy(br + (size_t)j * V, rows + (size_t)r->node_of[i][j] * V, V * sizeof(float));
+        }
         memcpy(r->tokens + len, r->branch[i] + 1, nd * sizeof *r->tokens); /* the penalties' window */
         r->g.rec.sampling = start;
-        int m = verify_chosen(b, r, *rows + off * V, r->branch[i] + 1, nd, drawn, after, err);
+        int m = verify_chosen(b, r, br, r->branch[i] + 1, nd, drawn, after, err);
         if (m < 0) {
             drop_forks(b, r);
             return m;
@@ -655,6 +615,20 @@ static int verify_tree(batch *b, kvp_request *r, float **rows, const float **hid
     r->n_draft = r->branch_len[best];
     memcpy(r->draft, r->branch[best] + 1, r->n_draft * sizeof *r->draft);
     memcpy(r->tokens + len, r->draft, r->n_draft * sizeof *r->tokens);
+    if (r->n_nodes) {
+        /* the step's rows start at the sequence's last token (len - 1) */
+        int rc = kvp_kvcache_seq_keep_path(b->kc, r->g.handle, len - 1, r->node_of[best], best_m + 1, err);
+        if (rc < 0)
+            return rc;
+        if (*hid) {
+            for (uint32_t j = 0; j <= best_m; j++)
+                memcpy(b->path_hid + (size_t)j * d, *hid + (size_t)r->node_of[best][j] * d, d * sizeof(float));
+            *hid = b->path_hid;
+        }
+        b->st->branch_rows += r->n_nodes - (1 + r->branch_len[0]);
+        b->st->tree_steps++;
+        return (int)best_m;
+    }
     if (best) { /* the fork has the kept K/V: it becomes r's sequence */
         kvp_kvcache_seq_free(b->kc, r->g.handle);
         r->g.handle = r->branch_seq[best];
@@ -662,7 +636,6 @@ static int verify_tree(batch *b, kvp_request *r, float **rows, const float **hid
     }
     drop_forks(b, r);
     b->st->branch_rows += off - (1 + r->branch_len[0]);
-    *rows += best_off * V;
     if (*hid)
         *hid += best_off * d;
     return (int)best_m;
@@ -679,7 +652,7 @@ static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, con
     uint32_t drawn[KVP_DRAFT_MAX + 1];
     kvp_sampling after[KVP_DRAFT_MAX + 1]; /* the generator after each draw */
     int got = r->sampled           ? verify_sampled(b, r, rows, drawn, after, err)
-              : r->n_branch > 1    ? verify_tree(b, r, &rows, &hid, drawn, after, err)
+              : r->n_branch > 1    ? verify_tree(b, r, rows, &hid, drawn, after, err)
                                    : verify_chosen(b, r, rows, r->draft, r->n_draft, drawn, after, err);
     if (got < 0)
         return got;
@@ -919,11 +892,9 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         size_t d = kvp_engine_n_embd(e);
         for (uint32_t i = 0, row = 0; i < n_req; i++) {
             kvp_request *r = rows[i];
-            uint32_t nd = r->n_draft, used = 1 + nd; /* its rows, every branch's */
-            for (uint32_t j = 1; j < r->n_branch; j++)
+            uint32_t nd = r->n_draft, used = r->n_nodes ? r->n_nodes : 1 + nd; /* its rows, every branch's */
+            for (uint32_t j = 1; !r->n_nodes && j < r->n_branch; j++)
                 used += 1 + r->branch_len[j];
-            if (r->n_nodes)
-                used = r->n_nodes;
             const float *h = hid ? hid + row * d : NULL;
             rc = nd ? advance_spec(&b, s, r, logits + (size_t)row * V, h, err)
                     : advance(&b, s, r, logits + (size_t)row * V, h, err);
