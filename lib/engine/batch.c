@@ -113,11 +113,15 @@ typedef struct batch {
     float *p;            /* speculative sampling: the target's distributions [KVP_DRAFT_MAX + 1][n_vocab] */
     uint32_t backoff;    /* --draft-len auto: the backoff the last verify step left its request with,
                           * where a new request starts (the drafter's record on this job) */
-    /* --draft-len auto's clock, from steps that hold one request alone:
-     * the seconds of a plain decode step (a moving average; 0: none yet),
-     * those of this step (its drafting included; 0: not such a step), and
-     * the tokens a speculative step gave per plain step's time (moving) */
-    double t_plain, t_step, spec_gain;
+    /* --draft-len auto's clock, from decode steps (no prompt in them):
+     * t_plain[R] the seconds of a plain step of R requests (a moving
+     * average; 0: none yet), spec_gain the tokens speculative steps gave
+     * over what plain steps of as many requests would give in their time
+     * (a moving average), step_tokens what this step's requests gave */
+    double *t_plain, spec_gain;
+    uint32_t max_req;     /* t_plain's last index */
+    uint32_t step_tokens;
+    int probe;            /* this step runs plain (KVP_PLAIN_PROBE) */
     uint32_t since_plain; /* speculative steps since the last plain one (KVP_PLAIN_PROBE) */
     uint32_t n_timed;     /* speculative steps spec_gain has taken in */
     int one_tree;         /* draft trees go in one sequence (kvp_engine_takes_trees), not forks */
@@ -390,6 +394,18 @@ static void adapt_start(batch *b, kvp_request *r)
     r->draft_k = 1;
 }
 
+/* Whether plan p is decode steps alone: each request one token, its last
+ * (no prompt chunk, whose cost would blur the clock's). */
+static int decode_only(const kvp_sched_plan *p)
+{
+    for (uint32_t i = 0; i < p->n_items; i++) {
+        const kvp_request *r = p->items[i].r->user;
+        if (p->items[i].n != 1 || r->sr.n_computed + 1 != r->sr.n_tokens)
+            return 0;
+    }
+    return p->n_items > 0;
+}
+
 /* A costly drafter under --draft-len auto: one step in this many goes
  * plain, so adapt's clock knows what a plain step costs even while every
  * guess is kept (and knows it at once, from a job's first step). */
@@ -403,10 +419,8 @@ static uint32_t draft_room(batch *b, kvp_request *r)
         adapt_start(b, r);
     if (b->o->draft_adaptive && r->no_draft)
         return 0;
-    if (b->o->draft_adaptive && !b->o->drafter->cheap && b->since_plain >= KVP_PLAIN_PROBE) {
-        b->since_plain = 0;
+    if (b->probe)
         return 0;
-    }
     uint32_t k = b->o->draft_adaptive ? r->draft_k : b->o->draft_len;
     if (b->o->draft_adaptive && r->pause) { /* its guesses failed: plain steps first */
         r->pause--;
@@ -519,26 +533,16 @@ static int verify_sampled(batch *b, kvp_request *r, float *rows, uint32_t *drawn
  * up to KVP_DRAFT_BACKOFF_CHEAP steps: its failed try costs only the
  * verify's extra token (a quarter of a step on a CPU), and a text that
  * starts to quote its prompt should not wait long.  A costly drafter is
- * also timed, while a request runs alone: when the tokens its steps give
- * fall below what plain steps would give in the same time (a moving
- * average of the two), its kept guesses count as a failure, so a drafter
- * that is right but slow backs off too. */
+ * also timed (clock_step): while the tokens its steps give fall below what
+ * plain steps would give in the same time, its kept guesses count as a
+ * failure, so a drafter that is right but slow backs off too. */
 #define KVP_DRAFT_BACKOFF_MAX 32
 #define KVP_DRAFT_BACKOFF_CHEAP 4
 static void adapt(batch *b, kvp_request *r, uint32_t m, uint32_t nd)
 {
     uint32_t max = b->o->draft_len, most = b->o->drafter->cheap ? KVP_DRAFT_BACKOFF_CHEAP : KVP_DRAFT_BACKOFF_MAX;
-    if (!b->o->drafter->cheap && b->t_step > 0 && b->t_plain > 0) {
-        /* what drafting and verifying this step cost against the tokens it
-         * gave: a drafter that guesses well but costs more than its guesses
-         * save (a draft model nearly the target's size on a CPU) loses
-         * however often it is right, so it backs off as one that failed */
-        double g = (m + 1) * b->t_plain / b->t_step;
-        b->since_plain++, b->n_timed++;
-        b->spec_gain = 0.75 * b->spec_gain + 0.25 * g;
-        if (b->spec_gain < 1.0)
-            m = 0;
-    }
+    if (!b->o->drafter->cheap && b->spec_gain < 1.0)
+        m = 0;
     if (m == 0) {
         r->backoff = r->backoff ? (r->backoff < most ? r->backoff * 2 : most) : 1;
         r->pause = r->backoff;
@@ -549,6 +553,49 @@ static void adapt(batch *b, kvp_request *r, uint32_t m, uint32_t nd)
     }
     if (!b->o->drafter->cheap) /* a new request of a cheap drafter tries at once */
         b->backoff = r->backoff;
+}
+
+/* The seconds of a plain decode step of R requests: of R's own, else of
+ * the nearest count within a quarter of R (a batch's size drifts as its
+ * requests end); 0 when none is known. */
+static double t_plain_near(const batch *b, uint32_t R)
+{
+    uint32_t span = R / 4;
+    for (uint32_t d = 0; d <= span; d++) {
+        if (R >= d && b->t_plain[R - d] > 0)
+            return b->t_plain[R - d];
+        if (R + d <= b->max_req && b->t_plain[R + d] > 0)
+            return b->t_plain[R + d];
+    }
+    return 0;
+}
+
+/* --draft-len auto's clock, after a decode step of R requests (every one
+ * a single token, its drafts aside) that took t seconds, its drafting
+ * included: a plain step (none drafted) refreshes t_plain[R], taking a
+ * faster one at once (a busy host only adds); a speculative one adds its
+ * tokens over what a plain step of R gives in that time to spec_gain.  A
+ * drafter that guesses well but costs more than its guesses save (a draft
+ * model nearly the target's size on a CPU; a batch, where a CPU step costs
+ * what its tokens cost) loses however often it is right: adapt then
+ * backs its requests off as after a failure.  Judged steps lag by one: a
+ * step's requests adapt before its tokens are counted. */
+static void clock_step(batch *b, uint32_t R, int drafted, double t)
+{
+    if (!R || R > b->max_req)
+        return;
+    if (!drafted) {
+        double *tp = &b->t_plain[R];
+        *tp = *tp > 0 ? fmin(t, 0.8 * *tp + 0.2 * t) : t;
+        return;
+    }
+    double tp = t_plain_near(b, R);
+    b->since_plain++;
+    if (tp <= 0 || t <= 0)
+        return;
+    double g = b->step_tokens * tp / ((double)R * t);
+    b->n_timed++;
+    b->spec_gain = 0.75 * b->spec_gain + 0.25 * g;
 }
 
 
@@ -657,6 +704,7 @@ static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, con
     if (got < 0)
         return got;
     uint32_t m = (uint32_t)got, nd = r->n_draft;
+    b->step_tokens += m + 1;
     keep_hidden(b, r, hid ? hid + (size_t)m * kvp_engine_n_embd(b->e) : NULL); /* row m chose the last token */
     kvp_batch_stats *st = b->st;
     st->verify_steps++;
@@ -754,6 +802,8 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     kvp_request **rows = malloc((size_t)max_seqs * sizeof *rows);
     st->total_blocks = ks.n_blocks;
     b.spec_gain = 1.0, b.since_plain = KVP_PLAIN_PROBE;
+    b.max_req = max_seqs;
+    b.t_plain = calloc((size_t)max_seqs + 1, sizeof *b.t_plain);
     double t0 = kvp_gen_now();
     int src_done = 0, src_rc = 0; /* src_rc: the source's failure, reported once the rest has run */
     kvp_err src_err = {0};
@@ -773,7 +823,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             b.path_hid = malloc((size_t)(KVP_DRAFT_MAX + 1) * kvp_engine_n_embd(e) * sizeof *b.path_hid);
         }
     }
-    if (!step || !rows || (o->drafter && o->drafter->draft_sampled && !b.p) ||
+    if (!step || !rows || !b.t_plain || (o->drafter && o->drafter->draft_sampled && !b.p) ||
         (trees && (!b.tree_req || !b.tree_hid || !b.tree_k || !b.tree_nb || !b.tree_len || !b.tree_out)) ||
         (b.one_tree && (!b.path_rows || !b.path_hid))) {
         rc = kvp_err_set(err, KVP_ENOMEM, "batch: out of memory for %u sequences", max_seqs);
@@ -823,8 +873,11 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
          * token asks for its logits, a decode step with drafts for a row
          * after each of them too. */
         int drafting = o->drafter != NULL;
-        int alone = p.n_items == 1 && drafting && o->draft_adaptive; /* timed for adapt */
-        double t_begin = alone ? kvp_gen_now() : 0;
+        int timed = drafting && o->draft_adaptive && !o->drafter->cheap && decode_only(&p); /* clock_step */
+        double t_begin = timed ? kvp_gen_now() : 0;
+        b.probe = timed && b.since_plain >= KVP_PLAIN_PROBE;
+        if (b.probe)
+            b.since_plain = 0;
         if (trees)
             draft_trees(&b, &p);
     again:;
@@ -864,21 +917,18 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             for (uint32_t i = 0; i < n_req; i++)
                 drop_forks(&b, rows[i]);
             if (rc == KVP_ELIMIT && drafting && n_rows > n_req) {
-                drafting = 0; /* the drafts did not fit: the plan as scheduled */
+                drafting = timed = 0; /* the drafts did not fit: the plan as scheduled */
                 goto again;
             }
             goto out;
         }
         rc = 0;
         st->steps++;
-        b.t_step = 0;
-        if (alone && n_req == 1) { /* one request (and its forks, a tree's branches) */
-            double t = kvp_gen_now() - t_begin;
-            if (rows[0]->n_draft)
-                b.t_step = t;
-            else if (p.items[0].n == 1) /* a plain decode step: a busy host only adds, so a faster one counts at once */
-                b.t_plain = b.t_plain > 0 ? fmin(t, 0.8 * b.t_plain + 0.2 * t) : t;
-        }
+        double t_took = timed ? kvp_gen_now() - t_begin : 0;
+        int drafted = 0;
+        for (uint32_t i = 0; i < n_req; i++)
+            drafted |= rows[i]->n_draft > 0;
+        b.step_tokens = 0;
         kvp_kvcache_get_stats(kc, &ks);
         if (ks.n_blocks - ks.n_free > st->peak_blocks)
             st->peak_blocks = ks.n_blocks - ks.n_free;
@@ -896,6 +946,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             for (uint32_t j = 1; !r->n_nodes && j < r->n_branch; j++)
                 used += 1 + r->branch_len[j];
             const float *h = hid ? hid + row * d : NULL;
+            b.step_tokens += !nd;
             rc = nd ? advance_spec(&b, s, r, logits + (size_t)row * V, h, err)
                     : advance(&b, s, r, logits + (size_t)row * V, h, err);
             if (rc < 0)
@@ -903,6 +954,8 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             rc = 0;
             row += used;
         }
+        if (timed)
+            clock_step(&b, n_req, drafted, t_took);
     }
     if (src_rc < 0) {
         rc = src_rc;
@@ -925,6 +978,7 @@ out:
     free(b.hid);
     free(b.tree_req), free(b.tree_hid), free(b.tree_k), free(b.tree_nb), free(b.tree_len), free(b.tree_out);
     free(b.path_rows), free(b.path_hid);
+    free(b.t_plain);
     kvp_sched_free(s);
     return rc;
 }
