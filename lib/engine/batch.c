@@ -99,6 +99,33 @@ void kvp_request_end(kvp_request *r) { r->g.rec.state = KVP_SEQ_FINISHED; }
 
 /* ---- the KV cache as the scheduler sees it ---- */
 
+/* draft_together's arguments for a step's requests ([max_num_seqs] each;
+ * out KVP_DRAFT_MAX a request). */
+typedef struct batch_drafts {
+    kvp_request **req;
+    void ***state;
+    const uint32_t **tokens;
+    uint32_t *n_tokens, *k, *out, *got;
+    kvp_sampling **s;
+    float **q;
+} batch_drafts;
+
+static int batch_drafts_alloc(batch_drafts *q, uint32_t n)
+{
+    q->req = malloc(n * sizeof *q->req), q->state = malloc(n * sizeof *q->state);
+    q->tokens = malloc(n * sizeof *q->tokens), q->n_tokens = malloc(n * sizeof *q->n_tokens);
+    q->k = malloc(n * sizeof *q->k), q->got = malloc(n * sizeof *q->got);
+    q->out = malloc((size_t)n * KVP_DRAFT_MAX * sizeof *q->out);
+    q->s = malloc(n * sizeof *q->s), q->q = malloc(n * sizeof *q->q);
+    return q->req && q->state && q->tokens && q->n_tokens && q->k && q->got && q->out && q->s && q->q ? 0 : -1;
+}
+
+static void batch_drafts_free(batch_drafts *q)
+{
+    free(q->req), free(q->state), free(q->tokens), free(q->n_tokens), free(q->k), free(q->got), free(q->out);
+    free(q->s), free(q->q);
+}
+
 typedef struct batch {
     int keep;            /* keep_finished */
     int no_prefix;       /* no_prefix_cache */
@@ -113,6 +140,7 @@ typedef struct batch {
     float *p;            /* speculative sampling: the target's distributions [KVP_DRAFT_MAX + 1][n_vocab] */
     uint32_t backoff;    /* --draft-len auto: the backoff the last verify step left its request with,
                           * where a new request starts (the drafter's record on this job) */
+    uint32_t draft_k;    /* and its draft length, where a costly drafter's new request starts */
     /* --draft-len auto's clock, from decode steps (no prompt in them):
      * t_plain[R] the seconds of a plain step of R requests (a moving
      * average; 0: none yet), spec_gain the tokens speculative steps gave
@@ -128,6 +156,7 @@ typedef struct batch {
     float *path_rows;     /* a branch's logits rows gathered from a tree's ([KVP_DRAFT_MAX + 1][n_vocab]) */
     float *path_hid;      /* and its hidden rows ([KVP_DRAFT_MAX + 1][n_embd]) */
     uint32_t n_started;   /* requests that started drafting (adapt_start) */
+    uint32_t n_retries;   /* tries after a pause while the drafter was losing (draft_room) */
     float *hid;          /* a drafter from hidden states: the last step's, a row per logits row */
     size_t cap_hid;      /* floats hid holds */
     /* draft_hidden's arguments for a step's requests ([max_num_seqs] each,
@@ -135,6 +164,7 @@ typedef struct batch {
     kvp_request **tree_req;
     const float **tree_hid;
     uint32_t *tree_k, *tree_out, *tree_len, *tree_nb;
+    batch_drafts together; /* draft_together's, with a drafter of a step's requests at once */
 } batch;
 
 static uint32_t kv_n_free(void *ctx)
@@ -371,23 +401,35 @@ static uint32_t add_forks(batch *b, kvp_request *r, kvp_step_seq *step, uint32_t
 
 /* A costly drafter whose steps have given fewer tokens than plain steps
  * would in their time (spec_gain, over at least KVP_GAIN_JUDGED of them)
- * drafts for one new request in KVP_GAIN_RETRY: a draft model pays a
- * prefill of each request's prompt before its first guess, which a
- * request that then backs off never earns back. */
+ * drafts for one new request in KVP_GAIN_RETRY, and one backed-off
+ * request in KVP_GAIN_RETRY tries again: a draft model pays a prefill of
+ * each request's prompt before its first guess, and of the tokens it
+ * missed before each try, which a request that then backs off never earns
+ * back (in a batch they come all at once). */
 #define KVP_GAIN_JUDGED 8
 #define KVP_GAIN_RETRY 8
 #define KVP_GAIN_LOSING 0.9
 
+static int drafter_losing(const batch *b)
+{
+    return !b->o->drafter->cheap && b->n_timed >= KVP_GAIN_JUDGED && b->spec_gain < KVP_GAIN_LOSING;
+}
+
 /* Where a request's adaptive drafting starts, at its first draft: where
  * the job's last verify step left its request.  A drafter that has been
  * failing on this job starts paused with one guess, not with a full draft
- * a request, so short requests do not each pay the climb down. */
+ * a request, so short requests do not each pay the climb down.  A costly
+ * drafter's first requests start at one guess and climb (b->draft_k): a
+ * batch's first step, every request drafting at once, would otherwise pay
+ * a full draft and its verify for each before the clock has a word. */
 static void adapt_start(batch *b, kvp_request *r)
 {
     r->draft_started = 1;
-    if (!b->o->drafter->cheap && b->n_timed >= KVP_GAIN_JUDGED && b->spec_gain < KVP_GAIN_LOSING)
+    if (drafter_losing(b))
         r->no_draft = b->n_started % KVP_GAIN_RETRY != 0;
     b->n_started++;
+    if (!b->o->drafter->cheap)
+        r->draft_k = b->draft_k;
     if (!b->backoff)
         return;
     r->backoff = r->pause = b->backoff;
@@ -426,6 +468,8 @@ static uint32_t draft_room(batch *b, kvp_request *r)
         r->pause--;
         return 0;
     }
+    if (b->o->draft_adaptive && r->backoff && drafter_losing(b) && (r->no_draft = b->n_retries++ % KVP_GAIN_RETRY != 0))
+        return 0; /* a try after a pause, of a losing drafter */
     if (!k)
         return 0;
     uint32_t n = r->sr.n_tokens;
@@ -444,15 +488,15 @@ static uint32_t draft_room(batch *b, kvp_request *r)
     return k < room ? k : room;
 }
 
-/* Drafts for r's decode step, written after its tokens (the step reads them
- * from there); the count, 0 for none. */
-static uint32_t draft_for(batch *b, kvp_request *r)
+/* r made ready to draft for its decode step: the most guesses it may take
+ * (0: none), with r->sampled, room for its distributions and, for a
+ * drafter in the target's cache, its state set. */
+static uint32_t draft_setup(batch *b, kvp_request *r)
 {
-    uint32_t k = draft_room(b, r), n = r->sr.n_tokens;
+    uint32_t k = draft_room(b, r), V = kvp_engine_n_vocab(b->e);
     const kvp_drafter *d = b->o->drafter;
-    uint32_t m = 0, V = kvp_engine_n_vocab(b->e);
     r->sampled = d->draft_sampled && r->g.rec.sampling.temperature > 0;
-    if (r->sampled && r->cap_q < (size_t)k * V) {
+    if (k && r->sampled && r->cap_q < (size_t)k * V) {
         float *q = realloc(r->q, (size_t)k * V * sizeof *q);
         if (!q)
             return 0; /* no room for the distributions: decode plainly */
@@ -461,11 +505,57 @@ static uint32_t draft_for(batch *b, kvp_request *r)
     }
     if (d->on_target_cache)
         r->draft_state = (void *)(intptr_t)(r->g.handle + 1);
+    return k;
+}
+
+/* m guesses for r (in r->draft) written after its tokens, where the step
+ * reads them; m. */
+static uint32_t draft_took(kvp_request *r, uint32_t m)
+{
+    memcpy(r->tokens + r->sr.n_tokens, r->draft, m * sizeof *r->tokens);
+    return m;
+}
+
+/* Drafts for r's decode step, a request at a time; the count, 0 for none. */
+static uint32_t draft_for(batch *b, kvp_request *r)
+{
+    uint32_t k = draft_setup(b, r), n = r->sr.n_tokens, m = 0;
+    const kvp_drafter *d = b->o->drafter;
     if (k)
         m = r->sampled ? d->draft_sampled(d->ctx, &r->draft_state, r->tokens, n, k, r->draft, &r->g.rec.sampling, r->q)
                        : d->draft(d->ctx, &r->draft_state, r->tokens, n, k, r->draft);
-    memcpy(r->tokens + n, r->draft, m * sizeof *r->tokens);
-    return m;
+    return draft_took(r, m);
+}
+
+/* A drafter of a step's requests at once (draft_batch): the drafts of
+ * every request of plan p whose step is a decode step, in one call; the
+ * others get none.  Sets each one's n_draft. */
+static void draft_together(batch *b, const kvp_sched_plan *p)
+{
+    const kvp_drafter *d = b->o->drafter;
+    batch_drafts *q = &b->together;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p->n_items; i++) {
+        kvp_request *r = p->items[i].r->user;
+        r->n_draft = r->n_branch = r->n_nodes = 0;
+        r->sampled = 0;
+        if (p->items[i].n != 1 || r->sr.n_computed + 1 != r->sr.n_tokens)
+            continue;
+        uint32_t k = draft_setup(b, r);
+        if (!k)
+            continue;
+        q->req[n] = r, q->state[n] = &r->draft_state, q->tokens[n] = r->tokens, q->n_tokens[n] = r->sr.n_tokens;
+        q->k[n] = k, q->s[n] = r->sampled ? &r->g.rec.sampling : NULL, q->q[n] = r->sampled ? r->q : NULL;
+        n++;
+    }
+    if (!n)
+        return;
+    d->draft_batch(d->ctx, n, q->state, q->tokens, q->n_tokens, q->k, q->s, q->q, q->out, q->got);
+    for (uint32_t i = 0; i < n; i++) {
+        kvp_request *r = q->req[i];
+        memcpy(r->draft, q->out + (size_t)i * KVP_DRAFT_MAX, q->got[i] * sizeof *r->draft);
+        r->n_draft = draft_took(r, q->got[i]);
+    }
 }
 
 /* A drafter from hidden states: the trees of every request of plan p whose
@@ -551,8 +641,8 @@ static void adapt(batch *b, kvp_request *r, uint32_t m, uint32_t nd)
         r->backoff = 0;
         r->draft_k = m == nd ? (r->draft_k < max ? r->draft_k + 1 : r->draft_k) : m + 1;
     }
-    if (!b->o->drafter->cheap) /* a new request of a cheap drafter tries at once */
-        b->backoff = r->backoff;
+    if (!b->o->drafter->cheap) /* a new request of a cheap drafter tries at once, a full draft */
+        b->backoff = r->backoff, b->draft_k = r->draft_k;
 }
 
 /* The seconds of a plain decode step of R requests: of R's own, else of
@@ -803,6 +893,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     st->total_blocks = ks.n_blocks;
     b.spec_gain = 1.0, b.since_plain = KVP_PLAIN_PROBE;
     b.max_req = max_seqs;
+    b.draft_k = 1;
     b.t_plain = calloc((size_t)max_seqs + 1, sizeof *b.t_plain);
     double t0 = kvp_gen_now();
     int src_done = 0, src_rc = 0; /* src_rc: the source's failure, reported once the rest has run */
@@ -822,6 +913,11 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             b.path_rows = malloc((size_t)(KVP_DRAFT_MAX + 1) * V * sizeof *b.path_rows);
             b.path_hid = malloc((size_t)(KVP_DRAFT_MAX + 1) * kvp_engine_n_embd(e) * sizeof *b.path_hid);
         }
+    }
+    int together = o->drafter && o->drafter->draft_batch && !trees;
+    if (together && batch_drafts_alloc(&b.together, max_seqs) < 0) {
+        rc = kvp_err_set(err, KVP_ENOMEM, "batch: out of memory for %u sequences", max_seqs);
+        goto out;
     }
     if (!step || !rows || !b.t_plain || (o->drafter && o->drafter->draft_sampled && !b.p) ||
         (trees && (!b.tree_req || !b.tree_hid || !b.tree_k || !b.tree_nb || !b.tree_len || !b.tree_out)) ||
@@ -880,13 +976,15 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             b.since_plain = 0;
         if (trees)
             draft_trees(&b, &p);
+        else if (together)
+            draft_together(&b, &p);
     again:;
         uint32_t n_rows = 0, n_req = 0, n_step = 0;
         for (uint32_t i = 0; i < p.n_items; i++) {
             kvp_request *r = p.items[i].r->user;
             uint32_t from = r->sr.n_computed, n = p.items[i].n;
             int last = from + n == r->sr.n_tokens;
-            if (!drafting || !trees) /* trees: drafted before, unless they did not fit */
+            if (!drafting || !(trees || together)) /* drafted before, unless they did not fit */
                 r->n_branch = r->n_nodes = 0, r->n_draft = drafting && last && n == 1 ? draft_for(&b, r) : 0;
             if (r->n_nodes) /* a tree in its own sequence: a decode step (draft_trees) */
                 step[n_step++] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->node_tok, .n_tokens = r->n_nodes,
@@ -979,6 +1077,7 @@ out:
     free(b.tree_req), free(b.tree_hid), free(b.tree_k), free(b.tree_nb), free(b.tree_len), free(b.tree_out);
     free(b.path_rows), free(b.path_hid);
     free(b.t_plain);
+    batch_drafts_free(&b.together);
     kvp_sched_free(s);
     return rc;
 }

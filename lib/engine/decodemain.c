@@ -811,7 +811,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
         dm.on_target = dr.kc_borrowed;
         drafter = (kvp_drafter){.ctx = &dm, .draft = kvp_draft_model_draft,
                                 .draft_sampled = greedy_drafts ? NULL : kvp_draft_model_draft_sampled,
-                                .on_target_cache = dm.on_target, .release = kvp_draft_model_release};
+                                .draft_batch = kvp_draft_model_draft_batch, .on_target_cache = dm.on_target,
+                                .release = kvp_draft_model_release};
     }
     kvp_heads heads = {0};
     kvp_heads_drafter hd = {0};

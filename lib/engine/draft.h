@@ -46,6 +46,16 @@ typedef struct kvp_drafter {
      * (heads.h). */
     void (*draft_hidden)(void *ctx, uint32_t n, const float *const *hidden, const uint32_t *k, uint32_t max_b,
                          uint32_t *out, uint32_t *len, uint32_t *n_branch);
+    /* The draft and draft_sampled of the n requests of a step at once
+     * (NULL: none; they are called a request at a time), so a drafting
+     * model steps once a draft position for them all.  Request i's state,
+     * tokens[i][n_tokens[i]] and most guesses k[i] (>= 1) as draft takes
+     * them; s[i] NULL for chosen drafts, or its sampling (draft_sampled,
+     * q[i] its distributions); its guesses at out[i * KVP_DRAFT_MAX], got[i]
+     * of them. */
+    void (*draft_batch)(void *ctx, uint32_t n, void **const *state, const uint32_t *const *tokens,
+                        const uint32_t *n_tokens, const uint32_t *k, kvp_sampling *const *s, float *const *q,
+                        uint32_t *out, uint32_t *got);
     /* Guessing costs next to nothing (prompt lookup): a failed guess is
      * followed by fewer plain steps (at most 4; batch.c, adapt). */
     int cheap;

@@ -35,6 +35,14 @@ typedef struct kvp_draft_model {
     float *logits;   /* [n_vocab] */
     uint32_t chunk;  /* tokens a feeding step (0: 512) */
     uint64_t steps;  /* draft-model steps taken (feeding and drafting) */
+    /* draft_batch's scratch, for cap requests: their rows [cap][n_vocab],
+     * steps, and per request its sequence, next token to feed and row */
+    float *rows;
+    kvp_step_seq *step;
+    uint32_t *who, *from;
+    int *seq;
+    float **row;
+    uint32_t cap;
 } kvp_draft_model;
 
 /* 0 or KVP_ENOMEM; kvp_draft_model_free after. */
@@ -45,6 +53,14 @@ uint32_t kvp_draft_model_draft(void *ctx, void **state, const uint32_t *tokens, 
                                uint32_t *out);
 uint32_t kvp_draft_model_draft_sampled(void *ctx, void **state, const uint32_t *tokens, uint32_t n, uint32_t k,
                                        uint32_t *out, kvp_sampling *s, float *q);
+/* kvp_drafter.draft_batch: the n requests' sequences brought in line in
+ * shared feeding steps, then their drafts in one step a draft position,
+ * so the draft model reads its weights once a position for them all.  The
+ * drafts are the ones draft and draft_sampled would give each request
+ * alone (the engine gives a token the same bits in any batch). */
+void kvp_draft_model_draft_batch(void *ctx, uint32_t n, void **const *state, const uint32_t *const *tokens,
+                                 const uint32_t *n_tokens, const uint32_t *k, kvp_sampling *const *s,
+                                 float *const *q, uint32_t *out, uint32_t *got);
 void kvp_draft_model_release(void *ctx, void *state);
 
 #endif

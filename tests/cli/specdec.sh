@@ -158,6 +158,13 @@ run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --stats --
 expect_status 0 "q4_0 drafts drawn and kept by speculative sampling"
 acc2=$(sed -n 's/.*"spec":.*"acceptance":\([0-9.]*\),.*/\1/p' "$ERR")
 expect_true "it keeps some of them ($acc2)" awk -v a="$acc2" 'BEGIN { exit !(a > 0.2) }'
+# a batch's drafts are drawn in one draft-model step a position for all its
+# requests (draft_batch): each request's draws are the ones it makes alone,
+# so the sampled text is the same (a fixed length: auto's clock times the host)
+run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --draft-len 4 --max-num-seqs 1
+cp "$OUT" "$T/s1.jl"
+run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --draft-len 4
+same "sampled drafts drawn for the whole batch at once: the text of one at a time" "$T/s1.jl" "$OUT"
 run $S --greedy-drafts
 expect_status 2 "--greedy-drafts without --method draft"
 
