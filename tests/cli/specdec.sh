@@ -140,6 +140,11 @@ dr=$(sed -n 's/.*"spec":.*"drafted":\([0-9]*\),.*/\1/p' "$ERR")
 ot=$(sed -n 's/.*"output_tokens":\([0-9]*\),.*/\1/p' "$ERR" | head -n 1)
 expect_true "batched, a right but costly drafter backs off: $dr drafts for $ot tokens" \
     awk -v d="$dr" -v o="$ot" 'BEGIN { exit !(d != "" && o > 0 && 2 * d < o) }'
+# until the clock has judged it, two requests at a time explore (the rest
+# decode plainly): all 8 drafted at once before, each paying its prompt's
+# prefill in the draft model
+nd=$(grep -c '"drafted":0,' "$OUT")
+expect_true "batched, at most two requests explore a costly drafter ($nd of 8 never drafted)" test "$nd" -ge 5
 run $D --temperature 0.7 --seed 11
 cp "$OUT" "$T/d.jl"
 run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --greedy-drafts
@@ -213,7 +218,9 @@ expect_out_has "medusa.3.w1 f32 [576, 576]" "its tensors"
 fp=$(sed -n 's/.*fingerprint \([0-9a-f]*\).*/\1/p' "$OUT")
 run $D
 cp "$OUT" "$T/d.jl"
-run $S --method heads --heads "$T/h.kvp" --stats --json
+# (a fixed draft length, so the batch drafts whatever auto's clock would
+# judge of the heads' cost on this host)
+run $S --method heads --heads "$T/h.kvp" --draft-len 3 --stats --json
 expect_status 0 "--method heads"
 same "heads, greedy, batched: the same tokens as decode" "$T/d.jl" "$OUT"
 expect_err_has '"spec":{"method":"heads"' "the stats name the method"
