@@ -157,7 +157,7 @@ typedef struct batch {
     float *path_hid;      /* and its hidden rows ([KVP_DRAFT_MAX + 1][n_embd]) */
     uint32_t n_started;   /* requests that started drafting (adapt_start) */
     uint32_t n_retries;   /* tries after a pause while the drafter was losing (draft_room) */
-    uint32_t n_exploring; /* running requests that drafted before the clock judged (adapt_start) */
+    uint32_t n_explored;  /* requests that started drafting before the clock judged (adapt_start) */
     float *hid;          /* a drafter from hidden states: the last step's, a row per logits row */
     size_t cap_hid;      /* floats hid holds */
     /* draft_hidden's arguments for a step's requests ([max_num_seqs] each,
@@ -242,8 +242,6 @@ static void drop_draft_state(const kvp_batch_opts *o, kvp_request *r)
 static int finish(batch *b, kvp_request *r, kvp_err *err)
 {
     drop_draft_state(b->o, r);
-    if (r->exploring) /* adapt_start */
-        b->n_exploring--, r->exploring = 0;
     r->t_end = kvp_gen_now();
     r->g.rec.state = KVP_SEQ_FINISHED;
     if (r->holder >= 0) { /* never started: the stream's sequence is its KV */
@@ -425,19 +423,20 @@ static int drafter_losing(const batch *b)
  * drafter's first requests start at one guess and climb (b->draft_k): a
  * batch's first step, every request drafting at once, would otherwise pay
  * a full draft and its verify for each before the clock has a word; and
- * until the clock has judged it, at most KVP_EXPLORERS requests draft at a
- * time (the others wait, decoding plainly): a draft model's first guess
- * for a request costs a prefill of its prompt, paid for every request of a
- * batch before the job knows whether drafting pays.  0: r waits. */
+ * until the clock has judged it, only the first KVP_EXPLORERS requests
+ * draft (the others wait, decoding plainly): a draft model's first guess
+ * for a request costs a prefill of its prompt, which every request of a
+ * batch would pay before the job knows whether drafting pays.  A drafter
+ * that wins is judged within a few steps (each of its steps is timed); one
+ * that loses backs off, and the job runs as decode would.  0: r waits. */
 #define KVP_EXPLORERS 2
 static int adapt_start(batch *b, kvp_request *r)
 {
     int costly = !b->o->drafter->cheap, judged = b->n_timed >= KVP_GAIN_JUDGED;
-    if (costly && !judged && b->n_exploring >= KVP_EXPLORERS)
+    if (costly && !judged && b->n_explored >= KVP_EXPLORERS)
         return 0; /* plain steps until the clock has judged */
     r->draft_started = 1;
-    if (costly && !judged)
-        r->exploring = 1, b->n_exploring++;
+    b->n_explored += costly && !judged;
     if (drafter_losing(b))
         r->no_draft = b->n_started % KVP_GAIN_RETRY != 0;
     b->n_started++;

@@ -45,7 +45,6 @@ typedef struct kvp_request {
     size_t cap_q;
     uint32_t draft_k;        /* its draft length now (adapted to its acceptance) */
     int draft_started;       /* adaptive: its draft length was set at its first draft (batch.c adapt_start) */
-    int exploring;           /* adaptive: it drafts before the clock has judged a costly drafter (adapt_start) */
     int no_draft;            /* adaptive: it decodes plainly throughout (a costly drafter that loses: adapt_start) */
     uint32_t pause, backoff; /* adaptive: plain steps left before it guesses again, and the
                                 last pause (doubling while its guesses keep failing) */
