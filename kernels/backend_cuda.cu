@@ -642,6 +642,7 @@ static const kvp_backend_ops cu_ops = {
     .prepare_weight = cu_prepare_weight,
     .release_weight = cu_release_weight,
     .matmul = cu_matmul_op,
+    .matmul_n = NULL, /* the engine calls matmul for each weight */
     .embed = cu_embed_op,
     .rmsnorm = cu_rmsnorm_op,
     .rope = cu_rope_op,

@@ -209,6 +209,11 @@ typedef struct kvp_backend_ops {
 
     /* y[n_tok][w.n_out] = x[n_tok][w.n_in] . w^T. */
     int (*matmul)(kvp_backend *b, const kvp_weight *w, const float *x, float *y, uint32_t n_tok, kvp_err *err);
+    /* y[j] = x . w[j]^T, j < n_w: matmuls of one input (a layer's Q, K and
+     * V; gate and up) that the backend may run as one (NULL: the engine
+     * calls matmul for each).  Each y[j] the bits matmul gives. */
+    int (*matmul_n)(kvp_backend *b, const kvp_weight *const *w, uint32_t n_w, const float *x, float *const *y,
+                    uint32_t n_tok, kvp_err *err);
     /* out[t] = tokens' rows of the embedding table, as f32: [n_tok][w.n_in].
      * tokens: device [n_tok]; an id outside the table is KVP_EINVAL (a
      * backend that finds out asynchronously reports it at a later op). */

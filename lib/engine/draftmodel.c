@@ -57,23 +57,31 @@ static int draft_seq(kvp_draft_model *d, void **state)
     return seq;
 }
 
-/* The request's sequence in the draft cache brought in line with t[n] and
- * fed, its last logits in d->logits: the sequence, or -1 (no guess). */
-static int draft_sync(kvp_draft_model *d, void **state, const uint32_t *t, uint32_t n)
+/* seq in the draft cache in line with the request's t[n] (n > 0): cut back
+ * to their common prefix, at most n - 1 tokens, so the last token is fed
+ * and gives the logits to draft from.  The prefix's length, or -1. */
+static int64_t trim_common(kvp_draft_model *d, int seq, const uint32_t *t, uint32_t n)
 {
     kvp_err err = {0};
-    int seq = draft_seq(d, state);
-    if (seq < 0 || n == 0)
-        return -1;
-    /* In line with the request: keep the common prefix (at most n - 1
-     * tokens, so the last token is fed and gives the logits to draft from). */
     uint32_t len = kvp_kvcache_seq_len(d->kc, seq), common = 0;
     const uint32_t *have = kvp_kvcache_seq_tokens(d->kc, seq);
     while (common < len && common + 1 < n && have[common] == t[common])
         common++;
     if (common < len && kvp_kvcache_seq_truncate(d->kc, seq, common, &err) < 0)
         return -1;
-    if (kvp_engine_prefill(d->e, seq, t + common, n - common, d->chunk, d->logits, &err) < 0)
+    return common;
+}
+
+/* The request's sequence in the draft cache brought in line with t[n] and
+ * fed, its last logits in d->logits: the sequence, or -1 (no guess). */
+static int draft_sync(kvp_draft_model *d, void **state, const uint32_t *t, uint32_t n)
+{
+    kvp_err err = {0};
+    int seq = draft_seq(d, state);
+    int64_t common = seq < 0 || n == 0 ? -1 : trim_common(d, seq, t, n);
+    if (common < 0)
+        return -1;
+    if (kvp_engine_prefill(d->e, seq, t + common, n - (uint32_t)common, d->chunk, d->logits, &err) < 0)
         return -1; /* the draft cache is full: no guess this step */
     d->steps++;
     return seq;
@@ -197,21 +205,16 @@ static int batch_begin(kvp_draft_model *d, void **state, const uint32_t *t, uint
         return seq >= 0 && kvp_kvcache_seq_len(d->kc, seq) == n - 1 ? seq : -1;
     }
     int seq = draft_seq(d, state);
-    if (seq < 0)
-        return -1;
-    uint32_t len = kvp_kvcache_seq_len(d->kc, seq), common = 0;
-    const uint32_t *have = kvp_kvcache_seq_tokens(d->kc, seq);
-    while (common < len && common + 1 < n && have[common] == t[common])
-        common++;
-    if (common < len && kvp_kvcache_seq_truncate(d->kc, seq, common, &err) < 0)
+    int64_t common = seq < 0 ? -1 : trim_common(d, seq, t, n);
+    if (common < 0)
         return -1;
     if (common == 0) { /* a new sequence: the draft cache's blocks of the same prompt */
         int got = kvp_kvcache_seq_share_prefix(d->kc, seq, t, n, &err);
         if (got < 0)
             return -1;
-        common = (uint32_t)got;
+        common = got;
     }
-    *from = common;
+    *from = (uint32_t)common;
     return seq;
 }
 

@@ -228,6 +228,21 @@ static int reduce(kvp_engine *e, float *x, size_t n, kvp_err *err)
     return e->tp ? e->be->ops->all_reduce(e->be, e->tp, x, n, err) : 0;
 }
 
+/* y[j] = x . w[j]^T, j < n: in one op where the backend has matmul_n. */
+static int matmul_same_x(kvp_engine *e, const kvp_weight *const *w, uint32_t n, const float *x, float *const *y,
+                         uint32_t T, kvp_err *err)
+{
+    const kvp_backend_ops *op = e->be->ops;
+    if (op->matmul_n)
+        return op->matmul_n(e->be, w, n, x, y, T, err);
+    for (uint32_t j = 0; j < n; j++) {
+        int rc = op->matmul(e->be, w[j], x, y[j], T, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* One transformer layer over tokens [t0, t0 + T) of the step (all of them,
  * or one micro-batch of a pipeline stage: every buffer is rows of tokens).
  * Each op's failure stops the layer (an asynchronous backend may report
@@ -246,9 +261,10 @@ static int layer_forward(kvp_engine *e, uint32_t il, uint32_t t0, uint32_t T, kv
     const int32_t *pos = e->d_pos + t0;
     int rc;
 
+    const kvp_weight *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gate_up[2] = {&L->w_gate, &L->w_up};
+    float *qkv_out[3] = {q, k, v}, *gate_up_out[2] = {g, u};
     if ((rc = op->rmsnorm(be, x, &L->attn_norm, h, T, d, eps, err)) < 0 ||
-        (rc = op->matmul(be, &L->wq, h, q, T, err)) < 0 || (rc = op->matmul(be, &L->wk, h, k, T, err)) < 0 ||
-        (rc = op->matmul(be, &L->wv, h, v, T, err)) < 0)
+        (rc = matmul_same_x(e, qkv, 3, h, qkv_out, T, err)) < 0)
         return rc;
     if (L->bq.dtype >= 0 &&
         ((rc = op->add_bias(be, q, &L->bq, T, nq, err)) < 0 || (rc = op->add_bias(be, k, &L->bk, T, nkv, err)) < 0 ||
@@ -275,7 +291,7 @@ static int layer_forward(kvp_engine *e, uint32_t il, uint32_t t0, uint32_t T, kv
         return rc;
 
     if ((rc = op->rmsnorm(be, x, &L->ffn_norm, h, T, d, eps, err)) < 0 ||
-        (rc = op->matmul(be, &L->w_gate, h, g, T, err)) < 0 || (rc = op->matmul(be, &L->w_up, h, u, T, err)) < 0 ||
+        (rc = matmul_same_x(e, gate_up, 2, h, gate_up_out, T, err)) < 0 ||
         (rc = op->silu_mul(be, g, u, (size_t)T * c->n_ff, err)) < 0 ||
         (rc = op->matmul(be, &L->w_down, g, h, T, err)) < 0 || (rc = reduce(e, h, (size_t)T * d, err)) < 0)
         return rc;

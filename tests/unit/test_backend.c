@@ -6,11 +6,13 @@
  *     through it gives the plain CPU backend's logits bit for bit;
  *   - ops never allocate: past what reserve() sized they fail (KVP_ELIMIT);
  *   - prepare_weight refuses a weight the backend cannot use, naming it;
+ *   - matmul_n gives each weight matmul's bits;
  *   - supports(), gather_rows, and the registry (backends.h).
  */
 #include "backend.h"
 #include "backend_cpu.h"
 #include "backends.h"
+#include "minifloat.h"
 #include "rig.h"
 #include "tensor.h"
 #include "tiny.h"
@@ -120,6 +122,11 @@ static int fence_matmul(kvp_backend *b, const kvp_weight *w, const float *x, flo
 {
     FORWARD(matmul(CPU(b), w, x, y, n, err));
 }
+static int fence_matmul_n(kvp_backend *b, const kvp_weight *const *w, uint32_t nw, const float *x, float *const *y,
+                          uint32_t n, kvp_err *err)
+{
+    FORWARD(matmul_n(CPU(b), w, nw, x, y, n, err));
+}
 static int fence_embed(kvp_backend *b, const kvp_weight *w, const int32_t *tok, uint32_t n, float *out, kvp_err *err)
 {
     FORWARD(embed(CPU(b), w, tok, n, out, err));
@@ -184,7 +191,7 @@ static const kvp_backend_ops fence_ops = {
     .name = "fence", .destroy = fence_destroy, .supports = fence_supports, .alloc = fence_alloc,
     .release = fence_release, .to_host = fence_to_host, .from_host = fence_from_host, .synchronize = fence_sync,
     .reserve = fence_reserve, .prepare_weight = fence_prepare, .release_weight = fence_release_weight,
-    .matmul = fence_matmul, .embed = fence_embed, .rmsnorm = fence_rmsnorm, .rope = fence_rope,
+    .matmul = fence_matmul, .matmul_n = fence_matmul_n, .embed = fence_embed, .rmsnorm = fence_rmsnorm, .rope = fence_rope,
     .add_bias = fence_add_bias, .add = fence_add, .silu_mul = fence_silu_mul, .gather_rows = fence_gather,
     .kv_store = fence_kv_store, .attention = fence_attention, .kv_copy_block = fence_kv_copy,
     .all_reduce = fence_all_reduce, .all_gather = fence_all_gather,
@@ -320,6 +327,94 @@ static void test_reserve_bounds(void)
     kvp_backend_free(be);
 }
 
+/* A weight of n_out rows of NI_N elements of dtype with random contents
+ * (sane f16 scales and values), prepared on be; data to free. */
+enum { NI_N = 1024 };
+static kvp_weight rand_weight(kvp_backend *be, int dtype, uint32_t n_out, uint64_t *rng)
+{
+    size_t bb = dtype == KVP_DTYPE_Q8_0 ? 34 : dtype == KVP_DTYPE_Q4_1 ? 20 : 22; /* Q5_0: 22 */
+    int blocks = dtype != KVP_DTYPE_F16 && dtype != KVP_DTYPE_F32;
+    size_t rb = blocks ? NI_N / 32 * bb : dtype == KVP_DTYPE_F16 ? NI_N * 2 : NI_N * 4;
+    uint8_t *d = malloc(rb * n_out);
+    kvp_weight w = {.name = "w.fused", .dtype = dtype, .n_in = NI_N, .n_out = n_out, .row_bytes = rb, .data = d};
+    for (size_t i = 0; d && i < rb * n_out; i++)
+        d[i] = (uint8_t)((unit_frand(rng) + 1.0f) * 127.0f);
+    for (uint32_t r = 0; d && r < n_out; r++) {
+        uint8_t *row = d + r * rb;
+        for (uint32_t i = 0; i < NI_N; i++) {
+            if (dtype == KVP_DTYPE_F16)
+                ((uint16_t *)row)[i] = kvp_f32_to_f16(unit_frand(rng));
+            else if (dtype == KVP_DTYPE_F32)
+                ((float *)row)[i] = unit_frand(rng);
+        }
+        for (uint32_t b = 0; blocks && b < NI_N / 32; b++) {
+            uint8_t *blk = row + b * bb;
+            uint16_t sc = kvp_f32_to_f16(0.01f + 0.005f * unit_frand(rng));
+            memcpy(blk, &sc, 2);
+            if (dtype == KVP_DTYPE_Q4_1) {
+                uint16_t m = kvp_f32_to_f16(0.05f * unit_frand(rng));
+                memcpy(blk + 2, &m, 2);
+            }
+        }
+    }
+    kvp_err err = {0};
+    CHECK_MSG(d && be->ops->prepare_weight(be, &w, &err) == 0, "%s", err.msg);
+    return w;
+}
+
+/* matmul_n gives each weight the bits matmul gives it: one fused pass (one
+ * dtype: Q8_0 with its flipped tiles, Q4_1, f16, f32, and Q5_0 on the row
+ * path, whose f32 rows each thread keeps in its own slot whatever the
+ * weight's rows a task), and the plain calls where the kinds differ, at 1,
+ * 3, 9, 16 and 70 tokens (tiles; past KVP_CPU_MM_FUSE_TOK, two token
+ * tasks one matmul after another); flags pick the kernels. */
+static void test_matmul_n(unsigned flags)
+{
+    static const int sets[][3] = {{KVP_DTYPE_Q8_0, KVP_DTYPE_Q8_0, KVP_DTYPE_Q8_0},
+                                  {KVP_DTYPE_Q4_1, KVP_DTYPE_Q4_1, KVP_DTYPE_Q4_1},
+                                  {KVP_DTYPE_F16, KVP_DTYPE_F16, KVP_DTYPE_F16},
+                                  {KVP_DTYPE_F32, KVP_DTYPE_F32, KVP_DTYPE_F32},
+                                  {KVP_DTYPE_Q5_0, KVP_DTYPE_Q5_0, KVP_DTYPE_Q5_0},
+                                  {KVP_DTYPE_Q8_0, KVP_DTYPE_F16, KVP_DTYPE_Q4_1}};
+    static const uint32_t outs[3] = {200, 24, 24}, toks[] = {1, 3, 9, 16, 70};
+    enum { MT = 70, MO = 200 }; /* Q's tasks take more rows than K's and V's */
+    kvp_backend *be = rig_backend(flags);
+    uint64_t rng = 0xf05ed;
+    if (!be)
+        return;
+    rig_reserve(be, MT, NI_N, 0, 0, NULL);
+    float *x = malloc(sizeof(float) * MT * NI_N), *y1 = malloc(sizeof(float) * MT * MO * 3),
+          *y2 = malloc(sizeof(float) * MT * MO * 3);
+    CHECK(x && y1 && y2);
+    for (size_t i = 0; x && i < (size_t)MT * NI_N; i++)
+        x[i] = 2.0f * unit_frand(&rng);
+    for (size_t s = 0; x && y1 && y2 && s < sizeof sets / sizeof *sets; s++) {
+        kvp_weight w[3];
+        const kvp_weight *wp[3];
+        float *yp[3];
+        for (int j = 0; j < 3; j++)
+            w[j] = rand_weight(be, sets[s][j], outs[j], &rng), wp[j] = &w[j], yp[j] = y2 + (size_t)j * MT * MO;
+        for (size_t t = 0; t < sizeof toks / sizeof *toks; t++) {
+            kvp_err err = {0};
+            memset(y1, 0, sizeof(float) * MT * MO * 3);
+            memset(y2, 0xff, sizeof(float) * MT * MO * 3);
+            for (int j = 0; j < 3; j++)
+                CHECK_MSG(be->ops->matmul(be, &w[j], x, y1 + (size_t)j * MT * MO, toks[t], &err) == 0, "%s",
+                          err.msg);
+            CHECK_MSG(be->ops->matmul_n(be, wp, 3, x, yp, toks[t], &err) == 0, "%s", err.msg);
+            for (int j = 0; j < 3; j++)
+                CHECK_MSG(memcmp(y1 + (size_t)j * MT * MO, yp[j], sizeof(float) * toks[t] * outs[j]) == 0,
+                          "set %zu, weight %d, %u tokens: matmul_n differs from matmul", s, j, toks[t]);
+        }
+        for (int j = 0; j < 3; j++) {
+            be->ops->release_weight(be, &w[j]);
+            free((void *)w[j].data);
+        }
+    }
+    free(x), free(y1), free(y2);
+    kvp_backend_free(be);
+}
+
 /* prepare_weight refuses what the backend cannot multiply, naming it; 1-D
  * f32 weights (norms, biases) and absent ones pass. */
 static void test_prepare_refuses(void)
@@ -417,6 +512,8 @@ int main(void)
     test_gather_rows();
     test_prepare_refuses();
     test_reserve_bounds();
+    test_matmul_n(0);
+    test_matmul_n(KVP_CPU_PORTABLE); /* slower tasks: the threads' overlap is longer */
     test_table_whole(&fence_ops);
     if (!mkdtemp(dir)) {
         CHECK(0);
