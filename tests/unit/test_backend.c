@@ -191,8 +191,9 @@ static const kvp_backend_ops fence_ops = {
     .name = "fence", .destroy = fence_destroy, .supports = fence_supports, .alloc = fence_alloc,
     .release = fence_release, .to_host = fence_to_host, .from_host = fence_from_host, .synchronize = fence_sync,
     .reserve = fence_reserve, .prepare_weight = fence_prepare, .release_weight = fence_release_weight,
-    .matmul = fence_matmul, .matmul_n = fence_matmul_n, .embed = fence_embed, .rmsnorm = fence_rmsnorm, .rope = fence_rope,
-    .add_bias = fence_add_bias, .add = fence_add, .silu_mul = fence_silu_mul, .gather_rows = fence_gather,
+    .matmul = fence_matmul, .matmul_n = fence_matmul_n, .embed = fence_embed, .rmsnorm = fence_rmsnorm,
+    .rope = fence_rope, .add_bias = fence_add_bias, .add = fence_add, .silu_mul = fence_silu_mul,
+    .gather_rows = fence_gather,
     .kv_store = fence_kv_store, .attention = fence_attention, .kv_copy_block = fence_kv_copy,
     .all_reduce = fence_all_reduce, .all_gather = fence_all_gather,
 };
