@@ -447,15 +447,21 @@ static int adapt_start(batch *b, kvp_request *r)
     return 1;
 }
 
-/* Whether plan p is decode steps alone: each request one token, its last
- * (no prompt chunk, whose cost would blur the clock's). */
+/* Whether item i of plan p is a decode step: one token, its request's last
+ * (not a prompt chunk). */
+static int decode_step(const kvp_sched_plan *p, uint32_t i)
+{
+    const kvp_request *r = p->items[i].r->user;
+    return p->items[i].n == 1 && r->sr.n_computed + 1 == r->sr.n_tokens;
+}
+
+/* Whether plan p is decode steps alone (no prompt chunk, whose cost would
+ * blur the clock's). */
 static int decode_only(const kvp_sched_plan *p)
 {
-    for (uint32_t i = 0; i < p->n_items; i++) {
-        const kvp_request *r = p->items[i].r->user;
-        if (p->items[i].n != 1 || r->sr.n_computed + 1 != r->sr.n_tokens)
+    for (uint32_t i = 0; i < p->n_items; i++)
+        if (!decode_step(p, i))
             return 0;
-    }
     return p->n_items > 0;
 }
 
@@ -550,7 +556,7 @@ static void draft_together(batch *b, const kvp_sched_plan *p)
         kvp_request *r = p->items[i].r->user;
         r->n_draft = r->n_branch = r->n_nodes = 0;
         r->sampled = 0;
-        if (p->items[i].n != 1 || r->sr.n_computed + 1 != r->sr.n_tokens)
+        if (!decode_step(p, i))
             continue;
         uint32_t k = draft_setup(b, r);
         if (!k)
@@ -581,7 +587,7 @@ static void draft_trees(batch *b, const kvp_sched_plan *p)
         kvp_request *r = p->items[i].r->user;
         r->n_draft = r->n_branch = r->n_nodes = 0;
         r->sampled = 0;
-        if (p->items[i].n != 1 || r->sr.n_computed + 1 != r->sr.n_tokens || !r->has_hidden)
+        if (!decode_step(p, i) || !r->has_hidden)
             continue;
         uint32_t k = draft_room(b, r);
         if (k) {

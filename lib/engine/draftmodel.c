@@ -7,13 +7,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-int kvp_draft_model_init(kvp_draft_model *d, kvp_engine *e, kvp_kvcache *kc, kvp_err *err)
-{
-    *d = (kvp_draft_model){.e = e, .kc = kc};
-    d->logits = malloc((size_t)kvp_engine_n_vocab(e) * sizeof *d->logits);
-    return d->logits ? 0 : kvp_err_set(err, KVP_ENOMEM, "draft model: out of memory");
-}
-
 static void free_batch(kvp_draft_model *d)
 {
     free(d->rows), free(d->step), free(d->who), free(d->from), free(d->seq), free(d->row);
@@ -21,12 +14,7 @@ static void free_batch(kvp_draft_model *d)
     d->cap = 0;
 }
 
-void kvp_draft_model_free(kvp_draft_model *d)
-{
-    free(d->logits);
-    d->logits = NULL;
-    free_batch(d);
-}
+void kvp_draft_model_free(kvp_draft_model *d) { free_batch(d); }
 
 /* draft_batch's scratch for n requests: 0, or -1 out of memory. */
 static int grow_batch(kvp_draft_model *d, uint32_t n)
@@ -43,6 +31,12 @@ static int grow_batch(kvp_draft_model *d, uint32_t n)
     }
     d->cap = n;
     return 0;
+}
+
+int kvp_draft_model_init(kvp_draft_model *d, kvp_engine *e, kvp_kvcache *kc, kvp_err *err)
+{
+    *d = (kvp_draft_model){.e = e, .kc = kc};
+    return grow_batch(d, 1) == 0 ? 0 : kvp_err_set(err, KVP_ENOMEM, "draft model: out of memory");
 }
 
 /* A request's sequence in the draft cache, stored in its state as seq + 1. */
@@ -72,70 +66,10 @@ static int64_t trim_common(kvp_draft_model *d, int seq, const uint32_t *t, uint3
     return common;
 }
 
-/* The request's sequence in the draft cache brought in line with t[n] and
- * fed, its last logits in d->logits: the sequence, or -1 (no guess). */
-static int draft_sync(kvp_draft_model *d, void **state, const uint32_t *t, uint32_t n)
-{
-    kvp_err err = {0};
-    int seq = draft_seq(d, state);
-    int64_t common = seq < 0 || n == 0 ? -1 : trim_common(d, seq, t, n);
-    if (common < 0)
-        return -1;
-    if (kvp_engine_prefill(d->e, seq, t + common, n - (uint32_t)common, d->chunk, d->logits, &err) < 0)
-        return -1; /* the draft cache is full: no guess this step */
-    d->steps++;
-    return seq;
-}
-
-/* on_target: the request's sequence in the target's cache (*state), holding
- * t[0..n-1) computed, fed t[n-1]; its last logits in d->logits: the
- * sequence, or -1 (no guess). */
-static int draft_sync_target(kvp_draft_model *d, void *const *state, const uint32_t *t, uint32_t n)
-{
-    kvp_err err = {0};
-    int seq = *state ? (int)((intptr_t)*state - 1) : -1;
-    if (seq < 0 || n == 0 || kvp_kvcache_seq_len(d->kc, seq) != n - 1)
-        return -1;
-    kvp_step_seq s = {.seq = seq, .tokens = t + n - 1, .n_tokens = 1, .want = KVP_LOGITS_LAST};
-    if (kvp_engine_step(d->e, &s, 1, d->logits, &err) < 0)
-        return -1; /* a failed step leaves the sequence as it was */
-    d->steps++;
-    return seq;
-}
-
-/* k draft tokens into out, each chosen from d->logits by pick (which may
- * change them) and fed to get the next logits.  Returns how many. */
-static uint32_t draft_steps(kvp_draft_model *d, int seq, uint32_t k, uint32_t *out,
-                            int (*pick)(void *pctx, uint32_t m, float *logits), void *pctx)
-{
-    kvp_err err = {0};
-    uint32_t m = 0;
-    for (; m < k; m++) {
-        int t = pick(pctx, m, d->logits);
-        if (t < 0)
-            return m;
-        out[m] = (uint32_t)t;
-        if (m + 1 == k)
-            break;
-        kvp_step_seq s = {.seq = seq, .tokens = out + m, .n_tokens = 1, .want = KVP_LOGITS_LAST};
-        if (kvp_engine_step(d->e, &s, 1, d->logits, &err) < 0)
-            return m + 1;
-        d->steps++;
-    }
-    return k;
-}
-
 static int pick_argmax(void *pctx, uint32_t m, float *logits)
 {
     (void)m;
     return (int)kvp_sample_argmax(logits, kvp_engine_n_vocab(((kvp_draft_model *)pctx)->e));
-}
-
-/* The request's sequence made ready to draft from (fed up to t[n-1]): its
- * handle, or -1. */
-static int draft_begin(kvp_draft_model *d, void **state, const uint32_t *t, uint32_t n)
-{
-    return d->on_target ? draft_sync_target(d, state, t, n) : draft_sync(d, state, t, n);
 }
 
 /* After drafting on the target's cache: the draft's slots go (the
@@ -146,13 +80,6 @@ static uint32_t draft_end(kvp_draft_model *d, int seq, uint32_t n, uint32_t m)
     if (d->on_target)
         kvp_kvcache_seq_truncate(d->kc, seq, n - 1, &ignored);
     return m;
-}
-
-uint32_t kvp_draft_model_draft(void *ctx, void **state, const uint32_t *t, uint32_t n, uint32_t k, uint32_t *out)
-{
-    kvp_draft_model *d = ctx;
-    int seq = draft_begin(d, state, t, n);
-    return seq < 0 ? 0 : draft_end(d, seq, n, draft_steps(d, seq, k, out, pick_argmax, d));
 }
 
 /* Sampled drafting: the request's tokens and the drafts so far give the
@@ -182,18 +109,8 @@ static int pick_sampled(void *pctx, uint32_t m, float *logits)
     return (int)kvp_sample_from(q, nv, kvp_sample_uniform(c->s));
 }
 
-uint32_t kvp_draft_model_draft_sampled(void *ctx, void **state, const uint32_t *t, uint32_t n, uint32_t k,
-                                       uint32_t *out, kvp_sampling *s, float *q)
-{
-    kvp_draft_model *d = ctx;
-    int seq = draft_begin(d, state, t, n);
-    sampled_pick c = {.d = d, .t = t, .n = n, .out = out, .s = s, .q = q};
-    return seq < 0 ? 0 : draft_end(d, seq, n, draft_steps(d, seq, k, out, pick_sampled, &c));
-}
-
-/* The request's sequence for a batched draft, brought in line with t[n]
- * as draft_sync does, but not fed: the sequence (its first token to feed
- * in *from), or -1 (no guess). */
+/* The request's sequence, brought in line with t[n] but not fed: the
+ * sequence (its first token to feed in *from), or -1 (no guess). */
 static int batch_begin(kvp_draft_model *d, void **state, const uint32_t *t, uint32_t n, uint32_t *from)
 {
     kvp_err err = {0};
@@ -302,6 +219,24 @@ void kvp_draft_model_draft_batch(void *ctx, uint32_t n_req, void **const *state,
     for (uint32_t i = 0; i < n_req; i++)
         if (d->seq[i] >= 0)
             draft_end(d, d->seq[i], n[i], got[i]);
+}
+
+/* A request alone: a batch of one. */
+uint32_t kvp_draft_model_draft(void *ctx, void **state, const uint32_t *t, uint32_t n, uint32_t k, uint32_t *out)
+{
+    return kvp_draft_model_draft_sampled(ctx, state, t, n, k, out, NULL, NULL);
+}
+
+uint32_t kvp_draft_model_draft_sampled(void *ctx, void **state, const uint32_t *t, uint32_t n, uint32_t k,
+                                       uint32_t *out, kvp_sampling *s, float *q)
+{
+    void **const st[1] = {state};
+    const uint32_t *const ts[1] = {t};
+    kvp_sampling *const ss[1] = {s};
+    float *const qs[1] = {q};
+    uint32_t got = 0;
+    kvp_draft_model_draft_batch(ctx, 1, st, ts, &n, &k, ss, qs, out, &got);
+    return got;
 }
 
 void kvp_draft_model_release(void *ctx, void *state)

@@ -32,10 +32,10 @@ typedef struct kvp_draft_model {
                       * request's sequence is its own, given as *state (seq + 1;
                       * kvp_drafter.on_target_cache); drafts are appended to it
                       * and truncated away before the call returns */
-    float *logits;   /* [n_vocab] */
     uint32_t chunk;  /* tokens a feeding step (0: 512) */
     uint64_t steps;  /* draft-model steps taken (feeding and drafting) */
-    /* draft_batch's scratch, for cap requests: their rows [cap][n_vocab],
+    /* the drafts' scratch (a request alone is a batch of one), for cap
+     * requests: their rows [cap][n_vocab],
      * steps, and per request its sequence, next token to feed and row */
     float *rows;
     kvp_step_seq *step;

@@ -558,7 +558,7 @@ static int bind_skip(const kvp_spec_method *m, kvp_engine *target, kvp_kvcache *
     skip_method *sm = m->time_ctx;
     kvp_engine *e;
     int rc = kvp_engine_create_first(&e, sm->first, sm->be, kc, err);
-    if (rc == 0 && !sm->dm.logits && (rc = kvp_draft_model_init(&sm->dm, e, kc, err)) == 0)
+    if (rc == 0 && !sm->dm.rows && (rc = kvp_draft_model_init(&sm->dm, e, kc, err)) == 0)
         sm->dm.chunk = sm->chunk, sm->dm.on_target = 1;
     if (rc < 0) {
         kvp_engine_free(e);
