@@ -295,13 +295,12 @@ static int mm_reserved(const cpu_impl *im, const kvp_weight *w, uint32_t n_tok, 
 
 /* What a matmul of w needs before its tasks (mm_task) run: *cp set up
  * and, when prep, x quantized (with the tiles) as w's kernel takes it.
- * The number of tasks (0: none), or a negative code. */
+ * The number of tasks (0: none, *cp unused), or a negative code. */
 static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y, uint32_t n_tok, int prep,
                     mm_ctx *cp, kvp_err *err)
 {
     const kvp_cpu_kernels *k = im->k;
-    *cp = (mm_ctx){.k = k, .w = w, .x = x, .y = y, .n_tok = n_tok};
-    mm_ctx c = *cp;
+    mm_ctx c = {.k = k, .w = w, .x = x, .y = y, .n_tok = n_tok};
     int direct = mm_pick(k, w, &c), rc;
     if (direct < 0)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: weight type %s%s has no CPU matmul", wname(w),
