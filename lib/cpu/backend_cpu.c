@@ -816,6 +816,23 @@ static void scale_rows(const attn_ctx *c, const uint32_t *table, uint32_t blk, u
         scale_by(kv_scales(kv, table[blk], c->a->layer, which, g), s, np, ldq);
 }
 
+/* Asks for the K (which 0) or V (1) rows of KV head g in block table[blk]
+ * to be brought into the cache.  A head's rows in a block are one run of
+ * bs * hd elements, and the next block's run is elsewhere: the hardware's
+ * stream prefetcher, which follows one run, has to find each block anew,
+ * so a decode over a long context waits on memory for every block.
+ * Inlined: GCC finds a function of nothing but prefetches without effect
+ * and drops its calls. */
+__attribute__((always_inline)) static inline void attn_prefetch(const attn_ctx *c, const uint32_t *table, uint32_t blk,
+                                                                uint32_t which, uint32_t g)
+{
+    const kvp_kv_pool *kv = c->a->kv;
+    const uint8_t *src = (const uint8_t *)kv->base + kv_off(kv, table[blk], c->a->layer, which, g, 0);
+    size_t bytes = (size_t)kv->block_size * kv->head_dim * kvp_cpu_kv_esize(kv->dtype);
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(src + o, 0, 3);
+}
+
 /* A draft tree's query (kvp_attn_args.parent): where the keys of its
  * path are.  Positions lo..hi (hi its own) are in the slots of positions
  * at[hi - p]; those below lo in their own. */
@@ -904,6 +921,14 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
             scale_path_rows(c, w->vsc, sp, np, ldq);
             continue;
         }
+        /* the chunk's first keys at once, each block's successor while it
+         * is scored, and its values for the pass after the softmax: every
+         * line of a block asked for together, not one miss after another */
+        if (p == p0)
+            attn_prefetch(c, table, p / bs, 0, g);
+        if (p + bs < p1)
+            attn_prefetch(c, table, p / bs + 1, 0, g);
+        attn_prefetch(c, table, p / bs, 1, g);
         if (convert)
             c->k->att_scores(w->q, nq, KVP_DTYPE_F32, attn_block(c, table, p / bs, 0, g, np, w->buf), np, hd, sp,
                              ldq);
