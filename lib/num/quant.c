@@ -253,9 +253,9 @@ static void range_init(range *r)
     r->amax = 0.0f;
 }
 
-static void range_add(range *r, const float *x, int64_t n)
+static void range_add_c(float *mnp, float *mxp, const float *x, int64_t n)
 {
-    float mn = r->mn, mx = r->mx;
+    float mn = *mnp, mx = *mxp;
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
         if (fabsf(v) <= FLT_MAX) {
@@ -263,10 +263,50 @@ static void range_add(range *r, const float *x, int64_t n)
             mx = v > mx ? v : mx;
         }
     }
-    r->mn = mn;
-    r->mx = mx;
-    r->amax = fmaxf(fabsf(mn), fabsf(mx));
-    if (mn > mx)
+    *mnp = mn, *mxp = mx;
+}
+
+#if KVP_X86_SIMD
+/* range_add_c eight lanes at a time: a lane's value that is not finite
+ * (inf, NaN) is replaced by +inf for the minimum and -inf for the
+ * maximum, which leaves both as they were.  The same minimum and maximum
+ * (a min/max is exact; only which of -0 and +0 it keeps could differ, and
+ * the scale and zero point take either alike). */
+KVP_AVX2 static void range_add_avx2(float *mnp, float *mxp, const float *x, int64_t n)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(FLT_MAX);
+    const __m256 pinf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 mn = pinf, mx = ninf;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 fin = _mm256_cmp_ps(_mm256_and_ps(v, absm), big, _CMP_LE_OQ);
+        mn = _mm256_min_ps(mn, _mm256_blendv_ps(pinf, v, fin));
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, v, fin));
+    }
+    float a[8], b[8];
+    _mm256_storeu_ps(a, mn);
+    _mm256_storeu_ps(b, mx);
+    for (int k = 0; k < 8; k++) {
+        *mnp = a[k] < *mnp ? a[k] : *mnp;
+        *mxp = b[k] > *mxp ? b[k] : *mxp;
+    }
+    range_add_c(mnp, mxp, x + i, n - i);
+}
+#endif
+
+/* Widens r by the finite values of x[0..n). */
+static void range_add(int impl, range *r, const float *x, int64_t n)
+{
+#if KVP_X86_SIMD
+    if (kvp_use_simd(impl))
+        range_add_avx2(&r->mn, &r->mx, x, n);
+    else
+#endif
+        range_add_c(&r->mn, &r->mx, x, n);
+    (void)impl;
+    r->amax = fmaxf(fabsf(r->mn), fabsf(r->mx));
+    if (r->mn > r->mx)
         r->amax = 0.0f;
 }
 
@@ -333,44 +373,6 @@ static int64_t int_kernel_c(const float *x, int64_t n, float inv, float z, int l
     return clipped;
 }
 
-#if KVP_X86_SIMD
-KVP_AVX2 static int64_t int_kernel_avx2(const float *x, int64_t n, float inv, float z, int lo, int hi, int8_t *q)
-{
-    const __m256 vinv = _mm256_set1_ps(inv), vz = _mm256_set1_ps(z);
-    const __m256 vlo = _mm256_set1_ps((float)lo), vhi = _mm256_set1_ps((float)hi);
-    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    int64_t clipped = 0, i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256i r[4];
-        for (int k = 0; k < 4; k++) {
-            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), vinv);
-            v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)); /* NaN -> 0 */
-            v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-            __m256 out = _mm256_or_ps(_mm256_cmp_ps(v, vlo, _CMP_LT_OQ), _mm256_cmp_ps(v, vhi, _CMP_GT_OQ));
-            clipped += __builtin_popcount((unsigned)_mm256_movemask_ps(out));
-            v = _mm256_min_ps(_mm256_max_ps(v, vlo), vhi);
-            r[k] = _mm256_cvtps_epi32(v);
-        }
-        /* packs work within 128-bit lanes; the permute puts the bytes back in order */
-        __m256i p01 = _mm256_packs_epi32(r[0], r[1]), p23 = _mm256_packs_epi32(r[2], r[3]);
-        __m256i b = _mm256_packs_epi16(p01, p23);
-        b = _mm256_permutevar8x32_epi32(b, perm);
-        _mm256_storeu_si256((__m256i *)(void *)(q + i), b);
-    }
-    return clipped + int_kernel_c(x + i, n - i, inv, z, lo, hi, q + i);
-}
-#endif
-
-static int64_t int_kernel(int impl, const float *x, int64_t n, float inv, float z, int lo, int hi, int8_t *q)
-{
-#if KVP_X86_SIMD
-    if (kvp_use_simd(impl))
-        return int_kernel_avx2(x, n, inv, z, lo, hi, q);
-#endif
-    (void)impl;
-    return int_kernel_c(x, n, inv, z, lo, hi, q);
-}
-
 /* Pack n (even) i4 values from q into bytes at element offset pos (even). */
 static void pack_i4(uint8_t *d, int64_t pos, const int8_t *q, int64_t n)
 {
@@ -381,20 +383,103 @@ static void pack_i4(uint8_t *d, int64_t pos, const int8_t *q, int64_t n)
         p[n / 2] = (uint8_t)(q[n - 1] & 15);
 }
 
+#if KVP_X86_SIMD
+/* int_kernel_c for 32 elements: their q in element order, the clipped
+ * count added to *clipped. */
+KVP_AVX2 __attribute__((always_inline)) static inline __m256i int_block_avx2(const float *x, __m256 vinv, __m256 vz,
+                                                                            __m256 vlo, __m256 vhi, int64_t *clipped)
+{
+    __m256i r[4];
+    for (int k = 0; k < 4; k++) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vinv);
+        v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)); /* NaN -> 0 */
+        v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+        __m256 out = _mm256_or_ps(_mm256_cmp_ps(v, vlo, _CMP_LT_OQ), _mm256_cmp_ps(v, vhi, _CMP_GT_OQ));
+        *clipped += __builtin_popcount((unsigned)_mm256_movemask_ps(out));
+        r[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, vlo), vhi));
+    }
+    /* packs work within 128-bit lanes; the permute puts the bytes back in order */
+    __m256i p01 = _mm256_packs_epi32(r[0], r[1]), p23 = _mm256_packs_epi32(r[2], r[3]);
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* 32 i4 values (in i8 lanes, element order) as 16 bytes, element 2k in
+ * the low nibble of byte k (pack_i4's layout). */
+KVP_AVX2 static inline __m128i pack_i4_avx2(__m256i q)
+{
+    __m256i w = _mm256_and_si256(q, _mm256_set1_epi8(15)); /* each 16-bit word: q[2k] | q[2k+1] << 8 */
+    w = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16(0x000f)),
+                        _mm256_and_si256(_mm256_srli_epi16(w, 4), _mm256_set1_epi16(0x00f0)));
+    __m256i b = _mm256_packus_epi16(w, w); /* bytes 0-7 of each lane hold its 8 */
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(b, 0x08));
+}
+
+/* Elements [0, n) of one unit (scale inverse inv, zero point z) into i8
+ * (i4 0) or packed i4 (i4 1) at element pos of data: the blocks of 32 in
+ * vectors, the rest through int_kernel_c.  pos is even for i4. */
+KVP_AVX2 static int64_t int_span_avx2(const float *x, int64_t n, float inv, float z, int i4, uint8_t *data,
+                                      uint64_t pos)
+{
+    int lo = i4 ? -8 : -128, hi = i4 ? 7 : 127;
+    const __m256 vinv = _mm256_set1_ps(inv), vz = _mm256_set1_ps(z);
+    const __m256 vlo = _mm256_set1_ps((float)lo), vhi = _mm256_set1_ps((float)hi);
+    int64_t clipped = 0, i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i q = int_block_avx2(x + i, vinv, vz, vlo, vhi, &clipped);
+        if (i4)
+            _mm_storeu_si128((__m128i *)(void *)(data + (pos + (uint64_t)i) / 2), pack_i4_avx2(q));
+        else
+            _mm256_storeu_si256((__m256i *)(void *)(data + pos + (uint64_t)i), q);
+    }
+    if (i < n) {
+        int8_t q[32];
+        clipped += int_kernel_c(x + i, n - i, inv, z, lo, hi, i4 ? q : (int8_t *)data + pos + i);
+        if (i4)
+            pack_i4(data, (int64_t)pos + i, q, n - i);
+    }
+    return clipped;
+}
+#endif
+
+/* Integer targets: elements [a, b) (whole units or parts of one) into the
+ * output, each unit's run with its scale, no unit boundary found by a
+ * division per run.  Returns the clipped count. */
+static int64_t quant_int_span(const qctx *c, uint64_t a, uint64_t b)
+{
+    int i4 = c->t->dtype == KVP_DTYPE_I4;
+    int64_t clipped = 0;
+    for (uint64_t pos = a, u = a / c->len; pos < b; u++) {
+        uint64_t end = (u + 1) * c->len < b ? (u + 1) * c->len : b;
+        float s = c->s[u], inv = s != 0.0f ? 1.0f / s : 0.0f;
+#if KVP_X86_SIMD
+        if (kvp_use_simd(c->impl)) {
+            clipped += int_span_avx2(c->x + pos, (int64_t)(end - pos), inv, c->z[u], i4, c->data, pos);
+            pos = end;
+            continue;
+        }
+#endif
+        while (pos < end) { /* a piece at a time through a buffer */
+            uint64_t e = end - pos > PIECE ? pos + PIECE : end;
+            int8_t q[PIECE];
+            clipped += int_kernel_c(c->x + pos, (int64_t)(e - pos), inv, c->z[u], i4 ? -8 : -128, i4 ? 7 : 127,
+                                    i4 ? q : (int8_t *)c->data + pos);
+            if (i4)
+                pack_i4(c->data, (int64_t)pos, q, (int64_t)(e - pos));
+            pos = e;
+        }
+    }
+    return clipped;
+}
+
+
 /* Quantize elements [pos, pos+n) of unit u (n <= PIECE); returns clipped. */
 static int64_t quant_piece(const qctx *c, uint64_t pos, int64_t n, uint64_t u)
 {
     const kvp_tensor_rec *t = c->t;
     const float *x = c->x + pos;
     float s = c->s[u], inv = s != 0.0f ? 1.0f / s : 0.0f;
-    if (c->kind == QK_INT) {
-        int8_t q[PIECE];
-        if (t->dtype == KVP_DTYPE_I8)
-            return int_kernel(c->impl, x, n, inv, c->z[u], -128, 127, (int8_t *)c->data + pos);
-        int64_t k = int_kernel(c->impl, x, n, inv, c->z[u], -8, 7, q);
-        pack_i4(c->data, (int64_t)pos, q, n);
-        return k;
-    }
+    if (c->kind == QK_INT)
+        return quant_int_span(c, pos, pos + (uint64_t)n);
     float v[PIECE];
     int64_t clipped = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -468,14 +553,14 @@ static void range_task(void *ctx, int task, int thread)
     if (c->units == 1) { /* one unit: tasks split it into chunks, merged later */
         uint64_t a = (uint64_t)task * CHUNK, b = a + CHUNK < c->numel ? a + CHUNK : c->numel;
         range_init(&c->ranges[task]);
-        range_add(&c->ranges[task], c->x + a, (int64_t)(b - a));
+        range_add(c->impl, &c->ranges[task], c->x + a, (int64_t)(b - a));
         return;
     }
     uint64_t per = c->len >= CHUNK ? 1 : CHUNK / c->len;
     for (uint64_t u = (uint64_t)task * per; u < c->units && u < (uint64_t)(task + 1) * per; u++) {
         range r;
         range_init(&r);
-        range_add(&r, c->x + u * c->len, (int64_t)c->len);
+        range_add(c->impl, &r, c->x + u * c->len, (int64_t)c->len);
         unit_scale(c->t, &r, &c->s[u], &c->z[u]);
     }
 }
@@ -487,6 +572,10 @@ static void quant_task(void *ctx, int task, int thread)
     kvp_quant_stats *st = &c->st[task];
     memset(st, 0, sizeof *st);
     uint64_t a = (uint64_t)task * CHUNK, b = a + CHUNK < c->numel ? a + CHUNK : c->numel;
+    if (c->kind == QK_INT && !c->want_stats) { /* no pieces to measure: the whole span at once */
+        st->n_clipped += (uint64_t)quant_int_span(c, a, b);
+        return;
+    }
     float y[PIECE];
     for (uint64_t pos = a; pos < b;) {
         uint64_t end = pos + PIECE < b ? pos + PIECE : b, u = 0;

@@ -402,6 +402,55 @@ static void test_scaled(void)
     free(y);
 }
 
+/* Integer targets quantized without statistics take whole spans of units
+ * through the vector kernel (quant_int_span) and ranges through the
+ * vector min/max: the same bytes as the portable path, with units that
+ * leave a tail past the last 32 (100 a row), an odd tail, and NaN and
+ * infinities in the input (left out of the ranges, NaN quantized to 0). */
+static void test_int_spans(void)
+{
+    static const struct { int rows, cols; uint32_t dtype, scheme, group; int asym; } cases[] = {
+        {9, 100, KVP_DTYPE_I8, KVP_SCHEME_CHANNEL, 0, 0}, {9, 100, KVP_DTYPE_I8, KVP_SCHEME_TENSOR, 0, 1},
+        {9, 100, KVP_DTYPE_I4, KVP_SCHEME_CHANNEL, 0, 0}, {5, 96, KVP_DTYPE_I4, KVP_SCHEME_GROUP, 32, 1},
+        {5, 96, KVP_DTYPE_I8, KVP_SCHEME_GROUP, 32, 0},   {3, 37, KVP_DTYPE_I8, KVP_SCHEME_CHANNEL, 0, 1},
+    };
+    kvp_threadpool *pool = NULL;
+    kvp_err err = {0};
+    CHECK_EQ_I64(kvp_threadpool_create(&pool, 2, &err), 0);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int rows = cases[k].rows, cols = cases[k].cols;
+        float *x = test_data(rows, cols, 7 + (uint64_t)k);
+        x[3] = NAN, x[cols + 1] = INFINITY, x[2 * cols + 2] = -INFINITY;
+        kvp_tensor_rec rec, rec2;
+        memset(&rec, 0, sizeof rec);
+        snprintf(rec.name, sizeof rec.name, "span%zu", k);
+        rec.n_dim = 2, rec.shape[0] = (uint64_t)rows, rec.shape[1] = (uint64_t)cols;
+        kvp_quant_spec spec = {cases[k].dtype, cases[k].scheme, cases[k].group, 0, cases[k].asym};
+        int rc = kvp_quant_plan(&rec, &spec, &err);
+        CHECK_MSG(rc == 0, "%s: plan: %s", rec.name, err.msg);
+        if (rc) {
+            free(x);
+            continue;
+        }
+        rec2 = rec;
+        uint8_t *d[3], *d2[3];
+        for (int i = 0; i < 3; i++) {
+            uint64_t nb = i == 0 ? rec.data_bytes : i == 1 ? rec.scales_bytes : rec.zeros_bytes;
+            d[i] = calloc(1, nb + 1), d2[i] = calloc(1, nb + 1);
+        }
+        CHECK_EQ_I64(kvp_quant_tensor(&rec, x, d[0], d[1], d[2], NULL, pool, &err), 0);
+        CHECK_EQ_I64(kvp_quant_tensor_impl(KVP_IMPL_PORTABLE, &rec2, x, d2[0], d2[1], d2[2], NULL, NULL, &err), 0);
+        CHECK_MSG(memcmp(d[0], d2[0], rec.data_bytes) == 0 && memcmp(d[1], d2[1], rec.scales_bytes) == 0 &&
+                      memcmp(d[2], d2[2], rec.zeros_bytes) == 0,
+                  "%s (%s, %d x %d): simd and portable differ without statistics", rec.name,
+                  kvp_dtype_name(cases[k].dtype), rows, cols);
+        for (int i = 0; i < 3; i++)
+            free(d[i]), free(d2[i]);
+        free(x);
+    }
+    kvp_threadpool_free(pool);
+}
+
 static void test_plan_errors(void)
 {
     kvp_tensor_rec rec;
@@ -552,5 +601,6 @@ int main(void)
     test_int_casts();
     test_plan_errors();
     test_scaled();
+    test_int_spans();
     return unit_done();
 }
