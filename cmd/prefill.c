@@ -133,6 +133,196 @@ static int perplexity_mode(kvp_runopts *o, const char *text, kvp_ppl_opts *po, i
     return kvp_cli_close_stdout();
 }
 
+/* prefill's run across its prompts: the stream being written, the
+ * options, and the totals --stats prints. */
+typedef struct pf_job {
+    kvp_run *r;
+    const kvp_runopts *o;
+    kvp_run_saver sv;
+    float *logits;
+    kvp_gen_opts go;
+    uint64_t total, n;
+    double t_all;
+} pf_job;
+
+static void open_stream(pf_job *j, const char *output)
+{
+    kvp_err err = {0};
+    if (kvp_run_save_open(&j->sv, j->r, output, "prefill " KVP_VERSION, &err) < 0)
+        kvp_cli_die_err(&err);
+}
+
+/* Fail the job: the stream is abandoned (a file output never appears; a
+ * pipe's reader sees it cut short), and where names the prompt. */
+static void fail(pf_job *j, kvp_err *err, const char *where)
+{
+    kvp_run_save_abort(&j->sv);
+    if (where && where[0])
+        kvp_err_prefix(err, "%s", where);
+    kvp_cli_die_err(err);
+}
+
+/* "prompt LABEL" in where, or "" when the prompt has no label. */
+static const char *label_where(char *where, size_t size, const char *label)
+{
+    snprintf(where, size, "%s%s", label[0] ? "prompt " : "", label);
+    return where;
+}
+
+/* Run s's prompt ids[0..len) (its cache blocks salted with salt, 0 none),
+ * write s to the stream and give its blocks back.  where names the prompt
+ * in an error.  Each sequence goes out as soon as it is computed: decode at
+ * the other end of a pipe starts on it while the rest are computed. */
+static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t len, uint64_t salt,
+                        const char *where)
+{
+    kvp_run *r = j->r;
+    kvp_err err = {0};
+    double t0 = kvp_gen_now();
+    if ((s->handle < 0 && (s->handle = kvp_kvcache_seq_new(r->kc, &err)) < 0) ||
+        (salt && kvp_kvcache_seq_set_salt(r->kc, s->handle, salt, &err) < 0) ||
+        kvp_gen_prefill(r->engine, r->kc, s, ids, len, &j->go, j->logits, &err) < 0)
+        fail(j, &err, where);
+    s->rec.first_ns = kvp_gen_wall_ns();
+    if (kvp_run_save_put(&j->sv, s, &err) < 0)
+        kvp_cli_die_err(&err);
+    /* Written: its blocks go back to the pool, so any number of prompts
+     * runs in the cache of one.  Its full blocks stay findable in the
+     * prefix cache until their memory is needed, and the stream refers
+     * to blocks it has already carried, so shared prefixes are still
+     * computed and sent once. */
+    kvp_kvcache_seq_free(r->kc, s->handle);
+    s->handle = -1;
+    double dt = kvp_gen_now() - t0;
+    j->total += len;
+    j->n++;
+    if (!j->o->stats)
+        return;
+    const char *label = s->rec.label;
+    if (j->o->json) {
+        fputs("{\"id\":", stderr);
+        kvp_cli_json_str(stderr, label, strlen(label));
+        fprintf(stderr, ",\"prompt_tokens\":%u,\"computed\":%u,\"ttft_ms\":%.2f,\"tokens_per_s\":%.2f}\n", len,
+                s->n_prefill, dt * 1e3, dt > 0 ? s->n_prefill / dt : 0);
+    } else
+        fprintf(stderr, "prefill: sequence %llu%s%s: %u prompt tokens (%u computed), first token after %.1f ms, "
+                "%.1f tokens/s\n", (unsigned long long)s->rec.id, label[0] ? " " : "", label, len, s->n_prefill,
+                dt * 1e3, dt > 0 ? s->n_prefill / dt : 0);
+}
+
+/* A new sequence i with label and sampling. */
+static void seq_start(kvp_gen_seq *s, const kvp_run *r, uint64_t i, const char *label, const kvp_sampling *smp,
+                      uint64_t arrival)
+{
+    kvp_gen_seq_init(s, r->tok);
+    s->rec.id = i;
+    snprintf(s->rec.label, sizeof s->rec.label, "%s", label);
+    s->rec.sampling = *smp;
+    s->rec.arrival_ns = arrival;
+    s->handle = -1;
+}
+
+/* -f FILE: one line at a time, each prompt prefilled and written before the
+ * next line is read, so a file or pipe of any length takes the memory of one
+ * prompt, and decode at the end of a pipe starts on the first while later
+ * lines are still being written.  A line's own parameters (max_tokens,
+ * temperature, top_p, top_k, min_p, seed) go into its sequence record for
+ * decode; its cache_salt keeps its blocks from other salts' here. */
+static void prefill_file(pf_job *j, const char *output)
+{
+    const kvp_runopts *o = j->o;
+    kvp_err err = {0};
+    kvp_prompts set;
+    kvp_prompts_reader *rd = NULL;
+    kvp_run_prompt_settings(j->r, o, &set);
+    if (kvp_run_start(j->r, o, NULL, &err) < 0 || kvp_prompts_reader_open(&rd, o->file, &set, &err) < 0)
+        kvp_cli_die_err(&err);
+    open_stream(j, output);
+    kvp_prompt p = {0};
+    for (uint64_t i = 0;; i++) {
+        int got = kvp_prompts_reader_next(rd, &p, &err);
+        if (got < 0)
+            fail(j, &err, NULL);
+        if (got == 0)
+            break;
+        uint64_t arrival = kvp_gen_wall_ns();
+        char where[4096 + KVP_NAME_MAX + 64];
+        snprintf(where, sizeof where, "%s:%llu%s%s", o->file, (unsigned long long)kvp_prompts_reader_line(rd),
+                 p.label[0] ? ": prompt " : "", p.label);
+        int32_t *t = NULL;
+        size_t n = 0;
+        kvp_sampling smp;
+        if (kvp_prompt_encode(&p, j->r->tok, &t, &n, &err) < 0)
+            fail(j, &err, where);
+        if (n == 0 || n > UINT32_MAX) {
+            kvp_err_set(&err, KVP_EINVAL, "%s:%llu: prompt %llu%s%s is %s", o->file,
+                        (unsigned long long)kvp_prompts_reader_line(rd), (unsigned long long)i + 1,
+                        p.label[0] ? " " : "", p.label, n ? "too long" : "empty");
+            fail(j, &err, NULL);
+        }
+        if (kvp_runopts_request_sampling(o, &p.params, i, &smp, &err) < 0)
+            fail(j, &err, where);
+        kvp_gen_seq s;
+        seq_start(&s, j->r, i, p.label, &smp, arrival);
+        prefill_one(j, &s, (const uint32_t *)t, (uint32_t)n,
+                    p.params.set & KVP_PARAM_CACHE_SALT ? p.params.cache_salt : 0, where);
+        kvp_gen_seq_free(&s);
+        free(t);
+        kvp_prompt_free(&p);
+    }
+    kvp_prompts_reader_free(rd);
+}
+
+/* -p TEXT or --tokens IDS: one prompt. */
+static void prefill_given(pf_job *j, const char *output)
+{
+    kvp_err err = {0};
+    kvp_prompts ps;
+    uint32_t **ids = NULL, *lens = NULL;
+    if (kvp_run_prompts(j->r, j->o, &ps, &ids, &lens, &err) < 0 || kvp_run_start(j->r, j->o, NULL, &err) < 0)
+        kvp_cli_die_err(&err);
+    open_stream(j, output);
+    uint64_t arrival = kvp_gen_wall_ns();
+    for (size_t i = 0; i < ps.n; i++) {
+        kvp_sampling smp = j->o->sampling;
+        kvp_sample_seed(&smp, i);
+        kvp_gen_seq s;
+        seq_start(&s, j->r, i, ps.p[i].label, &smp, arrival);
+        char where[KVP_NAME_MAX + 16];
+        prefill_one(j, &s, ids[i], lens[i], 0, label_where(where, sizeof where, ps.p[i].label));
+        kvp_gen_seq_free(&s);
+        free(ids[i]);
+    }
+    free(ids);
+    free(lens);
+    kvp_prompts_free(&ps);
+}
+
+/* --resume: every saved sequence gets the next turn (-p or --tokens). */
+static void prefill_resumed(pf_job *j, const char *resume, const char *output)
+{
+    kvp_err err = {0};
+    kvp_gen_seq *seqs = NULL;
+    uint32_t n = 0;
+    if (kvp_run_resume(j->r, j->o, resume, &seqs, &n, &err) < 0)
+        kvp_cli_die_err(&err);
+    open_stream(j, output);
+    uint64_t arrival = kvp_gen_wall_ns();
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t *ids, len;
+        if (kvp_run_turn_ids(j->r, j->o, &seqs[i], &ids, &len, &err) < 0) {
+            kvp_run_save_abort(&j->sv);
+            kvp_cli_die("%s: %s", resume, err.msg);
+        }
+        seqs[i].rec.arrival_ns = arrival;
+        char where[KVP_NAME_MAX + 16];
+        prefill_one(j, &seqs[i], ids, len, 0, label_where(where, sizeof where, seqs[i].rec.label));
+        free(ids);
+        kvp_gen_seq_free(&seqs[i]);
+    }
+    free(seqs);
+}
+
 int main(int argc, char **argv)
 {
     kvp_cli_init(argv[0]);
@@ -225,101 +415,25 @@ int main(int argc, char **argv)
     }
 
     kvp_run r;
-    kvp_prompts ps;
-    uint32_t **ids = NULL, *lens = NULL, n = 0;
-    kvp_gen_seq *seqs = NULL;
-    kvp_prompts_init(&ps);
     if (kvp_run_open(&r, &o, &err) < 0)
         kvp_cli_die_err(&err);
-    if (resume) {
-        /* every saved sequence gets the next turn */
-        if (kvp_run_resume(&r, &o, resume, &seqs, &n, &err) < 0)
-            kvp_cli_die_err(&err);
-        ids = calloc(n ? n : 1, sizeof *ids);
-        lens = calloc(n ? n : 1, sizeof *lens);
-        if (!ids || !lens)
-            kvp_cli_die("out of memory");
-        for (uint32_t i = 0; i < n; i++)
-            if (kvp_run_turn_ids(&r, &o, &seqs[i], &ids[i], &lens[i], &err) < 0)
-                kvp_cli_die("%s: %s", resume, err.msg);
-    } else {
-        if (kvp_run_prompts(&r, &o, &ps, &ids, &lens, &err) < 0 || kvp_run_start(&r, &o, NULL, &err) < 0)
-            kvp_cli_die_err(&err);
-        n = (uint32_t)ps.n;
-        seqs = calloc(n ? n : 1, sizeof *seqs);
-        if (!seqs)
-            kvp_cli_die("out of memory");
-        for (uint32_t i = 0; i < n; i++) {
-            kvp_gen_seq *s = &seqs[i];
-            kvp_gen_seq_init(s, r.tok);
-            s->rec.id = i;
-            snprintf(s->rec.label, sizeof s->rec.label, "%s", ps.p[i].label);
-            s->rec.sampling = o.sampling;
-            kvp_sample_seed(&s->rec.sampling, i);
-            s->handle = -1;
-        }
-    }
-    float *logits = malloc(sizeof(float) * r.model->cfg.n_vocab);
-    if (!logits)
+    pf_job j = {.r = &r, .o = &o, .go = {.chunk = o.chunk}, .t_all = kvp_gen_now()};
+    if (!(j.logits = malloc(sizeof(float) * r.model->cfg.n_vocab)))
         kvp_cli_die("out of memory");
-    kvp_gen_opts go = {.chunk = o.chunk};
-    double t_all = kvp_gen_now();
-    uint64_t total = 0, arrival = kvp_gen_wall_ns(); /* every prompt was read by now */
-    /* Each sequence goes out as soon as it is computed: decode at the other
-     * end of a pipe starts on it while the rest are computed. */
-    kvp_run_saver sv;
-    if (kvp_run_save_open(&sv, &r, output, "prefill " KVP_VERSION, &err) < 0)
-        kvp_cli_die_err(&err);
-    for (uint32_t i = 0; i < n; i++) {
-        kvp_gen_seq *s = &seqs[i];
-        const char *label = s->rec.label;
-        double t0 = kvp_gen_now();
-        s->rec.arrival_ns = arrival;
-        if ((s->handle < 0 && (s->handle = kvp_kvcache_seq_new(r.kc, &err)) < 0) ||
-            kvp_gen_prefill(r.engine, r.kc, s, ids[i], lens[i], &go, logits, &err) < 0) {
-            kvp_run_save_abort(&sv);
-            if (label[0])
-                kvp_err_prefix(&err, "prompt %s", label);
-            kvp_cli_die_err(&err);
-        }
-        s->rec.first_ns = kvp_gen_wall_ns();
-        if (kvp_run_save_put(&sv, s, &err) < 0)
-            kvp_cli_die_err(&err);
-        /* Written: its blocks go back to the pool, so any number of prompts
-         * runs in the cache of one.  Its full blocks stay findable in the
-         * prefix cache until their memory is needed, and the stream refers
-         * to blocks it has already carried, so shared prefixes are still
-         * computed and sent once. */
-        kvp_kvcache_seq_free(r.kc, s->handle);
-        s->handle = -1;
-        double t1 = kvp_gen_now();
-        total += lens[i];
-        if (o.stats) {
-            if (o.json)
-                fprintf(stderr, "{\"id\":\"%s\",\"prompt_tokens\":%u,\"computed\":%u,\"ttft_ms\":%.2f,"
-                        "\"tokens_per_s\":%.2f}\n", label, lens[i], s->n_prefill, (t1 - t0) * 1e3,
-                        (t1 - t0) > 0 ? s->n_prefill / (t1 - t0) : 0);
-            else
-                fprintf(stderr, "prefill: sequence %u%s%s: %u prompt tokens (%u computed), first token after "
-                        "%.1f ms, %.1f tokens/s\n", i, label[0] ? " " : "", label, lens[i],
-                        s->n_prefill, (t1 - t0) * 1e3, (t1 - t0) > 0 ? s->n_prefill / (t1 - t0) : 0);
-        }
-        free(ids[i]);
-    }
+    if (resume)
+        prefill_resumed(&j, resume, output);
+    else if (o.file)
+        prefill_file(&j, output);
+    else
+        prefill_given(&j, output);
     uint64_t nb = 0, nr = 0;
-    if (kvp_run_save_finish(&sv, &nb, &nr, &err) < 0)
+    if (kvp_run_save_finish(&j.sv, &nb, &nr, &err) < 0)
         kvp_cli_die_err(&err);
     if (o.stats && !o.json)
-        fprintf(stderr, "prefill: %u sequences, %llu prompt tokens in %.3f s; %llu KV blocks written, %llu shared "
-                "by reference\n", n, (unsigned long long)total, kvp_gen_now() - t_all, (unsigned long long)nb,
-                (unsigned long long)nr);
-    for (uint32_t i = 0; i < n; i++)
-        kvp_gen_seq_free(&seqs[i]);
-    free(seqs);
-    free(ids);
-    free(lens);
-    free(logits);
-    kvp_prompts_free(&ps);
+        fprintf(stderr, "prefill: %llu sequences, %llu prompt tokens in %.3f s; %llu KV blocks written, %llu shared "
+                "by reference\n", (unsigned long long)j.n, (unsigned long long)j.total, kvp_gen_now() - j.t_all,
+                (unsigned long long)nb, (unsigned long long)nr);
+    free(j.logits);
     kvp_run_close(&r);
     kvp_runopts_free(&o);
     return kvp_cli_close_stdout();

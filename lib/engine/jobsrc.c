@@ -148,29 +148,6 @@ static int arrived(kvp_jobsrc *js, int block, double *t)
     return 1;
 }
 
-/* The command line's sampling with what the request line set; a request's
- * own seed alone seeds it (the same seed, the same draws), else the
- * command line's seed and the request's index. */
-static int request_sampling(const kvp_runopts *o, const kvp_prompt_params *pp, uint64_t i, kvp_sampling *smp,
-                            kvp_err *err)
-{
-    *smp = o->sampling;
-    if (pp->set & KVP_PARAM_MAX_TOKENS)
-        smp->max_tokens = pp->max_tokens;
-    if (pp->set & KVP_PARAM_TEMPERATURE)
-        smp->temperature = pp->temperature;
-    if (pp->set & KVP_PARAM_TOP_P)
-        smp->top_p = pp->top_p;
-    if (pp->set & KVP_PARAM_TOP_K)
-        smp->top_k = pp->top_k;
-    if (pp->set & KVP_PARAM_MIN_P)
-        smp->min_p = pp->min_p;
-    if (pp->set & KVP_PARAM_SEED)
-        smp->seed = pp->seed;
-    kvp_sample_seed(smp, pp->set & KVP_PARAM_SEED ? 0 : i);
-    return kvp_sample_check(smp, err);
-}
-
 static kvp_gen_opts gen_opts(const kvp_runopts *o)
 {
     return (kvp_gen_opts){.stop = o->stop, .n_stop = o->n_stop, .ignore_eos = o->ignore_eos};
@@ -220,7 +197,7 @@ static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **
     }
     const kvp_prompt_params *pp = &q->p.params;
     kvp_sampling smp;
-    if (request_sampling(js->o, pp, i, &smp, err) < 0)
+    if (kvp_runopts_request_sampling(js->o, pp, i, &smp, err) < 0)
         return kvp_err_prefix(err, "request %s", label);
     kvp_request *r = kvp_request_new(js->tok, i, label, q->ids, q->n_ids, &smp);
     if (!r)
@@ -394,11 +371,7 @@ static int open_prompts(kvp_jobsrc *js, kvp_run *r, const kvp_runopts *o, kvp_er
     int rc = 0;
     if (o->file && !o->prompt && !o->tokens) {
         kvp_prompts set;
-        kvp_prompts_init(&set);
-        set.format = kvp_run_chat_format(r);
-        set.chat = o->chat;
-        set.literal = o->no_special;
-        set.system = o->system;
+        kvp_run_prompt_settings(r, o, &set);
         rc = kvp_prompts_reader_open(&js->pr, o->file, &set, err);
         while (rc == 0 && js->n_pp < 2 && (rc = read_prompt(js, err)) == 1)
             rc = 0;

@@ -186,6 +186,26 @@ void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s)
     if (f & KVP_SET_SEED) s->seed = o->sampling.seed;
 }
 
+int kvp_runopts_request_sampling(const kvp_runopts *o, const kvp_prompt_params *pp, uint64_t i, kvp_sampling *smp,
+                                 kvp_err *err)
+{
+    *smp = o->sampling;
+    if (pp->set & KVP_PARAM_MAX_TOKENS)
+        smp->max_tokens = pp->max_tokens;
+    if (pp->set & KVP_PARAM_TEMPERATURE)
+        smp->temperature = pp->temperature;
+    if (pp->set & KVP_PARAM_TOP_P)
+        smp->top_p = pp->top_p;
+    if (pp->set & KVP_PARAM_TOP_K)
+        smp->top_k = pp->top_k;
+    if (pp->set & KVP_PARAM_MIN_P)
+        smp->min_p = pp->min_p;
+    if (pp->set & KVP_PARAM_SEED)
+        smp->seed = pp->seed;
+    kvp_sample_seed(smp, pp->set & KVP_PARAM_SEED ? 0 : i);
+    return kvp_sample_check(smp, err);
+}
+
 int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
 {
     memset(r, 0, sizeof *r);
@@ -335,15 +355,20 @@ static int parse_ids(const char *s, uint32_t n_vocab, uint32_t **ids, uint32_t *
     return 0;
 }
 
-int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uint32_t ***ids, uint32_t **lens,
-                    kvp_err *err)
+void kvp_run_prompt_settings(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps)
 {
-    int rc = 0;
     kvp_prompts_init(ps);
     ps->format = kvp_run_chat_format(r);
     ps->chat = o->chat;
     ps->literal = o->no_special;
     ps->system = o->system;
+}
+
+int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uint32_t ***ids, uint32_t **lens,
+                    kvp_err *err)
+{
+    int rc = 0;
+    kvp_run_prompt_settings(r, o, ps);
     *ids = NULL;
     *lens = NULL;
     if (o->tokens) {

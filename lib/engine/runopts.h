@@ -81,6 +81,12 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg);
 extern const char kvp_runopts_help[];
 /* Apply the options given to a sampling state (a resumed one keeps the rest). */
 void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s);
+/* Request i's sampling: the command line's with what its prompts-file
+ * line set (prompts.h); the line's own seed alone seeds it (the same seed,
+ * the same draws), else the command line's seed and i.  0, or a code when
+ * the result is out of range (kvp_sample_check). */
+int kvp_runopts_request_sampling(const kvp_runopts *o, const kvp_prompt_params *pp, uint64_t i, kvp_sampling *smp,
+                                 kvp_err *err);
 
 typedef struct kvp_run {
     kvp_model *model;           /* under --tp: this rank's shard of whole */
@@ -135,6 +141,10 @@ int kvp_run_open_draft(kvp_run *d, const kvp_run *target, const kvp_runopts *o, 
  * those layers, sized as the options say.  Close with kvp_run_close_draft. */
 int kvp_run_open_layerskip(kvp_run *d, const kvp_run *target, const kvp_runopts *o, uint32_t n_layer, kvp_err *err);
 void kvp_run_close_draft(kvp_run *d);
+/* An empty *ps with the rendering the options and the model ask for (chat
+ * format, --chat, --no-special, --system): the settings of a
+ * kvp_prompts_reader. */
+void kvp_run_prompt_settings(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps);
 /* The prompts the options name, tokenized: *ids[i] (malloc'd) of *lens[i].
  * *ps keeps their labels.  Plain prompts are parsed for special tokens
  * unless --no-special; with --chat or {"messages"} only the template's

@@ -63,6 +63,37 @@ expect_err_one_line() {
     if [ "$n" -eq 1 ]; then pass "$1"; else fail "$1 (stderr has $n lines)"; fi
 }
 
+# fifo_two_parts 'CMD' WHAT: run CMD (sh -c; stdout to $T/inc.out, stderr
+# to $T/inc.err) on prompts from a FIFO: two prompts and half a third are
+# written, then nothing until CMD has answered (60 s at most), since it must
+# not wait for the rest of its input to start; then the rest, four prompts
+# (f1-f4) in all.  Passes when the answer came early, CMD exits 0 and all
+# four are answered.
+fifo_two_parts() {
+    status=0
+    mkfifo "$T/fifo"
+    sh -c "$1" <"$T/fifo" >"$T/inc.out" 2>"$T/inc.err" &
+    pid=$!
+    exec 7>"$T/fifo"
+    printf '{"id":"f1","prompt":"One"}\n{"id":"f2","prompt":"Two"}\n{"id":"f3","prompt":"Thr' >&7
+    i=0
+    while [ ! -s "$T/inc.out" ] && [ $i -lt 600 ] && kill -0 $pid 2>/dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    LAST_CMD="$1, from a FIFO written in two parts"
+    if [ -s "$T/inc.out" ]; then pass "$2: the first answer came before the prompts were all written"
+    else fail "$2: no answer after 60 s with the input still open: $(cat "$T/inc.err")"; fi
+    printf 'ee"}\n{"id":"f4","prompt":"Four"}\n' >&7
+    exec 7>&-
+    wait $pid
+    status=$?
+    rm -f "$T/fifo"
+    expect_status 0 "$2: then the rest is read and answered"
+    n=$(grep -c '"id":"f[1-4]"' "$T/inc.out")
+    if [ "$n" = 4 ]; then pass "$2: all four answered"; else fail "$2: $n of 4 answered: $(cat "$T/inc.out")"; fi
+}
+
 # spec_prompts FILE: 8 prompts for speculative decoding, 6 whose answers
 # copy them (prompt lookup drafts well) and 2 that do not.
 spec_prompts() {

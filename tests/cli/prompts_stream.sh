@@ -22,28 +22,8 @@ sed -n 's/^{"id":"\([^"]*\)".*/\1/p' "$T/many.jsonl" | sort >"$T/want"
 if [ "$(wc -l <"$OUT")" -eq 2000 ] && cmp -s "$T/got" "$T/want"; then pass "every id exactly once"
 else fail "ids: $(wc -l <"$OUT") lines, $(sort -u "$T/got" | wc -l) distinct"; fi
 
-# A pipe: two prompts and half a third written, then nothing until an answer
-# is out; decode must not wait for the rest of the input to start.
-mkfifo "$T/fifo"
-decode -m "$M" -t 2 -f - -n 2 <"$T/fifo" >"$T/inc.out" 2>"$T/inc.err" &
-pid=$!
-exec 7>"$T/fifo"
-printf '{"id":"f1","prompt":"One"}\n{"id":"f2","prompt":"Two"}\n{"id":"f3","prompt":"Thr' >&7
-i=0
-while [ ! -s "$T/inc.out" ] && [ $i -lt 600 ] && kill -0 $pid 2>/dev/null; do
-    sleep 0.1
-    i=$((i + 1))
-done
-LAST_CMD="decode -f - from a FIFO written in two parts"
-if [ -s "$T/inc.out" ]; then pass "the first answer came before the prompts were all written"
-else fail "no answer after 60 s with the input still open: $(cat "$T/inc.err")"; fi
-printf 'ee"}\n{"id":"f4","prompt":"Four"}\n' >&7
-exec 7>&-
-wait $pid
-status=$?
-expect_status 0 "then the rest is read and answered"
-n=$(grep -c '"id":"f[1-4]"' "$T/inc.out")
-if [ "$n" = 4 ]; then pass "all four answered"; else fail "$n of 4 answered: $(cat "$T/inc.out")"; fi
+# A pipe: decode must not wait for the rest of the input to start.
+fifo_two_parts "decode -m '$M' -t 2 -f - -n 2" "decode -f -"
 
 # A bad line (30 of 40): the 29 read before it are answered and written, the
 # error names the file and line, nothing after it is started.

@@ -1,0 +1,89 @@
+# prefill reads a prompts file a line at a time (prefill(1), INPUT): on a
+# pipe, decode after it answers the first prompts before the rest are
+# written; a bad line in the middle fails the job with its file and line
+# and leaves no output file; a line's own parameters travel in its
+# sequence record to decode; cache_salt keeps tenants apart in prefill's
+# prefix cache.
+. "$KVP_TESTS/cli/lib.sh"
+
+M="$KVP_MODEL"
+if [ ! -f "$M" ]; then
+    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
+    done_testing
+    exit $?
+fi
+
+# A pipe: prefill must not wait for the rest of its input to start, nor
+# decode after it for the end of prefill's stream.
+fifo_two_parts "prefill -m '$M' -t 1 -f - | decode -m '$M' -t 1 -n 2" "prefill -f - | decode"
+
+# The same prompts from a file give the same stream as before streaming:
+# decode's answers equal decode's own on the file.
+printf '{"id":"f1","prompt":"One"}\n{"id":"f2","prompt":"Two"}\n{"id":"f3","prompt":"Three"}\n{"id":"f4","prompt":"Four"}\n' \
+    >"$T/four.jsonl"
+run decode -m "$M" -t 1 -n 2 -f "$T/four.jsonl" --max-num-seqs 1
+sort "$OUT" | sed 's/,"ttft_ms".*//' >"$T/alone"
+sort "$T/inc.out" | sed 's/,"ttft_ms".*//' >"$T/piped"
+if cmp -s "$T/alone" "$T/piped"; then pass "the streamed prompts' answers are decode's own"
+else fail "differ: $(diff "$T/alone" "$T/piped" | head -4)"; fi
+
+# A bad line (3 of 5): the job fails naming the file and line; a file
+# output never appears; through a pipe, decode answers what came whole and
+# reports the stream cut short.
+printf '{"id":"b1","prompt":"a"}\n{"id":"b2","prompt":"b"}\n{"id":"b3","prompt":"c","top_p":"x"}\n{"id":"b4","prompt":"d"}\n' \
+    >"$T/bad.jsonl"
+run prefill -m "$M" -t 1 -f "$T/bad.jsonl" -o "$T/bad.kvp"
+expect_status 1 "a bad line in the middle fails prefill"
+expect_err_has "$T/bad.jsonl:3: \"top_p\" must be a number" "the error names the file and line"
+expect_err_one_line "one line on stderr"
+expect_true "no output file is left" test ! -e "$T/bad.kvp"
+run_sh "prefill -m '$M' -t 1 -f '$T/bad.jsonl' | decode -m '$M' -t 1 -n 1"
+expect_status 1 "prefill | decode fails on the cut stream"
+expect_out_has '"id":"b2"' "the sequences written before the bad line are answered"
+expect_out_lacks '"id":"b4"' "nothing after it is"
+printf '{"id":"e1","prompt":"a"}\n\n{"id":"e","prompt":""}\n' >"$T/empty.jsonl"
+run prefill -m "$M" -t 1 -f "$T/empty.jsonl" -o "$T/empty.kvp"
+expect_status 1 "an empty prompt fails prefill"
+expect_err_has "empty.jsonl:3: prompt 2 e is empty" "named with its file, line, index and id"
+
+# A line's max_tokens, temperature and seed travel in its sequence record:
+# decode takes them where its command line sets nothing (the text is what
+# decode alone gives the file), and its command line wins.
+printf '%s\n' '{"id":"m2","prompt":"Once upon a time","max_tokens":2}' \
+    '{"id":"m5","prompt":"Once upon a time","max_tokens":5}' \
+    '{"id":"s1","prompt":"Tell me","max_tokens":6,"temperature":0.9,"seed":7}' \
+    '{"id":"s2","prompt":"Tell me","max_tokens":6,"temperature":0.9,"seed":7}' >"$T/params.jsonl"
+run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | decode -m '$M' -t 1"
+expect_status 0 "prefill | decode with per-line parameters"
+expect_true "max_tokens 2 gives 2 tokens" grep -q '"id":"m2".*"tokens":2,' "$OUT"
+expect_true "max_tokens 5 gives 5 tokens" grep -q '"id":"m5".*"tokens":5,' "$OUT"
+sort "$OUT" | sed 's/,"ttft_ms".*//' >"$T/piped"
+run decode -m "$M" -t 1 -f "$T/params.jsonl"
+sort "$OUT" | sed 's/,"ttft_ms".*//' >"$T/alone"
+if cmp -s "$T/alone" "$T/piped"; then pass "every line's text (two sampled at its own seed) is decode's own"
+else fail "differ: $(diff "$T/alone" "$T/piped" | head -4)"; fi
+run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | decode -m '$M' -t 1 -n 3"
+expect_true "decode's -n overrides the lines' max_tokens" test "$(grep -c '"tokens":3,' "$OUT")" -eq 4
+
+# cache_salt: prefill's prefix cache gives a tenant's prompt the blocks of
+# the same tenant's earlier one, never another tenant's (the stream itself
+# still sends equal blocks once: their K/V are the same computation).
+long="$(printf 'word %.0s' $(seq 1 48))"
+printf '{"id":"t1","prompt":"%s","cache_salt":"a"}\n{"id":"t2","prompt":"%s","cache_salt":"%s"}\n' \
+    "$long" "$long" a >"$T/same.jsonl"
+printf '{"id":"t1","prompt":"%s","cache_salt":"a"}\n{"id":"t2","prompt":"%s","cache_salt":"%s"}\n' \
+    "$long" "$long" b >"$T/other.jsonl"
+run prefill -m "$M" -t 1 -f "$T/same.jsonl" --stats -o "$T/same.kvp"
+expect_status 0 "one salt"
+expect_err_has "t2: 49 prompt tokens (1 computed)" "the same salt reuses the cached blocks"
+run prefill -m "$M" -t 1 -f "$T/other.jsonl" --stats -o "$T/other.kvp"
+expect_status 0 "two salts"
+expect_err_has "t2: 49 prompt tokens (49 computed)" "another salt computes its own"
+
+# --stats --json: a line a prompt, its id escaped as JSON.
+printf '{"id":"q\\"x","prompt":"Hi"}\n' >"$T/quote.jsonl"
+run prefill -m "$M" -t 1 -f "$T/quote.jsonl" --stats --json -o "$T/quote.kvp"
+expect_status 0 "an id with a quote"
+expect_err_has '{"id":"q\"x","prompt_tokens":1,' "is escaped in the stats line"
+
+done_testing
