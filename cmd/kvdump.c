@@ -148,6 +148,30 @@ static void print_header(dumper *d, const kvp_stream_info *info)
 }
 
 /* Per-kind details: human text into a buffer, or JSON fields to stdout. */
+/* A sequence's request fields in JSON, when it has them: "cache_salt"
+ * (hex) and "stop" (its strings). */
+static int seq_request_json(FILE *f, const kvp_record *rec, const kvp_seq_rec *s, kvp_err *err)
+{
+    if (s->cache_salt)
+        fprintf(f, ",\"cache_salt\":\"%016" PRIx64 "\"", s->cache_salt);
+    if (!s->n_stop)
+        return 0;
+    char **stop;
+    size_t n;
+    int rc = kvp_seq_stops(rec, &stop, &n, err);
+    if (rc < 0)
+        return rc;
+    fputs(",\"stop\":[", f);
+    for (size_t k = 0; k < n; k++) {
+        if (k)
+            fputc(',', f);
+        kvp_cli_json_str(f, stop[k], strlen(stop[k]));
+    }
+    fputc(']', f);
+    kvp_seq_stops_free(stop, n);
+    return 0;
+}
+
 static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
 {
     FILE *f = stdout;
@@ -226,14 +250,22 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
             printf(",\"seq_id\":%" PRIu64 ",\"label\":", s.id);
             kvp_cli_json_str(f, s.label, strlen(s.label));
             printf(",\"tokens\":%u,\"prompt_tokens\":%u,\"next_token\":%d,\"state\":%u,\"arrival_ns\":%" PRIu64
-                   ",\"first_token_ns\":%" PRIu64 ",\"token_ids\":[", s.n_tokens, s.n_prompt, s.next_token, s.state,
-                   s.arrival_ns, s.first_ns);
+                   ",\"first_token_ns\":%" PRIu64, s.n_tokens, s.n_prompt, s.next_token, s.state, s.arrival_ns,
+                   s.first_ns);
+            if ((rc = seq_request_json(f, rec, &s, err)) < 0)
+                return rc;
+            printf(",\"token_ids\":[");
             for (uint32_t i = 0; i < s.n_tokens; i++)
                 printf("%s%u", i ? "," : "", ids[i]);
             putchar(']');
         } else {
-            printf("seq %" PRIu64 "%s%s%s tokens %u (prompt %u) next %d ids [", s.id, s.label[0] ? " \"" : "", s.label,
+            printf("seq %" PRIu64 "%s%s%s tokens %u (prompt %u) next %d", s.id, s.label[0] ? " \"" : "", s.label,
                    s.label[0] ? "\"" : "", s.n_tokens, s.n_prompt, s.next_token);
+            if (s.cache_salt)
+                printf(" salt %016" PRIx64, s.cache_salt);
+            if (s.n_stop)
+                printf(" stops %u", s.n_stop);
+            printf(" ids [");
             for (uint32_t i = 0; i < s.n_tokens; i++) {
                 if (s.n_tokens > SEQ_HEAD + SEQ_TAIL && i == SEQ_HEAD) {
                     printf(" ...");

@@ -169,23 +169,32 @@ static const char *label_where(char *where, size_t size, const char *label)
     return where;
 }
 
-/* Run s's prompt ids[0..len) (its cache blocks salted with salt, 0 none),
- * write s to the stream and give its blocks back.  where names the prompt
- * in an error.  Each sequence goes out as soon as it is computed: decode at
- * the other end of a pipe starts on it while the rest are computed. */
-static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t len, uint64_t salt,
+/* Run s's prompt ids[0..len), write s to the stream and give its blocks
+ * back.  pp, when not NULL, is its prompts line's parameters: its cache
+ * salt salts s's blocks and, with its stop strings, goes into s's record.
+ * where names the prompt in an error.  Each sequence goes out as soon as
+ * it is computed: decode at the other end of a pipe starts on it while the
+ * rest are computed. */
+static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t len, const kvp_prompt_params *pp,
                         const char *where)
 {
     kvp_run *r = j->r;
     kvp_err err = {0};
     double t0 = kvp_gen_now();
+    uint64_t salt = pp && (pp->set & KVP_PARAM_CACHE_SALT) ? pp->cache_salt : 0;
+    int stops = pp && (pp->set & KVP_PARAM_STOP);
+    if (pp) /* a resumed sequence keeps its record's */
+        s->rec.cache_salt = salt;
     if ((s->handle < 0 && (s->handle = kvp_kvcache_seq_new(r->kc, &err)) < 0) ||
         (salt && kvp_kvcache_seq_set_salt(r->kc, s->handle, salt, &err) < 0) ||
         kvp_gen_prefill(r->engine, r->kc, s, ids, len, &j->go, j->logits, &err) < 0)
         fail(j, &err, where);
     s->rec.first_ns = kvp_gen_wall_ns();
-    if (kvp_run_save_put(&j->sv, s, &err) < 0)
+    if (kvp_run_save_put(&j->sv, s, stops ? (const char *const *)pp->stop : NULL, stops ? pp->n_stop : 0, &err) < 0) {
+        if (where && where[0])
+            kvp_err_prefix(&err, "%s", where);
         kvp_cli_die_err(&err);
+    }
     /* Written: its blocks go back to the pool, so any number of prompts
      * runs in the cache of one.  Its full blocks stay findable in the
      * prefix cache until their memory is needed, and the stream refers
@@ -227,7 +236,8 @@ static void seq_start(kvp_gen_seq *s, const kvp_run *r, uint64_t i, const char *
  * prompt, and decode at the end of a pipe starts on the first while later
  * lines are still being written.  A line's own parameters (max_tokens,
  * temperature, top_p, top_k, min_p, seed) go into its sequence record for
- * decode; its cache_salt keeps its blocks from other salts' here. */
+ * decode, with its stop strings and cache_salt (which keeps its blocks from
+ * other salts' here too). */
 static void prefill_file(pf_job *j, const char *output)
 {
     const kvp_runopts *o = j->o;
@@ -264,8 +274,7 @@ static void prefill_file(pf_job *j, const char *output)
             fail(j, &err, where);
         kvp_gen_seq s;
         seq_start(&s, j->r, i, p.label, &smp, arrival);
-        prefill_one(j, &s, (const uint32_t *)t, (uint32_t)n,
-                    p.params.set & KVP_PARAM_CACHE_SALT ? p.params.cache_salt : 0, where);
+        prefill_one(j, &s, (const uint32_t *)t, (uint32_t)n, &p.params, where);
         kvp_gen_seq_free(&s);
         free(t);
         kvp_prompt_free(&p);
@@ -289,7 +298,7 @@ static void prefill_given(pf_job *j, const char *output)
         kvp_gen_seq s;
         seq_start(&s, j->r, i, ps.p[i].label, &smp, arrival);
         char where[KVP_NAME_MAX + 16];
-        prefill_one(j, &s, ids[i], lens[i], 0, label_where(where, sizeof where, ps.p[i].label));
+        prefill_one(j, &s, ids[i], lens[i], NULL, label_where(where, sizeof where, ps.p[i].label));
         kvp_gen_seq_free(&s);
         free(ids[i]);
     }
@@ -316,7 +325,7 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
         }
         seqs[i].rec.arrival_ns = arrival;
         char where[KVP_NAME_MAX + 16];
-        prefill_one(j, &seqs[i], ids, len, 0, label_where(where, sizeof where, seqs[i].rec.label));
+        prefill_one(j, &seqs[i], ids, len, NULL, label_where(where, sizeof where, seqs[i].rec.label));
         free(ids);
         kvp_gen_seq_free(&seqs[i]);
     }

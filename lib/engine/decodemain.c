@@ -851,15 +851,14 @@ int kvp_decode_main(int argc, char **argv, int spec)
                      resume ? "; run again with --resume " : "", resume ? resume : "");
     }
     if (o.kv_out && !st.stopped) { /* a stopped run's state would be partial */
-        kvp_gen_seq *seqs = calloc(oc.n_kept ? oc.n_kept : 1, sizeof *seqs);
-        if (!seqs)
-            kvp_cli_die("out of memory");
-        for (uint32_t i = 0; i < oc.n_kept; i++)
-            seqs[i] = oc.kept[i]->g; /* saving reads the record and the cache handle */
-        if (kvp_run_save(&r, o.kv_out, spec ? "specdec " KVP_VERSION : "decode " KVP_VERSION, seqs, oc.n_kept, NULL,
-                         NULL, &err) < 0)
+        kvp_run_saver sv;
+        int rc = kvp_run_save_open(&sv, &r, o.kv_out, spec ? "specdec " KVP_VERSION : "decode " KVP_VERSION, &err);
+        for (uint32_t i = 0; rc == 0 && i < oc.n_kept; i++) {
+            const kvp_request *q = oc.kept[i];
+            rc = kvp_run_save_put(&sv, &q->g, q->opts.stop, q->opts.n_stop, &err);
+        }
+        if (rc < 0 || kvp_run_save_finish(&sv, NULL, NULL, &err) < 0)
             kvp_cli_die_err(&err);
-        free(seqs);
     }
     for (uint32_t i = 0; i < oc.n_kept; i++)
         kvp_request_free(oc.kept[i]);

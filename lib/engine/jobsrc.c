@@ -204,6 +204,8 @@ static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
     r->opts = gen_opts(js->o);
     r->salt = pp->set & KVP_PARAM_CACHE_SALT ? pp->cache_salt : js->salt;
+    if (pp->set & KVP_PARAM_CACHE_SALT) /* the request's own: --kv-out carries it */
+        r->g.rec.cache_salt = pp->cache_salt;
     if (pp->set & KVP_PARAM_STOP) { /* the request takes the line's stop strings */
         r->opts.stop = (const char *const *)pp->stop;
         r->opts.n_stop = pp->n_stop;
@@ -272,6 +274,36 @@ static int stream_read(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err
     return read_one(js, q, tok, err);
 }
 
+/* A stream sequence's own copy of its stop strings (the reader's last
+ * until its next call), in q->stop: the job source's until a request
+ * takes them (stop_owned) or the sequence is dropped (drop_stops). */
+static int own_stops(kvp_seqio_seq *q, kvp_err *err)
+{
+    if (!q->n_stop) {
+        q->stop = NULL;
+        return 0;
+    }
+    char **v = calloc(q->n_stop, sizeof *v);
+    for (size_t k = 0; v && k < q->n_stop; k++)
+        if (!(v[k] = strdup(q->stop[k]))) {
+            kvp_seq_stops_free(v, k);
+            v = NULL;
+        }
+    q->stop = (const char *const *)v;
+    if (!v) {
+        q->n_stop = 0;
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static void drop_stops(kvp_seqio_seq *q)
+{
+    kvp_seq_stops_free((char **)q->stop, q->n_stop);
+    q->stop = NULL;
+    q->n_stop = 0;
+}
+
 /* One sequence from the stream itself. */
 static int read_one(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err *err)
 {
@@ -284,9 +316,14 @@ static int read_one(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err *e
         return got;
     }
     js->n++;
+    int rc = own_stops(q, err);
+    if (rc < 0)
+        return rc;
     *tok = malloc(((size_t)q->rec.n_tokens + 1) * sizeof **tok);
-    if (!*tok)
+    if (!*tok) {
+        drop_stops(q);
         return kvp_err_set(err, KVP_ENOMEM, "out of memory for %u tokens", q->rec.n_tokens);
+    }
     memcpy(*tok, t, (size_t)q->rec.n_tokens * sizeof **tok);
     return 1;
 }
@@ -311,6 +348,7 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
         if (!keep(js, idx, q.rec.label)) {
             kvp_kvcache_seq_free(js->kc, q.handle);
             free(tok);
+            drop_stops(&q);
             continue;
         }
         double t_arrival;
@@ -330,14 +368,22 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
         free(tok);
         if (!r) {
             kvp_kvcache_seq_free(js->kc, q.handle);
+            drop_stops(&q);
             return kvp_err_set(err, KVP_ENOMEM, "out of memory");
         }
         r->holder = q.handle;
-        r->salt = js->salt;
+        r->salt = q.rec.cache_salt ? q.rec.cache_salt : js->salt; /* the request's own, as a prompts line's */
         r->g.rec = q.rec;
         r->n_prompt = q.rec.n_prompt;
         r->g.t_start = t_arrival; /* before the prefill's token is shown: TTFT >= 0 */
         r->opts = gen_opts(js->o);
+        if (q.n_stop && !js->o->n_stop) { /* the record's stop strings, unless --stop gives decode's */
+            r->opts.stop = q.stop;
+            r->opts.n_stop = q.n_stop;
+            r->stop_owned = (char **)q.stop;
+        } else {
+            drop_stops(&q);
+        }
         kvp_runopts_apply_sampling(js->o, &r->g.rec.sampling);
         if (js->o->sampling_set & KVP_SET_SEED)
             kvp_sample_seed(&r->g.rec.sampling, r->g.rec.id);
@@ -451,8 +497,10 @@ void kvp_jobsrc_free(kvp_jobsrc *js)
     while (js->n_pp)
         pop_prompt(js);
     kvp_prompts_reader_free(js->pr);
-    for (uint32_t i = 0; i < js->n_pend; i++)
+    for (uint32_t i = 0; i < js->n_pend; i++) {
         free(js->pend_tok[i]);
+        drop_stops(&js->pend[i]);
+    }
     kvp_seqio_reader_free(js->sr);
     kvp_reader_free(js->rd);
     if (js->in_open)

@@ -426,9 +426,9 @@ int kvp_run_save_open(kvp_run_saver *sv, kvp_run *r, const char *path, const cha
     return rc;
 }
 
-int kvp_run_save_put(kvp_run_saver *sv, const kvp_gen_seq *s, kvp_err *err)
+int kvp_run_save_put(kvp_run_saver *sv, const kvp_gen_seq *s, const char *const *stop, size_t n_stop, kvp_err *err)
 {
-    kvp_seqio_seq q = {.rec = s->rec, .handle = s->handle};
+    kvp_seqio_seq q = {.rec = s->rec, .handle = s->handle, .stop = stop, .n_stop = n_stop};
     int rc = kvp_seqio_writer_put(sv->sw, &q, err);
     if (rc < 0)
         kvp_run_save_abort(sv);
@@ -462,16 +462,6 @@ void kvp_run_save_abort(kvp_run_saver *sv)
     kvp_writer_free(sv->w);
     sv->sw = NULL;
     sv->w = NULL;
-}
-
-int kvp_run_save(kvp_run *r, const char *path, const char *producer, const kvp_gen_seq *seqs, uint32_t n,
-                 uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err)
-{
-    kvp_run_saver sv;
-    int rc = kvp_run_save_open(&sv, r, path, producer, err);
-    for (uint32_t i = 0; rc == 0 && i < n; i++)
-        rc = kvp_run_save_put(&sv, &seqs[i], err);
-    return rc < 0 ? rc : kvp_run_save_finish(&sv, n_blocks, n_refs, err);
 }
 
 int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_seq **out, uint32_t *n_out,

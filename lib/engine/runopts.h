@@ -181,11 +181,10 @@ typedef struct kvp_run_saver {
     kvp_seqio_writer *sw;
 } kvp_run_saver;
 int kvp_run_save_open(kvp_run_saver *sv, kvp_run *r, const char *path, const char *producer, kvp_err *err);
-int kvp_run_save_put(kvp_run_saver *sv, const kvp_gen_seq *s, kvp_err *err);
+/* put: s with its request's stop strings stop[n_stop] (the record carries
+ * them, and rec.cache_salt, to the program that reads it). */
+int kvp_run_save_put(kvp_run_saver *sv, const kvp_gen_seq *s, const char *const *stop, size_t n_stop, kvp_err *err);
 int kvp_run_save_finish(kvp_run_saver *sv, uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err);
 void kvp_run_save_abort(kvp_run_saver *sv);
-/* Write seqs as a KVP stream to path ("-": stdout). */
-int kvp_run_save(kvp_run *r, const char *path, const char *producer, const kvp_gen_seq *seqs, uint32_t n,
-                 uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err);
 
 #endif

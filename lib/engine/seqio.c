@@ -109,7 +109,7 @@ int kvp_seqio_writer_put(kvp_seqio_writer *sw, const kvp_seqio_seq *s, kvp_err *
     kvp_seq_rec rec = s->rec;
     rec.n_tokens = len;
     rec.block_size = bs;
-    int rc = kvp_write_sequence(sw->w, &rec, tok, err);
+    int rc = kvp_write_sequence(sw->w, &rec, tok, s->stop, s->n_stop, err);
     uint64_t parent = 0;
     for (uint32_t b = 0; rc == 0 && b * bs < len; b++) {
         uint32_t nt = len - b * bs < bs ? len - b * bs : bs;
@@ -176,6 +176,8 @@ struct kvp_seqio_reader {
     int own_kc;
     uint32_t *tokens;         /* the current sequence's tokens */
     uint32_t cap_tokens;
+    char **stop;              /* and its stop strings */
+    size_t n_stop;
     uint64_t n_seqs;
     hmap ids;                 /* sequence ids seen: each once */
     hmap partial;             /* hash of a partial block loaded -> handle << 32 | block index */
@@ -239,6 +241,7 @@ void kvp_seqio_reader_free(kvp_seqio_reader *sr)
     if (sr->own_kc)
         kvp_kvcache_free(sr->kc);
     free(sr->tokens);
+    kvp_seq_stops_free(sr->stop, sr->n_stop);
     free(sr->stage);
     hmap_free(&sr->ids);
     hmap_free(&sr->partial);
@@ -272,6 +275,10 @@ static int on_sequence(kvp_seqio_reader *sr, const kvp_record *rec, kvp_seq_rec 
     const uint32_t *tokens;
     int rc = kvp_seq_decode(rec, s, &tokens, err);
     if (rc < 0)
+        return rc;
+    kvp_seq_stops_free(sr->stop, sr->n_stop);
+    sr->stop = NULL, sr->n_stop = 0;
+    if ((rc = kvp_seq_stops(rec, &sr->stop, &sr->n_stop, err)) < 0)
         return rc;
     if (hmap_get(&sr->ids, s->id + 1) >= 0) /* + 1: hmap keys are never 0 */
         return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: sequence %llu appears twice", sr->name,
@@ -487,6 +494,8 @@ int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *out, const uint32
     }
     out->rec = s;
     out->handle = handle;
+    out->stop = (const char *const *)sr->stop;
+    out->n_stop = sr->n_stop;
     *tokens = sr->tokens;
     sr->n_seqs++;
     return 1;
@@ -525,6 +534,8 @@ int kvp_seqio_read(kvp_reader *r, const char *name, const kvp_model *m, kvp_back
             }
             v = p;
         }
+        s.stop = NULL; /* the reader's, gone at its next call */
+        s.n_stop = 0;
         v[k++] = s;
     }
     if (rc == 0 && !sr->kc) /* no sequence: a cache of the options' own block size */

@@ -22,6 +22,10 @@
 typedef struct kvp_seqio_seq {
     kvp_seq_rec rec;   /* rec.n_tokens is the cache length; rec.block_size the cache's */
     int handle;        /* kvcache sequence */
+    /* the request's stop strings: what a put writes; what a reader's next
+     * read (the reader's, valid until its next call) */
+    const char *const *stop;
+    size_t n_stop;
 } kvp_seqio_seq;
 
 /* Sequences written one at a time, as each is ready (prefill writes each
@@ -58,7 +62,8 @@ kvp_kvcache *kvp_seqio_reader_take_cache(kvp_seqio_reader *sr);
 void kvp_seqio_reader_free(kvp_seqio_reader *sr);
 
 /* Read a whole stream from r into a new cache *kc (made with opts, whose
- * block size is replaced by the stream's) and a malloc'd array *seqs[*n].
+ * block size is replaced by the stream's) and a malloc'd array *seqs[*n]
+ * (without their stop strings).
  * name is the stream's name for messages.  0 or a code. */
 int kvp_seqio_read(kvp_reader *r, const char *name, const kvp_model *m, kvp_backend *be,
                    const kvp_kvcache_opts *opts, kvp_kvcache **kc, kvp_seqio_seq **seqs, uint32_t *n, kvp_err *err);

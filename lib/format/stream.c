@@ -389,12 +389,20 @@ int kvp_write_tensor(kvp_writer *w, const kvp_tensor_rec *t, const void *data, c
     return finish_meta(w, &b, KVP_KIND_TENSOR, pieces, n, err);
 }
 
-int kvp_write_sequence(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *tokens, kvp_err *err)
+int kvp_write_sequence(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *tokens, const char *const *stop,
+                       size_t n_stop, kvp_err *err)
 {
     size_t label_len = strnlen(s->label, sizeof s->label);
     if (label_len > KVP_NAME_MAX || s->n_prompt > s->n_tokens)
         return kvp_err_set(err, KVP_EINVAL, "sequence %llu: label too long or n_prompt > n_tokens",
                            (unsigned long long)s->id);
+    if (n_stop > KVP_STOP_MAX_N)
+        return kvp_err_set(err, KVP_EINVAL, "sequence %llu: %zu stop strings (a record carries at most %d)",
+                           (unsigned long long)s->id, n_stop, KVP_STOP_MAX_N);
+    for (size_t k = 0; k < n_stop; k++)
+        if (strnlen(stop[k], KVP_STOP_MAX_LEN + 1) > KVP_STOP_MAX_LEN)
+            return kvp_err_set(err, KVP_EINVAL, "sequence %llu: stop string %zu is longer than %d bytes",
+                               (unsigned long long)s->id, k + 1, KVP_STOP_MAX_LEN);
     kvp_buf b;
     kvp_buf_init(&b);
     kvp_buf_u64(&b, s->id);
@@ -417,6 +425,12 @@ int kvp_write_sequence(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *toke
     kvp_buf_u64(&b, sp->rng[1]);
     kvp_buf_u64(&b, s->arrival_ns);
     kvp_buf_u64(&b, s->first_ns);
+    if (s->cache_salt || n_stop) { /* a request without either writes the record as before them */
+        kvp_buf_u64(&b, s->cache_salt);
+        kvp_buf_u32(&b, (uint32_t)n_stop);
+        for (size_t k = 0; k < n_stop; k++)
+            kvp_buf_str32(&b, stop[k], strlen(stop[k]));
+    }
     kvp_piece p = {tokens, (uint64_t)s->n_tokens * 4};
     return finish_meta(w, &b, KVP_KIND_SEQUENCE, &p, s->n_tokens ? 1 : 0, err);
 }
@@ -953,7 +967,45 @@ int kvp_tensor_decode(const kvp_record *rec, kvp_tensor_rec *t, const uint8_t **
     return 0;
 }
 
-int kvp_seq_decode(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **tokens, kvp_err *err)
+/* The stop strings at c (the record's last field): each checked, and
+ * copied into *stop when stop is not NULL. */
+static int seq_stops_parse(const kvp_record *rec, kvp_cur *c, uint32_t n, char ***stop, kvp_err *err)
+{
+    if (n > KVP_STOP_MAX_N)
+        return bad_field(rec, err, "more stop strings than a record carries (64)");
+    char **v = NULL;
+    if (stop && n && !(v = calloc(n, sizeof *v)))
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t len;
+        const char *str = kvp_cur_str32(c, &len, KVP_STOP_MAX_LEN);
+        int rc = 0;
+        if (!str)
+            rc = bad_field(rec, err, "stop string cut short or longer than 4096 bytes");
+        else if (memchr(str, 0, len))
+            rc = bad_field(rec, err, "stop string with a NUL byte");
+        else if (v && !(v[k] = strndup(str, len)))
+            rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
+        if (rc) {
+            kvp_seq_stops_free(v, n);
+            return rc;
+        }
+    }
+    if (stop)
+        *stop = v;
+    return 0;
+}
+
+void kvp_seq_stops_free(char **stop, size_t n)
+{
+    for (size_t k = 0; stop && k < n; k++)
+        free(stop[k]);
+    free(stop);
+}
+
+/* A sequence record's fields into *s, and its stop strings into *stop
+ * when stop is not NULL. */
+static int seq_parse(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **tokens, char ***stop, kvp_err *err)
 {
     int rc = expect_kind(rec, KVP_KIND_SEQUENCE, err);
     if (rc)
@@ -991,9 +1043,31 @@ int kvp_seq_decode(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **token
         return bad_field(rec, err, "n_prompt exceeds n_tokens");
     if (rec->data_size != (uint64_t)s->n_tokens * 4)
         return bad_field(rec, err, "token data does not match n_tokens");
+    if (c.left >= 12) { /* then the request's salt and stop strings */
+        s->cache_salt = kvp_cur_u64(&c);
+        s->n_stop = kvp_cur_u32(&c);
+        if ((rc = seq_stops_parse(rec, &c, s->n_stop, stop, err)) < 0)
+            return rc;
+    }
     if (tokens)
         *tokens = s->n_tokens ? (const uint32_t *)(const void *)rec->data : NULL;
     return 0;
+}
+
+int kvp_seq_decode(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **tokens, kvp_err *err)
+{
+    return seq_parse(rec, s, tokens, NULL, err);
+}
+
+int kvp_seq_stops(const kvp_record *rec, char ***stop, size_t *n, kvp_err *err)
+{
+    kvp_seq_rec s;
+    *stop = NULL;
+    *n = 0;
+    int rc = seq_parse(rec, &s, NULL, stop, err);
+    if (rc == 0)
+        *n = s.n_stop;
+    return rc;
 }
 
 int kvp_kvblock_decode(const kvp_record *rec, kvp_kvblock_rec *b, const uint8_t **tokens_le, const uint8_t **data,

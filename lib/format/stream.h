@@ -81,8 +81,15 @@ typedef struct kvp_seq_rec {
     kvp_sampling sampling;
     uint64_t arrival_ns;       /* request arrival, ns since the Unix epoch; 0 unknown */
     uint64_t first_ns;         /* first token sampled, likewise; 0 none */
+    uint64_t cache_salt;       /* the request's own KV cache salt (a prompts line's cache_salt); 0 none */
+    uint32_t n_stop;           /* the request's stop strings in the record (kvp_seq_stops) */
     /* data: n_tokens x u32 token ids */
 } kvp_seq_rec;
+
+/* A sequence record carries at most this many stop strings, each at most
+ * KVP_STOP_MAX_LEN bytes (a prompts line's own, or decode's --stop). */
+#define KVP_STOP_MAX_N 64
+#define KVP_STOP_MAX_LEN 4096
 
 typedef struct kvp_kvblock_rec {
     uint64_t seq_id;
@@ -149,7 +156,11 @@ int kvp_writer_record(kvp_writer *w, uint32_t kind, const void *meta, uint32_t m
 int kvp_write_meta(kvp_writer *w, uint32_t kind, const kvp_meta *m, kvp_err *err);
 int kvp_write_tensor(kvp_writer *w, const kvp_tensor_rec *t, const void *data, const void *scales,
                      const void *zeros, kvp_err *err);
-int kvp_write_sequence(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *tokens, kvp_err *err);
+/* s with its stop strings stop[n_stop] (s->n_stop is ignored): more than
+ * KVP_STOP_MAX_N, one longer than KVP_STOP_MAX_LEN or one with a NUL byte
+ * is KVP_EINVAL. */
+int kvp_write_sequence(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *tokens, const char *const *stop,
+                       size_t n_stop, kvp_err *err);
 int kvp_write_kvblock(kvp_writer *w, const kvp_kvblock_rec *b, const uint32_t *tokens, const void *data,
                       const void *scales, kvp_err *err);
 int kvp_write_blockref(kvp_writer *w, const kvp_blockref_rec *r, kvp_err *err);
@@ -205,6 +216,10 @@ void kvp_reader_free(kvp_reader *r);
 int kvp_tensor_decode(const kvp_record *rec, kvp_tensor_rec *t, const uint8_t **data, const uint8_t **scales,
                       const uint8_t **zeros, kvp_err *err);
 int kvp_seq_decode(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **tokens, kvp_err *err);
+/* A sequence record's stop strings, copied: *stop[*n] NUL-terminated (NULL
+ * and 0 when it has none), freed with kvp_seq_stops_free. */
+int kvp_seq_stops(const kvp_record *rec, char ***stop, size_t *n, kvp_err *err);
+void kvp_seq_stops_free(char **stop, size_t n);
 /* tokens points into the record (unaligned u32 LE; use kvp_le32) */
 int kvp_kvblock_decode(const kvp_record *rec, kvp_kvblock_rec *b, const uint8_t **tokens_le, const uint8_t **data,
                        const uint8_t **scales, kvp_err *err);

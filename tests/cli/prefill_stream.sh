@@ -46,13 +46,15 @@ run prefill -m "$M" -t 1 -f "$T/empty.jsonl" -o "$T/empty.kvp"
 expect_status 1 "an empty prompt fails prefill"
 expect_err_has "empty.jsonl:3: prompt 2 e is empty" "named with its file, line, index and id"
 
-# A line's max_tokens, temperature and seed travel in its sequence record:
-# decode takes them where its command line sets nothing (the text is what
-# decode alone gives the file), and its command line wins.
+# A line's max_tokens, temperature, seed, stop strings and cache salt travel
+# in its sequence record: decode takes them where its command line sets
+# nothing (the text is what decode alone gives the file), and its command
+# line wins.
 printf '%s\n' '{"id":"m2","prompt":"Once upon a time","max_tokens":2}' \
     '{"id":"m5","prompt":"Once upon a time","max_tokens":5}' \
     '{"id":"s1","prompt":"Tell me","max_tokens":6,"temperature":0.9,"seed":7}' \
-    '{"id":"s2","prompt":"Tell me","max_tokens":6,"temperature":0.9,"seed":7}' >"$T/params.jsonl"
+    '{"id":"s2","prompt":"Tell me","max_tokens":6,"temperature":0.9,"seed":7}' \
+    '{"id":"st","prompt":"Once upon a time","max_tokens":60,"stop":[".","!"],"cache_salt":"t1"}' >"$T/params.jsonl"
 run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | decode -m '$M' -t 1"
 expect_status 0 "prefill | decode with per-line parameters"
 expect_true "max_tokens 2 gives 2 tokens" grep -q '"id":"m2".*"tokens":2,' "$OUT"
@@ -62,8 +64,14 @@ run decode -m "$M" -t 1 -f "$T/params.jsonl"
 sort "$OUT" | sed 's/,"ttft_ms".*//' >"$T/alone"
 if cmp -s "$T/alone" "$T/piped"; then pass "every line's text (two sampled at its own seed) is decode's own"
 else fail "differ: $(diff "$T/alone" "$T/piped" | head -4)"; fi
+expect_true "the stop strings stopped it" grep -q '"id":"st".*"finish_reason":"stop_string"' "$OUT"
 run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | decode -m '$M' -t 1 -n 3"
-expect_true "decode's -n overrides the lines' max_tokens" test "$(grep -c '"tokens":3,' "$OUT")" -eq 4
+expect_true "decode's -n overrides the lines' max_tokens" test "$(grep -c '"tokens":3,' "$OUT")" -eq 5
+run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | kvdump --json -"
+expect_out_has '"label":"st","tokens":' "kvdump shows the record"
+expect_true "with its stop strings and salt" grep -q '"label":"st".*"cache_salt":"[0-9a-f]*","stop":\[".","!"\]' "$OUT"
+run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | quantize --kv fp8 | decode -m '$M' -t 1"
+expect_true "quantize --kv keeps them" grep -q '"id":"st".*"finish_reason":"stop_string"' "$OUT"
 
 # cache_salt: prefill's prefix cache gives a tenant's prompt the blocks of
 # the same tenant's earlier one, never another tenant's (the stream itself
@@ -85,5 +93,13 @@ printf '{"id":"q\\"x","prompt":"Hi"}\n' >"$T/quote.jsonl"
 run prefill -m "$M" -t 1 -f "$T/quote.jsonl" --stats --json -o "$T/quote.kvp"
 expect_status 0 "an id with a quote"
 expect_err_has '{"id":"q\"x","prompt_tokens":1,' "is escaped in the stats line"
+
+# A stop string longer than a record carries: that line fails, named.
+awk 'BEGIN { s = ""; for (i = 0; i < 5000; i++) s = s "x"; printf "{\"id\":\"L\",\"prompt\":\"Hi\",\"stop\":[\"%s\"]}\n", s }' \
+    >"$T/longstop.jsonl"
+run prefill -m "$M" -t 1 -f "$T/longstop.jsonl" -o "$T/longstop.kvp"
+expect_status 1 "a stop string over 4096 bytes fails prefill"
+expect_err_has "longstop.jsonl:1: prompt L: sequence 0: stop string 1 is longer than 4096 bytes" "named with its line"
+expect_true "no output file is left" test ! -e "$T/longstop.kvp"
 
 done_testing

@@ -47,6 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         kvp_meta m;
         const uint8_t *p1, *p2, *p3;
         const uint32_t *tok;
+        char **stop;
+        size_t n_stop;
         switch (rec.kind) {
         case KVP_KIND_CONFIG:
         case KVP_KIND_TOKENIZER:
@@ -61,6 +63,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case KVP_KIND_SEQUENCE:
             if (kvp_seq_decode(&rec, &s, &tok, &err) == 0 && s.n_tokens)
                 (void)*(volatile const uint32_t *)(tok + s.n_tokens - 1);
+            if (kvp_seq_stops(&rec, &stop, &n_stop, &err) == 0) {
+                for (size_t k = 0; k < n_stop; k++)
+                    (void)*(volatile const char *)(stop[k] + strlen(stop[k])); /* NUL-terminated */
+                kvp_seq_stops_free(stop, n_stop);
+            }
             break;
         case KVP_KIND_KV_BLOCK: kvp_kvblock_decode(&rec, &b, &p1, &p2, &p3, &err); break;
         case KVP_KIND_BLOCK_REF: kvp_blockref_decode(&rec, &br, &err); break;

@@ -735,7 +735,7 @@ static int write_kv_sample(const char *path, uint32_t dtype)
     if ((rc = kvp_writer_open(&w, &out, &wo, &err)) == 0) {
         rc = kvp_write_meta(w, KVP_KIND_CONFIG, &m, &err);
         if (!rc)
-            rc = kvp_write_sequence(w, &s, tokens, &err);
+            rc = kvp_write_sequence(w, &s, tokens, NULL, 0, &err);
         uint64_t parent = 0;
         for (uint32_t k = 0; !rc && k < KV_BLOCKS; k++) {
             kvp_kvblock_rec src;

@@ -144,7 +144,7 @@ static int write_sample(const char *path, const sample *x, int zstd, int fd_out)
         if (!rc) rc = kvp_write_meta(w, KVP_KIND_TOKENIZER, &m, &err);
         if (!rc) rc = kvp_write_tensor(w, &x->t, x->tdata, x->tscales, NULL, &err);
         if (!rc) rc = kvp_writer_record(w, 100, unknown_meta, 5, &unknown_piece, 1, 0, &err);
-        if (!rc) rc = kvp_write_sequence(w, &x->s, x->stokens, &err);
+        if (!rc) rc = kvp_write_sequence(w, &x->s, x->stokens, NULL, 0, &err);
         if (!rc) rc = kvp_write_kvblock(w, &x->b, x->btokens, x->bdata, x->bscales, &err);
         if (!rc) rc = kvp_write_blockref(w, &x->ref, &err);
         if (!rc) rc = kvp_writer_finish(w, &err);
@@ -747,6 +747,84 @@ static void test_writer_validation(void)
     CHECK_EQ_I64(kvp_tensor_scale_count(&t), -1);
 }
 
+/* A sequence's cache salt and stop strings: written, read back, and each
+ * way their bytes can be wrong refused; a record from before them (ending
+ * at the two times) reads as none. */
+static void test_seq_stops(void)
+{
+    const char *p = path_in_tmp("stops.kvp");
+    kvp_out out;
+    kvp_err err = {0};
+    kvp_writer *w;
+    kvp_seq_rec s = {.id = 7, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
+                     .cache_salt = 0x1234567};
+    uint32_t tok[2] = {5, 6};
+    const char *stops[2] = {"\n\n", "User:"}, *many[KVP_STOP_MAX_N + 1];
+    for (int i = 0; i <= KVP_STOP_MAX_N; i++)
+        many[i] = "x";
+    char *longest = calloc(KVP_STOP_MAX_LEN + 2, 1);
+    memset(longest, 'a', KVP_STOP_MAX_LEN + 1);
+    const char *too_long[1] = {longest};
+    CHECK(kvp_out_open(&out, p, &err) == 0);
+    CHECK(kvp_writer_open(&w, &out, NULL, &err) == 0);
+    CHECK(kvp_write_sequence(w, &s, tok, stops, 2, &err) == 0);
+    CHECK(kvp_write_sequence(w, &s, tok, many, KVP_STOP_MAX_N + 1, &err) == KVP_EINVAL);
+    CHECK(kvp_write_sequence(w, &s, tok, too_long, 1, &err) == KVP_EINVAL);
+    longest[KVP_STOP_MAX_LEN] = 0; /* the longest allowed */
+    s.id = 8;
+    CHECK(kvp_write_sequence(w, &s, tok, too_long, 1, &err) == 0);
+    CHECK(kvp_writer_finish(w, &err) == 0);
+    kvp_writer_free(w);
+    CHECK(kvp_out_commit(&out, &err) == 0);
+
+    kvp_in in;
+    kvp_reader *rd;
+    kvp_record rec;
+    CHECK(kvp_in_open(&in, p, &err) == 0);
+    CHECK(kvp_reader_open(&rd, &in, &err) == 0);
+    CHECK(kvp_reader_next(rd, &rec, &err) == 1 && rec.kind == KVP_KIND_SEQUENCE);
+    kvp_seq_rec r;
+    const uint32_t *t;
+    char **v;
+    size_t n;
+    CHECK(kvp_seq_decode(&rec, &r, &t, &err) == 0);
+    CHECK(r.cache_salt == 0x1234567 && r.n_stop == 2 && r.id == 7);
+    CHECK(kvp_seq_stops(&rec, &v, &n, &err) == 0);
+    CHECK(n == 2 && v && !strcmp(v[0], "\n\n") && !strcmp(v[1], "User:"));
+    kvp_seq_stops_free(v, n);
+
+    /* the meta part altered: [.. times][salt u64][count u32][4 + 2]["\n\n"][4 + 5]["User:"] */
+    uint8_t meta[512];
+    uint32_t full = rec.meta_size, tail = 8 + 4 + 4 + 2 + 4 + 5;
+    CHECK(full <= sizeof meta);
+    memcpy(meta, rec.meta, full);
+    kvp_record m = rec;
+    m.meta = meta;
+    m.meta_size = full - tail; /* an older writer's */
+    CHECK(kvp_seq_decode(&m, &r, &t, &err) == 0 && r.cache_salt == 0 && r.n_stop == 0);
+    CHECK(kvp_seq_stops(&m, &v, &n, &err) == 0 && n == 0 && v == NULL);
+    m.meta_size = full - 1; /* the last string cut short */
+    CHECK(kvp_seq_stops(&m, &v, &n, &err) == KVP_EFORMAT);
+    CHECK(kvp_seq_decode(&m, &r, &t, &err) == KVP_EFORMAT);
+    m.meta_size = full;
+    meta[full - 2] = 0; /* a NUL inside "User:" */
+    CHECK(kvp_seq_stops(&m, &v, &n, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "NUL") != NULL, "%s", err.msg);
+    meta[full - 2] = 'r';
+    meta[full - tail + 8] = KVP_STOP_MAX_N + 1; /* the count */
+    CHECK(kvp_seq_decode(&m, &r, &t, &err) == KVP_EFORMAT);
+    meta[full - tail + 8] = 2;
+    meta[full - 5 - 4 + 1] = 0x10; /* "User:"'s length 4101 */
+    CHECK(kvp_seq_stops(&m, &v, &n, &err) == KVP_EFORMAT);
+
+    CHECK(kvp_reader_next(rd, &rec, &err) == 1 && rec.kind == KVP_KIND_SEQUENCE);
+    CHECK(kvp_seq_stops(&rec, &v, &n, &err) == 0 && n == 1 && strlen(v[0]) == KVP_STOP_MAX_LEN);
+    kvp_seq_stops_free(v, n);
+    kvp_reader_free(rd);
+    kvp_in_close(&in);
+    free(longest);
+}
+
 static void test_f16(void)
 {
     CHECK(kvp_f32_to_f16(1.0f) == 0x3c00);
@@ -766,6 +844,28 @@ static void test_f16(void)
     CHECK_MSG(bad == 0, "%d f16 values did not round-trip", bad);
 }
 
+/* A stream of one sequence with a cache salt and three stop strings: the
+ * fuzz corpus's seed of them (main's --write-stops). */
+static int write_stops_seed(const char *path)
+{
+    kvp_out out;
+    kvp_err err = {0};
+    kvp_writer *w = NULL;
+    kvp_seq_rec s = {.id = 3, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
+                     .cache_salt = 0x5eed};
+    snprintf(s.label, sizeof s.label, "req-stops");
+    uint32_t tok[2] = {5, 6};
+    const char *stops[3] = {"\n\n", "User:", "</s>"};
+    int rc = kvp_out_open(&out, path, &err);
+    if (rc == 0 && (rc = kvp_writer_open(&w, &out, NULL, &err)) == 0 &&
+        (rc = kvp_write_sequence(w, &s, tok, stops, 3, &err)) == 0 && (rc = kvp_writer_finish(w, &err)) == 0)
+        rc = kvp_out_commit(&out, &err);
+    kvp_writer_free(w);
+    if (rc)
+        fprintf(stderr, "%s\n", err.msg);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     /* `test_stream --write-sample FILE [ZSTD_LEVEL]`: the CLI tests' input. */
@@ -774,6 +874,9 @@ int main(int argc, char **argv)
         make_sample(&x);
         return write_sample(argv[2], &x, argc > 3 ? atoi(argv[3]) : 0, strcmp(argv[2], "-") ? -1 : 1) ? 1 : 0;
     }
+    /* `test_stream --write-stops FILE`: tests/fuzz/corpus/kvp/sequence-stops.kvp */
+    if (argc >= 3 && strcmp(argv[1], "--write-stops") == 0)
+        return write_stops_seed(argv[2]);
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
         return 1;
@@ -795,6 +898,7 @@ int main(int argc, char **argv)
     test_size_lies();
     test_version_and_garbage();
     test_writer_validation();
+    test_seq_stops();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
