@@ -67,6 +67,8 @@ else fail "differ: $(diff "$T/alone" "$T/piped" | head -4)"; fi
 expect_true "the stop strings stopped it" grep -q '"id":"st".*"finish_reason":"stop_string"' "$OUT"
 run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | decode -m '$M' -t 1 -n 3"
 expect_true "decode's -n overrides the lines' max_tokens" test "$(grep -c '"tokens":3,' "$OUT")" -eq 5
+run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | decode -m '$M' -t 1 --stop zzzz"
+expect_true "decode's --stop replaces the record's" grep -q '"id":"st".*"finish_reason":"length"' "$OUT"
 run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | kvdump --json -"
 expect_out_has '"label":"st","tokens":' "kvdump shows the record"
 expect_true "with its stop strings and salt" grep -q '"label":"st".*"cache_salt":"[0-9a-f]*","stop":\[".","!"\]' "$OUT"
