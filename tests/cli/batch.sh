@@ -12,12 +12,7 @@ run decode -m x.gguf -p hi --slo-ttft -3
 expect_status 2 "a negative SLO is a usage error"
 expect_err_has "--slo-ttft" "names the option"
 
-M="$KVP_MODEL"
-if [ ! -f "$M" ]; then
-    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
-    done_testing
-    exit $?
-fi
+need_model
 
 # 10 chat prompts, 3 of them identical to others
 i=0

@@ -22,12 +22,7 @@ run decode --backend tpu -m x.gguf -p hi
 expect_status 2 "an unknown --backend is a usage error"
 expect_err_has "use cpu or cuda" "the usage error names the backends"
 
-M="$KVP_MODEL"
-if [ ! -f "$M" ]; then
-    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
-    done_testing
-    exit $?
-fi
+need_model
 
 run decode -m "$M" -t $THREADS -p "The capital of France is" -n 8
 expect_status 0 "greedy decode of a plain prompt"

@@ -6,12 +6,7 @@
 run prefill -m x.gguf --resume "$T/none.kvp" -f "$T/p.jsonl"
 expect_status 2 "--resume with -f is a usage error"
 
-M="$KVP_MODEL"
-if [ ! -f "$M" ]; then
-    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
-    done_testing
-    exit $?
-fi
+need_model
 
 # the same tensors as a KVP model file: the same text, the same fingerprint
 run quantize "$M" -o "$T/keep.kvp"

@@ -96,12 +96,7 @@ run kvcalc --check "$T/s.json" -m smollm2-135m --kv-dtype q9
 expect_status 2 "an unknown --kv-dtype"
 
 # ---- with the model: decode's own stats ----
-M="$KVP_MODEL"
-if [ ! -f "$M" ]; then
-    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
-    done_testing
-    exit $?
-fi
+need_model
 : >"$T/p.jsonl"
 for q in "Name a fruit." "Name a color." "Say hello." "Count to three." "Name a planet." "Name a city."; do
     printf '{"messages":[{"role":"user","content":"%s"}]}\n' "$q" >>"$T/p.jsonl"

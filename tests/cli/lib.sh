@@ -63,6 +63,18 @@ expect_err_one_line() {
     if [ "$n" -eq 1 ]; then pass "$1"; else fail "$1 (stderr has $n lines)"; fi
 }
 
+# need_model: M is the test model (SmolLM2-135M-Instruct Q4_1); where it is
+# absent (scripts/fetch-model fetches it), the script's model tests are
+# skipped: it ends here with what passed so far.
+need_model() {
+    M="$KVP_MODEL"
+    if [ ! -f "$M" ]; then
+        echo "note: $M absent (scripts/fetch-model); skipping the model tests"
+        done_testing
+        exit $?
+    fi
+}
+
 # fifo_two_parts 'CMD' WHAT: run CMD (sh -c; stdout to $T/inc.out, stderr
 # to $T/inc.err) on prompts from a FIFO: two prompts and half a third are
 # written, then nothing until CMD has answered (60 s at most), since it must

@@ -21,12 +21,7 @@ expect_status 2 "--ctx below 4"
 run prefill -m x.gguf --perplexity x.txt --save-logits b.kvp --save-top 8 --full
 expect_status 2 "--save-top with --full"
 
-M="$KVP_MODEL"
-if [ ! -f "$M" ]; then
-    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
-    done_testing
-    exit $?
-fi
+need_model
 P="prefill -m $M -t $THREADS"
 
 # ---- runtime errors ----

@@ -6,12 +6,7 @@
 # prefix cache.
 . "$KVP_TESTS/cli/lib.sh"
 
-M="$KVP_MODEL"
-if [ ! -f "$M" ]; then
-    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
-    done_testing
-    exit $?
-fi
+need_model
 
 # A pipe: prefill must not wait for the rest of its input to start, nor
 # decode after it for the end of prefill's stream.

@@ -5,12 +5,7 @@
 # before it has been answered, and --resume then finishes the job.
 . "$KVP_TESTS/cli/lib.sh"
 
-M="$KVP_MODEL"
-if [ ! -f "$M" ]; then
-    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
-    done_testing
-    exit $?
-fi
+need_model
 
 # 2,000 one-token requests through a small cache: each id once, no other.
 awk 'BEGIN { for (i = 0; i < 2000; i++) printf "{\"id\":\"s%d\",\"prompt\":\"%d\",\"max_tokens\":1}\n", i, i }' \

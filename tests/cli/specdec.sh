@@ -36,12 +36,7 @@ expect_out_has "Usage: specdec" "specdec's usage"
 expect_out_has "--draft-len" "lists its options"
 expect_out_has "--kv-dtype" "and decode's"
 
-M="$KVP_MODEL"
-if [ ! -f "$M" ]; then
-    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
-    done_testing
-    exit $?
-fi
+need_model
 
 spec_prompts "$T/p.jsonl"
 

@@ -26,12 +26,7 @@ expect_status 2 "--profile-reps 0"
 run specdec --help
 expect_out_has "--profile FILE" "--help lists --profile"
 
-M="$KVP_MODEL"
-if [ ! -f "$M" ]; then
-    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
-    done_testing
-    exit $?
-fi
+need_model
 
 run specdec -m "$M" -t $THREADS --profile "$T/missing.jsonl" --draft-len 1
 expect_status 1 "a missing prompts file"

@@ -17,12 +17,7 @@ run prefill --tokenize -m "$T/missing.gguf" -p hi
 expect_status 1 "a missing model is a runtime error"
 expect_err_one_line "one line of error"
 
-M="$KVP_MODEL"
-if [ ! -f "$M" ]; then
-    echo "note: $M absent (scripts/fetch-model); skipping the model tests"
-    done_testing
-    exit $?
-fi
+need_model
 nl='
 '
 P="<|im_start|>user${nl}Hi<|im_end|>"
