@@ -147,7 +147,6 @@ static void print_header(dumper *d, const kvp_stream_info *info)
     }
 }
 
-/* Per-kind details: human text into a buffer, or JSON fields to stdout. */
 /* A sequence's request fields in JSON, when it has them: "cache_salt"
  * (hex) and "stop" (its strings). */
 static int seq_request_json(FILE *f, const kvp_record *rec, const kvp_seq_rec *s, kvp_err *err)
@@ -172,6 +171,7 @@ static int seq_request_json(FILE *f, const kvp_record *rec, const kvp_seq_rec *s
     return 0;
 }
 
+/* Per-kind details: human text into a buffer, or JSON fields to stdout. */
 static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
 {
     FILE *f = stdout;

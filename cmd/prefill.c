@@ -319,10 +319,8 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
     uint64_t arrival = kvp_gen_wall_ns();
     for (uint32_t i = 0; i < n; i++) {
         uint32_t *ids, len;
-        if (kvp_run_turn_ids(j->r, j->o, &seqs[i], &ids, &len, &err) < 0) {
-            kvp_run_save_abort(&j->sv);
-            kvp_cli_die("%s: %s", resume, err.msg);
-        }
+        if (kvp_run_turn_ids(j->r, j->o, &seqs[i], &ids, &len, &err) < 0)
+            fail(j, &err, resume);
         seqs[i].rec.arrival_ns = arrival;
         char where[KVP_NAME_MAX + 16];
         prefill_one(j, &seqs[i], ids, len, NULL, label_where(where, sizeof where, seqs[i].rec.label));

@@ -274,29 +274,9 @@ static int stream_read(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err
     return read_one(js, q, tok, err);
 }
 
-/* A stream sequence's own copy of its stop strings (the reader's last
- * until its next call), in q->stop: the job source's until a request
- * takes them (stop_owned) or the sequence is dropped (drop_stops). */
-static int own_stops(kvp_seqio_seq *q, kvp_err *err)
-{
-    if (!q->n_stop) {
-        q->stop = NULL;
-        return 0;
-    }
-    char **v = calloc(q->n_stop, sizeof *v);
-    for (size_t k = 0; v && k < q->n_stop; k++)
-        if (!(v[k] = strdup(q->stop[k]))) {
-            kvp_seq_stops_free(v, k);
-            v = NULL;
-        }
-    q->stop = (const char *const *)v;
-    if (!v) {
-        q->n_stop = 0;
-        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
-    }
-    return 0;
-}
-
+/* A stream sequence's stop strings (the reader hands them over) are the
+ * job source's until a request takes them (stop_owned) or the sequence is
+ * dropped. */
 static void drop_stops(kvp_seqio_seq *q)
 {
     kvp_seq_stops_free((char **)q->stop, q->n_stop);
@@ -316,9 +296,6 @@ static int read_one(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err *e
         return got;
     }
     js->n++;
-    int rc = own_stops(q, err);
-    if (rc < 0)
-        return rc;
     *tok = malloc(((size_t)q->rec.n_tokens + 1) * sizeof **tok);
     if (!*tok) {
         drop_stops(q);

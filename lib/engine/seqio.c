@@ -176,7 +176,7 @@ struct kvp_seqio_reader {
     int own_kc;
     uint32_t *tokens;         /* the current sequence's tokens */
     uint32_t cap_tokens;
-    char **stop;              /* and its stop strings */
+    char **stop;              /* and its stop strings, until next hands them out */
     size_t n_stop;
     uint64_t n_seqs;
     hmap ids;                 /* sequence ids seen: each once */
@@ -494,8 +494,10 @@ int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *out, const uint32
     }
     out->rec = s;
     out->handle = handle;
-    out->stop = (const char *const *)sr->stop;
+    out->stop = (const char *const *)sr->stop; /* the caller's now */
     out->n_stop = sr->n_stop;
+    sr->stop = NULL;
+    sr->n_stop = 0;
     *tokens = sr->tokens;
     sr->n_seqs++;
     return 1;
@@ -534,7 +536,8 @@ int kvp_seqio_read(kvp_reader *r, const char *name, const kvp_model *m, kvp_back
             }
             v = p;
         }
-        s.stop = NULL; /* the reader's, gone at its next call */
+        kvp_seq_stops_free((char **)s.stop, s.n_stop); /* whole reads keep none */
+        s.stop = NULL;
         s.n_stop = 0;
         v[k++] = s;
     }

@@ -23,7 +23,7 @@ typedef struct kvp_seqio_seq {
     kvp_seq_rec rec;   /* rec.n_tokens is the cache length; rec.block_size the cache's */
     int handle;        /* kvcache sequence */
     /* the request's stop strings: what a put writes; what a reader's next
-     * read (the reader's, valid until its next call) */
+     * read (malloc'd, the caller's to free with kvp_seq_stops_free) */
     const char *const *stop;
     size_t n_stop;
 } kvp_seqio_seq;
