@@ -421,6 +421,16 @@ static int at_hand(kvp_prompts_reader *rd)
             i++;
         if (i == rd->end)
             return rd->eof;
+        /* prefill's output where prompts belong: a KVP stream starts with
+         * byte 0x89 (kvp(5)), which no UTF-8 text does */
+        if ((unsigned char)rd->buf[i] == 0x89) {
+            int rc = kvp_err_set(&rd->e, KVP_EFORMAT,
+                                 "%s: starts with byte 0x89%s, not a prompts file (text, or JSON lines): decode and "
+                                 "specdec read a KVP stream as their input file (or standard input), not with -f",
+                                 rd->path, rd->end - i >= 4 && !memcmp(rd->buf + i + 1, "KVP", 3) ? " \"KVP\": a KVP stream" : "");
+            fail(rd, rc);
+            return 1;
+        }
         rd->mode = rd->buf[i] == '{' ? MODE_JSON : MODE_TEXT;
     }
     if (rd->mode == MODE_TEXT)
@@ -477,7 +487,12 @@ int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
         if (rd->text_done)
             return 0;
         rd->text_done = 1;
-        rc = kvp_prompts_add_text(&rd->one, "", rd->buf + rd->beg, rd->end - rd->beg, &rd->e);
+        const char *nul = memchr(rd->buf + rd->beg, 0, rd->end - rd->beg);
+        if (nul) /* a binary file (a model, say) given as the prompt */
+            rc = kvp_err_set(&rd->e, KVP_EFORMAT, "%s: byte %zu is NUL: a binary file, not a text prompt", rd->path,
+                             (size_t)(nul - (rd->buf + rd->beg)));
+        else
+            rc = kvp_prompts_add_text(&rd->one, "", rd->buf + rd->beg, rd->end - rd->beg, &rd->e);
         rd->line = 1;
         rd->beg = rd->scan = rd->end;
         if (rc == 0)

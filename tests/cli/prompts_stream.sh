@@ -56,4 +56,23 @@ expect_status 1 "an empty prompt fails the job"
 expect_err_has "empty.jsonl:3: prompt 2 e is empty" "named with its file, line, index and id"
 expect_out_has '"id":0' "the prompt before it is answered"
 
+# prefill's output given with -f (decode reads a stream as its input file)
+# or a binary file as a text prompt: said so, before any model work.
+printf '{"id":"k","prompt":"Hi"}\n' >"$T/one.jsonl"
+run prefill -m "$M" -t 2 -f "$T/one.jsonl" -o "$T/one.kvp"
+expect_status 0 "prefill writes a stream"
+run decode -m "$M" -t 2 -f "$T/one.kvp" -n 1
+expect_status 1 "decode -f STREAM fails"
+expect_err_has "one.kvp: starts with byte 0x89 \"KVP\": a KVP stream, not a prompts file" "the error says it is a KVP stream"
+expect_err_one_line "one line on stderr"
+run_sh "decode -m '$M' -t 2 -f - -n 1 <'$T/one.kvp'"
+expect_status 1 "a stream on standard input with -f - fails too"
+expect_err_has "-: starts with byte 0x89" "named as standard input"
+run decode -m "$M" -t 2 "$T/one.kvp" -n 1
+expect_status 0 "the same stream as the input file is decoded"
+printf 'GGUF\003\000\000\000 weights' >"$T/bin.txt"
+run decode -m "$M" -t 2 -f "$T/bin.txt" -n 1
+expect_status 1 "a binary file as a text prompt fails"
+expect_err_has "bin.txt: byte 5 is NUL: a binary file, not a text prompt" "the error names the NUL's offset"
+
 done_testing
