@@ -169,20 +169,19 @@ static const char *label_where(char *where, size_t size, const char *label)
     return where;
 }
 
-/* Run s's prompt ids[0..len), write s to the stream and give its blocks
- * back.  pp, when not NULL, is its prompts line's parameters: its cache
- * salt salts s's blocks and, with its stop strings, goes into s's record.
- * where names the prompt in an error.  Each sequence goes out as soon as
+/* Run s's prompt ids[0..len), write s to the stream with the stop strings
+ * stop[n_stop] in its record, and give its blocks back.  pp, when not
+ * NULL, is its prompts line's parameters: its cache salt salts s's blocks
+ * and goes into s's record.  where names the prompt in an error.  Each sequence goes out as soon as
  * it is computed: decode at the other end of a pipe starts on it while the
  * rest are computed. */
 static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t len, const kvp_prompt_params *pp,
-                        const char *where)
+                        const char *const *stop, size_t n_stop, const char *where)
 {
     kvp_run *r = j->r;
     kvp_err err = {0};
     double t0 = kvp_gen_now();
     uint64_t salt = pp && (pp->set & KVP_PARAM_CACHE_SALT) ? pp->cache_salt : 0;
-    int stops = pp && (pp->set & KVP_PARAM_STOP);
     if (pp) /* a resumed sequence keeps its record's */
         s->rec.cache_salt = salt;
     if ((s->handle < 0 && (s->handle = kvp_kvcache_seq_new(r->kc, &err)) < 0) ||
@@ -190,7 +189,7 @@ static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t
         kvp_gen_prefill(r->engine, r->kc, s, ids, len, &j->go, j->logits, &err) < 0)
         fail(j, &err, where);
     s->rec.first_ns = kvp_gen_wall_ns();
-    if (kvp_run_save_put(&j->sv, s, stops ? (const char *const *)pp->stop : NULL, stops ? pp->n_stop : 0, &err) < 0) {
+    if (kvp_run_save_put(&j->sv, s, stop, n_stop, &err) < 0) {
         if (where && where[0])
             kvp_err_prefix(&err, "%s", where);
         kvp_cli_die_err(&err);
@@ -274,7 +273,9 @@ static void prefill_file(pf_job *j, const char *output)
             fail(j, &err, where);
         kvp_gen_seq s;
         seq_start(&s, j->r, i, p.label, &smp, arrival);
-        prefill_one(j, &s, (const uint32_t *)t, (uint32_t)n, &p.params, where);
+        int stops = (p.params.set & KVP_PARAM_STOP) != 0;
+        prefill_one(j, &s, (const uint32_t *)t, (uint32_t)n, &p.params,
+                    stops ? (const char *const *)p.params.stop : NULL, stops ? p.params.n_stop : 0, where);
         kvp_gen_seq_free(&s);
         free(t);
         kvp_prompt_free(&p);
@@ -298,7 +299,7 @@ static void prefill_given(pf_job *j, const char *output)
         kvp_gen_seq s;
         seq_start(&s, j->r, i, ps.p[i].label, &smp, arrival);
         char where[KVP_NAME_MAX + 16];
-        prefill_one(j, &s, ids[i], lens[i], NULL, label_where(where, sizeof where, ps.p[i].label));
+        prefill_one(j, &s, ids[i], lens[i], NULL, NULL, 0, label_where(where, sizeof where, ps.p[i].label));
         kvp_gen_seq_free(&s);
         free(ids[i]);
     }
@@ -307,13 +308,15 @@ static void prefill_given(pf_job *j, const char *output)
     kvp_prompts_free(&ps);
 }
 
-/* --resume: every saved sequence gets the next turn (-p or --tokens). */
+/* --resume: every saved sequence gets the next turn (-p or --tokens), its
+ * record keeping its stop strings and cache salt. */
 static void prefill_resumed(pf_job *j, const char *resume, const char *output)
 {
     kvp_err err = {0};
     kvp_gen_seq *seqs = NULL;
+    kvp_run_stops *stops = NULL;
     uint32_t n = 0;
-    if (kvp_run_resume(j->r, j->o, resume, &seqs, &n, &err) < 0)
+    if (kvp_run_resume(j->r, j->o, resume, &seqs, &stops, &n, &err) < 0)
         kvp_cli_die_err(&err);
     open_stream(j, output);
     uint64_t arrival = kvp_gen_wall_ns();
@@ -323,10 +326,12 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
             fail(j, &err, resume);
         seqs[i].rec.arrival_ns = arrival;
         char where[KVP_NAME_MAX + 16];
-        prefill_one(j, &seqs[i], ids, len, NULL, label_where(where, sizeof where, seqs[i].rec.label));
+        prefill_one(j, &seqs[i], ids, len, NULL, (const char *const *)stops[i].stop, stops[i].n,
+                    label_where(where, sizeof where, seqs[i].rec.label));
         free(ids);
         kvp_gen_seq_free(&seqs[i]);
     }
+    kvp_run_stops_free(stops, n);
     free(seqs);
 }
 

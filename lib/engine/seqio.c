@@ -522,28 +522,27 @@ int kvp_seqio_read(kvp_reader *r, const char *name, const kvp_model *m, kvp_back
             break;
         }
         /* whole reads keep every block: the cache was sized for the stream */
-        if (kvp_kvcache_seq_len(sr->kc, s.handle) != s.rec.n_tokens) {
+        if (kvp_kvcache_seq_len(sr->kc, s.handle) != s.rec.n_tokens)
             rc = kvp_err_set(err, KVP_ELIMIT, "%s: sequence %llu: the KV cache has no room for all its blocks; "
                              "raise --kv-mem or --kv-blocks", name, (unsigned long long)s.rec.id);
+        if (rc == 0 && k == cap) {
+            kvp_seqio_seq *p = realloc(v, (cap ? cap * 2 : 16) * sizeof *p);
+            if (!p)
+                rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
+            else
+                v = p, cap = cap ? cap * 2 : 16;
+        }
+        if (rc < 0) {
+            kvp_seq_stops_free((char **)s.stop, s.n_stop);
             break;
         }
-        if (k == cap) {
-            cap = cap ? cap * 2 : 16;
-            kvp_seqio_seq *p = realloc(v, cap * sizeof *p);
-            if (!p) {
-                rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
-                break;
-            }
-            v = p;
-        }
-        kvp_seq_stops_free((char **)s.stop, s.n_stop); /* whole reads keep none */
-        s.stop = NULL;
-        s.n_stop = 0;
         v[k++] = s;
     }
     if (rc == 0 && !sr->kc) /* no sequence: a cache of the options' own block size */
         rc = kvp_kvcache_create(&sr->kc, &m->cfg, opts, be, err);
     if (rc < 0) {
+        for (uint32_t i = 0; i < k; i++)
+            kvp_seq_stops_free((char **)v[i].stop, v[i].n_stop);
         free(v);
         kvp_seqio_reader_free(sr);
         return rc;

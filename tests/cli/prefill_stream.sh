@@ -69,6 +69,18 @@ expect_out_has '"label":"st","tokens":' "kvdump shows the record"
 expect_true "with its stop strings and salt" grep -q '"label":"st".*"cache_salt":"[0-9a-f]*","stop":\[".","!"\]' "$OUT"
 run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | quantize --kv fp8 | decode -m '$M' -t 1"
 expect_true "quantize --kv keeps them" grep -q '"id":"st".*"finish_reason":"stop_string"' "$OUT"
+# prefill --resume extends each saved sequence by a turn and keeps its
+# record's stop strings and salt.
+printf '%s\n' '{"id":"st","prompt":"Once upon a time","max_tokens":60,"stop":[".","!"],"cache_salt":"t1"}' \
+    >"$T/st.jsonl"
+run prefill -m "$M" -t 1 -f "$T/st.jsonl" -o "$T/st.kvp"
+run prefill -m "$M" -t 1 --resume "$T/st.kvp" -p " there was" -o "$T/st2.kvp"
+expect_status 0 "prefill --resume extends the saved sequence"
+run kvdump --json "$T/st2.kvp"
+expect_true "the next turn keeps its stop strings and salt" \
+    grep -q '"label":"st".*"cache_salt":"[0-9a-f]*","stop":\[".","!"\]' "$OUT"
+run decode -m "$M" -t 1 --json "$T/st2.kvp"
+expect_true "decode of the extended sequence stops at them" grep -q '"id":"st".*"finish_reason":"stop_string"' "$OUT"
 
 # cache_salt: prefill's prefix cache gives a tenant's prompt the blocks of
 # the same tenant's earlier one, never another tenant's (the stream itself
