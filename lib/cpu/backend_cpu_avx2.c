@@ -15,7 +15,8 @@
 #define KVP_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define KVP_X86_TABLE kernels_avx2
 #define KVP_X86_ISA "avx2+fma+f16c"
-#define KVP_X86_T 4 /* tokens a 2-row tile takes: 8 accumulators of 16 registers */
+#define KVP_X86_T 8  /* tokens a group (and a quantized tile) holds */
+#define KVP_X86_FT 4 /* tokens a 2-row float run takes: 8 sums of 16 registers */
 #include "backend_cpu_x86.inc"
 
 const kvp_cpu_kernels *kvp_cpu_kernels_avx2(void)

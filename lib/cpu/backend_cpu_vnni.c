@@ -17,6 +17,7 @@
 #define KVP_X86_VNNI 1
 /* AVX512VL's 32 registers hold a tile of 2 rows by 8 tokens (16 accumulators) */
 #define KVP_X86_T 8
+#define KVP_X86_FT 8 /* tokens a 2-row float run takes: 16 sums of 32 registers */
 /* and float prompt runs of 4 rows by 4 tokens (backend_cpu_x86.inc mm_f) */
 #define KVP_X86_FROWS 4
 #include "backend_cpu_x86.inc"
