@@ -904,10 +904,14 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
     }
     /* A few queries (decode) read each key and value as stored (f16, bf16,
      * fp8, int8); more share one conversion of the block to f32 (the same
-     * numbers either way).  The cache is read in its own bytes: no f32 copy
-     * of it.  A tree's query (a run of its own) reads the blocks that hold
-     * its path gathered, as f32 (the same numbers again). */
-    int convert = nq > 4 && kv->dtype != KVP_DTYPE_F32;
+     * numbers either way).  The score kernels take queries eight at a time
+     * and convert each key as they load it, so up to eight queries (a
+     * verify step's few tokens) read keys as stored too; the value tiles
+     * load each row once per pair of queries.  The cache is read in its
+     * own bytes: no f32 copy of it.  A tree's query (a run of its own)
+     * reads the blocks that hold its path gathered, as f32 (the same
+     * numbers again). */
+    int convert_k = nq > 8 && kv->dtype != KVP_DTYPE_F32, convert = nq > 4 && kv->dtype != KVP_DTYPE_F32;
     attn_path pa = {.lo = INT32_MAX, .hi = -1};
     if (a->parent)
         attn_path_of(a, tok[0], &pa);
@@ -929,7 +933,7 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
         if (p + bs < p1)
             attn_prefetch(c, table, p / bs + 1, 0, g);
         attn_prefetch(c, table, p / bs, 1, g);
-        if (convert)
+        if (convert_k)
             c->k->att_scores(w->q, nq, KVP_DTYPE_F32, attn_block(c, table, p / bs, 0, g, np, w->buf), np, hd, sp,
                              ldq);
         else
