@@ -46,57 +46,114 @@ static void usage(FILE *f)
             kvp_runopts_help);
 }
 
-/* --tokenize: one line per token, "id -> 'piece'" as llama.cpp's tokenize
- * tool prints it (escaped), or one JSON object per prompt. */
+/* --tokenize: prompt i's tokens ids[n], one line per token, "id -> 'piece'"
+ * as llama.cpp's tokenize tool prints it (escaped), or one JSON object;
+ * named by its label (else its index) when the job has several prompts
+ * (several), or in JSON when it has a label. */
+static void print_tokens(const kvp_run *r, const kvp_runopts *o, const char *label, size_t i, int several,
+                         const uint32_t *ids, uint32_t n)
+{
+    if (o->json) {
+        fputs("{", stdout);
+        if (several || label[0]) {
+            fputs("\"id\":", stdout);
+            if (label[0])
+                kvp_cli_json_str(stdout, label, strlen(label));
+            else
+                printf("%zu", i);
+            fputs(",", stdout);
+        }
+        fputs("\"ids\":[", stdout);
+        for (uint32_t k = 0; k < n; k++)
+            printf("%s%u", k ? "," : "", ids[k]);
+        fputs("],\"pieces\":[", stdout);
+    } else if (several) {
+        if (label[0])
+            printf("# %s\n", label);
+        else
+            printf("# %zu\n", i);
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        size_t len;
+        const char *p = kvp_tokenizer_piece(r->tok, (int32_t)ids[k], &len);
+        if (!p)
+            kvp_cli_die("%s: token id %u is outside the vocabulary of %zu", o->model, ids[k],
+                        kvp_tokenizer_n_vocab(r->tok));
+        if (o->json) {
+            if (k)
+                fputs(",", stdout);
+            kvp_cli_json_str(stdout, p, len);
+        } else {
+            printf("%6u -> ", ids[k]);
+            kvp_cli_c_str(stdout, p, len);
+            fputs("\n", stdout);
+        }
+    }
+    if (o->json)
+        fputs("]}\n", stdout);
+}
+
+/* --tokenize -f FILE: a prompt at a time, one read ahead (whether there
+ * are several decides the names), so a file of any length takes the
+ * memory of two prompts; a bad line fails the job after the prompts
+ * before it are printed, as prefill -f does. */
+static void list_file_tokens(kvp_run *r, const kvp_runopts *o)
+{
+    kvp_err err = {0};
+    kvp_prompts set;
+    kvp_prompts_reader *rd = NULL;
+    kvp_run_prompt_settings(r, o, &set);
+    if (kvp_prompts_reader_open(&rd, o->file, &set, &err) < 0)
+        kvp_cli_die_err(&err);
+    kvp_prompt cur, next;
+    int have = kvp_prompts_reader_next(rd, &cur, &err), several = -1;
+    for (size_t i = 0; have > 0; i++) {
+        uint64_t line = kvp_prompts_reader_line(rd);
+        int more = kvp_prompts_reader_next(rd, &next, &err);
+        kvp_err bad = err;
+        if (several < 0)
+            several = more != 0;
+        int32_t *t = NULL;
+        size_t n = 0;
+        if (kvp_prompt_encode(&cur, r->tok, &t, &n, &err) < 0)
+            kvp_cli_die("%s:%llu: %s", o->file, (unsigned long long)line, err.msg);
+        if (n == 0 || n > UINT32_MAX)
+            kvp_cli_die("%s:%llu: prompt %zu%s%s is %s", o->file, (unsigned long long)line, i + 1,
+                        cur.label[0] ? " " : "", cur.label, n ? "too long" : "empty");
+        print_tokens(r, o, cur.label, i, several, (const uint32_t *)t, (uint32_t)n);
+        free(t);
+        kvp_prompt_free(&cur);
+        if (more < 0) {
+            fflush(stdout);
+            kvp_cli_die_err(&bad);
+        }
+        cur = next;
+        have = more;
+    }
+    if (have < 0)
+        kvp_cli_die_err(&err);
+    kvp_prompts_reader_free(rd);
+}
+
+/* --tokenize: each prompt's tokens (print_tokens). */
 static void list_tokens(const kvp_runopts *o)
 {
     kvp_run r;
+    kvp_err err = {0};
+    if (kvp_run_open_vocab(&r, o, &err) < 0)
+        kvp_cli_die_err(&err);
+    if (o->file) {
+        list_file_tokens(&r, o);
+        kvp_run_close(&r);
+        return;
+    }
     kvp_prompts ps;
     uint32_t **ids = NULL, *lens = NULL;
-    kvp_err err = {0};
     kvp_prompts_init(&ps);
-    if (kvp_run_open_vocab(&r, o, &err) < 0 || kvp_run_prompts(&r, o, &ps, &ids, &lens, &err) < 0)
+    if (kvp_run_prompts(&r, o, &ps, &ids, &lens, &err) < 0)
         kvp_cli_die_err(&err);
     for (size_t i = 0; i < ps.n; i++) {
-        const char *label = ps.p[i].label;
-        if (o->json) {
-            fputs("{", stdout);
-            if (ps.n > 1 || label[0]) {
-                fputs("\"id\":", stdout);
-                if (label[0])
-                    kvp_cli_json_str(stdout, label, strlen(label));
-                else
-                    printf("%zu", i);
-                fputs(",", stdout);
-            }
-            fputs("\"ids\":[", stdout);
-            for (uint32_t k = 0; k < lens[i]; k++)
-                printf("%s%u", k ? "," : "", ids[i][k]);
-            fputs("],\"pieces\":[", stdout);
-        } else if (ps.n > 1) {
-            if (label[0])
-                printf("# %s\n", label);
-            else
-                printf("# %zu\n", i);
-        }
-        for (uint32_t k = 0; k < lens[i]; k++) {
-            size_t len;
-            const char *p = kvp_tokenizer_piece(r.tok, (int32_t)ids[i][k], &len);
-            if (!p)
-                kvp_cli_die("%s: token id %u is outside the vocabulary of %zu", o->model, ids[i][k],
-                            kvp_tokenizer_n_vocab(r.tok));
-            if (o->json) {
-                if (k)
-                    fputs(",", stdout);
-                kvp_cli_json_str(stdout, p, len);
-            } else {
-                printf("%6u -> ", ids[i][k]);
-                kvp_cli_c_str(stdout, p, len);
-                fputs("\n", stdout);
-            }
-        }
-        if (o->json)
-            fputs("]}\n", stdout);
+        print_tokens(&r, o, ps.p[i].label, i, ps.n > 1, ids[i], lens[i]);
         free(ids[i]);
     }
     free(ids);

@@ -82,6 +82,26 @@ expect_out_file "$T/esc.txt" "pieces: control bytes and parts of a character esc
 run prefill --tokenize -m "$M" --tokens 1,4093
 expect_out_has "  4093 -> 'user'" "--tokens: pieces of given ids"
 
+# -f is read a prompt at a time: a bad line fails the job after the
+# prompts before it are printed, naming the file and line; a one-line
+# file's prompt is not named (as -p's), a longer file's are.
+printf '%s\n' '{"id":"x","prompt":"Hi"}' '{"id":"y","prompt":"Hi there"}' '{"id":"z","prompt":""}' \
+    '{"id":"w","prompt":"Hi"}' >"$T/bad.jsonl"
+run prefill --tokenize -m "$M" --json -f "$T/bad.jsonl"
+expect_status 1 "an empty prompt on line 3 fails --tokenize"
+expect_err_has "bad.jsonl:3: prompt 3 z is empty" "the error names the file, line and prompt"
+expect_true "the two prompts before it were printed" test "$(grep -c '"id":"[xy]"' "$OUT")" -eq 2
+expect_out_lacks '"id":"w"' "nothing after it"
+printf '%s\n' '{"prompt":"Hi"}' '{"prompt":"Hi"}' '{"prompt":"Hi" x' >"$T/bad2.jsonl"
+run prefill --tokenize -m "$M" -f "$T/bad2.jsonl"
+expect_status 1 "a line that is not JSON fails --tokenize"
+expect_err_has "bad2.jsonl:3" "named with its line"
+expect_true "the prompts before it were printed, each named" test "$(grep -c '^# [01]$' "$OUT")" -eq 2
+printf '%s\n' '{"prompt":"Hi"}' >"$T/one.jsonl"
+run prefill --tokenize -m "$M" --json -f "$T/one.jsonl"
+printf '%s\n' '{"ids":[26843],"pieces":["Hi"]}' >"$T/one.want"
+expect_out_file "$T/one.want" "a one-line file's prompt is not named"
+
 # prefill and decode parse the markers: a hand-written ChatML prompt is --chat's.
 run_sh "prefill -m '$M' -t 2 -n 1 -p '$P' | kvdump --json"
 expect_status 0 "prefill of a prompt with special tokens"
