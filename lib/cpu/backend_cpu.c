@@ -1084,6 +1084,11 @@ static uint32_t attn_plan(attn_ctx *c, uint32_t tile, size_t *parts)
         uint32_t end = a->host_parent ? t + 1 : t + tile < a->n_tok ? t + tile : a->n_tok, u = t + 1;
         while (u < end && a->host_tok_seq[u] == a->host_tok_seq[t])
             u++;
+        /* five to eight query lanes (a verify step's two tokens at n_rep
+         * 3) go as runs of the few-query kernels' four: the eight-lane ones
+         * cost more a query there */
+        if ((u - t) * c->n_rep > 4 && (u - t) * c->n_rep <= 8)
+            u = t + (c->n_rep <= 4 ? 4 / c->n_rep : 1);
         attn_runrec *r = &c->runs[n++];
         uint32_t n_pos = (uint32_t)a->host_pos[t] + 1, n_chunks = (n_pos + c->chunk - 1) / c->chunk;
         size_t need = (size_t)c->n_head_kv * n_chunks * attn_part_floats(c);
