@@ -2,11 +2,12 @@
  * scripts/bench-attn (which compiles it against libkvpipe.a).  Not a test:
  * it prints timings, it asserts nothing.
  *
- * Usage: bench_attn CTX BATCH THREADS [LAYERS] [N_HEAD_KV N_REP HEAD_DIM]
+ * Usage: bench_attn [-v] CTX BATCH THREADS [LAYERS] [N_HEAD_KV N_REP HEAD_DIM]
  * BATCH sequences of CTX tokens each (an f16 cache of 16-token blocks,
  * LAYERS layers (default 1), random K/V), then one decode token per
  * sequence attending to all of its keys, one layer after another: the
- * attention of a decode step.  With one layer the K/V stay in the CPU's
+ * attention of a decode step.  With -v, one sequence's last BATCH tokens
+ * instead, each seeing the keys up to its own: a speculative verify step.  With one layer the K/V stay in the CPU's
  * caches from call to call; a model's layers (SmolLM2: 30) at a long
  * context do not, as in generation.  Defaults: SmolLM2's heads (3 KV
  * heads, 3 query heads each, 64 wide).  Prints ms a layer (the least of
@@ -20,11 +21,14 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int main(int argc, char **argv)
 {
+    int verify = argc > 1 && !strcmp(argv[1], "-v");
+    argc -= verify, argv += verify;
     if (argc < 4 || argc > 8 || argc == 6) {
-        fprintf(stderr, "usage: bench_attn CTX BATCH THREADS [LAYERS] [N_HEAD_KV N_REP HEAD_DIM]\n");
+        fprintf(stderr, "usage: bench_attn [-v] CTX BATCH THREADS [LAYERS] [N_HEAD_KV N_REP HEAD_DIM]\n");
         return 2;
     }
     uint32_t ctx = (uint32_t)atol(argv[1]), B = (uint32_t)atol(argv[2]), nkv = 3, rep = 3, hd = 64, bs = 16;
@@ -32,7 +36,8 @@ int main(int argc, char **argv)
     int threads = atoi(argv[3]);
     if (argc >= 7)
         nkv = (uint32_t)atol(argv[argc - 3]), rep = (uint32_t)atol(argv[argc - 2]), hd = (uint32_t)atol(argv[argc - 1]);
-    if (!ctx || !B || threads < 1 || !nkv || !rep || !hd || ctx > 65536 || B > 512 || !layers || layers > 128) {
+    if (!ctx || !B || threads < 1 || !nkv || !rep || !hd || ctx > 65536 || B > 512 || !layers || layers > 128 ||
+        (verify && B > ctx)) {
         fprintf(stderr, "bench_attn: CTX 1..65536, BATCH 1..512, LAYERS 1..128, THREADS, heads and width positive\n");
         return 2;
     }
@@ -72,6 +77,10 @@ int main(int argc, char **argv)
             flat[(size_t)t * nblk + i] = t + i * B;
         seq[t] = t, pos[t] = (int32_t)ctx - 1;
     }
+    uint32_t n_seq = verify ? 1 : B;
+    if (verify) /* sequence 0's positions ctx - B .. ctx - 1 */
+        for (uint32_t t = 0; t < B; t++)
+            seq[t] = 0, pos[t] = (int32_t)(ctx - B + t);
     for (size_t i = 0; i < (size_t)B * nh * hd; i++)
         q[i] = 2 * bench_frand(&s);
     kvp_backend_reserve r = {.max_tok = B, .max_ctx = ctx, .max_n_in = row, .n_head = nh, .kv = &kv};
@@ -80,7 +89,7 @@ int main(int argc, char **argv)
         return 1;
     }
     kvp_attn_args a = {.q = q, .out = out, .n_tok = B, .n_head = nh, .layer = 0, .scale = 1.0f / sqrtf((float)hd),
-                       .pos = pos, .tok_seq = seq, .tables = flat, .n_seq = B, .table_stride = nblk,
+                       .pos = pos, .tok_seq = seq, .tables = flat, .n_seq = n_seq, .table_stride = nblk,
                        .host_pos = pos, .host_tok_seq = seq, .max_ctx = ctx, .kv = &kv};
     /* a call: every layer in turn; calls a round: about 20 ms of work;
      * rounds: 2 s in all */
@@ -100,9 +109,10 @@ int main(int argc, char **argv)
         double t = (bench_now() - t0) / calls / layers;
         best = t < best ? t : best;
     }
-    double bytes = (double)B * ctx * row * 2 * 2;
-    printf("ctx %u, batch %u, %u KV heads x %u, head %u, %u layers, threads %d: %.4f ms a layer, %.1f MB of K/V a "
-           "layer, %.1f GB/s\n", ctx, B, nkv, rep, hd, layers, threads, best * 1e3, bytes / 1e6, bytes / best / 1e9);
+    double bytes = (double)n_seq * ctx * row * 2 * 2;
+    printf("ctx %u, %s %u, %u KV heads x %u, head %u, %u layers, threads %d: %.4f ms a layer, %.1f MB of K/V a "
+           "layer, %.1f GB/s\n", ctx, verify ? "verify tokens" : "batch", B, nkv, rep, hd, layers, threads, best * 1e3,
+           bytes / 1e6, bytes / best / 1e9);
     free(k), free(v), free(q), free(out), free(flat), free(seq), free(pos);
     be->ops->release(be, kv.base);
     be->ops->destroy(be);
