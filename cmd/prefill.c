@@ -46,6 +46,24 @@ static void usage(FILE *f)
             kvp_runopts_help);
 }
 
+/* Prompt i of the prompts file, read from its line, as token ids *t[*n]; an
+ * empty or too long one is refused.  0 or a code, the error naming the
+ * file, line and prompt. */
+static int file_prompt_ids(const kvp_run *r, const kvp_prompt *p, const char *file, uint64_t line, uint64_t i,
+                           int32_t **t, size_t *n, kvp_err *err)
+{
+    if (kvp_prompt_encode(p, r->tok, t, n, err) < 0)
+        return kvp_err_prefix(err, "%s:%llu%s%s", file, (unsigned long long)line, p->label[0] ? ": prompt " : "",
+                              p->label);
+    if (*n == 0 || *n > UINT32_MAX) {
+        free(*t);
+        *t = NULL;
+        return kvp_err_set(err, KVP_EINVAL, "%s:%llu: prompt %llu%s%s is %s", file, (unsigned long long)line,
+                           (unsigned long long)i + 1, p->label[0] ? " " : "", p->label, *n ? "too long" : "empty");
+    }
+    return 0;
+}
+
 /* --tokenize: prompt i's tokens ids[n], one line per token, "id -> 'piece'"
  * as llama.cpp's tokenize tool prints it (escaped), or one JSON object;
  * named by its label (else its index) when the job has several prompts
@@ -115,11 +133,8 @@ static void list_file_tokens(kvp_run *r, const kvp_runopts *o)
             several = more != 0;
         int32_t *t = NULL;
         size_t n = 0;
-        if (kvp_prompt_encode(&cur, r->tok, &t, &n, &err) < 0)
-            kvp_cli_die("%s:%llu: %s", o->file, (unsigned long long)line, err.msg);
-        if (n == 0 || n > UINT32_MAX)
-            kvp_cli_die("%s:%llu: prompt %zu%s%s is %s", o->file, (unsigned long long)line, i + 1,
-                        cur.label[0] ? " " : "", cur.label, n ? "too long" : "empty");
+        if (file_prompt_ids(r, &cur, o->file, line, i, &t, &n, &err) < 0)
+            kvp_cli_die_err(&err);
         print_tokens(r, o, cur.label, i, several, (const uint32_t *)t, (uint32_t)n);
         free(t);
         kvp_prompt_free(&cur);
@@ -229,9 +244,9 @@ static const char *label_where(char *where, size_t size, const char *label)
 /* Run s's prompt ids[0..len), write s to the stream with the stop strings
  * stop[n_stop] in its record, and give its blocks back.  pp, when not
  * NULL, is its prompts line's parameters: its cache salt salts s's blocks
- * and goes into s's record.  where names the prompt in an error.  Each sequence goes out as soon as
- * it is computed: decode at the other end of a pipe starts on it while the
- * rest are computed. */
+ * and goes into s's record.  where names the prompt in an error.  Each
+ * sequence goes out as soon as it is computed: decode at the other end of
+ * a pipe starts on it while the rest are computed. */
 static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t len, const kvp_prompt_params *pp,
                         const char *const *stop, size_t n_stop, const char *where)
 {
@@ -318,14 +333,8 @@ static void prefill_file(pf_job *j, const char *output)
         int32_t *t = NULL;
         size_t n = 0;
         kvp_sampling smp;
-        if (kvp_prompt_encode(&p, j->r->tok, &t, &n, &err) < 0)
-            fail(j, &err, where);
-        if (n == 0 || n > UINT32_MAX) {
-            kvp_err_set(&err, KVP_EINVAL, "%s:%llu: prompt %llu%s%s is %s", o->file,
-                        (unsigned long long)kvp_prompts_reader_line(rd), (unsigned long long)i + 1,
-                        p.label[0] ? " " : "", p.label, n ? "too long" : "empty");
+        if (file_prompt_ids(j->r, &p, o->file, kvp_prompts_reader_line(rd), i, &t, &n, &err) < 0)
             fail(j, &err, NULL);
-        }
         if (kvp_runopts_request_sampling(o, &p.params, i, &smp, &err) < 0)
             fail(j, &err, where);
         kvp_gen_seq s;
@@ -371,9 +380,9 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
 {
     kvp_err err = {0};
     kvp_gen_seq *seqs = NULL;
-    kvp_run_stops *stops = NULL;
+    kvp_seqio_seq *saved = NULL;
     uint32_t n = 0;
-    if (kvp_run_resume(j->r, j->o, resume, &seqs, &stops, &n, &err) < 0)
+    if (kvp_run_resume(j->r, j->o, resume, &seqs, &saved, &n, &err) < 0)
         kvp_cli_die_err(&err);
     open_stream(j, output);
     uint64_t arrival = kvp_gen_wall_ns();
@@ -383,12 +392,12 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
             fail(j, &err, resume);
         seqs[i].rec.arrival_ns = arrival;
         char where[KVP_NAME_MAX + 16];
-        prefill_one(j, &seqs[i], ids, len, NULL, (const char *const *)stops[i].stop, stops[i].n,
+        prefill_one(j, &seqs[i], ids, len, NULL, saved[i].stop, saved[i].n_stop,
                     label_where(where, sizeof where, seqs[i].rec.label));
         free(ids);
         kvp_gen_seq_free(&seqs[i]);
     }
-    kvp_run_stops_free(stops, n);
+    kvp_seqio_seqs_free(saved, n);
     free(seqs);
 }
 

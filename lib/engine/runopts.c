@@ -464,31 +464,7 @@ void kvp_run_save_abort(kvp_run_saver *sv)
     sv->w = NULL;
 }
 
-void kvp_run_stops_free(kvp_run_stops *stops, uint32_t n)
-{
-    for (uint32_t i = 0; stops && i < n; i++)
-        kvp_seq_stops_free(stops[i].stop, stops[i].n);
-    free(stops);
-}
-
-/* The records' stop strings ss[i].stop, handed to *stops, or freed when
- * stops is NULL (or on failure).  0 or KVP_ENOMEM. */
-static int take_stops(const kvp_seqio_seq *ss, uint32_t n, kvp_run_stops **stops, kvp_err *err)
-{
-    kvp_run_stops *v = stops ? calloc(n ? n : 1, sizeof *v) : NULL;
-    for (uint32_t i = 0; i < n; i++)
-        if (v)
-            v[i] = (kvp_run_stops){(char **)ss[i].stop, ss[i].n_stop};
-        else
-            kvp_seq_stops_free((char **)ss[i].stop, ss[i].n_stop);
-    if (stops && !v)
-        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
-    if (stops)
-        *stops = v;
-    return 0;
-}
-
-int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_seq **out, kvp_run_stops **stops,
+int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_seq **out, kvp_seqio_seq **saved,
                    uint32_t *n_out, kvp_err *err)
 {
     kvp_in in;
@@ -509,15 +485,10 @@ int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_s
     kvp_gen_seq *seqs = rc < 0 ? NULL : calloc(n ? n : 1, sizeof *seqs);
     if (rc == 0 && !seqs)
         rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
-    if (rc == 0)
-        rc = take_stops(ss, n, stops, err);
     if (rc < 0) {
         if (!r->kc)
             kvp_kvcache_free(kc);
-        if (!seqs)
-            take_stops(ss, n, NULL, err);
-        free(seqs);
-        free(ss);
+        kvp_seqio_seqs_free(ss, n);
         return rc;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -528,7 +499,10 @@ int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_s
         if (o->sampling_set & KVP_SET_SEED)
             kvp_sample_seed(&seqs[i].rec.sampling, seqs[i].rec.id);
     }
-    free(ss);
+    if (saved)
+        *saved = ss;
+    else
+        kvp_seqio_seqs_free(ss, n);
     *out = seqs;
     *n_out = n;
     return 0;

@@ -151,19 +151,13 @@ void kvp_run_prompt_settings(const kvp_run *r, const kvp_runopts *o, kvp_prompts
  * markers are (prompts.h). */
 int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uint32_t ***ids, uint32_t **lens,
                     kvp_err *err);
-/* A saved sequence's stop strings, as kvp_seq_stops makes them. */
-typedef struct kvp_run_stops {
-    char **stop;
-    size_t n;
-} kvp_run_stops;
 /* Read the KVP stream at path ("-": stdin) into a new KV cache, start the
  * engine on it, and make *seqs[*n] of its sequences, with the sampling
- * options given applied (the others kept from the stream), and (*stops
- * unless stops is NULL) a malloc'd [*n] of their stop strings, freed with
- * kvp_run_stops_free.  0 or a code. */
-int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_seq **seqs, kvp_run_stops **stops,
+ * options given applied (the others kept from the stream); *saved (unless
+ * saved is NULL) gets the records as read, with their stop strings
+ * (kvp_seqio_seqs_free).  0 or a code. */
+int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_seq **seqs, kvp_seqio_seq **saved,
                    uint32_t *n, kvp_err *err);
-void kvp_run_stops_free(kvp_run_stops *stops, uint32_t n);
 /* The tokens that extend a saved sequence s by one more turn, o->prompt
  * (or o->tokens as ids): s's pending token first when it has one (sampled,
  * not yet in the cache); with o->chat the text becomes a user turn (the

@@ -503,6 +503,13 @@ int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *out, const uint32
     return 1;
 }
 
+void kvp_seqio_seqs_free(kvp_seqio_seq *seqs, uint32_t n)
+{
+    for (uint32_t i = 0; seqs && i < n; i++)
+        kvp_seq_stops_free((char **)seqs[i].stop, seqs[i].n_stop);
+    free(seqs);
+}
+
 int kvp_seqio_read(kvp_reader *r, const char *name, const kvp_model *m, kvp_backend *be,
                    const kvp_kvcache_opts *opts, kvp_kvcache **kc, kvp_seqio_seq **seqs, uint32_t *n, kvp_err *err)
 {
@@ -541,9 +548,7 @@ int kvp_seqio_read(kvp_reader *r, const char *name, const kvp_model *m, kvp_back
     if (rc == 0 && !sr->kc) /* no sequence: a cache of the options' own block size */
         rc = kvp_kvcache_create(&sr->kc, &m->cfg, opts, be, err);
     if (rc < 0) {
-        for (uint32_t i = 0; i < k; i++)
-            kvp_seq_stops_free((char **)v[i].stop, v[i].n_stop);
-        free(v);
+        kvp_seqio_seqs_free(v, k);
         kvp_seqio_reader_free(sr);
         return rc;
     }

@@ -424,10 +424,11 @@ static int at_hand(kvp_prompts_reader *rd)
         /* prefill's output where prompts belong: a KVP stream starts with
          * byte 0x89 (kvp(5)), which no UTF-8 text does */
         if ((unsigned char)rd->buf[i] == 0x89) {
+            int kvp = rd->end - i >= 4 && !memcmp(rd->buf + i + 1, "KVP", 3);
             int rc = kvp_err_set(&rd->e, KVP_EFORMAT,
                                  "%s: starts with byte 0x89%s, not a prompts file (text, or JSON lines): decode and "
                                  "specdec read a KVP stream as their input file (or standard input), not with -f",
-                                 rd->path, rd->end - i >= 4 && !memcmp(rd->buf + i + 1, "KVP", 3) ? " \"KVP\": a KVP stream" : "");
+                                 rd->path, kvp ? " \"KVP\": a KVP stream" : "");
             fail(rd, rc);
             return 1;
         }

@@ -966,7 +966,7 @@ static void test_seqio(const char *dir)
         CHECK_MSG(max_abs_diff(l0, l1, 64) == 0, "reloaded KV gives other logits: %g", max_abs_diff(l0, l1, 64));
         kvp_engine_free(e2);
     }
-    free(got);
+    kvp_seqio_seqs_free(got, n);
     kvp_kvcache_free(kc);
     /* another model refuses it */
     kvp_model *mb;

@@ -386,6 +386,7 @@ static void test_stream(int dtype)
                   kvp_dtype_name((uint32_t)dtype));
         kvp_engine_free(e2);
     }
+    kvp_seqio_seqs_free(got, ng);
     /* an f16 run named on the command line refuses the stream, naming both */
     o.dtype_from_stream = 0;
     kvp_kvcache *kc2 = NULL;
@@ -395,7 +396,6 @@ static void test_stream(int dtype)
     CHECK(strstr(err.msg, kvp_dtype_name((uint32_t)dtype)) && strstr(err.msg, "f16"));
     kvp_reader_free(rd);
     kvp_in_close(&in);
-    free(got);
     kvp_kvcache_free(kc);
     free(l0);
     free(l1);
