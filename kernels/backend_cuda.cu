@@ -113,6 +113,8 @@ static int cu_take_fault(cu_impl *im, kvp_err *err)
         return kvp_err_set(err, KVP_EINVAL, "cuda attention: a block table holds block %lld, outside the KV pool", v);
     case CU_FAULT_CTX:
         return kvp_err_set(err, KVP_EINVAL, "cuda attention: a query at position %lld is past the step's max_ctx", v);
+    case CU_FAULT_TREE:
+        return kvp_err_set(err, KVP_EINVAL, "cuda attention: a draft tree's key is in slot %lld, past its block table", v);
     default:
         return kvp_err_set(err, KVP_EIO, "cuda: kernel fault %d (%lld)", kind, v);
     }
@@ -249,6 +251,8 @@ static int cu_supports(const kvp_backend *b, int use, int dtype, int scaled)
         }
     case KVP_USE_KV:
         return cu_kv_dtype_ok(dtype);
+    case KVP_USE_TREE:
+        return 1;
     default:
         return 0;
     }
@@ -533,8 +537,8 @@ static int cu_attention_op(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
 {
     cu_impl *im = impl_of(b);
     const kvp_kv_pool *kv = a->kv;
-    if (a->parent) /* supports() says no: the engine never sends one */
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "cuda attention: draft trees are not implemented");
+    if (a->parent && (!a->kv_pos || !a->host_parent))
+        return kvp_err_set(err, KVP_EINVAL, "cuda attention: a draft tree without its slots or host parents");
     int rc = kv_ok(kv, a->layer, "attention", err);
     if (rc < 0)
         return rc;

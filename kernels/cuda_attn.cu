@@ -96,6 +96,7 @@ struct cu_attn_params {
     const float *q;
     float *out, *parts;
     const int32_t *pos;
+    const int32_t *parent, *kv_pos; /* a draft tree (backend.h), or NULL */
     const uint32_t *tok_seq, *tables;
     uint32_t table_stride, n_head, n_rep, head_groups, max_splits, split_keys, layer;
     float scale;
@@ -120,6 +121,13 @@ __global__ void __launch_bounds__(KVP_GPU_ATT_THREADS) cu_attn_k(cu_attn_params 
     float *qs = sm, *ks = qs + QR * hd, *vs = ks + KT * (hd + 1), *ps = vs + KT * hd;
     const uint32_t *table = p.tables + (uint64_t)p.tok_seq[t] * p.table_stride;
     const int scaled = DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8;
+    /* a draft tree's token: the keys of its path are in its ancestors'
+     * slots (the same walk as the CPU backend's) */
+    __shared__ int32_t path_at[KVP_TREE_MAX_DEPTH];
+    __shared__ uint32_t path_n;
+    if (tid == 0)
+        path_n = p.parent ? kvp_attn_tree_path(p.parent, p.kv_pos, t, path_at) : 0;
+    __syncthreads();
 
     for (uint32_t i = tid; i < QR * hd; i += KVP_GPU_ATT_THREADS) {
         uint32_t r = i / hd;
@@ -135,8 +143,12 @@ __global__ void __launch_bounds__(KVP_GPU_ATT_THREADS) cu_attn_k(cu_attn_params 
         for (uint32_t i = tid; i < KT * hd; i += KVP_GPU_ATT_THREADS) {
             uint32_t j = i / hd, d = i % hd, key = kt + j;
             float kvv = 0.0f, vvv = 0.0f;
-            if (key < k1) {
-                uint32_t blk = table[key / bs], s = key % bs;
+            uint32_t at = (uint32_t)kvp_attn_tree_slot_pos(path_at, path_n, pos, (int32_t)key);
+            if (key < k1 && at / bs >= p.table_stride) {
+                if (d == 0)
+                    cu_fault(faults, CU_FAULT_TREE, at);
+            } else if (key < k1) {
+                uint32_t blk = table[at / bs], s = at % bs;
                 if (blk < kv.n_blocks) {
                     const uint8_t *b = (const uint8_t *)kv.base + (uint64_t)blk * kv.block_bytes;
                     kvv = cu_kv_elem<DT>(b + cu_kv_row(kv, p.layer, 0, g, s), d);
@@ -236,6 +248,7 @@ cudaError_t cu_attention(cudaStream_t st, const kvp_attn_args &a, const kvp_gpu_
         return cudaSuccess;
     cu_attn_params p;
     p.q = a.q, p.out = a.out, p.parts = parts, p.pos = a.pos, p.tok_seq = a.tok_seq, p.tables = a.tables;
+    p.parent = a.parent, p.kv_pos = a.parent ? a.kv_pos : NULL;
     p.table_stride = a.table_stride, p.n_head = a.n_head, p.n_rep = s.n_rep, p.head_groups = s.head_groups;
     p.max_splits = s.max_splits, p.split_keys = s.split_keys, p.layer = a.layer, p.scale = a.scale, p.kv = *a.kv;
     dim3 grid(s.grid[0], s.grid[1], s.grid[2]);

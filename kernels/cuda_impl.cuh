@@ -50,6 +50,7 @@ enum cu_fault {
     CU_FAULT_SLOT = 2,     /* kv_store: value = the slot */
     CU_FAULT_BLOCK = 3,    /* attention: value = the block id a table holds */
     CU_FAULT_CTX = 4,      /* attention: value = a position past the max_ctx the grid was planned for */
+    CU_FAULT_TREE = 5,     /* attention: value = a tree's key slot past its sequence's block table */
 };
 struct cu_faults {
     int kind;              /* cu_fault: the first one since the host last cleared it */

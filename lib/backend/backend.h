@@ -162,6 +162,37 @@ typedef struct kvp_attn_args {
     const int32_t *host_parent, *host_kv_pos; /* their host copies */
 } kvp_attn_args;
 
+/* Host and device code (kernels/) both walk a tree query's path, with the
+ * same arithmetic. */
+#ifdef __CUDACC__
+#define KVP_TREE_FN __host__ __device__ static inline
+#else
+#define KVP_TREE_FN static inline
+#endif
+
+/* Token t of a draft tree (kvp_attn_args): at[i] is the position whose slot
+ * holds the key at position pos[t] - i, for i below the returned length n
+ * (t itself, its parent, ... up to the first token whose parent is -1);
+ * positions below pos[t] - n + 1 are in their own slots.  At most
+ * KVP_TREE_MAX_DEPTH (the engine refuses deeper paths). */
+KVP_TREE_FN uint32_t kvp_attn_tree_path(const int32_t *parent, const int32_t *kv_pos, uint32_t t, int32_t *at)
+{
+    int32_t u = (int32_t)t;
+    uint32_t n = 0;
+    while (u >= 0 && n < KVP_TREE_MAX_DEPTH) {
+        at[n++] = kv_pos[u];
+        u = parent[u];
+    }
+    return n;
+}
+
+/* The position whose slot holds the key at position p, for a query at hi
+ * whose path kvp_attn_tree_path gave as at[0 .. n). */
+KVP_TREE_FN int32_t kvp_attn_tree_slot_pos(const int32_t *at, uint32_t n, int32_t hi, int32_t p)
+{
+    return p <= hi && hi - p < (int32_t)n ? at[hi - p] : p;
+}
+
 /* What reserve() sizes scratch for: the largest step to come. */
 typedef struct kvp_backend_reserve {
     uint32_t max_tok;      /* tokens in one step (matmul rows, attention queries) */

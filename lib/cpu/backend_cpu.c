@@ -834,22 +834,20 @@ __attribute__((always_inline)) static inline void attn_prefetch(const attn_ctx *
 }
 
 /* A draft tree's query (kvp_attn_args.parent): where the keys of its
- * path are.  Positions lo..hi (hi its own) are in the slots of positions
- * at[hi - p]; those below lo in their own. */
+ * path are (kvp_attn_tree_path, which the CUDA kernel walks too).
+ * Positions lo..hi (hi its own) are in the slots of positions at[hi - p];
+ * those below lo in their own. */
 typedef struct attn_path {
     int32_t lo, hi;
+    uint32_t n;
     int32_t at[KVP_TREE_MAX_DEPTH];
 } attn_path;
 
 static void attn_path_of(const kvp_attn_args *a, uint32_t t, attn_path *pa)
 {
-    int32_t u = (int32_t)t, n = 0;
+    pa->n = kvp_attn_tree_path(a->parent, a->kv_pos, t, pa->at);
     pa->hi = a->pos[t];
-    while (u >= 0 && n < KVP_TREE_MAX_DEPTH) { /* the engine checked the depth (engine.c) */
-        pa->at[n++] = a->kv_pos[u];
-        u = a->parent[u];
-    }
-    pa->lo = pa->hi - n + 1;
+    pa->lo = pa->hi - (int32_t)pa->n + 1;
 }
 
 /* Rows [p, p + np) of K (which 0) or V (1) of head g along a tree query's
@@ -862,7 +860,7 @@ static void attn_path_block(const attn_ctx *c, const uint32_t *table, const attn
     uint32_t hd = kv->head_dim, bs = kv->block_size;
     for (uint32_t r = 0; r < np; r++) {
         int32_t q = (int32_t)(p + r);
-        uint32_t at = (uint32_t)(q >= pa->lo && q <= pa->hi ? pa->at[pa->hi - q] : q);
+        uint32_t at = (uint32_t)kvp_attn_tree_slot_pos(pa->at, pa->n, pa->hi, q);
         const void *src = (const uint8_t *)kv->base + kv_off(kv, table[at / bs], c->a->layer, which, g, at % bs);
         if (kv->dtype == KVP_DTYPE_F32)
             memcpy(buf + (size_t)r * hd, src, hd * sizeof(float));

@@ -8,7 +8,8 @@
  *              fp8/i8 each row's scale equal, its codes within one step,
  *              under 1% of rows differing at all
  *   attention  on the same pool bytes on both sides, per sequence, over that
- *              sequence's largest |out|: f32 pool 1e-4, other pools 2e-3
+ *              sequence's largest |out|: f32 pool 1e-4, other pools 2e-3;
+ *              a draft tree (backend.h: kvp_attn_args.parent) the same way
  *   kv_copy_block  exact
  *
  * Skips with one line when this build or machine has no CUDA backend. */
@@ -115,6 +116,7 @@ typedef struct att_in {
     const float *q;
     const int32_t *pos;
     const uint32_t *seq, *tables;
+    const int32_t *parent, *kv_pos; /* a draft tree, or NULL */
 } att_in;
 
 static int run_attention(kvp_backend *b, const kvp_kv_pool *p, const att_in *in, float *out)
@@ -125,17 +127,21 @@ static int run_attention(kvp_backend *b, const kvp_kv_pool *p, const att_in *in,
     int32_t *dp = gpu_put(b, in->pos, sizeof(int32_t) * in->n_tok);
     uint32_t *ds = gpu_put(b, in->seq, sizeof(uint32_t) * in->n_tok);
     uint32_t *dt = gpu_put(b, in->tables, sizeof(uint32_t) * in->n_seq * in->stride);
+    int32_t *dpa = in->parent ? gpu_put(b, in->parent, sizeof(int32_t) * in->n_tok) : NULL;
+    int32_t *dkp = in->parent ? gpu_put(b, in->kv_pos, sizeof(int32_t) * in->n_tok) : NULL;
     int rc = -1;
-    if (dq && dout && dp && ds && dt) {
+    if (dq && dout && dp && ds && dt && (!in->parent || (dpa && dkp))) {
         kvp_attn_args a = {.q = dq, .out = dout, .n_tok = in->n_tok, .n_head = in->n_head, .layer = 1,
                            .scale = 1.0f / sqrtf((float)p->head_dim), .pos = dp, .tok_seq = ds, .tables = dt,
                            .n_seq = in->n_seq, .table_stride = in->stride, .host_pos = in->pos,
-                           .host_tok_seq = in->seq, .max_ctx = in->max_ctx, .kv = p};
+                           .host_tok_seq = in->seq, .max_ctx = in->max_ctx, .kv = p, .parent = dpa,
+                           .kv_pos = dkp, .host_parent = in->parent, .host_kv_pos = in->kv_pos};
         rc = gpu_op(b, "attention", b->ops->attention(b, &a, &err), &err);
     }
     if (rc == 0)
         rc = gpu_get(b, out, dout, sizeof(float) * n, "attention");
     gpu_free(b, dq), gpu_free(b, dout), gpu_free(b, dp), gpu_free(b, ds), gpu_free(b, dt);
+    gpu_free(b, dpa), gpu_free(b, dkp);
     return rc;
 }
 
@@ -283,6 +289,20 @@ static void test_pool(int dtype, uint32_t hd, uint32_t n_kv, uint32_t rep)
     if (rc == 0 && run_attention(be[CPU], &p[CPU], &dec, out[CPU]) == 0 &&
         run_attention(be[GPU], &p[GPU], &dec, out[GPU]) == 0)
         expect_attention(what, &dec, hd, out[GPU], out[CPU], tol);
+    /* a draft tree on s1 after its 64 tokens: a root at 64, two children
+     * at 65 (slots 65 and 66), a grandchild of the second at 66 (slot 67),
+     * beside s0's and s3's plain tokens (parent -1, their own slots) */
+    int32_t tpos[6] = {4999, 64, 65, 65, 66, 700}, tpar[6] = {-1, -1, 1, 1, 3, -1};
+    int32_t tkv[6] = {4999, 64, 65, 66, 67, 700};
+    uint32_t tseq[6] = {0, 1, 1, 1, 1, 3};
+    att_in tree = {.n_tok = 6, .n_head = n_head, .n_seq = NSEQ, .stride = STRIDE, .max_ctx = 5000, .q = q,
+                   .pos = tpos, .seq = tseq, .tables = tables, .parent = tpar, .kv_pos = tkv};
+    snprintf(what, sizeof what, "tree attention %s head_dim %u heads %u/%u", dn, hd, n_head, n_kv);
+    if (rc == 0 && !be[GPU]->ops->supports(be[GPU], KVP_USE_TREE, 0, 0))
+        CHECK_MSG(0, "%s: the cuda backend does not support draft trees", what);
+    else if (rc == 0 && run_attention(be[CPU], &p[CPU], &tree, out[CPU]) == 0 &&
+             run_attention(be[GPU], &p[GPU], &tree, out[GPU]) == 0)
+        expect_attention(what, &tree, hd, out[GPU], out[CPU], tol);
     /* kv_copy_block on the same bytes: exact */
     for (int k = 0; k < 2 && rc == 0; k++) {
         rc = gpu_op(be[k], "kv_copy_block", be[k]->ops->kv_copy_block(be[k], &p[k], 3, 200, &err), &err);
