@@ -41,6 +41,11 @@ struct kvp_jobsrc {
     uint32_t n_pend;
     int stream_end;
     uint64_t n, next;
+    /* A read ahead at open that failed after a first request had been read:
+     * the job answers what came before it, then fails with it (as when the
+     * failure comes later), instead of failing before anything ran. */
+    int held_rc;
+    kvp_err held_err;
     /* arrivals (rate 0: all at once) */
     double rate, shape;
     uint64_t rng[2];
@@ -170,6 +175,27 @@ static int read_prompt(kvp_jobsrc *js, kvp_err *err)
     return 1;
 }
 
+/* Hold a read-ahead's failure when requests came before it; 0, or rc. */
+static int hold(kvp_jobsrc *js, int have, int rc, const kvp_err *err)
+{
+    if (rc >= 0 || !have)
+        return rc;
+    js->held_rc = rc;
+    if (err)
+        js->held_err = *err;
+    return 0;
+}
+
+/* The held failure, once: the source's next answer after the read-ahead. */
+static int take_held(kvp_jobsrc *js, kvp_err *err)
+{
+    int rc = js->held_rc;
+    js->held_rc = 0;
+    if (err)
+        *err = js->held_err;
+    return rc;
+}
+
 /* Drop the first prompt of the read-ahead. */
 static void pop_prompt(kvp_jobsrc *js)
 {
@@ -221,6 +247,8 @@ static int prompt_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
 {
     for (;;) {
         if (js->n_pp == 0) {
+            if (js->held_rc)
+                return take_held(js, err);
             if (js->prompts_end || (!block && !kvp_prompts_reader_ready(js->pr)))
                 return js->prompts_end ? KVP_BATCH_END : 0;
             int got = read_prompt(js, err);
@@ -251,7 +279,7 @@ static int prompt_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
  * (Bytes the reader has buffered are not seen: the next wait reads them.) */
 static int would_block(const kvp_jobsrc *js)
 {
-    if (js->in.map || js->n_pend)
+    if (js->in.map || js->n_pend || js->held_rc)
         return 0;
     struct pollfd p = {.fd = js->in.fd, .events = POLLIN};
     return poll(&p, 1, 0) == 0;
@@ -271,6 +299,8 @@ static int stream_read(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err
         js->n_pend--;
         return 1;
     }
+    if (js->held_rc)
+        return take_held(js, err);
     return read_one(js, q, tok, err);
 }
 
@@ -398,7 +428,7 @@ static int open_prompts(kvp_jobsrc *js, kvp_run *r, const kvp_runopts *o, kvp_er
         rc = kvp_prompts_reader_open(&js->pr, o->file, &set, err);
         while (rc == 0 && js->n_pp < 2 && (rc = read_prompt(js, err)) == 1)
             rc = 0;
-        return rc < 0 ? rc : 0;
+        return rc < 0 ? hold(js, js->n_pp > 0, rc, err) : 0;
     }
     kvp_prompts ps;
     uint32_t **ids, *lens;
@@ -445,7 +475,7 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
             uint32_t *tok;
             int got = read_one(js, &q, &tok, err);
             if (got <= 0) {
-                rc = got;
+                rc = hold(js, js->n_pend > 0, got, err);
                 break;
             }
             js->pend[js->n_pend] = q;

@@ -2,7 +2,8 @@
 # line of a long file is answered exactly once; on a pipe the first answers
 # come before the rest of the prompts is written; a bad line in the middle
 # is reported with the file and line (exit 1) after every request read
-# before it has been answered, and --resume then finishes the job.
+# before it has been answered (so is a KV stream cut short), and --resume
+# then finishes the job.
 . "$KVP_TESTS/cli/lib.sh"
 
 need_model
@@ -42,6 +43,29 @@ for how in file pipe; do
     if cmp -s "$T/got" "$T/want"; then pass "$how: the 29 requests before it were answered, none after"
     else fail "$how: answered $(tr '\n' ' ' <"$T/got")"; fi
 done
+# The same when the bad line is the second: decode reads two requests
+# ahead before it starts (one request or several decides its output), and
+# a failure there still lets the first be answered.
+printf '{"id":"a1","prompt":"Hi"}\n{"id":"a2","prompt":"Yo","top_p":"x"}\n' >"$T/bad2.jsonl"
+run decode -m "$M" -t 2 -f "$T/bad2.jsonl" -n 1
+expect_status 1 "a bad second line fails the job"
+expect_err_has "$T/bad2.jsonl:2: \"top_p\" must be a number" "the error names the second line"
+expect_out_has '{"id":"a1",' "the first request is answered (as JSON: the file held more)"
+
+# A KV stream of two sequences cut after the first one's blocks, or inside
+# the second's: the first is answered, the cut reported (exit 1).
+printf '{"id":"k1","prompt":"Once upon a time"}\n{"id":"k2","prompt":"The capital of France is"}\n' >"$T/two.jsonl"
+prefill -m "$M" -t 2 -f "$T/two.jsonl" -o "$T/two.kvp" 2>/dev/null
+second=$(kvdump --json "$T/two.kvp" | sed -n 's/.*"kind":"sequence","index":2,"offset":\([0-9]*\).*/\1/p')
+for n in "$second" $((second + 400)); do
+    head -c "$n" "$T/two.kvp" >"$T/cut.kvp"
+    run decode -m "$M" -t 2 -n 1 "$T/cut.kvp"
+    expect_status 1 "a stream cut at byte $n of two sequences fails the job"
+    expect_err_has "truncated" "the cut at byte $n is reported"
+    expect_out_has '{"id":"k1",' "the first sequence, whole before byte $n, is answered"
+    expect_out_lacks '"id":"k2"' "the cut one is not"
+done
+
 sed 's/"top_p":0/"top_p":1/' "$T/bad.jsonl" >"$T/fixed.jsonl"
 run decode -m "$M" -t 2 -f "$T/fixed.jsonl" -n 1 --max-num-seqs 2 --resume "$T/res.jsonl"
 expect_status 0 "the line fixed, --resume finishes the job"
