@@ -18,6 +18,9 @@ fuzzer starts from deep inside the formats:
   corpus/model/       complete tiny Llama GGUF models for fuzz_model
   corpus/kvstats/     decode --stats=FILE summaries for fuzz_kvstats (kvcalc --check):
                       each way of sizing the pool, a KV stream's run, an int8 cache
+  corpus/lengths/     kvcalc --lengths inputs for fuzz_lengths: lengths files
+                      (comments, tabs, no final newline, a bad token) and, after
+                      a first byte 'D', the three distribution specs
   corpus/convert/     fuzz_convert's inputs: the f32 tiny Llama GGUF and the
                       tiny-st safetensors (bare there: no config.json), copied
                       here; and two KVP files quantize wrote from them, which
@@ -376,6 +379,15 @@ def kvstats_seeds():
         peak_kv_blocks=0)))
 
 
+def lengths_seeds():
+    write("lengths", "chat.txt", "# lengths of a chat log\n512 1024\n\t2048\n4096  # a long one\n17\n")
+    write("lengths", "one-no-newline.txt", "7")
+    write("lengths", "bad-token.txt", "12 x3\n")
+    write("lengths", "uniform.spec", "Duniform:32:4096")
+    write("lengths", "normal.spec", "Dnormal:1500:400")
+    write("lengths", "lognormal.spec", "Dlognormal:7:0.8")
+
+
 if __name__ == "__main__":
     gguf_seeds()
     meta_seeds()
@@ -385,3 +397,4 @@ if __name__ == "__main__":
     tok_seeds()
     convert_seeds()
     kvstats_seeds()
+    lengths_seeds()
