@@ -766,10 +766,9 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_metrics_init(&m0, 0, 0);
         kvp_batch_opts bo0 = {.sched = o.sched, .no_prefix_cache = no_prefix_cache, .metrics = &m0,
                               .stop = &stop_signal};
-        if (kvp_jobsrc_open(&js, &r, &o, kv_in, &err) < 0)
+        if (kvp_jobsrc_open(&js, &r, &o, kv_in, cache_salt, &err) < 0)
             kvp_cli_die_err(&err);
         kvp_jobsrc_filter(js, shard_k, shard_n, NULL);
-        kvp_jobsrc_salt(js, cache_salt);
         kvp_batch_source src0 = kvp_jobsrc_source(js);
         catch_stop_signals();
         if (kvp_batch_run(r.engine, r.kc, r.tok, &bo0, &src0, compare_collect, &cmp, &cmp.st, &err) < 0)
@@ -784,11 +783,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
         oc.cmp = &cmp;
         sp.cmp = &cmp;
     }
-    if (kvp_jobsrc_open(&js, &r, &o, kv_in, &err) < 0)
+    if (kvp_jobsrc_open(&js, &r, &o, kv_in, cache_salt, &err) < 0)
         kvp_cli_die_err(&err);
     kvp_jobsrc_filter(js, shard_k, shard_n, resume ? &done : NULL);
     kvp_jobsrc_arrivals(js, rate, burstiness, o.sampling.seed);
-    kvp_jobsrc_salt(js, cache_salt);
     /* read ahead at open: 1 only when the input holds one request */
     oc.stream_text = kvp_jobsrc_total(js) == 1 && kvp_jobsrc_read_all(js) && !o.json && !resume && shard_n < 2;
     kvp_kvcache_get_stats(r.kc, &oc.kv);

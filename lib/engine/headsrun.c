@@ -146,7 +146,7 @@ static void take_answer(void *ctx, kvp_gen_seq *g, const char *bytes, size_t nb)
 static int answer_pass(kvp_run *r, kvp_runopts *o, answers *a, kvp_err *err)
 {
     kvp_jobsrc *js = NULL;
-    int rc = kvp_jobsrc_open(&js, r, o, "-", err);
+    int rc = kvp_jobsrc_open(&js, r, o, "-", 0, err);
     if (rc < 0)
         return rc;
     kvp_batch_opts bo = {.sched = o->sched};

@@ -450,7 +450,8 @@ static int open_prompts(kvp_jobsrc *js, kvp_run *r, const kvp_runopts *o, kvp_er
     return rc;
 }
 
-int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const char *kv_in, kvp_err *err)
+int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const char *kv_in, uint64_t salt,
+                    kvp_err *err)
 {
     *out = NULL;
     kvp_jobsrc *js = calloc(1, sizeof *js);
@@ -458,6 +459,7 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
     js->o = o;
     js->tok = r->tok;
+    js->salt = salt;
     js->from_prompts = o->prompt || o->file || o->tokens;
     int rc;
     if (js->from_prompts) {
@@ -468,6 +470,8 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
         if ((rc = kvp_reader_open(&js->rd, &js->in, err)) == 0)
             /* the whole model's shape: under --tp/--pp blocks arrive whole */
             rc = kvp_seqio_reader_open(&js->sr, js->rd, js->in.name, kvp_run_loaded(r), r->be, &o->kv, err);
+        if (rc == 0) /* the stream's blocks cached under the salt their requests will have */
+            kvp_seqio_reader_set_salt(js->sr, salt);
         /* Read ahead two sequences: the first makes the cache (its block
          * size), and whether there is a second decides decode's output. */
         while (rc == 0 && js->n_pend < 2) {
@@ -522,7 +526,6 @@ void kvp_jobsrc_filter(kvp_jobsrc *js, uint32_t k, uint32_t n, const kvp_idset *
     js->done = done;
 }
 
-void kvp_jobsrc_salt(kvp_jobsrc *js, uint64_t salt) { js->salt = salt; }
 
 kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js) { return (kvp_batch_source){.ctx = js, .next = next}; }
 uint64_t kvp_jobsrc_total(const kvp_jobsrc *js) { return js->n; }

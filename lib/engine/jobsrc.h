@@ -29,8 +29,11 @@ typedef struct kvp_jobsrc kvp_jobsrc;
 
 /* Read the job's input: prompts when o names them, else the KVP stream at
  * kv_in ("-": stdin), whose cache becomes r's (kvp_run_start is done here
- * either way).  0 or a code. */
-int kvp_jobsrc_open(kvp_jobsrc **js, kvp_run *r, const kvp_runopts *o, const char *kv_in, kvp_err *err);
+ * either way).  salt: the KV cache salt of every request without its own
+ * "cache_salt" (0: none); a stream's blocks are cached under their
+ * request's salt as they arrive.  0 or a code. */
+int kvp_jobsrc_open(kvp_jobsrc **js, kvp_run *r, const kvp_runopts *o, const char *kv_in, uint64_t salt,
+                    kvp_err *err);
 void kvp_jobsrc_free(kvp_jobsrc *js);
 /* Keep only shard k of n (n 0 or 1: all) and requests whose id is not in
  * done (NULL: none). */
@@ -41,9 +44,6 @@ void kvp_jobsrc_filter(kvp_jobsrc *js, uint32_t k, uint32_t n, const kvp_idset *
  * steadier), drawn from seed.  A request's arrival time, not the moment it
  * is read, starts its TTFT.  rate 0: all at once. */
 void kvp_jobsrc_arrivals(kvp_jobsrc *js, double rate, double burstiness, uint64_t seed);
-/* The KV cache salt of every request without its own "cache_salt" (0:
- * none). */
-void kvp_jobsrc_salt(kvp_jobsrc *js, uint64_t salt);
 /* The source to hand kvp_batch_run. */
 kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js);
 /* Requests read so far (the input is read as the run takes them: at open,

@@ -181,6 +181,7 @@ struct kvp_seqio_reader {
     uint64_t n_seqs;
     hmap ids;                 /* sequence ids seen: each once */
     hmap partial;             /* hash of a partial block loaded -> handle << 32 | block index */
+    uint64_t salt;            /* of sequences whose record has none */
     int done;
 };
 
@@ -233,6 +234,8 @@ int kvp_seqio_reader_open(kvp_seqio_reader **out, kvp_reader *r, const char *nam
     *out = sr;
     return 0;
 }
+
+void kvp_seqio_reader_set_salt(kvp_seqio_reader *sr, uint64_t salt) { sr->salt = salt; }
 
 void kvp_seqio_reader_free(kvp_seqio_reader *sr)
 {
@@ -350,6 +353,13 @@ static const uint8_t *stage_scaled(kvp_seqio_reader *sr, const kvp_record *rec, 
     return sr->stage;
 }
 
+/* A block's hash in the cache: the block chained from the cache's parent
+ * (the stream's own hash while that chain is unsalted: it starts at 0). */
+static uint64_t salted_hash(uint64_t hash, uint64_t sparent, const uint32_t *tok, uint32_t nt)
+{
+    return sparent == 0 ? hash : kvp_kvblock_hash(sparent, tok, nt);
+}
+
 /* Block bi of sequence s: checks common to blocks and references. */
 static int block_check(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_rec *s, uint64_t seq_id,
                        uint32_t bi, uint32_t want_bi, uint32_t nt, uint64_t parent, uint64_t hash, kvp_err *err)
@@ -368,10 +378,13 @@ static int block_check(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_se
     return 0;
 }
 
-/* Load one block record into seq (while *loading).  A record that cannot
- * be loaded stops the loading, never the reading. */
+/* Load one block record into seq (while *loading).  *parent chains the
+ * stream's hashes (unsalted, as every stream's), *sparent the cache's (from
+ * the sequence's salt): a full block is looked up in the cache by the
+ * latter, so a salted sequence finds only its own tenant's blocks.  A
+ * record that cannot be loaded stops the loading, never the reading. */
 static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_rec *s, int handle, uint32_t bi,
-                    uint64_t *parent, int *loading, kvp_err *err)
+                    uint64_t *parent, uint64_t *sparent, int *loading, kvp_err *err)
 {
     /* whole blocks: under --tp/--pp the cache scatters them to the ranks */
     const kvp_kv_pool *pool = kvp_kvcache_whole(sr->kc);
@@ -414,7 +427,7 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
         hash = b.hash;
         /* a full block the cache already holds is shared, not copied */
         if (nt == pool->block_size)
-            from = kvp_kvcache_find_hash(sr->kc, hash);
+            from = kvp_kvcache_find_hash(sr->kc, salted_hash(hash, *sparent, tok, nt));
     } else {
         kvp_blockref_rec r;
         if ((rc = kvp_blockref_decode(rec, &r, err)) < 0)
@@ -426,10 +439,12 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
         /* A full block by its registered hash; a partial one (the tail of an
          * equal prompt) where it was loaded, if still there.  One that has
          * left the cache is computed again from the tokens. */
-        from = nt == pool->block_size ? kvp_kvcache_find_hash(sr->kc, hash) : partial_block(sr, hash);
+        from = nt == pool->block_size ? kvp_kvcache_find_hash(sr->kc, salted_hash(hash, *sparent, tok, nt))
+                                      : partial_block(sr, hash);
         if (from < 0)
             *loading = 0;
     }
+    *sparent = salted_hash(hash, *sparent, tok, nt);
     *parent = hash;
     if (!*loading)
         return 0;
@@ -475,7 +490,11 @@ int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *out, const uint32
     int handle = kvp_kvcache_seq_new(sr->kc, err);
     if (handle < 0)
         return handle;
-    uint64_t parent = 0;
+    uint64_t salt = s.cache_salt ? s.cache_salt : sr->salt, parent = 0, sparent = salt;
+    if ((rc = kvp_kvcache_seq_set_salt(sr->kc, handle, salt, err)) < 0) {
+        kvp_kvcache_seq_free(sr->kc, handle);
+        return rc;
+    }
     int loading = 1;
     for (uint32_t bi = 0; bi < nb && rc == 0; bi++) {
         if (!ahead)
@@ -486,7 +505,7 @@ int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *out, const uint32
                          : kvp_err_set(err, KVP_EFORMAT, "%s: sequence %llu: the stream carries KV for %u of its %u "
                                        "blocks", sr->name, (unsigned long long)s.id, bi, nb);
         else
-            rc = on_block(sr, &rec, &s, handle, bi, &parent, &loading, err);
+            rc = on_block(sr, &rec, &s, handle, bi, &parent, &sparent, &loading, err);
     }
     if (rc < 0) {
         kvp_kvcache_seq_free(sr->kc, handle);

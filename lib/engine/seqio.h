@@ -53,6 +53,13 @@ typedef struct kvp_seqio_reader kvp_seqio_reader;
 /* Checks the stream's model fingerprint against m.  0 or a code. */
 int kvp_seqio_reader_open(kvp_seqio_reader **sr, kvp_reader *r, const char *name, const kvp_model *m,
                           kvp_backend *be, const kvp_kvcache_opts *opts, kvp_err *err);
+/* The KV cache salt of sequences whose record carries none (0, the
+ * default: none).  Each sequence's cache sequence takes its record's salt,
+ * else this one, before its blocks load, so they are cached (findable by
+ * later requests) under the chain of the tenant they belong to; a block
+ * the stream shares between sequences of different salts is computed
+ * again for the second (tenants never share a cached block). */
+void kvp_seqio_reader_set_salt(kvp_seqio_reader *sr, uint64_t salt);
 /* The next sequence: 1 with *s (its loaded blocks under s->handle) and
  * *tokens (all rec.n_tokens of them, valid until the next call), 0 at the
  * stream's end, or a negative code naming the stream and record. */

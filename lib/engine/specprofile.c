@@ -255,7 +255,7 @@ static void run_prompts(profile *p, const kvp_spec_method *m, const kvp_drafter 
     kvp_jobsrc *js = NULL;
     kvp_batch_opts bo = {.sched = p->o->sched, .drafter = d, .draft_len = k};
     bo.sched.max_num_seqs = 1; /* the cost model is one sequence's steps */
-    if (kvp_jobsrc_open(&js, p->r, p->o, "-", &err) < 0 || (m && m->bind && m->bind(m, p->r->engine, p->r->kc, &err) < 0))
+    if (kvp_jobsrc_open(&js, p->r, p->o, "-", 0, &err) < 0 || (m && m->bind && m->bind(m, p->r->engine, p->r->kc, &err) < 0))
         kvp_cli_die_err(&err);
     if (only < p->n_req)
         kvp_jobsrc_filter(js, only, p->n_req, NULL);

@@ -97,6 +97,34 @@ run prefill -m "$M" -t 1 -f "$T/other.jsonl" --stats -o "$T/other.kvp"
 expect_status 0 "two salts"
 expect_err_has "t2: 49 prompt tokens (49 computed)" "another salt computes its own"
 
+# decode caches a stream's blocks under their request's salt (the record's,
+# else its --cache-salt) as they arrive: a salted request starts on the
+# blocks prefill sent (its 3 full blocks, 48 tokens, found in the cache)
+# instead of computing its prompt again, and a block the stream shares
+# between two tenants serves only the first (the second computes its own).
+cached() { sed -n 's/.*"cached_prompt_tokens":\([0-9]*\).*/\1/p' "$1"; }
+texts() { sed 's/"ttft_ms".*//' "$1" | sort; }
+printf '{"id":"t1","prompt":"%s","cache_salt":"a"}\n' "$long" >"$T/one-salted.jsonl"
+prefill -m "$M" -t 1 -f "$T/one-salted.jsonl" -o "$T/one-salted.kvp" 2>/dev/null
+run decode -m "$M" -t 1 -n 3 --stats="$T/st.json" "$T/one-salted.kvp"
+expect_status 0 "decode of a salted request's stream"
+expect_true "it starts on the stream's 48 tokens of full blocks (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 48
+printf '{"id":"t1","prompt":"%s"}\n' "$long" >"$T/one.jsonl"
+prefill -m "$M" -t 1 -f "$T/one.jsonl" -o "$T/one.kvp" 2>/dev/null
+run decode -m "$M" -t 1 -n 3 --cache-salt zz --stats="$T/st.json" "$T/one.kvp"
+expect_true "with --cache-salt on an unsalted stream too (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 48
+for pair in same:96 other:48; do
+    f=$T/${pair%:*}.jsonl want=${pair#*:}
+    prefill -m "$M" -t 1 -f "$f" -o "$T/pair.kvp" 2>/dev/null
+    run decode -m "$M" -t 1 -n 3 --stats="$T/st.json" "$T/pair.kvp"
+    expect_status 0 "decode of two requests with ${pair%:*} salts"
+    expect_true "${pair%:*} salts: $want tokens from the cache (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = "$want"
+    texts "$OUT" >"$T/got.txt"
+    run decode -m "$M" -t 1 -n 3 -f "$f"
+    texts "$OUT" >"$T/want.txt"
+    expect_true "${pair%:*} salts: the texts decode -f gives" cmp -s "$T/got.txt" "$T/want.txt"
+done
+
 # --stats --json: a line a prompt, its id escaped as JSON.
 printf '{"id":"q\\"x","prompt":"Hi"}\n' >"$T/quote.jsonl"
 run prefill -m "$M" -t 1 -f "$T/quote.jsonl" --stats --json -o "$T/quote.kvp"
