@@ -192,7 +192,10 @@ static int kv_start(void *ctx, kvp_sched_req *sr, kvp_err *err)
         return h;
     r->g.handle = h;
     int got = kvp_kvcache_seq_set_salt(b->kc, h, r->salt, err);
-    if (got == 0 && !b->no_prefix)
+    /* a stream's request starts on the blocks it brought (its holder's, cached
+     * under its salt) even under --no-prefix-cache: they are its own prompt's,
+     * computed by prefill, not another request's */
+    if (got == 0 && (!b->no_prefix || r->holder >= 0))
         got = kvp_kvcache_seq_share_prefix(b->kc, h, r->tokens, sr->n_tokens, err);
     if (got < 0) {
         kvp_kvcache_seq_free(b->kc, h);

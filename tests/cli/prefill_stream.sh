@@ -113,6 +113,10 @@ printf '{"id":"t1","prompt":"%s"}\n' "$long" >"$T/one.jsonl"
 prefill -m "$M" -t 1 -f "$T/one.jsonl" -o "$T/one.kvp" 2>/dev/null
 run decode -m "$M" -t 1 -n 3 --cache-salt zz --stats="$T/st.json" "$T/one.kvp"
 expect_true "with --cache-salt on an unsalted stream too (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 48
+# --no-prefix-cache keeps requests from sharing; a stream's own blocks are
+# its requests' own prompts, computed by prefill: still used
+run decode -m "$M" -t 1 -n 3 --no-prefix-cache --stats="$T/st.json" "$T/one-salted.kvp"
+expect_true "--no-prefix-cache still starts on the stream's blocks (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 48
 for pair in same:96 other:48; do
     f=$T/${pair%:*}.jsonl want=${pair#*:}
     prefill -m "$M" -t 1 -f "$f" -o "$T/pair.kvp" 2>/dev/null
