@@ -172,8 +172,13 @@ static void expand_sweep(sweep_opt *o)
     o->vals = malloc(KVP_CAP_SWEEP_MAX * sizeof *o->vals);
     if (!o->vals)
         kvp_cli_die("out of memory");
-    if (kvp_cap_sweep_parse(o->spec, parsers[o->kind], o->vals, KVP_CAP_SWEEP_MAX, &o->n, &err))
+    if (kvp_cap_sweep_parse(o->spec, parsers[o->kind], o->vals, KVP_CAP_SWEEP_MAX, &o->n, &err)) {
+        /* "8k" tokens is 8192 to some and 8000 to others: counts take digits */
+        if (o->kind == K_INT && strpbrk(o->spec, "kKmMgG"))
+            kvp_cli_usage_error("--%s: %s (a count takes digits only: 8192 or 8000, not 8k)",
+                                o->name, err.msg);
         kvp_cli_usage_error("--%s: %s", o->name, err.msg);
+    }
     for (size_t i = 0; i < o->n; i++) {
         double v = o->vals[i];
         if (o->kind == K_INT || o->kind == K_SIZE)

@@ -227,6 +227,9 @@ run kvcalc --model llama-3-8b --gpu-mem -5G
 expect_status 2 "negative --gpu-mem exits 2"
 run kvcalc --model llama-3-8b --seq-len -1
 expect_status 2 "negative --seq-len exits 2"
+run kvcalc --model llama-3-8b --seq-len 8k
+expect_status 2 "--seq-len 8k exits 2"
+expect_err_has "digits only: 8192 or 8000, not 8k" "and says what a count takes"
 run kvcalc --model llama-3-8b --gpu h100 --gpu-util 2
 expect_status 2 "--gpu-util 2 exits 2"
 expect_err_has "gpu-util" "and names the option"
