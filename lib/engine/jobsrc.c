@@ -247,8 +247,6 @@ static int prompt_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
 {
     for (;;) {
         if (js->n_pp == 0) {
-            if (js->held_rc)
-                return take_held(js, err);
             if (js->prompts_end || (!block && !kvp_prompts_reader_ready(js->pr)))
                 return js->prompts_end ? KVP_BATCH_END : 0;
             int got = read_prompt(js, err);
@@ -279,7 +277,7 @@ static int prompt_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
  * (Bytes the reader has buffered are not seen: the next wait reads them.) */
 static int would_block(const kvp_jobsrc *js)
 {
-    if (js->in.map || js->n_pend || js->held_rc)
+    if (js->in.map || js->n_pend)
         return 0;
     struct pollfd p = {.fd = js->in.fd, .events = POLLIN};
     return poll(&p, 1, 0) == 0;
@@ -299,8 +297,6 @@ static int stream_read(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err
         js->n_pend--;
         return 1;
     }
-    if (js->held_rc)
-        return take_held(js, err);
     return read_one(js, q, tok, err);
 }
 
@@ -414,6 +410,8 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
 static int next(void *ctx, int block, kvp_request **out, kvp_err *err)
 {
     kvp_jobsrc *js = ctx;
+    if (js->held_rc && !js->n_pp && !js->n_pend) /* the read-ahead handed out: its failure */
+        return take_held(js, err);
     return js->from_prompts ? prompt_next(js, block, out, err) : stream_next(js, block, out, err);
 }
 
@@ -525,7 +523,6 @@ void kvp_jobsrc_filter(kvp_jobsrc *js, uint32_t k, uint32_t n, const kvp_idset *
     js->shard_n = n;
     js->done = done;
 }
-
 
 kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js) { return (kvp_batch_source){.ctx = js, .next = next}; }
 uint64_t kvp_jobsrc_total(const kvp_jobsrc *js) { return js->n; }

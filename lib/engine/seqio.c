@@ -353,8 +353,9 @@ static const uint8_t *stage_scaled(kvp_seqio_reader *sr, const kvp_record *rec, 
     return sr->stage;
 }
 
-/* A block's hash in the cache: the block chained from the cache's parent
- * (the stream's own hash while that chain is unsalted: it starts at 0). */
+/* A block's hash in the cache: the stream's own (hash) for an unsalted
+ * sequence (sparent 0 throughout), else the block chained from the salted
+ * parent (not 0: a salt never is, a block hash with a chance of 2^-64). */
 static uint64_t salted_hash(uint64_t hash, uint64_t sparent, const uint32_t *tok, uint32_t nt)
 {
     return sparent == 0 ? hash : kvp_kvblock_hash(sparent, tok, nt);
@@ -392,7 +393,7 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
     int64_t from = -1;
     const uint8_t *data = NULL;
     uint32_t nt;
-    uint64_t hash;
+    uint64_t hash, shash;
     int rc;
     if (rec->kind == KVP_KIND_KV_BLOCK) {
         kvp_kvblock_rec b;
@@ -425,9 +426,10 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
             return KVP_EFORMAT;
         nt = b.n_tokens;
         hash = b.hash;
+        shash = salted_hash(hash, *sparent, tok, nt);
         /* a full block the cache already holds is shared, not copied */
         if (nt == pool->block_size)
-            from = kvp_kvcache_find_hash(sr->kc, salted_hash(hash, *sparent, tok, nt));
+            from = kvp_kvcache_find_hash(sr->kc, shash);
     } else {
         kvp_blockref_rec r;
         if ((rc = kvp_blockref_decode(rec, &r, err)) < 0)
@@ -436,15 +438,15 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
             return rc;
         nt = r.n_tokens;
         hash = r.hash;
+        shash = salted_hash(hash, *sparent, tok, nt);
         /* A full block by its registered hash; a partial one (the tail of an
          * equal prompt) where it was loaded, if still there.  One that has
          * left the cache is computed again from the tokens. */
-        from = nt == pool->block_size ? kvp_kvcache_find_hash(sr->kc, salted_hash(hash, *sparent, tok, nt))
-                                      : partial_block(sr, hash);
+        from = nt == pool->block_size ? kvp_kvcache_find_hash(sr->kc, shash) : partial_block(sr, hash);
         if (from < 0)
             *loading = 0;
     }
-    *sparent = salted_hash(hash, *sparent, tok, nt);
+    *sparent = *sparent ? shash : 0; /* an unsalted chain stays 0: the stream's hashes serve */
     *parent = hash;
     if (!*loading)
         return 0;
