@@ -8,6 +8,8 @@
 #include "shard.h"
 #include "tensor.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -318,22 +320,48 @@ void kvp_run_close(kvp_run *r)
     memset(r, 0, sizeof *r);
 }
 
+/* One --tokens item at s (spaces around it allowed): its digits' value in
+ * *x, the end in *end; -1 when it is empty, signed or not a number. */
+static int parse_id(const char *s, unsigned long *x, const char **end)
+{
+    while (*s == ' ')
+        s++;
+    if (*s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    char *e;
+    *x = strtoul(s, &e, 10);
+    if (errno)
+        *x = ULONG_MAX; /* out of range: above any vocabulary */
+    while (*e == ' ')
+        e++;
+    *end = e;
+    return 0;
+}
+
+/* "1, 2,3": token ids below n_vocab separated by commas; an empty item
+ * ("1,,2", a trailing comma), a sign or other text is an error, not
+ * skipped, so a mistyped list is not run as another prompt. */
 static int parse_ids(const char *s, uint32_t n_vocab, uint32_t **ids, uint32_t *n, kvp_err *err)
 {
     size_t cap = 16, k = 0;
     uint32_t *v = malloc(cap * sizeof *v);
     if (!v)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
-    while (*s) {
-        char *end;
-        while (*s == ' ' || *s == ',')
-            s++;
-        if (!*s)
-            break;
-        unsigned long x = strtoul(s, &end, 10);
-        if (end == s || x >= n_vocab || (*end && *end != ',' && *end != ' ')) {
+    for (;;) {
+        const char *end;
+        unsigned long x;
+        if (parse_id(s, &x, &end) < 0 || (*end && *end != ',')) {
             free(v);
-            return kvp_err_set(err, KVP_EINVAL, "--tokens: '%.20s' is not a token id below %u", s, n_vocab);
+            if (s[strspn(s, " ")] == ',' || !s[strspn(s, " ")])
+                return kvp_err_set(err, KVP_EINVAL, "--tokens: item %zu is empty", k + 1);
+            return kvp_err_set(err, KVP_EINVAL, "--tokens: item %zu ('%.20s') is not a token id (digits, separated by commas)",
+                               k + 1, s);
+        }
+        if (x >= n_vocab) {
+            free(v);
+            return kvp_err_set(err, KVP_EINVAL, "--tokens: item %zu (%.*s) is not below the vocabulary's %u", k + 1,
+                               (int)(end - s < 24 ? end - s : 24), s, n_vocab);
         }
         if (k == cap) {
             uint32_t *w = realloc(v, (cap *= 2) * sizeof *v);
@@ -344,11 +372,9 @@ static int parse_ids(const char *s, uint32_t n_vocab, uint32_t **ids, uint32_t *
             v = w;
         }
         v[k++] = (uint32_t)x;
-        s = end;
-    }
-    if (!k) {
-        free(v);
-        return kvp_err_set(err, KVP_EINVAL, "--tokens: no token ids");
+        if (!*end)
+            break;
+        s = end + 1;
     }
     *ids = v;
     *n = (uint32_t)k;

@@ -137,6 +137,11 @@ for p in prefill decode; do
     runtime_case $p "an empty prompt" "empty" $p -m "$M" -t 2 -p ""
     runtime_case $p "KV memory too small for a block" "holds no block" $p -m "$M" -t 2 -p hi --kv-mem 1K
     runtime_case $p "a token id past the vocabulary" "--tokens" $p -m "$M" -t 2 --tokens 99999999
+    runtime_case $p "a token id past 2^64" "item 1" $p -m "$M" -t 2 --tokens 99999999999999999999999
+    runtime_case $p "an empty --tokens item" "item 2" $p -m "$M" -t 2 --tokens 1,,2
+    runtime_case $p "a trailing comma in --tokens" "item 3" $p -m "$M" -t 2 --tokens "1, 2,"
+    runtime_case $p "a signed --tokens item" "item 1" $p -m "$M" -t 2 --tokens +5
+    runtime_case $p "two ids without a comma" "item 1" $p -m "$M" -t 2 --tokens "1 2"
 done
 runtime_case prefill "a directory as -o" "is a directory" prefill -m "$M" -t 2 -p hi -o "$T/dir"
 runtime_case decode "a directory as --kv-out" "is a directory" decode -m "$M" -t 2 -p hi -n 1 --kv-out "$T/dir"
