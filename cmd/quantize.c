@@ -320,25 +320,87 @@ static int ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+/* path's canonical name (its folder's real path and its own name), for
+ * paths that may not exist yet; NULL when its folder cannot be resolved. */
+static char *canonical_name(const char *path)
+{
+    char *dup = strdup(path), *slash = dup ? strrchr(dup, '/') : NULL;
+    if (!dup)
+        return NULL;
+    const char *dir = slash ? (slash == dup ? "/" : dup) : ".", *base = slash ? slash + 1 : dup;
+    if (slash)
+        *slash = '\0';
+    char *real = realpath(dir, NULL), *name = NULL;
+    if (real && asprintf(&name, "%s/%s", real, base) < 0)
+        name = NULL;
+    free(real);
+    free(dup);
+    return name;
+}
+
+/* a and b name one file: the same inode when both exist, else the same
+ * canonical name (an output and a report not yet written). */
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char *ca = canonical_name(a), *cb = canonical_name(b);
+    int same = ca && cb && strcmp(ca, cb) == 0;
+    free(ca);
+    free(cb);
+    return same;
+}
+
+/* path is an existing file inside the folder input (a safetensors model
+ * folder, whose shards, config and tokenizer the conversion reads). */
+static int inside_folder(const char *path, const char *input)
+{
+    struct stat si, sp, sd;
+    if (!input || stat(input, &si) != 0 || !S_ISDIR(si.st_mode) || stat(path, &sp) != 0)
+        return 0;
+    char *dup = strdup(path), *slash = dup ? strrchr(dup, '/') : NULL;
+    if (slash)
+        *slash = '\0';
+    int in = dup && stat(slash ? (slash == dup ? "/" : dup) : ".", &sd) == 0 && sd.st_dev == si.st_dev &&
+             sd.st_ino == si.st_ino;
+    free(dup);
+    return in;
+}
+
+/* The checks of one file quantize writes (what: "-o" or "--report"):
+ * never the input or a file of the input folder, never a directory, an
+ * existing file only under --force. */
+static void check_target(const char *path, const char *what, const char *input, int force)
+{
+    if (!*path)
+        kvp_cli_usage_error("%s: an empty file name", what);
+    if (strcmp(path, "-") == 0)
+        return;
+    if (input && (same_file(path, input) || inside_folder(path, input)))
+        kvp_cli_usage_error("%s %s: the output would replace %s", what, path,
+                            same_file(path, input) ? "the input" : "a file of the input folder");
+    struct stat so;
+    if (stat(path, &so) != 0)
+        return;
+    if (S_ISDIR(so.st_mode))
+        kvp_cli_die("%s: is a directory", path);
+    /* a device or FIFO (-o /dev/null) is written in place, not replaced */
+    if (S_ISREG(so.st_mode) && !force)
+        kvp_cli_die("%s: exists (--force overwrites it)", path);
+}
+
 static void check_output(const options *o, const char *input)
 {
-    if (strcmp(o->output, "-") == 0) {
-        if (isatty(1))
-            kvp_cli_usage_error("the output is binary; redirect standard output to a file or pipe");
-        if (o->report && strcmp(o->report, "-") == 0)
-            kvp_cli_usage_error("--report - and -o - would both write to standard output");
-        return;
-    }
-    struct stat si, so;
-    if (stat(o->output, &so) != 0)
-        return;
-    if (input && stat(input, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
-        kvp_cli_usage_error("%s: the output would replace the input", o->output);
-    if (S_ISDIR(so.st_mode))
-        kvp_cli_die("%s: is a directory", o->output);
-    /* a device or FIFO (-o /dev/null) is written in place, not replaced */
-    if (S_ISREG(so.st_mode) && !o->force)
-        kvp_cli_die("%s: exists (--force overwrites it)", o->output);
+    if (strcmp(o->output, "-") == 0 && isatty(1))
+        kvp_cli_usage_error("the output is binary; redirect standard output to a file or pipe");
+    if (o->report && strcmp(o->report, "-") == 0 && strcmp(o->output, "-") == 0)
+        kvp_cli_usage_error("--report - and -o - would both write to standard output");
+    if (o->report && strcmp(o->report, "-") != 0 && same_file(o->report, o->output))
+        kvp_cli_usage_error("--report %s: the report would replace the output", o->report);
+    check_target(o->output, "-o", input, o->force);
+    if (o->report) /* a report replaces an earlier one: it is a log, not a model */
+        check_target(o->report, "--report", input, 1);
 }
 
 static void note_fallbacks(const kvp_convert *cv, const kvp_convert_totals *t)
@@ -362,8 +424,9 @@ static void note_fallbacks(const kvp_convert *cv, const kvp_convert_totals *t)
 /* ---- --eval ---- */
 
 /* Score the text with the source model, saving its top 32 as the base (in
- * a temporary folder), then the output against it; one report line. */
-static int eval_models(const options *o, const char *input, kvp_buf *line, kvp_err *err)
+ * a temporary folder), then the written output (at path output, its
+ * temporary name) against it; one report line. */
+static int eval_models(const options *o, const char *input, const char *output, kvp_buf *line, kvp_err *err)
 {
     char dir[4096], base[4200];
     const char *tmp = getenv("TMPDIR");
@@ -380,7 +443,7 @@ static int eval_models(const options *o, const char *input, kvp_buf *line, kvp_e
     kvp_ppl_result src, out;
     int rc = kvp_perplexity_run(&ro, o->eval, &po, &src, err);
     if (rc == 0) {
-        ro.model = o->output;
+        ro.model = output;
         po.save_path = NULL;
         po.base_path = base;
         rc = kvp_perplexity_run(&ro, o->eval, &po, &out, err);
@@ -449,17 +512,19 @@ static int run_model(const options *o, const char *input)
     int rc = report_put(&r, &err);
     if (rc == 0 && (rc = kvp_out_open(&out, o->output, &err)) == 0) {
         rc = kvp_convert_write(cv, &out, o->zstd, PRODUCER, pool, on_tensor, &r, &err);
+        kvp_convert_totals_get(cv, &t);
+        r.line.len = 0;
+        kvp_convert_report_summary(&r.line, &t, o->json);
+        /* --eval reads the written model back before it is renamed into
+         * place: a text it cannot score fails the run with no output */
+        if (rc == 0 && o->eval)
+            rc = eval_models(o, input, out.direct ? o->output : out.tmp_path, &r.line, &err);
         if (rc == 0)
             rc = kvp_out_commit(&out, &err);
         else
             kvp_out_abort(&out);
     }
     kvp_threadpool_free(pool);
-    kvp_convert_totals_get(cv, &t);
-    r.line.len = 0;
-    kvp_convert_report_summary(&r.line, &t, o->json);
-    if (rc == 0 && o->eval)
-        rc = eval_models(o, input, &r.line, &err);
     if (rc == 0)
         rc = report_put(&r, &err);
     if (rc < 0) {
@@ -560,8 +625,11 @@ int main(int argc, char **argv)
     if (!o.dry_run) {
         if (!o.output)
             kvp_cli_usage_error("no output: give -o OUTPUT (or --dry-run)");
-        if (o.eval && strcmp(o.output, "-") == 0)
-            kvp_cli_usage_error("--eval reads the output model back: give -o FILE, not standard output");
+        struct stat so;
+        if (o.eval && (strcmp(o.output, "-") == 0 || (stat(o.output, &so) == 0 && !S_ISREG(so.st_mode) &&
+                                                      !S_ISDIR(so.st_mode))))
+            kvp_cli_usage_error("--eval reads the output model back: give -o a file, not standard output, a "
+                                "device or a pipe");
         check_output(&o, input);
     }
     return run_model(&o, input);

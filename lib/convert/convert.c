@@ -585,14 +585,21 @@ static int choose_dtype(const plan_ctx *p, const kvp_convert_item *it)
     return is_embedding(name) ? p->o->embed : p->o->to;
 }
 
-/* A group that divides row: group / 2^k down to 16, else 0 (use CHANNEL). */
+/* A group that divides row: the group asked for, else its even halves down
+ * to 16 (halving a group the user chose below 16 would make scales
+ * outweigh the codes), else 0 (use CHANNEL). */
 static uint32_t fit_group(uint32_t group, uint64_t row)
 {
-    for (uint32_t g = group; g >= 16; g /= 2)
+    for (uint32_t g = group; g >= 2 && g % 2 == 0 && (g == group || g >= 16); g /= 2)
         if (row % g == 0)
             return g;
     return 0;
 }
+
+/* The group of the group scheme when no --group was given and the type has
+ * no default group (fp8, int8): 128 elements, a common choice for FP8 and
+ * INT8 weights (DeepSeek-V3's FP8 blocks are 128 wide). */
+enum { KVP_CONVERT_GROUP_DEFAULT = 128 };
 
 static int same_layout(const kvp_tensor_rec *a, const kvp_tensor_rec *b)
 {
@@ -614,6 +621,8 @@ static void plan_quant(kvp_convert_item *it, const kvp_convert_opts *o, int dtyp
             spec.asym = o->asym;
         }
         if (spec.scheme == KVP_SCHEME_GROUP) {
+            if (!spec.group)
+                spec.group = KVP_CONVERT_GROUP_DEFAULT;
             uint64_t row = it->src.shape[it->src.n_dim - 1];
             uint32_t g = fit_group(spec.group, row);
             if (g != spec.group)

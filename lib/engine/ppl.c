@@ -207,7 +207,7 @@ int kvp_ppl_run(kvp_engine *e, kvp_kvcache *kc, const uint32_t *tokens, uint64_t
     if (ctx < 4)
         return kvp_err_set(err, KVP_EINVAL, "--ctx %u: a window needs at least 4 tokens", ctx);
     if (n < ctx)
-        return kvp_err_set(err, KVP_EINVAL, "%s: %llu tokens, fewer than one window of --ctx %u",
+        return kvp_err_set(err, KVP_EINVAL, "%s: %llu tokens, fewer than one window of %u tokens",
                            o->text_name ? o->text_name : "text", (unsigned long long)n, ctx);
     if (o->save_path && o->base_path)
         return kvp_err_set(err, KVP_EINVAL, "saving a base and comparing with one are separate runs");

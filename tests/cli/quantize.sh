@@ -252,6 +252,42 @@ expect_true "and no temporary report file" sh -c "! ls '$T'/rep-*.tmp.* 2>/dev/n
 run quantize --to f32 "$T/st8.kvp" -o "$T/rep.kvp" --report "$T/rep-old.tsv"
 expect_status 0 "a conversion with --report over an earlier one"
 expect_true "replaces the earlier report" grep -q "^name	shape" "$T/rep-old.tsv"
+# the report and the output never replace the input, a file of the input
+# folder or each other, --force or not
+cp "$T/st8.kvp" "$T/in8.kvp"
+run quantize --to f32 "$T/in8.kvp" -o "$T/o8.kvp" -r "$T/in8.kvp"
+expect_status 2 "--report naming the input"
+expect_err_has "would replace the input" "says why"
+run quantize --to f32 "$T/in8.kvp" -o "$T/o8.kvp" -r "$T/o8.kvp" -f
+expect_status 2 "--report naming the output"
+expect_err_has "the report would replace the output" "says why"
+run quantize --to f32 "$T/in8.kvp" -o "$T/o8.kvp" -r "$T/./o8.kvp"
+expect_status 2 "--report naming the output by another path, neither written yet"
+run kvdump --check "$T/in8.kvp"
+expect_status 0 "the input is intact"
+expect_true "and no output was written" test ! -e "$T/o8.kvp"
+mkdir "$T/stdir" && cp "$G/config.json" "$G/model.safetensors" "$T/stdir/"
+run quantize --to int8 --drop '^step$' "$T/stdir" -o "$T/stdir/model.safetensors" -f
+expect_status 2 "-o naming a shard of the input folder"
+expect_err_has "a file of the input folder" "says why"
+expect_true "the shard is intact" cmp -s "$G/model.safetensors" "$T/stdir/model.safetensors"
+run quantize --to int8 --drop '^step$' "$T/stdir" -o "$T/stdir/new.kvp"
+expect_status 0 "a new file inside the input folder is fine"
+run quantize --to int8 "$T/in8.kvp" -o ""
+expect_status 2 "an empty -o"
+expect_err_has "empty file name" "says so"
+run quantize --to int8 "$T/in8.kvp" -o "$T/e8.kvp" -r ""
+expect_status 2 "an empty --report"
+
+# a group below 16 that divides the rows is used, not turned into channels
+run quantize -n --to int4 -g 8 "$T/in8.kvp"
+expect_status 0 "int4 with groups of 8"
+expect_out_has "model.layers.0.mlp.down_proj.weight	8x16	i8	i4	group8	" "groups of 8 kept"
+if grep -q "per channel" "$ERR" "$OUT"; then fail "no false fallback note"; else pass "no false fallback note"; fi
+# --scheme group without --group: groups of 128 for fp8 and int8 (halved to fit)
+run quantize -n --to fp8 -s group "$T/in8.kvp"
+expect_status 0 "fp8 --scheme group without --group"
+expect_out_has "model.layers.0.mlp.down_proj.weight	8x16	i8	fp8_e4m3	group16	" "a group, not per channel"
 run quantize --help
 expect_status 0 "--help"
 expect_out_has "Usage: quantize" "--help usage line"
