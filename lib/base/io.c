@@ -277,7 +277,12 @@ int kvp_read_file(const char *path, uint64_t max, uint8_t **data, size_t *len, k
 _Static_assert(ATOMIC_POINTER_LOCK_FREE == 2, "the signal handler needs lock-free pointers");
 static _Atomic(const char *) tmp_slot[TMP_SLOTS];
 static pthread_once_t handlers_once = PTHREAD_ONCE_INIT;
-static const int fatal_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGPIPE, SIGXFSZ};
+/* Every signal whose default action ends the process (a crash's too:
+ * the handler re-raises it, so the core dump still comes), but SIGKILL
+ * and SIGSTOP, which cannot be caught. */
+static const int fatal_signals[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGTERM, SIGPIPE, SIGXFSZ, SIGXCPU, SIGUSR1,
+                                    SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGABRT, SIGBUS,  SIGFPE,  SIGILL,
+                                    SIGSEGV, SIGSYS};
 
 static void on_fatal_signal(int sig)
 {

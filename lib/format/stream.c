@@ -782,10 +782,11 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
     uint64_t padded = kvp_align_up(rec->stored_size, KVP_ALIGN);
     if (padded > kvp_in_left(in))
         return kvp_err_set(err, KVP_ETRUNC,
-                           "%s: record %llu (%s) at offset %llu declares %llu payload bytes but only %llu remain "
-                           "(truncated)",
+                           "%s: record %llu (%s) at offset %llu declares %llu payload bytes (%llu with padding) "
+                           "but only %llu remain (truncated)",
                            name, (unsigned long long)r->index, kname, (unsigned long long)off,
-                           (unsigned long long)rec->stored_size, (unsigned long long)kvp_in_left(in));
+                           (unsigned long long)rec->stored_size, (unsigned long long)padded,
+                           (unsigned long long)kvp_in_left(in));
     if (rec->meta_size > rec->raw_size || (!(rec->flags & KVP_RECORD_ZSTD) && rec->stored_size != rec->raw_size))
         return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu (%s) at offset %llu: inconsistent sizes", name,
                            (unsigned long long)r->index, kname, (unsigned long long)off);

@@ -4,9 +4,9 @@
 #
 # What must hold: write errors exit 1 with one line naming the output; a
 # closed pipe ends a program quietly (exit 0 or 141); no partial file is ever
-# left under the final name; after SIGINT, SIGTERM, SIGHUP, SIGPIPE or
-# SIGXFSZ no temporary file either (lib/io.c removes it; only SIGKILL leaves
-# it); every reader of a cut-off stream exits 1 naming the byte offset; an
+# left under the final name; after SIGINT, SIGTERM, SIGHUP, SIGPIPE,
+# SIGXFSZ or any other signal that ends a process no temporary file either
+# (lib/io.c removes it; only SIGKILL leaves it); every reader of a cut-off stream exits 1 naming the byte offset; an
 # allocation that cannot be made is an error naming its size, not a crash.
 . "$KVP_TESTS/cli/lib.sh"
 . "$KVP_TESTS/cli/faults.lib"
@@ -123,7 +123,8 @@ midwrite() {
 
 # after_kill SIG NAME DESC: the checks after midwrite.
 after_kill() {
-    case $1 in INT) _want=130 ;; HUP) _want=129 ;; TERM) _want=143 ;; KILL) _want=137 ;; *) _want=999 ;; esac
+    case $1 in INT) _want=130 ;; HUP) _want=129 ;; TERM) _want=143 ;; KILL) _want=137 ;; USR1) _want=138 ;;
+    ALRM) _want=142 ;; XCPU) _want=152 ;; SEGV) _want=139 ;; *) _want=999 ;; esac
     if [ "$mid" != caught ]; then
         fail "$3: SIG$1 mid-write: $mid"
         return
@@ -242,7 +243,9 @@ if [ -r /proc/$$/status ] &&
     echo "note: SIGHUP is ignored here (nohup?): the SIGHUP case is skipped"
     hup=
 fi
-for sig in INT TERM $hup KILL; do
+# USR1, ALRM, XCPU (a CPU time limit) and SEGV end a process by default too:
+# the handler removes the temporary file for every such signal.
+for sig in INT TERM $hup USR1 ALRM XCPU SEGV KILL; do
     midwrite $sig "$W/kvk.kvp" "$T/kv.kvp:7232" quantize --kv fp8 -o "$W/kvk.kvp"
     after_kill $sig kvk.kvp "quantize --kv"
 done

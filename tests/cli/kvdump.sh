@@ -139,7 +139,15 @@ expect_status 1 "fewer windows than announced"
 expect_err_has "record 3 (end) at offset 1216: the scores record announces 3 windows, 2 came" "names the counts"
 run kvdump --check "$T/seeds/bad-cut.kvp"
 expect_status 1 "a cut saved-distributions file"
-expect_err_has "record 2 (logprobs) at offset 704 declares 440 payload bytes but only 232 remain (truncated)" "names the cut"
+expect_err_has "record 2 (logprobs) at offset 704 declares 440 payload bytes (448 with padding) but only 232 remain (truncated)" "names the cut"
+# one byte short: the padded size is what must remain, and the message says both
+head -c $(($(wc -c <"$T/lp.kvp") - 1)) "$T/lp.kvp" >"$T/lp-1.kvp"
+run kvdump --check "$T/lp-1.kvp"
+expect_status 1 "a stream one byte short"
+expect_err_has "payload bytes (" "names the padded size"
+pad=$(sed -n 's/.*declares \([0-9]*\) payload bytes (\([0-9]*\) with padding) but only \([0-9]*\) remain.*/\2 \3/p' "$ERR")
+if [ -n "$pad" ] && [ $((${pad% *} - 1)) -eq "${pad#* }" ]; then pass "one byte short of the padded size"; else
+    fail "one byte short of the padded size (got '$pad')"; fi
 
 # A closed stdout ends kvdump quietly (like head).
 run_sh "{ kvdump --json '$T/s.kvp'; echo \$? >'$T/rc'; } | head -c 1 >/dev/null"
