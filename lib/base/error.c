@@ -21,6 +21,7 @@ const char *kvp_strerror(int code)
     case KVP_EMISMATCH: return "mismatch";
     case KVP_ECOMPRESS: return "compression error";
     case KVP_EPIPE: return "broken pipe";
+    case KVP_EINTR: return "interrupted";
     default: return "unknown error";
     }
 }

@@ -28,6 +28,7 @@ enum kvp_errcode {
     KVP_EMISMATCH = -11, /* inputs disagree (model fingerprint, dtype) */
     KVP_ECOMPRESS = -12, /* zstd failed to compress or decompress */
     KVP_EPIPE = -13,     /* the reader of our output went away */
+    KVP_EINTR = -14,     /* a read was interrupted by a stop signal (kvp_in_interrupt_on) */
 };
 
 #define KVP_ERR_MSG_MAX 512

@@ -121,6 +121,19 @@ uint64_t kvp_in_left(const kvp_in *in)
     return in->pos >= in->size ? 0 : in->size - in->pos;
 }
 
+static const volatile sig_atomic_t *in_interrupt;
+
+void kvp_in_interrupt_on(const volatile sig_atomic_t *flag) { in_interrupt = flag; }
+
+/* After EINTR: 1 to read again, else the error set (a stop was asked). */
+static int retry_read(const kvp_in *in, uint64_t off, kvp_err *err)
+{
+    if (in_interrupt && *in_interrupt)
+        return kvp_err_set(err, KVP_EINTR, "%s: reading stopped at offset %llu by a signal", in->name,
+                           (unsigned long long)off);
+    return 1;
+}
+
 int64_t kvp_in_read(kvp_in *in, void *buf, size_t n, kvp_err *err)
 {
     if (in->map) {
@@ -133,9 +146,13 @@ int64_t kvp_in_read(kvp_in *in, void *buf, size_t n, kvp_err *err)
     size_t got = 0;
     while (got < n) {
         ssize_t r = read(in->fd, (char *)buf + got, n - got);
-        if (r < 0) {
-            if (errno == EINTR)
+        if (r < 0 && errno == EINTR) {
+            int rc = retry_read(in, in->pos + got, err);
+            if (rc > 0)
                 continue;
+            return rc;
+        }
+        if (r < 0) {
             return kvp_err_set(err, KVP_EIO, "%s: read at offset %llu: %s", in->name,
                                (unsigned long long)(in->pos + got), strerror(errno));
         }
@@ -153,8 +170,12 @@ int64_t kvp_in_read_some(kvp_in *in, void *buf, size_t n, kvp_err *err)
         return kvp_in_read(in, buf, n, err);
     for (;;) {
         ssize_t r = read(in->fd, buf, n);
-        if (r < 0 && errno == EINTR)
-            continue;
+        if (r < 0 && errno == EINTR) {
+            int rc = retry_read(in, in->pos, err);
+            if (rc > 0)
+                continue;
+            return rc;
+        }
         if (r < 0)
             return kvp_err_set(err, KVP_EIO, "%s: read at offset %llu: %s", in->name, (unsigned long long)in->pos,
                                strerror(errno));

@@ -11,6 +11,7 @@
 
 #include "error.h"
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,12 @@ int64_t kvp_in_read_some(kvp_in *in, void *buf, size_t n, kvp_err *err);
 /* 1 when reading now would wait (a pipe or terminal with nothing in it),
  * else 0: a file, a mapping, data or the end ready. */
 int kvp_in_would_block(const kvp_in *in);
+
+/* Reads waiting on a pipe or terminal are retried after a signal, unless
+ * *flag is set then (a program's stop flag, set by its SIGINT/SIGTERM
+ * handler, installed without SA_RESTART): then they fail with KVP_EINTR, so
+ * a job waiting for input stops when told to.  NULL turns this off. */
+void kvp_in_interrupt_on(const volatile sig_atomic_t *flag);
 /* Skip n bytes forward (reads and discards on a pipe); returns bytes skipped. */
 int64_t kvp_in_skip(kvp_in *in, uint64_t n, kvp_err *err);
 /* Bytes left when the size is known, else UINT64_MAX. */

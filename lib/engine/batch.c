@@ -955,6 +955,10 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             int idle = kvp_sched_n_running(s) == 0 && kvp_sched_n_waiting(s) == 0;
             kvp_request *r = NULL;
             rc = src->next(src->ctx, idle, &r, &src_err);
+            if (rc < 0 && o->stop && *o->stop) { /* a stop signal ended the wait (KVP_EINTR) */
+                src_done = 1;
+                break;
+            }
             if (rc < 0) {
                 src_rc = rc;
                 src_done = 1;
@@ -970,6 +974,10 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
                 goto out;
         }
         rc = 0;
+        if (o->stop && *o->stop) { /* it came while reading */
+            st->stopped = 1;
+            break;
+        }
         if (src_done && !kvp_sched_n_running(s) && !kvp_sched_n_waiting(s))
             break;
         kvp_sched_plan p;

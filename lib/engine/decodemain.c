@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void usage(FILE *f, int spec)
@@ -494,31 +496,97 @@ static volatile sig_atomic_t stop_signal;
 
 static void on_stop(int sig) { stop_signal = sig; }
 
-/* SIGINT and SIGTERM end the run after the step in progress. */
+/* SIGINT and SIGTERM end the run after the step in progress, and a wait
+ * for input at once (no SA_RESTART: the read returns, kvp_in_interrupt_on).
+ * A signal ignored by whoever started us (nohup, a background job's SIGINT)
+ * stays ignored, as lib/base/io.c's handlers do. */
 static void catch_stop_signals(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    static const int sigs[] = {SIGINT, SIGTERM};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa;
+        if (sigaction(sigs[i], NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN)
+            continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+    kvp_in_interrupt_on(&stop_signal);
 }
 
-/* --resume OUT: the ids OUT already has; OUT cut back to its whole lines
- * and opened for appending. */
+/* --resume OUT: OUT opened for appending and locked (two jobs resuming
+ * one file would each run every request and interleave their lines), the
+ * ids it already has, and it cut back to its whole lines. */
 static int open_resume(const char *path, kvp_idset *done)
 {
     kvp_err err = {0};
     uint64_t whole = 0;
-    if (kvp_results_scan(path, done, &whole, &err) < 0)
-        kvp_cli_die_err(&err);
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
         kvp_cli_die("%s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+        kvp_cli_die("%s: %s", path,
+                    errno == EWOULDBLOCK ? "another decode is resuming into it (--resume): wait for it to end"
+                                         : strerror(errno));
+    if (kvp_results_scan(path, done, &whole, &err) < 0)
+        kvp_cli_die_err(&err);
     if (ftruncate(fd, (off_t)whole) != 0)
         kvp_cli_die("%s: cannot cut off the unfinished last line: %s", path, strerror(errno));
     return fd;
+}
+
+/* a and b name one existing file (the same inode). */
+static int same_path(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* A count of --shard: digits only (no sign, space or hex), below 2^32. */
+static uint32_t shard_count(const char *s, size_t n, const char *arg)
+{
+    uint64_t v = 0;
+    if (n == 0 || n > 10)
+        kvp_cli_usage_error("--shard: '%s' is not K/N with 0 <= K < N", arg);
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            kvp_cli_usage_error("--shard: '%s' is not K/N with 0 <= K < N (digits only)", arg);
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v > UINT32_MAX)
+        kvp_cli_usage_error("--shard: '%s': N is at most %u", arg, UINT32_MAX);
+    return (uint32_t)v;
+}
+
+/* --shard K/N */
+static void parse_shard(const char *arg, uint32_t *k, uint32_t *n)
+{
+    const char *slash = strchr(arg, '/');
+    if (!slash)
+        kvp_cli_usage_error("--shard: '%s' is not K/N with 0 <= K < N", arg);
+    *k = shard_count(arg, (size_t)(slash - arg), arg);
+    *n = shard_count(slash + 1, strlen(slash + 1), arg);
+    if (*n == 0 || *k >= *n)
+        kvp_cli_usage_error("--shard: '%s' is not K/N with 0 <= K < N", arg);
+}
+
+/* --stats=FILE is written when the job ends: a name that cannot be written
+ * there fails now, before the work (its folder missing or not writable, or
+ * a directory by that name). */
+static void check_stats_file(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        kvp_cli_die("--stats=%s: is a directory", path);
+    char *dup = strdup(path);
+    if (!dup)
+        kvp_cli_die("out of memory");
+    char *slash = strrchr(dup, '/');
+    const char *dir = slash ? (slash == dup ? "/" : (*slash = '\0', dup)) : ".";
+    if (access(dir, W_OK | X_OK) != 0)
+        kvp_cli_die("--stats=%s: cannot write into %s: %s", path, dir, strerror(errno));
+    free(dup);
 }
 
 int kvp_decode_main(int argc, char **argv, int spec)
@@ -574,6 +642,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     const char *resume = NULL;
     uint32_t shard_k = 0, shard_n = 0;
     double rate = 0, burstiness = 1;
+    int burst_set = 0;
     int no_prefix_cache = 0;
     uint64_t cache_salt = 0;
     int c;
@@ -607,6 +676,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         }
         if (c == OPT_BURST) {
             burstiness = kvp_cli_opt_f64("--burstiness", optarg, 1e-3, 1e3);
+            burst_set = 1;
             continue;
         }
         if (c == OPT_RESUME) {
@@ -663,12 +733,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
             continue;
         }
         if (c == OPT_SHARD) {
-            unsigned kk, nn;
-            char end;
-            if (sscanf(optarg, "%u/%u%c", &kk, &nn, &end) != 2 || nn == 0 || kk >= nn)
-                kvp_cli_usage_error("--shard: '%s' is not K/N with 0 <= K < N", optarg);
-            shard_k = kk;
-            shard_n = nn;
+            parse_shard(optarg, &shard_k, &shard_n);
             continue;
         }
         if (c == 'h' || c == KVP_OPT_HELP) {
@@ -738,6 +803,14 @@ int kvp_decode_main(int argc, char **argv, int spec)
 
     if (resume && o.kv_out)
         kvp_cli_usage_error("--resume and --kv-out at once (a resumed job's KV state would be partial)");
+    if (resume && (!*resume || (o.file && same_path(resume, o.file))))
+        kvp_cli_usage_error(*resume ? "--resume %s is the prompts file: the results go to another file"
+                                    : "--resume: an empty file name",
+                            resume);
+    if (burst_set && rate <= 0)
+        kvp_cli_usage_error("--burstiness shapes --rate's arrivals: give --rate too");
+    if (o.stats_file)
+        check_stats_file(o.stats_file);
     if (compare && (!from_prompts || resume || o.kv_out || rate > 0))
         kvp_cli_usage_error("--compare runs the requests twice: it takes prompts (-p, -f, --tokens), not a KV "
                             "stream, --resume, --kv-out or --rate");
@@ -878,20 +951,22 @@ int kvp_decode_main(int argc, char **argv, int spec)
     int rc = kvp_cli_close_stdout();
     if (st.stopped)
         return 128 + stop_signal;
-    if (min_goodput >= 0 && goodput < min_goodput) {
+    /* every finding is said; the status is the gravest: a failure (1)
+     * before a missed service level (3), so a cron job gating on 3 never
+     * takes a failed job for a slow one */
+    int missed = min_goodput >= 0 && goodput < min_goodput;
+    if (missed)
         kvp_cli_warn("goodput %.4f is below --min-goodput %.4f", goodput, min_goodput);
-        return 3;
-    }
     free(cmp.v);
     if (cmp.differ) {
         kvp_cli_warn("--compare: %llu of %llu sequences differ from decode's output: a bug, please report it",
                      (unsigned long long)cmp.differ, (unsigned long long)(cmp.same + cmp.differ));
-        return KVP_EXIT_FAIL;
+        rc = KVP_EXIT_FAIL;
     }
     if (oc.n_kv_memory) {
         kvp_cli_warn("%llu of %llu sequences did not fit in the KV cache; the others completed",
                      (unsigned long long)oc.n_kv_memory, (unsigned long long)n_asked);
-        return KVP_EXIT_FAIL;
+        rc = KVP_EXIT_FAIL;
     }
-    return rc;
+    return rc ? rc : missed ? 3 : 0;
 }

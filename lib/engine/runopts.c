@@ -132,8 +132,17 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
         if (o->kv.block_size & (o->kv.block_size - 1))
             kvp_cli_usage_error("--block-size: %u is not a power of two", o->kv.block_size);
         break;
-    case KVP_OPT_KV_MEM: o->kv.mem_bytes = kvp_cli_opt_size("--kv-mem", arg); break;
-    case KVP_OPT_KV_BLOCKS: o->kv.n_blocks = parse_u32("--kv-blocks", arg, 1, 1 << 30); break;
+    case KVP_OPT_KV_MEM:
+    case KVP_OPT_KV_BLOCKS:
+        /* one size for the cache: the second would be silently ignored */
+        if (c == KVP_OPT_KV_MEM ? o->kv.n_blocks != 0 : o->kv.mem_bytes != 0)
+            kvp_cli_usage_error("--kv-mem and --kv-blocks both size the KV cache: give one");
+        if (c == KVP_OPT_KV_BLOCKS) {
+            o->kv.n_blocks = parse_u32("--kv-blocks", arg, 1, 1 << 30);
+        } else if ((o->kv.mem_bytes = kvp_cli_opt_size("--kv-mem", arg)) == 0) {
+            kvp_cli_usage_error("--kv-mem: 0 bytes hold no KV block");
+        }
+        break;
     case KVP_OPT_KV_DTYPE: {
         int d = kvp_dtype_from_name(arg);
         if (d != KVP_DTYPE_F16 && d != KVP_DTYPE_BF16 && d != KVP_DTYPE_F32 && !kvp_kvscale_dtype(d))
@@ -153,6 +162,8 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     case KVP_OPT_MAX_BATCHED: o->sched.max_batched_tokens = parse_u32("--max-batched-tokens", arg, 1, 1 << 16); break;
     case KVP_OPT_STATIC: o->sched.static_batch = 1; break;
     case KVP_OPT_STATS:
+        if (arg && !arg[0])
+            kvp_cli_usage_error("--stats=: an empty file name (--stats alone writes to standard error)");
         o->stats = 1;
         o->stats_file = arg;
         break;
@@ -163,6 +174,8 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     case KVP_OPT_PP: o->pp = parse_u32("--pp", arg, 1, 1024); break;
     case KVP_OPT_TIMEOUT: o->timeout = kvp_cli_opt_f64("--timeout", arg, 0.001, 1e7); break;
     case KVP_OPT_STOP: {
+        if (!arg[0])
+            kvp_cli_usage_error("--stop: an empty string (it would end every sequence at once)");
         const char **s = realloc(o->stop, (o->n_stop + 1) * sizeof *s);
         if (!s)
             kvp_cli_die("out of memory");

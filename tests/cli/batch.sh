@@ -213,5 +213,61 @@ expect_err_has "goodput 0.0000 (0 of 3 requests within TTFT 0 ms" "the summary r
 expect_err_has "is below --min-goodput" "says why it failed"
 run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 2 --slo-ttft 1000000 --min-goodput 1
 expect_status 0 "an SLO everyone meets exits 0"
+# A failure outranks a missed SLO: a sequence that did not fit exits 1 even
+# when goodput is short too, and both are said.
+run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 4 --kv-blocks 6 --block-size 8 --slo-ttft 1000000 --min-goodput 1
+expect_status 1 "kv_memory and a goodput miss: exit 1, not 3"
+expect_err_has "is below --min-goodput" "the goodput miss is said"
+expect_err_has "1 of 3 sequences did not fit" "and the failure"
+
+# Usage errors for options that would otherwise be silently lenient or ignored
+for bad in 0/-1 1/4294967298 0/4294967297 0/99999999999999999999 " 1/3" "1/ 3" +1/3 1/3x 0x1/3 /3 1/; do
+    run decode -m x.gguf -p hi --shard "$bad"
+    expect_status 2 "--shard '$bad' is a usage error"
+done
+run decode -m x.gguf -p hi --kv-mem 0
+expect_status 2 "--kv-mem 0 is a usage error"
+run decode -m x.gguf -p hi --kv-mem 1M --kv-blocks 8
+expect_status 2 "--kv-mem with --kv-blocks is a usage error"
+expect_err_has "give one" "says to give one"
+run decode -m x.gguf -p hi --stop ""
+expect_status 2 "--stop '' is a usage error"
+run decode -m x.gguf -p hi --stats=
+expect_status 2 "--stats= (no name) is a usage error"
+run decode -m x.gguf -f "$T/p.jsonl" --burstiness 0.5
+expect_status 2 "--burstiness without --rate is a usage error"
+run decode -m x.gguf -f "$T/p.jsonl" --resume "$T/p.jsonl"
+expect_status 2 "--resume naming the prompts file is a usage error"
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 2 --stats="$T/missing/s.json"
+expect_status 1 "--stats into a missing folder fails"
+expect_out_empty "before any work"
+
+# SIGTERM while decode waits for input on a pipe ends it at once (exit 143),
+# and a second job resuming into the same file is refused while it runs.
+rm -f "$T/fifo" "$T/wait.jsonl"
+mkfifo "$T/fifo"
+decode -m "$M" -t 2 -f "$T/fifo" -n 2 --resume "$T/wait.jsonl" >/dev/null 2>"$T/wait.err" &
+pid=$!
+exec 7>"$T/fifo"
+head -n 2 "$T/p.jsonl" >&7 # (two: decode reads two ahead before it starts)
+i=0
+while [ "$(wc -l <"$T/wait.jsonl" 2>/dev/null || echo 0)" -lt 2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 2 --resume "$T/wait.jsonl"
+expect_status 1 "a second decode resuming into a file in use"
+expect_err_has "another decode is resuming into it" "says why"
+kill -TERM $pid
+i=0
+while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+if kill -0 $pid 2>/dev/null; then
+    fail "SIGTERM while waiting for input: still running 10 s later"
+    kill -KILL $pid
+fi
+wait $pid
+status=$?
+exec 7>&-
+LAST_CMD="decode -f FIFO --resume wait.jsonl, SIGTERM while it waits"
+expect_status 143 "SIGTERM while waiting for input exits 143 at once"
+expect_true "the requests it had are written" test "$(wc -l <"$T/wait.jsonl")" -eq 2
+expect_true "and it says it was stopped" grep -q "stopped by" "$T/wait.err"
 
 done_testing
