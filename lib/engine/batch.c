@@ -157,6 +157,7 @@ typedef struct batch {
     float *path_hid;      /* and its hidden rows ([KVP_DRAFT_MAX + 1][n_embd]) */
     uint32_t n_started;   /* requests that started drafting (adapt_start) */
     uint32_t n_retries;   /* tries after a pause while the drafter was losing (draft_room) */
+    uint32_t step_room;   /* tokens the step may still take for drafts (--max-batched-tokens) */
     uint32_t n_explored;  /* requests that started drafting before the clock judged (adapt_start) */
     float *hid;          /* a drafter from hidden states: the last step's, a row per logits row */
     size_t cap_hid;      /* floats hid holds */
@@ -505,7 +506,13 @@ static uint32_t draft_room(batch *b, kvp_request *r)
      * budget's last token could never be kept */
     uint32_t budget = kvp_gen_budget(&r->g, &r->opts);
     uint32_t room = budget > r->g.n_gen + 1 ? budget - r->g.n_gen - 1 : 0;
-    return k < room ? k : room;
+    k = k < room ? k : room;
+    /* the drafts count against the step's token budget like any token: a
+     * tree of B branches takes up to B of them a depth */
+    uint32_t width = b->o->draft_branches > 1 ? b->o->draft_branches : 1;
+    k = k < b->step_room / width ? k : b->step_room / width;
+    b->step_room -= k * width;
+    return k;
 }
 
 /* r made ready to draft for its decode step: the most guesses it may take
@@ -1002,6 +1009,8 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         b.probe = timed && b.since_plain >= KVP_PLAIN_PROBE;
         if (b.probe)
             b.since_plain = 0;
+        uint32_t mbt = o->sched.max_batched_tokens;
+        b.step_room = !mbt ? UINT32_MAX : mbt > p.n_tokens ? mbt - p.n_tokens : 0;
         if (trees)
             draft_trees(&b, &p);
         else if (together)

@@ -28,6 +28,16 @@ expect_out_has "caught" "and the wrong rule is caught"
 expect_out_lacks "FAIL" "no check fails"
 run specdec -m x.gguf --compare kv.kvp
 expect_status 2 "--compare with a KV stream"
+run specdec --selftest --bogus
+expect_status 2 "--selftest with an unknown option"
+run specdec --selftest junk
+expect_status 2 "--selftest with an argument"
+run specdec -m x.gguf -p hi --profile-reps 3
+expect_status 2 "--profile-reps without --profile"
+run specdec -m x.gguf --train-heads p.jsonl -o h.kvp --method draft
+expect_status 2 "--train-heads with --method"
+run specdec -m x.gguf --train-heads p.jsonl -o h.kvp --compare
+expect_status 2 "--train-heads with --compare"
 run decode -m x.gguf -p hi --method ngram
 expect_status 2 "decode has no --method"
 run specdec --help
@@ -62,9 +72,20 @@ expect_true "drafts were accepted ($acc)" test "${acc:-0}" -gt 20
 expect_out_has '"drafted":' "each line counts its drafts"
 run $S --compare --stats --json
 expect_status 0 "--compare"
-expect_err_has '"same":8,"differ":0}' "decode's and specdec's outputs are the same for all 8"
+expect_err_has '"same":8,"differ":0,"unchecked":0}' "decode's and specdec's outputs are the same for all 8"
 expect_err_has '"compare":{"decode_output_throughput":' "with decode's speed beside"
 same "--compare prints specdec's output only" "$T/d.jl" "$OUT"
+run $S --compare
+expect_status 0 "--compare without --stats"
+expect_err_has "compare: decode " "still says what it found"
+expect_err_has "the same output for 8 of 8 sequences" "with the count"
+# drafts count against --max-batched-tokens: a step of one token has no
+# room for any (and a position never drafted has no rate: null)
+run $S --max-batched-tokens 1 --draft-len 4 --stats --json
+expect_status 0 "--max-batched-tokens 1"
+same "greedy under --max-batched-tokens 1: decode's tokens" "$T/d.jl" "$OUT"
+expect_err_has '"drafted":0,' "no draft past the step's budget"
+expect_err_has '"acceptance_at":[null,null,null,null]' "never-drafted positions are null"
 run $S --max-num-seqs 1 --draft-len 4
 same "greedy, one at a time, --draft-len 4" "$T/d.jl" "$OUT"
 run $S --draft-len 16 --ngram-min 2 --ngram-max 4
@@ -144,6 +165,13 @@ run $D --temperature 0.7 --seed 11
 cp "$OUT" "$T/d.jl"
 run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --greedy-drafts
 same "a draft model, sampled, --greedy-drafts: the same tokens as decode" "$T/d.jl" "$OUT"
+# sampled drafts keep decode's distribution, not its draws: --compare counts
+# them and does not call them a bug
+run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --draft-len 3 --compare
+expect_status 0 "--compare with sampled drafts"
+expect_err_has "sampled with sampled drafts not compared" "says they were not compared"
+nbug=$(grep -c "a bug" "$ERR")
+expect_true "and calls nothing a bug" test "$nbug" -eq 0
 # sampled drafts, kept by speculative sampling: the model drafting for
 # itself draws from the very distribution it is checked against (the
 # engine gives the same bits in any batch), so every draft is kept
@@ -282,5 +310,18 @@ expect_status 0 "prefill | specdec"
 cp "$OUT" "$T/s.txt"
 run_sh "prefill -m '$M' -t $THREADS -p 'Repeat: one two three four five six seven. Again: one two three' | decode -m '$M' -t $THREADS -n 24"
 expect_true "prefill | specdec writes what prefill | decode does" cmp -s "$T/s.txt" "$OUT"
+
+# SIGTERM while one prompt's text streams: exit 143, and the text ends its line
+specdec -m "$M" -t $THREADS -p "Write a long story about a dragon." -n 2000 --ignore-eos >"$T/st.txt" 2>"$T/st.err" &
+pid=$!
+i=0
+while [ ! -s "$T/st.txt" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+sleep 0.3
+kill -TERM $pid
+wait $pid
+status=$?
+LAST_CMD="specdec -p ... -n 2000, SIGTERM mid-stream"
+expect_status 143 "SIGTERM while streaming exits 143"
+expect_true "the streamed text ends with a newline" test "$(tail -c 1 "$T/st.txt" | od -An -c | tr -d ' ')" = '\n'
 
 done_testing
