@@ -90,6 +90,8 @@ static void usage(FILE *f, int spec)
             "      --burstiness B      gamma-distributed gaps of shape B (1: Poisson; < 1 burstier)\n"
             "      --no-prefix-cache   compute every prompt in full, even where cached blocks hold its start\n"
             "      --cache-salt S      share cached KV blocks only with requests of the same salt (a tenant)\n"
+            "      --max-model-len N   tokens a sequence may hold, prompt and output (default: the model's\n"
+            "                          trained context; a longer prompt is refused, generation ends there)\n"
             "  -h, --help, --version\n\n"
             "Exit status: 0 success, 1 runtime error (bad model, stream or prompts file, a sequence\n"
             "that does not fit in the KV cache alone), 2 usage error, 3 goodput below --min-goodput,\n"
@@ -473,7 +475,7 @@ static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_met
 
 enum {
     OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD, OPT_RATE, OPT_BURST,
-    OPT_NO_PREFIX_CACHE, OPT_CACHE_SALT, OPT_METHOD, OPT_DRAFT_LEN, OPT_NGRAM_MIN, OPT_NGRAM_MAX, OPT_DRAFT,
+    OPT_NO_PREFIX_CACHE, OPT_CACHE_SALT, OPT_MAX_MODEL_LEN, OPT_METHOD, OPT_DRAFT_LEN, OPT_NGRAM_MIN, OPT_NGRAM_MAX, OPT_DRAFT,
     OPT_COMPARE,
     OPT_SELFTEST,
     OPT_GREEDY_DRAFTS,
@@ -640,6 +642,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         {"burstiness", required_argument, NULL, OPT_BURST},
         {"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE},
         {"cache-salt", required_argument, NULL, OPT_CACHE_SALT},
+        {"max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN},
         /* specdec's: the last entries, left out of decode's table */
         {"method", required_argument, NULL, OPT_METHOD},
         {"draft-len", required_argument, NULL, OPT_DRAFT_LEN},
@@ -703,6 +706,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
             if (!optarg[0])
                 kvp_cli_usage_error("--cache-salt: empty");
             cache_salt = kvp_xxh64(optarg, strlen(optarg), 0) | 1;
+            continue;
+        }
+        if (c == OPT_MAX_MODEL_LEN) {
+            o.max_model_len = (uint32_t)kvp_cli_opt_i64("--max-model-len", optarg, 1, UINT32_MAX);
             continue;
         }
         if (c == OPT_RATE) {

@@ -24,6 +24,7 @@ typedef struct pending {
 struct kvp_jobsrc {
     const kvp_runopts *o;
     const kvp_tokenizer *tok;
+    uint32_t n_ctx;            /* the model's trained context (0: not known) */
     /* prompts: -p and --tokens given, -f read as the queue drains */
     int from_prompts;
     kvp_prompts_reader *pr;
@@ -158,6 +159,16 @@ static kvp_gen_opts gen_opts(const kvp_runopts *o)
     return (kvp_gen_opts){.stop = o->stop, .n_stop = o->n_stop, .ignore_eos = o->ignore_eos};
 }
 
+/* The model's trained context bounds a sequence of n_have tokens: its
+ * generation ends there (finish_reason length), as vLLM's max_model_len
+ * does; positions past it were never trained. */
+static void cap_to_context(const kvp_jobsrc *js, kvp_request *r, uint32_t n_have)
+{
+    uint32_t room = js->n_ctx > n_have ? js->n_ctx - n_have : 0;
+    if (js->n_ctx && r->g.rec.sampling.max_tokens > room)
+        r->g.rec.sampling.max_tokens = room;
+}
+
 /* Read one more prompt of the file into the read-ahead: 1, 0 at its end,
  * or a code naming the file and line. */
 static int read_prompt(kvp_jobsrc *js, kvp_err *err)
@@ -221,6 +232,11 @@ static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **
                                i + 1, label[0] ? " " : "", label, n ? "too long" : "empty");
         q->n_ids = (uint32_t)n;
     }
+    if (js->n_ctx && q->n_ids > js->n_ctx) {
+        kvp_err_set(err, KVP_EINVAL, "prompt %" PRIu64 "%s%s is %u tokens, more than a sequence may hold (%u: the "
+                    "model's context, or --max-model-len)", i + 1, label[0] ? " " : "", label, q->n_ids, js->n_ctx);
+        return js->o->file ? kvp_err_prefix(err, "%s:%" PRIu64, js->o->file, q->line) : KVP_EINVAL;
+    }
     const kvp_prompt_params *pp = &q->p.params;
     kvp_sampling smp;
     if (kvp_runopts_request_sampling(js->o, pp, i, &smp, err) < 0)
@@ -228,6 +244,7 @@ static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **
     kvp_request *r = kvp_request_new(js->tok, i, label, q->ids, q->n_ids, &smp);
     if (!r)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    cap_to_context(js, r, q->n_ids);
     r->opts = gen_opts(js->o);
     r->salt = pp->set & KVP_PARAM_CACHE_SALT ? pp->cache_salt : js->salt;
     if (pp->set & KVP_PARAM_CACHE_SALT) /* the request's own: --kv-out carries it */
@@ -388,6 +405,7 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
             drop_stops(&q);
         }
         kvp_runopts_apply_sampling(js->o, &r->g.rec.sampling);
+        cap_to_context(js, r, q.rec.n_tokens);
         if (js->o->sampling_set & KVP_SET_SEED)
             kvp_sample_seed(&r->g.rec.sampling, r->g.rec.id);
         int rc = kvp_sample_check(&r->g.rec.sampling, err);
@@ -457,6 +475,15 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
     js->o = o;
     js->tok = r->tok;
+    js->n_ctx = kvp_run_loaded(r)->cfg.n_ctx;
+    if (o->max_model_len && js->n_ctx && o->max_model_len > js->n_ctx) {
+        uint32_t n_ctx = js->n_ctx;
+        free(js);
+        return kvp_err_set(err, KVP_EINVAL, "--max-model-len %u is above %s's trained context of %u tokens",
+                           o->max_model_len, o->model, n_ctx);
+    }
+    if (o->max_model_len)
+        js->n_ctx = o->max_model_len;
     js->salt = salt;
     js->from_prompts = o->prompt || o->file || o->tokens;
     int rc;

@@ -62,6 +62,7 @@ typedef struct kvp_runopts {
     const char *kv_out;
     uint32_t tp;                /* --tp N: tensor-parallel ranks a stage; 0 or 1: none */
     uint32_t pp;                /* --pp M: pipeline stages; 0 or 1: none (mpirun -np N*M) */
+    uint32_t max_model_len;     /* decode --max-model-len: a sequence's tokens at most (0: the model's context) */
     double timeout;             /* --timeout S: how long a rank waits for its peers (0: comm.h's default) */
 } kvp_runopts;
 

@@ -220,6 +220,23 @@ expect_status 1 "kv_memory and a goodput miss: exit 1, not 3"
 expect_err_has "is below --min-goodput" "the goodput miss is said"
 expect_err_has "1 of 3 sequences did not fit" "and the failure"
 
+# --max-model-len (default: the model's trained context) bounds a sequence:
+# generation ends there, a longer prompt is refused at its line, and no more
+# than the model was trained for can be asked.
+printf '{"id":"a","prompt":"hi"}\n{"id":"b","prompt":"The capital of France is a city"}\n' >"$T/ctx.jsonl"
+run decode -m "$M" -t 2 -p "The capital of France is" -n 20 --max-model-len 8 --json
+expect_status 0 "--max-model-len 8"
+expect_out_has '"tokens":3,"finish_reason":"length"' "a 5-token prompt generates 3 tokens, ending by length"
+run decode -m "$M" -t 2 -f "$T/ctx.jsonl" -n 4 --max-model-len 5
+expect_status 1 "a prompt longer than --max-model-len"
+expect_out_has '"id":"a"' "the request before it is answered"
+expect_err_has "ctx.jsonl:2: prompt 2 b is 7 tokens, more than a sequence may hold (5:" "the line and sizes are named"
+run_sh "prefill -m '$M' -t 2 -p 'The capital of France is' | decode -m '$M' -t 2 -n 20 --max-model-len 7 --json"
+expect_out_has '"tokens":2,"finish_reason":"length"' "a KV stream's sequence is bounded too"
+run decode -m "$M" -t 2 -p hi --max-model-len 100000
+expect_status 1 "--max-model-len above the trained context"
+expect_err_has "trained context of 8192 tokens" "says the model's"
+
 # Usage errors for options that would otherwise be silently lenient or ignored
 for bad in 0/-1 1/4294967298 0/4294967297 0/99999999999999999999 " 1/3" "1/ 3" +1/3 1/3x 0x1/3 /3 1/; do
     run decode -m x.gguf -p hi --shard "$bad"
