@@ -256,6 +256,15 @@ static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t
     uint64_t salt = pp && (pp->set & KVP_PARAM_CACHE_SALT) ? pp->cache_salt : 0;
     if (pp) /* a resumed sequence keeps its record's */
         s->rec.cache_salt = salt;
+    /* past the trained context the positions were never learned: refuse,
+     * as decode does, rather than write K/V nobody should use */
+    uint32_t have = s->handle >= 0 ? kvp_kvcache_seq_len(r->kc, s->handle) : 0;
+    uint32_t n_ctx = kvp_run_loaded(r)->cfg.n_ctx;
+    if (n_ctx && (uint64_t)have + len > n_ctx) {
+        kvp_err_set(&err, KVP_EINVAL, "%llu tokens (%u of them this prompt) are more than the model's context of %u",
+                    (unsigned long long)have + len, len, n_ctx);
+        fail(j, &err, where);
+    }
     if ((s->handle < 0 && (s->handle = kvp_kvcache_seq_new(r->kc, &err)) < 0) ||
         (salt && kvp_kvcache_seq_set_salt(r->kc, s->handle, salt, &err) < 0) ||
         kvp_gen_prefill(r->engine, r->kc, s, ids, len, &j->go, j->logits, &err) < 0)

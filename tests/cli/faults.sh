@@ -130,7 +130,9 @@ if [ ! -f "$M" ]; then
     done_testing
     exit $?
 fi
+long=$(awk 'BEGIN { for (i = 0; i < 9000; i++) printf "word "; }')
 for p in prefill decode; do
+    runtime_case $p "a prompt past the model's context" "the model's context" $p -m "$M" -t 2 -p "$long"
     runtime_case $p "an empty prompts file" "no prompt" $p -m "$M" -t 2 -f "$T/empty"
     runtime_case $p "a directory as the prompts file" "is a directory" $p -m "$M" -t 2 -f "$T/dir"
     runtime_case $p "a missing prompts file" "missing.jsonl" $p -m "$M" -t 2 -f "$T/missing.jsonl"
