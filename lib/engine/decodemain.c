@@ -189,6 +189,7 @@ typedef struct out_ctx {
     compare_ctx *cmp;      /* --compare: check each output against decode's */
     int stream_text;       /* one sequence, plain text streamed */
     int mid_line;          /* stream_text: text written since the last newline */
+    int resume;            /* --resume: OUT holds what is done (a kv_memory failure is not) */
     int fd;                /* JSON lines go here, one write() a line (stdout, or --resume's file) */
     const char *out_name;
     kvp_request **kept;    /* --kv-out: finished requests, kept with their KV */
@@ -248,8 +249,9 @@ static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
         char idb[32];
         c->n_kv_memory++;
         kvp_cli_warn("sequence %s: KV cache out of blocks: it needs more than all %u blocks of %llu bytes; "
-                     "raise --kv-mem or --kv-blocks", kvp_request_id(s, idb), c->kv.n_blocks,
-                     (unsigned long long)c->kv.block_bytes);
+                     "raise --kv-mem or --kv-blocks%s", kvp_request_id(s, idb), c->kv.n_blocks,
+                     (unsigned long long)c->kv.block_bytes,
+                     c->resume ? " (it is not written to the --resume file: a run with more memory retries it)" : "");
     }
     if (n == 0 && c->cmp)
         compare_check(c->cmp, s);
@@ -260,7 +262,9 @@ static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
             fputc('\n', stdout);
         c->mid_line = n != 0;
         fflush(stdout);
-    } else if (n == 0) {
+    } else if (n == 0 && !(c->resume && s->rec.finish_reason == KVP_FINISH_KV_MEMORY)) {
+        /* under --resume, a sequence that did not fit stays out of OUT (its
+         * message says so): the run again with a larger cache retries it */
         write_line(c, s);
     }
     if (n == 0 && c->kept) {
@@ -880,6 +884,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (resume) {
         oc.fd = open_resume(resume, &done);
         oc.out_name = resume;
+        oc.resume = 1;
     }
     kvp_run r;
     kvp_jobsrc *js = NULL;

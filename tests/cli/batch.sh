@@ -206,6 +206,19 @@ expect_out_has '"id":"short2"' "the one after it completes"
 expect_err_has "sequence long: KV cache out of blocks" "the message names the sequence"
 expect_err_has "1 of 3 sequences did not fit" "and says how many"
 
+# Under --resume a sequence that did not fit is not written: the job run
+# again with a larger cache (as the message advises) retries it.
+rm -f "$T/kvres.jsonl"
+run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 4 --kv-blocks 6 --block-size 8 --resume "$T/kvres.jsonl"
+expect_status 1 "kv_memory under --resume"
+expect_err_has "not written to the --resume file" "says it was left out"
+expect_true "the two that fit are written" test "$(wc -l <"$T/kvres.jsonl")" -eq 2
+expect_true "the one that did not is not" sh -c "! grep -q '\"id\":\"long\"' '$T/kvres.jsonl'"
+run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 4 --kv-blocks 64 --block-size 8 --resume "$T/kvres.jsonl"
+expect_status 0 "resumed with more KV memory"
+expect_true "the long one now ran" grep -q '"id":"long","text":".*"finish_reason":"length"' "$T/kvres.jsonl"
+expect_true "three lines in all" test "$(wc -l <"$T/kvres.jsonl")" -eq 3
+
 # Goodput: an SLO nobody meets
 run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 2 --slo-ttft 0.001 --min-goodput 0.5 --stats
 expect_status 3 "goodput below --min-goodput exits 3"
