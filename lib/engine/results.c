@@ -77,7 +77,36 @@ int kvp_idset_add(kvp_idset *s, const char *id, size_t len)
     return 1;
 }
 
-/* The id of one whole line, as decode prints it: a string, or an integer. */
+/* What is wrong with a result line's "id" (NULL when it is fine), else
+ * its key into *key, *len: a string as it is, an integer as its decimal
+ * digits in num.  Keys are the prompts reader's (prompts.h): decode prints
+ * an integer id of a prompts file as the string of its digits and the
+ * index of a line without one as an integer, and both read back as the key
+ * the prompts file gives that request. */
+static const char *id_key(const kvp_json *id, char num[32], const char **key, size_t *len)
+{
+    int64_t k;
+    if (!id || id->type == KVP_JSON_NULL)
+        return "a result line without an \"id\" (string or integer)";
+    if (id->type == KVP_JSON_STRING) {
+        /* decode never writes these (a prompts file cannot give them): a
+         * hand-edited line, whose key would match no request */
+        if (id->len == 0)
+            return "\"id\" is empty";
+        if (memchr(id->str, 0, id->len))
+            return "\"id\" holds a NUL character";
+        *key = id->str;
+        *len = id->len;
+        return NULL;
+    }
+    if (kvp_json_to_i64(id, &k) < 0)
+        return "\"id\" must be a string or an integer in [-9223372036854775808, 9223372036854775807]";
+    *len = (size_t)snprintf(num, 32, "%" PRId64, k);
+    *key = num;
+    return NULL;
+}
+
+/* The id of one whole line into done. */
 static int line_id(const char *path, uint64_t line, const char *p, size_t n, kvp_idset *done, kvp_err *err)
 {
     kvp_json *v = NULL;
@@ -87,20 +116,15 @@ static int line_id(const char *path, uint64_t line, const char *p, size_t n, kvp
     int rc = kvp_json_parse(&v, p, n, name, err);
     if (rc < 0)
         return rc;
-    const kvp_json *id = kvp_json_get(v, "id");
-    const char *s = kvp_json_get_str(v, "id");
     char num[32];
-    int64_t k;
-    if (!s && id && kvp_json_to_i64(id, &k) == 0) {
-        snprintf(num, sizeof num, "%" PRId64, k);
-        s = num;
-    }
-    if (!s) {
+    const char *key = NULL;
+    size_t len = 0;
+    const char *bad = id_key(kvp_json_get(v, "id"), num, &key, &len);
+    if (bad) {
         kvp_json_free(v);
-        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": a result line without an \"id\" (string or integer)",
-                           path, line);
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": %s", path, line, bad);
     }
-    rc = kvp_idset_add(done, s, strlen(s));
+    rc = kvp_idset_add(done, key, len);
     kvp_json_free(v);
     return rc < 0 ? kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its ids", path) : 0;
 }

@@ -4,11 +4,14 @@
  *
  * A job killed at any moment leaves OUT with whole lines and at most one
  * line cut short at its end (each result is one write of one line).  The
- * scan takes every whole line's "id" (a string, or an integer written as
- * decimal) and reports where the whole lines end, so the caller cuts the
- * partial line off and appends after it.  A whole line that is not a JSON
- * object with an id is an error naming the file and line: a results file
- * someone edited by hand should not be silently half-trusted.
+ * scan takes every whole line's "id" as a key, the prompts reader's
+ * (prompts.h): a string as it is, an integer (int64) as its decimal digits,
+ * so 7 and "7" are one id; and it reports where the whole lines end, so the
+ * caller cuts the partial line off and appends after it.  A whole line that
+ * is not a JSON object with such an id (an empty string, a NUL in it, an
+ * integer past int64 or a fraction are not) is an error naming the file
+ * and line: a results file someone edited by hand should not be silently
+ * half-trusted.
  */
 #ifndef KVP_RESULTS_H
 #define KVP_RESULTS_H

@@ -147,9 +147,15 @@ static int num_field(const kvp_json *o, const char *key, double lo, double hi, i
         return 0;
     double x;
     if (v->type != KVP_JSON_NUMBER || kvp_json_get_f64(o, key, &x) < 0 || (whole && !v->is_int) || !(x >= lo) ||
-        !(x <= hi))
-        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"%s\" must be %s in [%g, %g]", path, line, key,
-                           whole ? "an integer" : "a number", lo, hi);
+        !(x <= hi)) {
+        /* %g would write 2^24 as 1.67772e+07: an integer range is written whole
+         * (its bounds are integers below 2^53, so %.0f is exact) */
+        if (whole)
+            return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"%s\" must be an integer in [%.0f, %.0f]", path,
+                               line, key, lo, hi);
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"%s\" must be a number in [%g, %g]", path, line, key,
+                           lo, hi);
+    }
     *out = x;
     return 1;
 }
@@ -213,29 +219,64 @@ static int params_of(const kvp_json *o, kvp_prompt_params *pp, const char *path,
 static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, const char *path, uint64_t line,
                            kvp_err *err);
 
-/* One JSON Lines object. */
-static int add_json(kvp_prompts *ps, const kvp_json *o, const char *path, uint64_t line, kvp_err *err)
+/* How a request got its id: the message about a repeated id says so. */
+enum { ID_STRING, ID_INT, ID_INDEX };
+
+/* The line's "id" as the request's label (a string as it is, an integer
+ * as its decimal digits, in num) with *kind; "" and ID_INDEX when it has
+ * none.  0 or a code naming the line. */
+static int id_of(const kvp_json *o, char num[32], const char **lab, int *kind, const char *path, uint64_t line,
+                 kvp_err *err)
 {
-    if (o->type != KVP_JSON_OBJECT)
-        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": expected an object", path, line);
-    char label[64] = "";
-    const char *lab = "";
     const kvp_json *id = kvp_json_get(o, "id");
-    if (id && id->type == KVP_JSON_STRING) {
+    *lab = "";
+    *kind = ID_INDEX;
+    if (!id || id->type == KVP_JSON_NULL)
+        return 0;
+    if (id->type == KVP_JSON_STRING) {
+        /* "" would stand for the index (the label's "none") and could repeat
+         * another line's; a NUL would cut the label, two ids coming out as one */
+        if (id->len == 0)
+            return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"id\" is empty: leave it out to use the line's index",
+                               path, line);
+        if (memchr(id->str, 0, id->len))
+            return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"id\" holds a NUL character", path, line);
         /* it travels in a sequence record's label, KVP_NAME_MAX bytes: refused
          * rather than cut, so two long ids never come out the same */
         if (id->len > KVP_NAME_MAX)
             return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"id\" is %zu bytes, longer than %d", path, line, id->len,
                                KVP_NAME_MAX);
-        lab = id->str;
-    } else if (id && id->type == KVP_JSON_NUMBER && id->is_int) {
-        snprintf(label, sizeof label, "%lld", (long long)id->i);
-        lab = label;
-    } else if (id && id->type != KVP_JSON_NULL) {
-        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"id\" must be a string or an integer", path, line);
+        *lab = id->str;
+        *kind = ID_STRING;
+        return 0;
     }
+    if (id->type == KVP_JSON_NUMBER && id->is_int) {
+        snprintf(num, 32, "%" PRId64, id->i);
+        *lab = num;
+        *kind = ID_INT;
+        return 0;
+    }
+    /* past int64 (its digits round to 2^63 or beyond): results.c reads
+     * integer ids as int64 too, so a bigger one is said to be out of range
+     * rather than taken as a string decode would print in quotes anyway */
+    if (id->type == KVP_JSON_NUMBER && (id->num >= 9223372036854775808.0 || id->num <= -9223372036854775808.0))
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"id\" is an integer out of range [%" PRId64 ", %" PRId64
+                           "]: write a bigger one as a string", path, line, INT64_MIN, INT64_MAX);
+    return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"id\" must be a string or an integer", path, line);
+}
+
+/* One JSON Lines object; *kind says how its id was given (id_of). */
+static int add_json(kvp_prompts *ps, const kvp_json *o, const char *path, uint64_t line, int *kind, kvp_err *err)
+{
+    if (o->type != KVP_JSON_OBJECT)
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": expected an object", path, line);
+    char num[32];
+    const char *lab;
+    int rc = id_of(o, num, &lab, kind, path, line, err);
+    if (rc < 0)
+        return rc;
     kvp_prompt_params pp;
-    int rc = params_of(o, &pp, path, line, err);
+    rc = params_of(o, &pp, path, line, err);
     if (rc < 0) {
         params_free(&pp);
         return rc;
@@ -254,6 +295,10 @@ static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, 
                            kvp_err *err)
 {
     const kvp_json *pr = kvp_json_get(o, "prompt"), *msgs = kvp_json_get(o, "messages");
+    /* which one the writer meant is not ours to guess (null is absent, as
+     * for every other field) */
+    if (pr && pr->type != KVP_JSON_NULL && msgs && msgs->type != KVP_JSON_NULL)
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": both \"prompt\" and \"messages\": give one", path, line);
     if (pr && pr->type == KVP_JSON_STRING)
         return kvp_prompts_add_text(ps, lab, pr->str, pr->len, err);
     if (!msgs || msgs->type != KVP_JSON_ARRAY || msgs->n == 0)
@@ -280,6 +325,131 @@ static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, 
     return rc;
 }
 
+/* ---- ids: one key per request, each once ----
+ *
+ * decode --resume skips the requests whose id a results file has, and
+ * --shard's outputs merge by id, both comparing ids as text: a string id,
+ * an integer id's decimal digits ("id":1 and "id":"1" are one id), or, on a
+ * line without "id", the request's index.  Two requests with one key would
+ * make a resumed job skip one it never ran, so the reader keeps each key
+ * (at most KVP_NAME_MAX bytes) with its line: memory grows with the number
+ * of requests, never with their text. */
+
+typedef struct id_seen {
+    uint64_t line;
+    int kind;               /* ID_* */
+    size_t len;
+    char key[];             /* len bytes, no NUL inside */
+} id_seen;
+
+typedef struct id_set {
+    id_seen **slot;         /* [cap] open addressing, NULL empty; cap a power of two, at most half full */
+    size_t cap, n;
+} id_set;
+
+static void ids_free(id_set *s)
+{
+    for (size_t i = 0; i < s->cap; i++)
+        free(s->slot[i]);
+    free(s->slot);
+    memset(s, 0, sizeof *s);
+}
+
+/* The slot holding key, or the empty one where it would go. */
+static size_t ids_find(const id_set *s, const char *key, size_t len)
+{
+    size_t i = (size_t)kvp_xxh64(key, len, 0) & (s->cap - 1);
+    while (s->slot[i] && (s->slot[i]->len != len || memcmp(s->slot[i]->key, key, len) != 0))
+        i = (i + 1) & (s->cap - 1);
+    return i;
+}
+
+static int ids_grow(id_set *s)
+{
+    size_t cap = s->cap ? s->cap * 2 : 64;
+    id_set g = {calloc(cap, sizeof *g.slot), cap, s->n};
+    if (!g.slot)
+        return KVP_ENOMEM;
+    for (size_t i = 0; i < s->cap; i++)
+        if (s->slot[i])
+            g.slot[ids_find(&g, s->slot[i]->key, s->slot[i]->len)] = s->slot[i];
+    free(s->slot);
+    *s = g;
+    return 0;
+}
+
+/* Add key, first seen on line: 1, or 0 with *prev when it is there
+ * already, or KVP_ENOMEM. */
+static int ids_add(id_set *s, const char *key, size_t len, uint64_t line, int kind, const id_seen **prev)
+{
+    if ((s->n + 1) * 2 > s->cap && ids_grow(s) < 0)
+        return KVP_ENOMEM;
+    size_t i = ids_find(s, key, len);
+    if (s->slot[i]) {
+        *prev = s->slot[i];
+        return 0;
+    }
+    id_seen *e = malloc(sizeof *e + len);
+    if (!e)
+        return KVP_ENOMEM;
+    *e = (id_seen){.line = line, .kind = kind, .len = len};
+    memcpy(e->key, key, len);
+    s->slot[i] = e;
+    s->n++;
+    return 1;
+}
+
+/* key as a JSON string into out (quotes, backslashes and control bytes
+ * escaped: the message stays one line), cut with "..." where out is full. */
+static void show_key(char *out, size_t cap, const char *key, size_t len)
+{
+    size_t o = 0, i = 0;
+    out[o++] = '"';
+    for (; i < len && o + 10 < cap; i++) { /* room for an escape (6), then "...", the quote and the NUL */
+        unsigned char c = (unsigned char)key[i];
+        if (c == '"' || c == '\\')
+            o += (size_t)snprintf(out + o, cap - o, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
+        else
+            out[o++] = (char)c;
+    }
+    snprintf(out + o, cap - o, "%s\"", i < len ? "..." : "");
+}
+
+/* The key of the request just parsed (label, else its index), refused when
+ * an earlier request has it: 0 or a code naming both lines and the id. */
+static int id_once(id_set *s, const char *label, int kind, uint64_t index, const char *path, uint64_t line,
+                   kvp_err *err)
+{
+    char num[32];
+    const char *key = label;
+    if (kind == ID_INDEX) {
+        snprintf(num, sizeof num, "%" PRIu64, index);
+        key = num;
+    }
+    size_t len = strlen(key);
+    const id_seen *prev = NULL;
+    int rc = ids_add(s, key, len, line, kind, &prev);
+    if (rc < 0)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for the ids of %zu requests", path, s->n);
+    if (rc == 1)
+        return 0;
+    /* how each line came to the key where they differ: 1 and "1" are one id */
+    char shown[80], now[128], as[128] = "";
+    show_key(shown, sizeof shown, key, len);
+    if (kind == ID_INDEX)
+        snprintf(now, sizeof now, "%s (this line's index: it has no \"id\")", key);
+    else
+        snprintf(now, sizeof now, "%s", kind == ID_STRING ? shown : key);
+    if (prev->kind != kind)
+        snprintf(as, sizeof as, " (as %s%s)",
+                 prev->kind == ID_INT ? "the integer " : prev->kind == ID_INDEX ? "the index of a line without \"id\"" : "",
+                 prev->kind == ID_INT ? key : prev->kind == ID_STRING ? shown : "");
+    return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": id %s was already on line %" PRIu64 "%s: each request needs "
+                       "its own id", path, line, now, prev->line, as);
+}
+
 /* ---- the reader: one record at a time ----
  *
  * buf[beg, end) holds input read and not yet used: the rest of the line in
@@ -297,6 +467,8 @@ struct kvp_prompts_reader {
     char *buf;
     size_t cap, beg, scan, end;
     int eof, mode, text_done;
+    int bom_done;           /* a leading byte order mark skipped, or found absent */
+    id_set ids;             /* the keys of the requests returned, with their lines */
     uint64_t line;          /* lines used up */
     uint64_t line_last;     /* the line of the prompt last returned */
     uint64_t n;             /* prompts returned */
@@ -335,6 +507,7 @@ void kvp_prompts_reader_free(kvp_prompts_reader *rd)
     if (rd->in_open)
         kvp_in_close(&rd->in);
     kvp_prompts_free(&rd->one);
+    ids_free(&rd->ids);
     free(rd->buf);
     free(rd->path);
     free(rd);
@@ -408,6 +581,22 @@ static void next_line(kvp_prompts_reader *rd, size_t eol)
 
 static int blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
+/* A UTF-8 byte order mark opening the file (Windows editors write one)
+ * is not part of it: skipped before the mode is decided, from a JSON Lines
+ * file and a plain-text prompt alike.  1 when that is settled, 0 when the
+ * bytes at hand are a start of one and more must be read. */
+static int skip_bom(kvp_prompts_reader *rd)
+{
+    static const char bom[3] = {'\xef', '\xbb', '\xbf'};
+    size_t have = rd->end - rd->beg;
+    if (have < sizeof bom && !rd->eof && (have == 0 || memcmp(rd->buf + rd->beg, bom, have) == 0))
+        return 0;
+    if (have >= sizeof bom && memcmp(rd->buf + rd->beg, bom, sizeof bom) == 0)
+        rd->beg = rd->scan = rd->beg + sizeof bom;
+    rd->bom_done = 1;
+    return 1;
+}
+
 /* Whether the buffer holds what the next call needs (a whole non-blank
  * line, all of a plain-text file, or the end), deciding the mode on the
  * way and using up blank lines: 1 or 0 (more must be read). */
@@ -415,6 +604,8 @@ static int at_hand(kvp_prompts_reader *rd)
 {
     if (rd->rc < 0 || rd->text_done)
         return 1;
+    if (!rd->bom_done && !skip_bom(rd))
+        return 0;
     if (rd->mode == MODE_UNKNOWN) {
         size_t i = rd->beg;
         while (i < rd->end && (blank(rd->buf[i]) || rd->buf[i] == '\n'))
@@ -510,9 +701,14 @@ int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
         char name[300];
         snprintf(name, sizeof name, "%s:%" PRIu64, rd->path, rd->line);
         rc = kvp_json_parse(&o, rd->buf + a, eol - a, name, &rd->e);
+        int kind = ID_INDEX;
         if (rc == 0) {
-            rc = add_json(&rd->one, o, rd->path, rd->line, &rd->e);
+            rc = add_json(&rd->one, o, rd->path, rd->line, &kind, &rd->e);
             kvp_json_free(o);
+        }
+        if (rc == 0 && (rc = id_once(&rd->ids, rd->one.p[0].label, kind, rd->n, rd->path, rd->line, &rd->e)) < 0) {
+            kvp_prompt_free(&rd->one.p[0]);
+            rd->one.n = 0;
         }
         if (rc == 0)
             return hand_out(rd, p);

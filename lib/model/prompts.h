@@ -3,11 +3,21 @@
  *
  * A prompts file is JSON Lines when its first non-blank byte is '{': one
  * object a line, {"id": ..., "prompt": "..."} or {"id": ..., "messages":
- * [{"role": "...", "content": "..."}, ...]} (id optional, string or number);
+ * [{"role": "...", "content": "..."}, ...]} (one of the two, never both);
  * blank lines are skipped.  Anything else is one prompt, the whole file.
+ * A UTF-8 byte order mark opening the file is skipped either way.
  * Messages are always rendered in the chat format; plain prompts only when
  * chat is asked for (--chat), as one user turn after the optional system
  * message.  Errors name the file and line.
+ *
+ * Ids: "id" is optional: a non-empty string (no NUL, at most KVP_NAME_MAX
+ * bytes) or an integer in int64 range, which becomes its decimal digits (the
+ * label "7" for 7); a line without one is known by its index among the
+ * requests (0-based), its label "".  Ids are compared as that text, as
+ * decode --resume compares them (results.h): 7, "7" and the index 7 are one
+ * id, and a request whose id an earlier one has is an error naming both
+ * lines.  The reader keeps every id for that (memory grows with the number
+ * of requests, not with their text).
  *
  * A file is read a record at a time (kvp_prompts_reader): only as far as
  * the line asked for, so a file or pipe of any length takes the memory of
@@ -104,8 +114,8 @@ void kvp_prompts_reader_free(kvp_prompts_reader *rd);
 /* The next prompt into *p (the caller's: kvp_prompt_free), reading only up
  * to the end of its line (on a pipe, waiting for it): 1, or 0 at the end
  * of the input, or a code naming the file and line (an empty input is
- * KVP_EFORMAT "no prompt in the file").  After a failure every later call
- * fails the same way. */
+ * KVP_EFORMAT "no prompt in the file"; a repeated id KVP_EFORMAT naming the
+ * id and both lines).  After a failure every later call fails the same way. */
 int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err);
 /* 1 when kvp_prompts_reader_next would not wait for input (a file; a
  * whole line, the end or a failure at hand), 0 when it would wait on a

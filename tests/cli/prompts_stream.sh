@@ -3,7 +3,9 @@
 # come before the rest of the prompts is written; a bad line in the middle
 # is reported with the file and line (exit 1) after every request read
 # before it has been answered (so is a KV stream cut short), and --resume
-# then finishes the job.
+# then finishes the job.  Ids are keys compared as text, as --resume compares
+# them: two requests with one key are such a bad line, naming both lines; a
+# byte order mark opening the file is skipped.
 . "$KVP_TESTS/cli/lib.sh"
 
 need_model
@@ -98,5 +100,93 @@ printf 'GGUF\003\000\000\000 weights' >"$T/bin.txt"
 run decode -m "$M" -t 2 -f "$T/bin.txt" -n 1
 expect_status 1 "a binary file as a text prompt fails"
 expect_err_has "bin.txt: byte 5 is NUL: a binary file, not a text prompt" "the error names the NUL's offset"
+
+
+# Ids: 1, the index 1 of a line without "id", "1" and "x" twice (the audit's
+# file).  --resume keys 1 and "1" alike, so the second line would be skipped
+# as done once the first was: the second line is the bad one, named with the
+# id and the line that had it first; the first request is answered.
+printf '{"id":1,"prompt":"a"}\n{"prompt":"b"}\n{"id":"1","prompt":"c"}\n{"id":"x","prompt":"d"}\n{"id":"x","prompt":"e"}\n' \
+    >"$T/dup.jsonl"
+run decode -m "$M" -t 2 -f "$T/dup.jsonl" -n 1
+expect_status 1 "a repeated id (an index meeting an integer id) fails the job"
+expect_err_has "dup.jsonl:2: id 1 (this line's index: it has no \"id\") was already on line 1 (as the integer 1)" \
+    "the error names the id and both lines"
+expect_err_one_line "one line on stderr for a repeated id"
+expect_out_has '{"id":"1",' "the request before it is answered (an integer id prints as its digits' string)"
+if [ "$(wc -l <"$OUT")" -eq 1 ]; then pass "nothing after the repeated id is started"; else fail "$(wc -l <"$OUT") lines"; fi
+# The same id in two forms, or twice, in the middle: the requests before it
+# are answered into --resume's file; fixed, --resume finishes with each once.
+for form in '"id":"3"' '"id":"b2"'; do
+    awk -v f="$form" 'BEGIN { for (i = 1; i <= 8; i++)
+        if (i == 6) printf "{%s,\"prompt\":\"x\"}\n", f; else if (i == 3) print "{\"id\":3,\"prompt\":\"3\"}";
+        else printf "{\"id\":\"b%d\",\"prompt\":\"%d\"}\n", i, i }' >"$T/dup2.jsonl"
+    rm -f "$T/res.jsonl"
+    run decode -m "$M" -t 2 -f "$T/dup2.jsonl" -n 1 --max-num-seqs 2 --resume "$T/res.jsonl"
+    expect_status 1 "$form on line 6 fails the job"
+    case $form in
+    *3*) expect_err_has "dup2.jsonl:6: id \"3\" was already on line 3 (as the integer 3): each request needs its own id" \
+        "\"3\" after 3: both lines named" ;;
+    *) expect_err_has "dup2.jsonl:6: id \"b2\" was already on line 2: each request needs its own id" \
+        "\"b2\" twice: both lines named" ;;
+    esac
+    if [ "$(wc -l <"$T/res.jsonl")" -eq 5 ]; then pass "$form: the 5 requests before it were answered"
+    else fail "$form: $(wc -l <"$T/res.jsonl") lines answered"; fi
+    sed 's/^{"id":"[b0-9]*","prompt":"x"}$/{"id":"b6","prompt":"x"}/' "$T/dup2.jsonl" >"$T/fixed2.jsonl"
+    run decode -m "$M" -t 2 -f "$T/fixed2.jsonl" -n 1 --max-num-seqs 2 --resume "$T/res.jsonl"
+    expect_status 0 "$form: fixed, --resume finishes the job"
+    n=$(sed -n 's/^{"id":"\([^"]*\)".*/\1/p' "$T/res.jsonl" | sort -u | wc -l)
+    if [ "$(wc -l <"$T/res.jsonl")" -eq 8 ] && [ "$n" -eq 8 ]; then pass "$form: each of the 8 once"
+    else fail "$form: $(wc -l <"$T/res.jsonl") lines, $n ids after resuming"; fi
+done
+# An integer id is printed as the string of its digits, and --resume reads
+# that back as the same request: a second run has nothing left to do.
+printf '{"id":5,"prompt":"a"}\n{"prompt":"b"}\n' >"$T/intid.jsonl"
+rm -f "$T/res.jsonl"
+run decode -m "$M" -t 2 -f "$T/intid.jsonl" -n 1 --resume "$T/res.jsonl"
+expect_status 0 "integer ids and an index run"
+if grep -q '^{"id":"5",' "$T/res.jsonl" && grep -q '^{"id":1,' "$T/res.jsonl"; then pass "5 prints as \"5\", the index as 1"
+else fail "ids written: $(cut -c1-12 "$T/res.jsonl" | tr '\n' ' ')"; fi
+run decode -m "$M" -t 2 -f "$T/intid.jsonl" -n 1 --resume "$T/res.jsonl"
+expect_status 0 "resumed when all are done"
+if [ "$(wc -l <"$T/res.jsonl")" -eq 2 ]; then pass "resumed: both ids read back as done, nothing run twice"
+else fail "resumed: $(wc -l <"$T/res.jsonl") lines"; fi
+
+# The other bad ids and lines, each named with its line; the line before
+# it answered.
+bad_line() { # LINE WANT WHAT
+    printf '{"id":"ok","prompt":"a"}\n%s\n' "$1" >"$T/badl.jsonl"
+    run decode -m "$M" -t 2 -f "$T/badl.jsonl" -n 1
+    expect_status 1 "$3 fails the job"
+    expect_err_has "badl.jsonl:2: $2" "$3: named with the line"
+    expect_out_has '{"id":"ok",' "$3: the line before it is answered"
+}
+bad_line '{"id":"","prompt":"b"}' '"id" is empty: leave it out to use the line'"'"'s index' "an empty id"
+bad_line '{"id":9223372036854775808,"prompt":"b"}' \
+    '"id" is an integer out of range [-9223372036854775808, 9223372036854775807]: write a bigger one as a string' \
+    "an id past int64"
+bad_line '{"id":"two","prompt":"b","messages":[{"role":"user","content":"c"}]}' \
+    'both "prompt" and "messages": give one' "a line with \"prompt\" and \"messages\""
+bad_line '{"id":"m","prompt":"b","max_tokens":-1}' '"max_tokens" must be an integer in [0, 16777216]' \
+    "max_tokens out of range (written whole)"
+bad_line '{"id":"s","prompt":"b","seed":-1}' '"seed" must be an integer in [0, 9007199254740991]' \
+    "seed out of range (written whole)"
+
+# A byte order mark opening the file (Windows editors write one): a JSON
+# Lines file is still one, a plain-text prompt does not start with U+FEFF.
+printf '\357\273\277{"id":"a","prompt":"Hi"}\n{"id":"b","prompt":"Yo"}\n' >"$T/bom.jsonl"
+run decode -m "$M" -t 2 -f "$T/bom.jsonl" -n 1
+expect_status 0 "a JSON Lines file with a byte order mark runs"
+expect_out_has '{"id":"a",' "its first line is a request"
+expect_out_has '{"id":"b",' "its second line is a request"
+run_sh "cat '$T/bom.jsonl' | decode -m '$M' -t 2 -f - -n 1"
+expect_out_has '{"id":"b",' "the same on a pipe"
+printf '\357\273\277Once upon a time' >"$T/bom.txt"
+printf 'Once upon a time' >"$T/nobom.txt"
+run prefill -m "$M" --tokenize -f "$T/nobom.txt"
+cp "$OUT" "$T/nobom.ids"
+run prefill -m "$M" --tokenize -f "$T/bom.txt"
+expect_status 0 "a plain-text prompt with a byte order mark"
+expect_out_file "$T/nobom.ids" "it has the tokens of the text without the mark"
 
 done_testing

@@ -5,9 +5,11 @@
  * of the length it claims, its special spans sorted and inside it; read a
  * record at a time (kvp_prompts_reader, asked whether it is ready between
  * records, as decode does), the file gives the same prompts, up to the same
- * failure. */
+ * failure.  Ids are keys (the label, else the index), each once: decode
+ * --resume tells requests apart by them. */
 #define _POSIX_C_SOURCE 200809L
 #include "prompts.h"
+#include "tensor.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +21,29 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* Prompt i's key: its label, or its index when it has none. */
+static const char *key_of(const kvp_prompts *ps, size_t i, char buf[32])
+{
+    if (ps->p[i].label[0])
+        return ps->p[i].label;
+    snprintf(buf, 32, "%zu", i);
+    return buf;
+}
+
+/* abort() when two prompts have one key or a label is too long. */
+static void check_keys(const kvp_prompts *ps)
+{
+    for (size_t i = 0; i < ps->n; i++) {
+        char a[32], b[32];
+        const char *ki = key_of(ps, i, a);
+        if (strlen(ps->p[i].label) > KVP_NAME_MAX)
+            abort();
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(ki, key_of(ps, j, b)) == 0)
+                abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *path = fuzz_scratch_write(data, size, "prompts");
@@ -29,6 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ps.system = chat ? "be brief" : NULL;
         kvp_err err = {0};
         if (kvp_prompts_read_file(&ps, path, &err) == 0) {
+            check_keys(&ps);
             for (size_t i = 0; i < ps.n; i++)
                 if (!ps.p[i].text || !ps.p[i].label || ps.p[i].text[ps.p[i].len] != '\0')
                     abort();

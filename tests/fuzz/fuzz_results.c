@@ -1,8 +1,8 @@
 /* fuzz_results.c - libFuzzer harness: the results-file scan of decode
  * --resume (JSON Lines with ids, the last line possibly cut short).  It
  * takes a path, so each input goes to one scratch file (removed at exit).
- * A success must report whole lines ending at a newline (or nothing), and a
- * failure a code and a message. */
+ * A success must report whole lines ending at a newline (or nothing) and
+ * keys a request can have (non-empty), and a failure a code and a message. */
 #define _POSIX_C_SOURCE 200809L
 #include "results.h"
 
@@ -26,6 +26,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (kvp_results_scan(path, &s, &whole, &err) == 0) {
         if (whole > size || (whole && data[whole - 1] != '\n'))
             abort();
+        for (size_t i = 0; i < s.cap; i++)
+            if (s.slot[i] && !s.slot[i][0])
+                abort(); /* "" is no request's key */
     } else if (err.code >= 0 || !err.msg[0]) {
         abort();
     }

@@ -18,6 +18,12 @@ fuzzer starts from deep inside the formats:
   corpus/model/       complete tiny Llama GGUF models for fuzz_model
   corpus/kvstats/     decode --stats=FILE summaries for fuzz_kvstats (kvcalc --check):
                       each way of sizing the pool, a KV stream's run, an int8 cache
+  corpus/prompts/     prompts files (decode -f) for fuzz_prompts: JSON Lines with
+                      ids in every form (repeated ones, an empty one, one past
+                      int64), per-line parameters, messages; plain text; a
+                      leading byte order mark
+  corpus/results/     decode --resume results files for fuzz_results: ids as
+                      keys (7 and "7"), bad ids, a last line cut short
   corpus/lengths/     kvcalc --lengths inputs for fuzz_lengths: lengths files
                       (comments, tabs, no final newline, a bad token) and, after
                       a first byte 'D', the three distribution specs
@@ -388,6 +394,69 @@ def lengths_seeds():
     write("lengths", "lognormal.spec", "Dlognormal:7:0.8")
 
 
+def prompts_seeds():
+    # decode/prefill -f files: JSON Lines (ids in every form, per-line
+    # parameters, messages) and plain text; each a case the reader decides
+    write("prompts", "demo.jsonl",
+          '{"id": "capital", "messages": [{"role": "user", "content": "What is the capital of Japan? Answer in one sentence."}]}\n'
+          '{"id": "haiku", "messages": [{"role": "user", "content": "Write a haiku about the sea."}]}\n'
+          '{"id": "code", "messages": [{"role": "user", "content": "Write a Python function that returns the square of a number."}]}\n'
+          '{"id": "story", "prompt": "Once upon a time, in a small village by the mountains,"}\n')
+    write("prompts", "mixed.jsonl",
+          '{"id": 7, "prompt": "a\\u00e9\\ud83d\\ude00"}\n\n'
+          '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, '
+          '{"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]}\n')
+    # "id":1 then a line without one, whose index is 1 too: a repeated id
+    write("prompts", "blanks-no-newline.jsonl",
+          '\r\n  \n{"id":1,"prompt":"x"}\r\n\n\t\n{"messages":[{"role":"user","content":"y"}]}')
+    write("prompts", "mid-error.jsonl",
+          '{"id":"a","prompt":"x"}\n{"id":"b","prompt":"y"}\n{"id":"c","prompt":"z","top_p":0}\n{"prompt":"w"}\n')
+    write("prompts", "plain.txt", "Once upon a time\n")
+    write("prompts", "seed-params.jsonl",
+          '{"id":"a","prompt":"The capital of France is","max_tokens":3}\n'
+          '{"id":"b","prompt":"The capital of France is","stop":["United"],"max_tokens":40}\n'
+          '{"id":"c","prompt":"Once upon a time","temperature":0.8,"seed":5,"max_tokens":6}\n'
+          '{"id":"d","prompt":"Once upon a time","temperature":0.8,"seed":5,"max_tokens":6}\n')
+    write("prompts", "seed-params-bad.jsonl",
+          '{"id":1,"prompt":"x","stop":"a","top_k":3,"min_p":0.1}\n{"prompt":"y","stop":[1]}\n')
+    # ids are keys compared as text: 1, the index 1, "1" are one; "x" twice
+    write("prompts", "ids-repeat.jsonl",
+          '{"id":1,"prompt":"a"}\n{"prompt":"b"}\n{"id":"1","prompt":"c"}\n{"id":"x","prompt":"d"}\n'
+          '{"id":"x","prompt":"e"}\n')
+    write("prompts", "ids-repeat-late.jsonl",
+          '{"id":"2","prompt":"a"}\n{"prompt":"b"}\n\n{"prompt":"c"}\n')
+    # distinct keys in every form, up to int64's ends; null is no id
+    write("prompts", "ids-forms.jsonl",
+          '{"id":"01","prompt":"a"}\n{"prompt":"b"}\n{"id":-0,"prompt":"c"}\n{"id":"-0","prompt":"d"}\n'
+          '{"id":9223372036854775807,"prompt":"e"}\n{"id":-9223372036854775808,"prompt":"f"}\n'
+          '{"id":null,"prompt":"g"}\n{"id":"q\\"\\n","prompt":"h"}\n')
+    write("prompts", "id-empty.jsonl", '{"id":"x","prompt":"a"}\n{"id":"","prompt":"b"}\n')
+    write("prompts", "id-nul.jsonl", '{"id":"a\\u0000b","prompt":"a"}\n')
+    write("prompts", "id-big.jsonl", '{"id":9223372036854775808,"prompt":"a"}\n{"id":-1e30,"prompt":"b"}\n')
+    write("prompts", "prompt-and-messages.jsonl",
+          '{"prompt":null,"messages":[{"role":"user","content":"a"}]}\n'
+          '{"prompt":"b","messages":[{"role":"user","content":"c"}]}\n')
+    write("prompts", "range-whole.jsonl", '{"prompt":"a","max_tokens":16777216,"seed":9007199254740991}\n'
+          '{"prompt":"a","seed":9007199254740992}\n')
+    # a byte order mark opening the file: skipped, JSON Lines or text
+    write("prompts", "bom.jsonl", b'\xef\xbb\xbf{"id":"a","prompt":"x"}\n{"id":"b","prompt":"y"}\n')
+    write("prompts", "bom-plain.txt", b'\xef\xbb\xbfOnce upon a time\n')
+    write("prompts", "bom-only.txt", b'\xef\xbb\xbf')
+
+
+def results_seeds():
+    # decode --resume files: whole lines with ids, the last one cut short
+    write("results", "seed-cut.jsonl",
+          '{"id":"a","text":"x","tokens":1,"finish_reason":"stop"}\n{"id":3,"text":"y"}\n{"id":"cut')
+    write("results", "seed-line.jsonl",
+          '{"id":"q1","text":"The sea","tokens":8,"finish_reason":"length","ttft_ms":1.00,"tpot_ms":2.000}\n')
+    write("results", "seed-noid.jsonl", '{"id":1}\n\n{"text":"no id"}\n')
+    # keys as the prompts reader's: 7 and "7" one; int64's ends; bad ids
+    write("results", "keys.jsonl",
+          '{"id":7}\n{"id":"7"}\n{"id":-2}\n{"id":9223372036854775807}\n{"id":4096.0}\n')
+    write("results", "keys-bad.jsonl", '{"id":"a"}\n{"id":""}\n{"id":"a\\u0000b"}\n{"id":9223372036854775808}\n')
+
+
 if __name__ == "__main__":
     gguf_seeds()
     meta_seeds()
@@ -398,3 +467,5 @@ if __name__ == "__main__":
     convert_seeds()
     kvstats_seeds()
     lengths_seeds()
+    prompts_seeds()
+    results_seeds()

@@ -412,6 +412,232 @@ static void test_reader_many(void)
     unlink(path);
 }
 
+/* Read path to the end or the first failure: the prompts before it stay in
+ * *ps, the code comes back (0 at the end). */
+static int read_all(const char *text, kvp_prompts *ps, kvp_err *err)
+{
+    const char *path = write_tmp(text);
+    if (!path)
+        return -1000;
+    kvp_prompts_init(ps);
+    int rc = kvp_prompts_read_file(ps, path, err);
+    unlink(path);
+    return rc;
+}
+
+/* Ids are keys compared as text (a string, an integer's digits, else the
+ * line's index), as decode --resume compares them: a key an earlier
+ * request has is an error naming the id and both lines, after the
+ * prompts before it; distinct keys in any form pass. */
+static void test_ids_repeat(void)
+{
+    static const struct {
+        const char *text;
+        size_t n_before; /* prompts returned before the failure */
+        const char *msg;
+    } bad[] = {
+        /* the audit's file: 1, its index 1, "1", "x" twice */
+        {"{\"id\":1,\"prompt\":\"a\"}\n{\"prompt\":\"b\"}\n{\"id\":\"1\",\"prompt\":\"c\"}\n"
+         "{\"id\":\"x\",\"prompt\":\"d\"}\n{\"id\":\"x\",\"prompt\":\"e\"}\n",
+         1, ":2: id 1 (this line's index: it has no \"id\") was already on line 1 (as the integer 1)"},
+        {"{\"id\":\"x\",\"prompt\":\"d\"}\n\n{\"id\":\"y\",\"prompt\":\"d\"}\n{\"id\":\"x\",\"prompt\":\"e\"}\n", 2,
+         ":4: id \"x\" was already on line 1: each request needs its own id"},
+        {"{\"id\":7,\"prompt\":\"a\"}\n{\"id\":\"7\",\"prompt\":\"b\"}\n", 1, ":2: id \"7\" was already on line 1 (as the integer 7)"},
+        {"{\"id\":\"7\",\"prompt\":\"a\"}\n{\"id\":7,\"prompt\":\"b\"}\n", 1, ":2: id 7 was already on line 1 (as \"7\")"},
+        {"{\"id\":-3,\"prompt\":\"a\"}\n{\"id\":-3,\"prompt\":\"b\"}\n", 1, ":2: id -3 was already on line 1:"},
+        {"{\"prompt\":\"a\"}\n{\"id\":0,\"prompt\":\"b\"}\n", 1,
+         ":2: id 0 was already on line 1 (as the index of a line without \"id\")"},
+        {"{\"prompt\":\"a\"}\n{\"prompt\":\"b\"}\n\n{\"id\":\"1\",\"prompt\":\"c\"}\n", 2,
+         ":4: id \"1\" was already on line 2 (as the index of a line without \"id\")"},
+        {"{\"id\":\"2\",\"prompt\":\"a\"}\n{\"prompt\":\"b\"}\n{\"prompt\":\"c\"}\n", 2,
+         ":3: id 2 (this line's index: it has no \"id\") was already on line 1 (as \"2\")"},
+        /* shown escaped: the message stays one line */
+        {"{\"id\":\"q\\\"\\n\",\"prompt\":\"a\"}\n{\"id\":\"q\\\"\\n\",\"prompt\":\"b\"}\n", 1,
+         ":2: id \"q\\\"\\u000a\" was already on line 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kvp_prompts ps;
+        kvp_err err = {0};
+        int rc = read_all(bad[i].text, &ps, &err);
+        CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, bad[i].msg), "case %zu: %s", i, rc < 0 ? err.msg : "accepted");
+        CHECK_MSG(ps.n == bad[i].n_before, "case %zu: %zu prompts before the failure", i, ps.n);
+        kvp_prompts_free(&ps);
+    }
+    /* distinct keys in every form: "01" is not the index 1, "-0" not the
+     * integer -0 (that is 0), an index meets only the keys that read as it */
+    kvp_prompts ps;
+    kvp_err err = {0};
+    int rc = read_all("{\"id\":\"01\",\"prompt\":\"b\"}\n{\"prompt\":\"a\"}\n{\"id\":-0,\"prompt\":\"c\"}\n"
+                      "{\"id\":\"-0\",\"prompt\":\"d\"}\n{\"id\":\"x\",\"prompt\":\"e\"}\n{\"id\":\"X\",\"prompt\":\"f\"}\n"
+                      "{\"id\":9223372036854775807,\"prompt\":\"g\"}\n{\"id\":-9223372036854775808,\"prompt\":\"h\"}\n"
+                      "{\"id\":null,\"prompt\":\"i\"}\n",
+                      &ps, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    CHECK_EQ_U64(ps.n, 9);
+    if (ps.n == 9) {
+        CHECK_STR(ps.p[1].label, "");
+        CHECK_STR(ps.p[2].label, "0"); /* -0 is the integer 0 */
+        CHECK_STR(ps.p[6].label, "9223372036854775807");
+        CHECK_STR(ps.p[7].label, "-9223372036854775808");
+        CHECK_STR(ps.p[8].label, ""); /* null is no id: the index 8 */
+    }
+    kvp_prompts_free(&ps);
+    /* a long id is shown cut, the message still whole */
+    char longid[2 * 220 + 64];
+    snprintf(longid, sizeof longid, "{\"id\":\"%0200d\",\"prompt\":\"a\"}\n{\"id\":\"%0200d\",\"prompt\":\"b\"}\n", 0, 0);
+    rc = read_all(longid, &ps, &err);
+    CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, ":2: id \"0000000000") && strstr(err.msg, "0...\" was already on line 1: "),
+              "%s", rc < 0 ? err.msg : "accepted");
+    kvp_prompts_free(&ps);
+    /* many requests: every key kept (the set grows past its first size) */
+    size_t n = 3000, cap = n * 40 + 64, o = 0;
+    char *big = malloc(cap);
+    CHECK(big != NULL);
+    if (!big)
+        return;
+    for (size_t i = 0; i < n; i++)
+        o += (size_t)snprintf(big + o, cap - o, i % 2 ? "{\"prompt\":\"p\"}\n" : "{\"id\":\"s%zu\",\"prompt\":\"p\"}\n", i);
+    snprintf(big + o, cap - o, "{\"id\":\"%zu\",\"prompt\":\"late\"}\n", n - 1); /* the last index, again */
+    rc = read_all(big, &ps, &err);
+    char want[96];
+    snprintf(want, sizeof want, ":%zu: id \"%zu\" was already on line %zu (as the index", n + 1, n - 1, n);
+    CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, want), "%s", rc < 0 ? err.msg : "accepted");
+    CHECK_EQ_U64(ps.n, n);
+    kvp_prompts_free(&ps);
+    free(big);
+}
+
+/* The id's other faults: empty (it would stand for the index), a NUL (the
+ * label would be cut), past int64, not a string or an integer. */
+static void test_id_values(void)
+{
+    static const char *const bad[][2] = {
+        {"{\"id\":\"\",\"prompt\":\"a\"}\n", ":1: \"id\" is empty: leave it out to use the line's index"},
+        {"{\"id\":\"a\\u0000b\",\"prompt\":\"a\"}\n", ":1: \"id\" holds a NUL character"},
+        {"{\"prompt\":\"a\"}\n{\"id\":9223372036854775808,\"prompt\":\"a\"}\n",
+         ":2: \"id\" is an integer out of range [-9223372036854775808, 9223372036854775807]: write a bigger one as a string"},
+        {"{\"id\":-9223372036854775809,\"prompt\":\"a\"}\n", ":1: \"id\" is an integer out of range [-9223372036854775808, "},
+        {"{\"id\":1e30,\"prompt\":\"a\"}\n", ":1: \"id\" is an integer out of range"},
+        {"{\"id\":1.5,\"prompt\":\"a\"}\n", ":1: \"id\" must be a string or an integer"},
+        {"{\"id\":true,\"prompt\":\"a\"}\n", ":1: \"id\" must be a string or an integer"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kvp_prompts ps;
+        kvp_err err = {0};
+        int rc = read_all(bad[i][0], &ps, &err);
+        CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, bad[i][1]), "case %zu: %s", i, rc < 0 ? err.msg : "accepted");
+        kvp_prompts_free(&ps);
+    }
+}
+
+/* "prompt" and "messages" on one line: which was meant is not guessed
+ * (null is absent, as for other fields). */
+static void test_prompt_and_messages(void)
+{
+    kvp_prompts ps;
+    kvp_err err = {0};
+    int rc = read_all("{\"prompt\":\"a\"}\n{\"prompt\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}\n", &ps,
+                      &err);
+    CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, ":2: both \"prompt\" and \"messages\": give one"), "%s",
+              rc < 0 ? err.msg : "accepted");
+    CHECK_EQ_U64(ps.n, 1);
+    kvp_prompts_free(&ps);
+    rc = read_all("{\"prompt\":\"a\",\"messages\":[]}\n", &ps, &err); /* even an empty array */
+    CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, ":1: both"), "%s", rc < 0 ? err.msg : "accepted");
+    kvp_prompts_free(&ps);
+    rc = read_all("{\"prompt\":null,\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}\n"
+                  "{\"prompt\":\"a\",\"messages\":null}\n",
+                  &ps, &err);
+    CHECK_MSG(rc == 0 && ps.n == 2, "%s", rc < 0 ? err.msg : "wrong count");
+    if (ps.n == 2) {
+        CHECK(strstr(ps.p[0].text, "user\nb") != NULL);
+        CHECK_STR(ps.p[1].text, "a");
+    }
+    kvp_prompts_free(&ps);
+}
+
+/* Integer ranges are written whole, not as %g's 1.67772e+07. */
+static void test_range_messages(void)
+{
+    static const char *const bad[][2] = {
+        {"{\"prompt\":\"a\",\"max_tokens\":-1}\n", ":1: \"max_tokens\" must be an integer in [0, 16777216]"},
+        {"{\"prompt\":\"a\",\"top_k\":16777217}\n", ":1: \"top_k\" must be an integer in [0, 16777216]"},
+        {"{\"prompt\":\"a\",\"seed\":9007199254740992}\n", ":1: \"seed\" must be an integer in [0, 9007199254740991]"},
+        {"{\"prompt\":\"a\",\"top_p\":0}\n", ":1: \"top_p\" must be a number in [1e-06, 1]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kvp_prompts ps;
+        kvp_err err = {0};
+        int rc = read_all(bad[i][0], &ps, &err);
+        CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, bad[i][1]), "case %zu: %s", i, rc < 0 ? err.msg : "accepted");
+        kvp_prompts_free(&ps);
+    }
+}
+
+/* A UTF-8 byte order mark opening the file is skipped: a JSON Lines file
+ * is still one (not one plain-text prompt), a plain-text prompt does not
+ * start with U+FEFF; only at the very start. */
+static void test_bom(void)
+{
+    kvp_prompts ps;
+    kvp_err err = {0};
+    int rc = read_all("\xef\xbb\xbf{\"id\":\"a\",\"prompt\":\"x\"}\n{\"id\":\"b\",\"prompt\":\"y\"}\n", &ps, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    CHECK_EQ_U64(ps.n, 2);
+    if (ps.n == 2) {
+        CHECK_STR(ps.p[0].label, "a");
+        CHECK_STR(ps.p[0].text, "x");
+        CHECK_STR(ps.p[1].label, "b");
+    }
+    kvp_prompts_free(&ps);
+    rc = read_all("\xef\xbb\xbf\n  \n{\"prompt\":\"x\"}\n", &ps, &err); /* blank lines after it */
+    CHECK_MSG(rc == 0 && ps.n == 1 && strcmp(ps.p[0].text, "x") == 0, "%s", rc ? err.msg : "wrong prompts");
+    kvp_prompts_free(&ps);
+    rc = read_all("\xef\xbb\xbfOnce upon a time\n", &ps, &err);
+    CHECK_MSG(rc == 0 && ps.n == 1, "%s", err.msg);
+    if (ps.n == 1)
+        CHECK_STR(ps.p[0].text, "Once upon a time\n");
+    kvp_prompts_free(&ps);
+    rc = read_all("\xef\xbb\xbf", &ps, &err); /* nothing after it */
+    CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, "no prompt in the file"), "%s", rc < 0 ? err.msg : "accepted");
+    kvp_prompts_free(&ps);
+    rc = read_all("x\xef\xbb\xbfy", &ps, &err); /* not at the start: text */
+    CHECK_MSG(rc == 0 && ps.n == 1 && ps.p[0].len == 5, "%s", rc ? err.msg : "wrong prompt");
+    kvp_prompts_free(&ps);
+
+    /* on a pipe, a mark coming a byte at a time: nothing is decided early */
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    char path[32];
+    snprintf(path, sizeof path, "/dev/fd/%d", fds[0]);
+    kvp_prompts set;
+    kvp_prompts_init(&set);
+    kvp_prompts_reader *rd = NULL;
+    CHECK_MSG(kvp_prompts_reader_open(&rd, path, &set, &err) == 0, "%s", err.msg);
+    close(fds[0]);
+    if (!rd)
+        return;
+    CHECK(write(fds[1], "\xef", 1) == 1);
+    CHECK_EQ_I64(kvp_prompts_reader_ready(rd), 0);
+    CHECK(write(fds[1], "\xbb", 1) == 1);
+    CHECK_EQ_I64(kvp_prompts_reader_ready(rd), 0);
+    static const char rest[] = "\xbf{\"id\":\"p\",\"prompt\":\"one\"}\n";
+    CHECK(write(fds[1], rest, sizeof rest - 1) == (ssize_t)(sizeof rest - 1));
+    int ready = kvp_prompts_reader_ready(rd);
+    CHECK_EQ_I64(ready, 1);
+    if (!ready) /* a reader that took the mark for text waits for the end: give it, not a hang */
+        close(fds[1]), fds[1] = -1;
+    kvp_prompt p;
+    CHECK_EQ_I64(kvp_prompts_reader_next(rd, &p, &err), 1);
+    CHECK(p.label && strcmp(p.label, "p") == 0 && p.len == 3);
+    CHECK_EQ_U64(kvp_prompts_reader_line(rd), 1);
+    kvp_prompt_free(&p);
+    if (fds[1] >= 0)
+        close(fds[1]);
+    CHECK_EQ_I64(kvp_prompts_reader_next(rd, &p, &err), 0);
+    kvp_prompts_reader_free(rd);
+}
+
 int main(void)
 {
     kvp_tokenizer *t = tiny();
@@ -427,5 +653,10 @@ int main(void)
     test_reader_pipe();
     test_reader_bad_line();
     test_reader_many();
+    test_ids_repeat();
+    test_id_values();
+    test_prompt_and_messages();
+    test_range_messages();
+    test_bom();
     return unit_done();
 }

@@ -1,6 +1,7 @@
 /* test_results.c - the ids a results file already holds (decode --resume):
- * whole lines only, string and integer ids, the cut-off last line left out,
- * a broken whole line an error naming file and line; the id set itself. */
+ * whole lines only, string and integer ids (7 and "7" one key), the cut-off
+ * last line left out, a broken whole line or a bad id an error naming file
+ * and line; the id set itself. */
 #include "results.h"
 #include "unit.h"
 
@@ -85,12 +86,48 @@ static void test_scan(void)
     kvp_idset_free(&s);
 }
 
+/* Keys are the prompts reader's: 7 and "7" one id; an id decode never
+ * writes (empty, a NUL in it, past int64, a fraction, another type) is an
+ * error naming the file and line, not a key that matches no request. */
+static void test_keys(void)
+{
+    kvp_idset s;
+    kvp_err err = {0};
+    uint64_t whole = 0;
+    kvp_idset_init(&s);
+    const char *p = put("keys.jsonl", "{\"id\":7}\n{\"id\":\"7\"}\n{\"id\":-2}\n{\"id\":9223372036854775807}\n{\"id\":4096.0}\n");
+    CHECK_MSG(kvp_results_scan(p, &s, &whole, &err) == 0, "%s", err.msg);
+    CHECK_EQ_U64(s.n, 4);
+    CHECK(kvp_idset_has(&s, "7", 1));
+    CHECK(kvp_idset_has(&s, "-2", 2));
+    CHECK(kvp_idset_has(&s, "9223372036854775807", 19));
+    CHECK(kvp_idset_has(&s, "4096", 4));
+    kvp_idset_free(&s);
+    static const char *const bad[][2] = {
+        {"{\"id\":\"a\"}\n{\"id\":\"\"}\n", "bad-keys.jsonl:2: \"id\" is empty"},
+        {"{\"id\":\"a\\u0000b\"}\n", "bad-keys.jsonl:1: \"id\" holds a NUL character"},
+        {"{\"id\":9223372036854775808}\n",
+         "bad-keys.jsonl:1: \"id\" must be a string or an integer in [-9223372036854775808, 9223372036854775807]"},
+        {"{\"id\":1.5}\n", "bad-keys.jsonl:1: \"id\" must be a string or an integer in ["},
+        {"{\"id\":[1]}\n", "bad-keys.jsonl:1: \"id\" must be a string or an integer in ["},
+        {"{\"id\":null}\n", "bad-keys.jsonl:1: a result line without an \"id\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kvp_idset_init(&s);
+        p = put("bad-keys.jsonl", bad[i][0]);
+        int rc = kvp_results_scan(p, &s, &whole, &err);
+        CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, bad[i][1]), "case %zu: %s", i, rc < 0 ? err.msg : "accepted");
+        kvp_idset_free(&s);
+    }
+}
+
 int main(void)
 {
     if (!mkdtemp(dir))
         return 1;
     test_idset();
     test_scan();
+    test_keys();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
