@@ -8,6 +8,8 @@
 #include "model.h"
 #include "presets.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -103,29 +105,45 @@ static sweep_opt sweeps[SW_COUNT] = {
     [SW_PARAMS] = {"params", K_COUNT, 1, 1e16, NULL, NULL, 0},
 };
 
+/* Every number kvcalc takes is written in decimal digits, a fraction where
+ * the option allows one: no sign, space, exponent or hex, all of which
+ * strtod takes ("-s 0x100" was 256 tokens, "-s ' 8192'" 8192).  The length
+ * of such a number at s, 0 when there is none. */
+static size_t decimal_len(const char *s, int fraction)
+{
+    size_t i = strspn(s, "0123456789");
+    if (i && fraction && s[i] == '.' && isdigit((unsigned char)s[i + 1]))
+        i += 1 + strspn(s + i + 1, "0123456789");
+    return i;
+}
+
+/* A count of tokens, layers, heads: digits only. */
 static int parse_int(const char *s, double *out)
 {
-    char *e;
-    if (!*s || *s == '-' || *s == '+')
+    size_t n = decimal_len(s, 0);
+    if (!n || s[n])
         return -1;
-    double v = strtod(s, &e);
-    if (e == s || *e || !isfinite(v) || v != floor(v))
+    double v = strtod(s, NULL);
+    if (!isfinite(v))
         return -1;
     *out = v;
     return 0;
 }
 
+/* A share (--gpu-util): digits with an optional fraction. */
 static int parse_real(const char *s, double *out)
 {
-    char *e;
-    double v = strtod(s, &e);
-    if (e == s || *e || !isfinite(v))
+    size_t n = decimal_len(s, 1);
+    if (!n || s[n])
+        return -1;
+    double v = strtod(s, NULL);
+    if (!isfinite(v))
         return -1;
     *out = v;
     return 0;
 }
 
-/* A size, also as a rate ("3.35TB/s"). */
+/* A size, also as a rate ("3.35TB/s"): kvp_cli_parse_size's digits and units. */
 static int parse_size(const char *s, double *out)
 {
     char buf[64];
@@ -145,12 +163,11 @@ static int parse_size(const char *s, double *out)
 /* A parameter count: 8.03B, 70G, 135M, 405000000000. */
 static int parse_count(const char *s, double *out)
 {
-    char *e;
-    if (!*s || *s == '-')
+    size_t n = decimal_len(s, 1);
+    if (!n)
         return -1;
-    double v = strtod(s, &e), mult = 1;
-    if (e == s || !isfinite(v))
-        return -1;
+    double v = strtod(s, NULL), mult = 1;
+    const char *e = s + n;
     switch (*e) {
     case 'k': case 'K': mult = 1e3; e++; break;
     case 'm': case 'M': mult = 1e6; e++; break;
@@ -158,11 +175,19 @@ static int parse_count(const char *s, double *out)
     case 't': case 'T': mult = 1e12; e++; break;
     default: break;
     }
-    if (*e)
+    if (*e || !isfinite(v))
         return -1;
     *out = v * mult;
     return 0;
 }
+
+/* What each kind of value is, for messages: "'0x100' is not ..." */
+static const char *const kind_what[] = {
+    [K_INT] = "a whole number in digits",
+    [K_SIZE] = "a size: digits, an optional fraction and unit (80G, 141GB, 80GiB, 3.35T)",
+    [K_REAL] = "a number in digits with an optional fraction (0.9)",
+    [K_COUNT] = "a count: digits, an optional fraction and K, M, B or T (8.03B)",
+};
 
 static void expand_sweep(sweep_opt *o)
 {
@@ -172,11 +197,11 @@ static void expand_sweep(sweep_opt *o)
     o->vals = malloc(KVP_CAP_SWEEP_MAX * sizeof *o->vals);
     if (!o->vals)
         kvp_cli_die("out of memory");
-    if (kvp_cap_sweep_parse(o->spec, parsers[o->kind], o->vals, KVP_CAP_SWEEP_MAX, &o->n, &err)) {
+    if (kvp_cap_sweep_parse(o->spec, parsers[o->kind], kind_what[o->kind], o->vals, KVP_CAP_SWEEP_MAX, &o->n,
+                            &err)) {
         /* "8k" tokens is 8192 to some and 8000 to others: counts take digits */
         if (o->kind == K_INT && strpbrk(o->spec, "kKmMgG"))
-            kvp_cli_usage_error("--%s: %s (a count takes digits only: 8192 or 8000, not 8k)",
-                                o->name, err.msg);
+            kvp_cli_usage_error("--%s: %s (a count takes digits only: 8192 or 8000, not 8k)", o->name, err.msg);
         kvp_cli_usage_error("--%s: %s", o->name, err.msg);
     }
     for (size_t i = 0; i < o->n; i++) {
@@ -188,6 +213,20 @@ static void expand_sweep(sweep_opt *o)
         if (&sweeps[SW_BLOCK] == o && ((uint64_t)v & ((uint64_t)v - 1)))
             kvp_cli_usage_error("--block-size: %.15g is not a power of two", v);
     }
+}
+
+/* --seed, --shared-prefix: digits only, like every count. */
+static uint64_t opt_whole(const char *opt, const char *s, uint64_t max)
+{
+    size_t n = decimal_len(s, 0);
+    unsigned long long v = 0;
+    if (n && !s[n]) {
+        errno = 0;
+        v = strtoull(s, NULL, 10);
+    }
+    if (!n || s[n] || errno == ERANGE || v > max)
+        kvp_cli_usage_error("%s: '%s' is not a whole number in digits from 0 to %" PRIu64, opt, s, max);
+    return (uint64_t)v;
 }
 
 /* ---- the run's fixed choices ---- */
@@ -205,7 +244,20 @@ typedef struct run {
     int have_lengths;
     uint64_t seed, shared_prefix;
     int gpus_given, tp_given;
+    double point[SW_COUNT];       /* the swept options' values at the point being emitted */
+    /* a text sweep's fragmentation, printed after its table */
+    struct sim_point *sim_pts;
+    size_t n_sim_pts, cap_sim_pts;
 } run;
+
+#define SIM_SIZES 7
+
+/* One sweep point's simulation: the swept values, the rows. */
+typedef struct sim_point {
+    double point[SW_COUNT];
+    kvp_cap_sim_row rows[SIM_SIZES + 2];
+    size_t n;
+} sim_point;
 
 static void apply(kvp_cap_params *p, int id, double v)
 {
@@ -402,8 +454,6 @@ static void print_stages_json(const kvp_cap_result *r)
 
 /* ---- fragmentation ---- */
 
-#define SIM_SIZES 7
-
 static size_t sim_block_sizes(uint32_t chosen, uint32_t *out)
 {
     static const uint32_t std[] = {8, 16, 32, 64, 128, 256};
@@ -457,32 +507,47 @@ static void print_sim_json(const kvp_cap_sim_row *rows, size_t n)
     printf("]");
 }
 
-static void print_sim_human(const run *R, const kvp_cap_params *p, const kvp_cap_sim_row *rows, size_t n)
+static void print_sim_head(const run *R, const char *lead)
 {
-    char b1[64];
-    printf("\nFragmentation (%s lengths, seed %" PRIu64 ", reserve %" PRIu64 " tokens contiguous", "simulated",
-           R->seed, p->seq_len);
-    if (R->shared_prefix)
-        printf(", shared prefix %" PRIu64, R->shared_prefix);
-    printf(")\n  %-16s %10s %10s %12s %24s %7s", "scheme", "seqs", "mean len", "tokens", "wasted", "waste%");
+    printf("  %s%-16s %10s %10s %12s %24s %7s", lead, "scheme", "seqs", "mean len", "tokens", "wasted", "waste%");
     if (R->shared_prefix)
         printf(" %10s %24s", "seqs+share", "saved");
     printf("\n");
-    for (size_t i = 0; i < n; i++) {
-        const kvp_cap_sim_row *s = &rows[i];
-        char name[32];
-        if (s->block_size)
-            snprintf(name, sizeof name, "paged %u", s->block_size);
-        else
-            snprintf(name, sizeof name, "contiguous");
-        double pct = s->alloc_bytes ? 100.0 * (double)s->waste_bytes / (double)s->alloc_bytes : 0;
-        printf("  %-16s %10" PRIu64 " %10.1f %12" PRIu64 " %24s %6.1f%%", name, s->seqs,
-               s->seqs ? (double)s->tokens / (double)s->seqs : 0.0, s->tokens, gbs(b1, sizeof b1, (double)s->waste_bytes),
-               pct);
-        if (R->shared_prefix && s->block_size)
-            printf(" %10" PRIu64 " %24s", s->seqs_shared, gbs(b1, sizeof b1, (double)s->saved_bytes));
-        printf("\n");
-    }
+}
+
+static void print_sim_row(const run *R, const kvp_cap_sim_row *s, const char *lead)
+{
+    char b1[64], name[32];
+    if (s->block_size)
+        snprintf(name, sizeof name, "paged %u", s->block_size);
+    else
+        snprintf(name, sizeof name, "contiguous");
+    double pct = s->alloc_bytes ? 100.0 * (double)s->waste_bytes / (double)s->alloc_bytes : 0;
+    printf("  %s%-16s %10" PRIu64 " %10.1f %12" PRIu64 " %24s %6.1f%%", lead, name, s->seqs,
+           s->seqs ? (double)s->tokens / (double)s->seqs : 0.0, s->tokens, gbs(b1, sizeof b1, (double)s->waste_bytes),
+           pct);
+    if (R->shared_prefix && s->block_size)
+        printf(" %10" PRIu64 " %24s", s->seqs_shared, gbs(b1, sizeof b1, (double)s->saved_bytes));
+    printf("\n");
+}
+
+/* "(simulated lengths, seed 1, reserve 4096 tokens contiguous, shared prefix 64)" */
+static void print_sim_title(const run *R, const char *reserve)
+{
+    printf("\nFragmentation (simulated lengths, seed %" PRIu64 ", reserve %s tokens contiguous", R->seed, reserve);
+    if (R->shared_prefix)
+        printf(", shared prefix %" PRIu64, R->shared_prefix);
+    printf(")\n");
+}
+
+static void print_sim_human(const run *R, const kvp_cap_params *p, const kvp_cap_sim_row *rows, size_t n)
+{
+    char reserve[32];
+    snprintf(reserve, sizeof reserve, "%" PRIu64, p->seq_len);
+    print_sim_title(R, reserve);
+    print_sim_head(R, "");
+    for (size_t i = 0; i < n; i++)
+        print_sim_row(R, &rows[i], "");
 }
 
 /* ---- the human report ---- */
@@ -580,6 +645,92 @@ static void print_human(const run *R, const kvp_cap_params *p, const kvp_cap_res
 
 /* ---- one point of the sweep ---- */
 
+/* Swept over more than one value. */
+static int swept(int id) { return sweeps[id].spec && sweeps[id].n > 1; }
+
+/* The sweep table's own columns; any other swept option gets one ahead of them. */
+static int in_sweep_table(int id)
+{
+    return id == SW_SEQ_LEN || id == SW_BATCH || id == SW_TP || id == SW_PP || id == SW_BLOCK;
+}
+
+static void sweep_value(char *buf, size_t n, int id, double v)
+{
+    snprintf(buf, n, sweeps[id].kind == K_REAL ? "%.6g" : "%.0f", v);
+}
+
+/* A swept option's column: as wide as its name and its widest value. */
+static int sweep_width(int id)
+{
+    static int width[SW_COUNT];
+    if (!width[id]) {
+        width[id] = (int)strlen(sweeps[id].name) > 10 ? (int)strlen(sweeps[id].name) : 10;
+        for (size_t i = 0; i < sweeps[id].n; i++) {
+            char v[32];
+            sweep_value(v, sizeof v, id, sweeps[id].vals[i]);
+            if ((int)strlen(v) > width[id])
+                width[id] = (int)strlen(v);
+        }
+    }
+    return width[id];
+}
+
+/* The leading columns of a sweep's row: the swept options' names (point
+ * NULL) or their values at point; all: every swept option, else those the
+ * table has no column for. */
+static const char *sweep_lead(char *buf, size_t n, const double *point, int all)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int id = 0; id < SW_COUNT && o < n; id++) {
+        if (!swept(id) || (!all && in_sweep_table(id)))
+            continue;
+        char v[32];
+        if (point)
+            sweep_value(v, sizeof v, id, point[id]);
+        else
+            snprintf(v, sizeof v, "%s", sweeps[id].name);
+        o += (size_t)snprintf(buf + o, n - o, "%-*s ", sweep_width(id), v);
+    }
+    return buf;
+}
+
+/* A text sweep prints its fragmentation after the table: keep this point's. */
+static void keep_sim(run *R, const kvp_cap_sim_row *rows, size_t n)
+{
+    if (R->n_sim_pts == R->cap_sim_pts) {
+        size_t cap = R->cap_sim_pts ? 2 * R->cap_sim_pts : 16;
+        sim_point *q = realloc(R->sim_pts, cap * sizeof *q);
+        if (!q)
+            kvp_cli_die("out of memory for the sweep's fragmentation results");
+        R->sim_pts = q;
+        R->cap_sim_pts = cap;
+    }
+    sim_point *s = &R->sim_pts[R->n_sim_pts++];
+    memcpy(s->point, R->point, sizeof s->point);
+    memcpy(s->rows, rows, n * sizeof *rows);
+    s->n = n;
+}
+
+static void print_sim_sweep(const run *R)
+{
+    char lead[1024], reserve[32];
+    if (!R->n_sim_pts)
+        return;
+    if (swept(SW_SEQ_LEN))
+        snprintf(reserve, sizeof reserve, "seq-len");
+    else
+        snprintf(reserve, sizeof reserve, "%" PRIu64, sweeps[SW_SEQ_LEN].spec ? (uint64_t)sweeps[SW_SEQ_LEN].vals[0]
+                                                                            : R->base.seq_len);
+    print_sim_title(R, reserve);
+    print_sim_head(R, sweep_lead(lead, sizeof lead, NULL, 1));
+    for (size_t i = 0; i < R->n_sim_pts; i++) {
+        sweep_lead(lead, sizeof lead, R->sim_pts[i].point, 1);
+        for (size_t k = 0; k < R->sim_pts[i].n; k++)
+            print_sim_row(R, &R->sim_pts[i].rows[k], lead);
+    }
+}
+
 static void emit(run *R, const kvp_cap_params *p)
 {
     kvp_cap_result r;
@@ -620,16 +771,20 @@ static void emit(run *R, const kvp_cap_params *p)
         }
         printf("\n");
     } else if (R->sweeping) {
+        char lead[1024];
         if (!R->tsv_header_done) {
-            printf("%-10s %-8s %-5s %-4s %-4s %16s %18s %16s %10s %12s\n", "seq_len", "batch", "tp", "pp", "block",
-                   "kv_bytes", "weights/gpu", "kv_free/gpu", "max_seqs", "max_context");
+            printf("%s%-10s %-8s %-5s %-4s %-4s %16s %18s %16s %10s %12s\n", sweep_lead(lead, sizeof lead, NULL, 0),
+                   "seq_len", "batch", "tp", "pp", "block", "kv_bytes", "weights/gpu", "kv_free/gpu", "max_seqs",
+                   "max_context");
             R->tsv_header_done = 1;
         }
         const kvp_cap_stage *st = &r.stage[r.binding];
-        printf("%-10" PRIu64 " %-8" PRIu64 " %-5u %-4u %-4u %16" PRIu64 " %18" PRIu64 " %16" PRId64 " %10" PRIu64
+        printf("%s%-10" PRIu64 " %-8" PRIu64 " %-5u %-4u %-4u %16" PRIu64 " %18" PRIu64 " %16" PRId64 " %10" PRIu64
                " %12" PRId64 "\n",
-               p->seq_len, p->batch, p->tp, p->pp, p->block_size, r.kv_bytes, st->weight_bytes, st->kv_free_bytes,
-               r.max_seqs, r.max_context);
+               sweep_lead(lead, sizeof lead, R->point, 0), p->seq_len, p->batch, p->tp, p->pp, p->block_size,
+               r.kv_bytes, st->weight_bytes, st->kv_free_bytes, r.max_seqs, r.max_context);
+        if (n_sim)
+            keep_sim(R, sim, n_sim);
     } else {
         print_human(R, p, &r);
         if (n_sim)
@@ -654,8 +809,31 @@ static void sweep_from(run *R, kvp_cap_params *p, int id)
     for (size_t i = 0; i < sweeps[id].n; i++) {
         kvp_cap_params q = *p;
         apply(&q, id, sweeps[id].vals[i]);
+        R->point[id] = sweeps[id].vals[i];
         sweep_from(R, &q, id + 1);
     }
+}
+
+/* Every sequence starts with the shared prefix, so none may be shorter
+ * than it: refused, not clamped, when even the longest length the
+ * simulation can draw (at the shortest --seq-len swept) is. */
+static void check_shared_prefix(const run *R, const char *spec)
+{
+    uint64_t seq_len = R->base.seq_len;
+    if (sweeps[SW_SEQ_LEN].spec)
+        for (size_t i = 0; i < sweeps[SW_SEQ_LEN].n; i++)
+            if (i == 0 || (uint64_t)sweeps[SW_SEQ_LEN].vals[i] < seq_len)
+                seq_len = (uint64_t)sweeps[SW_SEQ_LEN].vals[i];
+    uint64_t longest = kvp_cap_lengths_max(&R->lengths, seq_len);
+    if (R->shared_prefix <= longest)
+        return;
+    if (longest < seq_len)
+        kvp_cli_usage_error("--shared-prefix: %" PRIu64 " tokens is longer than the longest sequence, %" PRIu64
+                            " tokens (the most --lengths %s gives)",
+                            R->shared_prefix, longest, spec);
+    kvp_cli_usage_error("--shared-prefix: %" PRIu64 " tokens is longer than the longest sequence, %" PRIu64
+                        " tokens (--seq-len%s: lengths are clamped to it)",
+                        R->shared_prefix, longest, swept(SW_SEQ_LEN) ? ", the shortest swept" : "");
 }
 
 /* ---- listing ---- */
@@ -742,6 +920,12 @@ static void load_model(run *R, const char *name)
         R->model_source = "preset";
         return;
     }
+    /* A model's kind is sniffed from its first bytes, then its reader opens
+     * it again: a pipe cannot be read twice, so '-' is not standard input
+     * here (kvcalc(1) says so). */
+    if (strcmp(name, "-") == 0)
+        kvp_cli_usage_error("--model: '-': a model is a preset or a file, not standard input "
+                            "(a file named '-': ./-)");
     if (stat(name, &st) != 0 && !model_path_like(name))
         kvp_cli_usage_error("--model: '%s' is neither a preset (kvcalc --list-models) nor a file", name);
     kvp_cap_model_file mf;
@@ -851,8 +1035,10 @@ static int check_run(run *R, const char *stats, const char *model, const char *k
     int model_from_run = !model;
     if (!model) {
         struct stat st;
+        /* a stats file's fault like its other fields' (exit 1); with -m the
+         * field is not needed */
         if (!rs.model[0])
-            kvp_cli_usage_error("--check: %s names no model: give -m MODEL", stats);
+            kvp_cli_die("%s: model: empty, the run names no model file: give -m MODEL", stats);
         if (stat(rs.model, &st) != 0)
             kvp_cli_die("%s: model: '%s' is not here (a path as decode was given it): give -m MODEL", stats,
                         rs.model);
@@ -1055,7 +1241,7 @@ int main(int argc, char **argv)
     const char *model = NULL, *gpu = NULL, *kv_dtype = NULL, *weight_dtype = NULL, *embed_dtype = NULL;
     const char *lengths = NULL, *check = NULL, *kv_mem = NULL;
     const char *not_for_check = NULL; /* an option --check has no use for */
-    int list_m = 0, list_g = 0, opt;
+    int list_m = 0, list_g = 0, seed_given = 0, prefix_given = 0, opt;
     while ((opt = getopt_long(argc, argv, "m:g:s:b:hV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'm': model = optarg; break;
@@ -1073,11 +1259,13 @@ int main(int argc, char **argv)
         case OPT_EMBED_DTYPE: embed_dtype = optarg; not_for_check = "--embed-dtype"; break;
         case OPT_LENGTHS: lengths = optarg; not_for_check = "--lengths"; break;
         case OPT_SEED:
-            R.seed = (uint64_t)kvp_cli_opt_i64("--seed", optarg, 0, INT64_MAX);
+            R.seed = opt_whole("--seed", optarg, INT64_MAX);
+            seed_given = 1;
             not_for_check = "--seed";
             break;
         case OPT_SHARED_PREFIX:
-            R.shared_prefix = (uint64_t)kvp_cli_opt_i64("--shared-prefix", optarg, 0, 1ll << 32);
+            R.shared_prefix = opt_whole("--shared-prefix", optarg, 1ull << 32);
+            prefix_given = 1;
             not_for_check = "--shared-prefix";
             break;
         case OPT_CHECK: check = optarg; break;
@@ -1111,6 +1299,11 @@ int main(int argc, char **argv)
             list_gpus(R.json);
         return kvp_cli_close_stdout();
     }
+
+    /* the simulation's settings mean nothing without one */
+    if (!lengths && (seed_given || prefix_given))
+        kvp_cli_usage_error("%s needs --lengths (it sets up the fragmentation simulation)",
+                            prefix_given ? "--shared-prefix" : "--seed");
 
     /* every swept value is checked before anything is computed */
     for (int i = 0; i < SW_COUNT; i++)
@@ -1182,7 +1375,12 @@ int main(int argc, char **argv)
 
     if (R.have_lengths && R.tsv)
         kvp_cli_usage_error("--lengths prints with the report or --json, not --tsv");
+    if (R.have_lengths)
+        check_shared_prefix(&R, lengths);
     sweep_from(&R, p, 0);
+    if (R.sweeping && !R.json)
+        print_sim_sweep(&R);
+    free(R.sim_pts);
     kvp_cap_lengths_free(&R.lengths);
     return kvp_cli_close_stdout();
 }

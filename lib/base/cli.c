@@ -103,12 +103,20 @@ void kvp_cli_version(void)
 
 int kvp_cli_parse_size(const char *s, uint64_t *out)
 {
-    if (!s || !*s || *s == '-' || *s == '+')
+    /* Decimal digits and an optional fraction, as documented ("1.5G"):
+     * strtod alone would also take a sign, leading space, an exponent and
+     * hex ("0x50G" was 80 GB). */
+    if (!s)
+        return -1;
+    size_t n = strspn(s, "0123456789");
+    if (n && s[n] == '.' && s[n + 1] >= '0' && s[n + 1] <= '9')
+        n += 1 + strspn(s + n + 1, "0123456789");
+    if (!n)
         return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || errno || !isfinite(v) || v < 0)
+    if (end != s + n || errno || !isfinite(v))
         return -1;
     double mult = 1;
     const char *p = end;

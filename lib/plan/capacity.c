@@ -619,8 +619,21 @@ int kvp_cap_compute(const kvp_cap_params *p, kvp_cap_result *r, kvp_err *err)
 
 /* ---- sweeps ---- */
 
-int kvp_cap_sweep_parse(const char *spec, kvp_cap_num_parser parse, double *vals, size_t max, size_t *n,
-                        kvp_err *err)
+/* A FACTOR: digits with an optional fraction, as every number kvcalc takes
+ * (strtod alone would take " 2", "2e0" and "0x2"). */
+static int parse_factor(const char *s, double *out)
+{
+    size_t i = strspn(s, "0123456789");
+    if (i && s[i] == '.' && s[i + 1] >= '0' && s[i + 1] <= '9')
+        i += 1 + strspn(s + i + 1, "0123456789");
+    if (!i || s[i])
+        return -1;
+    *out = strtod(s, NULL);
+    return isfinite(*out) ? 0 : -1;
+}
+
+int kvp_cap_sweep_parse(const char *spec, kvp_cap_num_parser parse, const char *what, double *vals, size_t max,
+                        size_t *n, kvp_err *err)
 {
     char buf[128];
     *n = 0;
@@ -630,7 +643,7 @@ int kvp_cap_sweep_parse(const char *spec, kvp_cap_num_parser parse, double *vals
     char *c1 = strchr(buf, ':');
     if (!c1) {
         if (max < 1 || parse(buf, &vals[0]) != 0)
-            return kvp_err_set(err, KVP_EINVAL, "'%s': not a valid value", spec);
+            return kvp_err_set(err, KVP_EINVAL, "'%s' is not %s", spec, what);
         *n = 1;
         return 0;
     }
@@ -640,17 +653,19 @@ int kvp_cap_sweep_parse(const char *spec, kvp_cap_num_parser parse, double *vals
     *c1 = *c2 = '\0';
     double a, b, step;
     int geometric = c2[1] == 'x' || c2[1] == 'X';
-    if (parse(buf, &a) != 0 || parse(c1 + 1, &b) != 0)
-        return kvp_err_set(err, KVP_EINVAL, "'%s': START and END must be valid values", spec);
+    if (parse(buf, &a) != 0)
+        return kvp_err_set(err, KVP_EINVAL, "'%s': START '%s' is not %s", spec, buf, what);
+    if (parse(c1 + 1, &b) != 0)
+        return kvp_err_set(err, KVP_EINVAL, "'%s': END '%s' is not %s", spec, c1 + 1, what);
     if (geometric) {
-        char *end;
-        step = strtod(c2 + 2, &end);
-        if (*end || !(step > 1) || !isfinite(step))
-            return kvp_err_set(err, KVP_EINVAL, "'%s': FACTOR must be a number above 1", spec);
+        if (parse_factor(c2 + 2, &step) != 0 || !(step > 1))
+            return kvp_err_set(err, KVP_EINVAL, "'%s': FACTOR must be a number above 1 (digits: x2, x1.5)", spec);
         if (!(a > 0))
             return kvp_err_set(err, KVP_EINVAL, "'%s': a geometric sweep needs START above 0", spec);
-    } else if (parse(c2 + 1, &step) != 0 || !(step > 0)) {
-        return kvp_err_set(err, KVP_EINVAL, "'%s': STEP must be a value above 0", spec);
+    } else if (parse(c2 + 1, &step) != 0) {
+        return kvp_err_set(err, KVP_EINVAL, "'%s': STEP '%s' is not %s", spec, c2 + 1, what);
+    } else if (!(step > 0)) {
+        return kvp_err_set(err, KVP_EINVAL, "'%s': STEP must be above 0", spec);
     }
     if (b < a)
         return kvp_err_set(err, KVP_EINVAL, "'%s': END is below START", spec);

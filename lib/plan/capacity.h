@@ -144,24 +144,30 @@ int kvp_cap_layer_is_sliding(const kvp_config *c, uint32_t i);
 typedef struct kvp_cap_model_file {
     kvp_config cfg;
     char kind[8];           /* "gguf", "kvp" or "hf" */
-    uint64_t weight_bytes;  /* exact bytes of all tensors when the file lists them (GGUF), else 0 */
-    char weight_type[16];   /* the type holding most weight bytes ("q4_1"), an HF quantization_config's ("int4-g128"), or "" */
+    uint64_t weight_bytes;  /* all tensors' exact bytes, scales included, when the file lists them (GGUF, KVP); else 0 */
+    char weight_type[16];   /* the format of most matrix bytes ("q4_1"), an HF quantization_config's ("int4-g128"), "" */
     uint32_t q_lora_rank;   /* MLA query low rank, which kvp_config does not carry; 0 if none */
 } kvp_cap_model_file;
 
 /* Read a model's shape from path: a GGUF file (header and tensor table
- * only), a KVP model file (records up to its CONFIG), an HF config.json, or a
- * folder holding one.  0 or a negative code with a message naming the file. */
+ * only), a KVP model file (its CONFIG record and every record's header to the
+ * end, tensor payloads skipped unless compressed), an HF config.json, or a
+ * folder holding one.  A file that lists its tensors gives their exact bytes
+ * and ties embeddings exactly when it has no lm_head (output.weight or
+ * lm_head.weight), as decode's loader does.  0 or a negative code with a
+ * message naming the file. */
 int kvp_cap_load_model(const char *path, kvp_cap_model_file *out, kvp_err *err);
 
 /* ---- sweeps: "V", "START:END:STEP" or "START:END:xFACTOR" ---- */
 
 typedef int (*kvp_cap_num_parser)(const char *s, double *out);
 #define KVP_CAP_SWEEP_MAX 100000
-/* Expand spec into values (at most max); each part is parsed by parse (so
- * sizes may carry suffixes).  0 or KVP_EINVAL with a message. */
-int kvp_cap_sweep_parse(const char *spec, kvp_cap_num_parser parse, double *vals, size_t max, size_t *n,
-                        kvp_err *err);
+/* Expand spec into values (at most max); START, END, STEP or a single
+ * value are parsed by parse (so sizes may carry suffixes), a FACTOR is
+ * decimal digits.  0 or KVP_EINVAL with a message naming the part that is
+ * bad and saying it "is not <what>" ("a whole number in digits"). */
+int kvp_cap_sweep_parse(const char *spec, kvp_cap_num_parser parse, const char *what, double *vals, size_t max,
+                        size_t *n, kvp_err *err);
 
 /* ---- fragmentation simulation (capacity_sim.c) ---- */
 
@@ -196,6 +202,9 @@ int kvp_cap_lengths_parse(kvp_cap_lengths *d, const char *spec, kvp_err *err);
 void kvp_cap_lengths_free(kvp_cap_lengths *d);
 /* The i-th length of the stream, clamped to [1, max_len]. */
 uint64_t kvp_cap_lengths_draw(const kvp_cap_lengths *d, kvp_cap_rng *r, uint64_t i, uint64_t max_len);
+/* The longest length the stream can give, clamped to [1, max_len]: B of a
+ * uniform, the list's largest, max_len for a normal or log-normal spread. */
+uint64_t kvp_cap_lengths_max(const kvp_cap_lengths *d, uint64_t max_len);
 
 typedef struct kvp_cap_sim_opts {
     uint64_t kv_bytes;              /* KV memory on the GPU */

@@ -1,5 +1,6 @@
 /* capacity_load.c - a model's shape for kvcalc from whatever file holds it:
- * GGUF (header and tensor table), KVP (its CONFIG record) or HF config.json.
+ * GGUF (header and tensor table), KVP (its CONFIG record and tensor headers)
+ * or HF config.json.
  */
 #include "capacity.h"
 
@@ -8,12 +9,62 @@
 #include "io.h"
 #include "json.h"
 #include "stream.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* ---- what a file's tensors say: GGUF and KVP alike ---- */
+
+/* The tensors of a file as they go by: their exact bytes, the bytes of the
+ * matrices by storage format (norms and biases, 1-D, do not vote on the
+ * format), and whether an lm_head is among them. */
+typedef struct tensor_tally {
+    uint64_t bytes;
+    int has_output;
+    size_t n;
+    struct {
+        char fmt[16];
+        uint64_t bytes;
+    } by[32];
+} tensor_tally;
+
+static void tally_add(tensor_tally *t, const char *name, const char *fmt, uint64_t bytes, int is_matrix)
+{
+    t->bytes += bytes;
+    /* GGUF's name, and HF's (a KVP file converted from safetensors keeps it) */
+    if (strcmp(name, "output.weight") == 0 || strcmp(name, "lm_head.weight") == 0)
+        t->has_output = 1;
+    if (!is_matrix)
+        return;
+    size_t i = 0;
+    while (i < t->n && strcmp(t->by[i].fmt, fmt) != 0)
+        i++;
+    if (i == t->n) {
+        if (t->n == sizeof t->by / sizeof t->by[0])
+            return; /* more formats than any real file has: the rest do not vote */
+        snprintf(t->by[t->n++].fmt, sizeof t->by[0].fmt, "%s", fmt);
+    }
+    t->by[i].bytes += bytes;
+}
+
+/* The weights as the file stores them, and tying as decode's loader decides
+ * it (model.c): tied exactly when no lm_head tensor is there, whatever a
+ * kvpipe.tied_embeddings key says (quantize does not write one). */
+static void tally_apply(const tensor_tally *t, kvp_cap_model_file *out)
+{
+    out->weight_bytes = t->bytes;
+    out->cfg.tied_embeddings = !t->has_output;
+    size_t best = 0;
+    for (size_t i = 1; i < t->n; i++)
+        if (t->by[i].bytes > t->by[best].bytes)
+            best = i;
+    if (t->n)
+        snprintf(out->weight_type, sizeof out->weight_type, "%s", t->by[best].fmt);
+}
 
 static int load_gguf(const char *path, kvp_cap_model_file *out, kvp_err *err)
 {
@@ -24,22 +75,12 @@ static int load_gguf(const char *path, kvp_cap_model_file *out, kvp_err *err)
     kvp_config_init(&out->cfg);
     rc = kvp_config_from_meta(&out->cfg, &g.meta, path, err);
     if (!rc) {
-        /* GGUF ties embeddings by leaving output.weight out */
-        if (!kvp_meta_find(&g.meta, "kvpipe.tied_embeddings"))
-            out->cfg.tied_embeddings = kvp_gguf_find(&g, "output.weight") == NULL;
-        /* bytes by GGUF type; the largest share names the weight format */
-        uint64_t by_type[64] = {0};
+        tensor_tally t = {0};
         for (uint64_t i = 0; i < g.n_tensors; i++) {
-            out->weight_bytes += g.tensors[i].nbytes;
-            if (g.tensors[i].ggml_type < 64 && g.tensors[i].n_dims >= 2)
-                by_type[g.tensors[i].ggml_type] += g.tensors[i].nbytes;
+            const kvp_gguf_tensor *gt = &g.tensors[i];
+            tally_add(&t, gt->name, kvp_gguf_type_name(gt->ggml_type), gt->nbytes, gt->n_dims >= 2);
         }
-        uint32_t best = 0;
-        for (uint32_t t = 1; t < 64; t++)
-            if (by_type[t] > by_type[best])
-                best = t;
-        if (by_type[best])
-            snprintf(out->weight_type, sizeof out->weight_type, "%s", kvp_gguf_type_name(best));
+        tally_apply(&t, out);
         snprintf(out->kind, sizeof out->kind, "gguf");
         char key[64];
         uint64_t q;
@@ -51,7 +92,71 @@ static int load_gguf(const char *path, kvp_cap_model_file *out, kvp_err *err)
     return rc;
 }
 
-static int load_kvp(const char *path, kvp_cap_model_file *out, kvp_err *err)
+/* A KVP tensor's storage in kvp_cap_weight_fmt's names: the scheme says
+ * what the dtype alone does not (int8 scaled by row, int4 by group). */
+static void kvp_tensor_fmt(const kvp_tensor_rec *t, char *buf, size_t n)
+{
+    switch (t->dtype) {
+    case KVP_DTYPE_FP8_E4M3: snprintf(buf, n, "fp8"); break;
+    case KVP_DTYPE_FP8_E5M2: snprintf(buf, n, "fp8-e5m2"); break;
+    case KVP_DTYPE_I8: snprintf(buf, n, "int8"); break;
+    case KVP_DTYPE_I4:
+    case KVP_DTYPE_U4:
+        if (t->scheme == KVP_SCHEME_GROUP)
+            snprintf(buf, n, "int4-g%u", t->group);
+        else
+            snprintf(buf, n, "int4");
+        break;
+    default: snprintf(buf, n, "%s", kvp_dtype_name(t->dtype)); break;
+    }
+}
+
+/* A skimmed TENSOR record's meta, read in place from the mapping (an
+ * uncompressed record's payload starts right after its 64-byte header,
+ * kvp(5)).  The reader checked the header, its checksum and the sizes, not
+ * the payload's checksum, which covers the data kvcalc does not read; the
+ * decoder still makes dtype, shape and byte counts agree with the header's
+ * sizes, so a damaged meta is refused rather than counted, its name aside. */
+static int skimmed_tensor(const kvp_in *in, const kvp_record *rec, kvp_tensor_rec *t, kvp_err *err)
+{
+    kvp_record v = *rec;
+    v.meta = in->map + rec->offset + KVP_RECORD_HEADER_SIZE;
+    uint64_t data_off = kvp_align_up(rec->meta_size, KVP_ALIGN);
+    if (data_off < rec->raw_size) {
+        v.data = v.meta + data_off;
+        v.data_size = rec->raw_size - data_off;
+    }
+    const uint8_t *d, *s, *z;
+    return kvp_tensor_decode(&v, t, &d, &s, &z, err);
+}
+
+/* One TENSOR record into the tally; 1 when it cannot be seen without
+ * reading its payload (skimmed and compressed). */
+static int tally_kvp_tensor(const kvp_in *in, const kvp_record *rec, tensor_tally *t, kvp_err *err)
+{
+    kvp_tensor_rec tr;
+    int rc;
+    if (rec->meta) {
+        const uint8_t *d, *s, *z;
+        rc = kvp_tensor_decode(rec, &tr, &d, &s, &z, err);
+    } else if (in->map && !(rec->flags & KVP_RECORD_ZSTD)) {
+        rc = skimmed_tensor(in, rec, &tr, err);
+    } else {
+        return 1;
+    }
+    if (rc)
+        return rc;
+    char fmt[24];
+    kvp_tensor_fmt(&tr, fmt, sizeof fmt);
+    tally_add(t, tr.name, fmt, tr.data_bytes + tr.scales_bytes + tr.zeros_bytes, tr.n_dim >= 2);
+    return 0;
+}
+
+/* One pass over a KVP model file, to the end so a file cut short is
+ * refused.  With skim the tensors' payloads, most of a model, are not read;
+ * a compressed tensor's meta then cannot be seen, and the pass stops with
+ * *again set, for a pass that reads everything. */
+static int kvp_pass(const char *path, int skim, kvp_cap_model_file *out, tensor_tally *t, int *again, kvp_err *err)
 {
     kvp_in in;
     int rc = kvp_in_open(&in, path, err);
@@ -61,18 +166,20 @@ static int load_kvp(const char *path, kvp_cap_model_file *out, kvp_err *err)
     rc = kvp_reader_open(&r, &in, err);
     kvp_record rec;
     int found = 0;
-    /* Read to the end, so a file cut short is refused, but skim the tensors:
-     * their payloads are most of a model and kvcalc needs none of them. */
-    if (!rc)
+    if (!rc && skim)
         kvp_reader_skim(r, 1u << KVP_KIND_TENSOR);
-    while (!rc) {
+    while (!rc && !*again) {
         int n = kvp_reader_next(r, &rec, err);
-        if (n < 0) {
+        if (n <= 0) {
             rc = n;
             break;
         }
-        if (n == 0)
-            break;
+        if (rec.kind == KVP_KIND_TENSOR) {
+            int k = tally_kvp_tensor(&in, &rec, t, err);
+            if (k < 0)
+                rc = kvp_err_prefix(err, "%s", path);
+            *again = k == 1;
+        }
         if (rec.kind != KVP_KIND_CONFIG || found)
             continue;
         kvp_meta m;
@@ -81,17 +188,34 @@ static int load_kvp(const char *path, kvp_cap_model_file *out, kvp_err *err)
         if (!rc) {
             kvp_config_init(&out->cfg);
             rc = kvp_config_from_meta(&out->cfg, &m, path, err);
+        } else {
+            kvp_err_prefix(err, "%s", path);
         }
         kvp_meta_free(&m);
         found = 1;
     }
-    if (!rc && !found)
+    if (!rc && !found && !*again)
         rc = kvp_err_set(err, KVP_ENOTFOUND, "%s: no CONFIG record: not a model file", path);
-    if (!rc)
-        snprintf(out->kind, sizeof out->kind, "kvp");
     kvp_reader_free(r);
     kvp_in_close(&in);
     return rc;
+}
+
+static int load_kvp(const char *path, kvp_cap_model_file *out, kvp_err *err)
+{
+    tensor_tally t = {0};
+    int again = 0;
+    int rc = kvp_pass(path, 1, out, &t, &again, err);
+    if (!rc && again) { /* compressed tensors: read them through */
+        memset(&t, 0, sizeof t);
+        again = 0;
+        rc = kvp_pass(path, 0, out, &t, &again, err);
+    }
+    if (rc)
+        return rc;
+    tally_apply(&t, out);
+    snprintf(out->kind, sizeof out->kind, "kvp");
+    return 0;
 }
 
 /* HF: the shape from kvp_config_from_hf, plus MLA's q_lora_rank and the

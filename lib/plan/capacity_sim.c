@@ -183,6 +183,22 @@ uint64_t kvp_cap_lengths_draw(const kvp_cap_lengths *d, kvp_cap_rng *r, uint64_t
     }
 }
 
+uint64_t kvp_cap_lengths_max(const kvp_cap_lengths *d, uint64_t max_len)
+{
+    switch (d->kind) {
+    case KVP_CAP_DIST_UNIFORM: return clamp_len(d->b, max_len);
+    case KVP_CAP_DIST_NORMAL: return d->b == 0 ? clamp_len(d->a, max_len) : max_len;
+    case KVP_CAP_DIST_LOGNORMAL: return d->b == 0 ? clamp_len(exp(d->a), max_len) : max_len;
+    default: {
+        uint32_t m = 0;
+        for (size_t i = 0; i < d->n_list; i++)
+            if (d->list[i] > m)
+                m = d->list[i];
+        return clamp_len((double)m, max_len);
+    }
+    }
+}
+
 /* ---- admission ---- */
 
 /* One scheme: bs 0 is contiguous reservation of max_len; shared counts full

@@ -5,6 +5,11 @@
 
 # jf NAME: the value of "NAME": in the first JSON line of stdout
 jf() { sed -n '1s/.*"'"$1"'":\([^,}]*\).*/\1/p' "$OUT"; }
+# tensor_bytes FILE: the data and scales bytes of a KVP file's tensors, as kvdump lists them
+tensor_bytes() {
+    kvdump --json "$1" | sed -n 's/.*"kind":"tensor".*"data_bytes":\([0-9]*\),"scales_bytes":\([0-9]*\).*/\1 \2/p' |
+        awk '{ n += $1 + $2 } END { print n }'
+}
 expect_field() { # NAME VALUE DESC
     v=$(jf "$1")
     if [ "$v" = "$2" ]; then pass "$3"; else fail "$3 ($1 is '$v', wanted $2)"; fi
@@ -43,6 +48,21 @@ if [ -f "$gguf" ]; then
     expect_field weight_dtype '"q4_1"' "its weights are Q4_1"
     # Q4_1 matrices 30 x 3,538,944 / 32 x 20 + Q8_0 embeddings 28,311,552 / 32 x 34 + f32 norms 61 x 576 x 4
     expect_field weight_bytes 96576768 "its weight bytes are the tensors' exact bytes"
+    # The same model as a KVP file: the same parameters (tied: no lm_head
+    # tensor; an untied count was 0.163 B), and weight bytes the tensors'
+    # own, compressed or not (it said f16, 325.65 MB, for 143 MB of q8_0).
+    want_params=$(jf n_params)
+    run quantize --to q8_0 "$gguf" -o "$T/q8.kvp"
+    expect_status 0 "quantize --to q8_0 the GGUF"
+    run quantize --to q8_0 --zstd "$gguf" -o "$T/q8z.kvp"
+    expect_status 0 "... and once compressed"
+    for f in q8.kvp q8z.kvp; do
+        run kvcalc -m "$T/$f" --json
+        expect_status 0 "$f reads"
+        expect_field n_params "$want_params" "$f: the GGUF's parameter count"
+        expect_field weight_dtype '"q8_0"' "$f: its weights are q8_0"
+        expect_field weight_bytes "$(tensor_bytes "$T/q8.kvp")" "$f: weight bytes are its tensors' bytes"
+    done
 else
     echo "note: $gguf absent (make fetch-model): GGUF check skipped"
 fi
@@ -60,6 +80,25 @@ for cut in 1000 $((size / 2)) $((size - 64)); do
     expect_status 1 "a KVP model file cut at $cut of $size bytes is refused"
     expect_true "the error names the file and calls it cut short" grep -Eq "cut\.kvp: .*(cut short|truncated)" "$ERR"
 done
+# HF models beside their KVP conversions: tying from the lm_head tensor
+# (lm_head.weight under HF names), bytes from the tensors, zstd or not
+for m in gqa2_hd64_untied gqa1_hd32_tied; do
+    run kvcalc -m "$G/engine_hf/$m" --json
+    want_params=$(jf n_params)
+    for z in "" --zstd; do
+        f="$T/$m$z.kvp"
+        run quantize --to q8_0 $z "$G/engine_hf/$m" -o "$f"
+        expect_status 0 "$m: quantize --to q8_0 $z"
+        run kvcalc -m "$f" --json
+        expect_status 0 "$m$z.kvp reads"
+        expect_field n_params "$want_params" "$m$z.kvp: the HF config's parameter count"
+        expect_field weight_bytes "$(tensor_bytes "$f")" "$m$z.kvp: weight bytes are its tensors' bytes"
+        expect_field weight_dtype '"q8_0"' "$m$z.kvp: q8_0, the format of most matrix bytes"
+    done
+done
+run kvcalc -m "$T/gqa2_hd64_untied.kvp"
+expect_out_has "0.000 B params; weights q8_0" "the report names the tensors' format"
+
 run kvcalc -m deepseek-v3 --json
 expect_field kv_bytes_per_token 70272 "DeepSeek-V3 MLA: (512 + 64) x 61 x 2 = 70,272"
 run kvcalc -m qwen2.5-7b --json
@@ -120,6 +159,25 @@ expect_field fits true "it fits"
 run kvcalc --model llama-3-8b --gpu h200 --weight-dtype fp8 --kv-dtype fp8 --seq-len 8192
 expect_out_has "sequences of 8192 tokens at once: 225" "the report says so in words"
 expect_out_has "GiB" "the report gives GiB"
+# the README shows the end of this very report: it must be what the program prints
+readme="$KVP_TESTS/../README.md"
+if [ -f "$readme" ]; then
+    awk -v cmd='    $ kvcalc --model llama-3-8b --gpu h200 --weight-dtype fp8 --kv-dtype fp8 --seq-len 8192' '
+        $0 == cmd { on = 1; next }
+        !on || $0 == "    ..." { next }
+        /^    / { line[++n] = substr($0, 5); next }
+        /^$/ { line[++n] = ""; next }
+        { exit }
+        END { while (n > 0 && line[n] == "") n--; for (i = 1; i <= n; i++) print line[i] }' "$readme" >"$T/readme.out"
+    k=$(wc -l <"$T/readme.out")
+    if [ "$k" -gt 5 ] && tail -n "$k" "$OUT" | cmp -s - "$T/readme.out"; then
+        pass "the README's kvcalc example is the report's last $k lines"
+    else
+        fail "the README's kvcalc example ($k lines) is not what kvcalc prints: $(tail -n "$k" "$OUT" | diff "$T/readme.out" - | head -5)"
+    fi
+else
+    echo "note: $readme absent: the README example check skipped"
+fi
 run kvcalc -m llama-3-70b --gpu rtx-4090 -s 4096 --json
 expect_field fits false "70B in f16 does not fit a 24GB card"
 expect_field max_seqs 0 "... so no sequences"
@@ -139,6 +197,21 @@ if [ "$n" -eq 4 ]; then pass "two swept options multiply"; else fail "2 x 2 swee
 run kvcalc -m llama-3-8b --gpu-mem 40G:80G:20G -s 4096
 expect_status 0 "a human sweep table"
 expect_out_has "max_seqs" "the sweep table has a header"
+# a swept option the table has no column of its own for gets one, leading
+run kvcalc -m llama-3-8b -g h200 --gpu-util 0.5:0.9:0.2
+expect_status 0 "a --gpu-util sweep"
+expect_true "its rows show the swept share" sh -c "head -1 '$OUT' | grep -q '^gpu-util ' &&
+    awk 'NR > 1 { print \$1 }' '$OUT' | tr '\n' ' ' | grep -qx '0.5 0.7 0.9 '"
+run kvcalc -m llama-3-8b --gpu-mem 40G:80G:40G --kv-heads 4:8:4 -s 4096
+expect_true "--gpu-mem and --kv-heads sweeps: a column each" sh -c "head -1 '$OUT' | grep -q '^gpu-mem  *kv-heads  *seq_len'"
+expect_true "... with the values at each point" sh -c "sed -n 5p '$OUT' | grep -q '^80000000000 8  '"
+# the fragmentation a text sweep simulates is printed after its table (it was dropped)
+run kvcalc -m llama-3-8b -g h200 -s 1024:2048:1024 --lengths uniform:1:100
+expect_status 0 "a text sweep with --lengths"
+expect_out_has "Fragmentation (simulated lengths, seed 1, reserve seq-len tokens contiguous)" "prints the fragmentation"
+n=$(grep -c '^  [0-9][0-9]*  *\(contiguous\|paged\)' "$OUT")
+if [ "$n" -eq 14 ]; then pass "one row per scheme per point (2 x 7)"; else fail "fragmentation rows: $n, wanted 14"; fi
+expect_true "each row leads with its point's seq-len" grep -q '^  2048  *paged 256 ' "$OUT"
 
 # ---- fragmentation ----
 # all lengths 1000 on block 16: floor(blocks / 63) sequences; contiguous 4096 reservations fit max_seqs
@@ -162,6 +235,23 @@ expect_status 0 "lengths from a file, with a shared prefix"
 expect_out_has "paged 16" "the report lists block 16"
 expect_out_has "contiguous" "and the contiguous scheme"
 expect_out_has "saved" "and what the prefix saved"
+# every sequence starts with the prefix: one longer than any sequence is refused
+run kvcalc -m llama-3-8b -g h200 -s 4096 --lengths uniform:1:100 --shared-prefix 5000
+expect_status 2 "--shared-prefix longer than the longest sequence exits 2"
+expect_err_has "--shared-prefix: 5000 tokens is longer than the longest sequence, 100 tokens" "and says how long that is"
+run kvcalc -m llama-3-8b -g h200 -s 4096 --lengths lognormal:6:1 --shared-prefix 5000
+expect_status 2 "--shared-prefix longer than --seq-len exits 2"
+expect_err_has "longest sequence, 4096 tokens (--seq-len" "and names --seq-len"
+run kvcalc -m llama-3-8b -g h200 -s 1024:8192:x2 --lengths lognormal:6:1 --shared-prefix 2000
+expect_status 2 "--shared-prefix longer than the shortest swept --seq-len exits 2"
+run kvcalc -m llama-3-8b -g h200 -s 4096 --lengths uniform:1:100 --shared-prefix 100
+expect_status 0 "--shared-prefix as long as the longest sequence runs"
+run kvcalc -m llama-3-8b -g h200 --shared-prefix 64
+expect_status 2 "--shared-prefix without --lengths exits 2"
+expect_err_has "--shared-prefix needs --lengths" "and says it needs --lengths"
+run kvcalc -m llama-3-8b -g h200 --seed 7
+expect_status 2 "--seed without --lengths exits 2"
+expect_err_has "--seed needs --lengths" "and says it needs --lengths"
 
 # ---- lists ----
 run kvcalc --list-models
@@ -230,6 +320,31 @@ expect_status 2 "negative --seq-len exits 2"
 run kvcalc --model llama-3-8b --seq-len 8k
 expect_status 2 "--seq-len 8k exits 2"
 expect_err_has "digits only: 8192 or 8000, not 8k" "and says what a count takes"
+# numbers are decimal digits: strtod's sign, space, exponent and hex are
+# refused (-s 0x100 was 256 tokens, --gpu-mem 0x50G 80 GB)
+refused_number() { # OPTION VALUE
+    run kvcalc --model llama-3-8b --gpu h200 "$1" "$2"
+    expect_status 2 "$1 '$2' exits 2"
+    expect_err_has "$1: '$2' is not" "$1 '$2': the message names the option"
+}
+for v in 0x100 1e3 0x1p4 ' 8192' '8192 ' +8192 8192.0 inf; do refused_number --seq-len "$v"; done
+for v in 0x10B 1e9 ' 8B' 8.B .5B; do refused_number --params "$v"; done
+for v in 0x50G 8e10 ' 80G' 80G. +80G; do refused_number --gpu-mem "$v"; done
+for v in 0x0.8p0 9e-1 ' 0.9' .9; do refused_number --gpu-util "$v"; done
+for v in 0x5 ' 5' +5 1e2; do refused_number --seed "$v"; done
+run kvcalc --model llama-3-8b --gpu h200 --gpu-mem 80G:160G:x2e0
+expect_status 2 "a FACTOR with an exponent exits 2"
+# the documented forms still read
+run kvcalc -m llama-3-8b --gpu-mem 141GB --gpu-bw 3.35TB/s --params 8.03B --gpu-util 0.95 -s 8192 --json
+expect_status 0 "141GB, 3.35TB/s, 8.03B, 0.95, 8192 read"
+expect_field gpu_mem_bytes 141000000000 "141GB is 141e9 bytes"
+expect_field n_params 8030000000 "8.03B is 8.03e9 parameters"
+run kvcalc -m llama-3-8b --gpu-mem 1.5GiB --json
+expect_field gpu_mem_bytes 1610612736 "1.5GiB is 1.5 x 2^30 bytes"
+# a count's STEP that is not whole says so (it said STEP must be above 0)
+run kvcalc -m llama-3-8b -g h200 -s 1:3:0.5
+expect_status 2 "a fractional STEP for a count exits 2"
+expect_err_has "STEP '0.5' is not a whole number" "and says the step is not a whole number"
 run kvcalc --model llama-3-8b --gpu h100 --gpu-util 2
 expect_status 2 "--gpu-util 2 exits 2"
 expect_err_has "gpu-util" "and names the option"
@@ -248,6 +363,10 @@ run kvcalc --model llama-3-8b --lengths uniform:1:10
 expect_status 2 "--lengths without a GPU exits 2"
 run kvcalc
 expect_status 2 "no model exits 2"
+# a model is sniffed and then opened again: not from a pipe
+run kvcalc -m - -g h200
+expect_status 2 "-m - exits 2"
+expect_err_has "not standard input" "and says a model is not read from standard input"
 
 # ---- runtime errors: exit 1, one clear line naming the file ----
 run kvcalc --model "$T/missing.gguf"
@@ -265,6 +384,21 @@ expect_err_has "short.gguf" "and names it"
 mkdir -p "$T/empty"
 run kvcalc --model "$T/empty"
 expect_status 1 "a folder without config.json exits 1"
+# --check: a stats file naming no model is at fault like any other field
+cat >"$T/s.json" <<'EOF'
+{"requests":10,"kv_memory":0,"output_tokens":240,"prompt_tokens":150,"preemptions":4,"peak_kv_blocks":5,
+ "kv_blocks":5,"block_size":16,"max_num_seqs":64,"static":false,"model":"",
+ "model_fingerprint":"1d9ba74afb3032449c2bb4394c0ac691","input":"prompts","kv_dtype":"f16",
+ "kv_block_bytes":368640,"kv_pool_bytes":1843200,"kv_pool_sized_by":"kv-mem","kv_mem":2097152,
+ "kv_out":false,"stopped":false,"peak_running":3,"mean_prompt_tokens":15.00,"mean_output_tokens":24.00,
+ "max_seq_len":41}
+EOF
+run kvcalc --check "$T/s.json"
+expect_status 1 "--check: stats whose model is \"\" exit 1"
+expect_err_has "$T/s.json: model: empty" "and name the file and the field"
+expect_err_one_line "in one line"
+run kvcalc --check "$T/s.json" -m smollm2-135m
+expect_status 0 "... and with -m the field is not needed"
 if [ "$(id -u)" != 0 ]; then
     printf '{}' >"$T/unreadable.json"
     chmod 000 "$T/unreadable.json"

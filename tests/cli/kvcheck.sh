@@ -28,7 +28,7 @@ expect_out_has '{"quantity":"kv_blocks","field":"kv_blocks","kvcalc":5,"decode":
     "--json: the kv_blocks row"
 expect_out_has '"kvcalc":1,"decode":3,"ratio":3,"rule":"reported"' "--json: sequences of 41 tokens: 1 fits, 3 ran"
 run kvcalc --check "$T/s.json"
-expect_status 2 "stats naming no model, and no -m: a usage error"
+expect_status 1 "stats naming no model, and no -m: exit 1 naming the file and field"
 expect_err_has "give -m MODEL" "says to give the model"
 
 # the command line wins over the run's options, and then they differ

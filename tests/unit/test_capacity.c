@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static kvp_cap_params preset(const char *name)
@@ -387,24 +388,43 @@ static int plain_num(const char *s, double *out)
     return e == s || *e ? -1 : 0;
 }
 
+static int whole_num(const char *s, double *out)
+{
+    return plain_num(s, out) || *out != floor(*out) ? -1 : 0;
+}
+
 static void test_sweep(void)
 {
     kvp_err err = {0};
     double v[64];
     size_t n;
-    CHECK(kvp_cap_sweep_parse("1024:4096:1024", plain_num, v, 64, &n, &err) == 0);
+    CHECK(kvp_cap_sweep_parse("1024:4096:1024", plain_num, "a number", v, 64, &n, &err) == 0);
     CHECK(n == 4 && v[0] == 1024 && v[3] == 4096);
-    CHECK(kvp_cap_sweep_parse("1:64:x2", plain_num, v, 64, &n, &err) == 0);
+    CHECK(kvp_cap_sweep_parse("1:64:x2", plain_num, "a number", v, 64, &n, &err) == 0);
     CHECK(n == 7 && v[6] == 64);
-    CHECK(kvp_cap_sweep_parse("0.5:0.9:0.1", plain_num, v, 64, &n, &err) == 0);
+    CHECK(kvp_cap_sweep_parse("0.5:0.9:0.1", plain_num, "a number", v, 64, &n, &err) == 0);
     CHECK(n == 5 && fabs(v[4] - 0.9) < 1e-12);
-    CHECK(kvp_cap_sweep_parse("7", plain_num, v, 64, &n, &err) == 0 && n == 1 && v[0] == 7);
-    CHECK(kvp_cap_sweep_parse("1:10:3", plain_num, v, 64, &n, &err) == 0 && n == 4 && v[3] == 10);
-    CHECK(kvp_cap_sweep_parse("4:1:1", plain_num, v, 64, &n, &err) == KVP_EINVAL);
-    CHECK(kvp_cap_sweep_parse("1:4:0", plain_num, v, 64, &n, &err) == KVP_EINVAL);
-    CHECK(kvp_cap_sweep_parse("1:4:x1", plain_num, v, 64, &n, &err) == KVP_EINVAL);
-    CHECK(kvp_cap_sweep_parse("1:4", plain_num, v, 64, &n, &err) == KVP_EINVAL);
-    CHECK(kvp_cap_sweep_parse("1:1000:1", plain_num, v, 64, &n, &err) == KVP_ELIMIT);
+    CHECK(kvp_cap_sweep_parse("7", plain_num, "a number", v, 64, &n, &err) == 0 && n == 1 && v[0] == 7);
+    CHECK(kvp_cap_sweep_parse("1:10:3", plain_num, "a number", v, 64, &n, &err) == 0 && n == 4 && v[3] == 10);
+    CHECK(kvp_cap_sweep_parse("4:1:1", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:4:0", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:4:x1", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:4", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:1000:1", plain_num, "a number", v, 64, &n, &err) == KVP_ELIMIT);
+    /* the message names the part that is bad and what it must be */
+    CHECK(kvp_cap_sweep_parse("1:3:0.5", whole_num, "a whole number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK_MSG(strstr(err.msg, "STEP '0.5' is not a whole number") != NULL, "%s", err.msg);
+    CHECK(kvp_cap_sweep_parse("x:3:1", whole_num, "a whole number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK_MSG(strstr(err.msg, "START 'x' is not a whole number") != NULL, "%s", err.msg);
+    CHECK(kvp_cap_sweep_parse("1:3.5:1", whole_num, "a whole number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK_MSG(strstr(err.msg, "END '3.5' is not a whole number") != NULL, "%s", err.msg);
+    CHECK(kvp_cap_sweep_parse("2.5", whole_num, "a whole number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK_MSG(strstr(err.msg, "'2.5' is not a whole number") != NULL, "%s", err.msg);
+    /* a FACTOR is digits: no exponent, hex or space (strtod takes them) */
+    CHECK(kvp_cap_sweep_parse("1:64:x1.5", plain_num, "a number", v, 64, &n, &err) == 0 && n == 11);
+    CHECK(kvp_cap_sweep_parse("1:64:x2e0", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:64:x0x2", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:64:x 2", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
 }
 
 static void test_rng(void)
@@ -547,6 +567,139 @@ static void test_load_kvp(void)
     CHECK(kvp_cap_load_model("/nonexistent/model.gguf", &mf, &err) == KVP_EIO);
 }
 
+/* One tensor record of dtype t over rows x cols (rows 0: 1-D), int8 with
+ * an f32 scale per row; the payload is zeros (kvcalc reads none of it). */
+static int put_tensor(kvp_writer *w, const char *name, uint32_t t, uint64_t rows, uint64_t cols, kvp_err *err)
+{
+    static uint8_t zeros[1 << 16];
+    kvp_tensor_rec r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.name, sizeof r.name, "%s", name);
+    r.dtype = t;
+    r.n_dim = rows ? 2 : 1;
+    r.shape[0] = rows ? rows : cols;
+    r.shape[1] = cols;
+    r.global_scale = 1;
+    if (t == KVP_DTYPE_I8) {
+        r.scheme = KVP_SCHEME_CHANNEL;
+        r.scale_dtype = KVP_DTYPE_F32;
+        r.scales_bytes = 4 * rows;
+    }
+    r.data_bytes = (uint64_t)kvp_tensor_data_bytes(&r);
+    return kvp_write_tensor(w, &r, zeros, r.scales_bytes ? zeros : NULL, NULL, err);
+}
+
+/* A KVP model file at path: llama-3-8b's CONFIG saying tied (or not), and
+ * a few tensors, with an lm_head or without, compressed or not. */
+static void write_model(const char *path, int cfg_tied, int lm_head, int zstd)
+{
+    kvp_err err = {0};
+    kvp_config c = kvp_preset_model_find("llama-3-8b")->cfg;
+    c.tied_embeddings = cfg_tied;
+    kvp_meta meta;
+    kvp_meta_init(&meta);
+    CHECK(kvp_config_to_meta(&c, &meta) == 0);
+    kvp_out out;
+    kvp_writer *w = NULL;
+    kvp_writer_opts opts = {0};
+    opts.producer = "test_capacity";
+    opts.zstd_level = zstd ? 3 : 0;
+    int rc = kvp_out_open(&out, path, &err);
+    rc = rc ? rc : kvp_writer_open(&w, &out, &opts, &err);
+    rc = rc ? rc : kvp_write_meta(w, KVP_KIND_CONFIG, &meta, &err);
+    rc = rc ? rc : put_tensor(w, "token_embd.weight", KVP_DTYPE_F16, 4, 64, &err);   /* 512 B */
+    rc = rc ? rc : put_tensor(w, "blk.0.attn_q.weight", KVP_DTYPE_I8, 64, 64, &err); /* 4096 + 256 B */
+    rc = rc ? rc : put_tensor(w, "blk.0.attn_k.weight", KVP_DTYPE_I8, 64, 64, &err); /* 4096 + 256 B */
+    rc = rc ? rc : put_tensor(w, "output_norm.weight", KVP_DTYPE_F32, 0, 64, &err);  /* 256 B, 1-D */
+    if (lm_head)
+        rc = rc ? rc : put_tensor(w, "output.weight", KVP_DTYPE_F16, 4, 64, &err);   /* 512 B */
+    rc = rc ? rc : kvp_writer_finish(w, &err);
+    rc = rc ? rc : kvp_out_commit(&out, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    kvp_writer_free(w);
+    kvp_meta_free(&meta);
+}
+
+/* A KVP model file's tensors, as a GGUF's: exact bytes (scales included),
+ * the format of most matrix bytes, and tying from the lm_head tensor alone
+ * (decode's loader ignores kvpipe.tied_embeddings; quantize writes none). */
+static void test_load_kvp_tensors(void)
+{
+    kvp_err err = {0};
+    char path[] = "/tmp/kvp-test-capacity-kvpt-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    for (int zstd = 0; zstd <= 1; zstd++) {
+        for (int lm_head = 0; lm_head <= 1; lm_head++) {
+            write_model(path, lm_head, lm_head, zstd); /* the key says the opposite of the tensors */
+            kvp_cap_model_file mf;
+            int rc = kvp_cap_load_model(path, &mf, &err);
+            CHECK_MSG(rc == 0, "%s", err.msg);
+            CHECK_MSG(mf.cfg.tied_embeddings == !lm_head, "zstd %d lm_head %d: tied %d", zstd, lm_head,
+                      mf.cfg.tied_embeddings);
+            CHECK_EQ_U64(mf.weight_bytes, 512 + 2 * (4096 + 256) + 256 + (lm_head ? 512 : 0));
+            CHECK_STR(mf.weight_type, "int8");
+            CHECK_STR(mf.kind, "kvp");
+        }
+    }
+    /* A skimmed tensor's meta is not covered by a checksum kvcalc checks:
+     * a dtype damaged in place is still refused, naming the file. */
+    write_model(path, 0, 0, 0);
+    FILE *f = fopen(path, "r+b");
+    static uint8_t file[1 << 16];
+    size_t n = f ? fread(file, 1, sizeof file, f) : 0;
+    const char *name = "token_embd.weight";
+    uint8_t *at = NULL;
+    for (size_t i = 0; i + strlen(name) + 4 <= n && !at; i++)
+        if (memcmp(file + i, name, strlen(name)) == 0)
+            at = file + i + strlen(name); /* the dtype (u32) follows the name */
+    CHECK(at != NULL && at[0] == KVP_DTYPE_F16);
+    if (f && at) {
+        at[0] = 99;
+        fseek(f, (long)(at - file), SEEK_SET);
+        fwrite(at, 1, 1, f);
+    }
+    if (f)
+        fclose(f);
+    kvp_cap_model_file mf;
+    CHECK(kvp_cap_load_model(path, &mf, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, path) && strstr(err.msg, "unknown dtype"), "%s", err.msg);
+    /* kvcalc's count then agrees with the file: the lm_head counted only when there */
+    kvp_cap_params p = preset("llama-3-8b");
+    kvp_cap_result tied, untied;
+    p.cfg.tied_embeddings = 1;
+    tied = compute(&p);
+    p.cfg.tied_embeddings = 0;
+    untied = compute(&p);
+    CHECK_EQ_U64(untied.n_params - tied.n_params, 128256ull * 4096); /* vocab x hidden */
+    unlink(path);
+}
+
+static void test_lengths_max(void)
+{
+    kvp_err err = {0};
+    kvp_cap_lengths d;
+    CHECK(kvp_cap_lengths_parse(&d, "uniform:1:100", &err) == 0);
+    CHECK_EQ_U64(kvp_cap_lengths_max(&d, 4096), 100);
+    CHECK_EQ_U64(kvp_cap_lengths_max(&d, 64), 64); /* clamped to the sequence length */
+    CHECK(kvp_cap_lengths_parse(&d, "lognormal:6:1", &err) == 0);
+    CHECK_EQ_U64(kvp_cap_lengths_max(&d, 4096), 4096);
+    CHECK(kvp_cap_lengths_parse(&d, "normal:300:0", &err) == 0);
+    CHECK_EQ_U64(kvp_cap_lengths_max(&d, 4096), 300);
+    char path[] = "/tmp/kvp-test-capacity-len-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "100 700\n# a comment\n300\n");
+    fclose(f);
+    CHECK(kvp_cap_lengths_parse(&d, path, &err) == 0);
+    CHECK_EQ_U64(kvp_cap_lengths_max(&d, 4096), 700);
+    kvp_cap_lengths_free(&d);
+    unlink(path);
+}
+
 int main(void)
 {
     test_presets();
@@ -565,5 +718,7 @@ int main(void)
     test_rng();
     test_sim();
     test_load_kvp();
+    test_load_kvp_tensors();
+    test_lengths_max();
     return unit_done();
 }
