@@ -1,8 +1,10 @@
 /* fuzz_kvp.c - libFuzzer harness: the KVP stream reader and every typed
  * record decoder on arbitrary bytes.  Any crash, leak, hang or unbounded
  * allocation is a bug; errors are the expected outcome. */
+#include "capacity.h"
 #include "io.h"
 #include "meta.h"
+#include "scratch.h"
 #include "stream.h"
 
 #include <stdint.h>
@@ -27,9 +29,20 @@ static void skim(const uint8_t *data, size_t size)
     kvp_reader_free(r);
 }
 
+/* kvcalc -m FILE: the shape, tying and weight bytes from a model file (its
+ * tensor headers read in place from the mapping, payloads skipped; a
+ * compressed file read through).  (The bytes may exceed the file's: zstd.) */
+static void capacity(const uint8_t *data, size_t size)
+{
+    kvp_cap_model_file mf;
+    kvp_err err = {0};
+    (void)kvp_cap_load_model(fuzz_scratch_write(data, size, "kvp"), &mf, &err);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     skim(data, size);
+    capacity(data, size);
     kvp_in in;
     kvp_in_from_memory(&in, data, size, "<fuzz>");
     kvp_err err = {0};
