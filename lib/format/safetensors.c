@@ -190,6 +190,15 @@ static int st_parse_file(kvp_safetensors *st, uint32_t fi, kvp_err *err)
     if (f->size < 8)
         return kvp_err_set(err, KVP_ETRUNC, "%s: header length: file is %" PRIu64 " bytes, too short", f->path, f->size);
     uint64_t hlen = kvp_le64(f->base);
+    /* A safetensors file starts with its header's length: a length's top
+     * bytes are zero, never eight printable characters.  Text there (a
+     * prompts file, a config given as the model) is not a model file. */
+    int text = 1;
+    for (int i = 0; i < 8; i++)
+        text &= f->base[i] >= 0x20 && f->base[i] < 0x7f;
+    if (text && hlen > f->size - 8)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: not a model file: neither GGUF, KVP nor safetensors (it begins "
+                           "with the text \"%.8s\")", f->path, (const char *)f->base);
     if (hlen > KVP_SAFETENSORS_MAX_HEADER)
         return kvp_err_set(err, KVP_ELIMIT, "%s: header length %" PRIu64 " exceeds the limit %u", f->path, hlen,
                            KVP_SAFETENSORS_MAX_HEADER);

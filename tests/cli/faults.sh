@@ -118,6 +118,9 @@ for p in prefill decode; do
     runtime_case $p "an empty model file" "empty.gguf" $p -m "$T/empty.gguf" -p a
     runtime_case $p "a directory as the model" "dir" $p -m "$T/dir" -p a
     runtime_case $p "a missing model" "missing.gguf" $p -m "$T/missing.gguf" -p a
+    printf '{"id":"a","prompt":"hi"}\n' >"$T/prompts-as-model.jsonl"
+    runtime_case $p "a prompts file as the model" "not a model file: neither GGUF, KVP nor safetensors" \
+        $p -m "$T/prompts-as-model.jsonl" -p a
     runtime_case $p "a KVP stream as the model" "s.kvp" $p -m "$T/s.kvp" -p a
 done
 usage_case prefill "an extra argument" "unexpected argument" prefill -m "$T/x.gguf" -p a extra
