@@ -31,7 +31,7 @@ static void usage(FILE *f)
             "OPERATION: all_reduce (default), all_gather, reduce_scatter, broadcast, reduce,\n"
             "           alltoall, sendrecv (a ring)\n"
             "  -b, --minbytes SIZE       smallest message (default 8)\n"
-            "  -e, --maxbytes SIZE       largest message (default 8M); sizes take K M G, Ki Mi Gi\n"
+            "  -e, --maxbytes SIZE       largest message (default 8M); K M G T P are powers of 1024\n"
             "  -f, --stepfactor F        multiply the size by F each row (default 2)\n"
             "  -i, --stepbytes SIZE      add SIZE each row instead\n"
             "  -n, --iters N             timed calls a row (default 20)\n"
@@ -79,7 +79,9 @@ enum { OPT_BACKEND = 256, OPT_TIMEOUT, OPT_JSON, OPT_MODEL, OPT_TP, OPT_BATCH, O
 
 /* -b, -e, -i as nccl-tests reads them: K, M, G are powers of 1024 there,
  * so `-e 128M` ends the sweep at 2^27 bytes as it does in nccl-tests (the
- * other kvpipe programs' K M G are powers of 1000; Ki Mi Gi work too). */
+ * other kvpipe programs' K M G are powers of 1000; Ki Mi Gi work too).
+ * Every suffix the size parser knows (K M G T P) is made binary here: one
+ * left decimal would make `-b 1P` a thousand times off its neighbours. */
 static uint64_t nccl_size(const char *opt, const char *s)
 {
     char buf[64];
@@ -89,7 +91,7 @@ static uint64_t nccl_size(const char *opt, const char *s)
     memcpy(buf, s, n + 1);
     if (n > 1 && (buf[n - 1] == 'B' || buf[n - 1] == 'b'))
         buf[--n] = 0;
-    if (n > 1 && strchr("KMGTkmgt", buf[n - 1])) {
+    if (n > 1 && strchr("KMGTPkmgtp", buf[n - 1])) {
         buf[n] = 'i';
         buf[n + 1] = 0;
     }
@@ -130,7 +132,11 @@ static void parse_opts(int argc, char **argv, opts *o)
         case 'b': cb->min_bytes = nccl_size("-b", optarg); break;
         case 'e': cb->max_bytes = nccl_size("-e", optarg); break;
         case 'f': cb->step_factor = kvp_cli_opt_f64("-f", optarg, 1.0001, 1e6); break;
-        case 'i': cb->step_bytes = nccl_size("-i", optarg); break;
+        case 'i':
+            /* 0 is how kvp_cb_opts says "no -i": it would silently step by -f */
+            if (!(cb->step_bytes = nccl_size("-i", optarg)))
+                kvp_cli_usage_error("-i: a step of 0 bytes never grows the size");
+            break;
         case 'n': cb->iters = (int)kvp_cli_opt_i64("-n", optarg, 1, 100000000); break;
         case 'w': cb->warmup = (int)kvp_cli_opt_i64("-w", optarg, 0, 100000000); break;
         case 'c': cb->check = (int)kvp_cli_opt_i64("-c", optarg, 0, 1); break;
@@ -155,7 +161,11 @@ static void parse_opts(int argc, char **argv, opts *o)
         case OPT_GPU: o->gpu = optarg; break;
         case OPT_LINK: o->link = optarg; break;
         case OPT_ALPHA: o->alpha_us = kvp_cli_opt_f64("--alpha", optarg, 0, 1e6); break;
-        case OPT_BANDWIDTH: o->bandwidth = (double)kvp_cli_opt_size("--bandwidth", optarg); break;
+        case OPT_BANDWIDTH:
+            /* 0 is how opts says "the datasheet's": it would silently be ignored */
+            if (!(o->bandwidth = (double)kvp_cli_opt_size("--bandwidth", optarg)))
+                kvp_cli_usage_error("--bandwidth: 0 bytes/s carries nothing");
+            break;
         case 'h':
             usage(stdout);
             exit(kvp_cli_close_stdout());
@@ -533,6 +543,17 @@ static _Noreturn void usage_after_init(int rank, const char *msg)
     exit(KVP_EXIT_USAGE);
 }
 
+/* The sweep's sizes depend on the rank count (each is rounded to whole
+ * blocks a rank), so they are checked once MPI is up, yet before any
+ * output: a size past MPI's int counts, or too many rows, is a usage
+ * error like -b and -e themselves. */
+static void check_sizes(const kvp_cb_opts *cb, int rank, int n)
+{
+    kvp_err err = {0};
+    if (kvp_cb_sizes_check(cb, n, &err) < 0)
+        usage_after_init(rank, err.msg);
+}
+
 int main(int argc, char **argv)
 {
     kvp_cli_init(argv[0]);
@@ -554,6 +575,8 @@ int main(int argc, char **argv)
         snprintf(msg, sizeof msg, "-r %d: the job has %d rank%s", o.cb.root, n, n == 1 ? "" : "s");
         usage_after_init(rank, msg);
     }
+    if (!o.model)
+        check_sizes(&o.cb, rank, n);
     if (o.model && n > 1 && (uint32_t)n != o.tp) {
         snprintf(msg, sizeof msg, "--tp %u in a job of %d ranks: measure with mpirun -np %u, or run alone to "
                  "model only", o.tp, n, o.tp);

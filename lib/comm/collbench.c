@@ -40,20 +40,39 @@ int kvp_cb_sizes(const kvp_cb_opts *o, int n, uint64_t *sizes, int max, kvp_err 
     if (o->step_bytes == 0 && !(o->step_factor > 1.0))
         return kvp_err_set(err, KVP_EINVAL, "step factor %g never grows the size (use -f > 1 or -i)",
                            o->step_factor);
+    size_t es = kvp_cb_dtype_size(o->dtype);
     int k = 0;
-    /* from 1 byte at least: 0 x a factor would never grow */
+    /* From 1 byte at least: 0 x a factor would never grow.  b grows every
+     * turn until the loop ends or a size passes INT_MAX elements (returns),
+     * so it stays far below 2^53, where b + step would stop growing. */
     for (double b = o->min_bytes ? (double)o->min_bytes : 1.0; b <= (double)o->max_bytes;
          b = o->step_bytes ? b + (double)o->step_bytes : b * o->step_factor) {
-        uint64_t s = round_size(o->op, n, o->dtype, (uint64_t)b);
+        /* UINT64_MAX: past 2^62, where the cast could overflow, and far past INT_MAX elements */
+        uint64_t s = b < 0x1p62 ? round_size(o->op, n, o->dtype, (uint64_t)b) : UINT64_MAX;
+        if (s / es > INT_MAX)
+            return kvp_err_set(err, KVP_ELIMIT,
+                               "%.0f bytes is over %d %s elements (MPI counts are int): sizes go up to %llu bytes",
+                               b, INT_MAX, kvp_cb_dtype_name(o->dtype), (unsigned long long)INT_MAX * es);
+        if (k > 0 && sizes[k - 1] == s)
+            continue;
         if (k == max)
             return kvp_err_set(err, KVP_ELIMIT, "more than %d sizes from %llu to %llu bytes: use a larger step",
                                max, (unsigned long long)o->min_bytes, (unsigned long long)o->max_bytes);
-        if (s / kvp_cb_dtype_size(o->dtype) > INT_MAX)
-            return kvp_err_set(err, KVP_ELIMIT, "%llu bytes is over %d elements (MPI counts are int)",
-                               (unsigned long long)s, INT_MAX);
-        if (k == 0 || sizes[k - 1] != s)
-            sizes[k++] = s;
+        sizes[k++] = s;
     }
+    if (k == 0) /* -b 0 -e 0: rows start at 1 byte */
+        return kvp_err_set(err, KVP_EINVAL, "no size from %llu to %llu bytes", (unsigned long long)o->min_bytes,
+                           (unsigned long long)o->max_bytes);
+    return k;
+}
+
+int kvp_cb_sizes_check(const kvp_cb_opts *o, int n, kvp_err *err)
+{
+    uint64_t *sizes = malloc(KVP_CB_MAX_SIZES * sizeof *sizes);
+    if (!sizes)
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    int k = kvp_cb_sizes(o, n, sizes, KVP_CB_MAX_SIZES, err);
+    free(sizes);
     return k;
 }
 
@@ -233,8 +252,6 @@ static int run_row(kvp_comm *cm, kvp_cb_backend *be, const kvp_cb_opts *o, uint6
     return 0;
 }
 
-#define MAX_SIZES 4096
-
 int kvp_cb_run(kvp_comm *cm, kvp_cb_backend *be, const kvp_cb_opts *o,
                void (*row)(void *arg, const kvp_cb_row *r), void *arg, kvp_err *err)
 {
@@ -245,10 +262,10 @@ int kvp_cb_run(kvp_comm *cm, kvp_cb_backend *be, const kvp_cb_opts *o,
         return kvp_err_set(err, KVP_EINVAL, "%s has no in-place form (-z)", kvp_cb_op_name(o->op));
     if (o->iters < 1)
         return kvp_err_set(err, KVP_EINVAL, "iterations must be at least 1");
-    uint64_t *sizes = malloc(MAX_SIZES * sizeof *sizes);
+    uint64_t *sizes = malloc(KVP_CB_MAX_SIZES * sizeof *sizes);
     if (!sizes)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
-    int k = kvp_cb_sizes(o, n, sizes, MAX_SIZES, err), rc = k < 0 ? k : 0;
+    int k = kvp_cb_sizes(o, n, sizes, KVP_CB_MAX_SIZES, err), rc = k < 0 ? k : 0;
     bufs m = {0};
     if (rc == 0 && k > 0)
         rc = bufs_alloc(be, (size_t)sizes[k - 1], &m, err);

@@ -160,8 +160,16 @@ int kvp_cb_run(kvp_comm *c, kvp_cb_backend *b, const kvp_cb_opts *o,
 
 /* The list of sizes a sweep visits: fills sizes[max], returns how many
  * (each rounded down to the op's count unit x element size, at least one
- * unit; repeats dropped), or a negative code for a step that never grows. */
+ * unit; repeats dropped; at least one), or a negative code: a step that
+ * never grows (KVP_EINVAL), no size between min and max (KVP_EINVAL), a
+ * size over INT_MAX elements or more than max sizes (KVP_ELIMIT). */
 int kvp_cb_sizes(const kvp_cb_opts *o, int n, uint64_t *sizes, int max, kvp_err *err);
+
+/* The most rows a sweep (kvp_cb_run) takes. */
+#define KVP_CB_MAX_SIZES 4096
+/* What kvp_cb_run would say of o's sizes over n ranks, before it runs
+ * anything: the number of rows, or kvp_cb_sizes' code (or KVP_ENOMEM). */
+int kvp_cb_sizes_check(const kvp_cb_opts *o, int n, kvp_err *err);
 
 /* Model-shaped traffic (tpbench --model): a step is a list of phases, each
  * one collective repeated; the step runs warmup times, then iters times.

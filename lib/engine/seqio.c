@@ -183,6 +183,8 @@ struct kvp_seqio_reader {
     hmap partial;             /* hash of a partial block loaded -> handle << 32 | block index */
     uint64_t salt;            /* of sequences whose record has none */
     int done;
+    const char *what_file;    /* before the first sequence: what its records say the file is (NULL: a KV stream) */
+    int skim;                 /* tensors skimmed until a sequence comes (note_record) */
 };
 
 /* The block of a partial-block reference, if the sequence that loaded it
@@ -207,7 +209,61 @@ static int64_t partial_block(const kvp_seqio_reader *sr, uint64_t hash)
     return h == hash ? (int64_t)kvp_kvcache_seq_blocks(sr->kc, handle)[bi] : -1;
 }
 
-static int fingerprint_check(const kvp_reader *r, const char *name, const kvp_model *m, kvp_err *err)
+/* A KV stream holds sequences and their blocks (and may hold records a
+ * reader skips); a file of tensors or of saved distributions and no
+ * sequence is one given in the wrong place, every record of it skipped: a
+ * job of no sequences, exit 0, nothing said.  What a file is and where it
+ * belongs, told by one record of it (NULL: a kind a KV stream may hold). */
+static const char *not_kv(const kvp_record *rec)
+{
+    if (rec->kind == KVP_KIND_SCORES || rec->kind == KVP_KIND_LOGPROBS)
+        return "saved next-token distributions (prefill --save-logits), not a KV stream: give it to prefill --kld";
+    if (rec->kind != KVP_KIND_TENSOR)
+        return NULL;
+    kvp_tensor_rec t;
+    const uint8_t *data, *scales, *zeros;
+    kvp_err ignored = {0};
+    /* heads.h: a heads file's tensors are medusa.K.w1 and medusa.K.b1 */
+    if (rec->meta && kvp_tensor_decode(rec, &t, &data, &scales, &zeros, &ignored) == 0 &&
+        strncmp(t.name, "medusa.", 7) == 0)
+        return "a Medusa heads file (tensors), not a KV stream: give it to specdec with --heads";
+    return "a model file (tensors), not a KV stream: give it with -m";
+}
+
+/* Note a record met before the first sequence into *what (not_kv's, the
+ * first such).  After the first tensor the rest are skimmed (headers only,
+ * on a mapped file): a model given by mistake fails in a moment, not after
+ * a checksum of all its weights.  *skim: whether that is on. */
+static void note_record(kvp_reader *r, const kvp_record *rec, const char **what, int *skim)
+{
+    if (*what)
+        return;
+    *what = not_kv(rec);
+    if (*what && rec->kind == KVP_KIND_TENSOR) {
+        kvp_reader_skim(r, 1u << KVP_KIND_TENSOR);
+        *skim = 1;
+    }
+}
+
+/* A stream of another fingerprint may be no KV stream at all (a model file
+ * of another model; a tensors-only file, of none): when no sequence or
+ * block comes, what it is beats "KV made by another model" (rc and err as
+ * they are).  It reads on only when the stream is refused anyway. */
+static int mismatch_or_not_kv(kvp_reader *r, const char *name, int rc, kvp_err *err)
+{
+    kvp_err ignored = {0};
+    kvp_record rec;
+    const char *what = NULL;
+    int skim = 0, got;
+    while ((got = kvp_reader_next(r, &rec, &ignored)) > 0 && rec.kind != KVP_KIND_SEQUENCE &&
+           rec.kind != KVP_KIND_KV_BLOCK && rec.kind != KVP_KIND_BLOCK_REF)
+        note_record(r, &rec, &what, &skim);
+    if (skim)
+        kvp_reader_skim(r, 0);
+    return got == 0 && what ? kvp_err_set(err, KVP_EFORMAT, "%s: %s", name, what) : rc;
+}
+
+static int fingerprint_check(kvp_reader *r, const char *name, const kvp_model *m, kvp_err *err)
 {
     const kvp_stream_info *info = kvp_reader_info(r);
     if (memcmp(info->fingerprint, m->fingerprint, KVP_FINGERPRINT_SIZE) == 0)
@@ -216,8 +272,9 @@ static int fingerprint_check(const kvp_reader *r, const char *name, const kvp_mo
     for (int i = 0; i < KVP_FINGERPRINT_SIZE; i++)
         snprintf(a + 2 * i, 3, "%02x", info->fingerprint[i]);
     kvp_model_fingerprint_hex(m, b);
-    return kvp_err_set(err, KVP_EMISMATCH, "%s: KV made by another model (fingerprint %s; %s is %s)", name, a,
-                       m->path, b);
+    int rc = kvp_err_set(err, KVP_EMISMATCH, "%s: KV made by another model (fingerprint %s; %s is %s)", name, a,
+                         m->path, b);
+    return mismatch_or_not_kv(r, name, rc, err);
 }
 
 int kvp_seqio_reader_open(kvp_seqio_reader **out, kvp_reader *r, const char *name, const kvp_model *m,
@@ -471,10 +528,18 @@ int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *out, const uint32
         if (rec.kind == KVP_KIND_KV_BLOCK || rec.kind == KVP_KIND_BLOCK_REF)
             return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: a KV block with no sequence before it", sr->name,
                                (unsigned long long)rec.index);
+        if (!sr->n_seqs)
+            note_record(sr->r, &rec, &sr->what_file, &sr->skim);
     }
+    if (got == 0 && !sr->n_seqs && sr->what_file) /* the end, and no sequence came */
+        return kvp_err_set(err, KVP_EFORMAT, "%s: %s", sr->name, sr->what_file);
     if (got <= 0) {
         sr->done = 1;
         return got;
+    }
+    if (sr->skim) { /* a sequence after all: read every record whole again */
+        kvp_reader_skim(sr->r, 0);
+        sr->skim = 0;
     }
     kvp_seq_rec s;
     int rc = on_sequence(sr, &rec, &s, err);

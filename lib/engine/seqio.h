@@ -50,7 +50,8 @@ int kvp_seqio_write(kvp_writer *w, kvp_kvcache *kc, const kvp_seqio_seq *seqs, u
  * the rest from the tokens); everything is still read and checked.  The
  * cache is made at the first sequence, with the stream's block size. */
 typedef struct kvp_seqio_reader kvp_seqio_reader;
-/* Checks the stream's model fingerprint against m.  0 or a code. */
+/* Checks the stream's model fingerprint against m.  0 or a code (when it
+ * differs, the code of the check below if the stream is no KV stream). */
 int kvp_seqio_reader_open(kvp_seqio_reader **sr, kvp_reader *r, const char *name, const kvp_model *m,
                           kvp_backend *be, const kvp_kvcache_opts *opts, kvp_err *err);
 /* The KV cache salt of sequences whose record carries none (0, the
@@ -62,7 +63,11 @@ int kvp_seqio_reader_open(kvp_seqio_reader **sr, kvp_reader *r, const char *name
 void kvp_seqio_reader_set_salt(kvp_seqio_reader *sr, uint64_t salt);
 /* The next sequence: 1 with *s (its loaded blocks under s->handle) and
  * *tokens (all rec.n_tokens of them, valid until the next call), 0 at the
- * stream's end, or a negative code naming the stream and record. */
+ * stream's end, or a negative code naming the stream and record.  A file
+ * of tensors or saved distributions and no sequence (a model file, Medusa
+ * heads, prefill --save-logits) is KVP_EFORMAT saying what it is and where
+ * it goes, not a stream of no sequences; a stream of no records but its
+ * END is one. */
 int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *s, const uint32_t **tokens, kvp_err *err);
 /* The cache (NULL before the first sequence); the caller owns it after. */
 kvp_kvcache *kvp_seqio_reader_take_cache(kvp_seqio_reader *sr);

@@ -6,20 +6,28 @@
 #include "draftmodel.h"
 #include "hash.h"
 #include "heads.h"
+#include "io.h"
 #include "jobsrc.h"
 #include "shard.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 enum {
     TIMING_REPS = 9,     /* timings of each cost a run; the median counts */
     METHODS_MAX = 4,     /* ngram, draft, layerskip, heads */
 };
 #define MIN_GAIN 1.05    /* a predicted speedup below this is not worth a drafter */
+/* A prompts file past this is refused: it is held whole (below), and each
+ * of its requests runs 1 + methods x lengths times, so a profile wants a
+ * sample of them, not a day's traffic. */
+#define PROMPTS_MAX ((uint64_t)64 << 20)
 
 uint32_t kvp_spec_profile_parse_lens(const char *arg, uint32_t ks[KVP_DRAFT_MAX], uint32_t *n)
 {
@@ -39,6 +47,86 @@ uint32_t kvp_spec_profile_parse_lens(const char *arg, uint32_t ks[KVP_DRAFT_MAX]
         s += len + 1;
     }
     return ks[*n - 1];
+}
+
+/* ---- the prompts, read once ----
+ *
+ * Every run reads the prompts file from its start (as -f reads it), but
+ * standard input, a pipe, /dev/stdin or <(...) give their bytes once: a
+ * second run would find them gone.  So the file is read once into memory
+ * (a memfd) and the runs read that, each opening it afresh by its
+ * /proc/self/fd path; messages about it name the user's file. */
+
+typedef struct prompts_copy {
+    int fd;                   /* the memfd */
+    char path[40];            /* "/proc/self/fd/N": an open starts at byte 0 */
+    kvp_runopts o;            /* the caller's options reading path instead of the file */
+} prompts_copy;
+
+/* Append in's bytes to fd, at most PROMPTS_MAX in all; dies naming the
+ * file when it cannot. */
+static void copy_prompts(kvp_in *in, int fd, const char *file)
+{
+    enum { CHUNK = 1 << 16 };
+    char *buf = malloc(CHUNK);
+    uint64_t total = 0;
+    kvp_err err = {0};
+    if (!buf)
+        kvp_cli_die("out of memory");
+    for (;;) {
+        int64_t n = kvp_in_read(in, buf, CHUNK, &err);
+        if (n < 0)
+            kvp_cli_die_err(&err);
+        if (n == 0)
+            break;
+        if ((total += (uint64_t)n) > PROMPTS_MAX)
+            kvp_cli_die("%s: over %llu MiB of prompts: a profile runs each request many times over; give it a "
+                        "sample", file, (unsigned long long)(PROMPTS_MAX >> 20));
+        for (int64_t at = 0; at < n;) {
+            ssize_t w = write(fd, buf + at, (size_t)(n - at));
+            if (w < 0 && errno != EINTR)
+                kvp_cli_die("%s: holding the prompts in memory: %s", file, strerror(errno));
+            at += w > 0 ? w : 0;
+        }
+    }
+    free(buf);
+}
+
+static void prompts_copy_open(prompts_copy *pc, const kvp_runopts *o)
+{
+    kvp_in in;
+    kvp_err err = {0};
+    if (kvp_in_open(&in, o->file, &err) < 0)
+        kvp_cli_die_err(&err);
+    if ((pc->fd = memfd_create("kvp-profile-prompts", MFD_CLOEXEC)) < 0)
+        kvp_cli_die("%s: holding the prompts in memory: %s", o->file, strerror(errno));
+    copy_prompts(&in, pc->fd, o->file);
+    kvp_in_close(&in);
+    snprintf(pc->path, sizeof pc->path, "/proc/self/fd/%d", pc->fd);
+    pc->o = *o;
+    pc->o.file = pc->path;
+}
+
+static void prompts_copy_close(prompts_copy *pc) { close(pc->fd); }
+
+/* A message about the copy names file instead (the reader names its path,
+ * the job source its options' file). */
+static void name_file(kvp_err *err, const prompts_copy *pc, const char *file)
+{
+    char out[sizeof err->msg];
+    size_t n = 0, lp = strlen(pc->path), lf = strlen(file);
+    for (const char *m = err->msg; *m && n + 1 < sizeof out;) {
+        if (strncmp(m, pc->path, lp) == 0) {
+            size_t k = lf < sizeof out - 1 - n ? lf : sizeof out - 1 - n;
+            memcpy(out + n, file, k);
+            n += k;
+            m += lp;
+        } else {
+            out[n++] = *m++;
+        }
+    }
+    out[n] = 0;
+    memcpy(err->msg, out, n + 1);
 }
 
 /* ---- timing ---- */
@@ -226,6 +314,7 @@ typedef struct row {
 
 typedef struct profile {
     const kvp_runopts *o;
+    const prompts_copy *pc;     /* the runs read the prompts from here (pc->o) */
     kvp_run *r;
     row *rows;                  /* [n_rows]: plain decoding first */
     uint32_t n_rows;
@@ -245,6 +334,12 @@ static double sum(const double *v, uint32_t n)
     return s;
 }
 
+static _Noreturn void die_named(const profile *p, kvp_err *err)
+{
+    name_file(err, p->pc, p->o->file);
+    kvp_cli_die_err(err);
+}
+
 /* The prompts (request `only` alone, or every one when only is n_req)
  * with drafter d (NULL: none), on a fresh cache and engine, left open for
  * timing (close_engine). */
@@ -255,13 +350,14 @@ static void run_prompts(profile *p, const kvp_spec_method *m, const kvp_drafter 
     kvp_jobsrc *js = NULL;
     kvp_batch_opts bo = {.sched = p->o->sched, .drafter = d, .draft_len = k};
     bo.sched.max_num_seqs = 1; /* the cost model is one sequence's steps */
-    if (kvp_jobsrc_open(&js, p->r, p->o, "-", 0, &err) < 0 || (m && m->bind && m->bind(m, p->r->engine, p->r->kc, &err) < 0))
-        kvp_cli_die_err(&err);
+    if (kvp_jobsrc_open(&js, p->r, &p->pc->o, "-", 0, &err) < 0 ||
+        (m && m->bind && m->bind(m, p->r->engine, p->r->kc, &err) < 0))
+        die_named(p, &err);
     if (only < p->n_req)
         kvp_jobsrc_filter(js, only, p->n_req, NULL);
     kvp_batch_source src = kvp_jobsrc_source(js);
     if (kvp_batch_run(p->r->engine, p->r->kc, p->r->tok, &bo, &src, run_emit, out, st, &err) < 0)
-        kvp_cli_die_err(&err);
+        die_named(p, &err);
     kvp_jobsrc_free(js);
 }
 
@@ -340,8 +436,7 @@ static void run_request(profile *p, row *w, uint32_t j, int first)
     kvp_batch_stats st;
     run_prompts(p, w->m, w->m ? &d : NULL, w->k, j, &out, &st);
     if (out.n != 1)
-        kvp_cli_die("%s: request %u ran %llu times alone (has the file changed?)", p->o->file, j,
-                    (unsigned long long)out.n);
+        kvp_cli_die("%s: request %u ran %llu times alone, not once", p->o->file, j, (unsigned long long)out.n);
     if (first) {
         if (w->m)
             add_counts(w, &st, &cd, &out);
@@ -706,12 +801,14 @@ int kvp_spec_profile_main(const kvp_runopts *o, const kvp_spec_profile_opts *po)
     const uint32_t *ks = po->n_k ? po->ks : ladder;
     uint32_t n_k = po->n_k ? po->n_k : sizeof ladder / sizeof ladder[0], reps = po->reps ? po->reps : 1;
     kvp_err err = {0};
+    prompts_copy pc;
+    prompts_copy_open(&pc, o); /* first: a missing file fails before the model loads */
     kvp_run r;
     if (kvp_run_open(&r, o, &err) < 0)
         kvp_cli_die_err(&err);
     method_set ms = {0};
     open_methods(&ms, &r, o, po);
-    profile p = {.o = o, .r = &r, .n_rows = 1 + ms.n * n_k};
+    profile p = {.o = o, .pc = &pc, .r = &r, .n_rows = 1 + ms.n * n_k};
     p.rows = calloc(p.n_rows, sizeof *p.rows);
     if (!p.rows)
         kvp_cli_die("out of memory");
@@ -758,6 +855,7 @@ int kvp_spec_profile_main(const kvp_runopts *o, const kvp_spec_profile_opts *po)
     run_out_free(&p.ref);
     close_methods(&ms);
     kvp_run_close(&r);
+    prompts_copy_close(&pc);
     int rc = kvp_cli_close_stdout();
     if (differ) {
         kvp_cli_warn("%llu speculative outputs differ from plain decoding's: a bug, please report it",

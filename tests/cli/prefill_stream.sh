@@ -143,4 +143,57 @@ expect_status 1 "a stop string over 4096 bytes fails prefill"
 expect_err_has "longstop.jsonl:1: prompt L: sequence 0: stop string 1 is longer than 4096 bytes" "named with its line"
 expect_true "no output file is left" test ! -e "$T/longstop.kvp"
 
+# A KVP file of tensors where the KV stream goes (a model, Medusa heads) or
+# of saved distributions: each skipped record by record, it looked like a
+# stream of no sequences (exit 0, no output).  Now an error that says what
+# the file is and where it goes; a stream of sequences, and one of none
+# but its END (decode --kv-out with nothing to answer), still read.
+quantize "$M" -o "$T/model.kvp" >/dev/null 2>&1  # every tensor kept: M's fingerprint
+for cmd in "decode -m '$M'" "decode -m '$T/model.kvp'" "specdec -m '$T/model.kvp'"; do
+    run_sh "$cmd -t 1 -n 2 '$T/model.kvp'"
+    expect_status 1 "a model file as the KV stream: $cmd"
+    expect_err_has "model.kvp: a model file (tensors), not a KV stream: give it with -m" "says what it is: $cmd"
+    expect_out_empty "no output: $cmd"
+done
+run_sh "decode -m '$M' -t 1 -n 2 <'$T/model.kvp'"
+expect_status 1 "a model file on standard input"
+expect_err_has "<stdin>: a model file (tensors), not a KV stream" "says what it is"
+run prefill -m "$M" -t 1 --resume "$T/model.kvp" -p hi -o "$T/resumed.kvp"
+expect_status 1 "a model file to prefill --resume"
+expect_err_has "model.kvp: a model file (tensors), not a KV stream" "says what it is"
+# another model's file (its fingerprint differs): what it is, not "KV made
+# by another model"
+quantize --drop '^blk\.[1-9]' "$M" -o "$T/small.kvp" >/dev/null 2>&1
+run decode -m "$M" -t 1 -n 2 "$T/small.kvp"
+expect_status 1 "another model's file as the KV stream"
+expect_err_has "small.kvp: a model file (tensors), not a KV stream: give it with -m" "says what it is"
+# Medusa heads, trained in a second with tiny options
+printf '%s\n' '{"prompt":"Count: one two three four five six"}' '{"prompt":"Once upon a time there was"}' \
+    >"$T/heads.jsonl"
+run specdec -m "$M" -t 1 --train-heads "$T/heads.jsonl" -n 8 --epochs 1 --n-heads 1 -o "$T/heads.kvp"
+expect_status 0 "a heads file to try"
+for prog in decode specdec; do
+    run $prog -m "$M" -t 1 -n 2 "$T/heads.kvp"
+    expect_status 1 "a heads file as $prog's KV stream"
+    expect_err_has "heads.kvp: a Medusa heads file (tensors), not a KV stream: give it to specdec with --heads" \
+        "says what it is ($prog)"
+done
+# saved distributions
+awk 'BEGIN { for (i = 0; i < 20; i++) print "The quick brown fox jumps over the lazy dog " i "." }' >"$T/text.txt"
+run prefill -m "$M" -t 1 --perplexity "$T/text.txt" --ctx 64 --chunks 1 --save-logits "$T/base.kvp" --save-top 4
+expect_status 0 "saved distributions to try"
+run decode -m "$M" -t 1 -n 2 "$T/base.kvp"
+expect_status 1 "saved distributions as the KV stream"
+expect_err_has "base.kvp: saved next-token distributions (prefill --save-logits), not a KV stream" "says what they are"
+# the legitimate: a stream of none (header and END), and one of sequences
+printf '{"id":"only","prompt":"Hi"}\n' >"$T/only.jsonl"
+run decode -m "$M" -t 1 -n 1 -f "$T/only.jsonl" --shard 1/2 --kv-out "$T/none.kvp"
+expect_status 0 "decode --kv-out with nothing to answer"
+run decode -m "$M" -t 1 -n 2 "$T/none.kvp"
+expect_status 0 "a stream of no sequences is still read"
+expect_err_empty "and is no error"
+run_sh "prefill -m '$M' -t 1 -f '$T/only.jsonl' | decode -m '$M' -t 1 -n 2 --json"
+expect_status 0 "a stream of sequences is still read"
+expect_out_has '"id":"only"' "and answered"
+
 done_testing

@@ -39,6 +39,28 @@ expect_err_has "bad.jsonl:2:" "names the file and line"
 run specdec -m "$M" -t $THREADS --profile "$T/empty.jsonl" --draft-len 1
 expect_status 1 "no prompts"
 
+# A pipe gives its bytes once, yet every run reads the prompts from their
+# start: they are read once, and a pipe profiles as the file does.
+printf '%s\n' '{"id":"a","prompt":"Count: one two three four five"}' '{"id":"b","prompt":"Once upon a time"}' \
+    >"$T/two.jsonl"
+run_sh "cat '$T/two.jsonl' | specdec -m '$M' -t $THREADS -n 8 --profile - --draft-len 1 --json"
+expect_status 0 "--profile - on a pipe"
+expect_out_has '"method":"plain","requests":2,' "both of its requests profiled"
+n=$(grep -c '"same":2,"differ":0' "$OUT")
+expect_true "ngram and layerskip ran both, with plain decoding's texts ($n)" test "$n" -eq 2
+run_sh "cat '$T/two.jsonl' | specdec -m '$M' -t $THREADS -n 8 --profile /dev/stdin --draft-len 1"
+expect_status 0 "--profile /dev/stdin on a pipe"
+expect_out_has "profile: /dev/stdin, 2 requests" "the table names the file as given"
+run_sh "printf '{\"prompt\":\"a b\"}\\n{\"prompt\": oops}\\n' | specdec -m '$M' -t $THREADS -n 4 --profile - --draft-len 1"
+expect_status 1 "a bad record on a pipe"
+expect_err_has "specdec: -:2:" "names the file as given (not the copy) and the line"
+run_sh "printf '\\n  \\n' | specdec -m '$M' -t $THREADS --profile - --draft-len 1"
+expect_status 1 "blank lines alone on a pipe"
+expect_err_has "-: no prompt in the file" "no prompt"
+run_sh "head -c 70000000 /dev/zero | specdec -m '$M' -t $THREADS --profile - --draft-len 1"
+expect_status 1 "prompts over 64 MiB"
+expect_err_has "-: over 64 MiB of prompts" "are refused, naming the file"
+
 spec_prompts "$T/p.jsonl"
 
 # ngram, the model drafting for itself (every draft kept: acceptance 1, no

@@ -29,12 +29,35 @@ if [ "$rows" -eq 10 ]; then pass "8 B .. 4 KiB is 10 rows"; else fail "8 B .. 4 
 # ---- usage errors: exit 2, two lines ----
 for bad in "-b x" "-f 1" "-d double" "-o avg" "nosuchop" "-c 2" "--backend tcp" "all_reduce all_gather" \
     "sendrecv -z" "--tp 2" "--model nosuch --tp 2" "--model llama-3-8b" "--model llama-3-8b --tp 2 --link x" \
-    "-e 8 -b 16" "broadcast -r 1"; do
+    "-e 8 -b 16" "broadcast -r 1" "-i 0" "-i 0K" "--model llama-3-8b --tp 2 --bandwidth 0"; do
     # shellcheck disable=SC2086
     run tpbench $bad
     expect_status 2 "usage error: $bad"
     expect_err_has "Try 'tpbench --help'" "usage error says where help is: $bad"
 done
+# A sweep that cannot run is a usage error too, before any output (the
+# sizes need the rank count, known only once MPI is up): a size past MPI's
+# int counts, more rows than a sweep takes, no size between -b and -e.
+for bad in "-b 8G -e 8G" "-e 8G" "-d half -b 4G -e 4G" "-b 8 -e 8M -i 1" "-b 0 -e 0"; do
+    # shellcheck disable=SC2086
+    run tpbench $bad
+    expect_status 2 "a sweep that cannot run: $bad"
+    expect_out_empty "and nothing on stdout: $bad"
+    expect_err_has "Try 'tpbench --help'" "and the help hint: $bad"
+done
+run tpbench -b 8G -e 8G
+expect_err_has "8589934592 bytes is over 2147483647 float elements" "the size past int counts is named"
+run tpbench -b 8 -e 8M -i 1
+expect_err_has "more than 4096 sizes" "too many rows says so"
+# K M G T P are all powers of 1024 (nccl-tests' K M G; the size parser's P
+# was decimal here), with or without i and B
+run tpbench -b 1P -e 1P
+expect_err_has "1125899906842624 bytes is over" "P is 2^50"
+run tpbench -b 1T -e 1TB
+expect_err_has "1099511627776 bytes is over" "T is 2^40"
+run tpbench -b 2K -e 2KiB -i 1M -n 1 -w 0
+expect_status 0 "K and Ki alike"
+expect_out_has "minBytes 2048 maxBytes 2048 step: 1048576(bytes)" "K is 2^10, M 2^20"
 run tpbench --help
 expect_status 0 "--help"
 expect_out_has "--backend mpi|nccl" "--help lists the backends"
@@ -116,6 +139,12 @@ run mpirun -np 4 tpbench -x
 expect_status 2 "a bad flag under mpirun"
 n=$(grep -c "^tpbench: " "$ERR")
 if [ "$n" -eq 1 ]; then pass "only rank 0 prints the usage error"; else fail "$n usage lines"; fi
+
+run mpirun -np 3 tpbench -b 8 -e 8M -i 1
+expect_status 2 "too many sizes under mpirun"
+expect_out_empty "before the table"
+n=$(grep -c "^tpbench: " "$ERR")
+if [ "$n" -eq 1 ]; then pass "one rank says it"; else fail "$n ranks said it"; fi
 
 # ---- JSON ----
 run mpirun -np 3 tpbench reduce_scatter -b 12 -e 12K -f 4 -d bfloat16 -n 2 -w 0 --json
