@@ -384,21 +384,6 @@ expect_err_has "short.gguf" "and names it"
 mkdir -p "$T/empty"
 run kvcalc --model "$T/empty"
 expect_status 1 "a folder without config.json exits 1"
-# --check: a stats file naming no model is at fault like any other field
-cat >"$T/s.json" <<'EOF'
-{"requests":10,"kv_memory":0,"output_tokens":240,"prompt_tokens":150,"preemptions":4,"peak_kv_blocks":5,
- "kv_blocks":5,"block_size":16,"max_num_seqs":64,"static":false,"model":"",
- "model_fingerprint":"1d9ba74afb3032449c2bb4394c0ac691","input":"prompts","kv_dtype":"f16",
- "kv_block_bytes":368640,"kv_pool_bytes":1843200,"kv_pool_sized_by":"kv-mem","kv_mem":2097152,
- "kv_out":false,"stopped":false,"peak_running":3,"mean_prompt_tokens":15.00,"mean_output_tokens":24.00,
- "max_seq_len":41}
-EOF
-run kvcalc --check "$T/s.json"
-expect_status 1 "--check: stats whose model is \"\" exit 1"
-expect_err_has "$T/s.json: model: empty" "and name the file and the field"
-expect_err_one_line "in one line"
-run kvcalc --check "$T/s.json" -m smollm2-135m
-expect_status 0 "... and with -m the field is not needed"
 if [ "$(id -u)" != 0 ]; then
     printf '{}' >"$T/unreadable.json"
     chmod 000 "$T/unreadable.json"

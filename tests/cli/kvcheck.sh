@@ -29,6 +29,8 @@ expect_out_has '{"quantity":"kv_blocks","field":"kv_blocks","kvcalc":5,"decode":
 expect_out_has '"kvcalc":1,"decode":3,"ratio":3,"rule":"reported"' "--json: sequences of 41 tokens: 1 fits, 3 ran"
 run kvcalc --check "$T/s.json"
 expect_status 1 "stats naming no model, and no -m: exit 1 naming the file and field"
+expect_err_has "$T/s.json: model: empty" "names the file and the field"
+expect_err_one_line "in one line"
 expect_err_has "give -m MODEL" "says to give the model"
 
 # the command line wins over the run's options, and then they differ

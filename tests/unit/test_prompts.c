@@ -425,6 +425,19 @@ static int read_all(const char *text, kvp_prompts *ps, kvp_err *err)
     return rc;
 }
 
+/* Each bad[i][0] read alone fails as malformed, its message holding
+ * bad[i][1]. */
+static void expect_format_errors(const char *const (*bad)[2], size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        kvp_prompts ps;
+        kvp_err err = {0};
+        int rc = read_all(bad[i][0], &ps, &err);
+        CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, bad[i][1]), "case %zu: %s", i, rc < 0 ? err.msg : "accepted");
+        kvp_prompts_free(&ps);
+    }
+}
+
 /* Ids are keys compared as text (a string, an integer's digits, else the
  * line's index), as decode --resume compares them: a key an earlier
  * request has is an error naming the id and both lines, after the
@@ -521,13 +534,7 @@ static void test_id_values(void)
         {"{\"id\":1.5,\"prompt\":\"a\"}\n", ":1: \"id\" must be a string or an integer"},
         {"{\"id\":true,\"prompt\":\"a\"}\n", ":1: \"id\" must be a string or an integer"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        kvp_prompts ps;
-        kvp_err err = {0};
-        int rc = read_all(bad[i][0], &ps, &err);
-        CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, bad[i][1]), "case %zu: %s", i, rc < 0 ? err.msg : "accepted");
-        kvp_prompts_free(&ps);
-    }
+    expect_format_errors(bad, sizeof bad / sizeof bad[0]);
 }
 
 /* "prompt" and "messages" on one line: which was meant is not guessed
@@ -565,13 +572,7 @@ static void test_range_messages(void)
         {"{\"prompt\":\"a\",\"seed\":9007199254740992}\n", ":1: \"seed\" must be an integer in [0, 9007199254740991]"},
         {"{\"prompt\":\"a\",\"top_p\":0}\n", ":1: \"top_p\" must be a number in [1e-06, 1]"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        kvp_prompts ps;
-        kvp_err err = {0};
-        int rc = read_all(bad[i][0], &ps, &err);
-        CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, bad[i][1]), "case %zu: %s", i, rc < 0 ? err.msg : "accepted");
-        kvp_prompts_free(&ps);
-    }
+    expect_format_errors(bad, sizeof bad / sizeof bad[0]);
 }
 
 /* A UTF-8 byte order mark opening the file is skipped: a JSON Lines file
