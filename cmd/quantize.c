@@ -324,17 +324,12 @@ static int ends_with(const char *s, const char *suffix)
  * paths that may not exist yet; NULL when its folder cannot be resolved. */
 static char *canonical_name(const char *path)
 {
-    char *dup = strdup(path), *slash = dup ? strrchr(dup, '/') : NULL;
-    if (!dup)
-        return NULL;
-    const char *dir = slash ? (slash == dup ? "/" : dup) : ".", *base = slash ? slash + 1 : dup;
-    if (slash)
-        *slash = '\0';
-    char *real = realpath(dir, NULL), *name = NULL;
-    if (real && asprintf(&name, "%s/%s", real, base) < 0)
+    const char *slash = strrchr(path, '/');
+    char *dir = kvp_path_dir(path), *real = dir ? realpath(dir, NULL) : NULL, *name = NULL;
+    if (real && asprintf(&name, "%s/%s", real, slash ? slash + 1 : path) < 0)
         name = NULL;
     free(real);
-    free(dup);
+    free(dir);
     return name;
 }
 
@@ -359,12 +354,9 @@ static int inside_folder(const char *path, const char *input)
     struct stat si, sp, sd;
     if (!input || stat(input, &si) != 0 || !S_ISDIR(si.st_mode) || stat(path, &sp) != 0)
         return 0;
-    char *dup = strdup(path), *slash = dup ? strrchr(dup, '/') : NULL;
-    if (slash)
-        *slash = '\0';
-    int in = dup && stat(slash ? (slash == dup ? "/" : dup) : ".", &sd) == 0 && sd.st_dev == si.st_dev &&
-             sd.st_ino == si.st_ino;
-    free(dup);
+    char *dir = kvp_path_dir(path);
+    int in = dir && stat(dir, &sd) == 0 && sd.st_dev == si.st_dev && sd.st_ino == si.st_ino;
+    free(dir);
     return in;
 }
 
@@ -377,9 +369,10 @@ static void check_target(const char *path, const char *what, const char *input, 
         kvp_cli_usage_error("%s: an empty file name", what);
     if (strcmp(path, "-") == 0)
         return;
-    if (input && (same_file(path, input) || inside_folder(path, input)))
+    int same = input && same_file(path, input);
+    if (same || inside_folder(path, input))
         kvp_cli_usage_error("%s %s: the output would replace %s", what, path,
-                            same_file(path, input) ? "the input" : "a file of the input folder");
+                            same ? "the input" : "a file of the input folder");
     struct stat so;
     if (stat(path, &so) != 0)
         return;

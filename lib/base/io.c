@@ -73,6 +73,14 @@ int kvp_in_open(kvp_in *in, const char *path, kvp_err *err)
     return rc;
 }
 
+char *kvp_path_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return strdup(".");
+    return slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
+}
+
 int kvp_file_kind_of(const char *path, int *kind, kvp_err *err)
 {
     static const uint8_t kvp_magic[4] = {0x89, 'K', 'V', 'P'};

@@ -73,6 +73,10 @@ enum kvp_file_kind {
 /* Sets *kind for path; 0, or KVP_EIO naming the path when it cannot be read. */
 int kvp_file_kind_of(const char *path, int *kind, kvp_err *err);
 
+/* The folder path names its file in ("." for a bare name, "/" at the
+ * root), allocated; NULL when out of memory. */
+char *kvp_path_dir(const char *path);
+
 typedef struct kvp_out {
     int fd;
     int is_stdout;

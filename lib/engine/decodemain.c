@@ -11,6 +11,7 @@
 #include "heads.h"
 #include "headsrun.h"
 #include "hash.h"
+#include "io.h"
 #include "jobsrc.h"
 #include "results.h"
 #include "runopts.h"
@@ -620,14 +621,12 @@ static void check_stats_file(const char *path)
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         kvp_cli_die("--stats=%s: is a directory", path);
-    char *dup = strdup(path);
-    if (!dup)
+    char *dir = kvp_path_dir(path);
+    if (!dir)
         kvp_cli_die("out of memory");
-    char *slash = strrchr(dup, '/');
-    const char *dir = slash ? (slash == dup ? "/" : (*slash = '\0', dup)) : ".";
     if (access(dir, W_OK | X_OK) != 0)
         kvp_cli_die("--stats=%s: cannot write into %s: %s", path, dir, strerror(errno));
-    free(dup);
+    free(dir);
 }
 
 int kvp_decode_main(int argc, char **argv, int spec)
