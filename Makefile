@@ -165,6 +165,9 @@ $(O)/tests/test_%: $(O)/tests/unit/test_%.o $(LIB)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
+# test_io checks the fsync protocol of lib/base/io.c through a wrapper.
+$(O)/tests/test_io: LDFLAGS += -Wl,--wrap=fsync
+
 # Corpus replays: each fuzz harness linked with a plain main() that runs every
 # file of tests/fuzz/corpus/NAME/ (seeds and past crashes) in `make check`.
 $(O)/tests/test_fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(LIB)

@@ -451,6 +451,21 @@ static void out_release(kvp_out *out)
     out->tmp_path = out->path = NULL;
 }
 
+/* Make a rename into path's folder durable.  Best effort: the file's own
+ * data are already on disk, and some file systems cannot sync a folder. */
+static void sync_dir(const char *path)
+{
+    char *dir = kvp_path_dir(path);
+    if (!dir)
+        return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
 int kvp_out_commit(kvp_out *out, kvp_err *err)
 {
     if (out->is_stdout) {
@@ -460,7 +475,13 @@ int kvp_out_commit(kvp_out *out, kvp_err *err)
     if (out->fd < 0)
         return 0;
     int rc = 0;
-    if (close(out->fd) != 0) /* NFS and friends report a full disk here */
+    /* The data reach the disk before the name does: without it, a crash or
+     * power loss soon after the rename can leave an empty or short file
+     * under the final name, the one thing the temporary name exists to
+     * prevent.  A device or FIFO written in place has nothing to sync. */
+    if (!out->direct && fsync(out->fd) != 0)
+        rc = kvp_err_set(err, KVP_EIO, "%s: cannot flush to disk: %s", out->path, strerror(errno));
+    if (close(out->fd) != 0 && !rc) /* NFS and friends report a full disk here */
         rc = kvp_err_set(err, KVP_EIO, "%s: close failed: %s", out->path, strerror(errno));
     out->fd = -1;
     if (!out->direct) {
@@ -468,6 +489,8 @@ int kvp_out_commit(kvp_out *out, kvp_err *err)
             rc = kvp_err_set(err, KVP_EIO, "%s: cannot rename into place: %s", out->path, strerror(errno));
         if (rc)
             unlink(out->tmp_path);
+        else
+            sync_dir(out->path);
     }
     out_release(out);
     return rc;

@@ -101,7 +101,8 @@ typedef struct kvp_out {
 int kvp_out_open(kvp_out *out, const char *path, kvp_err *err);
 /* Write all n bytes (retries on EINTR).  KVP_EPIPE when the reader is gone. */
 int kvp_out_write(kvp_out *out, const void *p, size_t n, kvp_err *err);
-/* fsync-free flush and rename into place; closes. */
+/* fsync the temporary file, rename it into place and fsync its folder;
+ * closes.  A failed fsync or close is KVP_EIO and leaves no file. */
 int kvp_out_commit(kvp_out *out, kvp_err *err);
 /* Remove the temporary file; closes.  Safe after commit (does nothing). */
 void kvp_out_abort(kvp_out *out);

@@ -1,0 +1,144 @@
+/* test_io.c - lib/base/io.c's output protocol: an output reaches the disk
+ * (fsync of the temporary file) before its final name exists, the folder is
+ * synced after the rename, and a failed fsync leaves neither the final name
+ * nor the temporary file; plus kvp_path_dir.
+ *
+ * This binary is linked with -Wl,--wrap=fsync (Makefile), so every fsync the
+ * library makes comes here first: it records what it was asked to sync and
+ * can fail on demand. */
+#include "unit.h"
+#include "io.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int __real_fsync(int fd);
+int __wrap_fsync(int fd);
+
+static struct {
+    int calls;
+    int fail_errno;          /* nonzero: the next fsync fails with it */
+    int file_calls;          /* fsyncs of a regular file */
+    int dir_calls;           /* fsyncs of a folder */
+    int final_existed;       /* the final name existed when a file was synced */
+    const char *final_path;  /* what the output will be called */
+} fs;
+
+int __wrap_fsync(int fd)
+{
+    fs.calls++;
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            fs.dir_calls++;
+        else if (S_ISREG(st.st_mode)) {
+            fs.file_calls++;
+            if (fs.final_path && access(fs.final_path, F_OK) == 0)
+                fs.final_existed = 1;
+        }
+    }
+    if (fs.fail_errno) {
+        errno = fs.fail_errno;
+        fs.fail_errno = 0;
+        return -1;
+    }
+    return __real_fsync(fd);
+}
+
+/* Entries of dir other than . and .. */
+static int entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+static void reset(const char *final_path)
+{
+    memset(&fs, 0, sizeof fs);
+    fs.final_path = final_path;
+}
+
+static void test_commit_syncs_before_rename(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/out.bin", dir);
+    reset(path);
+    kvp_err err = {0};
+    kvp_out out;
+    CHECK(kvp_out_open(&out, path, &err) == 0);
+    CHECK(kvp_out_write(&out, "hello", 5, &err) == 0);
+    CHECK(kvp_out_commit(&out, &err) == 0);
+    CHECK_EQ_I64(fs.file_calls, 1);
+    CHECK_EQ_I64(fs.final_existed, 0); /* synced under its temporary name */
+    CHECK_EQ_I64(fs.dir_calls, 1);     /* then the rename made durable */
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && st.st_size == 5);
+    CHECK_EQ_I64(entries(dir), 1);
+    unlink(path);
+}
+
+static void test_failed_fsync_leaves_nothing(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/lost.bin", dir);
+    reset(path);
+    fs.fail_errno = EIO;
+    kvp_err err = {0};
+    kvp_out out;
+    CHECK(kvp_out_open(&out, path, &err) == 0);
+    CHECK(kvp_out_write(&out, "data", 4, &err) == 0);
+    CHECK(kvp_out_commit(&out, &err) == KVP_EIO);
+    CHECK_MSG(strstr(err.msg, path) && strstr(err.msg, "cannot flush to disk"), "%s", err.msg);
+    CHECK(access(path, F_OK) != 0);
+    CHECK_EQ_I64(entries(dir), 0); /* no temporary file either */
+    CHECK_EQ_I64(fs.dir_calls, 0);
+}
+
+/* An existing device is written in place: nothing to sync, no rename. */
+static void test_device_not_synced(void)
+{
+    reset(NULL);
+    kvp_err err = {0};
+    kvp_out out;
+    CHECK(kvp_out_open(&out, "/dev/null", &err) == 0);
+    CHECK(kvp_out_write(&out, "x", 1, &err) == 0);
+    CHECK(kvp_out_commit(&out, &err) == 0);
+    CHECK_EQ_I64(fs.calls, 0);
+}
+
+static void test_path_dir(void)
+{
+    static const char *cases[][2] = {
+        {"a.kvp", "."}, {"/a.kvp", "/"}, {"d/a.kvp", "d"}, {"/x/y/z", "/x/y"}, {"d/", "d"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *d = kvp_path_dir(cases[i][0]);
+        CHECK_STR(d, cases[i][1]);
+        free(d);
+    }
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/kvp_test_io.XXXXXX";
+    if (!mkdtemp(dir)) {
+        printf("cannot make a temporary folder: %s\n", strerror(errno));
+        return 1;
+    }
+    test_commit_syncs_before_rename(dir);
+    test_failed_fsync_leaves_nothing(dir);
+    test_device_not_synced();
+    test_path_dir();
+    rmdir(dir);
+    return unit_done();
+}
