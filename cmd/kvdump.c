@@ -12,6 +12,7 @@
 #include "tensor.h"
 #include "wire.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -104,6 +105,8 @@ typedef struct dumper {
     int json, check, summary;
     const char *extract;
     int extracted;
+    uint8_t *extract_data;    /* the tensor's bytes, held until the stream has checked out */
+    size_t extract_len;
     hashset blocks;
     int have_scores;          /* saved distributions: the SCORES record seen */
     kvp_scores_rec scores;
@@ -207,8 +210,14 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
             return rc;
         d->t.tensor_bytes += t.data_bytes + t.scales_bytes + t.zeros_bytes;
         if (d->extract && strcmp(d->extract, t.name) == 0 && !d->extracted) {
-            if (fwrite(data, 1, (size_t)t.data_bytes, stdout) != t.data_bytes)
-                return kvp_err_set(err, KVP_EIO, "<stdout>: write error");
+            /* Held, not written: damage later in the stream must leave the
+             * output empty, never a tensor from a stream that fails. */
+            if (t.data_bytes && !(d->extract_data = malloc((size_t)t.data_bytes)))
+                return kvp_err_set(err, KVP_ENOMEM, "tensor '%s': out of memory for %" PRIu64 " bytes", t.name,
+                                   t.data_bytes);
+            if (t.data_bytes)
+                memcpy(d->extract_data, data, (size_t)t.data_bytes);
+            d->extract_len = (size_t)t.data_bytes;
             d->extracted = 1;
         }
         if (!show)
@@ -544,11 +553,18 @@ int main(int argc, char **argv)
     free(d.blocks.slot);
     kvp_in_close(&in);
     if (rc < 0) {
+        free(d.extract_data);
         fflush(stdout);
         kvp_cli_die_err(&err);
     }
     if (d.extract && !d.extracted)
         kvp_cli_die("%s: no tensor named '%s'", d.name, d.extract);
+    if (d.extracted) {
+        size_t w = d.extract_len ? fwrite(d.extract_data, 1, d.extract_len, stdout) : 0;
+        free(d.extract_data);
+        if (w != d.extract_len)
+            kvp_cli_die("<stdout>: write error: %s", strerror(errno));
+    }
     if (d.summary)
         print_summary(&d);
     return kvp_cli_close_stdout();

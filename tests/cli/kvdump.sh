@@ -70,6 +70,16 @@ printf '\377' | dd of="$T/flip.kvp" bs=1 seek=2000 conv=notrunc 2>/dev/null
 run kvdump --check "$T/flip.kvp"
 expect_status 1 "corrupted payload"
 expect_err_has "record 5 (kv_block) at offset 1728: payload checksum mismatch" "checksum error names record and offset"
+# The tensor comes before the damage: --extract must still write nothing.
+run_sh "kvdump --extract '$name' '$T/flip.kvp' > '$T/x2.bin'"
+expect_status 1 "--extract from a stream damaged after the tensor"
+expect_err_has "payload checksum mismatch" "--extract names the damage"
+if [ -f "$T/x2.bin" ] && [ ! -s "$T/x2.bin" ]; then pass "--extract wrote nothing from a damaged stream"; else
+    fail "--extract wrote $(wc -c <"$T/x2.bin") bytes from a damaged stream"; fi
+run_sh "kvdump --extract '$name' '$T/noend.kvp' > '$T/x3.bin'"
+expect_status 1 "--extract from a truncated stream"
+if [ ! -s "$T/x3.bin" ]; then pass "--extract wrote nothing from a truncated stream"; else
+    fail "--extract wrote $(wc -c <"$T/x3.bin") bytes from a truncated stream"; fi
 
 printf 'GGUF\003\000\000\000' >"$T/notkvp"
 run kvdump "$T/notkvp"
