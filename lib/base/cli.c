@@ -147,9 +147,18 @@ int kvp_cli_parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
+/* strtoll and strtod also take leading space, a '+', and (strtod) hex
+ * ("0x1p3"), infinity and nan: an option's number is written plainly, so
+ * " 5" or "0x10" is a typo to report, not a value. */
+static int plain_number(const char *s)
+{
+    const char *p = s + (*s == '-');
+    return (*p >= '0' && *p <= '9') || (*p == '.' && p[1] >= '0' && p[1] <= '9');
+}
+
 int kvp_cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
 {
-    if (!s || !*s)
+    if (!s || !plain_number(s))
         return -1;
     char *end;
     errno = 0;
@@ -162,7 +171,7 @@ int kvp_cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
 
 int kvp_cli_parse_f64(const char *s, double min, double max, double *out)
 {
-    if (!s || !*s)
+    if (!s || !plain_number(s) || strpbrk(s, "xXpP"))
         return -1;
     char *end;
     errno = 0;

@@ -44,9 +44,11 @@ _Noreturn void kvp_cli_version(void);
  * (powers of 1024), an optional trailing B ("4GiB", "512M", "1.5G").
  * Returns 0 or -1 on a malformed or overflowing value. */
 int kvp_cli_parse_size(const char *s, uint64_t *out);
-/* Whole number in [min, max]; 0 or -1. */
+/* Whole number in [min, max], decimal digits with an optional '-' (no
+ * space, '+' or hex); 0 or -1. */
 int kvp_cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
-/* Finite real number in [min, max]; 0 or -1. */
+/* Finite real number in [min, max], decimal ("-0.5", ".5", "1e-3"; no
+ * space, '+', hex, inf or nan); 0 or -1. */
 int kvp_cli_parse_f64(const char *s, double min, double max, double *out);
 
 /* Option parsers that exit 2 with "prog: --name: ..." on a bad value. */

@@ -7,10 +7,11 @@
  * ahead would admit a few more short ones; this is the FCFS answer).
  */
 #include "capacity.h"
-
+#include "cli.h"
 #include "io.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,15 +59,17 @@ double kvp_cap_rng_normal(kvp_cap_rng *r)
 
 /* ---- length distributions ---- */
 
+/* "A:B", each a plain decimal number (kvp_cli_parse_f64), so a space, a
+ * '+', hex or a third part is refused rather than read as a value. */
 static int parse_two(const char *s, double *a, double *b)
 {
-    char *end;
-    *a = strtod(s, &end);
-    if (end == s || *end != ':')
+    const char *colon = strchr(s, ':');
+    char first[64];
+    if (!colon || (size_t)(colon - s) >= sizeof first)
         return -1;
-    s = end + 1;
-    *b = strtod(s, &end);
-    if (end == s || *end || !isfinite(*a) || !isfinite(*b))
+    memcpy(first, s, (size_t)(colon - s));
+    first[colon - s] = 0;
+    if (kvp_cli_parse_f64(first, -DBL_MAX, DBL_MAX, a) || kvp_cli_parse_f64(colon + 1, -DBL_MAX, DBL_MAX, b))
         return -1;
     return 0;
 }

@@ -1,0 +1,113 @@
+/* test_cli.c - the option number parsers of lib/base/cli.c: what every
+ * program's whole-number, real and size options accept, and the typos they
+ * refuse that strtoll/strtod alone would read as values. */
+#include "unit.h"
+#include "cli.h"
+
+#include <float.h>
+
+static int i64_ok(const char *s, int64_t want)
+{
+    int64_t v = 12345;
+    return kvp_cli_parse_i64(s, INT64_MIN, INT64_MAX, &v) == 0 && v == want;
+}
+
+static int i64_bad(const char *s)
+{
+    int64_t v = 12345;
+    return kvp_cli_parse_i64(s, INT64_MIN, INT64_MAX, &v) == -1 && v == 12345;
+}
+
+static int f64_ok(const char *s, double want)
+{
+    double v = 0.125;
+    return kvp_cli_parse_f64(s, -DBL_MAX, DBL_MAX, &v) == 0 && v == want;
+}
+
+static int f64_bad(const char *s)
+{
+    double v = 0.125;
+    return kvp_cli_parse_f64(s, -DBL_MAX, DBL_MAX, &v) == -1 && v == 0.125;
+}
+
+static void test_i64(void)
+{
+    CHECK(i64_ok("0", 0));
+    CHECK(i64_ok("42", 42));
+    CHECK(i64_ok("-7", -7));
+    CHECK(i64_ok("007", 7));
+    CHECK(i64_ok("9223372036854775807", INT64_MAX));
+    CHECK(i64_ok("-9223372036854775808", INT64_MIN));
+    CHECK(i64_bad(""));
+    CHECK(i64_bad(NULL));
+    CHECK(i64_bad(" 5"));  /* strtoll skips the space */
+    CHECK(i64_bad("+5"));  /* and takes the sign */
+    CHECK(i64_bad("5 "));
+    CHECK(i64_bad("-"));
+    CHECK(i64_bad("--5"));
+    CHECK(i64_bad("- 5"));
+    CHECK(i64_bad("0x10")); /* base 10: "0" then junk */
+    CHECK(i64_bad("1.5"));
+    CHECK(i64_bad("1e3"));
+    CHECK(i64_bad("9223372036854775808"));
+    int64_t v;
+    CHECK(kvp_cli_parse_i64("3", 4, 10, &v) == -1);
+    CHECK(kvp_cli_parse_i64("11", 4, 10, &v) == -1);
+    CHECK(kvp_cli_parse_i64("10", 4, 10, &v) == 0 && v == 10);
+}
+
+static void test_f64(void)
+{
+    CHECK(f64_ok("0", 0));
+    CHECK(f64_ok("0.5", 0.5));
+    CHECK(f64_ok(".5", 0.5));
+    CHECK(f64_ok("-.25", -0.25));
+    CHECK(f64_ok("5.", 5));
+    CHECK(f64_ok("1e-3", 1e-3));
+    CHECK(f64_ok("2E2", 200));
+    CHECK(f64_bad(""));
+    CHECK(f64_bad(NULL));
+    CHECK(f64_bad(" 0.5"));
+    CHECK(f64_bad("+0.5"));
+    CHECK(f64_bad("0x1p3")); /* strtod reads hex floats: 8 */
+    CHECK(f64_bad("0x10"));
+    CHECK(f64_bad("inf"));
+    CHECK(f64_bad("-inf"));
+    CHECK(f64_bad("nan"));
+    CHECK(f64_bad("infinity"));
+    CHECK(f64_bad("."));
+    CHECK(f64_bad("-"));
+    CHECK(f64_bad("1e"));
+    CHECK(f64_bad("1e999")); /* overflows to inf */
+    CHECK(f64_bad("0.5x"));
+    double v;
+    CHECK(kvp_cli_parse_f64("1.5", 0, 1, &v) == -1);
+    CHECK(kvp_cli_parse_f64("1", 0, 1, &v) == 0 && v == 1);
+}
+
+static void test_size(void)
+{
+    uint64_t v;
+    CHECK(kvp_cli_parse_size("512", &v) == 0 && v == 512);
+    CHECK(kvp_cli_parse_size("4K", &v) == 0 && v == 4000);
+    CHECK(kvp_cli_parse_size("4KiB", &v) == 0 && v == 4096);
+    CHECK(kvp_cli_parse_size("1.5G", &v) == 0 && v == 1500000000ull);
+    CHECK(kvp_cli_parse_size("2m", &v) == 0 && v == 2000000);
+    CHECK(kvp_cli_parse_size("1PiB", &v) == 0 && v == 1125899906842624ull);
+    CHECK(kvp_cli_parse_size(" 5", &v) == -1);
+    CHECK(kvp_cli_parse_size("+5", &v) == -1);
+    CHECK(kvp_cli_parse_size("-5", &v) == -1);
+    CHECK(kvp_cli_parse_size("0x50G", &v) == -1);
+    CHECK(kvp_cli_parse_size("1e3", &v) == -1);
+    CHECK(kvp_cli_parse_size("1.5", &v) == -1); /* not a whole number of bytes */
+    CHECK(kvp_cli_parse_size("5X", &v) == -1);
+    CHECK(kvp_cli_parse_size("20000P", &v) == -1); /* past 2^64 */
+}
+
+int main(void)
+{
+    test_i64();
+    test_f64();
+    test_size();
+    return unit_done();
+}
