@@ -257,7 +257,10 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
             return 0;
         if (d->json) {
             printf(",\"seq_id\":%" PRIu64 ",\"label\":", s.id);
-            kvp_cli_json_str(f, s.label, strlen(s.label));
+            if (s.flags & KVP_SEQ_LABEL_INT) /* an integer id, as decode prints it */
+                fputs(s.label, f);
+            else
+                kvp_cli_json_str(f, s.label, strlen(s.label));
             printf(",\"tokens\":%u,\"prompt_tokens\":%u,\"next_token\":%d,\"state\":%u,\"arrival_ns\":%" PRIu64
                    ",\"first_token_ns\":%" PRIu64, s.n_tokens, s.n_prompt, s.next_token, s.state, s.arrival_ns,
                    s.first_ns);
@@ -268,8 +271,9 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
                 printf("%s%u", i ? "," : "", ids[i]);
             putchar(']');
         } else {
-            printf("seq %" PRIu64 "%s%s%s tokens %u (prompt %u) next %d", s.id, s.label[0] ? " \"" : "", s.label,
-                   s.label[0] ? "\"" : "", s.n_tokens, s.n_prompt, s.next_token);
+            const char *q = s.label[0] && !(s.flags & KVP_SEQ_LABEL_INT) ? "\"" : "";
+            printf("seq %" PRIu64 "%s%s%s%s tokens %u (prompt %u) next %d", s.id, s.label[0] ? " " : "", q, s.label, q,
+                   s.n_tokens, s.n_prompt, s.next_token);
             if (s.cache_salt)
                 printf(" salt %016" PRIx64, s.cache_salt);
             if (s.n_stop)

@@ -68,17 +68,15 @@ static int file_prompt_ids(const kvp_run *r, const kvp_prompt *p, const char *fi
  * as llama.cpp's tokenize tool prints it (escaped), or one JSON object;
  * named by its label (else its index) when the job has several prompts
  * (several), or in JSON when it has a label. */
-static void print_tokens(const kvp_run *r, const kvp_runopts *o, const char *label, size_t i, int several,
+static void print_tokens(const kvp_run *r, const kvp_runopts *o, const kvp_prompt *pr, size_t i, int several,
                          const uint32_t *ids, uint32_t n)
 {
+    const char *label = pr->label;
     if (o->json) {
         fputs("{", stdout);
         if (several || label[0]) {
             fputs("\"id\":", stdout);
-            if (label[0])
-                kvp_cli_json_str(stdout, label, strlen(label));
-            else
-                printf("%zu", i);
+            kvp_run_id_json(stdout, label, pr->label_int, i);
             fputs(",", stdout);
         }
         fputs("\"ids\":[", stdout);
@@ -135,7 +133,7 @@ static void list_file_tokens(kvp_run *r, const kvp_runopts *o)
         size_t n = 0;
         if (file_prompt_ids(r, &cur, o->file, line, i, &t, &n, &err) < 0)
             kvp_cli_die_err(&err);
-        print_tokens(r, o, cur.label, i, several, (const uint32_t *)t, (uint32_t)n);
+        print_tokens(r, o, &cur, i, several, (const uint32_t *)t, (uint32_t)n);
         free(t);
         kvp_prompt_free(&cur);
         if (more < 0) {
@@ -168,7 +166,7 @@ static void list_tokens(const kvp_runopts *o)
     if (kvp_run_prompts(&r, o, &ps, &ids, &lens, &err) < 0)
         kvp_cli_die_err(&err);
     for (size_t i = 0; i < ps.n; i++) {
-        print_tokens(&r, o, ps.p[i].label, i, ps.n > 1, ids[i], lens[i]);
+        print_tokens(&r, o, &ps.p[i], i, ps.n > 1, ids[i], lens[i]);
         free(ids[i]);
     }
     free(ids);
@@ -290,7 +288,7 @@ static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t
     const char *label = s->rec.label;
     if (j->o->json) {
         fputs("{\"id\":", stderr);
-        kvp_cli_json_str(stderr, label, strlen(label));
+        kvp_run_id_json(stderr, label, (s->rec.flags & KVP_SEQ_LABEL_INT) != 0, s->rec.id);
         fprintf(stderr, ",\"prompt_tokens\":%u,\"computed\":%u,\"ttft_ms\":%.2f,\"tokens_per_s\":%.2f}\n", len,
                 s->n_prefill, dt * 1e3, dt > 0 ? s->n_prefill / dt : 0);
     } else
@@ -299,13 +297,16 @@ static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t
                 dt * 1e3, dt > 0 ? s->n_prefill / dt : 0);
 }
 
-/* A new sequence i with label and sampling. */
-static void seq_start(kvp_gen_seq *s, const kvp_run *r, uint64_t i, const char *label, const kvp_sampling *smp,
+/* A new sequence i for prompt p, with sampling smp. */
+static void seq_start(kvp_gen_seq *s, const kvp_run *r, uint64_t i, const kvp_prompt *p, const kvp_sampling *smp,
                       uint64_t arrival)
 {
+    memset(s, 0, sizeof *s); /* the record's fields prefill does not set (flags, a -p prompt's salt) are 0 */
     kvp_gen_seq_init(s, r->tok);
     s->rec.id = i;
-    snprintf(s->rec.label, sizeof s->rec.label, "%s", label);
+    snprintf(s->rec.label, sizeof s->rec.label, "%s", p->label);
+    if (p->label_int) /* the record says so: decode prints it back as the integer */
+        s->rec.flags = KVP_SEQ_LABEL_INT;
     s->rec.sampling = *smp;
     s->rec.arrival_ns = arrival;
     s->handle = -1;
@@ -347,7 +348,7 @@ static void prefill_file(pf_job *j, const char *output)
         if (kvp_runopts_request_sampling(o, &p.params, i, &smp, &err) < 0)
             fail(j, &err, where);
         kvp_gen_seq s;
-        seq_start(&s, j->r, i, p.label, &smp, arrival);
+        seq_start(&s, j->r, i, &p, &smp, arrival);
         int stops = (p.params.set & KVP_PARAM_STOP) != 0;
         prefill_one(j, &s, (const uint32_t *)t, (uint32_t)n, &p.params,
                     stops ? (const char *const *)p.params.stop : NULL, stops ? p.params.n_stop : 0, where);
@@ -372,7 +373,7 @@ static void prefill_given(pf_job *j, const char *output)
         kvp_sampling smp = j->o->sampling;
         kvp_sample_seed(&smp, i);
         kvp_gen_seq s;
-        seq_start(&s, j->r, i, ps.p[i].label, &smp, arrival);
+        seq_start(&s, j->r, i, &ps.p[i], &smp, arrival);
         char where[KVP_NAME_MAX + 16];
         prefill_one(j, &s, ids[i], lens[i], NULL, NULL, 0, label_where(where, sizeof where, ps.p[i].label));
         kvp_gen_seq_free(&s);

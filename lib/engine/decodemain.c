@@ -204,7 +204,7 @@ typedef struct out_ctx {
  * leaves whole lines and at most one cut-off last line (--resume drops it). */
 static void write_line(out_ctx *c, const kvp_gen_seq *s)
 {
-    char *buf = NULL, idb[32];
+    char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f)
@@ -212,10 +212,7 @@ static void write_line(out_ctx *c, const kvp_gen_seq *s)
     double ttft = s->t_first ? (s->t_first - s->t_start) * 1e3 : 0;
     double tpot = s->n_gen > 1 ? (s->t_last - s->t_first) * 1e3 / (s->n_gen - 1) : 0;
     fputs("{\"id\":", f);
-    if (s->rec.label[0])
-        kvp_cli_json_str(f, s->rec.label, strlen(s->rec.label));
-    else
-        fputs(kvp_request_id(s, idb), f);
+    kvp_run_id_json(f, s->rec.label, (s->rec.flags & KVP_SEQ_LABEL_INT) != 0, s->rec.id);
     fputs(",\"text\":", f);
     kvp_cli_json_str(f, (const char *)s->text.data, s->text.len);
     fprintf(f, ",\"tokens\":%u,\"finish_reason\":\"%s\",\"ttft_ms\":%.2f,\"tpot_ms\":%.3f", s->n_gen,
@@ -997,7 +994,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
     for (uint32_t i = 0; i < oc.n_kept; i++)
         kvp_request_free(oc.kept[i]);
     free(oc.kept);
-    if (resume && close(oc.fd) != 0)
+    /* The job's lines on disk before it says it is done: a cron job that
+     * then moves on must not lose them to a crash (a line lost earlier is
+     * only run again; --resume keeps the file's whole lines). */
+    if (resume && (fsync(oc.fd) != 0 || close(oc.fd) != 0))
         kvp_cli_die("%s: %s", resume, strerror(errno));
     kvp_idset_free(&done);
     kvp_jobsrc_free(js);

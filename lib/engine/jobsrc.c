@@ -244,6 +244,8 @@ static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **
     kvp_request *r = kvp_request_new(js->tok, i, label, q->ids, q->n_ids, &smp);
     if (!r)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    if (q->p.label_int) /* printed back as the integer, and --kv-out keeps it so */
+        r->g.rec.flags |= KVP_SEQ_LABEL_INT;
     cap_to_context(js, r, q->n_ids);
     r->opts = gen_opts(js->o);
     r->salt = pp->set & KVP_PARAM_CACHE_SALT ? pp->cache_salt : js->salt;

@@ -80,9 +80,10 @@ int kvp_idset_add(kvp_idset *s, const char *id, size_t len)
 /* What is wrong with a result line's "id" (NULL when it is fine), else
  * its key into *key, *len: a string as it is, an integer as its decimal
  * digits in num.  Keys are the prompts reader's (prompts.h): decode prints
- * an integer id of a prompts file as the string of its digits and the
- * index of a line without one as an integer, and both read back as the key
- * the prompts file gives that request. */
+ * an integer id of a prompts file and the index of a line without one as
+ * integers, a string id as a string, and each reads back as the key the
+ * prompts file gives that request (results files written when an integer
+ * id came back as the string of its digits read the same). */
 static const char *id_key(const kvp_json *id, char num[32], const char **key, size_t *len)
 {
     int64_t k;

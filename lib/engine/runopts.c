@@ -9,6 +9,7 @@
 #include "tensor.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,6 +393,16 @@ static int parse_ids(const char *s, uint32_t n_vocab, uint32_t **ids, uint32_t *
     *ids = v;
     *n = (uint32_t)k;
     return 0;
+}
+
+void kvp_run_id_json(FILE *f, const char *label, int label_int, uint64_t index)
+{
+    if (!label[0])
+        fprintf(f, "%" PRIu64, index);
+    else if (label_int) /* its digits, checked where it came in (prompts.c, stream.c) */
+        fputs(label, f);
+    else
+        kvp_cli_json_str(f, label, strlen(label));
 }
 
 void kvp_run_prompt_settings(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps)

@@ -20,6 +20,7 @@
 
 #include <getopt.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Long-option ids (beyond single characters). */
 enum {
@@ -146,6 +147,10 @@ void kvp_run_close_draft(kvp_run *d);
  * format, --chat, --no-special, --system): the settings of a
  * kvp_prompts_reader. */
 void kvp_run_prompt_settings(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps);
+/* A request's id as a JSON value on f, as it was given: a string id as a
+ * string, an integer id (label_int: the label is its digits) as the
+ * integer, and a request without one (label "") as its index. */
+void kvp_run_id_json(FILE *f, const char *label, int label_int, uint64_t index);
 /* The prompts the options name, tokenized: *ids[i] (malloc'd) of *lens[i].
  * *ps keeps their labels.  Plain prompts are parsed for special tokens
  * unless --no-special; with --chat or {"messages"} only the template's

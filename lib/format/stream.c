@@ -5,6 +5,7 @@
 #include "tensor.h"
 #include "wire.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -389,12 +390,33 @@ int kvp_write_tensor(kvp_writer *w, const kvp_tensor_rec *t, const void *data, c
     return finish_meta(w, &b, KVP_KIND_TENSOR, pieces, n, err);
 }
 
+/* Whether s[0..n) is an int64 written as "%" PRId64 writes it: an
+ * optional '-', no '+', no leading zero, no "-0", no blank, in range. */
+static int int64_digits(const char *s, size_t n)
+{
+    char buf[24], back[24];
+    if (n == 0 || n >= sizeof buf)
+        return 0;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    /* out of range clamps to INT64_MIN/MAX, whose digits differ from s */
+    long long v = strtoll(buf, NULL, 10);
+    int len = snprintf(back, sizeof back, "%lld", v);
+    return len == (int)n && memcmp(back, s, n) == 0;
+}
+
 int kvp_write_sequence(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *tokens, const char *const *stop,
                        size_t n_stop, kvp_err *err)
 {
     size_t label_len = strnlen(s->label, sizeof s->label);
     if (label_len > KVP_NAME_MAX || s->n_prompt > s->n_tokens)
         return kvp_err_set(err, KVP_EINVAL, "sequence %llu: label too long or n_prompt > n_tokens",
+                           (unsigned long long)s->id);
+    if (s->flags & ~KVP_SEQ_FLAGS_KNOWN)
+        return kvp_err_set(err, KVP_EINVAL, "sequence %llu: unknown flags 0x%x", (unsigned long long)s->id,
+                           s->flags & ~KVP_SEQ_FLAGS_KNOWN);
+    if ((s->flags & KVP_SEQ_LABEL_INT) && !int64_digits(s->label, label_len))
+        return kvp_err_set(err, KVP_EINVAL, "sequence %llu: an integer id whose label is not its digits",
                            (unsigned long long)s->id);
     if (n_stop > KVP_STOP_MAX_N)
         return kvp_err_set(err, KVP_EINVAL, "sequence %llu: %zu stop strings (a record carries at most %d)",
@@ -425,12 +447,16 @@ int kvp_write_sequence(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *toke
     kvp_buf_u64(&b, sp->rng[1]);
     kvp_buf_u64(&b, s->arrival_ns);
     kvp_buf_u64(&b, s->first_ns);
-    if (s->cache_salt || n_stop) { /* a request without either writes the record as before them */
+    /* a request without salt, stop strings or flags writes the record as
+     * before them; flags come after the stop strings, so they bring those */
+    if (s->cache_salt || n_stop || s->flags) {
         kvp_buf_u64(&b, s->cache_salt);
         kvp_buf_u32(&b, (uint32_t)n_stop);
         for (size_t k = 0; k < n_stop; k++)
             kvp_buf_str32(&b, stop[k], strlen(stop[k]));
     }
+    if (s->flags)
+        kvp_buf_u32(&b, s->flags);
     kvp_piece p = {tokens, (uint64_t)s->n_tokens * 4};
     return finish_meta(w, &b, KVP_KIND_SEQUENCE, &p, s->n_tokens ? 1 : 0, err);
 }
@@ -1049,6 +1075,24 @@ static int seq_parse(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **tok
         s->n_stop = kvp_cur_u32(&c);
         if ((rc = seq_stops_parse(rec, &c, s->n_stop, stop, err)) < 0)
             return rc;
+        if (c.left >= 4) /* then the flags, which bring the salt and stops part with them */
+            s->flags = kvp_cur_u32(&c);
+    }
+    /* a stream is untrusted: an integer id is printed bare, so its label
+     * must be digits, and a flag we do not know is not ours to ignore */
+    if (s->flags & ~KVP_SEQ_FLAGS_KNOWN) {
+        char what[48];
+        snprintf(what, sizeof what, "unknown sequence flags 0x%x", s->flags & ~KVP_SEQ_FLAGS_KNOWN);
+        rc = bad_field(rec, err, what);
+    } else if ((s->flags & KVP_SEQ_LABEL_INT) && !int64_digits(s->label, label_len)) {
+        rc = bad_field(rec, err, "an integer id (flag LABEL_INT) whose label is not an int64's digits");
+    }
+    if (rc < 0) {
+        if (stop) {
+            kvp_seq_stops_free(*stop, s->n_stop);
+            *stop = NULL;
+        }
+        return rc;
     }
     if (tokens)
         *tokens = s->n_tokens ? (const uint32_t *)(const void *)rec->data : NULL;

@@ -83,8 +83,15 @@ typedef struct kvp_seq_rec {
     uint64_t first_ns;         /* first token sampled, likewise; 0 none */
     uint64_t cache_salt;       /* the request's own KV cache salt (a prompts line's cache_salt); 0 none */
     uint32_t n_stop;           /* the request's stop strings in the record (kvp_seq_stops) */
+    uint32_t flags;            /* KVP_SEQ_* below */
     /* data: n_tokens x u32 token ids */
 } kvp_seq_rec;
+
+/* Sequence flags (kvp_seq_rec.flags).  LABEL_INT: the label is an integer
+ * id's canonical decimal digits (a prompts line's "id":7 is "7"), printed
+ * back as the integer; without it a label is a string id. */
+#define KVP_SEQ_LABEL_INT 0x1u
+#define KVP_SEQ_FLAGS_KNOWN KVP_SEQ_LABEL_INT
 
 /* A sequence record carries at most this many stop strings, each at most
  * KVP_STOP_MAX_LEN bytes (a prompts line's own, or decode's --stop). */
@@ -158,7 +165,8 @@ int kvp_write_tensor(kvp_writer *w, const kvp_tensor_rec *t, const void *data, c
                      const void *zeros, kvp_err *err);
 /* s with its stop strings stop[n_stop] (s->n_stop is ignored): more than
  * KVP_STOP_MAX_N, one longer than KVP_STOP_MAX_LEN or one with a NUL byte
- * is KVP_EINVAL. */
+ * is KVP_EINVAL, as are a flag outside KVP_SEQ_FLAGS_KNOWN and
+ * KVP_SEQ_LABEL_INT on a label that is not an int64's canonical digits. */
 int kvp_write_sequence(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *tokens, const char *const *stop,
                        size_t n_stop, kvp_err *err);
 int kvp_write_kvblock(kvp_writer *w, const kvp_kvblock_rec *b, const uint32_t *tokens, const void *data,
@@ -215,6 +223,9 @@ void kvp_reader_free(kvp_reader *r);
  * record's sizes and fails with a message naming the field. */
 int kvp_tensor_decode(const kvp_record *rec, kvp_tensor_rec *t, const uint8_t **data, const uint8_t **scales,
                       const uint8_t **zeros, kvp_err *err);
+/* A record without flags (written before them, or with none) reads flags
+ * 0; an unknown flag, or LABEL_INT on a label that is not an int64's
+ * canonical digits, is KVP_EFORMAT. */
 int kvp_seq_decode(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **tokens, kvp_err *err);
 /* A sequence record's stop strings, copied: *stop[*n] NUL-terminated (NULL
  * and 0 when it has none), freed with kvp_seq_stops_free. */

@@ -283,9 +283,10 @@ static int add_json(kvp_prompts *ps, const kvp_json *o, const char *path, uint64
     }
     size_t before = ps->n;
     rc = add_json_prompt(ps, o, lab, path, line, err);
-    if (rc == 0 && ps->n == before + 1)
+    if (rc == 0 && ps->n == before + 1) {
         ps->p[before].params = pp;
-    else
+        ps->p[before].label_int = *kind == ID_INT;
+    } else
         params_free(&pp);
     return rc;
 }

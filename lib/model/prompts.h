@@ -12,8 +12,9 @@
  *
  * Ids: "id" is optional: a non-empty string (no NUL, at most KVP_NAME_MAX
  * bytes) or an integer in int64 range, which becomes its decimal digits (the
- * label "7" for 7); a line without one is known by its index among the
- * requests (0-based), its label "".  Ids are compared as that text, as
+ * label "7" for 7, with label_int set so that it is printed back as 7, not
+ * "7"); a line without one is known by its index among the requests
+ * (0-based), its label "".  Ids are compared as that text, as
  * decode --resume compares them (results.h): 7, "7" and the index 7 are one
  * id, and a request whose id an earlier one has is an error naming both
  * lines.  The reader keeps every id for that (memory grows with the number
@@ -66,6 +67,7 @@ typedef struct kvp_prompt_params {
 
 typedef struct kvp_prompt {
     char *label;            /* the user's id ("" when none), NUL-terminated, at most KVP_NAME_MAX bytes */
+    int label_int;          /* the id was an integer: label is its digits, printed back as the integer */
     kvp_prompt_params params;
     char *text;             /* the text to tokenize (chat rendered), NUL-terminated */
     size_t len;

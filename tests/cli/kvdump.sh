@@ -29,6 +29,17 @@ short="$(printf '%s' "$ids" | cut -d, -f1-8 | tr ',' ' ') ... $(printf '%s' "$id
 run kvdump "$T/s.kvp"
 expect_out_has "next 42 ids [$short]" "the listing shows the first 8 and the last 4 ids"
 
+# An integer id (a prompts line's {"id":7}) shows bare, a string id quoted.
+"$mk" --write-int-id "$T/intid.kvp" || { status=1; fail "could not write the integer-id sample"; }
+run kvdump --json "$T/intid.kvp"
+expect_status 0 "--json of integer ids"
+expect_out_has '"seq_id":0,"label":7,' "--json prints an integer id as an integer"
+expect_out_has '"label":-9223372036854775808,' "--json prints the least int64 id bare"
+run kvdump "$T/intid.kvp"
+expect_out_has "seq 0 7 tokens 2" "the listing shows an integer id unquoted"
+run kvdump "$T/s.kvp"
+expect_out_has 'seq 3469464161541295809 "req-360" tokens' "the listing quotes a string id"
+
 run kvdump -s "$T/z.kvp"
 expect_status 0 "--summary on a zstd stream"
 expect_out_has "(7 records compressed)" "zstd records counted"

@@ -135,6 +135,35 @@ run prefill -m "$M" -t 1 -f "$T/quote.jsonl" --stats --json -o "$T/quote.kvp"
 expect_status 0 "an id with a quote"
 expect_err_has '{"id":"q\"x","prompt_tokens":1,' "is escaped in the stats line"
 
+# An id keeps its kind through the stream (the sequence record's LABEL_INT
+# flag, kvp(5)): prefill | decode prints 7 as 7, "8" as "8" and a line
+# without one as its index, as decode -f does; so do decode after decode
+# --kv-out, and prefill's own --stats --json and --tokenize --json lines.
+printf '{"id":7,"prompt":"Hi"}\n{"id":"8","prompt":"Yo"}\n{"prompt":"Hey"}\n{"id":-9223372036854775808,"prompt":"Ho"}\n' \
+    >"$T/kinds.jsonl"
+want='{"id":"8" {"id":-9223372036854775808 {"id":2 {"id":7 '
+ids_of() { sed 's/,"text".*//' "$OUT" | LC_ALL=C sort | tr '\n' ' '; }
+run_sh "prefill -m '$M' -t 1 -f '$T/kinds.jsonl' | decode -m '$M' -t 1 -n 1"
+expect_status 0 "prefill | decode, ids of each kind"
+expect_true "prefill | decode: 7 as 7, \"8\" as \"8\", the index as 2 (got $(ids_of))" test "$(ids_of)" = "$want"
+run decode -m "$M" -t 1 -n 1 -f "$T/kinds.jsonl" --kv-out "$T/kinds-out.kvp"
+expect_status 0 "decode -f, ids of each kind"
+expect_true "decode -f: the same ids (got $(ids_of))" test "$(ids_of)" = "$want"
+run decode -m "$M" -t 1 -n 1 "$T/kinds-out.kvp"
+expect_status 0 "decode of decode's --kv-out"
+expect_true "decode of --kv-out: the same ids (got $(ids_of))" test "$(ids_of)" = "$want"
+run prefill -m "$M" -t 1 -f "$T/kinds.jsonl" --stats --json -o "$T/kinds.kvp"
+expect_status 0 "prefill --stats --json, ids of each kind"
+expect_err_has '{"id":7,"prompt_tokens":' "the stats line: 7 as 7"
+expect_err_has '{"id":"8","prompt_tokens":' "\"8\" as \"8\""
+expect_err_has '{"id":2,"prompt_tokens":' "a line without one as its index"
+expect_err_has '{"id":-9223372036854775808,"prompt_tokens":' "the least int64 as itself"
+run prefill -m "$M" --tokenize --json -f "$T/kinds.jsonl"
+expect_status 0 "prefill --tokenize --json, ids of each kind"
+expect_out_has '{"id":7,"ids":[' "--tokenize: 7 as 7"
+expect_out_has '{"id":"8","ids":[' "\"8\" as \"8\""
+expect_out_has '{"id":2,"ids":[' "a line without one as its index"
+
 # A stop string longer than a record carries: that line fails, named.
 awk 'BEGIN { s = ""; for (i = 0; i < 5000; i++) s = s "x"; printf "{\"id\":\"L\",\"prompt\":\"Hi\",\"stop\":[\"%s\"]}\n", s }' \
     >"$T/longstop.jsonl"

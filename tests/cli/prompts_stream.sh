@@ -113,7 +113,7 @@ expect_status 1 "a repeated id (an index meeting an integer id) fails the job"
 expect_err_has "dup.jsonl:2: id 1 (this line's index: it has no \"id\") was already on line 1 (as the integer 1)" \
     "the error names the id and both lines"
 expect_err_one_line "one line on stderr for a repeated id"
-expect_out_has '{"id":"1",' "the request before it is answered (an integer id prints as its digits' string)"
+expect_out_has '{"id":1,' "the request before it is answered (an integer id prints as the integer)"
 if [ "$(wc -l <"$OUT")" -eq 1 ]; then pass "nothing after the repeated id is started"; else fail "$(wc -l <"$OUT") lines"; fi
 # The same id in two forms, or twice, in the middle: the requests before it
 # are answered into --resume's file; fixed, --resume finishes with each once.
@@ -135,22 +135,34 @@ for form in '"id":"3"' '"id":"b2"'; do
     sed 's/^{"id":"[b0-9]*","prompt":"x"}$/{"id":"b6","prompt":"x"}/' "$T/dup2.jsonl" >"$T/fixed2.jsonl"
     run decode -m "$M" -t 2 -f "$T/fixed2.jsonl" -n 1 --max-num-seqs 2 --resume "$T/res.jsonl"
     expect_status 0 "$form: fixed, --resume finishes the job"
-    n=$(sed -n 's/^{"id":"\([^"]*\)".*/\1/p' "$T/res.jsonl" | sort -u | wc -l)
+    n=$(sed -n 's/^{"id":\("[^"]*"\|-\{0,1\}[0-9]*\),.*/\1/p' "$T/res.jsonl" | sort -u | wc -l)
     if [ "$(wc -l <"$T/res.jsonl")" -eq 8 ] && [ "$n" -eq 8 ]; then pass "$form: each of the 8 once"
     else fail "$form: $(wc -l <"$T/res.jsonl") lines, $n ids after resuming"; fi
 done
-# An integer id is printed as the string of its digits, and --resume reads
-# that back as the same request: a second run has nothing left to do.
-printf '{"id":5,"prompt":"a"}\n{"prompt":"b"}\n' >"$T/intid.jsonl"
+# An id is printed as it was given: an integer as the integer, a string of
+# digits as that string, a line without one as its index; --resume reads
+# each back as the same request: a second run has nothing left to do.
+printf '{"id":5,"prompt":"a"}\n{"prompt":"b"}\n{"id":-3,"prompt":"c"}\n{"id":"7","prompt":"d"}\n' >"$T/intid.jsonl"
 rm -f "$T/res.jsonl"
 run decode -m "$M" -t 2 -f "$T/intid.jsonl" -n 1 --resume "$T/res.jsonl"
-expect_status 0 "integer ids and an index run"
-if grep -q '^{"id":"5",' "$T/res.jsonl" && grep -q '^{"id":1,' "$T/res.jsonl"; then pass "5 prints as \"5\", the index as 1"
-else fail "ids written: $(cut -c1-12 "$T/res.jsonl" | tr '\n' ' ')"; fi
+expect_status 0 "integer ids, a string of digits and an index run"
+ids=$(sed 's/,"text".*//' "$T/res.jsonl" | LC_ALL=C sort | tr '\n' ' ')
+if [ "$ids" = '{"id":"7" {"id":-3 {"id":1 {"id":5 ' ]; then pass "5 prints as 5, -3 as -3, \"7\" as \"7\", the index as 1"
+else fail "ids written: $ids"; fi
 run decode -m "$M" -t 2 -f "$T/intid.jsonl" -n 1 --resume "$T/res.jsonl"
 expect_status 0 "resumed when all are done"
-if [ "$(wc -l <"$T/res.jsonl")" -eq 2 ]; then pass "resumed: both ids read back as done, nothing run twice"
+if [ "$(wc -l <"$T/res.jsonl")" -eq 4 ]; then pass "resumed: every id read back as done, nothing run twice"
 else fail "resumed: $(wc -l <"$T/res.jsonl") lines"; fi
+# A results file from before, where 5 came back as "5", reads the same.
+printf '{"id":"5","text":"x"}\n{"id":1,"text":"y"}\n' >"$T/res.jsonl"
+run decode -m "$M" -t 2 -f "$T/intid.jsonl" -n 1 --resume "$T/res.jsonl"
+expect_status 0 "resumed from an older results file"
+ids=$(sed 's/,"text".*//' "$T/res.jsonl" | LC_ALL=C sort | tr '\n' ' ')
+if [ "$ids" = '{"id":"5" {"id":"7" {"id":-3 {"id":1 ' ]; then pass "\"5\" of an older run is 5: only -3 and \"7\" run"
+else fail "ids written: $ids"; fi
+# -p with --json: the one request is known by its index.
+run decode -m "$M" -t 2 -p "Hi" -n 1 --json
+expect_out_has '{"id":0,' "a prompt without an id prints its index"
 
 # The other bad ids and lines, each named with its line; the line before
 # it answered.

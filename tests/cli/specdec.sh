@@ -48,6 +48,20 @@ expect_out_has "--kv-dtype" "and decode's"
 
 need_model
 
+# Ids as decode prints them (the same output code): 7 as 7, "8" as "8", a
+# line without one as its index; from a prompts file and through prefill.
+printf '{"id":7,"prompt":"Once upon a time"}\n{"id":"8","prompt":"Hi"}\n{"prompt":"Yo"}\n' >"$T/ids.jsonl"
+run specdec -m "$M" -t $THREADS -f "$T/ids.jsonl" -n 4
+expect_status 0 "specdec -f, ids of each kind"
+expect_out_has '{"id":7,' "an integer id as the integer"
+expect_out_has '{"id":"8",' "a string id as the string"
+expect_out_has '{"id":2,' "a line without one as its index"
+run_sh "prefill -m '$M' -t $THREADS -f '$T/ids.jsonl' | specdec -m '$M' -t $THREADS -n 4"
+expect_status 0 "prefill | specdec, ids of each kind"
+expect_out_has '{"id":7,' "prefill | specdec: an integer id as the integer"
+expect_out_has '{"id":"8",' "prefill | specdec: a string id as the string"
+expect_out_has '{"id":2,' "prefill | specdec: a line without one as its index"
+
 spec_prompts "$T/p.jsonl"
 
 # same: decode's and specdec's lines without their timings, by id

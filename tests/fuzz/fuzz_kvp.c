@@ -39,6 +39,19 @@ static void capacity(const uint8_t *data, size_t size)
     (void)kvp_cap_load_model(fuzz_scratch_write(data, size, "kvp"), &mf, &err);
 }
 
+/* Whether a label is a JSON integer: '-'? then "0" or a non-zero digit
+ * followed by digits (the reader checks more: int64 range). */
+static int int_label(const char *l)
+{
+    if (*l == '-')
+        l++;
+    if (*l < '0' || *l > '9' || (l[0] == '0' && l[1]))
+        return 0;
+    while (*l >= '0' && *l <= '9')
+        l++;
+    return *l == 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     skim(data, size);
@@ -74,8 +87,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 (void)*(volatile const uint8_t *)(p1 + t.data_bytes - 1); /* in bounds */
             break;
         case KVP_KIND_SEQUENCE:
-            if (kvp_seq_decode(&rec, &s, &tok, &err) == 0 && s.n_tokens)
-                (void)*(volatile const uint32_t *)(tok + s.n_tokens - 1);
+            if (kvp_seq_decode(&rec, &s, &tok, &err) == 0) {
+                if (s.n_tokens)
+                    (void)*(volatile const uint32_t *)(tok + s.n_tokens - 1);
+                /* decode prints an integer id's label bare: it must be JSON's digits */
+                if ((s.flags & KVP_SEQ_LABEL_INT) && !int_label(s.label))
+                    __builtin_trap();
+            }
             if (kvp_seq_stops(&rec, &stop, &n_stop, &err) == 0) {
                 for (size_t k = 0; k < n_stop; k++)
                     (void)*(volatile const char *)(stop[k] + strlen(stop[k])); /* NUL-terminated */

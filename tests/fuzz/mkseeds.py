@@ -43,9 +43,11 @@ fuzzer starts from deep inside the formats:
                         make build/tests/test_logprobs
                         build/tests/test_logprobs --write-seeds tests/fuzz/corpus/logprobs
   corpus/kvp/         KVP streams for fuzz_kvp: the unit test's sample (plain and
-                      zstd), scaled KV blocks, and a sequence carrying its
-                      request's cache salt and stop strings, not written here:
+                      zstd), scaled KV blocks, a sequence carrying its
+                      request's cache salt and stop strings, and two whose ids
+                      were integers (the LABEL_INT flag), not written here:
                         build/tests/test_stream --write-stops tests/fuzz/corpus/kvp/sequence-stops.kvp
+                        build/tests/test_stream --write-int-id tests/fuzz/corpus/kvp/sequence-int-id.kvp
   corpus/heads/       Medusa heads files (specdec --train-heads) for fuzz_heads:
                       not written here but by the C writer, valid (two heads,
                       one head) and damaged (a NaN weight, another arch, a file

@@ -493,6 +493,10 @@ static void test_ids_repeat(void)
         CHECK_STR(ps.p[6].label, "9223372036854775807");
         CHECK_STR(ps.p[7].label, "-9223372036854775808");
         CHECK_STR(ps.p[8].label, ""); /* null is no id: the index 8 */
+        /* only an integer is printed back as one: "-0" stays a string */
+        static const int is_int[9] = {0, 0, 1, 0, 0, 0, 1, 1, 0};
+        for (size_t i = 0; i < 9; i++)
+            CHECK_MSG(ps.p[i].label_int == is_int[i], "prompt %zu: label_int %d", i, ps.p[i].label_int);
     }
     kvp_prompts_free(&ps);
     /* a long id is shown cut, the message still whole */
@@ -518,6 +522,53 @@ static void test_ids_repeat(void)
     CHECK_EQ_U64(ps.n, n);
     kvp_prompts_free(&ps);
     free(big);
+}
+
+/* An id keeps its kind: 7 is the label "7" marked as an integer (decode
+ * prints it back as 7), "7" the same label as a string, a line without one
+ * no label; "prompt" and "messages" alike, a prompt at a time too. */
+static void test_id_kinds(void)
+{
+    static const char text[] = "{\"id\":7,\"prompt\":\"a\"}\n{\"id\":\"8\",\"prompt\":\"b\"}\n"
+                               "{\"prompt\":\"c\"}\n{\"id\":-12,\"messages\":[{\"role\":\"user\",\"content\":\"d\"}]}\n"
+                               "{\"id\":\"e\",\"messages\":[{\"role\":\"user\",\"content\":\"e\"}]}\n";
+    static const struct {
+        const char *label;
+        int label_int;
+    } want[] = {{"7", 1}, {"8", 0}, {"", 0}, {"-12", 1}, {"e", 0}};
+    kvp_prompts ps;
+    kvp_err err = {0};
+    int rc = read_all(text, &ps, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    CHECK_EQ_U64(ps.n, 5);
+    for (size_t i = 0; i < ps.n && i < 5; i++) {
+        CHECK_STR(ps.p[i].label, want[i].label);
+        CHECK_MSG(ps.p[i].label_int == want[i].label_int, "prompt %zu: label_int %d", i, ps.p[i].label_int);
+    }
+    kvp_prompts_free(&ps);
+    /* the reader hands each out with its kind */
+    const char *path = write_tmp(text);
+    CHECK(path != NULL);
+    if (!path)
+        return;
+    kvp_prompts set;
+    kvp_prompts_reader *rd = NULL;
+    kvp_prompts_init(&set);
+    CHECK(kvp_prompts_reader_open(&rd, path, &set, &err) == 0);
+    kvp_prompt p;
+    size_t n = 0;
+    while (rd && (rc = kvp_prompts_reader_next(rd, &p, &err)) == 1) {
+        if (n < 5)
+            CHECK_MSG(p.label_int == want[n].label_int && !strcmp(p.label, want[n].label), "prompt %zu", n);
+        n++;
+        kvp_prompt_free(&p);
+    }
+    CHECK_MSG(rc == 0 && n == 5, "rc %d, %zu prompts: %s", rc, n, err.msg);
+    kvp_prompts_reader_free(rd);
+    /* a prompt added as text has a string label */
+    CHECK(kvp_prompts_add_text(&set, "9", "x", 1, &err) == 0 && set.n == 1 && set.p[0].label_int == 0);
+    kvp_prompts_free(&set);
+    unlink(path);
 }
 
 /* The id's other faults: empty (it would stand for the index), a NUL (the
@@ -655,6 +706,7 @@ int main(void)
     test_reader_bad_line();
     test_reader_many();
     test_ids_repeat();
+    test_id_kinds();
     test_id_values();
     test_prompt_and_messages();
     test_range_messages();

@@ -825,6 +825,127 @@ static void test_seq_stops(void)
     free(longest);
 }
 
+/* The sequence flags: an integer id (LABEL_INT) written, read back, and
+ * refused where a stream could lie (an unknown bit, a label that is not
+ * digits); a record without flags is byte for byte what it was before
+ * them and reads flags 0. */
+static void test_seq_flags(void)
+{
+    const char *p = path_in_tmp("flags.kvp");
+    kvp_out out;
+    kvp_err err = {0};
+    kvp_writer *w;
+    uint32_t tok[2] = {5, 6};
+    const char *stops[1] = {"User:"};
+    kvp_seq_rec s = {.id = 1, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
+                     .flags = KVP_SEQ_LABEL_INT};
+    CHECK(kvp_out_open(&out, p, &err) == 0);
+    CHECK(kvp_writer_open(&w, &out, NULL, &err) == 0);
+    snprintf(s.label, sizeof s.label, "7");
+    CHECK(kvp_write_sequence(w, &s, tok, NULL, 0, &err) == 0);     /* 1: 7, no salt, no stops */
+    s.id = 2, s.cache_salt = 0x5a17;
+    snprintf(s.label, sizeof s.label, "-42");
+    CHECK(kvp_write_sequence(w, &s, tok, stops, 1, &err) == 0);    /* 2: -42, a salt and a stop */
+    s.id = 3, s.cache_salt = 0, s.flags = 0;
+    snprintf(s.label, sizeof s.label, "7");
+    CHECK(kvp_write_sequence(w, &s, tok, NULL, 0, &err) == 0);     /* 3: "7", a string */
+    s.flags = KVP_SEQ_LABEL_INT;
+    snprintf(s.label, sizeof s.label, "9223372036854775807");
+    CHECK(kvp_write_sequence(w, &s, tok, NULL, 0, &err) == 0);     /* 4, 5: the int64 ends */
+    snprintf(s.label, sizeof s.label, "-9223372036854775808");
+    CHECK(kvp_write_sequence(w, &s, tok, NULL, 0, &err) == 0);
+    /* the writer refuses what a reader would */
+    const char *not_int[] = {"", "x7", "07", "-0", "+7", " 7", "7 ", "1e3", "-", "9223372036854775808",
+                             "-9223372036854775809", "99999999999999999999999"};
+    for (size_t k = 0; k < sizeof not_int / sizeof *not_int; k++) {
+        snprintf(s.label, sizeof s.label, "%s", not_int[k]);
+        CHECK_MSG(kvp_write_sequence(w, &s, tok, NULL, 0, &err) == KVP_EINVAL, "label \"%s\"", not_int[k]);
+    }
+    snprintf(s.label, sizeof s.label, "7");
+    s.flags = 2;
+    CHECK(kvp_write_sequence(w, &s, tok, NULL, 0, &err) == KVP_EINVAL);
+    CHECK_MSG(strstr(err.msg, "unknown flags 0x2") != NULL, "%s", err.msg);
+    CHECK(kvp_writer_finish(w, &err) == 0);
+    kvp_writer_free(w);
+    CHECK(kvp_out_commit(&out, &err) == 0);
+
+    kvp_in in;
+    kvp_reader *rd;
+    kvp_record r1, r2, r3, rec;
+    kvp_seq_rec q;
+    const uint32_t *t;
+    char **v;
+    size_t n;
+    CHECK(kvp_in_open(&in, p, &err) == 0);
+    CHECK(kvp_reader_open(&rd, &in, &err) == 0);
+    CHECK(kvp_reader_next(rd, &r1, &err) == 1 && r1.kind == KVP_KIND_SEQUENCE);
+    CHECK(kvp_seq_decode(&r1, &q, &t, &err) == 0);
+    CHECK(q.id == 1 && q.flags == KVP_SEQ_LABEL_INT && !strcmp(q.label, "7") && q.cache_salt == 0 && q.n_stop == 0);
+    CHECK(t && t[0] == 5 && t[1] == 6);
+    CHECK(kvp_reader_next(rd, &r2, &err) == 1);
+    CHECK(kvp_seq_decode(&r2, &q, &t, &err) == 0);
+    CHECK(q.id == 2 && q.flags == KVP_SEQ_LABEL_INT && !strcmp(q.label, "-42") && q.cache_salt == 0x5a17 &&
+          q.n_stop == 1);
+    CHECK(kvp_seq_stops(&r2, &v, &n, &err) == 0 && n == 1 && !strcmp(v[0], "User:"));
+    kvp_seq_stops_free(v, n);
+    CHECK(kvp_reader_next(rd, &r3, &err) == 1);
+    CHECK(kvp_seq_decode(&r3, &q, &t, &err) == 0 && q.id == 3 && q.flags == 0 && !strcmp(q.label, "7"));
+    /* without flags the meta part ends at the two times, as before them:
+     * u64 id, u32 + "7", 6 x u32, 5 x f32/i32, u32 max tokens, 3 x u64, 2 x u64 */
+    CHECK_EQ_I64(r3.meta_size, 8 + 4 + 1 + 24 + 20 + 4 + 24 + 16);
+    /* with them, the salt and the stop count (0, 0) come first, then the flags */
+    CHECK_EQ_I64(r1.meta_size, r3.meta_size + 8 + 4 + 4);
+    CHECK(r1.meta_size <= 512 && memcmp(r1.meta + 8, r3.meta + 8, r3.meta_size - 8) == 0);
+    static const uint8_t want_tail[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
+    CHECK(memcmp(r1.meta + r3.meta_size, want_tail, 16) == 0);
+    for (int k = 4; k <= 5; k++) {
+        CHECK(kvp_reader_next(rd, &rec, &err) == 1);
+        CHECK(kvp_seq_decode(&rec, &q, &t, &err) == 0 && q.flags == KVP_SEQ_LABEL_INT);
+        CHECK(!strcmp(q.label, k == 4 ? "9223372036854775807" : "-9223372036854775808"));
+    }
+
+    /* the bytes altered, as a stream from anywhere may have them */
+    uint8_t meta[512];
+    uint32_t full = r1.meta_size;
+    memcpy(meta, r1.meta, full);
+    kvp_record m = r1;
+    m.meta = meta;
+    m.meta_size = full - 4; /* the salt and stops part alone: no flags */
+    CHECK(kvp_seq_decode(&m, &q, &t, &err) == 0 && q.flags == 0 && !strcmp(q.label, "7"));
+    m.meta_size = full;
+    meta[full - 4] = 3; /* an unknown bit beside LABEL_INT */
+    CHECK(kvp_seq_decode(&m, &q, &t, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "record 0 (sequence)") && strstr(err.msg, "unknown sequence flags 0x2"), "%s",
+              err.msg);
+    meta[full - 4] = 0, meta[full - 1] = 0x80; /* the top bit alone */
+    CHECK(kvp_seq_decode(&m, &q, &t, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "unknown sequence flags 0x80000000") != NULL, "%s", err.msg);
+    meta[full - 4] = 1, meta[full - 1] = 0;
+    CHECK(kvp_seq_decode(&m, &q, &t, &err) == 0);
+    meta[12] = 'x'; /* the label "x" said to be an integer */
+    CHECK(kvp_seq_decode(&m, &q, &t, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "record 0 (sequence)") && strstr(err.msg, "not an int64's digits"), "%s", err.msg);
+    meta[full - 4] = 0; /* as a string id it is fine */
+    CHECK(kvp_seq_decode(&m, &q, &t, &err) == 0 && q.flags == 0 && !strcmp(q.label, "x"));
+    meta[12] = '0', meta[full - 4] = 1; /* "0" is an integer's digits */
+    CHECK(kvp_seq_decode(&m, &q, &t, &err) == 0 && !strcmp(q.label, "0"));
+
+    /* a refused record with stop strings hands none back (nor leaks them) */
+    uint32_t full2 = r2.meta_size;
+    CHECK(full2 <= sizeof meta);
+    memcpy(meta, r2.meta, full2);
+    m = r2;
+    m.meta = meta;
+    meta[full2 - 3] = 1; /* flags 0x101 */
+    CHECK(kvp_seq_stops(&m, &v, &n, &err) == KVP_EFORMAT && v == NULL);
+    meta[full2 - 3] = 0;
+    meta[13] = '0'; /* "-02" */
+    CHECK(kvp_seq_stops(&m, &v, &n, &err) == KVP_EFORMAT && v == NULL);
+    CHECK(kvp_seq_decode(&m, &q, &t, &err) == KVP_EFORMAT);
+    kvp_reader_free(rd);
+    kvp_in_close(&in);
+}
+
 static void test_f16(void)
 {
     CHECK(kvp_f32_to_f16(1.0f) == 0x3c00);
@@ -866,6 +987,33 @@ static int write_stops_seed(const char *path)
     return rc ? 1 : 0;
 }
 
+/* A stream of two sequences whose ids were integers (flag LABEL_INT), one
+ * with a salt and a stop string: the fuzz corpus's seed of the flags
+ * (main's --write-int-id). */
+static int write_int_id_seed(const char *path)
+{
+    kvp_out out;
+    kvp_err err = {0};
+    kvp_writer *w = NULL;
+    kvp_seq_rec s = {.id = 0, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
+                     .flags = KVP_SEQ_LABEL_INT};
+    snprintf(s.label, sizeof s.label, "7");
+    uint32_t tok[2] = {5, 6};
+    const char *stops[1] = {"\n\n"};
+    int rc = kvp_out_open(&out, path, &err);
+    if (rc == 0 && (rc = kvp_writer_open(&w, &out, NULL, &err)) == 0 &&
+        (rc = kvp_write_sequence(w, &s, tok, NULL, 0, &err)) == 0) {
+        s.id = 1, s.cache_salt = 0x5eed;
+        snprintf(s.label, sizeof s.label, "-9223372036854775808");
+        if ((rc = kvp_write_sequence(w, &s, tok, stops, 1, &err)) == 0 && (rc = kvp_writer_finish(w, &err)) == 0)
+            rc = kvp_out_commit(&out, &err);
+    }
+    kvp_writer_free(w);
+    if (rc)
+        fprintf(stderr, "%s\n", err.msg);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     /* `test_stream --write-sample FILE [ZSTD_LEVEL]`: the CLI tests' input. */
@@ -877,6 +1025,9 @@ int main(int argc, char **argv)
     /* `test_stream --write-stops FILE`: tests/fuzz/corpus/kvp/sequence-stops.kvp */
     if (argc >= 3 && strcmp(argv[1], "--write-stops") == 0)
         return write_stops_seed(argv[2]);
+    /* `test_stream --write-int-id FILE`: tests/fuzz/corpus/kvp/sequence-int-id.kvp */
+    if (argc >= 3 && strcmp(argv[1], "--write-int-id") == 0)
+        return write_int_id_seed(argv[2]);
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
         return 1;
@@ -899,6 +1050,7 @@ int main(int argc, char **argv)
     test_version_and_garbage();
     test_writer_validation();
     test_seq_stops();
+    test_seq_flags();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
