@@ -282,9 +282,11 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
 static int take_token(batch *b, kvp_sched *s, kvp_request *r, kvp_err *err)
 {
     double before = r->g.t_last;
+    uint32_t had = r->g.n_gen;
     int rc = kvp_gen_accept(&r->g, b->tok, &r->opts, b->emit, b->ctx, err);
     if (rc < 0)
         return rc;
+    b->st->generated_live += r->g.n_gen - had;
     if (before > 0) {
         double gap = r->g.t_last - before;
         if (gap > r->itl_max)
@@ -1059,6 +1061,11 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         }
         rc = 0;
         st->steps++;
+        for (uint32_t i = 0; i < p.n_items; i++) { /* prompt work done: all but the decode tokens */
+            const kvp_request *r = p.items[i].r->user;
+            uint32_t from = r->sr.n_computed, n = p.items[i].n;
+            st->computed_prompt += n == 1 && from + 1 == r->sr.n_tokens && from >= r->n_prompt ? 0 : n;
+        }
         double t_took = timed ? kvp_gen_now() - t_begin : 0;
         int drafted = 0;
         for (uint32_t i = 0; i < n_req; i++)
@@ -1091,6 +1098,8 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         }
         if (timed)
             clock_step(&b, n_req, drafted, t_took);
+        if (o->on_step)
+            o->on_step(o->on_step_ctx, st, kvp_sched_n_running(s), kvp_sched_n_waiting(s));
     }
     if (src_rc < 0) {
         rc = src_rc;

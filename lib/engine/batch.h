@@ -84,6 +84,8 @@ typedef struct kvp_batch_source {
     int (*next)(void *ctx, int block, kvp_request **r, kvp_err *err);
 } kvp_batch_source;
 
+typedef struct kvp_batch_stats kvp_batch_stats; /* below */
+
 typedef struct kvp_batch_opts {
     kvp_sched_opts sched;
     uint32_t lookahead;      /* waiting requests read ahead (0: 2 x max_num_seqs) */
@@ -110,13 +112,20 @@ typedef struct kvp_batch_opts {
      * request's sequence in the same step (its K/V blocks shared, the
      * partial one copied); the longest kept branch becomes the sequence. */
     uint32_t draft_branches;
+    /* Called after each step with the run's totals so far and the requests
+     * running and waiting (NULL: none): decode's --progress. */
+    void (*on_step)(void *ctx, const kvp_batch_stats *st, uint32_t running, uint32_t waiting);
+    void *on_step_ctx;
 } kvp_batch_opts;
 
 /* Summary of a run (kvp_batch_run fills it). */
-typedef struct kvp_batch_stats {
+struct kvp_batch_stats {
     uint64_t requests, kv_memory;      /* finished; of which ended for lack of KV memory */
     uint64_t prompt_tokens, cached_tokens, generated;
     uint64_t steps, preemptions;
+    /* as the run goes (--progress): tokens generated, the unfinished
+     * requests' too; prompt tokens computed, a preempted request's again */
+    uint64_t generated_live, computed_prompt;
     uint32_t peak_blocks;              /* most blocks in use at once */
     uint32_t peak_running;             /* most requests running at once (in one step's plan) */
     uint64_t max_seq_len;              /* longest finished request: prompt + generated tokens */
@@ -130,7 +139,7 @@ typedef struct kvp_batch_stats {
     uint64_t branch_rows;              /* rows of draft-tree branches past the first */
     uint64_t tree_steps;               /* verify steps of a tree in one sequence (kvp_step_seq.parent) */
     uint64_t drafted_at[KVP_DRAFT_MAX], accepted_at[KVP_DRAFT_MAX];
-} kvp_batch_stats;
+};
 
 /* A request for prompt[n] (copied) with sampling s; id and label for its
  * output.  NULL when out of memory. */

@@ -13,6 +13,8 @@
 #include "hash.h"
 #include "io.h"
 #include "jobsrc.h"
+#include "progress.h"
+#include "prompts.h"
 #include "results.h"
 #include "runopts.h"
 #include "sample.h"
@@ -87,6 +89,8 @@ static void usage(FILE *f, int spec)
             "      --resume OUT        append results to OUT, skipping the ids it already has (a killed job\n"
             "                          resumed gives the same lines as one run)\n"
             "      --shard K/N         only every N-th request, starting at K (0 <= K < N)\n"
+            "      --progress[=S]      a progress line on standard error every S seconds (default: 1 on a\n"
+            "                          terminal, redrawn in place; 10 otherwise)\n"
             "      --rate R            release requests at R a second (Poisson; --seed), not all at once\n"
             "      --burstiness B      gamma-distributed gaps of shape B (1: Poisson; < 1 burstier)\n"
             "      --no-prefix-cache   compute every prompt in full, even where cached blocks hold its start\n"
@@ -476,7 +480,7 @@ static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_met
 }
 
 enum {
-    OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD, OPT_RATE, OPT_BURST,
+    OPT_SLO_TTFT = 0x2000, OPT_SLO_TPOT, OPT_MIN_GOODPUT, OPT_RESUME, OPT_SHARD, OPT_PROGRESS, OPT_RATE, OPT_BURST,
     OPT_NO_PREFIX_CACHE, OPT_CACHE_SALT, OPT_MAX_MODEL_LEN, OPT_METHOD, OPT_DRAFT_LEN, OPT_NGRAM_MIN, OPT_NGRAM_MAX, OPT_DRAFT,
     OPT_COMPARE,
     OPT_SELFTEST,
@@ -626,6 +630,22 @@ static void check_stats_file(const char *path)
     free(dir);
 }
 
+/* --progress: the clock started and the job's total, where the input says
+ * it up front (a prompts file, or one prompt; a stream or standard input
+ * is counted as it comes). */
+static uint64_t resumed_skips(const void *js) { return kvp_jobsrc_skipped(js); }
+
+static void start_progress(kvp_progress *pg, const kvp_runopts *o, const kvp_jobsrc *js, uint32_t shard_k,
+                           uint32_t shard_n, double interval)
+{
+    kvp_err err = {0};
+    uint64_t n = o->prompt || o->tokens ? 1 : 0;
+    if (o->file && kvp_prompts_count_file(o->file, &n, &err) < 0)
+        kvp_cli_die_err(&err);
+    kvp_progress_init(pg, stderr, kvp_cli_prog(), interval, kvp_progress_shard_count(n, shard_k, shard_n));
+    pg->skipped = resumed_skips, pg->skipped_ctx = js;
+}
+
 int kvp_decode_main(int argc, char **argv, int spec)
 {
     kvp_cli_init(argv[0]);
@@ -638,6 +658,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         {"min-goodput", required_argument, NULL, OPT_MIN_GOODPUT},
         {"resume", required_argument, NULL, OPT_RESUME},
         {"shard", required_argument, NULL, OPT_SHARD},
+        {"progress", optional_argument, NULL, OPT_PROGRESS},
         {"rate", required_argument, NULL, OPT_RATE},
         {"burstiness", required_argument, NULL, OPT_BURST},
         {"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE},
@@ -679,6 +700,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     double slo_ttft = 0, slo_tpot = 0, min_goodput = -1;
     const char *resume = NULL;
     uint32_t shard_k = 0, shard_n = 0;
+    double progress = -1; /* --progress: seconds between lines (0: the default); -1 off */
     double rate = 0, burstiness = 1;
     int burst_set = 0, method_set = 0;
     int no_prefix_cache = 0;
@@ -723,6 +745,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
         }
         if (c == OPT_RESUME) {
             resume = optarg;
+            continue;
+        }
+        if (c == OPT_PROGRESS) {
+            progress = optarg ? kvp_cli_opt_f64("--progress", optarg, 0.001, 86400) : 0;
             continue;
         }
         if (c == OPT_METHOD) {
@@ -956,9 +982,17 @@ int kvp_decode_main(int argc, char **argv, int spec)
                          .draft_len = sp.draft_len, .draft_adaptive = sp.adaptive, .draft_branches = hc.branches};
     kvp_batch_source src = kvp_jobsrc_source(js);
     kvp_batch_stats st;
+    kvp_progress pg;
+    if (progress >= 0) {
+        start_progress(&pg, &o, js, shard_k, shard_n, progress);
+        bo.on_step = kvp_progress_step, bo.on_step_ctx = &pg;
+    }
     fflush(stdout);
     catch_stop_signals();
-    if (kvp_batch_run(r.engine, r.kc, r.tok, &bo, &src, emit, &oc, &st, &err) < 0)
+    int run_rc = kvp_batch_run(r.engine, r.kc, r.tok, &bo, &src, emit, &oc, &st, &err);
+    if (progress >= 0) /* the last line, before any message: a terminal's line is ended */
+        kvp_progress_end(&pg, &st);
+    if (run_rc < 0)
         kvp_cli_die_err(&err);
     if (hd.failed) /* the run finished without drafts; what broke them is still a fault */
         kvp_cli_die_err(&hd.err);

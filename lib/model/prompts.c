@@ -6,10 +6,12 @@
 #include "tensor.h"
 #include "wire.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define KVP_PROMPTS_MAX_RECORD (1ull << 30) /* one line, or a whole plain-text file */
 
@@ -719,6 +721,60 @@ int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
             *err = rd->e;
         return fail(rd, rc);
     }
+    return 0;
+}
+
+/* The counting state of kvp_prompts_count_file, a chunk at a time. */
+typedef struct line_count {
+    int started;      /* the first non-blank byte has been seen */
+    int text;         /* it was not '{': one plain-text prompt */
+    int line_has;     /* the current line has a non-blank byte */
+    uint64_t n;
+} line_count;
+
+static void count_bytes(line_count *c, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n && !c->text; i++) {
+        char b = p[i];
+        if (b == '\n') {
+            c->n += c->line_has;
+            c->line_has = 0;
+        } else if (!blank(b)) {
+            if (!c->started) {
+                c->started = 1;
+                c->text = b != '{';
+            }
+            c->line_has = 1;
+        }
+    }
+}
+
+int kvp_prompts_count_file(const char *path, uint64_t *n, kvp_err *err)
+{
+    *n = 0;
+    struct stat st;
+    if (strcmp(path, "-") == 0 || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0; /* the reader reports what is wrong with it */
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
+    static const char bom[3] = {'\xef', '\xbb', '\xbf'};
+    char buf[65536];
+    line_count c = {0};
+    size_t got;
+    int first = 1;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        size_t off = first && got >= 3 && memcmp(buf, bom, 3) == 0 ? 3 : 0;
+        first = 0;
+        count_bytes(&c, buf + off, got - off);
+        if (c.text)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad)
+        return kvp_err_set(err, KVP_EIO, "%s: read error", path);
+    *n = c.text ? 1 : c.n + c.line_has;
     return 0;
 }
 

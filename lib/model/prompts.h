@@ -95,6 +95,13 @@ int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, s
  * kvp_prompts_reader to the end); an "id" longer than KVP_NAME_MAX bytes (a
  * sequence record's label) is KVP_EFORMAT naming the line. */
 int kvp_prompts_read_file(kvp_prompts *ps, const char *path, kvp_err *err);
+/* How many requests the prompts file at path holds, by the reader's rules
+ * (a byte order mark skipped; a file whose first non-blank byte is not '{'
+ * is one prompt; else each line with a non-blank byte is one), without
+ * parsing them: a line that will fail still counts.  *n 0 when path is not
+ * a regular file ("-", a pipe: not known before it is read).  0 or a code
+ * naming path. */
+int kvp_prompts_count_file(const char *path, uint64_t *n, kvp_err *err);
 /* Tokenize prompt i with its special spans; BOS as the vocabulary says.
  * *ids malloc'd.  0 or a code. */
 int kvp_prompts_encode(const kvp_prompts *ps, size_t i, const kvp_tokenizer *t, int32_t **ids, size_t *n,

@@ -12,6 +12,12 @@ run decode -m x.gguf -p hi --slo-ttft -3
 expect_status 2 "a negative SLO is a usage error"
 expect_err_has "--slo-ttft" "names the option"
 
+run decode -m x.gguf -p hi --progress=0
+expect_status 2 "--progress=0 is a usage error"
+run decode -m x.gguf -p hi --progress=soon
+expect_status 2 "--progress=soon is a usage error"
+expect_err_has "--progress" "names the option"
+
 need_model
 
 # 10 chat prompts, 3 of them identical to others
@@ -85,6 +91,34 @@ printf 'not json\n' >"$T/bad.jsonl"
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --resume "$T/bad.jsonl"
 expect_status 1 "a results file with a broken line is refused"
 expect_err_has "bad.jsonl:1" "names the file and line"
+
+# --progress: lines on stderr (not a terminal here: one a line, none on
+# stdout), the last with the whole job done; the job's total follows
+# --shard and --resume, and is left out where the input does not say it.
+last_progress() { tail -n 1 "$ERR"; }
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 4 --progress=0.001
+expect_status 0 "--progress"
+case $(last_progress) in
+"decode: 10 of 10 requests (100.0%), 0 running, 0 waiting; "*" elapsed") pass "the last line has the job done" ;;
+*) fail "last progress line: $(last_progress)" ;;
+esac
+n=$(grep -c '^decode: [0-9]* of 10 requests ([0-9.]*%), [0-9]* running, [0-9]* waiting; [0-9]* tok/s out' "$ERR")
+if [ "$n" -ge 2 ]; then pass "a line as the job goes ($n lines)"; else fail "$n progress lines"; fi
+if [ "$(wc -l <"$OUT")" = 10 ] && ! grep -q '^decode:' "$OUT"; then pass "stdout holds the results alone"
+else fail "stdout: $(head -c 200 "$OUT")"; fi
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --shard 1/4 --progress
+case $(last_progress) in "decode: 3 of 3 requests (100.0%)"*) pass "--shard 1/4 of 10: 3 to do" ;;
+*) fail "shard progress: $(last_progress)" ;; esac
+head -n 3 "$T/alone.raw" >"$T/prog.jsonl"
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 --resume "$T/prog.jsonl" --progress=0.001
+case $(last_progress) in "decode: 7 of 7 requests (100.0%)"*) pass "--resume: the 7 not done before" ;;
+*) fail "resume progress: $(last_progress)" ;; esac
+run_sh "decode -m '$M' -t 2 -f - -n 1 --progress < '$T/p.jsonl'"
+case $(last_progress) in "decode: 10 requests, 0 running"*) pass "standard input: no total" ;;
+*) fail "stdin progress: $(last_progress)" ;; esac
+run decode -m "$M" -t 2 -p "Say hello." -n 2 --progress
+case $(last_progress) in "decode: 1 of 1 requests (100.0%)"*) pass "one prompt: a total of 1" ;;
+*) fail "one-prompt progress: $(last_progress)" ;; esac
 
 # Killed (SIGKILL) at random moments and resumed until done: the same lines.
 rm -f "$T/killed.jsonl"

@@ -6,7 +6,8 @@
  * record at a time (kvp_prompts_reader, asked whether it is ready between
  * records, as decode does), the file gives the same prompts, up to the same
  * failure.  Ids are keys (the label, else the index), each once: decode
- * --resume tells requests apart by them. */
+ * --resume tells requests apart by them.  kvp_prompts_count_file counts the
+ * requests of every file read whole. */
 #define _POSIX_C_SOURCE 200809L
 #include "prompts.h"
 #include "tensor.h"
@@ -55,6 +56,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         kvp_err err = {0};
         if (kvp_prompts_read_file(&ps, path, &err) == 0) {
             check_keys(&ps);
+            /* decode --progress's count, made without parsing, agrees
+             * with the reader on every file the reader takes whole */
+            uint64_t counted = 0;
+            kvp_err ec = {0};
+            if (kvp_prompts_count_file(path, &counted, &ec) != 0 || counted != ps.n)
+                abort();
             for (size_t i = 0; i < ps.n; i++)
                 if (!ps.p[i].text || !ps.p[i].label || ps.p[i].text[ps.p[i].len] != '\0')
                     abort();

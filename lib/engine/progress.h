@@ -1,0 +1,59 @@
+/* progress.h - a batch job's progress on standard error (decode and
+ * specdec --progress): requests done of the job's total when the input says
+ * it up front, those running and waiting, the output and prompt token
+ * rates, the time so far and an estimate of the time left.
+ *
+ * A cron job's log gets one line every interval; a terminal gets the line
+ * redrawn in place.  The line is written whole with one call, so it never
+ * splits another program's line on a shared terminal.
+ */
+#ifndef KVP_PROGRESS_H
+#define KVP_PROGRESS_H
+
+#include "batch.h"
+#include "error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* What one line shows. */
+typedef struct kvp_progress_state {
+    double elapsed;          /* seconds since the job started */
+    uint64_t done;           /* requests finished in this run */
+    uint64_t total;          /* requests this run has to do; 0: unknown */
+    uint32_t running, waiting;
+    uint64_t prompt_tokens;  /* computed so far (a preempted request's again; prefix-cache hits not) */
+    uint64_t generated;      /* so far, the running requests' too */
+} kvp_progress_state;
+
+/* The line for st, without a newline, into buf[cap] (cut to fit):
+ *   "decode: 4512 of 10000 requests (45.1%), 64 running, 120 waiting;
+ *    3210 tok/s out, 5432 tok/s prompt; 1:23 elapsed, about 1:41 left"
+ * The total and the time left are left out when the total is unknown; the
+ * time left is an estimate from the rate of requests so far. */
+void kvp_progress_format(char *buf, size_t cap, const char *prog, const kvp_progress_state *st);
+
+typedef struct kvp_progress {
+    FILE *f;
+    const char *prog;
+    double interval;          /* seconds between lines */
+    int tty;                  /* redraw one line in place ("\r", erase to its end) */
+    double t0, t_next;
+    uint64_t total;           /* requests of the input this run takes (its shard); 0: unknown */
+    uint64_t (*skipped)(const void *ctx); /* of those, dropped as done before (--resume); NULL: none */
+    const void *skipped_ctx;
+} kvp_progress;
+
+/* Start the clock.  interval <= 0: 1 second on a terminal, 10 otherwise. */
+void kvp_progress_init(kvp_progress *p, FILE *f, const char *prog, double interval, uint64_t total);
+/* kvp_batch_opts.on_step: a line when the interval has passed. */
+void kvp_progress_step(void *p, const kvp_batch_stats *st, uint32_t running, uint32_t waiting);
+/* The last line, whatever the interval (a terminal's ends with its newline). */
+void kvp_progress_end(kvp_progress *p, const kvp_batch_stats *st);
+
+/* Of n requests, how many shard k of m holds (m 0 or 1: all), as
+ * kvp_jobsrc_filter keeps them: indices i with i % m == k. */
+uint64_t kvp_progress_shard_count(uint64_t n, uint32_t k, uint32_t m);
+
+#endif

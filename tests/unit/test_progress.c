@@ -1,0 +1,155 @@
+/* test_progress.c - decode --progress's parts: the line's text
+ * (lib/engine/progress.c), a shard's share of the requests, and the count
+ * of a prompts file's requests made without parsing it (lib/model/prompts.c),
+ * checked against the reader on the same files. */
+#include "unit.h"
+#include "progress.h"
+#include "prompts.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/kvp_test_progress.XXXXXX";
+
+static void line_of(char *buf, size_t cap, kvp_progress_state st) { kvp_progress_format(buf, cap, "decode", &st); }
+
+static void test_format(void)
+{
+    char b[512];
+    line_of(b, sizeof b,
+            (kvp_progress_state){.elapsed = 83, .done = 4512, .total = 10000, .running = 64, .waiting = 120,
+                                 .prompt_tokens = 83 * 5432, .generated = 83 * 3210});
+    CHECK_STR(b, "decode: 4512 of 10000 requests (45.1%), 64 running, 120 waiting; 3210 tok/s out, 5432 tok/s "
+                 "prompt; 1:23 elapsed, about 1:41 left");
+    /* the total unknown (a stream, standard input): no share, no time left */
+    line_of(b, sizeof b, (kvp_progress_state){.elapsed = 3725, .done = 7, .running = 2, .generated = 3725});
+    CHECK_STR(b, "decode: 7 requests, 2 running, 0 waiting; 1 tok/s out, 0 tok/s prompt; 1:02:05 elapsed");
+    /* nothing done yet: no rate to estimate from */
+    line_of(b, sizeof b, (kvp_progress_state){.elapsed = 0.4, .total = 5, .running = 5});
+    CHECK_STR(b, "decode: 0 of 5 requests (0.0%), 5 running, 0 waiting; 0 tok/s out, 0 tok/s prompt; 0:00 elapsed");
+    /* all done: no time left shown */
+    line_of(b, sizeof b, (kvp_progress_state){.elapsed = 10, .done = 5, .total = 5});
+    CHECK(strstr(b, "5 of 5 requests (100.0%)") && !strstr(b, "left"));
+    /* a buffer too small is cut, NUL-terminated */
+    char small[16];
+    memset(small, 'x', sizeof small);
+    line_of(small, sizeof small, (kvp_progress_state){.elapsed = 10, .done = 5, .total = 5});
+    CHECK(memchr(small, 0, sizeof small) != NULL && strncmp(small, "decode: 5 of 5", 14) == 0);
+}
+
+static void test_shard(void)
+{
+    CHECK_EQ_U64(kvp_progress_shard_count(10, 0, 0), 10);
+    CHECK_EQ_U64(kvp_progress_shard_count(10, 0, 1), 10);
+    CHECK_EQ_U64(kvp_progress_shard_count(10, 0, 3), 4); /* 0 3 6 9 */
+    CHECK_EQ_U64(kvp_progress_shard_count(10, 1, 3), 3); /* 1 4 7 */
+    CHECK_EQ_U64(kvp_progress_shard_count(10, 2, 3), 3); /* 2 5 8 */
+    CHECK_EQ_U64(kvp_progress_shard_count(2, 5, 8), 0);
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < 7; k++)
+        sum += kvp_progress_shard_count(1000003, k, 7);
+    CHECK_EQ_U64(sum, 1000003);
+}
+
+/* Write text to dir/name and return the path (static buffer). */
+static const char *file_with(const char *name, const char *text, size_t n)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(text, 1, n, f) == n);
+    if (f)
+        fclose(f);
+    return path;
+}
+
+/* The count of path, and the reader's number of prompts (-1 when it fails). */
+static void counts(const char *path, uint64_t *counted, int64_t *read)
+{
+    kvp_err err = {0};
+    CHECK(kvp_prompts_count_file(path, counted, &err) == 0);
+    kvp_prompts ps;
+    kvp_prompts_init(&ps);
+    *read = kvp_prompts_read_file(&ps, path, &err) == 0 ? (int64_t)ps.n : -1;
+    kvp_prompts_free(&ps);
+}
+
+static void test_count_file(void)
+{
+    static const struct {
+        const char *text;
+        uint64_t n;
+    } cases[] = {
+        {"{\"prompt\":\"a\"}\n{\"prompt\":\"b\"}\n", 2},
+        {"{\"prompt\":\"a\"}\n{\"prompt\":\"b\"}", 2},            /* no final newline */
+        {"\n \t\r\n{\"prompt\":\"a\"}\r\n\n\t\n{\"prompt\":\"b\"}\n \n", 2}, /* blank lines */
+        {"\xef\xbb\xbf{\"prompt\":\"a\"}\n", 1},                  /* a byte order mark */
+        {"Once upon a time\n{\"prompt\":\"b\"}\n\nthe end\n", 1}, /* plain text: one prompt */
+        {"  \n  Tell me {a story}\n", 1},
+        {"{\"id\":1,\"prompt\":\"a\"}\n{\"id\":2,\"prompt\":\"b\"}\n{\"id\":3,\"prompt\":\"c\"}\n", 3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t counted = 99;
+        int64_t read;
+        counts(file_with("p.jsonl", cases[i].text, strlen(cases[i].text)), &counted, &read);
+        CHECK_MSG(counted == cases[i].n && read == (int64_t)cases[i].n, "case %zu: counted %" PRIu64 ", read %" PRId64,
+                  i, counted, read);
+    }
+    /* a bad line still counts (the job stops there): the reader fails */
+    uint64_t counted = 0;
+    int64_t read;
+    const char *bad = "{\"prompt\":\"a\"}\n{\"prompt\":\n{\"prompt\":\"c\"}\n";
+    counts(file_with("bad.jsonl", bad, strlen(bad)), &counted, &read);
+    CHECK(counted == 3 && read == -1);
+    /* a big file, past the count's 64 KiB reads: lines cut across them */
+    size_t n_lines = 5000, len = 0;
+    char *big = malloc(n_lines * 40);
+    for (size_t i = 0; big && i < n_lines; i++)
+        len += (size_t)sprintf(big + len, "{\"id\":\"r%zu\",\"prompt\":\"x\"}\n%s", i, i % 7 ? "" : "\n");
+    if (big) {
+        counts(file_with("big.jsonl", big, len), &counted, &read);
+        CHECK(counted == n_lines && read == (int64_t)n_lines);
+    }
+    free(big);
+    /* not known up front: standard input, a FIFO; a missing file is the reader's to report */
+    kvp_err err = {0};
+    counted = 7;
+    CHECK(kvp_prompts_count_file("-", &counted, &err) == 0 && counted == 0);
+    char fifo[4096];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    if (mkfifo(fifo, 0600) == 0) {
+        counted = 7;
+        CHECK(kvp_prompts_count_file(fifo, &counted, &err) == 0 && counted == 0);
+        unlink(fifo);
+    }
+    counted = 7;
+    CHECK(kvp_prompts_count_file("/nonexistent/p.jsonl", &counted, &err) == 0 && counted == 0);
+    /* a file that cannot be read is named */
+    const char *locked = file_with("locked.jsonl", "{}\n", 3);
+    if (chmod(locked, 0) == 0 && access(locked, R_OK) != 0) { /* root reads it anyway */
+        CHECK(kvp_prompts_count_file(locked, &counted, &err) == KVP_EIO);
+        CHECK(strstr(err.msg, "locked.jsonl") != NULL);
+    }
+    unlink(locked);
+}
+
+int main(void)
+{
+    if (!mkdtemp(dir)) {
+        printf("cannot make a temporary folder: %s\n", strerror(errno));
+        return 1;
+    }
+    test_format();
+    test_shard();
+    test_count_file();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/p.jsonl", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/bad.jsonl", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/big.jsonl", dir);
+    unlink(path);
+    rmdir(dir);
+    return unit_done();
+}
