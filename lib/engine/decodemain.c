@@ -828,10 +828,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
         if (optind < argc)
             kvp_cli_usage_error("--train-heads takes no KV stream");
         if (method_set || draft_path || compare || profile || o.kv_out || resume || hc.branches || po.n_k ||
-            rate > 0 || shard_n || greedy_drafts || draft_layers || o.stats)
+            rate > 0 || shard_n || greedy_drafts || draft_layers || o.stats || progress >= 0)
             kvp_cli_usage_error("--train-heads trains and exits: no --method, --draft, --compare, --profile, "
                                 "--kv-out, --resume, --branches, --draft-len, --rate, --shard, --greedy-drafts, "
-                                "--draft-layers or --stats beside it");
+                                "--draft-layers, --stats or --progress beside it");
         return train_heads(&o, &hc);
     }
     if (hc.job.out || hc.tuned)
@@ -858,9 +858,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
     int from_prompts = o.prompt || o.file || o.tokens;
     if (profile) {
         if (from_prompts || optind < argc || compare || resume || o.kv_out || rate > 0 || shard_n || o.tp > 1 ||
-            o.pp > 1)
+            o.pp > 1 || progress >= 0)
             kvp_cli_usage_error("--profile FILE runs the prompts of FILE alone, in one process: no -p, -f, --tokens, "
-                                "KV stream, --compare, --resume, --kv-out, --rate, --shard, --tp or --pp");
+                                "KV stream, --compare, --resume, --kv-out, --rate, --shard, --progress, --tp or "
+                                "--pp");
         o.file = profile;
         po.draft = draft_path;
         po.heads = hc.path;

@@ -38,6 +38,10 @@ run specdec -m x.gguf --train-heads p.jsonl -o h.kvp --method draft
 expect_status 2 "--train-heads with --method"
 run specdec -m x.gguf --train-heads p.jsonl -o h.kvp --compare
 expect_status 2 "--train-heads with --compare"
+run specdec -m x.gguf --train-heads p.jsonl -o h.kvp --progress
+expect_status 2 "--train-heads with --progress"
+run specdec -m x.gguf --profile p.jsonl --progress=5
+expect_status 2 "--profile with --progress"
 run decode -m x.gguf -p hi --method ngram
 expect_status 2 "decode has no --method"
 run specdec --help
