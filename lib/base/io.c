@@ -451,6 +451,10 @@ static void out_release(kvp_out *out)
     out->tmp_path = out->path = NULL;
 }
 
+/* fsync's "this file system cannot sync" (some FUSE and network file
+ * systems): nothing to wait for there, not a failed write. */
+static int sync_unsupported(int e) { return e == EINVAL || e == ENOTSUP || e == EOPNOTSUPP || e == ENOSYS; }
+
 /* Make a rename into path's folder durable.  Best effort: the file's own
  * data are already on disk, and some file systems cannot sync a folder. */
 static void sync_dir(const char *path)
@@ -479,7 +483,7 @@ int kvp_out_commit(kvp_out *out, kvp_err *err)
      * power loss soon after the rename can leave an empty or short file
      * under the final name, the one thing the temporary name exists to
      * prevent.  A device or FIFO written in place has nothing to sync. */
-    if (!out->direct && fsync(out->fd) != 0)
+    if (!out->direct && fsync(out->fd) != 0 && !sync_unsupported(errno))
         rc = kvp_err_set(err, KVP_EIO, "%s: cannot flush to disk: %s", out->path, strerror(errno));
     if (close(out->fd) != 0 && !rc) /* NFS and friends report a full disk here */
         rc = kvp_err_set(err, KVP_EIO, "%s: close failed: %s", out->path, strerror(errno));

@@ -104,6 +104,25 @@ static void test_failed_fsync_leaves_nothing(const char *dir)
     CHECK_EQ_I64(fs.dir_calls, 0);
 }
 
+/* A file system that cannot sync (EINVAL, as some FUSE ones say) is not a
+ * failed write: the output goes into place. */
+static void test_sync_unsupported(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fuse.bin", dir);
+    reset(path);
+    fs.fail_errno = EINVAL;
+    kvp_err err = {0};
+    kvp_out out;
+    CHECK(kvp_out_open(&out, path, &err) == 0);
+    CHECK(kvp_out_write(&out, "abc", 3, &err) == 0);
+    CHECK_MSG(kvp_out_commit(&out, &err) == 0, "%s", err.msg);
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && st.st_size == 3);
+    CHECK_EQ_I64(entries(dir), 1);
+    unlink(path);
+}
+
 /* An existing device is written in place: nothing to sync, no rename. */
 static void test_device_not_synced(void)
 {
@@ -137,6 +156,7 @@ int main(void)
     }
     test_commit_syncs_before_rename(dir);
     test_failed_fsync_leaves_nothing(dir);
+    test_sync_unsupported(dir);
     test_device_not_synced();
     test_path_dir();
     rmdir(dir);
