@@ -2,6 +2,8 @@
  * sampled token and sampling state as a KVP stream for decode. */
 #include "cli.h"
 #include "perplexity.h"
+#include "progress.h"
+#include "prompts.h"
 #include "runopts.h"
 #include "sample.h"
 
@@ -10,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_RESUME = 0x2000, OPT_TOKENIZE, OPT_PPL, OPT_CTX, OPT_CHUNKS, OPT_SAVE, OPT_SAVE_TOP, OPT_FULL, OPT_KLD };
+enum { OPT_RESUME = 0x2000, OPT_PROGRESS, OPT_TOKENIZE, OPT_PPL, OPT_CTX, OPT_CHUNKS, OPT_SAVE, OPT_SAVE_TOP, OPT_FULL, OPT_KLD };
 
 static void usage(FILE *f)
 {
@@ -27,6 +29,8 @@ static void usage(FILE *f)
             "  -o, --output FILE       write the stream to FILE (default stdout)\n"
             "      --resume FILE       extend every sequence of a saved KV stream (decode --kv-out)\n"
             "                          by one more turn: -p TEXT (with --chat, a user turn) or --tokens\n"
+            "      --progress[=S]      a progress line on standard error every S seconds (default: 1 on a\n"
+            "                          terminal, redrawn in place; 10 otherwise)\n"
             "      --tokenize          print each prompt's token ids and pieces instead (standard\n"
             "                          input when no prompt is given; --json: {\"ids\",\"pieces\"})\n"
             "      --perplexity TEXT   score TEXT (a file, - for stdin) in windows instead, as llama.cpp's\n"
@@ -212,7 +216,9 @@ typedef struct pf_job {
     float *logits;
     kvp_gen_opts go;
     uint64_t total, n;
+    uint64_t computed;       /* prompt tokens computed (not found in the prefix cache) */
     double t_all;
+    kvp_progress *pg;        /* --progress, or NULL */
 } pf_job;
 
 static void open_stream(pf_job *j, const char *output)
@@ -227,6 +233,8 @@ static void open_stream(pf_job *j, const char *output)
 static void fail(pf_job *j, kvp_err *err, const char *where)
 {
     kvp_run_save_abort(&j->sv);
+    if (j->pg) /* a terminal's progress line ends before the message */
+        kvp_progress_break(j->pg);
     if (where && where[0])
         kvp_err_prefix(err, "%s", where);
     kvp_cli_die_err(err);
@@ -283,6 +291,9 @@ static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t
     double dt = kvp_gen_now() - t0;
     j->total += len;
     j->n++;
+    j->computed += s->n_prefill;
+    if (j->pg)
+        kvp_progress_prompts(j->pg, j->n, j->computed, 0);
     if (!j->o->stats)
         return;
     const char *label = s->rec.label;
@@ -394,6 +405,8 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
     uint32_t n = 0;
     if (kvp_run_resume(j->r, j->o, resume, &seqs, &saved, &n, &err) < 0)
         kvp_cli_die_err(&err);
+    if (j->pg)
+        j->pg->total = n;
     open_stream(j, output);
     uint64_t arrival = kvp_gen_wall_ns();
     for (uint32_t i = 0; i < n; i++) {
@@ -418,10 +431,12 @@ int main(int argc, char **argv)
     kvp_runopts_init(&o);
     const char *output = "-", *resume = NULL;
     int tokenize = 0;
+    double progress = -1; /* --progress: seconds between lines (0: the default); -1 off */
     /* the shared options, ours, the zero entry: sized by the compiler */
     static const struct option own[] = {
         {"output", required_argument, NULL, 'o'},
         {"resume", required_argument, NULL, OPT_RESUME},
+        {"progress", optional_argument, NULL, OPT_PROGRESS},
         {"tokenize", no_argument, NULL, OPT_TOKENIZE},
         {"perplexity", required_argument, NULL, OPT_PPL},
         {"ctx", required_argument, NULL, OPT_CTX},
@@ -452,6 +467,10 @@ int main(int argc, char **argv)
             tokenize = 1;
             continue;
         }
+        if (c == OPT_PROGRESS) {
+            progress = optarg ? kvp_cli_opt_f64("--progress", optarg, 0.001, 86400) : 0;
+            continue;
+        }
         switch (c) {
         case OPT_PPL: ppl_text = optarg; continue;
         case OPT_CTX: po.ctx = (uint32_t)kvp_cli_opt_i64("--ctx", optarg, 4, 1 << 20); continue;
@@ -480,6 +499,8 @@ int main(int argc, char **argv)
         kvp_runopts_free(&o);
         return follower;
     }
+    if (progress >= 0 && (tokenize || ppl_text || po.save_path || po.base_path || full || save_top_set))
+        kvp_cli_usage_error("--progress goes with a prefill job, not --tokenize or --perplexity");
     if (ppl_text || po.save_path || po.base_path || full || save_top_set)
         return perplexity_mode(&o, ppl_text, &po, full, save_top_set, argc, argv);
     int n_in = (o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL);
@@ -508,6 +529,14 @@ int main(int argc, char **argv)
     pf_job j = {.r = &r, .o = &o, .go = {.chunk = o.chunk}, .t_all = kvp_gen_now()};
     if (!(j.logits = malloc(sizeof(float) * r.model->cfg.n_vocab)))
         kvp_cli_die("out of memory");
+    kvp_progress pg;
+    if (progress >= 0) {
+        uint64_t n = o.file ? 0 : 1; /* --resume: its sequences, once they are read */
+        if (o.file && kvp_prompts_count_file(o.file, &n, &err) < 0)
+            kvp_cli_die_err(&err);
+        kvp_progress_init(&pg, stderr, kvp_cli_prog(), progress, n);
+        j.pg = &pg;
+    }
     if (resume)
         prefill_resumed(&j, resume, output);
     else if (o.file)
@@ -515,8 +544,13 @@ int main(int argc, char **argv)
     else
         prefill_given(&j, output);
     uint64_t nb = 0, nr = 0;
-    if (kvp_run_save_finish(&j.sv, &nb, &nr, &err) < 0)
+    if (kvp_run_save_finish(&j.sv, &nb, &nr, &err) < 0) {
+        if (j.pg)
+            kvp_progress_break(j.pg);
         kvp_cli_die_err(&err);
+    }
+    if (j.pg)
+        kvp_progress_prompts(j.pg, j.n, j.computed, 1);
     if (o.stats && !o.json)
         fprintf(stderr, "prefill: %llu sequences, %llu prompt tokens in %.3f s; %llu KV blocks written, %llu shared "
                 "by reference\n", (unsigned long long)j.n, (unsigned long long)j.total, kvp_gen_now() - j.t_all,

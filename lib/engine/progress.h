@@ -25,13 +25,16 @@ typedef struct kvp_progress_state {
     uint32_t running, waiting;
     uint64_t prompt_tokens;  /* computed so far (a preempted request's again; prefix-cache hits not) */
     uint64_t generated;      /* so far, the running requests' too */
+    int prompts_only;        /* prefill's job: prompts, one at a time, nothing generated */
 } kvp_progress_state;
 
 /* The line for st, without a newline, into buf[cap] (cut to fit):
  *   "decode: 4512 of 10000 requests (45.1%), 64 running, 120 waiting;
  *    3210 tok/s out, 5432 tok/s prompt; 1:23 elapsed, about 1:41 left"
- * The total and the time left are left out when the total is unknown; the
- * time left is an estimate from the rate of requests so far. */
+ * or, prompts_only, "prefill: 45 of 100 prompts (45.0%); 5432 tok/s
+ * prompt; 0:12 elapsed, about 0:15 left".  The total and the time left are
+ * left out when the total is unknown; the time left is an estimate from the
+ * rate of requests so far. */
 void kvp_progress_format(char *buf, size_t cap, const char *prog, const kvp_progress_state *st);
 
 typedef struct kvp_progress {
@@ -43,6 +46,7 @@ typedef struct kvp_progress {
     uint64_t total;           /* requests of the input this run takes (its shard); 0: unknown */
     uint64_t (*skipped)(const void *ctx); /* of those, dropped as done before (--resume); NULL: none */
     const void *skipped_ctx;
+    int open_line;            /* a terminal's line is showing, not ended */
 } kvp_progress;
 
 /* Start the clock.  interval <= 0: 1 second on a terminal, 10 otherwise. */
@@ -51,6 +55,12 @@ void kvp_progress_init(kvp_progress *p, FILE *f, const char *prog, double interv
 void kvp_progress_step(void *p, const kvp_batch_stats *st, uint32_t running, uint32_t waiting);
 /* The last line, whatever the interval (a terminal's ends with its newline). */
 void kvp_progress_end(kvp_progress *p, const kvp_batch_stats *st);
+/* End a terminal's line in progress (before an error message); nothing
+ * otherwise. */
+void kvp_progress_break(kvp_progress *p);
+/* prefill's: n prompts done, tokens of them computed; a line when the
+ * interval has passed, or (last) the last line. */
+void kvp_progress_prompts(kvp_progress *p, uint64_t n, uint64_t tokens, int last);
 
 /* Of n requests, how many shard k of m holds (m 0 or 1: all), as
  * kvp_jobsrc_filter keeps them: indices i with i % m == k. */

@@ -82,6 +82,23 @@ expect_true "the next turn keeps its stop strings and salt" \
 run decode -m "$M" -t 1 --json "$T/st2.kvp"
 expect_true "decode of the extended sequence stops at them" grep -q '"id":"st".*"finish_reason":"stop_string"' "$OUT"
 
+# --progress: a line on stderr as prompts finish, the last one with the
+# job done; --resume counts the stream's sequences.
+run prefill -m "$M" -t 1 -f "$T/four.jsonl" -o "$T/four.kvp" --progress=0.001
+expect_status 0 "prefill --progress"
+case $(tail -n 1 "$ERR") in "prefill: 4 of 4 prompts (100.0%); "*" tok/s prompt; "*" elapsed") pass "the last line has all 4" ;;
+*) fail "last progress line: $(tail -n 1 "$ERR")" ;; esac
+if [ "$(grep -c '^prefill: [0-9] of 4 prompts' "$ERR")" -ge 2 ]; then pass "a line as prompts finish"
+else fail "progress lines: $(cat "$ERR")"; fi
+run prefill -m "$M" -t 1 --resume "$T/four.kvp" -p " and" -o "$T/four2.kvp" --progress
+case $(tail -n 1 "$ERR") in "prefill: 4 of 4 prompts (100.0%)"*) pass "--resume: the stream's 4 sequences" ;;
+*) fail "resume progress: $(tail -n 1 "$ERR")" ;; esac
+run_sh "prefill -m '$M' -t 1 -f - --progress < '$T/four.jsonl' > /dev/null"
+case $(tail -n 1 "$ERR") in "prefill: 4 prompts; "*) pass "standard input: no total" ;;
+*) fail "stdin progress: $(tail -n 1 "$ERR")" ;; esac
+run prefill -m "$M" --tokenize -p hi --progress
+expect_status 2 "--progress with --tokenize is a usage error"
+
 # cache_salt: prefill's prefix cache gives a tenant's prompt the blocks of
 # the same tenant's earlier one, never another tenant's (the stream itself
 # still sends equal blocks once: their K/V are the same computation).

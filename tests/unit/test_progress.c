@@ -31,6 +31,11 @@ static void test_format(void)
     /* all done: no time left shown */
     line_of(b, sizeof b, (kvp_progress_state){.elapsed = 10, .done = 5, .total = 5});
     CHECK(strstr(b, "5 of 5 requests (100.0%)") && !strstr(b, "left"));
+    /* prefill's: prompts, no queue and nothing generated */
+    line_of(b, sizeof b,
+            (kvp_progress_state){.elapsed = 12, .done = 45, .total = 100, .prompt_tokens = 12 * 5432,
+                                 .prompts_only = 1});
+    CHECK_STR(b, "decode: 45 of 100 prompts (45.0%); 5432 tok/s prompt; 0:12 elapsed, about 0:15 left");
     /* a buffer too small is cut, NUL-terminated */
     char small[16];
     memset(small, 'x', sizeof small);
