@@ -271,9 +271,9 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
                 printf("%s%u", i ? "," : "", ids[i]);
             putchar(']');
         } else {
-            const char *q = s.label[0] && !(s.flags & KVP_SEQ_LABEL_INT) ? "\"" : "";
-            printf("seq %" PRIu64 "%s%s%s%s tokens %u (prompt %u) next %d", s.id, s.label[0] ? " " : "", q, s.label, q,
-                   s.n_tokens, s.n_prompt, s.next_token);
+            /* quoted, an integer id too: "seq 0 -5 tokens" would read as numbers */
+            printf("seq %" PRIu64 "%s%s%s tokens %u (prompt %u) next %d", s.id, s.label[0] ? " \"" : "", s.label,
+                   s.label[0] ? "\"" : "", s.n_tokens, s.n_prompt, s.next_token);
             if (s.cache_salt)
                 printf(" salt %016" PRIx64, s.cache_salt);
             if (s.n_stop)

@@ -233,8 +233,6 @@ static void open_stream(pf_job *j, const char *output)
 static void fail(pf_job *j, kvp_err *err, const char *where)
 {
     kvp_run_save_abort(&j->sv);
-    if (j->pg) /* a terminal's progress line ends before the message */
-        kvp_progress_break(j->pg);
     if (where && where[0])
         kvp_err_prefix(err, "%s", where);
     kvp_cli_die_err(err);
@@ -296,6 +294,8 @@ static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t
         kvp_progress_prompts(j->pg, j->n, j->computed, 0);
     if (!j->o->stats)
         return;
+    if (j->pg) /* a line being redrawn ends before the statistics' */
+        kvp_progress_break(j->pg);
     const char *label = s->rec.label;
     if (j->o->json) {
         fputs("{\"id\":", stderr);
@@ -492,6 +492,7 @@ int main(int argc, char **argv)
             kvp_cli_version();
         kvp_cli_bad_option(argv, KVP_RUNOPTS_SHORT "ho:");
     }
+    kvp_progress_bare_check(progress == 0, argc, argv, optind);
     if (!o.model)
         kvp_cli_usage_error("no model (-m MODEL)");
     int follower = kvp_run_tp_follow(&o); /* --tp: ranks past 0 compute, rank 0 goes on */
@@ -534,7 +535,7 @@ int main(int argc, char **argv)
         uint64_t n = o.file ? 0 : 1; /* --resume: its sequences, once they are read */
         if (o.file && kvp_prompts_count_file(o.file, &n, &err) < 0)
             kvp_cli_die_err(&err);
-        kvp_progress_init(&pg, stderr, kvp_cli_prog(), progress, n);
+        kvp_progress_init(&pg, stderr, kvp_cli_prog(), progress, n, n > 0 || resume);
         j.pg = &pg;
     }
     if (resume)
@@ -544,11 +545,8 @@ int main(int argc, char **argv)
     else
         prefill_given(&j, output);
     uint64_t nb = 0, nr = 0;
-    if (kvp_run_save_finish(&j.sv, &nb, &nr, &err) < 0) {
-        if (j.pg)
-            kvp_progress_break(j.pg);
+    if (kvp_run_save_finish(&j.sv, &nb, &nr, &err) < 0)
         kvp_cli_die_err(&err);
-    }
     if (j.pg)
         kvp_progress_prompts(j.pg, j.n, j.computed, 1);
     if (o.stats && !o.json)

@@ -12,9 +12,14 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Set once at startup and only read after: the one piece of program-wide
- * state, like getopt's own. */
+/* Set once at startup and only read after: program-wide state, like
+ * getopt's own. */
 static const char *prog_name = "kvpipe";
+/* Called before each message (NULL: none): a progress line redrawn in
+ * place on the terminal ends first (lib/engine/progress.c). */
+static void (*before_message)(void);
+
+void kvp_cli_before_message(void (*fn)(void)) { before_message = fn; }
 
 void kvp_cli_init(const char *argv0)
 {
@@ -31,6 +36,8 @@ const char *kvp_cli_prog(void) { return prog_name; }
 static void vmsg(const char *fmt, va_list ap)
 {
     fflush(stdout);
+    if (before_message)
+        before_message();
     fprintf(stderr, "%s: ", prog_name);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);

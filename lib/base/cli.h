@@ -21,6 +21,9 @@ enum { KVP_EXIT_OK = 0, KVP_EXIT_FAIL = 1, KVP_EXIT_USAGE = 2 };
  * and turns off getopt's own messages (opterr = 0) so that a bad option gives
  * the same two lines as every other usage error: kvp_cli_bad_option. */
 void kvp_cli_init(const char *argv0);
+/* fn (NULL: none) runs before every warning and error message, e.g. to end
+ * a status line being redrawn on the terminal. */
+void kvp_cli_before_message(void (*fn)(void));
 const char *kvp_cli_prog(void);
 
 /* "prog: message" on stderr. */

@@ -400,13 +400,18 @@ int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
     }
     if (exists && !S_ISREG(st.st_mode))
         return out_open_direct(out, path, err);
+    /* a symlink's file is what the user means to replace, not the link */
+    struct stat lst;
+    if (exists && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode) && (out->target = realpath(path, NULL)))
+        n = strlen(out->target);
+    const char *dest = out->target ? out->target : path;
     out->tmp_path = malloc(n + 16);
     if (!out->tmp_path) {
         kvp_out_abort(out);
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
     }
     /* Same directory as the target so rename(2) is atomic. */
-    snprintf(out->tmp_path, n + 16, "%s.tmp.XXXXXX", path);
+    snprintf(out->tmp_path, n + 16, "%s.tmp.XXXXXX", dest);
     out->sig_slot = tmp_register(out->tmp_path);
     out->fd = mkstemp(out->tmp_path);
     if (out->fd < 0) {
@@ -417,7 +422,9 @@ int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
         kvp_out_abort(out);
         return kvp_err_set(err, KVP_EIO, "%s: cannot create: %s", path, strerror(e));
     }
-    fchmod(out->fd, 0644);
+    mode_t mask = umask(0); /* read it: there is no other way */
+    umask(mask);
+    fchmod(out->fd, exists ? st.st_mode & 07777 : 0666 & ~mask);
     return 0;
 }
 
@@ -448,12 +455,18 @@ static void out_release(kvp_out *out)
     tmp_unregister(out); /* before the path's memory goes */
     free(out->tmp_path);
     free(out->path);
-    out->tmp_path = out->path = NULL;
+    free(out->target);
+    out->tmp_path = out->path = out->target = NULL;
 }
 
-/* fsync's "this file system cannot sync" (some FUSE and network file
- * systems): nothing to wait for there, not a failed write. */
-static int sync_unsupported(int e) { return e == EINVAL || e == ENOTSUP || e == EOPNOTSUPP || e == ENOSYS; }
+int kvp_fsync(int fd)
+{
+    if (fsync(fd) == 0)
+        return 0;
+    /* "this file system cannot sync" (some FUSE and network ones): nothing
+     * to wait for there, not a failed write */
+    return errno == EINVAL || errno == ENOTSUP || errno == EOPNOTSUPP || errno == ENOSYS ? 0 : -1;
+}
 
 /* Make a rename into path's folder durable.  Best effort: the file's own
  * data are already on disk, and some file systems cannot sync a folder. */
@@ -483,18 +496,19 @@ int kvp_out_commit(kvp_out *out, kvp_err *err)
      * power loss soon after the rename can leave an empty or short file
      * under the final name, the one thing the temporary name exists to
      * prevent.  A device or FIFO written in place has nothing to sync. */
-    if (!out->direct && fsync(out->fd) != 0 && !sync_unsupported(errno))
+    if (!out->direct && kvp_fsync(out->fd) != 0)
         rc = kvp_err_set(err, KVP_EIO, "%s: cannot flush to disk: %s", out->path, strerror(errno));
     if (close(out->fd) != 0 && !rc) /* NFS and friends report a full disk here */
         rc = kvp_err_set(err, KVP_EIO, "%s: close failed: %s", out->path, strerror(errno));
     out->fd = -1;
     if (!out->direct) {
-        if (!rc && rename(out->tmp_path, out->path) != 0)
+        const char *dest = out->target ? out->target : out->path;
+        if (!rc && rename(out->tmp_path, dest) != 0)
             rc = kvp_err_set(err, KVP_EIO, "%s: cannot rename into place: %s", out->path, strerror(errno));
         if (rc)
             unlink(out->tmp_path);
         else
-            sync_dir(out->path);
+            sync_dir(dest);
     }
     out_release(out);
     return rc;

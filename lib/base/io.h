@@ -83,6 +83,7 @@ typedef struct kvp_out {
     int direct;      /* path is a device or FIFO: written in place, no rename */
     int sig_slot;    /* 1 + slot of tmp_path in the signal cleanup table; 0: none */
     char *path;      /* final name (NULL for stdout) */
+    char *target;    /* where path's symlink points: renamed there (NULL: path itself) */
     char *tmp_path;  /* where we write until commit */
     uint64_t pos;    /* bytes written */
 } kvp_out;
@@ -92,6 +93,9 @@ typedef struct kvp_out {
  * kvp_out_commit, so a failed or interrupted run never leaves a partial file
  * under `path`.  An existing path that is not a regular file (/dev/null,
  * /dev/full, a FIFO) is written in place: renaming over it would replace it.
+ * A symlink to a file is followed (the file it names is replaced, the link
+ * stays), a file replaced keeps its permissions, and a new one gets 0666
+ * less the umask, as a shell's redirection would.
  *
  * While the temporary file exists, a fatal signal whose action is the default
  * (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGPIPE, SIGXFSZ) removes it and then
@@ -99,6 +103,9 @@ typedef struct kvp_out {
  * installed on the first temporary file.  SIGKILL cannot be caught: it leaves
  * the temporary file (never a file under `path`). */
 int kvp_out_open(kvp_out *out, const char *path, kvp_err *err);
+/* fsync(fd), a file system that cannot sync (EINVAL, ENOTSUP, ENOSYS)
+ * counted as done: 0, or -1 with errno. */
+int kvp_fsync(int fd);
 /* Write all n bytes (retries on EINTR).  KVP_EPIPE when the reader is gone. */
 int kvp_out_write(kvp_out *out, const void *p, size_t n, kvp_err *err);
 /* fsync the temporary file, rename it into place and fsync its folder;

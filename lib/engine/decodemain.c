@@ -636,14 +636,30 @@ static void check_stats_file(const char *path)
 static uint64_t resumed_skips(const void *js) { return kvp_jobsrc_skipped(js); }
 
 static void start_progress(kvp_progress *pg, const kvp_runopts *o, const kvp_jobsrc *js, uint32_t shard_k,
-                           uint32_t shard_n, double interval)
+                           uint32_t shard_n, const kvp_idset *done, double interval)
 {
     kvp_err err = {0};
-    uint64_t n = o->prompt || o->tokens ? 1 : 0;
-    if (o->file && kvp_prompts_count_file(o->file, &n, &err) < 0)
-        kvp_cli_die_err(&err);
-    kvp_progress_init(pg, stderr, kvp_cli_prog(), interval, kvp_progress_shard_count(n, shard_k, shard_n));
-    pg->skipped = resumed_skips, pg->skipped_ctx = js;
+    uint64_t n = 1;
+    int known = o->prompt || o->tokens, live_skips = 0;
+    if (o->file) {
+        if (kvp_prompts_count_file(o->file, &n, &err) < 0)
+            kvp_cli_die_err(&err);
+        known = n > 0; /* 0: standard input or a pipe (an empty file fails as the job starts) */
+        n = kvp_progress_shard_count(n, shard_k, shard_n);
+        /* --resume: the ids read through once, so the total is right from
+         * the start; a file that does not read whole gets them subtracted
+         * as the job reaches them */
+        uint64_t pending;
+        if (known && done) {
+            if (kvp_jobsrc_count_pending(o->file, shard_k, shard_n, done, &pending) == 0)
+                n = pending;
+            else
+                live_skips = 1;
+        }
+    }
+    kvp_progress_init(pg, stderr, kvp_cli_prog(), interval, n, known);
+    if (live_skips || (done && !known))
+        pg->skipped = resumed_skips, pg->skipped_ctx = js;
 }
 
 int kvp_decode_main(int argc, char **argv, int spec)
@@ -817,6 +833,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
             kvp_cli_version();
         kvp_cli_bad_option(argv, spec ? KVP_RUNOPTS_SHORT "ho:" : KVP_RUNOPTS_SHORT "h");
     }
+    kvp_progress_bare_check(progress == 0, argc, argv, optind);
     if (!o.model)
         kvp_cli_usage_error("no model (-m MODEL)");
     int use_heads = sp.method && strcmp(sp.method, "heads") == 0;
@@ -985,7 +1002,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     kvp_batch_stats st;
     kvp_progress pg;
     if (progress >= 0) {
-        start_progress(&pg, &o, js, shard_k, shard_n, progress);
+        start_progress(&pg, &o, js, shard_k, shard_n, resume ? &done : NULL, progress);
         bo.on_step = kvp_progress_step, bo.on_step_ctx = &pg;
     }
     fflush(stdout);
@@ -1032,7 +1049,9 @@ int kvp_decode_main(int argc, char **argv, int spec)
     /* The job's lines on disk before it says it is done: a cron job that
      * then moves on must not lose them to a crash (a line lost earlier is
      * only run again; --resume keeps the file's whole lines). */
-    if (resume && (fsync(oc.fd) != 0 || close(oc.fd) != 0))
+    if (resume && kvp_fsync(oc.fd) != 0)
+        kvp_cli_die("%s: cannot flush to disk: %s", resume, strerror(errno));
+    if (resume && close(oc.fd) != 0)
         kvp_cli_die("%s: %s", resume, strerror(errno));
     kvp_idset_free(&done);
     kvp_jobsrc_free(js);
@@ -1062,8 +1081,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
         rc = KVP_EXIT_FAIL;
     }
     if (oc.n_kv_memory) {
-        kvp_cli_warn("%llu of %llu sequences did not fit in the KV cache; the others completed",
-                     (unsigned long long)oc.n_kv_memory, (unsigned long long)n_asked);
+        kvp_cli_warn("%llu of %llu sequences did not fit in the KV cache%s", (unsigned long long)oc.n_kv_memory,
+                     (unsigned long long)n_asked, oc.n_kv_memory < n_asked ? "; the others completed" : "");
         rc = KVP_EXIT_FAIL;
     }
     return rc ? rc : missed ? 3 : 0;

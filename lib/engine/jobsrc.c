@@ -66,20 +66,48 @@ const char *kvp_request_id(const kvp_gen_seq *s, char buf[32])
     return buf;
 }
 
-/* Whether request i (label, or its index) passes the filter. */
-static int keep(kvp_jobsrc *js, uint64_t i, const char *label)
+/* Why request i (label, or its index) is left out: 1 another shard's, 2
+ * done before (in done); 0 kept. */
+static int left_out(uint64_t i, const char *label, uint32_t shard_k, uint32_t shard_n, const kvp_idset *done)
 {
-    if (js->shard_n > 1 && i % js->shard_n != js->shard_k)
-        return 0;
-    if (js->done) {
+    if (shard_n > 1 && i % shard_n != shard_k)
+        return 1;
+    if (done) {
         char buf[32];
         const char *id = label && label[0] ? label : (snprintf(buf, sizeof buf, "%" PRIu64, i), buf);
-        if (kvp_idset_has(js->done, id, strlen(id))) {
-            js->skipped++;
-            return 0;
-        }
+        if (kvp_idset_has(done, id, strlen(id)))
+            return 2;
     }
-    return 1;
+    return 0;
+}
+
+/* Whether request i passes the filter. */
+static int keep(kvp_jobsrc *js, uint64_t i, const char *label)
+{
+    int why = left_out(i, label, js->shard_k, js->shard_n, js->done);
+    js->skipped += why == 2;
+    return why == 0;
+}
+
+int kvp_jobsrc_count_pending(const char *path, uint32_t shard_k, uint32_t shard_n, const kvp_idset *done,
+                             uint64_t *n_kept)
+{
+    *n_kept = 0;
+    kvp_prompts set;
+    kvp_prompts_init(&set); /* ids only: no chat rendering needed */
+    kvp_prompts_reader *rd = NULL;
+    kvp_err err = {0};
+    if (kvp_prompts_reader_open(&rd, path, &set, &err) < 0)
+        return -1;
+    int rc;
+    kvp_prompt p;
+    for (uint64_t i = 0; (rc = kvp_prompts_reader_next(rd, &p, &err)) > 0; i++) {
+        *n_kept += left_out(i, p.label, shard_k, shard_n, done) == 0;
+        kvp_prompt_free(&p);
+    }
+    kvp_prompts_reader_free(rd);
+    kvp_prompts_free(&set);
+    return rc < 0 ? -1 : 0;
 }
 
 /* ---- arrivals ---- */

@@ -54,6 +54,13 @@ uint64_t kvp_jobsrc_skipped(const kvp_jobsrc *js);
 /* 1 when the input has been read to its end. */
 int kvp_jobsrc_read_all(const kvp_jobsrc *js);
 
+/* The requests of the prompts file at path that the filter (shard k of n,
+ * done) keeps, read through once without tokenizing them: 0, or -1 when
+ * the file cannot be read whole (the job reports its fault when it gets
+ * there). */
+int kvp_jobsrc_count_pending(const char *path, uint32_t shard_k, uint32_t shard_n, const kvp_idset *done,
+                             uint64_t *n_kept);
+
 /* The id of a request as printed: label, else the decimal index, into buf. */
 const char *kvp_request_id(const kvp_gen_seq *s, char buf[32]);
 

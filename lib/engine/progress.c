@@ -1,9 +1,11 @@
 /* progress.c - a batch job's progress lines (progress.h). */
 #include "progress.h"
+#include "cli.h"
 #include "generate.h"
 
 #include <inttypes.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 /* Seconds as "M:SS", or "H:MM:SS" from an hour. */
@@ -31,16 +33,20 @@ void kvp_progress_format(char *buf, size_t cap, const char *prog, const kvp_prog
     if (cap == 0)
         return;
     buf[0] = 0;
-    const char *what = st->prompts_only ? "prompts" : "requests";
+    uint64_t count = st->known ? st->total : st->done; /* the number the noun goes with */
+    const char *what = st->prompts_only ? count == 1 ? "prompt" : "prompts" : count == 1 ? "request" : "requests";
     ADD("%s: %" PRIu64, prog, st->done);
-    if (st->total)
+    if (st->known)
         ADD(" of %" PRIu64 " %s (%.1f%%)", st->total, what,
-            100.0 * (double)(st->done < st->total ? st->done : st->total) / (double)st->total);
+            st->total ? 100.0 * (double)(st->done < st->total ? st->done : st->total) / (double)st->total : 100.0);
     else
         ADD(" %s", what);
+    if (st->stopped)
+        ADD(", stopped");
+    else if (!st->prompts_only)
+        ADD(", %u running, %u waiting", st->running, st->waiting);
     if (!st->prompts_only)
-        ADD(", %u running, %u waiting; %.0f tok/s out,", st->running, st->waiting,
-            e > 0 ? (double)st->generated / e : 0.0);
+        ADD("; %.0f tok/s out,", e > 0 ? (double)st->generated / e : 0.0);
     else
         ADD(";");
     ADD(" %.0f tok/s prompt; ", e > 0 ? (double)st->prompt_tokens / e : 0.0);
@@ -48,23 +54,44 @@ void kvp_progress_format(char *buf, size_t cap, const char *prog, const kvp_prog
     ADD("%s elapsed", el);
     /* left: the requests to go at the rate of those done (none done: no
      * rate to go by yet) */
-    if (st->total && st->done && st->done < st->total) {
+    if (st->known && !st->stopped && st->done && st->done < st->total) {
         clock_text(left, sizeof left, e * (double)(st->total - st->done) / (double)st->done);
         ADD(", about %s left", left);
     }
 #undef ADD
 }
 
-void kvp_progress_init(kvp_progress *p, FILE *f, const char *prog, double interval, uint64_t total)
+/* The process's progress, whose line a cli message ends first. */
+static kvp_progress *active;
+
+static void break_active(void)
+{
+    if (active)
+        kvp_progress_break(active);
+}
+
+void kvp_progress_init(kvp_progress *p, FILE *f, const char *prog, double interval, uint64_t total, int known)
 {
     memset(p, 0, sizeof *p);
     p->f = f;
     p->prog = prog;
-    p->tty = isatty(fileno(f));
-    p->interval = interval > 0 ? interval : p->tty ? 1.0 : 10.0;
+    /* in place only when the results do not come to the same terminal: a
+     * redraw would go back over them */
+    p->in_place = isatty(fileno(f)) && !isatty(STDOUT_FILENO);
+    p->interval = interval > 0 ? interval : p->in_place ? 1.0 : 10.0;
     p->total = total;
+    p->known = known;
     p->t0 = kvp_gen_now();
     p->t_next = p->t0 + p->interval;
+    active = p;
+    kvp_cli_before_message(break_active);
+}
+
+/* The terminal's width; 0 when it does not say. */
+static size_t term_width(FILE *f)
+{
+    struct winsize ws;
+    return ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
 }
 
 /* The line for ps (its times and total filled in here), written in one call. */
@@ -72,23 +99,32 @@ static void show(kvp_progress *p, kvp_progress_state ps, int last)
 {
     uint64_t skipped = p->skipped ? p->skipped(p->skipped_ctx) : 0;
     ps.elapsed = kvp_gen_now() - p->t0;
+    ps.known = p->known;
     ps.total = p->total > skipped ? p->total - skipped : 0;
-    if (!last && ps.total && ps.done >= ps.total)
+    if (!last && ps.known && ps.done >= ps.total)
         return; /* the last line says it, once */
     char line[512];
     kvp_progress_format(line, sizeof line, p->prog, &ps);
-    if (p->tty) /* back to the line's start, the line, the old one's rest erased */
+    if (p->in_place) {
+        /* a line longer than the terminal wraps, and "\r" then goes back
+         * to its last row only: cut to the width */
+        size_t w = term_width(p->f);
+        if (w > 1 && strlen(line) > w - 1)
+            line[w - 1] = 0;
         fprintf(p->f, "\r%s\033[K%s", line, last ? "\n" : "");
-    else
+    } else {
         fprintf(p->f, "%s\n", line);
+    }
     fflush(p->f);
-    p->open_line = p->tty && !last;
+    p->open_line = p->in_place && !last;
 }
 
 void kvp_progress_break(kvp_progress *p)
 {
-    if (p->open_line)
+    if (p->open_line) {
         fputc('\n', p->f);
+        fflush(p->f);
+    }
     p->open_line = 0;
 }
 
@@ -106,7 +142,8 @@ static int due(kvp_progress *p)
 static kvp_progress_state of_batch(const kvp_batch_stats *st, uint32_t running, uint32_t waiting)
 {
     return (kvp_progress_state){.done = st->requests, .running = running, .waiting = waiting,
-                                .prompt_tokens = st->computed_prompt, .generated = st->generated_live};
+                                .prompt_tokens = st->computed_prompt, .generated = st->generated_live,
+                                .stopped = st->stopped};
 }
 
 void kvp_progress_step(void *ctx, const kvp_batch_stats *st, uint32_t running, uint32_t waiting)
@@ -116,12 +153,18 @@ void kvp_progress_step(void *ctx, const kvp_batch_stats *st, uint32_t running, u
         show(p, of_batch(st, running, waiting), 0);
 }
 
-void kvp_progress_end(kvp_progress *p, const kvp_batch_stats *st) { show(p, of_batch(st, 0, 0), 1); }
+void kvp_progress_end(kvp_progress *p, const kvp_batch_stats *st)
+{
+    show(p, of_batch(st, 0, 0), 1);
+    active = NULL;
+}
 
 void kvp_progress_prompts(kvp_progress *p, uint64_t n, uint64_t tokens, int last)
 {
     if (last || due(p))
         show(p, (kvp_progress_state){.done = n, .prompt_tokens = tokens, .prompts_only = 1}, last);
+    if (last)
+        active = NULL;
 }
 
 uint64_t kvp_progress_shard_count(uint64_t n, uint32_t k, uint32_t m)
@@ -129,4 +172,14 @@ uint64_t kvp_progress_shard_count(uint64_t n, uint32_t k, uint32_t m)
     if (m < 2)
         return n;
     return n / m + (k < n % m);
+}
+
+void kvp_progress_bare_check(int given_bare, int argc, char *const argv[], int optind)
+{
+    if (!given_bare || optind >= argc)
+        return;
+    const char *a = argv[optind];
+    double v;
+    if (kvp_cli_parse_f64(a, 0, 1e300, &v) == 0 && access(a, F_OK) != 0)
+        kvp_cli_usage_error("--progress takes its seconds after '=': --progress=%s", a);
 }

@@ -113,11 +113,22 @@ head -n 3 "$T/alone.raw" >"$T/prog.jsonl"
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 --resume "$T/prog.jsonl" --progress=0.001
 case $(last_progress) in "decode: 7 of 7 requests (100.0%)"*) pass "--resume: the 7 not done before" ;;
 *) fail "resume progress: $(last_progress)" ;; esac
+# done ids late in the file: the total is right from the first line on
+tail -n 4 "$T/alone.raw" >"$T/prog2.jsonl"
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 --resume "$T/prog2.jsonl" --progress=0.001
+if grep '^decode: ' "$ERR" | grep -qv ' of 6 request'; then fail "a line with another total: $(grep -v ' of 6 ' "$ERR" | head -2)"
+else pass "--resume with the done ids last: 6 to do in every line"; fi
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 --resume "$T/prog2.jsonl" --progress
+case $(last_progress) in "decode: 0 of 0 requests (100.0%)"*) pass "--resume with all done: 0 of 0" ;;
+*) fail "all-done progress: $(last_progress)" ;; esac
+run decode -m "$M" -f "$T/p.jsonl" --progress 5
+expect_status 2 "--progress 5 (two words) is a usage error"
+expect_err_has "--progress=5" "says to write --progress=5"
 run_sh "decode -m '$M' -t 2 -f - -n 1 --progress < '$T/p.jsonl'"
 case $(last_progress) in "decode: 10 requests, 0 running"*) pass "standard input: no total" ;;
 *) fail "stdin progress: $(last_progress)" ;; esac
 run decode -m "$M" -t 2 -p "Say hello." -n 2 --progress
-case $(last_progress) in "decode: 1 of 1 requests (100.0%)"*) pass "one prompt: a total of 1" ;;
+case $(last_progress) in "decode: 1 of 1 request (100.0%)"*) pass "one prompt: a total of 1" ;;
 *) fail "one-prompt progress: $(last_progress)" ;; esac
 
 # Killed (SIGKILL) at random moments and resumed until done: the same lines.

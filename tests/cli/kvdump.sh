@@ -36,7 +36,7 @@ expect_status 0 "--json of integer ids"
 expect_out_has '"seq_id":0,"label":7,' "--json prints an integer id as an integer"
 expect_out_has '"label":-9223372036854775808,' "--json prints the least int64 id bare"
 run kvdump "$T/intid.kvp"
-expect_out_has "seq 0 7 tokens 2" "the listing shows an integer id unquoted"
+expect_out_has 'seq 0 "7" tokens 2' "the listing quotes an integer id too (a label beside numbers)"
 run kvdump "$T/s.kvp"
 expect_out_has 'seq 3469464161541295809 "req-360" tokens' "the listing quotes a string id"
 

@@ -123,6 +123,60 @@ static void test_sync_unsupported(const char *dir)
     unlink(path);
 }
 
+/* Write text to path through kvp_out; 0 or the code. */
+static int put(const char *path, const char *text)
+{
+    kvp_err err = {0};
+    kvp_out out;
+    int rc = kvp_out_open(&out, path, &err);
+    if (rc == 0 && (rc = kvp_out_write(&out, text, strlen(text), &err)) == 0)
+        rc = kvp_out_commit(&out, &err);
+    else if (rc == 0)
+        kvp_out_abort(&out);
+    return rc;
+}
+
+/* What a shell's redirection does: a replaced file keeps its mode, a new
+ * one gets 0666 less the umask. */
+static void test_modes(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/mode.bin", dir);
+    reset(NULL);
+    struct stat st;
+    mode_t old = umask(077);
+    CHECK(put(path, "a") == 0);
+    CHECK_MSG(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "umask 077: %o", (unsigned)(st.st_mode & 0777));
+    umask(022);
+    unlink(path);
+    CHECK(put(path, "a") == 0);
+    CHECK_MSG(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644, "umask 022: %o", (unsigned)(st.st_mode & 0777));
+    CHECK(chmod(path, 0640) == 0);
+    CHECK(put(path, "bb") == 0);
+    CHECK_MSG(stat(path, &st) == 0 && (st.st_mode & 0777) == 0640 && st.st_size == 2, "replaced: %o",
+              (unsigned)(st.st_mode & 0777));
+    umask(old);
+    unlink(path);
+}
+
+/* A symlink to a file: the file is replaced, the link stays a link. */
+static void test_symlink(const char *dir)
+{
+    char target[4096], link[4096];
+    snprintf(target, sizeof target, "%s/target.bin", dir);
+    snprintf(link, sizeof link, "%s/link.bin", dir);
+    reset(NULL);
+    CHECK(put(target, "old") == 0);
+    CHECK(symlink("target.bin", link) == 0);
+    CHECK(put(link, "new!") == 0);
+    struct stat lst, st;
+    CHECK(lstat(link, &lst) == 0 && S_ISLNK(lst.st_mode));
+    CHECK(stat(target, &st) == 0 && st.st_size == 4);
+    CHECK_EQ_I64(entries(dir), 2); /* no temporary file left beside either */
+    unlink(link);
+    unlink(target);
+}
+
 /* An existing device is written in place: nothing to sync, no rename. */
 static void test_device_not_synced(void)
 {
@@ -157,6 +211,8 @@ int main(void)
     test_commit_syncs_before_rename(dir);
     test_failed_fsync_leaves_nothing(dir);
     test_sync_unsupported(dir);
+    test_modes(dir);
+    test_symlink(dir);
     test_device_not_synced();
     test_path_dir();
     rmdir(dir);

@@ -18,7 +18,7 @@ static void test_format(void)
 {
     char b[512];
     line_of(b, sizeof b,
-            (kvp_progress_state){.elapsed = 83, .done = 4512, .total = 10000, .running = 64, .waiting = 120,
+            (kvp_progress_state){.elapsed = 83, .done = 4512, .total = 10000, .known = 1, .running = 64, .waiting = 120,
                                  .prompt_tokens = 83 * 5432, .generated = 83 * 3210});
     CHECK_STR(b, "decode: 4512 of 10000 requests (45.1%), 64 running, 120 waiting; 3210 tok/s out, 5432 tok/s "
                  "prompt; 1:23 elapsed, about 1:41 left");
@@ -26,20 +26,32 @@ static void test_format(void)
     line_of(b, sizeof b, (kvp_progress_state){.elapsed = 3725, .done = 7, .running = 2, .generated = 3725});
     CHECK_STR(b, "decode: 7 requests, 2 running, 0 waiting; 1 tok/s out, 0 tok/s prompt; 1:02:05 elapsed");
     /* nothing done yet: no rate to estimate from */
-    line_of(b, sizeof b, (kvp_progress_state){.elapsed = 0.4, .total = 5, .running = 5});
+    line_of(b, sizeof b, (kvp_progress_state){.elapsed = 0.4, .total = 5, .known = 1, .running = 5});
     CHECK_STR(b, "decode: 0 of 5 requests (0.0%), 5 running, 0 waiting; 0 tok/s out, 0 tok/s prompt; 0:00 elapsed");
     /* all done: no time left shown */
-    line_of(b, sizeof b, (kvp_progress_state){.elapsed = 10, .done = 5, .total = 5});
+    line_of(b, sizeof b, (kvp_progress_state){.elapsed = 10, .done = 5, .total = 5, .known = 1});
     CHECK(strstr(b, "5 of 5 requests (100.0%)") && !strstr(b, "left"));
     /* prefill's: prompts, no queue and nothing generated */
     line_of(b, sizeof b,
-            (kvp_progress_state){.elapsed = 12, .done = 45, .total = 100, .prompt_tokens = 12 * 5432,
+            (kvp_progress_state){.elapsed = 12, .done = 45, .total = 100, .known = 1, .prompt_tokens = 12 * 5432,
                                  .prompts_only = 1});
     CHECK_STR(b, "decode: 45 of 100 prompts (45.0%); 5432 tok/s prompt; 0:12 elapsed, about 0:15 left");
+    /* a stopped job: no queue, no time left */
+    line_of(b, sizeof b,
+            (kvp_progress_state){.elapsed = 3, .done = 4, .total = 20, .known = 1, .generated = 300, .stopped = 1});
+    CHECK_STR(b, "decode: 4 of 20 requests (20.0%), stopped; 100 tok/s out, 0 tok/s prompt; 0:03 elapsed");
+    /* nothing to do (--resume found every request done): 0 of 0, not "unknown" */
+    line_of(b, sizeof b, (kvp_progress_state){.elapsed = 1, .known = 1});
+    CHECK(strncmp(b, "decode: 0 of 0 requests (100.0%), ", 34) == 0);
+    /* one: singular */
+    line_of(b, sizeof b, (kvp_progress_state){.elapsed = 1, .done = 1, .total = 1, .known = 1});
+    CHECK(strncmp(b, "decode: 1 of 1 request (100.0%), ", 33) == 0);
+    line_of(b, sizeof b, (kvp_progress_state){.elapsed = 1, .done = 1, .prompts_only = 1});
+    CHECK(strncmp(b, "decode: 1 prompt; ", 18) == 0);
     /* a buffer too small is cut, NUL-terminated */
     char small[16];
     memset(small, 'x', sizeof small);
-    line_of(small, sizeof small, (kvp_progress_state){.elapsed = 10, .done = 5, .total = 5});
+    line_of(small, sizeof small, (kvp_progress_state){.elapsed = 10, .done = 5, .total = 5, .known = 1});
     CHECK(memchr(small, 0, sizeof small) != NULL && strncmp(small, "decode: 5 of 5", 14) == 0);
 }
 
