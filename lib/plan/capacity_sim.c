@@ -133,10 +133,10 @@ static int load_list(kvp_cap_lengths *d, const char *path, kvp_err *err)
 
 int kvp_cap_lengths_parse(kvp_cap_lengths *d, const char *spec, kvp_err *err)
 {
-    static const struct { const char *prefix; int kind; } dists[] = {
-        {"uniform:", KVP_CAP_DIST_UNIFORM},
-        {"normal:", KVP_CAP_DIST_NORMAL},
-        {"lognormal:", KVP_CAP_DIST_LOGNORMAL},
+    static const struct { const char *prefix, *parts; int kind; } dists[] = {
+        {"uniform:", "A:B", KVP_CAP_DIST_UNIFORM},
+        {"normal:", "MEAN:SD", KVP_CAP_DIST_NORMAL},
+        {"lognormal:", "MU:SIGMA", KVP_CAP_DIST_LOGNORMAL},
     };
     memset(d, 0, sizeof *d);
     for (size_t i = 0; i < sizeof dists / sizeof dists[0]; i++) {
@@ -145,9 +145,11 @@ int kvp_cap_lengths_parse(kvp_cap_lengths *d, const char *spec, kvp_err *err)
             continue;
         d->kind = dists[i].kind;
         if (parse_two(spec + n, &d->a, &d->b) != 0)
-            return kvp_err_set(err, KVP_EINVAL, "lengths '%s': want %sA:B with two numbers", spec, dists[i].prefix);
-        if (d->kind == KVP_CAP_DIST_UNIFORM && (d->a < 1 || d->b < d->a || d->b > 4294967295.0))
-            return kvp_err_set(err, KVP_EINVAL, "lengths '%s': want 1 <= A <= B", spec);
+            return kvp_err_set(err, KVP_EINVAL, "lengths '%s': want %s%s with two numbers", spec, dists[i].prefix,
+                               dists[i].parts);
+        if (d->kind == KVP_CAP_DIST_UNIFORM &&
+            (d->a < 1 || d->b < d->a || d->b > 4294967295.0 || d->a != floor(d->a) || d->b != floor(d->b)))
+            return kvp_err_set(err, KVP_EINVAL, "lengths '%s': want whole numbers 1 <= A <= B", spec);
         if (d->kind != KVP_CAP_DIST_UNIFORM && d->b < 0)
             return kvp_err_set(err, KVP_EINVAL, "lengths '%s': the spread must not be negative", spec);
         return 0;

@@ -528,6 +528,9 @@ static void test_sim(void)
     CHECK(kvp_cap_lengths_parse(&d, "uniform:0x10:0x20", &err) == KVP_EINVAL);
     CHECK(kvp_cap_lengths_parse(&d, "normal:300:inf", &err) == KVP_EINVAL);
     CHECK(kvp_cap_lengths_parse(&d, "normal:300:5:7", &err) == KVP_EINVAL);
+    CHECK_MSG(strstr(err.msg, "want normal:MEAN:SD") != NULL, "%s", err.msg);
+    CHECK(kvp_cap_lengths_parse(&d, "uniform:1.5:10", &err) == KVP_EINVAL); /* lengths are whole */
+    CHECK_MSG(strstr(err.msg, "whole numbers") != NULL, "%s", err.msg);
     CHECK(kvp_cap_lengths_parse(&d, "lognormal:-0.5:.25", &err) == 0 && d.a == -0.5 && d.b == 0.25);
     CHECK(kvp_cap_lengths_parse(&d, "normal:3e2:1e1", &err) == 0 && d.a == 300 && d.b == 10);
     CHECK(kvp_cap_lengths_parse(&d, "/nonexistent/lengths", &err) == KVP_EIO);
