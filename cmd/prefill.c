@@ -29,8 +29,7 @@ static void usage(FILE *f)
             "  -o, --output FILE       write the stream to FILE (default stdout)\n"
             "      --resume FILE       extend every sequence of a saved KV stream (decode --kv-out)\n"
             "                          by one more turn: -p TEXT (with --chat, a user turn) or --tokens\n"
-            "      --progress[=S]      a progress line on standard error every S seconds (default: 1 on a\n"
-            "                          terminal, redrawn in place; 10 otherwise)\n"
+            KVP_PROGRESS_HELP
             "      --tokenize          print each prompt's token ids and pieces instead (standard\n"
             "                          input when no prompt is given; --json: {\"ids\",\"pieces\"})\n"
             "      --perplexity TEXT   score TEXT (a file, - for stdin) in windows instead, as llama.cpp's\n"
@@ -468,7 +467,7 @@ int main(int argc, char **argv)
             continue;
         }
         if (c == OPT_PROGRESS) {
-            progress = optarg ? kvp_cli_opt_f64("--progress", optarg, 0.001, 86400) : 0;
+            progress = kvp_progress_opt(optarg);
             continue;
         }
         switch (c) {

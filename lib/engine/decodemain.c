@@ -89,8 +89,7 @@ static void usage(FILE *f, int spec)
             "      --resume OUT        append results to OUT, skipping the ids it already has (a killed job\n"
             "                          resumed gives the same lines as one run)\n"
             "      --shard K/N         only every N-th request, starting at K (0 <= K < N)\n"
-            "      --progress[=S]      a progress line on standard error every S seconds (default: 1 on a\n"
-            "                          terminal, redrawn in place; 10 otherwise)\n"
+            KVP_PROGRESS_HELP
             "      --rate R            release requests at R a second (Poisson; --seed), not all at once\n"
             "      --burstiness B      gamma-distributed gaps of shape B (1: Poisson; < 1 burstier)\n"
             "      --no-prefix-cache   compute every prompt in full, even where cached blocks hold its start\n"
@@ -658,7 +657,7 @@ static void start_progress(kvp_progress *pg, const kvp_runopts *o, const kvp_job
         }
     }
     kvp_progress_init(pg, stderr, kvp_cli_prog(), interval, n, known);
-    if (live_skips || (done && !known))
+    if (live_skips)
         pg->skipped = resumed_skips, pg->skipped_ctx = js;
 }
 
@@ -764,7 +763,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
             continue;
         }
         if (c == OPT_PROGRESS) {
-            progress = optarg ? kvp_cli_opt_f64("--progress", optarg, 0.001, 86400) : 0;
+            progress = kvp_progress_opt(optarg);
             continue;
         }
         if (c == OPT_METHOD) {

@@ -174,6 +174,8 @@ uint64_t kvp_progress_shard_count(uint64_t n, uint32_t k, uint32_t m)
     return n / m + (k < n % m);
 }
 
+double kvp_progress_opt(const char *arg) { return arg ? kvp_cli_opt_f64("--progress", arg, 0.001, 86400) : 0; }
+
 void kvp_progress_bare_check(int given_bare, int argc, char *const argv[], int optind)
 {
     if (!given_bare || optind >= argc)

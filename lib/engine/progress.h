@@ -56,6 +56,13 @@ typedef struct kvp_progress {
     int open_line;            /* a line redrawn in place is showing, not ended */
 } kvp_progress;
 
+/* The option's line in a program's --help, and its value: seconds between
+ * lines, 0 for the default (given without "="). */
+#define KVP_PROGRESS_HELP                                                                                          \
+    "      --progress[=S]      a progress line on standard error every S seconds (default: 1, redrawn\n"             \
+    "                          in place, on a terminal the output does not go to; 10 otherwise)\n"
+double kvp_progress_opt(const char *optarg);
+
 /* Start the clock for a job of total requests (known 0: not known up
  * front).  interval <= 0: 1 second when the line is redrawn in place, 10
  * otherwise.  The one progress of the process: cli messages end its line. */
