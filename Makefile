@@ -169,7 +169,8 @@ $(O)/tests/test_%: $(O)/tests/unit/test_%.o $(LIB)
 $(O)/tests/test_io: LDFLAGS += -Wl,--wrap=fsync
 
 # Corpus replays: each fuzz harness linked with a plain main() that runs every
-# file of tests/fuzz/corpus/NAME/ (seeds and past crashes) in `make check`.
+# file of tests/fuzz/corpus/NAME/ (seeds and past crashes) and of
+# tests/golden/fuzz-seeds/NAME/ (its GGUF and safetensors seeds) in `make check`.
 $(O)/tests/test_fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(LIB)
 	$(call say,LD,$@)
 	@mkdir -p $(@D)

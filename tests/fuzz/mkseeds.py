@@ -5,8 +5,10 @@ Run from the repository root: python3 tests/fuzz/mkseeds.py.  Standard
 library only; `make check` never runs it (it replays the files it wrote,
 which are committed).  Seeds are small valid inputs of each parser, so the
 fuzzer starts from deep inside the formats:
-  corpus/gguf/        GGUF v3/v2 files: every metadata type, full model configs
+  gguf/               GGUF v3/v2 files: every metadata type, full model configs
                       (named *.gguf.bin: .gitignore keeps *.gguf, real models, out)
+  (GGUF and safetensors seeds go to tests/golden/fuzz-seeds/NAME/, the rest
+  to tests/fuzz/corpus/NAME/)
   corpus/meta/        kvp(5) metadata lists (KVP CONFIG / TOKENIZER payloads)
   corpus/json/        JSON texts: escapes, numbers, nesting
   corpus/hfconfig/    HF config.json files of several architectures
@@ -61,6 +63,18 @@ import shutil
 import struct
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+# Model-like seeds (GGUF and safetensors files, tiny and synthetic) live
+# with the other model files of the tests, in tests/golden/fuzz-seeds/NAME/;
+# the replay and scripts/fuzz read both folders.
+MODEL_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden", "fuzz-seeds")
+
+
+def seed_path(sub, name):
+    """Where seed NAME of harness SUB goes, made ready to write."""
+    model_like = name.endswith(".gguf.bin") or name.endswith(".safetensors")
+    d = os.path.join(MODEL_ROOT if model_like else ROOT, sub)
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, name)
 
 # ---- GGUF ----
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
@@ -141,9 +155,7 @@ def all_types_kvs():
 
 
 def write(sub, name, data):
-    d = os.path.join(ROOT, sub)
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, name), "wb") as f:
+    with open(seed_path(sub, name), "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
 
 
@@ -280,10 +292,9 @@ def hf_seeds():
 
 def st_seeds():
     gold = os.path.join(ROOT, "..", "..", "golden", "tiny-st")
-    os.makedirs(os.path.join(ROOT, "safetensors"), exist_ok=True)
-    shutil.copyfile(os.path.join(gold, "model.safetensors"), os.path.join(ROOT, "safetensors", "tiny-st.safetensors"))
+    shutil.copyfile(os.path.join(gold, "model.safetensors"), seed_path("safetensors", "tiny-st.safetensors"))
     for n in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
-        shutil.copyfile(os.path.join(gold, "sharded", n), os.path.join(ROOT, "safetensors", n))
+        shutil.copyfile(os.path.join(gold, "sharded", n), seed_path("safetensors", n))
     # fuzz_stindex writes these shards itself: a.weight, b.weight | c.weight, step
     s1, s2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
     write("stindex", "good.json", json.dumps({"metadata": {"total_size": 36}, "weight_map": {
@@ -356,11 +367,8 @@ def tok_seeds():
 
 
 def convert_seeds():
-    os.makedirs(os.path.join(ROOT, "convert"), exist_ok=True)
-    shutil.copyfile(os.path.join(ROOT, "model", "tiny-llama-f32.gguf.bin"),
-                    os.path.join(ROOT, "convert", "tiny-llama-f32.gguf.bin"))
-    shutil.copyfile(os.path.join(ROOT, "safetensors", "tiny-st.safetensors"),
-                    os.path.join(ROOT, "convert", "bare-tiny-st.safetensors"))
+    shutil.copyfile(seed_path("model", "tiny-llama-f32.gguf.bin"), seed_path("convert", "tiny-llama-f32.gguf.bin"))
+    shutil.copyfile(seed_path("safetensors", "tiny-st.safetensors"), seed_path("convert", "bare-tiny-st.safetensors"))
 
 
 def kvstats_seeds():
