@@ -165,8 +165,9 @@ $(O)/tests/test_%: $(O)/tests/unit/test_%.o $(LIB)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
-# test_io checks the fsync protocol of lib/base/io.c through a wrapper.
-$(O)/tests/test_io: LDFLAGS += -Wl,--wrap=fsync
+# test_io checks the fsync protocol of lib/base/io.c, and that it reads the
+# umask without setting it, through wrappers.
+$(O)/tests/test_io: LDFLAGS += -Wl,--wrap=fsync -Wl,--wrap=umask
 
 # Corpus replays: each fuzz harness linked with a plain main() that runs every
 # file of tests/fuzz/corpus/NAME/ (seeds and past crashes) and of

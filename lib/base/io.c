@@ -379,6 +379,27 @@ static int out_open_direct(kvp_out *out, const char *path, kvp_err *err)
     return 0;
 }
 
+/* The process's umask.  Linux says it in /proc/self/status (since 4.7);
+ * elsewhere the only way to read it is to set it and set it back, and a
+ * thread creating a file in between would get a umask of 0. */
+static mode_t current_umask(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned mask;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "Umask: %o", &mask) == 1) {
+            fclose(f);
+            return (mode_t)(mask & 0777);
+        }
+    }
+    if (f)
+        fclose(f);
+    mode_t m = umask(0);
+    umask(m);
+    return m;
+}
+
 int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -422,9 +443,7 @@ int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
         kvp_out_abort(out);
         return kvp_err_set(err, KVP_EIO, "%s: cannot create: %s", path, strerror(e));
     }
-    mode_t mask = umask(0); /* read it: there is no other way */
-    umask(mask);
-    fchmod(out->fd, exists ? st.st_mode & 07777 : 0666 & ~mask);
+    fchmod(out->fd, exists ? st.st_mode & 07777 : 0666 & ~current_umask());
     return 0;
 }
 

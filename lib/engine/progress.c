@@ -4,6 +4,7 @@
 #include "generate.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -64,6 +65,49 @@ void kvp_progress_format(char *buf, size_t cap, const char *prog, const kvp_prog
 /* The process's progress, whose line a cli message ends first. */
 static kvp_progress *active;
 
+/* The descriptor of a line being redrawn, -1 when none: a reader that
+ * goes away (`decode --progress | head -1`) ends us by SIGPIPE, and the
+ * handler ends the line first so the shell's prompt starts on its own. */
+static volatile sig_atomic_t open_fd = -1;
+
+static void on_sigpipe(int sig)
+{
+    int fd = open_fd;
+    if (fd >= 0) {
+        ssize_t w = write(fd, "\n", 1); /* async-signal-safe; nothing to do if it fails */
+        (void)w;
+    }
+    signal(sig, SIG_DFL); /* then die of it, as without the handler */
+    raise(sig);
+}
+
+/* While lines are redrawn: SIGPIPE through on_sigpipe, when its action is
+ * the default (a parent that ignores it keeps it ignored). */
+static void catch_sigpipe(void)
+{
+    struct sigaction old, sa;
+    if (sigaction(SIGPIPE, NULL, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
+        return;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigpipe;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
+static void release_sigpipe(void)
+{
+    struct sigaction old;
+    open_fd = -1;
+    if (sigaction(SIGPIPE, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == on_sigpipe)
+        signal(SIGPIPE, SIG_DFL);
+}
+
+static void set_open(kvp_progress *p, int open)
+{
+    p->open_line = open;
+    open_fd = open ? fileno(p->f) : -1;
+}
+
 static void break_active(void)
 {
     if (active)
@@ -85,6 +129,8 @@ void kvp_progress_init(kvp_progress *p, FILE *f, const char *prog, double interv
     p->t_next = p->t0 + p->interval;
     active = p;
     kvp_cli_before_message(break_active);
+    if (p->in_place)
+        catch_sigpipe();
 }
 
 /* The terminal's width; 0 when it does not say. */
@@ -116,7 +162,7 @@ static void show(kvp_progress *p, kvp_progress_state ps, int last)
         fprintf(p->f, "%s\n", line);
     }
     fflush(p->f);
-    p->open_line = p->in_place && !last;
+    set_open(p, p->in_place && !last);
 }
 
 void kvp_progress_break(kvp_progress *p)
@@ -125,7 +171,7 @@ void kvp_progress_break(kvp_progress *p)
         fputc('\n', p->f);
         fflush(p->f);
     }
-    p->open_line = 0;
+    set_open(p, 0);
 }
 
 /* Whether a line is due; if so the next one is an interval from now (a
@@ -157,14 +203,17 @@ void kvp_progress_end(kvp_progress *p, const kvp_batch_stats *st)
 {
     show(p, of_batch(st, 0, 0), 1);
     active = NULL;
+    release_sigpipe();
 }
 
 void kvp_progress_prompts(kvp_progress *p, uint64_t n, uint64_t tokens, int last)
 {
     if (last || due(p))
         show(p, (kvp_progress_state){.done = n, .prompt_tokens = tokens, .prompts_only = 1}, last);
-    if (last)
+    if (last) {
         active = NULL;
+        release_sigpipe();
+    }
 }
 
 uint64_t kvp_progress_shard_count(uint64_t n, uint32_t k, uint32_t m)

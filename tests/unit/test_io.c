@@ -5,7 +5,9 @@
  *
  * This binary is linked with -Wl,--wrap=fsync (Makefile), so every fsync the
  * library makes comes here first: it records what it was asked to sync and
- * can fail on demand. */
+ * can fail on demand.  It is linked with -Wl,--wrap=umask too, to count the
+ * library's calls: on Linux it reads the umask from /proc, never by setting
+ * it (another thread creating a file in that instant would get 0). */
 #include "unit.h"
 #include "io.h"
 
@@ -17,6 +19,16 @@
 
 int __real_fsync(int fd);
 int __wrap_fsync(int fd);
+mode_t __real_umask(mode_t m);
+mode_t __wrap_umask(mode_t m);
+
+static int umask_calls; /* by the library: the test's own go to __real_umask */
+
+mode_t __wrap_umask(mode_t m)
+{
+    umask_calls++;
+    return __real_umask(m);
+}
 
 static struct {
     int calls;
@@ -134,10 +146,13 @@ static void test_modes(const char *dir)
     reset(NULL);
     kvp_err err = {0};
     struct stat st;
-    mode_t old = umask(077);
+    mode_t old = __real_umask(077);
+    umask_calls = 0;
     CHECK(put(path, "a", &err) == 0);
     CHECK_MSG(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "umask 077: %o", (unsigned)(st.st_mode & 0777));
-    umask(022);
+    if (access("/proc/self/status", R_OK) == 0)
+        CHECK_MSG(umask_calls == 0, "the umask was set %d times to read it", umask_calls);
+    __real_umask(022);
     unlink(path);
     CHECK(put(path, "a", &err) == 0);
     CHECK_MSG(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644, "umask 022: %o", (unsigned)(st.st_mode & 0777));
@@ -145,7 +160,7 @@ static void test_modes(const char *dir)
     CHECK(put(path, "bb", &err) == 0);
     CHECK_MSG(stat(path, &st) == 0 && (st.st_mode & 0777) == 0640 && st.st_size == 2, "replaced: %o",
               (unsigned)(st.st_mode & 0777));
-    umask(old);
+    __real_umask(old);
     unlink(path);
 }
 

@@ -7,7 +7,12 @@
 #include "prompts.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/kvp_test_progress.XXXXXX";
@@ -151,6 +156,68 @@ static void test_count_file(void)
     unlink(locked);
 }
 
+/* The child of test_sigpipe: stderr the terminal, stdout a pipe nobody
+ * reads, a line redrawn in place, then a write to stdout. */
+static void sigpipe_child(int tty)
+{
+    int fds[2];
+    if (dup2(tty, STDERR_FILENO) < 0 || pipe(fds) != 0 || dup2(fds[1], STDOUT_FILENO) < 0)
+        _exit(90);
+    close(fds[0]);
+    signal(SIGPIPE, SIG_DFL);
+    kvp_progress p;
+    kvp_progress_init(&p, stderr, "decode", 0.001, 5, 1);
+    nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+    kvp_batch_stats st = {0};
+    kvp_progress_step(&p, &st, 5, 0);
+    if (!p.in_place || !p.open_line)
+        _exit(91);
+    ssize_t w = write(STDOUT_FILENO, "x", 1);
+    (void)w;
+    _exit(92); /* not reached: SIGPIPE ends us */
+}
+
+/* `decode --progress | head -1` on a terminal: the reader goes, SIGPIPE
+ * ends the process as without --progress, and the line being redrawn is
+ * ended first so the shell's prompt does not land on it. */
+static void test_sigpipe(void)
+{
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    if (m < 0 || grantpt(m) != 0 || unlockpt(m) != 0) {
+        printf("skip test_sigpipe: no pseudo-terminal (%s)\n", strerror(errno));
+        if (m >= 0)
+            close(m);
+        return;
+    }
+    int tty = open(ptsname(m), O_RDWR | O_NOCTTY);
+    CHECK(tty >= 0);
+    if (tty < 0) {
+        close(m);
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(m);
+        sigpipe_child(tty);
+    }
+    close(tty);
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGPIPE, "status %#x: not ended by SIGPIPE", status);
+    char out[1024];
+    size_t n = 0;
+    for (;;) { /* the terminal's output, until EIO once the child's end is closed */
+        ssize_t r = read(m, out + n, sizeof out - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    out[n] = 0;
+    close(m);
+    CHECK_MSG(strstr(out, "decode: 0 of 5 requests") != NULL, "terminal got \"%s\"", out);
+    CHECK_MSG(n > 0 && out[n - 1] == '\n', "the line was left open: \"%s\"", out);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir)) {
@@ -160,6 +227,7 @@ int main(void)
     test_format();
     test_shard();
     test_count_file();
+    test_sigpipe();
     char path[4096];
     snprintf(path, sizeof path, "%s/p.jsonl", dir);
     unlink(path);
