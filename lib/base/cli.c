@@ -4,6 +4,7 @@
 #include "io.h"
 
 #include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -183,6 +184,10 @@ int kvp_cli_parse_f64(const char *s, double min, double max, double *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
+    /* an underflow is rounded toward 0, as any rounding (1e-400 is 0):
+     * only overflow is an error */
+    if (errno == ERANGE && fabs(v) <= DBL_MIN)
+        errno = 0;
     if (*end || end == s || errno || !isfinite(v) || v < min || v > max)
         return -1;
     *out = v;

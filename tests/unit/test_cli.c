@@ -79,10 +79,14 @@ static void test_f64(void)
     CHECK(f64_bad("-"));
     CHECK(f64_bad("1e"));
     CHECK(f64_bad("1e999")); /* overflows to inf */
+    CHECK(f64_ok("1e-400", 0)); /* underflows: rounded to 0, not an error */
+    CHECK(f64_ok("-1e-400", 0));
+    CHECK(f64_ok("1e-310", 1e-310)); /* subnormal */
     CHECK(f64_bad("0.5x"));
     double v;
     CHECK(kvp_cli_parse_f64("1.5", 0, 1, &v) == -1);
     CHECK(kvp_cli_parse_f64("1", 0, 1, &v) == 0 && v == 1);
+    CHECK(kvp_cli_parse_f64("1e-400", 0.001, 1, &v) == -1); /* 0, below the range */
 }
 
 static void test_size(void)
