@@ -10,6 +10,7 @@
  * device" and says what CUDA answered.
  */
 #include "collbench.h"
+#include "cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,8 +155,8 @@ static int wait_event(nccl_state *s, const char *what, kvp_err *err)
         if (async != ncclSuccess)
             return nccl_fail(err, async, what);
         if (now_s() > deadline) {
-            fprintf(stderr, "rank %d: %s waited %.0f s for its peers (a rank died or hangs; --timeout); "
-                    "aborting the job\n", s->rank, what, kvp_comm_timeout());
+            fprintf(stderr, "%s: rank %d: %s waited %g s for its peers (a rank died or hangs; --timeout); "
+                    "aborting the job\n", kvp_cli_prog(), s->rank, what, kvp_comm_timeout());
             ncclCommAbort(s->nc);
             kvp_comm_abort(s->c, 1);
         }

@@ -8,6 +8,7 @@
  */
 #ifdef KVP_HAVE_MPI
 #include "comm.h"
+#include "cli.h"
 
 #include <mpi.h>
 
@@ -151,8 +152,8 @@ static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forev
         if (spin < 2000)
             continue;
         if (!forever && now_s() > deadline) {
-            fprintf(stderr, "rank %d: %s waited %.0f s for its peers (a rank died or hangs; --timeout); "
-                    "aborting the job\n", c->rank, what, timeout_s);
+            fprintf(stderr, "%s: rank %d: %s waited %g s for its peers (a rank died or hangs; --timeout); "
+                    "aborting the job\n", kvp_cli_prog(), c->rank, what, timeout_s);
             fflush(stderr);
             MPI_Abort(MPI_COMM_WORLD, 1);
             exit(1); /* MPI_Abort does not return; if it did, still never hang */

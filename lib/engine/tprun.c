@@ -97,6 +97,18 @@ int kvp_run_tp_follow(const kvp_runopts *o)
     kvp_model *m = NULL, *shard = NULL;
     kvp_backend *be = NULL;
     int rc = join(o, &d, &err);
+    if (rc < 0 && d.world && (uint32_t)kvp_comm_size(d.world) != d.tp_size * d.pp_size) {
+        /* a job of the wrong size is how it was started, a usage error
+         * (as tpbench's): said once, by rank 0; every rank knows it, so
+         * all end together */
+        if (kvp_comm_rank(d.world) == 0) {
+            kvp_cli_warn("%s", err.msg);
+            fprintf(stderr, "Try '%s --help' for more information.\n", kvp_cli_prog());
+            fflush(stderr);
+        }
+        kvp_comm_finalize();
+        return KVP_EXIT_USAGE;
+    }
     if (rc == 0 && kvp_comm_rank(d.world) == 0)
         return -1; /* the driver: kvp_run_tp_open takes the place it joined */
     if (rc == 0 && (rc = kvp_model_load(&m, o->model, &err)) == 0 && (rc = shard_of(m, &d, &shard, &err)) == 0 &&

@@ -224,7 +224,7 @@ for sig in STOP KILL; do
     else fail "kill -$sig a rank: exit $status after $took s"; fi
     if [ "$sig" = STOP ]; then
         expect_err_has "waited 3 s for its peers" "a stopped rank: the others say they waited"
-        if grep -qE "^rank [02]: " "$ERR"; then pass "the message names the rank"; else fail "no rank named"; fi
+        if grep -qE "^tpbench: rank [02]: " "$ERR"; then pass "the message names the program and the rank"; else fail "no program and rank named"; fi
     fi
 done
 
