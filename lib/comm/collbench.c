@@ -27,12 +27,17 @@ void kvp_cb_opts_init(kvp_cb_opts *o)
     o->check = 1;
 }
 
-/* bytes rounded down to whole units of the op (at least one), in bytes. */
+/* The op's smallest size over n ranks, in bytes: sizes are whole ones. */
+static uint64_t size_unit(int op, int n, int dtype)
+{
+    return (uint64_t)kvp_cb_count_unit(op, n) * kvp_cb_dtype_size(dtype);
+}
+
+/* bytes rounded down to whole units of the op (0: less than one). */
 static uint64_t round_size(int op, int n, int dtype, uint64_t bytes)
 {
-    uint64_t unit = (uint64_t)kvp_cb_count_unit(op, n) * kvp_cb_dtype_size(dtype);
-    uint64_t r = bytes / unit * unit;
-    return r ? r : unit;
+    uint64_t unit = size_unit(op, n, dtype);
+    return bytes / unit * unit;
 }
 
 int kvp_cb_sizes(const kvp_cb_opts *o, int n, uint64_t *sizes, int max, kvp_err *err)
@@ -53,16 +58,20 @@ int kvp_cb_sizes(const kvp_cb_opts *o, int n, uint64_t *sizes, int max, kvp_err 
             return kvp_err_set(err, KVP_ELIMIT,
                                "%.0f bytes is over %d %s elements (MPI counts are int): sizes go up to %llu bytes",
                                b, INT_MAX, kvp_cb_dtype_name(o->dtype), (unsigned long long)INT_MAX * es);
-        if (k > 0 && sizes[k - 1] == s)
+        /* rounded down below -b (or to nothing): not a size asked for */
+        if (s == 0 || s < o->min_bytes || (k > 0 && sizes[k - 1] == s))
             continue;
         if (k == max)
             return kvp_err_set(err, KVP_ELIMIT, "more than %d sizes from %llu to %llu bytes: use a larger step",
                                max, (unsigned long long)o->min_bytes, (unsigned long long)o->max_bytes);
         sizes[k++] = s;
     }
-    if (k == 0) /* -b 0 -e 0: rows start at 1 byte */
-        return kvp_err_set(err, KVP_EINVAL, "no size from %llu to %llu bytes", (unsigned long long)o->min_bytes,
-                           (unsigned long long)o->max_bytes);
+    if (k == 0)
+        return kvp_err_set(err, KVP_EINVAL,
+                           "no size from %llu to %llu bytes: %s of %s over %d rank%s takes whole %llu-byte units",
+                           (unsigned long long)o->min_bytes, (unsigned long long)o->max_bytes,
+                           kvp_cb_op_name(o->op), kvp_cb_dtype_name(o->dtype), n, n == 1 ? "" : "s",
+                           (unsigned long long)size_unit(o->op, n, o->dtype));
     return k;
 }
 

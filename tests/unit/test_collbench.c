@@ -9,6 +9,7 @@
 #include "tpcost.h"
 #include "tpmodel.h"
 #include "unit.h"
+#include <string.h>
 
 #include <math.h>
 
@@ -82,6 +83,23 @@ static void test_counts_and_sizes(void)
     CHECK(k == 7 && sz[0] == 4 && sz[6] == 256);
     o.step_factor = 1.0;
     CHECK(kvp_cb_sizes(&o, 2, sz, 64, &err) == KVP_EINVAL);
+    /* sizes round down, never out of -b .. -e: 5..7 bytes hold no float
+     * past 5, 3 bytes none at all, 4 bytes of all_gather over 3 ranks no
+     * 12-byte unit */
+    o.step_factor = 2.0;
+    o.min_bytes = 5;
+    o.max_bytes = 7;
+    CHECK(kvp_cb_sizes(&o, 1, sz, 64, &err) == KVP_EINVAL);
+    CHECK_MSG(strstr(err.msg, "no size from 5 to 7 bytes") && strstr(err.msg, "whole 4-byte units"), "%s", err.msg);
+    o.min_bytes = o.max_bytes = 3;
+    CHECK(kvp_cb_sizes(&o, 1, sz, 64, &err) == KVP_EINVAL);
+    o.op = KVP_CB_OP_ALL_GATHER;
+    o.min_bytes = o.max_bytes = 4;
+    CHECK(kvp_cb_sizes(&o, 3, sz, 64, &err) == KVP_EINVAL);
+    o.min_bytes = 5;
+    o.max_bytes = 40;
+    k = kvp_cb_sizes(&o, 3, sz, 64, &err); /* 5 -> 0, 10 -> 0, 20 -> 12, 40 -> 36 */
+    CHECK(k == 2 && sz[0] == 12 && sz[1] == 36);
 }
 
 /* Every check value is exact in every dtype, float sums of them are exact
