@@ -69,6 +69,8 @@ typedef struct opts {
     double alpha_us, bandwidth;
     int dtype_given;
     const char *model_opt; /* a --model option given without --model */
+    char sweep_opt[3];     /* the last option of the sweep alone ("-b"), for a usage error with --model */
+    int step_given;        /* -f or -i: the sweep steps one way */
 } opts;
 
 /* OPT_TP .. OPT_BANDWIDTH are the options of --model alone: keep them together. */
@@ -128,6 +130,10 @@ static void parse_opts(int argc, char **argv, opts *o)
     while ((c = getopt_long(argc, argv, SHORTOPTS, longs, &li)) != -1) {
         if (c >= OPT_TP && c <= OPT_BANDWIDTH)
             o->model_opt = longs[li].name; /* goes with --model */
+        if (c < 256 && strchr("befizorc", c)) /* the sweep's alone: --model times its own calls */
+            snprintf(o->sweep_opt, sizeof o->sweep_opt, "-%c", c);
+        if ((c == 'f' || c == 'i') && o->step_given++)
+            kvp_cli_usage_error("-f and -i: the sizes step by a factor or by bytes, one of the two");
         switch (c) {
         case 'b': cb->min_bytes = nccl_size("-b", optarg); break;
         case 'e': cb->max_bytes = nccl_size("-e", optarg); break;
@@ -187,6 +193,9 @@ static void parse_opts(int argc, char **argv, opts *o)
                                 o->link);
         if (o->tp == 0)
             kvp_cli_usage_error("--model needs --tp N");
+        if (o->sweep_opt[0])
+            kvp_cli_usage_error("%s goes with a sweep of one OPERATION, not --model (its sizes are the model's)",
+                                o->sweep_opt);
         return;
     }
     if (o->model_opt)
@@ -486,6 +495,8 @@ static int run_model(const opts *o, kvp_comm *w, kvp_cb_backend *be, kvp_err *er
         print_measured(o, n, be->name, ph, step_s);
     else if (o->json)
         printf(",\n  \"measured\":null");
+    else if (o->tp == 1)
+        printf("#\n# measured: nothing to measure (--tp 1 has no collectives)\n");
     else
         printf("#\n# measured: not run (a job of one rank; mpirun -np %u tpbench ... measures this machine's "
                "transport)\n", o->tp);
@@ -582,13 +593,16 @@ int main(int argc, char **argv)
                  "model only", o.tp, n, o.tp);
         usage_after_init(rank, msg);
     }
+    /* --model alone only models: no backend (a login node has no GPU for
+     * --backend nccl, and needs none) */
+    int measures = !o.model || n > 1;
     kvp_cb_backend be;
-    if (kvp_cb_backend_open(o.backend, w, &be, &err) < 0) {
+    if (measures && kvp_cb_backend_open(o.backend, w, &be, &err) < 0) {
         kvp_cli_warn("rank %d: %s", rank, err.msg);
         kvp_comm_finalize();
         return KVP_EXIT_FAIL;
     }
-    int rc = o.model ? run_model(&o, w, &be, &err) : run_collectives(&o, w, &be, &err);
+    int rc = o.model ? run_model(&o, w, measures ? &be : NULL, &err) : run_collectives(&o, w, &be, &err);
     if (rc < 0) {
         /* one rank's failure would leave the others waiting: end the job */
         kvp_cli_warn("rank %d: %s", rank, err.msg);
@@ -596,7 +610,8 @@ int main(int argc, char **argv)
             kvp_comm_abort(w, KVP_EXIT_FAIL);
         rc = KVP_EXIT_FAIL;
     }
-    kvp_cb_backend_close(&be);
+    if (measures)
+        kvp_cb_backend_close(&be);
     kvp_comm_finalize();
     int out = kvp_cli_close_stdout();
     return rc ? rc : out;

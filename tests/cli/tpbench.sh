@@ -79,6 +79,20 @@ expect_status 0 "--model alone"
 expect_out_has "measured: not run" "one rank measures nothing"
 for l in nvlink4 pcie4 pcie5 ib-ndr; do expect_out_has "modeled  $l" "modeled over $l"; done
 expect_out_has "160 all_reduce of 1 x 8192" "llama-3-70b: two all-reduces a layer"
+run tpbench --model llama-3-8b --tp 2 --backend nccl
+expect_status 0 "--model alone with --backend nccl: only models, needs no GPU"
+expect_out_has "modeled" "and models"
+run tpbench --model llama-3-8b --tp 1
+expect_status 0 "--model --tp 1"
+expect_out_has "nothing to measure (--tp 1 has no collectives)" "--tp 1: no collectives, no mpirun hint"
+for o in "-b 1M" "-e 2M" "-f 3" "-i 8" "-z" "-o max" "-r 1" "-c 0"; do
+    run tpbench --model llama-3-8b --tp 2 $o
+    expect_status 2 "--model with the sweep's $o is a usage error"
+    expect_err_has "${o%% *} goes with a sweep" "names $o"
+done
+run tpbench -f 2 -i 8 -e 64
+expect_status 2 "-f with -i is a usage error"
+expect_err_has "-f and -i" "names both"
 run tpbench --model llama-3-8b --tp 4 --link pcie4 --alpha 0 --bandwidth 32G --json
 expect_status 0 "--model --json"
 
