@@ -46,7 +46,7 @@ static void usage(FILE *f)
             "Sampling options are stored in the stream and used by decode.\n"
             "Exit status: 0 success, 1 runtime error (bad model or prompts file, KV memory\n"
             "exhausted), 2 usage error.\n",
-            kvp_runopts_help);
+            kvp_runopts_help_one);
 }
 
 /* Prompt i of the prompts file, read from its line, as token ids *t[*n]; an
@@ -451,7 +451,11 @@ int main(int argc, char **argv)
     struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];
     kvp_runopts_table(longopts, own, sizeof own / sizeof own[0]);
     int c;
-    while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "ho:", longopts, NULL)) != -1) {
+    int li = 0;
+    while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "ho:", longopts, &li)) != -1) {
+        if (kvp_runopts_is_sched(c)) /* accepted and ignored would mislead */
+            kvp_cli_usage_error("--%s is decode's: prefill computes one prompt at a time (--chunk sets its "
+                                "tokens a step)", longopts[li].name);
         if (kvp_runopts_parse(&o, c, optarg))
             continue;
         if (c == 'o') {

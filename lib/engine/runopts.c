@@ -54,31 +54,39 @@ const struct option kvp_runopts_long[] = {
 _Static_assert(sizeof kvp_runopts_long / sizeof kvp_runopts_long[0] == KVP_RUNOPTS_N_LONG + 1,
                "KVP_RUNOPTS_N_LONG counts kvp_runopts_long's entries");
 
-const char kvp_runopts_help[] =
-    "  -m, --model FILE        model: GGUF, KVP model file (quantize) or HF folder\n"
-    "  -p, --prompt TEXT       one prompt\n"
-    "  -f, --file FILE         prompts: JSON Lines ({\"id\",\"prompt\"} or {\"messages\"}) or one text\n"
-    "      --tokens IDS        one prompt as token ids, comma-separated\n"
-    "      --chat              render plain prompts in the model's chat format\n"
-    "      --no-special        take <|im_start|> etc. in plain prompts as text, not special tokens\n"
-    "      --system TEXT       system message for --chat\n"
-    "  -n, --max-tokens N      tokens to generate per sequence (128)\n"
-    "      --temperature T     0 is greedy (default 0)\n"
-    "      --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed N\n"
-    "  -t, --threads N         CPU threads (default: all cores)\n"
-    "      --backend NAME      where the model runs: cpu (default) or cuda; -g is --backend cuda\n"
-    "      --block-size N      tokens per KV block (16)\n"
-    "      --kv-mem SIZE       KV cache size (e.g. 512MiB), or --kv-blocks N\n"
-    "      --kv-dtype TYPE     f16 (default), bf16, f32, or fp8 / int8 (a scale per token and head)\n"
+/* The shared options' help, in three parts: the scheduler's lines are
+ * decode's alone (prefill computes one prompt at a time). */
+#define HELP_HEAD \
+    "  -m, --model FILE        model: GGUF, KVP model file (quantize) or HF folder\n" \
+    "  -p, --prompt TEXT       one prompt\n" \
+    "  -f, --file FILE         prompts: JSON Lines ({\"id\",\"prompt\"} or {\"messages\"}) or one text\n" \
+    "      --tokens IDS        one prompt as token ids, comma-separated\n" \
+    "      --chat              render plain prompts in the model's chat format\n" \
+    "      --no-special        take <|im_start|> etc. in plain prompts as text, not special tokens\n" \
+    "      --system TEXT       system message for --chat\n" \
+    "  -n, --max-tokens N      tokens to generate per sequence (128)\n" \
+    "      --temperature T     0 is greedy (default 0)\n" \
+    "      --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed N\n" \
+    "  -t, --threads N         CPU threads (default: all cores)\n" \
+    "      --backend NAME      where the model runs: cpu (default) or cuda; -g is --backend cuda\n" \
+    "      --block-size N      tokens per KV block (16)\n" \
+    "      --kv-mem SIZE       KV cache size (e.g. 512MiB), or --kv-blocks N\n" \
+    "      --kv-dtype TYPE     f16 (default), bf16, f32, or fp8 / int8 (a scale per token and head)\n" \
     "      --chunk N           prompt tokens per forward step (512)\n"
-    "      --max-num-seqs N    sequences running at once (64)\n"
-    "      --max-batched-tokens N  tokens per forward step, decode and prompt chunks together (512)\n"
+#define HELP_SCHED \
+    "      --max-num-seqs N    sequences running at once (64)\n" \
+    "      --max-batched-tokens N  tokens per forward step, decode and prompt chunks together (512)\n" \
     "      --static            static batching: a new batch of --max-num-seqs only when the last has ended\n"
-    "      --stats[=FILE]      timings on stderr (with --json: as JSON), or as JSON into FILE\n"
-    "      --tp N              tensor parallelism over N ranks: start with mpirun -np N (each rank maps its\n"
-    "                          shard of the weights and holds its KV heads; rank 0 reads and writes)\n"
-    "      --pp M              pipeline parallelism: the layers in M stages (mpirun -np N*M with --tp N)\n"
-    "      --timeout S         under --tp/--pp: a rank waiting S seconds for its peers ends the job (300)\n";
+#define HELP_TAIL \
+    "      --stats[=FILE]      timings on stderr (with --json: as JSON), or as JSON into FILE\n" \
+    "      --tp N              tensor parallelism over N ranks: start with mpirun -np N (each rank maps its\n" \
+    "                          shard of the weights and holds its KV heads; rank 0 reads and writes)\n" \
+    "      --pp M              pipeline parallelism: the layers in M stages (mpirun -np N*M with --tp N)\n" \
+    "      --timeout S         under --tp/--pp: a rank waiting S seconds for its peers ends the job (300)\n"
+const char kvp_runopts_help[] = HELP_HEAD HELP_SCHED HELP_TAIL;
+const char kvp_runopts_help_one[] = HELP_HEAD HELP_TAIL;
+
+int kvp_runopts_is_sched(int c) { return c == KVP_OPT_MAX_NUM_SEQS || c == KVP_OPT_MAX_BATCHED || c == KVP_OPT_STATIC; }
 
 void kvp_runopts_table(struct option *out, const struct option *own, size_t n_own)
 {

@@ -81,6 +81,11 @@ void kvp_runopts_free(kvp_runopts *o);
 int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg);
 /* Options text for --help. */
 extern const char kvp_runopts_help[];
+/* The same without the scheduler's options (--max-num-seqs,
+ * --max-batched-tokens, --static): prefill's, which refuses them. */
+extern const char kvp_runopts_help_one[];
+/* Whether getopt's c is one of the scheduler's options above. */
+int kvp_runopts_is_sched(int c);
 /* Apply the options given to a sampling state (a resumed one keeps the rest). */
 void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s);
 /* Request i's sampling: the command line's with what its prompts-file

@@ -242,4 +242,15 @@ run_sh "prefill -m '$M' -t 1 -f '$T/only.jsonl' | decode -m '$M' -t 1 -n 2 --jso
 expect_status 0 "a stream of sequences is still read"
 expect_out_has '"id":"only"' "and answered"
 
+# decode's scheduler options would do nothing here (one prompt at a time):
+# refused, not ignored, and not in prefill's help.
+for o in "--max-num-seqs 2" "--max-batched-tokens 64" "--static"; do
+    run prefill -m "$M" -t 1 -p hi $o -o "$T/sched.kvp"
+    expect_status 2 "prefill $o is a usage error"
+    expect_err_has "${o%% *} is decode's" "says whose option ${o%% *} is"
+    expect_true "and writes nothing" [ ! -e "$T/sched.kvp" ]
+done
+run prefill --help
+expect_true "prefill --help leaves decode's scheduler options out" sh -c "! grep -q -- '--max-num-seqs' '$OUT'"
+
 done_testing
