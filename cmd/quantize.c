@@ -229,7 +229,15 @@ static int on_tensor(void *ctx, const kvp_convert_item *it, kvp_err *err)
     return 0;
 }
 
-/* The short table on a terminal: one line per (from, to, scheme). */
+/* What the report's "to" column says of a tensor: its output dtype, or
+ * "dropped". */
+static const char *to_name(const kvp_convert_item *it)
+{
+    return it->action == KVP_CONVERT_DROP ? "dropped" : kvp_dtype_name(it->out.dtype);
+}
+
+/* The short table on a terminal: one line per (from, to, scheme), dropped
+ * tensors on lines of their own, so the columns add up to the total line. */
 static void print_table(const kvp_convert *cv, const kvp_convert_totals *t)
 {
     size_t n = kvp_convert_count(cv);
@@ -240,7 +248,7 @@ static void print_table(const kvp_convert *cv, const kvp_convert_totals *t)
             "bytes out", "SNR dB");
     for (size_t i = 0; i < n; i++) {
         const kvp_convert_item *a = kvp_convert_item_at(cv, i);
-        if (done[i] || a->action == KVP_CONVERT_DROP)
+        if (done[i])
             continue;
         char sa[32], sb[32];
         kvp_convert_scheme_str(&a->out, sa, sizeof sa);
@@ -250,25 +258,25 @@ static void print_table(const kvp_convert *cv, const kvp_convert_totals *t)
         for (size_t j = i; j < n; j++) {
             const kvp_convert_item *b = kvp_convert_item_at(cv, j);
             kvp_convert_scheme_str(&b->out, sb, sizeof sb);
-            if (done[j] || b->action == KVP_CONVERT_DROP || strcmp(a->src_type, b->src_type) ||
-                a->out.dtype != b->out.dtype || strcmp(sa, sb))
+            if (done[j] || strcmp(a->src_type, b->src_type) || strcmp(to_name(a), to_name(b)) || strcmp(sa, sb))
                 continue;
             done[j] = 1;
             k++;
             in += b->src.data_bytes + b->src.scales_bytes + b->src.zeros_bytes;
-            out += b->out.data_bytes + b->out.scales_bytes + b->out.zeros_bytes;
+            if (b->action != KVP_CONVERT_DROP)
+                out += b->out.data_bytes + b->out.scales_bytes + b->out.zeros_bytes;
             if (b->action == KVP_CONVERT_QUANT)
                 kvp_quant_stats_merge(&st, &b->stats);
         }
         kvp_quant_report rep;
         kvp_quant_stats_report(&st, &rep);
         fprintf(stderr, "%-10s %-10s %-12s %7" PRIu64 " %14" PRIu64 " %14" PRIu64 " %9.2f\n", a->src_type,
-                kvp_dtype_name(a->out.dtype), sa, k, in, out, st.n ? rep.snr_db : 1.0 / 0.0);
+                to_name(a), sa, k, in, out, rep.snr_db);
     }
     kvp_quant_report rep;
     kvp_quant_stats_report(&t->stats, &rep);
     fprintf(stderr, "%-10s %-10s %-12s %7" PRIu64 " %14" PRIu64 " %14" PRIu64 " %9.2f\n", "total", "", "",
-            t->n_tensors, t->bytes_in, t->bytes_out, t->stats.n ? rep.snr_db : 1.0 / 0.0);
+            t->n_read, t->bytes_in, t->bytes_out, rep.snr_db);
     free(done);
 }
 
@@ -283,7 +291,7 @@ static void print_plan(const kvp_convert *cv, int json)
         char shape[96], scheme[32];
         kvp_convert_shape_str(&it->src, shape, sizeof shape);
         kvp_convert_scheme_str(&it->out, scheme, sizeof scheme);
-        const char *to = it->action == KVP_CONVERT_DROP ? "dropped" : kvp_dtype_name(it->out.dtype);
+        const char *to = to_name(it);
         uint64_t in = it->src.data_bytes + it->src.scales_bytes + it->src.zeros_bytes;
         uint64_t out = it->action == KVP_CONVERT_DROP ? 0 : it->out.data_bytes + it->out.scales_bytes + it->out.zeros_bytes;
         if (json) {
@@ -302,14 +310,15 @@ static void print_plan(const kvp_convert *cv, int json)
     }
     kvp_convert_totals t;
     kvp_convert_totals_get(cv, &t);
+    /* bytes in and out are the sums of the rows above, dropped rows too */
     if (json)
-        printf("{\"summary\":true,\"tensors\":%" PRIu64 ",\"quantized\":%" PRIu64 ",\"dropped\":%" PRIu64
-               ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"file_bytes\":%" PRIu64 "}\n",
-               t.n_tensors, t.n_quantized, t.n_dropped, t.bytes_in, t.bytes_out, t.file_bytes);
+        printf("{\"summary\":true,\"read\":%" PRIu64 ",\"tensors\":%" PRIu64 ",\"quantized\":%" PRIu64
+               ",\"dropped\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"file_bytes\":%" PRIu64
+               "}\n", t.n_read, t.n_tensors, t.n_quantized, t.n_dropped, t.bytes_in, t.bytes_out, t.file_bytes);
     else
-        printf("total: %" PRIu64 " tensors (%" PRIu64 " converted, %" PRIu64 " dropped), %" PRIu64
-               " bytes in, %" PRIu64 " bytes out, file %" PRIu64 " bytes\n",
-               t.n_tensors, t.n_quantized, t.n_dropped, t.bytes_in, t.bytes_out, t.file_bytes);
+        printf("total: %" PRIu64 " tensors read: %" PRIu64 " written (%" PRIu64 " converted), %" PRIu64
+               " dropped; %" PRIu64 " bytes in, %" PRIu64 " bytes out; file %" PRIu64 " bytes\n",
+               t.n_read, t.n_tensors, t.n_quantized, t.n_dropped, t.bytes_in, t.bytes_out, t.file_bytes);
 }
 
 /* ---- the two modes ---- */
@@ -565,26 +574,7 @@ static int run_kv(const options *o, const char *input)
     if (o->report) {
         reporter r = {0};
         kvp_buf_init(&r.line);
-        kvp_quant_report rep;
-        kvp_quant_stats_report(&st.stats, &rep);
-        int exact = st.stats.n == 0 || rep.snr_db > 1e300, k;
-        char text[1024];
-        if (o->json)
-            k = snprintf(text, sizeof text,
-                    "{\"summary\":true,\"kv\":\"%s\",\"records\":%" PRIu64 ",\"blocks\":%" PRIu64
-                    ",\"converted\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64
-                    ",\"rmse\":%.6g,\"rel_err\":%.6g,\"snr_db\":%s%.6g,\"max_abs_err\":%.6g,\"clipped\":%.6g}\n",
-                    kvp_dtype_name((uint32_t)o->kv), st.n_records, st.n_blocks, st.n_converted, st.bytes_in,
-                    st.bytes_out, rep.rmse, rep.rel_err, exact ? "null" : "", exact ? 0.0 : rep.snr_db,
-                    rep.max_abs_err, rep.clipped);
-        else
-            k = snprintf(text, sizeof text,
-                    "to\trecords\tblocks\tconverted\tbytes_in\tbytes_out\trmse\trel_err\tsnr_db\tmax_abs_err\tclipped\n"
-                    "%s\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\n",
-                    kvp_dtype_name((uint32_t)o->kv), st.n_records, st.n_blocks, st.n_converted, st.bytes_in,
-                    st.bytes_out, rep.rmse, rep.rel_err, exact ? 1.0 / 0.0 : rep.snr_db, rep.max_abs_err,
-                    rep.clipped);
-        kvp_buf_put(&r.line, text, k > 0 && (size_t)k < sizeof text ? (size_t)k : 0);
+        kvp_convert_report_kv(&r.line, (uint32_t)o->kv, &st, o->json);
         report_open(&r, o->report);
         if (report_put(&r, &err) < 0) {
             report_abort(&r);

@@ -172,6 +172,27 @@ static int grow_items(kvp_convert *cv, uint64_t n, kvp_err *err)
     return 0;
 }
 
+/* "[1, 1, 2, 32]" into buf. */
+static void shape_text(const uint64_t *shape, uint32_t n_dims, char *buf, size_t n)
+{
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (uint32_t d = 0; d < n_dims && used < n; d++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%llu", d ? ", " : "", (unsigned long long)shape[d]);
+    if (used < n)
+        snprintf(buf + used, n - used, "]");
+}
+
+/* The note for a tensor of more than 4 dimensions stored with its leading
+ * 1s left out: whoever reads the output back gets the shorter shape. */
+static int note_squeezed(kvp_convert *cv, const char *name, uint32_t n_dims, const uint64_t *shape, uint32_t skip)
+{
+    char from[160], to[120];
+    shape_text(shape, n_dims, from, sizeof from);
+    shape_text(shape + skip, n_dims - skip, to, sizeof to);
+    return add_note(cv, "%s: tensor %s: shape %s stored as %s (KVP holds at most %d dimensions; the leading 1s are "
+                    "left out, the bytes are the same)", cv->path, name, from, to, KVP_MAX_DIMS);
+}
+
 /* Fill item i's name and source record from a shape given outermost first. */
 static int set_src(kvp_convert *cv, size_t i, const char *name, int dtype, const char *type_name, uint32_t n_dims,
                    const uint64_t *shape, uint64_t nbytes, kvp_err *err)
@@ -184,10 +205,13 @@ static int set_src(kvp_convert *cv, size_t i, const char *name, int dtype, const
     memcpy(it->src.name, name, len + 1);
     snprintf(it->src_type, sizeof it->src_type, "%s", type_name);
     cv->src_ndim[i] = n_dims;
-    /* Leading dimensions of 1 go first, then a scalar becomes [1]. */
+    /* KVP holds 4 dimensions: leading dimensions of 1 go first (the bytes
+     * are the same, the shape is not: say so), then a scalar becomes [1]. */
     uint32_t skip = 0;
     while (n_dims - skip > KVP_MAX_DIMS && shape[skip] == 1)
         skip++;
+    if (skip && n_dims - skip <= KVP_MAX_DIMS && note_squeezed(cv, name, n_dims, shape, skip) < 0)
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
     it->src.n_dim = n_dims - skip;
     if (it->src.n_dim == 0)
         it->src.n_dim = 1, it->src.shape[0] = 1;
@@ -652,6 +676,29 @@ static void plan_quant(kvp_convert_item *it, const kvp_convert_opts *o, int dtyp
         it->out = it->src;
 }
 
+/* Why item i cannot be read, as an error: too many dimensions, no elements
+ * (KVP has no empty tensors), a type we have no reader for, or bytes that do
+ * not match its type and shape. */
+static int src_refused(const kvp_convert *cv, size_t i, kvp_err *err)
+{
+    const kvp_convert_item *it = &cv->items[i];
+    char shape[96];
+    if (cv->src_ndim[i] > KVP_MAX_DIMS && it->src.n_dim > KVP_MAX_DIMS)
+        return kvp_err_set(err, KVP_EUNSUPPORTED,
+                           "%s: tensor %s: %u dimensions (KVP holds at most %d; --drop leaves it out)", cv->path,
+                           it->src.name, cv->src_ndim[i], KVP_MAX_DIMS);
+    if (it->src.dtype == UINT32_MAX || !kvp_dtype_get(it->src.dtype))
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: unsupported type %s (--drop leaves it out)",
+                           cv->path, it->src.name, it->src_type);
+    shape_text(it->src.shape, it->src.n_dim, shape, sizeof shape);
+    if (kvp_tensor_numel(&it->src) == 0)
+        return kvp_err_set(err, KVP_EUNSUPPORTED,
+                           "%s: tensor %s: shape %s has no elements (a KVP tensor holds at least one; --drop leaves "
+                           "it out)", cv->path, it->src.name, shape);
+    return kvp_err_set(err, KVP_EFORMAT, "%s: tensor %s: %llu bytes do not hold %s %s (--drop leaves it out)",
+                       cv->path, it->src.name, (unsigned long long)it->src.data_bytes, it->src_type, shape);
+}
+
 static int plan_one(kvp_convert *cv, const plan_ctx *p, size_t i, kvp_err *err)
 {
     kvp_convert_item *it = &cv->items[i];
@@ -662,14 +709,8 @@ static int plan_one(kvp_convert *cv, const plan_ctx *p, size_t i, kvp_err *err)
         it->out = it->src;
         return 0;
     }
-    if (!it->src_ok) {
-        if (cv->src_ndim[i] > KVP_MAX_DIMS && it->src.n_dim > KVP_MAX_DIMS)
-            return kvp_err_set(err, KVP_EUNSUPPORTED,
-                               "%s: tensor %s: %u dimensions (KVP holds at most %d; --drop leaves it out)", cv->path,
-                               it->src.name, cv->src_ndim[i], KVP_MAX_DIMS);
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: unsupported type %s (--drop leaves it out)",
-                           cv->path, it->src.name, it->src_type);
-    }
+    if (!it->src_ok)
+        return src_refused(cv, i, err);
     int dtype = choose_dtype(p, it);
     const kvp_dtype_traits *tr = kvp_dtype_get(it->src.dtype);
     if (dtype != KVP_CONVERT_KEEP && !tr->to_f32) {
@@ -715,6 +756,37 @@ static int check_opts(const kvp_convert_opts *o, kvp_err *err)
     return 0;
 }
 
+/* The planned output through the loader's tensor checks (lib/model.h), so
+ * that a model decode would refuse (31 layers declared, 30 present; an
+ * embedding of another vocabulary) is refused here with decode's message and
+ * nothing is written.  Missing because --drop left it out: said so. */
+static int check_output_tensors(kvp_convert *cv, kvp_err *err)
+{
+    if (cv->bare)
+        return 0;
+    kvp_tensor_rec *recs = malloc((cv->n_items ? cv->n_items : 1) * sizeof *recs);
+    if (!recs)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", cv->path);
+    size_t n = 0;
+    for (size_t i = 0; i < cv->n_items; i++)
+        if (cv->items[i].action != KVP_CONVERT_DROP)
+            recs[n++] = cv->items[i].out;
+    int format = cv->format == KVP_CONVERT_GGUF ? KVP_MODEL_GGUF
+                 : cv->format == KVP_CONVERT_KVP ? KVP_MODEL_KVP : KVP_MODEL_HF;
+    int rc = kvp_model_check_tensors(&cv->cfg, recs, n, format, cv->path, err);
+    free(recs);
+    for (size_t i = 0; rc == KVP_ENOTFOUND && i < cv->n_items; i++) {
+        char missing[KVP_NAME_MAX + 32];
+        snprintf(missing, sizeof missing, "tensor %s is missing", cv->items[i].src.name);
+        size_t len = strlen(err->msg);
+        if (cv->items[i].action == KVP_CONVERT_DROP && strstr(err->msg, missing)) {
+            snprintf(err->msg + len, sizeof err->msg - len, " (--drop left it out)");
+            break;
+        }
+    }
+    return rc;
+}
+
 int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
 {
     plan_ctx p;
@@ -732,7 +804,7 @@ int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
         regfree(&p.exclude);
     if (p.has_drop)
         regfree(&p.drop);
-    if (rc < 0)
+    if (rc < 0 || (rc = check_output_tensors(cv, err)) < 0)
         return rc;
     const char *to = "keep";
     for (size_t i = 0; i < sizeof target_names / sizeof target_names[0]; i++)

@@ -98,12 +98,15 @@ typedef struct kvp_convert_item {
     kvp_quant_stats stats; /* error of out against the dequantized source (QUANT, after writing) */
 } kvp_convert_item;
 
+/* Counts over the plan; the byte counts are the sums of the rows of the
+ * dry run and the report, which list every tensor read, dropped ones too. */
 typedef struct kvp_convert_totals {
+    uint64_t n_read;       /* every input tensor: n_tensors + n_dropped */
     uint64_t n_tensors;    /* written */
-    uint64_t n_quantized;  /* QUANT to a different dtype or scheme */
-    uint64_t n_fallback;   /* with a note */
+    uint64_t n_quantized;  /* written ones QUANT to a different dtype or scheme */
+    uint64_t n_fallback;   /* written ones with a note */
     uint64_t n_dropped;
-    uint64_t bytes_in;     /* source bytes of the written tensors (data + scales + zeros) */
+    uint64_t bytes_in;     /* source bytes of every tensor read, dropped ones too (data + scales + zeros) */
     uint64_t bytes_out;    /* output bytes of the written tensors */
     uint64_t file_bytes;   /* size of the output file when written without zstd */
     kvp_quant_stats stats; /* merged over the quantized tensors (weighted SNR) */
@@ -145,8 +148,11 @@ const kvp_config *kvp_convert_config(const kvp_convert *cv);
 size_t kvp_convert_notes(const kvp_convert *cv, const char *const **notes);
 
 /* Plan every tensor (may be called again with other options).  Fails with
- * KVP_EUNSUPPORTED naming the tensor for a source type we cannot read that
- * is not dropped, KVP_EINVAL for a bad regex or impossible option set. */
+ * KVP_EUNSUPPORTED naming the tensor for a source tensor we cannot read (its
+ * type, no elements, more than 4 dimensions) that is not dropped, KVP_EINVAL
+ * for a bad regex or impossible option set, and with the loader's code and
+ * message when the planned tensors fail kvp_model_check_tensors (lib/model.h:
+ * a weight missing, dropped, or of the wrong shape for the config). */
 int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err);
 size_t kvp_convert_count(const kvp_convert *cv);
 const kvp_convert_item *kvp_convert_item_at(const kvp_convert *cv, size_t i);
@@ -162,7 +168,9 @@ typedef int (*kvp_convert_fn)(void *ctx, const kvp_convert_item *it, kvp_err *er
 
 /* Write the planned model to out (opened by the caller, who commits it on
  * success and aborts it on failure).  zstd_level 0..19; producer as in
- * kvp_writer_opts.  pool may be NULL. */
+ * kvp_writer_opts.  pool may be NULL.  A tensor whose type reads as f32
+ * (converted or copied) holding a NaN or an infinity fails with KVP_EFORMAT
+ * naming the file, the tensor and the first such element. */
 int kvp_convert_write(kvp_convert *cv, kvp_out *out, int zstd_level, const char *producer, kvp_threadpool *pool,
                       kvp_convert_fn fn, void *ctx, kvp_err *err);
 
@@ -172,11 +180,15 @@ int kvp_convert_write(kvp_convert *cv, kvp_out *out, int zstd_level, const char 
  * snr_db max_abs_err clipped. */
 void kvp_convert_report_header(kvp_buf *b);
 /* One tensor: a TSV line, or a JSON object line (json != 0).  Copied tensors
- * show zero error; an exact conversion's SNR is "inf" (TSV) or null (JSON). */
+ * show zero error; an exact conversion's SNR is "inf" (TSV) or null (JSON).
+ * Errors that cannot be measured (a non-finite value) are "nan" / null,
+ * never figures that read as exact. */
 void kvp_convert_report_row(kvp_buf *b, const kvp_convert_item *it, int json);
-/* The closing line: name "TOTAL" (TSV) or {"summary":true,...} (JSON), with
- * tensor counts, bytes, and the error merged over the quantized tensors (the
- * SNR weighted by each tensor's energy). */
+/* The closing line: name "TOTAL" (TSV: "N tensors read: W written (C
+ * converted), D dropped") or {"summary":true,...} (JSON: "read", "tensors"
+ * written, "quantized" converted, "dropped"), the byte columns' sums, and the
+ * error merged over the converted tensors (the SNR weighted by each
+ * tensor's energy). */
 void kvp_convert_report_summary(kvp_buf *b, const kvp_convert_totals *t, int json);
 /* "4x8" style shape text (outermost first) into buf. */
 void kvp_convert_shape_str(const kvp_tensor_rec *t, char *buf, size_t n);
@@ -202,5 +214,9 @@ typedef struct kvp_convert_kv_stats {
  * kvp_writer_opts.  st may be NULL. */
 int kvp_convert_kv_stream(kvp_in *in, kvp_out *out, uint32_t dtype, int zstd_level, const char *producer,
                           kvp_convert_kv_stats *st, kvp_err *err);
+/* quantize --kv's report (convert_report.c): a header and one row (TSV),
+ * or one JSON object with "summary":true, over the whole stream converted
+ * to dtype; errors as in kvp_convert_report_row. */
+void kvp_convert_report_kv(kvp_buf *b, uint32_t dtype, const kvp_convert_kv_stats *st, int json);
 
 #endif

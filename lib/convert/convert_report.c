@@ -44,7 +44,8 @@ static void put_tsv_str(kvp_buf *b, const char *s)
         kvp_buf_u8(b, (*s == '\t' || *s == '\n' || *s == '\r') ? ' ' : (uint8_t)*s);
 }
 
-/* A double for a report: "inf" / null when infinite, %.6g otherwise. */
+/* A double for a report: "inf" / "nan" in TSV, null in JSON (which has
+ * neither), %.6g otherwise. */
 static void put_num(kvp_buf *b, double v, int json)
 {
     if (isinf(v) || isnan(v))
@@ -92,9 +93,7 @@ void kvp_convert_report_header(kvp_buf *b)
 static void put_errors(kvp_buf *b, const kvp_quant_stats *st, int json)
 {
     kvp_quant_report r;
-    kvp_quant_stats_report(st, &r);
-    if (st->n == 0) /* copied, not measured: the values are the source's */
-        r.snr_db = INFINITY;
+    kvp_quant_stats_report(st, &r); /* nothing compared: SNR inf (copied, the values are the source's) */
     const char *sep = json ? "," : "\t";
     if (json)
         putf(b, ",\"rmse\":");
@@ -149,15 +148,32 @@ void kvp_convert_report_summary(kvp_buf *b, const kvp_convert_totals *t, int jso
 {
     if (json) {
         putf(b,
-             "{\"summary\":true,\"tensors\":%" PRIu64 ",\"quantized\":%" PRIu64 ",\"fallback\":%" PRIu64
-             ",\"dropped\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"file_bytes\":%" PRIu64,
-             t->n_tensors, t->n_quantized, t->n_fallback, t->n_dropped, t->bytes_in, t->bytes_out, t->file_bytes);
+             "{\"summary\":true,\"read\":%" PRIu64 ",\"tensors\":%" PRIu64 ",\"quantized\":%" PRIu64
+             ",\"fallback\":%" PRIu64 ",\"dropped\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64
+             ",\"file_bytes\":%" PRIu64,
+             t->n_read, t->n_tensors, t->n_quantized, t->n_fallback, t->n_dropped, t->bytes_in, t->bytes_out,
+             t->file_bytes);
         put_errors(b, &t->stats, 1);
         putf(b, "}\n");
         return;
     }
-    putf(b, "TOTAL\t%" PRIu64 " tensors, %" PRIu64 " quantized\t-\t-\t-\t%" PRIu64 "\t%" PRIu64 "\t", t->n_tensors,
-         t->n_quantized, t->bytes_in, t->bytes_out);
+    putf(b, "TOTAL\t%" PRIu64 " tensors read: %" PRIu64 " written (%" PRIu64 " converted), %" PRIu64
+         " dropped\t-\t-\t-\t%" PRIu64 "\t%" PRIu64 "\t",
+         t->n_read, t->n_tensors, t->n_quantized, t->n_dropped, t->bytes_in, t->bytes_out);
     put_errors(b, &t->stats, 0);
     putf(b, "\n");
+}
+
+void kvp_convert_report_kv(kvp_buf *b, uint32_t dtype, const kvp_convert_kv_stats *st, int json)
+{
+    if (json)
+        putf(b, "{\"summary\":true,\"kv\":\"%s\",\"records\":%" PRIu64 ",\"blocks\":%" PRIu64
+             ",\"converted\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64,
+             kvp_dtype_name(dtype), st->n_records, st->n_blocks, st->n_converted, st->bytes_in, st->bytes_out);
+    else
+        putf(b, "to\trecords\tblocks\tconverted\tbytes_in\tbytes_out\trmse\trel_err\tsnr_db\tmax_abs_err\tclipped\n"
+             "%s\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t",
+             kvp_dtype_name(dtype), st->n_records, st->n_blocks, st->n_converted, st->bytes_in, st->bytes_out);
+    put_errors(b, &st->stats, json);
+    putf(b, json ? "}\n" : "\n");
 }

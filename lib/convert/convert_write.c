@@ -4,7 +4,9 @@
 
 #include "fingerprint.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,17 +55,51 @@ static int aligned_src(wbuf *b, const void *p, uint64_t n, const uint8_t **out)
     return 0;
 }
 
-static int quant_one(kvp_convert_item *it, const src_view *sv, wbuf *b, kvp_writer *w, kvp_threadpool *pool,
-                     kvp_err *err)
+/* Refuse a tensor holding a NaN or an infinity, naming the first one by its
+ * index in storage order and its coordinates (outermost first): quantized,
+ * such a value becomes a code of 0, a clipped maximum or a NaN scale that no
+ * error figure can measure, and a model that computes garbage. */
+static int check_finite(const char *path, const kvp_tensor_rec *t, const float *x, uint64_t numel, kvp_err *err)
+{
+    uint64_t i = 0;
+    while (i < numel && isfinite(x[i]))
+        i++;
+    if (i == numel)
+        return 0;
+    char at[160];
+    size_t used = 0;
+    uint64_t rest = i, stride = numel;
+    for (uint32_t d = 0; d < t->n_dim && used < sizeof at; d++) {
+        stride /= t->shape[d];
+        used += (size_t)snprintf(at + used, sizeof at - used, "%s%llu", d ? ", " : "",
+                                 (unsigned long long)(rest / stride));
+        rest %= stride;
+    }
+    return kvp_err_set(err, KVP_EFORMAT, "%s: tensor %s: element %llu [%s] is %s (weights must be finite numbers)",
+                       path, t->name, (unsigned long long)i, at, isnan(x[i]) ? "NaN" : x[i] > 0 ? "+inf" : "-inf");
+}
+
+/* The source's values as f32 in b->x, checked finite. */
+static int dequant_checked(const char *path, const kvp_convert_item *it, const src_view *sv, wbuf *b,
+                           kvp_threadpool *pool, kvp_err *err)
 {
     uint64_t numel = kvp_tensor_numel(&it->src);
-    uint64_t d = kvp_align_up(it->out.data_bytes, KVP_ALIGN), s = kvp_align_up(it->out.scales_bytes, KVP_ALIGN);
-    uint64_t total = d + s + it->out.zeros_bytes;
-    if (numel > SIZE_MAX / sizeof(float) || total > SIZE_MAX || grow((void **)&b->x, &b->x_cap, numel, 4) < 0 ||
-        grow((void **)&b->q, &b->q_cap, total ? total : 1, 1) < 0)
+    if (numel > SIZE_MAX / sizeof(float) || grow((void **)&b->x, &b->x_cap, numel, 4) < 0)
         return kvp_err_set(err, KVP_ENOMEM, "tensor %s: out of memory for %llu elements", it->src.name,
                            (unsigned long long)numel);
     int rc = kvp_dequant_tensor(&it->src, sv->data, sv->scales, sv->zeros, b->x, pool, err);
+    return rc < 0 ? rc : check_finite(path, &it->src, b->x, numel, err);
+}
+
+static int quant_one(const char *path, kvp_convert_item *it, const src_view *sv, wbuf *b, kvp_writer *w,
+                     kvp_threadpool *pool, kvp_err *err)
+{
+    uint64_t d = kvp_align_up(it->out.data_bytes, KVP_ALIGN), s = kvp_align_up(it->out.scales_bytes, KVP_ALIGN);
+    uint64_t total = d + s + it->out.zeros_bytes;
+    if (total > SIZE_MAX || grow((void **)&b->q, &b->q_cap, total ? total : 1, 1) < 0)
+        return kvp_err_set(err, KVP_ENOMEM, "tensor %s: out of memory for %llu bytes", it->src.name,
+                           (unsigned long long)total);
+    int rc = dequant_checked(path, it, sv, b, pool, err);
     if (rc < 0)
         return rc;
     uint8_t *scales = it->out.scales_bytes ? b->q + d : NULL, *zeros = it->out.zeros_bytes ? b->q + d + s : NULL;
@@ -73,14 +109,18 @@ static int quant_one(kvp_convert_item *it, const src_view *sv, wbuf *b, kvp_writ
     return kvp_write_tensor(w, &it->out, b->q, scales, zeros, err);
 }
 
-static int write_one(kvp_convert_item *it, const src_view *sv, wbuf *b, kvp_writer *w, kvp_threadpool *pool,
-                     kvp_err *err)
+/* One planned tensor into w.  A copied one is read as f32 too, when its
+ * type can be, so that no tensor written carries a NaN or an infinity. */
+static int write_one(const char *path, kvp_convert_item *it, const src_view *sv, wbuf *b, kvp_writer *w,
+                     kvp_threadpool *pool, kvp_err *err)
 {
     if (it->action == KVP_CONVERT_DROP)
         return 0;
-    if (it->action == KVP_CONVERT_COPY)
-        return kvp_write_tensor(w, &it->out, sv->data, sv->scales, sv->zeros, err);
-    return quant_one(it, sv, b, w, pool, err);
+    if (it->action == KVP_CONVERT_QUANT)
+        return quant_one(path, it, sv, b, w, pool, err);
+    const kvp_dtype_traits *tr = kvp_dtype_get(it->src.dtype);
+    int rc = tr && tr->to_f32 ? dequant_checked(path, it, sv, b, pool, err) : 0;
+    return rc < 0 ? rc : kvp_write_tensor(w, &it->out, sv->data, sv->scales, sv->zeros, err);
 }
 
 /* GGUF and safetensors: tensors are used in place in the mapping. */
@@ -103,7 +143,7 @@ static int write_mapped(kvp_convert *cv, kvp_writer *w, wbuf *b, kvp_threadpool 
         if (it->action != KVP_CONVERT_DROP && aligned_src(b, p, it->src.data_bytes, &sv.data) < 0)
             rc = kvp_err_set(err, KVP_ENOMEM, "tensor %s: out of memory", it->src.name);
         if (!rc)
-            rc = write_one(it, &sv, b, w, pool, err);
+            rc = write_one(cv->path, it, &sv, b, w, pool, err);
         if (!rc && fn)
             rc = fn(ctx, it, err);
         if (rc < 0)
@@ -138,7 +178,7 @@ static int write_from_kvp(kvp_convert *cv, kvp_writer *w, wbuf *b, kvp_threadpoo
             break;
         }
         kvp_convert_item *it = &cv->items[i++];
-        if ((rc = write_one(it, &sv, b, w, pool, err)) < 0 || (fn && (rc = fn(ctx, it, err)) < 0))
+        if ((rc = write_one(cv->path, it, &sv, b, w, pool, err)) < 0 || (fn && (rc = fn(ctx, it, err)) < 0))
             break;
     }
     if (rc == 0 && i != cv->n_items)
@@ -217,13 +257,14 @@ void kvp_convert_totals_get(const kvp_convert *cv, kvp_convert_totals *t)
         t->file_bytes += meta_record_bytes(&cv->tok_meta);
     for (size_t i = 0; i < cv->n_items; i++) {
         const kvp_convert_item *it = &cv->items[i];
+        t->n_read++;
+        t->bytes_in += kvp_convert_rec_bytes(&it->src);
         if (it->action == KVP_CONVERT_DROP) {
             t->n_dropped++;
             continue;
         }
         t->n_tensors++;
         t->n_fallback += it->note[0] != '\0';
-        t->bytes_in += kvp_convert_rec_bytes(&it->src);
         t->bytes_out += kvp_convert_rec_bytes(&it->out);
         t->file_bytes += tensor_record_bytes(&it->out);
         if (it->action == KVP_CONVERT_QUANT) {

@@ -255,6 +255,8 @@ static int widen(kvp_model *m, const kvp_model_tensor *t, const void *src, uint6
     if (sd != KVP_DTYPE_F32 && sd != KVP_DTYPE_F16 && sd != KVP_DTYPE_BF16)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: scales of type %s are not supported (f32, f16, bf16)",
                            m->path, t->rec.name, kvp_dtype_name(sd));
+    if (m->check_only) /* records only: the layout is all there is to check */
+        return *out = NULL, 0;
     float *f = own(m, n * sizeof(float));
     if (!f)
         return kvp_err_set(err, KVP_ENOMEM, "%s: tensor %s: out of memory for %llu scales", m->path, t->rec.name,
@@ -304,12 +306,12 @@ static int bind_scales(kvp_model *m, kvp_weight *w, const kvp_model_tensor *t, k
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: %s with zero points", m->path, r->name,
                            kvp_dtype_name(r->dtype));
     uint64_t n = per_row ? per_row * w->n_out : 1;
-    if (kvp_tensor_scale_count(r) != (int64_t)n || !t->scales)
+    if (kvp_tensor_scale_count(r) != (int64_t)n || !(m->check_only ? r->scales_bytes : t->scales != NULL))
         return kvp_err_set(err, KVP_EFORMAT, "%s: tensor %s: %lld scales, expected %llu", m->path, r->name,
                            (long long)kvp_tensor_scale_count(r), (unsigned long long)n);
     int rc = widen(m, t, t->scales, n, 1, &w->scales, err);
     if (rc == 0 && (r->flags & KVP_TENSOR_ASYM))
-        rc = t->zeros ? widen(m, t, t->zeros, n, 0, &w->zeros, err)
+        rc = (m->check_only ? r->zeros_bytes : t->zeros != NULL) ? widen(m, t, t->zeros, n, 0, &w->zeros, err)
                       : kvp_err_set(err, KVP_EFORMAT, "%s: tensor %s: zero points missing", m->path, r->name);
     return rc;
 }
@@ -374,6 +376,8 @@ static int need_f32(kvp_model *m, kvp_weight *w, kvp_err *err)
     if ((w->dtype != KVP_DTYPE_F16 && w->dtype != KVP_DTYPE_BF16) || w->n_out != 1)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: type %s, expected f32", m->path, w->name,
                            kvp_dtype_name((uint32_t)w->dtype));
+    if (m->check_only)
+        return 0;
     float *f = own(m, (uint64_t)w->n_in * sizeof(float));
     if (!f)
         return kvp_err_set(err, KVP_ENOMEM, "%s: tensor %s: out of memory", m->path, w->name);
@@ -425,6 +429,12 @@ static int bind_layer(kvp_model *m, uint32_t i, kvp_err *err)
 
 /* RoPE inverse frequencies, with llama3 or linear scaling, or the per-pair
  * divisors of a rope_freqs.weight tensor when the file carries one. */
+static int bind_rope_freqs(kvp_model *m, kvp_weight *rf, kvp_err *err)
+{
+    int rc = bind(m, rf, "rope_freqs.weight", NULL, m->cfg.rope_dim / 2, 0, 1, err);
+    return rc < 0 ? rc : need_f32(m, rf, err);
+}
+
 static int make_inv_freq(kvp_model *m, kvp_err *err)
 {
     const kvp_config *c = &m->cfg;
@@ -433,8 +443,8 @@ static int make_inv_freq(kvp_model *m, kvp_err *err)
     if (!m->inv_freq)
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
     kvp_weight rf;
-    int rc = bind(m, &rf, "rope_freqs.weight", NULL, half, 0, 1, err);
-    if (rc < 0 || (rc = need_f32(m, &rf, err)) < 0)
+    int rc = bind_rope_freqs(m, &rf, err);
+    if (rc < 0)
         return rc;
     for (uint32_t i = 0; i < half; i++) {
         double f = pow(c->rope_theta, -2.0 * i / c->rope_dim);
@@ -534,6 +544,35 @@ static int bind_all(kvp_model *m, kvp_err *err)
             return rc;
     m->cfg.attn_bias = m->layers[0].bq.dtype >= 0;
     return 0;
+}
+
+int kvp_model_check_tensors(const kvp_config *c, const kvp_tensor_rec *recs, size_t n, int format,
+                            const char *source, kvp_err *err)
+{
+    kvp_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *c;
+    if (m.cfg.rope_dim == 0) /* as kvp_model_load defaults it */
+        m.cfg.rope_dim = m.cfg.head_dim;
+    m.format = format;
+    m.path = (char *)(uintptr_t)source; /* only named in messages */
+    m.check_only = 1;
+    kvp_err ignored = {0};
+    if (check_supported(&m, &ignored) < 0) /* its tensor names and shapes are not ours to know */
+        return 0;
+    m.tensors = calloc(n ? n : 1, sizeof *m.tensors);
+    if (!m.tensors)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", source);
+    for (size_t i = 0; i < n; i++)
+        m.tensors[i].rec = recs[i];
+    m.n_tensors = n;
+    kvp_weight rf;
+    int rc = bind_all(&m, err);
+    if (rc == 0)
+        rc = bind_rope_freqs(&m, &rf, err);
+    free(m.layers);
+    free(m.tensors);
+    return rc;
 }
 
 int kvp_model_load(kvp_model **out, const char *path, kvp_err *err)

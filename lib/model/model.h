@@ -93,6 +93,7 @@ typedef struct kvp_model {
     uint64_t weight_bytes;  /* sum of all tensor sizes (data, scales, zeros) */
     uint64_t copied_bytes;  /* of which copied out of the file (see above) */
     const struct kvp_model *base; /* a tensor-parallel shard (shard.h): the whole model it views, else NULL */
+    int check_only;         /* kvp_model_check_tensors: records without data, nothing is read or copied */
 } kvp_model;
 
 /* Load path: a .gguf, a KVP model file, an HF folder, a .safetensors file or
@@ -112,6 +113,19 @@ void kvp_model_free(kvp_model *m);
  * passes: kvp_model_load and kvp_model_load_tokenizer refuse that
  * themselves.  0 or a negative code, the message naming source. */
 int kvp_model_check(const kvp_config *c, const kvp_meta *tok, const char *source, kvp_err *err);
+/* The loader's tensor checks on records alone (no data): for a config the
+ * engine runs, every weight it binds present (by its GGUF or HF name), of
+ * the shape the config implies, of a type and scale layout it reads, and
+ * norms and biases in f32, f16 or bf16 -- the very functions kvp_model_load
+ * binds with, so quantize refuses with decode's message a model whose
+ * tensors contradict its config (31 layers declared, 30 present).  c passed
+ * kvp_model_check.  format (kvp_model_format) is the kind of file the
+ * records came from, which decides the name a missing weight is called by.
+ * A config the engine does not run (another architecture, experts, latent
+ * attention) passes: its tensor layout is not the engine's to judge.  0 or
+ * a negative code, the message naming source and the tensor. */
+int kvp_model_check_tensors(const kvp_config *c, const kvp_tensor_rec *recs, size_t n, int format,
+                            const char *source, kvp_err *err);
 /* The model's tokenizer: GGUF metadata, the KVP TOKENIZER record, or the
  * folder's tokenizer.json.  0 or a code naming the file. */
 int kvp_model_load_tokenizer(const kvp_model *m, kvp_tokenizer **t, kvp_err *err);

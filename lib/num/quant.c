@@ -67,6 +67,11 @@ void kvp_quant_stats_report(const kvp_quant_stats *st, kvp_quant_report *r)
     r->snr_db = st->sum_sq_err > 0 ? 10.0 * log10(st->sum_sq_ref / st->sum_sq_err) : INFINITY;
     r->max_abs_err = st->max_abs_err;
     r->clipped = (double)st->n_clipped / n;
+    /* A NaN sum (a finite original reconstructed as NaN: a NaN scale) fails
+     * "> 0", and non-finite originals are left out of the sums: either way
+     * the figures would read as exact, so none is given. */
+    if (st->n_nonfinite || isnan(st->sum_sq_err) || isnan(st->max_abs_err))
+        r->rmse = r->rel_err = r->snr_db = r->max_abs_err = NAN;
 }
 
 /* ---- the kinds of target ---- */

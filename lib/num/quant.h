@@ -60,6 +60,8 @@ typedef struct kvp_quant_report {
     double rmse;           /* sqrt(mean (x - y)^2) */
     double rel_err;        /* ||x - y|| / ||x|| (0 when x = 0) */
     double snr_db;         /* 10 log10(||x||^2 / ||x - y||^2); +inf when exact */
+                           /* (rmse, rel_err, snr_db, max_abs_err: NaN when an original was not finite or a
+                            * reconstruction is NaN, never a figure that reads as exact) */
     double max_abs_err;
     double clipped;        /* share of values clipped, 0..1 */
 } kvp_quant_report;

@@ -273,7 +273,7 @@ if [ "$status" -eq 1 ] && [ -z "$_why" ]; then pass "kvdump: a writer that dies 
 # a model file cut short (a copy interrupted): quantize reads KVP models
 quantize --to f16 --drop weird "$T/tiny.gguf" -o "$T/g.kvp" 2>/dev/null
 gend=$(kvdump --json "$T/g.kvp" | sed -n 's/.*"kind":"end".*"offset":\([0-9]*\).*/\1/p')
-for cut in 30:30 64:64 200:64 1000:768 "$gend:$gend"; do
+for cut in 30:30 64:64 200:64 1000:832 "$gend:$gend"; do
     n=${cut%:*} off=${cut#*:}
     head -c "$n" "$T/g.kvp" >"$T/gcut.kvp"
     run quantize --to f32 "$T/gcut.kvp" -o "$W/gcut.kvp"

@@ -29,7 +29,11 @@ run quantize --to int8 --drop '^step$' "$G/sharded/model.safetensors.index.json"
 expect_status 0 "sharded safetensors (index.json) to int8 with --report -"
 expect_out_has "name	shape	from	to	scheme	bytes_in	bytes_out	rmse	rel_err	snr_db	max_abs_err	clipped" "TSV report header"
 expect_out_has "model.layers.0.mlp.down_proj.weight	8x16	BF16	i8	channel	256	160	" "TSV report row"
-expect_out_has "TOTAL	11 tensors, 7 quantized" "TSV summary row"
+expect_out_has "TOTAL	12 tensors read: 11 written (7 converted), 1 dropped	-	-	-	" "TSV summary row: every count named"
+# the byte columns of the rows (the dropped one's too) add up to the TOTAL row's
+sums=$(awk -F'\t' 'NR > 1 && $1 != "TOTAL" { i += $6; o += $7 } $1 == "TOTAL" { ti = $6; to = $7 }
+    END { print (i == ti && o == to) ? "ok" : i " " o " vs " ti " " to }' "$OUT")
+if [ "$sums" = ok ]; then pass "report: the rows add up to TOTAL"; else fail "report sums: $sums"; fi
 run kvdump --check "$T/st8.kvp"
 expect_status 0 "int8 output passes kvdump --check"
 
@@ -37,7 +41,7 @@ run quantize --to f32 "$T/st8.kvp" -o "$T/st32.kvp" --json --report "$T/r.jsonl"
 expect_status 0 "a KVP model as input (int8 back to f32)"
 n=$(grep -c '^{"name":' "$T/r.jsonl")
 if [ "$n" -eq 11 ]; then pass "--json report: one object per tensor"; else fail "--json rows: $n"; fi
-if tail -n 1 "$T/r.jsonl" | grep -q '^{"summary":true,"tensors":11,'; then pass "--json summary line"; else fail "--json summary: $(tail -n 1 "$T/r.jsonl")"; fi
+if tail -n 1 "$T/r.jsonl" | grep -q '^{"summary":true,"read":11,"tensors":11,'; then pass "--json summary line"; else fail "--json summary: $(tail -n 1 "$T/r.jsonl")"; fi
 
 run quantize --to int8 "$G" -o "$T/nostep.kvp"
 expect_status 1 "an unsupported source type fails"
@@ -128,6 +132,44 @@ run decode -m "$T/bare16.kvp" -p hi -n 1
 expect_status 1 "decode refuses a tensor stream as a model"
 expect_err_has "no CONFIG record" "decode: no config"
 
+# non-finite weights are refused, naming the tensor and the first bad element
+# (quantized, a NaN or an infinity becomes a 0 code or a NaN scale the error
+# figures cannot see); copied tensors are checked as well
+mk_st() { # FILE HEADER WORD...: a safetensors file with f32 data words
+    _f=$1 _h=$2
+    shift 2
+    { put_le 8 ${#_h}; printf '%s' "$_h"; put_le 4 "$@"; } >"$_f"
+}
+ones=$(i=0; while [ $i -lt 62 ]; do printf '0x3f800000 '; i=$((i + 1)); done)
+whdr='{"w":{"dtype":"F32","shape":[2,32],"data_offsets":[0,256]}}'
+mk_st "$T/nan.safetensors" "$whdr" $ones 0x7fc00000 0x3f800000
+mk_st "$T/inf.safetensors" "$whdr" 0x7f800000 $ones 0xff800000
+for to in int8 q8_0 f16 keep; do
+    run quantize --to $to "$T/nan.safetensors" -o "$T/nan.kvp" -r "$T/nan.tsv"
+    expect_status 1 "a NaN weight refused (--to $to)"
+    expect_err_has "nan.safetensors: tensor w: element 62 [1, 30] is NaN" "--to $to: the file, tensor and element named"
+    expect_err_one_line "NaN, --to $to: one error line"
+    expect_true "NaN, --to $to: no output, no report" test ! -e "$T/nan.kvp" -a ! -e "$T/nan.tsv"
+done
+run quantize --to q4_0 "$T/inf.safetensors" -o "$T/inf.kvp"
+expect_status 1 "an infinite weight refused"
+expect_err_has "tensor w: element 0 [0, 0] is +inf" "the first infinity named"
+# a tensor KVP cannot hold: no elements (say so, not "unsupported type")
+mk_st "$T/empty.safetensors" '{"w":{"dtype":"F32","shape":[2,0],"data_offsets":[0,0]},"v":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}' 0x3f800000
+run quantize --to f16 "$T/empty.safetensors" -o "$T/empty.kvp"
+expect_status 1 "a tensor with no elements"
+expect_err_has "tensor w: shape [2, 0] has no elements (a KVP tensor holds at least one; --drop leaves it out)" "says it has no elements"
+expect_err_one_line "no elements: one line"
+run quantize --to f16 --drop '^w$' "$T/empty.safetensors" -o "$T/empty.kvp"
+expect_status 0 "which --drop leaves out"
+# more than 4 dimensions: the leading 1s are left out, and a note says so
+mk_st "$T/d6.safetensors" '{"w":{"dtype":"F32","shape":[1,1,1,1,2,32],"data_offsets":[0,256]}}' $ones 0x3f800000 0x3f800000
+run quantize --to f16 "$T/d6.safetensors" -o "$T/d6.kvp"
+expect_status 0 "a tensor of 6 dimensions with leading 1s"
+expect_err_has "tensor w: shape [1, 1, 1, 1, 2, 32] stored as [1, 1, 2, 32] (KVP holds at most 4 dimensions" "the squeezed shape is noted"
+run kvdump "$T/d6.kvp"
+expect_out_has "w f16 [1, 1, 2, 32]" "and stored so"
+
 # ---- GGUF (a small one written by the unit test helper) ----
 
 run quantize --to int4 "$T/tiny.gguf" -o "$T/g4.kvp"
@@ -146,7 +188,11 @@ expect_status 0 "GGUF conversion passes kvdump --check"
 run quantize -n --to q8_0 --drop weird "$T/tiny.gguf"
 expect_status 0 "--dry-run"
 expect_out_has "blk.0.ffn_down.weight	64x48	f16	f16	-	6144	6144	f16: " "dry run shows the f16 fallback"
-expect_out_has "total: 4 tensors" "dry run total line"
+expect_out_has "total: 12 tensors read: 11 written (6 converted), 1 dropped; " "dry run total line: every count named"
+sums=$(awk -F'\t' 'NR > 1 && !/^total: / { i += $6; o += $7 }
+    /^total: / { split($0, w, /[;,] /); for (k in w) { if (w[k] ~ / bytes in$/) ti = w[k] + 0; if (w[k] ~ / bytes out$/) to = w[k] + 0 } }
+    END { print (i == ti && o == to) ? "ok" : i " " o " vs " ti " " to }' "$OUT")
+if [ "$sums" = ok ]; then pass "dry run: the rows (the dropped one too) add up to the total"; else fail "dry-run sums: $sums"; fi
 size=$(sed -n 's/.*file \([0-9]*\) bytes$/\1/p' "$OUT")
 run quantize --to q8_0 --drop weird "$T/tiny.gguf" -o "$T/g8.kvp"
 real=$(wc -c <"$T/g8.kvp" | tr -d ' ')
@@ -178,7 +224,7 @@ if [ "$left" -eq 0 ]; then pass "nothing left under the output name (nor a tempo
 
 # ---- quantize refuses what decode refuses, with decode's message ----
 
-for fault in bos layers token-type; do
+for fault in bos layers token-type layers2 vocab; do
     "$mk" --write-gguf "$T/bad-$fault.gguf" "$fault" || { status=1; fail "could not write bad-$fault.gguf"; }
     run quantize --to int8 --drop weird "$T/bad-$fault.gguf" -o "$T/bad.kvp"
     expect_status 1 "quantize refuses a GGUF with a bad $fault"
@@ -193,11 +239,21 @@ for fault in bos layers token-type; do
         fail "bad $fault: quantize '$q', decode '$d'"; fi
 done
 run quantize --to int8 --drop weird "$T/bad-bos.gguf" -o "$T/bad.kvp"
-expect_err_has "tokenizer.ggml.bos_token_id: 2 is outside the vocabulary of 2" "bad bos: the key and the value"
+expect_err_has "tokenizer.ggml.bos_token_id: 4 is outside the vocabulary of 4" "bad bos: the key and the value"
 run quantize --to int8 --drop weird "$T/bad-layers.gguf" -o "$T/bad.kvp"
 expect_err_has "config: 2147483648 layers (want 1..4096)" "bad layers: the count and the limit"
 run quantize --to int8 --drop weird "$T/bad-token-type.gguf" -o "$T/bad.kvp"
-expect_err_has "tokenizer.ggml.token_type: want arr[i32] of 2, got arr[i32] of 1" "bad token-type: both lengths"
+expect_err_has "tokenizer.ggml.token_type: want arr[i32] of 4, got arr[i32] of 1" "bad token-type: both lengths"
+# tensors that contradict the config: what the loader would refuse, before anything is written
+run quantize --to int8 --drop weird "$T/bad-layers2.gguf" -o "$T/bad.kvp"
+expect_err_has "tensor blk.1.attn_norm.weight is missing" "2 layers declared, 1 present: the first missing tensor"
+run quantize -n --to int8 --drop weird "$T/bad-vocab.gguf"
+expect_status 1 "a dry run refuses it too"
+expect_err_has "tensor token_embd.weight: shape [64, 4] (2 dims), expected [64, 5]" "vocabulary 5, embedding of 4 rows"
+run quantize --to int8 --drop 'weird|ffn_up' "$T/tiny.gguf" -o "$T/bad.kvp"
+expect_status 1 "--drop leaving out a weight the loader needs"
+expect_err_has "tensor blk.0.ffn_up.weight is missing (--drop left it out)" "says --drop left it out"
+expect_true "--drop of a needed weight: no output file" test ! -e "$T/bad.kvp"
 # well formed but not an architecture decode runs: converted (kvcalc, kvdump and re-quantizing read it)
 "$mk" --write-gguf "$T/gemma2.gguf" gemma2 || { status=1; fail "could not write gemma2.gguf"; }
 run quantize --to int8 --drop weird "$T/gemma2.gguf" -o "$T/gemma2.kvp"

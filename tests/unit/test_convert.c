@@ -5,8 +5,9 @@
  * CLI tests' input for quantize --kv): config, sequence, three KV blocks
  * (DTYPE, default f16), a block reference, a record of an unknown kind, END.
  * `test_convert --write-gguf FILE [FAULT]` writes the small GGUF of these
- * tests (q8_0 embedding, q4_1, f32 and f16 weights, one q2_K tensor), or with
- * a fault the model loader refuses (write_gguf). */
+ * tests (a whole one-layer llama: q8_0 embedding, q4_1, f32 and f16 weights,
+ * and one q2_K tensor besides), or with a fault the model loader refuses
+ * (write_gguf). */
 #define _POSIX_C_SOURCE 200809L
 #include "convert.h"
 #include "fingerprint.h"
@@ -78,11 +79,14 @@ typedef struct gtensor {
     float *ref; /* dequantized values */
 } gtensor;
 
-#define NT 5
+#define NT 12
 static gtensor gt[NT];
 
-/* token_embd q8_0 [64, 4], attn_q q4_1 [64, 8], attn_norm f32 [64],
- * ffn_down f16 [48, 64] (rows of 48: no q8_0 blocks), weird q2_K [256]. */
+/* A whole llama layer as the loader binds it (d 64, 2 heads of 4, ffn 48,
+ * vocabulary 4, tied embeddings), in GGUF order (ne0 innermost):
+ * token_embd q8_0 [64, 4], attn_q q4_1 [64, 8], attn_norm f32 [64],
+ * ffn_down f16 [48, 64] (rows of 48: no q8_0 blocks), the other weights f32;
+ * last, weird q2_K [256] (a type we cannot read; NT - 1 leaves it out). */
 static void make_tensors(void)
 {
     static const struct {
@@ -94,6 +98,13 @@ static void make_tensors(void)
         {"blk.0.attn_q.weight", 3, 2, 64, 8},
         {"blk.0.attn_norm.weight", 0, 1, 64, 1},
         {"blk.0.ffn_down.weight", 1, 2, 48, 64},
+        {"blk.0.attn_k.weight", 0, 2, 64, 8},
+        {"blk.0.attn_v.weight", 0, 2, 64, 8},
+        {"blk.0.attn_output.weight", 0, 2, 8, 64},
+        {"blk.0.ffn_norm.weight", 0, 1, 64, 1},
+        {"blk.0.ffn_gate.weight", 0, 2, 64, 48},
+        {"blk.0.ffn_up.weight", 0, 2, 64, 48},
+        {"output_norm.weight", 0, 1, 64, 1},
         {"blk.0.weird.weight", 10, 1, 256, 1},
     };
     for (int i = 0; i < NT; i++) {
@@ -145,10 +156,11 @@ static void make_tensors(void)
 }
 
 /* The tiny GGUF, well formed; or a variant: one with a fault the model
- * loader refuses (kvp_model_check): "bos" a BOS id past the 2-token
+ * loader refuses (kvp_model_check): "bos" a BOS id past the 4-token
  * vocabulary, "layers" 2^31 layers, "token-type" a token_type array of 1 for
- * the 2 tokens; or "gemma2", well formed but an architecture decode does not
- * run. */
+ * the 4 tokens, "layers2" 2 layers declared and 1 present, "vocab" a
+ * vocabulary of 5 and an embedding of 4 rows; or "gemma2", well formed but
+ * an architecture decode does not run. */
 static int write_gguf(const char *path, int n_tensors, const char *variant)
 {
     const char *f = variant ? variant : "";
@@ -162,24 +174,26 @@ static int write_gguf(const char *path, int n_tensors, const char *variant)
     KV(g_kv_str(&kv, "general.architecture", arch));
     KV(g_kv_str(&kv, "general.name", "tiny"));
     KV(g_kv_u32(&kv, "general.file_type", 3));
-    KV(g_kv_u32(&kv, ARCH("block_count"), strcmp(f, "layers") == 0 ? 1u << 31 : 1));
+    KV(g_kv_u32(&kv, ARCH("block_count"), strcmp(f, "layers") == 0 ? 1u << 31 : strcmp(f, "layers2") == 0 ? 2 : 1));
     KV(g_kv_u32(&kv, ARCH("embedding_length"), 64));
     KV(g_kv_u32(&kv, ARCH("feed_forward_length"), 48));
     KV(g_kv_u32(&kv, ARCH("attention.head_count"), 2));
+    KV(g_kv_u32(&kv, ARCH("attention.key_length"), 4));
     KV(g_kv_str(&kv, "tokenizer.ggml.model", "gpt2"));
     KV(g_str(&kv, "tokenizer.ggml.tokens"));
     kvp_buf_u32(&kv, 9); /* array of */
     kvp_buf_u32(&kv, 8); /* strings */
-    kvp_buf_u64(&kv, 2);
-    g_str(&kv, "a");
-    g_str(&kv, "b");
+    int n_tok = strcmp(f, "vocab") == 0 ? 5 : 4;
+    kvp_buf_u64(&kv, (uint64_t)n_tok);
+    for (int i = 0; i < n_tok; i++)
+        g_str(&kv, (const char *[]){"a", "b", "c", "d", "e"}[i]);
     KV(g_str(&kv, "tokenizer.ggml.merges"));
     kvp_buf_u32(&kv, 9);
     kvp_buf_u32(&kv, 8);
     kvp_buf_u64(&kv, 1);
     g_str(&kv, "a b");
     if (strcmp(f, "bos") == 0)
-        KV(g_kv_u32(&kv, "tokenizer.ggml.bos_token_id", 2));
+        KV(g_kv_u32(&kv, "tokenizer.ggml.bos_token_id", 4));
     if (strcmp(f, "token-type") == 0) {
         KV(g_str(&kv, "tokenizer.ggml.token_type"));
         kvp_buf_u32(&kv, 9);
@@ -404,14 +418,19 @@ static void test_gguf_int8(void)
     CHECK(memcmp(fp, zero, 16) != 0);
     kvp_convert_totals t;
     kvp_convert_totals_get(cv, &t);
-    CHECK_EQ_U64(t.n_tensors, 4);
-    CHECK_EQ_U64(t.n_quantized, 2);
+    CHECK_EQ_U64(t.n_read, NT);
+    CHECK_EQ_U64(t.n_tensors, NT - 1);
+    CHECK_EQ_U64(t.n_quantized, 7); /* the 2-D weights but the kept embedding */
     CHECK_EQ_U64(t.n_dropped, 1);
+    uint64_t bytes_in = 0;
+    for (size_t i = 0; i < kvp_convert_count(cv); i++) /* the rows add up to the total, dropped ones too */
+        bytes_in += kvp_convert_item_at(cv, i)->src.data_bytes;
+    CHECK_EQ_U64(t.bytes_in, bytes_in);
     CHECK_EQ_U64(t.file_bytes, file_size(out)); /* the dry-run estimate is exact */
 
     found f;
     CHECK(read_back(out, "blk.0.attn_q.weight", &f) == 0);
-    CHECK_EQ_I64(f.n_tensors, 4);
+    CHECK_EQ_I64(f.n_tensors, NT - 1);
     CHECK(memcmp(f.fingerprint, fp, 16) == 0);
     CHECK_STR(f.producer, "test_convert");
     CHECK_STR(kvp_meta_get_str(&f.config, "general.architecture"), "llama");
@@ -419,7 +438,7 @@ static void test_gguf_int8(void)
     CHECK(kvp_meta_find(&f.config, "general.file_type") == NULL);
     CHECK(kvp_meta_find(&f.config, "tokenizer.ggml.model") == NULL);
     CHECK(f.has_tok && kvp_meta_get_str(&f.tok, "tokenizer.ggml.model") != NULL);
-    CHECK(f.has_tok && kvp_meta_find(&f.tok, "tokenizer.ggml.tokens") && kvp_meta_find(&f.tok, "tokenizer.ggml.tokens")->n == 2);
+    CHECK(f.has_tok && kvp_meta_find(&f.tok, "tokenizer.ggml.tokens") && kvp_meta_find(&f.tok, "tokenizer.ggml.tokens")->n == 4);
     if (f.y) {
         /* error measured against the dequantized q4_1 source, as the item says */
         double s = snr_db(gt[1].ref, f.y, 512);
@@ -443,17 +462,27 @@ static void test_validation(void)
     static const struct {
         const char *variant, *msg;
     } cases[] = {
-        {"bos", "tokenizer.ggml.bos_token_id: 2 is outside the vocabulary of 2"},
+        {"bos", "tokenizer.ggml.bos_token_id: 4 is outside the vocabulary of 4"},
         {"layers", "config: 2147483648 layers (want 1..4096)"},
-        {"token-type", "tokenizer.ggml.token_type: want arr[i32] of 2, got arr[i32] of 1"},
+        {"token-type", "tokenizer.ggml.token_type: want arr[i32] of 4, got arr[i32] of 1"},
+        {"layers2", "tensor blk.1.attn_norm.weight is missing"},
+        {"vocab", "tensor token_embd.weight: shape [64, 4] (2 dims), expected [64, 5]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *in = tmp_path("bad.gguf");
-        CHECK(write_gguf(in, NT, cases[i].variant) == 0);
+        CHECK(write_gguf(in, NT - 1, cases[i].variant) == 0);
         kvp_convert *cv = NULL;
         kvp_model *m = NULL;
         kvp_err e1 = {0}, e2 = {0};
-        CHECK(kvp_convert_open(&cv, in, &e1) < 0 && cv == NULL);
+        kvp_convert_opts o;
+        kvp_convert_opts_init(&o);
+        /* config and tokenizer at open, tensors at plan: either way before anything is written */
+        if (kvp_convert_open(&cv, in, &e1) == 0) {
+            CHECK_MSG(kvp_convert_plan(cv, &o, &e1) < 0, "%s: planned", cases[i].variant);
+            kvp_convert_free(cv);
+            cv = NULL;
+        }
+        CHECK(e1.code < 0 && cv == NULL);
         CHECK(kvp_model_load(&m, in, &e2) < 0 && m == NULL);
         CHECK_MSG(e1.code == e2.code && strcmp(e1.msg, e2.msg) == 0, "quantize \"%s\", loader \"%s\"", e1.msg,
                   e2.msg);
@@ -533,7 +562,7 @@ static void test_kvp_input(void)
     found a, b;
     CHECK(read_back(in, "blk.0.attn_q.weight", &a) == 0);
     CHECK(read_back(out, "blk.0.attn_q.weight", &b) == 0);
-    CHECK(b.t.dtype == KVP_DTYPE_F16 && b.n_tensors == 4);
+    CHECK(b.t.dtype == KVP_DTYPE_F16 && b.n_tensors == NT - 1);
     int same = a.y && b.y;
     for (int i = 0; same && i < 512; i++)
         same = kvp_f16_to_f32(kvp_f32_to_f16(a.y[i])) == b.y[i];

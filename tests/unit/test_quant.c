@@ -590,8 +590,43 @@ static void test_f16_paths(void)
     free(b);
 }
 
+/* The error figures never read as exact when they could not be measured:
+ * a non-finite original (skipped in the sums), or a finite one reconstructed
+ * as NaN (a NaN scale); an exact conversion still gives +inf. */
+static void test_stats_nonfinite(void)
+{
+    const float x[4] = {1.0f, -2.0f, 0.5f, 4.0f}, exact[4] = {1.0f, -2.0f, 0.5f, 4.0f};
+    float inf_x[4] = {INFINITY, -2.0f, 0.5f, 4.0f}, nan_y[4] = {NAN, -2.0f, 0.5f, 4.0f};
+    kvp_quant_stats st;
+    kvp_quant_report r;
+    memset(&st, 0, sizeof st);
+    kvp_quant_stats_add(&st, x, exact, 4);
+    kvp_quant_stats_report(&st, &r);
+    CHECK(isinf(r.snr_db) && r.snr_db > 0 && r.rmse == 0 && r.max_abs_err == 0);
+    memset(&st, 0, sizeof st);
+    kvp_quant_stats_add(&st, inf_x, exact, 4); /* +inf became 1: not exact */
+    kvp_quant_stats_report(&st, &r);
+    CHECK_MSG(isnan(r.snr_db) && isnan(r.rmse) && isnan(r.rel_err) && isnan(r.max_abs_err),
+              "inf original: snr %g rmse %g max %g", r.snr_db, r.rmse, r.max_abs_err);
+    memset(&st, 0, sizeof st);
+    kvp_quant_stats_add(&st, x, nan_y, 4);
+    kvp_quant_stats_report(&st, &r);
+    CHECK_MSG(isnan(r.snr_db) && isnan(r.rmse), "NaN reconstruction: snr %g rmse %g", r.snr_db, r.rmse);
+    kvp_quant_stats merged;
+    memset(&merged, 0, sizeof merged);
+    memset(&st, 0, sizeof st);
+    kvp_quant_stats_add(&st, inf_x, exact, 4);
+    kvp_quant_stats_merge(&merged, &st); /* a merged total keeps it */
+    memset(&st, 0, sizeof st);
+    kvp_quant_stats_add(&st, x, exact, 4);
+    kvp_quant_stats_merge(&merged, &st);
+    kvp_quant_stats_report(&merged, &r);
+    CHECK(isnan(r.snr_db));
+}
+
 int main(void)
 {
+    test_stats_nonfinite();
     test_f16_paths();
     test_kv();
     test_casts_f16();
