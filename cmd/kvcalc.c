@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "model.h"
 #include "presets.h"
+#include "shard.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -48,7 +49,7 @@ static void usage(FILE *f)
             "      --block-size N        tokens per KV block, a power of two (default 16)\n"
             "      --lengths SPEC        simulate fragmentation: FILE, uniform:A:B, normal:MEAN:SD,\n"
             "                            lognormal:MU:SIGMA\n"
-            "      --seed N  --shared-prefix N   for --lengths\n"
+            "      --seed N  --shared-prefix N   for --lengths (with the report or --json, not --tsv)\n"
             "Checking a run:\n"
             "      --check STATS.json    set kvcalc's KV model beside what decode --stats=FILE measured:\n"
             "                            block bytes, blocks, peak use, concurrency; exit 1 when they\n"
@@ -204,15 +205,23 @@ static void expand_sweep(sweep_opt *o)
             kvp_cli_usage_error("--%s: %s (a count takes digits only: 8192 or 8000, not 8k)", o->name, err.msg);
         kvp_cli_usage_error("--%s: %s", o->name, err.msg);
     }
+    size_t kept = 0;
     for (size_t i = 0; i < o->n; i++) {
         double v = o->vals[i];
-        if (o->kind == K_INT || o->kind == K_SIZE)
-            v = o->vals[i] = floor(v + 0.5); /* geometric steps land off whole numbers */
+        if (o->kind == K_INT || o->kind == K_SIZE) {
+            v = floor(v + 0.5); /* geometric steps land off whole numbers */
+            /* small factors round several steps to one count: a point once
+             * (the values only grow) */
+            if (kept && v == o->vals[kept - 1])
+                continue;
+        }
         if (v < o->min || v > o->max)
             kvp_cli_usage_error("--%s: %.15g is out of range (%.15g..%.15g)", o->name, v, o->min, o->max);
         if (&sweeps[SW_BLOCK] == o && ((uint64_t)v & ((uint64_t)v - 1)))
             kvp_cli_usage_error("--block-size: %.15g is not a power of two", v);
+        o->vals[kept++] = v;
     }
+    o->n = kept;
 }
 
 /* --seed, --shared-prefix: digits only, like every count. */
@@ -792,8 +801,46 @@ static void emit(run *R, const kvp_cap_params *p)
     }
 }
 
-/* Nested loops over every swept option, in table order. */
-static void sweep_from(run *R, kvp_cap_params *p, int id)
+/* The options that change the model's shape. */
+static int shapes_model(int id) { return id >= SW_LAYERS && id <= SW_EXPERTS_USED; }
+
+/* "Llama-3-8B with --kv-heads 7", or for a model of options alone
+ * "--layers 2 --hidden 64 --heads 4 --kv-heads 3": what a shape's refusal
+ * names, the shape options at this point with their values. */
+static const char *shape_source(char *buf, size_t n, const run *R)
+{
+    size_t o = 0;
+    int from_options = strcmp(R->model_source, "options") == 0;
+    buf[0] = '\0';
+    if (!from_options)
+        o += (size_t)snprintf(buf, n, "%s with", R->model_label);
+    for (int id = 0; id < SW_COUNT && o < n; id++) {
+        if (!shapes_model(id) || !sweeps[id].spec)
+            continue;
+        char v[32];
+        sweep_value(v, sizeof v, id, R->point[id]);
+        o += (size_t)snprintf(buf + o, n - o, "%s--%s %s", o ? " " : "", sweeps[id].name, v);
+    }
+    return buf;
+}
+
+/* Before anything is printed, every point passes the rules decode applies:
+ * its loader's to the model's shape, its shards' to the --tp split.  A
+ * file's own values passed when it was read, so what fails here came from
+ * the command line: a usage error. */
+static void check_point(run *R, const kvp_cap_params *q)
+{
+    kvp_err err = {0};
+    char src[512];
+    if (kvp_config_check_shape(&q->cfg, shape_source(src, sizeof src, R), &err))
+        kvp_cli_usage_error("%s", err.msg);
+    if (kvp_shard_check_split(&q->cfg, q->tp, &err) < 0)
+        kvp_cli_usage_error("%s: %s", R->tp_given ? "--tp" : "--gpus", err.msg);
+}
+
+/* Nested loops over every swept option, in table order; leaf gets each
+ * point. */
+static void sweep_from(run *R, kvp_cap_params *p, int id, void (*leaf)(run *, const kvp_cap_params *))
 {
     while (id < SW_COUNT && !sweeps[id].spec)
         id++;
@@ -803,14 +850,14 @@ static void sweep_from(run *R, kvp_cap_params *p, int id)
             q.gpus = q.tp * q.pp;
         else if (!R->tp_given && q.gpus % q.pp == 0) /* --gpus N alone: tensor parallel over them */
             q.tp = q.gpus / q.pp;
-        emit(R, &q);
+        leaf(R, &q);
         return;
     }
     for (size_t i = 0; i < sweeps[id].n; i++) {
         kvp_cap_params q = *p;
         apply(&q, id, sweeps[id].vals[i]);
         R->point[id] = sweeps[id].vals[i];
-        sweep_from(R, &q, id + 1);
+        sweep_from(R, &q, id + 1, leaf);
     }
 }
 
@@ -1047,8 +1094,13 @@ static int check_run(run *R, const char *stats, const char *model, const char *k
     load_model(R, model);
     kvp_cap_params *p = &R->base;
     for (int i = SW_LAYERS; i <= SW_PARAMS; i++)
-        if (sweeps[i].spec)
+        if (sweeps[i].spec) {
             apply(p, i, sweeps[i].vals[0]);
+            R->point[i] = sweeps[i].vals[0];
+        }
+    char src[512];
+    if (kvp_config_check_shape(&p->cfg, shape_source(src, sizeof src, R), &err))
+        kvp_cli_usage_error("%s", err.msg);
     /* the run's KV dtype, block size and pool, unless the command line says */
     const char *dtype_src = kv_dtype ? "--kv-dtype" : "the run's";
     if (kvp_cap_kv_fmt(kv_dtype ? kv_dtype : rs.kv_dtype, &p->kv_fmt, &err))
@@ -1080,6 +1132,8 @@ static int check_run(run *R, const char *stats, const char *model, const char *k
     if (kvp_cap_check_run(p, pool, mem, &rs, &c, &err)) {
         if (err.code == KVP_EINVAL)
             kvp_cli_usage_error("--check: %s", err.msg);
+        if (err.code == KVP_EMISMATCH) /* the run's tp or pp: the stats file's field */
+            kvp_cli_die("%s: %s", stats, err.msg);
         kvp_cli_die_err(&err);
     }
     int agree = c.n_failed == 0 && !fp_bad;
@@ -1105,9 +1159,11 @@ static int check_run(run *R, const char *stats, const char *model, const char *k
             printf("%" PRIu64, mem);
         else
             printf("null");
-        printf(",\"n_layer\":%u,\"layer_block_bytes\":%" PRIu64 ",\"kv_bytes_per_token\":%" PRIu64
-               ",\"mean_seq_len\":%" PRIu64 ",\"max_seq_len\":%" PRIu64 ",\"seats\":%" PRIu64 ",\"rows\":[",
-               cfg->n_layer, c.layer_block_bytes, c.bytes_per_token, c.mean_len, c.max_len, c.seats);
+        printf(",\"tp\":%u,\"pp\":%u,\"n_layer\":%u,\"n_head_kv\":%u,\"layer_block_bytes\":%" PRIu64
+               ",\"kv_bytes_per_token\":%" PRIu64 ",\"mean_seq_len\":%" PRIu64 ",\"max_seq_len\":%" PRIu64
+               ",\"seats\":%" PRIu64 ",\"rows\":[",
+               rs.tp, rs.pp, c.n_layer, c.kv_heads, c.layer_block_bytes, c.bytes_per_token, c.mean_len, c.max_len,
+               c.seats);
         for (int i = 0; i < KVP_CAP_CHECK_ROWS; i++) {
             const kvp_cap_check_row *w = &c.row[i];
             char lb[48];
@@ -1135,9 +1191,12 @@ static int check_run(run *R, const char *stats, const char *model, const char *k
         printf("  model        %s (%s: %s%s)\n", R->model_label, R->model_source, model,
                model_from_run ? ", as the run names it" : "");
         printf("  fingerprint  %s: %s\n", fp[0] ? fp : rs.fingerprint, fp_note);
+        if (rs.tp > 1 || rs.pp > 1)
+            printf("  split        tp %u x pp %u: the pool is rank 0's, %u of %u layers and %u of %u KV heads\n",
+                   rs.tp, rs.pp, c.n_layer, cfg->n_layer, c.kv_heads, cfg->kv_lora_rank ? 1 : cfg->n_head_kv);
         printf("  KV           %s (%s), blocks of %u tokens (%s); one block holds all %u layers:\n", p->kv_fmt.name,
-               dtype_src, p->block_size, bs_src, cfg->n_layer);
-        printf("               %u x %s B%s = %s B\n", cfg->n_layer, commas(b1, sizeof b1, c.layer_block_bytes),
+               dtype_src, p->block_size, bs_src, c.n_layer);
+        printf("               %u x %s B%s = %s B\n", c.n_layer, commas(b1, sizeof b1, c.layer_block_bytes),
                p->kv_fmt.scale == KVP_CAP_SCALE_BLOCK || p->kv_fmt.scale == KVP_CAP_SCALE_TOKEN ? " (scales included)" : "",
                commas(b2, sizeof b2, c.block_bytes));
         if (pool == KVP_CAP_POOL_MEM)
@@ -1377,7 +1436,8 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("--lengths prints with the report or --json, not --tsv");
     if (R.have_lengths)
         check_shared_prefix(&R, lengths);
-    sweep_from(&R, p, 0);
+    sweep_from(&R, p, 0, check_point);
+    sweep_from(&R, p, 0, emit);
     if (R.sweeping && !R.json)
         print_sim_sweep(&R);
     free(R.sim_pts);

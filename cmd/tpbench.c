@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "launchrank.h"
 #include "presets.h"
+#include "shard.h"
 #include "tpcost.h"
 #include "tpmodel.h"
 
@@ -196,6 +197,10 @@ static void parse_opts(int argc, char **argv, opts *o)
         if (o->sweep_opt[0])
             kvp_cli_usage_error("%s goes with a sweep of one OPERATION, not --model (its sizes are the model's)",
                                 o->sweep_opt);
+        /* only a split decode runs (and kvcalc plans): the same rule */
+        kvp_err err = {0};
+        if (kvp_shard_check_split(&kvp_preset_model_find(o->model)->cfg, o->tp, &err) < 0)
+            kvp_cli_usage_error("--tp: %s", err.msg);
         return;
     }
     if (o->model_opt)

@@ -373,6 +373,9 @@ static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
         fprintf(f, "%llu", (unsigned long long)o->kv.mem_bytes);
     else
         fputs("null", f);
+    /* the pool above is rank 0's (stage 0's layers, its share of the heads):
+     * kvcalc --check plans that rank from these */
+    fprintf(f, ",\"tp\":%u,\"pp\":%u", o->tp > 1 ? o->tp : 1, o->pp > 1 ? o->pp : 1);
     fprintf(f, ",\"kv_out\":%s,\"stopped\":%s,\"peak_running\":%u,\"mean_prompt_tokens\":%.2f,"
             "\"mean_output_tokens\":%.2f,\"max_seq_len\":%llu,",
             o->kv_out ? "true" : "false", st->stopped ? "true" : "false", st->peak_running,

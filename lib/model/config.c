@@ -364,11 +364,23 @@ int kvp_config_check(const kvp_config *c, const char *source, kvp_err *err)
     if (c->n_ff_expert > CFG_MAX_FF)
         return kvp_err_set(err, KVP_ELIMIT, "%s: config: %u expert feed-forward width (want 0..%u)", src,
                            c->n_ff_expert, CFG_MAX_FF);
-    if (c->n_head % c->n_head_kv)
+    return kvp_config_check_shape(c, source, err);
+}
+
+int kvp_config_check_shape(const kvp_config *c, const char *source, kvp_err *err)
+{
+    const char *src = source ? source : "?";
+    if (!c->head_dim && c->n_head && c->n_embd % c->n_head)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: config: hidden size %u is not a multiple of %u heads (and no head "
+                           "dim is given)", src, c->n_embd, c->n_head);
+    uint32_t hd = c->head_dim ? c->head_dim : c->n_head ? c->n_embd / c->n_head : 0;
+    if (c->n_head_kv && c->n_head % c->n_head_kv)
         return kvp_err_set(err, KVP_EFORMAT, "%s: config: %u heads are not a multiple of %u KV heads", src, c->n_head,
                            c->n_head_kv);
-    if (c->rope_dim % 2 || (c->rope_dim > c->head_dim && !c->kv_lora_rank))
-        return kvp_err_set(err, KVP_EFORMAT, "%s: config: rope dimension %u with head dim %u", src, c->rope_dim,
-                           c->head_dim);
+    if (c->n_expert_used > c->n_expert)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: config: %u experts used a token, more than the %u experts", src,
+                           c->n_expert_used, c->n_expert);
+    if (c->rope_dim % 2 || (c->rope_dim > hd && !c->kv_lora_rank))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: config: rope dimension %u with head dim %u", src, c->rope_dim, hd);
     return 0;
 }

@@ -70,12 +70,20 @@ int kvp_config_from_hf_json(kvp_config *c, const struct kvp_json *j, const char 
 /* What every model config must satisfy, whoever reads it (the loader and
  * quantize both call this through kvp_model_check): no zero dimension (a
  * dense model needs its feed-forward width, a MoE one that or the experts'),
- * query heads a multiple of KV heads, RoPE dims even and within the head
- * (MLA's decoupled key aside), and every dimension under the ceiling we
- * load (so sizes computed from them stay far from overflow).  0, or
+ * every dimension under the ceiling we load (so sizes computed from them
+ * stay far from overflow), then kvp_config_check_shape's relations between
+ * them.  0, or
  * KVP_EFORMAT / KVP_ELIMIT with "SOURCE: config: ..." naming the field:
  * "m.gguf: config: 2147483648 layers (want 1..4096)". */
 int kvp_config_check(const kvp_config *c, const char *source, kvp_err *err);
+/* The relations between dimensions that kvp_config_check enforces after
+ * its ranges: query heads a multiple of KV heads, no more experts used a
+ * token than there are, a hidden size that the heads divide when no head dim
+ * is given, RoPE dims even and within the head (MLA's decoupled key aside).
+ * A dimension left 0 is one not given and is not related to the others, so
+ * kvcalc applies the same rules to a shape its options build or change.
+ * 0, or KVP_EFORMAT with "SOURCE: config: ...". */
+int kvp_config_check_shape(const kvp_config *c, const char *source, kvp_err *err);
 /* KV elements per token per layer for full attention (2 x n_head_kv x head_dim,
  * or kv_lora_rank + rope_head_dim_mla for MLA). */
 uint64_t kvp_config_kv_elems_per_token_layer(const kvp_config *c);

@@ -21,7 +21,7 @@ static void divisors(uint32_t x, char *buf, size_t cap)
             at += (size_t)snprintf(buf + at, cap - at, "%s%u", at ? ", " : "", d);
 }
 
-int kvp_shard_check(const kvp_config *c, uint32_t n, kvp_err *err)
+int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err)
 {
     char ok[256];
     if (n == 0)
@@ -31,7 +31,8 @@ int kvp_shard_check(const kvp_config *c, uint32_t n, kvp_err *err)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: %u query heads do not split "
                            "evenly (ranks that divide them: %s)", n, c->n_head, ok);
     }
-    if (c->n_head_kv % n && n % c->n_head_kv) {
+    /* MLA's latent is one vector, replicated on every rank */
+    if (!c->kv_lora_rank && c->n_head_kv && c->n_head_kv % n && n % c->n_head_kv) {
         divisors(c->n_head_kv, ok, sizeof ok);
         return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: %u KV heads neither split "
                            "evenly nor replicate evenly (use a divisor or a multiple of %u; divisors: %s)", n,
@@ -40,9 +41,20 @@ int kvp_shard_check(const kvp_config *c, uint32_t n, kvp_err *err)
     if (c->n_ff % n)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: the FFN width %u does not "
                            "split evenly", n, c->n_ff);
-    if ((uint64_t)kvp_shard_vocab_rows(c->n_vocab, n) * (n - 1) >= c->n_vocab)
+    if (c->n_expert && c->n_ff_expert % n)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: the experts' FFN width %u does "
+                           "not split evenly", n, c->n_ff_expert);
+    if (c->n_vocab && (uint64_t)kvp_shard_vocab_rows(c->n_vocab, n) * (n - 1) >= c->n_vocab)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: a vocabulary of %u leaves the "
                            "last rank no rows", n, c->n_vocab);
+    return 0;
+}
+
+int kvp_shard_check(const kvp_config *c, uint32_t n, kvp_err *err)
+{
+    int rc = kvp_shard_check_split(c, n, err);
+    if (rc < 0)
+        return rc;
     if (c->n_expert || c->kv_lora_rank)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism: %s models (experts or MLA) are not split",
                            c->arch);

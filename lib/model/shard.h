@@ -33,8 +33,18 @@
 /* Vocabulary rows a rank projects: ceil(n_vocab / n). */
 uint32_t kvp_shard_vocab_rows(uint32_t n_vocab, uint32_t n);
 
-/* Whether m's config splits over n ranks: 0, or KVP_EUNSUPPORTED with a
- * message naming the counts and the splits that would work. */
+/* Whether c's shape splits over n tensor ranks as above: query heads, the
+ * FFN widths (dense and experts') and the vocabulary divide, KV heads
+ * divide or replicate evenly (MLA's latent replicates).  A dimension of 0 is
+ * one not known (kvcalc's shapes from options) and is not checked.  The rule
+ * every planner applies (kvcalc, tpbench --model) so that it plans only
+ * splits decode runs: 0, or KVP_EUNSUPPORTED with a message naming the
+ * counts and the splits that would work ("tensor parallelism over 2 ranks:
+ * 9 query heads do not split evenly (ranks that divide them: 1, 3, 9)"). */
+int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err);
+
+/* kvp_shard_check_split, and what the engine does not split: experts and
+ * MLA are refused.  0 or KVP_EUNSUPPORTED. */
 int kvp_shard_check(const kvp_config *c, uint32_t n, kvp_err *err);
 
 /* Pipeline parallelism splits the layers first: stage s of pp holds layers

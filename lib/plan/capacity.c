@@ -8,6 +8,7 @@
  */
 #include "capacity.h"
 
+#include "shard.h"
 #include "tensor.h"
 
 #include <math.h>
@@ -208,11 +209,12 @@ static uint32_t head_dim_of(const kvp_config *c) { return c->head_dim ? c->head_
 
 static int is_mla(const kvp_config *c) { return c->kv_lora_rank > 0; }
 
-/* Layers [begin, end) of stage s among pp: balanced contiguous ranges. */
+/* Layers [begin, end) of stage s among pp: decode's split (shard.h), so
+ * the stage planned is the stage that runs. */
 static void stage_range(uint32_t n_layer, uint32_t pp, uint32_t s, uint32_t *begin, uint32_t *end)
 {
-    *begin = (uint32_t)((uint64_t)s * n_layer / pp);
-    *end = (uint32_t)((uint64_t)(s + 1) * n_layer / pp);
+    *begin = kvp_shard_first_layer(n_layer, s, pp);
+    *end = kvp_shard_first_layer(n_layer, s + 1, pp);
 }
 
 /* ---- weights: walk every tensor once ---- */
@@ -256,7 +258,9 @@ static void add_rep(walk *w, int st, const kvp_cap_fmt *f, uint64_t rows, uint64
     add(w, st, f, rows, cols, rows, cols, n, a, 0);
 }
 
-/* KV heads on one GPU: split by TP, one head replicated when tp > heads. */
+/* KV heads on one GPU: split by TP, one head replicated when tp > heads
+ * (check_params lets through only a tp that divides them or that they
+ * divide, as decode's shards). */
 static uint32_t kv_heads_gpu(uint32_t n_kv, uint32_t tp)
 {
     return n_kv >= tp ? (uint32_t)div_up(n_kv, tp) : 1;
@@ -386,6 +390,10 @@ static int check_params(const kvp_cap_params *p, kvp_err *err)
         return kvp_err_set(err, KVP_EINVAL, "gpu-util: %g is not in (0, 1]", p->gpu_util);
     if (p->tp == 0 || p->tp > 4096)
         return kvp_err_set(err, KVP_EINVAL, "tp: %u is out of range (1..4096)", p->tp);
+    /* only the splits decode runs: a plan for one it refuses means nothing */
+    kvp_err split = {0};
+    if (kvp_shard_check_split(c, p->tp, &split) < 0)
+        return kvp_err_set(err, KVP_EINVAL, "tp: %s", split.msg);
     if (p->pp == 0 || p->pp > KVP_CAP_MAX_PP || p->pp > c->n_layer)
         return kvp_err_set(err, KVP_EINVAL, "pp: %u is out of range (1..%u and at most the %u layers)", p->pp,
                            KVP_CAP_MAX_PP, c->n_layer);

@@ -154,7 +154,8 @@ typedef struct kvp_cap_model_file {
  * end, tensor payloads skipped unless compressed), an HF config.json, or a
  * folder holding one.  A file that lists its tensors gives their exact bytes
  * and ties embeddings exactly when it has no lm_head (output.weight or
- * lm_head.weight), as decode's loader does.  0 or a negative code with a
+ * lm_head.weight), as decode's loader does.  The shape must pass
+ * kvp_config_check, as the loader's must.  0 or a negative code with a
  * message naming the file. */
 int kvp_cap_load_model(const char *path, kvp_cap_model_file *out, kvp_err *err);
 

@@ -5,6 +5,7 @@
 
 #include "io.h"
 #include "json.h"
+#include "shard.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,14 @@ static int get_bool(const kvp_json *j, const char *name, const char *key, int *o
     if (rc)
         return kvp_err_set(err, KVP_EFORMAT, "%s: %s: not true or false", name, key);
     return 0;
+}
+
+/* "tp" or "pp": 1 when absent (a stats file from before decode wrote them
+ * is of a run on one process). */
+static int get_split(const kvp_json *j, const char *name, const char *key, uint32_t max, uint32_t *out, kvp_err *err)
+{
+    *out = 1;
+    return kvp_json_get(j, key) ? get_u32(j, name, key, 1, max, out, err) : 0;
 }
 
 /* A string member into buf[cap]: no NUL inside, shorter than cap. */
@@ -117,6 +126,8 @@ int kvp_cap_run_parse(kvp_cap_run *out, const char *text, size_t len, const char
         (rc = get_u64(j, name, "kv_memory", 0, TOKENS_MAX, &r->kv_memory, err)))
         goto out;
     r->block_size = (uint32_t)bs;
+    if ((rc = get_split(j, name, "tp", 4096, &r->tp, err)) || (rc = get_split(j, name, "pp", KVP_CAP_MAX_PP, &r->pp, err)))
+        goto out;
     const kvp_json *m = kvp_json_get(j, "kv_mem");
     if (!m) {
         rc = kvp_err_set(err, KVP_EFORMAT, "%s: kv_mem: missing (not the --stats output of this decode)", name);
@@ -175,13 +186,16 @@ int kvp_cap_run_load(kvp_cap_run *out, const char *path, kvp_err *err)
 
 /* ---- the check ---- */
 
-/* kvcalc's figures for one sequence of len tokens on one device: the block
- * over all layers, KV bytes a token, and the paged bytes of the sequence. */
-static int plan_one(const kvp_cap_params *base, uint64_t len, uint64_t *block_bytes, uint64_t *per_token,
+/* kvcalc's figures for one sequence of len tokens on the run's rank 0 (the
+ * first GPU of the first stage): the block over its layers, KV bytes a
+ * token, and the paged bytes of the sequence. */
+static int plan_one(const kvp_cap_params *base, const kvp_cap_run *run, uint64_t len, kvp_cap_check *c,
                     uint64_t *alloc, kvp_err *err)
 {
     kvp_cap_params q = *base;
-    q.tp = q.pp = q.gpus = 1;
+    q.tp = run->tp;
+    q.pp = run->pp;
+    q.gpus = run->tp * run->pp;
     q.cfg.sliding_window = 0; /* the engine keeps every token in every layer */
     q.batch = 1;
     q.seq_len = len ? len : 1;
@@ -192,12 +206,28 @@ static int plan_one(const kvp_cap_params *base, uint64_t len, uint64_t *block_by
         return kvp_err_set(err, KVP_ENOMEM, "check: out of memory");
     int rc = kvp_cap_compute(&q, r, err);
     if (!rc) {
-        *block_bytes = r->stage[0].block_bytes;
-        *per_token = r->kv_bytes_per_token;
-        *alloc = r->kv_alloc_bytes_per_seq;
+        const kvp_cap_stage *st = &r->stage[0];
+        c->n_layer = st->layer_end - st->layer_begin;
+        c->kv_heads = r->kv_heads_per_gpu;
+        c->block_bytes = st->block_bytes;
+        c->bytes_per_token = st->kv_bytes_per_token;
+        *alloc = st->kv_alloc_bytes_per_seq;
     }
     free(r);
     return rc;
+}
+
+/* The run's split as decode's shards take it: else the stats are not of a
+ * run of this model. */
+static int check_split(const kvp_config *cfg, const kvp_cap_run *r, kvp_err *err)
+{
+    kvp_err why = {0};
+    if (kvp_shard_check_split(cfg, r->tp, &why) < 0)
+        return kvp_err_set(err, KVP_EMISMATCH, "tp: %u: %s", r->tp, why.msg);
+    if (r->pp > cfg->n_layer)
+        return kvp_err_set(err, KVP_EMISMATCH, "pp: %u stages for a model of %u layers (at most one stage a layer)",
+                           r->pp, cfg->n_layer);
+    return 0;
 }
 
 static void row(kvp_cap_check *c, int i, const char *field, int rule, int has_pred, uint64_t pred, uint64_t meas,
@@ -224,13 +254,15 @@ int kvp_cap_check_run(const kvp_cap_params *p, int pool, uint64_t kv_mem, const 
         c->max_len = r->max_seq_len;
         c->mean_len = (r->prompt_tokens + r->output_tokens + r->requests - 1) / r->requests;
     }
-    uint64_t unused, alloc_mean, alloc_max;
-    int rc = plan_one(p, c->max_len, &c->block_bytes, &c->bytes_per_token, &alloc_max, err);
+    uint64_t alloc_mean, alloc_max;
+    int rc = check_split(&p->cfg, r, err);
     if (!rc)
-        rc = plan_one(p, c->mean_len, &unused, &unused, &alloc_mean, err);
+        rc = plan_one(p, r, c->max_len, c, &alloc_max, err);
+    if (!rc)
+        rc = plan_one(p, r, c->mean_len, c, &alloc_mean, err);
     if (rc)
         return rc;
-    c->layer_block_bytes = c->block_bytes / p->cfg.n_layer;
+    c->layer_block_bytes = c->block_bytes / c->n_layer;
     uint32_t bs = p->block_size;
     switch (pool) {
     case KVP_CAP_POOL_MEM: c->n_blocks = kv_mem / c->block_bytes; break;

@@ -3,11 +3,14 @@
  * beside what the run measured.
  *
  * decode's CPU pool is one array of blocks, each holding block_size tokens
- * of K and V for every layer; kvcalc's model (capacity.c) counts KV per layer
- * per GPU.  The check asks kvcalc for one replica on one device (tp 1, pp 1),
- * where its stage block over all layers is exactly the engine's block:
- * n_layer x (block_size tokens x 2 x n_head_kv vectors of head_dim elements
- * in the KV format, plus the format's scales per head per block).  Both go
+ * of K and V for every layer of the rank; kvcalc's model (capacity.c) counts
+ * KV per layer per GPU.  The check asks kvcalc for one replica split as the
+ * run was (its "tp" and "pp"; 1 and 1 when the file has none, as before
+ * decode wrote them) and takes the first GPU of the first stage, rank 0,
+ * whose pool the stats hold: its stage block over its layers is exactly the
+ * engine's block, n_layer x (block_size tokens x 2 x n_head_kv vectors of
+ * head_dim elements in the KV format, plus the format's scales per head per
+ * block), with the rank's layers and KV heads.  Both go
  * through kvp_cap_fmt, so a KV format the engine gains is counted the way
  * kvcalc counts it.  Sliding windows are not applied: the engine keeps every
  * token in every layer.  The rules are documented in kvcalc(1) CHECKING A
@@ -55,10 +58,11 @@ typedef struct kvp_cap_run {
     uint64_t max_seq_len;     /* longest request, prompt + output tokens */
     uint64_t preemptions;
     uint64_t kv_memory;       /* requests ended for lack of KV memory */
+    uint32_t tp, pp;          /* the run's split (1 when the file has none) */
 } kvp_cap_run;
 
 /* Read a stats object from text[len] (name for messages).  Every field above
- * is required (kv_mem may be null) and range-checked; a wrong type, a value
+ * is required (kv_mem may be null; tp and pp may be absent) and range-checked; a wrong type, a value
  * out of range, or fields that contradict each other give KVP_EFORMAT with a
  * message "name: FIELD: what".  Other fields are ignored. */
 int kvp_cap_run_parse(kvp_cap_run *out, const char *text, size_t len, const char *name, kvp_err *err);
@@ -88,7 +92,9 @@ enum {
 };
 
 typedef struct kvp_cap_check {
-    /* kvcalc's plan of the run */
+    /* kvcalc's plan of the run's rank 0 */
+    uint32_t n_layer;            /* its layers (all of them unless pp > 1) */
+    uint32_t kv_heads;           /* its KV heads (a share under tp; 1 for MLA's latent) */
     uint64_t layer_block_bytes;  /* one layer's share of a block, scales included */
     uint64_t block_bytes;        /* all layers: the engine's block */
     uint64_t bytes_per_token;    /* KV data a token, all layers */
@@ -100,8 +106,8 @@ typedef struct kvp_cap_check {
     uint32_t n_failed;
 } kvp_cap_check;
 
-/* Predict the run's pool from p (cfg, kv_fmt and block_size are read; TP,
- * PP, GPU and workload fields are ignored) sized by pool (kv_mem for
+/* Predict the run's pool from p (cfg, kv_fmt and block_size are read; TP
+ * and PP are the run's; GPU and workload fields are ignored) sized by pool (kv_mem for
  * KVP_CAP_POOL_MEM; run->kv_blocks for KVP_CAP_POOL_BLOCKS), and set it
  * beside run.  Rules:
  *   kv_block_bytes, kv_blocks, kv_pool_bytes: equal;
@@ -115,7 +121,9 @@ typedef struct kvp_cap_check {
  *   kv_memory: 0 when the premises hold and one sequence of the longest
  *   length fits.
  * 0 (out->n_failed says whether they agree) or KVP_EINVAL / KVP_ELIMIT with
- * a message when p cannot be computed. */
+ * a message when p cannot be computed, or KVP_EMISMATCH "tp: ..." / "pp:
+ * ..." when the run's split does not fit the model (decode would have
+ * refused it: the stats are not of this model). */
 int kvp_cap_check_run(const kvp_cap_params *p, int pool, uint64_t kv_mem, const kvp_cap_run *run,
                       kvp_cap_check *out, kvp_err *err);
 

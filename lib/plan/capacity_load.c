@@ -243,7 +243,7 @@ static int load_hf(const char *path, int is_dir, kvp_cap_model_file *out, kvp_er
     return rc;
 }
 
-int kvp_cap_load_model(const char *path, kvp_cap_model_file *out, kvp_err *err)
+static int load_any(const char *path, kvp_cap_model_file *out, kvp_err *err)
 {
     memset(out, 0, sizeof *out);
     struct stat st;
@@ -271,4 +271,13 @@ int kvp_cap_load_model(const char *path, kvp_cap_model_file *out, kvp_err *err)
     if (i < n && head[i] == '{')
         return load_hf(path, 0, out, err);
     return kvp_err_set(err, KVP_EFORMAT, "%s: not a model file (GGUF, KVP, or HF config.json)", path);
+}
+
+int kvp_cap_load_model(const char *path, kvp_cap_model_file *out, kvp_err *err)
+{
+    int rc = load_any(path, out, err);
+    /* what decode's loader and quantize refuse in a file (a layer count of
+     * 0, a vocabulary past the ceiling, heads that do not group) is the
+     * file's fault, said the same way, whoever reads it */
+    return rc ? rc : kvp_config_check(&out->cfg, path, err);
 }

@@ -391,4 +391,91 @@ if [ "$(id -u)" != 0 ]; then
     expect_status 1 "an unreadable file exits 1"
 fi
 
+# ---- a model file's bad value is the file's fault: exit 1, the file and the field ----
+# (the command line's own values stay usage errors, exit 2)
+hf_bad() { # NAME LAYERS FFN VOCAB: a Llama-3-8B config.json with those three
+    mkdir -p "$T/$1"
+    printf '{"model_type":"llama","hidden_size":4096,"intermediate_size":%s,"num_attention_heads":32,%s}\n' "$3" \
+        "\"num_hidden_layers\":$2,\"num_key_value_heads\":8,\"vocab_size\":$4" >"$T/$1/config.json"
+}
+hf_bad hf_layers 200000 14336 128256
+run kvcalc -m "$T/hf_layers"
+expect_status 1 "num_hidden_layers 200000 in a config.json exits 1"
+expect_err_has "hf_layers: config: 200000 layers (want 1..4096)" "names the file and the layer count"
+expect_err_one_line "in one line, no usage hint"
+hf_bad hf_ffn0 32 0 128256
+run kvcalc -m "$T/hf_ffn0"
+expect_status 1 "intermediate_size 0 exits 1 (quantize and decode refuse it too)"
+expect_err_has "config: 0 feed-forward width" "names the feed-forward width"
+hf_bad hf_vocab 32 14336 4000000000
+run kvcalc -m "$T/hf_vocab"
+expect_status 1 "vocab_size 4e9 exits 1"
+expect_err_has "config: 4000000000 vocabulary (want 1..16777216)" "names the vocabulary"
+if [ -x "${KVP_UNIT_DIR:-}/test_convert" ]; then
+    "$KVP_UNIT_DIR/test_convert" --write-gguf "$T/bad-layers.gguf" layers
+    run kvcalc -m "$T/bad-layers.gguf"
+    expect_status 1 "a GGUF of 2^31 layers exits 1"
+    k=$(sed 's/^kvcalc: //' "$ERR")
+    run quantize --to int8 "$T/bad-layers.gguf" -o "$T/bad.kvp"
+    if [ -n "$k" ] && [ "$k" = "$(sed 's/^quantize: //' "$ERR")" ]; then pass "kvcalc says what quantize says: $k"
+    else fail "kvcalc '$k', quantize '$(cat "$ERR")'"; fi
+fi
+run kvcalc --layers 200000 --hidden 4096 --heads 32
+expect_status 2 "--layers 200000 on the command line stays a usage error"
+
+# ---- shapes the loader refuses are refused from options too (exit 2) ----
+run kvcalc -m llama-3-8b --experts 8 --experts-used 9 --gpu h200
+expect_status 2 "--experts-used 9 of --experts 8 exits 2"
+expect_err_has "Llama-3-8B with --experts 8 --experts-used 9: config: 9 experts used a token, more than the 8 experts" \
+    "names the options and both counts"
+run kvcalc -m llama-3-8b --kv-heads 7
+expect_status 2 "32 heads over --kv-heads 7 exits 2"
+expect_err_has "config: 32 heads are not a multiple of 7 KV heads" "the loader's words for a config.json"
+run kvcalc --layers 2 --hidden 64 --heads 4 --kv-heads 3
+expect_status 2 "--heads 4 --kv-heads 3 exits 2"
+run kvcalc --layers 2 --hidden 64 --heads 3
+expect_status 2 "--hidden 64 over --heads 3 with no --head-dim exits 2"
+expect_err_has "hidden size 64 is not a multiple of 3 heads" "says the heads do not divide the hidden size"
+run kvcalc --layers 2 --hidden 64 --heads 3 --head-dim 16 --json
+expect_status 0 "with --head-dim it plans"
+run kvcalc -m llama-3-8b --kv-heads 4:8:2
+expect_status 2 "a sweep with one bad point exits 2 before printing"
+expect_out_empty "nothing printed"
+
+# ---- only the TP splits decode runs (lib/model/shard.h) ----
+run kvcalc -m llama-3-8b --tp 3 --gpu h100
+expect_status 2 "llama-3-8b --tp 3 exits 2"
+expect_err_has "--tp: tensor parallelism over 3 ranks: 32 query heads do not split evenly (ranks that divide them: 1, 2, 4, 8, 16, 32)" \
+    "says why and which splits work, as decode does"
+run kvcalc -m smollm2-135m --tp 2 --gpu h100
+expect_status 2 "9 query heads over --tp 2 exits 2"
+expect_err_has "9 query heads do not split evenly (ranks that divide them: 1, 3, 9)" "decode's message"
+run kvcalc -m llama-3-8b --gpus 6 --gpu h100
+expect_status 2 "--gpus 6 alone (tp 6) exits 2"
+expect_err_has "--gpus: tensor parallelism over 6 ranks" "names --gpus"
+run kvcalc -m llama-3-8b --tp 1:8:1 --gpu h100
+expect_status 2 "a --tp sweep through 3 exits 2"
+run kvcalc -m smollm2-135m --tp 3 --gpu h100 --json
+expect_status 0 "smollm2 --tp 3 plans"
+expect_field kv_heads_per_gpu 1 "one of its 3 KV heads a GPU"
+run kvcalc -m smollm2-135m --tp 9 --gpu h100
+expect_status 2 "--tp 9: the FFN width 1536 does not split"
+expect_err_has "the FFN width 1536 does not split evenly" "names the FFN width"
+
+# ---- a factor sweep of a count gives each count once ----
+run kvcalc -m llama-3-8b --gpu h100 -s 1024:8192:x1.0001 --tsv
+expect_status 0 "a fine factor sweep"
+n=$(($(wc -l <"$OUT") - 1))
+expect_true "7169 rows, the distinct counts 1024..8192 (was 20797)" [ "$n" = 7169 ]
+expect_true "no seq_len twice" sh -c "cut -f15 '$OUT' | sort | uniq -d | grep -q . && exit 1 || exit 0"
+run kvcalc -m llama-3-8b --gpu h100 --gpu-mem 1000:2000:x1.0001 --tsv
+expect_status 0 "a size sweep of steps under a byte"
+expect_true "1001 rows, each size once" [ "$(($(wc -l <"$OUT") - 1))" = 1001 ]
+
+# ---- --lengths and --tsv: refused, and --help says so ----
+run kvcalc -m llama-3-8b --gpu h100 -s 4096 --lengths uniform:100:4000 --tsv
+expect_status 2 "--lengths with --tsv exits 2"
+run kvcalc --help
+expect_out_has "not --tsv" "--help says --lengths does not go with --tsv"
+
 done_testing

@@ -42,8 +42,47 @@ expect_out_has "verdict: DISAGREE on kv_block_bytes, kv_blocks, kv_pool_bytes" "
 run kvcalc --check "$T/s.json" -m smollm2-135m --kv-mem 4MiB
 expect_status 1 "--kv-mem 4MiB predicts 11 blocks, not the run's 5"
 expect_err_has "kv_blocks (kvcalc 11, decode 5)" "names kv_blocks"
+run kvcalc --check "$T/s.json" -m smollm2-135m --kv-heads 1
+expect_status 1 "a wrong model shape (1 KV head) disagrees"
 run kvcalc --check "$T/s.json" -m smollm2-135m --kv-heads 8
-expect_status 1 "a wrong model shape (8 KV heads) disagrees"
+expect_status 2 "a shape the loader refuses (9 heads over 8 KV heads) is a usage error"
+expect_err_has "config: 9 heads are not a multiple of 8 KV heads" "in the loader's words"
+
+# a --tp/--pp run: the stats hold rank 0's pool, and say the split.
+# tp 3: 30 layers x 16 x 2 x 1 KV head x 64 x 2 B = 122,880 B a block, 17 in 2 MiB
+split_stats() { # TP PP BLOCK-BYTES BLOCKS: s.json as that run's rank 0 wrote it
+    sed -e "s/\"max_seq_len\":41}/\"max_seq_len\":41,\"tp\":$1,\"pp\":$2}/" \
+        -e "s/\"kv_block_bytes\":368640/\"kv_block_bytes\":$3/" -e "s/\"kv_blocks\":5,/\"kv_blocks\":$4,/" \
+        -e "s/\"kv_pool_bytes\":1843200/\"kv_pool_bytes\":$(($3 * $4))/" "$T/s.json" >"$T/split.json"
+}
+split_stats 3 1 122880 17
+run kvcalc --check "$T/split.json" -m smollm2-135m
+expect_status 0 "a tp 3 run's stats agree, checked per rank"
+expect_out_has "tp 3 x pp 1: the pool is rank 0's, 30 of 30 layers and 1 of 3 KV heads" "says whose pool it is"
+expect_out_has "30 x 4,096 B = 122,880 B" "rank 0's block"
+run kvcalc --check "$T/split.json" -m smollm2-135m --json
+expect_out_has '"tp":3,"pp":1,"n_layer":30,"n_head_kv":1,' "--json: the split and rank 0's share"
+# pp 4 over 30 layers: stage 0 holds 8 (decode's split: the earlier stages one more)
+split_stats 1 4 98304 21
+run kvcalc --check "$T/split.json" -m smollm2-135m
+expect_status 0 "a pp 4 run's stats agree: stage 0's 8 layers"
+split_stats 3 1 368640 5
+run kvcalc --check "$T/split.json" -m smollm2-135m
+expect_status 1 "a whole-model pool labelled tp 3 disagrees"
+split_stats 2 1 122880 17
+run kvcalc --check "$T/split.json" -m smollm2-135m
+expect_status 1 "tp 2 does not split 9 heads: the stats are not of this model, exit 1"
+expect_err_has "$T/split.json: tp: 2: tensor parallelism over 2 ranks: 9 query heads do not split evenly" \
+    "names the file, the field and why"
+expect_err_one_line "in one line"
+split_stats 1 31 122880 17
+run kvcalc --check "$T/split.json" -m smollm2-135m
+expect_status 1 "pp 31 over 30 layers: exit 1"
+expect_err_has "$T/split.json: pp: 31 stages for a model of 30 layers" "names the file and the field"
+split_stats 0 1 122880 17
+run kvcalc --check "$T/split.json" -m smollm2-135m
+expect_status 1 "tp 0: exit 1"
+expect_err_has "tp: 0 is out of range" "names the field"
 
 # doctored and broken stats: the field or the file named, exit 1
 # doctored SED-EXPRESSION WHAT STDERR-TEXT: the run's stats edited, refused
@@ -109,7 +148,7 @@ run decode -m "$M" -t "$THREADS" -f "$T/p.jsonl" -n 16 --kv-mem 2MiB --stats="$T
 expect_status 0 "decode writes its stats"
 for k in '"kv_block_bytes":368640' '"kv_pool_bytes":1843200' '"kv_pool_sized_by":"kv-mem"' '"kv_mem":2097152' \
     '"kv_dtype":"f16"' '"input":"prompts"' '"peak_running":' '"max_seq_len":' '"model_fingerprint":"' \
-    '"mean_prompt_tokens":' '"kv_blocks":5,"block_size":16'; do
+    '"mean_prompt_tokens":' '"kv_blocks":5,"block_size":16' '"tp":1,"pp":1'; do
     if grep -qF "$k" "$T/run.json"; then pass "stats have $k"; else fail "stats lack $k: $(cat "$T/run.json")"; fi
 done
 run kvcalc --check "$T/run.json"

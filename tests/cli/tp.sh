@@ -63,6 +63,20 @@ texts "$OUT" >"$T/b.txt"
 expect_true "the same text for every request as one process" cmp -s "$T/a.txt" "$T/b.txt"
 expect_true "four answers" [ "$(wc -l <"$T/b.txt")" -eq 4 ]
 
+# --stats under --tp holds rank 0's pool and says the split: kvcalc --check
+# plans that rank and agrees (it read the pool as one process's)
+run timeout 300 mpirun -np 3 decode -m "$T/f16.kvp" -f "$KVP_TESTS/../scripts/demo-prompts.jsonl" -n 8 --tp 3 -t 1 \
+    --kv-dtype fp8 --kv-mem 2MiB --stats="$T/tpstats.json"
+expect_status 0 "decode --tp 3 --stats"
+expect_true "the stats say tp 3, pp 1" grep -qF '"tp":3,"pp":1' "$T/tpstats.json"
+run kvcalc --check "$T/tpstats.json"
+expect_status 0 "kvcalc --check agrees with a tp 3 run"
+expect_out_has "30 x 2,176 B (scales included) = 65,280 B" "rank 0's block: one of 3 KV heads, fp8 with scales"
+run timeout 300 mpirun -np 2 decode -m "$M" -f "$KVP_TESTS/../scripts/demo-prompts.jsonl" -n 8 --pp 2 -t 1 \
+    --kv-mem 2MiB --stats="$T/ppstats.json"
+run kvcalc --check "$T/ppstats.json"
+expect_status 0 "kvcalc --check agrees with a pp 2 run (stage 0's 15 layers)"
+
 # pipeline stages compute what one process does, bit for bit (no sum is split)
 run decode -m "$M" -f "$KVP_TESTS/../scripts/demo-prompts.jsonl" -n "$N" --json -t "$THREADS"
 texts "$OUT" >"$T/q.txt"

@@ -74,6 +74,12 @@ else
 fi
 
 # ---- the model, alone: modeled only ----
+# only the splits decode runs (and kvcalc plans): 32 heads over 5 do not split
+run tpbench --model llama-3-8b --tp 5
+expect_status 2 "--tp 5 on llama-3-8b is a usage error"
+expect_err_has "--tp: tensor parallelism over 5 ranks: 32 query heads do not split evenly (ranks that divide them: 1, 2, 4, 8, 16, 32)" \
+    "names the heads and the splits that work, as decode does"
+expect_out_empty "nothing modeled"
 run tpbench --model llama-3-70b --tp 8 --gpu h100
 expect_status 0 "--model alone"
 expect_out_has "measured: not run" "one rank measures nothing"

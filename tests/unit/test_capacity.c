@@ -288,11 +288,13 @@ static void test_tp_pp(void)
     CHECK_EQ_U64(r.stage[0].kv_bytes_per_token, 327680 / 2);
     CHECK_EQ_U64(r.stage[0].weight_bytes, 2 * (40ull * 855654400 + 1050673152));
     CHECK_EQ_U64(r.stage[1].weight_bytes, 2 * (40ull * 855654400 + 1050673152 + 8192));
-    /* pp 3 over 80 layers: 26, 27, 27 */
+    /* pp 3 over 80 layers: 27, 27, 26, the earlier stages one more, as
+     * decode splits them (kvp_shard_first_layer) */
     p.pp = p.gpus = 3;
     r = compute(&p);
-    CHECK_EQ_U64(r.stage[0].layer_end - r.stage[0].layer_begin, 26);
-    CHECK_EQ_U64(r.stage[2].layer_end - r.stage[2].layer_begin, 27);
+    CHECK_EQ_U64(r.stage[0].layer_end - r.stage[0].layer_begin, 27);
+    CHECK_EQ_U64(r.stage[1].layer_end, 54);
+    CHECK_EQ_U64(r.stage[2].layer_end - r.stage[2].layer_begin, 26);
     /* tied embeddings with pp: the last stage carries a copy */
     kvp_cap_params s = preset("smollm2-135m");
     s.pp = s.gpus = 2;
@@ -379,6 +381,33 @@ static void test_errors(void)
     p = preset("llama-3-8b");
     p.cfg.n_layer = 0;
     CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL && strstr(err.msg, "layers"));
+    /* only the TP splits decode runs (shard.h): 32 heads over 3 do not
+     * split, 8 KV heads over 16 replicate, 9 heads over 2 do not split */
+    p = preset("llama-3-8b");
+    p.tp = p.gpus = 3;
+    CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL &&
+          strstr(err.msg, "tp: tensor parallelism over 3 ranks: 32 query heads do not split evenly"));
+    p.tp = p.gpus = 16;
+    CHECK_MSG(kvp_cap_compute(&p, &r, &err) == 0, "%s", err.msg);
+    p = preset("smollm2-135m");
+    p.tp = p.gpus = 2;
+    CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL && strstr(err.msg, "ranks that divide them: 1, 3, 9"));
+    /* experts and MLA split here (vLLM does), though decode does not run them */
+    p = preset("mixtral-8x7b");
+    p.tp = p.gpus = 8;
+    CHECK_MSG(kvp_cap_compute(&p, &r, &err) == 0, "%s", err.msg);
+}
+
+/* Every preset passes the loader's checks, so the shape kvcalc checks a
+ * preset's options against starts from a valid one, and every tp kvcalc's
+ * tests plan for it divides. */
+static void test_presets_valid(void)
+{
+    for (size_t i = 0; i < kvp_preset_model_count(); i++) {
+        const kvp_model_preset *m = kvp_preset_model_at(i);
+        kvp_err err = {0};
+        CHECK_MSG(kvp_config_check(&m->cfg, m->name, &err) == 0, "%s", err.msg);
+    }
 }
 
 static int plain_num(const char *s, double *out)
@@ -725,6 +754,7 @@ int main(void)
     test_blocks_capacity();
     test_roofline();
     test_errors();
+    test_presets_valid();
     test_sweep();
     test_rng();
     test_sim();

@@ -251,10 +251,54 @@ static void test_pools_and_formats(void)
     CHECK_STR(kvp_cap_pool_name(KVP_CAP_POOL_CONTEXT), "context");
 }
 
+/* A --tp/--pp run's stats hold rank 0's pool: the check plans that rank
+ * (a file without "tp" and "pp" is one process's). */
+static void test_split(void)
+{
+    kvp_cap_params p = smollm2();
+    kvp_cap_check c;
+    kvp_cap_run r;
+    kvp_err err;
+    CHECK(parse(base_stats, &r, &err) == 0);
+    CHECK(r.tp == 1 && r.pp == 1);
+    /* tp 3: one of the 3 KV heads a rank, 30 x 16 x 2 x 1 x 64 x 2 = 122,880
+     * B a block, 17 in 2 MiB */
+    char text[4096];
+    sub(text, base_stats, "\"kv_blocks\":5", "\"kv_blocks\":17");
+    sub(text, text, "\"kv_block_bytes\":368640", "\"kv_block_bytes\":122880");
+    sub(text, text, "\"kv_pool_bytes\":1843200", "\"kv_pool_bytes\":2088960");
+    sub(text, text, "\"max_seq_len\":41", "\"max_seq_len\":41,\"tp\":3,\"pp\":1");
+    check(&p, KVP_CAP_POOL_MEM, 2097152, text, &c);
+    CHECK_EQ_U64(c.n_failed, 0);
+    CHECK_EQ_U64(c.block_bytes, 122880);
+    CHECK_EQ_U64(c.n_layer, 30);
+    CHECK_EQ_U64(c.kv_heads, 1);
+    CHECK_EQ_U64(c.n_blocks, 17);
+    /* pp 4 over 30 layers: stage 0 holds 8, as decode splits them */
+    CHECK(parse(edit("\"max_seq_len\":41", "\"max_seq_len\":41,\"pp\":4"), &r, &err) == 0);
+    CHECK(r.tp == 1 && r.pp == 4);
+    CHECK(kvp_cap_check_run(&p, KVP_CAP_POOL_MEM, 2097152, &r, &c, &err) == 0);
+    CHECK_EQ_U64(c.n_layer, 8);
+    CHECK_EQ_U64(c.block_bytes, 8 * 12288);
+    CHECK_EQ_U64(c.n_blocks, 21);
+    /* a split decode refuses: the stats are not of this model */
+    CHECK(parse(edit("\"max_seq_len\":41", "\"max_seq_len\":41,\"tp\":2"), &r, &err) == 0);
+    CHECK(kvp_cap_check_run(&p, KVP_CAP_POOL_MEM, 2097152, &r, &c, &err) == KVP_EMISMATCH);
+    CHECK_MSG(strstr(err.msg, "tp: 2: tensor parallelism over 2 ranks: 9 query heads") != NULL, "%s", err.msg);
+    refused(edit("\"max_seq_len\":41", "\"max_seq_len\":41,\"pp\":65"), "pp: 65 is out of range (1..64)");
+    p.cfg.n_layer = 8;
+    CHECK(parse(edit("\"max_seq_len\":41", "\"max_seq_len\":41,\"pp\":9"), &r, &err) == 0);
+    CHECK(kvp_cap_check_run(&p, KVP_CAP_POOL_MEM, 2097152, &r, &c, &err) == KVP_EMISMATCH);
+    CHECK_MSG(strstr(err.msg, "pp: 9 stages for a model of 8 layers") != NULL, "%s", err.msg);
+    refused(edit("\"max_seq_len\":41", "\"max_seq_len\":41,\"tp\":0"), "tp: 0 is out of range");
+    refused(edit("\"max_seq_len\":41", "\"max_seq_len\":41,\"tp\":\"3\""), "tp: not a non-negative integer");
+}
+
 int main(void)
 {
     test_parse();
     test_check();
     test_pools_and_formats();
+    test_split();
     return unit_done();
 }

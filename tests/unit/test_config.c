@@ -283,13 +283,42 @@ static void test_check(void)
     CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT);
     d.kv_lora_rank = 512; /* MLA's decoupled RoPE key may be wider than a head */
     CHECK(kvp_config_check(&d, "x.gguf", &err) == 0);
+    d = c, d.n_expert = 8, d.n_expert_used = 9, d.n_ff_expert = 1024;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT);
+    CHECK_STR(err.msg, "x.gguf: config: 9 experts used a token, more than the 8 experts");
     kvp_meta_free(&m);
+}
+
+/* kvp_config_check_shape alone, as kvcalc applies it to a shape built from
+ * options: a dimension left 0 is not known and relates to nothing. */
+static void test_check_shape(void)
+{
+    kvp_config c;
+    kvp_err err = {0};
+    kvp_config_init(&c);
+    c.n_layer = 2, c.n_embd = 64, c.n_head = 4, c.n_head_kv = 4; /* no FFN, vocabulary or head dim */
+    CHECK_MSG(kvp_config_check_shape(&c, "opts", &err) == 0, "%s", err.msg);
+    c.n_head_kv = 3;
+    CHECK(kvp_config_check_shape(&c, "opts", &err) == KVP_EFORMAT);
+    CHECK_STR(err.msg, "opts: config: 4 heads are not a multiple of 3 KV heads");
+    c.n_head_kv = 0; /* MLA: no KV heads */
+    CHECK(kvp_config_check_shape(&c, "opts", &err) == 0);
+    c.n_head_kv = 1, c.n_head = 3;
+    CHECK(kvp_config_check_shape(&c, "opts", &err) == KVP_EFORMAT);
+    CHECK_STR(err.msg, "opts: config: hidden size 64 is not a multiple of 3 heads (and no head dim is given)");
+    c.head_dim = 16; /* a head dim given: the heads need not divide the hidden size */
+    CHECK_MSG(kvp_config_check_shape(&c, "opts", &err) == 0, "%s", err.msg);
+    c.rope_dim = 32;
+    CHECK(kvp_config_check_shape(&c, "opts", &err) == KVP_EFORMAT && strstr(err.msg, "rope dimension 32"));
+    c.rope_dim = 0, c.n_expert_used = 2;
+    CHECK(kvp_config_check_shape(&c, "opts", &err) == KVP_EFORMAT && strstr(err.msg, "more than the 0 experts"));
 }
 
 int main(void)
 {
     test_from_meta();
     test_check();
+    test_check_shape();
     test_from_hf();
     test_real_model();
     return unit_done();

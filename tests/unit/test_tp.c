@@ -89,6 +89,20 @@ static void test_shard_refusals(void)
     c.n_head_kv = 3, c.n_ff = 1000;
     CHECK(kvp_shard_check(&c, 3, &err) == KVP_EUNSUPPORTED && strstr(err.msg, "FFN width 1000"));
     CHECK(kvp_shard_vocab_rows(100, 3) == 34 && kvp_shard_vocab_rows(49152, 3) == 16384);
+    /* the planners' rule: experts and MLA split (the engine refuses them),
+     * the experts' FFN width must divide too, unknown (0) sizes are not checked */
+    c.n_ff = 1536, c.n_expert = 8, c.n_expert_used = 2, c.n_ff_expert = 1024;
+    CHECK(kvp_shard_check_split(&c, 3, &err) == KVP_EUNSUPPORTED && strstr(err.msg, "experts' FFN width 1024"));
+    c.n_ff_expert = 768;
+    CHECK_MSG(kvp_shard_check_split(&c, 3, &err) == 0, "%s", err.msg);
+    CHECK(kvp_shard_check(&c, 3, &err) == KVP_EUNSUPPORTED && strstr(err.msg, "experts or MLA"));
+    c.n_expert = c.n_expert_used = c.n_ff_expert = 0;
+    c.n_head_kv = 8; /* 12 heads, 8 KV heads (no shape a loader takes; the KV rule alone) */
+    CHECK(kvp_shard_check_split(&c, 3, &err) == KVP_EUNSUPPORTED && strstr(err.msg, "8 KV heads"));
+    c.kv_lora_rank = 512; /* MLA: the latent replicates, KV heads are not split */
+    CHECK_MSG(kvp_shard_check_split(&c, 3, &err) == 0, "%s", err.msg);
+    c.kv_lora_rank = 0, c.n_head_kv = 3, c.n_ff = 0, c.n_vocab = 0;
+    CHECK_MSG(kvp_shard_check_split(&c, 3, &err) == 0, "%s", err.msg);
 }
 
 /* Rows are views, columns copies of each row's piece, on a real file. */
