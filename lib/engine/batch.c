@@ -270,7 +270,7 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
     drop_draft_state(b->o, r);
     r->t_end = kvp_gen_now();
     r->g.rec.state = KVP_SEQ_FINISHED;
-    int failed = r->g.rec.finish_reason == KVP_FINISH_KV_MEMORY;
+    int failed = r->g.rec.finish_reason == KVP_FINISH_KV_MEMORY; /* the only way a finished request fails */
     if (r->holder >= 0) { /* never ran: the stream's sequence is its KV (kept as kv_release keeps) */
         if (b->keep && r->g.handle < 0 && !failed)
             r->g.handle = r->holder;
@@ -292,7 +292,7 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
     if (b->emit)
         b->emit(b->ctx, &r->g, NULL, 0);
     int rc = b->metrics ? kvp_metrics_add_request(b->metrics, r->g.t_start, r->g.t_first, r->g.t_last, r->g.n_gen,
-                                                  err)
+                                                  failed, err)
                         : 0;
     if (!b->keep)
         kvp_request_free(r);
