@@ -3,6 +3,7 @@
 #include "hash.h"
 #include "io.h"
 #include "json.h"
+#include "unicode.h"
 #include "tensor.h"
 #include "wire.h"
 
@@ -663,6 +664,22 @@ static int hand_out(kvp_prompts_reader *rd, kvp_prompt *p)
     return 1;
 }
 
+/* A plain-text prompt must be UTF-8, as a JSON one's strings are (the
+ * tokenizer would drop a bad byte): 0, or KVP_EFORMAT naming the line and
+ * the byte offset in it. */
+static int text_utf8(kvp_prompts_reader *rd)
+{
+    const char *t = rd->buf + rd->beg;
+    size_t n = rd->end - rd->beg, k = kvp_unicode_valid_prefix(t, n), line = 1, sol = 0;
+    if (k == n)
+        return 0;
+    for (size_t i = 0; i < k; i++)
+        if (t[i] == '\n')
+            line++, sol = i + 1;
+    return kvp_err_set(&rd->e, KVP_EFORMAT, "%s:%zu: invalid UTF-8 at byte offset %zu of the line (0x%02x)", rd->path,
+                       line, k - sol, (unsigned)(unsigned char)t[k]);
+}
+
 int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -686,7 +703,7 @@ int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
         if (nul) /* a binary file (a model, say) given as the prompt */
             rc = kvp_err_set(&rd->e, KVP_EFORMAT, "%s: byte %zu is NUL: a binary file, not a text prompt", rd->path,
                              (size_t)(nul - (rd->buf + rd->beg)));
-        else
+        else if ((rc = text_utf8(rd)) == 0)
             rc = kvp_prompts_add_text(&rd->one, "", rd->buf + rd->beg, rd->end - rd->beg, &rd->e);
         rd->line = 1;
         rd->beg = rd->scan = rd->end;
