@@ -163,6 +163,21 @@ static int num_field(const kvp_json *o, const char *key, double lo, double hi, i
     return 1;
 }
 
+/* "seed": an integer in [0, 2^63 - 1], the range of --seed, taken from its
+ * digits (a double holds integers exactly only up to 2^53).  1 when set, 0
+ * when absent, or a code naming the line. */
+static int seed_field(const kvp_json *o, uint64_t *out, const char *path, uint64_t line, kvp_err *err)
+{
+    const kvp_json *v = kvp_json_get(o, "seed");
+    if (!v || v->type == KVP_JSON_NULL)
+        return 0;
+    if (v->type != KVP_JSON_NUMBER || !v->is_int || v->i < 0)
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"seed\" must be an integer in [0, %" PRId64 "]", path,
+                           line, INT64_MAX);
+    *out = (uint64_t)v->i;
+    return 1;
+}
+
 /* "stop": a string or an array of strings. */
 static int stop_field(const kvp_json *o, kvp_prompt_params *pp, const char *path, uint64_t line, kvp_err *err)
 {
@@ -207,8 +222,11 @@ static int params_of(const kvp_json *o, kvp_prompt_params *pp, const char *path,
     FIELD("top_p", 1e-6, 1, 0, KVP_PARAM_TOP_P, pp->top_p = (float)x)
     FIELD("top_k", 0, 1 << 24, 1, KVP_PARAM_TOP_K, pp->top_k = (int32_t)x)
     FIELD("min_p", 0, 1, 0, KVP_PARAM_MIN_P, pp->min_p = (float)x)
-    FIELD("seed", 0, 9007199254740991.0, 1, KVP_PARAM_SEED, pp->seed = (uint64_t)x)
 #undef FIELD
+    if ((rc = seed_field(o, &pp->seed, path, line, err)) < 0)
+        return rc;
+    if (rc)
+        pp->set |= KVP_PARAM_SEED;
     const kvp_json *salt = kvp_json_get(o, "cache_salt");
     if (salt && salt->type != KVP_JSON_NULL) {
         if (salt->type != KVP_JSON_STRING || salt->len == 0)

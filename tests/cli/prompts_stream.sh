@@ -198,7 +198,7 @@ bad_line '{"id":"two","prompt":"b","messages":[{"role":"user","content":"c"}]}' 
     'both "prompt" and "messages": give one' "a line with \"prompt\" and \"messages\""
 bad_line '{"id":"m","prompt":"b","max_tokens":-1}' '"max_tokens" must be an integer in [0, 16777216]' \
     "max_tokens out of range (written whole)"
-bad_line '{"id":"s","prompt":"b","seed":-1}' '"seed" must be an integer in [0, 9007199254740991]' \
+bad_line '{"id":"s","prompt":"b","seed":-1}' '"seed" must be an integer in [0, 9223372036854775807]' \
     "seed out of range (written whole)"
 
 # A byte order mark opening the file (Windows editors write one): a JSON
