@@ -39,7 +39,11 @@ expect_out_lacks '"id":"b4"' "nothing after it is"
 printf '{"id":"e1","prompt":"a"}\n\n{"id":"e","prompt":""}\n' >"$T/empty.jsonl"
 run prefill -m "$M" -t 1 -f "$T/empty.jsonl" -o "$T/empty.kvp"
 expect_status 1 "an empty prompt fails prefill"
-expect_err_has "empty.jsonl:3: prompt 2 e is empty" "named with its file, line, index and id"
+expect_err_has "empty.jsonl:3: prompt e is empty" "named with its file, line and id"
+printf '{"id":"h","prompt":"%s"}\n' "$(printf 'hello %.0s' $(seq 1 9000))" >"$T/huge.jsonl"
+run prefill -m "$M" -t 1 -f "$T/huge.jsonl" -o "$T/huge.kvp"
+expect_status 1 "a prompt past the model's context fails prefill"
+expect_err_has "huge.jsonl:1: prompt h: 9001 tokens are more than the model's context of 8192" "said plainly"
 
 # A line's max_tokens, temperature, seed, stop strings and cache salt travel
 # in its sequence record: decode takes them where its command line sets
