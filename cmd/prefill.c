@@ -49,11 +49,11 @@ static void usage(FILE *f)
             kvp_runopts_help_one);
 }
 
-/* Prompt i of the prompts file, read from its line, as token ids *t[*n]; an
+/* A prompts file's prompt p, read from its line, as token ids *t[*n]; an
  * empty or too long one is refused.  0 or a code, the error naming the
- * file, line and prompt. */
-static int file_prompt_ids(const kvp_run *r, const kvp_prompt *p, const char *file, uint64_t line, uint64_t i,
-                           int32_t **t, size_t *n, kvp_err *err)
+ * file, line and id. */
+static int file_prompt_ids(const kvp_run *r, const kvp_prompt *p, const char *file, uint64_t line, int32_t **t,
+                           size_t *n, kvp_err *err)
 {
     if (kvp_prompt_encode(p, r->tok, t, n, err) < 0)
         return kvp_err_prefix(err, "%s:%llu%s%s", file, (unsigned long long)line, p->label[0] ? ": prompt " : "",
@@ -61,8 +61,9 @@ static int file_prompt_ids(const kvp_run *r, const kvp_prompt *p, const char *fi
     if (*n == 0 || *n > UINT32_MAX) {
         free(*t);
         *t = NULL;
-        return kvp_err_set(err, KVP_EINVAL, "%s:%llu: prompt %llu%s%s is %s", file, (unsigned long long)line,
-                           (unsigned long long)i + 1, p->label[0] ? " " : "", p->label, *n ? "too long" : "empty");
+        /* named by its line (and id), not by a count that reads like its index */
+        return kvp_err_set(err, KVP_EINVAL, "%s:%llu: %s%s is %s", file, (unsigned long long)line,
+                           p->label[0] ? "prompt " : "the prompt", p->label, *n ? "too long" : "empty");
     }
     return 0;
 }
@@ -134,7 +135,7 @@ static void list_file_tokens(kvp_run *r, const kvp_runopts *o)
             several = more != 0;
         int32_t *t = NULL;
         size_t n = 0;
-        if (file_prompt_ids(r, &cur, o->file, line, i, &t, &n, &err) < 0)
+        if (file_prompt_ids(r, &cur, o->file, line, &t, &n, &err) < 0)
             kvp_cli_die_err(&err);
         print_tokens(r, o, &cur, i, several, (const uint32_t *)t, (uint32_t)n);
         free(t);
@@ -264,8 +265,11 @@ static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t
     uint32_t have = s->handle >= 0 ? kvp_kvcache_seq_len(r->kc, s->handle) : 0;
     uint32_t n_ctx = kvp_run_loaded(r)->cfg.n_ctx;
     if (n_ctx && (uint64_t)have + len > n_ctx) {
-        kvp_err_set(&err, KVP_EINVAL, "%llu tokens (%u of them this prompt) are more than the model's context of %u",
-                    (unsigned long long)have + len, len, n_ctx);
+        if (have)
+            kvp_err_set(&err, KVP_EINVAL, "%u tokens after the sequence's %u are more than the model's context of %u",
+                        len, have, n_ctx);
+        else
+            kvp_err_set(&err, KVP_EINVAL, "%u tokens are more than the model's context of %u", len, n_ctx);
         fail(j, &err, where);
     }
     if ((s->handle < 0 && (s->handle = kvp_kvcache_seq_new(r->kc, &err)) < 0) ||
@@ -353,7 +357,7 @@ static void prefill_file(pf_job *j, const char *output)
         int32_t *t = NULL;
         size_t n = 0;
         kvp_sampling smp;
-        if (file_prompt_ids(j->r, &p, o->file, kvp_prompts_reader_line(rd), i, &t, &n, &err) < 0)
+        if (file_prompt_ids(j->r, &p, o->file, kvp_prompts_reader_line(rd), &t, &n, &err) < 0)
             fail(j, &err, NULL);
         if (kvp_runopts_request_sampling(o, &p.params, i, &smp, &err) < 0)
             fail(j, &err, where);

@@ -41,6 +41,19 @@ size_t kvp_unicode_decode(const char *s, size_t n, uint32_t *cp)
     return len;
 }
 
+size_t kvp_unicode_valid_prefix(const char *s, size_t n)
+{
+    size_t i = 0;
+    uint32_t cp;
+    while (i < n) {
+        size_t k = kvp_unicode_decode(s + i, n - i, &cp);
+        if (cp == KVP_UNICODE_BAD)
+            return i;
+        i += k;
+    }
+    return n;
+}
+
 size_t kvp_unicode_encode(uint32_t cp, char out[4])
 {
     uint8_t *o = (uint8_t *)out;

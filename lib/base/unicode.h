@@ -38,6 +38,10 @@ extern const size_t kvp_unicode_space_count;
  * (1..4) and the code point in *cp; an invalid or truncated sequence, an
  * overlong form or a surrogate returns 1 with *cp = KVP_UNICODE_BAD. */
 size_t kvp_unicode_decode(const char *s, size_t n, uint32_t *cp);
+/* Bytes of s[0..n) before its first invalid UTF-8 sequence (by the rules of
+ * kvp_unicode_decode; n when it is all valid): where text that must be
+ * UTF-8 (prompts, JSON strings) goes wrong. */
+size_t kvp_unicode_valid_prefix(const char *s, size_t n);
 /* Encode cp (<= 0x10FFFF) into out; returns the length 1..4, 0 if invalid. */
 size_t kvp_unicode_encode(uint32_t cp, char out[4]);
 /* Bytes of s[0..n) that form whole characters: n, less the tail of a valid

@@ -183,20 +183,41 @@ static uint32_t kv_needed(void *ctx, const kvp_sched_req *sr, uint32_t n)
     return k > UINT32_MAX ? UINT32_MAX : (uint32_t)k;
 }
 
+/* A stream's request runs in the cache sequence it came with (its holder):
+ * every block prefill sent is its own, the partial last one included (that
+ * one is registered under no hash, so no other request shares it), and only
+ * the tokens the stream lacks are computed.  At least the last token is left
+ * to compute, since its logits give the next one.  Returns the tokens kept. */
+static uint32_t kv_adopt(batch *b, kvp_request *r, uint32_t n, kvp_err *err)
+{
+    int h = r->holder;
+    uint32_t len = kvp_kvcache_seq_len(b->kc, h), keep = 0;
+    const uint32_t *t = kvp_kvcache_seq_tokens(b->kc, h);
+    while (keep < len && keep + 1 < n && t[keep] == r->tokens[keep])
+        keep++;
+    if (keep < len)
+        kvp_kvcache_seq_truncate(b->kc, h, keep, err); /* keep <= len: cannot fail */
+    r->g.handle = h; /* holder stays set until the scheduler admits r (kv_release) */
+    return keep;
+}
+
 /* A cache sequence for r, with the cached blocks of its tokens' prefix. */
 static int kv_start(void *ctx, kvp_sched_req *sr, kvp_err *err)
 {
     batch *b = ctx;
     kvp_request *r = sr->user;
+    if (r->holder >= 0) {
+        uint32_t got = kv_adopt(b, r, sr->n_tokens, err);
+        if (sr->n_preempted == 0)
+            r->n_cached = got;
+        return (int)got;
+    }
     int h = kvp_kvcache_seq_new(b->kc, err);
     if (h < 0)
         return h;
     r->g.handle = h;
     int got = kvp_kvcache_seq_set_salt(b->kc, h, r->salt, err);
-    /* a stream's request starts on the blocks it brought (its holder's, cached
-     * under its salt) even under --no-prefix-cache: they are its own prompt's,
-     * computed by prefill, not another request's */
-    if (got == 0 && (!b->no_prefix || r->holder >= 0))
+    if (got == 0 && !b->no_prefix)
         got = kvp_kvcache_seq_share_prefix(b->kc, h, r->tokens, sr->n_tokens, err);
     if (got < 0) {
         kvp_kvcache_seq_free(b->kc, h);
@@ -205,10 +226,6 @@ static int kv_start(void *ctx, kvp_sched_req *sr, kvp_err *err)
     }
     if (sr->n_preempted == 0)
         r->n_cached = (uint32_t)got;
-    if (r->holder >= 0) { /* the stream's copy has served: its blocks are shared or recomputed */
-        kvp_kvcache_seq_free(b->kc, r->holder);
-        r->holder = -1;
-    }
     return got;
 }
 
@@ -217,6 +234,11 @@ static void kv_release(void *ctx, kvp_sched_req *sr)
     batch *b = ctx;
     kvp_request *r = sr->user;
     uint32_t why = r->g.rec.finish_reason;
+    if (r->holder >= 0 && sr->state == KVP_SCHED_WAITING) {
+        r->g.handle = -1; /* not admitted after all: the stream's KV waits with it */
+        return;
+    }
+    r->holder = -1; /* the sequence it came with ran: it goes as any other */
     if (b->keep && why != KVP_FINISH_NONE && why != KVP_FINISH_KV_MEMORY)
         return; /* finished: its KV stays for the caller to save */
     kvp_kvcache_seq_free(b->kc, r->g.handle);
@@ -248,8 +270,9 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
     drop_draft_state(b->o, r);
     r->t_end = kvp_gen_now();
     r->g.rec.state = KVP_SEQ_FINISHED;
-    if (r->holder >= 0) { /* never started: the stream's sequence is its KV */
-        if (b->keep && r->g.handle < 0)
+    int failed = r->g.rec.finish_reason == KVP_FINISH_KV_MEMORY; /* the only way a finished request fails */
+    if (r->holder >= 0) { /* never ran: the stream's sequence is its KV (kept as kv_release keeps) */
+        if (b->keep && r->g.handle < 0 && !failed)
             r->g.handle = r->holder;
         else
             kvp_kvcache_seq_free(b->kc, r->holder);
@@ -257,7 +280,7 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
     }
     kvp_batch_stats *st = b->st;
     st->requests++;
-    st->kv_memory += r->g.rec.finish_reason == KVP_FINISH_KV_MEMORY;
+    st->kv_memory += failed;
     st->prompt_tokens += r->n_prompt;
     st->cached_tokens += r->n_cached;
     st->generated += r->g.n_gen;
@@ -269,7 +292,7 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
     if (b->emit)
         b->emit(b->ctx, &r->g, NULL, 0);
     int rc = b->metrics ? kvp_metrics_add_request(b->metrics, r->g.t_start, r->g.t_first, r->g.t_last, r->g.n_gen,
-                                                  err)
+                                                  failed, err)
                         : 0;
     if (!b->keep)
         kvp_request_free(r);

@@ -66,7 +66,9 @@ typedef struct kvp_request {
     int32_t node_par[1 + KVP_DRAFT_BRANCHES * KVP_DRAFT_MAX];
     uint32_t node_of[KVP_DRAFT_BRANCHES][KVP_DRAFT_MAX + 1];
     uint32_t n_drafted, n_accepted, n_verify; /* draft tokens proposed, accepted; verify steps */
-    int holder;              /* a cache sequence (read from a stream) whose blocks its start reuses, or -1 */
+    int holder;              /* the cache sequence (read from a stream) holding its KV, or -1: its start
+                              * runs it in that sequence (g.handle), and a start the scheduler takes
+                              * back (not admitted) leaves it the holder; -1 once it has run */
     double t_end;
     double itl_max;          /* longest gap between two tokens, seconds */
     void *user;

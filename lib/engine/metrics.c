@@ -47,8 +47,11 @@ void kvp_metrics_add_itl(kvp_metrics *m, double s)
     m->itl_sum += s;
 }
 
+/* Whether value v (NaN: the request has none) meets bound slo (0: none). */
+static int within(double v, double slo) { return slo <= 0 || v != v || v <= slo; }
+
 int kvp_metrics_add_request(kvp_metrics *m, double t_arrival, double t_first, double t_last, uint32_t n_out,
-                            kvp_err *err)
+                            int failed, kvp_err *err)
 {
     if (m->n == m->cap) {
         uint64_t cap = m->cap ? m->cap * 2 : 256;
@@ -73,9 +76,7 @@ int kvp_metrics_add_request(kvp_metrics *m, double t_arrival, double t_first, do
     m->tpot[m->n] = tpot;
     m->e2e[m->n] = e2e;
     m->n++;
-    int ok = ttft == ttft && (m->slo_ttft <= 0 || ttft <= m->slo_ttft) &&
-             (m->slo_tpot <= 0 || !(tpot == tpot) || tpot <= m->slo_tpot);
-    m->good += ok;
+    m->good += !failed && within(ttft, m->slo_ttft) && within(tpot, m->slo_tpot);
     return 0;
 }
 

@@ -6,8 +6,11 @@
  *   TPOT  (E2E - TTFT) / (output tokens - 1), for requests of 2 or more,
  *   ITL   every gap between two consecutive tokens of one request.
  * The summary gives mean and p50/p90/p99 of each, request and token
- * throughput, and goodput: the requests that met both SLOs (TTFT and TPOT
- * bounds; a bound of 0 is no bound).
+ * throughput, and goodput: the requests that completed and met both SLOs
+ * (TTFT and TPOT bounds; a bound of 0 is no bound).  A request that failed
+ * (the KV cache could not hold it) is never good.  A value a request does
+ * not have meets its bound, as vLLM counts TPOT as 0 for a 1-token output:
+ * TPOT with under 2 output tokens, TTFT with none (max_tokens 0).
  *
  * Per-request values are kept exactly (3 doubles a request); ITLs, one per
  * token, go into a histogram of 1%-wide logarithmic buckets from 1 us to
@@ -28,7 +31,7 @@ typedef struct kvp_metrics {
     double slo_ttft, slo_tpot;     /* seconds; 0: no bound */
     double *ttft, *tpot, *e2e;     /* [n] per finished request (tpot NaN for 1-token outputs) */
     uint64_t n, cap;
-    uint64_t good;                 /* requests within both SLOs */
+    uint64_t good;                 /* requests completed within both SLOs */
     uint64_t itl_count[KVP_METRICS_ITL_BUCKETS];
     uint64_t n_itl;
     double itl_sum;
@@ -43,16 +46,17 @@ void kvp_metrics_init(kvp_metrics *m, double slo_ttft, double slo_tpot);
 void kvp_metrics_free(kvp_metrics *m);
 /* One gap between two tokens of a request. */
 void kvp_metrics_add_itl(kvp_metrics *m, double seconds);
-/* A finished request: arrival, first and last token times, tokens out.  0
- * or KVP_ENOMEM. */
+/* A finished request: arrival, first and last token times (0: none),
+ * tokens out, and whether it failed (ended without completing).  0 or
+ * KVP_ENOMEM. */
 int kvp_metrics_add_request(kvp_metrics *m, double t_arrival, double t_first, double t_last, uint32_t n_out,
-                            kvp_err *err);
+                            int failed, kvp_err *err);
 /* Distributions of the requests so far (undefined values left out). */
 void kvp_metrics_ttft(kvp_metrics *m, kvp_dist *d);
 void kvp_metrics_tpot(kvp_metrics *m, kvp_dist *d);
 void kvp_metrics_e2e(kvp_metrics *m, kvp_dist *d);
 void kvp_metrics_itl(const kvp_metrics *m, kvp_dist *d);
-/* Share of requests within both SLOs (1 when there were none). */
+/* Share of requests completed within both SLOs (1 when there were none). */
 double kvp_metrics_goodput(const kvp_metrics *m);
 /* Percentile q (0..100) of sorted v[n], nearest rank; NaN when n is 0. */
 double kvp_percentile(const double *v, uint64_t n, double q);

@@ -7,6 +7,7 @@
 #include "seqio.h"
 #include "shard.h"
 #include "tensor.h"
+#include "unicode.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -116,16 +117,26 @@ static uint32_t parse_u32(const char *opt, const char *arg, int64_t min, int64_t
     return (uint32_t)kvp_cli_opt_i64(opt, arg, min, max);
 }
 
+/* Text for the model must be UTF-8, as a JSON prompt's is: a bad byte is
+ * refused here rather than silently dropped by the tokenizer. */
+static const char *utf8_arg(const char *opt, const char *arg)
+{
+    size_t n = strlen(arg), k = kvp_unicode_valid_prefix(arg, n);
+    if (k < n)
+        kvp_cli_usage_error("%s: invalid UTF-8 at byte offset %zu (0x%02x)", opt, k, (unsigned)(unsigned char)arg[k]);
+    return arg;
+}
+
 int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
 {
     switch (c) {
     case 'm': o->model = arg; break;
-    case 'p': o->prompt = arg; break;
+    case 'p': o->prompt = utf8_arg("-p", arg); break;
     case 'f': o->file = arg; break;
     case KVP_OPT_TOKENS: o->tokens = arg; break;
     case KVP_OPT_CHAT: o->chat = 1; break;
     case KVP_OPT_NO_SPECIAL: o->no_special = 1; break;
-    case KVP_OPT_SYSTEM: o->system = arg; break;
+    case KVP_OPT_SYSTEM: o->system = utf8_arg("--system", arg); break;
     case 'n': o->sampling.max_tokens = parse_u32("--max-tokens", arg, 0, 1 << 24); o->sampling_set |= KVP_SET_MAX; break;
     case 't': o->threads = (int)kvp_cli_opt_i64("--threads", arg, 1, 1024); break;
     case 'g': o->backend = "cuda"; break;

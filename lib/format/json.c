@@ -102,36 +102,6 @@ static void skip_ws(jp *p)
 
 /* ---- strings ---- */
 
-/* Length of the valid UTF-8 sequence at s[0..left), or 0 when invalid
- * (overlong, surrogate, above U+10FFFF, truncated). */
-static size_t utf8_len(const unsigned char *s, size_t left)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t n;
-    uint32_t cp, min;
-    if ((c & 0xe0) == 0xc0) {
-        n = 2, cp = c & 0x1f, min = 0x80;
-    } else if ((c & 0xf0) == 0xe0) {
-        n = 3, cp = c & 0x0f, min = 0x800;
-    } else if ((c & 0xf8) == 0xf0) {
-        n = 4, cp = c & 0x07, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n > left)
-        return 0;
-    for (size_t k = 1; k < n; k++) {
-        if ((s[k] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[k] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return n;
-}
-
 static int hex4(jp *p, size_t at, uint32_t *out)
 {
     if (p->n - at < 4)
@@ -208,8 +178,9 @@ static int parse_string(jp *p, char **out, size_t *outlen)
         } else if (c < 0x20) {
             rc = jp_fail(p, KVP_EFORMAT, p->i, "raw control character 0x%02x in a string", c);
         } else {
-            size_t k = utf8_len(p->s + p->i, end - p->i);
-            if (!k) {
+            uint32_t cp; /* by the rules plain-text prompts are checked by too */
+            size_t k = kvp_unicode_decode((const char *)p->s + p->i, end - p->i, &cp);
+            if (cp == KVP_UNICODE_BAD) {
                 rc = jp_fail(p, KVP_EFORMAT, p->i, "invalid UTF-8 in a string");
             } else {
                 memcpy(o + olen, p->s + p->i, k);

@@ -3,6 +3,7 @@
 #include "hash.h"
 #include "io.h"
 #include "json.h"
+#include "unicode.h"
 #include "tensor.h"
 #include "wire.h"
 
@@ -162,6 +163,21 @@ static int num_field(const kvp_json *o, const char *key, double lo, double hi, i
     return 1;
 }
 
+/* "seed": an integer in [0, 2^63 - 1], the range of --seed, taken from its
+ * digits (a double holds integers exactly only up to 2^53).  1 when set, 0
+ * when absent, or a code naming the line. */
+static int seed_field(const kvp_json *o, uint64_t *out, const char *path, uint64_t line, kvp_err *err)
+{
+    const kvp_json *v = kvp_json_get(o, "seed");
+    if (!v || v->type == KVP_JSON_NULL)
+        return 0;
+    if (v->type != KVP_JSON_NUMBER || !v->is_int || v->i < 0)
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"seed\" must be an integer in [0, %" PRId64 "]", path,
+                           line, INT64_MAX);
+    *out = (uint64_t)v->i;
+    return 1;
+}
+
 /* "stop": a string or an array of strings. */
 static int stop_field(const kvp_json *o, kvp_prompt_params *pp, const char *path, uint64_t line, kvp_err *err)
 {
@@ -206,8 +222,11 @@ static int params_of(const kvp_json *o, kvp_prompt_params *pp, const char *path,
     FIELD("top_p", 1e-6, 1, 0, KVP_PARAM_TOP_P, pp->top_p = (float)x)
     FIELD("top_k", 0, 1 << 24, 1, KVP_PARAM_TOP_K, pp->top_k = (int32_t)x)
     FIELD("min_p", 0, 1, 0, KVP_PARAM_MIN_P, pp->min_p = (float)x)
-    FIELD("seed", 0, 9007199254740991.0, 1, KVP_PARAM_SEED, pp->seed = (uint64_t)x)
 #undef FIELD
+    if ((rc = seed_field(o, &pp->seed, path, line, err)) < 0)
+        return rc;
+    if (rc)
+        pp->set |= KVP_PARAM_SEED;
     const kvp_json *salt = kvp_json_get(o, "cache_salt");
     if (salt && salt->type != KVP_JSON_NULL) {
         if (salt->type != KVP_JSON_STRING || salt->len == 0)
@@ -663,6 +682,22 @@ static int hand_out(kvp_prompts_reader *rd, kvp_prompt *p)
     return 1;
 }
 
+/* A plain-text prompt must be UTF-8, as a JSON one's strings are (the
+ * tokenizer would drop a bad byte): 0, or KVP_EFORMAT naming the line and
+ * the byte offset in it. */
+static int text_utf8(kvp_prompts_reader *rd)
+{
+    const char *t = rd->buf + rd->beg;
+    size_t n = rd->end - rd->beg, k = kvp_unicode_valid_prefix(t, n), line = 1, sol = 0;
+    if (k == n)
+        return 0;
+    for (size_t i = 0; i < k; i++)
+        if (t[i] == '\n')
+            line++, sol = i + 1;
+    return kvp_err_set(&rd->e, KVP_EFORMAT, "%s:%zu: invalid UTF-8 at byte offset %zu of the line (0x%02x)", rd->path,
+                       line, k - sol, (unsigned)(unsigned char)t[k]);
+}
+
 int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -686,7 +721,7 @@ int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
         if (nul) /* a binary file (a model, say) given as the prompt */
             rc = kvp_err_set(&rd->e, KVP_EFORMAT, "%s: byte %zu is NUL: a binary file, not a text prompt", rd->path,
                              (size_t)(nul - (rd->buf + rd->beg)));
-        else
+        else if ((rc = text_utf8(rd)) == 0)
             rc = kvp_prompts_add_text(&rd->one, "", rd->buf + rd->beg, rd->end - rd->beg, &rd->e);
         rd->line = 1;
         rd->beg = rd->scan = rd->end;

@@ -39,7 +39,11 @@ expect_out_lacks '"id":"b4"' "nothing after it is"
 printf '{"id":"e1","prompt":"a"}\n\n{"id":"e","prompt":""}\n' >"$T/empty.jsonl"
 run prefill -m "$M" -t 1 -f "$T/empty.jsonl" -o "$T/empty.kvp"
 expect_status 1 "an empty prompt fails prefill"
-expect_err_has "empty.jsonl:3: prompt 2 e is empty" "named with its file, line, index and id"
+expect_err_has "empty.jsonl:3: prompt e is empty" "named with its file, line and id"
+printf '{"id":"h","prompt":"%s"}\n' "$(printf 'hello %.0s' $(seq 1 9000))" >"$T/huge.jsonl"
+run prefill -m "$M" -t 1 -f "$T/huge.jsonl" -o "$T/huge.kvp"
+expect_status 1 "a prompt past the model's context fails prefill"
+expect_err_has "huge.jsonl:1: prompt h: 9001 tokens are more than the model's context of 8192" "said plainly"
 
 # A line's max_tokens, temperature, seed, stop strings and cache salt travel
 # in its sequence record: decode takes them where its command line sets
@@ -116,25 +120,26 @@ expect_err_has "t2: 49 prompt tokens (49 computed)" "another salt computes its o
 
 # decode caches a stream's blocks under their request's salt (the record's,
 # else its --cache-salt) as they arrive: a salted request starts on the
-# blocks prefill sent (its 3 full blocks, 48 tokens, found in the cache)
-# instead of computing its prompt again, and a block the stream shares
-# between two tenants serves only the first (the second computes its own).
+# blocks prefill sent (its 3 full blocks and the 1-token partial one, all
+# 49 tokens) instead of computing its prompt again, and a block the stream
+# shares between two tenants serves only the first (the second computes
+# its own).
 cached() { sed -n 's/.*"cached_prompt_tokens":\([0-9]*\).*/\1/p' "$1"; }
 texts() { sed 's/"ttft_ms".*//' "$1" | sort; }
 printf '{"id":"t1","prompt":"%s","cache_salt":"a"}\n' "$long" >"$T/one-salted.jsonl"
 prefill -m "$M" -t 1 -f "$T/one-salted.jsonl" -o "$T/one-salted.kvp" 2>/dev/null
 run decode -m "$M" -t 1 -n 3 --stats="$T/st.json" "$T/one-salted.kvp"
 expect_status 0 "decode of a salted request's stream"
-expect_true "it starts on the stream's 48 tokens of full blocks (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 48
+expect_true "it starts on all 49 tokens the stream sent (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 49
 printf '{"id":"t1","prompt":"%s"}\n' "$long" >"$T/one.jsonl"
 prefill -m "$M" -t 1 -f "$T/one.jsonl" -o "$T/one.kvp" 2>/dev/null
 run decode -m "$M" -t 1 -n 3 --cache-salt zz --stats="$T/st.json" "$T/one.kvp"
-expect_true "with --cache-salt on an unsalted stream too (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 48
+expect_true "with --cache-salt on an unsalted stream too (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 49
 # --no-prefix-cache keeps requests from sharing; a stream's own blocks are
 # its requests' own prompts, computed by prefill: still used
 run decode -m "$M" -t 1 -n 3 --no-prefix-cache --stats="$T/st.json" "$T/one-salted.kvp"
-expect_true "--no-prefix-cache still starts on the stream's blocks (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 48
-for pair in same:96 other:48; do
+expect_true "--no-prefix-cache still starts on the stream's blocks (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 49
+for pair in same:98 other:49; do
     f=$T/${pair%:*}.jsonl want=${pair#*:}
     prefill -m "$M" -t 1 -f "$f" -o "$T/pair.kvp" 2>/dev/null
     run decode -m "$M" -t 1 -n 3 --stats="$T/st.json" "$T/pair.kvp"
@@ -145,6 +150,32 @@ for pair in same:96 other:48; do
     texts "$OUT" >"$T/want.txt"
     expect_true "${pair%:*} salts: the texts decode -f gives" cmp -s "$T/got.txt" "$T/want.txt"
 done
+
+# A prompt shorter than a block comes as one partial block: decode runs on
+# it and computes none of the prompt again (only each request's 3 tokens
+# after prefill's first, a step each under --max-batched-tokens 1), with
+# decode -f's texts; with a cache too small for all, preempted requests
+# compute theirs again and still give decode -f's texts.
+stat_of() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" "$2"; }
+printf '{"id":"c%d","prompt":"%s"}\n' 1 'The capital of France is' 2 'Once upon a time' 3 '1, 2, 3, 4, 5,' \
+    >"$T/short.jsonl"
+prefill -m "$M" -t 1 -f "$T/short.jsonl" -o "$T/short.kvp" 2>/dev/null
+run decode -m "$M" -t 1 -n 4 --max-batched-tokens 1 --stats="$T/st.json" "$T/short.kvp"
+expect_status 0 "decode of short prompts' stream"
+expect_true "every prompt token comes from the stream ($(cached "$T/st.json") of $(stat_of prompt_tokens "$T/st.json"))" \
+    test "$(cached "$T/st.json")" = "$(stat_of prompt_tokens "$T/st.json")"
+expect_true "9 steps, one a generated token (got $(stat_of steps "$T/st.json"))" test "$(stat_of steps "$T/st.json")" = 9
+texts "$OUT" >"$T/got.txt"
+run decode -m "$M" -t 1 -n 4 -f "$T/short.jsonl"
+texts "$OUT" >"$T/want.txt"
+expect_true "short prompts: the texts decode -f gives" cmp -s "$T/got.txt" "$T/want.txt"
+run decode -m "$M" -t 1 -n 20 --kv-blocks 3 --stats="$T/st.json" "$T/short.kvp"
+expect_status 0 "decode of the stream in 3 blocks"
+expect_true "requests were preempted (got $(stat_of preemptions "$T/st.json"))" test "$(stat_of preemptions "$T/st.json")" -gt 0
+texts "$OUT" >"$T/got.txt"
+run decode -m "$M" -t 1 -n 20 -f "$T/short.jsonl"
+texts "$OUT" >"$T/want.txt"
+expect_true "preempted: the texts decode -f gives" cmp -s "$T/got.txt" "$T/want.txt"
 
 # --stats --json: a line a prompt, its id escaped as JSON.
 printf '{"id":"q\\"x","prompt":"Hi"}\n' >"$T/quote.jsonl"

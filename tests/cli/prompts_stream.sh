@@ -101,6 +101,23 @@ run decode -m "$M" -t 2 -f "$T/bin.txt" -n 1
 expect_status 1 "a binary file as a text prompt fails"
 expect_err_has "bin.txt: byte 5 is NUL: a binary file, not a text prompt" "the error names the NUL's offset"
 
+# Plain text must be UTF-8, as a JSON prompt's strings are: a bad byte is
+# refused (it used to vanish in the tokenizer), in a text prompts file with
+# its line, in -p and --system as a usage error naming the option.
+printf 'fine\nbad \377 utf8\n' >"$T/bad8.txt"
+run decode -m "$M" -t 2 -f "$T/bad8.txt" -n 1
+expect_status 1 "invalid UTF-8 in a text prompts file fails"
+expect_err_has "bad8.txt:2: invalid UTF-8 at byte offset 4 of the line (0xff)" "naming the file, line and offset"
+expect_err_one_line "one line on stderr"
+run decode -m "$M" -t 2 -p "$(printf 'x\377y')" -n 1
+expect_status 2 "invalid UTF-8 in -p is a usage error"
+expect_err_has "decode: -p: invalid UTF-8 at byte offset 1 (0xff)" "naming the option and offset"
+run decode -m "$M" -t 2 --chat -p hi --system "$(printf '\377')" -n 1
+expect_status 2 "invalid UTF-8 in --system is a usage error"
+expect_err_has "decode: --system: invalid UTF-8 at byte offset 0 (0xff)" "naming --system"
+run prefill -m "$M" --tokenize -p "$(printf 'bad \377 utf8')"
+expect_status 2 "prefill --tokenize -p refuses it too"
+
 
 # Ids: 1, the index 1 of a line without "id", "1" and "x" twice (the audit's
 # file).  --resume keys 1 and "1" alike, so the second line would be skipped
@@ -181,7 +198,7 @@ bad_line '{"id":"two","prompt":"b","messages":[{"role":"user","content":"c"}]}' 
     'both "prompt" and "messages": give one' "a line with \"prompt\" and \"messages\""
 bad_line '{"id":"m","prompt":"b","max_tokens":-1}' '"max_tokens" must be an integer in [0, 16777216]' \
     "max_tokens out of range (written whole)"
-bad_line '{"id":"s","prompt":"b","seed":-1}' '"seed" must be an integer in [0, 9007199254740991]' \
+bad_line '{"id":"s","prompt":"b","seed":-1}' '"seed" must be an integer in [0, 9223372036854775807]' \
     "seed out of range (written whole)"
 
 # A byte order mark opening the file (Windows editors write one): a JSON

@@ -89,7 +89,7 @@ printf '%s\n' '{"id":"x","prompt":"Hi"}' '{"id":"y","prompt":"Hi there"}' '{"id"
     '{"id":"w","prompt":"Hi"}' >"$T/bad.jsonl"
 run prefill --tokenize -m "$M" --json -f "$T/bad.jsonl"
 expect_status 1 "an empty prompt on line 3 fails --tokenize"
-expect_err_has "bad.jsonl:3: prompt 3 z is empty" "the error names the file, line and prompt"
+expect_err_has "bad.jsonl:3: prompt z is empty" "the error names the file, line and id (not a count read as the index)"
 expect_true "the two prompts before it were printed" test "$(grep -c '"id":"[xy]"' "$OUT")" -eq 2
 expect_out_lacks '"id":"w"' "nothing after it"
 printf '%s\n' '{"prompt":"Hi"}' '{"prompt":"Hi"}' '{"prompt":"Hi" x' >"$T/bad2.jsonl"

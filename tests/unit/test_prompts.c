@@ -160,7 +160,9 @@ static void test_params(void)
 {
     const char *path = write_tmp("{\"prompt\":\"a\",\"max_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,"
                                  "\"top_k\":40,\"min_p\":0.05,\"seed\":11,\"stop\":[\"x\",\"yz\"]}\n"
-                                 "{\"prompt\":\"b\",\"stop\":\"q\"}\n{\"prompt\":\"c\"}\n");
+                                 "{\"prompt\":\"b\",\"stop\":\"q\"}\n{\"prompt\":\"c\"}\n"
+                                 "{\"prompt\":\"d\",\"seed\":9223372036854775807}\n"
+                                 "{\"prompt\":\"e\",\"seed\":9007199254740993}\n");
     if (!path)
         return;
     kvp_prompts ps;
@@ -168,7 +170,8 @@ static void test_params(void)
     kvp_prompts_init(&ps);
     int rc = kvp_prompts_read_file(&ps, path, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
-    if (rc == 0 && ps.n == 3) {
+    CHECK_EQ_U64(ps.n, 5);
+    if (rc == 0 && ps.n == 5) {
         const kvp_prompt_params *a = &ps.p[0].params, *b = &ps.p[1].params, *c = &ps.p[2].params;
         CHECK_EQ_U64(a->set, KVP_PARAM_MAX_TOKENS | KVP_PARAM_TEMPERATURE | KVP_PARAM_TOP_P | KVP_PARAM_TOP_K |
                                  KVP_PARAM_MIN_P | KVP_PARAM_SEED | KVP_PARAM_STOP);
@@ -181,6 +184,9 @@ static void test_params(void)
         CHECK(a->n_stop == 2 && strcmp(a->stop[0], "x") == 0 && strcmp(a->stop[1], "yz") == 0);
         CHECK(b->set == KVP_PARAM_STOP && b->n_stop == 1 && strcmp(b->stop[0], "q") == 0);
         CHECK_EQ_U64(c->set, 0);
+        /* seeds up to --seed's 2^63 - 1, exactly (past 2^53 a double would round) */
+        CHECK_EQ_U64(ps.p[3].params.seed, INT64_MAX);
+        CHECK_EQ_U64(ps.p[4].params.seed, 9007199254740993ull);
     }
     kvp_prompts_free(&ps);
     unlink(path);
@@ -620,7 +626,8 @@ static void test_range_messages(void)
     static const char *const bad[][2] = {
         {"{\"prompt\":\"a\",\"max_tokens\":-1}\n", ":1: \"max_tokens\" must be an integer in [0, 16777216]"},
         {"{\"prompt\":\"a\",\"top_k\":16777217}\n", ":1: \"top_k\" must be an integer in [0, 16777216]"},
-        {"{\"prompt\":\"a\",\"seed\":9007199254740992}\n", ":1: \"seed\" must be an integer in [0, 9007199254740991]"},
+        {"{\"prompt\":\"a\",\"seed\":9223372036854775808}\n", ":1: \"seed\" must be an integer in [0, 9223372036854775807]"},
+        {"{\"prompt\":\"a\",\"seed\":1e3}\n", ":1: \"seed\" must be an integer in [0, 9223372036854775807]"},
         {"{\"prompt\":\"a\",\"top_p\":0}\n", ":1: \"top_p\" must be a number in [1e-06, 1]"},
     };
     expect_format_errors(bad, sizeof bad / sizeof bad[0]);

@@ -63,6 +63,19 @@ static void test_complete_prefix(void)
     CHECK_EQ_U64(kvp_unicode_complete_prefix("a\xC0", 2), 2);
 }
 
+/* Where text that must be UTF-8 goes wrong: the first byte of a bad,
+ * overlong, surrogate or cut-off sequence. */
+static void test_valid_prefix(void)
+{
+    CHECK_EQ_U64(kvp_unicode_valid_prefix("", 0), 0);
+    CHECK_EQ_U64(kvp_unicode_valid_prefix("h\xC3\xA9llo \xE2\x9C\x93", 10), 10);
+    CHECK_EQ_U64(kvp_unicode_valid_prefix("bad \xFF utf8", 10), 4);
+    CHECK_EQ_U64(kvp_unicode_valid_prefix("a\xC0\x80", 3), 1);     /* overlong NUL */
+    CHECK_EQ_U64(kvp_unicode_valid_prefix("ab\xED\xA0\x80", 5), 2); /* a surrogate */
+    CHECK_EQ_U64(kvp_unicode_valid_prefix("ab\xE4\xBD", 4), 2);     /* cut off */
+    CHECK_EQ_U64(kvp_unicode_valid_prefix("\xF4\x90\x80\x80", 4), 0); /* past U+10FFFF */
+}
+
 static void test_classes(void)
 {
     CHECK(kvp_unicode_is_letter('a'));
@@ -116,6 +129,7 @@ int main(void)
     test_roundtrip_all();
     test_invalid();
     test_complete_prefix();
+    test_valid_prefix();
     test_classes();
     check_sorted(kvp_unicode_letter, kvp_unicode_letter_count);
     check_sorted(kvp_unicode_number, kvp_unicode_number_count);

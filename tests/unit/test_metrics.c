@@ -1,0 +1,62 @@
+/* test_metrics.c - the serving metrics' goodput rule: a failed request is
+ * never good, whatever its times; a value a request does not have (TPOT
+ * under 2 output tokens, TTFT with none) meets its bound; a value over its
+ * bound does not; and TPOT's definition. */
+#include "metrics.h"
+#include "unit.h"
+
+#include <math.h>
+
+/* arrival 0, first token at 0.1 s, last at 0.1 + 0.01 (n - 1) s: TTFT 100 ms,
+ * TPOT 10 ms */
+static void add(kvp_metrics *m, uint32_t n_out, int failed)
+{
+    kvp_err err = {0};
+    double t_first = n_out ? 0.1 : 0, t_last = n_out ? 0.1 + 0.01 * (n_out - 1) : 0;
+    CHECK_EQ_I64(kvp_metrics_add_request(m, 0, t_first, t_last, n_out, failed, &err), 0);
+}
+
+static void test_failed_never_good(void)
+{
+    kvp_metrics m;
+    kvp_metrics_init(&m, 100.0, 100.0); /* bounds nobody misses */
+    add(&m, 5, 0);
+    add(&m, 5, 1);
+    add(&m, 0, 1);
+    CHECK_EQ_U64(m.n, 3);
+    CHECK_EQ_U64(m.good, 1);
+    CHECK_NEAR(kvp_metrics_goodput(&m), 1.0 / 3, 1e-12);
+    kvp_metrics_free(&m);
+    kvp_metrics_init(&m, 0, 0); /* no bounds: still not good */
+    add(&m, 5, 1);
+    CHECK_EQ_U64(m.good, 0);
+    kvp_metrics_free(&m);
+}
+
+static void test_undefined_meets(void)
+{
+    kvp_metrics m;
+    kvp_metrics_init(&m, 0, 0.001); /* TPOT 1 ms: a 10 ms TPOT misses it */
+    add(&m, 0, 0);                 /* max_tokens 0: no TTFT, no TPOT */
+    add(&m, 1, 0);                 /* one token: no TPOT */
+    add(&m, 3, 0);                 /* TPOT 10 ms: over */
+    CHECK_EQ_U64(m.good, 2);
+    kvp_dist d;
+    kvp_metrics_tpot(&m, &d);
+    CHECK_EQ_U64(d.n, 1);
+    CHECK_NEAR(d.mean, 0.01, 1e-12);
+    kvp_metrics_free(&m);
+    kvp_metrics_init(&m, 0.05, 0); /* TTFT 50 ms: 100 ms misses it, none meets it */
+    add(&m, 0, 0);
+    add(&m, 2, 0);
+    CHECK_EQ_U64(m.good, 1);
+    kvp_metrics_free(&m);
+}
+
+int main(void)
+{
+    test_failed_never_good();
+    test_undefined_meets();
+    printf("%d passed, %d failed\n", unit_passed, unit_failed);
+    return unit_failed != 0;
+}
