@@ -439,8 +439,8 @@ static char *link_chain_end(const char *path)
 /* A symlink's file is what the user means to replace, not the link, as
  * with a shell's redirection: out->target, the file the link ends at
  * (resolved whole when it exists; through a dangling link, the name to
- * create).  NULL when out->path is no link; -1 with errno when the chain
- * cannot be followed. */
+ * create), left NULL when out->path is no link.  0, or -1 with errno when
+ * the chain of a dangling link cannot be followed. */
 static int out_follow_link(kvp_out *out, int exists)
 {
     struct stat lst;

@@ -1282,9 +1282,9 @@ static int rewrite(const char *in_path, const char *out_path, const char *edit)
         memcpy(o.fingerprint, kvp_reader_info(r)->fingerprint, sizeof o.fingerprint);
         rc = kvp_writer_open(&w, &out, &o, &err);
         while (rc == 0 && (rc = kvp_reader_next(r, &rec, &err)) > 0 && rec.kind != KVP_KIND_END) {
-            static uint8_t meta[1 << 16];
+            uint8_t *meta = malloc(rec.meta_size ? rec.meta_size : 1);
             kvp_piece data = {rec.data, rec.data_size};
-            rc = rec.meta_size <= sizeof meta ? 0 : KVP_ELIMIT;
+            rc = meta ? 0 : kvp_err_set(&err, KVP_ENOMEM, "out of memory");
             if (rc == 0)
                 memcpy(meta, rec.meta, rec.meta_size);
             if (rc == 0 && (u32 || f32) && rec.kind == KVP_KIND_SEQUENCE && !patched++) {
@@ -1299,6 +1299,7 @@ static int rewrite(const char *in_path, const char *out_path, const char *edit)
                 rc = kvp_writer_record(w, rec.kind, meta, rec.meta_size, &data, rec.data_size ? 1 : 0, 0, &err);
             if (rc == 0 && unknown && rec.index == at)
                 rc = kvp_writer_record(w, 20, "abcd", 4, NULL, 0, 0, &err);
+            free(meta);
         }
         if (rc >= 0)
             rc = kvp_writer_finish(w, &err);
