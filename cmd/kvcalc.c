@@ -1344,6 +1344,8 @@ int main(int argc, char **argv)
     if (kv_mem && !check)
         kvp_cli_usage_error("--kv-mem goes with --check (for a plan, give --gpu-mem)");
     if (check) {
+        if (!*check) /* no file has it: a usage error, not "No such file" */
+            kvp_cli_usage_error("--check: an empty file name");
         if (list_m || list_g)
             kvp_cli_usage_error("--check and --list-models/--list-gpus: choose one");
         if (not_for_check)

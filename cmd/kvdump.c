@@ -530,6 +530,8 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("--check, --summary and --extract are exclusive");
     if (argc - optind > 1)
         kvp_cli_usage_error("one input at a time (got %d)", argc - optind);
+    if (optind < argc && !*argv[optind]) /* no file has it: a usage error, not "No such file" */
+        kvp_cli_usage_error("INPUT: an empty file name");
     const char *path = optind < argc ? argv[optind] : "-";
     if (d.extract && isatty(1))
         kvp_cli_usage_error("--extract writes binary data; redirect standard output to a file or pipe");

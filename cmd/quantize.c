@@ -593,6 +593,8 @@ int main(int argc, char **argv)
     parse(argc, argv, &o);
     if (argc - optind > 1)
         kvp_cli_usage_error("one input at a time (got %d)", argc - optind);
+    if (optind < argc && !*argv[optind]) /* quantize(1): a usage error, as -o '' is */
+        kvp_cli_usage_error("INPUT: an empty file name");
     if (o.kv != -1) {
         const char *input = optind < argc ? argv[optind] : "-";
         if (!o.output)

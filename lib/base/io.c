@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -400,6 +401,55 @@ static mode_t current_umask(void)
     return m;
 }
 
+/* The end of the chain of symlinks at path, none of them existing at its
+ * end: the name a shell's `>` creates through a dangling link.  A relative
+ * link is relative to its own folder.  NULL with errno set (ELOOP after
+ * as many links as the kernel follows). */
+static char *link_chain_end(const char *path)
+{
+    char *cur = strdup(path);
+    for (int hops = 0; cur && hops < 40; hops++) {
+        struct stat lst;
+        if (lstat(cur, &lst) != 0 || !S_ISLNK(lst.st_mode))
+            return cur; /* what cannot be created there, mkstemp says */
+        char to[PATH_MAX];
+        ssize_t k = readlink(cur, to, sizeof to - 1);
+        char *dir = k < 0 ? NULL : kvp_path_dir(cur);
+        char *next = dir ? malloc(strlen(dir) + (size_t)k + 2) : NULL;
+        if (next) {
+            to[k] = '\0';
+            if (to[0] == '/')
+                strcpy(next, to);
+            else
+                sprintf(next, "%s/%s", dir, to);
+        }
+        int e = errno;
+        free(dir);
+        free(cur);
+        errno = e;
+        cur = next;
+    }
+    if (cur) {
+        free(cur);
+        errno = ELOOP;
+    }
+    return NULL;
+}
+
+/* A symlink's file is what the user means to replace, not the link, as
+ * with a shell's redirection: out->target, the file the link ends at
+ * (resolved whole when it exists; through a dangling link, the name to
+ * create), left NULL when out->path is no link.  0, or -1 with errno when
+ * the chain of a dangling link cannot be followed. */
+static int out_follow_link(kvp_out *out, int exists)
+{
+    struct stat lst;
+    if (lstat(out->path, &lst) != 0 || !S_ISLNK(lst.st_mode))
+        return 0;
+    out->target = exists ? realpath(out->path, NULL) : link_chain_end(out->path);
+    return out->target || exists ? 0 : -1; /* an existing link realpath cannot resolve: replaced as before */
+}
+
 int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -421,9 +471,13 @@ int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
     }
     if (exists && !S_ISREG(st.st_mode))
         return out_open_direct(out, path, err);
-    /* a symlink's file is what the user means to replace, not the link */
-    struct stat lst;
-    if (exists && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode) && (out->target = realpath(path, NULL)))
+    if (out_follow_link(out, exists) != 0) {
+        int e = errno;
+        kvp_out_abort(out);
+        return kvp_err_set(err, e == ENOMEM ? KVP_ENOMEM : KVP_EIO, "%s: cannot follow the symlink: %s", path,
+                           strerror(e));
+    }
+    if (out->target)
         n = strlen(out->target);
     const char *dest = out->target ? out->target : path;
     out->tmp_path = malloc(n + 16);

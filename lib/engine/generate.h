@@ -28,6 +28,8 @@ enum {
     KVP_FINISH_STOP_STRING = 3,
     KVP_FINISH_KV_MEMORY = 4, /* the sequence alone does not fit in the KV cache */
 };
+/* A new reason is a new value a sequence record's reader must accept. */
+_Static_assert(KVP_FINISH_KV_MEMORY == KVP_SEQ_FINISH_MAX, "kvp(5) and stream.h list the finish reasons");
 
 typedef struct kvp_gen_seq {
     kvp_seq_rec rec;       /* id, label, state, n_prompt, next_token, sampling (rng advances) */

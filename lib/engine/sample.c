@@ -44,20 +44,7 @@ double kvp_sample_uniform(kvp_sampling *s)
     return (double)(r >> 11) * (1.0 / 9007199254740992.0);
 }
 
-int kvp_sample_check(const kvp_sampling *s, kvp_err *err)
-{
-    if (!(s->temperature >= 0) || s->temperature > 100)
-        return kvp_err_set(err, KVP_EINVAL, "temperature %g: use 0 (greedy) .. 100", (double)s->temperature);
-    if (s->top_k < 0)
-        return kvp_err_set(err, KVP_EINVAL, "top-k %d: use 0 (off) or more", s->top_k);
-    if (!(s->top_p > 0 && s->top_p <= 1))
-        return kvp_err_set(err, KVP_EINVAL, "top-p %g: use a value in (0, 1]", (double)s->top_p);
-    if (!(s->min_p >= 0 && s->min_p <= 1))
-        return kvp_err_set(err, KVP_EINVAL, "min-p %g: use a value in [0, 1]", (double)s->min_p);
-    if (!(s->repeat_penalty > 0) || s->repeat_penalty > 100)
-        return kvp_err_set(err, KVP_EINVAL, "repeat penalty %g: use a value in (0, 100]", (double)s->repeat_penalty);
-    return 0;
-}
+int kvp_sample_check(const kvp_sampling *s, kvp_err *err) { return kvp_sampling_check(s, err); }
 
 typedef struct cand {
     float logit;

@@ -23,7 +23,8 @@ void kvp_sample_defaults(kvp_sampling *s);
 /* Seed s->rng from s->seed and a sequence id, so sequences of one batch draw
  * independent streams that do not depend on batch composition. */
 void kvp_sample_seed(kvp_sampling *s, uint64_t seq_id);
-/* Check the parameters: 0 or KVP_EINVAL naming the bad one. */
+/* Check the parameters: 0 or KVP_EINVAL naming the bad one
+ * (kvp_sampling_check, the rule a sequence record passes too). */
 int kvp_sample_check(const kvp_sampling *s, kvp_err *err);
 /* The next token from logits[n_vocab] (changed in place).  recent[n_recent]
  * are the tokens the repetition penalty looks at.  Advances s->rng when it

@@ -334,8 +334,8 @@ static int on_sequence(kvp_seqio_reader *sr, const kvp_record *rec, kvp_seq_rec 
 {
     const uint32_t *tokens;
     int rc = kvp_seq_decode(rec, s, &tokens, err);
-    if (rc < 0)
-        return rc;
+    if (rc < 0) /* the decoder names the record; the stream is ours to name */
+        return kvp_err_prefix(err, "%s", sr->name);
     kvp_seq_stops_free(sr->stop, sr->n_stop);
     sr->stop = NULL, sr->n_stop = 0;
     if ((rc = kvp_seq_stops(rec, &sr->stop, &sr->n_stop, err)) < 0)
@@ -354,6 +354,9 @@ static int on_sequence(kvp_seqio_reader *sr, const kvp_record *rec, kvp_seq_rec 
         sr->tokens = t;
         sr->cap_tokens = s->n_tokens;
     }
+    if (s->next_token >= 0 && (uint32_t)s->next_token >= sr->m->cfg.n_vocab)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: sequence %llu: next token %d is outside the vocabulary", sr->name,
+                           (unsigned long long)s->id, (int)s->next_token);
     for (uint32_t i = 0; i < s->n_tokens; i++) {
         sr->tokens[i] = kvp_le32(&tokens[i]);
         if (sr->tokens[i] >= sr->m->cfg.n_vocab)
@@ -456,7 +459,7 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
         kvp_kvblock_rec b;
         const uint8_t *tok_le, *scales;
         if ((rc = kvp_kvblock_decode(rec, &b, &tok_le, &data, &scales, err)) < 0)
-            return rc;
+            return kvp_err_prefix(err, "%s", sr->name);
         if ((int)b.dtype != pool->dtype)
             return kvp_err_set(err, KVP_EMISMATCH, "%s: KV dtype %s in the stream, this run uses %s (--kv-dtype)",
                                sr->name, kvp_dtype_name(b.dtype), kvp_dtype_name((uint32_t)pool->dtype));
@@ -490,7 +493,7 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
     } else {
         kvp_blockref_rec r;
         if ((rc = kvp_blockref_decode(rec, &r, err)) < 0)
-            return rc;
+            return kvp_err_prefix(err, "%s", sr->name);
         if ((rc = block_check(sr, rec, s, r.seq_id, r.block_index, bi, r.n_tokens, *parent, r.hash, err)) < 0)
             return rc;
         nt = r.n_tokens;
@@ -516,6 +519,17 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
     else if (nt < pool->block_size && hmap_put(&sr->partial, hash, (int64_t)handle << 32 | bi) < 0)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
     return 0;
+}
+
+/* The next record of a sequence's blocks: records of kinds this version
+ * does not define are skipped there too, as kvp(5) has readers do
+ * everywhere (quantize --kv passes them through in place). */
+static int next_block_record(kvp_seqio_reader *sr, kvp_record *rec, kvp_err *err)
+{
+    int got;
+    while ((got = kvp_reader_next(sr->r, rec, err)) > 0 && !kvp_kind_known(rec->kind))
+        ;
+    return got;
 }
 
 int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *out, const uint32_t **tokens, kvp_err *err)
@@ -548,7 +562,7 @@ int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *out, const uint32
     uint32_t nb = (uint32_t)(((uint64_t)s.n_tokens + s.block_size - 1) / s.block_size);
     int ahead = 0; /* the first block's record, read before the cache is made */
     if (!sr->kc) {
-        if (nb && (got = kvp_reader_next(sr->r, &rec, err)) < 0)
+        if (nb && (got = next_block_record(sr, &rec, err)) < 0)
             return got;
         ahead = nb && got > 0;
         if ((rc = make_cache(sr, ahead ? &rec : NULL, err)) < 0)
@@ -565,7 +579,7 @@ int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *out, const uint32
     int loading = 1;
     for (uint32_t bi = 0; bi < nb && rc == 0; bi++) {
         if (!ahead)
-            got = kvp_reader_next(sr->r, &rec, err);
+            got = next_block_record(sr, &rec, err);
         ahead = 0;
         if (got <= 0 || (rec.kind != KVP_KIND_KV_BLOCK && rec.kind != KVP_KIND_BLOCK_REF))
             rc = got < 0 ? got

@@ -50,6 +50,11 @@ const char *kvp_kind_name(uint32_t kind)
     }
 }
 
+int kvp_kind_known(uint32_t kind)
+{
+    return kind != KVP_KIND_HEADER && strcmp(kvp_kind_name(kind), "unknown") != 0;
+}
+
 /* Hash the little-endian bytes so the value is the same on every host;
  * streamed, so no block size needs a buffer. */
 static uint64_t kvblock_hash_le(uint64_t parent_hash, const uint8_t *tokens_le, uint32_t n)
@@ -390,6 +395,41 @@ int kvp_write_tensor(kvp_writer *w, const kvp_tensor_rec *t, const void *data, c
     return finish_meta(w, &b, KVP_KIND_TENSOR, pieces, n, err);
 }
 
+int kvp_sampling_check(const kvp_sampling *s, kvp_err *err)
+{
+    if (!(s->temperature >= 0) || s->temperature > 100)
+        return kvp_err_set(err, KVP_EINVAL, "temperature %g: use 0 (greedy) .. 100", (double)s->temperature);
+    if (s->top_k < 0)
+        return kvp_err_set(err, KVP_EINVAL, "top-k %d: use 0 (off) or more", s->top_k);
+    if (!(s->top_p > 0 && s->top_p <= 1))
+        return kvp_err_set(err, KVP_EINVAL, "top-p %g: use a value in (0, 1]", (double)s->top_p);
+    if (!(s->min_p >= 0 && s->min_p <= 1))
+        return kvp_err_set(err, KVP_EINVAL, "min-p %g: use a value in [0, 1]", (double)s->min_p);
+    if (!(s->repeat_penalty > 0) || s->repeat_penalty > 100)
+        return kvp_err_set(err, KVP_EINVAL, "repeat penalty %g: use a value in (0, 100]", (double)s->repeat_penalty);
+    return 0;
+}
+
+/* The fields a reader acts on, against what kvp(5) defines: a stream is
+ * untrusted, and decode would run an undefined state as some other one.
+ * NULL when they are good, else what is wrong, in what[n]; the writer
+ * refuses what a reader would. */
+static const char *seq_bad_fields(const kvp_seq_rec *s, char *what, size_t n)
+{
+    kvp_err why = {0};
+    if (s->state < KVP_SEQ_PREFILLED || s->state > KVP_SEQ_FINISHED)
+        snprintf(what, n, "state %u is not 1 (prefilled), 2 (running) or 3 (finished)", s->state);
+    else if (s->finish_reason > KVP_SEQ_FINISH_MAX)
+        snprintf(what, n, "finish reason %u is not 0..%u", s->finish_reason, KVP_SEQ_FINISH_MAX);
+    else if (s->next_token < -1)
+        snprintf(what, n, "next token %d is neither -1 (none) nor a token id", (int)s->next_token);
+    else if (kvp_sampling_check(&s->sampling, &why) < 0)
+        snprintf(what, n, "%s", why.msg);
+    else
+        return NULL;
+    return what;
+}
+
 /* Whether s[0..n) is an int64 written as "%" PRId64 writes it: an
  * optional '-', no '+', no leading zero, no "-0", no blank, in range. */
 static int int64_digits(const char *s, size_t n)
@@ -418,6 +458,9 @@ int kvp_write_sequence(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *toke
     if ((s->flags & KVP_SEQ_LABEL_INT) && !int64_digits(s->label, label_len))
         return kvp_err_set(err, KVP_EINVAL, "sequence %llu: an integer id whose label is not its digits",
                            (unsigned long long)s->id);
+    char what[KVP_ERR_MSG_MAX];
+    if (seq_bad_fields(s, what, sizeof what))
+        return kvp_err_set(err, KVP_EINVAL, "sequence %llu: %s", (unsigned long long)s->id, what);
     if (n_stop > KVP_STOP_MAX_N)
         return kvp_err_set(err, KVP_EINVAL, "sequence %llu: %zu stop strings (a record carries at most %d)",
                            (unsigned long long)s->id, n_stop, KVP_STOP_MAX_N);
@@ -571,7 +614,16 @@ struct kvp_reader {
     uint8_t *raw;             /* decompressed payload */
     size_t raw_cap;
     ZSTD_DCtx *dctx;
+    struct name_slot *names;  /* the tensor names met, a power-of-two table */
+    size_t names_cap, n_names;
 };
+
+/* A tensor name met, and the record that carried it. */
+typedef struct name_slot {
+    uint64_t hash;            /* XXH64 of the name; the names themselves decide */
+    char *name;               /* NULL: a free slot */
+    uint64_t index;
+} name_slot;
 
 /* 64-byte aligned growth that keeps the first `keep` bytes. */
 static int grow_keep(uint8_t **p, size_t *cap, size_t want, size_t keep)
@@ -645,6 +697,9 @@ void kvp_reader_free(kvp_reader *r)
     free(r->buf);
     free(r->raw);
     ZSTD_freeDCtx(r->dctx);
+    for (size_t i = 0; i < r->names_cap; i++)
+        free(r->names[i].name);
+    free(r->names);
     free(r);
 }
 
@@ -742,6 +797,99 @@ static void tally(kvp_reader *r, const kvp_record *rec)
     r->raw_bytes += rec->raw_size;
     if (rec->kind < KVP_KIND_COUNT)
         r->count[rec->kind]++;
+}
+
+/* The slot of name in the table: the one holding it, or the free one
+ * where it goes.  The table is never full (names_grow keeps it half empty). */
+static name_slot *names_find(const kvp_reader *r, const char *name, uint64_t hash)
+{
+    size_t mask = r->names_cap - 1, i = (size_t)hash & mask;
+    while (r->names[i].name && (r->names[i].hash != hash || strcmp(r->names[i].name, name) != 0))
+        i = (i + 1) & mask;
+    return &r->names[i];
+}
+
+static int names_grow(kvp_reader *r)
+{
+    if (2 * (r->n_names + 1) <= r->names_cap)
+        return 0;
+    size_t cap = r->names_cap ? 2 * r->names_cap : 256;
+    name_slot *old = r->names, *t = calloc(cap, sizeof *t);
+    if (!t)
+        return KVP_ENOMEM;
+    size_t old_cap = r->names_cap;
+    r->names = t;
+    r->names_cap = cap;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].name)
+            *names_find(r, old[i].name, old[i].hash) = old[i];
+    free(old);
+    return 0;
+}
+
+/* A tensor record's name, from its meta part (in the mapping when the
+ * record was skimmed and is not compressed); 0 when it cannot be seen, or
+ * is malformed, which the tensor decoder reports. */
+static int tensor_name(const kvp_reader *r, const kvp_record *rec, char name[KVP_NAME_MAX + 1])
+{
+    const uint8_t *meta = rec->meta;
+    if (!meta && r->in->map && !(rec->flags & KVP_RECORD_ZSTD))
+        meta = r->in->map + rec->offset + KVP_RECORD_HEADER_SIZE;
+    if (!meta || rec->meta_size < 4)
+        return 0;
+    uint32_t len = kvp_le32(meta);
+    if (len == 0 || len > KVP_NAME_MAX || len > rec->meta_size - 4 || memchr(meta + 4, 0, len))
+        return 0;
+    memcpy(name, meta + 4, len);
+    name[len] = '\0';
+    return 1;
+}
+
+/* kvp(5): a stream's tensor names are unique.  A second tensor of a name
+ * is refused naming both records: a reader that looks a tensor up by name
+ * would take one copy, one that counts them would count both. */
+static int tensor_unique(kvp_reader *r, const kvp_record *rec, kvp_err *err)
+{
+    char name[KVP_NAME_MAX + 1];
+    if (!tensor_name(r, rec, name))
+        return 0;
+    if (names_grow(r))
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", r->in->name);
+    uint64_t hash = kvp_xxh64(name, strlen(name), 0);
+    name_slot *slot = names_find(r, name, hash);
+    if (slot->name)
+        return kvp_err_set(err, KVP_EFORMAT,
+                           "%s: record %llu (tensor %s) at offset %llu: a second tensor of that name (the first is "
+                           "record %llu)",
+                           r->in->name, (unsigned long long)rec->index, name, (unsigned long long)rec->offset,
+                           (unsigned long long)slot->index);
+    if (!(slot->name = strdup(name)))
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", r->in->name);
+    slot->hash = hash;
+    slot->index = rec->index;
+    r->n_names++;
+    return 0;
+}
+
+/* kvp(5)'s raw payload: the meta part, zero bytes to a multiple of 64, then
+ * the data part, which may be empty (the padding too, then).  Sets
+ * rec->data; 0, 1 when the payload ends inside the padding, or 2 + the
+ * payload offset of a nonzero padding byte. */
+static int64_t split_payload(kvp_record *rec, const uint8_t *raw)
+{
+    uint64_t data_off = kvp_align_up(rec->meta_size, KVP_ALIGN);
+    if (rec->raw_size == rec->meta_size)
+        return 0;
+    if (rec->raw_size < data_off)
+        return 1;
+    for (uint64_t i = rec->meta_size; i < data_off; i++)
+        if (raw[i])
+            return 2 + (int64_t)i;
+    if (data_off < rec->raw_size) {
+        rec->data = raw + data_off;
+        rec->data_size = rec->raw_size - data_off;
+    }
+    return 0;
 }
 
 int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
@@ -849,6 +997,9 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
                                    (unsigned long long)(in->pos - npad + i));
     }
     if (skim) {
+        int rc = rec->kind == KVP_KIND_TENSOR ? tensor_unique(r, rec, err) : 0;
+        if (rc)
+            return rc;
         r->index++;
         tally(r, rec);
         return 1;
@@ -867,13 +1018,16 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
         raw = r->raw;
     }
     rec->meta = raw;
-    uint64_t data_off = kvp_align_up(rec->meta_size, KVP_ALIGN);
-    if (data_off < rec->raw_size) {
-        rec->data = raw + data_off;
-        rec->data_size = rec->raw_size - data_off;
-    } else if (rec->raw_size > rec->meta_size) {
-        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu (%s) at offset %llu: data inside the meta padding", name,
-                           (unsigned long long)r->index, kname, (unsigned long long)off);
+    int64_t bad = split_payload(rec, raw);
+    if (bad)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu (%s) at offset %llu: %s at payload offset %llu", name,
+                           (unsigned long long)r->index, kname, (unsigned long long)off,
+                           bad == 1 ? "the payload ends inside the meta part's padding" : "nonzero meta padding",
+                           (unsigned long long)(bad == 1 ? rec->raw_size : (uint64_t)(bad - 2)));
+    if (rec->kind == KVP_KIND_TENSOR) {
+        int rc = tensor_unique(r, rec, err);
+        if (rc)
+            return rc;
     }
     if (rec->kind == KVP_KIND_END) {
         int rc = check_end(r, rec, err);
@@ -1066,6 +1220,9 @@ static int seq_parse(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **tok
         s->arrival_ns = kvp_cur_u64(&c);
         s->first_ns = kvp_cur_u64(&c);
     }
+    char what[KVP_ERR_MSG_MAX];
+    if (seq_bad_fields(s, what, sizeof what))
+        return bad_field(rec, err, what);
     if (s->n_prompt > s->n_tokens)
         return bad_field(rec, err, "n_prompt exceeds n_tokens");
     if (rec->data_size != (uint64_t)s->n_tokens * 4)
@@ -1081,7 +1238,6 @@ static int seq_parse(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **tok
     /* a stream is untrusted: an integer id is printed bare, so its label
      * must be digits, and a flag we do not know is not ours to ignore */
     if (s->flags & ~KVP_SEQ_FLAGS_KNOWN) {
-        char what[48];
         snprintf(what, sizeof what, "unknown sequence flags 0x%x", s->flags & ~KVP_SEQ_FLAGS_KNOWN);
         rc = bad_field(rec, err, what);
     } else if ((s->flags & KVP_SEQ_LABEL_INT) && !int64_digits(s->label, label_len)) {

@@ -50,6 +50,9 @@ typedef enum kvp_kind {
 
 /* Name of a kind ("tensor"); "unknown" for ids we do not know. */
 const char *kvp_kind_name(uint32_t kind);
+/* Whether this version defines a record kind (1..8, 15): kvp(5) has readers
+ * skip any other, 0 included (the stream header's number, no record's). */
+int kvp_kind_known(uint32_t kind);
 
 /* ---- typed records ---- */
 
@@ -66,14 +69,20 @@ typedef struct kvp_sampling {
     uint64_t rng[2];           /* generator state, so a resumed run continues it */
 } kvp_sampling;
 
+/* Check the parameters: 0, or KVP_EINVAL naming the bad one.  One rule for
+ * the command line's options and a stream's sequence records alike. */
+int kvp_sampling_check(const kvp_sampling *s, kvp_err *err);
+
 /* Sequence state. */
 enum { KVP_SEQ_PREFILLED = 1, KVP_SEQ_RUNNING = 2, KVP_SEQ_FINISHED = 3 };
+/* The last finish reason kvp(5) defines (generate.h names them, 0..4). */
+#define KVP_SEQ_FINISH_MAX 4u
 
 typedef struct kvp_seq_rec {
     uint64_t id;
     char label[KVP_NAME_MAX + 1]; /* the user's id from a prompts file, may be empty */
     uint32_t state;
-    uint32_t finish_reason;    /* 0 none, 1 length, 2 stop token, 3 stop string */
+    uint32_t finish_reason;    /* 0 none, 1 length, 2 stop token, 3 stop string, 4 KV memory */
     uint32_t n_prompt;         /* the first n_prompt tokens are the prompt */
     uint32_t n_tokens;         /* tokens whose KV is in the stream */
     int32_t next_token;        /* sampled but not yet in the KV cache; -1 if none */
@@ -225,7 +234,9 @@ int kvp_tensor_decode(const kvp_record *rec, kvp_tensor_rec *t, const uint8_t **
                       const uint8_t **zeros, kvp_err *err);
 /* A record without flags (written before them, or with none) reads flags
  * 0; an unknown flag, or LABEL_INT on a label that is not an int64's
- * canonical digits, is KVP_EFORMAT. */
+ * canonical digits, is KVP_EFORMAT; so is a state or finish reason kvp(5)
+ * does not define, a next token below -1, or sampling parameters
+ * kvp_sampling_check refuses. */
 int kvp_seq_decode(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **tokens, kvp_err *err);
 /* A sequence record's stop strings, copied: *stop[*n] NUL-terminated (NULL
  * and 0 when it has none), freed with kvp_seq_stops_free. */

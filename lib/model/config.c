@@ -14,6 +14,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -96,6 +97,8 @@ static int get_float(const cfg_ctx *x, const char *suffix, double *out)
     if (kvp_meta_get_f64(x->m, key, out) != 0)
         return kvp_err_set(x->err, KVP_EFORMAT, "%s: metadata %s: expected a number, found %s", x->src, key,
                            kvp_meta_type_name(e->type));
+    if (!isfinite(*out)) /* no setting of a model is infinite or NaN */
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: metadata %s: %g is not a finite number", x->src, key, *out);
     return 0;
 }
 
@@ -248,6 +251,11 @@ int kvp_config_from_meta(kvp_config *c, const kvp_meta *m, const char *source, k
     if ((rc = get_bool(&x, "kvpipe.attn_bias", &c->attn_bias)) < 0 ||
         (rc = get_float(&x, "kvpipe.n_params", &c->n_params)) < 0)
         return rc;
+    char eps_key[160], base_key[160];
+    snprintf(eps_key, sizeof eps_key, "metadata %s.attention.layer_norm_rms_epsilon", c->arch);
+    snprintf(base_key, sizeof base_key, "metadata %s.rope.freq_base", c->arch);
+    if ((rc = kvp_config_check_reals(c, src, eps_key, base_key, err)) < 0)
+        return rc;
     return check_shape(&x, c);
 }
 
@@ -331,6 +339,19 @@ uint64_t kvp_config_kv_elems_per_token_layer(const kvp_config *c)
 }
 
 /* ---- the checks every model passes ---- */
+
+int kvp_config_check_reals(const kvp_config *c, const char *source, const char *eps_key, const char *base_key,
+                           kvp_err *err)
+{
+    const char *src = source ? source : "?";
+    if (!(isfinite(c->rms_eps) && c->rms_eps > 0 && c->rms_eps < 1))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: %s: %g is out of range (want a finite number in (0, 1))", src,
+                           eps_key, c->rms_eps);
+    if (!(isfinite(c->rope_theta) && c->rope_theta > 1))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: %s: %g is out of range (want a finite number above 1)", src,
+                           base_key, c->rope_theta);
+    return 0;
+}
 
 /* Ceilings on what we load: far beyond any released model, low enough that
  * products of two of them fit in 64 bits with room to spare. */

@@ -84,6 +84,15 @@ int kvp_config_check(const kvp_config *c, const char *source, kvp_err *err);
  * kvcalc applies the same rules to a shape its options build or change.
  * 0, or KVP_EFORMAT with "SOURCE: config: ...". */
 int kvp_config_check_shape(const kvp_config *c, const char *source, kvp_err *err);
+
+/* The two real numbers every layer uses: the RMS-norm epsilon, finite in
+ * (0, 1), and the RoPE base, finite above 1 (a NaN epsilon or a negative
+ * base makes every activation NaN, and decode would print garbage and exit
+ * 0).  eps_key and base_key name them as the source spells them.  0, or
+ * KVP_EFORMAT: "m.gguf: metadata llama.rope.freq_base: -1 is out of range
+ * (want a finite number above 1)". */
+int kvp_config_check_reals(const kvp_config *c, const char *source, const char *eps_key, const char *base_key,
+                           kvp_err *err);
 /* KV elements per token per layer for full attention (2 x n_head_kv x head_dim,
  * or kv_lora_rank + rope_head_dim_mla for MLA). */
 uint64_t kvp_config_kv_elems_per_token_layer(const kvp_config *c);

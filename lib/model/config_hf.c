@@ -235,7 +235,8 @@ static int hf_fill(const hf_ctx *x, kvp_config *c)
                            c->n_head, c->n_head_kv);
     if (c->head_dim == 0)
         return kvp_err_set(x->err, KVP_EFORMAT, "%s: head_dim: must not be 0", x->path);
-    return 0;
+    return kvp_config_check_reals(c, x->path, "rms_norm_eps", rp ? "rope_parameters.rope_theta" : "rope_theta",
+                                  x->err);
 }
 
 int kvp_config_from_hf_json(kvp_config *c, const kvp_json *j, const char *name, kvp_err *err)

@@ -27,6 +27,8 @@ usage_case kvdump "--check=3" "option '--check' takes no value" kvdump --check=3
 usage_case kvdump "--check with --summary" "exclusive" kvdump --check --summary "$T/s.kvp"
 usage_case kvdump "--check with --extract" "exclusive" kvdump -c -x t "$T/s.kvp"
 usage_case kvdump "two inputs" "one input" kvdump "$T/s.kvp" "$T/s.kvp"
+usage_case kvdump "an empty INPUT name" "INPUT: an empty file name" kvdump ''
+usage_case kvdump "an empty INPUT name with --check" "INPUT: an empty file name" kvdump --check ''
 runtime_case kvdump "no arguments, empty stdin" "empty input" kvdump
 runtime_case kvdump "an empty file" "empty input" kvdump "$T/empty"
 runtime_case kvdump "a directory" "is a directory" kvdump "$T/dir"
@@ -45,6 +47,7 @@ usage_case kvcalc "unknown option" "unknown option '--frobnicate'" kvcalc -m lla
 usage_case kvcalc "-m without its value" "option '-m' needs a value" kvcalc -m
 usage_case kvcalc "--model without its value" "option '--model' needs a value" kvcalc --model
 usage_case kvcalc "--json=1" "takes no value" kvcalc -m llama-3-8b --json=1
+usage_case kvcalc "--check ''" "--check: an empty file name" kvcalc --check ''
 usage_case kvcalc "--json with --tsv" "choose one" kvcalc -m llama-3-8b --json --tsv
 usage_case kvcalc "--block-size 0" "--block-size" kvcalc -m llama-3-8b --block-size 0
 usage_case kvcalc "--block-size 24 (not a power of two)" "--block-size" kvcalc -m llama-3-8b --block-size 24
@@ -81,6 +84,8 @@ usage_case quantize "no output" "no output" quantize --to int8 "$T/tiny.gguf"
 usage_case quantize "-o - with --report -" "both write" quantize "$T/tiny.gguf" -o - --report -
 usage_case quantize "a model from stdin" "not standard input" quantize --to int8 - -o "$T/u.kvp"
 usage_case quantize "two inputs" "one input" quantize "$T/tiny.gguf" "$T/tiny.gguf" -o "$T/u.kvp"
+usage_case quantize "an empty INPUT name" "INPUT: an empty file name" quantize --to f16 '' -o "$T/u.kvp"
+usage_case quantize "an empty INPUT name with --kv" "INPUT: an empty file name" quantize --kv fp8 '' -o "$T/u.kvp"
 runtime_case quantize "an empty GGUF" "empty.gguf" quantize --to int8 "$T/empty.gguf" -o "$T/u.kvp"
 runtime_case quantize "a folder without a model" "dir" quantize --to int8 "$T/dir" -o "$T/u.kvp"
 runtime_case quantize "a missing input" "missing.gguf" quantize --to int8 "$T/missing.gguf" -o "$T/u.kvp"

@@ -170,6 +170,35 @@ pad=$(sed -n 's/.*declares \([0-9]*\) payload bytes (\([0-9]*\) with padding) bu
 if [ -n "$pad" ] && [ $((${pad% *} - 1)) -eq "${pad#* }" ]; then pass "one byte short of the padded size"; else
     fail "one byte short of the padded size (got '$pad')"; fi
 
+# kvp(5)'s sequence fields: a state, finish reason or sampling parameter it
+# does not define is refused by --check, naming the file, record and field;
+# so is a second tensor of one name.  (test_stream --rewrite edits a copy.)
+bad_seq() { # EDIT WANT WHAT
+    if "$mk" --rewrite "$T/s.kvp" "$T/e.kvp" "$1"; then
+        run kvdump --check "$T/e.kvp"
+        expect_status 1 "--check refuses $3"
+        expect_err_has "$T/e.kvp: record 4 (sequence) at offset 1344: $2" "names the file, record and field ($3)"
+    else
+        status=1; fail "could not write the stream with $3"
+    fi
+    rm -f "$T/e.kvp"
+}
+bad_seq seq-u32@0=9 "state 9 is not 1 (prefilled), 2 (running) or 3 (finished)" "an undefined state"
+bad_seq seq-u32@0=0 "state 0 is not" "state 0"
+bad_seq seq-u32@4=9 "finish reason 9 is not 0..4" "an undefined finish reason"
+bad_seq seq-f32@24=nan "temperature nan" "a NaN temperature"
+bad_seq seq-f32@32=2 "top-p 2" "a top-p above 1"
+"$mk" --rewrite "$T/s.kvp" "$T/e.kvp" seq-u32@4=4 || { status=1; fail "could not rewrite the sample"; }
+run kvdump --check "$T/e.kvp"
+expect_status 0 "finish reason 4 (KV memory) is defined"
+"$mk" --rewrite "$T/s.kvp" "$T/dup.kvp" dup@2 || { status=1; fail "could not write the stream with a tensor twice"; }
+run kvdump --check "$T/dup.kvp"
+expect_status 1 "--check refuses a second tensor of one name"
+expect_err_has "$T/dup.kvp: record 3 (tensor blk." "names the file and the second record"
+expect_err_has "a second tensor of that name (the first is record 2)" "and the first"
+run kvdump --summary "$T/dup.kvp"
+expect_status 1 "so does --summary"
+
 # A closed stdout ends kvdump quietly (like head).
 run_sh "{ kvdump --json '$T/s.kvp'; echo \$? >'$T/rc'; } | head -c 1 >/dev/null"
 rc=$(cat "$T/rc")

@@ -284,4 +284,33 @@ done
 run prefill --help
 expect_true "prefill --help leaves decode's scheduler options out" sh -c "! grep -q -- '--max-num-seqs' '$OUT'"
 
+# Records of kinds decode does not know are skipped among a sequence's KV
+# blocks too (kvp(5)), read directly or through quantize --kv; a sequence
+# record whose sampling parameters a run refuses is refused naming the file
+# and record (test_stream --rewrite edits a copy).
+rw="$KVP_UNIT_DIR/test_stream"
+printf '{"id":"u1","prompt":"The capital of France is a city"}\n' >"$T/u.jsonl"
+run prefill -m "$M" -t 1 -f "$T/u.jsonl" -o "$T/u.kvp"
+expect_status 0 "prefill for the unknown-kind stream"
+run decode -m "$M" -t 1 -n 2 "$T/u.kvp"
+sed 's/,"ttft_ms".*//' "$OUT" >"$T/u.want"
+for k in 0 1; do
+    "$rw" --rewrite "$T/u.kvp" "$T/u$k.kvp" "unknown@$k" || { status=1; fail "could not insert a record after $k"; }
+    run decode -m "$M" -t 1 -n 2 "$T/u$k.kvp"
+    expect_status 0 "decode skips an unknown kind after record $k"
+    sed 's/,"ttft_ms".*//' "$OUT" >"$T/u.got"
+    if cmp -s "$T/u.want" "$T/u.got"; then pass "the same answer as without it ($k)"; else fail "answers differ ($k)"; fi
+done
+run_sh "quantize --kv fp8 '$T/u0.kvp' | decode -m '$M' -t 1 -n 2"
+expect_status 0 "quantize --kv | decode with an unknown kind among the blocks"
+"$rw" --rewrite "$T/u.kvp" "$T/unan.kvp" seq-f32@24=nan || { status=1; fail "could not write a NaN temperature"; }
+run decode -m "$M" -t 1 -n 2 "$T/unan.kvp"
+expect_status 1 "decode refuses a NaN temperature in a sequence record"
+expect_err_has "$T/unan.kvp: record 0 (sequence) at offset 64: temperature nan" "names the file and the record"
+expect_err_one_line "in one line"
+"$rw" --rewrite "$T/u.kvp" "$T/unext.kvp" seq-u32@16=1000000000 || { status=1; fail "could not write a next token"; }
+run decode -m "$M" -t 1 -n 2 "$T/unext.kvp"
+expect_status 1 "decode refuses a next token outside the vocabulary"
+expect_err_has "$T/unext.kvp: sequence 0: next token 1000000000 is outside the vocabulary" "names the file and sequence"
+
 done_testing

@@ -45,11 +45,18 @@ fuzzer starts from deep inside the formats:
                         make build/tests/test_logprobs
                         build/tests/test_logprobs --write-seeds tests/fuzz/corpus/logprobs
   corpus/kvp/         KVP streams for fuzz_kvp: the unit test's sample (plain and
-                      zstd), scaled KV blocks, a sequence carrying its
+                      zstd: build/tests/test_stream --write-sample FILE [3]),
+                      scaled KV blocks, a sequence carrying its
                       request's cache salt and stop strings, and two whose ids
                       were integers (the LABEL_INT flag), not written here:
                         build/tests/test_stream --write-stops tests/fuzz/corpus/kvp/sequence-stops.kvp
                         build/tests/test_stream --write-int-id tests/fuzz/corpus/kvp/sequence-int-id.kvp
+                      and two rewrites of the sample (test_stream --rewrite): a
+                      record of an unknown kind after the sequence record,
+                      and a tensor written twice (refused):
+                        build/tests/test_stream --write-sample s.kvp
+                        build/tests/test_stream --rewrite s.kvp tests/fuzz/corpus/kvp/unknown-among-blocks.kvp unknown@4
+                        build/tests/test_stream --rewrite s.kvp tests/fuzz/corpus/kvp/bad-dup-tensor.kvp dup@2
   corpus/heads/       Medusa heads files (specdec --train-heads) for fuzz_heads:
                       not written here but by the C writer, valid (two heads,
                       one head) and damaged (a NaN weight, another arch, a file

@@ -5,6 +5,7 @@
 #include "gguf.h"
 #include "unit.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -314,8 +315,57 @@ static void test_check_shape(void)
     CHECK(kvp_config_check_shape(&c, "opts", &err) == KVP_EFORMAT && strstr(err.msg, "more than the 0 experts"));
 }
 
+/* The RMS-norm epsilon and the RoPE base: a NaN or infinite value, an
+ * epsilon outside (0, 1) or a base not above 1 is refused naming the file
+ * and the key, from GGUF/KVP metadata and from a config.json alike. */
+static void test_reals(void)
+{
+    static const struct {
+        const char *key;
+        double v;
+        const char *want;
+    } bad[] = {
+        {"llama.attention.layer_norm_rms_epsilon", NAN,
+         "metadata llama.attention.layer_norm_rms_epsilon: nan is not a finite number"},
+        {"llama.attention.layer_norm_rms_epsilon", 0,
+         "metadata llama.attention.layer_norm_rms_epsilon: 0 is out of range (want a finite number in (0, 1))"},
+        {"llama.attention.layer_norm_rms_epsilon", -1e-5, "layer_norm_rms_epsilon: -1e-05 is out of range"},
+        {"llama.rope.freq_base", -1,
+         "metadata llama.rope.freq_base: -1 is out of range (want a finite number above 1)"},
+        {"llama.rope.freq_base", INFINITY, "metadata llama.rope.freq_base: inf is not a finite number"},
+        {"llama.rope.freq_base", 0.5, "llama.rope.freq_base: 0.5 is out of range"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        kvp_meta m;
+        smollm_meta(&m);
+        kvp_meta_set_f64(&m, bad[k].key, bad[k].v);
+        kvp_config c;
+        kvp_err err = {0};
+        CHECK_MSG(kvp_config_from_meta(&c, &m, "x.gguf", &err) == KVP_EFORMAT, "case %zu", k);
+        CHECK_MSG(strncmp(err.msg, "x.gguf: ", 8) == 0 && strstr(err.msg, bad[k].want), "%s", err.msg);
+        kvp_meta_free(&m);
+    }
+    static const char *const hf_bad[][2] = {
+        {"\"rms_norm_eps\":-1e-5", "config.json: rms_norm_eps: -1e-05 is out of range"},
+        {"\"rms_norm_eps\":2", "config.json: rms_norm_eps: 2 is out of range"},
+        {"\"rope_theta\":-1", "config.json: rope_theta: -1 is out of range (want a finite number above 1)"},
+    };
+    for (size_t k = 0; k < sizeof hf_bad / sizeof *hf_bad; k++) {
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,"
+                 "\"num_attention_heads\":4,"
+                 "\"num_hidden_layers\":2,\"vocab_size\":100,%s}", hf_bad[k][0]);
+        kvp_config c;
+        kvp_err err = {0};
+        CHECK_MSG(hf(json, &c, &err) == KVP_EFORMAT, "%s", hf_bad[k][0]);
+        CHECK_MSG(strstr(err.msg, hf_bad[k][1]) != NULL, "%s", err.msg);
+    }
+}
+
 int main(void)
 {
+    test_reals();
     test_from_meta();
     test_check();
     test_check_shape();

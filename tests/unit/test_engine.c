@@ -919,7 +919,10 @@ static void test_seqio(const char *dir)
     }
     kvp_err err = {0};
     uint32_t t1[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, t2[6] = {1, 2, 3, 4, 9, 9};
-    kvp_seqio_seq ss[2] = {{.rec = {.id = 7}}, {.rec = {.id = 8}}};
+    /* records a reader takes: a defined state, sampling a run accepts (kvp(5)) */
+    const kvp_sampling smp = {.top_p = 1, .repeat_penalty = 1};
+    kvp_seqio_seq ss[2] = {{.rec = {.id = 7, .state = KVP_SEQ_PREFILLED, .sampling = smp}},
+                           {.rec = {.id = 8, .state = KVP_SEQ_PREFILLED, .sampling = smp}}};
     ss[0].handle = kvp_kvcache_seq_new(a.kc, &err);
     ss[1].handle = kvp_kvcache_seq_new(a.kc, &err);
     float l0[64], l1[64];

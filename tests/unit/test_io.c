@@ -183,6 +183,51 @@ static void test_symlink(const char *dir)
     unlink(target);
 }
 
+/* A dangling symlink: its target is created, as by a shell's `>`, and the
+ * link stays; through a chain of links (a relative one is relative to its
+ * own folder) too; a loop of links is an error naming the output that
+ * leaves nothing behind. */
+static void test_dangling_symlink(const char *dir)
+{
+    char sub[4096], target[4096], link[4096], link2[4096], abs_target[4096];
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(target, sizeof target, "%s/sub/made.bin", dir);
+    snprintf(link, sizeof link, "%s/sub/link.bin", dir);
+    snprintf(link2, sizeof link2, "%s/link2.bin", dir);
+    reset(NULL);
+    kvp_err err = {0};
+    struct stat lst, st;
+    CHECK(mkdir(sub, 0700) == 0);
+    CHECK(symlink("made.bin", link) == 0);
+    CHECK_MSG(put(link, "new!", &err) == 0, "%s", err.msg);
+    CHECK(lstat(link, &lst) == 0 && S_ISLNK(lst.st_mode));
+    CHECK(stat(target, &st) == 0 && st.st_size == 4);
+    CHECK_EQ_I64(entries(sub), 2);
+    unlink(target);
+    CHECK(symlink("sub/link.bin", link2) == 0); /* link2 -> sub/link.bin -> made.bin (dangling) */
+    CHECK_MSG(put(link2, "chain", &err) == 0, "%s", err.msg);
+    CHECK(lstat(link2, &lst) == 0 && S_ISLNK(lst.st_mode) && lstat(link, &lst) == 0 && S_ISLNK(lst.st_mode));
+    CHECK(stat(target, &st) == 0 && st.st_size == 5);
+    CHECK_EQ_I64(entries(sub), 2);
+    unlink(target);
+    unlink(link2);
+    snprintf(abs_target, sizeof abs_target, "%s/abs.bin", dir);
+    CHECK(symlink(abs_target, link2) == 0); /* an absolute target */
+    CHECK_MSG(put(link2, "abs", &err) == 0, "%s", err.msg);
+    CHECK(stat(abs_target, &st) == 0 && st.st_size == 3 && lstat(link2, &lst) == 0 && S_ISLNK(lst.st_mode));
+    unlink(abs_target);
+    unlink(link2);
+    unlink(link);
+    CHECK(symlink("../link2.bin", link) == 0 && symlink("sub/link.bin", link2) == 0); /* a loop of two */
+    CHECK(put(link2, "loop", &err) == KVP_EIO);
+    CHECK_MSG(strstr(err.msg, link2) && strstr(err.msg, "cannot follow the symlink"), "%s", err.msg);
+    CHECK_EQ_I64(entries(sub), 1);
+    unlink(link);
+    unlink(link2);
+    rmdir(sub);
+    CHECK_EQ_I64(entries(dir), 0);
+}
+
 /* An existing device is written in place: nothing to sync, no rename. */
 static void test_device_not_synced(void)
 {
@@ -219,6 +264,7 @@ int main(void)
     fsync_fails_with(dir, EINVAL);
     test_modes(dir);
     test_symlink(dir);
+    test_dangling_symlink(dir);
     test_device_not_synced();
     test_path_dir();
     rmdir(dir);

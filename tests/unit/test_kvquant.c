@@ -334,7 +334,8 @@ static void test_stream(int dtype)
     CHECK(fd >= 0);
     if (fd >= 0)
         close(fd);
-    kvp_seqio_seq ss = {.rec = {.id = 3}};
+    /* a record a reader takes: a defined state, sampling a run accepts (kvp(5)) */
+    kvp_seqio_seq ss = {.rec = {.id = 3, .state = KVP_SEQ_PREFILLED, .sampling = {.top_p = 1, .repeat_penalty = 1}}};
     ss.handle = kvp_kvcache_seq_new(r.kc, &err);
     float *l0 = malloc(sizeof(float) * V), *l1 = malloc(sizeof(float) * V);
     CHECK(kvp_engine_prefill(r.e, ss.handle, prompt, 40, 0, l0, &err) == 0);

@@ -270,7 +270,7 @@ static void raw_write(const char *path, const spec *sp)
     }
     if (sp->seq_first) {
         kvp_seq_rec q = {.id = 1, .state = KVP_SEQ_PREFILLED, .n_prompt = 2, .n_tokens = 2, .next_token = -1,
-                         .block_size = 16};
+                         .block_size = 16, .sampling = {.top_p = 1, .repeat_penalty = 1}};
         uint32_t t[2] = {1, 2};
         CHECK(kvp_write_sequence(w, &q, t, NULL, 0, &err) == 0);
     }

@@ -9,11 +9,16 @@
 #include "unit.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 static char tmpdir[] = "/tmp/kvp-test-stream.XXXXXX";
+
+/* What every sequence record needs to be read back (kvp(5)): a defined
+ * state and sampling parameters a run would accept. */
+#define SEQ_VALID .state = KVP_SEQ_PREFILLED, .sampling = {.top_p = 1, .repeat_penalty = 1}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
@@ -74,6 +79,7 @@ static void make_sample(sample *x)
     x->s.sampling.temperature = 0.7f;
     x->s.sampling.top_k = 40;
     x->s.sampling.top_p = 0.9f;
+    x->s.sampling.repeat_penalty = 1.0f;
     x->s.sampling.seed = rnd();
     x->s.sampling.rng[0] = rnd();
     x->s.sampling.rng[1] = rnd();
@@ -756,7 +762,7 @@ static void test_seq_stops(void)
     kvp_out out;
     kvp_err err = {0};
     kvp_writer *w;
-    kvp_seq_rec s = {.id = 7, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
+    kvp_seq_rec s = {SEQ_VALID, .id = 7, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
                      .cache_salt = 0x1234567};
     uint32_t tok[2] = {5, 6};
     const char *stops[2] = {"\n\n", "User:"}, *many[KVP_STOP_MAX_N + 1];
@@ -837,7 +843,7 @@ static void test_seq_flags(void)
     kvp_writer *w;
     uint32_t tok[2] = {5, 6};
     const char *stops[1] = {"User:"};
-    kvp_seq_rec s = {.id = 1, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
+    kvp_seq_rec s = {SEQ_VALID, .id = 1, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
                      .flags = KVP_SEQ_LABEL_INT};
     CHECK(kvp_out_open(&out, p, &err) == 0);
     CHECK(kvp_writer_open(&w, &out, NULL, &err) == 0);
@@ -972,7 +978,7 @@ static int write_stops_seed(const char *path)
     kvp_out out;
     kvp_err err = {0};
     kvp_writer *w = NULL;
-    kvp_seq_rec s = {.id = 3, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
+    kvp_seq_rec s = {SEQ_VALID, .id = 3, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
                      .cache_salt = 0x5eed};
     snprintf(s.label, sizeof s.label, "req-stops");
     uint32_t tok[2] = {5, 6};
@@ -995,7 +1001,7 @@ static int write_int_id_seed(const char *path)
     kvp_out out;
     kvp_err err = {0};
     kvp_writer *w = NULL;
-    kvp_seq_rec s = {.id = 0, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
+    kvp_seq_rec s = {SEQ_VALID, .id = 0, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
                      .flags = KVP_SEQ_LABEL_INT};
     snprintf(s.label, sizeof s.label, "7");
     uint32_t tok[2] = {5, 6};
@@ -1014,6 +1020,299 @@ static int write_int_id_seed(const char *path)
     return rc ? 1 : 0;
 }
 
+/* ---- sequence fields, tensor names and the meta padding (kvp(5)) ---- */
+
+/* Byte offsets in a sequence record's meta part from its state field. */
+enum { SEQ_STATE = 0, SEQ_FINISH = 4, SEQ_NEXT = 16, SEQ_TEMP = 24, SEQ_TOP_P = 32 };
+
+/* Where the state field of a sequence record's meta starts: after the u64
+ * id and the u32-prefixed label. */
+static uint32_t seq_state_off(const uint8_t *meta) { return 8 + 4 + kvp_le32(meta + 8); }
+
+/* One sequence record written, read back, its meta copied into meta[]. */
+static kvp_record one_seq_record(uint8_t *meta, size_t cap, kvp_in *in, kvp_reader **rd)
+{
+    const char *p = path_in_tmp("fields.kvp");
+    kvp_out out;
+    kvp_err err = {0};
+    kvp_writer *w;
+    uint32_t tok[2] = {5, 6};
+    kvp_seq_rec s = {SEQ_VALID, .id = 4, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = 9};
+    snprintf(s.label, sizeof s.label, "req");
+    CHECK(kvp_out_open(&out, p, &err) == 0);
+    CHECK(kvp_writer_open(&w, &out, NULL, &err) == 0);
+    CHECK(kvp_write_sequence(w, &s, tok, NULL, 0, &err) == 0);
+    CHECK(kvp_writer_finish(w, &err) == 0);
+    kvp_writer_free(w);
+    CHECK(kvp_out_commit(&out, &err) == 0);
+    kvp_record rec;
+    memset(&rec, 0, sizeof rec);
+    CHECK(kvp_in_open(in, p, &err) == 0);
+    CHECK(kvp_reader_open(rd, in, &err) == 0);
+    CHECK(kvp_reader_next(*rd, &rec, &err) == 1 && rec.kind == KVP_KIND_SEQUENCE && rec.meta_size <= cap);
+    memcpy(meta, rec.meta, rec.meta_size);
+    rec.meta = meta;
+    return rec;
+}
+
+/* A state or finish reason kvp(5) does not define, a next token below -1
+ * and sampling parameters a run refuses: the decoder refuses the record
+ * naming it and the field, and the writer will not write one. */
+static void test_seq_fields(void)
+{
+    uint8_t meta[512];
+    kvp_in in;
+    kvp_reader *rd;
+    kvp_record rec = one_seq_record(meta, sizeof meta, &in, &rd);
+    kvp_err err = {0};
+    kvp_seq_rec q;
+    const uint32_t *t;
+    CHECK(kvp_seq_decode(&rec, &q, &t, &err) == 0 && q.state == KVP_SEQ_PREFILLED && q.next_token == 9);
+    uint32_t st = seq_state_off(meta);
+    static const struct {
+        int off, is_f32;
+        double v;
+        const char *want;
+    } bad[] = {
+        {SEQ_STATE, 0, 0, "state 0 is not 1 (prefilled), 2 (running) or 3 (finished)"},
+        {SEQ_STATE, 0, 4, "state 4 is not"},
+        {SEQ_FINISH, 0, 5, "finish reason 5 is not 0..4"},
+        {SEQ_NEXT, 0, -2, "next token -2 is neither -1"},
+        {SEQ_TEMP, 1, NAN, "temperature nan"},
+        {SEQ_TEMP, 1, -1, "temperature -1"},
+        {SEQ_TOP_P, 1, 2, "top-p 2"},
+        {SEQ_TOP_P, 1, 0, "top-p 0"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        uint8_t keep[4];
+        memcpy(keep, meta + st + bad[k].off, 4);
+        if (bad[k].is_f32) {
+            float f = (float)bad[k].v;
+            memcpy(meta + st + bad[k].off, &f, 4);
+        } else {
+            kvp_put32(meta + st + bad[k].off, (uint32_t)(int32_t)bad[k].v);
+        }
+        CHECK_MSG(kvp_seq_decode(&rec, &q, &t, &err) == KVP_EFORMAT, "case %zu", k);
+        CHECK_MSG(strstr(err.msg, "record 0 (sequence) at offset 64: ") && strstr(err.msg, bad[k].want), "%s",
+                  err.msg);
+        memcpy(meta + st + bad[k].off, keep, 4);
+    }
+    /* the ends of the defined ranges are read */
+    kvp_put32(meta + st + SEQ_STATE, KVP_SEQ_FINISHED);
+    kvp_put32(meta + st + SEQ_FINISH, 4);
+    kvp_put32(meta + st + SEQ_NEXT, (uint32_t)-1);
+    CHECK(kvp_seq_decode(&rec, &q, &t, &err) == 0 && q.finish_reason == 4 && q.next_token == -1);
+    kvp_reader_free(rd);
+    kvp_in_close(&in);
+
+    kvp_out out;
+    kvp_writer *w;
+    uint32_t tok[1] = {1};
+    kvp_seq_rec s = {SEQ_VALID, .id = 1, .n_tokens = 1, .n_prompt = 1, .block_size = 16, .next_token = -1};
+    CHECK(kvp_out_open(&out, path_in_tmp("badfields.kvp"), &err) == 0);
+    CHECK(kvp_writer_open(&w, &out, NULL, &err) == 0);
+    s.state = 0;
+    CHECK(kvp_write_sequence(w, &s, tok, NULL, 0, &err) == KVP_EINVAL);
+    CHECK_MSG(strstr(err.msg, "sequence 1: state 0") != NULL, "%s", err.msg);
+    s.state = KVP_SEQ_RUNNING, s.sampling.repeat_penalty = 0;
+    CHECK(kvp_write_sequence(w, &s, tok, NULL, 0, &err) == KVP_EINVAL);
+    CHECK_MSG(strstr(err.msg, "repeat penalty 0") != NULL, "%s", err.msg);
+    kvp_writer_free(w);
+    kvp_out_abort(&out);
+}
+
+/* A tensor f32[4] named name, its data all v. */
+static int put_tensor(kvp_writer *w, const char *name, float v, kvp_err *err)
+{
+    kvp_tensor_rec t = {.dtype = KVP_DTYPE_F32, .n_dim = 1, .shape = {4}, .global_scale = 1, .data_bytes = 16};
+    snprintf(t.name, sizeof t.name, "%s", name);
+    float d[4] = {v, v, v, v};
+    return kvp_write_tensor(w, &t, d, NULL, NULL, err);
+}
+
+/* Read path to its end: 0, or the code with err set; skim as kvp_reader_skim. */
+static int read_all(const char *path, uint32_t skim, kvp_err *err)
+{
+    kvp_in in;
+    kvp_reader *r;
+    kvp_record rec;
+    int rc = kvp_in_open(&in, path, err);
+    if (rc)
+        return rc;
+    if ((rc = kvp_reader_open(&r, &in, err)) == 0) {
+        kvp_reader_skim(r, skim);
+        while ((rc = kvp_reader_next(r, &rec, err)) > 0)
+            ;
+        kvp_reader_free(r);
+    }
+    kvp_in_close(&in);
+    return rc;
+}
+
+/* kvp(5): a stream's tensor names are unique.  A second tensor of a name
+ * is refused naming it and both records, whether its payload is read or
+ * skimmed; many distinct names (the table grows) are fine. */
+static void test_dup_tensor_names(void)
+{
+    kvp_err err = {0};
+    for (int dup = 0; dup <= 1; dup++) {
+        const char *p = path_in_tmp(dup ? "dup.kvp" : "nodup.kvp");
+        kvp_out out;
+        kvp_writer *w;
+        CHECK(kvp_out_open(&out, p, &err) == 0);
+        CHECK(kvp_writer_open(&w, &out, NULL, &err) == 0);
+        char name[32];
+        for (int i = 0; i < 300; i++) {
+            snprintf(name, sizeof name, "blk.%d.w", dup && i == 299 ? 7 : i);
+            CHECK(put_tensor(w, name, (float)i, &err) == 0);
+        }
+        CHECK(kvp_writer_finish(w, &err) == 0);
+        kvp_writer_free(w);
+        CHECK(kvp_out_commit(&out, &err) == 0);
+        for (int skim = 0; skim <= 1; skim++) {
+            int rc = read_all(p, skim ? 1u << KVP_KIND_TENSOR : 0, &err);
+            if (!dup) {
+                CHECK_MSG(rc == 0, "%s", err.msg);
+                continue;
+            }
+            CHECK_MSG(rc == KVP_EFORMAT, "skim %d: %d", skim, rc);
+            CHECK_MSG(strstr(err.msg, "record 299 (tensor blk.7.w) at offset") &&
+                      strstr(err.msg, "a second tensor of that name (the first is record 7)"), "%s", err.msg);
+        }
+    }
+}
+
+/* Rewrite the header of the first record of the stream in buf (offset 64):
+ * its meta size, the header checksum recomputed. */
+static void set_meta_size(uint8_t *buf, uint32_t meta_size)
+{
+    kvp_put32(buf + 64 + 32, meta_size);
+    kvp_put32(buf + 64 + 60, kvp_crc32c(0, buf + 64, 60));
+}
+
+/* kvp(5)'s raw payload is the meta part, zero bytes to a multiple of 64,
+ * then the data part: an empty data part after the padding is read (as is
+ * one with no padding), a payload that ends inside the padding or nonzero
+ * padding is refused. */
+static void test_meta_padding(void)
+{
+    const char *p = path_in_tmp("pad.kvp");
+    kvp_err err = {0};
+    kvp_out out;
+    kvp_writer *w;
+    uint8_t meta[64] = {'a', 'b', 'c', 'd'};
+    kvp_piece none = {NULL, 0};
+    CHECK(kvp_out_open(&out, p, &err) == 0);
+    CHECK(kvp_writer_open(&w, &out, NULL, &err) == 0);
+    /* meta 64 bytes, no data: raw 64; the header then says meta 4 */
+    CHECK(kvp_writer_record(w, 20, meta, 64, &none, 0, 0, &err) == 0);
+    CHECK(kvp_writer_record(w, 20, meta, 4, &none, 1, 0, &err) == 0); /* meta 4, padding, empty data */
+    CHECK(kvp_writer_finish(w, &err) == 0);
+    kvp_writer_free(w);
+    CHECK(kvp_out_commit(&out, &err) == 0);
+    size_t n;
+    uint8_t *buf = slurp(p, &n);
+    CHECK(buf != NULL);
+    if (!buf)
+        return;
+    set_meta_size(buf, 4); /* meta 4, zero padding to 64, empty data */
+    CHECK_MSG(read_mem(buf, n, &err) == 0, "%s", err.msg);
+    buf[128 + 20] = 1; /* a nonzero byte in that padding */
+    kvp_put32(buf + 64 + 36, kvp_crc32c(0, buf + 128, 64));
+    kvp_put32(buf + 64 + 60, kvp_crc32c(0, buf + 64, 60));
+    CHECK(read_mem(buf, n, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "record 0 (unknown) at offset 64: nonzero meta padding at payload offset 20"), "%s",
+              err.msg);
+    buf[128 + 20] = 0;
+    kvp_put32(buf + 64 + 36, kvp_crc32c(0, buf + 128, 64));
+    set_meta_size(buf, 10);
+    CHECK_MSG(read_mem(buf, n, &err) == 0, "%s", err.msg);
+    /* raw 64 with meta 0: padding 0 bytes, 64 bytes of data */
+    set_meta_size(buf, 0);
+    CHECK_MSG(read_mem(buf, n, &err) == 0, "%s", err.msg);
+    free(buf);
+    /* raw between the meta size and the next multiple of 64 */
+    CHECK(kvp_out_open(&out, p, &err) == 0);
+    CHECK(kvp_writer_open(&w, &out, NULL, &err) == 0);
+    CHECK(kvp_writer_record(w, 20, meta, 10, &none, 0, 0, &err) == 0);
+    CHECK(kvp_writer_finish(w, &err) == 0);
+    kvp_writer_free(w);
+    CHECK(kvp_out_commit(&out, &err) == 0);
+    buf = slurp(p, &n);
+    CHECK(buf != NULL);
+    if (!buf)
+        return;
+    CHECK_MSG(read_mem(buf, n, &err) == 0, "%s", err.msg);
+    set_meta_size(buf, 4);
+    CHECK(read_mem(buf, n, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "the payload ends inside the meta part's padding at payload offset 10"), "%s",
+              err.msg);
+    free(buf);
+}
+
+/* `test_stream --rewrite IN OUT EDIT`: IN copied record by record to OUT
+ * (END recounted), with one edit, for the CLI tests' damaged and extended
+ * streams:
+ *   unknown@N      a record of kind 20 ("abcd") after record N
+ *   seq-u32@OFF=V  the first sequence record's u32 at OFF from its state
+ *   seq-f32@OFF=V  likewise an f32 (OFF: 0 state, 4 finish reason,
+ *                  16 next token, 24 temperature, 32 top-p)
+ *   dup@N          record N written twice */
+static int rewrite(const char *in_path, const char *out_path, const char *edit)
+{
+    kvp_err err = {0};
+    kvp_in in;
+    kvp_out out;
+    kvp_reader *r = NULL;
+    kvp_writer *w = NULL;
+    kvp_record rec;
+    unsigned long long at = 0;
+    unsigned off = 0;
+    double v = 0;
+    int u32 = sscanf(edit, "seq-u32@%u=%lf", &off, &v) == 2, f32 = sscanf(edit, "seq-f32@%u=%lf", &off, &v) == 2;
+    int unknown = sscanf(edit, "unknown@%llu", &at) == 1, dup = sscanf(edit, "dup@%llu", &at) == 1, patched = 0;
+    if (!u32 && !f32 && !unknown && !dup) {
+        fprintf(stderr, "rewrite: unknown edit %s\n", edit);
+        return 1;
+    }
+    int rc = kvp_in_open(&in, in_path, &err);
+    if (rc == 0 && (rc = kvp_reader_open(&r, &in, &err)) == 0 && (rc = kvp_out_open(&out, out_path, &err)) == 0) {
+        kvp_writer_opts o = {0};
+        o.producer = kvp_reader_info(r)->producer;
+        memcpy(o.fingerprint, kvp_reader_info(r)->fingerprint, sizeof o.fingerprint);
+        rc = kvp_writer_open(&w, &out, &o, &err);
+        while (rc == 0 && (rc = kvp_reader_next(r, &rec, &err)) > 0 && rec.kind != KVP_KIND_END) {
+            uint8_t *meta = malloc(rec.meta_size ? rec.meta_size : 1);
+            kvp_piece data = {rec.data, rec.data_size};
+            rc = meta ? 0 : kvp_err_set(&err, KVP_ENOMEM, "out of memory");
+            if (rc == 0)
+                memcpy(meta, rec.meta, rec.meta_size);
+            if (rc == 0 && (u32 || f32) && rec.kind == KVP_KIND_SEQUENCE && !patched++) {
+                float f = (float)v;
+                uint8_t *at_field = meta + seq_state_off(meta) + off;
+                if (u32)
+                    kvp_put32(at_field, (uint32_t)(int64_t)v);
+                else
+                    memcpy(at_field, &f, 4);
+            }
+            for (int k = 0; rc == 0 && k <= (dup && rec.index == at); k++)
+                rc = kvp_writer_record(w, rec.kind, meta, rec.meta_size, &data, rec.data_size ? 1 : 0, 0, &err);
+            if (rc == 0 && unknown && rec.index == at)
+                rc = kvp_writer_record(w, 20, "abcd", 4, NULL, 0, 0, &err);
+            free(meta);
+        }
+        if (rc >= 0)
+            rc = kvp_writer_finish(w, &err);
+        rc = rc == 0 ? kvp_out_commit(&out, &err) : (kvp_out_abort(&out), rc);
+    }
+    kvp_writer_free(w);
+    kvp_reader_free(r);
+    kvp_in_close(&in);
+    if (rc)
+        fprintf(stderr, "rewrite: %s\n", err.msg);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     /* `test_stream --write-sample FILE [ZSTD_LEVEL]`: the CLI tests' input. */
@@ -1025,6 +1324,8 @@ int main(int argc, char **argv)
     /* `test_stream --write-stops FILE`: tests/fuzz/corpus/kvp/sequence-stops.kvp */
     if (argc >= 3 && strcmp(argv[1], "--write-stops") == 0)
         return write_stops_seed(argv[2]);
+    if (argc >= 5 && strcmp(argv[1], "--rewrite") == 0)
+        return rewrite(argv[2], argv[3], argv[4]);
     /* `test_stream --write-int-id FILE`: tests/fuzz/corpus/kvp/sequence-int-id.kvp */
     if (argc >= 3 && strcmp(argv[1], "--write-int-id") == 0)
         return write_int_id_seed(argv[2]);
@@ -1051,6 +1352,9 @@ int main(int argc, char **argv)
     test_writer_validation();
     test_seq_stops();
     test_seq_flags();
+    test_seq_fields();
+    test_dup_tensor_names();
+    test_meta_padding();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
