@@ -578,11 +578,15 @@ static int open_resume(const char *path, kvp_idset *done)
     return fd;
 }
 
-/* a and b name one existing file (the same inode). */
-static int same_path(const char *a, const char *b)
+/* An output option (opt: its name and the separator before its value)
+ * naming the job's input: a usage error before anything
+ * is read, since writing it would destroy the input (out NULL: not given).
+ * A KV stream continued into itself (decode story.kvp --kv-out story.kvp)
+ * is no such mistake: it is read whole before --kv-out replaces it. */
+static void refuse_input_as_output(const char *opt, const char *out, const char *in, const char *what)
 {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (out && kvp_cli_same_file(out, in))
+        kvp_cli_usage_error("%s%s is the %s: write it to another file", opt, out, what);
 }
 
 /* A count of --shard: digits only (no sign, space or hex), below 2^32. */
@@ -889,6 +893,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     }
     if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) > 1)
         kvp_cli_usage_error("give one of -p, -f and --tokens");
+    kvp_runopts_check_prompt_args(&o);
     if (from_prompts && optind < argc)
         kvp_cli_usage_error("a KV stream and prompts at once");
     if (optind + 1 < argc)
@@ -900,10 +905,16 @@ int kvp_decode_main(int argc, char **argv, int spec)
 
     if (resume && o.kv_out)
         kvp_cli_usage_error("--resume and --kv-out at once (a resumed job's KV state would be partial)");
-    if (resume && (!*resume || (o.file && same_path(resume, o.file))))
-        kvp_cli_usage_error(*resume ? "--resume %s is the prompts file: the results go to another file"
-                                    : "--resume: an empty file name",
-                            resume);
+    if (resume && !*resume)
+        kvp_cli_usage_error("--resume: an empty file name");
+    const char *input = from_prompts ? o.file : kv_in; /* NULL: -p or --tokens */
+    const char *what = from_prompts ? "prompts file" : "KV stream read";
+    if (input) {
+        refuse_input_as_output("--resume ", resume, input, what);
+        refuse_input_as_output("--stats=", o.stats_file, input, what);
+        if (from_prompts)
+            refuse_input_as_output("--kv-out ", o.kv_out, input, what);
+    }
     if (burst_set && rate <= 0)
         kvp_cli_usage_error("--burstiness shapes --rate's arrivals: give --rate too");
     if (o.stats_file)

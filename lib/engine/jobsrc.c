@@ -197,6 +197,20 @@ static void cap_to_context(const kvp_jobsrc *js, kvp_request *r, uint32_t n_have
         r->g.rec.sampling.max_tokens = room;
 }
 
+/* A prompt of n tokens that no sequence may hold (the model's context, or
+ * --max-model-len) is refused, whichever way it came (what: "prompt", or
+ * "sequence" of a stream), as vLLM refuses one over max_model_len: 1 with
+ * the message set (the caller says where), else 0. */
+static int too_long(const kvp_jobsrc *js, const char *what, uint64_t i, const char *label, uint32_t n,
+                    kvp_err *err)
+{
+    if (!js->n_ctx || n <= js->n_ctx)
+        return 0;
+    kvp_err_set(err, KVP_EINVAL, "%s %" PRIu64 "%s%s is %u tokens, more than a sequence may hold (%u: the "
+                "model's context, or --max-model-len)", what, i + 1, label[0] ? " " : "", label, n, js->n_ctx);
+    return 1;
+}
+
 /* Read one more prompt of the file into the read-ahead: 1, 0 at its end,
  * or a code naming the file and line. */
 static int read_prompt(kvp_jobsrc *js, kvp_err *err)
@@ -260,11 +274,8 @@ static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **
                                i + 1, label[0] ? " " : "", label, n ? "too long" : "empty");
         q->n_ids = (uint32_t)n;
     }
-    if (js->n_ctx && q->n_ids > js->n_ctx) {
-        kvp_err_set(err, KVP_EINVAL, "prompt %" PRIu64 "%s%s is %u tokens, more than a sequence may hold (%u: the "
-                    "model's context, or --max-model-len)", i + 1, label[0] ? " " : "", label, q->n_ids, js->n_ctx);
+    if (too_long(js, "prompt", i, label, q->n_ids, err))
         return js->o->file ? kvp_err_prefix(err, "%s:%" PRIu64, js->o->file, q->line) : KVP_EINVAL;
-    }
     const kvp_prompt_params *pp = &q->p.params;
     kvp_sampling smp;
     if (kvp_runopts_request_sampling(js->o, pp, i, &smp, err) < 0)
@@ -400,6 +411,12 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
             free(tok);
             drop_stops(&q);
             continue;
+        }
+        if (too_long(js, "sequence", idx, q.rec.label, q.rec.n_prompt, err)) {
+            kvp_kvcache_seq_free(js->kc, q.handle);
+            free(tok);
+            drop_stops(&q);
+            return kvp_err_prefix(err, "%s", js->in.name);
         }
         double t_arrival;
         if (!arrived(js, block, &t_arrival)) {

@@ -291,6 +291,12 @@ expect_out_has '"id":"a"' "the request before it is answered"
 expect_err_has "ctx.jsonl:2: prompt 2 b is 7 tokens, more than a sequence may hold (5:" "the line and sizes are named"
 run_sh "prefill -m '$M' -t 2 -p 'The capital of France is' | decode -m '$M' -t 2 -n 20 --max-model-len 7 --json"
 expect_out_has '"tokens":2,"finish_reason":"length"' "a KV stream's sequence is bounded too"
+# a prompt over it is refused through a stream as with -f, naming the
+# stream and the sequence, after the one before it is answered
+run_sh "prefill -m '$M' -t 2 -f '$T/ctx.jsonl' -o '$T/ctx.kvp' && decode -m '$M' -t 2 -n 4 --max-model-len 5 '$T/ctx.kvp'"
+expect_status 1 "a stream's prompt longer than --max-model-len"
+expect_out_has '"id":"a"' "the stream's sequence before it is answered"
+expect_err_has "ctx.kvp: sequence 2 b is 7 tokens, more than a sequence may hold (5:" "the stream, sequence and sizes are named"
 run decode -m "$M" -t 2 -p hi --max-model-len 100000
 expect_status 1 "--max-model-len above the trained context"
 expect_err_has "trained context of 8192 tokens" "says the model's"
@@ -313,6 +319,26 @@ run decode -m x.gguf -f "$T/p.jsonl" --burstiness 0.5
 expect_status 2 "--burstiness without --rate is a usage error"
 run decode -m x.gguf -f "$T/p.jsonl" --resume "$T/p.jsonl"
 expect_status 2 "--resume naming the prompts file is a usage error"
+# no output option may replace the job's input, not through a symlink nor
+# through standard input either; the input is left as it was
+cp "$T/p.jsonl" "$T/keep.jsonl"
+ln -sf "$T/keep.jsonl" "$T/keep-link.jsonl"
+run decode -m x.gguf -f "$T/keep.jsonl" --kv-out "$T/keep-link.jsonl"
+expect_status 2 "--kv-out naming the prompts file (a symlink to it) is a usage error"
+expect_err_has "is the prompts file" "says why"
+run decode -m x.gguf -f "$T/keep.jsonl" --stats="$T/keep.jsonl"
+expect_status 2 "--stats=FILE naming the prompts file is a usage error"
+run_sh "decode -m x.gguf -f - --stats='$T/keep.jsonl' < '$T/keep.jsonl'"
+expect_status 2 "--stats=FILE naming the file standard input reads is a usage error"
+run prefill -m x.gguf -f "$T/keep.jsonl" -o "$T/keep-link.jsonl"
+expect_status 2 "prefill -o naming the prompts file is a usage error"
+expect_err_has "-o $T/keep-link.jsonl is the prompts file" "names the option and file"
+if cmp -s "$T/p.jsonl" "$T/keep.jsonl"; then pass "the prompts file is untouched"; else fail "the prompts file changed"; fi
+# a line's empty stop string is refused at its line, as --stop '' is
+printf '{"id":"a","prompt":"hi","stop":["x",""]}\n' >"$T/stop0.jsonl"
+run decode -m "$M" -t 2 -f "$T/stop0.jsonl" -n 2
+expect_status 1 "a line's empty stop string is an error"
+expect_err_has 'stop0.jsonl:1: "stop" entry 1 is an empty string' "at its line"
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 2 --stats="$T/missing/s.json"
 expect_status 1 "--stats into a missing folder fails"
 expect_out_empty "before any work"
