@@ -345,14 +345,15 @@ expect_out_empty "before any work"
 
 # SIGTERM while decode waits for input on a pipe ends it at once (exit 143),
 # and a second job resuming into the same file is refused while it runs.
+# One line is written: decode answers it without waiting for a second.
 rm -f "$T/fifo" "$T/wait.jsonl"
 mkfifo "$T/fifo"
 decode -m "$M" -t 2 -f "$T/fifo" -n 2 --resume "$T/wait.jsonl" >/dev/null 2>"$T/wait.err" &
 pid=$!
 exec 7>"$T/fifo"
-head -n 2 "$T/p.jsonl" >&7 # (two: decode reads two ahead before it starts)
+head -n 1 "$T/p.jsonl" >&7
 i=0
-while [ "$(wc -l <"$T/wait.jsonl" 2>/dev/null || echo 0)" -lt 2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+while [ "$(wc -l <"$T/wait.jsonl" 2>/dev/null || echo 0)" -lt 1 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 2 --resume "$T/wait.jsonl"
 expect_status 1 "a second decode resuming into a file in use"
 expect_err_has "another decode is resuming into it" "says why"
@@ -368,7 +369,9 @@ status=$?
 exec 7>&-
 LAST_CMD="decode -f FIFO --resume wait.jsonl, SIGTERM while it waits"
 expect_status 143 "SIGTERM while waiting for input exits 143 at once"
-expect_true "the requests it had are written" test "$(wc -l <"$T/wait.jsonl")" -eq 2
-expect_true "and it says it was stopped" grep -q "stopped by" "$T/wait.err"
+expect_true "the request it had is written" test "$(wc -l <"$T/wait.jsonl")" -eq 1
+expect_true "and it says it was stopped, input left unread" \
+    grep -q "stopped by Terminated: 1 sequences written, 0 read and not finished, the rest of the input not read yet" \
+    "$T/wait.err"
 
 done_testing

@@ -52,6 +52,9 @@ expect_out_has "--kv-dtype" "and decode's"
 
 need_model
 
+# A pipe: specdec starts on the first request without waiting for more.
+fifo_two_parts "specdec -m '$M' -t 1 -f - -n 2 --json" "specdec -f -"
+
 # Ids as decode prints them (the same output code): 7 as 7, "8" as "8", a
 # line without one as its index; from a prompts file and through prefill.
 printf '{"id":7,"prompt":"Once upon a time"}\n{"id":"8","prompt":"Hi"}\n{"prompt":"Yo"}\n' >"$T/ids.jsonl"
