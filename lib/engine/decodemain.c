@@ -14,6 +14,7 @@
 #include "io.h"
 #include "jobsrc.h"
 #include "progress.h"
+#include "promptsonce.h"
 #include "prompts.h"
 #include "results.h"
 #include "runopts.h"
@@ -658,12 +659,24 @@ static void say_stopped(uint64_t written, uint64_t left, int read_all, const cha
                  resume ? resume : "");
 }
 
+/* --compare reads its prompts twice: a pipe's held in memory, its messages
+ * naming the user's file (promptsonce.h).  Past this a job is refused: a
+ * comparison wants a sample, not a day's traffic. */
+#define COMPARE_PROMPTS_MAX ((uint64_t)64 << 20)
+
+/* A failure of the job, its message naming the user's prompts file. */
+static _Noreturn void die_job(kvp_err *err, const kvp_prompts_once *once)
+{
+    kvp_prompts_once_name(once, err);
+    kvp_cli_die_err(err);
+}
+
 /* The job's input did not open: a stop signal while its first request was
  * awaited (a pipe) ends the job as a stop does later, else a failure. */
-static void open_failed(const kvp_err *err, const char *resume)
+static void open_failed(kvp_err *err, const kvp_prompts_once *once, const char *resume)
 {
     if (!stop_signal)
-        kvp_cli_die_err(err);
+        die_job(err, once);
     say_stopped(0, 0, 0, resume);
     exit(128 + stop_signal);
 }
@@ -1050,6 +1063,12 @@ int kvp_decode_main(int argc, char **argv, int spec)
     kvp_run r;
     kvp_jobsrc *js = NULL;
     compare_ctx cmp = {0};
+    kvp_prompts_once once = {.fd = -1};
+    if (compare && o.file) { /* first: a missing file fails before the model loads */
+        kvp_prompts_once_open(&once, o.file, 0, COMPARE_PROMPTS_MAX,
+                              "--compare runs each request twice; give it a sample, or a regular file");
+        o.file = kvp_prompts_once_path(&once);
+    }
     if (kvp_run_open(&r, &o, &err) < 0)
         kvp_cli_die_err(&err);
     /* before any read that may wait (a pipe's first request): a signal
@@ -1063,11 +1082,11 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_batch_opts bo0 = {.sched = o.sched, .no_prefix_cache = no_prefix_cache, .metrics = &m0,
                               .stop = &stop_signal};
         if (kvp_jobsrc_open(&js, &r, &o, kv_in, cache_salt, &err) < 0)
-            open_failed(&err, resume);
+            open_failed(&err, &once, resume);
         kvp_jobsrc_filter(js, shard_k, shard_n, NULL);
         kvp_batch_source src0 = kvp_jobsrc_source(js);
         if (kvp_batch_run(r.engine, r.kc, r.tok, &bo0, &src0, compare_collect, &cmp, &cmp.st, &err) < 0)
-            kvp_cli_die_err(&err);
+            die_job(&err, &once);
         qsort(cmp.v, cmp.n, sizeof *cmp.v, ref_cmp);
         kvp_metrics_free(&m0);
         kvp_jobsrc_free(js);
@@ -1080,7 +1099,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         sp.cmp = &cmp;
     }
     if (kvp_jobsrc_open(&js, &r, &o, kv_in, cache_salt, &err) < 0)
-        open_failed(&err, resume);
+        open_failed(&err, &once, resume);
     kvp_jobsrc_filter(js, shard_k, shard_n, resume ? &done : NULL);
     kvp_jobsrc_arrivals(js, rate, burstiness, o.sampling.seed);
     if (o.json || resume || shard_n >= 2)
@@ -1136,7 +1155,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (progress >= 0) /* the last line, before any message: a terminal's line is ended */
         kvp_progress_end(&pg, &st);
     if (run_rc < 0)
-        kvp_cli_die_err(&err);
+        die_job(&err, &once);
     if (hd.failed) /* the run finished without drafts; what broke them is still a fault */
         kvp_cli_die_err(&hd.err);
     if (o.stats) {
@@ -1184,6 +1203,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     double goodput = kvp_metrics_goodput(&metrics);
     kvp_metrics_free(&metrics);
     kvp_run_close(&r);
+    kvp_prompts_once_close(&once);
     kvp_runopts_free(&o);
     int rc = kvp_cli_close_stdout();
     if (st.stopped)
