@@ -522,6 +522,10 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("--resume takes the next turn as -p TEXT or --tokens IDS, not -f");
     if (optind < argc)
         kvp_cli_usage_error("unexpected argument '%s'", argv[optind]);
+    /* the stream would replace the prompts it is made from (a --resume
+     * stream continued into itself is read whole first: no such loss) */
+    if (o.file && !tokenize && kvp_cli_same_file(output, o.file))
+        kvp_cli_usage_error("-o %s is the prompts file: write the stream to another file", output);
     kvp_err err = {0};
     if (kvp_sample_check(&o.sampling, &err) < 0)
         kvp_cli_usage_error("%s", err.msg);
@@ -530,6 +534,7 @@ int main(int argc, char **argv)
         kvp_runopts_free(&o);
         return kvp_cli_close_stdout();
     }
+    kvp_runopts_check_prompt_args(&o);
 
     kvp_run r;
     if (kvp_run_open(&r, &o, &err) < 0)

@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Set once at startup and only read after: program-wide state, like
@@ -314,6 +315,16 @@ void kvp_cli_c_str(FILE *f, const char *str, size_t n)
         i += len;
     }
     fputc('\'', f);
+}
+
+int kvp_cli_same_file(const char *out, const char *in)
+{
+    struct stat so, si;
+    if (stat(out, &so) != 0)
+        return 0;
+    if (strcmp(in, "-") == 0 ? fstat(STDIN_FILENO, &si) != 0 : stat(in, &si) != 0)
+        return 0;
+    return so.st_dev == si.st_dev && so.st_ino == si.st_ino;
 }
 
 int kvp_cli_close_stdout(void)

@@ -72,6 +72,12 @@ void kvp_cli_c_str(FILE *f, const char *s, size_t n);
  * (lib/base/io.h), so a reader never sees half of it.  0 or a code. */
 int kvp_cli_write_atomic(const char *path, const void *data, size_t n, kvp_err *err);
 
+/* An output named out would replace the input named in: both name one
+ * existing file (st_dev and st_ino, so through a symlink or another path
+ * too); in "-" is standard input, which may be that file redirected.
+ * Nothing of out need exist yet: 0 then. */
+int kvp_cli_same_file(const char *out, const char *in);
+
 /* Flush and close stdout, exit 1 on a write error (a full disk), exit 0
  * quietly when the reader went away.  Call before returning from main. */
 int kvp_cli_close_stdout(void);

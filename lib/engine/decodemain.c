@@ -14,6 +14,7 @@
 #include "io.h"
 #include "jobsrc.h"
 #include "progress.h"
+#include "promptsonce.h"
 #include "prompts.h"
 #include "results.h"
 #include "runopts.h"
@@ -191,8 +192,11 @@ static void compare_check(compare_ctx *c, const kvp_gen_seq *s)
 typedef struct out_ctx {
     int spec;              /* specdec: the lines carry drafted and accepted counts */
     compare_ctx *cmp;      /* --compare: check each output against decode's */
-    int stream_text;       /* one sequence, plain text streamed */
-    int mid_line;          /* stream_text: text written since the last newline */
+    int form;              /* FORM_*: how results are written */
+    kvp_buf held_text;     /* FORM_UNKNOWN: the first request's text so far, */
+    kvp_buf held_line;     /* and its JSON line once it has finished */
+    int held_done;         /* it has finished */
+    int mid_line;          /* FORM_TEXT: text written since the last newline */
     int resume;            /* --resume: OUT holds what is done (a kv_memory failure is not) */
     int fd;                /* JSON lines go here, one write() a line (stdout, or --resume's file) */
     const char *out_name;
@@ -203,13 +207,20 @@ typedef struct out_ctx {
     kvp_kvcache_stats kv;  /* the cache's size, for that message */
 } out_ctx;
 
-/* One result line.  Written with one write() so a job killed at any moment
- * leaves whole lines and at most one cut-off last line (--resume drops it). */
-static void write_line(out_ctx *c, const kvp_gen_seq *s)
+/* The output's form: one request's text streamed as plain text, or a JSON
+ * line a request.  Without --json, --resume or --shard it is the input's to
+ * tell: plain text when the input ends after one request, JSON when a
+ * second comes (or the run ends before the input does).  Until then the
+ * first request runs and its output is held, so no read waits for a second
+ * request before the first starts (on a pipe it may be long coming). */
+enum { FORM_UNKNOWN, FORM_TEXT, FORM_JSON };
+
+/* A result line into *buf (malloc'd). */
+static void format_line(const out_ctx *c, const kvp_gen_seq *s, char **buf, size_t *len)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
+    *buf = NULL;
+    *len = 0;
+    FILE *f = open_memstream(buf, len);
     if (!f)
         kvp_cli_die("out of memory");
     double ttft = s->t_first ? (s->t_first - s->t_start) * 1e3 : 0;
@@ -228,6 +239,12 @@ static void write_line(out_ctx *c, const kvp_gen_seq *s)
     fputs("}\n", f);
     if (fclose(f) != 0)
         kvp_cli_die("out of memory");
+}
+
+/* One result line.  Written with one write() so a job killed at any moment
+ * leaves whole lines and at most one cut-off last line (--resume drops it). */
+static void put_line(out_ctx *c, const char *buf, size_t len)
+{
     for (size_t off = 0; off < len;) {
         ssize_t w = write(c->fd, buf + off, len - off);
         if (w < 0 && errno == EINTR)
@@ -239,8 +256,86 @@ static void write_line(out_ctx *c, const kvp_gen_seq *s)
         }
         off += (size_t)w;
     }
-    free(buf);
     c->n_written++;
+}
+
+static void write_line(out_ctx *c, const kvp_gen_seq *s)
+{
+    char *buf;
+    size_t len;
+    format_line(c, s, &buf, &len);
+    put_line(c, buf, len);
+    free(buf);
+}
+
+/* FORM_TEXT: n bytes of text, or (n 0) the end of the sequence's line. */
+static void put_text(out_ctx *c, const void *bytes, size_t n)
+{
+    if (n)
+        fwrite(bytes, 1, n, stdout);
+    else
+        fputc('\n', stdout);
+    c->mid_line = n != 0;
+    fflush(stdout);
+}
+
+/* FORM_UNKNOWN: the first request's output kept for the form to come. */
+static void hold_output(out_ctx *c, const kvp_gen_seq *s, const char *bytes, size_t n)
+{
+    if (n) {
+        kvp_buf_put(&c->held_text, bytes, n);
+    } else {
+        char *buf;
+        size_t len;
+        format_line(c, s, &buf, &len);
+        kvp_buf_put(&c->held_line, buf, len);
+        free(buf);
+        c->held_done = 1;
+    }
+    if (c->held_text.oom || c->held_line.oom)
+        kvp_cli_die("out of memory");
+}
+
+/* The form is known: what was held is written in it. */
+static void settle_form(out_ctx *c, int form)
+{
+    if (c->form != FORM_UNKNOWN)
+        return;
+    c->form = form;
+    if (form == FORM_TEXT && c->held_text.len)
+        put_text(c, c->held_text.data, c->held_text.len);
+    if (form == FORM_TEXT && c->held_done)
+        put_text(c, NULL, 0);
+    if (form == FORM_JSON && c->held_done)
+        put_line(c, (const char *)c->held_line.data, c->held_line.len);
+    kvp_buf_free(&c->held_text);
+    kvp_buf_free(&c->held_line);
+}
+
+/* What the input has shown so far settles the form: a second request, or
+ * its end. */
+static void settle_from_input(out_ctx *c, const kvp_jobsrc *js)
+{
+    uint64_t n = kvp_jobsrc_total(js);
+    if (n >= 2)
+        settle_form(c, FORM_JSON);
+    else if (kvp_jobsrc_read_all(js))
+        settle_form(c, n == 1 ? FORM_TEXT : FORM_JSON);
+}
+
+/* The job source as the run sees it, the form settled after each read. */
+typedef struct settling_src {
+    kvp_batch_source inner;
+    out_ctx *oc;
+    const kvp_jobsrc *js;
+} settling_src;
+
+static int settling_next(void *ctx, int block, kvp_request **out, kvp_err *err)
+{
+    settling_src *f = ctx;
+    int rc = f->inner.next(f->inner.ctx, block, out, err);
+    settle_from_input(f->oc, f->js);
+    return rc;
 }
 
 static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
@@ -256,13 +351,10 @@ static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
     }
     if (n == 0 && c->cmp)
         compare_check(c->cmp, s);
-    if (c->stream_text) {
-        if (n)
-            fwrite(bytes, 1, n, stdout);
-        else
-            fputc('\n', stdout);
-        c->mid_line = n != 0;
-        fflush(stdout);
+    if (c->form == FORM_UNKNOWN) {
+        hold_output(c, s, bytes, n);
+    } else if (c->form == FORM_TEXT) {
+        put_text(c, bytes, n);
     } else if (n == 0 && !(c->resume && s->rec.finish_reason == KVP_FINISH_KV_MEMORY)) {
         /* under --resume, a sequence that did not fit stays out of OUT (its
          * message says so): the run again with a larger cache retries it */
@@ -560,6 +652,38 @@ static void catch_stop_signals(void)
     kvp_in_interrupt_on(&stop_signal);
 }
 
+/* What a stop signal left: written, read and not finished, and whether
+ * input was left unread. */
+static void say_stopped(uint64_t written, uint64_t left, int read_all, const char *resume)
+{
+    kvp_cli_warn("stopped by %s: %llu sequences written, %llu read and not finished%s%s%s", strsignal(stop_signal),
+                 (unsigned long long)written, (unsigned long long)left,
+                 read_all ? "" : ", the rest of the input not read yet", resume ? "; run again with --resume " : "",
+                 resume ? resume : "");
+}
+
+/* --compare reads its prompts twice: a pipe's held in memory, its messages
+ * naming the user's file (promptsonce.h).  Past this a job is refused: a
+ * comparison wants a sample, not a day's traffic. */
+#define COMPARE_PROMPTS_MAX ((uint64_t)64 << 20)
+
+/* A failure of the job, its message naming the user's prompts file. */
+static _Noreturn void die_job(kvp_err *err, const kvp_prompts_once *once)
+{
+    kvp_prompts_once_name(once, err);
+    kvp_cli_die_err(err);
+}
+
+/* The job's input did not open: a stop signal while its first request was
+ * awaited (a pipe) ends the job as a stop does later, else a failure. */
+static void open_failed(kvp_err *err, const kvp_prompts_once *once, const char *resume)
+{
+    if (!stop_signal)
+        die_job(err, once);
+    say_stopped(0, 0, 0, resume);
+    exit(128 + stop_signal);
+}
+
 /* --resume OUT: OUT opened for appending and locked (two jobs resuming
  * one file would each run every request and interleave their lines), the
  * ids it already has, and it cut back to its whole lines. */
@@ -581,11 +705,15 @@ static int open_resume(const char *path, kvp_idset *done)
     return fd;
 }
 
-/* a and b name one existing file (the same inode). */
-static int same_path(const char *a, const char *b)
+/* An output option (opt: its name and the separator before its value)
+ * naming the job's input: a usage error before anything
+ * is read, since writing it would destroy the input (out NULL: not given).
+ * A KV stream continued into itself (decode story.kvp --kv-out story.kvp)
+ * is no such mistake: it is read whole before --kv-out replaces it. */
+static void refuse_input_as_output(const char *opt, const char *out, const char *in, const char *what)
 {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (out && kvp_cli_same_file(out, in))
+        kvp_cli_usage_error("%s%s is the %s: write it to another file", opt, out, what);
 }
 
 /* A count of --shard: digits only (no sign, space or hex), below 2^32. */
@@ -892,6 +1020,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     }
     if ((o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL) > 1)
         kvp_cli_usage_error("give one of -p, -f and --tokens");
+    kvp_runopts_check_prompt_args(&o);
     if (from_prompts && optind < argc)
         kvp_cli_usage_error("a KV stream and prompts at once");
     if (optind + 1 < argc)
@@ -903,10 +1032,16 @@ int kvp_decode_main(int argc, char **argv, int spec)
 
     if (resume && o.kv_out)
         kvp_cli_usage_error("--resume and --kv-out at once (a resumed job's KV state would be partial)");
-    if (resume && (!*resume || (o.file && same_path(resume, o.file))))
-        kvp_cli_usage_error(*resume ? "--resume %s is the prompts file: the results go to another file"
-                                    : "--resume: an empty file name",
-                            resume);
+    if (resume && !*resume)
+        kvp_cli_usage_error("--resume: an empty file name");
+    const char *input = from_prompts ? o.file : kv_in; /* NULL: -p or --tokens */
+    const char *what = from_prompts ? "prompts file" : "KV stream read";
+    if (input) {
+        refuse_input_as_output("--resume ", resume, input, what);
+        refuse_input_as_output("--stats=", o.stats_file, input, what);
+        if (from_prompts)
+            refuse_input_as_output("--kv-out ", o.kv_out, input, what);
+    }
     if (burst_set && rate <= 0)
         kvp_cli_usage_error("--burstiness shapes --rate's arrivals: give --rate too");
     if (o.stats_file)
@@ -931,8 +1066,17 @@ int kvp_decode_main(int argc, char **argv, int spec)
     kvp_run r;
     kvp_jobsrc *js = NULL;
     compare_ctx cmp = {0};
+    kvp_prompts_once once = {.fd = -1};
+    if (compare && o.file) { /* first: a missing file fails before the model loads */
+        kvp_prompts_once_open(&once, o.file, 0, COMPARE_PROMPTS_MAX,
+                              "--compare runs each request twice; give it a sample, or a regular file");
+        o.file = kvp_prompts_once_path(&once);
+    }
     if (kvp_run_open(&r, &o, &err) < 0)
         kvp_cli_die_err(&err);
+    /* before any read that may wait (a pipe's first request): a signal
+     * there is a stop like any other */
+    catch_stop_signals();
     if (compare) {
         /* decode's run first, on a cache of its own (so neither run finds the
          * other's prompts cached) */
@@ -941,12 +1085,11 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_batch_opts bo0 = {.sched = o.sched, .no_prefix_cache = no_prefix_cache, .metrics = &m0,
                               .stop = &stop_signal};
         if (kvp_jobsrc_open(&js, &r, &o, kv_in, cache_salt, &err) < 0)
-            kvp_cli_die_err(&err);
+            open_failed(&err, &once, resume);
         kvp_jobsrc_filter(js, shard_k, shard_n, NULL);
         kvp_batch_source src0 = kvp_jobsrc_source(js);
-        catch_stop_signals();
         if (kvp_batch_run(r.engine, r.kc, r.tok, &bo0, &src0, compare_collect, &cmp, &cmp.st, &err) < 0)
-            kvp_cli_die_err(&err);
+            die_job(&err, &once);
         qsort(cmp.v, cmp.n, sizeof *cmp.v, ref_cmp);
         kvp_metrics_free(&m0);
         kvp_jobsrc_free(js);
@@ -959,11 +1102,12 @@ int kvp_decode_main(int argc, char **argv, int spec)
         sp.cmp = &cmp;
     }
     if (kvp_jobsrc_open(&js, &r, &o, kv_in, cache_salt, &err) < 0)
-        kvp_cli_die_err(&err);
+        open_failed(&err, &once, resume);
     kvp_jobsrc_filter(js, shard_k, shard_n, resume ? &done : NULL);
     kvp_jobsrc_arrivals(js, rate, burstiness, o.sampling.seed);
-    /* read ahead at open: 1 only when the input holds one request */
-    oc.stream_text = kvp_jobsrc_total(js) == 1 && kvp_jobsrc_read_all(js) && !o.json && !resume && shard_n < 2;
+    if (o.json || resume || shard_n >= 2)
+        oc.form = FORM_JSON;
+    settle_from_input(&oc, js); /* -p, --tokens: one request, known at open */
     kvp_kvcache_get_stats(r.kc, &oc.kv);
     if (o.kv_out)
         oc.kept = calloc(1, sizeof *oc.kept);
@@ -1000,7 +1144,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
     kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .no_prefix_cache = no_prefix_cache,
                          .metrics = &metrics, .stop = &stop_signal, .drafter = spec ? &drafter : NULL,
                          .draft_len = sp.draft_len, .draft_adaptive = sp.adaptive, .draft_branches = hc.branches};
-    kvp_batch_source src = kvp_jobsrc_source(js);
+    settling_src settling = {.inner = kvp_jobsrc_source(js), .oc = &oc, .js = js};
+    kvp_batch_source src = {.ctx = &settling, .next = settling_next};
     kvp_batch_stats st;
     kvp_progress pg;
     if (progress >= 0) {
@@ -1008,12 +1153,12 @@ int kvp_decode_main(int argc, char **argv, int spec)
         bo.on_step = kvp_progress_step, bo.on_step_ctx = &pg;
     }
     fflush(stdout);
-    catch_stop_signals();
     int run_rc = kvp_batch_run(r.engine, r.kc, r.tok, &bo, &src, emit, &oc, &st, &err);
+    settle_form(&oc, FORM_JSON); /* stopped or failed before the input told: not known to be one */
     if (progress >= 0) /* the last line, before any message: a terminal's line is ended */
         kvp_progress_end(&pg, &st);
     if (run_rc < 0)
-        kvp_cli_die_err(&err);
+        die_job(&err, &once);
     if (hd.failed) /* the run finished without drafts; what broke them is still a fault */
         kvp_cli_die_err(&hd.err);
     if (o.stats) {
@@ -1028,13 +1173,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
     uint64_t n_asked = kvp_jobsrc_total(js) - kvp_jobsrc_skipped(js);
     if (st.stopped && oc.mid_line) /* the streamed text ends its line, as when it finishes */
         fputc('\n', stdout);
-    if (st.stopped) {
-        uint64_t left = n_asked - st.requests;
-        kvp_cli_warn("stopped by %s: %llu sequences written, %llu read and not finished%s%s%s",
-                     strsignal(stop_signal), (unsigned long long)st.requests, (unsigned long long)left,
-                     kvp_jobsrc_read_all(js) ? "" : ", the rest of the input not read yet",
-                     resume ? "; run again with --resume " : "", resume ? resume : "");
-    }
+    if (st.stopped)
+        say_stopped(st.requests, n_asked - st.requests, kvp_jobsrc_read_all(js), resume);
     if (o.kv_out && !st.stopped) { /* a stopped run's state would be partial */
         kvp_run_saver sv;
         int rc = kvp_run_save_open(&sv, &r, o.kv_out, spec ? "specdec " KVP_VERSION : "decode " KVP_VERSION, &err);
@@ -1066,6 +1206,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     double goodput = kvp_metrics_goodput(&metrics);
     kvp_metrics_free(&metrics);
     kvp_run_close(&r);
+    kvp_prompts_once_close(&once);
     kvp_runopts_free(&o);
     int rc = kvp_cli_close_stdout();
     if (st.stopped)

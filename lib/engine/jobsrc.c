@@ -28,7 +28,7 @@ struct kvp_jobsrc {
     /* prompts: -p and --tokens given, -f read as the queue drains */
     int from_prompts;
     kvp_prompts_reader *pr;
-    pending pp[2];             /* read ahead (at open: to tell one prompt from more) */
+    pending pp[1];             /* the prompt read and not yet taken (it waits for its arrival) */
     uint32_t n_pp;
     int prompts_end;
     /* a stream: sequences read as they arrive */
@@ -37,16 +37,12 @@ struct kvp_jobsrc {
     kvp_reader *rd;
     kvp_seqio_reader *sr;
     kvp_kvcache *kc;
-    kvp_seqio_seq pend[2];     /* read ahead at open (to tell one sequence from more) */
-    uint32_t *pend_tok[2];
+    kvp_seqio_seq pend[1];     /* read and not yet taken: the first, at open (its block size makes
+                                * the cache), or one not yet due (--rate) */
+    uint32_t *pend_tok[1];
     uint32_t n_pend;
     int stream_end;
     uint64_t n, next;
-    /* A read ahead at open that failed after a first request had been read:
-     * the job answers what came before it, then fails with it (as when the
-     * failure comes later), instead of failing before anything ran. */
-    int held_rc;
-    kvp_err held_err;
     /* arrivals (rate 0: all at once) */
     double rate, shape;
     uint64_t rng[2];
@@ -197,7 +193,21 @@ static void cap_to_context(const kvp_jobsrc *js, kvp_request *r, uint32_t n_have
         r->g.rec.sampling.max_tokens = room;
 }
 
-/* Read one more prompt of the file into the read-ahead: 1, 0 at its end,
+/* A prompt of n tokens that no sequence may hold (the model's context, or
+ * --max-model-len) is refused, whichever way it came (what: "prompt", or
+ * "sequence" of a stream), as vLLM refuses one over max_model_len: 1 with
+ * the message set (the caller says where), else 0. */
+static int too_long(const kvp_jobsrc *js, const char *what, uint64_t i, const char *label, uint32_t n,
+                    kvp_err *err)
+{
+    if (!js->n_ctx || n <= js->n_ctx)
+        return 0;
+    kvp_err_set(err, KVP_EINVAL, "%s %" PRIu64 "%s%s is %u tokens, more than a sequence may hold (%u: the "
+                "model's context, or --max-model-len)", what, i + 1, label[0] ? " " : "", label, n, js->n_ctx);
+    return 1;
+}
+
+/* Read one more prompt of the file into the read-ahead (empty): 1, 0 at its end,
  * or a code naming the file and line. */
 static int read_prompt(kvp_jobsrc *js, kvp_err *err)
 {
@@ -214,34 +224,12 @@ static int read_prompt(kvp_jobsrc *js, kvp_err *err)
     return 1;
 }
 
-/* Hold a read-ahead's failure when requests came before it; 0, or rc. */
-static int hold(kvp_jobsrc *js, int have, int rc, const kvp_err *err)
-{
-    if (rc >= 0 || !have)
-        return rc;
-    js->held_rc = rc;
-    if (err)
-        js->held_err = *err;
-    return 0;
-}
-
-/* The held failure, once: the source's next answer after the read-ahead. */
-static int take_held(kvp_jobsrc *js, kvp_err *err)
-{
-    int rc = js->held_rc;
-    js->held_rc = 0;
-    if (err)
-        *err = js->held_err;
-    return rc;
-}
-
-/* Drop the first prompt of the read-ahead. */
+/* Drop the prompt read ahead. */
 static void pop_prompt(kvp_jobsrc *js)
 {
     kvp_prompt_free(&js->pp[0].p);
     free(js->pp[0].ids);
-    memmove(js->pp, js->pp + 1, (js->n_pp - 1) * sizeof *js->pp);
-    js->n_pp--;
+    js->n_pp = 0;
 }
 
 /* Request i of prompt q, tokenized now if it is not yet. */
@@ -260,11 +248,8 @@ static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **
                                i + 1, label[0] ? " " : "", label, n ? "too long" : "empty");
         q->n_ids = (uint32_t)n;
     }
-    if (js->n_ctx && q->n_ids > js->n_ctx) {
-        kvp_err_set(err, KVP_EINVAL, "prompt %" PRIu64 "%s%s is %u tokens, more than a sequence may hold (%u: the "
-                    "model's context, or --max-model-len)", i + 1, label[0] ? " " : "", label, q->n_ids, js->n_ctx);
+    if (too_long(js, "prompt", i, label, q->n_ids, err))
         return js->o->file ? kvp_err_prefix(err, "%s:%" PRIu64, js->o->file, q->line) : KVP_EINVAL;
-    }
     const kvp_prompt_params *pp = &q->p.params;
     kvp_sampling smp;
     if (kvp_runopts_request_sampling(js->o, pp, i, &smp, err) < 0)
@@ -332,16 +317,14 @@ static int would_block(const kvp_jobsrc *js)
 
 static int read_one(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err *err);
 
-/* The next sequence of the stream: from the read-ahead, else read now.
- * 1 with *q and *tok (malloc'd copy of its tokens), 0 at the end. */
+/* The next sequence of the stream: the one read and not taken, else read
+ * now.  1 with *q and *tok (malloc'd copy of its tokens), 0 at the end. */
 static int stream_read(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err *err)
 {
     if (js->n_pend) {
         *q = js->pend[0];
         *tok = js->pend_tok[0];
-        js->pend[0] = js->pend[1];
-        js->pend_tok[0] = js->pend_tok[1];
-        js->n_pend--;
+        js->n_pend = 0;
         return 1;
     }
     return read_one(js, q, tok, err);
@@ -401,14 +384,18 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
             drop_stops(&q);
             continue;
         }
+        if (too_long(js, "sequence", idx, q.rec.label, q.rec.n_prompt, err)) {
+            kvp_kvcache_seq_free(js->kc, q.handle);
+            free(tok);
+            drop_stops(&q);
+            return kvp_err_prefix(err, "%s", js->in.name);
+        }
         double t_arrival;
         if (!arrived(js, block, &t_arrival)) {
-            /* not yet due: back to the front of the read-ahead */
-            memmove(js->pend + 1, js->pend, js->n_pend * sizeof *js->pend);
-            memmove(js->pend_tok + 1, js->pend_tok, js->n_pend * sizeof *js->pend_tok);
+            /* not yet due: kept until it is (stream_read just took the one held) */
             js->pend[0] = q;
             js->pend_tok[0] = tok;
-            js->n_pend++;
+            js->n_pend = 1;
             js->next--;
             return 0;
         }
@@ -458,30 +445,26 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
 static int next(void *ctx, int block, kvp_request **out, kvp_err *err)
 {
     kvp_jobsrc *js = ctx;
-    if (js->held_rc && !js->n_pp && !js->n_pend) /* the read-ahead handed out: its failure */
-        return take_held(js, err);
     return js->from_prompts ? prompt_next(js, block, out, err) : stream_next(js, block, out, err);
 }
 
-/* -f: the reader, and two prompts read ahead (whether there is a second
- * decides decode's output); -p, --tokens: the one prompt, tokenized. */
+/* -f: the reader, nothing read yet (on a pipe the first line may be a
+ * while coming, and the run starts on it as soon as it is whole); -p,
+ * --tokens: the one prompt, tokenized. */
 static int open_prompts(kvp_jobsrc *js, kvp_run *r, const kvp_runopts *o, kvp_err *err)
 {
     int rc = 0;
     if (o->file && !o->prompt && !o->tokens) {
         kvp_prompts set;
         kvp_run_prompt_settings(r, o, &set);
-        rc = kvp_prompts_reader_open(&js->pr, o->file, &set, err);
-        while (rc == 0 && js->n_pp < 2 && (rc = read_prompt(js, err)) == 1)
-            rc = 0;
-        return rc < 0 ? hold(js, js->n_pp > 0, rc, err) : 0;
+        return kvp_prompts_reader_open(&js->pr, o->file, &set, err);
     }
     kvp_prompts ps;
     uint32_t **ids, *lens;
     rc = kvp_run_prompts(r, o, &ps, &ids, &lens, err);
     KVP_ASSERT(rc < 0 || ps.n == 1);
     for (size_t i = 0; i < ps.n; i++) {
-        if (rc == 0 && js->n_pp < 2) {
+        if (rc == 0 && js->n_pp < 1) {
             js->pp[js->n_pp++] = (pending){.p = ps.p[i], .ids = ids[i], .n_ids = lens[i]};
             js->n++;
             memset(&ps.p[i], 0, sizeof ps.p[i]); /* moved */
@@ -527,18 +510,13 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
             rc = kvp_seqio_reader_open(&js->sr, js->rd, js->in.name, kvp_run_loaded(r), r->be, &o->kv, err);
         if (rc == 0) /* the stream's blocks cached under the salt their requests will have */
             kvp_seqio_reader_set_salt(js->sr, salt);
-        /* Read ahead two sequences: the first makes the cache (its block
-         * size), and whether there is a second decides decode's output. */
-        while (rc == 0 && js->n_pend < 2) {
-            kvp_seqio_seq q;
-            uint32_t *tok;
-            int got = read_one(js, &q, &tok, err);
-            if (got <= 0) {
-                rc = hold(js, js->n_pend > 0, got, err);
-                break;
-            }
-            js->pend[js->n_pend] = q;
-            js->pend_tok[js->n_pend++] = tok;
+        /* The first sequence read now: it makes the cache (its block size).
+         * No more: on a pipe the next may be a while coming. */
+        if (rc == 0) {
+            int got = read_one(js, &js->pend[0], &js->pend_tok[0], err);
+            if (got < 0)
+                rc = got;
+            js->n_pend = got > 0;
         }
         js->kc = js->sr ? kvp_seqio_reader_take_cache(js->sr) : NULL;
         if (rc == 0 && !js->kc)

@@ -46,9 +46,10 @@ void kvp_jobsrc_filter(kvp_jobsrc *js, uint32_t k, uint32_t n, const kvp_idset *
 void kvp_jobsrc_arrivals(kvp_jobsrc *js, double rate, double burstiness, uint64_t seed);
 /* The source to hand kvp_batch_run. */
 kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js);
-/* Requests read so far (the input is read as the run takes them: at open,
- * at least 2 unless it has fewer), and how many the filter has dropped so
- * far; all the input's once kvp_jobsrc_read_all says so. */
+/* Requests read so far (the input is read as the run takes them; at open
+ * only a stream's first sequence, or the one prompt of -p or --tokens), and
+ * how many the filter has dropped so far; all the input's once
+ * kvp_jobsrc_read_all says so. */
 uint64_t kvp_jobsrc_total(const kvp_jobsrc *js);
 uint64_t kvp_jobsrc_skipped(const kvp_jobsrc *js);
 /* 1 when the input has been read to its end. */

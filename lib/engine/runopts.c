@@ -372,9 +372,10 @@ static int parse_id(const char *s, unsigned long *x, const char **end)
     return 0;
 }
 
-/* "1, 2,3": token ids below n_vocab separated by commas; an empty item
- * ("1,,2", a trailing comma), a sign or other text is an error, not
- * skipped, so a mistyped list is not run as another prompt. */
+/* "1, 2,3": token ids below n_vocab (0: any, the syntax alone) separated
+ * by commas; an empty item ("1,,2", a trailing comma), a sign or other text
+ * is an error, not skipped, so a mistyped list is not run as another
+ * prompt. */
 static int parse_ids(const char *s, uint32_t n_vocab, uint32_t **ids, uint32_t *n, kvp_err *err)
 {
     size_t cap = 16, k = 0;
@@ -391,7 +392,7 @@ static int parse_ids(const char *s, uint32_t n_vocab, uint32_t **ids, uint32_t *
             return kvp_err_set(err, KVP_EINVAL, "--tokens: item %zu ('%.20s') is not a token id (digits, separated by commas)",
                                k + 1, s);
         }
-        if (x >= n_vocab) {
+        if (n_vocab && x >= n_vocab) {
             free(v);
             return kvp_err_set(err, KVP_EINVAL, "--tokens: item %zu (%.*s) is not below the vocabulary's %u", k + 1,
                                (int)(end - s < 24 ? end - s : 24), s, n_vocab);
@@ -412,6 +413,20 @@ static int parse_ids(const char *s, uint32_t n_vocab, uint32_t **ids, uint32_t *
     *ids = v;
     *n = (uint32_t)k;
     return 0;
+}
+
+void kvp_runopts_check_prompt_args(const kvp_runopts *o)
+{
+    if (o->tokens) {
+        uint32_t *v, n;
+        kvp_err err = {0};
+        if (parse_ids(o->tokens, 0, &v, &n, &err) < 0)
+            kvp_cli_usage_error("%s", err.msg);
+        free(v);
+    }
+    /* a chat turn renders its template around even an empty text */
+    if (o->prompt && !o->prompt[0] && !o->chat)
+        kvp_cli_usage_error("-p: an empty prompt (nothing to run the model on)");
 }
 
 void kvp_run_id_json(FILE *f, const char *label, int label_int, uint64_t index)

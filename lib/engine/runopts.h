@@ -79,6 +79,10 @@ void kvp_runopts_init(kvp_runopts *o);
 void kvp_runopts_free(kvp_runopts *o);
 /* Handle option c with argument arg: 1 if it was one of ours, else 0. */
 int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg);
+/* The prompt the command line gives, checked as far as it can be without
+ * the model: --tokens' syntax (not the vocabulary) and -p not empty (unless
+ * --chat renders a turn around it); a usage error (exit 2) when not. */
+void kvp_runopts_check_prompt_args(const kvp_runopts *o);
 /* Options text for --help. */
 extern const char kvp_runopts_help[];
 /* The same without the scheduler's options (--max-num-seqs,

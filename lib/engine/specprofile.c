@@ -8,6 +8,7 @@
 #include "heads.h"
 #include "io.h"
 #include "jobsrc.h"
+#include "promptsonce.h"
 #include "shard.h"
 
 #include <errno.h>
@@ -49,85 +50,22 @@ uint32_t kvp_spec_profile_parse_lens(const char *arg, uint32_t ks[KVP_DRAFT_MAX]
     return ks[*n - 1];
 }
 
-/* ---- the prompts, read once ----
- *
- * Every run reads the prompts file from its start (as -f reads it), but
- * standard input, a pipe, /dev/stdin or <(...) give their bytes once: a
- * second run would find them gone.  So the file is read once into memory
- * (a memfd) and the runs read that, each opening it afresh by its
- * /proc/self/fd path; messages about it name the user's file. */
+/* ---- the prompts, read once (promptsonce.h) ---- */
 
 typedef struct prompts_copy {
-    int fd;                   /* the memfd */
-    char path[40];            /* "/proc/self/fd/N": an open starts at byte 0 */
-    kvp_runopts o;            /* the caller's options reading path instead of the file */
+    kvp_prompts_once once;
+    kvp_runopts o;            /* the caller's options reading the copy instead of the file */
 } prompts_copy;
-
-/* Append in's bytes to fd, at most PROMPTS_MAX in all; dies naming the
- * file when it cannot. */
-static void copy_prompts(kvp_in *in, int fd, const char *file)
-{
-    enum { CHUNK = 1 << 16 };
-    char *buf = malloc(CHUNK);
-    uint64_t total = 0;
-    kvp_err err = {0};
-    if (!buf)
-        kvp_cli_die("out of memory");
-    for (;;) {
-        int64_t n = kvp_in_read(in, buf, CHUNK, &err);
-        if (n < 0)
-            kvp_cli_die_err(&err);
-        if (n == 0)
-            break;
-        if ((total += (uint64_t)n) > PROMPTS_MAX)
-            kvp_cli_die("%s: over %llu MiB of prompts: a profile runs each request many times over; give it a "
-                        "sample", file, (unsigned long long)(PROMPTS_MAX >> 20));
-        for (int64_t at = 0; at < n;) {
-            ssize_t w = write(fd, buf + at, (size_t)(n - at));
-            if (w < 0 && errno != EINTR)
-                kvp_cli_die("%s: holding the prompts in memory: %s", file, strerror(errno));
-            at += w > 0 ? w : 0;
-        }
-    }
-    free(buf);
-}
 
 static void prompts_copy_open(prompts_copy *pc, const kvp_runopts *o)
 {
-    kvp_in in;
-    kvp_err err = {0};
-    if (kvp_in_open(&in, o->file, &err) < 0)
-        kvp_cli_die_err(&err);
-    if ((pc->fd = memfd_create("kvp-profile-prompts", MFD_CLOEXEC)) < 0)
-        kvp_cli_die("%s: holding the prompts in memory: %s", o->file, strerror(errno));
-    copy_prompts(&in, pc->fd, o->file);
-    kvp_in_close(&in);
-    snprintf(pc->path, sizeof pc->path, "/proc/self/fd/%d", pc->fd);
+    kvp_prompts_once_open(&pc->once, o->file, 1, PROMPTS_MAX,
+                          "a profile runs each request many times over; give it a sample");
     pc->o = *o;
-    pc->o.file = pc->path;
+    pc->o.file = kvp_prompts_once_path(&pc->once);
 }
 
-static void prompts_copy_close(prompts_copy *pc) { close(pc->fd); }
-
-/* A message about the copy names file instead (the reader names its path,
- * the job source its options' file). */
-static void name_file(kvp_err *err, const prompts_copy *pc, const char *file)
-{
-    char out[sizeof err->msg];
-    size_t n = 0, lp = strlen(pc->path), lf = strlen(file);
-    for (const char *m = err->msg; *m && n + 1 < sizeof out;) {
-        if (strncmp(m, pc->path, lp) == 0) {
-            size_t k = lf < sizeof out - 1 - n ? lf : sizeof out - 1 - n;
-            memcpy(out + n, file, k);
-            n += k;
-            m += lp;
-        } else {
-            out[n++] = *m++;
-        }
-    }
-    out[n] = 0;
-    memcpy(err->msg, out, n + 1);
-}
+static void prompts_copy_close(prompts_copy *pc) { kvp_prompts_once_close(&pc->once); }
 
 /* ---- timing ---- */
 
@@ -336,7 +274,7 @@ static double sum(const double *v, uint32_t n)
 
 static _Noreturn void die_named(const profile *p, kvp_err *err)
 {
-    name_file(err, p->pc, p->o->file);
+    kvp_prompts_once_name(&p->pc->once, err);
     kvp_cli_die_err(err);
 }
 

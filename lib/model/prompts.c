@@ -196,6 +196,11 @@ static int stop_field(const kvp_json *o, kvp_prompt_params *pp, const char *path
         const kvp_json *e = v->type == KVP_JSON_STRING ? v : kvp_json_at(v, i);
         if (!e || e->type != KVP_JSON_STRING)
             return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"stop\" entry %zu is not a string", path, line, i);
+        if (!e->str[0]) /* as --stop '' is refused: it would end the sequence at once */
+            return v->type == KVP_JSON_STRING
+                       ? kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"stop\" is an empty string", path, line)
+                       : kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"stop\" entry %zu is an empty string", path,
+                                     line, i);
         if (!(pp->stop[i] = strdup(e->str)))
             return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
         pp->n_stop = i + 1;

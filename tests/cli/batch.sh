@@ -291,6 +291,12 @@ expect_out_has '"id":"a"' "the request before it is answered"
 expect_err_has "ctx.jsonl:2: prompt 2 b is 7 tokens, more than a sequence may hold (5:" "the line and sizes are named"
 run_sh "prefill -m '$M' -t 2 -p 'The capital of France is' | decode -m '$M' -t 2 -n 20 --max-model-len 7 --json"
 expect_out_has '"tokens":2,"finish_reason":"length"' "a KV stream's sequence is bounded too"
+# a prompt over it is refused through a stream as with -f, naming the
+# stream and the sequence, after the one before it is answered
+run_sh "prefill -m '$M' -t 2 -f '$T/ctx.jsonl' -o '$T/ctx.kvp' && decode -m '$M' -t 2 -n 4 --max-model-len 5 '$T/ctx.kvp'"
+expect_status 1 "a stream's prompt longer than --max-model-len"
+expect_out_has '"id":"a"' "the stream's sequence before it is answered"
+expect_err_has "ctx.kvp: sequence 2 b is 7 tokens, more than a sequence may hold (5:" "the stream, sequence and sizes are named"
 run decode -m "$M" -t 2 -p hi --max-model-len 100000
 expect_status 1 "--max-model-len above the trained context"
 expect_err_has "trained context of 8192 tokens" "says the model's"
@@ -313,20 +319,41 @@ run decode -m x.gguf -f "$T/p.jsonl" --burstiness 0.5
 expect_status 2 "--burstiness without --rate is a usage error"
 run decode -m x.gguf -f "$T/p.jsonl" --resume "$T/p.jsonl"
 expect_status 2 "--resume naming the prompts file is a usage error"
+# no output option may replace the job's input, not through a symlink nor
+# through standard input either; the input is left as it was
+cp "$T/p.jsonl" "$T/keep.jsonl"
+ln -sf "$T/keep.jsonl" "$T/keep-link.jsonl"
+run decode -m x.gguf -f "$T/keep.jsonl" --kv-out "$T/keep-link.jsonl"
+expect_status 2 "--kv-out naming the prompts file (a symlink to it) is a usage error"
+expect_err_has "is the prompts file" "says why"
+run decode -m x.gguf -f "$T/keep.jsonl" --stats="$T/keep.jsonl"
+expect_status 2 "--stats=FILE naming the prompts file is a usage error"
+run_sh "decode -m x.gguf -f - --stats='$T/keep.jsonl' < '$T/keep.jsonl'"
+expect_status 2 "--stats=FILE naming the file standard input reads is a usage error"
+run prefill -m x.gguf -f "$T/keep.jsonl" -o "$T/keep-link.jsonl"
+expect_status 2 "prefill -o naming the prompts file is a usage error"
+expect_err_has "-o $T/keep-link.jsonl is the prompts file" "names the option and file"
+if cmp -s "$T/p.jsonl" "$T/keep.jsonl"; then pass "the prompts file is untouched"; else fail "the prompts file changed"; fi
+# a line's empty stop string is refused at its line, as --stop '' is
+printf '{"id":"a","prompt":"hi","stop":["x",""]}\n' >"$T/stop0.jsonl"
+run decode -m "$M" -t 2 -f "$T/stop0.jsonl" -n 2
+expect_status 1 "a line's empty stop string is an error"
+expect_err_has 'stop0.jsonl:1: "stop" entry 1 is an empty string' "at its line"
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 2 --stats="$T/missing/s.json"
 expect_status 1 "--stats into a missing folder fails"
 expect_out_empty "before any work"
 
 # SIGTERM while decode waits for input on a pipe ends it at once (exit 143),
 # and a second job resuming into the same file is refused while it runs.
+# One line is written: decode answers it without waiting for a second.
 rm -f "$T/fifo" "$T/wait.jsonl"
 mkfifo "$T/fifo"
 decode -m "$M" -t 2 -f "$T/fifo" -n 2 --resume "$T/wait.jsonl" >/dev/null 2>"$T/wait.err" &
 pid=$!
 exec 7>"$T/fifo"
-head -n 2 "$T/p.jsonl" >&7 # (two: decode reads two ahead before it starts)
+head -n 1 "$T/p.jsonl" >&7
 i=0
-while [ "$(wc -l <"$T/wait.jsonl" 2>/dev/null || echo 0)" -lt 2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+while [ "$(wc -l <"$T/wait.jsonl" 2>/dev/null || echo 0)" -lt 1 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 2 --resume "$T/wait.jsonl"
 expect_status 1 "a second decode resuming into a file in use"
 expect_err_has "another decode is resuming into it" "says why"
@@ -342,7 +369,9 @@ status=$?
 exec 7>&-
 LAST_CMD="decode -f FIFO --resume wait.jsonl, SIGTERM while it waits"
 expect_status 143 "SIGTERM while waiting for input exits 143 at once"
-expect_true "the requests it had are written" test "$(wc -l <"$T/wait.jsonl")" -eq 2
-expect_true "and it says it was stopped" grep -q "stopped by" "$T/wait.err"
+expect_true "the request it had is written" test "$(wc -l <"$T/wait.jsonl")" -eq 1
+expect_true "and it says it was stopped, input left unread" \
+    grep -q "stopped by Terminated: 1 sequences written, 0 read and not finished, the rest of the input not read yet" \
+    "$T/wait.err"
 
 done_testing

@@ -144,14 +144,17 @@ for p in prefill decode; do
     runtime_case $p "an empty prompts file" "no prompt" $p -m "$M" -t 2 -f "$T/empty"
     runtime_case $p "a directory as the prompts file" "is a directory" $p -m "$M" -t 2 -f "$T/dir"
     runtime_case $p "a missing prompts file" "missing.jsonl" $p -m "$M" -t 2 -f "$T/missing.jsonl"
-    runtime_case $p "an empty prompt" "empty" $p -m "$M" -t 2 -p ""
+    # the command line's own prompt is checked before the model loads: a
+    # usage error (only an id past the vocabulary needs the model)
+    usage_case $p "an empty prompt" "empty" $p -m "$M" -t 2 -p ""
+    usage_case $p "an empty --tokens" "item 1" $p -m "$M" -t 2 --tokens ""
     runtime_case $p "KV memory too small for a block" "holds no block" $p -m "$M" -t 2 -p hi --kv-mem 1K
     runtime_case $p "a token id past the vocabulary" "--tokens" $p -m "$M" -t 2 --tokens 99999999
     runtime_case $p "a token id past 2^64" "item 1" $p -m "$M" -t 2 --tokens 99999999999999999999999
-    runtime_case $p "an empty --tokens item" "item 2" $p -m "$M" -t 2 --tokens 1,,2
-    runtime_case $p "a trailing comma in --tokens" "item 3" $p -m "$M" -t 2 --tokens "1, 2,"
-    runtime_case $p "a signed --tokens item" "item 1" $p -m "$M" -t 2 --tokens +5
-    runtime_case $p "two ids without a comma" "item 1" $p -m "$M" -t 2 --tokens "1 2"
+    usage_case $p "an empty --tokens item" "item 2" $p -m "$M" -t 2 --tokens 1,,2
+    usage_case $p "a trailing comma in --tokens" "item 3" $p -m "$M" -t 2 --tokens "1, 2,"
+    usage_case $p "a signed --tokens item" "item 1" $p -m "$M" -t 2 --tokens +5
+    usage_case $p "two ids without a comma" "item 1" $p -m "$M" -t 2 --tokens "1 2"
 done
 runtime_case prefill "a directory as -o" "is a directory" prefill -m "$M" -t 2 -p hi -o "$T/dir"
 runtime_case decode "a directory as --kv-out" "is a directory" decode -m "$M" -t 2 -p hi -n 1 --kv-out "$T/dir"

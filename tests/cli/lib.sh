@@ -76,18 +76,20 @@ need_model() {
 }
 
 # fifo_two_parts 'CMD' WHAT: run CMD (sh -c; stdout to $T/inc.out, stderr
-# to $T/inc.err) on prompts from a FIFO: two prompts and half a third are
+# to $T/inc.err) on prompts from a FIFO: one prompt and half a second are
 # written, then nothing until CMD has answered (60 s at most), since it must
-# not wait for the rest of its input to start; then the rest, four prompts
-# (f1-f4) in all.  Passes when the answer came early, CMD exits 0 and all
-# four are answered.
+# not wait for the rest of its input (not even a second request) to start;
+# then the rest, four prompts (f1-f4) in all.  Passes when the answer came
+# early, CMD exits 0 and all four are answered.  (CMD gives --json: without
+# it the form of the output waits for the input to show one request or
+# more.)
 fifo_two_parts() {
     status=0
     mkfifo "$T/fifo"
     sh -c "$1" <"$T/fifo" >"$T/inc.out" 2>"$T/inc.err" &
     pid=$!
     exec 7>"$T/fifo"
-    printf '{"id":"f1","prompt":"One"}\n{"id":"f2","prompt":"Two"}\n{"id":"f3","prompt":"Thr' >&7
+    printf '{"id":"f1","prompt":"One"}\n{"id":"f2","prompt":"Tw' >&7
     i=0
     while [ ! -s "$T/inc.out" ] && [ $i -lt 600 ] && kill -0 $pid 2>/dev/null; do
         sleep 0.1
@@ -96,7 +98,7 @@ fifo_two_parts() {
     LAST_CMD="$1, from a FIFO written in two parts"
     if [ -s "$T/inc.out" ]; then pass "$2: the first answer came before the prompts were all written"
     else fail "$2: no answer after 60 s with the input still open: $(cat "$T/inc.err")"; fi
-    printf 'ee"}\n{"id":"f4","prompt":"Four"}\n' >&7
+    printf 'o"}\n{"id":"f3","prompt":"Three"}\n{"id":"f4","prompt":"Four"}\n' >&7
     exec 7>&-
     wait $pid
     status=$?

@@ -10,7 +10,7 @@ need_model
 
 # A pipe: prefill must not wait for the rest of its input to start, nor
 # decode after it for the end of prefill's stream.
-fifo_two_parts "prefill -m '$M' -t 1 -f - | decode -m '$M' -t 1 -n 2" "prefill -f - | decode"
+fifo_two_parts "prefill -m '$M' -t 1 -f - | decode -m '$M' -t 1 -n 2 --json" "prefill -f - | decode"
 
 # The same prompts from a file give the same stream as before streaming:
 # decode's answers equal decode's own on the file.

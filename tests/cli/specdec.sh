@@ -52,6 +52,9 @@ expect_out_has "--kv-dtype" "and decode's"
 
 need_model
 
+# A pipe: specdec starts on the first request without waiting for more.
+fifo_two_parts "specdec -m '$M' -t 1 -f - -n 2 --json" "specdec -f -"
+
 # Ids as decode prints them (the same output code): 7 as 7, "8" as "8", a
 # line without one as its index; from a prompts file and through prefill.
 printf '{"id":7,"prompt":"Once upon a time"}\n{"id":"8","prompt":"Hi"}\n{"prompt":"Yo"}\n' >"$T/ids.jsonl"
@@ -97,6 +100,15 @@ run $S --compare
 expect_status 0 "--compare without --stats"
 expect_err_has "compare: decode " "still says what it found"
 expect_err_has "the same output for 8 of 8 sequences" "with the count"
+# prompts from a pipe are held for the second run (decode's first used them)
+run_sh "cat '$T/p.jsonl' | specdec -m '$M' -t $THREADS -f - -n 48 --compare"
+expect_status 0 "--compare on standard input"
+expect_err_has "the same output for 8 of 8 sequences" "runs both passes on all 8"
+same "--compare on standard input prints specdec's output" "$T/d.jl" "$OUT"
+printf '{"id":"x","prompt":"hi","top_p":"q"}\n' >"$T/badc.jsonl"
+run_sh "cat '$T/badc.jsonl' | specdec -m '$M' -t $THREADS -f - -n 2 --compare"
+expect_status 1 "--compare on standard input: a bad line"
+expect_err_has '-:1: "top_p" must be' "is named by the user's file name, not the copy's"
 # drafts count against --max-batched-tokens: a step of one token has no
 # room for any (and a position never drafted has no rate: null)
 run $S --max-batched-tokens 1 --draft-len 4 --stats --json
