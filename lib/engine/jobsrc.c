@@ -202,8 +202,13 @@ static int too_long(const kvp_jobsrc *js, const char *what, uint64_t i, const ch
 {
     if (!js->n_ctx || n <= js->n_ctx)
         return 0;
-    kvp_err_set(err, KVP_EINVAL, "%s %" PRIu64 "%s%s is %u tokens, more than a sequence may hold (%u: the "
-                "model's context, or --max-model-len)", what, i + 1, label[0] ? " " : "", label, n, js->n_ctx);
+    /* a prompts file's error is prefixed with its line, which says where:
+     * there the id alone (a count beside it would read as the id) */
+    char which[48] = "";
+    if (!js->o->file || strcmp(what, "prompt") != 0)
+        snprintf(which, sizeof which, " %" PRIu64, i + 1);
+    kvp_err_set(err, KVP_EINVAL, "%s%s%s%s is %u tokens, more than a sequence may hold (%u: the "
+                "model's context, or --max-model-len)", what, which, label[0] ? " " : "", label, n, js->n_ctx);
     return 1;
 }
 
@@ -244,8 +249,9 @@ static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **
             return kvp_err_prefix(err, "%s:%" PRIu64, js->o->file, q->line);
         q->ids = (uint32_t *)t; /* ids are < n_vocab: same bits */
         if (n == 0 || n > UINT32_MAX)
-            return kvp_err_set(err, KVP_EINVAL, "%s:%" PRIu64 ": prompt %" PRIu64 "%s%s is %s", js->o->file, q->line,
-                               i + 1, label[0] ? " " : "", label, n ? "too long" : "empty");
+            /* the line says where; the id, not a count, says which (as prefill's) */
+            return kvp_err_set(err, KVP_EINVAL, "%s:%" PRIu64 ": %s%s is %s", js->o->file, q->line,
+                               label[0] ? "prompt " : "the prompt", label, n ? "too long" : "empty");
         q->n_ids = (uint32_t)n;
     }
     if (too_long(js, "prompt", i, label, q->n_ids, err))

@@ -288,7 +288,7 @@ expect_out_has '"tokens":3,"finish_reason":"length"' "a 5-token prompt generates
 run decode -m "$M" -t 2 -f "$T/ctx.jsonl" -n 4 --max-model-len 5
 expect_status 1 "a prompt longer than --max-model-len"
 expect_out_has '"id":"a"' "the request before it is answered"
-expect_err_has "ctx.jsonl:2: prompt 2 b is 7 tokens, more than a sequence may hold (5:" "the line and sizes are named"
+expect_err_has "ctx.jsonl:2: prompt b is 7 tokens, more than a sequence may hold (5:" "the line and sizes are named"
 run_sh "prefill -m '$M' -t 2 -p 'The capital of France is' | decode -m '$M' -t 2 -n 20 --max-model-len 7 --json"
 expect_out_has '"tokens":2,"finish_reason":"length"' "a KV stream's sequence is bounded too"
 # a prompt over it is refused through a stream as with -f, naming the

@@ -94,7 +94,7 @@ else fail "$(wc -l <"$T/res.jsonl") lines, $n ids after resuming"; fi
 printf '{"prompt":"a"}\n\n{"id":"e","prompt":""}\n' >"$T/empty.jsonl"
 run decode -m "$M" -t 2 -f "$T/empty.jsonl" -n 1
 expect_status 1 "an empty prompt fails the job"
-expect_err_has "empty.jsonl:3: prompt 2 e is empty" "named with its file, line, index and id"
+expect_err_has "empty.jsonl:3: prompt e is empty" "named with its file, line and id (not a count read as the index)"
 expect_out_has '"id":0' "the prompt before it is answered"
 
 # prefill's output given with -f (decode reads a stream as its input file)
