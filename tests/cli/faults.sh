@@ -131,6 +131,10 @@ done
 usage_case prefill "an extra argument" "unexpected argument" prefill -m "$T/x.gguf" -p a extra
 usage_case decode "two KV streams" "more than one" decode -m "$T/x.gguf" a.kvp b.kvp
 usage_case decode "a KV stream with prompts" "at once" decode -m "$T/x.gguf" -p a "$T/s.kvp"
+usage_case decode "an empty model name" "-m: an empty file name" decode -m '' -p a
+usage_case prefill "an empty model name" "-m: an empty file name" prefill -m '' -p a
+usage_case decode "an empty prompts file name" "-f: an empty file name" decode -m "$T/x.gguf" -f ''
+usage_case specdec "an empty model name" "-m: an empty file name" specdec -m '' -p a
 
 M="$KVP_MODEL"
 if [ ! -f "$M" ]; then
