@@ -321,6 +321,9 @@ static void seq_start(kvp_gen_seq *s, const kvp_run *r, uint64_t i, const kvp_pr
     snprintf(s->rec.label, sizeof s->rec.label, "%s", p->label);
     if (p->label_int) /* the record says so: decode prints it back as the integer */
         s->rec.flags = KVP_SEQ_LABEL_INT;
+    /* and which values the line set itself: they win over decode's options,
+     * as in decode -f */
+    s->rec.flags |= kvp_runopts_own_flags(p->params.set);
     s->rec.sampling = *smp;
     s->rec.arrival_ns = arrival;
     s->handle = -1;

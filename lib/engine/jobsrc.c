@@ -265,6 +265,7 @@ static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
     if (q->p.label_int) /* printed back as the integer, and --kv-out keeps it so */
         r->g.rec.flags |= KVP_SEQ_LABEL_INT;
+    r->g.rec.flags |= kvp_runopts_own_flags(pp->set); /* --kv-out's record says what the line set */
     cap_to_context(js, r, q->n_ids);
     r->opts = gen_opts(js->o);
     r->salt = pp->set & KVP_PARAM_CACHE_SALT ? pp->cache_salt : js->salt;
@@ -420,16 +421,18 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
         r->n_prompt = q.rec.n_prompt;
         r->g.t_start = t_arrival; /* before the prefill's token is shown: TTFT >= 0 */
         r->opts = gen_opts(js->o);
-        if (q.n_stop && !js->o->n_stop) { /* the record's stop strings, unless --stop gives decode's */
-            r->opts.stop = q.stop;
+        /* the record's stop strings when the request set them (none, too)
+         * or --stop gives none; else decode's */
+        if ((q.rec.flags & KVP_SEQ_OWN_STOP) || !js->o->n_stop) {
+            r->opts.stop = q.n_stop ? q.stop : NULL;
             r->opts.n_stop = q.n_stop;
             r->stop_owned = (char **)q.stop;
         } else {
             drop_stops(&q);
         }
-        kvp_runopts_apply_sampling(js->o, &r->g.rec.sampling);
+        kvp_runopts_apply_sampling(js->o, &r->g.rec.sampling, q.rec.flags);
         cap_to_context(js, r, q.rec.n_tokens);
-        if (js->o->sampling_set & KVP_SET_SEED)
+        if (kvp_runopts_reseeds(js->o, q.rec.flags))
             kvp_sample_seed(&r->g.rec.sampling, r->g.rec.id);
         int rc = kvp_sample_check(&r->g.rec.sampling, err);
         /* a sequence cut by its budget continues; one that met a stop does not */

@@ -218,16 +218,38 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     return 1;
 }
 
-void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s)
+void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s, uint32_t own)
 {
     unsigned f = o->sampling_set;
-    if (f & KVP_SET_TEMP) s->temperature = o->sampling.temperature;
-    if (f & KVP_SET_TOP_K) s->top_k = o->sampling.top_k;
-    if (f & KVP_SET_TOP_P) s->top_p = o->sampling.top_p;
-    if (f & KVP_SET_MIN_P) s->min_p = o->sampling.min_p;
-    if (f & KVP_SET_REPEAT) s->repeat_penalty = o->sampling.repeat_penalty;
-    if (f & KVP_SET_MAX) s->max_tokens = o->sampling.max_tokens;
-    if (f & KVP_SET_SEED) s->seed = o->sampling.seed;
+    if ((f & KVP_SET_TEMP) && !(own & KVP_SEQ_OWN_TEMPERATURE)) s->temperature = o->sampling.temperature;
+    if ((f & KVP_SET_TOP_K) && !(own & KVP_SEQ_OWN_TOP_K)) s->top_k = o->sampling.top_k;
+    if ((f & KVP_SET_TOP_P) && !(own & KVP_SEQ_OWN_TOP_P)) s->top_p = o->sampling.top_p;
+    if ((f & KVP_SET_MIN_P) && !(own & KVP_SEQ_OWN_MIN_P)) s->min_p = o->sampling.min_p;
+    if (f & KVP_SET_REPEAT) s->repeat_penalty = o->sampling.repeat_penalty; /* no line sets it */
+    if ((f & KVP_SET_MAX) && !(own & KVP_SEQ_OWN_MAX_TOKENS)) s->max_tokens = o->sampling.max_tokens;
+    if ((f & KVP_SET_SEED) && !(own & KVP_SEQ_OWN_SEED))
+        s->seed = o->sampling.seed; /* the caller reseeds (kvp_runopts_reseeds) */
+}
+
+int kvp_runopts_reseeds(const kvp_runopts *o, uint32_t own)
+{
+    return (o->sampling_set & KVP_SET_SEED) && !(own & KVP_SEQ_OWN_SEED);
+}
+
+uint32_t kvp_runopts_own_flags(unsigned param_set)
+{
+    static const struct {
+        unsigned param;
+        uint32_t own;
+    } map[] = {{KVP_PARAM_MAX_TOKENS, KVP_SEQ_OWN_MAX_TOKENS}, {KVP_PARAM_TEMPERATURE, KVP_SEQ_OWN_TEMPERATURE},
+               {KVP_PARAM_TOP_P, KVP_SEQ_OWN_TOP_P},           {KVP_PARAM_TOP_K, KVP_SEQ_OWN_TOP_K},
+               {KVP_PARAM_MIN_P, KVP_SEQ_OWN_MIN_P},           {KVP_PARAM_SEED, KVP_SEQ_OWN_SEED},
+               {KVP_PARAM_STOP, KVP_SEQ_OWN_STOP}};
+    uint32_t own = 0;
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (param_set & map[i].param)
+            own |= map[i].own;
+    return own;
 }
 
 int kvp_runopts_request_sampling(const kvp_runopts *o, const kvp_prompt_params *pp, uint64_t i, kvp_sampling *smp,
@@ -588,8 +610,8 @@ int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_s
         kvp_gen_seq_init(&seqs[i], r->tok);
         seqs[i].rec = ss[i].rec;
         seqs[i].handle = ss[i].handle;
-        kvp_runopts_apply_sampling(o, &seqs[i].rec.sampling);
-        if (o->sampling_set & KVP_SET_SEED)
+        kvp_runopts_apply_sampling(o, &seqs[i].rec.sampling, seqs[i].rec.flags);
+        if (kvp_runopts_reseeds(o, seqs[i].rec.flags))
             kvp_sample_seed(&seqs[i].rec.sampling, seqs[i].rec.id);
     }
     if (saved)

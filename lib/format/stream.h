@@ -100,7 +100,19 @@ typedef struct kvp_seq_rec {
  * id's canonical decimal digits (a prompts line's "id":7 is "7"), printed
  * back as the integer; without it a label is a string id. */
 #define KVP_SEQ_LABEL_INT 0x1u
-#define KVP_SEQ_FLAGS_KNOWN KVP_SEQ_LABEL_INT
+/* OWN_*: the request set that value itself (a prompts line's own field),
+ * so it wins over the reading program's option, as a line's field wins in
+ * decode -f; a value without its bit is a default, which the option
+ * replaces.  OWN_STOP: the record's stop strings (none, when n_stop is 0). */
+#define KVP_SEQ_OWN_MAX_TOKENS 0x2u
+#define KVP_SEQ_OWN_TEMPERATURE 0x4u
+#define KVP_SEQ_OWN_TOP_P 0x8u
+#define KVP_SEQ_OWN_TOP_K 0x10u
+#define KVP_SEQ_OWN_MIN_P 0x20u
+#define KVP_SEQ_OWN_SEED 0x40u
+#define KVP_SEQ_OWN_STOP 0x80u
+#define KVP_SEQ_OWN_ALL 0xfeu
+#define KVP_SEQ_FLAGS_KNOWN (KVP_SEQ_LABEL_INT | KVP_SEQ_OWN_ALL)
 
 /* A sequence record carries at most this many stop strings, each at most
  * KVP_STOP_MAX_LEN bytes (a prompts line's own, or decode's --stop). */

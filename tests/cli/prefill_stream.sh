@@ -46,9 +46,8 @@ expect_status 1 "a prompt past the model's context fails prefill"
 expect_err_has "huge.jsonl:1: prompt h: 9001 tokens are more than the model's context of 8192" "said plainly"
 
 # A line's max_tokens, temperature, seed, stop strings and cache salt travel
-# in its sequence record: decode takes them where its command line sets
-# nothing (the text is what decode alone gives the file), and its command
-# line wins.
+# in its sequence record: decode generates what it gives the file alone,
+# and its command line, as there, does not override a line's own field.
 printf '%s\n' '{"id":"m2","prompt":"Once upon a time","max_tokens":2}' \
     '{"id":"m5","prompt":"Once upon a time","max_tokens":5}' \
     '{"id":"s1","prompt":"Tell me","max_tokens":6,"temperature":0.9,"seed":7}' \
@@ -65,9 +64,10 @@ if cmp -s "$T/alone" "$T/piped"; then pass "every line's text (two sampled at it
 else fail "differ: $(diff "$T/alone" "$T/piped" | head -4)"; fi
 expect_true "the stop strings stopped it" grep -q '"id":"st".*"finish_reason":"stop_string"' "$OUT"
 run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | decode -m '$M' -t 1 -n 3"
-expect_true "decode's -n overrides the lines' max_tokens" test "$(grep -c '"tokens":3,' "$OUT")" -eq 5
+expect_true "decode's -n leaves a line's own max_tokens (2)" grep -q '"id":"m2".*"tokens":2,' "$OUT"
+expect_true "decode's -n leaves a line's own max_tokens (5)" grep -q '"id":"m5".*"tokens":5,' "$OUT"
 run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | decode -m '$M' -t 1 --stop zzzz"
-expect_true "decode's --stop replaces the record's" grep -q '"id":"st".*"finish_reason":"length"' "$OUT"
+expect_true "decode's --stop leaves a line's own stop strings" grep -q '"id":"st".*"finish_reason":"stop_string"' "$OUT"
 run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | kvdump --json -"
 expect_out_has '"label":"st","tokens":' "kvdump shows the record"
 expect_true "with its stop strings and salt" grep -q '"label":"st".*"cache_salt":"[0-9a-f]*","stop":\[".","!"\]' "$OUT"
@@ -312,5 +312,22 @@ expect_err_one_line "in one line"
 run decode -m "$M" -t 1 -n 2 "$T/unext.kvp"
 expect_status 1 "decode refuses a next token outside the vocabulary"
 expect_err_has "$T/unext.kvp: sequence 0: next token 1000000000 is outside the vocabulary" "names the file and sequence"
+
+# A line's own fields win over decode's options through a stream as in
+# decode -f (the record says which values the line set); decode's options
+# replace the rest: max_tokens, temperature with seed, and stop strings.
+printf '%s\n' '{"id":"own","prompt":"Count: one two three","max_tokens":2}' \
+    '{"id":"temp","prompt":"Once upon a time","temperature":0.9,"seed":3}' \
+    '{"id":"stop","prompt":"Count: one two three","stop":["six"]}' '{"id":"def","prompt":"Count: one two"}' \
+    >"$T/own.jsonl"
+run decode -m "$M" -t 1 -f "$T/own.jsonl" -n 8 --temperature 0 --seed 9 --stop five --json
+sed 's/,"ttft_ms".*//' "$OUT" | sort >"$T/own.direct"
+run_sh "prefill -m '$M' -t 1 -f '$T/own.jsonl' | decode -m '$M' -t 1 -n 8 --temperature 0 --seed 9 --stop five --json"
+expect_status 0 "prefill | decode with options over lines' own fields"
+sed 's/,"ttft_ms".*//' "$OUT" | sort >"$T/own.piped"
+if cmp -s "$T/own.direct" "$T/own.piped"; then pass "the lines' own fields win as in decode -f"
+else fail "differ: $(diff "$T/own.direct" "$T/own.piped" | head -6)"; fi
+expect_true "the line's max_tokens 2, not -n 8" grep -q '"id":"own".*"tokens":2,' "$T/own.piped"
+expect_true "the line's stop string, not --stop" grep -q '"id":"stop","text":" four five ' "$T/own.piped"
 
 done_testing

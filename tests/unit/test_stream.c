@@ -868,9 +868,9 @@ static void test_seq_flags(void)
         CHECK_MSG(kvp_write_sequence(w, &s, tok, NULL, 0, &err) == KVP_EINVAL, "label \"%s\"", not_int[k]);
     }
     snprintf(s.label, sizeof s.label, "7");
-    s.flags = 2;
+    s.flags = 0x100; /* past the OWN_* bits */
     CHECK(kvp_write_sequence(w, &s, tok, NULL, 0, &err) == KVP_EINVAL);
-    CHECK_MSG(strstr(err.msg, "unknown flags 0x2") != NULL, "%s", err.msg);
+    CHECK_MSG(strstr(err.msg, "unknown flags 0x100") != NULL, "%s", err.msg);
     CHECK(kvp_writer_finish(w, &err) == 0);
     kvp_writer_free(w);
     CHECK(kvp_out_commit(&out, &err) == 0);
@@ -919,10 +919,13 @@ static void test_seq_flags(void)
     m.meta_size = full - 4; /* the salt and stops part alone: no flags */
     CHECK(kvp_seq_decode(&m, &q, &t, &err) == 0 && q.flags == 0 && !strcmp(q.label, "7"));
     m.meta_size = full;
-    meta[full - 4] = 3; /* an unknown bit beside LABEL_INT */
+    meta[full - 4] = 1 | KVP_SEQ_OWN_ALL; /* every OWN_* bit beside LABEL_INT: known, kept */
+    CHECK(kvp_seq_decode(&m, &q, &t, &err) == 0 && q.flags == (KVP_SEQ_LABEL_INT | KVP_SEQ_OWN_ALL));
+    meta[full - 4] = 1, meta[full - 3] = 1; /* an unknown bit beside LABEL_INT */
     CHECK(kvp_seq_decode(&m, &q, &t, &err) == KVP_EFORMAT);
-    CHECK_MSG(strstr(err.msg, "record 0 (sequence)") && strstr(err.msg, "unknown sequence flags 0x2"), "%s",
+    CHECK_MSG(strstr(err.msg, "record 0 (sequence)") && strstr(err.msg, "unknown sequence flags 0x100"), "%s",
               err.msg);
+    meta[full - 3] = 0;
     meta[full - 4] = 0, meta[full - 1] = 0x80; /* the top bit alone */
     CHECK(kvp_seq_decode(&m, &q, &t, &err) == KVP_EFORMAT);
     CHECK_MSG(strstr(err.msg, "unknown sequence flags 0x80000000") != NULL, "%s", err.msg);
