@@ -220,6 +220,13 @@ double kvp_cli_opt_f64(const char *opt, const char *s, double min, double max)
     return v;
 }
 
+const char *kvp_cli_opt_path(const char *opt, const char *s)
+{
+    if (!s[0])
+        kvp_cli_usage_error("%s: an empty file name", opt);
+    return s;
+}
+
 int kvp_cli_progress_enabled(void) { return isatty(2); }
 
 /* Length of the valid UTF-8 sequence at s (n bytes available), or 0. */

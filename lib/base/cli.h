@@ -58,6 +58,9 @@ int kvp_cli_parse_f64(const char *s, double min, double max, double *out);
 uint64_t kvp_cli_opt_size(const char *opt, const char *s);
 int64_t kvp_cli_opt_i64(const char *opt, const char *s, int64_t min, int64_t max);
 double kvp_cli_opt_f64(const char *opt, const char *s, double min, double max);
+/* A file option's value; an empty name is a usage error ("-m: an empty file
+ * name"), not a file that is not there (": No such file or directory"). */
+const char *kvp_cli_opt_path(const char *opt, const char *s);
 
 /* True when progress may be drawn: stderr is a terminal. */
 int kvp_cli_progress_enabled(void);

@@ -596,9 +596,9 @@ typedef struct heads_cli {
 static int parse_heads_opt(heads_cli *h, int c, const char *arg)
 {
     switch (c) {
-    case OPT_HEADS: h->path = arg; return 1;
+    case OPT_HEADS: h->path = kvp_cli_opt_path("--heads", arg); return 1;
     case OPT_BRANCHES: h->branches = (uint32_t)kvp_cli_opt_i64("--branches", arg, 1, KVP_DRAFT_BRANCHES); return 1;
-    case OPT_TRAIN_HEADS: h->job.prompts = arg; return 1;
+    case OPT_TRAIN_HEADS: h->job.prompts = kvp_cli_opt_path("--train-heads", arg); return 1;
     case 'o': h->job.out = arg; return 1;
     case OPT_N_HEADS: h->job.n_heads = (uint32_t)kvp_cli_opt_i64("--n-heads", arg, 1, KVP_HEADS_MAX); break;
     case OPT_EPOCHS: h->job.train.epochs = (uint32_t)kvp_cli_opt_i64("--epochs", arg, 1, 1000); break;
@@ -912,7 +912,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
             continue;
         }
         if (c == OPT_DRAFT) {
-            draft_path = optarg;
+            draft_path = kvp_cli_opt_path("--draft", optarg);
             continue;
         }
         if (c == OPT_COMPARE) {

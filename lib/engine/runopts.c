@@ -127,21 +127,12 @@ static const char *utf8_arg(const char *opt, const char *arg)
     return arg;
 }
 
-/* A file option's value: an empty name is a usage error, not a file that
- * is not there (": No such file or directory" names nothing). */
-static const char *file_arg(const char *opt, const char *arg)
-{
-    if (!arg[0])
-        kvp_cli_usage_error("%s: an empty file name", opt);
-    return arg;
-}
-
 int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
 {
     switch (c) {
-    case 'm': o->model = file_arg("-m", arg); break;
+    case 'm': o->model = kvp_cli_opt_path("-m", arg); break;
     case 'p': o->prompt = utf8_arg("-p", arg); break;
-    case 'f': o->file = file_arg("-f", arg); break;
+    case 'f': o->file = kvp_cli_opt_path("-f", arg); break;
     case KVP_OPT_TOKENS: o->tokens = arg; break;
     case KVP_OPT_CHAT: o->chat = 1; break;
     case KVP_OPT_NO_SPECIAL: o->no_special = 1; break;

@@ -135,6 +135,8 @@ usage_case decode "an empty model name" "-m: an empty file name" decode -m '' -p
 usage_case prefill "an empty model name" "-m: an empty file name" prefill -m '' -p a
 usage_case decode "an empty prompts file name" "-f: an empty file name" decode -m "$T/x.gguf" -f ''
 usage_case specdec "an empty model name" "-m: an empty file name" specdec -m '' -p a
+usage_case specdec "an empty draft model name" "--draft: an empty file name" specdec -m "$T/x.gguf" --method draft --draft '' -p a
+usage_case specdec "an empty heads file name" "--heads: an empty file name" specdec -m "$T/x.gguf" --method heads --heads '' -p a
 
 M="$KVP_MODEL"
 if [ ! -f "$M" ]; then
