@@ -5,7 +5,7 @@
  * shape imply, scales as the scheme implies) and dequantize without reading
  * outside what it points to; one that fails must say why.  Seeds: the
  * golden tiny checkpoints of tests/golden/hfquant/ behind their config's
- * byte. */
+ * byte, kept with the other model files in tests/golden/fuzz-seeds/hfquant/. */
 #include "hfquant.h"
 #include "json.h"
 #include "quant.h"
