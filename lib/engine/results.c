@@ -13,69 +13,13 @@
 
 #define RESULTS_MAX_BYTES (UINT64_C(1) << 36) /* 64 GiB of results: far beyond any job */
 
-void kvp_idset_init(kvp_idset *s) { memset(s, 0, sizeof *s); }
+void kvp_idset_init(kvp_idset *s) { kvp_strmap_init(s); }
 
-void kvp_idset_free(kvp_idset *s)
-{
-    for (size_t i = 0; i < s->cap; i++)
-        free(s->slot[i]);
-    free(s->slot);
-    memset(s, 0, sizeof *s);
-}
+void kvp_idset_free(kvp_idset *s) { kvp_strmap_free(s); }
 
-static uint64_t fnv1a(const char *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (uint8_t)p[i]) * 0x100000001b3ULL;
-    return h;
-}
+int kvp_idset_has(const kvp_idset *s, const char *id, size_t len) { return kvp_strmap_has(s, id, len); }
 
-/* The slot of id, or of the empty place where it would go. */
-static size_t find(const kvp_idset *s, const char *id, size_t len)
-{
-    size_t i = (size_t)fnv1a(id, len) & (s->cap - 1);
-    while (s->slot[i] && (strlen(s->slot[i]) != len || memcmp(s->slot[i], id, len) != 0))
-        i = (i + 1) & (s->cap - 1);
-    return i;
-}
-
-int kvp_idset_has(const kvp_idset *s, const char *id, size_t len)
-{
-    return s->cap && s->slot[find(s, id, len)] != NULL;
-}
-
-static int grow(kvp_idset *s)
-{
-    size_t cap = s->cap ? s->cap * 2 : 256;
-    kvp_idset g = {calloc(cap, sizeof *g.slot), cap, 0};
-    if (!g.slot)
-        return KVP_ENOMEM;
-    for (size_t i = 0; i < s->cap; i++)
-        if (s->slot[i])
-            g.slot[find(&g, s->slot[i], strlen(s->slot[i]))] = s->slot[i];
-    g.n = s->n;
-    free(s->slot);
-    *s = g;
-    return 0;
-}
-
-int kvp_idset_add(kvp_idset *s, const char *id, size_t len)
-{
-    if ((s->n + 1) * 2 > s->cap && grow(s) < 0)
-        return KVP_ENOMEM;
-    size_t i = find(s, id, len);
-    if (s->slot[i])
-        return 0;
-    char *c = malloc(len + 1);
-    if (!c)
-        return KVP_ENOMEM;
-    memcpy(c, id, len);
-    c[len] = '\0';
-    s->slot[i] = c;
-    s->n++;
-    return 1;
-}
+int kvp_idset_add(kvp_idset *s, const char *id, size_t len) { return kvp_strmap_add(s, id, len, 0, NULL); }
 
 /* What is wrong with a result line's "id" (NULL when it is fine), else
  * its key into *key, *len: a string as it is, an integer as its decimal

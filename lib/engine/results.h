@@ -17,15 +17,13 @@
 #define KVP_RESULTS_H
 
 #include "error.h"
+#include "strmap.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* A set of id strings. */
-typedef struct kvp_idset {
-    char **slot;         /* open addressing; NULL is empty */
-    size_t cap, n;
-} kvp_idset;
+/* A set of id strings: a string map whose values go unused. */
+typedef kvp_strmap kvp_idset;
 
 void kvp_idset_init(kvp_idset *s);
 void kvp_idset_free(kvp_idset *s);

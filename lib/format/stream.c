@@ -1,5 +1,6 @@
 /* stream.c - KVP stream writer and reader (see stream.h and kvp(5)). */
 #include "stream.h"
+#include "strmap.h"
 
 #include "hash.h"
 #include "tensor.h"
@@ -614,16 +615,8 @@ struct kvp_reader {
     uint8_t *raw;             /* decompressed payload */
     size_t raw_cap;
     ZSTD_DCtx *dctx;
-    struct name_slot *names;  /* the tensor names met, a power-of-two table */
-    size_t names_cap, n_names;
+    kvp_strmap names;         /* the tensor names met, each with the index of its record */
 };
-
-/* A tensor name met, and the record that carried it. */
-typedef struct name_slot {
-    uint64_t hash;            /* XXH64 of the name; the names themselves decide */
-    char *name;               /* NULL: a free slot */
-    uint64_t index;
-} name_slot;
 
 /* 64-byte aligned growth that keeps the first `keep` bytes. */
 static int grow_keep(uint8_t **p, size_t *cap, size_t want, size_t keep)
@@ -697,9 +690,7 @@ void kvp_reader_free(kvp_reader *r)
     free(r->buf);
     free(r->raw);
     ZSTD_freeDCtx(r->dctx);
-    for (size_t i = 0; i < r->names_cap; i++)
-        free(r->names[i].name);
-    free(r->names);
+    kvp_strmap_free(&r->names);
     free(r);
 }
 
@@ -799,34 +790,6 @@ static void tally(kvp_reader *r, const kvp_record *rec)
         r->count[rec->kind]++;
 }
 
-/* The slot of name in the table: the one holding it, or the free one
- * where it goes.  The table is never full (names_grow keeps it half empty). */
-static name_slot *names_find(const kvp_reader *r, const char *name, uint64_t hash)
-{
-    size_t mask = r->names_cap - 1, i = (size_t)hash & mask;
-    while (r->names[i].name && (r->names[i].hash != hash || strcmp(r->names[i].name, name) != 0))
-        i = (i + 1) & mask;
-    return &r->names[i];
-}
-
-static int names_grow(kvp_reader *r)
-{
-    if (2 * (r->n_names + 1) <= r->names_cap)
-        return 0;
-    size_t cap = r->names_cap ? 2 * r->names_cap : 256;
-    name_slot *old = r->names, *t = calloc(cap, sizeof *t);
-    if (!t)
-        return KVP_ENOMEM;
-    size_t old_cap = r->names_cap;
-    r->names = t;
-    r->names_cap = cap;
-    for (size_t i = 0; i < old_cap; i++)
-        if (old[i].name)
-            *names_find(r, old[i].name, old[i].hash) = old[i];
-    free(old);
-    return 0;
-}
-
 /* A tensor record's name, from its meta part (in the mapping when the
  * record was skimmed and is not compressed); 0 when it cannot be seen, or
  * is malformed, which the tensor decoder reports. */
@@ -853,21 +816,16 @@ static int tensor_unique(kvp_reader *r, const kvp_record *rec, kvp_err *err)
     char name[KVP_NAME_MAX + 1];
     if (!tensor_name(r, rec, name))
         return 0;
-    if (names_grow(r))
+    uint64_t first = 0;
+    int rc = kvp_strmap_add(&r->names, name, strlen(name), rec->index, &first);
+    if (rc < 0)
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", r->in->name);
-    uint64_t hash = kvp_xxh64(name, strlen(name), 0);
-    name_slot *slot = names_find(r, name, hash);
-    if (slot->name)
+    if (rc == 0)
         return kvp_err_set(err, KVP_EFORMAT,
                            "%s: record %llu (tensor %s) at offset %llu: a second tensor of that name (the first is "
                            "record %llu)",
                            r->in->name, (unsigned long long)rec->index, name, (unsigned long long)rec->offset,
-                           (unsigned long long)slot->index);
-    if (!(slot->name = strdup(name)))
-        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", r->in->name);
-    slot->hash = hash;
-    slot->index = rec->index;
-    r->n_names++;
+                           (unsigned long long)first);
     return 0;
 }
 

@@ -1,5 +1,6 @@
 /* prompts.c - prompt files (JSON Lines or text), rendered by chat.c. */
 #include "prompts.h"
+#include "strmap.h"
 #include "hash.h"
 #include "io.h"
 #include "json.h"
@@ -362,69 +363,9 @@ static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, 
  * (at most KVP_NAME_MAX bytes) with its line: memory grows with the number
  * of requests, never with their text. */
 
-typedef struct id_seen {
-    uint64_t line;
-    int kind;               /* ID_* */
-    size_t len;
-    char key[];             /* len bytes, no NUL inside */
-} id_seen;
-
-typedef struct id_set {
-    id_seen **slot;         /* [cap] open addressing, NULL empty; cap a power of two, at most half full */
-    size_t cap, n;
-} id_set;
-
-static void ids_free(id_set *s)
-{
-    for (size_t i = 0; i < s->cap; i++)
-        free(s->slot[i]);
-    free(s->slot);
-    memset(s, 0, sizeof *s);
-}
-
-/* The slot holding key, or the empty one where it would go. */
-static size_t ids_find(const id_set *s, const char *key, size_t len)
-{
-    size_t i = (size_t)kvp_xxh64(key, len, 0) & (s->cap - 1);
-    while (s->slot[i] && (s->slot[i]->len != len || memcmp(s->slot[i]->key, key, len) != 0))
-        i = (i + 1) & (s->cap - 1);
-    return i;
-}
-
-static int ids_grow(id_set *s)
-{
-    size_t cap = s->cap ? s->cap * 2 : 64;
-    id_set g = {calloc(cap, sizeof *g.slot), cap, s->n};
-    if (!g.slot)
-        return KVP_ENOMEM;
-    for (size_t i = 0; i < s->cap; i++)
-        if (s->slot[i])
-            g.slot[ids_find(&g, s->slot[i]->key, s->slot[i]->len)] = s->slot[i];
-    free(s->slot);
-    *s = g;
-    return 0;
-}
-
-/* Add key, first seen on line: 1, or 0 with *prev when it is there
- * already, or KVP_ENOMEM. */
-static int ids_add(id_set *s, const char *key, size_t len, uint64_t line, int kind, const id_seen **prev)
-{
-    if ((s->n + 1) * 2 > s->cap && ids_grow(s) < 0)
-        return KVP_ENOMEM;
-    size_t i = ids_find(s, key, len);
-    if (s->slot[i]) {
-        *prev = s->slot[i];
-        return 0;
-    }
-    id_seen *e = malloc(sizeof *e + len);
-    if (!e)
-        return KVP_ENOMEM;
-    *e = (id_seen){.line = line, .kind = kind, .len = len};
-    memcpy(e->key, key, len);
-    s->slot[i] = e;
-    s->n++;
-    return 1;
-}
+/* A key's value in the reader's map: the line that had it first, and how
+ * it came to the key (ID_*), which its message shows. */
+static uint64_t id_value(uint64_t line, int kind) { return line << 2 | (uint64_t)kind; }
 
 /* key as a JSON string into out (quotes, backslashes and control bytes
  * escaped: the message stays one line), cut with "..." where out is full. */
@@ -446,7 +387,7 @@ static void show_key(char *out, size_t cap, const char *key, size_t len)
 
 /* The key of the request just parsed (label, else its index), refused when
  * an earlier request has it: 0 or a code naming both lines and the id. */
-static int id_once(id_set *s, const char *label, int kind, uint64_t index, const char *path, uint64_t line,
+static int id_once(kvp_strmap *s, const char *label, int kind, uint64_t index, const char *path, uint64_t line,
                    kvp_err *err)
 {
     char num[32];
@@ -456,8 +397,8 @@ static int id_once(id_set *s, const char *label, int kind, uint64_t index, const
         key = num;
     }
     size_t len = strlen(key);
-    const id_seen *prev = NULL;
-    int rc = ids_add(s, key, len, line, kind, &prev);
+    uint64_t first = 0;
+    int rc = kvp_strmap_add(s, key, len, id_value(line, kind), &first);
     if (rc < 0)
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for the ids of %zu requests", path, s->n);
     if (rc == 1)
@@ -469,12 +410,13 @@ static int id_once(id_set *s, const char *label, int kind, uint64_t index, const
         snprintf(now, sizeof now, "%s (this line's index: it has no \"id\")", key);
     else
         snprintf(now, sizeof now, "%s", kind == ID_STRING ? shown : key);
-    if (prev->kind != kind)
+    int first_kind = (int)(first & 3);
+    if (first_kind != kind)
         snprintf(as, sizeof as, " (as %s%s)",
-                 prev->kind == ID_INT ? "the integer " : prev->kind == ID_INDEX ? "the index of a line without \"id\"" : "",
-                 prev->kind == ID_INT ? key : prev->kind == ID_STRING ? shown : "");
+                 first_kind == ID_INT ? "the integer " : first_kind == ID_INDEX ? "the index of a line without \"id\"" : "",
+                 first_kind == ID_INT ? key : first_kind == ID_STRING ? shown : "");
     return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": id %s was already on line %" PRIu64 "%s: each request needs "
-                       "its own id", path, line, now, prev->line, as);
+                       "its own id", path, line, now, first >> 2, as);
 }
 
 /* ---- the reader: one record at a time ----
@@ -495,7 +437,7 @@ struct kvp_prompts_reader {
     size_t cap, beg, scan, end;
     int eof, mode, text_done;
     int bom_done;           /* a leading byte order mark skipped, or found absent */
-    id_set ids;             /* the keys of the requests returned, with their lines */
+    kvp_strmap ids;         /* the keys of the requests returned, with their lines (id_value) */
     uint64_t line;          /* lines used up */
     uint64_t line_last;     /* the line of the prompt last returned */
     uint64_t n;             /* prompts returned */
@@ -534,7 +476,7 @@ void kvp_prompts_reader_free(kvp_prompts_reader *rd)
     if (rd->in_open)
         kvp_in_close(&rd->in);
     kvp_prompts_free(&rd->one);
-    ids_free(&rd->ids);
+    kvp_strmap_free(&rd->ids);
     free(rd->buf);
     free(rd->path);
     free(rd);
