@@ -401,10 +401,10 @@ static mode_t current_umask(void)
     return m;
 }
 
-/* The end of the chain of symlinks at path, none of them existing at its
- * end: the name a shell's `>` creates through a dangling link.  A relative
- * link is relative to its own folder.  NULL with errno set (ELOOP after
- * as many links as the kernel follows). */
+/* The end of the chain of symlinks at path: the file a shell's `>` writes
+ * through the link, existing or the name it creates through a dangling
+ * link.  A relative link is relative to its own folder.  NULL with errno
+ * set (ELOOP after as many links as the kernel follows). */
 static char *link_chain_end(const char *path)
 {
     char *cur = strdup(path);
@@ -437,17 +437,16 @@ static char *link_chain_end(const char *path)
 }
 
 /* A symlink's file is what the user means to replace, not the link, as
- * with a shell's redirection: out->target, the file the link ends at
- * (resolved whole when it exists; through a dangling link, the name to
- * create), left NULL when out->path is no link.  0, or -1 with errno when
- * the chain of a dangling link cannot be followed. */
-static int out_follow_link(kvp_out *out, int exists)
+ * with a shell's redirection: out->target, the file the link ends at, left
+ * NULL when out->path is no link.  0, or -1 with errno when the chain
+ * cannot be followed. */
+static int out_follow_link(kvp_out *out)
 {
     struct stat lst;
     if (lstat(out->path, &lst) != 0 || !S_ISLNK(lst.st_mode))
         return 0;
-    out->target = exists ? realpath(out->path, NULL) : link_chain_end(out->path);
-    return out->target || exists ? 0 : -1; /* an existing link realpath cannot resolve: replaced as before */
+    out->target = link_chain_end(out->path);
+    return out->target ? 0 : -1;
 }
 
 int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
@@ -471,7 +470,7 @@ int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
     }
     if (exists && !S_ISREG(st.st_mode))
         return out_open_direct(out, path, err);
-    if (out_follow_link(out, exists) != 0) {
+    if (out_follow_link(out) != 0) {
         int e = errno;
         kvp_out_abort(out);
         return kvp_err_set(err, e == ENOMEM ? KVP_ENOMEM : KVP_EIO, "%s: cannot follow the symlink: %s", path,
