@@ -430,10 +430,8 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
         } else {
             drop_stops(&q);
         }
-        kvp_runopts_apply_sampling(js->o, &r->g.rec.sampling, q.rec.flags);
+        kvp_runopts_apply_sampling(js->o, &r->g.rec.sampling, q.rec.flags, r->g.rec.id);
         cap_to_context(js, r, q.rec.n_tokens);
-        if (kvp_runopts_reseeds(js->o, q.rec.flags))
-            kvp_sample_seed(&r->g.rec.sampling, r->g.rec.id);
         int rc = kvp_sample_check(&r->g.rec.sampling, err);
         /* a sequence cut by its budget continues; one that met a stop does not */
         int over = q.rec.next_token < 0 ||

@@ -209,7 +209,7 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     return 1;
 }
 
-void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s, uint32_t own)
+void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s, uint32_t own, uint64_t id)
 {
     unsigned f = o->sampling_set;
     if ((f & KVP_SET_TEMP) && !(own & KVP_SEQ_OWN_TEMPERATURE)) s->temperature = o->sampling.temperature;
@@ -218,13 +218,10 @@ void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s, uint32_t 
     if ((f & KVP_SET_MIN_P) && !(own & KVP_SEQ_OWN_MIN_P)) s->min_p = o->sampling.min_p;
     if (f & KVP_SET_REPEAT) s->repeat_penalty = o->sampling.repeat_penalty; /* no line sets it */
     if ((f & KVP_SET_MAX) && !(own & KVP_SEQ_OWN_MAX_TOKENS)) s->max_tokens = o->sampling.max_tokens;
-    if ((f & KVP_SET_SEED) && !(own & KVP_SEQ_OWN_SEED))
-        s->seed = o->sampling.seed; /* the caller reseeds (kvp_runopts_reseeds) */
-}
-
-int kvp_runopts_reseeds(const kvp_runopts *o, uint32_t own)
-{
-    return (o->sampling_set & KVP_SET_SEED) && !(own & KVP_SEQ_OWN_SEED);
+    if ((f & KVP_SET_SEED) && !(own & KVP_SEQ_OWN_SEED)) { /* a new seed: the generator starts again */
+        s->seed = o->sampling.seed;
+        kvp_sample_seed(s, id);
+    }
 }
 
 uint32_t kvp_runopts_own_flags(unsigned param_set)
@@ -601,9 +598,7 @@ int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_s
         kvp_gen_seq_init(&seqs[i], r->tok);
         seqs[i].rec = ss[i].rec;
         seqs[i].handle = ss[i].handle;
-        kvp_runopts_apply_sampling(o, &seqs[i].rec.sampling, seqs[i].rec.flags);
-        if (kvp_runopts_reseeds(o, seqs[i].rec.flags))
-            kvp_sample_seed(&seqs[i].rec.sampling, seqs[i].rec.id);
+        kvp_runopts_apply_sampling(o, &seqs[i].rec.sampling, seqs[i].rec.flags, seqs[i].rec.id);
     }
     if (saved)
         *saved = ss;

@@ -92,13 +92,12 @@ extern const char kvp_runopts_help_one[];
 int kvp_runopts_is_sched(int c);
 /* Apply the options given to a sampling state (a resumed one keeps the
  * rest), but not over a value its record's own (KVP_SEQ_OWN_*: the request
- * set it, as a prompts line's field wins over the option in decode -f). */
-void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s, uint32_t own);
+ * set it, as a prompts line's field wins over the option in decode -f).
+ * A --seed applied reseeds the generator for sequence id. */
+void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s, uint32_t own, uint64_t id);
 /* The sequence record's KVP_SEQ_OWN_* bits for a prompts line's
  * KVP_PARAM_* fields. */
 uint32_t kvp_runopts_own_flags(unsigned param_set);
-/* Whether --seed reseeds a record of these flags (not one with its own seed). */
-int kvp_runopts_reseeds(const kvp_runopts *o, uint32_t own);
 /* Request i's sampling: the command line's with what its prompts-file
  * line set (prompts.h); the line's own seed alone seeds it (the same seed,
  * the same draws), else the command line's seed and i.  0, or a code when
