@@ -117,18 +117,22 @@ static int cpu_synchronize(kvp_backend *b, kvp_err *err)
 
 /* The work is cut into pieces for the kernels (kvp_mm_blk): up to
  * KVP_MM_ROWS rows by one token group, the groups tile_tok tokens from token
- * 0 of the step.  The kernels give each (row, token) the same bits in any
- * piece, so neither this cut, nor the tasks', nor the thread count reach the
- * results (backend_cpu_kern.h). */
+ * 0 of the step (on AMX: a task's rows by groups of KVP_AMX_TOK).  The
+ * kernels give each (row, token) the same bits in any piece, so neither
+ * this cut, nor the tasks', nor the thread count reach the results
+ * (backend_cpu_kern.h). */
 typedef struct mm_ctx {
     const kvp_cpu_kernels *k;
     const kvp_weight *w;
     const float *x;            /* [n_tok][n_in] */
     const kvp_q8blk *xq;       /* [n_tok][n_in/32] when quantized */
     float *y;                  /* [n_tok][n_out] */
-    uint8_t *tiles;            /* per group of tile_tok tokens: its xt and dxs (kvp_cpu_q8_tile_put), or NULL */
+    uint8_t *tiles;            /* per group of T tokens: its xt and dxs (kvp_cpu_q8_tile_put), or NULL */
     size_t tile_bytes;         /* per group */
+    uint32_t T;                /* tokens a group: tile_tok, or KVP_AMX_TOK on AMX */
+    uint32_t unit;             /* the tiles' grouping (tile_unit, or 4 on AMX) */
     int flip;                  /* tiles flipped, and wsum set (tile_flip) */
+    int amx;                   /* c->mm is an AMX kernel: pieces of a task's rows */
     const int32_t *wsum;       /* [n_out][nb] when flip: the weight's (cpu_weight) */
     uint32_t n_tok, rows_per_task, toks_per_task, n_row_tasks;
     int quant;
@@ -139,7 +143,8 @@ typedef struct mm_ctx {
 void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb, uint32_t unit, int flip,
                          int8_t *xt, float *dxs)
 {
-    for (uint32_t b = 0; b < nb; b++, dxs += KVP_Q8_SCALES, xt += (size_t)T * KVP_QK) {
+    const uint32_t S = kvp_q8_slots(T);
+    for (uint32_t b = 0; b < nb; b++, dxs += 3 * S, xt += (size_t)T * KVP_QK) {
         uint64_t q[KVP_QK / 8];
         memcpy(q, x[b].q, KVP_QK);
         for (int i = 0; i < KVP_QK / 8; i++)
@@ -150,12 +155,12 @@ void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb
         else
             memcpy(xt + (size_t)t * KVP_QK, q, KVP_QK);
         dxs[t] = x[b].d;
-        dxs[8 + t] = x[b].s;
-        memcpy(dxs + 16 + t, &x[b].sum, sizeof x[b].sum);
+        dxs[S + t] = x[b].s;
+        memcpy(dxs + 2 * S + t, &x[b].sum, sizeof x[b].sum);
         if (t == 0)
-            for (uint32_t u = T; u < 8; u++) {
-                dxs[u] = dxs[8 + u] = 0.0f;
-                memset(dxs + 16 + u, 0, sizeof(float));
+            for (uint32_t u = T; u < S; u++) {
+                dxs[u] = dxs[S + u] = 0.0f;
+                memset(dxs + 2 * S + u, 0, sizeof(float));
             }
     }
 }
@@ -169,7 +174,7 @@ static void mm_prep_task(void *ctxp, int task, int thread)
     (void)thread;
     mm_ctx *c = ctxp;
     const kvp_weight *w = c->w;
-    uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok;
+    uint32_t nb = w->n_in / KVP_QK, T = c->T;
     uint32_t t0 = (uint32_t)task * T, t1 = t0 + T < c->n_tok ? t0 + T : c->n_tok;
     int8_t *xt = c->tiles ? (int8_t *)(c->tiles + (size_t)task * c->tile_bytes) : NULL;
     if (xt && t1 - t0 < T)
@@ -178,13 +183,12 @@ static void mm_prep_task(void *ctxp, int task, int thread)
         kvp_q8blk *xq = (kvp_q8blk *)c->xq + (size_t)t * nb;
         c->k->quant_q8(c->x + (size_t)t * w->n_in, xq, w->n_in);
         if (xt)
-            kvp_cpu_q8_tile_put(xq, t - t0, T, nb, c->k->tile_unit, c->flip, xt,
-                                (float *)(xt + (size_t)nb * T * KVP_QK));
+            kvp_cpu_q8_tile_put(xq, t - t0, T, nb, c->unit, c->flip, xt, (float *)(xt + (size_t)nb * T * KVP_QK));
     }
 }
 
 /* Task: rows r0..r1 by tokens t0..t1, one token group at a time, the rows
- * KVP_MM_ROWS a piece. */
+ * KVP_MM_ROWS a piece (AMX: all of them). */
 static void mm_task(void *ctxp, int task, int thread)
 {
     mm_ctx *c = ctxp;
@@ -193,7 +197,7 @@ static void mm_task(void *ctxp, int task, int thread)
     uint32_t r1 = r0 + c->rows_per_task < w->n_out ? r0 + c->rows_per_task : w->n_out;
     uint32_t t0 = (uint32_t)task / c->n_row_tasks * c->toks_per_task;
     uint32_t t1 = t0 + c->toks_per_task < c->n_tok ? t0 + c->toks_per_task : c->n_tok;
-    uint32_t nb = w->n_in / KVP_QK, T = c->k->tile_tok;
+    uint32_t nb = w->n_in / KVP_QK, T = c->T, piece = c->amx ? r1 - r0 : KVP_MM_ROWS;
     kvp_mm_blk b = {.w = w->data, .w_stride = w->row_bytes, .sc = w->scales, .zp = w->zeros,
                     .sc_stride = w->scale_stride, .g = w->group, .n = w->n_in, .ldy = w->n_out};
     uint32_t rw = 0; /* row rw at b.w */
@@ -210,8 +214,8 @@ static void mm_task(void *ctxp, int task, int thread)
     const uint8_t *w0 = b.w;
     const float *sc0 = b.sc, *zp0 = b.zp;
     for (uint32_t t = t0; t < t1; t += b.nt) { /* t0 is a multiple of T */
-        const kvp_q8blk *xq[KVP_MM_TILE];
-        const float *xf[KVP_MM_TILE];
+        const kvp_q8blk *xq[KVP_AMX_TOK];
+        const float *xf[KVP_AMX_TOK];
         b.nt = t1 - t < T ? t1 - t : T;
         for (uint32_t i = 0; i < b.nt; i++) {
             xq[i] = c->quant ? c->xq + (size_t)(t + i) * nb : NULL;
@@ -220,8 +224,8 @@ static void mm_task(void *ctxp, int task, int thread)
         b.xq = xq, b.xf = xf;
         b.xt = c->tiles ? (const int8_t *)(c->tiles + (size_t)(t / T) * c->tile_bytes) : NULL;
         b.dxs = b.xt ? (const float *)(b.xt + (size_t)nb * T * KVP_QK) : NULL;
-        for (uint32_t r = r0; r < r1; r += KVP_MM_ROWS) {
-            b.nr = r1 - r < KVP_MM_ROWS ? r1 - r : KVP_MM_ROWS;
+        for (uint32_t r = r0; r < r1; r += piece) {
+            b.nr = r1 - r < piece ? r1 - r : piece;
             b.w = w0 + (size_t)(r - rw) * b.w_stride;
             b.sc = sc0 ? sc0 + (size_t)r * w->scale_stride : NULL;
             b.zp = zp0 ? zp0 + (size_t)r * w->scale_stride : NULL;
@@ -259,6 +263,18 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
      * a task's rows at a time and multiplied with the f32 kernels. */
     c->mm = k->mm_f32, c->quant = 0;
     return kvp_cpu_dequant_weight_row_ok(w) ? 0 : -1;
+}
+
+/* The quantized kinds' index in amx_mm: Q4_0, Q4_1, Q8_0, i8, i4. */
+static int mm_kind(const kvp_weight *w)
+{
+    switch (w->dtype) {
+    case KVP_DTYPE_Q4_0: return 0;
+    case KVP_DTYPE_Q4_1: return 1;
+    case KVP_DTYPE_Q8_0: return 2;
+    case KVP_DTYPE_I8: return 3;
+    default: return 4; /* KVP_DTYPE_I4: mm_pick takes no other quantized kind */
+    }
 }
 
 /* Flipped tiles (tile_flip) multiply x + 128: the weight's block sums take
@@ -311,13 +327,19 @@ static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y,
         return 0;
     if ((rc = mm_reserved(im, w, n_tok, err)) < 0)
         return rc;
-    uint32_t T = k->tile_tok, n_groups = (n_tok + T - 1) / T, nb = w->n_in / KVP_QK;
+    c.T = k->tile_tok, c.unit = k->tile_unit;
+    /* (AMX gathers 16 rows' block headers with 32-bit offsets) */
+    if (direct == 1 && c.quant && k->amx_min_tok && n_tok >= k->amx_min_tok && w->row_bytes < ((uint64_t)1 << 27)) {
+        c.mm = k->amx_mm[mm_kind(w)], c.amx = 1;
+        c.T = KVP_AMX_TOK, c.unit = 4;
+    }
+    uint32_t T = c.T, n_groups = (n_tok + T - 1) / T, nb = w->n_in / KVP_QK;
     if (c.quant) {
         c.xq = im->qbuf;
-        if (n_tok > k->few_tok) { /* some group goes through a tile */
-            c.tile_bytes = (size_t)nb * (T * KVP_QK + KVP_Q8_SCALES * sizeof(float));
+        if (n_tok > k->few_tok || c.amx) { /* some group goes through a tile */
+            c.tile_bytes = kvp_q8_tile_bytes(T, nb);
             c.tiles = im->tiles;
-            c.flip = mm_wants_wsum(k, w, direct);
+            c.flip = !c.amx && mm_wants_wsum(k, w, direct);
         }
         if (c.flip) {
             const cpu_weight *cw = w->dev;
@@ -340,7 +362,8 @@ static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y,
     uint32_t rows = (w->n_out + want - 1) / want;
     if ((n_tok > 8 || !direct) && rows > KVP_CPU_ROWBUF_ROWS)
         rows = KVP_CPU_ROWBUF_ROWS;
-    rows = (rows + KVP_MM_ROWS - 1) / KVP_MM_ROWS * KVP_MM_ROWS;
+    uint32_t unit_rows = c.amx ? 16 : KVP_MM_ROWS; /* AMX: whole tiles of 16 rows */
+    rows = (rows + unit_rows - 1) / unit_rows * unit_rows;
     c.rows_per_task = rows;
     c.n_row_tasks = (w->n_out + rows - 1) / rows;
     if (!direct) {
@@ -1164,12 +1187,15 @@ static int cpu_reserve(kvp_backend *b, const kvp_backend_reserve *r, kvp_err *er
     uint32_t nt = r->max_tok > im->res_tok ? r->max_tok : im->res_tok;
     uint32_t n_in = r->max_n_in > im->res_n_in ? r->max_n_in : im->res_n_in;
     uint32_t ctx = r->max_ctx > im->res_ctx ? r->max_ctx : im->res_ctx;
-    uint32_t T = im->k->tile_tok, nb = (n_in + KVP_QK - 1) / KVP_QK, nth = (uint32_t)im->n_threads;
-    size_t tile_bytes = (size_t)nb * (T * KVP_QK + KVP_Q8_SCALES * sizeof(float));
+    uint32_t nb = (n_in + KVP_QK - 1) / KVP_QK, nth = (uint32_t)im->n_threads;
+    /* the larger of the two tilings a step may take */
+    size_t tiles = kvp_q8_tile_bytes(im->k->tile_tok, nb) * ((nt + im->k->tile_tok - 1) / im->k->tile_tok);
+    size_t amx_tiles = kvp_q8_tile_bytes(KVP_AMX_TOK, nb) * ((nt + KVP_AMX_TOK - 1) / KVP_AMX_TOK);
     int rc;
+    if (im->k->amx_min_tok && amx_tiles > tiles)
+        tiles = amx_tiles;
     if ((rc = reserve_one(&im->qbuf, &im->qbuf_size, (size_t)nt * nb * sizeof(kvp_q8blk), "activations", err)) < 0 ||
-        (rc = reserve_one(&im->tiles, &im->tiles_size, tile_bytes * ((nt + T - 1) / T), "activation tiles",
-                          err)) < 0 ||
+        (rc = reserve_one(&im->tiles, &im->tiles_size, tiles, "activation tiles", err)) < 0 ||
         (rc = reserve_one(&im->runs, &im->runs_size, (size_t)nt * sizeof(attn_runrec), "attention runs", err)) < 0)
         return rc;
     im->res_tok = nt, im->res_n_in = n_in;
@@ -1272,7 +1298,9 @@ int kvp_backend_cpu_create(kvp_backend **out, int n_threads, unsigned flags, kvp
     b->ops = &cpu_ops;
     b->impl = im;
     im->k = NULL;
-    if (!(flags & KVP_CPU_PORTABLE) && !(flags & KVP_CPU_NO_VNNI))
+    if (!(flags & (KVP_CPU_PORTABLE | KVP_CPU_NO_VNNI | KVP_CPU_NO_AMX)))
+        im->k = kvp_cpu_kernels_amx();
+    if (!im->k && !(flags & KVP_CPU_PORTABLE) && !(flags & KVP_CPU_NO_VNNI))
         im->k = kvp_cpu_kernels_vnni();
     if (!im->k && !(flags & KVP_CPU_PORTABLE))
         im->k = kvp_cpu_kernels_avx2();

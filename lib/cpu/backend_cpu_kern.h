@@ -93,15 +93,28 @@ typedef struct kvp_mm_blk {
 } kvp_mm_blk;
 typedef void (*kvp_mm_fn)(const kvp_mm_blk *b);
 
-/* One token's activation blocks x[0..nb) into slot t of a tile of T (<= 8)
- * tokens, the layout the two-row kernels read.  xt (32-byte aligned): each
- * block's T * 32 quants, in groups of unit bytes (32: whole blocks; 4: four
- * elements; no other), group c of slot t at (c * T + t) * unit, each quant xor 0x80
- * (x + 128 as u8) when flip.  dxs: KVP_Q8_SCALES
- * slots a block, the tokens' d (f32) at t, s (f32) at 8 + t, sum(q) (i32)
- * at 16 + t; slots T..7 of each zero. */
+/* One token's activation blocks x[0..nb) into slot t of a tile of T (<= 8,
+ * or KVP_AMX_TOK) tokens, the layout the tile kernels read.  xt (32-byte
+ * aligned): each block's T * 32 quants, in groups of unit bytes (32: whole
+ * blocks; 4: four elements; no other), group c of slot t at (c * T + t) *
+ * unit, each quant xor 0x80 (x + 128 as u8) when flip.  dxs: 3 * S slots a
+ * block (S = kvp_q8_slots(T): KVP_Q8_SCALES floats up to 8 tokens), the
+ * tokens' d (f32) at t, s (f32) at S + t, sum(q) (i32) at 2S + t; slots
+ * T..S-1 of each zero. */
 void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb, uint32_t unit, int flip,
                          int8_t *xt, float *dxs);
+/* Slots a tile's scale table gives each of d, s and sum(q) a block. */
+static inline uint32_t kvp_q8_slots(uint32_t T) { return T > 8 ? T : 8; }
+/* Bytes of a tile of T tokens over nb blocks: its quants, then its scales. */
+static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
+{
+    return (size_t)nb * (T * KVP_QK + 3 * kvp_q8_slots(T) * sizeof(float));
+}
+
+/* AMX (backend_cpu_amx.c): a tile multiply takes 16 weight rows (one block
+ * each) by KVP_AMX_TOK tokens, their activations a tile of that many tokens
+ * in groups of 4 bytes, unflipped: the B operand of tdpbssd as it stands. */
+#define KVP_AMX_TOK 16
 
 /* Bytes of one K/V element of a cache dtype (f32, f16, bf16, fp8, i8). */
 static inline size_t kvp_cpu_kv_esize(int dtype) { return kvp_kv_esize(dtype); }
@@ -140,6 +153,13 @@ typedef struct kvp_cpu_kernels {
                        uint32_t hd, float *o);
     /* g = silu(g) * u = g / (1 + e^-g) * u */
     void (*silu_mul)(float *g, const float *u, size_t n);
+    /* AMX's prompt matmuls of the quantized kinds (NULL elsewhere), by kind
+     * (Q4_0, Q4_1, Q8_0, i8, i4): pieces of any nr by nt <= KVP_AMX_TOK
+     * tokens reading a KVP_AMX_TOK tile (xt, dxs), with the bits of this
+     * table's own quantized kernels.  Steps of fewer than amx_min_tok
+     * tokens leave them to those. */
+    kvp_mm_fn amx_mm[5];
+    uint32_t amx_min_tok;
 } kvp_cpu_kernels;
 
 extern const kvp_cpu_kernels kvp_cpu_kernels_portable;
@@ -147,6 +167,10 @@ extern const kvp_cpu_kernels kvp_cpu_kernels_portable;
 const kvp_cpu_kernels *kvp_cpu_kernels_avx2(void);
 /* NULL unless the CPU also has AVX512-VNNI and AVX512VL. */
 const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void);
+/* The VNNI table with AMX-INT8 for prompts: NULL unless the CPU has
+ * AMX-TILE and AMX-INT8 and the kernel grants this process the tile state
+ * (arch_prctl ARCH_REQ_XCOMP_PERM). */
+const kvp_cpu_kernels *kvp_cpu_kernels_amx(void);
 
 /* Row dequantization for the embedding lookup (any supported dtype). 0 or -1. */
 int kvp_cpu_dequant_row(int dtype, const void *src, float *dst, uint32_t n);

@@ -7,7 +7,9 @@
  *   read    GB/s   <GB/s>   (bytes read by THREADS threads)
  * and with DEPTH, generation continuing a DEPTH-token prompt:
  *   kvpipe  tg128@2048  <tokens/s>
- * Usage: bench_cpu MODEL THREADS PP TG REPS [DEPTH] */
+ * TG 0 measures prompts alone; KVP_BENCH_NO_AMX=1 keeps AMX out (the VNNI
+ * kernels take prompts: the same bits), for ppN with and without it.
+ * Usage: bench_cpu MODEL THREADS PP TG REPS [DEPTH [KV_DTYPE]] */
 #include "backend_cpu.h"
 #include "engine.h"
 #include "threadpool.h"
@@ -124,7 +126,10 @@ int main(int argc, char **argv)
     kvp_backend *be;
     kvp_kvcache *kc;
     kvp_engine *e;
-    if (kvp_model_load(&m, argv[1], &err) < 0 || kvp_backend_cpu_create(&be, threads, 0, &err) < 0)
+    /* KVP_BENCH_NO_AMX=1: the VNNI kernels where AMX would take prompts (same bits, for pp with and without) */
+    const char *no_amx = getenv("KVP_BENCH_NO_AMX");
+    unsigned flags = no_amx && !strcmp(no_amx, "1") ? KVP_CPU_NO_AMX : 0;
+    if (kvp_model_load(&m, argv[1], &err) < 0 || kvp_backend_cpu_create(&be, threads, flags, &err) < 0)
         die(&err);
     kvp_kvcache_opts o;
     kvp_kvcache_opts_init(&o);
@@ -150,6 +155,8 @@ int main(int argc, char **argv)
         double t1 = now();
         kvp_kvcache_seq_free(kc, s);
         best_pp = pp / (t1 - t0) > best_pp ? pp / (t1 - t0) : best_pp;
+        if (tg == 0) /* prompts only */
+            continue;
         double t = gen_after(e, kc, toks, 0, (uint32_t)tg, lg, V);
         best_tg = tg / t > best_tg ? tg / t : best_tg;
         if (depth > 0) { /* tg continuing a DEPTH-token prompt */
@@ -171,7 +178,8 @@ int main(int argc, char **argv)
         a[r] = b[n - 1 - (size_t)r];
     }
     printf("kvpipe\tpp%d\t%.2f\n", pp, best_pp);
-    printf("kvpipe\ttg%d\t%.2f\n", tg, best_tg);
+    if (tg > 0)
+        printf("kvpipe\ttg%d\t%.2f\n", tg, best_tg);
     if (depth > 0)
         printf("kvpipe\ttg%d@%d\t%.2f\n", tg, depth, best_deep);
     printf("memcpy\tGB/s\t%.2f\n", bw);

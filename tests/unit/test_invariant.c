@@ -4,7 +4,8 @@
  * prompt chunks, decodes, one with its very tokens), with its prompt cut
  * into chunks of 1, 3, 5, 7 and 64 tokens, and with 1, 2 and 3 threads.  For
  * each kernel set this CPU has (portable, AVX2, AVX512-VNNI: they differ
- * from each other), on tiny random models (Q4_1, Q8_0, Q4_0 and f16
+ * from each other; AMX, whose prompts' tiles and VNNI's decode kernels
+ * must agree), on tiny random models (Q4_1, Q8_0, Q4_0 and f16
  * weights; head and FFN sizes with SIMD tails; f16 and f32 caches; a
  * 600-token context, so decode splits its keys over chunks while the
  * prompt's tiles take them in turn) and on SmolLM2-135M when it is cached. */
@@ -168,12 +169,12 @@ done:
 }
 
 /* The kernel sets of this CPU: flags for each distinct one. */
-static int kernel_sets(unsigned fl[3])
+static int kernel_sets(unsigned fl[4])
 {
-    const unsigned all[3] = {0, KVP_CPU_NO_VNNI, KVP_CPU_PORTABLE};
-    const char *seen[3];
+    const unsigned all[4] = {0, KVP_CPU_NO_AMX, KVP_CPU_NO_VNNI, KVP_CPU_PORTABLE};
+    const char *seen[4];
     int n = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         kvp_err err = {0};
         kvp_backend *be;
         if (kvp_backend_cpu_create(&be, 1, all[i], &err) < 0)
@@ -245,7 +246,7 @@ int main(void)
         CHECK(0);
         return unit_done();
     }
-    unsigned fl[3];
+    unsigned fl[4];
     int n_fl = kernel_sets(fl);
     test_tiny(dir, fl, n_fl);
     test_smollm2(fl, n_fl);

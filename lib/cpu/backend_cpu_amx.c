@@ -1,0 +1,300 @@
+/* backend_cpu_amx.c - prompt matmuls of the quantized kinds (Q4_0, Q4_1,
+ * Q8_0, i8, i4) on AMX's tile unit, where the CPU has AMX-INT8 and the
+ * kernel grants this process the tile state.
+ *
+ * One tdpbssd multiplies 16 weight rows (a 32-element block of each, the A
+ * tile) by the same block of 16 tokens (the B tile: the activations
+ * interleaved by 4-byte groups, kvp_cpu_q8_tile_put) into the 256 exact i32
+ * block dot products.  What follows is the VNNI kernels' float arithmetic
+ * term for term (backend_cpu_x86_vnni.inc): for each row and token, over the
+ * blocks in order, acc = fma(float(dot), dx * dw, acc); the minimum terms
+ * (Q4_1's m, the scaled kinds' -z * scale) in a chain of their own,
+ * fma(m, s, ma); then acc + ma.  So this table gives the VNNI table's bits,
+ * and a token's outputs are the same whether a prompt's tile or a decode
+ * step's few-token kernel computed them (batch invariance).
+ *
+ * Q8_0 and i8 rows are read by the tile load straight from the weight (a
+ * block's 32 quants at a fixed stride from row to row); the nibble kinds are
+ * unpacked to signed bytes first (Q4_0 and i4 as q - 8, Q4_1 as 0..15), 16
+ * rows a block, into a buffer the tile load reads.  No weight is repacked,
+ * so a model takes no more memory with AMX than without.
+ */
+#include "backend_cpu_kern.h"
+#include "tensor.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || (defined(__clang__) && __clang_major__ >= 12))
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define KVP_AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+
+/* Tiles, two sets so one block's multiply runs while the block before is
+ * stored and scaled: 0 and 3 the sums (16 rows of 16 i32), 1 and 4 the
+ * weight rows (16 rows of 32 bytes), 2 and 5 the tokens (8 rows of 16
+ * tokens' 4-byte groups). */
+typedef struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+_Static_assert(sizeof(amx_cfg) == 64, "the tile configuration is 64 bytes");
+
+/* The tile loads, stores and configuration as asm that tells the compiler
+ * they touch memory: GCC's intrinsics pass only the address (and
+ * ldtilecfg's first 8 bytes), so it could drop the stores a tile load reads
+ * or read a buffer before tilestored writes it. */
+#define AMX_LOADD(t, base, stride) \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"((long)(stride)) : "memory")
+#define AMX_STORED(t, base, stride) \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((long)(stride)) : "memory")
+#define AMX_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define AMX_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+enum { AMX_ROWS = 16, AMX_T = KVP_AMX_TOK, AMX_S = AMX_T /* kvp_q8_slots(AMX_T) */ };
+_Static_assert(AMX_T == 16, "a B tile row is 16 tokens of 4 bytes");
+
+KVP_AMX static void amx_config(void)
+{
+    amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int s = 0; s < 6; s += 3) {
+        c.rows[s] = AMX_ROWS, c.colsb[s] = AMX_T * 4;
+        c.rows[s + 1] = AMX_ROWS, c.colsb[s + 1] = KVP_QK;
+        c.rows[s + 2] = KVP_QK / 4, c.colsb[s + 2] = AMX_T * 4;
+    }
+    __asm__ volatile("ldtilecfg %0" ::"m"(c));
+}
+
+/* Kind numbers as in amx_mm: Q4_0 0, Q4_1 1, Q8_0 2, i8 3, i4 4. */
+#define AMX_BB(kind) ((kind) == 0 ? sizeof(kvp_blk_q4_0) : (kind) == 1 ? sizeof(kvp_blk_q4_1) \
+                      : (kind) == 2 ? sizeof(kvp_blk_q8_0) : (kind) == 3 ? 32u : 16u)
+#define AMX_QOFF(kind) ((kind) == 1 ? 4u : (kind) <= 2 ? 2u : 0u)
+
+/* Two rows' nibble blocks p0, p1 as 64 signed bytes, row p0's 32 first:
+ * Q4_0/Q4_1 byte j holds element j (low nibble) and j + 16 (high); i4 byte
+ * k holds elements 2k (low) and 2k + 1 (high), stored xor 8.  Q4_0 and i4
+ * become q - 8, Q4_1 stays 0..15. */
+KVP_AMX static inline __m512i unpack2(int kind, const uint8_t *p0, const uint8_t *p1)
+{
+    const __m128i a = _mm_loadu_si128((const __m128i *)p0), b = _mm_loadu_si128((const __m128i *)p1);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512i v;
+    if (kind == 4) {
+        /* lanes: a, a, b, b; low nibbles and high nibbles interleaved */
+        __m512i raw = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(a, a)), _mm256_set_m128i(b, b), 1);
+        __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        /* lane 0: elements 0..15 (bytes 0..7), lane 1: 16..31 (bytes 8..15) */
+        __m512i l = _mm512_unpacklo_epi8(lo, hi), h = _mm512_unpackhi_epi8(lo, hi);
+        v = _mm512_mask_blend_epi64(0xcc, l, h); /* lanes 1 and 3 from the high unpack */
+        return _mm512_sub_epi8(_mm512_xor_si512(v, _mm512_set1_epi8(8)), _mm512_set1_epi8(8));
+    }
+    __m512i raw = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(a, a)), _mm256_set_m128i(b, b), 1);
+    v = _mm512_and_si512(_mm512_srlv_epi32(raw, _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4)),
+                         m4);
+    return kind == 0 ? _mm512_sub_epi8(v, _mm512_set1_epi8(8)) : v;
+}
+
+/* Row m's scale dw and minimum term mw for block blk (mw 0 where the kind
+ * has none); offs: the rows' byte offsets from wr[0]. */
+KVP_AMX static inline void block_scales(int kind, const kvp_mm_blk *b, const uint8_t *const *wr, const uint32_t *ri,
+                                        __m512i offs, uint32_t blk, float *dw, float *mw)
+{
+    if (kind >= 3) {
+        uint32_t g = blk / (b->g / KVP_QK);
+        for (int m = 0; m < AMX_ROWS; m++) {
+            float d = b->sc[(size_t)ri[m] * b->sc_stride + g];
+            dw[m] = d;
+            if (mw)
+                mw[m] = b->zp ? -b->zp[(size_t)ri[m] * b->sc_stride + g] * d : 0.0f;
+        }
+        return;
+    }
+    /* each row's block header (f16 d, then Q4_1's f16 m) in one gather */
+    __m512i h = _mm512_i32gather_epi32(offs, wr[0] + (size_t)blk * AMX_BB(kind), 1);
+    _mm512_store_ps(dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+    if (mw)
+        _mm512_store_ps(mw, kind == 1 ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)))
+                                      : _mm512_setzero_ps());
+}
+
+/* Block blk's A operand into tile A: straight from the weight for the
+ * signed kinds when all 16 rows are there, else through abuf (nibbles
+ * unpacked; a short piece's rows repeat its last). */
+#define AMX_LOAD_A(A, kind, direct, wr, o, stride, abuf)                                                          \
+    do {                                                                                                           \
+        if (direct) {                                                                                              \
+            AMX_LOADD(A, (wr)[0] + (o), (long)(stride));                                                         \
+        } else {                                                                                                   \
+            fill_a(kind, wr, o, abuf);                                                                             \
+            AMX_LOADD(A, abuf, KVP_QK);                                                                          \
+        }                                                                                                          \
+    } while (0)
+
+KVP_AMX static inline void fill_a(int kind, const uint8_t *const *wr, size_t o, int8_t *abuf)
+{
+    for (int m = 0; m < AMX_ROWS; m += 2) {
+        __m512i v;
+        if (kind == 2 || kind == 3) /* a short piece's signed rows */
+            v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wr[m] + o))),
+                                   _mm256_loadu_si256((const __m256i *)(wr[m + 1] + o)), 1);
+        else
+            v = unpack2(kind, wr[m] + o, wr[m + 1] + o);
+        _mm512_store_si512((__m512i *)(abuf + m * KVP_QK), v);
+    }
+}
+
+/* The float step of block blk: each row's exact dots (cbuf, tokens in
+ * lanes) into its sum, acc = fma(dot, dx * dw, acc), as VNNI does. */
+KVP_AMX __attribute__((always_inline)) static inline void amx_scale(const int32_t *cbuf, __m512 dx, const float *dw,
+                                                                    __m512 *acc)
+{
+    _Pragma("GCC unroll 16") for (int m = 0; m < AMX_ROWS; m++) {
+        __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512((const __m512i *)(cbuf + m * AMX_T)));
+        acc[m] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dx, _mm512_set1_ps(dw[m])), acc[m]);
+    }
+}
+
+/* Rows r0 .. r0+15 of the piece (those past nr repeat its last) by its
+ * tokens: out[m][t].  Blocks go in pairs on the two tile sets: the second
+ * block's multiply is issued before the first's sums are stored and
+ * scaled, so the tile unit and the vector units overlap. */
+KVP_AMX __attribute__((always_inline)) static inline void amx_rows(int kind, const kvp_mm_blk *b, uint32_t r0,
+                                                                   float (*out)[AMX_T])
+{
+    const size_t bb = AMX_BB(kind), qoff = AMX_QOFF(kind);
+    const uint32_t nb = b->n / KVP_QK, nr = b->nr - r0 < AMX_ROWS ? b->nr - r0 : AMX_ROWS;
+    const int has_m = kind == 1 || (kind >= 3 && b->zp);
+    const int direct = (kind == 2 || kind == 3) && nr == AMX_ROWS;
+    const uint8_t *wr[AMX_ROWS];
+    uint32_t ri[AMX_ROWS];
+    _Alignas(64) int32_t off[AMX_ROWS];
+    for (uint32_t m = 0; m < AMX_ROWS; m++) {
+        ri[m] = r0 + (m < nr ? m : nr - 1);
+        wr[m] = b->w + (size_t)ri[m] * b->w_stride;
+        off[m] = (int32_t)((ri[m] - r0) * b->w_stride); /* < 2^31: mm_setup's bound */
+    }
+    const __m512i offs = _mm512_load_si512((const __m512i *)off);
+    _Alignas(64) int8_t abuf[2][AMX_ROWS * KVP_QK];
+    _Alignas(64) int32_t cbuf[2][AMX_ROWS * AMX_T];
+    _Alignas(64) float dw[AMX_ROWS];
+    const int8_t *xt = b->xt;
+    const float *dxs = b->dxs;
+    __m512 acc[AMX_ROWS];
+    _Pragma("GCC unroll 16") for (int m = 0; m < AMX_ROWS; m++)
+        acc[m] = _mm512_setzero_ps();
+    for (uint32_t blk = 0; blk < nb; blk += 2) {
+        const int two = blk + 1 < nb;
+        const size_t o = (size_t)blk * bb + qoff;
+        AMX_LOAD_A(1, kind, direct, wr, o, b->w_stride, abuf[0]);
+        AMX_LOADD(2, xt + (size_t)blk * AMX_T * KVP_QK, AMX_T * 4);
+        AMX_ZERO(0);
+        AMX_DPBSSD(0, 1, 2);
+        if (two) {
+            AMX_LOAD_A(4, kind, direct, wr, o + bb, b->w_stride, abuf[1]);
+            AMX_LOADD(5, xt + (size_t)(blk + 1) * AMX_T * KVP_QK, AMX_T * 4);
+            AMX_ZERO(3);
+            AMX_DPBSSD(3, 4, 5);
+        }
+        AMX_STORED(0, cbuf[0], AMX_T * 4);
+        block_scales(kind, b, wr, ri, offs, blk, dw, NULL);
+        amx_scale(cbuf[0], _mm512_loadu_ps(dxs + (size_t)blk * 3 * AMX_S), dw, acc);
+        if (two) {
+            AMX_STORED(3, cbuf[1], AMX_T * 4);
+            block_scales(kind, b, wr, ri, offs, blk + 1, dw, NULL);
+            amx_scale(cbuf[1], _mm512_loadu_ps(dxs + (size_t)(blk + 1) * 3 * AMX_S), dw, acc);
+        }
+    }
+    /* the minimum terms' chain (zero without one: acc + 0 as VNNI adds it) */
+    __m512 ma[AMX_ROWS];
+    _Pragma("GCC unroll 16") for (int m = 0; m < AMX_ROWS; m++)
+        ma[m] = _mm512_setzero_ps();
+    if (has_m) {
+        _Alignas(64) float mw[AMX_ROWS];
+        for (uint32_t blk = 0; blk < nb; blk++) {
+            block_scales(kind, b, wr, ri, offs, blk, dw, mw);
+            const __m512 sx = _mm512_loadu_ps(dxs + (size_t)blk * 3 * AMX_S + AMX_S);
+            _Pragma("GCC unroll 16") for (int m = 0; m < AMX_ROWS; m++)
+                ma[m] = _mm512_fmadd_ps(_mm512_set1_ps(mw[m]), sx, ma[m]);
+        }
+    }
+    _Pragma("GCC unroll 16") for (int m = 0; m < AMX_ROWS; m++)
+        _mm512_store_ps(out[m], _mm512_add_ps(acc[m], ma[m]));
+}
+
+/* A piece: its rows 16 at a time, the outputs of its nt tokens kept. */
+KVP_AMX __attribute__((always_inline)) static inline void amx_mm(int kind, const kvp_mm_blk *b)
+{
+    _Alignas(64) float out[AMX_ROWS][AMX_T];
+    amx_config();
+    const __m512i col = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(AMX_T));
+    for (uint32_t r0 = 0; r0 < b->nr; r0 += AMX_ROWS) {
+        amx_rows(kind, b, r0, out);
+        if (b->nr - r0 >= AMX_ROWS) /* token t's 16 outputs: column t of out */
+            for (uint32_t t = 0; t < b->nt; t++)
+                _mm512_storeu_ps(b->y + (size_t)t * b->ldy + r0, _mm512_i32gather_ps(col, &out[0][t], 4));
+        else
+            for (uint32_t t = 0; t < b->nt; t++)
+                for (uint32_t m = 0; r0 + m < b->nr; m++)
+                    b->y[(size_t)t * b->ldy + r0 + m] = out[m][t];
+    }
+    __asm__ volatile("tilerelease" ::);
+}
+
+KVP_AMX static void amx_q4_0(const kvp_mm_blk *b) { amx_mm(0, b); }
+KVP_AMX static void amx_q4_1(const kvp_mm_blk *b) { amx_mm(1, b); }
+KVP_AMX static void amx_q8_0(const kvp_mm_blk *b) { amx_mm(2, b); }
+KVP_AMX static void amx_i8(const kvp_mm_blk *b) { amx_mm(3, b); }
+KVP_AMX static void amx_i4(const kvp_mm_blk *b) { amx_mm(4, b); }
+
+/* Steps of fewer tokens than this stay on the VNNI kernels. */
+#define KVP_AMX_MIN_TOK 16
+
+static kvp_cpu_kernels kernels_amx;
+static int amx_ok;
+
+/* CPUID leaf 7: EDX bit 24 AMX-TILE, bit 25 AMX-INT8; XCR0 bits 17 and 18
+ * the tile state the OS saves; then the kernel's grant (Linux 5.16+): the
+ * tile data is off until a process asks for it. */
+static void amx_init(void)
+{
+    const kvp_cpu_kernels *v = kvp_cpu_kernels_vnni();
+    unsigned a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (!v || !(d >> 24 & 1) || !(d >> 25 & 1))
+        return;
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo >> 17 & 3) != 3)
+        return;
+#ifdef SYS_arch_prctl
+    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) != 0)
+        return;
+#else
+    return;
+#endif
+    kernels_amx = *v;
+    kernels_amx.isa = "avx2+fma+f16c+avx512vnni+amx-int8";
+    kernels_amx.amx_mm[0] = amx_q4_0, kernels_amx.amx_mm[1] = amx_q4_1, kernels_amx.amx_mm[2] = amx_q8_0;
+    kernels_amx.amx_mm[3] = amx_i8, kernels_amx.amx_mm[4] = amx_i4;
+    kernels_amx.amx_min_tok = KVP_AMX_MIN_TOK;
+    amx_ok = 1;
+}
+
+const kvp_cpu_kernels *kvp_cpu_kernels_amx(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, amx_init);
+    return amx_ok ? &kernels_amx : NULL;
+}
+
+#else
+
+const kvp_cpu_kernels *kvp_cpu_kernels_amx(void) { return NULL; }
+
+#endif
