@@ -165,6 +165,12 @@ void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb
     }
 }
 
+void kvp_cpu_f32_tile_put(const float *x, uint32_t t, uint32_t T, uint32_t n, float *xt)
+{
+    for (uint32_t i = 0; i + 8 <= n; i += 8)
+        memcpy(xt + (size_t)i * T + 8 * t, x + i, 8 * sizeof(float));
+}
+
 /* The tiles' preparation.  Task g quantizes tokens g*T .. g*T+T-1 (T =
  * tile_tok; the last group may be short, its tile's other slots zero) to
  * 8-bit blocks and puts them into its tile: one task a tile, as tokens of
@@ -179,6 +185,11 @@ static void mm_prep_task(void *ctxp, int task, int thread)
     int8_t *xt = c->tiles ? (int8_t *)(c->tiles + (size_t)task * c->tile_bytes) : NULL;
     if (xt && t1 - t0 < T)
         memset(xt, 0, c->tile_bytes);
+    if (!c->quant) { /* a float tile */
+        for (uint32_t t = t0; t < t1; t++)
+            kvp_cpu_f32_tile_put(c->x + (size_t)t * w->n_in, t - t0, T, w->n_in, (float *)xt);
+        return;
+    }
     for (uint32_t t = t0; t < t1; t++) {
         kvp_q8blk *xq = (kvp_q8blk *)c->xq + (size_t)t * nb;
         c->k->quant_q8(c->x + (size_t)t * w->n_in, xq, w->n_in);
@@ -223,7 +234,7 @@ static void mm_task(void *ctxp, int task, int thread)
         }
         b.xq = xq, b.xf = xf;
         b.xt = c->tiles ? (const int8_t *)(c->tiles + (size_t)(t / T) * c->tile_bytes) : NULL;
-        b.dxs = b.xt ? (const float *)(b.xt + (size_t)nb * T * KVP_QK) : NULL;
+        b.dxs = b.xt && c->quant ? (const float *)(b.xt + (size_t)nb * T * KVP_QK) : NULL;
         for (uint32_t r = r0; r < r1; r += piece) {
             b.nr = r1 - r < piece ? r1 - r : piece;
             b.w = w0 + (size_t)(r - rw) * b.w_stride;
@@ -347,6 +358,12 @@ static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y,
                 return kvp_err_set(err, KVP_EINVAL, "%s: weight was not prepared (prepare_weight)", wname(w));
             c.wsum = cw->wsum;
         }
+        if (prep)
+            kvp_threadpool_run(n_groups > 1 ? im->pool : NULL, mm_prep_task, &c, (int)n_groups);
+    } else if (direct == 1 && k->float_tile && n_tok > 2 && w->n_in >= 8 &&
+               (w->dtype == KVP_DTYPE_F32 || w->dtype == KVP_DTYPE_F16 || w->dtype == KVP_DTYPE_BF16)) {
+        c.tile_bytes = kvp_f32_tile_bytes(T, w->n_in);
+        c.tiles = im->tiles;
         if (prep)
             kvp_threadpool_run(n_groups > 1 ? im->pool : NULL, mm_prep_task, &c, (int)n_groups);
     }
@@ -1192,8 +1209,11 @@ static int cpu_reserve(kvp_backend *b, const kvp_backend_reserve *r, kvp_err *er
     size_t tiles = kvp_q8_tile_bytes(im->k->tile_tok, nb) * ((nt + im->k->tile_tok - 1) / im->k->tile_tok);
     size_t amx_tiles = kvp_q8_tile_bytes(KVP_AMX_TOK, nb) * ((nt + KVP_AMX_TOK - 1) / KVP_AMX_TOK);
     int rc;
+    size_t f_tiles = kvp_f32_tile_bytes(im->k->tile_tok, n_in) * ((nt + im->k->tile_tok - 1) / im->k->tile_tok);
     if (im->k->amx_min_tok && amx_tiles > tiles)
         tiles = amx_tiles;
+    if (im->k->float_tile && f_tiles > tiles)
+        tiles = f_tiles;
     if ((rc = reserve_one(&im->qbuf, &im->qbuf_size, (size_t)nt * nb * sizeof(kvp_q8blk), "activations", err)) < 0 ||
         (rc = reserve_one(&im->tiles, &im->tiles_size, tiles, "activation tiles", err)) < 0 ||
         (rc = reserve_one(&im->runs, &im->runs_size, (size_t)nt * sizeof(attn_runrec), "attention runs", err)) < 0)

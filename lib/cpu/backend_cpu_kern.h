@@ -103,6 +103,13 @@ typedef void (*kvp_mm_fn)(const kvp_mm_blk *b);
  * T..S-1 of each zero. */
 void kvp_cpu_q8_tile_put(const kvp_q8blk *x, uint32_t t, uint32_t T, uint32_t nb, uint32_t unit, int flip,
                          int8_t *xt, float *dxs);
+/* A float tile: token t's elements i < n & ~7 of a group of T tokens at
+ * xt[(i / 8) * 8T + 8t + i % 8], 8-element steps of the T tokens side by
+ * side (a run's activations a step from one pointer); tokens past the
+ * group's last zero. */
+void kvp_cpu_f32_tile_put(const float *x, uint32_t t, uint32_t T, uint32_t n, float *xt);
+static inline size_t kvp_f32_tile_bytes(uint32_t T, uint32_t n) { return (size_t)(n & ~7u) * T * sizeof(float); }
+
 /* Slots a tile's scale table gives each of d, s and sum(q) a block. */
 static inline uint32_t kvp_q8_slots(uint32_t T) { return T > 8 ? T : 8; }
 /* Bytes of a tile of T tokens over nb blocks: its quants, then its scales. */
@@ -160,6 +167,9 @@ typedef struct kvp_cpu_kernels {
      * tokens leave them to those. */
     kvp_mm_fn amx_mm[5];
     uint32_t amx_min_tok;
+    /* Float matmuls (f32, f16, bf16) of more than 2 tokens read a float
+     * tile (kvp_cpu_f32_tile_put) as xt, beside xf (the wide runs). */
+    int float_tile;
 } kvp_cpu_kernels;
 
 extern const kvp_cpu_kernels kvp_cpu_kernels_portable;
@@ -167,7 +177,11 @@ extern const kvp_cpu_kernels kvp_cpu_kernels_portable;
 const kvp_cpu_kernels *kvp_cpu_kernels_avx2(void);
 /* NULL unless the CPU also has AVX512-VNNI and AVX512VL. */
 const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void);
-/* The VNNI table with AMX-INT8 for prompts: NULL unless the CPU has
+/* Into a copy of the VNNI table: its float matmuls with prompts on 512-bit
+ * FMAs, the same bits (backend_cpu_x86_wide.inc); for CPUs with two 512-bit
+ * FMA units. */
+void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k);
+/* The VNNI table with AMX-INT8 for prompts (and wide float prompts): NULL unless the CPU has
  * AMX-TILE and AMX-INT8 and the kernel grants this process the tile state
  * (arch_prctl ARCH_REQ_XCOMP_PERM). */
 const kvp_cpu_kernels *kvp_cpu_kernels_amx(void);

@@ -31,8 +31,15 @@ const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void)
     return NULL;
 }
 
+void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k)
+{
+    k->mm_f32 = mm_f32_wide, k->mm_f16 = mm_f16_wide, k->mm_bf16 = mm_bf16_wide;
+    k->float_tile = 1;
+}
+
 #else
 
 const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void) { return NULL; }
+void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k) { (void)k; }
 
 #endif

@@ -1,9 +1,10 @@
-/* test_amx.c - the AMX prompt matmuls against the VNNI kernels: the same
- * bits for every quantized kind (Q4_0, Q4_1, Q8_0, i8 and i4, with and
- * without zero points), every token count around a tile's 16, rows that are
- * not whole tiles, one thread and two; and each token's outputs in a
- * prompt-sized step the bits it gets alone (a decode step), so AMX keeps
- * the batch invariance backend_cpu_kern.h promises.  Skipped, with a line,
+/* test_amx.c - the AMX table's prompt matmuls against the VNNI table's: the
+ * same bits for every quantized kind (Q4_0, Q4_1, Q8_0, i8 and i4, with and
+ * without zero points; AMX tiles) and float kind (f32, f16, bf16; 512-bit
+ * runs), every token count around a tile's 16, rows that are not whole
+ * tiles, float rows with a tail, one thread and two; and each token's
+ * outputs in a prompt-sized step the bits it gets alone (a decode step), so
+ * the table keeps the batch invariance backend_cpu_kern.h promises.  Skipped, with a line,
  * where the CPU has no AMX-INT8 or the kernel does not grant it. */
 #include "backend_cpu.h"
 #include "backend_cpu_kern.h"
@@ -17,7 +18,7 @@
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static float frand(void) { return unit_frand(&rng_state); }
 
-enum { N_IN = 2240, N_OUT = 100, MAX_TOK = 70 };
+enum { N_IN = 2240, N_IN_F = 2237, N_OUT = 100, MAX_TOK = 70 };
 
 /* A weight of kind dt: random quants, small finite scales; the scaled
  * kinds with scales (and zero points when zp) of group 64. */
@@ -31,11 +32,19 @@ static void make_weight(test_w *t, int dt, int zp)
 {
     memset(t, 0, sizeof *t);
     kvp_weight *w = &t->w;
-    w->name = kvp_dtype_name((uint32_t)dt), w->dtype = dt, w->n_in = N_IN, w->n_out = N_OUT;
-    w->row_bytes = kvp_dtype_row_bytes((uint32_t)dt, N_IN);
+    int fl = dt == KVP_DTYPE_F32 || dt == KVP_DTYPE_F16 || dt == KVP_DTYPE_BF16;
+    w->name = kvp_dtype_name((uint32_t)dt), w->dtype = dt, w->n_in = fl ? N_IN_F : N_IN, w->n_out = N_OUT;
+    w->row_bytes = kvp_dtype_row_bytes((uint32_t)dt, w->n_in);
     t->data = malloc(w->row_bytes * N_OUT);
     for (size_t i = 0; i < w->row_bytes * N_OUT; i++)
         t->data[i] = (uint8_t)(frand() * 128.0f + 128.0f);
+    for (size_t i = 0; fl && i < (size_t)w->n_in * N_OUT; i++) {
+        float v = frand();
+        if (dt == KVP_DTYPE_F32)
+            memcpy(t->data + 4 * i, &v, 4);
+        else
+            kvp_put16(t->data + 2 * i, dt == KVP_DTYPE_F16 ? kvp_f32_to_f16(v) : kvp_f32_to_bf16(v));
+    }
     size_t bb = dt == KVP_DTYPE_Q4_0 ? 18 : dt == KVP_DTYPE_Q4_1 ? 20 : dt == KVP_DTYPE_Q8_0 ? 34 : 0;
     for (size_t o = 0; bb && o < w->row_bytes * N_OUT; o += bb)
         for (size_t k = 0; k < (dt == KVP_DTYPE_Q4_1 ? 2u : 1u); k++)
@@ -87,7 +96,7 @@ static int run(unsigned flags, int threads, kvp_weight *w, const float *x, uint3
 static void test_kind(int dt, int zp, const float *x)
 {
     static float ya[MAX_TOK * N_OUT], yv[MAX_TOK * N_OUT], y1[N_OUT];
-    const uint32_t counts[] = {16, 17, 31, 32, 33, 40, 64, 70};
+    const uint32_t counts[] = {3, 8, 15, 16, 17, 31, 32, 33, 40, 64, 70};
     test_w t;
     make_weight(&t, dt, zp);
     const char *what = zp ? "with zero points" : "";
@@ -101,7 +110,7 @@ static void test_kind(int dt, int zp, const float *x)
             }
             CHECK_MSG(isa && strstr(isa, "amx"), "%s: the default backend is %s, not AMX", t.w.name, isa);
             size_t bad = 0, first = 0;
-            for (size_t i = 0; i < (size_t)nt * N_OUT; i++)
+            for (size_t i = 0; i < (size_t)nt * N_OUT; i++) /* (floats: weights and x read at n_in 2237) */
                 if (memcmp(&ya[i], &yv[i], sizeof(float)) != 0 && !bad++)
                     first = i;
             CHECK_MSG(bad == 0, "%s %s, %u tokens, %d threads: %zu outputs differ from VNNI's, first token %zu row %zu "
@@ -111,7 +120,7 @@ static void test_kind(int dt, int zp, const float *x)
         /* each token as a decode step alone: the bits the prompt gave it */
         size_t bad = 0;
         for (uint32_t tok = 0; tok < nt; tok += 13) {
-            if (run(0, 1, &t.w, x + (size_t)tok * N_IN, 1, y1, NULL) < 0) {
+            if (run(0, 1, &t.w, x + (size_t)tok * t.w.n_in, 1, y1, NULL) < 0) {
                 CHECK(0);
                 break;
             }
@@ -155,8 +164,9 @@ int main(void)
     float *x = malloc(sizeof(float) * MAX_TOK * N_IN);
     for (size_t i = 0; i < (size_t)MAX_TOK * N_IN; i++)
         x[i] = frand() * (float)(1 + i % 3);
-    const int kinds[] = {KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1, KVP_DTYPE_Q8_0, KVP_DTYPE_I8, KVP_DTYPE_I4};
-    for (int k = 0; k < 5; k++) {
+    const int kinds[] = {KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1, KVP_DTYPE_Q8_0, KVP_DTYPE_I8,
+                         KVP_DTYPE_I4,   KVP_DTYPE_F32,  KVP_DTYPE_F16,  KVP_DTYPE_BF16};
+    for (int k = 0; k < 8; k++) {
         test_kind(kinds[k], 0, x);
         if (kinds[k] == KVP_DTYPE_I8 || kinds[k] == KVP_DTYPE_I4)
             test_kind(kinds[k], 1, x);
