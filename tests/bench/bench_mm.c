@@ -8,7 +8,8 @@
  * last-level cache to see a generation step as it runs on a real model:
  * every call then reads the weight from memory.  Prints one TSV line per
  * token count 1..MAX_TOK: tokens, ms a call (best of 7 rounds of several
- * calls), the weight's GB/s, and the call's cost over a one-token call. */
+ * calls), the weight's GB/s, and the call's cost over a one-token call.
+ * KVP_BENCH_NO_AMX=1 keeps AMX out (backend_cpu.h). */
 #include "bench.h"
 #include "backend_cpu.h"
 #include "tensor.h"
@@ -84,7 +85,10 @@ int main(int argc, char **argv)
         x[i] = bench_frand(&s);
     kvp_weight w = {.name = "bench", .dtype = dtype, .n_in = n_in, .n_out = n_out, .row_bytes = row, .data = data};
     kvp_backend_reserve r = {.max_tok = max_tok, .max_n_in = n_in};
-    if (kvp_backend_cpu_create(&be, threads, 0, &err) < 0 || be->ops->prepare_weight(be, &w, &err) < 0 ||
+    /* KVP_BENCH_NO_AMX=1: the VNNI kernels where AMX would take the call */
+    const char *no_amx = getenv("KVP_BENCH_NO_AMX");
+    unsigned flags = no_amx && !strcmp(no_amx, "1") ? KVP_CPU_NO_AMX : 0;
+    if (kvp_backend_cpu_create(&be, threads, flags, &err) < 0 || be->ops->prepare_weight(be, &w, &err) < 0 ||
         be->ops->reserve(be, &r, &err) < 0) {
         fprintf(stderr, "bench_mm: %s\n", err.msg);
         return 1;

@@ -96,7 +96,7 @@ static int run(unsigned flags, int threads, kvp_weight *w, const float *x, uint3
 static void test_kind(int dt, int zp, const float *x)
 {
     static float ya[MAX_TOK * N_OUT], yv[MAX_TOK * N_OUT], y1[N_OUT];
-    const uint32_t counts[] = {3, 8, 15, 16, 17, 31, 32, 33, 40, 64, 70};
+    const uint32_t counts[] = {3, 5, 6, 8, 15, 16, 17, 31, 32, 33, 40, 64, 70};
     test_w t;
     make_weight(&t, dt, zp);
     const char *what = zp ? "with zero points" : "";
