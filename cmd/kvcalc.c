@@ -99,7 +99,7 @@ static sweep_opt sweeps[SW_COUNT] = {
     [SW_HEAD_DIM] = {"head-dim", K_INT, 1, 65536, NULL, NULL, 0},
     [SW_HIDDEN] = {"hidden", K_INT, 1, 1048576, NULL, NULL, 0},
     [SW_VOCAB] = {"vocab", K_INT, 0, 16777216, NULL, NULL, 0},
-    [SW_FFN] = {"ffn", K_INT, 0, 16777216, NULL, NULL, 0},
+    [SW_FFN] = {"ffn", K_INT, 1, 16777216, NULL, NULL, 0},
     [SW_EXPERTS] = {"experts", K_INT, 0, 65536, NULL, NULL, 0},
     [SW_EXPERTS_USED] = {"experts-used", K_INT, 1, 65536, NULL, NULL, 0},
     [SW_WINDOW] = {"window", K_INT, 0, 4294967295.0, NULL, NULL, 0},
@@ -1303,7 +1303,12 @@ int main(int argc, char **argv)
     int list_m = 0, list_g = 0, seed_given = 0, prefix_given = 0, opt;
     while ((opt = getopt_long(argc, argv, "m:g:s:b:hV", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'm': model = optarg; break;
+        case 'm':
+            /* no preset or file has it: a usage error, not "neither a preset nor a file" */
+            if (!*optarg)
+                kvp_cli_usage_error("--model: an empty name (a preset, kvcalc --list-models, or a model file)");
+            model = optarg;
+            break;
         case 'g': gpu = optarg; not_for_check = "--gpu"; break;
         case 's': sweeps[SW_SEQ_LEN].spec = optarg; break;
         case 'b': sweeps[SW_BATCH].spec = optarg; break;
@@ -1316,7 +1321,14 @@ int main(int argc, char **argv)
         case OPT_KV_DTYPE: kv_dtype = optarg; break;
         case OPT_WEIGHT_DTYPE: weight_dtype = optarg; not_for_check = "--weight-dtype"; break;
         case OPT_EMBED_DTYPE: embed_dtype = optarg; not_for_check = "--embed-dtype"; break;
-        case OPT_LENGTHS: lengths = optarg; not_for_check = "--lengths"; break;
+        case OPT_LENGTHS:
+            /* else read as a file named "": "No such file or directory", exit 1 */
+            if (!*optarg)
+                kvp_cli_usage_error("--lengths: an empty spec (a file of lengths, uniform:A:B, normal:MEAN:SD or "
+                                    "lognormal:MU:SIGMA)");
+            lengths = optarg;
+            not_for_check = "--lengths";
+            break;
         case OPT_SEED:
             R.seed = opt_whole("--seed", optarg, INT64_MAX);
             seed_given = 1;

@@ -478,4 +478,26 @@ expect_status 2 "--lengths with --tsv exits 2"
 run kvcalc --help
 expect_out_has "not --tsv" "--help says --lengths does not go with --tsv"
 
+# ---- an empty name is a usage error that says so, as kvp_cli_opt_path's are ----
+run kvcalc -m '' -g h200
+expect_status 2 "-m '' exits 2"
+expect_err_has "kvcalc: --model: an empty name (a preset" "and says the model's name is empty"
+run kvcalc --check "$T/none.json" -m ''
+expect_status 2 "--check with -m '' exits 2"
+expect_err_has "kvcalc: --model: an empty name" "the same message"
+run kvcalc -m llama-3-8b -g h200 --lengths ''
+expect_status 2 "--lengths '' exits 2 (it was read as a file named '': exit 1)"
+expect_err_has "kvcalc: --lengths: an empty spec (a file of lengths, uniform:A:B" "and says the spec is empty"
+
+# ---- a zero FFN width is no model's shape: refused like --layers 0 ----
+run kvcalc -m llama-3-8b --ffn 0
+expect_status 2 "--ffn 0 exits 2"
+expect_err_has "kvcalc: --ffn: 0 is out of range (1..16777216)" "and names the option"
+run kvcalc --layers 2 --hidden 64 --heads 4 --ffn 0:256:128 --tsv
+expect_status 2 "a --ffn sweep from 0 exits 2"
+expect_out_empty "nothing printed"
+run kvcalc -m llama-3-8b --ffn 1 --json
+expect_status 0 "--ffn 1 plans"
+expect_field n_ff 1 "with an FFN width of 1"
+
 done_testing
