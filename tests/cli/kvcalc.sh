@@ -499,5 +499,9 @@ expect_out_empty "nothing printed"
 run kvcalc -m llama-3-8b --ffn 1 --json
 expect_status 0 "--ffn 1 plans"
 expect_field n_ff 1 "with an FFN width of 1"
+# and a vocabulary of 0 likewise ("config: 0 vocabulary" from a file)
+run kvcalc -m llama-3-8b --vocab 0
+expect_status 2 "--vocab 0 exits 2"
+expect_err_has "kvcalc: --vocab: 0 is out of range (1..16777216)" "and names the option"
 
 done_testing
