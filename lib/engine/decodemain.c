@@ -674,13 +674,44 @@ static _Noreturn void die_job(kvp_err *err, const kvp_prompts_once *once)
     kvp_cli_die_err(err);
 }
 
+/* What a job whose input did not open still reports (open_failed). */
+typedef struct job_open {
+    const kvp_runopts *o;
+    const kvp_run *r;
+    kvp_metrics *metrics;        /* the run's: empty, with its SLOs */
+    const spec_info *sp;
+    const char *input;           /* run_info's */
+    const kvp_prompts_once *once;
+    const char *resume;
+    double t0;                   /* when the open began: the wait counts as the run's seconds */
+} job_open;
+
 /* The job's input did not open: a stop signal while its first request was
- * awaited (a pipe) ends the job as a stop does later, else a failure. */
-static void open_failed(kvp_err *err, const kvp_prompts_once *once, const char *resume)
+ * awaited (a pipe, or a FIFO no writer has opened yet) ends the job as a
+ * stop does later: its --stats (no request, stopped, and the KV pool the
+ * options size, not made yet), the message, 128 + the signal.  Else a
+ * failure. */
+static void open_failed(kvp_err *err, const job_open *jo)
 {
     if (!stop_signal)
-        die_job(err, once);
-    say_stopped(0, 0, 0, resume);
+        die_job(err, jo->once);
+    if (jo->o->stats) {
+        run_info ri = {.model = jo->o->model, .input = jo->input};
+        kvp_model_fingerprint_hex(jo->r->model, ri.fingerprint);
+        if (jo->r->kc) {
+            kvp_kvcache_get_stats(jo->r->kc, &ri.kv);
+            ri.block_size = kvp_kvcache_pool(jo->r->kc)->block_size;
+        } else {
+            /* as kvp_run_start would make it (a stream's own block size
+             * or dtype, not read yet, may differ); options it would refuse
+             * leave the pool 0 */
+            kvp_err e = {0};
+            kvp_kvcache_size(&jo->r->model->cfg, &jo->o->kv, &ri.kv, &ri.block_size, &e);
+        }
+        kvp_batch_stats st = {.stopped = 1, .total_blocks = ri.kv.n_blocks, .seconds = kvp_gen_now() - jo->t0};
+        write_stats(jo->o, &st, jo->metrics, &ri, jo->sp);
+    }
+    say_stopped(0, 0, 0, jo->resume);
     exit(128 + stop_signal);
 }
 
@@ -1077,6 +1108,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
     /* before any read that may wait (a pipe's first request): a signal
      * there is a stop like any other */
     catch_stop_signals();
+    kvp_metrics metrics;
+    kvp_metrics_init(&metrics, slo_ttft, slo_tpot);
+    job_open jo = {.o = &o, .r = &r, .metrics = &metrics, .sp = &sp, .input = from_prompts ? "prompts" : "kvp",
+                   .once = &once, .resume = resume, .t0 = kvp_gen_now()};
     if (compare) {
         /* decode's run first, on a cache of its own (so neither run finds the
          * other's prompts cached) */
@@ -1085,7 +1120,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_batch_opts bo0 = {.sched = o.sched, .no_prefix_cache = no_prefix_cache, .metrics = &m0,
                               .stop = &stop_signal};
         if (kvp_jobsrc_open(&js, &r, &o, kv_in, cache_salt, &err) < 0)
-            open_failed(&err, &once, resume);
+            open_failed(&err, &jo);
         kvp_jobsrc_filter(js, shard_k, shard_n, NULL);
         kvp_batch_source src0 = kvp_jobsrc_source(js);
         if (kvp_batch_run(r.engine, r.kc, r.tok, &bo0, &src0, compare_collect, &cmp, &cmp.st, &err) < 0)
@@ -1101,8 +1136,9 @@ int kvp_decode_main(int argc, char **argv, int spec)
         oc.cmp = &cmp;
         sp.cmp = &cmp;
     }
+    jo.t0 = kvp_gen_now(); /* after --compare's run: the wait alone */
     if (kvp_jobsrc_open(&js, &r, &o, kv_in, cache_salt, &err) < 0)
-        open_failed(&err, &once, resume);
+        open_failed(&err, &jo);
     kvp_jobsrc_filter(js, shard_k, shard_n, resume ? &done : NULL);
     kvp_jobsrc_arrivals(js, rate, burstiness, o.sampling.seed);
     if (o.json || resume || shard_n >= 2)
@@ -1111,8 +1147,6 @@ int kvp_decode_main(int argc, char **argv, int spec)
     kvp_kvcache_get_stats(r.kc, &oc.kv);
     if (o.kv_out)
         oc.kept = calloc(1, sizeof *oc.kept);
-    kvp_metrics metrics;
-    kvp_metrics_init(&metrics, slo_ttft, slo_tpot);
     kvp_drafter drafter = {.ctx = &ngram, .draft = kvp_ngram_draft, .cheap = 1};
     kvp_run dr = {0};
     kvp_draft_model dm = {0};
@@ -1162,7 +1196,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (hd.failed) /* the run finished without drafts; what broke them is still a fault */
         kvp_cli_die_err(&hd.err);
     if (o.stats) {
-        run_info ri = {.model = o.model, .input = from_prompts ? "prompts" : "kvp", .kv = oc.kv,
+        run_info ri = {.model = o.model, .input = jo.input, .kv = oc.kv,
                        .block_size = kvp_kvcache_pool(r.kc)->block_size};
         kvp_model_fingerprint_hex(r.model, ri.fingerprint);
         write_stats(&o, &st, &metrics, &ri, &sp);

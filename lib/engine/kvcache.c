@@ -131,10 +131,11 @@ void kvp_kvcache_free(kvp_kvcache *kc)
     free(kc);
 }
 
-int kvp_kvcache_create(kvp_kvcache **out, const kvp_config *c, const kvp_kvcache_opts *o, kvp_backend *be,
-                       kvp_err *err)
+int kvp_kvcache_size(const kvp_config *c, const kvp_kvcache_opts *o, kvp_kvcache_stats *s, uint32_t *block_size,
+                     kvp_err *err)
 {
-    *out = NULL;
+    memset(s, 0, sizeof *s);
+    *block_size = 0;
     uint32_t bs = o->block_size ? o->block_size : 16;
     if (bs > 4096)
         return kvp_err_set(err, KVP_EINVAL, "block size %u: more than 4096 tokens", bs);
@@ -165,6 +166,22 @@ int kvp_kvcache_create(kvp_kvcache **out, const kvp_config *c, const kvp_kvcache
                            "KV pool of %llu blocks x %u tokens = %llu token slots: more than 2^32 (a slot id is 32 "
                            "bits); use fewer or smaller blocks", (unsigned long long)nb, bs,
                            (unsigned long long)(nb * bs));
+    s->n_blocks = s->n_free = (uint32_t)nb;
+    s->block_bytes = bb;
+    *block_size = bs;
+    return 0;
+}
+
+int kvp_kvcache_create(kvp_kvcache **out, const kvp_config *c, const kvp_kvcache_opts *o, kvp_backend *be,
+                       kvp_err *err)
+{
+    *out = NULL;
+    kvp_kvcache_stats size;
+    uint32_t bs;
+    int rc = kvp_kvcache_size(c, o, &size, &bs, err);
+    if (rc < 0)
+        return rc;
+    uint64_t nb = size.n_blocks, bb = size.block_bytes;
     if (!be->ops->supports(be, KVP_USE_KV, o->dtype, kvp_kvscale_dtype(o->dtype)))
         return kvp_err_set(err, KVP_EUNSUPPORTED, "KV cache: the %s backend has no %s cache", be->ops->name,
                            kvp_dtype_name((uint32_t)o->dtype));

@@ -58,6 +58,11 @@ typedef struct kvp_kvcache kvp_kvcache;
 void kvp_kvcache_opts_init(kvp_kvcache_opts *o);
 /* Bytes of one block for this config, block size and dtype (0 if unknown dtype). */
 uint64_t kvp_kvcache_block_bytes(const kvp_config *c, uint32_t block_size, int dtype);
+/* The pool kvp_kvcache_create would make, not made: s->n_blocks (all
+ * free), s->block_bytes and *block_size; the rest of *s 0.  0 or create's
+ * code for a bad option or a pool too large (not the backend's say). */
+int kvp_kvcache_size(const kvp_config *c, const kvp_kvcache_opts *o, kvp_kvcache_stats *s, uint32_t *block_size,
+                     kvp_err *err);
 /* Allocate the pool on backend be.  0 or a code (KVP_EINVAL for a bad
  * option, KVP_ELIMIT past 2^30 blocks or KVP_KV_MAX_SLOTS = 2^32 token slots,
  * KVP_ENOMEM naming the bytes asked). */

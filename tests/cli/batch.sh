@@ -374,4 +374,34 @@ expect_true "and it says it was stopped, input left unread" \
     grep -q "stopped by Terminated: 1 sequences written, 0 read and not finished, the rest of the input not read yet" \
     "$T/wait.err"
 
+# SIGTERM before the first request has come (a FIFO no writer has opened
+# yet, or a KV stream on a pipe with nothing in it yet): the job ends as a
+# stop, and --stats=FILE is written all the same (no request, stopped, the
+# pool the options size), whole, as a monitoring job expects of every run.
+rm -f "$T/fifo" "$T/s0.json"
+mkfifo "$T/fifo"
+decode -m "$M" -t 2 -f "$T/fifo" -n 2 --slo-ttft 500 --stats="$T/s0.json" >"$OUT" 2>"$ERR" &
+term_when_waiting $! "SIGTERM before a writer opened -f FIFO"
+LAST_CMD="decode -f FIFO --stats=FILE, SIGTERM before any writer opened the FIFO"
+expect_status 143 "SIGTERM before the first request exits 143"
+expect_err_has "stopped by Terminated: 0 sequences written, 0 read and not finished" "and says it was stopped"
+expect_true "--stats=FILE is written" grep -q '^{"requests":0,"kv_memory":0,' "$T/s0.json"
+expect_true "it says stopped, prompts, no request and the SLO" \
+    grep -q '"input":"prompts",.*"stopped":true,.*"max_seq_len":0,.*"slo_ttft_ms":500.000,' "$T/s0.json"
+expect_true "with the pool the options size (the model's context: 512 blocks of 16)" \
+    grep -q '"kv_blocks":512,"block_size":16,' "$T/s0.json"
+if ls "$T"/s0.json.tmp.* >/dev/null 2>&1; then fail "a temporary stats file was left"; else pass "written whole"; fi
+run kvcalc --check "$T/s0.json"
+expect_status 0 "kvcalc --check reads it"
+rm -f "$T/s1.json"
+decode -m "$M" -t 2 -n 2 --stats="$T/s1.json" <"$T/fifo" >"$OUT" 2>"$ERR" &
+pid=$!
+exec 7>"$T/fifo"
+term_when_waiting $pid "SIGTERM before a KV stream's first byte"
+exec 7>&-
+LAST_CMD="decode --stats=FILE < FIFO (a KV stream not begun), SIGTERM"
+expect_status 143 "SIGTERM before a KV stream's first sequence exits 143"
+expect_true "--stats=FILE is written" grep -q '"requests":0,.*"input":"kvp",.*"stopped":true,' "$T/s1.json"
+rm -f "$T/fifo"
+
 done_testing

@@ -108,6 +108,40 @@ fifo_two_parts() {
     if [ "$n" = 4 ]; then pass "$2: all four answered"; else fail "$2: $n of 4 answered: $(cat "$T/inc.out")"; fi
 }
 
+# term_when_waiting PID DESC: SIGTERM to PID (a background job of this
+# script) once it catches SIGTERM (its stop handler installed: Linux's
+# /proc/PID/status SigCgt, 60 s at most; elsewhere after 5 s), so the signal
+# finds it waiting for input, not loading its model (where the default
+# action would end it); then its exit status into $status.  Still running
+# 10 s after the signal: a failure (DESC) and SIGKILL.
+term_when_waiting() {
+    _i=0
+    if [ -r "/proc/$1/status" ]; then
+        while [ $_i -lt 600 ] && kill -0 "$1" 2>/dev/null; do
+            _m=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null)
+            _m=${_m#"${_m%????}"} # the first 16 signals: shell arithmetic is signed
+            [ -n "$_m" ] && [ $((0x$_m & 0x4000)) -ne 0 ] && break
+            sleep 0.1
+            _i=$((_i + 1))
+        done
+        sleep 0.5 # from the handler to the read that waits: microseconds
+    else
+        sleep 5
+    fi
+    kill -TERM "$1" 2>/dev/null
+    _i=0
+    while kill -0 "$1" 2>/dev/null && [ $_i -lt 100 ]; do
+        sleep 0.1
+        _i=$((_i + 1))
+    done
+    if kill -0 "$1" 2>/dev/null; then
+        fail "$2: still running 10 s after SIGTERM"
+        kill -KILL "$1"
+    fi
+    wait "$1"
+    status=$?
+}
+
 # spec_prompts FILE: 8 prompts for speculative decoding, 6 whose answers
 # copy them (prompt lookup drafts well) and 2 that do not.
 spec_prompts() {

@@ -330,4 +330,23 @@ else fail "differ: $(diff "$T/own.direct" "$T/own.piped" | head -6)"; fi
 expect_true "the line's max_tokens 2, not -n 8" grep -q '"id":"own".*"tokens":2,' "$T/own.piped"
 expect_true "the line's stop string, not --stop" grep -q '"id":"stop","text":" four five ' "$T/own.piped"
 
+# A saved sequence continued (decode --kv-out, then decode FILE) is a new
+# request: -n given asks that many more tokens, over the max_tokens its
+# line set (decode(1), -n); without -n the record's own goes on.
+run decode -m "$M" -t 1 -f "$T/own.jsonl" -n 3 --ignore-eos --kv-out "$T/own-saved.kvp"
+expect_true "the line's max_tokens 2 first" grep -q '"id":"own".*"tokens":2,' "$OUT"
+run decode -m "$M" -t 1 -n 5 --ignore-eos --json "$T/own-saved.kvp" --kv-out "$T/own-saved2.kvp"
+expect_status 0 "decode -n 5 continuing the saved sequences"
+expect_true "-n 5 gives the continued line 5 more tokens, not its max_tokens 2" \
+    grep -q '"id":"own".*"tokens":5,' "$OUT"
+expect_true "and the line without max_tokens 5" grep -q '"id":"def".*"tokens":5,' "$OUT"
+run decode -m "$M" -t 1 --ignore-eos --json "$T/own-saved.kvp"
+expect_true "without -n the record's own max_tokens 2" grep -q '"id":"own".*"tokens":2,' "$OUT"
+expect_true "and the other record's 3 (its run's -n)" grep -q '"id":"def".*"tokens":3,' "$OUT"
+# saved again, its max_tokens is -n's, no longer the line's own (kvp(5)):
+# the options of a next turn replace it
+run_sh "prefill -m '$M' -t 1 --resume '$T/own-saved2.kvp' -p ' and' -n 4 | decode -m '$M' -t 1 --ignore-eos --json"
+expect_status 0 "prefill --resume of the sequences saved again | decode"
+expect_true "their max_tokens no longer the line's: prefill's -n 4" grep -q '"id":"own".*"tokens":4,' "$OUT"
+
 done_testing
