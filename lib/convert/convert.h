@@ -15,7 +15,7 @@
  *                      the largest tensor, never the whole model twice.
  *
  * Which dtype a tensor gets (first rule that applies):
- *   1. a name matching opts.drop is left out;
+ *   1. a name matching any of opts.drop is left out;
  *   2. 1-D tensors and norms (name contains "norm") become f32;
  *   3. names not matching opts.include (when set) or matching opts.exclude
  *      are kept as they are (bytes copied, source dtype);
@@ -85,7 +85,8 @@ typedef struct kvp_convert_opts {
     int embed;            /* dtype for token embeddings, or KVP_CONVERT_KEEP (default) */
     const char *include;  /* POSIX extended regexes on tensor names, or NULL */
     const char *exclude;
-    const char *drop;
+    const char *const *drop; /* n_drop regexes: a tensor any of them matches is left out */
+    size_t n_drop;
 } kvp_convert_opts;
 
 typedef struct kvp_convert_item {

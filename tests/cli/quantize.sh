@@ -386,6 +386,31 @@ run quantize --to int8 "$T/kv.kvp" -o "$T/kvq.kvp"
 expect_status 1 "a KV stream is not a model"
 expect_err_has "use --kv" "the error points at --kv"
 
+# ---- --drop repeats: each adds a pattern, a tensor any of them matches is
+# dropped (the last one alone was kept: step, I64, then stopped the run) ----
+# dropped_rows: the names a dry-run plan lists as dropped, sorted, on one line
+dropped_rows() { awk -F'\t' '$4 == "dropped" { print $1 }' "$OUT" | sort | tr '\n' ' '; }
+want_dropped="model.layers.0.input_layernorm.weight model.layers.0.post_attention_layernorm.weight model.norm.weight step "
+for order in "^step\$ norm" "norm ^step\$"; do
+    set -- $order
+    run quantize -n --to f16 --drop "$1" --drop "$2" "$T/lone/model.safetensors"
+    expect_status 0 "--drop '$1' --drop '$2': both apply"
+    got=$(dropped_rows)
+    if [ "$got" = "$want_dropped" ]; then pass "--drop '$1' --drop '$2': step and the three norms dropped"; else
+        fail "--drop '$1' --drop '$2' dropped '$got', wanted '$want_dropped'"; fi
+    expect_out_has "total: 12 tensors read: 8 written (" "--drop '$1' --drop '$2': 8 written"
+    expect_out_has ", 4 dropped; " "--drop '$1' --drop '$2': 4 dropped"
+done
+# a tensor two patterns match is dropped once; the written file lacks all four
+run quantize --to f16 --drop '^step$' --drop norm --drop 'layernorm' "$T/lone/model.safetensors" -o "$T/drop3.kvp"
+expect_status 0 "three --drop patterns, two overlapping"
+run kvdump --summary "$T/drop3.kvp"
+expect_out_has "tensor     8" "8 tensors written"
+run kvdump "$T/drop3.kvp"
+expect_out_lacks "norm" "no norm in the output"
+run quantize --help
+expect_out_has "repeatable" "--help says --drop repeats"
+
 # ---- the real model (SmolLM2-135M-Instruct Q4_1), when cached ----
 
 M="$KVP_MODEL"
