@@ -39,7 +39,8 @@ static void usage(FILE *f)
             "  -i, --include REGEX   convert only tensors whose name matches (others are kept)\n"
             "  -x, --exclude REGEX   keep tensors whose name matches as they are\n"
             "      --drop REGEX      leave tensors whose name matches out of the output; repeatable,\n"
-            "                        a tensor any of them matches is dropped\n"
+            "                        a tensor any of them matches is dropped; one that matches no\n"
+            "                        tensor is noted on standard error\n"
             "  -o, --output FILE     the KVP file to write (- for standard output)\n"
             "  -f, --force           overwrite OUTPUT if it exists\n"
             "  -n, --dry-run         print the plan and sizes; write nothing\n"
@@ -492,6 +493,15 @@ static int eval_models(const options *o, const char *input, const char *output, 
     return 0;
 }
 
+/* A --drop that matched nothing is likely a typo: said before the (long)
+ * conversion starts, the exit status unchanged. */
+static void note_unmatched_drops(const kvp_convert *cv, const kvp_convert_opts *co)
+{
+    for (size_t k = 0; k < co->n_drop; k++)
+        if (kvp_convert_drop_matches(cv, k) == 0)
+            kvp_cli_warn("note: --drop '%s' matched no tensor", co->drop[k]);
+}
+
 static int run_model(const options *o, const char *input)
 {
     kvp_err err = {0};
@@ -500,6 +510,7 @@ static int run_model(const options *o, const char *input)
         kvp_cli_die_err(&err);
     if (kvp_convert_plan(cv, &o->co, &err) < 0)
         kvp_cli_die_err(&err);
+    note_unmatched_drops(cv, &o->co);
     kvp_convert_totals t;
     kvp_convert_totals_get(cv, &t);
     if (o->dry_run) {

@@ -546,6 +546,7 @@ void kvp_convert_free(kvp_convert *cv)
     for (size_t i = 0; i < cv->n_notes; i++)
         free(cv->notes[i]);
     free(cv->notes);
+    free(cv->drop_matches);
     free(cv->items);
     free(cv->src_index);
     free(cv->src_ndim);
@@ -569,6 +570,11 @@ size_t kvp_convert_notes(const kvp_convert *cv, const char *const **notes)
 }
 
 size_t kvp_convert_count(const kvp_convert *cv) { return cv->n_items; }
+
+uint64_t kvp_convert_drop_matches(const kvp_convert *cv, size_t k)
+{
+    return k < cv->n_drop ? cv->drop_matches[k] : 0;
+}
 
 const kvp_convert_item *kvp_convert_item_at(const kvp_convert *cv, size_t i)
 {
@@ -707,8 +713,11 @@ static int plan_one(kvp_convert *cv, const plan_ctx *p, size_t i, kvp_err *err)
     it->note[0] = '\0';
     memset(&it->stats, 0, sizeof it->stats);
     int dropped = 0;
-    for (size_t k = 0; k < p->n_drop && !dropped; k++)
-        dropped = matches(&p->drop[k], it->src.name);
+    for (size_t k = 0; k < p->n_drop; k++) /* every pattern, so each one's count is whole */
+        if (matches(&p->drop[k], it->src.name)) {
+            cv->drop_matches[k]++;
+            dropped = 1;
+        }
     if (dropped) {
         it->action = KVP_CONVERT_DROP;
         it->out = it->src;
@@ -801,8 +810,18 @@ int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
     memset(&p, 0, sizeof p);
     p.o = o;
     int rc = check_opts(o, err), compiled = 0;
-    if (!rc && o->n_drop && !(p.drop = malloc(o->n_drop * sizeof *p.drop)))
-        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", cv->path);
+    cv->n_drop = 0;
+    if (!rc && o->n_drop) {
+        uint64_t *dm = realloc(cv->drop_matches, o->n_drop * sizeof *dm);
+        if (dm)
+            cv->drop_matches = dm;
+        p.drop = malloc(o->n_drop * sizeof *p.drop);
+        if (!dm || !p.drop) {
+            free(p.drop);
+            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", cv->path);
+        }
+        memset(dm, 0, o->n_drop * sizeof *dm);
+    }
     if (!rc && !(rc = compile(&p.include, &p.has_include, o->include, err)))
         rc = compile(&p.exclude, &p.has_exclude, o->exclude, err);
     while (!rc && p.n_drop < o->n_drop)
@@ -819,6 +838,7 @@ int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
     free(p.drop);
     if (rc < 0 || (rc = check_output_tensors(cv, err)) < 0)
         return rc;
+    cv->n_drop = o->n_drop;
     const char *to = "keep";
     for (size_t i = 0; i < sizeof target_names / sizeof target_names[0]; i++)
         if (target_names[i].dtype == o->to) {

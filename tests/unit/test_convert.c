@@ -718,7 +718,9 @@ static void test_bare(void)
         found_free(&b);
     }
 
-    /* a tensor any --drop pattern matches is dropped */
+    /* every --drop pattern drops what it matches, and counts it on its own:
+     * a tensor two patterns match counts for both, a pattern that matches
+     * nothing counts 0 (quantize notes it) */
     static const char *const pats[] = {"^step$", "norm", "^model\\.nothing$", "^step$|layernorm"};
     o.drop = pats, o.n_drop = 4;
     CHECK(kvp_convert_open(&cv, src, &err) == 0);
@@ -729,8 +731,14 @@ static void test_bare(void)
         CHECK_EQ_U64(t2.n_dropped, 4); /* step, two layer norms, model.norm */
         CHECK(item_named(cv, "model.norm.weight")->action == KVP_CONVERT_DROP);
         CHECK(item_named(cv, "model.layers.0.mlp.up_proj.weight")->action != KVP_CONVERT_DROP);
-        o.n_drop = 1; /* planned again: the first pattern alone */
+        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 0), 1);
+        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 1), 3);
+        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 2), 0);
+        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 3), 3);
+        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 4), 0); /* past n_drop */
+        o.n_drop = 1; /* planned again: counts of this plan only */
         CHECK(kvp_convert_plan(cv, &o, &err) == 0);
+        CHECK(kvp_convert_drop_matches(cv, 0) == 1 && kvp_convert_drop_matches(cv, 1) == 0);
         kvp_convert_totals_get(cv, &t2);
         CHECK_EQ_U64(t2.n_dropped, 1);
         static const char *const holes[] = {"^step$", NULL};
