@@ -5,6 +5,7 @@
 #include "capacity.h"
 #include "capacity_check.h"
 #include "cli.h"
+#include "config.h"
 #include "model.h"
 #include "presets.h"
 #include "shard.h"
@@ -93,16 +94,18 @@ static sweep_opt sweeps[SW_COUNT] = {
     [SW_GPU_MEM] = {"gpu-mem", K_SIZE, 1, 1e18, NULL, NULL, 0},
     [SW_GPU_BW] = {"gpu-bw", K_SIZE, 1, 1e18, NULL, NULL, 0},
     [SW_OVERHEAD] = {"overhead", K_SIZE, 0, 1e18, NULL, NULL, 0},
-    [SW_LAYERS] = {"layers", K_INT, 1, 100000, NULL, NULL, 0},
-    [SW_KV_HEADS] = {"kv-heads", K_INT, 1, 65536, NULL, NULL, 0},
-    [SW_HEADS] = {"heads", K_INT, 1, 65536, NULL, NULL, 0},
-    [SW_HEAD_DIM] = {"head-dim", K_INT, 1, 65536, NULL, NULL, 0},
-    [SW_HIDDEN] = {"hidden", K_INT, 1, 1048576, NULL, NULL, 0},
-    [SW_VOCAB] = {"vocab", K_INT, 1, 16777216, NULL, NULL, 0},
-    [SW_FFN] = {"ffn", K_INT, 1, 16777216, NULL, NULL, 0},
-    [SW_EXPERTS] = {"experts", K_INT, 0, 65536, NULL, NULL, 0},
-    [SW_EXPERTS_USED] = {"experts-used", K_INT, 1, 65536, NULL, NULL, 0},
-    [SW_WINDOW] = {"window", K_INT, 0, 4294967295.0, NULL, NULL, 0},
+    /* a model's shape: the loader's ranges (config.h), so that kvcalc plans
+     * no shape a model file could not have; a window is any 32-bit count */
+    [SW_LAYERS] = {"layers", K_INT, 1, KVP_CONFIG_MAX_LAYER, NULL, NULL, 0},
+    [SW_KV_HEADS] = {"kv-heads", K_INT, 1, KVP_CONFIG_MAX_HEAD, NULL, NULL, 0},
+    [SW_HEADS] = {"heads", K_INT, 1, KVP_CONFIG_MAX_HEAD, NULL, NULL, 0},
+    [SW_HEAD_DIM] = {"head-dim", K_INT, 1, KVP_CONFIG_MAX_HEAD_DIM, NULL, NULL, 0},
+    [SW_HIDDEN] = {"hidden", K_INT, 1, KVP_CONFIG_MAX_EMBD, NULL, NULL, 0},
+    [SW_VOCAB] = {"vocab", K_INT, 1, KVP_CONFIG_MAX_VOCAB, NULL, NULL, 0},
+    [SW_FFN] = {"ffn", K_INT, 1, KVP_CONFIG_MAX_FF, NULL, NULL, 0},
+    [SW_EXPERTS] = {"experts", K_INT, 0, KVP_CONFIG_MAX_EXPERT, NULL, NULL, 0},
+    [SW_EXPERTS_USED] = {"experts-used", K_INT, 1, KVP_CONFIG_MAX_EXPERT, NULL, NULL, 0},
+    [SW_WINDOW] = {"window", K_INT, 0, UINT32_MAX, NULL, NULL, 0},
     [SW_PARAMS] = {"params", K_COUNT, 1, 1e16, NULL, NULL, 0},
 };
 

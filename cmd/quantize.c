@@ -38,7 +38,9 @@ static void usage(FILE *f)
             "  -e, --embed TYPE      token embeddings (default: keep)\n"
             "  -i, --include REGEX   convert only tensors whose name matches (others are kept)\n"
             "  -x, --exclude REGEX   keep tensors whose name matches as they are\n"
-            "      --drop REGEX      leave tensors whose name matches out of the output\n"
+            "      --drop REGEX      leave tensors whose name matches out of the output; repeatable,\n"
+            "                        a tensor any of them matches is dropped; one that matches no\n"
+            "                        tensor is noted on standard error\n"
             "  -o, --output FILE     the KVP file to write (- for standard output)\n"
             "  -f, --force           overwrite OUTPUT if it exists\n"
             "  -n, --dry-run         print the plan and sizes; write nothing\n"
@@ -60,6 +62,7 @@ static void usage(FILE *f)
 
 typedef struct options {
     kvp_convert_opts co;
+    const char **drop;     /* every --drop in order (argv's strings), co.drop; main frees it */
     const char *output, *report;
     int force, dry_run, json, zstd, threads, kv;
     int scheme_set;
@@ -112,6 +115,10 @@ static void parse(int argc, char **argv, options *o)
     memset(o, 0, sizeof *o);
     kvp_convert_opts_init(&o->co);
     o->kv = -1;
+    o->drop = malloc((size_t)argc * sizeof *o->drop); /* no more --drop than arguments */
+    if (!o->drop)
+        kvp_cli_die("out of memory");
+    o->co.drop = o->drop;
     int c, to_set = 0, embed_set = 0;
     while ((c = getopt_long(argc, argv, "t:s:g:e:i:x:o:fnr:z::hV", lopts, NULL)) != -1) {
         switch (c) {
@@ -122,7 +129,7 @@ static void parse(int argc, char **argv, options *o)
         case 'e': o->co.embed = parse_type("--embed", optarg); embed_set = 1; break;
         case 'i': check_regex("--include", optarg); o->co.include = optarg; break;
         case 'x': check_regex("--exclude", optarg); o->co.exclude = optarg; break;
-        case OPT_DROP: check_regex("--drop", optarg); o->co.drop = optarg; break;
+        case OPT_DROP: check_regex("--drop", optarg); o->drop[o->co.n_drop++] = optarg; break;
         case 'o': o->output = optarg; break;
         case 'f': o->force = 1; break;
         case 'n': o->dry_run = 1; break;
@@ -148,7 +155,7 @@ static void parse(int argc, char **argv, options *o)
         kvp_cli_usage_error("--eval scores a converted model: not with --kv or --dry-run");
     if (o->kv != -1) {
         if (to_set || embed_set || o->scheme_set || o->co.group || o->co.asym || o->co.include || o->co.exclude ||
-            o->co.drop || o->dry_run)
+            o->co.n_drop || o->dry_run)
             kvp_cli_usage_error("--kv converts KV blocks only: it takes no --to, --embed, --scheme, --group, "
                                 "--asym, --include, --exclude, --drop or --dry-run");
         int d = o->kv;
@@ -486,6 +493,15 @@ static int eval_models(const options *o, const char *input, const char *output, 
     return 0;
 }
 
+/* A --drop that matched nothing is likely a typo: said before the (long)
+ * conversion starts, the exit status unchanged. */
+static void note_unmatched_drops(const kvp_convert *cv, const kvp_convert_opts *co)
+{
+    for (size_t k = 0; k < co->n_drop; k++)
+        if (kvp_convert_drop_matches(cv, k) == 0)
+            kvp_cli_warn("note: --drop '%s' matched no tensor", co->drop[k]);
+}
+
 static int run_model(const options *o, const char *input)
 {
     kvp_err err = {0};
@@ -494,6 +510,7 @@ static int run_model(const options *o, const char *input)
         kvp_cli_die_err(&err);
     if (kvp_convert_plan(cv, &o->co, &err) < 0)
         kvp_cli_die_err(&err);
+    note_unmatched_drops(cv, &o->co);
     kvp_convert_totals t;
     kvp_convert_totals_get(cv, &t);
     if (o->dry_run) {
@@ -600,6 +617,7 @@ int main(int argc, char **argv)
         if (!o.output)
             o.output = "-";
         check_output(&o, strcmp(input, "-") ? input : NULL);
+        free(o.drop); /* --kv takes no --drop */
         return run_kv(&o, input);
     }
     if (optind >= argc)
@@ -617,5 +635,7 @@ int main(int argc, char **argv)
                                 "device or a pipe");
         check_output(&o, input);
     }
-    return run_model(&o, input);
+    int rc = run_model(&o, input);
+    free(o.drop);
+    return rc;
 }

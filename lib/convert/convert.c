@@ -546,6 +546,7 @@ void kvp_convert_free(kvp_convert *cv)
     for (size_t i = 0; i < cv->n_notes; i++)
         free(cv->notes[i]);
     free(cv->notes);
+    free(cv->drop_matches);
     free(cv->items);
     free(cv->src_index);
     free(cv->src_ndim);
@@ -570,6 +571,11 @@ size_t kvp_convert_notes(const kvp_convert *cv, const char *const **notes)
 
 size_t kvp_convert_count(const kvp_convert *cv) { return cv->n_items; }
 
+uint64_t kvp_convert_drop_matches(const kvp_convert *cv, size_t k)
+{
+    return k < cv->n_drop ? cv->drop_matches[k] : 0;
+}
+
 const kvp_convert_item *kvp_convert_item_at(const kvp_convert *cv, size_t i)
 {
     return i < cv->n_items ? &cv->items[i] : NULL;
@@ -579,8 +585,10 @@ const kvp_convert_item *kvp_convert_item_at(const kvp_convert *cv, size_t i)
 
 typedef struct plan_ctx {
     const kvp_convert_opts *o;
-    regex_t include, exclude, drop;
-    int has_include, has_exclude, has_drop;
+    regex_t include, exclude;
+    int has_include, has_exclude;
+    regex_t *drop;   /* o->n_drop slots, n_drop compiled */
+    size_t n_drop;
 } plan_ctx;
 
 static int matches(const regex_t *rx, const char *name) { return regexec(rx, name, 0, NULL, 0) == 0; }
@@ -704,7 +712,13 @@ static int plan_one(kvp_convert *cv, const plan_ctx *p, size_t i, kvp_err *err)
     kvp_convert_item *it = &cv->items[i];
     it->note[0] = '\0';
     memset(&it->stats, 0, sizeof it->stats);
-    if (p->has_drop && matches(&p->drop, it->src.name)) {
+    int dropped = 0;
+    for (size_t k = 0; k < p->n_drop; k++) /* every pattern, so each one's count is whole */
+        if (matches(&p->drop[k], it->src.name)) {
+            cv->drop_matches[k]++;
+            dropped = 1;
+        }
+    if (dropped) {
         it->action = KVP_CONVERT_DROP;
         it->out = it->src;
         return 0;
@@ -753,6 +767,9 @@ static int check_opts(const kvp_convert_opts *o, kvp_err *err)
         return kvp_err_set(err, KVP_EINVAL, "asymmetric quantization applies to int8 and int4 only");
     if (o->group && (o->group < 2 || o->group % 2))
         return kvp_err_set(err, KVP_EINVAL, "group %u: must be an even number", o->group);
+    for (size_t k = 0; k < o->n_drop; k++)
+        if (!o->drop[k]) /* compile() would take it for no pattern, leaving a slot unset */
+            return kvp_err_set(err, KVP_EINVAL, "drop pattern %zu of %zu: none given", k + 1, o->n_drop);
     return 0;
 }
 
@@ -792,20 +809,36 @@ int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
     plan_ctx p;
     memset(&p, 0, sizeof p);
     p.o = o;
-    int rc = check_opts(o, err);
-    if (!rc && !(rc = compile(&p.include, &p.has_include, o->include, err)) &&
-        !(rc = compile(&p.exclude, &p.has_exclude, o->exclude, err)))
-        rc = compile(&p.drop, &p.has_drop, o->drop, err);
+    int rc = check_opts(o, err), compiled = 0;
+    cv->n_drop = 0;
+    if (!rc && o->n_drop) {
+        uint64_t *dm = realloc(cv->drop_matches, o->n_drop * sizeof *dm);
+        if (dm)
+            cv->drop_matches = dm;
+        p.drop = malloc(o->n_drop * sizeof *p.drop);
+        if (!dm || !p.drop) {
+            free(p.drop);
+            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", cv->path);
+        }
+        memset(dm, 0, o->n_drop * sizeof *dm);
+    }
+    if (!rc && !(rc = compile(&p.include, &p.has_include, o->include, err)))
+        rc = compile(&p.exclude, &p.has_exclude, o->exclude, err);
+    while (!rc && p.n_drop < o->n_drop)
+        if (!(rc = compile(&p.drop[p.n_drop], &compiled, o->drop[p.n_drop], err)))
+            p.n_drop++;
     for (size_t i = 0; !rc && i < cv->n_items; i++)
         rc = plan_one(cv, &p, i, err);
     if (p.has_include)
         regfree(&p.include);
     if (p.has_exclude)
         regfree(&p.exclude);
-    if (p.has_drop)
-        regfree(&p.drop);
+    for (size_t k = 0; k < p.n_drop; k++)
+        regfree(&p.drop[k]);
+    free(p.drop);
     if (rc < 0 || (rc = check_output_tensors(cv, err)) < 0)
         return rc;
+    cv->n_drop = o->n_drop;
     const char *to = "keep";
     for (size_t i = 0; i < sizeof target_names / sizeof target_names[0]; i++)
         if (target_names[i].dtype == o->to) {

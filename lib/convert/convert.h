@@ -15,7 +15,7 @@
  *                      the largest tensor, never the whole model twice.
  *
  * Which dtype a tensor gets (first rule that applies):
- *   1. a name matching opts.drop is left out;
+ *   1. a name matching any of opts.drop is left out;
  *   2. 1-D tensors and norms (name contains "norm") become f32;
  *   3. names not matching opts.include (when set) or matching opts.exclude
  *      are kept as they are (bytes copied, source dtype);
@@ -85,7 +85,8 @@ typedef struct kvp_convert_opts {
     int embed;            /* dtype for token embeddings, or KVP_CONVERT_KEEP (default) */
     const char *include;  /* POSIX extended regexes on tensor names, or NULL */
     const char *exclude;
-    const char *drop;
+    const char *const *drop; /* n_drop regexes: a tensor any of them matches is left out */
+    size_t n_drop;
 } kvp_convert_opts;
 
 typedef struct kvp_convert_item {
@@ -154,6 +155,11 @@ size_t kvp_convert_notes(const kvp_convert *cv, const char *const **notes);
  * message when the planned tensors fail kvp_model_check_tensors (lib/model.h:
  * a weight missing, dropped, or of the wrong shape for the config). */
 int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err);
+/* How many tensors opts.drop[k] matched in the last kvp_convert_plan, each
+ * pattern counted on its own (a tensor two patterns match counts for both);
+ * 0 past n_drop or after a plan that failed.  A pattern that matched none
+ * is likely a typo: quantize notes it. */
+uint64_t kvp_convert_drop_matches(const kvp_convert *cv, size_t k);
 size_t kvp_convert_count(const kvp_convert *cv);
 const kvp_convert_item *kvp_convert_item_at(const kvp_convert *cv, size_t i);
 /* Totals of the plan (stats are filled as kvp_convert_write proceeds). */

@@ -27,6 +27,8 @@ struct kvp_convert {
     uint32_t *src_ndim;        /* the input's own dimension count (may exceed 4) */
     char **notes;
     size_t n_notes;
+    uint64_t *drop_matches;    /* tensors each opts.drop pattern matched in the last plan */
+    size_t n_drop;
     int planned;
 };
 

@@ -353,15 +353,6 @@ int kvp_config_check_reals(const kvp_config *c, const char *source, const char *
     return 0;
 }
 
-/* Ceilings on what we load: far beyond any released model, low enough that
- * products of two of them fit in 64 bits with room to spare. */
-#define CFG_MAX_LAYER 4096u
-#define CFG_MAX_EMBD (1u << 20)
-#define CFG_MAX_FF (1u << 22)
-#define CFG_MAX_HEAD 65536u
-#define CFG_MAX_HEAD_DIM 1024u
-#define CFG_MAX_VOCAB (1u << 24)
-
 int kvp_config_check(const kvp_config *c, const char *source, kvp_err *err)
 {
     const char *src = source ? source : "?";
@@ -370,21 +361,24 @@ int kvp_config_check(const kvp_config *c, const char *source, kvp_err *err)
         uint32_t v, max;
         const char *what;
     } dim[] = {
-        {c->n_layer, CFG_MAX_LAYER, "layers"},
-        {c->n_embd, CFG_MAX_EMBD, "embedding width"},
-        {ff, CFG_MAX_FF, "feed-forward width"},
-        {c->n_head, CFG_MAX_HEAD, "attention heads"},
-        {c->n_head_kv, CFG_MAX_HEAD, "KV heads"},
-        {c->head_dim, CFG_MAX_HEAD_DIM, "head dim"},
-        {c->n_vocab, CFG_MAX_VOCAB, "vocabulary"},
+        {c->n_layer, KVP_CONFIG_MAX_LAYER, "layers"},
+        {c->n_embd, KVP_CONFIG_MAX_EMBD, "embedding width"},
+        {ff, KVP_CONFIG_MAX_FF, "feed-forward width"},
+        {c->n_head, KVP_CONFIG_MAX_HEAD, "attention heads"},
+        {c->n_head_kv, KVP_CONFIG_MAX_HEAD, "KV heads"},
+        {c->head_dim, KVP_CONFIG_MAX_HEAD_DIM, "head dim"},
+        {c->n_vocab, KVP_CONFIG_MAX_VOCAB, "vocabulary"},
     };
     for (size_t i = 0; i < sizeof dim / sizeof dim[0]; i++)
         if (dim[i].v == 0 || dim[i].v > dim[i].max)
             return kvp_err_set(err, dim[i].v ? KVP_ELIMIT : KVP_EFORMAT, "%s: config: %u %s (want 1..%u)", src,
                                dim[i].v, dim[i].what, dim[i].max);
-    if (c->n_ff_expert > CFG_MAX_FF)
+    if (c->n_ff_expert > KVP_CONFIG_MAX_FF)
         return kvp_err_set(err, KVP_ELIMIT, "%s: config: %u expert feed-forward width (want 0..%u)", src,
-                           c->n_ff_expert, CFG_MAX_FF);
+                           c->n_ff_expert, KVP_CONFIG_MAX_FF);
+    if (c->n_expert > KVP_CONFIG_MAX_EXPERT)
+        return kvp_err_set(err, KVP_ELIMIT, "%s: config: %u experts (want 0..%u)", src, c->n_expert,
+                           KVP_CONFIG_MAX_EXPERT);
     return kvp_config_check_shape(c, source, err);
 }
 
@@ -395,6 +389,9 @@ int kvp_config_check_shape(const kvp_config *c, const char *source, kvp_err *err
         return kvp_err_set(err, KVP_EFORMAT, "%s: config: hidden size %u is not a multiple of %u heads (and no head "
                            "dim is given)", src, c->n_embd, c->n_head);
     uint32_t hd = c->head_dim ? c->head_dim : c->n_head ? c->n_embd / c->n_head : 0;
+    if (!c->head_dim && hd > KVP_CONFIG_MAX_HEAD_DIM) /* a given head dim has a range of its own */
+        return kvp_err_set(err, KVP_ELIMIT, "%s: config: hidden size %u over %u heads is a head dim of %u (want "
+                           "1..%u)", src, c->n_embd, c->n_head, hd, KVP_CONFIG_MAX_HEAD_DIM);
     if (c->n_head_kv && c->n_head % c->n_head_kv)
         return kvp_err_set(err, KVP_EFORMAT, "%s: config: %u heads are not a multiple of %u KV heads", src, c->n_head,
                            c->n_head_kv);

@@ -67,22 +67,35 @@ int kvp_config_from_hf(kvp_config *c, const char *path, kvp_err *err);
  * messages.  Lets callers (and the fuzz harness) work from memory. */
 struct kvp_json;
 int kvp_config_from_hf_json(kvp_config *c, const struct kvp_json *j, const char *name, kvp_err *err);
+/* The ceilings on what we load: far beyond any released model, low enough
+ * that products of two of them fit in 64 bits with room to spare.  The one
+ * definition: kvp_config_check applies them to every model file, kvcalc's
+ * shape options and lib/plan take their ranges from them. */
+#define KVP_CONFIG_MAX_LAYER 4096u          /* n_layer */
+#define KVP_CONFIG_MAX_EMBD (1u << 20)      /* n_embd */
+#define KVP_CONFIG_MAX_FF (1u << 22)        /* n_ff, n_ff_expert */
+#define KVP_CONFIG_MAX_HEAD 65536u          /* n_head, n_head_kv */
+#define KVP_CONFIG_MAX_HEAD_DIM 1024u       /* head_dim, given or n_embd / n_head */
+#define KVP_CONFIG_MAX_VOCAB (1u << 24)     /* n_vocab */
+#define KVP_CONFIG_MAX_EXPERT 65536u        /* n_expert (0: dense), so n_expert_used too */
+
 /* What every model config must satisfy, whoever reads it (the loader and
  * quantize both call this through kvp_model_check): no zero dimension (a
  * dense model needs its feed-forward width, a MoE one that or the experts'),
- * every dimension under the ceiling we load (so sizes computed from them
- * stay far from overflow), then kvp_config_check_shape's relations between
- * them.  0, or
+ * every dimension under its KVP_CONFIG_MAX_* ceiling (so sizes computed from
+ * them stay far from overflow), then kvp_config_check_shape's relations
+ * between them.  0, or
  * KVP_EFORMAT / KVP_ELIMIT with "SOURCE: config: ..." naming the field:
  * "m.gguf: config: 2147483648 layers (want 1..4096)". */
 int kvp_config_check(const kvp_config *c, const char *source, kvp_err *err);
 /* The relations between dimensions that kvp_config_check enforces after
  * its ranges: query heads a multiple of KV heads, no more experts used a
  * token than there are, a hidden size that the heads divide when no head dim
- * is given, RoPE dims even and within the head (MLA's decoupled key aside).
+ * is given and whose share of a head is within KVP_CONFIG_MAX_HEAD_DIM,
+ * RoPE dims even and within the head (MLA's decoupled key aside).
  * A dimension left 0 is one not given and is not related to the others, so
  * kvcalc applies the same rules to a shape its options build or change.
- * 0, or KVP_EFORMAT with "SOURCE: config: ...". */
+ * 0, or KVP_EFORMAT / KVP_ELIMIT with "SOURCE: config: ...". */
 int kvp_config_check_shape(const kvp_config *c, const char *source, kvp_err *err);
 
 /* The two real numbers every layer uses: the RMS-norm epsilon, finite in

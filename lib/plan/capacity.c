@@ -371,21 +371,29 @@ void kvp_cap_param_count(const kvp_config *c, uint32_t q_lora_rank, uint64_t *to
 
 static int check_params(const kvp_cap_params *p, kvp_err *err)
 {
+    /* the loader's ceilings (config.h): no plan for a shape no file can have */
     const kvp_config *c = &p->cfg;
-    if (c->n_layer == 0 || c->n_layer > 100000)
-        return kvp_err_set(err, KVP_EINVAL, "layers: %u is out of range (1..100000)", c->n_layer);
-    if (c->n_embd == 0 || c->n_embd > (1u << 20))
-        return kvp_err_set(err, KVP_EINVAL, "hidden: %u is out of range (1..1048576)", c->n_embd);
-    if (c->n_head == 0 || c->n_head > 65536)
-        return kvp_err_set(err, KVP_EINVAL, "heads: %u is out of range (1..65536)", c->n_head);
-    if (!is_mla(c) && (c->n_head_kv == 0 || c->n_head_kv > 65536))
-        return kvp_err_set(err, KVP_EINVAL, "kv-heads: %u is out of range (1..65536)", c->n_head_kv);
-    if (head_dim_of(c) == 0 || head_dim_of(c) > 65536)
-        return kvp_err_set(err, KVP_EINVAL, "head-dim: %u is out of range (1..65536)", head_dim_of(c));
-    if (c->n_ff > (1u << 24) || c->n_ff_expert > (1u << 24) || c->n_vocab > (1u << 24))
-        return kvp_err_set(err, KVP_EINVAL, "ffn/vocab: too large (max 16777216)");
-    if (c->n_expert > 65536 || c->kv_lora_rank > 65536 || c->rope_head_dim_mla > 65536)
-        return kvp_err_set(err, KVP_EINVAL, "experts/MLA sizes: too large (max 65536)");
+    if (c->n_layer == 0 || c->n_layer > KVP_CONFIG_MAX_LAYER)
+        return kvp_err_set(err, KVP_EINVAL, "layers: %u is out of range (1..%u)", c->n_layer, KVP_CONFIG_MAX_LAYER);
+    if (c->n_embd == 0 || c->n_embd > KVP_CONFIG_MAX_EMBD)
+        return kvp_err_set(err, KVP_EINVAL, "hidden: %u is out of range (1..%u)", c->n_embd, KVP_CONFIG_MAX_EMBD);
+    if (c->n_head == 0 || c->n_head > KVP_CONFIG_MAX_HEAD)
+        return kvp_err_set(err, KVP_EINVAL, "heads: %u is out of range (1..%u)", c->n_head, KVP_CONFIG_MAX_HEAD);
+    if (!is_mla(c) && (c->n_head_kv == 0 || c->n_head_kv > KVP_CONFIG_MAX_HEAD))
+        return kvp_err_set(err, KVP_EINVAL, "kv-heads: %u is out of range (1..%u)", c->n_head_kv,
+                           KVP_CONFIG_MAX_HEAD);
+    if (head_dim_of(c) == 0 || head_dim_of(c) > KVP_CONFIG_MAX_HEAD_DIM)
+        return kvp_err_set(err, KVP_EINVAL, "head-dim: %u is out of range (1..%u)", head_dim_of(c),
+                           KVP_CONFIG_MAX_HEAD_DIM);
+    if (c->n_ff > KVP_CONFIG_MAX_FF || c->n_ff_expert > KVP_CONFIG_MAX_FF)
+        return kvp_err_set(err, KVP_EINVAL, "ffn: too large (max %u)", KVP_CONFIG_MAX_FF);
+    if (c->n_vocab > KVP_CONFIG_MAX_VOCAB)
+        return kvp_err_set(err, KVP_EINVAL, "vocab: too large (max %u)", KVP_CONFIG_MAX_VOCAB);
+    if (c->n_expert > KVP_CONFIG_MAX_EXPERT)
+        return kvp_err_set(err, KVP_EINVAL, "experts: %u is out of range (0..%u)", c->n_expert,
+                           KVP_CONFIG_MAX_EXPERT);
+    if (c->kv_lora_rank > 65536 || c->rope_head_dim_mla > 65536)
+        return kvp_err_set(err, KVP_EINVAL, "MLA sizes: too large (max 65536)");
     if (!(p->gpu_util > 0 && p->gpu_util <= 1))
         return kvp_err_set(err, KVP_EINVAL, "gpu-util: %g is not in (0, 1]", p->gpu_util);
     if (p->tp == 0 || p->tp > 4096)

@@ -492,7 +492,7 @@ expect_err_has "kvcalc: --lengths: an empty spec (a file of lengths, uniform:A:B
 # ---- a zero FFN width is no model's shape: refused like --layers 0 ----
 run kvcalc -m llama-3-8b --ffn 0
 expect_status 2 "--ffn 0 exits 2"
-expect_err_has "kvcalc: --ffn: 0 is out of range (1..16777216)" "and names the option"
+expect_err_has "kvcalc: --ffn: 0 is out of range (1..4194304)" "and names the option"
 run kvcalc --layers 2 --hidden 64 --heads 4 --ffn 0:256:128 --tsv
 expect_status 2 "a --ffn sweep from 0 exits 2"
 expect_out_empty "nothing printed"
@@ -503,5 +503,59 @@ expect_field n_ff 1 "with an FFN width of 1"
 run kvcalc -m llama-3-8b --vocab 0
 expect_status 2 "--vocab 0 exits 2"
 expect_err_has "kvcalc: --vocab: 0 is out of range (1..16777216)" "and names the option"
+
+# ---- a shape option's range is the loader's: a config.json past a ceiling
+# is refused naming the range (the file's fault, exit 1); the option takes
+# that range, the option one past it is a usage error naming it (exit 2).
+# The numbers come from the loader's message, so the two cannot drift ----
+mkdir -p "$T/lim"
+# shape_limit OPTION KEY BASE...: KEY set far past any ceiling in the tiny
+# config.json; then OPTION at the range's end and one past it, on BASE
+shape_limit() {
+    opt=$1 key=$2
+    shift 2
+    case $key in
+    num_local_experts) sed 's/"vocab_size": 16/"vocab_size": 16, "num_local_experts": 4000000000, "num_experts_per_tok": 1/' ;;
+    *) sed "s/\"$key\": [0-9]*/\"$key\": 4000000000/" ;;
+    esac <"$G/tiny-st/config.json" >"$T/lim/config.json"
+    run kvcalc -m "$T/lim/config.json"
+    expect_status 1 "$key past the loader's ceiling: a file's fault"
+    range=$(sed -n 's/.*config: 4000000000 [a-z -]*(want \([0-9]*\.\.[0-9]*\)).*/\1/p' "$ERR")
+    if [ -z "$range" ]; then
+        fail "$key: the loader's refusal names no range ($(cat "$ERR"))"
+        return
+    fi
+    hi=${range#*..}
+    run kvcalc "$@" "--$opt" "$hi" --json
+    expect_status 0 "--$opt $hi, the loader's ceiling, plans"
+    run kvcalc "$@" "--$opt" $((hi + 1)) --json
+    expect_status 2 "--$opt $((hi + 1)), past the loader's ceiling, exits 2"
+    # (the range's start is the loader's too, but --experts-used starts at 1)
+    expect_err_has "kvcalc: --$opt: $((hi + 1)) is out of range (" "and names the option"
+    expect_err_has "..$hi)" "and the loader's ceiling ($range)"
+    expect_out_empty "--$opt $((hi + 1)): nothing planned"
+}
+shape_limit layers num_hidden_layers -m llama-3-8b
+shape_limit hidden hidden_size -m llama-3-8b
+shape_limit ffn intermediate_size -m llama-3-8b
+shape_limit heads num_attention_heads -m llama-3-8b
+# (a file's KV heads divide its heads, so the heads' ceiling is theirs)
+shape_limit kv-heads num_attention_heads -m llama-3-8b --heads 65536
+shape_limit head-dim head_dim -m llama-3-8b
+shape_limit vocab vocab_size -m llama-3-8b
+shape_limit experts num_local_experts -m mixtral-8x7b
+shape_limit experts-used num_local_experts -m mixtral-8x7b --experts 65536
+# the issue's three, in one sweep each: refused before anything is printed
+run kvcalc -m llama-3-8b --layers 4000:5000:500 --tsv
+expect_status 2 "a --layers sweep past 4096 exits 2"
+expect_err_has "kvcalc: --layers: 4500 is out of range (1..4096)" "naming the first value past it"
+expect_out_empty "nothing printed"
+# a head dim that --hidden and --heads imply is held to the head dim's ceiling
+run kvcalc --layers 2 --hidden 65536 --heads 2
+expect_status 2 "--hidden 65536 --heads 2 (a head dim of 32768) exits 2"
+expect_err_has "kvcalc: --layers 2 --heads 2 --hidden 65536: config: hidden size 65536 over 2 heads is a head dim of 32768 (want 1..1024)" "naming the options and the range"
+run kvcalc --layers 2 --hidden 65536 --heads 64 --json
+expect_status 0 "--hidden 65536 --heads 64 (a head dim of 1024) plans"
+expect_field head_dim 1024 "with a head dim of 1024"
 
 done_testing

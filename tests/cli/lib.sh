@@ -48,6 +48,7 @@ expect_status() { if [ "$status" -eq "$1" ]; then pass "$2"; else fail "$2 (want
 expect_out_has() { if grep -qF -- "$1" "$OUT"; then pass "$2"; else fail "$2 (stdout lacks '$1')"; fi; }
 expect_out_lacks() { if grep -qF -- "$1" "$OUT"; then fail "$2 (stdout has '$1')"; else pass "$2"; fi; }
 expect_err_has() { if grep -qF -- "$1" "$ERR"; then pass "$2"; else fail "$2 (stderr lacks '$1')"; fi; }
+expect_err_lacks() { if grep -qF -- "$1" "$ERR"; then fail "$2 (stderr has '$1')"; else pass "$2"; fi; }
 expect_err_empty() { if [ -s "$ERR" ]; then fail "$1 (stderr not empty)"; else pass "$1"; fi; }
 expect_out_empty() { if [ -s "$OUT" ]; then fail "$1 (stdout not empty)"; else pass "$1"; fi; }
 expect_out_file() { if cmp -s "$OUT" "$1"; then pass "$2"; else fail "$2 (stdout differs from $1)"; fi; }

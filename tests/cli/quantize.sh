@@ -386,6 +386,53 @@ run quantize --to int8 "$T/kv.kvp" -o "$T/kvq.kvp"
 expect_status 1 "a KV stream is not a model"
 expect_err_has "use --kv" "the error points at --kv"
 
+# ---- --drop repeats: each adds a pattern, a tensor any of them matches is
+# dropped (the last one alone was kept: step, I64, then stopped the run) ----
+# dropped_rows: the names a dry-run plan lists as dropped, sorted, on one line
+dropped_rows() { awk -F'\t' '$4 == "dropped" { print $1 }' "$OUT" | sort | tr '\n' ' '; }
+want_dropped="model.layers.0.input_layernorm.weight model.layers.0.post_attention_layernorm.weight model.norm.weight step "
+for order in "^step\$ norm" "norm ^step\$"; do
+    set -- $order
+    run quantize -n --to f16 --drop "$1" --drop "$2" "$T/lone/model.safetensors"
+    expect_status 0 "--drop '$1' --drop '$2': both apply"
+    got=$(dropped_rows)
+    if [ "$got" = "$want_dropped" ]; then pass "--drop '$1' --drop '$2': step and the three norms dropped"; else
+        fail "--drop '$1' --drop '$2' dropped '$got', wanted '$want_dropped'"; fi
+    expect_out_has "total: 12 tensors read: 8 written (" "--drop '$1' --drop '$2': 8 written"
+    expect_out_has ", 4 dropped; " "--drop '$1' --drop '$2': 4 dropped"
+    expect_err_lacks "matched no tensor" "--drop '$1' --drop '$2': each matched, no note"
+done
+# a tensor two patterns match is dropped once; the written file lacks all four
+run quantize --to f16 --drop '^step$' --drop norm --drop 'layernorm' "$T/lone/model.safetensors" -o "$T/drop3.kvp"
+expect_status 0 "three --drop patterns, two overlapping"
+run kvdump --summary "$T/drop3.kvp"
+expect_out_has "tensor     8" "8 tensors written"
+run kvdump "$T/drop3.kvp"
+expect_out_lacks "norm" "no norm in the output"
+run quantize --help
+expect_out_has "repeatable" "--help says --drop repeats"
+
+# ---- a --drop that matches no tensor is noted (a typo went unnoticed), the
+# exit status unchanged ----
+run quantize -n --to f16 --drop '^w33$' "$T/bare.safetensors"
+expect_status 0 "one --drop that matches nothing: exit 0"
+expect_err_has "quantize: note: --drop '^w33\$' matched no tensor" "a note names it"
+expect_out_has ", 0 dropped; " "and nothing is dropped"
+run quantize -n --to f16 --drop weird --drop 'blk\.0\.wierd' "$T/tiny.gguf"
+expect_status 0 "a --drop that matches nothing: still exit 0 (dry run)"
+expect_err_has "quantize: note: --drop 'blk\.0\.wierd' matched no tensor" "the dry run names the pattern"
+expect_err_lacks "--drop 'weird'" "only the pattern that matched nothing is noted"
+expect_out_has ", 1 dropped; " "the other pattern still drops its tensor"
+run quantize --to f16 --drop weird --drop lora_ "$T/tiny.gguf" -o "$T/nomatch.kvp"
+expect_status 0 "a --drop that matches nothing: still exit 0 (conversion)"
+expect_err_has "quantize: note: --drop 'lora_' matched no tensor" "the conversion names the pattern"
+expect_true "the output is written" test -s "$T/nomatch.kvp"
+run quantize -n --to f16 --drop '^step$' --drop '^model\.norm\.weight ' --drop 'nothing|neither' "$T/lone/model.safetensors"
+expect_status 0 "two patterns that match nothing"
+expect_err_has "quantize: note: --drop '^model\.norm\.weight ' matched no tensor" "the first named"
+expect_err_has "quantize: note: --drop 'nothing|neither' matched no tensor" "the second named"
+expect_true "one note each, nothing else" [ "$(grep -c 'matched no tensor' "$ERR")" = 2 ]
+
 # ---- the real model (SmolLM2-135M-Instruct Q4_1), when cached ----
 
 M="$KVP_MODEL"

@@ -381,6 +381,25 @@ static void test_errors(void)
     p = preset("llama-3-8b");
     p.cfg.n_layer = 0;
     CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL && strstr(err.msg, "layers"));
+    /* the loader's ceilings (config.h), not looser ones of its own: no plan
+     * for a shape no model file can have */
+    p.cfg.n_layer = KVP_CONFIG_MAX_LAYER;
+    CHECK_MSG(kvp_cap_compute(&p, &r, &err) == 0, "%s", err.msg);
+    p.cfg.n_layer = KVP_CONFIG_MAX_LAYER + 1;
+    CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL);
+    CHECK_STR(err.msg, "layers: 4097 is out of range (1..4096)");
+    p = preset("llama-3-8b");
+    p.cfg.head_dim = KVP_CONFIG_MAX_HEAD_DIM + 1;
+    CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL);
+    CHECK_STR(err.msg, "head-dim: 1025 is out of range (1..1024)");
+    p = preset("llama-3-8b");
+    p.cfg.n_ff = KVP_CONFIG_MAX_FF + 1;
+    CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL);
+    CHECK_STR(err.msg, "ffn: too large (max 4194304)");
+    p = preset("mixtral-8x7b");
+    p.cfg.n_expert = KVP_CONFIG_MAX_EXPERT + 1;
+    CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL);
+    CHECK_STR(err.msg, "experts: 65537 is out of range (0..65536)");
     /* only the TP splits decode runs (shard.h): 32 heads over 3 do not
      * split, 8 KV heads over 16 replicate, 9 heads over 2 do not split */
     p = preset("llama-3-8b");

@@ -287,6 +287,14 @@ static void test_check(void)
     d = c, d.n_expert = 8, d.n_expert_used = 9, d.n_ff_expert = 1024;
     CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT);
     CHECK_STR(err.msg, "x.gguf: config: 9 experts used a token, more than the 8 experts");
+    /* the expert count has a ceiling like every dimension (kvcalc's --experts
+     * range is the same); it was unbounded, and kvcalc called such a file's
+     * count a usage error */
+    d = c, d.n_expert = KVP_CONFIG_MAX_EXPERT, d.n_expert_used = 2, d.n_ff_expert = 1024;
+    CHECK_MSG(kvp_config_check(&d, "x.gguf", &err) == 0, "%s", err.msg);
+    d.n_expert = KVP_CONFIG_MAX_EXPERT + 1;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_ELIMIT);
+    CHECK_STR(err.msg, "x.gguf: config: 65537 experts (want 0..65536)");
     kvp_meta_free(&m);
 }
 
@@ -313,6 +321,14 @@ static void test_check_shape(void)
     CHECK(kvp_config_check_shape(&c, "opts", &err) == KVP_EFORMAT && strstr(err.msg, "rope dimension 32"));
     c.rope_dim = 0, c.n_expert_used = 2;
     CHECK(kvp_config_check_shape(&c, "opts", &err) == KVP_EFORMAT && strstr(err.msg, "more than the 0 experts"));
+    /* no head dim given: the hidden size's share of a head is held to the
+     * head dim's ceiling, as a file's is (it states it, or the reader
+     * computes it) */
+    c.n_expert_used = 0, c.head_dim = 0, c.n_embd = 65536, c.n_head = c.n_head_kv = 64;
+    CHECK_MSG(kvp_config_check_shape(&c, "opts", &err) == 0, "%s", err.msg);
+    c.n_head = c.n_head_kv = 2;
+    CHECK(kvp_config_check_shape(&c, "opts", &err) == KVP_ELIMIT);
+    CHECK_STR(err.msg, "opts: config: hidden size 65536 over 2 heads is a head dim of 32768 (want 1..1024)");
 }
 
 /* The RMS-norm epsilon and the RoPE base: a NaN or infinite value, an

@@ -396,7 +396,8 @@ static void test_gguf_int8(void)
     CHECK(access(out, F_OK) != 0);
 
     /* ... unless dropped. */
-    o.drop = "weird";
+    static const char *const weird[] = {"weird"};
+    o.drop = weird, o.n_drop = 1;
     rc = convert(in, out, &o, 0, &cv, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (rc)
@@ -519,7 +520,8 @@ static void test_fallbacks(void)
         return;
     kvp_convert_opts o;
     kvp_convert_opts_init(&o);
-    o.drop = "weird";
+    static const char *const weird[] = {"weird"};
+    o.drop = weird, o.n_drop = 1;
     o.to = KVP_DTYPE_I4; /* group 128 on rows of 64 and 48 */
     CHECK(kvp_convert_plan(cv, &o, &err) == 0);
     const kvp_convert_item *q = item_named(cv, "blk.0.attn_q.weight"), *dn = item_named(cv, "blk.0.ffn_down.weight");
@@ -585,7 +587,8 @@ static void test_safetensors(void)
     CHECK(kvp_convert_open(&cv, golden, &err) == 0);
     CHECK(kvp_convert_plan(cv, &o, &err) == KVP_EUNSUPPORTED && strstr(err.msg, "step") && strstr(err.msg, "I64"));
     kvp_convert_free(cv);
-    o.drop = "^step$";
+    static const char *const step[] = {"^step$"};
+    o.drop = step, o.n_drop = 1;
     char sharded[1100];
     snprintf(sharded, sizeof sharded, "%s/sharded", golden);
     for (int k = 0; k < 2; k++) {
@@ -646,7 +649,8 @@ static void test_bare(void)
     kvp_convert_opts o;
     kvp_convert_opts_init(&o);
     o.to = KVP_DTYPE_F16;
-    o.drop = "^step$";
+    static const char *const step[] = {"^step$"};
+    o.drop = step, o.n_drop = 1;
     kvp_convert *cv = NULL;
     int rc = convert(src, out, &o, 0, &cv, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
@@ -699,7 +703,7 @@ static void test_bare(void)
 
     /* the tensor stream converts again (back to f32), still bare */
     o.to = KVP_DTYPE_F32;
-    o.drop = NULL;
+    o.drop = NULL, o.n_drop = 0;
     cv = NULL;
     CHECK_MSG((rc = convert(out, back, &o, 0, &cv, &err)) == 0, "%s", err.msg);
     if (rc == 0) {
@@ -712,6 +716,35 @@ static void test_bare(void)
               memcmp(a.y, b.y, 32 * sizeof(float)) == 0);
         found_free(&a);
         found_free(&b);
+    }
+
+    /* every --drop pattern drops what it matches, and counts it on its own:
+     * a tensor two patterns match counts for both, a pattern that matches
+     * nothing counts 0 (quantize notes it) */
+    static const char *const pats[] = {"^step$", "norm", "^model\\.nothing$", "^step$|layernorm"};
+    o.drop = pats, o.n_drop = 4;
+    CHECK(kvp_convert_open(&cv, src, &err) == 0);
+    CHECK_MSG((rc = kvp_convert_plan(cv, &o, &err)) == 0, "%s", err.msg);
+    if (rc == 0) {
+        kvp_convert_totals t2;
+        kvp_convert_totals_get(cv, &t2);
+        CHECK_EQ_U64(t2.n_dropped, 4); /* step, two layer norms, model.norm */
+        CHECK(item_named(cv, "model.norm.weight")->action == KVP_CONVERT_DROP);
+        CHECK(item_named(cv, "model.layers.0.mlp.up_proj.weight")->action != KVP_CONVERT_DROP);
+        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 0), 1);
+        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 1), 3);
+        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 2), 0);
+        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 3), 3);
+        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 4), 0); /* past n_drop */
+        o.n_drop = 1; /* planned again: counts of this plan only */
+        CHECK(kvp_convert_plan(cv, &o, &err) == 0);
+        CHECK(kvp_convert_drop_matches(cv, 0) == 1 && kvp_convert_drop_matches(cv, 1) == 0);
+        kvp_convert_totals_get(cv, &t2);
+        CHECK_EQ_U64(t2.n_dropped, 1);
+        static const char *const holes[] = {"^step$", NULL};
+        o.drop = holes, o.n_drop = 2;
+        CHECK(kvp_convert_plan(cv, &o, &err) == KVP_EINVAL && strstr(err.msg, "drop pattern 2 of 2"));
+        kvp_convert_free(cv);
     }
 
     /* config.json present makes it a model: a broken one is an error, not bare */
