@@ -95,7 +95,9 @@ static sweep_opt sweeps[SW_COUNT] = {
     [SW_GPU_BW] = {"gpu-bw", K_SIZE, 1, 1e18, NULL, NULL, 0},
     [SW_OVERHEAD] = {"overhead", K_SIZE, 0, 1e18, NULL, NULL, 0},
     /* a model's shape: the loader's ranges (config.h), so that kvcalc plans
-     * no shape a model file could not have; a window is any 32-bit count */
+     * no shape a model file could not have; a window is any 32-bit count.
+     * Experts used start at 0 as the loader's do: a dense model has none, so
+     * a MoE preset turns dense with --experts 0 --experts-used 0 */
     [SW_LAYERS] = {"layers", K_INT, 1, KVP_CONFIG_MAX_LAYER, NULL, NULL, 0},
     [SW_KV_HEADS] = {"kv-heads", K_INT, 1, KVP_CONFIG_MAX_HEAD, NULL, NULL, 0},
     [SW_HEADS] = {"heads", K_INT, 1, KVP_CONFIG_MAX_HEAD, NULL, NULL, 0},
@@ -104,7 +106,7 @@ static sweep_opt sweeps[SW_COUNT] = {
     [SW_VOCAB] = {"vocab", K_INT, 1, KVP_CONFIG_MAX_VOCAB, NULL, NULL, 0},
     [SW_FFN] = {"ffn", K_INT, 1, KVP_CONFIG_MAX_FF, NULL, NULL, 0},
     [SW_EXPERTS] = {"experts", K_INT, 0, KVP_CONFIG_MAX_EXPERT, NULL, NULL, 0},
-    [SW_EXPERTS_USED] = {"experts-used", K_INT, 1, KVP_CONFIG_MAX_EXPERT, NULL, NULL, 0},
+    [SW_EXPERTS_USED] = {"experts-used", K_INT, 0, KVP_CONFIG_MAX_EXPERT, NULL, NULL, 0},
     [SW_WINDOW] = {"window", K_INT, 0, UINT32_MAX, NULL, NULL, 0},
     [SW_PARAMS] = {"params", K_COUNT, 1, 1e16, NULL, NULL, 0},
 };

@@ -530,9 +530,8 @@ shape_limit() {
     expect_status 0 "--$opt $hi, the loader's ceiling, plans"
     run kvcalc "$@" "--$opt" $((hi + 1)) --json
     expect_status 2 "--$opt $((hi + 1)), past the loader's ceiling, exits 2"
-    # (the range's start is the loader's too, but --experts-used starts at 1)
-    expect_err_has "kvcalc: --$opt: $((hi + 1)) is out of range (" "and names the option"
-    expect_err_has "..$hi)" "and the loader's ceiling ($range)"
+    # the whole range is the loader's, its start too (--experts-used 0)
+    expect_err_has "kvcalc: --$opt: $((hi + 1)) is out of range ($range)" "and names the option and the loader's range"
     expect_out_empty "--$opt $((hi + 1)): nothing planned"
 }
 shape_limit layers num_hidden_layers -m llama-3-8b
@@ -557,5 +556,24 @@ expect_err_has "kvcalc: --layers 2 --heads 2 --hidden 65536: config: hidden size
 run kvcalc --layers 2 --hidden 65536 --heads 64 --json
 expect_status 0 "--hidden 65536 --heads 64 (a head dim of 1024) plans"
 expect_field head_dim 1024 "with a head dim of 1024"
+
+# ---- --experts-used takes the loader's 0: a dense model uses no experts, so
+# a MoE preset plans dense with --experts 0 --experts-used 0 (--experts 0
+# alone keeps its top-2, which no model of 0 experts can have) ----
+run kvcalc -m mixtral-8x7b --experts 0 --experts-used 0 --json
+expect_status 0 "Mixtral with --experts 0 --experts-used 0 plans"
+expect_field n_expert 0 "with no experts"
+expect_field n_params 7241732096 "Mixtral made dense has Mistral-7B's 7,241,732,096 parameters"
+expect_field n_params_active 7241732096 "every one of them active"
+run kvcalc -m mistral-7b --json
+expect_field n_params 7241732096 "(Mistral-7B's count, from its preset)"
+run kvcalc --layers 2 --hidden 64 --heads 4 --experts 0 --experts-used 0 --json
+expect_status 0 "a model of options alone takes --experts-used 0"
+run kvcalc -m mixtral-8x7b --experts 0:8:8 --experts-used 0 --tsv
+expect_status 0 "--experts-used 0 beside an --experts sweep from 0 plans"
+expect_true "a row each" [ "$(wc -l <"$OUT")" = 3 ]
+run kvcalc -m mixtral-8x7b --experts 0
+expect_status 2 "--experts 0 alone: Mixtral's top-2 of no experts exits 2"
+expect_err_has "config: 2 experts used a token, more than the 0 experts" "naming both counts"
 
 done_testing
