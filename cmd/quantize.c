@@ -38,9 +38,10 @@ static void usage(FILE *f)
             "  -e, --embed TYPE      token embeddings (default: keep)\n"
             "  -i, --include REGEX   convert only tensors whose name matches (others are kept)\n"
             "  -x, --exclude REGEX   keep tensors whose name matches as they are\n"
-            "      --drop REGEX      leave tensors whose name matches out of the output; repeatable,\n"
-            "                        a tensor any of them matches is dropped; one that matches no\n"
-            "                        tensor is noted on standard error\n"
+            "      --drop REGEX      leave tensors whose name matches out of the output\n"
+            "                        -i, -x and --drop are repeatable: each adds a pattern, and\n"
+            "                        any one matching applies the option; a pattern that matches\n"
+            "                        no tensor is noted on standard error\n"
             "  -o, --output FILE     the KVP file to write (- for standard output)\n"
             "  -f, --force           overwrite OUTPUT if it exists\n"
             "  -n, --dry-run         print the plan and sizes; write nothing\n"
@@ -62,7 +63,10 @@ static void usage(FILE *f)
 
 typedef struct options {
     kvp_convert_opts co;
-    const char **drop;     /* every --drop in order (argv's strings), co.drop; main frees it */
+    /* every -i, -x and --drop in order (argv's strings), co.include,
+     * co.exclude and co.drop: argc slots each, in one allocation that
+     * include starts and main frees */
+    const char **include, **exclude, **drop;
     const char *output, *report;
     int force, dry_run, json, zstd, threads, kv;
     int scheme_set;
@@ -96,6 +100,13 @@ static void check_regex(const char *opt, const char *re)
         kvp_cli_usage_error("%s: %s", opt, err.msg);
 }
 
+/* -i, -x, --drop: each one given adds re to its list */
+static void add_pattern(const char *opt, const char *re, const char **list, size_t *n)
+{
+    check_regex(opt, re);
+    list[(*n)++] = re;
+}
+
 static void parse(int argc, char **argv, options *o)
 {
     enum { OPT_ASYM = 256, OPT_DROP, OPT_JSON, OPT_THREADS, OPT_KV, OPT_EVAL, OPT_EVAL_CHUNKS };
@@ -115,10 +126,12 @@ static void parse(int argc, char **argv, options *o)
     memset(o, 0, sizeof *o);
     kvp_convert_opts_init(&o->co);
     o->kv = -1;
-    o->drop = malloc((size_t)argc * sizeof *o->drop); /* no more --drop than arguments */
-    if (!o->drop)
+    o->include = malloc(3 * (size_t)argc * sizeof *o->include); /* no more of each than arguments */
+    if (!o->include)
         kvp_cli_die("out of memory");
-    o->co.drop = o->drop;
+    o->exclude = o->include + argc;
+    o->drop = o->exclude + argc;
+    o->co.include = o->include, o->co.exclude = o->exclude, o->co.drop = o->drop;
     int c, to_set = 0, embed_set = 0;
     while ((c = getopt_long(argc, argv, "t:s:g:e:i:x:o:fnr:z::hV", lopts, NULL)) != -1) {
         switch (c) {
@@ -127,9 +140,9 @@ static void parse(int argc, char **argv, options *o)
         case 'g': o->co.group = (uint32_t)kvp_cli_opt_i64("--group", optarg, 2, 65536); break;
         case OPT_ASYM: o->co.asym = 1; break;
         case 'e': o->co.embed = parse_type("--embed", optarg); embed_set = 1; break;
-        case 'i': check_regex("--include", optarg); o->co.include = optarg; break;
-        case 'x': check_regex("--exclude", optarg); o->co.exclude = optarg; break;
-        case OPT_DROP: check_regex("--drop", optarg); o->drop[o->co.n_drop++] = optarg; break;
+        case 'i': add_pattern("--include", optarg, o->include, &o->co.n_include); break;
+        case 'x': add_pattern("--exclude", optarg, o->exclude, &o->co.n_exclude); break;
+        case OPT_DROP: add_pattern("--drop", optarg, o->drop, &o->co.n_drop); break;
         case 'o': o->output = optarg; break;
         case 'f': o->force = 1; break;
         case 'n': o->dry_run = 1; break;
@@ -154,8 +167,8 @@ static void parse(int argc, char **argv, options *o)
     if (o->eval && (o->kv != -1 || o->dry_run))
         kvp_cli_usage_error("--eval scores a converted model: not with --kv or --dry-run");
     if (o->kv != -1) {
-        if (to_set || embed_set || o->scheme_set || o->co.group || o->co.asym || o->co.include || o->co.exclude ||
-            o->co.n_drop || o->dry_run)
+        if (to_set || embed_set || o->scheme_set || o->co.group || o->co.asym || o->co.n_include ||
+            o->co.n_exclude || o->co.n_drop || o->dry_run)
             kvp_cli_usage_error("--kv converts KV blocks only: it takes no --to, --embed, --scheme, --group, "
                                 "--asym, --include, --exclude, --drop or --dry-run");
         int d = o->kv;
@@ -493,13 +506,24 @@ static int eval_models(const options *o, const char *input, const char *output, 
     return 0;
 }
 
-/* A --drop that matched nothing is likely a typo: said before the (long)
- * conversion starts, the exit status unchanged. */
-static void note_unmatched_drops(const kvp_convert *cv, const kvp_convert_opts *co)
+/* An -i, -x or --drop pattern that matched no tensor is likely a typo (an
+ * --include one converts nothing): said before the (long) conversion
+ * starts, the exit status unchanged. */
+static void note_unmatched_patterns(const kvp_convert *cv, const kvp_convert_opts *co)
 {
-    for (size_t k = 0; k < co->n_drop; k++)
-        if (kvp_convert_drop_matches(cv, k) == 0)
-            kvp_cli_warn("note: --drop '%s' matched no tensor", co->drop[k]);
+    const struct {
+        const char *opt;
+        const char *const *re;
+        size_t n;
+    } lists[KVP_CONVERT_PATTERNS_COUNT] = {
+        [KVP_CONVERT_PATTERNS_INCLUDE] = {"--include", co->include, co->n_include},
+        [KVP_CONVERT_PATTERNS_EXCLUDE] = {"--exclude", co->exclude, co->n_exclude},
+        [KVP_CONVERT_PATTERNS_DROP] = {"--drop", co->drop, co->n_drop},
+    };
+    for (int l = 0; l < KVP_CONVERT_PATTERNS_COUNT; l++)
+        for (size_t k = 0; k < lists[l].n; k++)
+            if (kvp_convert_pattern_matches(cv, l, k) == 0)
+                kvp_cli_warn("note: %s '%s' matched no tensor", lists[l].opt, lists[l].re[k]);
 }
 
 static int run_model(const options *o, const char *input)
@@ -510,7 +534,7 @@ static int run_model(const options *o, const char *input)
         kvp_cli_die_err(&err);
     if (kvp_convert_plan(cv, &o->co, &err) < 0)
         kvp_cli_die_err(&err);
-    note_unmatched_drops(cv, &o->co);
+    note_unmatched_patterns(cv, &o->co);
     kvp_convert_totals t;
     kvp_convert_totals_get(cv, &t);
     if (o->dry_run) {
@@ -617,7 +641,7 @@ int main(int argc, char **argv)
         if (!o.output)
             o.output = "-";
         check_output(&o, strcmp(input, "-") ? input : NULL);
-        free(o.drop); /* --kv takes no --drop */
+        free(o.include); /* --kv takes no -i, -x or --drop */
         return run_kv(&o, input);
     }
     if (optind >= argc)
@@ -636,6 +660,6 @@ int main(int argc, char **argv)
         check_output(&o, input);
     }
     int rc = run_model(&o, input);
-    free(o.drop);
+    free(o.include);
     return rc;
 }

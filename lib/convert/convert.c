@@ -546,7 +546,8 @@ void kvp_convert_free(kvp_convert *cv)
     for (size_t i = 0; i < cv->n_notes; i++)
         free(cv->notes[i]);
     free(cv->notes);
-    free(cv->drop_matches);
+    for (int l = 0; l < KVP_CONVERT_PATTERNS_COUNT; l++)
+        free(cv->pattern_hits[l]);
     free(cv->items);
     free(cv->src_index);
     free(cv->src_ndim);
@@ -571,9 +572,11 @@ size_t kvp_convert_notes(const kvp_convert *cv, const char *const **notes)
 
 size_t kvp_convert_count(const kvp_convert *cv) { return cv->n_items; }
 
-uint64_t kvp_convert_drop_matches(const kvp_convert *cv, size_t k)
+uint64_t kvp_convert_pattern_matches(const kvp_convert *cv, int list, size_t k)
 {
-    return k < cv->n_drop ? cv->drop_matches[k] : 0;
+    if (list < 0 || list >= KVP_CONVERT_PATTERNS_COUNT || k >= cv->n_pattern_hits[list])
+        return 0;
+    return cv->pattern_hits[list][k];
 }
 
 const kvp_convert_item *kvp_convert_item_at(const kvp_convert *cv, size_t i)
@@ -583,15 +586,43 @@ const kvp_convert_item *kvp_convert_item_at(const kvp_convert *cv, size_t i)
 
 /* ---- plan ---- */
 
+/* One pattern list of the options (--include, --exclude, --drop), compiled:
+ * a name is in it when any of its patterns matches. */
+typedef struct pattern_list {
+    regex_t *rx;     /* n compiled */
+    size_t n;
+    uint64_t *hits;  /* cv->pattern_hits[list]: the tensors each pattern matched */
+} pattern_list;
+
 typedef struct plan_ctx {
     const kvp_convert_opts *o;
-    regex_t include, exclude;
-    int has_include, has_exclude;
-    regex_t *drop;   /* o->n_drop slots, n_drop compiled */
-    size_t n_drop;
+    pattern_list list[KVP_CONVERT_PATTERNS_COUNT];
 } plan_ctx;
 
-static int matches(const regex_t *rx, const char *name) { return regexec(rx, name, 0, NULL, 0) == 0; }
+/* The patterns of one list of o (kvp_convert_patterns), n of them. */
+static const char *const *opts_patterns(const kvp_convert_opts *o, int list, size_t *n)
+{
+    switch (list) {
+    case KVP_CONVERT_PATTERNS_INCLUDE: *n = o->n_include; return o->include;
+    case KVP_CONVERT_PATTERNS_EXCLUDE: *n = o->n_exclude; return o->exclude;
+    default: *n = o->n_drop; return o->drop;
+    }
+}
+
+static const char *const pattern_list_names[KVP_CONVERT_PATTERNS_COUNT] = {"include", "exclude", "drop"};
+
+/* Whether any pattern of l matches name.  Every pattern is tried, so that
+ * each one's count is whole. */
+static int list_match(const pattern_list *l, const char *name)
+{
+    int any = 0;
+    for (size_t k = 0; k < l->n; k++)
+        if (regexec(&l->rx[k], name, 0, NULL, 0) == 0) {
+            l->hits[k]++;
+            any = 1;
+        }
+    return any;
+}
 
 static int is_embedding(const char *name)
 {
@@ -606,13 +637,14 @@ static int is_embedding(const char *name)
     return 0;
 }
 
-/* The target dtype by the rules of convert.h (KVP_CONVERT_KEEP, or a dtype). */
-static int choose_dtype(const plan_ctx *p, const kvp_convert_item *it)
+/* The target dtype by the rules of convert.h (KVP_CONVERT_KEEP, or a dtype);
+ * keep: rule 3, the include and exclude lists, applies. */
+static int choose_dtype(const plan_ctx *p, const kvp_convert_item *it, int keep)
 {
     const char *name = it->src.name;
     if (it->src.n_dim == 1 || strstr(name, "norm"))
         return KVP_DTYPE_F32;
-    if ((p->has_include && !matches(&p->include, name)) || (p->has_exclude && matches(&p->exclude, name)))
+    if (keep)
         return KVP_CONVERT_KEEP;
     return is_embedding(name) ? p->o->embed : p->o->to;
 }
@@ -712,20 +744,18 @@ static int plan_one(kvp_convert *cv, const plan_ctx *p, size_t i, kvp_err *err)
     kvp_convert_item *it = &cv->items[i];
     it->note[0] = '\0';
     memset(&it->stats, 0, sizeof it->stats);
-    int dropped = 0;
-    for (size_t k = 0; k < p->n_drop; k++) /* every pattern, so each one's count is whole */
-        if (matches(&p->drop[k], it->src.name)) {
-            cv->drop_matches[k]++;
-            dropped = 1;
-        }
-    if (dropped) {
+    /* every list on every tensor, whichever rule decides: a pattern's count
+     * then says whether it matched any name */
+    int included = list_match(&p->list[KVP_CONVERT_PATTERNS_INCLUDE], it->src.name);
+    int excluded = list_match(&p->list[KVP_CONVERT_PATTERNS_EXCLUDE], it->src.name);
+    if (list_match(&p->list[KVP_CONVERT_PATTERNS_DROP], it->src.name)) {
         it->action = KVP_CONVERT_DROP;
         it->out = it->src;
         return 0;
     }
     if (!it->src_ok)
         return src_refused(cv, i, err);
-    int dtype = choose_dtype(p, it);
+    int dtype = choose_dtype(p, it, (p->list[KVP_CONVERT_PATTERNS_INCLUDE].n && !included) || excluded);
     const kvp_dtype_traits *tr = kvp_dtype_get(it->src.dtype);
     if (dtype != KVP_CONVERT_KEEP && !tr->to_f32) {
         snprintf(it->note, sizeof it->note, "kept: no conversion from %s", tr->name);
@@ -740,17 +770,37 @@ static int plan_one(kvp_convert *cv, const plan_ctx *p, size_t i, kvp_err *err)
     return 0;
 }
 
-static int compile(regex_t *rx, int *has, const char *re, kvp_err *err)
+/* Compile list l of o into pl, its counts zeroed in cv (kept there for
+ * kvp_convert_pattern_matches); list_free undoes it, on failure too.  The
+ * patterns passed check_opts: none is NULL. */
+static int list_compile(kvp_convert *cv, const kvp_convert_opts *o, int l, pattern_list *pl, kvp_err *err)
 {
-    if (!re)
+    size_t n;
+    const char *const *re = opts_patterns(o, l, &n);
+    if (!n)
         return 0;
-    int rc = kvp_convert_check_regex(re, err);
-    if (rc < 0)
-        return rc;
-    if (regcomp(rx, re, REG_EXTENDED | REG_NOSUB) != 0)
-        return kvp_err_set(err, KVP_ENOMEM, "regular expression '%s': out of memory", re);
-    *has = 1;
+    uint64_t *hits = realloc(cv->pattern_hits[l], n * sizeof *hits);
+    if (!hits)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", cv->path);
+    cv->pattern_hits[l] = pl->hits = hits;
+    memset(hits, 0, n * sizeof *hits);
+    if (!(pl->rx = malloc(n * sizeof *pl->rx)))
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", cv->path);
+    for (; pl->n < n; pl->n++) {
+        int rc = kvp_convert_check_regex(re[pl->n], err);
+        if (rc < 0)
+            return rc;
+        if (regcomp(&pl->rx[pl->n], re[pl->n], REG_EXTENDED | REG_NOSUB) != 0)
+            return kvp_err_set(err, KVP_ENOMEM, "regular expression '%s': out of memory", re[pl->n]);
+    }
     return 0;
+}
+
+static void list_free(pattern_list *pl)
+{
+    for (size_t k = 0; k < pl->n; k++)
+        regfree(&pl->rx[k]);
+    free(pl->rx);
 }
 
 static int check_opts(const kvp_convert_opts *o, kvp_err *err)
@@ -767,9 +817,14 @@ static int check_opts(const kvp_convert_opts *o, kvp_err *err)
         return kvp_err_set(err, KVP_EINVAL, "asymmetric quantization applies to int8 and int4 only");
     if (o->group && (o->group < 2 || o->group % 2))
         return kvp_err_set(err, KVP_EINVAL, "group %u: must be an even number", o->group);
-    for (size_t k = 0; k < o->n_drop; k++)
-        if (!o->drop[k]) /* compile() would take it for no pattern, leaving a slot unset */
-            return kvp_err_set(err, KVP_EINVAL, "drop pattern %zu of %zu: none given", k + 1, o->n_drop);
+    for (int l = 0; l < KVP_CONVERT_PATTERNS_COUNT; l++) {
+        size_t n;
+        const char *const *re = opts_patterns(o, l, &n);
+        for (size_t k = 0; k < n; k++)
+            if (!re || !re[k])
+                return kvp_err_set(err, KVP_EINVAL, "%s pattern %zu of %zu: none given", pattern_list_names[l],
+                                   k + 1, n);
+    }
     return 0;
 }
 
@@ -809,36 +864,20 @@ int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
     plan_ctx p;
     memset(&p, 0, sizeof p);
     p.o = o;
-    int rc = check_opts(o, err), compiled = 0;
-    cv->n_drop = 0;
-    if (!rc && o->n_drop) {
-        uint64_t *dm = realloc(cv->drop_matches, o->n_drop * sizeof *dm);
-        if (dm)
-            cv->drop_matches = dm;
-        p.drop = malloc(o->n_drop * sizeof *p.drop);
-        if (!dm || !p.drop) {
-            free(p.drop);
-            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", cv->path);
-        }
-        memset(dm, 0, o->n_drop * sizeof *dm);
+    int rc = check_opts(o, err);
+    for (int l = 0; l < KVP_CONVERT_PATTERNS_COUNT; l++) {
+        cv->n_pattern_hits[l] = 0;
+        if (!rc)
+            rc = list_compile(cv, o, l, &p.list[l], err);
     }
-    if (!rc && !(rc = compile(&p.include, &p.has_include, o->include, err)))
-        rc = compile(&p.exclude, &p.has_exclude, o->exclude, err);
-    while (!rc && p.n_drop < o->n_drop)
-        if (!(rc = compile(&p.drop[p.n_drop], &compiled, o->drop[p.n_drop], err)))
-            p.n_drop++;
     for (size_t i = 0; !rc && i < cv->n_items; i++)
         rc = plan_one(cv, &p, i, err);
-    if (p.has_include)
-        regfree(&p.include);
-    if (p.has_exclude)
-        regfree(&p.exclude);
-    for (size_t k = 0; k < p.n_drop; k++)
-        regfree(&p.drop[k]);
-    free(p.drop);
+    for (int l = 0; l < KVP_CONVERT_PATTERNS_COUNT; l++)
+        list_free(&p.list[l]);
     if (rc < 0 || (rc = check_output_tensors(cv, err)) < 0)
         return rc;
-    cv->n_drop = o->n_drop;
+    for (int l = 0; l < KVP_CONVERT_PATTERNS_COUNT; l++) /* this plan's counts are whole */
+        opts_patterns(o, l, &cv->n_pattern_hits[l]);
     const char *to = "keep";
     for (size_t i = 0; i < sizeof target_names / sizeof target_names[0]; i++)
         if (target_names[i].dtype == o->to) {

@@ -17,8 +17,8 @@
  * Which dtype a tensor gets (first rule that applies):
  *   1. a name matching any of opts.drop is left out;
  *   2. 1-D tensors and norms (name contains "norm") become f32;
- *   3. names not matching opts.include (when set) or matching opts.exclude
- *      are kept as they are (bytes copied, source dtype);
+ *   3. names matching none of opts.include (when any is given) or any of
+ *      opts.exclude are kept as they are (bytes copied, source dtype);
  *   4. token embeddings (token_embd.weight, *embed_tokens.weight, wte.weight,
  *      word_embeddings.weight) get opts.embed (default: kept);
  *   5. everything else gets opts.to (default: kept).
@@ -83,11 +83,23 @@ typedef struct kvp_convert_opts {
     uint32_t group;       /* GROUP elements; 0: the dtype's default */
     int asym;             /* integer targets: zero points */
     int embed;            /* dtype for token embeddings, or KVP_CONVERT_KEEP (default) */
-    const char *include;  /* POSIX extended regexes on tensor names, or NULL */
-    const char *exclude;
-    const char *const *drop; /* n_drop regexes: a tensor any of them matches is left out */
+    /* Pattern lists, POSIX extended regexes on tensor names (n_* of each,
+     * none when 0): a tensor is in a list when any of its patterns matches. */
+    const char *const *include; /* when any: only tensors in it are converted, the others kept */
+    size_t n_include;
+    const char *const *exclude; /* tensors in it are kept as they are */
+    size_t n_exclude;
+    const char *const *drop;    /* tensors in it are left out */
     size_t n_drop;
 } kvp_convert_opts;
+
+/* The pattern lists of kvp_convert_opts, for kvp_convert_pattern_matches. */
+typedef enum kvp_convert_patterns {
+    KVP_CONVERT_PATTERNS_INCLUDE = 0, /* opts.include */
+    KVP_CONVERT_PATTERNS_EXCLUDE = 1, /* opts.exclude */
+    KVP_CONVERT_PATTERNS_DROP = 2,    /* opts.drop */
+    KVP_CONVERT_PATTERNS_COUNT = 3,
+} kvp_convert_patterns;
 
 typedef struct kvp_convert_item {
     kvp_tensor_rec src;    /* the input tensor as a record (dtype, shape; scheme and scales for KVP input) */
@@ -151,15 +163,20 @@ size_t kvp_convert_notes(const kvp_convert *cv, const char *const **notes);
 /* Plan every tensor (may be called again with other options).  Fails with
  * KVP_EUNSUPPORTED naming the tensor for a source tensor we cannot read (its
  * type, no elements, more than 4 dimensions) that is not dropped, KVP_EINVAL
- * for a bad regex or impossible option set, and with the loader's code and
- * message when the planned tensors fail kvp_model_check_tensors (lib/model.h:
- * a weight missing, dropped, or of the wrong shape for the config). */
+ * for a bad regex (or a NULL one in a pattern list) or impossible option
+ * set, and with the loader's code and message when the planned tensors fail
+ * kvp_model_check_tensors (lib/model.h: a weight missing, dropped, or of the
+ * wrong shape for the config). */
 int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err);
-/* How many tensors opts.drop[k] matched in the last kvp_convert_plan, each
- * pattern counted on its own (a tensor two patterns match counts for both);
- * 0 past n_drop or after a plan that failed.  A pattern that matched none
- * is likely a typo: quantize notes it. */
-uint64_t kvp_convert_drop_matches(const kvp_convert *cv, size_t k);
+/* How many tensors pattern k of a pattern list (kvp_convert_patterns:
+ * opts.include[k], exclude[k] or drop[k]) matched in the last
+ * kvp_convert_plan.  Every pattern is tried on every tensor read, whichever
+ * rule then decides its type, and counted on its own (a tensor two patterns
+ * match counts for both; an exclude pattern counts the norms and dropped
+ * tensors it matches too); 0 past the list's end, for another list value,
+ * or after a plan that failed.  A pattern that matched none is likely a
+ * typo: quantize notes it. */
+uint64_t kvp_convert_pattern_matches(const kvp_convert *cv, int list, size_t k);
 size_t kvp_convert_count(const kvp_convert *cv);
 const kvp_convert_item *kvp_convert_item_at(const kvp_convert *cv, size_t i);
 /* Totals of the plan (stats are filled as kvp_convert_write proceeds). */

@@ -27,8 +27,11 @@ struct kvp_convert {
     uint32_t *src_ndim;        /* the input's own dimension count (may exceed 4) */
     char **notes;
     size_t n_notes;
-    uint64_t *drop_matches;    /* tensors each opts.drop pattern matched in the last plan */
-    size_t n_drop;
+    /* by kvp_convert_patterns: the tensors each pattern of that list
+     * matched in the last plan, n_pattern_hits of them (0 until a plan
+     * succeeds) */
+    uint64_t *pattern_hits[KVP_CONVERT_PATTERNS_COUNT];
+    size_t n_pattern_hits[KVP_CONVERT_PATTERNS_COUNT];
     int planned;
 };
 

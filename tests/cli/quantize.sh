@@ -433,6 +433,69 @@ expect_err_has "quantize: note: --drop '^model\.norm\.weight ' matched no tensor
 expect_err_has "quantize: note: --drop 'nothing|neither' matched no tensor" "the second named"
 expect_true "one note each, nothing else" [ "$(grep -c 'matched no tensor' "$ERR")" = 2 ]
 
+# ---- -i and -x repeat as --drop does: each adds a pattern; a tensor any
+# --include pattern matches is converted, one any --exclude pattern matches
+# is kept (the last one alone applied, the others silently not) ----
+# converted_rows: the names a dry-run plan converts to i8, sorted, on one line
+converted_rows() { awk -F'\t' '$4 == "i8" { print $1 }' "$OUT" | sort | tr '\n' ' '; }
+# expect_converted WANT DESC: the dry run's converted rows are WANT
+expect_converted() {
+    got=$(converted_rows)
+    if [ "$got" = "$1" ]; then pass "$2"; else fail "$2: converted '$got', wanted '$1'"; fi
+}
+L="$T/lone/model.safetensors" a=model.layers.0.self_attn m=model.layers.0.mlp
+for order in "q_proj k_proj" "k_proj q_proj"; do
+    set -- $order
+    run quantize -n --to int8 --drop '^step$' -i "$1" --include "$2" "$L"
+    expect_status 0 "-i '$1' --include '$2'"
+    expect_converted "$a.k_proj.weight $a.q_proj.weight " "-i '$1' --include '$2': both converted"
+    expect_out_has "total: 12 tensors read: 11 written (2 converted), 1 dropped; " "-i '$1' --include '$2': 2 converted"
+    expect_err_lacks "matched no tensor" "-i '$1' --include '$2': each matched, no note"
+done
+for order in "mlp q_proj" "q_proj mlp"; do
+    set -- $order
+    run quantize -n --to int8 --drop '^step$' -x "$1" --exclude "$2" "$L"
+    expect_status 0 "-x '$1' --exclude '$2'"
+    expect_converted "$a.k_proj.weight $a.o_proj.weight $a.v_proj.weight " "-x '$1' --exclude '$2': both kept"
+    expect_out_has "11 written (3 converted)" "-x '$1' --exclude '$2': 3 converted"
+done
+# both lists: converted what an include selects and no exclude keeps
+run quantize -n --to int8 --drop '^step$' -i self_attn -i gate_proj -x '[qk]_proj' -x v_proj "$L"
+expect_status 0 "two -i and two -x"
+expect_converted "$m.gate_proj.weight $a.o_proj.weight " "two -i and two -x: gate and o converted"
+# written as planned
+run quantize --to int8 --drop '^step$' -i q_proj -i k_proj "$L" -o "$T/incl2.kvp"
+expect_status 0 "two -i on a real write"
+run kvdump "$T/incl2.kvp"
+expect_out_has "$a.q_proj.weight i8 " "q_proj written as i8"
+expect_out_has "$a.k_proj.weight i8 " "k_proj written as i8"
+expect_out_has "$a.o_proj.weight f16 " "o_proj kept f16"
+expect_out_has "$m.up_proj.weight bf16 " "up_proj kept bf16"
+
+# ---- an -i or -x pattern that matches no tensor is noted, as --drop's is;
+# the exit status unchanged ----
+run quantize -n --to int8 --drop '^step$' -i q_proj -i 'k_porj' -x nothing -x mlp "$L"
+expect_status 0 "-i and -x that match nothing: exit 0"
+expect_err_has "quantize: note: --include 'k_porj' matched no tensor" "the --include named"
+expect_err_has "quantize: note: --exclude 'nothing' matched no tensor" "the --exclude named"
+expect_true "one note each, nothing else" [ "$(grep -c 'matched no tensor' "$ERR")" = 2 ]
+expect_converted "$a.q_proj.weight " "the patterns that matched still apply"
+run quantize -n --to int8 --drop '^step$' -i 'q-proj' "$L"
+expect_status 0 "an --include that matches nothing: exit 0"
+expect_err_has "quantize: note: --include 'q-proj' matched no tensor" "noted: it converts nothing"
+expect_out_has "11 written (0 converted)" "nothing converted"
+# a pattern is tried on every tensor read: one that matches only a dropped
+# tensor or a norm matched a name, and is not noted
+run quantize -n --to int8 --drop '^step$' -x '^step$' -x 'model\.norm' -i 'layernorm' -i proj "$L"
+expect_status 0 "-x and -i matching a dropped tensor and norms"
+expect_err_lacks "matched no tensor" "no note for them"
+run quantize --to f16 --drop weird -x lora_ "$T/tiny.gguf" -o "$T/xnote.kvp"
+expect_status 0 "an --exclude that matches nothing: still exit 0 (conversion)"
+expect_err_has "quantize: note: --exclude 'lora_' matched no tensor" "the conversion names it"
+expect_true "the output is written" test -s "$T/xnote.kvp"
+run quantize --help
+expect_out_has "-i, -x and --drop are repeatable" "--help says -i and -x repeat too"
+
 # ---- the real model (SmolLM2-135M-Instruct Q4_1), when cached ----
 
 M="$KVP_MODEL"

@@ -532,18 +532,108 @@ static void test_fallbacks(void)
     CHECK(dn->out.dtype == KVP_DTYPE_F16 && dn->action == KVP_CONVERT_COPY && strncmp(dn->note, "f16:", 4) == 0);
     CHECK(q->out.dtype == KVP_DTYPE_Q8_0 && q->note[0] == 0);
     o.to = KVP_DTYPE_FP8_E4M3;
-    o.exclude = "attn_q";
+    static const char *const attn_q[] = {"attn_q"}, *const ffn[] = {"ffn"}, *const bad[] = {"(["};
+    o.exclude = attn_q, o.n_exclude = 1;
     o.embed = KVP_DTYPE_F16;
     CHECK(kvp_convert_plan(cv, &o, &err) == 0);
     CHECK(q->action == KVP_CONVERT_COPY && q->out.dtype == KVP_DTYPE_Q4_1);
     CHECK(item_named(cv, "token_embd.weight")->out.dtype == KVP_DTYPE_F16);
     CHECK(dn->out.dtype == KVP_DTYPE_FP8_E4M3 && dn->out.scheme == KVP_SCHEME_TENSOR);
-    o.exclude = NULL;
-    o.include = "ffn";
+    o.exclude = NULL, o.n_exclude = 0;
+    o.include = ffn, o.n_include = 1;
     CHECK(kvp_convert_plan(cv, &o, &err) == 0);
     CHECK(q->action == KVP_CONVERT_COPY && dn->action == KVP_CONVERT_QUANT);
-    o.include = "([";
+    o.include = bad;
     CHECK(kvp_convert_plan(cv, &o, &err) == KVP_EINVAL);
+    kvp_convert_free(cv);
+}
+
+/* --include and --exclude repeat as --drop does: a tensor any include
+ * pattern matches is selected, one any exclude pattern matches is kept; every
+ * pattern of every list is counted on every tensor read. */
+static void test_pattern_lists(void)
+{
+    kvp_err err = {0};
+    kvp_convert *cv;
+    CHECK(kvp_convert_open(&cv, tmp_path("tiny.gguf"), &err) == 0);
+    if (!cv)
+        return;
+    kvp_convert_opts o;
+    kvp_convert_opts_init(&o);
+    static const char *const weird[] = {"weird"};
+    o.drop = weird, o.n_drop = 1;
+    o.to = KVP_DTYPE_I8;
+    const kvp_convert_item *q = item_named(cv, "blk.0.attn_q.weight"), *k = item_named(cv, "blk.0.attn_k.weight"),
+                           *v = item_named(cv, "blk.0.attn_v.weight"), *ao = item_named(cv, "blk.0.attn_output.weight"),
+                           *dn = item_named(cv, "blk.0.ffn_down.weight"), *g = item_named(cv, "blk.0.ffn_gate.weight"),
+                           *up = item_named(cv, "blk.0.ffn_up.weight");
+    kvp_convert_totals t;
+
+    /* two includes, both orders: each selects its tensor, the rest are kept */
+    static const char *const qd[] = {"attn_q", "ffn_down"}, *const dq[] = {"ffn_down", "attn_q"};
+    for (int r = 0; r < 2; r++) {
+        o.include = r ? dq : qd, o.n_include = 2;
+        CHECK(kvp_convert_plan(cv, &o, &err) == 0);
+        CHECK(q->action == KVP_CONVERT_QUANT && dn->action == KVP_CONVERT_QUANT);
+        CHECK(k->action == KVP_CONVERT_COPY && g->action == KVP_CONVERT_COPY && ao->action == KVP_CONVERT_COPY);
+        kvp_convert_totals_get(cv, &t);
+        CHECK_EQ_U64(t.n_quantized, 2);
+        CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_INCLUDE, 0), 1);
+        CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_INCLUDE, 1), 1);
+    }
+    o.include = NULL, o.n_include = 0;
+
+    /* two excludes: a tensor either matches is kept */
+    static const char *const kgu[] = {"attn_k", "ffn_(gate|up)"};
+    o.exclude = kgu, o.n_exclude = 2;
+    CHECK(kvp_convert_plan(cv, &o, &err) == 0);
+    CHECK(k->action == KVP_CONVERT_COPY && g->action == KVP_CONVERT_COPY && up->action == KVP_CONVERT_COPY);
+    CHECK(v->action == KVP_CONVERT_QUANT && dn->action == KVP_CONVERT_QUANT && ao->action == KVP_CONVERT_QUANT);
+    CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_EXCLUDE, 0), 1);
+    CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_EXCLUDE, 1), 2);
+
+    /* both lists: selected by an include and matched by no exclude.  The
+     * counts take every tensor read: "attn" matches attn_norm, which rule 2
+     * makes f32 before the lists apply; "weird" the dropped tensor, and
+     * "output_norm" a norm */
+    static const char *const inc[] = {"attn", "ffn_gate", "^nothing$"};
+    static const char *const exc[] = {"attn_v", "attn_(q|k)", "weird", "output_norm"};
+    o.include = inc, o.n_include = 3;
+    o.exclude = exc, o.n_exclude = 4;
+    CHECK(kvp_convert_plan(cv, &o, &err) == 0);
+    CHECK(ao->action == KVP_CONVERT_QUANT && g->action == KVP_CONVERT_QUANT);
+    CHECK(q->action == KVP_CONVERT_COPY && k->action == KVP_CONVERT_COPY && v->action == KVP_CONVERT_COPY);
+    CHECK(dn->action == KVP_CONVERT_COPY && up->action == KVP_CONVERT_COPY);
+    static const uint64_t want_inc[] = {5, 1, 0}, want_exc[] = {1, 2, 1, 1};
+    for (size_t i = 0; i < 3; i++)
+        CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_INCLUDE, i), want_inc[i]);
+    for (size_t i = 0; i < 4; i++)
+        CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_EXCLUDE, i), want_exc[i]);
+    CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_DROP, 0), 1);
+    CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_INCLUDE, 3), 0); /* past the list */
+    CHECK_EQ_U64(kvp_convert_pattern_matches(cv, -1, 0), 0);
+    CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_COUNT, 0), 0);
+
+    /* an include that matches nothing selects nothing: every tensor kept */
+    o.include = inc + 2, o.n_include = 1;
+    o.exclude = NULL, o.n_exclude = 0;
+    CHECK(kvp_convert_plan(cv, &o, &err) == 0);
+    kvp_convert_totals_get(cv, &t);
+    CHECK_EQ_U64(t.n_quantized, 0);
+    CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_INCLUDE, 0), 0);
+
+    /* a NULL pattern, or no array for a count, is refused; a bad regex in
+     * second place too, and a failed plan counts nothing */
+    static const char *const hole[] = {"attn", NULL}, *const bad2[] = {"attn", "(["};
+    o.include = hole, o.n_include = 2;
+    CHECK(kvp_convert_plan(cv, &o, &err) == KVP_EINVAL && strstr(err.msg, "include pattern 2 of 2: none given"));
+    o.include = NULL, o.n_include = 0;
+    o.exclude = NULL, o.n_exclude = 1;
+    CHECK(kvp_convert_plan(cv, &o, &err) == KVP_EINVAL && strstr(err.msg, "exclude pattern 1 of 1: none given"));
+    o.exclude = bad2, o.n_exclude = 2;
+    CHECK(kvp_convert_plan(cv, &o, &err) == KVP_EINVAL && strstr(err.msg, "(["));
+    CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_EXCLUDE, 0), 0);
+    CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_DROP, 0), 0);
     kvp_convert_free(cv);
 }
 
@@ -731,14 +821,15 @@ static void test_bare(void)
         CHECK_EQ_U64(t2.n_dropped, 4); /* step, two layer norms, model.norm */
         CHECK(item_named(cv, "model.norm.weight")->action == KVP_CONVERT_DROP);
         CHECK(item_named(cv, "model.layers.0.mlp.up_proj.weight")->action != KVP_CONVERT_DROP);
-        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 0), 1);
-        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 1), 3);
-        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 2), 0);
-        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 3), 3);
-        CHECK_EQ_U64(kvp_convert_drop_matches(cv, 4), 0); /* past n_drop */
+        CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_DROP, 0), 1);
+        CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_DROP, 1), 3);
+        CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_DROP, 2), 0);
+        CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_DROP, 3), 3);
+        CHECK_EQ_U64(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_DROP, 4), 0); /* past n_drop */
         o.n_drop = 1; /* planned again: counts of this plan only */
         CHECK(kvp_convert_plan(cv, &o, &err) == 0);
-        CHECK(kvp_convert_drop_matches(cv, 0) == 1 && kvp_convert_drop_matches(cv, 1) == 0);
+        CHECK(kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_DROP, 0) == 1 &&
+              kvp_convert_pattern_matches(cv, KVP_CONVERT_PATTERNS_DROP, 1) == 0);
         kvp_convert_totals_get(cv, &t2);
         CHECK_EQ_U64(t2.n_dropped, 1);
         static const char *const holes[] = {"^step$", NULL};
@@ -1015,6 +1106,7 @@ int main(int argc, char **argv)
     test_gguf_int8();
     test_validation();
     test_fallbacks();
+    test_pattern_lists();
     test_kvp_input();
     test_safetensors();
     test_bare();
