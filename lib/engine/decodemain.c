@@ -523,9 +523,10 @@ static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
     fprintf(f, "%s: ms       mean      p50      p90      p99\n", prog);
     const kvp_dist *ds[] = {&t, &p, &i, &e};
     const char *names[] = {"TTFT", "TPOT", "ITL", "E2E"};
-    for (int k = 0; k < 4; k++)
-        fprintf(f, "%s: %-4s %9.2f %8.2f %8.2f %8.2f\n", prog, names[k], ds[k]->mean * 1e3, ds[k]->p50 * 1e3,
-                ds[k]->p90 * 1e3, ds[k]->p99 * 1e3);
+    for (int k = 0; k < 4; k++) {
+        fprintf(f, "%s: ", prog);
+        kvp_dist_text(f, names[k], ds[k]);
+    }
     if (m->slo_ttft > 0 || m->slo_tpot > 0)
         fprintf(f, "%s: goodput %.4f (%llu of %llu requests within TTFT %.0f ms and TPOT %.0f ms)\n",
                 prog, kvp_metrics_goodput(m), (unsigned long long)m->good, (unsigned long long)m->n, m->slo_ttft * 1e3,

@@ -269,6 +269,18 @@ run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 2 --slo-ttft 0.001 --min-goodput 0.
 expect_status 3 "goodput below --min-goodput exits 3"
 expect_err_has "goodput 0.0000 (0 of 3 requests within TTFT 0 ms" "the summary reports goodput"
 expect_err_has "is below --min-goodput" "says why it failed"
+# The text summary of a job with no request (a shard given none) and of a
+# one-token answer (no TPOT, no ITL): a value no request gave reads "-",
+# as the JSON's null, never nan.
+printf '{"id":"one","prompt":"Hi"}\n' >"$T/one.jsonl"
+run decode -m "$M" -t 2 -f "$T/one.jsonl" -n 2 --shard 1/2 --stats
+expect_status 0 "a shard with no request, --stats"
+expect_err_has "decode: TTFT         -        -        -        -" "its summary's TTFT row reads -"
+expect_err_has "decode: E2E          -        -        -        -" "and its E2E row"
+expect_true "no nan in the summary" sh -c "! grep -q ' nan' '$ERR'"
+run decode -m "$M" -t 2 -f "$T/one.jsonl" -n 1 --stats
+expect_err_has "decode: TPOT         -        -        -        -" "a one-token answer's TPOT row reads -"
+expect_true "no nan there either" sh -c "! grep -q ' nan' '$ERR'"
 run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 2 --slo-ttft 1000000 --min-goodput 1
 expect_status 0 "an SLO everyone meets exits 0"
 # A failure outranks a missed SLO: a sequence that did not fit exits 1 even
