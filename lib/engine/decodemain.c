@@ -523,9 +523,10 @@ static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
     fprintf(f, "%s: ms       mean      p50      p90      p99\n", prog);
     const kvp_dist *ds[] = {&t, &p, &i, &e};
     const char *names[] = {"TTFT", "TPOT", "ITL", "E2E"};
-    for (int k = 0; k < 4; k++)
-        fprintf(f, "%s: %-4s %9.2f %8.2f %8.2f %8.2f\n", prog, names[k], ds[k]->mean * 1e3, ds[k]->p50 * 1e3,
-                ds[k]->p90 * 1e3, ds[k]->p99 * 1e3);
+    for (int k = 0; k < 4; k++) {
+        fprintf(f, "%s: ", prog);
+        kvp_dist_text(f, names[k], ds[k]);
+    }
     if (m->slo_ttft > 0 || m->slo_tpot > 0)
         fprintf(f, "%s: goodput %.4f (%llu of %llu requests within TTFT %.0f ms and TPOT %.0f ms)\n",
                 prog, kvp_metrics_goodput(m), (unsigned long long)m->good, (unsigned long long)m->n, m->slo_ttft * 1e3,
@@ -633,11 +634,10 @@ static volatile sig_atomic_t stop_signal;
 
 static void on_stop(int sig) { stop_signal = sig; }
 
-/* SIGINT and SIGTERM end the run after the step in progress, and a wait
- * for input at once (no SA_RESTART: the read returns, kvp_in_interrupt_on).
- * A signal ignored by whoever started us (nohup, a background job's SIGINT)
- * stays ignored, as lib/base/io.c's handlers do. */
-static void catch_stop_signals(void)
+/* on_stop for SIGINT and SIGTERM, with flags.  A signal ignored by whoever
+ * started us (nohup, a background job's SIGINT) stays ignored, as
+ * lib/base/io.c's handlers do. */
+static void set_stop_handlers(int flags)
 {
     static const int sigs[] = {SIGINT, SIGTERM};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
@@ -646,9 +646,26 @@ static void catch_stop_signals(void)
             continue;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_stop;
+        sa.sa_flags = flags;
         sigemptyset(&sa.sa_mask);
         sigaction(sigs[i], &sa, NULL);
     }
+}
+
+/* While the model loads, SIGINT and SIGTERM are noted and the job stops
+ * once the load is done, before its input is read (stop_before_input):
+ * the load is not cut short (SA_RESTART: its opens and reads go on, and
+ * kvp_in_interrupt_on is not set yet).  It can take long (a big model read
+ * into memory, a slow disk, a model path that is a FIFO), so a second
+ * signal of the same kind ends decode at once by its default action
+ * (SA_RESETHAND), as any signal did there before. */
+static void catch_stop_signals_loading(void) { set_stop_handlers(SA_RESTART | SA_RESETHAND); }
+
+/* SIGINT and SIGTERM end the run after the step in progress, and a wait
+ * for input at once (no SA_RESTART: the read returns, kvp_in_interrupt_on). */
+static void catch_stop_signals(void)
+{
+    set_stop_handlers(0);
     kvp_in_interrupt_on(&stop_signal);
 }
 
@@ -686,15 +703,13 @@ typedef struct job_open {
     double t0;                   /* when the open began: the wait counts as the run's seconds */
 } job_open;
 
-/* The job's input did not open: a stop signal while its first request was
- * awaited (a pipe, or a FIFO no writer has opened yet) ends the job as a
- * stop does later: its --stats (no request, stopped, and the KV pool the
- * options size, not made yet), the message, 128 + the signal.  Else a
- * failure. */
-static void open_failed(kvp_err *err, const job_open *jo)
+/* A stop signal before the job's first request (while the model loaded,
+ * or while its input was awaited: a pipe, or a FIFO no writer has opened
+ * yet) ends the job as a stop does later: its --stats (no request,
+ * stopped, and the KV pool the options size, not made yet), the message,
+ * 128 + the signal. */
+static _Noreturn void stop_before_input(const job_open *jo)
 {
-    if (!stop_signal)
-        die_job(err, jo->once);
     if (jo->o->stats) {
         run_info ri = {.model = jo->o->model, .input = jo->input};
         kvp_model_fingerprint_hex(jo->r->model, ri.fingerprint);
@@ -713,6 +728,15 @@ static void open_failed(kvp_err *err, const job_open *jo)
     }
     say_stopped(0, 0, 0, jo->resume);
     exit(128 + stop_signal);
+}
+
+/* The job's input did not open: a stop (stop_before_input), else a
+ * failure. */
+static void open_failed(kvp_err *err, const job_open *jo)
+{
+    if (!stop_signal)
+        die_job(err, jo->once);
+    stop_before_input(jo);
 }
 
 /* --resume OUT: OUT opened for appending and locked (two jobs resuming
@@ -1103,6 +1127,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
                               "--compare runs each request twice; give it a sample, or a regular file");
         o.file = kvp_prompts_once_path(&once);
     }
+    catch_stop_signals_loading();
     if (kvp_run_open(&r, &o, &err) < 0)
         kvp_cli_die_err(&err);
     /* before any read that may wait (a pipe's first request): a signal
@@ -1112,6 +1137,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
     kvp_metrics_init(&metrics, slo_ttft, slo_tpot);
     job_open jo = {.o = &o, .r = &r, .metrics = &metrics, .sp = &sp, .input = from_prompts ? "prompts" : "kvp",
                    .once = &once, .resume = resume, .t0 = kvp_gen_now()};
+    if (stop_signal) /* while the model loaded */
+        stop_before_input(&jo);
     if (compare) {
         /* decode's run first, on a cache of its own (so neither run finds the
          * other's prompts cached) */

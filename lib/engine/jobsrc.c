@@ -430,14 +430,9 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
         } else {
             drop_stops(&q);
         }
-        /* A saved sequence continued (it has generated: not a prefill's
-         * first token) is a new request: -n given asks N more tokens of it,
-         * whatever max_tokens its first request set (the rest of its own
-         * values it keeps).  A prefilled sequence's own max_tokens is its
-         * request's and wins, as a line's does in decode -f. */
-        if (q.rec.state != KVP_SEQ_PREFILLED && (js->o->sampling_set & KVP_SET_MAX))
-            r->g.rec.flags &= ~KVP_SEQ_OWN_MAX_TOKENS; /* --kv-out's record: the value is -n's now */
-        kvp_runopts_apply_sampling(js->o, &r->g.rec.sampling, r->g.rec.flags, r->g.rec.id);
+        /* a saved sequence continued takes -n over its request's own
+         * max_tokens (a new request); --kv-out saves it without the bit */
+        kvp_runopts_apply_record(js->o, &r->g.rec);
         cap_to_context(js, r, q.rec.n_tokens);
         int rc = kvp_sample_check(&r->g.rec.sampling, err);
         /* a sequence cut by its budget continues; one that met a stop does not */

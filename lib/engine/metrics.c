@@ -180,3 +180,22 @@ void kvp_dist_json(FILE *f, const char *name, const kvp_dist *d)
     json_ms(f, "max", d->max);
     fputc('}', f);
 }
+
+/* NaN: the value does not exist (kvp_dist's), not a number to print */
+static void text_ms(FILE *f, int width, double s)
+{
+    if (s == s)
+        fprintf(f, " %*.2f", width, s * 1e3);
+    else
+        fprintf(f, " %*s", width, "-");
+}
+
+void kvp_dist_text(FILE *f, const char *name, const kvp_dist *d)
+{
+    fprintf(f, "%-4s", name);
+    text_ms(f, 9, d->mean);
+    text_ms(f, 8, d->p50);
+    text_ms(f, 8, d->p90);
+    text_ms(f, 8, d->p99);
+    fputc('\n', f);
+}

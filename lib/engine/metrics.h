@@ -60,7 +60,13 @@ void kvp_metrics_itl(const kvp_metrics *m, kvp_dist *d);
 double kvp_metrics_goodput(const kvp_metrics *m);
 /* Percentile q (0..100) of sorted v[n], nearest rank; NaN when n is 0. */
 double kvp_percentile(const double *v, uint64_t n, double q);
-/* `"name":{"n":..,"mean":..,"p50":..,"p90":..,"p99":..,"max":..}` in ms. */
+/* `"name":{"n":..,"mean":..,"p50":..,"p90":..,"p99":..,"max":..}` in ms;
+ * a value the requests did not give (no request, no output of 2 tokens)
+ * is null. */
 void kvp_dist_json(FILE *f, const char *name, const kvp_dist *d);
+/* The text summary's row for d: name in 4 columns, then mean (9), p50,
+ * p90 and p99 (8 each) in ms with 2 decimals, and a newline; a value the
+ * requests did not give is "-", as the JSON's null. */
+void kvp_dist_text(FILE *f, const char *name, const kvp_dist *d);
 
 #endif

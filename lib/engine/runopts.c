@@ -224,6 +224,13 @@ void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s, uint32_t 
     }
 }
 
+void kvp_runopts_apply_record(const kvp_runopts *o, kvp_seq_rec *rec)
+{
+    if (rec->state != KVP_SEQ_PREFILLED && (o->sampling_set & KVP_SET_MAX))
+        rec->flags &= ~KVP_SEQ_OWN_MAX_TOKENS; /* N more tokens: the value is -n's now */
+    kvp_runopts_apply_sampling(o, &rec->sampling, rec->flags, rec->id);
+}
+
 uint32_t kvp_runopts_own_flags(unsigned param_set)
 {
     static const struct {
@@ -598,7 +605,7 @@ int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_s
         kvp_gen_seq_init(&seqs[i], r->tok);
         seqs[i].rec = ss[i].rec;
         seqs[i].handle = ss[i].handle;
-        kvp_runopts_apply_sampling(o, &seqs[i].rec.sampling, seqs[i].rec.flags, seqs[i].rec.id);
+        kvp_runopts_apply_record(o, &seqs[i].rec);
     }
     if (saved)
         *saved = ss;

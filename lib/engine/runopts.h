@@ -95,6 +95,15 @@ int kvp_runopts_is_sched(int c);
  * set it, as a prompts line's field wins over the option in decode -f).
  * A --seed applied reseeds the generator for sequence id. */
 void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s, uint32_t own, uint64_t id);
+/* The same for a sequence record read from a KV stream (decode FILE,
+ * prefill --resume), with one exception: a sequence that has generated
+ * already (not KVP_SEQ_PREFILLED: decode --kv-out saves them RUNNING or
+ * FINISHED) is continued as a new request, so -n given replaces its
+ * max_tokens even where its first request set it, and rec loses
+ * KVP_SEQ_OWN_MAX_TOKENS (a stream written from it holds -n's value as a
+ * default).  Its other own values win, and a prefilled record's own
+ * max_tokens is its request's and wins, as a prompts line's does. */
+void kvp_runopts_apply_record(const kvp_runopts *o, kvp_seq_rec *rec);
 /* The sequence record's KVP_SEQ_OWN_* bits for a prompts line's
  * KVP_PARAM_* fields. */
 uint32_t kvp_runopts_own_flags(unsigned param_set);
@@ -174,7 +183,8 @@ int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uin
                     kvp_err *err);
 /* Read the KVP stream at path ("-": stdin) into a new KV cache, start the
  * engine on it, and make *seqs[*n] of its sequences, with the sampling
- * options given applied (the others kept from the stream); *saved (unless
+ * options given applied as kvp_runopts_apply_record says (the rest kept
+ * from the stream); *saved (unless
  * saved is NULL) gets the records as read, with their stop strings
  * (kvp_seqio_seqs_free).  0 or a code. */
 int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_seq **seqs, kvp_seqio_seq **saved,

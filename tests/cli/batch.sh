@@ -269,6 +269,18 @@ run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 2 --slo-ttft 0.001 --min-goodput 0.
 expect_status 3 "goodput below --min-goodput exits 3"
 expect_err_has "goodput 0.0000 (0 of 3 requests within TTFT 0 ms" "the summary reports goodput"
 expect_err_has "is below --min-goodput" "says why it failed"
+# The text summary of a job with no request (a shard given none) and of a
+# one-token answer (no TPOT, no ITL): a value no request gave reads "-",
+# as the JSON's null, never nan.
+printf '{"id":"one","prompt":"Hi"}\n' >"$T/one.jsonl"
+run decode -m "$M" -t 2 -f "$T/one.jsonl" -n 2 --shard 1/2 --stats
+expect_status 0 "a shard with no request, --stats"
+expect_err_has "decode: TTFT         -        -        -        -" "its summary's TTFT row reads -"
+expect_err_has "decode: E2E          -        -        -        -" "and its E2E row"
+expect_true "no nan in the summary" sh -c "! grep -q ' nan' '$ERR'"
+run decode -m "$M" -t 2 -f "$T/one.jsonl" -n 1 --stats
+expect_err_has "decode: TPOT         -        -        -        -" "a one-token answer's TPOT row reads -"
+expect_true "no nan there either" sh -c "! grep -q ' nan' '$ERR'"
 run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 2 --slo-ttft 1000000 --min-goodput 1
 expect_status 0 "an SLO everyone meets exits 0"
 # A failure outranks a missed SLO: a sequence that did not fit exits 1 even
@@ -403,5 +415,44 @@ LAST_CMD="decode --stats=FILE < FIFO (a KV stream not begun), SIGTERM"
 expect_status 143 "SIGTERM before a KV stream's first sequence exits 143"
 expect_true "--stats=FILE is written" grep -q '"requests":0,.*"input":"kvp",.*"stopped":true,' "$T/s1.json"
 rm -f "$T/fifo"
+
+# SIGTERM while the model loads (decode(1), SIGINT): the load goes on, then
+# the job stops before reading its input, as above.  The model path is a
+# FIFO, so the load waits in open(2) for a writer until the signal has
+# come; the path then becomes the model, and the FIFO, written through a
+# second name, gives the 4 bytes the load reads first to tell the format.
+rm -f "$T/mfifo" "$T/mfifo.w" "$T/s2.json"
+mkfifo "$T/mfifo"
+ln "$T/mfifo" "$T/mfifo.w"
+decode -m "$T/mfifo" -t 2 -f "$T/p.jsonl" -n 2 --stats="$T/s2.json" >"$OUT" 2>"$ERR" &
+pid=$!
+wait_catching $pid
+kill -TERM $pid
+sleep 0.3
+ln -s "$M" "$T/mreal"
+mv -f "$T/mreal" "$T/mfifo"
+exec 7<>"$T/mfifo.w" # read-write: no wait for a reader (decode may be gone)
+printf GGUF >&7
+exec 7>&-
+wait_exit $pid "SIGTERM while the model loads"
+LAST_CMD="decode -m FIFO -f p.jsonl --stats=FILE, SIGTERM while it waits in the model load"
+expect_status 143 "SIGTERM during the model load exits 143"
+expect_err_has "stopped by Terminated: 0 sequences written, 0 read and not finished" "once loaded, says it was stopped"
+expect_out_empty "no request was run"
+expect_true "--stats=FILE is written" grep -q '^{"requests":0,.*"input":"prompts",.*"stopped":true,' "$T/s2.json"
+# a second signal during the load ends decode at once (the default action)
+rm -f "$T/mfifo" "$T/mfifo.w" "$T/s2.json"
+mkfifo "$T/mfifo"
+decode -m "$T/mfifo" -t 2 -f "$T/p.jsonl" -n 2 --stats="$T/s2.json" >"$OUT" 2>"$ERR" &
+pid=$!
+wait_catching $pid
+kill -TERM $pid
+sleep 0.3
+kill -TERM $pid 2>/dev/null
+wait_exit $pid "a second SIGTERM while the model loads"
+LAST_CMD="decode -m FIFO, SIGTERM twice while it waits in the model load"
+expect_status 143 "a second SIGTERM during the load ends it at once"
+expect_true "without --stats" test ! -e "$T/s2.json"
+rm -f "$T/mfifo"
 
 done_testing

@@ -109,13 +109,10 @@ fifo_two_parts() {
     if [ "$n" = 4 ]; then pass "$2: all four answered"; else fail "$2: $n of 4 answered: $(cat "$T/inc.out")"; fi
 }
 
-# term_when_waiting PID DESC: SIGTERM to PID (a background job of this
-# script) once it catches SIGTERM (its stop handler installed: Linux's
-# /proc/PID/status SigCgt, 60 s at most; elsewhere after 5 s), so the signal
-# finds it waiting for input, not loading its model (where the default
-# action would end it); then its exit status into $status.  Still running
-# 10 s after the signal: a failure (DESC) and SIGKILL.
-term_when_waiting() {
+# wait_catching PID: until PID (a background job of this script) catches
+# SIGTERM (its stop handler installed: Linux's /proc/PID/status SigCgt, 60 s
+# at most; elsewhere 5 s).
+wait_catching() {
     _i=0
     if [ -r "/proc/$1/status" ]; then
         while [ $_i -lt 600 ] && kill -0 "$1" 2>/dev/null; do
@@ -125,22 +122,38 @@ term_when_waiting() {
             sleep 0.1
             _i=$((_i + 1))
         done
-        sleep 0.5 # from the handler to the read that waits: microseconds
     else
         sleep 5
     fi
-    kill -TERM "$1" 2>/dev/null
+}
+
+# wait_exit PID DESC: PID's exit status into $status; still running 10 s
+# from now: a failure (DESC) and SIGKILL.
+wait_exit() {
     _i=0
     while kill -0 "$1" 2>/dev/null && [ $_i -lt 100 ]; do
         sleep 0.1
         _i=$((_i + 1))
     done
     if kill -0 "$1" 2>/dev/null; then
-        fail "$2: still running 10 s after SIGTERM"
+        fail "$2: still running 10 s later"
         kill -KILL "$1"
     fi
     wait "$1"
     status=$?
+}
+
+# term_when_waiting PID DESC: SIGTERM to PID (a background job of this
+# script) half a second after it catches SIGTERM (wait_catching), so the
+# signal finds it waiting for input: decode's handler is in place from
+# before its model load, which takes the test model milliseconds (a signal
+# during the load ends the job the same way, once loaded).  Then its exit
+# status into $status (wait_exit: DESC names the failure to end).
+term_when_waiting() {
+    wait_catching "$1"
+    if [ -r "/proc/$1/status" ]; then sleep 0.5; fi
+    kill -TERM "$1" 2>/dev/null
+    wait_exit "$1" "$2"
 }
 
 # spec_prompts FILE: 8 prompts for speculative decoding, 6 whose answers

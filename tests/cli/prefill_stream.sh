@@ -348,5 +348,23 @@ expect_true "and the other record's 3 (its run's -n)" grep -q '"id":"def".*"toke
 run_sh "prefill -m '$M' -t 1 --resume '$T/own-saved2.kvp' -p ' and' -n 4 | decode -m '$M' -t 1 --ignore-eos --json"
 expect_status 0 "prefill --resume of the sequences saved again | decode"
 expect_true "their max_tokens no longer the line's: prefill's -n 4" grep -q '"id":"own".*"tokens":4,' "$OUT"
+# prefill --resume -n: the next turn of a saved sequence is a new request,
+# as decode's continuation is: -n replaces the max_tokens its line set, and
+# the record it writes holds -n's as a default (prefill(1), --resume)
+run_sh "prefill -m '$M' -t 1 --resume '$T/own-saved.kvp' -p ' and' -n 4 | decode -m '$M' -t 1 --ignore-eos --json"
+expect_status 0 "prefill --resume -n 4 of the sequences saved once | decode"
+expect_true "prefill's -n 4 for the line's next turn, not its max_tokens 2" \
+    grep -q '"id":"own".*"tokens":4,' "$OUT"
+expect_true "and 4 for the line without one" grep -q '"id":"def".*"tokens":4,' "$OUT"
+run_sh "prefill -m '$M' -t 1 --resume '$T/own-saved.kvp' -p ' and' -n 4 | decode -m '$M' -t 1 -n 6 --ignore-eos --json"
+expect_true "then decode's -n 6 replaces it" grep -q '"id":"own".*"tokens":6,' "$OUT"
+run_sh "prefill -m '$M' -t 1 --resume '$T/own-saved.kvp' -p ' and' | decode -m '$M' -t 1 --ignore-eos --json"
+expect_true "without -n the record's own max_tokens 2 goes on" grep -q '"id":"own".*"tokens":2,' "$OUT"
+# a prefilled sequence has not generated: its line's max_tokens wins, as
+# through prefill | decode
+run_sh "prefill -m '$M' -t 1 -f '$T/own.jsonl' -o '$T/own-pf.kvp' && prefill -m '$M' -t 1 --resume '$T/own-pf.kvp' -p ' and' -n 4 | decode -m '$M' -t 1 --ignore-eos --json"
+expect_status 0 "prefill --resume -n 4 of a prefill's sequences | decode"
+expect_true "a prefilled line keeps its max_tokens 2" grep -q '"id":"own".*"tokens":2,' "$OUT"
+expect_true "the line without one gets -n 4" grep -q '"id":"def".*"tokens":4,' "$OUT"
 
 done_testing

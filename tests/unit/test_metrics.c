@@ -1,7 +1,9 @@
 /* test_metrics.c - the serving metrics' goodput rule: a failed request is
  * never good, whatever its times; a value a request does not have (TPOT
  * under 2 output tokens, TTFT with none) meets its bound; a value over its
- * bound does not; and TPOT's definition. */
+ * bound does not; TPOT's definition; and a value no request gave reads
+ * "-" in the text summary's rows and null in the JSON, never "nan". */
+#define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include "metrics.h"
 #include "unit.h"
 
@@ -53,10 +55,58 @@ static void test_undefined_meets(void)
     kvp_metrics_free(&m);
 }
 
+/* kvp_dist_text's row for d, into buf. */
+static void row(const kvp_dist *d, char *buf, size_t size)
+{
+    char *p = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&p, &n);
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    kvp_dist_text(f, "TTFT", d);
+    fclose(f);
+    snprintf(buf, size, "%s", p);
+    free(p);
+}
+
+static void test_no_value_text(void)
+{
+    kvp_metrics m;
+    kvp_metrics_init(&m, 0, 0);
+    kvp_dist d;
+    char got[128];
+    kvp_metrics_ttft(&m, &d); /* no request */
+    row(&d, got, sizeof got);
+    CHECK_STR(got, "TTFT         -        -        -        -\n");
+    kvp_metrics_itl(&m, &d);
+    row(&d, got, sizeof got);
+    CHECK_STR(got, "TTFT         -        -        -        -\n");
+    char *p = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&p, &n);
+    CHECK(f != NULL);
+    if (f) {
+        kvp_dist_json(f, "ttft_ms", &d);
+        fclose(f);
+        CHECK_STR(p, "\"ttft_ms\":{\"n\":0,\"mean\":null,\"p50\":null,\"p90\":null,\"p99\":null,\"max\":null}");
+        free(p);
+    }
+    add(&m, 1, 0); /* one token: a TTFT of 100 ms, no TPOT */
+    kvp_metrics_ttft(&m, &d);
+    row(&d, got, sizeof got);
+    CHECK_STR(got, "TTFT    100.00   100.00   100.00   100.00\n");
+    kvp_metrics_tpot(&m, &d);
+    row(&d, got, sizeof got);
+    CHECK_STR(got, "TTFT         -        -        -        -\n");
+    kvp_metrics_free(&m);
+}
+
 int main(void)
 {
     test_failed_never_good();
     test_undefined_meets();
+    test_no_value_text();
     printf("%d passed, %d failed\n", unit_passed, unit_failed);
     return unit_failed != 0;
 }
