@@ -510,18 +510,26 @@ static void test_validation(void)
     kvp_meta_free(&tok);
 }
 
+/* tiny.gguf opened for conversion, *o the defaults with its odd tensor
+ * dropped; NULL (a failed check) when it does not open. */
+static kvp_convert *open_tiny(kvp_convert_opts *o)
+{
+    static const char *const weird[] = {"weird"};
+    kvp_err err = {0};
+    kvp_convert *cv = NULL;
+    CHECK(kvp_convert_open(&cv, tmp_path("tiny.gguf"), &err) == 0);
+    kvp_convert_opts_init(o);
+    o->drop = weird, o->n_drop = 1;
+    return cv;
+}
+
 static void test_fallbacks(void)
 {
-    const char *in = tmp_path("tiny.gguf");
     kvp_err err = {0};
-    kvp_convert *cv;
-    CHECK(kvp_convert_open(&cv, in, &err) == 0);
+    kvp_convert_opts o;
+    kvp_convert *cv = open_tiny(&o);
     if (!cv)
         return;
-    kvp_convert_opts o;
-    kvp_convert_opts_init(&o);
-    static const char *const weird[] = {"weird"};
-    o.drop = weird, o.n_drop = 1;
     o.to = KVP_DTYPE_I4; /* group 128 on rows of 64 and 48 */
     CHECK(kvp_convert_plan(cv, &o, &err) == 0);
     const kvp_convert_item *q = item_named(cv, "blk.0.attn_q.weight"), *dn = item_named(cv, "blk.0.ffn_down.weight");
@@ -554,14 +562,10 @@ static void test_fallbacks(void)
 static void test_pattern_lists(void)
 {
     kvp_err err = {0};
-    kvp_convert *cv;
-    CHECK(kvp_convert_open(&cv, tmp_path("tiny.gguf"), &err) == 0);
+    kvp_convert_opts o;
+    kvp_convert *cv = open_tiny(&o);
     if (!cv)
         return;
-    kvp_convert_opts o;
-    kvp_convert_opts_init(&o);
-    static const char *const weird[] = {"weird"};
-    o.drop = weird, o.n_drop = 1;
     o.to = KVP_DTYPE_I8;
     const kvp_convert_item *q = item_named(cv, "blk.0.attn_q.weight"), *k = item_named(cv, "blk.0.attn_k.weight"),
                            *v = item_named(cv, "blk.0.attn_v.weight"), *ao = item_named(cv, "blk.0.attn_output.weight"),
