@@ -43,17 +43,25 @@ Identical: whether the greedy token ids with and without lookup are the same
 for every request (a verification batch is computed with other kernels than
 one token, so near-ties can go the other way).
 
+llama.cpp runs through scripts/ref/llamaref.py: when its default run dies
+(SIGSEGV on an Intel Xeon with AMX), both modes run again with its extra
+buffer types off, and the header line says so.
+
 Usage: spec_llama.py [-k K] [-g N] [-r R] [--chat] [--kvp-ids FILE] [--json FILE]
                      [--summary FILE] MODEL PROMPTS.jsonl THREADS TOKENS
 The last line: `llama.cpp prompt lookup speedup: X.XXx` (gen tok/s with
 lookup over without)."""
 import argparse
 import json
+import os
 import sys
 import time
 
-from llama_cpp import Llama, llama_cpp
+from llama_cpp import llama_cpp
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import llamaref  # noqa: E402
 
 
 def chatml(messages):
@@ -146,65 +154,72 @@ def main():
     reqs = [json.loads(line) for line in open(a.prompts, encoding="utf-8") if line.strip()]
     for i, r in enumerate(reqs):
         r.setdefault("id", str(i))
-    kw = dict(n_threads=a.threads, n_threads_batch=a.threads, n_batch=512, n_ubatch=512, verbose=False)
-    plain = Llama(model_path=a.model, n_ctx=512, **kw)  # only for tokenizing until n_ctx is known
-    ids = {str(r["id"]): tokenize(plain, r, a.chat) for r in reqs}
-    if a.kvp_ids:
-        theirs = {}
-        for line in open(a.kvp_ids, encoding="utf-8"):
-            if line.strip():
-                o = json.loads(line)
-                theirs[str(o["id"])] = o["ids"]
-        bad = [k for k in ids if theirs.get(k) != ids[k]]
-        for k in bad[:3]:
-            print(f"spec_llama: {k}: prompt ids differ from kvpipe's:\n  here   {ids[k][:24]}...\n"
-                  f"  kvpipe {(theirs.get(k) or [])[:24]}...", file=sys.stderr)
-        print(f"spec_llama: prompt ids: {len(ids) - len(bad)} of {len(ids)} as kvpipe's; using kvpipe's",
-              file=sys.stderr)
-        ids = {k: theirs.get(k, v) for k, v in ids.items()}
-    n_ctx = max(len(v) for v in ids.values()) + a.tokens + a.k + 64
-    del plain
-    plain = Llama(model_path=a.model, n_ctx=n_ctx, **kw)
-    lookup = CountingLookup(num_pred_tokens=a.k, max_ngram_size=a.g)
-    spec = Llama(model_path=a.model, n_ctx=n_ctx, draft_model=lookup, **kw)
-    first = next(iter(ids.values()))
-    run(plain, first[:32], 8)  # warm both up: page the weights in, size the buffers
-    run(spec, first[:32], 8, lookup)
+    def measure(open_llama):
+        """(tot, drafted, accepted, steps, same) of both modes over every request."""
+        kw = dict(n_threads=a.threads, n_threads_batch=a.threads, n_batch=512, n_ubatch=512, verbose=False)
+        plain = open_llama(model_path=a.model, n_ctx=512, **kw)  # only for tokenizing until n_ctx is known
+        ids = {str(r["id"]): tokenize(plain, r, a.chat) for r in reqs}
+        if a.kvp_ids:
+            theirs = {}
+            for line in open(a.kvp_ids, encoding="utf-8"):
+                if line.strip():
+                    o = json.loads(line)
+                    theirs[str(o["id"])] = o["ids"]
+            bad = [k for k in ids if theirs.get(k) != ids[k]]
+            for k in bad[:3]:
+                print(f"spec_llama: {k}: prompt ids differ from kvpipe's:\n  here   {ids[k][:24]}...\n"
+                      f"  kvpipe {(theirs.get(k) or [])[:24]}...", file=sys.stderr)
+            print(f"spec_llama: prompt ids: {len(ids) - len(bad)} of {len(ids)} as kvpipe's; using kvpipe's",
+                  file=sys.stderr)
+            ids = {k: theirs.get(k, v) for k, v in ids.items()}
+        n_ctx = max(len(v) for v in ids.values()) + a.tokens + a.k + 64
+        del plain
+        plain = open_llama(model_path=a.model, n_ctx=n_ctx, **kw)
+        lookup = CountingLookup(num_pred_tokens=a.k, max_ngram_size=a.g)
+        spec = open_llama(model_path=a.model, n_ctx=n_ctx, draft_model=lookup, **kw)
+        first = next(iter(ids.values()))
+        run(plain, first[:32], 8)  # warm both up: page the weights in, size the buffers
+        run(spec, first[:32], 8, lookup)
 
-    tot = {m: dict(tok=0, gen_tok=0, gen_s=0.0, wall_s=0.0) for m in ("plain", "lookup")}
-    drafted = accepted = steps = 0
-    same = 0
-    dump = open(a.json, "w", encoding="utf-8") if a.json else None
-    for r in reqs:
-        k = str(r["id"])
-        res = {}
-        for m, llm, lk in (("plain", plain, None), ("lookup", spec, lookup)):
-            out, t1, t2, d, acc, st = run(llm, ids[k], a.tokens, lk)
-            for _ in range(a.r - 1):
-                again = run(llm, ids[k], a.tokens, lk)
-                if again[0] != out:
-                    print(f"spec_llama: {k}: {m}: a second greedy run gave other tokens", file=sys.stderr)
-                t1, t2 = min((t1, t2), (again[1], again[2]), key=lambda t: t[1] - t[0])
-            res[m] = out
-            t = tot[m]
-            t["tok"] += len(out)
-            t["gen_tok"] += max(len(out) - 1, 0)
-            t["gen_s"] += (t2 - t1) if out else 0.0
-            t["wall_s"] += t2 if t2 is not None else 0.0
-            if lk is not None:
-                drafted, accepted, steps = drafted + d, accepted + acc, steps + st
-            if dump:
-                dump.write(json.dumps({"id": k, "mode": m, "text": plain.detokenize(out).decode("utf-8", "replace"),
-                                       "tokens": len(out), "gen_s": round(t2 - t1, 4) if out else 0,
-                                       "drafted": d, "accepted": acc, "steps": st}) + "\n")
-        same += res["plain"] == res["lookup"]
+        tot = {m: dict(tok=0, gen_tok=0, gen_s=0.0, wall_s=0.0) for m in ("plain", "lookup")}
+        drafted = accepted = steps = 0
+        same = 0
+        dump = open(a.json, "w", encoding="utf-8") if a.json else None
+        for r in reqs:
+            k = str(r["id"])
+            res = {}
+            for m, llm, lk in (("plain", plain, None), ("lookup", spec, lookup)):
+                out, t1, t2, d, acc, st = run(llm, ids[k], a.tokens, lk)
+                for _ in range(a.r - 1):
+                    again = run(llm, ids[k], a.tokens, lk)
+                    if again[0] != out:
+                        print(f"spec_llama: {k}: {m}: a second greedy run gave other tokens", file=sys.stderr)
+                    t1, t2 = min((t1, t2), (again[1], again[2]), key=lambda t: t[1] - t[0])
+                res[m] = out
+                t = tot[m]
+                t["tok"] += len(out)
+                t["gen_tok"] += max(len(out) - 1, 0)
+                t["gen_s"] += (t2 - t1) if out else 0.0
+                t["wall_s"] += t2 if t2 is not None else 0.0
+                if lk is not None:
+                    drafted, accepted, steps = drafted + d, accepted + acc, steps + st
+                if dump:
+                    dump.write(json.dumps({"id": k, "mode": m, "text": plain.detokenize(out).decode("utf-8", "replace"),
+                                           "tokens": len(out), "gen_s": round(t2 - t1, 4) if out else 0,
+                                           "drafted": d, "accepted": acc, "steps": st}) + "\n")
+            same += res["plain"] == res["lookup"]
+        if dump:
+            dump.close()
+        return tot, drafted, accepted, steps, same
+
+    (tot, drafted, accepted, steps, same), note = llamaref.run(measure, "spec_llama")
 
     def rate(n, s):
         return n / s if s > 0 else 0.0
 
     print(f"llama.cpp (llama-cpp-python), {len(reqs)} requests, greedy, {a.tokens} tokens at most, "
           f"{a.threads} threads, one request at a time (best of {a.r}); lookup: num_pred_tokens {a.k}, "
-          f"max_ngram_size {a.g}")
+          f"max_ngram_size {a.g}" + (f"; {note}" if note else ""))
     print(f"| {'mode':<22} | {'tokens':>6} | {'gen tok/s':>9} | {'wall tok/s':>10} | {'acceptance':>10} "
           f"| {'mean accepted':>13} | {'identical':>9} |")
     print(f"|{'-' * 24}|{'-' * 8}|{'-' * 11}|{'-' * 12}|{'-' * 12}|{'-' * 15}|{'-' * 11}|")
