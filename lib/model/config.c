@@ -398,6 +398,11 @@ int kvp_config_check_shape(const kvp_config *c, const char *source, kvp_err *err
     if (c->n_expert_used > c->n_expert)
         return kvp_err_set(err, KVP_EFORMAT, "%s: config: %u experts used a token, more than the %u experts", src,
                            c->n_expert_used, c->n_expert);
+    /* a mixture whose tokens go to none of its experts has no feed-forward
+     * at all (the planner counted one expert for its weights, none for its
+     * activations) */
+    if (c->n_expert && !c->n_expert_used)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: config: %u experts, but none used a token", src, c->n_expert);
     if (c->rope_dim % 2 || (c->rope_dim > hd && !c->kv_lora_rank))
         return kvp_err_set(err, KVP_EFORMAT, "%s: config: rope dimension %u with head dim %u", src, c->rope_dim, hd);
     return 0;

@@ -570,8 +570,11 @@ expect_field n_params 7241732096 "(Mistral-7B's count, from its preset)"
 run kvcalc --layers 2 --hidden 64 --heads 4 --experts 0 --experts-used 0 --json
 expect_status 0 "a model of options alone takes --experts-used 0"
 run kvcalc -m mixtral-8x7b --experts 0:8:8 --experts-used 0 --tsv
-expect_status 0 "--experts-used 0 beside an --experts sweep from 0 plans"
-expect_true "a row each" [ "$(wc -l <"$OUT")" = 3 ]
+expect_status 2 "--experts-used 0 beside an --experts sweep to 8: 8 experts no token uses exits 2"
+expect_err_has "config: 8 experts, but none used a token" "naming the count"
+expect_out_empty "--experts 0:8:8 --experts-used 0: nothing planned"
+run kvcalc -m mixtral-8x7b --experts-used 0
+expect_status 2 "Mixtral with --experts-used 0 (its 8 experts kept) exits 2"
 run kvcalc -m mixtral-8x7b --experts 0
 expect_status 2 "--experts 0 alone: Mixtral's top-2 of no experts exits 2"
 expect_err_has "config: 2 experts used a token, more than the 0 experts" "naming both counts"

@@ -265,7 +265,7 @@ static void test_check(void)
     d = c, d.n_ff = 0;
     CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT);
     CHECK_STR(err.msg, "x.gguf: config: 0 feed-forward width (want 1..4194304)");
-    d.n_expert = 8, d.n_ff_expert = 1024; /* experts only: their width counts */
+    d.n_expert = 8, d.n_expert_used = 2, d.n_ff_expert = 1024; /* experts only: their width counts */
     CHECK_MSG(kvp_config_check(&d, "x.gguf", &err) == 0, "%s", err.msg);
     d = c, d.n_expert = 8, d.n_ff_expert = 1u << 23;
     CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_ELIMIT && strstr(err.msg, "expert feed-forward width"));
@@ -287,6 +287,11 @@ static void test_check(void)
     d = c, d.n_expert = 8, d.n_expert_used = 9, d.n_ff_expert = 1024;
     CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT);
     CHECK_STR(err.msg, "x.gguf: config: 9 experts used a token, more than the 8 experts");
+    d.n_expert_used = 0; /* experts that no token goes to */
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT);
+    CHECK_STR(err.msg, "x.gguf: config: 8 experts, but none used a token");
+    d.n_expert = 0; /* dense: no experts, none used */
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == 0);
     /* the expert count has a ceiling like every dimension (kvcalc's --experts
      * range is the same); it was unbounded, and kvcalc called such a file's
      * count a usage error */
