@@ -137,6 +137,7 @@ typedef struct mm_ctx {
     uint32_t n_tok, rows_per_task, toks_per_task, n_row_tasks;
     int quant;
     kvp_mm_fn mm;
+    kvp_mm_fn amx_mm;          /* the AMX kernel of w's kind, or NULL (mm_pick) */
     float *rowbuf;             /* the row path: per thread, rows_per_task rows as f32 */
 } mm_ctx;
 
@@ -253,16 +254,16 @@ static void mm_task(void *ctxp, int task, int thread)
 static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
 {
     int scaled_kind = 0;
-    c->mm = NULL, c->quant = 0;
+    c->mm = c->amx_mm = NULL, c->quant = 0;
     switch (w->dtype) {
-    case KVP_DTYPE_Q4_0: c->mm = k->mm_q4_0, c->quant = 1; break;
-    case KVP_DTYPE_Q4_1: c->mm = k->mm_q4_1, c->quant = 1; break;
-    case KVP_DTYPE_Q8_0: c->mm = k->mm_q8_0, c->quant = 1; break;
+    case KVP_DTYPE_Q4_0: c->mm = k->mm_q4_0, c->amx_mm = k->amx_mm[0], c->quant = 1; break;
+    case KVP_DTYPE_Q4_1: c->mm = k->mm_q4_1, c->amx_mm = k->amx_mm[1], c->quant = 1; break;
+    case KVP_DTYPE_Q8_0: c->mm = k->mm_q8_0, c->amx_mm = k->amx_mm[2], c->quant = 1; break;
     case KVP_DTYPE_F32: c->mm = k->mm_f32; break;
     case KVP_DTYPE_F16: c->mm = k->mm_f16; break;
     case KVP_DTYPE_BF16: c->mm = k->mm_bf16; break;
-    case KVP_DTYPE_I8: c->mm = k->mm_i8, c->quant = 1, scaled_kind = 1; break;
-    case KVP_DTYPE_I4: c->mm = k->mm_i4, c->quant = 1, scaled_kind = 1; break;
+    case KVP_DTYPE_I8: c->mm = k->mm_i8, c->amx_mm = k->amx_mm[3], c->quant = 1, scaled_kind = 1; break;
+    case KVP_DTYPE_I4: c->mm = k->mm_i4, c->amx_mm = k->amx_mm[4], c->quant = 1, scaled_kind = 1; break;
     case KVP_DTYPE_FP8_E4M3: c->mm = k->mm_e4m3, scaled_kind = 1; break;
     default: break;
     }
@@ -272,27 +273,26 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
     /* The row path: types with no dot kernel (Q5_x, Q4_K, Q6_K, MXFP4,
      * NVFP4, fp8-E5M2, scaled FP4, int groups under 32) are turned into f32
      * a task's rows at a time and multiplied with the f32 kernels. */
-    c->mm = k->mm_f32, c->quant = 0;
+    c->mm = k->mm_f32, c->amx_mm = NULL, c->quant = 0;
     return kvp_cpu_dequant_weight_row_ok(w) ? 0 : -1;
 }
 
-/* The quantized kinds' index in amx_mm: Q4_0, Q4_1, Q8_0, i8, i4. */
-static int mm_kind(const kvp_weight *w)
+/* Whether AMX takes a matmul of w (picked into c, direct) of n_tok tokens:
+ * its rows short enough for the 32-bit offsets its header gather uses. */
+static int mm_amx(const kvp_cpu_kernels *k, const kvp_weight *w, const mm_ctx *c, int direct, uint32_t n_tok)
 {
-    switch (w->dtype) {
-    case KVP_DTYPE_Q4_0: return 0;
-    case KVP_DTYPE_Q4_1: return 1;
-    case KVP_DTYPE_Q8_0: return 2;
-    case KVP_DTYPE_I8: return 3;
-    default: return 4; /* KVP_DTYPE_I4: mm_pick takes no other quantized kind */
-    }
+    return direct == 1 && c->amx_mm && n_tok >= k->amx_min_tok && w->row_bytes < ((uint64_t)1 << 27);
 }
 
 /* Flipped tiles (tile_flip) multiply x + 128: the weight's block sums take
- * the 128s back out, so Q8_0 and i8 weights keep them. */
-static int mm_wants_wsum(const kvp_cpu_kernels *k, const kvp_weight *w, int direct)
+ * the 128s back out, so Q8_0 and i8 weights keep them, unless AMX takes
+ * every step of theirs that would go through a tile (more than few_tok
+ * tokens), as it does from 6: then they would cost memory (4 bytes a
+ * block) and a pass at load for nothing. */
+static int mm_wants_wsum(const kvp_cpu_kernels *k, const kvp_weight *w, const mm_ctx *c, int direct)
 {
-    return direct == 1 && k->tile_flip && (w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8);
+    return direct == 1 && k->tile_flip && (w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8) &&
+           !mm_amx(k, w, c, direct, k->few_tok + 1);
 }
 
 static const char *wname(const kvp_weight *w) { return w->name ? w->name : "weight"; }
@@ -339,9 +339,8 @@ static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y,
     if ((rc = mm_reserved(im, w, n_tok, err)) < 0)
         return rc;
     c.T = k->tile_tok, c.unit = k->tile_unit;
-    /* (AMX gathers 16 rows' block headers with 32-bit offsets) */
-    if (direct == 1 && c.quant && k->amx_min_tok && n_tok >= k->amx_min_tok && w->row_bytes < ((uint64_t)1 << 27)) {
-        c.mm = k->amx_mm[mm_kind(w)], c.amx = 1;
+    if (mm_amx(k, w, &c, direct, n_tok)) {
+        c.mm = c.amx_mm, c.amx = 1;
         c.T = KVP_AMX_TOK, c.unit = 4;
     }
     uint32_t T = c.T, n_groups = (n_tok + T - 1) / T, nb = w->n_in / KVP_QK;
@@ -350,7 +349,7 @@ static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y,
         if (n_tok > k->few_tok || c.amx) { /* some group goes through a tile */
             c.tile_bytes = kvp_q8_tile_bytes(T, nb);
             c.tiles = im->tiles;
-            c.flip = !c.amx && mm_wants_wsum(k, w, direct);
+            c.flip = !c.amx && mm_wants_wsum(k, w, &c, direct);
         }
         if (c.flip) {
             const cpu_weight *cw = w->dev;
@@ -521,7 +520,7 @@ static int cpu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
                                KVP_CPU_ROWBUF_ROWS, w->n_in);
         im->row_n_in = w->n_in;
     }
-    if (!mm_wants_wsum(im->k, w, direct) || w->dev)
+    if (!mm_wants_wsum(im->k, w, &c, direct) || w->dev)
         return 0;
     cpu_weight *cw = calloc(1, sizeof *cw);
     size_t n = (size_t)w->n_out * (w->n_in / KVP_QK);
