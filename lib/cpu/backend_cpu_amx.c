@@ -83,17 +83,16 @@ KVP_AMX static inline __m512i unpack2(int kind, const uint8_t *p0, const uint8_t
 {
     const __m128i a = _mm_loadu_si128((const __m128i *)p0), b = _mm_loadu_si128((const __m128i *)p1);
     const __m512i m4 = _mm512_set1_epi8(15);
+    /* 128-bit lanes: a, a, b, b */
+    const __m512i raw = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(a, a)), _mm256_set_m128i(b, b), 1);
     __m512i v;
-    if (kind == 4) {
-        /* lanes: a, a, b, b; low nibbles and high nibbles interleaved */
-        __m512i raw = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(a, a)), _mm256_set_m128i(b, b), 1);
+    if (kind == 4) { /* low nibbles and high nibbles interleaved */
         __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
         /* lane 0: elements 0..15 (bytes 0..7), lane 1: 16..31 (bytes 8..15) */
         __m512i l = _mm512_unpacklo_epi8(lo, hi), h = _mm512_unpackhi_epi8(lo, hi);
         v = _mm512_mask_blend_epi64(0xcc, l, h); /* lanes 1 and 3 from the high unpack */
         return _mm512_sub_epi8(_mm512_xor_si512(v, _mm512_set1_epi8(8)), _mm512_set1_epi8(8));
     }
-    __m512i raw = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(a, a)), _mm256_set_m128i(b, b), 1);
     v = _mm512_and_si512(_mm512_srlv_epi32(raw, _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4)),
                          m4);
     return kind == 0 ? _mm512_sub_epi8(v, _mm512_set1_epi8(8)) : v;
