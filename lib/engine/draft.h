@@ -68,9 +68,11 @@ typedef struct kvp_drafter {
     void (*release)(void *ctx, void *state);
 } kvp_drafter;
 
-/* Prompt lookup: the last N tokens (N from max_n down to min_n) are looked
- * for earlier in the sequence (prompt and output), latest occurrence first;
- * the tokens that followed the first match are the draft. */
+/* Prompt lookup: the last N tokens (N from max_n down to min_n, the
+ * longest that occurs) are looked for earlier in the sequence (prompt and
+ * output); of the occurrences, the one whose match runs furthest back (up
+ * to 16 tokens), the latest of those; the tokens that followed it are the
+ * draft. */
 typedef struct kvp_ngram_drafter {
     uint32_t min_n, max_n;
 } kvp_ngram_drafter;

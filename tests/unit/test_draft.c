@@ -28,7 +28,23 @@ int main(void)
      * once (then 6), "5" alone last before 7 */
     uint32_t t4[] = {3, 5, 6, 5, 7, 3, 5};
     CHECK(draft(1, 2, t4, 7, 1, out) == 1 && out[0] == 6);
-    CHECK(draft(1, 1, t4, 7, 1, out) == 1 && out[0] == 7);
+    /* with n-grams of 1 the same: "5" occurs twice, and the first
+     * occurrence's context ("3 5") matches the end's further back */
+    CHECK(draft(1, 1, t4, 7, 1, out) == 1 && out[0] == 6);
+    /* of two occurrences of the n-gram "5 6", the earlier one shares more
+     * context ("4 5 6") with the end, so its continuation (7) wins over the
+     * latest's (8); with equal context the latest still wins */
+    uint32_t t8[] = {4, 5, 6, 7, 1, 5, 6, 8, 4, 5, 6};
+    CHECK(draft(1, 2, t8, 11, 1, out) == 1 && out[0] == 7);
+    uint32_t t9[] = {1, 5, 6, 7, 1, 5, 6, 8, 4, 5, 6};
+    CHECK(draft(1, 2, t9, 11, 1, out) == 1 && out[0] == 8);
+    /* the context that ranks them runs past max_n (up to 16 tokens): the
+     * earlier "20 21 22" follows ten tokens the end also has, the later
+     * one four of them */
+    uint32_t t10[] = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 1, 9, 9, 16, 17, 18, 19, 20, 21, 22, 2,
+                      10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
+    uint32_t n10 = sizeof t10 / sizeof *t10;
+    CHECK(draft(1, 3, t10, n10, 2, out) == 2 && out[0] == 1 && out[1] == 9);
     /* nothing matches: no draft; n-grams shorter than min_n are not tried */
     uint32_t t5[] = {1, 2, 3, 4};
     CHECK(draft(1, 3, t5, 4, 4, out) == 0);
