@@ -43,7 +43,7 @@ static void usage(FILE *f)
             "      --kld BASE          compare with a saved BASE: KL divergence, top-token agreement,\n"
             "                          delta-p and PPL ratio, as llama.cpp prints them\n"
             "  -h, --help, --version\n\n"
-            "Sampling options are stored in the stream and used by decode.\n"
+            "Sampling options and --stop are stored in the stream and used by decode.\n"
             "Exit status: 0 success, 1 runtime error (bad model or prompts file, KV memory\n"
             "exhausted), 2 usage error.\n",
             kvp_runopts_help_one);
@@ -366,9 +366,11 @@ static void prefill_file(pf_job *j, const char *output)
             fail(j, &err, where);
         kvp_gen_seq s;
         seq_start(&s, j->r, i, &p, &smp, arrival);
-        int stops = (p.params.set & KVP_PARAM_STOP) != 0;
+        /* the line's own stop strings (its record says so), else --stop's
+         * as a default that decode's --stop replaces */
+        int own = (p.params.set & KVP_PARAM_STOP) != 0;
         prefill_one(j, &s, (const uint32_t *)t, (uint32_t)n, &p.params,
-                    stops ? (const char *const *)p.params.stop : NULL, stops ? p.params.n_stop : 0, where);
+                    own ? (const char *const *)p.params.stop : o->stop, own ? p.params.n_stop : o->n_stop, where);
         kvp_gen_seq_free(&s);
         free(t);
         kvp_prompt_free(&p);
@@ -376,7 +378,7 @@ static void prefill_file(pf_job *j, const char *output)
     kvp_prompts_reader_free(rd);
 }
 
-/* -p TEXT or --tokens IDS: one prompt. */
+/* -p TEXT or --tokens IDS: one prompt, with --stop's stop strings. */
 static void prefill_given(pf_job *j, const char *output)
 {
     kvp_err err = {0};
@@ -392,7 +394,8 @@ static void prefill_given(pf_job *j, const char *output)
         kvp_gen_seq s;
         seq_start(&s, j->r, i, &ps.p[i], &smp, arrival);
         char where[KVP_NAME_MAX + 16];
-        prefill_one(j, &s, ids[i], lens[i], NULL, NULL, 0, label_where(where, sizeof where, ps.p[i].label));
+        prefill_one(j, &s, ids[i], lens[i], NULL, j->o->stop, j->o->n_stop,
+                    label_where(where, sizeof where, ps.p[i].label));
         kvp_gen_seq_free(&s);
         free(ids[i]);
     }
@@ -402,7 +405,8 @@ static void prefill_given(pf_job *j, const char *output)
 }
 
 /* --resume: every saved sequence gets the next turn (-p or --tokens), its
- * record keeping its stop strings and cache salt. */
+ * record keeping its cache salt, and its stop strings unless --stop
+ * replaces them. */
 static void prefill_resumed(pf_job *j, const char *resume, const char *output)
 {
     kvp_err err = {0};
@@ -420,14 +424,34 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
         if (kvp_run_turn_ids(j->r, j->o, &seqs[i], &ids, &len, &err) < 0)
             fail(j, &err, resume);
         seqs[i].rec.arrival_ns = arrival;
+        /* --stop replaces the record's stop strings but those its request
+         * set itself, as the sampling options replace its other values */
+        int keep = (seqs[i].rec.flags & KVP_SEQ_OWN_STOP) || !j->o->n_stop;
         char where[KVP_NAME_MAX + 16];
-        prefill_one(j, &seqs[i], ids, len, NULL, saved[i].stop, saved[i].n_stop,
-                    label_where(where, sizeof where, seqs[i].rec.label));
+        prefill_one(j, &seqs[i], ids, len, NULL, keep ? saved[i].stop : j->o->stop,
+                    keep ? saved[i].n_stop : j->o->n_stop, label_where(where, sizeof where, seqs[i].rec.label));
         free(ids);
         kvp_gen_seq_free(&seqs[i]);
     }
     kvp_seqio_seqs_free(saved, n);
     free(seqs);
+}
+
+/* --stop's strings travel in every sequence record (prefill generates
+ * nothing itself: decode stops at them): more, or longer, than a record
+ * carries is refused now, before the model loads, not at the first
+ * record after a prompt's work. */
+static void check_stop_args(const kvp_runopts *o)
+{
+    if (o->n_stop > KVP_STOP_MAX_N)
+        kvp_cli_usage_error("--stop given %zu times (a sequence record carries at most %d)", o->n_stop,
+                            KVP_STOP_MAX_N);
+    for (size_t i = 0; i < o->n_stop; i++) {
+        size_t len = strlen(o->stop[i]);
+        if (len > KVP_STOP_MAX_LEN)
+            kvp_cli_usage_error("--stop: a stop string of %zu bytes (a sequence record carries at most %d)", len,
+                                KVP_STOP_MAX_LEN);
+    }
 }
 
 int main(int argc, char **argv)
@@ -538,6 +562,7 @@ int main(int argc, char **argv)
         return kvp_cli_close_stdout();
     }
     kvp_runopts_check_prompt_args(&o);
+    check_stop_args(&o);
 
     kvp_run r;
     if (kvp_run_open(&r, &o, &err) < 0)

@@ -367,4 +367,32 @@ expect_status 0 "prefill --resume -n 4 of a prefill's sequences | decode"
 expect_true "a prefilled line keeps its max_tokens 2" grep -q '"id":"own".*"tokens":2,' "$OUT"
 expect_true "the line without one gets -n 4" grep -q '"id":"def".*"tokens":4,' "$OUT"
 
+# --stop: stored in every sequence record as its request's default stop
+# strings, as -n and the sampling options are (prefill(1), OPTIONS): decode
+# stops there unless given its own --stop, and a line's own stop strings win
+# over both.  It was accepted and dropped: decode ran to -n.
+printf '%s\n' '{"id":"a","prompt":"Count: one two three"}' '{"id":"b","prompt":"Count: one two three","stop":["six"]}' \
+    >"$T/cnt.jsonl"
+run_sh "prefill -m '$M' -t 1 -f '$T/cnt.jsonl' -n 8 --stop five | decode -m '$M' -t 1 --json"
+expect_status 0 "prefill --stop | decode"
+expect_true "prefill's --stop stops a line without its own" grep -q '"id":"a","text":" four ","tokens":2,"finish_reason":"stop_string"' "$OUT"
+expect_true "a line's own stop strings win over it" grep -q '"id":"b","text":" four five ","tokens":3,"finish_reason":"stop_string"' "$OUT"
+run_sh "prefill -m '$M' -t 1 -f '$T/cnt.jsonl' -n 8 --stop five | decode -m '$M' -t 1 --json --stop zzzz"
+expect_true "decode's --stop replaces prefill's" grep -q '"id":"a".*"tokens":8,"finish_reason":"length"' "$OUT"
+expect_true "but not a line's own" grep -q '"id":"b".*"finish_reason":"stop_string"' "$OUT"
+run_sh "prefill -m '$M' -t 1 -p 'Count: one two three' -n 8 --stop five --stop four | kvdump --json -"
+expect_true "-p: the record carries both (kvdump)" grep -q '"kind":"sequence".*"stop":\["five","four"\]' "$OUT"
+run prefill -m "$M" -t 1 -f "$T/cnt.jsonl" -n 8 -o "$T/cnt.kvp"
+run_sh "prefill -m '$M' -t 1 --resume '$T/cnt.kvp' -p ' four' --stop seven | decode -m '$M' -t 1 --json"
+expect_status 0 "prefill --resume --stop | decode"
+expect_true "--resume: --stop gives the next turn a default" grep -q '"id":"a","text":" five six ","tokens":3,"finish_reason":"stop_string"' "$OUT"
+expect_true "and leaves a line's own" grep -q '"id":"b","text":" five ","tokens":2,"finish_reason":"stop_string"' "$OUT"
+run prefill -m "$M" -t 1 -p hi --stop "$(printf 'x%.0s' $(seq 1 4097))" -o "$T/lstop.kvp"
+expect_status 2 "a --stop longer than a record carries is a usage error"
+expect_err_has "--stop: a stop string of 4097 bytes (a sequence record carries at most 4096)" "said before any work"
+expect_true "and nothing is written" test ! -e "$T/lstop.kvp"
+run_sh "prefill -m '$M' -t 1 -p hi $(printf -- '--stop s%d ' $(seq 1 65)) -o '$T/nstop.kvp'"
+expect_status 2 "65 --stop strings are a usage error"
+expect_err_has "--stop given 65 times (a sequence record carries at most 64)" "said so"
+
 done_testing
