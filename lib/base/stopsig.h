@@ -17,7 +17,8 @@
 
 /* While the model loads: SIGINT and SIGTERM are noted and the job stops
  * once the load is done, but the load is not cut short (SA_RESTART: its
- * opens and reads go on, and reads are not interrupted yet).  A load can
+ * opens and reads go on; kvp_in_interrupt_on is turned off, also where
+ * kvp_stopsig_catch came first for a read before the load).  A load can
  * take long (a big model, a slow disk, a model path that is a FIFO), so a
  * second signal of the same kind ends the program at once by its default
  * action (SA_RESETHAND).  A signal ignored by whoever started us (nohup, a

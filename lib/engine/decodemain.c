@@ -681,6 +681,22 @@ static _Noreturn void stop_before_input(const job_open *jo)
     exit(kvp_stopsig_status());
 }
 
+/* --compare's prompts, read once (a pipe's into memory) before the model
+ * loads.  The read may wait (a pipe, a FIFO no writer has opened), so the
+ * stop handlers are in place first: a signal there stops the job as it
+ * does while the input is awaited later.  Without --stats it ends here;
+ * with it, the model loads first (the statistics name it and the pool its
+ * options size) and the caller stops once it has loaded. */
+static void read_compare_prompts(kvp_prompts_once *once, kvp_runopts *o, const job_open *jo)
+{
+    kvp_stopsig_catch();
+    if (kvp_prompts_once_open(once, o->file, 0, COMPARE_PROMPTS_MAX,
+                              "--compare runs each request twice; give it a sample, or a regular file") == 0)
+        o->file = kvp_prompts_once_path(once);
+    else if (!o->stats)
+        stop_before_input(jo); /* no model to load for it */
+}
+
 /* The job's input did not open: a stop (stop_before_input), else a
  * failure. */
 static void open_failed(kvp_err *err, const job_open *jo)
@@ -1073,22 +1089,20 @@ int kvp_decode_main(int argc, char **argv, int spec)
     kvp_jobsrc *js = NULL;
     compare_ctx cmp = {0};
     kvp_prompts_once once = {.fd = -1};
-    if (compare && o.file) { /* first: a missing file fails before the model loads */
-        kvp_prompts_once_open(&once, o.file, 0, COMPARE_PROMPTS_MAX,
-                              "--compare runs each request twice; give it a sample, or a regular file");
-        o.file = kvp_prompts_once_path(&once);
-    }
+    kvp_metrics metrics;
+    kvp_metrics_init(&metrics, slo_ttft, slo_tpot);
+    job_open jo = {.o = &o, .r = &r, .metrics = &metrics, .sp = &sp, .input = from_prompts ? "prompts" : "kvp",
+                   .once = &once, .resume = resume, .t0 = kvp_gen_now()};
+    if (compare && o.file) /* first: a missing file fails before the model loads */
+        read_compare_prompts(&once, &o, &jo);
     kvp_stopsig_catch_loading();
     if (kvp_run_open(&r, &o, &err) < 0)
         kvp_cli_die_err(&err);
     /* before any read that may wait (a pipe's first request): a signal
      * there is a stop like any other */
     kvp_stopsig_catch();
-    kvp_metrics metrics;
-    kvp_metrics_init(&metrics, slo_ttft, slo_tpot);
-    job_open jo = {.o = &o, .r = &r, .metrics = &metrics, .sp = &sp, .input = from_prompts ? "prompts" : "kvp",
-                   .once = &once, .resume = resume, .t0 = kvp_gen_now()};
-    if (kvp_stopsig_caught()) /* while the model loaded */
+    jo.t0 = kvp_gen_now(); /* a stop's seconds: the wait for input, not the load */
+    if (kvp_stopsig_caught()) /* while the model loaded, or --compare read its prompts */
         stop_before_input(&jo);
     if (compare) {
         /* decode's run first, on a cache of its own (so neither run finds the
