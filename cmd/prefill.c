@@ -6,6 +6,7 @@
 #include "prompts.h"
 #include "runopts.h"
 #include "sample.h"
+#include "stopsig.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -43,9 +44,10 @@ static void usage(FILE *f)
             "      --kld BASE          compare with a saved BASE: KL divergence, top-token agreement,\n"
             "                          delta-p and PPL ratio, as llama.cpp prints them\n"
             "  -h, --help, --version\n\n"
-            "Sampling options are stored in the stream and used by decode.\n"
+            "Sampling options and --stop are stored in the stream and used by decode.\n"
             "Exit status: 0 success, 1 runtime error (bad model or prompts file, KV memory\n"
-            "exhausted), 2 usage error.\n",
+            "exhausted), 2 usage error, 130/143 stopped by SIGINT/SIGTERM (the prompts that\n"
+            "had finished are written, the stream ended with its END record).\n",
             kvp_runopts_help_one);
 }
 
@@ -219,7 +221,25 @@ typedef struct pf_job {
     uint64_t computed;       /* prompt tokens computed (not found in the prefix cache) */
     double t_all;
     kvp_progress *pg;        /* --progress, or NULL */
+    /* a stop signal (stopsig.h) ended the job early: what it left */
+    int stopped;
+    uint64_t left;           /* prompts read (or sequences of --resume's stream) not run */
+    int read_all;            /* the input was read to its end */
 } pf_job;
+
+/* Whether err is a read or open that a stop signal cut short (KVP_EINTR):
+ * the job stops there, as it does between prompts, rather than failing. */
+static int stopped_by(const kvp_err *err) { return err->code == KVP_EINTR && kvp_stopsig_caught(); }
+
+/* Between prompts: 1 when a stop signal came, the job noted as stopped.
+ * The prompt in progress when it came is finished and written first, as
+ * decode finishes its step: prefill's step is a prompt. */
+static int stop_now(pf_job *j)
+{
+    if (kvp_stopsig_caught())
+        j->stopped = 1;
+    return j->stopped;
+}
 
 static void open_stream(pf_job *j, const char *output)
 {
@@ -343,16 +363,31 @@ static void prefill_file(pf_job *j, const char *output)
     kvp_prompts set;
     kvp_prompts_reader *rd = NULL;
     kvp_run_prompt_settings(j->r, o, &set);
-    if (kvp_run_start(j->r, o, NULL, &err) < 0 || kvp_prompts_reader_open(&rd, o->file, &set, &err) < 0)
+    if (kvp_run_start(j->r, o, NULL, &err) < 0)
+        kvp_cli_die_err(&err);
+    /* a FIFO no writer has opened yet waits here: a stop then writes a
+     * stream of no sequences */
+    int opened = kvp_prompts_reader_open(&rd, o->file, &set, &err);
+    if (opened < 0 && !stopped_by(&err))
         kvp_cli_die_err(&err);
     open_stream(j, output);
+    if (opened < 0) {
+        j->stopped = 1;
+        return;
+    }
     kvp_prompt p = {0};
-    for (uint64_t i = 0;; i++) {
+    for (uint64_t i = 0; !stop_now(j); i++) {
         int got = kvp_prompts_reader_next(rd, &p, &err);
+        if (got < 0 && stopped_by(&err)) { /* waiting for the next line */
+            j->stopped = 1;
+            break;
+        }
         if (got < 0)
             fail(j, &err, NULL);
-        if (got == 0)
+        if (got == 0) {
+            j->read_all = 1;
             break;
+        }
         uint64_t arrival = kvp_gen_wall_ns();
         char where[4096 + KVP_NAME_MAX + 64];
         snprintf(where, sizeof where, "%s:%llu%s%s", o->file, (unsigned long long)kvp_prompts_reader_line(rd),
@@ -366,9 +401,11 @@ static void prefill_file(pf_job *j, const char *output)
             fail(j, &err, where);
         kvp_gen_seq s;
         seq_start(&s, j->r, i, &p, &smp, arrival);
-        int stops = (p.params.set & KVP_PARAM_STOP) != 0;
+        /* the line's own stop strings (its record says so), else --stop's
+         * as a default that decode's --stop replaces */
+        int own = (p.params.set & KVP_PARAM_STOP) != 0;
         prefill_one(j, &s, (const uint32_t *)t, (uint32_t)n, &p.params,
-                    stops ? (const char *const *)p.params.stop : NULL, stops ? p.params.n_stop : 0, where);
+                    own ? (const char *const *)p.params.stop : o->stop, own ? p.params.n_stop : o->n_stop, where);
         kvp_gen_seq_free(&s);
         free(t);
         kvp_prompt_free(&p);
@@ -376,7 +413,7 @@ static void prefill_file(pf_job *j, const char *output)
     kvp_prompts_reader_free(rd);
 }
 
-/* -p TEXT or --tokens IDS: one prompt. */
+/* -p TEXT or --tokens IDS: one prompt, with --stop's stop strings. */
 static void prefill_given(pf_job *j, const char *output)
 {
     kvp_err err = {0};
@@ -385,14 +422,21 @@ static void prefill_given(pf_job *j, const char *output)
     if (kvp_run_prompts(j->r, j->o, &ps, &ids, &lens, &err) < 0 || kvp_run_start(j->r, j->o, NULL, &err) < 0)
         kvp_cli_die_err(&err);
     open_stream(j, output);
+    j->read_all = 1;
     uint64_t arrival = kvp_gen_wall_ns();
     for (size_t i = 0; i < ps.n; i++) {
+        if (stop_now(j)) {
+            j->left++;
+            free(ids[i]);
+            continue;
+        }
         kvp_sampling smp = j->o->sampling;
         kvp_sample_seed(&smp, i);
         kvp_gen_seq s;
         seq_start(&s, j->r, i, &ps.p[i], &smp, arrival);
         char where[KVP_NAME_MAX + 16];
-        prefill_one(j, &s, ids[i], lens[i], NULL, NULL, 0, label_where(where, sizeof where, ps.p[i].label));
+        prefill_one(j, &s, ids[i], lens[i], NULL, j->o->stop, j->o->n_stop,
+                    label_where(where, sizeof where, ps.p[i].label));
         kvp_gen_seq_free(&s);
         free(ids[i]);
     }
@@ -402,32 +446,64 @@ static void prefill_given(pf_job *j, const char *output)
 }
 
 /* --resume: every saved sequence gets the next turn (-p or --tokens), its
- * record keeping its stop strings and cache salt. */
+ * record keeping its cache salt, and its stop strings unless --stop
+ * replaces them. */
 static void prefill_resumed(pf_job *j, const char *resume, const char *output)
 {
     kvp_err err = {0};
     kvp_gen_seq *seqs = NULL;
     kvp_seqio_seq *saved = NULL;
     uint32_t n = 0;
-    if (kvp_run_resume(j->r, j->o, resume, &seqs, &saved, &n, &err) < 0)
-        kvp_cli_die_err(&err);
+    if (kvp_run_resume(j->r, j->o, resume, &seqs, &saved, &n, &err) < 0) {
+        /* stopped while the stream was read (a pipe): a stream of no
+         * sequences, on a cache the options size (the writer needs one) */
+        if (!stopped_by(&err) || (!j->r->kc && kvp_run_start(j->r, j->o, NULL, &err) < 0))
+            kvp_cli_die_err(&err);
+        j->stopped = 1;
+    }
+    j->read_all = !j->stopped;
     if (j->pg)
         j->pg->total = n;
     open_stream(j, output);
     uint64_t arrival = kvp_gen_wall_ns();
     for (uint32_t i = 0; i < n; i++) {
+        if (stop_now(j)) { /* its saved blocks are freed with the cache */
+            j->left++;
+            kvp_gen_seq_free(&seqs[i]);
+            continue;
+        }
         uint32_t *ids, len;
         if (kvp_run_turn_ids(j->r, j->o, &seqs[i], &ids, &len, &err) < 0)
             fail(j, &err, resume);
         seqs[i].rec.arrival_ns = arrival;
+        /* --stop replaces the record's stop strings but those its request
+         * set itself, as the sampling options replace its other values */
+        int keep = (seqs[i].rec.flags & KVP_SEQ_OWN_STOP) || !j->o->n_stop;
         char where[KVP_NAME_MAX + 16];
-        prefill_one(j, &seqs[i], ids, len, NULL, saved[i].stop, saved[i].n_stop,
-                    label_where(where, sizeof where, seqs[i].rec.label));
+        prefill_one(j, &seqs[i], ids, len, NULL, keep ? saved[i].stop : j->o->stop,
+                    keep ? saved[i].n_stop : j->o->n_stop, label_where(where, sizeof where, seqs[i].rec.label));
         free(ids);
         kvp_gen_seq_free(&seqs[i]);
     }
     kvp_seqio_seqs_free(saved, n);
     free(seqs);
+}
+
+/* --stop's strings travel in every sequence record (prefill generates
+ * nothing itself: decode stops at them): more, or longer, than a record
+ * carries is refused now, before the model loads, not at the first
+ * record after a prompt's work. */
+static void check_stop_args(const kvp_runopts *o)
+{
+    if (o->n_stop > KVP_STOP_MAX_N)
+        kvp_cli_usage_error("--stop given %zu times (a sequence record carries at most %d)", o->n_stop,
+                            KVP_STOP_MAX_N);
+    for (size_t i = 0; i < o->n_stop; i++) {
+        size_t len = strlen(o->stop[i]);
+        if (len > KVP_STOP_MAX_LEN)
+            kvp_cli_usage_error("--stop: a stop string of %zu bytes (a sequence record carries at most %d)", len,
+                                KVP_STOP_MAX_LEN);
+    }
 }
 
 int main(int argc, char **argv)
@@ -538,10 +614,15 @@ int main(int argc, char **argv)
         return kvp_cli_close_stdout();
     }
     kvp_runopts_check_prompt_args(&o);
+    check_stop_args(&o);
 
+    /* SIGINT and SIGTERM stop the job as they stop decode (stopsig.h):
+     * noted while the model loads, then ending a wait for input too */
+    kvp_stopsig_catch_loading();
     kvp_run r;
     if (kvp_run_open(&r, &o, &err) < 0)
         kvp_cli_die_err(&err);
+    kvp_stopsig_catch();
     pf_job j = {.r = &r, .o = &o, .go = {.chunk = o.chunk}, .t_all = kvp_gen_now()};
     if (!(j.logits = malloc(sizeof(float) * r.model->cfg.n_vocab)))
         kvp_cli_die("out of memory");
@@ -568,8 +649,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "prefill: %llu sequences, %llu prompt tokens in %.3f s; %llu KV blocks written, %llu shared "
                 "by reference\n", (unsigned long long)j.n, (unsigned long long)j.total, kvp_gen_now() - j.t_all,
                 (unsigned long long)nb, (unsigned long long)nr);
+    if (j.stopped)
+        kvp_stopsig_say(j.n, j.left, j.read_all, NULL);
     free(j.logits);
     kvp_run_close(&r);
     kvp_runopts_free(&o);
-    return kvp_cli_close_stdout();
+    int rc = kvp_cli_close_stdout();
+    return j.stopped ? kvp_stopsig_status() : rc;
 }

@@ -54,11 +54,20 @@ int kvp_in_from_fd(kvp_in *in, int fd, const char *name, kvp_err *err)
     return 0;
 }
 
+static const volatile sig_atomic_t *in_interrupt;
+
+void kvp_in_interrupt_on(const volatile sig_atomic_t *flag) { in_interrupt = flag; }
+
 int kvp_in_open(kvp_in *in, const char *path, kvp_err *err)
 {
     if (strcmp(path, "-") == 0)
         return kvp_in_from_fd(in, 0, "<stdin>", err);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd;
+    /* a FIFO waits here for its writer: a stop asked ends the wait, as it
+     * ends a read's (kvp_in_interrupt_on); any other signal, again */
+    while ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 && errno == EINTR)
+        if (in_interrupt && *in_interrupt)
+            return kvp_err_set(err, KVP_EINTR, "%s: opening stopped by a signal", path);
     if (fd < 0)
         return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
     char *name = dupstr(path);
@@ -129,10 +138,6 @@ uint64_t kvp_in_left(const kvp_in *in)
         return UINT64_MAX;
     return in->pos >= in->size ? 0 : in->size - in->pos;
 }
-
-static const volatile sig_atomic_t *in_interrupt;
-
-void kvp_in_interrupt_on(const volatile sig_atomic_t *flag) { in_interrupt = flag; }
 
 /* After EINTR: 1 to read again, else the error set (a stop was asked). */
 static int retry_read(const kvp_in *in, uint64_t off, kvp_err *err)

@@ -49,8 +49,8 @@ int64_t kvp_in_read_some(kvp_in *in, void *buf, size_t n, kvp_err *err);
  * else 0: a file, a mapping, data or the end ready. */
 int kvp_in_would_block(const kvp_in *in);
 
-/* Reads waiting on a pipe or terminal are retried after a signal, unless
- * *flag is set then (a program's stop flag, set by its SIGINT/SIGTERM
+/* Reads waiting on a pipe or terminal, and kvp_in_open waiting for a FIFO's
+ * writer, are retried after a signal, unless *flag is set then (a program's stop flag, set by its SIGINT/SIGTERM
  * handler, installed without SA_RESTART): then they fail with KVP_EINTR, so
  * a job waiting for input stops when told to.  NULL turns this off. */
 void kvp_in_interrupt_on(const volatile sig_atomic_t *flag);

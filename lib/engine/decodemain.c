@@ -21,11 +21,11 @@
 #include "sample.h"
 #include "specprofile.h"
 #include "specselftest.h"
+#include "stopsig.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -630,55 +630,6 @@ static int train_heads(kvp_runopts *o, heads_cli *h)
     return kvp_cli_close_stdout();
 }
 
-static volatile sig_atomic_t stop_signal;
-
-static void on_stop(int sig) { stop_signal = sig; }
-
-/* on_stop for SIGINT and SIGTERM, with flags.  A signal ignored by whoever
- * started us (nohup, a background job's SIGINT) stays ignored, as
- * lib/base/io.c's handlers do. */
-static void set_stop_handlers(int flags)
-{
-    static const int sigs[] = {SIGINT, SIGTERM};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-        struct sigaction old, sa;
-        if (sigaction(sigs[i], NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN)
-            continue;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_stop;
-        sa.sa_flags = flags;
-        sigemptyset(&sa.sa_mask);
-        sigaction(sigs[i], &sa, NULL);
-    }
-}
-
-/* While the model loads, SIGINT and SIGTERM are noted and the job stops
- * once the load is done, before its input is read (stop_before_input):
- * the load is not cut short (SA_RESTART: its opens and reads go on, and
- * kvp_in_interrupt_on is not set yet).  It can take long (a big model read
- * into memory, a slow disk, a model path that is a FIFO), so a second
- * signal of the same kind ends decode at once by its default action
- * (SA_RESETHAND), as any signal did there before. */
-static void catch_stop_signals_loading(void) { set_stop_handlers(SA_RESTART | SA_RESETHAND); }
-
-/* SIGINT and SIGTERM end the run after the step in progress, and a wait
- * for input at once (no SA_RESTART: the read returns, kvp_in_interrupt_on). */
-static void catch_stop_signals(void)
-{
-    set_stop_handlers(0);
-    kvp_in_interrupt_on(&stop_signal);
-}
-
-/* What a stop signal left: written, read and not finished, and whether
- * input was left unread. */
-static void say_stopped(uint64_t written, uint64_t left, int read_all, const char *resume)
-{
-    kvp_cli_warn("stopped by %s: %llu sequences written, %llu read and not finished%s%s%s", strsignal(stop_signal),
-                 (unsigned long long)written, (unsigned long long)left,
-                 read_all ? "" : ", the rest of the input not read yet", resume ? "; run again with --resume " : "",
-                 resume ? resume : "");
-}
-
 /* --compare reads its prompts twice: a pipe's held in memory, its messages
  * naming the user's file (promptsonce.h).  Past this a job is refused: a
  * comparison wants a sample, not a day's traffic. */
@@ -726,15 +677,31 @@ static _Noreturn void stop_before_input(const job_open *jo)
         kvp_batch_stats st = {.stopped = 1, .total_blocks = ri.kv.n_blocks, .seconds = kvp_gen_now() - jo->t0};
         write_stats(jo->o, &st, jo->metrics, &ri, jo->sp);
     }
-    say_stopped(0, 0, 0, jo->resume);
-    exit(128 + stop_signal);
+    kvp_stopsig_say(0, 0, 0, jo->resume);
+    exit(kvp_stopsig_status());
+}
+
+/* --compare's prompts, read once (a pipe's into memory) before the model
+ * loads.  The read may wait (a pipe, a FIFO no writer has opened), so the
+ * stop handlers are in place first: a signal there stops the job as it
+ * does while the input is awaited later.  Without --stats it ends here;
+ * with it, the model loads first (the statistics name it and the pool its
+ * options size) and the caller stops once it has loaded. */
+static void read_compare_prompts(kvp_prompts_once *once, kvp_runopts *o, const job_open *jo)
+{
+    kvp_stopsig_catch();
+    if (kvp_prompts_once_open(once, o->file, 0, COMPARE_PROMPTS_MAX,
+                              "--compare runs each request twice; give it a sample, or a regular file") == 0)
+        o->file = kvp_prompts_once_path(once);
+    else if (!o->stats)
+        stop_before_input(jo); /* no model to load for it */
 }
 
 /* The job's input did not open: a stop (stop_before_input), else a
  * failure. */
 static void open_failed(kvp_err *err, const job_open *jo)
 {
-    if (!stop_signal)
+    if (!kvp_stopsig_caught())
         die_job(err, jo->once);
     stop_before_input(jo);
 }
@@ -1122,22 +1089,20 @@ int kvp_decode_main(int argc, char **argv, int spec)
     kvp_jobsrc *js = NULL;
     compare_ctx cmp = {0};
     kvp_prompts_once once = {.fd = -1};
-    if (compare && o.file) { /* first: a missing file fails before the model loads */
-        kvp_prompts_once_open(&once, o.file, 0, COMPARE_PROMPTS_MAX,
-                              "--compare runs each request twice; give it a sample, or a regular file");
-        o.file = kvp_prompts_once_path(&once);
-    }
-    catch_stop_signals_loading();
-    if (kvp_run_open(&r, &o, &err) < 0)
-        kvp_cli_die_err(&err);
-    /* before any read that may wait (a pipe's first request): a signal
-     * there is a stop like any other */
-    catch_stop_signals();
     kvp_metrics metrics;
     kvp_metrics_init(&metrics, slo_ttft, slo_tpot);
     job_open jo = {.o = &o, .r = &r, .metrics = &metrics, .sp = &sp, .input = from_prompts ? "prompts" : "kvp",
                    .once = &once, .resume = resume, .t0 = kvp_gen_now()};
-    if (stop_signal) /* while the model loaded */
+    if (compare && o.file) /* first: a missing file fails before the model loads */
+        read_compare_prompts(&once, &o, &jo);
+    kvp_stopsig_catch_loading();
+    if (kvp_run_open(&r, &o, &err) < 0)
+        kvp_cli_die_err(&err);
+    /* before any read that may wait (a pipe's first request): a signal
+     * there is a stop like any other */
+    kvp_stopsig_catch();
+    jo.t0 = kvp_gen_now(); /* a stop's seconds: the wait for input, not the load */
+    if (kvp_stopsig_caught()) /* while the model loaded, or --compare read its prompts */
         stop_before_input(&jo);
     if (compare) {
         /* decode's run first, on a cache of its own (so neither run finds the
@@ -1145,7 +1110,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_metrics m0;
         kvp_metrics_init(&m0, 0, 0);
         kvp_batch_opts bo0 = {.sched = o.sched, .no_prefix_cache = no_prefix_cache, .metrics = &m0,
-                              .stop = &stop_signal};
+                              .stop = kvp_stopsig_flag()};
         if (kvp_jobsrc_open(&js, &r, &o, kv_in, cache_salt, &err) < 0)
             open_failed(&err, &jo);
         kvp_jobsrc_filter(js, shard_k, shard_n, NULL);
@@ -1203,7 +1168,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         drafter = (kvp_drafter){.ctx = &hd, .draft_hidden = kvp_heads_draft};
     }
     kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .no_prefix_cache = no_prefix_cache,
-                         .metrics = &metrics, .stop = &stop_signal, .drafter = spec ? &drafter : NULL,
+                         .metrics = &metrics, .stop = kvp_stopsig_flag(), .drafter = spec ? &drafter : NULL,
                          .draft_len = sp.draft_len, .draft_adaptive = sp.adaptive, .draft_branches = hc.branches};
     settling_src settling = {.inner = kvp_jobsrc_source(js), .oc = &oc, .js = js};
     kvp_batch_source src = {.ctx = &settling, .next = settling_next};
@@ -1235,7 +1200,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (st.stopped && oc.mid_line) /* the streamed text ends its line, as when it finishes */
         fputc('\n', stdout);
     if (st.stopped)
-        say_stopped(st.requests, n_asked - st.requests, kvp_jobsrc_read_all(js), resume);
+        kvp_stopsig_say(st.requests, n_asked - st.requests, kvp_jobsrc_read_all(js), resume);
     if (o.kv_out && !st.stopped) { /* a stopped run's state would be partial */
         kvp_run_saver sv;
         int rc = kvp_run_save_open(&sv, &r, o.kv_out, spec ? "specdec " KVP_VERSION : "decode " KVP_VERSION, &err);
@@ -1271,7 +1236,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     kvp_runopts_free(&o);
     int rc = kvp_cli_close_stdout();
     if (st.stopped)
-        return 128 + stop_signal;
+        return kvp_stopsig_status();
     /* every finding is said; the status is the gravest: a failure (1)
      * before a missed service level (3), so a cron job gating on 3 never
      * takes a failed job for a slow one */

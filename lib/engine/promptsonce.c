@@ -11,9 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Append in's bytes to fd, at most max in all; dies naming the file when
- * it cannot. */
-static void copy_prompts(kvp_in *in, int fd, const char *file, uint64_t max, const char *why)
+/* Append in's bytes to fd, at most max in all: 0, or KVP_EINTR when a
+ * stop signal ended the read (kvp_in_interrupt_on); dies naming the file
+ * when it cannot. */
+static int copy_prompts(kvp_in *in, int fd, const char *file, uint64_t max, const char *why)
 {
     enum { CHUNK = 1 << 16 };
     char *buf = malloc(CHUNK);
@@ -23,6 +24,8 @@ static void copy_prompts(kvp_in *in, int fd, const char *file, uint64_t max, con
         kvp_cli_die("out of memory");
     for (;;) {
         int64_t n = kvp_in_read(in, buf, CHUNK, &err);
+        if (n < 0 && err.code == KVP_EINTR)
+            break;
         if (n < 0)
             kvp_cli_die_err(&err);
         if (n == 0)
@@ -37,24 +40,33 @@ static void copy_prompts(kvp_in *in, int fd, const char *file, uint64_t max, con
         }
     }
     free(buf);
+    return err.code == KVP_EINTR ? KVP_EINTR : 0;
 }
 
-void kvp_prompts_once_open(kvp_prompts_once *pc, const char *file, int copy_regular, uint64_t max, const char *why)
+int kvp_prompts_once_open(kvp_prompts_once *pc, const char *file, int copy_regular, uint64_t max, const char *why)
 {
     pc->fd = -1;
     pc->file = file;
     struct stat st;
     if (!copy_regular && strcmp(file, "-") != 0 && stat(file, &st) == 0 && S_ISREG(st.st_mode))
-        return;
+        return 0;
     kvp_in in;
     kvp_err err = {0};
-    if (kvp_in_open(&in, file, &err) < 0)
+    int rc = kvp_in_open(&in, file, &err); /* a FIFO waits here for its writer */
+    if (rc == KVP_EINTR)
+        return rc;
+    if (rc < 0)
         kvp_cli_die_err(&err);
     if ((pc->fd = memfd_create("kvp-prompts", MFD_CLOEXEC)) < 0)
         kvp_cli_die("%s: holding the prompts in memory: %s", file, strerror(errno));
-    copy_prompts(&in, pc->fd, file, max, why);
+    rc = copy_prompts(&in, pc->fd, file, max, why);
     kvp_in_close(&in);
+    if (rc < 0) { /* the part read is no job: dropped */
+        kvp_prompts_once_close(pc);
+        return rc;
+    }
     snprintf(pc->path, sizeof pc->path, "/proc/self/fd/%d", pc->fd);
+    return 0;
 }
 
 const char *kvp_prompts_once_path(const kvp_prompts_once *pc) { return pc->fd >= 0 ? pc->path : pc->file; }

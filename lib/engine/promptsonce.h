@@ -25,8 +25,10 @@ typedef struct kvp_prompts_once {
 /* Make file readable again: a copy in memory of at most max bytes (over
  * it: an error naming file, then why), or with copy_regular 0 a regular
  * file (it reads again by itself) left as it is.  Read the runs from
- * kvp_prompts_once_path. */
-void kvp_prompts_once_open(kvp_prompts_once *pc, const char *file, int copy_regular, uint64_t max, const char *why);
+ * kvp_prompts_once_path.  0, or KVP_EINTR when a stop signal ended the
+ * wait for the file or its bytes (kvp_in_interrupt_on: the program is told
+ * to stop, stopsig.h), nothing kept. */
+int kvp_prompts_once_open(kvp_prompts_once *pc, const char *file, int copy_regular, uint64_t max, const char *why);
 const char *kvp_prompts_once_path(const kvp_prompts_once *pc);
 /* A message naming the copy names the user's file instead. */
 void kvp_prompts_once_name(const kvp_prompts_once *pc, kvp_err *err);

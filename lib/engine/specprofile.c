@@ -59,8 +59,11 @@ typedef struct prompts_copy {
 
 static void prompts_copy_open(prompts_copy *pc, const kvp_runopts *o)
 {
-    kvp_prompts_once_open(&pc->once, o->file, 1, PROMPTS_MAX,
-                          "a profile runs each request many times over; give it a sample");
+    /* a profile installs no stop handler (kvp_in_interrupt_on is off):
+     * nothing stops the read but a signal's default action */
+    if (kvp_prompts_once_open(&pc->once, o->file, 1, PROMPTS_MAX,
+                              "a profile runs each request many times over; give it a sample") < 0)
+        kvp_cli_die("%s: reading stopped by a signal", o->file);
     pc->o = *o;
     pc->o.file = kvp_prompts_once_path(&pc->once);
 }

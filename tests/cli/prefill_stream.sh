@@ -367,4 +367,93 @@ expect_status 0 "prefill --resume -n 4 of a prefill's sequences | decode"
 expect_true "a prefilled line keeps its max_tokens 2" grep -q '"id":"own".*"tokens":2,' "$OUT"
 expect_true "the line without one gets -n 4" grep -q '"id":"def".*"tokens":4,' "$OUT"
 
+# --stop: stored in every sequence record as its request's default stop
+# strings, as -n and the sampling options are (prefill(1), OPTIONS): decode
+# stops there unless given its own --stop, and a line's own stop strings win
+# over both.  It was accepted and dropped: decode ran to -n.
+printf '%s\n' '{"id":"a","prompt":"Count: one two three"}' '{"id":"b","prompt":"Count: one two three","stop":["six"]}' \
+    >"$T/cnt.jsonl"
+run_sh "prefill -m '$M' -t 1 -f '$T/cnt.jsonl' -n 8 --stop five | decode -m '$M' -t 1 --json"
+expect_status 0 "prefill --stop | decode"
+expect_true "prefill's --stop stops a line without its own" grep -q '"id":"a","text":" four ","tokens":2,"finish_reason":"stop_string"' "$OUT"
+expect_true "a line's own stop strings win over it" grep -q '"id":"b","text":" four five ","tokens":3,"finish_reason":"stop_string"' "$OUT"
+run_sh "prefill -m '$M' -t 1 -f '$T/cnt.jsonl' -n 8 --stop five | decode -m '$M' -t 1 --json --stop zzzz"
+expect_true "decode's --stop replaces prefill's" grep -q '"id":"a".*"tokens":8,"finish_reason":"length"' "$OUT"
+expect_true "but not a line's own" grep -q '"id":"b".*"finish_reason":"stop_string"' "$OUT"
+run_sh "prefill -m '$M' -t 1 -p 'Count: one two three' -n 8 --stop five --stop four | kvdump --json -"
+expect_true "-p: the record carries both (kvdump)" grep -q '"kind":"sequence".*"stop":\["five","four"\]' "$OUT"
+run prefill -m "$M" -t 1 -f "$T/cnt.jsonl" -n 8 -o "$T/cnt.kvp"
+run_sh "prefill -m '$M' -t 1 --resume '$T/cnt.kvp' -p ' four' --stop seven | decode -m '$M' -t 1 --json"
+expect_status 0 "prefill --resume --stop | decode"
+expect_true "--resume: --stop gives the next turn a default" grep -q '"id":"a","text":" five six ","tokens":3,"finish_reason":"stop_string"' "$OUT"
+expect_true "and leaves a line's own" grep -q '"id":"b","text":" five ","tokens":2,"finish_reason":"stop_string"' "$OUT"
+run prefill -m "$M" -t 1 -p hi --stop "$(printf 'x%.0s' $(seq 1 4097))" -o "$T/lstop.kvp"
+expect_status 2 "a --stop longer than a record carries is a usage error"
+expect_err_has "--stop: a stop string of 4097 bytes (a sequence record carries at most 4096)" "said before any work"
+expect_true "and nothing is written" test ! -e "$T/lstop.kvp"
+run_sh "prefill -m '$M' -t 1 -p hi $(printf -- '--stop s%d ' $(seq 1 65)) -o '$T/nstop.kvp'"
+expect_status 2 "65 --stop strings are a usage error"
+expect_err_has "--stop given 65 times (a sequence record carries at most 64)" "said so"
+
+# SIGTERM (or SIGINT) stops prefill as it stops decode (prefill(1), SIGNALS):
+# the prompt in progress is finished and written, the stream ends with its
+# END record (a valid stream of what was done, never a half record), the
+# message says what was left and the exit status is 143.  Before, prefill
+# died at once: a stream on stdout cut anywhere, -o FILE not written.
+rm -f "$T/fifo"
+mkfifo "$T/fifo"
+prefill -m "$M" -t 1 -f - --stats <"$T/fifo" >"$T/term.kvp" 2>"$T/term.err" &
+pid=$!
+exec 7>"$T/fifo"
+printf '{"id":"p1","prompt":"One"}\n{"id":"p2","prompt":"Two"}\n' >&7
+i=0
+while ! grep -qs 'sequence 1 p2' "$T/term.err" && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+kill -TERM $pid
+wait_exit $pid "prefill -f FIFO, SIGTERM while it waits for line 3"
+exec 7>&-
+rm -f "$T/fifo"
+LAST_CMD="prefill -f - <FIFO >term.kvp, SIGTERM while it waits for the third line"
+expect_status 143 "prefill: SIGTERM while waiting for input exits 143"
+expect_true "says what it wrote and that input was left" grep -q \
+    "^prefill: stopped by Terminated: 2 sequences written, 0 read and not finished, the rest of the input not read yet$" \
+    "$T/term.err"
+run kvdump --check "$T/term.kvp"
+expect_status 0 "the stream on stdout is whole (kvdump --check)"
+run kvdump --json "$T/term.kvp"
+expect_true "with both sequences" test "$(grep -c '"kind":"sequence"' "$OUT")" = 2
+# mid-computation, to -o FILE: the file appears whole, every prompt that
+# finished in it, and no temporary file is left
+awk 'BEGIN { for (i = 0; i < 2000; i++)
+    printf "{\"id\":\"q%d\",\"prompt\":\"Tell me a long story about the number %d and all of its friends.\"}\n", i, i }' \
+    >"$T/many.jsonl"
+prefill -m "$M" -t 1 -f "$T/many.jsonl" --stats -o "$T/many.kvp" 2>"$T/many.err" &
+pid=$!
+i=0
+while ! grep -qs 'sequence 0 q0' "$T/many.err" && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+kill -TERM $pid
+wait_exit $pid "prefill -f FILE -o FILE, SIGTERM while it computes"
+LAST_CMD="prefill -f many.jsonl -o many.kvp, SIGTERM after its first prompt"
+expect_status 143 "prefill: SIGTERM mid-run exits 143"
+n=$(sed -n 's/^prefill: stopped by Terminated: \([0-9]*\) sequences written, 0 read and not finished, the rest of the input not read yet$/\1/p' "$T/many.err")
+expect_true "says how many it wrote (got '$n')" test -n "$n"
+expect_true "one stats line each ($(grep -c '^prefill: sequence' "$T/many.err"))" \
+    test "$(grep -c '^prefill: sequence' "$T/many.err")" = "$n"
+run kvdump --check "$T/many.kvp"
+expect_status 0 "-o FILE is written, whole (kvdump --check)"
+run kvdump --json "$T/many.kvp"
+expect_true "with the $n sequences" test "$(grep -c '"kind":"sequence"' "$OUT")" = "$n"
+if ls "$T"/many.kvp.tmp.* >/dev/null 2>&1; then fail "a temporary file was left"; else pass "no temporary file left"; fi
+# before any prompt (a FIFO no writer has opened yet): a stream of none
+rm -f "$T/fifo"
+mkfifo "$T/fifo"
+prefill -m "$M" -t 1 -f "$T/fifo" -o "$T/none.kvp" 2>"$T/none.err" &
+term_when_waiting $! "prefill -f FIFO, SIGTERM before a writer opened it"
+rm -f "$T/fifo"
+LAST_CMD="prefill -f FIFO -o none.kvp, SIGTERM before any writer opened the FIFO"
+expect_status 143 "prefill: SIGTERM before the prompts opened exits 143"
+expect_true "and says so" grep -q "^prefill: stopped by Terminated: 0 sequences written, 0 read and not finished" \
+    "$T/none.err"
+run kvdump --check "$T/none.kvp"
+expect_status 0 "-o FILE holds a whole stream of no sequences"
+
 done_testing

@@ -354,4 +354,31 @@ LAST_CMD="specdec -p ... -n 2000, SIGTERM mid-stream"
 expect_status 143 "SIGTERM while streaming exits 143"
 expect_true "the streamed text ends with a newline" test "$(tail -c 1 "$T/st.txt" | od -An -c | tr -d ' ')" = '\n'
 
+# --compare reads its prompts (a pipe's into memory) before the model loads:
+# a signal while it waits for them stops the job as a wait for input does
+# later (decode(1), SCHEDULING), with --stats=FILE (the model loaded for it)
+# and without (at once).  The stop handlers came after that read, and such a
+# signal killed specdec outright: no message, no --stats.
+printf '{"id":"c1","prompt":"One"}\n' >"$T/c1.jsonl"
+for stats in "--stats=$T/s3.json" ""; do
+    rm -f "$T/fifo" "$T/s3.json"
+    mkfifo "$T/fifo"
+    specdec -m "$M" -t $THREADS --compare -f - -n 2 $stats <"$T/fifo" >"$OUT" 2>"$ERR" &
+    pid=$!
+    exec 7>"$T/fifo"
+    cat "$T/c1.jsonl" >&7
+    term_when_waiting $pid "SIGTERM while --compare reads its prompts ($stats)"
+    exec 7>&-
+    rm -f "$T/fifo"
+    LAST_CMD="specdec --compare -f - $stats < FIFO (kept open), SIGTERM while it reads the prompts"
+    expect_status 143 "SIGTERM while --compare reads its prompts exits 143 ($stats)"
+    expect_err_has "stopped by Terminated: 0 sequences written, 0 read and not finished, the rest of the input not read yet" \
+        "and says it was stopped ($stats)"
+    expect_out_empty "no request was run ($stats)"
+    if [ -n "$stats" ]; then
+        expect_true "--compare's --stats=FILE is written" \
+            grep -q '"requests":0,.*"input":"prompts",.*"stopped":true,' "$T/s3.json"
+    fi
+done
+
 done_testing
