@@ -363,10 +363,10 @@ run kvcalc --model llama-3-8b --lengths uniform:1:10
 expect_status 2 "--lengths without a GPU exits 2"
 run kvcalc
 expect_status 2 "no model exits 2"
-# a model is sniffed and then opened again: not from a pipe
-run kvcalc -m - -g h200
-expect_status 2 "-m - exits 2"
-expect_err_has "not standard input" "and says a model is not read from standard input"
+# the bytes a model's kind is sniffed from are kept for its reader: '-' is stdin
+run_sh "cat '$T/tiny.kvp' | kvcalc -m - --json"
+expect_status 0 "-m - reads the model from standard input"
+expect_out_has '"source":"kvp"' "a KVP model read from standard input"
 
 # ---- runtime errors: exit 1, one clear line naming the file ----
 run kvcalc --model "$T/missing.gguf"
