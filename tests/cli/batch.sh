@@ -278,6 +278,14 @@ expect_status 0 "a shard with no request, --stats"
 expect_err_has "decode: TTFT         -        -        -        -" "its summary's TTFT row reads -"
 expect_err_has "decode: E2E          -        -        -        -" "and its E2E row"
 expect_true "no nan in the summary" sh -c "! grep -q ' nan' '$ERR'"
+# no request: goodput is undefined (null, "-"), and --min-goodput gates
+# nothing, saying so rather than passing it as a perfect 1
+run decode -m "$M" -t 2 -f "$T/one.jsonl" -n 2 --shard 1/2 --slo-ttft 100 --min-goodput 0.9 --stats
+expect_status 0 "no request with --min-goodput: nothing to gate, exit 0"
+expect_err_has "decode: goodput - (0 of 0 requests within TTFT 100 ms" "the text summary's goodput reads -"
+expect_err_has "note: no requests, so no goodput: --min-goodput 0.9000 gates nothing" "and a note says why"
+run decode -m "$M" -t 2 -f "$T/one.jsonl" -n 2 --shard 1/2 --slo-ttft 100 --stats="$T/empty-stats.json"
+expect_true "--stats JSON: goodput null with no request" grep -q '"good_requests":0,"goodput":null,' "$T/empty-stats.json"
 run decode -m "$M" -t 2 -f "$T/one.jsonl" -n 1 --stats
 expect_err_has "decode: TPOT         -        -        -        -" "a one-token answer's TPOT row reads -"
 expect_true "no nan there either" sh -c "! grep -q ' nan' '$ERR'"
