@@ -86,7 +86,7 @@ static int load_gguf(const char *path, kvp_in *in, kvp_cap_model_file *out, kvp_
         char key[64];
         uint64_t q;
         snprintf(key, sizeof key, "%s.attention.q_lora_rank", out->cfg.arch);
-        if (kvp_meta_get_u64(&g.meta, key, &q) == 0 && q <= 65536)
+        if (kvp_meta_get_u64(&g.meta, key, &q) == 0 && q <= KVP_CONFIG_MAX_LORA_RANK)
             out->q_lora_rank = (uint32_t)q;
     }
     kvp_gguf_close(&g);
@@ -232,7 +232,7 @@ static int load_hf_json(const kvp_json *j, const char *file, kvp_cap_model_file 
         return rc;
     snprintf(out->kind, sizeof out->kind, "hf");
     uint64_t q;
-    if (kvp_json_get_u64(j, "q_lora_rank", &q) == 0 && q <= 65536)
+    if (kvp_json_get_u64(j, "q_lora_rank", &q) == 0 && q <= KVP_CONFIG_MAX_LORA_RANK)
         out->q_lora_rank = (uint32_t)q;
     /* a quantized checkpoint: its linear layers' format (GPTQ, AWQ, compressed-tensors) */
     kvp_hfq hq;

@@ -304,6 +304,13 @@ run kvcalc -m deepseek-v3 --json
 want=$(jf n_params)
 run kvcalc -m "$T/ds.json" --json
 expect_field n_params "$want" "DeepSeek-V3 from HF: the preset's parameter count"
+# an MLA size past the planner's range is the loader's refusal too (one
+# definition, config.h): the file and the field are named, exit 1
+sed 's/"kv_lora_rank": 512/"kv_lora_rank": 70000/' "$T/ds.json" >"$T/ds-big.json"
+run kvcalc -m "$T/ds-big.json"
+expect_status 1 "an MLA latent rank over the loader's range exits 1"
+expect_err_has "ds-big.json: config: 70000 MLA latent rank (kv_lora_rank; want 0..65536)" "naming the file and field"
+expect_err_one_line "one line"
 
 # ---- usage errors: exit 2 ----
 run kvcalc --model llama-3-8b --frobnicate
