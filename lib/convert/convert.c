@@ -875,6 +875,9 @@ int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
     plan_ctx p;
     memset(&p, 0, sizeof p);
     p.o = o;
+    /* the items are replanned in place: one that fails leaves no whole plan,
+     * the earlier one included, for kvp_convert_write to use */
+    cv->planned = 0;
     int rc = check_opts(o, err);
     for (int l = 0; l < KVP_CONVERT_PATTERNS_COUNT; l++) {
         cv->n_pattern_hits[l] = 0;
