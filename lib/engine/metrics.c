@@ -123,7 +123,8 @@ static void dist_copy(const double *v, uint64_t n, kvp_dist *d)
         d->mean = d->p50 = d->p90 = d->p99 = d->max = NAN;
         return;
     }
-    memcpy(c, v, n * sizeof *c);
+    if (n) /* with no request v is NULL, which memcpy may not take even for 0 bytes */
+        memcpy(c, v, n * sizeof *c);
     dist_of(c, n, d);
     free(c);
 }
