@@ -972,13 +972,9 @@ static void load_model(run *R, const char *name)
         R->model_source = "preset";
         return;
     }
-    /* A model's kind is sniffed from its first bytes, then its reader opens
-     * it again: a pipe cannot be read twice, so '-' is not standard input
-     * here (kvcalc(1) says so). */
-    if (strcmp(name, "-") == 0)
-        kvp_cli_usage_error("--model: '-': a model is a preset or a file, not standard input "
-                            "(a file named '-': ./-)");
-    if (stat(name, &st) != 0 && !model_path_like(name))
+    /* '-' is standard input: the loader keeps the bytes it sniffs the kind
+     * from, so a pipe works as a file does */
+    if (strcmp(name, "-") != 0 && stat(name, &st) != 0 && !model_path_like(name))
         kvp_cli_usage_error("--model: '%s' is neither a preset (kvcalc --list-models) nor a file", name);
     kvp_cap_model_file mf;
     kvp_err err = {0};

@@ -261,9 +261,10 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
                 fputs(s.label, f);
             else
                 kvp_cli_json_str(f, s.label, strlen(s.label));
+            /* flags as stored: which of the request's values are its own (kvp(5)) */
             printf(",\"tokens\":%u,\"prompt_tokens\":%u,\"next_token\":%d,\"state\":%u,\"arrival_ns\":%" PRIu64
-                   ",\"first_token_ns\":%" PRIu64, s.n_tokens, s.n_prompt, s.next_token, s.state, s.arrival_ns,
-                   s.first_ns);
+                   ",\"first_token_ns\":%" PRIu64 ",\"max_tokens\":%u,\"flags\":%u", s.n_tokens, s.n_prompt,
+                   s.next_token, s.state, s.arrival_ns, s.first_ns, s.sampling.max_tokens, s.flags);
             if ((rc = seq_request_json(f, rec, &s, err)) < 0)
                 return rc;
             printf(",\"token_ids\":[");

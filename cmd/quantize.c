@@ -594,13 +594,12 @@ static int run_kv(const options *o, const char *input)
     int kind;
     /* KV blocks come from a model's prefill or decode, in a KVP stream; a
      * GGUF or safetensors file holds tensors, converted without --kv. */
-    if (strcmp(input, "-") != 0 && kvp_file_kind_of(input, &kind, &err) == 0 &&
-        (kind == KVP_FILE_GGUF || (kind == KVP_FILE_SAFETENSORS && ends_with(input, ".safetensors"))))
+    if (kvp_in_open(&in, input, &err) < 0 || kvp_in_kind(&in, &kind, &err) < 0)
+        kvp_cli_die_err(&err);
+    if (kind == KVP_FILE_GGUF || (kind == KVP_FILE_SAFETENSORS && ends_with(input, ".safetensors")))
         kvp_cli_die("%s: a %s file, not a KVP stream: --kv converts the KV blocks a model computed, which need the "
                     "model's config (convert its tensors without --kv)", input,
                     kind == KVP_FILE_GGUF ? "GGUF" : "safetensors");
-    if (kvp_in_open(&in, input, &err) < 0)
-        kvp_cli_die_err(&err);
     int rc = kvp_out_open(&out, o->output, &err);
     if (rc == 0) {
         rc = kvp_convert_kv_stream(&in, &out, (uint32_t)o->kv, o->zstd, PRODUCER, &st, &err);

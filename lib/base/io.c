@@ -91,26 +91,41 @@ char *kvp_path_dir(const char *path)
     return slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
 }
 
-int kvp_file_kind_of(const char *path, int *kind, kvp_err *err)
+int kvp_in_kind(kvp_in *in, int *kind, kvp_err *err)
 {
     static const uint8_t kvp_magic[4] = {0x89, 'K', 'V', 'P'};
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
-    *kind = KVP_FILE_SAFETENSORS;
-    if (S_ISDIR(sb.st_mode))
-        return 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
     uint8_t head[4] = {0};
-    ssize_t n = read(fd, head, sizeof head);
-    close(fd);
+    int64_t n = kvp_in_peek(in, head, sizeof head, err);
+    if (n < 0)
+        return (int)n;
+    *kind = KVP_FILE_SAFETENSORS;
     if (n == 4 && memcmp(head, "GGUF", 4) == 0)
         *kind = KVP_FILE_GGUF;
     else if (n == 4 && memcmp(head, kvp_magic, 4) == 0)
         *kind = KVP_FILE_KVP;
     return 0;
+}
+
+int kvp_in_open_kind(kvp_in *in, const char *path, int *kind, kvp_err *err)
+{
+    memset(in, 0, sizeof *in);
+    in->fd = -1;
+    struct stat sb;
+    if (strcmp(path, "-") != 0 && stat(path, &sb) != 0)
+        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
+    if (strcmp(path, "-") != 0 && S_ISDIR(sb.st_mode)) {
+        *kind = KVP_FILE_SAFETENSORS;
+        return 0;
+    }
+    int rc = kvp_in_open(in, path, err);
+    if (rc == 0 && (rc = kvp_in_kind(in, kind, err)) < 0)
+        kvp_in_close(in);
+    return rc;
+}
+
+int kvp_in_reopenable(const kvp_in *in)
+{
+    return in->own_fd && in->size_known; /* own_fd: opened by name, not stdin */
 }
 
 void kvp_in_from_memory(kvp_in *in, const void *p, size_t n, const char *name)
@@ -148,6 +163,47 @@ static int retry_read(const kvp_in *in, uint64_t off, kvp_err *err)
     return 1;
 }
 
+/* Hand over up to n peeked bytes; the count. */
+static size_t take_head(kvp_in *in, void *buf, size_t n)
+{
+    size_t k = n < in->head_n ? n : in->head_n;
+    memcpy(buf, in->head, k);
+    memmove(in->head, in->head + k, in->head_n - k);
+    in->head_n -= (uint32_t)k;
+    in->pos += k;
+    return k;
+}
+
+int64_t kvp_in_peek(kvp_in *in, void *buf, size_t n, kvp_err *err)
+{
+    if (n > sizeof in->head)
+        n = sizeof in->head;
+    if (in->map) {
+        uint64_t left = kvp_in_left(in);
+        size_t k = n < left ? n : (size_t)left;
+        memcpy(buf, in->map + in->pos, k);
+        return (int64_t)k;
+    }
+    while (in->head_n < n) {
+        ssize_t r = read(in->fd, in->head + in->head_n, n - in->head_n);
+        if (r < 0 && errno == EINTR) {
+            int rc = retry_read(in, in->pos + in->head_n, err);
+            if (rc > 0)
+                continue;
+            return rc;
+        }
+        if (r < 0)
+            return kvp_err_set(err, KVP_EIO, "%s: read at offset %llu: %s", in->name,
+                               (unsigned long long)(in->pos + in->head_n), strerror(errno));
+        if (r == 0)
+            break;
+        in->head_n += (uint32_t)r;
+    }
+    size_t k = n < in->head_n ? n : in->head_n;
+    memcpy(buf, in->head, k);
+    return (int64_t)k;
+}
+
 int64_t kvp_in_read(kvp_in *in, void *buf, size_t n, kvp_err *err)
 {
     if (in->map) {
@@ -157,6 +213,9 @@ int64_t kvp_in_read(kvp_in *in, void *buf, size_t n, kvp_err *err)
         in->pos += k;
         return (int64_t)k;
     }
+    size_t had = take_head(in, buf, n);
+    buf = (char *)buf + had;
+    n -= had;
     size_t got = 0;
     while (got < n) {
         ssize_t r = read(in->fd, (char *)buf + got, n - got);
@@ -175,13 +234,15 @@ int64_t kvp_in_read(kvp_in *in, void *buf, size_t n, kvp_err *err)
         got += (size_t)r;
     }
     in->pos += got;
-    return (int64_t)got;
+    return (int64_t)(had + got);
 }
 
 int64_t kvp_in_read_some(kvp_in *in, void *buf, size_t n, kvp_err *err)
 {
     if (in->map)
         return kvp_in_read(in, buf, n, err);
+    if (in->head_n && n)
+        return (int64_t)take_head(in, buf, n);
     for (;;) {
         ssize_t r = read(in->fd, buf, n);
         if (r < 0 && errno == EINTR) {
@@ -200,7 +261,7 @@ int64_t kvp_in_read_some(kvp_in *in, void *buf, size_t n, kvp_err *err)
 
 int kvp_in_would_block(const kvp_in *in)
 {
-    if (in->map || in->size_known)
+    if (in->map || in->size_known || in->head_n)
         return 0;
     struct pollfd p = {.fd = in->fd, .events = POLLIN};
     return poll(&p, 1, 0) == 0;
@@ -239,41 +300,35 @@ void kvp_in_close(kvp_in *in)
     in->fd = -1;
 }
 
-int kvp_read_file(const char *path, uint64_t max, uint8_t **data, size_t *len, kvp_err *err)
+int kvp_in_read_all(kvp_in *in, uint64_t max, uint8_t **data, size_t *len, kvp_err *err)
 {
-    kvp_in in;
     *data = NULL;
     *len = 0;
-    int rc = kvp_in_open(&in, path, err);
-    if (rc)
-        return rc;
-    if (in.size_known && in.size > max) {
-        rc = kvp_err_set(err, KVP_ELIMIT, "%s: file is %llu bytes, more than the %llu allowed", in.name,
-                         (unsigned long long)in.size, (unsigned long long)max);
-        kvp_in_close(&in);
-        return rc;
-    }
-    size_t cap = in.size_known ? (size_t)in.size + 1 : 65536, n = 0;
+    if (in->size_known && kvp_in_left(in) > max)
+        return kvp_err_set(err, KVP_ELIMIT, "%s: file is %llu bytes, more than the %llu allowed", in->name,
+                           (unsigned long long)in->size, (unsigned long long)max);
+    size_t cap = in->size_known ? (size_t)kvp_in_left(in) + 1 : 65536, n = 0;
     uint8_t *buf = malloc(cap);
+    int rc = 0;
     for (;;) {
         if (!buf) {
-            rc = kvp_err_set(err, KVP_ENOMEM, "%s: out of memory reading the file", in.name);
+            rc = kvp_err_set(err, KVP_ENOMEM, "%s: out of memory reading the file", in->name);
             break;
         }
         if (n + 1 >= cap) {
             if (cap > max + 1) {
-                rc = kvp_err_set(err, KVP_ELIMIT, "%s: input exceeds %llu bytes", in.name, (unsigned long long)max);
+                rc = kvp_err_set(err, KVP_ELIMIT, "%s: input exceeds %llu bytes", in->name, (unsigned long long)max);
                 break;
             }
             uint8_t *nb = realloc(buf, cap * 2);
             if (!nb) {
-                rc = kvp_err_set(err, KVP_ENOMEM, "%s: out of memory reading the file", in.name);
+                rc = kvp_err_set(err, KVP_ENOMEM, "%s: out of memory reading the file", in->name);
                 break;
             }
             buf = nb;
             cap *= 2;
         }
-        int64_t r = kvp_in_read(&in, buf + n, cap - 1 - n, err);
+        int64_t r = kvp_in_read(in, buf + n, cap - 1 - n, err);
         if (r < 0) {
             rc = (int)r;
             break;
@@ -282,11 +337,10 @@ int kvp_read_file(const char *path, uint64_t max, uint8_t **data, size_t *len, k
         if (r == 0)
             break;
         if (n > max) {
-            rc = kvp_err_set(err, KVP_ELIMIT, "%s: input exceeds %llu bytes", in.name, (unsigned long long)max);
+            rc = kvp_err_set(err, KVP_ELIMIT, "%s: input exceeds %llu bytes", in->name, (unsigned long long)max);
             break;
         }
     }
-    kvp_in_close(&in);
     if (rc) {
         free(buf);
         return rc;
@@ -295,6 +349,19 @@ int kvp_read_file(const char *path, uint64_t max, uint8_t **data, size_t *len, k
     *data = buf;
     *len = n;
     return 0;
+}
+
+int kvp_read_file(const char *path, uint64_t max, uint8_t **data, size_t *len, kvp_err *err)
+{
+    kvp_in in;
+    *data = NULL;
+    *len = 0;
+    int rc = kvp_in_open(&in, path, err);
+    if (rc)
+        return rc;
+    rc = kvp_in_read_all(&in, max, data, len, err);
+    kvp_in_close(&in);
+    return rc;
 }
 
 /* ---- temporary files removed on a fatal signal ----

@@ -25,6 +25,8 @@ typedef struct kvp_in {
     uint64_t size;         /* file size when known (regular file) */
     int size_known;
     uint64_t pos;          /* bytes consumed so far */
+    uint8_t head[8];       /* bytes peeked from a pipe, not yet consumed */
+    uint32_t head_n;
 } kvp_in;
 
 /* Open path for reading; "-" is stdin.  Regular files are mapped (an empty
@@ -54,12 +56,22 @@ int kvp_in_would_block(const kvp_in *in);
  * handler, installed without SA_RESTART): then they fail with KVP_EINTR, so
  * a job waiting for input stops when told to.  NULL turns this off. */
 void kvp_in_interrupt_on(const volatile sig_atomic_t *flag);
+/* Look at up to n (at most 8) bytes ahead without consuming them: a pipe
+ * cannot be reopened or rewound, so what is peeked is kept and handed to
+ * the next read.  The count (short only at end of input) or a negative code. */
+int64_t kvp_in_peek(kvp_in *in, void *buf, size_t n, kvp_err *err);
+/* 1 when opening in's path again gives the same bytes from the start (a
+ * regular file opened by name), else 0 (stdin, a pipe, a FIFO, a device):
+ * a reader that needs two passes refuses the latter. */
+int kvp_in_reopenable(const kvp_in *in);
 /* Skip n bytes forward (reads and discards on a pipe); returns bytes skipped. */
 int64_t kvp_in_skip(kvp_in *in, uint64_t n, kvp_err *err);
 /* Bytes left when the size is known, else UINT64_MAX. */
 uint64_t kvp_in_left(const kvp_in *in);
 void kvp_in_close(kvp_in *in);
 
+/* Read the rest of in into memory, with a size ceiling; as kvp_read_file. */
+int kvp_in_read_all(kvp_in *in, uint64_t max, uint8_t **data, size_t *len, kvp_err *err);
 /* Read a whole file (or stdin) into memory, with a size ceiling. *data is
  * NUL-terminated for convenience (not counted in *len).  Free with free(). */
 int kvp_read_file(const char *path, uint64_t max, uint8_t **data, size_t *len, kvp_err *err);
@@ -70,8 +82,13 @@ enum kvp_file_kind {
     KVP_FILE_KVP = 2,         /* the KVP stream magic */
     KVP_FILE_SAFETENSORS = 3, /* anything else, or a folder: the safetensors reader names what is wrong */
 };
-/* Sets *kind for path; 0, or KVP_EIO naming the path when it cannot be read. */
-int kvp_file_kind_of(const char *path, int *kind, kvp_err *err);
+/* Sets *kind from in's first bytes, which stay to be read (kvp_in_peek). */
+int kvp_in_kind(kvp_in *in, int *kind, kvp_err *err);
+/* Open path ("-": stdin) and set *kind from its first bytes, which stay in
+ * *in for the reader that takes it: a pipe or FIFO opened a second time
+ * would lose them.  A folder is KVP_FILE_SAFETENSORS with *in closed (fd
+ * -1).  0, or a negative code naming the path; *in is closed on error. */
+int kvp_in_open_kind(kvp_in *in, const char *path, int *kind, kvp_err *err);
 
 /* The folder path names its file in ("." for a bare name, "/" at the
  * root), allocated; NULL when out of memory. */

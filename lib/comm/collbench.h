@@ -60,6 +60,13 @@ void kvp_cb_counts(int op, int n, size_t count, size_t *send, size_t *recv);
 /* count must be a multiple of this (n for the ops that cut the buffer into
  * one piece per rank, else 1). */
 size_t kvp_cb_count_unit(int op, int n);
+/* The element count MPI is given for a row of `count` over n ranks: the
+ * row's count, or one rank's block (count / n) for the ops that cut the
+ * buffer (all_gather, reduce_scatter, alltoall).  MPI's counts are int, and
+ * one call, timed as one, cannot be split: 0 with *mpi_count set, or
+ * KVP_ELIMIT naming the collective, its count and the limit.  (NCCL's
+ * counts are size_t.) */
+int kvp_cb_mpi_count(int op, int dtype, int n, size_t count, int *mpi_count, kvp_err *err);
 
 /* ---- check values ---- */
 

@@ -5,6 +5,7 @@
 #include "collbench.h"
 #include "minifloat.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -86,6 +87,17 @@ double kvp_cb_busbw_factor(int op, int n)
 size_t kvp_cb_count_unit(int op, int n)
 {
     return op == KVP_CB_OP_ALL_GATHER || op == KVP_CB_OP_REDUCE_SCATTER || op == KVP_CB_OP_ALLTOALL ? (size_t)n : 1;
+}
+
+int kvp_cb_mpi_count(int op, int dtype, int n, size_t count, int *mpi_count, kvp_err *err)
+{
+    size_t k = kvp_cb_count_unit(op, n) > 1 ? count / (size_t)n : count;
+    if (k > INT_MAX)
+        return kvp_err_set(err, KVP_ELIMIT, "%s of %zu %s elements over %d ranks: %zu elements in one MPI call, "
+                           "over its limit of %d (MPI counts are int)", kvp_cb_op_name(op), count,
+                           kvp_cb_dtype_name(dtype), n, k, INT_MAX);
+    *mpi_count = (int)k;
+    return 0;
 }
 
 void kvp_cb_counts(int op, int n, size_t count, size_t *send, size_t *recv)

@@ -104,37 +104,37 @@ static MPI_Op mpi_op(const mpi_state *s, int dtype, int redop)
     }
 }
 
-/* Issue call c once (non-blocking) into req[0..*nreq). */
-static int issue(mpi_state *s, kvp_cb_call *c, MPI_Request *req, int *nreq)
+/* Issue call c once (non-blocking) into req[0..*nreq); k is its MPI count
+ * (kvp_cb_mpi_count: the row's count, or one rank's block). */
+static int issue(mpi_state *s, kvp_cb_call *c, int k, MPI_Request *req, int *nreq)
 {
     MPI_Datatype t = mpi_type(s, c->dtype);
     MPI_Op o = mpi_op(s, c->dtype, c->redop);
     const void *in = c->in_place ? MPI_IN_PLACE : c->send;
-    int count = (int)c->count, per = (int)(c->count / (size_t)s->n);
     size_t es = kvp_cb_dtype_size(c->dtype);
     c->out = c->recv;
     *nreq = 1;
     switch (c->op) {
-    case KVP_CB_OP_ALL_REDUCE: return MPI_Iallreduce(in, c->recv, count, t, o, s->mc, req);
-    case KVP_CB_OP_ALL_GATHER: return MPI_Iallgather(in, per, t, c->recv, per, t, s->mc, req);
+    case KVP_CB_OP_ALL_REDUCE: return MPI_Iallreduce(in, c->recv, k, t, o, s->mc, req);
+    case KVP_CB_OP_ALL_GATHER: return MPI_Iallgather(in, k, t, c->recv, k, t, s->mc, req);
     case KVP_CB_OP_REDUCE_SCATTER: /* in place, MPI leaves this rank's block first */
-        return MPI_Ireduce_scatter_block(in, c->recv, per, t, o, s->mc, req);
+        return MPI_Ireduce_scatter_block(in, c->recv, k, t, o, s->mc, req);
     case KVP_CB_OP_BROADCAST:
         /* MPI_Bcast has one buffer: out of place, the root copies first */
         if (!c->in_place && s->rank == c->root)
             memcpy(c->recv, c->send, c->count * es);
-        return MPI_Ibcast(c->recv, count, t, c->root, s->mc, req);
+        return MPI_Ibcast(c->recv, k, t, c->root, s->mc, req);
     case KVP_CB_OP_REDUCE:
         /* MPI_IN_PLACE is the root's alone; the others send their buffer */
-        return MPI_Ireduce(c->in_place && s->rank != c->root ? c->send : in, c->recv, count, t, o, c->root,
+        return MPI_Ireduce(c->in_place && s->rank != c->root ? c->send : in, c->recv, k, t, o, c->root,
                            s->mc, req);
-    case KVP_CB_OP_ALLTOALL: return MPI_Ialltoall(in, per, t, c->recv, per, t, s->mc, req);
+    case KVP_CB_OP_ALLTOALL: return MPI_Ialltoall(in, k, t, c->recv, k, t, s->mc, req);
     default: { /* sendrecv: the ring */
         int next = (s->rank + 1) % s->n, prev = (s->rank + s->n - 1) % s->n, rc;
         *nreq = 2;
-        if ((rc = MPI_Irecv(c->recv, count, t, prev, 77, s->mc, &req[0])) != MPI_SUCCESS)
+        if ((rc = MPI_Irecv(c->recv, k, t, prev, 77, s->mc, &req[0])) != MPI_SUCCESS)
             return rc;
-        return MPI_Isend(c->send, count, t, next, 77, s->mc, &req[1]);
+        return MPI_Isend(c->send, k, t, next, 77, s->mc, &req[1]);
     }
     }
 }
@@ -144,6 +144,9 @@ static int mpi_time(void *st, kvp_cb_call *c, int iters, double *seconds, kvp_er
     mpi_state *s = st;
     char what[96];
     snprintf(what, sizeof what, "%s of %zu %s", kvp_cb_op_name(c->op), c->count, kvp_cb_dtype_name(c->dtype));
+    int mk, rc = kvp_cb_mpi_count(c->op, c->dtype, s->n, c->count, &mk, err);
+    if (rc < 0) /* an int count cast from it would be a silently smaller call */
+        return rc;
     double t0 = now_s();
     for (int it = 0; it < iters; it++) {
         if (s->mc == MPI_COMM_NULL) {
@@ -151,7 +154,8 @@ static int mpi_time(void *st, kvp_cb_call *c, int iters, double *seconds, kvp_er
             continue;
         }
         MPI_Request req[2];
-        int nreq = 0, rc = issue(s, c, req, &nreq);
+        int nreq = 0;
+        rc = issue(s, c, mk, req, &nreq);
         if (rc != MPI_SUCCESS)
             return kvp_comm_mpi_error(err, rc, what);
         for (int k = 0; k < nreq; k++)

@@ -260,9 +260,9 @@ static int kvp_input_config(kvp_convert *cv, kvp_err *err)
 
 /* ---- GGUF ---- */
 
-static int open_gguf(kvp_convert *cv, kvp_err *err)
+static int open_gguf(kvp_convert *cv, kvp_in *in, kvp_err *err)
 {
-    int rc = kvp_gguf_open(&cv->gguf, cv->path, err);
+    int rc = kvp_gguf_open_in(&cv->gguf, in, err);
     if (rc < 0)
         return rc;
     cv->gguf_open = 1;
@@ -368,8 +368,16 @@ static void set_src_hfq(kvp_convert *cv, size_t i, const kvp_hfq_tensor *t)
     cv->src_ndim[i] = 2;
 }
 
-static int open_safetensors(kvp_convert *cv, kvp_err *err)
+/* A folder, or a file with neither magic: safetensors maps its files by
+ * name, so a pipe's bytes (already peeked) cannot be handed to it. */
+static int open_safetensors(kvp_convert *cv, kvp_in *in, kvp_err *err)
 {
+    int piped = in->fd >= 0 && !kvp_in_reopenable(in);
+    if (in->fd >= 0)
+        kvp_in_close(in);
+    if (piped)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: neither GGUF nor KVP, and not a regular file: a safetensors "
+                           "model is mapped, so it cannot come through a pipe", cv->path);
     int rc = kvp_safetensors_open(&cv->st, cv->path, err);
     if (rc < 0)
         return rc;
@@ -417,12 +425,17 @@ static int open_safetensors(kvp_convert *cv, kvp_err *err)
 
 /* ---- KVP ---- */
 
-static int open_kvp(kvp_convert *cv, kvp_err *err)
+/* The plan pass; write_from_kvp reads the stream again by name, so a pipe,
+ * which cannot be read twice, is refused. */
+static int open_kvp(kvp_convert *cv, kvp_in *inp, kvp_err *err)
 {
-    kvp_in in;
-    int rc = kvp_in_open(&in, cv->path, err);
-    if (rc < 0)
-        return rc;
+    kvp_in in = *inp;
+    int rc = 0;
+    if (!kvp_in_reopenable(&in)) {
+        kvp_in_close(&in);
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: not a regular file: a KVP model is read twice to convert it "
+                           "(once to plan, once to write), so it cannot come through a pipe", cv->path);
+    }
     kvp_reader *r = NULL;
     size_t cap = 0;
     int have_config = 0;
@@ -495,12 +508,18 @@ out:
 
 /* ---- open ---- */
 
-static int detect(const char *path, int *format, kvp_err *err)
+/* GGUF, KVP or safetensors from the first bytes (a folder is safetensors),
+ * opened once: the source's reader takes in and the bytes peeked in it. */
+static int open_source(kvp_convert *cv, kvp_err *err)
 {
-    int kind, rc = kvp_file_kind_of(path, &kind, err);
-    if (rc == 0)
-        *format = kind == KVP_FILE_GGUF ? KVP_CONVERT_GGUF : kind == KVP_FILE_KVP ? KVP_CONVERT_KVP : KVP_CONVERT_SAFETENSORS;
-    return rc;
+    kvp_in in;
+    int kind, rc = kvp_in_open_kind(&in, cv->path, &kind, err);
+    if (rc < 0)
+        return rc;
+    cv->format = kind == KVP_FILE_GGUF ? KVP_CONVERT_GGUF : kind == KVP_FILE_KVP ? KVP_CONVERT_KVP : KVP_CONVERT_SAFETENSORS;
+    if (cv->format == KVP_CONVERT_GGUF)
+        return open_gguf(cv, &in, err);
+    return cv->format == KVP_CONVERT_KVP ? open_kvp(cv, &in, err) : open_safetensors(cv, &in, err);
 }
 
 int kvp_convert_open(kvp_convert **out, const char *path, kvp_err *err)
@@ -514,15 +533,7 @@ int kvp_convert_open(kvp_convert **out, const char *path, kvp_err *err)
     kvp_meta_init(&cv->config_meta);
     kvp_meta_init(&cv->tok_meta);
     kvp_config_init(&cv->cfg);
-    int rc = detect(path, &cv->format, err);
-    if (rc == 0) {
-        if (cv->format == KVP_CONVERT_GGUF)
-            rc = open_gguf(cv, err);
-        else if (cv->format == KVP_CONVERT_KVP)
-            rc = open_kvp(cv, err);
-        else
-            rc = open_safetensors(cv, err);
-    }
+    int rc = open_source(cv, err);
     if (rc < 0) {
         kvp_convert_free(cv);
         return rc;
@@ -864,6 +875,9 @@ int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
     plan_ctx p;
     memset(&p, 0, sizeof p);
     p.o = o;
+    /* the items are replanned in place: one that fails leaves no whole plan,
+     * the earlier one included, for kvp_convert_write to use */
+    cv->planned = 0;
     int rc = check_opts(o, err);
     for (int l = 0; l < KVP_CONVERT_PATTERNS_COUNT; l++) {
         cv->n_pattern_hits[l] = 0;

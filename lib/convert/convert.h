@@ -160,7 +160,8 @@ const kvp_config *kvp_convert_config(const kvp_convert *cv);
  * n_notes strings, owned by cv. */
 size_t kvp_convert_notes(const kvp_convert *cv, const char *const **notes);
 
-/* Plan every tensor (may be called again with other options).  Fails with
+/* Plan every tensor (may be called again with other options; one that fails
+ * leaves no plan, and kvp_convert_write refuses until one succeeds).  Fails with
  * KVP_EUNSUPPORTED naming the tensor for a source tensor we cannot read (its
  * type, no elements, more than 4 dimensions) that is not dropped, KVP_EINVAL
  * for a bad regex (or a NULL one in a pattern list) or impossible option

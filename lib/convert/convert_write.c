@@ -193,7 +193,8 @@ int kvp_convert_write(kvp_convert *cv, kvp_out *out, int zstd_level, const char 
                       kvp_convert_fn fn, void *ctx, kvp_err *err)
 {
     if (!cv->planned)
-        return kvp_err_set(err, KVP_EINVAL, "%s: kvp_convert_write before kvp_convert_plan", cv->path);
+        return kvp_err_set(err, KVP_EINVAL, "%s: kvp_convert_write with no plan (none made, or the last one failed)",
+                           cv->path);
     kvp_writer_opts wo;
     memset(&wo, 0, sizeof wo);
     wo.zstd_level = zstd_level;

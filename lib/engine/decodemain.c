@@ -484,9 +484,14 @@ static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
     fputc(',', f);
     kvp_metrics_e2e(m, &d);
     kvp_dist_json(f, "e2e_ms", &d);
-    fprintf(f, ",\"slo_ttft_ms\":%.3f,\"slo_tpot_ms\":%.3f,\"good_requests\":%llu,\"goodput\":%.4f,"
-            "\"goodput_rps\":%.3f", m->slo_ttft * 1e3, m->slo_tpot * 1e3, (unsigned long long)m->good,
-            kvp_metrics_goodput(m), (double)m->good / dt);
+    fprintf(f, ",\"slo_ttft_ms\":%.3f,\"slo_tpot_ms\":%.3f,\"good_requests\":%llu,\"goodput\":", m->slo_ttft * 1e3,
+            m->slo_tpot * 1e3, (unsigned long long)m->good);
+    double gp;
+    if (kvp_metrics_goodput(m, &gp))
+        fprintf(f, "%.4f", gp);
+    else
+        fputs("null", f); /* no request: a share of nothing */
+    fprintf(f, ",\"goodput_rps\":%.3f", (double)m->good / dt);
     if (sp->method)
         spec_json(f, st, sp);
     fputs("}\n", f);
@@ -527,10 +532,13 @@ static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
         fprintf(f, "%s: ", prog);
         kvp_dist_text(f, names[k], ds[k]);
     }
+    double gp;
+    char gps[32] = "-"; /* no request: a share of nothing, as the JSON's null */
+    if (kvp_metrics_goodput(m, &gp))
+        snprintf(gps, sizeof gps, "%.4f", gp);
     if (m->slo_ttft > 0 || m->slo_tpot > 0)
-        fprintf(f, "%s: goodput %.4f (%llu of %llu requests within TTFT %.0f ms and TPOT %.0f ms)\n",
-                prog, kvp_metrics_goodput(m), (unsigned long long)m->good, (unsigned long long)m->n, m->slo_ttft * 1e3,
-                m->slo_tpot * 1e3);
+        fprintf(f, "%s: goodput %s (%llu of %llu requests within TTFT %.0f ms and TPOT %.0f ms)\n", prog, gps,
+                (unsigned long long)m->good, (unsigned long long)m->n, m->slo_ttft * 1e3, m->slo_tpot * 1e3);
     if (sp->method) {
         fprintf(f, "%s: %s drafts (%s%u): %llu verify steps, %llu of %llu draft tokens accepted (%.1f%%), %.2f "
                 "accepted a step, %.2f tokens a step; accepted at each position:", prog, sp->method,
@@ -1229,7 +1237,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
     }
     kvp_heads_drafter_free(&hd);
     kvp_heads_free(&heads);
-    double goodput = kvp_metrics_goodput(&metrics);
+    double goodput = 0;
+    int has_goodput = kvp_metrics_goodput(&metrics, &goodput);
     kvp_metrics_free(&metrics);
     kvp_run_close(&r);
     kvp_prompts_once_close(&once);
@@ -1240,7 +1249,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
     /* every finding is said; the status is the gravest: a failure (1)
      * before a missed service level (3), so a cron job gating on 3 never
      * takes a failed job for a slow one */
-    int missed = min_goodput >= 0 && goodput < min_goodput;
+    int missed = min_goodput >= 0 && has_goodput && goodput < min_goodput;
+    /* no request ran: nothing to gate, said rather than passed as a perfect 1 */
+    if (min_goodput >= 0 && !has_goodput)
+        kvp_cli_warn("note: no requests, so no goodput: --min-goodput %.4f gates nothing", min_goodput);
     if (missed)
         kvp_cli_warn("goodput %.4f is below --min-goodput %.4f", goodput, min_goodput);
     free(cmp.v);

@@ -157,7 +157,13 @@ void kvp_metrics_itl(const kvp_metrics *m, kvp_dist *d)
     d->max = itl_percentile(m, 100);
 }
 
-double kvp_metrics_goodput(const kvp_metrics *m) { return m->n ? (double)m->good / (double)m->n : 1.0; }
+int kvp_metrics_goodput(const kvp_metrics *m, double *out)
+{
+    if (!m->n)
+        return 0;
+    *out = (double)m->good / (double)m->n;
+    return 1;
+}
 
 static void json_ms(FILE *f, const char *key, double s)
 {

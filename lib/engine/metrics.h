@@ -56,8 +56,10 @@ void kvp_metrics_ttft(kvp_metrics *m, kvp_dist *d);
 void kvp_metrics_tpot(kvp_metrics *m, kvp_dist *d);
 void kvp_metrics_e2e(kvp_metrics *m, kvp_dist *d);
 void kvp_metrics_itl(const kvp_metrics *m, kvp_dist *d);
-/* Share of requests completed within both SLOs (1 when there were none). */
-double kvp_metrics_goodput(const kvp_metrics *m);
+/* Share of requests completed within both SLOs into *out: 1, or 0 with
+ * *out left alone when there were none (a share of nothing is undefined:
+ * reported as null or "-", never as a perfect 1). */
+int kvp_metrics_goodput(const kvp_metrics *m, double *out);
 /* Percentile q (0..100) of sorted v[n], nearest rank; NaN when n is 0. */
 double kvp_percentile(const double *v, uint64_t n, double q);
 /* `"name":{"n":..,"mean":..,"p50":..,"p90":..,"p99":..,"max":..}` in ms;

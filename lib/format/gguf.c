@@ -575,25 +575,35 @@ static int gg_slurp(kvp_gguf *g, kvp_err *err)
     return 0;
 }
 
-int kvp_gguf_open(kvp_gguf *g, const char *path, kvp_err *err)
+int kvp_gguf_open_in(kvp_gguf *g, kvp_in *in, kvp_err *err)
 {
     gg_zero(g);
-    int rc = kvp_in_open(&g->in, path, err);
+    g->in = *in;
+    memset(in, 0, sizeof *in);
+    in->fd = -1;
+    int rc = 0;
+    if (g->in.map || (g->in.size_known && g->in.size == 0)) {
+        g->base = g->in.map;
+        g->size = g->in.size;
+    } else {
+        rc = gg_slurp(g, err);
+    }
+    if (rc == 0)
+        rc = gg_parse(g, err);
+    if (rc)
+        kvp_gguf_close(g);
+    return rc;
+}
+
+int kvp_gguf_open(kvp_gguf *g, const char *path, kvp_err *err)
+{
+    kvp_in in;
+    int rc = kvp_in_open(&in, path, err);
     if (rc) {
         gg_zero(g);
         return rc;
     }
-    if (g->in.map || (g->in.size_known && g->in.size == 0)) {
-        g->base = g->in.map;
-        g->size = g->in.size;
-    } else if ((rc = gg_slurp(g, err))) {
-        kvp_gguf_close(g);
-        return rc;
-    }
-    rc = gg_parse(g, err);
-    if (rc)
-        kvp_gguf_close(g);
-    return rc;
+    return kvp_gguf_open_in(g, &in, err);
 }
 
 void kvp_gguf_close(kvp_gguf *g)

@@ -77,6 +77,9 @@ typedef struct kvp_gguf {
  * negative code with a message "path: field ...: what".  On failure g is
  * left closed (kvp_gguf_close is harmless on it). */
 int kvp_gguf_open(kvp_gguf *g, const char *path, kvp_err *err);
+/* The same on an input already open (its magic perhaps peeked by
+ * kvp_in_kind): g takes *in, closed with g, or at once on failure. */
+int kvp_gguf_open_in(kvp_gguf *g, kvp_in *in, kvp_err *err);
 /* Same, over bytes already in memory (not copied: they must outlive g).
  * name is used in messages. */
 int kvp_gguf_open_mem(kvp_gguf *g, const void *data, uint64_t size, const char *name, kvp_err *err);

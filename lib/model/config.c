@@ -353,6 +353,23 @@ int kvp_config_check_reals(const kvp_config *c, const char *source, const char *
     return 0;
 }
 
+/* MLA's sizes, within the ranges the planner (lib/plan) takes too, so a
+ * file kvcalc refuses does not load either.  Its RoPE key is exempt from the
+ * head dim (kvp_config_check_shape), so it has a ceiling of its own. */
+static int check_mla(const kvp_config *c, const char *src, kvp_err *err)
+{
+    if (c->kv_lora_rank > KVP_CONFIG_MAX_LORA_RANK)
+        return kvp_err_set(err, KVP_ELIMIT, "%s: config: %u MLA latent rank (kv_lora_rank; want 0..%u)", src,
+                           c->kv_lora_rank, KVP_CONFIG_MAX_LORA_RANK);
+    if (!c->kv_lora_rank)
+        return 0;
+    uint32_t rope = c->rope_head_dim_mla > c->rope_dim ? c->rope_head_dim_mla : c->rope_dim;
+    if (rope > KVP_CONFIG_MAX_ROPE_DIM_MLA)
+        return kvp_err_set(err, KVP_ELIMIT, "%s: config: %u MLA RoPE key dims (rope dimension; want 0..%u)", src,
+                           rope, KVP_CONFIG_MAX_ROPE_DIM_MLA);
+    return 0;
+}
+
 int kvp_config_check(const kvp_config *c, const char *source, kvp_err *err)
 {
     const char *src = source ? source : "?";
@@ -379,7 +396,8 @@ int kvp_config_check(const kvp_config *c, const char *source, kvp_err *err)
     if (c->n_expert > KVP_CONFIG_MAX_EXPERT)
         return kvp_err_set(err, KVP_ELIMIT, "%s: config: %u experts (want 0..%u)", src, c->n_expert,
                            KVP_CONFIG_MAX_EXPERT);
-    return kvp_config_check_shape(c, source, err);
+    int rc = check_mla(c, src, err);
+    return rc ? rc : kvp_config_check_shape(c, source, err);
 }
 
 int kvp_config_check_shape(const kvp_config *c, const char *source, kvp_err *err)

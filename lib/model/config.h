@@ -78,6 +78,8 @@ int kvp_config_from_hf_json(kvp_config *c, const struct kvp_json *j, const char 
 #define KVP_CONFIG_MAX_HEAD_DIM 1024u       /* head_dim, given or n_embd / n_head */
 #define KVP_CONFIG_MAX_VOCAB (1u << 24)     /* n_vocab */
 #define KVP_CONFIG_MAX_EXPERT 65536u        /* n_expert (0: dense), so n_expert_used too */
+#define KVP_CONFIG_MAX_LORA_RANK 65536u     /* MLA: kv_lora_rank (0: not MLA), q_lora_rank (0: none) */
+#define KVP_CONFIG_MAX_ROPE_DIM_MLA 65536u  /* MLA: rope_head_dim_mla, the decoupled RoPE key */
 
 /* What every model config must satisfy, whoever reads it (the loader and
  * quantize both call this through kvp_model_check): no zero dimension (a

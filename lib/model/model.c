@@ -87,9 +87,9 @@ static int set_name(kvp_model *m, kvp_model_tensor *t, const char *name, kvp_err
 
 /* ---- the three sources, each into the tensor table ---- */
 
-static int open_gguf(kvp_model *m, kvp_err *err)
+static int open_gguf(kvp_model *m, kvp_in *in, kvp_err *err)
 {
-    int rc = kvp_gguf_open(&m->gguf, m->path, err);
+    int rc = kvp_gguf_open_in(&m->gguf, in, err);
     if (rc < 0)
         return rc;
     m->open_gguf = 1;
@@ -135,12 +135,11 @@ static int kvp_tensor(kvp_model *m, const kvp_record *rec, size_t *cap, kvp_err 
     return 0;
 }
 
-static int open_kvp(kvp_model *m, kvp_err *err)
+static int open_kvp(kvp_model *m, kvp_in *in, kvp_err *err)
 {
-    int rc = kvp_in_open(&m->in, m->path, err);
-    if (rc < 0)
-        return rc;
+    m->in = *in;
     m->open_in = 1;
+    int rc;
     kvp_reader *r = NULL;
     kvp_meta cfg;
     int have_cfg = 0;
@@ -183,8 +182,16 @@ out:
     return rc < 0 ? rc : 0;
 }
 
-static int open_hf(kvp_model *m, kvp_err *err)
+/* A folder, or a file with neither magic: safetensors maps its files by
+ * name, so a pipe's bytes (already peeked) cannot be handed to it. */
+static int open_hf(kvp_model *m, kvp_in *in, kvp_err *err)
 {
+    int piped = in->fd >= 0 && !kvp_in_reopenable(in);
+    if (in->fd >= 0)
+        kvp_in_close(in);
+    if (piped)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: neither GGUF nor KVP, and not a regular file: a safetensors "
+                           "model is mapped, so it cannot come through a pipe", m->path);
     int rc = kvp_safetensors_open(&m->st, m->path, err);
     if (rc < 0)
         return rc;
@@ -514,13 +521,17 @@ static int check_supported(const kvp_model *m, kvp_err *err)
     return 0;
 }
 
-/* GGUF, KVP or HF, from the first bytes (a folder is HF). */
-static int detect(const char *path, int *format, kvp_err *err)
+/* GGUF, KVP or HF, from the first bytes (a folder is HF), opened once:
+ * the source's reader takes *in and the bytes peeked in it. */
+static int open_source(kvp_model *m, kvp_err *err)
 {
-    int kind, rc = kvp_file_kind_of(path, &kind, err);
-    if (rc == 0)
-        *format = kind == KVP_FILE_GGUF ? KVP_MODEL_GGUF : kind == KVP_FILE_KVP ? KVP_MODEL_KVP : KVP_MODEL_HF;
-    return rc;
+    kvp_in in;
+    int kind, rc = kvp_in_open_kind(&in, m->path, &kind, err);
+    if (rc < 0)
+        return rc;
+    m->format = kind == KVP_FILE_GGUF ? KVP_MODEL_GGUF : kind == KVP_FILE_KVP ? KVP_MODEL_KVP : KVP_MODEL_HF;
+    return m->format == KVP_MODEL_GGUF ? open_gguf(m, &in, err) : m->format == KVP_MODEL_KVP ? open_kvp(m, &in, err)
+                                                                                             : open_hf(m, &in, err);
 }
 
 static int bind_all(kvp_model *m, kvp_err *err)
@@ -584,11 +595,7 @@ int kvp_model_load(kvp_model **out, const char *path, kvp_err *err)
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
     }
     kvp_meta_init(&m->tok_meta);
-    int rc = detect(path, &m->format, err);
-    if (rc < 0)
-        goto fail;
-    rc = m->format == KVP_MODEL_GGUF ? open_gguf(m, err) : m->format == KVP_MODEL_KVP ? open_kvp(m, err)
-                                                                                     : open_hf(m, err);
+    int rc = open_source(m, err);
     if (rc < 0)
         goto fail;
     if (m->cfg.rope_dim == 0)

@@ -392,8 +392,15 @@ static int check_params(const kvp_cap_params *p, kvp_err *err)
     if (c->n_expert > KVP_CONFIG_MAX_EXPERT)
         return kvp_err_set(err, KVP_EINVAL, "experts: %u is out of range (0..%u)", c->n_expert,
                            KVP_CONFIG_MAX_EXPERT);
-    if (c->kv_lora_rank > 65536 || c->rope_head_dim_mla > 65536)
-        return kvp_err_set(err, KVP_EINVAL, "MLA sizes: too large (max 65536)");
+    if (c->kv_lora_rank > KVP_CONFIG_MAX_LORA_RANK)
+        return kvp_err_set(err, KVP_EINVAL, "kv-lora-rank: %u is out of range (0..%u)", c->kv_lora_rank,
+                           KVP_CONFIG_MAX_LORA_RANK);
+    if (c->rope_head_dim_mla > KVP_CONFIG_MAX_ROPE_DIM_MLA)
+        return kvp_err_set(err, KVP_EINVAL, "rope-head-dim (MLA): %u is out of range (0..%u)", c->rope_head_dim_mla,
+                           KVP_CONFIG_MAX_ROPE_DIM_MLA);
+    if (p->q_lora_rank > KVP_CONFIG_MAX_LORA_RANK)
+        return kvp_err_set(err, KVP_EINVAL, "q-lora-rank: %u is out of range (0..%u)", p->q_lora_rank,
+                           KVP_CONFIG_MAX_LORA_RANK);
     if (!(p->gpu_util > 0 && p->gpu_util <= 1))
         return kvp_err_set(err, KVP_EINVAL, "gpu-util: %g is not in (0, 1]", p->gpu_util);
     if (p->tp == 0 || p->tp > 4096)

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -66,10 +67,10 @@ static void tally_apply(const tensor_tally *t, kvp_cap_model_file *out)
         snprintf(out->weight_type, sizeof out->weight_type, "%s", t->by[best].fmt);
 }
 
-static int load_gguf(const char *path, kvp_cap_model_file *out, kvp_err *err)
+static int load_gguf(const char *path, kvp_in *in, kvp_cap_model_file *out, kvp_err *err)
 {
     kvp_gguf g;
-    int rc = kvp_gguf_open(&g, path, err);
+    int rc = kvp_gguf_open_in(&g, in, err);
     if (rc)
         return rc;
     kvp_config_init(&out->cfg);
@@ -85,7 +86,7 @@ static int load_gguf(const char *path, kvp_cap_model_file *out, kvp_err *err)
         char key[64];
         uint64_t q;
         snprintf(key, sizeof key, "%s.attention.q_lora_rank", out->cfg.arch);
-        if (kvp_meta_get_u64(&g.meta, key, &q) == 0 && q <= 65536)
+        if (kvp_meta_get_u64(&g.meta, key, &q) == 0 && q <= KVP_CONFIG_MAX_LORA_RANK)
             out->q_lora_rank = (uint32_t)q;
     }
     kvp_gguf_close(&g);
@@ -156,14 +157,11 @@ static int tally_kvp_tensor(const kvp_in *in, const kvp_record *rec, tensor_tall
  * refused.  With skim the tensors' payloads, most of a model, are not read;
  * a compressed tensor's meta then cannot be seen, and the pass stops with
  * *again set, for a pass that reads everything. */
-static int kvp_pass(const char *path, int skim, kvp_cap_model_file *out, tensor_tally *t, int *again, kvp_err *err)
+static int kvp_pass(const char *path, kvp_in *in, int skim, kvp_cap_model_file *out, tensor_tally *t, int *again,
+                    kvp_err *err)
 {
-    kvp_in in;
-    int rc = kvp_in_open(&in, path, err);
-    if (rc)
-        return rc;
     kvp_reader *r = NULL;
-    rc = kvp_reader_open(&r, &in, err);
+    int rc = kvp_reader_open(&r, in, err);
     kvp_record rec;
     int found = 0;
     if (!rc && skim)
@@ -175,7 +173,7 @@ static int kvp_pass(const char *path, int skim, kvp_cap_model_file *out, tensor_
             break;
         }
         if (rec.kind == KVP_KIND_TENSOR) {
-            int k = tally_kvp_tensor(&in, &rec, t, err);
+            int k = tally_kvp_tensor(in, &rec, t, err);
             if (k < 0)
                 rc = kvp_err_prefix(err, "%s", path);
             *again = k == 1;
@@ -197,19 +195,25 @@ static int kvp_pass(const char *path, int skim, kvp_cap_model_file *out, tensor_
     if (!rc && !found && !*again)
         rc = kvp_err_set(err, KVP_ENOTFOUND, "%s: no CONFIG record: not a model file", path);
     kvp_reader_free(r);
-    kvp_in_close(&in);
     return rc;
 }
 
-static int load_kvp(const char *path, kvp_cap_model_file *out, kvp_err *err)
+/* Takes *in.  A second pass opens path again, which a pipe cannot do: one
+ * is read through at once, payloads and all. */
+static int load_kvp(const char *path, kvp_in *in, kvp_cap_model_file *out, kvp_err *err)
 {
     tensor_tally t = {0};
     int again = 0;
-    int rc = kvp_pass(path, 1, out, &t, &again, err);
+    int rc = kvp_pass(path, in, kvp_in_reopenable(in), out, &t, &again, err);
+    kvp_in_close(in);
     if (!rc && again) { /* compressed tensors: read them through */
         memset(&t, 0, sizeof t);
         again = 0;
-        rc = kvp_pass(path, 0, out, &t, &again, err);
+        kvp_in in2;
+        if ((rc = kvp_in_open(&in2, path, err)) == 0) {
+            rc = kvp_pass(path, &in2, 0, out, &t, &again, err);
+            kvp_in_close(&in2);
+        }
     }
     if (rc)
         return rc;
@@ -218,58 +222,92 @@ static int load_kvp(const char *path, kvp_cap_model_file *out, kvp_err *err)
     return 0;
 }
 
-/* HF: the shape from kvp_config_from_hf, plus MLA's q_lora_rank and the
- * weight format a quantization_config gives (hfquant.h; one it cannot read
- * is an error naming the field, as the loader's would be). */
-static int load_hf(const char *path, int is_dir, kvp_cap_model_file *out, kvp_err *err)
+/* HF: the shape from kvp_config_from_hf_json, plus MLA's q_lora_rank and
+ * the weight format a quantization_config gives (hfquant.h; one it cannot
+ * read is an error naming the field, as the loader's would be). */
+static int load_hf_json(const kvp_json *j, const char *file, kvp_cap_model_file *out, kvp_err *err)
 {
-    int rc = kvp_config_from_hf(&out->cfg, path, err);
+    int rc = kvp_config_from_hf_json(&out->cfg, j, file, err);
     if (rc)
         return rc;
     snprintf(out->kind, sizeof out->kind, "hf");
-    char file[4096];
-    if (snprintf(file, sizeof file, is_dir ? "%s/config.json" : "%s", path) >= (int)sizeof file)
-        return 0;
-    kvp_json *j = NULL;
     uint64_t q;
-    if (kvp_json_parse_file(&j, file, 16u << 20, NULL) == 0 && kvp_json_get_u64(j, "q_lora_rank", &q) == 0 &&
-        q <= 65536)
+    if (kvp_json_get_u64(j, "q_lora_rank", &q) == 0 && q <= KVP_CONFIG_MAX_LORA_RANK)
         out->q_lora_rank = (uint32_t)q;
     /* a quantized checkpoint: its linear layers' format (GPTQ, AWQ, compressed-tensors) */
     kvp_hfq hq;
-    if (j && (rc = kvp_hfq_parse(&hq, j, file, err)) == 0)
+    if ((rc = kvp_hfq_parse(&hq, j, file, err)) == 0)
         kvp_hfq_cap_format(&hq, out->weight_type, sizeof out->weight_type);
+    return rc;
+}
+
+#define HF_CONFIG_MAX (16u << 20) /* bytes: real ones are a few KB */
+
+/* A checkpoint folder: its config.json. */
+static int load_hf_dir(const char *path, kvp_cap_model_file *out, kvp_err *err)
+{
+    char file[4096];
+    if (snprintf(file, sizeof file, "%s/config.json", path) >= (int)sizeof file)
+        return kvp_err_set(err, KVP_EINVAL, "%s: path too long", path);
+    kvp_json *j = NULL;
+    int rc = kvp_json_parse_file(&j, file, HF_CONFIG_MAX, err);
+    if (rc == 0)
+        rc = load_hf_json(j, file, out, err);
     kvp_json_free(j);
     return rc;
 }
 
+/* A config.json already open (its first bytes peeked): read from in, so a
+ * pipe works too.  Takes *in. */
+static int load_hf_file(const char *path, kvp_in *in, kvp_cap_model_file *out, kvp_err *err)
+{
+    uint8_t *text = NULL;
+    size_t len = 0;
+    kvp_json *j = NULL;
+    int rc = kvp_in_read_all(in, HF_CONFIG_MAX, &text, &len, err);
+    kvp_in_close(in);
+    if (rc == 0)
+        rc = kvp_json_parse(&j, (const char *)text, len, path, err);
+    if (rc == 0)
+        rc = load_hf_json(j, path, out, err);
+    kvp_json_free(j);
+    free(text);
+    return rc;
+}
+
+/* Opened once, the kind told by the first bytes kept for its reader: a
+ * pipe or FIFO opened again would lose them. */
 static int load_any(const char *path, kvp_cap_model_file *out, kvp_err *err)
 {
     memset(out, 0, sizeof *out);
     struct stat st;
-    if (stat(path, &st) != 0)
+    int is_stdin = strcmp(path, "-") == 0;
+    if (!is_stdin && stat(path, &st) != 0)
         return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode))
-        return load_hf(path, 1, out, err);
+    if (!is_stdin && S_ISDIR(st.st_mode))
+        return load_hf_dir(path, out, err);
     /* sniff the first bytes: GGUF, KVP, else JSON */
+    kvp_in in;
+    int rc = kvp_in_open(&in, path, err);
+    if (rc)
+        return rc;
     uint8_t head[8] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
-    size_t n = fread(head, 1, sizeof head, f);
-    int read_err = ferror(f);
-    fclose(f);
-    if (read_err)
-        return kvp_err_set(err, KVP_EIO, "%s: read failed", path);
+    int64_t got = kvp_in_peek(&in, head, sizeof head, err);
+    size_t n = got > 0 ? (size_t)got : 0;
+    if (got < 0) {
+        kvp_in_close(&in);
+        return (int)got;
+    }
     if (n >= 4 && memcmp(head, "GGUF", 4) == 0)
-        return load_gguf(path, out, err);
+        return load_gguf(path, &in, out, err);
     if (n >= 4 && memcmp(head + 1, "KVP", 3) == 0)
-        return load_kvp(path, out, err);
+        return load_kvp(path, &in, out, err);
     size_t i = 0;
     while (i < n && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t'))
         i++;
     if (i < n && head[i] == '{')
-        return load_hf(path, 0, out, err);
+        return load_hf_file(path, &in, out, err);
+    kvp_in_close(&in);
     return kvp_err_set(err, KVP_EFORMAT, "%s: not a model file (GGUF, KVP, or HF config.json)", path);
 }
 

@@ -278,6 +278,14 @@ expect_status 0 "a shard with no request, --stats"
 expect_err_has "decode: TTFT         -        -        -        -" "its summary's TTFT row reads -"
 expect_err_has "decode: E2E          -        -        -        -" "and its E2E row"
 expect_true "no nan in the summary" sh -c "! grep -q ' nan' '$ERR'"
+# no request: goodput is undefined (null, "-"), and --min-goodput gates
+# nothing, saying so rather than passing it as a perfect 1
+run decode -m "$M" -t 2 -f "$T/one.jsonl" -n 2 --shard 1/2 --slo-ttft 100 --min-goodput 0.9 --stats
+expect_status 0 "no request with --min-goodput: nothing to gate, exit 0"
+expect_err_has "decode: goodput - (0 of 0 requests within TTFT 100 ms" "the text summary's goodput reads -"
+expect_err_has "note: no requests, so no goodput: --min-goodput 0.9000 gates nothing" "and a note says why"
+run decode -m "$M" -t 2 -f "$T/one.jsonl" -n 2 --shard 1/2 --slo-ttft 100 --stats="$T/empty-stats.json"
+expect_true "--stats JSON: goodput null with no request" grep -q '"good_requests":0,"goodput":null,' "$T/empty-stats.json"
 run decode -m "$M" -t 2 -f "$T/one.jsonl" -n 1 --stats
 expect_err_has "decode: TPOT         -        -        -        -" "a one-token answer's TPOT row reads -"
 expect_true "no nan there either" sh -c "! grep -q ' nan' '$ERR'"
@@ -419,29 +427,27 @@ rm -f "$T/fifo"
 # SIGTERM while the model loads (decode(1), SIGINT): the load goes on, then
 # the job stops before reading its input, as above.  The model path is a
 # FIFO, so the load waits in open(2) for a writer until the signal has
-# come; the path then becomes the model, and the FIFO, written through a
-# second name, gives the 4 bytes the load reads first to tell the format.
-rm -f "$T/mfifo" "$T/mfifo.w" "$T/s2.json"
+# come; then the whole model comes through it (the bytes read to tell the
+# format are kept for the GGUF reader).
+rm -f "$T/mfifo" "$T/s2.json"
 mkfifo "$T/mfifo"
-ln "$T/mfifo" "$T/mfifo.w"
 decode -m "$T/mfifo" -t 2 -f "$T/p.jsonl" -n 2 --stats="$T/s2.json" >"$OUT" 2>"$ERR" &
 pid=$!
 wait_catching $pid
 kill -TERM $pid
 sleep 0.3
-ln -s "$M" "$T/mreal"
-mv -f "$T/mreal" "$T/mfifo"
-exec 7<>"$T/mfifo.w" # read-write: no wait for a reader (decode may be gone)
-printf GGUF >&7
-exec 7>&-
+cat "$M" >"$T/mfifo" 2>/dev/null &
+catpid=$!
 wait_exit $pid "SIGTERM while the model loads"
+kill $catpid 2>/dev/null # (only when decode never opened the FIFO)
+wait $catpid 2>/dev/null
 LAST_CMD="decode -m FIFO -f p.jsonl --stats=FILE, SIGTERM while it waits in the model load"
 expect_status 143 "SIGTERM during the model load exits 143"
 expect_err_has "stopped by Terminated: 0 sequences written, 0 read and not finished" "once loaded, says it was stopped"
 expect_out_empty "no request was run"
 expect_true "--stats=FILE is written" grep -q '^{"requests":0,.*"input":"prompts",.*"stopped":true,' "$T/s2.json"
 # a second signal during the load ends decode at once (the default action)
-rm -f "$T/mfifo" "$T/mfifo.w" "$T/s2.json"
+rm -f "$T/mfifo" "$T/s2.json"
 mkfifo "$T/mfifo"
 decode -m "$T/mfifo" -t 2 -f "$T/p.jsonl" -n 2 --stats="$T/s2.json" >"$OUT" 2>"$ERR" &
 pid=$!

@@ -42,6 +42,10 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
     expect_out_empty "nothing generated"
 fi
 
+run_sh "cat '$M' | decode -m /dev/stdin -t $THREADS -p 'The capital of France is' -n 8"
+expect_status 0 "a model through a pipe (opened by name, as <(cat m) is)"
+expect_out_file "$T/direct.txt" "gives what the file gives: the format check keeps the magic for the reader"
+
 run decode -m "$M" -t $THREADS --chat -p "What is the capital of France?" -n 40
 expect_status 0 "--chat"
 expect_out_has "Paris" "a chat answer"

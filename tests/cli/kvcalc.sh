@@ -304,6 +304,13 @@ run kvcalc -m deepseek-v3 --json
 want=$(jf n_params)
 run kvcalc -m "$T/ds.json" --json
 expect_field n_params "$want" "DeepSeek-V3 from HF: the preset's parameter count"
+# an MLA size past the planner's range is the loader's refusal too (one
+# definition, config.h): the file and the field are named, exit 1
+sed 's/"kv_lora_rank": 512/"kv_lora_rank": 70000/' "$T/ds.json" >"$T/ds-big.json"
+run kvcalc -m "$T/ds-big.json"
+expect_status 1 "an MLA latent rank over the loader's range exits 1"
+expect_err_has "ds-big.json: config: 70000 MLA latent rank (kv_lora_rank; want 0..65536)" "naming the file and field"
+expect_err_one_line "one line"
 
 # ---- usage errors: exit 2 ----
 run kvcalc --model llama-3-8b --frobnicate
@@ -363,10 +370,10 @@ run kvcalc --model llama-3-8b --lengths uniform:1:10
 expect_status 2 "--lengths without a GPU exits 2"
 run kvcalc
 expect_status 2 "no model exits 2"
-# a model is sniffed and then opened again: not from a pipe
-run kvcalc -m - -g h200
-expect_status 2 "-m - exits 2"
-expect_err_has "not standard input" "and says a model is not read from standard input"
+# the bytes a model's kind is sniffed from are kept for its reader: '-' is stdin
+run_sh "cat '$T/tiny.kvp' | kvcalc -m - --json"
+expect_status 0 "-m - reads the model from standard input"
+expect_out_has '"source":"kvp"' "a KVP model read from standard input"
 
 # ---- runtime errors: exit 1, one clear line naming the file ----
 run kvcalc --model "$T/missing.gguf"

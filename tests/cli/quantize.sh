@@ -498,6 +498,29 @@ expect_out_has "-i, -x and --drop are repeatable" "--help says -i and -x repeat 
 
 # ---- the real model (SmolLM2-135M-Instruct Q4_1), when cached ----
 
+# ---- a model through a pipe: /dev/stdin opened by name, as a FIFO or
+# <(cat f) is: the magic read to tell the format must not be lost ----
+run_sh "cat '$T/tiny.gguf' | quantize --to q8_0 --drop weird /dev/stdin -o '$T/piped.kvp'"
+expect_status 0 "a GGUF through a pipe converts"
+expect_err_lacks "bad magic" "its magic is not lost to the format check"
+run kvdump "$T/piped.kvp"
+kvdump "$T/g8.kvp" >"$T/g8.txt" 2>/dev/null
+expect_out_file "$T/g8.txt" "the same records as from the file"
+run_sh "cat '$T/g8.kvp' | quantize --to q8_0 /dev/stdin -o '$T/piped2.kvp'"
+expect_status 1 "a KVP model through a pipe is refused (converting reads it twice)"
+expect_err_has "/dev/stdin: not a regular file: a KVP model is read twice" "naming the file and why"
+expect_err_one_line "a KVP model through a pipe: one error line"
+run_sh "cat '$G/model.safetensors' | quantize --to f16 /dev/stdin -o '$T/piped3.kvp'"
+expect_status 1 "safetensors through a pipe is refused"
+expect_err_has "/dev/stdin: neither GGUF nor KVP, and not a regular file" "naming the file and why"
+run_sh "cat '$T/g8.kvp' | kvcalc -m /dev/stdin --json"
+expect_status 0 "kvcalc reads a KVP model through a pipe"
+expect_out_has '"source":"kvp"' "as KVP"
+run_sh "cat '$T/tiny.gguf' | kvcalc -m /dev/stdin --json"
+expect_status 0 "kvcalc reads a GGUF through a pipe"
+run_sh "cat '$G/config.json' | kvcalc -m /dev/stdin --json"
+expect_status 0 "kvcalc reads a config.json through a pipe"
+
 M="$KVP_MODEL"
 if [ ! -f "$M" ]; then
     echo "note: $M absent (scripts/fetch-model): SmolLM2 conversions skipped"

@@ -48,7 +48,8 @@ fuzzer starts from deep inside the formats:
                       zstd: build/tests/test_stream --write-sample FILE [3]),
                       scaled KV blocks, a sequence carrying its
                       request's cache salt and stop strings, and two whose ids
-                      were integers (the LABEL_INT flag), not written here:
+                      were integers (the LABEL_INT flag; the second with its
+                      own max_tokens, OWN_MAX_TOKENS), not written here:
                         build/tests/test_stream --write-stops tests/fuzz/corpus/kvp/sequence-stops.kvp
                         build/tests/test_stream --write-int-id tests/fuzz/corpus/kvp/sequence-int-id.kvp
                       and two rewrites of the sample (test_stream --rewrite): a

@@ -11,6 +11,7 @@
 #include "unit.h"
 #include <string.h>
 
+#include <limits.h>
 #include <math.h>
 
 static void test_names(void)
@@ -100,6 +101,29 @@ static void test_counts_and_sizes(void)
     o.max_bytes = 40;
     k = kvp_cb_sizes(&o, 3, sz, 64, &err); /* 5 -> 0, 10 -> 0, 20 -> 12, 40 -> 36 */
     CHECK(k == 2 && sz[0] == 12 && sz[1] == 36);
+}
+
+/* MPI's int counts: a call's count (or one rank's block, for the ops that
+ * cut the buffer) over INT_MAX is refused by name, never cast smaller. */
+static void test_mpi_count(void)
+{
+    kvp_err err = {0};
+    int k = -1;
+    CHECK(kvp_cb_mpi_count(KVP_CB_OP_ALL_REDUCE, KVP_CB_DTYPE_FLOAT, 4, INT_MAX, &k, &err) == 0 && k == INT_MAX);
+    k = -1;
+    CHECK(kvp_cb_mpi_count(KVP_CB_OP_ALL_REDUCE, KVP_CB_DTYPE_FLOAT, 4, (size_t)INT_MAX + 1, &k, &err) ==
+          KVP_ELIMIT);
+    CHECK(k == -1);
+    CHECK_MSG(strstr(err.msg, "all_reduce of 2147483648 float elements over 4 ranks") &&
+              strstr(err.msg, "over its limit of 2147483647"), "%s", err.msg);
+    /* a 2^33 count (4 times 2^31) truncated to int was 0: a call of nothing */
+    CHECK(kvp_cb_mpi_count(KVP_CB_OP_SENDRECV, KVP_CB_DTYPE_HALF, 2, (size_t)1 << 33, &k, &err) == KVP_ELIMIT);
+    /* all_gather gives MPI one rank's block: 4 ranks of 2^30 gather 2^32 */
+    CHECK(kvp_cb_mpi_count(KVP_CB_OP_ALL_GATHER, KVP_CB_DTYPE_FLOAT, 4, (size_t)1 << 32, &k, &err) == 0 &&
+          k == 1 << 30);
+    CHECK(kvp_cb_mpi_count(KVP_CB_OP_ALLTOALL, KVP_CB_DTYPE_FLOAT, 2, (size_t)1 << 32, &k, &err) == KVP_ELIMIT);
+    CHECK(kvp_cb_mpi_count(KVP_CB_OP_REDUCE_SCATTER, KVP_CB_DTYPE_BFLOAT16, 3, 3 * (size_t)INT_MAX, &k, &err) ==
+          0 && k == INT_MAX);
 }
 
 /* Every check value is exact in every dtype, float sums of them are exact
@@ -236,6 +260,7 @@ int main(void)
     test_names();
     test_busbw_factors();
     test_counts_and_sizes();
+    test_mpi_count();
     test_check_values();
     test_reduce16();
     test_link_model();

@@ -284,6 +284,15 @@ static void test_check(void)
     CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT);
     d.kv_lora_rank = 512; /* MLA's decoupled RoPE key may be wider than a head */
     CHECK(kvp_config_check(&d, "x.gguf", &err) == 0);
+    /* MLA's sizes have the planner's ceilings (kvcalc refused what loaded) */
+    d.kv_lora_rank = KVP_CONFIG_MAX_LORA_RANK;
+    CHECK_MSG(kvp_config_check(&d, "x.gguf", &err) == 0, "%s", err.msg);
+    d.kv_lora_rank = KVP_CONFIG_MAX_LORA_RANK + 1;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_ELIMIT);
+    CHECK_STR(err.msg, "x.gguf: config: 65537 MLA latent rank (kv_lora_rank; want 0..65536)");
+    d.kv_lora_rank = 512, d.rope_dim = d.rope_head_dim_mla = KVP_CONFIG_MAX_ROPE_DIM_MLA + 2;
+    CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_ELIMIT);
+    CHECK_STR(err.msg, "x.gguf: config: 65538 MLA RoPE key dims (rope dimension; want 0..65536)");
     d = c, d.n_expert = 8, d.n_expert_used = 9, d.n_ff_expert = 1024;
     CHECK(kvp_config_check(&d, "x.gguf", &err) == KVP_EFORMAT);
     CHECK_STR(err.msg, "x.gguf: config: 9 experts used a token, more than the 8 experts");

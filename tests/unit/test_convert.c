@@ -523,6 +523,34 @@ static kvp_convert *open_tiny(kvp_convert_opts *o)
     return cv;
 }
 
+/* A plan that fails leaves none: writing then is refused, not done with
+ * the plan before it (its items half replanned, its pattern counts gone). */
+static void test_failed_replan(void)
+{
+    kvp_err err = {0};
+    kvp_convert_opts o;
+    kvp_convert *cv = open_tiny(&o);
+    if (!cv)
+        return;
+    o.to = KVP_DTYPE_Q8_0;
+    CHECK(kvp_convert_plan(cv, &o, &err) == 0);
+    static const char *const bad[] = {"(["};
+    o.include = bad, o.n_include = 1;
+    CHECK(kvp_convert_plan(cv, &o, &err) == KVP_EINVAL);
+    kvp_out out;
+    const char *p = tmp_path("replan.kvp");
+    CHECK(kvp_out_open(&out, p, &err) == 0);
+    int rc = kvp_convert_write(cv, &out, 0, "test_convert", NULL, NULL, NULL, &err);
+    CHECK_MSG(rc == KVP_EINVAL && strstr(err.msg, "no plan"), "rc %d: %s", rc, err.msg);
+    kvp_out_abort(&out);
+    o.include = NULL, o.n_include = 0; /* a good plan again: writes */
+    CHECK(kvp_convert_plan(cv, &o, &err) == 0);
+    CHECK(kvp_out_open(&out, p, &err) == 0);
+    CHECK_MSG(kvp_convert_write(cv, &out, 0, "test_convert", NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    CHECK(kvp_out_commit(&out, &err) == 0);
+    kvp_convert_free(cv);
+}
+
 static void test_fallbacks(void)
 {
     kvp_err err = {0};
@@ -1110,6 +1138,7 @@ int main(int argc, char **argv)
     test_gguf_int8();
     test_validation();
     test_fallbacks();
+    test_failed_replan();
     test_pattern_lists();
     test_kvp_input();
     test_safetensors();

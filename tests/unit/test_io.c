@@ -1,7 +1,8 @@
 /* test_io.c - lib/base/io.c's output protocol: an output reaches the disk
  * (fsync of the temporary file) before its final name exists, the folder is
  * synced after the rename, and a failed fsync leaves neither the final name
- * nor the temporary file; plus kvp_path_dir.
+ * nor the temporary file; plus kvp_path_dir and the bytes kvp_in_peek keeps
+ * for the reads after it on a pipe.
  *
  * This binary is linked with -Wl,--wrap=fsync (Makefile), so every fsync the
  * library makes comes here first: it records what it was asked to sync and
@@ -252,6 +253,32 @@ static void test_path_dir(void)
     }
 }
 
+/* A pipe read after a peek: the peeked bytes come first, none lost, and
+ * kvp_in_kind tells the format without consuming the magic. */
+static void test_peek_pipe(void)
+{
+    int p[2];
+    CHECK(pipe(p) == 0);
+    static const char text[] = "GGUF and the rest";
+    CHECK(write(p[1], text, sizeof text - 1) == (ssize_t)(sizeof text - 1));
+    close(p[1]);
+    kvp_in in;
+    kvp_err err = {0};
+    CHECK(kvp_in_from_fd(&in, p[0], "<pipe>", &err) == 0);
+    int kind = 0;
+    CHECK(kvp_in_kind(&in, &kind, &err) == 0);
+    CHECK(kind == KVP_FILE_GGUF);
+    CHECK(in.pos == 0);
+    CHECK(!kvp_in_reopenable(&in));
+    char buf[64] = {0};
+    CHECK(kvp_in_read_some(&in, buf, 2, &err) == 2); /* part of what was peeked */
+    CHECK(memcmp(buf, "GG", 2) == 0);
+    CHECK(kvp_in_read(&in, buf, sizeof buf, &err) == (int64_t)(sizeof text - 3));
+    CHECK(memcmp(buf, text + 2, sizeof text - 3) == 0);
+    CHECK(in.pos == sizeof text - 1);
+    close(p[0]);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/kvp_test_io.XXXXXX";
@@ -267,6 +294,7 @@ int main(void)
     test_dangling_symlink(dir);
     test_device_not_synced();
     test_path_dir();
+    test_peek_pipe();
     rmdir(dir);
     return unit_done();
 }

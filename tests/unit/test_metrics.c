@@ -27,7 +27,14 @@ static void test_failed_never_good(void)
     add(&m, 0, 1);
     CHECK_EQ_U64(m.n, 3);
     CHECK_EQ_U64(m.good, 1);
-    CHECK_NEAR(kvp_metrics_goodput(&m), 1.0 / 3, 1e-12);
+    double gp = -1;
+    CHECK(kvp_metrics_goodput(&m, &gp) == 1);
+    CHECK_NEAR(gp, 1.0 / 3, 1e-12);
+    kvp_metrics_free(&m);
+    kvp_metrics_init(&m, 100.0, 100.0); /* no request: no share to give */
+    gp = -1;
+    CHECK(kvp_metrics_goodput(&m, &gp) == 0);
+    CHECK(gp == -1);
     kvp_metrics_free(&m);
     kvp_metrics_init(&m, 0, 0); /* no bounds: still not good */
     add(&m, 5, 1);

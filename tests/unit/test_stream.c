@@ -997,8 +997,8 @@ static int write_stops_seed(const char *path)
 }
 
 /* A stream of two sequences whose ids were integers (flag LABEL_INT), one
- * with a salt and a stop string: the fuzz corpus's seed of the flags
- * (main's --write-int-id). */
+ * with a salt, a stop string and its own max_tokens (OWN_MAX_TOKENS): the
+ * fuzz corpus's seed of the flags (main's --write-int-id). */
 static int write_int_id_seed(const char *path)
 {
     kvp_out out;
@@ -1012,7 +1012,7 @@ static int write_int_id_seed(const char *path)
     int rc = kvp_out_open(&out, path, &err);
     if (rc == 0 && (rc = kvp_writer_open(&w, &out, NULL, &err)) == 0 &&
         (rc = kvp_write_sequence(w, &s, tok, NULL, 0, &err)) == 0) {
-        s.id = 1, s.cache_salt = 0x5eed;
+        s.id = 1, s.cache_salt = 0x5eed, s.sampling.max_tokens = 64, s.flags |= KVP_SEQ_OWN_MAX_TOKENS;
         snprintf(s.label, sizeof s.label, "-9223372036854775808");
         if ((rc = kvp_write_sequence(w, &s, tok, stops, 1, &err)) == 0 && (rc = kvp_writer_finish(w, &err)) == 0)
             rc = kvp_out_commit(&out, &err);
