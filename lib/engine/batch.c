@@ -6,6 +6,7 @@
  * (end of generation, stop strings, budget) and hand finished requests out.
  */
 #include "batch.h"
+#include "draftlen.h"
 #include "sample.h"
 #include "specverify.h"
 
@@ -167,6 +168,11 @@ typedef struct batch {
     const float **tree_hid;
     uint32_t *tree_k, *tree_out, *tree_len, *tree_nb;
     batch_drafts together; /* draft_together's, with a drafter of a step's requests at once */
+    /* --draft-len auto with a cheap drafter: the steps' measured cost by
+     * their tokens, and the step being drafted for: its tokens so far and
+     * the tokens it yields without guesses (draft_len) */
+    kvp_draftlen dl;
+    uint32_t len_tokens, len_yield;
 } batch;
 
 static uint32_t kv_n_free(void *ctx)
@@ -494,6 +500,25 @@ static int decode_only(const kvp_sched_plan *p)
     return p->n_items > 0;
 }
 
+/* --draft-len auto with a drafter that guesses for free (prompt lookup):
+ * its length chosen a step at a time from the steps' measured cost
+ * (draftlen.h), not climbed and backed off as a costly drafter's is. */
+static int cheap_auto(const batch *b)
+{
+    return b->o->draft_adaptive && b->o->drafter->cheap;
+}
+
+/* r's guesses this step, most at most (cheap_auto): what the step's
+ * measured cost and r's acceptance make worth it, counted into the step. */
+static uint32_t draft_len(batch *b, kvp_request *r, uint32_t most)
+{
+    uint32_t k = kvp_draftlen_choose(&b->dl, b->len_tokens, b->len_yield, r->accept, most);
+    if (!k)
+        r->accept = kvp_draftlen_idle(r->accept);
+    b->len_tokens += k;
+    return k;
+}
+
 /* A costly drafter under --draft-len auto: one step in this many goes
  * plain, so adapt's clock knows what a plain step costs even while every
  * guess is kept (and knows it at once, from a job's first step). */
@@ -536,6 +561,8 @@ static uint32_t draft_room(batch *b, kvp_request *r)
      * tree of B branches takes up to B of them a depth */
     uint32_t width = b->o->draft_branches > 1 ? b->o->draft_branches : 1;
     k = k < b->step_room / width ? k : b->step_room / width;
+    if (cheap_auto(b))
+        k = draft_len(b, r, k);
     b->step_room -= k * width;
     return k;
 }
@@ -682,6 +709,10 @@ static int verify_sampled(batch *b, kvp_request *r, float *rows, uint32_t *drawn
 #define KVP_DRAFT_BACKOFF_CHEAP 4
 static void adapt(batch *b, kvp_request *r, uint32_t m, uint32_t nd)
 {
+    if (cheap_auto(b)) {
+        r->accept = kvp_draftlen_accept(r->accept, m, nd);
+        return;
+    }
     uint32_t max = b->o->draft_len, most = b->o->drafter->cheap ? KVP_DRAFT_BACKOFF_CHEAP : KVP_DRAFT_BACKOFF_MAX;
     if (!b->o->drafter->cheap && b->spec_gain < 1.0)
         m = 0;
@@ -908,6 +939,7 @@ static int take(batch *b, kvp_sched *s, kvp_request *r, kvp_err *err)
         return finish(b, r, err);
     }
     r->draft_k = b->o->draft_len;
+    r->accept = KVP_DRAFTLEN_PRIOR;
     int rc = kvp_sched_add(s, &r->sr, err);
     if (rc < 0)
         kvp_request_free(r);
@@ -1030,7 +1062,9 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
          * after each of them too. */
         int drafting = o->drafter != NULL;
         int timed = drafting && o->draft_adaptive && !o->drafter->cheap && decode_only(&p); /* clock_step */
-        double t_begin = timed ? kvp_gen_now() : 0;
+        int timed_len = drafting && cheap_auto(&b) && decode_only(&p); /* the cost table draft_len reads */
+        double t_begin = timed || timed_len ? kvp_gen_now() : 0;
+        b.len_tokens = p.n_tokens, b.len_yield = p.n_items;
         b.probe = timed && b.since_plain >= KVP_PLAIN_PROBE;
         if (b.probe)
             b.since_plain = 0;
@@ -1089,7 +1123,13 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             uint32_t from = r->sr.n_computed, n = p.items[i].n;
             st->computed_prompt += n == 1 && from + 1 == r->sr.n_tokens && from >= r->n_prompt ? 0 : n;
         }
-        double t_took = timed ? kvp_gen_now() - t_begin : 0;
+        double t_took = timed || timed_len ? kvp_gen_now() - t_begin : 0;
+        if (timed_len) {
+            uint32_t n_tok = 0;
+            for (uint32_t i = 0; i < n_step; i++)
+                n_tok += step[i].n_tokens;
+            kvp_draftlen_time(&b.dl, n_tok, t_took);
+        }
         int drafted = 0;
         for (uint32_t i = 0; i < n_req; i++)
             drafted |= rows[i]->n_draft > 0;

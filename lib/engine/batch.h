@@ -44,6 +44,7 @@ typedef struct kvp_request {
     float *q;                /* [cap_q / n_vocab][n_vocab]: their distributions */
     size_t cap_q;
     uint32_t draft_k;        /* its draft length now (adapted to its acceptance) */
+    float accept;            /* adaptive, a cheap drafter: its guesses' recent acceptance (draftlen.h) */
     int draft_started;       /* adaptive: its draft length was set at its first draft (batch.c adapt_start) */
     int no_draft;            /* adaptive: it decodes plainly throughout (a costly drafter that loses: adapt_start) */
     uint32_t pause, backoff; /* adaptive: plain steps left before it guesses again, and the
