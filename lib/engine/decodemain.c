@@ -1056,6 +1056,9 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (optind + 1 < argc)
         kvp_cli_usage_error("more than one KV stream");
     const char *kv_in = optind < argc ? argv[optind] : "-";
+    if (!from_prompts && !strcmp(o.model, "-") && !strcmp(kv_in, "-"))
+        kvp_cli_usage_error("-m -: the model is read from standard input, so the KV stream cannot be (give it as a "
+                            "file, or -p, -f or --tokens)");
     kvp_err err = {0};
     if (kvp_sample_check(&o.sampling, &err) < 0)
         kvp_cli_usage_error("%s", err.msg);

@@ -45,6 +45,16 @@ fi
 run_sh "cat '$M' | decode -m /dev/stdin -t $THREADS -p 'The capital of France is' -n 8"
 expect_status 0 "a model through a pipe (opened by name, as <(cat m) is)"
 expect_out_file "$T/direct.txt" "gives what the file gives: the format check keeps the magic for the reader"
+run_sh "cat '$M' | decode -m - -t $THREADS -p 'The capital of France is' -n 8"
+expect_status 0 "-m -: the model from standard input"
+expect_out_file "$T/direct.txt" "gives what the file gives"
+# the model takes standard input to its end: nothing else can come from it
+run_sh "cat '$M' | decode -m - -t $THREADS -f - -n 8"
+expect_status 2 "-m - with -f -: a usage error"
+expect_err_has "the prompts cannot be" "says why"
+run_sh "cat '$M' | decode -m - -t $THREADS -n 8"
+expect_status 2 "-m - with a KV stream from standard input: a usage error"
+expect_err_has "the KV stream cannot be" "says why"
 
 run decode -m "$M" -t $THREADS --chat -p "What is the capital of France?" -n 40
 expect_status 0 "--chat"
