@@ -278,17 +278,20 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
 }
 
 /* Whether AMX takes a matmul of w (picked into c, direct) of n_tok tokens:
- * its rows short enough for the 32-bit offsets its header gather uses. */
+ * from the kind's least tokens, its rows short enough for the 32-bit
+ * offsets its header gather uses. */
 static int mm_amx(const kvp_cpu_kernels *k, const kvp_weight *w, const mm_ctx *c, int direct, uint32_t n_tok)
 {
-    return direct == 1 && c->amx_mm && n_tok >= k->amx_min_tok && w->row_bytes < ((uint64_t)1 << 27);
+    int q8 = w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8;
+    return direct == 1 && c->amx_mm && n_tok >= (q8 ? k->amx_min_tok_q8 : k->amx_min_tok) &&
+           w->row_bytes < ((uint64_t)1 << 27);
 }
 
 /* Flipped tiles (tile_flip) multiply x + 128: the weight's block sums take
  * the 128s back out, so Q8_0 and i8 weights keep them, unless AMX takes
  * every step of theirs that would go through a tile (more than few_tok
- * tokens), as it does from 6: then they would cost memory (4 bytes a
- * block) and a pass at load for nothing. */
+ * tokens): then they would cost memory (4 bytes a block) and a pass at
+ * load for nothing.  (It takes them from 10 tokens, so they are kept.) */
 static int mm_wants_wsum(const kvp_cpu_kernels *k, const kvp_weight *w, const mm_ctx *c, int direct)
 {
     return direct == 1 && k->tile_flip && (w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8) &&

@@ -258,6 +258,14 @@ KVP_AMX static void amx_i4(const kvp_mm_blk *b) { amx_mm(4, b); }
  * 0.166; Q4_1 0.095 and 0.133, 0.110 and 0.271). */
 #define KVP_AMX_MIN_TOK 6
 
+/* Q8_0 and i8 from 10 tokens: inside a model (SmolLM2 q8_0, a step of n
+ * tokens, scripts/bench/bench_cpu pp n, 2 threads, the two kernel sets in
+ * turns) VNNI's steps of 6-8 tokens ran 1.2-1.5x faster than AMX's, 9
+ * even, 10-12 slower; on a single weight in cache (bench-mm) AMX won from
+ * 6.  The nibble kinds, which AMX unpacks anyway, stay at 6 (even to
+ * 1.1x either way at 6-8 in the same runs, AMX 1.1-1.3x from 9). */
+#define KVP_AMX_MIN_TOK_Q8 10
+
 static kvp_cpu_kernels kernels_amx;
 static int amx_ok;
 
@@ -286,7 +294,7 @@ static void amx_init(void)
     kernels_amx.isa = "avx2+fma+f16c+avx512vnni+amx-int8";
     kernels_amx.amx_mm[0] = amx_q4_0, kernels_amx.amx_mm[1] = amx_q4_1, kernels_amx.amx_mm[2] = amx_q8_0;
     kernels_amx.amx_mm[3] = amx_i8, kernels_amx.amx_mm[4] = amx_i4;
-    kernels_amx.amx_min_tok = KVP_AMX_MIN_TOK;
+    kernels_amx.amx_min_tok = KVP_AMX_MIN_TOK, kernels_amx.amx_min_tok_q8 = KVP_AMX_MIN_TOK_Q8;
     amx_ok = 1;
 }
 

@@ -164,9 +164,9 @@ typedef struct kvp_cpu_kernels {
      * (Q4_0, Q4_1, Q8_0, i8, i4): pieces of any nr by nt <= KVP_AMX_TOK
      * tokens reading a KVP_AMX_TOK tile (xt, dxs), with the bits of this
      * table's own quantized kernels.  Steps of fewer than amx_min_tok
-     * tokens leave them to those. */
+     * tokens (amx_min_tok_q8 for Q8_0 and i8) leave them to those. */
     kvp_mm_fn amx_mm[5];
-    uint32_t amx_min_tok;
+    uint32_t amx_min_tok, amx_min_tok_q8;
     /* Float matmuls (f32, f16, bf16) of more than 2 tokens read a float
      * tile (kvp_cpu_f32_tile_put) as xt, beside xf (the wide runs). */
     int float_tile;
