@@ -368,17 +368,13 @@ static void set_src_hfq(kvp_convert *cv, size_t i, const kvp_hfq_tensor *t)
     cv->src_ndim[i] = 2;
 }
 
-/* A folder, or a file with neither magic: safetensors maps its files by
- * name, so a pipe's bytes (already peeked) cannot be handed to it. */
+/* A folder, or a file with neither magic: safetensors. */
 static int open_safetensors(kvp_convert *cv, kvp_in *in, kvp_err *err)
 {
-    int piped = in->fd >= 0 && !kvp_in_reopenable(in);
-    if (in->fd >= 0)
-        kvp_in_close(in);
-    if (piped)
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: neither GGUF nor KVP, and not a regular file: a safetensors "
-                           "model is mapped, so it cannot come through a pipe", cv->path);
-    int rc = kvp_safetensors_open(&cv->st, cv->path, err);
+    int rc = kvp_safetensors_release_peeked(in, cv->path, err);
+    if (rc < 0)
+        return rc;
+    rc = kvp_safetensors_open(&cv->st, cv->path, err);
     if (rc < 0)
         return rc;
     cv->st_open = 1;

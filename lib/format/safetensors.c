@@ -500,3 +500,14 @@ void kvp_safetensors_close(kvp_safetensors *st)
     kvp_meta_free(&st->meta);
     st_zero(st);
 }
+
+int kvp_safetensors_release_peeked(kvp_in *in, const char *path, kvp_err *err)
+{
+    int piped = in->fd >= 0 && !kvp_in_reopenable(in);
+    if (in->fd >= 0)
+        kvp_in_close(in);
+    if (piped)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: neither GGUF nor KVP, and not a regular file: a safetensors "
+                           "model is mapped, so it cannot come through a pipe", path);
+    return 0;
+}

@@ -57,6 +57,12 @@ typedef struct kvp_safetensors {
     kvp_meta meta;             /* "__metadata__" of the first file, strings (STR) */
 } kvp_safetensors;
 
+/* A model path whose first bytes were peeked through in and matched
+ * neither GGUF nor KVP (a folder, or a safetensors file): in closed, and
+ * the path refused when it came through a pipe, whose bytes safetensors
+ * cannot take (it maps its files by name). */
+int kvp_safetensors_release_peeked(kvp_in *in, const char *path, kvp_err *err);
+
 /* Open path: a .safetensors file, a model.safetensors.index.json, or a folder
  * holding model.safetensors.index.json or model.safetensors.  0 or a negative
  * code with a message naming the file and the field ("x.safetensors: tensor

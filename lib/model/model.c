@@ -182,17 +182,13 @@ out:
     return rc < 0 ? rc : 0;
 }
 
-/* A folder, or a file with neither magic: safetensors maps its files by
- * name, so a pipe's bytes (already peeked) cannot be handed to it. */
+/* A folder, or a file with neither magic: safetensors. */
 static int open_hf(kvp_model *m, kvp_in *in, kvp_err *err)
 {
-    int piped = in->fd >= 0 && !kvp_in_reopenable(in);
-    if (in->fd >= 0)
-        kvp_in_close(in);
-    if (piped)
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: neither GGUF nor KVP, and not a regular file: a safetensors "
-                           "model is mapped, so it cannot come through a pipe", m->path);
-    int rc = kvp_safetensors_open(&m->st, m->path, err);
+    int rc = kvp_safetensors_release_peeked(in, m->path, err);
+    if (rc < 0)
+        return rc;
+    rc = kvp_safetensors_open(&m->st, m->path, err);
     if (rc < 0)
         return rc;
     m->open_st = 1;

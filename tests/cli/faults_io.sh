@@ -332,8 +332,11 @@ fi
 rm -f "$W/mp.kvp"
 
 # prefill -o: its write is too short to catch every time; a signal at any
-# moment leaves either the whole file or nothing, and never a temporary file
-# (decode --kv-out goes through the same kvp_run_save: the SIGXFSZ tests)
+# moment leaves either a whole file or nothing, and never a temporary file
+# (decode --kv-out goes through the same kvp_run_save: the SIGXFSZ tests).
+# A caught signal stops prefill as it stops decode: the sequences done are
+# written, a whole stream, and renamed into place (or nothing, caught
+# before the first).
 printf '{"id":"%s","prompt":"%s"}\n' x "Once upon a time, in a land far away, there lived a king who had three daughters and a great many horses." \
     y "In the beginning the universe was created. This has made a lot of people very angry and been widely regarded as a bad move." \
     >"$T/long.jsonl"
@@ -343,6 +346,8 @@ for sig in INT TERM; do
     tmps=$(ls "$W" | grep -c '^pk\.kvp\.tmp\.')
     if [ "$mid" = caught ] && [ ! -e "$W/pk.kvp" ] && [ "$tmps" -eq 0 ]; then
         pass "prefill -o: SIG$sig mid-write: nothing left"
+    elif [ "$mid" = caught ] && [ "$tmps" -eq 0 ] && kvdump --check "$W/pk.kvp" >/dev/null 2>&1; then
+        pass "prefill -o: SIG$sig: stopped, the sequences done written whole, no temporary left"
     elif [ "$mid" = missed ] && [ "$tmps" -eq 0 ] && kvdump --check "$W/pk.kvp" >/dev/null 2>&1; then
         pass "prefill -o: SIG$sig after the write: the file is whole, no temporary left"
     else
