@@ -35,8 +35,10 @@ uint32_t kvp_draftlen_choose(const kvp_draftlen *c, uint32_t tokens, uint32_t yi
 {
     if (tokens == 0 || most == 0)
         return 0;
-    if (tokens + most > KVP_DRAFTLEN_T)
-        return tokens > KVP_DRAFTLEN_T ? most : KVP_DRAFTLEN_T - tokens;
+    if (tokens > KVP_DRAFTLEN_T)
+        return most;
+    if (most > KVP_DRAFTLEN_T - tokens)
+        most = KVP_DRAFTLEN_T - tokens; /* sizes past the table are not priced */
     double t0 = t_at(c, tokens);
     if (!(t0 > 0))
         return 0;

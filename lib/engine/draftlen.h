@@ -32,7 +32,7 @@ void kvp_draftlen_time(kvp_draftlen *c, uint32_t n, double s);
  * timed is priced from those that were, optimistically (so it gets tried
  * and timed); before any step of `tokens` or fewer was timed, 0 (a plain
  * step times one).  Beyond KVP_DRAFTLEN_T tokens (a prompt chunk in the
- * step) guesses cost little beside it: most. */
+ * step) guesses cost little beside it: most; below, never past it. */
 uint32_t kvp_draftlen_choose(const kvp_draftlen *c, uint32_t tokens, uint32_t yield, float a, uint32_t most);
 
 /* Acceptance after a verify step that kept `kept` of `drafted` guesses. */

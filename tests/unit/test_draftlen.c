@@ -60,6 +60,14 @@ int main(void)
      * beside it */
     CHECK(kvp_draftlen_choose(&c, 300, 1, 0.1f, 6) == 6);
     CHECK(kvp_draftlen_choose(&c, KVP_DRAFTLEN_T - 2, 1, 0.1f, 6) <= 2);
+    /* a full table's worth of decode tokens: priced, so a low acceptance
+     * takes none even where the table has room for a few */
+    double lin[KVP_DRAFTLEN_T + 1];
+    for (uint32_t i = 1; i <= KVP_DRAFTLEN_T; i++)
+        lin[i] = i;
+    timed(&c, lin, KVP_DRAFTLEN_T);
+    CHECK(kvp_draftlen_choose(&c, KVP_DRAFTLEN_T - 3, KVP_DRAFTLEN_T - 3, 0.5f, 8) == 0);
+    CHECK(kvp_draftlen_choose(&c, KVP_DRAFTLEN_T, KVP_DRAFTLEN_T, 1.0f, 8) == 0);
 
     /* acceptance: a miss at once pulls it down, all kept keeps it up, and a
      * plain step lets it drift back to the prior */
