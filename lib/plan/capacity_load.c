@@ -12,6 +12,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,18 @@ static void tally_apply(const tensor_tally *t, kvp_cap_model_file *out)
         snprintf(out->weight_type, sizeof out->weight_type, "%s", t->by[best].fmt);
 }
 
+/* MLA's query low rank, which kvp_config does not carry, in the loader's
+ * range as kv_lora_rank is (a file kvcalc would refuse to plan names the
+ * field, as the loader does for the others). */
+static int q_lora_rank(kvp_cap_model_file *out, uint64_t q, const char *file, const char *field, kvp_err *err)
+{
+    if (q > KVP_CONFIG_MAX_LORA_RANK)
+        return kvp_err_set(err, KVP_EINVAL, "%s: config: %" PRIu64 " MLA query rank (%s; want 0..%u)", file, q, field,
+                           KVP_CONFIG_MAX_LORA_RANK);
+    out->q_lora_rank = (uint32_t)q;
+    return 0;
+}
+
 static int load_gguf(const char *path, kvp_in *in, kvp_cap_model_file *out, kvp_err *err)
 {
     kvp_gguf g;
@@ -86,8 +99,8 @@ static int load_gguf(const char *path, kvp_in *in, kvp_cap_model_file *out, kvp_
         char key[64];
         uint64_t q;
         snprintf(key, sizeof key, "%s.attention.q_lora_rank", out->cfg.arch);
-        if (kvp_meta_get_u64(&g.meta, key, &q) == 0 && q <= KVP_CONFIG_MAX_LORA_RANK)
-            out->q_lora_rank = (uint32_t)q;
+        if (kvp_meta_get_u64(&g.meta, key, &q) == 0)
+            rc = q_lora_rank(out, q, path, key, err);
     }
     kvp_gguf_close(&g);
     return rc;
@@ -232,8 +245,8 @@ static int load_hf_json(const kvp_json *j, const char *file, kvp_cap_model_file 
         return rc;
     snprintf(out->kind, sizeof out->kind, "hf");
     uint64_t q;
-    if (kvp_json_get_u64(j, "q_lora_rank", &q) == 0 && q <= KVP_CONFIG_MAX_LORA_RANK)
-        out->q_lora_rank = (uint32_t)q;
+    if (kvp_json_get_u64(j, "q_lora_rank", &q) == 0 && (rc = q_lora_rank(out, q, file, "q_lora_rank", err)) < 0)
+        return rc;
     /* a quantized checkpoint: its linear layers' format (GPTQ, AWQ, compressed-tensors) */
     kvp_hfq hq;
     if ((rc = kvp_hfq_parse(&hq, j, file, err)) == 0)

@@ -311,6 +311,12 @@ run kvcalc -m "$T/ds-big.json"
 expect_status 1 "an MLA latent rank over the loader's range exits 1"
 expect_err_has "ds-big.json: config: 70000 MLA latent rank (kv_lora_rank; want 0..65536)" "naming the file and field"
 expect_err_one_line "one line"
+# the query rank, which only the planner reads, likewise (it was dropped)
+sed 's/"q_lora_rank": 1536/"q_lora_rank": 70000/' "$T/ds.json" >"$T/ds-bigq.json"
+run kvcalc -m "$T/ds-bigq.json"
+expect_status 1 "an MLA query rank over the range exits 1"
+expect_err_has "ds-bigq.json: config: 70000 MLA query rank (q_lora_rank; want 0..65536)" "naming the file and field"
+expect_err_one_line "one line"
 
 # ---- usage errors: exit 2 ----
 run kvcalc --model llama-3-8b --frobnicate
