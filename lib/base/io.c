@@ -163,6 +163,30 @@ static int retry_read(const kvp_in *in, uint64_t off, kvp_err *err)
     return 1;
 }
 
+/* n bytes from the descriptor into buf, fewer only at its end; off is
+ * where they start in the input, for the messages.  The count, or an
+ * error (a stop asked while it waited). */
+static int64_t read_full(const kvp_in *in, void *buf, size_t n, uint64_t off, kvp_err *err)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(in->fd, (char *)buf + got, n - got);
+        if (r < 0 && errno == EINTR) {
+            int rc = retry_read(in, off + got, err);
+            if (rc > 0)
+                continue;
+            return rc;
+        }
+        if (r < 0)
+            return kvp_err_set(err, KVP_EIO, "%s: read at offset %llu: %s", in->name,
+                               (unsigned long long)(off + got), strerror(errno));
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (int64_t)got;
+}
+
 /* Hand over up to n peeked bytes; the count. */
 static size_t take_head(kvp_in *in, void *buf, size_t n)
 {
@@ -184,19 +208,10 @@ int64_t kvp_in_peek(kvp_in *in, void *buf, size_t n, kvp_err *err)
         memcpy(buf, in->map + in->pos, k);
         return (int64_t)k;
     }
-    while (in->head_n < n) {
-        ssize_t r = read(in->fd, in->head + in->head_n, n - in->head_n);
-        if (r < 0 && errno == EINTR) {
-            int rc = retry_read(in, in->pos + in->head_n, err);
-            if (rc > 0)
-                continue;
-            return rc;
-        }
+    if (in->head_n < n) {
+        int64_t r = read_full(in, in->head + in->head_n, n - in->head_n, in->pos + in->head_n, err);
         if (r < 0)
-            return kvp_err_set(err, KVP_EIO, "%s: read at offset %llu: %s", in->name,
-                               (unsigned long long)(in->pos + in->head_n), strerror(errno));
-        if (r == 0)
-            break;
+            return r;
         in->head_n += (uint32_t)r;
     }
     size_t k = n < in->head_n ? n : in->head_n;
@@ -214,27 +229,11 @@ int64_t kvp_in_read(kvp_in *in, void *buf, size_t n, kvp_err *err)
         return (int64_t)k;
     }
     size_t had = take_head(in, buf, n);
-    buf = (char *)buf + had;
-    n -= had;
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(in->fd, (char *)buf + got, n - got);
-        if (r < 0 && errno == EINTR) {
-            int rc = retry_read(in, in->pos + got, err);
-            if (rc > 0)
-                continue;
-            return rc;
-        }
-        if (r < 0) {
-            return kvp_err_set(err, KVP_EIO, "%s: read at offset %llu: %s", in->name,
-                               (unsigned long long)(in->pos + got), strerror(errno));
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    in->pos += got;
-    return (int64_t)(had + got);
+    int64_t got = read_full(in, (char *)buf + had, n - had, in->pos, err);
+    if (got < 0)
+        return got;
+    in->pos += (uint64_t)got;
+    return (int64_t)had + got;
 }
 
 int64_t kvp_in_read_some(kvp_in *in, void *buf, size_t n, kvp_err *err)
