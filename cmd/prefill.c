@@ -489,23 +489,6 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
     free(seqs);
 }
 
-/* --stop's strings travel in every sequence record (prefill generates
- * nothing itself: decode stops at them): more, or longer, than a record
- * carries is refused now, before the model loads, not at the first
- * record after a prompt's work. */
-static void check_stop_args(const kvp_runopts *o)
-{
-    if (o->n_stop > KVP_STOP_MAX_N)
-        kvp_cli_usage_error("--stop given %zu times (a sequence record carries at most %d)", o->n_stop,
-                            KVP_STOP_MAX_N);
-    for (size_t i = 0; i < o->n_stop; i++) {
-        size_t len = strlen(o->stop[i]);
-        if (len > KVP_STOP_MAX_LEN)
-            kvp_cli_usage_error("--stop: a stop string of %zu bytes (a sequence record carries at most %d)", len,
-                                KVP_STOP_MAX_LEN);
-    }
-}
-
 int main(int argc, char **argv)
 {
     kvp_cli_init(argv[0]);
@@ -614,7 +597,6 @@ int main(int argc, char **argv)
         return kvp_cli_close_stdout();
     }
     kvp_runopts_check_prompt_args(&o);
-    check_stop_args(&o);
 
     /* SIGINT and SIGTERM stop the job as they stop decode (stopsig.h):
      * noted while the model loads, then ending a wait for input too */

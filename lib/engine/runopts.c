@@ -196,6 +196,15 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     case KVP_OPT_STOP: {
         if (!arg[0])
             kvp_cli_usage_error("--stop: an empty string (it would end every sequence at once)");
+        /* the strings travel in sequence records (prefill's stream, decode's
+         * --kv-out): what a record cannot carry is refused here, before any
+         * work, not when the first record is written */
+        if (o->n_stop == KVP_STOP_MAX_N)
+            kvp_cli_usage_error("--stop given %zu times (a sequence record carries at most %d)", o->n_stop + 1,
+                                KVP_STOP_MAX_N);
+        if (strlen(arg) > KVP_STOP_MAX_LEN)
+            kvp_cli_usage_error("--stop: a stop string of %zu bytes (a sequence record carries at most %d)",
+                                strlen(arg), KVP_STOP_MAX_LEN);
         const char **s = realloc(o->stop, (o->n_stop + 1) * sizeof *s);
         if (!s)
             kvp_cli_die("out of memory");
