@@ -690,42 +690,39 @@ static int verify_sampled(batch *b, kvp_request *r, float *rows, uint32_t *drawn
     return (int)m;
 }
 
-/* --draft-len auto after a verify step that kept m of nd guesses: one more
- * after a step that kept them all, one past what was kept otherwise; none
- * kept, and r decodes plainly for a while, 1, 2, 4 ... up to
+/* --draft-len auto after a verify step that kept m of nd guesses.  A
+ * cheap drafter (prompt lookup) only updates r's acceptance: draft_len
+ * picks each step's length from it.  A costly one: one more guess after a
+ * step that kept them all, one past what was kept otherwise; none kept,
+ * and r decodes plainly for a while, 1, 2, 4 ... up to
  * KVP_DRAFT_BACKOFF_MAX steps as its guesses keep failing, then tries one
- * guess again.  A drafter that costs a step's fraction (a draft model,
- * layerskip, heads) then costs next to nothing where it cannot guess, so
+ * guess again, so a drafter that costs a step's fraction (a draft model,
+ * layerskip, heads) costs next to nothing where it cannot guess and
  * specdec is never much slower than decode: a failed try costs about one
- * step (a draft and a two-token verify), one in 32.  Guessing cheaply
- * (prompt lookup: free to ask, and only where it finds a match) backs off
- * up to KVP_DRAFT_BACKOFF_CHEAP steps: its failed try costs only the
- * verify's extra token (a quarter of a step on a CPU), and a text that
- * starts to quote its prompt should not wait long.  A costly drafter is
- * also timed (clock_step): while the tokens its steps give fall below what
- * plain steps would give in the same time, its kept guesses count as a
- * failure, so a drafter that is right but slow backs off too. */
+ * step (a draft and a two-token verify), one in 32.  It is also timed
+ * (clock_step): while the tokens its steps give fall below what plain
+ * steps would give in the same time, its kept guesses count as a failure,
+ * so a drafter that is right but slow backs off too.  A new request starts
+ * where this one was left (adapt_start). */
 #define KVP_DRAFT_BACKOFF_MAX 32
-#define KVP_DRAFT_BACKOFF_CHEAP 4
 static void adapt(batch *b, kvp_request *r, uint32_t m, uint32_t nd)
 {
     if (cheap_auto(b)) {
         r->accept = kvp_draftlen_accept(r->accept, m, nd);
         return;
     }
-    uint32_t max = b->o->draft_len, most = b->o->drafter->cheap ? KVP_DRAFT_BACKOFF_CHEAP : KVP_DRAFT_BACKOFF_MAX;
-    if (!b->o->drafter->cheap && b->spec_gain < 1.0)
+    uint32_t max = b->o->draft_len;
+    if (b->spec_gain < 1.0)
         m = 0;
     if (m == 0) {
-        r->backoff = r->backoff ? (r->backoff < most ? r->backoff * 2 : most) : 1;
+        r->backoff = r->backoff ? (r->backoff < KVP_DRAFT_BACKOFF_MAX ? r->backoff * 2 : KVP_DRAFT_BACKOFF_MAX) : 1;
         r->pause = r->backoff;
         r->draft_k = 1;
     } else {
         r->backoff = 0;
         r->draft_k = m == nd ? (r->draft_k < max ? r->draft_k + 1 : r->draft_k) : m + 1;
     }
-    if (!b->o->drafter->cheap) /* a new request of a cheap drafter tries at once, a full draft */
-        b->backoff = r->backoff, b->draft_k = r->draft_k;
+    b->backoff = r->backoff, b->draft_k = r->draft_k;
 }
 
 /* The seconds of a plain decode step of R requests: of R's own, else of

@@ -56,8 +56,9 @@ typedef struct kvp_drafter {
     void (*draft_batch)(void *ctx, uint32_t n, void **const *state, const uint32_t *const *tokens,
                         const uint32_t *n_tokens, const uint32_t *k, kvp_sampling *const *s, float *const *q,
                         uint32_t *out, uint32_t *got);
-    /* Guessing costs next to nothing (prompt lookup): a failed guess is
-     * followed by fewer plain steps (at most 4; batch.c, adapt). */
+    /* Guessing costs next to nothing (prompt lookup): under --draft-len
+     * auto its length is chosen each step from the steps' measured cost
+     * (draftlen.h), where a costly drafter's climbs and backs off. */
     int cheap;
     /* The drafter works in the target's own KV cache (layerskip): before
      * each draft call *state is set to the request's sequence there (its
