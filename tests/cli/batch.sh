@@ -429,13 +429,18 @@ rm -f "$T/fifo"
 # FIFO, so the load waits in open(2) for a writer until the signal has
 # come; then the whole model comes through it (the bytes read to tell the
 # format are kept for the GGUF reader).
-rm -f "$T/mfifo" "$T/s2.json"
-mkfifo "$T/mfifo"
-decode -m "$T/mfifo" -t 2 -f "$T/p.jsonl" -n 2 --stats="$T/s2.json" >"$OUT" 2>"$ERR" &
-pid=$!
-wait_catching $pid
-kill -TERM $pid
-sleep 0.3
+# term_in_load: decode started on a model FIFO no one writes yet (its
+# load waits in open(2)), SIGTERM once it catches signals; its pid in $pid
+term_in_load() {
+    rm -f "$T/mfifo" "$T/s2.json"
+    mkfifo "$T/mfifo"
+    decode -m "$T/mfifo" -t 2 -f "$T/p.jsonl" -n 2 --stats="$T/s2.json" >"$OUT" 2>"$ERR" &
+    pid=$!
+    wait_catching $pid
+    kill -TERM $pid
+    sleep 0.3
+}
+term_in_load
 cat "$M" >"$T/mfifo" 2>/dev/null &
 catpid=$!
 wait_exit $pid "SIGTERM while the model loads"
@@ -447,13 +452,7 @@ expect_err_has "stopped by Terminated: 0 sequences written, 0 read and not finis
 expect_out_empty "no request was run"
 expect_true "--stats=FILE is written" grep -q '^{"requests":0,.*"input":"prompts",.*"stopped":true,' "$T/s2.json"
 # a second signal during the load ends decode at once (the default action)
-rm -f "$T/mfifo" "$T/s2.json"
-mkfifo "$T/mfifo"
-decode -m "$T/mfifo" -t 2 -f "$T/p.jsonl" -n 2 --stats="$T/s2.json" >"$OUT" 2>"$ERR" &
-pid=$!
-wait_catching $pid
-kill -TERM $pid
-sleep 0.3
+term_in_load
 kill -TERM $pid 2>/dev/null
 wait_exit $pid "a second SIGTERM while the model loads"
 LAST_CMD="decode -m FIFO, SIGTERM twice while it waits in the model load"
