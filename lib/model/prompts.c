@@ -4,6 +4,7 @@
 #include "hash.h"
 #include "io.h"
 #include "json.h"
+#include "stream.h"
 #include "unicode.h"
 #include "tensor.h"
 #include "wire.h"
@@ -188,8 +189,9 @@ static int stop_field(const kvp_json *o, kvp_prompt_params *pp, const char *path
     size_t n = v->type == KVP_JSON_STRING ? 1 : v->type == KVP_JSON_ARRAY ? v->n : 0;
     if (v->type != KVP_JSON_STRING && v->type != KVP_JSON_ARRAY)
         return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"stop\" must be a string or an array of strings", path, line);
-    if (n > 64)
-        return kvp_err_set(err, KVP_ELIMIT, "%s:%" PRIu64 ": %zu stop strings (at most 64)", path, line, n);
+    if (n > KVP_STOP_MAX_N) /* what a sequence record carries (prefill, --kv-out) */
+        return kvp_err_set(err, KVP_ELIMIT, "%s:%" PRIu64 ": %zu stop strings (at most %d)", path, line, n,
+                           KVP_STOP_MAX_N);
     pp->stop = calloc(n ? n : 1, sizeof *pp->stop);
     if (!pp->stop)
         return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
@@ -197,11 +199,17 @@ static int stop_field(const kvp_json *o, kvp_prompt_params *pp, const char *path
         const kvp_json *e = v->type == KVP_JSON_STRING ? v : kvp_json_at(v, i);
         if (!e || e->type != KVP_JSON_STRING)
             return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"stop\" entry %zu is not a string", path, line, i);
+        if (strlen(e->str) != e->len) /* \u0000: a C string would end there */
+            return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"stop\" entry %zu holds a NUL character", path,
+                               line, i);
         if (!e->str[0]) /* as --stop '' is refused: it would end the sequence at once */
             return v->type == KVP_JSON_STRING
                        ? kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"stop\" is an empty string", path, line)
                        : kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": \"stop\" entry %zu is an empty string", path,
                                      line, i);
+        if (e->len > KVP_STOP_MAX_LEN)
+            return kvp_err_set(err, KVP_ELIMIT, "%s:%" PRIu64 ": \"stop\" entry %zu is %zu bytes (at most %d)", path,
+                               line, i, e->len, KVP_STOP_MAX_LEN);
         if (!(pp->stop[i] = strdup(e->str)))
             return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
         pp->n_stop = i + 1;

@@ -5,6 +5,7 @@
  * vocabulary with <|endoftext|> <|im_start|> <|im_end|> (tests/fuzz/tokvocab.h). */
 #include "chat.h"
 #include "prompts.h"
+#include "stream.h"
 #include "tensor.h"
 #include "tokenizer.h"
 #include "unit.h"
@@ -154,6 +155,51 @@ static void test_file(const kvp_tokenizer *t)
     unlink(path);
 }
 
+/* A line whose stop strings a sequence record could not carry (prefill
+ * and --kv-out write them) is refused where it is read, naming the line:
+ * 64 strings of 4096 bytes pass, a 65th string or a 4097th byte does not,
+ * nor a \u0000 (a C string would end there and the stop would differ). */
+static void test_stop_limits(void)
+{
+    kvp_buf b;
+    kvp_buf_init(&b);
+    char big[KVP_STOP_MAX_LEN + 2];
+    memset(big, 'x', sizeof big - 1), big[sizeof big - 1] = 0;
+    struct { size_t n, len; const char *extra, *want; } cases[] = {
+        {64, KVP_STOP_MAX_LEN, "", NULL},
+        {65, 1, "", ":2: 65 stop strings (at most 64)"},
+        {2, KVP_STOP_MAX_LEN + 1, "", ":2: \"stop\" entry 0 is 4097 bytes (at most 4096)"},
+        {1, 3, ",\"a\\u0000b\"", ":2: \"stop\" entry 1 holds a NUL character"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        b.len = 0;
+        const char *head = "{\"prompt\":\"a\"}\n{\"prompt\":\"b\",\"stop\":[";
+        kvp_buf_put(&b, head, strlen(head));
+        for (size_t i = 0; i < cases[c].n; i++) {
+            kvp_buf_put(&b, i ? ",\"" : "\"", i ? 2 : 1);
+            kvp_buf_put(&b, big, cases[c].len);
+            kvp_buf_put(&b, "\"", 1);
+        }
+        kvp_buf_put(&b, cases[c].extra, strlen(cases[c].extra));
+        kvp_buf_put(&b, "]}\n", 4);
+        kvp_buf_put(&b, "", 1);
+        const char *path = write_tmp((const char *)b.data);
+        kvp_prompts ps;
+        kvp_err err;
+        kvp_prompts_init(&ps);
+        int rc = kvp_prompts_read_file(&ps, path, &err);
+        if (!cases[c].want)
+            CHECK_MSG(rc == 0 && ps.n == 2 && ps.p[1].params.n_stop == 64 &&
+                          strlen(ps.p[1].params.stop[63]) == KVP_STOP_MAX_LEN,
+                      "case %zu: %s", c, rc < 0 ? err.msg : "wrong stops");
+        else
+            CHECK_MSG(rc < 0 && strstr(err.msg, cases[c].want), "case %zu: %s", c, rc < 0 ? err.msg : "accepted");
+        kvp_prompts_free(&ps);
+        unlink(path);
+    }
+    kvp_buf_free(&b);
+}
+
 /* A request line's own parameters: each field, stop as a string or an
  * array, and range errors naming the line and the field. */
 static void test_params(void)
@@ -206,6 +252,7 @@ static void test_params(void)
         kvp_prompts_free(&ps);
         unlink(path);
     }
+    test_stop_limits();
 }
 
 /* Llama-3: markers recorded where they are, no <|begin_of_text|> in the
