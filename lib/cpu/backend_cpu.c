@@ -584,21 +584,73 @@ static const float *f32_vec(const kvp_weight *w, uint32_t n, kvp_err *err)
     return w->data;
 }
 
+/* Elementwise work of a step of many tokens (a prompt chunk, a batch of
+ * sequences) is split over the pool: each element is computed as one
+ * thread alone computes it, so the bits do not change.  Below this many
+ * elements the pool's handoff costs more than the work (decode's token). */
+#define KVP_CPU_EW_MIN 16384
+
+typedef void (*ew_fn)(void *args, size_t a, size_t b); /* units [a, b) */
+typedef struct ew_ctx {
+    ew_fn fn;
+    void *args;
+    size_t n, per;
+} ew_ctx;
+
+static void ew_task(void *ctxp, int task, int thread)
+{
+    (void)thread;
+    const ew_ctx *c = ctxp;
+    size_t a = (size_t)task * c->per, e = a + c->per < c->n ? a + c->per : c->n;
+    c->fn(c->args, a, e);
+}
+
+/* fn over units [0, n) of `elems` elements each, two pieces a thread, each
+ * a multiple of `align` units (a SIMD body's width, so the scalar tails
+ * stay the elements they were). */
+static void ew_run(cpu_impl *im, ew_fn fn, void *args, size_t n, size_t elems, size_t align)
+{
+    size_t parts = (size_t)im->n_threads * 2;
+    if (im->n_threads < 2 || n < 2 || n * elems < KVP_CPU_EW_MIN) {
+        fn(args, 0, n);
+        return;
+    }
+    size_t per = (n + parts - 1) / parts;
+    per = (per + align - 1) / align * align;
+    ew_ctx c = {.fn = fn, .args = args, .n = n, .per = per};
+    kvp_threadpool_run(im->pool, ew_task, &c, (int)((n + per - 1) / per));
+}
+
+typedef struct norm_args {
+    const float *x, *weight;
+    float *y;
+    uint32_t n;
+    float eps;
+} norm_args;
+
+static void rmsnorm_rows(void *ap, size_t t0, size_t t1)
+{
+    const norm_args *a = ap;
+    for (size_t t = t0; t < t1; t++) {
+        const float *x = a->x + t * a->n;
+        float *y = a->y + t * a->n;
+        double ss = 0; /* double: the sum of 576..8192 squares, order-independent enough */
+        for (uint32_t i = 0; i < a->n; i++)
+            ss += (double)x[i] * x[i];
+        float scale = (float)(1.0 / sqrt(ss / a->n + a->eps));
+        for (uint32_t i = 0; i < a->n; i++)
+            y[i] = x[i] * scale * a->weight[i];
+    }
+}
+
 static int cpu_rmsnorm(kvp_backend *b, const float *x, const kvp_weight *w, float *y, uint32_t n_tok, uint32_t n,
                        float eps, kvp_err *err)
 {
-    (void)b;
     const float *weight = f32_vec(w, n, err);
     if (!weight)
         return err->code;
-    for (uint32_t t = 0; t < n_tok; t++, x += n, y += n) {
-        double ss = 0; /* double: the sum of 576..8192 squares, order-independent enough */
-        for (uint32_t i = 0; i < n; i++)
-            ss += (double)x[i] * x[i];
-        float scale = (float)(1.0 / sqrt(ss / n + eps));
-        for (uint32_t i = 0; i < n; i++)
-            y[i] = x[i] * scale * weight[i];
-    }
+    norm_args a = {.x = x, .weight = weight, .y = y, .n = n, .eps = eps};
+    ew_run(impl_of(b), rmsnorm_rows, &a, n_tok, n, 1);
     return 0;
 }
 
@@ -606,31 +658,33 @@ static int cpu_rmsnorm(kvp_backend *b, const float *x, const kvp_weight *w, floa
  * time, each chunk applied to every head before the next is computed. */
 #define KVP_ROPE_CHUNK 64
 
-static int cpu_rope(kvp_backend *b, float *x, uint32_t n_tok, uint32_t n_head, uint32_t head_dim, uint32_t rot_dim,
-                    const int32_t *pos, const kvp_weight *freq, int kind, kvp_err *err)
+typedef struct rope_args {
+    float *x;
+    uint32_t n_head, head_dim, half;
+    const int32_t *pos;
+    const float *inv_freq;
+    int kind;
+} rope_args;
+
+static void rope_rows(void *ap, size_t t0, size_t t1)
 {
-    (void)b;
-    uint32_t half = rot_dim / 2;
-    const float *inv_freq = f32_vec(freq, half, err);
-    if (!inv_freq)
-        return err->code;
-    if (rot_dim > head_dim)
-        return kvp_err_set(err, KVP_EINVAL, "rope: %u rotated dims in a head of %u", rot_dim, head_dim);
+    const rope_args *a = ap;
+    uint32_t half = a->half;
     float cs[KVP_ROPE_CHUNK], sn[KVP_ROPE_CHUNK];
-    for (uint32_t t = 0; t < n_tok; t++) {
+    for (size_t t = t0; t < t1; t++) {
         for (uint32_t i0 = 0; i0 < half; i0 += KVP_ROPE_CHUNK) {
             uint32_t n = half - i0 < KVP_ROPE_CHUNK ? half - i0 : KVP_ROPE_CHUNK;
             for (uint32_t j = 0; j < n; j++) {
-                float a = (float)pos[t] * inv_freq[i0 + j];
-                cs[j] = cosf(a);
-                sn[j] = sinf(a);
+                float ang = (float)a->pos[t] * a->inv_freq[i0 + j];
+                cs[j] = cosf(ang);
+                sn[j] = sinf(ang);
             }
-            for (uint32_t h = 0; h < n_head; h++) {
-                float *v = x + ((size_t)t * n_head + h) * head_dim;
+            for (uint32_t h = 0; h < a->n_head; h++) {
+                float *v = a->x + (t * a->n_head + h) * a->head_dim;
                 for (uint32_t j = 0; j < n; j++) {
                     uint32_t i = i0 + j;
-                    uint32_t e0 = kind == KVP_ROPE_KIND_NEOX ? i : 2 * i;
-                    uint32_t e1 = kind == KVP_ROPE_KIND_NEOX ? i + half : 2 * i + 1;
+                    uint32_t e0 = a->kind == KVP_ROPE_KIND_NEOX ? i : 2 * i;
+                    uint32_t e1 = a->kind == KVP_ROPE_KIND_NEOX ? i + half : 2 * i + 1;
                     float p = v[e0], q = v[e1];
                     v[e0] = p * cs[j] - q * sn[j];
                     v[e1] = p * sn[j] + q * cs[j];
@@ -638,6 +692,21 @@ static int cpu_rope(kvp_backend *b, float *x, uint32_t n_tok, uint32_t n_head, u
             }
         }
     }
+}
+
+static int cpu_rope(kvp_backend *b, float *x, uint32_t n_tok, uint32_t n_head, uint32_t head_dim, uint32_t rot_dim,
+                    const int32_t *pos, const kvp_weight *freq, int kind, kvp_err *err)
+{
+    uint32_t half = rot_dim / 2;
+    const float *inv_freq = f32_vec(freq, half, err);
+    if (!inv_freq)
+        return err->code;
+    if (rot_dim > head_dim)
+        return kvp_err_set(err, KVP_EINVAL, "rope: %u rotated dims in a head of %u", rot_dim, head_dim);
+    rope_args a = {.x = x, .n_head = n_head, .head_dim = head_dim, .half = half, .pos = pos, .inv_freq = inv_freq,
+                   .kind = kind};
+    /* a token's cost is its sines and cosines as much as its heads' elements */
+    ew_run(impl_of(b), rope_rows, &a, n_tok, (size_t)n_head * head_dim + 8 * half, 1);
     return 0;
 }
 
@@ -653,18 +722,38 @@ static int cpu_add_bias(kvp_backend *b, float *x, const kvp_weight *w, uint32_t 
     return 0;
 }
 
+typedef struct pair_args {
+    float *x;
+    const float *y;
+    void (*silu_mul)(float *g, const float *u, size_t n);
+} pair_args;
+
+static void add_range(void *ap, size_t i0, size_t i1)
+{
+    const pair_args *a = ap;
+    for (size_t i = i0; i < i1; i++)
+        a->x[i] += a->y[i];
+}
+
+static void silu_mul_range(void *ap, size_t i0, size_t i1)
+{
+    const pair_args *a = ap;
+    a->silu_mul(a->x + i0, a->y + i0, i1 - i0);
+}
+
 static int cpu_add(kvp_backend *b, float *x, const float *y, size_t n, kvp_err *err)
 {
-    (void)b, (void)err;
-    for (size_t i = 0; i < n; i++)
-        x[i] += y[i];
+    (void)err;
+    pair_args a = {.x = x, .y = y};
+    ew_run(impl_of(b), add_range, &a, n, 1, 64);
     return 0;
 }
 
 static int cpu_silu_mul(kvp_backend *b, float *g, const float *u, size_t n, kvp_err *err)
 {
     (void)err;
-    impl_of(b)->k->silu_mul(g, u, n);
+    pair_args a = {.x = g, .y = u, .silu_mul = impl_of(b)->k->silu_mul};
+    ew_run(impl_of(b), silu_mul_range, &a, n, 1, 64);
     return 0;
 }
 

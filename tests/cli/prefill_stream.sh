@@ -217,7 +217,7 @@ awk 'BEGIN { s = ""; for (i = 0; i < 5000; i++) s = s "x"; printf "{\"id\":\"L\"
     >"$T/longstop.jsonl"
 run prefill -m "$M" -t 1 -f "$T/longstop.jsonl" -o "$T/longstop.kvp"
 expect_status 1 "a stop string over 4096 bytes fails prefill"
-expect_err_has "longstop.jsonl:1: prompt L: sequence 0: stop string 1 is longer than 4096 bytes" "named with its line"
+expect_err_has 'longstop.jsonl:1: "stop" entry 0 is 5000 bytes (at most 4096)' "named with its line, as the file is read"
 expect_true "no output file is left" test ! -e "$T/longstop.kvp"
 
 # A KVP file of tensors where the KV stream goes (a model, Medusa heads) or

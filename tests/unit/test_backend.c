@@ -18,6 +18,7 @@
 #include "tiny.h"
 #include "unit.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -504,6 +505,74 @@ static void test_registry(void)
     CHECK(strstr(kvp_backend_names(), "cpu") == kvp_backend_names());
 }
 
+/* The elementwise ops of a step of many tokens split over the threads
+ * (RMSNorm and RoPE by tokens, add and SiLU-mul by elements): two threads
+ * give the bits one gives, for every token, at sizes past the split's
+ * threshold and with lengths that leave SIMD tails; and the norm is the
+ * formula's (so a piece skipped or done twice would show). */
+static void test_elementwise_split(void)
+{
+    enum { T = 67, N = 576, H = 9, HD = 64, F = 1536 * 64 + 37 };
+    kvp_err err = {0};
+    kvp_backend *be[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++)
+        if (kvp_backend_cpu_create(&be[k], k + 1, 0, &err) < 0) {
+            CHECK_MSG(0, "backend: %s", err.msg);
+            kvp_backend_free(be[0]);
+            return;
+        }
+    float *x = malloc(sizeof(float) * F), *u = malloc(sizeof(float) * F), *out[2], *g[2];
+    float nw[N], freq[HD / 2];
+    int32_t pos[T];
+    out[0] = malloc(sizeof(float) * T * H * HD), out[1] = malloc(sizeof(float) * T * H * HD);
+    g[0] = malloc(sizeof(float) * F), g[1] = malloc(sizeof(float) * F);
+    if (!x || !u || !out[0] || !out[1] || !g[0] || !g[1]) {
+        CHECK(0);
+        goto out;
+    }
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < F; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((int64_t)(r >> 40) - (1 << 23)) / (float)(1 << 21);
+        u[i] = x[i] * 0.5f - 0.25f;
+    }
+    for (int i = 0; i < N; i++)
+        nw[i] = 0.5f + (float)i / N;
+    for (int i = 0; i < HD / 2; i++)
+        freq[i] = powf(10000.0f, -2.0f * (float)i / HD);
+    for (int t = 0; t < T; t++)
+        pos[t] = t * 37 + 5;
+    kvp_weight wn = {.name = "norm", .dtype = KVP_DTYPE_F32, .n_in = N, .n_out = 1, .row_bytes = N * 4, .data = nw};
+    kvp_weight wf = {.name = "freq", .dtype = KVP_DTYPE_F32, .n_in = HD / 2, .n_out = 1, .row_bytes = HD * 2,
+                     .data = freq};
+    for (int k = 0; k < 2; k++) {
+        CHECK(be[k]->ops->rmsnorm(be[k], x, &wn, out[k], T, N, 1e-5f, &err) == 0);
+        CHECK(be[k]->ops->rope(be[k], out[k], T, N / HD, HD, HD, pos, &wf, KVP_ROPE_KIND_NEOX, &err) == 0);
+        memcpy(g[k], x, sizeof(float) * F);
+        CHECK(be[k]->ops->silu_mul(be[k], g[k], u, F, &err) == 0);
+        CHECK(be[k]->ops->add(be[k], g[k], u, F, &err) == 0);
+    }
+    CHECK_MSG(memcmp(out[0], out[1], sizeof(float) * T * N) == 0, "RMSNorm and RoPE: 2 threads differ from 1");
+    CHECK_MSG(memcmp(g[0], g[1], sizeof(float) * F) == 0, "SiLU-mul and add: 2 threads differ from 1");
+    /* the last token's norm before RoPE, against the formula */
+    CHECK(be[1]->ops->rmsnorm(be[1], x, &wn, out[1], T, N, 1e-5f, &err) == 0);
+    double ss = 0;
+    const float *xl = x + (size_t)(T - 1) * N;
+    for (int i = 0; i < N; i++)
+        ss += (double)xl[i] * xl[i];
+    float sc = (float)(1.0 / sqrt(ss / N + 1e-5));
+    int near = 1;
+    for (int i = 0; i < N; i++)
+        near &= fabsf(out[1][(size_t)(T - 1) * N + i] - xl[i] * sc * nw[i]) <= 1e-5f * (1.0f + fabsf(xl[i]));
+    CHECK_MSG(near, "RMSNorm of the last token is not the formula's");
+    /* the last element went through SiLU-mul and the add */
+    float e = x[F - 1] / (1.0f + expf(-x[F - 1])) * u[F - 1] + u[F - 1];
+    CHECK_MSG(fabsf(g[1][F - 1] - e) <= 1e-5f * (1.0f + fabsf(e)), "last element %g, want %g", g[1][F - 1], e);
+out:
+    free(x), free(u), free(out[0]), free(out[1]), free(g[0]), free(g[1]);
+    kvp_backend_free(be[0]), kvp_backend_free(be[1]);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/kvp_test_backend.XXXXXX", path[512];
@@ -511,6 +580,7 @@ int main(void)
     test_registry();
     test_supports();
     test_gather_rows();
+    test_elementwise_split();
     test_prepare_refuses();
     test_reserve_bounds();
     test_matmul_n(0);
