@@ -407,6 +407,23 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
         }
         return 0;
     }
+    case KVP_KIND_STOP: {
+        kvp_stop_rec st;
+        int rc = kvp_stop_decode(rec, &st, err);
+        if (rc || !show)
+            return rc;
+        const char *what = strsignal((int)st.signal);
+        if (d->json) {
+            printf(",\"signal\":%u,\"signal_text\":", st.signal);
+            kvp_cli_json_str(stdout, what, strlen(what));
+            printf(",\"written\":%" PRIu64 ",\"left\":%" PRIu64 ",\"input_left\":%s", st.written, st.left,
+                   st.flags & KVP_STOP_INPUT_LEFT ? "true" : "false");
+        } else
+            printf("producer stopped by %s: %" PRIu64 " sequences written, %" PRIu64 " read and not finished%s",
+                   what, st.written, st.left,
+                   st.flags & KVP_STOP_INPUT_LEFT ? ", its input not read to the end" : "");
+        return 0;
+    }
     case KVP_KIND_END: {
         kvp_end_rec e;
         int rc = kvp_end_decode(rec, &e, err);
@@ -474,7 +491,7 @@ static void print_summary(const dumper *d)
     double ratio = t->stored ? (double)t->raw / (double)t->stored : 1.0;
     static const uint32_t kinds[] = {KVP_KIND_CONFIG,   KVP_KIND_TOKENIZER, KVP_KIND_TENSOR, KVP_KIND_SEQUENCE,
                                      KVP_KIND_KV_BLOCK, KVP_KIND_BLOCK_REF, KVP_KIND_SCORES, KVP_KIND_LOGPROBS,
-                                     KVP_KIND_END};
+                                     KVP_KIND_STOP,     KVP_KIND_END};
     if (d->json) {
         printf("{\"file\":");
         kvp_cli_json_str(stdout, d->name, strlen(d->name));

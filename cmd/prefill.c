@@ -623,6 +623,12 @@ int main(int argc, char **argv)
     else
         prefill_given(&j, output);
     uint64_t nb = 0, nr = 0;
+    /* a stopped job's stream says so, so a decode down the pipe (whose
+     * input is otherwise a whole stream) can tell it was not all */
+    kvp_stop_rec stop = {.signal = (uint32_t)kvp_stopsig_caught(), .flags = j.read_all ? 0 : KVP_STOP_INPUT_LEFT,
+                         .written = j.n, .left = j.left};
+    if (j.stopped && kvp_run_save_stopped(&j.sv, &stop, &err) < 0)
+        kvp_cli_die_err(&err);
     if (kvp_run_save_finish(&j.sv, &nb, &nr, &err) < 0)
         kvp_cli_die_err(&err);
     if (j.pg)

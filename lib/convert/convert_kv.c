@@ -91,6 +91,11 @@ static int pass_through(const kvp_record *rec, kvp_writer *w, kvp_err *err)
         rc = kvp_blockref_decode(rec, &br, err);
         break;
     }
+    case KVP_KIND_STOP: { /* kept: the converted stream is as cut short as its input */
+        kvp_stop_rec st;
+        rc = kvp_stop_decode(rec, &st, err);
+        break;
+    }
     default:
         break;
     }

@@ -1212,6 +1212,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
         fputc('\n', stdout);
     if (st.stopped)
         kvp_stopsig_say(st.requests, n_asked - st.requests, kvp_jobsrc_read_all(js), resume);
+    /* a KV stream whose producer (prefill) was stopped: whole, yet not all
+     * that was asked for; said, and the status says the job is not done */
+    kvp_stop_rec in_stop;
+    int in_stopped = !st.stopped && kvp_jobsrc_input_stopped(js, &in_stop);
     if (o.kv_out && !st.stopped) { /* a stopped run's state would be partial */
         kvp_run_saver sv;
         int rc = kvp_run_save_open(&sv, &r, o.kv_out, spec ? "specdec " KVP_VERSION : "decode " KVP_VERSION, &err);
@@ -1267,6 +1271,14 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (oc.n_kv_memory) {
         kvp_cli_warn("%llu of %llu sequences did not fit in the KV cache%s", (unsigned long long)oc.n_kv_memory,
                      (unsigned long long)n_asked, oc.n_kv_memory < n_asked ? "; the others completed" : "");
+        rc = KVP_EXIT_FAIL;
+    }
+    if (in_stopped) {
+        kvp_cli_warn("%s: the stream was cut short: its producer was stopped by %s after writing %llu sequences "
+                     "(%llu read and not finished%s)", strcmp(kv_in, "-") ? kv_in : "stdin",
+                     strsignal((int)in_stop.signal), (unsigned long long)in_stop.written,
+                     (unsigned long long)in_stop.left,
+                     in_stop.flags & KVP_STOP_INPUT_LEFT ? ", the rest of its input not read" : "");
         rc = KVP_EXIT_FAIL;
     }
     return rc ? rc : missed ? 3 : 0;

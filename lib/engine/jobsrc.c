@@ -572,3 +572,8 @@ kvp_batch_source kvp_jobsrc_source(kvp_jobsrc *js) { return (kvp_batch_source){.
 uint64_t kvp_jobsrc_total(const kvp_jobsrc *js) { return js->n; }
 uint64_t kvp_jobsrc_skipped(const kvp_jobsrc *js) { return js->skipped; }
 int kvp_jobsrc_read_all(const kvp_jobsrc *js) { return js->from_prompts ? js->prompts_end : js->stream_end; }
+
+int kvp_jobsrc_input_stopped(const kvp_jobsrc *js, kvp_stop_rec *s)
+{
+    return js->sr && kvp_seqio_reader_stopped(js->sr, s);
+}

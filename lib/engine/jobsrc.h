@@ -54,6 +54,9 @@ uint64_t kvp_jobsrc_total(const kvp_jobsrc *js);
 uint64_t kvp_jobsrc_skipped(const kvp_jobsrc *js);
 /* 1 when the input has been read to its end. */
 int kvp_jobsrc_read_all(const kvp_jobsrc *js);
+/* Whether the input was a KV stream whose producer was stopped before its
+ * own input was done (its STOP record, kvp(5)), with what it said in *s. */
+int kvp_jobsrc_input_stopped(const kvp_jobsrc *js, kvp_stop_rec *s);
 
 /* The requests of the prompts file at path that the filter (shard k of n,
  * done) keeps, read through once without tokenizing them: 0, or -1 when

@@ -557,6 +557,14 @@ int kvp_run_save_put(kvp_run_saver *sv, const kvp_gen_seq *s, const char *const 
     return rc;
 }
 
+int kvp_run_save_stopped(kvp_run_saver *sv, const kvp_stop_rec *s, kvp_err *err)
+{
+    int rc = kvp_write_stop(sv->w, s, err);
+    if (rc < 0)
+        kvp_run_save_abort(sv);
+    return rc;
+}
+
 int kvp_run_save_finish(kvp_run_saver *sv, uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err)
 {
     kvp_seqio_writer_counts(sv->sw, n_blocks, n_refs);

@@ -217,6 +217,9 @@ int kvp_run_save_open(kvp_run_saver *sv, kvp_run *r, const char *path, const cha
 /* put: s with its request's stop strings stop[n_stop] (the record carries
  * them, and rec.cache_salt, to the program that reads it). */
 int kvp_run_save_put(kvp_run_saver *sv, const kvp_gen_seq *s, const char *const *stop, size_t n_stop, kvp_err *err);
+/* stopped: the STOP record (kvp_stop_rec), for a job a signal ended before
+ * its input was done; then finish as usual. */
+int kvp_run_save_stopped(kvp_run_saver *sv, const kvp_stop_rec *s, kvp_err *err);
 int kvp_run_save_finish(kvp_run_saver *sv, uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err);
 void kvp_run_save_abort(kvp_run_saver *sv);
 

@@ -185,6 +185,8 @@ struct kvp_seqio_reader {
     int done;
     const char *what_file;    /* before the first sequence: what its records say the file is (NULL: a KV stream) */
     int skim;                 /* tensors skimmed until a sequence comes (note_record) */
+    int stopped;              /* a STOP record came: its producer was stopped (stop) */
+    kvp_stop_rec stop_rec;
 };
 
 /* The block of a partial-block reference, if the sequence that loaded it
@@ -306,6 +308,13 @@ void kvp_seqio_reader_free(kvp_seqio_reader *sr)
     hmap_free(&sr->ids);
     hmap_free(&sr->partial);
     free(sr);
+}
+
+int kvp_seqio_reader_stopped(const kvp_seqio_reader *sr, kvp_stop_rec *s)
+{
+    if (sr->stopped && s)
+        *s = sr->stop_rec;
+    return sr->stopped;
 }
 
 kvp_kvcache *kvp_seqio_reader_take_cache(kvp_seqio_reader *sr)
@@ -542,6 +551,12 @@ int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *out, const uint32
         if (rec.kind == KVP_KIND_KV_BLOCK || rec.kind == KVP_KIND_BLOCK_REF)
             return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: a KV block with no sequence before it", sr->name,
                                (unsigned long long)rec.index);
+        if (rec.kind == KVP_KIND_STOP) {
+            if (kvp_stop_decode(&rec, &sr->stop_rec, err) < 0)
+                return kvp_err_prefix(err, "%s", sr->name);
+            sr->stopped = 1;
+            continue;
+        }
         if (!sr->n_seqs)
             note_record(sr->r, &rec, &sr->what_file, &sr->skim);
     }

@@ -70,6 +70,9 @@ void kvp_seqio_reader_set_salt(kvp_seqio_reader *sr, uint64_t salt);
  * END is one. */
 int kvp_seqio_reader_next(kvp_seqio_reader *sr, kvp_seqio_seq *s, const uint32_t **tokens, kvp_err *err);
 /* The cache (NULL before the first sequence); the caller owns it after. */
+/* Whether the stream said its producer was stopped (a STOP record, read
+ * by now), and what it said in *s (may be NULL). */
+int kvp_seqio_reader_stopped(const kvp_seqio_reader *sr, kvp_stop_rec *s);
 kvp_kvcache *kvp_seqio_reader_take_cache(kvp_seqio_reader *sr);
 void kvp_seqio_reader_free(kvp_seqio_reader *sr);
 

@@ -46,6 +46,7 @@ const char *kvp_kind_name(uint32_t kind)
     case KVP_KIND_BLOCK_REF: return "block_ref";
     case KVP_KIND_SCORES: return "scores";
     case KVP_KIND_LOGPROBS: return "logprobs";
+    case KVP_KIND_STOP: return "stop";
     case KVP_KIND_END: return "end";
     default: return "unknown";
     }
@@ -579,6 +580,22 @@ int kvp_write_blockref(kvp_writer *w, const kvp_blockref_rec *r, kvp_err *err)
     kvp_buf_u64(&b, r->parent_hash);
     kvp_buf_u64(&b, r->hash);
     return finish_meta(w, &b, KVP_KIND_BLOCK_REF, NULL, 0, err);
+}
+
+/* Signals are 1..64 on Linux (SIGRTMAX); the record names one. */
+#define KVP_STOP_SIGNAL_MAX 64
+
+int kvp_write_stop(kvp_writer *w, const kvp_stop_rec *s, kvp_err *err)
+{
+    if (s->signal < 1 || s->signal > KVP_STOP_SIGNAL_MAX || (s->flags & ~KVP_STOP_INPUT_LEFT))
+        return kvp_err_set(err, KVP_EINVAL, "stop record: signal %u, flags 0x%x", s->signal, s->flags);
+    kvp_buf b;
+    kvp_buf_init(&b);
+    kvp_buf_u32(&b, s->signal);
+    kvp_buf_u32(&b, s->flags);
+    kvp_buf_u64(&b, s->written);
+    kvp_buf_u64(&b, s->left);
+    return finish_meta(w, &b, KVP_KIND_STOP, NULL, 0, err);
 }
 
 int kvp_writer_finish(kvp_writer *w, kvp_err *err)
@@ -1297,6 +1314,25 @@ int kvp_blockref_decode(const kvp_record *rec, kvp_blockref_rec *r, kvp_err *err
     r->hash = kvp_cur_u64(&c);
     if (c.bad || c.left || rec->data_size)
         return bad_field(rec, err, "block reference has the wrong size");
+    return 0;
+}
+
+int kvp_stop_decode(const kvp_record *rec, kvp_stop_rec *s, kvp_err *err)
+{
+    int rc = expect_kind(rec, KVP_KIND_STOP, err);
+    if (rc)
+        return rc;
+    kvp_cur c = kvp_cur_make(rec->meta, rec->meta_size);
+    s->signal = kvp_cur_u32(&c);
+    s->flags = kvp_cur_u32(&c);
+    s->written = kvp_cur_u64(&c);
+    s->left = kvp_cur_u64(&c);
+    if (c.bad || c.left || rec->data_size)
+        return bad_field(rec, err, "stop record has the wrong size");
+    if (s->signal < 1 || s->signal > KVP_STOP_SIGNAL_MAX)
+        return bad_field(rec, err, "stop record names no signal (1 to 64)");
+    if (s->flags & ~KVP_STOP_INPUT_LEFT)
+        return bad_field(rec, err, "stop record has unknown flags");
     return 0;
 }
 

@@ -40,6 +40,7 @@ typedef enum kvp_kind {
     KVP_KIND_BLOCK_REF = 6,
     KVP_KIND_SCORES = 7,     /* saved distributions: the binding (logprobs.h) */
     KVP_KIND_LOGPROBS = 8,   /* saved distributions: one window (logprobs.h) */
+    KVP_KIND_STOP = 9,       /* the producer was stopped before its input was done (kvp_stop_rec) */
     KVP_KIND_END = 15,
     KVP_KIND_MAX = 0xffff
 } kvp_kind;
@@ -50,7 +51,7 @@ typedef enum kvp_kind {
 
 /* Name of a kind ("tensor"); "unknown" for ids we do not know. */
 const char *kvp_kind_name(uint32_t kind);
-/* Whether this version defines a record kind (1..8, 15): kvp(5) has readers
+/* Whether this version defines a record kind (1..9, 15): kvp(5) has readers
  * skip any other, 0 included (the stream header's number, no record's). */
 int kvp_kind_known(uint32_t kind);
 
@@ -144,6 +145,18 @@ typedef struct kvp_blockref_rec {
     uint64_t hash;             /* names a KV_BLOCK earlier in the stream */
 } kvp_blockref_rec;
 
+/* A STOP record: the stream's producer (prefill on SIGINT or SIGTERM)
+ * stopped before its input was done.  The stream is whole (every sequence
+ * in it complete, then END), but it is not all that was asked for, which
+ * a reader down a pipe could not otherwise tell.  Written just before END. */
+#define KVP_STOP_INPUT_LEFT 0x1u /* the producer had not read all its input */
+typedef struct kvp_stop_rec {
+    uint32_t signal;  /* the signal that stopped it (2 SIGINT, 15 SIGTERM); 1..64 */
+    uint32_t flags;   /* KVP_STOP_INPUT_LEFT */
+    uint64_t written; /* sequences the stream holds */
+    uint64_t left;    /* sequences read and not finished */
+} kvp_stop_rec;
+
 typedef struct kvp_end_rec {
     uint64_t n_records;                 /* records before END */
     uint64_t count[KVP_KIND_COUNT];     /* by kind (unknown kinds >= 16 are not counted) */
@@ -193,6 +206,8 @@ int kvp_write_sequence(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *toke
 int kvp_write_kvblock(kvp_writer *w, const kvp_kvblock_rec *b, const uint32_t *tokens, const void *data,
                       const void *scales, kvp_err *err);
 int kvp_write_blockref(kvp_writer *w, const kvp_blockref_rec *r, kvp_err *err);
+/* A signal outside 1..64 or an unknown flag is KVP_EINVAL. */
+int kvp_write_stop(kvp_writer *w, const kvp_stop_rec *s, kvp_err *err);
 /* Write the END record.  The stream is complete only after this. */
 int kvp_writer_finish(kvp_writer *w, kvp_err *err);
 /* Bytes written so far, compressed-payload totals (for --summary-like reports). */
@@ -258,6 +273,7 @@ void kvp_seq_stops_free(char **stop, size_t n);
 int kvp_kvblock_decode(const kvp_record *rec, kvp_kvblock_rec *b, const uint8_t **tokens_le, const uint8_t **data,
                        const uint8_t **scales, kvp_err *err);
 int kvp_blockref_decode(const kvp_record *rec, kvp_blockref_rec *r, kvp_err *err);
+int kvp_stop_decode(const kvp_record *rec, kvp_stop_rec *s, kvp_err *err);
 int kvp_end_decode(const kvp_record *rec, kvp_end_rec *e, kvp_err *err);
 int kvp_meta_record_decode(const kvp_record *rec, kvp_meta *m, kvp_err *err);
 

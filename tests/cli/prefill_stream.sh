@@ -421,6 +421,26 @@ run kvdump --check "$T/term.kvp"
 expect_status 0 "the stream on stdout is whole (kvdump --check)"
 run kvdump --json "$T/term.kvp"
 expect_true "with both sequences" test "$(grep -c '"kind":"sequence"' "$OUT")" = 2
+# ... and says it was cut short (a STOP record before END, kvp(5)), which a
+# decode down the pipe reports after answering what the stream holds,
+# failing as prefill did; quantize --kv keeps the record
+expect_out_has '"kind":"stop",' "a STOP record"
+expect_out_has '"signal":15,"signal_text":"Terminated","written":2,"left":0,"input_left":true}' \
+    "naming SIGTERM, 2 written, input left"
+run kvdump "$T/term.kvp"
+expect_out_has "producer stopped by Terminated: 2 sequences written, 0 read and not finished, its input not read to the end" \
+    "kvdump says so"
+run decode -m "$M" -t 1 -n 2 --json "$T/term.kvp"
+expect_status 1 "decode of a stopped producer's stream exits 1"
+expect_true "after answering both sequences" test "$(grep -c '"finish_reason"' "$OUT")" = 2
+expect_err_has "term.kvp: the stream was cut short: its producer was stopped by Terminated after writing 2 sequences (0 read and not finished, the rest of its input not read)" \
+    "and says why"
+run_sh "quantize --kv fp8 <'$T/term.kvp' | decode -m '$M' -t 1 -n 2 --json"
+expect_status 1 "through quantize --kv fp8 too"
+expect_err_has "stdin: the stream was cut short" "the record kept by quantize --kv"
+run prefill -m "$M" -t 1 -p "Hi" -o "$T/whole.kvp"
+run kvdump --json "$T/whole.kvp"
+expect_true "a job that was not stopped writes no STOP record" sh -c "! grep -q '\"kind\":\"stop\"' '$OUT'"
 # mid-computation, to -o FILE: the file appears whole, every prompt that
 # finished in it, and no temporary file is left
 awk 'BEGIN { for (i = 0; i < 2000; i++)

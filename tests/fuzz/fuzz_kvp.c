@@ -69,6 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         kvp_seq_rec s;
         kvp_kvblock_rec b;
         kvp_blockref_rec br;
+        kvp_stop_rec st;
         kvp_end_rec e;
         kvp_meta m;
         const uint8_t *p1, *p2, *p3;
@@ -102,6 +103,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         case KVP_KIND_KV_BLOCK: kvp_kvblock_decode(&rec, &b, &p1, &p2, &p3, &err); break;
         case KVP_KIND_BLOCK_REF: kvp_blockref_decode(&rec, &br, &err); break;
+        case KVP_KIND_STOP: kvp_stop_decode(&rec, &st, &err); break;
         case KVP_KIND_END: kvp_end_decode(&rec, &e, &err); break;
         default: break;
         }

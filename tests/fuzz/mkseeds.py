@@ -52,6 +52,9 @@ fuzzer starts from deep inside the formats:
                       own max_tokens, OWN_MAX_TOKENS), not written here:
                         build/tests/test_stream --write-stops tests/fuzz/corpus/kvp/sequence-stops.kvp
                         build/tests/test_stream --write-int-id tests/fuzz/corpus/kvp/sequence-int-id.kvp
+                      a stream whose producer was stopped (a STOP record
+                      before END):
+                        build/tests/test_stream --write-stop tests/fuzz/corpus/kvp/stopped.kvp
                       and two rewrites of the sample (test_stream --rewrite): a
                       record of an unknown kind after the sequence record,
                       and a tensor written twice (refused):

@@ -85,7 +85,7 @@ typedef struct spec {
     int text_len;          /* >= 0: SCORES text length field as written (text bytes follow, up to it) */
     int scores_data;       /* SCORES: bytes of a data part */
     int scores_cut;        /* SCORES: meta bytes cut off its end */
-    int unknown_first;     /* records of kinds 9 and 40 before SCORES */
+    int unknown_first;     /* records of kinds 14 (reserved) and 40 before SCORES */
     int unknown_between;   /* a kind 41 record between windows 0 and 1 */
     int second_scores;     /* SCORES again after window 0 */
     int seq_first;         /* a SEQUENCE record first (a KV stream) */
@@ -275,7 +275,7 @@ static void raw_write(const char *path, const spec *sp)
         CHECK(kvp_write_sequence(w, &q, t, NULL, 0, &err) == 0);
     }
     if (sp->unknown_first) {
-        raw_unknown(w, 9, &err);
+        raw_unknown(w, 14, &err);
         raw_unknown(w, 40, &err);
     }
     raw_scores(w, sp, &err);

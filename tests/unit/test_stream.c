@@ -831,6 +831,82 @@ static void test_seq_stops(void)
     free(longest);
 }
 
+/* A stream whose producer was stopped: one sequence, then a STOP record
+ * (SIGTERM, 1 written, 2 read and not finished, input left), then END:
+ * the fuzz corpus's seed of it (main's --write-stop). */
+static int write_stop_seed(const char *path)
+{
+    kvp_out out;
+    kvp_err err = {0};
+    kvp_writer *w = NULL;
+    kvp_seq_rec s = {SEQ_VALID, .id = 1, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1};
+    snprintf(s.label, sizeof s.label, "done-1");
+    uint32_t tok[2] = {5, 6};
+    kvp_stop_rec st = {.signal = 15, .flags = KVP_STOP_INPUT_LEFT, .written = 1, .left = 2};
+    int rc = kvp_out_open(&out, path, &err), opened = rc == 0;
+    if (rc == 0 && (rc = kvp_writer_open(&w, &out, NULL, &err)) == 0 &&
+        (rc = kvp_write_sequence(w, &s, tok, NULL, 0, &err)) == 0 && (rc = kvp_write_stop(w, &st, &err)) == 0 &&
+        (rc = kvp_writer_finish(w, &err)) == 0)
+        rc = kvp_out_commit(&out, &err);
+    else if (opened)
+        kvp_out_abort(&out);
+    kvp_writer_free(w);
+    if (rc)
+        fprintf(stderr, "%s\n", err.msg);
+    return rc ? 1 : 0;
+}
+
+/* The STOP record: written, counted by END, read back field for field;
+ * the writer refuses a signal outside 1..64 and unknown flags, and the
+ * decoder refuses the same and a payload of any other size. */
+static void test_stop_record(void)
+{
+    const char *p = path_in_tmp("stop.kvp");
+    kvp_err err = {0};
+    CHECK(write_stop_seed(p) == 0);
+    kvp_in in;
+    kvp_reader *rd;
+    kvp_record rec;
+    CHECK(kvp_in_open(&in, p, &err) == 0);
+    CHECK(kvp_reader_open(&rd, &in, &err) == 0);
+    CHECK(kvp_reader_next(rd, &rec, &err) == 1 && rec.kind == KVP_KIND_SEQUENCE);
+    CHECK(kvp_reader_next(rd, &rec, &err) == 1 && rec.kind == KVP_KIND_STOP);
+    CHECK(kvp_kind_known(KVP_KIND_STOP) && strcmp(kvp_kind_name(KVP_KIND_STOP), "stop") == 0);
+    kvp_stop_rec st;
+    CHECK(kvp_stop_decode(&rec, &st, &err) == 0);
+    CHECK(st.signal == 15 && st.flags == KVP_STOP_INPUT_LEFT && st.written == 1 && st.left == 2);
+    uint8_t meta[24];
+    CHECK(rec.meta_size == sizeof meta);
+    memcpy(meta, rec.meta, sizeof meta);
+    kvp_record m = rec;
+    m.meta = meta;
+    m.meta_size = sizeof meta - 1;
+    CHECK(kvp_stop_decode(&m, &st, &err) == KVP_EFORMAT && strstr(err.msg, "wrong size"));
+    m.meta_size = sizeof meta;
+    meta[0] = 65;
+    CHECK(kvp_stop_decode(&m, &st, &err) == KVP_EFORMAT && strstr(err.msg, "no signal"));
+    meta[0] = 0;
+    CHECK(kvp_stop_decode(&m, &st, &err) == KVP_EFORMAT);
+    meta[0] = 2, meta[4] = 2;
+    CHECK(kvp_stop_decode(&m, &st, &err) == KVP_EFORMAT && strstr(err.msg, "unknown flags"));
+    CHECK(kvp_reader_next(rd, &rec, &err) == 1 && rec.kind == KVP_KIND_END);
+    kvp_end_rec e;
+    CHECK(kvp_end_decode(&rec, &e, &err) == 0 && e.count[KVP_KIND_STOP] == 1 && e.n_records == 2);
+    CHECK(kvp_reader_next(rd, &rec, &err) == 0);
+    kvp_reader_free(rd);
+    kvp_in_close(&in);
+
+    kvp_out out;
+    kvp_writer *w = NULL;
+    CHECK(kvp_out_open(&out, path_in_tmp("stop-bad.kvp"), &err) == 0);
+    CHECK(kvp_writer_open(&w, &out, NULL, &err) == 0);
+    kvp_stop_rec bad[] = {{.signal = 0}, {.signal = 65}, {.signal = 2, .flags = 2}};
+    for (size_t i = 0; w && i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_MSG(kvp_write_stop(w, &bad[i], &err) == KVP_EINVAL, "bad stop record %zu written", i);
+    kvp_writer_free(w);
+    kvp_out_abort(&out);
+}
+
 /* The sequence flags: an integer id (LABEL_INT) written, read back, and
  * refused where a stream could lie (an unknown bit, a label that is not
  * digits); a record without flags is byte for byte what it was before
@@ -1327,6 +1403,9 @@ int main(int argc, char **argv)
     /* `test_stream --write-stops FILE`: tests/fuzz/corpus/kvp/sequence-stops.kvp */
     if (argc >= 3 && strcmp(argv[1], "--write-stops") == 0)
         return write_stops_seed(argv[2]);
+    /* `test_stream --write-stop FILE`: tests/fuzz/corpus/kvp/stopped.kvp */
+    if (argc >= 3 && strcmp(argv[1], "--write-stop") == 0)
+        return write_stop_seed(argv[2]);
     if (argc >= 5 && strcmp(argv[1], "--rewrite") == 0)
         return rewrite(argv[2], argv[3], argv[4]);
     /* `test_stream --write-int-id FILE`: tests/fuzz/corpus/kvp/sequence-int-id.kvp */
@@ -1354,6 +1433,7 @@ int main(int argc, char **argv)
     test_version_and_garbage();
     test_writer_validation();
     test_seq_stops();
+    test_stop_record();
     test_seq_flags();
     test_seq_fields();
     test_dup_tensor_names();
