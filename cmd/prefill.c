@@ -189,6 +189,8 @@ static int perplexity_mode(kvp_runopts *o, const char *text, kvp_ppl_opts *po, i
         kvp_cli_usage_error("--save-logits, --save-top, --full and --kld go with --perplexity TEXT");
     if (o->prompt || o->file || o->tokens || o->chat)
         kvp_cli_usage_error("--perplexity scores a text file; it takes no prompts (-p, -f, --tokens, --chat)");
+    if (o->n_stop) /* nothing is generated: it would be ignored */
+        kvp_cli_usage_error("--stop goes with a prefill job (its stream carries it), not --perplexity");
     if ((full || save_top_set) && !po->save_path)
         kvp_cli_usage_error("--save-top and --full choose what --save-logits saves");
     if (full && save_top_set)
@@ -576,6 +578,8 @@ int main(int argc, char **argv)
     int n_in = (o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL);
     if (tokenize && resume)
         kvp_cli_usage_error("--tokenize takes prompts, not --resume");
+    if (tokenize && o.n_stop) /* nothing is generated or written: it would be ignored */
+        kvp_cli_usage_error("--stop goes with a prefill job (its stream carries it), not --tokenize");
     if (tokenize && n_in == 0)
         o.file = "-";
     else if (n_in != 1)

@@ -12,6 +12,9 @@ expect_status 2 "--kld without --perplexity"
 expect_err_has "go with --perplexity TEXT" "says what they go with"
 run prefill -m x.gguf --perplexity x.txt --full
 expect_status 2 "--full without --save-logits"
+run prefill -m x.gguf --perplexity x.txt --stop x
+expect_status 2 "--stop with --perplexity (nothing generated, it would be ignored)"
+expect_err_has "--stop goes with a prefill job (its stream carries it), not --perplexity" "said so"
 run prefill -m x.gguf --perplexity x.txt --save-logits b.kvp --kld b.kvp
 expect_status 2 "--save-logits with --kld"
 run prefill -m x.gguf --perplexity x.txt -p hello

@@ -8,6 +8,9 @@ expect_status 2 "--tokenize without a model is a usage error"
 expect_err_has "no model" "names what is missing"
 run prefill --tokenize --resume x.kvp -m x.gguf -p hi
 expect_status 2 "--tokenize with --resume is a usage error"
+run prefill --tokenize -m x.gguf -p hi --stop x
+expect_status 2 "--tokenize with --stop is a usage error (nothing generated, it would be ignored)"
+expect_err_has "--stop goes with a prefill job (its stream carries it), not --tokenize" "said so"
 run prefill --help
 expect_out_has "--tokenize" "--help lists --tokenize"
 expect_out_has "--no-special" "--help lists --no-special"
