@@ -13,6 +13,7 @@
 #include "tpcost.h"
 #include "tpmodel.h"
 
+#include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -561,8 +562,8 @@ static _Noreturn void usage_after_init(int rank, const char *msg)
 
 /* The sweep's sizes depend on the rank count (each is rounded to whole
  * blocks a rank), so they are checked once MPI is up, yet before any
- * output: a size past MPI's int counts, or too many rows, is a usage
- * error like -b and -e themselves. */
+ * output: a size past the backend's counts (MPI's are int, NCCL's size_t),
+ * or too many rows, is a usage error like -b and -e themselves. */
 static void check_sizes(const kvp_cb_opts *cb, int rank, int n)
 {
     kvp_err err = {0};
@@ -591,8 +592,11 @@ int main(int argc, char **argv)
         snprintf(msg, sizeof msg, "-r %d: the job has %d rank%s", o.cb.root, n, n == 1 ? "" : "s");
         usage_after_init(rank, msg);
     }
-    if (!o.model)
+    if (!o.model) {
+        /* the counts of the backend the sweep will run on (MPI's are int) */
+        o.cb.max_count = strcmp(o.backend, "nccl") ? INT_MAX : KVP_CB_NCCL_MAX_COUNT;
         check_sizes(&o.cb, rank, n);
+    }
     if (o.model && n > 1 && (uint32_t)n != o.tp) {
         snprintf(msg, sizeof msg, "--tp %u in a job of %d ranks: measure with mpirun -np %u, or run alone to "
                  "model only", o.tp, n, o.tp);

@@ -46,18 +46,21 @@ int kvp_cb_sizes(const kvp_cb_opts *o, int n, uint64_t *sizes, int max, kvp_err 
         return kvp_err_set(err, KVP_EINVAL, "step factor %g never grows the size (use -f > 1 or -i)",
                            o->step_factor);
     size_t es = kvp_cb_dtype_size(o->dtype);
+    uint64_t lim = o->max_count ? o->max_count : INT_MAX;
     int k = 0;
     /* From 1 byte at least: 0 x a factor would never grow.  b grows every
-     * turn until the loop ends or a size passes INT_MAX elements (returns),
-     * so it stays far below 2^53, where b + step would stop growing. */
+     * turn until the loop ends or a size passes lim elements (returns; lim
+     * is at most 2^40), so it stays far below 2^53, where b + step would
+     * stop growing. */
     for (double b = o->min_bytes ? (double)o->min_bytes : 1.0; b <= (double)o->max_bytes;
          b = o->step_bytes ? b + (double)o->step_bytes : b * o->step_factor) {
-        /* UINT64_MAX: past 2^62, where the cast could overflow, and far past INT_MAX elements */
+        /* UINT64_MAX: past 2^62, where the cast could overflow, and far past lim elements */
         uint64_t s = b < 0x1p62 ? round_size(o->op, n, o->dtype, (uint64_t)b) : UINT64_MAX;
-        if (s / es > INT_MAX)
-            return kvp_err_set(err, KVP_ELIMIT,
-                               "%.0f bytes is over %d %s elements (MPI counts are int): sizes go up to %llu bytes",
-                               b, INT_MAX, kvp_cb_dtype_name(o->dtype), (unsigned long long)INT_MAX * es);
+        if (s / es > lim)
+            return kvp_err_set(err, KVP_ELIMIT, "%.0f bytes is over %llu %s elements (%s): sizes go up to %llu bytes",
+                               b, (unsigned long long)lim, kvp_cb_dtype_name(o->dtype),
+                               lim == INT_MAX ? "MPI counts are int" : "one call's limit",
+                               (unsigned long long)(lim * es));
         /* rounded down below -b (or to nothing): not a size asked for */
         if (s == 0 || s < o->min_bytes || (k > 0 && sizes[k - 1] == s))
             continue;
@@ -274,7 +277,9 @@ int kvp_cb_run(kvp_comm *cm, kvp_cb_backend *be, const kvp_cb_opts *o,
     uint64_t *sizes = malloc(KVP_CB_MAX_SIZES * sizeof *sizes);
     if (!sizes)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
-    int k = kvp_cb_sizes(o, n, sizes, KVP_CB_MAX_SIZES, err), rc = k < 0 ? k : 0;
+    kvp_cb_opts ob = *o; /* the sizes this backend's counts reach */
+    ob.max_count = be->max_count;
+    int k = kvp_cb_sizes(&ob, n, sizes, KVP_CB_MAX_SIZES, err), rc = k < 0 ? k : 0;
     bufs m = {0};
     if (rc == 0 && k > 0)
         rc = bufs_alloc(be, (size_t)sizes[k - 1], &m, err);
@@ -315,8 +320,10 @@ int kvp_cb_time_phases(kvp_comm *cm, kvp_cb_backend *be, int dtype, kvp_cb_phase
     double acc[MAX_PHASES + 1] = {0}, junk[MAX_PHASES] = {0};
     for (int p = 0; rc == 0 && p < nph; p++) {
         size_t unit = kvp_cb_count_unit(ph[p].op, n), count = (ph[p].count + unit - 1) / unit * unit;
-        if (count > INT_MAX)
-            rc = kvp_err_set(err, KVP_ELIMIT, "%zu elements: over MPI's int counts", count);
+        uint64_t lim = be->max_count ? be->max_count : INT_MAX;
+        if (count > lim)
+            rc = kvp_err_set(err, KVP_ELIMIT, "%zu elements: over the %s backend's %llu a call", count, be->name,
+                             (unsigned long long)lim);
         else if ((rc = bufs_alloc(be, count * kvp_cb_dtype_size(dtype), &m[p], err)) == 0) {
             call_init(&calls[p], ph[p].op, dtype, KVP_CB_REDOP_SUM, 0, n, count);
             calls[p].send = m[p].a;

@@ -122,7 +122,12 @@ typedef struct kvp_cb_backend {
     int (*time)(void *state, kvp_cb_call *call, int iters, double *seconds, kvp_err *err);
     void (*close)(void *state);
     unsigned no_in_place; /* bit op: ops this backend cannot run in place (shown N/A) */
+    uint64_t max_count;   /* elements one call may take: INT_MAX for MPI, KVP_CB_NCCL_MAX_COUNT for NCCL */
 } kvp_cb_backend;
+
+/* NCCL's counts are size_t: no limit of its own short of the GPU's memory,
+ * which this (2^40 elements, 4 TiB of floats) is far past. */
+#define KVP_CB_NCCL_MAX_COUNT ((uint64_t)1 << 40)
 
 /* Open a backend over the ranks of c: "mpi" (also a world of one without
  * MPI) or "nccl" (one GPU a rank; fails with "no CUDA device" without one,
@@ -146,6 +151,8 @@ typedef struct kvp_cb_opts {
     int iters, warmup;
     int check;             /* count wrong elements (-c 1, the default) */
     int in_place_only;     /* -z */
+    uint64_t max_count;    /* elements a size may hold: 0 is MPI's INT_MAX (its counts are int); the
+                            * backend's own in kvp_cb_run (kvp_cb_backend.max_count) */
 } kvp_cb_opts;
 
 void kvp_cb_opts_init(kvp_cb_opts *o); /* all_reduce float sum root 0, 8 B..8 MiB x2, 20 iters, 5 warmup, check */

@@ -10,6 +10,7 @@
 #include "collbench.h"
 #include "comm.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,6 +253,7 @@ int kvp_cb_mpi_open(kvp_comm *c, kvp_cb_backend *b, kvp_err *err)
     }
 #endif
     *b = (kvp_cb_backend){.name = "mpi", .state = s, .alloc = host_alloc, .release = host_release,
-                          .put = host_copy, .get = host_copy, .time = mpi_time, .close = mpi_close};
+                          .put = host_copy, .get = host_copy, .time = mpi_time, .close = mpi_close,
+                          .max_count = INT_MAX};
     return 0;
 }

@@ -71,6 +71,11 @@ else
     if grep -qE "no CUDA device|built without NCCL" "$ERR"; then pass "and says why"
     else fail "--backend nccl: no clear reason"; fi
     expect_err_has "tpbench: rank 0: " "the error names the rank"
+    # NCCL's counts are size_t: 16 GiB of floats (2^32 elements) passes the
+    # size check that MPI's int counts fail, and meets the GPU check instead
+    run tpbench --backend nccl -b 16G -e 16G
+    expect_status 1 "--backend nccl -b 16G: past MPI's limit, not NCCL's"
+    expect_err_lacks "float elements" "no size error for NCCL"
 fi
 
 # ---- the model, alone: modeled only ----

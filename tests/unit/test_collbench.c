@@ -84,6 +84,19 @@ static void test_counts_and_sizes(void)
     CHECK(k == 7 && sz[0] == 4 && sz[6] == 256);
     o.step_factor = 1.0;
     CHECK(kvp_cb_sizes(&o, 2, sz, 64, &err) == KVP_EINVAL);
+    /* 16 GiB of floats (2^32 elements): past MPI's int counts (the default
+     * limit), within NCCL's size_t ones */
+    o.step_factor = 2.0;
+    o.min_bytes = o.max_bytes = (uint64_t)16 << 30;
+    CHECK(kvp_cb_sizes(&o, 2, sz, 64, &err) == KVP_ELIMIT);
+    CHECK_MSG(strstr(err.msg, "over 2147483647 float elements (MPI counts are int)"), "%s", err.msg);
+    o.max_count = KVP_CB_NCCL_MAX_COUNT;
+    k = kvp_cb_sizes(&o, 2, sz, 64, &err);
+    CHECK(k == 1 && sz[0] == (uint64_t)16 << 30);
+    o.min_bytes = o.max_bytes = (uint64_t)1 << 43; /* 2^41 floats: past it too */
+    CHECK(kvp_cb_sizes(&o, 2, sz, 64, &err) == KVP_ELIMIT);
+    CHECK_MSG(strstr(err.msg, "(one call's limit)"), "%s", err.msg);
+    o.max_count = 0;
     /* sizes round down, never out of -b .. -e: 5..7 bytes hold no float
      * past 5, 3 bytes none at all, 4 bytes of all_gather over 3 ranks no
      * 12-byte unit */
