@@ -225,10 +225,16 @@ static void mm_task(void *ctxp, int task, int thread)
     }
     const uint8_t *w0 = b.w;
     const float *sc0 = b.sc, *zp0 = b.zp;
-    for (uint32_t t = t0; t < t1; t += b.nt) { /* t0 is a multiple of T */
+    /* f16 and bf16 tiles on a float_groups table: the task's full groups
+     * in one call, so each chunk of weights is widened once for all */
+    int groups = c->k->float_groups && c->tiles && !c->quant && !c->rowbuf &&
+                 (w->dtype == KVP_DTYPE_F16 || w->dtype == KVP_DTYPE_BF16);
+    b.xt_stride = c->tile_bytes;
+    for (uint32_t t = t0; t < t1; t += b.nt * b.ng) { /* t0 is a multiple of T */
         const kvp_q8blk *xq[KVP_AMX_TOK];
         const float *xf[KVP_AMX_TOK];
         b.nt = t1 - t < T ? t1 - t : T;
+        b.ng = groups && b.nt == T ? (t1 - t) / T : 1;
         for (uint32_t i = 0; i < b.nt; i++) {
             xq[i] = c->quant ? c->xq + (size_t)(t + i) * nb : NULL;
             xf[i] = c->x + (size_t)(t + i) * w->n_in;

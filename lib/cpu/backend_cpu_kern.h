@@ -90,6 +90,11 @@ typedef struct kvp_mm_blk {
     uint32_t nr, nt;
     float *y;
     size_t ldy;
+    /* float_groups kernels: ng (> 1) full groups of tile_tok tokens, group
+     * g's tile at xt + g * xt_stride bytes, its rows and outputs the next
+     * tokens' (0 or 1: the one group above) */
+    uint32_t ng;
+    size_t xt_stride;
 } kvp_mm_blk;
 typedef void (*kvp_mm_fn)(const kvp_mm_blk *b);
 
@@ -170,6 +175,7 @@ typedef struct kvp_cpu_kernels {
     /* Float matmuls (f32, f16, bf16) of more than 2 tokens read a float
      * tile (kvp_cpu_f32_tile_put) as xt, beside xf (the wide runs). */
     int float_tile;
+    int float_groups;      /* mm_f16 and mm_bf16 take a task's full groups at once (kvp_mm_blk.ng) */
 } kvp_cpu_kernels;
 
 extern const kvp_cpu_kernels kvp_cpu_kernels_portable;
