@@ -756,6 +756,18 @@ static void test_writer_validation(void)
 /* A sequence's cache salt and stop strings: written, read back, and each
  * way their bytes can be wrong refused; a record from before them (ending
  * at the two times) reads as none. */
+/* File p opened to read, its first record (which must be a sequence) in
+ * *rec: the reader (checked; NULL when it could not be opened). */
+static kvp_reader *open_at_sequence(const char *p, kvp_in *in, kvp_record *rec)
+{
+    kvp_err err = {0};
+    kvp_reader *rd = NULL;
+    CHECK(kvp_in_open(in, p, &err) == 0);
+    CHECK(kvp_reader_open(&rd, in, &err) == 0);
+    CHECK(rd && kvp_reader_next(rd, rec, &err) == 1 && rec->kind == KVP_KIND_SEQUENCE);
+    return rd;
+}
+
 static void test_seq_stops(void)
 {
     const char *p = path_in_tmp("stops.kvp");
@@ -784,11 +796,8 @@ static void test_seq_stops(void)
     CHECK(kvp_out_commit(&out, &err) == 0);
 
     kvp_in in;
-    kvp_reader *rd;
     kvp_record rec;
-    CHECK(kvp_in_open(&in, p, &err) == 0);
-    CHECK(kvp_reader_open(&rd, &in, &err) == 0);
-    CHECK(kvp_reader_next(rd, &rec, &err) == 1 && rec.kind == KVP_KIND_SEQUENCE);
+    kvp_reader *rd = open_at_sequence(p, &in, &rec);
     kvp_seq_rec r;
     const uint32_t *t;
     char **v;
@@ -865,11 +874,10 @@ static void test_stop_record(void)
     kvp_err err = {0};
     CHECK(write_stop_seed(p) == 0);
     kvp_in in;
-    kvp_reader *rd;
     kvp_record rec;
-    CHECK(kvp_in_open(&in, p, &err) == 0);
-    CHECK(kvp_reader_open(&rd, &in, &err) == 0);
-    CHECK(kvp_reader_next(rd, &rec, &err) == 1 && rec.kind == KVP_KIND_SEQUENCE);
+    kvp_reader *rd = open_at_sequence(p, &in, &rec);
+    if (!rd)
+        return;
     CHECK(kvp_reader_next(rd, &rec, &err) == 1 && rec.kind == KVP_KIND_STOP);
     CHECK(kvp_kind_known(KVP_KIND_STOP) && strcmp(kvp_kind_name(KVP_KIND_STOP), "stop") == 0);
     kvp_stop_rec st;
