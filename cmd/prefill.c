@@ -234,8 +234,7 @@ typedef struct pf_job {
 static int stopped_by(const kvp_err *err) { return err->code == KVP_EINTR && kvp_stopsig_caught(); }
 
 /* Between prompts: 1 when a stop signal came, the job noted as stopped.
- * The prompt in progress when it came is finished and written first, as
- * decode finishes its step: prefill's step is a prompt. */
+ * (Inside a prompt the engine stops at its next chunk: prefill_one.) */
 static int stop_now(pf_job *j)
 {
     if (kvp_stopsig_caught())
@@ -294,10 +293,20 @@ static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t
             kvp_err_set(&err, KVP_EINVAL, "%u tokens are more than the model's context of %u", len, n_ctx);
         fail(j, &err, where);
     }
+    /* a stop signal ends the prompt at its next chunk: dropped, counted
+     * as read and not finished, the sequences before it written whole */
+    kvp_engine_set_cancel(r->engine, kvp_stopsig_flag());
     if ((s->handle < 0 && (s->handle = kvp_kvcache_seq_new(r->kc, &err)) < 0) ||
         (salt && kvp_kvcache_seq_set_salt(r->kc, s->handle, salt, &err) < 0) ||
-        kvp_gen_prefill(r->engine, r->kc, s, ids, len, &j->go, j->logits, &err) < 0)
-        fail(j, &err, where);
+        kvp_gen_prefill(r->engine, r->kc, s, ids, len, &j->go, j->logits, &err) < 0) {
+        if (!stopped_by(&err))
+            fail(j, &err, where);
+        kvp_kvcache_seq_free(r->kc, s->handle);
+        s->handle = -1;
+        j->stopped = 1;
+        j->left++;
+        return;
+    }
     s->rec.first_ns = kvp_gen_wall_ns();
     if (kvp_run_save_put(&j->sv, s, stop, n_stop, &err) < 0) {
         if (where && where[0])

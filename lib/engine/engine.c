@@ -599,6 +599,8 @@ uint32_t kvp_engine_n_vocab(const kvp_engine *e) { return e->m->cfg.n_vocab; }
 
 uint32_t kvp_engine_n_embd(const kvp_engine *e) { return e->m->cfg.n_embd; }
 
+void kvp_engine_set_cancel(kvp_engine *e, const volatile sig_atomic_t *flag) { e->cancel = e->world ? NULL : flag; }
+
 int kvp_engine_prefill(kvp_engine *e, int seq, const uint32_t *tokens, uint32_t n, uint32_t chunk, float *last_logits,
                        kvp_err *err)
 {
@@ -614,6 +616,8 @@ int kvp_engine_prefill(kvp_engine *e, int seq, const uint32_t *tokens, uint32_t 
         done = (uint32_t)got;
     }
     while (done < n) {
+        if (e->cancel && *e->cancel)
+            return kvp_err_set(err, KVP_EINTR, "stopped after %u of the prompt's %u tokens", done, n);
         uint32_t k = n - done < chunk ? n - done : chunk;
         int last = done + k == n;
         kvp_step_seq s = {.seq = seq, .tokens = tokens + done, .n_tokens = k,

@@ -15,6 +15,7 @@
 #include "kvcache.h"
 #include "model.h"
 
+#include <signal.h>
 #include <stdint.h>
 
 enum kvp_logits_want {
@@ -84,6 +85,12 @@ int kvp_engine_project(kvp_engine *e, const float *h, uint32_t R, float *logits,
  * may be NULL) gets the last token's row.  0 or a code. */
 int kvp_engine_prefill(kvp_engine *e, int seq, const uint32_t *tokens, uint32_t n, uint32_t chunk, float *last_logits,
                        kvp_err *err);
+/* While *flag is nonzero, kvp_engine_prefill stops before its next chunk
+ * with KVP_EINTR (the sequence holds the chunks done; the caller drops
+ * it): a stop signal (stopsig.h) ends a long prompt within a chunk, not
+ * at its end.  NULL: never.  One process only (no --tp / --pp: the
+ * workers would be left mid-prompt); ignored there. */
+void kvp_engine_set_cancel(kvp_engine *e, const volatile sig_atomic_t *flag);
 
 /* ---- tensor and pipeline parallelism (lib/engine/tp.c) ----
  * The ranks of a job (world) are pp pipeline stages of tp ranks each:

@@ -8,6 +8,8 @@
 #include "engine.h"
 #include "tpmsg.h"
 
+#include <signal.h>
+
 struct kvp_engine {
     const kvp_model *m;
     kvp_backend *be;
@@ -52,6 +54,7 @@ struct kvp_engine {
     uint32_t *copies, n_copies, cap_copies; /* the driver's block copies since the last step: [n][2] */
     int copies_lost;       /* a copy could not be recorded (out of memory) */
     uint32_t *n_table;     /* the driver's [cap_seqs] table lengths */
+    const volatile sig_atomic_t *cancel; /* kvp_engine_set_cancel */
 };
 
 /* Point-to-point tags between pipeline stages. */

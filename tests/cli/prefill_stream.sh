@@ -463,6 +463,33 @@ expect_status 0 "-o FILE is written, whole (kvdump --check)"
 run kvdump --json "$T/many.kvp"
 expect_true "with the $n sequences" test "$(grep -c '"kind":"sequence"' "$OUT")" = "$n"
 if ls "$T"/many.kvp.tmp.* >/dev/null 2>&1; then fail "a temporary file was left"; else pass "no temporary file left"; fi
+# inside a long prompt: it stops at its next chunk (512 tokens), the prompt
+# dropped and counted as read and not finished; before, the whole prompt
+# (here some 8,000 tokens, seconds) was computed first
+awk 'BEGIN { s = ""; for (i = 0; i < 4000; i++) s = s " green apple"; printf "{\"id\":\"long\",\"prompt\":\"%s\"}\n", s }' \
+    >"$T/long.jsonl"
+rm -f "$T/fifo"
+mkfifo "$T/fifo"
+prefill -m "$M" -t 1 -f - --stats -o "$T/long.kvp" <"$T/fifo" 2>"$T/long.err" &
+pid=$!
+exec 7>"$T/fifo"
+printf '{"id":"short","prompt":"One"}\n' >&7
+i=0
+while ! grep -qs 'sequence 0 short' "$T/long.err" && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+cat "$T/long.jsonl" >&7
+sleep 1
+kill -TERM $pid
+wait_exit $pid "prefill, SIGTERM inside a long prompt"
+exec 7>&-
+rm -f "$T/fifo"
+LAST_CMD="prefill -f FIFO -o long.kvp, SIGTERM a second into an 8,000-token prompt"
+expect_status 143 "prefill: SIGTERM inside a long prompt exits 143"
+expect_true "the long prompt is dropped, not finished first" grep -q \
+    "^prefill: stopped by Terminated: 1 sequences written, 1 read and not finished, the rest of the input not read yet$" \
+    "$T/long.err"
+run kvdump --json "$T/long.kvp"
+expect_true "the stream holds the short prompt alone" test "$(grep -c '"kind":"sequence"' "$OUT")" = 1
+expect_out_has '"written":1,"left":1,"input_left":true}' "and its STOP record says so"
 # before any prompt (a FIFO no writer has opened yet): a stream of none
 rm -f "$T/fifo"
 mkfifo "$T/fifo"
