@@ -822,6 +822,38 @@ static void test_tiny(const char *dir, int wtype, int tied, uint32_t n_head, uin
 
 /* Prefix sharing: a second prompt with the same start computes only its tail,
  * and its logits equal a private computation. */
+/* kvp_engine_set_cancel: a raised flag stops a prompt before its next
+ * chunk with KVP_EINTR (before the first here: nothing computed), a
+ * lowered one or none lets it run. */
+static void test_prefill_cancel(const char *dir)
+{
+    tiny_cfg c = {.n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2, .n_vocab = 64,
+                  .wtype = KVP_DTYPE_Q8_0, .tied = 1};
+    char path[512];
+    rig r;
+    if (tiny_open(&r, dir, "tiny_cancel.gguf", &c, KVP_DTYPE_F16, 32, 4, path) < 0)
+        return;
+    kvp_err err = {0};
+    uint32_t a[14];
+    for (int i = 0; i < 14; i++)
+        a[i] = (uint32_t)(i * 5 + 2) % 64;
+    float la[64];
+    volatile sig_atomic_t flag = 1;
+    int s = kvp_kvcache_seq_new(r.kc, &err);
+    kvp_engine_set_cancel(r.e, &flag);
+    CHECK_EQ_I64(kvp_engine_prefill(r.e, s, a, 14, 4, la, &err), KVP_EINTR);
+    CHECK_MSG(strstr(err.msg, "stopped after 0 of the prompt's 14 tokens") != NULL, "%s", err.msg);
+    CHECK_EQ_U64(kvp_kvcache_seq_len(r.kc, s), 0);
+    flag = 0;
+    CHECK(kvp_engine_prefill(r.e, s, a, 14, 4, la, &err) == 0 && kvp_kvcache_seq_len(r.kc, s) == 14);
+    flag = 1;
+    kvp_engine_set_cancel(r.e, NULL);
+    int s2 = kvp_kvcache_seq_new(r.kc, &err);
+    CHECK(kvp_engine_prefill(r.e, s2, a, 14, 4, la, &err) == 0 && kvp_kvcache_seq_len(r.kc, s2) == 14);
+    rig_close(&r);
+    unlink(path);
+}
+
 static void test_prefix_sharing(const char *dir)
 {
     tiny_cfg c = {.n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2, .n_vocab = 64,
@@ -1951,7 +1983,8 @@ int main(void)
     test_smollm2_ct(dir, "w4a16-g64", 1e-1);
     test_smollm2_ct(dir, "w8a8-int8", 1e-1);
     test_smollm2_ct(dir, "fp8", 1e-4);
-    test_rope(); /* last: it draws from frand() */
+    test_rope(); /* it draws from frand(): after the tests whose weights were drawn before it */
+    test_prefill_cancel(dir); /* after them all too: its tiny model draws its weights */
     rmdir(dir);
     return unit_done();
 }
