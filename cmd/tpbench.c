@@ -13,7 +13,6 @@
 #include "tpcost.h"
 #include "tpmodel.h"
 
-#include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -593,8 +592,7 @@ int main(int argc, char **argv)
         usage_after_init(rank, msg);
     }
     if (!o.model) {
-        /* the counts of the backend the sweep will run on (MPI's are int) */
-        o.cb.max_count = strcmp(o.backend, "nccl") ? INT_MAX : KVP_CB_NCCL_MAX_COUNT;
+        o.cb.max_count = kvp_cb_backend_max_count(o.backend); /* the counts of the backend it will run on */
         check_sizes(&o.cb, rank, n);
     }
     if (o.model && n > 1 && (uint32_t)n != o.tp) {

@@ -40,6 +40,11 @@ static uint64_t round_size(int op, int n, int dtype, uint64_t bytes)
     return bytes / unit * unit;
 }
 
+uint64_t kvp_cb_backend_max_count(const char *name)
+{
+    return strcmp(name, "nccl") == 0 ? KVP_CB_NCCL_MAX_COUNT : INT_MAX;
+}
+
 int kvp_cb_sizes(const kvp_cb_opts *o, int n, uint64_t *sizes, int max, kvp_err *err)
 {
     if (o->step_bytes == 0 && !(o->step_factor > 1.0))

@@ -128,6 +128,9 @@ typedef struct kvp_cb_backend {
 /* NCCL's counts are size_t: no limit of its own short of the GPU's memory,
  * which this (2^40 elements, 4 TiB of floats) is far past. */
 #define KVP_CB_NCCL_MAX_COUNT ((uint64_t)1 << 40)
+/* The elements one call of backend `name` ("mpi", "nccl") may take, known
+ * before it opens (tpbench checks its sizes first): MPI's counts are int. */
+uint64_t kvp_cb_backend_max_count(const char *name);
 
 /* Open a backend over the ranks of c: "mpi" (also a world of one without
  * MPI) or "nccl" (one GPU a rank; fails with "no CUDA device" without one,

@@ -10,7 +10,6 @@
 #include "collbench.h"
 #include "comm.h"
 
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,6 +253,6 @@ int kvp_cb_mpi_open(kvp_comm *c, kvp_cb_backend *b, kvp_err *err)
 #endif
     *b = (kvp_cb_backend){.name = "mpi", .state = s, .alloc = host_alloc, .release = host_release,
                           .put = host_copy, .get = host_copy, .time = mpi_time, .close = mpi_close,
-                          .max_count = INT_MAX};
+                          .max_count = kvp_cb_backend_max_count("mpi")};
     return 0;
 }

@@ -269,7 +269,7 @@ int kvp_cb_nccl_open(kvp_comm *c, kvp_cb_backend *b, kvp_err *err)
     /* sending and receiving one buffer at once would race: no in-place alltoall */
     *b = (kvp_cb_backend){.name = "nccl", .state = s, .alloc = dev_alloc, .release = dev_release, .put = dev_put,
                           .get = dev_get, .time = nccl_time, .close = nccl_close,
-                          .no_in_place = 1u << KVP_CB_OP_ALLTOALL, .max_count = KVP_CB_NCCL_MAX_COUNT};
+                          .no_in_place = 1u << KVP_CB_OP_ALLTOALL, .max_count = kvp_cb_backend_max_count("nccl")};
     return 0;
 }
 

@@ -582,13 +582,22 @@ int kvp_write_blockref(kvp_writer *w, const kvp_blockref_rec *r, kvp_err *err)
     return finish_meta(w, &b, KVP_KIND_BLOCK_REF, NULL, 0, err);
 }
 
-/* Signals are 1..64 on Linux (SIGRTMAX); the record names one. */
-#define KVP_STOP_SIGNAL_MAX 64
+/* What is wrong with a STOP record's fields (writer and reader alike), or
+ * NULL: signals are 1..64 on Linux (SIGRTMAX), one flag is defined. */
+static const char *stop_fields_bad(const kvp_stop_rec *s)
+{
+    if (s->signal < 1 || s->signal > 64)
+        return "stop record names no signal (1 to 64)";
+    if (s->flags & ~KVP_STOP_INPUT_LEFT)
+        return "stop record has unknown flags";
+    return NULL;
+}
 
 int kvp_write_stop(kvp_writer *w, const kvp_stop_rec *s, kvp_err *err)
 {
-    if (s->signal < 1 || s->signal > KVP_STOP_SIGNAL_MAX || (s->flags & ~KVP_STOP_INPUT_LEFT))
-        return kvp_err_set(err, KVP_EINVAL, "stop record: signal %u, flags 0x%x", s->signal, s->flags);
+    const char *bad = stop_fields_bad(s);
+    if (bad)
+        return kvp_err_set(err, KVP_EINVAL, "%s (signal %u, flags 0x%x)", bad, s->signal, s->flags);
     kvp_buf b;
     kvp_buf_init(&b);
     kvp_buf_u32(&b, s->signal);
@@ -1329,11 +1338,8 @@ int kvp_stop_decode(const kvp_record *rec, kvp_stop_rec *s, kvp_err *err)
     s->left = kvp_cur_u64(&c);
     if (c.bad || c.left || rec->data_size)
         return bad_field(rec, err, "stop record has the wrong size");
-    if (s->signal < 1 || s->signal > KVP_STOP_SIGNAL_MAX)
-        return bad_field(rec, err, "stop record names no signal (1 to 64)");
-    if (s->flags & ~KVP_STOP_INPUT_LEFT)
-        return bad_field(rec, err, "stop record has unknown flags");
-    return 0;
+    const char *bad = stop_fields_bad(s);
+    return bad ? bad_field(rec, err, bad) : 0;
 }
 
 int kvp_end_decode(const kvp_record *rec, kvp_end_rec *e, kvp_err *err)
