@@ -444,7 +444,6 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
 static void test_kernels(void)
 {
     const kvp_cpu_kernels *avx2 = kvp_cpu_kernels_avx2(), *vnni = kvp_cpu_kernels_vnni();
-    uint64_t saved = rng_state; /* later tests' data the same on any CPU */
     if (avx2)
         test_kernels_one(avx2);
     else
@@ -453,7 +452,6 @@ static void test_kernels(void)
         test_kernels_one(vnni);
     else
         printf("note: no AVX512-VNNI on this CPU; its kernels not compared\n");
-    rng_state = saved;
 }
 
 /* ---- a tiny random GGUF ---- */
@@ -820,8 +818,6 @@ static void test_tiny(const char *dir, int wtype, int tied, uint32_t n_head, uin
     unlink(path);
 }
 
-/* Prefix sharing: a second prompt with the same start computes only its tail,
- * and its logits equal a private computation. */
 /* kvp_engine_set_cancel: a raised flag stops a prompt before its next
  * chunk with KVP_EINTR (before the first here: nothing computed), a
  * lowered one or none lets it run. */
@@ -854,6 +850,8 @@ static void test_prefill_cancel(const char *dir)
     unlink(path);
 }
 
+/* Prefix sharing: a second prompt with the same start computes only its tail,
+ * and its logits equal a private computation. */
 static void test_prefix_sharing(const char *dir)
 {
     tiny_cfg c = {.n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2, .n_vocab = 64,
@@ -1717,7 +1715,6 @@ static void test_attention(void)
 {
     const int dts[] = {KVP_DTYPE_F32, KVP_DTYPE_F16};
     const uint32_t reps[] = {1, 3, 9};
-    uint64_t saved = rng_state; /* later tests keep their own random data */
     for (int d = 0; d < 2; d++)
         for (int r = 0; r < 3; r++)
             for (unsigned fl = 0; fl < 2; fl++) {
@@ -1728,7 +1725,6 @@ static void test_attention(void)
         test_attention_split(KVP_DTYPE_F16, fl);
         test_attention_split(KVP_DTYPE_F32, fl);
     }
-    rng_state = saved;
 }
 
 /* SmolLM2 against HF transformers in fp32 (tests/golden/engine_smollm2_hf.txt,
@@ -1894,9 +1890,7 @@ static void test_first_layers(const char *dir)
                   .wtype = KVP_DTYPE_Q8_0, .tied = 1};
     char path[512];
     rig r;
-    uint64_t saved = rng_state; /* the later tests' random models stay as they were */
     int rc = tiny_open(&r, dir, "tiny-skip.gguf", &c, KVP_DTYPE_F16, 64, 4, path);
-    rng_state = saved;
     if (rc < 0)
         return;
     kvp_err err = {0};
@@ -1955,6 +1949,20 @@ out:
     unlink(path);
 }
 
+/* Each test draws from a stream of its own, seeded by its name, so its
+ * random weights and data do not depend on which tests ran before it or
+ * how many numbers they drew (one CPU compares more kernel sets than
+ * another). */
+static void rng_for(const char *test)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a of the name; never 0, which xorshift keeps */
+    for (const char *c = test; *c; c++)
+        h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    rng_state = h ? h : 0x9e3779b97f4a7c15ull;
+}
+
+#define RUN(test, ...) (rng_for(#test), test(__VA_ARGS__))
+
 int main(void)
 {
     char dir[] = "/tmp/kvp-test-engine.XXXXXX";
@@ -1962,29 +1970,29 @@ int main(void)
         CHECK(0);
         return unit_done();
     }
-    test_kernels();
-    test_attention();
-    test_tiny(dir, KVP_DTYPE_F32, 0, 4, 4, KVP_DTYPE_F32, 1e-4);
-    test_tiny(dir, KVP_DTYPE_F16, 1, 4, 2, KVP_DTYPE_F32, 1e-4);
-    test_tiny(dir, KVP_DTYPE_BF16, 0, 4, 1, KVP_DTYPE_BF16, 0.1);
+    RUN(test_kernels);
+    RUN(test_attention);
+    RUN(test_tiny, dir, KVP_DTYPE_F32, 0, 4, 4, KVP_DTYPE_F32, 1e-4);
+    RUN(test_tiny, dir, KVP_DTYPE_F16, 1, 4, 2, KVP_DTYPE_F32, 1e-4);
+    RUN(test_tiny, dir, KVP_DTYPE_BF16, 0, 4, 1, KVP_DTYPE_BF16, 0.1);
     /* quantized weights: activations are quantized to 8 bits, so the error
      * against the f32 naive pass is that of Q8 activations */
-    test_tiny(dir, KVP_DTYPE_Q8_0, 1, 4, 2, KVP_DTYPE_F16, 0.25);
-    test_tiny(dir, KVP_DTYPE_Q4_1, 0, 8, 2, KVP_DTYPE_F16, 0.25);
-    test_tiny(dir, KVP_DTYPE_Q4_0, 1, 2, 2, KVP_DTYPE_F16, 0.25);
-    test_prefix_sharing(dir);
-    test_first_layers(dir);
-    test_seqio(dir);
-    test_scaled();
-    test_kvp_models(dir);
-    test_kquants(dir);
-    test_smollm2();
-    test_smollm2_hf(dir);
-    test_smollm2_ct(dir, "w4a16-g64", 1e-1);
-    test_smollm2_ct(dir, "w8a8-int8", 1e-1);
-    test_smollm2_ct(dir, "fp8", 1e-4);
-    test_rope(); /* it draws from frand(): after the tests whose weights were drawn before it */
-    test_prefill_cancel(dir); /* after them all too: its tiny model draws its weights */
+    RUN(test_tiny, dir, KVP_DTYPE_Q8_0, 1, 4, 2, KVP_DTYPE_F16, 0.25);
+    RUN(test_tiny, dir, KVP_DTYPE_Q4_1, 0, 8, 2, KVP_DTYPE_F16, 0.25);
+    RUN(test_tiny, dir, KVP_DTYPE_Q4_0, 1, 2, 2, KVP_DTYPE_F16, 0.25);
+    RUN(test_prefix_sharing, dir);
+    RUN(test_first_layers, dir);
+    RUN(test_seqio, dir);
+    RUN(test_scaled);
+    RUN(test_kvp_models, dir);
+    RUN(test_kquants, dir);
+    RUN(test_smollm2);
+    RUN(test_smollm2_hf, dir);
+    RUN(test_smollm2_ct, dir, "w4a16-g64", 1e-1);
+    RUN(test_smollm2_ct, dir, "w8a8-int8", 1e-1);
+    RUN(test_smollm2_ct, dir, "fp8", 1e-4);
+    RUN(test_rope);
+    RUN(test_prefill_cancel, dir);
     rmdir(dir);
     return unit_done();
 }
