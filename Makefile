@@ -140,12 +140,12 @@ $(O)/%.o: %.c
 $(O)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh) lib/plan/gpuplan.h lib/backend/backend.h
 	$(call say,NVCC,$<)
 	@mkdir -p $(@D)
-	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas) >&2; exit 1; }
+	$(Q)$(NVCC) $(NVCC_FLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas) >&2; exit 1; }
 
 $(O)/tests/unit/%.o: tests/unit/%.cu $(wildcard kernels/*.cuh) lib/plan/gpuplan.h lib/backend/backend.h
 	$(call say,NVCC,$<)
 	@mkdir -p $(@D)
-	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas) >&2; exit 1; }
+	$(Q)$(NVCC) $(NVCC_FLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas) >&2; exit 1; }
 
 $(O)/lib/comm/%nccl.o $(O)/lib/comm/%nccl_impl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
 $(BINDIR)/tpbench: LDLIBS += $(NCCL_LIBS)
@@ -301,3 +301,6 @@ help:
 
 .SECONDARY:
 -include $(LIB_OBJ:.o=.d) $(CMD_SRC:%.c=$(O)/%.d) $(UNIT_SRC:%.c=$(O)/%.d) $(FUZZ_SRC:%.c=$(O)/%.d)
+# nvcc writes the .cu objects' header dependencies too (-MMD), so a change
+# to a C header they include (minifloat.h) rebuilds them
+-include $(CU_UNITS:$(O)/tests/%=$(O)/tests/unit/%.d)
