@@ -218,7 +218,7 @@ static void mm_task(void *ctxp, int task, int thread)
          * run's matmuls take different numbers) */
         float *buf = c->rowbuf + (size_t)thread * KVP_CPU_ROWBUF_ROWS * w->n_in;
         for (uint32_t r = r0; r < r1; r++)
-            kvp_cpu_dequant_weight_row(w, r, buf + (size_t)(r - r0) * w->n_in);
+            c->k->weight_row(w, r, buf + (size_t)(r - r0) * w->n_in);
         b.w = (const uint8_t *)buf, rw = r0;
         b.w_stride = (size_t)w->n_in * sizeof(float);
         b.sc = b.zp = NULL;
@@ -565,12 +565,12 @@ static int cpu_supports(const kvp_backend *b, int use, int dtype, int scaled)
 static int cpu_embed(kvp_backend *b, const kvp_weight *w, const int32_t *tokens, uint32_t n_tok, float *out,
                      kvp_err *err)
 {
-    (void)b;
+    const kvp_cpu_kernels *k = impl_of(b)->k;
     for (uint32_t t = 0; t < n_tok; t++) {
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= w->n_out)
             return kvp_err_set(err, KVP_EINVAL, "%s: token id %d is outside the vocabulary of %u",
                                w->name ? w->name : "embedding", tokens[t], w->n_out);
-        if (kvp_cpu_dequant_weight_row(w, (uint32_t)tokens[t], out + (size_t)t * w->n_in) < 0)
+        if (k->weight_row(w, (uint32_t)tokens[t], out + (size_t)t * w->n_in) < 0)
             return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: embedding type %s is not supported",
                                w->name ? w->name : "embedding", kvp_dtype_name((uint32_t)w->dtype));
     }

@@ -131,6 +131,8 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
 /* Bytes of one K/V element of a cache dtype (f32, f16, bf16, fp8, i8). */
 static inline size_t kvp_cpu_kv_esize(int dtype) { return kvp_kv_esize(dtype); }
 
+struct kvp_weight;
+
 typedef struct kvp_cpu_kernels {
     const char *isa;
     uint32_t tile_tok;     /* tokens a group (and a tile) holds, <= KVP_MM_TILE */
@@ -165,6 +167,9 @@ typedef struct kvp_cpu_kernels {
                        uint32_t hd, float *o);
     /* g = silu(g) * u = g / (1 + e^-g) * u */
     void (*silu_mul)(float *g, const float *u, size_t n);
+    /* Row r of w as f32, the row path's input: kvp_cpu_dequant_weight_row's
+     * bits, faster for the kinds a table decodes itself.  0 or -1. */
+    int (*weight_row)(const struct kvp_weight *w, uint32_t r, float *dst);
     /* AMX's prompt matmuls of the quantized kinds (NULL elsewhere), by kind
      * (Q4_0, Q4_1, Q8_0, i8, i4): pieces of any nr by nt <= KVP_AMX_TOK
      * tokens reading a KVP_AMX_TOK tile (xt, dxs), with the bits of this
@@ -195,7 +200,6 @@ const kvp_cpu_kernels *kvp_cpu_kernels_amx(void);
 /* Row dequantization for the embedding lookup (any supported dtype). 0 or -1. */
 int kvp_cpu_dequant_row(int dtype, const void *src, float *dst, uint32_t n);
 
-struct kvp_weight;
 /* Row r of w as f32 (dst[w->n_in]), scaled schemes included.  0 or -1. */
 int kvp_cpu_dequant_weight_row(const struct kvp_weight *w, uint32_t r, float *dst);
 /* Whether kvp_cpu_dequant_weight_row decodes w's type and scales. */

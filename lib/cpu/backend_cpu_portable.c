@@ -237,6 +237,7 @@ const kvp_cpu_kernels kvp_cpu_kernels_portable = {
     .att_softmax = att_softmax,
     .att_values = att_values,
     .silu_mul = silu_mul,
+    .weight_row = kvp_cpu_dequant_weight_row,
 };
 
 int kvp_cpu_dequant_row(int dtype, const void *src, float *dst, uint32_t n)

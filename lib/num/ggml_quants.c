@@ -156,8 +156,11 @@ void kvp_dequantize_row_q6_k(const void *src, float *y, int64_t n)
     }
 }
 
-/* E2M1 code to f32 with -0 read as +0, as ggml's table of values does. */
-static inline float fp4v(int q) { return kvp_e2m1_to_f32((uint8_t)(q == 8 ? 0 : q)); }
+/* E2M1 code to f32 with -0 read as +0, as ggml's table of values does
+ * (the gguf package's: test_quant's ggml_deq goldens, bit for bit). */
+static const float fp4_values[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                                     0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+static inline float fp4v(int q) { return fp4_values[q & 15]; }
 
 /* block_mxfp4 (17 bytes): E8M0 e, 16 bytes of E2M1 codes (j low, j+16 high). */
 void kvp_dequantize_row_mxfp4(const void *src, float *y, int64_t n)

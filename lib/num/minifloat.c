@@ -201,16 +201,6 @@ static uint8_t mini_encode(float f, int mbits, int bias, uint32_t nan, uint32_t 
 uint8_t kvp_f32_to_e4m3(float f) { return mini_encode(f, 3, 7, 0x7f, 0x7e, 0x7f); }
 uint8_t kvp_f32_to_e4m3_sat(float f) { return mini_encode(f, 3, 7, 0x7f, 0x7e, 0x7e); }
 
-float kvp_e4m3_to_f32(uint8_t b)
-{
-    uint32_t s = (uint32_t)(b & 0x80) << 24, e = (b >> 3) & 15, m = b & 7;
-    if ((b & 0x7f) == 0x7f)
-        return bits_f32(s | 0x7fc00000u);
-    if (e == 0)
-        return bits_f32(s | f32_bits((float)m * 0x1p-9f));
-    return bits_f32(s | (e + 120) << 23 | m << 20);
-}
-
 /* E5M2: IEEE-like; overflow is inf (0x7c) unless saturating. */
 uint8_t kvp_f32_to_e5m2(float f) { return mini_encode(f, 2, 15, 0x7e, 0x7b, 0x7c); }
 uint8_t kvp_f32_to_e5m2_sat(float f) { return mini_encode(f, 2, 15, 0x7e, 0x7b, 0x7b); }
@@ -252,15 +242,6 @@ uint8_t kvp_f32_to_e8m0(float f)
         return (uint8_t)((x & 0x7fffffu) >= 0x300000u ? 1 : 0);
     e += (x >> 22) & 1; /* mantissa >= 1.5: ties go up, as in ml_dtypes */
     return (uint8_t)(e > 254 ? 0xff : e);
-}
-
-float kvp_e8m0_to_f32(uint8_t b)
-{
-    if (b == 0xff)
-        return bits_f32(0x7fc00000u);
-    if (b == 0)
-        return bits_f32(0x00400000u); /* 2^-127, an f32 subnormal */
-    return bits_f32((uint32_t)b << 23);
 }
 
 /* ---- rows: portable ---- */

@@ -282,6 +282,48 @@ static void kern_mm(const kvp_cpu_kernels *k, const kern_w *kw, uint32_t nr, con
  * exact sum, on KVP_MM_ROWS rows by KVP_MM_TILE tokens; and each (row,
  * token) the same bits however it is cut into pieces: a row alone or among
  * others, a token alone, first or last of a group, in a tile or not. */
+/* fast->weight_row against the portable decoder, bit for bit, on random
+ * bytes: every FP4 code (8, -0, among them), NaN and subnormal E8M0
+ * scales, E4M3 NaN scales, an NVFP4 tensor scale, and scaled FP4 in groups
+ * of 16 and 48; a kind the table leaves to the portable decoder too. */
+static void test_weight_rows(const kvp_cpu_kernels *fast)
+{
+    enum { N = 96, R = 3 };
+    static const struct {
+        int dtype, scaled;
+        uint32_t group;
+        float global;
+    } kinds[] = {{KVP_DTYPE_MXFP4, 0, 0, 0},  {KVP_DTYPE_NVFP4, 0, 0, 0},   {KVP_DTYPE_NVFP4, 0, 0, 0.37f},
+                 {KVP_DTYPE_FP4_E2M1, 1, 16, 0}, {KVP_DTYPE_FP4_E2M1, 1, 48, 0}, {KVP_DTYPE_Q5_1, 0, 0, 0}};
+    static uint8_t data[R * N * 2];
+    static float sc[R * N], a[N], b[N];
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        kvp_weight w = {.name = "rows", .dtype = kinds[k].dtype, .n_in = N, .n_out = R,
+                        .row_bytes = kvp_dtype_row_bytes((uint32_t)kinds[k].dtype, N), .data = data,
+                        .global = kinds[k].global};
+        for (size_t i = 0; i < sizeof data; i++)
+            data[i] = (uint8_t)((frand() + 1) * 128);
+        if (kinds[k].dtype == KVP_DTYPE_MXFP4) /* scales: NaN (0xff) and 2^-127 (0) among them */
+            data[0] = 0xff, data[17] = 0, data[2 * w.row_bytes] = 120;
+        if (kinds[k].dtype == KVP_DTYPE_NVFP4)
+            data[0] = 0x7f, data[9] = 0; /* E4M3 NaN and zero */
+        data[1] = 0x88; /* code 8 in both nibbles */
+        if (kinds[k].scaled) {
+            w.scales = sc, w.group = kinds[k].group, w.scale_stride = N / kinds[k].group;
+            for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
+                sc[i] = frand() * 4;
+            sc[1] = -1.0f; /* a negative scale turns -0 into +0 */
+        }
+        for (uint32_t r = 0; r < R; r++) {
+            memset(a, 0x55, sizeof a), memset(b, 0xaa, sizeof b);
+            int ra = kvp_cpu_dequant_weight_row(&w, r, a), rb = fast->weight_row(&w, r, b);
+            CHECK_MSG(ra == 0 && rb == 0, "%s: kind %zu row %u: %d %d", fast->isa, k, r, ra, rb);
+            CHECK_MSG(memcmp(a, b, sizeof a) == 0, "%s: kind %zu (%s) row %u differs from the portable decoder",
+                      fast->isa, k, kvp_dtype_name((uint32_t)kinds[k].dtype), r);
+        }
+    }
+}
+
 static void test_kernels_one(const kvp_cpu_kernels *fast)
 {
     const kvp_cpu_kernels *ref = &kvp_cpu_kernels_portable;
@@ -291,6 +333,7 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
     static float x[TT][N], wf[R][N], sc[R][N / 32], zp[R][N / 32];
     static uint8_t wq[R][N * 4];
     CHECK(T >= 1 && T <= TT && fast->few_tok < T);
+    test_weight_rows(fast);
     for (int i = 0; i < N; i++)
         for (int t = 0; t < TT; t++)
             x[t][i] = frand() * (t % 4 + 1);
