@@ -99,18 +99,6 @@ void kvp_dequantize_row_q8_0(const void *src, float *y, int64_t n)
     }
 }
 
-/* Q4_K's 12 bytes of packed 6-bit scales and mins for its 8 sub-blocks. */
-static void q4k_scale_min(const uint8_t *s, int j, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 /* block_q4_K (144 bytes): f16 d, f16 dmin, 12 bytes scales, 128 bytes of
  * nibbles: 64-element chunks, element l of chunk c in the low nibble of byte
  * 32c+l (sub-block 2c) or its high nibble (l-32, sub-block 2c+1).
@@ -123,7 +111,7 @@ void kvp_dequantize_row_q4_k(const void *src, float *y, int64_t n)
         const uint8_t *sc = b + 4, *q = b + 16;
         for (int j = 0; j < 8; j++) {
             int s, m;
-            q4k_scale_min(sc, j, &s, &m);
+            kvp_q4k_scale_min(sc, j, &s, &m);
             float dl = d * (float)s, ml = dmin * (float)m;
             const uint8_t *qq = q + 32 * (j / 2);
             int shift = 4 * (j & 1);

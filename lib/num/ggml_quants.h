@@ -17,6 +17,18 @@ void kvp_dequantize_row_q5_1(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q8_0(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q4_k(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q6_k(const void *src, float *y, int64_t n);
+/* Q4_K's 12 bytes s of packed 6-bit scales and mins: sub-block j's (< 8).
+ * Inline: the CPU backend's row decoder calls it every 32 elements. */
+static inline void kvp_q4k_scale_min(const uint8_t *s, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
 void kvp_dequantize_row_mxfp4(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_nvfp4(const void *src, float *y, int64_t n); /* global scale 1 */
 void kvp_quantize_row_q4_0(const float *x, void *dst, int64_t n);
