@@ -230,6 +230,7 @@ static void mm_task(void *ctxp, int task, int thread)
     int groups = c->k->float_groups && c->tiles && !c->quant && !c->rowbuf &&
                  (w->dtype == KVP_DTYPE_F16 || w->dtype == KVP_DTYPE_BF16);
     b.xt_stride = c->tile_bytes;
+    b.once = c->n_tok <= c->toks_per_task;
     for (uint32_t t = t0; t < t1; t += b.nt * b.ng) { /* t0 is a multiple of T */
         const kvp_q8blk *xq[KVP_AMX_TOK];
         const float *xf[KVP_AMX_TOK];

@@ -186,9 +186,18 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_rows(int kind, con
     __m512 acc[AMX_ROWS];
     _Pragma("GCC unroll 16") for (int m = 0; m < AMX_ROWS; m++)
         acc[m] = _mm512_setzero_ps();
+    /* the next 16 rows (contiguous after these), a share of them a pair of
+     * blocks, where the rows are read once (a batched decode step: from
+     * memory, sixteen streams, more than the hardware prefetchers follow;
+     * a long prompt reads them again from L2).  Batched generation of 64
+     * SmolLM2 Q4_1 sequences +2.5%, pp512 -1% when it prefetched too. */
+    const uint8_t *pf = wr[0] + (size_t)AMX_ROWS * b->w_stride;
+    const size_t pf_step = b->once ? ((size_t)AMX_ROWS * b->w_stride * 2 / nb + 63) & ~(size_t)63 : 0;
     for (uint32_t blk = 0; blk < nb; blk += 2) {
         const int two = blk + 1 < nb;
         const size_t o = (size_t)blk * bb + qoff;
+        for (size_t f = pf_step * (blk / 2); f < pf_step * (blk / 2 + 1); f += 64)
+            _mm_prefetch((const char *)(pf + f), _MM_HINT_T0);
         AMX_LOAD_A(1, kind, direct, wr, o, b->w_stride, abuf[0]);
         AMX_LOADD(2, xt + (size_t)blk * AMX_T * KVP_QK, AMX_T * 4);
         AMX_ZERO(0);

@@ -95,6 +95,9 @@ typedef struct kvp_mm_blk {
      * tokens' (0 or 1: the one group above) */
     uint32_t ng;
     size_t xt_stride;
+    /* the call's rows are read once (one task's tokens are the matmul's
+     * all): AMX prefetches the next rows, which only memory holds */
+    int once;
 } kvp_mm_blk;
 typedef void (*kvp_mm_fn)(const kvp_mm_blk *b);
 
