@@ -286,8 +286,9 @@ static void kern_mm(const kvp_cpu_kernels *k, const kern_w *kw, uint32_t nr, con
  * bytes: every FP4 code (8, -0, among them), NaN and subnormal E8M0
  * scales, E4M3 NaN scales, an NVFP4 tensor scale, scaled FP4 in groups of
  * 16 and 48, GGUF's Q5_0, Q5_1, Q4_K and Q6_K (random f16 scales: NaN,
- * inf and subnormal ones among them); a kind the table leaves to the
- * portable decoder too. */
+ * inf and subnormal ones among them), scaled fp8-E5M2, int8 and int4 in
+ * groups under 32, with and without zero points; a kind the table leaves
+ * to the portable decoder too. */
 static void test_weight_rows(const kvp_cpu_kernels *fast)
 {
     enum { N = 768, R = 3 };
@@ -298,9 +299,10 @@ static void test_weight_rows(const kvp_cpu_kernels *fast)
     } kinds[] = {{KVP_DTYPE_MXFP4, 0, 0, 0},  {KVP_DTYPE_NVFP4, 0, 0, 0},   {KVP_DTYPE_NVFP4, 0, 0, 0.37f},
                  {KVP_DTYPE_FP4_E2M1, 1, 16, 0}, {KVP_DTYPE_FP4_E2M1, 1, 48, 0}, {KVP_DTYPE_Q5_0, 0, 0, 0},
                  {KVP_DTYPE_Q5_1, 0, 0, 0},  {KVP_DTYPE_Q4_K, 0, 0, 0},     {KVP_DTYPE_Q6_K, 0, 0, 0},
-                 {KVP_DTYPE_F16, 0, 0, 0}};
+                 {KVP_DTYPE_FP8_E5M2, 1, 16, 0}, {KVP_DTYPE_I8, 1, 8, 0}, {KVP_DTYPE_I8, 2, 24, 0},
+                 {KVP_DTYPE_I4, 1, 16, 0},   {KVP_DTYPE_I4, 2, 8, 0},       {KVP_DTYPE_F16, 0, 0, 0}};
     static uint8_t data[R * N * 2];
-    static float sc[R * N], a[N], b[N];
+    static float sc[R * N], zp[R * N], a[N], b[N];
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         kvp_weight w = {.name = "rows", .dtype = kinds[k].dtype, .n_in = N, .n_out = R,
                         .row_bytes = kvp_dtype_row_bytes((uint32_t)kinds[k].dtype, N), .data = data,
@@ -312,10 +314,11 @@ static void test_weight_rows(const kvp_cpu_kernels *fast)
         if (kinds[k].dtype == KVP_DTYPE_NVFP4)
             data[0] = 0x7f, data[9] = 0; /* E4M3 NaN and zero */
         data[1] = 0x88; /* code 8 in both nibbles */
-        if (kinds[k].scaled) {
+        if (kinds[k].scaled) { /* 2: with zero points */
             w.scales = sc, w.group = kinds[k].group, w.scale_stride = N / kinds[k].group;
+            w.zeros = kinds[k].scaled == 2 ? zp : NULL;
             for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
-                sc[i] = frand() * 4;
+                sc[i] = frand() * 4, zp[i] = (float)(int)(frand() * 8);
             sc[1] = -1.0f; /* a negative scale turns -0 into +0 */
         }
         for (uint32_t r = 0; r < R; r++) {
