@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct cpu_impl {
     kvp_threadpool *pool;
@@ -40,7 +41,41 @@ typedef struct cpu_impl {
 /* What prepare_weight keeps for a weight (w->dev). */
 typedef struct cpu_weight {
     int32_t *wsum;         /* [n_out][n_in / 32] block sums, for flipped tiles (Q8_0, i8); else NULL */
+    /* a Q4_K weight as int4 (kvp_cpu_q4k_as_i4), which its matmuls use:
+     * made at its first matmul, so a weight only looked up (an untied
+     * embedding) never costs the memory; data NULL until then */
+    int q4k;
+    kvp_weight i4;
 } cpu_weight;
+
+/* The weight a matmul of w multiplies: a Q4_K weight's int4 form, made
+ * the first time (0, or a negative code). */
+static int mm_weight(const kvp_weight **w, kvp_err *err)
+{
+    cpu_weight *cw = (*w)->dev;
+    if (!cw || !cw->q4k)
+        return 0;
+    if (!cw->i4.data) {
+        int rc = kvp_cpu_q4k_as_i4(*w, &cw->i4, err);
+        if (rc <= 0)
+            return rc < 0 ? rc : kvp_err_set(err, KVP_EINVAL, "%s: not a Q4_K weight of whole super-blocks",
+                                              (*w)->name ? (*w)->name : "weight");
+#ifdef MADV_PAGEOUT
+        /* Its Q4_K bytes are not multiplied again: their pages leave this
+         * process's memory, or a model in Q4_K would take its file's size
+         * twice over (the 1.1B shape's peak RSS: 1250 MB, 785 with this).
+         * Not destroyed: a mapped file's pages are read back where an
+         * embedding row is looked up, a private copy's are swapped or
+         * kept.  A hint, which a kernel before Linux 5.4 refuses. */
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), p0 = (uintptr_t)(*w)->data;
+        uintptr_t a = (p0 + page - 1) & ~(page - 1), e = (p0 + (uintptr_t)((*w)->n_out * (*w)->row_bytes)) & ~(page - 1);
+        if (e > a)
+            madvise((void *)a, e - a, MADV_PAGEOUT);
+#endif
+    }
+    *w = &cw->i4;
+    return 0;
+}
 
 /* Rows a matmul task takes on the row path (and on any path past 8 tokens). */
 #define KVP_CPU_ROWBUF_ROWS 64
@@ -337,8 +372,11 @@ static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y,
                     mm_ctx *cp, kvp_err *err)
 {
     const kvp_cpu_kernels *k = im->k;
+    int rc = mm_weight(&w, err);
+    if (rc < 0)
+        return rc;
     mm_ctx c = {.k = k, .w = w, .x = x, .y = y, .n_tok = n_tok};
-    int direct = mm_pick(k, w, &c), rc;
+    int direct = mm_pick(k, w, &c);
     if (direct < 0)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: weight type %s%s has no CPU matmul", wname(w),
                            kvp_dtype_name((uint32_t)w->dtype), w->scales ? " with scales" : "");
@@ -453,8 +491,15 @@ static int cpu_matmul_n(kvp_backend *b, const kvp_weight *const *w, uint32_t n_w
 {
     cpu_impl *im = impl_of(b);
     int fuse = n_w <= KVP_CPU_MM_FUSE && n_tok <= KVP_CPU_MM_FUSE_TOK;
+    const kvp_weight *mw[KVP_CPU_MM_FUSE]; /* what each multiplies (mm_weight) */
+    for (uint32_t j = 0; fuse && j < n_w; j++) {
+        mw[j] = w[j];
+        int rc = mm_weight(&mw[j], err);
+        if (rc < 0)
+            return rc;
+    }
     for (uint32_t j = 1; fuse && j < n_w; j++)
-        fuse = mm_same_input(w[0], w[j]);
+        fuse = mm_same_input(mw[0], mw[j]);
     if (!fuse) {
         for (uint32_t j = 0; j < n_w; j++) {
             int rc = cpu_matmul(b, w[j], x, y[j], n_tok, err);
@@ -503,6 +548,8 @@ static void cpu_release_weight(kvp_backend *b, kvp_weight *w)
     cpu_weight *cw = w->dev;
     if (cw) {
         free(cw->wsum);
+        if (cw->i4.data)
+            kvp_cpu_repacked_free(&cw->i4);
         free(cw);
     }
     w->dev = NULL;
@@ -517,6 +564,14 @@ static int cpu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
     int direct = mm_pick(im->k, w, &c), rc;
     if (w->n_out == 1 && w->dtype == KVP_DTYPE_F32) /* norm weights, biases, frequencies: read as they are */
         return 0;
+    if (w->dtype == KVP_DTYPE_Q4_K && !w->scales && !w->zeros && w->n_in % 256 == 0 && !w->dev) {
+        /* multiplied as int4 (backend_cpu_repack.c), made at its first matmul */
+        cpu_weight *cw = calloc(1, sizeof *cw);
+        if (!cw)
+            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", wname(w));
+        cw->q4k = 1;
+        w->dev = cw;
+    }
     if (direct < 0)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: weight type %s%s is not supported by the CPU backend",
                            wname(w), w->dtype >= 0 ? kvp_dtype_name((uint32_t)w->dtype) : "(absent)",

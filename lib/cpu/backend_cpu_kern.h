@@ -200,6 +200,13 @@ void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k);
  * (arch_prctl ARCH_REQ_XCOMP_PERM). */
 const kvp_cpu_kernels *kvp_cpu_kernels_amx(void);
 
+/* GGUF Q4_K weight w as int4 codes with f32 group scales and zero points,
+ * which the i4 kernels take (backend_cpu_repack.c): 1 with *out set (its
+ * own memory: kvp_cpu_repacked_free), 0 when w is not a plain Q4_K of whole
+ * super-blocks, or a negative code. */
+int kvp_cpu_q4k_as_i4(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
+void kvp_cpu_repacked_free(struct kvp_weight *w);
+
 /* Row dequantization for the embedding lookup (any supported dtype). 0 or -1. */
 int kvp_cpu_dequant_row(int dtype, const void *src, float *dst, uint32_t n);
 
