@@ -1952,10 +1952,12 @@ static void test_kquants(const char *dir)
     snprintf(path, sizeof path, "%s/kq.gguf", dir);
     enum { N = 11 };
     uint32_t tok[N];
-    int types[] = {KVP_DTYPE_Q4_K, KVP_DTYPE_Q6_K};
-    for (int k = 0; k < 2; k++) {
+    /* Q4_K untied, Q6_K tied, and Q4_K tied: its output head's int4 form
+     * gives its file pages back, which the embedding lookups then read */
+    int types[] = {KVP_DTYPE_Q4_K, KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K};
+    for (int k = 0; k < 3; k++) {
         tiny_cfg c = {.n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .n_vocab = 96,
-                      .wtype = types[k], .tied = k};
+                      .wtype = types[k], .tied = k > 0};
         size_t len;
         uint8_t *file = tiny_gguf(&c, &len);
         CHECK(write_file(path, file, len) == 0);
