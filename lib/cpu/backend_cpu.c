@@ -41,41 +41,13 @@ typedef struct cpu_impl {
 /* What prepare_weight keeps for a weight (w->dev). */
 typedef struct cpu_weight {
     int32_t *wsum;         /* [n_out][n_in / 32] block sums, for flipped tiles (Q8_0, i8); else NULL */
-    /* a Q4_K weight as int4 (kvp_cpu_q4k_as_i4), which its matmuls use:
-     * made at its first matmul, so a weight only looked up (an untied
-     * embedding) never costs the memory; data NULL until then */
-    int q4k;
-    kvp_weight i4;
+    /* a Q4_K or Q5_0 weight in a form the kernels take (kvp_cpu_repack),
+     * which its matmuls use: made at its first matmul, so a weight only
+     * looked up (an untied embedding) never costs the memory; data NULL
+     * until then */
+    int repack;
+    kvp_weight alt;
 } cpu_weight;
-
-/* The weight a matmul of w multiplies: a Q4_K weight's int4 form, made
- * the first time (0, or a negative code). */
-static int mm_weight(const kvp_weight **w, kvp_err *err)
-{
-    cpu_weight *cw = (*w)->dev;
-    if (!cw || !cw->q4k)
-        return 0;
-    if (!cw->i4.data) {
-        int rc = kvp_cpu_q4k_as_i4(*w, &cw->i4, err);
-        if (rc <= 0)
-            return rc < 0 ? rc : kvp_err_set(err, KVP_EINVAL, "%s: not a Q4_K weight of whole super-blocks",
-                                              (*w)->name ? (*w)->name : "weight");
-#ifdef MADV_PAGEOUT
-        /* Its Q4_K bytes are not multiplied again: their pages leave this
-         * process's memory, or a model in Q4_K would take its file's size
-         * twice over (the 1.1B shape's peak RSS: 1250 MB, 785 with this).
-         * Not destroyed: a mapped file's pages are read back where an
-         * embedding row is looked up, a private copy's are swapped or
-         * kept.  A hint, which a kernel before Linux 5.4 refuses. */
-        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), p0 = (uintptr_t)(*w)->data;
-        uintptr_t a = (p0 + page - 1) & ~(page - 1), e = (p0 + (uintptr_t)((*w)->n_out * (*w)->row_bytes)) & ~(page - 1);
-        if (e > a)
-            madvise((void *)a, e - a, MADV_PAGEOUT);
-#endif
-    }
-    *w = &cw->i4;
-    return 0;
-}
 
 /* Rows a matmul task takes on the row path (and on any path past 8 tokens). */
 #define KVP_CPU_ROWBUF_ROWS 64
@@ -365,6 +337,78 @@ static int mm_reserved(const cpu_impl *im, const kvp_weight *w, uint32_t n_tok, 
                        "(%u tokens, rows of %u)", wname(w), n_tok, w->n_in, im->res_tok, im->res_n_in);
 }
 
+typedef struct wsum_ctx {
+    const kvp_cpu_kernels *k;
+    const kvp_weight *w;
+    int32_t *wsum;
+    uint32_t per;          /* rows a task */
+} wsum_ctx;
+
+static void wsum_task(void *ctxp, int task, int thread)
+{
+    (void)thread;
+    wsum_ctx *c = ctxp;
+    const kvp_weight *w = c->w;
+    uint32_t nb = w->n_in / KVP_QK, r0 = (uint32_t)task * c->per;
+    uint32_t r1 = r0 + c->per < w->n_out ? r0 + c->per : w->n_out;
+    size_t bb = w->dtype == KVP_DTYPE_Q8_0 ? sizeof(kvp_blk_q8_0) : KVP_QK, qoff = bb - KVP_QK;
+    for (uint32_t r = r0; r < r1; r++)
+        c->k->wsum((const uint8_t *)w->data + (size_t)r * w->row_bytes + qoff, bb, nb, c->wsum + (size_t)r * nb);
+}
+
+/* w->dev made, holding w's block sums (mm_wants_wsum).  0 or a code. */
+static int wsum_make(cpu_impl *im, kvp_weight *w, kvp_err *err)
+{
+    cpu_weight *cw = calloc(1, sizeof *cw);
+    size_t n = (size_t)w->n_out * (w->n_in / KVP_QK);
+    if (!cw || !(cw->wsum = malloc((n ? n : 1) * sizeof *cw->wsum))) {
+        free(cw);
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its block sums", wname(w));
+    }
+    wsum_ctx wc = {.k = im->k, .w = w, .wsum = cw->wsum};
+    uint32_t n_tasks = (uint32_t)im->n_threads * 4;
+    wc.per = (w->n_out + n_tasks - 1) / n_tasks;
+    kvp_threadpool_run(im->pool, wsum_task, &wc, (int)((w->n_out + wc.per - 1) / wc.per));
+    w->dev = cw;
+    return 0;
+}
+
+/* The weight a matmul of w multiplies: a Q4_K or Q5_0 weight's other form
+ * (kvp_cpu_repack), made the first time with the block sums its kernel may
+ * want (0, or a negative code). */
+static int mm_weight(cpu_impl *im, const kvp_weight **w, kvp_err *err)
+{
+    cpu_weight *cw = (*w)->dev;
+    if (!cw || !cw->repack)
+        return 0;
+    if (!cw->alt.data) {
+        int rc = kvp_cpu_repack(*w, &cw->alt, err);
+        if (rc <= 0)
+            return rc < 0 ? rc : kvp_err_set(err, KVP_EINVAL, "%s: cannot be rewritten for the kernels",
+                                              (*w)->name ? (*w)->name : "weight");
+        mm_ctx c = {0};
+        int direct = mm_pick(im->k, &cw->alt, &c);
+        if (mm_wants_wsum(im->k, &cw->alt, &c, direct) && (rc = wsum_make(im, &cw->alt, err)) < 0) {
+            kvp_cpu_repacked_free(&cw->alt);
+            return rc;
+        }
+#ifdef MADV_PAGEOUT
+        /* Its stored bytes are not multiplied again: their pages leave this
+         * process's memory, or a model in Q4_K would take its file's size
+         * twice over (the 1.1B shape's peak RSS: 1250 MB, 785 with this).
+         * Not destroyed: a mapped file's pages are read back where an
+         * embedding row is looked up, a private copy's are swapped or
+         * kept.  A hint, which a kernel before Linux 5.4 refuses. */
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), p0 = (uintptr_t)(*w)->data;
+        uintptr_t a = (p0 + page - 1) & ~(page - 1), e = (p0 + (uintptr_t)((*w)->n_out * (*w)->row_bytes)) & ~(page - 1);
+        if (e > a)
+            madvise((void *)a, e - a, MADV_PAGEOUT);
+#endif
+    }
+    *w = &cw->alt;
+    return 0;
+}
+
 /* What a matmul of w needs before its tasks (mm_task) run: *cp set up
  * and, when prep, x quantized (with the tiles) as w's kernel takes it.
  * The number of tasks (0: none, *cp unused), or a negative code. */
@@ -372,7 +416,7 @@ static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y,
                     mm_ctx *cp, kvp_err *err)
 {
     const kvp_cpu_kernels *k = im->k;
-    int rc = mm_weight(&w, err);
+    int rc = mm_weight(im, &w, err);
     if (rc < 0)
         return rc;
     mm_ctx c = {.k = k, .w = w, .x = x, .y = y, .n_tok = n_tok};
@@ -494,7 +538,7 @@ static int cpu_matmul_n(kvp_backend *b, const kvp_weight *const *w, uint32_t n_w
     const kvp_weight *mw[KVP_CPU_MM_FUSE]; /* what each multiplies (mm_weight) */
     for (uint32_t j = 0; fuse && j < n_w; j++) {
         mw[j] = w[j];
-        int rc = mm_weight(&mw[j], err);
+        int rc = mm_weight(im, &mw[j], err);
         if (rc < 0)
             return rc;
     }
@@ -523,33 +567,16 @@ static int cpu_matmul_n(kvp_backend *b, const kvp_weight *const *w, uint32_t n_w
 
 /* ---- weights and scratch ---- */
 
-typedef struct wsum_ctx {
-    const kvp_cpu_kernels *k;
-    const kvp_weight *w;
-    int32_t *wsum;
-    uint32_t per;          /* rows a task */
-} wsum_ctx;
-
-static void wsum_task(void *ctxp, int task, int thread)
-{
-    (void)thread;
-    wsum_ctx *c = ctxp;
-    const kvp_weight *w = c->w;
-    uint32_t nb = w->n_in / KVP_QK, r0 = (uint32_t)task * c->per;
-    uint32_t r1 = r0 + c->per < w->n_out ? r0 + c->per : w->n_out;
-    size_t bb = w->dtype == KVP_DTYPE_Q8_0 ? sizeof(kvp_blk_q8_0) : KVP_QK, qoff = bb - KVP_QK;
-    for (uint32_t r = r0; r < r1; r++)
-        c->k->wsum((const uint8_t *)w->data + (size_t)r * w->row_bytes + qoff, bb, nb, c->wsum + (size_t)r * nb);
-}
-
 static void cpu_release_weight(kvp_backend *b, kvp_weight *w)
 {
     (void)b;
     cpu_weight *cw = w->dev;
     if (cw) {
         free(cw->wsum);
-        if (cw->i4.data)
-            kvp_cpu_repacked_free(&cw->i4);
+        if (cw->alt.data) {
+            cpu_release_weight(b, &cw->alt); /* its block sums */
+            kvp_cpu_repacked_free(&cw->alt);
+        }
         free(cw);
     }
     w->dev = NULL;
@@ -564,12 +591,11 @@ static int cpu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
     int direct = mm_pick(im->k, w, &c), rc;
     if (w->n_out == 1 && w->dtype == KVP_DTYPE_F32) /* norm weights, biases, frequencies: read as they are */
         return 0;
-    if (w->dtype == KVP_DTYPE_Q4_K && !w->scales && !w->zeros && w->n_in % 256 == 0 && !w->dev) {
-        /* multiplied as int4 (backend_cpu_repack.c), made at its first matmul */
+    if (kvp_cpu_repackable(w) && !w->dev) { /* rewritten at its first matmul (mm_weight) */
         cpu_weight *cw = calloc(1, sizeof *cw);
         if (!cw)
             return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", wname(w));
-        cw->q4k = 1;
+        cw->repack = 1;
         w->dev = cw;
     }
     if (direct < 0)
@@ -587,17 +613,7 @@ static int cpu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
     }
     if (!mm_wants_wsum(im->k, w, &c, direct) || w->dev)
         return 0;
-    cpu_weight *cw = calloc(1, sizeof *cw);
-    size_t n = (size_t)w->n_out * (w->n_in / KVP_QK);
-    if (!cw || !(cw->wsum = malloc((n ? n : 1) * sizeof *cw->wsum))) {
-        free(cw);
-        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its block sums", wname(w));
-    }
-    wsum_ctx wc = {.k = im->k, .w = w, .wsum = cw->wsum};
-    uint32_t n_tasks = (uint32_t)im->n_threads * 4;
-    wc.per = (w->n_out + n_tasks - 1) / n_tasks;
-    kvp_threadpool_run(im->pool, wsum_task, &wc, (int)((w->n_out + wc.per - 1) / wc.per));
-    w->dev = cw;
+    return wsum_make(im, w, err);
     return 0;
 }
 

@@ -200,11 +200,15 @@ void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k);
  * (arch_prctl ARCH_REQ_XCOMP_PERM). */
 const kvp_cpu_kernels *kvp_cpu_kernels_amx(void);
 
-/* GGUF Q4_K weight w as int4 codes with f32 group scales and zero points,
- * which the i4 kernels take (backend_cpu_repack.c): 1 with *out set (its
- * own memory: kvp_cpu_repacked_free), 0 when w is not a plain Q4_K of whole
- * super-blocks, or a negative code. */
+/* GGUF weights rewritten for the kernels (backend_cpu_repack.c): Q4_K as
+ * int4 codes with f32 group scales and zero points, Q5_0 as Q8_0.  Each: 1
+ * with *out set (its own memory: kvp_cpu_repacked_free), 0 when w is not
+ * of its kind in whole blocks, or a negative code.  kvp_cpu_repack does
+ * whichever w's kind takes; kvp_cpu_repackable says whether one does. */
 int kvp_cpu_q4k_as_i4(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
+int kvp_cpu_q5_0_as_q8_0(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
+int kvp_cpu_repack(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
+int kvp_cpu_repackable(const struct kvp_weight *w);
 void kvp_cpu_repacked_free(struct kvp_weight *w);
 
 /* Row dequantization for the embedding lookup (any supported dtype). 0 or -1. */

@@ -1,7 +1,12 @@
-/* backend_cpu_repack.c - GGUF Q4_K weights rewritten at load as int4 codes
- * with f32 group scales and zero points, which every kernel table
- * multiplies directly (mm_i4, and AMX for prompts), instead of turning
- * their rows into f32 for each product (the row path).
+/* backend_cpu_repack.c - GGUF weights of kinds with no dot kernel rewritten
+ * at their first product into kinds every kernel table multiplies directly
+ * (AMX for prompts included), instead of turning their rows into f32 for
+ * each product (the row path): Q4_K as int4 codes with f32 group scales and
+ * zero points, Q5_0 as Q8_0.
+ *
+ * Q5_0 (22 bytes: f16 d, 32 fifth bits, 16 nibble bytes; y = d (q - 16))
+ * is Q8_0 with the same d and codes q - 16: the same values bit for bit,
+ * 34 bytes a block against 22.
  *
  * A Q4_K sub-block of 32 is y = D q - M, q in 0..15, with D = d sc and M =
  * dmin m (f16 times a 6-bit integer: exact in f32).  The i4 kernels compute
@@ -56,6 +61,44 @@ int kvp_cpu_q4k_as_i4(const kvp_weight *w, kvp_weight *out, kvp_err *err)
                         .row_bytes = w->n_in / 2, .data = codes, .scales = sc, .zeros = zp, .group = KVP_QK,
                         .scale_stride = w->n_in / KVP_QK};
     return 1;
+}
+
+int kvp_cpu_q5_0_as_q8_0(const kvp_weight *w, kvp_weight *out, kvp_err *err)
+{
+    if (w->dtype != KVP_DTYPE_Q5_0 || w->scales || w->zeros || w->n_in % KVP_QK)
+        return 0;
+    size_t nb = w->n_in / KVP_QK, row = nb * sizeof(kvp_blk_q8_0);
+    uint8_t *q8 = malloc(w->n_out * row);
+    if (!q8)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its Q5_0 weights as Q8_0 (%zu bytes)",
+                           w->name ? w->name : "weight", w->n_out * row);
+    for (uint32_t r = 0; r < w->n_out; r++) {
+        const uint8_t *b = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        kvp_blk_q8_0 *o = (kvp_blk_q8_0 *)(q8 + r * row);
+        for (size_t i = 0; i < nb; i++, b += 22, o++) {
+            uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
+            o->d = (uint16_t)(b[0] | b[1] << 8);
+            for (int j = 0; j < 16; j++) {
+                o->qs[j] = (int8_t)(((b[6 + j] & 15) | ((qh >> j) & 1) << 4) - 16);
+                o->qs[j + 16] = (int8_t)(((b[6 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
+            }
+        }
+    }
+    *out = (kvp_weight){.name = w->name, .dtype = KVP_DTYPE_Q8_0, .n_in = w->n_in, .n_out = w->n_out,
+                        .row_bytes = row, .data = q8};
+    return 1;
+}
+
+int kvp_cpu_repackable(const kvp_weight *w)
+{
+    if (w->scales || w->zeros)
+        return 0;
+    return (w->dtype == KVP_DTYPE_Q4_K && w->n_in % 256 == 0) || (w->dtype == KVP_DTYPE_Q5_0 && w->n_in % KVP_QK == 0);
+}
+
+int kvp_cpu_repack(const kvp_weight *w, kvp_weight *out, kvp_err *err)
+{
+    return w->dtype == KVP_DTYPE_Q5_0 ? kvp_cpu_q5_0_as_q8_0(w, out, err) : kvp_cpu_q4k_as_i4(w, out, err);
 }
 
 void kvp_cpu_repacked_free(kvp_weight *w)

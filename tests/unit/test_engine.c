@@ -1300,8 +1300,9 @@ static void test_kvp_models(const char *dir)
         {KVP_DTYPE_I8, KVP_CONVERT_KEEP, KVP_SCHEME_GROUP, 64, 1, 0, 0.25},
         {KVP_DTYPE_I4, KVP_DTYPE_I4, 0, 0, 0, 0, 0.25},
         {KVP_DTYPE_I4, KVP_CONVERT_KEEP, KVP_SCHEME_GROUP, 32, 1, 3, 0.25},
+        /* Q5_0 as Q8_0 (backend_cpu_repack.c): 8-bit activations */
+        {KVP_DTYPE_Q5_0, KVP_DTYPE_Q5_1, 0, 0, 0, 0, 0.25},
         /* the row path (no dot kernel: rows turned into f32), so f32 math */
-        {KVP_DTYPE_Q5_0, KVP_DTYPE_Q5_1, 0, 0, 0, 0, 1e-4},
         {KVP_DTYPE_Q5_1, KVP_CONVERT_KEEP, 0, 0, 0, 2, 1e-4},
         {KVP_DTYPE_FP8_E5M2, KVP_DTYPE_FP8_E5M2, 0, 0, 0, 0, 1e-4},
         {KVP_DTYPE_FP4_E2M1, KVP_CONVERT_KEEP, 0, 0, 0, 0, 1e-4},
@@ -1946,6 +1947,36 @@ static void test_q4k_repack(void)
     CHECK_EQ_I64(kvp_cpu_q4k_as_i4(&w, &i4, &err), 0);
 }
 
+/* kvp_cpu_q5_0_as_q8_0: random Q5_0 rows as Q8_0 give the same values bit
+ * for bit (d (q - 16) either way; any NaN for a NaN scale's); other kinds
+ * are left alone. */
+static void test_q5_0_repack(void)
+{
+    enum { N = 96, R = 3 };
+    static uint8_t q[R * (N / 32) * 22];
+    static float a[N], b[N];
+    for (size_t i = 0; i < sizeof q; i++)
+        q[i] = (uint8_t)((frand() + 1) * 128);
+    kvp_weight w = {.name = "q5_0", .dtype = KVP_DTYPE_Q5_0, .n_in = N, .n_out = R, .row_bytes = N / 32 * 22,
+                    .data = q},
+               q8;
+    kvp_err err = {0};
+    CHECK_EQ_I64(kvp_cpu_q5_0_as_q8_0(&w, &q8, &err), 1);
+    CHECK_EQ_I64(q8.dtype, KVP_DTYPE_Q8_0);
+    for (uint32_t r = 0; r < R; r++) {
+        CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0 && kvp_cpu_dequant_weight_row(&q8, r, b) == 0);
+        int bad = -1;
+        for (int i = 0; i < N && bad < 0; i++)
+            if (memcmp(&a[i], &b[i], sizeof a[i]) != 0 && !(isnan(a[i]) && isnan(b[i])))
+                bad = i;
+        CHECK_MSG(bad < 0, "row %u: the Q8_0 form differs from the Q5_0 at %d", r, bad);
+    }
+    kvp_cpu_repacked_free(&q8);
+    w.dtype = KVP_DTYPE_Q5_1;
+    CHECK_EQ_I64(kvp_cpu_q5_0_as_q8_0(&w, &q8, &err), 0);
+    CHECK_EQ_I64(kvp_cpu_repackable(&w), 0);
+}
+
 static void test_kquants(const char *dir)
 {
     char path[512];
@@ -2097,6 +2128,7 @@ int main(void)
     RUN(test_scaled);
     RUN(test_kvp_models, dir);
     RUN(test_q4k_repack);
+    RUN(test_q5_0_repack);
     RUN(test_kquants, dir);
     RUN(test_smollm2);
     RUN(test_smollm2_hf, dir);
