@@ -614,7 +614,6 @@ static int cpu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
     if (!mm_wants_wsum(im->k, w, &c, direct) || w->dev)
         return 0;
     return wsum_make(im, w, err);
-    return 0;
 }
 
 static int cpu_supports(const kvp_backend *b, int use, int dtype, int scaled)

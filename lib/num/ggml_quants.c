@@ -61,13 +61,10 @@ void kvp_dequantize_row_q5_0(const void *src, float *y, int64_t n)
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / QK; i++, b += 22, y += QK) {
         float d = f16le(b);
-        uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
-        for (int j = 0; j < 16; j++) {
-            int q0 = (b[6 + j] & 15) | (int)((qh >> j) & 1) << 4;
-            int q1 = (b[6 + j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-            y[j] = d * (float)(q0 - 16);
-            y[j + 16] = d * (float)(q1 - 16);
-        }
+        uint8_t q[QK];
+        kvp_q5_codes(b + 2, b + 6, q);
+        for (int j = 0; j < QK; j++)
+            y[j] = d * (float)(q[j] - 16);
     }
 }
 
@@ -77,13 +74,11 @@ void kvp_dequantize_row_q5_1(const void *src, float *y, int64_t n)
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / QK; i++, b += 24, y += QK) {
         float d = f16le(b), m = f16le(b + 2);
-        uint32_t qh = (uint32_t)b[4] | (uint32_t)b[5] << 8 | (uint32_t)b[6] << 16 | (uint32_t)b[7] << 24;
-        for (int j = 0; j < 16; j++) {
-            int q0 = (b[8 + j] & 15) | (int)((qh >> j) & 1) << 4;
-            int q1 = (b[8 + j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-            float p0 = d * (float)q0, p1 = d * (float)q1;
-            y[j] = p0 + m;
-            y[j + 16] = p1 + m;
+        uint8_t q[QK];
+        kvp_q5_codes(b + 4, b + 8, q);
+        for (int j = 0; j < QK; j++) {
+            float p = d * (float)q[j];
+            y[j] = p + m;
         }
     }
 }

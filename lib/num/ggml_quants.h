@@ -17,6 +17,18 @@ void kvp_dequantize_row_q5_1(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q8_0(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q4_k(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q6_k(const void *src, float *y, int64_t n);
+/* A Q5_0/Q5_1 block's 32 codes (0..31): element j's low 4 bits are nibble
+ * j % 16 of qs (low for j < 16, high after), its fifth bit is bit j of the
+ * little-endian u32 at qh.  The dequantizers and the CPU backend's Q5_0 to
+ * Q8_0 rewrite read blocks through it. */
+static inline void kvp_q5_codes(const uint8_t *qh, const uint8_t *qs, uint8_t q[32])
+{
+    uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    for (int j = 0; j < 16; j++) {
+        q[j] = (uint8_t)((qs[j] & 15) | ((h >> j) & 1) << 4);
+        q[j + 16] = (uint8_t)((qs[j] >> 4) | ((h >> (j + 16)) & 1) << 4);
+    }
+}
 /* Q4_K's 12 bytes s of packed 6-bit scales and mins: sub-block j's (< 8).
  * Inline: the CPU backend's row decoder calls it every 32 elements. */
 static inline void kvp_q4k_scale_min(const uint8_t *s, int j, int *sc, int *m)

@@ -282,6 +282,17 @@ static void kern_mm(const kvp_cpu_kernels *k, const kern_w *kw, uint32_t nr, con
  * exact sum, on KVP_MM_ROWS rows by KVP_MM_TILE tokens; and each (row,
  * token) the same bits however it is cut into pieces: a row alone or among
  * others, a token alone, first or last of a group, in a tile or not. */
+/* The first i < n where a and b differ in their bits, or -1: bit for bit,
+ * but any NaN for a NaN (which of two NaN operands a sum passes on follows
+ * the compiler's operand order). */
+static int first_unlike(const float *a, const float *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof a[i]) != 0 && !(isnan(a[i]) && isnan(b[i])))
+            return i;
+    return -1;
+}
+
 /* fast->weight_row against the portable decoder, bit for bit, on random
  * bytes: every FP4 code (8, -0, among them), NaN and subnormal E8M0
  * scales, E4M3 NaN scales, an NVFP4 tensor scale, scaled FP4 in groups of
@@ -325,12 +336,7 @@ static void test_weight_rows(const kvp_cpu_kernels *fast)
             memset(a, 0x55, sizeof a), memset(b, 0xaa, sizeof b);
             int ra = kvp_cpu_dequant_weight_row(&w, r, a), rb = fast->weight_row(&w, r, b);
             CHECK_MSG(ra == 0 && rb == 0, "%s: kind %zu row %u: %d %d", fast->isa, k, r, ra, rb);
-            /* bit for bit, but any NaN for a NaN: which of two NaN operands
-             * a sum passes on follows the compiler's operand order */
-            int bad = -1;
-            for (int i = 0; i < N && bad < 0; i++)
-                if (memcmp(&a[i], &b[i], sizeof a[i]) != 0 && !(isnan(a[i]) && isnan(b[i])))
-                    bad = i;
+            int bad = first_unlike(a, b, N);
             CHECK_MSG(bad < 0, "%s: kind %zu (%s) row %u differs from the portable decoder at %d: %a vs %a", fast->isa,
                       k, kvp_dtype_name((uint32_t)kinds[k].dtype), r, bad, bad < 0 ? 0.0 : (double)a[bad],
                       bad < 0 ? 0.0 : (double)b[bad]);
@@ -1965,10 +1971,7 @@ static void test_q5_0_repack(void)
     CHECK_EQ_I64(q8.dtype, KVP_DTYPE_Q8_0);
     for (uint32_t r = 0; r < R; r++) {
         CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0 && kvp_cpu_dequant_weight_row(&q8, r, b) == 0);
-        int bad = -1;
-        for (int i = 0; i < N && bad < 0; i++)
-            if (memcmp(&a[i], &b[i], sizeof a[i]) != 0 && !(isnan(a[i]) && isnan(b[i])))
-                bad = i;
+        int bad = first_unlike(a, b, N);
         CHECK_MSG(bad < 0, "row %u: the Q8_0 form differs from the Q5_0 at %d", r, bad);
     }
     kvp_cpu_repacked_free(&q8);
