@@ -465,11 +465,11 @@ static int write_seeds(const char *dir)
     } while (0)
     kvp_tpmsg_setup su = {.n_blocks = 64, .block_size = 16, .dtype = 1, .n_layer = 2, .n_vocab = 100};
     bad |= kvp_tpmsg_put_setup(&b, &su, &err);
-    SEED("setup.bin");
+    SEED("setup.msg");
     bad |= kvp_tpmsg_put_bare(&b, KVP_TPMSG_STOP, &err);
-    SEED("stop.bin");
+    SEED("stop.msg");
     bad |= kvp_tpmsg_put_bare(&b, KVP_TPMSG_END, &err);
-    SEED("end.bin");
+    SEED("end.msg");
     /* three sequences: a 20-token prompt (blocks 3, 9), a decode at 40 (blocks 1, 2, 7), a 2-token draft at 16 */
     uint32_t t0[] = {3, 9}, t1[] = {1, 2, 7}, t2[] = {5, 6};
     const uint32_t *tables[] = {t0, t1, t2};
@@ -488,13 +488,13 @@ static int write_seeds(const char *dir)
     kvp_tpmsg m;
     bad |= kvp_tpmsg_decode(&m, b.w, b.n, &su, &err) != 0;
     kvp_tpmsg_free(&m);
-    SEED("step-3seqs.bin");
+    SEED("step-3seqs.msg");
     b.n -= 3;
-    SEED("step-cut.bin");
+    SEED("step-cut.msg");
     bad |= kvp_tpmsg_put_kv(&b, KVP_TPMSG_KV_READ, 63, &err);
-    SEED("kv-read.bin");
+    SEED("kv-read.msg");
     bad |= kvp_tpmsg_put_kv(&b, KVP_TPMSG_KV_WRITE, 0, &err);
-    SEED("kv-write.bin");
+    SEED("kv-write.msg");
     kvp_tpmsg_buf_free(&b);
 #undef SEED
     if (bad)
