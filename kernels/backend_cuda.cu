@@ -41,6 +41,7 @@ typedef struct cu_impl {
     uint64_t parts_floats;
     void *host;                /* all_reduce / all_gather staging (host memory) */
     size_t host_size;
+    int pipelined;             /* KVP_CUDA_PIPELINE=1: the kernels not yet run on a GPU (kernels/README.md) */
 } cu_impl;
 
 /* What prepare_weight leaves in w->dev: the weight's view for the kernels
@@ -200,7 +201,8 @@ static int cu_reserve(kvp_backend *b, const kvp_backend_reserve *r, kvp_err *err
         return 0;
     kvp_gpu_attn_shape s;
     const kvp_kv_pool *kv = r->kv;
-    int rc = kvp_gpuplan_attn(&s, r->max_tok, r->n_head, kv->n_head_kv, kv->head_dim, kv->block_size, r->max_ctx, err);
+    int rc = kvp_gpuplan_attn(&s, r->max_tok, r->n_head, kv->n_head_kv, kv->head_dim, kv->block_size, r->max_ctx,
+                              im->pipelined, err);
     if (rc < 0)
         return rc;
     if (!cu_kv_dtype_ok(kv->dtype))
@@ -440,7 +442,7 @@ static int cu_matmul_op(kvp_backend *b, const kvp_weight *w, const float *x, flo
     int rc = kvp_gpuplan_matmul(&s, cw->n_out, n_tok, err);
     if (rc < 0 || n_tok == 0 || cw->n_out == 0)
         return rc;
-    CU_CHECK(cu_matmul(im->st, cw->dtype, cw->v, cw->n_out, x, y, n_tok, s), err, "matmul %s (%s, %u x %u, %u tokens)",
+    CU_CHECK(cu_matmul(im->st, cw->dtype, cw->v, cw->n_out, x, y, n_tok, s, im->pipelined), err, "matmul %s (%s, %u x %u, %u tokens)",
              wname(w), kvp_dtype_name((uint32_t)cw->dtype), cw->n_out, cw->v.n_in, n_tok);
     return 0;
 }
@@ -548,7 +550,8 @@ static int cu_attention_op(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
     if (!max_ctx && a->n_tok)
         return kvp_err_set(err, KVP_EINVAL, "cuda attention: neither max_ctx nor host positions given");
     kvp_gpu_attn_shape s;
-    if ((rc = kvp_gpuplan_attn(&s, a->n_tok, a->n_head, kv->n_head_kv, kv->head_dim, kv->block_size, max_ctx, err)) < 0)
+    if ((rc = kvp_gpuplan_attn(&s, a->n_tok, a->n_head, kv->n_head_kv, kv->head_dim, kv->block_size, max_ctx,
+                               im->pipelined, err)) < 0)
         return rc;
     if (s.part_floats > im->parts_floats)
         return kvp_err_set(err, KVP_ELIMIT,
@@ -556,7 +559,7 @@ static int cu_attention_op(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
                            "reserve() sized %llu",
                            a->n_tok, max_ctx, (unsigned long long)s.part_floats,
                            (unsigned long long)im->parts_floats);
-    CU_CHECK(cu_attention(im->st, *a, s, im->parts, im->faults_dev), err,
+    CU_CHECK(cu_attention(im->st, *a, s, im->parts, im->faults_dev, im->pipelined), err,
              "attention (layer %u, %u tokens, %u heads, contexts up to %u)", a->layer, a->n_tok, a->n_head, max_ctx);
     return 0;
 }
@@ -664,6 +667,10 @@ static const kvp_backend_ops cu_ops = {
 extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *err)
 {
     *out = NULL;
+    /* the pipelined kernels are opt-in until a GPU run has checked them */
+    const char *pl = getenv("KVP_CUDA_PIPELINE");
+    if (pl && *pl && strcmp(pl, "0") != 0 && strcmp(pl, "1") != 0)
+        return kvp_err_set(err, KVP_EINVAL, "cuda: KVP_CUDA_PIPELINE=%s: 0 (the verified kernels) or 1", pl);
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -694,6 +701,7 @@ extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *e
     b->ops = &cu_ops;
     b->impl = im;
     im->device = device;
+    im->pipelined = pl && strcmp(pl, "1") == 0;
     snprintf(im->dev_name, sizeof im->dev_name, "%s", prop.name);
     e = cudaStreamCreateWithFlags(&im->st, cudaStreamNonBlocking);
     if (e == cudaSuccess)

@@ -98,29 +98,182 @@ struct cu_attn_params {
     const int32_t *pos;
     const int32_t *parent, *kv_pos; /* a draft tree (backend.h), or NULL */
     const uint32_t *tok_seq, *tables;
-    uint32_t table_stride, n_head, n_rep, head_groups, max_splits, split_keys, layer;
+    uint32_t table_stride, n_head, n_rep, head_groups, max_splits, split_keys, split_cap, layer;
+    int vec; /* K/V chunks may be read with one aligned vector load each */
     float scale;
     kvp_kv_pool kv;
 };
 
+/* ---- a tile's K and V rows, on their way to shared memory ----
+ *
+ * The tile is cut in chunks of CH consecutive elements of one row: chunk c
+ * is (K or V, key j, chunk dc of the row), dc fastest, so a warp's loads walk
+ * along rows.  A thread first loads every chunk it owns (one 8-32 byte
+ * vector load each where aligned) and only then decodes them into shared
+ * memory, and the kernel loads the next tile while it scores this one: a
+ * CTA waits for memory about once a tile, where the verified kernels'
+ * loader (cu_kv_tile_elems) waits about once an element (~9 us a 16-key
+ * tile, measured on an H200).  KVP_CUDA_PIPELINE=1 selects this one. */
+#define CH 8
+#define MAX_CPT (2 * KT * (KVP_GPU_ATT_MAX_HEAD_DIM / CH) / KVP_GPU_ATT_THREADS) /* chunks a thread: 8 */
+
 template <int DT>
+struct cu_kv_tile {
+    static constexpr uint32_t ES = DT == KVP_DTYPE_F32 ? 4 : DT == KVP_DTYPE_F16 || DT == KVP_DTYPE_BF16 ? 2 : 1;
+    static constexpr int W = CH * ES / 4; /* 32-bit words a chunk */
+    uint32_t w[MAX_CPT][W];               /* raw bits, element k at byte k * ES */
+    float sc[MAX_CPT];                    /* fp8/int8: the row's scale */
+};
+
+template <int DT>
+__device__ static inline void cu_kv_tile_load(const cu_attn_params &p, const uint32_t *table, const int32_t *path_at,
+                                              uint32_t path_n, int32_t pos, uint32_t g, uint32_t kt, uint32_t k1,
+                                              cu_kv_tile<DT> &r, cu_faults *faults)
+{
+    typedef cu_kv_tile<DT> T;
+    const kvp_kv_pool &kv = p.kv;
+    const uint32_t hd = kv.head_dim, bs = kv.block_size, nch = (hd + CH - 1) / CH, total = 2 * KT * nch;
+#pragma unroll
+    for (int e = 0; e < MAX_CPT; e++) {
+#pragma unroll
+        for (int k = 0; k < T::W; k++)
+            r.w[e][k] = 0;
+        r.sc[e] = 1.0f;
+        uint32_t c = threadIdx.x + e * KVP_GPU_ATT_THREADS;
+        if (c >= total)
+            continue;
+        uint32_t dc = c % nch, j = c / nch % KT, which = c / (nch * KT), key = kt + j;
+        if (key >= k1)
+            continue;
+        uint32_t at = (uint32_t)kvp_attn_tree_slot_pos(path_at, path_n, pos, (int32_t)key);
+        if (at / bs >= p.table_stride) {
+            if (dc == 0)
+                cu_fault(faults, CU_FAULT_TREE, at);
+            continue;
+        }
+        uint32_t blk = table[at / bs], s = at % bs;
+        if (blk >= kv.n_blocks) {
+            if (dc == 0)
+                cu_fault(faults, CU_FAULT_BLOCK, blk);
+            continue;
+        }
+        const uint8_t *b = (const uint8_t *)kv.base + (uint64_t)blk * kv.block_bytes;
+        const uint8_t *row = b + cu_kv_row(kv, p.layer, which, g, s);
+        if (DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8)
+            r.sc[e] = ((const float *)(b + kv.scales_off))[cu_kv_scale(kv, p.layer, which, g, s)];
+        if (p.vec) { /* head_dim a multiple of CH, blocks 16-byte aligned: chunks are aligned to their size */
+            const uint8_t *src = row + (uint64_t)dc * CH * T::ES;
+            if (T::W == 8) {
+                uint4 x = ((const uint4 *)src)[0], y = ((const uint4 *)src)[1];
+                r.w[e][0] = x.x, r.w[e][1] = x.y, r.w[e][2] = x.z, r.w[e][3] = x.w;
+                r.w[e][T::W > 4 ? 4 : 0] = y.x, r.w[e][T::W > 5 ? 5 : 0] = y.y;
+                r.w[e][T::W > 6 ? 6 : 0] = y.z, r.w[e][T::W > 7 ? 7 : 0] = y.w;
+            } else if (T::W == 4) {
+                uint4 x = *(const uint4 *)src;
+                r.w[e][0] = x.x, r.w[e][T::W > 1 ? 1 : 0] = x.y;
+                r.w[e][T::W > 2 ? 2 : 0] = x.z, r.w[e][T::W > 3 ? 3 : 0] = x.w;
+            } else {
+                uint2 x = *(const uint2 *)src;
+                r.w[e][0] = x.x, r.w[e][T::W > 1 ? 1 : 0] = x.y;
+            }
+            continue;
+        }
+#pragma unroll
+        for (int k = 0; k < CH; k++) {
+            uint32_t d = dc * CH + k;
+            if (d >= hd)
+                break;
+            uint32_t bits = T::ES == 4 ? ((const uint32_t *)row)[d] : T::ES == 2 ? ((const uint16_t *)row)[d] : row[d];
+            r.w[e][k * T::ES / 4] |= bits << (8 * (k * T::ES % 4));
+        }
+    }
+}
+
+/* The chunks loaded above as f32 (scaled kinds: times their row's scale)
+ * into ks [KT][hd + 1] and vs [KT][hd]; chunks past the keys are zeros. */
+template <int DT>
+__device__ static inline void cu_kv_tile_store(const cu_kv_tile<DT> &r, uint32_t hd, float *ks, float *vs)
+{
+    typedef cu_kv_tile<DT> T;
+    const uint32_t nch = (hd + CH - 1) / CH, total = 2 * KT * nch;
+#pragma unroll
+    for (int e = 0; e < MAX_CPT; e++) {
+        uint32_t c = threadIdx.x + e * KVP_GPU_ATT_THREADS;
+        if (c >= total)
+            continue;
+        uint32_t dc = c % nch, j = c / nch % KT, which = c / (nch * KT);
+        float *dst = which ? vs + j * hd : ks + j * (hd + 1);
+#pragma unroll
+        for (int k = 0; k < CH; k++) {
+            uint32_t d = dc * CH + k;
+            if (d >= hd)
+                break;
+            uint32_t bits = r.w[e][k * T::ES / 4] >> (8 * (k * T::ES % 4));
+            float v = DT == KVP_DTYPE_F32    ? cu_bitsf(bits)
+                      : DT == KVP_DTYPE_F16  ? cu_f16((uint16_t)bits)
+                      : DT == KVP_DTYPE_BF16 ? cu_bf16((uint16_t)bits)
+                      : DT == KVP_DTYPE_FP8_E4M3 ? cu_e4m3((uint8_t)bits)
+                                                 : (float)(int8_t)(uint8_t)bits;
+            dst[d] = DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8 ? v * r.sc[e] : v;
+        }
+    }
+}
+
+/* The verified kernels' loader: K and V element by element, straight into
+ * ks [KT][hd + 1] and vs [KT][hd]. */
+template <int DT>
+__device__ static inline void cu_kv_tile_elems(const cu_attn_params &p, const uint32_t *table, const int32_t *path_at,
+                                               uint32_t path_n, int32_t pos, uint32_t g, uint32_t kt, uint32_t k1,
+                                               float *ks, float *vs, cu_faults *faults)
+{
+    const kvp_kv_pool &kv = p.kv;
+    const uint32_t hd = kv.head_dim, bs = kv.block_size, tid = threadIdx.x;
+    const int scaled = DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8;
+    /* K and V rows of keys kt .. kt + KT - 1 as f32 (scaled: times their row's scale) */
+    for (uint32_t i = tid; i < KT * hd; i += KVP_GPU_ATT_THREADS) {
+        uint32_t j = i / hd, d = i % hd, key = kt + j;
+        float kvv = 0.0f, vvv = 0.0f;
+        uint32_t at = (uint32_t)kvp_attn_tree_slot_pos(path_at, path_n, pos, (int32_t)key);
+        if (key < k1 && at / bs >= p.table_stride) {
+            if (d == 0)
+                cu_fault(faults, CU_FAULT_TREE, at);
+        } else if (key < k1) {
+            uint32_t blk = table[at / bs], s = at % bs;
+            if (blk < kv.n_blocks) {
+                const uint8_t *b = (const uint8_t *)kv.base + (uint64_t)blk * kv.block_bytes;
+                kvv = cu_kv_elem<DT>(b + cu_kv_row(kv, p.layer, 0, g, s), d);
+                vvv = cu_kv_elem<DT>(b + cu_kv_row(kv, p.layer, 1, g, s), d);
+                if (scaled) {
+                    const float *sc = (const float *)(b + kv.scales_off);
+                    kvv *= sc[cu_kv_scale(kv, p.layer, 0, g, s)];
+                    vvv *= sc[cu_kv_scale(kv, p.layer, 1, g, s)];
+                }
+            } else if (d == 0) {
+                cu_fault(faults, CU_FAULT_BLOCK, blk);
+            }
+        }
+        ks[j * (hd + 1) + d] = kvv;
+        vs[j * hd + d] = vvv;
+    }
+}
+
+template <int DT, int CHUNKED>
 __global__ void __launch_bounds__(KVP_GPU_ATT_THREADS) cu_attn_k(cu_attn_params p, cu_faults *faults)
 {
     extern __shared__ float sm[];
     const kvp_kv_pool &kv = p.kv;
-    const uint32_t hd = kv.head_dim, bs = kv.block_size, tid = threadIdx.x, qi = tid / KT, kj = tid % KT;
+    const uint32_t hd = kv.head_dim, tid = threadIdx.x, qi = tid / KT, kj = tid % KT;
     const uint32_t t = blockIdx.x, sp = blockIdx.y, g = blockIdx.z / p.head_groups;
     const uint32_t hq0 = (blockIdx.z % p.head_groups) * QR, nq = min(QR, p.n_rep - hq0), h0 = g * p.n_rep + hq0;
     const int32_t pos = p.pos[t];
     uint32_t k0, k1;
-    if (!kvp_gpuplan_split_range(p.split_keys, pos, sp, &k0, &k1))
-        return; /* past this token's context (the grid is sized for the step's longest) */
-    const uint32_t n_split = kvp_gpuplan_splits(p.split_keys, pos);
+    if (!kvp_gpuplan_split_range(p.split_keys, p.split_cap, pos, sp, &k0, &k1))
+        return; /* past this token's splits (the grid is sized for the step's most) */
+    const uint32_t n_split = kvp_gpuplan_splits(p.split_keys, p.split_cap, pos);
     if (n_split > p.max_splits && sp == 0 && tid == 0) /* its last keys have no CTA */
         cu_fault(faults, CU_FAULT_CTX, pos);
     float *qs = sm, *ks = qs + QR * hd, *vs = ks + KT * (hd + 1), *ps = vs + KT * hd;
     const uint32_t *table = p.tables + (uint64_t)p.tok_seq[t] * p.table_stride;
-    const int scaled = DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8;
     /* a draft tree's token: the keys of its path are in its ancestors'
      * slots (the same walk as the CPU backend's) */
     __shared__ int32_t path_at[KVP_TREE_MAX_DEPTH];
@@ -129,6 +282,9 @@ __global__ void __launch_bounds__(KVP_GPU_ATT_THREADS) cu_attn_k(cu_attn_params 
         path_n = p.parent ? kvp_attn_tree_path(p.parent, p.kv_pos, t, path_at) : 0;
     __syncthreads();
 
+    cu_kv_tile<DT> tile; /* CHUNKED: the tile's loads in flight */
+    if (CHUNKED)
+        cu_kv_tile_load<DT>(p, table, path_at, path_n, pos, g, k0, k1, tile, faults);
     for (uint32_t i = tid; i < QR * hd; i += KVP_GPU_ATT_THREADS) {
         uint32_t r = i / hd;
         qs[i] = r < nq ? p.q[((uint64_t)t * p.n_head + h0 + r) * hd + i % hd] * p.scale : 0.0f;
@@ -139,38 +295,31 @@ __global__ void __launch_bounds__(KVP_GPU_ATT_THREADS) cu_attn_k(cu_attn_params 
         o[c] = 0.0f;
 
     for (uint32_t kt = k0; kt < k1; kt += KT) {
-        /* K and V rows of keys kt .. kt + KT - 1 as f32 (scaled: times their row's scale) */
-        for (uint32_t i = tid; i < KT * hd; i += KVP_GPU_ATT_THREADS) {
-            uint32_t j = i / hd, d = i % hd, key = kt + j;
-            float kvv = 0.0f, vvv = 0.0f;
-            uint32_t at = (uint32_t)kvp_attn_tree_slot_pos(path_at, path_n, pos, (int32_t)key);
-            if (key < k1 && at / bs >= p.table_stride) {
-                if (d == 0)
-                    cu_fault(faults, CU_FAULT_TREE, at);
-            } else if (key < k1) {
-                uint32_t blk = table[at / bs], s = at % bs;
-                if (blk < kv.n_blocks) {
-                    const uint8_t *b = (const uint8_t *)kv.base + (uint64_t)blk * kv.block_bytes;
-                    kvv = cu_kv_elem<DT>(b + cu_kv_row(kv, p.layer, 0, g, s), d);
-                    vvv = cu_kv_elem<DT>(b + cu_kv_row(kv, p.layer, 1, g, s), d);
-                    if (scaled) {
-                        const float *sc = (const float *)(b + kv.scales_off);
-                        kvv *= sc[cu_kv_scale(kv, p.layer, 0, g, s)];
-                        vvv *= sc[cu_kv_scale(kv, p.layer, 1, g, s)];
-                    }
-                } else if (d == 0) {
-                    cu_fault(faults, CU_FAULT_BLOCK, blk);
-                }
-            }
-            ks[j * (hd + 1) + d] = kvv;
-            vs[j * hd + d] = vvv;
-        }
+        if (CHUNKED)
+            cu_kv_tile_store<DT>(tile, hd, ks, vs);
+        else
+            cu_kv_tile_elems<DT>(p, table, path_at, path_n, pos, g, kt, k1, ks, vs, faults);
         __syncthreads();
+        if (CHUNKED && kt + KT < k1) /* the next tile's loads are in flight while this one is scored */
+            cu_kv_tile_load<DT>(p, table, path_at, path_n, pos, g, kt + KT, k1, tile, faults);
         float s = -INFINITY;
-        if (qi < nq && kt + kj < k1) {
+        if (qi < nq && kt + kj < k1 && !CHUNKED) {
             s = 0.0f;
             for (uint32_t d = 0; d < hd; d++)
                 s += qs[qi * hd + d] * ks[kj * (hd + 1) + d];
+        } else if (qi < nq && kt + kj < k1) { /* four chains: FMA latency, not one long sum */
+            const float *qr = qs + qi * hd, *kr = ks + kj * (hd + 1);
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+            uint32_t d = 0;
+            for (; d + 4 <= hd; d += 4) {
+                s0 += qr[d] * kr[d];
+                s1 += qr[d + 1] * kr[d + 1];
+                s2 += qr[d + 2] * kr[d + 2];
+                s3 += qr[d + 3] * kr[d + 3];
+            }
+            for (; d < hd; d++)
+                s0 += qr[d] * kr[d];
+            s = (s0 + s1) + (s2 + s3);
         }
         float tmax = s;
         for (int off = KT / 2; off > 0; off /= 2)
@@ -223,9 +372,10 @@ __global__ void __launch_bounds__(KVP_GPU_ATT_THREADS) cu_attn_k(cu_attn_params 
 __global__ void __launch_bounds__(KVP_GPU_MERGE_THREADS) cu_attn_merge_k(cu_attn_params p)
 {
     uint32_t t = blockIdx.x, h = blockIdx.y, hd = p.kv.head_dim;
-    uint32_t n = kvp_gpuplan_splits(p.split_keys, p.pos[t]);
+    uint32_t n = kvp_gpuplan_splits(p.split_keys, p.split_cap, p.pos[t]);
     if (n <= 1)
         return;
+    n = min(n, p.max_splits); /* more: attention recorded a fault; read no further than the scratch */
     const float *part = p.parts + ((uint64_t)t * p.n_head + h) * p.max_splits * (hd + 2);
     float M = -INFINITY, L = 0.0f;
     for (uint32_t i = 0; i < n; i++)
@@ -242,7 +392,7 @@ __global__ void __launch_bounds__(KVP_GPU_MERGE_THREADS) cu_attn_merge_k(cu_attn
 }
 
 cudaError_t cu_attention(cudaStream_t st, const kvp_attn_args &a, const kvp_gpu_attn_shape &s, float *parts,
-                         cu_faults *faults)
+                         cu_faults *faults, int pipelined)
 {
     if (a.n_tok == 0)
         return cudaSuccess;
@@ -250,12 +400,17 @@ cudaError_t cu_attention(cudaStream_t st, const kvp_attn_args &a, const kvp_gpu_
     p.q = a.q, p.out = a.out, p.parts = parts, p.pos = a.pos, p.tok_seq = a.tok_seq, p.tables = a.tables;
     p.parent = a.parent, p.kv_pos = a.parent ? a.kv_pos : NULL;
     p.table_stride = a.table_stride, p.n_head = a.n_head, p.n_rep = s.n_rep, p.head_groups = s.head_groups;
-    p.max_splits = s.max_splits, p.split_keys = s.split_keys, p.layer = a.layer, p.scale = a.scale, p.kv = *a.kv;
+    p.max_splits = s.max_splits, p.split_keys = s.split_keys, p.split_cap = s.split_cap, p.layer = a.layer;
+    p.scale = a.scale, p.kv = *a.kv;
+    p.vec = a.kv->head_dim % CH == 0 && a.kv->block_bytes % 16 == 0 && ((uintptr_t)a.kv->base & 15) == 0;
     dim3 grid(s.grid[0], s.grid[1], s.grid[2]);
     switch (a.kv->dtype) {
 #define CU_ATTN_CASE(DT)                                                        \
     case DT:                                                                    \
-        cu_attn_k<DT><<<grid, s.threads, s.smem, st>>>(p, faults);              \
+        if (pipelined)                                                          \
+            cu_attn_k<DT, 1><<<grid, s.threads, s.smem, st>>>(p, faults);       \
+        else                                                                    \
+            cu_attn_k<DT, 0><<<grid, s.threads, s.smem, st>>>(p, faults);       \
         break;
         CU_ATTN_CASE(KVP_DTYPE_F32)
         CU_ATTN_CASE(KVP_DTYPE_F16)

@@ -278,6 +278,48 @@ CU_UNROLL
     }
 }
 
+/* ---- a scaled weight (fp8, i8, i4) whose rows cu_wgrouped accepts ----
+ *
+ * Groups of a multiple of 8 elements, rows of a multiple of 8 elements
+ * aligned to the 8 elements' bytes: the 8 elements i0 .. i0 + 7 share one
+ * scale (and zero point), and their bytes come in one aligned 8-byte (fp8,
+ * i8) or 4-byte (i4) load, where cu_wdec8 reads byte by byte and a scale an
+ * element.  The values are cu_wdec8's, bit for bit (test_cudanum). */
+template <int DT>
+CU_HD void cu_wdec8_grp(const cu_wview &w, uint32_t r, uint32_t i0, float out[8])
+{
+    const uint8_t *row = w.data + (uint64_t)r * w.row_bytes;
+    uint32_t g = i0 / w.group, u0, u1; /* two words, not an array: no local memory */
+    if (DT == KVP_DTYPE_I4) {
+        u0 = *(const uint32_t *)(row + i0 / 2), u1 = 0;
+    } else {
+        uint2 v = *(const uint2 *)(row + i0);
+        u0 = v.x, u1 = v.y;
+    }
+    uint64_t sg = (uint64_t)r * w.scale_stride + g;
+    float s = w.sc[sg], z = w.zp ? w.zp[sg] : 0.0f;
+CU_UNROLL
+    for (int j = 0; j < 8; j++) {
+        float q;
+        if (DT == KVP_DTYPE_I4) /* element j: bits 4j..4j+3, two's complement */
+            q = (float)((int)(((u0 >> (4 * j)) & 15) ^ 8) - 8);
+        else if (DT == KVP_DTYPE_FP8_E4M3)
+            q = cu_e4m3((uint8_t)((j < 4 ? u0 : u1) >> (8 * (j % 4))));
+        else
+            q = (float)(int8_t)(uint8_t)((j < 4 ? u0 : u1) >> (8 * (j % 4)));
+        out[j] = (q - z) * s;
+    }
+}
+
+/* Do all of w's rows meet cu_wdec8_grp's terms. */
+__host__ __device__ static inline int cu_wgrouped(const cu_wview &w, int dtype)
+{
+    uint32_t nb = dtype == KVP_DTYPE_I4 ? 4 : 8;
+    if (dtype != KVP_DTYPE_FP8_E4M3 && dtype != KVP_DTYPE_I8 && dtype != KVP_DTYPE_I4)
+        return 0;
+    return w.sc && w.group % 8 == 0 && w.n_in % 8 == 0 && w.row_bytes % nb == 0 && ((uintptr_t)w.data & (nb - 1)) == 0;
+}
+
 /* Calls F::template run<DT>() for a weight dtype the matmul and embed
  * kernels are built for; cudaErrorInvalidValue for any other. */
 #define CU_WEIGHT_DTYPES(X) X(KVP_DTYPE_F32) X(KVP_DTYPE_F16) X(KVP_DTYPE_BF16) X(KVP_DTYPE_Q4_0) \
@@ -322,8 +364,9 @@ __host__ __device__ static inline uint64_t cu_kv_scale(const kvp_kv_pool &kv, ui
 /* ---- launches (each returns cudaGetLastError after queuing its kernels) ---- */
 
 /* cuda_matmul.cu */
+/* pipelined: the kernels KVP_CUDA_PIPELINE=1 selects (kernels/README.md) */
 cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const float *x, float *y,
-                      uint32_t n_tok, const kvp_gpu_mm_shape &shape);
+                      uint32_t n_tok, const kvp_gpu_mm_shape &shape, int pipelined);
 cudaError_t cu_embed(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const int32_t *tokens,
                      uint32_t n_tok, float *out, cu_faults *faults);
 
@@ -345,7 +388,7 @@ cudaError_t cu_kv_store(cudaStream_t st, const kvp_kv_pool &kv, uint32_t layer, 
                         uint32_t n_tok, const uint32_t *slot, cu_faults *faults);
 /* parts: shape.part_floats floats of scratch when shape.max_splits > 1. */
 cudaError_t cu_attention(cudaStream_t st, const kvp_attn_args &a, const kvp_gpu_attn_shape &shape, float *parts,
-                         cu_faults *faults);
+                         cu_faults *faults, int pipelined);
 /* Is this KV dtype one the kernels are built for. */
 int cu_kv_dtype_ok(int dtype);
 

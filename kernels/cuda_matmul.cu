@@ -13,12 +13,32 @@
 
 /* ---- GEMV ---- */
 
-/* minimum 8 CTAs an SM (at most 64 registers): without it ptxas spills 4
- * bytes in the Q8_0 instance although it uses only 40 */
-template <int DT>
-__global__ void __launch_bounds__(KVP_GPU_GEMV_THREADS, 8)
+/* Weight chunks (8 elements each) a lane decodes before it multiplies any
+ * of them, so that many loads are in flight at once: a memory-bound GEMV
+ * needs several kilobytes in flight a warp to approach the H200's
+ * bandwidth, where one 16-byte load a lane at a time reached 17% of it.
+ * Formats of a byte or less an element take more chunks a step; a scaled
+ * kind's element-by-element decoder (not grouped in 8s) takes fewer, since
+ * its registers would spill. */
+template <int DT, int GRP>
+__host__ __device__ constexpr int cu_gemv_unroll()
+{
+    if (DT == KVP_DTYPE_F32 || DT == KVP_DTYPE_F16 || DT == KVP_DTYPE_BF16)
+        return 4;
+    if ((DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8 || DT == KVP_DTYPE_I4) && !GRP)
+        return 2;
+    return 8;
+}
+
+/* U chunks a step: 1 is the verified kernel (at least 8 CTAs an SM, at
+ * most 64 registers: without it ptxas spills 4 bytes in the Q8_0 instance);
+ * more (KVP_CUDA_PIPELINE=1) at least 4 CTAs an SM, 128 registers, room
+ * for the chunks in flight. */
+template <int DT, int GRP, int U>
+__global__ void __launch_bounds__(KVP_GPU_GEMV_THREADS, U == 1 ? 8 : 4)
     cu_gemv_k(cu_wview w, uint32_t n_out, const float *__restrict__ x, float *__restrict__ y, uint32_t n_tok)
 {
+    constexpr uint32_t STEP = 32 * 8; /* elements a warp covers a chunk */
     uint32_t lane = threadIdx.x % 32, r = blockIdx.x * KVP_GPU_GEMV_ROWS + threadIdx.x / 32;
     if (r >= n_out)
         return;
@@ -29,25 +49,44 @@ __global__ void __launch_bounds__(KVP_GPU_GEMV_THREADS, 8)
     /* x rows are 16-byte aligned when the buffer is and n_in is a multiple of 4 */
     int vec = ((uintptr_t)x & 15) == 0 && w.n_in % 4 == 0;
 #pragma unroll 1
-    for (uint32_t i0 = lane * 8; i0 < w.n_in; i0 += 32 * 8) {
-        float wv[8];
-        cu_wdec8<DT>(w, r, i0, wv);
+    for (uint32_t i0 = lane * 8; i0 < w.n_in; i0 += STEP * U) {
+        float wv[U][8];
 #pragma unroll
-        for (int t = 0; t < KVP_GPU_GEMV_MAX_TOK; t++) {
-            if ((uint32_t)t >= n_tok)
-                break;
-            const float *xp = x + (uint64_t)t * w.n_in + i0;
-            float s = 0.0f;
-            if (vec && i0 + 8 <= w.n_in) {
-                float4 a = ((const float4 *)xp)[0], b = ((const float4 *)xp)[1];
-                s = wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x + wv[5] * b.y +
-                    wv[6] * b.z + wv[7] * b.w;
+        for (int u = 0; u < U; u++) {
+            uint32_t i = i0 + u * STEP;
+            if (i < w.n_in) {
+                if (GRP) /* a scaled kind in groups of 8 (cu_wgrouped) */
+                    cu_wdec8_grp<DT>(w, r, i, wv[u]);
+                else
+                    cu_wdec8<DT>(w, r, i, wv[u]);
             } else {
 #pragma unroll
                 for (int j = 0; j < 8; j++)
-                    s += i0 + j < w.n_in ? wv[j] * xp[j] : 0.0f;
+                    wv[u][j] = 0.0f;
             }
-            acc[t] += s;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            uint32_t i = i0 + u * STEP;
+            if (i >= w.n_in)
+                break;
+#pragma unroll
+            for (int t = 0; t < KVP_GPU_GEMV_MAX_TOK; t++) {
+                if ((uint32_t)t >= n_tok)
+                    break;
+                const float *xp = x + (uint64_t)t * w.n_in + i;
+                float s = 0.0f;
+                if (vec && i + 8 <= w.n_in) {
+                    float4 a = ((const float4 *)xp)[0], b = ((const float4 *)xp)[1];
+                    s = wv[u][0] * a.x + wv[u][1] * a.y + wv[u][2] * a.z + wv[u][3] * a.w + wv[u][4] * b.x +
+                        wv[u][5] * b.y + wv[u][6] * b.z + wv[u][7] * b.w;
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        s += i + j < w.n_in ? wv[u][j] * xp[j] : 0.0f;
+                }
+                acc[t] += s;
+            }
         }
     }
 #pragma unroll
@@ -158,8 +197,27 @@ __global__ void __launch_bounds__(EMBED_THREADS)
     }
 }
 
+/* The GEMV instance for w: the verified one, or (pipelined) several chunks
+ * in flight and the grouped decoder where a scaled weight allows it. */
+template <int DT>
+static void cu_gemv_launch(cudaStream_t st, const cu_wview &w, uint32_t n_out, const float *x, float *y,
+                           uint32_t n_tok, dim3 grid, uint32_t threads, int pipelined)
+{
+    if (!pipelined) {
+        cu_gemv_k<DT, 0, 1><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
+        return;
+    }
+    if constexpr (DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8 || DT == KVP_DTYPE_I4) {
+        if (cu_wgrouped(w, DT)) {
+            cu_gemv_k<DT, 1, cu_gemv_unroll<DT, 1>()><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
+            return;
+        }
+    }
+    cu_gemv_k<DT, 0, cu_gemv_unroll<DT, 0>()><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
+}
+
 cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const float *x, float *y,
-                      uint32_t n_tok, const kvp_gpu_mm_shape &s)
+                      uint32_t n_tok, const kvp_gpu_mm_shape &s, int pipelined)
 {
     dim3 grid(s.grid[0], s.grid[1]);
     int gemv = s.kind == KVP_GPU_MM_GEMV;
@@ -167,7 +225,7 @@ cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_
 #define CU_MM_CASE(DT)                                                                 \
     case DT:                                                                           \
         if (gemv)                                                                      \
-            cu_gemv_k<DT><<<grid, s.threads, 0, st>>>(w, n_out, x, y, n_tok);          \
+            cu_gemv_launch<DT>(st, w, n_out, x, y, n_tok, grid, s.threads, pipelined); \
         else                                                                           \
             cu_gemm_k<DT><<<grid, s.threads, 0, st>>>(w, n_out, x, y, n_tok);          \
         break;

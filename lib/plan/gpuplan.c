@@ -7,16 +7,17 @@
 #define GRID_X_MAX 0x7fffffffu
 #define GRID_YZ_MAX 65535u
 
-uint32_t kvp_gpuplan_split_keys(uint32_t block_size)
+uint32_t kvp_gpuplan_split_keys(uint32_t block_size, int pipelined)
 {
+    uint32_t want = pipelined ? KVP_GPU_ATT_SPLIT_MIN : KVP_GPU_ATT_SPLIT_KEYS;
     if (block_size == 0)
-        return KVP_GPU_ATT_SPLIT_KEYS;
-    uint64_t k = ((uint64_t)KVP_GPU_ATT_SPLIT_KEYS + block_size - 1) / block_size * block_size;
+        return want;
+    uint64_t k = ((uint64_t)want + block_size - 1) / block_size * block_size;
     return k > UINT32_MAX / 2 ? block_size : (uint32_t)k;
 }
 
 int kvp_gpuplan_attn(kvp_gpu_attn_shape *s, uint32_t n_tok, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
-                     uint32_t block_size, uint32_t max_ctx, kvp_err *err)
+                     uint32_t block_size, uint32_t max_ctx, int pipelined, kvp_err *err)
 {
     memset(s, 0, sizeof *s);
     if (head_dim == 0 || head_dim > KVP_GPU_ATT_MAX_HEAD_DIM)
@@ -25,8 +26,9 @@ int kvp_gpuplan_attn(kvp_gpu_attn_shape *s, uint32_t n_tok, uint32_t n_head, uin
     if (n_head_kv == 0 || n_head % n_head_kv || block_size == 0)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "cuda attention: %u query heads over %u KV heads, blocks of %u",
                            n_head, n_head_kv, block_size);
-    s->split_keys = kvp_gpuplan_split_keys(block_size);
-    s->max_splits = max_ctx ? kvp_gpuplan_splits(s->split_keys, (int32_t)(max_ctx - 1)) : 1;
+    s->split_keys = kvp_gpuplan_split_keys(block_size, pipelined);
+    s->split_cap = pipelined ? KVP_GPU_ATT_MAX_SPLITS : UINT32_MAX;
+    s->max_splits = max_ctx ? kvp_gpuplan_max_splits(s->split_keys, s->split_cap, max_ctx) : 1;
     s->n_rep = n_head / n_head_kv;
     s->head_groups = (s->n_rep + KVP_GPU_ATT_QROWS - 1) / KVP_GPU_ATT_QROWS;
     uint64_t z = (uint64_t)n_head_kv * s->head_groups;

@@ -27,17 +27,28 @@
  *
  * One CTA computes one (query token, key split, KV head, group of up to
  * KVP_GPU_ATT_QROWS of that head's query heads): the query heads that share
- * a KV head read each K and V row once.  Keys are cut by absolute position
- * into splits of split_keys (0 .. S-1, S .. 2S-1, ...), so which keys a split
- * covers, and the order the merge folds them in, depend only on the token's
- * position: a token's output is the same bits in any batch.  A token whose
- * keys fit in one split has its output written by that CTA; longer ones
- * leave per-split partial results (unnormalized o, max m, sum l) that a
- * second kernel folds.  The grid's split dimension is sized for the longest
- * context of the step (max_ctx), and CTAs past their own token's context
- * exit at once, so a grid planned for a maximum can be captured in a graph
- * and replayed for any shorter contexts. */
-#define KVP_GPU_ATT_SPLIT_KEYS 512 /* keys a split aims for (rounded up to whole blocks) */
+ * a KV head read each K and V row once.  A query at position pos has keys
+ * 0..pos; they are cut by absolute position into splits of L keys (0 ..
+ * L-1, L .. 2L-1, ...), L = kvp_gpuplan_split_len, a multiple of a unit
+ * rounded up to whole blocks.  Two plans:
+ *   - verified (the kernels that ran on an H200): L is the unit,
+ *     KVP_GPU_ATT_SPLIT_KEYS, however many splits that makes;
+ *   - pipelined (KVP_CUDA_PIPELINE=1, not yet run on a GPU): the unit is
+ *     KVP_GPU_ATT_SPLIT_MIN and L the smallest multiple of it that makes at
+ *     most KVP_GPU_ATT_MAX_SPLITS splits, so a single decode token at
+ *     context 512 spreads over 16 CTAs a KV head instead of one CTA that
+ *     walks its 512 keys alone.
+ * Which keys a split covers, and the order the merge folds them in, depend
+ * only on the token's position: a token's output is the same bits in any
+ * batch.  A token whose keys fit in one split has its output written by
+ * that CTA; longer ones leave per-split partial results (unnormalized o,
+ * max m, sum l) that a second kernel folds.  The grid's split dimension is
+ * sized for the most splits a query of the step can have (max_ctx), and
+ * CTAs past their own token's splits exit at once, so a grid planned for a
+ * maximum can be captured in a graph and replayed for shorter contexts. */
+#define KVP_GPU_ATT_SPLIT_KEYS 512 /* verified plan: keys a split covers (rounded up to whole blocks) */
+#define KVP_GPU_ATT_SPLIT_MIN 32   /* pipelined plan: the unit of a split's keys (rounded up likewise) */
+#define KVP_GPU_ATT_MAX_SPLITS 32  /* pipelined plan: the most splits one query's keys are cut into */
 #define KVP_GPU_ATT_QROWS 8        /* query heads one CTA holds */
 #define KVP_GPU_ATT_KTILE 16       /* keys a CTA holds in shared memory at a time */
 #define KVP_GPU_ATT_THREADS 128    /* QROWS x KTILE: one thread a (query, key) score */
@@ -45,8 +56,9 @@
 #define KVP_GPU_MERGE_THREADS 128
 
 typedef struct kvp_gpu_attn_shape {
-    uint32_t split_keys;   /* keys a split covers: a multiple of block_size */
-    uint32_t max_splits;   /* splits of the longest context: the grid's y */
+    uint32_t split_keys;   /* the split unit, in whole blocks (kvp_gpuplan_split_keys) */
+    uint32_t split_cap;    /* the most splits a query's keys are cut into (UINT32_MAX: no cap) */
+    uint32_t max_splits;   /* the most splits a query of the step has: the grid's y */
     uint32_t n_rep;        /* query heads per KV head */
     uint32_t head_groups;  /* CTAs per KV head: ceil(n_rep / QROWS) */
     uint32_t grid[3];      /* n_tok, max_splits, n_head_kv * head_groups */
@@ -57,30 +69,51 @@ typedef struct kvp_gpu_attn_shape {
     uint32_t merge_grid[2]; /* n_tok, n_head; unused when max_splits is 1 */
 } kvp_gpu_attn_shape;
 
-/* The keys one split covers: keys of a query at position pos are 0..pos. */
-KVP_GPU_FN uint32_t kvp_gpuplan_splits(uint32_t split_keys, int32_t pos)
+/* Keys each split of a query at pos covers (keys 0..pos): the smallest
+ * multiple of unit that cuts them into at most cap splits. */
+KVP_GPU_FN uint64_t kvp_gpuplan_split_len(uint32_t unit, uint32_t cap, int32_t pos)
 {
-    return pos < 0 ? 0 : ((uint32_t)pos + split_keys) / split_keys;
+    uint64_t n = pos < 0 ? 0 : (uint64_t)pos + 1, per = (uint64_t)unit * cap;
+    return n ? (n + per - 1) / per * unit : unit;
+}
+
+/* How many splits the keys of a query at pos are cut into (0 for pos < 0). */
+KVP_GPU_FN uint32_t kvp_gpuplan_splits(uint32_t unit, uint32_t cap, int32_t pos)
+{
+    uint64_t len = kvp_gpuplan_split_len(unit, cap, pos);
+    return pos < 0 ? 0 : (uint32_t)(((uint64_t)pos + len) / len);
 }
 
 /* [*k0, *k1) of split s of a query at pos; 0 when s has no keys. */
-KVP_GPU_FN int kvp_gpuplan_split_range(uint32_t split_keys, int32_t pos, uint32_t s, uint32_t *k0, uint32_t *k1)
+KVP_GPU_FN int kvp_gpuplan_split_range(uint32_t unit, uint32_t cap, int32_t pos, uint32_t s, uint32_t *k0,
+                                       uint32_t *k1)
 {
-    uint64_t n = pos < 0 ? 0 : (uint64_t)pos + 1, a = (uint64_t)s * split_keys, b = a + split_keys;
+    uint64_t n = pos < 0 ? 0 : (uint64_t)pos + 1, len = kvp_gpuplan_split_len(unit, cap, pos), a = s * len,
+             b = a + len;
     *k0 = (uint32_t)(a < n ? a : n);
     *k1 = (uint32_t)(b < n ? b : n);
     return *k1 > *k0;
 }
 
-/* Keys a split covers for a pool of block_size: KVP_GPU_ATT_SPLIT_KEYS
- * rounded up to whole blocks, so a split never starts inside a block. */
-uint32_t kvp_gpuplan_split_keys(uint32_t block_size);
+/* The most splits any query of a step whose contexts are at most max_ctx
+ * keys has (with a cap the count is not monotonic in pos: 1024 keys of
+ * unit 32 make 32 splits, 1025 make 17). */
+KVP_GPU_FN uint32_t kvp_gpuplan_max_splits(uint32_t unit, uint32_t cap, uint32_t max_ctx)
+{
+    uint64_t n = ((uint64_t)max_ctx + unit - 1) / unit;
+    return (uint32_t)(n < cap ? n : cap);
+}
+
+/* The split unit for a pool of block_size (KVP_GPU_ATT_SPLIT_MIN for the
+ * pipelined plan, KVP_GPU_ATT_SPLIT_KEYS for the verified one) rounded up
+ * to whole blocks, so a split never starts inside a block. */
+uint32_t kvp_gpuplan_split_keys(uint32_t block_size, int pipelined);
 
 /* The launch of one attention call.  0, or KVP_EUNSUPPORTED (head_dim over
  * KVP_GPU_ATT_MAX_HEAD_DIM, n_head not a multiple of n_head_kv) or
  * KVP_ELIMIT (a grid dimension too large) with a message. */
 int kvp_gpuplan_attn(kvp_gpu_attn_shape *s, uint32_t n_tok, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
-                     uint32_t block_size, uint32_t max_ctx, kvp_err *err);
+                     uint32_t block_size, uint32_t max_ctx, int pipelined, kvp_err *err);
 
 /* ---- matmul ----
  *

@@ -410,6 +410,37 @@ static double decode_median(const model_w *m, step_bufs *s, uint32_t b, uint32_t
     return t[n / 2];
 }
 
+/* ---- 3b. the batch-1 GEMV alone ----
+ *
+ * GB/s of one token's matmul through one kind of matrix of every layer
+ * back to back (32 distinct matrices, so none is read from the 60 MB L2),
+ * the median of 5 rounds after a warm one: the kernel's own bandwidth,
+ * without the step's other kernels and launch gaps. */
+static double gemv_gbs(const model_w *m, step_bufs *s, int which)
+{
+    double t[5];
+    int n = 0;
+    uint64_t bytes = 0;
+    for (int round = 0; round < 6 && !over_budget(); round++) {
+        double t0 = gpu_now();
+        bytes = 0;
+        for (uint32_t l = 0; l < n_layer; l++) {
+            const layer_w *w = &m->layers[l];
+            const kvp_weight *x = which == 0 ? &w->q : which == 1 ? &w->up : &w->down;
+            float *in = which == 2 ? s->g : s->h, *out = which == 0 ? s->q : which == 1 ? s->u : s->t;
+            OP("matmul", gb->ops->matmul(gb, x, in, out, 1, err));
+            bytes += weight_bytes(x);
+        }
+        OP("synchronize", gb->ops->synchronize(gb, err));
+        if (round > 0)
+            t[n++] = gpu_now() - t0;
+    }
+    if (n < 5)
+        return 0;
+    qsort(t, (size_t)n, sizeof t[0], cmp_double);
+    return bytes / t[n / 2] / 1e9;
+}
+
 /* ---- 4. attention alone ---- */
 
 static double attention_gbs(uint32_t b, uint32_t ctx, double *secs)
@@ -533,7 +564,7 @@ int main(int argc, char **argv)
 
     static const int dts[3] = {KVP_DTYPE_BF16, KVP_DTYPE_FP8_E4M3, KVP_DTYPE_I4};
     static const char *dnames[3] = {"bf16", "fp8 (tensor scale)", "int4 (g128)"};
-    double b1_ms[3] = {0}, b1_gb[3] = {0}, pf_up[3] = {0}, pf_down[3] = {0};
+    double b1_ms[3] = {0}, b1_gb[3] = {0}, pf_up[3] = {0}, pf_down[3] = {0}, gemv[3][3] = {{0}};
     enum { PROMPT = 512 };
     static const uint32_t sweep[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     enum { NSW = sizeof sweep / sizeof sweep[0], CTX = 512 };
@@ -547,6 +578,8 @@ int main(int argc, char **argv)
         printf("%s: %u layers built and prepared in %.1f s, %.2f GB of weights read per token\n", dnames[d], n_layer,
                gpu_now() - t0, m.bytes_per_token / 1e9);
         fflush(stdout);
+        for (int k = 0; k < 3; k++)
+            gemv[d][k] = gemv_gbs(&m, &s, k);
         double t = decode_median(&m, &s, 1, CTX, 3, n_steps);
         b1_ms[d] = t * 1e3, b1_gb[d] = m.bytes_per_token / 1e9;
         if (d == 0) /* the sweep on bf16 */
@@ -578,6 +611,13 @@ int main(int argc, char **argv)
                    100 * b1_gb[d] / (b1_ms[d] * 1e-3) / (bw / 1e9));
         else
             printf("%-20s %10s\n", dnames[d], "(not run: out of time)");
+    printf("\n== batch-1 GEMV alone, %u layers' matrices back to back (GB/s, %% of copy) ==\n", n_layer);
+    printf("%-20s %16s %16s %16s\n", "weights", "q 4096x4096", "up 14336x4096", "down 4096x14336");
+    for (int d = 0; d < 3; d++)
+        if (gemv[d][0] > 0)
+            printf("%-20s %9.0f (%3.0f%%) %9.0f (%3.0f%%) %9.0f (%3.0f%%)\n", dnames[d], gemv[d][0],
+                   100 * gemv[d][0] / (bw / 1e9), gemv[d][1], 100 * gemv[d][1] / (bw / 1e9), gemv[d][2],
+                   100 * gemv[d][2] / (bw / 1e9));
     printf("\n== batch sweep, bf16, context %d ==\n%8s %10s %12s\n", CTX, "batch", "ms/step", "tokens/s");
     for (int i = 0; i < NSW; i++)
         if (sweep_ms[i] > 0)

@@ -1,7 +1,7 @@
 /* test_gpu_kv.c - the KV pool's ops of the backend table on the "cuda"
  * backend against the "cpu" backend: kv_store, attention and kv_copy_block,
- * for pools of f32, f16, bf16, fp8 e4m3 and i8, head_dim 128 (GQA 4) and 64
- * (GQA 3), blocks of 16 (test_gpu_ops.c says how cases run; README.md beside
+ * for pools of f32, f16, bf16, fp8 e4m3 and i8, head_dim 128 (GQA 4), 64
+ * (GQA 3) and 36 (GQA 2), blocks of 16 (test_gpu_ops.c says how cases run; README.md beside
  * this file why the tolerances are these):
  *
  *   kv_store   into pools filled with 0xff: f32/f16/bf16 the same bytes;
@@ -338,6 +338,7 @@ int main(void)
     for (size_t i = 0; i < sizeof kv_dtypes / sizeof kv_dtypes[0]; i++) {
         test_pool(kv_dtypes[i], 128, 2, 4); /* Llama-3's head shape, GQA 4 */
         test_pool(kv_dtypes[i], 64, 3, 3);  /* SmolLM2's head_dim, GQA 3 */
+        test_pool(kv_dtypes[i], 36, 2, 2);  /* not a multiple of 8: the kernel's element-by-element loads */
     }
     CHECK(gpu_op(be[GPU], "synchronize", be[GPU]->ops->synchronize(be[GPU], &err), &err) == 0);
     kvp_backend_free(be[GPU]);

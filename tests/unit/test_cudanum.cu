@@ -176,7 +176,7 @@ static void test_weights(void)
         w.data = base, w.row_bytes = row_bytes, w.n_in = c.n_in;
         w.sc = c.scheme ? sc.data() : NULL, w.zp = c.zeros ? zp.data() : NULL;
         w.group = c.group, w.scale_stride = stride;
-        int bad = 0;
+        int bad = 0, grouped = 0;
         std::vector<float> want(c.n_in);
         for (uint32_t r = 0; r < c.n_out; r++) {
             oracle_row(c, base + r * row_bytes, w.sc ? w.sc + (size_t)r * stride : NULL,
@@ -193,10 +193,25 @@ static void test_weights(void)
                 }
                 for (uint32_t j = 0; j < 8; j++)
                     bad += !same_float(got[j], i0 + j < c.n_in ? want[i0 + j] : 0.0f);
+                if (i0 >= c.n_in || !cu_wgrouped(w, c.dtype))
+                    continue;
+                grouped++; /* the GEMV's grouped decoder: the same values */
+                if (c.dtype == KVP_DTYPE_FP8_E4M3)
+                    cu_wdec8_grp<KVP_DTYPE_FP8_E4M3>(w, r, i0, got);
+                else if (c.dtype == KVP_DTYPE_I8)
+                    cu_wdec8_grp<KVP_DTYPE_I8>(w, r, i0, got);
+                else
+                    cu_wdec8_grp<KVP_DTYPE_I4>(w, r, i0, got);
+                for (uint32_t j = 0; j < 8; j++)
+                    bad += !same_float(got[j], want[i0 + j]);
             }
         }
         CHECK_MSG(bad == 0, "%s, %u x %u, scheme %d group %u%s: %d elements differ", kvp_dtype_name((uint32_t)c.dtype),
                   c.n_out, c.n_in, c.scheme, c.group, c.zeros ? " with zeros" : "", bad);
+        /* which cases the grouped decoder takes: groups and rows in 8s */
+        int want_grouped = c.scheme && c.group % 8 == 0 && c.n_in % 8 == 0;
+        CHECK_MSG((grouped > 0) == want_grouped, "%s, %u x %u, group %u: grouped decoder %s",
+                  kvp_dtype_name((uint32_t)c.dtype), c.n_out, c.n_in, c.group, grouped ? "taken" : "not taken");
     }
 }
 

@@ -5,56 +5,94 @@
 #include "gpuplan.h"
 #include "unit.h"
 
-/* Every key 0..pos in exactly one split, splits in order, each starting on a
- * block boundary, and none past kvp_gpuplan_splits. */
+/* Either plan: every key 0..pos in exactly one split, splits in order, each
+ * starting on a block boundary, no more than the cap and than
+ * kvp_gpuplan_max_splits plans for a step of that context, and none past
+ * kvp_gpuplan_splits. */
 static void test_split_coverage(void)
 {
     static const uint32_t bss[] = {1, 7, 16, 32, 100, 512, 1000};
-    static const int32_t poss[] = {0, 1, 15, 16, 511, 512, 513, 1023, 1024, 4095, 8191, 100000};
+    static const int32_t poss[] = {0, 1, 15, 16, 31, 32, 511, 512, 513, 1023, 1024, 4095, 8191, 32767, 32768, 100000};
     static uint8_t seen[100001];
-    for (size_t i = 0; i < sizeof bss / sizeof bss[0]; i++) {
-        uint32_t bs = bss[i], sk = kvp_gpuplan_split_keys(bs);
-        CHECK_MSG(sk % bs == 0 && sk >= KVP_GPU_ATT_SPLIT_KEYS && sk < KVP_GPU_ATT_SPLIT_KEYS + bs,
-                  "block %u: split of %u keys", bs, sk);
-        for (size_t j = 0; j < sizeof poss / sizeof poss[0]; j++) {
-            int32_t pos = poss[j];
-            uint32_t n = kvp_gpuplan_splits(sk, pos), k0, k1, next = 0;
-            int ok = 1;
-            memset(seen, 0, sizeof seen);
-            for (uint32_t s = 0; s < n + 2; s++) { /* two past the end must be empty */
-                int has = kvp_gpuplan_split_range(sk, pos, s, &k0, &k1);
-                if (s >= n) {
-                    ok &= !has;
-                    continue;
+    for (int pl = 0; pl < 2; pl++) {
+        uint32_t want = pl ? KVP_GPU_ATT_SPLIT_MIN : KVP_GPU_ATT_SPLIT_KEYS, cap = pl ? KVP_GPU_ATT_MAX_SPLITS : UINT32_MAX;
+        for (size_t i = 0; i < sizeof bss / sizeof bss[0]; i++) {
+            uint32_t bs = bss[i], sk = kvp_gpuplan_split_keys(bs, pl);
+            CHECK_MSG(sk % bs == 0 && sk >= want && sk < want + bs, "plan %d, block %u: split unit of %u keys", pl, bs,
+                      sk);
+            for (size_t j = 0; j < sizeof poss / sizeof poss[0]; j++) {
+                int32_t pos = poss[j];
+                uint32_t n = kvp_gpuplan_splits(sk, cap, pos), k0, k1, next = 0;
+                uint64_t len = kvp_gpuplan_split_len(sk, cap, pos);
+                int ok = n >= 1 && n <= cap && n <= kvp_gpuplan_max_splits(sk, cap, (uint32_t)pos + 1) && len % sk == 0;
+                memset(seen, 0, sizeof seen);
+                for (uint32_t s = 0; s < n + 2; s++) { /* two past the end must be empty */
+                    int has = kvp_gpuplan_split_range(sk, cap, pos, s, &k0, &k1);
+                    if (s >= n) {
+                        ok &= !has;
+                        continue;
+                    }
+                    ok &= has && k0 == next && k0 % bs == 0 && k1 - k0 <= len;
+                    for (uint32_t k = k0; k < k1; k++)
+                        seen[k]++;
+                    next = k1;
                 }
-                ok &= has && k0 == next && k0 % bs == 0 && k1 - k0 <= sk;
-                for (uint32_t k = k0; k < k1; k++)
-                    seen[k]++;
-                next = k1;
+                for (int32_t k = 0; k <= pos; k++)
+                    ok &= seen[k] == 1;
+                ok &= next == (uint32_t)pos + 1;
+                CHECK_MSG(ok, "plan %d, block %u, pos %d: %u splits of %llu keys do not cover 0..pos once", pl, bs,
+                          pos, n, (unsigned long long)len);
             }
-            for (int32_t k = 0; k <= pos; k++)
-                ok &= seen[k] == 1;
-            ok &= next == (uint32_t)pos + 1;
-            CHECK_MSG(ok, "block %u, pos %d: %u splits of %u keys do not cover 0..pos once", bs, pos, n, sk);
         }
+        /* a step planned for max_ctx has a grid row for every split of
+         * every shorter context, and the plan grows with max_ctx (reserve
+         * sizes the scratch for the largest step) */
+        uint32_t unit = kvp_gpuplan_split_keys(16, pl);
+        int ok = 1;
+        for (uint32_t ctx = 1; ctx <= 5000; ctx++) {
+            uint32_t m = kvp_gpuplan_max_splits(unit, cap, ctx);
+            ok &= kvp_gpuplan_splits(unit, cap, (int32_t)ctx - 1) <= m && m >= kvp_gpuplan_max_splits(unit, cap, ctx - 1);
+        }
+        CHECK_MSG(ok, "plan %d: max_splits below a shorter context's splits, or shrinking", pl);
     }
-    CHECK_EQ_U64(kvp_gpuplan_splits(512, -1), 0);
-    CHECK_EQ_U64(kvp_gpuplan_splits(512, 0), 1);
-    CHECK_EQ_U64(kvp_gpuplan_splits(512, 511), 1);
-    CHECK_EQ_U64(kvp_gpuplan_splits(512, 512), 2);
+    /* the verified plan: splits of 512 keys, as many as it takes */
+    const uint32_t none = UINT32_MAX, M = KVP_GPU_ATT_MAX_SPLITS;
+    CHECK_EQ_U64(kvp_gpuplan_splits(512, none, -1), 0);
+    CHECK_EQ_U64(kvp_gpuplan_splits(512, none, 0), 1);
+    CHECK_EQ_U64(kvp_gpuplan_splits(512, none, 511), 1);
+    CHECK_EQ_U64(kvp_gpuplan_splits(512, none, 512), 2);
+    CHECK_EQ_U64(kvp_gpuplan_splits(512, none, 100000), 196);
+    /* the pipelined plan: units of 32, at most 32 splits */
+    CHECK_EQ_U64(kvp_gpuplan_splits(32, M, -1), 0);
+    CHECK_EQ_U64(kvp_gpuplan_splits(32, M, 0), 1);
+    CHECK_EQ_U64(kvp_gpuplan_splits(32, M, 31), 1);
+    CHECK_EQ_U64(kvp_gpuplan_splits(32, M, 32), 2);
+    CHECK_EQ_U64(kvp_gpuplan_splits(32, M, 511), 16);     /* a decode at 512 keys: 16 splits of 32 */
+    CHECK_EQ_U64(kvp_gpuplan_splits(32, M, 1023), 32);
+    CHECK_EQ_U64(kvp_gpuplan_split_len(32, M, 1024), 64); /* 1025 keys: 17 splits of 64 */
+    CHECK_EQ_U64(kvp_gpuplan_splits(32, M, 1024), 17);
+    CHECK_EQ_U64(kvp_gpuplan_split_len(32, M, 8191), 256);
+    CHECK_EQ_U64(kvp_gpuplan_max_splits(32, M, 0), 0);
+    CHECK_EQ_U64(kvp_gpuplan_max_splits(32, M, 100), 4);
+    CHECK_EQ_U64(kvp_gpuplan_max_splits(32, M, 1u << 30), M);
     /* the largest position: no wrap in the range arithmetic */
     uint32_t k0, k1;
-    CHECK(kvp_gpuplan_split_range(512, INT32_MAX, (uint32_t)(((uint64_t)INT32_MAX + 1) / 512 - 1), &k0, &k1));
+    CHECK(kvp_gpuplan_split_range(512, none, INT32_MAX, (uint32_t)(((uint64_t)INT32_MAX + 1) / 512 - 1), &k0, &k1));
     CHECK_EQ_U64(k1, (uint64_t)INT32_MAX + 1);
+    CHECK_EQ_U64(kvp_gpuplan_splits(32, M, INT32_MAX), M);
+    CHECK(kvp_gpuplan_split_range(32, M, INT32_MAX, M - 1, &k0, &k1));
+    CHECK_EQ_U64(k1, (uint64_t)INT32_MAX + 1);
+    CHECK(!kvp_gpuplan_split_range(32, M, INT32_MAX, M, &k0, &k1));
 }
 
 static void test_attn_shape(void)
 {
     kvp_gpu_attn_shape s;
     kvp_err err = {0};
-    /* Llama-3-8B decode, 8 tokens at up to 4000 keys, blocks of 16 */
-    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 8, 32, 8, 128, 16, 4000, &err), 0);
+    /* Llama-3-8B decode, 8 tokens at up to 4000 keys, blocks of 16: the verified plan */
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 8, 32, 8, 128, 16, 4000, 0, &err), 0);
     CHECK_EQ_U64(s.split_keys, 512);
+    CHECK_EQ_U64(s.split_cap, UINT32_MAX);
     CHECK_EQ_U64(s.max_splits, 8);
     CHECK_EQ_U64(s.n_rep, 4);
     CHECK_EQ_U64(s.head_groups, 1);
@@ -62,21 +100,32 @@ static void test_attn_shape(void)
     CHECK_EQ_U64(s.threads, KVP_GPU_ATT_QROWS * KVP_GPU_ATT_KTILE);
     CHECK_EQ_U64(s.part_floats, 8ull * 32 * 8 * 130);
     CHECK(s.merge_grid[0] == 8 && s.merge_grid[1] == 32);
+    /* the same step in the pipelined plan: 32 splits of 128 keys */
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 8, 32, 8, 128, 16, 4000, 1, &err), 0);
+    CHECK(s.split_keys == 32 && s.split_cap == KVP_GPU_ATT_MAX_SPLITS && s.max_splits == 32);
+    CHECK(s.grid[0] == 8 && s.grid[1] == 32 && s.grid[2] == 8);
+    CHECK_EQ_U64(s.part_floats, 8ull * 32 * 32 * 130);
     /* the largest head fits the 48 KiB a kernel gets without opting in */
-    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 64, 8, KVP_GPU_ATT_MAX_HEAD_DIM, 16, 100, &err), 0);
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 64, 8, KVP_GPU_ATT_MAX_HEAD_DIM, 16, 100, 0, &err), 0);
     CHECK_MSG(s.smem <= 48 * 1024, "%zu bytes of shared memory", s.smem);
     CHECK_EQ_U64(s.max_splits, 1);
     CHECK_EQ_U64(s.part_floats, 0); /* one split: written in place, no merge */
-    /* SmolLM2: 9 heads over 3, head_dim 64; a GQA group over QROWS takes two CTAs */
-    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 3, 9, 3, 64, 16, 513, &err), 0);
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 64, 8, KVP_GPU_ATT_MAX_HEAD_DIM, 16, 100, 1, &err), 0);
+    CHECK(s.max_splits == 4 && s.part_floats == 64ull * 4 * (KVP_GPU_ATT_MAX_HEAD_DIM + 2));
+    /* SmolLM2: 9 heads over 3, head_dim 64 */
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 3, 9, 3, 64, 16, 513, 0, &err), 0);
     CHECK(s.n_rep == 3 && s.head_groups == 1 && s.max_splits == 2 && s.grid[2] == 3);
-    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 40, 2, 64, 16, 10, &err), 0);
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 3, 9, 3, 64, 16, 513, 1, &err), 0);
+    CHECK(s.max_splits == 17 && s.grid[1] == 17);
+    /* a GQA group over QROWS takes more than one CTA */
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 40, 2, 64, 16, 10, 0, &err), 0);
     CHECK(s.n_rep == 20 && s.head_groups == 3 && s.grid[2] == 6);
     /* refused */
-    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 32, 8, 512, 16, 10, &err), KVP_EUNSUPPORTED);
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 32, 8, 512, 16, 10, 0, &err), KVP_EUNSUPPORTED);
     CHECK(strstr(err.msg, "head_dim 512") != NULL);
-    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 10, 4, 64, 16, 10, &err), KVP_EUNSUPPORTED);
-    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 32, 8, 128, 1, 65536u * 512u, &err), KVP_ELIMIT);
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 10, 4, 64, 16, 10, 0, &err), KVP_EUNSUPPORTED);
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 32, 8, 128, 1, 65536u * 512u, 0, &err), KVP_ELIMIT); /* 65536 splits */
+    CHECK_EQ_I64(kvp_gpuplan_attn(&s, 1, 131072, 1, 128, 16, 10, 1, &err), KVP_ELIMIT);      /* 131072 heads */
 }
 
 static void test_matmul_shape(void)
