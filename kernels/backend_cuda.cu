@@ -42,6 +42,7 @@ typedef struct cu_impl {
     void *host;                /* all_reduce / all_gather staging (host memory) */
     size_t host_size;
     int pipelined;             /* KVP_CUDA_PIPELINE=1: the kernels not yet run on a GPU (kernels/README.md) */
+    int mma;                   /* KVP_CUDA_MMA=1: the tensor-core GEMM, not yet run on a GPU either */
 } cu_impl;
 
 /* What prepare_weight leaves in w->dev: the weight's view for the kernels
@@ -442,7 +443,7 @@ static int cu_matmul_op(kvp_backend *b, const kvp_weight *w, const float *x, flo
     int rc = kvp_gpuplan_matmul(&s, cw->n_out, n_tok, err);
     if (rc < 0 || n_tok == 0 || cw->n_out == 0)
         return rc;
-    CU_CHECK(cu_matmul(im->st, cw->dtype, cw->v, cw->n_out, x, y, n_tok, s, im->pipelined), err, "matmul %s (%s, %u x %u, %u tokens)",
+    CU_CHECK(cu_matmul(im->st, cw->dtype, cw->v, cw->n_out, x, y, n_tok, s, im->pipelined, im->mma), err, "matmul %s (%s, %u x %u, %u tokens)",
              wname(w), kvp_dtype_name((uint32_t)cw->dtype), cw->n_out, cw->v.n_in, n_tok);
     return 0;
 }
@@ -664,13 +665,27 @@ static const kvp_backend_ops cu_ops = {
     .all_gather = cu_all_gather,
 };
 
+/* An opt-in switch from the environment: unset, empty or 0 is 0, 1 is 1,
+ * anything else an error naming it. */
+static int env_switch(const char *name, kvp_err *err)
+{
+    const char *v = getenv(name);
+    if (!v || !*v || !strcmp(v, "0"))
+        return 0;
+    if (!strcmp(v, "1"))
+        return 1;
+    kvp_err_set(err, KVP_EINVAL, "cuda: %s=%s: 0 (the verified kernels) or 1", name, v);
+    return -1;
+}
+
 extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *err)
 {
     *out = NULL;
-    /* the pipelined kernels are opt-in until a GPU run has checked them */
-    const char *pl = getenv("KVP_CUDA_PIPELINE");
-    if (pl && *pl && strcmp(pl, "0") != 0 && strcmp(pl, "1") != 0)
-        return kvp_err_set(err, KVP_EINVAL, "cuda: KVP_CUDA_PIPELINE=%s: 0 (the verified kernels) or 1", pl);
+    /* the pipelined kernels and the tensor-core GEMM are opt-in until a GPU
+     * run has checked them */
+    int pipelined, mma;
+    if ((pipelined = env_switch("KVP_CUDA_PIPELINE", err)) < 0 || (mma = env_switch("KVP_CUDA_MMA", err)) < 0)
+        return KVP_EINVAL;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -701,7 +716,7 @@ extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *e
     b->ops = &cu_ops;
     b->impl = im;
     im->device = device;
-    im->pipelined = pl && strcmp(pl, "1") == 0;
+    im->pipelined = pipelined, im->mma = mma;
     snprintf(im->dev_name, sizeof im->dev_name, "%s", prop.name);
     e = cudaStreamCreateWithFlags(&im->st, cudaStreamNonBlocking);
     if (e == cudaSuccess)

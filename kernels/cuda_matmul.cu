@@ -168,6 +168,110 @@ __global__ void __launch_bounds__(KVP_GPU_GEMM_THREADS)
     }
 }
 
+/* ---- GEMM on the tensor cores (KVP_CUDA_MMA=1; not yet run on a GPU) ----
+ *
+ * The same 64-token x 64-row tiles and grid as cu_gemm_k, but the tiles go
+ * to shared memory as bf16 (activations rounded to nearest even, weights
+ * decoded by cu_wdec8 then rounded) and 8 warps multiply them with
+ * mma.sync m16n8k16 (bf16 in, f32 accumulate): warp w takes tokens
+ * 32 (w / 4) .. + 32 and rows 16 (w % 4) .. + 16, two m16 by two n8 tiles.
+ * bf16 operands put the products within about 1e-3 of f32 ones, inside the
+ * tolerances the op tests apply to every weight kind but f32 (f32 weights
+ * stay on cu_gemm_k).  Rows of the tiles are MMA_LD halves apart (80
+ * bytes): a fragment's 8 rows x 4 words then fall in 32 different banks. */
+#define MMA_LD (BK + 8)
+
+/* 8 floats as 8 bf16 (round to nearest even), one 16-byte store */
+__device__ static inline void cu_store_bf16x8(uint16_t *dst, const float v[8])
+{
+    uint32_t u[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        u[j] = (uint32_t)cu_to_bf16(v[2 * j]) | (uint32_t)cu_to_bf16(v[2 * j + 1]) << 16;
+    *(uint4 *)dst = make_uint4(u[0], u[1], u[2], u[3]);
+}
+
+__device__ static inline void cu_mma_bf16(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <int DT>
+__global__ void __launch_bounds__(KVP_GPU_GEMM_THREADS)
+    cu_gemm_mma_k(cu_wview w, uint32_t n_out, const float *__restrict__ x, float *__restrict__ y, uint32_t n_tok)
+{
+    __shared__ __align__(16) uint16_t xs[BM][MMA_LD]; /* [token][k] */
+    __shared__ __align__(16) uint16_t ws[BN][MMA_LD]; /* [row][k] */
+    const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t4 = lane % 4;
+    const uint32_t tok0 = blockIdx.y * BM, row0 = blockIdx.x * BN, wm = (warp / 4) * 32, wn = (warp % 4) * 16;
+    /* each thread loads 8 consecutive elements of one token's and one row's k range */
+    const uint32_t lr = tid / (BK / 8), part = (tid % (BK / 8)) * 8;
+    const int vec = ((uintptr_t)x & 15) == 0 && w.n_in % 4 == 0;
+    float acc[2][2][4] = {};
+    for (uint32_t k0 = 0; k0 < w.n_in; k0 += BK) {
+        float v[8];
+        uint32_t gt = tok0 + lr, gk = k0 + part;
+        const float *xp = x + (uint64_t)gt * w.n_in + gk;
+        if (gt < n_tok && vec && gk + 8 <= w.n_in) {
+            float4 a = ((const float4 *)xp)[0], b = ((const float4 *)xp)[1];
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                v[j] = gt < n_tok && gk + j < w.n_in ? xp[j] : 0.0f;
+        }
+        cu_store_bf16x8(&xs[lr][part], v);
+        uint32_t r = row0 + lr;
+        if (r < n_out && gk < w.n_in) {
+            cu_wdec8<DT>(w, r, gk, v);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                v[j] = 0.0f;
+        }
+        cu_store_bf16x8(&ws[lr][part], v);
+        __syncthreads();
+#pragma unroll
+        for (uint32_t kk = 0; kk < BK; kk += 16) {
+            uint32_t a[2][4], b[2][2], c = kk + 2 * t4;
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                uint32_t m = wm + mi * 16 + g;
+                a[mi][0] = *(const uint32_t *)&xs[m][c];
+                a[mi][1] = *(const uint32_t *)&xs[m + 8][c];
+                a[mi][2] = *(const uint32_t *)&xs[m][c + 8];
+                a[mi][3] = *(const uint32_t *)&xs[m + 8][c + 8];
+            }
+#pragma unroll
+            for (int ni = 0; ni < 2; ni++) {
+                uint32_t n = wn + ni * 8 + g;
+                b[ni][0] = *(const uint32_t *)&ws[n][c];
+                b[ni][1] = *(const uint32_t *)&ws[n][c + 8];
+            }
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 2; ni++)
+                    cu_mma_bf16(acc[mi][ni], a[mi], b[ni]);
+        }
+        __syncthreads();
+    }
+    /* c0, c1: token g, rows 2 t4 and 2 t4 + 1 of the n8 tile; c2, c3: token g + 8 */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                uint32_t tk = tok0 + wm + mi * 16 + g + (e >= 2 ? 8 : 0), r = row0 + wn + ni * 8 + 2 * t4 + (e & 1);
+                if (tk < n_tok && r < n_out)
+                    y[(uint64_t)tk * n_out + r] = acc[mi][ni][e];
+            }
+}
+
 /* ---- embedding: one CTA a token, the row decoded 8 elements a thread ---- */
 
 #define EMBED_THREADS 128
@@ -216,8 +320,23 @@ static void cu_gemv_launch(cudaStream_t st, const cu_wview &w, uint32_t n_out, c
     cu_gemv_k<DT, 0, cu_gemv_unroll<DT, 0>()><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
 }
 
+/* The GEMM instance for w: the f32 one, or (mma) the tensor cores' for
+ * every kind but f32. */
+template <int DT>
+static void cu_gemm_launch(cudaStream_t st, const cu_wview &w, uint32_t n_out, const float *x, float *y,
+                           uint32_t n_tok, dim3 grid, uint32_t threads, int mma)
+{
+    if constexpr (DT != KVP_DTYPE_F32) {
+        if (mma) {
+            cu_gemm_mma_k<DT><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
+            return;
+        }
+    }
+    cu_gemm_k<DT><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
+}
+
 cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const float *x, float *y,
-                      uint32_t n_tok, const kvp_gpu_mm_shape &s, int pipelined)
+                      uint32_t n_tok, const kvp_gpu_mm_shape &s, int pipelined, int mma)
 {
     dim3 grid(s.grid[0], s.grid[1]);
     int gemv = s.kind == KVP_GPU_MM_GEMV;
@@ -227,7 +346,7 @@ cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_
         if (gemv)                                                                      \
             cu_gemv_launch<DT>(st, w, n_out, x, y, n_tok, grid, s.threads, pipelined); \
         else                                                                           \
-            cu_gemm_k<DT><<<grid, s.threads, 0, st>>>(w, n_out, x, y, n_tok);          \
+            cu_gemm_launch<DT>(st, w, n_out, x, y, n_tok, grid, s.threads, mma);       \
         break;
         CU_WEIGHT_DTYPES(CU_MM_CASE)
 #undef CU_MM_CASE

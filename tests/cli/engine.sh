@@ -41,7 +41,7 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
     expect_err_one_line "one line of error"
     expect_out_empty "nothing generated"
 fi
-# KVP_CUDA_PIPELINE is checked before any device is looked for
+# KVP_CUDA_PIPELINE and KVP_CUDA_MMA are checked before any device is looked for
 run_sh "KVP_CUDA_PIPELINE=yes decode -m '$M' -t $THREADS -g -p 'The capital of France is' -n 8"
 expect_status 1 "KVP_CUDA_PIPELINE=yes is refused"
 expect_out_empty "nothing generated"
@@ -49,6 +49,9 @@ if grep -qF "no CUDA backend" "$ERR"; then
     echo "# this build has no CUDA backend: the message of KVP_CUDA_PIPELINE=yes not checked"
 else
     expect_err_has "KVP_CUDA_PIPELINE=yes: 0 (the verified kernels) or 1" "naming the variable and its values"
+    run_sh "KVP_CUDA_MMA=2 decode -m '$M' -t $THREADS -g -p 'The capital of France is' -n 8"
+    expect_status 1 "KVP_CUDA_MMA=2 is refused"
+    expect_err_has "KVP_CUDA_MMA=2: 0 (the verified kernels) or 1" "naming the variable and its values"
 fi
 
 run_sh "cat '$M' | decode -m /dev/stdin -t $THREADS -p 'The capital of France is' -n 8"
