@@ -57,8 +57,18 @@ _Static_assert(sizeof(amx_cfg) == 64, "the tile configuration is 64 bytes");
 enum { AMX_ROWS = 16, AMX_T = KVP_AMX_TOK, AMX_S = AMX_T /* kvp_q8_slots(AMX_T) */ };
 _Static_assert(AMX_T == 16, "a B tile row is 16 tokens of 4 bytes");
 
+/* Each thread configures its tiles once and keeps them: every matmul here
+ * uses the one layout, and ldtilecfg (with the tilerelease that undid it)
+ * took 1-2% of a batched decode step when done at every call.  A thread's
+ * live tile state is saved with its other registers on a context switch
+ * (the kernel granted it, ARCH_REQ_XCOMP_PERM) and dropped when it exits. */
+static _Thread_local int amx_configured;
+
 KVP_AMX static void amx_config(void)
 {
+    if (amx_configured)
+        return;
+    amx_configured = 1;
     amx_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
@@ -251,7 +261,6 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_mm(int kind, const
                 for (uint32_t m = 0; r0 + m < b->nr; m++)
                     b->y[(size_t)t * b->ldy + r0 + m] = out[m][t];
     }
-    __asm__ volatile("tilerelease" ::);
 }
 
 KVP_AMX static void amx_q4_0(const kvp_mm_blk *b) { amx_mm(0, b); }
