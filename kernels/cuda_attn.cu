@@ -114,15 +114,13 @@ struct cu_attn_params {
  * CTA waits for memory about once a tile, where the verified kernels'
  * loader (cu_kv_tile_elems) waits about once an element (~9 us a 16-key
  * tile, measured on an H200).  KVP_CUDA_PIPELINE=1 selects this one. */
-#define CH 8
+#define CH CU_KV_CH
 #define MAX_CPT (2 * KT * (KVP_GPU_ATT_MAX_HEAD_DIM / CH) / KVP_GPU_ATT_THREADS) /* chunks a thread: 8 */
 
 template <int DT>
 struct cu_kv_tile {
-    static constexpr uint32_t ES = DT == KVP_DTYPE_F32 ? 4 : DT == KVP_DTYPE_F16 || DT == KVP_DTYPE_BF16 ? 2 : 1;
-    static constexpr int W = CH * ES / 4; /* 32-bit words a chunk */
-    uint32_t w[MAX_CPT][W];               /* raw bits, element k at byte k * ES */
-    float sc[MAX_CPT];                    /* fp8/int8: the row's scale */
+    uint32_t w[MAX_CPT][cu_kv_fmt<DT>::W]; /* each chunk's raw bits (cu_kv_chunk_load) */
+    float sc[MAX_CPT];                     /* fp8/int8: the row's scale */
 };
 
 template <int DT>
@@ -130,19 +128,19 @@ __device__ static inline void cu_kv_tile_load(const cu_attn_params &p, const uin
                                               uint32_t path_n, int32_t pos, uint32_t g, uint32_t kt, uint32_t k1,
                                               cu_kv_tile<DT> &r, cu_faults *faults)
 {
-    typedef cu_kv_tile<DT> T;
     const kvp_kv_pool &kv = p.kv;
     const uint32_t hd = kv.head_dim, bs = kv.block_size, nch = (hd + CH - 1) / CH, total = 2 * KT * nch;
 #pragma unroll
     for (int e = 0; e < MAX_CPT; e++) {
 #pragma unroll
-        for (int k = 0; k < T::W; k++)
+        for (int k = 0; k < cu_kv_fmt<DT>::W; k++)
             r.w[e][k] = 0;
         r.sc[e] = 1.0f;
-        uint32_t c = threadIdx.x + e * KVP_GPU_ATT_THREADS;
+        uint32_t c = threadIdx.x + e * KVP_GPU_ATT_THREADS, which, j, dc;
         if (c >= total)
             continue;
-        uint32_t dc = c % nch, j = c / nch % KT, which = c / (nch * KT), key = kt + j;
+        cu_kv_chunk_at(c, nch, KT, which, j, dc);
+        uint32_t key = kt + j;
         if (key >= k1)
             continue;
         uint32_t at = (uint32_t)kvp_attn_tree_slot_pos(path_at, path_n, pos, (int32_t)key);
@@ -158,34 +156,10 @@ __device__ static inline void cu_kv_tile_load(const cu_attn_params &p, const uin
             continue;
         }
         const uint8_t *b = (const uint8_t *)kv.base + (uint64_t)blk * kv.block_bytes;
-        const uint8_t *row = b + cu_kv_row(kv, p.layer, which, g, s);
         if (DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8)
             r.sc[e] = ((const float *)(b + kv.scales_off))[cu_kv_scale(kv, p.layer, which, g, s)];
-        if (p.vec) { /* head_dim a multiple of CH, blocks 16-byte aligned: chunks are aligned to their size */
-            const uint8_t *src = row + (uint64_t)dc * CH * T::ES;
-            if (T::W == 8) {
-                uint4 x = ((const uint4 *)src)[0], y = ((const uint4 *)src)[1];
-                r.w[e][0] = x.x, r.w[e][1] = x.y, r.w[e][2] = x.z, r.w[e][3] = x.w;
-                r.w[e][T::W > 4 ? 4 : 0] = y.x, r.w[e][T::W > 5 ? 5 : 0] = y.y;
-                r.w[e][T::W > 6 ? 6 : 0] = y.z, r.w[e][T::W > 7 ? 7 : 0] = y.w;
-            } else if (T::W == 4) {
-                uint4 x = *(const uint4 *)src;
-                r.w[e][0] = x.x, r.w[e][T::W > 1 ? 1 : 0] = x.y;
-                r.w[e][T::W > 2 ? 2 : 0] = x.z, r.w[e][T::W > 3 ? 3 : 0] = x.w;
-            } else {
-                uint2 x = *(const uint2 *)src;
-                r.w[e][0] = x.x, r.w[e][T::W > 1 ? 1 : 0] = x.y;
-            }
-            continue;
-        }
-#pragma unroll
-        for (int k = 0; k < CH; k++) {
-            uint32_t d = dc * CH + k;
-            if (d >= hd)
-                break;
-            uint32_t bits = T::ES == 4 ? ((const uint32_t *)row)[d] : T::ES == 2 ? ((const uint16_t *)row)[d] : row[d];
-            r.w[e][k * T::ES / 4] |= bits << (8 * (k * T::ES % 4));
-        }
+        /* p.vec: head_dim a multiple of CH, blocks 16-byte aligned, so every chunk is aligned to its size */
+        cu_kv_chunk_load<DT>(b + cu_kv_row(kv, p.layer, which, g, s), dc, hd, p.vec, r.w[e]);
     }
 }
 
@@ -194,26 +168,20 @@ __device__ static inline void cu_kv_tile_load(const cu_attn_params &p, const uin
 template <int DT>
 __device__ static inline void cu_kv_tile_store(const cu_kv_tile<DT> &r, uint32_t hd, float *ks, float *vs)
 {
-    typedef cu_kv_tile<DT> T;
     const uint32_t nch = (hd + CH - 1) / CH, total = 2 * KT * nch;
 #pragma unroll
     for (int e = 0; e < MAX_CPT; e++) {
-        uint32_t c = threadIdx.x + e * KVP_GPU_ATT_THREADS;
+        uint32_t c = threadIdx.x + e * KVP_GPU_ATT_THREADS, which, j, dc;
         if (c >= total)
             continue;
-        uint32_t dc = c % nch, j = c / nch % KT, which = c / (nch * KT);
+        cu_kv_chunk_at(c, nch, KT, which, j, dc);
         float *dst = which ? vs + j * hd : ks + j * (hd + 1);
 #pragma unroll
         for (int k = 0; k < CH; k++) {
             uint32_t d = dc * CH + k;
             if (d >= hd)
                 break;
-            uint32_t bits = r.w[e][k * T::ES / 4] >> (8 * (k * T::ES % 4));
-            float v = DT == KVP_DTYPE_F32    ? cu_bitsf(bits)
-                      : DT == KVP_DTYPE_F16  ? cu_f16((uint16_t)bits)
-                      : DT == KVP_DTYPE_BF16 ? cu_bf16((uint16_t)bits)
-                      : DT == KVP_DTYPE_FP8_E4M3 ? cu_e4m3((uint8_t)bits)
-                                                 : (float)(int8_t)(uint8_t)bits;
+            float v = cu_kv_chunk_elem<DT>(r.w[e], k);
             dst[d] = DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8 ? v * r.sc[e] : v;
         }
     }

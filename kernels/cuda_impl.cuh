@@ -345,6 +345,73 @@ __host__ __device__ static inline uint32_t cu_kv_esize(int dtype)
     return dtype == KVP_DTYPE_F32 ? 4 : dtype == KVP_DTYPE_FP8_E4M3 || dtype == KVP_DTYPE_I8 ? 1 : 2;
 }
 
+/* ---- KV chunks: CU_KV_CH consecutive elements of one K or V row as raw
+ * bits in 32-bit words, element k at byte k * ES (the pipelined attention's
+ * loads: all of a tile's chunks are loaded before any is decoded) ---- */
+#define CU_KV_CH 8
+
+template <int DT>
+struct cu_kv_fmt {
+    static constexpr uint32_t ES = DT == KVP_DTYPE_F32 ? 4 : DT == KVP_DTYPE_F16 || DT == KVP_DTYPE_BF16 ? 2 : 1;
+    static constexpr int W = CU_KV_CH * ES / 4; /* 32-bit words a chunk */
+};
+
+/* Chunk c of a tile of kt keys whose rows have nch chunks: K (which 0) or
+ * V (1), key j, chunk dc of the row; dc fastest, so consecutive threads
+ * walk along a row. */
+CU_HD void cu_kv_chunk_at(uint32_t c, uint32_t nch, uint32_t kt, uint32_t &which, uint32_t &j, uint32_t &dc)
+{
+    dc = c % nch, j = c / nch % kt, which = c / (nch * kt);
+}
+
+/* Chunk dc of a row of hd elements into w: one aligned vector load when
+ * vec (hd a multiple of CU_KV_CH and the row aligned to a chunk's bytes),
+ * else element by element; elements past hd are 0. */
+template <int DT>
+CU_HD void cu_kv_chunk_load(const uint8_t *row, uint32_t dc, uint32_t hd, int vec, uint32_t *w)
+{
+    typedef cu_kv_fmt<DT> F;
+    const uint8_t *src = row + (uint64_t)dc * CU_KV_CH * F::ES;
+    if (vec) {
+        if (F::W == 8) {
+            uint4 x = ((const uint4 *)src)[0], y = ((const uint4 *)src)[1];
+            w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+            w[F::W > 4 ? 4 : 0] = y.x, w[F::W > 5 ? 5 : 0] = y.y, w[F::W > 6 ? 6 : 0] = y.z, w[F::W > 7 ? 7 : 0] = y.w;
+        } else if (F::W == 4) {
+            uint4 x = *(const uint4 *)src;
+            w[0] = x.x, w[F::W > 1 ? 1 : 0] = x.y, w[F::W > 2 ? 2 : 0] = x.z, w[F::W > 3 ? 3 : 0] = x.w;
+        } else {
+            uint2 x = *(const uint2 *)src;
+            w[0] = x.x, w[F::W > 1 ? 1 : 0] = x.y;
+        }
+        return;
+    }
+CU_UNROLL
+    for (int k = 0; k < F::W; k++)
+        w[k] = 0;
+CU_UNROLL
+    for (int k = 0; k < CU_KV_CH; k++) {
+        uint32_t d = dc * CU_KV_CH + k;
+        if (d >= hd)
+            break;
+        uint32_t bits = F::ES == 4 ? ((const uint32_t *)row)[d] : F::ES == 2 ? ((const uint16_t *)row)[d] : row[d];
+        w[k * F::ES / 4] |= bits << (8 * (k * F::ES % 4));
+    }
+}
+
+/* Element k of a chunk as f32, unscaled: cu_kv_elem's value. */
+template <int DT>
+CU_HD float cu_kv_chunk_elem(const uint32_t *w, int k)
+{
+    typedef cu_kv_fmt<DT> F;
+    uint32_t bits = w[k * F::ES / 4] >> (8 * (k * F::ES % 4));
+    return DT == KVP_DTYPE_F32        ? cu_bitsf(bits)
+           : DT == KVP_DTYPE_F16      ? cu_f16((uint16_t)bits)
+           : DT == KVP_DTYPE_BF16     ? cu_bf16((uint16_t)bits)
+           : DT == KVP_DTYPE_FP8_E4M3 ? cu_e4m3((uint8_t)bits)
+                                      : (float)(int8_t)(uint8_t)bits;
+}
+
 /* Byte offset of row (layer, K/V, head, slot) inside a block: the
  * [layer][K/V][n_head_kv][block_size][head_dim] layout of backend.h. */
 __host__ __device__ static inline uint64_t cu_kv_row(const kvp_kv_pool &kv, uint32_t layer, uint32_t which,

@@ -215,6 +215,75 @@ static void test_weights(void)
     }
 }
 
+/* ---- the pipelined attention's K/V chunks ----
+ *
+ * cu_kv_chunk_load then cu_kv_chunk_elem give cu_kv_elem's value for every
+ * element of a row, by one vector load (where the kernel takes it: head_dim
+ * a multiple of 8, the row aligned to a chunk) and element by element, 0
+ * past head_dim; the words are poisoned first. */
+template <int DT>
+static int kv_chunk_row_bad(const uint8_t *row, uint32_t hd, int *vec_rows)
+{
+    int bad = 0;
+    const uint32_t cb = CU_KV_CH * cu_kv_fmt<DT>::ES; /* a chunk's bytes */
+    for (uint32_t dc = 0; dc < (hd + CU_KV_CH - 1) / CU_KV_CH; dc++)
+        for (int vec = 0; vec < 2; vec++) {
+            if (vec && (hd % CU_KV_CH || (uintptr_t)row % (cb < 16 ? cb : 16)))
+                continue;
+            *vec_rows += vec && dc == 0;
+            uint32_t w[8];
+            memset(w, 0xa5, sizeof w);
+            cu_kv_chunk_load<DT>(row, dc, hd, vec, w);
+            for (int k = 0; k < CU_KV_CH; k++) {
+                uint32_t d = dc * CU_KV_CH + k;
+                bad += !same_float(cu_kv_chunk_elem<DT>(w, k), d < hd ? cu_kv_elem<DT>(row, d) : 0.0f);
+            }
+        }
+    return bad;
+}
+
+static void test_kv_chunks(void)
+{
+    /* a tile's chunk numbers name each (K/V, key, chunk of the row) once */
+    static const uint32_t nchs[] = {1, 5, 8, 10, 16, 32};
+    for (uint32_t nch : nchs) {
+        std::vector<int> seen(2 * 16 * nch, 0);
+        int ok = 1;
+        for (uint32_t c = 0; c < 2 * 16 * nch; c++) {
+            uint32_t which, j, dc;
+            cu_kv_chunk_at(c, nch, 16, which, j, dc);
+            ok &= which < 2 && j < 16 && dc < nch;
+            if (which < 2 && j < 16 && dc < nch)
+                seen[(which * 16 + j) * nch + dc]++;
+            ok &= c == 0 || dc == (c % nch); /* dc fastest */
+        }
+        for (int v : seen)
+            ok &= v == 1;
+        CHECK_MSG(ok, "chunks of rows of %u: not one to one", nch);
+    }
+    uint64_t st = 4242;
+    static const uint32_t hds[] = {36, 64, 80, 128, 5};
+    for (uint32_t hd : hds) {
+        std::vector<uint8_t> buf(4 * hd + 64);
+        uint8_t *row = buf.data() + (16 - ((uintptr_t)buf.data() & 15)) % 16; /* as the pool's rows */
+        for (size_t i = 0; i < 4 * hd; i++)
+            row[i] = (uint8_t)rnd_u32(&st);
+        int bad = 0, vec_rows = 0;
+        bad += kv_chunk_row_bad<KVP_DTYPE_F16>(row, hd, &vec_rows);
+        bad += kv_chunk_row_bad<KVP_DTYPE_BF16>(row, hd, &vec_rows);
+        bad += kv_chunk_row_bad<KVP_DTYPE_FP8_E4M3>(row, hd, &vec_rows);
+        bad += kv_chunk_row_bad<KVP_DTYPE_I8>(row, hd, &vec_rows);
+        bad += kv_chunk_row_bad<KVP_DTYPE_I8>(row + 3, hd, &vec_rows); /* unaligned: element by element */
+        for (uint32_t i = 0; i < hd; i++) {                            /* f32: finite values */
+            float f = unit_frand(&st) * 100.0f;
+            memcpy(row + 4 * i, &f, 4);
+        }
+        bad += kv_chunk_row_bad<KVP_DTYPE_F32>(row, hd, &vec_rows);
+        CHECK_MSG(bad == 0, "head_dim %u: %d chunk elements differ from cu_kv_elem", hd, bad);
+        CHECK_MSG((vec_rows > 0) == (hd % 8 == 0), "head_dim %u: vector loads %s", hd, vec_rows ? "taken" : "not taken");
+    }
+}
+
 /* The KV layout helpers index backend.h's [layer][K/V][head][slot][dim]. */
 static void test_kv_layout(void)
 {
@@ -235,6 +304,7 @@ int main(void)
     test_encoders();
     test_kv_rows();
     test_weights();
+    test_kv_chunks();
     test_kv_layout();
     return unit_done();
 }
