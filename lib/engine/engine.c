@@ -125,6 +125,19 @@ int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n
     &(L)->attn_norm, &(L)->wq, &(L)->wk, &(L)->wv, &(L)->bq, &(L)->bk, &(L)->bv, &(L)->wo, &(L)->ffn_norm,    \
         &(L)->w_gate, &(L)->w_up, &(L)->w_down
 
+/* The output head is the embedding table itself (a tied model: kvp_model
+ * binds one to the other, and a tensor-parallel rank's sharded head is
+ * another weight): prepared once and released once, so a backend that
+ * copies weights (the CUDA backend's upload) holds the table once.  The
+ * GPU run of 2026-12-04 showed SmolLM2's taking its 30 MB twice. */
+static int head_is_embd(const kvp_engine *e)
+{
+    const kvp_weight *a = &e->tok_embd, *b = &e->output;
+    return a->dtype >= 0 && a->data == b->data && a->dtype == b->dtype && a->n_in == b->n_in && a->n_out == b->n_out &&
+           a->row_bytes == b->row_bytes && a->scales == b->scales && a->zeros == b->zeros && a->group == b->group &&
+           a->scale_stride == b->scale_stride && a->global == b->global;
+}
+
 static void release_weights(kvp_engine *e)
 {
     kvp_backend *be = e->be;
@@ -133,8 +146,9 @@ static void release_weights(kvp_engine *e)
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
             be->ops->release_weight(be, ws[i]);
     }
+    if (!head_is_embd(e))
+        be->ops->release_weight(be, &e->output);
     be->ops->release_weight(be, &e->tok_embd);
-    be->ops->release_weight(be, &e->output);
     be->ops->release_weight(be, &e->output_norm);
     be->ops->release_weight(be, &e->rope_freq);
 }
@@ -161,8 +175,13 @@ static int prepare_weights(kvp_engine *e, kvp_err *err)
         for (size_t i = 0; i < sizeof ws / sizeof *ws && rc == 0; i++)
             rc = prepare_one(e, ws[i], err);
     }
-    if (rc == 0 && (rc = prepare_one(e, &e->tok_embd, err)) == 0 && (rc = prepare_one(e, &e->output, err)) == 0 &&
-        (rc = prepare_one(e, &e->output_norm, err)) == 0)
+    if (rc == 0 && (rc = prepare_one(e, &e->tok_embd, err)) == 0) {
+        if (head_is_embd(e))
+            e->output.dev = e->tok_embd.dev;
+        else
+            rc = prepare_one(e, &e->output, err);
+    }
+    if (rc == 0 && (rc = prepare_one(e, &e->output_norm, err)) == 0)
         rc = prepare_one(e, &e->rope_freq, err);
     return rc;
 }

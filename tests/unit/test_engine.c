@@ -798,6 +798,80 @@ static int tiny_open(rig *r, const char *dir, const char *name, const tiny_cfg *
     return 0;
 }
 
+/* ---- a tied head is prepared once ----
+ *
+ * The engine prepares and releases each weight through the backend; a
+ * tied model's output head is its embedding table, which a backend that
+ * copies weights (the CUDA backend) would otherwise hold twice.  A CPU
+ * backend whose prepare_weight and release_weight count the calls on each
+ * weight's data, and the engine's logits through it equal the plain one's. */
+static const void *pw_data[64];
+static int pw_prepared[64], pw_released[64], pw_n;
+static const kvp_backend_ops *pw_real;
+
+static int pw_slot(const void *data)
+{
+    for (int i = 0; i < pw_n; i++)
+        if (pw_data[i] == data)
+            return i;
+    if (pw_n == 64)
+        return 63;
+    pw_data[pw_n] = data;
+    return pw_n++;
+}
+
+static int pw_prepare(kvp_backend *b, kvp_weight *w, kvp_err *err)
+{
+    pw_prepared[pw_slot(w->data)]++;
+    return pw_real->prepare_weight(b, w, err);
+}
+
+static void pw_release(kvp_backend *b, kvp_weight *w)
+{
+    pw_released[pw_slot(w->data)]++;
+    pw_real->release_weight(b, w);
+}
+
+static void test_tied_prepared(const char *dir)
+{
+    for (int tied = 0; tied < 2; tied++) {
+        tiny_cfg c = {.n_layer = 2, .n_embd = 128, .n_ff = 320, .n_head = 4, .n_head_kv = 2, .n_vocab = 96,
+                      .wtype = KVP_DTYPE_Q8_0, .tied = tied};
+        char path[512];
+        rig r;
+        if (tiny_open(&r, dir, "tied.gguf", &c, KVP_DTYPE_F16, 64, 4, path) < 0)
+            return;
+        kvp_backend_ops ops = *r.be->ops;
+        ops.prepare_weight = pw_prepare, ops.release_weight = pw_release;
+        pw_real = r.be->ops, pw_n = 0;
+        memset(pw_prepared, 0, sizeof pw_prepared), memset(pw_released, 0, sizeof pw_released);
+        kvp_backend counting = {.ops = &ops, .impl = r.be->impl};
+        kvp_engine *e2 = NULL;
+        kvp_err err = {0};
+        CHECK(kvp_engine_create(&e2, r.m, &counting, r.kc, &err) == 0);
+        uint32_t tok[3] = {5, 42, 7}, V = c.n_vocab;
+        float want[3 * 96], got[3 * 96];
+        int s1 = kvp_kvcache_seq_new(r.kc, &err), s2 = kvp_kvcache_seq_new(r.kc, &err);
+        kvp_step_seq a = {.seq = s1, .tokens = tok, .n_tokens = 3, .want = KVP_LOGITS_ALL};
+        kvp_step_seq b = {.seq = s2, .tokens = tok, .n_tokens = 3, .want = KVP_LOGITS_ALL};
+        CHECK_EQ_I64(kvp_engine_step(r.e, &a, 1, want, &err), 3);
+        CHECK_EQ_I64(e2 ? kvp_engine_step(e2, &b, 1, got, &err) : -1, 3);
+        CHECK_MSG(max_abs_diff(want, got, 3 * V) == 0, "tied %d: the counted engine's logits differ", tied);
+        kvp_engine_free(e2);
+        int embd = pw_slot(r.m->tok_embd.data), head = pw_slot(r.m->output.data), once = 1;
+        CHECK_MSG(pw_prepared[embd] == 1 && pw_released[embd] == 1, "tied %d: the embedding prepared %d, released %d",
+                  tied, pw_prepared[embd], pw_released[embd]);
+        CHECK_MSG(tied ? head == embd : pw_prepared[head] == 1 && pw_released[head] == 1,
+                  "tied %d: the head prepared %d, released %d", tied, pw_prepared[head], pw_released[head]);
+        for (int i = 0; i < pw_n; i++) /* every other weight once too (absent ones, data NULL, are released only) */
+            once &= !pw_data[i] || (pw_prepared[i] == 1 && pw_released[i] == 1);
+        CHECK_MSG(once && pw_n > 10, "tied %d: %d weights, not each prepared and released once", tied, pw_n);
+        kvp_kvcache_seq_free(r.kc, s1);
+        kvp_kvcache_seq_free(r.kc, s2);
+        rig_close(&r);
+    }
+}
+
 static void test_tiny(const char *dir, int wtype, int tied, uint32_t n_head, uint32_t n_head_kv, int kv_dtype,
                       double tol)
 {
@@ -2125,6 +2199,7 @@ int main(void)
     RUN(test_tiny, dir, KVP_DTYPE_Q8_0, 1, 4, 2, KVP_DTYPE_F16, 0.25);
     RUN(test_tiny, dir, KVP_DTYPE_Q4_1, 0, 8, 2, KVP_DTYPE_F16, 0.25);
     RUN(test_tiny, dir, KVP_DTYPE_Q4_0, 1, 2, 2, KVP_DTYPE_F16, 0.25);
+    RUN(test_tied_prepared, dir);
     RUN(test_prefix_sharing, dir);
     RUN(test_first_layers, dir);
     RUN(test_seqio, dir);
