@@ -103,6 +103,19 @@ __global__ void __launch_bounds__(KVP_GPU_GEMV_THREADS, U == 1 ? 8 : 4)
 
 /* ---- GEMM ---- */
 
+/* A GEMM tile's 8 weights: cu_wdec8's, or zeros past the rows or the row. */
+template <int DT>
+__device__ static inline void cu_wdec8_tile(const cu_wview &w, uint32_t r, uint32_t i0, uint32_t n_out, float out[8])
+{
+    if (r < n_out && i0 < w.n_in) {
+        cu_wdec8<DT>(w, r, i0, out);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        out[j] = 0.0f;
+}
+
 #define BM KVP_GPU_GEMM_BM
 #define BN KVP_GPU_GEMM_BN
 #define BK KVP_GPU_GEMM_BK
@@ -130,13 +143,7 @@ __global__ void __launch_bounds__(KVP_GPU_GEMM_THREADS)
         {
             uint32_t rr = tid / (BK / 8), part = tid % (BK / 8), r = row0 + rr, i0 = k0 + part * 8;
             float wv[8];
-            if (r < n_out && i0 < w.n_in) {
-                cu_wdec8<DT>(w, r, i0, wv);
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    wv[j] = 0.0f;
-            }
+            cu_wdec8_tile<DT>(w, r, i0, n_out, wv);
 #pragma unroll
             for (int j = 0; j < 8; j++)
                 ws[part * 8 + j][rr] = wv[j];
@@ -224,14 +231,7 @@ __global__ void __launch_bounds__(KVP_GPU_GEMM_THREADS)
                 v[j] = gt < n_tok && gk + j < w.n_in ? xp[j] : 0.0f;
         }
         cu_store_bf16x8(&xs[lr][part], v);
-        uint32_t r = row0 + lr;
-        if (r < n_out && gk < w.n_in) {
-            cu_wdec8<DT>(w, r, gk, v);
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                v[j] = 0.0f;
-        }
+        cu_wdec8_tile<DT>(w, row0 + lr, gk, n_out, v);
         cu_store_bf16x8(&ws[lr][part], v);
         __syncthreads();
 #pragma unroll
