@@ -443,8 +443,9 @@ static int cu_matmul_op(kvp_backend *b, const kvp_weight *w, const float *x, flo
     int rc = kvp_gpuplan_matmul(&s, cw->n_out, n_tok, err);
     if (rc < 0 || n_tok == 0 || cw->n_out == 0)
         return rc;
-    CU_CHECK(cu_matmul(im->st, cw->dtype, cw->v, cw->n_out, x, y, n_tok, s, im->pipelined, im->mma), err, "matmul %s (%s, %u x %u, %u tokens)",
-             wname(w), kvp_dtype_name((uint32_t)cw->dtype), cw->n_out, cw->v.n_in, n_tok);
+    CU_CHECK(cu_matmul(im->st, cw->dtype, cw->v, cw->n_out, x, y, n_tok, s, im->pipelined, im->mma), err,
+             "matmul %s (%s, %u x %u, %u tokens)", wname(w), kvp_dtype_name((uint32_t)cw->dtype), cw->n_out, cw->v.n_in,
+             n_tok);
     return 0;
 }
 

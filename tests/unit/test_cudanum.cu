@@ -280,7 +280,8 @@ static void test_kv_chunks(void)
         }
         bad += kv_chunk_row_bad<KVP_DTYPE_F32>(row, hd, &vec_rows);
         CHECK_MSG(bad == 0, "head_dim %u: %d chunk elements differ from cu_kv_elem", hd, bad);
-        CHECK_MSG((vec_rows > 0) == (hd % 8 == 0), "head_dim %u: vector loads %s", hd, vec_rows ? "taken" : "not taken");
+        CHECK_MSG((vec_rows > 0) == (hd % 8 == 0), "head_dim %u: vector loads %s", hd,
+                  vec_rows ? "taken" : "not taken");
     }
 }
 
