@@ -123,13 +123,38 @@ struct cu_kv_tile {
     float sc[MAX_CPT];                     /* fp8/int8: the row's scale */
 };
 
+/* Where key `key` of a query at pos is (its draft-tree path in path_at):
+ * its block's bytes, and its slot there in *slot; NULL when the path's
+ * slot is past the block table or the table names a block outside the pool,
+ * the fault recorded when report (one thread a key reports). */
+__device__ static inline const uint8_t *cu_kv_key_at(const cu_attn_params &p, const uint32_t *table,
+                                                     const int32_t *path_at, uint32_t path_n, int32_t pos,
+                                                     uint32_t key, int report, uint32_t *slot, cu_faults *faults)
+{
+    const kvp_kv_pool &kv = p.kv;
+    uint32_t at = (uint32_t)kvp_attn_tree_slot_pos(path_at, path_n, pos, (int32_t)key);
+    if (at / kv.block_size >= p.table_stride) {
+        if (report)
+            cu_fault(faults, CU_FAULT_TREE, at);
+        return NULL;
+    }
+    uint32_t blk = table[at / kv.block_size];
+    if (blk >= kv.n_blocks) {
+        if (report)
+            cu_fault(faults, CU_FAULT_BLOCK, blk);
+        return NULL;
+    }
+    *slot = at % kv.block_size;
+    return (const uint8_t *)kv.base + (uint64_t)blk * kv.block_bytes;
+}
+
 template <int DT>
 __device__ static inline void cu_kv_tile_load(const cu_attn_params &p, const uint32_t *table, const int32_t *path_at,
                                               uint32_t path_n, int32_t pos, uint32_t g, uint32_t kt, uint32_t k1,
                                               cu_kv_tile<DT> &r, cu_faults *faults)
 {
     const kvp_kv_pool &kv = p.kv;
-    const uint32_t hd = kv.head_dim, bs = kv.block_size, nch = (hd + CH - 1) / CH, total = 2 * KT * nch;
+    const uint32_t hd = kv.head_dim, nch = (hd + CH - 1) / CH, total = 2 * KT * nch;
 #pragma unroll
     for (int e = 0; e < MAX_CPT; e++) {
 #pragma unroll
@@ -140,22 +165,10 @@ __device__ static inline void cu_kv_tile_load(const cu_attn_params &p, const uin
         if (c >= total)
             continue;
         cu_kv_chunk_at(c, nch, KT, which, j, dc);
-        uint32_t key = kt + j;
-        if (key >= k1)
+        uint32_t key = kt + j, s;
+        const uint8_t *b = key < k1 ? cu_kv_key_at(p, table, path_at, path_n, pos, key, dc == 0, &s, faults) : NULL;
+        if (!b)
             continue;
-        uint32_t at = (uint32_t)kvp_attn_tree_slot_pos(path_at, path_n, pos, (int32_t)key);
-        if (at / bs >= p.table_stride) {
-            if (dc == 0)
-                cu_fault(faults, CU_FAULT_TREE, at);
-            continue;
-        }
-        uint32_t blk = table[at / bs], s = at % bs;
-        if (blk >= kv.n_blocks) {
-            if (dc == 0)
-                cu_fault(faults, CU_FAULT_BLOCK, blk);
-            continue;
-        }
-        const uint8_t *b = (const uint8_t *)kv.base + (uint64_t)blk * kv.block_bytes;
         if (DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8)
             r.sc[e] = ((const float *)(b + kv.scales_off))[cu_kv_scale(kv, p.layer, which, g, s)];
         /* p.vec: head_dim a multiple of CH, blocks 16-byte aligned, so every chunk is aligned to its size */
@@ -195,29 +208,20 @@ __device__ static inline void cu_kv_tile_elems(const cu_attn_params &p, const ui
                                                float *ks, float *vs, cu_faults *faults)
 {
     const kvp_kv_pool &kv = p.kv;
-    const uint32_t hd = kv.head_dim, bs = kv.block_size, tid = threadIdx.x;
+    const uint32_t hd = kv.head_dim, tid = threadIdx.x;
     const int scaled = DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8;
     /* K and V rows of keys kt .. kt + KT - 1 as f32 (scaled: times their row's scale) */
     for (uint32_t i = tid; i < KT * hd; i += KVP_GPU_ATT_THREADS) {
-        uint32_t j = i / hd, d = i % hd, key = kt + j;
+        uint32_t j = i / hd, d = i % hd, key = kt + j, s;
         float kvv = 0.0f, vvv = 0.0f;
-        uint32_t at = (uint32_t)kvp_attn_tree_slot_pos(path_at, path_n, pos, (int32_t)key);
-        if (key < k1 && at / bs >= p.table_stride) {
-            if (d == 0)
-                cu_fault(faults, CU_FAULT_TREE, at);
-        } else if (key < k1) {
-            uint32_t blk = table[at / bs], s = at % bs;
-            if (blk < kv.n_blocks) {
-                const uint8_t *b = (const uint8_t *)kv.base + (uint64_t)blk * kv.block_bytes;
-                kvv = cu_kv_elem<DT>(b + cu_kv_row(kv, p.layer, 0, g, s), d);
-                vvv = cu_kv_elem<DT>(b + cu_kv_row(kv, p.layer, 1, g, s), d);
-                if (scaled) {
-                    const float *sc = (const float *)(b + kv.scales_off);
-                    kvv *= sc[cu_kv_scale(kv, p.layer, 0, g, s)];
-                    vvv *= sc[cu_kv_scale(kv, p.layer, 1, g, s)];
-                }
-            } else if (d == 0) {
-                cu_fault(faults, CU_FAULT_BLOCK, blk);
+        const uint8_t *b = key < k1 ? cu_kv_key_at(p, table, path_at, path_n, pos, key, d == 0, &s, faults) : NULL;
+        if (b) {
+            kvv = cu_kv_elem<DT>(b + cu_kv_row(kv, p.layer, 0, g, s), d);
+            vvv = cu_kv_elem<DT>(b + cu_kv_row(kv, p.layer, 1, g, s), d);
+            if (scaled) {
+                const float *sc = (const float *)(b + kv.scales_off);
+                kvv *= sc[cu_kv_scale(kv, p.layer, 0, g, s)];
+                vvv *= sc[cu_kv_scale(kv, p.layer, 1, g, s)];
             }
         }
         ks[j * (hd + 1) + d] = kvv;
