@@ -2,14 +2,13 @@
  * the "cuda" backend against the "cpu" backend: the same prompt, prefilled
  * in chunks of 16 (prompt attention over history), then 64 greedy tokens.
  *
- * The tokens must be equal; where they part, the first difference passes
- * only as a near-tie: on the CPU side, the logit of the CPU's token minus
- * the logit of the GPU's token must be at most twice the largest logit
- * difference between the backends at that step, and at most 1.  Before
- * that, every step's logits must agree to 10% (||gpu - cpu|| / ||cpu||):
- * the CPU's own portable and AVX2 kernels are 4.5% apart on the whole
- * model (1.4% on the 8-layer slice device-check carries), as kernels that
- * round activations differently are.
+ * The GPU is fed the CPU's tokens (teacher forcing), so all 64 steps
+ * compare the same history.  Its argmax must equal the CPU's, or be a
+ * near-tie: on the CPU side, the logit of the CPU's token minus the logit
+ * of the GPU's token at most twice the largest logit difference between
+ * the backends at that step, and at most 1.  Every step's logits must
+ * agree within a tolerance (||gpu - cpu|| / ||cpu||) made in the same run
+ * from the CPU's own two kernel sets (main says how).
  *
  * The model: $KVP_TEST_MODEL, else where scripts/fetch-model puts it
  * (unit.h).  scripts/device-check runs it on a model cut to its first layers
@@ -33,11 +32,13 @@ static const char prompt[] =
     "The three primary colors of light are red, green and blue. Mixing all three gives white light, "
     "and mixing red with green gives";
 
-/* One backend's run: tokens[N_GEN] and, when logits is not NULL, each
- * step's logits [N_GEN][n_vocab] (step 0: after the prompt).  0 or -1
- * after a failed check. */
+/* One backend's run: its argmax at each step in tokens[N_GEN] and each
+ * step's logits [N_GEN][n_vocab] (step 0: after the prompt).  Fed its own
+ * argmax, or force[i] when force is not NULL: the GPU follows the CPU's
+ * tokens, so every step compares the same history even after a near-tie.
+ * 0 or -1 after a failed check. */
 static int generate(const kvp_model *m, kvp_backend *be, const uint32_t *ids, uint32_t n_ids, uint32_t *tokens,
-                    float *logits, uint32_t n_vocab)
+                    const uint32_t *force, float *logits, uint32_t n_vocab)
 {
     kvp_err err = {0};
     kvp_kvcache_opts o;
@@ -54,10 +55,10 @@ static int generate(const kvp_model *m, kvp_backend *be, const uint32_t *ids, ui
         goto out;
     }
     for (uint32_t i = 0; i < N_GEN; i++) {
-        if (logits)
-            memcpy(logits + (size_t)i * n_vocab, row, sizeof(float) * n_vocab);
+        memcpy(logits + (size_t)i * n_vocab, row, sizeof(float) * n_vocab);
         tokens[i] = unit_argmax(row, n_vocab);
-        kvp_step_seq s = {.seq = seq, .tokens = &tokens[i], .n_tokens = 1, .want = KVP_LOGITS_LAST};
+        uint32_t next = force ? force[i] : tokens[i];
+        kvp_step_seq s = {.seq = seq, .tokens = &next, .n_tokens = 1, .want = KVP_LOGITS_LAST};
         if (i + 1 < N_GEN && kvp_engine_step(e, &s, 1, row, &err) < 0) {
             CHECK_MSG(0, "%s: step %u: %s", be->ops->name, i, err.msg);
             goto out;
@@ -73,7 +74,7 @@ out:
 
 int main(void)
 {
-    kvp_backend *cpu, *gpu;
+    kvp_backend *cpu, *gpu, *portable = NULL;
     int open = gpu_open("test_gpu_e2e", &cpu, &gpu);
     if (open <= 0)
         return unit_done();
@@ -85,7 +86,7 @@ int main(void)
     kvp_tokenizer *tok = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    float *lc = NULL, *lg = NULL;
+    float *lc = NULL, *lg = NULL, *lp = NULL;
     if (access(path, R_OK) != 0) {
         if (gpu_required())
             CHECK_MSG(0, "KVP_GPU_REQUIRED=1 but the model %s is absent", path);
@@ -98,48 +99,83 @@ int main(void)
         CHECK_MSG(0, "%s: %s", path, err.msg);
         goto out;
     }
-    uint32_t n_vocab = m->cfg.n_vocab, tc[N_GEN], tg[N_GEN];
+    uint32_t n_vocab = m->cfg.n_vocab, tc[N_GEN], tg[N_GEN], tp[N_GEN];
     lc = malloc(sizeof(float) * N_GEN * n_vocab);
     lg = malloc(sizeof(float) * N_GEN * n_vocab);
-    if (!lc || !lg) {
-        CHECK(0);
+    lp = malloc(sizeof(float) * N_GEN * n_vocab);
+    kvp_backend_config pcfg = {.n_threads = unit_threads(0), .cpu_flags = KVP_CPU_PORTABLE};
+    if (!lc || !lg || !lp || kvp_backend_open(&portable, "cpu", &pcfg, &err) < 0) {
+        CHECK_MSG(0, "%s", err.msg);
         goto out;
     }
     printf("model %s: %u layers, prompt of %zu tokens, %d greedy tokens\n", path, m->cfg.n_layer, n_ids, N_GEN);
-    if (generate(m, cpu, (const uint32_t *)ids, (uint32_t)n_ids, tc, lc, n_vocab) < 0 ||
-        generate(m, gpu, (const uint32_t *)ids, (uint32_t)n_ids, tg, lg, n_vocab) < 0)
+    if (generate(m, cpu, (const uint32_t *)ids, (uint32_t)n_ids, tc, NULL, lc, n_vocab) < 0 ||
+        generate(m, gpu, (const uint32_t *)ids, (uint32_t)n_ids, tg, tc, lg, n_vocab) < 0 ||
+        generate(m, portable, (const uint32_t *)ids, (uint32_t)n_ids, tp, tc, lp, n_vocab) < 0)
         goto out;
-    uint32_t i = 0;
+    /* The tolerance, calibrated on this model and prompt in this run: the
+     * CPU's portable kernels against its fastest (they round and sum
+     * activations differently: 1.4% apart on the 8-layer slice, 8.5% on
+     * the 30 layers, where a small model's error grows layer by layer).
+     * The GPU, which keeps activations in f32 or bf16 where the CPU rounds
+     * them to int8, may be twice as far from the CPU, and never over 5%
+     * where the CPU's spread is small. */
+    double spread = 0;
+    for (uint32_t i = 0; i < N_GEN; i++) {
+        gpu_diff d;
+        gpu_diff_f32(&d, lp + (size_t)i * n_vocab, lc + (size_t)i * n_vocab, n_vocab);
+        spread = fmax(spread, gpu_diff_rms(&d));
+    }
+    double tol = fmax(0.05, 2 * spread);
+    printf("cpu portable kernels against the cpu's fastest: logits within %.3g of their norm; tolerance %.3g\n",
+           spread, tol);
     double worst = 0;
-    for (; i < N_GEN; i++) {
+    uint32_t agree = 0, first = N_GEN;
+    /* each step's difference on one line: where it grows says more than
+     * the worst alone (the prompt's KV, or the decode steps) */
+    printf("logits' difference by step (of their norm):");
+    for (uint32_t i = 0; i < N_GEN; i++) {
         const float *a = lc + (size_t)i * n_vocab, *b = lg + (size_t)i * n_vocab;
         gpu_diff d;
         gpu_diff_f32(&d, b, a, n_vocab);
         worst = fmax(worst, gpu_diff_rms(&d));
-        CHECK_MSG(d.bad == 0 && gpu_diff_rms(&d) <= 0.1, "step %u: logits differ by %.3g of their norm (%zu not finite)",
-                  i, gpu_diff_rms(&d), d.bad);
-        if (tc[i] != tg[i]) {
-            /* the CPU's view of the two tokens, and how far the backends are apart here */
-            uint32_t second = tc[i] == 0 ? 1 : 0;
-            for (uint32_t v = 0; v < n_vocab; v++)
-                if (v != tc[i] && a[v] > a[second])
-                    second = v;
-            double gap = (double)a[tc[i]] - a[tg[i]], top2 = (double)a[tc[i]] - a[second];
-            printf("first difference at token %u: cpu %u, cuda %u; cpu logits: %u %.4f, %u %.4f (top-2 gap %.4f, "
-                   "gap to cuda's token %.4f); largest logit difference between the backends here %.4f\n",
-                   i, tc[i], tg[i], tc[i], a[tc[i]], tg[i], a[tg[i]], top2, gap, d.max_err);
-            CHECK_MSG(gap <= 2 * d.max_err && gap <= 1.0,
-                      "token %u: cuda chose %u, %.4f below the cpu's %u on the cpu: not a near-tie (backends differ by %.4f)",
-                      i, tg[i], gap, tc[i], d.max_err);
-            break;
-        }
+        printf(" %.3f", gpu_diff_rms(&d));
     }
-    if (i == N_GEN)
+    printf("\n");
+    for (uint32_t i = 0; i < N_GEN; i++) {
+        const float *a = lc + (size_t)i * n_vocab, *b = lg + (size_t)i * n_vocab;
+        gpu_diff d;
+        gpu_diff_f32(&d, b, a, n_vocab);
+        CHECK_MSG(d.bad == 0 && gpu_diff_rms(&d) <= tol,
+                  "step %u: logits differ by %.3g of their norm (tolerance %.3g; %zu not finite)", i, gpu_diff_rms(&d),
+                  tol, d.bad);
+        if (tc[i] == tg[i]) {
+            agree++;
+            continue;
+        }
+        /* the CPU's view of the two tokens, and how far the backends are apart here */
+        uint32_t second = tc[i] == 0 ? 1 : 0;
+        for (uint32_t v = 0; v < n_vocab; v++)
+            if (v != tc[i] && a[v] > a[second])
+                second = v;
+        double gap = (double)a[tc[i]] - a[tg[i]], top2 = (double)a[tc[i]] - a[second];
+        if (first == N_GEN)
+            first = i;
+        printf("difference at token %u: cpu %u, cuda %u; cpu logits: %u %.4f, %u %.4f (top-2 gap %.4f, "
+               "gap to cuda's token %.4f); largest logit difference between the backends here %.4f\n",
+               i, tc[i], tg[i], tc[i], a[tc[i]], tg[i], a[tg[i]], top2, gap, d.max_err);
+        CHECK_MSG(gap <= 2 * d.max_err && gap <= 1.0,
+                  "token %u: cuda chose %u, %.4f below the cpu's %u on the cpu: not a near-tie (backends differ by %.4f)",
+                  i, tg[i], gap, tc[i], d.max_err);
+    }
+    if (agree == N_GEN)
         printf("ok all %d greedy tokens equal; logits within %.3g of their norm\n", N_GEN, worst);
     else
-        printf("ok %u greedy tokens equal, then a near-tie; logits before it within %.3g of their norm\n", i, worst);
+        printf("ok %u of %d greedy tokens equal (the first difference at token %u), the rest near-ties, on the "
+               "cpu's tokens; logits within %.3g of their norm\n", agree, N_GEN, first, worst);
 out:
-    free(lc), free(lg), free(ids);
+    free(lc), free(lg), free(lp), free(ids);
+    kvp_backend_free(portable);
     kvp_tokenizer_free(tok);
     kvp_model_free(m);
     kvp_backend_free(gpu);
