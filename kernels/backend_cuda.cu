@@ -41,7 +41,7 @@ typedef struct cu_impl {
     uint64_t parts_floats;
     void *host;                /* all_reduce / all_gather staging (host memory) */
     size_t host_size;
-    int pipelined;             /* KVP_CUDA_PIPELINE=1: the kernels not yet run on a GPU (kernels/README.md) */
+    int pipelined;             /* KVP_CUDA_PIPELINE (default 1): the pipelined GEMV and attention (kernels/README.md) */
     int mma;                   /* KVP_CUDA_MMA=1: the tensor-core GEMM, not yet run on a GPU either */
 } cu_impl;
 
@@ -666,24 +666,26 @@ static const kvp_backend_ops cu_ops = {
     .all_gather = cu_all_gather,
 };
 
-/* An opt-in switch from the environment: unset, empty or 0 is 0, 1 is 1,
- * anything else an error naming it. */
+/* A kernel-set switch from the environment: unset or empty is 1 (the
+ * pipelined kernels and the tensor-core GEMM, the default since their H200
+ * run), 0 the first kernels (for comparison), 1 is 1, anything else an
+ * error naming it. */
 static int env_switch(const char *name, kvp_err *err)
 {
     const char *v = getenv(name);
-    if (!v || !*v || !strcmp(v, "0"))
-        return 0;
-    if (!strcmp(v, "1"))
+    if (!v || !*v || !strcmp(v, "1"))
         return 1;
-    kvp_err_set(err, KVP_EINVAL, "cuda: %s=%s: 0 (the verified kernels) or 1", name, v);
+    if (!strcmp(v, "0"))
+        return 0;
+    kvp_err_set(err, KVP_EINVAL, "cuda: %s=%s: 1 (the default) or 0 (the first kernels, for comparison)", name, v);
     return -1;
 }
 
 extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *err)
 {
     *out = NULL;
-    /* the pipelined kernels and the tensor-core GEMM are opt-in until a GPU
-     * run has checked them */
+    /* the pipelined kernels and the tensor-core GEMM, unless switched off
+     * (kernels/README.md: both checked on an H200, 2026-12-04) */
     int pipelined, mma;
     if ((pipelined = env_switch("KVP_CUDA_PIPELINE", err)) < 0 || (mma = env_switch("KVP_CUDA_MMA", err)) < 0)
         return KVP_EINVAL;

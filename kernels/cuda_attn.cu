@@ -111,9 +111,10 @@ struct cu_attn_params {
  * along rows.  A thread first loads every chunk it owns (one 8-32 byte
  * vector load each where aligned) and only then decodes them into shared
  * memory, and the kernel loads the next tile while it scores this one: a
- * CTA waits for memory about once a tile, where the verified kernels'
+ * CTA waits for memory about once a tile, where the first kernels'
  * loader (cu_kv_tile_elems) waits about once an element (~9 us a 16-key
- * tile, measured on an H200).  KVP_CUDA_PIPELINE=1 selects this one. */
+ * tile, measured on an H200).  The default; KVP_CUDA_PIPELINE=0 selects the
+ * first. */
 #define CH CU_KV_CH
 #define MAX_CPT (2 * KT * (KVP_GPU_ATT_MAX_HEAD_DIM / CH) / KVP_GPU_ATT_THREADS) /* chunks a thread: 8 */
 
@@ -200,7 +201,7 @@ __device__ static inline void cu_kv_tile_store(const cu_kv_tile<DT> &r, uint32_t
     }
 }
 
-/* The verified kernels' loader: K and V element by element, straight into
+/* The first kernels' loader (KVP_CUDA_PIPELINE=0): K and V element by element, straight into
  * ks [KT][hd + 1] and vs [KT][hd]. */
 template <int DT>
 __device__ static inline void cu_kv_tile_elems(const cu_attn_params &p, const uint32_t *table, const int32_t *path_at,

@@ -431,8 +431,9 @@ __host__ __device__ static inline uint64_t cu_kv_scale(const kvp_kv_pool &kv, ui
 /* ---- launches (each returns cudaGetLastError after queuing its kernels) ---- */
 
 /* cuda_matmul.cu */
-/* pipelined: the GEMV KVP_CUDA_PIPELINE=1 selects; mma: the tensor-core
- * GEMM KVP_CUDA_MMA=1 selects (kernels/README.md) */
+/* pipelined: the pipelined GEMV (the default; KVP_CUDA_PIPELINE=0 the
+ * first); mma: the tensor-core GEMM (the default; KVP_CUDA_MMA=0 the f32
+ * one) (kernels/README.md) */
 cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const float *x, float *y,
                       uint32_t n_tok, const kvp_gpu_mm_shape &shape, int pipelined, int mma);
 cudaError_t cu_embed(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const int32_t *tokens,

@@ -30,10 +30,10 @@ __host__ __device__ constexpr int cu_gemv_unroll()
     return 8;
 }
 
-/* U chunks a step: 1 is the verified kernel (at least 8 CTAs an SM, at
- * most 64 registers: without it ptxas spills 4 bytes in the Q8_0 instance);
- * more (KVP_CUDA_PIPELINE=1) at least 4 CTAs an SM, 128 registers, room
- * for the chunks in flight. */
+/* U chunks a step: 1 is the first kernel (KVP_CUDA_PIPELINE=0; at least 8
+ * CTAs an SM, at most 64 registers: without it ptxas spills 4 bytes in the
+ * Q8_0 instance); more (the default) at least 4 CTAs an SM, 128 registers,
+ * room for the chunks in flight. */
 template <int DT, int GRP, int U>
 __global__ void __launch_bounds__(KVP_GPU_GEMV_THREADS, U == 1 ? 8 : 4)
     cu_gemv_k(cu_wview w, uint32_t n_out, const float *__restrict__ x, float *__restrict__ y, uint32_t n_tok)
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(KVP_GPU_GEMM_THREADS)
     }
 }
 
-/* ---- GEMM on the tensor cores (KVP_CUDA_MMA=1; not yet run on a GPU) ----
+/* ---- GEMM on the tensor cores (the default; KVP_CUDA_MMA=0 the f32 one) ----
  *
  * The same 64-token x 64-row tiles and grid as cu_gemm_k, but the tiles go
  * to shared memory as bf16 (activations rounded to nearest even, weights
@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(EMBED_THREADS)
     }
 }
 
-/* The GEMV instance for w: the verified one, or (pipelined) several chunks
+/* The GEMV instance for w: the first one (KVP_CUDA_PIPELINE=0), or (pipelined) several chunks
  * in flight and the grouped decoder where a scaled weight allows it. */
 template <int DT>
 static void cu_gemv_launch(cudaStream_t st, const cu_wview &w, uint32_t n_out, const float *x, float *y,

@@ -994,6 +994,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_bad_option(argv, spec ? KVP_RUNOPTS_SHORT "ho:" : KVP_RUNOPTS_SHORT "h");
     }
     kvp_progress_bare_check(progress == 0, argc, argv, optind);
+    kvp_runopts_set_budget(&o);
     if (!o.model)
         kvp_cli_usage_error("no model (-m MODEL)");
     int use_heads = sp.method && strcmp(sp.method, "heads") == 0;

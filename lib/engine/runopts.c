@@ -76,7 +76,8 @@ _Static_assert(sizeof kvp_runopts_long / sizeof kvp_runopts_long[0] == KVP_RUNOP
     "      --chunk N           prompt tokens per forward step (512)\n"
 #define HELP_SCHED \
     "      --max-num-seqs N    sequences running at once (64)\n" \
-    "      --max-batched-tokens N  tokens per forward step, decode and prompt chunks together (512)\n" \
+    "      --max-batched-tokens N  tokens per forward step, decode and prompt chunks together\n" \
+    "                          (512; 2048 on a GPU backend)\n" \
     "      --static            static batching: a new batch of --max-num-seqs only when the last has ended\n"
 #define HELP_TAIL \
     "      --stats[=FILE]      timings on stderr (with --json: as JSON), or as JSON into FILE\n" \
@@ -103,7 +104,20 @@ void kvp_runopts_init(kvp_runopts *o)
     o->kv.dtype_from_stream = 1; /* until --kv-dtype names one */
     kvp_sample_defaults(&o->sampling);
     o->sched.max_num_seqs = 64;
-    o->sched.max_batched_tokens = 512;
+    o->sched.max_batched_tokens = 0; /* kvp_runopts_set_budget, by backend */
+}
+
+void kvp_runopts_set_budget(kvp_runopts *o)
+{
+    if (o->sched.max_batched_tokens)
+        return;
+    /* On a GPU a step costs about the same at 512 tokens as at 2048 (it is
+     * launches and weight reads), so fewer, fuller steps win, as vLLM's
+     * chunked-prefill budget of 2048 assumes; on a CPU a step's time grows
+     * with its tokens, and 512 keeps the running sequences' next tokens
+     * from waiting behind a long prompt. */
+    int gpu = o->backend && strcmp(o->backend, "cpu") != 0;
+    o->sched.max_batched_tokens = gpu ? KVP_BUDGET_GPU : KVP_BUDGET_CPU;
 }
 
 void kvp_runopts_free(kvp_runopts *o)

@@ -82,6 +82,11 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg);
 /* The prompt the command line gives, checked as far as it can be without
  * the model: --tokens' syntax (not the vocabulary) and -p not empty (unless
  * --chat renders a turn around it); a usage error (exit 2) when not. */
+/* The step's token budget when --max-batched-tokens (or --chunk) was not
+ * given: KVP_BUDGET_GPU on a GPU backend, KVP_BUDGET_CPU on the CPU.  After
+ * parsing, before anything reads o->sched. */
+enum { KVP_BUDGET_CPU = 512, KVP_BUDGET_GPU = 2048 };
+void kvp_runopts_set_budget(kvp_runopts *o);
 void kvp_runopts_check_prompt_args(const kvp_runopts *o);
 /* Options text for --help. */
 extern const char kvp_runopts_help[];

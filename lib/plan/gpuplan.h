@@ -31,9 +31,9 @@
  * 0..pos; they are cut by absolute position into splits of L keys (0 ..
  * L-1, L .. 2L-1, ...), L = kvp_gpuplan_split_len, a multiple of a unit
  * rounded up to whole blocks.  Two plans:
- *   - verified (the kernels that ran on an H200): L is the unit,
+ *   - first (KVP_CUDA_PIPELINE=0): L is the unit,
  *     KVP_GPU_ATT_SPLIT_KEYS, however many splits that makes;
- *   - pipelined (KVP_CUDA_PIPELINE=1, not yet run on a GPU): the unit is
+ *   - pipelined (the default, since its H200 run): the unit is
  *     KVP_GPU_ATT_SPLIT_MIN and L the smallest multiple of it that makes at
  *     most KVP_GPU_ATT_MAX_SPLITS splits, so a single decode token at
  *     context 512 spreads over 16 CTAs a KV head instead of one CTA that
@@ -46,7 +46,7 @@
  * sized for the most splits a query of the step can have (max_ctx), and
  * CTAs past their own token's splits exit at once, so a grid planned for a
  * maximum can be captured in a graph and replayed for shorter contexts. */
-#define KVP_GPU_ATT_SPLIT_KEYS 512 /* verified plan: keys a split covers (rounded up to whole blocks) */
+#define KVP_GPU_ATT_SPLIT_KEYS 512 /* first plan (KVP_CUDA_PIPELINE=0): keys a split covers (rounded up to whole blocks) */
 #define KVP_GPU_ATT_SPLIT_MIN 32   /* pipelined plan: the unit of a split's keys (rounded up likewise) */
 #define KVP_GPU_ATT_MAX_SPLITS 32  /* pipelined plan: the most splits one query's keys are cut into */
 #define KVP_GPU_ATT_QROWS 8        /* query heads one CTA holds */
@@ -105,7 +105,7 @@ KVP_GPU_FN uint32_t kvp_gpuplan_max_splits(uint32_t unit, uint32_t cap, uint32_t
 }
 
 /* The split unit for a pool of block_size (KVP_GPU_ATT_SPLIT_MIN for the
- * pipelined plan, KVP_GPU_ATT_SPLIT_KEYS for the verified one) rounded up
+ * pipelined plan, KVP_GPU_ATT_SPLIT_KEYS for the first one) rounded up
  * to whole blocks, so a split never starts inside a block. */
 uint32_t kvp_gpuplan_split_keys(uint32_t block_size, int pipelined);
 

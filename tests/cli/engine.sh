@@ -48,10 +48,10 @@ expect_out_empty "nothing generated"
 if grep -qF "no CUDA backend" "$ERR"; then
     echo "# this build has no CUDA backend: the message of KVP_CUDA_PIPELINE=yes not checked"
 else
-    expect_err_has "KVP_CUDA_PIPELINE=yes: 0 (the verified kernels) or 1" "naming the variable and its values"
+    expect_err_has "KVP_CUDA_PIPELINE=yes: 1 (the default) or 0" "naming the variable and its values"
     run_sh "KVP_CUDA_MMA=2 decode -m '$M' -t $THREADS -g -p 'The capital of France is' -n 8"
     expect_status 1 "KVP_CUDA_MMA=2 is refused"
-    expect_err_has "KVP_CUDA_MMA=2: 0 (the verified kernels) or 1" "naming the variable and its values"
+    expect_err_has "KVP_CUDA_MMA=2: 1 (the default) or 0" "naming the variable and its values"
 fi
 
 run_sh "cat '$M' | decode -m /dev/stdin -t $THREADS -p 'The capital of France is' -n 8"
