@@ -19,11 +19,17 @@
  * bandwidth, where one 16-byte load a lane at a time reached 17% of it.
  * Formats of a byte or less an element take more chunks a step; a scaled
  * kind's element-by-element decoder (not grouped in 8s) takes fewer, since
- * its registers would spill. */
+ * its registers would spill.  f16 and bf16 keep one chunk a step: on an
+ * H200 (2026-12-04, gpu_bench's "GEMV alone") that kernel read bf16 at
+ * 51-67% of the copy bandwidth and 4 chunks a step at 32-56%, its fewer
+ * CTAs an SM costing more than the loads in flight gain; the 16-byte
+ * chunk is already a whole vector load. */
 template <int DT, int GRP>
 __host__ __device__ constexpr int cu_gemv_unroll()
 {
-    if (DT == KVP_DTYPE_F32 || DT == KVP_DTYPE_F16 || DT == KVP_DTYPE_BF16)
+    if (DT == KVP_DTYPE_F16 || DT == KVP_DTYPE_BF16)
+        return 1;
+    if (DT == KVP_DTYPE_F32)
         return 4;
     if ((DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8 || DT == KVP_DTYPE_I4) && !GRP)
         return 2;
