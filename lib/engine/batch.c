@@ -1103,7 +1103,9 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             logits = l;
             cap_rows = n_rows;
         }
+        double t_fwd = kvp_gen_now();
         rc = kvp_engine_step(e, step, n_step, logits, err);
+        st->forward_seconds += kvp_gen_now() - t_fwd;
         if (rc < 0) {
             for (uint32_t i = 0; i < n_req; i++)
                 drop_forks(&b, rows[i]);
@@ -1142,6 +1144,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             hid = b.hid;
         }
         size_t d = kvp_engine_n_embd(e);
+        double t_sample = kvp_gen_now();
         for (uint32_t i = 0, row = 0; i < n_req; i++) {
             kvp_request *r = rows[i];
             uint32_t nd = r->n_draft, used = r->n_nodes ? r->n_nodes : 1 + nd; /* its rows, every branch's */
@@ -1156,6 +1159,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             rc = 0;
             row += used;
         }
+        st->sample_seconds += kvp_gen_now() - t_sample;
         if (timed)
             clock_step(&b, n_req, drafted, t_took);
         if (o->on_step)

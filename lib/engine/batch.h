@@ -136,6 +136,12 @@ struct kvp_batch_stats {
     int stopped;                       /* the run ended on *stop */
     uint32_t total_blocks;
     double seconds;
+    /* of seconds: in the engine's forward steps (kvp_engine_step: the
+     * model, and on a GPU the wait for it and the logits copied back), and
+     * in turning their logits into tokens and output (sampling,
+     * acceptance, detokenizing, stop strings, writing): what is left is
+     * scheduling, drafting, reading input */
+    double forward_seconds, sample_seconds;
     /* speculation: verify steps (a request's step that carried drafts),
      * draft tokens proposed and accepted, and both by position in the draft */
     uint64_t verify_steps, drafted, accepted;

@@ -468,6 +468,7 @@ static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
     /* the pool above is rank 0's (stage 0's layers, its share of the heads):
      * kvcalc --check plans that rank from these */
     fprintf(f, ",\"tp\":%u,\"pp\":%u", o->tp > 1 ? o->tp : 1, o->pp > 1 ? o->pp : 1);
+    fprintf(f, ",\"forward_seconds\":%.3f,\"sample_seconds\":%.3f", st->forward_seconds, st->sample_seconds);
     fprintf(f, ",\"kv_out\":%s,\"stopped\":%s,\"peak_running\":%u,\"mean_prompt_tokens\":%.2f,"
             "\"mean_output_tokens\":%.2f,\"max_seq_len\":%llu,",
             o->kv_out ? "true" : "false", st->stopped ? "true" : "false", st->peak_running,
@@ -525,6 +526,9 @@ static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
             (double)st->generated / dt, (double)st->requests / dt, (unsigned long long)st->steps,
             (unsigned long long)st->preemptions, st->peak_blocks, st->total_blocks,
             (unsigned long long)st->cached_tokens, (unsigned long long)st->prompt_tokens);
+    double rest = st->seconds - st->forward_seconds - st->sample_seconds;
+    fprintf(f, "%s: time: forward steps %.3f s, sampling and output %.3f s, the rest %.3f s\n", prog,
+            st->forward_seconds, st->sample_seconds, rest > 0 ? rest : 0.0);
     fprintf(f, "%s: ms       mean      p50      p90      p99\n", prog);
     const kvp_dist *ds[] = {&t, &p, &i, &e};
     const char *names[] = {"TTFT", "TPOT", "ITL", "E2E"};

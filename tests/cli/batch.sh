@@ -42,6 +42,11 @@ for k in '"requests":10' '"ttft_ms":{"n":10' '"tpot_ms":' '"itl_ms":' '"e2e_ms":
     if grep -qF "$k" "$T/stats.json"; then pass "stats has $k"; else fail "stats lacks $k"; fi
 done
 if ls "$T"/stats.json.tmp.* >/dev/null 2>&1; then fail "a temporary stats file was left"; else pass "stats written whole"; fi
+# where the time went: forward steps and sampling, both above 0 and
+# together within the run's seconds
+num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$T/stats.json"; }
+expect_true "stats: forward and sampling seconds above 0, within the run's" awk -v f="$(num forward_seconds)" \
+    -v s="$(num sample_seconds)" -v t="$(num seconds)" 'BEGIN { exit !(f > 0 && s > 0 && f + s <= t + 0.002) }'
 
 # Greedy text of sequences that run alone does not depend on the batching
 # mode.  (Across token budgets and batch compositions it needs kernels whose
