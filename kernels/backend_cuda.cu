@@ -42,7 +42,9 @@ typedef struct cu_impl {
     void *host;                /* all_reduce / all_gather staging (host memory) */
     size_t host_size;
     int pipelined;             /* KVP_CUDA_PIPELINE (default 1): the pipelined GEMV and attention (kernels/README.md) */
-    int mma;                   /* KVP_CUDA_MMA=1: the tensor-core GEMM, not yet run on a GPU either */
+    int mma;                   /* KVP_CUDA_MMA (default 1): the tensor-core GEMM */
+    uint32_t *ids;             /* argmax_rows' device ids (reserve: max_tok of them) */
+    uint32_t ids_cap;
 } cu_impl;
 
 /* What prepare_weight leaves in w->dev: the weight's view for the kernels
@@ -195,11 +197,28 @@ static int cu_synchronize(kvp_backend *b, kvp_err *err)
     return cu_take_fault(im, err);
 }
 
+/* argmax_rows' device ids for up to n rows (a step's tokens bound its rows) */
+static int reserve_ids(cu_impl *im, uint32_t n, kvp_err *err)
+{
+    if (n <= im->ids_cap)
+        return 0;
+    int rc = cu_enter(im, err, "reserve");
+    if (rc < 0)
+        return rc;
+    CU_CHECK(cudaStreamSynchronize(im->st), err, "reserve: waiting for the ops before it");
+    cudaFree(im->ids);
+    im->ids = NULL, im->ids_cap = 0;
+    CU_CHECK(cudaMalloc((void **)&im->ids, (size_t)n * sizeof *im->ids), err, "reserve: %u argmax ids", n);
+    im->ids_cap = n;
+    return 0;
+}
+
 static int cu_reserve(kvp_backend *b, const kvp_backend_reserve *r, kvp_err *err)
 {
     cu_impl *im = impl_of(b);
-    if (!r->kv)
-        return 0;
+    int rc0 = reserve_ids(im, r->max_tok, err);
+    if (rc0 < 0 || !r->kv)
+        return rc0;
     kvp_gpu_attn_shape s;
     const kvp_kv_pool *kv = r->kv;
     int rc = kvp_gpuplan_attn(&s, r->max_tok, r->n_head, kv->n_head_kv, kv->head_dim, kv->block_size, r->max_ctx,
@@ -513,6 +532,24 @@ static int cu_gather_rows_op(kvp_backend *b, float *dst, const float *src, const
     return 0;
 }
 
+/* Each row's argmax on the device, n_rows ids copied back instead of the
+ * rows themselves (a step of 64 greedy sequences: 256 bytes, not 12.6 MB). */
+static int cu_argmax_rows_op(kvp_backend *b, const float *x, uint32_t n_rows, uint32_t n, uint32_t *ids,
+                             kvp_err *err)
+{
+    cu_impl *im = impl_of(b);
+    if (n_rows == 0)
+        return 0;
+    if (n_rows > im->ids_cap)
+        return kvp_err_set(err, KVP_ELIMIT, "cuda argmax_rows: %u rows, scratch reserved for %u", n_rows,
+                           im->ids_cap);
+    int rc = cu_enter(im, err, "argmax_rows");
+    if (rc < 0)
+        return rc;
+    CU_CHECK(cu_argmax_rows(im->st, x, n_rows, n, im->ids), err, "argmax_rows (%u rows of %u)", n_rows, n);
+    return cu_to_host(b, ids, im->ids, (size_t)n_rows * sizeof *ids, err);
+}
+
 static int kv_ok(const kvp_kv_pool *kv, uint32_t layer, const char *op, kvp_err *err)
 {
     if (!cu_kv_dtype_ok(kv->dtype))
@@ -627,6 +664,7 @@ static void cu_destroy(kvp_backend *b)
         if (im->st)
             cudaStreamSynchronize(im->st);
         cudaFree(im->parts);
+        cudaFree(im->ids);
         if (im->faults)
             cudaFreeHost(im->faults);
         if (im->st)
@@ -659,6 +697,7 @@ static const kvp_backend_ops cu_ops = {
     .add = cu_add_op,
     .silu_mul = cu_silu_mul_op,
     .gather_rows = cu_gather_rows_op,
+    .argmax_rows = NULL, /* cu_ops_argmax below, while it has not run on a GPU */
     .kv_store = cu_kv_store_op,
     .attention = cu_attention_op,
     .kv_copy_block = cu_kv_copy_block_op,
@@ -666,28 +705,39 @@ static const kvp_backend_ops cu_ops = {
     .all_gather = cu_all_gather,
 };
 
-/* A kernel-set switch from the environment: unset or empty is 1 (the
- * pipelined kernels and the tensor-core GEMM, the default since their H200
- * run), 0 the first kernels (for comparison), 1 is 1, anything else an
- * error naming it. */
-static int env_switch(const char *name, kvp_err *err)
+/* cu_ops with the device's argmax_rows: opt-in (KVP_CUDA_ARGMAX=1) until a
+ * GPU run has checked it; without it the engine copies the rows back. */
+static kvp_backend_ops with_argmax(kvp_backend_ops o)
+{
+    o.argmax_rows = cu_argmax_rows_op;
+    return o;
+}
+static const kvp_backend_ops cu_ops_argmax = with_argmax(cu_ops);
+
+/* A kernel switch from the environment: unset or empty is dflt, 0 and 1
+ * are themselves, anything else an error naming it and its default. */
+static int env_switch(const char *name, int dflt, kvp_err *err)
 {
     const char *v = getenv(name);
-    if (!v || !*v || !strcmp(v, "1"))
-        return 1;
-    if (!strcmp(v, "0"))
-        return 0;
-    kvp_err_set(err, KVP_EINVAL, "cuda: %s=%s: 1 (the default) or 0 (the first kernels, for comparison)", name, v);
+    if (!v || !*v)
+        return dflt;
+    if (!strcmp(v, "0") || !strcmp(v, "1"))
+        return v[0] == '1';
+    kvp_err_set(err, KVP_EINVAL, "cuda: %s=%s: %s", name, v,
+                dflt ? "1 (the default) or 0 (the first kernels, for comparison)"
+                     : "0 (the default) or 1 (not yet run on a GPU)");
     return -1;
 }
 
 extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *err)
 {
     *out = NULL;
-    /* the pipelined kernels and the tensor-core GEMM, unless switched off
-     * (kernels/README.md: both checked on an H200, 2026-12-04) */
-    int pipelined, mma;
-    if ((pipelined = env_switch("KVP_CUDA_PIPELINE", err)) < 0 || (mma = env_switch("KVP_CUDA_MMA", err)) < 0)
+    /* the pipelined kernels and the tensor-core GEMM unless switched off
+     * (both checked on an H200, 2026-12-04); argmax_rows on the device
+     * only when asked for (kernels/README.md) */
+    int pipelined, mma, argmax;
+    if ((pipelined = env_switch("KVP_CUDA_PIPELINE", 1, err)) < 0 || (mma = env_switch("KVP_CUDA_MMA", 1, err)) < 0 ||
+        (argmax = env_switch("KVP_CUDA_ARGMAX", 0, err)) < 0)
         return KVP_EINVAL;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -716,7 +766,7 @@ extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *e
         free(im);
         return kvp_err_set(err, KVP_ENOMEM, "cuda backend: out of memory");
     }
-    b->ops = &cu_ops;
+    b->ops = argmax ? &cu_ops_argmax : &cu_ops;
     b->impl = im;
     im->device = device;
     im->pipelined = pipelined, im->mma = mma;
@@ -738,5 +788,5 @@ extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *e
 
 extern "C" const char *kvp_backend_cuda_device(const kvp_backend *b)
 {
-    return b && b->ops == &cu_ops ? impl_of(b)->dev_name : NULL;
+    return b && (b->ops == &cu_ops || b->ops == &cu_ops_argmax) ? impl_of(b)->dev_name : NULL;
 }

@@ -148,4 +148,50 @@ cudaError_t cu_gather_rows(cudaStream_t st, float *dst, const float *src, const 
     return cudaGetLastError();
 }
 
+/* ---- argmax: one CTA a row ---- */
+
+/* (bv, bi) = the better of itself and lane + off's, by cu_argmax_beats */
+static __device__ void cu_argmax_shfl(float &bv, uint32_t &bi, int off)
+{
+    float ov = __shfl_down_sync(0xffffffffu, bv, off);
+    uint32_t oi = __shfl_down_sync(0xffffffffu, bi, off);
+    if (cu_argmax_beats(ov, oi, bv, bi))
+        bv = ov, bi = oi;
+}
+
+__global__ void __launch_bounds__(ELEM_THREADS)
+    cu_argmax_k(const float *__restrict__ x, uint32_t n, uint32_t *__restrict__ ids)
+{
+    __shared__ float wv[ELEM_THREADS / 32];
+    __shared__ uint32_t wi[ELEM_THREADS / 32];
+    const float *row = x + (uint64_t)blockIdx.x * n;
+    float bv = -INFINITY;
+    uint32_t bi = UINT32_MAX;
+    for (uint32_t i = threadIdx.x; i < n; i += ELEM_THREADS)
+        if (cu_argmax_beats(row[i], i, bv, bi))
+            bv = row[i], bi = i;
+    for (int off = 16; off > 0; off >>= 1)
+        cu_argmax_shfl(bv, bi, off);
+    uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0)
+        wv[warp] = bv, wi[warp] = bi;
+    __syncthreads();
+    if (warp != 0)
+        return;
+    bv = lane < ELEM_THREADS / 32 ? wv[lane] : -INFINITY;
+    bi = lane < ELEM_THREADS / 32 ? wi[lane] : UINT32_MAX;
+    for (int off = 16; off > 0; off >>= 1)
+        cu_argmax_shfl(bv, bi, off);
+    if (lane == 0)
+        ids[blockIdx.x] = bi == UINT32_MAX ? 0 : bi;
+}
+
+cudaError_t cu_argmax_rows(cudaStream_t st, const float *x, uint32_t n_rows, uint32_t n, uint32_t *ids)
+{
+    if (n_rows == 0)
+        return cudaSuccess;
+    cu_argmax_k<<<n_rows, ELEM_THREADS, 0, st>>>(x, n, ids);
+    return cudaGetLastError();
+}
+
 cudaError_t cu_probe(cudaFuncAttributes *fa) { return cudaFuncGetAttributes(fa, cu_add_k); }

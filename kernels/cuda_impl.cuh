@@ -439,6 +439,13 @@ cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_
 cudaError_t cu_embed(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const int32_t *tokens,
                      uint32_t n_tok, float *out, cu_faults *faults);
 
+/* argmax_rows' fold (kvp_argmax_f32's rule, lib/num/argmax.h): does value
+ * v at index i beat the best so far (bv at bi; bi UINT32_MAX while none)?
+ * Larger wins, an equal value the lower index; NaN never (both compares
+ * are false).  A thread folds its elements, then the warp and the block
+ * fold the threads' bests with the same rule, in any order. */
+CU_HD int cu_argmax_beats(float v, uint32_t i, float bv, uint32_t bi) { return v > bv || (v == bv && i < bi); }
+
 /* cuda_elem.cu; cu_probe: the attributes of one kernel, which fails
  * (cudaErrorNoKernelImageForDevice) on a device this build has no code for */
 cudaError_t cu_probe(cudaFuncAttributes *fa);
@@ -451,6 +458,8 @@ cudaError_t cu_add(cudaStream_t st, float *x, const float *y, size_t n);
 cudaError_t cu_silu_mul(cudaStream_t st, float *g, const float *u, size_t n);
 cudaError_t cu_gather_rows(cudaStream_t st, float *dst, const float *src, const uint32_t *rows, uint32_t n_rows,
                            uint32_t n);
+/* ids[r] (device) = row r of x[n_rows][n]'s argmax (cu_argmax_beats; 0 when none) */
+cudaError_t cu_argmax_rows(cudaStream_t st, const float *x, uint32_t n_rows, uint32_t n, uint32_t *ids);
 
 /* cuda_attn.cu */
 cudaError_t cu_kv_store(cudaStream_t st, const kvp_kv_pool &kv, uint32_t layer, const float *k, const float *v,

@@ -269,6 +269,12 @@ typedef struct kvp_backend_ops {
      * [n_rows]); dst and src do not overlap. */
     int (*gather_rows)(kvp_backend *b, float *dst, const float *src, const uint32_t *rows, uint32_t n_rows,
                        uint32_t n, kvp_err *err);
+    /* ids (host) [n_rows] = each row of x[n_rows][n]'s argmax by
+     * kvp_argmax_f32's rule (lib/num/argmax.h: the first of equal values,
+     * NaN never, 0 when none counts), waiting for them as to_host does:
+     * greedy decoding without copying whole rows of logits back.  NULL: the
+     * engine copies the rows and picks on the host. */
+    int (*argmax_rows)(kvp_backend *b, const float *x, uint32_t n_rows, uint32_t n, uint32_t *ids, kvp_err *err);
     /* Store k, v [n_tok][n_head_kv * head_dim] of one layer into the slots
      * (device [n_tok]; a scaled cache: each row with its own scale,
      * kvp_kvscale_row). */

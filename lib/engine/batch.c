@@ -352,9 +352,23 @@ static void keep_hidden(batch *b, kvp_request *r, const float *h)
  * h: the hidden state of the row (NULL: not kept). */
 static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, const float *h, kvp_err *err)
 {
-    int rc = sample_next(r, logits, kvp_engine_n_vocab(b->e), err);
+    int rc = 0;
+    if (r->greedy_id)
+        r->g.rec.next_token = r->argmax; /* the engine picked it: no row came back */
+    else
+        rc = sample_next(r, logits, kvp_engine_n_vocab(b->e), err);
     keep_hidden(b, r, h);
     return rc < 0 ? rc : take_token(b, s, r, err);
+}
+
+/* Whether r's next token is its logits row's argmax alone, so the engine
+ * may give the id instead of the row (KVP_LOGITS_ARGMAX): greedy, no
+ * repetition penalty, in a run without a drafter (whose verify rows and
+ * hidden states follow the requests' order). */
+static int greedy_alone(const batch *b, const kvp_request *r)
+{
+    const kvp_sampling *sm = &r->g.rec.sampling;
+    return !b->o->drafter && sm->temperature <= 0 && sm->repeat_penalty == 1;
 }
 
 /* ---- speculation ---- */
@@ -1085,11 +1099,15 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             else
                 step[n_step++] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from,
                                                 .n_tokens = n + r->n_draft,
-                                                .want = !last ? KVP_LOGITS_NONE
-                                                        : r->n_draft ? KVP_LOGITS_ALL : KVP_LOGITS_LAST};
+                                                .want = !last                 ? KVP_LOGITS_NONE
+                                                        : r->n_draft          ? KVP_LOGITS_ALL
+                                                        : greedy_alone(&b, r) ? KVP_LOGITS_ARGMAX
+                                                                              : KVP_LOGITS_LAST,
+                                                .argmax = &r->argmax};
+            r->greedy_id = step[n_step - 1].want == KVP_LOGITS_ARGMAX;
             if (last) {
                 rows[n_req++] = r;
-                n_rows += r->n_nodes ? r->n_nodes : 1 + r->n_draft;
+                n_rows += r->n_nodes ? r->n_nodes : r->greedy_id ? 0 : 1 + r->n_draft;
             }
             if (!r->n_nodes)
                 n_rows += add_forks(&b, r, step, &n_step);
@@ -1147,13 +1165,14 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         double t_sample = kvp_gen_now();
         for (uint32_t i = 0, row = 0; i < n_req; i++) {
             kvp_request *r = rows[i];
-            uint32_t nd = r->n_draft, used = r->n_nodes ? r->n_nodes : 1 + nd; /* its rows, every branch's */
+            /* its rows, every branch's (none when the engine gave its argmax) */
+            uint32_t nd = r->n_draft, used = r->n_nodes ? r->n_nodes : r->greedy_id ? 0 : 1 + nd;
             for (uint32_t j = 1; !r->n_nodes && j < r->n_branch; j++)
                 used += 1 + r->branch_len[j];
             const float *h = hid ? hid + row * d : NULL;
             b.step_tokens += !nd;
-            rc = nd ? advance_spec(&b, s, r, logits + (size_t)row * V, h, err)
-                    : advance(&b, s, r, logits + (size_t)row * V, h, err);
+            float *lr = used ? logits + (size_t)row * V : NULL;
+            rc = nd ? advance_spec(&b, s, r, lr, h, err) : advance(&b, s, r, lr, h, err);
             if (rc < 0)
                 goto out;
             rc = 0;

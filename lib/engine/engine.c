@@ -10,6 +10,7 @@
  *               h = rmsnorm(x) * ffn_norm;  x += (silu(h Wg^T) * (h Wu^T)) Wd^T
  *   logits = rmsnorm(x[rows asked]) * output_norm . output^T
  */
+#include "argmax.h"
 #include "engine.h"
 #include "engine_impl.h"
 
@@ -38,8 +39,10 @@ static void free_buffers(kvp_engine *e)
     free(e->host_gathered), free(e->host_x), free(e->host_logits);
     e->host_gathered = e->host_x = e->host_logits = NULL;
     free(e->tok_ids), free(e->pos), free(e->slot), free(e->tok_seq), free(e->rows), free(e->parent), free(e->kv_pos);
+    free(e->arg_ids), free(e->arg_host);
     e->tok_ids = e->pos = e->parent = e->kv_pos = NULL;
-    e->slot = e->tok_seq = e->rows = NULL;
+    e->slot = e->tok_seq = e->rows = e->arg_ids = NULL;
+    e->arg_host = NULL, e->cap_arg_host = 0;
     e->cap_tok = e->cap_rows = e->hidden_rows = 0;
 }
 
@@ -97,6 +100,7 @@ int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n
     e->slot = malloc(nt * sizeof *e->slot);
     e->tok_seq = malloc(nt * sizeof *e->tok_seq);
     e->rows = malloc(nt * sizeof *e->rows);
+    e->arg_ids = malloc((nr ? nr : 1) * sizeof *e->arg_ids);
     e->parent = malloc(nt * sizeof *e->parent);
     e->kv_pos = malloc(nt * sizeof *e->kv_pos);
     e->d_parent = be->ops->alloc(be, nt * sizeof *e->d_parent);
@@ -107,7 +111,7 @@ int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n
     e->d_tok_seq = be->ops->alloc(be, nt * sizeof *e->d_tok_seq);
     e->d_rows = be->ops->alloc(be, nt * sizeof *e->d_rows);
     if (!e->x || !e->h || !e->q || !e->k || !e->v || !e->att || !e->g || !e->u || !e->logits || !e->tok_ids ||
-        !e->pos || !e->slot || !e->tok_seq || !e->rows || !e->d_tok || !e->d_pos || !e->d_slot || !e->d_tok_seq ||
+        !e->pos || !e->slot || !e->tok_seq || !e->rows || !e->arg_ids || !e->d_tok || !e->d_pos || !e->d_slot || !e->d_tok_seq ||
         !e->parent || !e->kv_pos || !e->d_parent || !e->d_kv_pos ||
         !e->d_rows || (e->tp && (!e->gathered || !e->host_gathered)) || (pipe && !e->host_x) ||
         (e->world && e->rank == e->logits_from && !e->host_logits)) {
@@ -327,8 +331,15 @@ static int project(kvp_engine *e, uint32_t R, float *logits, kvp_err *err)
     int rc;
     if ((rc = op->matmul(be, &e->output, e->h, e->logits, R, err)) < 0)
         return rc;
-    if (!e->tp)
-        return op->to_host(be, logits, e->logits, (size_t)R * c->n_vocab * sizeof(float), err);
+    if (!e->tp) { /* the rows asked for to the host, then the greedy ones' ids (kvp_engine_step) */
+        uint32_t H = R - e->n_argmax;
+        if ((H || !e->n_argmax) &&
+            (rc = op->to_host(be, logits, e->logits, (size_t)H * c->n_vocab * sizeof(float), err)) < 0)
+            return rc;
+        return e->n_argmax ? op->argmax_rows(be, e->logits + (size_t)H * c->n_vocab, e->n_argmax, c->n_vocab,
+                                             e->arg_ids, err)
+                           : 0;
+    }
     /* Each rank's slice is [R][its rows], packed; the last rank may hold
      * fewer rows than vocab_rows, the rest of its piece is unused. */
     size_t piece = (size_t)R * e->vocab_rows;
@@ -527,18 +538,57 @@ static void rollback(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n, const 
         kvp_kvcache_seq_truncate(e->kc, seqs[i].seq, old_len[i], NULL);
 }
 
+/* The greedy rows' logits when the backend cannot pick on the device (no
+ * argmax_rows) or the rows come from other ranks: all R + A rows to the
+ * host first, in e->arg_host. */
+static float *arg_host(kvp_engine *e, uint32_t rows, kvp_err *err)
+{
+    size_t n = (size_t)rows * e->m->cfg.n_vocab;
+    if (n > e->cap_arg_host) {
+        float *p = realloc(e->arg_host, n * sizeof *p);
+        if (!p) {
+            kvp_err_set(err, KVP_ENOMEM, "engine: out of memory for %u rows of logits", rows);
+            return NULL;
+        }
+        e->arg_host = p, e->cap_arg_host = n;
+    }
+    return e->arg_host;
+}
+
+/* After a step with A greedy rows (the last A of R + A): their ids to the
+ * sequences that asked, in order; picked here from host rows when the
+ * backend did not (out is then arg_host, whose first R rows go to logits). */
+static void give_argmax(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, uint32_t R, uint32_t A,
+                        const float *out, float *logits)
+{
+    uint32_t V = e->m->cfg.n_vocab;
+    if (out != logits) {
+        if (R)
+            memcpy(logits, out, (size_t)R * V * sizeof *out);
+        for (uint32_t k = 0; k < A; k++)
+            e->arg_ids[k] = kvp_argmax_f32(out + (size_t)(R + k) * V, V);
+    }
+    for (uint32_t i = 0, k = 0; i < n_seqs; i++)
+        if (seqs[i].want == KVP_LOGITS_ARGMAX && seqs[i].n_tokens)
+            *seqs[i].argmax = e->arg_ids[k++];
+}
+
 int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, float *logits, kvp_err *err)
 {
     const kvp_config *c = &e->m->cfg;
-    uint64_t T64 = 0, R64 = 0;
+    uint64_t T64 = 0, R64 = 0, A64 = 0;
     int tree = 0;
     for (uint32_t i = 0; i < n_seqs; i++) {
         int rc = check_tree(e, &seqs[i], err);
         if (rc < 0)
             return rc;
+        if (seqs[i].want == KVP_LOGITS_ARGMAX && !seqs[i].argmax)
+            return kvp_err_set(err, KVP_EINVAL, "engine: sequence %d asks for its argmax but gives no place for it",
+                               seqs[i].seq);
         tree |= seqs[i].parent != NULL;
         T64 += seqs[i].n_tokens;
         R64 += seqs[i].want == KVP_LOGITS_ALL ? seqs[i].n_tokens : seqs[i].want == KVP_LOGITS_LAST && seqs[i].n_tokens;
+        A64 += seqs[i].want == KVP_LOGITS_ARGMAX && seqs[i].n_tokens;
         for (uint32_t j = 0; j < i; j++)
             if (seqs[j].seq == seqs[i].seq)
                 return kvp_err_set(err, KVP_EINVAL, "engine: sequence %d appears twice in one step", seqs[i].seq);
@@ -550,16 +600,23 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
                            1u << 20);
     if (R64 && !logits)
         return kvp_err_set(err, KVP_EINVAL, "engine: logits asked for but no buffer given");
-    uint32_t T = (uint32_t)T64, R = (uint32_t)R64;
-    int rc = kvp_engine_ensure(e, T, R, n_seqs, err);
+    uint32_t T = (uint32_t)T64, R = (uint32_t)R64, A = (uint32_t)A64;
+    int rc = kvp_engine_ensure(e, T, R + A, n_seqs, err);
     if (rc < 0)
         return rc;
-    uint32_t *old_len = malloc((n_seqs ? n_seqs : 1) * sizeof *old_len);
+    /* the greedy rows can come back as ids alone: one process, a backend
+     * that picks them (argmax_rows); else as rows, through arg_host */
+    int on_device = A && !e->world && e->be->ops->argmax_rows;
+    float *out = A && !on_device ? arg_host(e, R + A, err) : logits;
+    if (A && !on_device && !out)
+        return KVP_ENOMEM;
+    uint32_t *old_len = malloc((n_seqs ? n_seqs : 1) * 2 * sizeof *old_len);
     if (!old_len)
         return kvp_err_set(err, KVP_ENOMEM, "engine: out of memory");
+    uint32_t *arg_tok = old_len + (n_seqs ? n_seqs : 1); /* the greedy rows' tokens, after the others */
 
     /* Reserve cache slots and lay the step's tokens out. */
-    uint32_t t = 0, r = 0, n_app = 0;
+    uint32_t t = 0, r = 0, a = 0, n_app = 0;
     for (uint32_t i = 0; i < n_seqs; i++, n_app++) {
         const kvp_step_seq *s = &seqs[i];
         old_len[i] = kvp_kvcache_seq_len(e->kc, s->seq);
@@ -589,18 +646,27 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
             e->tok_seq[t] = i;
             if (s->want == KVP_LOGITS_ALL || (s->want == KVP_LOGITS_LAST && j + 1 == s->n_tokens))
                 e->rows[r++] = t;
+            else if (s->want == KVP_LOGITS_ARGMAX && j + 1 == s->n_tokens)
+                arg_tok[a++] = t;
         }
     }
+    if (A)
+        memcpy(e->rows + R, arg_tok, A * sizeof *arg_tok);
     for (uint32_t i = 0; i < n_seqs; i++) {
         e->tables[i] = kvp_kvcache_seq_blocks(e->kc, seqs[i].seq);
         e->n_table[i] = kvp_kvcache_seq_n_blocks(e->kc, seqs[i].seq);
     }
 
     e->tree = tree;
-    if (e->world && (rc = kvp_engine_tp_send_step(e, T, R, n_seqs, err)) < 0)
+    if (e->world && (rc = kvp_engine_tp_send_step(e, T, R + A, n_seqs, err)) < 0)
         goto fail;
-    if ((rc = kvp_engine_run(e, T, R, n_seqs, logits, err)) < 0)
+    e->n_argmax = on_device ? A : 0;
+    rc = kvp_engine_run(e, T, R + A, n_seqs, out, err);
+    e->n_argmax = 0;
+    if (rc < 0)
         goto fail;
+    if (A)
+        give_argmax(e, seqs, n_seqs, R, A, out, logits);
     free(old_len);
     return (int)R;
 fail:

@@ -22,6 +22,7 @@ enum kvp_logits_want {
     KVP_LOGITS_NONE = 0, /* prompt chunk that is not the last */
     KVP_LOGITS_LAST = 1, /* the last token's row (sampling the next token) */
     KVP_LOGITS_ALL = 2,  /* every token's row (verification, scoring) */
+    KVP_LOGITS_ARGMAX = 3, /* only the last token's argmax, into *argmax (greedy: no row of logits) */
 };
 
 typedef struct kvp_step_seq {
@@ -36,6 +37,11 @@ typedef struct kvp_step_seq {
      * in order, registered for reuse only by kvp_kvcache_seq_keep_path once
      * the path that stays is known.  At most KVP_TREE_STEP_MAX tokens. */
     const int32_t *parent;
+    /* KVP_LOGITS_ARGMAX: where the last token's argmax goes (the index of
+     * its largest logit, kvp_argmax_f32's rule).  The backend picks it
+     * where it can (argmax_rows), so a greedy step need not copy a whole
+     * row of logits back from a GPU. */
+    uint32_t *argmax;
 } kvp_step_seq;
 
 #define KVP_TREE_STEP_MAX 256
@@ -53,8 +59,9 @@ int kvp_engine_create_first(kvp_engine **e, const kvp_model *m, kvp_backend *be,
 void kvp_engine_free(kvp_engine *e);
 
 /* Run one step.  logits (host memory) receives, sequence by sequence in
- * order, 0, 1 or n_tokens rows of n_vocab floats as each asked; it may be
- * NULL when none asks.  Returns the number of rows written, or a negative
+ * order, 0, 1 or n_tokens rows of n_vocab floats as each asked (an
+ * ARGMAX sequence none: its id goes to its argmax); it may be NULL when
+ * none asks for rows.  Returns the number of rows written, or a negative
  * code; on failure no sequence has grown (KV out of blocks: KVP_ELIMIT). */
 int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, float *logits, kvp_err *err);
 

@@ -24,6 +24,13 @@ struct kvp_engine {
     uint32_t cap_rows;     /* logits rows the buffers hold */
     uint32_t res_ctx;      /* keys a query may see, as reserved in the backend */
     uint32_t hidden_rows;  /* rows of e->h that hold the last step's normed hidden states */
+    /* greedy rows (KVP_LOGITS_ARGMAX): the last n_argmax of a step's rows,
+     * picked by the backend's argmax_rows into arg_ids [cap_rows] (host);
+     * without that op, or across ranks, all rows come to arg_host first */
+    uint32_t n_argmax;
+    uint32_t *arg_ids;
+    float *arg_host;
+    size_t cap_arg_host;   /* floats arg_host holds */
     /* device buffers */
     float *x, *h, *q, *k, *v, *att, *g, *u, *logits;
     /* host metadata for the step */

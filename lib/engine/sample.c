@@ -1,5 +1,6 @@
 /* sample.c - repetition penalty, top-k / top-p / min-p, temperature, draw. */
 #include "sample.h"
+#include "argmax.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -75,29 +76,7 @@ static void penalize(float *logits, uint32_t n_vocab, const uint32_t *recent, ui
     }
 }
 
-/* The first index of the largest value (0 when none compares larger than
- * -inf).  Two passes, the first over 16 independent lanes the compiler
- * turns into vector max instructions: a batch samples every sequence of a
- * step on one thread, a 49,152-entry row each. */
-uint32_t kvp_sample_argmax(const float *x, uint32_t n)
-{
-    float lane[16];
-    for (int k = 0; k < 16; k++)
-        lane[k] = -INFINITY;
-    uint32_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int k = 0; k < 16; k++)
-            lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
-    float best = -INFINITY;
-    for (int k = 0; k < 16; k++)
-        best = lane[k] > best ? lane[k] : best;
-    for (; i < n; i++)
-        best = x[i] > best ? x[i] : best;
-    for (i = 0; i < n; i++)
-        if (x[i] == best)
-            return i;
-    return 0;
-}
+uint32_t kvp_sample_argmax(const float *x, uint32_t n) { return kvp_argmax_f32(x, n); }
 
 /* ---- the filters ---- */
 

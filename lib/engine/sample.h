@@ -31,7 +31,8 @@ int kvp_sample_check(const kvp_sampling *s, kvp_err *err);
  * draws.  Returns the token id or a negative code. */
 int kvp_sample_next(kvp_sampling *s, float *logits, uint32_t n_vocab, const uint32_t *recent, uint32_t n_recent,
                     kvp_err *err);
-/* The index of the largest of x[n] (the lowest one on a tie): greedy. */
+/* The index of the largest of x[n] (the lowest one on a tie; NaN never):
+ * greedy, kvp_argmax_f32's rule. */
 uint32_t kvp_sample_argmax(const float *x, uint32_t n);
 /* The distribution kvp_sample_next draws from, as an array: p[n_vocab] (0
  * outside the tokens the filters keep), after the same penalty (logits

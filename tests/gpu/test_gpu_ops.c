@@ -512,6 +512,54 @@ static void test_gather(void)
     }
 }
 
+/* ---- argmax_rows: the ids of the CPU's rule, exactly ----
+ *
+ * Rows of 49,152 (SmolLM2's vocabulary) with ties, NaN and infinities.
+ * The CUDA backend has the op only with KVP_CUDA_ARGMAX=1 until a GPU run
+ * has checked it; without it the engine picks on the host. */
+static int run_argmax(kvp_backend *b, const float *x, uint32_t n_rows, uint32_t n, uint32_t *ids)
+{
+    kvp_err err = {0};
+    kvp_backend_reserve r = {.max_tok = n_rows};
+    float *dx = gpu_put(b, x, sizeof(float) * n_rows * n);
+    int rc = dx && gpu_op(b, "reserve", b->ops->reserve(b, &r, &err), &err) == 0
+                 ? gpu_op(b, "argmax_rows", b->ops->argmax_rows(b, dx, n_rows, n, ids, &err), &err)
+                 : -1;
+    gpu_free(b, dx);
+    return rc;
+}
+
+static void test_argmax(void)
+{
+    if (!be[GPU]->ops->argmax_rows) {
+        printf("argmax_rows: not in the %s backend's table (KVP_CUDA_ARGMAX=1 adds it)\n", be[GPU]->ops->name);
+        return;
+    }
+    enum { R = 9, N = 49152 };
+    float *x = malloc(sizeof(float) * R * N);
+    uint32_t ids[2][R];
+    if (!x) {
+        CHECK(0);
+        return;
+    }
+    for (size_t i = 0; i < (size_t)R * N; i++) {
+        float f = frand();
+        x[i] = f > 0.99f ? NAN : f < -0.995f ? -INFINITY : (float)(int)(f * 60);
+    }
+    x[2 * N + 40000] = INFINITY, x[2 * N + 100] = INFINITY; /* the lower of two infinities */
+    for (uint32_t i = 0; i < N; i++)
+        x[5 * N + i] = NAN; /* none counts: 0 */
+    if (run_argmax(be[CPU], x, R, N, ids[CPU]) == 0 && run_argmax(be[GPU], x, R, N, ids[GPU]) == 0) {
+        int bad = 0;
+        for (int r = 0; r < R; r++)
+            bad += ids[GPU][r] != ids[CPU][r];
+        CHECK_MSG(bad == 0 && ids[CPU][2] == 100 && ids[CPU][5] == 0, "argmax_rows: %d of %d rows differ", bad, R);
+        if (bad == 0)
+            printf("ok argmax_rows: %d rows of %d equal\n", R, N);
+    }
+    free(x);
+}
+
 /* ---- memory: alloc zeroed and aligned, from_host/to_host round trips ---- */
 
 static void test_memory(void)
@@ -596,6 +644,7 @@ int main(void)
     test_rope();
     test_elementwise();
     test_gather();
+    test_argmax();
     CHECK(gpu_op(be[GPU], "synchronize", be[GPU]->ops->synchronize(be[GPU], &err), &err) == 0);
     test_embed_range();
     kvp_backend_free(be[GPU]);

@@ -7,6 +7,7 @@
 #include "cuda_impl.cuh"
 
 extern "C" {
+#include "argmax.h"
 #include "intcast.h"
 #include "kvscale.h"
 #include "minifloat.h"
@@ -299,8 +300,65 @@ static void test_kv_layout(void)
     CHECK_EQ_U64(cu_kv_row(kv, 1, 0, 1, 2), (((1 * 2 + 0) * 2 + 1) * 16 + 2) * 64);
 }
 
+/* cu_argmax_k's folds run on the CPU: 256 threads each over its strided
+ * elements, then each warp's shuffle-down tree and the eight warps' the
+ * same way, all by cu_argmax_beats; the result must be kvp_argmax_f32's on
+ * rows with ties, NaN and infinities, short and long. */
+static uint32_t argmax_as_kernel(const float *x, uint32_t n)
+{
+    enum { THREADS = 256 };
+    float bv[THREADS];
+    uint32_t bi[THREADS];
+    for (uint32_t t = 0; t < THREADS; t++) {
+        bv[t] = -INFINITY, bi[t] = UINT32_MAX;
+        for (uint32_t i = t; i < n; i += THREADS)
+            if (cu_argmax_beats(x[i], i, bv[t], bi[t]))
+                bv[t] = x[i], bi[t] = i;
+    }
+    float wv[THREADS / 32];
+    uint32_t wi[THREADS / 32];
+    for (uint32_t w = 0; w < THREADS / 32; w++) { /* __shfl_down_sync: lanes past the warp keep their own */
+        float *v = bv + 32 * w;
+        uint32_t *ix = bi + 32 * w;
+        for (int off = 16; off > 0; off >>= 1)
+            for (int l = 0; l + off < 32; l++) /* in lane order: lane l reads l + off before l + off changes */
+                if (cu_argmax_beats(v[l + off], ix[l + off], v[l], ix[l]))
+                    v[l] = v[l + off], ix[l] = ix[l + off];
+        wv[w] = v[0], wi[w] = ix[0];
+    }
+    float v[32];
+    uint32_t ix[32];
+    for (int l = 0; l < 32; l++)
+        v[l] = l < THREADS / 32 ? wv[l] : -INFINITY, ix[l] = l < THREADS / 32 ? wi[l] : UINT32_MAX;
+    for (int off = 16; off > 0; off >>= 1)
+        for (int l = 0; l + off < 32; l++)
+            if (cu_argmax_beats(v[l + off], ix[l + off], v[l], ix[l]))
+                v[l] = v[l + off], ix[l] = ix[l + off];
+    return ix[0] == UINT32_MAX ? 0 : ix[0];
+}
+
+static void test_argmax(void)
+{
+    uint64_t s = 5;
+    std::vector<float> x(70000);
+    int bad = 0, rows = 0;
+    for (uint32_t n : {1u, 7u, 255u, 256u, 257u, 1000u, 49152u, 70000u})
+        for (int rep = 0; rep < 6; rep++, rows++) {
+            for (uint32_t i = 0; i < n; i++) {
+                uint32_t r = rnd_u32(&s) % 1000;
+                x[i] = r < 20 ? NAN : r < 30 ? -INFINITY : r < (rep == 5 ? 1000u : 33u) ? INFINITY : (float)(r % 50);
+            }
+            if (rep == 4)
+                for (uint32_t i = 0; i < n; i++)
+                    x[i] = NAN; /* none counts: 0 */
+            bad += argmax_as_kernel(x.data(), n) != kvp_argmax_f32(x.data(), n);
+        }
+    CHECK_MSG(bad == 0, "argmax: %d of %d rows differ from kvp_argmax_f32", bad, rows);
+}
+
 int main(void)
 {
+    test_argmax();
     test_decoders();
     test_encoders();
     test_kv_rows();

@@ -10,6 +10,7 @@
 #include "convert.h"
 #include "draftmodel.h"
 #include "quant.h"
+#include "argmax.h"
 #include "engine.h"
 #include "gguf.h"
 #include "seqio.h"
@@ -870,6 +871,82 @@ static void test_tied_prepared(const char *dir)
         kvp_kvcache_seq_free(r.kc, s2);
         rig_close(&r);
     }
+}
+
+/* ---- greedy rows as ids (KVP_LOGITS_ARGMAX) ----
+ *
+ * One step of four sequences asking for rows (LAST, LAST, ALL, LAST), then
+ * the same step on fresh sequences asking for two of them as ids (ARGMAX,
+ * LAST, ALL, ARGMAX): the rows asked for are the first step's, packed, and
+ * the ids those rows' argmax, through the CPU backend's argmax_rows and
+ * through a backend without it (the engine's host fallback). */
+static void argmax_step(rig *r, kvp_engine *e, const float *want, const char *how)
+{
+    enum { V = 96 };
+    static const uint32_t tok[4][3] = {{5, 42, 7}, {11, 3, 60}, {23, 8, 91}, {77, 2, 30}};
+    kvp_err err = {0};
+    int sq[4];
+    for (int i = 0; i < 4; i++)
+        sq[i] = kvp_kvcache_seq_new(r->kc, &err);
+    uint32_t id[4] = {UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX};
+    const int wants[4] = {KVP_LOGITS_ARGMAX, KVP_LOGITS_LAST, KVP_LOGITS_ALL, KVP_LOGITS_ARGMAX};
+    kvp_step_seq st[4];
+    for (int i = 0; i < 4; i++)
+        st[i] = (kvp_step_seq){.seq = sq[i], .tokens = tok[i], .n_tokens = 3, .want = wants[i], .argmax = &id[i]};
+    float got[4 * V];
+    CHECK_EQ_I64(kvp_engine_step(e, st, 4, got, &err), 4);
+    /* want: rows 0 (seq 0), 1 (seq 1), 2-4 (seq 2), 5 (seq 3) */
+    CHECK_MSG(max_abs_diff(got, want + V, 4 * (size_t)V) == 0, "%s: the rows asked for differ", how);
+    CHECK_MSG(id[0] == kvp_argmax_f32(want, V) && id[3] == kvp_argmax_f32(want + 5 * V, V),
+              "%s: ids %u, %u, not %u, %u", how, id[0], id[3], kvp_argmax_f32(want, V),
+              kvp_argmax_f32(want + 5 * V, V));
+    CHECK_MSG(id[1] == UINT32_MAX && id[2] == UINT32_MAX, "%s: an id written for a sequence that asked for rows", how);
+    for (int i = 0; i < 4; i++)
+        kvp_kvcache_seq_free(r->kc, sq[i]);
+}
+
+static void test_argmax_want(const char *dir)
+{
+    enum { V = 96 };
+    tiny_cfg c = {.n_layer = 2, .n_embd = 128, .n_ff = 320, .n_head = 4, .n_head_kv = 2, .n_vocab = V,
+                  .wtype = KVP_DTYPE_Q8_0, .tied = 1};
+    char path[512];
+    rig r;
+    if (tiny_open(&r, dir, "argmax.gguf", &c, KVP_DTYPE_F16, 64, 4, path) < 0)
+        return;
+    static const uint32_t tok[4][3] = {{5, 42, 7}, {11, 3, 60}, {23, 8, 91}, {77, 2, 30}};
+    kvp_err err = {0};
+    int sq[4];
+    kvp_step_seq st[4];
+    const int wants[4] = {KVP_LOGITS_LAST, KVP_LOGITS_LAST, KVP_LOGITS_ALL, KVP_LOGITS_LAST};
+    for (int i = 0; i < 4; i++) {
+        sq[i] = kvp_kvcache_seq_new(r.kc, &err);
+        st[i] = (kvp_step_seq){.seq = sq[i], .tokens = tok[i], .n_tokens = 3, .want = wants[i]};
+    }
+    float want[6 * V];
+    CHECK_EQ_I64(kvp_engine_step(r.e, st, 4, want, &err), 6);
+    for (int i = 0; i < 4; i++)
+        kvp_kvcache_seq_free(r.kc, sq[i]);
+    /* the test tells the two ids apart only if they differ */
+    CHECK_MSG(kvp_argmax_f32(want, V) != kvp_argmax_f32(want + 5 * V, V), "the two greedy rows pick the same token");
+
+    argmax_step(&r, r.e, want, "argmax_rows");
+    kvp_backend_ops ops = *r.be->ops;
+    ops.argmax_rows = NULL;
+    kvp_backend plain = {.ops = &ops, .impl = r.be->impl};
+    kvp_engine *e2 = NULL;
+    CHECK(kvp_engine_create(&e2, r.m, &plain, r.kc, &err) == 0);
+    if (e2)
+        argmax_step(&r, e2, want, "the host fallback");
+    kvp_engine_free(e2);
+
+    /* ARGMAX with nowhere to put the id: refused before anything grows */
+    int s = kvp_kvcache_seq_new(r.kc, &err);
+    kvp_step_seq bad = {.seq = s, .tokens = tok[0], .n_tokens = 3, .want = KVP_LOGITS_ARGMAX};
+    CHECK_EQ_I64(kvp_engine_step(r.e, &bad, 1, NULL, &err), KVP_EINVAL);
+    CHECK_EQ_I64(kvp_kvcache_seq_len(r.kc, s), 0);
+    kvp_kvcache_seq_free(r.kc, s);
+    rig_close(&r);
 }
 
 static void test_tiny(const char *dir, int wtype, int tied, uint32_t n_head, uint32_t n_head_kv, int kv_dtype,
@@ -2200,6 +2277,7 @@ int main(void)
     RUN(test_tiny, dir, KVP_DTYPE_Q4_1, 0, 8, 2, KVP_DTYPE_F16, 0.25);
     RUN(test_tiny, dir, KVP_DTYPE_Q4_0, 1, 2, 2, KVP_DTYPE_F16, 0.25);
     RUN(test_tied_prepared, dir);
+    RUN(test_argmax_want, dir);
     RUN(test_prefix_sharing, dir);
     RUN(test_first_layers, dir);
     RUN(test_seqio, dir);
