@@ -354,21 +354,24 @@ static int advance(batch *b, kvp_sched *s, kvp_request *r, float *logits, const 
 {
     int rc = 0;
     if (r->greedy_id)
-        r->g.rec.next_token = r->argmax; /* the engine picked it: no row came back */
+        r->g.rec.next_token = r->argmax[0]; /* the engine picked it: no row came back */
     else
         rc = sample_next(r, logits, kvp_engine_n_vocab(b->e), err);
     keep_hidden(b, r, h);
     return rc < 0 ? rc : take_token(b, s, r, err);
 }
 
-/* Whether r's next token is its logits row's argmax alone, so the engine
- * may give the id instead of the row (KVP_LOGITS_ARGMAX): greedy, no
- * repetition penalty, in a run without a drafter (whose verify rows and
- * hidden states follow the requests' order). */
-static int greedy_alone(const batch *b, const kvp_request *r)
+/* Whether r's tokens this step are its rows' argmax alone, so the engine
+ * may give ids instead of rows (KVP_LOGITS_ARGMAX, _ALL): greedy with no
+ * repetition penalty, and drafts (if any) chosen in one chain, from a
+ * drafter that needs no hidden states (those rows follow the requests'
+ * order). */
+static int ids_suffice(const batch *b, const kvp_request *r)
 {
     const kvp_sampling *sm = &r->g.rec.sampling;
-    return !b->o->drafter && sm->temperature <= 0 && sm->repeat_penalty == 1;
+    const kvp_drafter *d = b->o->drafter;
+    return sm->temperature <= 0 && sm->repeat_penalty == 1 &&
+           (!d || (!d->draft_hidden && !r->sampled && r->n_branch <= 1 && !r->n_nodes));
 }
 
 /* ---- speculation ---- */
@@ -804,6 +807,19 @@ static int verify_chosen(batch *b, kvp_request *r, float *rows, const uint32_t *
     }
 }
 
+/* Greedy guesses against the ids the engine picked for their rows
+ * (KVP_LOGITS_ARGMAX_ALL): what verify_chosen draws from the rows when
+ * sampling is their argmax alone (no draw: the generator stays). */
+static int verify_ids(kvp_request *r, uint32_t *drawn, kvp_sampling *after)
+{
+    for (uint32_t m = 0;; m++) {
+        drawn[m] = r->argmax[m];
+        after[m] = r->g.rec.sampling;
+        if (m == r->n_draft || drawn[m] != r->draft[m])
+            return (int)m;
+    }
+}
+
 /* A draft tree: every branch verified from the same generator state; the
  * one that keeps the most wins (the first on a tie).  Its guesses are put
  * in r->draft and after r's tokens, and *hid moved to its hidden rows.
@@ -884,6 +900,7 @@ static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, con
     kvp_sampling after[KVP_DRAFT_MAX + 1]; /* the generator after each draw */
     int got = r->sampled           ? verify_sampled(b, r, rows, drawn, after, err)
               : r->n_branch > 1    ? verify_tree(b, r, rows, &hid, drawn, after, err)
+              : r->greedy_id       ? verify_ids(r, drawn, after)
                                    : verify_chosen(b, r, rows, r->draft, r->n_draft, drawn, after, err);
     if (got < 0)
         return got;
@@ -1086,7 +1103,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         else if (together)
             draft_together(&b, &p);
     again:;
-        uint32_t n_rows = 0, n_req = 0, n_step = 0;
+        uint32_t n_rows = 0, n_req = 0, n_step = 0, n_guess = 0; /* n_guess: draft tokens in the step */
         for (uint32_t i = 0; i < p.n_items; i++) {
             kvp_request *r = p.items[i].r->user;
             uint32_t from = r->sr.n_computed, n = p.items[i].n;
@@ -1099,18 +1116,23 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             else
                 step[n_step++] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from,
                                                 .n_tokens = n + r->n_draft,
-                                                .want = !last                 ? KVP_LOGITS_NONE
-                                                        : r->n_draft          ? KVP_LOGITS_ALL
-                                                        : greedy_alone(&b, r) ? KVP_LOGITS_ARGMAX
-                                                                              : KVP_LOGITS_LAST,
-                                                .argmax = &r->argmax};
-            r->greedy_id = step[n_step - 1].want == KVP_LOGITS_ARGMAX;
+                                                .want = !last ? KVP_LOGITS_NONE
+                                                        : r->n_draft ? (ids_suffice(&b, r) ? KVP_LOGITS_ARGMAX_ALL
+                                                                                           : KVP_LOGITS_ALL)
+                                                        : ids_suffice(&b, r) ? KVP_LOGITS_ARGMAX
+                                                                             : KVP_LOGITS_LAST,
+                                                .argmax = r->argmax};
+            int w = step[n_step - 1].want;
+            r->greedy_id = w == KVP_LOGITS_ARGMAX || w == KVP_LOGITS_ARGMAX_ALL;
+            n_guess += r->n_nodes ? r->n_nodes - 1 : r->n_draft;
             if (last) {
                 rows[n_req++] = r;
                 n_rows += r->n_nodes ? r->n_nodes : r->greedy_id ? 0 : 1 + r->n_draft;
             }
-            if (!r->n_nodes)
-                n_rows += add_forks(&b, r, step, &n_step);
+            if (!r->n_nodes) { /* a branch's rows are guesses too */
+                uint32_t fork_rows = add_forks(&b, r, step, &n_step);
+                n_rows += fork_rows, n_guess += fork_rows;
+            }
         }
         if (n_rows > cap_rows) {
             float *l = realloc(logits, (size_t)V * n_rows * sizeof *l);
@@ -1127,7 +1149,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         if (rc < 0) {
             for (uint32_t i = 0; i < n_req; i++)
                 drop_forks(&b, rows[i]);
-            if (rc == KVP_ELIMIT && drafting && n_rows > n_req) {
+            if (rc == KVP_ELIMIT && drafting && n_guess) {
                 drafting = timed = 0; /* the drafts did not fit: the plan as scheduled */
                 goto again;
             }

@@ -40,8 +40,8 @@ typedef struct kvp_request {
     uint32_t draft[KVP_DRAFT_MAX]; /* this step's draft tokens (speculation) */
     void *draft_state;       /* the drafter's own for this request */
     uint32_t n_draft;
-    int greedy_id;           /* this step asked for its argmax alone (KVP_LOGITS_ARGMAX), into argmax */
-    uint32_t argmax;
+    int greedy_id;           /* this step asked for ids, not rows (KVP_LOGITS_ARGMAX, _ALL), into argmax */
+    uint32_t argmax[KVP_DRAFT_MAX + 1];
     int sampled;             /* this step's drafts were drawn from q (draft_sampled), not chosen */
     float *q;                /* [cap_q / n_vocab][n_vocab]: their distributions */
     size_t cap_q;

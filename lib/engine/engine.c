@@ -568,9 +568,14 @@ static void give_argmax(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs
         for (uint32_t k = 0; k < A; k++)
             e->arg_ids[k] = kvp_argmax_f32(out + (size_t)(R + k) * V, V);
     }
-    for (uint32_t i = 0, k = 0; i < n_seqs; i++)
-        if (seqs[i].want == KVP_LOGITS_ARGMAX && seqs[i].n_tokens)
-            *seqs[i].argmax = e->arg_ids[k++];
+    for (uint32_t i = 0, k = 0; i < n_seqs; i++) {
+        uint32_t n = seqs[i].want == KVP_LOGITS_ARGMAX_ALL ? seqs[i].n_tokens
+                     : seqs[i].want == KVP_LOGITS_ARGMAX   ? seqs[i].n_tokens > 0
+                                                           : 0;
+        if (n)
+            memcpy(seqs[i].argmax, e->arg_ids + k, n * sizeof *e->arg_ids);
+        k += n;
+    }
 }
 
 int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, float *logits, kvp_err *err)
@@ -582,13 +587,15 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
         int rc = check_tree(e, &seqs[i], err);
         if (rc < 0)
             return rc;
-        if (seqs[i].want == KVP_LOGITS_ARGMAX && !seqs[i].argmax)
+        int ids = seqs[i].want == KVP_LOGITS_ARGMAX || seqs[i].want == KVP_LOGITS_ARGMAX_ALL;
+        if (ids && !seqs[i].argmax)
             return kvp_err_set(err, KVP_EINVAL, "engine: sequence %d asks for its argmax but gives no place for it",
                                seqs[i].seq);
         tree |= seqs[i].parent != NULL;
         T64 += seqs[i].n_tokens;
         R64 += seqs[i].want == KVP_LOGITS_ALL ? seqs[i].n_tokens : seqs[i].want == KVP_LOGITS_LAST && seqs[i].n_tokens;
-        A64 += seqs[i].want == KVP_LOGITS_ARGMAX && seqs[i].n_tokens;
+        A64 += seqs[i].want == KVP_LOGITS_ARGMAX_ALL ? seqs[i].n_tokens
+                                                     : seqs[i].want == KVP_LOGITS_ARGMAX && seqs[i].n_tokens;
         for (uint32_t j = 0; j < i; j++)
             if (seqs[j].seq == seqs[i].seq)
                 return kvp_err_set(err, KVP_EINVAL, "engine: sequence %d appears twice in one step", seqs[i].seq);
@@ -610,10 +617,10 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
     float *out = A && !on_device ? arg_host(e, R + A, err) : logits;
     if (A && !on_device && !out)
         return KVP_ENOMEM;
-    uint32_t *old_len = malloc((n_seqs ? n_seqs : 1) * 2 * sizeof *old_len);
+    uint32_t *old_len = malloc(((size_t)n_seqs + A + 1) * sizeof *old_len);
     if (!old_len)
         return kvp_err_set(err, KVP_ENOMEM, "engine: out of memory");
-    uint32_t *arg_tok = old_len + (n_seqs ? n_seqs : 1); /* the greedy rows' tokens, after the others */
+    uint32_t *arg_tok = old_len + n_seqs; /* the greedy rows' tokens [A], after the others */
 
     /* Reserve cache slots and lay the step's tokens out. */
     uint32_t t = 0, r = 0, a = 0, n_app = 0;
@@ -646,7 +653,7 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
             e->tok_seq[t] = i;
             if (s->want == KVP_LOGITS_ALL || (s->want == KVP_LOGITS_LAST && j + 1 == s->n_tokens))
                 e->rows[r++] = t;
-            else if (s->want == KVP_LOGITS_ARGMAX && j + 1 == s->n_tokens)
+            else if (s->want == KVP_LOGITS_ARGMAX_ALL || (s->want == KVP_LOGITS_ARGMAX && j + 1 == s->n_tokens))
                 arg_tok[a++] = t;
         }
     }

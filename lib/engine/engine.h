@@ -23,6 +23,7 @@ enum kvp_logits_want {
     KVP_LOGITS_LAST = 1, /* the last token's row (sampling the next token) */
     KVP_LOGITS_ALL = 2,  /* every token's row (verification, scoring) */
     KVP_LOGITS_ARGMAX = 3, /* only the last token's argmax, into *argmax (greedy: no row of logits) */
+    KVP_LOGITS_ARGMAX_ALL = 4, /* every token's argmax, into argmax[n_tokens] (greedy verification) */
 };
 
 typedef struct kvp_step_seq {
@@ -38,9 +39,10 @@ typedef struct kvp_step_seq {
      * the path that stays is known.  At most KVP_TREE_STEP_MAX tokens. */
     const int32_t *parent;
     /* KVP_LOGITS_ARGMAX: where the last token's argmax goes (the index of
-     * its largest logit, kvp_argmax_f32's rule).  The backend picks it
-     * where it can (argmax_rows), so a greedy step need not copy a whole
-     * row of logits back from a GPU. */
+     * its largest logit, kvp_argmax_f32's rule); KVP_LOGITS_ARGMAX_ALL:
+     * every token's, in order.  The backend picks them where it can
+     * (argmax_rows), so a greedy step need not copy whole rows of logits
+     * back from a GPU. */
     uint32_t *argmax;
 } kvp_step_seq;
 

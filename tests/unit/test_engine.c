@@ -873,78 +873,102 @@ static void test_tied_prepared(const char *dir)
     }
 }
 
-/* ---- greedy rows as ids (KVP_LOGITS_ARGMAX) ----
+/* ---- greedy rows as ids (KVP_LOGITS_ARGMAX, _ALL) ----
  *
- * One step of four sequences asking for rows (LAST, LAST, ALL, LAST), then
- * the same step on fresh sequences asking for two of them as ids (ARGMAX,
- * LAST, ALL, ARGMAX): the rows asked for are the first step's, packed, and
- * the ids those rows' argmax, through the CPU backend's argmax_rows and
- * through a backend without it (the engine's host fallback). */
-static void argmax_step(rig *r, kvp_engine *e, const float *want, const char *how)
+ * One step of four sequences of 3 tokens asking for every row, then steps
+ * of the same tokens on fresh sequences mixing rows and ids: the rows
+ * asked for are the first step's, packed in order, and each id the argmax
+ * of its row, through the CPU backend's argmax_rows and through a backend
+ * without it (the engine's host fallback). */
+enum { AM_V = 96 };
+static const uint32_t am_tok[4][3] = {{5, 42, 7}, {11, 3, 60}, {23, 8, 91}, {77, 2, 30}};
+
+/* wants[4]; all: the reference's 12 rows (sequence i's token j at 3i + j) */
+static void argmax_step(rig *r, kvp_engine *e, const int *wants, const float *all, const char *how)
 {
-    enum { V = 96 };
-    static const uint32_t tok[4][3] = {{5, 42, 7}, {11, 3, 60}, {23, 8, 91}, {77, 2, 30}};
     kvp_err err = {0};
     int sq[4];
-    for (int i = 0; i < 4; i++)
-        sq[i] = kvp_kvcache_seq_new(r->kc, &err);
-    uint32_t id[4] = {UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX};
-    const int wants[4] = {KVP_LOGITS_ARGMAX, KVP_LOGITS_LAST, KVP_LOGITS_ALL, KVP_LOGITS_ARGMAX};
+    uint32_t id[4][3];
     kvp_step_seq st[4];
+    memset(id, 0xff, sizeof id);
+    for (int i = 0; i < 4; i++) {
+        sq[i] = kvp_kvcache_seq_new(r->kc, &err);
+        st[i] = (kvp_step_seq){.seq = sq[i], .tokens = am_tok[i], .n_tokens = 3, .want = wants[i], .argmax = id[i]};
+    }
+    float got[12 * AM_V];
+    int rows = kvp_engine_step(e, st, 4, got, &err), at = 0, bad = 0;
     for (int i = 0; i < 4; i++)
-        st[i] = (kvp_step_seq){.seq = sq[i], .tokens = tok[i], .n_tokens = 3, .want = wants[i], .argmax = &id[i]};
-    float got[4 * V];
-    CHECK_EQ_I64(kvp_engine_step(e, st, 4, got, &err), 4);
-    /* want: rows 0 (seq 0), 1 (seq 1), 2-4 (seq 2), 5 (seq 3) */
-    CHECK_MSG(max_abs_diff(got, want + V, 4 * (size_t)V) == 0, "%s: the rows asked for differ", how);
-    CHECK_MSG(id[0] == kvp_argmax_f32(want, V) && id[3] == kvp_argmax_f32(want + 5 * V, V),
-              "%s: ids %u, %u, not %u, %u", how, id[0], id[3], kvp_argmax_f32(want, V),
-              kvp_argmax_f32(want + 5 * V, V));
-    CHECK_MSG(id[1] == UINT32_MAX && id[2] == UINT32_MAX, "%s: an id written for a sequence that asked for rows", how);
+        for (int j = 0; j < 3; j++) {
+            const float *ref = all + (size_t)(3 * i + j) * AM_V;
+            int w = wants[i], last = j == 2;
+            if (w == KVP_LOGITS_ALL || (w == KVP_LOGITS_LAST && last))
+                bad += max_abs_diff(got + (size_t)at++ * AM_V, ref, AM_V) != 0;
+            else if (w == KVP_LOGITS_ARGMAX_ALL || (w == KVP_LOGITS_ARGMAX && last))
+                bad += id[i][w == KVP_LOGITS_ARGMAX ? 0 : j] != kvp_argmax_f32(ref, AM_V);
+        }
+    CHECK_MSG(rows == at && bad == 0, "%s: %d rows for %d, %d rows or ids wrong", how, rows, at, bad);
+    for (int i = 0; i < 4; i++) /* an ARGMAX sequence's id 0 only, a rows' sequence none */
+        for (int j = wants[i] == KVP_LOGITS_ARGMAX_ALL ? 3 : wants[i] == KVP_LOGITS_ARGMAX ? 1 : 0; j < 3; j++)
+            CHECK_MSG(id[i][j] == UINT32_MAX, "%s: sequence %d: id %d written, not its own", how, i, j);
     for (int i = 0; i < 4; i++)
         kvp_kvcache_seq_free(r->kc, sq[i]);
 }
 
 static void test_argmax_want(const char *dir)
 {
-    enum { V = 96 };
-    tiny_cfg c = {.n_layer = 2, .n_embd = 128, .n_ff = 320, .n_head = 4, .n_head_kv = 2, .n_vocab = V,
+    tiny_cfg c = {.n_layer = 2, .n_embd = 128, .n_ff = 320, .n_head = 4, .n_head_kv = 2, .n_vocab = AM_V,
                   .wtype = KVP_DTYPE_Q8_0, .tied = 1};
     char path[512];
     rig r;
     if (tiny_open(&r, dir, "argmax.gguf", &c, KVP_DTYPE_F16, 64, 4, path) < 0)
         return;
-    static const uint32_t tok[4][3] = {{5, 42, 7}, {11, 3, 60}, {23, 8, 91}, {77, 2, 30}};
     kvp_err err = {0};
     int sq[4];
     kvp_step_seq st[4];
-    const int wants[4] = {KVP_LOGITS_LAST, KVP_LOGITS_LAST, KVP_LOGITS_ALL, KVP_LOGITS_LAST};
     for (int i = 0; i < 4; i++) {
         sq[i] = kvp_kvcache_seq_new(r.kc, &err);
-        st[i] = (kvp_step_seq){.seq = sq[i], .tokens = tok[i], .n_tokens = 3, .want = wants[i]};
+        st[i] = (kvp_step_seq){.seq = sq[i], .tokens = am_tok[i], .n_tokens = 3, .want = KVP_LOGITS_ALL};
     }
-    float want[6 * V];
-    CHECK_EQ_I64(kvp_engine_step(r.e, st, 4, want, &err), 6);
+    float all[12 * AM_V];
+    CHECK_EQ_I64(kvp_engine_step(r.e, st, 4, all, &err), 12);
     for (int i = 0; i < 4; i++)
         kvp_kvcache_seq_free(r.kc, sq[i]);
-    /* the test tells the two ids apart only if they differ */
-    CHECK_MSG(kvp_argmax_f32(want, V) != kvp_argmax_f32(want + 5 * V, V), "the two greedy rows pick the same token");
+    /* the test tells ids apart only where they differ: a sequence's last
+     * token from the others', and the tokens of one sequence */
+    uint32_t g[12];
+    for (int i = 0; i < 12; i++)
+        g[i] = kvp_argmax_f32(all + (size_t)i * AM_V, AM_V);
+    CHECK_MSG(g[2] != g[5] && g[2] != g[8] && g[2] != g[11] && g[5] != g[11] && (g[0] != g[1] || g[1] != g[2]) &&
+                  (g[9] != g[10] || g[10] != g[11]),
+              "greedy tokens too alike to test with: %u %u %u / %u %u %u / %u %u %u / %u %u %u", g[0], g[1], g[2], g[3],
+              g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11]);
 
-    argmax_step(&r, r.e, want, "argmax_rows");
+    const int mix_a[4] = {KVP_LOGITS_ARGMAX, KVP_LOGITS_LAST, KVP_LOGITS_ALL, KVP_LOGITS_ARGMAX};
+    const int mix_b[4] = {KVP_LOGITS_ARGMAX_ALL, KVP_LOGITS_ALL, KVP_LOGITS_LAST, KVP_LOGITS_ARGMAX_ALL};
+    const int ids_only[4] = {KVP_LOGITS_ARGMAX, KVP_LOGITS_ARGMAX_ALL, KVP_LOGITS_NONE, KVP_LOGITS_ARGMAX};
     kvp_backend_ops ops = *r.be->ops;
     ops.argmax_rows = NULL;
     kvp_backend plain = {.ops = &ops, .impl = r.be->impl};
     kvp_engine *e2 = NULL;
     CHECK(kvp_engine_create(&e2, r.m, &plain, r.kc, &err) == 0);
-    if (e2)
-        argmax_step(&r, e2, want, "the host fallback");
+    for (int k = 0; k < 2; k++) {
+        kvp_engine *e = k ? e2 : r.e;
+        const char *how = k ? "the host fallback" : "argmax_rows";
+        if (!e)
+            continue;
+        argmax_step(&r, e, mix_a, all, how);
+        argmax_step(&r, e, mix_b, all, how);
+        argmax_step(&r, e, ids_only, all, how);
+    }
     kvp_engine_free(e2);
 
-    /* ARGMAX with nowhere to put the id: refused before anything grows */
+    /* an id with nowhere to go: refused before anything grows */
     int s = kvp_kvcache_seq_new(r.kc, &err);
-    kvp_step_seq bad = {.seq = s, .tokens = tok[0], .n_tokens = 3, .want = KVP_LOGITS_ARGMAX};
-    CHECK_EQ_I64(kvp_engine_step(r.e, &bad, 1, NULL, &err), KVP_EINVAL);
-    CHECK_EQ_I64(kvp_kvcache_seq_len(r.kc, s), 0);
+    for (int w = KVP_LOGITS_ARGMAX; w <= KVP_LOGITS_ARGMAX_ALL; w++) {
+        kvp_step_seq bad = {.seq = s, .tokens = am_tok[0], .n_tokens = 3, .want = w};
+        CHECK_EQ_I64(kvp_engine_step(r.e, &bad, 1, NULL, &err), KVP_EINVAL);
+        CHECK_EQ_I64(kvp_kvcache_seq_len(r.kc, s), 0);
+    }
     kvp_kvcache_seq_free(r.kc, s);
     rig_close(&r);
 }
