@@ -15,6 +15,7 @@
  * error string and the op (and tensor) it happened in.
  */
 #include "cuda_impl.cuh"
+#include "cuda_prof.cuh"
 
 #ifndef KVP_CUDA_ARCHS
 #define KVP_CUDA_ARCHS "sm_90" /* the Makefile passes NVCC_GENCODE's */
@@ -45,6 +46,8 @@ typedef struct cu_impl {
     int mma;                   /* KVP_CUDA_MMA (default 1): the tensor-core GEMM */
     uint32_t *ids;             /* argmax_rows' device ids (reserve: max_tok of them) */
     uint32_t ids_cap;
+    cu_prof *prof;             /* KVP_CUDA_PROFILE=1: each op timed (cuda_prof.cuh), else NULL */
+    kvp_backend_ops prof_ops;  /* then the ops table, each op through its timer */
 } cu_impl;
 
 /* What prepare_weight leaves in w->dev: the weight's view for the kernels
@@ -714,6 +717,78 @@ static kvp_backend_ops with_argmax(kvp_backend_ops o)
 }
 static const kvp_backend_ops cu_ops_argmax = with_argmax(cu_ops);
 
+/* ---- KVP_CUDA_PROFILE=1: every op between two events (cuda_prof.cuh) ---- */
+
+template <int K, auto F> struct prof_op;
+template <int K, typename... A, int (*F)(kvp_backend *, A...)> struct prof_op<K, F> {
+    static int call(kvp_backend *b, A... a)
+    {
+        cu_impl *im = impl_of(b);
+        int slot = cu_prof_begin(im->prof, im->st, K);
+        int rc = F(b, a...);
+        cu_prof_end(im->prof, im->st, K, slot);
+        return rc;
+    }
+};
+
+/* An op after which the stream is idle: its events can be read. */
+template <int K, auto F> struct prof_wait;
+template <int K, typename... A, int (*F)(kvp_backend *, A...)> struct prof_wait<K, F> {
+    static int call(kvp_backend *b, A... a)
+    {
+        int rc = prof_op<K, F>::call(b, a...);
+        cu_prof_collect(impl_of(b)->prof);
+        return rc;
+    }
+};
+
+static int prof_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float *y, uint32_t n_tok, kvp_err *err)
+{
+    cu_impl *im = impl_of(b);
+    int kind = n_tok <= KVP_GPU_GEMV_MAX_TOK ? CU_P_GEMV : CU_P_GEMM;
+    int slot = cu_prof_begin(im->prof, im->st, kind);
+    int rc = cu_matmul_op(b, w, x, y, n_tok, err);
+    cu_prof_end(im->prof, im->st, kind, slot);
+    return rc;
+}
+
+static void prof_destroy(kvp_backend *b)
+{
+    cu_impl *im = impl_of(b);
+    if (im && im->prof) {
+        cudaStreamSynchronize(im->st);
+        cu_prof_collect(im->prof);
+        cu_prof_report(im->prof, stderr, im->dev_name);
+        cu_prof_free(im->prof);
+        im->prof = NULL;
+    }
+    cu_destroy(b);
+}
+
+/* o with each op through its timer */
+static kvp_backend_ops profiled(const kvp_backend_ops *o)
+{
+    kvp_backend_ops p = *o;
+    p.destroy = prof_destroy;
+    p.to_host = prof_wait<CU_P_TO_HOST, cu_to_host>::call;
+    p.from_host = prof_op<CU_P_FROM_HOST, cu_from_host>::call;
+    p.synchronize = prof_wait<CU_P_SYNC, cu_synchronize>::call;
+    p.matmul = prof_matmul;
+    p.embed = prof_op<CU_P_EMBED, cu_embed_op>::call;
+    p.rmsnorm = prof_op<CU_P_RMSNORM, cu_rmsnorm_op>::call;
+    p.rope = prof_op<CU_P_ROPE, cu_rope_op>::call;
+    p.add_bias = prof_op<CU_P_ADD_BIAS, cu_add_bias_op>::call;
+    p.add = prof_op<CU_P_ADD, cu_add_op>::call;
+    p.silu_mul = prof_op<CU_P_SILU_MUL, cu_silu_mul_op>::call;
+    p.gather_rows = prof_op<CU_P_GATHER, cu_gather_rows_op>::call;
+    if (o->argmax_rows)
+        p.argmax_rows = prof_wait<CU_P_ARGMAX, cu_argmax_rows_op>::call;
+    p.kv_store = prof_op<CU_P_KV_STORE, cu_kv_store_op>::call;
+    p.attention = prof_op<CU_P_ATTENTION, cu_attention_op>::call;
+    p.kv_copy_block = prof_op<CU_P_KV_COPY, cu_kv_copy_block_op>::call;
+    return p;
+}
+
 /* A kernel switch from the environment: unset or empty is dflt, 0 and 1
  * are themselves, anything else an error naming it and its default. */
 static int env_switch(const char *name, int dflt, kvp_err *err)
@@ -735,9 +810,9 @@ extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *e
     /* the pipelined kernels and the tensor-core GEMM unless switched off
      * (both checked on an H200, 2026-12-04); argmax_rows on the device
      * only when asked for (kernels/README.md) */
-    int pipelined, mma, argmax;
+    int pipelined, mma, argmax, prof;
     if ((pipelined = env_switch("KVP_CUDA_PIPELINE", 1, err)) < 0 || (mma = env_switch("KVP_CUDA_MMA", 1, err)) < 0 ||
-        (argmax = env_switch("KVP_CUDA_ARGMAX", 0, err)) < 0)
+        (argmax = env_switch("KVP_CUDA_ARGMAX", 0, err)) < 0 || (prof = env_switch("KVP_CUDA_PROFILE", 0, err)) < 0)
         return KVP_EINVAL;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -782,11 +857,15 @@ extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *e
         return rc;
     }
     memset(im->faults, 0, sizeof *im->faults);
+    if (prof && (im->prof = cu_prof_new()) != NULL) {
+        im->prof_ops = profiled(b->ops);
+        b->ops = &im->prof_ops;
+    }
     *out = b;
     return 0;
 }
 
 extern "C" const char *kvp_backend_cuda_device(const kvp_backend *b)
 {
-    return b && (b->ops == &cu_ops || b->ops == &cu_ops_argmax) ? impl_of(b)->dev_name : NULL;
+    return b && (b->ops->destroy == cu_destroy || b->ops->destroy == prof_destroy) ? impl_of(b)->dev_name : NULL;
 }
