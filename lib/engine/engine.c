@@ -111,8 +111,8 @@ int kvp_engine_ensure(kvp_engine *e, uint32_t n_tok, uint32_t n_rows, uint32_t n
     e->d_tok_seq = be->ops->alloc(be, nt * sizeof *e->d_tok_seq);
     e->d_rows = be->ops->alloc(be, nt * sizeof *e->d_rows);
     if (!e->x || !e->h || !e->q || !e->k || !e->v || !e->att || !e->g || !e->u || !e->logits || !e->tok_ids ||
-        !e->pos || !e->slot || !e->tok_seq || !e->rows || !e->arg_ids || !e->d_tok || !e->d_pos || !e->d_slot || !e->d_tok_seq ||
-        !e->parent || !e->kv_pos || !e->d_parent || !e->d_kv_pos ||
+        !e->pos || !e->slot || !e->tok_seq || !e->rows || !e->d_tok || !e->d_pos || !e->d_slot || !e->d_tok_seq ||
+        !e->arg_ids || !e->parent || !e->kv_pos || !e->d_parent || !e->d_kv_pos ||
         !e->d_rows || (e->tp && (!e->gathered || !e->host_gathered)) || (pipe && !e->host_x) ||
         (e->world && e->rank == e->logits_from && !e->host_logits)) {
         free_buffers(e);

@@ -46,7 +46,8 @@
  * sized for the most splits a query of the step can have (max_ctx), and
  * CTAs past their own token's splits exit at once, so a grid planned for a
  * maximum can be captured in a graph and replayed for shorter contexts. */
-#define KVP_GPU_ATT_SPLIT_KEYS 512 /* first plan (KVP_CUDA_PIPELINE=0): keys a split covers (rounded up to whole blocks) */
+/* the first plan (KVP_CUDA_PIPELINE=0): keys a split covers (rounded up to whole blocks) */
+#define KVP_GPU_ATT_SPLIT_KEYS 512
 #define KVP_GPU_ATT_SPLIT_MIN 32   /* pipelined plan: the unit of a split's keys (rounded up likewise) */
 #define KVP_GPU_ATT_MAX_SPLITS 32  /* pipelined plan: the most splits one query's keys are cut into */
 #define KVP_GPU_ATT_QROWS 8        /* query heads one CTA holds */
