@@ -79,3 +79,8 @@ skip() { # NAME WHY
     printf '%-18s %-12s %5s  %s\n' "$1" "not run" - "$2" >>"$summary"
     failed=1
 }
+
+# absent NAME WHY: an optional step this machine lacks the tool for (not a failure)
+absent() {
+    printf '%-18s %-12s %5s  %s\n' "$1" "absent" - "$2" >>"$summary"
+}
