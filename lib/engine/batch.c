@@ -235,6 +235,23 @@ static int kv_start(void *ctx, kvp_sched_req *sr, kvp_err *err)
     return got;
 }
 
+/* Whole blocks of waiting w's prompt that running q is computing now and
+ * w could then take from the prefix cache: their common prefix (same salt;
+ * w's last token always computed) past what w was given, where q has not
+ * computed it yet. */
+static uint32_t kv_ahead(void *ctx, const kvp_sched_req *ws, const kvp_sched_req *qs)
+{
+    const batch *b = ctx;
+    const kvp_request *w = ws->user, *q = qs->user;
+    if (b->no_prefix || w->holder >= 0 || w->salt != q->salt || ws->n_tokens == 0)
+        return 0;
+    uint32_t n = ws->n_tokens - 1 < qs->n_tokens ? ws->n_tokens - 1 : qs->n_tokens, c = 0;
+    while (c < n && w->tokens[c] == q->tokens[c])
+        c++;
+    c -= c % kvp_kvcache_pool(b->kc)->block_size;
+    return c > ws->n_computed && qs->n_computed < c ? c - ws->n_computed : 0;
+}
+
 static void kv_release(void *ctx, kvp_sched_req *sr)
 {
     batch *b = ctx;
@@ -984,7 +1001,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     batch b = {.keep = o->keep_finished, .no_prefix = o->no_prefix_cache, .metrics = o->metrics, .e = e, .kc = kc,
                .tok = tok, .emit = emit, .ctx = ctx, .st = st, .o = o};
     kvp_sched_kv kv = {.ctx = &b, .n_free = kv_n_free, .blocks_needed = kv_needed, .start = kv_start,
-                       .release = kv_release};
+                       .release = kv_release, .ahead = kv_ahead};
     kvp_kvcache_stats ks;
     kvp_kvcache_get_stats(kc, &ks);
     kvp_sched_opts so = o->sched;

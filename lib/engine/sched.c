@@ -191,6 +191,15 @@ static int schedule_running(kvp_sched *s, kvp_sched_plan *p, uint32_t *budget, u
     return 0;
 }
 
+/* Is a running request about to cache more of w's prompt than w has? */
+static int behind_running(const kvp_sched *s, const kvp_sched_req *w)
+{
+    for (uint32_t i = 0; s->kv.ahead && i < s->run.n; i++)
+        if (s->kv.ahead(s->kv.ctx, w, s->run.v[i]) > 0)
+            return 1;
+    return 0;
+}
+
 /* Step 2: admit waiting requests while seats, budget and blocks allow. */
 static int admit_waiting(kvp_sched *s, kvp_sched_plan *p, uint32_t *budget, uint64_t *planned, kvp_err *err)
 {
@@ -202,6 +211,11 @@ static int admit_waiting(kvp_sched *s, kvp_sched_plan *p, uint32_t *budget, uint
         if (rc < 0)
             return rc;
         r->n_computed = (uint32_t)rc;
+        if (behind_running(s, r)) { /* next step it starts on those blocks, in order */
+            s->kv.release(s->kv.ctx, r);
+            r->n_computed = 0;
+            break;
+        }
         uint32_t left = r->n_tokens - r->n_computed;
         uint32_t want = left < *budget ? left : *budget;
         uint32_t need = s->kv.blocks_needed(s->kv.ctx, r, want);

@@ -68,6 +68,12 @@ typedef struct kvp_sched_kv {
     /* Give back r's sequence and blocks (preemption, the end, or an
      * admission that did not fit). */
     void (*release)(void *ctx, kvp_sched_req *r);
+    /* Optional (NULL: never): tokens of waiting w's prompt, past the
+     * n_computed its start just gave it, that running r is about to put in
+     * the prefix cache (their common prefix in whole blocks, not computed
+     * by r yet).  Above 0: w waits a step rather than compute them again
+     * beside r (a shared system prompt admitted in one step many times). */
+    uint32_t (*ahead)(void *ctx, const kvp_sched_req *w, const kvp_sched_req *r);
 } kvp_sched_kv;
 
 typedef struct kvp_sched_opts {

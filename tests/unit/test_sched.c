@@ -14,6 +14,8 @@ typedef struct fake_req {
     uint32_t gen;         /* generated so far */
     int started, done;
     uint32_t prefix;      /* tokens a start reuses (a prefix cache hit) */
+    struct fake_req *shares; /* a request whose first `shared` tokens are this one's too (ahead) */
+    uint32_t shared;
 } fake_req;
 
 typedef struct fake_kv {
@@ -59,7 +61,28 @@ static void fk_release(void *ctx, kvp_sched_req *r)
     f->started = 0;
 }
 
+/* The prefix cache as batch.c's kv_ahead sees it: w shares its first
+ * `shared` tokens with one other request, which caches them as it
+ * computes them; a start after that reuses them (fk_start: prefix). */
+static uint32_t fk_ahead(void *ctx, const kvp_sched_req *w, const kvp_sched_req *r)
+{
+    (void)ctx;
+    const fake_req *fw = w->user;
+    if (fw->shares != r->user || r->n_computed >= fw->shared || w->n_computed >= fw->shared)
+        return 0;
+    return fw->shared - w->n_computed;
+}
+
+static kvp_sched *make_kv(fake_kv *k, fake_req *reqs, uint32_t n, uint32_t total, const kvp_sched_opts *o,
+                          int with_ahead);
+
 static kvp_sched *make(fake_kv *k, fake_req *reqs, uint32_t n, uint32_t total, const kvp_sched_opts *o)
+{
+    return make_kv(k, reqs, n, total, o, 0);
+}
+
+static kvp_sched *make_kv(fake_kv *k, fake_req *reqs, uint32_t n, uint32_t total, const kvp_sched_opts *o,
+                          int with_ahead)
 {
     memset(k, 0, sizeof *k);
     k->total = total;
@@ -70,7 +93,7 @@ static kvp_sched *make(fake_kv *k, fake_req *reqs, uint32_t n, uint32_t total, c
         reqs[i].r.n_tokens = reqs[i].prompt;
     }
     kvp_sched_kv kv = {.ctx = k, .n_free = fk_n_free, .blocks_needed = fk_needed, .start = fk_start,
-                       .release = fk_release};
+                       .release = fk_release, .ahead = with_ahead ? fk_ahead : NULL};
     kvp_sched *s = NULL;
     kvp_err err = {0};
     CHECK(kvp_sched_create(&s, o, &kv, &err) == 0);
@@ -324,6 +347,43 @@ static void test_prefix_reuse(void)
     kvp_sched_free(s);
 }
 
+/* A request sharing a prompt prefix with a running one waits while that
+ * one computes the shared blocks, then starts on them from the cache; the
+ * requests behind it wait too (first come, first served).  Without `ahead`
+ * it starts in the same step and computes them again. */
+static void test_wait_for_prefix(void)
+{
+    for (int with = 0; with < 2; with++) {
+        fake_req q[3] = {{.prompt = 40, .out = 2}, {.prompt = 40, .out = 2}, {.prompt = 8, .out = 2}};
+        q[1].shares = &q[0], q[1].shared = 32;
+        fake_kv k;
+        kvp_sched_opts o = {.max_num_seqs = 4, .max_batched_tokens = 48};
+        kvp_sched *s = make_kv(&k, q, 3, 100, &o, with);
+        kvp_err err = {0};
+        kvp_sched_plan p;
+        for (int i = 0; i < 3; i++)
+            kvp_sched_add(s, &q[i].r, &err);
+        CHECK(kvp_sched_step(s, &p, &err) == 0);
+        CHECK(item_req(&p, 0) == &q[0] && p.items[0].n == 40);
+        if (!with) { /* q[1] starts beside q[0], on no cached block */
+            CHECK_EQ_U64(p.n_items, 2);
+            CHECK(item_req(&p, 1) == &q[1] && p.items[1].n == 8 && q[1].r.n_computed == 0);
+            kvp_sched_free(s);
+            continue;
+        }
+        CHECK_EQ_U64(p.n_items, 1); /* q[1] waits, and q[2] behind it */
+        CHECK(!q[1].started && !q[2].started);
+        after_step(s, &p);
+        q[1].prefix = 32; /* the cache now holds q[0]'s blocks for q[1] */
+        CHECK(kvp_sched_step(s, &p, &err) == 0);
+        CHECK_EQ_U64(p.n_items, 3);
+        CHECK(item_req(&p, 0) == &q[0] && p.items[0].n == 1);
+        CHECK(item_req(&p, 1) == &q[1] && p.items[1].n == 8 && q[1].r.n_computed == 32);
+        CHECK(item_req(&p, 2) == &q[2] && p.items[2].n == 8);
+        kvp_sched_free(s);
+    }
+}
+
 static void test_static_batches(void)
 {
     fake_req q[4] = {{.prompt = 2, .out = 1}, {.prompt = 2, .out = 5}, {.prompt = 2, .out = 1},
@@ -423,6 +483,7 @@ int main(void)
     test_no_admission_when_preempting();
     test_too_large_alone();
     test_prefix_reuse();
+    test_wait_for_prefix();
     test_static_batches();
     test_simulated_jobs();
     printf("%d passed, %d failed\n", unit_passed, unit_failed);
