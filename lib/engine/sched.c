@@ -211,7 +211,9 @@ static int admit_waiting(kvp_sched *s, kvp_sched_plan *p, uint32_t *budget, uint
         if (rc < 0)
             return rc;
         r->n_computed = (uint32_t)rc;
-        if (behind_running(s, r)) { /* next step it starts on those blocks, in order */
+        /* next step it starts on those blocks, in order (a static batch
+         * is admitted whole, as it always was) */
+        if (!s->o.static_batch && behind_running(s, r)) {
             s->kv.release(s->kv.ctx, r);
             r->n_computed = 0;
             break;

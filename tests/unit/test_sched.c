@@ -382,6 +382,19 @@ static void test_wait_for_prefix(void)
         CHECK(item_req(&p, 2) == &q[2] && p.items[2].n == 8);
         kvp_sched_free(s);
     }
+    /* a static batch is admitted whole, shared prefix or not */
+    fake_req q[2] = {{.prompt = 40, .out = 2}, {.prompt = 40, .out = 2}};
+    q[1].shares = &q[0], q[1].shared = 32;
+    fake_kv k;
+    kvp_sched_opts o = {.max_num_seqs = 2, .max_batched_tokens = 48, .static_batch = 1};
+    kvp_sched *s = make_kv(&k, q, 2, 100, &o, 1);
+    kvp_err err = {0};
+    kvp_sched_plan p;
+    kvp_sched_add(s, &q[0].r, &err);
+    kvp_sched_add(s, &q[1].r, &err);
+    CHECK(kvp_sched_step(s, &p, &err) == 0);
+    CHECK(q[0].started && q[1].started);
+    kvp_sched_free(s);
 }
 
 static void test_static_batches(void)
