@@ -1127,20 +1127,19 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             int last = from + n == r->sr.n_tokens;
             if (!drafting || !(trees || together)) /* drafted before, unless they did not fit */
                 r->n_branch = r->n_nodes = 0, r->n_draft = drafting && last && n == 1 ? draft_for(&b, r) : 0;
+            r->greedy_id = last && ids_suffice(&b, r); /* ids, not rows (a tree never: ids_suffice) */
             if (r->n_nodes) /* a tree in its own sequence: a decode step (draft_trees) */
                 step[n_step++] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->node_tok, .n_tokens = r->n_nodes,
                                                 .want = KVP_LOGITS_ALL, .parent = r->node_par};
             else
                 step[n_step++] = (kvp_step_seq){.seq = r->g.handle, .tokens = r->tokens + from,
                                                 .n_tokens = n + r->n_draft,
-                                                .want = !last ? KVP_LOGITS_NONE
-                                                        : r->n_draft ? (ids_suffice(&b, r) ? KVP_LOGITS_ARGMAX_ALL
-                                                                                           : KVP_LOGITS_ALL)
-                                                        : ids_suffice(&b, r) ? KVP_LOGITS_ARGMAX
-                                                                             : KVP_LOGITS_LAST,
+                                                .want = !last        ? KVP_LOGITS_NONE
+                                                        : r->n_draft ? (r->greedy_id ? KVP_LOGITS_ARGMAX_ALL
+                                                                                     : KVP_LOGITS_ALL)
+                                                        : r->greedy_id ? KVP_LOGITS_ARGMAX
+                                                                       : KVP_LOGITS_LAST,
                                                 .argmax = r->argmax};
-            int w = step[n_step - 1].want;
-            r->greedy_id = w == KVP_LOGITS_ARGMAX || w == KVP_LOGITS_ARGMAX_ALL;
             n_guess += r->n_nodes ? r->n_nodes - 1 : r->n_draft;
             if (last) {
                 rows[n_req++] = r;

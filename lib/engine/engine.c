@@ -332,9 +332,8 @@ static int project(kvp_engine *e, uint32_t R, float *logits, kvp_err *err)
     if ((rc = op->matmul(be, &e->output, e->h, e->logits, R, err)) < 0)
         return rc;
     if (!e->tp) { /* the rows asked for to the host, then the greedy ones' ids (kvp_engine_step) */
-        uint32_t H = R - e->n_argmax;
-        if ((H || !e->n_argmax) &&
-            (rc = op->to_host(be, logits, e->logits, (size_t)H * c->n_vocab * sizeof(float), err)) < 0)
+        uint32_t H = R - e->n_argmax; /* R > 0 here */
+        if (H && (rc = op->to_host(be, logits, e->logits, (size_t)H * c->n_vocab * sizeof(float), err)) < 0)
             return rc;
         return e->n_argmax ? op->argmax_rows(be, e->logits + (size_t)H * c->n_vocab, e->n_argmax, c->n_vocab,
                                              e->arg_ids, err)
@@ -555,6 +554,12 @@ static float *arg_host(kvp_engine *e, uint32_t rows, kvp_err *err)
     return e->arg_host;
 }
 
+/* The ids s asks for instead of rows: every token's, its last one's, or none. */
+static uint32_t ids_wanted(const kvp_step_seq *s)
+{
+    return s->want == KVP_LOGITS_ARGMAX_ALL ? s->n_tokens : s->want == KVP_LOGITS_ARGMAX && s->n_tokens > 0;
+}
+
 /* After a step with A greedy rows (the last A of R + A): their ids to the
  * sequences that asked, in order; picked here from host rows when the
  * backend did not (out is then arg_host, whose first R rows go to logits). */
@@ -569,9 +574,7 @@ static void give_argmax(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs
             e->arg_ids[k] = kvp_argmax_f32(out + (size_t)(R + k) * V, V);
     }
     for (uint32_t i = 0, k = 0; i < n_seqs; i++) {
-        uint32_t n = seqs[i].want == KVP_LOGITS_ARGMAX_ALL ? seqs[i].n_tokens
-                     : seqs[i].want == KVP_LOGITS_ARGMAX   ? seqs[i].n_tokens > 0
-                                                           : 0;
+        uint32_t n = ids_wanted(&seqs[i]);
         if (n)
             memcpy(seqs[i].argmax, e->arg_ids + k, n * sizeof *e->arg_ids);
         k += n;
@@ -594,8 +597,7 @@ int kvp_engine_step(kvp_engine *e, const kvp_step_seq *seqs, uint32_t n_seqs, fl
         tree |= seqs[i].parent != NULL;
         T64 += seqs[i].n_tokens;
         R64 += seqs[i].want == KVP_LOGITS_ALL ? seqs[i].n_tokens : seqs[i].want == KVP_LOGITS_LAST && seqs[i].n_tokens;
-        A64 += seqs[i].want == KVP_LOGITS_ARGMAX_ALL ? seqs[i].n_tokens
-                                                     : seqs[i].want == KVP_LOGITS_ARGMAX && seqs[i].n_tokens;
+        A64 += ids_wanted(&seqs[i]);
         for (uint32_t j = 0; j < i; j++)
             if (seqs[j].seq == seqs[i].seq)
                 return kvp_err_set(err, KVP_EINVAL, "engine: sequence %d appears twice in one step", seqs[i].seq);
