@@ -45,6 +45,8 @@ typedef struct cu_impl {
     int pipelined;             /* KVP_CUDA_PIPELINE (default 1): the pipelined GEMV and attention (kernels/README.md) */
     int mma;                   /* KVP_CUDA_MMA (default 1): the tensor-core GEMM */
     uint32_t *ids;             /* argmax_rows' device ids (reserve: max_tok of them) */
+    uint32_t fill;             /* a split GEMM's CTAs: 2 x the SMs (mma only, not KVP_CUDA_SPLITK=0; else 0: none splits) */
+    cu_splitk sk;              /* its workspace and tile counters (kvp_gpuplan_matmul) */
     uint32_t ids_cap;
     cu_prof *prof;             /* KVP_CUDA_PROFILE=1: each op timed (cuda_prof.cuh), else NULL */
     kvp_backend_ops prof_ops;  /* then the ops table, each op through its timer */
@@ -462,10 +464,11 @@ static int cu_matmul_op(kvp_backend *b, const kvp_weight *w, const float *x, flo
     if (!cw)
         return err ? err->code : KVP_EINVAL;
     kvp_gpu_mm_shape s;
-    int rc = kvp_gpuplan_matmul(&s, cw->n_out, n_tok, err);
+    uint32_t fill = cw->dtype == KVP_DTYPE_F32 ? 0 : im->fill; /* f32 weights stay on cu_gemm_k */
+    int rc = kvp_gpuplan_matmul(&s, cw->n_out, cw->v.n_in, n_tok, fill, err);
     if (rc < 0 || n_tok == 0 || cw->n_out == 0)
         return rc;
-    CU_CHECK(cu_matmul(im->st, cw->dtype, cw->v, cw->n_out, x, y, n_tok, s, im->pipelined, im->mma), err,
+    CU_CHECK(cu_matmul(im->st, cw->dtype, cw->v, cw->n_out, x, y, n_tok, s, im->sk, im->pipelined, im->mma), err,
              "matmul %s (%s, %u x %u, %u tokens)", wname(w), kvp_dtype_name((uint32_t)cw->dtype), cw->n_out, cw->v.n_in,
              n_tok);
     return 0;
@@ -668,6 +671,8 @@ static void cu_destroy(kvp_backend *b)
             cudaStreamSynchronize(im->st);
         cudaFree(im->parts);
         cudaFree(im->ids);
+        cudaFree(im->sk.ws);
+        cudaFree(im->sk.cnt);
         if (im->faults)
             cudaFreeHost(im->faults);
         if (im->st)
@@ -700,7 +705,7 @@ static const kvp_backend_ops cu_ops = {
     .add = cu_add_op,
     .silu_mul = cu_silu_mul_op,
     .gather_rows = cu_gather_rows_op,
-    .argmax_rows = NULL, /* cu_ops_argmax below, while it has not run on a GPU */
+    .argmax_rows = cu_argmax_rows_op,
     .kv_store = cu_kv_store_op,
     .attention = cu_attention_op,
     .kv_copy_block = cu_kv_copy_block_op,
@@ -708,14 +713,14 @@ static const kvp_backend_ops cu_ops = {
     .all_gather = cu_all_gather,
 };
 
-/* cu_ops with the device's argmax_rows: opt-in (KVP_CUDA_ARGMAX=1) until a
- * GPU run has checked it; without it the engine copies the rows back. */
-static kvp_backend_ops with_argmax(kvp_backend_ops o)
+/* cu_ops without the device's argmax_rows (KVP_CUDA_ARGMAX=0): the engine
+ * then copies the greedy rows back and picks on the host, for comparison. */
+static kvp_backend_ops without_argmax(kvp_backend_ops o)
 {
-    o.argmax_rows = cu_argmax_rows_op;
+    o.argmax_rows = NULL;
     return o;
 }
-static const kvp_backend_ops cu_ops_argmax = with_argmax(cu_ops);
+static const kvp_backend_ops cu_ops_host_argmax = without_argmax(cu_ops);
 
 /* ---- KVP_CUDA_PROFILE=1: every op between two events (cuda_prof.cuh) ---- */
 
@@ -790,29 +795,33 @@ static kvp_backend_ops profiled(const kvp_backend_ops *o)
 }
 
 /* A kernel switch from the environment: unset or empty is dflt, 0 and 1
- * are themselves, anything else an error naming it and its default. */
-static int env_switch(const char *name, int dflt, kvp_err *err)
+ * are themselves, anything else an error naming it and its values
+ * (`values`, e.g. "1 (the default) or 0 (the first kernels)"). */
+static int env_switch(const char *name, int dflt, const char *values, kvp_err *err)
 {
     const char *v = getenv(name);
     if (!v || !*v)
         return dflt;
     if (!strcmp(v, "0") || !strcmp(v, "1"))
         return v[0] == '1';
-    kvp_err_set(err, KVP_EINVAL, "cuda: %s=%s: %s", name, v,
-                dflt ? "1 (the default) or 0 (the first kernels, for comparison)"
-                     : "0 (the default) or 1 (not yet run on a GPU)");
+    kvp_err_set(err, KVP_EINVAL, "cuda: %s=%s: %s", name, v, values);
     return -1;
 }
 
 extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *err)
 {
     *out = NULL;
-    /* the pipelined kernels and the tensor-core GEMM unless switched off
-     * (both checked on an H200, 2026-12-04); argmax_rows on the device
-     * only when asked for (kernels/README.md) */
-    int pipelined, mma, argmax, prof;
-    if ((pipelined = env_switch("KVP_CUDA_PIPELINE", 1, err)) < 0 || (mma = env_switch("KVP_CUDA_MMA", 1, err)) < 0 ||
-        (argmax = env_switch("KVP_CUDA_ARGMAX", 0, err)) < 0 || (prof = env_switch("KVP_CUDA_PROFILE", 0, err)) < 0)
+    /* the pipelined kernels, the tensor-core GEMM and greedy ids picked on
+     * the device unless switched off (all checked on an H200, 2026-12-04;
+     * kernels/README.md) */
+    static const char first[] = "1 (the default) or 0 (the first kernels, for comparison)";
+    int pipelined, mma, splitk, argmax, prof;
+    if ((pipelined = env_switch("KVP_CUDA_PIPELINE", 1, first, err)) < 0 ||
+        (mma = env_switch("KVP_CUDA_MMA", 1, first, err)) < 0 ||
+        (splitk = env_switch("KVP_CUDA_SPLITK", 1, "1 (the default) or 0 (every GEMM unsplit)", err)) < 0 ||
+        (argmax = env_switch("KVP_CUDA_ARGMAX", 1, "1 (the default) or 0 (greedy rows copied back, picked on the host)",
+                             err)) < 0 ||
+        (prof = env_switch("KVP_CUDA_PROFILE", 0, "0 (the default) or 1 (time every op)", err)) < 0)
         return KVP_EINVAL;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -841,7 +850,7 @@ extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *e
         free(im);
         return kvp_err_set(err, KVP_ENOMEM, "cuda backend: out of memory");
     }
-    b->ops = argmax ? &cu_ops_argmax : &cu_ops;
+    b->ops = argmax ? &cu_ops : &cu_ops_host_argmax;
     b->impl = im;
     im->device = device;
     im->pipelined = pipelined, im->mma = mma;
@@ -851,8 +860,16 @@ extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *e
         e = cudaHostAlloc((void **)&im->faults, sizeof *im->faults, cudaHostAllocMapped);
     if (e == cudaSuccess)
         e = cudaHostGetDevicePointer((void **)&im->faults_dev, im->faults, 0);
+    /* split-K's workspace (8.6 MiB on an H200) and counters, zeroed once */
+    im->fill = mma && splitk ? 2 * (uint32_t)prop.multiProcessorCount : 0;
+    if (e == cudaSuccess && im->fill)
+        e = cudaMalloc((void **)&im->sk.ws, kvp_gpuplan_splitk_floats(im->fill) * sizeof(float));
+    if (e == cudaSuccess && im->fill)
+        e = cudaMalloc((void **)&im->sk.cnt, kvp_gpuplan_splitk_tiles(im->fill) * sizeof(uint32_t));
+    if (e == cudaSuccess && im->fill)
+        e = cudaMemset(im->sk.cnt, 0, kvp_gpuplan_splitk_tiles(im->fill) * sizeof(uint32_t));
     if (e != cudaSuccess) {
-        int rc = cu_fail(err, e, "device %d (%s): creating the stream", device, prop.name);
+        int rc = cu_fail(err, e, "device %d (%s): creating the stream and split-K's workspace", device, prop.name);
         cu_destroy(b);
         return rc;
     }

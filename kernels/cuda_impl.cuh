@@ -431,11 +431,18 @@ __host__ __device__ static inline uint64_t cu_kv_scale(const kvp_kv_pool &kv, ui
 /* ---- launches (each returns cudaGetLastError after queuing its kernels) ---- */
 
 /* cuda_matmul.cu */
+/* A split GEMM's workspace and tile counters (kvp_gpuplan_splitk_floats and
+ * _tiles of the fill it was planned with; the counters start at 0 and each
+ * split GEMM leaves them at 0) */
+typedef struct cu_splitk {
+    float *ws;
+    uint32_t *cnt;
+} cu_splitk;
 /* pipelined: the pipelined GEMV (the default; KVP_CUDA_PIPELINE=0 the
  * first); mma: the tensor-core GEMM (the default; KVP_CUDA_MMA=0 the f32
- * one) (kernels/README.md) */
+ * one), the only one that splits k (kernels/README.md) */
 cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const float *x, float *y,
-                      uint32_t n_tok, const kvp_gpu_mm_shape &shape, int pipelined, int mma);
+                      uint32_t n_tok, const kvp_gpu_mm_shape &shape, const cu_splitk &sk, int pipelined, int mma);
 cudaError_t cu_embed(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const int32_t *tokens,
                      uint32_t n_tok, float *out, cu_faults *faults);
 

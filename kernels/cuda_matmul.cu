@@ -212,9 +212,58 @@ __device__ static inline void cu_mma_bf16(float c[4], const uint32_t a[4], const
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* Where a thread's acc[mi][ni][e] (i = (mi * 2 + ni) * 4 + e) sits in a
+ * BM x BN tile of sums, [token][row] */
+__device__ static inline uint32_t cu_splitk_at(int i, uint32_t wm, uint32_t wn, uint32_t g, uint32_t t4)
+{
+    uint32_t mi = i / 8, ni = i / 4 % 2, e = i % 4;
+    return (wm + mi * 16 + g + (e >= 2 ? 8 : 0)) * BN + wn + ni * 8 + 2 * t4 + (e & 1);
+}
+
+/* Split-K's meeting point (kvp_gpuplan_matmul): each part of a tile
+ * writes its 16 sums a thread to the workspace, and the last part of the
+ * tile to arrive (a counter per tile) reads every part's sums back in part
+ * order and leaves their totals in acc: 1 for that CTA, which then writes
+ * y, 0 for the others, which are done.  The order of the additions does
+ * not depend on which part arrives last, so the result is deterministic.
+ * The last part sets the counter back to 0 for the next launch. */
+__device__ static int cu_splitk_gather(const cu_splitk &sk, float *acc, uint32_t wm, uint32_t wn, uint32_t g,
+                                       uint32_t t4)
+{
+    __shared__ int last;
+    const uint32_t tiles = gridDim.x * gridDim.y, tile = blockIdx.y * gridDim.x + blockIdx.x;
+    float *mine = sk.ws + ((uint64_t)blockIdx.z * tiles + tile) * (BM * BN);
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        mine[cu_splitk_at(i, wm, wn, g, t4)] = acc[i];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(&sk.cnt[tile], 1u) == gridDim.z - 1;
+    __syncthreads();
+    if (!last)
+        return 0;
+    __threadfence();
+    /* a part at a time, its 16 loads in flight together; each sum still
+     * adds the parts in order 0, 1, .. (0 + the first part is exact) */
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        acc[i] = 0.0f;
+    for (uint32_t z = 0; z < gridDim.z; z++) {
+        const float *part = sk.ws + ((uint64_t)z * tiles + tile) * (BM * BN);
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            acc[i] += __ldcg(part + cu_splitk_at(i, wm, wn, g, t4)); /* past L1: other CTAs wrote it */
+    }
+    if (threadIdx.x == 0)
+        sk.cnt[tile] = 0;
+    return 1;
+}
+
 template <int DT>
 __global__ void __launch_bounds__(KVP_GPU_GEMM_THREADS)
-    cu_gemm_mma_k(cu_wview w, uint32_t n_out, const float *__restrict__ x, float *__restrict__ y, uint32_t n_tok)
+    cu_gemm_mma_k(cu_wview w, uint32_t n_out, const float *__restrict__ x, float *__restrict__ y, uint32_t n_tok,
+                  uint32_t kper, cu_splitk sk)
 {
     __shared__ __align__(16) uint16_t xs[BM][MMA_LD]; /* [token][k] */
     __shared__ __align__(16) uint16_t ws[BN][MMA_LD]; /* [row][k] */
@@ -224,17 +273,19 @@ __global__ void __launch_bounds__(KVP_GPU_GEMM_THREADS)
     const uint32_t lr = tid / (BK / 8), part = (tid % (BK / 8)) * 8;
     const int vec = ((uintptr_t)x & 15) == 0 && w.n_in % 4 == 0;
     float acc[2][2][4] = {};
-    for (uint32_t k0 = 0; k0 < w.n_in; k0 += BK) {
+    /* this CTA's part of the k range (all of it unless split, cuda_impl.cuh) */
+    const uint32_t kbeg = blockIdx.z * kper * BK, kend = min(w.n_in, kbeg + kper * BK);
+    for (uint32_t k0 = kbeg; k0 < kend; k0 += BK) {
         float v[8];
         uint32_t gt = tok0 + lr, gk = k0 + part;
         const float *xp = x + (uint64_t)gt * w.n_in + gk;
-        if (gt < n_tok && vec && gk + 8 <= w.n_in) {
+        if (gt < n_tok && vec && gk + 8 <= kend) {
             float4 a = ((const float4 *)xp)[0], b = ((const float4 *)xp)[1];
             v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
         } else {
 #pragma unroll
             for (int j = 0; j < 8; j++)
-                v[j] = gt < n_tok && gk + j < w.n_in ? xp[j] : 0.0f;
+                v[j] = gt < n_tok && gk + j < kend ? xp[j] : 0.0f;
         }
         cu_store_bf16x8(&xs[lr][part], v);
         cu_wdec8_tile<DT>(w, row0 + lr, gk, n_out, v);
@@ -266,6 +317,8 @@ __global__ void __launch_bounds__(KVP_GPU_GEMM_THREADS)
         __syncthreads();
     }
     /* c0, c1: token g, rows 2 t4 and 2 t4 + 1 of the n8 tile; c2, c3: token g + 8 */
+    if (gridDim.z > 1 && !cu_splitk_gather(sk, &acc[0][0][0], wm, wn, g, t4))
+        return;
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -330,11 +383,11 @@ static void cu_gemv_launch(cudaStream_t st, const cu_wview &w, uint32_t n_out, c
  * every kind but f32. */
 template <int DT>
 static void cu_gemm_launch(cudaStream_t st, const cu_wview &w, uint32_t n_out, const float *x, float *y,
-                           uint32_t n_tok, dim3 grid, uint32_t threads, int mma)
+                           uint32_t n_tok, dim3 grid, uint32_t threads, uint32_t kper, const cu_splitk &sk, int mma)
 {
     if constexpr (DT != KVP_DTYPE_F32) {
         if (mma) {
-            cu_gemm_mma_k<DT><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
+            cu_gemm_mma_k<DT><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok, kper, sk);
             return;
         }
     }
@@ -342,9 +395,11 @@ static void cu_gemm_launch(cudaStream_t st, const cu_wview &w, uint32_t n_out, c
 }
 
 cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const float *x, float *y,
-                      uint32_t n_tok, const kvp_gpu_mm_shape &s, int pipelined, int mma)
+                      uint32_t n_tok, const kvp_gpu_mm_shape &s, const cu_splitk &sk, int pipelined, int mma)
 {
-    dim3 grid(s.grid[0], s.grid[1]);
+    if (s.grid[2] > 1 && (!mma || dtype == KVP_DTYPE_F32 || !sk.ws || !sk.cnt))
+        return cudaErrorInvalidValue; /* only the tensor-core GEMM splits k */
+    dim3 grid(s.grid[0], s.grid[1], s.grid[2]);
     int gemv = s.kind == KVP_GPU_MM_GEMV;
     switch (dtype) {
 #define CU_MM_CASE(DT)                                                                 \
@@ -352,7 +407,7 @@ cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_
         if (gemv)                                                                      \
             cu_gemv_launch<DT>(st, w, n_out, x, y, n_tok, grid, s.threads, pipelined); \
         else                                                                           \
-            cu_gemm_launch<DT>(st, w, n_out, x, y, n_tok, grid, s.threads, mma);       \
+            cu_gemm_launch<DT>(st, w, n_out, x, y, n_tok, grid, s.threads, s.kper, sk, mma); \
         break;
         CU_WEIGHT_DTYPES(CU_MM_CASE)
 #undef CU_MM_CASE

@@ -48,13 +48,14 @@ int kvp_gpuplan_attn(kvp_gpu_attn_shape *s, uint32_t n_tok, uint32_t n_head, uin
     return 0;
 }
 
-int kvp_gpuplan_matmul(kvp_gpu_mm_shape *s, uint32_t n_out, uint32_t n_tok, kvp_err *err)
+int kvp_gpuplan_matmul(kvp_gpu_mm_shape *s, uint32_t n_out, uint32_t n_in, uint32_t n_tok, uint32_t fill,
+                       kvp_err *err)
 {
     memset(s, 0, sizeof *s);
     if (n_tok <= KVP_GPU_GEMV_MAX_TOK) {
         s->kind = KVP_GPU_MM_GEMV;
         s->grid[0] = (n_out + KVP_GPU_GEMV_ROWS - 1) / KVP_GPU_GEMV_ROWS;
-        s->grid[1] = 1;
+        s->grid[1] = s->grid[2] = 1;
         s->threads = KVP_GPU_GEMV_THREADS;
         return 0;
     }
@@ -66,7 +67,31 @@ int kvp_gpuplan_matmul(kvp_gpu_mm_shape *s, uint32_t n_out, uint32_t n_tok, kvp_
     s->grid[0] = (n_out + KVP_GPU_GEMM_BN - 1) / KVP_GPU_GEMM_BN;
     s->grid[1] = (uint32_t)gy;
     s->threads = KVP_GPU_GEMM_THREADS;
+    uint32_t ksteps = (n_in + KVP_GPU_GEMM_BK - 1) / KVP_GPU_GEMM_BK;
+    uint64_t tiles = (uint64_t)s->grid[0] * gy, parts = 1;
+    if (tiles < fill) {
+        parts = (fill + tiles - 1) / tiles;
+        if (parts > ksteps / KVP_GPU_GEMM_MIN_KSTEPS)
+            parts = ksteps / KVP_GPU_GEMM_MIN_KSTEPS;
+        if (parts > KVP_GPU_GEMM_MAX_SPLITS)
+            parts = KVP_GPU_GEMM_MAX_SPLITS;
+        if (parts < 1)
+            parts = 1;
+    }
+    /* parts of kper steps each, none empty: the count again from kper */
+    s->kper = ksteps ? (uint32_t)((ksteps + parts - 1) / parts) : 1;
+    s->grid[2] = ksteps ? (ksteps + s->kper - 1) / s->kper : 1;
     return 0;
+}
+
+uint64_t kvp_gpuplan_splitk_floats(uint32_t fill)
+{
+    return 2 * (uint64_t)fill * KVP_GPU_GEMM_BM * KVP_GPU_GEMM_BN;
+}
+
+uint32_t kvp_gpuplan_splitk_tiles(uint32_t fill)
+{
+    return fill;
 }
 
 uint32_t kvp_gpuplan_blocks(uint64_t n, uint32_t threads, uint32_t max_blocks)

@@ -132,17 +132,41 @@ int kvp_gpuplan_attn(kvp_gpu_attn_shape *s, uint32_t n_tok, uint32_t n_head, uin
 #define KVP_GPU_GEMM_BK 32     /* elements of a row a step */
 #define KVP_GPU_GEMM_THREADS 256 /* each a 4 x 4 block of outputs */
 
+/* Split-K: a GEMM of few tiles (a decode batch of 9 to a few hundred
+ * tokens on a small model's 576-row matrices makes 9 CTAs on a 132-SM GPU;
+ * on an H200 split-K took SmolLM2's 64-token matmuls from 35 to 22 us a
+ * call with parts of 4 steps or more)
+ * splits each tile's k range into grid[2] parts of kper BK steps, so about
+ * `fill` CTAs run (the backend passes 2 x its SMs); each part writes its
+ * tile's partial sums to a workspace, and the last part of a tile to finish
+ * adds them up in part order (deterministic, no float atomics) and writes
+ * y.  A part takes at least KVP_GPU_GEMM_MIN_KSTEPS steps (a CTA's steps
+ * run one after another, each waiting on its loads: short chains on many
+ * CTAs hide that latency better than long ones on few), a tile at most
+ * KVP_GPU_GEMM_MAX_SPLITS parts; only grids of fewer than `fill` tiles
+ * split, so splits x tiles < 2 fill. */
+#define KVP_GPU_GEMM_MIN_KSTEPS 2
+#define KVP_GPU_GEMM_MAX_SPLITS 16
+
 enum kvp_gpu_mm_kind { KVP_GPU_MM_GEMV = 0, KVP_GPU_MM_GEMM = 1 };
 
 typedef struct kvp_gpu_mm_shape {
     int kind;              /* kvp_gpu_mm_kind */
-    uint32_t grid[2];      /* GEMV: row groups, 1; GEMM: row tiles, token tiles */
+    uint32_t grid[3];      /* GEMV: row groups, 1, 1; GEMM: row tiles, token tiles, k parts */
+    uint32_t kper;         /* GEMM: BK steps a k part (all of them when grid[2] is 1) */
     uint32_t threads;
 } kvp_gpu_mm_shape;
 
-/* The launch of y[n_tok][n_out] = x . w^T.  0, or KVP_ELIMIT when a grid
- * dimension would be too large. */
-int kvp_gpuplan_matmul(kvp_gpu_mm_shape *s, uint32_t n_out, uint32_t n_tok, kvp_err *err);
+/* The launch of y[n_tok][n_out] = x[n_tok][n_in] . w^T; fill: the CTAs a
+ * split GEMM aims at, 0 for none.  0, or KVP_ELIMIT when a grid dimension
+ * would be too large. */
+int kvp_gpuplan_matmul(kvp_gpu_mm_shape *s, uint32_t n_out, uint32_t n_in, uint32_t n_tok, uint32_t fill,
+                       kvp_err *err);
+
+/* What split GEMMs planned with `fill` need: workspace floats (a BM x BN
+ * tile per part) and tile counters (one per tile of a split grid). */
+uint64_t kvp_gpuplan_splitk_floats(uint32_t fill);
+uint32_t kvp_gpuplan_splitk_tiles(uint32_t fill);
 
 /* Blocks of `threads` for a grid-stride loop over n elements, capped at
  * max_blocks (enough to fill the device; each thread then loops). */
