@@ -190,9 +190,10 @@ __global__ void __launch_bounds__(KVP_GPU_GEMM_THREADS)
  * 32 (w / 4) .. + 32 and rows 16 (w % 4) .. + 16, two m16 by two n8 tiles.
  * bf16 operands put the products within about 1e-3 of f32 ones, inside the
  * tolerances the op tests apply to every weight kind but f32 (f32 weights
- * stay on cu_gemm_k).  Rows of the tiles are MMA_LD halves apart (80
- * bytes): a fragment's 8 rows x 4 words then fall in 32 different banks. */
-#define MMA_LD (BK + 8)
+ * stay on cu_gemm_k).  A step takes KB elements of k: KVP_GPU_GEMM_BK (32,
+ * cu_gemm_k's) or KVP_GPU_MMA_BK64 (64: twice the loads in flight a step and
+ * half the steps, for GEMMs whose CTAs are latency-bound, as a split
+ * decode batch's are; KVP_CUDA_MMA_K64=0 for 32). */
 
 /* 8 floats as 8 bf16 (round to nearest even), one 16-byte store */
 __device__ static inline void cu_store_bf16x8(uint16_t *dst, const float v[8])
@@ -260,39 +261,56 @@ __device__ static int cu_splitk_gather(const cu_splitk &sk, float *acc, uint32_t
     return 1;
 }
 
-template <int DT>
+template <int DT, int KB>
 __global__ void __launch_bounds__(KVP_GPU_GEMM_THREADS)
     cu_gemm_mma_k(cu_wview w, uint32_t n_out, const float *__restrict__ x, float *__restrict__ y, uint32_t n_tok,
                   uint32_t kper, cu_splitk sk)
 {
-    __shared__ __align__(16) uint16_t xs[BM][MMA_LD]; /* [token][k] */
-    __shared__ __align__(16) uint16_t ws[BN][MMA_LD]; /* [row][k] */
+    /* KB elements of k a step (KVP_GPU_GEMM_BK or KVP_GPU_MMA_BK64); a row
+     * of the tiles is KB + 8 halves: at 32 or 64 a fragment's 8 rows x 4
+     * words still fall in 32 different banks */
+    constexpr int LD = KB + 8, CH = KB / 8, ROWS = KVP_GPU_GEMM_THREADS / CH, PASS = BM / ROWS;
+    static_assert(KVP_GPU_GEMM_THREADS % CH == 0 && BM % ROWS == 0 && BM == BN, "tile loads");
+    __shared__ __align__(16) uint16_t xs[BM][LD]; /* [token][k] */
+    __shared__ __align__(16) uint16_t ws[BN][LD]; /* [row][k] */
     const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t4 = lane % 4;
     const uint32_t tok0 = blockIdx.y * BM, row0 = blockIdx.x * BN, wm = (warp / 4) * 32, wn = (warp % 4) * 16;
-    /* each thread loads 8 consecutive elements of one token's and one row's k range */
-    const uint32_t lr = tid / (BK / 8), part = (tid % (BK / 8)) * 8;
+    /* each thread loads 8 consecutive elements of PASS tokens' and PASS
+     * rows' k range (rows lr, lr + ROWS, ..), every load issued before any
+     * is converted so their latencies overlap */
+    const uint32_t lr = tid / CH, part = (tid % CH) * 8;
     const int vec = ((uintptr_t)x & 15) == 0 && w.n_in % 4 == 0;
     float acc[2][2][4] = {};
     /* this CTA's part of the k range (all of it unless split, cuda_impl.cuh) */
-    const uint32_t kbeg = blockIdx.z * kper * BK, kend = min(w.n_in, kbeg + kper * BK);
-    for (uint32_t k0 = kbeg; k0 < kend; k0 += BK) {
-        float v[8];
-        uint32_t gt = tok0 + lr, gk = k0 + part;
-        const float *xp = x + (uint64_t)gt * w.n_in + gk;
-        if (gt < n_tok && vec && gk + 8 <= kend) {
-            float4 a = ((const float4 *)xp)[0], b = ((const float4 *)xp)[1];
-            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-        } else {
+    const uint32_t kbeg = blockIdx.z * kper * KB, kend = min(w.n_in, kbeg + kper * KB);
+    for (uint32_t k0 = kbeg; k0 < kend; k0 += KB) {
+        float vx[PASS][8], vw[PASS][8];
+        const uint32_t gk = k0 + part;
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                v[j] = gt < n_tok && gk + j < kend ? xp[j] : 0.0f;
+        for (int p = 0; p < PASS; p++) {
+            uint32_t gt = tok0 + lr + p * ROWS;
+            const float *xp = x + (uint64_t)gt * w.n_in + gk;
+            if (gt < n_tok && vec && gk + 8 <= kend) {
+                float4 a = ((const float4 *)xp)[0], b = ((const float4 *)xp)[1];
+                vx[p][0] = a.x, vx[p][1] = a.y, vx[p][2] = a.z, vx[p][3] = a.w;
+                vx[p][4] = b.x, vx[p][5] = b.y, vx[p][6] = b.z, vx[p][7] = b.w;
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    vx[p][j] = gt < n_tok && gk + j < kend ? xp[j] : 0.0f;
+            }
         }
-        cu_store_bf16x8(&xs[lr][part], v);
-        cu_wdec8_tile<DT>(w, row0 + lr, gk, n_out, v);
-        cu_store_bf16x8(&ws[lr][part], v);
+#pragma unroll
+        for (int p = 0; p < PASS; p++)
+            cu_wdec8_tile<DT>(w, row0 + lr + p * ROWS, gk < kend ? gk : w.n_in, n_out, vw[p]);
+#pragma unroll
+        for (int p = 0; p < PASS; p++) {
+            cu_store_bf16x8(&xs[lr + p * ROWS][part], vx[p]);
+            cu_store_bf16x8(&ws[lr + p * ROWS][part], vw[p]);
+        }
         __syncthreads();
 #pragma unroll
-        for (uint32_t kk = 0; kk < BK; kk += 16) {
+        for (uint32_t kk = 0; kk < KB; kk += 16) {
             uint32_t a[2][4], b[2][2], c = kk + 2 * t4;
 #pragma unroll
             for (int mi = 0; mi < 2; mi++) {
@@ -383,13 +401,16 @@ static void cu_gemv_launch(cudaStream_t st, const cu_wview &w, uint32_t n_out, c
  * every kind but f32. */
 template <int DT>
 static void cu_gemm_launch(cudaStream_t st, const cu_wview &w, uint32_t n_out, const float *x, float *y,
-                           uint32_t n_tok, dim3 grid, uint32_t threads, uint32_t kper, const cu_splitk &sk, int mma)
+                           uint32_t n_tok, dim3 grid, uint32_t threads, uint32_t kper, uint32_t kb,
+                           const cu_splitk &sk, int mma)
 {
     if constexpr (DT != KVP_DTYPE_F32) {
-        if (mma) {
-            cu_gemm_mma_k<DT><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok, kper, sk);
+        if (mma && kb == KVP_GPU_MMA_BK64)
+            cu_gemm_mma_k<DT, KVP_GPU_MMA_BK64><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok, kper, sk);
+        else if (mma)
+            cu_gemm_mma_k<DT, KVP_GPU_GEMM_BK><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok, kper, sk);
+        if (mma)
             return;
-        }
     }
     cu_gemm_k<DT><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
 }
@@ -397,8 +418,9 @@ static void cu_gemm_launch(cudaStream_t st, const cu_wview &w, uint32_t n_out, c
 cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_out, const float *x, float *y,
                       uint32_t n_tok, const kvp_gpu_mm_shape &s, const cu_splitk &sk, int pipelined, int mma)
 {
-    if (s.grid[2] > 1 && (!mma || dtype == KVP_DTYPE_F32 || !sk.ws || !sk.cnt))
-        return cudaErrorInvalidValue; /* only the tensor-core GEMM splits k */
+    if (s.kind == KVP_GPU_MM_GEMM && (s.grid[2] > 1 || s.kb != KVP_GPU_GEMM_BK) &&
+        (!mma || dtype == KVP_DTYPE_F32 || (s.grid[2] > 1 && (!sk.ws || !sk.cnt))))
+        return cudaErrorInvalidValue; /* only the tensor-core GEMM splits k or takes 64 a step */
     dim3 grid(s.grid[0], s.grid[1], s.grid[2]);
     int gemv = s.kind == KVP_GPU_MM_GEMV;
     switch (dtype) {
@@ -407,7 +429,7 @@ cudaError_t cu_matmul(cudaStream_t st, int dtype, const cu_wview &w, uint32_t n_
         if (gemv)                                                                      \
             cu_gemv_launch<DT>(st, w, n_out, x, y, n_tok, grid, s.threads, pipelined); \
         else                                                                           \
-            cu_gemm_launch<DT>(st, w, n_out, x, y, n_tok, grid, s.threads, s.kper, sk, mma); \
+            cu_gemm_launch<DT>(st, w, n_out, x, y, n_tok, grid, s.threads, s.kper, s.kb, sk, mma); \
         break;
         CU_WEIGHT_DTYPES(CU_MM_CASE)
 #undef CU_MM_CASE

@@ -49,9 +49,14 @@ int kvp_gpuplan_attn(kvp_gpu_attn_shape *s, uint32_t n_tok, uint32_t n_head, uin
 }
 
 int kvp_gpuplan_matmul(kvp_gpu_mm_shape *s, uint32_t n_out, uint32_t n_in, uint32_t n_tok, uint32_t fill,
-                       kvp_err *err)
+                       uint32_t kb, kvp_err *err)
 {
     memset(s, 0, sizeof *s);
+    if (kb == 0)
+        kb = KVP_GPU_GEMM_BK;
+    if (kb != KVP_GPU_GEMM_BK && kb != KVP_GPU_MMA_BK64)
+        return kvp_err_set(err, KVP_EINVAL, "cuda matmul: a k step of %u (%u or %u)", kb, KVP_GPU_GEMM_BK,
+                           KVP_GPU_MMA_BK64);
     if (n_tok <= KVP_GPU_GEMV_MAX_TOK) {
         s->kind = KVP_GPU_MM_GEMV;
         s->grid[0] = (n_out + KVP_GPU_GEMV_ROWS - 1) / KVP_GPU_GEMV_ROWS;
@@ -67,12 +72,13 @@ int kvp_gpuplan_matmul(kvp_gpu_mm_shape *s, uint32_t n_out, uint32_t n_in, uint3
     s->grid[0] = (n_out + KVP_GPU_GEMM_BN - 1) / KVP_GPU_GEMM_BN;
     s->grid[1] = (uint32_t)gy;
     s->threads = KVP_GPU_GEMM_THREADS;
-    uint32_t ksteps = (n_in + KVP_GPU_GEMM_BK - 1) / KVP_GPU_GEMM_BK;
+    s->kb = kb;
+    uint32_t ksteps = (n_in + kb - 1) / kb;
     uint64_t tiles = (uint64_t)s->grid[0] * gy, parts = 1;
     if (tiles < fill) {
         parts = (fill + tiles - 1) / tiles;
-        if (parts > ksteps / KVP_GPU_GEMM_MIN_KSTEPS)
-            parts = ksteps / KVP_GPU_GEMM_MIN_KSTEPS;
+        if (parts > (uint64_t)ksteps * kb / KVP_GPU_GEMM_MIN_K)
+            parts = (uint64_t)ksteps * kb / KVP_GPU_GEMM_MIN_K;
         if (parts > KVP_GPU_GEMM_MAX_SPLITS)
             parts = KVP_GPU_GEMM_MAX_SPLITS;
         if (parts < 1)

@@ -140,12 +140,13 @@ int kvp_gpuplan_attn(kvp_gpu_attn_shape *s, uint32_t n_tok, uint32_t n_head, uin
  * `fill` CTAs run (the backend passes 2 x its SMs); each part writes its
  * tile's partial sums to a workspace, and the last part of a tile to finish
  * adds them up in part order (deterministic, no float atomics) and writes
- * y.  A part takes at least KVP_GPU_GEMM_MIN_KSTEPS steps (a CTA's steps
- * run one after another, each waiting on its loads: short chains on many
- * CTAs hide that latency better than long ones on few), a tile at most
- * KVP_GPU_GEMM_MAX_SPLITS parts; only grids of fewer than `fill` tiles
- * split, so splits x tiles < 2 fill. */
-#define KVP_GPU_GEMM_MIN_KSTEPS 2
+ * y.  A part takes at least KVP_GPU_GEMM_MIN_K elements of k (a CTA's
+ * steps run one after another, each waiting on its loads: short chains on
+ * many CTAs hide that latency better than long ones on few), a tile at
+ * most KVP_GPU_GEMM_MAX_SPLITS parts; only grids of fewer than `fill`
+ * tiles split, so splits x tiles < 2 fill. */
+#define KVP_GPU_GEMM_MIN_K 64
+#define KVP_GPU_MMA_BK64 64    /* the tensor-core GEMM's other k step (kernels/README.md) */
 #define KVP_GPU_GEMM_MAX_SPLITS 16
 
 enum kvp_gpu_mm_kind { KVP_GPU_MM_GEMV = 0, KVP_GPU_MM_GEMM = 1 };
@@ -153,15 +154,17 @@ enum kvp_gpu_mm_kind { KVP_GPU_MM_GEMV = 0, KVP_GPU_MM_GEMM = 1 };
 typedef struct kvp_gpu_mm_shape {
     int kind;              /* kvp_gpu_mm_kind */
     uint32_t grid[3];      /* GEMV: row groups, 1, 1; GEMM: row tiles, token tiles, k parts */
-    uint32_t kper;         /* GEMM: BK steps a k part (all of them when grid[2] is 1) */
+    uint32_t kb;           /* GEMM: elements of k a step (KVP_GPU_GEMM_BK or KVP_GPU_MMA_BK64) */
+    uint32_t kper;         /* GEMM: steps a k part (all of them when grid[2] is 1) */
     uint32_t threads;
 } kvp_gpu_mm_shape;
 
 /* The launch of y[n_tok][n_out] = x[n_tok][n_in] . w^T; fill: the CTAs a
- * split GEMM aims at, 0 for none.  0, or KVP_ELIMIT when a grid dimension
- * would be too large. */
+ * split GEMM aims at, 0 for none; kb: the GEMM's k step (0:
+ * KVP_GPU_GEMM_BK).  0, or KVP_ELIMIT when a grid dimension would be too
+ * large, KVP_EINVAL for a k step neither of those. */
 int kvp_gpuplan_matmul(kvp_gpu_mm_shape *s, uint32_t n_out, uint32_t n_in, uint32_t n_tok, uint32_t fill,
-                       kvp_err *err);
+                       uint32_t kb, kvp_err *err);
 
 /* What split GEMMs planned with `fill` need: workspace floats (a BM x BN
  * tile per part) and tile counters (one per tile of a split grid). */

@@ -41,7 +41,7 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
     expect_err_one_line "one line of error"
     expect_out_empty "nothing generated"
 fi
-# KVP_CUDA_PIPELINE, KVP_CUDA_MMA, KVP_CUDA_SPLITK, KVP_CUDA_ARGMAX and KVP_CUDA_PROFILE are checked before any device is looked for
+# KVP_CUDA_PIPELINE, _MMA, _SPLITK, _MMA_K64, _ARGMAX and _PROFILE are checked before any device is looked for
 run_sh "KVP_CUDA_PIPELINE=yes decode -m '$M' -t $THREADS -g -p 'The capital of France is' -n 8"
 expect_status 1 "KVP_CUDA_PIPELINE=yes is refused"
 expect_out_empty "nothing generated"
@@ -55,6 +55,9 @@ else
     run_sh "KVP_CUDA_SPLITK=off decode -m '$M' -t $THREADS -g -p 'The capital of France is' -n 8"
     expect_status 1 "KVP_CUDA_SPLITK=off is refused"
     expect_err_has "KVP_CUDA_SPLITK=off: 1 (the default) or 0" "naming the variable and its default"
+    run_sh "KVP_CUDA_MMA_K64=32 decode -m '$M' -t $THREADS -g -p 'The capital of France is' -n 8"
+    expect_status 1 "KVP_CUDA_MMA_K64=32 is refused"
+    expect_err_has "KVP_CUDA_MMA_K64=32: 1 (the default) or 0" "naming the variable and its default"
     run_sh "KVP_CUDA_ARGMAX=on decode -m '$M' -t $THREADS -g -p 'The capital of France is' -n 8"
     expect_status 1 "KVP_CUDA_ARGMAX=on is refused"
     expect_err_has "KVP_CUDA_ARGMAX=on: 1 (the default) or 0" "naming the variable and its default"

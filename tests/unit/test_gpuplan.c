@@ -132,73 +132,89 @@ static void test_matmul_shape(void)
 {
     kvp_gpu_mm_shape s;
     kvp_err err = {0};
-    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 4096, 4096, 1, 264, &err), 0);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 4096, 4096, 1, 264, 0, &err), 0);
     CHECK(s.kind == KVP_GPU_MM_GEMV && s.grid[0] == 4096 / KVP_GPU_GEMV_ROWS && s.threads == 32 * KVP_GPU_GEMV_ROWS);
     CHECK(s.grid[1] == 1 && s.grid[2] == 1);
-    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 4097, 4096, KVP_GPU_GEMV_MAX_TOK, 264, &err), 0);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 4097, 4096, KVP_GPU_GEMV_MAX_TOK, 264, 0, &err), 0);
     CHECK(s.kind == KVP_GPU_MM_GEMV && s.grid[0] == 4096 / KVP_GPU_GEMV_ROWS + 1);
-    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 4097, 4096, KVP_GPU_GEMV_MAX_TOK + 1, 0, &err), 0);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 4097, 4096, KVP_GPU_GEMV_MAX_TOK + 1, 0, 0, &err), 0);
     CHECK(s.kind == KVP_GPU_MM_GEMM && s.grid[0] == 65 && s.grid[1] == 1 && s.threads == KVP_GPU_GEMM_THREADS);
     CHECK(s.grid[2] == 1 && s.kper == 4096 / KVP_GPU_GEMM_BK);
-    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 64, 4096, 129, 0, &err), 0);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 64, 4096, 129, 0, 0, &err), 0);
     CHECK(s.grid[0] == 1 && s.grid[1] == 3 && s.grid[2] == 1);
     /* the GEMM's 4 x 4 outputs a thread cover its tile exactly */
     CHECK_EQ_U64(KVP_GPU_GEMM_THREADS * 16, KVP_GPU_GEMM_BM * KVP_GPU_GEMM_BN);
     /* and its weight tile is one 8-element decode a thread */
     CHECK_EQ_U64(KVP_GPU_GEMM_THREADS * 8, KVP_GPU_GEMM_BN * KVP_GPU_GEMM_BK);
-    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 64, 4096, UINT32_MAX, 264, &err), KVP_ELIMIT);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 64, 4096, UINT32_MAX, 264, 0, &err), KVP_ELIMIT);
     CHECK_EQ_U64(kvp_gpuplan_blocks(0, 256, 1024), 1);
     CHECK_EQ_U64(kvp_gpuplan_blocks(257, 256, 1024), 2);
     CHECK_EQ_U64(kvp_gpuplan_blocks((uint64_t)1 << 40, 256, 1024), 1024);
 }
 
 /* Split-K: SmolLM2's down projection (576 x 1536) for 64 decode tokens is
- * 9 tiles: 16 parts (the most) of 3 steps on an H200 (fill 264); its q
- * projection (576 x 576, 18 steps) 9 parts of 2, as a part takes 2 steps
- * at least; a prompt of 2048 tokens (288 tiles) fills the GPU unsplit.
- * For every shape: the parts cover the k steps with none empty, and the
+ * 9 tiles: 16 parts (the most) of 3 steps of 32 on an H200 (fill 264), or
+ * 12 parts of 2 steps of 64; its q projection (576 x 576) 9 parts of 2
+ * steps of 32 or of 1 of 64, as a part takes 64 elements at least; a
+ * prompt of 2048 tokens (288 tiles) fills the GPU unsplit.  For every
+ * shape and k step: the parts cover the k steps with none empty, and the
  * workspace and counters suffice. */
 static void test_splitk(void)
 {
     kvp_gpu_mm_shape s;
     kvp_err err = {0};
-    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 576, 1536, 64, 264, &err), 0);
-    CHECK(s.grid[0] == 9 && s.grid[1] == 1 && s.grid[2] == 16 && s.kper == 3);
-    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 576, 576, 64, 264, &err), 0);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 576, 1536, 64, 264, 0, &err), 0);
+    CHECK(s.grid[0] == 9 && s.grid[1] == 1 && s.grid[2] == 16 && s.kper == 3 && s.kb == KVP_GPU_GEMM_BK);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 576, 1536, 64, 264, KVP_GPU_MMA_BK64, &err), 0);
+    CHECK(s.grid[0] == 9 && s.grid[2] == 12 && s.kper == 2 && s.kb == 64);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 576, 576, 64, 264, 0, &err), 0);
     CHECK(s.grid[0] == 9 && s.grid[2] == 9 && s.kper == 2);
-    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 576, 576, 2048, 264, &err), 0);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 576, 576, 64, 264, KVP_GPU_MMA_BK64, &err), 0);
+    CHECK(s.grid[2] == 9 && s.kper == 1);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 576, 576, 2048, 264, 0, &err), 0);
     CHECK(s.grid[0] == 9 && s.grid[1] == 32 && s.grid[2] == 1 && s.kper == 18);
-    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 192, 2048, 16, 264, &err), 0);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 576, 576, 2048, 264, KVP_GPU_MMA_BK64, &err), 0);
+    CHECK(s.grid[2] == 1 && s.kper == 9);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 192, 2048, 16, 264, 0, &err), 0);
     CHECK(s.grid[2] == KVP_GPU_GEMM_MAX_SPLITS && s.kper == 4);
-    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 40, 2176, 16, 264, &err), 0); /* test_gpu_ops' ragged one */
+    /* test_gpu_ops' ragged one: 68 steps of 32, 13 parts of 5 and one of 3;
+     * 34 of 64, 11 parts of 3 and one of 1 */
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 40, 2176, 16, 264, 0, &err), 0);
     CHECK(s.grid[2] == 14 && s.kper == 5);
-    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 576, 60, 64, 264, &err), 0); /* 2 steps: too few to split */
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 40, 2176, 16, 264, KVP_GPU_MMA_BK64, &err), 0);
+    CHECK(s.grid[2] == 12 && s.kper == 3);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 576, 60, 64, 264, 0, &err), 0); /* under 64 elements: no split */
     CHECK(s.grid[2] == 1 && s.kper == 2);
+    CHECK_EQ_I64(kvp_gpuplan_matmul(&s, 576, 60, 64, 264, 48, &err), KVP_EINVAL);
     static const uint32_t outs[] = {1, 40, 77, 576, 1536, 4096, 49152}, ins[] = {1, 8, 200, 512, 576, 1536, 4100},
-                          toks[] = {9, 16, 64, 100, 256, 2048}, fills[] = {0, 16, 264, 1000};
+                          toks[] = {9, 16, 64, 100, 256, 2048}, fills[] = {0, 16, 264, 1000},
+                          kbs[] = {KVP_GPU_GEMM_BK, KVP_GPU_MMA_BK64};
     int bad = 0;
     for (size_t a = 0; a < sizeof outs / sizeof *outs; a++)
         for (size_t b = 0; b < sizeof ins / sizeof *ins; b++)
             for (size_t c = 0; c < sizeof toks / sizeof *toks; c++)
-                for (size_t f = 0; f < sizeof fills / sizeof *fills; f++) {
-                    if (kvp_gpuplan_matmul(&s, outs[a], ins[b], toks[c], fills[f], &err) != 0) {
-                        bad++;
-                        continue;
+                for (size_t f = 0; f < sizeof fills / sizeof *fills; f++)
+                    for (size_t k = 0; k < sizeof kbs / sizeof *kbs; k++) {
+                        if (kvp_gpuplan_matmul(&s, outs[a], ins[b], toks[c], fills[f], kbs[k], &err) != 0) {
+                            bad++;
+                            continue;
+                        }
+                        uint64_t ksteps = (ins[b] + kbs[k] - 1) / kbs[k], tiles = (uint64_t)s.grid[0] * s.grid[1];
+                        int covered =
+                            (uint64_t)s.grid[2] * s.kper >= ksteps && (uint64_t)(s.grid[2] - 1) * s.kper < ksteps;
+                        int fits = s.grid[2] == 1 || ((uint64_t)s.grid[2] * tiles * KVP_GPU_GEMM_BM * KVP_GPU_GEMM_BN <=
+                                                          kvp_gpuplan_splitk_floats(fills[f]) &&
+                                                      tiles <= kvp_gpuplan_splitk_tiles(fills[f]));
+                        int sane = s.kb == kbs[k] && s.grid[2] <= KVP_GPU_GEMM_MAX_SPLITS &&
+                                   (fills[f] || s.grid[2] == 1) &&
+                                   (s.grid[2] == 1 || (uint64_t)s.kper * s.kb >= KVP_GPU_GEMM_MIN_K);
+                        if (!covered || !fits || !sane) {
+                            if (bad++ < 5)
+                                printf("split-K %u x %u, %u tokens, fill %u, k step %u: %u parts of %u steps "
+                                       "(covered %d fits %d)\n",
+                                       outs[a], ins[b], toks[c], fills[f], kbs[k], s.grid[2], s.kper, covered, fits);
+                        }
                     }
-                    uint64_t ksteps = (ins[b] + KVP_GPU_GEMM_BK - 1) / KVP_GPU_GEMM_BK,
-                             tiles = (uint64_t)s.grid[0] * s.grid[1];
-                    int covered = (uint64_t)s.grid[2] * s.kper >= ksteps && (uint64_t)(s.grid[2] - 1) * s.kper < ksteps;
-                    int fits = s.grid[2] == 1 || ((uint64_t)s.grid[2] * tiles * KVP_GPU_GEMM_BM * KVP_GPU_GEMM_BN <=
-                                                      kvp_gpuplan_splitk_floats(fills[f]) &&
-                                                  tiles <= kvp_gpuplan_splitk_tiles(fills[f]));
-                    int sane = s.grid[2] <= KVP_GPU_GEMM_MAX_SPLITS && (fills[f] || s.grid[2] == 1) &&
-                               (s.grid[2] == 1 || s.kper >= KVP_GPU_GEMM_MIN_KSTEPS);
-                    if (!covered || !fits || !sane) {
-                        if (bad++ < 5)
-                            printf("split-K %u x %u, %u tokens, fill %u: %u parts of %u steps (covered %d fits %d)\n",
-                                   outs[a], ins[b], toks[c], fills[f], s.grid[2], s.kper, covered, fits);
-                    }
-                }
     CHECK_EQ_I64(bad, 0);
 }
 
