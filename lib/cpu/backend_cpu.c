@@ -449,6 +449,10 @@ static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y,
             if (!cw || !cw->wsum)
                 return kvp_err_set(err, KVP_EINVAL, "%s: weight was not prepared (prepare_weight)", wname(w));
             c.wsum = cw->wsum;
+        } else if (!c.amx && w->dev) {
+            /* a few tokens' rows use the block sums too where the weight
+             * has them (they exist exactly when its tiles are flipped) */
+            c.wsum = ((const cpu_weight *)w->dev)->wsum;
         }
         if (prep)
             kvp_threadpool_run(n_groups > 1 ? im->pool : NULL, mm_prep_task, &c, (int)n_groups);

@@ -224,8 +224,9 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
 
 /* A matmul piece through table k the way the backend runs it: rows w (nr,
  * stride bytes apart) by tokens x[nt] (nt <= tile_tok), quantized by k
- * and put into a tile when nt > few_tok, with the block sums a flipped tile
- * needs; y[t * ldy + r]. */
+ * and put into a tile when nt > few_tok, with the block sums of a table
+ * that flips its tiles (Q8_0, i8) at any nt, as the backend passes them
+ * (vnni_rows takes them from 4 tokens); y[t * ldy + r]. */
 typedef struct kern_w {
     int dtype;
     const uint8_t *w;
@@ -263,14 +264,13 @@ static void kern_mm(const kvp_cpu_kernels *k, const kern_w *kw, uint32_t nr, con
                 kvp_cpu_q8_tile_put(xq[t], t, T, nb, k->tile_unit, flip, xt, dxs);
         }
         b.xq = xp;
-        if (nt > k->few_tok) {
+        if (nt > k->few_tok)
             b.xt = xt, b.dxs = dxs;
-            if (flip) {
-                for (uint32_t r = 0; r < nr; r++)
-                    k->wsum(kw->w + r * kw->stride + (dt == KVP_DTYPE_Q8_0 ? 2 : 0), dt == KVP_DTYPE_Q8_0 ? 34 : 32,
-                            nb, ws + r * nb);
-                b.wsum = ws;
-            }
+        if (flip) {
+            for (uint32_t r = 0; r < nr; r++)
+                k->wsum(kw->w + r * kw->stride + (dt == KVP_DTYPE_Q8_0 ? 2 : 0), dt == KVP_DTYPE_Q8_0 ? 34 : 32, nb,
+                        ws + r * nb);
+            b.wsum = ws;
         }
     }
     kvp_mm_fn f = dt == KVP_DTYPE_Q4_0 ? k->mm_q4_0 : dt == KVP_DTYPE_Q4_1 ? k->mm_q4_1 : dt == KVP_DTYPE_Q8_0
@@ -457,7 +457,8 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
         CHECK_MSG(bad == 0, "%s %s: %d pieces give other bits", fast->isa, kvp_dtype_name((uint32_t)dt), bad);
     }
     /* q8_0 with extreme codes (w -128 and 127, x +-127) against an exact
-     * sum: the VNNI tile offsets x by 128 and must cancel it exactly */
+     * sum: the VNNI tile and rows of 4 or more tokens offset x by 128 and
+     * must cancel it exactly */
     {
         static uint8_t rows[2][NB * 34];
         for (int r = 0; r < 2; r++)
@@ -476,8 +477,10 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
                                                : (j * 13 + t * 7 + b) % 255 - 127);
         kern_w kw = {.dtype = KVP_DTYPE_Q8_0, .w = rows[0], .stride = NB * 34, .n = N};
         float y[TT][2];
-        for (uint32_t nt = 1; nt <= T; nt += T - 1)
-            for (uint32_t t = 0; t < TT; t += nt) {
+        /* one token, 4 and few_tok (rows with the block sums), a tile */
+        const uint32_t nts[] = {1, 4 <= T ? 4 : T, fast->few_tok <= T ? fast->few_tok : T, T};
+        for (size_t ni = 0; ni < sizeof nts / sizeof *nts; ni++)
+            for (uint32_t t = 0, nt = nts[ni] ? nts[ni] : 1; t < TT; t += nt) {
                 kern_mm(fast, &kw, 2, xf + t, TT - t < nt ? TT - t : nt, y[t], 2);
                 for (uint32_t u = t; u < t + nt && u < TT; u++)
                     for (int r = 0; r < 2; r++) {
