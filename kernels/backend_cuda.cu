@@ -864,14 +864,16 @@ extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *e
         e = cudaHostAlloc((void **)&im->faults, sizeof *im->faults, cudaHostAllocMapped);
     if (e == cudaSuccess)
         e = cudaHostGetDevicePointer((void **)&im->faults_dev, im->faults, 0);
-    /* split-K's workspace (8.6 MiB on an H200) and counters, zeroed once */
+    /* split-K's workspace (8.6 MiB on an H200) and counters, zeroed once
+     * on the stream the kernels run on (a non-blocking stream does not
+     * wait for the legacy default stream's work) */
     im->fill = mma && splitk ? 2 * (uint32_t)prop.multiProcessorCount : 0;
     if (e == cudaSuccess && im->fill)
         e = cudaMalloc((void **)&im->sk.ws, kvp_gpuplan_splitk_floats(im->fill) * sizeof(float));
     if (e == cudaSuccess && im->fill)
         e = cudaMalloc((void **)&im->sk.cnt, kvp_gpuplan_splitk_tiles(im->fill) * sizeof(uint32_t));
     if (e == cudaSuccess && im->fill)
-        e = cudaMemset(im->sk.cnt, 0, kvp_gpuplan_splitk_tiles(im->fill) * sizeof(uint32_t));
+        e = cudaMemsetAsync(im->sk.cnt, 0, kvp_gpuplan_splitk_tiles(im->fill) * sizeof(uint32_t), im->st);
     if (e != cudaSuccess) {
         int rc = cu_fail(err, e, "device %d (%s): creating the stream and split-K's workspace", device, prop.name);
         cu_destroy(b);
