@@ -47,7 +47,7 @@ typedef struct cu_impl {
     uint32_t *ids;             /* argmax_rows' device ids (reserve: max_tok of them) */
     uint32_t fill;             /* a split GEMM's CTAs: 2 x the SMs (mma only, not KVP_CUDA_SPLITK=0; else 0: none splits) */
     cu_splitk sk;              /* its workspace and tile counters (kvp_gpuplan_matmul) */
-    uint32_t mma_kb;           /* the tensor-core GEMM's k step: 64, or 32 with KVP_CUDA_MMA_K64=0 */
+    uint32_t mma_kb;           /* the GEMM's k step: 64 (mma), or 32 (KVP_CUDA_MMA_K64=0, or the f32 GEMM's) */
     uint32_t ids_cap;
     cu_prof *prof;             /* KVP_CUDA_PROFILE=1: each op timed (cuda_prof.cuh), else NULL */
     kvp_backend_ops prof_ops;  /* then the ops table, each op through its timer */
@@ -467,7 +467,7 @@ static int cu_matmul_op(kvp_backend *b, const kvp_weight *w, const float *x, flo
     kvp_gpu_mm_shape s;
     int f32 = cw->dtype == KVP_DTYPE_F32; /* f32 weights stay on cu_gemm_k: unsplit, 32 a step */
     int rc = kvp_gpuplan_matmul(&s, cw->n_out, cw->v.n_in, n_tok, f32 ? 0 : im->fill,
-                                f32 || !im->mma ? KVP_GPU_GEMM_BK : im->mma_kb, err);
+                                f32 ? KVP_GPU_GEMM_BK : im->mma_kb, err);
     if (rc < 0 || n_tok == 0 || cw->n_out == 0)
         return rc;
     CU_CHECK(cu_matmul(im->st, cw->dtype, cw->v, cw->n_out, x, y, n_tok, s, im->sk, im->pipelined, im->mma), err,
@@ -857,7 +857,7 @@ extern "C" int kvp_backend_cuda_create(kvp_backend **out, int device, kvp_err *e
     b->impl = im;
     im->device = device;
     im->pipelined = pipelined, im->mma = mma;
-    im->mma_kb = k64 ? KVP_GPU_MMA_BK64 : KVP_GPU_GEMM_BK;
+    im->mma_kb = mma && k64 ? KVP_GPU_MMA_BK64 : KVP_GPU_GEMM_BK;
     snprintf(im->dev_name, sizeof im->dev_name, "%s", prop.name);
     e = cudaStreamCreateWithFlags(&im->st, cudaStreamNonBlocking);
     if (e == cudaSuccess)

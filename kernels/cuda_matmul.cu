@@ -405,12 +405,13 @@ static void cu_gemm_launch(cudaStream_t st, const cu_wview &w, uint32_t n_out, c
                            const cu_splitk &sk, int mma)
 {
     if constexpr (DT != KVP_DTYPE_F32) {
-        if (mma && kb == KVP_GPU_MMA_BK64)
-            cu_gemm_mma_k<DT, KVP_GPU_MMA_BK64><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok, kper, sk);
-        else if (mma)
-            cu_gemm_mma_k<DT, KVP_GPU_GEMM_BK><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok, kper, sk);
-        if (mma)
+        if (mma) {
+            if (kb == KVP_GPU_MMA_BK64)
+                cu_gemm_mma_k<DT, KVP_GPU_MMA_BK64><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok, kper, sk);
+            else
+                cu_gemm_mma_k<DT, KVP_GPU_GEMM_BK><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok, kper, sk);
             return;
+        }
     }
     cu_gemm_k<DT><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
 }
