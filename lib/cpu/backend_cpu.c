@@ -124,7 +124,8 @@ static int cpu_synchronize(kvp_backend *b, kvp_err *err)
 /* ---- matmul ---- */
 
 /* The work is cut into pieces for the kernels (kvp_mm_blk): up to
- * KVP_MM_ROWS rows by one token group, the groups tile_tok tokens from token
+ * KVP_MM_ROWS rows (a few tokens of a quantized kind: the table's
+ * few_rows) by one token group, the groups tile_tok tokens from token
  * 0 of the step (on AMX: a task's rows by groups of KVP_AMX_TOK).  The
  * kernels give each (row, token) the same bits in any piece, so neither
  * this cut, nor the tasks', nor the thread count reach the results
@@ -207,8 +208,16 @@ static void mm_prep_task(void *ctxp, int task, int thread)
     }
 }
 
+/* The rows a piece takes: KVP_MM_ROWS, or the table's few_rows for a
+ * quantized kind's group of few tokens (AMX: all the task's rows). */
+static uint32_t mm_piece_rows(const mm_ctx *c, uint32_t nt)
+{
+    const kvp_cpu_kernels *k = c->k;
+    return c->quant && !c->rowbuf && nt <= k->few_tok && k->few_rows ? k->few_rows : KVP_MM_ROWS;
+}
+
 /* Task: rows r0..r1 by tokens t0..t1, one token group at a time, the rows
- * KVP_MM_ROWS a piece (AMX: all of them). */
+ * mm_piece_rows a piece (AMX: all of them). */
 static void mm_task(void *ctxp, int task, int thread)
 {
     mm_ctx *c = ctxp;
@@ -217,7 +226,7 @@ static void mm_task(void *ctxp, int task, int thread)
     uint32_t r1 = r0 + c->rows_per_task < w->n_out ? r0 + c->rows_per_task : w->n_out;
     uint32_t t0 = (uint32_t)task / c->n_row_tasks * c->toks_per_task;
     uint32_t t1 = t0 + c->toks_per_task < c->n_tok ? t0 + c->toks_per_task : c->n_tok;
-    uint32_t nb = w->n_in / KVP_QK, T = c->T, piece = c->amx ? r1 - r0 : KVP_MM_ROWS;
+    uint32_t nb = w->n_in / KVP_QK, T = c->T;
     kvp_mm_blk b = {.w = w->data, .w_stride = w->row_bytes, .sc = w->scales, .zp = w->zeros,
                     .sc_stride = w->scale_stride, .g = w->group, .n = w->n_in, .ldy = w->n_out};
     uint32_t rw = 0; /* row rw at b.w */
@@ -251,6 +260,7 @@ static void mm_task(void *ctxp, int task, int thread)
         b.xq = xq, b.xf = xf;
         b.xt = c->tiles ? (const int8_t *)(c->tiles + (size_t)(t / T) * c->tile_bytes) : NULL;
         b.dxs = b.xt && c->quant ? (const float *)(b.xt + (size_t)nb * T * KVP_QK) : NULL;
+        uint32_t piece = c->amx ? r1 - r0 : mm_piece_rows(c, b.nt);
         for (uint32_t r = r0; r < r1; r += piece) {
             b.nr = r1 - r < piece ? r1 - r : piece;
             b.w = w0 + (size_t)(r - rw) * b.w_stride;
@@ -306,7 +316,7 @@ static int mm_amx(const kvp_cpu_kernels *k, const kvp_weight *w, const mm_ctx *c
  * the 128s back out, so Q8_0 and i8 weights keep them, unless AMX takes
  * every step of theirs that would go through a tile (more than few_tok
  * tokens): then they would cost memory (4 bytes a block) and a pass at
- * load for nothing.  (It takes them from 10 tokens, so they are kept.) */
+ * load for nothing.  (It takes them from 9 tokens, so they are kept.) */
 static int mm_wants_wsum(const kvp_cpu_kernels *k, const kvp_weight *w, const mm_ctx *c, int direct)
 {
     return direct == 1 && k->tile_flip && (w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8) &&
@@ -449,10 +459,6 @@ static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y,
             if (!cw || !cw->wsum)
                 return kvp_err_set(err, KVP_EINVAL, "%s: weight was not prepared (prepare_weight)", wname(w));
             c.wsum = cw->wsum;
-        } else if (!c.amx && w->dev) {
-            /* a few tokens' rows use the block sums too where the weight
-             * has them (they exist exactly when its tiles are flipped) */
-            c.wsum = ((const cpu_weight *)w->dev)->wsum;
         }
         if (prep)
             kvp_threadpool_run(n_groups > 1 ? im->pool : NULL, mm_prep_task, &c, (int)n_groups);
@@ -475,7 +481,8 @@ static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y,
     uint32_t rows = (w->n_out + want - 1) / want;
     if ((n_tok > 8 || !direct) && rows > KVP_CPU_ROWBUF_ROWS)
         rows = KVP_CPU_ROWBUF_ROWS;
-    uint32_t unit_rows = c.amx ? 16 : KVP_MM_ROWS; /* AMX: whole tiles of 16 rows */
+    /* AMX: whole tiles of 16 rows; a few tokens: whole pieces */
+    uint32_t unit_rows = c.amx ? 16 : mm_piece_rows(&c, n_tok);
     rows = (rows + unit_rows - 1) / unit_rows * unit_rows;
     c.rows_per_task = rows;
     c.n_row_tasks = (w->n_out + rows - 1) / rows;

@@ -270,19 +270,17 @@ KVP_AMX static void amx_i8(const kvp_mm_blk *b) { amx_mm(3, b); }
 KVP_AMX static void amx_i4(const kvp_mm_blk *b) { amx_mm(4, b); }
 
 /* Steps of fewer tokens than this stay on the VNNI kernels' rows (up to
- * their few_tok, 5, no tile).  From 6 tokens on a tile of 16 costs less
- * than VNNI's tiles of 8 (scripts/bench-mm q8_0 1536 576, one thread,
- * Intel Xeon with AMX: 6 tokens 0.055 ms a call, VNNI 0.079; 16: 0.066 and
- * 0.166; Q4_1 0.095 and 0.133, 0.110 and 0.271). */
-#define KVP_AMX_MIN_TOK 6
+ * their few_tok, 7, no tile): inside a model (SmolLM2 Q4_1, a step of n
+ * tokens, bench_cpu pp n, 2 threads, Intel Xeon with AMX, the two settings
+ * in turns) the rows of 16 ran steps of 6 and 7 tokens 1.45x faster than
+ * AMX (905 and 1010 tok/s against 615 and 700).  From 8 tokens AMX's tile
+ * of 16 costs less than VNNI's tiles of 8. */
+#define KVP_AMX_MIN_TOK 8
 
-/* Q8_0 and i8 from 10 tokens: inside a model (SmolLM2 q8_0, a step of n
- * tokens, scripts/bench/bench_cpu pp n, 2 threads, the two kernel sets in
- * turns) VNNI's steps of 6-8 tokens ran 1.2-1.5x faster than AMX's, 9
- * even, 10-12 slower; on a single weight in cache (bench-mm) AMX won from
- * 6.  The nibble kinds, which AMX unpacks anyway, stay at 6 (even to
- * 1.1x either way at 6-8 in the same runs, AMX 1.1-1.3x from 9). */
-#define KVP_AMX_MIN_TOK_Q8 10
+/* Q8_0 and i8 from 9 tokens: in the same runs on SmolLM2 q8_0, VNNI's
+ * tile took steps of 8 tokens at 846 tok/s against AMX's 766-798, and AMX
+ * steps of 9 at 830-844 against 704-729 (a tile of 8 and a row). */
+#define KVP_AMX_MIN_TOK_Q8 9
 
 static kvp_cpu_kernels kernels_amx;
 static int amx_ok;

@@ -75,6 +75,7 @@ _Static_assert(sizeof(kvp_blk_q8_0) == 34, "q8_0 block is 34 bytes");
  * points zp likewise, or NULL), one per g elements.  Float kinds (f32, f16,
  * bf16, and fp8 e4m3 with its scales) read the rows xf. */
 #define KVP_MM_ROWS 8
+#define KVP_MM_FEW_ROWS 16 /* few_rows at most */
 typedef struct kvp_mm_blk {
     const uint8_t *w;          /* row 0; row r at w + r * w_stride */
     size_t w_stride;
@@ -140,6 +141,9 @@ typedef struct kvp_cpu_kernels {
     const char *isa;
     uint32_t tile_tok;     /* tokens a group (and a tile) holds, <= KVP_MM_TILE */
     uint32_t few_tok;      /* groups of up to this many tokens need no tile */
+    /* rows a piece of a quantized kind takes in groups of up to few_tok
+     * tokens, a multiple of KVP_MM_ROWS up to KVP_MM_FEW_ROWS (0: KVP_MM_ROWS) */
+    uint32_t few_rows;
     uint32_t tile_unit;    /* the xt grouping the tiles use (kvp_cpu_q8_tile_put) */
     int tile_flip;         /* Q8_0 and i8 tiles: xt flipped, and a wsum table */
     /* out[b] = -128 * sum of the 32 int8 at q + b * stride, b < nb (NULL

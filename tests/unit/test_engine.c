@@ -222,11 +222,14 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
     CHECK_MSG(bad == 0, "silu_mul: %d values other bits alone", bad);
 }
 
-/* A matmul piece through table k the way the backend runs it: rows w (nr,
- * stride bytes apart) by tokens x[nt] (nt <= tile_tok), quantized by k
- * and put into a tile when nt > few_tok, with the block sums of a table
- * that flips its tiles (Q8_0, i8) at any nt, as the backend passes them
- * (vnni_rows takes them from 4 tokens); y[t * ldy + r]. */
+/* A matmul of up to KERN_ROWS rows through table k the way the backend
+ * runs it: rows w (nr, stride bytes apart) by tokens x[nt] (nt <=
+ * tile_tok), quantized by k and put into a tile when nt > few_tok, with
+ * the block sums of a table that flips its tiles (Q8_0, i8) at any nt (the
+ * tiles use them, the rows must not need them), the rows cut into the
+ * pieces the backend cuts (few_rows for a few tokens of a quantized kind,
+ * else KVP_MM_ROWS); y[t * ldy + r]. */
+enum { KERN_ROWS = 24 };
 typedef struct kern_w {
     int dtype;
     const uint8_t *w;
@@ -243,7 +246,7 @@ static void kern_mm(const kvp_cpu_kernels *k, const kern_w *kw, uint32_t nr, con
     static kvp_q8blk xq[KVP_MM_TILE][NBMAX];
     static _Alignas(32) int8_t xt[NBMAX * KVP_MM_TILE * 32];
     static float dxs[NBMAX * KVP_Q8_SCALES];
-    static int32_t ws[KVP_MM_ROWS * NBMAX];
+    static int32_t ws[KERN_ROWS * NBMAX];
     uint32_t nb = kw->n / 32, T = k->tile_tok;
     int dt = kw->dtype, quant = dt == KVP_DTYPE_Q4_0 || dt == KVP_DTYPE_Q4_1 || dt == KVP_DTYPE_Q8_0 ||
                                 dt == KVP_DTYPE_I8 || dt == KVP_DTYPE_I4;
@@ -251,7 +254,7 @@ static void kern_mm(const kvp_cpu_kernels *k, const kern_w *kw, uint32_t nr, con
     const kvp_q8blk *xp[KVP_MM_TILE];
     kvp_mm_blk b = {.w = kw->w, .w_stride = kw->stride, .sc = kw->sc, .zp = kw->zp, .sc_stride = kw->sc_stride,
                     .g = kw->g, .xf = x, .n = kw->n, .nr = nr, .nt = nt, .y = y, .ldy = ldy};
-    if (nb > NBMAX || nt > T || nr > KVP_MM_ROWS) {
+    if (nb > NBMAX || nt > T || nr > KERN_ROWS) {
         CHECK(0);
         return;
     }
@@ -276,11 +279,22 @@ static void kern_mm(const kvp_cpu_kernels *k, const kern_w *kw, uint32_t nr, con
     kvp_mm_fn f = dt == KVP_DTYPE_Q4_0 ? k->mm_q4_0 : dt == KVP_DTYPE_Q4_1 ? k->mm_q4_1 : dt == KVP_DTYPE_Q8_0
                   ? k->mm_q8_0 : dt == KVP_DTYPE_I8 ? k->mm_i8 : dt == KVP_DTYPE_I4 ? k->mm_i4 : dt == KVP_DTYPE_F32
                   ? k->mm_f32 : dt == KVP_DTYPE_F16 ? k->mm_f16 : dt == KVP_DTYPE_BF16 ? k->mm_bf16 : k->mm_e4m3;
-    f(&b);
+    uint32_t piece = quant && nt <= k->few_tok && k->few_rows ? k->few_rows : KVP_MM_ROWS;
+    for (uint32_t r = 0; r < nr; r += piece) {
+        kvp_mm_blk p = b;
+        p.nr = nr - r < piece ? nr - r : piece;
+        p.w = kw->w + r * kw->stride;
+        p.sc = kw->sc ? kw->sc + r * kw->sc_stride : NULL;
+        p.zp = kw->zp ? kw->zp + r * kw->sc_stride : NULL;
+        p.wsum = b.wsum ? b.wsum + (size_t)r * nb : NULL;
+        p.y = y + r;
+        f(&p);
+    }
 }
 
 /* Every kind's matmul of a fast table against the portable one and an
- * exact sum, on KVP_MM_ROWS rows by KVP_MM_TILE tokens; and each (row,
+ * exact sum, on KERN_ROWS rows (a piece of few_rows and part of another)
+ * by KVP_MM_TILE tokens; and each (row,
  * token) the same bits however it is cut into pieces: a row alone or among
  * others, a token alone, first or last of a group, in a tile or not. */
 /* The first i < n where a and b differ in their bits, or -1: bit for bit,
@@ -349,11 +363,13 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
 {
     const kvp_cpu_kernels *ref = &kvp_cpu_kernels_portable;
     /* rows of 70 blocks: the VNNI tile takes them in two chunks and a tail */
-    enum { N = 2240, NB = N / 32, TT = KVP_MM_TILE, R = KVP_MM_ROWS };
+    enum { N = 2240, NB = N / 32, TT = KVP_MM_TILE, R = KERN_ROWS };
     const uint32_t T = fast->tile_tok;
     static float x[TT][N], wf[R][N], sc[R][N / 32], zp[R][N / 32];
     static uint8_t wq[R][N * 4];
     CHECK(T >= 1 && T <= TT && fast->few_tok < T);
+    _Static_assert(KERN_ROWS > KVP_MM_FEW_ROWS, "a whole piece of few_rows and part of another");
+    CHECK(fast->few_rows % KVP_MM_ROWS == 0 && fast->few_rows <= KVP_MM_FEW_ROWS);
     test_weight_rows(fast);
     for (int i = 0; i < N; i++)
         for (int t = 0; t < TT; t++)
@@ -457,8 +473,8 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
         CHECK_MSG(bad == 0, "%s %s: %d pieces give other bits", fast->isa, kvp_dtype_name((uint32_t)dt), bad);
     }
     /* q8_0 with extreme codes (w -128 and 127, x +-127) against an exact
-     * sum: the VNNI tile and rows of 4 or more tokens offset x by 128 and
-     * must cancel it exactly */
+     * sum: the VNNI tile offsets x by 128, its rows w, and each must
+     * cancel it exactly */
     {
         static uint8_t rows[2][NB * 34];
         for (int r = 0; r < 2; r++)
