@@ -209,11 +209,12 @@ static void mm_prep_task(void *ctxp, int task, int thread)
 }
 
 /* The rows a piece takes: KVP_MM_ROWS, or the table's few_rows for a
- * quantized kind's group of few tokens (AMX: all the task's rows). */
+ * quantized kind's group of few tokens (AMX: all the task's rows).  The
+ * row path's f32 rows are never quant. */
 static uint32_t mm_piece_rows(const mm_ctx *c, uint32_t nt)
 {
     const kvp_cpu_kernels *k = c->k;
-    return c->quant && !c->rowbuf && nt <= k->few_tok && k->few_rows ? k->few_rows : KVP_MM_ROWS;
+    return c->quant && nt <= k->few_tok && k->few_rows ? k->few_rows : KVP_MM_ROWS;
 }
 
 /* Task: rows r0..r1 by tokens t0..t1, one token group at a time, the rows

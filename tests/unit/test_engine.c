@@ -225,10 +225,10 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
 /* A matmul of up to KERN_ROWS rows through table k the way the backend
  * runs it: rows w (nr, stride bytes apart) by tokens x[nt] (nt <=
  * tile_tok), quantized by k and put into a tile when nt > few_tok, with
- * the block sums of a table that flips its tiles (Q8_0, i8) at any nt (the
- * tiles use them, the rows must not need them), the rows cut into the
- * pieces the backend cuts (few_rows for a few tokens of a quantized kind,
- * else KVP_MM_ROWS); y[t * ldy + r]. */
+ * the block sums of a table that flips its tiles (Q8_0, i8) only then (as
+ * the backend passes them: the rows of a few tokens get none), the rows
+ * cut into the pieces the backend cuts (few_rows for a few tokens of a
+ * quantized kind, else KVP_MM_ROWS); y[t * ldy + r]. */
 enum { KERN_ROWS = 24 };
 typedef struct kern_w {
     int dtype;
@@ -269,7 +269,7 @@ static void kern_mm(const kvp_cpu_kernels *k, const kern_w *kw, uint32_t nr, con
         b.xq = xp;
         if (nt > k->few_tok)
             b.xt = xt, b.dxs = dxs;
-        if (flip) {
+        if (flip && nt > k->few_tok) {
             for (uint32_t r = 0; r < nr; r++)
                 k->wsum(kw->w + r * kw->stride + (dt == KVP_DTYPE_Q8_0 ? 2 : 0), dt == KVP_DTYPE_Q8_0 ? 34 : 32, nb,
                         ws + r * nb);
