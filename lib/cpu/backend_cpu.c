@@ -11,6 +11,7 @@
 #include "threadpool.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -20,6 +21,7 @@ typedef struct cpu_impl {
     kvp_threadpool *pool;
     const kvp_cpu_kernels *k;
     int n_threads;
+    int r16;               /* Q8_0 (and Q5_0) weights rewritten in rows of 16 (k->mm_q8r) */
     /* Scratch, sized by cpu_reserve (never inside an op): */
     uint32_t res_tok;      /* tokens a step may hold */
     uint32_t res_n_in;     /* the widest matmul row */
@@ -43,6 +45,7 @@ typedef struct cpu_impl {
 typedef struct cpu_weight {
     int32_t *wsum;         /* [n_out][n_in / 32] block sums, for flipped tiles (Q8_0, i8); else NULL */
     /* a Q4_K or Q5_0 weight in a form the kernels take (kvp_cpu_repack),
+     * or a Q8_0 one in rows of 16 (kvp_cpu_q8_0_as_r16, cpu_impl.r16),
      * which its matmuls use: made at its first matmul, so a weight only
      * looked up (an untied embedding) never costs the memory; data NULL
      * until then */
@@ -142,6 +145,7 @@ typedef struct mm_ctx {
     uint32_t unit;             /* the tiles' grouping (tile_unit, or 4 on AMX) */
     int flip;                  /* tiles flipped, and wsum set (tile_flip) */
     int amx;                   /* c->mm is an AMX kernel: pieces of a task's rows */
+    int r16;                   /* w is Q8_0 in rows of 16: pieces from a group's first row, no VNNI tile */
     const int32_t *wsum;       /* [n_out][nb] when flip: the weight's (cpu_weight) */
     uint32_t n_tok, rows_per_task, toks_per_task, n_row_tasks;
     int quant;
@@ -214,6 +218,8 @@ static void mm_prep_task(void *ctxp, int task, int thread)
 static uint32_t mm_piece_rows(const mm_ctx *c, uint32_t nt)
 {
     const kvp_cpu_kernels *k = c->k;
+    if (c->r16)
+        return KVP_R16_ROWS;
     return c->quant && nt <= k->few_tok && k->few_rows ? k->few_rows : KVP_MM_ROWS;
 }
 
@@ -268,6 +274,7 @@ static void mm_task(void *ctxp, int task, int thread)
             b.sc = sc0 ? sc0 + (size_t)r * w->scale_stride : NULL;
             b.zp = zp0 ? zp0 + (size_t)r * w->scale_stride : NULL;
             b.wsum = c->wsum ? c->wsum + (size_t)r * nb : NULL;
+            b.d16 = c->r16 ? kvp_r16_scales(w->data, w->n_out, w->n_in, r) : NULL;
             b.y = c->y + (size_t)t * w->n_out + r;
             c->mm(&b);
         }
@@ -280,11 +287,12 @@ static void mm_task(void *ctxp, int task, int thread)
 static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
 {
     int scaled_kind = 0;
-    c->mm = c->amx_mm = NULL, c->quant = 0;
+    c->mm = c->amx_mm = NULL, c->quant = c->r16 = 0;
     switch (w->dtype) {
     case KVP_DTYPE_Q4_0: c->mm = k->mm_q4_0, c->amx_mm = k->amx_mm[0], c->quant = 1; break;
     case KVP_DTYPE_Q4_1: c->mm = k->mm_q4_1, c->amx_mm = k->amx_mm[1], c->quant = 1; break;
     case KVP_DTYPE_Q8_0: c->mm = k->mm_q8_0, c->amx_mm = k->amx_mm[2], c->quant = 1; break;
+    case KVP_CPU_DTYPE_Q8_0_R16: c->mm = k->mm_q8r, c->amx_mm = k->amx_mm[5], c->quant = c->r16 = 1; break;
     case KVP_DTYPE_F32: c->mm = k->mm_f32; break;
     case KVP_DTYPE_F16: c->mm = k->mm_f16; break;
     case KVP_DTYPE_BF16: c->mm = k->mm_bf16; break;
@@ -308,7 +316,7 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
  * offsets its header gather uses. */
 static int mm_amx(const kvp_cpu_kernels *k, const kvp_weight *w, const mm_ctx *c, int direct, uint32_t n_tok)
 {
-    int q8 = w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8;
+    int q8 = w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8 || w->dtype == KVP_CPU_DTYPE_Q8_0_R16;
     return direct == 1 && c->amx_mm && n_tok >= (q8 ? k->amx_min_tok_q8 : k->amx_min_tok) &&
            w->row_bytes < ((uint64_t)1 << 27);
 }
@@ -385,16 +393,72 @@ static int wsum_make(cpu_impl *im, kvp_weight *w, kvp_err *err)
     return 0;
 }
 
-/* The weight a matmul of w multiplies: a Q4_K or Q5_0 weight's other form
- * (kvp_cpu_repack), made the first time with the block sums its kernel may
- * want (0, or a negative code). */
+/* Whether [a, e) lies in one read-only private mapping of a file (a model
+ * file as kvp_in maps it), from /proc/self/maps: its pages can be dropped
+ * from this process and read back from the page cache unchanged. */
+static int in_readonly_file_map(uintptr_t a, uintptr_t e)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return 0;
+    char line[512];
+    int ok = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, inode;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %lu", &lo, &hi, perms, &inode) != 4 || a < lo || a >= hi)
+            continue;
+        ok = e <= hi && inode != 0 && !strcmp(perms, "r--p");
+        break;
+    }
+    fclose(f);
+    return ok;
+}
+
+/* A weight's stored bytes, which its matmuls no longer read (they read its
+ * other form): their pages leave this process's memory, or a model in Q4_K
+ * or Q8_0 would take its file's size twice over (the 1.1B shape in Q4_K:
+ * peak RSS 1250 MB, 785 with this).  Not destroyed: a mapped file's pages
+ * are only unmapped (MADV_DONTNEED) and stay in the page cache, so the
+ * next engine over the same model (specdec --compare and --profile make
+ * one a run) rewrites the weight from memory, not from the disk, as after
+ * MADV_PAGEOUT, which evicts them (a profile's prompts took twice as long
+ * so); other memory (a model read from a pipe) is paged out, swapped or
+ * kept.  Hints, which a kernel before Linux 5.4 may refuse. */
+static void give_back_pages(const void *data, size_t bytes)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), p0 = (uintptr_t)data;
+    uintptr_t a = (p0 + page - 1) & ~(page - 1), e = (p0 + (uintptr_t)bytes) & ~(page - 1);
+    if (e <= a)
+        return;
+    if (in_readonly_file_map(a, e)) {
+        madvise((void *)a, e - a, MADV_DONTNEED);
+        return;
+    }
+#ifdef MADV_PAGEOUT
+    madvise((void *)a, e - a, MADV_PAGEOUT);
+#endif
+}
+
+/* Whether w's matmuls multiply another form of it (cpu_weight.alt): Q4_K,
+ * Q5_0 (kvp_cpu_repack), and Q8_0 where the table takes rows of 16. */
+static int wants_repack(const cpu_impl *im, const kvp_weight *w)
+{
+    return kvp_cpu_repackable(w) || (im->r16 && w->dtype == KVP_DTYPE_Q8_0 && !w->scales && !w->zeros &&
+                                     w->n_in % KVP_QK == 0 && w->n_out > 0);
+}
+
+/* The weight a matmul of w multiplies: its other form (wants_repack),
+ * made the first time with the block sums its kernel may want (0, or a
+ * negative code). */
 static int mm_weight(cpu_impl *im, const kvp_weight **w, kvp_err *err)
 {
     cpu_weight *cw = (*w)->dev;
     if (!cw || !cw->repack)
         return 0;
     if (!cw->alt.data) {
-        int rc = kvp_cpu_repack(*w, &cw->alt, err);
+        int to_r16 = im->r16 && ((*w)->dtype == KVP_DTYPE_Q8_0 || (*w)->dtype == KVP_DTYPE_Q5_0);
+        int rc = to_r16 ? kvp_cpu_q8_0_as_r16(*w, &cw->alt, err) : kvp_cpu_repack(*w, &cw->alt, err);
         if (rc <= 0)
             return rc < 0 ? rc : kvp_err_set(err, KVP_EINVAL, "%s: cannot be rewritten for the kernels",
                                               (*w)->name ? (*w)->name : "weight");
@@ -404,18 +468,7 @@ static int mm_weight(cpu_impl *im, const kvp_weight **w, kvp_err *err)
             kvp_cpu_repacked_free(&cw->alt);
             return rc;
         }
-#ifdef MADV_PAGEOUT
-        /* Its stored bytes are not multiplied again: their pages leave this
-         * process's memory, or a model in Q4_K would take its file's size
-         * twice over (the 1.1B shape's peak RSS: 1250 MB, 785 with this).
-         * Not destroyed: a mapped file's pages are read back where an
-         * embedding row is looked up, a private copy's are swapped or
-         * kept.  A hint, which a kernel before Linux 5.4 refuses. */
-        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), p0 = (uintptr_t)(*w)->data;
-        uintptr_t a = (p0 + page - 1) & ~(page - 1), e = (p0 + (uintptr_t)((*w)->n_out * (*w)->row_bytes)) & ~(page - 1);
-        if (e > a)
-            madvise((void *)a, e - a, MADV_PAGEOUT);
-#endif
+        give_back_pages((*w)->data, (size_t)((*w)->n_out * (*w)->row_bytes));
     }
     *w = &cw->alt;
     return 0;
@@ -445,12 +498,12 @@ static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y,
     c.T = k->tile_tok, c.unit = k->tile_unit;
     if (mm_amx(k, w, &c, direct, n_tok)) {
         c.mm = c.amx_mm, c.amx = 1;
-        c.T = KVP_AMX_TOK, c.unit = 4;
+        c.T = KVP_AMX_TOK, c.unit = c.r16 ? KVP_QK : 4; /* rows of 16: the tokens are A, whole blocks */
     }
     uint32_t T = c.T, n_groups = (n_tok + T - 1) / T, nb = w->n_in / KVP_QK;
     if (c.quant) {
         c.xq = im->qbuf;
-        if (n_tok > k->few_tok || c.amx) { /* some group goes through a tile */
+        if (c.amx || (n_tok > k->few_tok && !c.r16)) { /* some group goes through a tile */
             c.tile_bytes = kvp_q8_tile_bytes(T, nb);
             c.tiles = im->tiles;
             c.flip = !c.amx && mm_wants_wsum(k, w, &c, direct);
@@ -604,7 +657,7 @@ static int cpu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
     int direct = mm_pick(im->k, w, &c), rc;
     if (w->n_out == 1 && w->dtype == KVP_DTYPE_F32) /* norm weights, biases, frequencies: read as they are */
         return 0;
-    if (kvp_cpu_repackable(w) && !w->dev) { /* rewritten at its first matmul (mm_weight) */
+    if (wants_repack(im, w) && !w->dev) { /* rewritten at its first matmul (mm_weight) */
         cpu_weight *cw = calloc(1, sizeof *cw);
         if (!cw)
             return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", wname(w));
@@ -650,11 +703,17 @@ static int cpu_embed(kvp_backend *b, const kvp_weight *w, const int32_t *tokens,
                      kvp_err *err)
 {
     const kvp_cpu_kernels *k = impl_of(b)->k;
+    /* A tied output head already in rows of 16 is read there: the same
+     * values, and the stored rows' pages, given back (mm_weight), stay
+     * out of memory instead of being faulted back a token at a time. */
+    const cpu_weight *cw = w->dev;
+    const kvp_weight *r16 = cw && cw->alt.data && cw->alt.dtype == KVP_CPU_DTYPE_Q8_0_R16 ? &cw->alt : NULL;
     for (uint32_t t = 0; t < n_tok; t++) {
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= w->n_out)
             return kvp_err_set(err, KVP_EINVAL, "%s: token id %d is outside the vocabulary of %u",
                                w->name ? w->name : "embedding", tokens[t], w->n_out);
-        if (k->weight_row(w, (uint32_t)tokens[t], out + (size_t)t * w->n_in) < 0)
+        float *row = out + (size_t)t * w->n_in;
+        if ((r16 ? kvp_cpu_r16_row(r16, (uint32_t)tokens[t], row) : k->weight_row(w, (uint32_t)tokens[t], row)) < 0)
             return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: embedding type %s is not supported",
                                w->name ? w->name : "embedding", kvp_dtype_name((uint32_t)w->dtype));
     }
@@ -1537,6 +1596,7 @@ int kvp_backend_cpu_create(kvp_backend **out, int n_threads, unsigned flags, kvp
         return rc;
     }
     im->n_threads = kvp_threadpool_size(im->pool);
+    im->r16 = im->k->mm_q8r && !(flags & KVP_CPU_Q8_AS_STORED);
     *out = b;
     return 0;
 }

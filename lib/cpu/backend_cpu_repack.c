@@ -17,7 +17,10 @@
  * sub-block with D = 0 is -M throughout: codes 0, s = M, z = -7 (exact).
  * 24 bytes a sub-block against Q4_K's 18: a third more memory for these
  * weights, for twice the generation speed of the row path on a 1.1B
- * Q4_K_M file (README, Performance). */
+ * Q4_K_M file (README, Performance).
+ *
+ * Where the kernels take Q8_0 in rows of 16 (kvp_cpu_kernels.mm_q8r), Q8_0
+ * and Q5_0 weights are rewritten so too (kvp_cpu_q8_0_as_r16). */
 #include "backend_cpu_kern.h"
 #include "ggml_quants.h"
 #include "minifloat.h"
@@ -87,6 +90,65 @@ int kvp_cpu_q5_0_as_q8_0(const kvp_weight *w, kvp_weight *out, kvp_err *err)
     *out = (kvp_weight){.name = w->name, .dtype = KVP_DTYPE_Q8_0, .n_in = w->n_in, .n_out = w->n_out,
                         .row_bytes = row, .data = q8};
     return 1;
+}
+
+/* Rows of 16 (backend_cpu_kern.h): the quants move by 4-byte groups into
+ * lanes, the f16 scales into their plane; rows past n_out repeat the last
+ * (their outputs are never stored, and a repeated row is finite where
+ * zeros of an uninitialized scale might not be).  A Q5_0 weight goes
+ * through Q8_0 first. */
+int kvp_cpu_q8_0_as_r16(const kvp_weight *w, kvp_weight *out, kvp_err *err)
+{
+    if (w->scales || w->zeros || w->n_in % KVP_QK || !w->n_out)
+        return 0;
+    if (w->dtype == KVP_DTYPE_Q5_0) {
+        kvp_weight q8;
+        int rc = kvp_cpu_q5_0_as_q8_0(w, &q8, err);
+        if (rc <= 0)
+            return rc;
+        rc = kvp_cpu_q8_0_as_r16(&q8, out, err);
+        kvp_cpu_repacked_free(&q8);
+        return rc;
+    }
+    if (w->dtype != KVP_DTYPE_Q8_0)
+        return 0;
+    size_t nb = w->n_in / KVP_QK, ng = kvp_r16_groups(w->n_out);
+    size_t qbytes = ng * nb * KVP_R16_QBYTES, bytes = qbytes + ng * nb * KVP_R16_ROWS * sizeof(uint16_t);
+    uint8_t *data = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!data)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its Q8_0 weights in rows of 16 (%zu bytes)",
+                           w->name ? w->name : "weight", bytes);
+    uint16_t *d16 = (uint16_t *)(data + qbytes);
+    for (size_t g = 0; g < ng; g++)
+        for (size_t b = 0; b < nb; b++) {
+            uint8_t *q = data + (g * nb + b) * KVP_R16_QBYTES;
+            uint16_t *d = d16 + (g * nb + b) * KVP_R16_ROWS;
+            for (uint32_t r = 0; r < KVP_R16_ROWS; r++) {
+                size_t row = g * KVP_R16_ROWS + r < w->n_out ? g * KVP_R16_ROWS + r : w->n_out - 1;
+                const uint8_t *blk = (const uint8_t *)w->data + row * w->row_bytes + b * sizeof(kvp_blk_q8_0);
+                d[r] = (uint16_t)(blk[0] | blk[1] << 8);
+                for (uint32_t j = 0; j < KVP_QK / 4; j++)
+                    memcpy(q + (j * KVP_R16_ROWS + r) * 4, blk + 2 + 4 * j, 4);
+            }
+        }
+    *out = (kvp_weight){.name = w->name, .dtype = KVP_CPU_DTYPE_Q8_0_R16, .n_in = w->n_in, .n_out = w->n_out,
+                        .row_bytes = nb * KVP_QK, .data = data};
+    return 1;
+}
+
+int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
+{
+    if (w->dtype != KVP_CPU_DTYPE_Q8_0_R16 || r >= w->n_out)
+        return -1;
+    uint32_t nb = w->n_in / KVP_QK, g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)g * nb * KVP_R16_QBYTES + lane * 4;
+    const uint16_t *d = kvp_r16_scales(w->data, w->n_out, w->n_in, r - lane) + lane;
+    for (uint32_t b = 0; b < nb; b++, q += KVP_R16_QBYTES, d += KVP_R16_ROWS) {
+        float s = kvp_f16_to_f32(*d);
+        for (uint32_t j = 0; j < KVP_QK; j++)
+            dst[b * KVP_QK + j] = s * (float)(int8_t)q[(j / 4) * KVP_R16_ROWS * 4 + j % 4];
+    }
+    return 0;
 }
 
 int kvp_cpu_repackable(const kvp_weight *w)
