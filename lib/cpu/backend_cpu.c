@@ -393,6 +393,20 @@ static int wsum_make(cpu_impl *im, kvp_weight *w, kvp_err *err)
     return 0;
 }
 
+typedef struct r16_ctx {
+    const kvp_weight *w;
+    kvp_weight *out;
+    uint32_t per;          /* groups of 16 rows a task */
+} r16_ctx;
+
+static void r16_task(void *ctxp, int task, int thread)
+{
+    (void)thread;
+    const r16_ctx *c = ctxp;
+    uint32_t ng = kvp_r16_groups(c->w->n_out), g0 = (uint32_t)task * c->per;
+    kvp_cpu_r16_fill(c->w, c->out, g0, g0 + c->per < ng ? g0 + c->per : ng);
+}
+
 /* Whether [a, e) lies in one read-only private mapping of a file (a model
  * file as kvp_in maps it), from /proc/self/maps: its pages can be dropped
  * from this process and read back from the page cache unchanged. */
@@ -457,8 +471,18 @@ static int mm_weight(cpu_impl *im, const kvp_weight **w, kvp_err *err)
     if (!cw || !cw->repack)
         return 0;
     if (!cw->alt.data) {
-        int to_r16 = im->r16 && ((*w)->dtype == KVP_DTYPE_Q8_0 || (*w)->dtype == KVP_DTYPE_Q5_0);
-        int rc = to_r16 ? kvp_cpu_q8_0_as_r16(*w, &cw->alt, err) : kvp_cpu_repack(*w, &cw->alt, err);
+        int rc;
+        if (im->r16 && (*w)->dtype == KVP_DTYPE_Q8_0) { /* the groups shared by the threads */
+            if ((rc = kvp_cpu_r16_alloc(*w, &cw->alt, err)) > 0) {
+                r16_ctx rc16 = {.w = *w, .out = &cw->alt, .per = 64};
+                uint32_t ng = kvp_r16_groups((*w)->n_out);
+                kvp_threadpool_run(im->pool, r16_task, &rc16, (int)((ng + rc16.per - 1) / rc16.per));
+            }
+        } else if (im->r16 && (*w)->dtype == KVP_DTYPE_Q5_0) {
+            rc = kvp_cpu_q8_0_as_r16(*w, &cw->alt, err);
+        } else {
+            rc = kvp_cpu_repack(*w, &cw->alt, err);
+        }
         if (rc <= 0)
             return rc < 0 ? rc : kvp_err_set(err, KVP_EINVAL, "%s: cannot be rewritten for the kernels",
                                               (*w)->name ? (*w)->name : "weight");

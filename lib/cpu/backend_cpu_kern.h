@@ -248,6 +248,11 @@ int kvp_cpu_repackable(const struct kvp_weight *w);
  * KVP_CPU_DTYPE_Q8_0_R16: 1 with *out set, 0 when w is not of those kinds
  * in whole blocks without scales, or a negative code. */
 int kvp_cpu_q8_0_as_r16(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
+/* The same in two steps, so threads can share the second: *out with its
+ * memory (1; 0 when w is not Q8_0 in whole blocks without scales; or a
+ * negative code), then groups [g0, g1) of 16 rows filled from w. */
+int kvp_cpu_r16_alloc(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
+void kvp_cpu_r16_fill(const struct kvp_weight *w, struct kvp_weight *out, uint32_t g0, uint32_t g1);
 /* Row r of Q8_0 in rows of 16 as f32: the Q8_0 row's values, bit for bit
  * (an embedding looked up in a tied output head).  0 or -1. */
 int kvp_cpu_r16_row(const struct kvp_weight *w, uint32_t r, float *dst);
