@@ -21,7 +21,7 @@ typedef struct cpu_impl {
     kvp_threadpool *pool;
     const kvp_cpu_kernels *k;
     int n_threads;
-    int r16;               /* Q8_0 (and Q5_0) weights rewritten in rows of 16 (k->mm_q8r) */
+    int r16;               /* Q8_0, Q4_0, Q4_1 (and Q5_0) weights rewritten in rows of 16 (k->mm_r16) */
     /* Scratch, sized by cpu_reserve (never inside an op): */
     uint32_t res_tok;      /* tokens a step may hold */
     uint32_t res_n_in;     /* the widest matmul row */
@@ -45,7 +45,7 @@ typedef struct cpu_impl {
 typedef struct cpu_weight {
     int32_t *wsum;         /* [n_out][n_in / 32] block sums, for flipped tiles (Q8_0, i8); else NULL */
     /* a Q4_K or Q5_0 weight in a form the kernels take (kvp_cpu_repack),
-     * or a Q8_0 one in rows of 16 (kvp_cpu_q8_0_as_r16, cpu_impl.r16),
+     * or a Q8_0, Q4_0 or Q4_1 one in rows of 16 (kvp_cpu_as_r16, cpu_impl.r16),
      * which its matmuls use: made at its first matmul, so a weight only
      * looked up (an untied embedding) never costs the memory; data NULL
      * until then */
@@ -145,7 +145,7 @@ typedef struct mm_ctx {
     uint32_t unit;             /* the tiles' grouping (tile_unit, or 4 on AMX) */
     int flip;                  /* tiles flipped, and wsum set (tile_flip) */
     int amx;                   /* c->mm is an AMX kernel: pieces of a task's rows */
-    int r16;                   /* w is Q8_0 in rows of 16: pieces from a group's first row, no VNNI tile */
+    int r16;                   /* w is in rows of 16: pieces from a group's first row, no VNNI tile */
     const int32_t *wsum;       /* [n_out][nb] when flip: the weight's (cpu_weight) */
     uint32_t n_tok, rows_per_task, toks_per_task, n_row_tasks;
     int quant;
@@ -274,7 +274,9 @@ static void mm_task(void *ctxp, int task, int thread)
             b.sc = sc0 ? sc0 + (size_t)r * w->scale_stride : NULL;
             b.zp = zp0 ? zp0 + (size_t)r * w->scale_stride : NULL;
             b.wsum = c->wsum ? c->wsum + (size_t)r * nb : NULL;
-            b.d16 = c->r16 ? kvp_r16_scales(w->data, w->n_out, w->n_in, r) : NULL;
+            b.d16 = c->r16 ? kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 0, r) : NULL;
+            b.m16 = c->r16 && w->dtype == KVP_CPU_DTYPE_Q4_1_R16 ? kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 1, r)
+                                                                 : NULL;
             b.y = c->y + (size_t)t * w->n_out + r;
             c->mm(&b);
         }
@@ -292,7 +294,12 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
     case KVP_DTYPE_Q4_0: c->mm = k->mm_q4_0, c->amx_mm = k->amx_mm[0], c->quant = 1; break;
     case KVP_DTYPE_Q4_1: c->mm = k->mm_q4_1, c->amx_mm = k->amx_mm[1], c->quant = 1; break;
     case KVP_DTYPE_Q8_0: c->mm = k->mm_q8_0, c->amx_mm = k->amx_mm[2], c->quant = 1; break;
-    case KVP_CPU_DTYPE_Q8_0_R16: c->mm = k->mm_q8r, c->amx_mm = k->amx_mm[5], c->quant = c->r16 = 1; break;
+    case KVP_CPU_DTYPE_Q8_0_R16:
+    case KVP_CPU_DTYPE_Q4_0_R16:
+    case KVP_CPU_DTYPE_Q4_1_R16:
+        c->mm = k->mm_r16[w->dtype - KVP_CPU_DTYPE_Q8_0_R16], c->amx_mm = k->amx_mm[5 + w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
+        c->quant = c->r16 = 1;
+        break;
     case KVP_DTYPE_F32: c->mm = k->mm_f32; break;
     case KVP_DTYPE_F16: c->mm = k->mm_f16; break;
     case KVP_DTYPE_BF16: c->mm = k->mm_bf16; break;
@@ -317,7 +324,8 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
 static int mm_amx(const kvp_cpu_kernels *k, const kvp_weight *w, const mm_ctx *c, int direct, uint32_t n_tok)
 {
     int q8 = w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8 || w->dtype == KVP_CPU_DTYPE_Q8_0_R16;
-    return direct == 1 && c->amx_mm && n_tok >= (q8 ? k->amx_min_tok_q8 : k->amx_min_tok) &&
+    int q4r = w->dtype == KVP_CPU_DTYPE_Q4_0_R16 || w->dtype == KVP_CPU_DTYPE_Q4_1_R16;
+    return direct == 1 && c->amx_mm && n_tok >= (q8 ? k->amx_min_tok_q8 : q4r ? k->amx_min_tok_q4r : k->amx_min_tok) &&
            w->row_bytes < ((uint64_t)1 << 27);
 }
 
@@ -458,8 +466,9 @@ static void give_back_pages(const void *data, size_t bytes)
  * Q5_0 (kvp_cpu_repack), and Q8_0 where the table takes rows of 16. */
 static int wants_repack(const cpu_impl *im, const kvp_weight *w)
 {
-    return kvp_cpu_repackable(w) || (im->r16 && w->dtype == KVP_DTYPE_Q8_0 && !w->scales && !w->zeros &&
-                                     w->n_in % KVP_QK == 0 && w->n_out > 0);
+    int r16_kind = w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_Q4_0 || w->dtype == KVP_DTYPE_Q4_1;
+    return kvp_cpu_repackable(w) ||
+           (im->r16 && r16_kind && !w->scales && !w->zeros && w->n_in % KVP_QK == 0 && w->n_out > 0);
 }
 
 /* The weight a matmul of w multiplies: its other form (wants_repack),
@@ -472,14 +481,14 @@ static int mm_weight(cpu_impl *im, const kvp_weight **w, kvp_err *err)
         return 0;
     if (!cw->alt.data) {
         int rc;
-        if (im->r16 && (*w)->dtype == KVP_DTYPE_Q8_0) { /* the groups shared by the threads */
+        if (im->r16 && (*w)->dtype != KVP_DTYPE_Q5_0 && (*w)->dtype != KVP_DTYPE_Q4_K) { /* threads share the groups */
             if ((rc = kvp_cpu_r16_alloc(*w, &cw->alt, err)) > 0) {
                 r16_ctx rc16 = {.w = *w, .out = &cw->alt, .per = 64};
                 uint32_t ng = kvp_r16_groups((*w)->n_out);
                 kvp_threadpool_run(im->pool, r16_task, &rc16, (int)((ng + rc16.per - 1) / rc16.per));
             }
         } else if (im->r16 && (*w)->dtype == KVP_DTYPE_Q5_0) {
-            rc = kvp_cpu_q8_0_as_r16(*w, &cw->alt, err);
+            rc = kvp_cpu_as_r16(*w, &cw->alt, err);
         } else {
             rc = kvp_cpu_repack(*w, &cw->alt, err);
         }
@@ -731,7 +740,7 @@ static int cpu_embed(kvp_backend *b, const kvp_weight *w, const int32_t *tokens,
      * values, and the stored rows' pages, given back (mm_weight), stay
      * out of memory instead of being faulted back a token at a time. */
     const cpu_weight *cw = w->dev;
-    const kvp_weight *r16 = cw && cw->alt.data && cw->alt.dtype == KVP_CPU_DTYPE_Q8_0_R16 ? &cw->alt : NULL;
+    const kvp_weight *r16 = cw && cw->alt.data && kvp_r16_kind(cw->alt.dtype) ? &cw->alt : NULL;
     for (uint32_t t = 0; t < n_tok; t++) {
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= w->n_out)
             return kvp_err_set(err, KVP_EINVAL, "%s: token id %d is outside the vocabulary of %u",
@@ -1620,7 +1629,7 @@ int kvp_backend_cpu_create(kvp_backend **out, int n_threads, unsigned flags, kvp
         return rc;
     }
     im->n_threads = kvp_threadpool_size(im->pool);
-    im->r16 = im->k->mm_q8r && !(flags & KVP_CPU_Q8_AS_STORED);
+    im->r16 = im->k->mm_r16[0] && !(flags & KVP_CPU_AS_STORED);
     *out = b;
     return 0;
 }

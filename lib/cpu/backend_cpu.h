@@ -12,9 +12,9 @@
 #define KVP_CPU_PORTABLE 0x1u /* never use the SIMD kernels (tests compare both) */
 #define KVP_CPU_NO_VNNI 0x2u  /* AVX2 kernels even where AVX512-VNNI is present */
 #define KVP_CPU_NO_AMX 0x4u   /* no AMX tiles for prompts (the VNNI kernels' same bits) */
-/* Q8_0 weights multiplied as stored, not rewritten in rows of 16 where the
- * kernels take them so (the same bits; for comparisons) */
-#define KVP_CPU_Q8_AS_STORED 0x8u
+/* Q8_0, Q4_0 and Q4_1 weights multiplied as stored, not rewritten in rows
+ * of 16 where the kernels take them so (the same bits; for comparisons) */
+#define KVP_CPU_AS_STORED 0x8u
 
 /* The CPU backend with n_threads threads (<= 0: all cores). */
 int kvp_backend_cpu_create(kvp_backend **b, int n_threads, unsigned flags, kvp_err *err);

@@ -13,12 +13,13 @@
  * and a token's outputs are the same whether a prompt's tile or a decode
  * step's few-token kernel computed them (batch invariance).
  *
- * i8 rows (and Q8_0 as stored, KVP_CPU_Q8_AS_STORED) are read by the tile
+ * i8 rows (and Q8_0 as stored, KVP_CPU_AS_STORED) are read by the tile
  * load straight from the weight (a block's 32 quants at a fixed stride from
- * row to row); the nibble kinds are unpacked to signed bytes first (Q4_0
- * and i4 as q - 8, Q4_1 as 0..15), 16 rows a block, into a buffer the tile
- * load reads.  Q8_0 comes in rows of 16 (amx_q8r), as the VNNI table
- * takes it too: a model takes no more memory with AMX than without.
+ * row to row); the nibble kinds i4 (and Q4_0, Q4_1 as stored) are unpacked
+ * to signed bytes first (Q4_0 and i4 as q - 8, Q4_1 as 0..15), 16 rows a
+ * block, into a buffer the tile load reads.  Q8_0, Q4_0 and Q4_1 come in
+ * rows of 16 (amx_r16), as the VNNI table takes them too: a model takes
+ * no more memory with AMX than without.
  */
 #include "backend_cpu_kern.h"
 #include "tensor.h"
@@ -264,41 +265,60 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_mm(int kind, const
     }
 }
 
-/* Q8_0 in rows of 16 (KVP_CPU_DTYPE_Q8_0_R16): the weight is the B
- * operand as it lies (a block of 16 rows: 8 lines of 16 rows' 4-byte
- * groups) and the tokens the A operand (their blocks whole, a token a tile
+/* Rows of 16 (KVP_CPU_DTYPE_*_R16; kind 5 Q8_0, 6 Q4_0, 7 Q4_1): the
+ * weight is the B operand (a block of 16 rows: 8 lines of 16 rows' 4-byte
+ * groups; Q8_0's as it lies, the nibble kinds' unpacked into bbuf, Q4_0 as
+ * q - 8) and the tokens the A operand (their blocks whole, a token a tile
  * row: the tile of unit 32), so the sums come out a token a row, 16 weight
  * rows in its lanes: each token's acc = fma(dot, dw * dx, acc) over the
- * blocks with the rows' scales loaded as they lie, no gather, and its 16
- * outputs stored as they are.  The same float terms in the same order as
- * the rows kernel and amx_rows: the same bits.  out[t][m]. */
-KVP_AMX __attribute__((always_inline)) static inline void amx_r16_group(const kvp_mm_blk *b, uint32_t r0,
+ * blocks (Q4_1's minimum terms in their own chain, fma(m, s, ma)) with the
+ * rows' scales loaded as they lie, no gather, and its 16 outputs stored as
+ * they are, only the group's tokens scaled.  The same float terms in the
+ * same order as the rows kernel and amx_rows: the same bits.  out[t][m]. */
+KVP_AMX static inline const uint8_t *r16_b(int kind, const uint8_t *q, int8_t *bbuf)
+{
+    if (kind == 5)
+        return q;
+    const __m512i m4 = _mm512_set1_epi8(15), off = _mm512_set1_epi8(kind == 6 ? 8 : 0);
+    for (int k = 0; k < 4; k++) {
+        __m512i v = _mm512_loadu_si512(q + 64 * k);
+        _mm512_store_si512((__m512i *)(bbuf + 64 * k), _mm512_sub_epi8(_mm512_and_si512(v, m4), off));
+        _mm512_store_si512((__m512i *)(bbuf + 64 * (k + 4)),
+                           _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), off));
+    }
+    return (const uint8_t *)bbuf;
+}
+
+KVP_AMX __attribute__((always_inline)) static inline void amx_r16_group(int kind, const kvp_mm_blk *b, uint32_t r0,
                                                                         float (*out)[AMX_ROWS])
 {
     const uint32_t nb = b->n / KVP_QK;
+    const size_t qb = (size_t)AMX_ROWS * b->w_stride / nb;
     const uint8_t *gq = b->w + (size_t)r0 * b->w_stride;
     const uint16_t *gd = b->d16 + (size_t)(r0 / AMX_ROWS) * nb * AMX_ROWS;
+    const uint16_t *gm = kind == 7 ? b->m16 + (size_t)(r0 / AMX_ROWS) * nb * AMX_ROWS : NULL;
     _Alignas(64) int32_t cbuf[2][AMX_T * AMX_ROWS];
+    _Alignas(64) int8_t bbuf[2][8 * 64];
     const int8_t *xt = b->xt;
     const float *dxs = b->dxs;
-    __m512 acc[AMX_T];
+    __m512 acc[AMX_T], ma[AMX_T];
     _Pragma("GCC unroll 16") for (int t = 0; t < AMX_T; t++)
-        acc[t] = _mm512_setzero_ps();
+        acc[t] = ma[t] = _mm512_setzero_ps();
     /* the next group's quants, a share of them a pair of blocks, where the
      * rows are read once (as amx_rows) */
-    const uint8_t *pf = gq + (size_t)nb * KVP_R16_QBYTES;
-    const size_t pf_step = b->once ? ((size_t)KVP_R16_QBYTES * 2 + 63) & ~(size_t)63 : 0;
+    const uint8_t *pf = gq + (size_t)nb * qb;
+    const size_t pf_step = b->once ? (qb * 2 + 63) & ~(size_t)63 : 0;
     for (uint32_t blk = 0; blk < nb; blk += 2) {
         const int two = blk + 1 < nb;
         for (size_t f = pf_step * (blk / 2); f < pf_step * (blk / 2 + 1); f += 64)
             _mm_prefetch((const char *)(pf + f), _MM_HINT_T0);
         AMX_LOADD(1, xt + (size_t)blk * AMX_T * KVP_QK, KVP_QK);
-        AMX_LOADD(2, gq + (size_t)blk * KVP_R16_QBYTES, 64);
+        AMX_LOADD(2, r16_b(kind, gq + (size_t)blk * qb, bbuf[0]), 64);
         AMX_ZERO(0);
         AMX_DPBSSD(0, 1, 2);
         if (two) {
             AMX_LOADD(4, xt + (size_t)(blk + 1) * AMX_T * KVP_QK, KVP_QK);
-            AMX_LOADD(5, gq + (size_t)(blk + 1) * KVP_R16_QBYTES, 64);
+            AMX_LOADD(5, r16_b(kind, gq + (size_t)(blk + 1) * qb, bbuf[1]), 64);
             AMX_ZERO(3);
             AMX_DPBSSD(3, 4, 5);
         }
@@ -307,27 +327,32 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_r16_group(const kv
                 AMX_STORED(0, cbuf[0], AMX_ROWS * 4);
             else
                 AMX_STORED(3, cbuf[1], AMX_ROWS * 4);
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gd + (size_t)(blk + h) * AMX_ROWS)));
+            const size_t bo = (size_t)(blk + h) * AMX_ROWS;
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gd + bo)));
+            const __m512 mw = kind == 7 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gm + bo)))
+                                        : _mm512_setzero_ps();
             const float *dx = dxs + (size_t)(blk + h) * 3 * AMX_S;
             _Pragma("GCC unroll 16") for (int t = 0; t < AMX_T; t++) {
                 if ((uint32_t)t >= b->nt) /* a short group's empty rows: nothing to scale */
                     break;
                 __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512((const __m512i *)(cbuf[h] + t * AMX_ROWS)));
                 acc[t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw, _mm512_set1_ps(dx[t])), acc[t]);
+                if (kind == 7)
+                    ma[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dx[AMX_S + t]), ma[t]);
             }
         }
     }
-    /* + 0: the minimum terms' chain Q8_0 does not have, as the others add it */
+    /* + ma: the minimum terms' chain (zero but for Q4_1, as the others add it) */
     _Pragma("GCC unroll 16") for (int t = 0; t < AMX_T; t++)
-        _mm512_store_ps(out[t], _mm512_add_ps(acc[t], _mm512_setzero_ps()));
+        _mm512_store_ps(out[t], _mm512_add_ps(acc[t], ma[t]));
 }
 
-KVP_AMX static void amx_q8r(const kvp_mm_blk *b)
+KVP_AMX __attribute__((always_inline)) static inline void amx_r16(int kind, const kvp_mm_blk *b)
 {
     _Alignas(64) float out[AMX_T][AMX_ROWS];
     amx_config();
     for (uint32_t r0 = 0; r0 < b->nr; r0 += AMX_ROWS) {
-        amx_r16_group(b, r0, out);
+        amx_r16_group(kind, b, r0, out);
         uint32_t nr = b->nr - r0 < AMX_ROWS ? b->nr - r0 : AMX_ROWS;
         for (uint32_t t = 0; t < b->nt; t++)
             if (nr == AMX_ROWS)
@@ -336,6 +361,10 @@ KVP_AMX static void amx_q8r(const kvp_mm_blk *b)
                 memcpy(b->y + (size_t)t * b->ldy + r0, out[t], nr * sizeof(float));
     }
 }
+
+KVP_AMX static void amx_r16_q8_0(const kvp_mm_blk *b) { amx_r16(5, b); }
+KVP_AMX static void amx_r16_q4_0(const kvp_mm_blk *b) { amx_r16(6, b); }
+KVP_AMX static void amx_r16_q4_1(const kvp_mm_blk *b) { amx_r16(7, b); }
 
 KVP_AMX static void amx_q4_0(const kvp_mm_blk *b) { amx_mm(0, b); }
 KVP_AMX static void amx_q4_1(const kvp_mm_blk *b) { amx_mm(1, b); }
@@ -358,6 +387,16 @@ KVP_AMX static void amx_i4(const kvp_mm_blk *b) { amx_mm(4, b); }
  * rows kernel 805-832 and 901-929 tok/s, on AMX 779-801 and 869-874; of 9
  * on AMX 941-957 against 862-904 on the rows (a group of 8 and one). */
 #define KVP_AMX_MIN_TOK_Q8 9
+
+/* Q4_0 and Q4_1 in rows of 16 from 32 tokens: the rows kernel reads them
+ * with 4 loads and 12 bit operations a block of 16 rows and keeps them
+ * in L1 for every group of 8 tokens, where AMX unpacks them into a buffer
+ * for its tile load at every group of 16.  Inside SmolLM2 Q4_1 (bench_cpu
+ * pp n, 2 threads, in turns): rows against AMX 1392-1436 / 1165-1208
+ * tok/s at 8 tokens, 1435-1450 / 1119-1140 at 17, 1601-1619 / 1422-1473
+ * at 24; at 32 AMX 1759-1878 against 1671-1686, at 64 1925-1953 against
+ * 1788-1847. */
+#define KVP_AMX_MIN_TOK_Q4R 32
 
 static kvp_cpu_kernels kernels_amx;
 static int amx_ok;
@@ -386,8 +425,10 @@ static void amx_init(void)
     kvp_cpu_vnni_wide_floats(&kernels_amx); /* Xeons with AMX have two 512-bit FMA units */
     kernels_amx.isa = "avx2+fma+f16c+avx512vnni+amx-int8";
     kernels_amx.amx_mm[0] = amx_q4_0, kernels_amx.amx_mm[1] = amx_q4_1, kernels_amx.amx_mm[2] = amx_q8_0;
-    kernels_amx.amx_mm[3] = amx_i8, kernels_amx.amx_mm[4] = amx_i4, kernels_amx.amx_mm[5] = amx_q8r;
+    kernels_amx.amx_mm[3] = amx_i8, kernels_amx.amx_mm[4] = amx_i4;
+    kernels_amx.amx_mm[5] = amx_r16_q8_0, kernels_amx.amx_mm[6] = amx_r16_q4_0, kernels_amx.amx_mm[7] = amx_r16_q4_1;
     kernels_amx.amx_min_tok = KVP_AMX_MIN_TOK, kernels_amx.amx_min_tok_q8 = KVP_AMX_MIN_TOK_Q8;
+    kernels_amx.amx_min_tok_q4r = KVP_AMX_MIN_TOK_Q4R;
     amx_ok = 1;
 }
 

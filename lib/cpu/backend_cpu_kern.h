@@ -99,9 +99,9 @@ typedef struct kvp_mm_blk {
     /* the call's rows are read once (one task's tokens are the matmul's
      * all): AMX prefetches the next rows, which only memory holds */
     int once;
-    /* Q8_0 in rows of 16: the f16 scales of the piece's first group of
-     * 16 rows, 16 a block (KVP_CPU_DTYPE_Q8_0_R16) */
-    const uint16_t *d16;
+    /* rows of 16: the f16 scales and (Q4_1) minimums of the piece's first
+     * group of 16 rows, 16 a block (kvp_r16_plane) */
+    const uint16_t *d16, *m16;
 } kvp_mm_blk;
 typedef void (*kvp_mm_fn)(const kvp_mm_blk *b);
 
@@ -130,25 +130,37 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
     return (size_t)nb * (T * KVP_QK + 3 * kvp_q8_slots(T) * sizeof(float));
 }
 
-/* Q8_0 in rows of 16 (kvp_cpu_q8_0_as_r16), a form of Q8_0 private to this
- * backend, for the tables that have mm_q8r: a block of 16 rows is one
+/* Rows of 16 (kvp_cpu_as_r16): Q8_0, Q4_0 and Q4_1 in a form private to
+ * this backend, for the tables that have mm_r16: a block of 16 rows is one
  * 64-byte line per group of 4 elements, lane r of line j holding elements
  * 4j..4j+3 of row r, so the VNNI rows kernel has its lanes without a
- * transposition and AMX loads it as the B operand as it lies.  The rows
- * are taken 16 at a time (n_out padded with the last row repeated); group
- * G's block b has its 512 quant bytes at data + (G nb + b) 512 (row_bytes
- * is 32 nb: 16 rows are a group's quants) and its 16 f16 scales at
- * d16 + (G nb + b) 16, the scale plane following the quants.  The values
- * and the products are Q8_0's, bit for bit. */
+ * transposition and AMX reads it as the B operand.  Q8_0: 8 lines a block.
+ * Q4_0 and Q4_1: 4 lines, lane r of line k being bytes 4k..4k+3 of the
+ * row's 16 (GGUF: byte j holds element j low, j + 16 high), so its low
+ * nibbles are group k and its high ones group k + 4.  The rows are taken
+ * 16 at a time (n_out padded with the last row repeated); group G's block
+ * b has its quants at data + (G nb + b) qbytes (row_bytes is qbytes / 16 a
+ * block: 16 rows are a group's quants), then the planes of f16 scales, 16
+ * a block, at the same place in each: d, then Q4_1's minimums m.  The
+ * values and the products are the stored kind's, bit for bit. */
 #define KVP_CPU_DTYPE_Q8_0_R16 (KVP_DTYPE_COUNT + 1)
+#define KVP_CPU_DTYPE_Q4_0_R16 (KVP_DTYPE_COUNT + 2)
+#define KVP_CPU_DTYPE_Q4_1_R16 (KVP_DTYPE_COUNT + 3)
 #define KVP_R16_ROWS 16
-#define KVP_R16_QBYTES (KVP_R16_ROWS * KVP_QK) /* a block's quants for 16 rows */
-static inline uint32_t kvp_r16_groups(uint32_t n_out) { return (n_out + KVP_R16_ROWS - 1) / KVP_R16_ROWS; }
-/* The scales of the group holding row r (a multiple of 16) of w. */
-static inline const uint16_t *kvp_r16_scales(const void *data, uint32_t n_out, uint32_t n_in, uint32_t r)
+static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_Q4_1_R16; }
+/* A block's quant bytes for 16 rows. */
+static inline size_t kvp_r16_qbytes(int dtype)
 {
-    size_t nb = n_in / KVP_QK;
-    return (const uint16_t *)((const uint8_t *)data + (size_t)kvp_r16_groups(n_out) * nb * KVP_R16_QBYTES) +
+    return dtype == KVP_CPU_DTYPE_Q8_0_R16 ? KVP_R16_ROWS * KVP_QK : KVP_R16_ROWS * KVP_QK / 2;
+}
+static inline uint32_t kvp_r16_groups(uint32_t n_out) { return (n_out + KVP_R16_ROWS - 1) / KVP_R16_ROWS; }
+/* Plane p (0 the scales d, 1 Q4_1's minimums m) of the group holding row r
+ * (a multiple of 16) of a weight in rows of 16. */
+static inline const uint16_t *kvp_r16_plane(const void *data, int dtype, uint32_t n_out, uint32_t n_in, int p,
+                                            uint32_t r)
+{
+    size_t nb = n_in / KVP_QK, blocks = (size_t)kvp_r16_groups(n_out) * nb;
+    return (const uint16_t *)((const uint8_t *)data + blocks * kvp_r16_qbytes(dtype)) + (size_t)p * blocks * KVP_R16_ROWS +
            (size_t)(r / KVP_R16_ROWS) * nb * KVP_R16_ROWS;
 }
 
@@ -176,11 +188,12 @@ typedef struct kvp_cpu_kernels {
     void (*wsum)(const uint8_t *q, size_t stride, uint32_t nb, int32_t *out);
     void (*quant_q8)(const float *x, kvp_q8blk *y, uint32_t n); /* n multiple of 32 */
     kvp_mm_fn mm_q4_0, mm_q4_1, mm_q8_0, mm_i8, mm_i4; /* i8, i4: g a multiple of 32 */
-    /* Q8_0 in rows of 16 (KVP_CPU_DTYPE_Q8_0_R16): pieces of rows from a
-     * multiple of 16 by up to tile_tok tokens read from their blocks (no
-     * tile), mm_q8_0's bits.  NULL where the table multiplies Q8_0 as
-     * stored; where set, the backend rewrites Q8_0 weights so. */
-    kvp_mm_fn mm_q8r;
+    /* Q8_0, Q4_0 and Q4_1 in rows of 16 (KVP_CPU_DTYPE_*_R16, in that
+     * order): pieces of rows from a multiple of 16 by up to tile_tok
+     * tokens read from their blocks (no tile), the stored kind's bits.
+     * NULL where the table multiplies them as stored; where set, the
+     * backend rewrites those weights so. */
+    kvp_mm_fn mm_r16[3];
     kvp_mm_fn mm_f32, mm_f16, mm_bf16, mm_e4m3;       /* e4m3: any g dividing n */
     /* Attention (backend_cpu.c): scores s[p * ldq + j] of key p for query
      * lane j, ldq a multiple of 8.  Like the matmul, each (query, key) score
@@ -208,13 +221,15 @@ typedef struct kvp_cpu_kernels {
      * bits, faster for the kinds a table decodes itself.  0 or -1. */
     int (*weight_row)(const struct kvp_weight *w, uint32_t r, float *dst);
     /* AMX's prompt matmuls of the quantized kinds (NULL elsewhere), by kind
-     * (Q4_0, Q4_1, Q8_0, i8, i4, Q8_0 in rows of 16): pieces of any nr by
+     * (Q4_0, Q4_1, Q8_0, i8, i4, then Q8_0, Q4_0, Q4_1 in rows of 16): pieces of any nr by
      * nt <= KVP_AMX_TOK tokens reading a KVP_AMX_TOK tile (xt, dxs; for
      * rows of 16 the tile of whole blocks, unit 32), with the bits of this
      * table's own quantized kernels.  Steps of fewer than amx_min_tok
-     * tokens (amx_min_tok_q8 for Q8_0 and i8) leave them to those. */
-    kvp_mm_fn amx_mm[6];
+     * tokens (amx_min_tok_q8 for Q8_0 and i8, amx_min_tok_q4r for Q4_0 and
+     * Q4_1 in rows of 16) leave them to those. */
+    kvp_mm_fn amx_mm[8];
     uint32_t amx_min_tok, amx_min_tok_q8;
+    uint32_t amx_min_tok_q4r; /* Q4_0 and Q4_1 in rows of 16 */
     /* Float matmuls (f32, f16, bf16) of more than 2 tokens read a float
      * tile (kvp_cpu_f32_tile_put) as xt, beside xf (the wide runs). */
     int float_tile;
@@ -244,17 +259,18 @@ int kvp_cpu_q4k_as_i4(const struct kvp_weight *w, struct kvp_weight *out, kvp_er
 int kvp_cpu_q5_0_as_q8_0(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
 int kvp_cpu_repack(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
 int kvp_cpu_repackable(const struct kvp_weight *w);
-/* Q8_0 (or Q5_0, through Q8_0) as Q8_0 in rows of 16, dtype
- * KVP_CPU_DTYPE_Q8_0_R16: 1 with *out set, 0 when w is not of those kinds
- * in whole blocks without scales, or a negative code. */
-int kvp_cpu_q8_0_as_r16(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
+/* Q8_0, Q4_0 or Q4_1 (or Q5_0, through Q8_0) in rows of 16, dtype
+ * KVP_CPU_DTYPE_*_R16: 1 with *out set, 0 when w is not of those kinds in
+ * whole blocks without scales, or a negative code. */
+int kvp_cpu_as_r16(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
 /* The same in two steps, so threads can share the second: *out with its
- * memory (1; 0 when w is not Q8_0 in whole blocks without scales; or a
- * negative code), then groups [g0, g1) of 16 rows filled from w. */
+ * memory (1; 0 when w is not Q8_0, Q4_0 or Q4_1 in whole blocks without
+ * scales; or a negative code), then groups [g0, g1) of 16 rows filled
+ * from w. */
 int kvp_cpu_r16_alloc(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
 void kvp_cpu_r16_fill(const struct kvp_weight *w, struct kvp_weight *out, uint32_t g0, uint32_t g1);
-/* Row r of Q8_0 in rows of 16 as f32: the Q8_0 row's values, bit for bit
- * (an embedding looked up in a tied output head).  0 or -1. */
+/* Row r of a weight in rows of 16 as f32: the stored row's values, bit for
+ * bit (an embedding looked up in a tied output head).  0 or -1. */
 int kvp_cpu_r16_row(const struct kvp_weight *w, uint32_t r, float *dst);
 void kvp_cpu_repacked_free(struct kvp_weight *w);
 

@@ -19,8 +19,8 @@
  * weights, for twice the generation speed of the row path on a 1.1B
  * Q4_K_M file (README, Performance).
  *
- * Where the kernels take Q8_0 in rows of 16 (kvp_cpu_kernels.mm_q8r), Q8_0
- * and Q5_0 weights are rewritten so too (kvp_cpu_q8_0_as_r16). */
+ * Where the kernels take rows of 16 (kvp_cpu_kernels.mm_r16), Q8_0, Q4_0,
+ * Q4_1 and Q5_0 weights are rewritten so too (kvp_cpu_as_r16). */
 #include "backend_cpu_kern.h"
 #include "ggml_quants.h"
 #include "minifloat.h"
@@ -94,18 +94,18 @@ int kvp_cpu_q5_0_as_q8_0(const kvp_weight *w, kvp_weight *out, kvp_err *err)
 }
 
 /* Rows of 16 (backend_cpu_kern.h): the quants move by 4-byte groups into
- * lanes, the f16 scales into their plane; rows past n_out repeat the last
- * (their outputs are never stored, and a repeated row is finite where
- * zeros of an uninitialized scale might not be).  A Q5_0 weight goes
- * through Q8_0 first. */
-int kvp_cpu_q8_0_as_r16(const kvp_weight *w, kvp_weight *out, kvp_err *err)
+ * lanes, the f16 scales (and minimums) into their planes; rows past n_out
+ * repeat the last (their outputs are never stored, and a repeated row is
+ * finite where zeros of an uninitialized scale might not be).  A Q5_0
+ * weight goes through Q8_0 first. */
+int kvp_cpu_as_r16(const kvp_weight *w, kvp_weight *out, kvp_err *err)
 {
     if (w->dtype == KVP_DTYPE_Q5_0 && !w->scales && !w->zeros) {
         kvp_weight q8;
         int rc = kvp_cpu_q5_0_as_q8_0(w, &q8, err);
         if (rc <= 0)
             return rc;
-        rc = kvp_cpu_q8_0_as_r16(&q8, out, err);
+        rc = kvp_cpu_as_r16(&q8, out, err);
         kvp_cpu_repacked_free(&q8);
         return rc;
     }
@@ -122,56 +122,90 @@ int kvp_cpu_q8_0_as_r16(const kvp_weight *w, kvp_weight *out, kvp_err *err)
  * 229-238 tok/s against 226-239, not worth the padding.) */
 #define KVP_R16_ALIGN ((size_t)2 << 20)
 
+/* The stored kind's block: its bytes, where its quants start, how many f16
+ * headers (d, then Q4_1's m), and the kind in rows of 16; 0 for others. */
+typedef struct r16_kind {
+    size_t bb, qoff;
+    int planes, dtype, stored;
+} r16_kind;
+
+static int r16_kind_of(int dtype, r16_kind *k)
+{
+    switch (dtype) {
+    case KVP_DTYPE_Q8_0: *k = (r16_kind){sizeof(kvp_blk_q8_0), 2, 1, KVP_CPU_DTYPE_Q8_0_R16, dtype}; return 1;
+    case KVP_DTYPE_Q4_0: *k = (r16_kind){sizeof(kvp_blk_q4_0), 2, 1, KVP_CPU_DTYPE_Q4_0_R16, dtype}; return 1;
+    case KVP_DTYPE_Q4_1: *k = (r16_kind){sizeof(kvp_blk_q4_1), 4, 2, KVP_CPU_DTYPE_Q4_1_R16, dtype}; return 1;
+    default: return 0;
+    }
+}
+
 int kvp_cpu_r16_alloc(const kvp_weight *w, kvp_weight *out, kvp_err *err)
 {
-    if (w->dtype != KVP_DTYPE_Q8_0 || w->scales || w->zeros || w->n_in % KVP_QK || !w->n_out)
+    r16_kind k;
+    if (!r16_kind_of(w->dtype, &k) || w->scales || w->zeros || w->n_in % KVP_QK || !w->n_out)
         return 0;
-    size_t nb = w->n_in / KVP_QK, ng = kvp_r16_groups(w->n_out);
-    size_t qbytes = ng * nb * KVP_R16_QBYTES, bytes = qbytes + ng * nb * KVP_R16_ROWS * sizeof(uint16_t);
+    size_t nb = w->n_in / KVP_QK, blocks = kvp_r16_groups(w->n_out) * nb, qb = kvp_r16_qbytes(k.dtype);
+    size_t bytes = blocks * (qb + (size_t)k.planes * KVP_R16_ROWS * sizeof(uint16_t));
     size_t align = bytes >= KVP_R16_ALIGN ? KVP_R16_ALIGN : 64, alloc = (bytes + align - 1) & ~(align - 1);
     uint8_t *data = aligned_alloc(align, alloc);
     if (!data)
-        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its Q8_0 weights in rows of 16 (%zu bytes)",
-                           w->name ? w->name : "weight", bytes);
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its %s weights in rows of 16 (%zu bytes)",
+                           w->name ? w->name : "weight", kvp_dtype_name((uint32_t)w->dtype), bytes);
 #ifdef MADV_HUGEPAGE
     if (align == KVP_R16_ALIGN)
         madvise(data, alloc, MADV_HUGEPAGE); /* a hint */
 #endif
-    *out = (kvp_weight){.name = w->name, .dtype = KVP_CPU_DTYPE_Q8_0_R16, .n_in = w->n_in, .n_out = w->n_out,
-                        .row_bytes = nb * KVP_QK, .data = data};
+    *out = (kvp_weight){.name = w->name, .dtype = k.dtype, .n_in = w->n_in, .n_out = w->n_out,
+                        .row_bytes = qb / KVP_R16_ROWS * nb, .data = data};
     return 1;
 }
 
 void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
 {
-    size_t nb = w->n_in / KVP_QK;
-    uint8_t *data = (uint8_t *)out->data;
-    uint16_t *d16 = (uint16_t *)kvp_r16_scales(out->data, out->n_out, out->n_in, 0);
+    r16_kind k;
+    if (!r16_kind_of(w->dtype, &k))
+        return;
+    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(k.dtype), lines = qb / 64;
+    uint16_t *pl[2];
+    for (int p = 0; p < k.planes; p++)
+        pl[p] = (uint16_t *)kvp_r16_plane(out->data, k.dtype, out->n_out, out->n_in, p, 0);
     for (size_t g = g0; g < g1; g++)
         for (size_t b = 0; b < nb; b++) {
-            uint8_t *q = data + (g * nb + b) * KVP_R16_QBYTES;
-            uint16_t *d = d16 + (g * nb + b) * KVP_R16_ROWS;
+            uint8_t *q = (uint8_t *)out->data + (g * nb + b) * qb;
+            size_t at = (g * nb + b) * KVP_R16_ROWS;
             for (uint32_t r = 0; r < KVP_R16_ROWS; r++) {
                 size_t row = g * KVP_R16_ROWS + r < w->n_out ? g * KVP_R16_ROWS + r : w->n_out - 1;
-                const uint8_t *blk = (const uint8_t *)w->data + row * w->row_bytes + b * sizeof(kvp_blk_q8_0);
-                d[r] = (uint16_t)(blk[0] | blk[1] << 8);
-                for (uint32_t j = 0; j < KVP_QK / 4; j++)
-                    memcpy(q + (j * KVP_R16_ROWS + r) * 4, blk + 2 + 4 * j, 4);
+                const uint8_t *blk = (const uint8_t *)w->data + row * w->row_bytes + b * k.bb;
+                for (int p = 0; p < k.planes; p++)
+                    pl[p][at + r] = (uint16_t)(blk[2 * p] | blk[2 * p + 1] << 8);
+                for (size_t j = 0; j < lines; j++) /* the row's bytes 4j..4j+3 into lane r of line j */
+                    memcpy(q + (j * KVP_R16_ROWS + r) * 4, blk + k.qoff + 4 * j, 4);
             }
         }
 }
 
+/* The stored row rebuilt, a block at a time, and read by the dequantizer
+ * the embedding lookup uses elsewhere: the same bits by construction. */
 int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
 {
-    if (w->dtype != KVP_CPU_DTYPE_Q8_0_R16 || r >= w->n_out)
+    static const int stored[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1};
+    r16_kind k;
+    if (!kvp_r16_kind(w->dtype) || r >= w->n_out || !r16_kind_of(stored[w->dtype - KVP_CPU_DTYPE_Q8_0_R16], &k))
         return -1;
     uint32_t nb = w->n_in / KVP_QK, g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;
-    const uint8_t *q = (const uint8_t *)w->data + (size_t)g * nb * KVP_R16_QBYTES + lane * 4;
-    const uint16_t *d = kvp_r16_scales(w->data, w->n_out, w->n_in, r - lane) + lane;
-    for (uint32_t b = 0; b < nb; b++, q += KVP_R16_QBYTES, d += KVP_R16_ROWS) {
-        float s = kvp_f16_to_f32(*d);
-        for (uint32_t j = 0; j < KVP_QK; j++)
-            dst[b * KVP_QK + j] = s * (float)(int8_t)q[(j / 4) * KVP_R16_ROWS * 4 + j % 4];
+    size_t qb = kvp_r16_qbytes(w->dtype), lines = qb / 64;
+    const uint16_t *pl[2];
+    for (int p = 0; p < k.planes; p++)
+        pl[p] = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, p, r - lane) + lane;
+    for (uint32_t b = 0; b < nb; b++) {
+        uint8_t blk[sizeof(kvp_blk_q8_0)];
+        const uint8_t *q = (const uint8_t *)w->data + ((size_t)g * nb + b) * qb + lane * 4;
+        for (int p = 0; p < k.planes; p++)
+            blk[2 * p] = (uint8_t)pl[p][(size_t)b * KVP_R16_ROWS], blk[2 * p + 1] = (uint8_t)(pl[p][(size_t)b * KVP_R16_ROWS] >> 8);
+        for (size_t j = 0; j < lines; j++)
+            memcpy(blk + k.qoff + 4 * j, q + j * KVP_R16_ROWS * 4, 4);
+        if (kvp_cpu_dequant_row(k.stored, blk, dst + (size_t)b * KVP_QK, KVP_QK) < 0)
+            return -1;
     }
     return 0;
 }

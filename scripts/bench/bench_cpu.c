@@ -129,9 +129,9 @@ int main(int argc, char **argv)
     /* KVP_BENCH_NO_AMX=1: the VNNI kernels where AMX would take prompts (same bits, for pp with and without) */
     const char *no_amx = getenv("KVP_BENCH_NO_AMX");
     unsigned flags = no_amx && !strcmp(no_amx, "1") ? KVP_CPU_NO_AMX : 0;
-    /* KVP_BENCH_Q8_AS_STORED=1: Q8_0 multiplied as stored, not in rows of 16 (same bits) */
-    const char *stored = getenv("KVP_BENCH_Q8_AS_STORED");
-    flags |= stored && !strcmp(stored, "1") ? KVP_CPU_Q8_AS_STORED : 0;
+    /* KVP_BENCH_AS_STORED=1: Q8_0, Q4_0, Q4_1 multiplied as stored, not in rows of 16 (same bits) */
+    const char *stored = getenv("KVP_BENCH_AS_STORED");
+    flags |= stored && !strcmp(stored, "1") ? KVP_CPU_AS_STORED : 0;
     if (kvp_model_load(&m, argv[1], &err) < 0 || kvp_backend_cpu_create(&be, threads, flags, &err) < 0)
         die(&err);
     kvp_kvcache_opts o;

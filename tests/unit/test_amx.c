@@ -4,8 +4,9 @@
  * runs), every token count around a tile's 16, rows that are not whole
  * tiles, float rows with a tail, one thread and two; and each token's
  * outputs in a prompt-sized step the bits it gets alone (a decode step), so
- * the table keeps the batch invariance backend_cpu_kern.h promises; Q8_0
- * (multiplied in rows of 16) also against Q8_0 as stored, AMX and VNNI.  Skipped, with a line,
+ * the table keeps the batch invariance backend_cpu_kern.h promises; Q8_0,
+ * Q4_0 and Q4_1 (multiplied in rows of 16) also against the kind as
+ * stored, AMX and VNNI.  Skipped, with a line,
  * where the CPU has no AMX-INT8 or the kernel does not grant it. */
 #include "backend_cpu.h"
 #include "backend_cpu_kern.h"
@@ -120,9 +121,10 @@ static void test_kind(int dt, int zp, const float *x)
             CHECK_MSG(bad == 0, "%s %s, %u tokens, %d threads: %zu outputs differ from VNNI's, first token %zu row %zu "
                       "(%.9g vs %.9g)", t.w.name, what, nt, th, bad, first / N_OUT, first % N_OUT,
                       (double)ya[first], (double)yv[first]);
-            /* Q8_0 is multiplied in rows of 16 on both: the bits of Q8_0
-             * as stored, on VNNI and on AMX */
-            for (unsigned fl = KVP_CPU_Q8_AS_STORED; dt == KVP_DTYPE_Q8_0 && fl <= (KVP_CPU_Q8_AS_STORED | KVP_CPU_NO_AMX);
+            /* Q8_0, Q4_0 and Q4_1 are multiplied in rows of 16 on both:
+             * the bits of the kind as stored, on VNNI and on AMX */
+            int r16 = dt == KVP_DTYPE_Q8_0 || dt == KVP_DTYPE_Q4_0 || dt == KVP_DTYPE_Q4_1;
+            for (unsigned fl = KVP_CPU_AS_STORED; r16 && fl <= (KVP_CPU_AS_STORED | KVP_CPU_NO_AMX);
                  fl += KVP_CPU_NO_AMX) {
                 if (run(fl, th, &t.w, x, nt, yv, NULL) < 0) {
                     CHECK(0);
@@ -131,8 +133,8 @@ static void test_kind(int dt, int zp, const float *x)
                 bad = 0;
                 for (size_t i = 0; i < (size_t)nt * N_OUT; i++)
                     bad += memcmp(&ya[i], &yv[i], sizeof(float)) != 0;
-                CHECK_MSG(bad == 0, "q8_0, %u tokens, %d threads: %zu outputs in rows of 16 differ from Q8_0 as stored%s",
-                          nt, th, bad, fl & KVP_CPU_NO_AMX ? " on VNNI" : "");
+                CHECK_MSG(bad == 0, "%s, %u tokens, %d threads: %zu outputs in rows of 16 differ from the kind as stored%s",
+                          t.w.name, nt, th, bad, fl & KVP_CPU_NO_AMX ? " on VNNI" : "");
             }
         }
         /* each token as a decode step alone: the bits the prompt gave it */

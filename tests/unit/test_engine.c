@@ -359,17 +359,18 @@ static void test_weight_rows(const kvp_cpu_kernels *fast)
     }
 }
 
-/* The table's kernel for Q8_0 in rows of 16 against its kernel for Q8_0 as
- * stored (y, groups of tile_tok tokens from x[TT][n]): the same bits for
- * every token count up to tile_tok (the stored kernel's rows of 16 and its
- * tile alike), on every row of a whole group of 16 and a padded one. */
+/* The table's kernel for Q8_0, Q4_0 or Q4_1 in rows of 16 against its
+ * kernel for the kind as stored (y, groups of tile_tok tokens from
+ * x[TT][n]): the same bits for every token count up to tile_tok (the
+ * stored kernel's rows of 16 and its tile alike), on every row of a whole
+ * group of 16 and a padded one. */
 static void test_r16_kernel(const kvp_cpu_kernels *fast, const kvp_weight *w, const float *x, float (*y)[KERN_ROWS])
 {
     enum { TT = KVP_MM_TILE, NBM = 80 };
     kvp_weight r16;
     kvp_err err = {0};
     CHECK(w->n_out == KERN_ROWS && w->n_in / 32 <= NBM);
-    if (kvp_cpu_q8_0_as_r16(w, &r16, &err) != 1) {
+    if (kvp_cpu_as_r16(w, &r16, &err) != 1) {
         CHECK(0);
         return;
     }
@@ -383,15 +384,17 @@ static void test_r16_kernel(const kvp_cpu_kernels *fast, const kvp_weight *w, co
             float yr[TT][KERN_ROWS];
             for (uint32_t r = 0; r < KERN_ROWS; r += 16) { /* pieces from each group's first row */
                 kvp_mm_blk b = {.w = (const uint8_t *)r16.data + r * r16.row_bytes, .w_stride = r16.row_bytes,
-                                .d16 = kvp_r16_scales(r16.data, r16.n_out, r16.n_in, r), .xq = xp + t0,
+                                .d16 = kvp_r16_plane(r16.data, r16.dtype, r16.n_out, r16.n_in, 0, r),
+                                .m16 = kvp_r16_plane(r16.data, r16.dtype, r16.n_out, r16.n_in, 1, r), .xq = xp + t0,
                                 .n = w->n_in, .nr = KERN_ROWS - r < 16 ? KERN_ROWS - r : 16, .nt = nt,
                                 .y = yr[0] + r, .ldy = KERN_ROWS};
-                fast->mm_q8r(&b);
+                fast->mm_r16[r16.dtype - KVP_CPU_DTYPE_Q8_0_R16](&b);
             }
             for (uint32_t t = 0; t < nt; t++)
                 bad += memcmp(yr[t], y[t0 + t], sizeof yr[t]) != 0;
         }
-    CHECK_MSG(bad == 0, "%s: Q8_0 in rows of 16: %d tokens' outputs differ from Q8_0 as stored", fast->isa, bad);
+    CHECK_MSG(bad == 0, "%s: %s in rows of 16: %d tokens' outputs differ from the kind as stored", fast->isa,
+              kvp_dtype_name((uint32_t)w->dtype), bad);
     kvp_cpu_repacked_free(&r16);
 }
 
@@ -507,7 +510,7 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
                 bad += memcmp(yg[0], yb[t], (R - 3) * sizeof(float)) != 0;
             }
         CHECK_MSG(bad == 0, "%s %s: %d pieces give other bits", fast->isa, kvp_dtype_name((uint32_t)dt), bad);
-        if (dt == KVP_DTYPE_Q8_0 && fast->mm_q8r)
+        if ((dt == KVP_DTYPE_Q8_0 || dt == KVP_DTYPE_Q4_0 || dt == KVP_DTYPE_Q4_1) && fast->mm_r16[0])
             test_r16_kernel(fast, &w, x[0], yb);
     }
     /* q8_0 with extreme codes (w -128 and 127, x +-127) against an exact
@@ -2212,28 +2215,27 @@ static void test_q5_0_repack(void)
     CHECK_EQ_I64(kvp_cpu_repackable(&w), 0);
 }
 
-/* kvp_cpu_q8_0_as_r16: Q8_0 rows in rows of 16 (19 rows: a group and a
- * padded one) read back by kvp_cpu_r16_row give the Q8_0 values bit for
- * bit (any NaN for a NaN scale's), Q5_0 through Q8_0 likewise; a row past
- * the end and other kinds are refused. */
+/* kvp_cpu_as_r16: Q8_0, Q4_0 and Q4_1 rows in rows of 16 (19 rows: a
+ * group and a padded one) read back by kvp_cpu_r16_row give the stored
+ * values bit for bit (any NaN for a NaN scale's), Q5_0 through Q8_0
+ * likewise; a row past the end and other kinds are refused. */
 static void test_r16_repack(void)
 {
     enum { N = 96, R = 19, NB = N / 32 };
-    static uint8_t q8[R * NB * 34], q5[R * NB * 22];
+    static uint8_t q[R * NB * 34];
     static float a[N], b[N];
-    for (size_t i = 0; i < sizeof q8; i++)
-        q8[i] = (uint8_t)((frand() + 1) * 128);
-    for (size_t i = 0; i < sizeof q5; i++)
-        q5[i] = (uint8_t)((frand() + 1) * 128);
-    kvp_weight w = {.name = "q8_0", .dtype = KVP_DTYPE_Q8_0, .n_in = N, .n_out = R, .row_bytes = NB * 34, .data = q8},
-               r16;
+    static const int kinds[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1, KVP_DTYPE_Q5_0};
+    static const int as[] = {KVP_CPU_DTYPE_Q8_0_R16, KVP_CPU_DTYPE_Q4_0_R16, KVP_CPU_DTYPE_Q4_1_R16,
+                             KVP_CPU_DTYPE_Q8_0_R16};
     kvp_err err = {0};
-    for (int kind = 0; kind < 2; kind++) {
-        if (kind == 1)
-            w = (kvp_weight){.name = "q5_0", .dtype = KVP_DTYPE_Q5_0, .n_in = N, .n_out = R, .row_bytes = NB * 22,
-                             .data = q5};
-        CHECK_EQ_I64(kvp_cpu_q8_0_as_r16(&w, &r16, &err), 1);
-        CHECK_EQ_I64(r16.dtype, KVP_CPU_DTYPE_Q8_0_R16);
+    kvp_weight r16;
+    for (int k = 0; k < 4; k++) {
+        for (size_t i = 0; i < sizeof q; i++)
+            q[i] = (uint8_t)((frand() + 1) * 128);
+        kvp_weight w = {.name = kvp_dtype_name((uint32_t)kinds[k]), .dtype = kinds[k], .n_in = N, .n_out = R,
+                        .row_bytes = (uint64_t)kvp_dtype_row_bytes((uint32_t)kinds[k], N), .data = q};
+        CHECK_EQ_I64(kvp_cpu_as_r16(&w, &r16, &err), 1);
+        CHECK_EQ_I64(r16.dtype, as[k]);
         int bad = 0;
         for (uint32_t r = 0; r < R; r++) {
             CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0 && kvp_cpu_r16_row(&r16, r, b) == 0);
@@ -2242,9 +2244,11 @@ static void test_r16_repack(void)
         CHECK_MSG(bad == 0, "%s: %d rows in rows of 16 differ from the stored ones", w.name, bad);
         CHECK_EQ_I64(kvp_cpu_r16_row(&r16, R, b), -1);
         kvp_cpu_repacked_free(&r16);
+        if (k == 3) { /* other kinds are left alone */
+            w.dtype = KVP_DTYPE_Q5_1;
+            CHECK_EQ_I64(kvp_cpu_as_r16(&w, &r16, &err), 0);
+        }
     }
-    w.dtype = KVP_DTYPE_Q4_0;
-    CHECK_EQ_I64(kvp_cpu_q8_0_as_r16(&w, &r16, &err), 0);
 }
 
 static void test_kquants(const char *dir)
