@@ -275,8 +275,9 @@ static void mm_task(void *ctxp, int task, int thread)
             b.zp = zp0 ? zp0 + (size_t)r * w->scale_stride : NULL;
             b.wsum = c->wsum ? c->wsum + (size_t)r * nb : NULL;
             b.d16 = c->r16 ? kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 0, r) : NULL;
-            b.m16 = c->r16 && w->dtype == KVP_CPU_DTYPE_Q4_1_R16 ? kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 1, r)
-                                                                 : NULL;
+            b.m16 = c->r16 && w->dtype == KVP_CPU_DTYPE_Q4_1_R16
+                        ? kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 1, r)
+                        : NULL;
             b.y = c->y + (size_t)t * w->n_out + r;
             c->mm(&b);
         }
@@ -297,7 +298,8 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
     case KVP_CPU_DTYPE_Q8_0_R16:
     case KVP_CPU_DTYPE_Q4_0_R16:
     case KVP_CPU_DTYPE_Q4_1_R16:
-        c->mm = k->mm_r16[w->dtype - KVP_CPU_DTYPE_Q8_0_R16], c->amx_mm = k->amx_mm[5 + w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
+        c->mm = k->mm_r16[w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
+        c->amx_mm = k->amx_mm[5 + w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
         c->quant = c->r16 = 1;
         break;
     case KVP_DTYPE_F32: c->mm = k->mm_f32; break;
@@ -462,13 +464,20 @@ static void give_back_pages(const void *data, size_t bytes)
 #endif
 }
 
-/* Whether w's matmuls multiply another form of it (cpu_weight.alt): Q4_K,
- * Q5_0 (kvp_cpu_repack), and Q8_0 where the table takes rows of 16. */
+/* Whether w is a kind the table takes in rows of 16 (kvp_cpu_r16_alloc's):
+ * Q8_0, Q4_0 or Q4_1 in whole blocks, without scales. */
+static int r16_stored(const cpu_impl *im, const kvp_weight *w)
+{
+    int kind = w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_Q4_0 || w->dtype == KVP_DTYPE_Q4_1;
+    return im->r16 && kind && !w->scales && !w->zeros && w->n_in % KVP_QK == 0 && w->n_out > 0;
+}
+
+/* Whether w's matmuls multiply another form of it (cpu_weight.alt): Q4_K
+ * and Q5_0 (kvp_cpu_repack; Q5_0 in rows of 16 where the table takes
+ * them), and Q8_0, Q4_0 and Q4_1 where it does. */
 static int wants_repack(const cpu_impl *im, const kvp_weight *w)
 {
-    int r16_kind = w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_Q4_0 || w->dtype == KVP_DTYPE_Q4_1;
-    return kvp_cpu_repackable(w) ||
-           (im->r16 && r16_kind && !w->scales && !w->zeros && w->n_in % KVP_QK == 0 && w->n_out > 0);
+    return kvp_cpu_repackable(w) || r16_stored(im, w);
 }
 
 /* The weight a matmul of w multiplies: its other form (wants_repack),
@@ -481,7 +490,7 @@ static int mm_weight(cpu_impl *im, const kvp_weight **w, kvp_err *err)
         return 0;
     if (!cw->alt.data) {
         int rc;
-        if (im->r16 && (*w)->dtype != KVP_DTYPE_Q5_0 && (*w)->dtype != KVP_DTYPE_Q4_K) { /* threads share the groups */
+        if (r16_stored(im, *w)) { /* the threads share the groups */
             if ((rc = kvp_cpu_r16_alloc(*w, &cw->alt, err)) > 0) {
                 r16_ctx rc16 = {.w = *w, .out = &cw->alt, .per = 64};
                 uint32_t ng = kvp_r16_groups((*w)->n_out);

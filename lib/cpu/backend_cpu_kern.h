@@ -160,8 +160,8 @@ static inline const uint16_t *kvp_r16_plane(const void *data, int dtype, uint32_
                                             uint32_t r)
 {
     size_t nb = n_in / KVP_QK, blocks = (size_t)kvp_r16_groups(n_out) * nb;
-    return (const uint16_t *)((const uint8_t *)data + blocks * kvp_r16_qbytes(dtype)) + (size_t)p * blocks * KVP_R16_ROWS +
-           (size_t)(r / KVP_R16_ROWS) * nb * KVP_R16_ROWS;
+    const uint16_t *planes = (const uint16_t *)((const uint8_t *)data + blocks * kvp_r16_qbytes(dtype));
+    return planes + (size_t)p * blocks * KVP_R16_ROWS + (size_t)(r / KVP_R16_ROWS) * nb * KVP_R16_ROWS;
 }
 
 /* AMX (backend_cpu_amx.c): a tile multiply takes 16 weight rows (one block

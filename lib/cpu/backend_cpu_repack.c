@@ -200,8 +200,10 @@ int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
     for (uint32_t b = 0; b < nb; b++) {
         uint8_t blk[sizeof(kvp_blk_q8_0)];
         const uint8_t *q = (const uint8_t *)w->data + ((size_t)g * nb + b) * qb + lane * 4;
-        for (int p = 0; p < k.planes; p++)
-            blk[2 * p] = (uint8_t)pl[p][(size_t)b * KVP_R16_ROWS], blk[2 * p + 1] = (uint8_t)(pl[p][(size_t)b * KVP_R16_ROWS] >> 8);
+        for (int p = 0; p < k.planes; p++) {
+            uint16_t h = pl[p][(size_t)b * KVP_R16_ROWS];
+            blk[2 * p] = (uint8_t)h, blk[2 * p + 1] = (uint8_t)(h >> 8);
+        }
         for (size_t j = 0; j < lines; j++)
             memcpy(blk + k.qoff + 4 * j, q + j * KVP_R16_ROWS * 4, 4);
         if (kvp_cpu_dequant_row(k.stored, blk, dst + (size_t)b * KVP_QK, KVP_QK) < 0)
