@@ -21,7 +21,7 @@ typedef struct cpu_impl {
     kvp_threadpool *pool;
     const kvp_cpu_kernels *k;
     int n_threads;
-    int r16;               /* Q8_0, Q4_0, Q4_1 (and Q5_0) weights rewritten in rows of 16 (k->mm_r16) */
+    int r16;               /* Q8_0, Q4_0, Q4_1, i8, i4 (and Q5_0) weights rewritten in rows of 16 (k->mm_r16) */
     /* Scratch, sized by cpu_reserve (never inside an op): */
     uint32_t res_tok;      /* tokens a step may hold */
     uint32_t res_n_in;     /* the widest matmul row */
@@ -45,7 +45,7 @@ typedef struct cpu_impl {
 typedef struct cpu_weight {
     int32_t *wsum;         /* [n_out][n_in / 32] block sums, for flipped tiles (Q8_0, i8); else NULL */
     /* a Q4_K or Q5_0 weight in a form the kernels take (kvp_cpu_repack),
-     * or a Q8_0, Q4_0 or Q4_1 one in rows of 16 (kvp_cpu_as_r16, cpu_impl.r16),
+     * or a Q8_0, Q4_0, Q4_1, i8 or i4 one in rows of 16 (kvp_cpu_as_r16, cpu_impl.r16),
      * which its matmuls use: made at its first matmul, so a weight only
      * looked up (an untied embedding) never costs the memory; data NULL
      * until then */
@@ -274,7 +274,7 @@ static void mm_task(void *ctxp, int task, int thread)
             b.sc = sc0 ? sc0 + (size_t)r * w->scale_stride : NULL;
             b.zp = zp0 ? zp0 + (size_t)r * w->scale_stride : NULL;
             b.wsum = c->wsum ? c->wsum + (size_t)r * nb : NULL;
-            b.d16 = c->r16 ? kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 0, r) : NULL;
+            b.d16 = c->r16 && !w->scales ? kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 0, r) : NULL;
             b.m16 = c->r16 && w->dtype == KVP_CPU_DTYPE_Q4_1_R16
                         ? kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 1, r)
                         : NULL;
@@ -298,9 +298,12 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
     case KVP_CPU_DTYPE_Q8_0_R16:
     case KVP_CPU_DTYPE_Q4_0_R16:
     case KVP_CPU_DTYPE_Q4_1_R16:
+    case KVP_CPU_DTYPE_I8_R16:
+    case KVP_CPU_DTYPE_I4_R16:
         c->mm = k->mm_r16[w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
         c->amx_mm = k->amx_mm[5 + w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
         c->quant = c->r16 = 1;
+        scaled_kind = w->dtype >= KVP_CPU_DTYPE_I8_R16;
         break;
     case KVP_DTYPE_F32: c->mm = k->mm_f32; break;
     case KVP_DTYPE_F16: c->mm = k->mm_f16; break;
@@ -325,8 +328,10 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
  * offsets its header gather uses. */
 static int mm_amx(const kvp_cpu_kernels *k, const kvp_weight *w, const mm_ctx *c, int direct, uint32_t n_tok)
 {
-    int q8 = w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8 || w->dtype == KVP_CPU_DTYPE_Q8_0_R16;
-    int q4r = w->dtype == KVP_CPU_DTYPE_Q4_0_R16 || w->dtype == KVP_CPU_DTYPE_Q4_1_R16;
+    int q8 = w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_I8 || w->dtype == KVP_CPU_DTYPE_Q8_0_R16 ||
+             w->dtype == KVP_CPU_DTYPE_I8_R16;
+    int q4r = w->dtype == KVP_CPU_DTYPE_Q4_0_R16 || w->dtype == KVP_CPU_DTYPE_Q4_1_R16 ||
+              w->dtype == KVP_CPU_DTYPE_I4_R16;
     return direct == 1 && c->amx_mm && n_tok >= (q8 ? k->amx_min_tok_q8 : q4r ? k->amx_min_tok_q4r : k->amx_min_tok) &&
            w->row_bytes < ((uint64_t)1 << 27);
 }
@@ -465,16 +470,16 @@ static void give_back_pages(const void *data, size_t bytes)
 }
 
 /* Whether w is a kind the table takes in rows of 16 (kvp_cpu_r16_alloc's):
- * Q8_0, Q4_0 or Q4_1 in whole blocks, without scales. */
+ * Q8_0, Q4_0 or Q4_1 without scales, i8 or i4 with scales in groups of a
+ * multiple of 32, in whole blocks. */
 static int r16_stored(const cpu_impl *im, const kvp_weight *w)
 {
-    int kind = w->dtype == KVP_DTYPE_Q8_0 || w->dtype == KVP_DTYPE_Q4_0 || w->dtype == KVP_DTYPE_Q4_1;
-    return im->r16 && kind && !w->scales && !w->zeros && w->n_in % KVP_QK == 0 && w->n_out > 0;
+    return im->r16 && kvp_cpu_r16_takes(w);
 }
 
 /* Whether w's matmuls multiply another form of it (cpu_weight.alt): Q4_K
  * and Q5_0 (kvp_cpu_repack; Q5_0 in rows of 16 where the table takes
- * them), and Q8_0, Q4_0 and Q4_1 where it does. */
+ * them), and Q8_0, Q4_0, Q4_1, i8 and i4 where it does. */
 static int wants_repack(const cpu_impl *im, const kvp_weight *w)
 {
     return kvp_cpu_repackable(w) || r16_stored(im, w);

@@ -277,9 +277,9 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_mm(int kind, const
  * same order as the rows kernel and amx_rows: the same bits.  out[t][m]. */
 KVP_AMX static inline const uint8_t *r16_b(int kind, const uint8_t *q, int8_t *bbuf)
 {
-    if (kind == 5)
+    if (kind == 5 || kind == 8)
         return q;
-    const __m512i m4 = _mm512_set1_epi8(15), off = _mm512_set1_epi8(kind == 6 ? 8 : 0);
+    const __m512i m4 = _mm512_set1_epi8(15), off = _mm512_set1_epi8(kind == 6 || kind == 9 ? 8 : 0);
     for (int k = 0; k < 4; k++) {
         __m512i v = _mm512_loadu_si512(q + 64 * k);
         _mm512_store_si512((__m512i *)(bbuf + 64 * k), _mm512_sub_epi8(_mm512_and_si512(v, m4), off));
@@ -295,8 +295,10 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_r16_group(int kind
     const uint32_t nb = b->n / KVP_QK;
     const size_t qb = (size_t)AMX_ROWS * b->w_stride / nb;
     const uint8_t *gq = b->w + (size_t)r0 * b->w_stride;
-    const uint16_t *gd = b->d16 + (size_t)(r0 / AMX_ROWS) * nb * AMX_ROWS;
+    const int scaled = kind == 8 || kind == 9, has_m = kind == 7 || (scaled && b->zp);
+    const uint16_t *gd = scaled ? NULL : b->d16 + (size_t)(r0 / AMX_ROWS) * nb * AMX_ROWS;
     const uint16_t *gm = kind == 7 ? b->m16 + (size_t)(r0 / AMX_ROWS) * nb * AMX_ROWS : NULL;
+    const uint32_t bpg = scaled ? b->g / KVP_QK : 1;
     _Alignas(64) int32_t cbuf[2][AMX_T * AMX_ROWS];
     _Alignas(64) int8_t bbuf[2][8 * 64];
     const int8_t *xt = b->xt;
@@ -328,16 +330,27 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_r16_group(int kind
             else
                 AMX_STORED(3, cbuf[1], AMX_ROWS * 4);
             const size_t bo = (size_t)(blk + h) * AMX_ROWS;
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gd + bo)));
-            const __m512 mw = kind == 7 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gm + bo)))
-                                        : _mm512_setzero_ps();
+            __m512 dw, mw = _mm512_setzero_ps();
+            if (scaled) { /* the group's f32 scales and -z * scale */
+                size_t at = (size_t)r0 * b->sc_stride + (size_t)((blk + h) / bpg) * AMX_ROWS;
+                dw = _mm512_loadu_ps(b->sc + at);
+                if (has_m) { /* -z, by its sign bit, times the scale */
+                    __m512i z = _mm512_castps_si512(_mm512_loadu_ps(b->zp + at));
+                    mw = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_xor_si512(z, _mm512_set1_epi32((int32_t)0x80000000))),
+                                       dw);
+                }
+            } else {
+                dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gd + bo)));
+                if (kind == 7)
+                    mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gm + bo)));
+            }
             const float *dx = dxs + (size_t)(blk + h) * 3 * AMX_S;
             _Pragma("GCC unroll 16") for (int t = 0; t < AMX_T; t++) {
                 if ((uint32_t)t >= b->nt) /* a short group's empty rows: nothing to scale */
                     break;
                 __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512((const __m512i *)(cbuf[h] + t * AMX_ROWS)));
                 acc[t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw, _mm512_set1_ps(dx[t])), acc[t]);
-                if (kind == 7)
+                if (has_m)
                     ma[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dx[AMX_S + t]), ma[t]);
             }
         }
@@ -365,6 +378,8 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_r16(int kind, cons
 KVP_AMX static void amx_r16_q8_0(const kvp_mm_blk *b) { amx_r16(5, b); }
 KVP_AMX static void amx_r16_q4_0(const kvp_mm_blk *b) { amx_r16(6, b); }
 KVP_AMX static void amx_r16_q4_1(const kvp_mm_blk *b) { amx_r16(7, b); }
+KVP_AMX static void amx_r16_i8(const kvp_mm_blk *b) { amx_r16(8, b); }
+KVP_AMX static void amx_r16_i4(const kvp_mm_blk *b) { amx_r16(9, b); }
 
 KVP_AMX static void amx_q4_0(const kvp_mm_blk *b) { amx_mm(0, b); }
 KVP_AMX static void amx_q4_1(const kvp_mm_blk *b) { amx_mm(1, b); }
@@ -427,6 +442,7 @@ static void amx_init(void)
     kernels_amx.amx_mm[0] = amx_q4_0, kernels_amx.amx_mm[1] = amx_q4_1, kernels_amx.amx_mm[2] = amx_q8_0;
     kernels_amx.amx_mm[3] = amx_i8, kernels_amx.amx_mm[4] = amx_i4;
     kernels_amx.amx_mm[5] = amx_r16_q8_0, kernels_amx.amx_mm[6] = amx_r16_q4_0, kernels_amx.amx_mm[7] = amx_r16_q4_1;
+    kernels_amx.amx_mm[8] = amx_r16_i8, kernels_amx.amx_mm[9] = amx_r16_i4;
     kernels_amx.amx_min_tok = KVP_AMX_MIN_TOK, kernels_amx.amx_min_tok_q8 = KVP_AMX_MIN_TOK_Q8;
     kernels_amx.amx_min_tok_q4r = KVP_AMX_MIN_TOK_Q4R;
     amx_ok = 1;

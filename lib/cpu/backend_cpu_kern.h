@@ -141,17 +141,25 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
  * 16 at a time (n_out padded with the last row repeated); group G's block
  * b has its quants at data + (G nb + b) qbytes (row_bytes is qbytes / 16 a
  * block: 16 rows are a group's quants), then the planes of f16 scales, 16
- * a block, at the same place in each: d, then Q4_1's minimums m.  The
- * values and the products are the stored kind's, bit for bit. */
+ * a block, at the same place in each: d, then Q4_1's minimums m.  int8
+ * and int4 (scaled, groups of g, a multiple of 32) likewise, int4's
+ * nibbles rearranged to Q4_0's order (stored as q + 8, as i4 is), their
+ * f32 scales and zero points in planes of their own (the weight's scales
+ * and zeros: row r's group u at r * (n_in / g) + u * 16 for r a multiple
+ * of 16, so scale_stride stays n_in / g).  The values and the products are
+ * the stored kind's, bit for bit. */
 #define KVP_CPU_DTYPE_Q8_0_R16 (KVP_DTYPE_COUNT + 1)
 #define KVP_CPU_DTYPE_Q4_0_R16 (KVP_DTYPE_COUNT + 2)
 #define KVP_CPU_DTYPE_Q4_1_R16 (KVP_DTYPE_COUNT + 3)
+#define KVP_CPU_DTYPE_I8_R16 (KVP_DTYPE_COUNT + 4)
+#define KVP_CPU_DTYPE_I4_R16 (KVP_DTYPE_COUNT + 5)
 #define KVP_R16_ROWS 16
-static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_Q4_1_R16; }
+static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_I4_R16; }
 /* A block's quant bytes for 16 rows. */
 static inline size_t kvp_r16_qbytes(int dtype)
 {
-    return dtype == KVP_CPU_DTYPE_Q8_0_R16 ? KVP_R16_ROWS * KVP_QK : KVP_R16_ROWS * KVP_QK / 2;
+    int bytes8 = dtype == KVP_CPU_DTYPE_Q8_0_R16 || dtype == KVP_CPU_DTYPE_I8_R16;
+    return bytes8 ? KVP_R16_ROWS * KVP_QK : KVP_R16_ROWS * KVP_QK / 2;
 }
 static inline uint32_t kvp_r16_groups(uint32_t n_out) { return (n_out + KVP_R16_ROWS - 1) / KVP_R16_ROWS; }
 /* Plane p (0 the scales d, 1 Q4_1's minimums m) of the group holding row r
@@ -188,12 +196,12 @@ typedef struct kvp_cpu_kernels {
     void (*wsum)(const uint8_t *q, size_t stride, uint32_t nb, int32_t *out);
     void (*quant_q8)(const float *x, kvp_q8blk *y, uint32_t n); /* n multiple of 32 */
     kvp_mm_fn mm_q4_0, mm_q4_1, mm_q8_0, mm_i8, mm_i4; /* i8, i4: g a multiple of 32 */
-    /* Q8_0, Q4_0 and Q4_1 in rows of 16 (KVP_CPU_DTYPE_*_R16, in that
-     * order): pieces of rows from a multiple of 16 by up to tile_tok
+    /* Q8_0, Q4_0, Q4_1, i8 and i4 in rows of 16 (KVP_CPU_DTYPE_*_R16, in
+     * that order): pieces of rows from a multiple of 16 by up to tile_tok
      * tokens read from their blocks (no tile), the stored kind's bits.
      * NULL where the table multiplies them as stored; where set, the
      * backend rewrites those weights so. */
-    kvp_mm_fn mm_r16[3];
+    kvp_mm_fn mm_r16[5];
     kvp_mm_fn mm_f32, mm_f16, mm_bf16, mm_e4m3;       /* e4m3: any g dividing n */
     /* Attention (backend_cpu.c): scores s[p * ldq + j] of key p for query
      * lane j, ldq a multiple of 8.  Like the matmul, each (query, key) score
@@ -221,15 +229,16 @@ typedef struct kvp_cpu_kernels {
      * bits, faster for the kinds a table decodes itself.  0 or -1. */
     int (*weight_row)(const struct kvp_weight *w, uint32_t r, float *dst);
     /* AMX's prompt matmuls of the quantized kinds (NULL elsewhere), by kind
-     * (Q4_0, Q4_1, Q8_0, i8, i4, then Q8_0, Q4_0, Q4_1 in rows of 16): pieces of any nr by
+     * (Q4_0, Q4_1, Q8_0, i8, i4, then the same in rows of 16: Q8_0, Q4_0,
+     * Q4_1, i8, i4): pieces of any nr by
      * nt <= KVP_AMX_TOK tokens reading a KVP_AMX_TOK tile (xt, dxs; for
      * rows of 16 the tile of whole blocks, unit 32), with the bits of this
      * table's own quantized kernels.  Steps of fewer than amx_min_tok
      * tokens (amx_min_tok_q8 for Q8_0 and i8, amx_min_tok_q4r for Q4_0 and
      * Q4_1 in rows of 16) leave them to those. */
-    kvp_mm_fn amx_mm[8];
+    kvp_mm_fn amx_mm[10];
     uint32_t amx_min_tok, amx_min_tok_q8;
-    uint32_t amx_min_tok_q4r; /* Q4_0 and Q4_1 in rows of 16 */
+    uint32_t amx_min_tok_q4r; /* Q4_0, Q4_1 and i4 in rows of 16 */
     /* Float matmuls (f32, f16, bf16) of more than 2 tokens read a float
      * tile (kvp_cpu_f32_tile_put) as xt, beside xf (the wide runs). */
     int float_tile;
@@ -259,15 +268,17 @@ int kvp_cpu_q4k_as_i4(const struct kvp_weight *w, struct kvp_weight *out, kvp_er
 int kvp_cpu_q5_0_as_q8_0(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
 int kvp_cpu_repack(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
 int kvp_cpu_repackable(const struct kvp_weight *w);
-/* Q8_0, Q4_0 or Q4_1 (or Q5_0, through Q8_0) in rows of 16, dtype
- * KVP_CPU_DTYPE_*_R16: 1 with *out set, 0 when w is not of those kinds in
- * whole blocks without scales, or a negative code. */
+/* Q8_0, Q4_0 or Q4_1 (or Q5_0, through Q8_0) without scales, or i8 or i4
+ * with scales in groups of a multiple of 32, in rows of 16, dtype
+ * KVP_CPU_DTYPE_*_R16: 1 with *out set, 0 when w is not one of those in
+ * whole blocks, or a negative code. */
 int kvp_cpu_as_r16(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
 /* The same in two steps, so threads can share the second: *out with its
- * memory (1; 0 when w is not Q8_0, Q4_0 or Q4_1 in whole blocks without
- * scales; or a negative code), then groups [g0, g1) of 16 rows filled
- * from w. */
+ * memory (1; 0 when w is not one of those kinds, Q5_0 aside; or a
+ * negative code), then groups [g0, g1) of 16 rows filled from w. */
 int kvp_cpu_r16_alloc(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
+/* Whether kvp_cpu_r16_alloc takes w. */
+int kvp_cpu_r16_takes(const struct kvp_weight *w);
 void kvp_cpu_r16_fill(const struct kvp_weight *w, struct kvp_weight *out, uint32_t g0, uint32_t g1);
 /* Row r of a weight in rows of 16 as f32: the stored row's values, bit for
  * bit (an embedding looked up in a tied output head).  0 or -1. */

@@ -123,41 +123,85 @@ int kvp_cpu_as_r16(const kvp_weight *w, kvp_weight *out, kvp_err *err)
 #define KVP_R16_ALIGN ((size_t)2 << 20)
 
 /* The stored kind's block: its bytes, where its quants start, how many f16
- * headers (d, then Q4_1's m), and the kind in rows of 16; 0 for others. */
+ * headers (d, then Q4_1's m), whether it is scaled (i8, i4: f32 planes of
+ * the weight's scales and zero points), and the kind in rows of 16. */
 typedef struct r16_kind {
     size_t bb, qoff;
-    int planes, dtype, stored;
+    int planes, scaled, dtype, stored;
 } r16_kind;
 
 static int r16_kind_of(int dtype, r16_kind *k)
 {
     switch (dtype) {
-    case KVP_DTYPE_Q8_0: *k = (r16_kind){sizeof(kvp_blk_q8_0), 2, 1, KVP_CPU_DTYPE_Q8_0_R16, dtype}; return 1;
-    case KVP_DTYPE_Q4_0: *k = (r16_kind){sizeof(kvp_blk_q4_0), 2, 1, KVP_CPU_DTYPE_Q4_0_R16, dtype}; return 1;
-    case KVP_DTYPE_Q4_1: *k = (r16_kind){sizeof(kvp_blk_q4_1), 4, 2, KVP_CPU_DTYPE_Q4_1_R16, dtype}; return 1;
+    case KVP_DTYPE_Q8_0: *k = (r16_kind){sizeof(kvp_blk_q8_0), 2, 1, 0, KVP_CPU_DTYPE_Q8_0_R16, dtype}; return 1;
+    case KVP_DTYPE_Q4_0: *k = (r16_kind){sizeof(kvp_blk_q4_0), 2, 1, 0, KVP_CPU_DTYPE_Q4_0_R16, dtype}; return 1;
+    case KVP_DTYPE_Q4_1: *k = (r16_kind){sizeof(kvp_blk_q4_1), 4, 2, 0, KVP_CPU_DTYPE_Q4_1_R16, dtype}; return 1;
+    case KVP_DTYPE_I8: *k = (r16_kind){KVP_QK, 0, 0, 1, KVP_CPU_DTYPE_I8_R16, dtype}; return 1;
+    case KVP_DTYPE_I4: *k = (r16_kind){KVP_QK / 2, 0, 0, 1, KVP_CPU_DTYPE_I4_R16, dtype}; return 1;
     default: return 0;
     }
+}
+
+/* Whether w is a weight r16_kind_of's kind takes: whole blocks; the GGUF
+ * kinds without scales, the scaled ones with scales in groups of a
+ * multiple of 32. */
+static int r16_fits(const kvp_weight *w, const r16_kind *k)
+{
+    if (w->n_in % KVP_QK || !w->n_out)
+        return 0;
+    if (!k->scaled)
+        return !w->scales && !w->zeros;
+    return w->scales && w->group && w->group % KVP_QK == 0 && w->n_in % w->group == 0;
+}
+
+int kvp_cpu_r16_takes(const kvp_weight *w)
+{
+    r16_kind k;
+    return r16_kind_of(w->dtype, &k) && r16_fits(w, &k);
 }
 
 int kvp_cpu_r16_alloc(const kvp_weight *w, kvp_weight *out, kvp_err *err)
 {
     r16_kind k;
-    if (!r16_kind_of(w->dtype, &k) || w->scales || w->zeros || w->n_in % KVP_QK || !w->n_out)
+    if (!r16_kind_of(w->dtype, &k) || !r16_fits(w, &k))
         return 0;
-    size_t nb = w->n_in / KVP_QK, blocks = kvp_r16_groups(w->n_out) * nb, qb = kvp_r16_qbytes(k.dtype);
+    size_t nb = w->n_in / KVP_QK, ng = kvp_r16_groups(w->n_out), blocks = ng * nb, qb = kvp_r16_qbytes(k.dtype);
     size_t bytes = blocks * (qb + (size_t)k.planes * KVP_R16_ROWS * sizeof(uint16_t));
     size_t align = bytes >= KVP_R16_ALIGN ? KVP_R16_ALIGN : 64, alloc = (bytes + align - 1) & ~(align - 1);
+    uint32_t ngr = k.scaled ? w->n_in / w->group : 0; /* scale groups a row */
+    size_t sbytes = (size_t)ng * ngr * KVP_R16_ROWS * sizeof(float);
     uint8_t *data = aligned_alloc(align, alloc);
-    if (!data)
+    float *sc = k.scaled ? aligned_alloc(64, (sbytes + 63) & ~(size_t)63) : NULL;
+    float *zp = k.scaled && w->zeros ? aligned_alloc(64, (sbytes + 63) & ~(size_t)63) : NULL;
+    if (!data || (k.scaled && !sc) || (k.scaled && w->zeros && !zp)) {
+        free(data), free(sc), free(zp);
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its %s weights in rows of 16 (%zu bytes)",
-                           w->name ? w->name : "weight", kvp_dtype_name((uint32_t)w->dtype), bytes);
+                           w->name ? w->name : "weight", kvp_dtype_name((uint32_t)w->dtype), bytes + 2 * sbytes);
+    }
 #ifdef MADV_HUGEPAGE
     if (align == KVP_R16_ALIGN)
         madvise(data, alloc, MADV_HUGEPAGE); /* a hint */
 #endif
     *out = (kvp_weight){.name = w->name, .dtype = k.dtype, .n_in = w->n_in, .n_out = w->n_out,
-                        .row_bytes = qb / KVP_R16_ROWS * nb, .data = data};
+                        .row_bytes = qb / KVP_R16_ROWS * nb, .data = data, .scales = sc, .zeros = zp,
+                        .group = k.scaled ? w->group : 0, .scale_stride = ngr};
     return 1;
+}
+
+/* Row `row` of w's block b as the rows of 16 read it (16 bytes for a
+ * nibble kind, 32 for a byte kind): int4's nibbles (element 2k low, 2k + 1
+ * high, two's complement) into Q4_0's order (element j low, j + 16 high)
+ * and Q4_0's offset, q + 8 (the nibble xor 8). */
+static const uint8_t *r16_quants(const kvp_weight *w, const r16_kind *k, size_t row, size_t b, uint8_t *tmp)
+{
+    const uint8_t *blk = (const uint8_t *)w->data + row * w->row_bytes + b * k->bb + k->qoff;
+    if (w->dtype != KVP_DTYPE_I4)
+        return blk;
+    for (int j = 0; j < 16; j++) {
+        unsigned lo = blk[j / 2] >> (4 * (j & 1)) & 15, hi = blk[(j + 16) / 2] >> (4 * (j & 1)) & 15;
+        tmp[j] = (uint8_t)((lo ^ 8) | (hi ^ 8) << 4);
+    }
+    return tmp;
 }
 
 void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
@@ -169,47 +213,83 @@ void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_
     uint16_t *pl[2];
     for (int p = 0; p < k.planes; p++)
         pl[p] = (uint16_t *)kvp_r16_plane(out->data, k.dtype, out->n_out, out->n_in, p, 0);
-    for (size_t g = g0; g < g1; g++)
+    for (size_t g = g0; g < g1; g++) {
         for (size_t b = 0; b < nb; b++) {
             uint8_t *q = (uint8_t *)out->data + (g * nb + b) * qb;
             size_t at = (g * nb + b) * KVP_R16_ROWS;
             for (uint32_t r = 0; r < KVP_R16_ROWS; r++) {
                 size_t row = g * KVP_R16_ROWS + r < w->n_out ? g * KVP_R16_ROWS + r : w->n_out - 1;
                 const uint8_t *blk = (const uint8_t *)w->data + row * w->row_bytes + b * k.bb;
+                uint8_t tmp[16];
+                const uint8_t *qs = r16_quants(w, &k, row, b, tmp);
                 for (int p = 0; p < k.planes; p++)
                     pl[p][at + r] = (uint16_t)(blk[2 * p] | blk[2 * p + 1] << 8);
                 for (size_t j = 0; j < lines; j++) /* the row's bytes 4j..4j+3 into lane r of line j */
-                    memcpy(q + (j * KVP_R16_ROWS + r) * 4, blk + k.qoff + 4 * j, 4);
+                    memcpy(q + (j * KVP_R16_ROWS + r) * 4, qs + 4 * j, 4);
             }
         }
+        for (uint32_t u = 0; k.scaled && u < out->scale_stride; u++) /* the group's scales and zero points */
+            for (uint32_t r = 0; r < KVP_R16_ROWS; r++) {
+                size_t row = g * KVP_R16_ROWS + r < w->n_out ? g * KVP_R16_ROWS + r : w->n_out - 1;
+                size_t from = w->scale_stride ? row * w->scale_stride + u : 0;
+                size_t to = (g * out->scale_stride + u) * 16 + r;
+                ((float *)out->scales)[to] = w->scales[from];
+                if (w->zeros)
+                    ((float *)out->zeros)[to] = w->zeros[from];
+            }
+    }
 }
 
-/* The stored row rebuilt, a block at a time, and read by the dequantizer
- * the embedding lookup uses elsewhere: the same bits by construction. */
+/* The stored row rebuilt and read by the dequantizer the embedding lookup
+ * uses elsewhere: the same bits by construction. */
 int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
 {
-    static const int stored[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1};
+    static const int stored[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1, KVP_DTYPE_I8, KVP_DTYPE_I4};
     r16_kind k;
     if (!kvp_r16_kind(w->dtype) || r >= w->n_out || !r16_kind_of(stored[w->dtype - KVP_CPU_DTYPE_Q8_0_R16], &k))
         return -1;
     uint32_t nb = w->n_in / KVP_QK, g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;
     size_t qb = kvp_r16_qbytes(w->dtype), lines = qb / 64;
+    uint8_t *row = malloc(nb * k.bb);
+    float *sc = k.scaled ? malloc(sizeof(float) * w->scale_stride * 2) : NULL;
+    if (!row || (k.scaled && !sc)) {
+        free(row), free(sc);
+        return -1;
+    }
     const uint16_t *pl[2];
     for (int p = 0; p < k.planes; p++)
         pl[p] = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, p, r - lane) + lane;
     for (uint32_t b = 0; b < nb; b++) {
-        uint8_t blk[sizeof(kvp_blk_q8_0)];
+        uint8_t *blk = row + (size_t)b * k.bb, qs[KVP_QK];
         const uint8_t *q = (const uint8_t *)w->data + ((size_t)g * nb + b) * qb + lane * 4;
         for (int p = 0; p < k.planes; p++) {
             uint16_t h = pl[p][(size_t)b * KVP_R16_ROWS];
             blk[2 * p] = (uint8_t)h, blk[2 * p + 1] = (uint8_t)(h >> 8);
         }
         for (size_t j = 0; j < lines; j++)
-            memcpy(blk + k.qoff + 4 * j, q + j * KVP_R16_ROWS * 4, 4);
-        if (kvp_cpu_dequant_row(k.stored, blk, dst + (size_t)b * KVP_QK, KVP_QK) < 0)
-            return -1;
+            memcpy(qs + 4 * j, q + j * KVP_R16_ROWS * 4, 4);
+        if (k.stored == KVP_DTYPE_I4) /* back from Q4_0's order and offset */
+            for (int j = 0; j < 16; j++) {
+                unsigned lo = (qs[j] & 15) ^ 8, hi = (qs[j] >> 4) ^ 8;
+                blk[j / 2] = (uint8_t)(j & 1 ? (blk[j / 2] & 15) | lo << 4 : lo);
+                blk[(j + 16) / 2] = (uint8_t)(j & 1 ? (blk[(j + 16) / 2] & 15) | hi << 4 : hi);
+            }
+        else
+            memcpy(blk + k.qoff, qs, qb / KVP_R16_ROWS);
     }
-    return 0;
+    kvp_weight one = {.dtype = k.stored, .n_in = w->n_in, .n_out = 1, .row_bytes = nb * k.bb, .data = row,
+                      .group = w->group, .scale_stride = w->scale_stride};
+    if (k.scaled) {
+        for (uint32_t u = 0; u < w->scale_stride; u++) {
+            size_t at = ((size_t)g * w->scale_stride + u) * 16 + lane;
+            sc[u] = w->scales[at];
+            sc[w->scale_stride + u] = w->zeros ? w->zeros[at] : 0.0f;
+        }
+        one.scales = sc, one.zeros = w->zeros ? sc + w->scale_stride : NULL;
+    }
+    int rc = kvp_cpu_dequant_weight_row(&one, 0, dst);
+    free(row), free(sc);
+    return rc;
 }
 
 int kvp_cpu_repackable(const kvp_weight *w)

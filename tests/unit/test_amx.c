@@ -4,8 +4,8 @@
  * runs), every token count around a tile's 16, rows that are not whole
  * tiles, float rows with a tail, one thread and two; and each token's
  * outputs in a prompt-sized step the bits it gets alone (a decode step), so
- * the table keeps the batch invariance backend_cpu_kern.h promises; Q8_0,
- * Q4_0 and Q4_1 (multiplied in rows of 16) also against the kind as
+ * the table keeps the batch invariance backend_cpu_kern.h promises; every
+ * quantized kind (multiplied in rows of 16) also against the kind as
  * stored, AMX and VNNI.  Skipped, with a line,
  * where the CPU has no AMX-INT8 or the kernel does not grant it. */
 #include "backend_cpu.h"
@@ -123,7 +123,8 @@ static void test_kind(int dt, int zp, const float *x)
                       (double)ya[first], (double)yv[first]);
             /* Q8_0, Q4_0 and Q4_1 are multiplied in rows of 16 on both:
              * the bits of the kind as stored, on VNNI and on AMX */
-            int r16 = dt == KVP_DTYPE_Q8_0 || dt == KVP_DTYPE_Q4_0 || dt == KVP_DTYPE_Q4_1;
+            int r16 = dt == KVP_DTYPE_Q8_0 || dt == KVP_DTYPE_Q4_0 || dt == KVP_DTYPE_Q4_1 || dt == KVP_DTYPE_I8 ||
+                      dt == KVP_DTYPE_I4;
             for (unsigned fl = KVP_CPU_AS_STORED; r16 && fl <= (KVP_CPU_AS_STORED | KVP_CPU_NO_AMX);
                  fl += KVP_CPU_NO_AMX) {
                 if (run(fl, th, &t.w, x, nt, yv, NULL) < 0) {

@@ -359,8 +359,8 @@ static void test_weight_rows(const kvp_cpu_kernels *fast)
     }
 }
 
-/* The table's kernel for Q8_0, Q4_0 or Q4_1 in rows of 16 against its
- * kernel for the kind as stored (y, groups of tile_tok tokens from
+/* The table's kernel for a quantized kind (Q8_0, Q4_0, Q4_1, i8, i4 with
+ * zero points) in rows of 16 against its kernel for the kind as stored (y, groups of tile_tok tokens from
  * x[TT][n]): the same bits for every token count up to tile_tok (the
  * stored kernel's rows of 16 and its tile alike), on every row of a whole
  * group of 16 and a padded one. */
@@ -370,7 +370,7 @@ static void test_r16_kernel(const kvp_cpu_kernels *fast, const kvp_weight *w, co
     kvp_weight r16;
     kvp_err err = {0};
     CHECK(w->n_out == KERN_ROWS && w->n_in / 32 <= NBM);
-    if (kvp_cpu_as_r16(w, &r16, &err) != 1) {
+    if (!kvp_cpu_r16_takes(w) || kvp_cpu_as_r16(w, &r16, &err) != 1) {
         CHECK(0);
         return;
     }
@@ -383,9 +383,13 @@ static void test_r16_kernel(const kvp_cpu_kernels *fast, const kvp_weight *w, co
         for (uint32_t t0 = 0; t0 + nt <= TT; t0 += nt) {
             float yr[TT][KERN_ROWS];
             for (uint32_t r = 0; r < KERN_ROWS; r += 16) { /* pieces from each group's first row */
+                int sc = r16.scales != NULL;
                 kvp_mm_blk b = {.w = (const uint8_t *)r16.data + r * r16.row_bytes, .w_stride = r16.row_bytes,
-                                .d16 = kvp_r16_plane(r16.data, r16.dtype, r16.n_out, r16.n_in, 0, r),
-                                .m16 = kvp_r16_plane(r16.data, r16.dtype, r16.n_out, r16.n_in, 1, r), .xq = xp + t0,
+                                .d16 = sc ? NULL : kvp_r16_plane(r16.data, r16.dtype, r16.n_out, r16.n_in, 0, r),
+                                .m16 = sc ? NULL : kvp_r16_plane(r16.data, r16.dtype, r16.n_out, r16.n_in, 1, r),
+                                .sc = sc ? r16.scales + (size_t)r * r16.scale_stride : NULL,
+                                .zp = r16.zeros ? r16.zeros + (size_t)r * r16.scale_stride : NULL,
+                                .sc_stride = r16.scale_stride, .g = r16.group, .xq = xp + t0,
                                 .n = w->n_in, .nr = KERN_ROWS - r < 16 ? KERN_ROWS - r : 16, .nt = nt,
                                 .y = yr[0] + r, .ldy = KERN_ROWS};
                 fast->mm_r16[r16.dtype - KVP_CPU_DTYPE_Q8_0_R16](&b);
@@ -510,7 +514,7 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
                 bad += memcmp(yg[0], yb[t], (R - 3) * sizeof(float)) != 0;
             }
         CHECK_MSG(bad == 0, "%s %s: %d pieces give other bits", fast->isa, kvp_dtype_name((uint32_t)dt), bad);
-        if ((dt == KVP_DTYPE_Q8_0 || dt == KVP_DTYPE_Q4_0 || dt == KVP_DTYPE_Q4_1) && fast->mm_r16[0])
+        if (quant && fast->mm_r16[0]) /* every quantized kind has its rows of 16 */
             test_r16_kernel(fast, &w, x[0], yb);
     }
     /* q8_0 with extreme codes (w -128 and 127, x +-127) against an exact
@@ -2215,36 +2219,52 @@ static void test_q5_0_repack(void)
     CHECK_EQ_I64(kvp_cpu_repackable(&w), 0);
 }
 
-/* kvp_cpu_as_r16: Q8_0, Q4_0 and Q4_1 rows in rows of 16 (19 rows: a
- * group and a padded one) read back by kvp_cpu_r16_row give the stored
- * values bit for bit (any NaN for a NaN scale's), Q5_0 through Q8_0
- * likewise; a row past the end and other kinds are refused. */
+/* kvp_cpu_as_r16: Q8_0, Q4_0, Q4_1, and i8 and i4 with scales (per row,
+ * in groups of 64 with zero points, one for the tensor) in rows of 16 (19
+ * rows: a group and a padded one) read back by kvp_cpu_r16_row give the
+ * stored values bit for bit (any NaN for a NaN scale's), Q5_0 through
+ * Q8_0 likewise; a row past the end, other kinds and groups under 32 are
+ * refused. */
 static void test_r16_repack(void)
 {
-    enum { N = 96, R = 19, NB = N / 32 };
+    enum { N = 128, R = 19, NB = N / 32 };
     static uint8_t q[R * NB * 34];
-    static float a[N], b[N];
-    static const int kinds[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1, KVP_DTYPE_Q5_0};
-    static const int as[] = {KVP_CPU_DTYPE_Q8_0_R16, KVP_CPU_DTYPE_Q4_0_R16, KVP_CPU_DTYPE_Q4_1_R16,
-                             KVP_CPU_DTYPE_Q8_0_R16};
+    static float a[N], b[N], sc[R * N / 32], zp[R * N / 32];
+    static const struct {
+        int dtype, as;
+        uint32_t group, stride; /* scaled: group and scales a row (0: one for the tensor) */
+        int zeros;
+    } kinds[] = {{KVP_DTYPE_Q8_0, KVP_CPU_DTYPE_Q8_0_R16, 0, 0, 0}, {KVP_DTYPE_Q4_0, KVP_CPU_DTYPE_Q4_0_R16, 0, 0, 0},
+                 {KVP_DTYPE_Q4_1, KVP_CPU_DTYPE_Q4_1_R16, 0, 0, 0}, {KVP_DTYPE_Q5_0, KVP_CPU_DTYPE_Q8_0_R16, 0, 0, 0},
+                 {KVP_DTYPE_I8, KVP_CPU_DTYPE_I8_R16, N, 1, 0},     {KVP_DTYPE_I8, KVP_CPU_DTYPE_I8_R16, 64, 2, 1},
+                 {KVP_DTYPE_I4, KVP_CPU_DTYPE_I4_R16, 64, 2, 1},    {KVP_DTYPE_I4, KVP_CPU_DTYPE_I4_R16, N, 0, 0}};
     kvp_err err = {0};
     kvp_weight r16;
-    for (int k = 0; k < 4; k++) {
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
         for (size_t i = 0; i < sizeof q; i++)
             q[i] = (uint8_t)((frand() + 1) * 128);
-        kvp_weight w = {.name = kvp_dtype_name((uint32_t)kinds[k]), .dtype = kinds[k], .n_in = N, .n_out = R,
-                        .row_bytes = (uint64_t)kvp_dtype_row_bytes((uint32_t)kinds[k], N), .data = q};
+        for (size_t i = 0; i < sizeof sc / sizeof *sc; i++)
+            sc[i] = frand() * 0.1f, zp[i] = (float)((int)i % 7 - 3);
+        kvp_weight w = {.name = kvp_dtype_name((uint32_t)kinds[k].dtype), .dtype = kinds[k].dtype, .n_in = N,
+                        .n_out = R, .row_bytes = (uint64_t)kvp_dtype_row_bytes((uint32_t)kinds[k].dtype, N), .data = q};
+        if (kinds[k].group)
+            w.scales = sc, w.zeros = kinds[k].zeros ? zp : NULL, w.group = kinds[k].group,
+            w.scale_stride = kinds[k].stride;
         CHECK_EQ_I64(kvp_cpu_as_r16(&w, &r16, &err), 1);
-        CHECK_EQ_I64(r16.dtype, as[k]);
+        CHECK_EQ_I64(r16.dtype, kinds[k].as);
         int bad = 0;
         for (uint32_t r = 0; r < R; r++) {
             CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0 && kvp_cpu_r16_row(&r16, r, b) == 0);
             bad += first_unlike(a, b, N) >= 0;
         }
-        CHECK_MSG(bad == 0, "%s: %d rows in rows of 16 differ from the stored ones", w.name, bad);
+        CHECK_MSG(bad == 0, "%s (case %zu): %d rows in rows of 16 differ from the stored ones", w.name, k, bad);
         CHECK_EQ_I64(kvp_cpu_r16_row(&r16, R, b), -1);
         kvp_cpu_repacked_free(&r16);
-        if (k == 3) { /* other kinds are left alone */
+        if (kinds[k].group == 64) { /* groups under 32 stay on the row path */
+            w.group = 16, w.scale_stride = N / 16;
+            CHECK_EQ_I64(kvp_cpu_as_r16(&w, &r16, &err), 0);
+        }
+        if (kinds[k].dtype == KVP_DTYPE_Q5_0) { /* other kinds are left alone */
             w.dtype = KVP_DTYPE_Q5_1;
             CHECK_EQ_I64(kvp_cpu_as_r16(&w, &r16, &err), 0);
         }
