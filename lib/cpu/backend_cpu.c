@@ -22,6 +22,7 @@ typedef struct cpu_impl {
     const kvp_cpu_kernels *k;
     int n_threads;
     int r16;               /* Q8_0, Q4_0, Q4_1, i8, i4 (and Q5_0) weights rewritten in rows of 16 (k->mm_r16) */
+    struct cpu_weight *shared; /* the weights to be rewritten, held by refs (cpu_weight.key) */
     /* Scratch, sized by cpu_reserve (never inside an op): */
     uint32_t res_tok;      /* tokens a step may hold */
     uint32_t res_n_in;     /* the widest matmul row */
@@ -51,6 +52,14 @@ typedef struct cpu_weight {
      * until then */
     int repack;
     kvp_weight alt;
+    /* A weight to be rewritten is shared by every descriptor of the same
+     * stored tensor this backend prepares (specdec's layerskip engine over
+     * the target's first layers, the target's own): one rewrite, one copy.
+     * key: the descriptor it was made for; refs: the descriptors holding it
+     * (freed with the last, so an entry never outlives its model). */
+    kvp_weight key;
+    uint32_t refs;
+    struct cpu_weight *next; /* cpu_impl.shared */
 } cpu_weight;
 
 /* Rows a matmul task takes on the row path (and on any path past 8 tokens). */
@@ -680,10 +689,29 @@ static int cpu_matmul_n(kvp_backend *b, const kvp_weight *const *w, uint32_t n_w
 
 /* ---- weights and scratch ---- */
 
+/* The same stored tensor, as the descriptors of two engines over one model
+ * (or over its first layers) give it. */
+static int same_stored(const kvp_weight *a, const kvp_weight *b)
+{
+    return a->data == b->data && a->dtype == b->dtype && a->n_in == b->n_in && a->n_out == b->n_out &&
+           a->row_bytes == b->row_bytes && a->scales == b->scales && a->zeros == b->zeros && a->group == b->group &&
+           a->scale_stride == b->scale_stride;
+}
+
 static void cpu_release_weight(kvp_backend *b, kvp_weight *w)
 {
-    (void)b;
     cpu_weight *cw = w->dev;
+    if (cw && cw->repack) { /* shared: the last holder frees it */
+        cpu_impl *im = impl_of(b);
+        w->dev = NULL;
+        if (--cw->refs > 0)
+            return;
+        cpu_weight **p = &im->shared;
+        while (*p && *p != cw)
+            p = &(*p)->next;
+        if (*p)
+            *p = cw->next;
+    }
     if (cw) {
         free(cw->wsum);
         if (cw->alt.data) {
@@ -705,10 +733,18 @@ static int cpu_prepare_weight(kvp_backend *b, kvp_weight *w, kvp_err *err)
     if (w->n_out == 1 && w->dtype == KVP_DTYPE_F32) /* norm weights, biases, frequencies: read as they are */
         return 0;
     if (wants_repack(im, w) && !w->dev) { /* rewritten at its first matmul (mm_weight) */
-        cpu_weight *cw = calloc(1, sizeof *cw);
-        if (!cw)
-            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", wname(w));
-        cw->repack = 1;
+        cpu_weight *cw = im->shared;
+        while (cw && !same_stored(&cw->key, w))
+            cw = cw->next;
+        if (!cw) {
+            if (!(cw = calloc(1, sizeof *cw)))
+                return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", wname(w));
+            cw->repack = 1;
+            cw->key = *w;
+            cw->next = im->shared;
+            im->shared = cw;
+        }
+        cw->refs++;
         w->dev = cw;
     }
     if (direct < 0)

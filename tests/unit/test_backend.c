@@ -7,10 +7,12 @@
  *   - ops never allocate: past what reserve() sized they fail (KVP_ELIMIT);
  *   - prepare_weight refuses a weight the backend cannot use, naming it;
  *   - matmul_n gives each weight matmul's bits;
+ *   - two descriptors of one tensor share what prepare_weight made;
  *   - supports(), gather_rows, and the registry (backends.h).
  */
 #include "backend.h"
 #include "backend_cpu.h"
+#include "backend_cpu_kern.h"
 #include "backends.h"
 #include "minifloat.h"
 #include "rig.h"
@@ -573,6 +575,48 @@ out:
     kvp_backend_free(be[0]), kvp_backend_free(be[1]);
 }
 
+/* Two descriptors of one stored tensor (two engines over one model, or
+ * layerskip's over its first layers) share what prepare_weight made for
+ * it: one rewrite (rows of 16, Q4_K as int4) whoever multiplies first, the
+ * same bits through either, still there for the one left when the other
+ * is released (ASan sees a use after free otherwise); another tensor gets
+ * its own. */
+static void test_shared_prepare(void)
+{
+    kvp_backend *be = rig_backend(0);
+    uint64_t rng = 0x5a4ed;
+    if (!be)
+        return;
+    rig_reserve(be, 8, NI_N, 0, 0, NULL);
+    float x[3 * NI_N], y1[3 * 40], y2[3 * 40];
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++)
+        x[i] = unit_frand(&rng);
+    static const int kinds[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_1, KVP_DTYPE_Q5_0};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        kvp_err err = {0};
+        kvp_weight a = rand_weight(be, kinds[k], 40, &rng), b = a, c = rand_weight(be, kinds[k], 40, &rng);
+        b.dev = NULL;
+        CHECK_MSG(be->ops->prepare_weight(be, &b, &err) == 0, "%s", err.msg);
+        /* rewritten (rows of 16 with AVX512-VNNI; Q5_0 as Q8_0 on any table): made once */
+        int shares = a.dev != NULL && (kinds[k] == KVP_DTYPE_Q5_0 || kvp_cpu_kernels_vnni());
+        CHECK_MSG(!shares || (b.dev == a.dev && c.dev != a.dev), "%s: the second descriptor got %s",
+                  kvp_dtype_name((uint32_t)kinds[k]), b.dev == a.dev ? "the first's (the other tensor too)" : "its own");
+        CHECK(be->ops->matmul(be, &b, x, y1, 3, &err) == 0);
+        CHECK(be->ops->matmul(be, &a, x, y2, 3, &err) == 0);
+        CHECK(memcmp(y1, y2, sizeof y1) == 0);
+        be->ops->release_weight(be, &a);
+        CHECK(a.dev == NULL);
+        memset(y2, 0xff, sizeof y2);
+        CHECK(be->ops->matmul(be, &b, x, y2, 3, &err) == 0);
+        CHECK_MSG(memcmp(y1, y2, sizeof y1) == 0, "%s: the descriptor left gives other bits",
+                  kvp_dtype_name((uint32_t)kinds[k]));
+        be->ops->release_weight(be, &b);
+        be->ops->release_weight(be, &c);
+        free((void *)a.data), free((void *)c.data);
+    }
+    kvp_backend_free(be);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/kvp_test_backend.XXXXXX", path[512];
@@ -585,6 +629,7 @@ int main(void)
     test_reserve_bounds();
     test_matmul_n(0);
     test_matmul_n(KVP_CPU_PORTABLE); /* slower tasks: the threads' overlap is longer */
+    test_shared_prepare();
     test_table_whole(&fence_ops);
     if (!mkdtemp(dir)) {
         CHECK(0);
