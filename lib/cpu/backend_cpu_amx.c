@@ -13,13 +13,13 @@
  * and a token's outputs are the same whether a prompt's tile or a decode
  * step's few-token kernel computed them (batch invariance).
  *
- * i8 rows (and Q8_0 as stored, KVP_CPU_AS_STORED) are read by the tile
- * load straight from the weight (a block's 32 quants at a fixed stride from
- * row to row); the nibble kinds i4 (and Q4_0, Q4_1 as stored) are unpacked
- * to signed bytes first (Q4_0 and i4 as q - 8, Q4_1 as 0..15), 16 rows a
- * block, into a buffer the tile load reads.  Q8_0, Q4_0 and Q4_1 come in
- * rows of 16 (amx_r16), as the VNNI table takes them too: a model takes
- * no more memory with AMX than without.
+ * Every quantized kind comes in rows of 16 (amx_r16), as the VNNI table
+ * takes it too: a model takes no more memory with AMX than without.  As
+ * stored (KVP_CPU_AS_STORED, or scales in groups the rows of 16 do not
+ * take), Q8_0 and i8 rows are read by the tile load straight from the
+ * weight (a block's 32 quants at a fixed stride from row to row) and the
+ * nibble kinds are unpacked to signed bytes first (Q4_0 and i4 as q - 8,
+ * Q4_1 as 0..15), 16 rows a block, into a buffer the tile load reads.
  */
 #include "backend_cpu_kern.h"
 #include "tensor.h"
@@ -265,13 +265,14 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_mm(int kind, const
     }
 }
 
-/* Rows of 16 (KVP_CPU_DTYPE_*_R16; kind 5 Q8_0, 6 Q4_0, 7 Q4_1): the
- * weight is the B operand (a block of 16 rows: 8 lines of 16 rows' 4-byte
- * groups; Q8_0's as it lies, the nibble kinds' unpacked into bbuf, Q4_0 as
- * q - 8) and the tokens the A operand (their blocks whole, a token a tile
- * row: the tile of unit 32), so the sums come out a token a row, 16 weight
- * rows in its lanes: each token's acc = fma(dot, dw * dx, acc) over the
- * blocks (Q4_1's minimum terms in their own chain, fma(m, s, ma)) with the
+/* Rows of 16 (KVP_CPU_DTYPE_*_R16; kind 5 Q8_0, 6 Q4_0, 7 Q4_1, 8 i8, 9
+ * i4): the weight is the B operand (a block of 16 rows: 8 lines of 16
+ * rows' 4-byte groups; the byte kinds' as it lies, the nibble kinds'
+ * unpacked into bbuf, Q4_0 and i4 as q - 8) and the tokens the A operand
+ * (their blocks whole, a token a tile row: the tile of unit 32), so the
+ * sums come out a token a row, 16 weight rows in its lanes: each token's
+ * acc = fma(dot, dw * dx, acc) over the blocks (Q4_1's minimums and the
+ * zero points' -z * scale in their own chain, fma(m, s, ma)) with the
  * rows' scales loaded as they lie, no gather, and its 16 outputs stored as
  * they are, only the group's tokens scaled.  The same float terms in the
  * same order as the rows kernel and amx_rows: the same bits.  out[t][m]. */
@@ -355,7 +356,7 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_r16_group(int kind
             }
         }
     }
-    /* + ma: the minimum terms' chain (zero but for Q4_1, as the others add it) */
+    /* + ma: the minimum terms' chain (zero without minimums or zero points, as the others add it) */
     _Pragma("GCC unroll 16") for (int t = 0; t < AMX_T; t++)
         _mm512_store_ps(out[t], _mm512_add_ps(acc[t], ma[t]));
 }
@@ -403,7 +404,7 @@ KVP_AMX static void amx_i4(const kvp_mm_blk *b) { amx_mm(4, b); }
  * on AMX 941-957 against 862-904 on the rows (a group of 8 and one). */
 #define KVP_AMX_MIN_TOK_Q8 9
 
-/* Q4_0 and Q4_1 in rows of 16 from 32 tokens: the rows kernel reads them
+/* Q4_0, Q4_1 and i4 in rows of 16 from 32 tokens: the rows kernel reads them
  * with 4 loads and 12 bit operations a block of 16 rows and keeps them
  * in L1 for every group of 8 tokens, where AMX unpacks them into a buffer
  * for its tile load at every group of 16.  Inside SmolLM2 Q4_1 (bench_cpu
