@@ -240,8 +240,9 @@ void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_
     }
 }
 
-/* The stored row rebuilt and read by the dequantizer the embedding lookup
- * uses elsewhere: the same bits by construction. */
+/* The stored row rebuilt a block at a time (an embedding lookup: no
+ * allocation) and read by the dequantizer the lookup uses elsewhere, whose
+ * values are element by element: the same bits by construction. */
 int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
 {
     static const int stored[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1, KVP_DTYPE_I8, KVP_DTYPE_I4};
@@ -250,17 +251,11 @@ int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
         return -1;
     uint32_t nb = w->n_in / KVP_QK, g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;
     size_t qb = kvp_r16_qbytes(w->dtype), lines = qb / 64;
-    uint8_t *row = malloc(nb * k.bb);
-    float *sc = k.scaled ? malloc(sizeof(float) * w->scale_stride * 2) : NULL;
-    if (!row || (k.scaled && !sc)) {
-        free(row), free(sc);
-        return -1;
-    }
     const uint16_t *pl[2];
     for (int p = 0; p < k.planes; p++)
         pl[p] = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, p, r - lane) + lane;
     for (uint32_t b = 0; b < nb; b++) {
-        uint8_t *blk = row + (size_t)b * k.bb, qs[KVP_QK];
+        uint8_t blk[sizeof(kvp_blk_q8_0)], qs[KVP_QK];
         const uint8_t *q = (const uint8_t *)w->data + ((size_t)g * nb + b) * qb + lane * 4;
         for (int p = 0; p < k.planes; p++) {
             uint16_t h = pl[p][(size_t)b * KVP_R16_ROWS];
@@ -276,20 +271,18 @@ int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
             }
         else
             memcpy(blk + k.qoff, qs, qb / KVP_R16_ROWS);
-    }
-    kvp_weight one = {.dtype = k.stored, .n_in = w->n_in, .n_out = 1, .row_bytes = nb * k.bb, .data = row,
-                      .group = w->group, .scale_stride = w->scale_stride};
-    if (k.scaled) {
-        for (uint32_t u = 0; u < w->scale_stride; u++) {
-            size_t at = ((size_t)g * w->scale_stride + u) * 16 + lane;
-            sc[u] = w->scales[at];
-            sc[w->scale_stride + u] = w->zeros ? w->zeros[at] : 0.0f;
+        /* the block as a one-block row; a scaled kind's group scale (and
+         * zero point) for it from its plane */
+        kvp_weight one = {.dtype = k.stored, .n_in = KVP_QK, .n_out = 1, .row_bytes = k.bb, .data = blk};
+        if (k.scaled) {
+            size_t at = ((size_t)g * w->scale_stride + (size_t)b * KVP_QK / w->group) * KVP_R16_ROWS + lane;
+            one.scales = w->scales + at, one.zeros = w->zeros ? w->zeros + at : NULL;
+            one.group = KVP_QK, one.scale_stride = 1;
         }
-        one.scales = sc, one.zeros = w->zeros ? sc + w->scale_stride : NULL;
+        if (kvp_cpu_dequant_weight_row(&one, 0, dst + (size_t)b * KVP_QK) < 0)
+            return -1;
     }
-    int rc = kvp_cpu_dequant_weight_row(&one, 0, dst);
-    free(row), free(sc);
-    return rc;
+    return 0;
 }
 
 int kvp_cpu_repackable(const kvp_weight *w)
