@@ -221,14 +221,26 @@ static void mm_prep_task(void *ctxp, int task, int thread)
     }
 }
 
+/* f16 and bf16 weights with float tiles on a float_groups table: the
+ * kernel takes a task's full groups in one call, so each chunk of weights
+ * is widened once for all of them. */
+static int mm_wide_groups(const mm_ctx *c)
+{
+    return c->k->float_groups && c->tiles && !c->quant && !c->rowbuf &&
+           (c->w->dtype == KVP_DTYPE_F16 || c->w->dtype == KVP_DTYPE_BF16);
+}
+
 /* The rows a piece takes: KVP_MM_ROWS, or the table's few_rows for a
- * quantized kind's group of few tokens (AMX: all the task's rows).  The
- * row path's f32 rows are never quant. */
+ * quantized kind's group of few tokens, or KVP_WIDE_ROWS for full groups
+ * that mm_wide_groups takes (AMX: all the task's rows).  The row path's
+ * f32 rows are never quant. */
 static uint32_t mm_piece_rows(const mm_ctx *c, uint32_t nt)
 {
     const kvp_cpu_kernels *k = c->k;
     if (c->r16)
         return KVP_R16_ROWS;
+    if (nt >= c->T && mm_wide_groups(c))
+        return KVP_WIDE_ROWS;
     return c->quant && nt <= k->few_tok && k->few_rows ? k->few_rows : KVP_MM_ROWS;
 }
 
@@ -258,10 +270,7 @@ static void mm_task(void *ctxp, int task, int thread)
     }
     const uint8_t *w0 = b.w;
     const float *sc0 = b.sc, *zp0 = b.zp;
-    /* f16 and bf16 tiles on a float_groups table: the task's full groups
-     * in one call, so each chunk of weights is widened once for all */
-    int groups = c->k->float_groups && c->tiles && !c->quant && !c->rowbuf &&
-                 (w->dtype == KVP_DTYPE_F16 || w->dtype == KVP_DTYPE_BF16);
+    int groups = mm_wide_groups(c);
     b.xt_stride = c->tile_bytes;
     b.once = c->n_tok <= c->toks_per_task;
     for (uint32_t t = t0; t < t1; t += b.nt * b.ng) { /* t0 is a multiple of T */

@@ -76,6 +76,9 @@ _Static_assert(sizeof(kvp_blk_q8_0) == 34, "q8_0 block is 34 bytes");
  * bf16, and fp8 e4m3 with its scales) read the rows xf. */
 #define KVP_MM_ROWS 8
 #define KVP_MM_FEW_ROWS 16 /* few_rows at most */
+/* Rows of a piece of f16 or bf16 weights by full token groups on a
+ * float_groups table: runs of 6 rows (backend_cpu_x86_wide.inc) */
+#define KVP_WIDE_ROWS 24
 typedef struct kvp_mm_blk {
     const uint8_t *w;          /* row 0; row r at w + r * w_stride */
     size_t w_stride;
@@ -242,7 +245,9 @@ typedef struct kvp_cpu_kernels {
     /* Float matmuls (f32, f16, bf16) of more than 2 tokens read a float
      * tile (kvp_cpu_f32_tile_put) as xt, beside xf (the wide runs). */
     int float_tile;
-    int float_groups;      /* mm_f16 and mm_bf16 take a task's full groups at once (kvp_mm_blk.ng) */
+    /* mm_f16 and mm_bf16 take a task's full groups at once (kvp_mm_blk.ng),
+     * in pieces of KVP_WIDE_ROWS rows */
+    int float_groups;
 } kvp_cpu_kernels;
 
 extern const kvp_cpu_kernels kvp_cpu_kernels_portable;

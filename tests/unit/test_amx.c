@@ -24,6 +24,10 @@ enum { N_IN = 2240, N_IN_F = 2237, N_OUT = 100, MAX_TOK = 70 };
 /* float rows: N_IN_F (chunks of 512 and a tail), then 603 (one widened
  * chunk for the whole row in the f16 and bf16 group runs, and a tail) */
 static uint32_t n_in_f = N_IN_F;
+/* float weights' rows: N_OUT (pieces of 24 and one of 4: runs of 6 and of
+ * 4 in the f16 and bf16 group runs), then 95 and 98 (a last piece of 23,
+ * 6-row runs, one of 4 and a row past them; of 2, rows past the runs) */
+static uint32_t n_out_f = N_OUT;
 
 /* A weight of kind dt: random quants, small finite scales; the scaled
  * kinds with scales (and zero points when zp) of group 64. */
@@ -38,12 +42,13 @@ static void make_weight(test_w *t, int dt, int zp)
     memset(t, 0, sizeof *t);
     kvp_weight *w = &t->w;
     int fl = dt == KVP_DTYPE_F32 || dt == KVP_DTYPE_F16 || dt == KVP_DTYPE_BF16;
-    w->name = kvp_dtype_name((uint32_t)dt), w->dtype = dt, w->n_in = fl ? n_in_f : N_IN, w->n_out = N_OUT;
+    w->name = kvp_dtype_name((uint32_t)dt), w->dtype = dt;
+    w->n_in = fl ? n_in_f : N_IN, w->n_out = fl ? n_out_f : N_OUT;
     w->row_bytes = kvp_dtype_row_bytes((uint32_t)dt, w->n_in);
-    t->data = malloc(w->row_bytes * N_OUT);
-    for (size_t i = 0; i < w->row_bytes * N_OUT; i++)
+    t->data = malloc(w->row_bytes * w->n_out);
+    for (size_t i = 0; i < w->row_bytes * w->n_out; i++)
         t->data[i] = (uint8_t)(frand() * 128.0f + 128.0f);
-    for (size_t i = 0; fl && i < (size_t)w->n_in * N_OUT; i++) {
+    for (size_t i = 0; fl && i < (size_t)w->n_in * w->n_out; i++) {
         float v = frand();
         if (dt == KVP_DTYPE_F32)
             memcpy(t->data + 4 * i, &v, 4);
@@ -104,6 +109,7 @@ static void test_kind(int dt, int zp, const float *x)
     const uint32_t counts[] = {3, 5, 6, 8, 15, 16, 17, 31, 32, 33, 40, 64, 70};
     test_w t;
     make_weight(&t, dt, zp);
+    const size_t no = t.w.n_out; /* N_OUT at most */
     const char *what = zp ? "with zero points" : "";
     for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
         uint32_t nt = counts[ci];
@@ -115,11 +121,11 @@ static void test_kind(int dt, int zp, const float *x)
             }
             CHECK_MSG(isa && strstr(isa, "amx"), "%s: the default backend is %s, not AMX", t.w.name, isa);
             size_t bad = 0, first = 0;
-            for (size_t i = 0; i < (size_t)nt * N_OUT; i++) /* (floats: weights and x read at n_in 2237) */
+            for (size_t i = 0; i < (size_t)nt * no; i++) /* (floats: weights and x read at n_in 2237) */
                 if (memcmp(&ya[i], &yv[i], sizeof(float)) != 0 && !bad++)
                     first = i;
             CHECK_MSG(bad == 0, "%s %s, %u tokens, %d threads: %zu outputs differ from VNNI's, first token %zu row %zu "
-                      "(%.9g vs %.9g)", t.w.name, what, nt, th, bad, first / N_OUT, first % N_OUT,
+                      "(%.9g vs %.9g)", t.w.name, what, nt, th, bad, first / no, first % no,
                       (double)ya[first], (double)yv[first]);
             /* Q8_0, Q4_0 and Q4_1 are multiplied in rows of 16 on both:
              * the bits of the kind as stored, on VNNI and on AMX */
@@ -132,7 +138,7 @@ static void test_kind(int dt, int zp, const float *x)
                     continue;
                 }
                 bad = 0;
-                for (size_t i = 0; i < (size_t)nt * N_OUT; i++)
+                for (size_t i = 0; i < (size_t)nt * no; i++)
                     bad += memcmp(&ya[i], &yv[i], sizeof(float)) != 0;
                 CHECK_MSG(bad == 0, "%s, %u tokens, %d threads: %zu outputs in rows of 16 differ from the kind as stored%s",
                           t.w.name, nt, th, bad, fl & KVP_CPU_NO_AMX ? " on VNNI" : "");
@@ -145,7 +151,7 @@ static void test_kind(int dt, int zp, const float *x)
                 CHECK(0);
                 break;
             }
-            bad += memcmp(y1, ya + (size_t)tok * N_OUT, sizeof y1) != 0;
+            bad += memcmp(y1, ya + (size_t)tok * no, no * sizeof(float)) != 0;
         }
         CHECK_MSG(bad == 0, "%s %s, %u tokens: %zu tokens other bits alone than in the step", t.w.name, what, nt, bad);
     }
@@ -196,6 +202,11 @@ int main(void)
     test_kind(KVP_DTYPE_F16, 0, x);
     test_kind(KVP_DTYPE_BF16, 0, x);
     n_in_f = N_IN_F;
+    for (n_out_f = 95; n_out_f <= 98; n_out_f += 3) {
+        test_kind(KVP_DTYPE_F16, 0, x);
+        test_kind(KVP_DTYPE_BF16, 0, x);
+    }
+    n_out_f = N_OUT;
     test_sensitive(x);
     free(x);
     return unit_done();
