@@ -255,9 +255,10 @@ extern const kvp_cpu_kernels kvp_cpu_kernels_portable;
 const kvp_cpu_kernels *kvp_cpu_kernels_avx2(void);
 /* NULL unless the CPU also has AVX512-VNNI and AVX512VL. */
 const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void);
-/* Into a copy of the VNNI table: its float matmuls with prompts on 512-bit
- * FMAs, the same bits (backend_cpu_x86_wide.inc); for CPUs with two 512-bit
- * FMA units. */
+/* Into a copy of the VNNI table: its float matmuls with prompts, and its
+ * attention scores of eight queries or more, on 512-bit FMAs, the same bits
+ * (backend_cpu_x86_wide.inc, backend_cpu_x86_wide_att.inc); for CPUs with
+ * two 512-bit FMA units. */
 void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k);
 /* The VNNI table with AMX-INT8 for prompts (and wide float prompts): NULL unless the CPU has
  * AMX-TILE and AMX-INT8 and the kernel grants this process the tile state
