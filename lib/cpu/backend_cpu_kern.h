@@ -256,7 +256,7 @@ const kvp_cpu_kernels *kvp_cpu_kernels_avx2(void);
 /* NULL unless the CPU also has AVX512-VNNI and AVX512VL. */
 const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void);
 /* Into a copy of the VNNI table: its float matmuls with prompts, and its
- * attention scores of eight queries or more, on 512-bit FMAs, the same bits
+ * attention for more than four queries, on 512-bit FMAs, the same bits
  * (backend_cpu_x86_wide.inc, backend_cpu_x86_wide_att.inc); for CPUs with
  * two 512-bit FMA units. */
 void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k);
