@@ -1128,9 +1128,10 @@ typedef struct attn_ctx {
 } attn_ctx;
 
 /* A run: consecutive query tokens of one sequence that go through the
- * kernels together, one task per KV head taking the chunks in turn.  A
- * one-token run over two chunks or more (decode over a long context) is
- * split instead: one task per head and chunk, the parts folded after. */
+ * kernels together, one task per KV head taking the chunks in turn.  A run
+ * of a few tokens over two chunks or more (decode or a verify step over a
+ * long context) is split instead: one task per head and chunk, the parts
+ * folded after. */
 typedef struct attn_runrec {
     uint32_t t0, nt;
     uint32_t n_chunks;       /* split: its chunks; 1: not split */
@@ -1144,6 +1145,9 @@ typedef struct attn_runrec {
 #define KVP_ATT_TILE_MAX 48
 /* Keys a chunk holds (rounded up to whole blocks). */
 #define KVP_ATT_CHUNK 256
+/* Tokens a run may hold and still be split by chunks: a verify step's
+ * few.  A prompt's runs are tiles of many tokens, tasks enough. */
+#define KVP_ATT_SPLIT_RUN 8
 
 static uint32_t attn_lanes(uint32_t nq) { return (nq + 7) & ~7u; }
 /* A run's score lanes: a decode token's few query heads (<= 4) take four,
@@ -1409,8 +1413,21 @@ static void attn_run(const attn_ctx *c, const uint32_t *tok, uint32_t nt, uint32
         attn_finish(attn_out_row(c, tok, g, j), w->O + (size_t)j * hd, w->L[j], hd);
 }
 
-/* Floats of one (run, head, chunk) part of a split: o [n_rep][hd], mx and sum. */
-static size_t attn_part_floats(const attn_ctx *c) { return (size_t)c->n_rep * (c->a->kv->head_dim + 2); }
+/* Floats of one (run, head, chunk) part of a split run of nt tokens: o
+ * [nt * n_rep][hd], mx and sum. */
+static size_t attn_part_floats(const attn_ctx *c, uint32_t nt)
+{
+    return (size_t)nt * c->n_rep * (c->a->kv->head_dim + 2);
+}
+
+/* Keys the run's last token sees: its tokens' positions rise. */
+static uint32_t attn_run_pos(const int32_t *pos, uint32_t t0, uint32_t nt)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < nt; i++)
+        n = (uint32_t)pos[t0 + i] + 1 > n ? (uint32_t)pos[t0 + i] + 1 : n;
+    return n;
+}
 
 /* Task i: the run holding it (binary search on first_task), its head, and
  * for a split run its chunk. */
@@ -1435,25 +1452,29 @@ static void attn_task(void *ctxp, int task, int thread)
         attn_run(c, tok, r->nt, g, &w);
         return;
     }
-    uint32_t n_pos = (uint32_t)c->a->pos[r->t0] + 1, p0 = ch * c->chunk;
-    uint32_t nq = attn_range(c, tok, 1, g, p0, p0 + c->chunk < n_pos ? p0 + c->chunk : n_pos, &w);
-    float *dst = c->parts + r->part + (size_t)k * attn_part_floats(c);
+    uint32_t n_pos = attn_run_pos(c->a->pos, r->t0, r->nt), p0 = ch * c->chunk;
+    uint32_t nq = attn_range(c, tok, r->nt, g, p0, p0 + c->chunk < n_pos ? p0 + c->chunk : n_pos, &w);
+    float *dst = c->parts + r->part + (size_t)k * attn_part_floats(c, r->nt);
     memcpy(dst, w.o, (size_t)nq * hd * sizeof(float));
     memcpy(dst + (size_t)nq * hd, w.mx, nq * sizeof(float));
     memcpy(dst + (size_t)nq * (hd + 1), w.sum, nq * sizeof(float));
 }
 
 /* A split run, after its tasks: each query's parts folded in chunk order
- * into its output row. */
+ * into its output row, up to the chunk holding its own position (as
+ * attn_run folds them). */
 static void attn_merge(const attn_ctx *c, const attn_runrec *r)
 {
-    uint32_t hd = c->a->kv->head_dim, nq = c->n_rep, tok = r->t0;
-    size_t pf = attn_part_floats(c);
+    uint32_t hd = c->a->kv->head_dim, nq = r->nt * c->n_rep, tok[KVP_ATT_TILE_MAX];
+    size_t pf = attn_part_floats(c, r->nt);
+    for (uint32_t j = 0; j < r->nt; j++)
+        tok[j] = r->t0 + j;
     for (uint32_t g = 0; g < c->n_head_kv; g++)
         for (uint32_t j = 0; j < nq; j++) {
             const float *base = c->parts + r->part + (size_t)g * r->n_chunks * pf;
-            float M = 0, L = 0, *dst = attn_out_row(c, &tok, g, j);
-            for (uint32_t ch = 0; ch < r->n_chunks; ch++) {
+            float M = 0, L = 0, *dst = attn_out_row(c, tok, g, j);
+            uint32_t seen = (uint32_t)c->a->pos[tok[j / c->n_rep]] / c->chunk + 1; /* chunks it sees */
+            for (uint32_t ch = 0; ch < seen; ch++) {
                 const float *part = base + ch * pf;
                 attn_fold(&M, &L, dst, part[(size_t)nq * hd + j], part[(size_t)nq * (hd + 1) + j],
                           part + (size_t)j * hd, hd, ch == 0);
@@ -1483,10 +1504,11 @@ static uint32_t attn_plan(attn_ctx *c, uint32_t tile, size_t *parts)
         if ((u - t) * c->n_rep > 4 && (u - t) * c->n_rep <= 8)
             u = t + (c->n_rep <= 4 ? 4 / c->n_rep : 1);
         attn_runrec *r = &c->runs[n++];
-        uint32_t n_pos = (uint32_t)a->host_pos[t] + 1, n_chunks = (n_pos + c->chunk - 1) / c->chunk;
-        size_t need = (size_t)c->n_head_kv * n_chunks * attn_part_floats(c);
+        uint32_t n_pos = attn_run_pos(a->host_pos, t, u - t), n_chunks = (n_pos + c->chunk - 1) / c->chunk;
+        size_t need = (size_t)c->n_head_kv * n_chunks * attn_part_floats(c, u - t);
         r->t0 = t, r->nt = u - t, r->first_task = tasks, r->part = *parts;
-        r->n_chunks = r->nt == 1 && n_pos >= 2 * c->chunk && *parts + need <= c->parts_cap ? n_chunks : 1;
+        r->n_chunks = r->nt <= KVP_ATT_SPLIT_RUN && n_pos >= 2 * c->chunk && *parts + need <= c->parts_cap ? n_chunks
+                                                                                                           : 1;
         tasks += c->n_head_kv * r->n_chunks;
         if (r->n_chunks > 1)
             *parts += need;
@@ -1509,6 +1531,12 @@ static uint32_t attn_max_lanes(uint32_t n_rep)
  * reserved hold this many such tokens (past it, the rest run unsplit). */
 #define KVP_ATT_SPLIT_TOKENS 256
 
+static int attn_beyond(const kvp_attn_args *a, uint32_t res_tok, kvp_err *err)
+{
+    return kvp_err_set(err, KVP_ELIMIT, "attention: %u queries over heads of %u are beyond the scratch reserved "
+                       "(%u tokens)", a->n_tok, a->kv->head_dim, res_tok);
+}
+
 static int cpu_attention(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
 {
     cpu_impl *im = impl_of(b);
@@ -1518,24 +1546,24 @@ static int cpu_attention(kvp_backend *b, const kvp_attn_args *a, kvp_err *err)
         return kvp_err_set(err, KVP_EINVAL, "attention: %u query heads over %u KV heads", a->n_head, c.n_head_kv);
     c.n_rep = a->n_head / c.n_head_kv;
     c.chunk = attn_chunk(bs);
-    /* Tokens per tile: KVP_ATT_QUERIES queries, fewer while that leaves
-     * under two tasks a thread (a query's numbers do not depend on its
-     * tile: the lanes are independent). */
-    uint32_t tile = c.n_rep >= KVP_ATT_QUERIES ? 1 : KVP_ATT_QUERIES / c.n_rep;
-    while (tile > 1 && (a->n_tok + tile - 1) / tile * c.n_head_kv < 2 * (uint32_t)im->n_threads)
-        tile = (tile + 1) / 2;
-    c.ldq = attn_lanes(tile * c.n_rep);
-    size_t need = attn_scratch_floats(c.ldq, c.chunk, a->kv->head_dim, bs);
-    if (need > im->att_per_thread || a->n_tok > im->res_tok)
-        return kvp_err_set(err, KVP_ELIMIT, "attention: %u queries over heads of %u are beyond the scratch reserved "
-                           "(%u tokens)", a->n_tok, a->kv->head_dim, im->res_tok);
-    c.scratch = im->att;
-    c.per_thread = im->att_per_thread;
+    if (a->n_tok > im->res_tok) /* the runs hold one a token at most */
+        return attn_beyond(a, im->res_tok, err);
     c.runs = im->runs;
     c.parts = im->parts;
     c.parts_cap = im->parts_size / sizeof(float);
+    /* Tokens per tile: KVP_ATT_QUERIES queries, fewer while that leaves
+     * under two tasks a thread, counting a split run's chunks (a query's
+     * numbers do not depend on its tile: the lanes are independent). */
+    uint32_t tile = c.n_rep >= KVP_ATT_QUERIES ? 1 : KVP_ATT_QUERIES / c.n_rep, n_tasks;
     size_t parts;
-    uint32_t n_tasks = attn_plan(&c, tile, &parts);
+    while ((n_tasks = attn_plan(&c, tile, &parts)) < 2 * (uint32_t)im->n_threads && tile > 1)
+        tile = (tile + 1) / 2;
+    c.ldq = attn_lanes(tile * c.n_rep);
+    size_t need = attn_scratch_floats(c.ldq, c.chunk, a->kv->head_dim, bs);
+    if (need > im->att_per_thread)
+        return attn_beyond(a, im->res_tok, err);
+    c.scratch = im->att;
+    c.per_thread = im->att_per_thread;
     kvp_threadpool_run(im->pool, attn_task, &c, (int)n_tasks);
     for (uint32_t i = 0; parts && i < c.n_runs; i++)
         if (c.runs[i].n_chunks > 1)

@@ -36,7 +36,8 @@ void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k)
     k->mm_f32 = mm_f32_wide, k->mm_f16 = mm_f16_wide, k->mm_bf16 = mm_bf16_wide;
     k->float_tile = 1;
     k->float_groups = 1;
-    k->att_scores = att_scores_wide, k->att_values = att_values_wide;
+    k->att_scores = att_scores_wide, k->att_values = att_values_wide, k->att_softmax = att_softmax_wide;
+    k->kv_f32 = kv_f32_wide;
 }
 
 #else

@@ -92,10 +92,12 @@ static void kquant_row(int dtype, uint8_t *out, size_t bytes)
 /* ---- kernels: AVX2 against portable ---- */
 
 /* The attention, softmax and SiLU kernels of a fast table against the
- * portable ones, on shapes that reach every tile and tail: queries 1 to 5
- * and 11 (groups of four, padded), keys 19 (pairs and one alone), head dims
- * 80 (32- and 8-wide parts) and 70 (a scalar tail); and the per-query and
- * per-element results the same bits wherever they sit. */
+ * portable ones, on shapes that reach every tile and tail: queries 1 to 5,
+ * 7, 11 and 15 (groups of four and of eight, padded or overlapping the
+ * group before), keys 19 (pairs and one alone), head dims 64 (the 512-bit
+ * kernels' constant), 80 (32- and 8-wide parts) and 70 (a scalar tail);
+ * and the per-query and per-element results the same bits wherever they
+ * sit. */
 static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *fast)
 {
     enum { HD = 80, NP = 19, LDQ = 24 };
@@ -137,8 +139,8 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
     const int kdt[5] = {KVP_DTYPE_F16, KVP_DTYPE_F32, KVP_DTYPE_BF16, KVP_DTYPE_FP8_E4M3, KVP_DTYPE_I8};
     const void *kks[5] = {h, k, hb, k8, ki};
     const double kmag[5] = {1, 1, 1, 300, 127}; /* the keys' scale: fp8 and int8 codes are large */
-    for (uint32_t nq = 1; nq <= 11; nq += nq < 5 ? 1 : 6)
-        for (uint32_t hd = 70; hd <= HD; hd += 10)
+    for (uint32_t nq = 1; nq <= 15; nq += nq < 5 ? 1 : nq < 11 ? 2 + 2 * (nq == 7) : 4)
+        for (uint32_t hd = 64; hd <= HD; hd = hd == 64 ? 70 : hd + 10)
             for (int dt = 0; dt < 5; dt++) {
                 int dtype = kdt[dt];
                 const void *kk = kks[dt];
@@ -186,21 +188,22 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
         CHECK(mxa[j] == mxb[j] && fabsf(suma[j] - sumb[j]) <= 1e-5f * suma[j]);
     /* values read as stored (each dtype) or converted first: the same bits */
     static float oc[LDQ * HD];
-    for (uint32_t hd = 70; hd <= HD; hd += 10)
-        for (int dt = 0; dt < 5; dt++) {
-            for (uint32_t i = 0; i < LDQ * HD; i++)
-                oa[i] = ob[i] = oc[i] = frand();
-            ref->att_values(sa, LDQ, 5, kdt[dt], kks[dt], NP, hd, oa);
-            fast->att_values(sa, LDQ, 5, kdt[dt], kks[dt], NP, hd, ob);
-            fast->kv_f32(kdt[dt], kks[dt], kc, NP * HD);
-            fast->att_values(sa, LDQ, 5, KVP_DTYPE_F32, kc, NP, hd, oc);
-            double worst = 0;
-            for (uint32_t i = 0; i < LDQ * HD; i++)
-                worst = fmax(worst, fabs(oa[i] - ob[i]) / kmag[dt]);
-            CHECK_MSG(worst < 1e-5, "att_values hd %u dtype %d: max difference %g", hd, kdt[dt], worst);
-            CHECK_MSG(memcmp(ob, oc, sizeof ob) == 0, "att_values hd %u dtype %d: direct and converted differ", hd,
-                      kdt[dt]);
-        }
+    for (uint32_t nq = 5; nq <= 15; nq += 10)
+        for (uint32_t hd = 64; hd <= HD; hd = hd == 64 ? 70 : hd + 10)
+            for (int dt = 0; dt < 5; dt++) {
+                for (uint32_t i = 0; i < LDQ * HD; i++)
+                    oa[i] = ob[i] = oc[i] = frand();
+                ref->att_values(sa, LDQ, nq, kdt[dt], kks[dt], NP, hd, oa);
+                fast->att_values(sa, LDQ, nq, kdt[dt], kks[dt], NP, hd, ob);
+                fast->kv_f32(kdt[dt], kks[dt], kc, NP * HD);
+                fast->att_values(sa, LDQ, nq, KVP_DTYPE_F32, kc, NP, hd, oc);
+                double worst = 0;
+                for (uint32_t i = 0; i < LDQ * HD; i++)
+                    worst = fmax(worst, fabs(oa[i] - ob[i]) / kmag[dt]);
+                CHECK_MSG(worst < 1e-5, "att_values hd %u dtype %d: max difference %g", hd, kdt[dt], worst);
+                CHECK_MSG(memcmp(ob, oc, sizeof ob) == 0, "att_values hd %u dtype %d: direct and converted differ", hd,
+                          kdt[dt]);
+            }
     /* SiLU over its whole range, the exp clamps included */
     enum { NS = 1003 };
     static float ga[NS], gb[NS], u[NS];
@@ -569,6 +572,37 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
     test_att_kernels(ref, fast);
 }
 
+/* Two tables' softmax and block conversion: the same bits (the AMX
+ * table's 512-bit ones against the VNNI table's), for a decode's four
+ * lanes, eight, sixteen and twenty-four, over key counts with every tail
+ * of the four-key steps, lanes that see no key, a few keys or all. */
+static void test_softmax_same(const kvp_cpu_kernels *a, const kvp_cpu_kernels *b)
+{
+    enum { NP = 23, LDQ = 24 };
+    static float sa[NP * LDQ], sb[NP * LDQ];
+    float mxa[LDQ], mxb[LDQ], suma[LDQ], sumb[LDQ];
+    int32_t lim[LDQ];
+    for (uint32_t ldq = 4; ldq <= LDQ; ldq += ldq == 4 ? 4 : 8)
+        for (uint32_t np = 17; np <= NP; np++) {
+            for (uint32_t j = 0; j < ldq; j++)
+                lim[j] = j == 2 ? 0 : (int32_t)(1 + (j * 5 + np) % np);
+            for (uint32_t i = 0; i < np * ldq; i++)
+                sa[i] = sb[i] = 60.0f * frand() - 30.0f - (i % 7 == 0 ? 70.0f : 0.0f);
+            a->att_softmax(sa, ldq, np, lim, mxa, suma);
+            b->att_softmax(sb, ldq, np, lim, mxb, sumb);
+            CHECK_MSG(memcmp(sa, sb, np * ldq * sizeof(float)) == 0 && memcmp(mxa, mxb, ldq * sizeof(float)) == 0 &&
+                          memcmp(suma, sumb, ldq * sizeof(float)) == 0,
+                      "att_softmax %s / %s, %u lanes, %u keys: other bits", a->isa, b->isa, ldq, np);
+        }
+    static uint16_t h[1000];
+    static float fa[1000], fb[1000];
+    for (int i = 0; i < 1000; i++)
+        h[i] = kvp_f32_to_f16(40.0f * frand() - 20.0f);
+    a->kv_f32(KVP_DTYPE_F16, h, fa, 999);
+    b->kv_f32(KVP_DTYPE_F16, h, fb, 999);
+    CHECK_MSG(memcmp(fa, fb, 999 * sizeof(float)) == 0, "kv_f32 f16 %s / %s: other bits", a->isa, b->isa);
+}
+
 static void test_kernels(void)
 {
     const kvp_cpu_kernels *avx2 = kvp_cpu_kernels_avx2(), *vnni = kvp_cpu_kernels_vnni();
@@ -580,6 +614,13 @@ static void test_kernels(void)
         test_kernels_one(vnni);
     else
         printf("note: no AVX512-VNNI on this CPU; its kernels not compared\n");
+    /* the AMX table: its tiles (test_amx) and its 512-bit attention */
+    const kvp_cpu_kernels *amx = kvp_cpu_kernels_amx();
+    if (amx) {
+        test_kernels_one(amx);
+        test_softmax_same(vnni, amx);
+    } else
+        printf("note: no AMX on this CPU (or not granted); its kernels not compared\n");
 }
 
 /* ---- a tiny random GGUF ---- */
