@@ -405,15 +405,26 @@ static double tokens_per_s(const kvp_batch_stats *st)
     return st->seconds > 0 ? (double)st->generated / st->seconds : 0;
 }
 
+/* A rate of n over d as JSON: null where d is 0 (nothing to rate), not 0. */
+static void json_rate(FILE *f, const char *key, unsigned long long n, unsigned long long d, int digits)
+{
+    if (d)
+        fprintf(f, ",\"%s\":%.*f", key, digits, (double)n / (double)d);
+    else
+        fprintf(f, ",\"%s\":null", key);
+}
+
 static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
 {
     fprintf(f, ",\"spec\":{\"method\":\"%s\",\"draft_len\":%u,\"adaptive\":%s,\"verify_steps\":%llu,"
-            "\"drafted\":%llu,\"accepted\":%llu,\"acceptance\":%.4f,\"mean_accepted\":%.3f,"
-            "\"tokens_per_step\":%.3f,\"acceptance_at\":[",
+            "\"drafted\":%llu,\"accepted\":%llu",
             sp->method, sp->draft_len, sp->adaptive ? "true" : "false", (unsigned long long)st->verify_steps,
-            (unsigned long long)st->drafted, (unsigned long long)st->accepted,
-            st->drafted ? (double)st->accepted / (double)st->drafted : 0.0,
-            st->verify_steps ? (double)st->accepted / (double)st->verify_steps : 0.0,
+            (unsigned long long)st->drafted, (unsigned long long)st->accepted);
+    /* a run that drafted nothing (auto backed off at once, or every
+     * request ended at its first token) has no acceptance to report */
+    json_rate(f, "acceptance", st->accepted, st->drafted, 4);
+    json_rate(f, "mean_accepted", st->accepted, st->verify_steps, 3);
+    fprintf(f, ",\"tokens_per_step\":%.3f,\"acceptance_at\":[",
             st->steps ? (double)st->generated / (double)st->steps : 0.0);
     /* a position never drafted has no rate: null, not a rate of 0 */
     for (uint32_t j = 0; j < sp->draft_len && j < KVP_DRAFT_MAX; j++)

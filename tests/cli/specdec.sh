@@ -197,6 +197,11 @@ expect_true "batched, a right but costly drafter backs off: $dr drafts for $ot t
 # prefill in the draft model
 nd=$(grep -c '"drafted":0,' "$OUT")
 expect_true "batched, only two requests explore a costly drafter ($nd of 8 never drafted)" test "$nd" -ge 5
+# a run that drafts nothing (one token a request: the prompt's step gives
+# it) has no acceptance: null, not a rate of 0
+run specdec -m "$M" -t "$THREADS" -p hi -n 1 --stats --json
+expect_status 0 "one token, nothing to draft"
+expect_err_has '"drafted":0,"accepted":0,"acceptance":null,"mean_accepted":null,' "no drafts: acceptance null"
 run $D --temperature 0.7 --seed 11
 cp "$OUT" "$T/d.jl"
 run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --greedy-drafts
