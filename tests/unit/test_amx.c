@@ -28,6 +28,9 @@ static uint32_t n_in_f = N_IN_F;
  * 4 in the f16 and bf16 group runs), then 95 and 98 (a last piece of 23,
  * 6-row runs, one of 4 and a row past them; of 2, rows past the runs) */
 static uint32_t n_out_f = N_OUT;
+/* quantized rows: N_IN (70 blocks), then for the block kinds 69, 3 and 1
+ * (an odd count: the rows of 16's pipeline ends on either tile set) */
+static uint32_t n_in_q = N_IN;
 
 /* A weight of kind dt: random quants, small finite scales; the scaled
  * kinds with scales (and zero points when zp) of group 64. */
@@ -43,7 +46,7 @@ static void make_weight(test_w *t, int dt, int zp)
     kvp_weight *w = &t->w;
     int fl = dt == KVP_DTYPE_F32 || dt == KVP_DTYPE_F16 || dt == KVP_DTYPE_BF16;
     w->name = kvp_dtype_name((uint32_t)dt), w->dtype = dt;
-    w->n_in = fl ? n_in_f : N_IN, w->n_out = fl ? n_out_f : N_OUT;
+    w->n_in = fl ? n_in_f : n_in_q, w->n_out = fl ? n_out_f : N_OUT;
     w->row_bytes = kvp_dtype_row_bytes((uint32_t)dt, w->n_in);
     t->data = malloc(w->row_bytes * w->n_out);
     for (size_t i = 0; i < w->row_bytes * w->n_out; i++)
@@ -198,6 +201,14 @@ int main(void)
         if (kinds[k] == KVP_DTYPE_I8 || kinds[k] == KVP_DTYPE_I4)
             test_kind(kinds[k], 1, x);
     }
+    const uint32_t odd[] = {69 * 32, 3 * 32, 32};
+    for (int i = 0; i < 3; i++) {
+        n_in_q = odd[i];
+        test_kind(KVP_DTYPE_Q4_0, 0, x);
+        test_kind(KVP_DTYPE_Q4_1, 0, x);
+        test_kind(KVP_DTYPE_Q8_0, 0, x);
+    }
+    n_in_q = N_IN;
     n_in_f = 603;
     test_kind(KVP_DTYPE_F16, 0, x);
     test_kind(KVP_DTYPE_BF16, 0, x);
