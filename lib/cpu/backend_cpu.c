@@ -657,29 +657,34 @@ static int mm_same_input(const kvp_weight *a, const kvp_weight *w)
 }
 
 /* y[j] = x . w[j]^T, j < n_w: matmuls of one input (a layer's Q, K and V;
- * gate and up) in one pass of the pool, x prepared once, so a small
- * model's decode step waits on the pool three times a layer fewer (up to
- * KVP_CPU_MM_FUSE_TOK tokens; more, one matmul after another).  Each
+ * gate and up), x prepared (quantized, put in tiles) once for all of them.
+ * Up to KVP_CPU_MM_FUSE_TOK tokens in one pass of the pool, so a small
+ * model's decode step waits on the pool three times a layer fewer; more,
+ * one matmul after another, the first one's preparation serving the rest
+ * (SmolLM2 q8_0 prompts quantized each layer's input 7 times for 4).  Each
  * matmul's tasks and kernels are cpu_matmul's: the same bits. */
 static int cpu_matmul_n(kvp_backend *b, const kvp_weight *const *w, uint32_t n_w, const float *x, float *const *y,
                         uint32_t n_tok, kvp_err *err)
 {
     cpu_impl *im = impl_of(b);
-    int fuse = n_w <= KVP_CPU_MM_FUSE && n_tok <= KVP_CPU_MM_FUSE_TOK;
+    int same = n_w <= KVP_CPU_MM_FUSE;
     const kvp_weight *mw[KVP_CPU_MM_FUSE]; /* what each multiplies (mm_weight) */
-    for (uint32_t j = 0; fuse && j < n_w; j++) {
+    for (uint32_t j = 0; same && j < n_w; j++) {
         mw[j] = w[j];
         int rc = mm_weight(im, &mw[j], err);
         if (rc < 0)
             return rc;
     }
-    for (uint32_t j = 1; fuse && j < n_w; j++)
-        fuse = mm_same_input(mw[0], mw[j]);
-    if (!fuse) {
+    for (uint32_t j = 1; same && j < n_w; j++)
+        same = mm_same_input(mw[0], mw[j]);
+    if (!same || n_tok > KVP_CPU_MM_FUSE_TOK) {
         for (uint32_t j = 0; j < n_w; j++) {
-            int rc = cpu_matmul(b, w[j], x, y[j], n_tok, err);
-            if (rc < 0)
-                return rc;
+            mm_ctx c;
+            int n = mm_setup(im, w[j], x, y[j], n_tok, !same || j == 0, &c, err);
+            if (n < 0)
+                return n;
+            if (n > 0)
+                kvp_threadpool_run(im->pool, mm_task, &c, n);
         }
         return 0;
     }
@@ -867,6 +872,7 @@ typedef struct norm_args {
     float *y;
     uint32_t n;
     float eps;
+    void (*rms_row)(const float *x, const float *w, float *y, uint32_t n, float eps);
 } norm_args;
 
 static void rmsnorm_rows(void *ap, size_t t0, size_t t1)
@@ -875,12 +881,7 @@ static void rmsnorm_rows(void *ap, size_t t0, size_t t1)
     for (size_t t = t0; t < t1; t++) {
         const float *x = a->x + t * a->n;
         float *y = a->y + t * a->n;
-        double ss = 0; /* double: the sum of 576..8192 squares, order-independent enough */
-        for (uint32_t i = 0; i < a->n; i++)
-            ss += (double)x[i] * x[i];
-        float scale = (float)(1.0 / sqrt(ss / a->n + a->eps));
-        for (uint32_t i = 0; i < a->n; i++)
-            y[i] = x[i] * scale * a->weight[i];
+        a->rms_row(x, a->weight, y, a->n, a->eps);
     }
 }
 
@@ -890,7 +891,7 @@ static int cpu_rmsnorm(kvp_backend *b, const float *x, const kvp_weight *w, floa
     const float *weight = f32_vec(w, n, err);
     if (!weight)
         return err->code;
-    norm_args a = {.x = x, .weight = weight, .y = y, .n = n, .eps = eps};
+    norm_args a = {.x = x, .weight = weight, .y = y, .n = n, .eps = eps, .rms_row = impl_of(b)->k->rms_row};
     ew_run(impl_of(b), rmsnorm_rows, &a, n_tok, n, 1);
     return 0;
 }

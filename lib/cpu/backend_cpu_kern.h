@@ -228,6 +228,12 @@ typedef struct kvp_cpu_kernels {
                        uint32_t hd, float *o);
     /* g = silu(g) * u = g / (1 + e^-g) * u */
     void (*silu_mul)(float *g, const float *u, size_t n);
+    /* RMSNorm of one row (y may be x): y[i] = x[i] * s * w[i], s = (float)
+     * (1 / sqrt(ss / n + eps)), ss the squares summed in double in eight
+     * lanes (lane j the elements i = j mod 8 of the first n / 8 * 8, the
+     * lanes added ((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7)), then the
+     * tail's in order): the same bits in every table. */
+    void (*rms_row)(const float *x, const float *w, float *y, uint32_t n, float eps);
     /* Row r of w as f32, the row path's input: kvp_cpu_dequant_weight_row's
      * bits, faster for the kinds a table decodes itself.  0 or -1. */
     int (*weight_row)(const struct kvp_weight *w, uint32_t r, float *dst);

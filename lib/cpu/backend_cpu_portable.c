@@ -217,6 +217,21 @@ static void silu_mul(float *g, const float *u, size_t n)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static void rms_row(const float *x, const float *w, float *y, uint32_t n, float eps)
+{
+    double l[8] = {0};
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            l[j] += (double)x[i + j] * x[i + j];
+    double ss = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+    for (; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float s = (float)(1.0 / sqrt(ss / n + eps));
+    for (i = 0; i < n; i++)
+        y[i] = x[i] * s * w[i];
+}
+
 const kvp_cpu_kernels kvp_cpu_kernels_portable = {
     .isa = "portable",
     .tile_tok = 4,
@@ -237,6 +252,7 @@ const kvp_cpu_kernels kvp_cpu_kernels_portable = {
     .att_softmax = att_softmax,
     .att_values = att_values,
     .silu_mul = silu_mul,
+    .rms_row = rms_row,
     .weight_row = kvp_cpu_dequant_weight_row,
 };
 

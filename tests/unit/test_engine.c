@@ -405,6 +405,35 @@ static void test_r16_kernel(const kvp_cpu_kernels *fast, const kvp_weight *w, co
     kvp_cpu_repacked_free(&r16);
 }
 
+/* RMSNorm rows: the same bits as the portable table's, for lengths with
+ * every tail of the eight lanes, in place and not; and the formula. */
+static void test_rms_row(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *fast)
+{
+    enum { N = 583 };
+    static float x[N], w[N], ya[N], yb[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (frand() - 0.5f) * (i % 11 == 0 ? 40.0f : 3.0f), w[i] = 0.5f + frand();
+    int bad = 0;
+    for (uint32_t n = 1; n <= N; n += n < 24 ? 1 : 37) {
+        ref->rms_row(x, w, ya, n, 1e-5f);
+        fast->rms_row(x, w, yb, n, 1e-5f);
+        bad += memcmp(ya, yb, n * sizeof(float)) != 0;
+        memcpy(yb, x, n * sizeof(float));
+        fast->rms_row(yb, w, yb, n, 1e-5f); /* in place, as the output norm runs */
+        bad += memcmp(ya, yb, n * sizeof(float)) != 0;
+    }
+    CHECK_MSG(bad == 0, "rms_row %s: %d rows other bits than the portable table's", fast->isa, bad);
+    double ss = 0;
+    for (int i = 0; i < N; i++)
+        ss += (double)x[i] * x[i];
+    double s = 1 / sqrt(ss / N + 1e-5);
+    fast->rms_row(x, w, yb, N, 1e-5f);
+    int far = 0;
+    for (int i = 0; i < N; i++)
+        far += fabs(yb[i] - x[i] * s * w[i]) > 1e-6 * (1 + fabs(x[i] * s * w[i]));
+    CHECK_MSG(far == 0, "rms_row %s: %d values away from the formula", fast->isa, far);
+}
+
 static void test_kernels_one(const kvp_cpu_kernels *fast)
 {
     const kvp_cpu_kernels *ref = &kvp_cpu_kernels_portable;
@@ -570,6 +599,7 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
         }
     }
     test_att_kernels(ref, fast);
+    test_rms_row(ref, fast);
 }
 
 /* Two tables' softmax and block conversion: the same bits (the AMX
