@@ -631,6 +631,16 @@ static void test_softmax_same(const kvp_cpu_kernels *a, const kvp_cpu_kernels *b
     a->kv_f32(KVP_DTYPE_F16, h, fa, 999);
     b->kv_f32(KVP_DTYPE_F16, h, fb, 999);
     CHECK_MSG(memcmp(fa, fb, 999 * sizeof(float)) == 0, "kv_f32 f16 %s / %s: other bits", a->isa, b->isa);
+    /* SiLU over its range and past the exp clamps, every tail of sixteen */
+    static float u[1000];
+    for (int i = 0; i < 1000; i++)
+        fa[i] = fb[i] = (float)(i - 500) * 0.19f + (i % 97 == 0 ? (i % 2 ? 900.0f : -900.0f) : 0.0f), u[i] = frand();
+    for (size_t n = 983; n <= 999; n++) {
+        a->silu_mul(fa, u, n);
+        b->silu_mul(fb, u, n);
+        CHECK_MSG(memcmp(fa, fb, n * sizeof(float)) == 0, "silu_mul %s / %s, %zu elements: other bits", a->isa,
+                  b->isa, n);
+    }
 }
 
 static void test_kernels(void)
