@@ -39,6 +39,7 @@ void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k)
     k->att_scores = att_scores_wide, k->att_values = att_values_wide, k->att_softmax = att_softmax_wide;
     k->kv_f32 = kv_f32_wide;
     k->silu_mul = silu_mul_wide;
+    k->quant_q8 = quant_q8_wide;
 }
 
 #else

@@ -631,6 +631,18 @@ static void test_softmax_same(const kvp_cpu_kernels *a, const kvp_cpu_kernels *b
     a->kv_f32(KVP_DTYPE_F16, h, fa, 999);
     b->kv_f32(KVP_DTYPE_F16, h, fb, 999);
     CHECK_MSG(memcmp(fa, fb, 999 * sizeof(float)) == 0, "kv_f32 f16 %s / %s: other bits", a->isa, b->isa);
+    /* 8-bit blocks: a zero block, halves that round to even (k + 0.5 times
+     * the step), one large value among small ones, random rows */
+    enum { QN = 32 * 12 };
+    static float qx[QN];
+    static kvp_q8blk qa[QN / 32], qb[QN / 32];
+    for (int i = 0; i < QN; i++)
+        qx[i] = i < 32 ? 0.0f : i < 64 ? (float)(i % 16 - 8) + 0.5f : i < 96 ? (i == 70 ? 300.0f : frand())
+                                                                   : (frand() - 0.5f) * (float)(1 + i % 5);
+    qx[63] = 127.0f; /* the step is 1: the halves round to even */
+    a->quant_q8(qx, qa, QN);
+    b->quant_q8(qx, qb, QN);
+    CHECK_MSG(memcmp(qa, qb, sizeof qa) == 0, "quant_q8 %s / %s: other bits", a->isa, b->isa);
     /* SiLU over its range and past the exp clamps, every tail of sixteen */
     static float u[1000];
     for (int i = 0; i < 1000; i++)
