@@ -615,14 +615,20 @@ static int mm_setup(cpu_impl *im, const kvp_weight *w, const float *x, float *y,
     return (int)(c.n_row_tasks * n_tok_tasks);
 }
 
-static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float *y, uint32_t n_tok, kvp_err *err)
+/* One matmul, x prepared first when prep (else as the matmul before it
+ * left it: mm_same_input). */
+static int mm_run(cpu_impl *im, const kvp_weight *w, const float *x, float *y, uint32_t n_tok, int prep, kvp_err *err)
 {
-    cpu_impl *im = impl_of(b);
     mm_ctx c;
-    int n = mm_setup(im, w, x, y, n_tok, 1, &c, err);
+    int n = mm_setup(im, w, x, y, n_tok, prep, &c, err);
     if (n > 0)
         kvp_threadpool_run(im->pool, mm_task, &c, n);
     return n < 0 ? n : 0;
+}
+
+static int cpu_matmul(kvp_backend *b, const kvp_weight *w, const float *x, float *y, uint32_t n_tok, kvp_err *err)
+{
+    return mm_run(impl_of(b), w, x, y, n_tok, 1, err);
 }
 
 /* Weights matmul_n runs in one pass of the pool, at most, and the most
@@ -679,12 +685,9 @@ static int cpu_matmul_n(kvp_backend *b, const kvp_weight *const *w, uint32_t n_w
         same = mm_same_input(mw[0], mw[j]);
     if (!same || n_tok > KVP_CPU_MM_FUSE_TOK) {
         for (uint32_t j = 0; j < n_w; j++) {
-            mm_ctx c;
-            int n = mm_setup(im, w[j], x, y[j], n_tok, !same || j == 0, &c, err);
-            if (n < 0)
-                return n;
-            if (n > 0)
-                kvp_threadpool_run(im->pool, mm_task, &c, n);
+            int rc = mm_run(im, w[j], x, y[j], n_tok, !same || j == 0, err);
+            if (rc < 0)
+                return rc;
         }
         return 0;
     }

@@ -373,14 +373,15 @@ KVP_AMX __attribute__((always_inline)) static inline void r16_scale(const int32_
  * block blk + 1's multiply issued, block blk's sums stored, block blk - 1's
  * (stored a step before) scaled.  So every tile store has a multiply
  * queued behind it, and the vector loads of the sums never wait for the
- * tile store just issued.  (Pairs, each block's sums stored right after
- * its own multiply and read right after their store: bench_mm q8_0 1536 x
- * 576, 64 tokens, one thread, 0.230-0.245 ms against 0.191-0.211 so;
- * 64 SmolLM2 sequences decoding together, Q4_1 1120 against 1152-1164
- * tok/s, q8_0 1142-1172 against 1237-1244; Q4_1 pp512 +10%; q8_0 prompts
- * the same.  The vector work, three operations a sum and block, is the
- * larger share either way.)  NT: the tokens scaled, a constant for full
- * groups.  The blocks are scaled in order, so the sums are the same. */
+ * tile store just issued.  Pairs, each block's sums stored right after
+ * its own multiply and read right after their store, took 0.230-0.245 ms
+ * where this takes 0.191-0.211 (bench_mm q8_0 1536 x 576, 64 tokens, one
+ * thread); 64 SmolLM2 sequences decoding together: Q4_1 1120-1123 against
+ * 1152-1164 tok/s, q8_0 1142-1172 against 1237-1244; Q4_1 pp512 +10%;
+ * q8_0 prompts the same.  The vector work, three operations a sum and a
+ * block, is the larger share either way.  NT: the tokens scaled, a
+ * constant for full groups.  The blocks are scaled in order, so the sums
+ * are the same. */
 #define R16_BLOCKS(NT)                                                                                             \
     do {                                                                                                           \
         R16_ISSUE(0, 0);                                                                                           \
