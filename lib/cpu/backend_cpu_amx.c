@@ -170,10 +170,42 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_scale(const int32_
     }
 }
 
+/* The blocks of a group in a pipeline over the two tile sets (0: tiles
+ * 0-2, 1: tiles 3-5), block blk's step: ISSUE(set, blk + 1) loads block
+ * blk + 1's operands and issues its multiply, block blk's sums (the tile
+ * of the set) are stored into cbuf[set], and SCALE(set, blk - 1) scales
+ * the sums block blk - 1 stored a step before.  So every tile store has a
+ * multiply queued behind it, and the vector loads of the sums never wait
+ * for the tile store just issued.  Pairs, each block's sums stored right
+ * after its own multiply and read right after their store, took
+ * 0.230-0.245 ms where this takes 0.191-0.211 (bench_mm q8_0 1536 x 576,
+ * rows of 16, 64 tokens, one thread); 64 SmolLM2 sequences decoding
+ * together: Q4_1 1120-1123 against 1152-1164 tok/s, q8_0 1142-1172 against
+ * 1237-1244; Q4_1 pp512 +10%; q8_0 prompts the same.  The vector work,
+ * three operations a sum and a block, is the larger share either way.  The
+ * blocks are scaled in order, so the sums are the same.  Uses nb and cbuf
+ * (two buffers of 16 x 16 sums, a row 64 bytes: AMX_ROWS or AMX_T i32). */
+#define AMX_PIPELINE(ISSUE, SCALE)                                                                                 \
+    do {                                                                                                           \
+        ISSUE(0, 0);                                                                                               \
+        for (uint32_t blk = 0; blk < nb; blk += 2) {                                                               \
+            if (blk + 1 < nb)                                                                                      \
+                ISSUE(1, blk + 1);                                                                                 \
+            AMX_STORED(0, cbuf[0], 64);                                                                            \
+            if (blk > 0)                                                                                           \
+                SCALE(1, blk - 1);                                                                                 \
+            if (blk + 1 < nb) {                                                                                    \
+                if (blk + 2 < nb)                                                                                  \
+                    ISSUE(0, blk + 2);                                                                             \
+                AMX_STORED(3, cbuf[1], 64);                                                                        \
+                SCALE(0, blk);                                                                                     \
+            }                                                                                                      \
+        }                                                                                                          \
+        SCALE((nb - 1) & 1, nb - 1);                                                                               \
+    } while (0)
+
 /* Rows r0 .. r0+15 of the piece (those past nr repeat its last) by its
- * tokens: out[m][t].  Blocks go in pairs on the two tile sets: the second
- * block's multiply is issued before the first's sums are stored and
- * scaled, so the tile unit and the vector units overlap. */
+ * tokens: out[m][t], the blocks through AMX_PIPELINE. */
 KVP_AMX __attribute__((always_inline)) static inline void amx_rows(int kind, const kvp_mm_blk *b, uint32_t r0,
                                                                    float (*out)[AMX_T])
 {
@@ -205,30 +237,33 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_rows(int kind, con
      * SmolLM2 Q4_1 sequences +2.5%, pp512 -1% when it prefetched too. */
     const uint8_t *pf = wr[0] + (size_t)AMX_ROWS * b->w_stride;
     const size_t pf_step = b->once ? ((size_t)AMX_ROWS * b->w_stride * 2 / nb + 63) & ~(size_t)63 : 0;
-    for (uint32_t blk = 0; blk < nb; blk += 2) {
-        const int two = blk + 1 < nb;
-        const size_t o = (size_t)blk * bb + qoff;
-        for (size_t f = pf_step * (blk / 2); f < pf_step * (blk / 2 + 1); f += 64)
-            _mm_prefetch((const char *)(pf + f), _MM_HINT_T0);
-        AMX_LOAD_A(1, kind, direct, wr, o, b->w_stride, abuf[0]);
-        AMX_LOADD(2, xt + (size_t)blk * AMX_T * KVP_QK, AMX_T * 4);
-        AMX_ZERO(0);
-        AMX_DPBSSD(0, 1, 2);
-        if (two) {
-            AMX_LOAD_A(4, kind, direct, wr, o + bb, b->w_stride, abuf[1]);
-            AMX_LOADD(5, xt + (size_t)(blk + 1) * AMX_T * KVP_QK, AMX_T * 4);
-            AMX_ZERO(3);
-            AMX_DPBSSD(3, 4, 5);
-        }
-        AMX_STORED(0, cbuf[0], AMX_T * 4);
-        block_scales(kind, b, wr, ri, offs, blk, dw, NULL);
-        amx_scale(cbuf[0], _mm512_loadu_ps(dxs + (size_t)blk * 3 * AMX_S), dw, acc);
-        if (two) {
-            AMX_STORED(3, cbuf[1], AMX_T * 4);
-            block_scales(kind, b, wr, ri, offs, blk + 1, dw, NULL);
-            amx_scale(cbuf[1], _mm512_loadu_ps(dxs + (size_t)(blk + 1) * 3 * AMX_S), dw, acc);
-        }
-    }
+    /* the blocks in a pipeline over the two tile sets (AMX_PIPELINE) */
+#define ROWS_ISSUE(set, blk)                                                                                       \
+    do {                                                                                                           \
+        const uint32_t bk_ = (blk);                                                                                \
+        const size_t o_ = (size_t)bk_ * bb + qoff;                                                                 \
+        for (size_t f = pf_step * bk_ / 2; f < pf_step * (bk_ / 2 + 1) && !(bk_ & 1); f += 64)                     \
+            _mm_prefetch((const char *)(pf + f), _MM_HINT_T0);                                                     \
+        if ((set) == 0) {                                                                                          \
+            AMX_LOAD_A(1, kind, direct, wr, o_, b->w_stride, abuf[0]);                                             \
+            AMX_LOADD(2, xt + (size_t)bk_ * AMX_T * KVP_QK, AMX_T * 4);                                            \
+            AMX_ZERO(0);                                                                                           \
+            AMX_DPBSSD(0, 1, 2);                                                                                   \
+        } else {                                                                                                   \
+            AMX_LOAD_A(4, kind, direct, wr, o_, b->w_stride, abuf[1]);                                             \
+            AMX_LOADD(5, xt + (size_t)bk_ * AMX_T * KVP_QK, AMX_T * 4);                                            \
+            AMX_ZERO(3);                                                                                           \
+            AMX_DPBSSD(3, 4, 5);                                                                                   \
+        }                                                                                                          \
+    } while (0)
+#define ROWS_SCALE(set, blk)                                                                                       \
+    do {                                                                                                           \
+        block_scales(kind, b, wr, ri, offs, (blk), dw, NULL);                                                      \
+        amx_scale(cbuf[set], _mm512_loadu_ps(dxs + (size_t)(blk) * 3 * AMX_S), dw, acc);                          \
+    } while (0)
+    AMX_PIPELINE(ROWS_ISSUE, ROWS_SCALE);
+#undef ROWS_ISSUE
+#undef ROWS_SCALE
     /* the minimum terms' chain (zero without one: acc + 0 as VNNI adds it) */
     __m512 ma[AMX_ROWS];
     _Pragma("GCC unroll 16") for (int m = 0; m < AMX_ROWS; m++)
@@ -352,15 +387,6 @@ KVP_AMX __attribute__((always_inline)) static inline void r16_scale(const int32_
         }                                                                                                          \
     } while (0)
 
-/* Tile set `set`'s sums (0: tile 0, 1: tile 3) stored into cbuf[set]. */
-#define R16_STORE(set)                                                                                             \
-    do {                                                                                                           \
-        if ((set) == 0)                                                                                            \
-            AMX_STORED(0, cbuf[0], AMX_ROWS * 4);                                                                  \
-        else                                                                                                       \
-            AMX_STORED(3, cbuf[1], AMX_ROWS * 4);                                                                  \
-    } while (0)
-
 /* Block blk's sums, stored into cbuf[set] earlier, scaled into acc (ma). */
 #define R16_SCALE(set, blk, NT)                                                                                    \
     do {                                                                                                           \
@@ -369,37 +395,10 @@ KVP_AMX __attribute__((always_inline)) static inline void r16_scale(const int32_
         r16_scale(cbuf[set], dxs + (size_t)(blk) * 3 * AMX_S, dw_, mw_, has_m, (NT), acc, ma);                    \
     } while (0)
 
-/* The blocks in a pipeline over the two tile sets, block blk's step:
- * block blk + 1's multiply issued, block blk's sums stored, block blk - 1's
- * (stored a step before) scaled.  So every tile store has a multiply
- * queued behind it, and the vector loads of the sums never wait for the
- * tile store just issued.  Pairs, each block's sums stored right after
- * its own multiply and read right after their store, took 0.230-0.245 ms
- * where this takes 0.191-0.211 (bench_mm q8_0 1536 x 576, 64 tokens, one
- * thread); 64 SmolLM2 sequences decoding together: Q4_1 1120-1123 against
- * 1152-1164 tok/s, q8_0 1142-1172 against 1237-1244; Q4_1 pp512 +10%;
- * q8_0 prompts the same.  The vector work, three operations a sum and a
- * block, is the larger share either way.  NT: the tokens scaled, a
- * constant for full groups.  The blocks are scaled in order, so the sums
- * are the same. */
-#define R16_BLOCKS(NT)                                                                                             \
-    do {                                                                                                           \
-        R16_ISSUE(0, 0);                                                                                           \
-        for (uint32_t blk = 0; blk < nb; blk += 2) {                                                               \
-            if (blk + 1 < nb)                                                                                      \
-                R16_ISSUE(1, blk + 1);                                                                             \
-            R16_STORE(0);                                                                                          \
-            if (blk > 0)                                                                                           \
-                R16_SCALE(1, blk - 1, NT);                                                                         \
-            if (blk + 1 < nb) {                                                                                    \
-                if (blk + 2 < nb)                                                                                  \
-                    R16_ISSUE(0, blk + 2);                                                                         \
-                R16_STORE(1);                                                                                      \
-                R16_SCALE(0, blk, NT);                                                                             \
-            }                                                                                                      \
-        }                                                                                                          \
-        R16_SCALE((nb - 1) & 1, nb - 1, NT);                                                                       \
-    } while (0)
+/* A full group's scaling (a constant 16 tokens: no test a token) and a
+ * short one's. */
+#define R16_SCALE_FULL(set, blk) R16_SCALE(set, blk, AMX_T)
+#define R16_SCALE_SHORT(set, blk) R16_SCALE(set, blk, b->nt)
 
 KVP_AMX __attribute__((always_inline)) static inline void amx_r16_group(int kind, const kvp_mm_blk *b, uint32_t r0,
                                                                         float (*out)[AMX_ROWS])
@@ -422,9 +421,9 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_r16_group(int kind
     const uint8_t *pf = gq + (size_t)nb * qb;
     const size_t pf_step = b->once ? (qb * 2 + 63) & ~(size_t)63 : 0;
     if (b->nt == AMX_T)
-        R16_BLOCKS(AMX_T);
+        AMX_PIPELINE(R16_ISSUE, R16_SCALE_FULL);
     else
-        R16_BLOCKS(b->nt);
+        AMX_PIPELINE(R16_ISSUE, R16_SCALE_SHORT);
     /* + ma: the minimum terms' chain (zero without minimums or zero points, as the others add it) */
     _Pragma("GCC unroll 16") for (int t = 0; t < AMX_T; t++)
         _mm512_store_ps(out[t], _mm512_add_ps(acc[t], ma[t]));
