@@ -170,6 +170,15 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_scale(const int32_
     }
 }
 
+/* The share of the next rows' bytes (pf, pf_step a pair of blocks; 0 where
+ * the rows are read again from cache) asked for at the pair from block
+ * blk. */
+KVP_AMX static inline void amx_prefetch_pair(const uint8_t *pf, size_t pf_step, uint32_t blk)
+{
+    for (size_t f = pf_step * (blk / 2); f < pf_step * (blk / 2 + 1); f += 64)
+        _mm_prefetch((const char *)(pf + f), _MM_HINT_T0);
+}
+
 /* The blocks of a group in a pipeline over the two tile sets (0: tiles
  * 0-2, 1: tiles 3-5), block blk's step: ISSUE(set, blk + 1) loads block
  * blk + 1's operands and issues its multiply, block blk's sums (the tile
@@ -183,10 +192,12 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_scale(const int32_
  * together: Q4_1 1120-1123 against 1152-1164 tok/s, q8_0 1142-1172 against
  * 1237-1244; Q4_1 pp512 +10%; q8_0 prompts the same.  The vector work,
  * three operations a sum and a block, is the larger share either way.  The
- * blocks are scaled in order, so the sums are the same.  Uses nb and cbuf
- * (two buffers of 16 x 16 sums, a row 64 bytes: AMX_ROWS or AMX_T i32). */
+ * blocks are scaled in order, so the sums are the same.  Uses nb, cbuf
+ * (two buffers of 16 x 16 sums, a row 64 bytes: AMX_ROWS or AMX_T i32)
+ * and the prefetch's pf and pf_step (amx_prefetch_pair). */
 #define AMX_PIPELINE(ISSUE, SCALE)                                                                                 \
     do {                                                                                                           \
+        amx_prefetch_pair(pf, pf_step, 0);                                                                         \
         ISSUE(0, 0);                                                                                               \
         for (uint32_t blk = 0; blk < nb; blk += 2) {                                                               \
             if (blk + 1 < nb)                                                                                      \
@@ -195,8 +206,10 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_scale(const int32_
             if (blk > 0)                                                                                           \
                 SCALE(1, blk - 1);                                                                                 \
             if (blk + 1 < nb) {                                                                                    \
-                if (blk + 2 < nb)                                                                                  \
+                if (blk + 2 < nb) {                                                                                \
+                    amx_prefetch_pair(pf, pf_step, blk + 2);                                                       \
                     ISSUE(0, blk + 2);                                                                             \
+                }                                                                                                  \
                 AMX_STORED(3, cbuf[1], 64);                                                                        \
                 SCALE(0, blk);                                                                                     \
             }                                                                                                      \
@@ -242,8 +255,6 @@ KVP_AMX __attribute__((always_inline)) static inline void amx_rows(int kind, con
     do {                                                                                                           \
         const uint32_t bk_ = (blk);                                                                                \
         const size_t o_ = (size_t)bk_ * bb + qoff;                                                                 \
-        for (size_t f = pf_step * bk_ / 2; f < pf_step * (bk_ / 2 + 1) && !(bk_ & 1); f += 64)                     \
-            _mm_prefetch((const char *)(pf + f), _MM_HINT_T0);                                                     \
         if ((set) == 0) {                                                                                          \
             AMX_LOAD_A(1, kind, direct, wr, o_, b->w_stride, abuf[0]);                                             \
             AMX_LOADD(2, xt + (size_t)bk_ * AMX_T * KVP_QK, AMX_T * 4);                                            \
@@ -372,8 +383,6 @@ KVP_AMX __attribute__((always_inline)) static inline void r16_scale(const int32_
 #define R16_ISSUE(set, blk)                                                                                        \
     do {                                                                                                           \
         const uint32_t bk_ = (blk);                                                                                \
-        for (size_t f = pf_step * bk_ / 2; f < pf_step * (bk_ / 2 + 1) && !(bk_ & 1); f += 64)                     \
-            _mm_prefetch((const char *)(pf + f), _MM_HINT_T0);                                                     \
         if ((set) == 0) {                                                                                          \
             AMX_LOADD(1, xt + (size_t)bk_ * AMX_T * KVP_QK, KVP_QK);                                              \
             AMX_LOADD(2, r16_b(kind, gq + (size_t)bk_ * qb, bbuf[0]), 64);                                        \
