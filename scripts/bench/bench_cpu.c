@@ -5,6 +5,8 @@
  *   kvpipe  tg128  <tokens/s>
  *   memcpy  GB/s   <GB/s>   (bytes read + written by one memcpy)
  *   read    GB/s   <GB/s>   (bytes read by THREADS threads)
+ *   fma     GFLOP/s <GFLOP/s> (f32 multiply-adds THREADS threads retire)
+ *   flops   ppN    <FLOPs>  (the arithmetic of one ppN prompt)
  * and with DEPTH, generation continuing a DEPTH-token prompt:
  *   kvpipe  tg128@2048  <tokens/s>
  * TG 0 measures prompts alone; KVP_BENCH_NO_AMX=1 keeps AMX out (the VNNI
@@ -18,6 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 static double now(void)
 {
@@ -85,6 +90,108 @@ static double read_bandwidth(int n_threads)
     kvp_threadpool_free(pool);
     free(buf);
     return bw;
+}
+
+/* The f32 FMA ceiling: each task runs 16 independent chains of
+ * multiply-adds in registers (no loads), the most a core's FMA units can
+ * retire.  A float prompt's matmuls cannot run faster than this, as
+ * generation cannot read faster than read_bandwidth: the two ceilings
+ * bench-cpu sets each engine's figures against.  Both widths are measured
+ * (Zen 4 runs a 512-bit FMA as two 256-bit halves, Xeons have two 512-bit
+ * units); the larger counts. */
+#define FMA_STEPS 4000000L
+#if defined(__x86_64__) && defined(__GNUC__)
+/* chains from 16 different values, or the compiler folds them into one */
+#define FMA_CHAINS(V, SET, FMA)                                                                                  \
+    V a0 = SET(seed), a1 = SET(seed + 1), a2 = SET(seed + 2), a3 = SET(seed + 3);                              \
+    V a4 = SET(seed + 4), a5 = SET(seed + 5), a6 = SET(seed + 6), a7 = SET(seed + 7);                          \
+    V a8 = SET(seed + 8), a9 = SET(seed + 9), a10 = SET(seed + 10), a11 = SET(seed + 11);                      \
+    V a12 = SET(seed + 12), a13 = SET(seed + 13), a14 = SET(seed + 14), a15 = SET(seed + 15);                  \
+    for (long i = 0; i < FMA_STEPS; i++) {                                                                      \
+        a0 = FMA(a0, m, c), a1 = FMA(a1, m, c), a2 = FMA(a2, m, c), a3 = FMA(a3, m, c);                         \
+        a4 = FMA(a4, m, c), a5 = FMA(a5, m, c), a6 = FMA(a6, m, c), a7 = FMA(a7, m, c);                         \
+        a8 = FMA(a8, m, c), a9 = FMA(a9, m, c), a10 = FMA(a10, m, c), a11 = FMA(a11, m, c);                     \
+        a12 = FMA(a12, m, c), a13 = FMA(a13, m, c), a14 = FMA(a14, m, c), a15 = FMA(a15, m, c);                 \
+    }
+
+__attribute__((target("avx512f"))) static float fma_chains512(float seed)
+{
+    const __m512 m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
+    FMA_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps)
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)),
+                                       _mm512_add_ps(_mm512_add_ps(a12, a13), _mm512_add_ps(a14, a15))));
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static float fma_chains256(float seed)
+{
+    const __m256 m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
+    FMA_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps)
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)),
+                                       _mm256_add_ps(_mm256_add_ps(a12, a13), _mm256_add_ps(a14, a15))));
+    float v[8];
+    _mm256_storeu_ps(v, s);
+    return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+}
+
+typedef struct fma_ctx {
+    int wide;        /* 512-bit chains, else 256-bit */
+    float out[64];
+} fma_ctx;
+
+static void fma_task(void *ctxp, int task, int thread)
+{
+    (void)thread;
+    fma_ctx *c = ctxp;
+    c->out[task] = c->wide ? fma_chains512((float)task) : fma_chains256((float)task);
+}
+
+/* GFLOP/s of n_threads threads, one task each, the median of 5 a width. */
+static double fma_ceiling(int n_threads)
+{
+    __builtin_cpu_init();
+    kvp_threadpool *pool = NULL;
+    kvp_err err = {0};
+    int tasks = n_threads <= 64 ? n_threads : 64;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        (tasks > 1 && kvp_threadpool_create(&pool, tasks, &err) < 0))
+        return 0;
+    double best = 0;
+    for (int wide = 0; wide <= !!__builtin_cpu_supports("avx512f"); wide++) {
+        fma_ctx c = {.wide = wide};
+        double g[5];
+        for (int r = 0; r < 5; r++) {
+            double t0 = now();
+            kvp_threadpool_run(pool, fma_task, &c, tasks);
+            double t1 = now();
+            g[r] = (double)FMA_STEPS * 16 * (wide ? 16 : 8) * 2 * tasks / (t1 - t0) / 1e9;
+        }
+        qsort(g, 5, sizeof g[0], cmp_double);
+        best = g[2] > best ? g[2] : best;
+        if (c.out[0] == 12345.0f) /* the sums are used */
+            best += 1e-9;
+    }
+    kvp_threadpool_free(pool);
+    return best;
+}
+#else
+static double fma_ceiling(int n_threads) { (void)n_threads; return 0; }
+#endif
+
+/* The multiply-adds of one prompt of n tokens, twice (a FLOP each):
+ * every layer's projections, attention over the causal triangle (Q.K and
+ * the weighted V), and the output head for the last token, whose logits
+ * alone the prompt step computes.  Dense models only (bench-cpu's). */
+static double prompt_flops(const kvp_config *c, double n)
+{
+    double d = c->n_embd, q = (double)c->n_head * c->head_dim, kv = (double)c->n_head_kv * c->head_dim;
+    double proj = d * q + 2 * d * kv + q * d + 3 * d * c->n_ff;
+    double att = 2.0 * q * n * (n + 1) / 2;
+    return 2 * (c->n_layer * (proj * n + att) + d * c->n_vocab);
 }
 
 /* Seconds to generate n tokens greedily, one a step, after prefilling
@@ -187,6 +294,10 @@ int main(int argc, char **argv)
         printf("kvpipe\ttg%d@%d\t%.2f\n", tg, depth, best_deep);
     printf("memcpy\tGB/s\t%.2f\n", bw);
     printf("read\tGB/s\t%.2f\n", read_bandwidth(threads));
+    double fma = fma_ceiling(threads);
+    if (fma > 0)
+        printf("fma\tGFLOP/s\t%.1f\n", fma);
+    printf("flops\tpp%d\t%.6g\n", pp, prompt_flops(&m->cfg, pp));
     printf("kvpipe\tisa\t%s\n", kvp_backend_cpu_isa(be));
     free(a), free(b), free(toks), free(lg);
     kvp_engine_free(e);
