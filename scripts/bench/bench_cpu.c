@@ -101,38 +101,33 @@ static double read_bandwidth(int n_threads)
  * units); the larger counts. */
 #define FMA_STEPS 4000000L
 #if defined(__x86_64__) && defined(__GNUC__)
-/* chains from 16 different values, or the compiler folds them into one */
-#define FMA_CHAINS(V, SET, FMA)                                                                                  \
-    V a0 = SET(seed), a1 = SET(seed + 1), a2 = SET(seed + 2), a3 = SET(seed + 3);                              \
-    V a4 = SET(seed + 4), a5 = SET(seed + 5), a6 = SET(seed + 6), a7 = SET(seed + 7);                          \
-    V a8 = SET(seed + 8), a9 = SET(seed + 9), a10 = SET(seed + 10), a11 = SET(seed + 11);                      \
-    V a12 = SET(seed + 12), a13 = SET(seed + 13), a14 = SET(seed + 14), a15 = SET(seed + 15);                  \
-    for (long i = 0; i < FMA_STEPS; i++) {                                                                      \
-        a0 = FMA(a0, m, c), a1 = FMA(a1, m, c), a2 = FMA(a2, m, c), a3 = FMA(a3, m, c);                         \
-        a4 = FMA(a4, m, c), a5 = FMA(a5, m, c), a6 = FMA(a6, m, c), a7 = FMA(a7, m, c);                         \
-        a8 = FMA(a8, m, c), a9 = FMA(a9, m, c), a10 = FMA(a10, m, c), a11 = FMA(a11, m, c);                     \
-        a12 = FMA(a12, m, c), a13 = FMA(a13, m, c), a14 = FMA(a14, m, c), a15 = FMA(a15, m, c);                 \
-    }
+/* chains from 16 different values, or the compiler folds them into one;
+ * their sum in s, so none is optimized away */
+#define FMA_CHAINS(V, SET, FMA, ADD)                                                                                \
+    V a0 = SET(seed), a1 = SET(seed + 1), a2 = SET(seed + 2), a3 = SET(seed + 3);                                   \
+    V a4 = SET(seed + 4), a5 = SET(seed + 5), a6 = SET(seed + 6), a7 = SET(seed + 7);                               \
+    V a8 = SET(seed + 8), a9 = SET(seed + 9), a10 = SET(seed + 10), a11 = SET(seed + 11);                           \
+    V a12 = SET(seed + 12), a13 = SET(seed + 13), a14 = SET(seed + 14), a15 = SET(seed + 15);                       \
+    for (long i = 0; i < FMA_STEPS; i++) {                                                                          \
+        a0 = FMA(a0, m, c), a1 = FMA(a1, m, c), a2 = FMA(a2, m, c), a3 = FMA(a3, m, c);                             \
+        a4 = FMA(a4, m, c), a5 = FMA(a5, m, c), a6 = FMA(a6, m, c), a7 = FMA(a7, m, c);                             \
+        a8 = FMA(a8, m, c), a9 = FMA(a9, m, c), a10 = FMA(a10, m, c), a11 = FMA(a11, m, c);                         \
+        a12 = FMA(a12, m, c), a13 = FMA(a13, m, c), a14 = FMA(a14, m, c), a15 = FMA(a15, m, c);                     \
+    }                                                                                                               \
+    V s = ADD(ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7))),                                    \
+              ADD(ADD(ADD(a8, a9), ADD(a10, a11)), ADD(ADD(a12, a13), ADD(a14, a15))));
 
 __attribute__((target("avx512f"))) static float fma_chains512(float seed)
 {
     const __m512 m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
-    FMA_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps)
-    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)),
-                                       _mm512_add_ps(_mm512_add_ps(a12, a13), _mm512_add_ps(a14, a15))));
+    FMA_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps)
     return _mm512_reduce_add_ps(s);
 }
 
 __attribute__((target("avx2,fma"))) static float fma_chains256(float seed)
 {
     const __m256 m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
-    FMA_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps)
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)),
-                                       _mm256_add_ps(_mm256_add_ps(a12, a13), _mm256_add_ps(a14, a15))));
+    FMA_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps)
     float v[8];
     _mm256_storeu_ps(v, s);
     return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
