@@ -56,13 +56,28 @@ static void read_task(void *ctxp, int task, int thread)
     c->sums[task] = s0 + s1 + s2 + s3;
 }
 
-/* GB/s read from a 256 MiB buffer by n_threads threads: the median of 5
- * (a best-of once gave twice the others on a shared host). */
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+
+/* giga units of work over the seconds of one run of fn's tasks on pool:
+ * the median of 5 runs (a best-of once gave twice the others on a shared
+ * host). */
+static double median_rate(kvp_threadpool *pool, kvp_task_fn fn, void *ctx, int tasks, double giga)
+{
+    double g[5];
+    for (int r = 0; r < 5; r++) {
+        double t0 = now();
+        kvp_threadpool_run(pool, fn, ctx, tasks);
+        g[r] = giga / (now() - t0);
+    }
+    qsort(g, 5, sizeof g[0], cmp_double);
+    return g[2];
+}
+
+/* GB/s read from a 256 MiB buffer by n_threads threads. */
 
 static double read_bandwidth(int n_threads)
 {
@@ -77,16 +92,8 @@ static double read_bandwidth(int n_threads)
     memset(buf, 1, n);
     int tasks = n_threads * 4 <= 64 ? n_threads * 4 : 64;
     read_ctx c = {.p = buf, .per = n / 8 / (size_t)tasks};
-    double g[5];
-    for (int r = 0; r < 5; r++) {
-        double t0 = now();
-        kvp_threadpool_run(pool, read_task, &c, tasks);
-        double t1 = now();
-        g[r] = (double)c.per * 8 * (double)tasks / (t1 - t0) / 1e9;
-        buf[r] += c.sums[r]; /* the sums are used */
-    }
-    qsort(g, 5, sizeof g[0], cmp_double);
-    double bw = g[2];
+    double bw = median_rate(pool, read_task, &c, tasks, (double)c.per * 8 * (double)tasks / 1e9);
+    buf[0] += c.sums[0]; /* the sums are used */
     kvp_threadpool_free(pool);
     free(buf);
     return bw;
@@ -145,7 +152,8 @@ static void fma_task(void *ctxp, int task, int thread)
     c->out[task] = c->wide ? fma_chains512((float)task) : fma_chains256((float)task);
 }
 
-/* GFLOP/s of n_threads threads, one task each, the median of 5 a width. */
+/* GFLOP/s of n_threads threads, one task each, the median of 5 a width
+ * (median_rate). */
 static double fma_ceiling(int n_threads)
 {
     __builtin_cpu_init();
@@ -158,15 +166,8 @@ static double fma_ceiling(int n_threads)
     double best = 0;
     for (int wide = 0; wide <= !!__builtin_cpu_supports("avx512f"); wide++) {
         fma_ctx c = {.wide = wide};
-        double g[5];
-        for (int r = 0; r < 5; r++) {
-            double t0 = now();
-            kvp_threadpool_run(pool, fma_task, &c, tasks);
-            double t1 = now();
-            g[r] = (double)FMA_STEPS * 16 * (wide ? 16 : 8) * 2 * tasks / (t1 - t0) / 1e9;
-        }
-        qsort(g, 5, sizeof g[0], cmp_double);
-        best = g[2] > best ? g[2] : best;
+        double g = median_rate(pool, fma_task, &c, tasks, (double)FMA_STEPS * 16 * (wide ? 16 : 8) * 2 * tasks / 1e9);
+        best = g > best ? g : best;
         if (c.out[0] == 12345.0f) /* the sums are used */
             best += 1e-9;
     }
