@@ -231,7 +231,7 @@ check-nodeps:
 # on 2 cores, so they run only with TSAN_MODEL=1.
 tsan-nodeps:
 	@$(MAKE) --no-print-directory all $(UNITS)
-	@set -e; export TSAN_OPTIONS=halt_on_error=1:exitcode=66 KVP_BIN=$(abspath $(BINDIR)) \
+	@set -e; export TSAN_OPTIONS=halt_on_error=1:exitcode=66:suppressions=$(abspath tests/tsan.supp) KVP_BIN=$(abspath $(BINDIR)) \
 	    KVP_UNIT_DIR=$(abspath $(O)/tests) $(if $(filter 1,$(TSAN_MODEL)),,KVP_MODEL=/nonexistent); \
 	    echo "tsan: thread pool of 2"; KVP_TEST_THREADS=2 tests/run unit; \
 	    echo "tsan: thread pool of 4"; for t in engine threadpool model_hf; do KVP_TEST_THREADS=4 tests/run unit $$t; done; \
