@@ -177,19 +177,24 @@ got=$(ours_ppl)
 expect_true "PPL $got within 1% of llama.cpp's $want (3 windows, Q4_1)" \
     awk -v a="$got" -v b="$want" 'BEGIN { d = a / b - 1; exit !(d < 0.01 && d > -0.01) }'
 
-# f32 weights (the Q4_1 ones, dequantized by our quantize) and an f32 KV
-# cache against HF transformers in fp32 on the same weights: within 1e-3.
+# f32 weights (the Q4_1 ones, dequantized by our quantize), f32 token
+# embeddings (the file's are q8_0, and SmolLM2's output head is the same
+# tensor: kept as q8_0 it took 8-bit activations and moved each window's
+# NLL sum by up to 1.1 nats) and an f32 KV cache, against HF transformers in
+# fp32 on the same weights: only summation order is left.  The two windows'
+# NLL sums agree within 1e-4 nats on Zen 4 (all 14 within 2e-4 each);
+# 2e-3 leaves room for another CPU's kernels.
 G="$KVP_TESTS/golden/ppl_smollm2_hf.txt"
-run quantize --to f32 "$M" -o "$T/f32.kvp"
-expect_status 0 "quantize --to f32"
+run quantize --to f32 --embed f32 "$M" -o "$T/f32.kvp"
+expect_status 0 "quantize --to f32 --embed f32"
 run prefill -m "$T/f32.kvp" -t $THREADS --perplexity "$GPL" --chunks 2 --kv-dtype f32 --json
-expect_status 0 "perplexity with f32 weights and KV, 2 windows"
+expect_status 0 "perplexity with f32 weights, embeddings and KV, 2 windows"
 tokens=$(awk '$1 == "tokens" { print $2 " " $3 }' "$G")
 expect_out_has "\"tokens\":${tokens% *},\"tokens_hash\":\"${tokens#* }\"" "the same tokens as HF's tokenizer"
-want=$(golden_ppl "$G" 2)
-got=$(ours_ppl)
-expect_true "PPL $got within 1e-3 of HF transformers' $want (fp32, 2 windows)" \
-    awk -v a="$got" -v b="$want" 'BEGIN { d = a / b - 1; exit !(d < 0.001 && d > -0.001) }'
+want=$(awk '$1 == "window" && $2 < 2 { s += $3 } END { printf "%.6f\n", s }' "$G")
+got=$(sed 's/.*"nll":\([0-9.]*\).*/\1/' "$OUT")
+expect_true "NLL sum $got within 2e-3 nats of HF transformers' $want (fp32, 2 windows)" \
+    awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; exit !(d < 0.002 && d > -0.002) }'
 rm -f "$T/f32.kvp"
 
 done_testing
