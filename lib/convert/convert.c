@@ -93,7 +93,7 @@ void kvp_convert_opts_init(kvp_convert_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->to = KVP_CONVERT_KEEP;
-    o->embed = KVP_CONVERT_KEEP;
+    o->embed = KVP_CONVERT_EMBED_AUTO;
 }
 
 int kvp_convert_check_regex(const char *re, kvp_err *err)
@@ -644,6 +644,12 @@ static int is_embedding(const char *name)
     return 0;
 }
 
+/* f32, f16 or bf16: what widening to loses nothing of a quantized tensor. */
+static int is_float_dtype(int d)
+{
+    return d == KVP_DTYPE_F32 || d == KVP_DTYPE_F16 || d == KVP_DTYPE_BF16;
+}
+
 /* The target dtype by the rules of convert.h (KVP_CONVERT_KEEP, or a dtype);
  * keep: rule 3, the include and exclude lists, applies. */
 static int choose_dtype(const plan_ctx *p, const kvp_convert_item *it, int keep)
@@ -653,7 +659,11 @@ static int choose_dtype(const plan_ctx *p, const kvp_convert_item *it, int keep)
         return KVP_DTYPE_F32;
     if (keep)
         return KVP_CONVERT_KEEP;
-    return is_embedding(name) ? p->o->embed : p->o->to;
+    if (!is_embedding(name))
+        return p->o->to;
+    if (p->o->embed != KVP_CONVERT_EMBED_AUTO)
+        return p->o->embed;
+    return is_float_dtype(p->o->to) && !is_float_dtype((int)it->src.dtype) ? p->o->to : KVP_CONVERT_KEEP;
 }
 
 /* A group that divides row: the group asked for, else its even halves down
@@ -815,7 +825,7 @@ static int check_opts(const kvp_convert_opts *o, kvp_err *err)
     for (int k = 0; k < 2; k++) {
         int d = k ? o->embed : o->to;
         const kvp_dtype_traits *tr = kvp_dtype_get((uint32_t)d);
-        if (d != KVP_CONVERT_KEEP && (!tr || !tr->from_f32))
+        if (d != KVP_CONVERT_KEEP && d != KVP_CONVERT_EMBED_AUTO && (!tr || !tr->from_f32))
             return kvp_err_set(err, KVP_EINVAL, "cannot write dtype %s", kvp_dtype_name((uint32_t)d));
     }
     if (o->scheme > KVP_SCHEME_GROUP || (o->scheme && !kvp_convert_dtype_scaled(o->to)))

@@ -20,7 +20,8 @@
  *   3. names matching none of opts.include (when any is given) or any of
  *      opts.exclude are kept as they are (bytes copied, source dtype);
  *   4. token embeddings (token_embd.weight, *embed_tokens.weight, wte.weight,
- *      word_embeddings.weight) get opts.embed (default: kept);
+ *      word_embeddings.weight) get opts.embed (default: kept, but quantized
+ *      ones widen to a float opts.to: see KVP_CONVERT_EMBED_AUTO);
  *   5. everything else gets opts.to (default: kept).
  * Fallbacks, each recorded in the item's note: a GROUP scheme whose group
  * does not divide a row takes the largest group/2^k (>= 16) that does, or
@@ -64,6 +65,13 @@
 #include <stdint.h>
 
 #define KVP_CONVERT_KEEP (-1) /* dtype: keep the source's type and bytes */
+/* opts.embed's default: kept as they are, except that embeddings of a
+ * quantized dtype (q8_0, int8, fp8 ...) take opts.to when that is f32, f16
+ * or bf16.  Widening loses nothing, and a model that ties its output head to
+ * its embeddings (SmolLM2) would otherwise compute every logit with the
+ * quantized head on 8-bit activations, so an f32 or f16 "reference" would
+ * not be one. */
+#define KVP_CONVERT_EMBED_AUTO (-3)
 
 enum kvp_convert_format {
     KVP_CONVERT_GGUF = 1,
@@ -82,7 +90,7 @@ typedef struct kvp_convert_opts {
     uint32_t scheme;      /* kvp_scheme for fp8/int/fp4 targets; 0: the dtype's default */
     uint32_t group;       /* GROUP elements; 0: the dtype's default */
     int asym;             /* integer targets: zero points */
-    int embed;            /* dtype for token embeddings, or KVP_CONVERT_KEEP (default) */
+    int embed;            /* dtype for token embeddings, KVP_CONVERT_KEEP, or KVP_CONVERT_EMBED_AUTO (default) */
     /* Pattern lists, POSIX extended regexes on tensor names (n_* of each,
      * none when 0): a tensor is in a list when any of its patterns matches. */
     const char *const *include; /* when any: only tensors in it are converted, the others kept */
@@ -127,7 +135,7 @@ typedef struct kvp_convert_totals {
 
 typedef struct kvp_convert kvp_convert;
 
-/* Defaults, then the rules above: to = embed = KVP_CONVERT_KEEP. */
+/* Defaults, then the rules above: to = KVP_CONVERT_KEEP, embed = KVP_CONVERT_EMBED_AUTO. */
 void kvp_convert_opts_init(kvp_convert_opts *o);
 
 /* The dtype named by a --to argument: f32, f16, bf16, fp8 (= fp8-e4m3, e4m3),

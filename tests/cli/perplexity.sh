@@ -178,15 +178,16 @@ expect_true "PPL $got within 1% of llama.cpp's $want (3 windows, Q4_1)" \
     awk -v a="$got" -v b="$want" 'BEGIN { d = a / b - 1; exit !(d < 0.01 && d > -0.01) }'
 
 # f32 weights (the Q4_1 ones, dequantized by our quantize), f32 token
-# embeddings (the file's are q8_0, and SmolLM2's output head is the same
-# tensor: kept as q8_0 it took 8-bit activations and moved each window's
-# NLL sum by up to 1.1 nats) and an f32 KV cache, against HF transformers in
+# embeddings (the file's are q8_0, widened by --to f32's default; SmolLM2's
+# output head is the same tensor: kept as q8_0 with --embed keep, it took
+# 8-bit activations and moved each window's NLL sum by up to 1.1 nats) and
+# an f32 KV cache, against HF transformers in
 # fp32 on the same weights: only summation order is left.  The two windows'
 # NLL sums agree within 1e-4 nats on Zen 4 (all 14 within 2e-4 each);
 # 2e-3 leaves room for another CPU's kernels.
 G="$KVP_TESTS/golden/ppl_smollm2_hf.txt"
-run quantize --to f32 --embed f32 "$M" -o "$T/f32.kvp"
-expect_status 0 "quantize --to f32 --embed f32"
+run quantize --to f32 "$M" -o "$T/f32.kvp"
+expect_status 0 "quantize --to f32 (the embeddings too)"
 run prefill -m "$T/f32.kvp" -t $THREADS --perplexity "$GPL" --chunks 2 --kv-dtype f32 --json
 expect_status 0 "perplexity with f32 weights, embeddings and KV, 2 windows"
 tokens=$(awk '$1 == "tokens" { print $2 " " $3 }' "$G")

@@ -184,6 +184,18 @@ expect_out_has "i4 [8, 64] scale group/f32 group 64" "int4 group 64 on rows of 6
 expect_out_has "q8_0 [4, 64]" "embedding kept in its source type"
 run kvdump --check "$T/g4.kvp"
 expect_status 0 "GGUF conversion passes kvdump --check"
+# a float --to widens quantized embeddings (a tied output head is the same
+# tensor: kept as q8_0 it would run on 8-bit activations); keep keeps them
+run quantize --to f16 --drop weird "$T/tiny.gguf" -o "$T/e16.kvp"
+expect_status 0 "GGUF to f16"
+run kvdump "$T/e16.kvp"
+expect_out_has "token_embd.weight f16 [4, 64]" "--to f16 widens the q8_0 embeddings too"
+run quantize --to f16 --embed keep --drop weird "$T/tiny.gguf" -o "$T/e16.kvp" -f
+run kvdump "$T/e16.kvp"
+expect_out_has "token_embd.weight q8_0 [4, 64]" "--embed keep keeps them q8_0"
+expect_out_has "blk.0.attn_q.weight f16" "and converts the rest"
+run quantize -n --to bf16 --drop weird "$T/tiny.gguf"
+expect_out_has "token_embd.weight	4x64	q8_0	bf16" "--to bf16 widens them to bf16 (dry run)"
 
 run quantize -n --to q8_0 --drop weird "$T/tiny.gguf"
 expect_status 0 "--dry-run"
