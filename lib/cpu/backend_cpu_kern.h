@@ -211,10 +211,18 @@ typedef struct kvp_cpu_kernels {
      * and each output element has one order of operations whatever the
      * other lanes hold. */
     /* n K/V elements of dtype f16/bf16/f32 as f32, or of a scaled dtype
-     * (fp8_e4m3, i8) as their codes' values, unscaled. */
+     * as their codes' values, unscaled: i8 as they are, fp8_e4m3 / 256.
+     * An e4m3 code's bits moved into an f16 (the sign to bit 15, the
+     * other seven to bits 13..7) make that f16 exactly the code's value /
+     * 256, subnormals included, so an fp8 cache can be read as f16 at the
+     * price of three integer operations a 16 elements, and the 256 goes
+     * into its row scales (a power of two: the products and sums are the
+     * same numbers / 256, the scaled results the same bits). */
     void (*kv_f32)(int dtype, const void *src, float *dst, uint32_t n);
+    /* n fp8 e4m3 codes as those f16 bits (kvp_e4m3_f16_bits). */
+    void (*kv_f16_e4m3)(const uint8_t *src, uint16_t *dst, uint32_t n);
     /* Queries as rows q[nq][hd] (nq <= ldq) against np keys k[np][hd] read
-     * in their stored dtype (f32/f16/bf16, or fp8/i8 codes unscaled): s[p * ldq + j] = q[j] . k[p]
+     * in their stored dtype (f32/f16/bf16, or fp8/i8 codes as kv_f32 has them): s[p * ldq + j] = q[j] . k[p]
      * for j < nq, lanes nq .. ldq-1 of each key set to 0. */
     void (*att_scores)(const float *q, uint32_t nq, int dtype, const void *k, uint32_t np, uint32_t hd, float *s,
                        uint32_t ldq);

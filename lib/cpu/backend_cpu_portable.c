@@ -154,11 +154,11 @@ static void mm_bf16(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_BF16, b); }
 static void mm_e4m3(const kvp_mm_blk *b) { mm_kind(KVP_DTYPE_FP8_E4M3, b); }
 
 /* Element i of a K/V row: a float kind's value, a scaled kind's code's
- * value (unscaled). */
+ * value, unscaled (fp8 e4m3's / 256: backend_cpu_kern.h). */
 static inline float kv_elem(int dtype, const void *p, uint32_t i)
 {
     if (dtype == KVP_DTYPE_FP8_E4M3)
-        return kvp_e4m3_to_f32(((const uint8_t *)p)[i]);
+        return kvp_e4m3_to_f32(((const uint8_t *)p)[i]) * (1.0f / 256.0f);
     if (dtype == KVP_DTYPE_I8)
         return (float)((const int8_t *)p)[i];
     if (dtype == KVP_DTYPE_F16)
@@ -172,6 +172,12 @@ static void kv_f32(int dtype, const void *src, float *dst, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++)
         dst[i] = kv_elem(dtype, src, i);
+}
+
+static void kv_f16_e4m3(const uint8_t *src, uint16_t *dst, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        dst[i] = kvp_e4m3_f16_bits(src[i]);
 }
 
 static void att_scores(const float *q, uint32_t nq, int dtype, const void *k, uint32_t np, uint32_t hd, float *s,
@@ -248,6 +254,7 @@ const kvp_cpu_kernels kvp_cpu_kernels_portable = {
     .mm_bf16 = mm_bf16,
     .mm_e4m3 = mm_e4m3,
     .kv_f32 = kv_f32,
+    .kv_f16_e4m3 = kv_f16_e4m3,
     .att_scores = att_scores,
     .att_softmax = att_softmax,
     .att_values = att_values,

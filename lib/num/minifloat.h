@@ -38,6 +38,13 @@ uint8_t kvp_f32_to_e2m1(float f);     /* 4-bit code; saturates at +-6 (the forma
 float kvp_e2m1_to_f32(uint8_t code);  /* low nibble used */
 uint8_t kvp_f32_to_e8m0(float f);     /* nearest power of two, ties up; <= 0, inf, NaN -> 0xff */
 static inline float kvp_e8m0_to_f32(uint8_t b); /* 2^(b-127); 0xff is NaN */
+/* The f16 whose value is an e4m3 code's / 256, exactly (subnormals too):
+ * the sign to bit 15, the other seven bits to bits 13..7.  NaN codes
+ * (0x7f, 0xff) come out as 1.875 / 256: for finite codes only. */
+static inline uint16_t kvp_e4m3_f16_bits(uint8_t b)
+{
+    return (uint16_t)(((b & 0x80u) << 8) | ((b & 0x7fu) << 7));
+}
 
 /* Rows of n elements: the dtype traits' to_f32/from_f32. */
 void kvp_quantize_row_e4m3(const float *x, void *dst, int64_t n);

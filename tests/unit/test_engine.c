@@ -111,7 +111,8 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
     fast->kv_f32(KVP_DTYPE_F16, h, kf, NP * HD - 3);
     CHECK(memcmp(kf, k, (NP * HD - 3) * sizeof(float)) == 0);
     /* a scaled cache's bytes (every fp8 code but NaN, every int8) as their
-     * codes' values: the same bits from both kernel sets, a tail included */
+     * codes' values (fp8's / 256): the same bits from both kernel sets, a
+     * tail included; fp8 as f16 bits, those values again */
     static uint8_t b8[259];
     float fa[259], fb[259];
     for (int dt = 0; dt < 2; dt++) {
@@ -122,7 +123,17 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
         fast->kv_f32(dtype, b8, fb, 259);
         CHECK_MSG(memcmp(fa, fb, sizeof fa) == 0, "%s: scaled %s rows differ", fast->isa,
                   kvp_dtype_name((uint32_t)dtype));
-        CHECK_NEAR(fa[dt ? 255 : 0x7e], dt ? -1.0f : 448.0f, 0);
+        CHECK_NEAR(fa[dt ? 255 : 0x7e], dt ? -1.0f : 448.0f / 256, 0);
+        CHECK_NEAR(fa[dt ? 1 : 0x01], dt ? 1.0f : 0x1p-9f / 256, 0); /* fp8's least subnormal */
+        if (dt)
+            continue;
+        uint16_t ha[259], hb16[259];
+        ref->kv_f16_e4m3(b8, ha, 259);
+        fast->kv_f16_e4m3(b8, hb16, 259);
+        int off = memcmp(ha, hb16, sizeof ha) != 0;
+        for (int i = 0; i < 259; i++)
+            off += memcmp(&(float){kvp_f16_to_f32(hb16[i])}, &fa[i], sizeof(float)) != 0;
+        CHECK_MSG(off == 0, "%s: fp8 codes as f16: %d differ", fast->isa, off);
     }
     /* scores: queries as rows against keys as stored (f16, f32, bf16, and
      * the codes of fp8 and int8 unscaled), head dims with and without a
@@ -138,7 +149,7 @@ static void test_att_kernels(const kvp_cpu_kernels *ref, const kvp_cpu_kernels *
     }
     const int kdt[5] = {KVP_DTYPE_F16, KVP_DTYPE_F32, KVP_DTYPE_BF16, KVP_DTYPE_FP8_E4M3, KVP_DTYPE_I8};
     const void *kks[5] = {h, k, hb, k8, ki};
-    const double kmag[5] = {1, 1, 1, 300, 127}; /* the keys' scale: fp8 and int8 codes are large */
+    const double kmag[5] = {1, 1, 1, 300.0 / 256, 127}; /* the keys' scale: fp8 (/ 256) and int8 codes */
     for (uint32_t nq = 1; nq <= 15; nq += nq < 5 ? 1 : nq < 11 ? 2 + 2 * (nq == 7) : 4)
         for (uint32_t hd = 64; hd <= HD; hd = hd == 64 ? 70 : hd + 10)
             for (int dt = 0; dt < 5; dt++) {
