@@ -217,7 +217,10 @@ typedef struct kvp_cpu_kernels {
      * 256, subnormals included, so an fp8 cache can be read as f16 at the
      * price of three integer operations a 16 elements, and the 256 goes
      * into its row scales (a power of two: the products and sums are the
-     * same numbers / 256, the scaled results the same bits). */
+     * same numbers / 256, the scaled results the same bits, unless a
+     * product or partial sum lands under 2^-118, where the / 256 one
+     * leaves f32's normal range: a query element under 2^-109 times the
+     * least code, or a cancellation to within 3e-36). */
     void (*kv_f32)(int dtype, const void *src, float *dst, uint32_t n);
     /* n fp8 e4m3 codes as those f16 bits (kvp_e4m3_f16_bits). */
     void (*kv_f16_e4m3)(const uint8_t *src, uint16_t *dst, uint32_t n);

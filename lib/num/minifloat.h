@@ -40,7 +40,7 @@ uint8_t kvp_f32_to_e8m0(float f);     /* nearest power of two, ties up; <= 0, in
 static inline float kvp_e8m0_to_f32(uint8_t b); /* 2^(b-127); 0xff is NaN */
 /* The f16 whose value is an e4m3 code's / 256, exactly (subnormals too):
  * the sign to bit 15, the other seven bits to bits 13..7.  NaN codes
- * (0x7f, 0xff) come out as 1.875 / 256: for finite codes only. */
+ * (0x7f, 0xff) come out as +-1.875 (480 / 256): for finite codes only. */
 static inline uint16_t kvp_e4m3_f16_bits(uint8_t b)
 {
     return (uint16_t)(((b & 0x80u) << 8) | ((b & 0x7fu) << 7));
