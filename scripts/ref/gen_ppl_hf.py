@@ -8,6 +8,11 @@ llama.cpp, sharing nothing with it but the file.
 Usage: gen_ppl_hf.py OUTDIR [MODEL.gguf]
 Writes OUTDIR/ppl_smollm2_hf.txt in gen_ppl.py's format (see there):
   # made by ... / text / model / ctx / tokens / window W SUM COUNT ... / ppl PPL ERR
+and OUTDIR/ppl_smollm2_hf_f16.txt, the same with every weight of two or
+more dimensions rounded to f16 first (torch's round to nearest even, as
+`quantize --to f16` rounds them, the token embeddings and so the tied
+output head included; norms stay f32 as quantize keeps them), still
+computed in fp32: the reference of the f16 kernels, tests/cli/perplexity.sh.
 
 The convention is gen_ppl.py's (llama-perplexity's):
   - tokenize the whole text, here with the HF tokenizer (add_special_tokens=False),
@@ -39,6 +44,7 @@ import gen_engine  # noqa: E402  (the model's name)
 import gen_ppl  # noqa: E402  (the text, the windowing and the file format)
 
 OUT = "ppl_smollm2_hf.txt"
+OUT_F16 = "ppl_smollm2_hf_f16.txt"
 
 
 def vocab(path):
@@ -128,22 +134,32 @@ def main(argv):
     print(f"gen_ppl_hf: tokenizer as transformers reads it: {check(raw, ref)}; "
           f"{how}: {check(tokens, ref)}")
 
-    nlls = []
-    with torch.no_grad():
-        for w in range(len(tokens) // gen_ppl.CTX):
-            win = gen_ppl.window_tokens(tokens, w, bos)
-            logits = model(torch.tensor([win])).logits[0].to(torch.float32).numpy()
-            nlls.append(gen_ppl.window_nll(logits, win))
+    def scores():
+        nlls = []
+        with torch.no_grad():
+            for w in range(len(tokens) // gen_ppl.CTX):
+                win = gen_ppl.window_tokens(tokens, w, bos)
+                logits = model(torch.tensor([win])).logits[0].to(torch.float32).numpy()
+                nlls.append(gen_ppl.window_nll(logits, win))
+        return nlls
 
-    made_by = (f"scripts/ref/gen_ppl_hf.py: HF transformers {transformers.__version__} + torch "
-               f"{torch.__version__.split('+')[0]} (CPU, fp32, 1 thread), weights and tokenizer from the GGUF "
-               f"by transformers' GGUF reader, the tokenizer {how}; " + gen_ppl.CONVENTION)
-    lines = gen_ppl.golden_lines(made_by, len(text), gen_engine.NAME, os.path.getsize(path), bos, tokens, nlls)
-    with open(os.path.join(out, OUT), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    ppl, err = gen_ppl.summary(nlls)
-    print(f"gen_ppl_hf: {len(tokens)} tokens, {len(nlls)} windows of "
-          f"{gen_ppl.CTX - 1 - gen_ppl.FIRST}, ppl {ppl:.4f} +/- {err:.4f}, {time.time() - t0:.1f} s")
+    def write(name, nlls, weights):
+        made_by = (f"scripts/ref/gen_ppl_hf.py: HF transformers {transformers.__version__} + torch "
+                   f"{torch.__version__.split('+')[0]} (CPU, fp32, 1 thread), weights and tokenizer from the GGUF "
+                   f"by transformers' GGUF reader{weights}, the tokenizer {how}; " + gen_ppl.CONVENTION)
+        lines = gen_ppl.golden_lines(made_by, len(text), gen_engine.NAME, os.path.getsize(path), bos, tokens, nlls)
+        with open(os.path.join(out, name), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        ppl, err = gen_ppl.summary(nlls)
+        print(f"gen_ppl_hf: {name}: {len(tokens)} tokens, {len(nlls)} windows of "
+              f"{gen_ppl.CTX - 1 - gen_ppl.FIRST}, ppl {ppl:.4f} +/- {err:.4f}, {time.time() - t0:.1f} s")
+
+    write(OUT, scores(), "")
+    with torch.no_grad():  # the tied embeddings and output head are one tensor: rounded once
+        for t in model.parameters():
+            if t.dim() >= 2:
+                t.copy_(t.half().float())
+    write(OUT_F16, scores(), ", every weight of 2 or more dimensions rounded to f16 (computed in fp32)")
     return 0
 
 
