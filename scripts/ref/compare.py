@@ -112,7 +112,7 @@ FLOAT = [
     ("engine_smollm2_hf.txt", top5_txt, 1e-4),               # test_engine.c test_smollm2_hf
     ("engine_smollm2_ct_*.txt", top5_txt, 1e-4),             # test_smollm2_ct, as f32 weights
     ("ppl_smollm2_hf.txt", ppl_txt, 1e-3),                   # tests/cli/perplexity.sh
-    ("ppl_smollm2_hf_f16.txt", ppl_txt, 1e-3),               # tests/cli/perplexity.sh, f16 weights
+    ("ppl_smollm2_hf_*16.txt", ppl_txt, 1e-3),               # tests/cli/perplexity.sh, f16 and bf16 weights
 ]
 
 

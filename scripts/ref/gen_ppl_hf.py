@@ -8,11 +8,12 @@ llama.cpp, sharing nothing with it but the file.
 Usage: gen_ppl_hf.py OUTDIR [MODEL.gguf]
 Writes OUTDIR/ppl_smollm2_hf.txt in gen_ppl.py's format (see there):
   # made by ... / text / model / ctx / tokens / window W SUM COUNT ... / ppl PPL ERR
-and OUTDIR/ppl_smollm2_hf_f16.txt, the same with every weight of two or
-more dimensions rounded to f16 first (torch's round to nearest even, as
-`quantize --to f16` rounds them, the token embeddings and so the tied
-output head included; norms stay f32 as quantize keeps them), still
-computed in fp32: the reference of the f16 kernels, tests/cli/perplexity.sh.
+and OUTDIR/ppl_smollm2_hf_f16.txt and _bf16.txt, the same with every
+weight of two or more dimensions rounded to f16 or bf16 first (torch's
+round to nearest even, as `quantize --to f16|bf16` rounds them, the token
+embeddings and so the tied output head included; norms stay f32 as
+quantize keeps them), still computed in fp32: the references of the f16 and
+bf16 kernels, tests/cli/perplexity.sh.
 
 The convention is gen_ppl.py's (llama-perplexity's):
   - tokenize the whole text, here with the HF tokenizer (add_special_tokens=False),
@@ -44,7 +45,7 @@ import gen_engine  # noqa: E402  (the model's name)
 import gen_ppl  # noqa: E402  (the text, the windowing and the file format)
 
 OUT = "ppl_smollm2_hf.txt"
-OUT_F16 = "ppl_smollm2_hf_f16.txt"
+ROUNDED = (("ppl_smollm2_hf_f16.txt", "f16"), ("ppl_smollm2_hf_bf16.txt", "bf16"))
 
 
 def vocab(path):
@@ -155,11 +156,14 @@ def main(argv):
               f"{gen_ppl.CTX - 1 - gen_ppl.FIRST}, ppl {ppl:.4f} +/- {err:.4f}, {time.time() - t0:.1f} s")
 
     write(OUT, scores(), "")
-    with torch.no_grad():  # the tied embeddings and output head are one tensor: rounded once
-        for t in model.parameters():
-            if t.dim() >= 2:
-                t.copy_(t.half().float())
-    write(OUT_F16, scores(), ", every weight of 2 or more dimensions rounded to f16 (computed in fp32)")
+    # the tied embeddings and output head are one parameter: rounded once
+    weights = [t for t in model.parameters() if t.dim() >= 2]
+    exact = [t.detach().clone() for t in weights]
+    for name, dt in ROUNDED:
+        with torch.no_grad():
+            for t, x in zip(weights, exact):
+                t.copy_(x.to(getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[dt])).float())
+        write(name, scores(), f", every weight of 2 or more dimensions rounded to {dt} (computed in fp32)")
     return 0
 
 

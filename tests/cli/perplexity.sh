@@ -215,19 +215,22 @@ for c in int8:0.97 fp8:0.91 bf16:0.99; do
 done
 rm -f "$T/f32.kvp" "$T/f16kv.kvp"
 
-# f16 weights (quantize --to f16: the Q4_1 values and the embeddings rounded
-# to f16) against transformers computing in fp32 on the same weights rounded
-# to f16 by torch (ppl_smollm2_hf_f16.txt): the f16 kernels against a
-# reference.  Two windows 1465.19725 against 1465.19716 on Zen 4.
-G="$KVP_TESTS/golden/ppl_smollm2_hf_f16.txt"
-run quantize --to f16 "$M" -o "$T/f16.kvp"
-expect_status 0 "quantize --to f16"
-run prefill -m "$T/f16.kvp" -t $THREADS --perplexity "$GPL" --chunks 2 --kv-dtype f32 --json
-expect_status 0 "perplexity with f16 weights, an f32 KV cache, 2 windows"
-want=$(awk '$1 == "window" && $2 < 2 { s += $3 } END { printf "%.6f\n", s }' "$G")
-got=$(sed 's/.*"nll":\([0-9.]*\).*/\1/' "$OUT")
-expect_true "NLL sum $got within 2e-3 nats of transformers' $want on f16 weights (2 windows)" \
-    awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; exit !(d < 0.002 && d > -0.002) }'
-rm -f "$T/f16.kvp"
+# f16 and bf16 weights (quantize --to f16|bf16: the Q4_1 values and the
+# embeddings rounded) against transformers computing in fp32 on the same
+# weights rounded by torch (ppl_smollm2_hf_f16.txt, _bf16.txt): the f16 and
+# bf16 kernels against a reference.  Two windows on Zen 4: f16 1465.19725
+# against 1465.19716, bf16 1465.29041 against 1465.29040.
+for dt in f16 bf16; do
+    G="$KVP_TESTS/golden/ppl_smollm2_hf_$dt.txt"
+    run quantize --to $dt "$M" -o "$T/$dt.kvp"
+    expect_status 0 "quantize --to $dt"
+    run prefill -m "$T/$dt.kvp" -t $THREADS --perplexity "$GPL" --chunks 2 --kv-dtype f32 --json
+    expect_status 0 "perplexity with $dt weights, an f32 KV cache, 2 windows"
+    want=$(awk '$1 == "window" && $2 < 2 { s += $3 } END { printf "%.6f\n", s }' "$G")
+    got=$(sed 's/.*"nll":\([0-9.]*\).*/\1/' "$OUT")
+    expect_true "NLL sum $got within 2e-3 nats of transformers' $want on $dt weights (2 windows)" \
+        awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; exit !(d < 0.002 && d > -0.002) }'
+    rm -f "$T/$dt.kvp"
+done
 
 done_testing
