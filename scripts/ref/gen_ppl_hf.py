@@ -45,7 +45,7 @@ import gen_engine  # noqa: E402  (the model's name)
 import gen_ppl  # noqa: E402  (the text, the windowing and the file format)
 
 OUT = "ppl_smollm2_hf.txt"
-ROUNDED = (("ppl_smollm2_hf_f16.txt", "f16"), ("ppl_smollm2_hf_bf16.txt", "bf16"))
+ROUNDED = (("ppl_smollm2_hf_f16.txt", "f16", "float16"), ("ppl_smollm2_hf_bf16.txt", "bf16", "bfloat16"))
 
 
 def vocab(path):
@@ -159,10 +159,10 @@ def main(argv):
     # the tied embeddings and output head are one parameter: rounded once
     weights = [t for t in model.parameters() if t.dim() >= 2]
     exact = [t.detach().clone() for t in weights]
-    for name, dt in ROUNDED:
+    for name, dt, torch_dt in ROUNDED:
         with torch.no_grad():
             for t, x in zip(weights, exact):
-                t.copy_(x.to(getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[dt])).float())
+                t.copy_(x.to(getattr(torch, torch_dt)).float())
         write(name, scores(), f", every weight of 2 or more dimensions rounded to {dt} (computed in fp32)")
     return 0
 
