@@ -1484,7 +1484,7 @@ static uint32_t attn_range(const attn_ctx *c, const uint32_t *tok, uint32_t nt, 
             continue;
         }
         scale_rows(c, table, p / bs, 1, g, sp, np, ldq);
-        if (convert || kv->dtype == KVP_DTYPE_F32) {
+        if (convert) {
             c->k->att_values(sp, ldq, nq, KVP_DTYPE_F32, attn_block(c, table, p / bs, 1, g, np, w->buf), np, hd,
                              w->o);
         } else {
