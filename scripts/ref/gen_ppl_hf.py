@@ -13,7 +13,11 @@ weight of two or more dimensions rounded to f16 or bf16 first (torch's
 round to nearest even, as `quantize --to f16|bf16` rounds them, the token
 embeddings and so the tied output head included; norms stay f32 as
 quantize keeps them), still computed in fp32: the references of the f16 and
-bf16 kernels, tests/cli/perplexity.sh.
+bf16 kernels, tests/cli/perplexity.sh.  And OUTDIR/ppl_smollm2_hf_kvfp8.txt
+and _kvint8.txt: the unrounded weights with every key and value row rounded
+as kvpipe's fp8 or int8 KV cache stores it (hf_kvround.py), the references of
+`prefill --kv-dtype fp8|int8`; each of their `top1` lines counts the
+positions whose argmax is the unrounded run's.
 
 The convention is gen_ppl.py's (llama-perplexity's):
   - tokenize the whole text, here with the HF tokenizer (add_special_tokens=False),
@@ -43,9 +47,11 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_engine  # noqa: E402  (the model's name)
 import gen_ppl  # noqa: E402  (the text, the windowing and the file format)
+import hf_kvround  # noqa: E402  (the scaled KV caches' rounding)
 
 OUT = "ppl_smollm2_hf.txt"
 ROUNDED = (("ppl_smollm2_hf_f16.txt", "f16", "float16"), ("ppl_smollm2_hf_bf16.txt", "bf16", "bfloat16"))
+KV_ROUNDED = (("ppl_smollm2_hf_kvfp8.txt", "fp8"), ("ppl_smollm2_hf_kvint8.txt", "int8"))
 
 
 def vocab(path):
@@ -102,20 +108,13 @@ def check(tokens, ref):
     return f"{len(tokens)} ids, DIFFERENT from llama.cpp's {len(ref)} from index {at}"
 
 
-def main(argv):
-    out = argv[1]
-    got = gen_ppl.inputs(argv, "gen_ppl_hf")
-    if got is None:
-        return 0
-    text, path = got
-    os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars from the GGUF reader (read at tqdm's import)
-    if not gen_ppl.need("gen_ppl_hf", ["torch", "transformers", "accelerate", "gguf", "xxhash"]):
-        return 1
+def load(path, text, prog):
+    """(model, tokens, bos, how): transformers' fp32 model and the text's
+    ids, read from the GGUF at path as described above; prints how the ids
+    compare with llama.cpp's."""
     import torch
-    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    t0 = time.time()
     torch.manual_seed(0)
     torch.set_num_threads(1)  # one summation order, run to run
     folder, name = os.path.split(os.path.abspath(path))
@@ -132,30 +131,63 @@ def main(argv):
     raw = ids()
     how = restore_pre(tok, pre)
     tokens = ids()
-    print(f"gen_ppl_hf: tokenizer as transformers reads it: {check(raw, ref)}; "
-          f"{how}: {check(tokens, ref)}")
+    print(f"{prog}: tokenizer as transformers reads it: {check(raw, ref)}; {how}: {check(tokens, ref)}")
+    return model, tokens, bos, how
 
-    def scores():
+
+def main(argv):
+    out = argv[1]
+    got = gen_ppl.inputs(argv, "gen_ppl_hf")
+    if got is None:
+        return 0
+    text, path = got
+    os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars from the GGUF reader (read at tqdm's import)
+    if not gen_ppl.need("gen_ppl_hf", ["torch", "transformers", "accelerate", "gguf", "xxhash"]):
+        return 1
+    import torch
+    import transformers
+
+    t0 = time.time()
+    model, tokens, bos, how = load(path, text, "gen_ppl_hf")
+
+    def scores(top=None):
+        """NLL arrays a window; with top (a list) the argmax of every scored
+        position is appended to it, a window an array."""
         nlls = []
         with torch.no_grad():
             for w in range(len(tokens) // gen_ppl.CTX):
                 win = gen_ppl.window_tokens(tokens, w, bos)
                 logits = model(torch.tensor([win])).logits[0].to(torch.float32).numpy()
                 nlls.append(gen_ppl.window_nll(logits, win))
+                if top is not None:
+                    top.append(logits[gen_ppl.FIRST:gen_ppl.CTX - 1].argmax(-1))
         return nlls
 
-    def write(name, nlls, weights):
+    def write(name, nlls, weights, extra=()):
         made_by = (f"scripts/ref/gen_ppl_hf.py: HF transformers {transformers.__version__} + torch "
                    f"{torch.__version__.split('+')[0]} (CPU, fp32, 1 thread), weights and tokenizer from the GGUF "
                    f"by transformers' GGUF reader{weights}, the tokenizer {how}; " + gen_ppl.CONVENTION)
         lines = gen_ppl.golden_lines(made_by, len(text), gen_engine.NAME, os.path.getsize(path), bos, tokens, nlls)
+        lines += list(extra)
         with open(os.path.join(out, name), "w") as f:
             f.write("\n".join(lines) + "\n")
         ppl, err = gen_ppl.summary(nlls)
         print(f"gen_ppl_hf: {name}: {len(tokens)} tokens, {len(nlls)} windows of "
               f"{gen_ppl.CTX - 1 - gen_ppl.FIRST}, ppl {ppl:.4f} +/- {err:.4f}, {time.time() - t0:.1f} s")
 
-    write(OUT, scores(), "")
+    base_top = []
+    write(OUT, scores(base_top), "")
+    for name, kind in KV_ROUNDED:
+        top = []
+        f = hf_kvround.ROUND[kind]
+        with hf_kvround.kv_rounded(model, k=f, v=f):
+            nlls = scores(top)
+        same = [int((a == b).sum()) for a, b in zip(top, base_top)]
+        extra = [f"top1 {w} {n} {len(a)}" for w, (n, a) in enumerate(zip(same, top))]
+        write(name, nlls, f", every key and value row rounded as kvpipe's {kind} KV cache stores it "
+              "(hf_kvround.py; top1 W SAME COUNT: positions whose argmax is the unrounded cache's)", extra)
+        print(f"gen_ppl_hf: {kind} KV: the unrounded cache's top token at {100 * sum(same) / sum(map(len, top)):.2f}% "
+              f"of {sum(map(len, top))} positions")
     # the tied embeddings and output head are one parameter: rounded once
     weights = [t for t in model.parameters() if t.dim() >= 2]
     exact = [t.detach().clone() for t in weights]
