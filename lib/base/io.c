@@ -363,7 +363,7 @@ int kvp_read_file(const char *path, uint64_t max, uint8_t **data, size_t *len, k
     return rc;
 }
 
-/* ---- temporary files removed on a fatal signal ----
+/* ---- temporary files removed on a fatal signal or at exit ----
  *
  * The one piece of mutable global state in lib/, and why: a signal handler
  * gets no argument through which to find the kvp_out objects alive when
@@ -385,13 +385,21 @@ static const int fatal_signals[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGTERM, SIGPIP
                                     SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGABRT, SIGBUS,  SIGFPE,  SIGILL,
                                     SIGSEGV, SIGSYS};
 
-static void on_fatal_signal(int sig)
+/* A program that exits with an output still open (kvp_cli_die in the
+ * middle of a job) leaves no temporary file either: what was not
+ * committed is not an output. */
+static void remove_tmp_files(void)
 {
     for (int i = 0; i < TMP_SLOTS; i++) {
         const char *p = atomic_load(&tmp_slot[i]);
         if (p)
             unlink(p);
     }
+}
+
+static void on_fatal_signal(int sig)
+{
+    remove_tmp_files();
     /* SA_RESETHAND put back the default action: die of the same signal, so
      * the parent sees exactly what it would have without us. */
     raise(sig);
@@ -399,6 +407,7 @@ static void on_fatal_signal(int sig)
 
 static void install_handlers(void)
 {
+    atexit(remove_tmp_files);
     for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++) {
         struct sigaction old;
         /* A signal ignored by whoever started us (nohup, `trap '' XFSZ`, a

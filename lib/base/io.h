@@ -117,8 +117,9 @@ typedef struct kvp_out {
  * While the temporary file exists, a fatal signal whose action is the default
  * (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGPIPE, SIGXFSZ) removes it and then
  * ends the process by that signal as it would have; the handlers are
- * installed on the first temporary file.  SIGKILL cannot be caught: it leaves
- * the temporary file (never a file under `path`). */
+ * installed on the first temporary file.  So does exit() (a program that
+ * dies of an error in the middle of a job, kvp_cli_die).  SIGKILL cannot be
+ * caught: it leaves the temporary file (never a file under `path`). */
 int kvp_out_open(kvp_out *out, const char *path, kvp_err *err);
 /* fsync(fd), a file system that cannot sync (EINVAL, ENOTSUP, ENOSYS)
  * counted as done: 0, or -1 with errno. */

@@ -13,6 +13,7 @@
 #include "hash.h"
 #include "io.h"
 #include "jobsrc.h"
+#include "kvout.h"
 #include "progress.h"
 #include "promptsonce.h"
 #include "prompts.h"
@@ -200,8 +201,7 @@ typedef struct out_ctx {
     int resume;            /* --resume: OUT holds what is done (a kv_memory failure is not) */
     int fd;                /* JSON lines go here, one write() a line (stdout, or --resume's file) */
     const char *out_name;
-    kvp_request **kept;    /* --kv-out: finished requests, kept with their KV */
-    uint32_t n_kept, cap_kept;
+    kvp_kvout *ko;         /* --kv-out: finished requests, with their KV, until written */
     uint64_t n_written;
     uint64_t n_kv_memory;  /* sequences that did not fit in the cache alone */
     kvp_kvcache_stats kv;  /* the cache's size, for that message */
@@ -360,17 +360,24 @@ static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
          * message says so): the run again with a larger cache retries it */
         write_line(c, s);
     }
-    if (n == 0 && c->kept) {
-        if (c->n_kept == c->cap_kept) {
-            uint32_t cap = c->cap_kept ? c->cap_kept * 2 : 64;
-            kvp_request **k = realloc(c->kept, cap * sizeof *k);
-            if (!k)
-                kvp_cli_die("out of memory");
-            c->kept = k;
-            c->cap_kept = cap;
-        }
-        c->kept[c->n_kept++] = kvp_request_of(s);
-    }
+    if (n == 0 && c->ko)
+        (void)kvp_kvout_hold(c->ko, kvp_request_of(s)); /* a failure is the stream's, said at its end */
+}
+
+/* The batch's on_step: --kv-out's finished requests written (the step that
+ * finished them is over), then --progress's line. */
+typedef struct step_hooks {
+    kvp_kvout *ko;
+    kvp_progress *pg;
+} step_hooks;
+
+static void on_step(void *ctx, const kvp_batch_stats *st, uint32_t running, uint32_t waiting)
+{
+    step_hooks *h = ctx;
+    if (h->ko)
+        kvp_kvout_flush(h->ko);
+    if (h->pg)
+        kvp_progress_step(h->pg, st, running, waiting);
 }
 
 /* What kvcalc --check needs besides the counts: the model and the KV pool
@@ -1087,6 +1094,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("--resume and --kv-out at once (a resumed job's KV state would be partial)");
     if (resume && !*resume)
         kvp_cli_usage_error("--resume: an empty file name");
+    /* the results go to standard output as they come, the KV stream's
+     * records between them would be neither text nor a stream */
+    if (o.kv_out && !strcmp(o.kv_out, "-"))
+        kvp_cli_usage_error("--kv-out -: standard output carries the results; give --kv-out a file");
     const char *input = from_prompts ? o.file : kv_in; /* NULL: -p or --tokens */
     const char *what = from_prompts ? "prompts file" : "KV stream read";
     if (input) {
@@ -1168,8 +1179,6 @@ int kvp_decode_main(int argc, char **argv, int spec)
         oc.form = FORM_JSON;
     settle_from_input(&oc, js); /* -p, --tokens: one request, known at open */
     kvp_kvcache_get_stats(r.kc, &oc.kv);
-    if (o.kv_out)
-        oc.kept = calloc(1, sizeof *oc.kept);
     kvp_drafter drafter = {.ctx = &ngram, .draft = kvp_ngram_draft, .cheap = 1};
     kvp_run dr = {0};
     kvp_draft_model dm = {0};
@@ -1205,19 +1214,36 @@ int kvp_decode_main(int argc, char **argv, int spec)
     kvp_batch_source src = {.ctx = &settling, .next = settling_next};
     kvp_batch_stats st;
     kvp_progress pg;
+    step_hooks hooks = {0};
     if (progress >= 0) {
         start_progress(&pg, &o, js, shard_k, shard_n, resume ? &done : NULL, progress);
-        bo.on_step = kvp_progress_step, bo.on_step_ctx = &pg;
+        hooks.pg = &pg;
     }
+    /* --kv-out opened before the run, so a path that cannot be written
+     * fails before the work; each request goes into it as it finishes */
+    kvp_kvout ko = {0};
+    if (o.kv_out) {
+        if (kvp_kvout_open(&ko, &r, o.kv_out, spec ? "specdec " KVP_VERSION : "decode " KVP_VERSION, &err) < 0)
+            kvp_cli_die_err(&err);
+        hooks.ko = oc.ko = &ko;
+    }
+    if (hooks.pg || hooks.ko)
+        bo.on_step = on_step, bo.on_step_ctx = &hooks;
     fflush(stdout);
     int run_rc = kvp_batch_run(r.engine, r.kc, r.tok, &bo, &src, emit, &oc, &st, &err);
     settle_form(&oc, FORM_JSON); /* stopped or failed before the input told: not known to be one */
     if (progress >= 0) /* the last line, before any message: a terminal's line is ended */
         kvp_progress_end(&pg, &st);
+    if (oc.ko && (run_rc < 0 || hd.failed || st.stopped)) { /* a stopped run's state would be partial */
+        kvp_kvout_abort(oc.ko);
+        oc.ko = NULL;
+    }
     if (run_rc < 0)
         die_job(&err, &once);
     if (hd.failed) /* the run finished without drafts; what broke them is still a fault */
         kvp_cli_die_err(&hd.err);
+    if (oc.ko && kvp_kvout_finish(oc.ko, &err) < 0)
+        kvp_cli_die_err(&err);
     if (o.stats) {
         run_info ri = {.model = o.model, .input = jo.input, .kv = oc.kv,
                        .block_size = kvp_kvcache_pool(r.kc)->block_size};
@@ -1236,19 +1262,6 @@ int kvp_decode_main(int argc, char **argv, int spec)
      * that was asked for; said, and the status says the job is not done */
     kvp_stop_rec in_stop;
     int in_stopped = !st.stopped && kvp_jobsrc_input_stopped(js, &in_stop);
-    if (o.kv_out && !st.stopped) { /* a stopped run's state would be partial */
-        kvp_run_saver sv;
-        int rc = kvp_run_save_open(&sv, &r, o.kv_out, spec ? "specdec " KVP_VERSION : "decode " KVP_VERSION, &err);
-        for (uint32_t i = 0; rc == 0 && i < oc.n_kept; i++) {
-            const kvp_request *q = oc.kept[i];
-            rc = kvp_run_save_put(&sv, &q->g, q->opts.stop, q->opts.n_stop, &err);
-        }
-        if (rc < 0 || kvp_run_save_finish(&sv, NULL, NULL, &err) < 0)
-            kvp_cli_die_err(&err);
-    }
-    for (uint32_t i = 0; i < oc.n_kept; i++)
-        kvp_request_free(oc.kept[i]);
-    free(oc.kept);
     /* The job's lines on disk before it says it is done: a cron job that
      * then moves on must not lose them to a crash (a line lost earlier is
      * only run again; --resume keeps the file's whole lines). */
@@ -1291,6 +1304,11 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (oc.n_kv_memory) {
         kvp_cli_warn("%llu of %llu sequences did not fit in the KV cache%s", (unsigned long long)oc.n_kv_memory,
                      (unsigned long long)n_asked, oc.n_kv_memory < n_asked ? "; the others completed" : "");
+        if (oc.ko && ko.left_out && ko.written)
+            kvp_cli_warn("%s holds the other %llu (one with no KV has no state to keep)", o.kv_out,
+                         (unsigned long long)ko.written);
+        else if (oc.ko && ko.left_out)
+            kvp_cli_warn("%s holds no sequence (one with no KV has no state to keep)", o.kv_out);
         rc = KVP_EXIT_FAIL;
     }
     if (in_stopped) {

@@ -48,6 +48,23 @@ num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$T/stats.json"; }
 expect_true "stats: forward and sampling seconds above 0, within the run's" awk -v f="$(num forward_seconds)" \
     -v s="$(num sample_seconds)" -v t="$(num seconds)" 'BEGIN { exit !(f > 0 && s > 0 && f + s <= t + 0.002) }'
 
+# --kv-out in the same 2 MiB: each request's KV is written as it finishes
+# and its blocks freed, so the state of all ten is kept though the cache
+# never holds more than five blocks (finished requests held every block
+# they had until the end of the job: the later ones ended "kv_memory" and
+# the stream was lost to one with no KV)
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 24 --kv-mem 2MiB --kv-out "$T/small.kvp"
+expect_status 0 "--kv-out of a job larger than the KV cache completes"
+n=$(grep -c '"finish_reason":"\(stop\|length\|stop_string\)"' "$OUT")
+expect_true "every sequence has its line ($n of 10)" test "$n" = 10
+run kvdump -s "$T/small.kvp"
+expect_status 0 "the --kv-out stream is whole"
+expect_out_has "sequence   10" "it holds all ten sequences"
+run decode -m "$M" -t 2 -n 1 --kv-mem 2MiB "$T/small.kvp"
+expect_status 0 "and decode continues them from it, in the same cache"
+expect_true "ten lines" test "$(grep -c '"id":' "$OUT")" = 10
+rm -f "$T/small.kvp"
+
 # Greedy text of sequences that run alone does not depend on the batching
 # mode.  (Across token budgets and batch compositions it needs kernels whose
 # rounding does not depend on the step: not yet, see the README's limits.)
@@ -255,6 +272,14 @@ expect_out_has '"id":"short1"' "the one before it completes"
 expect_out_has '"id":"short2"' "the one after it completes"
 expect_err_has "sequence long: KV cache out of blocks" "the message names the sequence"
 expect_err_has "1 of 3 sequences did not fit" "and says how many"
+# A request that cannot fit alone has no KV to keep: left out, the others kept
+run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 4 --kv-blocks 6 --block-size 8 --kv-out "$T/mix.kvp"
+expect_status 1 "--kv-out with a sequence that cannot fit: a failure of the job"
+expect_err_has "mix.kvp holds the other 2" "says what the stream holds"
+run kvdump -s "$T/mix.kvp"
+expect_status 0 "the stream is written"
+expect_out_has "sequence   2" "with the two that fit"
+rm -f "$T/mix.kvp"
 
 # Under --resume a sequence that did not fit is not written: the job run
 # again with a larger cache (as the message advises) retries it.
@@ -348,6 +373,9 @@ expect_status 2 "--resume naming the prompts file is a usage error"
 # through standard input either; the input is left as it was
 cp "$T/p.jsonl" "$T/keep.jsonl"
 ln -sf "$T/keep.jsonl" "$T/keep-link.jsonl"
+run decode -m x.gguf -f "$T/keep.jsonl" --kv-out -
+expect_status 2 "--kv-out - (standard output carries the results) is a usage error"
+expect_err_has "give --kv-out a file" "says what to give"
 run decode -m x.gguf -f "$T/keep.jsonl" --kv-out "$T/keep-link.jsonl"
 expect_status 2 "--kv-out naming the prompts file (a symlink to it) is a usage error"
 expect_err_has "is the prompts file" "says why"

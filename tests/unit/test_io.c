@@ -1,8 +1,9 @@
 /* test_io.c - lib/base/io.c's output protocol: an output reaches the disk
  * (fsync of the temporary file) before its final name exists, the folder is
  * synced after the rename, and a failed fsync leaves neither the final name
- * nor the temporary file; plus kvp_path_dir and the bytes kvp_in_peek keeps
- * for the reads after it on a pipe.
+ * nor the temporary file; a process that exits with an output open leaves
+ * no temporary file; plus kvp_path_dir and the bytes kvp_in_peek keeps for
+ * the reads after it on a pipe.
  *
  * This binary is linked with -Wl,--wrap=fsync (Makefile), so every fsync the
  * library makes comes here first: it records what it was asked to sync and
@@ -16,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int __real_fsync(int fd);
@@ -255,6 +257,29 @@ static void test_path_dir(void)
 
 /* A pipe read after a peek: the peeked bytes come first, none lost, and
  * kvp_in_kind tells the format without consuming the magic. */
+/* A program that dies of an error in the middle of a job (kvp_cli_die:
+ * exit) with an output open: neither the final name nor the temporary file
+ * is left.  In a child, which exits as such a program does. */
+static void test_exit_removes_temporary(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/open-at-exit.out", dir);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        kvp_out out;
+        kvp_err err = {0};
+        if (kvp_out_open(&out, path, &err) != 0 || kvp_out_write(&out, "half", 4, &err) != 0)
+            _exit(2);
+        exit(1); /* not committed, not aborted */
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    CHECK(access(path, F_OK) != 0);
+    CHECK(entries(dir) == 0); /* nor path.tmp.XXXXXX */
+}
+
 static void test_peek_pipe(void)
 {
     int p[2];
@@ -295,6 +320,7 @@ int main(void)
     test_device_not_synced();
     test_path_dir();
     test_peek_pipe();
+    test_exit_removes_temporary(dir);
     rmdir(dir);
     return unit_done();
 }
