@@ -74,6 +74,7 @@ typedef struct kvp_request {
                               * back (not admitted) leaves it the holder; -1 once it has run */
     double t_end;
     double itl_max;          /* longest gap between two tokens, seconds */
+    struct kvp_request *held_next; /* finished and kept (keep_finished): the caller's list link */
     void *user;
 } kvp_request;
 

@@ -361,7 +361,7 @@ static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
         write_line(c, s);
     }
     if (n == 0 && c->ko)
-        (void)kvp_kvout_hold(c->ko, kvp_request_of(s)); /* a failure is the stream's, said at its end */
+        kvp_kvout_hold(c->ko, kvp_request_of(s));
 }
 
 /* The batch's on_step: --kv-out's finished requests written (the step that

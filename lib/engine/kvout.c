@@ -2,7 +2,6 @@
 #include "kvout.h"
 #include "kvcache.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 int kvp_kvout_open(kvp_kvout *ko, kvp_run *r, const char *path, const char *producer, kvp_err *err)
@@ -22,32 +21,21 @@ static void release(kvp_kvout *ko, kvp_request *r)
     kvp_request_free(r);
 }
 
-int kvp_kvout_hold(kvp_kvout *ko, kvp_request *r)
+void kvp_kvout_hold(kvp_kvout *ko, kvp_request *r)
 {
-    if (ko->n_held == ko->cap_held) {
-        uint32_t cap = ko->cap_held ? ko->cap_held * 2 : 16;
-        kvp_request **h = realloc(ko->held, cap * sizeof *h);
-        if (!h) {
-            release(ko, r);
-            if (!ko->failed) {
-                kvp_run_save_abort(&ko->sv);
-                ko->failed = 1;
-                kvp_err_set(&ko->err, KVP_ENOMEM, "out of memory");
-            }
-            return KVP_ENOMEM;
-        }
-        ko->held = h;
-        ko->cap_held = cap;
-    }
-    ko->held[ko->n_held++] = r;
-    return 0;
+    r->held_next = NULL;
+    if (ko->held_last)
+        ko->held_last->held_next = r;
+    else
+        ko->held = r;
+    ko->held_last = r;
 }
 
 void kvp_kvout_flush(kvp_kvout *ko)
 {
-    for (uint32_t i = 0; i < ko->n_held; i++) {
-        kvp_request *r = ko->held[i];
-        if (r->g.handle < 0) /* kv_memory: its blocks went when it failed */
+    for (kvp_request *r = ko->held, *next; r; r = next) {
+        next = r->held_next;
+        if (r->g.handle < 0 || r->g.rec.finish_reason == KVP_FINISH_KV_MEMORY) /* its blocks went when it failed */
             ko->left_out++;
         else if (!ko->failed && kvp_run_save_put(&ko->sv, &r->g, r->opts.stop, r->opts.n_stop, &ko->err) < 0)
             ko->failed = 1; /* the saver has aborted the file */
@@ -55,15 +43,12 @@ void kvp_kvout_flush(kvp_kvout *ko)
             ko->written++;
         release(ko, r);
     }
-    ko->n_held = 0;
+    ko->held = ko->held_last = NULL;
 }
 
 int kvp_kvout_finish(kvp_kvout *ko, kvp_err *err)
 {
     kvp_kvout_flush(ko);
-    free(ko->held);
-    ko->held = NULL;
-    ko->cap_held = 0;
     if (ko->failed) {
         if (err)
             *err = ko->err;
@@ -74,10 +59,10 @@ int kvp_kvout_finish(kvp_kvout *ko, kvp_err *err)
 
 void kvp_kvout_abort(kvp_kvout *ko)
 {
-    for (uint32_t i = 0; i < ko->n_held; i++)
-        release(ko, ko->held[i]);
-    free(ko->held);
-    ko->held = NULL;
-    ko->n_held = ko->cap_held = 0;
+    for (kvp_request *r = ko->held, *next; r; r = next) {
+        next = r->held_next;
+        release(ko, r);
+    }
+    ko->held = ko->held_last = NULL;
     kvp_run_save_abort(&ko->sv);
 }

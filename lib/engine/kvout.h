@@ -26,8 +26,7 @@
 typedef struct kvp_kvout {
     kvp_run_saver sv;
     kvp_kvcache *kc;
-    kvp_request **held;       /* finished, not written yet */
-    uint32_t n_held, cap_held;
+    kvp_request *held, *held_last; /* finished, not written yet, in that order (held_next) */
     uint64_t written;         /* sequences in the stream */
     uint64_t left_out;        /* ended for lack of KV memory: nothing to write */
     int failed;               /* a write failed (err): the stream is gone, the rest only freed */
@@ -37,9 +36,9 @@ typedef struct kvp_kvout {
 /* The stream's header to path (a temporary file until finish), written by
  * producer for r's model and cache.  0 or a code. */
 int kvp_kvout_open(kvp_kvout *ko, kvp_run *r, const char *path, const char *producer, kvp_err *err);
-/* r has finished (the batch's emit): it is ko's from here on.  0, or
- * KVP_ENOMEM (r then freed, its KV with it, and the stream failed). */
-int kvp_kvout_hold(kvp_kvout *ko, kvp_request *r);
+/* r has finished (the batch's emit): it is ko's from here on, though the
+ * batch may still trim its KV in this step.  Nothing is allocated. */
+void kvp_kvout_hold(kvp_kvout *ko, kvp_request *r);
 /* Between steps (the batch's on_step): every held request written (one
  * without KV counted in left_out) and freed with its KV sequence.  A
  * failed write fails the stream (ko->failed, ko->err); later requests are
