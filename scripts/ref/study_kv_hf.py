@@ -45,7 +45,6 @@ def main(argv):
     if not gen_ppl.need("study_kv_hf", ["torch", "transformers", "accelerate", "gguf", "xxhash"]):
         return 1
     import torch
-    torch.set_num_threads(os.cpu_count() or 1)
     model, tokens, bos, _ = gen_ppl_hf.load(path, text, "study_kv_hf")
     torch.set_num_threads(os.cpu_count() or 1)  # load() asks for one; nothing here is a golden
     windows = [gen_ppl.window_tokens(tokens, w, bos) for w in range(len(tokens) // gen_ppl.CTX)][:n_win]
