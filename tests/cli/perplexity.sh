@@ -163,6 +163,11 @@ fi
 golden_ppl() { # FILE N
     awk -v n="$2" '$1 == "window" && $2 < n { s += $3; c += $4 } END { printf "%.6f\n", exp(s / c) }' "$1"
 }
+# The golden's NLL sum over its first N windows.
+golden_nll() { # FILE N
+    awk -v n="$2" '$1 == "window" && $2 < n { s += $3 } END { printf "%.6f\n", s }' "$1"
+}
+same_top() { sed 's/.*"same_top":\([0-9.]*\).*/\1/' "$OUT"; }
 ours_ppl() { # from the JSON in $OUT: exp(nll sum / scored)
     awk -v s="$(sed 's/.*"nll":\([0-9.]*\).*/\1/' "$OUT")" -v n="$(sed 's/.*"scored":\([0-9]*\).*/\1/' "$OUT")" \
         'BEGIN { printf "%.6f\n", exp(s / n) }'
@@ -193,7 +198,7 @@ run prefill -m "$T/f32.kvp" -t $THREADS --perplexity "$GPL" --chunks 2 --kv-dtyp
 expect_status 0 "perplexity with f32 weights, embeddings and KV, 2 windows"
 tokens=$(awk '$1 == "tokens" { print $2 " " $3 }' "$G")
 expect_out_has "\"tokens\":${tokens% *},\"tokens_hash\":\"${tokens#* }\"" "the same tokens as HF's tokenizer"
-want=$(awk '$1 == "window" && $2 < 2 { s += $3 } END { printf "%.6f\n", s }' "$G")
+want=$(golden_nll "$G" 2)
 got=$(sed 's/.*"nll":\([0-9.]*\).*/\1/' "$OUT")
 expect_true "NLL sum $got within 2e-3 nats of HF transformers' $want (fp32, 2 windows)" \
     awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; exit !(d < 0.002 && d > -0.002) }'
@@ -213,12 +218,12 @@ for kv in fp8 int8; do
     G="$KVP_TESTS/golden/ppl_smollm2_hf_kv$kv.txt"
     run prefill -m "$T/f32.kvp" -t $THREADS --perplexity "$GPL" --chunks 2 --kv-dtype $kv --kld "$T/f32kv.kvp" --json
     expect_status 0 "--kv-dtype $kv against the f32 cache"
-    want=$(awk '$1 == "window" && $2 < 2 { s += $3 } END { printf "%.6f\n", s }' "$G")
+    want=$(golden_nll "$G" 2)
     got=$(sed 's/.*"nll":\([0-9.]*\).*/\1/' "$OUT")
     expect_true "$kv KV: NLL sum $got within 5 nats of transformers' $want with the same rounding (2 windows)" \
         awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; exit !(d < 5 && d > -5) }'
     want=$(awk '$1 == "top1" && $2 < 2 { s += $3; c += $4 } END { printf "%.6f\n", s / c }' "$G")
-    got=$(sed 's/.*"same_top":\([0-9.]*\).*/\1/' "$OUT")
+    got=$(same_top)
     expect_true "$kv KV: the f32 cache's top token at $got of the positions, transformers' at $want (within 0.03)" \
         awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; exit !(d < 0.03 && d > -0.03) }'
 done
@@ -231,7 +236,6 @@ done
 # mantissa bits); here two windows: int8 98.2%, fp8 93.5%.
 run prefill -m "$T/f32.kvp" -t $THREADS --perplexity "$GPL" --chunks 2 --save-logits "$T/f16kv.kvp"
 expect_status 0 "an f16 cache's distributions as the base"
-same_top() { sed 's/.*"same_top":\([0-9.]*\).*/\1/' "$OUT"; }
 for c in int8:0.97 fp8:0.91 bf16:0.99; do
     run prefill -m "$T/f32.kvp" -t $THREADS --perplexity "$GPL" --chunks 2 --kv-dtype "${c%:*}" --kld "$T/f16kv.kvp" --json
     expect_status 0 "--kv-dtype ${c%:*} against the f16 cache"
@@ -252,7 +256,7 @@ for dt in f16 bf16; do
     expect_status 0 "quantize --to $dt"
     run prefill -m "$T/$dt.kvp" -t $THREADS --perplexity "$GPL" --chunks 2 --kv-dtype f32 --json
     expect_status 0 "perplexity with $dt weights, an f32 KV cache, 2 windows"
-    want=$(awk '$1 == "window" && $2 < 2 { s += $3 } END { printf "%.6f\n", s }' "$G")
+    want=$(golden_nll "$G" 2)
     got=$(sed 's/.*"nll":\([0-9.]*\).*/\1/' "$OUT")
     expect_true "NLL sum $got within 2e-3 nats of transformers' $want on $dt weights (2 windows)" \
         awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; exit !(d < 0.002 && d > -0.002) }'
