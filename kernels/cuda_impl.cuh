@@ -92,16 +92,36 @@ CU_HD float cu_f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 CU_HD float cu_bf16(uint16_t h) { return cu_bitsf((uint32_t)h << 16); }
 
-/* E4M3fn: 0x7f / 0xff NaN, exponent 0 subnormal in units of 2^-9. */
+/* E4M3fn: 0x7f / 0xff NaN, exponent 0 subnormal in units of 2^-9.
+ *
+ * Without a branch: the code's seven exponent and mantissa bits go under
+ * f32's (bits 26..20), which reads 2^(e-127)·1.m, or m·2^-129 as an f32
+ * subnormal where e is 0: each exactly 2^-120 times the E4M3 magnitude,
+ * which one multiply by 2^120 restores (nvcc keeps subnormal inputs unless
+ * built with --ftz or fast math, which this build never is); the NaN codes
+ * are a select, the sign an OR.  The branching form took ~20 instructions a
+ * code, two branches and a convergence barrier among them, in the GEMV's
+ * SASS.  (The sign ORed last, not first: that order kept the f32 GEMM's
+ * fp8 instance from spilling under its register bound.) */
 CU_HD float cu_e4m3(uint8_t b)
 {
-    uint32_t s = (uint32_t)(b & 0x80) << 24, e = (b >> 3) & 15, m = b & 7;
-    if ((b & 0x7f) == 0x7f)
-        return cu_bitsf(s | 0x7fc00000u);
-    if (e == 0)
-        return cu_bitsf(s | cu_fbits((float)m * 0x1p-9f));
-    return cu_bitsf(s | (e + 120) << 23 | m << 20);
+    uint32_t m = b & 0x7fu, a = m == 0x7f ? 0x7fc00000u : cu_fbits(cu_bitsf(m << 20) * 0x1p120f);
+    return cu_bitsf((uint32_t)(b & 0x80) << 24 | a);
 }
+
+/* A small integer as f32 without an int-to-float conversion (a quarter-rate
+ * instruction on the GPU): u, at most 2^23 - 1, under the exponent of 2^23
+ * reads 2^23 + u exactly, and subtracting 2^23 + bias leaves u - bias,
+ * exactly, +0 for 0 as (float) gives. */
+CU_HD float cu_small_int(uint32_t u, uint32_t bias)
+{
+    return cu_bitsf(0x4b000000u | u) - (8388608.0f + (float)bias);
+}
+
+/* A two's complement nibble (an int4 weight) and byte (int8, Q8_0): the
+ * sign bit flipped makes them offset by 8 and 128. */
+CU_HD float cu_i4(uint32_t nibble) { return cu_small_int((nibble & 15) ^ 8, 8); }
+CU_HD float cu_i8(uint32_t byte) { return cu_small_int((byte & 0xff) ^ 0x80, 128); }
 
 /* kvp_f32_to_f16: round to nearest even, NaN quiet with its top payload. */
 CU_HD uint16_t cu_to_f16(float f)
@@ -212,8 +232,8 @@ CU_HD void cu_wdec8(const cu_wview &w, uint32_t r, uint32_t i0, float out[8])
 CU_UNROLL
             for (int j = 0; j < 4; j++) {
                 uint16_t v = q2[j];
-                out[2 * j] = (float)(int8_t)(v & 0xff) * d;
-                out[2 * j + 1] = (float)(int8_t)(v >> 8) * d;
+                out[2 * j] = cu_i8(v) * d;
+                out[2 * j + 1] = cu_i8((uint32_t)v >> 8) * d;
             }
             return;
         }
@@ -223,9 +243,9 @@ CU_UNROLL
 CU_UNROLL
         for (int j = 0; j < 4; j++) {
             uint32_t v = (uint32_t)q2[j] >> sh;
-            int qa = (int)(v & 15), qb = (int)((v >> 8) & 15);
-            out[2 * j] = DT == KVP_DTYPE_Q4_1 ? (float)qa * d + m : (float)(qa - 8) * d;
-            out[2 * j + 1] = DT == KVP_DTYPE_Q4_1 ? (float)qb * d + m : (float)(qb - 8) * d;
+            uint32_t qa = v & 15, qb = (v >> 8) & 15;
+            out[2 * j] = DT == KVP_DTYPE_Q4_1 ? cu_small_int(qa, 0) * d + m : cu_small_int(qa, 8) * d;
+            out[2 * j + 1] = DT == KVP_DTYPE_Q4_1 ? cu_small_int(qb, 0) * d + m : cu_small_int(qb, 8) * d;
         }
         return;
     }
@@ -270,13 +290,31 @@ CU_UNROLL
         if (DT == KVP_DTYPE_FP8_E4M3)
             q = cu_e4m3(row[i]);
         else if (DT == KVP_DTYPE_I8)
-            q = (float)(int8_t)row[i];
+            q = cu_i8(row[i]);
         else /* i4: element 2k the low nibble of byte k, two's complement */
-            q = (float)((int)(((row[i / 2] >> (4 * (i & 1))) & 15) ^ 8) - 8);
+            q = cu_i4((uint32_t)row[i / 2] >> (4 * (i & 1)));
         float v = (q - (zp ? zp[g] : 0.0f)) * sc[g];
         out[j] = i0 + j < w.n_in ? v : 0.0f;
     }
 }
+
+/* Element j's code value (unscaled) of 8 grouped elements in two words:
+ * i4 bits 4j..4j+3 of u0 (two's complement), fp8 and i8 byte j of u0:u1. */
+template <int DT>
+CU_HD float cu_grp_code(uint32_t u0, uint32_t u1, int j)
+{
+    if (DT == KVP_DTYPE_I4)
+        return cu_i4(u0 >> (4 * j));
+    uint32_t b = (j < 4 ? u0 : u1) >> (8 * (j % 4));
+    return DT == KVP_DTYPE_FP8_E4M3 ? cu_e4m3((uint8_t)b) : cu_i8(b);
+}
+
+/* Does any of the four E4M3 codes in u have all seven low bits set (NaN):
+ * a byte's low bits plus one reach bit 7 only from 0x7f, and never carry. */
+CU_HD int cu_e4m3_nan4(uint32_t u) { return (((u & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) != 0; }
+
+/* Is s times 2^120 exact and finite (|s| below 2^8; NaN is not). */
+CU_HD int cu_e4m3_scale_folds(float s) { return fabsf(s) < 256.0f; }
 
 /* ---- a scaled weight (fp8, i8, i4) whose rows cu_wgrouped accepts ----
  *
@@ -297,18 +335,29 @@ CU_HD void cu_wdec8_grp(const cu_wview &w, uint32_t r, uint32_t i0, float out[8]
         u0 = v.x, u1 = v.y;
     }
     uint64_t sg = (uint64_t)r * w.scale_stride + g;
-    float s = w.sc[sg], z = w.zp ? w.zp[sg] : 0.0f;
+    float s = w.sc[sg];
+    if (!w.zp) { /* symmetric: q * s, as (q - 0) * s is for every q */
+        if (DT == KVP_DTYPE_FP8_E4M3 && cu_e4m3_scale_folds(s) && !cu_e4m3_nan4(u0) && !cu_e4m3_nan4(u1)) {
+            /* 2^120 moved into the scale: the code's bits under f32's
+             * (cu_e4m3) are q 2^-120 exactly, and s 2^120 is exact below
+             * 2^8, so the one rounded product is q * s's */
+            float s120 = s * 0x1p120f;
 CU_UNROLL
-    for (int j = 0; j < 8; j++) {
-        float q;
-        if (DT == KVP_DTYPE_I4) /* element j: bits 4j..4j+3, two's complement */
-            q = (float)((int)(((u0 >> (4 * j)) & 15) ^ 8) - 8);
-        else if (DT == KVP_DTYPE_FP8_E4M3)
-            q = cu_e4m3((uint8_t)((j < 4 ? u0 : u1) >> (8 * (j % 4))));
-        else
-            q = (float)(int8_t)(uint8_t)((j < 4 ? u0 : u1) >> (8 * (j % 4)));
-        out[j] = (q - z) * s;
+            for (int j = 0; j < 8; j++) {
+                uint32_t b = (j < 4 ? u0 : u1) >> (8 * (j % 4));
+                out[j] = cu_bitsf((b & 0x80) << 24 | (b & 0x7f) << 20) * s120;
+            }
+            return;
+        }
+CU_UNROLL
+        for (int j = 0; j < 8; j++)
+            out[j] = cu_grp_code<DT>(u0, u1, j) * s;
+        return;
     }
+    float z = w.zp[sg];
+CU_UNROLL
+    for (int j = 0; j < 8; j++)
+        out[j] = (cu_grp_code<DT>(u0, u1, j) - z) * s;
 }
 
 /* Do all of w's rows meet cu_wdec8_grp's terms. */
@@ -337,7 +386,7 @@ CU_HD float cu_kv_elem(const uint8_t *p, uint64_t i)
         return cu_bf16(((const uint16_t *)p)[i]);
     if (DT == KVP_DTYPE_FP8_E4M3)
         return cu_e4m3(p[i]);
-    return (float)(int8_t)p[i];
+    return cu_i8(p[i]);
 }
 
 __host__ __device__ static inline uint32_t cu_kv_esize(int dtype)
@@ -409,7 +458,7 @@ CU_HD float cu_kv_chunk_elem(const uint32_t *w, int k)
            : DT == KVP_DTYPE_F16      ? cu_f16((uint16_t)bits)
            : DT == KVP_DTYPE_BF16     ? cu_bf16((uint16_t)bits)
            : DT == KVP_DTYPE_FP8_E4M3 ? cu_e4m3((uint8_t)bits)
-                                      : (float)(int8_t)(uint8_t)bits;
+                                      : cu_i8(bits);
 }
 
 /* Byte offset of row (layer, K/V, head, slot) inside a block: the

@@ -39,8 +39,12 @@ __host__ __device__ constexpr int cu_gemv_unroll()
 /* U chunks a step: 1 is the first kernel (KVP_CUDA_PIPELINE=0; at least 8
  * CTAs an SM, at most 64 registers: without it ptxas spills 4 bytes in the
  * Q8_0 instance); more (the default) at least 4 CTAs an SM, 128 registers,
- * room for the chunks in flight. */
-template <int DT, int GRP, int U>
+ * room for the chunks in flight.  NT is the most tokens the instance takes:
+ * KVP_GPU_GEMV_MAX_TOK, or 1 for a pipelined batch-1 step, whose code then
+ * holds one token's sums and none of the others' bounds checks (the
+ * 8-token instance unrolls all eight behind a branch each, ~6,000
+ * instructions for fp8), the same operations for that token. */
+template <int DT, int GRP, int U, int NT>
 __global__ void __launch_bounds__(KVP_GPU_GEMV_THREADS, U == 1 ? 8 : 4)
     cu_gemv_k(cu_wview w, uint32_t n_out, const float *__restrict__ x, float *__restrict__ y, uint32_t n_tok)
 {
@@ -48,9 +52,9 @@ __global__ void __launch_bounds__(KVP_GPU_GEMV_THREADS, U == 1 ? 8 : 4)
     uint32_t lane = threadIdx.x % 32, r = blockIdx.x * KVP_GPU_GEMV_ROWS + threadIdx.x / 32;
     if (r >= n_out)
         return;
-    float acc[KVP_GPU_GEMV_MAX_TOK];
+    float acc[NT];
 #pragma unroll
-    for (int t = 0; t < KVP_GPU_GEMV_MAX_TOK; t++)
+    for (int t = 0; t < NT; t++)
         acc[t] = 0.0f;
     /* x rows are 16-byte aligned when the buffer is and n_in is a multiple of 4 */
     int vec = ((uintptr_t)x & 15) == 0 && w.n_in % 4 == 0;
@@ -77,7 +81,7 @@ __global__ void __launch_bounds__(KVP_GPU_GEMV_THREADS, U == 1 ? 8 : 4)
             if (i >= w.n_in)
                 break;
 #pragma unroll
-            for (int t = 0; t < KVP_GPU_GEMV_MAX_TOK; t++) {
+            for (int t = 0; t < NT; t++) {
                 if ((uint32_t)t >= n_tok)
                     break;
                 const float *xp = x + (uint64_t)t * w.n_in + i;
@@ -96,7 +100,7 @@ __global__ void __launch_bounds__(KVP_GPU_GEMV_THREADS, U == 1 ? 8 : 4)
         }
     }
 #pragma unroll
-    for (int t = 0; t < KVP_GPU_GEMV_MAX_TOK; t++) {
+    for (int t = 0; t < NT; t++) {
         if ((uint32_t)t >= n_tok)
             break;
         float s = acc[t];
@@ -384,17 +388,26 @@ template <int DT>
 static void cu_gemv_launch(cudaStream_t st, const cu_wview &w, uint32_t n_out, const float *x, float *y,
                            uint32_t n_tok, dim3 grid, uint32_t threads, int pipelined)
 {
+    constexpr int MT = KVP_GPU_GEMV_MAX_TOK;
     if (!pipelined) {
-        cu_gemv_k<DT, 0, 1><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
+        cu_gemv_k<DT, 0, 1, MT><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
         return;
     }
     if constexpr (DT == KVP_DTYPE_FP8_E4M3 || DT == KVP_DTYPE_I8 || DT == KVP_DTYPE_I4) {
         if (cu_wgrouped(w, DT)) {
-            cu_gemv_k<DT, 1, cu_gemv_unroll<DT, 1>()><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
+            constexpr int U = cu_gemv_unroll<DT, 1>();
+            if (n_tok == 1)
+                cu_gemv_k<DT, 1, U, 1><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
+            else
+                cu_gemv_k<DT, 1, U, MT><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
             return;
         }
     }
-    cu_gemv_k<DT, 0, cu_gemv_unroll<DT, 0>()><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
+    constexpr int U = cu_gemv_unroll<DT, 0>();
+    if (n_tok == 1)
+        cu_gemv_k<DT, 0, U, 1><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
+    else
+        cu_gemv_k<DT, 0, U, MT><<<grid, threads, 0, st>>>(w, n_out, x, y, n_tok);
 }
 
 /* The GEMM instance for w: the f32 one, or (mma) the tensor cores' for

@@ -39,6 +39,17 @@ static void test_decoders(void)
     for (uint32_t b = 0; b < 256; b++)
         bad += !same_float(cu_e4m3((uint8_t)b), kvp_e4m3_to_f32((uint8_t)b));
     CHECK_MSG(bad == 0, "%d decodes differ", bad);
+    /* the small integers without a conversion: the same bits as a cast
+     * (+0 for 0), whatever lies above the nibble or byte */
+    int ints = 0;
+    for (uint32_t b = 0; b < 65536; b++)
+        ints += (cu_fbits(cu_i8(b)) != cu_fbits((float)(int8_t)(uint8_t)b)) +
+                (cu_fbits(cu_i4(b)) != cu_fbits((float)((int)((b & 15) ^ 8) - 8))) +
+                (cu_fbits(cu_small_int(b & 15, 0)) != cu_fbits((float)(b & 15))) +
+                (cu_fbits(cu_small_int(b & 15, 8)) != cu_fbits((float)((int)(b & 15) - 8)));
+    for (uint32_t u = 0; u < (1u << 23); u += 4099)
+        ints += cu_fbits(cu_small_int(u, 0)) != cu_fbits((float)u);
+    CHECK_MSG(ints == 0, "%d small integers differ from a cast", ints);
 }
 
 /* The encoders give lib/num's bits: around every f16 / e4m3 value and its
@@ -120,6 +131,7 @@ typedef struct wcase {
     int scheme;            /* 0 none, 1 tensor, 2 channel, 3 group */
     uint32_t group;
     int zeros;
+    float scale_max; /* scales drawn in +-scale_max (0: 0.1) */
 } wcase;
 
 /* Element i of row r of w as lib/num reads it. */
@@ -140,12 +152,17 @@ static void oracle_row(const wcase &c, const uint8_t *row, const float *sc, cons
 static void test_weights(void)
 {
     const wcase cases[] = {
-        {KVP_DTYPE_F32, 64, 3, 0, 0, 0},   {KVP_DTYPE_F32, 37, 3, 0, 0, 0},  {KVP_DTYPE_F16, 64, 3, 0, 0, 0},
-        {KVP_DTYPE_F16, 13, 3, 0, 0, 0},   {KVP_DTYPE_BF16, 72, 3, 0, 0, 0}, {KVP_DTYPE_BF16, 9, 2, 0, 0, 0},
-        {KVP_DTYPE_Q4_0, 96, 3, 0, 0, 0},  {KVP_DTYPE_Q4_1, 64, 3, 0, 0, 0}, {KVP_DTYPE_Q8_0, 96, 3, 0, 0, 0},
-        {KVP_DTYPE_FP8_E4M3, 40, 3, 1, 40, 0}, {KVP_DTYPE_FP8_E4M3, 64, 3, 3, 16, 0},
-        {KVP_DTYPE_I8, 48, 3, 2, 48, 0},   {KVP_DTYPE_I8, 64, 3, 3, 32, 1},  {KVP_DTYPE_I8, 21, 2, 3, 7, 1},
-        {KVP_DTYPE_I4, 64, 3, 3, 32, 1},   {KVP_DTYPE_I4, 31, 3, 2, 31, 0},  {KVP_DTYPE_I4, 128, 2, 1, 128, 1},
+        {KVP_DTYPE_F32, 64, 3, 0, 0, 0, 0.0f},        {KVP_DTYPE_F32, 37, 3, 0, 0, 0, 0.0f},
+        {KVP_DTYPE_F16, 64, 3, 0, 0, 0, 0.0f},        {KVP_DTYPE_F16, 13, 3, 0, 0, 0, 0.0f},
+        {KVP_DTYPE_BF16, 72, 3, 0, 0, 0, 0.0f},       {KVP_DTYPE_BF16, 9, 2, 0, 0, 0, 0.0f},
+        {KVP_DTYPE_Q4_0, 96, 3, 0, 0, 0, 0.0f},       {KVP_DTYPE_Q4_1, 64, 3, 0, 0, 0, 0.0f},
+        {KVP_DTYPE_Q8_0, 96, 3, 0, 0, 0, 0.0f},       {KVP_DTYPE_FP8_E4M3, 40, 3, 1, 40, 0, 0.0f},
+        {KVP_DTYPE_FP8_E4M3, 64, 3, 3, 16, 0, 0.0f},
+        {KVP_DTYPE_FP8_E4M3, 64, 5, 3, 8, 0, 1000.0f}, /* scales past 2^8 too: the grouped fold's limit */
+        {KVP_DTYPE_I8, 48, 3, 2, 48, 0, 0.0f},        {KVP_DTYPE_I8, 64, 3, 3, 32, 1, 0.0f},
+        {KVP_DTYPE_I8, 21, 2, 3, 7, 1, 0.0f},         {KVP_DTYPE_I4, 64, 3, 3, 32, 1, 0.0f},
+        {KVP_DTYPE_I4, 31, 3, 2, 31, 0, 0.0f},        {KVP_DTYPE_I4, 128, 2, 1, 128, 1, 0.0f},
+        {KVP_DTYPE_I4, 64, 3, 3, 16, 0, 0.0f},        {KVP_DTYPE_I8, 64, 3, 3, 16, 0, 0.0f},
     };
     uint64_t st = 777;
     for (const wcase &c : cases) {
@@ -154,6 +171,8 @@ static void test_weights(void)
         uint8_t *base = data.data() + (16 - ((uintptr_t)data.data() & 15)) % 16; /* as cudaMalloc'd rows */
         for (uint64_t i = 0; i < row_bytes * c.n_out; i++)
             base[i] = (uint8_t)rnd_u32(&st);
+        if (c.dtype == KVP_DTYPE_FP8_E4M3) /* NaN codes, each in a group of 8 of its own */
+            base[5] = 0x7f, base[row_bytes + 9] = 0xff;
         if (c.dtype == KVP_DTYPE_F32) /* finite floats */
             for (uint32_t i = 0; i < c.n_in * c.n_out; i++) {
                 float f = unit_frand(&st) * 10.0f;
@@ -170,7 +189,7 @@ static void test_weights(void)
         size_t n_sc = c.scheme ? (stride ? (size_t)c.n_out * stride : 1) : 0;
         std::vector<float> sc(n_sc + 1), zp(n_sc + 1);
         for (size_t i = 0; i < n_sc; i++) {
-            sc[i] = unit_frand(&st) * 0.1f;
+            sc[i] = unit_frand(&st) * (c.scale_max > 0.0f ? c.scale_max : 0.1f);
             zp[i] = (float)(int)(rnd_u32(&st) % 7) - 3.0f;
         }
         cu_wview w;
