@@ -1354,6 +1354,10 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("unexpected argument '%s'", argv[optind]);
     if (R.json && R.tsv)
         kvp_cli_usage_error("--json and --tsv: choose one");
+    /* one standard input for two files */
+    if (model && !strcmp(model, "-") && ((lengths && !strcmp(lengths, "-")) || (check && !strcmp(check, "-"))))
+        kvp_cli_usage_error("-m - and %s - both read standard input: give one of them as a file",
+                            lengths && !strcmp(lengths, "-") ? "--lengths" : "--check");
     if (kv_mem && !check)
         kvp_cli_usage_error("--kv-mem goes with --check (for a plan, give --gpu-mem)");
     if (check) {

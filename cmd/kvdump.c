@@ -272,9 +272,15 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
                 printf("%s%u", i ? "," : "", ids[i]);
             putchar(']');
         } else {
-            /* quoted, an integer id too: "seq 0 -5 tokens" would read as numbers */
-            printf("seq %" PRIu64 "%s%s%s tokens %u (prompt %u) next %d", s.id, s.label[0] ? " \"" : "", s.label,
-                   s.label[0] ? "\"" : "", s.n_tokens, s.n_prompt, s.next_token);
+            /* quoted, an integer id too: "seq 0 -5 tokens" would read as
+             * numbers; escaped as in JSON, so a newline or a terminal's
+             * escape sequence in a label stays on the record's line */
+            printf("seq %" PRIu64, s.id);
+            if (s.label[0]) {
+                putchar(' ');
+                kvp_cli_json_str(stdout, s.label, strlen(s.label));
+            }
+            printf(" tokens %u (prompt %u) next %d", s.n_tokens, s.n_prompt, s.next_token);
             if (s.cache_salt)
                 printf(" salt %016" PRIx64, s.cache_salt);
             if (s.n_stop)

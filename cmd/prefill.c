@@ -227,6 +227,8 @@ typedef struct pf_job {
     int stopped;
     uint64_t left;           /* prompts read (or sequences of --resume's stream) not run */
     int read_all;            /* the input was read to its end */
+    kvp_stop_rec in_stop;    /* --resume: the saved stream's STOP record (signal 0: none), its producer
+                              * stopped before all it was asked for */
 } pf_job;
 
 /* Whether err is a read or open that a stop signal cut short (KVP_EINTR):
@@ -465,7 +467,7 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
     kvp_gen_seq *seqs = NULL;
     kvp_seqio_seq *saved = NULL;
     uint32_t n = 0;
-    if (kvp_run_resume(j->r, j->o, resume, &seqs, &saved, &n, &err) < 0) {
+    if (kvp_run_resume(j->r, j->o, resume, &seqs, &saved, &n, &j->in_stop, &err) < 0) {
         /* stopped while the stream was read (a pipe): a stream of no
          * sequences, on a cache the options size (the writer needs one) */
         if (!stopped_by(&err) || (!j->r->kc && kvp_run_start(j->r, j->o, NULL, &err) < 0))
@@ -597,6 +599,8 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("--resume takes the next turn as -p TEXT or --tokens IDS, not -f");
     if (optind < argc)
         kvp_cli_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!*output)
+        kvp_cli_usage_error("-o: an empty file name (- for standard output)");
     /* the stream would replace the prompts it is made from (a --resume
      * stream continued into itself is read whole first: no such loss) */
     if (o.file && !tokenize && kvp_cli_same_file(output, o.file))
@@ -640,7 +644,13 @@ int main(int argc, char **argv)
      * input is otherwise a whole stream) can tell it was not all */
     kvp_stop_rec stop = {.signal = (uint32_t)kvp_stopsig_caught(), .flags = j.read_all ? 0 : KVP_STOP_INPUT_LEFT,
                          .written = j.n, .left = j.left};
-    if (j.stopped && kvp_run_save_stopped(&j.sv, &stop, &err) < 0)
+    /* so does one continuing a stream that was cut short: the producer's
+     * signal and what it left, this stream's count */
+    int in_cut = !j.stopped && j.in_stop.signal;
+    if (in_cut)
+        stop = (kvp_stop_rec){.signal = j.in_stop.signal, .flags = j.in_stop.flags, .written = j.n,
+                              .left = j.in_stop.left};
+    if ((j.stopped || in_cut) && kvp_run_save_stopped(&j.sv, &stop, &err) < 0)
         kvp_cli_die_err(&err);
     if (kvp_run_save_finish(&j.sv, &nb, &nr, &err) < 0)
         kvp_cli_die_err(&err);
@@ -652,9 +662,15 @@ int main(int argc, char **argv)
                 (unsigned long long)nb, (unsigned long long)nr);
     if (j.stopped)
         kvp_stopsig_say(j.n, j.left, j.read_all, NULL);
+    if (in_cut) /* as decode says of such a stream: each sequence extended, yet not all that was asked */
+        kvp_cli_warn("%s: the stream was cut short: its producer was stopped by %s after writing %llu sequences "
+                     "(%llu read and not finished%s); the output says so too", strcmp(resume, "-") ? resume : "stdin",
+                     strsignal((int)j.in_stop.signal), (unsigned long long)j.in_stop.written,
+                     (unsigned long long)j.in_stop.left,
+                     j.in_stop.flags & KVP_STOP_INPUT_LEFT ? ", the rest of its input not read" : "");
     free(j.logits);
     kvp_run_close(&r);
     kvp_runopts_free(&o);
     int rc = kvp_cli_close_stdout();
-    return j.stopped ? kvp_stopsig_status() : rc;
+    return j.stopped ? kvp_stopsig_status() : in_cut ? KVP_EXIT_FAIL : rc;
 }

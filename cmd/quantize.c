@@ -152,7 +152,11 @@ static void parse(int argc, char **argv, options *o)
         case 'z': o->zstd = optarg ? (int)kvp_cli_opt_i64("--zstd", optarg, 1, 19) : 3; break;
         case OPT_THREADS: o->threads = (int)kvp_cli_opt_i64("--threads", optarg, 1, 1024); break;
         case OPT_KV: o->kv = parse_type("--kv", optarg); break;
-        case OPT_EVAL: o->eval = optarg; break;
+        case OPT_EVAL:
+            if (!*optarg)
+                kvp_cli_usage_error("--eval: an empty file name");
+            o->eval = optarg;
+            break;
         case OPT_EVAL_CHUNKS:
             o->eval_chunks = (uint32_t)kvp_cli_opt_i64("--eval-chunks", optarg, 1, UINT32_MAX);
             break;
@@ -350,33 +354,6 @@ static int ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* path's canonical name (its folder's real path and its own name), for
- * paths that may not exist yet; NULL when its folder cannot be resolved. */
-static char *canonical_name(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = kvp_path_dir(path), *real = dir ? realpath(dir, NULL) : NULL, *name = NULL;
-    if (real && asprintf(&name, "%s/%s", real, slash ? slash + 1 : path) < 0)
-        name = NULL;
-    free(real);
-    free(dir);
-    return name;
-}
-
-/* a and b name one file: the same inode when both exist, else the same
- * canonical name (an output and a report not yet written). */
-static int same_file(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
-        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    char *ca = canonical_name(a), *cb = canonical_name(b);
-    int same = ca && cb && strcmp(ca, cb) == 0;
-    free(ca);
-    free(cb);
-    return same;
-}
-
 /* path is an existing file inside the folder input (a safetensors model
  * folder, whose shards, config and tokenizer the conversion reads). */
 static int inside_folder(const char *path, const char *input)
@@ -399,7 +376,7 @@ static void check_target(const char *path, const char *what, const char *input, 
         kvp_cli_usage_error("%s: an empty file name", what);
     if (strcmp(path, "-") == 0)
         return;
-    int same = input && same_file(path, input);
+    int same = input && kvp_cli_same_path(path, input);
     if (same || inside_folder(path, input))
         kvp_cli_usage_error("%s %s: the output would replace %s", what, path,
                             same ? "the input" : "a file of the input folder");
@@ -419,7 +396,7 @@ static void check_output(const options *o, const char *input)
         kvp_cli_usage_error("the output is binary; redirect standard output to a file or pipe");
     if (o->report && strcmp(o->report, "-") == 0 && strcmp(o->output, "-") == 0)
         kvp_cli_usage_error("--report - and -o - would both write to standard output");
-    if (o->report && strcmp(o->report, "-") != 0 && same_file(o->report, o->output))
+    if (o->report && strcmp(o->report, "-") != 0 && kvp_cli_same_path(o->report, o->output))
         kvp_cli_usage_error("--report %s: the report would replace the output", o->report);
     check_target(o->output, "-o", input, o->force);
     if (o->report) /* a report replaces an earlier one: it is a log, not a model */
@@ -457,6 +434,8 @@ static int eval_models(const options *o, const char *input, const char *output, 
     if (!mkdtemp(dir))
         return kvp_err_set(err, KVP_EIO, "%s: cannot make a temporary folder: %s", dir, strerror(errno));
     snprintf(base, sizeof base, "%s/base.kvp", dir);
+    /* a signal or an error exit mid-eval leaves neither behind */
+    int h_dir = kvp_tmp_remember(dir), h_base = kvp_tmp_remember(base);
     kvp_runopts ro;
     kvp_runopts_init(&ro);
     ro.model = input;
@@ -473,6 +452,8 @@ static int eval_models(const options *o, const char *input, const char *output, 
     }
     unlink(base);
     rmdir(dir);
+    kvp_tmp_forget(h_base, base);
+    kvp_tmp_forget(h_dir, dir);
     kvp_runopts_free(&ro);
     if (rc < 0)
         return kvp_err_prefix(err, "--eval"), rc;

@@ -334,6 +334,34 @@ int kvp_cli_same_file(const char *out, const char *in)
     return so.st_dev == si.st_dev && so.st_ino == si.st_ino;
 }
 
+/* path's canonical name (its folder's real path and its own name), for
+ * paths that may not exist yet; NULL when its folder cannot be resolved. */
+static char *canonical_name(const char *path)
+{
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    char *dir = kvp_path_dir(path), *real = dir ? realpath(dir, NULL) : NULL, *name = NULL;
+    size_t n = real ? strlen(real) + strlen(base) + 2 : 0;
+    if (real && (name = malloc(n)) != NULL)
+        snprintf(name, n, "%s/%s", real, base);
+    free(real);
+    free(dir);
+    return name;
+}
+
+int kvp_cli_same_path(const char *a, const char *b)
+{
+    if (!strcmp(a, "-") || !strcmp(b, "-"))
+        return 0;
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char *ca = canonical_name(a), *cb = canonical_name(b);
+    int same = ca && cb && strcmp(ca, cb) == 0;
+    free(ca);
+    free(cb);
+    return same;
+}
+
 int kvp_cli_close_stdout(void)
 {
     int bad = fflush(stdout) != 0 || ferror(stdout);

@@ -81,6 +81,11 @@ int kvp_cli_write_atomic(const char *path, const void *data, size_t n, kvp_err *
  * Nothing of out need exist yet: 0 then. */
 int kvp_cli_same_file(const char *out, const char *in);
 
+/* a and b name one file: the same inode when both exist, else the same
+ * canonical name (each one's folder resolved, its own name as given), so
+ * two outputs not written yet compare too.  "-" is never a file here. */
+int kvp_cli_same_path(const char *a, const char *b);
+
 /* Flush and close stdout, exit 1 on a write error (a full disk), exit 0
  * quietly when the reader went away.  Call before returning from main. */
 int kvp_cli_close_stdout(void);

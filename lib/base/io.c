@@ -395,6 +395,11 @@ static void remove_tmp_files(void)
         if (p)
             unlink(p);
     }
+    for (int i = 0; i < TMP_SLOTS; i++) { /* then folders (kvp_tmp_remember), emptied above */
+        const char *p = atomic_load(&tmp_slot[i]);
+        if (p)
+            rmdir(p);
+    }
 }
 
 static void on_fatal_signal(int sig)
@@ -437,12 +442,19 @@ static int tmp_register(const char *path)
     return 0;
 }
 
+int kvp_tmp_remember(const char *path) { return tmp_register(path); }
+
+/* Only path's own entry: a stale or zeroed handle must not free another's slot. */
+void kvp_tmp_forget(int handle, const char *path)
+{
+    const char *mine = path;
+    if (handle > 0 && handle <= TMP_SLOTS && mine)
+        atomic_compare_exchange_strong(&tmp_slot[handle - 1], &mine, NULL);
+}
+
 static void tmp_unregister(kvp_out *out)
 {
-    /* Only our own entry: a zeroed kvp_out must not free another's slot. */
-    const char *mine = out->tmp_path;
-    if (out->sig_slot > 0 && out->sig_slot <= TMP_SLOTS && mine)
-        atomic_compare_exchange_strong(&tmp_slot[out->sig_slot - 1], &mine, NULL);
+    kvp_tmp_forget(out->sig_slot, out->tmp_path);
     out->sig_slot = 0;
 }
 

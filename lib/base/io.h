@@ -131,6 +131,13 @@ int kvp_out_write(kvp_out *out, const void *p, size_t n, kvp_err *err);
 int kvp_out_commit(kvp_out *out, kvp_err *err);
 /* Remove the temporary file; closes.  Safe after commit (does nothing). */
 void kvp_out_abort(kvp_out *out);
+/* A scratch file or folder of the program's own (not an output: a
+ * temporary folder and what it holds), removed as a temporary output is, on
+ * a fatal signal or at exit(), until forgotten: files first, then empty
+ * folders.  path must stay valid until kvp_tmp_forget.  Returns the handle
+ * for kvp_tmp_forget (0: the table was full, not remembered). */
+int kvp_tmp_remember(const char *path);
+void kvp_tmp_forget(int handle, const char *path);
 /* The name the output will have, for messages ("<stdout>" for stdout). */
 const char *kvp_out_name(const kvp_out *out);
 

@@ -106,6 +106,14 @@ static int quant_one(const char *path, kvp_convert_item *it, const src_view *sv,
     memset(&it->stats, 0, sizeof it->stats);
     if ((rc = kvp_quant_tensor(&it->out, b->x, b->q, scales, zeros, &it->stats, pool, err)) < 0)
         return rc;
+    /* finite values the output cannot hold (f16 past 65504, a block scale
+     * past its f16) come back infinite: refused, as a source's infinity
+     * is, rather than written (the stats measure the reconstruction) */
+    if (!isfinite(it->stats.max_abs_err) || !isfinite(it->stats.sum_sq_err))
+        return kvp_err_set(err, KVP_EUNSUPPORTED,
+                           "%s: tensor %s: values beyond the range of %s (they would be written as infinities): "
+                           "keep it in a wider type (--exclude '%s', or --to f32 or bf16)",
+                           path, it->src.name, kvp_dtype_name((uint32_t)it->out.dtype), it->src.name);
     return kvp_write_tensor(w, &it->out, b->q, scales, zeros, err);
 }
 

@@ -75,6 +75,8 @@ typedef struct kvp_request {
     double t_end;
     double itl_max;          /* longest gap between two tokens, seconds */
     struct kvp_request *held_next; /* finished and kept (keep_finished): the caller's list link */
+    int unshown;             /* ended with a budget of 0 before its stream's pending token (prefill's
+                              * first) was shown: saved as prefilled, so a continuation shows it */
     void *user;
 } kvp_request;
 

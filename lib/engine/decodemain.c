@@ -388,6 +388,7 @@ typedef struct run_info {
     const char *input;           /* "prompts" (-p, -f, --tokens) or "kvp" (a KV stream) */
     kvp_kvcache_stats kv;        /* n_blocks, block_bytes */
     uint32_t block_size;         /* the pool's (a stream's own block size wins over --block-size) */
+    int kv_dtype;                /* the pool's (a stream's own KV dtype wins over --kv-dtype) */
 } run_info;
 
 /* How the pool was sized: kvp_kvcache_create takes --kv-blocks, else
@@ -476,7 +477,7 @@ static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
     kvp_cli_json_str(f, ri->model, strlen(ri->model));
     fprintf(f, ",\"model_fingerprint\":\"%s\",\"input\":\"%s\",\"kv_dtype\":\"%s\",\"kv_block_bytes\":%llu,"
             "\"kv_pool_bytes\":%llu,\"kv_pool_sized_by\":\"%s\",\"kv_mem\":",
-            ri->fingerprint, ri->input, kvp_dtype_name((uint32_t)o->kv.dtype),
+            ri->fingerprint, ri->input, kvp_dtype_name((uint32_t)ri->kv_dtype),
             (unsigned long long)ri->kv.block_bytes, (unsigned long long)ri->kv.n_blocks * ri->kv.block_bytes,
             pool_sized_by(o));
     if (!o->kv.n_blocks && o->kv.mem_bytes)
@@ -646,6 +647,11 @@ static int train_heads(kvp_runopts *o, heads_cli *h)
 {
     if (!h->job.out)
         kvp_cli_usage_error("--train-heads needs -o HEADS.kvp (the file to write)");
+    if (!*h->job.out)
+        kvp_cli_usage_error("-o: an empty file name");
+    if (kvp_cli_same_path(h->job.out, h->job.prompts) || kvp_cli_same_path(h->job.out, o->model))
+        kvp_cli_usage_error("-o %s is the %s: write the heads to another file", h->job.out,
+                            kvp_cli_same_path(h->job.out, o->model) ? "model" : "prompts file");
     if (o->prompt || o->file || o->tokens)
         kvp_cli_usage_error("--train-heads FILE is the prompts: no -p, -f or --tokens beside it");
     if (o->sampling.temperature > 0)
@@ -692,11 +698,12 @@ typedef struct job_open {
 static _Noreturn void stop_before_input(const job_open *jo)
 {
     if (jo->o->stats) {
-        run_info ri = {.model = jo->o->model, .input = jo->input};
+        run_info ri = {.model = jo->o->model, .input = jo->input, .kv_dtype = jo->o->kv.dtype};
         kvp_model_fingerprint_hex(jo->r->model, ri.fingerprint);
         if (jo->r->kc) {
             kvp_kvcache_get_stats(jo->r->kc, &ri.kv);
             ri.block_size = kvp_kvcache_pool(jo->r->kc)->block_size;
+            ri.kv_dtype = kvp_kvcache_pool(jo->r->kc)->dtype;
         } else {
             /* as kvp_run_start would make it (a stream's own block size
              * or dtype, not read yet, may differ); options it would refuse
@@ -1062,10 +1069,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
     int from_prompts = o.prompt || o.file || o.tokens;
     if (profile) {
         if (from_prompts || optind < argc || compare || resume || o.kv_out || rate > 0 || shard_n || o.tp > 1 ||
-            o.pp > 1 || progress >= 0)
+            o.pp > 1 || progress >= 0 || o.stats)
             kvp_cli_usage_error("--profile FILE runs the prompts of FILE alone, in one process: no -p, -f, --tokens, "
-                                "KV stream, --compare, --resume, --kv-out, --rate, --shard, --progress, --tp or "
-                                "--pp");
+                                "KV stream, --compare, --resume, --kv-out, --rate, --shard, --progress, --stats, "
+                                "--tp or --pp");
         o.file = profile;
         po.draft = draft_path;
         po.heads = hc.path;
@@ -1098,6 +1105,14 @@ int kvp_decode_main(int argc, char **argv, int spec)
      * records between them would be neither text nor a stream */
     if (o.kv_out && !strcmp(o.kv_out, "-"))
         kvp_cli_usage_error("--kv-out -: standard output carries the results; give --kv-out a file");
+    if (o.kv_out && !*o.kv_out)
+        kvp_cli_usage_error("--kv-out: an empty file name");
+    /* two outputs in one file: the last written would replace the other */
+    if (o.stats_file && resume && kvp_cli_same_path(o.stats_file, resume))
+        kvp_cli_usage_error("--stats=%s is the --resume results file: write the statistics to another file",
+                            o.stats_file);
+    if (o.stats_file && o.kv_out && kvp_cli_same_path(o.stats_file, o.kv_out))
+        kvp_cli_usage_error("--stats=%s is the --kv-out stream: write the statistics to another file", o.stats_file);
     const char *input = from_prompts ? o.file : kv_in; /* NULL: -p or --tokens */
     const char *what = from_prompts ? "prompts file" : "KV stream read";
     if (input) {
@@ -1242,11 +1257,17 @@ int kvp_decode_main(int argc, char **argv, int spec)
         die_job(&err, &once);
     if (hd.failed) /* the run finished without drafts; what broke them is still a fault */
         kvp_cli_die_err(&hd.err);
-    if (oc.ko && kvp_kvout_finish(oc.ko, &err) < 0)
+    /* a KV stream whose producer (prefill) was stopped: whole, yet not all
+     * that was asked for; said below, the status says the job is not done,
+     * and --kv-out's stream says so too */
+    kvp_stop_rec in_stop;
+    int in_stopped = !st.stopped && kvp_jobsrc_input_stopped(js, &in_stop);
+    if (oc.ko && kvp_kvout_finish(oc.ko, in_stopped ? &in_stop : NULL, &err) < 0)
         kvp_cli_die_err(&err);
     if (o.stats) {
         run_info ri = {.model = o.model, .input = jo.input, .kv = oc.kv,
-                       .block_size = kvp_kvcache_pool(r.kc)->block_size};
+                       .block_size = kvp_kvcache_pool(r.kc)->block_size,
+                       .kv_dtype = kvp_kvcache_pool(r.kc)->dtype};
         kvp_model_fingerprint_hex(r.model, ri.fingerprint);
         write_stats(&o, &st, &metrics, &ri, &sp);
     } else if (compare) { /* --compare says what it found even without --stats */
@@ -1258,10 +1279,6 @@ int kvp_decode_main(int argc, char **argv, int spec)
         fputc('\n', stdout);
     if (st.stopped)
         kvp_stopsig_say(st.requests, n_asked - st.requests, kvp_jobsrc_read_all(js), resume);
-    /* a KV stream whose producer (prefill) was stopped: whole, yet not all
-     * that was asked for; said, and the status says the job is not done */
-    kvp_stop_rec in_stop;
-    int in_stopped = !st.stopped && kvp_jobsrc_input_stopped(js, &in_stop);
     /* The job's lines on disk before it says it is done: a cron job that
      * then moves on must not lose them to a crash (a line lost earlier is
      * only run again; --resume keeps the file's whole lines). */

@@ -347,6 +347,27 @@ static void drop_stops(kvp_seqio_seq *q)
     q->n_stop = 0;
 }
 
+/* Would a token drawn with b differ in law from one drawn with a (the
+ * warping and the generator's seed; max_tokens is not a draw's). */
+static int draws_differ(const kvp_sampling *a, const kvp_sampling *b)
+{
+    return a->temperature != b->temperature || a->top_k != b->top_k || a->top_p != b->top_p ||
+           a->min_p != b->min_p || a->repeat_penalty != b->repeat_penalty || a->seed != b->seed;
+}
+
+/* A prefilled sequence whose first token prefill drew with other sampling
+ * options than decode's for it (decode's --temperature, --seed, ... over
+ * values the request left to the defaults): that token is dropped and drawn
+ * again, as decode -f would draw it, from the generator seeded afresh and
+ * the last prompt token's logits (its K/V recomputed: the request starts
+ * as a prompt whose other tokens the stream holds, kv_adopt). */
+static void redraw_first(kvp_request *r)
+{
+    kvp_sample_seed(&r->g.rec.sampling, (r->g.rec.flags & KVP_SEQ_OWN_SEED) ? 0 : r->g.rec.id);
+    r->g.rec.state = KVP_SEQ_RUNNING;
+    r->g.rec.next_token = -1;
+}
+
 /* One sequence from the stream itself. */
 static int read_one(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err *err)
 {
@@ -432,14 +453,24 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
         }
         /* a saved sequence continued takes -n over its request's own
          * max_tokens (a new request); --kv-out saves it without the bit */
+        int prefilled = q.rec.state == KVP_SEQ_PREFILLED;
+        kvp_sampling was = r->g.rec.sampling;
         kvp_runopts_apply_record(js->o, &r->g.rec);
         cap_to_context(js, r, q.rec.n_tokens);
         int rc = kvp_sample_check(&r->g.rec.sampling, err);
         /* a sequence cut by its budget continues; one that met a stop does not */
         int over = q.rec.next_token < 0 ||
                    (q.rec.state == KVP_SEQ_FINISHED && q.rec.finish_reason != KVP_FINISH_LENGTH);
-        if (rc == 0 && !over)
-            rc = kvp_request_feed(r, q.rec.state == KVP_SEQ_PREFILLED, err);
+        /* a budget of 0 (max_tokens 0, or no room left in the context)
+         * shows none of it: prefill's pending token stays pending, as
+         * decode -f gives no token for such a request */
+        int none = !over && prefilled && kvp_gen_budget(&r->g, &r->opts) == 0;
+        if (rc == 0 && !over && !none && prefilled && draws_differ(&was, &r->g.rec.sampling))
+            redraw_first(r);
+        else if (rc == 0 && !over && !none)
+            rc = kvp_request_feed(r, prefilled, err);
+        else if (rc == 0 && none)
+            r->g.rec.finish_reason = KVP_FINISH_LENGTH, r->unshown = 1, kvp_request_end(r);
         else if (rc == 0)
             kvp_request_end(r);
         if (rc < 0) {

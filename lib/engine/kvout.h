@@ -46,7 +46,11 @@ void kvp_kvout_hold(kvp_kvout *ko, kvp_request *r);
 void kvp_kvout_flush(kvp_kvout *ko);
 /* The held ones flushed, then the END record, and the file renamed into
  * place.  0, or a code with err set (the stream's first failure, if any). */
-int kvp_kvout_finish(kvp_kvout *ko, kvp_err *err);
+/* stop (NULL: none): the job's input was cut short by its producer's
+ * signal (jobsrc: its STOP record); the stream says so in a STOP record of
+ * its own, the producer's signal and flags, its own count written, so a
+ * program that reads it learns it is not all that was asked for. */
+int kvp_kvout_finish(kvp_kvout *ko, const kvp_stop_rec *stop, kvp_err *err);
 /* No stream (a stopped or failed job): the temporary file removed, the
  * held requests freed.  Safe after finish. */
 void kvp_kvout_abort(kvp_kvout *ko);

@@ -241,7 +241,10 @@ void kvp_runopts_apply_sampling(const kvp_runopts *o, kvp_sampling *s, uint32_t 
     if ((f & KVP_SET_MIN_P) && !(own & KVP_SEQ_OWN_MIN_P)) s->min_p = o->sampling.min_p;
     if (f & KVP_SET_REPEAT) s->repeat_penalty = o->sampling.repeat_penalty; /* no line sets it */
     if ((f & KVP_SET_MAX) && !(own & KVP_SEQ_OWN_MAX_TOKENS)) s->max_tokens = o->sampling.max_tokens;
-    if ((f & KVP_SET_SEED) && !(own & KVP_SEQ_OWN_SEED)) { /* a new seed: the generator starts again */
+    /* another seed: the generator starts again; the record's own seed
+     * given again continues its generator where the record left it, so a
+     * saved sequence continued with its --seed goes on as one run would */
+    if ((f & KVP_SET_SEED) && !(own & KVP_SEQ_OWN_SEED) && s->seed != o->sampling.seed) {
         s->seed = o->sampling.seed;
         kvp_sample_seed(s, id);
     }
@@ -609,7 +612,7 @@ void kvp_run_save_abort(kvp_run_saver *sv)
 }
 
 int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_seq **out, kvp_seqio_seq **saved,
-                   uint32_t *n_out, kvp_err *err)
+                   uint32_t *n_out, kvp_stop_rec *stop, kvp_err *err)
 {
     kvp_in in;
     kvp_reader *rd = NULL;
@@ -622,7 +625,7 @@ int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_s
     if (rc < 0)
         return rc;
     if ((rc = kvp_reader_open(&rd, &in, err)) == 0 &&
-        (rc = kvp_seqio_read(rd, in.name, kvp_run_loaded(r), r->be, &o->kv, &kc, &ss, &n, err)) == 0)
+        (rc = kvp_seqio_read(rd, in.name, kvp_run_loaded(r), r->be, &o->kv, &kc, &ss, &n, stop, err)) == 0)
         rc = kvp_run_start(r, o, kc, err);
     kvp_reader_free(rd);
     kvp_in_close(&in);

@@ -191,9 +191,10 @@ int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uin
  * options given applied as kvp_runopts_apply_record says (the rest kept
  * from the stream); *saved (unless
  * saved is NULL) gets the records as read, with their stop strings
- * (kvp_seqio_seqs_free).  0 or a code. */
+ * (kvp_seqio_seqs_free); *stop (may be NULL) the stream's STOP record,
+ * signal 0 where it has none.  0 or a code. */
 int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_seq **seqs, kvp_seqio_seq **saved,
-                   uint32_t *n, kvp_err *err);
+                   uint32_t *n, kvp_stop_rec *stop, kvp_err *err);
 /* The tokens that extend a saved sequence s by one more turn, o->prompt
  * (or o->tokens as ids): s's pending token first when it has one (sampled,
  * not yet in the cache); with o->chat the text becomes a user turn (the

@@ -397,28 +397,18 @@ static int make_cache(kvp_seqio_reader *sr, const kvp_record *rec, kvp_err *err)
 
 /* A scaled block's payload as the pool holds it: data, then its scales, one
  * a slot (a block of `quantize --kv`, one scale a head, gives each slot its
- * head's: the same values), each checked finite and positive (a zero or NaN
- * scale would poison every score that reads it). */
-static const uint8_t *stage_scaled(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_kvblock_rec *b,
-                                   const uint8_t *data, const uint8_t *scales, kvp_err *err)
+ * head's: the same values).  kvp_kvblock_decode has checked each filled
+ * slot's scale finite and positive (a zero or NaN scale would poison every
+ * score that reads it). */
+static const uint8_t *stage_scaled(kvp_seqio_reader *sr, const kvp_kvblock_rec *b, const uint8_t *data,
+                                   const uint8_t *scales)
 {
     const kvp_kv_pool *pool = kvp_kvcache_whole(sr->kc);
     uint64_t n = (pool->block_bytes - pool->scales_off) / 4, per = kvp_kvblock_scales_per_slot(b) ? 1 : pool->block_size;
     uint8_t *sc = sr->stage + pool->scales_off;
     memcpy(sr->stage, data, pool->scales_off);
-    for (uint64_t i = 0; i < n; i++) {
-        float f;
+    for (uint64_t i = 0; i < n; i++)
         memcpy(sc + 4 * i, scales + 4 * (i / per), 4);
-        memcpy(&f, sc + 4 * i, 4);
-        if (per == 1 && i % pool->block_size >= b->n_tokens) /* a slot past the filled ones: unspecified */
-            continue;
-        if (!(f > 0.0f && f <= 3.4e38f)) {
-            kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: KV block %u of sequence %llu: scale %llu is %g (not a "
-                        "positive finite number)", sr->name, (unsigned long long)rec->index, b->block_index,
-                        (unsigned long long)b->seq_id, (unsigned long long)(i / per), (double)f);
-            return NULL;
-        }
-    }
     return sr->stage;
 }
 
@@ -491,8 +481,8 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
             if (kvp_le32(tok_le + 4 * i) != tok[i])
                 return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: block %u's tokens differ from its sequence's",
                                    sr->name, (unsigned long long)rec->index, bi);
-        if (want_scales && !(data = stage_scaled(sr, rec, &b, data, scales, err)))
-            return KVP_EFORMAT;
+        if (want_scales)
+            data = stage_scaled(sr, &b, data, scales);
         nt = b.n_tokens;
         hash = b.hash;
         shash = salted_hash(hash, *sparent, tok, nt);
@@ -626,7 +616,8 @@ void kvp_seqio_seqs_free(kvp_seqio_seq *seqs, uint32_t n)
 }
 
 int kvp_seqio_read(kvp_reader *r, const char *name, const kvp_model *m, kvp_backend *be,
-                   const kvp_kvcache_opts *opts, kvp_kvcache **kc, kvp_seqio_seq **seqs, uint32_t *n, kvp_err *err)
+                   const kvp_kvcache_opts *opts, kvp_kvcache **kc, kvp_seqio_seq **seqs, uint32_t *n,
+                   kvp_stop_rec *stop, kvp_err *err)
 {
     *kc = NULL;
     *seqs = NULL;
@@ -667,6 +658,8 @@ int kvp_seqio_read(kvp_reader *r, const char *name, const kvp_model *m, kvp_back
         kvp_seqio_reader_free(sr);
         return rc;
     }
+    if (stop && !kvp_seqio_reader_stopped(sr, stop))
+        memset(stop, 0, sizeof *stop);
     *kc = kvp_seqio_reader_take_cache(sr);
     kvp_seqio_reader_free(sr);
     *seqs = v;

@@ -78,10 +78,12 @@ void kvp_seqio_reader_free(kvp_seqio_reader *sr);
 
 /* Read a whole stream from r into a new cache *kc (made with opts, whose
  * block size is replaced by the stream's) and a malloc'd array *seqs[*n]
- * with their stop strings (kvp_seqio_seqs_free).
+ * with their stop strings (kvp_seqio_seqs_free); *stop (may be NULL) the
+ * stream's STOP record where its producer was stopped, else signal 0.
  * name is the stream's name for messages.  0 or a code. */
 int kvp_seqio_read(kvp_reader *r, const char *name, const kvp_model *m, kvp_backend *be,
-                   const kvp_kvcache_opts *opts, kvp_kvcache **kc, kvp_seqio_seq **seqs, uint32_t *n, kvp_err *err);
+                   const kvp_kvcache_opts *opts, kvp_kvcache **kc, kvp_seqio_seq **seqs, uint32_t *n,
+                   kvp_stop_rec *stop, kvp_err *err);
 /* Free such an array seqs[n] and its stop strings (NULL: nothing). */
 void kvp_seqio_seqs_free(kvp_seqio_seq *seqs, uint32_t n);
 

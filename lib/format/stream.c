@@ -1110,6 +1110,10 @@ int kvp_tensor_decode(const kvp_record *rec, kvp_tensor_rec *t, const uint8_t **
         why = "zeros_bytes inconsistent with the asymmetric flag";
     else if (t->flags & ~(uint32_t)KVP_TENSOR_ASYM)
         why = "unknown flags";
+    else if (!(t->global_scale > 0.0f && t->global_scale <= 3.4028235e38f))
+        why = "global scale is not a positive finite number";
+    else if (t->dtype != KVP_DTYPE_NVFP4 && t->global_scale != 1.0f)
+        why = "global scale is not 1.0 (only nvfp4 has one)";
     if (why)
         return kvp_err_set(err, KVP_EFORMAT, "record %llu (tensor %s) at offset %llu: %s", (unsigned long long)rec->index,
                            t->name, (unsigned long long)rec->offset, why);
@@ -1255,6 +1259,30 @@ int kvp_seq_stops(const kvp_record *rec, char ***stop, size_t *n, kvp_err *err)
     return rc;
 }
 
+/* kvp(5): every f32 scale of a filled slot (all of them, one a head) is a
+ * positive finite number; a slot past n_tokens is unspecified.  The first
+ * other one is named by its index in the record's scale order. */
+static int kvblock_check_scales(const kvp_record *rec, const kvp_kvblock_rec *b, const uint8_t *sc, kvp_err *err)
+{
+    if (b->scale_dtype != KVP_DTYPE_F32)
+        return 0;
+    int per_slot = kvp_kvblock_scales_per_slot(b) == 1;
+    uint64_t n = b->scales_bytes / 4;
+    for (uint64_t i = 0; i < n; i++) {
+        if (per_slot && i % b->block_size >= b->n_tokens)
+            continue;
+        float f;
+        memcpy(&f, sc + 4 * i, 4);
+        if (!(f > 0.0f && f <= 3.4028235e38f)) {
+            char what[96];
+            snprintf(what, sizeof what, "scale %llu is %g (not a positive finite number)", (unsigned long long)i,
+                     (double)f);
+            return bad_field(rec, err, what);
+        }
+    }
+    return 0;
+}
+
 int kvp_kvblock_decode(const kvp_record *rec, kvp_kvblock_rec *b, const uint8_t **tokens_le, const uint8_t **data,
                        const uint8_t **scales, kvp_err *err)
 {
@@ -1301,6 +1329,8 @@ int kvp_kvblock_decode(const kvp_record *rec, kvp_kvblock_rec *b, const uint8_t 
                            "(%016llx)",
                            (unsigned long long)rec->index, (unsigned long long)rec->offset, (unsigned long long)b->hash,
                            (unsigned long long)h);
+    if (b->scales_bytes && rec->data && (rc = kvblock_check_scales(rec, b, rec->data + soff, err)) < 0)
+        return rc;
     if (tokens_le)
         *tokens_le = tok;
     if (data)

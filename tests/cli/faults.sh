@@ -45,6 +45,8 @@ runtime_case kvdump "a GGUF file" "not a KVP stream" kvdump "$T/tiny.gguf"
 usage_case kvcalc "no arguments" "give --model" kvcalc
 usage_case kvcalc "unknown option" "unknown option '--frobnicate'" kvcalc -m llama-3-8b --frobnicate
 usage_case kvcalc "-m without its value" "option '-m' needs a value" kvcalc -m
+usage_case kvcalc "-m - with --lengths -" "both read standard input" kvcalc -m - --lengths - -g h200
+usage_case kvcalc "-m - with --check -" "both read standard input" kvcalc -m - --check -
 usage_case kvcalc "--model without its value" "option '--model' needs a value" kvcalc --model
 usage_case kvcalc "--json=1" "takes no value" kvcalc -m llama-3-8b --json=1
 usage_case kvcalc "--check ''" "--check: an empty file name" kvcalc --check ''
@@ -86,6 +88,7 @@ usage_case quantize "a model from stdin" "not standard input" quantize --to int8
 usage_case quantize "two inputs" "one input" quantize "$T/tiny.gguf" "$T/tiny.gguf" -o "$T/u.kvp"
 usage_case quantize "an empty INPUT name" "INPUT: an empty file name" quantize --to f16 '' -o "$T/u.kvp"
 usage_case quantize "an empty INPUT name with --kv" "INPUT: an empty file name" quantize --kv fp8 '' -o "$T/u.kvp"
+usage_case quantize "an empty --eval name" "--eval: an empty file name" quantize --to f16 "$T/tiny.gguf" -o "$T/u.kvp" --eval ''
 runtime_case quantize "an empty GGUF" "empty.gguf" quantize --to int8 "$T/empty.gguf" -o "$T/u.kvp"
 runtime_case quantize "a folder without a model" "dir" quantize --to int8 "$T/dir" -o "$T/u.kvp"
 runtime_case quantize "a missing input" "missing.gguf" quantize --to int8 "$T/missing.gguf" -o "$T/u.kvp"
@@ -137,6 +140,20 @@ usage_case decode "an empty prompts file name" "-f: an empty file name" decode -
 usage_case specdec "an empty model name" "-m: an empty file name" specdec -m '' -p a
 usage_case specdec "an empty draft model name" "--draft: an empty file name" specdec -m "$T/x.gguf" --method draft --draft '' -p a
 usage_case specdec "an empty heads file name" "--heads: an empty file name" specdec -m "$T/x.gguf" --method heads --heads '' -p a
+# an empty output name is refused before any work (before the model loads:
+# x.gguf here is not even read)
+usage_case prefill "an empty -o name" "-o: an empty file name" prefill -m "$T/x.gguf" -p a -o ''
+usage_case decode "an empty --kv-out name" "--kv-out: an empty file name" decode -m "$T/x.gguf" -p a --kv-out ''
+printf '{"id":"a","prompt":"hi"}\n' >"$T/th.jsonl"
+usage_case specdec "an empty heads output name" "-o: an empty file name" specdec -m "$T/x.gguf" --train-heads "$T/th.jsonl" -o ''
+usage_case specdec "heads written over their prompts" "is the prompts file" \
+    specdec -m "$T/x.gguf" --train-heads "$T/th.jsonl" -o "$T/th.jsonl"
+usage_case specdec "--profile with --stats" "--stats" specdec -m "$T/x.gguf" --profile "$T/th.jsonl" --stats="$T/pf.json"
+# two outputs in one file, existing or not yet
+usage_case decode "--stats into the --resume results" "is the --resume results file" \
+    decode -m "$T/x.gguf" -f "$T/th.jsonl" --resume "$T/res.jsonl" --stats="$T/res.jsonl"
+usage_case decode "--stats into the --kv-out stream" "is the --kv-out stream" \
+    decode -m "$T/x.gguf" -f "$T/th.jsonl" --kv-out "$T/ko.kvp" --stats="$T/./ko.kvp"
 
 M="$KVP_MODEL"
 if [ ! -f "$M" ]; then

@@ -201,5 +201,12 @@ expect_status 0 "prefill | decode --stats"
 run kvcalc --check "$T/run5.json"
 expect_status 0 "kvcalc agrees with a KV stream's run"
 expect_out_has "a KV stream's sequences hold blocks while they wait" "says why preemptions are not checked"
+# a stream's own KV dtype (int8 here) is the run's, whatever --kv-dtype
+# says: the stats name the pool's and kvcalc agrees with them
+run_sh "prefill -m '$M' -t $THREADS -f '$T/p.jsonl' --kv-dtype int8 | decode -m '$M' -t $THREADS -n 4 --kv-mem 8MiB --stats='$T/run6.json' >/dev/null"
+expect_status 0 "prefill --kv-dtype int8 | decode --stats"
+expect_true "the stats name the stream's KV dtype" grep -q '"kv_dtype":"i8","kv_block_bytes":195840' "$T/run6.json"
+run kvcalc --check "$T/run6.json"
+expect_status 0 "kvcalc agrees with an int8 stream's run"
 
 done_testing

@@ -73,6 +73,57 @@ expect_out_has '"label":"st","tokens":' "kvdump shows the record"
 expect_true "with its stop strings and salt" grep -q '"label":"st".*"cache_salt":"[0-9a-f]*","stop":\[".","!"\]' "$OUT"
 run_sh "prefill -m '$M' -t 1 -f '$T/params.jsonl' | quantize --kv fp8 | decode -m '$M' -t 1"
 expect_true "quantize --kv keeps them" grep -q '"id":"st".*"finish_reason":"stop_string"' "$OUT"
+# Sampling options given to decode alone: prefill drew each first token
+# greedily, so decode draws it again with its own options (and the
+# generator seeded as decode -f seeds it); the same seed given to both
+# keeps prefill's draw; a line's own seed (c) is the line's everywhere.
+printf '%s\n' '{"id":"a","prompt":"Tell me a story"}' '{"id":"b","prompt":"Once upon a time"}' \
+    '{"id":"c","prompt":"Hi","seed":4}' >"$T/samp.jsonl"
+same_as_file() { # DESC PIPELINE DECODE_OPTS: the pipeline's texts are decode -f's with DECODE_OPTS
+    run_sh "$2"
+    sort "$OUT" | sed 's/,"ttft_ms".*//' >"$T/piped"
+    run decode -m "$M" -t 1 -f "$T/samp.jsonl" -n 10 --json $3
+    sort "$OUT" | sed 's/,"ttft_ms".*//' >"$T/alone"
+    if cmp -s "$T/alone" "$T/piped" && [ "$(wc -l <"$T/alone")" -eq 3 ]; then pass "$1"
+    else fail "$1: $(diff "$T/alone" "$T/piped" | head -4)"; fi
+}
+same_as_file "decode's --temperature and --seed over a greedy prefill: decode -f's texts" \
+    "prefill -m '$M' -t 1 -f '$T/samp.jsonl' | decode -m '$M' -t 1 -n 10 --temperature 0.9 --seed 3" \
+    "--temperature 0.9 --seed 3"
+same_as_file "decode's --temperature alone (the default seed): decode -f's texts" \
+    "prefill -m '$M' -t 1 -f '$T/samp.jsonl' | decode -m '$M' -t 1 -n 10 --temperature 0.7" "--temperature 0.7"
+same_as_file "prefill's sampled draw kept when decode gives the same seed" \
+    "prefill -m '$M' -t 1 -f '$T/samp.jsonl' --temperature 0.9 --seed 2 | decode -m '$M' -t 1 -n 10 --seed 2" \
+    "--temperature 0.9 --seed 2"
+# a saved sampled sequence continued with its own --seed goes on as one run
+run decode -m "$M" -t 1 -p "Once upon a time" -n 16 --temperature 0.9 --seed 5
+whole=$(cat "$OUT")
+run decode -m "$M" -t 1 -p "Once upon a time" -n 8 --temperature 0.9 --seed 5 --kv-out "$T/s5.kvp"
+first=$(cat "$OUT")
+run decode -m "$M" -t 1 -n 8 --seed 5 "$T/s5.kvp"
+if [ "$first$(cat "$OUT")" = "$whole" ]; then pass "a saved sequence continued with its --seed: one run's text"
+else fail "continued with its seed: '$first$(cat "$OUT")' against '$whole'"; fi
+# max_tokens 0 through the stream: no token, as decode -f; --kv-out keeps
+# the sequence as prefill wrote it (its first token still pending)
+printf '%s\n' '{"id":"z","prompt":"Hello there","max_tokens":0}' '{"id":"y","prompt":"Hello there","max_tokens":2}' \
+    >"$T/zero.jsonl"
+run_sh "prefill -m '$M' -t 1 -f '$T/zero.jsonl' | decode -m '$M' -t 1 --kv-out '$T/zero.kvp'"
+expect_true "max_tokens 0 through a stream: no token" grep -q '"id":"z","text":"","tokens":0,"finish_reason":"length"' "$OUT"
+run_sh "prefill -m '$M' -t 1 -f '$T/zero.jsonl' | kvdump -"
+grep '"z"' "$OUT" | sed 's/^ *[0-9]* *//' >"$T/zero.want"
+run kvdump "$T/zero.kvp"
+grep '"z"' "$OUT" | sed 's/^ *[0-9]* *//' >"$T/zero.got"
+if cmp -s "$T/zero.want" "$T/zero.got" && [ -s "$T/zero.want" ]; then pass "--kv-out keeps it as prefill wrote it"
+else fail "zero: $(cat "$T/zero.want") against $(cat "$T/zero.got")"; fi
+
+# kvdump's listing escapes a label as JSON does: a newline or a terminal
+# escape in an id stays inside its record's line
+printf '{"id":"a\\nb\\u001b[31m","prompt":"hi"}\n' >"$T/label.jsonl"
+run prefill -m "$M" -t 1 -f "$T/label.jsonl" -o "$T/label.kvp"
+run kvdump "$T/label.kvp"
+expect_out_has 'seq 0 "a\nb\u001b[31m" tokens' "the label escaped"
+expect_true "on one line" test "$(grep -c 'sequence' "$OUT")" = 1
+
 # prefill --resume extends each saved sequence by a turn and keeps its
 # record's stop strings and salt.
 printf '%s\n' '{"id":"st","prompt":"Once upon a time","max_tokens":60,"stop":[".","!"],"cache_salt":"t1"}' \
@@ -438,6 +489,24 @@ expect_err_has "term.kvp: the stream was cut short: its producer was stopped by 
 run_sh "quantize --kv fp8 <'$T/term.kvp' | decode -m '$M' -t 1 -n 2 --json"
 expect_status 1 "through quantize --kv fp8 too"
 expect_err_has "stdin: the stream was cut short" "the record kept by quantize --kv"
+# a program continuing such a stream passes the record on: decode --kv-out
+# and prefill --resume each write their stream with a STOP record of the
+# producer's signal and their own count, fail as decode does above, and a
+# decode of what they wrote says the input was cut short again
+run decode -m "$M" -t 1 -n 2 --json "$T/term.kvp" --kv-out "$T/term-out.kvp"
+expect_status 1 "decode --kv-out of a cut stream exits 1"
+run kvdump --json "$T/term-out.kvp"
+expect_out_has '"signal":15,"signal_text":"Terminated","written":2,"left":0,"input_left":true}' \
+    "--kv-out's stream carries the STOP record"
+run prefill -m "$M" -t 1 --resume "$T/term.kvp" -p " and" -o "$T/term-resumed.kvp"
+expect_status 1 "prefill --resume of a cut stream exits 1"
+expect_err_has "term.kvp: the stream was cut short: its producer was stopped by Terminated" "and says why"
+run kvdump --json "$T/term-resumed.kvp"
+expect_out_has '"signal":15,"signal_text":"Terminated","written":2,"left":0,"input_left":true}' \
+    "prefill --resume's stream carries it"
+run decode -m "$M" -t 1 -n 2 --json "$T/term-resumed.kvp"
+expect_status 1 "decode of the resumed stream exits 1 too"
+expect_true "after answering both sequences" test "$(grep -c '"finish_reason"' "$OUT")" = 2
 run prefill -m "$M" -t 1 -p "Hi" -o "$T/whole.kvp"
 run kvdump --json "$T/whole.kvp"
 expect_true "a job that was not stopped writes no STOP record" sh -c "! grep -q '\"kind\":\"stop\"' '$OUT'"

@@ -154,6 +154,17 @@ done
 run quantize --to q4_0 "$T/inf.safetensors" -o "$T/inf.kvp"
 expect_status 1 "an infinite weight refused"
 expect_err_has "tensor w: element 0 [0, 0] is +inf" "the first infinity named"
+# finite weights a narrower type cannot hold (1e30 past f16's 65504, and
+# past a q4_0 block scale's f16) are refused too, not written as infinities
+mk_st "$T/e30.safetensors" "$whdr" $ones 0x7149f2ca 0x3f800000
+for to in f16 q4_0; do
+    run quantize --to $to "$T/e30.safetensors" -o "$T/wide.kvp" -r "$T/wide.tsv"
+    expect_status 1 "a weight past $to's range refused"
+    expect_err_has "e30.safetensors: tensor w: values beyond the range of $to" "--to $to: the tensor and type named"
+    expect_true "past $to's range: no output, no report" test ! -e "$T/wide.kvp" -a ! -e "$T/wide.tsv"
+done
+run quantize --to bf16 "$T/e30.safetensors" -o "$T/wide.kvp"
+expect_status 0 "bf16 holds 1e30"
 # a tensor KVP cannot hold: no elements (say so, not "unsupported type")
 mk_st "$T/empty.safetensors" '{"w":{"dtype":"F32","shape":[2,0],"data_offsets":[0,0]},"v":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}' 0x3f800000
 run quantize --to f16 "$T/empty.safetensors" -o "$T/empty.kvp"

@@ -1389,7 +1389,7 @@ static void test_seqio(const char *dir)
     kvp_kvcache_opts_init(&o);
     o.n_blocks = 16;
     CHECK(kvp_in_open(&in, ps, &err) == 0 && kvp_reader_open(&r, &in, &err) == 0);
-    CHECK(kvp_seqio_read(r, ps, a.m, a.be, &o, &kc, &got, &n, &err) == 0);
+    CHECK(kvp_seqio_read(r, ps, a.m, a.be, &o, &kc, &got, &n, NULL, &err) == 0);
     kvp_reader_free(r);
     kvp_in_close(&in);
     CHECK_EQ_U64(n, 2);
@@ -1412,14 +1412,14 @@ static void test_seqio(const char *dir)
     CHECK(kvp_model_load(&mb, pb, &err) == 0);
     CHECK(memcmp(mb->fingerprint, a.m->fingerprint, KVP_FINGERPRINT_SIZE) != 0);
     CHECK(kvp_in_open(&in, ps, &err) == 0 && kvp_reader_open(&r, &in, &err) == 0);
-    CHECK_EQ_I64(kvp_seqio_read(r, ps, mb, a.be, &o, &kc, &got, &n, &err), KVP_EMISMATCH);
+    CHECK_EQ_I64(kvp_seqio_read(r, ps, mb, a.be, &o, &kc, &got, &n, NULL, &err), KVP_EMISMATCH);
     CHECK(strstr(err.msg, "another model") != NULL);
     kvp_reader_free(r);
     kvp_in_close(&in);
     /* and another KV dtype is refused with both names */
     o.dtype = KVP_DTYPE_BF16;
     CHECK(kvp_in_open(&in, ps, &err) == 0 && kvp_reader_open(&r, &in, &err) == 0);
-    CHECK_EQ_I64(kvp_seqio_read(r, ps, a.m, a.be, &o, &kc, &got, &n, &err), KVP_EMISMATCH);
+    CHECK_EQ_I64(kvp_seqio_read(r, ps, a.m, a.be, &o, &kc, &got, &n, NULL, &err), KVP_EMISMATCH);
     CHECK(strstr(err.msg, "KV dtype f16") != NULL && strstr(err.msg, "bf16") != NULL);
     kvp_reader_free(r);
     kvp_in_close(&in);

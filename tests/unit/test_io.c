@@ -280,6 +280,51 @@ static void test_exit_removes_temporary(const char *dir)
     CHECK(entries(dir) == 0); /* nor path.tmp.XXXXXX */
 }
 
+/* A scratch folder and its file (kvp_tmp_remember: quantize --eval's) go
+ * with the process, at exit() and on SIGTERM, and stay once forgotten. */
+static void test_scratch_removed(const char *dir)
+{
+    char sub[512], file[600];
+    snprintf(sub, sizeof sub, "%s/scratch", dir);
+    snprintf(file, sizeof file, "%s/base.kvp", sub);
+    for (int how = 0; how < 3; how++) { /* exit, SIGTERM, forgotten before exit */
+        CHECK(mkdir(sub, 0700) == 0);
+        int p[2];
+        CHECK(pipe(p) == 0);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            int hd = kvp_tmp_remember(sub), hf = kvp_tmp_remember(file);
+            FILE *f = fopen(file, "w");
+            if (!hd || !hf || !f || fputs("x", f) < 0 || fclose(f) != 0)
+                _exit(2);
+            if (how == 2)
+                kvp_tmp_forget(hf, file), kvp_tmp_forget(hd, sub);
+            if (write(p[1], "r", 1) != 1) /* ready */
+                _exit(2);
+            if (how == 1)
+                pause();
+            exit(0);
+        }
+        close(p[1]);
+        char c;
+        CHECK(read(p[0], &c, 1) == 1);
+        close(p[0]);
+        if (how == 1)
+            kill(pid, SIGTERM);
+        int status = 0;
+        CHECK(waitpid(pid, &status, 0) == pid);
+        CHECK(how == 1 ? WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM : WIFEXITED(status) && !WEXITSTATUS(status));
+        if (how < 2) {
+            CHECK_MSG(access(sub, F_OK) != 0, "how %d: the scratch folder is left", how);
+        } else {
+            CHECK_MSG(access(file, F_OK) == 0, "forgotten: the file is kept");
+            unlink(file);
+            rmdir(sub);
+        }
+    }
+}
+
 static void test_peek_pipe(void)
 {
     int p[2];
@@ -321,6 +366,7 @@ int main(void)
     test_path_dir();
     test_peek_pipe();
     test_exit_removes_temporary(dir);
+    test_scratch_removed(dir);
     rmdir(dir);
     return unit_done();
 }

@@ -361,7 +361,7 @@ static void test_stream(int dtype)
     o.dtype_from_stream = 1;
     o.n_blocks = 8;
     CHECK(kvp_in_open(&in, path, &err) == 0 && kvp_reader_open(&rd, &in, &err) == 0);
-    CHECK_MSG(kvp_seqio_read(rd, path, r.m, r.be, &o, &kc, &got, &ng, &err) == 0, "%s", err.msg);
+    CHECK_MSG(kvp_seqio_read(rd, path, r.m, r.be, &o, &kc, &got, &ng, NULL, &err) == 0, "%s", err.msg);
     kvp_reader_free(rd);
     kvp_in_close(&in);
     CHECK_EQ_U64(ng, 1);
@@ -395,7 +395,7 @@ static void test_stream(int dtype)
     kvp_kvcache *kc2 = NULL;
     kvp_seqio_seq *got2 = NULL;
     CHECK(kvp_in_open(&in, path, &err) == 0 && kvp_reader_open(&rd, &in, &err) == 0);
-    CHECK_EQ_I64(kvp_seqio_read(rd, path, r.m, r.be, &o, &kc2, &got2, &ng, &err), KVP_EMISMATCH);
+    CHECK_EQ_I64(kvp_seqio_read(rd, path, r.m, r.be, &o, &kc2, &got2, &ng, NULL, &err), KVP_EMISMATCH);
     CHECK(strstr(err.msg, kvp_dtype_name((uint32_t)dtype)) && strstr(err.msg, "f16"));
     kvp_reader_free(rd);
     kvp_in_close(&in);

@@ -104,7 +104,7 @@ static void make_sample(sample *x)
     for (size_t i = 0; i < sizeof x->bdata / 2; i++)
         x->bdata[i] = (uint16_t)rnd();
     for (size_t i = 0; i < 12; i++)
-        x->bscales[i] = (float)(rnd() % 1000) / 100.0f;
+        x->bscales[i] = (float)(rnd() % 1000 + 1) / 100.0f; /* positive (kvp(5)) */
 
     x->ref.seq_id = x->s.id + 1;
     x->ref.block_index = 1;
@@ -321,6 +321,54 @@ static void test_round_trip(int zstd)
     kvp_in_close(&in);
     CHECK(seen == (1 << KVP_KIND_CONFIG | 1 << KVP_KIND_TOKENIZER | 1 << KVP_KIND_TENSOR | 1 << KVP_KIND_SEQUENCE |
                    1 << KVP_KIND_KV_BLOCK | 1 << KVP_KIND_BLOCK_REF | 1 << KVP_KIND_END | 1 << 16));
+}
+
+/* kvp(5): a reader refuses a KV block whose scale is not a positive finite
+ * number (a zero or NaN scale poisons every score that reads it), naming
+ * the scale; every reader, kvdump --check and quantize --kv too, since the
+ * record decoder checks it. */
+static void test_kvblock_scales(void)
+{
+    const float bad[] = {NAN, 0.0f, -1.0f, INFINITY, -0.0f};
+    const char *text[] = {"scale 5 is nan", "scale 5 is 0 ", "scale 5 is -1 ", "scale 5 is inf", "scale 5 is -0 "};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sample x;
+        make_sample(&x);
+        x.bscales[5] = bad[i];
+        const char *p = path_in_tmp("badscale.kvp");
+        CHECK(write_sample(p, &x, 0, -1) == 0);
+        kvp_err err = {0};
+        int rc = read_file(p, 0, &x, &err);
+        CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, text[i]) && strstr(err.msg, "(kv_block)"),
+                  "scale %g: rc %d, %s", (double)bad[i], rc, err.msg);
+    }
+    sample x;
+    make_sample(&x);
+    x.bscales[11] = 3.4028235e38f; /* the largest finite f32: accepted */
+    const char *p = path_in_tmp("bigscale.kvp");
+    kvp_err err = {0};
+    CHECK(write_sample(p, &x, 0, -1) == 0 && read_file(p, 0, &x, &err) == 0);
+}
+
+/* kvp(5): a tensor's global scale is a positive finite number, 1.0 but for
+ * nvfp4; a reader refuses another (a NaN one turned an nvfp4 model's text
+ * to garbage, and 2.0 on an f32 tensor was silently ignored). */
+static void test_global_scale(void)
+{
+    const float bad[] = {NAN, 0.0f, -1.0f, INFINITY, 2.0f};
+    const char *text[] = {"not a positive finite", "not a positive finite", "not a positive finite",
+                          "not a positive finite", "is not 1.0 (only nvfp4 has one)"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sample x;
+        make_sample(&x);
+        x.t.global_scale = bad[i];
+        const char *p = path_in_tmp("badglobal.kvp");
+        CHECK(write_sample(p, &x, 0, -1) == 0);
+        kvp_err err = {0};
+        int rc = read_file(p, 0, &x, &err);
+        CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, text[i]) && strstr(err.msg, x.t.name),
+                  "global scale %g: rc %d, %s", (double)bad[i], rc, err.msg);
+    }
 }
 
 static void test_random_round_trips(void)
@@ -1428,6 +1476,8 @@ int main(int argc, char **argv)
     test_round_trip(0);
     test_round_trip(5);
     test_random_round_trips();
+    test_kvblock_scales();
+    test_global_scale();
     test_truncation(0);
     test_truncation(3);
     test_bit_flips(0);
