@@ -144,6 +144,8 @@ usage_case specdec "an empty heads file name" "--heads: an empty file name" spec
 # x.gguf here is not even read)
 usage_case prefill "an empty -o name" "-o: an empty file name" prefill -m "$T/x.gguf" -p a -o ''
 usage_case decode "an empty --kv-out name" "--kv-out: an empty file name" decode -m "$T/x.gguf" -p a --kv-out ''
+usage_case decode "--system without --chat" "give --chat too" decode -m "$T/x.gguf" -p a --system "Be brief."
+usage_case prefill "--system without --chat" "give --chat too" prefill -m "$T/x.gguf" -p a --system "Be brief."
 printf '{"id":"a","prompt":"hi"}\n' >"$T/th.jsonl"
 usage_case specdec "an empty heads output name" "-o: an empty file name" specdec -m "$T/x.gguf" --train-heads "$T/th.jsonl" -o ''
 usage_case specdec "heads written over their prompts" "is the prompts file" \
