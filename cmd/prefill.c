@@ -182,11 +182,20 @@ static void list_tokens(const kvp_runopts *o)
 }
 
 /* --perplexity: score a text (no KV stream is written). */
-static int perplexity_mode(kvp_runopts *o, const char *text, kvp_ppl_opts *po, int full, int save_top_set, int argc,
-                           char **argv)
+static int perplexity_mode(kvp_runopts *o, const char *text, kvp_ppl_opts *po, int full, int save_top_set,
+                           int output_given, int argc, char **argv)
 {
     if (!text)
         kvp_cli_usage_error("--save-logits, --save-top, --full and --kld go with --perplexity TEXT");
+    if (output_given)
+        kvp_cli_usage_error("--perplexity prints its report on standard output: -o goes with a prefill job "
+                            "(--save-logits FILE writes a base)");
+    if (o->stats)
+        kvp_cli_usage_error("--stats goes with a prefill job, not --perplexity");
+    if (po->save_path && (!*po->save_path || !strcmp(po->save_path, "-")))
+        kvp_cli_usage_error("--save-logits: give a file (standard output carries the report)");
+    kvp_cli_refuse_same("--save-logits ", po->save_path, text, "text scored");
+    kvp_cli_refuse_same("--save-logits ", po->save_path, o->model, "model");
     if (o->prompt || o->file || o->tokens || o->chat)
         kvp_cli_usage_error("--perplexity scores a text file; it takes no prompts (-p, -f, --tokens, --chat)");
     if (o->n_stop) /* nothing is generated: it would be ignored */
@@ -328,7 +337,7 @@ static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t
     j->computed += s->n_prefill;
     if (j->pg)
         kvp_progress_prompts(j->pg, j->n, j->computed, 0);
-    if (!j->o->stats)
+    if (!j->o->stats || j->o->stats_file) /* --stats=FILE: the job's summary alone, into FILE */
         return;
     if (j->pg) /* a line being redrawn ends before the statistics' */
         kvp_progress_break(j->pg);
@@ -502,12 +511,31 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
     free(seqs);
 }
 
+/* --stats=FILE: the job's summary as one JSON object, FILE written whole
+ * (as decode's): sequences written, prompt tokens (those computed; the rest
+ * came from shared blocks), seconds, KV blocks written and shared by
+ * reference, and whether a signal stopped the job. */
+static void write_stats_file(const char *path, const pf_job *j, uint64_t nb, uint64_t nr)
+{
+    char buf[512];
+    int n = snprintf(buf, sizeof buf,
+                     "{\"sequences\":%llu,\"prompt_tokens\":%llu,\"computed_tokens\":%llu,\"seconds\":%.3f,"
+                     "\"kv_blocks_written\":%llu,\"kv_blocks_shared\":%llu,\"stopped\":%s}\n",
+                     (unsigned long long)j->n, (unsigned long long)j->total, (unsigned long long)j->computed,
+                     kvp_gen_now() - j->t_all, (unsigned long long)nb, (unsigned long long)nr,
+                     j->stopped ? "true" : "false");
+    kvp_err err = {0};
+    if (kvp_cli_write_atomic(path, buf, (size_t)n, &err) < 0)
+        kvp_cli_die_err(&err);
+}
+
 int main(int argc, char **argv)
 {
     kvp_cli_init(argv[0]);
     kvp_runopts o;
     kvp_runopts_init(&o);
     const char *output = "-", *resume = NULL;
+    int output_given = 0;
     int tokenize = 0;
     double progress = -1; /* --progress: seconds between lines (0: the default); -1 off */
     /* the shared options, ours, the zero entry: sized by the compiler */
@@ -539,6 +567,7 @@ int main(int argc, char **argv)
             continue;
         if (c == 'o') {
             output = optarg;
+            output_given = 1;
             continue;
         }
         if (c == OPT_RESUME) {
@@ -585,7 +614,7 @@ int main(int argc, char **argv)
     if (progress >= 0 && (tokenize || ppl_text || po.save_path || po.base_path || full || save_top_set))
         kvp_cli_usage_error("--progress goes with a prefill job, not --tokenize or --perplexity");
     if (ppl_text || po.save_path || po.base_path || full || save_top_set)
-        return perplexity_mode(&o, ppl_text, &po, full, save_top_set, argc, argv);
+        return perplexity_mode(&o, ppl_text, &po, full, save_top_set, output_given, argc, argv);
     int n_in = (o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL);
     if (tokenize && resume)
         kvp_cli_usage_error("--tokenize takes prompts, not --resume");
@@ -603,8 +632,15 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("-o: an empty file name (- for standard output)");
     /* the stream would replace the prompts it is made from (a --resume
      * stream continued into itself is read whole first: no such loss) */
-    if (o.file && !tokenize && kvp_cli_same_file(output, o.file))
-        kvp_cli_usage_error("-o %s is the prompts file: write the stream to another file", output);
+    if (!tokenize) {
+        kvp_cli_refuse_same("-o ", output, o.file, "prompts file");
+        kvp_cli_refuse_same("-o ", output, o.model, "model");
+        kvp_cli_refuse_same("--stats=", o.stats_file, o.file, "prompts file");
+        kvp_cli_refuse_same("--stats=", o.stats_file, o.model, "model");
+        kvp_cli_refuse_same("--stats=", o.stats_file, resume, "KV stream resumed");
+        if (o.stats_file && kvp_cli_same_path(o.stats_file, output))
+            kvp_cli_usage_error("--stats=%s is the -o stream: write the statistics to another file", o.stats_file);
+    }
     kvp_err err = {0};
     if (kvp_sample_check(&o.sampling, &err) < 0)
         kvp_cli_usage_error("%s", err.msg);
@@ -656,7 +692,9 @@ int main(int argc, char **argv)
         kvp_cli_die_err(&err);
     if (j.pg)
         kvp_progress_prompts(j.pg, j.n, j.computed, 1);
-    if (o.stats && !o.json)
+    if (o.stats_file)
+        write_stats_file(o.stats_file, &j, nb, nr);
+    else if (o.stats && !o.json)
         fprintf(stderr, "prefill: %llu sequences, %llu prompt tokens in %.3f s; %llu KV blocks written, %llu shared "
                 "by reference\n", (unsigned long long)j.n, (unsigned long long)j.total, kvp_gen_now() - j.t_all,
                 (unsigned long long)nb, (unsigned long long)nr);

@@ -362,6 +362,12 @@ int kvp_cli_same_path(const char *a, const char *b)
     return same;
 }
 
+void kvp_cli_refuse_same(const char *opt, const char *out, const char *in, const char *what)
+{
+    if (out && in && strcmp(out, "-") != 0 && kvp_cli_same_file(out, in))
+        kvp_cli_usage_error("%s%s is the %s: write it to another file", opt, out, what);
+}
+
 int kvp_cli_close_stdout(void)
 {
     int bad = fflush(stdout) != 0 || ferror(stdout);

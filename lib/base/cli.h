@@ -86,6 +86,13 @@ int kvp_cli_same_file(const char *out, const char *in);
  * two outputs not written yet compare too.  "-" is never a file here. */
 int kvp_cli_same_path(const char *a, const char *b);
 
+/* A usage error when the output out (option opt and the separator before
+ * its value, e.g. "-o " or "--stats=") would replace the input in ("-":
+ * standard input), described as what ("model", "prompts file"): writing it
+ * would destroy the input.  NULL out or in, or out "-" (standard output):
+ * nothing to compare. */
+void kvp_cli_refuse_same(const char *opt, const char *out, const char *in, const char *what);
+
 /* Flush and close stdout, exit 1 on a write error (a full disk), exit 0
  * quietly when the reader went away.  Call before returning from main. */
 int kvp_cli_close_stdout(void);

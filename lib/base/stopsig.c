@@ -38,6 +38,8 @@ void kvp_stopsig_catch(void)
     kvp_in_interrupt_on(&stop_signal);
 }
 
+void kvp_stopsig_defer(void) { set_stop_handlers(SA_RESTART); }
+
 volatile sig_atomic_t *kvp_stopsig_flag(void) { return &stop_signal; }
 
 int kvp_stopsig_caught(void) { return stop_signal; }

@@ -29,6 +29,13 @@ void kvp_stopsig_catch_loading(void);
  * KVP_EINTR (kvp_in_interrupt_on), as does an open(2) that waits (a FIFO
  * no writer has opened).  Call it before any read that may wait. */
 void kvp_stopsig_catch(void);
+/* A rank that follows (--tp, --pp: every rank but 0): SIGINT and SIGTERM
+ * are noted and nothing more (SA_RESTART, reads not cut short).  Rank 0
+ * stops the job when it has the signal too, as a scheduler's stop (srun,
+ * scancel, mpirun's forwarding) gives every rank: it finishes the step,
+ * writes what finished and tells the ranks to end.  Dying of the signal,
+ * a follower aborted the whole job and rank 0's outputs with it. */
+void kvp_stopsig_defer(void);
 /* The flag the handlers set (the signal's number; 0 while none came), for
  * a loop that checks it between steps (kvp_batch_opts.stop). */
 volatile sig_atomic_t *kvp_stopsig_flag(void);

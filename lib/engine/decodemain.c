@@ -455,6 +455,15 @@ static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
     fputs("}", f);
 }
 
+/* seconds as milliseconds, or null where not given (0) */
+static void json_ms_or_null(FILE *f, double s)
+{
+    if (s > 0)
+        fprintf(f, "%.3f", s * 1e3);
+    else
+        fputs("null", f);
+}
+
 static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, const kvp_runopts *o,
                          const run_info *ri, const spec_info *sp)
 {
@@ -504,8 +513,12 @@ static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
     fputc(',', f);
     kvp_metrics_e2e(m, &d);
     kvp_dist_json(f, "e2e_ms", &d);
-    fprintf(f, ",\"slo_ttft_ms\":%.3f,\"slo_tpot_ms\":%.3f,\"good_requests\":%llu,\"goodput\":", m->slo_ttft * 1e3,
-            m->slo_tpot * 1e3, (unsigned long long)m->good);
+    /* an objective not given is null, not a 0 ms one no request could meet */
+    fputs(",\"slo_ttft_ms\":", f);
+    json_ms_or_null(f, m->slo_ttft);
+    fputs(",\"slo_tpot_ms\":", f);
+    json_ms_or_null(f, m->slo_tpot);
+    fprintf(f, ",\"good_requests\":%llu,\"goodput\":", (unsigned long long)m->good);
     double gp;
     if (kvp_metrics_goodput(m, &gp))
         fprintf(f, "%.4f", gp);
@@ -559,9 +572,16 @@ static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
     char gps[32] = "-"; /* no request: a share of nothing, as the JSON's null */
     if (kvp_metrics_goodput(m, &gp))
         snprintf(gps, sizeof gps, "%.4f", gp);
-    if (m->slo_ttft > 0 || m->slo_tpot > 0)
-        fprintf(f, "%s: goodput %s (%llu of %llu requests within TTFT %.0f ms and TPOT %.0f ms)\n", prog, gps,
-                (unsigned long long)m->good, (unsigned long long)m->n, m->slo_ttft * 1e3, m->slo_tpot * 1e3);
+    if (m->slo_ttft > 0 || m->slo_tpot > 0) { /* the objectives given, and only those */
+        char slo[96];
+        if (m->slo_ttft > 0 && m->slo_tpot > 0)
+            snprintf(slo, sizeof slo, "TTFT %.0f ms and TPOT %.0f ms", m->slo_ttft * 1e3, m->slo_tpot * 1e3);
+        else
+            snprintf(slo, sizeof slo, "%s %.0f ms", m->slo_ttft > 0 ? "TTFT" : "TPOT",
+                     (m->slo_ttft > 0 ? m->slo_ttft : m->slo_tpot) * 1e3);
+        fprintf(f, "%s: goodput %s (%llu of %llu requests within %s)\n", prog, gps, (unsigned long long)m->good,
+                (unsigned long long)m->n, slo);
+    }
     if (sp->method) {
         fprintf(f, "%s: %s drafts (%s%u): %llu verify steps, %llu of %llu draft tokens accepted (%.1f%%), %.2f "
                 "accepted a step, %.2f tokens a step; accepted at each position:", prog, sp->method,
@@ -762,17 +782,6 @@ static int open_resume(const char *path, kvp_idset *done)
     if (ftruncate(fd, (off_t)whole) != 0)
         kvp_cli_die("%s: cannot cut off the unfinished last line: %s", path, strerror(errno));
     return fd;
-}
-
-/* An output option (opt: its name and the separator before its value)
- * naming the job's input: a usage error before anything
- * is read, since writing it would destroy the input (out NULL: not given).
- * A KV stream continued into itself (decode story.kvp --kv-out story.kvp)
- * is no such mistake: it is read whole before --kv-out replaces it. */
-static void refuse_input_as_output(const char *opt, const char *out, const char *in, const char *what)
-{
-    if (out && kvp_cli_same_file(out, in))
-        kvp_cli_usage_error("%s%s is the %s: write it to another file", opt, out, what);
 }
 
 /* A count of --shard: digits only (no sign, space or hex), below 2^32. */
@@ -1115,11 +1124,21 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("--stats=%s is the --kv-out stream: write the statistics to another file", o.stats_file);
     const char *input = from_prompts ? o.file : kv_in; /* NULL: -p or --tokens */
     const char *what = from_prompts ? "prompts file" : "KV stream read";
+    /* an output naming an input would destroy it: refused before anything
+     * is read (a KV stream continued into itself, decode story.kvp --kv-out
+     * story.kvp, is no such mistake: it is read whole before --kv-out
+     * replaces it) */
     if (input) {
-        refuse_input_as_output("--resume ", resume, input, what);
-        refuse_input_as_output("--stats=", o.stats_file, input, what);
+        kvp_cli_refuse_same("--resume ", resume, input, what);
+        kvp_cli_refuse_same("--stats=", o.stats_file, input, what);
         if (from_prompts)
-            refuse_input_as_output("--kv-out ", o.kv_out, input, what);
+            kvp_cli_refuse_same("--kv-out ", o.kv_out, input, what);
+    }
+    const char *ins[][2] = {{o.model, "model"}, {draft_path, "draft model"}, {hc.path, "heads file"}};
+    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
+        kvp_cli_refuse_same("--resume ", resume, ins[i][0], ins[i][1]);
+        kvp_cli_refuse_same("--stats=", o.stats_file, ins[i][0], ins[i][1]);
+        kvp_cli_refuse_same("--kv-out ", o.kv_out, ins[i][0], ins[i][1]);
     }
     if (burst_set && rate <= 0)
         kvp_cli_usage_error("--burstiness shapes --rate's arrivals: give --rate too");

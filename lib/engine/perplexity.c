@@ -20,6 +20,14 @@ int kvp_perplexity_tokens(const kvp_run *r, const char *path, uint32_t **ids, ui
         free(text);
         return kvp_err_set(err, KVP_EINVAL, "%s: empty text", path);
     }
+    /* a binary file (a model, a saved base: arguments swapped) would be
+     * scored as bytes and give a perplexity that means nothing */
+    const uint8_t *nul = memchr(text, 0, len);
+    if (nul) {
+        size_t at = (size_t)(nul - text);
+        free(text);
+        return kvp_err_set(err, KVP_EFORMAT, "%s: byte %zu is NUL: a binary file, not a text to score", path, at);
+    }
     int32_t *t;
     size_t nt;
     rc = kvp_tokenizer_encode(r->tok, (const char *)text, len, 0, -1, &t, &nt, err);

@@ -242,6 +242,11 @@ int kvp_ppl_run(kvp_engine *e, kvp_kvcache *kc, const uint32_t *tokens, uint64_t
         rc = kvp_lpfile_finish(st.save, err);
         st.save = NULL;
     }
+    /* the base's windows past this run's read to its END record: a base
+     * damaged or cut anywhere is refused (kvp(5)), not only in the windows
+     * compared */
+    for (kvp_logprobs_view v; rc >= 0 && st.base && (rc = kvp_lpfile_next(st.base, &v, err)) > 0;)
+        ;
     if (rc >= 0) {
         *r = (kvp_ppl_result){.n_tokens = n, .tokens_hash = st.binding.tokens_hash, .ctx = ctx, .first = ctx / 2,
                               .n_windows = (uint32_t)nw, .n_eval = nw * (ctx - 1), .sum = st.sum};

@@ -351,6 +351,23 @@ int kvp_run_start(kvp_run *r, const kvp_runopts *o, kvp_kvcache *kc, kvp_err *er
     return r->dist.world ? kvp_engine_tp_start(r->engine, &r->dist, err) : 0;
 }
 
+/* A drafter's own cache holds the tokens the target's does: as many blocks
+ * of its block size.  o's --kv-mem bytes would give a draft its own
+ * context's worth, or (--tp) rank 0's whole draft a third of the blocks of
+ * the target's shard, and a request that did not fit stopped drafting for
+ * every request of its draft step. */
+static kvp_runopts drafter_opts(const kvp_runopts *o, const kvp_run *target)
+{
+    kvp_runopts d = *o;
+    if (target->kc) {
+        const kvp_kv_pool *p = kvp_kvcache_pool(target->kc);
+        d.kv.n_blocks = p->n_blocks;
+        d.kv.mem_bytes = 0;
+        d.kv.block_size = p->block_size;
+    }
+    return d;
+}
+
 int kvp_run_open_draft(kvp_run *d, const kvp_run *target, const kvp_runopts *o, const char *path, kvp_err *err)
 {
     kvp_runopts dro = *o;
@@ -368,7 +385,8 @@ int kvp_run_open_draft(kvp_run *d, const kvp_run *target, const kvp_runopts *o, 
                            "its vocabulary", path, (long long)at, o->model);
     }
     d->be = target->be;
-    return kvp_run_start(d, o, NULL, err);
+    kvp_runopts co = drafter_opts(o, target);
+    return kvp_run_start(d, &co, NULL, err);
 }
 
 int kvp_run_open_layerskip(kvp_run *d, const kvp_run *target, const kvp_runopts *o, uint32_t n_layer, kvp_err *err)
@@ -378,8 +396,10 @@ int kvp_run_open_layerskip(kvp_run *d, const kvp_run *target, const kvp_runopts 
     if (rc < 0)
         return rc;
     d->be = target->be;
-    if (target->dist.world || !target->kc)
-        return kvp_run_start(d, o, NULL, err);
+    if (target->dist.world || !target->kc) {
+        kvp_runopts co = drafter_opts(o, target);
+        return kvp_run_start(d, &co, NULL, err);
+    }
     d->kc = target->kc;
     d->kc_borrowed = 1;
     return kvp_engine_create_first(&d->engine, d->model, d->be, d->kc, err);

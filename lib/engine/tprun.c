@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "comm.h"
 #include "shard.h"
+#include "stopsig.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +112,8 @@ int kvp_run_tp_follow(const kvp_runopts *o)
     }
     if (rc == 0 && kvp_comm_rank(d.world) == 0)
         return -1; /* the driver: kvp_run_tp_open takes the place it joined */
+    if (rc == 0)
+        kvp_stopsig_defer(); /* a stop is rank 0's to make */
     if (rc == 0 && (rc = kvp_model_load(&m, o->model, &err)) == 0 && (rc = shard_of(m, &d, &shard, &err)) == 0 &&
         (rc = kvp_run_open_backend(&be, o, &err)) == 0)
         rc = kvp_engine_tp_serve(shard, be, &d, &err);

@@ -11,33 +11,19 @@
 
 uint32_t kvp_shard_vocab_rows(uint32_t n_vocab, uint32_t n) { return n ? (n_vocab + n - 1) / n : n_vocab; }
 
-/* "1, 3 or 9": the rank counts that divide x (at most 64). */
-static void divisors(uint32_t x, char *buf, size_t cap)
+/* Why c does not split over n ranks (an error set in err), or 0. */
+static int split_fault(const kvp_config *c, uint32_t n, kvp_err *err)
 {
-    size_t at = 0;
-    buf[0] = 0;
-    for (uint32_t d = 1; d <= x && d <= 64 && at + 16 < cap; d++)
-        if (x % d == 0)
-            at += (size_t)snprintf(buf + at, cap - at, "%s%u", at ? ", " : "", d);
-}
-
-int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err)
-{
-    char ok[256];
     if (n == 0)
         return kvp_err_set(err, KVP_EINVAL, "tensor parallelism over 0 ranks");
-    if (c->n_head % n) {
-        divisors(c->n_head, ok, sizeof ok);
+    if (c->n_head % n)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: %u query heads do not split "
-                           "evenly (ranks that divide them: %s)", n, c->n_head, ok);
-    }
+                           "evenly", n, c->n_head);
     /* MLA's latent is one vector, replicated on every rank */
-    if (!c->kv_lora_rank && c->n_head_kv && c->n_head_kv % n && n % c->n_head_kv) {
-        divisors(c->n_head_kv, ok, sizeof ok);
+    if (!c->kv_lora_rank && c->n_head_kv && c->n_head_kv % n && n % c->n_head_kv)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: %u KV heads neither split "
-                           "evenly nor replicate evenly (use a divisor or a multiple of %u; divisors: %s)", n,
-                           c->n_head_kv, c->n_head_kv, ok);
-    }
+                           "evenly nor replicate evenly (a divisor or a multiple of %u would)", n, c->n_head_kv,
+                           c->n_head_kv);
     if (c->n_ff % n)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: the FFN width %u does not "
                            "split evenly", n, c->n_ff);
@@ -48,6 +34,26 @@ int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: a vocabulary of %u leaves the "
                            "last rank no rows", n, c->n_vocab);
     return 0;
+}
+
+int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err)
+{
+    int rc = split_fault(c, n, err);
+    if (rc == 0 || n == 0)
+        return rc;
+    /* the rank counts (to 64) that pass every check, not one check's
+     * divisors: 9 divides SmolLM2's 9 heads but not its FFN width */
+    char ok[256];
+    size_t at = 0;
+    ok[0] = 0;
+    for (uint32_t d = 1; d <= 64 && at + 16 < sizeof ok; d++) {
+        kvp_err e = {0};
+        if (split_fault(c, d, &e) == 0)
+            at += (size_t)snprintf(ok + at, sizeof ok - at, "%s%u", at ? ", " : "", d);
+    }
+    kvp_err why = {0};
+    split_fault(c, n, &why);
+    return kvp_err_set(err, rc, "%s (rank counts that split this model: %s)", why.msg, ok);
 }
 
 int kvp_shard_check(const kvp_config *c, uint32_t n, kvp_err *err)

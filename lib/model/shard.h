@@ -40,7 +40,7 @@ uint32_t kvp_shard_vocab_rows(uint32_t n_vocab, uint32_t n);
  * every planner applies (kvcalc, tpbench --model) so that it plans only
  * splits decode runs: 0, or KVP_EUNSUPPORTED with a message naming the
  * counts and the splits that would work ("tensor parallelism over 2 ranks:
- * 9 query heads do not split evenly (ranks that divide them: 1, 3, 9)"). */
+ * 9 query heads do not split evenly (rank counts that split this model: 1, 3)"). */
 int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err);
 
 /* kvp_shard_check_split, and what the engine does not split: experts and

@@ -316,6 +316,9 @@ expect_err_has "decode: goodput - (0 of 0 requests within TTFT 100 ms" "the text
 expect_err_has "note: no requests, so no goodput: --min-goodput 0.9000 gates nothing" "and a note says why"
 run decode -m "$M" -t 2 -f "$T/one.jsonl" -n 2 --shard 1/2 --slo-ttft 100 --stats="$T/empty-stats.json"
 expect_true "--stats JSON: goodput null with no request" grep -q '"good_requests":0,"goodput":null,' "$T/empty-stats.json"
+expect_true "--stats JSON: the TPOT objective not given is null, not 0 ms" \
+    grep -q '"slo_ttft_ms":100.000,"slo_tpot_ms":null,' "$T/empty-stats.json"
+expect_err_lacks "TPOT 0 ms" "the text names only the objective given"
 run decode -m "$M" -t 2 -f "$T/one.jsonl" -n 1 --stats
 expect_err_has "decode: TPOT         -        -        -        -" "a one-token answer's TPOT row reads -"
 expect_true "no nan there either" sh -c "! grep -q ' nan' '$ERR'"

@@ -458,11 +458,11 @@ expect_out_empty "nothing printed"
 # ---- only the TP splits decode runs (lib/model/shard.h) ----
 run kvcalc -m llama-3-8b --tp 3 --gpu h100
 expect_status 2 "llama-3-8b --tp 3 exits 2"
-expect_err_has "--tp: tensor parallelism over 3 ranks: 32 query heads do not split evenly (ranks that divide them: 1, 2, 4, 8, 16, 32)" \
+expect_err_has "--tp: tensor parallelism over 3 ranks: 32 query heads do not split evenly (rank counts that split this model: 1, 2, 4, 8, 16, 32)" \
     "says why and which splits work, as decode does"
 run kvcalc -m smollm2-135m --tp 2 --gpu h100
 expect_status 2 "9 query heads over --tp 2 exits 2"
-expect_err_has "9 query heads do not split evenly (ranks that divide them: 1, 3, 9)" "decode's message"
+expect_err_has "9 query heads do not split evenly (rank counts that split this model: 1, 3)" "decode's message"
 run kvcalc -m llama-3-8b --gpus 6 --gpu h100
 expect_status 2 "--gpus 6 alone (tp 6) exits 2"
 expect_err_has "--gpus: tensor parallelism over 6 ranks" "names --gpus"

@@ -43,6 +43,36 @@ expect_err_has "missing.txt" "names it"
 run $P --perplexity "$T/short.txt" --ctx 100000
 expect_status 1 "--ctx beyond the model's context"
 expect_err_has "context length" "says so"
+run $P --perplexity "$M" --ctx 64 --chunks 1
+expect_status 1 "a binary file as the text (the arguments swapped)"
+expect_err_has "is NUL: a binary file, not a text to score" "says so"
+
+# ---- outputs that would replace an input, or share standard output ----
+cp "$T/short.txt" "$T/keep.txt"
+run $P --perplexity "$T/keep.txt" --ctx 4 --save-logits "$T/keep.txt"
+expect_status 2 "--save-logits naming the text"
+expect_err_has "is the text scored" "says so"
+expect_true "the text is intact" cmp -s "$T/short.txt" "$T/keep.txt"
+run $P --perplexity "$T/keep.txt" --ctx 4 --save-logits "$M"
+expect_status 2 "--save-logits naming the model"
+expect_err_has "is the model" "says so"
+run $P --perplexity "$T/keep.txt" --ctx 4 --save-logits -
+expect_status 2 "--save-logits - (the report is on standard output)"
+run $P --perplexity "$T/keep.txt" --ctx 4 -o "$T/ppl.kvp"
+expect_status 2 "-o with --perplexity (it would be ignored)"
+run $P -p hi -o "$M"
+expect_status 2 "prefill -o naming the model"
+expect_err_has "-o $M is the model" "says so"
+run decode -m "$M" -t 1 -p hi -n 1 --kv-out "$M"
+expect_status 2 "decode --kv-out naming the model"
+run decode -m "$M" -t 1 -p hi -n 1 --stats="$M"
+expect_status 2 "decode --stats naming the model"
+expect_true "the model is intact" test -s "$M"
+# prefill --stats=FILE: the job's summary as JSON into FILE, not stderr
+run $P -p hi -o "$T/hi.kvp" --stats="$T/pf.json"
+expect_status 0 "prefill --stats=FILE"
+expect_true "the summary in FILE" grep -q '^{"sequences":1,"prompt_tokens":[0-9]*,"computed_tokens":' "$T/pf.json"
+expect_err_lacks "prefill: sequence" "no per-sequence line on stderr"
 
 # ---- a text of our own: saved bases and KL divergence ----
 # Windows of 64 tokens keep this quick; the man page is a text the tree has.
@@ -72,6 +102,11 @@ expect_status 0 "--kld text report"
 expect_out_has "====== KL divergence statistics ======" "llama.cpp's KLD block"
 expect_out_has "Mean    KLD:   0.000000" "its mean line"
 expect_out_has "Same top p: 100.000" "its top-token line"
+# a base damaged past the windows compared is refused too (read to its end)
+head -c "$(($(wc -c <"$T/base.kvp") - 100))" "$T/base.kvp" >"$T/cut-base.kvp"
+run $P --perplexity "$TXT" --ctx 64 --chunks 1 --kld "$T/cut-base.kvp"
+expect_status 1 "--kld on a base cut in a window past those compared"
+expect_err_has "cut-base.kvp" "names it"
 
 # a quantized KV cache moves the distribution a little, not a lot
 run $P --perplexity "$TXT" --ctx 64 --chunks 3 --kld "$T/base.kvp" --kv-dtype fp8 --json

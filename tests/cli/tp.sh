@@ -45,7 +45,7 @@ expect_status 2 "--tp 3 over 2 ranks: a usage error"
 expect_err_has "--tp 3 --pp 1: 3 ranks, but the job has 2" "names both counts"
 run timeout 60 mpirun -np 2 decode -m "$M" -p hi --tp 2
 expect_true "9 heads over 2 ranks fails, no hang" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
-expect_err_has "9 query heads do not split evenly (ranks that divide them: 1, 3, 9)" "names the heads and the splits"
+expect_err_has "9 query heads do not split evenly (rank counts that split this model: 1, 3)" "names the heads and the splits"
 
 # ---- greedy output: one process against 3 ranks, on f16 weights ----
 run quantize --to f16 "$M" -o "$T/f16.kvp"
@@ -127,6 +127,15 @@ if [ "$N" = 24 ]; then
     run timeout 300 mpirun -np 3 specdec -m "$T/f16.kvp" -f "$KVP_TESTS/../scripts/demo-prompts.jsonl" -n "$N" \
         --tp 3 --compare --json -t 1
     expect_status 0 "specdec --tp 3 --compare: identical to decode --tp 3"
+    # layerskip's own cache on rank 0 holds as many tokens as the target's
+    # shard (68 blocks of 8 MiB here: 1,088 tokens), not 8 MiB of its
+    # 15-layer blocks (45: 720 tokens): an 880-token prompt drafts too
+    long=$(awk 'BEGIN { for (i = 0; i < 440; i++) printf "green apple "; }')
+    printf '{"id":"s1","prompt":"Tell me about rivers."}\n{"id":"long","prompt":"%s"}\n' "$long" >"$T/mixlong.jsonl"
+    run timeout 300 mpirun -np 3 specdec -m "$M" -f "$T/mixlong.jsonl" -n 16 --ignore-eos --tp 3 --kv-mem 8MiB \
+        --method layerskip --draft-len 3 --json -t 1
+    expect_status 0 "specdec --tp 3 --kv-mem 8MiB --method layerskip"
+    expect_true "the long prompt drafts too" grep -q '"id":"long".*"drafted":[1-9]' "$OUT"
 else
     echo "skip: under the sanitizers, specdec --tp 3 (make check runs it)"
 fi
@@ -232,6 +241,39 @@ cp "$T/kill.err" "$ERR"
 LAST_CMD="mpirun -np 3 decode --tp 3, rank 2 killed"
 expect_true "a killed rank ends the job with a failure (rank pid ${p:-none})" [ -n "$p" ] && [ "$status" -ne 0 ]
 expect_err_has "signal 9" "mpirun names the signal"
+expect_true "no rank is left behind" [ -z "$(pgrep -f "$tag")" ]
+
+# SIGTERM to every rank, as a scheduler stops a job (srun, scancel): rank
+# 0 stops it as one process does (the step finished, what finished
+# written, a message, 143, --stats written, no temporary file), the other
+# ranks leave the stop to it; before, they died of the signal and took
+# rank 0 down with its --kv-out temporary file left behind
+tag="tp-term-$$"
+i=0
+while [ $i -lt 12 ]; do echo "{\"id\":\"t$i\",\"prompt\":\"Tell me a long story about river $i.\"}"; i=$((i + 1)); done \
+    >"$T/term.jsonl"
+mkdir -p "$T/term"
+mpirun -np 3 decode -m "$M" -f "$T/term.jsonl" -n 400 --ignore-eos --tp 3 -t 1 --max-num-seqs 2 --chat \
+    --system "$tag" --kv-out "$T/term/kv.kvp" --stats="$T/term/s.json" >"$T/term.out" 2>"$T/term.err" &
+job=$!
+p0=$(await_rank 0 "$tag")
+sleep 3
+pids=""
+for r in 0 1 2; do pids="$pids $(rank_pid $r "$tag")"; done
+[ -n "$p0" ] && kill -TERM $pids
+waited=0
+while kill -0 "$job" 2>/dev/null && [ $waited -lt 120 ]; do sleep 0.5; waited=$((waited + 1)); done
+kill -0 "$job" 2>/dev/null && { kill -9 "$job"; pkill -9 -f "$tag"; }
+wait "$job"
+status=$?
+cp "$T/term.err" "$ERR"
+LAST_CMD="mpirun -np 3 decode --tp 3 --kv-out --stats=FILE, SIGTERM to every rank"
+expect_true "the job ends stopped, 143 (got $status; ranks:$pids)" [ -n "$p0" ] && [ "$status" -eq 143 ]
+expect_err_has "decode: stopped by Terminated:" "rank 0 says what it stopped"
+expect_true "no temporary file left ($(ls "$T/term"))" sh -c "! ls '$T/term' | grep -q tmp"
+expect_true "--stats written, stopped" grep -q '"stopped":true' "$T/term/s.json"
+last=$(tail -c 1 "$T/term.out" | od -An -tx1 | tr -d ' \n')
+expect_true "whole lines only (last byte ${last:-none})" [ -z "$last" -o "$last" = 0a ]
 expect_true "no rank is left behind" [ -z "$(pgrep -f "$tag")" ]
 
 done_testing

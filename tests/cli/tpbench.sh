@@ -82,7 +82,7 @@ fi
 # only the splits decode runs (and kvcalc plans): 32 heads over 5 do not split
 run tpbench --model llama-3-8b --tp 5
 expect_status 2 "--tp 5 on llama-3-8b is a usage error"
-expect_err_has "--tp: tensor parallelism over 5 ranks: 32 query heads do not split evenly (ranks that divide them: 1, 2, 4, 8, 16, 32)" \
+expect_err_has "--tp: tensor parallelism over 5 ranks: 32 query heads do not split evenly (rank counts that split this model: 1, 2, 4, 8, 16, 32)" \
     "names the heads and the splits that work, as decode does"
 expect_out_empty "nothing modeled"
 run tpbench --model llama-3-70b --tp 8 --gpu h100
