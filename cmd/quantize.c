@@ -354,16 +354,26 @@ static int ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* path is an existing file inside the folder input (a safetensors model
- * folder, whose shards, config and tokenizer the conversion reads). */
+/* path is an existing file the conversion reads beside the input: any file
+ * of an input folder (a safetensors model folder: shards, config,
+ * tokenizer), or, for a safetensors file or index given by name, a
+ * .safetensors or .json file of its folder (the other shards, config.json,
+ * tokenizer.json, which it reads too). */
 static int inside_folder(const char *path, const char *input)
 {
     struct stat si, sp, sd;
-    if (!input || stat(input, &si) != 0 || !S_ISDIR(si.st_mode) || stat(path, &sp) != 0)
+    if (!input || stat(input, &si) != 0 || stat(path, &sp) != 0)
         return 0;
-    char *dir = kvp_path_dir(path);
-    int in = dir && stat(dir, &sd) == 0 && sd.st_dev == si.st_dev && sd.st_ino == si.st_ino;
+    int is_dir = S_ISDIR(si.st_mode);
+    if (!is_dir && !ends_with(input, ".safetensors") && !ends_with(input, ".json"))
+        return 0; /* GGUF, KVP: the file alone */
+    if (!is_dir && !ends_with(path, ".safetensors") && !ends_with(path, ".json"))
+        return 0;
+    char *dir = kvp_path_dir(path), *idir = is_dir ? NULL : kvp_path_dir(input);
+    int in = dir && (is_dir || idir) && stat(dir, &sd) == 0 && (is_dir || stat(idir, &si) == 0) &&
+             sd.st_dev == si.st_dev && sd.st_ino == si.st_ino;
     free(dir);
+    free(idir);
     return in;
 }
 

@@ -876,6 +876,43 @@ static int check_output_tensors(kvp_convert *cv, kvp_err *err)
     return rc;
 }
 
+/* kvp(5): a tensor's name is unique in its stream.  Two source tensors
+ * planned under one name (a GPTQ folder that also keeps the layer's plain
+ * weight, whose qweight/scales become the same module.weight) would make a
+ * file every reader refuses: refused here, naming both. */
+static int item_name_cmp(const void *a, const void *b)
+{
+    const kvp_convert_item *x = *(const kvp_convert_item *const *)a, *y = *(const kvp_convert_item *const *)b;
+    int c = strcmp(x->out.name, y->out.name);
+    return c ? c : (x > y) - (x < y); /* the source's order among equals */
+}
+
+static int check_unique_names(const kvp_convert *cv, kvp_err *err)
+{
+    const kvp_convert_item **ix = malloc((cv->n_items ? cv->n_items : 1) * sizeof *ix);
+    size_t n = 0;
+    if (!ix)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", cv->path);
+    for (size_t i = 0; i < cv->n_items; i++)
+        if (cv->items[i].action != KVP_CONVERT_DROP)
+            ix[n++] = &cv->items[i];
+    qsort(ix, n, sizeof *ix, item_name_cmp);
+    int rc = 0;
+    for (size_t k = 1; k < n && rc == 0; k++) {
+        const kvp_convert_item *a = ix[k - 1], *b = ix[k];
+        if (strcmp(a->out.name, b->out.name) == 0 && strcmp(a->src.name, b->src.name) != 0)
+            rc = kvp_err_set(err, KVP_EFORMAT, "%s: tensors %s and %s would both be written as %s (a name is "
+                             "unique in a KVP file): --drop one of them", cv->path, a->src.name, b->src.name,
+                             a->out.name);
+        else if (strcmp(a->out.name, b->out.name) == 0)
+            rc = kvp_err_set(err, KVP_EFORMAT, "%s: two tensors of the source are both %s (a quantized layer's "
+                             "weight beside a plain one of the same name?): a name is unique in a KVP file",
+                             cv->path, a->out.name);
+    }
+    free(ix);
+    return rc;
+}
+
 int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
 {
     plan_ctx p;
@@ -894,7 +931,7 @@ int kvp_convert_plan(kvp_convert *cv, const kvp_convert_opts *o, kvp_err *err)
         rc = plan_one(cv, &p, i, err);
     for (int l = 0; l < KVP_CONVERT_PATTERNS_COUNT; l++)
         list_free(&p.list[l]);
-    if (rc < 0 || (rc = check_output_tensors(cv, err)) < 0)
+    if (rc < 0 || (rc = check_unique_names(cv, err)) < 0 || (rc = check_output_tensors(cv, err)) < 0)
         return rc;
     for (int l = 0; l < KVP_CONVERT_PATTERNS_COUNT; l++) /* this plan's counts are whole */
         opts_patterns(o, l, &cv->n_pattern_hits[l]);

@@ -143,9 +143,10 @@ static int read_rope(cfg_ctx *x, kvp_config *c)
         c->rope_scaling = KVP_ROPE_SCALING_LINEAR;
     else if (st && strcmp(st, "llama3") == 0)
         c->rope_scaling = KVP_ROPE_SCALING_LLAMA3;
-    else if (st && strcmp(st, "none") != 0)
-        return kvp_err_set(x->err, KVP_EUNSUPPORTED, "%s: metadata %s.rope.scaling.type: \"%.40s\" is not supported "
-                           "(none, linear, llama3)", x->src, x->arch, st);
+    else if (st && strcmp(st, "none") != 0) { /* yarn, ...: planned by kvcalc, refused by the engine */
+        c->rope_scaling = KVP_ROPE_SCALING_OTHER;
+        snprintf(c->rope_scaling_name, sizeof c->rope_scaling_name, "%s", st);
+    }
     if ((rc = get_float(x, ".rope.scaling.factor", &c->rope_factor)) < 0 ||
         (rc = get_float(x, ".rope.scaling.low_freq_factor", &c->rope_low_freq_factor)) < 0 ||
         (rc = get_float(x, ".rope.scaling.high_freq_factor", &c->rope_high_freq_factor)) < 0 ||
@@ -300,7 +301,11 @@ int kvp_config_to_meta(const kvp_config *c, kvp_meta *m)
         rc = kvp_meta_set_str(m, "kvpipe.rope_type", rt, 4);
     }
     if (!rc && c->rope_scaling != KVP_ROPE_SCALING_NONE) {
-        const char *st = c->rope_scaling == KVP_ROPE_SCALING_LLAMA3 ? "llama3" : "linear";
+        /* another scaling (yarn, ...) is written by its name, which a reader
+         * that runs the model refuses rather than rotating without it */
+        const char *st = c->rope_scaling == KVP_ROPE_SCALING_LLAMA3   ? "llama3"
+                         : c->rope_scaling == KVP_ROPE_SCALING_LINEAR ? "linear"
+                                                                      : c->rope_scaling_name;
         char key[160];
         snprintf(key, sizeof key, "%s.rope.scaling.type", a);
         rc = kvp_meta_set_str(m, key, st, strlen(st));

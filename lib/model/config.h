@@ -20,6 +20,8 @@ enum kvp_rope_scaling {
     KVP_ROPE_SCALING_NONE = 0,
     KVP_ROPE_SCALING_LLAMA3 = 1, /* factor, low/high freq factor, original context */
     KVP_ROPE_SCALING_LINEAR = 2, /* positions divided by factor */
+    KVP_ROPE_SCALING_OTHER = 3,  /* an HF config's yarn, dynamic, longrope, ...: kvcalc plans it; the engine
+                                  * and a KVP model file refuse it */
 };
 
 typedef struct kvp_config {
@@ -41,6 +43,7 @@ typedef struct kvp_config {
     double rope_factor;
     double rope_low_freq_factor, rope_high_freq_factor;
     uint32_t rope_orig_ctx;
+    char rope_scaling_name[16]; /* KVP_ROPE_SCALING_OTHER: the config's rope_type, for messages */
     uint32_t sliding_window;  /* 0: none; else window for sliding layers */
     uint32_t sliding_period;  /* 0: every layer slides (Mistral); 2: every 2nd layer is global (Gemma-2) */
     uint32_t n_expert;        /* MoE: experts per layer, 0 for dense */

@@ -109,8 +109,8 @@ static int hf_rope_scaling(const hf_ctx *x, const kvp_json *rs, const char *what
     const char *type = kvp_json_get_str(rs, "rope_type");
     if (!type)
         type = kvp_json_get_str(rs, "type");
-    int rc;
-    if ((rc = hf_num(x, rs, "factor", &c->rope_factor)) < 0)
+    int rc, rc_factor;
+    if ((rc = rc_factor = hf_num(x, rs, "factor", &c->rope_factor)) < 0)
         return rc;
     if (type && strcmp(type, "llama3") == 0) {
         c->rope_scaling = KVP_ROPE_SCALING_LLAMA3;
@@ -123,11 +123,20 @@ static int hf_rope_scaling(const hf_ctx *x, const kvp_json *rs, const char *what
             return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s.original_max_position_embeddings: out of range",
                                x->path, what);
         c->rope_orig_ctx = (uint32_t)orig;
+        if (orig < 1)
+            return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s: llama3 scaling needs original_max_position_embeddings",
+                               x->path, what);
     } else if (type && strcmp(type, "linear") == 0) {
         c->rope_scaling = KVP_ROPE_SCALING_LINEAR;
+    } else if (type && strcmp(type, "default") != 0) {
+        /* yarn, dynamic, longrope, or a name we do not know: kvcalc needs
+         * no rotation; the engine would rotate without it, so it (and a
+         * KVP model file, which could not say it) refuses the model */
+        c->rope_scaling = KVP_ROPE_SCALING_OTHER;
+        snprintf(c->rope_scaling_name, sizeof c->rope_scaling_name, "%s", type);
     }
-    /* yarn, dynamic, longrope: recorded factor only; the engine does not run
-     * those architectures, and kvcalc does not need the rotation. */
+    if ((c->rope_scaling == KVP_ROPE_SCALING_LLAMA3 || c->rope_scaling == KVP_ROPE_SCALING_LINEAR) && rc_factor == 1)
+        return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s: %s scaling needs a factor", x->path, what, type);
     if (c->rope_scaling != KVP_ROPE_SCALING_NONE && !(c->rope_factor > 0))
         return kvp_err_set(x->err, KVP_EFORMAT, "%s: %s.factor: must be positive", x->path, what);
     return 0;

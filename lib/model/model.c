@@ -514,6 +514,9 @@ static int check_supported(const kvp_model *m, kvp_err *err)
                            "width)", m->path);
     if (c->kv_lora_rank) /* (the one case kvp_config_check lets RoPE be wider than a head) */
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: multi-head latent attention is not supported", m->path);
+    if (c->rope_scaling == KVP_ROPE_SCALING_OTHER)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: RoPE scaling \"%s\" is not supported (none, linear, llama3)",
+                           m->path, c->rope_scaling_name);
     return 0;
 }
 
@@ -540,6 +543,12 @@ static int bind_all(kvp_model *m, kvp_err *err)
         (rc = need_f32(m, &m->output_norm, err)) < 0 ||
         (rc = bind(m, &m->output, "output.weight", "lm_head.weight", c->n_embd, c->n_vocab, 1, err)) < 0)
         return rc;
+    /* an HF config says whether the head is tied (tie_word_embeddings, or
+     * its architecture's default): an untied one missing is missing, not
+     * the embeddings (GGUF's convention, where no flag says) */
+    if (m->output.dtype < 0 && m->format == KVP_MODEL_HF && !c->tied_embeddings)
+        return kvp_err_set(err, KVP_ENOTFOUND, "%s: tensor lm_head.weight is missing (config.json: "
+                           "tie_word_embeddings is false)", m->path);
     m->cfg.tied_embeddings = m->output.dtype < 0;
     if (m->cfg.tied_embeddings)
         m->output = m->tok_embd;
@@ -638,7 +647,24 @@ void kvp_model_free(kvp_model *m)
     free(m);
 }
 
+static int load_tokenizer_any(const kvp_model *m, kvp_tokenizer **t, kvp_err *err);
+
+/* A tokenizer of more tokens than the model's vocabulary gives ids the
+ * embedding has no row for: refused here, not at the first such token of
+ * a job (the config's vocab_size, say, cut below tokenizer.json's). */
 int kvp_model_load_tokenizer(const kvp_model *m, kvp_tokenizer **t, kvp_err *err)
+{
+    int rc = load_tokenizer_any(m, t, err);
+    if (rc < 0 || kvp_tokenizer_n_vocab(*t) <= m->cfg.n_vocab)
+        return rc;
+    size_t n = kvp_tokenizer_n_vocab(*t);
+    kvp_tokenizer_free(*t);
+    *t = NULL;
+    return kvp_err_set(err, KVP_EFORMAT, "%s: the tokenizer has %zu tokens, the model's vocabulary %u (ids past it "
+                       "have no embedding row)", m->path, n, m->cfg.n_vocab);
+}
+
+static int load_tokenizer_any(const kvp_model *m, kvp_tokenizer **t, kvp_err *err)
 {
     *t = NULL;
     switch (m->format) {

@@ -49,6 +49,43 @@ expect_err_has "tensor step: unsupported type I64" "the error names the tensor a
 expect_err_one_line "one error line"
 expect_true "a failed conversion leaves no output" test ! -e "$T/nostep.kvp"
 
+# A file of the model's folder that the conversion reads (the other shards,
+# config.json) is not an output, whichever file of the folder names the
+# input; another name in that folder is
+cp -r "$G/sharded" "$T/shcopy"
+for victim in model-00002-of-00002.safetensors config.json; do
+    run quantize --to f16 --drop '^step$' "$T/shcopy/model.safetensors.index.json" -o "$T/shcopy/$victim" -f
+    expect_status 2 "-o over the index's $victim"
+    expect_err_has "would replace a file of the input folder" "says so ($victim)"
+done
+expect_true "the folder is intact" cmp -s "$G/sharded/config.json" "$T/shcopy/config.json"
+run quantize --to f16 --drop '^step$' "$T/shcopy/model.safetensors.index.json" -o "$T/shcopy/out.kvp"
+expect_status 0 "a new file in the folder is fine"
+# config.json rules what the engine does: an untied head that is missing is
+# refused (it was replaced by the embeddings), a RoPE scaling it does not
+# run too, from the folder and from the converted file
+cp -r "$G" "$T/untied"
+sed 's/"tie_word_embeddings": true/"tie_word_embeddings": false/' "$G/config.json" >"$T/untied/config.json"
+run quantize --to f16 --drop '^step$' "$T/untied" -o "$T/untied.kvp"
+expect_status 1 "an untied head missing"
+expect_err_has "tensor lm_head.weight is missing (config.json: tie_word_embeddings is false)" "says so"
+cp -r "$G" "$T/yarn"
+sed 's/"rope_theta": 10000.0,/"rope_theta": 10000.0, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},/' \
+    "$G/config.json" >"$T/yarn/config.json"
+run decode -m "$T/yarn" -p hi -n 1
+expect_status 1 "decode of a yarn-scaled model"
+expect_err_has 'RoPE scaling "yarn" is not supported' "says so"
+run quantize --to f16 --drop '^step$' "$T/yarn" -o "$T/yarn.kvp"
+expect_status 0 "quantize keeps yarn in the file (kvcalc plans such models)"
+run decode -m "$T/yarn.kvp" -p hi -n 1
+expect_status 1 "decode of the converted file refuses it too"
+expect_err_has '"yarn" is not supported' "naming it"
+sed 's/"rope_theta": 10000.0,/"rope_theta": 10000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0},/' \
+    "$G/config.json" >"$T/yarn/config.json"
+run quantize --to f16 --drop '^step$' "$T/yarn" -o "$T/l3.kvp"
+expect_status 1 "llama3 scaling without its original context"
+expect_err_has "llama3 scaling needs original_max_position_embeddings" "says so"
+
 # ---- bare safetensors: tensors without config.json ----
 
 # bare.safetensors, written here: "w16" f16 [2, 4], "w32" f32 [4, 8], "bias" f32 [3]
