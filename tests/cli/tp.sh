@@ -203,6 +203,15 @@ await_rank() {
         i=$((i + 1))
     done
 }
+# wait up to $3 seconds for mpirun (pid $1) of the job tagged $2 to end,
+# then kill what is left of it; its exit status in $status
+end_job() {
+    waited=0
+    while kill -0 "$1" 2>/dev/null && [ $waited -lt $(($3 * 2)) ]; do sleep 0.5; waited=$((waited + 1)); done
+    kill -0 "$1" 2>/dev/null && { kill -9 "$1"; pkill -9 -f "$2"; }
+    wait "$1"
+    status=$?
+}
 tag="tp-stop-$$"
 mpirun -np 3 decode -m "$M" -p "Count to one thousand:" -n 4000 --ignore-eos --tp 3 --timeout 3 -t 1 \
     --chat --system "$tag" >"$T/stop.out" 2>"$T/stop.err" &
@@ -211,11 +220,7 @@ p=$(await_rank 1 "$tag")
 sleep 1
 [ -n "$p" ] && kill -STOP "$p"
 start=$(date +%s)
-waited=0
-while kill -0 "$job" 2>/dev/null && [ $waited -lt 60 ]; do sleep 0.5; waited=$((waited + 1)); done
-kill -0 "$job" 2>/dev/null && { kill -9 "$job"; pkill -9 -f "$tag"; }
-wait "$job"
-status=$?
+end_job "$job" "$tag" 30
 took=$(($(date +%s) - start))
 [ -n "$p" ] && kill -CONT "$p" 2>/dev/null
 cp "$T/stop.err" "$ERR"
@@ -232,11 +237,7 @@ job=$!
 p=$(await_rank 2 "$tag")
 sleep 1
 [ -n "$p" ] && kill -9 "$p"
-waited=0
-while kill -0 "$job" 2>/dev/null && [ $waited -lt 60 ]; do sleep 0.5; waited=$((waited + 1)); done
-kill -0 "$job" 2>/dev/null && { kill -9 "$job"; pkill -9 -f "$tag"; }
-wait "$job"
-status=$?
+end_job "$job" "$tag" 30
 cp "$T/kill.err" "$ERR"
 LAST_CMD="mpirun -np 3 decode --tp 3, rank 2 killed"
 expect_true "a killed rank ends the job with a failure (rank pid ${p:-none})" [ -n "$p" ] && [ "$status" -ne 0 ]
@@ -261,11 +262,7 @@ sleep 3
 pids=""
 for r in 0 1 2; do pids="$pids $(rank_pid $r "$tag")"; done
 [ -n "$p0" ] && kill -TERM $pids
-waited=0
-while kill -0 "$job" 2>/dev/null && [ $waited -lt 120 ]; do sleep 0.5; waited=$((waited + 1)); done
-kill -0 "$job" 2>/dev/null && { kill -9 "$job"; pkill -9 -f "$tag"; }
-wait "$job"
-status=$?
+end_job "$job" "$tag" 60
 cp "$T/term.err" "$ERR"
 LAST_CMD="mpirun -np 3 decode --tp 3 --kv-out --stats=FILE, SIGTERM to every rank"
 expect_true "the job ends stopped, 143 (got $status; ranks:$pids)" [ -n "$p0" ] && [ "$status" -eq 143 ]
