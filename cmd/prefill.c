@@ -701,11 +701,7 @@ int main(int argc, char **argv)
     if (j.stopped)
         kvp_stopsig_say(j.n, j.left, j.read_all, NULL);
     if (in_cut) /* as decode says of such a stream: each sequence extended, yet not all that was asked */
-        kvp_cli_warn("%s: the stream was cut short: its producer was stopped by %s after writing %llu sequences "
-                     "(%llu read and not finished%s); the output says so too", strcmp(resume, "-") ? resume : "stdin",
-                     strsignal((int)j.in_stop.signal), (unsigned long long)j.in_stop.written,
-                     (unsigned long long)j.in_stop.left,
-                     j.in_stop.flags & KVP_STOP_INPUT_LEFT ? ", the rest of its input not read" : "");
+        kvp_run_say_input_cut(resume, &j.in_stop, "; the output says so too");
     free(j.logits);
     kvp_run_close(&r);
     kvp_runopts_free(&o);

@@ -1348,11 +1348,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         rc = KVP_EXIT_FAIL;
     }
     if (in_stopped) {
-        kvp_cli_warn("%s: the stream was cut short: its producer was stopped by %s after writing %llu sequences "
-                     "(%llu read and not finished%s)", strcmp(kv_in, "-") ? kv_in : "stdin",
-                     strsignal((int)in_stop.signal), (unsigned long long)in_stop.written,
-                     (unsigned long long)in_stop.left,
-                     in_stop.flags & KVP_STOP_INPUT_LEFT ? ", the rest of its input not read" : "");
+        kvp_run_say_input_cut(kv_in, &in_stop, "");
         rc = KVP_EXIT_FAIL;
     }
     return rc ? rc : missed ? 3 : 0;

@@ -226,6 +226,9 @@ int kvp_run_save_put(kvp_run_saver *sv, const kvp_gen_seq *s, const char *const 
 /* stopped: the STOP record (kvp_stop_rec), for a job a signal ended before
  * its input was done; then finish as usual. */
 int kvp_run_save_stopped(kvp_run_saver *sv, const kvp_stop_rec *s, kvp_err *err);
+/* Say that the KV stream read from path ("-": stdin) was cut short: its
+ * STOP record s, then tail ("" or more words), on standard error. */
+void kvp_run_say_input_cut(const char *path, const kvp_stop_rec *s, const char *tail);
 int kvp_run_save_finish(kvp_run_saver *sv, uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err);
 void kvp_run_save_abort(kvp_run_saver *sv);
 
