@@ -270,12 +270,13 @@ typedef struct kvp_cpu_kernels {
 extern const kvp_cpu_kernels kvp_cpu_kernels_portable;
 /* NULL when this CPU lacks AVX2, FMA or F16C (or the compiler is not x86). */
 const kvp_cpu_kernels *kvp_cpu_kernels_avx2(void);
-/* NULL unless the CPU also has AVX512-VNNI and AVX512VL. */
+/* NULL unless the CPU also has AVX512-VNNI and AVX512VL.  Its attention,
+ * softmax, SiLU and activation quantization are the 512-bit ones
+ * (backend_cpu_x86_wide_att.inc), the same bits as the AVX2 table's. */
 const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void);
-/* Into a copy of the VNNI table: its float matmuls with prompts, and its
- * attention for more than four queries, on 512-bit FMAs, the same bits
- * (backend_cpu_x86_wide.inc, backend_cpu_x86_wide_att.inc); for CPUs with
- * two 512-bit FMA units. */
+/* Into a copy of the VNNI table: its float matmuls with prompts on 512-bit
+ * FMAs, the same bits (backend_cpu_x86_wide.inc); for CPUs with two
+ * 512-bit FMA units (Zen 4's split ones gain nothing). */
 void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k);
 /* The VNNI table with AMX-INT8 for prompts (and wide float prompts): NULL unless the CPU has
  * AMX-TILE and AMX-INT8 and the kernel grants this process the tile state

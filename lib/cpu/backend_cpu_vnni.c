@@ -1,6 +1,7 @@
 /* backend_cpu_vnni.c - the x86 kernels (backend_cpu_x86.inc) with
  * AVX512-VNNI's dpbusd doing the u8 x i8 dot products in one instruction
- * (256-bit registers: AVX512VL).  Chosen at run time when the CPU has it. */
+ * (its rows of 16 and its attention on 512-bit registers, its float tiles
+ * on AVX512VL's 32 256-bit ones).  Chosen at run time when the CPU has it. */
 #include "backend_cpu_kern.h"
 #include "quant.h"
 #include "tensor.h"
@@ -36,10 +37,6 @@ void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k)
     k->mm_f32 = mm_f32_wide, k->mm_f16 = mm_f16_wide, k->mm_bf16 = mm_bf16_wide;
     k->float_tile = 1;
     k->float_groups = 1;
-    k->att_scores = att_scores_wide, k->att_values = att_values_wide, k->att_softmax = att_softmax_wide;
-    k->kv_f32 = kv_f32_wide;
-    k->silu_mul = silu_mul_wide;
-    k->quant_q8 = quant_q8_wide;
 }
 
 #else

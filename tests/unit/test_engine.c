@@ -613,8 +613,51 @@ static void test_kernels_one(const kvp_cpu_kernels *fast)
     test_rms_row(ref, fast);
 }
 
-/* Two tables' softmax and block conversion: the same bits (the AMX
- * table's 512-bit ones against the VNNI table's), for a decode's four
+/* Two tables' scores and value sums: the same bits (the VNNI table's
+ * 512-bit ones against the AVX2 table's 256-bit ones), for a decode's
+ * three queries up to a 24-lane verify step, heads of 64, 80 and 128,
+ * every key dtype, key counts with every tail of the four-key steps. */
+static void test_attention_same(const kvp_cpu_kernels *a, const kvp_cpu_kernels *b)
+{
+    enum { HD = 128, NP = 23, LDQ = 24 };
+    static float q[LDQ * HD], kf[NP * HD], sa[NP * LDQ], sb[NP * LDQ], oa[LDQ * HD], ob[LDQ * HD];
+    static uint16_t kh[NP * HD], kb[NP * HD];
+    static uint8_t k8[NP * HD], ki[NP * HD];
+    for (int i = 0; i < LDQ * HD; i++)
+        q[i] = frand() - 0.5f;
+    for (int i = 0; i < NP * HD; i++) {
+        kf[i] = frand() - 0.5f;
+        kh[i] = kvp_f32_to_f16(kf[i]), kb[i] = kvp_f32_to_bf16(kf[i]);
+        k8[i] = kvp_f32_to_e4m3_sat(kf[i] * 300.0f), ki[i] = (uint8_t)kvp_f32_to_i8(kf[i] * 127.0f);
+    }
+    const int kdt[5] = {KVP_DTYPE_F16, KVP_DTYPE_F32, KVP_DTYPE_BF16, KVP_DTYPE_FP8_E4M3, KVP_DTYPE_I8};
+    const void *kks[5] = {kh, kf, kb, k8, ki};
+    const uint32_t nqs[] = {1, 3, 4, 5, 7, 8, 9, 12, 15, 16, 24}, hds[] = {64, 80, 128};
+    int bad = 0, runs = 0;
+    for (size_t qi = 0; qi < sizeof nqs / sizeof *nqs; qi++)
+        for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
+            for (int dt = 0; dt < 5; dt++)
+                for (uint32_t np = 17; np <= NP; np += 3) {
+                    uint32_t nq = nqs[qi], hd = hds[hi], ldq = nq <= 4 ? 4 : nq <= 8 ? 8 : LDQ;
+                    a->att_scores(q, nq, kdt[dt], kks[dt], np, hd, sa, ldq);
+                    b->att_scores(q, nq, kdt[dt], kks[dt], np, hd, sb, ldq);
+                    int off = memcmp(sa, sb, (size_t)np * ldq * sizeof(float)) != 0;
+                    for (uint32_t i = 0; i < LDQ * HD; i++)
+                        oa[i] = ob[i] = frand();
+                    a->att_values(sa, ldq, nq, kdt[dt], kks[dt], np, hd, oa);
+                    b->att_values(sa, ldq, nq, kdt[dt], kks[dt], np, hd, ob);
+                    off += 2 * (memcmp(oa, ob, sizeof oa) != 0);
+                    if (off && bad++ < 4)
+                        printf("  %s / %s: %u queries, hd %u, %s keys, %u of them: %s differ\n", a->isa, b->isa, nq,
+                               hd, kvp_dtype_name((uint32_t)kdt[dt]), np,
+                               off == 1 ? "scores" : off == 2 ? "value sums" : "scores and value sums");
+                    runs++;
+                }
+    CHECK_MSG(bad == 0, "att_scores / att_values %s / %s: %d of %d runs other bits", a->isa, b->isa, bad, runs);
+}
+
+/* Two tables' softmax and block conversion: the same bits (the VNNI
+ * table's 512-bit ones against the AVX2 table's), for a decode's four
  * lanes, eight, sixteen and twenty-four, over key counts with every tail
  * of the four-key steps, lanes that see no key, a few keys or all. */
 static void test_softmax_same(const kvp_cpu_kernels *a, const kvp_cpu_kernels *b)
@@ -673,16 +716,18 @@ static void test_kernels(void)
         test_kernels_one(avx2);
     else
         printf("note: no AVX2 on this CPU; its kernels not compared\n");
-    if (vnni)
+    if (vnni) {
         test_kernels_one(vnni);
-    else
-        printf("note: no AVX512-VNNI on this CPU; its kernels not compared\n");
-    /* the AMX table: its tiles (test_amx) and its 512-bit attention */
-    const kvp_cpu_kernels *amx = kvp_cpu_kernels_amx();
-    if (amx) {
-        test_kernels_one(amx);
-        test_softmax_same(vnni, amx);
+        /* its 512-bit attention and element kernels against the 256-bit ones */
+        test_attention_same(avx2, vnni);
+        test_softmax_same(avx2, vnni);
     } else
+        printf("note: no AVX512-VNNI on this CPU; its kernels not compared\n");
+    /* the AMX table: its tiles (test_amx) and its 512-bit float matmuls */
+    const kvp_cpu_kernels *amx = kvp_cpu_kernels_amx();
+    if (amx)
+        test_kernels_one(amx);
+    else
         printf("note: no AMX on this CPU (or not granted); its kernels not compared\n");
 }
 
