@@ -2,6 +2,7 @@
 #include "generate.h"
 #include "sample.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -94,23 +95,28 @@ uint32_t kvp_gen_budget(const kvp_gen_seq *s, const kvp_gen_opts *o)
     return o && o->max_tokens ? o->max_tokens : s->rec.sampling.max_tokens;
 }
 
-/* Cut s's text at the first stop string that ends inside what the last
- * token added (from old on); 1 when one did. */
+/* Cut s's text at the earliest stop string that ends inside what the last
+ * token added (from old on); 1 when one did.  The earliest of them all,
+ * not the first in the list that matches: with stops "ris" and "Pa",
+ * " Paris" ends at " " either way (the text must hold none of them). */
 static int cut_stop(kvp_gen_seq *s, const kvp_gen_opts *o, size_t old)
 {
+    size_t cut = SIZE_MAX;
     for (size_t i = 0; o && i < o->n_stop; i++) {
         size_t sl = strlen(o->stop[i]);
         if (!sl)
             continue;
         size_t from = old >= sl ? old - sl + 1 : 0;
-        for (size_t p = from; p + sl <= s->text.len; p++) {
+        for (size_t p = from; p + sl <= s->text.len && p < cut; p++)
             if (memcmp(s->text.data + p, o->stop[i], sl) == 0) {
-                s->text.len = p;
-                return 1;
+                cut = p;
+                break;
             }
-        }
     }
-    return 0;
+    if (cut == SIZE_MAX)
+        return 0;
+    s->text.len = cut;
+    return 1;
 }
 
 int kvp_gen_accept(kvp_gen_seq *s, const kvp_tokenizer *tok, const kvp_gen_opts *o, kvp_gen_emit_fn emit, void *ctx,

@@ -250,6 +250,16 @@ c=$(grep '"id":"c"' "$OUT" | sed 's/.*"text"//; s/,"ttft.*//')
 d=$(grep '"id":"d"' "$OUT" | sed 's/.*"text"//; s/,"ttft.*//')
 if [ -n "$c" ] && [ "$c" = "$d" ]; then pass "the same seed draws the same text"; else fail "seed 5 twice: $c / $d"; fi
 expect_out_has '"id":"e","text"' "a line without a seed samples too"
+
+# Several stop strings that end inside one token (" Paris"): the text is
+# cut at the earliest, whatever their order; no stop string is left in it.
+for order in "--stop ris --stop Pa" "--stop Pa --stop ris"; do
+    run decode -m "$M" -t 2 -n 8 -p "The capital of France is" --json $order
+    expect_out_has '"text":" ","tokens":1,"finish_reason":"stop_string"' "$order: cut before Pa"
+done
+printf '%s\n' '{"id":"s","prompt":"The capital of France is","stop":["ris","Pa"],"max_tokens":8}' >"$T/stops.jsonl"
+run decode -m "$M" -t 2 -f "$T/stops.jsonl" --json
+expect_out_has '"id":"s","text":" ","tokens":1,"finish_reason":"stop_string"' "a line's stop list: the earliest too"
 printf '{"id":"x","prompt":"hi"}\n{"id":"y","prompt":"hi","top_p":2}\n' >"$T/badp.jsonl"
 run decode -m "$M" -t 2 -f "$T/badp.jsonl"
 expect_status 1 "a bad request parameter is refused"
