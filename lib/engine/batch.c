@@ -333,7 +333,7 @@ static int take_token(batch *b, kvp_sched *s, kvp_request *r, kvp_err *err)
     if (rc < 0)
         return rc;
     b->st->generated_live += r->g.n_gen - had;
-    if (before > 0) {
+    if (before > 0 && r->g.n_gen > had) { /* a token shown (an end token is not) */
         double gap = r->g.t_last - before;
         if (gap > r->itl_max)
             r->itl_max = gap;

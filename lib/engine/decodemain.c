@@ -223,14 +223,23 @@ static void format_line(const out_ctx *c, const kvp_gen_seq *s, char **buf, size
     FILE *f = open_memstream(buf, len);
     if (!f)
         kvp_cli_die("out of memory");
-    double ttft = s->t_first ? (s->t_first - s->t_start) * 1e3 : 0;
-    double tpot = s->n_gen > 1 ? (s->t_last - s->t_first) * 1e3 / (s->n_gen - 1) : 0;
     fputs("{\"id\":", f);
     kvp_run_id_json(f, s->rec.label, (s->rec.flags & KVP_SEQ_LABEL_INT) != 0, s->rec.id);
     fputs(",\"text\":", f);
     kvp_cli_json_str(f, (const char *)s->text.data, s->text.len);
-    fprintf(f, ",\"tokens\":%u,\"finish_reason\":\"%s\",\"ttft_ms\":%.2f,\"tpot_ms\":%.3f", s->n_gen,
-            kvp_gen_finish_name(s->rec.finish_reason), ttft, tpot);
+    fprintf(f, ",\"tokens\":%u,\"finish_reason\":\"%s\",\"ttft_ms\":", s->n_gen,
+            kvp_gen_finish_name(s->rec.finish_reason));
+    /* null where there is none (no token shown; one token has no TPOT), as
+     * in --stats: a 0 would read as a measurement */
+    if (s->t_first)
+        fprintf(f, "%.2f", (s->t_first - s->t_start) * 1e3);
+    else
+        fputs("null", f);
+    fputs(",\"tpot_ms\":", f);
+    if (s->n_gen > 1)
+        fprintf(f, "%.3f", (s->t_last - s->t_first) * 1e3 / (s->n_gen - 1));
+    else
+        fputs("null", f);
     if (c->spec) {
         const kvp_request *r = kvp_request_of((kvp_gen_seq *)s);
         fprintf(f, ",\"drafted\":%u,\"accepted\":%u,\"verify_steps\":%u", r->n_drafted, r->n_accepted,

@@ -123,15 +123,17 @@ int kvp_gen_accept(kvp_gen_seq *s, const kvp_tokenizer *tok, const kvp_gen_opts 
                    kvp_err *err)
 {
     int32_t t = s->rec.next_token;
-    double now = kvp_gen_now();
-    if (!s->t_first)
-        s->t_first = now;
-    s->t_last = now;
     if (!(o && o->ignore_eos) && kvp_tokenizer_is_eog(tok, t)) {
         s->rec.finish_reason = KVP_FINISH_STOP;
         s->rec.next_token = -1; /* nothing left to feed */
         return 1;
     }
+    /* An end token is not shown and sets no time: TTFT, TPOT and the
+     * gaps between tokens count the tokens a reader sees (n_gen). */
+    double now = kvp_gen_now();
+    if (!s->t_first)
+        s->t_first = now;
+    s->t_last = now;
     s->n_gen++;
     size_t old = s->text.len;
     int rc = kvp_detok_push(&s->dt, t, &s->text, err);

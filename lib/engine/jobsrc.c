@@ -47,6 +47,9 @@ struct kvp_jobsrc {
     double rate, shape;
     uint64_t rng[2];
     double next_arrival;     /* monotonic seconds; 0 until the first request */
+    double t_open;           /* when the job started: without --rate, every request of a
+                              * prompts file (or -p) arrived then, all at once */
+    int all_at_open;
     uint64_t salt;           /* --cache-salt */
     /* the filter */
     uint32_t shard_k, shard_n;
@@ -301,8 +304,8 @@ static int prompt_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
         double t_arrival;
         if (!arrived(js, block, &t_arrival))
             return 0;
-        if (t_arrival == 0)
-            t_arrival = kvp_gen_now();
+        if (t_arrival == 0) /* a pipe's line arrives as it is read */
+            t_arrival = js->all_at_open ? js->t_open : kvp_gen_now();
         js->next++;
         int rc = prompt_request(js, &js->pp[0], i, out, err);
         pop_prompt(js);
@@ -570,6 +573,8 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
         kvp_jobsrc_free(js);
         return rc;
     }
+    js->t_open = kvp_gen_now();
+    js->all_at_open = js->from_prompts && (!js->pr || kvp_prompts_reader_is_file(js->pr));
     *out = js;
     return 0;
 }

@@ -210,6 +210,7 @@ int kvp_runopts_parse(kvp_runopts *o, int c, const char *arg)
     case KVP_OPT_STOP: {
         if (!arg[0])
             kvp_cli_usage_error("--stop: an empty string (it would end every sequence at once)");
+        utf8_arg("--stop", arg); /* else it could match inside a character */
         /* the strings travel in sequence records (prefill's stream, decode's
          * --kv-out): what a record cannot carry is refused here, before any
          * work, not when the first record is written */

@@ -492,6 +492,8 @@ void kvp_prompts_reader_free(kvp_prompts_reader *rd)
 
 uint64_t kvp_prompts_reader_line(const kvp_prompts_reader *rd) { return rd->line_last; }
 
+int kvp_prompts_reader_is_file(const kvp_prompts_reader *rd) { return rd->in.size_known; }
+
 /* A failure (its message in rd->e) for this and every later call. */
 static int fail(kvp_prompts_reader *rd, int rc)
 {

@@ -132,5 +132,8 @@ int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
 int kvp_prompts_reader_ready(kvp_prompts_reader *rd);
 /* The line of the prompt last returned (1-based; 0 before the first). */
 uint64_t kvp_prompts_reader_line(const kvp_prompts_reader *rd);
+/* 1 when the input is a regular file (every line there from the start), 0
+ * for a pipe or a terminal (lines come as they are written). */
+int kvp_prompts_reader_is_file(const kvp_prompts_reader *rd);
 
 #endif

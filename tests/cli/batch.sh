@@ -48,6 +48,30 @@ num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$T/stats.json"; }
 expect_true "stats: forward and sampling seconds above 0, within the run's" awk -v f="$(num forward_seconds)" \
     -v s="$(num sample_seconds)" -v t="$(num seconds)" 'BEGIN { exit !(f > 0 && s > 0 && f + s <= t + 0.002) }'
 
+# Without --rate a prompts file's requests all arrive when the job starts:
+# one at a time, each waits behind those before it, and its TTFT says so
+# (each was stamped when its line was read, so a later one read less).
+for i in 0 1 2 3; do printf '{"id":"w%d","prompt":"Hello number %d"}\n' "$i" "$i"; done >"$T/wait.jsonl"
+run decode -m "$M" -t 2 -f "$T/wait.jsonl" -n 8 --ignore-eos --max-num-seqs 1 --json
+expect_status 0 "four requests one at a time"
+ttfts=$(sed -n 's/.*"ttft_ms":\([0-9.]*\).*/\1/p' "$OUT" | tr '\n' ' ')
+expect_true "each TTFT holds the wait behind the ones before it ($ttfts)" awk -v t="$ttfts" \
+    'BEGIN { n = split(t, a, " "); if (n != 4) exit 1; for (i = 2; i <= n; i++) if (a[i] <= a[i - 1]) exit 1 }'
+
+# An end token is not shown and sets no time: a chat answer ending on it
+# has one gap between tokens fewer than its tokens, and TPOT their mean;
+# a line with none or one token says null, not 0.
+printf '%s\n' '{"id":"c","messages":[{"role":"user","content":"What is 2+2?"}],"max_tokens":10}' >"$T/eos.jsonl"
+run decode -m "$M" -t 2 -f "$T/eos.jsonl" --json --stats="$T/eos.json"
+expect_out_has '"finish_reason":"stop"' "the answer ends on its end token"
+tok=$(sed -n 's/.*"tokens":\([0-9]*\).*/\1/p' "$OUT")
+expect_true "the stats' gaps: tokens - 1 ($tok tokens)" grep -q "\"itl_ms\":{\"n\":$((tok - 1))," "$T/eos.json"
+printf '%s\n' '{"id":"z","prompt":"Hi","max_tokens":0}' '{"id":"o","prompt":"Hi","max_tokens":1}' >"$T/none.jsonl"
+run decode -m "$M" -t 2 -f "$T/none.jsonl" --json
+expect_out_has '"id":"z","text":"","tokens":0,"finish_reason":"length","ttft_ms":null,"tpot_ms":null}' \
+    "no token: TTFT and TPOT null"
+expect_true "one token: a TTFT, TPOT null" grep -q '"id":"o",.*"tokens":1,.*"ttft_ms":[0-9.]*,"tpot_ms":null}' "$OUT"
+
 # --kv-out in the same 2 MiB: each request's KV is written as it finishes
 # and its blocks freed, so the state of all ten is kept though the cache
 # never holds more than five blocks (finished requests held every block
@@ -376,6 +400,12 @@ expect_status 2 "--kv-mem with --kv-blocks is a usage error"
 expect_err_has "give one" "says to give one"
 run decode -m x.gguf -p hi --stop ""
 expect_status 2 "--stop '' is a usage error"
+run decode -m x.gguf -p hi --stop "$(printf '\360\237')"
+expect_status 2 "--stop of invalid UTF-8 is a usage error, as -p's"
+expect_err_has "--stop: invalid UTF-8 at byte offset 0" "names the option and the byte"
+run decode -m x.gguf -p hi --resume "$T/r.jsonl" --kv-out "$T/r.kvp"
+expect_status 2 "--resume with --kv-out"
+expect_err_has "--resume and --kv-out at once" "says why"
 run decode -m x.gguf -p hi --stats=
 expect_status 2 "--stats= (no name) is a usage error"
 run decode -m x.gguf -f "$T/p.jsonl" --burstiness 0.5
