@@ -203,30 +203,21 @@ static void expand_sweep(sweep_opt *o)
     o->vals = malloc(KVP_CAP_SWEEP_MAX * sizeof *o->vals);
     if (!o->vals)
         kvp_cli_die("out of memory");
-    if (kvp_cap_sweep_parse(o->spec, parsers[o->kind], kind_what[o->kind], o->vals, KVP_CAP_SWEEP_MAX, &o->n,
+    int whole = o->kind == K_INT || o->kind == K_SIZE;
+    if (kvp_cap_sweep_parse(o->spec, parsers[o->kind], kind_what[o->kind], whole, o->vals, KVP_CAP_SWEEP_MAX, &o->n,
                             &err)) {
         /* "8k" tokens is 8192 to some and 8000 to others: counts take digits */
         if (o->kind == K_INT && strpbrk(o->spec, "kKmMgG"))
             kvp_cli_usage_error("--%s: %s (a count takes digits only: 8192 or 8000, not 8k)", o->name, err.msg);
         kvp_cli_usage_error("--%s: %s", o->name, err.msg);
     }
-    size_t kept = 0;
     for (size_t i = 0; i < o->n; i++) {
         double v = o->vals[i];
-        if (o->kind == K_INT || o->kind == K_SIZE) {
-            v = floor(v + 0.5); /* geometric steps land off whole numbers */
-            /* small factors round several steps to one count: a point once
-             * (the values only grow) */
-            if (kept && v == o->vals[kept - 1])
-                continue;
-        }
         if (v < o->min || v > o->max)
             kvp_cli_usage_error("--%s: %.15g is out of range (%.15g..%.15g)", o->name, v, o->min, o->max);
         if (&sweeps[SW_BLOCK] == o && ((uint64_t)v & ((uint64_t)v - 1)))
             kvp_cli_usage_error("--block-size: %.15g is not a power of two", v);
-        o->vals[kept++] = v;
     }
-    o->n = kept;
 }
 
 /* --seed, --shared-prefix: digits only, like every count. */

@@ -135,14 +135,14 @@ int kvp_cli_parse_size(const char *s, uint64_t *out)
         int power = (int)(u - units) + 1;
         p++;
         double base = 1000;
-        if (*p == 'i') {
+        if (*p == 'i' || *p == 'I') { /* any case, as the prefix: "80gib" is no other size */
             base = 1024;
             p++;
         }
         for (int i = 0; i < power; i++)
             mult *= base;
     }
-    if (*p == 'B')
+    if (*p == 'B' || *p == 'b') /* bytes: "80gb" is 80 GB too (a size is never in bits) */
         p++;
     if (*p)
         return -1;

@@ -458,7 +458,17 @@ static kvshape kv_shape(const kvp_cap_params *p, uint32_t tp)
     return k;
 }
 
-/* Exact and paged bytes of one sequence over layers [b, e). */
+/* a * b + c, UINT64_MAX where it passes 64 bits (and so wherever a or c is
+ * UINT64_MAX and b is not 0: a saturated term stays saturated) */
+static uint64_t sat_muladd(uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t m, r;
+    return __builtin_mul_overflow(a, b, &m) || __builtin_add_overflow(m, c, &r) ? UINT64_MAX : r;
+}
+
+/* Exact and paged bytes of one sequence over layers [b, e): UINT64_MAX
+ * where they pass 64 bits (a sequence that cannot fit, never a wrapped
+ * small one: max_context asks lengths up to 2^32). */
 static void seq_bytes(const kvp_cap_params *p, const kvshape *k, uint32_t b, uint32_t e, uint64_t len,
                       uint64_t *exact, uint64_t *alloc)
 {
@@ -472,11 +482,11 @@ static void seq_bytes(const kvp_cap_params *p, const kvshape *k, uint32_t b, uin
     }
     uint32_t w = c->sliding_window;
     if (exact)
-        *exact = (n_full * len + n_slide * layer_tokens(len, w)) * k->tok_bytes;
+        *exact = sat_muladd(sat_muladd(n_full, len, sat_muladd(n_slide, layer_tokens(len, w), 0)), k->tok_bytes, 0);
     if (alloc)
-        *alloc = (n_full * kvp_cap_layer_blocks(len, p->block_size, 0) +
-                  n_slide * kvp_cap_layer_blocks(len, p->block_size, w)) *
-                 k->block_bytes;
+        *alloc = sat_muladd(sat_muladd(n_full, kvp_cap_layer_blocks(len, p->block_size, 0),
+                                       sat_muladd(n_slide, kvp_cap_layer_blocks(len, p->block_size, w), 0)),
+                            k->block_bytes, 0);
 }
 
 /* Activation allowance for one GPU: the widest per-token intermediates of a
@@ -582,6 +592,8 @@ int kvp_cap_compute(const kvp_cap_params *p, kvp_cap_result *r, kvp_err *err)
     r->kv_heads_per_gpu = is_mla(c) ? 1 : gpu.vectors / 2;
     r->kv_bytes_per_token = whole.tok_bytes * c->n_layer;
     seq_bytes(p, &whole, 0, c->n_layer, p->seq_len, &r->kv_bytes_per_seq, &r->kv_alloc_bytes_per_seq);
+    if (r->kv_alloc_bytes_per_seq == UINT64_MAX)
+        return kvp_err_set(err, KVP_EINVAL, "seq-len: one sequence's KV bytes overflow 64 bits");
     if (r->kv_alloc_bytes_per_seq && p->batch > UINT64_MAX / r->kv_alloc_bytes_per_seq)
         return kvp_err_set(err, KVP_EINVAL, "batch x seq-len: the KV bytes overflow 64 bits");
     r->kv_bytes = r->kv_bytes_per_seq * p->batch;
@@ -655,8 +667,8 @@ static int parse_factor(const char *s, double *out)
     return isfinite(*out) ? 0 : -1;
 }
 
-int kvp_cap_sweep_parse(const char *spec, kvp_cap_num_parser parse, const char *what, double *vals, size_t max,
-                        size_t *n, kvp_err *err)
+int kvp_cap_sweep_parse(const char *spec, kvp_cap_num_parser parse, const char *what, int whole, double *vals,
+                        size_t max, size_t *n, kvp_err *err)
 {
     char buf[128];
     *n = 0;
@@ -698,9 +710,15 @@ int kvp_cap_sweep_parse(const char *spec, kvp_cap_num_parser parse, const char *
         double v = geometric ? a * pow(step, (double)i) : a + step * (double)i;
         if (v > b + slack)
             break;
+        v = v > b ? b : v;
+        if (whole) {
+            v = floor(v + 0.5); /* geometric steps land off whole numbers */
+            if (*n && v == vals[*n - 1])
+                continue;
+        }
         if (*n >= max)
             return kvp_err_set(err, KVP_ELIMIT, "'%s': more than %zu points", spec, max);
-        vals[(*n)++] = v > b ? b : v;
+        vals[(*n)++] = v;
     }
     return 0;
 }

@@ -165,10 +165,13 @@ typedef int (*kvp_cap_num_parser)(const char *s, double *out);
 #define KVP_CAP_SWEEP_MAX 100000
 /* Expand spec into values (at most max); START, END, STEP or a single
  * value are parsed by parse (so sizes may carry suffixes), a FACTOR is
- * decimal digits.  0 or KVP_EINVAL with a message naming the part that is
- * bad and saying it "is not <what>" ("a whole number in digits"). */
-int kvp_cap_sweep_parse(const char *spec, kvp_cap_num_parser parse, const char *what, double *vals, size_t max,
-                        size_t *n, kvp_err *err);
+ * decimal digits.  whole: each point rounded to the nearest whole number
+ * and a repeat of the one before dropped (a small factor rounds several
+ * steps to one count), so max bounds the points kept.  0 or KVP_EINVAL
+ * with a message naming the part that is bad and saying it "is not
+ * <what>" ("a whole number in digits"); KVP_ELIMIT past max points. */
+int kvp_cap_sweep_parse(const char *spec, kvp_cap_num_parser parse, const char *what, int whole, double *vals,
+                        size_t max, size_t *n, kvp_err *err);
 
 /* ---- fragmentation simulation (capacity_sim.c) ---- */
 

@@ -388,6 +388,20 @@ static void test_errors(void)
     p.cfg.n_layer = KVP_CONFIG_MAX_LAYER + 1;
     CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL);
     CHECK_STR(err.msg, "layers: 4097 is out of range (1..4096)");
+    /* one sequence's KV past 64 bits (4096 layers of 1024 KV heads of
+     * 1024 f32 elements: 2^35 B a token, 2^32 tokens): refused, not wrapped
+     * to a small size (which had kvcalc divide by zero) */
+    p = preset("llama-3-8b");
+    p.cfg.n_layer = KVP_CONFIG_MAX_LAYER, p.cfg.n_head = p.cfg.n_head_kv = 1024, p.cfg.head_dim = 1024;
+    CHECK(kvp_cap_kv_fmt("f32", &p.kv_fmt, &err) == 0);
+    p.seq_len = 1ull << 32;
+    CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL);
+    CHECK_STR(err.msg, "seq-len: one sequence's KV bytes overflow 64 bits");
+    /* at a length that fits, the longest context is what memory holds
+     * (2^40 B a GPU: 32 tokens at 2^35 B), not one from a wrapped size */
+    p.seq_len = 16, p.block_size = 16, p.gpu_mem_bytes = 1ull << 40, p.gpu_util = 1.0, p.weight_bytes_override = 1;
+    CHECK_MSG(kvp_cap_compute(&p, &r, &err) == 0, "%s", err.msg);
+    CHECK_MSG(r.max_context > 0 && (uint64_t)r.max_context < 32, "max_context %lld", (long long)r.max_context);
     p = preset("llama-3-8b");
     p.cfg.head_dim = KVP_CONFIG_MAX_HEAD_DIM + 1;
     CHECK(kvp_cap_compute(&p, &r, &err) == KVP_EINVAL);
@@ -446,33 +460,39 @@ static void test_sweep(void)
     kvp_err err = {0};
     double v[64];
     size_t n;
-    CHECK(kvp_cap_sweep_parse("1024:4096:1024", plain_num, "a number", v, 64, &n, &err) == 0);
+    CHECK(kvp_cap_sweep_parse("1024:4096:1024", plain_num, "a number", 0, v, 64, &n, &err) == 0);
     CHECK(n == 4 && v[0] == 1024 && v[3] == 4096);
-    CHECK(kvp_cap_sweep_parse("1:64:x2", plain_num, "a number", v, 64, &n, &err) == 0);
+    CHECK(kvp_cap_sweep_parse("1:64:x2", plain_num, "a number", 0, v, 64, &n, &err) == 0);
     CHECK(n == 7 && v[6] == 64);
-    CHECK(kvp_cap_sweep_parse("0.5:0.9:0.1", plain_num, "a number", v, 64, &n, &err) == 0);
+    CHECK(kvp_cap_sweep_parse("0.5:0.9:0.1", plain_num, "a number", 0, v, 64, &n, &err) == 0);
     CHECK(n == 5 && fabs(v[4] - 0.9) < 1e-12);
-    CHECK(kvp_cap_sweep_parse("7", plain_num, "a number", v, 64, &n, &err) == 0 && n == 1 && v[0] == 7);
-    CHECK(kvp_cap_sweep_parse("1:10:3", plain_num, "a number", v, 64, &n, &err) == 0 && n == 4 && v[3] == 10);
-    CHECK(kvp_cap_sweep_parse("4:1:1", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
-    CHECK(kvp_cap_sweep_parse("1:4:0", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
-    CHECK(kvp_cap_sweep_parse("1:4:x1", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
-    CHECK(kvp_cap_sweep_parse("1:4", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
-    CHECK(kvp_cap_sweep_parse("1:1000:1", plain_num, "a number", v, 64, &n, &err) == KVP_ELIMIT);
+    CHECK(kvp_cap_sweep_parse("7", plain_num, "a number", 0, v, 64, &n, &err) == 0 && n == 1 && v[0] == 7);
+    CHECK(kvp_cap_sweep_parse("1:10:3", plain_num, "a number", 0, v, 64, &n, &err) == 0 && n == 4 && v[3] == 10);
+    CHECK(kvp_cap_sweep_parse("4:1:1", plain_num, "a number", 0, v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:4:0", plain_num, "a number", 0, v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:4:x1", plain_num, "a number", 0, v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:4", plain_num, "a number", 0, v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:1000:1", plain_num, "a number", 0, v, 64, &n, &err) == KVP_ELIMIT);
     /* the message names the part that is bad and what it must be */
-    CHECK(kvp_cap_sweep_parse("1:3:0.5", whole_num, "a whole number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:3:0.5", whole_num, "a whole number", 0, v, 64, &n, &err) == KVP_EINVAL);
     CHECK_MSG(strstr(err.msg, "STEP '0.5' is not a whole number") != NULL, "%s", err.msg);
-    CHECK(kvp_cap_sweep_parse("x:3:1", whole_num, "a whole number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("x:3:1", whole_num, "a whole number", 0, v, 64, &n, &err) == KVP_EINVAL);
     CHECK_MSG(strstr(err.msg, "START 'x' is not a whole number") != NULL, "%s", err.msg);
-    CHECK(kvp_cap_sweep_parse("1:3.5:1", whole_num, "a whole number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:3.5:1", whole_num, "a whole number", 0, v, 64, &n, &err) == KVP_EINVAL);
     CHECK_MSG(strstr(err.msg, "END '3.5' is not a whole number") != NULL, "%s", err.msg);
-    CHECK(kvp_cap_sweep_parse("2.5", whole_num, "a whole number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("2.5", whole_num, "a whole number", 0, v, 64, &n, &err) == KVP_EINVAL);
     CHECK_MSG(strstr(err.msg, "'2.5' is not a whole number") != NULL, "%s", err.msg);
     /* a FACTOR is digits: no exponent, hex or space (strtod takes them) */
-    CHECK(kvp_cap_sweep_parse("1:64:x1.5", plain_num, "a number", v, 64, &n, &err) == 0 && n == 11);
-    CHECK(kvp_cap_sweep_parse("1:64:x2e0", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
-    CHECK(kvp_cap_sweep_parse("1:64:x0x2", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
-    CHECK(kvp_cap_sweep_parse("1:64:x 2", plain_num, "a number", v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:64:x1.5", plain_num, "a number", 0, v, 64, &n, &err) == 0 && n == 11);
+    /* whole: rounded, repeats dropped before the limit counts them (1..64 by
+     * x1.01: 418 steps, the last 63.4, so 63 counts) */
+    CHECK(kvp_cap_sweep_parse("1:64:x1.01", plain_num, "a number", 0, v, 64, &n, &err) == KVP_ELIMIT);
+    CHECK(kvp_cap_sweep_parse("1:64:x1.01", plain_num, "a number", 1, v, 64, &n, &err) == 0 && n == 63);
+    CHECK(n == 63 && v[0] == 1 && v[1] == 2 && v[62] == 63);
+    CHECK(kvp_cap_sweep_parse("1:3:x1.5", plain_num, "a number", 1, v, 64, &n, &err) == 0 && n == 2 && v[1] == 2);
+    CHECK(kvp_cap_sweep_parse("1:64:x2e0", plain_num, "a number", 0, v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:64:x0x2", plain_num, "a number", 0, v, 64, &n, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_sweep_parse("1:64:x 2", plain_num, "a number", 0, v, 64, &n, &err) == KVP_EINVAL);
 }
 
 static void test_rng(void)

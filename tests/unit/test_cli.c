@@ -106,6 +106,12 @@ static void test_size(void)
     CHECK(kvp_cli_parse_size("1.5", &v) == -1); /* not a whole number of bytes */
     CHECK(kvp_cli_parse_size("5X", &v) == -1);
     CHECK(kvp_cli_parse_size("20000P", &v) == -1); /* past 2^64 */
+    /* the suffix in any case: "80gb" and "80gib" as "80gB" and "80giB" */
+    CHECK(kvp_cli_parse_size("80gb", &v) == 0 && v == 80000000000ull);
+    CHECK(kvp_cli_parse_size("80gib", &v) == 0 && v == 80ull << 30);
+    CHECK(kvp_cli_parse_size("80GIB", &v) == 0 && v == 80ull << 30);
+    CHECK(kvp_cli_parse_size("80Gbb", &v) == -1);
+    CHECK(kvp_cli_parse_size("80ib", &v) == -1); /* no prefix, no i */
 }
 
 int main(void)
