@@ -8,6 +8,7 @@
 #include "io.h"
 #include "logprobs.h"
 #include "meta.h"
+#include "seqcheck.h"
 #include "stream.h"
 #include "tensor.h"
 #include "wire.h"
@@ -43,57 +44,6 @@ static void usage(FILE *f)
             "See kvdump(1) and kvp(5).\n");
 }
 
-/* Hashes of KV blocks seen so far, so block references can be resolved. */
-typedef struct hashset {
-    uint64_t *slot;
-    size_t cap, n;
-} hashset;
-
-static int hashset_add(hashset *s, uint64_t h)
-{
-    if (h == 0)
-        h = 1; /* 0 marks an empty slot */
-    if (2 * (s->n + 1) > s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 1024;
-        uint64_t *slot = calloc(cap, sizeof *slot);
-        if (!slot)
-            return -1;
-        for (size_t i = 0; i < s->cap; i++)
-            if (s->slot[i]) {
-                size_t j = s->slot[i] & (cap - 1);
-                while (slot[j])
-                    j = (j + 1) & (cap - 1);
-                slot[j] = s->slot[i];
-            }
-        free(s->slot);
-        s->slot = slot;
-        s->cap = cap;
-    }
-    size_t j = h & (s->cap - 1);
-    while (s->slot[j] && s->slot[j] != h)
-        j = (j + 1) & (s->cap - 1);
-    if (!s->slot[j]) {
-        s->slot[j] = h;
-        s->n++;
-    }
-    return 0;
-}
-
-static int hashset_has(const hashset *s, uint64_t h)
-{
-    if (h == 0)
-        h = 1;
-    if (!s->cap)
-        return 0;
-    size_t j = h & (s->cap - 1);
-    while (s->slot[j]) {
-        if (s->slot[j] == h)
-            return 1;
-        j = (j + 1) & (s->cap - 1);
-    }
-    return 0;
-}
-
 typedef struct totals {
     uint64_t count[KVP_KIND_COUNT], unknown;
     uint64_t stored, raw, records, tensor_bytes, tokens, compressed, positions;
@@ -107,7 +57,7 @@ typedef struct dumper {
     int extracted;
     uint8_t *extract_data;    /* the tensor's bytes, held until the stream has checked out */
     size_t extract_len;
-    hashset blocks;
+    kvp_seqcheck *sc;         /* --check: the sequences and their blocks, in order (seqcheck.h) */
     int have_scores;          /* saved distributions: the SCORES record seen */
     kvp_scores_rec scores;
     uint32_t next_window;     /* the window the next LOGPROBS must carry */
@@ -302,8 +252,6 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
         int rc = kvp_kvblock_decode(rec, &b, NULL, NULL, NULL, err);
         if (rc)
             return rc;
-        if (hashset_add(&d->blocks, b.hash))
-            return kvp_err_set(err, KVP_ENOMEM, "out of memory");
         if (!show)
             return 0;
         if (d->json)
@@ -323,11 +271,6 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
         int rc = kvp_blockref_decode(rec, &r, err);
         if (rc)
             return rc;
-        if (!hashset_has(&d->blocks, r.hash))
-            return kvp_err_set(err, KVP_EFORMAT,
-                               "record %" PRIu64 " (block_ref) at offset %" PRIu64
-                               ": refers to block %016" PRIx64 ", which no earlier record holds",
-                               rec->index, rec->offset, r.hash);
         if (!show)
             return 0;
         if (d->json)
@@ -472,6 +415,8 @@ static int dump_record(dumper *d, const kvp_record *rec, kvp_err *err)
         }
     }
     int rc = describe(d, rec, err);
+    if (!rc && d->check) /* a listing shows records as they are; --check verifies the stream */
+        rc = kvp_seqcheck_record(d->sc, rec, err);
     if (show) {
         if (d->json)
             putchar('}');
@@ -566,7 +511,9 @@ int main(int argc, char **argv)
     if (kvp_in_open(&in, path, &err))
         kvp_cli_die_err(&err);
     d.name = strcmp(path, "-") ? path : "<stdin>"; /* in.name dies with in */
-    int rc = kvp_reader_open(&r, &in, &err);
+    int rc = kvp_seqcheck_new(&d.sc, &err);
+    if (!rc)
+        rc = kvp_reader_open(&r, &in, &err);
     if (!rc) {
         if (!d.check && !d.summary && !d.extract)
             print_header(&d, kvp_reader_info(r));
@@ -577,10 +524,12 @@ int main(int argc, char **argv)
                 break;
             }
         }
+        if (rc == 0 && d.check && (rc = kvp_seqcheck_end(d.sc, &err)) < 0)
+            kvp_err_prefix(&err, "%s", in.name);
     }
     d.t.file_bytes = in.pos;
     kvp_reader_free(r);
-    free(d.blocks.slot);
+    kvp_seqcheck_free(d.sc);
     kvp_in_close(&in);
     if (rc < 0) {
         free(d.extract_data);

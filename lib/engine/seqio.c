@@ -1,61 +1,12 @@
 /* seqio.c - write and read sequences + KV blocks (see seqio.h). */
 #include "seqio.h"
+#include "seqcheck.h"
 #include "tensor.h"
+#include "u64map.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- a small hash -> block map (open addressing; hashes are never 0) ---- */
-
-typedef struct hmap {
-    uint64_t *key;
-    int64_t *val;
-    size_t cap, n;
-} hmap;
-
-static void hmap_free(hmap *h)
-{
-    free(h->key);
-    free(h->val);
-}
-
-static int64_t hmap_get(const hmap *h, uint64_t k)
-{
-    if (!h->cap)
-        return -1;
-    for (size_t i = k & (h->cap - 1);; i = (i + 1) & (h->cap - 1)) {
-        if (h->key[i] == k)
-            return h->val[i];
-        if (!h->key[i])
-            return -1;
-    }
-}
-
-static int hmap_put(hmap *h, uint64_t k, int64_t v)
-{
-    if ((h->n + 1) * 2 > h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        hmap g = {calloc(cap, sizeof *g.key), calloc(cap, sizeof *g.val), cap, 0};
-        if (!g.key || !g.val) {
-            hmap_free(&g);
-            return -1;
-        }
-        for (size_t i = 0; i < h->cap; i++)
-            if (h->key[i])
-                hmap_put(&g, h->key[i], h->val[i]);
-        hmap_free(h);
-        *h = g;
-    }
-    size_t i = k & (h->cap - 1);
-    while (h->key[i] && h->key[i] != k)
-        i = (i + 1) & (h->cap - 1);
-    if (!h->key[i])
-        h->n++;
-    h->key[i] = k;
-    h->val[i] = v;
-    return 0;
-}
 
 /* ---- writer ---- */
 
@@ -63,7 +14,7 @@ struct kvp_seqio_writer {
     kvp_writer *w;
     kvp_kvcache *kc;
     uint8_t *buf;     /* one block's bytes */
-    hmap seen;        /* hashes of the blocks written so far */
+    kvp_u64map seen;  /* hashes of the blocks written so far */
     uint64_t n_blocks, n_refs;
 };
 
@@ -88,7 +39,7 @@ void kvp_seqio_writer_free(kvp_seqio_writer *sw)
     if (!sw)
         return;
     free(sw->buf);
-    hmap_free(&sw->seen);
+    kvp_u64map_free(&sw->seen);
     free(sw);
 }
 
@@ -114,7 +65,7 @@ int kvp_seqio_writer_put(kvp_seqio_writer *sw, const kvp_seqio_seq *s, kvp_err *
     for (uint32_t b = 0; rc == 0 && b * bs < len; b++) {
         uint32_t nt = len - b * bs < bs ? len - b * bs : bs;
         uint64_t h = kvp_kvblock_hash(parent, tok + (size_t)b * bs, nt);
-        if (hmap_get(&sw->seen, h) >= 0) {
+        if (kvp_u64map_get(&sw->seen, h) >= 0) {
             kvp_blockref_rec r = {.seq_id = rec.id, .block_index = b, .n_tokens = nt, .parent_hash = parent,
                                   .hash = h};
             if ((rc = kvp_write_blockref(sw->w, &r, err)) == 0)
@@ -133,7 +84,7 @@ int kvp_seqio_writer_put(kvp_seqio_writer *sw, const kvp_seqio_seq *s, kvp_err *
             }
             if ((rc = kvp_kvcache_block_read_whole(kc, blocks[b], sw->buf, err)) == 0 &&
                 (rc = kvp_write_kvblock(sw->w, &kb, tok + (size_t)b * bs, sw->buf, scales, err)) == 0) {
-                if (hmap_put(&sw->seen, h, 1) < 0)
+                if (kvp_u64map_put(&sw->seen, h, 1) < 0)
                     rc = kvp_err_set(err, KVP_ENOMEM, "out of memory");
                 sw->n_blocks++;
             }
@@ -179,8 +130,8 @@ struct kvp_seqio_reader {
     char **stop;              /* and its stop strings, until next hands them out */
     size_t n_stop;
     uint64_t n_seqs;
-    hmap ids;                 /* sequence ids seen: each once */
-    hmap partial;             /* hash of a partial block loaded -> handle << 32 | block index */
+    kvp_u64map ids;           /* sequence ids seen: each once */
+    kvp_u64map partial;       /* hash of a partial block loaded -> handle << 32 | block index */
     uint64_t salt;            /* of sequences whose record has none */
     int done;
     const char *what_file;    /* before the first sequence: what its records say the file is (NULL: a KV stream) */
@@ -194,7 +145,7 @@ struct kvp_seqio_reader {
  * sequence: the chained hash over its tokens tells); else -1. */
 static int64_t partial_block(const kvp_seqio_reader *sr, uint64_t hash)
 {
-    int64_t v = hmap_get(&sr->partial, hash);
+    int64_t v = kvp_u64map_get(&sr->partial, hash);
     if (v < 0)
         return -1;
     int handle = (int)(v >> 32);
@@ -305,8 +256,8 @@ void kvp_seqio_reader_free(kvp_seqio_reader *sr)
     free(sr->tokens);
     kvp_seq_stops_free(sr->stop, sr->n_stop);
     free(sr->stage);
-    hmap_free(&sr->ids);
-    hmap_free(&sr->partial);
+    kvp_u64map_free(&sr->ids);
+    kvp_u64map_free(&sr->partial);
     free(sr);
 }
 
@@ -349,10 +300,10 @@ static int on_sequence(kvp_seqio_reader *sr, const kvp_record *rec, kvp_seq_rec 
     sr->stop = NULL, sr->n_stop = 0;
     if ((rc = kvp_seq_stops(rec, &sr->stop, &sr->n_stop, err)) < 0)
         return rc;
-    if (hmap_get(&sr->ids, s->id + 1) >= 0) /* + 1: hmap keys are never 0 */
+    if (kvp_u64map_get(&sr->ids, s->id) >= 0)
         return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: sequence %llu appears twice", sr->name,
                            (unsigned long long)rec->index, (unsigned long long)s->id);
-    if (hmap_put(&sr->ids, s->id + 1, 1) < 0)
+    if (kvp_u64map_put(&sr->ids, s->id, 1) < 0)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
     if ((rc = cache_for(sr, s, err)) < 0)
         return rc;
@@ -420,24 +371,6 @@ static uint64_t salted_hash(uint64_t hash, uint64_t sparent, const uint32_t *tok
     return sparent == 0 ? hash : kvp_kvblock_hash(sparent, tok, nt);
 }
 
-/* Block bi of sequence s: checks common to blocks and references. */
-static int block_check(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_rec *s, uint64_t seq_id,
-                       uint32_t bi, uint32_t want_bi, uint32_t nt, uint64_t parent, uint64_t hash, kvp_err *err)
-{
-    uint32_t bs = s->block_size;
-    uint64_t start = (uint64_t)want_bi * bs;
-    uint32_t want_nt = s->n_tokens - start < bs ? (uint32_t)(s->n_tokens - start) : bs;
-    if (seq_id != s->id || bi != want_bi || nt != want_nt)
-        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: block %u of sequence %llu (%u tokens) where block %u "
-                           "of sequence %llu (%u tokens) belongs", sr->name, (unsigned long long)rec->index, bi,
-                           (unsigned long long)seq_id, nt, want_bi, (unsigned long long)s->id, want_nt);
-    if (kvp_kvblock_hash(parent, sr->tokens + start, nt) != hash)
-        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: block %u of sequence %llu: its hash does not match "
-                           "the sequence's tokens", sr->name, (unsigned long long)rec->index, bi,
-                           (unsigned long long)seq_id);
-    return 0;
-}
-
 /* Load one block record into seq (while *loading).  *parent chains the
  * stream's hashes (unsalted, as every stream's), *sparent the cache's (from
  * the sequence's salt): a full block is looked up in the cache by the
@@ -475,12 +408,9 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
                                "%u does not fit this model (%u layers, %u x %u, block %u)", sr->name,
                                (unsigned long long)rec->index, b.layer_begin, b.layer_end, b.n_head_kv, b.head_dim,
                                b.block_size, pool->n_layer, pool->n_head_kv, pool->head_dim, pool->block_size);
-        if ((rc = block_check(sr, rec, s, b.seq_id, b.block_index, bi, b.n_tokens, *parent, b.hash, err)) < 0)
-            return rc;
-        for (uint32_t i = 0; i < b.n_tokens; i++)
-            if (kvp_le32(tok_le + 4 * i) != tok[i])
-                return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: block %u's tokens differ from its sequence's",
-                                   sr->name, (unsigned long long)rec->index, bi);
+        if ((rc = kvp_seq_block_check(s, sr->tokens, bi, *parent, rec->index, b.seq_id, b.block_index, b.n_tokens,
+                                      b.hash, &b.block_size, tok_le, err)) < 0)
+            return kvp_err_prefix(err, "%s", sr->name);
         if (want_scales)
             data = stage_scaled(sr, &b, data, scales);
         nt = b.n_tokens;
@@ -493,8 +423,9 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
         kvp_blockref_rec r;
         if ((rc = kvp_blockref_decode(rec, &r, err)) < 0)
             return kvp_err_prefix(err, "%s", sr->name);
-        if ((rc = block_check(sr, rec, s, r.seq_id, r.block_index, bi, r.n_tokens, *parent, r.hash, err)) < 0)
-            return rc;
+        if ((rc = kvp_seq_block_check(s, sr->tokens, bi, *parent, rec->index, r.seq_id, r.block_index, r.n_tokens,
+                                      r.hash, NULL, NULL, err)) < 0)
+            return kvp_err_prefix(err, "%s", sr->name);
         nt = r.n_tokens;
         hash = r.hash;
         shash = salted_hash(hash, *sparent, tok, nt);
@@ -515,7 +446,7 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
         *loading = 0; /* no free block, or the block found holds other tokens: computed later */
     else if (blk < 0)
         return kvp_err_set(err, (int)blk, "%s: %s", sr->name, quiet.msg);
-    else if (nt < pool->block_size && hmap_put(&sr->partial, hash, (int64_t)handle << 32 | bi) < 0)
+    else if (nt < pool->block_size && kvp_u64map_put(&sr->partial, hash, (int64_t)handle << 32 | bi) < 0)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
     return 0;
 }

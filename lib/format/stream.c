@@ -423,6 +423,8 @@ static const char *seq_bad_fields(const kvp_seq_rec *s, char *what, size_t n)
         snprintf(what, n, "state %u is not 1 (prefilled), 2 (running) or 3 (finished)", s->state);
     else if (s->finish_reason > KVP_SEQ_FINISH_MAX)
         snprintf(what, n, "finish reason %u is not 0..%u", s->finish_reason, KVP_SEQ_FINISH_MAX);
+    else if (s->block_size == 0)
+        snprintf(what, n, "block size 0");
     else if (s->next_token < -1)
         snprintf(what, n, "next token %d is neither -1 (none) nor a token id", (int)s->next_token);
     else if (kvp_sampling_check(&s->sampling, &why) < 0)

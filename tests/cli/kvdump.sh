@@ -50,12 +50,45 @@ run kvdump --summary --json "$T/s.kvp"
 expect_out_has '"records":8' "summary JSON record count"
 expect_out_has '"compression_ratio":1.0000' "uncompressed ratio"
 
-run kvdump --check "$T/z.kvp"
+# --check verifies a KV stream's sequences and blocks as decode needs them
+# (test_stream --write-kv: two sequences, the second's first block a
+# reference to the first's); the sample above is a stream of records, not
+# of whole sequences (its sequence's block 1 comes alone).
+"$mk" --write-kv "$T/kv.kvp" || { status=1; fail "could not write the KV stream"; }
+"$mk" --write-kv "$T/kvz.kvp" zstd || { status=1; fail "could not write the zstd KV stream"; }
+run kvdump --check "$T/kvz.kvp"
 expect_status 0 "--check accepts a valid stream"
 expect_out_empty "--check prints nothing on success"
 
-run_sh "cat '$T/z.kvp' | kvdump --check -"
+run_sh "cat '$T/kv.kvp' | kvdump --check -"
 expect_status 0 "--check reads a pipe"
+
+bad_kv() { # FLAW WANT WHAT
+    if "$mk" --write-kv "$T/bad.kvp" "$1"; then
+        run kvdump "$T/bad.kvp"
+        expect_status 0 "the listing shows its records as they are ($3)"
+        run kvdump --check "$T/bad.kvp"
+        expect_status 1 "--check refuses $3"
+        expect_err_has "$T/bad.kvp: $2" "names the file, the record and what is wrong ($3)"
+    else
+        status=1; fail "could not write the stream with $3"
+    fi
+}
+bad_kv noseq "record 0: a KV block with no sequence before it" "a block before its sequence"
+bad_kv dupid "record 4: sequence 7 appears twice" "a sequence id twice"
+bad_kv skip "record 2: block 2 of sequence 7 (5 tokens) where block 1 of sequence 7 (16 tokens) belongs" \
+    "a block left out"
+bad_kv ntok "record 5: block 0 of sequence 8 (3 tokens) where block 0 of sequence 8 (16 tokens) belongs" \
+    "a reference of the wrong token count"
+bad_kv hash "record 2: block 1 of sequence 7: its hash does not match the sequence's tokens" "a block's hash"
+bad_kv tokens "record 2: block 1's tokens differ from its sequence's" "a block's tokens"
+bad_kv owed "sequence 8: the stream carries KV for 1 of its 2 blocks" "a sequence's last block missing at the end"
+bad_kv dangling "record 5: refers to block" "a reference to a block no record holds"
+expect_err_has "which no earlier record holds" "says so"
+"$mk" --rewrite "$T/kv.kvp" "$T/bad.kvp" seq-u32@20=0 || { status=1; fail "could not rewrite the KV stream"; }
+run kvdump "$T/bad.kvp"
+expect_status 1 "a sequence of block size 0 is refused, listed too"
+expect_err_has "record 0 (sequence) at offset 64: block size 0" "names the record and the field"
 
 name=$(kvdump --json "$T/s.kvp" | sed -n 's/.*"kind":"tensor".*"name":"\([^"]*\)".*/\1/p')
 run_sh "kvdump --extract '$name' '$T/s.kvp' > '$T/x.bin'"
@@ -190,7 +223,7 @@ bad_seq seq-u32@0=0 "state 0 is not" "state 0"
 bad_seq seq-u32@4=9 "finish reason 9 is not 0..4" "an undefined finish reason"
 bad_seq seq-f32@24=nan "temperature nan" "a NaN temperature"
 bad_seq seq-f32@32=2 "top-p 2" "a top-p above 1"
-"$mk" --rewrite "$T/s.kvp" "$T/e.kvp" seq-u32@4=4 || { status=1; fail "could not rewrite the sample"; }
+"$mk" --rewrite "$T/kv.kvp" "$T/e.kvp" seq-u32@4=4 || { status=1; fail "could not rewrite the KV stream"; }
 run kvdump --check "$T/e.kvp"
 expect_status 0 "finish reason 4 (KV memory) is defined"
 "$mk" --rewrite "$T/s.kvp" "$T/dup.kvp" dup@2 || { status=1; fail "could not write the stream with a tensor twice"; }

@@ -1,10 +1,11 @@
-/* fuzz_kvp.c - libFuzzer harness: the KVP stream reader and every typed
- * record decoder on arbitrary bytes.  Any crash, leak, hang or unbounded
+/* fuzz_kvp.c - libFuzzer harness: the KVP stream reader, every typed
+ * record decoder and the sequences' check (kvdump --check) on arbitrary bytes.  Any crash, leak, hang or unbounded
  * allocation is a bug; errors are the expected outcome. */
 #include "capacity.h"
 #include "io.h"
 #include "meta.h"
 #include "scratch.h"
+#include "seqcheck.h"
 #include "stream.h"
 
 #include <stdint.h>
@@ -63,8 +64,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (kvp_reader_open(&r, &in, &err))
         return 0;
     kvp_reader_set_limit(r, 64u << 20);
+    kvp_seqcheck *sc = NULL;
+    int checking = kvp_seqcheck_new(&sc, &err) == 0;
     kvp_record rec;
     while (kvp_reader_next(r, &rec, &err) == 1) {
+        kvp_err why = {0};
+        if (checking && kvp_seqcheck_record(sc, &rec, &why) < 0)
+            checking = 0; /* as kvdump stops at its first error */
         kvp_tensor_rec t;
         kvp_seq_rec s;
         kvp_kvblock_rec b;
@@ -108,6 +114,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         default: break;
         }
     }
+    if (checking)
+        (void)kvp_seqcheck_end(sc, &err);
+    kvp_seqcheck_free(sc);
     kvp_reader_free(r);
     return 0;
 }

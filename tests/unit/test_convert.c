@@ -2,8 +2,9 @@
  * stream conversion (lib/convert.h).
  *
  * `test_convert --write-kv-sample FILE [DTYPE]` writes a small KV stream (the
- * CLI tests' input for quantize --kv): config, sequence, three KV blocks
- * (DTYPE, default f16), a block reference, a record of an unknown kind, END.
+ * CLI tests' input for quantize --kv): config, sequence 7, its three KV
+ * blocks (DTYPE, default f16), sequence 8 (7's first 16 tokens) and its
+ * block as a reference, a record of an unknown kind, END.
  * `test_convert --write-gguf FILE [FAULT]` writes the small GGUF of these
  * tests (a whole one-layer llama: q8_0 embedding, q4_1, f32 and f16 weights,
  * and one q2_K tensor besides), or with a fault the model loader refuses
@@ -953,10 +954,14 @@ static int write_kv_sample(const char *path, uint32_t dtype)
             free(x);
             free(d);
         }
-        kvp_blockref_rec ref = {7, 0, 16, 0, 0};
+        /* sequence 8: sequence 7's first 16 tokens, its block a reference */
+        kvp_blockref_rec ref = {8, 0, 16, 0, 0};
         ref.hash = kvp_kvblock_hash(0, tokens, 16);
         uint8_t unknown_meta[3] = {9, 8, 7};
         kvp_piece unknown_piece = {"later", 5};
+        s.id = 8, s.n_prompt = s.n_tokens = 16;
+        if (!rc)
+            rc = kvp_write_sequence(w, &s, tokens, NULL, 0, &err);
         if (!rc)
             rc = kvp_write_blockref(w, &ref, &err);
         if (!rc)
@@ -1052,12 +1057,12 @@ static void test_kv(uint32_t dtype, double min_snr)
     kvp_in_close(&i);
     CHECK_EQ_U64(st.n_blocks, KV_BLOCKS);
     CHECK_EQ_U64(st.n_converted, dtype == KVP_DTYPE_F16 ? 0 : KV_BLOCKS);
-    CHECK_EQ_U64(st.n_records, 1 + 1 + KV_BLOCKS + 1 + 1);
+    CHECK_EQ_U64(st.n_records, 1 + 1 + KV_BLOCKS + 1 + 1 + 1); /* config, sequence, blocks, sequence, ref, 77 */
 
     kvrec a[16], b[16];
     uint8_t fa[16], fb[16];
     int na = read_kv(in, a, 16, fa), nb = read_kv(out, b, 16, fb);
-    CHECK(na == nb && na == 8);
+    CHECK(na == nb && na == 9);
     CHECK(memcmp(fa, fb, 16) == 0);
     for (int k = 0; k < na && k < nb; k++) {
         CHECK_EQ_U64(a[k].kind, b[k].kind);

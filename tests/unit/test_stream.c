@@ -1155,6 +1155,88 @@ static int write_int_id_seed(const char *path)
     return rc ? 1 : 0;
 }
 
+/* One block of a KV stream written by write_kv: sequence s's block bi over
+ * tokens (a reference when ref), its hash chained from parent; a record
+ * that checks out alone but not in its sequence when bad_hash (chained from
+ * another parent) or bad_tokens (its first token one off, hashed so). */
+static int kv_block(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *tokens, uint32_t bi, uint64_t *parent,
+                    int ref, int bad_hash, int bad_tokens, kvp_err *err)
+{
+    static uint16_t data[2 * 2 * 3 * 16 * 8];
+    uint32_t nt = s->n_tokens - bi * 16 < 16 ? s->n_tokens - bi * 16 : 16, tok[16];
+    memcpy(tok, tokens + bi * 16, nt * sizeof *tok);
+    tok[0] += (uint32_t)bad_tokens;
+    *parent += (uint64_t)bad_hash;
+    uint64_t hash = kvp_kvblock_hash(*parent, tok, nt);
+    int rc;
+    if (ref) {
+        kvp_blockref_rec r = {.seq_id = s->id, .block_index = bi, .n_tokens = nt, .parent_hash = *parent, .hash = hash};
+        rc = kvp_write_blockref(w, &r, err);
+    } else {
+        kvp_kvblock_rec b = {.seq_id = s->id, .block_index = bi, .block_size = 16, .n_tokens = nt, .layer_end = 2,
+                             .n_head_kv = 3, .head_dim = 8, .dtype = KVP_DTYPE_F16, .data_bytes = sizeof data,
+                             .parent_hash = *parent, .hash = hash};
+        rc = kvp_write_kvblock(w, &b, tok, data, NULL, err);
+    }
+    *parent = hash;
+    return rc;
+}
+
+/* `test_stream --write-kv FILE [FLAW]`: a KV stream as decode reads it,
+ * for kvdump --check: sequence 7 (37 tokens: blocks 0, 1 and 2 of 5
+ * tokens), then sequence 8 (20 tokens, its first 16 sequence 7's: a
+ * reference to 7's block 0, then its own block 1 of 4).  FLAW puts one
+ * thing wrong: noseq (7's first block before its sequence), dupid (8 named
+ * 7), skip (7's block 1 left out), ntok (the reference says 3 tokens),
+ * hash (7's block 1's hash off), tokens (its first token off), owed (8's
+ * block 1 left out: the stream ends owing it), dangling (8's first 16
+ * tokens its own: the reference names a block no record holds); or zstd
+ * (no flaw, records compressed). */
+static int write_kv(const char *path, const char *flaw)
+{
+    kvp_out out;
+    kvp_err err = {0};
+    kvp_writer *w = NULL;
+    uint32_t t7[37], t8[20];
+    for (uint32_t i = 0; i < 37; i++)
+        t7[i] = 100 + i * 7;
+    for (uint32_t i = 0; i < 20; i++)
+        t8[i] = i < 16 && strcmp(flaw, "dangling") ? t7[i] : 900 + i;
+    kvp_seq_rec a = {SEQ_VALID, .id = 7, .n_tokens = 37, .n_prompt = 37, .block_size = 16, .next_token = -1};
+    kvp_seq_rec b = {SEQ_VALID, .id = strcmp(flaw, "dupid") ? 8 : 7, .n_tokens = 20, .n_prompt = 20, .block_size = 16,
+                     .next_token = -1};
+    uint64_t pa = 0, pb = 0, early = 0;
+    kvp_writer_opts o = {.zstd_level = strcmp(flaw, "zstd") ? 0 : 3, .producer = "test_stream"};
+    int rc = kvp_out_open(&out, path, &err);
+    if (rc == 0)
+        rc = kvp_writer_open(&w, &out, &o, &err);
+    if (rc == 0 && !strcmp(flaw, "noseq"))
+        rc = kv_block(w, &a, t7, 0, &early, 0, 0, 0, &err);
+    if (rc == 0)
+        rc = kvp_write_sequence(w, &a, t7, NULL, 0, &err);
+    for (uint32_t bi = 0; rc == 0 && bi < 3; bi++)
+        if (bi != 1 || strcmp(flaw, "skip"))
+            rc = kv_block(w, &a, t7, bi, &pa, 0, bi == 1 && !strcmp(flaw, "hash"), bi == 1 && !strcmp(flaw, "tokens"),
+                          &err);
+    if (rc == 0)
+        rc = kvp_write_sequence(w, &b, t8, NULL, 0, &err);
+    if (rc == 0 && !strcmp(flaw, "ntok")) {
+        kvp_blockref_rec r = {.seq_id = b.id, .block_index = 0, .n_tokens = 3, .hash = kvp_kvblock_hash(0, t8, 3)};
+        rc = kvp_write_blockref(w, &r, &err);
+        pb = kvp_kvblock_hash(0, t8, 16);
+    } else if (rc == 0) {
+        rc = kv_block(w, &b, t8, 0, &pb, 1, 0, 0, &err);
+    }
+    if (rc == 0 && strcmp(flaw, "owed"))
+        rc = kv_block(w, &b, t8, 1, &pb, 0, 0, 0, &err);
+    if (rc == 0 && (rc = kvp_writer_finish(w, &err)) == 0)
+        rc = kvp_out_commit(&out, &err);
+    kvp_writer_free(w);
+    if (rc)
+        fprintf(stderr, "write-kv: %s\n", err.msg);
+    return rc ? 1 : 0;
+}
+
 /* ---- sequence fields, tensor names and the meta padding (kvp(5)) ---- */
 
 /* Byte offsets in a sequence record's meta part from its state field. */
@@ -1464,6 +1546,8 @@ int main(int argc, char **argv)
         return write_stop_seed(argv[2]);
     if (argc >= 5 && strcmp(argv[1], "--rewrite") == 0)
         return rewrite(argv[2], argv[3], argv[4]);
+    if (argc >= 3 && strcmp(argv[1], "--write-kv") == 0)
+        return write_kv(argv[2], argc > 3 ? argv[3] : "");
     /* `test_stream --write-int-id FILE`: tests/fuzz/corpus/kvp/sequence-int-id.kvp */
     if (argc >= 3 && strcmp(argv[1], "--write-int-id") == 0)
         return write_int_id_seed(argv[2]);
