@@ -171,6 +171,9 @@ static void parse(int argc, char **argv, options *o)
         kvp_cli_usage_error("--eval-chunks goes with --eval TEXT");
     if (o->eval && (o->kv != -1 || o->dry_run))
         kvp_cli_usage_error("--eval scores a converted model: not with --kv or --dry-run");
+    if (o->report && o->dry_run) /* it wrote nothing there, exit 0 */
+        kvp_cli_usage_error("--report with --dry-run: a dry run reads no values, so it has no error to report "
+                            "(its plan is on standard output)");
     if (o->kv != -1) {
         if (to_set || embed_set || o->scheme_set || o->co.group || o->co.asym || o->co.n_include ||
             o->co.n_exclude || o->co.n_drop || o->dry_run)
@@ -185,7 +188,7 @@ static void parse(int argc, char **argv, options *o)
     int scaled = kvp_convert_dtype_scaled(o->co.to);
     if ((o->scheme_set || o->co.group) && !scaled)
         kvp_cli_usage_error("--scheme and --group apply to fp8, fp8-e5m2, int8, int4 and fp4, not --to %s",
-                            to_set ? kvp_dtype_name((uint32_t)o->co.to) : "keep");
+                            to_set && o->co.to >= 0 ? kvp_dtype_name((uint32_t)o->co.to) : "keep");
     if (o->co.group) {
         if (o->scheme_set && o->co.scheme != KVP_SCHEME_GROUP)
             kvp_cli_usage_error("--group goes with --scheme group");

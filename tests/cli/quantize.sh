@@ -152,6 +152,13 @@ size=$(sed -n 's/.*file \([0-9]*\) bytes$/\1/p' "$OUT")
 run quantize --to int4 "$T/bare.safetensors" -o "$T/bare4.kvp"
 real=$(wc -c <"$T/bare4.kvp" | tr -d ' ')
 if [ -n "$size" ] && [ "$size" = "$real" ]; then pass "bare dry-run file size is exact ($real)"; else fail "dry-run size '$size' vs $real"; fi
+run quantize -n --to int4 "$T/bare.safetensors" -r "$T/plan.tsv"
+expect_status 2 "--report with --dry-run (it wrote nothing there)"
+expect_err_has "--report with --dry-run: a dry run reads no values" "says why"
+expect_true "no report file" test ! -e "$T/plan.tsv"
+run quantize -n -t keep -s group "$T/bare.safetensors"
+expect_status 2 "--scheme with --to keep"
+expect_err_has "not --to keep" "names keep, not '?'"
 # the golden checkpoint's file, copied away from its config.json
 mkdir "$T/lone"
 cp "$G/model.safetensors" "$T/lone/"
