@@ -183,6 +183,8 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
                 printf(",\"scale_dtype\":\"%s\"", kvp_dtype_name(t.scale_dtype));
             if (t.flags & KVP_TENSOR_ASYM)
                 printf(",\"asymmetric\":true");
+            if (t.dtype == KVP_DTYPE_NVFP4) /* every value's factor: the data cannot be read without it */
+                printf(",\"global_scale\":%.9g", t.global_scale);
         } else {
             printf("%s %s ", t.name, kvp_dtype_name(t.dtype));
             print_shape(f, &t, 0);
@@ -193,6 +195,8 @@ static int describe(dumper *d, const kvp_record *rec, kvp_err *err)
             }
             if (t.flags & KVP_TENSOR_ASYM)
                 printf(" asym");
+            if (t.dtype == KVP_DTYPE_NVFP4)
+                printf(" global scale %.9g", t.global_scale);
         }
         return 0;
     }

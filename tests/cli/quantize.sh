@@ -159,6 +159,14 @@ expect_true "no report file" test ! -e "$T/plan.tsv"
 run quantize -n -t keep -s group "$T/bare.safetensors"
 expect_status 2 "--scheme with --to keep"
 expect_err_has "not --to keep" "names keep, not '?'"
+# an nvfp4 tensor's values need its global scale: kvdump shows it
+run quantize --to nvfp4 --drop '^step$' "$G" -o "$T/bare-nv.kvp"
+expect_status 0 "--to nvfp4 on the golden checkpoint"
+run kvdump --json "$T/bare-nv.kvp"
+expect_true "kvdump --json gives each nvfp4 tensor's global scale" \
+    grep -q '"dtype":"nvfp4",.*"global_scale":[0-9.e+-]*[},]' "$OUT"
+run kvdump "$T/bare-nv.kvp"
+expect_out_has " global scale " "and its listing"
 # the golden checkpoint's file, copied away from its config.json
 mkdir "$T/lone"
 cp "$G/model.safetensors" "$T/lone/"
