@@ -196,8 +196,11 @@ static int perplexity_mode(kvp_runopts *o, const char *text, kvp_ppl_opts *po, i
         kvp_cli_usage_error("--save-logits: give a file (standard output carries the report)");
     kvp_cli_refuse_same("--save-logits ", po->save_path, text, "text scored");
     kvp_cli_refuse_same("--save-logits ", po->save_path, o->model, "model");
-    if (o->prompt || o->file || o->tokens || o->chat)
-        kvp_cli_usage_error("--perplexity scores a text file; it takes no prompts (-p, -f, --tokens, --chat)");
+    if (o->prompt || o->file || o->tokens || o->chat || o->system)
+        kvp_cli_usage_error("--perplexity scores a text file; it takes no prompts (-p, -f, --tokens, --chat, "
+                            "--system)");
+    if (po->base_path && !strcmp(text, "-") && !strcmp(po->base_path, "-"))
+        kvp_cli_usage_error("--perplexity - and --kld -: standard input can carry one of them");
     if (o->n_stop) /* nothing is generated: it would be ignored */
         kvp_cli_usage_error("--stop goes with a prefill job (its stream carries it), not --perplexity");
     if ((full || save_top_set) && !po->save_path)
@@ -620,8 +623,12 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("--tokenize takes prompts, not --resume");
     if (tokenize && o.n_stop) /* nothing is generated or written: it would be ignored */
         kvp_cli_usage_error("--stop goes with a prefill job (its stream carries it), not --tokenize");
+    if (tokenize && (output_given || o.stats || o.stats_file)) /* likewise */
+        kvp_cli_usage_error("--tokenize prints the ids on standard output: not -o or --stats (redirect it)");
     if (tokenize && n_in == 0)
         o.file = "-";
+    else if (n_in != 1 && resume)
+        kvp_cli_usage_error("--resume continues with its next turn: give one of -p TEXT and --tokens IDS");
     else if (n_in != 1)
         kvp_cli_usage_error("give one of -p TEXT, -f FILE and --tokens IDS");
     if (resume && o.file)
@@ -644,12 +651,12 @@ int main(int argc, char **argv)
     kvp_err err = {0};
     if (kvp_sample_check(&o.sampling, &err) < 0)
         kvp_cli_usage_error("%s", err.msg);
+    kvp_runopts_check_prompt_args(&o);
     if (tokenize) {
         list_tokens(&o);
         kvp_runopts_free(&o);
         return kvp_cli_close_stdout();
     }
-    kvp_runopts_check_prompt_args(&o);
 
     /* SIGINT and SIGTERM stop the job as they stop decode (stopsig.h):
      * noted while the model loads, then ending a wait for input too */

@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "io.h"
+#include "unicode.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,16 @@ int kvp_perplexity_tokens(const kvp_run *r, const char *path, uint32_t **ids, ui
         size_t at = (size_t)(nul - text);
         free(text);
         return kvp_err_set(err, KVP_EFORMAT, "%s: byte %zu is NUL: a binary file, not a text to score", path, at);
+    }
+    /* the tokenizer drops bytes that are not UTF-8: a Latin-1 text would be
+     * scored with them missing (and a --kld base of it taken for another
+     * text of the same hash), so it is refused as the prompt readers do */
+    size_t ok = kvp_unicode_valid_prefix((const char *)text, len);
+    if (ok < len) {
+        unsigned b = text[ok];
+        free(text);
+        return kvp_err_set(err, KVP_EFORMAT, "%s: invalid UTF-8 at byte offset %zu (0x%02x): a text to score is UTF-8",
+                           path, ok, b);
     }
     int32_t *t;
     size_t nt;

@@ -500,6 +500,10 @@ void kvp_runopts_check_prompt_args(const kvp_runopts *o)
     /* -m - reads the model to the end of standard input */
     if (o->model && !strcmp(o->model, "-") && o->file && !strcmp(o->file, "-"))
         kvp_cli_usage_error("-m - and -f -: the model is read from standard input, so the prompts cannot be");
+    /* ids are the prompt as they are: no template is put around them */
+    if (o->tokens && o->chat)
+        kvp_cli_usage_error("--chat renders a text in the chat template: give the text with -p (--tokens are ids, "
+                            "used as they are)");
     /* a plain -p or --tokens prompt has no system turn to put it in */
     if (o->system && (o->prompt || o->tokens) && !o->chat)
         kvp_cli_usage_error("--system is a chat prompt's system message: give --chat too (a prompts file's "

@@ -46,6 +46,10 @@ expect_err_has "context length" "says so"
 run $P --perplexity "$M" --ctx 64 --chunks 1
 expect_status 1 "a binary file as the text (the arguments swapped)"
 expect_err_has "is NUL: a binary file, not a text to score" "says so"
+printf 'hello \377 world and more words here' >"$T/latin1.txt"
+run $P --perplexity "$T/latin1.txt" --ctx 4
+expect_status 1 "a text that is not UTF-8 (its byte was dropped, the rest scored)"
+expect_err_has "latin1.txt: invalid UTF-8 at byte offset 6 (0xff)" "names the file, the offset and the byte"
 
 # ---- outputs that would replace an input, or share standard output ----
 cp "$T/short.txt" "$T/keep.txt"

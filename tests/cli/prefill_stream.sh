@@ -153,6 +153,26 @@ case $(tail -n 1 "$ERR") in "prefill: 4 prompts; "*) pass "standard input: no to
 *) fail "stdin progress: $(tail -n 1 "$ERR")" ;; esac
 run prefill -m "$M" --tokenize -p hi --progress
 expect_status 2 "--progress with --tokenize is a usage error"
+# options a mode would ignore are usage errors, as --progress is
+run prefill -m "$M" --tokenize -p hi -o "$T/tk.out"
+expect_status 2 "--tokenize with -o (the ids went to standard output, no file)"
+expect_true "no file written" test ! -e "$T/tk.out"
+run prefill -m "$M" --tokenize -p hi --stats="$T/tk.json"
+expect_status 2 "--tokenize with --stats"
+run prefill -m "$M" --tokenize -p hi --system Sys
+expect_status 2 "--tokenize: --system without --chat, as a prefill job"
+for prog in prefill decode specdec; do
+    run $prog -m "$M" --chat --tokens 26843
+    expect_status 2 "$prog: --chat with --tokens (ids are not rendered)"
+    expect_err_has "--chat renders a text in the chat template" "$prog says why"
+done
+run prefill -m "$M" --perplexity - --kld -
+expect_status 2 "--perplexity - with --kld -"
+run prefill -m "$M" --perplexity "$T/four.jsonl" --system Sys
+expect_status 2 "--system with --perplexity (ignored before)"
+run prefill -m "$M" --resume "$T/none.kvp"
+expect_status 2 "--resume without its next turn"
+expect_err_has "--resume continues with its next turn: give one of -p TEXT and --tokens IDS" "says which inputs"
 
 # cache_salt: prefill's prefix cache gives a tenant's prompt the blocks of
 # the same tenant's earlier one, never another tenant's (the stream itself
