@@ -206,12 +206,18 @@ static int too_long(const kvp_jobsrc *js, const char *what, uint64_t i, const ch
     if (!js->n_ctx || n <= js->n_ctx)
         return 0;
     /* a prompts file's error is prefixed with its line, which says where:
-     * there the id alone (a count beside it would read as the id) */
+     * there the id alone (a count beside it would read as the id); a
+     * stream's sequence by its number in the stream and its id quoted, as
+     * kvdump lists it (seq 1 "b") and the stream reader names it */
     char which[48] = "";
-    if (!js->o->file || strcmp(what, "prompt") != 0)
+    int seq = strcmp(what, "sequence") == 0;
+    if (seq)
+        snprintf(which, sizeof which, " %" PRIu64, i);
+    else if (!js->o->file)
         snprintf(which, sizeof which, " %" PRIu64, i + 1);
-    kvp_err_set(err, KVP_EINVAL, "%s%s%s%s is %u tokens, more than a sequence may hold (%u: the "
-                "model's context, or --max-model-len)", what, which, label[0] ? " " : "", label, n, js->n_ctx);
+    kvp_err_set(err, KVP_EINVAL, "%s%s%s%s%s%s is %u tokens, more than a sequence may hold (%u: the "
+                "model's context, or --max-model-len)", what, which, label[0] ? " " : "", seq && label[0] ? "\"" : "",
+                label, seq && label[0] ? "\"" : "", n, js->n_ctx);
     return 1;
 }
 
@@ -415,7 +421,7 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
             drop_stops(&q);
             continue;
         }
-        if (too_long(js, "sequence", idx, q.rec.label, q.rec.n_prompt, err)) {
+        if (too_long(js, "sequence", q.rec.id, q.rec.label, q.rec.n_prompt, err)) {
             kvp_kvcache_seq_free(js->kc, q.handle);
             free(tok);
             drop_stops(&q);

@@ -383,7 +383,8 @@ expect_out_has '"tokens":2,"finish_reason":"length"' "a KV stream's sequence is 
 run_sh "prefill -m '$M' -t 2 -f '$T/ctx.jsonl' -o '$T/ctx.kvp' && decode -m '$M' -t 2 -n 4 --max-model-len 5 '$T/ctx.kvp'"
 expect_status 1 "a stream's prompt longer than --max-model-len"
 expect_out_has '"id":"a"' "the stream's sequence before it is answered"
-expect_err_has "ctx.kvp: sequence 2 b is 7 tokens, more than a sequence may hold (5:" "the stream, sequence and sizes are named"
+expect_err_has "ctx.kvp: sequence 1 \"b\" is 7 tokens, more than a sequence may hold (5:" \
+    "the stream, sequence (as kvdump lists it) and sizes are named"
 run decode -m "$M" -t 2 -p hi --max-model-len 100000
 expect_status 1 "--max-model-len above the trained context"
 expect_err_has "trained context of 8192 tokens" "says the model's"
