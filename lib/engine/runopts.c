@@ -523,6 +523,16 @@ void kvp_run_id_json(FILE *f, const char *label, int label_int, uint64_t index)
         kvp_cli_json_str(f, label, strlen(label));
 }
 
+/* A prompts line's field that no request has, once a name: a note, since
+ * a misspelt parameter ("max_token") leaves the default in force. */
+static void note_unknown_field(void *ctx, const char *path, uint64_t line, const char *field)
+{
+    (void)ctx;
+    fprintf(stderr, "%s: note: %s:%" PRIu64 ": ", kvp_cli_prog(), path, line);
+    kvp_cli_json_str(stderr, field, strlen(field));
+    fputs(" is not a request field (passed over: decode(1), -f)\n", stderr);
+}
+
 void kvp_run_prompt_settings(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps)
 {
     kvp_prompts_init(ps);
@@ -530,6 +540,7 @@ void kvp_run_prompt_settings(const kvp_run *r, const kvp_runopts *o, kvp_prompts
     ps->chat = o->chat;
     ps->literal = o->no_special;
     ps->system = o->system;
+    ps->on_unknown = note_unknown_field;
 }
 
 int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uint32_t ***ids, uint32_t **lens,

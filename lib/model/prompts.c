@@ -446,6 +446,9 @@ struct kvp_prompts_reader {
     int eof, mode, text_done;
     int bom_done;           /* a leading byte order mark skipped, or found absent */
     kvp_strmap ids;         /* the keys of the requests returned, with their lines (id_value) */
+    kvp_strmap unknown;     /* field names no request has, each told once (on_unknown) */
+    void (*on_unknown)(void *ctx, const char *path, uint64_t line, const char *field);
+    void *on_unknown_ctx;
     uint64_t line;          /* lines used up */
     uint64_t line_last;     /* the line of the prompt last returned */
     uint64_t n;             /* prompts returned */
@@ -466,6 +469,8 @@ int kvp_prompts_reader_open(kvp_prompts_reader **out, const char *path, const kv
     rd->one.chat = ps->chat;
     rd->one.literal = ps->literal;
     rd->one.system = ps->system;
+    rd->on_unknown = ps->on_unknown;
+    rd->on_unknown_ctx = ps->on_unknown_ctx;
     int rc = kvp_in_open(&rd->in, path, err);
     if (rc < 0) {
         kvp_prompts_reader_free(rd);
@@ -485,6 +490,7 @@ void kvp_prompts_reader_free(kvp_prompts_reader *rd)
         kvp_in_close(&rd->in);
     kvp_prompts_free(&rd->one);
     kvp_strmap_free(&rd->ids);
+    kvp_strmap_free(&rd->unknown);
     free(rd->buf);
     free(rd->path);
     free(rd);
@@ -655,6 +661,33 @@ static int text_utf8(kvp_prompts_reader *rd)
                        line, k - sol, (unsigned)(unsigned char)t[k]);
 }
 
+/* A request line's fields (params_of, id_of, add_json_prompt read them). */
+static const char *const request_fields[] = {"id",    "prompt", "messages", "max_tokens", "temperature", "top_p",
+                                             "top_k", "min_p",  "seed",     "stop",       "cache_salt"};
+
+/* o's fields that no request has, each name told once: a misspelt one
+ * ("max_token") would otherwise leave its default in force unseen.
+ * Passed over, not refused: OpenAI-style request files carry fields of
+ * their own ("model", "user", ...). */
+static int tell_unknown(kvp_prompts_reader *rd, const kvp_json *o)
+{
+    if (!rd->on_unknown || o->type != KVP_JSON_OBJECT)
+        return 0;
+    for (size_t k = 0; k < o->n; k++) {
+        size_t f = 0, n = sizeof request_fields / sizeof *request_fields;
+        while (f < n && strcmp(o->keys[k], request_fields[f]) != 0)
+            f++;
+        if (f < n)
+            continue;
+        int added = kvp_strmap_add(&rd->unknown, o->keys[k], strlen(o->keys[k]), rd->line, NULL);
+        if (added < 0)
+            return kvp_err_set(&rd->e, KVP_ENOMEM, "prompts: out of memory");
+        if (added)
+            rd->on_unknown(rd->on_unknown_ctx, rd->path, rd->line, o->keys[k]);
+    }
+    return 0;
+}
+
 int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -699,6 +732,8 @@ int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
         int kind = ID_INDEX;
         if (rc == 0) {
             rc = add_json(&rd->one, o, rd->path, rd->line, &kind, &rd->e);
+            if (rc == 0)
+                rc = tell_unknown(rd, o);
             kvp_json_free(o);
         }
         if (rc == 0 && (rc = id_once(&rd->ids, rd->one.p[0].label, kind, rd->n, rd->path, rd->line, &rd->e)) < 0) {

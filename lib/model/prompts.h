@@ -82,6 +82,10 @@ typedef struct kvp_prompts {
     int chat;               /* plain prompts become a user turn */
     int literal;            /* plain prompts' control tokens are text (--no-special) */
     const char *system;     /* system message for rendered prompts, or NULL */
+    /* a reader's JSON line with a field no request has ("max_token" for
+     * "max_tokens"): called once per name, at its first line (NULL: none) */
+    void (*on_unknown)(void *ctx, const char *path, uint64_t line, const char *field);
+    void *on_unknown_ctx;
 } kvp_prompts;
 
 /* Empty, ChatML, plain prompts plain and parsed for special tokens; set the

@@ -275,6 +275,19 @@ d=$(grep '"id":"d"' "$OUT" | sed 's/.*"text"//; s/,"ttft.*//')
 if [ -n "$c" ] && [ "$c" = "$d" ]; then pass "the same seed draws the same text"; else fail "seed 5 twice: $c / $d"; fi
 expect_out_has '"id":"e","text"' "a line without a seed samples too"
 
+# A field no request has is passed over with a note, once a name at its
+# first line (a misspelt "max_token" left the default budget unseen).
+printf '%s\n' '{"id":"u1","prompt":"Hi","max_token":3,"model":"x"}' '{"id":"u2","prompt":"Hi","max_token":3}' \
+    '{"id":"u3","prompt":"Hi","user":"me"}' >"$T/unknown.jsonl"
+run decode -m "$M" -t 2 -n 2 -f "$T/unknown.jsonl" --json
+expect_status 0 "unknown fields are passed over"
+expect_err_has 'decode: note: '"$T"'/unknown.jsonl:1: "max_token" is not a request field' "the misspelt field, its line"
+expect_err_has 'unknown.jsonl:3: "user" is not a request field' "each name at its first line"
+n=$(grep -c 'is not a request field' "$ERR")
+expect_true "each name once ($n notes for max_token, model, user)" test "$n" -eq 3
+n=$(grep -c '"finish_reason"' "$OUT")
+expect_true "every request answered ($n)" test "$n" -eq 3
+
 # Several stop strings that end inside one token (" Paris"): the text is
 # cut at the earliest, whatever their order; no stop string is left in it.
 for order in "--stop ris --stop Pa" "--stop Pa --stop ris"; do
