@@ -557,6 +557,7 @@ int main(int argc, char **argv)
     };
     const char *ppl_text = NULL;
     kvp_ppl_opts po = {.ctx = 512, .save_k = 32, .bos = -1, .producer = "prefill " KVP_VERSION};
+    int windows_set = 0; /* --ctx or --chunks: --perplexity's windows */
     int save_top_set = 0, full = 0;
     struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];
     kvp_runopts_table(longopts, own, sizeof own / sizeof own[0]);
@@ -587,8 +588,14 @@ int main(int argc, char **argv)
         }
         switch (c) {
         case OPT_PPL: ppl_text = optarg; continue;
-        case OPT_CTX: po.ctx = (uint32_t)kvp_cli_opt_i64("--ctx", optarg, 4, 1 << 20); continue;
-        case OPT_CHUNKS: po.max_windows = (uint32_t)kvp_cli_opt_i64("--chunks", optarg, 1, UINT32_MAX); continue;
+        case OPT_CTX:
+            po.ctx = (uint32_t)kvp_cli_opt_i64("--ctx", optarg, 4, 1 << 20);
+            windows_set = 1;
+            continue;
+        case OPT_CHUNKS:
+            po.max_windows = (uint32_t)kvp_cli_opt_i64("--chunks", optarg, 1, UINT32_MAX);
+            windows_set = 1;
+            continue;
         case OPT_SAVE: po.save_path = optarg; continue;
         case OPT_SAVE_TOP:
             po.save_k = (uint32_t)kvp_cli_opt_i64("--save-top", optarg, 1, KVP_LOGPROBS_MAX_K);
@@ -618,6 +625,8 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("--progress goes with a prefill job, not --tokenize or --perplexity");
     if (ppl_text || po.save_path || po.base_path || full || save_top_set)
         return perplexity_mode(&o, ppl_text, &po, full, save_top_set, output_given, argc, argv);
+    if (windows_set) /* a prefill job runs whole prompts: they would be ignored */
+        kvp_cli_usage_error("--ctx and --chunks set --perplexity's windows, not a prefill job's");
     int n_in = (o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL);
     if (tokenize && resume)
         kvp_cli_usage_error("--tokenize takes prompts, not --resume");

@@ -166,6 +166,11 @@ for prog in prefill decode specdec; do
     expect_status 2 "$prog: --chat with --tokens (ids are not rendered)"
     expect_err_has "--chat renders a text in the chat template" "$prog says why"
 done
+run prefill -m "$M" -p hi --ctx 5
+expect_status 2 "--ctx in a prefill job (a --perplexity window)"
+expect_err_has "--ctx and --chunks set --perplexity's windows" "says whose"
+run prefill -m "$M" -p hi --chunks 2
+expect_status 2 "--chunks in a prefill job"
 run prefill -m "$M" --perplexity - --kld -
 expect_status 2 "--perplexity - with --kld -"
 run prefill -m "$M" --perplexity "$T/four.jsonl" --system Sys
