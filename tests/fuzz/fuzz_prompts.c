@@ -7,7 +7,8 @@
  * records, as decode does), the file gives the same prompts, up to the same
  * failure.  Ids are keys (the label, else the index), each once: decode
  * --resume tells requests apart by them.  kvp_prompts_count_file counts the
- * requests of every file read whole. */
+ * requests of every file read whole.  A field no request has is told once a
+ * name, the same by both readers. */
 #define _POSIX_C_SOURCE 200809L
 #include "prompts.h"
 #include "tensor.h"
@@ -45,6 +46,19 @@ static void check_keys(const kvp_prompts *ps)
     }
 }
 
+/* The reader's note of a field no request has: a name of the line's, NUL-
+ * terminated, never a request's own, each once (checked by counting: no
+ * more notes than the file has bytes). */
+static void on_unknown(void *ctx, const char *path, uint64_t line, const char *field)
+{
+    (void)path;
+    size_t *n = ctx;
+    if (line == 0 || !strcmp(field, "prompt") || !strcmp(field, "id") || !strcmp(field, "max_tokens"))
+        abort();
+    (void)strlen(field);
+    ++*n;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *path = fuzz_scratch_write(data, size, "prompts");
@@ -53,6 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         kvp_prompts_init(&ps);
         ps.chat = chat;
         ps.system = chat ? "be brief" : NULL;
+        size_t notes = 0;
+        ps.on_unknown = on_unknown, ps.on_unknown_ctx = &notes;
         kvp_err err = {0};
         if (kvp_prompts_read_file(&ps, path, &err) == 0) {
             check_keys(&ps);
@@ -75,6 +91,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort(); /* a failure must carry a code and a message */
         }
         int whole = err.code;
+        size_t first = notes; /* the record-at-a-time pass tells the same names */
+        if (first > size)
+            abort();
         kvp_prompts_reader *rd;
         kvp_err e2 = {0};
         size_t n = 0;
@@ -92,7 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             kvp_prompt_free(&p);
             rc = 0;
         }
-        if (n != ps.n || (rc < 0) != (whole < 0) || (rc < 0 && strcmp(err.msg, e2.msg) != 0))
+        if (n != ps.n || (rc < 0) != (whole < 0) || (rc < 0 && strcmp(err.msg, e2.msg) != 0) || notes != 2 * first)
             abort();
         if (rc < 0 && kvp_prompts_reader_next(rd, &(kvp_prompt){0}, &e2) != rc)
             abort(); /* a failure stays */
