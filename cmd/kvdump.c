@@ -515,7 +515,7 @@ int main(int argc, char **argv)
     if (kvp_in_open(&in, path, &err))
         kvp_cli_die_err(&err);
     d.name = strcmp(path, "-") ? path : "<stdin>"; /* in.name dies with in */
-    int rc = kvp_seqcheck_new(&d.sc, &err);
+    int rc = d.check ? kvp_seqcheck_new(&d.sc, &err) : 0; /* only --check verifies the sequences */
     if (!rc)
         rc = kvp_reader_open(&r, &in, &err);
     if (!rc) {
