@@ -150,22 +150,32 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
  * f32 scales and zero points in planes of their own (the weight's scales
  * and zeros: row r's group u at r * (n_in / g) + u * 16 for r a multiple
  * of 16, so scale_stride stays n_in / g).  The values and the products are
- * the stored kind's, bit for bit. */
+ * the stored kind's, bit for bit.
+ *
+ * GGUF's Q6_K (no kernel as stored) is taken in rows of 16 too: its codes
+ * q (0..63, y = d sc (q - 32)) as bytes in Q8_0's lines, unsigned, plane 0
+ * its super-block's f16 d for each of the 8 blocks of 32 in it, plane 1
+ * the block's two 16-element sub-block scales, sc_lo | sc_hi << 8 (int8
+ * each).  Its product is llama.cpp's for K-quants: per block of 32 the
+ * exact integer sc_lo sum(lo (q - 32) x) + sc_hi sum(hi (q - 32) x), then
+ * times d dx in f32 (kvp_cpu_q6k_dot is the reference). */
 #define KVP_CPU_DTYPE_Q8_0_R16 (KVP_DTYPE_COUNT + 1)
 #define KVP_CPU_DTYPE_Q4_0_R16 (KVP_DTYPE_COUNT + 2)
 #define KVP_CPU_DTYPE_Q4_1_R16 (KVP_DTYPE_COUNT + 3)
 #define KVP_CPU_DTYPE_I8_R16 (KVP_DTYPE_COUNT + 4)
 #define KVP_CPU_DTYPE_I4_R16 (KVP_DTYPE_COUNT + 5)
+#define KVP_CPU_DTYPE_Q6_K_R16 (KVP_DTYPE_COUNT + 6)
+#define KVP_R16_KINDS 6
 #define KVP_R16_ROWS 16
-static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_I4_R16; }
+static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_Q6_K_R16; }
 /* A block's quant bytes for 16 rows. */
 static inline size_t kvp_r16_qbytes(int dtype)
 {
-    int bytes8 = dtype == KVP_CPU_DTYPE_Q8_0_R16 || dtype == KVP_CPU_DTYPE_I8_R16;
+    int bytes8 = dtype == KVP_CPU_DTYPE_Q8_0_R16 || dtype == KVP_CPU_DTYPE_I8_R16 || dtype == KVP_CPU_DTYPE_Q6_K_R16;
     return bytes8 ? KVP_R16_ROWS * KVP_QK : KVP_R16_ROWS * KVP_QK / 2;
 }
 static inline uint32_t kvp_r16_groups(uint32_t n_out) { return (n_out + KVP_R16_ROWS - 1) / KVP_R16_ROWS; }
-/* Plane p (0 the scales d, 1 Q4_1's minimums m) of the group holding row r
+/* Plane p (0 the scales d, 1 Q4_1's minimums m or Q6_K's sub-block scales) of the group holding row r
  * (a multiple of 16) of a weight in rows of 16. */
 static inline const uint16_t *kvp_r16_plane(const void *data, int dtype, uint32_t n_out, uint32_t n_in, int p,
                                             uint32_t r)
@@ -199,12 +209,13 @@ typedef struct kvp_cpu_kernels {
     void (*wsum)(const uint8_t *q, size_t stride, uint32_t nb, int32_t *out);
     void (*quant_q8)(const float *x, kvp_q8blk *y, uint32_t n); /* n multiple of 32 */
     kvp_mm_fn mm_q4_0, mm_q4_1, mm_q8_0, mm_i8, mm_i4; /* i8, i4: g a multiple of 32 */
-    /* Q8_0, Q4_0, Q4_1, i8 and i4 in rows of 16 (KVP_CPU_DTYPE_*_R16, in
-     * that order): pieces of rows from a multiple of 16 by up to tile_tok
-     * tokens read from their blocks (no tile), the stored kind's bits.
-     * NULL where the table multiplies them as stored; where set, the
-     * backend rewrites those weights so. */
-    kvp_mm_fn mm_r16[5];
+    /* Q8_0, Q4_0, Q4_1, i8, i4 and Q6_K in rows of 16 (KVP_CPU_DTYPE_*_R16,
+     * in that order): pieces of rows from a multiple of 16 by up to tile_tok
+     * tokens read from their blocks (no tile), the stored kind's bits
+     * (Q6_K: kvp_cpu_q6k_dot's).  NULL where the table multiplies them as
+     * stored (Q6_K: by the row path); where set, the backend rewrites those
+     * weights so. */
+    kvp_mm_fn mm_r16[KVP_R16_KINDS];
     kvp_mm_fn mm_f32, mm_f16, mm_bf16, mm_e4m3;       /* e4m3: any g dividing n */
     /* Attention (backend_cpu.c): scores s[p * ldq + j] of key p for query
      * lane j, ldq a multiple of 8.  Like the matmul, each (query, key) score

@@ -20,7 +20,11 @@
  * Q4_K_M file (README, Performance).
  *
  * Where the kernels take rows of 16 (kvp_cpu_kernels.mm_r16), Q8_0, Q4_0,
- * Q4_1 and Q5_0 weights are rewritten so too (kvp_cpu_as_r16). */
+ * Q4_1 and Q5_0 weights are rewritten so too (kvp_cpu_as_r16), and Q6_K,
+ * which has no kernel as stored: its 6-bit codes as bytes with its scales
+ * in two planes (backend_cpu_kern.h), 36 bytes a block of 32 against
+ * Q6_K's 26.25, multiplied with 8-bit activations as llama.cpp does,
+ * where the row path made f32 rows of it for every product. */
 #include "backend_cpu_kern.h"
 #include "ggml_quants.h"
 #include "minifloat.h"
@@ -97,16 +101,16 @@ int kvp_cpu_q5_0_as_q8_0(const kvp_weight *w, kvp_weight *out, kvp_err *err)
  * lanes, the f16 scales (and minimums) into their planes; rows past n_out
  * repeat the last (their outputs are never stored, and a repeated row is
  * finite where zeros of an uninitialized scale might not be).  A Q5_0
- * weight goes through Q8_0 first. */
+ * weight goes through Q8_0 first, a Q4_K one through int4 (kvp_cpu_repack). */
 int kvp_cpu_as_r16(const kvp_weight *w, kvp_weight *out, kvp_err *err)
 {
-    if (w->dtype == KVP_DTYPE_Q5_0 && !w->scales && !w->zeros) {
-        kvp_weight q8;
-        int rc = kvp_cpu_q5_0_as_q8_0(w, &q8, err);
+    if (kvp_cpu_repackable(w)) {
+        kvp_weight mid;
+        int rc = kvp_cpu_repack(w, &mid, err);
         if (rc <= 0)
             return rc;
-        rc = kvp_cpu_as_r16(&q8, out, err);
-        kvp_cpu_repacked_free(&q8);
+        rc = kvp_cpu_as_r16(&mid, out, err);
+        kvp_cpu_repacked_free(&mid);
         return rc;
     }
     int rc = kvp_cpu_r16_alloc(w, out, err);
@@ -138,16 +142,17 @@ static int r16_kind_of(int dtype, r16_kind *k)
     case KVP_DTYPE_Q4_1: *k = (r16_kind){sizeof(kvp_blk_q4_1), 4, 2, 0, KVP_CPU_DTYPE_Q4_1_R16, dtype}; return 1;
     case KVP_DTYPE_I8: *k = (r16_kind){KVP_QK, 0, 0, 1, KVP_CPU_DTYPE_I8_R16, dtype}; return 1;
     case KVP_DTYPE_I4: *k = (r16_kind){KVP_QK / 2, 0, 0, 1, KVP_CPU_DTYPE_I4_R16, dtype}; return 1;
+    case KVP_DTYPE_Q6_K: *k = (r16_kind){210, 0, 2, 0, KVP_CPU_DTYPE_Q6_K_R16, dtype}; return 1; /* bb: a super-block */
     default: return 0;
     }
 }
 
-/* Whether w is a weight r16_kind_of's kind takes: whole blocks; the GGUF
- * kinds without scales, the scaled ones with scales in groups of a
+/* Whether w is a weight r16_kind_of's kind takes: whole blocks (Q6_K:
+ * super-blocks of 256); the GGUF kinds without scales, the scaled ones with scales in groups of a
  * multiple of 32. */
 static int r16_fits(const kvp_weight *w, const r16_kind *k)
 {
-    if (w->n_in % KVP_QK || !w->n_out)
+    if (w->n_in % (k->stored == KVP_DTYPE_Q6_K ? 256 : KVP_QK) || !w->n_out)
         return 0;
     if (!k->scaled)
         return !w->scales && !w->zeros;
@@ -204,11 +209,60 @@ static const uint8_t *r16_quants(const kvp_weight *w, const r16_kind *k, size_t 
     return tmp;
 }
 
+/* Q6_K's groups [g0, g1) of 16 rows: the codes in lanes as Q8_0's bytes,
+ * each super-block's d in plane 0 for its 8 blocks, each block's two
+ * sub-block scales in plane 1. */
+static void q6k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
+{
+    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype);
+    uint16_t *pd = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 0, 0);
+    uint16_t *ps = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 1, 0);
+    for (size_t g = g0; g < g1; g++)
+        for (uint32_t r = 0; r < KVP_R16_ROWS; r++) {
+            size_t row = g * KVP_R16_ROWS + r < w->n_out ? g * KVP_R16_ROWS + r : w->n_out - 1;
+            const uint8_t *sb = (const uint8_t *)w->data + row * w->row_bytes;
+            for (size_t i = 0; i < nb / 8; i++, sb += 210) {
+                uint8_t q[256];
+                kvp_q6k_codes(sb, q);
+                for (size_t j = 0; j < 8; j++) {
+                    size_t blk = i * 8 + j, at = (g * nb + blk) * KVP_R16_ROWS + r;
+                    uint8_t *dst = (uint8_t *)out->data + (g * nb + blk) * qb;
+                    pd[at] = (uint16_t)(sb[208] | sb[209] << 8);
+                    ps[at] = (uint16_t)(sb[192 + 2 * j] | sb[193 + 2 * j] << 8);
+                    for (size_t l = 0; l < 8; l++) /* elements 4l..4l+3 into lane r of line l */
+                        memcpy(dst + (l * KVP_R16_ROWS + r) * 4, q + 32 * j + 4 * l, 4);
+                }
+            }
+        }
+}
+
+/* Row r of Q6_K in rows of 16 as f32: kvp_dequantize_row_q6_k's
+ * arithmetic, (d sc) (q - 32), on the same numbers. */
+static void q6k_r16_row(const kvp_weight *w, uint32_t r, float *dst)
+{
+    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(w->dtype), g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;
+    const uint16_t *pd = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 0, r - (uint32_t)lane) + lane;
+    const uint16_t *ps = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 1, r - (uint32_t)lane) + lane;
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *q = (const uint8_t *)w->data + (g * nb + b) * qb + lane * 4;
+        float d = kvp_f16_to_f32(pd[b * KVP_R16_ROWS]);
+        uint16_t sc = ps[b * KVP_R16_ROWS];
+        for (int e = 0; e < KVP_QK; e++) {
+            float ds = d * (float)(int8_t)(e < 16 ? sc & 255 : sc >> 8);
+            dst[b * KVP_QK + (size_t)e] = ds * (float)(q[(e / 4) * KVP_R16_ROWS * 4 + e % 4] - 32);
+        }
+    }
+}
+
 void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
 {
     r16_kind k;
     if (!r16_kind_of(w->dtype, &k))
         return;
+    if (k.stored == KVP_DTYPE_Q6_K) {
+        q6k_r16_fill(w, out, g0, g1);
+        return;
+    }
     size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(k.dtype), lines = qb / 64;
     uint16_t *pl[2];
     for (int p = 0; p < k.planes; p++)
@@ -245,10 +299,16 @@ void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_
  * values are element by element: the same bits by construction. */
 int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
 {
-    static const int stored[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1, KVP_DTYPE_I8, KVP_DTYPE_I4};
+    static const int stored[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1,
+                                 KVP_DTYPE_I8,   KVP_DTYPE_I4,   KVP_DTYPE_Q6_K};
+    _Static_assert(sizeof stored / sizeof *stored == KVP_R16_KINDS, "a stored kind for each kind in rows of 16");
     r16_kind k;
     if (!kvp_r16_kind(w->dtype) || r >= w->n_out || !r16_kind_of(stored[w->dtype - KVP_CPU_DTYPE_Q8_0_R16], &k))
         return -1;
+    if (k.stored == KVP_DTYPE_Q6_K) {
+        q6k_r16_row(w, r, dst);
+        return 0;
+    }
     uint32_t nb = w->n_in / KVP_QK, g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;
     size_t qb = kvp_r16_qbytes(w->dtype), lines = qb / 64;
     const uint16_t *pl[2];

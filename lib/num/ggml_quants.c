@@ -118,23 +118,28 @@ void kvp_dequantize_row_q4_k(const void *src, float *y, int64_t n)
     }
 }
 
-/* block_q6_K (210 bytes): 128 bytes ql (low 4 bits), 64 bytes qh (high 2
- * bits), 16 x i8 scales, f16 d.  Each 128-element half h: element l (< 32)
- * of quarter k takes ql[64h + l + 32(k&1)] nibble k/2 and qh[32h + l] bits
- * 2k; y = (d scale[element / 16]) (q - 32). */
+void kvp_q6k_codes(const uint8_t *b, uint8_t q[256])
+{
+    const uint8_t *ql = b, *qh = b + 128;
+    for (int e = 0; e < QK_K; e++) {
+        int h = e / 128, k = (e % 128) / 32, l = e % 32;
+        int lo = (ql[64 * h + l + 32 * (k & 1)] >> (4 * (k >> 1))) & 15, hi = (qh[32 * h + l] >> (2 * k)) & 3;
+        q[e] = (uint8_t)(lo | hi << 4);
+    }
+}
+
+/* block_q6_K (kvp_q6k_codes): y = (d scale[element / 16]) (q - 32). */
 void kvp_dequantize_row_q6_k(const void *src, float *y, int64_t n)
 {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, b += 210, y += QK_K) {
-        const uint8_t *ql = b, *qh = b + 128;
         const int8_t *sc = (const int8_t *)(b + 192);
         float d = f16le(b + 208);
+        uint8_t q[QK_K];
+        kvp_q6k_codes(b, q);
         for (int e = 0; e < QK_K; e++) {
-            int h = e / 128, k = (e % 128) / 32, l = e % 32;
-            int lo = (ql[64 * h + l + 32 * (k & 1)] >> (4 * (k >> 1))) & 15;
-            int hi = (qh[32 * h + l] >> (2 * k)) & 3;
             float ds = d * (float)sc[e / 16];
-            y[e] = ds * (float)((lo | hi << 4) - 32);
+            y[e] = ds * (float)(q[e] - 32);
         }
     }
 }

@@ -41,6 +41,12 @@ static inline void kvp_q4k_scale_min(const uint8_t *s, int j, int *sc, int *m)
         *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
 }
+/* A Q6_K super-block's (210 bytes: 128 ql, 64 qh, 16 int8 scales, f16 d)
+ * 256 codes q (0..63, y = d scale[e / 16] (q - 32)) in element order:
+ * element l (< 32) of quarter k of half h has the nibble k / 2 of ql[64h
+ * + l + 32 (k & 1)] and bits 2k of qh[32h + l].  The dequantizer and the
+ * CPU backend's rows of 16 read super-blocks through it. */
+void kvp_q6k_codes(const uint8_t *b, uint8_t q[256]);
 void kvp_dequantize_row_mxfp4(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_nvfp4(const void *src, float *y, int64_t n); /* global scale 1 */
 void kvp_quantize_row_q4_0(const float *x, void *dst, int64_t n);

@@ -12,6 +12,7 @@
 #include "quant.h"
 #include "argmax.h"
 #include "engine.h"
+#include "ggml_quants.h"
 #include "gguf.h"
 #include "seqio.h"
 #include "shard.h"
@@ -2420,6 +2421,107 @@ static void test_r16_repack(void)
     }
 }
 
+/* The Q6_K product the rows of 16 give (backend_cpu_kern.h), written
+ * from the format: per block of 32 the exact integer sc_lo sum((q - 32) x)
+ * over its first 16 elements plus sc_hi's over the rest, then one FMA by
+ * d dx into the row's sum. */
+static float q6k_ref_dot(const uint8_t *row, const kvp_q8blk *x, uint32_t n)
+{
+    float acc = 0;
+    for (uint32_t i = 0; i < n / 256; i++, row += 210) {
+        uint8_t q[256];
+        kvp_q6k_codes(row, q);
+        float d = kvp_f16_to_f32((uint16_t)(row[208] | row[209] << 8));
+        for (int j = 0; j < 8; j++) {
+            const kvp_q8blk *xb = &x[i * 8 + (uint32_t)j];
+            int32_t half[2] = {0, 0};
+            for (int e = 0; e < 32; e++)
+                half[e / 16] += (q[32 * j + e] - 32) * xb->q[e];
+            int32_t isum = (int8_t)row[192 + 2 * j] * half[0] + (int8_t)row[193 + 2 * j] * half[1];
+            acc = fmaf((float)isum, d * xb->d, acc);
+        }
+    }
+    return acc;
+}
+
+/* GGUF's Q6_K in rows of 16 (19 rows: a group and a padded one): read back
+ * by kvp_cpu_r16_row, the dequantizer's values bit for bit; multiplied by
+ * every table that takes it (1-8 tokens), q6k_ref_dot's bits; at the
+ * extremes (codes 0 and 63, scales -128 and 127, activations +-127) the
+ * exact integer sum; partial super-blocks refused. */
+static void test_q6k_r16(void)
+{
+    enum { N = 512, R = 19, NB = N / 32, TT = KVP_MM_TILE };
+    static uint8_t q[R * (N / 256) * 210];
+    static float a[N], b[N], x[TT][N];
+    static kvp_q8blk xq[TT][NB];
+    kvp_err err = {0};
+    kvp_weight r16;
+    const kvp_cpu_kernels *tables[] = {kvp_cpu_kernels_vnni(), kvp_cpu_kernels_amx()};
+    for (int extreme = 0; extreme < 2; extreme++) {
+        kquant_row(KVP_DTYPE_Q6_K, q, sizeof q);
+        for (int t = 0; t < TT; t++)
+            for (int i = 0; i < N; i++)
+                x[t][i] = extreme ? ((i + t) % 3 ? 127.0f : -127.0f) : frand();
+        if (extreme) /* q 63 or 0 by element, scales 127 or -128 by sub-block */
+            for (size_t o = 0; o < sizeof q; o += 210) {
+                memset(q + o, (o / 210) % 2 ? 0xff : 0, 192);
+                for (int j = 0; j < 16; j++)
+                    q[o + 192 + j] = (uint8_t)(j % 3 ? 127 : 0x80);
+                kvp_put16(q + o + 208, kvp_f32_to_f16(1.0f));
+            }
+        kvp_weight w = {.name = "q6k", .dtype = KVP_DTYPE_Q6_K, .n_in = N, .n_out = R, .row_bytes = 2 * 210, .data = q};
+        CHECK_EQ_I64(kvp_cpu_as_r16(&w, &r16, &err), 1);
+        CHECK_EQ_I64(r16.dtype, KVP_CPU_DTYPE_Q6_K_R16);
+        int bad = 0;
+        for (uint32_t r = 0; r < R; r++) {
+            CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0 && kvp_cpu_r16_row(&r16, r, b) == 0);
+            bad += first_unlike(a, b, N) >= 0;
+        }
+        CHECK_MSG(bad == 0, "q6_k: %d rows in rows of 16 differ from the stored ones", bad);
+        for (size_t ti = 0; ti < sizeof tables / sizeof *tables; ti++) {
+            const kvp_cpu_kernels *k = tables[ti];
+            if (!k || !k->mm_r16[KVP_CPU_DTYPE_Q6_K_R16 - KVP_CPU_DTYPE_Q8_0_R16])
+                continue;
+            const kvp_q8blk *xp[TT];
+            for (int t = 0; t < TT; t++)
+                k->quant_q8(x[t], xq[t], N), xp[t] = xq[t];
+            int bad_bits = 0, bad_exact = 0;
+            for (uint32_t nt = 1; nt <= TT; nt++)
+                for (uint32_t t0 = 0; t0 + nt <= TT; t0 += nt) {
+                    float y[TT][R];
+                    for (uint32_t r = 0; r < R; r += 16) {
+                        kvp_mm_blk blk = {.w = (const uint8_t *)r16.data + r * r16.row_bytes,
+                                          .w_stride = r16.row_bytes,
+                                          .d16 = kvp_r16_plane(r16.data, r16.dtype, R, N, 0, r),
+                                          .m16 = kvp_r16_plane(r16.data, r16.dtype, R, N, 1, r),
+                                          .xq = xp + t0, .n = N, .nr = R - r < 16 ? R - r : 16, .nt = nt,
+                                          .y = y[0] + r, .ldy = R};
+                        k->mm_r16[KVP_CPU_DTYPE_Q6_K_R16 - KVP_CPU_DTYPE_Q8_0_R16](&blk);
+                    }
+                    for (uint32_t t = 0; t < nt; t++)
+                        for (uint32_t r = 0; r < R; r++) {
+                            const uint8_t *row = q + (size_t)r * w.row_bytes;
+                            bad_bits += memcmp(&y[t][r], &(float){q6k_ref_dot(row, xq[t0 + t], N)}, 4) != 0;
+                            if (extreme) { /* x quantizes to itself (d = 1): the exact sum */
+                                CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0);
+                                double ex = 0;
+                                for (int i = 0; i < N; i++)
+                                    ex += (double)a[i] * xq[t0 + t][i / 32].q[i % 32] * xq[t0 + t][i / 32].d;
+                                bad_exact += fabs(y[t][r] - ex) > 1e-6 * (1 + fabs(ex));
+                            }
+                        }
+                }
+            CHECK_MSG(bad_bits == 0, "%s: q6_k in rows of 16: %d outputs differ from the reference's bits", k->isa,
+                      bad_bits);
+            CHECK_MSG(bad_exact == 0, "%s: q6_k at the extremes: %d outputs off the exact sum", k->isa, bad_exact);
+        }
+        kvp_cpu_repacked_free(&r16);
+    }
+    kvp_weight part = {.name = "q6k", .dtype = KVP_DTYPE_Q6_K, .n_in = 256 + 32, .n_out = 1, .row_bytes = 210, .data = q};
+    CHECK_EQ_I64(kvp_cpu_as_r16(&part, &r16, &err), 0);
+}
+
 static void test_kquants(const char *dir)
 {
     char path[512];
@@ -2447,13 +2549,16 @@ static void test_kquants(const char *dir)
             check_rows_decode(r.m, kvp_dtype_name((uint32_t)types[k]));
             naive_forward(r.m, tok, N, naive);
             double e = rel_err(naive, got, (size_t)N * c.n_vocab);
-            /* Q6_K through f32 rows: f32 math; Q4_K as int4 (backend_cpu_repack.c): 8-bit activations */
-            int as_i4 = types[k] == KVP_DTYPE_Q4_K;
-            CHECK_MSG(e < (as_i4 ? 2e-2 : 1e-4), "%s: engine vs naive: max rel %g", kvp_dtype_name((uint32_t)types[k]),
-                      e);
+            /* Q4_K as int4 (backend_cpu_repack.c) in every table: 8-bit
+             * activations; Q6_K in rows of 16 where the table takes them
+             * (VNNI): 8-bit activations against the portable table's f32
+             * rows; elsewhere f32 math in both */
+            int as_i4 = types[k] == KVP_DTYPE_Q4_K, q6_r16 = !as_i4 && kvp_cpu_kernels_vnni() != NULL;
+            double tol = as_i4 ? 2e-2 : q6_r16 ? 3e-2 : 1e-4, tol_port = as_i4 ? 3e-3 : tol;
+            CHECK_MSG(e < tol, "%s: engine vs naive: max rel %g", kvp_dtype_name((uint32_t)types[k]), e);
             CHECK(run_all(path, KVP_CPU_PORTABLE, tok, N, port, NULL) == 0);
             double ep = rel_err(port, got, (size_t)N * c.n_vocab);
-            CHECK_MSG(ep < (as_i4 ? 3e-3 : 1e-4), "%s: portable vs fast: max rel %g",
+            CHECK_MSG(ep < tol_port, "%s: portable vs fast: max rel %g",
                       kvp_dtype_name((uint32_t)types[k]), ep);
             rig_close(&r);
         }
@@ -2575,6 +2680,7 @@ int main(void)
     RUN(test_q4k_repack);
     RUN(test_q5_0_repack);
     RUN(test_r16_repack);
+    RUN(test_q6k_r16);
     RUN(test_kquants, dir);
     RUN(test_smollm2);
     RUN(test_smollm2_hf, dir);
