@@ -50,7 +50,7 @@ typedef struct cpu_impl {
 typedef struct cpu_weight {
     int32_t *wsum;         /* [n_out][n_in / 32] block sums, for flipped tiles (Q8_0, i8); else NULL */
     /* a Q4_K or Q5_0 weight in a form the kernels take (kvp_cpu_repack),
-     * or a Q8_0, Q4_0, Q4_1, i8, i4 or Q6_K one in rows of 16 (kvp_cpu_as_r16, cpu_impl.r16),
+     * or a Q8_0, Q4_0, Q4_1, i8, i4, Q6_K or Q4_K one in rows of 16 (kvp_cpu_as_r16, cpu_impl.r16),
      * which its matmuls use: made at its first matmul, so a weight only
      * looked up (an untied embedding) never costs the memory; data NULL
      * until then */
@@ -338,7 +338,7 @@ static void mm_task(void *ctxp, int task, int thread)
             b.zp = zp0 ? zp0 + (size_t)r * w->scale_stride : NULL;
             b.wsum = c->wsum ? c->wsum + (size_t)r * nb : NULL;
             b.d16 = c->r16 && !w->scales ? kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 0, r) : NULL;
-            b.m16 = c->r16 && (w->dtype == KVP_CPU_DTYPE_Q4_1_R16 || w->dtype == KVP_CPU_DTYPE_Q6_K_R16)
+            b.m16 = c->r16 && (w->dtype == KVP_CPU_DTYPE_Q4_1_R16 || w->dtype >= KVP_CPU_DTYPE_Q6_K_R16)
                         ? kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 1, r)
                         : NULL;
             b.y = c->y + (size_t)t * w->n_out + r;
@@ -363,9 +363,10 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
     case KVP_CPU_DTYPE_Q4_1_R16:
     case KVP_CPU_DTYPE_I8_R16:
     case KVP_CPU_DTYPE_I4_R16:
-    case KVP_CPU_DTYPE_Q6_K_R16: /* no AMX kernel: the rows of 16 take its prompts too */
+    case KVP_CPU_DTYPE_Q6_K_R16:
+    case KVP_CPU_DTYPE_Q4_K_R16: /* the K-quants: no AMX kernel, the rows of 16 take their prompts too */
         c->mm = k->mm_r16[w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
-        c->amx_mm = w->dtype == KVP_CPU_DTYPE_Q6_K_R16 ? NULL : k->amx_mm[5 + w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
+        c->amx_mm = w->dtype >= KVP_CPU_DTYPE_Q6_K_R16 ? NULL : k->amx_mm[5 + w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
         c->quant = c->r16 = 1;
         scaled_kind = w->dtype == KVP_CPU_DTYPE_I8_R16 || w->dtype == KVP_CPU_DTYPE_I4_R16;
         break;
@@ -536,16 +537,17 @@ static void give_back_pages(const void *data, size_t bytes)
 
 /* Whether w is a kind the table takes in rows of 16 (kvp_cpu_r16_alloc's):
  * Q8_0, Q4_0 or Q4_1 without scales, i8 or i4 with scales in groups of a
- * multiple of 32, in whole blocks; Q6_K in whole super-blocks. */
+ * multiple of 32, in whole blocks; Q6_K and Q4_K in whole super-blocks. */
 static int r16_stored(const cpu_impl *im, const kvp_weight *w)
 {
-    return im->r16 && kvp_cpu_r16_takes(w) &&
-           (w->dtype != KVP_DTYPE_Q6_K || im->k->mm_r16[KVP_CPU_DTYPE_Q6_K_R16 - KVP_CPU_DTYPE_Q8_0_R16]);
+    int i = w->dtype == KVP_DTYPE_Q6_K ? KVP_CPU_DTYPE_Q6_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
+            : w->dtype == KVP_DTYPE_Q4_K ? KVP_CPU_DTYPE_Q4_K_R16 - KVP_CPU_DTYPE_Q8_0_R16 : 0;
+    return im->r16 && kvp_cpu_r16_takes(w) && im->k->mm_r16[i];
 }
 
 /* Whether w's matmuls multiply another form of it (cpu_weight.alt): Q4_K
- * and Q5_0 (kvp_cpu_repack; then in rows of 16 where the table takes
- * them), and Q8_0, Q4_0, Q4_1, i8, i4 and Q6_K where it does. */
+ * and Q5_0 (kvp_cpu_repack; in rows of 16 where the table takes them),
+ * and Q8_0, Q4_0, Q4_1, i8, i4 and Q6_K where it does. */
 static int wants_repack(const cpu_impl *im, const kvp_weight *w)
 {
     return kvp_cpu_repackable(w) || r16_stored(im, w);
@@ -567,7 +569,7 @@ static int mm_weight(cpu_impl *im, const kvp_weight **w, kvp_err *err)
                 uint32_t ng = kvp_r16_groups((*w)->n_out);
                 kvp_threadpool_run(im->pool, r16_task, &rc16, (int)((ng + rc16.per - 1) / rc16.per));
             }
-        } else if (im->r16) { /* Q5_0 through Q8_0, Q4_K through int4 */
+        } else if (im->r16 && (*w)->dtype == KVP_DTYPE_Q5_0) {
             rc = kvp_cpu_as_r16(*w, &cw->alt, err);
         } else {
             rc = kvp_cpu_repack(*w, &cw->alt, err);

@@ -158,16 +158,25 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
  * the block's two 16-element sub-block scales, sc_lo | sc_hi << 8 (int8
  * each).  Its product is llama.cpp's for K-quants: per block of 32 the
  * exact integer sc_lo sum(lo (q - 32) x) + sc_hi sum(hi (q - 32) x), then
- * times d dx in f32 (kvp_cpu_q6k_dot is the reference). */
+ * times d dx in f32 (test_engine's q6k_ref_dot is the reference).
+ *
+ * GGUF's Q4_K likewise (y = d sc q - dmin m a sub-block of 32): its codes
+ * as Q4_0's nibbles, plane 0 each block's 6-bit sc | m << 8, and plane 1
+ * a super-block's f16 d for the 16 rows, then its f16 dmin (32 a
+ * super-block: 18.5 bytes a block against Q4_K's 18, where int4 with f32
+ * scales and zero points took 24).  Its product: per block the exact
+ * integer sum(q x) times (d sc) dx, and dmin m times -s in a second chain
+ * (d sc and dmin m are exact in f32; q4k_ref_dot in test_engine). */
 #define KVP_CPU_DTYPE_Q8_0_R16 (KVP_DTYPE_COUNT + 1)
 #define KVP_CPU_DTYPE_Q4_0_R16 (KVP_DTYPE_COUNT + 2)
 #define KVP_CPU_DTYPE_Q4_1_R16 (KVP_DTYPE_COUNT + 3)
 #define KVP_CPU_DTYPE_I8_R16 (KVP_DTYPE_COUNT + 4)
 #define KVP_CPU_DTYPE_I4_R16 (KVP_DTYPE_COUNT + 5)
 #define KVP_CPU_DTYPE_Q6_K_R16 (KVP_DTYPE_COUNT + 6)
-#define KVP_R16_KINDS 6
+#define KVP_CPU_DTYPE_Q4_K_R16 (KVP_DTYPE_COUNT + 7)
+#define KVP_R16_KINDS 7
 #define KVP_R16_ROWS 16
-static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_Q6_K_R16; }
+static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_Q4_K_R16; }
 /* A block's quant bytes for 16 rows. */
 static inline size_t kvp_r16_qbytes(int dtype)
 {
@@ -182,7 +191,17 @@ static inline const uint16_t *kvp_r16_plane(const void *data, int dtype, uint32_
 {
     size_t nb = n_in / KVP_QK, blocks = (size_t)kvp_r16_groups(n_out) * nb;
     const uint16_t *planes = (const uint16_t *)((const uint8_t *)data + blocks * kvp_r16_qbytes(dtype));
+    if (dtype == KVP_CPU_DTYPE_Q4_K_R16 && p == 1) /* a super-block's d and dmin, 32 to 8 blocks */
+        return planes + blocks * KVP_R16_ROWS + (size_t)(r / KVP_R16_ROWS) * nb * 4;
     return planes + (size_t)p * blocks * KVP_R16_ROWS + (size_t)(r / KVP_R16_ROWS) * nb * KVP_R16_ROWS;
+}
+/* Bytes of the planes of a weight in rows of 16 of `blocks` blocks (16
+ * rows each) with `planes` planes of 16 a block (Q4_K: its own two). */
+static inline size_t kvp_r16_plane_bytes(int dtype, size_t blocks, int planes)
+{
+    if (dtype == KVP_CPU_DTYPE_Q4_K_R16)
+        return blocks * (KVP_R16_ROWS + 4) * sizeof(uint16_t);
+    return blocks * (size_t)planes * KVP_R16_ROWS * sizeof(uint16_t);
 }
 
 /* AMX (backend_cpu_amx.c): a tile multiply takes 16 weight rows (one block
@@ -209,12 +228,12 @@ typedef struct kvp_cpu_kernels {
     void (*wsum)(const uint8_t *q, size_t stride, uint32_t nb, int32_t *out);
     void (*quant_q8)(const float *x, kvp_q8blk *y, uint32_t n); /* n multiple of 32 */
     kvp_mm_fn mm_q4_0, mm_q4_1, mm_q8_0, mm_i8, mm_i4; /* i8, i4: g a multiple of 32 */
-    /* Q8_0, Q4_0, Q4_1, i8, i4 and Q6_K in rows of 16 (KVP_CPU_DTYPE_*_R16,
-     * in that order): pieces of rows from a multiple of 16 by up to tile_tok
-     * tokens read from their blocks (no tile), the stored kind's bits
-     * (Q6_K: kvp_cpu_q6k_dot's).  NULL where the table multiplies them as
-     * stored (Q6_K: by the row path); where set, the backend rewrites those
-     * weights so. */
+    /* Q8_0, Q4_0, Q4_1, i8, i4, Q6_K and Q4_K in rows of 16
+     * (KVP_CPU_DTYPE_*_R16, in that order): pieces of rows from a multiple
+     * of 16 by up to tile_tok tokens read from their blocks (no tile), the
+     * stored kind's bits (the K-quants: the products above).  NULL where
+     * the table multiplies them as stored (Q6_K by the row path, Q4_K as
+     * int4); where set, the backend rewrites those weights so. */
     kvp_mm_fn mm_r16[KVP_R16_KINDS];
     kvp_mm_fn mm_f32, mm_f16, mm_bf16, mm_e4m3;       /* e4m3: any g dividing n */
     /* Attention (backend_cpu.c): scores s[p * ldq + j] of key p for query

@@ -20,11 +20,13 @@
  * Q4_K_M file (README, Performance).
  *
  * Where the kernels take rows of 16 (kvp_cpu_kernels.mm_r16), Q8_0, Q4_0,
- * Q4_1 and Q5_0 weights are rewritten so too (kvp_cpu_as_r16), and Q6_K,
- * which has no kernel as stored: its 6-bit codes as bytes with its scales
- * in two planes (backend_cpu_kern.h), 36 bytes a block of 32 against
- * Q6_K's 26.25, multiplied with 8-bit activations as llama.cpp does,
- * where the row path made f32 rows of it for every product. */
+ * Q4_1 and Q5_0 weights are rewritten so too (kvp_cpu_as_r16), and the
+ * K-quants: Q6_K, which has no kernel as stored, its 6-bit codes as bytes
+ * with its scales in two planes (backend_cpu_kern.h), 36 bytes a block of
+ * 32 against Q6_K's 26.25, where the row path made f32 rows of it for
+ * every product; Q4_K as its nibbles with its integer scales and minimums
+ * and its f16 super-block scales (18.5 bytes against 18; the int4 form
+ * above takes 24), multiplied with 8-bit activations as llama.cpp does. */
 #include "backend_cpu_kern.h"
 #include "ggml_quants.h"
 #include "minifloat.h"
@@ -101,10 +103,10 @@ int kvp_cpu_q5_0_as_q8_0(const kvp_weight *w, kvp_weight *out, kvp_err *err)
  * lanes, the f16 scales (and minimums) into their planes; rows past n_out
  * repeat the last (their outputs are never stored, and a repeated row is
  * finite where zeros of an uninitialized scale might not be).  A Q5_0
- * weight goes through Q8_0 first, a Q4_K one through int4 (kvp_cpu_repack). */
+ * weight goes through Q8_0 first. */
 int kvp_cpu_as_r16(const kvp_weight *w, kvp_weight *out, kvp_err *err)
 {
-    if (kvp_cpu_repackable(w)) {
+    if (!kvp_cpu_r16_takes(w) && kvp_cpu_repackable(w)) {
         kvp_weight mid;
         int rc = kvp_cpu_repack(w, &mid, err);
         if (rc <= 0)
@@ -142,17 +144,20 @@ static int r16_kind_of(int dtype, r16_kind *k)
     case KVP_DTYPE_Q4_1: *k = (r16_kind){sizeof(kvp_blk_q4_1), 4, 2, 0, KVP_CPU_DTYPE_Q4_1_R16, dtype}; return 1;
     case KVP_DTYPE_I8: *k = (r16_kind){KVP_QK, 0, 0, 1, KVP_CPU_DTYPE_I8_R16, dtype}; return 1;
     case KVP_DTYPE_I4: *k = (r16_kind){KVP_QK / 2, 0, 0, 1, KVP_CPU_DTYPE_I4_R16, dtype}; return 1;
-    case KVP_DTYPE_Q6_K: *k = (r16_kind){210, 0, 2, 0, KVP_CPU_DTYPE_Q6_K_R16, dtype}; return 1; /* bb: a super-block */
+    /* the K-quants: bb a super-block's */
+    case KVP_DTYPE_Q6_K: *k = (r16_kind){210, 0, 2, 0, KVP_CPU_DTYPE_Q6_K_R16, dtype}; return 1;
+    case KVP_DTYPE_Q4_K: *k = (r16_kind){144, 0, 2, 0, KVP_CPU_DTYPE_Q4_K_R16, dtype}; return 1;
     default: return 0;
     }
 }
 
-/* Whether w is a weight r16_kind_of's kind takes: whole blocks (Q6_K:
- * super-blocks of 256); the GGUF kinds without scales, the scaled ones with scales in groups of a
+/* Whether w is a weight r16_kind_of's kind takes: whole blocks (the
+ * K-quants: super-blocks of 256); the GGUF kinds without scales, the scaled ones with scales in groups of a
  * multiple of 32. */
 static int r16_fits(const kvp_weight *w, const r16_kind *k)
 {
-    if (w->n_in % (k->stored == KVP_DTYPE_Q6_K ? 256 : KVP_QK) || !w->n_out)
+    int kq = k->stored == KVP_DTYPE_Q6_K || k->stored == KVP_DTYPE_Q4_K;
+    if (w->n_in % (kq ? 256 : KVP_QK) || !w->n_out)
         return 0;
     if (!k->scaled)
         return !w->scales && !w->zeros;
@@ -171,7 +176,7 @@ int kvp_cpu_r16_alloc(const kvp_weight *w, kvp_weight *out, kvp_err *err)
     if (!r16_kind_of(w->dtype, &k) || !r16_fits(w, &k))
         return 0;
     size_t nb = w->n_in / KVP_QK, ng = kvp_r16_groups(w->n_out), blocks = ng * nb, qb = kvp_r16_qbytes(k.dtype);
-    size_t bytes = blocks * (qb + (size_t)k.planes * KVP_R16_ROWS * sizeof(uint16_t));
+    size_t bytes = blocks * qb + kvp_r16_plane_bytes(k.dtype, blocks, k.planes);
     size_t align = bytes >= KVP_R16_ALIGN ? KVP_R16_ALIGN : 64, alloc = (bytes + align - 1) & ~(align - 1);
     uint32_t ngr = k.scaled ? w->n_in / w->group : 0; /* scale groups a row */
     size_t sbytes = (size_t)ng * ngr * KVP_R16_ROWS * sizeof(float);
@@ -236,6 +241,60 @@ static void q6k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint
         }
 }
 
+/* Q4_K's groups [g0, g1) of 16 rows: each sub-block's codes as a Q4_0
+ * block's nibbles (byte j: element j low, j + 16 high) in Q4_0's lines,
+ * its scale and minimum in plane 0, the super-block's d and dmin in plane
+ * 1 (backend_cpu_kern.h). */
+static void q4k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
+{
+    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype);
+    uint16_t *ps = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 0, 0);
+    uint16_t *pd = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 1, 0);
+    for (size_t g = g0; g < g1; g++)
+        for (uint32_t r = 0; r < KVP_R16_ROWS; r++) {
+            size_t row = g * KVP_R16_ROWS + r < w->n_out ? g * KVP_R16_ROWS + r : w->n_out - 1;
+            const uint8_t *sb = (const uint8_t *)w->data + row * w->row_bytes;
+            for (size_t i = 0; i < nb / 8; i++, sb += 144) {
+                pd[(g * nb / 8 + i) * 32 + r] = (uint16_t)(sb[0] | sb[1] << 8);
+                pd[(g * nb / 8 + i) * 32 + 16 + r] = (uint16_t)(sb[2] | sb[3] << 8);
+                for (int j = 0; j < 8; j++) {
+                    size_t blk = i * 8 + (size_t)j;
+                    int sc, m;
+                    kvp_q4k_scale_min(sb + 4, j, &sc, &m);
+                    ps[(g * nb + blk) * KVP_R16_ROWS + r] = (uint16_t)(sc | m << 8);
+                    const uint8_t *qq = sb + 16 + 32 * (j / 2);
+                    int shift = 4 * (j & 1);
+                    uint8_t q4[16];
+                    for (int e = 0; e < 16; e++)
+                        q4[e] = (uint8_t)(((qq[e] >> shift) & 15) | ((qq[e + 16] >> shift) & 15) << 4);
+                    uint8_t *dst = (uint8_t *)out->data + (g * nb + blk) * qb;
+                    for (size_t l = 0; l < 4; l++)
+                        memcpy(dst + (l * KVP_R16_ROWS + r) * 4, q4 + 4 * l, 4);
+                }
+            }
+        }
+}
+
+/* Row r of Q4_K in rows of 16 as f32: kvp_dequantize_row_q4_k's
+ * arithmetic, (d sc) q - dmin m, on the same numbers. */
+static void q4k_r16_row(const kvp_weight *w, uint32_t r, float *dst)
+{
+    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(w->dtype), g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;
+    const uint16_t *ps = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 0, r - (uint32_t)lane) + lane;
+    const uint16_t *pd = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 1, r - (uint32_t)lane) + lane;
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *q = (const uint8_t *)w->data + (g * nb + b) * qb + lane * 4;
+        float d = kvp_f16_to_f32(pd[(b / 8) * 32]), dmin = kvp_f16_to_f32(pd[(b / 8) * 32 + 16]);
+        uint16_t sm = ps[b * KVP_R16_ROWS];
+        float dl = d * (float)(sm & 255), ml = dmin * (float)(sm >> 8);
+        for (int e = 0; e < KVP_QK; e++) {
+            uint8_t byte = q[(e % 16 / 4) * KVP_R16_ROWS * 4 + e % 4];
+            float p = dl * (float)(e < 16 ? byte & 15 : byte >> 4);
+            dst[b * KVP_QK + (size_t)e] = p - ml;
+        }
+    }
+}
+
 /* Row r of Q6_K in rows of 16 as f32: kvp_dequantize_row_q6_k's
  * arithmetic, (d sc) (q - 32), on the same numbers. */
 static void q6k_r16_row(const kvp_weight *w, uint32_t r, float *dst)
@@ -259,8 +318,8 @@ void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_
     r16_kind k;
     if (!r16_kind_of(w->dtype, &k))
         return;
-    if (k.stored == KVP_DTYPE_Q6_K) {
-        q6k_r16_fill(w, out, g0, g1);
+    if (k.stored == KVP_DTYPE_Q6_K || k.stored == KVP_DTYPE_Q4_K) {
+        (k.stored == KVP_DTYPE_Q6_K ? q6k_r16_fill : q4k_r16_fill)(w, out, g0, g1);
         return;
     }
     size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(k.dtype), lines = qb / 64;
@@ -300,13 +359,13 @@ void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_
 int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
 {
     static const int stored[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1,
-                                 KVP_DTYPE_I8,   KVP_DTYPE_I4,   KVP_DTYPE_Q6_K};
+                                 KVP_DTYPE_I8,   KVP_DTYPE_I4,   KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K};
     _Static_assert(sizeof stored / sizeof *stored == KVP_R16_KINDS, "a stored kind for each kind in rows of 16");
     r16_kind k;
     if (!kvp_r16_kind(w->dtype) || r >= w->n_out || !r16_kind_of(stored[w->dtype - KVP_CPU_DTYPE_Q8_0_R16], &k))
         return -1;
-    if (k.stored == KVP_DTYPE_Q6_K) {
-        q6k_r16_row(w, r, dst);
+    if (k.stored == KVP_DTYPE_Q6_K || k.stored == KVP_DTYPE_Q4_K) {
+        (k.stored == KVP_DTYPE_Q6_K ? q6k_r16_row : q4k_r16_row)(w, r, dst);
         return 0;
     }
     uint32_t nb = w->n_in / KVP_QK, g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;

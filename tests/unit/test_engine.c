@@ -2444,44 +2444,77 @@ static float q6k_ref_dot(const uint8_t *row, const kvp_q8blk *x, uint32_t n)
     return acc;
 }
 
-/* GGUF's Q6_K in rows of 16 (19 rows: a group and a padded one): read back
- * by kvp_cpu_r16_row, the dequantizer's values bit for bit; multiplied by
- * every table that takes it (1-8 tokens), q6k_ref_dot's bits; at the
- * extremes (codes 0 and 63, scales -128 and 127, activations +-127) the
- * exact integer sum; partial super-blocks refused. */
-static void test_q6k_r16(void)
+/* The Q4_K product of the rows of 16: per block of 32 the exact integer
+ * sum(q x) into one FMA by (d sc) dx, the minimum's dmin m times -s into
+ * a second chain, the two added at the end. */
+static float q4k_ref_dot(const uint8_t *row, const kvp_q8blk *x, uint32_t n)
+{
+    float acc = 0, ma = 0;
+    for (uint32_t i = 0; i < n / 256; i++, row += 144) {
+        float d = kvp_f16_to_f32((uint16_t)(row[0] | row[1] << 8)), dmin = kvp_f16_to_f32((uint16_t)(row[2] | row[3] << 8));
+        for (int j = 0; j < 8; j++) {
+            const kvp_q8blk *xb = &x[i * 8 + (uint32_t)j];
+            int sc, m, isum = 0;
+            kvp_q4k_scale_min(row + 4, j, &sc, &m);
+            for (int e = 0; e < 32; e++)
+                isum += ((row[16 + 32 * (j / 2) + e] >> (4 * (j & 1))) & 15) * xb->q[e];
+            acc = fmaf((float)isum, d * (float)sc * xb->d, acc);
+            ma = fmaf(dmin * (float)m, -xb->s, ma);
+        }
+    }
+    return acc + ma;
+}
+
+/* GGUF's K-quants (Q6_K, Q4_K) in rows of 16 (19 rows: a group and a
+ * padded one): read back by kvp_cpu_r16_row, the dequantizer's values bit
+ * for bit; multiplied by every table that takes them (1-8 tokens), the
+ * reference product's bits (q6k_ref_dot, q4k_ref_dot); at the extremes
+ * (Q6_K: codes 0 and 63, scales -128 and 127; Q4_K: codes 0 and 15,
+ * scales and minimums 63; activations +-127) the exact sum; partial
+ * super-blocks refused. */
+static void test_kq_r16(int dtype)
 {
     enum { N = 512, R = 19, NB = N / 32, TT = KVP_MM_TILE };
+    const int q6 = dtype == KVP_DTYPE_Q6_K, as = q6 ? KVP_CPU_DTYPE_Q6_K_R16 : KVP_CPU_DTYPE_Q4_K_R16;
+    const size_t sb = q6 ? 210 : 144;
     static uint8_t q[R * (N / 256) * 210];
     static float a[N], b[N], x[TT][N];
     static kvp_q8blk xq[TT][NB];
     kvp_err err = {0};
     kvp_weight r16;
     const kvp_cpu_kernels *tables[] = {kvp_cpu_kernels_vnni(), kvp_cpu_kernels_amx()};
+    const char *name = kvp_dtype_name((uint32_t)dtype);
     for (int extreme = 0; extreme < 2; extreme++) {
-        kquant_row(KVP_DTYPE_Q6_K, q, sizeof q);
+        size_t bytes = R * (N / 256) * sb;
+        kquant_row(dtype, q, bytes);
         for (int t = 0; t < TT; t++)
             for (int i = 0; i < N; i++)
                 x[t][i] = extreme ? ((i + t) % 3 ? 127.0f : -127.0f) : frand();
-        if (extreme) /* q 63 or 0 by element, scales 127 or -128 by sub-block */
-            for (size_t o = 0; o < sizeof q; o += 210) {
-                memset(q + o, (o / 210) % 2 ? 0xff : 0, 192);
+        for (size_t o = 0; extreme && o < bytes; o += sb) { /* codes all max or all 0 by super-block */
+            int hi = (o / sb) % 2;
+            if (q6) {
+                memset(q + o, hi ? 0xff : 0, 192);
                 for (int j = 0; j < 16; j++)
                     q[o + 192 + j] = (uint8_t)(j % 3 ? 127 : 0x80);
                 kvp_put16(q + o + 208, kvp_f32_to_f16(1.0f));
+            } else {
+                kvp_put16(q + o, kvp_f32_to_f16(1.0f)), kvp_put16(q + o + 2, kvp_f32_to_f16(0.5f));
+                memset(q + o + 4, 0xff, 12); /* every scale and minimum 63 */
+                memset(q + o + 16, hi ? 0xff : 0, 128);
             }
-        kvp_weight w = {.name = "q6k", .dtype = KVP_DTYPE_Q6_K, .n_in = N, .n_out = R, .row_bytes = 2 * 210, .data = q};
+        }
+        kvp_weight w = {.name = name, .dtype = dtype, .n_in = N, .n_out = R, .row_bytes = 2 * sb, .data = q};
         CHECK_EQ_I64(kvp_cpu_as_r16(&w, &r16, &err), 1);
-        CHECK_EQ_I64(r16.dtype, KVP_CPU_DTYPE_Q6_K_R16);
+        CHECK_EQ_I64(r16.dtype, as);
         int bad = 0;
         for (uint32_t r = 0; r < R; r++) {
             CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0 && kvp_cpu_r16_row(&r16, r, b) == 0);
             bad += first_unlike(a, b, N) >= 0;
         }
-        CHECK_MSG(bad == 0, "q6_k: %d rows in rows of 16 differ from the stored ones", bad);
+        CHECK_MSG(bad == 0, "%s: %d rows in rows of 16 differ from the stored ones", name, bad);
         for (size_t ti = 0; ti < sizeof tables / sizeof *tables; ti++) {
             const kvp_cpu_kernels *k = tables[ti];
-            if (!k || !k->mm_r16[KVP_CPU_DTYPE_Q6_K_R16 - KVP_CPU_DTYPE_Q8_0_R16])
+            if (!k || !k->mm_r16[as - KVP_CPU_DTYPE_Q8_0_R16])
                 continue;
             const kvp_q8blk *xp[TT];
             for (int t = 0; t < TT; t++)
@@ -2497,12 +2530,13 @@ static void test_q6k_r16(void)
                                           .m16 = kvp_r16_plane(r16.data, r16.dtype, R, N, 1, r),
                                           .xq = xp + t0, .n = N, .nr = R - r < 16 ? R - r : 16, .nt = nt,
                                           .y = y[0] + r, .ldy = R};
-                        k->mm_r16[KVP_CPU_DTYPE_Q6_K_R16 - KVP_CPU_DTYPE_Q8_0_R16](&blk);
+                        k->mm_r16[as - KVP_CPU_DTYPE_Q8_0_R16](&blk);
                     }
                     for (uint32_t t = 0; t < nt; t++)
                         for (uint32_t r = 0; r < R; r++) {
                             const uint8_t *row = q + (size_t)r * w.row_bytes;
-                            bad_bits += memcmp(&y[t][r], &(float){q6k_ref_dot(row, xq[t0 + t], N)}, 4) != 0;
+                            float ref = q6 ? q6k_ref_dot(row, xq[t0 + t], N) : q4k_ref_dot(row, xq[t0 + t], N);
+                            bad_bits += memcmp(&y[t][r], &ref, 4) != 0;
                             if (extreme) { /* x quantizes to itself (d = 1): the exact sum */
                                 CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0);
                                 double ex = 0;
@@ -2512,13 +2546,14 @@ static void test_q6k_r16(void)
                             }
                         }
                 }
-            CHECK_MSG(bad_bits == 0, "%s: q6_k in rows of 16: %d outputs differ from the reference's bits", k->isa,
-                      bad_bits);
-            CHECK_MSG(bad_exact == 0, "%s: q6_k at the extremes: %d outputs off the exact sum", k->isa, bad_exact);
+            CHECK_MSG(bad_bits == 0, "%s: %s in rows of 16: %d outputs differ from the reference's bits", k->isa,
+                      name, bad_bits);
+            CHECK_MSG(bad_exact == 0, "%s: %s at the extremes: %d outputs off the exact sum", k->isa, name,
+                      bad_exact);
         }
         kvp_cpu_repacked_free(&r16);
     }
-    kvp_weight part = {.name = "q6k", .dtype = KVP_DTYPE_Q6_K, .n_in = 256 + 32, .n_out = 1, .row_bytes = 210, .data = q};
+    kvp_weight part = {.name = name, .dtype = dtype, .n_in = 256 + 32, .n_out = 1, .row_bytes = sb, .data = q};
     CHECK_EQ_I64(kvp_cpu_as_r16(&part, &r16, &err), 0);
 }
 
@@ -2680,7 +2715,8 @@ int main(void)
     RUN(test_q4k_repack);
     RUN(test_q5_0_repack);
     RUN(test_r16_repack);
-    RUN(test_q6k_r16);
+    RUN(test_kq_r16, KVP_DTYPE_Q6_K);
+    RUN(test_kq_r16, KVP_DTYPE_Q4_K);
     RUN(test_kquants, dir);
     RUN(test_smollm2);
     RUN(test_smollm2_hf, dir);
