@@ -50,7 +50,7 @@ typedef struct cpu_impl {
 typedef struct cpu_weight {
     int32_t *wsum;         /* [n_out][n_in / 32] block sums, for flipped tiles (Q8_0, i8); else NULL */
     /* a Q4_K or Q5_0 weight in a form the kernels take (kvp_cpu_repack),
-     * or a Q8_0, Q4_0, Q4_1, i8, i4, Q6_K or Q4_K one in rows of 16 (kvp_cpu_as_r16, cpu_impl.r16),
+     * or a Q8_0, Q4_0, Q4_1, i8, i4 or K-quant one in rows of 16 (kvp_cpu_as_r16, cpu_impl.r16),
      * which its matmuls use: made at its first matmul, so a weight only
      * looked up (an untied embedding) never costs the memory; data NULL
      * until then */
@@ -364,7 +364,8 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
     case KVP_CPU_DTYPE_I8_R16:
     case KVP_CPU_DTYPE_I4_R16:
     case KVP_CPU_DTYPE_Q6_K_R16:
-    case KVP_CPU_DTYPE_Q4_K_R16: /* the K-quants: no AMX kernel, the rows of 16 take their prompts too */
+    case KVP_CPU_DTYPE_Q4_K_R16:
+    case KVP_CPU_DTYPE_Q5_K_R16: /* the K-quants: no AMX kernel, the rows of 16 take their prompts too */
         c->mm = k->mm_r16[w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
         c->amx_mm = w->dtype >= KVP_CPU_DTYPE_Q6_K_R16 ? NULL : k->amx_mm[5 + w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
         c->quant = c->r16 = 1;
@@ -381,8 +382,8 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
     if (c->mm && scaled_kind == (w->scales != NULL) && (!w->zeros || c->quant) &&
         !(scaled_kind && c->quant && w->group % KVP_QK))
         return 1;
-    /* The row path: types with no dot kernel (Q5_x, Q4_K, Q6_K where the
-     * table has no rows of 16, MXFP4, NVFP4, fp8-E5M2, scaled FP4, int
+    /* The row path: types with no dot kernel (Q5_x, the K-quants where
+     * the table has no rows of 16, MXFP4, NVFP4, fp8-E5M2, scaled FP4, int
      * groups under 32) are turned into f32
      * a task's rows at a time and multiplied with the f32 kernels. */
     c->mm = k->mm_f32, c->amx_mm = NULL, c->quant = 0;
@@ -537,11 +538,13 @@ static void give_back_pages(const void *data, size_t bytes)
 
 /* Whether w is a kind the table takes in rows of 16 (kvp_cpu_r16_alloc's):
  * Q8_0, Q4_0 or Q4_1 without scales, i8 or i4 with scales in groups of a
- * multiple of 32, in whole blocks; Q6_K and Q4_K in whole super-blocks. */
+ * multiple of 32, in whole blocks; the K-quants in whole super-blocks. */
 static int r16_stored(const cpu_impl *im, const kvp_weight *w)
 {
-    int i = w->dtype == KVP_DTYPE_Q6_K ? KVP_CPU_DTYPE_Q6_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
-            : w->dtype == KVP_DTYPE_Q4_K ? KVP_CPU_DTYPE_Q4_K_R16 - KVP_CPU_DTYPE_Q8_0_R16 : 0;
+    int i = w->dtype == KVP_DTYPE_Q6_K   ? KVP_CPU_DTYPE_Q6_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
+            : w->dtype == KVP_DTYPE_Q4_K ? KVP_CPU_DTYPE_Q4_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
+            : w->dtype == KVP_DTYPE_Q5_K ? KVP_CPU_DTYPE_Q5_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
+                                         : 0;
     return im->r16 && kvp_cpu_r16_takes(w) && im->k->mm_r16[i];
 }
 

@@ -166,7 +166,10 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
  * super-block: 18.5 bytes a block against Q4_K's 18, where int4 with f32
  * scales and zero points took 24).  Its product: per block the exact
  * integer sum(q x) times (d sc) dx, and dmin m times -s in a second chain
- * (d sc and dmin m are exact in f32; q4k_ref_dot in test_engine). */
+ * (d sc and dmin m are exact in f32; q4k_ref_dot in test_engine).  Q5_K
+ * (y = d sc q - dmin m, q 0..31) the same with a fifth line a block after
+ * the nibbles: lane r's byte p holds in bit k the fifth bit of element 4k +
+ * p (22.5 bytes a block against Q5_K's 22). */
 #define KVP_CPU_DTYPE_Q8_0_R16 (KVP_DTYPE_COUNT + 1)
 #define KVP_CPU_DTYPE_Q4_0_R16 (KVP_DTYPE_COUNT + 2)
 #define KVP_CPU_DTYPE_Q4_1_R16 (KVP_DTYPE_COUNT + 3)
@@ -174,13 +177,18 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
 #define KVP_CPU_DTYPE_I4_R16 (KVP_DTYPE_COUNT + 5)
 #define KVP_CPU_DTYPE_Q6_K_R16 (KVP_DTYPE_COUNT + 6)
 #define KVP_CPU_DTYPE_Q4_K_R16 (KVP_DTYPE_COUNT + 7)
-#define KVP_R16_KINDS 7
+#define KVP_CPU_DTYPE_Q5_K_R16 (KVP_DTYPE_COUNT + 8)
+#define KVP_R16_KINDS 8
 #define KVP_R16_ROWS 16
-static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_Q4_K_R16; }
+static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_Q5_K_R16; }
+/* Q4_K and Q5_K: planes of a block's scale and minimum and a super-block's d and dmin */
+static inline int kvp_r16_k45(int dtype) { return dtype == KVP_CPU_DTYPE_Q4_K_R16 || dtype == KVP_CPU_DTYPE_Q5_K_R16; }
 /* A block's quant bytes for 16 rows. */
 static inline size_t kvp_r16_qbytes(int dtype)
 {
     int bytes8 = dtype == KVP_CPU_DTYPE_Q8_0_R16 || dtype == KVP_CPU_DTYPE_I8_R16 || dtype == KVP_CPU_DTYPE_Q6_K_R16;
+    if (dtype == KVP_CPU_DTYPE_Q5_K_R16) /* nibbles, then a line of fifth bits */
+        return KVP_R16_ROWS * (KVP_QK / 2 + KVP_QK / 8);
     return bytes8 ? KVP_R16_ROWS * KVP_QK : KVP_R16_ROWS * KVP_QK / 2;
 }
 static inline uint32_t kvp_r16_groups(uint32_t n_out) { return (n_out + KVP_R16_ROWS - 1) / KVP_R16_ROWS; }
@@ -191,7 +199,7 @@ static inline const uint16_t *kvp_r16_plane(const void *data, int dtype, uint32_
 {
     size_t nb = n_in / KVP_QK, blocks = (size_t)kvp_r16_groups(n_out) * nb;
     const uint16_t *planes = (const uint16_t *)((const uint8_t *)data + blocks * kvp_r16_qbytes(dtype));
-    if (dtype == KVP_CPU_DTYPE_Q4_K_R16 && p == 1) /* a super-block's d and dmin, 32 to 8 blocks */
+    if (kvp_r16_k45(dtype) && p == 1) /* a super-block's d and dmin, 32 to 8 blocks */
         return planes + blocks * KVP_R16_ROWS + (size_t)(r / KVP_R16_ROWS) * nb * 4;
     return planes + (size_t)p * blocks * KVP_R16_ROWS + (size_t)(r / KVP_R16_ROWS) * nb * KVP_R16_ROWS;
 }
@@ -199,7 +207,7 @@ static inline const uint16_t *kvp_r16_plane(const void *data, int dtype, uint32_
  * rows each) with `planes` planes of 16 a block (Q4_K: its own two). */
 static inline size_t kvp_r16_plane_bytes(int dtype, size_t blocks, int planes)
 {
-    if (dtype == KVP_CPU_DTYPE_Q4_K_R16)
+    if (kvp_r16_k45(dtype))
         return blocks * (KVP_R16_ROWS + 4) * sizeof(uint16_t);
     return blocks * (size_t)planes * KVP_R16_ROWS * sizeof(uint16_t);
 }
@@ -228,12 +236,12 @@ typedef struct kvp_cpu_kernels {
     void (*wsum)(const uint8_t *q, size_t stride, uint32_t nb, int32_t *out);
     void (*quant_q8)(const float *x, kvp_q8blk *y, uint32_t n); /* n multiple of 32 */
     kvp_mm_fn mm_q4_0, mm_q4_1, mm_q8_0, mm_i8, mm_i4; /* i8, i4: g a multiple of 32 */
-    /* Q8_0, Q4_0, Q4_1, i8, i4, Q6_K and Q4_K in rows of 16
+    /* Q8_0, Q4_0, Q4_1, i8, i4, Q6_K, Q4_K and Q5_K in rows of 16
      * (KVP_CPU_DTYPE_*_R16, in that order): pieces of rows from a multiple
      * of 16 by up to tile_tok tokens read from their blocks (no tile), the
      * stored kind's bits (the K-quants: the products above).  NULL where
-     * the table multiplies them as stored (Q6_K by the row path, Q4_K as
-     * int4); where set, the backend rewrites those weights so. */
+     * the table multiplies them as stored (Q6_K and Q5_K by the row path,
+     * Q4_K as int4); where set, the backend rewrites those weights so. */
     kvp_mm_fn mm_r16[KVP_R16_KINDS];
     kvp_mm_fn mm_f32, mm_f16, mm_bf16, mm_e4m3;       /* e4m3: any g dividing n */
     /* Attention (backend_cpu.c): scores s[p * ldq + j] of key p for query

@@ -26,7 +26,8 @@
  * 32 against Q6_K's 26.25, where the row path made f32 rows of it for
  * every product; Q4_K as its nibbles with its integer scales and minimums
  * and its f16 super-block scales (18.5 bytes against 18; the int4 form
- * above takes 24), multiplied with 8-bit activations as llama.cpp does. */
+ * above takes 24), and Q5_K so with a line of its fifth bits (22.5 against
+ * 22), all multiplied with 8-bit activations as llama.cpp does. */
 #include "backend_cpu_kern.h"
 #include "ggml_quants.h"
 #include "minifloat.h"
@@ -147,6 +148,7 @@ static int r16_kind_of(int dtype, r16_kind *k)
     /* the K-quants: bb a super-block's */
     case KVP_DTYPE_Q6_K: *k = (r16_kind){210, 0, 2, 0, KVP_CPU_DTYPE_Q6_K_R16, dtype}; return 1;
     case KVP_DTYPE_Q4_K: *k = (r16_kind){144, 0, 2, 0, KVP_CPU_DTYPE_Q4_K_R16, dtype}; return 1;
+    case KVP_DTYPE_Q5_K: *k = (r16_kind){176, 0, 2, 0, KVP_CPU_DTYPE_Q5_K_R16, dtype}; return 1;
     default: return 0;
     }
 }
@@ -156,7 +158,7 @@ static int r16_kind_of(int dtype, r16_kind *k)
  * multiple of 32. */
 static int r16_fits(const kvp_weight *w, const r16_kind *k)
 {
-    int kq = k->stored == KVP_DTYPE_Q6_K || k->stored == KVP_DTYPE_Q4_K;
+    int kq = k->stored == KVP_DTYPE_Q6_K || k->stored == KVP_DTYPE_Q4_K || k->stored == KVP_DTYPE_Q5_K;
     if (w->n_in % (kq ? 256 : KVP_QK) || !w->n_out)
         return 0;
     if (!k->scaled)
@@ -241,43 +243,60 @@ static void q6k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint
         }
 }
 
-/* Q4_K's groups [g0, g1) of 16 rows: each sub-block's codes as a Q4_0
- * block's nibbles (byte j: element j low, j + 16 high) in Q4_0's lines,
- * its scale and minimum in plane 0, the super-block's d and dmin in plane
- * 1 (backend_cpu_kern.h). */
-static void q4k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
+/* Q4_K's super-block's 256 codes (0..15) in element order: element l of
+ * sub-block j is the nibble j % 2 of qs[32 (j / 2) + l]. */
+static void q4k_codes(const uint8_t *sb, uint8_t *q)
 {
-    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype);
+    for (int e = 0; e < 256; e++)
+        q[e] = (uint8_t)((sb[16 + 32 * (e / 64) + e % 32] >> (4 * (e / 32 % 2))) & 15);
+}
+
+/* Q4_K's or Q5_K's groups [g0, g1) of 16 rows: each sub-block's codes'
+ * low 4 bits as a Q4_0 block's nibbles (byte j: element j low, j + 16
+ * high) in Q4_0's lines; Q5_K's fifth bits in a fifth line, lane r's byte
+ * p holding in bit k that of element 4k + p (the element of group k the
+ * kernel builds in byte p); the sub-block's scale and minimum in plane 0,
+ * the super-block's d and dmin in plane 1 (backend_cpu_kern.h).  Both
+ * kinds keep d, dmin and the 6-bit scales in their first 16 bytes. */
+static void q45k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
+{
+    int q5 = w->dtype == KVP_DTYPE_Q5_K;
+    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype), sbb = q5 ? 176 : 144;
     uint16_t *ps = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 0, 0);
     uint16_t *pd = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 1, 0);
     for (size_t g = g0; g < g1; g++)
         for (uint32_t r = 0; r < KVP_R16_ROWS; r++) {
             size_t row = g * KVP_R16_ROWS + r < w->n_out ? g * KVP_R16_ROWS + r : w->n_out - 1;
             const uint8_t *sb = (const uint8_t *)w->data + row * w->row_bytes;
-            for (size_t i = 0; i < nb / 8; i++, sb += 144) {
+            for (size_t i = 0; i < nb / 8; i++, sb += sbb) {
+                uint8_t q[256];
+                (q5 ? kvp_q5k_codes : q4k_codes)(sb, q);
                 pd[(g * nb / 8 + i) * 32 + r] = (uint16_t)(sb[0] | sb[1] << 8);
                 pd[(g * nb / 8 + i) * 32 + 16 + r] = (uint16_t)(sb[2] | sb[3] << 8);
                 for (int j = 0; j < 8; j++) {
                     size_t blk = i * 8 + (size_t)j;
+                    const uint8_t *c = q + 32 * j;
                     int sc, m;
                     kvp_q4k_scale_min(sb + 4, j, &sc, &m);
                     ps[(g * nb + blk) * KVP_R16_ROWS + r] = (uint16_t)(sc | m << 8);
-                    const uint8_t *qq = sb + 16 + 32 * (j / 2);
-                    int shift = 4 * (j & 1);
-                    uint8_t q4[16];
+                    uint8_t q4[16], hb[4] = {0};
                     for (int e = 0; e < 16; e++)
-                        q4[e] = (uint8_t)(((qq[e] >> shift) & 15) | ((qq[e + 16] >> shift) & 15) << 4);
+                        q4[e] = (uint8_t)((c[e] & 15) | (c[e + 16] & 15) << 4);
+                    for (int e = 0; e < 32; e++)
+                        hb[e % 4] |= (uint8_t)((c[e] >> 4) << (e / 4));
                     uint8_t *dst = (uint8_t *)out->data + (g * nb + blk) * qb;
                     for (size_t l = 0; l < 4; l++)
                         memcpy(dst + (l * KVP_R16_ROWS + r) * 4, q4 + 4 * l, 4);
+                    if (q5)
+                        memcpy(dst + (4 * KVP_R16_ROWS + r) * 4, hb, 4);
                 }
             }
         }
 }
 
-/* Row r of Q4_K in rows of 16 as f32: kvp_dequantize_row_q4_k's
+/* Row r of Q4_K or Q5_K in rows of 16 as f32: the dequantizers'
  * arithmetic, (d sc) q - dmin m, on the same numbers. */
-static void q4k_r16_row(const kvp_weight *w, uint32_t r, float *dst)
+static void q45k_r16_row(const kvp_weight *w, uint32_t r, float *dst)
 {
     size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(w->dtype), g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;
     const uint16_t *ps = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 0, r - (uint32_t)lane) + lane;
@@ -289,7 +308,10 @@ static void q4k_r16_row(const kvp_weight *w, uint32_t r, float *dst)
         float dl = d * (float)(sm & 255), ml = dmin * (float)(sm >> 8);
         for (int e = 0; e < KVP_QK; e++) {
             uint8_t byte = q[(e % 16 / 4) * KVP_R16_ROWS * 4 + e % 4];
-            float p = dl * (float)(e < 16 ? byte & 15 : byte >> 4);
+            int c = e < 16 ? byte & 15 : byte >> 4;
+            if (w->dtype == KVP_CPU_DTYPE_Q5_K_R16)
+                c |= (q[4 * KVP_R16_ROWS * 4 + e % 4] >> (e / 4) & 1) << 4;
+            float p = dl * (float)c;
             dst[b * KVP_QK + (size_t)e] = p - ml;
         }
     }
@@ -318,8 +340,8 @@ void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_
     r16_kind k;
     if (!r16_kind_of(w->dtype, &k))
         return;
-    if (k.stored == KVP_DTYPE_Q6_K || k.stored == KVP_DTYPE_Q4_K) {
-        (k.stored == KVP_DTYPE_Q6_K ? q6k_r16_fill : q4k_r16_fill)(w, out, g0, g1);
+    if (k.stored == KVP_DTYPE_Q6_K || k.stored == KVP_DTYPE_Q4_K || k.stored == KVP_DTYPE_Q5_K) {
+        (k.stored == KVP_DTYPE_Q6_K ? q6k_r16_fill : q45k_r16_fill)(w, out, g0, g1);
         return;
     }
     size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(k.dtype), lines = qb / 64;
@@ -359,13 +381,13 @@ void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_
 int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
 {
     static const int stored[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1,
-                                 KVP_DTYPE_I8,   KVP_DTYPE_I4,   KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K};
+                                 KVP_DTYPE_I8,   KVP_DTYPE_I4,   KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K, KVP_DTYPE_Q5_K};
     _Static_assert(sizeof stored / sizeof *stored == KVP_R16_KINDS, "a stored kind for each kind in rows of 16");
     r16_kind k;
     if (!kvp_r16_kind(w->dtype) || r >= w->n_out || !r16_kind_of(stored[w->dtype - KVP_CPU_DTYPE_Q8_0_R16], &k))
         return -1;
-    if (k.stored == KVP_DTYPE_Q6_K || k.stored == KVP_DTYPE_Q4_K) {
-        (k.stored == KVP_DTYPE_Q6_K ? q6k_r16_row : q4k_r16_row)(w, r, dst);
+    if (k.stored == KVP_DTYPE_Q6_K || k.stored == KVP_DTYPE_Q4_K || k.stored == KVP_DTYPE_Q5_K) {
+        (k.stored == KVP_DTYPE_Q6_K ? q6k_r16_row : q45k_r16_row)(w, r, dst);
         return 0;
     }
     uint32_t nb = w->n_in / KVP_QK, g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;

@@ -128,6 +128,35 @@ void kvp_q6k_codes(const uint8_t *b, uint8_t q[256])
     }
 }
 
+void kvp_q5k_codes(const uint8_t *b, uint8_t q[256])
+{
+    const uint8_t *qh = b + 16, *qs = b + 48;
+    for (int e = 0; e < QK_K; e++) {
+        int j = e / 32, l = e % 32;
+        q[e] = (uint8_t)(((qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 15) | ((qh[l] >> j) & 1) << 4);
+    }
+}
+
+/* block_q5_K (kvp_q5k_codes): y = (d sc) q - (dmin m), Q4_K's arithmetic. */
+void kvp_dequantize_row_q5_k(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 176, y += QK_K) {
+        float d = f16le(b), dmin = f16le(b + 2);
+        uint8_t q[QK_K];
+        kvp_q5k_codes(b, q);
+        for (int j = 0; j < 8; j++) {
+            int s, m;
+            kvp_q4k_scale_min(b + 4, j, &s, &m);
+            float dl = d * (float)s, ml = dmin * (float)m;
+            for (int l = 0; l < 32; l++) {
+                float p = dl * (float)q[32 * j + l];
+                y[32 * j + l] = p - ml;
+            }
+        }
+    }
+}
+
 /* block_q6_K (kvp_q6k_codes): y = (d scale[element / 16]) (q - 32). */
 void kvp_dequantize_row_q6_k(const void *src, float *y, int64_t n)
 {

@@ -1,6 +1,6 @@
 /* ggml_quants.h - GGUF's block types and the FP4 block formats.
  *
- * GGUF's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K dequantized bit-exactly like
+ * GGUF's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K dequantized bit-exactly like
  * gguf-py; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 quantized like ggml's reference
  * quantizers; NVFP4 and MXFP4 blocks (layouts in quant.h).
  */
@@ -16,6 +16,7 @@ void kvp_dequantize_row_q5_0(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q5_1(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q8_0(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q4_k(const void *src, float *y, int64_t n);
+void kvp_dequantize_row_q5_k(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q6_k(const void *src, float *y, int64_t n);
 /* A Q5_0/Q5_1 block's 32 codes (0..31): element j's low 4 bits are nibble
  * j % 16 of qs (low for j < 16, high after), its fifth bit is bit j of the
@@ -47,6 +48,12 @@ static inline void kvp_q4k_scale_min(const uint8_t *s, int j, int *sc, int *m)
  * + l + 32 (k & 1)] and bits 2k of qh[32h + l].  The dequantizer and the
  * CPU backend's rows of 16 read super-blocks through it. */
 void kvp_q6k_codes(const uint8_t *b, uint8_t q[256]);
+/* A Q5_K super-block's (176 bytes: f16 d, f16 dmin, Q4_K's 12 bytes of
+ * 6-bit scales and minimums, 32 bytes qh, 128 qs) 256 codes q (0..31, y =
+ * (d sc) q - dmin m for sub-block e / 32) in element order: element l of
+ * sub-block j has the nibble j % 2 of qs[32 (j / 2) + l] and bit j of
+ * qh[l]. */
+void kvp_q5k_codes(const uint8_t *b, uint8_t q[256]);
 void kvp_dequantize_row_mxfp4(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_nvfp4(const void *src, float *y, int64_t n); /* global scale 1 */
 void kvp_quantize_row_q4_0(const float *x, void *dst, int64_t n);

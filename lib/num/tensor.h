@@ -44,6 +44,7 @@ typedef enum kvp_dtype {
     KVP_DTYPE_Q8_0 = 20,
     KVP_DTYPE_Q4_K = 21,     /* 256 elements a super-block */
     KVP_DTYPE_Q6_K = 22,
+    KVP_DTYPE_Q5_K = 23,
     KVP_DTYPE_NVFP4 = 24,    /* 16 x E2M1 + E4M3 block scale (tensor scale separate) */
     KVP_DTYPE_MXFP4 = 25,    /* 32 x E2M1 + E8M0 block scale */
     KVP_DTYPE_COUNT = 32

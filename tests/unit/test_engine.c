@@ -80,8 +80,8 @@ static void kquant_row(int dtype, uint8_t *out, size_t bytes)
 {
     for (size_t i = 0; i < bytes; i++)
         out[i] = (uint8_t)((frand() + 1) * 128);
-    if (dtype == KVP_DTYPE_Q4_K) /* d, dmin, scales[12], qs[128]: d * sc * q - dmin * m */
-        for (size_t o = 0; o < bytes; o += 144) {
+    if (dtype == KVP_DTYPE_Q4_K || dtype == KVP_DTYPE_Q5_K) /* d, dmin, scales[12], (Q5_K: qh[32],) qs[128]: d * sc * q - dmin * m */
+        for (size_t o = 0; o < bytes; o += dtype == KVP_DTYPE_Q4_K ? 144 : 176) {
             kvp_put16(out + o, kvp_f32_to_f16(0.001f));
             kvp_put16(out + o + 2, kvp_f32_to_f16(0.004f));
         }
@@ -773,6 +773,7 @@ static uint32_t ggml_id(int dtype)
     case KVP_DTYPE_Q4_1: return 3;
     case KVP_DTYPE_Q8_0: return 8;
     case KVP_DTYPE_Q4_K: return 12;
+    case KVP_DTYPE_Q5_K: return 13;
     case KVP_DTYPE_Q6_K: return 14;
     default: return 30; /* bf16 */
     }
@@ -853,7 +854,7 @@ static uint8_t *tiny_gguf(const tiny_cfg *c, size_t *len)
             else if (ts[i].dtype == KVP_DTYPE_BF16)
                 for (uint32_t j = 0; j < ts[i].n_in; j++)
                     kvp_put16(q + 2 * j, kvp_f32_to_bf16(row[j]));
-            else if (ts[i].dtype == KVP_DTYPE_Q4_K || ts[i].dtype == KVP_DTYPE_Q6_K)
+            else if (ts[i].dtype == KVP_DTYPE_Q4_K || ts[i].dtype == KVP_DTYPE_Q5_K || ts[i].dtype == KVP_DTYPE_Q6_K)
                 kquant_row(ts[i].dtype, q, (size_t)rb);
             else
                 quant_row(ts[i].dtype, row, q, ts[i].n_in);
@@ -2444,20 +2445,25 @@ static float q6k_ref_dot(const uint8_t *row, const kvp_q8blk *x, uint32_t n)
     return acc;
 }
 
-/* The Q4_K product of the rows of 16: per block of 32 the exact integer
- * sum(q x) into one FMA by (d sc) dx, the minimum's dmin m times -s into
- * a second chain, the two added at the end. */
-static float q4k_ref_dot(const uint8_t *row, const kvp_q8blk *x, uint32_t n)
+/* The Q4_K (Q5_K) product of the rows of 16: per block of 32 the exact
+ * integer sum(q x) into one FMA by (d sc) dx, the minimum's dmin m times
+ * -s into a second chain, the two added at the end. */
+static float q45k_ref_dot(int q5, const uint8_t *row, const kvp_q8blk *x, uint32_t n)
 {
     float acc = 0, ma = 0;
-    for (uint32_t i = 0; i < n / 256; i++, row += 144) {
+    for (uint32_t i = 0; i < n / 256; i++, row += q5 ? 176 : 144) {
         float d = kvp_f16_to_f32((uint16_t)(row[0] | row[1] << 8)), dmin = kvp_f16_to_f32((uint16_t)(row[2] | row[3] << 8));
+        uint8_t q[256];
+        if (q5)
+            kvp_q5k_codes(row, q);
+        for (int e = 0; !q5 && e < 256; e++)
+            q[e] = (uint8_t)((row[16 + 32 * (e / 64) + e % 32] >> (4 * (e / 32 % 2))) & 15);
         for (int j = 0; j < 8; j++) {
             const kvp_q8blk *xb = &x[i * 8 + (uint32_t)j];
             int sc, m, isum = 0;
             kvp_q4k_scale_min(row + 4, j, &sc, &m);
             for (int e = 0; e < 32; e++)
-                isum += ((row[16 + 32 * (j / 2) + e] >> (4 * (j & 1))) & 15) * xb->q[e];
+                isum += q[32 * j + e] * xb->q[e];
             acc = fmaf((float)isum, d * (float)sc * xb->d, acc);
             ma = fmaf(dmin * (float)m, -xb->s, ma);
         }
@@ -2465,18 +2471,19 @@ static float q4k_ref_dot(const uint8_t *row, const kvp_q8blk *x, uint32_t n)
     return acc + ma;
 }
 
-/* GGUF's K-quants (Q6_K, Q4_K) in rows of 16 (19 rows: a group and a
+/* GGUF's K-quants (Q6_K, Q4_K, Q5_K) in rows of 16 (19 rows: a group and a
  * padded one): read back by kvp_cpu_r16_row, the dequantizer's values bit
  * for bit; multiplied by every table that takes them (1-8 tokens), the
- * reference product's bits (q6k_ref_dot, q4k_ref_dot); at the extremes
- * (Q6_K: codes 0 and 63, scales -128 and 127; Q4_K: codes 0 and 15,
- * scales and minimums 63; activations +-127) the exact sum; partial
- * super-blocks refused. */
+ * reference product's bits (q6k_ref_dot, q45k_ref_dot); at the extremes
+ * (Q6_K: codes 0 and 63, scales -128 and 127; Q4_K and Q5_K: codes 0 and
+ * 15 or 31, scales and minimums 63; activations +-127) the exact sum;
+ * partial super-blocks refused. */
 static void test_kq_r16(int dtype)
 {
     enum { N = 512, R = 19, NB = N / 32, TT = KVP_MM_TILE };
-    const int q6 = dtype == KVP_DTYPE_Q6_K, as = q6 ? KVP_CPU_DTYPE_Q6_K_R16 : KVP_CPU_DTYPE_Q4_K_R16;
-    const size_t sb = q6 ? 210 : 144;
+    const int q6 = dtype == KVP_DTYPE_Q6_K, q5 = dtype == KVP_DTYPE_Q5_K;
+    const int as = q6 ? KVP_CPU_DTYPE_Q6_K_R16 : q5 ? KVP_CPU_DTYPE_Q5_K_R16 : KVP_CPU_DTYPE_Q4_K_R16;
+    const size_t sb = q6 ? 210 : q5 ? 176 : 144;
     static uint8_t q[R * (N / 256) * 210];
     static float a[N], b[N], x[TT][N];
     static kvp_q8blk xq[TT][NB];
@@ -2500,7 +2507,7 @@ static void test_kq_r16(int dtype)
             } else {
                 kvp_put16(q + o, kvp_f32_to_f16(1.0f)), kvp_put16(q + o + 2, kvp_f32_to_f16(0.5f));
                 memset(q + o + 4, 0xff, 12); /* every scale and minimum 63 */
-                memset(q + o + 16, hi ? 0xff : 0, 128);
+                memset(q + o + 16, hi ? 0xff : 0, sb - 16);
             }
         }
         kvp_weight w = {.name = name, .dtype = dtype, .n_in = N, .n_out = R, .row_bytes = 2 * sb, .data = q};
@@ -2535,7 +2542,7 @@ static void test_kq_r16(int dtype)
                     for (uint32_t t = 0; t < nt; t++)
                         for (uint32_t r = 0; r < R; r++) {
                             const uint8_t *row = q + (size_t)r * w.row_bytes;
-                            float ref = q6 ? q6k_ref_dot(row, xq[t0 + t], N) : q4k_ref_dot(row, xq[t0 + t], N);
+                            float ref = q6 ? q6k_ref_dot(row, xq[t0 + t], N) : q45k_ref_dot(q5, row, xq[t0 + t], N);
                             bad_bits += memcmp(&y[t][r], &ref, 4) != 0;
                             if (extreme) { /* x quantizes to itself (d = 1): the exact sum */
                                 CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0);
@@ -2563,10 +2570,11 @@ static void test_kquants(const char *dir)
     snprintf(path, sizeof path, "%s/kq.gguf", dir);
     enum { N = 11 };
     uint32_t tok[N];
-    /* Q4_K untied, Q6_K tied, and Q4_K tied: its output head's int4 form
-     * gives its file pages back, which the embedding lookups then read */
-    int types[] = {KVP_DTYPE_Q4_K, KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K};
-    for (int k = 0; k < 3; k++) {
+    /* Q4_K untied, Q6_K tied, Q4_K tied (its output head's other form
+     * gives its file pages back, which the embedding lookups then read),
+     * and Q5_K tied */
+    int types[] = {KVP_DTYPE_Q4_K, KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K, KVP_DTYPE_Q5_K};
+    for (int k = 0; k < 4; k++) {
         tiny_cfg c = {.n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .n_vocab = 96,
                       .wtype = types[k], .tied = k > 0};
         size_t len;
@@ -2584,10 +2592,10 @@ static void test_kquants(const char *dir)
             check_rows_decode(r.m, kvp_dtype_name((uint32_t)types[k]));
             naive_forward(r.m, tok, N, naive);
             double e = rel_err(naive, got, (size_t)N * c.n_vocab);
-            /* Q4_K as int4 (backend_cpu_repack.c) in every table: 8-bit
-             * activations; Q6_K in rows of 16 where the table takes them
-             * (VNNI): 8-bit activations against the portable table's f32
-             * rows; elsewhere f32 math in both */
+            /* Q4_K as int4 or in rows of 16 (backend_cpu_repack.c) in
+             * every table: 8-bit activations; Q6_K and Q5_K in rows of 16
+             * where the table takes them (VNNI): 8-bit activations against
+             * the portable table's f32 rows; elsewhere f32 math in both */
             int as_i4 = types[k] == KVP_DTYPE_Q4_K, q6_r16 = !as_i4 && kvp_cpu_kernels_vnni() != NULL;
             double tol = as_i4 ? 2e-2 : q6_r16 ? 3e-2 : 1e-4, tol_port = as_i4 ? 3e-3 : tol;
             CHECK_MSG(e < tol, "%s: engine vs naive: max rel %g", kvp_dtype_name((uint32_t)types[k]), e);
@@ -2717,6 +2725,7 @@ int main(void)
     RUN(test_r16_repack);
     RUN(test_kq_r16, KVP_DTYPE_Q6_K);
     RUN(test_kq_r16, KVP_DTYPE_Q4_K);
+    RUN(test_kq_r16, KVP_DTYPE_Q5_K);
     RUN(test_kquants, dir);
     RUN(test_smollm2);
     RUN(test_smollm2_hf, dir);
