@@ -338,7 +338,7 @@ static void mm_task(void *ctxp, int task, int thread)
             b.zp = zp0 ? zp0 + (size_t)r * w->scale_stride : NULL;
             b.wsum = c->wsum ? c->wsum + (size_t)r * nb : NULL;
             b.d16 = c->r16 && !w->scales ? kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 0, r) : NULL;
-            b.m16 = c->r16 && (w->dtype == KVP_CPU_DTYPE_Q4_1_R16 || w->dtype >= KVP_CPU_DTYPE_Q6_K_R16)
+            b.m16 = c->r16 && kvp_r16_plane1(w->dtype)
                         ? kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 1, r)
                         : NULL;
             b.y = c->y + (size_t)t * w->n_out + r;
@@ -365,7 +365,9 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
     case KVP_CPU_DTYPE_I4_R16:
     case KVP_CPU_DTYPE_Q6_K_R16:
     case KVP_CPU_DTYPE_Q4_K_R16:
-    case KVP_CPU_DTYPE_Q5_K_R16: /* the K-quants: no AMX kernel, the rows of 16 take their prompts too */
+    case KVP_CPU_DTYPE_Q5_K_R16:
+    case KVP_CPU_DTYPE_Q5_0_R16:
+    case KVP_CPU_DTYPE_Q5_1_R16: /* the K-quants and Q5_x: no AMX kernel, the rows of 16 take their prompts too */
         c->mm = k->mm_r16[w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
         c->amx_mm = w->dtype >= KVP_CPU_DTYPE_Q6_K_R16 ? NULL : k->amx_mm[5 + w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
         c->quant = c->r16 = 1;
@@ -538,12 +540,15 @@ static void give_back_pages(const void *data, size_t bytes)
 
 /* Whether w is a kind the table takes in rows of 16 (kvp_cpu_r16_alloc's):
  * Q8_0, Q4_0 or Q4_1 without scales, i8 or i4 with scales in groups of a
- * multiple of 32, in whole blocks; the K-quants in whole super-blocks. */
+ * multiple of 32, Q5_0 or Q5_1, in whole blocks; the K-quants in whole
+ * super-blocks. */
 static int r16_stored(const cpu_impl *im, const kvp_weight *w)
 {
     int i = w->dtype == KVP_DTYPE_Q6_K   ? KVP_CPU_DTYPE_Q6_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
             : w->dtype == KVP_DTYPE_Q4_K ? KVP_CPU_DTYPE_Q4_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
             : w->dtype == KVP_DTYPE_Q5_K ? KVP_CPU_DTYPE_Q5_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
+            : w->dtype == KVP_DTYPE_Q5_0 ? KVP_CPU_DTYPE_Q5_0_R16 - KVP_CPU_DTYPE_Q8_0_R16
+            : w->dtype == KVP_DTYPE_Q5_1 ? KVP_CPU_DTYPE_Q5_1_R16 - KVP_CPU_DTYPE_Q8_0_R16
                                          : 0;
     return im->r16 && kvp_cpu_r16_takes(w) && im->k->mm_r16[i];
 }

@@ -169,7 +169,10 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
  * (d sc and dmin m are exact in f32; q4k_ref_dot in test_engine).  Q5_K
  * (y = d sc q - dmin m, q 0..31) the same with a fifth line a block after
  * the nibbles: lane r's byte p holds in bit k the fifth bit of element 4k +
- * p (22.5 bytes a block against Q5_K's 22). */
+ * p (22.5 bytes a block against Q5_K's 22).  GGUF's Q5_0 and Q5_1 are
+ * Q4_0 and Q4_1 in rows of 16 with that fifth line: nibbles (q + 16 as
+ * Q4_0's q + 8: the kernel takes 16 sum(x) off) and planes as theirs, 22
+ * and 24 bytes a block as stored, where Q5_0 as Q8_0 took 34. */
 #define KVP_CPU_DTYPE_Q8_0_R16 (KVP_DTYPE_COUNT + 1)
 #define KVP_CPU_DTYPE_Q4_0_R16 (KVP_DTYPE_COUNT + 2)
 #define KVP_CPU_DTYPE_Q4_1_R16 (KVP_DTYPE_COUNT + 3)
@@ -178,16 +181,26 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
 #define KVP_CPU_DTYPE_Q6_K_R16 (KVP_DTYPE_COUNT + 6)
 #define KVP_CPU_DTYPE_Q4_K_R16 (KVP_DTYPE_COUNT + 7)
 #define KVP_CPU_DTYPE_Q5_K_R16 (KVP_DTYPE_COUNT + 8)
-#define KVP_R16_KINDS 8
+#define KVP_CPU_DTYPE_Q5_0_R16 (KVP_DTYPE_COUNT + 9)
+#define KVP_CPU_DTYPE_Q5_1_R16 (KVP_DTYPE_COUNT + 10)
+#define KVP_R16_KINDS 10
 #define KVP_R16_ROWS 16
-static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_Q5_K_R16; }
+static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_Q5_1_R16; }
+/* Whether a kind in rows of 16 has a plane 1 (Q4_1's and Q5_1's
+ * minimums, the K-quants' second planes). */
+static inline int kvp_r16_plane1(int dtype)
+{
+    return dtype == KVP_CPU_DTYPE_Q4_1_R16 || dtype == KVP_CPU_DTYPE_Q5_1_R16 || dtype == KVP_CPU_DTYPE_Q6_K_R16 ||
+           dtype == KVP_CPU_DTYPE_Q4_K_R16 || dtype == KVP_CPU_DTYPE_Q5_K_R16;
+}
 /* Q4_K and Q5_K: planes of a block's scale and minimum and a super-block's d and dmin */
 static inline int kvp_r16_k45(int dtype) { return dtype == KVP_CPU_DTYPE_Q4_K_R16 || dtype == KVP_CPU_DTYPE_Q5_K_R16; }
 /* A block's quant bytes for 16 rows. */
 static inline size_t kvp_r16_qbytes(int dtype)
 {
     int bytes8 = dtype == KVP_CPU_DTYPE_Q8_0_R16 || dtype == KVP_CPU_DTYPE_I8_R16 || dtype == KVP_CPU_DTYPE_Q6_K_R16;
-    if (dtype == KVP_CPU_DTYPE_Q5_K_R16) /* nibbles, then a line of fifth bits */
+    if (dtype == KVP_CPU_DTYPE_Q5_K_R16 || dtype == KVP_CPU_DTYPE_Q5_0_R16 || dtype == KVP_CPU_DTYPE_Q5_1_R16)
+        /* nibbles, then a line of fifth bits */
         return KVP_R16_ROWS * (KVP_QK / 2 + KVP_QK / 8);
     return bytes8 ? KVP_R16_ROWS * KVP_QK : KVP_R16_ROWS * KVP_QK / 2;
 }
@@ -236,12 +249,13 @@ typedef struct kvp_cpu_kernels {
     void (*wsum)(const uint8_t *q, size_t stride, uint32_t nb, int32_t *out);
     void (*quant_q8)(const float *x, kvp_q8blk *y, uint32_t n); /* n multiple of 32 */
     kvp_mm_fn mm_q4_0, mm_q4_1, mm_q8_0, mm_i8, mm_i4; /* i8, i4: g a multiple of 32 */
-    /* Q8_0, Q4_0, Q4_1, i8, i4, Q6_K, Q4_K and Q5_K in rows of 16
+    /* Q8_0, Q4_0, Q4_1, i8, i4, Q6_K, Q4_K, Q5_K, Q5_0 and Q5_1 in rows of 16
      * (KVP_CPU_DTYPE_*_R16, in that order): pieces of rows from a multiple
      * of 16 by up to tile_tok tokens read from their blocks (no tile), the
      * stored kind's bits (the K-quants: the products above).  NULL where
-     * the table multiplies them as stored (Q6_K and Q5_K by the row path,
-     * Q4_K as int4); where set, the backend rewrites those weights so. */
+     * the table multiplies them as stored (Q6_K, Q5_K and Q5_1 by the row
+     * path, Q4_K as int4, Q5_0 as Q8_0); where set, the backend rewrites
+     * those weights so. */
     kvp_mm_fn mm_r16[KVP_R16_KINDS];
     kvp_mm_fn mm_f32, mm_f16, mm_bf16, mm_e4m3;       /* e4m3: any g dividing n */
     /* Attention (backend_cpu.c): scores s[p * ldq + j] of key p for query

@@ -104,10 +104,10 @@ int kvp_cpu_q5_0_as_q8_0(const kvp_weight *w, kvp_weight *out, kvp_err *err)
  * lanes, the f16 scales (and minimums) into their planes; rows past n_out
  * repeat the last (their outputs are never stored, and a repeated row is
  * finite where zeros of an uninitialized scale might not be).  A Q5_0
- * weight goes through Q8_0 first. */
+ * or Q5_1 weight keeps its nibbles, with a fifth line of its fifth bits. */
 int kvp_cpu_as_r16(const kvp_weight *w, kvp_weight *out, kvp_err *err)
 {
-    if (!kvp_cpu_r16_takes(w) && kvp_cpu_repackable(w)) {
+    if (!kvp_cpu_r16_takes(w) && kvp_cpu_repackable(w)) { /* Q4_K where rows of 16 do not take it */
         kvp_weight mid;
         int rc = kvp_cpu_repack(w, &mid, err);
         if (rc <= 0)
@@ -149,6 +149,9 @@ static int r16_kind_of(int dtype, r16_kind *k)
     case KVP_DTYPE_Q6_K: *k = (r16_kind){210, 0, 2, 0, KVP_CPU_DTYPE_Q6_K_R16, dtype}; return 1;
     case KVP_DTYPE_Q4_K: *k = (r16_kind){144, 0, 2, 0, KVP_CPU_DTYPE_Q4_K_R16, dtype}; return 1;
     case KVP_DTYPE_Q5_K: *k = (r16_kind){176, 0, 2, 0, KVP_CPU_DTYPE_Q5_K_R16, dtype}; return 1;
+    /* Q5_0 and Q5_1: qoff is qh's, qs follows it */
+    case KVP_DTYPE_Q5_0: *k = (r16_kind){22, 2, 1, 0, KVP_CPU_DTYPE_Q5_0_R16, dtype}; return 1;
+    case KVP_DTYPE_Q5_1: *k = (r16_kind){24, 4, 2, 0, KVP_CPU_DTYPE_Q5_1_R16, dtype}; return 1;
     default: return 0;
     }
 }
@@ -207,6 +210,14 @@ int kvp_cpu_r16_alloc(const kvp_weight *w, kvp_weight *out, kvp_err *err)
 static const uint8_t *r16_quants(const kvp_weight *w, const r16_kind *k, size_t row, size_t b, uint8_t *tmp)
 {
     const uint8_t *blk = (const uint8_t *)w->data + row * w->row_bytes + b * k->bb + k->qoff;
+    if (w->dtype == KVP_DTYPE_Q5_0 || w->dtype == KVP_DTYPE_Q5_1) { /* qs, then the fifth line */
+        uint32_t h = (uint32_t)blk[0] | (uint32_t)blk[1] << 8 | (uint32_t)blk[2] << 16 | (uint32_t)blk[3] << 24;
+        memcpy(tmp, blk + 4, 16);
+        memset(tmp + 16, 0, 4);
+        for (int e = 0; e < KVP_QK; e++)
+            tmp[16 + e % 4] |= (uint8_t)(((h >> e) & 1) << (e / 4));
+        return tmp;
+    }
     if (w->dtype != KVP_DTYPE_I4)
         return blk;
     for (int j = 0; j < 16; j++) {
@@ -355,7 +366,7 @@ void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_
             for (uint32_t r = 0; r < KVP_R16_ROWS; r++) {
                 size_t row = g * KVP_R16_ROWS + r < w->n_out ? g * KVP_R16_ROWS + r : w->n_out - 1;
                 const uint8_t *blk = (const uint8_t *)w->data + row * w->row_bytes + b * k.bb;
-                uint8_t tmp[16];
+                uint8_t tmp[20];
                 const uint8_t *qs = r16_quants(w, &k, row, b, tmp);
                 for (int p = 0; p < k.planes; p++)
                     pl[p][at + r] = (uint16_t)(blk[2 * p] | blk[2 * p + 1] << 8);
@@ -381,7 +392,8 @@ void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_
 int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
 {
     static const int stored[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1,
-                                 KVP_DTYPE_I8,   KVP_DTYPE_I4,   KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K, KVP_DTYPE_Q5_K};
+                                 KVP_DTYPE_I8,   KVP_DTYPE_I4,   KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K,
+                                 KVP_DTYPE_Q5_K, KVP_DTYPE_Q5_0, KVP_DTYPE_Q5_1};
     _Static_assert(sizeof stored / sizeof *stored == KVP_R16_KINDS, "a stored kind for each kind in rows of 16");
     r16_kind k;
     if (!kvp_r16_kind(w->dtype) || r >= w->n_out || !r16_kind_of(stored[w->dtype - KVP_CPU_DTYPE_Q8_0_R16], &k))
@@ -404,7 +416,14 @@ int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
         }
         for (size_t j = 0; j < lines; j++)
             memcpy(qs + 4 * j, q + j * KVP_R16_ROWS * 4, 4);
-        if (k.stored == KVP_DTYPE_I4) /* back from Q4_0's order and offset */
+        if (k.stored == KVP_DTYPE_Q5_0 || k.stored == KVP_DTYPE_Q5_1) { /* qh from the fifth line, then qs */
+            uint32_t h = 0;
+            for (int e = 0; e < KVP_QK; e++)
+                h |= (uint32_t)(qs[16 + e % 4] >> (e / 4) & 1) << e;
+            for (int i = 0; i < 4; i++)
+                blk[k.qoff + (size_t)i] = (uint8_t)(h >> (8 * i));
+            memcpy(blk + k.qoff + 4, qs, 16);
+        } else if (k.stored == KVP_DTYPE_I4) /* back from Q4_0's order and offset */
             for (int j = 0; j < 16; j++) {
                 unsigned lo = (qs[j] & 15) ^ 8, hi = (qs[j] >> 4) ^ 8;
                 blk[j / 2] = (uint8_t)(j & 1 ? (blk[j / 2] & 15) | lo << 4 : lo);
