@@ -153,7 +153,9 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
  * the stored kind's, bit for bit.
  *
  * GGUF's Q6_K (no kernel as stored) is taken in rows of 16 too: its codes
- * q (0..63, y = d sc (q - 32)) as bytes in Q8_0's lines, unsigned, plane 0
+ * q (0..63, y = d sc (q - 32)) as Q4_0's nibble lines for their low 4
+ * bits and two lines for the high 2 (lane r's byte p of line 4 + k / 4
+ * holding in bits 2 (k % 4) those of element 4k + p), plane 0
  * its super-block's f16 d for each of the 8 blocks of 32 in it, plane 1
  * the block's two 16-element sub-block scales, sc_lo | sc_hi << 8 (int8
  * each).  Its product is llama.cpp's for K-quants: per block of 32 the
@@ -198,7 +200,9 @@ static inline int kvp_r16_k45(int dtype) { return dtype == KVP_CPU_DTYPE_Q4_K_R1
 /* A block's quant bytes for 16 rows. */
 static inline size_t kvp_r16_qbytes(int dtype)
 {
-    int bytes8 = dtype == KVP_CPU_DTYPE_Q8_0_R16 || dtype == KVP_CPU_DTYPE_I8_R16 || dtype == KVP_CPU_DTYPE_Q6_K_R16;
+    int bytes8 = dtype == KVP_CPU_DTYPE_Q8_0_R16 || dtype == KVP_CPU_DTYPE_I8_R16;
+    if (dtype == KVP_CPU_DTYPE_Q6_K_R16) /* nibbles, then two lines of high bits */
+        return KVP_R16_ROWS * (KVP_QK / 2 + KVP_QK / 4);
     if (dtype == KVP_CPU_DTYPE_Q5_K_R16 || dtype == KVP_CPU_DTYPE_Q5_0_R16 || dtype == KVP_CPU_DTYPE_Q5_1_R16)
         /* nibbles, then a line of fifth bits */
         return KVP_R16_ROWS * (KVP_QK / 2 + KVP_QK / 8);

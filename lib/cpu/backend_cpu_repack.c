@@ -21,10 +21,10 @@
  *
  * Where the kernels take rows of 16 (kvp_cpu_kernels.mm_r16), Q8_0, Q4_0,
  * Q4_1 and Q5_0 weights are rewritten so too (kvp_cpu_as_r16), and the
- * K-quants: Q6_K, which has no kernel as stored, its 6-bit codes as bytes
- * with its scales in two planes (backend_cpu_kern.h), 36 bytes a block of
- * 32 against Q6_K's 26.25, where the row path made f32 rows of it for
- * every product; Q4_K as its nibbles with its integer scales and minimums
+ * K-quants: Q6_K, which has no kernel as stored, its 6-bit codes as
+ * nibbles and two lines of high bits with its scales in two planes
+ * (backend_cpu_kern.h), 28 bytes a block of 32 against Q6_K's 26.25, where
+ * the row path made f32 rows of it for every product; Q4_K as its nibbles with its integer scales and minimums
  * and its f16 super-block scales (18.5 bytes against 18; the int4 form
  * above takes 24), and Q5_K so with a line of its fifth bits (22.5 against
  * 22), all multiplied with 8-bit activations as llama.cpp does. */
@@ -227,9 +227,39 @@ static const uint8_t *r16_quants(const kvp_weight *w, const r16_kind *k, size_t 
     return tmp;
 }
 
-/* Q6_K's groups [g0, g1) of 16 rows: the codes in lanes as Q8_0's bytes,
- * each super-block's d in plane 0 for its 8 blocks, each block's two
- * sub-block scales in plane 1. */
+/* A block's 32 codes c (below 16 << hb) into lane r of its block of 16
+ * rows, dst: their low nibbles as a Q4_0 block's (byte j: element j low,
+ * j + 16 high) in Q4_0's four lines, then hb (0-2) bits above them in
+ * lines of their own: group k's (elements 4k..4k+3: the kernel's 4-byte
+ * groups) in line 4 + k / (8 / hb), byte p holding element 4k + p's in
+ * bits hb (k % (8 / hb)) up (backend_cpu_kern.h). */
+static void r16_put_codes(uint8_t *dst, uint32_t r, const uint8_t *c, int hb)
+{
+    uint8_t q4[16], hi[8] = {0};
+    for (int e = 0; e < 16; e++)
+        q4[e] = (uint8_t)((c[e] & 15) | (c[e + 16] & 15) << 4);
+    for (int e = 0; hb && e < 32; e++) {
+        int k = e / 4, per = 8 / hb;
+        hi[4 * (k / per) + e % 4] |= (uint8_t)((c[e] >> 4) << (hb * (k % per)));
+    }
+    for (int l = 0; l < 4 + hb; l++)
+        memcpy(dst + ((size_t)l * KVP_R16_ROWS + r) * 4, l < 4 ? q4 + 4 * l : hi + 4 * (l - 4), 4);
+}
+
+/* Code e of the block whose lane r16_put_codes wrote at q (lane 0 of the
+ * block's first line plus 4 r). */
+static int r16_get_code(const uint8_t *q, int e, int hb)
+{
+    uint8_t byte = q[(e % 16 / 4) * KVP_R16_ROWS * 4 + e % 4];
+    int c = e < 16 ? byte & 15 : byte >> 4, k = e / 4, per = hb ? 8 / hb : 1;
+    if (hb)
+        c |= (q[(4 + k / per) * KVP_R16_ROWS * 4 + e % 4] >> (hb * (k % per)) & ((1 << hb) - 1)) << 4;
+    return c;
+}
+
+/* Q6_K's groups [g0, g1) of 16 rows: the codes in lanes as nibbles with
+ * two lines of high bits (r16_put_codes), each super-block's d in plane 0
+ * for its 8 blocks, each block's two sub-block scales in plane 1. */
 static void q6k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
 {
     size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype);
@@ -244,11 +274,9 @@ static void q6k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint
                 kvp_q6k_codes(sb, q);
                 for (size_t j = 0; j < 8; j++) {
                     size_t blk = i * 8 + j, at = (g * nb + blk) * KVP_R16_ROWS + r;
-                    uint8_t *dst = (uint8_t *)out->data + (g * nb + blk) * qb;
                     pd[at] = (uint16_t)(sb[208] | sb[209] << 8);
                     ps[at] = (uint16_t)(sb[192 + 2 * j] | sb[193 + 2 * j] << 8);
-                    for (size_t l = 0; l < 8; l++) /* elements 4l..4l+3 into lane r of line l */
-                        memcpy(dst + (l * KVP_R16_ROWS + r) * 4, q + 32 * j + 4 * l, 4);
+                    r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q + 32 * j, 2);
                 }
             }
         }
@@ -262,10 +290,9 @@ static void q4k_codes(const uint8_t *sb, uint8_t *q)
         q[e] = (uint8_t)((sb[16 + 32 * (e / 64) + e % 32] >> (4 * (e / 32 % 2))) & 15);
 }
 
-/* Q4_K's or Q5_K's groups [g0, g1) of 16 rows: each sub-block's codes'
- * low 4 bits as a Q4_0 block's nibbles (byte j: element j low, j + 16
- * high) in Q4_0's lines; Q5_K's fifth bits in a fifth line, lane r's byte
- * p holding in bit k that of element 4k + p (the element of group k the
+/* Q4_K's or Q5_K's groups [g0, g1) of 16 rows: each sub-block's codes
+ * (r16_put_codes: Q5_K's fifth bits in a fifth line, lane r's byte p
+ * holding in bit k that of element 4k + p, the element of group k the
  * kernel builds in byte p); the sub-block's scale and minimum in plane 0,
  * the super-block's d and dmin in plane 1 (backend_cpu_kern.h).  Both
  * kinds keep d, dmin and the 6-bit scales in their first 16 bytes. */
@@ -290,16 +317,7 @@ static void q45k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uin
                     int sc, m;
                     kvp_q4k_scale_min(sb + 4, j, &sc, &m);
                     ps[(g * nb + blk) * KVP_R16_ROWS + r] = (uint16_t)(sc | m << 8);
-                    uint8_t q4[16], hb[4] = {0};
-                    for (int e = 0; e < 16; e++)
-                        q4[e] = (uint8_t)((c[e] & 15) | (c[e + 16] & 15) << 4);
-                    for (int e = 0; e < 32; e++)
-                        hb[e % 4] |= (uint8_t)((c[e] >> 4) << (e / 4));
-                    uint8_t *dst = (uint8_t *)out->data + (g * nb + blk) * qb;
-                    for (size_t l = 0; l < 4; l++)
-                        memcpy(dst + (l * KVP_R16_ROWS + r) * 4, q4 + 4 * l, 4);
-                    if (q5)
-                        memcpy(dst + (4 * KVP_R16_ROWS + r) * 4, hb, 4);
+                    r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, c, q5);
                 }
             }
         }
@@ -318,11 +336,7 @@ static void q45k_r16_row(const kvp_weight *w, uint32_t r, float *dst)
         uint16_t sm = ps[b * KVP_R16_ROWS];
         float dl = d * (float)(sm & 255), ml = dmin * (float)(sm >> 8);
         for (int e = 0; e < KVP_QK; e++) {
-            uint8_t byte = q[(e % 16 / 4) * KVP_R16_ROWS * 4 + e % 4];
-            int c = e < 16 ? byte & 15 : byte >> 4;
-            if (w->dtype == KVP_CPU_DTYPE_Q5_K_R16)
-                c |= (q[4 * KVP_R16_ROWS * 4 + e % 4] >> (e / 4) & 1) << 4;
-            float p = dl * (float)c;
+            float p = dl * (float)r16_get_code(q, e, w->dtype == KVP_CPU_DTYPE_Q5_K_R16);
             dst[b * KVP_QK + (size_t)e] = p - ml;
         }
     }
@@ -341,7 +355,7 @@ static void q6k_r16_row(const kvp_weight *w, uint32_t r, float *dst)
         uint16_t sc = ps[b * KVP_R16_ROWS];
         for (int e = 0; e < KVP_QK; e++) {
             float ds = d * (float)(int8_t)(e < 16 ? sc & 255 : sc >> 8);
-            dst[b * KVP_QK + (size_t)e] = ds * (float)(q[(e / 4) * KVP_R16_ROWS * 4 + e % 4] - 32);
+            dst[b * KVP_QK + (size_t)e] = ds * (float)(r16_get_code(q, e, 2) - 32);
         }
     }
 }
