@@ -238,9 +238,10 @@ static void r16_put_codes(uint8_t *dst, uint32_t r, const uint8_t *c, int hb)
     uint8_t q4[16], hi[8] = {0};
     for (int e = 0; e < 16; e++)
         q4[e] = (uint8_t)((c[e] & 15) | (c[e + 16] & 15) << 4);
+    int lg = hb == 1 ? 3 : 2; /* log2 of the groups a byte holds (8 / hb) */
     for (int e = 0; hb && e < 32; e++) {
-        int k = e / 4, per = 8 / hb;
-        hi[4 * (k / per) + e % 4] |= (uint8_t)((c[e] >> 4) << (hb * (k % per)));
+        int k = e / 4;
+        hi[4 * (k >> lg) + e % 4] |= (uint8_t)((c[e] >> 4) << (hb * (k & ((1 << lg) - 1))));
     }
     for (int l = 0; l < 4 + hb; l++)
         memcpy(dst + ((size_t)l * KVP_R16_ROWS + r) * 4, l < 4 ? q4 + 4 * l : hi + 4 * (l - 4), 4);
@@ -286,8 +287,12 @@ static void q6k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint
  * sub-block j is the nibble j % 2 of qs[32 (j / 2) + l]. */
 static void q4k_codes(const uint8_t *sb, uint8_t *q)
 {
-    for (int e = 0; e < 256; e++)
-        q[e] = (uint8_t)((sb[16 + 32 * (e / 64) + e % 32] >> (4 * (e / 32 % 2))) & 15);
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *qq = sb + 16 + 32 * (j / 2);
+        int shift = 4 * (j & 1);
+        for (int l = 0; l < 32; l++)
+            q[32 * j + l] = (uint8_t)((qq[l] >> shift) & 15);
+    }
 }
 
 /* Q4_K's or Q5_K's groups [g0, g1) of 16 rows: each sub-block's codes

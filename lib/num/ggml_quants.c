@@ -121,19 +121,23 @@ void kvp_dequantize_row_q4_k(const void *src, float *y, int64_t n)
 void kvp_q6k_codes(const uint8_t *b, uint8_t q[256])
 {
     const uint8_t *ql = b, *qh = b + 128;
-    for (int e = 0; e < QK_K; e++) {
-        int h = e / 128, k = (e % 128) / 32, l = e % 32;
-        int lo = (ql[64 * h + l + 32 * (k & 1)] >> (4 * (k >> 1))) & 15, hi = (qh[32 * h + l] >> (2 * k)) & 3;
-        q[e] = (uint8_t)(lo | hi << 4);
-    }
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++) {
+            const uint8_t *lo = ql + 64 * h + 32 * (k & 1), *hi = qh + 32 * h;
+            int ls = 4 * (k >> 1), hs = 2 * k;
+            for (int l = 0; l < 32; l++)
+                q[128 * h + 32 * k + l] = (uint8_t)(((lo[l] >> ls) & 15) | ((hi[l] >> hs) & 3) << 4);
+        }
 }
 
 void kvp_q5k_codes(const uint8_t *b, uint8_t q[256])
 {
     const uint8_t *qh = b + 16, *qs = b + 48;
-    for (int e = 0; e < QK_K; e++) {
-        int j = e / 32, l = e % 32;
-        q[e] = (uint8_t)(((qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 15) | ((qh[l] >> j) & 1) << 4);
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *qq = qs + 32 * (j / 2);
+        int shift = 4 * (j & 1);
+        for (int l = 0; l < 32; l++)
+            q[32 * j + l] = (uint8_t)(((qq[l] >> shift) & 15) | ((qh[l] >> j) & 1) << 4);
     }
 }
 
