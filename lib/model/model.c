@@ -105,6 +105,7 @@ static int open_gguf(kvp_model *m, kvp_in *in, kvp_err *err)
         if ((rc = set_name(m, t, g->name, err)) < 0)
             return rc;
         t->rec.dtype = g->dtype < 0 ? KVP_UNREADABLE : (uint32_t)g->dtype;
+        t->src_type = g->dtype < 0 ? kvp_gguf_type_name(g->ggml_type) : NULL;
         t->rec.n_dim = g->n_dims;
         for (uint32_t d = 0; d < g->n_dims && d < KVP_MAX_DIMS; d++)
             t->rec.shape[d] = g->ne[g->n_dims - 1 - d]; /* outermost first */
@@ -354,7 +355,8 @@ static int bind(kvp_model *m, kvp_weight *w, const char *gname, const char *hnam
         break;
     default:
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: type %s is not supported for inference", m->path,
-                           r->name, r->dtype == KVP_UNREADABLE ? "unknown" : kvp_dtype_name(r->dtype));
+                           r->name, r->dtype != KVP_UNREADABLE ? kvp_dtype_name(r->dtype)
+                                    : t->src_type && strcmp(t->src_type, "?") ? t->src_type : "unknown");
     }
     if ((r->dtype == KVP_DTYPE_I4 || r->dtype == KVP_DTYPE_FP4_E2M1) && n_in % 2)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: %s rows of odd length", m->path, r->name,

@@ -68,6 +68,7 @@ enum kvp_model_format {
 typedef struct kvp_model_tensor {
     kvp_tensor_rec rec;     /* dtype 0xffffffff: a type we cannot read */
     const void *data, *scales, *zeros;
+    const char *src_type;   /* such a type's name in its file (GGUF's "q3_k"), or NULL */
 } kvp_model_tensor;
 
 typedef struct kvp_model {

@@ -2659,6 +2659,41 @@ static void test_kq_r16(int dtype)
     CHECK_EQ_I64(kvp_cpu_as_r16(&part, &r16, &err), 0);
 }
 
+/* A GGUF tensor of a type the engine cannot read (one Q4_0 tensor's type
+ * id turned into IQ4_NL's, the same 18 bytes a block) is refused naming the
+ * tensor and its GGUF type. */
+static void test_unread_type(const char *dir)
+{
+    tiny_cfg c = {.n_layer = 1, .n_embd = 64, .n_ff = 128, .n_head = 2, .n_head_kv = 1, .n_vocab = 96,
+                  .wtype = KVP_DTYPE_Q4_0, .tied = 1};
+    char path[512];
+    snprintf(path, sizeof path, "%s/iq4.gguf", dir);
+    size_t len;
+    uint8_t *file = tiny_gguf(&c, &len);
+    static const char name[] = "blk.0.ffn_down.weight";
+    uint8_t *at = NULL;
+    for (size_t i = 8; i + sizeof name < len && !at; i++) /* the tensor info: u64 length, name, u32 dims, u64 x dims, u32 type */
+        if (!memcmp(file + i, name, sizeof name - 1) && file[i - 8] == sizeof name - 1)
+            at = file + i + sizeof name - 1;
+    CHECK(at != NULL);
+    if (at) {
+        uint32_t nd = (uint32_t)at[0] | (uint32_t)at[1] << 8;
+        uint8_t *ty = at + 4 + 8 * nd;
+        CHECK_EQ_I64(ty[0], 2); /* Q4_0 */
+        ty[0] = 20;             /* IQ4_NL */
+        CHECK(write_file(path, file, len) == 0);
+        kvp_model *m = NULL;
+        kvp_err err = {0};
+        CHECK(kvp_model_load(&m, path, &err) < 0);
+        CHECK_MSG(strstr(err.msg, "tensor blk.0.ffn_down.weight: type iq4_nl is not supported") != NULL, "got: %s",
+                  err.msg);
+        if (m)
+            kvp_model_free(m);
+        unlink(path);
+    }
+    free(file);
+}
+
 static void test_kquants(const char *dir)
 {
     char path[512];
@@ -2823,6 +2858,7 @@ int main(void)
     RUN(test_kq_r16, KVP_DTYPE_Q5_K);
     RUN(test_q5_r16);
     RUN(test_kquants, dir);
+    RUN(test_unread_type, dir);
     RUN(test_smollm2);
     RUN(test_smollm2_hf, dir);
     RUN(test_smollm2_ct, dir, "w4a16-g64", 1e-1);
