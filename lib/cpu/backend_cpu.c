@@ -367,7 +367,9 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
     case KVP_CPU_DTYPE_Q4_K_R16:
     case KVP_CPU_DTYPE_Q5_K_R16:
     case KVP_CPU_DTYPE_Q5_0_R16:
-    case KVP_CPU_DTYPE_Q5_1_R16: /* the K-quants and Q5_x: no AMX kernel, the rows of 16 take their prompts too */
+    case KVP_CPU_DTYPE_Q5_1_R16:
+    case KVP_CPU_DTYPE_Q2_K_R16:
+    case KVP_CPU_DTYPE_Q3_K_R16: /* the K-quants and Q5_x: no AMX kernel, the rows of 16 take their prompts too */
         c->mm = k->mm_r16[w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
         c->amx_mm = w->dtype >= KVP_CPU_DTYPE_Q6_K_R16 ? NULL : k->amx_mm[5 + w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
         c->quant = c->r16 = 1;
@@ -549,6 +551,8 @@ static int r16_stored(const cpu_impl *im, const kvp_weight *w)
             : w->dtype == KVP_DTYPE_Q5_K ? KVP_CPU_DTYPE_Q5_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
             : w->dtype == KVP_DTYPE_Q5_0 ? KVP_CPU_DTYPE_Q5_0_R16 - KVP_CPU_DTYPE_Q8_0_R16
             : w->dtype == KVP_DTYPE_Q5_1 ? KVP_CPU_DTYPE_Q5_1_R16 - KVP_CPU_DTYPE_Q8_0_R16
+            : w->dtype == KVP_DTYPE_Q2_K ? KVP_CPU_DTYPE_Q2_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
+            : w->dtype == KVP_DTYPE_Q3_K ? KVP_CPU_DTYPE_Q3_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
                                          : 0;
     return im->r16 && kvp_cpu_r16_takes(w) && im->k->mm_r16[i];
 }

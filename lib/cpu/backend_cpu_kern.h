@@ -174,7 +174,14 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
  * p (22.5 bytes a block against Q5_K's 22).  GGUF's Q5_0 and Q5_1 are
  * Q4_0 and Q4_1 in rows of 16 with that fifth line: nibbles (q + 16 as
  * Q4_0's q + 8: the kernel takes 16 sum(x) off) and planes as theirs, 22
- * and 24 bytes a block as stored, where Q5_0 as Q8_0 took 34. */
+ * and 24 bytes a block as stored, where Q5_0 as Q8_0 took 34.  Q2_K (y =
+ * d s c - dmin m a sub-block of 16, c 0..3, s and m 4 bits) is Q4_K's
+ * layout with plane 0 the block's two stored bytes s | m << 4 (20.5 bytes
+ * a block against Q2_K's 10.5); Q3_K (y = d s (c - 4), c 0..7, s a signed
+ * 6-bit scale) Q6_K's without the high lines (20 against 13.75).  Their
+ * products: per 16-element half the exact integer sums, weighted by the
+ * integer scales (Q2_K: and the minimums by the half's sum(x)), then
+ * times d dx (dmin dx) in f32, as llama.cpp's. */
 #define KVP_CPU_DTYPE_Q8_0_R16 (KVP_DTYPE_COUNT + 1)
 #define KVP_CPU_DTYPE_Q4_0_R16 (KVP_DTYPE_COUNT + 2)
 #define KVP_CPU_DTYPE_Q4_1_R16 (KVP_DTYPE_COUNT + 3)
@@ -185,18 +192,22 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
 #define KVP_CPU_DTYPE_Q5_K_R16 (KVP_DTYPE_COUNT + 8)
 #define KVP_CPU_DTYPE_Q5_0_R16 (KVP_DTYPE_COUNT + 9)
 #define KVP_CPU_DTYPE_Q5_1_R16 (KVP_DTYPE_COUNT + 10)
-#define KVP_R16_KINDS 10
+#define KVP_CPU_DTYPE_Q2_K_R16 (KVP_DTYPE_COUNT + 11)
+#define KVP_CPU_DTYPE_Q3_K_R16 (KVP_DTYPE_COUNT + 12)
+#define KVP_R16_KINDS 12
 #define KVP_R16_ROWS 16
-static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_Q5_1_R16; }
+static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_Q3_K_R16; }
 /* Whether a kind in rows of 16 has a plane 1 (Q4_1's and Q5_1's
  * minimums, the K-quants' second planes). */
 static inline int kvp_r16_plane1(int dtype)
 {
-    return dtype == KVP_CPU_DTYPE_Q4_1_R16 || dtype == KVP_CPU_DTYPE_Q5_1_R16 || dtype == KVP_CPU_DTYPE_Q6_K_R16 ||
-           dtype == KVP_CPU_DTYPE_Q4_K_R16 || dtype == KVP_CPU_DTYPE_Q5_K_R16;
+    return dtype == KVP_CPU_DTYPE_Q4_1_R16 || dtype == KVP_CPU_DTYPE_Q5_1_R16 || dtype >= KVP_CPU_DTYPE_Q6_K_R16;
 }
-/* Q4_K and Q5_K: planes of a block's scale and minimum and a super-block's d and dmin */
-static inline int kvp_r16_k45(int dtype) { return dtype == KVP_CPU_DTYPE_Q4_K_R16 || dtype == KVP_CPU_DTYPE_Q5_K_R16; }
+/* Q4_K, Q5_K and Q2_K: planes of a block's scales and minimums and a super-block's d and dmin */
+static inline int kvp_r16_k45(int dtype)
+{
+    return dtype == KVP_CPU_DTYPE_Q4_K_R16 || dtype == KVP_CPU_DTYPE_Q5_K_R16 || dtype == KVP_CPU_DTYPE_Q2_K_R16;
+}
 /* A block's quant bytes for 16 rows. */
 static inline size_t kvp_r16_qbytes(int dtype)
 {
@@ -253,12 +264,12 @@ typedef struct kvp_cpu_kernels {
     void (*wsum)(const uint8_t *q, size_t stride, uint32_t nb, int32_t *out);
     void (*quant_q8)(const float *x, kvp_q8blk *y, uint32_t n); /* n multiple of 32 */
     kvp_mm_fn mm_q4_0, mm_q4_1, mm_q8_0, mm_i8, mm_i4; /* i8, i4: g a multiple of 32 */
-    /* Q8_0, Q4_0, Q4_1, i8, i4, Q6_K, Q4_K, Q5_K, Q5_0 and Q5_1 in rows of 16
+    /* Q8_0, Q4_0, Q4_1, i8, i4, Q6_K, Q4_K, Q5_K, Q5_0, Q5_1, Q2_K and Q3_K in rows of 16
      * (KVP_CPU_DTYPE_*_R16, in that order): pieces of rows from a multiple
      * of 16 by up to tile_tok tokens read from their blocks (no tile), the
      * stored kind's bits (the K-quants: the products above).  NULL where
-     * the table multiplies them as stored (Q6_K, Q5_K and Q5_1 by the row
-     * path, Q4_K as int4, Q5_0 as Q8_0); where set, the backend rewrites
+     * the table multiplies them as stored (the K-quants but Q4_K and Q5_1
+     * by the row path, Q4_K as int4, Q5_0 as Q8_0); where set, the backend rewrites
      * those weights so. */
     kvp_mm_fn mm_r16[KVP_R16_KINDS];
     kvp_mm_fn mm_f32, mm_f16, mm_bf16, mm_e4m3;       /* e4m3: any g dividing n */

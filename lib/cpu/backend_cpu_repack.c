@@ -151,6 +151,8 @@ static int r16_kind_of(int dtype, r16_kind *k)
     case KVP_DTYPE_Q6_K: *k = (r16_kind){210, 0, 2, 0, KVP_CPU_DTYPE_Q6_K_R16, dtype}; return 1;
     case KVP_DTYPE_Q4_K: *k = (r16_kind){144, 0, 2, 0, KVP_CPU_DTYPE_Q4_K_R16, dtype}; return 1;
     case KVP_DTYPE_Q5_K: *k = (r16_kind){176, 0, 2, 0, KVP_CPU_DTYPE_Q5_K_R16, dtype}; return 1;
+    case KVP_DTYPE_Q2_K: *k = (r16_kind){84, 0, 2, 0, KVP_CPU_DTYPE_Q2_K_R16, dtype}; return 1;
+    case KVP_DTYPE_Q3_K: *k = (r16_kind){110, 0, 2, 0, KVP_CPU_DTYPE_Q3_K_R16, dtype}; return 1;
     /* Q5_0 and Q5_1: qoff is qh's, qs follows it */
     case KVP_DTYPE_Q5_0: *k = (r16_kind){22, 2, 1, 0, KVP_CPU_DTYPE_Q5_0_R16, dtype}; return 1;
     case KVP_DTYPE_Q5_1: *k = (r16_kind){24, 4, 2, 0, KVP_CPU_DTYPE_Q5_1_R16, dtype}; return 1;
@@ -163,7 +165,8 @@ static int r16_kind_of(int dtype, r16_kind *k)
  * multiple of 32. */
 static int r16_fits(const kvp_weight *w, const r16_kind *k)
 {
-    int kq = k->stored == KVP_DTYPE_Q6_K || k->stored == KVP_DTYPE_Q4_K || k->stored == KVP_DTYPE_Q5_K;
+    int kq = k->stored == KVP_DTYPE_Q2_K || k->stored == KVP_DTYPE_Q3_K || k->stored == KVP_DTYPE_Q4_K ||
+             k->stored == KVP_DTYPE_Q5_K || k->stored == KVP_DTYPE_Q6_K;
     if (w->n_in % (kq ? 256 : KVP_QK) || !w->n_out)
         return 0;
     if (!k->scaled)
@@ -261,26 +264,36 @@ static int r16_get_code(const uint8_t *q, int e, int hb)
     return c;
 }
 
-/* Q6_K's groups [g0, g1) of 16 rows: the codes in lanes as nibbles with
- * two lines of high bits (r16_put_codes), each super-block's d in plane 0
- * for its 8 blocks, each block's two sub-block scales in plane 1. */
-static void q6k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
+/* Q6_K's or Q3_K's groups [g0, g1) of 16 rows (y = d s (c - off) a
+ * sub-block of 16, s a signed 8-bit scale): the codes in lanes as nibbles
+ * with Q6_K's two lines of high bits (r16_put_codes), each super-block's d
+ * in plane 0 for its 8 blocks, each block's two sub-block scales in plane
+ * 1 (s_lo | s_hi << 8). */
+static void q36k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
 {
-    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype);
+    int q6 = w->dtype == KVP_DTYPE_Q6_K;
+    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype), sbb = q6 ? 210 : 110, doff = q6 ? 208 : 108;
     uint16_t *pd = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 0, 0);
     uint16_t *ps = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 1, 0);
     for (size_t g = g0; g < g1; g++)
         for (uint32_t r = 0; r < KVP_R16_ROWS; r++) {
             size_t row = g * KVP_R16_ROWS + r < w->n_out ? g * KVP_R16_ROWS + r : w->n_out - 1;
             const uint8_t *sb = (const uint8_t *)w->data + row * w->row_bytes;
-            for (size_t i = 0; i < nb / 8; i++, sb += 210) {
+            for (size_t i = 0; i < nb / 8; i++, sb += sbb) {
                 uint8_t q[256];
-                kvp_q6k_codes(sb, q);
+                int8_t sc[16];
+                if (q6) {
+                    kvp_q6k_codes(sb, q);
+                    memcpy(sc, sb + 192, 16);
+                } else {
+                    kvp_q3k_codes(sb, q);
+                    kvp_q3k_scales(sb, sc);
+                }
                 for (size_t j = 0; j < 8; j++) {
                     size_t blk = i * 8 + j, at = (g * nb + blk) * KVP_R16_ROWS + r;
-                    pd[at] = (uint16_t)(sb[208] | sb[209] << 8);
-                    ps[at] = (uint16_t)(sb[192 + 2 * j] | sb[193 + 2 * j] << 8);
-                    r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q + 32 * j, 2);
+                    pd[at] = (uint16_t)(sb[doff] | sb[doff + 1] << 8);
+                    ps[at] = (uint16_t)((uint8_t)sc[2 * j] | (uint8_t)sc[2 * j + 1] << 8);
+                    r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q + 32 * j, q6 ? 2 : 0);
                 }
             }
         }
@@ -298,16 +311,18 @@ static void q4k_codes(const uint8_t *sb, uint8_t *q)
     }
 }
 
-/* Q4_K's or Q5_K's groups [g0, g1) of 16 rows: each sub-block's codes
- * (r16_put_codes: Q5_K's fifth bits in a fifth line, lane r's byte p
- * holding in bit k that of element 4k + p, the element of group k the
- * kernel builds in byte p); the sub-block's scale and minimum in plane 0,
- * the super-block's d and dmin in plane 1 (backend_cpu_kern.h).  Both
- * kinds keep d, dmin and the 6-bit scales in their first 16 bytes. */
-static void q45k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
+/* Q4_K's, Q5_K's or Q2_K's groups [g0, g1) of 16 rows (y = d s c - dmin
+ * m): each block's codes (r16_put_codes: Q5_K's fifth bits in a fifth
+ * line, lane r's byte p holding in bit k that of element 4k + p, the
+ * element of group k the kernel builds in byte p); its scale and minimum
+ * in plane 0 (Q4_K, Q5_K: 6-bit s | m << 8 for the block; Q2_K: the two
+ * 16-element sub-blocks' bytes s | m << 4 as stored, the first low), the
+ * super-block's d and dmin in plane 1 (backend_cpu_kern.h). */
+static void qmk_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
 {
-    int q5 = w->dtype == KVP_DTYPE_Q5_K;
-    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype), sbb = q5 ? 176 : 144;
+    int q5 = w->dtype == KVP_DTYPE_Q5_K, q2 = w->dtype == KVP_DTYPE_Q2_K;
+    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype), sbb = q5 ? 176 : q2 ? 84 : 144;
+    size_t doff = q2 ? 80 : 0; /* d, then dmin */
     uint16_t *ps = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 0, 0);
     uint16_t *pd = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 1, 0);
     for (size_t g = g0; g < g1; g++)
@@ -316,54 +331,60 @@ static void q45k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uin
             const uint8_t *sb = (const uint8_t *)w->data + row * w->row_bytes;
             for (size_t i = 0; i < nb / 8; i++, sb += sbb) {
                 uint8_t q[256];
-                (q5 ? kvp_q5k_codes : q4k_codes)(sb, q);
-                pd[(g * nb / 8 + i) * 32 + r] = (uint16_t)(sb[0] | sb[1] << 8);
-                pd[(g * nb / 8 + i) * 32 + 16 + r] = (uint16_t)(sb[2] | sb[3] << 8);
+                (q5 ? kvp_q5k_codes : q2 ? kvp_q2k_codes : q4k_codes)(sb, q);
+                pd[(g * nb / 8 + i) * 32 + r] = (uint16_t)(sb[doff] | sb[doff + 1] << 8);
+                pd[(g * nb / 8 + i) * 32 + 16 + r] = (uint16_t)(sb[doff + 2] | sb[doff + 3] << 8);
                 for (int j = 0; j < 8; j++) {
                     size_t blk = i * 8 + (size_t)j;
-                    const uint8_t *c = q + 32 * j;
                     int sc, m;
-                    kvp_q4k_scale_min(sb + 4, j, &sc, &m);
-                    ps[(g * nb + blk) * KVP_R16_ROWS + r] = (uint16_t)(sc | m << 8);
-                    r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, c, q5);
+                    if (q2) {
+                        ps[(g * nb + blk) * KVP_R16_ROWS + r] = (uint16_t)(sb[2 * j] | sb[2 * j + 1] << 8);
+                    } else {
+                        kvp_q4k_scale_min(sb + 4, j, &sc, &m);
+                        ps[(g * nb + blk) * KVP_R16_ROWS + r] = (uint16_t)(sc | m << 8);
+                    }
+                    r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q + 32 * j, q5);
                 }
             }
         }
 }
 
-/* Row r of Q4_K or Q5_K in rows of 16 as f32: the dequantizers'
- * arithmetic, (d sc) q - dmin m, on the same numbers. */
-static void q45k_r16_row(const kvp_weight *w, uint32_t r, float *dst)
+/* Row r of Q4_K, Q5_K or Q2_K in rows of 16 as f32: the dequantizers'
+ * arithmetic, (d s) c - dmin m, on the same numbers. */
+static void qmk_r16_row(const kvp_weight *w, uint32_t r, float *dst)
 {
     size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(w->dtype), g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;
     const uint16_t *ps = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 0, r - (uint32_t)lane) + lane;
     const uint16_t *pd = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 1, r - (uint32_t)lane) + lane;
+    int q2 = w->dtype == KVP_CPU_DTYPE_Q2_K_R16;
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *q = (const uint8_t *)w->data + (g * nb + b) * qb + lane * 4;
         float d = kvp_f16_to_f32(pd[(b / 8) * 32]), dmin = kvp_f16_to_f32(pd[(b / 8) * 32 + 16]);
         uint16_t sm = ps[b * KVP_R16_ROWS];
-        float dl = d * (float)(sm & 255), ml = dmin * (float)(sm >> 8);
         for (int e = 0; e < KVP_QK; e++) {
+            unsigned half = q2 && e >= 16 ? sm >> 8 : sm; /* Q2_K: the sub-block's byte */
+            float dl = d * (float)(q2 ? half & 15 : sm & 255), ml = dmin * (float)(q2 ? (half >> 4) & 15 : sm >> 8);
             float p = dl * (float)r16_get_code(q, e, w->dtype == KVP_CPU_DTYPE_Q5_K_R16);
             dst[b * KVP_QK + (size_t)e] = p - ml;
         }
     }
 }
 
-/* Row r of Q6_K in rows of 16 as f32: kvp_dequantize_row_q6_k's
- * arithmetic, (d sc) (q - 32), on the same numbers. */
-static void q6k_r16_row(const kvp_weight *w, uint32_t r, float *dst)
+/* Row r of Q6_K or Q3_K in rows of 16 as f32: the dequantizers'
+ * arithmetic, (d s) (c - off), on the same numbers. */
+static void q36k_r16_row(const kvp_weight *w, uint32_t r, float *dst)
 {
     size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(w->dtype), g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;
     const uint16_t *pd = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 0, r - (uint32_t)lane) + lane;
     const uint16_t *ps = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 1, r - (uint32_t)lane) + lane;
+    int q6 = w->dtype == KVP_CPU_DTYPE_Q6_K_R16, off = q6 ? 32 : 4;
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *q = (const uint8_t *)w->data + (g * nb + b) * qb + lane * 4;
         float d = kvp_f16_to_f32(pd[b * KVP_R16_ROWS]);
         uint16_t sc = ps[b * KVP_R16_ROWS];
         for (int e = 0; e < KVP_QK; e++) {
             float ds = d * (float)(int8_t)(e < 16 ? sc & 255 : sc >> 8);
-            dst[b * KVP_QK + (size_t)e] = ds * (float)(r16_get_code(q, e, 2) - 32);
+            dst[b * KVP_QK + (size_t)e] = ds * (float)(r16_get_code(q, e, q6 ? 2 : 0) - off);
         }
     }
 }
@@ -373,8 +394,12 @@ void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_
     r16_kind k;
     if (!r16_kind_of(w->dtype, &k))
         return;
-    if (k.stored == KVP_DTYPE_Q6_K || k.stored == KVP_DTYPE_Q4_K || k.stored == KVP_DTYPE_Q5_K) {
-        (k.stored == KVP_DTYPE_Q6_K ? q6k_r16_fill : q45k_r16_fill)(w, out, g0, g1);
+    if (k.stored == KVP_DTYPE_Q6_K || k.stored == KVP_DTYPE_Q3_K) {
+        q36k_r16_fill(w, out, g0, g1);
+        return;
+    }
+    if (k.stored == KVP_DTYPE_Q4_K || k.stored == KVP_DTYPE_Q5_K || k.stored == KVP_DTYPE_Q2_K) {
+        qmk_r16_fill(w, out, g0, g1);
         return;
     }
     size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(k.dtype), lines = qb / 64;
@@ -415,13 +440,17 @@ int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
 {
     static const int stored[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1,
                                  KVP_DTYPE_I8,   KVP_DTYPE_I4,   KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K,
-                                 KVP_DTYPE_Q5_K, KVP_DTYPE_Q5_0, KVP_DTYPE_Q5_1};
+                                 KVP_DTYPE_Q5_K, KVP_DTYPE_Q5_0, KVP_DTYPE_Q5_1, KVP_DTYPE_Q2_K, KVP_DTYPE_Q3_K};
     _Static_assert(sizeof stored / sizeof *stored == KVP_R16_KINDS, "a stored kind for each kind in rows of 16");
     r16_kind k;
     if (!kvp_r16_kind(w->dtype) || r >= w->n_out || !r16_kind_of(stored[w->dtype - KVP_CPU_DTYPE_Q8_0_R16], &k))
         return -1;
-    if (k.stored == KVP_DTYPE_Q6_K || k.stored == KVP_DTYPE_Q4_K || k.stored == KVP_DTYPE_Q5_K) {
-        (k.stored == KVP_DTYPE_Q6_K ? q6k_r16_row : q45k_r16_row)(w, r, dst);
+    if (k.stored == KVP_DTYPE_Q6_K || k.stored == KVP_DTYPE_Q3_K) {
+        q36k_r16_row(w, r, dst);
+        return 0;
+    }
+    if (k.stored == KVP_DTYPE_Q4_K || k.stored == KVP_DTYPE_Q5_K || k.stored == KVP_DTYPE_Q2_K) {
+        qmk_r16_row(w, r, dst);
         return 0;
     }
     uint32_t nb = w->n_in / KVP_QK, g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;

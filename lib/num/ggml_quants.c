@@ -161,6 +161,72 @@ void kvp_dequantize_row_q5_k(const void *src, float *y, int64_t n)
     }
 }
 
+void kvp_q2k_codes(const uint8_t *b, uint8_t q[256])
+{
+    const uint8_t *qs = b + 16;
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++)
+                q[128 * h + 32 * k + l] = (uint8_t)((qs[32 * h + l] >> (2 * k)) & 3);
+}
+
+/* block_q2_K (kvp_q2k_codes): y = (d sc) q - (dmin m) a sub-block of 16. */
+void kvp_dequantize_row_q2_k(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 84, y += QK_K) {
+        float d = f16le(b + 80), dmin = f16le(b + 82);
+        uint8_t q[QK_K];
+        kvp_q2k_codes(b, q);
+        for (int s = 0; s < 16; s++) {
+            float dl = d * (float)(b[s] & 15), ml = dmin * (float)(b[s] >> 4);
+            for (int l = 0; l < 16; l++) {
+                float p = dl * (float)q[16 * s + l];
+                y[16 * s + l] = p - ml;
+            }
+        }
+    }
+}
+
+void kvp_q3k_codes(const uint8_t *b, uint8_t q[256])
+{
+    const uint8_t *hm = b, *qs = b + 32;
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) {
+                int e = 128 * h + 32 * k + l;
+                q[e] = (uint8_t)(((qs[32 * h + l] >> (2 * k)) & 3) | ((hm[l] >> (e / 32)) & 1) << 2);
+            }
+}
+
+/* Scale i's low 4 bits are nibble i / 8 of byte i % 8, its high 2 bits
+ * bits 2 (i / 4) of byte 8 + i % 4 (gguf-py's unpacking). */
+void kvp_q3k_scales(const uint8_t *b, int8_t sc[16])
+{
+    const uint8_t *s = b + 96;
+    for (int i = 0; i < 16; i++) {
+        int lo = (s[i % 8] >> (4 * (i / 8))) & 15, hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+        sc[i] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
+
+/* block_q3_K (kvp_q3k_codes): y = (d (s - 32)) (c - 4) a sub-block of 16. */
+void kvp_dequantize_row_q3_k(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 110, y += QK_K) {
+        float d = f16le(b + 108);
+        uint8_t q[QK_K];
+        int8_t sc[16];
+        kvp_q3k_codes(b, q);
+        kvp_q3k_scales(b, sc);
+        for (int e = 0; e < QK_K; e++) {
+            float dl = d * (float)sc[e / 16];
+            y[e] = dl * (float)(q[e] - 4);
+        }
+    }
+}
+
 /* block_q6_K (kvp_q6k_codes): y = (d scale[element / 16]) (q - 32). */
 void kvp_dequantize_row_q6_k(const void *src, float *y, int64_t n)
 {

@@ -1,6 +1,6 @@
 /* ggml_quants.h - GGUF's block types and the FP4 block formats.
  *
- * GGUF's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K dequantized bit-exactly like
+ * GGUF's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K dequantized bit-exactly like
  * gguf-py; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 quantized like ggml's reference
  * quantizers; NVFP4 and MXFP4 blocks (layouts in quant.h).
  */
@@ -16,6 +16,8 @@ void kvp_dequantize_row_q5_0(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q5_1(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q8_0(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q4_k(const void *src, float *y, int64_t n);
+void kvp_dequantize_row_q2_k(const void *src, float *y, int64_t n);
+void kvp_dequantize_row_q3_k(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q5_k(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_q6_k(const void *src, float *y, int64_t n);
 /* A Q5_0/Q5_1 block's 32 codes (0..31): element j's low 4 bits are nibble
@@ -54,6 +56,17 @@ void kvp_q6k_codes(const uint8_t *b, uint8_t q[256]);
  * sub-block j has the nibble j % 2 of qs[32 (j / 2) + l] and bit j of
  * qh[l]. */
 void kvp_q5k_codes(const uint8_t *b, uint8_t q[256]);
+/* A Q2_K super-block's (84 bytes: 16 bytes of 4-bit scale | 4-bit minimum
+ * << 4 a sub-block of 16, 64 bytes qs, f16 d, f16 dmin) 256 codes (0..3,
+ * y = (d sc) q - (dmin m)): element l (< 32) of quarter k of half h is
+ * bits 2k of qs[32h + l]. */
+void kvp_q2k_codes(const uint8_t *b, uint8_t q[256]);
+/* A Q3_K super-block's (110 bytes: 32 bytes hmask, 64 qs, 12 bytes of
+ * packed 6-bit scales, f16 d) 256 codes c (0..7, y = (d (s - 32)) (c - 4)):
+ * the low two bits as Q2_K's from qs, the third bit j of hmask[l] for
+ * element 32j + l; and its 16 scales s - 32 (sub-blocks of 16). */
+void kvp_q3k_codes(const uint8_t *b, uint8_t q[256]);
+void kvp_q3k_scales(const uint8_t *b, int8_t sc[16]);
 void kvp_dequantize_row_mxfp4(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_nvfp4(const void *src, float *y, int64_t n); /* global scale 1 */
 void kvp_quantize_row_q4_0(const float *x, void *dst, int64_t n);

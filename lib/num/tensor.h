@@ -47,6 +47,8 @@ typedef enum kvp_dtype {
     KVP_DTYPE_Q5_K = 23,
     KVP_DTYPE_NVFP4 = 24,    /* 16 x E2M1 + E4M3 block scale (tensor scale separate) */
     KVP_DTYPE_MXFP4 = 25,    /* 32 x E2M1 + E8M0 block scale */
+    KVP_DTYPE_Q2_K = 26,     /* GGUF's 2- and 3-bit K-quants, 256 a super-block */
+    KVP_DTYPE_Q3_K = 27,
     KVP_DTYPE_COUNT = 32
 } kvp_dtype;
 

@@ -7,8 +7,8 @@ ggml_deq_<type>.bin: u32 element count N, the blocks (random bytes with sane
   f16/E4M3/E8M0 scale fields, fixed seed), then N f32 from
   gguf.quants.dequantize.  Types: q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q6_k mxfp4
   nvfp4 (ggml's 64-element NVFP4 super-block: 4 E4M3 scales then 32 bytes),
-  and q5_k (from a generator of its own, so adding it left the others as
-  they were).
+  and q5_k, q2_k, q3_k (each from a generator of its own, so adding them
+  left the others as they were).
 ggml_q_<type>.bin: u32 N, N f32 inputs (random normal with outliers), then
   the bytes of gguf.quants.quantize.  Types: q8_0 q4_0 q4_1 q5_0 q5_1 mxfp4.
 """
@@ -21,7 +21,9 @@ from gguf import GGML_QUANT_SIZES
 from gguf.quants import dequantize, quantize
 
 DEQ = {"q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1, "q8_0": T.Q8_0,
-       "q4_k": T.Q4_K, "q6_k": T.Q6_K, "mxfp4": T.MXFP4, "nvfp4": T.NVFP4, "q5_k": T.Q5_K}
+       "q4_k": T.Q4_K, "q6_k": T.Q6_K, "mxfp4": T.MXFP4, "nvfp4": T.NVFP4, "q5_k": T.Q5_K,
+       "q2_k": T.Q2_K, "q3_k": T.Q3_K}
+OWN_RNG = {"q5_k": 11, "q2_k": 12, "q3_k": 13}
 QUANT = {"q8_0": T.Q8_0, "q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1, "mxfp4": T.MXFP4}
 
 
@@ -40,6 +42,11 @@ def random_blocks(rng, name, n):
         b[:, 2:4] = f16_bytes(rng, n, 1e-3, 2.0)
     elif name == "q6_k":
         b[:, 208:210] = f16_bytes(rng, n, 1e-4, 0.1)
+    elif name == "q2_k":
+        b[:, 80:82] = f16_bytes(rng, n, 1e-3, 2.0)
+        b[:, 82:84] = f16_bytes(rng, n, 1e-3, 2.0)
+    elif name == "q3_k":
+        b[:, 108:110] = f16_bytes(rng, n, 1e-4, 0.1)
     elif name == "mxfp4":
         b[:, 0] = rng.integers(100, 154, n)  # 2^-27 .. 2^26
     elif name == "nvfp4":
@@ -52,8 +59,8 @@ def main():
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(7)
     for name in DEQ:
-        nblk = 4 if name in ("q4_k", "q6_k", "q5_k") else 16
-        b, bs = random_blocks(np.random.default_rng(11) if name == "q5_k" else rng, name, nblk)
+        nblk = 4 if name in ("q4_k", "q6_k", "q5_k", "q2_k", "q3_k") else 16
+        b, bs = random_blocks(np.random.default_rng(OWN_RNG[name]) if name in OWN_RNG else rng, name, nblk)
         y = dequantize(b.reshape(-1), DEQ[name]).astype("<f4")
         assert y.size == nblk * bs
         with open(os.path.join(out, "ggml_deq_%s.bin" % name), "wb") as f:

@@ -236,8 +236,8 @@ expect_out_has "w f16 [1, 1, 2, 32]" "and stored so"
 # ---- GGUF (a small one written by the unit test helper) ----
 
 run quantize --to int4 "$T/tiny.gguf" -o "$T/g4.kvp"
-expect_status 1 "GGUF with a q2_K tensor"
-expect_err_has "tensor blk.0.weird.weight: unsupported type q2_k" "q2_K named"
+expect_status 1 "GGUF with an iq2_xxs tensor"
+expect_err_has "tensor blk.0.weird.weight: unsupported type iq2_xxs" "iq2_xxs named"
 run quantize --to int4 --drop weird "$T/tiny.gguf" -o "$T/g4.kvp"
 expect_status 0 "GGUF to int4 with --drop"
 expect_err_has "took a fallback" "group fallback noted on stderr"

@@ -7,7 +7,7 @@
  * block as a reference, a record of an unknown kind, END.
  * `test_convert --write-gguf FILE [FAULT]` writes the small GGUF of these
  * tests (a whole one-layer llama: q8_0 embedding, q4_1, f32 and f16 weights,
- * and one q2_K tensor besides), or with a fault the model loader refuses
+ * and one IQ2_XXS tensor besides), or with a fault the model loader refuses
  * (write_gguf). */
 #define _POSIX_C_SOURCE 200809L
 #include "convert.h"
@@ -87,7 +87,7 @@ static gtensor gt[NT];
  * vocabulary 4, tied embeddings), in GGUF order (ne0 innermost):
  * token_embd q8_0 [64, 4], attn_q q4_1 [64, 8], attn_norm f32 [64],
  * ffn_down f16 [48, 64] (rows of 48: no q8_0 blocks), the other weights f32;
- * last, weird q2_K [256] (a type we cannot read; NT - 1 leaves it out). */
+ * last, weird IQ2_XXS [256] (a type we cannot read; NT - 1 leaves it out). */
 static void make_tensors(void)
 {
     static const struct {
@@ -106,7 +106,7 @@ static void make_tensors(void)
         {"blk.0.ffn_gate.weight", 0, 2, 64, 48},
         {"blk.0.ffn_up.weight", 0, 2, 64, 48},
         {"output_norm.weight", 0, 1, 64, 1},
-        {"blk.0.weird.weight", 10, 1, 256, 1},
+        {"blk.0.weird.weight", 16, 1, 256, 1},
     };
     for (int i = 0; i < NT; i++) {
         gtensor *t = &gt[i];
@@ -142,8 +142,8 @@ static void make_tensors(void)
             t->data = malloc(t->nbytes);
             kvp_quantize_row_q8_0(x, t->data, (int64_t)n);
             break;
-        default: /* q2_K: 84 bytes a 256-element block; never read */
-            t->nbytes = n / 256 * 84;
+        default: /* IQ2_XXS: 66 bytes a 256-element block; never read */
+            t->nbytes = n / 256 * 66;
             t->data = malloc(t->nbytes);
             for (size_t j = 0; j < t->nbytes; j++)
                 t->data[j] = (uint8_t)rnd();
@@ -388,7 +388,7 @@ static void test_gguf_int8(void)
     kvp_convert_opts_init(&o);
     o.to = KVP_DTYPE_I8;
 
-    /* The q2_K tensor stops the plan, naming the tensor and its type ... */
+    /* The IQ2_XXS tensor stops the plan, naming the tensor and its type ... */
     kvp_convert *cv;
     CHECK(kvp_convert_open(&cv, in, &err) == 0);
     int rc = kvp_convert_plan(cv, &o, &err);

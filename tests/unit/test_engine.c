@@ -85,6 +85,14 @@ static void kquant_row(int dtype, uint8_t *out, size_t bytes)
             kvp_put16(out + o, kvp_f32_to_f16(0.001f));
             kvp_put16(out + o + 2, kvp_f32_to_f16(0.004f));
         }
+    else if (dtype == KVP_DTYPE_Q2_K) /* scales[16] (4 | 4 bits), qs[64], d, dmin: d * sc * q - dmin * m */
+        for (size_t o = 0; o < bytes; o += 84) {
+            kvp_put16(out + o + 80, kvp_f32_to_f16(0.01f));
+            kvp_put16(out + o + 82, kvp_f32_to_f16(0.01f));
+        }
+    else if (dtype == KVP_DTYPE_Q3_K) /* hmask[32], qs[64], scales[12], d: d * (sc - 32) * (q - 4) */
+        for (size_t o = 0; o < bytes; o += 110)
+            kvp_put16(out + o + 108, kvp_f32_to_f16(0.004f));
     else /* Q6_K: ql[128], qh[64], scales[16] (i8), d: d * sc * (q - 32) */
         for (size_t o = 0; o < bytes; o += 210)
             kvp_put16(out + o + 208, kvp_f32_to_f16(1e-4f));
@@ -772,6 +780,8 @@ static uint32_t ggml_id(int dtype)
     case KVP_DTYPE_Q4_0: return 2;
     case KVP_DTYPE_Q4_1: return 3;
     case KVP_DTYPE_Q8_0: return 8;
+    case KVP_DTYPE_Q2_K: return 10;
+    case KVP_DTYPE_Q3_K: return 11;
     case KVP_DTYPE_Q4_K: return 12;
     case KVP_DTYPE_Q5_K: return 13;
     case KVP_DTYPE_Q6_K: return 14;
@@ -854,7 +864,7 @@ static uint8_t *tiny_gguf(const tiny_cfg *c, size_t *len)
             else if (ts[i].dtype == KVP_DTYPE_BF16)
                 for (uint32_t j = 0; j < ts[i].n_in; j++)
                     kvp_put16(q + 2 * j, kvp_f32_to_bf16(row[j]));
-            else if (ts[i].dtype == KVP_DTYPE_Q4_K || ts[i].dtype == KVP_DTYPE_Q5_K || ts[i].dtype == KVP_DTYPE_Q6_K)
+            else if (kvp_dtype_get((uint32_t)ts[i].dtype)->block_size == 256)
                 kquant_row(ts[i].dtype, q, (size_t)rb);
             else
                 quant_row(ts[i].dtype, row, q, ts[i].n_in);
@@ -2432,23 +2442,53 @@ static void test_r16_repack(void)
  * from the format: per block of 32 the exact integer sc_lo sum((q - 32) x)
  * over its first 16 elements plus sc_hi's over the rest, then one FMA by
  * d dx into the row's sum. */
-static float q6k_ref_dot(const uint8_t *row, const kvp_q8blk *x, uint32_t n)
+static float q36k_ref_dot(int q6, const uint8_t *row, const kvp_q8blk *x, uint32_t n)
 {
     float acc = 0;
-    for (uint32_t i = 0; i < n / 256; i++, row += 210) {
+    int off = q6 ? 32 : 4;
+    for (uint32_t i = 0; i < n / 256; i++, row += q6 ? 210 : 110) {
         uint8_t q[256];
-        kvp_q6k_codes(row, q);
-        float d = kvp_f16_to_f32((uint16_t)(row[208] | row[209] << 8));
+        int8_t sc[16];
+        if (q6)
+            kvp_q6k_codes(row, q), memcpy(sc, row + 192, 16);
+        else
+            kvp_q3k_codes(row, q), kvp_q3k_scales(row, sc);
+        float d = q6 ? kvp_f16_to_f32((uint16_t)(row[208] | row[209] << 8))
+                     : kvp_f16_to_f32((uint16_t)(row[108] | row[109] << 8));
         for (int j = 0; j < 8; j++) {
             const kvp_q8blk *xb = &x[i * 8 + (uint32_t)j];
             int32_t half[2] = {0, 0};
             for (int e = 0; e < 32; e++)
-                half[e / 16] += (q[32 * j + e] - 32) * xb->q[e];
-            int32_t isum = (int8_t)row[192 + 2 * j] * half[0] + (int8_t)row[193 + 2 * j] * half[1];
+                half[e / 16] += (q[32 * j + e] - off) * xb->q[e];
+            int32_t isum = sc[2 * j] * half[0] + sc[2 * j + 1] * half[1];
             acc = fmaf((float)isum, d * xb->d, acc);
         }
     }
     return acc;
+}
+
+/* The Q2_K product: per half-block the exact integer sums of c x and of x,
+ * weighted by the half's scale and minimum, into FMAs by d dx and by dmin
+ * -dx, the two chains added at the end. */
+static float q2k_ref_dot(const uint8_t *row, const kvp_q8blk *x, uint32_t n)
+{
+    float acc = 0, ma = 0;
+    for (uint32_t i = 0; i < n / 256; i++, row += 84) {
+        uint8_t q[256];
+        kvp_q2k_codes(row, q);
+        float d = kvp_f16_to_f32((uint16_t)(row[80] | row[81] << 8)), dmin = kvp_f16_to_f32((uint16_t)(row[82] | row[83] << 8));
+        for (int j = 0; j < 8; j++) {
+            const kvp_q8blk *xb = &x[i * 8 + (uint32_t)j];
+            int32_t dot[2] = {0, 0}, xs[2] = {0, 0};
+            for (int e = 0; e < 32; e++)
+                dot[e / 16] += q[32 * j + e] * xb->q[e], xs[e / 16] += xb->q[e];
+            const uint8_t *s = row + 2 * j;
+            int32_t isum = (s[0] & 15) * dot[0] + (s[1] & 15) * dot[1], mi = (s[0] >> 4) * xs[0] + (s[1] >> 4) * xs[1];
+            acc = fmaf((float)isum, d * xb->d, acc);
+            ma = fmaf((float)mi, dmin * -xb->d, ma);
+        }
+    }
+    return acc + ma;
 }
 
 /* The Q5_1 product of the rows of 16, Q4_1's: per block the exact
@@ -2566,19 +2606,22 @@ static float q45k_ref_dot(int q5, const uint8_t *row, const kvp_q8blk *x, uint32
     return acc + ma;
 }
 
-/* GGUF's K-quants (Q6_K, Q4_K, Q5_K) in rows of 16 (19 rows: a group and a
+/* GGUF's K-quants (Q2_K to Q6_K) in rows of 16 (19 rows: a group and a
  * padded one): read back by kvp_cpu_r16_row, the dequantizer's values bit
  * for bit; multiplied by every table that takes them (1-8 tokens), the
- * reference product's bits (q6k_ref_dot, q45k_ref_dot); at the extremes
- * (Q6_K: codes 0 and 63, scales -128 and 127; Q4_K and Q5_K: codes 0 and
- * 15 or 31, scales and minimums 63; activations +-127) the exact sum;
- * partial super-blocks refused. */
+ * reference product's bits (q36k_ref_dot, q45k_ref_dot, q2k_ref_dot); at
+ * the extremes (codes 0 and their largest; scales -128 and 127 (Q6_K),
+ * -32 and 31 (Q3_K), 63 (Q4_K, Q5_K, with minimums 63), 15 (Q2_K, with
+ * minimums 15); activations +-127) the exact sum; partial super-blocks
+ * refused. */
 static void test_kq_r16(int dtype)
 {
     enum { N = 512, R = 19, NB = N / 32, TT = KVP_MM_TILE };
-    const int q6 = dtype == KVP_DTYPE_Q6_K, q5 = dtype == KVP_DTYPE_Q5_K;
-    const int as = q6 ? KVP_CPU_DTYPE_Q6_K_R16 : q5 ? KVP_CPU_DTYPE_Q5_K_R16 : KVP_CPU_DTYPE_Q4_K_R16;
-    const size_t sb = q6 ? 210 : q5 ? 176 : 144;
+    const int q6 = dtype == KVP_DTYPE_Q6_K, q5 = dtype == KVP_DTYPE_Q5_K, q3 = dtype == KVP_DTYPE_Q3_K;
+    const int q2 = dtype == KVP_DTYPE_Q2_K;
+    const int as = q6 ? KVP_CPU_DTYPE_Q6_K_R16 : q5 ? KVP_CPU_DTYPE_Q5_K_R16 : q3 ? KVP_CPU_DTYPE_Q3_K_R16
+                   : q2 ? KVP_CPU_DTYPE_Q2_K_R16 : KVP_CPU_DTYPE_Q4_K_R16;
+    const size_t sb = q6 ? 210 : q5 ? 176 : q3 ? 110 : q2 ? 84 : 144;
     static uint8_t q[R * (N / 256) * 210];
     static float a[N], b[N], x[TT][N];
     static kvp_q8blk xq[TT][NB];
@@ -2599,6 +2642,15 @@ static void test_kq_r16(int dtype)
                 for (int j = 0; j < 16; j++)
                     q[o + 192 + j] = (uint8_t)(j % 3 ? 127 : 0x80);
                 kvp_put16(q + o + 208, kvp_f32_to_f16(1.0f));
+            } else if (q3) { /* scales 0 (-32) and 63 (31) by sub-block */
+                memset(q + o, hi ? 0xff : 0, 96);
+                memset(q + o + 96, hi ? 0 : 0xff, 12);
+                q[o + 97] = 0x0f, q[o + 104] = 0xfc; /* scale 2 from 63 to 15 (-17), 8 from 15 to 3 (-29) */
+                kvp_put16(q + o + 108, kvp_f32_to_f16(1.0f));
+            } else if (q2) {
+                memset(q + o, 0xff, 16); /* every scale and minimum 15 */
+                memset(q + o + 16, hi ? 0xff : 0, 64);
+                kvp_put16(q + o + 80, kvp_f32_to_f16(1.0f)), kvp_put16(q + o + 82, kvp_f32_to_f16(0.5f));
             } else {
                 kvp_put16(q + o, kvp_f32_to_f16(1.0f)), kvp_put16(q + o + 2, kvp_f32_to_f16(0.5f));
                 memset(q + o + 4, 0xff, 12); /* every scale and minimum 63 */
@@ -2637,7 +2689,9 @@ static void test_kq_r16(int dtype)
                     for (uint32_t t = 0; t < nt; t++)
                         for (uint32_t r = 0; r < R; r++) {
                             const uint8_t *row = q + (size_t)r * w.row_bytes;
-                            float ref = q6 ? q6k_ref_dot(row, xq[t0 + t], N) : q45k_ref_dot(q5, row, xq[t0 + t], N);
+                            float ref = q6 || q3 ? q36k_ref_dot(q6, row, xq[t0 + t], N)
+                                        : q2     ? q2k_ref_dot(row, xq[t0 + t], N)
+                                                 : q45k_ref_dot(q5, row, xq[t0 + t], N);
                             bad_bits += memcmp(&y[t][r], &ref, 4) != 0;
                             if (extreme) { /* x quantizes to itself (d = 1): the exact sum */
                                 CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0);
@@ -2702,9 +2756,9 @@ static void test_kquants(const char *dir)
     uint32_t tok[N];
     /* Q4_K untied, Q6_K tied, Q4_K tied (its output head's other form
      * gives its file pages back, which the embedding lookups then read),
-     * and Q5_K tied */
-    int types[] = {KVP_DTYPE_Q4_K, KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K, KVP_DTYPE_Q5_K};
-    for (int k = 0; k < 4; k++) {
+     * and Q5_K, Q2_K and Q3_K tied */
+    int types[] = {KVP_DTYPE_Q4_K, KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K, KVP_DTYPE_Q5_K, KVP_DTYPE_Q2_K, KVP_DTYPE_Q3_K};
+    for (int k = 0; k < 6; k++) {
         tiny_cfg c = {.n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .n_vocab = 96,
                       .wtype = types[k], .tied = k > 0};
         size_t len;
@@ -2727,7 +2781,9 @@ static void test_kquants(const char *dir)
              * where the table takes them (VNNI): 8-bit activations against
              * the portable table's f32 rows; elsewhere f32 math in both */
             int as_i4 = types[k] == KVP_DTYPE_Q4_K, q6_r16 = !as_i4 && kvp_cpu_kernels_vnni() != NULL;
-            double tol = as_i4 ? 2e-2 : q6_r16 ? 3e-2 : 1e-4, tol_port = as_i4 ? 3e-3 : tol;
+            /* (2 and 3 bits: outputs that cancel more, so a larger share of error) */
+            int low = types[k] == KVP_DTYPE_Q2_K || types[k] == KVP_DTYPE_Q3_K;
+            double tol = as_i4 ? 2e-2 : q6_r16 ? (low ? 5e-2 : 3e-2) : 1e-4, tol_port = as_i4 ? 3e-3 : tol;
             CHECK_MSG(e < tol, "%s: engine vs naive: max rel %g", kvp_dtype_name((uint32_t)types[k]), e);
             CHECK(run_all(path, KVP_CPU_PORTABLE, tok, N, port, NULL) == 0);
             double ep = rel_err(port, got, (size_t)N * c.n_vocab);
@@ -2856,6 +2912,8 @@ int main(void)
     RUN(test_kq_r16, KVP_DTYPE_Q6_K);
     RUN(test_kq_r16, KVP_DTYPE_Q4_K);
     RUN(test_kq_r16, KVP_DTYPE_Q5_K);
+    RUN(test_kq_r16, KVP_DTYPE_Q2_K);
+    RUN(test_kq_r16, KVP_DTYPE_Q3_K);
     RUN(test_q5_r16);
     RUN(test_kquants, dir);
     RUN(test_unread_type, dir);

@@ -44,7 +44,7 @@ typedef struct layout {
  *   "w.f32"  F32  [4, 2]      32 bytes
  *   "w.q41"  Q4_1 [32, 2]     40 bytes
  *   "w.q80"  Q8_0 [64]        68 bytes
- *   "w.q2k"  Q2_K [256]       84 bytes (listed with dtype -1) */
+ *   "w.iq2"  IQ2_XXS [256]    66 bytes (listed with dtype -1) */
 static void build(kvp_buf *b, uint32_t version, layout *L)
 {
     kvp_buf_init(b);
@@ -152,10 +152,10 @@ static void build(kvp_buf *b, uint32_t version, layout *L)
     kvp_buf_u64(b, 64);
     kvp_buf_u32(b, 8);
     kvp_buf_u64(b, 128);
-    put_str(b, "w.q2k");
+    put_str(b, "w.iq2");
     kvp_buf_u32(b, 1);
     kvp_buf_u64(b, 256);
-    kvp_buf_u32(b, 10);
+    kvp_buf_u32(b, 16);
     kvp_buf_u64(b, 256);
 
     kvp_buf_align(b, 64);
@@ -168,7 +168,7 @@ static void build(kvp_buf *b, uint32_t version, layout *L)
     kvp_buf_zero(b, 24);
     kvp_buf_zero(b, 68);
     kvp_buf_zero(b, 60);
-    kvp_buf_zero(b, 84); /* the file ends with the last tensor's bytes */
+    kvp_buf_zero(b, 66); /* the file ends with the last tensor's bytes */
 }
 
 static void check_good(const kvp_gguf *g, uint32_t version, const layout *L)
@@ -228,8 +228,11 @@ static void check_good(const kvp_gguf *g, uint32_t version, const layout *L)
         CHECK(((const uint8_t *)kvp_gguf_tensor_data(g, t))[39] == 39);
     t = kvp_gguf_find(g, "w.q80");
     CHECK(t && t->dtype == KVP_DTYPE_Q8_0 && t->nbytes == 68 && t->n_dims == 1);
-    t = kvp_gguf_find(g, "w.q2k");
-    CHECK(t && t->dtype == -1 && t->ggml_type == 10 && t->nbytes == 84);
+    t = kvp_gguf_find(g, "w.iq2");
+    CHECK(t && t->dtype == -1 && t->ggml_type == 16 && t->nbytes == 66);
+    CHECK_EQ_I64(kvp_gguf_type_to_dtype(10), KVP_DTYPE_Q2_K); /* the K-quants are read */
+    CHECK_EQ_I64(kvp_gguf_type_to_dtype(11), KVP_DTYPE_Q3_K);
+    CHECK_EQ_I64(kvp_gguf_type_to_dtype(13), KVP_DTYPE_Q5_K);
     CHECK(kvp_gguf_find(g, "nope") == NULL);
     CHECK_STR(kvp_gguf_type_name(14), "q6_k");
     CHECK_EQ_I64(kvp_gguf_type_to_dtype(30), KVP_DTYPE_BF16);
