@@ -175,10 +175,13 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
  * Q4_0 and Q4_1 in rows of 16 with that fifth line: nibbles (q + 16 as
  * Q4_0's q + 8: the kernel takes 16 sum(x) off) and planes as theirs, 22
  * and 24 bytes a block as stored, where Q5_0 as Q8_0 took 34.  Q2_K (y =
- * d s c - dmin m a sub-block of 16, c 0..3, s and m 4 bits) is Q4_K's
- * layout with plane 0 the block's two stored bytes s | m << 4 (20.5 bytes
- * a block against Q2_K's 10.5); Q3_K (y = d s (c - 4), c 0..7, s a signed
- * 6-bit scale) Q6_K's without the high lines (20 against 13.75).  Their
+ * d s c - dmin m a sub-block of 16, c 0..3, s and m 4 bits) has Q4_K's
+ * planes with plane 0 the block's two stored bytes s | m << 4, and its
+ * codes in two lines of 2-bit fields (lane r's byte p of line k / 4
+ * holding in bits 2 (k % 4) element 4k + p's: 10.5 bytes a block, as
+ * stored); Q3_K (y = d s (c - 4), c 0..7, s a signed 6-bit scale) Q6_K's
+ * planes, its codes' low two bits so and their third in a line as Q5_K's
+ * fifth (16 bytes against 13.75).  Their
  * products: per 16-element half the exact integer sums, weighted by the
  * integer scales (Q2_K: and the minimums by the half's sum(x)), then
  * times d dx (dmin dx) in f32, as llama.cpp's. */
@@ -214,6 +217,8 @@ static inline size_t kvp_r16_qbytes(int dtype)
     int bytes8 = dtype == KVP_CPU_DTYPE_Q8_0_R16 || dtype == KVP_CPU_DTYPE_I8_R16;
     if (dtype == KVP_CPU_DTYPE_Q6_K_R16) /* nibbles, then two lines of high bits */
         return KVP_R16_ROWS * (KVP_QK / 2 + KVP_QK / 4);
+    if (dtype == KVP_CPU_DTYPE_Q2_K_R16 || dtype == KVP_CPU_DTYPE_Q3_K_R16) /* two lines of 2-bit fields (and one of bit 2) */
+        return KVP_R16_ROWS * (KVP_QK / 4 + (dtype == KVP_CPU_DTYPE_Q3_K_R16 ? KVP_QK / 8 : 0));
     if (dtype == KVP_CPU_DTYPE_Q5_K_R16 || dtype == KVP_CPU_DTYPE_Q5_0_R16 || dtype == KVP_CPU_DTYPE_Q5_1_R16)
         /* nibbles, then a line of fifth bits */
         return KVP_R16_ROWS * (KVP_QK / 2 + KVP_QK / 8);

@@ -233,35 +233,51 @@ static const uint8_t *r16_quants(const kvp_weight *w, const r16_kind *k, size_t 
     return tmp;
 }
 
-/* A block's 32 codes c (below 16 << hb) into lane r of its block of 16
- * rows, dst: their low nibbles as a Q4_0 block's (byte j: element j low,
- * j + 16 high) in Q4_0's four lines, then hb (0-2) bits above them in
- * lines of their own: group k's (elements 4k..4k+3: the kernel's 4-byte
- * groups) in line 4 + k / (8 / hb), byte p holding element 4k + p's in
- * bits hb (k % (8 / hb)) up (backend_cpu_kern.h). */
-static void r16_put_codes(uint8_t *dst, uint32_t r, const uint8_t *c, int hb)
+/* Bit fields of a block's 32 codes, lines of 4 bytes a lane (16 rows):
+ * bits [lo, lo + w) of element 4k + p (group k: the kernel's 4-byte
+ * groups) in byte p of line k / (8 / w), at bits w (k % (8 / w)), for w 1
+ * or 2; or, w 4, the nibbles as Q4_0's lines hold them (byte j: element j
+ * low, j + 16 high). */
+static void r16_put_bits(uint8_t *dst, uint32_t r, const uint8_t *c, int lo, int w)
 {
-    uint8_t q4[16], hi[8] = {0};
-    for (int e = 0; e < 16; e++)
-        q4[e] = (uint8_t)((c[e] & 15) | (c[e + 16] & 15) << 4);
-    int lg = hb == 1 ? 3 : 2; /* log2 of the groups a byte holds (8 / hb) */
-    for (int e = 0; hb && e < 32; e++) {
-        int k = e / 4;
-        hi[4 * (k >> lg) + e % 4] |= (uint8_t)((c[e] >> 4) << (hb * (k & ((1 << lg) - 1))));
+    uint8_t v[16] = {0};
+    int lg = w == 1 ? 3 : 2, mask = (1 << w) - 1; /* lg: log2 of the groups a byte holds (8 / w) */
+    for (int e = 0; e < (w == 4 ? 16 : 32); e++) {
+        if (w == 4)
+            v[e] = (uint8_t)((c[e] >> lo & 15) | (c[e + 16] >> lo & 15) << 4);
+        else
+            v[4 * (e / 4 >> lg) + e % 4] |= (uint8_t)((c[e] >> lo & mask) << (w * (e / 4 & ((1 << lg) - 1))));
     }
-    for (int l = 0; l < 4 + hb; l++)
-        memcpy(dst + ((size_t)l * KVP_R16_ROWS + r) * 4, l < 4 ? q4 + 4 * l : hi + 4 * (l - 4), 4);
+    for (int l = 0; l < w; l++) /* 4 w bytes a lane: w lines */
+        memcpy(dst + ((size_t)l * KVP_R16_ROWS + r) * 4, v + 4 * l, 4);
+}
+
+static int r16_get_bits(const uint8_t *q, int e, int w)
+{
+    if (w == 4) {
+        uint8_t byte = q[(e % 16 / 4) * KVP_R16_ROWS * 4 + e % 4];
+        return e < 16 ? byte & 15 : byte >> 4;
+    }
+    int per = 8 / w, k = e / 4;
+    return q[(k / per) * KVP_R16_ROWS * 4 + e % 4] >> (w * (k % per)) & ((1 << w) - 1);
+}
+
+/* A block's 32 codes c into lane r of its block of 16 rows, dst: their low
+ * `low` bits (4: Q4_0's nibble lines; 2: two lines of 2-bit fields), then
+ * hb (0-2) bits above them in lines of their own (backend_cpu_kern.h). */
+static void r16_put_codes(uint8_t *dst, uint32_t r, const uint8_t *c, int low, int hb)
+{
+    r16_put_bits(dst, r, c, 0, low);
+    if (hb)
+        r16_put_bits(dst + (size_t)low * KVP_R16_ROWS * 4, r, c, low, hb);
 }
 
 /* Code e of the block whose lane r16_put_codes wrote at q (lane 0 of the
  * block's first line plus 4 r). */
-static int r16_get_code(const uint8_t *q, int e, int hb)
+static int r16_get_code(const uint8_t *q, int e, int low, int hb)
 {
-    uint8_t byte = q[(e % 16 / 4) * KVP_R16_ROWS * 4 + e % 4];
-    int c = e < 16 ? byte & 15 : byte >> 4, k = e / 4, per = hb ? 8 / hb : 1;
-    if (hb)
-        c |= (q[(4 + k / per) * KVP_R16_ROWS * 4 + e % 4] >> (hb * (k % per)) & ((1 << hb) - 1)) << 4;
-    return c;
+    int c = r16_get_bits(q, e, low);
+    return hb ? c | r16_get_bits(q + (size_t)low * KVP_R16_ROWS * 4, e, hb) << low : c;
 }
 
 /* Q6_K's or Q3_K's groups [g0, g1) of 16 rows (y = d s (c - off) a
@@ -293,7 +309,8 @@ static void q36k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uin
                     size_t blk = i * 8 + j, at = (g * nb + blk) * KVP_R16_ROWS + r;
                     pd[at] = (uint16_t)(sb[doff] | sb[doff + 1] << 8);
                     ps[at] = (uint16_t)((uint8_t)sc[2 * j] | (uint8_t)sc[2 * j + 1] << 8);
-                    r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q + 32 * j, q6 ? 2 : 0);
+                    /* Q6_K: nibbles and 2 bits; Q3_K: 2 and 1 */
+                    r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q + 32 * j, q6 ? 4 : 2, q6 ? 2 : 1);
                 }
             }
         }
@@ -343,7 +360,8 @@ static void qmk_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint
                         kvp_q4k_scale_min(sb + 4, j, &sc, &m);
                         ps[(g * nb + blk) * KVP_R16_ROWS + r] = (uint16_t)(sc | m << 8);
                     }
-                    r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q + 32 * j, q5);
+                    /* Q4_K, Q5_K: nibbles (and the fifth bit); Q2_K: 2 bits */
+                    r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q + 32 * j, q2 ? 2 : 4, q5);
                 }
             }
         }
@@ -364,7 +382,7 @@ static void qmk_r16_row(const kvp_weight *w, uint32_t r, float *dst)
         for (int e = 0; e < KVP_QK; e++) {
             unsigned half = q2 && e >= 16 ? sm >> 8 : sm; /* Q2_K: the sub-block's byte */
             float dl = d * (float)(q2 ? half & 15 : sm & 255), ml = dmin * (float)(q2 ? (half >> 4) & 15 : sm >> 8);
-            float p = dl * (float)r16_get_code(q, e, w->dtype == KVP_CPU_DTYPE_Q5_K_R16);
+            float p = dl * (float)r16_get_code(q, e, q2 ? 2 : 4, w->dtype == KVP_CPU_DTYPE_Q5_K_R16);
             dst[b * KVP_QK + (size_t)e] = p - ml;
         }
     }
@@ -384,7 +402,7 @@ static void q36k_r16_row(const kvp_weight *w, uint32_t r, float *dst)
         uint16_t sc = ps[b * KVP_R16_ROWS];
         for (int e = 0; e < KVP_QK; e++) {
             float ds = d * (float)(int8_t)(e < 16 ? sc & 255 : sc >> 8);
-            dst[b * KVP_QK + (size_t)e] = ds * (float)(r16_get_code(q, e, q6 ? 2 : 0) - off);
+            dst[b * KVP_QK + (size_t)e] = ds * (float)(r16_get_code(q, e, q6 ? 4 : 2, q6 ? 2 : 1) - off);
         }
     }
 }
