@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""llama.cpp's own K-quant files (Q4_K_M, Q5_K_M) made from an f16 GGUF by
+"""llama.cpp's own K-quant files (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M) made from an f16 GGUF by
 llama.cpp's quantizer (llama-cpp-python's llama_model_quantize, no
 importance matrix), so that scripts/bench-cpu -K compares kvpipe and
-llama.cpp on the mixed files users download: Q4_K or Q5_K where rows are
+llama.cpp on the mixed files users download: Q2_K to Q5_K where rows are
 multiples of 256 wide, Q6_K for the output head and some down projections,
-Q5_0/Q5_1/Q8_0 where rows are not (SmolLM2's 576).
+Q4_0/Q5_0/Q5_1/Q8_0 where rows are not (SmolLM2's 576).
 
-Usage: make_kquants.py IN.f16.gguf OUT.gguf TYPE   (TYPE: q4_k_m, q5_k_m)
+Usage: make_kquants.py IN.f16.gguf OUT.gguf TYPE   (TYPE: q2_k, q3_k_m, q4_k_m, q5_k_m)
 Writes OUT atomically (a temporary name, then renamed); the caller caches it
 outside the repository (~/.cache/kvpipe).
 """
@@ -16,12 +16,13 @@ import sys
 
 import llama_cpp
 
-FTYPES = {"q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "q5_k_m": "LLAMA_FTYPE_MOSTLY_Q5_K_M"}
+FTYPES = {"q2_k": "LLAMA_FTYPE_MOSTLY_Q2_K", "q3_k_m": "LLAMA_FTYPE_MOSTLY_Q3_K_M",
+          "q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "q5_k_m": "LLAMA_FTYPE_MOSTLY_Q5_K_M"}
 
 
 def main():
     if len(sys.argv) != 4 or sys.argv[3] not in FTYPES:
-        sys.exit("usage: make_kquants.py IN.f16.gguf OUT.gguf q4_k_m|q5_k_m")
+        sys.exit("usage: make_kquants.py IN.f16.gguf OUT.gguf q2_k|q3_k_m|q4_k_m|q5_k_m")
     src, dst, kind = sys.argv[1:]
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype = getattr(llama_cpp, FTYPES[kind])
