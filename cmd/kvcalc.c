@@ -830,7 +830,7 @@ static void check_point(run *R, const kvp_cap_params *q)
     char src[512];
     if (kvp_config_check_shape(&q->cfg, shape_source(src, sizeof src, R), &err))
         kvp_cli_usage_error("%s", err.msg);
-    if (kvp_shard_check_split(&q->cfg, q->tp, &err) < 0)
+    if (kvp_shard_check_split_cols(&q->cfg, q->col_unit, q->tp, &err) < 0)
         kvp_cli_usage_error("%s: %s", R->tp_given ? "--tp" : "--gpus", err.msg);
 }
 
@@ -973,6 +973,7 @@ static void load_model(run *R, const char *name)
         kvp_cli_die_err(&err);
     p->cfg = mf.cfg;
     p->q_lora_rank = mf.q_lora_rank;
+    p->col_unit = mf.col_unit;
     R->model_source = mf.kind[0] == 'g' ? "gguf" : mf.kind[0] == 'k' ? "kvp" : "hf";
     R->model_label = p->cfg.name[0] ? p->cfg.name : name;
     if (mf.weight_bytes) {

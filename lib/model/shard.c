@@ -36,9 +36,66 @@ static int split_fault(const kvp_config *c, uint32_t n, kvp_err *err)
     return 0;
 }
 
-int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err)
+/* Whether a column slice of w of nc columns (and one from column c0)
+ * falls between its quantization blocks and scale groups. */
+static int cuts_whole(const kvp_weight *w, uint32_t c0, uint32_t nc)
+{
+    if (w->dtype < 0)
+        return 1;
+    int64_t off = kvp_dtype_row_bytes((uint32_t)w->dtype, c0), rb = kvp_dtype_row_bytes((uint32_t)w->dtype, nc);
+    int grouped = w->scales && w->scale_stride > 1;
+    return off >= 0 && rb > 0 && kvp_dtype_row_bytes((uint32_t)w->dtype, (int64_t)c0 + nc) == off + rb &&
+           !(grouped && (c0 % w->group || nc % w->group));
+}
+
+/* Why m's weights do not split over n ranks whose shape does (the
+ * attention output and FFN down projections are cut by columns: a slice
+ * must be whole blocks, e.g. of 256 for the K-quants), or 0. */
+static int weights_fault(const kvp_model *m, uint32_t n, kvp_err *err)
+{
+    const kvp_config *c = &m->cfg;
+    uint32_t nh = c->n_head / n * c->head_dim, ff = c->n_ff / n;
+    for (uint32_t l = 0; m->layers && l < c->n_layer; l++) {
+        const kvp_weight *w[2] = {&m->layers[l].wo, &m->layers[l].w_down};
+        uint32_t nc[2] = {nh, ff};
+        for (int i = 0; i < 2; i++)
+            if (!cuts_whole(w[i], nc[i], nc[i]))
+                return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: tensor %s (%s%s) "
+                                   "cannot be cut into slices of %u of its %u columns (whole %s)", n,
+                                   w[i]->name ? w[i]->name : "?", kvp_dtype_name((uint32_t)w[i]->dtype),
+                                   w[i]->scales && w[i]->scale_stride > 1 ? " with group scales" : "", nc[i],
+                                   w[i]->n_in, w[i]->scales && w[i]->scale_stride > 1 ? "scale groups" : "blocks");
+    }
+    return 0;
+}
+
+/* Why slices of unit-column multiples (blocks, scale groups) do not cut c's
+ * attention output and FFN down projections over n ranks, or 0. */
+static int unit_fault(const kvp_config *c, uint32_t unit, uint32_t n, kvp_err *err)
+{
+    uint32_t nh = c->n_head / n * c->head_dim, ff = c->n_ff / n;
+    if (unit > 1 && nh && nh % unit)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: the attention output's slices "
+                           "of %u columns are not whole blocks of %u", n, nh, unit);
+    if (unit > 1 && ff && ff % unit)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: the FFN down projection's "
+                           "slices of %u columns are not whole blocks of %u", n, ff, unit);
+    return 0;
+}
+
+static int fault(const kvp_config *c, const kvp_model *m, uint32_t unit, uint32_t n, kvp_err *err)
 {
     int rc = split_fault(c, n, err);
+    if (rc == 0)
+        rc = unit_fault(c, unit, n, err);
+    return rc < 0 || !m ? rc : weights_fault(m, n, err);
+}
+
+/* c's split (m's weights, or slices of unit columns, too, when given)
+ * over n ranks, naming the rank counts that work when it does not. */
+static int check_split(const kvp_config *c, const kvp_model *m, uint32_t unit, uint32_t n, kvp_err *err)
+{
+    int rc = fault(c, m, unit, n, err);
     if (rc == 0 || n == 0)
         return rc;
     /* the rank counts (to 64) that pass every check, not one check's
@@ -48,12 +105,27 @@ int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err)
     ok[0] = 0;
     for (uint32_t d = 1; d <= 64 && at + 16 < sizeof ok; d++) {
         kvp_err e = {0};
-        if (split_fault(c, d, &e) == 0)
+        if (fault(c, m, unit, d, &e) == 0)
             at += (size_t)snprintf(ok + at, sizeof ok - at, "%s%u", at ? ", " : "", d);
     }
     kvp_err why = {0};
-    split_fault(c, n, &why);
+    fault(c, m, unit, n, &why);
     return kvp_err_set(err, rc, "%s (rank counts that split this model: %s)", why.msg, ok);
+}
+
+int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err) { return check_split(c, NULL, 0, n, err); }
+
+int kvp_shard_check_split_cols(const kvp_config *c, uint32_t col_unit, uint32_t n, kvp_err *err)
+{
+    return check_split(c, NULL, col_unit, n, err);
+}
+
+int kvp_shard_check_model(const kvp_model *m, uint32_t n, kvp_err *err)
+{
+    int rc = check_split(&m->cfg, m, 0, n, err);
+    if (rc < 0)
+        return rc;
+    return kvp_shard_check(&m->cfg, n, err);
 }
 
 int kvp_shard_check(const kvp_config *c, uint32_t n, kvp_err *err)
@@ -126,13 +198,12 @@ static int cols(kvp_model *s, const kvp_weight *w, uint32_t c0, uint32_t nc, kvp
 {
     *out = *w;
     int64_t off = kvp_dtype_row_bytes((uint32_t)w->dtype, c0), rb = kvp_dtype_row_bytes((uint32_t)w->dtype, nc);
-    int64_t whole = kvp_dtype_row_bytes((uint32_t)w->dtype, (int64_t)c0 + nc);
     int grouped = w->scales && w->scale_stride > 1;
-    if (off < 0 || rb <= 0 || whole != off + rb || (grouped && (c0 % w->group || nc % w->group)))
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor %s: %s%s cannot be cut at column %u of %u (a cut must fall "
-                           "between %s)", w->name, kvp_dtype_name((uint32_t)w->dtype),
-                           grouped ? " with group scales" : "",
-                           c0, w->n_in, grouped ? "scale groups" : "quantization blocks");
+    if (!cuts_whole(w, c0, nc)) /* kvp_shard_check_model said so first */
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor %s: %s%s cannot be cut into columns %u to %u of %u (a cut "
+                           "must fall between %s)", w->name, kvp_dtype_name((uint32_t)w->dtype),
+                           grouped ? " with group scales" : "", c0, c0 + nc, w->n_in,
+                           grouped ? "scale groups" : "quantization blocks");
     uint8_t *dst = kvp_model_own(s, (uint64_t)rb * w->n_out);
     if (!dst)
         return kvp_err_set(err, KVP_ENOMEM, "tensor %s: out of memory for its slice", w->name);
@@ -185,7 +256,7 @@ int kvp_model_shard(kvp_model **out, const kvp_model *m, uint32_t r, uint32_t n,
                     kvp_err *err)
 {
     *out = NULL;
-    int rc = kvp_shard_check(&m->cfg, n, err);
+    int rc = kvp_shard_check_model(m, n, err);
     if (rc < 0)
         return rc;
     if (r >= n || stage >= pp)

@@ -42,10 +42,24 @@ uint32_t kvp_shard_vocab_rows(uint32_t n_vocab, uint32_t n);
  * counts and the splits that would work ("tensor parallelism over 2 ranks:
  * 9 query heads do not split evenly (rank counts that split this model: 1, 3)"). */
 int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err);
+/* The same where the column-cut weights' blocks (scale groups) are
+ * col_unit columns (kvcalc of a file: kvp_cap_model_file.col_unit; 0 or 1
+ * for none): each rank's slice of the attention output and FFN down
+ * projections must be whole ones, as kvp_shard_check_model asks. */
+int kvp_shard_check_split_cols(const kvp_config *c, uint32_t col_unit, uint32_t n, kvp_err *err);
 
 /* kvp_shard_check_split, and what the engine does not split: experts and
  * MLA are refused.  0 or KVP_EUNSUPPORTED. */
 int kvp_shard_check(const kvp_config *c, uint32_t n, kvp_err *err);
+
+/* kvp_shard_check for m, and its weights: the attention output and FFN
+ * down projections are cut by columns, so each rank's slice must be whole
+ * quantization blocks (256 columns for the K-quants) and scale groups;
+ * the message names the rank counts that pass both ("... tensor
+ * blk.0.ffn_down.weight (q6_k) cannot be cut into slices of 1408 of its
+ * 5632 columns (whole blocks) (rank counts that split this model: 1, 2)"). */
+struct kvp_model;
+int kvp_shard_check_model(const struct kvp_model *m, uint32_t n, kvp_err *err);
 
 /* Pipeline parallelism splits the layers first: stage s of pp holds layers
  * [kvp_shard_first_layer(L, s, pp), kvp_shard_first_layer(L, s + 1, pp)),

@@ -27,6 +27,7 @@
 typedef struct tensor_tally {
     uint64_t bytes;
     int has_output;
+    uint32_t col_unit;
     size_t n;
     struct {
         char fmt[16];
@@ -34,9 +35,28 @@ typedef struct tensor_tally {
     } by[32];
 } tensor_tally;
 
-static void tally_add(tensor_tally *t, const char *name, const char *fmt, uint64_t bytes, int is_matrix)
+/* Whether name is a weight tensor parallelism cuts by columns (the
+ * attention output, the FFN down projection: GGUF's names and HF's). */
+static int cut_by_columns(const char *name)
+{
+    static const char *const ends[] = {"attn_output.weight", "ffn_down.weight", "o_proj.weight", "down_proj.weight"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
+        size_t e = strlen(ends[i]);
+        if (n >= e && strcmp(name + n - e, ends[i]) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* unit: the columns a slice of the tensor must be a multiple of (its
+ * block, its scale group), 0 when not known. */
+static void tally_add(tensor_tally *t, const char *name, const char *fmt, uint64_t bytes, int is_matrix,
+                      uint32_t unit)
 {
     t->bytes += bytes;
+    if (cut_by_columns(name) && unit > t->col_unit)
+        t->col_unit = unit;
     /* GGUF's name, and HF's (a KVP file converted from safetensors keeps it) */
     if (strcmp(name, "output.weight") == 0 || strcmp(name, "lm_head.weight") == 0)
         t->has_output = 1;
@@ -59,6 +79,7 @@ static void tally_add(tensor_tally *t, const char *name, const char *fmt, uint64
 static void tally_apply(const tensor_tally *t, kvp_cap_model_file *out)
 {
     out->weight_bytes = t->bytes;
+    out->col_unit = t->col_unit;
     out->cfg.tied_embeddings = !t->has_output;
     size_t best = 0;
     for (size_t i = 1; i < t->n; i++)
@@ -92,7 +113,9 @@ static int load_gguf(const char *path, kvp_in *in, kvp_cap_model_file *out, kvp_
         tensor_tally t = {0};
         for (uint64_t i = 0; i < g.n_tensors; i++) {
             const kvp_gguf_tensor *gt = &g.tensors[i];
-            tally_add(&t, gt->name, kvp_gguf_type_name(gt->ggml_type), gt->nbytes, gt->n_dims >= 2);
+            const kvp_dtype_traits *tr = gt->dtype >= 0 ? kvp_dtype_get((uint32_t)gt->dtype) : NULL;
+            tally_add(&t, gt->name, kvp_gguf_type_name(gt->ggml_type), gt->nbytes, gt->n_dims >= 2,
+                      tr ? (uint32_t)tr->block_size : 0);
         }
         tally_apply(&t, out);
         snprintf(out->kind, sizeof out->kind, "gguf");
@@ -162,7 +185,11 @@ static int tally_kvp_tensor(const kvp_in *in, const kvp_record *rec, tensor_tall
         return rc;
     char fmt[24];
     kvp_tensor_fmt(&tr, fmt, sizeof fmt);
-    tally_add(t, tr.name, fmt, tr.data_bytes + tr.scales_bytes + tr.zeros_bytes, tr.n_dim >= 2);
+    const kvp_dtype_traits *dt = kvp_dtype_get(tr.dtype);
+    uint32_t unit = dt ? (uint32_t)dt->block_size : 0;
+    if (tr.scheme == KVP_SCHEME_GROUP && tr.group > unit)
+        unit = tr.group;
+    tally_add(t, tr.name, fmt, tr.data_bytes + tr.scales_bytes + tr.zeros_bytes, tr.n_dim >= 2, unit);
     return 0;
 }
 

@@ -6,6 +6,7 @@
 #include "presets.h"
 #include "stream.h"
 #include "tensor.h"
+#include "tiny.h"
 #include "unit.h"
 
 #include <math.h>
@@ -604,6 +605,25 @@ static void test_sim(void)
     CHECK(kvp_cap_lengths_parse(&d, "/nonexistent/lengths", &err) == KVP_EIO);
 }
 
+/* A GGUF's column-cut weights (attention output, FFN down) give the unit a
+ * tensor-parallel slice must be a multiple of: Q8_0's block of 32. */
+static void test_load_gguf_cols(void)
+{
+    char path[] = "/tmp/kvp-test-capacity-gguf-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    tiny_cfg c = {.n_layer = 1, .n_embd = 64, .n_ff = 128, .n_head = 2, .n_head_kv = 1, .n_vocab = 64,
+                  .wtype = KVP_DTYPE_Q8_0, .tied = 1};
+    uint64_t rng = 7;
+    CHECK(tiny_write(path, &c, &rng) == 0);
+    kvp_cap_model_file mf;
+    kvp_err err = {0};
+    CHECK_MSG(kvp_cap_load_model(path, &mf, &err) == 0, "%s", err.msg);
+    CHECK_EQ_U64(mf.col_unit, 32);
+    unlink(path);
+}
+
 /* A KVP model file: its CONFIG record gives the shape. */
 static void test_load_kvp(void)
 {
@@ -798,6 +818,7 @@ int main(void)
     test_rng();
     test_sim();
     test_load_kvp();
+    test_load_gguf_cols();
     test_load_kvp_tensors();
     test_lengths_max();
     return unit_done();

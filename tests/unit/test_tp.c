@@ -105,6 +105,43 @@ static void test_shard_refusals(void)
     CHECK_MSG(kvp_shard_check_split(&c, 3, &err) == 0, "%s", err.msg);
 }
 
+/* A model's weights are checked too: a K-quant down projection (blocks of
+ * 256) splits over 2 ranks of its 512 columns, not 4, and the message
+ * names the tensor, the slice and the counts that work; group scales of
+ * 64 likewise split over 8 ranks of 64 columns but not 16. */
+static void test_shard_weights(void)
+{
+    kvp_model m;
+    kvp_layer L;
+    memset(&m, 0, sizeof m), memset(&L, 0, sizeof L);
+    kvp_config_init(&m.cfg);
+    m.cfg.n_layer = 1, m.cfg.n_head = 16, m.cfg.n_head_kv = 1, m.cfg.head_dim = 64, m.cfg.n_ff = 512;
+    m.cfg.n_embd = 1024;
+    m.layers = &L;
+    L.wo = (kvp_weight){.name = "blk.0.attn_output.weight", .dtype = KVP_DTYPE_Q8_0, .n_in = 1024, .n_out = 1024};
+    L.w_down = (kvp_weight){.name = "blk.0.ffn_down.weight", .dtype = KVP_DTYPE_Q6_K, .n_in = 512, .n_out = 1024};
+    kvp_err err = {0};
+    CHECK_MSG(kvp_shard_check_model(&m, 2, &err) == 0, "%s", err.msg);
+    CHECK(kvp_shard_check(&m.cfg, 4, &err) == 0); /* the shape alone splits */
+    CHECK(kvp_shard_check_model(&m, 4, &err) == KVP_EUNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "tensor blk.0.ffn_down.weight (q6_k) cannot be cut into slices of 128 of its 512 "
+                              "columns (whole blocks)") && strstr(err.msg, "rank counts that split this model: 1, 2)"),
+              "%s", err.msg);
+    static float sc[1024 * 8];
+    L.w_down = (kvp_weight){.name = "blk.0.ffn_down.weight", .dtype = KVP_DTYPE_I8, .n_in = 512, .n_out = 1024,
+                            .scales = sc, .group = 64, .scale_stride = 8};
+    CHECK_MSG(kvp_shard_check_model(&m, 8, &err) == 0, "%s", err.msg);
+    CHECK(kvp_shard_check_model(&m, 16, &err) == KVP_EUNSUPPORTED && strstr(err.msg, "with group scales") &&
+          strstr(err.msg, "1, 2, 4, 8)"));
+    /* the planners' form of the rule (kvcalc of a file: blocks of 256) */
+    CHECK(kvp_shard_check_split_cols(&m.cfg, 256, 2, &err) == 0);
+    CHECK(kvp_shard_check_split_cols(&m.cfg, 256, 4, &err) == KVP_EUNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "the FFN down projection's slices of 128 columns are not whole blocks of 256") &&
+                  strstr(err.msg, "(rank counts that split this model: 1, 2)"),
+              "%s", err.msg);
+    CHECK(kvp_shard_check_split_cols(&m.cfg, 0, 4, &err) == 0); /* not known: not checked */
+}
+
 /* Rows are views, columns copies of each row's piece, on a real file. */
 static void test_shard_slices(const char *dir)
 {
@@ -519,6 +556,7 @@ int main(int argc, char **argv)
         CHECK(tiny_write(path, &models[i].c, &rng_state) == 0);
     }
     test_shard_refusals();
+    test_shard_weights();
     test_shard_slices(dir);
     test_messages();
     test_row_parallel_matmul(dir);
