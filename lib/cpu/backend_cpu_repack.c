@@ -280,40 +280,53 @@ static int r16_get_code(const uint8_t *q, int e, int low, int hb)
     return hb ? c | r16_get_bits(q + (size_t)low * KVP_R16_ROWS * 4, e, hb) << low : c;
 }
 
-/* Q6_K's or Q3_K's groups [g0, g1) of 16 rows (y = d s (c - off) a
- * sub-block of 16, s a signed 8-bit scale): the codes in lanes as nibbles
- * with Q6_K's two lines of high bits (r16_put_codes), each super-block's d
- * in plane 0 for its 8 blocks, each block's two sub-block scales in plane
- * 1 (s_lo | s_hi << 8). */
-static void q36k_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
+/* What a K-quant fill does with super-block i of row lane r of group g:
+ * sb the stored super-block, pd and ps the planes. */
+typedef void (*kq_fill_fn)(const kvp_weight *w, kvp_weight *out, size_t g, uint32_t r, size_t i, const uint8_t *sb,
+                           uint16_t *p0, uint16_t *p1);
+
+/* Every super-block of groups [g0, g1) of 16 rows (rows past n_out repeat
+ * the last), sbb bytes each, through fn. */
+static void kq_fill_each(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1, size_t sbb, kq_fill_fn fn)
 {
-    int q6 = w->dtype == KVP_DTYPE_Q6_K;
-    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype), sbb = q6 ? 210 : 110, doff = q6 ? 208 : 108;
-    uint16_t *pd = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 0, 0);
-    uint16_t *ps = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 1, 0);
+    size_t nsb = w->n_in / 256;
+    uint16_t *p0 = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 0, 0);
+    uint16_t *p1 = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 1, 0);
     for (size_t g = g0; g < g1; g++)
         for (uint32_t r = 0; r < KVP_R16_ROWS; r++) {
             size_t row = g * KVP_R16_ROWS + r < w->n_out ? g * KVP_R16_ROWS + r : w->n_out - 1;
             const uint8_t *sb = (const uint8_t *)w->data + row * w->row_bytes;
-            for (size_t i = 0; i < nb / 8; i++, sb += sbb) {
-                uint8_t q[256];
-                int8_t sc[16];
-                if (q6) {
-                    kvp_q6k_codes(sb, q);
-                    memcpy(sc, sb + 192, 16);
-                } else {
-                    kvp_q3k_codes(sb, q);
-                    kvp_q3k_scales(sb, sc);
-                }
-                for (size_t j = 0; j < 8; j++) {
-                    size_t blk = i * 8 + j, at = (g * nb + blk) * KVP_R16_ROWS + r;
-                    pd[at] = (uint16_t)(sb[doff] | sb[doff + 1] << 8);
-                    ps[at] = (uint16_t)((uint8_t)sc[2 * j] | (uint8_t)sc[2 * j + 1] << 8);
-                    /* Q6_K: nibbles and 2 bits; Q3_K: 2 and 1 */
-                    r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q + 32 * j, q6 ? 4 : 2, q6 ? 2 : 1);
-                }
-            }
+            for (size_t i = 0; i < nsb; i++, sb += sbb)
+                fn(w, out, g, r, i, sb, p0, p1);
         }
+}
+
+/* A Q6_K or Q3_K super-block (y = d s (c - off) a sub-block of 16, s a
+ * signed 8-bit scale) of lane r of group g: its codes as nibbles with
+ * Q6_K's two lines of high bits, or 2-bit fields and a line of third bits
+ * (r16_put_codes); its d in plane 0 for its 8 blocks, each block's two
+ * sub-block scales in plane 1 (s_lo | s_hi << 8). */
+static void q36k_r16_sb(const kvp_weight *w, kvp_weight *out, size_t g, uint32_t r, size_t i, const uint8_t *sb,
+                        uint16_t *pd, uint16_t *ps)
+{
+    int q6 = w->dtype == KVP_DTYPE_Q6_K;
+    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype), doff = q6 ? 208 : 108;
+    uint8_t q[256];
+    int8_t sc[16];
+    if (q6) {
+        kvp_q6k_codes(sb, q);
+        memcpy(sc, sb + 192, 16);
+    } else {
+        kvp_q3k_codes(sb, q);
+        kvp_q3k_scales(sb, sc);
+    }
+    for (size_t j = 0; j < 8; j++) {
+        size_t blk = i * 8 + j, at = (g * nb + blk) * KVP_R16_ROWS + r;
+        pd[at] = (uint16_t)(sb[doff] | sb[doff + 1] << 8);
+        ps[at] = (uint16_t)((uint8_t)sc[2 * j] | (uint8_t)sc[2 * j + 1] << 8);
+        /* Q6_K: nibbles and 2 bits; Q3_K: 2 and 1 */
+        r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q + 32 * j, q6 ? 4 : 2, q6 ? 2 : 1);
+    }
 }
 
 /* Q4_K's super-block's 256 codes (0..15) in element order: element l of
@@ -328,43 +341,35 @@ static void q4k_codes(const uint8_t *sb, uint8_t *q)
     }
 }
 
-/* Q4_K's, Q5_K's or Q2_K's groups [g0, g1) of 16 rows (y = d s c - dmin
- * m): each block's codes (r16_put_codes: Q5_K's fifth bits in a fifth
+/* A Q4_K, Q5_K or Q2_K super-block (y = d s c - dmin m) of lane r of
+ * group g: each block's codes (r16_put_codes: Q5_K's fifth bits in a fifth
  * line, lane r's byte p holding in bit k that of element 4k + p, the
- * element of group k the kernel builds in byte p); its scale and minimum
- * in plane 0 (Q4_K, Q5_K: 6-bit s | m << 8 for the block; Q2_K: the two
- * 16-element sub-blocks' bytes s | m << 4 as stored, the first low), the
- * super-block's d and dmin in plane 1 (backend_cpu_kern.h). */
-static void qmk_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_t g1)
+ * element of group k the kernel builds in byte p; Q2_K's in 2-bit fields);
+ * its scale and minimum in plane 0 (Q4_K, Q5_K: 6-bit s | m << 8 for the
+ * block; Q2_K: the two 16-element sub-blocks' bytes s | m << 4 as stored,
+ * the first low), the super-block's d and dmin in plane 1
+ * (backend_cpu_kern.h). */
+static void qmk_r16_sb(const kvp_weight *w, kvp_weight *out, size_t g, uint32_t r, size_t i, const uint8_t *sb,
+                       uint16_t *ps, uint16_t *pd)
 {
     int q5 = w->dtype == KVP_DTYPE_Q5_K, q2 = w->dtype == KVP_DTYPE_Q2_K;
-    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype), sbb = q5 ? 176 : q2 ? 84 : 144;
-    size_t doff = q2 ? 80 : 0; /* d, then dmin */
-    uint16_t *ps = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 0, 0);
-    uint16_t *pd = (uint16_t *)kvp_r16_plane(out->data, out->dtype, out->n_out, out->n_in, 1, 0);
-    for (size_t g = g0; g < g1; g++)
-        for (uint32_t r = 0; r < KVP_R16_ROWS; r++) {
-            size_t row = g * KVP_R16_ROWS + r < w->n_out ? g * KVP_R16_ROWS + r : w->n_out - 1;
-            const uint8_t *sb = (const uint8_t *)w->data + row * w->row_bytes;
-            for (size_t i = 0; i < nb / 8; i++, sb += sbb) {
-                uint8_t q[256];
-                (q5 ? kvp_q5k_codes : q2 ? kvp_q2k_codes : q4k_codes)(sb, q);
-                pd[(g * nb / 8 + i) * 32 + r] = (uint16_t)(sb[doff] | sb[doff + 1] << 8);
-                pd[(g * nb / 8 + i) * 32 + 16 + r] = (uint16_t)(sb[doff + 2] | sb[doff + 3] << 8);
-                for (int j = 0; j < 8; j++) {
-                    size_t blk = i * 8 + (size_t)j;
-                    int sc, m;
-                    if (q2) {
-                        ps[(g * nb + blk) * KVP_R16_ROWS + r] = (uint16_t)(sb[2 * j] | sb[2 * j + 1] << 8);
-                    } else {
-                        kvp_q4k_scale_min(sb + 4, j, &sc, &m);
-                        ps[(g * nb + blk) * KVP_R16_ROWS + r] = (uint16_t)(sc | m << 8);
-                    }
-                    /* Q4_K, Q5_K: nibbles (and the fifth bit); Q2_K: 2 bits */
-                    r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q + 32 * j, q2 ? 2 : 4, q5);
-                }
-            }
+    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype), doff = q2 ? 80 : 0; /* d, then dmin */
+    uint8_t q[256];
+    (q5 ? kvp_q5k_codes : q2 ? kvp_q2k_codes : q4k_codes)(sb, q);
+    pd[(g * nb / 8 + i) * 32 + r] = (uint16_t)(sb[doff] | sb[doff + 1] << 8);
+    pd[(g * nb / 8 + i) * 32 + 16 + r] = (uint16_t)(sb[doff + 2] | sb[doff + 3] << 8);
+    for (int j = 0; j < 8; j++) {
+        size_t blk = i * 8 + (size_t)j;
+        int sc, m;
+        if (q2) {
+            ps[(g * nb + blk) * KVP_R16_ROWS + r] = (uint16_t)(sb[2 * j] | sb[2 * j + 1] << 8);
+        } else {
+            kvp_q4k_scale_min(sb + 4, j, &sc, &m);
+            ps[(g * nb + blk) * KVP_R16_ROWS + r] = (uint16_t)(sc | m << 8);
         }
+        /* Q4_K, Q5_K: nibbles (and the fifth bit); Q2_K: 2 bits */
+        r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q + 32 * j, q2 ? 2 : 4, q5);
+    }
 }
 
 /* Row r of Q4_K, Q5_K or Q2_K in rows of 16 as f32: the dequantizers'
@@ -413,11 +418,11 @@ void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_
     if (!r16_kind_of(w->dtype, &k))
         return;
     if (k.stored == KVP_DTYPE_Q6_K || k.stored == KVP_DTYPE_Q3_K) {
-        q36k_r16_fill(w, out, g0, g1);
+        kq_fill_each(w, out, g0, g1, k.bb, q36k_r16_sb);
         return;
     }
     if (k.stored == KVP_DTYPE_Q4_K || k.stored == KVP_DTYPE_Q5_K || k.stored == KVP_DTYPE_Q2_K) {
-        qmk_r16_fill(w, out, g0, g1);
+        kq_fill_each(w, out, g0, g1, k.bb, qmk_r16_sb);
         return;
     }
     size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(k.dtype), lines = qb / 64;

@@ -2491,6 +2491,19 @@ static float q2k_ref_dot(const uint8_t *row, const kvp_q8blk *x, uint32_t n)
     return acc + ma;
 }
 
+/* Whether table k has the rows-of-16 kernel of kind as; if so, nt tokens
+ * x[t * n] quantized by its quant_q8 into xq[t * nb], xp[t] pointing at
+ * each. */
+static int r16_table_tokens(const kvp_cpu_kernels *k, int as, const float *x, uint32_t n, uint32_t nt, kvp_q8blk *xq,
+                            uint32_t nb, const kvp_q8blk **xp)
+{
+    if (!k || !k->mm_r16[as - KVP_CPU_DTYPE_Q8_0_R16])
+        return 0;
+    for (uint32_t t = 0; t < nt; t++)
+        k->quant_q8(x + (size_t)t * n, xq + (size_t)t * nb, n), xp[t] = xq + (size_t)t * nb;
+    return 1;
+}
+
 /* The Q5_1 product of the rows of 16, Q4_1's: per block the exact
  * integer sum(q x) into one FMA by d dx, m s into a second chain. */
 static float q5_1_ref_dot(const uint8_t *row, const kvp_q8blk *x, uint32_t nb)
@@ -2544,11 +2557,9 @@ static void test_q5_r16(void)
         }
         for (size_t ti = 0; ti < sizeof tables / sizeof *tables; ti++) {
             const kvp_cpu_kernels *k = tables[ti];
-            if (!k || !k->mm_r16[as - KVP_CPU_DTYPE_Q8_0_R16])
-                continue;
             const kvp_q8blk *xp[TT];
-            for (int t = 0; t < TT; t++)
-                k->quant_q8(x[t], xq[t], N), xp[t] = xq[t];
+            if (!r16_table_tokens(k, as, x[0], N, TT, xq[0], NB, xp))
+                continue;
             int bad = 0;
             for (uint32_t nt = 1; nt <= TT; nt++)
                 for (uint32_t t0 = 0; t0 + nt <= TT; t0 += nt) {
@@ -2668,11 +2679,9 @@ static void test_kq_r16(int dtype)
         CHECK_MSG(bad == 0, "%s: %d rows in rows of 16 differ from the stored ones", name, bad);
         for (size_t ti = 0; ti < sizeof tables / sizeof *tables; ti++) {
             const kvp_cpu_kernels *k = tables[ti];
-            if (!k || !k->mm_r16[as - KVP_CPU_DTYPE_Q8_0_R16])
-                continue;
             const kvp_q8blk *xp[TT];
-            for (int t = 0; t < TT; t++)
-                k->quant_q8(x[t], xq[t], N), xp[t] = xq[t];
+            if (!r16_table_tokens(k, as, x[0], N, TT, xq[0], NB, xp))
+                continue;
             int bad_bits = 0, bad_exact = 0;
             for (uint32_t nt = 1; nt <= TT; nt++)
                 for (uint32_t t0 = 0; t0 + nt <= TT; t0 += nt) {
