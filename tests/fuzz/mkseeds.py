@@ -17,7 +17,8 @@ fuzzer starts from deep inside the formats:
   corpus/tokenizer/   texts; the first byte picks fuzz_tokenizer's vocabulary
   corpus/tokvocab/    tokenizer.ggml.* metadata lists (byte-level BPE, SentencePiece)
   corpus/tokjson/     HF tokenizer.json files
-  corpus/model/       complete tiny Llama GGUF models for fuzz_model
+  corpus/model/       complete tiny Llama GGUF models for fuzz_model (f32, the
+                      32-block kinds, the K-quants on rows of 256)
   corpus/kvstats/     decode --stats=FILE summaries for fuzz_kvstats (kvcalc --check):
                       each way of sizing the pool, a KV stream's run, an int8 cache
   corpus/prompts/     prompts files (decode -f) for fuzz_prompts: JSON Lines with
@@ -29,7 +30,7 @@ fuzzer starts from deep inside the formats:
   corpus/lengths/     kvcalc --lengths inputs for fuzz_lengths: lengths files
                       (comments, tabs, no final newline, a bad token) and, after
                       a first byte 'D', the three distribution specs
-  corpus/convert/     fuzz_convert's inputs: the f32 tiny Llama GGUF and the
+  corpus/convert/     fuzz_convert's inputs: the f32 and K-quant tiny Llama GGUFs and the
                       tiny-st safetensors (bare there: no config.json), copied
                       here; and two KVP files quantize wrote from them, which
                       this script leaves as they are:
@@ -213,6 +214,16 @@ def gguf_seeds():
          ("blk.0.ffn_norm.weight", [32], 0, 128), ("blk.0.ffn_gate.weight", [32, 16], 8, 34 * 16),
          ("blk.0.ffn_up.weight", [32, 16], 8, 34 * 16), ("blk.0.ffn_down.weight", [16, 32], 0, 16 * 32 * 4)]
     write("model", "tiny-llama-q.gguf.bin", gguf(kvq, q))
+    # the K-quants (Q2_K 10, Q3_K 11, Q4_K 12, Q5_K 13, Q6_K 14) on rows of 256: d 256, 2 heads of 128, ffn 16
+    kvk = [kv if not kv[0].endswith(".embedding_length") else (kv[0], U32, 256) for kv in kv1]
+    kvk = [kv if not kv[0].endswith(".rope.dimension_count") else (kv[0], U32, 128) for kv in kvk]
+    k = [("token_embd.weight", [256, 10], 12, 144 * 10), ("output.weight", [256, 10], 14, 210 * 10),
+         ("output_norm.weight", [256], 0, 1024), ("blk.0.attn_norm.weight", [256], 0, 1024),
+         ("blk.0.attn_q.weight", [256, 256], 13, 176 * 256), ("blk.0.attn_k.weight", [256, 128], 11, 110 * 128),
+         ("blk.0.attn_v.weight", [256, 128], 10, 84 * 128), ("blk.0.attn_output.weight", [256, 256], 14, 210 * 256),
+         ("blk.0.ffn_norm.weight", [256], 0, 1024), ("blk.0.ffn_gate.weight", [256, 16], 12, 144 * 16),
+         ("blk.0.ffn_up.weight", [256, 16], 13, 176 * 16), ("blk.0.ffn_down.weight", [16, 256], 0, 16 * 256 * 4)]
+    write("model", "tiny-llama-kq.gguf.bin", gguf(kvk, k))
 
 
 # ---- kvp(5) metadata lists ----
@@ -379,6 +390,7 @@ def tok_seeds():
 
 def convert_seeds():
     shutil.copyfile(seed_path("model", "tiny-llama-f32.gguf.bin"), seed_path("convert", "tiny-llama-f32.gguf.bin"))
+    shutil.copyfile(seed_path("model", "tiny-llama-kq.gguf.bin"), seed_path("convert", "tiny-llama-kq.gguf.bin"))
     shutil.copyfile(seed_path("safetensors", "tiny-st.safetensors"), seed_path("convert", "bare-tiny-st.safetensors"))
 
 
