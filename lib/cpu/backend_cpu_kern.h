@@ -204,7 +204,8 @@ static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R
  * minimums, the K-quants' second planes). */
 static inline int kvp_r16_plane1(int dtype)
 {
-    return dtype == KVP_CPU_DTYPE_Q4_1_R16 || dtype == KVP_CPU_DTYPE_Q5_1_R16 || dtype >= KVP_CPU_DTYPE_Q6_K_R16;
+    return dtype == KVP_CPU_DTYPE_Q4_1_R16 || dtype == KVP_CPU_DTYPE_Q5_1_R16 ||
+           (dtype >= KVP_CPU_DTYPE_Q6_K_R16 && dtype != KVP_CPU_DTYPE_Q5_0_R16);
 }
 /* Q4_K, Q5_K and Q2_K: planes of a block's scales and minimums and a super-block's d and dmin */
 static inline int kvp_r16_k45(int dtype)
