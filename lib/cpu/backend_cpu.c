@@ -546,15 +546,8 @@ static void give_back_pages(const void *data, size_t bytes)
  * super-blocks. */
 static int r16_stored(const cpu_impl *im, const kvp_weight *w)
 {
-    int i = w->dtype == KVP_DTYPE_Q6_K   ? KVP_CPU_DTYPE_Q6_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
-            : w->dtype == KVP_DTYPE_Q4_K ? KVP_CPU_DTYPE_Q4_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
-            : w->dtype == KVP_DTYPE_Q5_K ? KVP_CPU_DTYPE_Q5_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
-            : w->dtype == KVP_DTYPE_Q5_0 ? KVP_CPU_DTYPE_Q5_0_R16 - KVP_CPU_DTYPE_Q8_0_R16
-            : w->dtype == KVP_DTYPE_Q5_1 ? KVP_CPU_DTYPE_Q5_1_R16 - KVP_CPU_DTYPE_Q8_0_R16
-            : w->dtype == KVP_DTYPE_Q2_K ? KVP_CPU_DTYPE_Q2_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
-            : w->dtype == KVP_DTYPE_Q3_K ? KVP_CPU_DTYPE_Q3_K_R16 - KVP_CPU_DTYPE_Q8_0_R16
-                                         : 0;
-    return im->r16 && kvp_cpu_r16_takes(w) && im->k->mm_r16[i];
+    int d = kvp_cpu_r16_dtype(w);
+    return im->r16 && d && im->k->mm_r16[d - KVP_CPU_DTYPE_Q8_0_R16];
 }
 
 /* Whether w's matmuls multiply another form of it (cpu_weight.alt): Q4_K

@@ -374,8 +374,10 @@ int kvp_cpu_as_r16(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *
  * memory (1; 0 when w is not one of those kinds, Q5_0 aside; or a
  * negative code), then groups [g0, g1) of 16 rows filled from w. */
 int kvp_cpu_r16_alloc(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
-/* Whether kvp_cpu_r16_alloc takes w. */
+/* Whether kvp_cpu_r16_alloc takes w; the kind it makes of it
+ * (KVP_CPU_DTYPE_*_R16), or 0. */
 int kvp_cpu_r16_takes(const struct kvp_weight *w);
+int kvp_cpu_r16_dtype(const struct kvp_weight *w);
 void kvp_cpu_r16_fill(const struct kvp_weight *w, struct kvp_weight *out, uint32_t g0, uint32_t g1);
 /* Row r of a weight in rows of 16 as f32: the stored row's values, bit for
  * bit (an embedding looked up in a tied output head).  0 or -1. */

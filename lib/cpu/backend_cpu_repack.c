@@ -165,19 +165,20 @@ static int r16_kind_of(int dtype, r16_kind *k)
  * multiple of 32. */
 static int r16_fits(const kvp_weight *w, const r16_kind *k)
 {
-    int kq = k->stored == KVP_DTYPE_Q2_K || k->stored == KVP_DTYPE_Q3_K || k->stored == KVP_DTYPE_Q4_K ||
-             k->stored == KVP_DTYPE_Q5_K || k->stored == KVP_DTYPE_Q6_K;
-    if (w->n_in % (kq ? 256 : KVP_QK) || !w->n_out)
+    const kvp_dtype_traits *tr = kvp_dtype_get((uint32_t)k->stored);
+    if (!tr || w->n_in % (uint32_t)(tr->block_size > KVP_QK ? tr->block_size : KVP_QK) || !w->n_out)
         return 0;
     if (!k->scaled)
         return !w->scales && !w->zeros;
     return w->scales && w->group && w->group % KVP_QK == 0 && w->n_in % w->group == 0;
 }
 
-int kvp_cpu_r16_takes(const kvp_weight *w)
+int kvp_cpu_r16_takes(const kvp_weight *w) { return kvp_cpu_r16_dtype(w) != 0; }
+
+int kvp_cpu_r16_dtype(const kvp_weight *w)
 {
     r16_kind k;
-    return r16_kind_of(w->dtype, &k) && r16_fits(w, &k);
+    return r16_kind_of(w->dtype, &k) && r16_fits(w, &k) ? k.dtype : 0;
 }
 
 int kvp_cpu_r16_alloc(const kvp_weight *w, kvp_weight *out, kvp_err *err)
