@@ -83,6 +83,8 @@ typedef struct kvp_weight {
     uint32_t group;        /* elements per scale along a row */
     uint32_t scale_stride; /* scales per row: 0 (one for the tensor), 1, or n_in / group */
     float global;          /* NVFP4: the tensor scale (0 means 1) */
+    int lookup;            /* the engine only gathers its rows (an untied embedding), never
+                            * multiplies by it: a backend need not make a product's form of it */
 } kvp_weight;
 
 /* Token slots a pool may hold (n_blocks * block_size): slot ids are 32 bits. */

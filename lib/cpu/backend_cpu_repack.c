@@ -1,8 +1,8 @@
 /* backend_cpu_repack.c - GGUF weights of kinds with no dot kernel rewritten
- * at their first product into kinds every kernel table multiplies directly
- * (AMX for prompts included), instead of turning their rows into f32 for
- * each product (the row path): Q4_K as int4 codes with f32 group scales and
- * zero points, Q5_0 as Q8_0.
+ * when they are prepared (the engine made) into kinds every kernel table
+ * multiplies directly (AMX for prompts included), instead of turning their
+ * rows into f32 for each product (the row path): Q4_K as int4 codes with
+ * f32 group scales and zero points, Q5_0 as Q8_0.
  *
  * Q5_0 (22 bytes: f16 d, 32 fifth bits, 16 nibble bytes; y = d (q - 16))
  * is Q8_0 with the same d and codes q - 16: the same values bit for bit,

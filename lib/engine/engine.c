@@ -179,6 +179,7 @@ static int prepare_weights(kvp_engine *e, kvp_err *err)
         for (size_t i = 0; i < sizeof ws / sizeof *ws && rc == 0; i++)
             rc = prepare_one(e, ws[i], err);
     }
+    e->tok_embd.lookup = !head_is_embd(e);
     if (rc == 0 && (rc = prepare_one(e, &e->tok_embd, err)) == 0) {
         if (head_is_embd(e))
             e->output.dev = e->tok_embd.dev;

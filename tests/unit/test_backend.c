@@ -617,6 +617,65 @@ static void test_shared_prepare(void)
     kvp_backend_free(be);
 }
 
+/* prepare_weight makes the form a weight's products take (rows of 16, Q5_0
+ * as Q8_0) there and then, so an engine's first step does not pay for it
+ * (the first request's TTFT did: 1.7 s of a 1.1B Q4_K_M): after it the
+ * stored bytes are not read by a product, here overwritten to show it.  A
+ * weight only looked up (kvp_weight.lookup) is not rewritten: its rows are
+ * read from the stored bytes. */
+static void test_prepare_rewrites_now(void)
+{
+    kvp_backend *be = rig_backend(0);
+    uint64_t rng = 0x9e3a;
+    if (!be)
+        return;
+    rig_reserve(be, 8, NI_N, 0, 0, NULL);
+    float x[2 * NI_N], y1[2 * 40], y2[2 * 40], e1[NI_N], e2[NI_N];
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++)
+        x[i] = unit_frand(&rng);
+    static const int kinds[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_1, KVP_DTYPE_Q5_0};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        if (kinds[k] != KVP_DTYPE_Q5_0 && !kvp_cpu_kernels_vnni())
+            continue; /* multiplied as stored: nothing to rewrite */
+        kvp_err err = {0};
+        const char *name = kvp_dtype_name((uint32_t)kinds[k]);
+        kvp_weight a = rand_weight(be, kinds[k], 40, &rng), ref = a, look = a; /* a: prepared */
+        ref.dev = look.dev = NULL;
+        size_t bytes = (size_t)a.row_bytes * a.n_out;
+        void *orig = malloc(bytes), *seen = malloc(bytes);
+        if (!orig || !seen || !a.data) {
+            CHECK(0);
+            free(orig), free(seen), free((void *)a.data);
+            break;
+        }
+        memcpy(orig, a.data, bytes);
+        ref.data = orig;
+        look.data = seen;
+        memcpy(seen, a.data, bytes);
+        look.lookup = 1;
+        CHECK_MSG(be->ops->prepare_weight(be, &look, &err) == 0, "%s", err.msg);
+        /* the stored bytes changed after prepare: a product does not see it */
+        memset((void *)a.data, 0x5b, bytes);
+        memset(seen, 0x5b, bytes);
+        CHECK(be->ops->matmul(be, &a, x, y1, 2, &err) == 0);
+        CHECK_MSG(be->ops->prepare_weight(be, &ref, &err) == 0, "%s", err.msg);
+        CHECK(be->ops->matmul(be, &ref, x, y2, 2, &err) == 0);
+        CHECK_MSG(memcmp(y1, y2, sizeof y1) == 0, "%s: a product read the stored bytes after prepare_weight", name);
+        /* the looked-up weight: rows as the bytes are now */
+        int32_t tok = 7;
+        kvp_weight now = look;
+        now.dev = NULL, now.lookup = 0;
+        CHECK(be->ops->embed(be, &look, &tok, 1, e1, &err) == 0);
+        CHECK(be->ops->embed(be, &now, &tok, 1, e2, &err) == 0);
+        CHECK_MSG(memcmp(e1, e2, sizeof e1) == 0, "%s: a looked-up weight was read from another form", name);
+        be->ops->release_weight(be, &a);
+        be->ops->release_weight(be, &look);
+        be->ops->release_weight(be, &ref);
+        free((void *)a.data), free(orig), free(seen);
+    }
+    kvp_backend_free(be);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/kvp_test_backend.XXXXXX", path[512];
@@ -630,6 +689,7 @@ int main(void)
     test_matmul_n(0);
     test_matmul_n(KVP_CPU_PORTABLE); /* slower tasks: the threads' overlap is longer */
     test_shared_prepare();
+    test_prepare_rewrites_now();
     test_table_whole(&fence_ops);
     if (!mkdtemp(dir)) {
         CHECK(0);
