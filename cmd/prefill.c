@@ -210,7 +210,7 @@ static int perplexity_mode(kvp_runopts *o, const char *text, kvp_ppl_opts *po, i
     if (po->save_path && po->base_path)
         kvp_cli_usage_error("--save-logits makes a base and --kld compares with one: separate runs");
     if (optind < argc)
-        kvp_cli_usage_error("unexpected argument '%s'", argv[optind]);
+        kvp_cli_usage_error("unexpected argument '%s'%s", argv[optind], kvp_cli_operand_hint(argc, argv, optind));
     if (full)
         po->save_k = 0;
     po->chunk = o->chunk;
@@ -563,6 +563,7 @@ int main(int argc, char **argv)
     kvp_runopts_table(longopts, own, sizeof own / sizeof own[0]);
     int c;
     int li = 0;
+    kvp_cli_note_optional_values(argc, argv, longopts);
     while ((c = getopt_long(argc, argv, KVP_RUNOPTS_SHORT "ho:", longopts, &li)) != -1) {
         if (kvp_runopts_is_sched(c)) /* accepted and ignored would mislead */
             kvp_cli_usage_error("--%s is decode's: prefill computes one prompt at a time (--chunk sets its "
@@ -643,7 +644,7 @@ int main(int argc, char **argv)
     if (resume && o.file)
         kvp_cli_usage_error("--resume takes the next turn as -p TEXT or --tokens IDS, not -f");
     if (optind < argc)
-        kvp_cli_usage_error("unexpected argument '%s'", argv[optind]);
+        kvp_cli_usage_error("unexpected argument '%s'%s", argv[optind], kvp_cli_operand_hint(argc, argv, optind));
     if (!*output)
         kvp_cli_usage_error("-o: an empty file name (- for standard output)");
     /* the stream would replace the prompts it is made from (a --resume

@@ -134,6 +134,7 @@ static void parse(int argc, char **argv, options *o)
     o->drop = o->exclude + argc;
     o->co.include = o->include, o->co.exclude = o->exclude, o->co.drop = o->drop;
     int c, to_set = 0, embed_set = 0;
+    kvp_cli_note_optional_values(argc, argv, lopts);
     while ((c = getopt_long(argc, argv, "t:s:g:e:i:x:o:fnr:z::hV", lopts, NULL)) != -1) {
         switch (c) {
         case 't': o->co.to = parse_type("--to", optarg); to_set = 1; break;
@@ -627,7 +628,7 @@ int main(int argc, char **argv)
     options o;
     parse(argc, argv, &o);
     if (argc - optind > 1)
-        kvp_cli_usage_error("one input at a time (got %d)", argc - optind);
+        kvp_cli_usage_error("one input at a time (got %d)%s", argc - optind, kvp_cli_operand_hint(argc, argv, optind));
     if (optind < argc && !*argv[optind]) /* quantize(1): a usage error, as -o '' is */
         kvp_cli_usage_error("INPUT: an empty file name");
     if (o.kv != -1) {

@@ -79,6 +79,35 @@ void kvp_cli_usage_error(const char *fmt, ...)
     exit(KVP_EXIT_USAGE);
 }
 
+/* The operand that followed an optional-value option, and that option. */
+static const char *split_word, *split_opt;
+
+void kvp_cli_note_optional_values(int argc, char *const argv[], const struct option *longopts)
+{
+    split_word = split_opt = NULL;
+    for (int i = 1; i + 1 < argc && !split_word; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            return;
+        if (strncmp(argv[i], "--", 2) != 0 || strchr(argv[i], '=') || argv[i + 1][0] == '-')
+            continue;
+        for (const struct option *o = longopts; o->name; o++)
+            if (o->has_arg == optional_argument && strcmp(argv[i] + 2, o->name) == 0)
+                split_opt = argv[i], split_word = argv[i + 1];
+    }
+}
+
+const char *kvp_cli_operand_hint(int argc, char *const argv[], int first)
+{
+    static char hint[512];
+    for (int i = first; split_word && i < argc; i++)
+        if (argv[i] == split_word) { /* the same word, wherever getopt moved it */
+            snprintf(hint, sizeof hint, " ('%.200s' follows %.100s, whose value is given as %.100s=VALUE)",
+                     split_word, split_opt, split_opt);
+            return hint;
+        }
+    return "";
+}
+
 void kvp_cli_bad_option(char *const argv[], const char *optstring)
 {
     int c = optopt;

@@ -35,6 +35,17 @@ _Noreturn void kvp_cli_die_err(const kvp_err *err);
 /* "prog: message" + "Try 'prog --help'." on stderr, exit 2.  Every usage
  * error is exactly these two lines; every runtime error is one line. */
 _Noreturn void kvp_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Call before getopt_long: notes an option whose value is optional
+ * (optional_argument, as --stats[=FILE]) written without '=' and followed
+ * by a word getopt will take for an operand ("--stats out.json"), for
+ * kvp_cli_operand_hint.  getopt permutes argv, so this looks first. */
+struct option;
+void kvp_cli_note_optional_values(int argc, char *const argv[], const struct option *longopts);
+/* For a usage error about the operands argv[first..argc): "" or, when one
+ * of them followed such an option, " ('out.json' follows --stats, whose
+ * value is given as --stats=VALUE)". */
+const char *kvp_cli_operand_hint(int argc, char *const argv[], int first);
+
 /* The usage error for getopt_long's '?' (or ':'): names the option that was
  * unknown, lacks its value or takes none.  optstring is the one given to
  * getopt_long (it tells an unknown short option from one missing its value);

@@ -933,6 +933,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     int no_prefix_cache = 0;
     uint64_t cache_salt = 0;
     int c;
+    kvp_cli_note_optional_values(argc, argv, longopts);
     while ((c = getopt_long(argc, argv, spec ? KVP_RUNOPTS_SHORT "ho:" : KVP_RUNOPTS_SHORT "h", longopts, NULL)) !=
            -1) {
         if (kvp_runopts_parse(&o, c, optarg) || (spec && parse_heads_opt(&hc, c, optarg)))
@@ -1104,9 +1105,9 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("give one of -p, -f and --tokens");
     kvp_runopts_check_prompt_args(&o);
     if (from_prompts && optind < argc)
-        kvp_cli_usage_error("a KV stream and prompts at once");
+        kvp_cli_usage_error("a KV stream and prompts at once%s", kvp_cli_operand_hint(argc, argv, optind));
     if (optind + 1 < argc)
-        kvp_cli_usage_error("more than one KV stream");
+        kvp_cli_usage_error("more than one KV stream%s", kvp_cli_operand_hint(argc, argv, optind));
     const char *kv_in = optind < argc ? argv[optind] : "-";
     if (!from_prompts && !strcmp(o.model, "-") && !strcmp(kv_in, "-"))
         kvp_cli_usage_error("-m -: the model is read from standard input, so the KV stream cannot be (give it as a "

@@ -134,6 +134,18 @@ done
 usage_case prefill "an extra argument" "unexpected argument" prefill -m "$T/x.gguf" -p a extra
 usage_case decode "two KV streams" "more than one" decode -m "$T/x.gguf" a.kvp b.kvp
 usage_case decode "a KV stream with prompts" "at once" decode -m "$T/x.gguf" -p a "$T/s.kvp"
+# getopt takes "--stats FILE" as --stats and an operand: the error says so
+usage_case decode "--stats FILE with prompts" \
+    "at once ('$T/st.json' follows --stats, whose value is given as --stats=VALUE)" \
+    decode -m "$T/x.gguf" -p a --stats "$T/st.json"
+usage_case decode "--stats FILE after a KV stream" "more than one KV stream ('$T/st.json' follows --stats" \
+    decode -m "$T/x.gguf" "$T/s.kvp" --stats "$T/st.json"
+usage_case prefill "--stats FILE" "unexpected argument '$T/st.json' ('$T/st.json' follows --stats" \
+    prefill -m "$T/x.gguf" -p a --stats "$T/st.json"
+usage_case quantize "--zstd LEVEL" "one input at a time (got 2) ('19' follows --zstd" \
+    quantize --zstd 19 "$T/tiny.gguf" -o "$T/u.kvp"
+usage_case decode "an operand not after --stats" "at once" decode -m "$T/x.gguf" --stats -p a b.kvp
+expect_err_lacks "follows" "decode: no hint for an operand that did not follow --stats"
 usage_case decode "an empty model name" "-m: an empty file name" decode -m '' -p a
 usage_case prefill "an empty model name" "-m: an empty file name" prefill -m '' -p a
 usage_case decode "an empty prompts file name" "-f: an empty file name" decode -m "$T/x.gguf" -f ''
