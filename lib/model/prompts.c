@@ -335,6 +335,11 @@ static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, 
      * for every other field) */
     if (pr && pr->type != KVP_JSON_NULL && msgs && msgs->type != KVP_JSON_NULL)
         return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": both \"prompt\" and \"messages\": give one", path, line);
+    /* as for -p: a plain prompt has no system turn, and --system unused
+     * would be a silent change of every answer */
+    if (pr && pr->type == KVP_JSON_STRING && ps->system && !ps->chat)
+        return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": a \"prompt\" string has no system turn for --system: "
+                           "give --chat too (or \"messages\")", path, line);
     if (pr && pr->type == KVP_JSON_STRING)
         return kvp_prompts_add_text(ps, lab, pr->str, pr->len, err);
     if (!msgs || msgs->type != KVP_JSON_ARRAY || msgs->n == 0)
@@ -711,6 +716,9 @@ int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
         if (nul) /* a binary file (a model, say) given as the prompt */
             rc = kvp_err_set(&rd->e, KVP_EFORMAT, "%s: byte %zu is NUL: a binary file, not a text prompt", rd->path,
                              (size_t)(nul - (rd->buf + rd->beg)));
+        else if (rd->one.system && !rd->one.chat)
+            rc = kvp_err_set(&rd->e, KVP_EFORMAT, "%s: a plain-text prompt has no system turn for --system: give "
+                             "--chat too", rd->path);
         else if ((rc = text_utf8(rd)) == 0)
             rc = kvp_prompts_add_text(&rd->one, "", rd->buf + rd->beg, rd->end - rd->beg, &rd->e);
         rd->line = 1;

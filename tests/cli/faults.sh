@@ -193,6 +193,18 @@ for p in prefill decode; do
     usage_case $p "a signed --tokens item" "item 1" $p -m "$M" -t 2 --tokens +5
     usage_case $p "two ids without a comma" "item 1" $p -m "$M" -t 2 --tokens "1 2"
 done
+# --system on a file's plain prompts: an error naming the line, not a
+# system message silently left out
+printf '{"id":"a","messages":[{"role":"user","content":"hi"}]}\n{"id":"b","prompt":"hi"}\n' >"$T/sys.jsonl"
+printf 'Say hi.\n' >"$T/sys.txt"
+for p in decode prefill; do
+    runtime_case $p "--system with a \"prompt\" line" "$T/sys.jsonl:2: a \"prompt\" string has no system turn" \
+        $p -m "$M" -t 2 -n 1 -f "$T/sys.jsonl" --system "Be brief."
+    runtime_case $p "--system with a plain-text file" "$T/sys.txt: a plain-text prompt has no system turn" \
+        $p -m "$M" -t 2 -n 1 -f "$T/sys.txt" --system "Be brief."
+done
+run decode -m "$M" -t 2 -n 1 -f "$T/sys.txt" --system "Be brief." --chat
+expect_status 0 "decode: --system with --chat on a plain-text file"
 runtime_case prefill "a directory as -o" "is a directory" prefill -m "$M" -t 2 -p hi -o "$T/dir"
 runtime_case decode "a directory as --kv-out" "is a directory" decode -m "$M" -t 2 -p hi -n 1 --kv-out "$T/dir"
 runtime_case decode "an empty KV stream" "empty input" decode -m "$M" -t 2 "$T/empty"
