@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { OPT_RESUME = 0x2000, OPT_PROGRESS, OPT_TOKENIZE, OPT_PPL, OPT_CTX, OPT_CHUNKS, OPT_SAVE, OPT_SAVE_TOP, OPT_FULL, OPT_KLD };
 
@@ -647,6 +648,9 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("unexpected argument '%s'%s", argv[optind], kvp_cli_operand_hint(argc, argv, optind));
     if (!*output)
         kvp_cli_usage_error("-o: an empty file name (- for standard output)");
+    /* as quantize and kvdump --extract: a KV stream is no text for a screen */
+    if (!tokenize && strcmp(output, "-") == 0 && isatty(STDOUT_FILENO))
+        kvp_cli_usage_error("the KV stream is binary: give -o FILE, or redirect standard output to a file or pipe");
     /* the stream would replace the prompts it is made from (a --resume
      * stream continued into itself is read whole first: no such loss) */
     if (!tokenize) {

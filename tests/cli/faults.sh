@@ -205,6 +205,24 @@ for p in decode prefill; do
 done
 run decode -m "$M" -t 2 -n 1 -f "$T/sys.txt" --system "Be brief." --chat
 expect_status 0 "decode: --system with --chat on a plain-text file"
+# binary output onto a terminal (script(1) gives the program one): refused
+if script -qec true /dev/null >/dev/null 2>&1; then
+    on_tty() { # NAME WANT CMD...: exit 2 and WANT in what the terminal showed
+        _n=$1 _w=$2
+        shift 2
+        script -qec "$*" /dev/null >"$OUT" 2>&1
+        _s=$?
+        if [ "$_s" -eq 2 ] && grep -qF -- "$_w" "$OUT"; then pass "$_n: refused onto a terminal"; else
+            fail "$_n onto a terminal: exit $_s, $(head -c 300 "$OUT")"; fi
+    }
+    on_tty prefill "the KV stream is binary" prefill -m "$M" -t 2 -p hi
+    on_tty quantize "the output is binary" quantize "$T/tiny.gguf" --to int8 -o -
+    on_tty kvdump "writes binary data" kvdump -x token_embd.weight "$T/tiny.gguf"
+    script -qec "prefill -m $M -t 2 --tokenize -p hi" /dev/null >"$OUT" 2>&1
+    expect_status 0 "prefill --tokenize onto a terminal (text)"
+else
+    echo "skip: no script(1) (bsdutils): binary output onto a terminal not checked"
+fi
 runtime_case prefill "a directory as -o" "is a directory" prefill -m "$M" -t 2 -p hi -o "$T/dir"
 runtime_case decode "a directory as --kv-out" "is a directory" decode -m "$M" -t 2 -p hi -n 1 --kv-out "$T/dir"
 runtime_case decode "an empty KV stream" "empty input" decode -m "$M" -t 2 "$T/empty"
