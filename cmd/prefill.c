@@ -636,6 +636,9 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("--stop goes with a prefill job (its stream carries it), not --tokenize");
     if (tokenize && (output_given || o.stats || o.stats_file)) /* likewise */
         kvp_cli_usage_error("--tokenize prints the ids on standard output: not -o or --stats (redirect it)");
+    /* a job's stream is binary: --json would change nothing */
+    if (!tokenize && o.json && !o.stats)
+        kvp_cli_usage_error("--json gives --stats' lines (and --tokenize's ids) as JSON: give --stats too");
     if (tokenize && n_in == 0)
         o.file = "-";
     else if (n_in != 1 && resume)

@@ -132,6 +132,7 @@ for p in prefill decode; do
     runtime_case $p "a KVP stream as the model" "s.kvp" $p -m "$T/s.kvp" -p a
 done
 usage_case prefill "an extra argument" "unexpected argument" prefill -m "$T/x.gguf" -p a extra
+usage_case prefill "--json without --stats" "--json gives --stats' lines" prefill -m "$T/x.gguf" -p a --json -o o.kvp
 usage_case decode "two KV streams" "more than one" decode -m "$T/x.gguf" a.kvp b.kvp
 usage_case decode "a KV stream with prompts" "at once" decode -m "$T/x.gguf" -p a "$T/s.kvp"
 # getopt takes "--stats FILE" as --stats and an operand: the error says so
