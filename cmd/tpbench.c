@@ -333,8 +333,11 @@ static void print_header(const opts *o, kvp_comm *w, const char *backend)
         return;
     }
     if (rank == 0) {
-        printf("# tpbench %s: %d rank%s over %s, minBytes %" PRIu64 " maxBytes %" PRIu64 " step: ",
-               kvp_cb_op_name(cb->op), n, n == 1 ? "" : "s", backend, cb->min_bytes, cb->max_bytes);
+        /* a build without MPI runs its "mpi" backend in one process */
+        int alone = !kvp_comm_have_mpi() && strcmp(backend, "mpi") == 0;
+        printf("# tpbench %s: %d rank%s %s%s, minBytes %" PRIu64 " maxBytes %" PRIu64 " step: ",
+               kvp_cb_op_name(cb->op), n, n == 1 ? "" : "s", alone ? "in one process (this build has no MPI)" : "over ",
+               alone ? "" : backend, cb->min_bytes, cb->max_bytes);
         if (cb->step_bytes)
             printf("%" PRIu64 "(bytes)", cb->step_bytes);
         else
@@ -502,6 +505,9 @@ static int run_model(const opts *o, kvp_comm *w, kvp_cb_backend *be, kvp_err *er
         printf(",\n  \"measured\":null");
     else if (o->tp == 1)
         printf("#\n# measured: nothing to measure (--tp 1 has no collectives)\n");
+    else if (!kvp_comm_have_mpi())
+        printf("#\n# measured: not run (this build has no MPI: install one (Debian: libopenmpi-dev openmpi-bin), "
+               "rebuild, and mpirun -np %u tpbench ... measures this machine's transport)\n", o->tp);
     else
         printf("#\n# measured: not run (a job of one rank; mpirun -np %u tpbench ... measures this machine's "
                "transport)\n", o->tp);

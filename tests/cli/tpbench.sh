@@ -122,12 +122,18 @@ if ! command -v mpirun >/dev/null 2>&1; then
     done_testing
     exit $?
 fi
+run tpbench -b 8 -e 8 -n 1 -w 0
+head -n 1 "$OUT" >"$T/alone.head"
 run mpirun -np 2 tpbench -b 8 -e 8 -n 1 -w 0
 if grep -q "has no MPI" "$ERR"; then
+    # a build without MPI says so, not "over mpi"
+    expect_true "a build without MPI: its header says one process" grep -q "1 rank in one process (this build has no MPI)" \
+        "$T/alone.head"
     echo "skip: this tpbench was built without MPI: the multi-rank tests did not run"
     done_testing
     exit $?
 fi
+expect_true "alone, a build with MPI: 1 rank over mpi" grep -q "1 rank over mpi," "$T/alone.head"
 expect_status 0 "two ranks"
 
 # ---- every operation and dtype, 2 and 4 ranks; every reduction at 3 ----
