@@ -578,7 +578,10 @@ static void print_human(const run *R, const kvp_cap_params *p, const kvp_cap_res
     printf("           %.3f B params", (double)r->n_params / 1e9);
     if (r->n_params_active != r->n_params)
         printf(" (%.3f B active)", (double)r->n_params_active / 1e9);
-    printf("; weights %s, KV %s: %s\n", p->weight_fmt.name, p->kv_fmt.name, gbs(b1, sizeof b1, (double)r->weight_bytes));
+    printf("; weights %s", p->weight_fmt.name);
+    if (strcmp(p->embed_fmt.name, p->weight_fmt.name) != 0) /* their bytes are in the total: name them */
+        printf(" (embeddings, head and norms %s)", p->embed_fmt.name);
+    printf(", KV %s: %s\n", p->kv_fmt.name, gbs(b1, sizeof b1, (double)r->weight_bytes));
 
     printf("\nKV cache (whole model)\n");
     printf("  per token          %s B", commas(b1, sizeof b1, r->kv_bytes_per_token));
@@ -830,7 +833,7 @@ static void check_point(run *R, const kvp_cap_params *q)
     char src[512];
     if (kvp_config_check_shape(&q->cfg, shape_source(src, sizeof src, R), &err))
         kvp_cli_usage_error("%s", err.msg);
-    if (kvp_shard_check_split_cols(&q->cfg, q->col_unit, q->tp, &err) < 0)
+    if (kvp_shard_check_split_cols(&q->cfg, q->col_units, q->tp, &err) < 0)
         kvp_cli_usage_error("%s: %s", R->tp_given ? "--tp" : "--gpus", err.msg);
 }
 
@@ -973,7 +976,7 @@ static void load_model(run *R, const char *name)
         kvp_cli_die_err(&err);
     p->cfg = mf.cfg;
     p->q_lora_rank = mf.q_lora_rank;
-    p->col_unit = mf.col_unit;
+    p->col_units = mf.col_units;
     R->model_source = mf.kind[0] == 'g' ? "gguf" : mf.kind[0] == 'k' ? "kvp" : "hf";
     R->model_label = p->cfg.name[0] ? p->cfg.name : name;
     if (mf.weight_bytes) {

@@ -69,21 +69,24 @@ static int weights_fault(const kvp_model *m, uint32_t n, kvp_err *err)
     return 0;
 }
 
-/* Why slices of unit-column multiples (blocks, scale groups) do not cut c's
- * attention output and FFN down projections over n ranks, or 0. */
-static int unit_fault(const kvp_config *c, uint32_t unit, uint32_t n, kvp_err *err)
+/* Why slices of whole blocks (scale groups) of u's columns do not cut c's
+ * attention output and FFN down projections over n ranks, or 0.  One rank
+ * takes whole rows, whatever their blocks. */
+static int unit_fault(const kvp_config *c, kvp_col_units u, uint32_t n, kvp_err *err)
 {
     uint32_t nh = c->n_head / n * c->head_dim, ff = c->n_ff / n;
-    if (unit > 1 && nh && nh % unit)
+    if (n <= 1)
+        return 0;
+    if (u.attn > 1 && nh && nh % u.attn)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: the attention output's slices "
-                           "of %u columns are not whole blocks of %u", n, nh, unit);
-    if (unit > 1 && ff && ff % unit)
+                           "of %u columns are not whole blocks of %u", n, nh, u.attn);
+    if (u.ffn > 1 && ff && ff % u.ffn)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "tensor parallelism over %u ranks: the FFN down projection's "
-                           "slices of %u columns are not whole blocks of %u", n, ff, unit);
+                           "slices of %u columns are not whole blocks of %u", n, ff, u.ffn);
     return 0;
 }
 
-static int fault(const kvp_config *c, const kvp_model *m, uint32_t unit, uint32_t n, kvp_err *err)
+static int fault(const kvp_config *c, const kvp_model *m, kvp_col_units unit, uint32_t n, kvp_err *err)
 {
     int rc = split_fault(c, n, err);
     if (rc == 0)
@@ -93,7 +96,7 @@ static int fault(const kvp_config *c, const kvp_model *m, uint32_t unit, uint32_
 
 /* c's split (m's weights, or slices of unit columns, too, when given)
  * over n ranks, naming the rank counts that work when it does not. */
-static int check_split(const kvp_config *c, const kvp_model *m, uint32_t unit, uint32_t n, kvp_err *err)
+static int check_split(const kvp_config *c, const kvp_model *m, kvp_col_units unit, uint32_t n, kvp_err *err)
 {
     int rc = fault(c, m, unit, n, err);
     if (rc == 0 || n == 0)
@@ -113,16 +116,19 @@ static int check_split(const kvp_config *c, const kvp_model *m, uint32_t unit, u
     return kvp_err_set(err, rc, "%s (rank counts that split this model: %s)", why.msg, ok);
 }
 
-int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err) { return check_split(c, NULL, 0, n, err); }
-
-int kvp_shard_check_split_cols(const kvp_config *c, uint32_t col_unit, uint32_t n, kvp_err *err)
+int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err)
 {
-    return check_split(c, NULL, col_unit, n, err);
+    return check_split(c, NULL, (kvp_col_units){0, 0}, n, err);
+}
+
+int kvp_shard_check_split_cols(const kvp_config *c, kvp_col_units u, uint32_t n, kvp_err *err)
+{
+    return check_split(c, NULL, u, n, err);
 }
 
 int kvp_shard_check_model(const kvp_model *m, uint32_t n, kvp_err *err)
 {
-    int rc = check_split(&m->cfg, m, 0, n, err);
+    int rc = check_split(&m->cfg, m, (kvp_col_units){0, 0}, n, err);
     if (rc < 0)
         return rc;
     return kvp_shard_check(&m->cfg, n, err);

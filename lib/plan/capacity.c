@@ -407,7 +407,7 @@ static int check_params(const kvp_cap_params *p, kvp_err *err)
         return kvp_err_set(err, KVP_EINVAL, "tp: %u is out of range (1..4096)", p->tp);
     /* only the splits decode runs: a plan for one it refuses means nothing */
     kvp_err split = {0};
-    if (kvp_shard_check_split_cols(c, p->col_unit, p->tp, &split) < 0)
+    if (kvp_shard_check_split_cols(c, p->col_units, p->tp, &split) < 0)
         return kvp_err_set(err, KVP_EINVAL, "tp: %s", split.msg);
     if (p->pp == 0 || p->pp > KVP_CAP_MAX_PP || p->pp > c->n_layer)
         return kvp_err_set(err, KVP_EINVAL, "pp: %u is out of range (1..%u and at most the %u layers)", p->pp,

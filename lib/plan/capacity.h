@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "shard.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -63,7 +64,7 @@ typedef struct kvp_cap_params {
     kvp_cap_fmt embed_fmt;        /* token embeddings, lm_head, norms, biases, router */
     kvp_cap_fmt kv_fmt;
     uint64_t weight_bytes_override; /* > 0: exact model weight bytes (from a file's tensors) */
-    uint32_t col_unit;            /* a file's kvp_cap_model_file.col_unit (0: not known) */
+    kvp_col_units col_units;      /* a file's kvp_cap_model_file.col_units (0: not known) */
     uint64_t gpu_mem_bytes;       /* per GPU */
     double gpu_bw;                /* bytes/s per GPU, 0 when unknown */
     double gpu_util;              /* share of gpu_mem usable, (0, 1] */
@@ -148,11 +149,11 @@ typedef struct kvp_cap_model_file {
     uint64_t weight_bytes;  /* all tensors' exact bytes, scales included, when the file lists them (GGUF, KVP); else 0 */
     char weight_type[16];   /* the format of most matrix bytes ("q4_1"), an HF quantization_config's ("int4-g128"), "" */
     uint32_t q_lora_rank;   /* MLA query low rank, which kvp_config does not carry; 0 if none */
-    /* the columns a tensor-parallel slice of the attention output and FFN
-     * down projections must be whole multiples of (their quantization
-     * blocks and scale groups, the largest; kvp_shard_check_split_cols),
+    /* the columns a tensor-parallel slice of the attention output and of
+     * the FFN down projections must be whole multiples of (their
+     * quantization blocks and scale groups; kvp_shard_check_split_cols),
      * 0 when the file does not list its tensors */
-    uint32_t col_unit;
+    kvp_col_units col_units;
 } kvp_cap_model_file;
 
 /* Read a model's shape from path: a GGUF file (header and tensor table

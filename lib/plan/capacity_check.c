@@ -219,10 +219,10 @@ static int plan_one(const kvp_cap_params *base, const kvp_cap_run *run, uint64_t
 
 /* The run's split as decode's shards take it: else the stats are not of a
  * run of this model. */
-static int check_split(const kvp_config *cfg, uint32_t col_unit, const kvp_cap_run *r, kvp_err *err)
+static int check_split(const kvp_config *cfg, kvp_col_units col_units, const kvp_cap_run *r, kvp_err *err)
 {
     kvp_err why = {0};
-    if (kvp_shard_check_split_cols(cfg, col_unit, r->tp, &why) < 0)
+    if (kvp_shard_check_split_cols(cfg, col_units, r->tp, &why) < 0)
         return kvp_err_set(err, KVP_EMISMATCH, "tp: %u: %s", r->tp, why.msg);
     if (r->pp > cfg->n_layer)
         return kvp_err_set(err, KVP_EMISMATCH, "pp: %u stages for a model of %u layers (at most one stage a layer)",
@@ -255,7 +255,7 @@ int kvp_cap_check_run(const kvp_cap_params *p, int pool, uint64_t kv_mem, const 
         c->mean_len = (r->prompt_tokens + r->output_tokens + r->requests - 1) / r->requests;
     }
     uint64_t alloc_mean, alloc_max;
-    int rc = check_split(&p->cfg, p->col_unit, r, err);
+    int rc = check_split(&p->cfg, p->col_units, r, err);
     if (!rc)
         rc = plan_one(p, r, c->max_len, c, &alloc_max, err);
     if (!rc)

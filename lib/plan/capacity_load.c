@@ -27,7 +27,7 @@
 typedef struct tensor_tally {
     uint64_t bytes;
     int has_output;
-    uint32_t col_unit;
+    kvp_col_units col_units;
     size_t n;
     struct {
         char fmt[16];
@@ -37,16 +37,18 @@ typedef struct tensor_tally {
 
 /* Whether name is a weight tensor parallelism cuts by columns (the
  * attention output, the FFN down projection: GGUF's names and HF's). */
-static int cut_by_columns(const char *name)
+/* Where a column-cut tensor's unit is kept: the attention output's or the
+ * FFN down projections' (GGUF's names, HF's); NULL for another tensor. */
+static uint32_t *cut_by_columns(kvp_col_units *u, const char *name)
 {
-    static const char *const ends[] = {"attn_output.weight", "ffn_down.weight", "o_proj.weight", "down_proj.weight"};
+    static const char *const ends[] = {"attn_output.weight", "o_proj.weight", "ffn_down.weight", "down_proj.weight"};
     size_t n = strlen(name);
     for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
         size_t e = strlen(ends[i]);
         if (n >= e && strcmp(name + n - e, ends[i]) == 0)
-            return 1;
+            return i < 2 ? &u->attn : &u->ffn;
     }
-    return 0;
+    return NULL;
 }
 
 /* unit: the columns a slice of the tensor must be a multiple of (its
@@ -55,8 +57,9 @@ static void tally_add(tensor_tally *t, const char *name, const char *fmt, uint64
                       uint32_t unit)
 {
     t->bytes += bytes;
-    if (cut_by_columns(name) && unit > t->col_unit)
-        t->col_unit = unit;
+    uint32_t *cut = cut_by_columns(&t->col_units, name);
+    if (cut && unit > *cut)
+        *cut = unit;
     /* GGUF's name, and HF's (a KVP file converted from safetensors keeps it) */
     if (strcmp(name, "output.weight") == 0 || strcmp(name, "lm_head.weight") == 0)
         t->has_output = 1;
@@ -79,7 +82,7 @@ static void tally_add(tensor_tally *t, const char *name, const char *fmt, uint64
 static void tally_apply(const tensor_tally *t, kvp_cap_model_file *out)
 {
     out->weight_bytes = t->bytes;
-    out->col_unit = t->col_unit;
+    out->col_units = t->col_units;
     out->cfg.tied_embeddings = !t->has_output;
     size_t best = 0;
     for (size_t i = 1; i < t->n; i++)

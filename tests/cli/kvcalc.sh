@@ -98,6 +98,13 @@ for m in gqa2_hd64_untied gqa1_hd32_tied; do
 done
 run kvcalc -m "$T/gqa2_hd64_untied.kvp"
 expect_out_has "0.000 B params; weights q8_0" "the report names the tensors' format"
+# the embeddings' format, where it is not the matrices', is named beside it
+run kvcalc -m llama-3-8b --embed-dtype fp4
+expect_out_has "; weights f16 (embeddings, head and norms nvfp4), KV f16" "--embed-dtype fp4: named in the report"
+run kvcalc -m llama-3-8b --weight-dtype int4
+expect_out_has "; weights int4-g128 (embeddings, head and norms bf16), KV" "int4 weights: the bf16 embeddings named"
+run kvcalc -m llama-3-8b
+expect_out_has "; weights f16, KV f16" "all f16: one format named"
 
 run kvcalc -m deepseek-v3 --json
 expect_field kv_bytes_per_token 70272 "DeepSeek-V3 MLA: (512 + 64) x 61 x 2 = 70,272"

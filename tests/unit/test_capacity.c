@@ -620,7 +620,55 @@ static void test_load_gguf_cols(void)
     kvp_cap_model_file mf;
     kvp_err err = {0};
     CHECK_MSG(kvp_cap_load_model(path, &mf, &err) == 0, "%s", err.msg);
-    CHECK_EQ_U64(mf.col_unit, 32);
+    CHECK_EQ_U64(mf.col_units.attn, 32);
+    CHECK_EQ_U64(mf.col_units.ffn, 32);
+    unlink(path);
+}
+
+/* A file whose attention output and FFN down projections have blocks of
+ * their own sizes (llama.cpp's Q4_K_M of a 576-wide model: Q5_0's 32 and
+ * Q6_K's 256) keeps one unit each: one rank plans (kvcalc refused even
+ * --tp 1 of SmolLM2's Q4_K_M, taking 256 for the 576-wide attention
+ * output), two are refused by the FFN's 256. */
+static void test_load_gguf_mixed_cols(void)
+{
+    char path[] = "/tmp/kvp-test-capacity-mixed-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    tiny_cfg c = {.n_layer = 1, .n_embd = 64, .n_ff = 256, .n_head = 2, .n_head_kv = 1, .n_vocab = 64,
+                  .wtype = KVP_DTYPE_Q4_0, .tied = 1};
+    uint64_t rng = 9;
+    CHECK(tiny_write(path, &c, &rng) == 0);
+    /* ffn_down's type Q4_0 -> Q4_K: 8 blocks of 18 bytes are 144, one
+     * super-block's size, so the file stays whole */
+    FILE *f = fopen(path, "r+b");
+    static uint8_t buf[1 << 16];
+    size_t len = f ? fread(buf, 1, sizeof buf, f) : 0;
+    static const char name[] = "blk.0.ffn_down.weight";
+    uint8_t *at = NULL;
+    for (size_t i = 8; i + sizeof name < len && !at; i++) /* u64 length, name, u32 dims, u64 x dims, u32 type */
+        if (!memcmp(buf + i, name, sizeof name - 1) && buf[i - 8] == sizeof name - 1)
+            at = buf + i + sizeof name - 1;
+    CHECK(f && at);
+    if (f && at) {
+        uint8_t *ty = at + 4 + 8 * at[0];
+        CHECK_EQ_I64(ty[0], 2);
+        ty[0] = 12;
+        CHECK(fseek(f, 0, SEEK_SET) == 0 && fwrite(buf, 1, len, f) == len);
+    }
+    if (f)
+        CHECK(fclose(f) == 0);
+    kvp_cap_model_file mf;
+    kvp_err err = {0};
+    CHECK_MSG(kvp_cap_load_model(path, &mf, &err) == 0, "%s", err.msg);
+    CHECK_EQ_U64(mf.col_units.attn, 32);
+    CHECK_EQ_U64(mf.col_units.ffn, 256);
+    CHECK_MSG(kvp_shard_check_split_cols(&mf.cfg, mf.col_units, 1, &err) == 0, "%s", err.msg);
+    CHECK(kvp_shard_check_split_cols(&mf.cfg, mf.col_units, 2, &err) == KVP_EUNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "FFN down projection's slices of 128 columns are not whole blocks of 256") &&
+                  strstr(err.msg, "(rank counts that split this model: 1)"),
+              "%s", err.msg);
     unlink(path);
 }
 
@@ -819,6 +867,7 @@ int main(void)
     test_sim();
     test_load_kvp();
     test_load_gguf_cols();
+    test_load_gguf_mixed_cols();
     test_load_kvp_tensors();
     test_lengths_max();
     return unit_done();

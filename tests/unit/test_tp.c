@@ -134,12 +134,21 @@ static void test_shard_weights(void)
     CHECK(kvp_shard_check_model(&m, 16, &err) == KVP_EUNSUPPORTED && strstr(err.msg, "with group scales") &&
           strstr(err.msg, "1, 2, 4, 8)"));
     /* the planners' form of the rule (kvcalc of a file: blocks of 256) */
-    CHECK(kvp_shard_check_split_cols(&m.cfg, 256, 2, &err) == 0);
-    CHECK(kvp_shard_check_split_cols(&m.cfg, 256, 4, &err) == KVP_EUNSUPPORTED);
+    kvp_col_units k256 = {256, 256};
+    CHECK(kvp_shard_check_split_cols(&m.cfg, k256, 2, &err) == 0);
+    CHECK(kvp_shard_check_split_cols(&m.cfg, k256, 4, &err) == KVP_EUNSUPPORTED);
     CHECK_MSG(strstr(err.msg, "the FFN down projection's slices of 128 columns are not whole blocks of 256") &&
                   strstr(err.msg, "(rank counts that split this model: 1, 2)"),
               "%s", err.msg);
-    CHECK(kvp_shard_check_split_cols(&m.cfg, 0, 4, &err) == 0); /* not known: not checked */
+    CHECK(kvp_shard_check_split_cols(&m.cfg, (kvp_col_units){0, 0}, 4, &err) == 0); /* not known: not checked */
+    /* one rank cuts nothing, whatever the blocks: rows wider than none */
+    CHECK_MSG(kvp_shard_check_split_cols(&m.cfg, (kvp_col_units){1024, 1024}, 1, &err) == 0, "%s", err.msg);
+    /* each kind its own unit: over 4 ranks the FFN's slices of 128 are
+     * whole blocks of 128 though the attention output's are 256 (the
+     * largest of both, 256, refused it) */
+    CHECK_MSG(kvp_shard_check_split_cols(&m.cfg, (kvp_col_units){256, 128}, 4, &err) == 0, "%s", err.msg);
+    CHECK(kvp_shard_check_split_cols(&m.cfg, (kvp_col_units){512, 32}, 4, &err) == KVP_EUNSUPPORTED &&
+          strstr(err.msg, "attention output's slices of 256 columns are not whole blocks of 512"));
 }
 
 /* Rows are views, columns copies of each row's piece, on a real file. */
