@@ -257,7 +257,8 @@ static int cu_reserve(kvp_backend *b, const kvp_backend_reserve *r, kvp_err *err
 static int via_f32(int dtype)
 {
     return dtype == KVP_DTYPE_Q5_0 || dtype == KVP_DTYPE_Q5_1 || dtype == KVP_DTYPE_Q2_K || dtype == KVP_DTYPE_Q3_K ||
-           dtype == KVP_DTYPE_Q4_K || dtype == KVP_DTYPE_Q5_K || dtype == KVP_DTYPE_Q6_K || dtype == KVP_DTYPE_MXFP4;
+           dtype == KVP_DTYPE_Q4_K || dtype == KVP_DTYPE_Q5_K || dtype == KVP_DTYPE_Q6_K || dtype == KVP_DTYPE_IQ4_NL ||
+           dtype == KVP_DTYPE_IQ4_XS || dtype == KVP_DTYPE_MXFP4;
 }
 
 static int cu_supports(const kvp_backend *b, int use, int dtype, int scaled)
@@ -271,7 +272,7 @@ static int cu_supports(const kvp_backend *b, int use, int dtype, int scaled)
         case KVP_DTYPE_Q4_0: case KVP_DTYPE_Q4_1: case KVP_DTYPE_Q8_0:
             return !scaled;
         case KVP_DTYPE_Q5_0: case KVP_DTYPE_Q5_1: case KVP_DTYPE_Q2_K: case KVP_DTYPE_Q3_K: case KVP_DTYPE_Q4_K:
-        case KVP_DTYPE_Q5_K: case KVP_DTYPE_Q6_K: case KVP_DTYPE_MXFP4:
+        case KVP_DTYPE_Q5_K: case KVP_DTYPE_Q6_K: case KVP_DTYPE_IQ4_NL: case KVP_DTYPE_IQ4_XS: case KVP_DTYPE_MXFP4:
             return !scaled;
         case KVP_DTYPE_FP8_E4M3: case KVP_DTYPE_I8: case KVP_DTYPE_I4:
             return scaled != 0;

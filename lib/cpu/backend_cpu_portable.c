@@ -311,6 +311,8 @@ int kvp_cpu_dequant_row(int dtype, const void *src, float *dst, uint32_t n)
     case KVP_DTYPE_Q4_K: kvp_dequantize_row_q4_k(src, dst, n); return 0;
     case KVP_DTYPE_Q2_K: kvp_dequantize_row_q2_k(src, dst, n); return 0;
     case KVP_DTYPE_Q3_K: kvp_dequantize_row_q3_k(src, dst, n); return 0;
+    case KVP_DTYPE_IQ4_NL: kvp_dequantize_row_iq4_nl(src, dst, n); return 0;
+    case KVP_DTYPE_IQ4_XS: kvp_dequantize_row_iq4_xs(src, dst, n); return 0;
     case KVP_DTYPE_Q5_K: kvp_dequantize_row_q5_k(src, dst, n); return 0;
     case KVP_DTYPE_Q6_K: kvp_dequantize_row_q6_k(src, dst, n); return 0;
     case KVP_DTYPE_MXFP4: kvp_dequantize_row_mxfp4(src, dst, n); return 0;
@@ -342,7 +344,8 @@ int kvp_cpu_dequant_weight_row_ok(const kvp_weight *w)
     switch (w->dtype) {
     case KVP_DTYPE_F32: case KVP_DTYPE_F16: case KVP_DTYPE_BF16: case KVP_DTYPE_Q4_0: case KVP_DTYPE_Q4_1:
     case KVP_DTYPE_Q8_0: case KVP_DTYPE_Q5_0: case KVP_DTYPE_Q5_1: case KVP_DTYPE_Q4_K: case KVP_DTYPE_Q5_K:
-    case KVP_DTYPE_Q6_K: case KVP_DTYPE_Q2_K: case KVP_DTYPE_Q3_K: case KVP_DTYPE_MXFP4: case KVP_DTYPE_NVFP4:
+    case KVP_DTYPE_Q6_K: case KVP_DTYPE_Q2_K: case KVP_DTYPE_Q3_K: case KVP_DTYPE_IQ4_NL: case KVP_DTYPE_IQ4_XS:
+    case KVP_DTYPE_MXFP4: case KVP_DTYPE_NVFP4:
         return !w->scales && !w->zeros;
     case KVP_DTYPE_I8: case KVP_DTYPE_I4:
         return w->scales != NULL;

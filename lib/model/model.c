@@ -351,7 +351,7 @@ static int bind(kvp_model *m, kvp_weight *w, const char *gname, const char *hnam
     case KVP_DTYPE_I8: case KVP_DTYPE_I4: case KVP_DTYPE_FP8_E4M3:
     /* no dot kernel: the CPU matmul turns a few rows at a time into f32 */
     case KVP_DTYPE_Q5_0: case KVP_DTYPE_Q5_1: case KVP_DTYPE_Q2_K: case KVP_DTYPE_Q3_K: case KVP_DTYPE_Q4_K:
-    case KVP_DTYPE_Q5_K: case KVP_DTYPE_Q6_K:
+    case KVP_DTYPE_Q5_K: case KVP_DTYPE_Q6_K: case KVP_DTYPE_IQ4_NL: case KVP_DTYPE_IQ4_XS:
     case KVP_DTYPE_MXFP4: case KVP_DTYPE_NVFP4: case KVP_DTYPE_FP8_E5M2: case KVP_DTYPE_FP4_E2M1:
         break;
     default:

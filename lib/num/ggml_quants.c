@@ -243,6 +243,54 @@ void kvp_dequantize_row_q6_k(const void *src, float *y, int64_t n)
     }
 }
 
+/* llama.cpp's kvalues_iq4nl: the 16 values a 4-bit IQ4 index selects. */
+const int8_t kvp_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+void kvp_iq4_codes(const uint8_t *qs, int8_t c[32])
+{
+    for (int j = 0; j < 16; j++) {
+        c[j] = kvp_iq4nl_values[qs[j] & 15];
+        c[j + 16] = kvp_iq4nl_values[qs[j] >> 4];
+    }
+}
+
+int kvp_iq4xs_scale(const uint8_t *b, int j)
+{
+    int lo = (b[4 + j / 2] >> (4 * (j % 2))) & 15, hi = ((b[2] | b[3] << 8) >> (2 * j)) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* block_iq4_nl (18 bytes): f16 d; 16 bytes of indices as Q4_0's nibbles;
+ * y = d v[q]. */
+void kvp_dequantize_row_iq4_nl(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 18, y += QK) {
+        float d = f16le(b);
+        int8_t c[QK];
+        kvp_iq4_codes(b + 2, c);
+        for (int j = 0; j < QK; j++)
+            y[j] = d * (float)c[j];
+    }
+}
+
+/* block_iq4_xs (136 bytes, kvp_iq4xs_scale): y = (d (ls - 32)) v[q] a
+ * sub-block of 32 (gguf-py's dl, then the product). */
+void kvp_dequantize_row_iq4_xs(const void *src, float *y, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 136) {
+        float d = f16le(b);
+        for (int j = 0; j < 8; j++, y += QK) {
+            float dl = d * (float)kvp_iq4xs_scale(b, j);
+            int8_t c[QK];
+            kvp_iq4_codes(b + 8 + 16 * j, c);
+            for (int e = 0; e < QK; e++)
+                y[e] = dl * (float)c[e];
+        }
+    }
+}
+
 /* E2M1 code to f32 with -0 read as +0, as ggml's table of values does
  * (the gguf package's: test_quant's ggml_deq goldens, bit for bit). */
 static const float fp4_values[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,

@@ -1,6 +1,6 @@
 /* ggml_quants.h - GGUF's block types and the FP4 block formats.
  *
- * GGUF's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K dequantized bit-exactly like
+ * GGUF's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS dequantized bit-exactly like
  * gguf-py; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 quantized like ggml's reference
  * quantizers; NVFP4 and MXFP4 blocks (layouts in quant.h).
  */
@@ -67,6 +67,20 @@ void kvp_q2k_codes(const uint8_t *b, uint8_t q[256]);
  * element 32j + l; and its 16 scales s - 32 (sub-blocks of 16). */
 void kvp_q3k_codes(const uint8_t *b, uint8_t q[256]);
 void kvp_q3k_scales(const uint8_t *b, int8_t sc[16]);
+/* IQ4_NL and IQ4_XS: 4-bit indices into llama.cpp's kvalues_iq4nl
+ * (kvp_iq4nl_values), a block of 32's 16 bytes holding element j in the
+ * low nibble of byte j and element j + 16 in its high one.  IQ4_NL (18
+ * bytes): f16 d, the 16 bytes; y = d v[q].  IQ4_XS (136 bytes a
+ * super-block of 256): f16 d, u16 scales_h, 4 bytes scales_l, 8 x 16
+ * bytes of indices; sub-block j's 6-bit ls is nibble j % 2 of scales_l[j /
+ * 2] with bits 2j of scales_h above it, y = (d (ls - 32)) v[q]. */
+extern const int8_t kvp_iq4nl_values[16];
+void kvp_dequantize_row_iq4_nl(const void *src, float *y, int64_t n);
+void kvp_dequantize_row_iq4_xs(const void *src, float *y, int64_t n);
+/* A block's 32 values v[q] from its 16 bytes of indices. */
+void kvp_iq4_codes(const uint8_t *qs, int8_t c[32]);
+/* IQ4_XS super-block b's sub-block j (< 8) scale, ls - 32 (-32..31). */
+int kvp_iq4xs_scale(const uint8_t *b, int j);
 void kvp_dequantize_row_mxfp4(const void *src, float *y, int64_t n);
 void kvp_dequantize_row_nvfp4(const void *src, float *y, int64_t n); /* global scale 1 */
 void kvp_quantize_row_q4_0(const float *x, void *dst, int64_t n);

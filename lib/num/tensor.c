@@ -35,7 +35,7 @@ static void mxfp4_from_f32(const float *src, void *dst, int64_t n) { kvp_quantiz
 
 /* The table.  Conversions of the 8/4-bit and block types live in the quant
  * module (minifloat.c, ggml_quants.c, quant.c); the sizes are fixed here
- * because the format depends on them.  The K-quants are read-only. */
+ * because the format depends on them.  The K-quants and IQ4 are read-only. */
 static const kvp_dtype_traits traits[KVP_DTYPE_COUNT] = {
     [KVP_DTYPE_F32] = {"f32", 1, 4, 0, f32_to_f32, f32_from_f32},
     [KVP_DTYPE_F16] = {"f16", 1, 2, 0, f16_to_f32, f16_from_f32},
@@ -61,6 +61,8 @@ static const kvp_dtype_traits traits[KVP_DTYPE_COUNT] = {
     [KVP_DTYPE_Q5_K] = {"q5_k", 256, 176, 1, kvp_dequantize_row_q5_k, NULL},
     [KVP_DTYPE_Q2_K] = {"q2_k", 256, 84, 1, kvp_dequantize_row_q2_k, NULL},
     [KVP_DTYPE_Q3_K] = {"q3_k", 256, 110, 1, kvp_dequantize_row_q3_k, NULL},
+    [KVP_DTYPE_IQ4_NL] = {"iq4_nl", 32, 18, 1, kvp_dequantize_row_iq4_nl, NULL},
+    [KVP_DTYPE_IQ4_XS] = {"iq4_xs", 256, 136, 1, kvp_dequantize_row_iq4_xs, NULL},
     [KVP_DTYPE_NVFP4] = {"nvfp4", 16, 9, 1, kvp_dequantize_row_nvfp4, nvfp4_from_f32},
     [KVP_DTYPE_MXFP4] = {"mxfp4", 32, 17, 1, kvp_dequantize_row_mxfp4, mxfp4_from_f32},
 };

@@ -49,6 +49,8 @@ typedef enum kvp_dtype {
     KVP_DTYPE_MXFP4 = 25,    /* 32 x E2M1 + E8M0 block scale */
     KVP_DTYPE_Q2_K = 26,     /* GGUF's 2- and 3-bit K-quants, 256 a super-block */
     KVP_DTYPE_Q3_K = 27,
+    KVP_DTYPE_IQ4_NL = 28,   /* GGUF's 4-bit indices into a fixed table: 32 a block */
+    KVP_DTYPE_IQ4_XS = 29,   /* 256 a super-block, 6-bit scales a sub-block of 32 */
     KVP_DTYPE_COUNT = 32
 } kvp_dtype;
 

@@ -7,8 +7,8 @@ ggml_deq_<type>.bin: u32 element count N, the blocks (random bytes with sane
   f16/E4M3/E8M0 scale fields, fixed seed), then N f32 from
   gguf.quants.dequantize.  Types: q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q6_k mxfp4
   nvfp4 (ggml's 64-element NVFP4 super-block: 4 E4M3 scales then 32 bytes),
-  and q5_k, q2_k, q3_k (each from a generator of its own, so adding them
-  left the others as they were).
+  and q5_k, q2_k, q3_k, iq4_nl, iq4_xs (each from a generator of its own,
+  so adding them left the others as they were).
 ggml_q_<type>.bin: u32 N, N f32 inputs (random normal with outliers), then
   the bytes of gguf.quants.quantize.  Types: q8_0 q4_0 q4_1 q5_0 q5_1 mxfp4.
 """
@@ -22,8 +22,8 @@ from gguf.quants import dequantize, quantize
 
 DEQ = {"q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1, "q8_0": T.Q8_0,
        "q4_k": T.Q4_K, "q6_k": T.Q6_K, "mxfp4": T.MXFP4, "nvfp4": T.NVFP4, "q5_k": T.Q5_K,
-       "q2_k": T.Q2_K, "q3_k": T.Q3_K}
-OWN_RNG = {"q5_k": 11, "q2_k": 12, "q3_k": 13}
+       "q2_k": T.Q2_K, "q3_k": T.Q3_K, "iq4_nl": T.IQ4_NL, "iq4_xs": T.IQ4_XS}
+OWN_RNG = {"q5_k": 11, "q2_k": 12, "q3_k": 13, "iq4_nl": 14, "iq4_xs": 15}
 QUANT = {"q8_0": T.Q8_0, "q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1, "mxfp4": T.MXFP4}
 
 
@@ -35,7 +35,7 @@ def f16_bytes(rng, n, lo, hi):
 def random_blocks(rng, name, n):
     bs, nb = GGML_QUANT_SIZES[DEQ[name]]
     b = rng.integers(0, 256, (n, nb), dtype=np.uint8)
-    if name in ("q4_0", "q5_0", "q8_0"):
+    if name in ("q4_0", "q5_0", "q8_0", "iq4_nl"):
         b[:, 0:2] = f16_bytes(rng, n, 1e-3, 2.0)
     elif name in ("q4_1", "q5_1", "q4_k", "q5_k"):
         b[:, 0:2] = f16_bytes(rng, n, 1e-3, 2.0)
@@ -47,6 +47,8 @@ def random_blocks(rng, name, n):
         b[:, 82:84] = f16_bytes(rng, n, 1e-3, 2.0)
     elif name == "q3_k":
         b[:, 108:110] = f16_bytes(rng, n, 1e-4, 0.1)
+    elif name == "iq4_xs":
+        b[:, 0:2] = f16_bytes(rng, n, 1e-4, 0.1)
     elif name == "mxfp4":
         b[:, 0] = rng.integers(100, 154, n)  # 2^-27 .. 2^26
     elif name == "nvfp4":
@@ -59,7 +61,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(7)
     for name in DEQ:
-        nblk = 4 if name in ("q4_k", "q6_k", "q5_k", "q2_k", "q3_k") else 16
+        nblk = 4 if name in ("q4_k", "q6_k", "q5_k", "q2_k", "q3_k", "iq4_xs") else 16
         b, bs = random_blocks(np.random.default_rng(OWN_RNG[name]) if name in OWN_RNG else rng, name, nblk)
         y = dequantize(b.reshape(-1), DEQ[name]).astype("<f4")
         assert y.size == nblk * bs

@@ -2722,15 +2722,15 @@ static void test_kq_r16(int dtype)
     CHECK_EQ_I64(kvp_cpu_as_r16(&part, &r16, &err), 0);
 }
 
-/* A GGUF tensor of a type the engine cannot read (one Q4_0 tensor's type
- * id turned into IQ4_NL's, the same 18 bytes a block) is refused naming the
- * tensor and its GGUF type. */
+/* A GGUF tensor of a type the engine cannot read (one Q3_K tensor's type
+ * id turned into IQ3_S's, the same 110 bytes a super-block) is refused
+ * naming the tensor and its GGUF type. */
 static void test_unread_type(const char *dir)
 {
-    tiny_cfg c = {.n_layer = 1, .n_embd = 64, .n_ff = 128, .n_head = 2, .n_head_kv = 1, .n_vocab = 96,
-                  .wtype = KVP_DTYPE_Q4_0, .tied = 1};
+    tiny_cfg c = {.n_layer = 1, .n_embd = 256, .n_ff = 512, .n_head = 2, .n_head_kv = 1, .n_vocab = 96,
+                  .wtype = KVP_DTYPE_Q3_K, .tied = 1};
     char path[512];
-    snprintf(path, sizeof path, "%s/iq4.gguf", dir);
+    snprintf(path, sizeof path, "%s/iq3.gguf", dir);
     size_t len;
     uint8_t *file = tiny_gguf(&c, &len);
     static const char name[] = "blk.0.ffn_down.weight";
@@ -2742,13 +2742,13 @@ static void test_unread_type(const char *dir)
     if (at) {
         uint32_t nd = (uint32_t)at[0] | (uint32_t)at[1] << 8;
         uint8_t *ty = at + 4 + 8 * nd;
-        CHECK_EQ_I64(ty[0], 2); /* Q4_0 */
-        ty[0] = 20;             /* IQ4_NL */
+        CHECK_EQ_I64(ty[0], 11); /* Q3_K */
+        ty[0] = 21;              /* IQ3_S */
         CHECK(write_file(path, file, len) == 0);
         kvp_model *m = NULL;
         kvp_err err = {0};
         CHECK(kvp_model_load(&m, path, &err) < 0);
-        CHECK_MSG(strstr(err.msg, "tensor blk.0.ffn_down.weight: type iq4_nl is not supported") != NULL, "got: %s",
+        CHECK_MSG(strstr(err.msg, "tensor blk.0.ffn_down.weight: type iq3_s is not supported") != NULL, "got: %s",
                   err.msg);
         if (m)
             kvp_model_free(m);

@@ -216,6 +216,7 @@ static void test_ggml_dequant(void)
         {"q5_1", KVP_DTYPE_Q5_1}, {"q8_0", KVP_DTYPE_Q8_0}, {"q4_k", KVP_DTYPE_Q4_K},
         {"q6_k", KVP_DTYPE_Q6_K}, {"mxfp4", KVP_DTYPE_MXFP4}, {"nvfp4", KVP_DTYPE_NVFP4},
         {"q5_k", KVP_DTYPE_Q5_K}, {"q2_k", KVP_DTYPE_Q2_K}, {"q3_k", KVP_DTYPE_Q3_K},
+        {"iq4_nl", KVP_DTYPE_IQ4_NL}, {"iq4_xs", KVP_DTYPE_IQ4_XS},
     };
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         char fn[64];
