@@ -550,8 +550,8 @@ static int r16_stored(const cpu_impl *im, const kvp_weight *w)
     return im->r16 && d && im->k->mm_r16[d - KVP_CPU_DTYPE_Q8_0_R16];
 }
 
-/* Whether w's matmuls multiply another form of it (cpu_weight.alt): Q4_K
- * and Q5_0 (kvp_cpu_repack; in rows of 16 where the table takes them),
+/* Whether w's matmuls multiply another form of it (cpu_weight.alt): Q4_K,
+ * Q5_0, IQ4_NL and IQ4_XS (kvp_cpu_repack; in rows of 16 where the table takes them),
  * and Q8_0, Q4_0, Q4_1, i8, i4 and Q6_K where it does. */
 static int wants_repack(const cpu_impl *im, const kvp_weight *w)
 {
@@ -574,7 +574,7 @@ static int mm_weight(cpu_impl *im, const kvp_weight **w, kvp_err *err)
                 uint32_t ng = kvp_r16_groups((*w)->n_out);
                 kvp_threadpool_run(im->pool, r16_task, &rc16, (int)((ng + rc16.per - 1) / rc16.per));
             }
-        } else if (im->r16 && (*w)->dtype == KVP_DTYPE_Q5_0) {
+        } else if (im->r16 && kvp_cpu_repack_r16(im->k, *w)) { /* Q5_0, IQ4_NL, IQ4_XS: rewritten, then rows of 16 */
             rc = kvp_cpu_as_r16(*w, &cw->alt, err);
         } else {
             rc = kvp_cpu_repack(*w, &cw->alt, err);

@@ -357,15 +357,23 @@ void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k);
 const kvp_cpu_kernels *kvp_cpu_kernels_amx(void);
 
 /* GGUF weights rewritten for the kernels (backend_cpu_repack.c): Q4_K as
- * int4 codes with f32 group scales and zero points, Q5_0 as Q8_0.  Each: 1
+ * int4 codes with f32 group scales and zero points, Q5_0 and IQ4_NL as
+ * Q8_0, IQ4_XS as int8 with an f32 scale a group of 32.  Each: 1
  * with *out set (its own memory: kvp_cpu_repacked_free), 0 when w is not
  * of its kind in whole blocks, or a negative code.  kvp_cpu_repack does
  * whichever w's kind takes; kvp_cpu_repackable says whether one does. */
 int kvp_cpu_q4k_as_i4(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
 int kvp_cpu_q5_0_as_q8_0(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
+int kvp_cpu_iq4nl_as_q8_0(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
+int kvp_cpu_iq4xs_as_i8(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
 int kvp_cpu_repack(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
 int kvp_cpu_repackable(const struct kvp_weight *w);
-/* Q8_0, Q4_0 or Q4_1 (or Q5_0, through Q8_0) without scales, or i8 or i4
+/* Whether w is a kind kvp_cpu_as_r16 takes only through kvp_cpu_repack
+ * (Q5_0 and IQ4_NL as Q8_0, IQ4_XS as int8; Q4_K has rows of 16 of its
+ * own) into a kind table k has rows of 16 for. */
+int kvp_cpu_repack_r16(const kvp_cpu_kernels *k, const struct kvp_weight *w);
+/* Q8_0, Q4_0 or Q4_1 (or Q5_0 and IQ4_NL through Q8_0, IQ4_XS through
+ * int8) without scales, or i8 or i4
  * with scales in groups of a multiple of 32, in rows of 16, dtype
  * KVP_CPU_DTYPE_*_R16: 1 with *out set, 0 when w is not one of those in
  * whole blocks, or a negative code. */

@@ -27,7 +27,10 @@
  * the row path made f32 rows of it for every product; Q4_K as its nibbles with its integer scales and minimums
  * and its f16 super-block scales (18.5 bytes against 18; the int4 form
  * above takes 24), and Q5_K so with a line of its fifth bits (22.5 against
- * 22), all multiplied with 8-bit activations as llama.cpp does. */
+ * 22), all multiplied with 8-bit activations as llama.cpp does.  GGUF's
+ * IQ4_NL and IQ4_XS are rewritten as Q8_0 and as int8 with a scale a group
+ * of 32 (their values bit for bit), and from those into rows of 16 where
+ * the table takes them. */
 #include "backend_cpu_kern.h"
 #include "ggml_quants.h"
 #include "minifloat.h"
@@ -97,6 +100,68 @@ int kvp_cpu_q5_0_as_q8_0(const kvp_weight *w, kvp_weight *out, kvp_err *err)
     }
     *out = (kvp_weight){.name = w->name, .dtype = KVP_DTYPE_Q8_0, .n_in = w->n_in, .n_out = w->n_out,
                         .row_bytes = row, .data = q8};
+    return 1;
+}
+
+/* IQ4_NL (18 bytes: f16 d, 16 bytes of 4-bit indices q; y = d v[q], v
+ * llama.cpp's table of 16 int8 values) is Q8_0 with the same d and codes
+ * v[q]: the same values bit for bit, 34 bytes a block against 18. */
+int kvp_cpu_iq4nl_as_q8_0(const kvp_weight *w, kvp_weight *out, kvp_err *err)
+{
+    if (w->dtype != KVP_DTYPE_IQ4_NL || w->scales || w->zeros || w->n_in % KVP_QK)
+        return 0;
+    size_t nb = w->n_in / KVP_QK, row = nb * sizeof(kvp_blk_q8_0);
+    uint8_t *q8 = malloc(w->n_out * row);
+    if (!q8)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its IQ4_NL weights as Q8_0 (%zu bytes)",
+                           w->name ? w->name : "weight", w->n_out * row);
+    for (uint32_t r = 0; r < w->n_out; r++) {
+        const uint8_t *b = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        kvp_blk_q8_0 *o = (kvp_blk_q8_0 *)(q8 + r * row);
+        for (size_t i = 0; i < nb; i++, b += 18, o++) {
+            o->d = (uint16_t)(b[0] | b[1] << 8);
+            kvp_iq4_codes(b + 2, o->qs);
+        }
+    }
+    *out = (kvp_weight){.name = w->name, .dtype = KVP_DTYPE_Q8_0, .n_in = w->n_in, .n_out = w->n_out,
+                        .row_bytes = row, .data = q8};
+    return 1;
+}
+
+/* IQ4_XS (136 bytes a super-block of 256: f16 d, 6-bit scales ls, the
+ * indices q; y = (d (ls - 32)) v[q] a sub-block of 32) is i8 with codes
+ * v[q] and an f32 scale a group of 32, s = d (ls - 32) computed as the
+ * dequantizers (gguf-py's, llama.cpp's) compute it: an f16 (11
+ * significant bits) times an integer of 6 is exact in f32, and so is s
+ * v[q] (7 more bits: 24), so y = s v[q] is the same value bit for bit.
+ * 36 bytes a sub-block against 17. */
+int kvp_cpu_iq4xs_as_i8(const kvp_weight *w, kvp_weight *out, kvp_err *err)
+{
+    if (w->dtype != KVP_DTYPE_IQ4_XS || w->scales || w->zeros || w->n_in % 256)
+        return 0;
+    size_t nsub = (size_t)w->n_out * (w->n_in / KVP_QK);
+    int8_t *codes = malloc((size_t)w->n_out * w->n_in);
+    float *sc = malloc(nsub * sizeof *sc);
+    if (!codes || !sc) {
+        free(codes), free(sc);
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its IQ4_XS weights as int8 (%zu bytes)",
+                           w->name ? w->name : "weight", nsub * 36);
+    }
+    for (uint32_t r = 0; r < w->n_out; r++) {
+        const uint8_t *b = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        int8_t *c = codes + (size_t)r * w->n_in;
+        float *s = sc + (size_t)r * (w->n_in / KVP_QK);
+        for (uint32_t i = 0; i < w->n_in / 256; i++, b += 136) {
+            float d = kvp_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
+            for (int j = 0; j < 8; j++, s++, c += KVP_QK) {
+                *s = d * (float)kvp_iq4xs_scale(b, j);
+                kvp_iq4_codes(b + 8 + 16 * j, c);
+            }
+        }
+    }
+    *out = (kvp_weight){.name = w->name, .dtype = KVP_DTYPE_I8, .n_in = w->n_in, .n_out = w->n_out,
+                        .row_bytes = w->n_in, .data = codes, .scales = sc, .group = KVP_QK,
+                        .scale_stride = w->n_in / KVP_QK};
     return 1;
 }
 
@@ -524,12 +589,29 @@ int kvp_cpu_repackable(const kvp_weight *w)
 {
     if (w->scales || w->zeros)
         return 0;
-    return (w->dtype == KVP_DTYPE_Q4_K && w->n_in % 256 == 0) || (w->dtype == KVP_DTYPE_Q5_0 && w->n_in % KVP_QK == 0);
+    switch (w->dtype) {
+    case KVP_DTYPE_Q4_K: case KVP_DTYPE_IQ4_XS: return w->n_in % 256 == 0;
+    case KVP_DTYPE_Q5_0: case KVP_DTYPE_IQ4_NL: return w->n_in % KVP_QK == 0;
+    default: return 0;
+    }
 }
 
 int kvp_cpu_repack(const kvp_weight *w, kvp_weight *out, kvp_err *err)
 {
-    return w->dtype == KVP_DTYPE_Q5_0 ? kvp_cpu_q5_0_as_q8_0(w, out, err) : kvp_cpu_q4k_as_i4(w, out, err);
+    switch (w->dtype) {
+    case KVP_DTYPE_Q5_0: return kvp_cpu_q5_0_as_q8_0(w, out, err);
+    case KVP_DTYPE_IQ4_NL: return kvp_cpu_iq4nl_as_q8_0(w, out, err);
+    case KVP_DTYPE_IQ4_XS: return kvp_cpu_iq4xs_as_i8(w, out, err);
+    default: return kvp_cpu_q4k_as_i4(w, out, err);
+    }
+}
+
+int kvp_cpu_repack_r16(const kvp_cpu_kernels *k, const kvp_weight *w)
+{
+    int as = w->dtype == KVP_DTYPE_Q5_0 || w->dtype == KVP_DTYPE_IQ4_NL ? KVP_CPU_DTYPE_Q8_0_R16
+             : w->dtype == KVP_DTYPE_IQ4_XS                             ? KVP_CPU_DTYPE_I8_R16
+                                                                        : 0;
+    return as && kvp_cpu_repackable(w) && k->mm_r16[as - KVP_CPU_DTYPE_Q8_0_R16] != NULL;
 }
 
 void kvp_cpu_repacked_free(kvp_weight *w)

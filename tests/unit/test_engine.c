@@ -75,7 +75,8 @@ static void quant_row(int dtype, const float *x, uint8_t *out, uint32_t n)
 
 /* A row of random K-quant super-blocks (256 elements): random quants and
  * sub-block scales, the f16 super-block scales set so that the values are
- * of the order of 0.5. */
+ * of the order of 0.5; IQ4_NL's blocks of 32 (and IQ4_XS's super-blocks)
+ * likewise. */
 static void kquant_row(int dtype, uint8_t *out, size_t bytes)
 {
     for (size_t i = 0; i < bytes; i++)
@@ -93,6 +94,12 @@ static void kquant_row(int dtype, uint8_t *out, size_t bytes)
     else if (dtype == KVP_DTYPE_Q3_K) /* hmask[32], qs[64], scales[12], d: d * (sc - 32) * (q - 4) */
         for (size_t o = 0; o < bytes; o += 110)
             kvp_put16(out + o + 108, kvp_f32_to_f16(0.004f));
+    else if (dtype == KVP_DTYPE_IQ4_NL) /* d, qs[16]: d * v[q], |v| up to 127 */
+        for (size_t o = 0; o < bytes; o += 18)
+            kvp_put16(out + o, kvp_f32_to_f16(0.008f));
+    else if (dtype == KVP_DTYPE_IQ4_XS) /* d, scales_h, scales_l[4], qs[128]: d * (ls - 32) * v[q] */
+        for (size_t o = 0; o < bytes; o += 136)
+            kvp_put16(out + o, kvp_f32_to_f16(0.0006f));
     else /* Q6_K: ql[128], qh[64], scales[16] (i8), d: d * sc * (q - 32) */
         for (size_t o = 0; o < bytes; o += 210)
             kvp_put16(out + o + 208, kvp_f32_to_f16(1e-4f));
@@ -785,6 +792,8 @@ static uint32_t ggml_id(int dtype)
     case KVP_DTYPE_Q4_K: return 12;
     case KVP_DTYPE_Q5_K: return 13;
     case KVP_DTYPE_Q6_K: return 14;
+    case KVP_DTYPE_IQ4_NL: return 20;
+    case KVP_DTYPE_IQ4_XS: return 23;
     default: return 30; /* bf16 */
     }
 }
@@ -864,7 +873,7 @@ static uint8_t *tiny_gguf(const tiny_cfg *c, size_t *len)
             else if (ts[i].dtype == KVP_DTYPE_BF16)
                 for (uint32_t j = 0; j < ts[i].n_in; j++)
                     kvp_put16(q + 2 * j, kvp_f32_to_bf16(row[j]));
-            else if (kvp_dtype_get((uint32_t)ts[i].dtype)->block_size == 256)
+            else if (kvp_dtype_get((uint32_t)ts[i].dtype)->block_size == 256 || ts[i].dtype == KVP_DTYPE_IQ4_NL)
                 kquant_row(ts[i].dtype, q, (size_t)rb);
             else
                 quant_row(ts[i].dtype, row, q, ts[i].n_in);
@@ -2722,6 +2731,87 @@ static void test_kq_r16(int dtype)
     CHECK_EQ_I64(kvp_cpu_as_r16(&part, &r16, &err), 0);
 }
 
+/* GGUF's IQ4_NL and IQ4_XS (19 rows of 512, random indices and scales):
+ * rewritten (kvp_cpu_repack) as Q8_0 and as int8 with a scale a group of
+ * 32, and in rows of 16 (kvp_cpu_as_r16), each read back gives the
+ * dequantizer's values bit for bit; multiplied on each table (1, 5 and 19
+ * tokens), the IQ4 weight gives the bits of its rewritten form prepared as
+ * a weight of its own, and the product of its dequantized f32 rows to 8-bit
+ * activations' error (test_scaled_one's bound: 4e-3 of sum |w x|); other
+ * kinds and partial blocks are left alone. */
+static void test_iq4_repack(int dtype)
+{
+    enum { N = 512, R = 19, NT = 19 };
+    const int nl = dtype == KVP_DTYPE_IQ4_NL;
+    const size_t rb = nl ? N / 32 * 18 : N / 256 * 136;
+    static uint8_t q[R * (N / 32) * 18];
+    static float a[N], b[N], deq[R * N], x[NT * N], y[NT * R], yr[NT * R], yf[NT * R];
+    const char *name = kvp_dtype_name((uint32_t)dtype);
+    kvp_err err = {0};
+    kquant_row(dtype, q, R * rb);
+    for (size_t o = 0; !nl && o < R * rb; o += 136) /* sub-block 3 of each: ls 32, a zero scale */
+        q[o + 5] &= 0x0f, q[o + 2] = (uint8_t)((q[o + 2] & 0x3f) | 0x80);
+    for (int i = 0; i < NT * N; i++)
+        x[i] = frand();
+    kvp_weight w = {.name = name, .dtype = dtype, .n_in = N, .n_out = R, .row_bytes = rb, .data = q}, re, r16;
+    CHECK_EQ_I64(kvp_cpu_repackable(&w), 1);
+    CHECK_EQ_I64(kvp_cpu_repack(&w, &re, &err), 1);
+    CHECK_EQ_I64(re.dtype, nl ? KVP_DTYPE_Q8_0 : KVP_DTYPE_I8);
+    CHECK_EQ_I64(kvp_cpu_as_r16(&w, &r16, &err), 1);
+    CHECK_EQ_I64(r16.dtype, nl ? KVP_CPU_DTYPE_Q8_0_R16 : KVP_CPU_DTYPE_I8_R16);
+    int bad = 0, bad16 = 0;
+    for (uint32_t r = 0; r < R; r++) {
+        CHECK(kvp_cpu_dequant_weight_row(&w, r, deq + (size_t)r * N) == 0);
+        CHECK(kvp_cpu_dequant_weight_row(&re, r, a) == 0 && kvp_cpu_r16_row(&r16, r, b) == 0);
+        bad += first_unlike(deq + (size_t)r * N, a, N) >= 0;
+        bad16 += first_unlike(deq + (size_t)r * N, b, N) >= 0;
+    }
+    CHECK_MSG(bad == 0 && bad16 == 0, "%s: %d rows rewritten, %d in rows of 16 differ from the stored ones", name, bad,
+              bad16);
+    kvp_cpu_repacked_free(&r16);
+    kvp_weight wf = {.name = "f32", .dtype = KVP_DTYPE_F32, .n_in = N, .n_out = R, .row_bytes = N * 4, .data = deq};
+    static const unsigned flags[] = {0, KVP_CPU_PORTABLE};
+    for (size_t fi = 0; fi < sizeof flags / sizeof *flags; fi++) {
+        kvp_backend *be = rig_backend(flags[fi]);
+        if (!be)
+            continue;
+        kvp_weight wi = w, wr = re, wd = wf;
+        CHECK_MSG(be->ops->prepare_weight(be, &wi, &err) == 0 && be->ops->prepare_weight(be, &wr, &err) == 0 &&
+                      be->ops->prepare_weight(be, &wd, &err) == 0,
+                  "prepare: %s", err.msg);
+        rig_reserve(be, NT, N, 0, 0, NULL);
+        double worst = 0;
+        int differ = 0;
+        static const uint32_t toks[] = {1, 5, NT};
+        for (size_t ti = 0; ti < sizeof toks / sizeof *toks; ti++) {
+            uint32_t nt = toks[ti];
+            CHECK_MSG(be->ops->matmul(be, &wi, x, y, nt, &err) == 0 && be->ops->matmul(be, &wr, x, yr, nt, &err) == 0 &&
+                          be->ops->matmul(be, &wd, x, yf, nt, &err) == 0,
+                      "%s", err.msg);
+            differ += memcmp(y, yr, sizeof(float) * nt * R) != 0;
+            for (uint32_t t = 0; t < nt; t++)
+                for (uint32_t r = 0; r < R; r++) {
+                    double mag = 0;
+                    for (int i = 0; i < N; i++)
+                        mag += fabs((double)deq[(size_t)r * N + i] * x[(size_t)t * N + (size_t)i]);
+                    double e = fabs((double)y[t * R + r] - yf[t * R + r]) / mag;
+                    worst = e > worst ? e : worst;
+                }
+        }
+        CHECK_MSG(differ == 0, "%s %s: the product differs from its rewritten form's", kvp_backend_cpu_isa(be), name);
+        CHECK_MSG(worst < 4e-3, "%s %s: max error %g of sum |w x| against its f32 rows", kvp_backend_cpu_isa(be), name,
+                  worst);
+        be->ops->release_weight(be, &wi), be->ops->release_weight(be, &wr), be->ops->release_weight(be, &wd);
+        kvp_backend_free(be);
+    }
+    kvp_cpu_repacked_free(&re);
+    w.n_in = nl ? N - 16 : N - 32, w.row_bytes = rb; /* not whole blocks */
+    CHECK_EQ_I64(kvp_cpu_repackable(&w), 0);
+    CHECK_EQ_I64(kvp_cpu_repack(&w, &re, &err), 0);
+    w.n_in = N, w.dtype = nl ? KVP_DTYPE_Q4_0 : KVP_DTYPE_Q4_K; /* the other's function leaves w alone */
+    CHECK_EQ_I64((nl ? kvp_cpu_iq4nl_as_q8_0 : kvp_cpu_iq4xs_as_i8)(&w, &re, &err), 0);
+}
+
 /* A GGUF tensor of a type the engine cannot read (one Q3_K tensor's type
  * id turned into IQ3_S's, the same 110 bytes a super-block) is refused
  * naming the tensor and its GGUF type. */
@@ -2765,9 +2855,10 @@ static void test_kquants(const char *dir)
     uint32_t tok[N];
     /* Q4_K untied, Q6_K tied, Q4_K tied (its output head's other form
      * gives its file pages back, which the embedding lookups then read),
-     * and Q5_K, Q2_K and Q3_K tied */
-    int types[] = {KVP_DTYPE_Q4_K, KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K, KVP_DTYPE_Q5_K, KVP_DTYPE_Q2_K, KVP_DTYPE_Q3_K};
-    for (int k = 0; k < 6; k++) {
+     * and Q5_K, Q2_K, Q3_K, IQ4_NL and IQ4_XS tied */
+    int types[] = {KVP_DTYPE_Q4_K, KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K, KVP_DTYPE_Q5_K,
+                   KVP_DTYPE_Q2_K, KVP_DTYPE_Q3_K, KVP_DTYPE_IQ4_NL, KVP_DTYPE_IQ4_XS};
+    for (int k = 0; k < 8; k++) {
         tiny_cfg c = {.n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .n_vocab = 96,
                       .wtype = types[k], .tied = k > 0};
         size_t len;
@@ -2785,14 +2876,20 @@ static void test_kquants(const char *dir)
             check_rows_decode(r.m, kvp_dtype_name((uint32_t)types[k]));
             naive_forward(r.m, tok, N, naive);
             double e = rel_err(naive, got, (size_t)N * c.n_vocab);
-            /* Q4_K as int4 or in rows of 16 (backend_cpu_repack.c) in
-             * every table: 8-bit activations; Q6_K and Q5_K in rows of 16
-             * where the table takes them (VNNI): 8-bit activations against
-             * the portable table's f32 rows; elsewhere f32 math in both */
-            int as_i4 = types[k] == KVP_DTYPE_Q4_K, q6_r16 = !as_i4 && kvp_cpu_kernels_vnni() != NULL;
-            /* (2 and 3 bits: outputs that cancel more, so a larger share of error) */
+            /* Q4_K as int4 or in rows of 16 (backend_cpu_repack.c), IQ4_NL
+             * as Q8_0, IQ4_XS as int8, in every table: 8-bit activations;
+             * Q6_K and Q5_K in rows of 16 where the table takes them (VNNI):
+             * 8-bit activations against the portable table's f32 rows;
+             * elsewhere f32 math in both */
+            int iq4 = types[k] == KVP_DTYPE_IQ4_NL || types[k] == KVP_DTYPE_IQ4_XS;
+            int as_i4 = types[k] == KVP_DTYPE_Q4_K || iq4, q6_r16 = !as_i4 && kvp_cpu_kernels_vnni() != NULL;
+            /* (2 and 3 bits: outputs that cancel more, so a larger share of
+             * error; IQ4's symmetric random weights, IQ4_XS's scales -32 to
+             * 31 at random, more still (0.02 and 0.13 here): test_tiny's
+             * bound for Q8_0, whose kernels they use; their matmuls alone
+             * are held to 4e-3 in test_iq4_repack) */
             int low = types[k] == KVP_DTYPE_Q2_K || types[k] == KVP_DTYPE_Q3_K;
-            double tol = as_i4 ? 2e-2 : q6_r16 ? (low ? 5e-2 : 3e-2) : 1e-4, tol_port = as_i4 ? 3e-3 : tol;
+            double tol = iq4 ? 0.25 : as_i4 ? 2e-2 : q6_r16 ? (low ? 5e-2 : 3e-2) : 1e-4, tol_port = as_i4 ? 3e-3 : tol;
             CHECK_MSG(e < tol, "%s: engine vs naive: max rel %g", kvp_dtype_name((uint32_t)types[k]), e);
             CHECK(run_all(path, KVP_CPU_PORTABLE, tok, N, port, NULL) == 0);
             double ep = rel_err(port, got, (size_t)N * c.n_vocab);
@@ -2924,6 +3021,8 @@ int main(void)
     RUN(test_kq_r16, KVP_DTYPE_Q2_K);
     RUN(test_kq_r16, KVP_DTYPE_Q3_K);
     RUN(test_q5_r16);
+    RUN(test_iq4_repack, KVP_DTYPE_IQ4_NL);
+    RUN(test_iq4_repack, KVP_DTYPE_IQ4_XS);
     RUN(test_kquants, dir);
     RUN(test_unread_type, dir);
     RUN(test_smollm2);
