@@ -58,6 +58,15 @@ typedef struct kvp_config {
     double n_params;          /* total parameters when known, else 0 */
 } kvp_config;
 
+/* The columns a rank's slice of the column-cut weights must be a multiple
+ * of: their quantization blocks or scale groups, the largest of each kind
+ * (a llama.cpp Q4_K_M file of a 576-wide model: its attention output in
+ * Q5_0's 32, its FFN down projections in Q6_K's 256); 0 or 1: none. */
+typedef struct kvp_col_units {
+    uint32_t attn;         /* the attention output's (attn_output, o_proj) */
+    uint32_t ffn;          /* the FFN down projections' (ffn_down, down_proj) */
+} kvp_col_units;
+
 void kvp_config_init(kvp_config *c);
 /* From GGUF-style metadata (GGUF header or KVP CONFIG record).  source names
  * the file for messages; a missing required key is an error naming it. */

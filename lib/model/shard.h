@@ -42,15 +42,6 @@ uint32_t kvp_shard_vocab_rows(uint32_t n_vocab, uint32_t n);
  * counts and the splits that would work ("tensor parallelism over 2 ranks:
  * 9 query heads do not split evenly (rank counts that split this model: 1, 3)"). */
 int kvp_shard_check_split(const kvp_config *c, uint32_t n, kvp_err *err);
-/* The columns a rank's slice of the column-cut weights must be a multiple
- * of: their quantization blocks or scale groups, the largest of each kind
- * (a llama.cpp Q4_K_M file of a 576-wide model: its attention output in
- * Q5_0's 32, its FFN down projections in Q6_K's 256); 0 or 1: none. */
-typedef struct kvp_col_units {
-    uint32_t attn;         /* the attention output's (attn_output, o_proj) */
-    uint32_t ffn;          /* the FFN down projections' (ffn_down, down_proj) */
-} kvp_col_units;
-
 /* The same where the column-cut weights' blocks are u (kvcalc of a file:
  * kvp_cap_model_file.col_units): each rank's slice of the attention output
  * and FFN down projections must be whole ones, as kvp_shard_check_model

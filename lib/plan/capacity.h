@@ -12,7 +12,6 @@
 
 #include "config.h"
 #include "error.h"
-#include "shard.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,6 +4,7 @@
  * model's published shape, so a failure says which rule broke. */
 #include "capacity.h"
 #include "presets.h"
+#include "shard.h"
 #include "stream.h"
 #include "tensor.h"
 #include "tiny.h"
