@@ -662,7 +662,8 @@ int main(int argc, char **argv)
         kvp_cli_refuse_same("--stats=", o.stats_file, o.file, "prompts file");
         kvp_cli_refuse_same("--stats=", o.stats_file, o.model, "model");
         kvp_cli_refuse_same("--stats=", o.stats_file, resume, "KV stream resumed");
-        if (o.stats_file && kvp_cli_same_path(o.stats_file, output))
+        if (o.stats_file && (kvp_cli_same_path(o.stats_file, output) ||
+                             (kvp_cli_is_stdout(o.stats_file) && kvp_cli_is_stdout(output))))
             kvp_cli_usage_error("--stats=%s is the -o stream: write the statistics to another file", o.stats_file);
     }
     kvp_err err = {0};

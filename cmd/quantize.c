@@ -408,8 +408,8 @@ static void check_output(const options *o, const char *input)
 {
     if (strcmp(o->output, "-") == 0 && isatty(1))
         kvp_cli_usage_error("the output is binary; redirect standard output to a file or pipe");
-    if (o->report && strcmp(o->report, "-") == 0 && strcmp(o->output, "-") == 0)
-        kvp_cli_usage_error("--report - and -o - would both write to standard output");
+    if (o->report && kvp_cli_is_stdout(o->report) && kvp_cli_is_stdout(o->output))
+        kvp_cli_usage_error("--report %s and -o %s would both write to standard output", o->report, o->output);
     if (o->report && strcmp(o->report, "-") != 0 && kvp_cli_same_path(o->report, o->output))
         kvp_cli_usage_error("--report %s: the report would replace the output", o->report);
     check_target(o->output, "-o", input, o->force);

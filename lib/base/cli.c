@@ -391,6 +391,14 @@ int kvp_cli_same_path(const char *a, const char *b)
     return same;
 }
 
+int kvp_cli_is_stdout(const char *path)
+{
+    if (!strcmp(path, "-"))
+        return 1;
+    struct stat sp, s1;
+    return stat(path, &sp) == 0 && fstat(STDOUT_FILENO, &s1) == 0 && sp.st_dev == s1.st_dev && sp.st_ino == s1.st_ino;
+}
+
 void kvp_cli_refuse_same(const char *opt, const char *out, const char *in, const char *what)
 {
     if (out && in && strcmp(out, "-") != 0 && kvp_cli_same_file(out, in))

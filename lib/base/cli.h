@@ -97,6 +97,11 @@ int kvp_cli_same_file(const char *out, const char *in);
  * two outputs not written yet compare too.  "-" is never a file here. */
 int kvp_cli_same_path(const char *a, const char *b);
 
+/* path is standard output: "-", or a name of what descriptor 1 writes to
+ * (/dev/stdout, /dev/fd/1, the file "> FILE" opened), so that an output
+ * given it would be mixed into what the program prints there. */
+int kvp_cli_is_stdout(const char *path);
+
 /* A usage error when the output out (option opt and the separator before
  * its value, e.g. "-o " or "--stats=") would replace the input in ("-":
  * standard input), described as what ("model", "prompts file"): writing it

@@ -472,6 +472,36 @@ static int out_open_direct(kvp_out *out, const char *path, kvp_err *err)
     return 0;
 }
 
+/* The standard output or error (1, 2) whose file st is, when that is a
+ * regular file (a shell's "> log" or ">> log" behind /dev/stdout,
+ * /dev/stderr, /dev/fd/N, or the file's own name), else -1.  A new file
+ * renamed over it would replace what the stream wrote and, appended to,
+ * what was there before: it is written through the stream's descriptor
+ * (its offset, its O_APPEND) instead. */
+static int std_stream_of(const struct stat *st)
+{
+    for (int fd = 1; fd <= 2; fd++) {
+        struct stat s;
+        if (fstat(fd, &s) == 0 && S_ISREG(s.st_mode) && s.st_dev == st->st_dev && s.st_ino == st->st_ino)
+            return fd;
+    }
+    return -1;
+}
+
+static int out_open_stream(kvp_out *out, int fd, const char *path, kvp_err *err)
+{
+    fflush(fd == 1 ? stdout : stderr); /* what the program wrote there first, first */
+    out->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (out->fd < 0) {
+        int e = errno;
+        kvp_out_abort(out);
+        return kvp_err_set(err, KVP_EIO, "%s: cannot write through standard %s: %s", path,
+                           fd == 1 ? "output" : "error", strerror(e));
+    }
+    out->direct = 1;
+    return 0;
+}
+
 /* The process's umask.  Linux says it in /proc/self/status (since 4.7);
  * elsewhere the only way to read it is to set it and set it back, and a
  * thread creating a file in between would get a umask of 0. */
@@ -562,6 +592,9 @@ int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
     }
     if (exists && !S_ISREG(st.st_mode))
         return out_open_direct(out, path, err);
+    int std_fd = exists ? std_stream_of(&st) : -1;
+    if (std_fd > 0)
+        return out_open_stream(out, std_fd, path, err);
     if (out_follow_link(out) != 0) {
         int e = errno;
         kvp_out_abort(out);

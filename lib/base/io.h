@@ -109,7 +109,9 @@ typedef struct kvp_out {
  * name in the same directory ("PATH.tmp.XXXXXX") and renamed into place by
  * kvp_out_commit, so a failed or interrupted run never leaves a partial file
  * under `path`.  An existing path that is not a regular file (/dev/null,
- * /dev/full, a FIFO) is written in place: renaming over it would replace it.
+ * /dev/full, a FIFO) is written in place: renaming over it would replace it;
+ * so is the regular file standard output or error writes to (/dev/stderr
+ * of "2>> log"), through that stream's descriptor.
  * A symlink to a file is followed (the file it names is replaced, the link
  * stays), a file replaced keeps its permissions, and a new one gets 0666
  * less the umask, as a shell's redirection would.

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <inttypes.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -788,6 +789,10 @@ static int open_resume(const char *path, kvp_idset *done)
                                          : strerror(errno));
     if (kvp_results_scan(path, done, &whole, &err) < 0)
         kvp_cli_die_err(&err);
+    struct stat st;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > whole) /* a killed run's last line, or not results at all */
+        fprintf(stderr, "%s: note: %s: its unfinished last line (%" PRIu64 " bytes) is cut off\n", kvp_cli_prog(),
+                path, (uint64_t)st.st_size - whole);
     if (ftruncate(fd, (off_t)whole) != 0)
         kvp_cli_die("%s: cannot cut off the unfinished last line: %s", path, strerror(errno));
     return fd;
@@ -1120,10 +1125,20 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("--resume and --kv-out at once (a resumed job's KV state would be partial)");
     if (resume && !*resume)
         kvp_cli_usage_error("--resume: an empty file name");
+    /* read back, cut to its whole lines and appended to: a file, not a
+     * stream (a pipe's reader would wait on itself) */
+    struct stat rst;
+    if (resume && (!strcmp(resume, "-") || (stat(resume, &rst) == 0 && !S_ISREG(rst.st_mode))))
+        kvp_cli_usage_error("--resume %s: not a regular file (the results are read back, cut to whole lines and "
+                            "appended to)", resume);
     /* the results go to standard output as they come, the KV stream's
      * records between them would be neither text nor a stream */
-    if (o.kv_out && !strcmp(o.kv_out, "-"))
-        kvp_cli_usage_error("--kv-out -: standard output carries the results; give --kv-out a file");
+    if (o.kv_out && kvp_cli_is_stdout(o.kv_out))
+        kvp_cli_usage_error("--kv-out %s: standard output carries the results; give --kv-out a file", o.kv_out);
+    /* --stats=FILE is written at the end: into the results, not beside them */
+    if (o.stats_file && !resume && kvp_cli_is_stdout(o.stats_file))
+        kvp_cli_usage_error("--stats=%s: standard output carries the results (--stats alone writes to standard "
+                            "error)", o.stats_file);
     if (o.kv_out && !*o.kv_out)
         kvp_cli_usage_error("--kv-out: an empty file name");
     /* two outputs in one file: the last written would replace the other */

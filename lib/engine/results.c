@@ -55,10 +55,7 @@ static const char *id_key(const kvp_json *id, char num[32], const char **key, si
 static int line_id(const char *path, uint64_t line, const char *p, size_t n, kvp_idset *done, kvp_err *err)
 {
     kvp_json *v = NULL;
-    /* the parser says "NAME:1:COL: what" of the one line: NAME is path:line */
-    char name[600];
-    snprintf(name, sizeof name, "%s:%" PRIu64, path, line);
-    int rc = kvp_json_parse(&v, p, n, name, err);
+    int rc = kvp_json_parse_line(&v, p, n, path, line, err);
     if (rc < 0)
         return rc;
     char num[32];
@@ -86,6 +83,12 @@ int kvp_results_scan(const char *path, kvp_idset *done, uint64_t *whole, kvp_err
     if (rc < 0)
         return rc;
     const char *p = (const char *)data;
+    const char *nul = memchr(p, 0, len);
+    if (nul) { /* a KV stream, a model: no line of it is a result */
+        size_t at = (size_t)(nul - p);
+        free(data);
+        return kvp_err_set(err, KVP_EFORMAT, "%s: byte %zu is NUL: a binary file, not results (JSON Lines)", path, at);
+    }
     size_t start = 0;
     uint64_t line = 0;
     for (size_t i = 0; i < len && rc == 0; i++) {

@@ -19,6 +19,7 @@ typedef struct jp {
     int depth;
     const char *name;
     kvp_err *err;
+    uint64_t line0;   /* > 0: the text is line line0 of the file name names (kvp_json_parse_line) */
 } jp;
 
 void kvp_json_linecol(const char *text, size_t len, size_t pos, int *line, int *col)
@@ -50,6 +51,9 @@ static int jp_fail(jp *p, int code, size_t at, const char *fmt, ...)
     va_end(ap);
     int line, col;
     kvp_json_linecol((const char *)p->s, p->n, at, &line, &col);
+    if (p->line0)
+        return kvp_err_set(p->err, code, "%s:%llu:%d: %s", p->name, (unsigned long long)(p->line0 + (uint64_t)line - 1),
+                           col, what);
     return kvp_err_set(p->err, code, "%s:%d:%d: %s", p->name, line, col, what);
 }
 
@@ -445,10 +449,10 @@ static int parse_value(jp *p, kvp_json *v)
     }
 }
 
-int kvp_json_parse(kvp_json **out, const char *text, size_t len, const char *name, kvp_err *err)
+static int parse_text(kvp_json **out, const char *text, size_t len, const char *name, uint64_t line0, kvp_err *err)
 {
     *out = NULL;
-    jp p = {(const unsigned char *)text, len, 0, 0, name ? name : "<json>", err};
+    jp p = {(const unsigned char *)text, len, 0, 0, name ? name : "<json>", err, line0};
     if (len > KVP_JSON_MAX_SIZE)
         return kvp_err_set(err, KVP_ELIMIT, "%s: %zu bytes of JSON exceed the limit %llu", p.name, len,
                            (unsigned long long)KVP_JSON_MAX_SIZE);
@@ -470,6 +474,16 @@ int kvp_json_parse(kvp_json **out, const char *text, size_t len, const char *nam
     }
     *out = root;
     return 0;
+}
+
+int kvp_json_parse(kvp_json **out, const char *text, size_t len, const char *name, kvp_err *err)
+{
+    return parse_text(out, text, len, name, 0, err);
+}
+
+int kvp_json_parse_line(kvp_json **out, const char *text, size_t len, const char *path, uint64_t line, kvp_err *err)
+{
+    return parse_text(out, text, len, path, line ? line : 1, err);
 }
 
 int kvp_json_parse_file(kvp_json **out, const char *path, uint64_t max, kvp_err *err)

@@ -49,6 +49,9 @@ struct kvp_json {
  * name is used in messages.  0 or a negative code (KVP_EFORMAT for bad
  * syntax, KVP_ELIMIT for depth/size, KVP_ENOMEM). */
 int kvp_json_parse(kvp_json **out, const char *text, size_t len, const char *name, kvp_err *err);
+/* The same for line `line` of a JSON Lines file at path: messages say
+ * "path:LINE:COL: what", the file's line and the column in it. */
+int kvp_json_parse_line(kvp_json **out, const char *text, size_t len, const char *path, uint64_t line, kvp_err *err);
 /* Read path ("-" for stdin, at most max bytes) and parse it. */
 int kvp_json_parse_file(kvp_json **out, const char *path, uint64_t max, kvp_err *err);
 void kvp_json_free(kvp_json *v);

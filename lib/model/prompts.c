@@ -729,14 +729,10 @@ int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
         size_t eol;
         if (!whole_line(rd, &eol))
             return 0; /* at_hand used up the blank lines before the end */
-        size_t a = rd->beg;
-        while (a < eol && blank(rd->buf[a]))
-            a++;
+        size_t a = rd->beg; /* from the line's start: a message's column is the file's */
         next_line(rd, eol); /* the bytes stay where they are until the next read */
         kvp_json *o;
-        char name[300];
-        snprintf(name, sizeof name, "%s:%" PRIu64, rd->path, rd->line);
-        rc = kvp_json_parse(&o, rd->buf + a, eol - a, name, &rd->e);
+        rc = kvp_json_parse_line(&o, rd->buf + a, eol - a, rd->path, rd->line, &rd->e);
         int kind = ID_INDEX;
         if (rc == 0) {
             rc = add_json(&rd->one, o, rd->path, rd->line, &kind, &rd->e);

@@ -127,6 +127,7 @@ printf '{"id":"q9","text":"half a li' >>"$T/out.jsonl"
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 --resume "$T/out.jsonl"
 expect_status 0 "--resume finishes the job"
 expect_out_empty "results go to the file, not stdout"
+expect_err_has "note: $T/out.jsonl: its unfinished last line (28 bytes) is cut off" "--resume says what it cut off"
 sed 's/,"ttft_ms.*//' "$T/out.jsonl" | sort >"$T/resumed"
 if cmp -s "$T/alone" "$T/resumed"; then pass "resumed lines equal one run's"; else fail "resumed lines differ"; fi
 before=$(wc -l <"$T/out.jsonl")
@@ -136,7 +137,43 @@ if [ "$(wc -l <"$T/out.jsonl")" = "$before" ]; then pass "adds nothing"; else fa
 printf 'not json\n' >"$T/bad.jsonl"
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --resume "$T/bad.jsonl"
 expect_status 1 "a results file with a broken line is refused"
-expect_err_has "bad.jsonl:1" "names the file and line"
+expect_err_has "bad.jsonl:1:1: invalid literal" "names the file, line and column (once)"
+# --resume is read back and appended to: a regular file, not a stream
+# (a pipe's reader waited on itself for ever), standard output or a device
+mkfifo "$T/rfifo"
+for r in - /dev/null "$T/rfifo"; do
+    run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --resume "$r"
+    expect_status 2 "--resume $r: a usage error"
+    expect_err_has "not a regular file" "--resume $r: says why"
+done
+rm -f "$T/rfifo"
+test ! -e ./- || fail "--resume - made a file named -"
+prefill -m "$M" -t 2 -p hi -o "$T/r.kvp" 2>/dev/null
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --resume "$T/r.kvp"
+expect_status 1 "--resume on a KV stream: refused"
+expect_err_has "r.kvp: byte 9 is NUL: a binary file, not results" "--resume on a KV stream: named as binary"
+# a prompts line's JSON fault: the file's line and column, once
+printf '{"id":"a","prompt":"hi"}\n{"id":1,"prompt":"Hi","temperature":1e400}\n' >"$T/odd.jsonl"
+run decode -m "$M" -t 2 -f "$T/odd.jsonl" -n 1
+expect_status 1 "a number out of range: refused"
+expect_err_has "odd.jsonl:2:37: number out of range" "names the line and column once"
+
+# Statistics or a KV stream into standard output's own file: the results
+# are there (a usage error); into standard error's file, appended to what
+# is there (written through the stream: a new file renamed over it had
+# replaced the log)
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --json --stats=/dev/stdout
+expect_status 2 "--stats=/dev/stdout with the results there: a usage error"
+run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --kv-out /dev/stdout
+expect_status 2 "--kv-out /dev/stdout: a usage error"
+printf 'old line\n' >"$T/cron.log"
+decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --json --stats=/dev/stderr >/dev/null 2>>"$T/cron.log"
+expect_true "--stats=/dev/stderr 2>> LOG keeps the log's lines" grep -qx "old line" "$T/cron.log"
+expect_true "--stats=/dev/stderr 2>> LOG appends the statistics" grep -q '"requests":' "$T/cron.log"
+printf 'HEAD\n' >"$T/appended.kvp"
+prefill -m "$M" -t 2 -p hi -o /dev/stdout >>"$T/appended.kvp" 2>/dev/null
+expect_true "prefill -o /dev/stdout >> FILE: appended" test "$(head -c 5 "$T/appended.kvp")" = "HEAD" -a \
+    "$(wc -c <"$T/appended.kvp")" -eq $(($(wc -c <"$T/r.kvp") + 5))
 
 # --progress: lines on stderr (not a terminal here: one a line, none on
 # stdout), the last with the whole job done; the job's total follows

@@ -370,6 +370,8 @@ run quantize --to int8
 expect_status 2 "missing INPUT"
 run quantize --to int8 "$T/tiny.gguf" -o - --report -
 expect_status 2 "-o - with --report -"
+run quantize --to int8 "$T/tiny.gguf" -o /dev/stdout --report -
+expect_status 2 "-o /dev/stdout with --report -: both on standard output"
 expect_true "usage errors write nothing" test ! -e "$T/u.kvp"
 # the report is written like the model: nothing half-done under its name
 run quantize --to f32 "$T/st8.kvp" -o /dev/full --report "$T/rep-new.tsv"

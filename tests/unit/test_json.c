@@ -266,8 +266,23 @@ static void test_mutations(void)
     CHECK(parsed > 0);
 }
 
+/* One line of a JSON Lines file: the file's line and the column in it,
+ * once ("f.jsonl:7:6:", not "f.jsonl:7:1:6:"). */
+static void test_parse_line(void)
+{
+    kvp_json *j = NULL;
+    kvp_err err = {0};
+    static const char t[] = "{\"a\":1e400}";
+    CHECK_EQ_I64(kvp_json_parse_line(&j, t, sizeof t - 1, "f.jsonl", 7, &err), KVP_EFORMAT);
+    CHECK_MSG(strcmp(err.msg, "f.jsonl:7:6: number out of range") == 0, "%s", err.msg);
+    static const char ok[] = " {\"a\":1}";
+    CHECK_MSG(kvp_json_parse_line(&j, ok, sizeof ok - 1, "f.jsonl", 7, &err) == 0 && j && j->n == 1, "%s", err.msg);
+    kvp_json_free(j);
+}
+
 int main(void)
 {
+    test_parse_line();
     test_values();
     test_errors();
     test_many_keys();
