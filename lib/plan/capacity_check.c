@@ -251,8 +251,12 @@ int kvp_cap_check_run(const kvp_cap_params *p, int pool, uint64_t kv_mem, const 
     kvp_cap_check *c = out;
     const kvp_cap_run *r = run;
     if (r->requests) {
-        c->max_len = r->max_seq_len;
-        c->mean_len = (r->prompt_tokens + r->output_tokens + r->requests - 1) / r->requests;
+        /* the tokens a request's KV holds: prompt and output less the last
+         * token sampled, which no step feeds back (16 + 17 run in two
+         * blocks of 16, where 33 tokens took three) */
+        uint64_t last = r->output_tokens < r->requests ? r->output_tokens : r->requests;
+        c->max_len = r->max_seq_len - (r->output_tokens && r->max_seq_len > 1);
+        c->mean_len = (r->prompt_tokens + r->output_tokens - last + r->requests - 1) / r->requests;
     }
     uint64_t alloc_mean, alloc_max;
     int rc = check_split(&p->cfg, p->col_units, r, err);

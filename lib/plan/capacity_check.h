@@ -99,7 +99,9 @@ typedef struct kvp_cap_check {
     uint64_t block_bytes;        /* all layers: the engine's block */
     uint64_t bytes_per_token;    /* KV data a token, all layers */
     uint64_t n_blocks, pool_bytes;
-    uint64_t mean_len, max_len;  /* ceil(mean) and longest prompt + output; 0 when no request */
+    /* the KV tokens of a request, ceil(mean) and longest: prompt + output
+     * less the last token sampled (never fed back); 0 when no request */
+    uint64_t mean_len, max_len;
     uint64_t seats;              /* min(max_num_seqs, requests): most the scheduler could run at once */
     int premises;                /* the preemption and kv_memory rules apply (prompts, no --kv-out, not stopped) */
     kvp_cap_check_row row[KVP_CAP_CHECK_ROWS];

@@ -26,7 +26,8 @@ expect_status 0 "--json"
 expect_out_has '"agree":true' "--json: agree"
 expect_out_has '{"quantity":"kv_blocks","field":"kv_blocks","kvcalc":5,"decode":5,"ratio":1,"rule":"equal","ok":true}' \
     "--json: the kv_blocks row"
-expect_out_has '"kvcalc":1,"decode":3,"ratio":3,"rule":"reported"' "--json: sequences of 41 tokens: 1 fits, 3 ran"
+expect_out_has '{"quantity":"seqs of 40 tok (longest)","field":"peak_running","kvcalc":1,"decode":3,"ratio":3,"rule":"reported"' \
+    "--json: the longest request (41 tokens, its KV 40): 1 fits, 3 ran"
 run kvcalc --check "$T/s.json"
 expect_status 1 "stats naming no model, and no -m: exit 1 naming the file and field"
 expect_err_has "$T/s.json: model: empty" "names the file and the field"
@@ -159,6 +160,16 @@ run kvcalc -m "$M" --check "$T/run.json" --json
 expect_status 0 "-m MODEL --json"
 expect_out_has '"fingerprint_ok":true' "--json: the fingerprint matches"
 expect_out_has '"agree":true' "--json: agree"
+
+# 16 prompt tokens and 17 out fill exactly two blocks (the last token is
+# never cached): kvcalc sizes the request so, 1 fits, as decode ran it
+run decode -m "$M" -t "$THREADS" --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 -n 17 --ignore-eos --kv-blocks 2 \
+    --json --stats="$T/two.json"
+expect_status 0 "16 + 17 tokens run in two blocks"
+run kvcalc --check "$T/two.json" --json
+expect_status 0 "kvcalc agrees on two blocks"
+expect_out_has '{"quantity":"seqs of 32 tok (longest)","field":"peak_running","kvcalc":1,"decode":1' \
+    "the request's KV is 32 tokens: one fits (33 said none)"
 
 # doctored: another model's fingerprint, wrong block bytes, a model not there
 sed 's/"model_fingerprint":"[0-9a-f]*"/"model_fingerprint":"00000000000000000000000000000000"/' "$T/run.json" >"$T/bad.json"

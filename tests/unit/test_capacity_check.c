@@ -148,11 +148,11 @@ static void test_check(void)
     CHECK_EQ_U64(c.bytes_per_token, 23040);
     CHECK_EQ_U64(c.n_blocks, 5);
     CHECK_EQ_U64(c.pool_bytes, 1843200);
-    CHECK_EQ_U64(c.mean_len, 39);                /* (150 + 240) / 10 */
-    CHECK_EQ_U64(c.max_len, 41);
+    CHECK_EQ_U64(c.mean_len, 38); /* (150 + 240 - 10) / 10: each request's last token is not cached */
+    CHECK_EQ_U64(c.max_len, 40);  /* the longest, 41, less its last token */
     CHECK_EQ_U64(c.seats, 10);                   /* min(64, 10 requests) */
     CHECK_EQ_U64(c.n_failed, 0);
-    /* 39 and 41 tokens take 3 blocks: 5 / 3 = 1 sequence of either at once */
+    /* 38 and 40 tokens take 3 blocks: 5 / 3 = 1 sequence of either at once */
     CHECK_EQ_U64(c.row[KVP_CAP_ROW_SEQS_MEAN].predicted, 1);
     CHECK_EQ_U64(c.row[KVP_CAP_ROW_SEQS_MAX].predicted, 1);
     CHECK_EQ_U64(c.row[KVP_CAP_ROW_SEQS_MAX].measured, 3);
