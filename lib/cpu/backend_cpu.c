@@ -369,7 +369,9 @@ static int mm_pick(const kvp_cpu_kernels *k, const kvp_weight *w, mm_ctx *c)
     case KVP_CPU_DTYPE_Q5_0_R16:
     case KVP_CPU_DTYPE_Q5_1_R16:
     case KVP_CPU_DTYPE_Q2_K_R16:
-    case KVP_CPU_DTYPE_Q3_K_R16: /* the K-quants and Q5_x: no AMX kernel, the rows of 16 take their prompts too */
+    case KVP_CPU_DTYPE_Q3_K_R16:
+    case KVP_CPU_DTYPE_IQ4_NL_R16:
+    case KVP_CPU_DTYPE_IQ4_XS_R16: /* the K-quants, Q5_x, IQ4: no AMX kernel, the rows of 16 take their prompts too */
         c->mm = k->mm_r16[w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
         c->amx_mm = w->dtype >= KVP_CPU_DTYPE_Q6_K_R16 ? NULL : k->amx_mm[5 + w->dtype - KVP_CPU_DTYPE_Q8_0_R16];
         c->quant = c->r16 = 1;

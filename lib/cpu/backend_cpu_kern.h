@@ -184,7 +184,17 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
  * fifth (16 bytes against 13.75).  Their
  * products: per 16-element half the exact integer sums, weighted by the
  * integer scales (Q2_K: and the minimums by the half's sum(x)), then
- * times d dx (dmin dx) in f32, as llama.cpp's. */
+ * times d dx (dmin dx) in f32, as llama.cpp's.
+ *
+ * GGUF's IQ4_NL (y = d v[q], v llama.cpp's 16 int8 values, q a 4-bit
+ * index) is Q4_0 in rows of 16, its indices as Q4_0's nibbles and d its
+ * plane (18 bytes a block, as stored); IQ4_XS (y = d (ls - 32) v[q] a
+ * sub-block of 32, ls 6 bits) has Q4_K's planes, plane 0 a block's ls and
+ * plane 1 its super-block's d (18.5 bytes against 17).  The kernel looks
+ * each index up as v + 128 (u8: one vpshufb a line) and takes 128 sum(x)
+ * off, so a block's sum is the exact sum(v[q] x), times d dx (IQ4_XS:
+ * (d (ls - 32)) dx, exact in f32): the bits of Q8_0 (int8 with an f32
+ * scale a group) holding the same values. */
 #define KVP_CPU_DTYPE_Q8_0_R16 (KVP_DTYPE_COUNT + 1)
 #define KVP_CPU_DTYPE_Q4_0_R16 (KVP_DTYPE_COUNT + 2)
 #define KVP_CPU_DTYPE_Q4_1_R16 (KVP_DTYPE_COUNT + 3)
@@ -197,20 +207,24 @@ static inline size_t kvp_q8_tile_bytes(uint32_t T, uint32_t nb)
 #define KVP_CPU_DTYPE_Q5_1_R16 (KVP_DTYPE_COUNT + 10)
 #define KVP_CPU_DTYPE_Q2_K_R16 (KVP_DTYPE_COUNT + 11)
 #define KVP_CPU_DTYPE_Q3_K_R16 (KVP_DTYPE_COUNT + 12)
-#define KVP_R16_KINDS 12
+#define KVP_CPU_DTYPE_IQ4_NL_R16 (KVP_DTYPE_COUNT + 13)
+#define KVP_CPU_DTYPE_IQ4_XS_R16 (KVP_DTYPE_COUNT + 14)
+#define KVP_R16_KINDS 14
 #define KVP_R16_ROWS 16
-static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_Q3_K_R16; }
+static inline int kvp_r16_kind(int dtype) { return dtype >= KVP_CPU_DTYPE_Q8_0_R16 && dtype <= KVP_CPU_DTYPE_IQ4_XS_R16; }
 /* Whether a kind in rows of 16 has a plane 1 (Q4_1's and Q5_1's
  * minimums, the K-quants' second planes). */
 static inline int kvp_r16_plane1(int dtype)
 {
     return dtype == KVP_CPU_DTYPE_Q4_1_R16 || dtype == KVP_CPU_DTYPE_Q5_1_R16 ||
-           (dtype >= KVP_CPU_DTYPE_Q6_K_R16 && dtype != KVP_CPU_DTYPE_Q5_0_R16);
+           (dtype >= KVP_CPU_DTYPE_Q6_K_R16 && dtype != KVP_CPU_DTYPE_Q5_0_R16 && dtype != KVP_CPU_DTYPE_IQ4_NL_R16);
 }
-/* Q4_K, Q5_K and Q2_K: planes of a block's scales and minimums and a super-block's d and dmin */
+/* Q4_K, Q5_K and Q2_K: planes of a block's scales and minimums and a
+ * super-block's d and dmin (IQ4_XS: its scales, and d) */
 static inline int kvp_r16_k45(int dtype)
 {
-    return dtype == KVP_CPU_DTYPE_Q4_K_R16 || dtype == KVP_CPU_DTYPE_Q5_K_R16 || dtype == KVP_CPU_DTYPE_Q2_K_R16;
+    return dtype == KVP_CPU_DTYPE_Q4_K_R16 || dtype == KVP_CPU_DTYPE_Q5_K_R16 || dtype == KVP_CPU_DTYPE_Q2_K_R16 ||
+           dtype == KVP_CPU_DTYPE_IQ4_XS_R16;
 }
 /* A block's quant bytes for 16 rows. */
 static inline size_t kvp_r16_qbytes(int dtype)

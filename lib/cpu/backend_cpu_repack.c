@@ -221,6 +221,9 @@ static int r16_kind_of(int dtype, r16_kind *k)
     /* Q5_0 and Q5_1: qoff is qh's, qs follows it */
     case KVP_DTYPE_Q5_0: *k = (r16_kind){22, 2, 1, 0, KVP_CPU_DTYPE_Q5_0_R16, dtype}; return 1;
     case KVP_DTYPE_Q5_1: *k = (r16_kind){24, 4, 2, 0, KVP_CPU_DTYPE_Q5_1_R16, dtype}; return 1;
+    /* IQ4_NL: Q4_0's block (d, then the indices as its nibbles); IQ4_XS a super-block's */
+    case KVP_DTYPE_IQ4_NL: *k = (r16_kind){18, 2, 1, 0, KVP_CPU_DTYPE_IQ4_NL_R16, dtype}; return 1;
+    case KVP_DTYPE_IQ4_XS: *k = (r16_kind){136, 0, 2, 0, KVP_CPU_DTYPE_IQ4_XS_R16, dtype}; return 1;
     default: return 0;
     }
 }
@@ -438,6 +441,41 @@ static void qmk_r16_sb(const kvp_weight *w, kvp_weight *out, size_t g, uint32_t 
     }
 }
 
+/* An IQ4_XS super-block (y = d (ls - 32) v[q] a block of 32) of lane r
+ * of group g: each block's indices as Q4_0's nibble lines (stored so: q of
+ * element j low, of j + 16 high), its ls in plane 0, the super-block's d
+ * in plane 1 where Q4_K's d is (its dmin's place left 0). */
+static void iq4xs_r16_sb(const kvp_weight *w, kvp_weight *out, size_t g, uint32_t r, size_t i, const uint8_t *sb,
+                         uint16_t *ps, uint16_t *pd)
+{
+    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(out->dtype);
+    pd[(g * nb / 8 + i) * 32 + r] = (uint16_t)(sb[0] | sb[1] << 8);
+    pd[(g * nb / 8 + i) * 32 + 16 + r] = 0;
+    for (int j = 0; j < 8; j++) {
+        size_t blk = i * 8 + (size_t)j;
+        ps[(g * nb + blk) * KVP_R16_ROWS + r] = (uint16_t)(kvp_iq4xs_scale(sb, j) + 32);
+        uint8_t q[32];
+        for (int e = 0; e < 16; e++)
+            q[e] = sb[8 + 16 * j + e] & 15, q[e + 16] = sb[8 + 16 * j + e] >> 4;
+        r16_put_codes((uint8_t *)out->data + (g * nb + blk) * qb, r, q, 4, 0);
+    }
+}
+
+/* Row r of IQ4_XS in rows of 16 as f32: the dequantizer's arithmetic,
+ * (d (ls - 32)) v[q], on the same numbers. */
+static void iq4xs_r16_row(const kvp_weight *w, uint32_t r, float *dst)
+{
+    size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(w->dtype), g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;
+    const uint16_t *ps = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 0, r - (uint32_t)lane) + lane;
+    const uint16_t *pd = kvp_r16_plane(w->data, w->dtype, w->n_out, w->n_in, 1, r - (uint32_t)lane) + lane;
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *q = (const uint8_t *)w->data + (g * nb + b) * qb + lane * 4;
+        float dl = kvp_f16_to_f32(pd[(b / 8) * 32]) * (float)((int)ps[b * KVP_R16_ROWS] - 32);
+        for (int e = 0; e < KVP_QK; e++)
+            dst[b * KVP_QK + (size_t)e] = dl * (float)kvp_iq4nl_values[r16_get_code(q, e, 4, 0)];
+    }
+}
+
 /* Row r of Q4_K, Q5_K or Q2_K in rows of 16 as f32: the dequantizers'
  * arithmetic, (d s) c - dmin m, on the same numbers. */
 static void qmk_r16_row(const kvp_weight *w, uint32_t r, float *dst)
@@ -491,6 +529,10 @@ void kvp_cpu_r16_fill(const kvp_weight *w, kvp_weight *out, uint32_t g0, uint32_
         kq_fill_each(w, out, g0, g1, k.bb, qmk_r16_sb);
         return;
     }
+    if (k.stored == KVP_DTYPE_IQ4_XS) {
+        kq_fill_each(w, out, g0, g1, k.bb, iq4xs_r16_sb);
+        return;
+    }
     size_t nb = w->n_in / KVP_QK, qb = kvp_r16_qbytes(k.dtype), lines = qb / 64;
     uint16_t *pl[2];
     for (int p = 0; p < k.planes; p++)
@@ -529,7 +571,8 @@ int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
 {
     static const int stored[] = {KVP_DTYPE_Q8_0, KVP_DTYPE_Q4_0, KVP_DTYPE_Q4_1,
                                  KVP_DTYPE_I8,   KVP_DTYPE_I4,   KVP_DTYPE_Q6_K, KVP_DTYPE_Q4_K,
-                                 KVP_DTYPE_Q5_K, KVP_DTYPE_Q5_0, KVP_DTYPE_Q5_1, KVP_DTYPE_Q2_K, KVP_DTYPE_Q3_K};
+                                 KVP_DTYPE_Q5_K, KVP_DTYPE_Q5_0, KVP_DTYPE_Q5_1, KVP_DTYPE_Q2_K, KVP_DTYPE_Q3_K,
+                                 KVP_DTYPE_IQ4_NL, KVP_DTYPE_IQ4_XS};
     _Static_assert(sizeof stored / sizeof *stored == KVP_R16_KINDS, "a stored kind for each kind in rows of 16");
     r16_kind k;
     if (!kvp_r16_kind(w->dtype) || r >= w->n_out || !r16_kind_of(stored[w->dtype - KVP_CPU_DTYPE_Q8_0_R16], &k))
@@ -540,6 +583,10 @@ int kvp_cpu_r16_row(const kvp_weight *w, uint32_t r, float *dst)
     }
     if (k.stored == KVP_DTYPE_Q4_K || k.stored == KVP_DTYPE_Q5_K || k.stored == KVP_DTYPE_Q2_K) {
         qmk_r16_row(w, r, dst);
+        return 0;
+    }
+    if (k.stored == KVP_DTYPE_IQ4_XS) {
+        iq4xs_r16_row(w, r, dst);
         return 0;
     }
     uint32_t nb = w->n_in / KVP_QK, g = r / KVP_R16_ROWS, lane = r % KVP_R16_ROWS;

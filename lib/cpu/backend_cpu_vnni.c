@@ -12,7 +12,9 @@
 #include <math.h>
 #include <string.h>
 
-#define KVP_AVX2 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+/* avx512bw: IQ4's table lookup (vpshufb on 512 bits); every CPU with
+ * AVX512-VNNI has it */
+#define KVP_AVX2 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 #define KVP_X86_TABLE kernels_vnni
 #define KVP_X86_ISA "avx2+fma+f16c+avx512vnni"
 #define KVP_X86_VNNI 1
@@ -27,7 +29,8 @@ const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void)
 {
     __builtin_cpu_init();
     if (kvp_have_avx2() /* avx2, fma, f16c */ &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vnni"))
         return &kernels_vnni;
     return NULL;
 }

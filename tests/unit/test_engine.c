@@ -2731,6 +2731,100 @@ static void test_kq_r16(int dtype)
     CHECK_EQ_I64(kvp_cpu_as_r16(&part, &r16, &err), 0);
 }
 
+/* The IQ4 product of the rows of 16, written from the format: per block
+ * of 32 the exact integer sum(v[q] x) into one FMA by d dx (IQ4_XS: by
+ * (d (ls - 32)) dx). */
+static float iq4_ref_dot(int nl, const uint8_t *row, const kvp_q8blk *x, uint32_t nb)
+{
+    float acc = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        const uint8_t *sb = row + (nl ? 18 * b : 136 * (b / 8));
+        const uint8_t *qs = nl ? sb + 2 : sb + 8 + 16 * (b % 8);
+        float d = kvp_f16_to_f32((uint16_t)(sb[0] | sb[1] << 8));
+        float s = nl ? d : d * (float)kvp_iq4xs_scale(sb, (int)(b % 8));
+        int8_t c[32];
+        kvp_iq4_codes(qs, c);
+        int isum = 0;
+        for (int e = 0; e < 32; e++)
+            isum += c[e] * x[b].q[e];
+        acc = fmaf((float)isum, s * x[b].d, acc);
+    }
+    return acc + 0.0f;
+}
+
+/* IQ4_NL and IQ4_XS in rows of 16 (19 rows: a group and a padded one), on
+ * every table that takes them, 1-8 tokens: iq4_ref_dot's bits, with
+ * random blocks and at the extremes (indices all 0 or all 15, IQ4_XS's ls
+ * 0 and 63, activations +-127), where the product is the exact sum too. */
+static void test_iq4_r16(int dtype)
+{
+    enum { N = 512, R = 19, NB = N / 32, TT = KVP_MM_TILE };
+    const int nl = dtype == KVP_DTYPE_IQ4_NL;
+    const size_t rb = nl ? NB * 18 : N / 256 * 136;
+    const int as = nl ? KVP_CPU_DTYPE_IQ4_NL_R16 : KVP_CPU_DTYPE_IQ4_XS_R16;
+    static uint8_t q[R * NB * 18];
+    static float x[TT][N], a[N];
+    static kvp_q8blk xq[TT][NB];
+    const kvp_cpu_kernels *tables[] = {kvp_cpu_kernels_vnni(), kvp_cpu_kernels_amx()};
+    const char *name = kvp_dtype_name((uint32_t)dtype);
+    kvp_err err = {0};
+    for (int extreme = 0; extreme < 2; extreme++) {
+        kquant_row(dtype, q, R * rb);
+        for (size_t o = 0; extreme && o < R * rb; o += nl ? 18 : 136) { /* d 1; indices 0 or 15 by block */
+            int hi = (int)(o / (nl ? 18 : 136)) % 2;
+            kvp_put16(q + o, kvp_f32_to_f16(1.0f));
+            if (nl) {
+                memset(q + o + 2, hi ? 0xff : 0, 16);
+            } else { /* ls 63 for sub-blocks 0-3, 0 for 4-7 */
+                q[o + 2] = 0xff, q[o + 3] = 0x00;
+                memset(q + o + 4, 0xff, 2), memset(q + o + 6, 0, 2);
+                memset(q + o + 8, hi ? 0xff : 0, 128);
+            }
+        }
+        for (int t = 0; t < TT; t++)
+            for (int i = 0; i < N; i++)
+                x[t][i] = extreme ? ((i + t) % 3 ? 127.0f : -127.0f) : frand();
+        kvp_weight w = {.name = name, .dtype = dtype, .n_in = N, .n_out = R, .row_bytes = rb, .data = q}, r16;
+        CHECK_EQ_I64(kvp_cpu_as_r16(&w, &r16, &err), 1);
+        CHECK_EQ_I64(r16.dtype, as);
+        for (size_t ti = 0; ti < sizeof tables / sizeof *tables; ti++) {
+            const kvp_cpu_kernels *k = tables[ti];
+            const kvp_q8blk *xp[TT];
+            if (!r16_table_tokens(k, as, x[0], N, TT, xq[0], NB, xp))
+                continue;
+            int bad_bits = 0, bad_exact = 0;
+            for (uint32_t nt = 1; nt <= TT; nt++)
+                for (uint32_t t0 = 0; t0 + nt <= TT; t0 += nt) {
+                    float y[TT][R];
+                    for (uint32_t r = 0; r < R; r += 16) {
+                        kvp_mm_blk blk = {.w = (const uint8_t *)r16.data + r * r16.row_bytes, .w_stride = r16.row_bytes,
+                                          .d16 = kvp_r16_plane(r16.data, as, R, N, 0, r),
+                                          .m16 = kvp_r16_plane1(as) ? kvp_r16_plane(r16.data, as, R, N, 1, r) : NULL,
+                                          .xq = xp + t0, .n = N, .nr = R - r < 16 ? R - r : 16, .nt = nt,
+                                          .y = y[0] + r, .ldy = R};
+                        k->mm_r16[as - KVP_CPU_DTYPE_Q8_0_R16](&blk);
+                    }
+                    for (uint32_t t = 0; t < nt; t++)
+                        for (uint32_t r = 0; r < R; r++) {
+                            float ref = iq4_ref_dot(nl, q + (size_t)r * rb, xq[t0 + t], NB);
+                            bad_bits += memcmp(&y[t][r], &ref, 4) != 0;
+                            if (extreme) { /* x quantizes to itself (d = 1): the exact sum */
+                                CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0);
+                                double ex = 0;
+                                for (int i = 0; i < N; i++)
+                                    ex += (double)a[i] * xq[t0 + t][i / 32].q[i % 32] * xq[t0 + t][i / 32].d;
+                                bad_exact += fabs(y[t][r] - ex) > 1e-6 * (1 + fabs(ex));
+                            }
+                        }
+                }
+            CHECK_MSG(bad_bits == 0, "%s: %s in rows of 16: %d outputs differ from the reference's bits", k->isa, name,
+                      bad_bits);
+            CHECK_MSG(bad_exact == 0, "%s: %s at the extremes: %d outputs off the exact sum", k->isa, name, bad_exact);
+        }
+        kvp_cpu_repacked_free(&r16);
+    }
+}
+
 /* GGUF's IQ4_NL and IQ4_XS (19 rows of 512, random indices and scales):
  * rewritten (kvp_cpu_repack) as Q8_0 and as int8 with a scale a group of
  * 32, and in rows of 16 (kvp_cpu_as_r16), each read back gives the
@@ -2758,7 +2852,7 @@ static void test_iq4_repack(int dtype)
     CHECK_EQ_I64(kvp_cpu_repack(&w, &re, &err), 1);
     CHECK_EQ_I64(re.dtype, nl ? KVP_DTYPE_Q8_0 : KVP_DTYPE_I8);
     CHECK_EQ_I64(kvp_cpu_as_r16(&w, &r16, &err), 1);
-    CHECK_EQ_I64(r16.dtype, nl ? KVP_CPU_DTYPE_Q8_0_R16 : KVP_CPU_DTYPE_I8_R16);
+    CHECK_EQ_I64(r16.dtype, nl ? KVP_CPU_DTYPE_IQ4_NL_R16 : KVP_CPU_DTYPE_IQ4_XS_R16);
     int bad = 0, bad16 = 0;
     for (uint32_t r = 0; r < R; r++) {
         CHECK(kvp_cpu_dequant_weight_row(&w, r, deq + (size_t)r * N) == 0);
@@ -3022,6 +3116,8 @@ int main(void)
     RUN(test_kq_r16, KVP_DTYPE_Q3_K);
     RUN(test_q5_r16);
     RUN(test_iq4_repack, KVP_DTYPE_IQ4_NL);
+    RUN(test_iq4_r16, KVP_DTYPE_IQ4_NL);
+    RUN(test_iq4_r16, KVP_DTYPE_IQ4_XS);
     RUN(test_iq4_repack, KVP_DTYPE_IQ4_XS);
     RUN(test_kquants, dir);
     RUN(test_unread_type, dir);
