@@ -6,6 +6,7 @@
  * (end of generation, stop strings, budget) and hand finished requests out.
  */
 #include "batch.h"
+#include "argmax.h"
 #include "draftlen.h"
 #include "sample.h"
 #include "specverify.h"
@@ -1210,6 +1211,19 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             const float *h = hid ? hid + row * d : NULL;
             b.step_tokens += !nd;
             float *lr = used ? logits + (size_t)row * V : NULL;
+            /* a NaN in the weights or in a KV stream's blocks reaches every
+             * logit of the rows it touches: no token is chosen from them */
+            if (lr && kvp_first_nonfinite_f32(lr, (size_t)used * V) < (size_t)used * V) {
+                char who[80];
+                if (r->g.rec.label[0])
+                    snprintf(who, sizeof who, "\"%.60s\"", r->g.rec.label);
+                else
+                    snprintf(who, sizeof who, "%llu", (unsigned long long)r->g.rec.id);
+                rc = kvp_err_set(err, KVP_EFORMAT, "request %s: its logits hold NaN or infinity after %u tokens: "
+                                 "the model's weights or the KV blocks it continues from hold non-finite values", who,
+                                 r->sr.n_tokens);
+                goto out;
+            }
             rc = nd ? advance_spec(&b, s, r, lr, h, err) : advance(&b, s, r, lr, h, err);
             if (rc < 0)
                 goto out;

@@ -322,6 +322,29 @@ static int layer_forward(kvp_engine *e, uint32_t il, uint32_t t0, uint32_t T, kv
     return op->add(be, x, h, (size_t)T * d, err);
 }
 
+static float *arg_host(kvp_engine *e, uint32_t rows, kvp_err *err);
+
+/* A NaN in the weights or in a KV stream's blocks spreads through a step:
+ * no token may be chosen from it.  The sampled rows' logits come to the
+ * host and are checked there (batch.c, generate.c); the greedy rows'
+ * argmax is picked where they are, so their hidden states (n_embd floats a
+ * row, not n_vocab) are brought over and checked here. */
+static int check_greedy_rows(kvp_engine *e, uint32_t H, kvp_err *err)
+{
+    size_t d = e->m->cfg.n_embd, n = (size_t)e->n_argmax * d, V = e->m->cfg.n_vocab;
+    float *hh = arg_host(e, (uint32_t)((n + V - 1) / V), err); /* rows of n_vocab floats enough for n */
+    if (!hh)
+        return err->code;
+    int rc = e->be->ops->to_host(e->be, hh, e->h + (size_t)H * d, n * sizeof *hh, err);
+    if (rc < 0)
+        return rc;
+    size_t bad = kvp_first_nonfinite_f32(hh, n);
+    return bad < n ? kvp_err_set(err, KVP_EFORMAT, "the hidden state of the step's greedy row %zu holds NaN or "
+                                 "infinity, so would its logits: the model's weights or the KV blocks it read hold "
+                                 "non-finite values", bad / d)
+                   : 0;
+}
+
 /* The logits rows: alone, straight to the host; under tensor parallelism
  * each rank projects its vocabulary rows and the slices are gathered. */
 static int project(kvp_engine *e, uint32_t R, float *logits, kvp_err *err)
@@ -335,6 +358,8 @@ static int project(kvp_engine *e, uint32_t R, float *logits, kvp_err *err)
     if (!e->tp) { /* the rows asked for to the host, then the greedy ones' ids (kvp_engine_step) */
         uint32_t H = R - e->n_argmax; /* R > 0 here */
         if (H && (rc = op->to_host(be, logits, e->logits, (size_t)H * c->n_vocab * sizeof(float), err)) < 0)
+            return rc;
+        if (e->n_argmax && (rc = check_greedy_rows(e, H, err)) < 0)
             return rc;
         return e->n_argmax ? op->argmax_rows(be, e->logits + (size_t)H * c->n_vocab, e->n_argmax, c->n_vocab,
                                              e->arg_ids, err)

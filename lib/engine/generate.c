@@ -1,5 +1,6 @@
 /* generate.c - batched prefill and generation loop (see generate.h). */
 #include "generate.h"
+#include "argmax.h"
 #include "sample.h"
 
 #include <stdint.h>
@@ -57,6 +58,9 @@ static int sample(kvp_kvcache *kc, kvp_gen_seq *s, float *logits, uint32_t n_voc
     uint32_t len = kvp_kvcache_seq_len(kc, s->handle);
     const uint32_t *toks = kvp_kvcache_seq_tokens(kc, s->handle);
     uint32_t w = len < KVP_SAMPLE_WINDOW ? len : KVP_SAMPLE_WINDOW;
+    if (kvp_first_nonfinite_f32(logits, n_vocab) < n_vocab) /* a NaN in the weights reaches every logit */
+        return kvp_err_set(err, KVP_EFORMAT, "the logits after %u tokens hold NaN or infinity: the model's weights "
+                           "or the KV blocks it read hold non-finite values", len);
     int t = kvp_sample_next(&s->rec.sampling, logits, n_vocab, toks + (len - w), w, err);
     if (t < 0)
         return t;

@@ -1,5 +1,6 @@
 /* ppl.c - windows of a text through the engine, scored, saved or compared. */
 #include "ppl.h"
+#include "argmax.h"
 
 #include "generate.h"
 #include "hash.h"
@@ -127,6 +128,10 @@ static void save_row(ppl_state *st, const float *l, uint32_t p, uint32_t tok)
 /* One scored row: position p of the window's scored ones, text token tok. */
 static int score_row(ppl_state *st, const float *l, uint32_t p, uint32_t tok, kvp_err *err)
 {
+    /* a NaN in the weights spreads through every row: a score of nan is no score */
+    if (kvp_first_nonfinite_f32(l, st->n_vocab) < st->n_vocab)
+        return kvp_err_set(err, KVP_EFORMAT, "the logits of scored position %u hold NaN or infinity: the model's "
+                           "weights hold non-finite values", p);
     if (st->save) {
         save_row(st, l, p, tok);
         return 0;

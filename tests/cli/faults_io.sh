@@ -399,4 +399,33 @@ else
     nothing_left lim.kvp "quantize under ulimit -v"
 fi
 
+# ---- NaN in the weights or in a KV stream's blocks ----
+# (test_stream --rewrite nan@N: record N's data all 0xff, NaN in every
+# float kind, its checksums right): every program that chooses a token or
+# scores one refuses the logits, no token made up from them
+if [ $have_model = 1 ]; then
+    quantize --to keep "$M" -o "$T/keep.kvp" 2>/dev/null
+    n=$(kvdump --json "$T/keep.kvp" | grep '"blk.0.attn_norm.weight"' | sed 's/.*"index":\([0-9]*\).*/\1/')
+    "$KVP_UNIT_DIR/test_stream" --rewrite "$T/keep.kvp" "$T/nanw.kvp" "nan@$n"
+    for t in 0 0.8; do
+        run decode -m "$T/nanw.kvp" -t 2 -n 4 -p "The capital of France is" --temperature $t
+        expect_status 1 "decode, NaN weights, temperature $t: refused"
+        expect_err_has "NaN or infinity" "decode, NaN weights, temperature $t: says so"
+        expect_out_empty "decode, NaN weights, temperature $t: no text made up"
+    done
+    run prefill -m "$T/nanw.kvp" -t 2 -p "The capital" -o "$T/nan-pf.kvp"
+    expect_status 1 "prefill, NaN weights: refused"
+    expect_true "prefill, NaN weights: no stream left" test ! -e "$T/nan-pf.kvp"
+    printf 'The capital of France is Paris, and it is large and old.' >"$T/ppl.txt"
+    run prefill -m "$T/nanw.kvp" -t 2 --perplexity "$T/ppl.txt" --ctx 8 --chunks 1
+    expect_status 1 "--perplexity, NaN weights: refused, not PPL nan"
+    run specdec -m "$T/nanw.kvp" -t 2 -n 4 -p "The capital of France is"
+    expect_status 1 "specdec, NaN weights: refused"
+    prefill -m "$M" -t 2 -p "The capital of France is" -o "$T/pf.kvp" 2>/dev/null
+    "$KVP_UNIT_DIR/test_stream" --rewrite "$T/pf.kvp" "$T/nankv.kvp" nan@1
+    run decode -m "$M" -t 2 -n 4 "$T/nankv.kvp"
+    expect_status 1 "decode of a KV stream whose block is NaN: refused"
+    expect_err_has "NaN or infinity" "names the cause"
+fi
+
 done_testing

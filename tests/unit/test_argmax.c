@@ -5,6 +5,7 @@
 #include "backend_cpu.h"
 #include "unit.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -83,8 +84,36 @@ static void test_rows(void)
     kvp_backend_free(be);
 }
 
+/* The first non-finite value of a row: NaN, +inf or -inf at each place of
+ * the 16-lane body and the tail, n when all are finite (the largest finite
+ * values too). */
+static void test_nonfinite(void)
+{
+    float x[70];
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    int wrong = 0;
+    for (uint32_t n = 1; n <= 70; n++) {
+        for (uint32_t i = 0; i < n; i++)
+            x[i] = i % 2 ? FLT_MAX : -FLT_MAX;
+        wrong += kvp_first_nonfinite_f32(x, n) != n;
+        for (uint32_t at = 0; at < n; at++)
+            for (int b = 0; b < 3; b++) {
+                float keep = x[at];
+                x[at] = bad[b];
+                if (at + 1 < n)
+                    x[n - 1] = bad[(b + 1) % 3]; /* a later one too: the first is named */
+                wrong += kvp_first_nonfinite_f32(x, n) != at;
+                x[at] = keep;
+                x[n - 1] = (n - 1) % 2 ? FLT_MAX : -FLT_MAX;
+            }
+    }
+    CHECK_MSG(wrong == 0, "%d rows gave the wrong first non-finite index", wrong);
+    CHECK_EQ_U64(kvp_first_nonfinite_f32(x, 0), 0);
+}
+
 int main(void)
 {
+    test_nonfinite();
     test_rule();
     test_rows();
     return unit_done();

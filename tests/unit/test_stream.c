@@ -1471,6 +1471,7 @@ static void test_meta_padding(void)
  * (END recounted), with one edit, for the CLI tests' damaged and extended
  * streams:
  *   unknown@N      a record of kind 20 ("abcd") after record N
+ *   nan@N          record N's data all 0xff bytes (NaN in every float kind)
  *   seq-u32@OFF=V  the first sequence record's u32 at OFF from its state
  *   seq-f32@OFF=V  likewise an f32 (OFF: 0 state, 4 finish reason,
  *                  16 next token, 24 temperature, 32 top-p)
@@ -1488,7 +1489,8 @@ static int rewrite(const char *in_path, const char *out_path, const char *edit)
     double v = 0;
     int u32 = sscanf(edit, "seq-u32@%u=%lf", &off, &v) == 2, f32 = sscanf(edit, "seq-f32@%u=%lf", &off, &v) == 2;
     int unknown = sscanf(edit, "unknown@%llu", &at) == 1, dup = sscanf(edit, "dup@%llu", &at) == 1, patched = 0;
-    if (!u32 && !f32 && !unknown && !dup) {
+    int nan = sscanf(edit, "nan@%llu", &at) == 1; /* a record's data all 0xff: NaN as f32, f16, bf16 or e4m3 */
+    if (!u32 && !f32 && !unknown && !dup && !nan) {
         fprintf(stderr, "rewrite: unknown edit %s\n", edit);
         return 1;
     }
@@ -1500,7 +1502,10 @@ static int rewrite(const char *in_path, const char *out_path, const char *edit)
         rc = kvp_writer_open(&w, &out, &o, &err);
         while (rc == 0 && (rc = kvp_reader_next(r, &rec, &err)) > 0 && rec.kind != KVP_KIND_END) {
             uint8_t *meta = malloc(rec.meta_size ? rec.meta_size : 1);
-            kvp_piece data = {rec.data, rec.data_size};
+            uint8_t *nan_data = nan && rec.index == at && rec.data_size ? malloc(rec.data_size) : NULL;
+            if (nan_data)
+                memset(nan_data, 0xff, rec.data_size);
+            kvp_piece data = {nan_data ? nan_data : rec.data, rec.data_size};
             rc = meta ? 0 : kvp_err_set(&err, KVP_ENOMEM, "out of memory");
             if (rc == 0)
                 memcpy(meta, rec.meta, rec.meta_size);
@@ -1517,6 +1522,7 @@ static int rewrite(const char *in_path, const char *out_path, const char *edit)
             if (rc == 0 && unknown && rec.index == at)
                 rc = kvp_writer_record(w, 20, "abcd", 4, NULL, 0, 0, &err);
             free(meta);
+            free(nan_data);
         }
         if (rc >= 0)
             rc = kvp_writer_finish(w, &err);
