@@ -516,14 +516,16 @@ static void print_recommendation(const profile *p, int json)
         return;
     }
     const row *w = &p->rows[best];
+    /* the options that run what was profiled: the method's and its length */
+    char opts[600];
+    snprintf(opts, sizeof opts, "%s --draft-len %u", w->m->options, w->k);
     if (json) {
         printf("{\"recommendation\":\"%s\",\"draft_len\":%u,\"predicted_speedup\":%.4f,\"measured_speedup\":%.4f,"
                "\"options\":", w->m->name, w->k, w->predicted, w->measured);
-        kvp_cli_json_str(stdout, w->m->options, strlen(w->m->options));
+        kvp_cli_json_str(stdout, opts, strlen(opts));
         printf("}\n");
     } else {
-        printf("recommendation: specdec %s --draft-len %u (predicted %.2fx, measured %.2fx)\n", w->m->options, w->k,
-               w->predicted, w->measured);
+        printf("recommendation: specdec %s (predicted %.2fx, measured %.2fx)\n", opts, w->predicted, w->measured);
     }
 }
 

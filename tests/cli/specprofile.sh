@@ -108,6 +108,12 @@ best=$(awk '/"draft_len":[0-9]*,"steps"/ {
 } END { print b == "" ? "plain" : b }' "$T/prof.jl")
 rec=$(sed -n 's/.*"recommendation":"\([a-z]*\)"\(,"draft_len":\([0-9]*\)\)\{0,1\}.*/\1 \3/p' "$T/prof.jl" | sed 's/ $//')
 expect_true "the recommendation ($rec) is the best predicted row ($best)" test "$rec" = "$best"
+# its options run what was profiled: the draft length with the method's
+case $rec in
+plain) ;;
+*) expect_true "the recommended options carry --draft-len ${rec#* }" \
+    grep -q "\"options\":\"[^\"]* --draft-len ${rec#* }\"" "$T/prof.jl" ;;
+esac
 
 # predicted against measured: within 50% here (scripts/check-profile: 25%);
 # not in a sanitizer's build, whose instrumented loop around the engine
