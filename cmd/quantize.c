@@ -641,9 +641,7 @@ int main(int argc, char **argv)
     }
     if (optind >= argc)
         kvp_cli_usage_error("no INPUT model given");
-    const char *input = argv[optind];
-    if (strcmp(input, "-") == 0)
-        kvp_cli_usage_error("a model is read from a file or folder, not standard input");
+    const char *input = argv[optind]; /* "-": standard input (a GGUF; kvp_convert_open refuses the others) */
     if (!o.dry_run) {
         if (!o.output)
             kvp_cli_usage_error("no output: give -o OUTPUT (or --dry-run)");

@@ -421,6 +421,14 @@ static int open_safetensors(kvp_convert *cv, kvp_in *in, kvp_err *err)
 
 /* ---- KVP ---- */
 
+int kvp_convert_name_file(const char *path, kvp_err *err)
+{
+    size_t n = strlen(path);
+    if (strncmp(err->msg, path, n) == 0 && err->msg[n] == ':')
+        return err->code;
+    return kvp_err_prefix(err, "%s", path);
+}
+
 /* The plan pass; write_from_kvp reads the stream again by name, so a pipe,
  * which cannot be read twice, is refused. */
 static int open_kvp(kvp_convert *cv, kvp_in *inp, kvp_err *err)
@@ -499,7 +507,7 @@ static int open_kvp(kvp_convert *cv, kvp_in *inp, kvp_err *err)
 out:
     kvp_reader_free(r);
     kvp_in_close(&in);
-    return rc < 0 ? rc : 0;
+    return rc < 0 ? kvp_convert_name_file(cv->path, err) : 0;
 }
 
 /* ---- open ---- */

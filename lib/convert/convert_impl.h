@@ -41,4 +41,8 @@ static inline uint64_t kvp_convert_rec_bytes(const kvp_tensor_rec *t)
     return t->data_bytes + t->scales_bytes + t->zeros_bytes;
 }
 
+/* err's message with "path: " in front unless it starts so (the stream
+ * reader's messages name the record, not the file); err->code. */
+int kvp_convert_name_file(const char *path, kvp_err *err);
+
 #endif

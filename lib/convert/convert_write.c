@@ -194,7 +194,7 @@ static int write_from_kvp(kvp_convert *cv, kvp_writer *w, wbuf *b, kvp_threadpoo
 out:
     kvp_reader_free(r);
     kvp_in_close(&in);
-    return rc < 0 ? rc : 0;
+    return rc < 0 ? kvp_convert_name_file(cv->path, err) : 0;
 }
 
 int kvp_convert_write(kvp_convert *cv, kvp_out *out, int zstd_level, const char *producer, kvp_threadpool *pool,

@@ -84,7 +84,19 @@ usage_case quantize "--kv with --to" "--kv converts KV blocks only" quantize --k
 usage_case quantize "an unknown type" "unknown type" quantize --to int3 "$T/tiny.gguf" -o "$T/u.kvp"
 usage_case quantize "no output" "no output" quantize --to int8 "$T/tiny.gguf"
 usage_case quantize "-o - with --report -" "both write" quantize "$T/tiny.gguf" -o - --report -
-usage_case quantize "a model from stdin" "not standard input" quantize --to int8 - -o "$T/u.kvp"
+# a GGUF may come on standard input ("-"); a KVP model, read twice, may not
+LAST_CMD="quantize --to int8 --drop weird - -o u.kvp < tiny.gguf"
+quantize --to int8 --drop weird - -o "$T/u.kvp" <"$T/tiny.gguf" >"$OUT" 2>"$ERR"
+status=$?
+if [ "$status" -eq 0 ] && [ -s "$T/u.kvp" ]; then pass "quantize: a GGUF on standard input (-)"; else
+    fail "quantize: a GGUF on standard input (-): exit $status, $(cat "$ERR")"; fi
+rm -f "$T/u.kvp"
+LAST_CMD="quantize --to int8 - -o u.kvp < s.kvp"
+quantize --to int8 - -o "$T/u.kvp" <"$T/s.kvp" >"$OUT" 2>"$ERR"
+status=$?
+_why=$(check_err_lines quantize 1 "-: not a regular file: a KVP model is read twice")
+if [ "$status" -eq 1 ] && [ -z "$_why" ] && [ ! -e "$T/u.kvp" ]; then pass "quantize: a KVP stream on standard input: refused"
+else fail "quantize: a KVP stream on standard input ${_why:-(wanted exit 1)}"; fi
 usage_case quantize "two inputs" "one input" quantize "$T/tiny.gguf" "$T/tiny.gguf" -o "$T/u.kvp"
 usage_case quantize "an empty INPUT name" "INPUT: an empty file name" quantize --to f16 '' -o "$T/u.kvp"
 usage_case quantize "an empty INPUT name with --kv" "INPUT: an empty file name" quantize --kv fp8 '' -o "$T/u.kvp"
