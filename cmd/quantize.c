@@ -392,7 +392,7 @@ static void check_target(const char *path, const char *what, const char *input, 
         return;
     int same = input && kvp_cli_same_path(path, input);
     if (same || inside_folder(path, input))
-        kvp_cli_usage_error("%s %s: the output would replace %s", what, path,
+        kvp_cli_usage_error("%s %s: the %s would replace %s", what, path, strcmp(what, "--report") ? "output" : "report",
                             same ? "the input" : "a file of the input folder");
     struct stat so;
     if (stat(path, &so) != 0)

@@ -395,7 +395,7 @@ expect_true "replaces the earlier report" grep -q "^name	shape" "$T/rep-old.tsv"
 cp "$T/st8.kvp" "$T/in8.kvp"
 run quantize --to f32 "$T/in8.kvp" -o "$T/o8.kvp" -r "$T/in8.kvp"
 expect_status 2 "--report naming the input"
-expect_err_has "would replace the input" "says why"
+expect_err_has "the report would replace the input" "says why (the report)"
 run quantize --to f32 "$T/in8.kvp" -o "$T/o8.kvp" -r "$T/o8.kvp" -f
 expect_status 2 "--report naming the output"
 expect_err_has "the report would replace the output" "says why"
