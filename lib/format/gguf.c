@@ -101,6 +101,7 @@ typedef struct gg_ctx {
     kvp_cur c;
     const char *name; /* file name for messages */
     kvp_err *err;
+    size_t ti_at;     /* where the tensor info a message is about starts */
 } gg_ctx;
 
 /* A GGUF string (u64 length + bytes).  NULL when it overruns or exceeds max;
@@ -358,11 +359,13 @@ static int ti_fail(gg_ctx *x, int code, uint64_t i, const char *tname, const cha
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     return kvp_err_set(x->err, code, "%s: tensor info %" PRIu64 " (\"%.100s\") at offset %zu: %s", x->name, i,
-                       tname ? tname : "?", kvp_cur_pos(&x->c), what);
+                       tname ? tname : "?", x->ti_at, what);
 }
 
 static int gg_read_tensor_info(gg_ctx *x, kvp_gguf_tensor *t, uint64_t i)
 {
+    x->ti_at = kvp_cur_pos(&x->c);
+    t->info_offset = x->ti_at;
     uint64_t nlen;
     int code = 0;
     const char *s = gg_str(x, &nlen, KVP_GGUF_MAX_NAME, &code);
@@ -393,6 +396,7 @@ static int gg_read_tensor_info(gg_ctx *x, kvp_gguf_tensor *t, uint64_t i)
  * file.  t->offset becomes absolute. */
 static int gg_check_tensor(gg_ctx *x, kvp_gguf *g, kvp_gguf_tensor *t, uint64_t i)
 {
+    x->ti_at = (size_t)t->info_offset; /* the infos are all read: the cursor is past them */
     const gg_type *ty = gg_type_get(t->ggml_type);
     if (!ty)
         return ti_fail(x, KVP_EUNSUPPORTED, i, t->name, "unknown ggml type %" PRIu32, t->ggml_type);
@@ -492,7 +496,7 @@ static int gg_read_header(gg_ctx *x, kvp_gguf *g, uint64_t *n_kv)
 
 static int gg_parse(kvp_gguf *g, kvp_err *err)
 {
-    gg_ctx x = {kvp_cur_make(g->base, (size_t)g->size), g->in.name ? g->in.name : "?", err};
+    gg_ctx x = {kvp_cur_make(g->base, (size_t)g->size), g->in.name ? g->in.name : "?", err, 0};
     uint64_t n_kv = 0;
     int rc = gg_read_header(&x, g, &n_kv);
     for (uint64_t i = 0; i < n_kv && !rc; i++)

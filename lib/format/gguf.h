@@ -58,6 +58,7 @@ typedef struct kvp_gguf_tensor {
     uint64_t ne[4];        /* GGUF order: ne[0] is the contiguous dimension; unused dims = 1 */
     uint64_t offset;       /* absolute byte offset in the file */
     uint64_t nbytes;       /* validated against the file size */
+    uint64_t info_offset;  /* where its tensor info starts in the file (messages) */
 } kvp_gguf_tensor;
 
 typedef struct kvp_gguf {

@@ -378,6 +378,10 @@ static void test_hostile(void)
     expect(L.ti0_off, 8, 32, KVP_EFORMAT, "alignment");
     expect(L.ti0_off, 8, UINT64_MAX - 63, KVP_ETRUNC, "w.f32");
     expect(L.ti1_off, 8, 1ull << 20, KVP_ETRUNC, "w.q41");
+    /* found once every info is read: the offset named is still its info's */
+    char at1[80];
+    snprintf(at1, sizeof at1, "tensor info 1 (\"w.q41\") at offset %zu: data", L.ti1_name);
+    expect(L.ti1_off, 8, 1ull << 20, KVP_ETRUNC, at1);
     expect(L.ti1_name + 8 + 5 + 4, 8, 33, KVP_EFORMAT, "block size"); /* q4_1 ne0 = 33 */
 
     /* Duplicate key: rename "k.u8" to "k.i8". */
