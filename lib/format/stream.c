@@ -4,6 +4,7 @@
 
 #include "hash.h"
 #include "tensor.h"
+#include "unicode.h"
 #include "wire.h"
 
 #include <stdio.h>
@@ -361,6 +362,19 @@ static int finish_meta(kvp_writer *w, kvp_buf *b, uint32_t kind, const kvp_piece
     return rc;
 }
 
+/* What is wrong with a tensor name kvp(5) takes (UTF-8, no control
+ * character: a listing's line, a JSON string, an --include pattern's
+ * subject), or NULL. */
+static const char *name_fault(const char *s, size_t n)
+{
+    if (kvp_unicode_valid_prefix(s, n) != n)
+        return "is not UTF-8";
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return "holds a control character";
+    return NULL;
+}
+
 int kvp_write_tensor(kvp_writer *w, const kvp_tensor_rec *t, const void *data, const void *scales,
                      const void *zeros, kvp_err *err)
 {
@@ -368,6 +382,9 @@ int kvp_write_tensor(kvp_writer *w, const kvp_tensor_rec *t, const void *data, c
     int64_t want = kvp_tensor_data_bytes(t), nsc = kvp_tensor_scale_count(t);
     if (name_len == 0 || name_len > KVP_NAME_MAX)
         return kvp_err_set(err, KVP_EINVAL, "tensor name empty or longer than %d bytes", KVP_NAME_MAX);
+    const char *nf = name_fault(t->name, name_len);
+    if (nf)
+        return kvp_err_set(err, KVP_EINVAL, "tensor name %s", nf);
     if (want < 0 || (uint64_t)want != t->data_bytes)
         return kvp_err_set(err, KVP_EINVAL, "tensor %s: data_bytes %llu does not match dtype %s and shape",
                            t->name, (unsigned long long)t->data_bytes, kvp_dtype_name(t->dtype));
@@ -1076,6 +1093,10 @@ int kvp_tensor_decode(const kvp_record *rec, kvp_tensor_rec *t, const uint8_t **
     const char *name = kvp_cur_str32(&c, &name_len, KVP_NAME_MAX);
     if (!name || name_len == 0)
         return bad_field(rec, err, "tensor name missing, empty or longer than 255 bytes");
+    const char *nf = name_fault(name, name_len);
+    if (nf)
+        return kvp_err_set(err, KVP_EFORMAT, "record %llu (tensor) at offset %llu: its name %s", (unsigned long long)rec->index,
+                           (unsigned long long)rec->offset, nf);
     memcpy(t->name, name, name_len);
     t->dtype = kvp_cur_u32(&c);
     t->n_dim = kvp_cur_u32(&c);

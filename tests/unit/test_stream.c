@@ -782,9 +782,48 @@ static void test_writer_validation(void)
     t.data_bytes = 34;
     uint8_t d[64] = {0};
     CHECK(kvp_write_tensor(w, &t, d, NULL, NULL, &err) == KVP_EINVAL);
+    /* names kvp(5) refuses: a control character, bytes that are not UTF-8 */
+    t.shape[0] = 32;
+    static const char *const bad_names[] = {"a\nb", "x\x7f", "\xff\xfe", "caf\xc3"};
+    for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++) {
+        snprintf(t.name, sizeof t.name, "%s", bad_names[i]);
+        CHECK_EQ_I64(kvp_write_tensor(w, &t, d, NULL, NULL, &err), KVP_EINVAL);
+        CHECK_MSG(strstr(err.msg, "tensor name") != NULL, "%s", err.msg);
+    }
+    strcpy(t.name, "caf\xc3\xa9.weight"); /* UTF-8 is fine */
+    CHECK_MSG(kvp_write_tensor(w, &t, d, NULL, NULL, &err) == 0, "%s", err.msg);
     kvp_writer_free(w);
     kvp_out_abort(&out);
     CHECK(access(p, F_OK) != 0); /* aborted output leaves nothing behind */
+    /* a record written by hand with such a name: the reader refuses it */
+    CHECK(kvp_out_open(&out, p, &err) == 0);
+    CHECK(kvp_writer_open(&w, &out, NULL, &err) == 0);
+    kvp_buf m;
+    kvp_buf_init(&m);
+    kvp_buf_str32(&m, "a\nb", 3);
+    kvp_buf_u32(&m, KVP_DTYPE_F32), kvp_buf_u32(&m, 1), kvp_buf_u64(&m, 1);
+    kvp_buf_u32(&m, 0), kvp_buf_u32(&m, 0), kvp_buf_u32(&m, 0), kvp_buf_u32(&m, 0), kvp_buf_f32(&m, 0);
+    kvp_buf_u64(&m, 4), kvp_buf_u64(&m, 0), kvp_buf_u64(&m, 0);
+    kvp_piece one = {d, 4};
+    CHECK(kvp_writer_record(w, KVP_KIND_TENSOR, m.data, (uint32_t)m.len, &one, 1, 0, &err) == 0);
+    CHECK(kvp_writer_finish(w, &err) == 0 && kvp_out_commit(&out, &err) == 0);
+    kvp_writer_free(w);
+    kvp_buf_free(&m);
+    kvp_in in;
+    kvp_reader *r = NULL;
+    kvp_record rec;
+    int rc = kvp_in_open(&in, p, &err);
+    if (rc == 0 && (rc = kvp_reader_open(&r, &in, &err)) == 0 && (rc = kvp_reader_next(r, &rec, &err)) == 1) {
+        kvp_tensor_rec tr;
+        const uint8_t *td, *ts;
+        rc = kvp_tensor_decode(&rec, &tr, &td, &ts, NULL, &err);
+    }
+    CHECK_EQ_I64(rc, KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "record 0 (tensor) at offset 64: its name holds a control character") != NULL, "%s",
+              err.msg);
+    kvp_reader_free(r);
+    kvp_in_close(&in);
+    unlink(p);
     /* Sizes implied by shapes. */
     t.dtype = KVP_DTYPE_Q4_1;
     t.n_dim = 2;
