@@ -393,8 +393,10 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
         if ((rc = kvp_kvblock_decode(rec, &b, &tok_le, &data, &scales, err)) < 0)
             return kvp_err_prefix(err, "%s", sr->name);
         if ((int)b.dtype != pool->dtype)
-            return kvp_err_set(err, KVP_EMISMATCH, "%s: KV dtype %s in the stream, this run uses %s (--kv-dtype)",
-                               sr->name, kvp_dtype_name(b.dtype), kvp_dtype_name((uint32_t)pool->dtype));
+            return kvp_err_set(err, KVP_EMISMATCH, "%s: record %llu: a KV block of dtype %s, where this run's cache "
+                               "is %s (set by --kv-dtype, or else by the stream's first block)", sr->name,
+                               (unsigned long long)rec->index, kvp_dtype_name(b.dtype),
+                               kvp_dtype_name((uint32_t)pool->dtype));
         uint64_t want_data = pool->scales_off ? pool->scales_off : pool->block_bytes;
         uint64_t want_scales = pool->block_bytes - want_data;
         /* one scale a slot or one a head (the decoder matched either to the

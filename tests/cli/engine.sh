@@ -154,7 +154,7 @@ expect_status 1 "exhausted KV memory"
 expect_err_has "out of blocks" "says what ran out"
 run decode -m "$M" -t $THREADS --kv-dtype bf16 "$T/kv.kvp"
 expect_status 1 "a stream of another KV dtype"
-expect_err_has "KV dtype f16 in the stream" "names both dtypes"
+expect_err_has "a KV block of dtype f16, where this run's cache is bf16" "names both dtypes"
 # fp8 and int8 KV caches: prefill writes them, decode takes the dtype from the
 # stream, `quantize --kv` output (a scale a head) decodes too, and the same
 # --kv-mem holds 1.9 times the blocks of f16 (tests/unit/test_kvquant.c
@@ -170,7 +170,7 @@ for kd in fp8 int8; do
     expect_true "decode on a $kd stream writes text" test -s "$OUT"
     run decode -m "$M" -t $THREADS -n 8 --kv-dtype f16 "$T/kv_$kd.kvp"
     expect_status 1 "an f16 run refuses a $kd stream"
-    expect_err_has "KV dtype $want in the stream, this run uses f16" "names both dtypes"
+    expect_err_has "record 1: a KV block of dtype $want, where this run's cache is f16" "names the record and both dtypes"
     run decode -m "$M" -t $THREADS -n 1 --kv-dtype $kd --kv-mem 4MiB --stats="$T/st_$kd.json" -p hi
     expect_status 0 "decode --kv-dtype $kd --stats"
 done
