@@ -981,6 +981,7 @@ static void load_model(run *R, const char *name)
     R->model_label = p->cfg.name[0] ? p->cfg.name : name;
     if (mf.weight_bytes) {
         p->weight_bytes_override = mf.weight_bytes;
+        memcpy(p->weight_class_bytes, mf.weight_class_bytes, sizeof p->weight_class_bytes);
         kvp_cap_fmt f;
         if (mf.weight_type[0] && kvp_cap_weight_fmt(mf.weight_type, &f, NULL) == 0)
             p->weight_fmt = p->embed_fmt = f;

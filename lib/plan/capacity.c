@@ -225,6 +225,9 @@ typedef struct walk {
     uint64_t params, active;
     uint64_t bytes;                       /* whole model, unsplit */
     uint64_t stage_bytes[KVP_CAP_MAX_PP]; /* per GPU of each stage */
+    int cls;                              /* what add() is walking (KVP_CAP_W_*) */
+    uint64_t cls_bytes[KVP_CAP_W_CLASSES]; /* bytes by class, whole model */
+    uint64_t stage_cls[KVP_CAP_MAX_PP][KVP_CAP_W_CLASSES]; /* stage_bytes by class */
     uint64_t stage_expert_bytes[KVP_CAP_MAX_PP]; /* routed experts, per GPU (read only when chosen) */
 } walk;
 
@@ -236,9 +239,12 @@ static void add(walk *w, int stage, const kvp_cap_fmt *f, uint64_t rows, uint64_
     w->params += rows * cols * count;
     w->active += rows * cols * active;
     w->bytes += kvp_cap_fmt_bytes(f, rows, cols) * count;
+    int k = rows == 1 ? KVP_CAP_W_VECTORS : w->cls; /* norms, biases: a file's 1-D tensors */
+    w->cls_bytes[k] += kvp_cap_fmt_bytes(f, rows, cols) * count;
     if (stage >= 0) {
         uint64_t b = kvp_cap_fmt_bytes(f, rows_gpu, cols_gpu) * count;
         w->stage_bytes[stage] += b;
+        w->stage_cls[stage][k] += b;
         if (expert)
             w->stage_expert_bytes[stage] += b;
     }
@@ -329,6 +335,7 @@ static void walk_model(walk *w)
     const kvp_cap_fmt *sm = &w->p->embed_fmt;
     uint32_t pp = w->p->pp ? w->p->pp : 1;
     uint32_t norms = strcmp(c->arch, "gemma2") == 0 ? 4 : 2; /* Gemma-2 norms before and after each block */
+    w->cls = KVP_CAP_W_LAYERS;
     for (uint32_t s = 0; s < pp; s++) {
         uint32_t b, e;
         stage_range(c->n_layer, pp, s, &b, &e);
@@ -340,13 +347,39 @@ static void walk_model(walk *w)
     }
     /* token embeddings: vocab-parallel on the first stage (counted as
      * active, as published "active parameter" figures do) */
+    w->cls = KVP_CAP_W_EMBD;
     add(w, 0, sm, c->n_vocab, c->n_embd, div_up(c->n_vocab, w->tp), c->n_embd, 1, 1, 0);
     int last = (int)pp - 1;
+    w->cls = KVP_CAP_W_REST;
     add_rep(w, last, sm, 1, c->n_embd, 1, 1); /* output norm */
+    w->cls = KVP_CAP_W_OUT;
     if (!c->tied_embeddings)
         add_col(w, last, sm, c->n_vocab, c->n_embd, 1, 1);
-    else if (pp > 1) /* the last stage keeps its own copy of the tied table */
-        w->stage_bytes[last] += kvp_cap_fmt_bytes(sm, div_up(c->n_vocab, w->tp), c->n_embd);
+    else if (pp > 1) { /* the last stage keeps its own copy of the tied table: the table's bytes */
+        uint64_t copy = kvp_cap_fmt_bytes(sm, div_up(c->n_vocab, w->tp), c->n_embd);
+        w->stage_bytes[last] += copy;
+        w->stage_cls[last][KVP_CAP_W_EMBD] += copy;
+    }
+}
+
+/* The scale from the walk's bytes of class k to a file's (0: none) */
+static double class_scale(const walk *w, const kvp_cap_params *p, int k)
+{
+    return w->cls_bytes[k] ? (double)p->weight_class_bytes[k] / (double)w->cls_bytes[k] : 0;
+}
+
+/* Whether p carries a file's bytes by class that add up to its total,
+ * each class the walk has and only those (a file whose tensors have other
+ * names scales every tensor alike, as before). */
+static int have_class_bytes(const walk *w, const kvp_cap_params *p)
+{
+    uint64_t sum = 0;
+    for (int k = 0; k < KVP_CAP_W_CLASSES; k++) {
+        sum += p->weight_class_bytes[k];
+        if ((p->weight_class_bytes[k] > 0) != (w->cls_bytes[k] > 0))
+            return 0;
+    }
+    return p->weight_bytes_override && sum == p->weight_bytes_override;
 }
 
 void kvp_cap_param_count(const kvp_config *c, uint32_t q_lora_rank, uint64_t *total, uint64_t *active)
@@ -580,9 +613,18 @@ int kvp_cap_compute(const kvp_cap_params *p, kvp_cap_result *r, kvp_err *err)
             r->n_params_active = (uint64_t)llround((double)w.active * p->n_params / (double)w.params);
         }
         r->weight_bytes = p->weight_bytes_override ? p->weight_bytes_override : (uint64_t)llround(w.bytes * scale);
+        int by_class = have_class_bytes(&w, p);
         for (uint32_t s = 0; s < p->pp; s++) {
-            w.stage_bytes[s] = (uint64_t)llround((double)w.stage_bytes[s] * scale);
-            w.stage_expert_bytes[s] = (uint64_t)llround((double)w.stage_expert_bytes[s] * scale);
+            if (by_class) { /* each class at its own file's rate: a stage holds its own tensors' bytes */
+                double b = 0;
+                for (int k = 0; k < KVP_CAP_W_CLASSES; k++)
+                    b += (double)w.stage_cls[s][k] * class_scale(&w, p, k);
+                w.stage_bytes[s] = (uint64_t)llround(b);
+            } else {
+                w.stage_bytes[s] = (uint64_t)llround((double)w.stage_bytes[s] * scale);
+            }
+            w.stage_expert_bytes[s] = (uint64_t)llround((double)w.stage_expert_bytes[s] *
+                                                        (by_class ? class_scale(&w, p, KVP_CAP_W_LAYERS) : scale));
         }
     }
 

@@ -53,6 +53,13 @@ uint64_t kvp_cap_fmt_bytes(const kvp_cap_fmt *f, uint64_t rows, uint64_t cols);
 /* Whether f keeps full 16/32-bit floats (then small tensors use f too). */
 int kvp_cap_fmt_is_float(const kvp_cap_fmt *f);
 
+/* A model's weights by where they go and how they split: the layers'
+ * matrices (a stage holds its own, tensor parallelism splits them), the
+ * token embeddings (the first stage), the output head (the last; a tied
+ * model's copy of the table is the embeddings'), vectors (norms, biases:
+ * every rank keeps them whole), the rest (matrices no layer names). */
+enum { KVP_CAP_W_LAYERS, KVP_CAP_W_EMBD, KVP_CAP_W_OUT, KVP_CAP_W_VECTORS, KVP_CAP_W_REST, KVP_CAP_W_CLASSES };
+
 /* ---- the calculation ---- */
 
 typedef struct kvp_cap_params {
@@ -63,6 +70,11 @@ typedef struct kvp_cap_params {
     kvp_cap_fmt embed_fmt;        /* token embeddings, lm_head, norms, biases, router */
     kvp_cap_fmt kv_fmt;
     uint64_t weight_bytes_override; /* > 0: exact model weight bytes (from a file's tensors) */
+    /* with it, a file's bytes by KVP_CAP_W_* (they sum to it), so each
+     * stage gets its own tensors' bytes where the file's formats differ
+     * (a Q2_K file's Q6_K output head on the last stage); all 0: the
+     * override scales every tensor alike */
+    uint64_t weight_class_bytes[KVP_CAP_W_CLASSES];
     kvp_col_units col_units;      /* a file's kvp_cap_model_file.col_units (0: not known) */
     uint64_t gpu_mem_bytes;       /* per GPU */
     double gpu_bw;                /* bytes/s per GPU, 0 when unknown */
@@ -146,6 +158,7 @@ typedef struct kvp_cap_model_file {
     kvp_config cfg;
     char kind[8];           /* "gguf", "kvp" or "hf" */
     uint64_t weight_bytes;  /* all tensors' exact bytes, scales included, when the file lists them (GGUF, KVP); else 0 */
+    uint64_t weight_class_bytes[KVP_CAP_W_CLASSES]; /* weight_bytes by KVP_CAP_W_* (tensor names) */
     char weight_type[16];   /* the format of most matrix bytes ("q4_1"), an HF quantization_config's ("int4-g128"), "" */
     uint32_t q_lora_rank;   /* MLA query low rank, which kvp_config does not carry; 0 if none */
     /* the columns a tensor-parallel slice of the attention output and of

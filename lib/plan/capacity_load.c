@@ -26,6 +26,7 @@
  * format), and whether an lm_head is among them. */
 typedef struct tensor_tally {
     uint64_t bytes;
+    uint64_t cls[KVP_CAP_W_CLASSES]; /* bytes by where they go (weight_class) */
     int has_output;
     kvp_col_units col_units;
     size_t n;
@@ -35,8 +36,22 @@ typedef struct tensor_tally {
     } by[32];
 } tensor_tally;
 
-/* Whether name is a weight tensor parallelism cuts by columns (the
- * attention output, the FFN down projection: GGUF's names and HF's). */
+/* Where a tensor goes (KVP_CAP_W_*), by its GGUF or HF name and shape: a
+ * vector (norms, biases), a layer's matrix (blk.N., model.layers.N.), the
+ * token embeddings, the output head, or the rest. */
+static int weight_class(const char *name, int is_matrix)
+{
+    if (!is_matrix)
+        return KVP_CAP_W_VECTORS;
+    if (!strncmp(name, "blk.", 4) || !strncmp(name, "model.layers.", 13) || !strncmp(name, "layers.", 7))
+        return KVP_CAP_W_LAYERS;
+    if (!strcmp(name, "token_embd.weight") || !strcmp(name, "model.embed_tokens.weight"))
+        return KVP_CAP_W_EMBD;
+    if (!strcmp(name, "output.weight") || !strcmp(name, "lm_head.weight"))
+        return KVP_CAP_W_OUT;
+    return KVP_CAP_W_REST;
+}
+
 /* Where a column-cut tensor's unit is kept: the attention output's or the
  * FFN down projections' (GGUF's names, HF's); NULL for another tensor. */
 static uint32_t *cut_by_columns(kvp_col_units *u, const char *name)
@@ -57,6 +72,7 @@ static void tally_add(tensor_tally *t, const char *name, const char *fmt, uint64
                       uint32_t unit)
 {
     t->bytes += bytes;
+    t->cls[weight_class(name, is_matrix)] += bytes;
     uint32_t *cut = cut_by_columns(&t->col_units, name);
     if (cut && unit > *cut)
         *cut = unit;
@@ -82,6 +98,7 @@ static void tally_add(tensor_tally *t, const char *name, const char *fmt, uint64
 static void tally_apply(const tensor_tally *t, kvp_cap_model_file *out)
 {
     out->weight_bytes = t->bytes;
+    memcpy(out->weight_class_bytes, t->cls, sizeof t->cls);
     out->col_units = t->col_units;
     out->cfg.tied_embeddings = !t->has_output;
     size_t best = 0;

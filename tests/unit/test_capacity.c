@@ -626,6 +626,49 @@ static void test_load_gguf_cols(void)
     unlink(path);
 }
 
+/* A file's exact bytes per pipeline stage: each stage its own layers'
+ * tensors, the first the token embeddings, the last the final norm and
+ * the output head (kvcalc spread the file's total over the stages by
+ * parameter count: a Q2_K file's Q6_K head put 16 MB too few on its last
+ * stage); tensor parallelism splits matrices, not vectors. */
+static void test_load_gguf_stage_bytes(void)
+{
+    char path[] = "/tmp/kvp-test-capacity-stages-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    tiny_cfg c = {.n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 2, .n_head_kv = 2, .n_vocab = 64,
+                  .wtype = KVP_DTYPE_Q8_0, .tied = 0};
+    uint64_t rng = 5;
+    CHECK(tiny_write(path, &c, &rng) == 0);
+    kvp_cap_model_file mf;
+    kvp_err err = {0};
+    CHECK_MSG(kvp_cap_load_model(path, &mf, &err) == 0, "%s", err.msg);
+    unlink(path);
+    uint64_t q = (uint64_t)kvp_dtype_row_bytes(KVP_DTYPE_Q8_0, 64), q128 = (uint64_t)kvp_dtype_row_bytes(KVP_DTYPE_Q8_0, 128);
+    uint64_t layer = q * (64 + 64 + 64 + 64 + 128 + 128) + q128 * 64, vec = 64 * 4, table = q * 64;
+    CHECK_EQ_U64(mf.weight_class_bytes[KVP_CAP_W_LAYERS], 2 * layer);
+    CHECK_EQ_U64(mf.weight_class_bytes[KVP_CAP_W_EMBD], table);
+    CHECK_EQ_U64(mf.weight_class_bytes[KVP_CAP_W_OUT], table);
+    CHECK_EQ_U64(mf.weight_class_bytes[KVP_CAP_W_VECTORS], 5 * vec); /* 2 a layer, the output norm */
+    CHECK_EQ_U64(mf.weight_class_bytes[KVP_CAP_W_REST], 0);
+    CHECK_EQ_U64(mf.weight_bytes, 2 * layer + 2 * table + 5 * vec);
+    kvp_cap_params p;
+    kvp_cap_params_init(&p);
+    p.cfg = mf.cfg;
+    p.gpu_mem_bytes = 80ull << 30;
+    p.weight_bytes_override = mf.weight_bytes;
+    memcpy(p.weight_class_bytes, mf.weight_class_bytes, sizeof p.weight_class_bytes);
+    CHECK(kvp_cap_weight_fmt("q8_0", &p.weight_fmt, &err) == 0 && kvp_cap_weight_fmt("q8_0", &p.embed_fmt, &err) == 0);
+    p.pp = 2, p.gpus = 2;
+    kvp_cap_result r = compute(&p);
+    CHECK_EQ_U64(r.stage[0].weight_bytes, table + layer + 2 * vec);
+    CHECK_EQ_U64(r.stage[1].weight_bytes, layer + 2 * vec + vec + table);
+    p.pp = 1, p.tp = 2; /* matrices halved (KV heads too: 2 over 2 ranks), every vector whole */
+    r = compute(&p);
+    CHECK_EQ_U64(r.stage[0].weight_bytes, 2 * (layer / 2) + 2 * (table / 2) + 5 * vec); /* both layers, both tables */
+}
+
 /* A file whose attention output and FFN down projections have blocks of
  * their own sizes (llama.cpp's Q4_K_M of a 576-wide model: Q5_0's 32 and
  * Q6_K's 256) keeps one unit each: one rank plans (kvcalc refused even
@@ -869,6 +912,7 @@ int main(void)
     test_load_kvp();
     test_load_gguf_cols();
     test_load_gguf_mixed_cols();
+    test_load_gguf_stage_bytes();
     test_load_kvp_tensors();
     test_lengths_max();
     return unit_done();
