@@ -606,24 +606,61 @@ static void test_sim(void)
     CHECK(kvp_cap_lengths_parse(&d, "/nonexistent/lengths", &err) == KVP_EIO);
 }
 
-/* A GGUF's column-cut weights (attention output, FFN down) give the unit a
- * tensor-parallel slice must be a multiple of: Q8_0's block of 32. */
-static void test_load_gguf_cols(void)
+/* ffn_down's GGUF type Q4_0 -> Q4_K in the file at path: 8 blocks of 18
+ * bytes are 144, one super-block's size, so the file stays whole. */
+static void ffn_down_q4k(const char *path)
+{
+    FILE *f = fopen(path, "r+b");
+    static uint8_t buf[1 << 16];
+    size_t len = f ? fread(buf, 1, sizeof buf, f) : 0;
+    static const char name[] = "blk.0.ffn_down.weight";
+    uint8_t *at = NULL;
+    for (size_t i = 8; i + sizeof name < len && !at; i++) /* u64 length, name, u32 dims, u64 x dims, u32 type */
+        if (!memcmp(buf + i, name, sizeof name - 1) && buf[i - 8] == sizeof name - 1)
+            at = buf + i + sizeof name - 1;
+    CHECK(f && at);
+    if (f && at) {
+        uint8_t *ty = at + 4 + 8 * at[0];
+        CHECK_EQ_I64(ty[0], 2);
+        ty[0] = 12;
+        CHECK(fseek(f, 0, SEEK_SET) == 0 && fwrite(buf, 1, len, f) == len);
+    }
+    if (f)
+        CHECK(fclose(f) == 0);
+}
+
+/* The tiny GGUF of c (weights from seed), edited by edit (NULL: none),
+ * through kvp_cap_load_model into *mf: 0, or -1 having said why. */
+static int load_tiny(const tiny_cfg *c, uint64_t seed, void (*edit)(const char *path), kvp_cap_model_file *mf)
 {
     char path[] = "/tmp/kvp-test-capacity-gguf-XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);
+    if (fd < 0)
+        return -1;
     close(fd);
+    kvp_err err = {0};
+    int rc = tiny_write(path, c, &seed);
+    CHECK(rc == 0);
+    if (rc == 0 && edit)
+        edit(path);
+    if (rc == 0 && (rc = kvp_cap_load_model(path, mf, &err)) != 0)
+        CHECK_MSG(0, "%s", err.msg);
+    unlink(path);
+    return rc ? -1 : 0;
+}
+
+/* A GGUF's column-cut weights (attention output, FFN down) give the unit a
+ * tensor-parallel slice must be a multiple of: Q8_0's block of 32. */
+static void test_load_gguf_cols(void)
+{
     tiny_cfg c = {.n_layer = 1, .n_embd = 64, .n_ff = 128, .n_head = 2, .n_head_kv = 1, .n_vocab = 64,
                   .wtype = KVP_DTYPE_Q8_0, .tied = 1};
-    uint64_t rng = 7;
-    CHECK(tiny_write(path, &c, &rng) == 0);
     kvp_cap_model_file mf;
-    kvp_err err = {0};
-    CHECK_MSG(kvp_cap_load_model(path, &mf, &err) == 0, "%s", err.msg);
+    if (load_tiny(&c, 7, NULL, &mf) < 0)
+        return;
     CHECK_EQ_U64(mf.col_units.attn, 32);
     CHECK_EQ_U64(mf.col_units.ffn, 32);
-    unlink(path);
 }
 
 /* A file's exact bytes per pipeline stage: each stage its own layers'
@@ -633,18 +670,12 @@ static void test_load_gguf_cols(void)
  * stage); tensor parallelism splits matrices, not vectors. */
 static void test_load_gguf_stage_bytes(void)
 {
-    char path[] = "/tmp/kvp-test-capacity-stages-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
     tiny_cfg c = {.n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 2, .n_head_kv = 2, .n_vocab = 64,
                   .wtype = KVP_DTYPE_Q8_0, .tied = 0};
-    uint64_t rng = 5;
-    CHECK(tiny_write(path, &c, &rng) == 0);
     kvp_cap_model_file mf;
     kvp_err err = {0};
-    CHECK_MSG(kvp_cap_load_model(path, &mf, &err) == 0, "%s", err.msg);
-    unlink(path);
+    if (load_tiny(&c, 5, NULL, &mf) < 0)
+        return;
     uint64_t q = (uint64_t)kvp_dtype_row_bytes(KVP_DTYPE_Q8_0, 64), q128 = (uint64_t)kvp_dtype_row_bytes(KVP_DTYPE_Q8_0, 128);
     uint64_t layer = q * (64 + 64 + 64 + 64 + 128 + 128) + q128 * 64, vec = 64 * 4, table = q * 64;
     CHECK_EQ_U64(mf.weight_class_bytes[KVP_CAP_W_LAYERS], 2 * layer);
@@ -676,36 +707,12 @@ static void test_load_gguf_stage_bytes(void)
  * output), two are refused by the FFN's 256. */
 static void test_load_gguf_mixed_cols(void)
 {
-    char path[] = "/tmp/kvp-test-capacity-mixed-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
     tiny_cfg c = {.n_layer = 1, .n_embd = 64, .n_ff = 256, .n_head = 2, .n_head_kv = 1, .n_vocab = 64,
                   .wtype = KVP_DTYPE_Q4_0, .tied = 1};
-    uint64_t rng = 9;
-    CHECK(tiny_write(path, &c, &rng) == 0);
-    /* ffn_down's type Q4_0 -> Q4_K: 8 blocks of 18 bytes are 144, one
-     * super-block's size, so the file stays whole */
-    FILE *f = fopen(path, "r+b");
-    static uint8_t buf[1 << 16];
-    size_t len = f ? fread(buf, 1, sizeof buf, f) : 0;
-    static const char name[] = "blk.0.ffn_down.weight";
-    uint8_t *at = NULL;
-    for (size_t i = 8; i + sizeof name < len && !at; i++) /* u64 length, name, u32 dims, u64 x dims, u32 type */
-        if (!memcmp(buf + i, name, sizeof name - 1) && buf[i - 8] == sizeof name - 1)
-            at = buf + i + sizeof name - 1;
-    CHECK(f && at);
-    if (f && at) {
-        uint8_t *ty = at + 4 + 8 * at[0];
-        CHECK_EQ_I64(ty[0], 2);
-        ty[0] = 12;
-        CHECK(fseek(f, 0, SEEK_SET) == 0 && fwrite(buf, 1, len, f) == len);
-    }
-    if (f)
-        CHECK(fclose(f) == 0);
     kvp_cap_model_file mf;
     kvp_err err = {0};
-    CHECK_MSG(kvp_cap_load_model(path, &mf, &err) == 0, "%s", err.msg);
+    if (load_tiny(&c, 9, ffn_down_q4k, &mf) < 0)
+        return;
     CHECK_EQ_U64(mf.col_units.attn, 32);
     CHECK_EQ_U64(mf.col_units.ffn, 256);
     CHECK_MSG(kvp_shard_check_split_cols(&mf.cfg, mf.col_units, 1, &err) == 0, "%s", err.msg);
@@ -713,7 +720,6 @@ static void test_load_gguf_mixed_cols(void)
     CHECK_MSG(strstr(err.msg, "FFN down projection's slices of 128 columns are not whole blocks of 256") &&
                   strstr(err.msg, "(rank counts that split this model: 1)"),
               "%s", err.msg);
-    unlink(path);
 }
 
 /* A KVP model file: its CONFIG record gives the shape. */

@@ -2513,6 +2513,65 @@ static int r16_table_tokens(const kvp_cpu_kernels *k, int as, const float *x, ui
     return 1;
 }
 
+/* y[nt][w.n_out] = the products of w (in rows of 16) by nt tokens' blocks
+ * xp on table k: every group of 16 rows, the last padded. */
+static void r16_products(const kvp_cpu_kernels *k, const kvp_weight *w, const kvp_q8blk **xp, uint32_t nt, float *y)
+{
+    uint32_t R = w->n_out, N = w->n_in;
+    for (uint32_t r = 0; r < R; r += 16) {
+        kvp_mm_blk blk = {.w = (const uint8_t *)w->data + r * w->row_bytes, .w_stride = w->row_bytes,
+                          .d16 = kvp_r16_plane(w->data, w->dtype, R, N, 0, r),
+                          .m16 = kvp_r16_plane1(w->dtype) ? kvp_r16_plane(w->data, w->dtype, R, N, 1, r) : NULL,
+                          .xq = xp, .n = N, .nr = R - r < 16 ? R - r : 16, .nt = nt, .y = y + r, .ldy = R};
+        k->mm_r16[w->dtype - KVP_CPU_DTYPE_Q8_0_R16](&blk);
+    }
+}
+
+/* A reference product of one stored row by a token's blocks x. */
+typedef float (*r16_ref_fn)(const void *ctx, const uint8_t *row, const kvp_q8blk *x);
+
+/* r16, w in rows of 16, multiplied by every table that takes it, 1 to
+ * KVP_MM_TILE tokens of x[KVP_MM_TILE][w.n_in] (xq their blocks' room):
+ * ref's bits for every row; at the extremes (x quantizing to itself, d 1)
+ * the exact sum too. */
+static void r16_check_tables(const kvp_weight *w, const kvp_weight *r16, const float *x, kvp_q8blk *xq, int extreme,
+                             r16_ref_fn ref, const void *ctx)
+{
+    enum { TT = KVP_MM_TILE };
+    uint32_t N = w->n_in, R = w->n_out, NB = N / 32;
+    const kvp_cpu_kernels *tables[] = {kvp_cpu_kernels_vnni(), kvp_cpu_kernels_amx()};
+    float *y = malloc(sizeof(float) * TT * R), *a = malloc(sizeof(float) * N);
+    CHECK(y && a);
+    for (size_t ti = 0; y && a && ti < sizeof tables / sizeof *tables; ti++) {
+        const kvp_cpu_kernels *k = tables[ti];
+        const kvp_q8blk *xp[TT];
+        if (!r16_table_tokens(k, r16->dtype, x, N, TT, xq, NB, xp))
+            continue;
+        int bad_bits = 0, bad_exact = 0;
+        for (uint32_t nt = 1; nt <= TT; nt++)
+            for (uint32_t t0 = 0; t0 + nt <= TT; t0 += nt) {
+                r16_products(k, r16, xp + t0, nt, y);
+                for (uint32_t t = 0; t < nt; t++)
+                    for (uint32_t r = 0; r < R; r++) {
+                        const kvp_q8blk *xb = xp[t0 + t];
+                        float want = ref(ctx, (const uint8_t *)w->data + (size_t)r * w->row_bytes, xb);
+                        bad_bits += memcmp(&y[t * R + r], &want, 4) != 0;
+                        if (!extreme)
+                            continue;
+                        CHECK(kvp_cpu_dequant_weight_row(w, r, a) == 0);
+                        double ex = 0;
+                        for (uint32_t i = 0; i < N; i++)
+                            ex += (double)a[i] * xb[i / 32].q[i % 32] * xb[i / 32].d;
+                        bad_exact += fabs(y[t * R + r] - ex) > 1e-6 * (1 + fabs(ex));
+                    }
+            }
+        CHECK_MSG(bad_bits == 0, "%s: %s in rows of 16: %d outputs differ from the reference's bits", k->isa,
+                  w->name, bad_bits);
+        CHECK_MSG(bad_exact == 0, "%s: %s at the extremes: %d outputs off the exact sum", k->isa, w->name, bad_exact);
+    }
+    free(y), free(a);
+}
+
 /* The Q5_1 product of the rows of 16, Q4_1's: per block the exact
  * integer sum(q x) into one FMA by d dx, m s into a second chain. */
 static float q5_1_ref_dot(const uint8_t *row, const kvp_q8blk *x, uint32_t nb)
@@ -2573,18 +2632,8 @@ static void test_q5_r16(void)
             for (uint32_t nt = 1; nt <= TT; nt++)
                 for (uint32_t t0 = 0; t0 + nt <= TT; t0 += nt) {
                     float y[TT][R], yq[TT][R];
-                    for (int pass = 0; pass < (q51 ? 1 : 2); pass++) {
-                        const kvp_weight *v = pass ? &q8r : &r16;
-                        for (uint32_t r = 0; r < R; r += 16) {
-                            kvp_mm_blk blk = {.w = (const uint8_t *)v->data + r * v->row_bytes, .w_stride = v->row_bytes,
-                                              .d16 = kvp_r16_plane(v->data, v->dtype, R, N, 0, r),
-                                              .m16 = kvp_r16_plane1(v->dtype) ? kvp_r16_plane(v->data, v->dtype, R, N, 1, r)
-                                                                              : NULL,
-                                              .xq = xp + t0, .n = N, .nr = R - r < 16 ? R - r : 16, .nt = nt,
-                                              .y = (pass ? yq : y)[0] + r, .ldy = R};
-                            k->mm_r16[v->dtype - KVP_CPU_DTYPE_Q8_0_R16](&blk);
-                        }
-                    }
+                    for (int pass = 0; pass < (q51 ? 1 : 2); pass++)
+                        r16_products(k, pass ? &q8r : &r16, xp + t0, nt, (pass ? yq : y)[0]);
                     for (uint32_t t = 0; t < nt; t++)
                         for (uint32_t r = 0; r < R; r++) {
                             float ref = q51 ? q5_1_ref_dot(q + (size_t)r * w.row_bytes, xq[t0 + t], NB) : yq[t][r];
@@ -2626,6 +2675,22 @@ static float q45k_ref_dot(int q5, const uint8_t *row, const kvp_q8blk *x, uint32
     return acc + ma;
 }
 
+/* test_kq_r16's reference: the K-quant's own dot (q36k_ref_dot, q2k_ref_dot, q45k_ref_dot). */
+typedef struct kq_ref_ctx {
+    int dtype;
+    uint32_t n;
+} kq_ref_ctx;
+
+static float kq_ref(const void *ctx, const uint8_t *row, const kvp_q8blk *x)
+{
+    const kq_ref_ctx *c = ctx;
+    switch (c->dtype) {
+    case KVP_DTYPE_Q6_K: case KVP_DTYPE_Q3_K: return q36k_ref_dot(c->dtype == KVP_DTYPE_Q6_K, row, x, c->n);
+    case KVP_DTYPE_Q2_K: return q2k_ref_dot(row, x, c->n);
+    default: return q45k_ref_dot(c->dtype == KVP_DTYPE_Q5_K, row, x, c->n);
+    }
+}
+
 /* GGUF's K-quants (Q2_K to Q6_K) in rows of 16 (19 rows: a group and a
  * padded one): read back by kvp_cpu_r16_row, the dequantizer's values bit
  * for bit; multiplied by every table that takes them (1-8 tokens), the
@@ -2647,7 +2712,6 @@ static void test_kq_r16(int dtype)
     static kvp_q8blk xq[TT][NB];
     kvp_err err = {0};
     kvp_weight r16;
-    const kvp_cpu_kernels *tables[] = {kvp_cpu_kernels_vnni(), kvp_cpu_kernels_amx()};
     const char *name = kvp_dtype_name((uint32_t)dtype);
     for (int extreme = 0; extreme < 2; extreme++) {
         size_t bytes = R * (N / 256) * sb;
@@ -2686,45 +2750,8 @@ static void test_kq_r16(int dtype)
             bad += first_unlike(a, b, N) >= 0;
         }
         CHECK_MSG(bad == 0, "%s: %d rows in rows of 16 differ from the stored ones", name, bad);
-        for (size_t ti = 0; ti < sizeof tables / sizeof *tables; ti++) {
-            const kvp_cpu_kernels *k = tables[ti];
-            const kvp_q8blk *xp[TT];
-            if (!r16_table_tokens(k, as, x[0], N, TT, xq[0], NB, xp))
-                continue;
-            int bad_bits = 0, bad_exact = 0;
-            for (uint32_t nt = 1; nt <= TT; nt++)
-                for (uint32_t t0 = 0; t0 + nt <= TT; t0 += nt) {
-                    float y[TT][R];
-                    for (uint32_t r = 0; r < R; r += 16) {
-                        kvp_mm_blk blk = {.w = (const uint8_t *)r16.data + r * r16.row_bytes,
-                                          .w_stride = r16.row_bytes,
-                                          .d16 = kvp_r16_plane(r16.data, r16.dtype, R, N, 0, r),
-                                          .m16 = kvp_r16_plane(r16.data, r16.dtype, R, N, 1, r),
-                                          .xq = xp + t0, .n = N, .nr = R - r < 16 ? R - r : 16, .nt = nt,
-                                          .y = y[0] + r, .ldy = R};
-                        k->mm_r16[as - KVP_CPU_DTYPE_Q8_0_R16](&blk);
-                    }
-                    for (uint32_t t = 0; t < nt; t++)
-                        for (uint32_t r = 0; r < R; r++) {
-                            const uint8_t *row = q + (size_t)r * w.row_bytes;
-                            float ref = q6 || q3 ? q36k_ref_dot(q6, row, xq[t0 + t], N)
-                                        : q2     ? q2k_ref_dot(row, xq[t0 + t], N)
-                                                 : q45k_ref_dot(q5, row, xq[t0 + t], N);
-                            bad_bits += memcmp(&y[t][r], &ref, 4) != 0;
-                            if (extreme) { /* x quantizes to itself (d = 1): the exact sum */
-                                CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0);
-                                double ex = 0;
-                                for (int i = 0; i < N; i++)
-                                    ex += (double)a[i] * xq[t0 + t][i / 32].q[i % 32] * xq[t0 + t][i / 32].d;
-                                bad_exact += fabs(y[t][r] - ex) > 1e-6 * (1 + fabs(ex));
-                            }
-                        }
-                }
-            CHECK_MSG(bad_bits == 0, "%s: %s in rows of 16: %d outputs differ from the reference's bits", k->isa,
-                      name, bad_bits);
-            CHECK_MSG(bad_exact == 0, "%s: %s at the extremes: %d outputs off the exact sum", k->isa, name,
-                      bad_exact);
-        }
+        kq_ref_ctx rc = {dtype, N};
+        r16_check_tables(&w, &r16, x[0], xq[0], extreme, kq_ref, &rc);
         kvp_cpu_repacked_free(&r16);
     }
     kvp_weight part = {.name = name, .dtype = dtype, .n_in = 256 + 32, .n_out = 1, .row_bytes = sb, .data = q};
@@ -2752,6 +2779,12 @@ static float iq4_ref_dot(int nl, const uint8_t *row, const kvp_q8blk *x, uint32_
     return acc + 0.0f;
 }
 
+static float iq4_ref(const void *ctx, const uint8_t *row, const kvp_q8blk *x)
+{
+    const kq_ref_ctx *c = ctx;
+    return iq4_ref_dot(c->dtype == KVP_DTYPE_IQ4_NL, row, x, c->n / 32);
+}
+
 /* IQ4_NL and IQ4_XS in rows of 16 (19 rows: a group and a padded one), on
  * every table that takes them, 1-8 tokens: iq4_ref_dot's bits, with
  * random blocks and at the extremes (indices all 0 or all 15, IQ4_XS's ls
@@ -2763,9 +2796,8 @@ static void test_iq4_r16(int dtype)
     const size_t rb = nl ? NB * 18 : N / 256 * 136;
     const int as = nl ? KVP_CPU_DTYPE_IQ4_NL_R16 : KVP_CPU_DTYPE_IQ4_XS_R16;
     static uint8_t q[R * NB * 18];
-    static float x[TT][N], a[N];
+    static float x[TT][N];
     static kvp_q8blk xq[TT][NB];
-    const kvp_cpu_kernels *tables[] = {kvp_cpu_kernels_vnni(), kvp_cpu_kernels_amx()};
     const char *name = kvp_dtype_name((uint32_t)dtype);
     kvp_err err = {0};
     for (int extreme = 0; extreme < 2; extreme++) {
@@ -2787,40 +2819,8 @@ static void test_iq4_r16(int dtype)
         kvp_weight w = {.name = name, .dtype = dtype, .n_in = N, .n_out = R, .row_bytes = rb, .data = q}, r16;
         CHECK_EQ_I64(kvp_cpu_as_r16(&w, &r16, &err), 1);
         CHECK_EQ_I64(r16.dtype, as);
-        for (size_t ti = 0; ti < sizeof tables / sizeof *tables; ti++) {
-            const kvp_cpu_kernels *k = tables[ti];
-            const kvp_q8blk *xp[TT];
-            if (!r16_table_tokens(k, as, x[0], N, TT, xq[0], NB, xp))
-                continue;
-            int bad_bits = 0, bad_exact = 0;
-            for (uint32_t nt = 1; nt <= TT; nt++)
-                for (uint32_t t0 = 0; t0 + nt <= TT; t0 += nt) {
-                    float y[TT][R];
-                    for (uint32_t r = 0; r < R; r += 16) {
-                        kvp_mm_blk blk = {.w = (const uint8_t *)r16.data + r * r16.row_bytes, .w_stride = r16.row_bytes,
-                                          .d16 = kvp_r16_plane(r16.data, as, R, N, 0, r),
-                                          .m16 = kvp_r16_plane1(as) ? kvp_r16_plane(r16.data, as, R, N, 1, r) : NULL,
-                                          .xq = xp + t0, .n = N, .nr = R - r < 16 ? R - r : 16, .nt = nt,
-                                          .y = y[0] + r, .ldy = R};
-                        k->mm_r16[as - KVP_CPU_DTYPE_Q8_0_R16](&blk);
-                    }
-                    for (uint32_t t = 0; t < nt; t++)
-                        for (uint32_t r = 0; r < R; r++) {
-                            float ref = iq4_ref_dot(nl, q + (size_t)r * rb, xq[t0 + t], NB);
-                            bad_bits += memcmp(&y[t][r], &ref, 4) != 0;
-                            if (extreme) { /* x quantizes to itself (d = 1): the exact sum */
-                                CHECK(kvp_cpu_dequant_weight_row(&w, r, a) == 0);
-                                double ex = 0;
-                                for (int i = 0; i < N; i++)
-                                    ex += (double)a[i] * xq[t0 + t][i / 32].q[i % 32] * xq[t0 + t][i / 32].d;
-                                bad_exact += fabs(y[t][r] - ex) > 1e-6 * (1 + fabs(ex));
-                            }
-                        }
-                }
-            CHECK_MSG(bad_bits == 0, "%s: %s in rows of 16: %d outputs differ from the reference's bits", k->isa, name,
-                      bad_bits);
-            CHECK_MSG(bad_exact == 0, "%s: %s at the extremes: %d outputs off the exact sum", k->isa, name, bad_exact);
-        }
+        kq_ref_ctx rc = {dtype, N};
+        r16_check_tables(&w, &r16, x[0], xq[0], extreme, iq4_ref, &rc);
         kvp_cpu_repacked_free(&r16);
     }
 }
