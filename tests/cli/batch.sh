@@ -42,6 +42,13 @@ for k in '"requests":10' '"ttft_ms":{"n":10' '"tpot_ms":' '"itl_ms":' '"e2e_ms":
     if grep -qF "$k" "$T/stats.json"; then pass "stats has $k"; else fail "stats lacks $k"; fi
 done
 if ls "$T"/stats.json.tmp.* >/dev/null 2>&1; then fail "a temporary stats file was left"; else pass "stats written whole"; fi
+# a request that answers no token still has an E2E (arrival to its end),
+# not a TTFT
+printf '{"id":"a","prompt":"hi"}\n{"id":"z","prompt":"hi","max_tokens":0}\n' >"$T/zero.jsonl"
+run decode -m "$M" -t 2 -f "$T/zero.jsonl" -n 3 --stats="$T/zero.json"
+expect_status 0 "a request of max_tokens 0 with another"
+expect_true "e2e_ms counts both, ttft_ms the one with a token" grep -q '"ttft_ms":{"n":1,.*"e2e_ms":{"n":2' \
+    "$T/zero.json"
 # where the time went: forward steps and sampling, both above 0 and
 # together within the run's seconds
 num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$T/stats.json"; }
