@@ -359,11 +359,14 @@ static int project(kvp_engine *e, uint32_t R, float *logits, kvp_err *err)
         uint32_t H = R - e->n_argmax; /* R > 0 here */
         if (H && (rc = op->to_host(be, logits, e->logits, (size_t)H * c->n_vocab * sizeof(float), err)) < 0)
             return rc;
-        if (e->n_argmax && (rc = check_greedy_rows(e, H, err)) < 0)
+        if (!e->n_argmax)
+            return 0;
+        /* the ids first: argmax_rows waits for the step, so the check's
+         * copy does not stall a device between the head and the argmax */
+        if ((rc = op->argmax_rows(be, e->logits + (size_t)H * c->n_vocab, e->n_argmax, c->n_vocab, e->arg_ids,
+                                  err)) < 0)
             return rc;
-        return e->n_argmax ? op->argmax_rows(be, e->logits + (size_t)H * c->n_vocab, e->n_argmax, c->n_vocab,
-                                             e->arg_ids, err)
-                           : 0;
+        return check_greedy_rows(e, H, err);
     }
     /* Each rank's slice is [R][its rows], packed; the last rank may hold
      * fewer rows than vocab_rows, the rest of its piece is unused. */
