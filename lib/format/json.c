@@ -20,6 +20,7 @@ typedef struct jp {
     const char *name;
     kvp_err *err;
     uint64_t line0;   /* > 0: the text is line line0 of the file name names (kvp_json_parse_line) */
+    const char *key;  /* the object key whose value is being parsed: messages name the field */
 } jp;
 
 void kvp_json_linecol(const char *text, size_t len, size_t pos, int *line, int *col)
@@ -51,10 +52,13 @@ static int jp_fail(jp *p, int code, size_t at, const char *fmt, ...)
     va_end(ap);
     int line, col;
     kvp_json_linecol((const char *)p->s, p->n, at, &line, &col);
+    char field[80] = "";
+    if (p->key) /* "temperature": number out of range */
+        snprintf(field, sizeof field, "\"%.60s\": ", p->key);
     if (p->line0)
-        return kvp_err_set(p->err, code, "%s:%llu:%d: %s", p->name, (unsigned long long)(p->line0 + (uint64_t)line - 1),
-                           col, what);
-    return kvp_err_set(p->err, code, "%s:%d:%d: %s", p->name, line, col, what);
+        return kvp_err_set(p->err, code, "%s:%llu:%d: %s%s", p->name,
+                           (unsigned long long)(p->line0 + (uint64_t)line - 1), col, field, what);
+    return kvp_err_set(p->err, code, "%s:%d:%d: %s%s", p->name, line, col, field, what);
 }
 
 const char *kvp_json_type_name(kvp_json_type t)
@@ -389,10 +393,12 @@ static int parse_object(jp *p, kvp_json *v)
         }
         p->i++;
         skip_ws(p);
+        p->key = v->keys[v->n];
         rc = parse_value(p, child);
         v->n++;
         if (rc)
             return rc;
+        p->key = NULL; /* a fault after the value is no longer the field's */
         skip_ws(p);
         if (p->i >= p->n)
             return jp_fail(p, KVP_EFORMAT, start, "unterminated object");
@@ -452,7 +458,7 @@ static int parse_value(jp *p, kvp_json *v)
 static int parse_text(kvp_json **out, const char *text, size_t len, const char *name, uint64_t line0, kvp_err *err)
 {
     *out = NULL;
-    jp p = {(const unsigned char *)text, len, 0, 0, name ? name : "<json>", err, line0};
+    jp p = {(const unsigned char *)text, len, 0, 0, name ? name : "<json>", err, line0, NULL};
     if (len > KVP_JSON_MAX_SIZE)
         return kvp_err_set(err, KVP_ELIMIT, "%s: %zu bytes of JSON exceed the limit %llu", p.name, len,
                            (unsigned long long)KVP_JSON_MAX_SIZE);

@@ -163,7 +163,7 @@ expect_err_has "r.kvp: byte 9 is NUL: a binary file, not results" "--resume on a
 printf '{"id":"a","prompt":"hi"}\n{"id":1,"prompt":"Hi","temperature":1e400}\n' >"$T/odd.jsonl"
 run decode -m "$M" -t 2 -f "$T/odd.jsonl" -n 1
 expect_status 1 "a number out of range: refused"
-expect_err_has "odd.jsonl:2:37: number out of range" "names the line and column once"
+expect_err_has "odd.jsonl:2:37: \"temperature\": number out of range" "names the line and column once, and the field"
 
 # Statistics or a KV stream into standard output's own file: the results
 # are there (a usage error); into standard error's file, appended to what

@@ -274,7 +274,13 @@ static void test_parse_line(void)
     kvp_err err = {0};
     static const char t[] = "{\"a\":1e400}";
     CHECK_EQ_I64(kvp_json_parse_line(&j, t, sizeof t - 1, "f.jsonl", 7, &err), KVP_EFORMAT);
-    CHECK_MSG(strcmp(err.msg, "f.jsonl:7:6: number out of range") == 0, "%s", err.msg);
+    CHECK_MSG(strcmp(err.msg, "f.jsonl:7:6: \"a\": number out of range") == 0, "%s", err.msg);
+    /* the field of the fault, the innermost; none after a value */
+    static const char nested[] = "{\"m\":[{\"role\":tru}]}", after[] = "{\"a\":1 \"b\":2}";
+    CHECK_EQ_I64(kvp_json_parse_line(&j, nested, sizeof nested - 1, "f.jsonl", 2, &err), KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "f.jsonl:2:") && strstr(err.msg, ": \"role\": invalid literal"), "%s", err.msg);
+    CHECK_EQ_I64(kvp_json_parse_line(&j, after, sizeof after - 1, "f.jsonl", 2, &err), KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "expected ',' or '}'") && !strstr(err.msg, "\"a\":"), "%s", err.msg);
     static const char ok[] = " {\"a\":1}";
     CHECK_MSG(kvp_json_parse_line(&j, ok, sizeof ok - 1, "f.jsonl", 7, &err) == 0 && j && j->n == 1, "%s", err.msg);
     kvp_json_free(j);
