@@ -576,9 +576,7 @@ static int mm_weight(cpu_impl *im, const kvp_weight **w, kvp_err *err)
                 uint32_t ng = kvp_r16_groups((*w)->n_out);
                 kvp_threadpool_run(im->pool, r16_task, &rc16, (int)((ng + rc16.per - 1) / rc16.per));
             }
-        } else if (im->r16 && kvp_cpu_repack_r16(im->k, *w)) { /* Q5_0, IQ4_NL, IQ4_XS: rewritten, then rows of 16 */
-            rc = kvp_cpu_as_r16(*w, &cw->alt, err);
-        } else {
+        } else { /* without rows of 16 for it: Q4_K as int4, Q5_0 and IQ4_NL as Q8_0, IQ4_XS as int8 */
             rc = kvp_cpu_repack(*w, &cw->alt, err);
         }
         if (rc <= 0)

@@ -382,13 +382,8 @@ int kvp_cpu_iq4nl_as_q8_0(const struct kvp_weight *w, struct kvp_weight *out, kv
 int kvp_cpu_iq4xs_as_i8(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
 int kvp_cpu_repack(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);
 int kvp_cpu_repackable(const struct kvp_weight *w);
-/* Whether w is a kind kvp_cpu_as_r16 takes only through kvp_cpu_repack
- * (Q5_0 and IQ4_NL as Q8_0, IQ4_XS as int8; Q4_K has rows of 16 of its
- * own) into a kind table k has rows of 16 for. */
-int kvp_cpu_repack_r16(const kvp_cpu_kernels *k, const struct kvp_weight *w);
-/* Q8_0, Q4_0 or Q4_1 (or Q5_0 and IQ4_NL through Q8_0, IQ4_XS through
- * int8) without scales, or i8 or i4
- * with scales in groups of a multiple of 32, in rows of 16, dtype
+/* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, the K-quants or IQ4 without scales, or i8
+ * or i4 with scales in groups of a multiple of 32, in rows of 16, dtype
  * KVP_CPU_DTYPE_*_R16: 1 with *out set, 0 when w is not one of those in
  * whole blocks, or a negative code. */
 int kvp_cpu_as_r16(const struct kvp_weight *w, struct kvp_weight *out, kvp_err *err);

@@ -172,15 +172,6 @@ int kvp_cpu_iq4xs_as_i8(const kvp_weight *w, kvp_weight *out, kvp_err *err)
  * or Q5_1 weight keeps its nibbles, with a fifth line of its fifth bits. */
 int kvp_cpu_as_r16(const kvp_weight *w, kvp_weight *out, kvp_err *err)
 {
-    if (!kvp_cpu_r16_takes(w) && kvp_cpu_repackable(w)) { /* Q4_K where rows of 16 do not take it */
-        kvp_weight mid;
-        int rc = kvp_cpu_repack(w, &mid, err);
-        if (rc <= 0)
-            return rc;
-        rc = kvp_cpu_as_r16(&mid, out, err);
-        kvp_cpu_repacked_free(&mid);
-        return rc;
-    }
     int rc = kvp_cpu_r16_alloc(w, out, err);
     if (rc > 0)
         kvp_cpu_r16_fill(w, out, 0, kvp_r16_groups(w->n_out));
@@ -651,14 +642,6 @@ int kvp_cpu_repack(const kvp_weight *w, kvp_weight *out, kvp_err *err)
     case KVP_DTYPE_IQ4_XS: return kvp_cpu_iq4xs_as_i8(w, out, err);
     default: return kvp_cpu_q4k_as_i4(w, out, err);
     }
-}
-
-int kvp_cpu_repack_r16(const kvp_cpu_kernels *k, const kvp_weight *w)
-{
-    int as = w->dtype == KVP_DTYPE_Q5_0 || w->dtype == KVP_DTYPE_IQ4_NL ? KVP_CPU_DTYPE_Q8_0_R16
-             : w->dtype == KVP_DTYPE_IQ4_XS                             ? KVP_CPU_DTYPE_I8_R16
-                                                                        : 0;
-    return as && kvp_cpu_repackable(w) && k->mm_r16[as - KVP_CPU_DTYPE_Q8_0_R16] != NULL;
 }
 
 void kvp_cpu_repacked_free(kvp_weight *w)
