@@ -32,7 +32,7 @@ static void usage(FILE *f)
             "Model:\n"
             "  -m, --model NAME|PATH     preset (--list-models), GGUF, KVP model, HF config.json or folder\n"
             "      --layers N  --hidden N  --heads N  --kv-heads N  --head-dim N  --vocab N  --ffn N\n"
-            "      --experts N  --experts-used N  --window N  --params N[K|M|B|T]   override the model\n"
+            "      --experts N  --experts-used N  --window N  --params N[K|M|G|B|T]   override the model\n"
             "      --weight-dtype T      f16 bf16 f32 fp8 int8 int4 int4-gN nvfp4 mxfp4 q4_0..q8_0 q2_k..q6_k\n"
             "      --embed-dtype T       embeddings, lm_head, norms (default: as weights if 16/32-bit, else bf16)\n"
             "      --kv-dtype T          f16 bf16 f32 fp8 fp8-e5m2 int8 int4 fp4 (default f16)\n"
@@ -579,8 +579,10 @@ static void print_human(const run *R, const kvp_cap_params *p, const kvp_cap_res
     if (r->n_params_active != r->n_params)
         printf(" (%.3f B active)", (double)r->n_params_active / 1e9);
     printf("; weights %s", p->weight_fmt.name);
-    if (strcmp(p->embed_fmt.name, p->weight_fmt.name) != 0) /* their bytes are in the total: name them */
-        printf(" (embeddings, head and norms %s)", p->embed_fmt.name);
+    /* their bytes are in the total: name them (a file's: its embeddings'
+     * own format; the head and norms may be others, counted as stored) */
+    if (strcmp(p->embed_fmt.name, p->weight_fmt.name) != 0)
+        printf(" (embeddings%s %s)", p->weight_bytes_override ? "" : ", head and norms", p->embed_fmt.name);
     printf(", KV %s: %s\n", p->kv_fmt.name, gbs(b1, sizeof b1, (double)r->weight_bytes));
 
     printf("\nKV cache (whole model)\n");
@@ -985,6 +987,8 @@ static void load_model(run *R, const char *name)
         kvp_cap_fmt f;
         if (mf.weight_type[0] && kvp_cap_weight_fmt(mf.weight_type, &f, NULL) == 0)
             p->weight_fmt = p->embed_fmt = f;
+        if (mf.embed_type[0] && kvp_cap_weight_fmt(mf.embed_type, &f, NULL) == 0)
+            p->embed_fmt = f;
     } else if (mf.weight_type[0]) { /* an HF quantization_config: the linear layers' format */
         kvp_cap_fmt f;
         if (kvp_cap_weight_fmt(mf.weight_type, &f, NULL) == 0)
@@ -1030,6 +1034,8 @@ static const char *row_note(char *buf, size_t n, const kvp_cap_check *c, const k
     else if (i == KVP_CAP_ROW_PREEMPTIONS)
         snprintf(buf, n, ": %" PRIu64 " of the longest fit, %" PRIu64 " could run",
                  c->row[KVP_CAP_ROW_SEQS_MAX].predicted, c->seats);
+    else if (c->row[KVP_CAP_ROW_SEQS_MAX].predicted >= 1) /* kv_memory: the longest filled the pool */
+        snprintf(buf, n, ": the longest filled the pool (a request that ran out is counted at the length it reached)");
     else
         snprintf(buf, n, ": not one of the longest fits");
     return buf;

@@ -101,6 +101,12 @@ int kvp_cap_weight_fmt(const char *name, kvp_cap_fmt *f, kvp_err *err)
         fmt_set(f, buf, 2, 1, KVP_CAP_SCALE_GROUP, 2, g);
         return 0;
     }
+    if (sscanf(name, "fp4-g%u%c", &g, &tail) == 1 && g >= 2 && g <= 65536 && g % 2 == 0) {
+        char buf[24];
+        snprintf(buf, sizeof buf, "fp4-g%u", g); /* quantize --to fp4: E2M1, an f32 scale a group */
+        fmt_set(f, buf, 2, 1, KVP_CAP_SCALE_GROUP, 4, g);
+        return 0;
+    }
     if (strcasecmp(name, "nvfp4") == 0 || strcasecmp(name, "fp4") == 0) {
         fmt_set(f, "nvfp4", 16, 9, KVP_CAP_SCALE_TENSOR, 4, 0);
         return 0;
@@ -112,7 +118,7 @@ int kvp_cap_weight_fmt(const char *name, kvp_cap_fmt *f, kvp_err *err)
     if (fmt_gguf(name, f) == 0)
         return 0;
     return kvp_err_set(err, KVP_EINVAL,
-                       "unknown weight format '%s' (f32 f16 bf16 fp8 fp8-e5m2 int8 int4 int4-gN nvfp4 mxfp4 "
+                       "unknown weight format '%s' (f32 f16 bf16 fp8 fp8-e5m2 int8 int4 int4-gN fp4-gN nvfp4 mxfp4 "
                        "q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k)",
                        name);
 }

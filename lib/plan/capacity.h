@@ -159,7 +159,9 @@ typedef struct kvp_cap_model_file {
     char kind[8];           /* "gguf", "kvp" or "hf" */
     uint64_t weight_bytes;  /* all tensors' exact bytes, scales included, when the file lists them (GGUF, KVP); else 0 */
     uint64_t weight_class_bytes[KVP_CAP_W_CLASSES]; /* weight_bytes by KVP_CAP_W_* (tensor names) */
-    char weight_type[16];   /* the format of most matrix bytes ("q4_1"), an HF quantization_config's ("int4-g128"), "" */
+    char weight_type[16];   /* the format of most matrix bytes ("q4_1"), the layers' where there are
+                               layers, or an HF quantization_config's ("int4-g128"); "" */
+    char embed_type[16];    /* the token embeddings' format, "" when not known */
     uint32_t q_lora_rank;   /* MLA query low rank, which kvp_config does not carry; 0 if none */
     /* the columns a tensor-parallel slice of the attention output and of
      * the FFN down projections must be whole multiples of (their

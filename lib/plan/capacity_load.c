@@ -23,16 +23,20 @@
 
 /* The tensors of a file as they go by: their exact bytes, the bytes of the
  * matrices by storage format (norms and biases, 1-D, do not vote on the
- * format), and whether an lm_head is among them. */
+ * format; the layers' matrices outvote the embeddings and head, which
+ * quantize keeps in 16 bits by default and which can outweigh them in a
+ * small model), the embeddings' format, and whether an lm_head is among
+ * them. */
 typedef struct tensor_tally {
     uint64_t bytes;
     uint64_t cls[KVP_CAP_W_CLASSES]; /* bytes by where they go (weight_class) */
     int has_output;
     kvp_col_units col_units;
+    char embd_fmt[16];
     size_t n;
     struct {
         char fmt[16];
-        uint64_t bytes;
+        uint64_t bytes, layer_bytes;
     } by[32];
 } tensor_tally;
 
@@ -71,8 +75,11 @@ static uint32_t *cut_by_columns(kvp_col_units *u, const char *name)
 static void tally_add(tensor_tally *t, const char *name, const char *fmt, uint64_t bytes, int is_matrix,
                       uint32_t unit)
 {
+    int cls = weight_class(name, is_matrix);
     t->bytes += bytes;
-    t->cls[weight_class(name, is_matrix)] += bytes;
+    t->cls[cls] += bytes;
+    if (cls == KVP_CAP_W_EMBD)
+        snprintf(t->embd_fmt, sizeof t->embd_fmt, "%s", fmt);
     uint32_t *cut = cut_by_columns(&t->col_units, name);
     if (cut && unit > *cut)
         *cut = unit;
@@ -90,6 +97,8 @@ static void tally_add(tensor_tally *t, const char *name, const char *fmt, uint64
         snprintf(t->by[t->n++].fmt, sizeof t->by[0].fmt, "%s", fmt);
     }
     t->by[i].bytes += bytes;
+    if (cls == KVP_CAP_W_LAYERS)
+        t->by[i].layer_bytes += bytes;
 }
 
 /* The weights as the file stores them, and tying as decode's loader decides
@@ -102,11 +111,13 @@ static void tally_apply(const tensor_tally *t, kvp_cap_model_file *out)
     out->col_units = t->col_units;
     out->cfg.tied_embeddings = !t->has_output;
     size_t best = 0;
+    int layers = t->cls[KVP_CAP_W_LAYERS] > 0; /* else (names of no layer) every matrix votes */
     for (size_t i = 1; i < t->n; i++)
-        if (t->by[i].bytes > t->by[best].bytes)
+        if (layers ? t->by[i].layer_bytes > t->by[best].layer_bytes : t->by[i].bytes > t->by[best].bytes)
             best = i;
     if (t->n)
         snprintf(out->weight_type, sizeof out->weight_type, "%s", t->by[best].fmt);
+    snprintf(out->embed_type, sizeof out->embed_type, "%s", t->embd_fmt);
 }
 
 /* MLA's query low rank, which kvp_config does not carry, in the loader's
@@ -163,6 +174,12 @@ static void kvp_tensor_fmt(const kvp_tensor_rec *t, char *buf, size_t n)
             snprintf(buf, n, "int4-g%u", t->group);
         else
             snprintf(buf, n, "int4");
+        break;
+    case KVP_DTYPE_FP4_E2M1: /* quantize --to fp4: E2M1 with an f32 scale a group */
+        if (t->scheme == KVP_SCHEME_GROUP)
+            snprintf(buf, n, "fp4-g%u", t->group);
+        else
+            snprintf(buf, n, "fp4_e2m1");
         break;
     default: snprintf(buf, n, "%s", kvp_dtype_name(t->dtype)); break;
     }

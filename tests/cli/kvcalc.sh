@@ -98,6 +98,16 @@ for m in gqa2_hd64_untied gqa1_hd32_tied; do
 done
 run kvcalc -m "$T/gqa2_hd64_untied.kvp"
 expect_out_has "0.000 B params; weights q8_0" "the report names the tensors' format"
+# the layers' matrices name the format, not the 16-bit embeddings quantize
+# keeps (in a small model they outweigh a 4-bit layer's bytes), and fp4
+# (E2M1 with a scale a group of 32) has a name of its own
+run quantize --to fp4 "$G/engine_hf/gqa2_hd64_untied" -o "$T/fp4.kvp"
+run kvcalc -m "$T/fp4.kvp" --json
+expect_field weight_dtype '"fp4-g32"' "fp4 layers: fp4-g32"
+run kvcalc -m "$T/fp4.kvp"
+expect_out_has "; weights fp4-g32 (embeddings bf16), KV f16" "the file's embeddings named as stored"
+run kvcalc -m llama-3-8b --weight-dtype fp4-g32 --json
+expect_status 0 "--weight-dtype fp4-g32"
 # the embeddings' format, where it is not the matrices', is named beside it
 run kvcalc -m llama-3-8b --embed-dtype fp4
 expect_out_has "; weights f16 (embeddings, head and norms nvfp4), KV f16" "--embed-dtype fp4: named in the report"

@@ -160,6 +160,21 @@ static void test_check(void)
     /* 1 < 10 seats: preempting is expected, so not checked; one fits alone */
     CHECK(c.row[KVP_CAP_ROW_PREEMPTIONS].rule == KVP_CAP_RULE_INFO);
     CHECK(c.row[KVP_CAP_ROW_KV_MEMORY].rule == KVP_CAP_RULE_AT_MOST);
+    /* a request ended for memory while the longest had room to grow: the
+     * model says none should have */
+    check(&p, KVP_CAP_POOL_MEM, 2097152, edit("\"kv_memory\":0", "\"kv_memory\":1"), &c);
+    CHECK(c.n_failed == 1 && !c.row[KVP_CAP_ROW_KV_MEMORY].ok);
+    /* ... but where the longest (80 tokens: 5 blocks) filled the pool, it
+     * may be the one that ended, at the length it reached, not the one it
+     * asked for: not judged (decode --kv-blocks 2 -n 64 on a 9-token
+     * prompt reports 33) */
+    {
+        char t[4096];
+        sub(t, base_stats, "\"kv_memory\":0", "\"kv_memory\":1");
+        sub(t, t, "\"max_seq_len\":41", "\"max_seq_len\":81");
+        check(&p, KVP_CAP_POOL_MEM, 2097152, t, &c);
+        CHECK(c.n_failed == 0 && c.row[KVP_CAP_ROW_KV_MEMORY].rule == KVP_CAP_RULE_INFO);
+    }
 
     /* block bytes off by one: that row, and only it */
     check(&p, KVP_CAP_POOL_MEM, 2097152, edit("\"kv_block_bytes\":368640", "\"kv_block_bytes\":368641"), &c);
