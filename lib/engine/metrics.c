@@ -86,13 +86,28 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Where percentile q (0..100) of n values lies: between 0-based ranks
+ * *lo and *lo + 1 (or n - 1), *frac of the way; numpy's "linear". */
+static void rank_of(uint64_t n, double q, uint64_t *lo, double *frac)
+{
+    double pos = q / 100.0 * (double)(n - 1);
+    *lo = (uint64_t)floor(pos);
+    if (*lo >= n - 1) {
+        *lo = n - 1;
+        *frac = 0;
+        return;
+    }
+    *frac = pos - (double)*lo;
+}
+
 double kvp_percentile(const double *v, uint64_t n, double q)
 {
     if (n == 0)
         return NAN;
-    double rank = ceil(q / 100.0 * (double)n);
-    uint64_t i = rank < 1 ? 0 : (uint64_t)rank - 1;
-    return v[i < n ? i : n - 1];
+    uint64_t lo;
+    double frac;
+    rank_of(n, q, &lo, &frac);
+    return frac > 0 ? v[lo] + (v[lo + 1] - v[lo]) * frac : v[lo];
 }
 
 /* Sort the defined values of v[n] to the front; the summary of those. */
@@ -133,18 +148,28 @@ void kvp_metrics_ttft(kvp_metrics *m, kvp_dist *d) { dist_copy(m->ttft, m->n, d)
 void kvp_metrics_tpot(kvp_metrics *m, kvp_dist *d) { dist_copy(m->tpot, m->n, d); }
 void kvp_metrics_e2e(kvp_metrics *m, kvp_dist *d) { dist_copy(m->e2e, m->n, d); }
 
+/* The ITL of 0-based rank i: its bucket's value. */
+static double itl_at(const kvp_metrics *m, uint64_t i)
+{
+    uint64_t seen = 0;
+    for (uint32_t b = 0; b < KVP_METRICS_ITL_BUCKETS; b++) {
+        seen += m->itl_count[b];
+        if (seen > i)
+            return itl_value(b);
+    }
+    return itl_value(KVP_METRICS_ITL_BUCKETS - 1);
+}
+
+/* As kvp_percentile, over the histogram's bucket values. */
 static double itl_percentile(const kvp_metrics *m, double q)
 {
     if (m->n_itl == 0)
         return NAN;
-    double rank = ceil(q / 100.0 * (double)m->n_itl);
-    uint64_t want = rank < 1 ? 1 : (uint64_t)rank, seen = 0;
-    for (uint32_t b = 0; b < KVP_METRICS_ITL_BUCKETS; b++) {
-        seen += m->itl_count[b];
-        if (seen >= want)
-            return itl_value(b);
-    }
-    return itl_value(KVP_METRICS_ITL_BUCKETS - 1);
+    uint64_t lo;
+    double frac;
+    rank_of(m->n_itl, q, &lo, &frac);
+    double a = itl_at(m, lo);
+    return frac > 0 ? a + (itl_at(m, lo + 1) - a) * frac : a;
 }
 
 void kvp_metrics_itl(const kvp_metrics *m, kvp_dist *d)

@@ -5,7 +5,8 @@
  *   E2E   last token - arrival,
  *   TPOT  (E2E - TTFT) / (output tokens - 1), for requests of 2 or more,
  *   ITL   every gap between two consecutive tokens of one request.
- * The summary gives mean and p50/p90/p99 of each, request and token
+ * The summary gives mean and p50/p90/p99 of each (interpolated between
+ * the nearest ranks, as numpy's percentile does), request and token
  * throughput, and goodput: the requests that completed and met both SLOs
  * (TTFT and TPOT bounds; a bound of 0 is no bound).  A request that failed
  * (the KV cache could not hold it) is never good.  A value a request does
@@ -60,7 +61,9 @@ void kvp_metrics_itl(const kvp_metrics *m, kvp_dist *d);
  * *out left alone when there were none (a share of nothing is undefined:
  * reported as null or "-", never as a perfect 1). */
 int kvp_metrics_goodput(const kvp_metrics *m, double *out);
-/* Percentile q (0..100) of sorted v[n], nearest rank; NaN when n is 0. */
+/* Percentile q (0..100) of sorted v[n], between the two nearest ranks by
+ * linear interpolation, as numpy's percentile (and so vLLM's benchmark)
+ * computes it; NaN when n is 0. */
 double kvp_percentile(const double *v, uint64_t n, double q);
 /* `"name":{"n":..,"mean":..,"p50":..,"p90":..,"p99":..,"max":..}` in ms;
  * a value the requests did not give (no request, no output of 2 tokens)

@@ -2,7 +2,9 @@
  * never good, whatever its times; a value a request does not have (TPOT
  * under 2 output tokens, TTFT with none) meets its bound; a value over its
  * bound does not; TPOT's definition; and a value no request gave reads
- * "-" in the text summary's rows and null in the JSON, never "nan". */
+ * "-" in the text summary's rows and null in the JSON, never "nan"; and
+ * percentiles as numpy's percentile gives them (vLLM's benchmark), for the
+ * requests' exact values and the ITL histogram. */
 #define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include "metrics.h"
 #include "unit.h"
@@ -109,8 +111,43 @@ static void test_no_value_text(void)
     kvp_metrics_free(&m);
 }
 
+/* numpy.percentile(range(1, 21), [50, 90, 99]) = 10.5, 18.1, 19.81; of
+ * one value, that value; and the ITL histogram's, within its 1% buckets. */
+static void test_percentiles_as_numpy(void)
+{
+    double v[20];
+    for (int i = 0; i < 20; i++)
+        v[i] = i + 1;
+    CHECK_NEAR(kvp_percentile(v, 20, 50), 10.5, 1e-12);
+    CHECK_NEAR(kvp_percentile(v, 20, 90), 18.1, 1e-12);
+    CHECK_NEAR(kvp_percentile(v, 20, 99), 19.81, 1e-12);
+    CHECK_NEAR(kvp_percentile(v, 20, 100), 20, 0);
+    CHECK_NEAR(kvp_percentile(v, 20, 0), 1, 0);
+    CHECK_NEAR(kvp_percentile(v, 1, 99), 1, 0);
+    CHECK(isnan(kvp_percentile(v, 0, 50)));
+    /* numpy.percentile([10] * 50 + [20] * 50, [50, 99]) = 15, 20; 30 and
+     * 40 alone, 30 */
+    kvp_metrics m;
+    kvp_metrics_init(&m, 0, 0);
+    for (int i = 0; i < 100; i++)
+        kvp_metrics_add_itl(&m, i < 50 ? 0.010 : 0.020);
+    kvp_dist d;
+    kvp_metrics_itl(&m, &d);
+    CHECK_NEAR(d.p50, 0.015, 0.015 * 0.01);
+    CHECK_NEAR(d.p99, 0.020, 0.020 * 0.01);
+    CHECK_NEAR(d.max, 0.020, 0.020 * 0.01);
+    kvp_metrics_free(&m);
+    kvp_metrics_init(&m, 0, 0);
+    kvp_metrics_add_itl(&m, 0.030);
+    kvp_metrics_add_itl(&m, 0.040);
+    kvp_metrics_itl(&m, &d);
+    CHECK_NEAR(d.p50, 0.035, 0.035 * 0.01);
+    kvp_metrics_free(&m);
+}
+
 int main(void)
 {
+    test_percentiles_as_numpy();
     test_failed_never_good();
     test_undefined_meets();
     test_no_value_text();
