@@ -29,6 +29,8 @@ static void usage(FILE *f)
             "shared by several prompts is written once and referenced after) and the end record.\n\n"
             "%s"
             "  -o, --output FILE       write the stream to FILE (default stdout)\n"
+            "      --stop STRING       a stop string each sequence record carries for decode (repeatable)\n"
+            "      --json              --stats, --tokenize and --perplexity as JSON\n"
             "      --resume FILE       extend every sequence of a saved KV stream (decode --kv-out)\n"
             "                          by one more turn: -p TEXT (with --chat, a user turn) or --tokens\n"
             KVP_PROGRESS_HELP

@@ -38,7 +38,7 @@ static void usage(FILE *f)
             "  -n, --iters N             timed calls a row (default 20)\n"
             "  -w, --warmup_iters N      untimed calls first (default 5)\n"
             "  -c, --check 0|1           count wrong elements (default 1)\n"
-            "  -d, --datatype T          float, half, bfloat16 (default float)\n"
+            "  -d, --datatype T          float, half, bfloat16 (default float; bfloat16 with --model)\n"
             "  -o, --op OP               sum, prod, max, min (default sum)\n"
             "  -r, --root R              root of broadcast and reduce (default 0)\n"
             "  -z, --in-place            in place only\n"

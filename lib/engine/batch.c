@@ -253,6 +253,20 @@ static uint32_t kv_ahead(void *ctx, const kvp_sched_req *ws, const kvp_sched_req
     return c > ws->n_computed && qs->n_computed < c ? c - ws->n_computed : 0;
 }
 
+/* A waiting stream request's own sequence freed (its full blocks stay in
+ * the prefix cache while room allows): it starts as a prompt does. */
+static int kv_drop_held(void *ctx, kvp_sched_req *sr)
+{
+    batch *b = ctx;
+    kvp_request *r = sr->user;
+    if (r->holder < 0)
+        return 0;
+    kvp_kvcache_seq_free(b->kc, r->holder);
+    r->holder = -1;
+    r->g.handle = -1;
+    return 1;
+}
+
 static void kv_release(void *ctx, kvp_sched_req *sr)
 {
     batch *b = ctx;
@@ -1004,12 +1018,17 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
     batch b = {.keep = o->keep_finished, .no_prefix = o->no_prefix_cache, .metrics = o->metrics, .e = e, .kc = kc,
                .tok = tok, .emit = emit, .ctx = ctx, .st = st, .o = o};
     kvp_sched_kv kv = {.ctx = &b, .n_free = kv_n_free, .blocks_needed = kv_needed, .start = kv_start,
-                       .release = kv_release, .ahead = kv_ahead};
+                       .release = kv_release, .ahead = kv_ahead, .drop_held = kv_drop_held};
     kvp_kvcache_stats ks;
     kvp_kvcache_get_stats(kc, &ks);
     kvp_sched_opts so = o->sched;
     if (!so.watermark_blocks)
         so.watermark_blocks = ks.n_blocks / 100; /* vLLM's 1% */
+    /* a fixed draft length's guesses are kept in the step's budget before
+     * prompt chunks take it: a request's drafts, and so its sampled draws,
+     * do not depend on what else the batch holds */
+    if (o->drafter && !o->draft_adaptive)
+        so.lookahead = o->draft_len * (o->draft_branches > 1 ? o->draft_branches : 1);
     kvp_sched *s = NULL;
     int rc = kvp_sched_create(&s, &so, &kv, err);
     if (rc < 0)

@@ -451,10 +451,9 @@ static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
         else
             fprintf(f, "%snull", j ? "," : "");
     fputs("]", f);
-    if (st->branch_rows)
-        fprintf(f, ",\"branch_rows\":%llu", (unsigned long long)st->branch_rows);
-    if (st->tree_steps)
-        fprintf(f, ",\"tree_steps\":%llu", (unsigned long long)st->tree_steps);
+    if (strcmp(sp->method, "heads") == 0) /* 0 for a chain (--branches 1), there all the same */
+        fprintf(f, ",\"branch_rows\":%llu,\"tree_steps\":%llu", (unsigned long long)st->branch_rows,
+                (unsigned long long)st->tree_steps);
     if (sp->cmp) {
         double a = tokens_per_s(&sp->cmp->st), b = tokens_per_s(st);
         fprintf(f, ",\"compare\":{\"decode_output_throughput\":%.2f,\"decode_seconds\":%.3f,\"speedup\":%.3f,"
@@ -1131,6 +1130,12 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (resume && (!strcmp(resume, "-") || (stat(resume, &rst) == 0 && !S_ISREG(rst.st_mode))))
         kvp_cli_usage_error("--resume %s: not a regular file (the results are read back, cut to whole lines and "
                             "appended to)", resume);
+    /* a regular file standard output writes to ("> out.jsonl", or ">>
+     * log" with --resume /dev/stdout): the shell has emptied it, or it
+     * holds what else the job prints */
+    if (resume && kvp_cli_is_stdout(resume))
+        kvp_cli_usage_error("--resume %s is standard output's file: give the results file by its name, with standard "
+                            "output elsewhere", resume);
     /* the results go to standard output as they come, the KV stream's
      * records between them would be neither text nor a stream */
     if (o.kv_out && kvp_cli_is_stdout(o.kv_out))

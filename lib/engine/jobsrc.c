@@ -208,16 +208,15 @@ static int too_long(const kvp_jobsrc *js, const char *what, uint64_t i, const ch
     /* a prompts file's error is prefixed with its line, which says where:
      * there the id alone (a count beside it would read as the id); a
      * stream's sequence by its number in the stream and its id quoted, as
-     * kvdump lists it (seq 1 "b") and the stream reader names it */
+     * kvdump lists it (seq 1 "b") and the stream reader names it; -p or
+     * --tokens, one prompt, as "the prompt" (its id, 0, is no count) */
     char which[48] = "";
     int seq = strcmp(what, "sequence") == 0;
     if (seq)
         snprintf(which, sizeof which, " %" PRIu64, i);
-    else if (!js->o->file)
-        snprintf(which, sizeof which, " %" PRIu64, i + 1);
-    kvp_err_set(err, KVP_EINVAL, "%s%s%s%s%s%s is %u tokens, more than a sequence may hold (%u: the "
-                "model's context, or --max-model-len)", what, which, label[0] ? " " : "", seq && label[0] ? "\"" : "",
-                label, seq && label[0] ? "\"" : "", n, js->n_ctx);
+    kvp_err_set(err, KVP_EINVAL, "%s%s%s%s%s%s%s is %u tokens, more than a sequence may hold (%u: the "
+                "model's context, or --max-model-len)", !seq && !js->o->file ? "the " : "", what, which,
+                label[0] ? " " : "", seq && label[0] ? "\"" : "", label, seq && label[0] ? "\"" : "", n, js->n_ctx);
     return 1;
 }
 

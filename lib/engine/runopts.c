@@ -67,7 +67,11 @@ _Static_assert(sizeof kvp_runopts_long / sizeof kvp_runopts_long[0] == KVP_RUNOP
     "      --system TEXT       system message for --chat\n" \
     "  -n, --max-tokens N      tokens to generate per sequence (128)\n" \
     "      --temperature T     0 is greedy (default 0)\n" \
-    "      --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed N\n" \
+    "      --repeat-penalty R  logits of the last 64 tokens divided by R (default 1: none)\n" \
+    "      --top-k K           keep the K likeliest tokens (default 0: all)\n" \
+    "      --top-p P           keep the likeliest summing to P (default 1: all)\n" \
+    "      --min-p P           drop tokens below P times the likeliest's probability (default 0)\n" \
+    "      --seed N            each sequence's generator, with its id (default 0)\n" \
     "  -t, --threads N         CPU threads (default: all cores)\n" \
     "      --backend NAME      where the model runs: cpu (default) or cuda; -g is --backend cuda\n" \
     "      --block-size N      tokens per KV block (16)\n" \

@@ -135,6 +135,22 @@ static void preempt_newest(kvp_sched *s, kvp_sched_plan *p)
     p->n_preempted++;
 }
 
+/* Blocks held by waiting requests (a KV stream's sequences hold theirs
+ * until they run) given back, the last in the queue first and the first
+ * `keep` left alone, until `need` blocks are free: whether any came back.
+ * Only where a request would otherwise end for lack of memory: one that
+ * fits alone never fails because later ones arrived with their KV. */
+static int reclaim_waiting(kvp_sched *s, uint32_t keep, uint64_t need)
+{
+    int any = 0;
+    for (uint32_t i = s->wait.n; s->kv.drop_held && i-- > keep && s->kv.n_free(s->kv.ctx) < need;)
+        if (s->kv.drop_held(s->kv.ctx, s->wait.v[i])) {
+            s->n_preemptions++; /* its KV is computed again, as a preempted one's */
+            any = 1;
+        }
+    return any;
+}
+
 /* r can never fit in the cache: it ends, and the caller reports it. */
 static int end_for_memory(kvp_sched *s, kvp_sched_req *r, kvp_err *err)
 {
@@ -175,6 +191,8 @@ static int schedule_running(kvp_sched *s, kvp_sched_plan *p, uint32_t *budget, u
                 preempt_newest(s, p);
                 break;
             }
+            if (reclaim_waiting(s, 0, *planned + need))
+                continue;
             s->kv.release(s->kv.ctx, r);
             list_remove_at(&s->run, i);
             if (end_for_memory(s, r, err) < 0)
@@ -230,6 +248,8 @@ static int admit_waiting(kvp_sched *s, kvp_sched_plan *p, uint32_t *budget, uint
             r->n_computed = 0;
             if (!alone)
                 break;
+            if (reclaim_waiting(s, 1, *planned + need))
+                continue; /* r starts again, on the room given back */
             /* nothing runs and its first chunk does not fit: it never will */
             list_remove_at(&s->wait, 0);
             if ((rc = end_for_memory(s, r, err)) < 0)
@@ -249,12 +269,27 @@ static int admit_waiting(kvp_sched *s, kvp_sched_plan *p, uint32_t *budget, uint
     return 0;
 }
 
+/* The budget the running requests' decode steps keep for their guesses
+ * (lookahead each), out of budget: never a decode step's own token, so
+ * every running request still gets its step. */
+static uint32_t lookahead_room(const kvp_sched *s, uint32_t budget)
+{
+    uint32_t n_dec = 0;
+    for (uint32_t i = 0; s->o.lookahead && i < s->run.n; i++)
+        n_dec += s->run.v[i]->n_tokens - s->run.v[i]->n_computed == 1;
+    if (!n_dec || budget <= n_dec)
+        return 0;
+    uint64_t want = (uint64_t)s->o.lookahead * n_dec;
+    return want < budget - n_dec ? (uint32_t)want : budget - n_dec;
+}
+
 int kvp_sched_step(kvp_sched *s, kvp_sched_plan *p, kvp_err *err)
 {
     memset(p, 0, sizeof *p);
     p->items = s->items;
     s->ended.n = 0;
     uint32_t budget = s->o.max_batched_tokens;
+    budget -= lookahead_room(s, budget); /* the drafts take it after the plan */
     uint64_t planned = 0;
     int rc = schedule_running(s, p, &budget, &planned, err);
     /* when blocks are short, admitting now would only preempt again */

@@ -74,6 +74,12 @@ typedef struct kvp_sched_kv {
      * by r yet).  Above 0: w waits a step rather than compute them again
      * beside r (a shared system prompt admitted in one step many times). */
     uint32_t (*ahead)(void *ctx, const kvp_sched_req *w, const kvp_sched_req *r);
+    /* Optional (NULL: none hold any): give back the blocks waiting w holds
+     * before its start (a KV stream's sequence arrives with its blocks);
+     * whether it held any.  Called before a request is ended for lack of
+     * memory: w then computes its prompt when admitted, as a preempted
+     * request does. */
+    int (*drop_held)(void *ctx, kvp_sched_req *w);
 } kvp_sched_kv;
 
 typedef struct kvp_sched_opts {
@@ -81,6 +87,10 @@ typedef struct kvp_sched_opts {
     uint32_t max_batched_tokens;  /* tokens a step at most (0: 2048) */
     uint32_t watermark_blocks;    /* kept free when admitting */
     int static_batch;             /* admit a new batch only when the last one ended */
+    uint32_t lookahead;           /* budget each decode step keeps beyond its token (vLLM's
+                                     lookahead slots: a fixed draft length's guesses), so prompt
+                                     chunks do not take it; as far as the budget goes, every
+                                     decode step's own token first */
 } kvp_sched_opts;
 
 /* One scheduled request of a step: compute n tokens from r->n_computed. */

@@ -155,6 +155,14 @@ for r in - /dev/null "$T/rfifo"; do
 done
 rm -f "$T/rfifo"
 test ! -e ./- || fail "--resume - made a file named -"
+# ... nor standard output's own regular file: a log appended to (it would
+# be parsed as results), or the results file itself (the shell emptied it)
+echo "a log line" >"$T/so.log"
+run_sh "decode -m '$M' -t 2 -f '$T/p.jsonl' -n 1 --resume /dev/stdout >>'$T/so.log'"
+expect_status 2 "--resume /dev/stdout >> log: a usage error"
+expect_err_has "is standard output's file" "--resume /dev/stdout: says why"
+run_sh "decode -m '$M' -t 2 -f '$T/p.jsonl' -n 1 --resume '$T/so2.jsonl' >'$T/so2.jsonl'"
+expect_status 2 "--resume FILE > FILE: a usage error"
 prefill -m "$M" -t 2 -p hi -o "$T/r.kvp" 2>/dev/null
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --resume "$T/r.kvp"
 expect_status 1 "--resume on a KV stream: refused"
@@ -349,6 +357,31 @@ printf '{"id":"y","prompt":"hi","stop":[1,2]}\n' >"$T/badp.jsonl"
 run decode -m "$M" -t 2 -f "$T/badp.jsonl"
 expect_err_has 'badp.jsonl:1: "stop" entry 0 is not a string' "a stop that is not a string"
 
+# A KV stream's sequences read ahead hold their blocks while they wait:
+# one that fits the cache alone takes those back (they compute their
+# prompts when they run) rather than end for memory.  4 prompts of 12
+# tokens, 24 more each: 3 blocks of 16 a sequence, the whole cache.
+i=1
+while [ $i -le 4 ]; do
+    printf '{"id":%d,"prompt":"Tell me a story about the sea, part %d."}\n' $i $i
+    i=$((i + 1))
+done >"$T/sea.jsonl"
+run decode -m "$M" -t 2 -f "$T/sea.jsonl" -n 24 --ignore-eos --kv-blocks 3 --max-num-seqs 1 --json
+expect_status 0 "4 prompts through a cache that holds one sequence"
+sed 's/,"ttft_ms.*//' "$OUT" >"$T/sea.want"
+run_sh "prefill -m '$M' -t 2 -f '$T/sea.jsonl' | decode -m '$M' -t 2 -n 24 --ignore-eos --kv-blocks 3 --max-num-seqs 1 --json --stats=$T/sea.stats"
+expect_status 0 "the same through a KV stream: the waiting sequences give their blocks back"
+sed 's/,"ttft_ms.*//' "$OUT" >"$T/sea.got"
+expect_true "the stream's outputs are the prompts' (no kv_memory)" cmp -s "$T/sea.want" "$T/sea.got"
+expect_true "the blocks given back count as preemptions" grep -q '"preemptions":[1-9]' "$T/sea.stats"
+# one that cannot fit ends at the length it reached (33 of 9 + 64 in two
+# blocks): kvcalc --check does not take that length for what it asked
+run decode -m "$M" -t 2 -p "Tell me a long story about a dragon." -n 64 --ignore-eos --kv-blocks 2 --stats="$T/km.json"
+expect_status 1 "a sequence longer than the cache"
+run kvcalc --check "$T/km.json"
+expect_status 0 "kvcalc --check agrees with a run whose longest request ran out of the pool"
+expect_out_has "the longest filled the pool" "and says why kv_memory is not judged"
+
 # A prompt longer than the whole cache ends alone; the others complete.
 long=$(i=0; while [ $i -lt 60 ]; do printf 'word%d ' $i; i=$((i + 1)); done)
 {
@@ -433,6 +466,9 @@ run decode -m "$M" -t 2 -f "$T/ctx.jsonl" -n 4 --max-model-len 5
 expect_status 1 "a prompt longer than --max-model-len"
 expect_out_has '"id":"a"' "the request before it is answered"
 expect_err_has "ctx.jsonl:2: prompt b is 7 tokens, more than a sequence may hold (5:" "the line and sizes are named"
+run decode -m "$M" -t 2 -p "The capital of France is a city" -n 4 --max-model-len 5
+expect_status 1 "-p: a prompt longer than --max-model-len"
+expect_err_has "decode: the prompt is 7 tokens, more than" "-p's prompt is 'the prompt' (its id is 0: no count)"
 run_sh "prefill -m '$M' -t 2 -p 'The capital of France is' | decode -m '$M' -t 2 -n 20 --max-model-len 7 --json"
 expect_out_has '"tokens":2,"finish_reason":"length"' "a KV stream's sequence is bounded too"
 # a prompt over it is refused through a stream as with -f, naming the

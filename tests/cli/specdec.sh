@@ -234,6 +234,11 @@ run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --draft-le
 cp "$OUT" "$T/s1.jl"
 run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --draft-len 4
 same "sampled drafts drawn for the whole batch at once: the text of one at a time" "$T/s1.jl" "$OUT"
+# ... also where prompt chunks fill the step's token budget: a fixed
+# length's guesses are kept in it first (8 x (1 + 4) of 48), else the
+# drafts cut short would change the draws
+run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --draft-len 4 --max-batched-tokens 48
+same "sampled drafts, prompts chunked into a 48-token budget: the text of one at a time" "$T/s1.jl" "$OUT"
 run $S --greedy-drafts
 expect_status 2 "--greedy-drafts without --method draft"
 
@@ -289,6 +294,7 @@ cp "$OUT" "$T/d.jl"
 # judge of the heads' cost on this host)
 run $S --method heads --heads "$T/h.kvp" --draft-len 3 --stats --json
 expect_status 0 "--method heads"
+expect_err_has '"branch_rows":0,"tree_steps":0' "a chain's stats: no branch rows, no tree steps (present, as for a tree)"
 same "heads, greedy, batched: the same tokens as decode" "$T/d.jl" "$OUT"
 expect_err_has '"spec":{"method":"heads"' "the stats name the method"
 expect_err_has "\"model_fingerprint\":\"$fp\"" "the heads file carries the model's fingerprint ($fp)"

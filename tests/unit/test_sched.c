@@ -2,7 +2,8 @@
  * pretend KV cache of T blocks of B tokens (no sharing): decode first, the
  * token budget and chunked prefill, max_num_seqs, the admission watermark,
  * preemption of the newest and its recompute first, a request too large for
- * the cache ending alone, static batches, and whole simulated jobs. */
+ * the cache ending alone, blocks held by waiting requests (a KV stream's)
+ * given back before anyone ends, static batches, and whole simulated jobs. */
 #include "sched.h"
 #include "unit.h"
 
@@ -16,6 +17,8 @@ typedef struct fake_req {
     uint32_t prefix;      /* tokens a start reuses (a prefix cache hit) */
     struct fake_req *shares; /* a request whose first `shared` tokens are this one's too (ahead) */
     uint32_t shared;
+    uint32_t held;        /* blocks it holds while waiting (a KV stream's sequence) */
+    uint32_t n_dropped;   /* times those were given back (drop_held) */
 } fake_req;
 
 typedef struct fake_kv {
@@ -32,8 +35,7 @@ static uint32_t fk_n_free(void *ctx)
     fake_kv *k = ctx;
     uint32_t held = 0;
     for (uint32_t i = 0; i < k->n; i++)
-        if (k->reqs[i].started)
-            held += blocks_of(k->reqs[i].r.n_computed);
+        held += k->reqs[i].started ? blocks_of(k->reqs[i].r.n_computed) : k->reqs[i].held;
     return held > k->total ? 0 : k->total - held;
 }
 
@@ -50,7 +52,21 @@ static int fk_start(void *ctx, kvp_sched_req *r, kvp_err *err)
     fake_req *f = r->user;
     k->n_start++;
     f->started = 1;
+    f->prefix += f->held * B; /* its own blocks become its first tokens' */
+    f->held = 0;
     return (int)f->prefix;
+}
+
+static int fk_drop_held(void *ctx, kvp_sched_req *w)
+{
+    (void)ctx;
+    fake_req *f = w->user;
+    CHECK(w->state == KVP_SCHED_WAITING && !f->started);
+    if (!f->held)
+        return 0;
+    f->held = 0;
+    f->n_dropped++;
+    return 1;
 }
 
 static void fk_release(void *ctx, kvp_sched_req *r)
@@ -93,7 +109,7 @@ static kvp_sched *make_kv(fake_kv *k, fake_req *reqs, uint32_t n, uint32_t total
         reqs[i].r.n_tokens = reqs[i].prompt;
     }
     kvp_sched_kv kv = {.ctx = k, .n_free = fk_n_free, .blocks_needed = fk_needed, .start = fk_start,
-                       .release = fk_release, .ahead = with_ahead ? fk_ahead : NULL};
+                       .release = fk_release, .ahead = with_ahead ? fk_ahead : NULL, .drop_held = fk_drop_held};
     kvp_sched *s = NULL;
     kvp_err err = {0};
     CHECK(kvp_sched_create(&s, o, &kv, &err) == 0);
@@ -154,6 +170,46 @@ static void test_decode_first_and_chunks(void)
     /* the chunked prompt continues next step, still after the decodes */
     CHECK(kvp_sched_step(s, &p, &err) == 0);
     CHECK(item_req(&p, 3) == &q[3] && p.items[3].n == 13);
+    kvp_sched_free(s);
+}
+
+/* lookahead: each decode step keeps room for its guesses (a fixed draft
+ * length) before a prompt chunk takes the budget; a decode step is still
+ * planned its one token, and the room stops at the budget's end. */
+static void test_lookahead(void)
+{
+    fake_req q[4] = {{.prompt = 3, .out = 10}, {.prompt = 3, .out = 10}, {.prompt = 3, .out = 10},
+                     {.prompt = 100, .out = 2}};
+    fake_kv k;
+    kvp_sched_opts o = {.max_num_seqs = 8, .max_batched_tokens = 16, .lookahead = 3};
+    kvp_sched *s = make(&k, q, 4, 1000, &o);
+    kvp_err err = {0};
+    kvp_sched_plan p;
+    for (int i = 0; i < 3; i++)
+        kvp_sched_add(s, &q[i].r, &err);
+    CHECK(kvp_sched_step(s, &p, &err) == 0); /* three prompts of 3: no decode step yet */
+    CHECK_EQ_U64(p.n_tokens, 9);
+    after_step(s, &p);
+    kvp_sched_add(s, &q[3].r, &err);
+    CHECK(kvp_sched_step(s, &p, &err) == 0);
+    /* 3 decodes x (1 + 3) = 12 of 16: the prompt's chunk is 4, not 13 */
+    CHECK_EQ_U64(p.n_items, 4);
+    CHECK(p.items[0].n == 1 && p.items[1].n == 1 && p.items[2].n == 1);
+    CHECK(item_req(&p, 3) == &q[3] && p.items[3].n == 4);
+    CHECK_EQ_U64(p.n_tokens, 7);
+    kvp_sched_free(s);
+    /* a budget smaller than the decodes' room: each still gets its token
+     * (9 - 3 of the 24 kept) */
+    fake_req r[3] = {{.prompt = 3, .out = 10}, {.prompt = 3, .out = 10}, {.prompt = 3, .out = 10}};
+    o.max_batched_tokens = 9, o.lookahead = 8;
+    s = make(&k, r, 3, 1000, &o);
+    for (int i = 0; i < 3; i++)
+        kvp_sched_add(s, &r[i].r, &err);
+    CHECK(kvp_sched_step(s, &p, &err) == 0);
+    after_step(s, &p);
+    CHECK(kvp_sched_step(s, &p, &err) == 0);
+    CHECK_EQ_U64(p.n_items, 3);
+    CHECK_EQ_U64(p.n_tokens, 3);
     kvp_sched_free(s);
 }
 
@@ -332,6 +388,68 @@ static void test_too_large_alone(void)
     kvp_sched_free(s);
 }
 
+/* Waiting requests that arrived with their blocks (a KV stream read
+ * ahead) give them back, the last queued first and only as many as needed,
+ * before a request that fits the cache alone is ended; then they compute
+ * their prompts.  Both where the running request grows and where the first
+ * chunk is admitted. */
+static void test_held_given_back(void)
+{
+    /* 3 blocks of 4 tokens; q[0] reaches 4 + 8 - 1 = 11 tokens (3 blocks)
+     * while q[1] and q[2] wait holding a block each, one seat */
+    fake_req q[3] = {{.prompt = 4, .out = 8}, {.prompt = 4, .out = 2, .held = 1}, {.prompt = 4, .out = 2, .held = 1}};
+    fake_kv k;
+    kvp_sched_opts o = {.max_num_seqs = 1, .max_batched_tokens = 64};
+    kvp_sched *s = make(&k, q, 3, 3, &o);
+    kvp_err err = {0};
+    kvp_sched_plan p;
+    for (int i = 0; i < 3; i++)
+        kvp_sched_add(s, &q[i].r, &err);
+    int ended = 0, saw_one_dropped = 0;
+    for (int guard = 0; guard < 200 && (kvp_sched_n_running(s) || kvp_sched_n_waiting(s)); guard++) {
+        CHECK(kvp_sched_step(s, &p, &err) == 0);
+        ended += (int)p.n_ended;
+        /* the second block of q[0] came from q[2], the last queued, alone */
+        if (q[0].r.n_computed + p.items[0].n == 5 && item_req(&p, 0) == &q[0])
+            saw_one_dropped = q[2].n_dropped == 1 && q[1].n_dropped == 0;
+        after_step(s, &p);
+    }
+    CHECK_EQ_U64(ended, 0);
+    CHECK(saw_one_dropped);
+    CHECK(q[0].done && q[1].done && q[2].done);
+    CHECK_EQ_U64(q[1].n_dropped + q[2].n_dropped, 2);
+    CHECK_EQ_U64(kvp_sched_n_preemptions(s), 2);
+    kvp_sched_free(s);
+    /* admission: q[0]'s 12-token prompt needs all 3 blocks, q[1] and q[2]
+     * hold 2 of them; alone, it takes them back rather than end */
+    fake_req a[3] = {{.prompt = 12, .out = 1}, {.prompt = 4, .out = 1, .held = 1}, {.prompt = 4, .out = 1, .held = 1}};
+    s = make(&k, a, 3, 3, &o);
+    for (int i = 0; i < 3; i++)
+        kvp_sched_add(s, &a[i].r, &err);
+    CHECK(kvp_sched_step(s, &p, &err) == 0);
+    CHECK_EQ_U64(p.n_ended, 0);
+    CHECK_EQ_U64(p.n_items, 1);
+    CHECK(item_req(&p, 0) == &a[0]);
+    CHECK_EQ_U64(a[1].n_dropped + a[2].n_dropped, 2);
+    kvp_sched_free(s);
+    /* a request larger than the cache still ends, after taking back what
+     * waiting ones held, and they complete */
+    fake_req b[2] = {{.prompt = 16, .out = 1}, {.prompt = 4, .out = 1, .held = 1}};
+    s = make(&k, b, 2, 3, &o);
+    for (int i = 0; i < 2; i++)
+        kvp_sched_add(s, &b[i].r, &err);
+    ended = 0;
+    for (int guard = 0; guard < 50 && (kvp_sched_n_running(s) || kvp_sched_n_waiting(s)); guard++) {
+        CHECK(kvp_sched_step(s, &p, &err) == 0);
+        for (uint32_t i = 0; i < p.n_ended; i++)
+            ended += p.ended[i] == &b[0].r;
+        after_step(s, &p);
+    }
+    CHECK_EQ_U64(ended, 1);
+    CHECK(b[1].done);
+    kvp_sched_free(s);
+}
+
 static void test_prefix_reuse(void)
 {
     fake_req q[1] = {{.prompt = 20, .out = 1, .prefix = 16}};
@@ -490,11 +608,13 @@ static void test_simulated_jobs(void)
 int main(void)
 {
     test_decode_first_and_chunks();
+    test_lookahead();
     test_max_num_seqs();
     test_watermark();
     test_preempt_newest_and_recompute_first();
     test_no_admission_when_preempting();
     test_too_large_alone();
+    test_held_given_back();
     test_prefix_reuse();
     test_wait_for_prefix();
     test_static_batches();
