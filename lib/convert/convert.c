@@ -737,8 +737,13 @@ static void plan_quant(kvp_convert_item *it, const kvp_convert_opts *o, int dtyp
     }
     it->out = out;
     it->action = same_layout(&it->src, &out) ? KVP_CONVERT_COPY : KVP_CONVERT_QUANT;
-    if (it->action == KVP_CONVERT_COPY)
+    if (it->action == KVP_CONVERT_COPY) {
         it->out = it->src;
+        /* already what was asked (a file quantize wrote, its group fitted
+         * to the rows then): copied, so no fallback was taken now */
+        if (it->src.dtype == (uint32_t)dtype)
+            it->note[0] = '\0';
+    }
 }
 
 /* Why item i cannot be read, as an error: too many dimensions, no elements

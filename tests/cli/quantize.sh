@@ -241,6 +241,12 @@ expect_err_has "tensor blk.0.weird.weight: unsupported type iq2_xxs" "iq2_xxs na
 run quantize --to int4 --drop weird "$T/tiny.gguf" -o "$T/g4.kvp"
 expect_status 0 "GGUF to int4 with --drop"
 expect_err_has "took a fallback" "group fallback noted on stderr"
+# the same again on its output: every tensor is already what was asked, so
+# copied; no fallback was taken this time
+run quantize --to int4 "$T/g4.kvp" -o "$T/g4b.kvp"
+expect_status 0 "int4 again on an int4 file"
+expect_err_lacks "took a fallback" "copied tensors take no fallback"
+expect_true "and the file is the same" cmp -s "$T/g4.kvp" "$T/g4b.kvp"
 run kvdump "$T/g4.kvp"
 expect_out_has "blk.0.attn_q.weight" "GGUF names kept"
 expect_out_has "i4 [8, 64] scale group/f32 group 64" "int4 group 64 on rows of 64, shape reversed"
