@@ -25,6 +25,10 @@ static char *dupstr(const char *s)
     return d;
 }
 
+/* with the temporary files' table, below */
+static void map_register(kvp_in *in);
+static void map_unregister(kvp_in *in);
+
 int kvp_in_from_fd(kvp_in *in, int fd, const char *name, kvp_err *err)
 {
     memset(in, 0, sizeof *in);
@@ -44,6 +48,7 @@ int kvp_in_from_fd(kvp_in *in, int fd, const char *name, kvp_err *err)
             if (m != MAP_FAILED) {
                 in->map = m;
                 in->own_map = 1;
+                map_register(in);
             } else if (errno == ENOMEM) /* no address space (ulimit -v): reading it into memory would not fit either */
                 return kvp_err_set(err, KVP_ENOMEM, "%s: cannot map the file's %llu bytes: %s", name,
                                    (unsigned long long)st.st_size, strerror(errno));
@@ -142,6 +147,7 @@ void kvp_in_unmap(kvp_in *in)
 {
     if (!in->map || !in->own_map)
         return;
+    map_unregister(in);
     munmap((void *)in->map, (size_t)in->size);
     in->map = NULL;
     lseek(in->fd, (off_t)in->pos, SEEK_SET);
@@ -290,8 +296,10 @@ int64_t kvp_in_skip(kvp_in *in, uint64_t n, kvp_err *err)
 
 void kvp_in_close(kvp_in *in)
 {
-    if (in->map && in->own_map)
+    if (in->map && in->own_map) {
+        map_unregister(in);
         munmap((void *)in->map, (size_t)in->size);
+    }
     if (in->own_fd && in->fd >= 0)
         close(in->fd);
     free(in->name_owned);
@@ -410,6 +418,60 @@ static void on_fatal_signal(int sig)
     raise(sig);
 }
 
+/* ---- mapped files, named when they fail under their mapping ----
+ *
+ * A mapped file cut short or rewritten in place while in use (a model
+ * copied over by another job) raises SIGBUS at the next touch of a page
+ * it lost, and the job died with "Bus error" and nothing else.  The
+ * mappings alive sit in a small table, as the temporary files' paths do,
+ * so the handler can name the file: it says what happened and exits 1, as
+ * for any damaged input.  A slot is claimed by its name, then its range is
+ * set, the start last; it is cleared start first, so the handler never
+ * pairs a range with another mapping's name.
+ */
+#define MAP_SLOTS 16
+static _Atomic(const char *) map_name[MAP_SLOTS];
+static _Atomic(uintptr_t) map_start[MAP_SLOTS], map_end[MAP_SLOTS];
+
+static const char *mapped_file_at(uintptr_t a)
+{
+    for (int i = 0; i < MAP_SLOTS; i++) {
+        uintptr_t s = atomic_load(&map_start[i]), e = atomic_load(&map_end[i]);
+        if (s && a >= s && a < e)
+            return atomic_load(&map_name[i]);
+    }
+    return NULL;
+}
+
+static void say(const char *s)
+{
+    size_t n = strlen(s);
+    while (n) {
+        ssize_t w = write(2, s, n);
+        if (w <= 0)
+            return;
+        s += w, n -= (size_t)w;
+    }
+}
+
+static void on_bus_error(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    const char *name = si ? mapped_file_at((uintptr_t)si->si_addr) : NULL;
+    remove_tmp_files();
+    if (!name)
+        raise(sig); /* not a mapped file's: the default action, as for any crash */
+#ifdef __GLIBC__
+    say(program_invocation_short_name); /* kvp_cli_init's name too: argv[0]'s last part */
+#else
+    say("kvpipe");
+#endif
+    say(": ");
+    say(name);
+    say(": the file was cut short or changed while in use (a bus error reading its mapping)\n");
+    _exit(1);
+}
+
 static void install_handlers(void)
 {
     atexit(remove_tmp_files);
@@ -425,6 +487,10 @@ static void install_handlers(void)
         sa.sa_handler = on_fatal_signal;
         sigemptyset(&sa.sa_mask);
         sa.sa_flags = SA_RESETHAND | SA_RESTART;
+        if (fatal_signals[i] == SIGBUS) {
+            sa.sa_sigaction = on_bus_error;
+            sa.sa_flags |= SA_SIGINFO;
+        }
         sigaction(fatal_signals[i], &sa, NULL);
     }
 }
@@ -443,6 +509,32 @@ static int tmp_register(const char *path)
 }
 
 int kvp_tmp_remember(const char *path) { return tmp_register(path); }
+
+/* in's mapping into the table a bus error reads (full: not named). */
+static void map_register(kvp_in *in)
+{
+    pthread_once(&handlers_once, install_handlers);
+    for (int i = 0; i < MAP_SLOTS; i++) {
+        const char *none = NULL;
+        if (atomic_compare_exchange_strong(&map_name[i], &none, in->name)) {
+            atomic_store(&map_end[i], (uintptr_t)in->map + in->size);
+            atomic_store(&map_start[i], (uintptr_t)in->map);
+            in->map_slot = i + 1;
+            return;
+        }
+    }
+}
+
+static void map_unregister(kvp_in *in)
+{
+    int i = in->map_slot - 1;
+    if (i < 0 || i >= MAP_SLOTS)
+        return;
+    atomic_store(&map_start[i], 0);
+    atomic_store(&map_end[i], 0);
+    atomic_store(&map_name[i], NULL);
+    in->map_slot = 0;
+}
 
 /* Only path's own entry: a stale or zeroed handle must not free another's slot. */
 void kvp_tmp_forget(int handle, const char *path)

@@ -22,6 +22,7 @@ typedef struct kvp_in {
     char *name_owned;
     const uint8_t *map;    /* whole file when mapped (or the caller's bytes), else NULL */
     int own_map;           /* munmap on kvp_in_close */
+    int map_slot;          /* 1 + its entry among the mappings a bus error names, or 0 */
     uint64_t size;         /* file size when known (regular file) */
     int size_known;
     uint64_t pos;          /* bytes consumed so far */
