@@ -627,8 +627,11 @@ int main(int argc, char **argv)
     }
     if (progress >= 0 && (tokenize || ppl_text || po.save_path || po.base_path || full || save_top_set))
         kvp_cli_usage_error("--progress goes with a prefill job, not --tokenize or --perplexity");
-    if (ppl_text || po.save_path || po.base_path || full || save_top_set)
+    if (ppl_text || po.save_path || po.base_path || full || save_top_set) {
+        if (tokenize || resume) /* it runs no prompt: they would be passed over */
+            kvp_cli_usage_error("--perplexity scores a text file: not with %s", tokenize ? "--tokenize" : "--resume");
         return perplexity_mode(&o, ppl_text, &po, full, save_top_set, output_given, argc, argv);
+    }
     if (windows_set) /* a prefill job runs whole prompts: they would be ignored */
         kvp_cli_usage_error("--ctx and --chunks set --perplexity's windows, not a prefill job's");
     int n_in = (o.prompt != NULL) + (o.file != NULL) + (o.tokens != NULL);
@@ -649,6 +652,9 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("give one of -p TEXT, -f FILE and --tokens IDS");
     if (resume && o.file)
         kvp_cli_usage_error("--resume takes the next turn as -p TEXT or --tokens IDS, not -f");
+    if (resume && o.system) /* the conversation's system turn is its first turn's, already in the stream */
+        kvp_cli_usage_error("--resume continues a conversation, whose system turn came with its first turn: "
+                            "no --system");
     if (optind < argc)
         kvp_cli_usage_error("unexpected argument '%s'%s", argv[optind], kvp_cli_operand_hint(argc, argv, optind));
     if (!*output)

@@ -298,13 +298,31 @@ int kvp_runopts_request_sampling(const kvp_runopts *o, const kvp_prompt_params *
     return kvp_sample_check(smp, err);
 }
 
+/* The model's own default system message, as its chat template adds it
+ * where a conversation has none (SmolLM2's "You are a helpful AI
+ * assistant named SmolLM, ..."), so --chat renders what HF's
+ * apply_chat_template and llama.cpp render. */
+static int keep_default_system(kvp_run *r, kvp_err *err)
+{
+    const kvp_meta *m = kvp_model_tok_meta(r->model);
+    size_t n = 0;
+    const char *s = m ? kvp_chat_default_system(m, &n) : NULL;
+    if (!s)
+        return 0;
+    if (!(r->default_system = malloc(n + 1)))
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    memcpy(r->default_system, s, n);
+    r->default_system[n] = '\0';
+    return 0;
+}
+
 int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
 {
     memset(r, 0, sizeof *r);
     int rc;
     if ((rc = kvp_model_load(&r->model, o->model, err)) < 0)
         return rc;
-    if ((rc = kvp_model_load_tokenizer(r->model, &r->tok, err)) < 0)
+    if ((rc = kvp_model_load_tokenizer(r->model, &r->tok, err)) < 0 || (rc = keep_default_system(r, err)) < 0)
         return rc;
     if ((o->tp > 1 || o->pp > 1) && (rc = kvp_run_tp_open(r, o, err)) < 0)
         return rc;
@@ -321,7 +339,9 @@ int kvp_run_open_vocab(kvp_run *r, const kvp_runopts *o, kvp_err *err)
 {
     memset(r, 0, sizeof *r);
     int rc = kvp_model_load(&r->model, o->model, err);
-    return rc < 0 ? rc : kvp_model_load_tokenizer(r->model, &r->tok, err);
+    if (rc < 0 || (rc = kvp_model_load_tokenizer(r->model, &r->tok, err)) < 0)
+        return rc;
+    return keep_default_system(r, err);
 }
 
 kvp_chat_format kvp_run_chat_format(const kvp_run *r)
@@ -427,6 +447,7 @@ void kvp_run_close(kvp_run *r)
     kvp_tokenizer_free(r->tok);
     kvp_model_free(r->model);
     kvp_model_free(r->whole);
+    free(r->default_system);
     memset(r, 0, sizeof *r);
 }
 
@@ -544,6 +565,7 @@ void kvp_run_prompt_settings(const kvp_run *r, const kvp_runopts *o, kvp_prompts
     ps->chat = o->chat;
     ps->literal = o->no_special;
     ps->system = o->system;
+    ps->default_system = r->default_system;
     ps->on_unknown = note_unknown_field;
 }
 

@@ -128,6 +128,8 @@ typedef struct kvp_run {
     kvp_kvcache *kc;
     kvp_engine *engine;
     int kc_borrowed;            /* kc is another run's (layerskip on the target's cache): not freed here */
+    char *default_system;       /* the system message the model's chat template puts in a
+                                   conversation without one (kvp_chat_default_system), or NULL */
 } kvp_run;
 
 /* Load model + tokenizer and start the backend (no cache yet). */

@@ -608,8 +608,7 @@ int kvp_model_load(kvp_model **out, const char *path, kvp_err *err)
         goto fail;
     if (m->cfg.rope_dim == 0)
         m->cfg.rope_dim = m->cfg.head_dim;
-    const kvp_meta *tok = m->format == KVP_MODEL_GGUF ? &m->gguf.meta : m->has_tok_meta ? &m->tok_meta : NULL;
-    if ((rc = kvp_model_check(&m->cfg, tok, m->path, err)) < 0 || (rc = check_supported(m, err)) < 0 ||
+    if ((rc = kvp_model_check(&m->cfg, kvp_model_tok_meta(m), m->path, err)) < 0 || (rc = check_supported(m, err)) < 0 ||
         (rc = bind_all(m, err)) < 0 || (rc = make_inv_freq(m, err)) < 0)
         goto fail;
     for (size_t i = 0; i < m->n_tensors; i++)
@@ -691,6 +690,11 @@ static int load_tokenizer_any(const kvp_model *m, kvp_tokenizer **t, kvp_err *er
 }
 
 void kvp_model_fingerprint_hex(const kvp_model *m, char buf[33]) { kvp_fingerprint_hex(m->fingerprint, buf); }
+
+const kvp_meta *kvp_model_tok_meta(const kvp_model *m)
+{
+    return m->format == KVP_MODEL_GGUF ? &m->gguf.meta : m->has_tok_meta ? &m->tok_meta : NULL;
+}
 
 const char *kvp_model_format_name(const kvp_model *m)
 {

@@ -146,5 +146,8 @@ int kvp_model_file_backed(const kvp_model *m, const void *p, uint64_t n);
 void kvp_model_give_back(const kvp_model *m);
 /* "gguf", "kvp" or "hf". */
 const char *kvp_model_format_name(const kvp_model *m);
+/* The tokenizer's keys (GGUF's metadata, a KVP file's TOKENIZER record),
+ * chat template included; NULL for an HF folder or a file without them. */
+const kvp_meta *kvp_model_tok_meta(const kvp_model *m);
 
 #endif

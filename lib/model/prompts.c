@@ -87,6 +87,14 @@ oom:
     return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
 }
 
+/* The system message of a conversation without one: --system's ("": none),
+ * else the model's default, or NULL. */
+static const char *system_of(const kvp_prompts *ps)
+{
+    const char *s = ps->system ? ps->system : ps->default_system;
+    return s && s[0] ? s : NULL;
+}
+
 /* Render msgs and push them: only the markers are special. */
 static int push_chat(kvp_prompts *ps, const char *label, const kvp_chat_msg *msgs, size_t n, kvp_err *err)
 {
@@ -115,8 +123,9 @@ int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, s
     memcpy(t, text, len);
     t[len] = 0;
     if (ps->chat) {
-        kvp_chat_msg m[2] = {{"system", ps->system}, {"user", t}};
-        int rc = ps->system ? push_chat(ps, label, m, 2, err) : push_chat(ps, label, m + 1, 1, err);
+        const char *sys = system_of(ps);
+        kvp_chat_msg m[2] = {{"system", sys}, {"user", t}};
+        int rc = sys ? push_chat(ps, label, m, 2, err) : push_chat(ps, label, m + 1, 1, err);
         free(t);
         return rc;
     }
@@ -337,7 +346,7 @@ static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, 
         return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": both \"prompt\" and \"messages\": give one", path, line);
     /* as for -p: a plain prompt has no system turn, and --system unused
      * would be a silent change of every answer */
-    if (pr && pr->type == KVP_JSON_STRING && ps->system && !ps->chat)
+    if (pr && pr->type == KVP_JSON_STRING && ps->system && ps->system[0] && !ps->chat)
         return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": a \"prompt\" string has no system turn for --system: "
                            "give --chat too (or \"messages\")", path, line);
     if (pr && pr->type == KVP_JSON_STRING)
@@ -349,9 +358,9 @@ static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, 
     size_t k = 0;
     if (!m)
         return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
-    const char *first = kvp_json_get_str(kvp_json_at(msgs, 0), "role");
-    if (ps->system && (!first || strcmp(first, "system") != 0))
-        m[k++] = (kvp_chat_msg){"system", ps->system};
+    const char *first = kvp_json_get_str(kvp_json_at(msgs, 0), "role"), *sys = system_of(ps);
+    if (sys && (!first || strcmp(first, "system") != 0))
+        m[k++] = (kvp_chat_msg){"system", sys};
     for (size_t i = 0; i < msgs->n; i++, k++) {
         const kvp_json *e = kvp_json_at(msgs, i);
         m[k] = (kvp_chat_msg){kvp_json_get_str(e, "role"), kvp_json_get_str(e, "content")};
@@ -474,6 +483,7 @@ int kvp_prompts_reader_open(kvp_prompts_reader **out, const char *path, const kv
     rd->one.chat = ps->chat;
     rd->one.literal = ps->literal;
     rd->one.system = ps->system;
+    rd->one.default_system = ps->default_system;
     rd->on_unknown = ps->on_unknown;
     rd->on_unknown_ctx = ps->on_unknown_ctx;
     int rc = kvp_in_open(&rd->in, path, err);
@@ -716,7 +726,7 @@ int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
         if (nul) /* a binary file (a model, say) given as the prompt */
             rc = kvp_err_set(&rd->e, KVP_EFORMAT, "%s: byte %zu is NUL: a binary file, not a text prompt", rd->path,
                              (size_t)(nul - (rd->buf + rd->beg)));
-        else if (rd->one.system && !rd->one.chat)
+        else if (rd->one.system && rd->one.system[0] && !rd->one.chat)
             rc = kvp_err_set(&rd->e, KVP_EFORMAT, "%s: a plain-text prompt has no system turn for --system: give "
                              "--chat too", rd->path);
         else if ((rc = text_utf8(rd)) == 0)

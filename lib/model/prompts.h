@@ -81,7 +81,9 @@ typedef struct kvp_prompts {
     kvp_chat_format format; /* for messages, and plain prompts when chat (default ChatML) */
     int chat;               /* plain prompts become a user turn */
     int literal;            /* plain prompts' control tokens are text (--no-special) */
-    const char *system;     /* system message for rendered prompts, or NULL */
+    const char *system;     /* system message for rendered prompts ("": none), or NULL */
+    const char *default_system; /* where system is NULL: the model's own (its chat template's
+                                   default), or NULL */
     /* a reader's JSON line with a field no request has ("max_token" for
      * "max_tokens"): called once per name, at its first line (NULL: none) */
     void (*on_unknown)(void *ctx, const char *path, uint64_t line, const char *field);

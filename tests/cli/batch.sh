@@ -69,7 +69,7 @@ expect_true "each TTFT holds the wait behind the ones before it ($ttfts)" awk -v
 # has one gap between tokens fewer than its tokens, and TPOT their mean;
 # a line with none or one token says null, not 0.
 printf '%s\n' '{"id":"c","messages":[{"role":"user","content":"What is 2+2?"}],"max_tokens":10}' >"$T/eos.jsonl"
-run decode -m "$M" -t 2 -f "$T/eos.jsonl" --json --stats="$T/eos.json"
+run decode -m "$M" -t 2 -f "$T/eos.jsonl" --json --stats="$T/eos.json" --system ""
 expect_out_has '"finish_reason":"stop"' "the answer ends on its end token"
 tok=$(sed -n 's/.*"tokens":\([0-9]*\).*/\1/p' "$OUT")
 expect_true "the stats' gaps: tokens - 1 ($tok tokens)" grep -q "\"itl_ms\":{\"n\":$((tok - 1))," "$T/eos.json"

@@ -145,6 +145,12 @@ for p in prefill decode; do
 done
 usage_case prefill "an extra argument" "unexpected argument" prefill -m "$T/x.gguf" -p a extra
 usage_case prefill "--json without --stats" "--json gives --stats' lines" prefill -m "$T/x.gguf" -p a --json -o o.kvp
+usage_case prefill "--perplexity with --tokenize" "--perplexity scores a text file: not with --tokenize" \
+    prefill -m "$T/x.gguf" --perplexity t.txt --tokenize
+usage_case prefill "--perplexity with --resume" "--perplexity scores a text file: not with --resume" \
+    prefill -m "$T/x.gguf" --perplexity t.txt --resume r.kvp
+usage_case prefill "--resume with --system" "whose system turn came with its first turn" \
+    prefill -m "$T/x.gguf" --resume r.kvp --chat --system s -p q -o o.kvp
 usage_case decode "two KV streams" "more than one" decode -m "$T/x.gguf" a.kvp b.kvp
 usage_case decode "a KV stream with prompts" "at once" decode -m "$T/x.gguf" -p a "$T/s.kvp"
 # getopt takes "--stats FILE" as --stats and an operand: the error says so

@@ -55,8 +55,23 @@ expect_status 0 "--no-special"
 expect_out_lacks '"ids":[1,' "--no-special: <|im_start|> is not id 1"
 expect_out_has '"<","|","im","_","start","|",">","user"' "--no-special: the marker is text"
 
-# --chat: the message is literal, the template's markers special.
-run prefill --tokenize --json --chat -m "$M" -p "Hi<|im_end|>"
+# --chat renders what SmolLM2's chat template renders, its default system
+# turn included (ids from transformers 4.x: AutoTokenizer.from_pretrained(
+# gguf_file=the Q4_1 GGUF), apply_chat_template(add_generation_prompt=True)
+# and that text tokenized, with and without a system message)
+run prefill --tokenize --json --chat -m "$M" -p "Hi there"
+expect_out_has '"ids":[1,9690,198,2683,359,253,5356,5646,11173,3365,3511,308,34519,28,7018,411,407,19712,8182,2,198,1,4093,198,26843,665,2,198,1,520,9531,198]' \
+    "--chat: the template's default system turn, as HF renders it"
+run prefill --tokenize --json --chat --system "Be brief." -m "$M" -p "Hi there"
+expect_out_has '"ids":[1,9690,198,6077,5453,30,2,198,1,4093,198,26843,665,2,198,1,520,9531,198]' \
+    "--system replaces it, as a system message does in HF's"
+printf '%s\n' '{"messages":[{"role":"user","content":"Hi there"}]}' >"$T/msgs.jsonl"
+run prefill --tokenize --json -m "$M" -f "$T/msgs.jsonl"
+expect_out_has '"ids":[1,9690,198,2683,359,253,5356,5646,11173,3365,3511,308,34519,28,7018,411,407,19712,8182,2,198,1,4093,198,26843,665,2,198,1,520,9531,198]' \
+    "a messages line without a system turn gets the default too"
+# --chat: the message is literal, the template's markers special
+# (--system "": no system turn at all)
+run prefill --tokenize --json --chat --system "" -m "$M" -p "Hi<|im_end|>"
 expect_status 0 "--tokenize --chat"
 printf '%s\n' '{"ids":[1,4093,198,26843,44,108,306,79,486,108,46,2,198,1,520,9531,198],"pieces":["<|im_start|>","user","\n","Hi","<","|","im","_","end","|",">","<|im_end|>","\n","<|im_start|>","ass","istant","\n"]}' >"$T/chat.json"
 expect_out_file "$T/chat.json" "a message cannot close its own turn"
@@ -65,7 +80,7 @@ cat >"$T/p.jsonl" <<'J'
 {"id":"a","prompt":"<|im_start|>user\nHi<|im_end|>"}
 {"id":"b","messages":[{"role":"user","content":"Hi<|im_end|>"}]}
 J
-run prefill --tokenize --json -m "$M" -f "$T/p.jsonl"
+run prefill --tokenize --json --system "" -m "$M" -f "$T/p.jsonl"
 expect_status 0 "--tokenize a JSON Lines file"
 expect_out_has '{"id":"a","ids":[1,4093,198,26843,2],' "\"prompt\" is parsed for special tokens"
 expect_out_has '{"id":"b","ids":[1,4093,198,26843,44,108,306,79,486,108,46,2,198,1,520,9531,198],' "\"messages\" contents stay literal"
@@ -111,7 +126,7 @@ expect_status 0 "prefill of a prompt with special tokens"
 expect_out_has '"token_ids":[1,4093,198,26843,2]' "kvdump shows the special ids prefill used"
 run_sh "prefill -m '$M' -t 2 -n 1 -p '$P' | kvdump"
 expect_out_has "ids [1 4093 198 26843 2]" "kvdump's listing shows them too"
-run decode -m "$M" -t 2 -n 12 --chat -p "What is the capital of France?"
+run decode -m "$M" -t 2 -n 12 --chat --system "" -p "What is the capital of France?"
 cp "$OUT" "$T/chat.out"
 run decode -m "$M" -t 2 -n 12 -p "<|im_start|>user${nl}What is the capital of France?<|im_end|>${nl}<|im_start|>assistant${nl}"
 expect_status 0 "decode of a hand-written ChatML prompt"
