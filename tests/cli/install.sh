@@ -36,6 +36,13 @@ for l in -lkvpipe -lzstd -lm -pthread; do
 done
 expect_out_has "-I$dest$prefix/include" "the include folder is the installed one"
 flags=$(cat "$OUT")
+# the library is static only: the plain link line (what build tools ask
+# for without --static) links too
+run pc --libs kvpipe
+for l in -lkvpipe -lzstd -lm -pthread; do
+    expect_out_has " $l" "the plain link line has $l"
+done
+plain=$(cat "$OUT")
 
 # Built with nothing from the tree but the test's source: no -I into lib/.
 # shellcheck disable=SC2086
@@ -43,6 +50,9 @@ run ${CC:-cc} -std=c11 -Wall -Wextra -Werror ${KVP_CFLAGS:-} "$root/tests/instal
 expect_status 0 "a program builds against the installed API alone"
 expect_err_empty "it builds without warnings"
 
+# shellcheck disable=SC2086
+run ${CC:-cc} -std=c11 ${KVP_CFLAGS:-} "$root/tests/install/use_api.c" $(pc --cflags kvpipe) $plain -o "$T/use_api2"
+expect_status 0 "and with pkg-config's plain --libs"
 run quantize --to f16 --drop step "$root/tests/golden/tiny-st" -o "$T/tiny.kvp"
 expect_status 0 "quantize makes a KVP model file"
 run "$T/use_api" "$T/tiny.kvp"
