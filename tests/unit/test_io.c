@@ -332,8 +332,21 @@ static void test_scratch_removed(const char *dir)
  * exits 1, not "Bus error".  In a child, whose stderr comes back through a
  * pipe.  Where another handler owns SIGBUS (a sanitizer's), skipped with a
  * line. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KVP_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KVP_TEST_ASAN 1
+#endif
+#endif
+
 static void test_bus_error_names_file(const char *dir)
 {
+#ifdef KVP_TEST_ASAN
+    (void)dir; /* AddressSanitizer keeps SIGBUS for itself: its report, not ours */
+    printf("test_io: skipped: a bus error's message (AddressSanitizer owns SIGBUS)\n");
+    return;
+#endif
     char path[512];
     snprintf(path, sizeof path, "%s/cut-while-mapped.bin", dir);
     long page = sysconf(_SC_PAGESIZE);
