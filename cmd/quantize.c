@@ -152,7 +152,11 @@ static void parse(int argc, char **argv, options *o)
         case OPT_JSON: o->json = 1; break;
         case 'z': o->zstd = optarg ? (int)kvp_cli_opt_i64("--zstd", optarg, 1, 19) : 3; break;
         case OPT_THREADS: o->threads = (int)kvp_cli_opt_i64("--threads", optarg, 1, 1024); break;
-        case OPT_KV: o->kv = parse_type("--kv", optarg); break;
+        case OPT_KV:
+            /* keep (-1) would read as no --kv at all: a model conversion */
+            if ((o->kv = parse_type("--kv", optarg)) == -1)
+                kvp_cli_usage_error("--kv: KV blocks convert to f32, f16, bf16, fp8 or int8 (not keep)");
+            break;
         case OPT_EVAL:
             if (!*optarg)
                 kvp_cli_usage_error("--eval: an empty file name");

@@ -1377,6 +1377,13 @@ int kvp_decode_main(int argc, char **argv, int spec)
             kvp_cli_warn("%s holds no sequence (one with no KV has no state to keep)", o.kv_out);
         rc = KVP_EXIT_FAIL;
     }
+    /* a prompt that asked for no token ran no step: it has no KV, and its
+     * absence from --kv-out would pass unseen */
+    if (oc.ko && ko.left_out > oc.n_kv_memory)
+        kvp_cli_warn("note: %s leaves out %llu request%s that asked for no token (max_tokens 0): %s no step, so "
+                     "no KV to keep (prefill keeps a prompt's KV without generating)", o.kv_out,
+                     (unsigned long long)(ko.left_out - oc.n_kv_memory), ko.left_out - oc.n_kv_memory == 1 ? "" : "s",
+                     ko.left_out - oc.n_kv_memory == 1 ? "it ran" : "they ran");
     if (in_stopped) {
         kvp_run_say_input_cut(kv_in, &in_stop, "");
         rc = KVP_EXIT_FAIL;

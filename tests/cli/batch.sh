@@ -382,6 +382,13 @@ run kvcalc --check "$T/km.json"
 expect_status 0 "kvcalc --check agrees with a run whose longest request ran out of the pool"
 expect_out_has "the longest filled the pool" "and says why kv_memory is not judged"
 
+# --kv-out and a prompt that asks for no token: it ran no step, so it has
+# no KV to keep, and its absence is said
+printf '{"id":"z","prompt":"Hi there","max_tokens":0}\n{"id":"y","prompt":"Hello","max_tokens":2}\n' >"$T/z.jsonl"
+run decode -m "$M" -t 2 -f "$T/z.jsonl" --kv-out "$T/z.kvp"
+expect_status 0 "max_tokens 0 with --kv-out"
+expect_err_has "leaves out 1 request that asked for no token (max_tokens 0)" "the request left out is said"
+
 # A prompt longer than the whole cache ends alone; the others complete.
 long=$(i=0; while [ $i -lt 60 ]; do printf 'word%d ' $i; i=$((i + 1)); done)
 {

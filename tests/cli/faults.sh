@@ -81,6 +81,8 @@ usage_case quantize "negative --group" "--group" quantize --to int4 --group -4 "
 usage_case quantize "--zstd=0" "--zstd" quantize --zstd=0 "$T/tiny.gguf" -o "$T/u.kvp"
 usage_case quantize "--zstd=20" "--zstd" quantize --zstd=20 "$T/tiny.gguf" -o "$T/u.kvp"
 usage_case quantize "--kv with --to" "--kv converts KV blocks only" quantize --kv fp8 --to int8 "$T/s.kvp"
+usage_case quantize "--kv keep" "--kv: KV blocks convert to f32, f16, bf16, fp8 or int8 (not keep)" \
+    quantize --kv keep -o "$T/x.kvp" "$T/s.kvp"
 usage_case quantize "an unknown type" "unknown type" quantize --to int3 "$T/tiny.gguf" -o "$T/u.kvp"
 usage_case quantize "no output" "no output" quantize --to int8 "$T/tiny.gguf"
 usage_case quantize "-o - with --report -" "both write" quantize "$T/tiny.gguf" -o - --report -
