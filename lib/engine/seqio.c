@@ -124,6 +124,7 @@ struct kvp_seqio_reader {
     kvp_kvcache_opts opts;
     kvp_kvcache *kc;          /* made at the first sequence (its block size; its first block's dtype) */
     uint8_t *stage;           /* a scaled block's data and scales, put together as the pool holds them */
+    uint8_t *copy;            /* a block copied for another salt's sequence (copied_block) */
     int own_kc;
     uint32_t *tokens;         /* the current sequence's tokens */
     uint32_t cap_tokens;
@@ -131,7 +132,7 @@ struct kvp_seqio_reader {
     size_t n_stop;
     uint64_t n_seqs;
     kvp_u64map ids;           /* sequence ids seen: each once */
-    kvp_u64map partial;       /* hash of a partial block loaded -> handle << 32 | block index */
+    kvp_u64map partial;       /* stream hash of a block loaded -> handle << 32 | block index */
     uint64_t salt;            /* of sequences whose record has none */
     int done;
     const char *what_file;    /* before the first sequence: what its records say the file is (NULL: a KV stream) */
@@ -140,9 +141,11 @@ struct kvp_seqio_reader {
     kvp_stop_rec stop_rec;
 };
 
-/* The block of a partial-block reference, if the sequence that loaded it
- * still holds the same tokens there (the handle may since name another
- * sequence: the chained hash over its tokens tells); else -1. */
+/* The block loaded under a stream hash (a partial block's reference, or a
+ * salted sequence's reference to a block sent for another salt), if the
+ * sequence that loaded it still holds the same tokens there (the handle
+ * may since name another sequence: the chained hash over its tokens
+ * tells); else -1. */
 static int64_t partial_block(const kvp_seqio_reader *sr, uint64_t hash)
 {
     int64_t v = kvp_u64map_get(&sr->partial, hash);
@@ -256,6 +259,7 @@ void kvp_seqio_reader_free(kvp_seqio_reader *sr)
     free(sr->tokens);
     kvp_seq_stops_free(sr->stop, sr->n_stop);
     free(sr->stage);
+    free(sr->copy);
     kvp_u64map_free(&sr->ids);
     kvp_u64map_free(&sr->partial);
     free(sr);
@@ -363,6 +367,25 @@ static const uint8_t *stage_scaled(kvp_seqio_reader *sr, const kvp_kvblock_rec *
     return sr->stage;
 }
 
+/* A reference, from a salted sequence, to a block the stream sent for
+ * another salt's (the writer sends equal blocks once, whatever their
+ * salts): the block's bytes, copied into sr->copy, for a block of this
+ * sequence's own, since tenants never share one; NULL when it is no
+ * longer loaded (then computed again, as any block not loaded). */
+static const uint8_t *copied_block(kvp_seqio_reader *sr, uint64_t hash, kvp_err *err)
+{
+    int64_t src = partial_block(sr, hash);
+    if (src < 0)
+        return NULL;
+    const kvp_kv_pool *pool = kvp_kvcache_whole(sr->kc);
+    if (!sr->copy && !(sr->copy = malloc(pool->block_bytes)))
+        return NULL;
+    kvp_err quiet = {0};
+    if (kvp_kvcache_block_read_whole(sr->kc, (uint32_t)src, sr->copy, err ? err : &quiet) < 0)
+        return NULL;
+    return sr->copy;
+}
+
 /* A block's hash in the cache: the stream's own (hash) for an unsalted
  * sequence (sparent 0 throughout), else the block chained from the salted
  * parent (not 0: a salt never is, a block hash with a chance of 2^-64). */
@@ -435,7 +458,9 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
          * equal prompt) where it was loaded, if still there.  One that has
          * left the cache is computed again from the tokens. */
         from = nt == pool->block_size ? kvp_kvcache_find_hash(sr->kc, shash) : partial_block(sr, hash);
-        if (from < 0)
+        if (from < 0 && *sparent && *loading) /* salted: the block as sent for another salt, copied */
+            data = copied_block(sr, hash, NULL);
+        if (from < 0 && !data)
             *loading = 0;
     }
     *sparent = *sparent ? shash : 0; /* an unsalted chain stays 0: the stream's hashes serve */
@@ -448,7 +473,7 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
         *loading = 0; /* no free block, or the block found holds other tokens: computed later */
     else if (blk < 0)
         return kvp_err_set(err, (int)blk, "%s: %s", sr->name, quiet.msg);
-    else if (nt < pool->block_size && kvp_u64map_put(&sr->partial, hash, (int64_t)handle << 32 | bi) < 0)
+    else if (kvp_u64map_put(&sr->partial, hash, (int64_t)handle << 32 | bi) < 0)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
     return 0;
 }

@@ -136,6 +136,20 @@ expect_true "the next turn keeps its stop strings and salt" \
     grep -q '"label":"st".*"cache_salt":"[0-9a-f]*","stop":\[".","!"\]' "$OUT"
 run decode -m "$M" -t 1 --json "$T/st2.kvp"
 expect_true "decode of the extended sequence stops at them" grep -q '"id":"st".*"finish_reason":"stop_string"' "$OUT"
+# the same prompt for two tenants: the stream sends its blocks once (a
+# salted sequence's block_refs to the other's); read back whole, the
+# salted one gets copies of its own, not shared ones and not "no room"
+S="You are a careful assistant. Answer briefly and precisely, with one sentence only. Question:"
+printf '{"id":"a","prompt":"%s Q?"}\n{"id":"d","prompt":"%s Q?","cache_salt":"t1"}\n' "$S" "$S" >"$T/salts.jsonl"
+run prefill -m "$M" -t 1 -f "$T/salts.jsonl" -o "$T/salts.kvp"
+run kvdump "$T/salts.kvp"
+expect_out_has "block_ref" "the salted sequence's blocks are references to the other's"
+run prefill -m "$M" -t 1 --resume "$T/salts.kvp" -p " ok" -o "$T/salts2.kvp"
+expect_status 0 "prefill --resume of a stream whose salted sequence refers to another salt's blocks"
+run decode -m "$M" -t 1 -n 6 --json "$T/salts2.kvp"
+expect_status 0 "decode of it"
+a=$(sed -n 's/.*"id":"a","text":\("[^"]*"\).*/\1/p' "$OUT") d=$(sed -n 's/.*"id":"d","text":\("[^"]*"\).*/\1/p' "$OUT")
+expect_true "both tenants' sequences give the same text ($a, $d)" test -n "$a" -a "$a" = "$d"
 
 # --progress: a line on stderr as prompts finish, the last one with the
 # job done; --resume counts the stream's sequences.
@@ -198,8 +212,8 @@ expect_err_has "t2: 49 prompt tokens (49 computed)" "another salt computes its o
 # else its --cache-salt) as they arrive: a salted request starts on the
 # blocks prefill sent (its 3 full blocks and the 1-token partial one, all
 # 49 tokens) instead of computing its prompt again, and a block the stream
-# shares between two tenants serves only the first (the second computes
-# its own).
+# shares between two tenants is the first's, and copied for the second
+# (a block of its own: tenants never share one), so both start on it.
 cached() { sed -n 's/.*"cached_prompt_tokens":\([0-9]*\).*/\1/p' "$1"; }
 texts() { sed 's/"ttft_ms".*//' "$1" | sort; }
 printf '{"id":"t1","prompt":"%s","cache_salt":"a"}\n' "$long" >"$T/one-salted.jsonl"
@@ -215,17 +229,21 @@ expect_true "with --cache-salt on an unsalted stream too (got $(cached "$T/st.js
 # its requests' own prompts, computed by prefill: still used
 run decode -m "$M" -t 1 -n 3 --no-prefix-cache --stats="$T/st.json" "$T/one-salted.kvp"
 expect_true "--no-prefix-cache still starts on the stream's blocks (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 49
-for pair in same:98 other:49; do
+peak() { sed -n 's/.*"peak_kv_blocks":\([0-9]*\).*/\1/p' "$1"; }
+for pair in same:98 other:98; do
     f=$T/${pair%:*}.jsonl want=${pair#*:}
     prefill -m "$M" -t 1 -f "$f" -o "$T/pair.kvp" 2>/dev/null
     run decode -m "$M" -t 1 -n 3 --stats="$T/st.json" "$T/pair.kvp"
     expect_status 0 "decode of two requests with ${pair%:*} salts"
     expect_true "${pair%:*} salts: $want tokens from the cache (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = "$want"
+    eval "peak_${pair%:*}=\$(peak \"\$T/st.json\")"
     texts "$OUT" >"$T/got.txt"
     run decode -m "$M" -t 1 -n 3 -f "$f"
     texts "$OUT" >"$T/want.txt"
     expect_true "${pair%:*} salts: the texts decode -f gives" cmp -s "$T/got.txt" "$T/want.txt"
 done
+expect_true "other salts hold their own copies: more blocks at the peak ($peak_other) than one salt's shared ones ($peak_same)" \
+    test "$peak_other" -gt "$peak_same"
 
 # A prompt shorter than a block comes as one partial block: decode runs on
 # it and computes none of the prompt again (only each request's 3 tokens
