@@ -33,6 +33,10 @@ int kvp_comm_have_mpi(void);
  * (mpirun, mpiexec, srun: their environment variables), so a program can
  * tell "run alone" from "one of N" before initializing MPI. */
 int kvp_comm_launched_size(void);
+/* The same from an MPI launcher's own variables alone (mpirun, mpiexec:
+ * OMPI_COMM_WORLD_SIZE, PMI_SIZE), not Slurm's, whose job-wide task count
+ * a batch script's own commands see too; 1 when none is set. */
+int kvp_comm_mpi_launched_size(void);
 
 /* Initialize MPI once (later calls return the same world) and return the
  * world communicator.  A process started without a launcher, or a build

@@ -97,6 +97,14 @@ run timeout 60 mpirun -np 2 decode -m "$M" -p hi --pp 3
 expect_status 2 "--pp 3 over 2 ranks: a usage error"
 expect_err_has "decode: --tp 1 --pp 3: 3 ranks, but the job has 2" "names the counts"
 expect_true "said once, not by every rank" [ "$(grep -c 'but the job has' "$ERR")" -eq 1 ]
+# ... and with neither: each rank would run the whole job (twice the lines)
+for p in decode prefill specdec; do
+    run timeout 60 mpirun -np 2 $p -m "$M" -p hi -n 2 -o "$T/two.kvp"
+    [ $p = prefill ] || run timeout 60 mpirun -np 2 $p -m "$M" -p hi -n 2
+    expect_status 2 "$p over 2 ranks without --tp or --pp: a usage error"
+    expect_err_has "$p: started as one of 2 ranks (mpirun -np 2), but without --tp or --pp" "$p: says why"
+    expect_true "$p: said once" [ "$(grep -c 'started as one of' "$ERR")" -eq 1 ]
+done
 
 run_sh "printf '%s\n' 'The capital of France is' | timeout 120 mpirun -np 3 decode -m '$M' -f - -n 8 --tp 3 -t 1"
 expect_status 0 "prompts from a pipe reach rank 0"
