@@ -316,6 +316,15 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
             kvp_kvcache_seq_free(b->kc, r->holder);
         r->holder = -1;
     }
+    /* a kept state ends where the shown text does: the next turn (prefill
+     * --resume) must not see the stop string, in the cache or pending */
+    if (b->keep && r->g.rec.finish_reason == KVP_FINISH_STOP_STRING && r->g.handle >= 0) {
+        uint32_t len = kvp_kvcache_seq_len(b->kc, r->g.handle), hide = r->g.n_hidden;
+        int rc = hide && hide <= len ? kvp_kvcache_seq_truncate(b->kc, r->g.handle, len - hide, err) : 0;
+        if (rc < 0)
+            return rc;
+        r->g.rec.next_token = -1;
+    }
     kvp_batch_stats *st = b->st;
     st->requests++;
     st->kv_memory += failed;

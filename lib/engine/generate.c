@@ -49,6 +49,7 @@ void kvp_gen_seq_init(kvp_gen_seq *s, const kvp_tokenizer *tok)
     s->t_start = kvp_gen_now();
     s->t_first = s->t_last = 0;
     s->n_prefill = 0;
+    s->n_hidden = 0;
 }
 
 void kvp_gen_seq_free(kvp_gen_seq *s) { kvp_buf_free(&s->text); }
@@ -123,6 +124,19 @@ static int cut_stop(kvp_gen_seq *s, const kvp_gen_opts *o, size_t old)
     return 1;
 }
 
+/* After a cut at text.len: the cached tokens (generated before the
+ * pending one) whose text ends past it, counted back from the newest as far
+ * as text_end reaches (a stop string spans a few tokens). */
+static void hide_stop(kvp_gen_seq *s)
+{
+    size_t cut = s->text.len;
+    uint32_t n = 0;
+    for (uint32_t j = s->n_gen - 1; j >= 1 && s->n_gen - j < KVP_GEN_TRACK && s->text_end[j % KVP_GEN_TRACK] > cut;
+         j--)
+        n++;
+    s->n_hidden = n;
+}
+
 int kvp_gen_accept(kvp_gen_seq *s, const kvp_tokenizer *tok, const kvp_gen_opts *o, kvp_gen_emit_fn emit, void *ctx,
                    kvp_err *err)
 {
@@ -143,8 +157,11 @@ int kvp_gen_accept(kvp_gen_seq *s, const kvp_tokenizer *tok, const kvp_gen_opts 
     int rc = kvp_detok_push(&s->dt, t, &s->text, err);
     if (rc < 0)
         return rc;
-    if (cut_stop(s, o, old))
+    s->text_end[s->n_gen % KVP_GEN_TRACK] = (uint32_t)s->text.len;
+    if (cut_stop(s, o, old)) {
         s->rec.finish_reason = KVP_FINISH_STOP_STRING;
+        hide_stop(s);
+    }
     else if (s->n_gen >= kvp_gen_budget(s, o))
         s->rec.finish_reason = KVP_FINISH_LENGTH;
     size_t hold = max_stop_len(o);

@@ -31,6 +31,8 @@ enum {
 /* A new reason is a new value a sequence record's reader must accept. */
 _Static_assert(KVP_FINISH_KV_MEMORY == KVP_SEQ_FINISH_MAX, "kvp(5) and stream.h list the finish reasons");
 
+#define KVP_GEN_TRACK 128 /* generated tokens whose text ends are kept (n_hidden) */
+
 typedef struct kvp_gen_seq {
     kvp_seq_rec rec;       /* id, label, state, n_prompt, next_token, sampling (rng advances) */
     int handle;            /* kvcache sequence */
@@ -40,6 +42,12 @@ typedef struct kvp_gen_seq {
     kvp_detok dt;
     double t_start, t_first, t_last; /* seconds (monotonic): run start, first token, last token */
     uint32_t n_prefill;    /* prompt tokens computed (not reused from shared blocks) */
+    /* A stop string's finish: the tokens at the cache's end whose text
+     * holds it or follows it (the pending token aside), which a saved state
+     * leaves out so the next turn sees the text as shown (kvp_gen_accept);
+     * text_end the text's length after each of the last generated tokens. */
+    uint32_t n_hidden;
+    uint32_t text_end[KVP_GEN_TRACK];
 } kvp_gen_seq;
 
 typedef struct kvp_gen_opts {

@@ -136,6 +136,22 @@ expect_true "the next turn keeps its stop strings and salt" \
     grep -q '"label":"st".*"cache_salt":"[0-9a-f]*","stop":\[".","!"\]' "$OUT"
 run decode -m "$M" -t 1 --json "$T/st2.kvp"
 expect_true "decode of the extended sequence stops at them" grep -q '"id":"st".*"finish_reason":"stop_string"' "$OUT"
+# a turn that ended on a stop string is saved as shown: the next turn
+# sees the text without the stop string (cache and pending token), the ids
+# of the whole conversation written out with the answer as shown
+run decode -m "$M" -t 1 --chat -p "Name a prime." -n 64 --stop " is" --kv-out "$T/sp.kvp" --json
+expect_out_has '"finish_reason":"stop_string"' "the answer stopped on the stop string"
+shown=$(sed -n 's/.*"text":"\([^"]*\)".*/\1/p' "$OUT")
+run prefill -m "$M" -t 1 --resume "$T/sp.kvp" --chat -p "And another?" -o "$T/sp2.kvp"
+expect_status 0 "prefill --resume after a stop string"
+run kvdump --json "$T/sp2.kvp"
+got=$(grep -o '"token_ids":\[[0-9,]*\]' "$OUT" | sed 's/"token_ids"://')
+printf '{"messages":[{"role":"user","content":"Name a prime."},{"role":"assistant","content":"%s"},{"role":"user","content":"And another?"}]}\n' \
+    "$shown" >"$T/conv.jsonl"
+run prefill --tokenize --json -m "$M" -f "$T/conv.jsonl"
+want=$(grep -o '"ids":\[[0-9,]*\]' "$OUT" | sed 's/"ids"://')
+expect_true "the resumed turn's ids are the whole conversation's, as shown ('$shown')" test -n "$want" -a "$got" = "$want"
+
 # the same prompt for two tenants: the stream sends its blocks once (a
 # salted sequence's block_refs to the other's); read back whole, the
 # salted one gets copies of its own, not shared ones and not "no room"
