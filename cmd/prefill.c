@@ -1,6 +1,7 @@
 /* prefill - run prompts through the model and write their KV cache, first
  * sampled token and sampling state as a KVP stream for decode. */
 #include "cli.h"
+#include "launchrank.h"
 #include "perplexity.h"
 #include "progress.h"
 #include "prompts.h"
@@ -538,6 +539,7 @@ static void write_stats_file(const char *path, const pf_job *j, uint64_t nb, uin
 int main(int argc, char **argv)
 {
     kvp_cli_init(argv[0]);
+    kvp_cli_set_usage_quiet(kvp_comm_launched_rank() > 0); /* under mpirun: rank 0 says it once */
     kvp_runopts o;
     kvp_runopts_init(&o);
     const char *output = "-", *resume = NULL;

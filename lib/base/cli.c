@@ -69,8 +69,14 @@ void kvp_cli_die_err(const kvp_err *err)
     kvp_cli_die("%s", err->msg[0] ? err->msg : kvp_strerror(err->code));
 }
 
+static int usage_quiet;
+
+void kvp_cli_set_usage_quiet(int quiet) { usage_quiet = quiet; }
+
 void kvp_cli_usage_error(const char *fmt, ...)
 {
+    if (usage_quiet)
+        exit(KVP_EXIT_USAGE);
     va_list ap;
     va_start(ap, fmt);
     vmsg(fmt, ap);

@@ -13,6 +13,7 @@
 #include "hash.h"
 #include "io.h"
 #include "jobsrc.h"
+#include "launchrank.h"
 #include "kvout.h"
 #include "progress.h"
 #include "promptsonce.h"
@@ -876,6 +877,7 @@ static void start_progress(kvp_progress *pg, const kvp_runopts *o, const kvp_job
 int kvp_decode_main(int argc, char **argv, int spec)
 {
     kvp_cli_init(argv[0]);
+    kvp_cli_set_usage_quiet(kvp_comm_launched_rank() > 0); /* under mpirun: rank 0 says it once */
     kvp_runopts o;
     kvp_runopts_init(&o);
     /* the shared options, ours, the zero entry: sized by the compiler */

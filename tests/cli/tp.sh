@@ -97,6 +97,13 @@ run timeout 60 mpirun -np 2 decode -m "$M" -p hi --pp 3
 expect_status 2 "--pp 3 over 2 ranks: a usage error"
 expect_err_has "decode: --tp 1 --pp 3: 3 ranks, but the job has 2" "names the counts"
 expect_true "said once, not by every rank" [ "$(grep -c 'but the job has' "$ERR")" -eq 1 ]
+# a usage error under mpirun is said once, by rank 0, not by every rank
+run timeout 60 mpirun -np 3 decode -m "$M" -p hi -f "$T/p.jsonl" --tp 3
+expect_status 2 "-p and -f under mpirun: a usage error"
+expect_true "said once, not by each of 3 ranks" [ "$(grep -c 'give one of' "$ERR")" -eq 1 ]
+run timeout 60 mpirun -np 2 prefill -m "$M" -p hi --bogus --tp 2
+expect_status 2 "an unknown option under mpirun"
+expect_true "said once" [ "$(grep -c 'bogus' "$ERR")" -eq 1 ]
 # ... and with neither: each rank would run the whole job (twice the lines)
 for p in decode prefill specdec; do
     run timeout 60 mpirun -np 2 $p -m "$M" -p hi -n 2 -o "$T/two.kvp"
