@@ -156,6 +156,20 @@ cp "$OUT" "$T/d2.jl"
 run decode -m "$M" -t $THREADS -n 16 "$T/s.kvp"
 expect_status 0 "decode resumes specdec's state"
 same "and continues it as it continues decode's" "$T/d2.jl" "$OUT"
+# a stop string met inside a verify step's kept guesses: the state saved
+# is the one decode saves (the tokens holding it left out, none pending)
+P="Repeat exactly: The prime I am referring to is two, the prime I am referring to is two."
+for st in " referring" " is 2"; do
+    run decode -m "$M" -t $THREADS --chat -p "$P" -n 64 --stop "$st" --kv-out "$T/dst.kvp"
+    run specdec -m "$M" -t $THREADS --chat -p "$P" -n 64 --stop "$st" --kv-out "$T/sst.kvp" --draft-len 6
+    expect_status 0 "specdec --stop '$st' --kv-out"
+    run kvdump --json "$T/dst.kvp"
+    grep -o '"token_ids":\[[0-9,]*\]\|"next_token":[-0-9]*' "$OUT" >"$T/dst.ids"
+    run kvdump --json "$T/sst.kvp"
+    grep -o '"token_ids":\[[0-9,]*\]\|"next_token":[-0-9]*' "$OUT" >"$T/sst.ids"
+    expect_true "stop '$st': specdec saves decode's state" cmp -s "$T/dst.ids" "$T/sst.ids"
+    expect_true "stop '$st': nothing pending" grep -q '"next_token":-1' "$T/sst.ids"
+done
 
 # a draft model: the test model re-quantized to q4_0 drafts for it, and the
 # model itself (everything accepted); greedy and sampled, the same output
