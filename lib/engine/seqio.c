@@ -372,7 +372,7 @@ static const uint8_t *stage_scaled(kvp_seqio_reader *sr, const kvp_kvblock_rec *
  * salts): the block's bytes, copied into sr->copy, for a block of this
  * sequence's own, since tenants never share one; NULL when it is no
  * longer loaded (then computed again, as any block not loaded). */
-static const uint8_t *copied_block(kvp_seqio_reader *sr, uint64_t hash, kvp_err *err)
+static const uint8_t *copied_block(kvp_seqio_reader *sr, uint64_t hash)
 {
     int64_t src = partial_block(sr, hash);
     if (src < 0)
@@ -381,7 +381,7 @@ static const uint8_t *copied_block(kvp_seqio_reader *sr, uint64_t hash, kvp_err 
     if (!sr->copy && !(sr->copy = malloc(pool->block_bytes)))
         return NULL;
     kvp_err quiet = {0};
-    if (kvp_kvcache_block_read_whole(sr->kc, (uint32_t)src, sr->copy, err ? err : &quiet) < 0)
+    if (kvp_kvcache_block_read_whole(sr->kc, (uint32_t)src, sr->copy, &quiet) < 0)
         return NULL;
     return sr->copy;
 }
@@ -459,7 +459,7 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
          * left the cache is computed again from the tokens. */
         from = nt == pool->block_size ? kvp_kvcache_find_hash(sr->kc, shash) : partial_block(sr, hash);
         if (from < 0 && *sparent && *loading) /* salted: the block as sent for another salt, copied */
-            data = copied_block(sr, hash, NULL);
+            data = copied_block(sr, hash);
         if (from < 0 && !data)
             *loading = 0;
     }

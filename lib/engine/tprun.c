@@ -3,7 +3,6 @@
 #include "runopts.h"
 #include "cli.h"
 #include "comm.h"
-#include "launchrank.h"
 #include "shard.h"
 #include "stopsig.h"
 
@@ -93,17 +92,12 @@ void kvp_run_tp_close(kvp_run *r)
 int kvp_run_tp_follow(const kvp_runopts *o)
 {
     int launched = kvp_comm_mpi_launched_size();
-    if (o->tp <= 1 && o->pp <= 1 && launched > 1) {
-        /* every rank would run the whole job: its outputs twice, its
-         * files written by each (a usage error, said by rank 0) */
-        if (kvp_comm_launched_rank() == 0) {
-            kvp_cli_warn("started as one of %d ranks (mpirun -np %d), but without --tp or --pp each rank would run "
-                         "the whole job: give --tp and --pp whose product is %d, or start one process",
-                         launched, launched, launched);
-            fprintf(stderr, "Try '%s --help' for more information.\n", kvp_cli_prog());
-        }
-        return KVP_EXIT_USAGE;
-    }
+    /* every rank would run the whole job: its outputs twice, its files
+     * written by each (the programs leave usage errors to rank 0) */
+    if (o->tp <= 1 && o->pp <= 1 && launched > 1)
+        kvp_cli_usage_error("started as one of %d ranks (mpirun -np %d), but without --tp or --pp each rank would "
+                            "run the whole job: give --tp and --pp whose product is %d, or start one process",
+                            launched, launched, launched);
     if (o->tp <= 1 && o->pp <= 1)
         return -1;
     kvp_err err = {0};

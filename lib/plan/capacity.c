@@ -95,17 +95,21 @@ int kvp_cap_weight_fmt(const char *name, kvp_cap_fmt *f, kvp_err *err)
         fmt_set(f, "int4-g128", 2, 1, KVP_CAP_SCALE_GROUP, 2, 128);
         return 0;
     }
-    if (sscanf(name, "int4-g%u%c", &g, &tail) == 1 && g >= 2 && g <= 65536 && g % 2 == 0) {
-        char buf[24];
-        snprintf(buf, sizeof buf, "int4-g%u", g);
-        fmt_set(f, buf, 2, 1, KVP_CAP_SCALE_GROUP, 2, g);
-        return 0;
-    }
-    if (sscanf(name, "fp4-g%u%c", &g, &tail) == 1 && g >= 2 && g <= 65536 && g % 2 == 0) {
-        char buf[24];
-        snprintf(buf, sizeof buf, "fp4-g%u", g); /* quantize --to fp4: E2M1, an f32 scale a group */
-        fmt_set(f, buf, 2, 1, KVP_CAP_SCALE_GROUP, 4, g);
-        return 0;
+    /* int4 with an f16 scale a group (GPTQ, AWQ); quantize --to fp4's E2M1
+     * with an f32 one */
+    static const struct {
+        const char *prefix;
+        uint32_t scale_bytes;
+    } grouped[] = {{"int4-g", 2}, {"fp4-g", 4}};
+    for (size_t i = 0; i < sizeof grouped / sizeof grouped[0]; i++) {
+        size_t n = strlen(grouped[i].prefix);
+        if (!strncmp(name, grouped[i].prefix, n) && sscanf(name + n, "%u%c", &g, &tail) == 1 && g >= 2 &&
+            g <= 65536 && g % 2 == 0) {
+            char buf[24];
+            snprintf(buf, sizeof buf, "%s%u", grouped[i].prefix, g);
+            fmt_set(f, buf, 2, 1, KVP_CAP_SCALE_GROUP, grouped[i].scale_bytes, g);
+            return 0;
+        }
     }
     if (strcasecmp(name, "nvfp4") == 0 || strcasecmp(name, "fp4") == 0) {
         fmt_set(f, "nvfp4", 16, 9, KVP_CAP_SCALE_TENSOR, 4, 0);
