@@ -75,8 +75,15 @@ void kvp_cli_set_usage_quiet(int quiet) { usage_quiet = quiet; }
 
 void kvp_cli_usage_error(const char *fmt, ...)
 {
-    if (usage_quiet)
+    if (usage_quiet) {
+        /* A launched rank other than 0: rank 0 meets the same error in the
+         * same arguments and says it. Exiting first let mpirun abort the job
+         * before rank 0 had printed anything (seen in CI), so this rank waits
+         * for mpirun to end it, which it does once rank 0 exits non-zero;
+         * the wait is bounded in case rank 0 never gets here. */
+        sleep(30);
         exit(KVP_EXIT_USAGE);
+    }
     va_list ap;
     va_start(ap, fmt);
     vmsg(fmt, ap);

@@ -36,8 +36,9 @@ _Noreturn void kvp_cli_die_err(const kvp_err *err);
  * error is exactly these two lines; every runtime error is one line. */
 _Noreturn void kvp_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Usage errors said by this process (0) or not (1): the ranks of an MPI
- * job but rank 0 parse the same options, so rank 0 says it once; the
- * status is 2 either way. */
+ * job but rank 0 parse the same options, so rank 0 says it once; a quiet
+ * rank waits (30 s at most) for mpirun to end it after rank 0 has exited,
+ * then exits 2. */
 void kvp_cli_set_usage_quiet(int quiet);
 /* Call before getopt_long: notes an option whose value is optional
  * (optional_argument, as --stats[=FILE]) written without '=' and followed
