@@ -130,19 +130,31 @@ MAN5     := $(sort $(wildcard man/*.5))
 ## all          build lib/libkvpipe.a and every program into bin/ (default)
 all: $(LIB) $(PROGS)
 
-$(O)/%.o: %.c
+# Every object and program depends on the flags it was built with,
+# $(O)/build-flags, rewritten only when they change: MPI installed after a
+# first build (scripts/deps), or another OPT or CUDA, rebuilds what they
+# change, where make would otherwise link the old objects (a build with
+# MPI whose ranks said "this build has no MPI").
+BUILD_FLAGS := $(CC) | $(CPPFLAGS) | $(CFLAGS) | $(LDFLAGS) | $(LDLIBS) | $(USE_CUDA) $(NVCC) $(NVCC_FLAGS) | $(NCCL_LIBS)
+.PHONY: FORCE
+$(O)/build-flags: FORCE
+	@mkdir -p $(@D)
+	@printf '%s\n' '$(subst ','\'',$(BUILD_FLAGS))' >$@.tmp; \
+	    if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+
+$(O)/%.o: %.c $(O)/build-flags
 	$(call say,CC,$<)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 # -iquote (through the host compiler) as for C: lib/engine/sched.h must not
 # stand in for the system's <sched.h>.  ptxas's report goes to NAME.ptxas.
-$(O)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh) lib/plan/gpuplan.h lib/backend/backend.h
+$(O)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh) lib/plan/gpuplan.h lib/backend/backend.h $(O)/build-flags
 	$(call say,NVCC,$<)
 	@mkdir -p $(@D)
 	$(Q)$(NVCC) $(NVCC_FLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas) >&2; exit 1; }
 
-$(O)/tests/unit/%.o: tests/unit/%.cu $(wildcard kernels/*.cuh) lib/plan/gpuplan.h lib/backend/backend.h
+$(O)/tests/unit/%.o: tests/unit/%.cu $(wildcard kernels/*.cuh) lib/plan/gpuplan.h lib/backend/backend.h $(O)/build-flags
 	$(call say,NVCC,$<)
 	@mkdir -p $(@D)
 	$(Q)$(NVCC) $(NVCC_FLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas) >&2; exit 1; }
@@ -155,12 +167,12 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
-$(BINDIR)/%: $(O)/cmd/%.o $(LIB)
+$(BINDIR)/%: $(O)/cmd/%.o $(LIB) $(O)/build-flags
 	$(call say,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
-$(O)/tests/test_%: $(O)/tests/unit/test_%.o $(LIB)
+$(O)/tests/test_%: $(O)/tests/unit/test_%.o $(LIB) $(O)/build-flags
 	$(call say,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
@@ -172,10 +184,10 @@ $(O)/tests/test_io: LDFLAGS += -Wl,--wrap=fsync -Wl,--wrap=umask
 # Corpus replays: each fuzz harness linked with a plain main() that runs every
 # file of tests/fuzz/corpus/NAME/ (seeds and past crashes) and of
 # tests/golden/fuzz-seeds/NAME/ (its GGUF and safetensors seeds) in `make check`.
-$(O)/tests/test_fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(LIB)
+$(O)/tests/test_fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(LIB) $(O)/build-flags
 	$(call say,LD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $(filter-out $(O)/build-flags,$^) $(LDLIBS) -o $@
 
 ## deps         install missing build dependencies (Debian: libzstd-dev, ...)
 deps:
