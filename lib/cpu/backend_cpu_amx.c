@@ -515,7 +515,7 @@ static void amx_init(void)
     return;
 #endif
     kernels_amx = *v;
-    kvp_cpu_vnni_wide_floats(&kernels_amx); /* Xeons with AMX have two 512-bit FMA units */
+    kvp_cpu_vnni_wide_floats(&kernels_amx); /* v has them on Intel; whoever has AMX has two 512-bit FMA units */
     kernels_amx.isa = "avx2+fma+f16c+avx512vnni+amx-int8";
     kernels_amx.amx_mm[0] = amx_q4_0, kernels_amx.amx_mm[1] = amx_q4_1, kernels_amx.amx_mm[2] = amx_q8_0;
     kernels_amx.amx_mm[3] = amx_i8, kernels_amx.amx_mm[4] = amx_i4;

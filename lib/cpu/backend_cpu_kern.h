@@ -359,7 +359,8 @@ extern const kvp_cpu_kernels kvp_cpu_kernels_portable;
 const kvp_cpu_kernels *kvp_cpu_kernels_avx2(void);
 /* NULL unless the CPU also has AVX512-VNNI and AVX512VL.  Its attention,
  * softmax, SiLU and activation quantization are the 512-bit ones
- * (backend_cpu_x86_wide_att.inc), the same bits as the AVX2 table's. */
+ * (backend_cpu_x86_wide_att.inc), the same bits as the AVX2 table's; on an
+ * Intel CPU its float matmuls are too (kvp_cpu_vnni_wide_floats). */
 const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void);
 /* Into a copy of the VNNI table: its float matmuls with prompts on 512-bit
  * FMAs, the same bits (backend_cpu_x86_wide.inc); for CPUs with two

@@ -10,6 +10,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 /* avx512bw: IQ4's table lookup (vpshufb on 512 bits); every CPU with
@@ -25,21 +26,38 @@
 #define KVP_X86_FROWS 4
 #include "backend_cpu_x86.inc"
 
-const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void)
-{
-    __builtin_cpu_init();
-    if (kvp_have_avx2() /* avx2, fma, f16c */ &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vnni"))
-        return &kernels_vnni;
-    return NULL;
-}
-
 void kvp_cpu_vnni_wide_floats(kvp_cpu_kernels *k)
 {
     k->mm_f32 = mm_f32_wide, k->mm_f16 = mm_f16_wide, k->mm_bf16 = mm_bf16_wide;
     k->float_tile = 1;
     k->float_groups = 1;
+}
+
+/* Intel's cores with AVX512-VNNI (Xeons from Cascade Lake on) retire two
+ * 512-bit FMAs a cycle, so float prompts run on 512 bits there, AMX or not
+ * (an Emerald Rapids guest without AMX: SmolLM2 f16 pp512 1.04x llama.cpp
+ * on 256 bits); Zen 4 splits a 512-bit FMA in two and ran them 0-3% slower
+ * (doc/performance.md), so it keeps the 256-bit floats.  The same bits. */
+static kvp_cpu_kernels kernels_vnni_intel;
+
+static void vnni_intel_init(void)
+{
+    kernels_vnni_intel = kernels_vnni;
+    kvp_cpu_vnni_wide_floats(&kernels_vnni_intel);
+}
+
+const kvp_cpu_kernels *kvp_cpu_kernels_vnni(void)
+{
+    __builtin_cpu_init();
+    if (!kvp_have_avx2() /* avx2, fma, f16c */ ||
+        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512vnni"))
+        return NULL;
+    if (!__builtin_cpu_is("intel"))
+        return &kernels_vnni;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, vnni_intel_init);
+    return &kernels_vnni_intel;
 }
 
 #else

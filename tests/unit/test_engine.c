@@ -737,6 +737,12 @@ static void test_kernels(void)
         /* its 512-bit attention and element kernels against the 256-bit ones */
         test_attention_same(avx2, vnni);
         test_softmax_same(avx2, vnni);
+        /* the 512-bit float matmuls Intel's table takes, on every AVX-512
+         * host (Zen 4's table keeps the 256-bit ones) */
+        kvp_cpu_kernels wide = *vnni;
+        kvp_cpu_vnni_wide_floats(&wide);
+        if (wide.mm_f16 != vnni->mm_f16)
+            test_kernels_one(&wide);
     } else
         printf("note: no AVX512-VNNI on this CPU; its kernels not compared\n");
     /* the AMX table: its tiles (test_amx) and its 512-bit float matmuls */
