@@ -16,8 +16,9 @@ no prompt reuses another's cache.
 Prompts: JSON Lines as decode(1) reads them: "messages" are rendered in
 ChatML (<|im_start|>ROLE\\nCONTENT<|im_end|>\\n for each, then the assistant
 header <|im_start|>assistant\\n), the markers as special tokens and the
-contents literal, which is what kvpipe renders for SmolLM2 (no default system
-message); a plain "prompt" is tokenized as it is (special tokens parsed, as
+contents literal, with the template's own system message first where a
+conversation has none (SmolLM2's), which is what kvpipe renders; a plain
+"prompt" is tokenized as it is (special tokens parsed, as
 decode does), or rendered as a user turn with --chat.  With --kvp-ids FILE
 (the output of `prefill --tokenize --json` on the same prompts) the ids
 rendered here are checked against kvpipe's, and kvpipe's are used.
@@ -73,12 +74,30 @@ def chatml(messages):
     return segs + [("<|im_start|>", True), ("assistant\n", False)]
 
 
+def default_system(llm):
+    """The system message the GGUF's chat template gives a conversation that has
+    none, where it is literal text (SmolLM2's "You are a helpful AI assistant
+    named SmolLM, ..."): what kvpipe adds (lib/model/chat.c), else None."""
+    tpl = llm.metadata.get("tokenizer.chat_template", "")
+    head = "<|im_start|>system\n"
+    at = tpl.find(head)
+    if at < 0:
+        return None
+    rest = tpl[at + len(head):]
+    end = rest.find("<|im_end|>")
+    if end <= 0 or "{" in rest[:end] or "'" in rest[:end]:
+        return None
+    return rest[:end]
+
+
 def tokenize(llm, req, chat):
     """A request's prompt ids, as kvpipe renders and tokenizes them."""
-    if "messages" in req:
-        segs = chatml(req["messages"])
-    elif chat:
-        segs = chatml([{"role": "user", "content": req["prompt"]}])
+    if "messages" in req or chat:
+        msgs = req["messages"] if "messages" in req else [{"role": "user", "content": req["prompt"]}]
+        system = default_system(llm)
+        if system is not None and not any(m.get("role") == "system" for m in msgs):
+            msgs = [{"role": "system", "content": system}] + msgs
+        segs = chatml(msgs)
     else:
         return llm.tokenize(req["prompt"].encode(), add_bos=False, special=True)
     # each literal piece alone, so a marker-like text in a content stays text;
@@ -176,7 +195,11 @@ def main():
         del plain
         plain = open_llama(model_path=a.model, n_ctx=n_ctx, **kw)
         lookup = CountingLookup(num_pred_tokens=a.k, max_ngram_size=a.g)
-        spec = open_llama(model_path=a.model, n_ctx=n_ctx, draft_model=lookup, **kw)
+        # logits_all as the draft model makes it anyway: llama-cpp-python
+        # 0.3.36 sizes its logits array by the argument (n_batch rows
+        # without it) and then writes a row for every position up to n_ctx,
+        # which fails past 512 tokens ("could not broadcast")
+        spec = open_llama(model_path=a.model, n_ctx=n_ctx, draft_model=lookup, logits_all=True, **kw)
         first = next(iter(ids.values()))
         run(plain, first[:32], 8)  # warm both up: page the weights in, size the buffers
         run(spec, first[:32], 8, lookup)
