@@ -124,8 +124,12 @@ FLOAT = [
     ("ppl_smollm2_hf_*16.txt", ppl_txt, 1e-3),               # tests/cli/perplexity.sh, f16 and bf16 weights
     # fp8 and int8 KV: a rounding flipped by another summation order in an
     # early layer moves every later one (2 windows: +-1.2 nats from a 1e-6
-    # change of the embeddings); the test allows 5 nats on 2 windows of 255
-    ("ppl_smollm2_hf_kv*.txt", ppl_txt, 1e-2),
+    # change of the embeddings); the test allows 5 nats on 2 windows of 255,
+    # so a window may move by 5 nats (5 / 255 a token): torch on an Intel
+    # Xeon (Emerald Rapids) moved the fp8 golden's windows by -2.8..+3.3
+    # nats (0.0131 a token on one) with the whole text's PPL 18.6052
+    # against 18.6066, and windows 0-1 by 2.9 nats together
+    ("ppl_smollm2_hf_kv*.txt", ppl_txt, 5 / 255),
 ]
 
 
