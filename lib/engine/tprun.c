@@ -14,8 +14,16 @@
  * (a fatal error's exit(1)) aborts the job from atexit. */
 static kvp_comm *live;
 
+/* Set when every rank knows the job cannot start (agree_parts): rank 0's
+ * exit then ends MPI with the others instead of aborting them. */
+static int ended_together;
+
 static void abort_job_at_exit(void)
 {
+    if (ended_together) {
+        kvp_comm_finalize();
+        return;
+    }
     if (live) {
         fprintf(stderr, "%s: rank 0 is ending before the job did; stopping every rank\n", kvp_cli_prog());
         kvp_comm_abort(live, 1);
@@ -65,6 +73,22 @@ static int shard_of(const kvp_model *m, const kvp_parallel *d, kvp_model **out, 
                            err);
 }
 
+/* Every rank has read the model and cut its part, or failed to: they say
+ * so to each other before the job starts.  *ok0 whether rank 0 cut its
+ * part, *failed how many ranks past 0 did not.  An error that every rank
+ * meets alike (heads that do not split over --tp) is then said once, by
+ * rank 0, and the ranks end together: no abort, no message from each. */
+static int agree_parts(const kvp_parallel *d, int my_rc, int *ok0, int *failed, kvp_err *err)
+{
+    int rank = kvp_comm_rank(d->world);
+    float x[2] = {rank == 0 && my_rc < 0 ? 1.0f : 0.0f, rank != 0 && my_rc < 0 ? 1.0f : 0.0f};
+    int rc = kvp_comm_allreduce_f32(d->world, x, 2, err);
+    if (rc < 0)
+        return rc;
+    *ok0 = x[0] == 0.0f, *failed = (int)x[1];
+    return 0;
+}
+
 int kvp_run_tp_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
 {
     int rc = join(o, &r->dist, err);
@@ -72,7 +96,17 @@ int kvp_run_tp_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
         return rc;
     r->whole = r->model;
     r->model = NULL;
-    return shard_of(r->whole, &r->dist, &r->model, err);
+    rc = shard_of(r->whole, &r->dist, &r->model, err);
+    int ok0, failed;
+    kvp_err aerr = {0};
+    if (agree_parts(&r->dist, rc, &ok0, &failed, &aerr) < 0)
+        return rc < 0 ? rc : kvp_err_set(err, aerr.code, "%s", aerr.msg);
+    if (rc == 0 && failed)
+        rc = kvp_err_set(err, KVP_EINVAL, "%d of the job's %d ranks could not take their part of the model (each "
+                         "says why)", failed, kvp_comm_size(r->dist.world));
+    if (rc < 0)
+        ended_together = 1, live = NULL;
+    return rc;
 }
 
 void kvp_run_tp_close(kvp_run *r)
@@ -121,8 +155,27 @@ int kvp_run_tp_follow(const kvp_runopts *o)
         return -1; /* the driver: kvp_run_tp_open takes the place it joined */
     if (rc == 0)
         kvp_stopsig_defer(); /* a stop is rank 0's to make */
-    if (rc == 0 && (rc = kvp_model_load(&m, o->model, &err)) == 0 && (rc = shard_of(m, &d, &shard, &err)) == 0 &&
-        (rc = kvp_run_open_backend(&be, o, &err)) == 0)
+    if (rc == 0) {
+        if ((rc = kvp_model_load(&m, o->model, &err)) == 0)
+            rc = shard_of(m, &d, &shard, &err);
+        int ok0 = 1, failed = 0;
+        kvp_err aerr = {0};
+        if (agree_parts(&d, rc, &ok0, &failed, &aerr) < 0) {
+            if (rc == 0)
+                rc = -1, err = aerr;
+        } else if (!ok0 || failed) {
+            /* the job will not start: rank 0 says why (a rank's own
+             * failure it says itself when rank 0 has none to say) */
+            if (rc < 0 && ok0)
+                fprintf(stderr, "%s: rank %d: %s\n", kvp_cli_prog(), kvp_comm_rank(d.world), err.msg);
+            kvp_model_free(shard);
+            kvp_model_free(m);
+            kvp_comm_free(d.tp);
+            kvp_comm_finalize();
+            return 1;
+        }
+    }
+    if (rc == 0 && (rc = kvp_run_open_backend(&be, o, &err)) == 0)
         rc = kvp_engine_tp_serve(shard, be, &d, &err);
     kvp_backend_free(be);
     kvp_model_free(shard);

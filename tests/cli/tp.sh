@@ -46,6 +46,17 @@ expect_err_has "--tp 3 --pp 1: 3 ranks, but the job has 2" "names both counts"
 run timeout 60 mpirun -np 2 decode -m "$M" -p hi --tp 2
 expect_true "9 heads over 2 ranks fails, no hang" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
 expect_err_has "9 query heads do not split evenly (rank counts that split this model: 1, 3)" "names the heads and the splits"
+expect_true "the split error is said once, by rank 0" [ "$(grep -c "do not split evenly" "$ERR")" -eq 1 ]
+expect_err_lacks "rank 1:" "no rank past 0 repeats it"
+expect_err_lacks "MPI_ABORT" "the ranks end together: no abort"
+expect_err_lacks "stopping every rank" "nor rank 0's abort message"
+# a rank that cannot read the model (here its own -m, as on a node without
+# the file) says so, rank 0 counts it, and the job ends at once with 1
+run timeout 60 mpirun -np 1 decode -m "$M" -p hi --tp 3 : -np 2 decode -m "$T/none.gguf" -p hi --tp 3
+expect_status 1 "ranks without the model: exit 1, no hang"
+expect_err_has "2 of the job's 3 ranks could not take their part of the model" "rank 0 counts them"
+expect_err_has "rank 1: $T/none.gguf" "rank 1 says why"
+expect_err_has "rank 2: $T/none.gguf" "rank 2 says why"
 
 # ---- greedy output: one process against 3 ranks, on f16 weights ----
 run quantize --to f16 "$M" -o "$T/f16.kvp"
