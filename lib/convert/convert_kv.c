@@ -136,8 +136,15 @@ int kvp_convert_kv_stream(kvp_in *in, kvp_out *out, uint32_t dtype, int zstd_lev
             continue;
         st->n_records++;
         rc = rec.kind == KVP_KIND_KV_BLOCK ? convert_block(&rec, dtype, w, &b, st, err) : pass_through(&rec, w, err);
-        if (rc < 0)
+        if (rc < 0) {
+            /* a record the reader passed but whose contents are wrong: say
+             * whose (the reader names its input in its own messages; the
+             * writer's failures name the output) */
+            if (err->code != KVP_EIO && err->code != KVP_ENOMEM && err->code != KVP_ECOMPRESS &&
+                err->code != KVP_EPIPE && err->code != KVP_EINTR)
+                kvp_err_prefix(err, "%s", in->name);
             break;
+        }
     }
     if (rc == 0)
         rc = kvp_writer_finish(w, err);

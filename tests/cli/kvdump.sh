@@ -89,6 +89,14 @@ expect_err_has "which no earlier record holds" "says so"
 run kvdump "$T/bad.kvp"
 expect_status 1 "a sequence of block size 0 is refused, listed too"
 expect_err_has "record 0 (sequence) at offset 64: block size 0" "names the record and the field"
+# quantize --kv copies the record after decoding it: the same fault, named
+# with its file (a pipeline's stages each read another)
+run quantize --kv fp8 "$T/bad.kvp" -o "$T/bad8.kvp"
+expect_status 1 "quantize --kv of a sequence of block size 0 is refused"
+expect_err_has "quantize: $T/bad.kvp: record 0 (sequence) at offset 64: block size 0" "names the file, the record and the field"
+expect_true "no output left" test ! -e "$T/bad8.kvp"
+run_sh "quantize --kv fp8 - < '$T/bad.kvp' > '$T/bad8.kvp'"
+expect_err_has "quantize: <stdin>: record 0 (sequence)" "standard input named as such"
 
 name=$(kvdump --json "$T/s.kvp" | sed -n 's/.*"kind":"tensor".*"name":"\([^"]*\)".*/\1/p')
 run_sh "kvdump --extract '$name' '$T/s.kvp' > '$T/x.bin'"
