@@ -661,6 +661,7 @@ struct kvp_reader {
     size_t raw_cap;
     ZSTD_DCtx *dctx;
     kvp_strmap names;         /* the tensor names met, each with the index of its record */
+    uint64_t first_meta[2];   /* 1 + the index of the config, the tokenizer record met; 0: none yet */
 };
 
 /* 64-byte aligned growth that keeps the first `keep` bytes. */
@@ -874,6 +875,26 @@ static int tensor_unique(kvp_reader *r, const kvp_record *rec, kvp_err *err)
     return 0;
 }
 
+/* kvp(5): a stream holds one config and one tokenizer record at most; a
+ * second is refused naming both, as a second tensor of a name is (a reader
+ * that keeps the first would take another model than one that keeps the
+ * last). */
+static int meta_once(kvp_reader *r, const kvp_record *rec, kvp_err *err)
+{
+    if (rec->kind != KVP_KIND_CONFIG && rec->kind != KVP_KIND_TOKENIZER)
+        return 0;
+    uint64_t *first = &r->first_meta[rec->kind == KVP_KIND_TOKENIZER];
+    if (!*first) {
+        *first = rec->index + 1;
+        return 0;
+    }
+    const char *kname = kvp_kind_name(rec->kind);
+    return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu (%s) at offset %llu: a second %s record (the first is "
+                       "record %llu; a stream holds one)",
+                       r->in->name, (unsigned long long)rec->index, kname, (unsigned long long)rec->offset, kname,
+                       (unsigned long long)(*first - 1));
+}
+
 /* kvp(5)'s raw payload: the meta part, zero bytes to a multiple of 64, then
  * the data part, which may be empty (the padding too, then).  Sets
  * rec->data; 0, 1 when the payload ends inside the padding, or 2 + the
@@ -1000,7 +1021,7 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
                                    (unsigned long long)(in->pos - npad + i));
     }
     if (skim) {
-        int rc = rec->kind == KVP_KIND_TENSOR ? tensor_unique(r, rec, err) : 0;
+        int rc = rec->kind == KVP_KIND_TENSOR ? tensor_unique(r, rec, err) : meta_once(r, rec, err);
         if (rc)
             return rc;
         r->index++;
@@ -1027,8 +1048,8 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
                            (unsigned long long)r->index, kname, (unsigned long long)off,
                            bad == 1 ? "the payload ends inside the meta part's padding" : "nonzero meta padding",
                            (unsigned long long)(bad == 1 ? rec->raw_size : (uint64_t)(bad - 2)));
-    if (rec->kind == KVP_KIND_TENSOR) {
-        int rc = tensor_unique(r, rec, err);
+    if (rec->kind == KVP_KIND_TENSOR || rec->kind == KVP_KIND_CONFIG || rec->kind == KVP_KIND_TOKENIZER) {
+        int rc = rec->kind == KVP_KIND_TENSOR ? tensor_unique(r, rec, err) : meta_once(r, rec, err);
         if (rc)
             return rc;
     }

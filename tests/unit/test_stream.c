@@ -1438,6 +1438,45 @@ static void test_dup_tensor_names(void)
     }
 }
 
+/* kvp(5): one config and one tokenizer record a stream at most.  A second
+ * of either is refused naming both records, read or skimmed; one of each
+ * is fine. */
+static void test_meta_once(void)
+{
+    kvp_err err = {0};
+    for (int twice = 0; twice <= 2; twice++) { /* 0: one each; 1: config twice; 2: tokenizer twice */
+        const char *p = path_in_tmp("metaonce.kvp");
+        kvp_out out;
+        kvp_writer *w;
+        kvp_meta m;
+        kvp_meta_init(&m);
+        CHECK(kvp_meta_set_u64(&m, "llama.block_count", 2) == 0);
+        CHECK(kvp_out_open(&out, p, &err) == 0);
+        CHECK(kvp_writer_open(&w, &out, NULL, &err) == 0);
+        CHECK(kvp_write_meta(w, KVP_KIND_CONFIG, &m, &err) == 0);
+        CHECK(kvp_write_meta(w, KVP_KIND_TOKENIZER, &m, &err) == 0);
+        CHECK(put_tensor(w, "w", 1.0f, &err) == 0);
+        if (twice)
+            CHECK(kvp_write_meta(w, twice == 1 ? KVP_KIND_CONFIG : KVP_KIND_TOKENIZER, &m, &err) == 0);
+        CHECK(kvp_writer_finish(w, &err) == 0);
+        kvp_writer_free(w);
+        CHECK(kvp_out_commit(&out, &err) == 0);
+        kvp_meta_free(&m);
+        for (int skim = 0; skim <= 1; skim++) {
+            int rc = read_all(p, skim ? 1u << KVP_KIND_CONFIG | 1u << KVP_KIND_TOKENIZER : 0, &err);
+            if (!twice) {
+                CHECK_MSG(rc == 0, "%s", err.msg);
+                continue;
+            }
+            CHECK_MSG(rc == KVP_EFORMAT, "twice %d skim %d: %d", twice, skim, rc);
+            CHECK_MSG(strstr(err.msg, twice == 1 ? "record 3 (config) at offset" : "record 3 (tokenizer) at offset") &&
+                          strstr(err.msg, twice == 1 ? "a second config record (the first is record 0"
+                                                     : "a second tokenizer record (the first is record 1"),
+                      "%s", err.msg);
+        }
+    }
+}
+
 /* Rewrite the header of the first record of the stream in buf (offset 64):
  * its meta size, the header checksum recomputed. */
 static void set_meta_size(uint8_t *buf, uint32_t meta_size)
@@ -1624,6 +1663,7 @@ int main(int argc, char **argv)
     test_seq_flags();
     test_seq_fields();
     test_dup_tensor_names();
+    test_meta_once();
     test_meta_padding();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
