@@ -61,7 +61,7 @@ static void usage(FILE *f)
             "      --json                one JSON object (JSON Lines for a sweep)\n"
             "      --tsv                 header and rows\n"
             "  -h, --help  -V, --version\n"
-            "Numeric options take START:END:STEP or START:END:xFACTOR for a sweep.\n");
+            "Numeric options take START:END:STEP or START:END:xFACTOR for a sweep (at most 100000 points).\n");
 }
 
 /* ---- options that sweep ---- */
@@ -71,7 +71,7 @@ enum sweep_id {
     SW_OVERHEAD, SW_LAYERS, SW_KV_HEADS, SW_HEADS, SW_HEAD_DIM, SW_HIDDEN, SW_VOCAB, SW_FFN, SW_EXPERTS,
     SW_EXPERTS_USED, SW_WINDOW, SW_PARAMS, SW_COUNT
 };
-enum { K_INT, K_SIZE, K_REAL, K_COUNT };
+enum { K_INT, K_SIZE, K_REAL, K_COUNT, K_RATE };
 
 typedef struct sweep_opt {
     const char *name;  /* option name without dashes, also the output column */
@@ -92,7 +92,7 @@ static sweep_opt sweeps[SW_COUNT] = {
     [SW_BLOCK] = {"block-size", K_INT, 1, 65536, NULL, NULL, 0},
     [SW_MBT] = {"max-batched-tokens", K_INT, 1, 4294967296.0, NULL, NULL, 0},
     [SW_GPU_MEM] = {"gpu-mem", K_SIZE, 1, 1e18, NULL, NULL, 0},
-    [SW_GPU_BW] = {"gpu-bw", K_SIZE, 1, 1e18, NULL, NULL, 0},
+    [SW_GPU_BW] = {"gpu-bw", K_RATE, 1, 1e18, NULL, NULL, 0},
     [SW_OVERHEAD] = {"overhead", K_SIZE, 0, 1e18, NULL, NULL, 0},
     /* a model's shape: the loader's ranges (config.h), so that kvcalc plans
      * no shape a model file could not have; a window is any 32-bit count.
@@ -149,8 +149,19 @@ static int parse_real(const char *s, double *out)
     return 0;
 }
 
-/* A size, also as a rate ("3.35TB/s"): kvp_cli_parse_size's digits and units. */
+/* A size: kvp_cli_parse_size's digits and units. */
 static int parse_size(const char *s, double *out)
+{
+    uint64_t v;
+    if (kvp_cli_parse_size(s, &v))
+        return -1;
+    *out = (double)v;
+    return 0;
+}
+
+/* A rate: a size with an optional "/s" ("3.35TB/s"); only a rate takes it
+ * ("--gpu-mem 80GiB/s" is not a memory size). */
+static int parse_rate(const char *s, double *out)
 {
     char buf[64];
     size_t n = strlen(s);
@@ -159,11 +170,7 @@ static int parse_size(const char *s, double *out)
     memcpy(buf, s, n + 1);
     if (n > 2 && strcmp(buf + n - 2, "/s") == 0)
         buf[n - 2] = '\0';
-    uint64_t v;
-    if (kvp_cli_parse_size(buf, &v))
-        return -1;
-    *out = (double)v;
-    return 0;
+    return parse_size(buf, out);
 }
 
 /* A parameter count: 8.03B, 70G, 135M, 405000000000. */
@@ -193,17 +200,19 @@ static const char *const kind_what[] = {
     [K_SIZE] = "a size: digits, an optional fraction and unit (80G, 141GB, 80GiB, 3.35T)",
     [K_REAL] = "a number in digits with an optional fraction (0.9)",
     [K_COUNT] = "a count: digits, an optional fraction and K, M, B or T (8.03B)",
+    [K_RATE] = "a rate: digits, an optional fraction and unit, then an optional /s (3.35T, 3.35TB/s)",
 };
 
 static void expand_sweep(sweep_opt *o)
 {
     static const kvp_cap_num_parser parsers[] = {[K_INT] = parse_int, [K_SIZE] = parse_size,
-                                                 [K_REAL] = parse_real, [K_COUNT] = parse_count};
+                                                 [K_REAL] = parse_real, [K_COUNT] = parse_count,
+                                                 [K_RATE] = parse_rate};
     kvp_err err = {0};
     o->vals = malloc(KVP_CAP_SWEEP_MAX * sizeof *o->vals);
     if (!o->vals)
         kvp_cli_die("out of memory");
-    int whole = o->kind == K_INT || o->kind == K_SIZE;
+    int whole = o->kind == K_INT || o->kind == K_SIZE || o->kind == K_RATE;
     if (kvp_cap_sweep_parse(o->spec, parsers[o->kind], kind_what[o->kind], whole, o->vals, KVP_CAP_SWEEP_MAX, &o->n,
                             &err)) {
         /* "8k" tokens is 8192 to some and 8000 to others: counts take digits */

@@ -359,7 +359,8 @@ refused_number() { # OPTION VALUE
 }
 for v in 0x100 1e3 0x1p4 ' 8192' '8192 ' +8192 8192.0 inf; do refused_number --seq-len "$v"; done
 for v in 0x10B 1e9 ' 8B' 8.B .5B; do refused_number --params "$v"; done
-for v in 0x50G 8e10 ' 80G' 80G. +80G; do refused_number --gpu-mem "$v"; done
+for v in 0x50G 8e10 ' 80G' 80G. +80G 80GiB/s 80G/s; do refused_number --gpu-mem "$v"; done
+for v in 80GiB/s 1T/s; do refused_number --overhead "$v"; done
 for v in 0x0.8p0 9e-1 ' 0.9' .9; do refused_number --gpu-util "$v"; done
 for v in 0x5 ' 5' +5 1e2; do refused_number --seed "$v"; done
 run kvcalc --model llama-3-8b --gpu h200 --gpu-mem 80G:160G:x2e0
@@ -371,6 +372,9 @@ expect_field gpu_mem_bytes 141000000000 "141GB is 141e9 bytes"
 expect_field n_params 8030000000 "8.03B is 8.03e9 parameters"
 run kvcalc -m llama-3-8b --gpu-mem 1.5GiB --json
 expect_field gpu_mem_bytes 1610612736 "1.5GiB is 1.5 x 2^30 bytes"
+run kvcalc -m llama-3-8b --gpu-mem 80gib --gpu-bw 3.35tb/s --json
+expect_field gpu_mem_bytes 85899345920 "a unit in lower case is the same unit (kvcalc(1) Numbers)"
+expect_field gpu_bw_bytes_per_s 3350000000000 "a rate in lower case with /s"
 # a count's STEP that is not whole says so (it said STEP must be above 0)
 run kvcalc -m llama-3-8b -g h200 -s 1:3:0.5
 expect_status 2 "a fractional STEP for a count exits 2"
