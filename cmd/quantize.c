@@ -209,10 +209,14 @@ static void parse(int argc, char **argv, options *o)
 
 /* The --report file is written like the model: under a temporary name,
  * renamed into place only when the conversion succeeded, so a failed run
- * leaves no half report (and an earlier report where it was). */
+ * leaves no half report (and an earlier report where it was).  A report
+ * to standard output (-r -) is held until then too: a reader of the pipe
+ * gets the whole report or none of it. */
 typedef struct reporter {
     kvp_out out;         /* the --report target, when on */
     int on;
+    int hold;            /* standard output: the lines kept in held until the commit */
+    kvp_buf held;
     int json;
     int tty;             /* stderr is a terminal: progress and a short table */
     size_t done, total;
@@ -223,6 +227,8 @@ static void report_open(reporter *r, const char *path)
 {
     kvp_err err = {0};
     r->on = path != NULL;
+    r->hold = r->on && !strcmp(path, "-");
+    kvp_buf_init(&r->held);
     if (r->on && kvp_out_open(&r->out, path, &err) < 0)
         kvp_cli_die_err(&err);
 }
@@ -230,14 +236,21 @@ static void report_open(reporter *r, const char *path)
 /* Write r->line to the report. */
 static int report_put(reporter *r, kvp_err *err)
 {
-    return r->on ? kvp_out_write(&r->out, r->line.data, r->line.len, err) : 0;
+    if (!r->on)
+        return 0;
+    if (!r->hold)
+        return kvp_out_write(&r->out, r->line.data, r->line.len, err);
+    kvp_buf_put(&r->held, r->line.data, r->line.len);
+    return r->held.oom ? kvp_err_set(err, KVP_ENOMEM, "the report: out of memory") : 0;
 }
 
 static void report_commit(reporter *r)
 {
     kvp_err err = {0};
-    if (r->on && kvp_out_commit(&r->out, &err) < 0)
+    if (r->on && ((r->hold && kvp_out_write(&r->out, r->held.data, r->held.len, &err) < 0) ||
+                  kvp_out_commit(&r->out, &err) < 0))
         kvp_cli_die_err(&err);
+    kvp_buf_free(&r->held);
     r->on = 0;
 }
 
@@ -245,6 +258,7 @@ static void report_abort(reporter *r)
 {
     if (r->on)
         kvp_out_abort(&r->out);
+    kvp_buf_free(&r->held);
     r->on = 0;
 }
 

@@ -407,6 +407,13 @@ if [ $have_model = 1 ]; then
     quantize --to keep "$M" -o "$T/keep.kvp" 2>/dev/null
     n=$(kvdump --json "$T/keep.kvp" | grep '"blk.0.attn_norm.weight"' | sed 's/.*"index":\([0-9]*\).*/\1/')
     "$KVP_UNIT_DIR/test_stream" --rewrite "$T/keep.kvp" "$T/nanw.kvp" "nan@$n"
+    # a report to standard output is held to the end: a failed run prints none of it
+    run_sh "quantize --to f16 '$T/nanw.kvp' -o '$T/nanf16.kvp' -r -"
+    expect_status 1 "quantize -r -, NaN weights: refused"
+    expect_out_empty "quantize -r -: no half report on standard output"
+    run_sh "quantize --to f16 '$T/keep.kvp' -o '$T/f16.kvp' -r -"
+    expect_out_has "blk.0.attn_norm.weight" "quantize -r -: a run that succeeds prints its report"
+    rm -f "$T/f16.kvp"
     for t in 0 0.8; do
         run decode -m "$T/nanw.kvp" -t 2 -n 4 -p "The capital of France is" --temperature $t
         expect_status 1 "decode, NaN weights, temperature $t: refused"
