@@ -198,7 +198,8 @@ static void parse(int argc, char **argv, options *o)
         if (o->scheme_set && o->co.scheme != KVP_SCHEME_GROUP)
             kvp_cli_usage_error("--group goes with --scheme group");
         if (o->co.group % 2)
-            kvp_cli_usage_error("--group: %u is odd (4-bit types pack two per byte)", o->co.group);
+            kvp_cli_usage_error("--group: %u is odd (a group is an even number of elements for every type: 4-bit "
+                                "ones pack two a byte)", o->co.group);
         o->co.scheme = KVP_SCHEME_GROUP;
     }
     if (o->co.asym && o->co.to != KVP_DTYPE_I8 && o->co.to != KVP_DTYPE_I4)

@@ -1356,6 +1356,18 @@ int kvp_kvblock_decode(const kvp_record *rec, kvp_kvblock_rec *b, const uint8_t 
     const uint8_t *tok = kvp_cur_take(&c, (size_t)b->n_tokens * 4);
     if (!tok || c.left)
         return bad_field(rec, err, "token ids do not match n_tokens");
+    /* kvp(5): a cache holds f32, f16, bf16, fp8 (e4m3) or i8 elements */
+    if (b->dtype != KVP_DTYPE_F32 && b->dtype != KVP_DTYPE_F16 && b->dtype != KVP_DTYPE_BF16 &&
+        b->dtype != KVP_DTYPE_FP8_E4M3 && b->dtype != KVP_DTYPE_I8) {
+        char what[128];
+        if (kvp_dtype_get(b->dtype))
+            snprintf(what, sizeof what, "dtype %s is not a KV dtype (f32, f16, bf16, fp8_e4m3, i8)",
+                     kvp_dtype_name(b->dtype));
+        else
+            snprintf(what, sizeof what, "dtype %u is unknown (a KV block holds f32, f16, bf16, fp8_e4m3 or i8)",
+                     b->dtype);
+        return bad_field(rec, err, what);
+    }
     int64_t want = kvblock_data_bytes(b);
     if (want < 0 || (uint64_t)want != b->data_bytes)
         return bad_field(rec, err, "data_bytes does not match layers, heads, block size and dtype");

@@ -399,6 +399,47 @@ static uint8_t *slurp(const char *path, size_t *n)
     return aligned;
 }
 
+/* kvp(5): a KV block holds f32, f16, bf16, fp8_e4m3 or i8 elements; another
+ * dtype is refused as such (it was "data_bytes does not match"). */
+static void test_kvblock_dtype(void)
+{
+    const uint32_t bad[] = {KVP_DTYPE_Q4_0, 99};
+    const char *text[] = {"dtype q4_0 is not a KV dtype", "dtype 99 is unknown"};
+    sample x;
+    make_sample(&x);
+    const char *p = path_in_tmp("baddtype.kvp");
+    CHECK(write_sample(p, &x, 0, -1) == 0);
+    size_t n;
+    uint8_t *buf = slurp(p, &n);
+    CHECK(buf != NULL);
+    if (!buf)
+        return;
+    /* the KV block's record: its offset and stored payload size */
+    kvp_err err = {0};
+    kvp_in in;
+    kvp_reader *r = NULL;
+    kvp_record rec;
+    uint64_t off = 0, stored = 0;
+    kvp_in_from_memory(&in, buf, n, "<mem>");
+    CHECK(kvp_reader_open(&r, &in, &err) == 0);
+    while (r && kvp_reader_next(r, &rec, &err) == 1)
+        if (rec.kind == KVP_KIND_KV_BLOCK)
+            off = rec.offset, stored = rec.stored_size;
+    kvp_reader_free(r);
+    CHECK(off != 0);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0] && off; i++) {
+        /* the meta's dtype (after u64 seq, seven u32), both checksums again
+         * (the writer refuses such a block) */
+        kvp_put32(buf + off + 64 + 36, bad[i]);
+        kvp_put32(buf + off + 36, kvp_crc32c(0, buf + off + 64, (size_t)stored));
+        kvp_put32(buf + off + 60, kvp_crc32c(0, buf + off, 60));
+        int rc = read_mem(buf, n, &err);
+        CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, text[i]) && strstr(err.msg, "(kv_block)"),
+                  "dtype %u: rc %d, %s", bad[i], rc, err.msg);
+    }
+    free(buf);
+}
+
 static void spit(const char *path, const uint8_t *d, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -1645,6 +1686,7 @@ int main(int argc, char **argv)
     test_round_trip(5);
     test_random_round_trips();
     test_kvblock_scales();
+    test_kvblock_dtype();
     test_global_scale();
     test_truncation(0);
     test_truncation(3);
