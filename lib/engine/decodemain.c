@@ -672,6 +672,22 @@ static int parse_heads_opt(heads_cli *h, int c, const char *arg)
     return 1;
 }
 
+/* Standard input carries one of a job's inputs: a second "-" would read
+ * what the first left of it (no prompts after a draft model; a model's
+ * bytes where a KV stream was wanted), so naming it twice is a usage error
+ * that names both.  names[i] says what paths[i] is; NULL: not given. */
+static void stdin_once(const char *const *paths, const char *const *names, size_t n)
+{
+    const char *first = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!paths[i] || strcmp(paths[i], "-"))
+            continue;
+        if (first)
+            kvp_cli_usage_error("%s and %s both read standard input: give one of them as a file", first, names[i]);
+        first = names[i];
+    }
+}
+
 /* --train-heads: the whole job, then exit. */
 static int train_heads(kvp_runopts *o, heads_cli *h)
 {
@@ -935,7 +951,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     uint32_t shard_k = 0, shard_n = 0;
     double progress = -1; /* --progress: seconds between lines (0: the default); -1 off */
     double rate = 0, burstiness = 1;
-    int burst_set = 0, method_set = 0;
+    int burst_set = 0, method_set = 0, auto_given = 0; /* auto_given: --draft-len auto said (it is the default) */
     int no_prefix_cache = 0;
     uint64_t cache_salt = 0;
     int c;
@@ -1022,7 +1038,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
             continue;
         }
         if (c == OPT_DRAFT_LEN) {
-            sp.adaptive = strcmp(optarg, "auto") == 0;
+            sp.adaptive = auto_given = strcmp(optarg, "auto") == 0;
             if (!sp.adaptive)
                 sp.draft_len = kvp_spec_profile_parse_lens(optarg, po.ks, &po.n_k);
             continue;
@@ -1098,6 +1114,16 @@ int kvp_decode_main(int argc, char **argv, int spec)
             kvp_cli_usage_error("--profile FILE runs the prompts of FILE alone, in one process: no -p, -f, --tokens, "
                                 "KV stream, --compare, --resume, --kv-out, --rate, --shard, --progress, --stats, "
                                 "--tp or --pp");
+        /* it runs every method it can, each at fixed lengths */
+        if (method_set)
+            kvp_cli_usage_error("--profile runs every method it can (ngram, layerskip, and draft or heads when "
+                                "--draft or --heads names them): no --method");
+        if (auto_given)
+            kvp_cli_usage_error("--profile times fixed draft lengths: --draft-len K or a list K,K,... (not auto)");
+        const char *pin[] = {o.model, profile, draft_path, hc.path};
+        const char *pname[] = {"the model (-m -)", "the prompts (--profile -)", "the draft model (--draft -)",
+                               "the heads (--heads -)"};
+        stdin_once(pin, pname, sizeof pin / sizeof pin[0]);
         o.file = profile;
         po.draft = draft_path;
         po.heads = hc.path;
@@ -1118,6 +1144,13 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (!from_prompts && !strcmp(o.model, "-") && !strcmp(kv_in, "-"))
         kvp_cli_usage_error("-m -: the model is read from standard input, so the KV stream cannot be (give it as a "
                             "file, or -p, -f or --tokens)");
+    const char *in_paths[] = {o.model, o.file, from_prompts ? NULL : kv_in, draft_path, hc.path};
+    const char *in_names[] = {"the model (-m -)", "the prompts (-f -)",
+                              strcmp(kv_in, "-") || optind < argc ? "the KV stream (-)"
+                                                                  : "the KV stream (standard input without -p, -f "
+                                                                    "or --tokens)",
+                              "the draft model (--draft -)", "the heads (--heads -)"};
+    stdin_once(in_paths, in_names, sizeof in_paths / sizeof in_paths[0]);
     kvp_err err = {0};
     if (kvp_sample_check(&o.sampling, &err) < 0)
         kvp_cli_usage_error("%s", err.msg);

@@ -211,6 +211,10 @@ int kvp_config_from_meta(kvp_config *c, const kvp_meta *m, const char *source, k
     kvp_config_init(c);
     const char *src = source ? source : "?";
     const char *arch = kvp_meta_get_str(m, "general.architecture");
+    /* specdec --train-heads' file has a config of its own (medusa.*): the
+     * wrong kind of file, not a damaged model */
+    if (!arch && kvp_meta_find(m, "medusa.arch"))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: a Medusa heads file (specdec --heads), not a model", src);
     if (!arch)
         return kvp_err_set(err, KVP_ENOTFOUND, "%s: metadata general.architecture: required key missing", src);
     if (strlen(arch) == 0 || strlen(arch) >= sizeof c->arch)

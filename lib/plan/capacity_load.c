@@ -260,9 +260,7 @@ static int kvp_pass(const char *path, kvp_in *in, int skim, kvp_cap_model_file *
         kvp_meta m;
         kvp_meta_init(&m);
         rc = kvp_meta_record_decode(&rec, &m, err);
-        if (!rc && kvp_meta_find(&m, "medusa.arch")) { /* specdec --train-heads' file, not a model */
-            rc = kvp_err_set(err, KVP_EFORMAT, "%s: a Medusa heads file (specdec --heads), not a model", path);
-        } else if (!rc) {
+        if (!rc) { /* a heads file's config is refused as such */
             kvp_config_init(&out->cfg);
             rc = kvp_config_from_meta(&out->cfg, &m, path, err);
         } else {

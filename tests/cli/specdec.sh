@@ -42,6 +42,23 @@ run specdec -m x.gguf --train-heads p.jsonl -o h.kvp --progress
 expect_status 2 "--train-heads with --progress"
 run specdec -m x.gguf --profile p.jsonl --progress=5
 expect_status 2 "--profile with --progress"
+run specdec -m x.gguf --profile p.jsonl --method ngram
+expect_status 2 "--profile with --method (it runs every method it can)"
+run specdec -m x.gguf --profile p.jsonl --draft-len auto
+expect_status 2 "--profile with --draft-len auto (it times fixed lengths)"
+# standard input carries one input: a second '-' is refused naming both
+# (it read an empty prompts file, or a model's bytes as a KV stream)
+for args in "-f - --method draft --draft -" "-f - --method heads --heads -" "--method draft --draft -" \
+    "-m - -p hi --method draft --draft -" "--profile - --heads -"; do
+    case $args in -m*) m= ;; *) m="-m x.gguf" ;; esac
+    run_sh "echo x | specdec $m $args"
+    expect_status 2 "specdec $args: two inputs on standard input"
+    expect_err_has "both read standard input" "specdec $args: says so"
+done
+expect_err_has "the prompts (--profile -) and the heads (--heads -)" "and names both"
+run_sh "echo x | specdec -m x.gguf --method draft --draft -"
+expect_err_has "the KV stream (standard input without -p, -f or --tokens) and the draft model (--draft -)" \
+    "a KV stream read from standard input by default is named as such"
 run decode -m x.gguf -p hi --method ngram
 expect_status 2 "decode has no --method"
 run specdec --help
@@ -298,6 +315,12 @@ expect_err_has "wrote $T/h.kvp (3 heads)" "and the file written"
 run kvcalc -m "$T/h.kvp"
 expect_status 1 "kvcalc -m a heads file: refused"
 expect_err_has "$T/h.kvp: a Medusa heads file (specdec --heads), not a model" "kvcalc says what the file is"
+run specdec -m "$M" -p hi -n 2 --method draft --draft "$T/h.kvp"
+expect_status 1 "a heads file as the draft model: refused"
+expect_err_has "$T/h.kvp: a Medusa heads file (specdec --heads), not a model" "specdec says what the file is"
+run decode -m "$T/h.kvp" -p hi -n 2
+expect_status 1 "decode -m a heads file: refused"
+expect_err_has "$T/h.kvp: a Medusa heads file (specdec --heads), not a model" "decode says what the file is"
 run kvdump "$T/h.kvp"
 expect_status 0 "kvdump reads a heads file"
 expect_out_has "medusa.3.w1 f32 [576, 576]" "its tensors"
