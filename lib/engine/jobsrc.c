@@ -448,6 +448,21 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
         r->salt = q.rec.cache_salt ? q.rec.cache_salt : js->salt; /* the request's own, as a prompts line's */
         r->g.rec = q.rec;
         r->n_prompt = q.rec.n_prompt;
+        /* the text its earlier run showed (its tokens past the prompt, and
+         * a running sequence's next token) may end inside a character,
+         * held back there: its continuation writes it whole */
+        uint32_t n_shown = q.rec.n_tokens > q.rec.n_prompt ? q.rec.n_tokens - q.rec.n_prompt : 0;
+        int rc_text = kvp_detok_resume(&r->g.dt, r->tokens + q.rec.n_tokens - n_shown, n_shown, err);
+        if (rc_text == 0 && q.rec.state != KVP_SEQ_PREFILLED && q.rec.next_token >= 0) {
+            uint32_t nt = (uint32_t)q.rec.next_token;
+            rc_text = kvp_detok_resume(&r->g.dt, &nt, 1, err);
+        }
+        if (rc_text < 0) {
+            kvp_kvcache_seq_free(js->kc, q.handle);
+            drop_stops(&q);
+            kvp_request_free(r);
+            return rc_text;
+        }
         r->g.t_start = t_arrival; /* before the prefill's token is shown: TTFT >= 0 */
         r->opts = gen_opts(js->o);
         /* the record's stop strings when the request set them (none, too)

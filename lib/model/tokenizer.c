@@ -1293,6 +1293,19 @@ int kvp_detok_flush(kvp_detok *d, kvp_buf *out, kvp_err *err)
     return 0;
 }
 
+int kvp_detok_resume(kvp_detok *d, const uint32_t *ids, size_t n, kvp_err *err)
+{
+    kvp_buf shown; /* their text, a token's at a time: only what d holds back is kept */
+    kvp_buf_init(&shown);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        shown.len = 0;
+        rc = kvp_detok_push(d, (int32_t)ids[i], &shown, err);
+    }
+    kvp_buf_free(&shown);
+    return rc;
+}
+
 int kvp_tokenizer_decode(const kvp_tokenizer *t, const int32_t *ids, size_t n, int flags, kvp_buf *out,
                          kvp_err *err)
 {

@@ -169,6 +169,12 @@ void kvp_detok_init(kvp_detok *d, const kvp_tokenizer *t, int flags);
 /* Append to out the bytes that are ready after token id.  0, or KVP_EINVAL
  * for an id out of range, KVP_ENOMEM. */
 int kvp_detok_push(kvp_detok *d, int32_t id, kvp_buf *out, kvp_err *err);
+/* Take up a text whose tokens ids[0..n) an earlier detokenizer (of d's
+ * flags) has shown: d holds back the unfinished character they end in, as
+ * that one did, so the next tokens pushed finish it.  (A run cut by its
+ * token budget inside a character, continued from its saved KV stream,
+ * writes the whole character.)  0, or kvp_detok_push's errors. */
+int kvp_detok_resume(kvp_detok *d, const uint32_t *ids, size_t n, kvp_err *err);
 /* Append whatever is held back (an unfinished character stays as it is). */
 int kvp_detok_flush(kvp_detok *d, kvp_buf *out, kvp_err *err);
 /* Whole-sequence decode into out (appended), with kvp_detok_flags. */

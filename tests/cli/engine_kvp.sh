@@ -63,6 +63,23 @@ if [ -n "$n_resumed" ] && [ "$n_resumed" = "$(cat "$OUT")" ]; then
 else
     fail "resumed cache holds $n_resumed tokens, the whole conversation $(cat "$OUT")"
 fi
+# a run cut by its budget inside a character (SmolLM2's first token here
+# is the first two bytes of a katakana): the character is held back, and
+# the continuation of the saved stream writes it whole, so the two runs'
+# texts are the uninterrupted run's (the bytes were lost, and the
+# continuation began with a lone continuation byte)
+jp="日本の首都は東京です。中国の首都は"
+run decode -m "$M" -t $THREADS -p "$jp" -n 4
+expect_status 0 "four tokens of a Japanese answer"
+whole=$(tr -d '\n' <"$OUT")
+for k in 1 2 3; do
+    run decode -m "$M" -t $THREADS -p "$jp" -n $k --kv-out "$T/jp.kvp"
+    first=$(tr -d '\n' <"$OUT")
+    run decode -m "$M" -t $THREADS -n $((4 - k)) "$T/jp.kvp"
+    expect_status 0 "continued after $k tokens"
+    if [ "$first$(tr -d '\n' <"$OUT")" = "$whole" ]; then pass "cut after $k tokens: the two texts are the whole one"; else
+        fail "cut after $k tokens: '$first' + '$(cat "$OUT")' is not '$whole'"; fi
+done
 run prefill -m "$M" -t $THREADS --resume "$T/turn1.kvp" --tokens 28,29 -o "$T/turn2b.kvp"
 expect_status 0 "--resume with --tokens"
 run prefill -m "$T/m-q8_0.kvp" -t $THREADS --resume "$T/turn1.kvp" -p more
