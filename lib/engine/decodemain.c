@@ -585,9 +585,9 @@ static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
     if (m->slo_ttft > 0 || m->slo_tpot > 0) { /* the objectives given, and only those */
         char slo[96];
         if (m->slo_ttft > 0 && m->slo_tpot > 0)
-            snprintf(slo, sizeof slo, "TTFT %.0f ms and TPOT %.0f ms", m->slo_ttft * 1e3, m->slo_tpot * 1e3);
+            snprintf(slo, sizeof slo, "TTFT %g ms and TPOT %g ms", m->slo_ttft * 1e3, m->slo_tpot * 1e3);
         else
-            snprintf(slo, sizeof slo, "%s %.0f ms", m->slo_ttft > 0 ? "TTFT" : "TPOT",
+            snprintf(slo, sizeof slo, "%s %g ms", m->slo_ttft > 0 ? "TTFT" : "TPOT",
                      (m->slo_ttft > 0 ? m->slo_ttft : m->slo_tpot) * 1e3);
         fprintf(f, "%s: goodput %s (%llu of %llu requests within %s)\n", prog, gps, (unsigned long long)m->good,
                 (unsigned long long)m->n, slo);
@@ -961,7 +961,11 @@ int kvp_decode_main(int argc, char **argv, int spec)
         if (kvp_runopts_parse(&o, c, optarg) || (spec && parse_heads_opt(&hc, c, optarg)))
             continue;
         if (c == OPT_SLO_TTFT || c == OPT_SLO_TPOT) {
-            double ms = kvp_cli_opt_f64(c == OPT_SLO_TTFT ? "--slo-ttft" : "--slo-tpot", optarg, 0, 1e9);
+            const char *name = c == OPT_SLO_TTFT ? "--slo-ttft" : "--slo-tpot";
+            double ms = kvp_cli_opt_f64(name, optarg, 0, 1e9);
+            /* 0 is no bound where the metrics keep it: a gate that passed every request */
+            if (ms <= 0)
+                kvp_cli_usage_error("%s: a bound in milliseconds above 0 (every TTFT and TPOT is above 0)", name);
             *(c == OPT_SLO_TTFT ? &slo_ttft : &slo_tpot) = ms / 1e3;
             continue;
         }

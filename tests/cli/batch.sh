@@ -11,6 +11,12 @@ expect_status 2 "--min-goodput above 1 is a usage error"
 run decode -m x.gguf -p hi --slo-ttft -3
 expect_status 2 "a negative SLO is a usage error"
 expect_err_has "--slo-ttft" "names the option"
+# 0 was taken for no bound: --min-goodput then passed every request
+for o in --slo-ttft --slo-tpot; do
+    run decode -m x.gguf -p hi $o 0 --min-goodput 0.5
+    expect_status 2 "$o 0 is a usage error"
+    expect_err_has "$o: a bound in milliseconds above 0" "$o 0: says why"
+done
 
 run decode -m x.gguf -p hi --progress=0
 expect_status 2 "--progress=0 is a usage error"
@@ -428,7 +434,7 @@ expect_true "three lines in all" test "$(wc -l <"$T/kvres.jsonl")" -eq 3
 # Goodput: an SLO nobody meets
 run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 2 --slo-ttft 0.001 --min-goodput 0.5 --stats
 expect_status 3 "goodput below --min-goodput exits 3"
-expect_err_has "goodput 0.0000 (0 of 3 requests within TTFT 0 ms" "the summary reports goodput"
+expect_err_has "goodput 0.0000 (0 of 3 requests within TTFT 0.001 ms)" "the summary reports goodput, and the bound as given"
 expect_err_has "is below --min-goodput" "says why it failed"
 # The text summary of a job with no request (a shard given none) and of a
 # one-token answer (no TPOT, no ITL): a value no request gave reads "-",
