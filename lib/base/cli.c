@@ -366,10 +366,19 @@ void kvp_cli_c_str(FILE *f, const char *str, size_t n)
     fputc('\'', f);
 }
 
+/* The null device: it keeps nothing, so any number of outputs (a cron
+ * job's --stats=/dev/null > /dev/null) may go to it without one replacing
+ * another. */
+static int is_null_device(const struct stat *s)
+{
+    struct stat n;
+    return S_ISCHR(s->st_mode) && stat("/dev/null", &n) == 0 && S_ISCHR(n.st_mode) && s->st_rdev == n.st_rdev;
+}
+
 int kvp_cli_same_file(const char *out, const char *in)
 {
     struct stat so, si;
-    if (stat(out, &so) != 0)
+    if (stat(out, &so) != 0 || is_null_device(&so))
         return 0;
     if (strcmp(in, "-") == 0 ? fstat(STDIN_FILENO, &si) != 0 : stat(in, &si) != 0)
         return 0;
@@ -396,7 +405,7 @@ int kvp_cli_same_path(const char *a, const char *b)
         return 0;
     struct stat sa, sb;
     if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
-        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && !is_null_device(&sa);
     char *ca = canonical_name(a), *cb = canonical_name(b);
     int same = ca && cb && strcmp(ca, cb) == 0;
     free(ca);
@@ -409,7 +418,8 @@ int kvp_cli_is_stdout(const char *path)
     if (!strcmp(path, "-"))
         return 1;
     struct stat sp, s1;
-    return stat(path, &sp) == 0 && fstat(STDOUT_FILENO, &s1) == 0 && sp.st_dev == s1.st_dev && sp.st_ino == s1.st_ino;
+    return stat(path, &sp) == 0 && fstat(STDOUT_FILENO, &s1) == 0 && sp.st_dev == s1.st_dev &&
+           sp.st_ino == s1.st_ino && !is_null_device(&sp);
 }
 
 void kvp_cli_refuse_same(const char *opt, const char *out, const char *in, const char *what)

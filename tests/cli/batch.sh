@@ -187,6 +187,10 @@ run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --json --stats=/dev/stdout
 expect_status 2 "--stats=/dev/stdout with the results there: a usage error"
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --kv-out /dev/stdout
 expect_status 2 "--kv-out /dev/stdout: a usage error"
+# the null device keeps nothing: outputs thrown away together are no clash
+run_sh "decode -m '$M' -t 2 -f '$T/p.jsonl' -n 1 --json --stats=/dev/null --kv-out /dev/null > /dev/null"
+expect_status 0 "--stats, --kv-out and the results all to /dev/null"
+expect_true "/dev/null is still the null device" test -c /dev/null
 printf 'old line\n' >"$T/cron.log"
 decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --json --stats=/dev/stderr >/dev/null 2>>"$T/cron.log"
 expect_true "--stats=/dev/stderr 2>> LOG keeps the log's lines" grep -qx "old line" "$T/cron.log"
