@@ -643,7 +643,7 @@ int kvp_run_save_put(kvp_run_saver *sv, const kvp_gen_seq *s, const char *const 
 void kvp_run_say_input_cut(const char *path, const kvp_stop_rec *s, const char *tail)
 {
     kvp_cli_warn("%s: the stream was cut short: its producer was stopped by %s after writing %llu sequences "
-                 "(%llu read and not finished%s)%s", strcmp(path, "-") ? path : "stdin", strsignal((int)s->signal),
+                 "(%llu read and not finished%s)%s", strcmp(path, "-") ? path : "<stdin>", strsignal((int)s->signal),
                  (unsigned long long)s->written, (unsigned long long)s->left,
                  s->flags & KVP_STOP_INPUT_LEFT ? ", the rest of its input not read" : "", tail);
 }

@@ -547,7 +547,7 @@ expect_err_has "term.kvp: the stream was cut short: its producer was stopped by 
     "and says why"
 run_sh "quantize --kv fp8 <'$T/term.kvp' | decode -m '$M' -t 1 -n 2 --json"
 expect_status 1 "through quantize --kv fp8 too"
-expect_err_has "stdin: the stream was cut short" "the record kept by quantize --kv"
+expect_err_has "<stdin>: the stream was cut short" "the record kept by quantize --kv"
 # a program continuing such a stream passes the record on: decode --kv-out
 # and prefill --resume each write their stream with a STOP record of the
 # producer's signal and their own count, fail as decode does above, and a
