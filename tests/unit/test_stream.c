@@ -399,19 +399,36 @@ static uint8_t *slurp(const char *path, size_t *n)
     return aligned;
 }
 
+static void spit(const char *path, const uint8_t *d, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (n)
+        fwrite(d, 1, n, f);
+    fclose(f);
+}
+
+/* Every prefix of a valid stream is refused, mapped and streamed. */
+/* The sample stream (zstd level zstd) written to tmp/name and read back
+ * whole; NULL on failure (checked). */
+static uint8_t *sample_bytes(int zstd, const char *name, size_t *n)
+{
+    sample x;
+    make_sample(&x);
+    const char *p = path_in_tmp(name);
+    CHECK(write_sample(p, &x, zstd, -1) == 0);
+    uint8_t *full = slurp(p, n);
+    CHECK(full != NULL && *n > 0);
+    return full;
+}
+
 /* kvp(5): a KV block holds f32, f16, bf16, fp8_e4m3 or i8 elements; another
  * dtype is refused as such (it was "data_bytes does not match"). */
 static void test_kvblock_dtype(void)
 {
     const uint32_t bad[] = {KVP_DTYPE_Q4_0, 99};
     const char *text[] = {"dtype q4_0 is not a KV dtype", "dtype 99 is unknown"};
-    sample x;
-    make_sample(&x);
-    const char *p = path_in_tmp("baddtype.kvp");
-    CHECK(write_sample(p, &x, 0, -1) == 0);
     size_t n;
-    uint8_t *buf = slurp(p, &n);
-    CHECK(buf != NULL);
+    uint8_t *buf = sample_bytes(0, "baddtype.kvp", &n);
     if (!buf)
         return;
     /* the KV block's record: its offset and stored payload size */
@@ -438,28 +455,6 @@ static void test_kvblock_dtype(void)
                   "dtype %u: rc %d, %s", bad[i], rc, err.msg);
     }
     free(buf);
-}
-
-static void spit(const char *path, const uint8_t *d, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (n)
-        fwrite(d, 1, n, f);
-    fclose(f);
-}
-
-/* Every prefix of a valid stream is refused, mapped and streamed. */
-/* The sample stream (zstd level zstd) written to tmp/name and read back
- * whole; NULL on failure (checked). */
-static uint8_t *sample_bytes(int zstd, const char *name, size_t *n)
-{
-    sample x;
-    make_sample(&x);
-    const char *p = path_in_tmp(name);
-    CHECK(write_sample(p, &x, zstd, -1) == 0);
-    uint8_t *full = slurp(p, n);
-    CHECK(full != NULL && *n > 0);
-    return full;
 }
 
 static void test_truncation(int zstd)
@@ -697,12 +692,8 @@ static void test_pipe(void)
 /* A pipe whose writer dies mid-record: truncation with the byte offset. */
 static void test_pipe_writer_dies(void)
 {
-    sample x;
-    make_sample(&x);
-    const char *p = path_in_tmp("die.kvp");
-    CHECK(write_sample(p, &x, 0, -1) == 0);
     size_t n;
-    uint8_t *full = slurp(p, &n);
+    uint8_t *full = sample_bytes(0, "die.kvp", &n);
     if (!full)
         return;
     int fds[2];
