@@ -163,7 +163,7 @@ static void list_tokens(const kvp_runopts *o)
 {
     kvp_run r;
     kvp_err err = {0};
-    if (kvp_run_open_vocab(&r, o, &err) < 0)
+    if (kvp_run_open_tokenizer(&r, o, &err) < 0)
         kvp_cli_die_err(&err);
     if (o->file) {
         list_file_tokens(&r, o);

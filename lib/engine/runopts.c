@@ -344,6 +344,13 @@ int kvp_run_open_vocab(kvp_run *r, const kvp_runopts *o, kvp_err *err)
     return keep_default_system(r, err);
 }
 
+int kvp_run_open_tokenizer(kvp_run *r, const kvp_runopts *o, kvp_err *err)
+{
+    memset(r, 0, sizeof *r);
+    int rc = kvp_model_load_vocab(&r->model, &r->tok, o->model, err);
+    return rc < 0 ? rc : keep_default_system(r, err);
+}
+
 kvp_chat_format kvp_run_chat_format(const kvp_run *r)
 {
     kvp_chat_format f = KVP_CHAT_CHATML;

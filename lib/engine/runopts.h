@@ -153,8 +153,11 @@ void kvp_run_tp_close(kvp_run *r);
 /* The model as loaded: the whole one under --tp/--pp (r->model is then this
  * rank's shard), which KV streams are read and checked against. */
 static inline const kvp_model *kvp_run_loaded(const kvp_run *r) { return r->whole ? r->whole : r->model; }
-/* Load model + tokenizer only (no backend: for tokenizing). */
+/* Load model + tokenizer only (no backend: a draft model's first step). */
 int kvp_run_open_vocab(kvp_run *r, const kvp_runopts *o, kvp_err *err);
+/* The tokenizer and the chat template's metadata only, for tokenizing: no
+ * tensor is read (a vocabulary-only GGUF serves); r->model has no weights. */
+int kvp_run_open_tokenizer(kvp_run *r, const kvp_runopts *o, kvp_err *err);
 /* Make the KV cache (from the options) and the engine; kc may be given
  * (read from a stream) and is then adopted. */
 int kvp_run_start(kvp_run *r, const kvp_runopts *o, kvp_kvcache *kc, kvp_err *err);

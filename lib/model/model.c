@@ -623,6 +623,34 @@ fail:
     return rc;
 }
 
+static int load_tokenizer_any(const kvp_model *m, kvp_tokenizer **t, kvp_err *err);
+
+int kvp_model_load_vocab(kvp_model **out, kvp_tokenizer **tok, const char *path, kvp_err *err)
+{
+    *out = NULL;
+    *tok = NULL;
+    kvp_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->path = strdup(path))) {
+        free(m);
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
+    }
+    kvp_meta_init(&m->tok_meta);
+    /* the metadata only: no tensor is bound (a vocabulary file has none) */
+    int rc = open_source(m, err);
+    if (rc == 0)
+        rc = load_tokenizer_any(m, tok, err);
+    if (rc < 0) {
+        kvp_model_free(m);
+        return rc;
+    }
+    /* ids are checked against the vocabulary (--tokens): the tokenizer's
+     * where no embedding says how many rows the model has */
+    if (!m->cfg.n_vocab)
+        m->cfg.n_vocab = (uint32_t)kvp_tokenizer_n_vocab(*tok);
+    *out = m;
+    return 0;
+}
+
 void kvp_model_free(kvp_model *m)
 {
     if (!m)
@@ -648,8 +676,6 @@ void kvp_model_free(kvp_model *m)
     free(m->path);
     free(m);
 }
-
-static int load_tokenizer_any(const kvp_model *m, kvp_tokenizer **t, kvp_err *err);
 
 /* A tokenizer of more tokens than the model's vocabulary gives ids the
  * embedding has no row for: refused here, not at the first such token of

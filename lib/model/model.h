@@ -102,6 +102,10 @@ typedef struct kvp_model {
  * or a code; messages name the file and tensor:
  * "m.gguf: tensor blk.3.attn_q.weight: shape [576, 512], expected [576, 576]". */
 int kvp_model_load(kvp_model **m, const char *path, kvp_err *err);
+/* Its metadata and tokenizer only, for tokenizing: no tensor is read or
+ * needed (llama.cpp's vocabulary-only GGUF files load too).  *m serves
+ * kvp_model_tok_meta and kvp_model_free, nothing that needs weights. */
+int kvp_model_load_vocab(kvp_model **m, kvp_tokenizer **tok, const char *path, kvp_err *err);
 void kvp_model_free(kvp_model *m);
 /* What a model file must satisfy whatever reads it: the one validation that
  * kvp_model_load runs and quantize (lib/convert.h) runs before writing, so

@@ -23,6 +23,22 @@ expect_err_one_line "one line of error"
 need_model
 nl='
 '
+# A vocabulary alone (llama.cpp's ggml-vocab-*.gguf: metadata, no tensor):
+# --tokenize reads only that; here the model's first 16 MB (its metadata
+# and more) with the tensor count set to 0
+head -c 16000000 "$M" >"$T/vocab.gguf"
+printf '\0\0\0\0\0\0\0\0' | dd of="$T/vocab.gguf" bs=1 seek=8 conv=notrunc 2>/dev/null
+run prefill --tokenize -m "$M" --chat -p "Hi there" --json
+cp "$OUT" "$T/full-ids.json"
+run prefill --tokenize -m "$T/vocab.gguf" --chat -p "Hi there" --json
+expect_status 0 "--tokenize with a vocabulary-only GGUF"
+expect_out_file "$T/full-ids.json" "the model's ids and pieces, its chat template and system message too"
+run prefill --tokenize -m "$T/vocab.gguf" --tokens 1,2
+expect_status 0 "--tokens against the vocabulary's size"
+run decode -m "$T/vocab.gguf" -p hi
+expect_status 1 "decode of a vocabulary-only file: refused"
+expect_err_has "tensor token_embd.weight is missing" "says what is missing"
+rm -f "$T/vocab.gguf"
 P="<|im_start|>user${nl}Hi<|im_end|>"
 
 # The issue's example: llama.cpp and HF give [1, 4093, 198, 26843, 2].
