@@ -94,9 +94,11 @@ static void print_tokens(const kvp_run *r, const kvp_runopts *o, const kvp_promp
             printf("%s%u", k ? "," : "", ids[k]);
         fputs("],\"pieces\":[", stdout);
     } else if (several) {
-        if (label[0])
-            printf("# %s\n", label);
-        else
+        if (label[0]) { /* an id may hold any string: one line, escaped as the pieces are */
+            fputs("# ", stdout);
+            kvp_cli_c_escaped(stdout, label, strlen(label), 0);
+            fputs("\n", stdout);
+        } else
             printf("# %zu\n", i);
     }
     for (uint32_t k = 0; k < n; k++) {

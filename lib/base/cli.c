@@ -339,14 +339,13 @@ void kvp_cli_json_str(FILE *f, const char *str, size_t n)
     fputc('"', f);
 }
 
-void kvp_cli_c_str(FILE *f, const char *str, size_t n)
+void kvp_cli_c_escaped(FILE *f, const char *str, size_t n, int quote)
 {
     const unsigned char *s = (const unsigned char *)str;
-    fputc('\'', f);
     for (size_t i = 0; i < n;) {
         unsigned c = s[i];
         size_t len = c >= 0x80 ? utf8_len(s + i, n - i) : 1;
-        if (c == '\'' || c == '\\') {
+        if ((quote && c == (unsigned)quote) || c == '\\') {
             fputc('\\', f);
             fputc((int)c, f);
         } else if (c == '\n') {
@@ -363,6 +362,12 @@ void kvp_cli_c_str(FILE *f, const char *str, size_t n)
         }
         i += len;
     }
+}
+
+void kvp_cli_c_str(FILE *f, const char *str, size_t n)
+{
+    fputc('\'', f);
+    kvp_cli_c_escaped(f, str, n, '\'');
     fputc('\'', f);
 }
 

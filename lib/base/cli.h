@@ -86,6 +86,9 @@ void kvp_cli_json_str(FILE *f, const char *s, size_t n);
 /* Write s in single quotes, C-escaped: \n \t \r \\ \' and \xNN for other
  * control bytes and bytes that are not whole UTF-8 (part of a character). */
 void kvp_cli_c_str(FILE *f, const char *s, size_t n);
+/* kvp_cli_c_str's escapes without the quotes; quote (0: none) is the one
+ * quote character escaped besides the backslash. */
+void kvp_cli_c_escaped(FILE *f, const char *s, size_t n, int quote);
 
 /* Write data[n] to path as a whole: a temporary file renamed into place
  * (lib/base/io.h), so a reader never sees half of it.  0 or a code. */

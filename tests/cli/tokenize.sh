@@ -39,6 +39,14 @@ run decode -m "$T/vocab.gguf" -p hi
 expect_status 1 "decode of a vocabulary-only file: refused"
 expect_err_has "tensor token_embd.weight is missing" "says what is missing"
 rm -f "$T/vocab.gguf"
+# several prompts: a line "# ID" before each, an id's newline and control
+# bytes escaped (a raw newline split the header)
+printf '%s\n' '{"id":"a\"b\nc\u0001\\","prompt":"x"}' '{"id":"7x","prompt":"z"}' >"$T/ids.jsonl"
+run prefill --tokenize -m "$M" -f "$T/ids.jsonl"
+expect_status 0 "--tokenize, ids with control characters"
+expect_true "the id's header is one line, escaped" grep -qxF '# a"b\nc\x01\\' "$OUT"
+expect_true "a plain id as it is" grep -qxF '# 7x' "$OUT"
+expect_true "four lines: two headers, two tokens" test "$(wc -l <"$OUT")" -eq 4
 P="<|im_start|>user${nl}Hi<|im_end|>"
 
 # The issue's example: llama.cpp and HF give [1, 4093, 198, 26843, 2].
