@@ -146,6 +146,7 @@ static void list_file_tokens(kvp_run *r, const kvp_runopts *o)
         if (file_prompt_ids(r, &cur, o->file, line, &t, &n, &err) < 0)
             kvp_cli_die_err(&err);
         print_tokens(r, o, &cur, i, several, (const uint32_t *)t, (uint32_t)n);
+        fflush(stdout); /* a reader on a pipe gets each prompt as it is done */
         free(t);
         kvp_prompt_free(&cur);
         if (more < 0) {

@@ -47,6 +47,21 @@ expect_status 0 "--tokenize, ids with control characters"
 expect_true "the id's header is one line, escaped" grep -qxF '# a"b\nc\x01\\' "$OUT"
 expect_true "a plain id as it is" grep -qxF '# 7x' "$OUT"
 expect_true "four lines: two headers, two tokens" test "$(wc -l <"$OUT")" -eq 4
+# from a pipe a prompt's tokens come out once the next prompt is read, not
+# at the end of the input (they waited there in stdout's buffer)
+mkfifo "$T/tfifo"
+prefill --tokenize -m "$M" -f - --json <"$T/tfifo" >"$T/tok.out" 2>"$T/tok.err" &
+pid=$!
+exec 7>"$T/tfifo"
+printf '{"id":"t1","prompt":"One"}\n{"id":"t2","prompt":"Two"}\n' >&7
+i=0
+while [ ! -s "$T/tok.out" ] && [ $i -lt 600 ] && kill -0 $pid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+expect_true "--tokenize -f -: the first prompt's tokens before the input ends" grep -q '"id":"t1"' "$T/tok.out"
+printf '{"id":"t3","prompt":"Three"}\n' >&7
+exec 7>&-
+wait $pid
+expect_true "then the rest, at the end" test "$(grep -c '"id":"t[123]"' "$T/tok.out")" -eq 3
+rm -f "$T/tfifo"
 P="<|im_start|>user${nl}Hi<|im_end|>"
 
 # The issue's example: llama.cpp and HF give [1, 4093, 198, 26843, 2].
