@@ -225,6 +225,14 @@ int kvp_ppl_run(kvp_engine *e, kvp_kvcache *kc, const uint32_t *tokens, uint64_t
         nw = o->max_windows;
     if (nw > UINT32_MAX)
         nw = UINT32_MAX;
+    /* a window scores its second half but the last token; one position in
+     * all has no spread, so no uncertainty, and a base of it no --kld */
+    uint64_t scored = nw * (uint64_t)(ctx - 1 - ctx / 2);
+    if (scored < 2)
+        return kvp_err_set(err, KVP_EINVAL, "%s: %llu window of %u tokens scores %llu position: the uncertainty (and "
+                           "--kld) need at least 2 (more windows, or a larger --ctx)",
+                           o->text_name ? o->text_name : "text", (unsigned long long)nw, ctx,
+                           (unsigned long long)scored);
     ppl_state st = {.o = o, .n_vocab = nv, .k = o->save_k};
     st.binding = (kvp_scores_rec){.tokens_hash = kvp_ppl_tokens_hash(tokens, n), .n_tokens = n, .ctx = ctx,
                                   .first = ctx / 2, .n_windows = (uint32_t)nw, .n_vocab = nv, .top_k = o->save_k,

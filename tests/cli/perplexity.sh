@@ -46,6 +46,15 @@ expect_err_has "context length" "says so"
 run $P --perplexity "$M" --ctx 64 --chunks 1
 expect_status 1 "a binary file as the text (the arguments swapped)"
 expect_err_has "is NUL: a binary file, not a text to score" "says so"
+# one window of 4 tokens scores one position: no spread, no uncertainty, no
+# base a --kld could use (it printed +/- 0 and saved such a base)
+printf 'The capital of France is Paris, and the capital of Spain is Madrid.' >"$T/one.txt"
+run $P --perplexity "$T/one.txt" --ctx 4 --chunks 1 --save-logits "$T/one.base"
+expect_status 1 "a run that would score one position: refused"
+expect_err_has "scores 1 position: the uncertainty (and --kld) need at least 2" "says why"
+expect_true "no base saved" test ! -e "$T/one.base"
+run $P --perplexity "$T/one.txt" --ctx 4 --chunks 2
+expect_status 0 "two windows of 4: two positions"
 printf 'hello \377 world and more words here' >"$T/latin1.txt"
 run $P --perplexity "$T/latin1.txt" --ctx 4
 expect_status 1 "a text that is not UTF-8 (its byte was dropped, the rest scored)"
