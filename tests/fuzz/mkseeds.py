@@ -56,12 +56,14 @@ fuzzer starts from deep inside the formats:
                       a stream whose producer was stopped (a STOP record
                       before END):
                         build/tests/test_stream --write-stop tests/fuzz/corpus/kvp/stopped.kvp
-                      and two rewrites of the sample (test_stream --rewrite): a
-                      record of an unknown kind after the sequence record,
-                      and a tensor written twice (refused):
+                      and three rewrites of the sample (test_stream --rewrite):
+                      a record of an unknown kind after the sequence record, a
+                      tensor written twice and a config record written twice
+                      (both refused):
                         build/tests/test_stream --write-sample s.kvp
                         build/tests/test_stream --rewrite s.kvp tests/fuzz/corpus/kvp/unknown-among-blocks.kvp unknown@4
                         build/tests/test_stream --rewrite s.kvp tests/fuzz/corpus/kvp/bad-dup-tensor.kvp dup@2
+                        build/tests/test_stream --rewrite s.kvp tests/fuzz/corpus/kvp/bad-two-configs.kvp dup@0
   corpus/heads/       Medusa heads files (specdec --train-heads) for fuzz_heads:
                       not written here but by the C writer, valid (two heads,
                       one head) and damaged (a NaN weight, another arch, a file
