@@ -632,6 +632,11 @@ int main(int argc, char **argv)
     }
     if (progress >= 0 && (tokenize || ppl_text || po.save_path || po.base_path || full || save_top_set))
         kvp_cli_usage_error("--progress goes with a prefill job, not --tokenize or --perplexity");
+    /* --tokenize and --perplexity generate nothing: the sampling options
+     * (a prefill job's stream carries them for decode) would be ignored */
+    if ((tokenize || ppl_text) && o.sampling_set)
+        kvp_cli_usage_error("-n, --temperature, --top-k, --top-p, --min-p, --repeat-penalty and --seed go with a "
+                            "prefill job (its stream carries them), not %s", tokenize ? "--tokenize" : "--perplexity");
     if (ppl_text || po.save_path || po.base_path || full || save_top_set) {
         if (tokenize || resume) /* it runs no prompt: they would be passed over */
             kvp_cli_usage_error("--perplexity scores a text file: not with %s", tokenize ? "--tokenize" : "--resume");

@@ -11,6 +11,13 @@ expect_status 2 "--tokenize with --resume is a usage error"
 run prefill --tokenize -m x.gguf -p hi --stop x
 expect_status 2 "--tokenize with --stop is a usage error (nothing generated, it would be ignored)"
 expect_err_has "--stop goes with a prefill job (its stream carries it), not --tokenize" "said so"
+for opt in "-n 4" "--temperature 0.5" "--seed 3"; do
+    run prefill --tokenize -m x.gguf -p hi $opt
+    expect_status 2 "--tokenize with $opt: a usage error (nothing generated, it would be ignored)"
+    run prefill --perplexity t.txt -m x.gguf $opt
+    expect_status 2 "--perplexity with $opt: a usage error"
+done
+expect_err_has "go with a prefill job (its stream carries them), not --perplexity" "said so"
 run prefill --help
 expect_out_has "--tokenize" "--help lists --tokenize"
 expect_out_has "--no-special" "--help lists --no-special"
