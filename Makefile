@@ -206,9 +206,11 @@ check: deps
 	@scripts/fetch-model >/dev/null || echo "check: the SmolLM2 test model could not be fetched; tests that need it are skipped"
 	@$(MAKE) --no-print-directory check-nodeps $(CHECK_VARS)
 
+## check-unit   the C unit tests alone
 check-unit:
 	@$(MAKE) --no-print-directory check-nodeps $(CHECK_VARS) TESTS=unit
 
+## check-cli    the command-line tests alone
 check-cli:
 	@$(MAKE) --no-print-directory check-nodeps $(CHECK_VARS) TESTS=cli
 
