@@ -1,6 +1,7 @@
 /* prefill - run prompts through the model and write their KV cache, first
  * sampled token and sampling state as a KVP stream for decode. */
 #include "cli.h"
+#include "comm.h"
 #include "launchrank.h"
 #include "perplexity.h"
 #include "progress.h"
@@ -669,8 +670,10 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("unexpected argument '%s'%s", argv[optind], kvp_cli_operand_hint(argc, argv, optind));
     if (!*output)
         kvp_cli_usage_error("-o: an empty file name (- for standard output)");
-    /* as quantize and kvdump --extract: a KV stream is no text for a screen */
-    if (!tokenize && strcmp(output, "-") == 0 && isatty(STDOUT_FILENO))
+    /* as quantize and kvdump --extract: a KV stream is no text for a screen
+     * (under mpirun a rank's standard output is a pseudo-terminal wherever
+     * mpirun's goes: `mpirun ... prefill --tp 3 > kv.kvp` was refused) */
+    if (!tokenize && strcmp(output, "-") == 0 && isatty(STDOUT_FILENO) && !kvp_comm_mpi_launched())
         kvp_cli_usage_error("the KV stream is binary: give -o FILE, or redirect standard output to a file or pipe");
     /* the stream would replace the prompts it is made from (a --resume
      * stream continued into itself is read whole first: no such loss) */

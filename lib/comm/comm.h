@@ -37,6 +37,11 @@ int kvp_comm_launched_size(void);
  * OMPI_COMM_WORLD_SIZE, PMI_SIZE), not Slurm's, whose job-wide task count
  * a batch script's own commands see too; 1 when none is set. */
 int kvp_comm_mpi_launched_size(void);
+/* Whether an MPI launcher (mpirun, mpiexec) started this process, with
+ * any number of ranks: OpenMPI's connects a rank's standard output to a
+ * pseudo-terminal whatever mpirun's own is, so isatty says nothing of
+ * where the output goes. */
+int kvp_comm_mpi_launched(void);
 
 /* Initialize MPI once (later calls return the same world) and return the
  * world communicator.  A process started without a launcher, or a build

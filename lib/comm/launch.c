@@ -15,6 +15,8 @@ int kvp_comm_mpi_launched_size(void)
     return 1;
 }
 
+int kvp_comm_mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"); }
+
 int kvp_comm_launched_size(void)
 {
     int mpi = kvp_comm_mpi_launched_size(); /* then Slurm's srun */
