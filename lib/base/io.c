@@ -410,6 +410,8 @@ static void remove_tmp_files(void)
     }
 }
 
+void kvp_tmp_remove_all(void) { remove_tmp_files(); }
+
 static void on_fatal_signal(int sig)
 {
     remove_tmp_files();

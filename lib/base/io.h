@@ -141,6 +141,9 @@ void kvp_out_abort(kvp_out *out);
  * for kvp_tmp_forget (0: the table was full, not remembered). */
 int kvp_tmp_remember(const char *path);
 void kvp_tmp_forget(int handle, const char *path);
+/* Remove every temporary output and remembered scratch file now, before an
+ * end that runs no atexit (MPI_Abort). */
+void kvp_tmp_remove_all(void);
 /* The name the output will have, for messages ("<stdout>" for stdout). */
 const char *kvp_out_name(const kvp_out *out);
 

@@ -9,6 +9,7 @@
 #ifdef KVP_HAVE_MPI
 #include "comm.h"
 #include "cli.h"
+#include "io.h"
 
 #include <mpi.h>
 
@@ -138,10 +139,15 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Poll until done; past the deadline (forever: no deadline) abort the job. */
+/* Poll until done; past the deadline (forever: no deadline) abort the job.
+ * World rank 0 waits --timeout, the others half as long again: when a peer
+ * hangs every rank waiting on it would say so, and the job's one message
+ * comes from rank 0 (it aborts the others first) unless rank 0 is the one
+ * that hangs. */
 static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forever, kvp_err *err)
 {
-    double deadline = now_s() + timeout_s;
+    int world_rank = world ? world->rank : c->rank;
+    double t0 = now_s(), deadline = t0 + timeout_s * (world_rank == 0 ? 1.0 : 1.5);
     long nap_ns = 1000;
     for (unsigned spin = 0;; spin++) {
         int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -152,9 +158,10 @@ static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forev
         if (spin < 2000)
             continue;
         if (!forever && now_s() > deadline) {
-            fprintf(stderr, "%s: rank %d: %s waited %g s for its peers (a rank died or hangs; --timeout); "
-                    "aborting the job\n", kvp_cli_prog(), c->rank, what, timeout_s);
+            fprintf(stderr, "%s: rank %d: %s waited %.0f s for its peers (a rank died or hangs; --timeout); "
+                    "aborting the job\n", kvp_cli_prog(), world_rank, what, now_s() - t0);
             fflush(stderr);
+            kvp_tmp_remove_all(); /* MPI_Abort runs no atexit: the outputs' temporary files go now */
             MPI_Abort(MPI_COMM_WORLD, 1);
             exit(1); /* MPI_Abort does not return; if it did, still never hang */
         }
@@ -286,6 +293,7 @@ void kvp_comm_abort(kvp_comm *c, int status)
     fflush(stderr);
     if (c && c->mc == MPI_COMM_NULL)
         exit(status);
+    kvp_tmp_remove_all(); /* MPI_Abort runs no atexit */
     MPI_Abort(c ? c->mc : MPI_COMM_WORLD, status);
     exit(status);
 }

@@ -242,7 +242,7 @@ end_job() {
 }
 tag="tp-stop-$$"
 mpirun -np 3 decode -m "$M" -p "Count to one thousand:" -n 4000 --ignore-eos --tp 3 --timeout 3 -t 1 \
-    --chat --system "$tag" >"$T/stop.out" 2>"$T/stop.err" &
+    --chat --system "$tag" --kv-out "$T/stop.kvp" >"$T/stop.out" 2>"$T/stop.err" &
 job=$!
 p=$(await_rank 1 "$tag")
 sleep 1
@@ -256,7 +256,10 @@ LAST_CMD="mpirun -np 3 decode --tp 3 --timeout 3, rank 1 stopped"
 expect_true "a stopped rank ends the job with a failure (rank pid ${p:-none})" [ -n "$p" ] && [ "$status" -ne 0 ]
 expect_true "within the timeout and some ($took s)" [ "$took" -le 20 ]
 expect_err_has "waited 3 s for its peers" "the waiting rank says why"
-expect_err_has "decode: rank " "the message names the program"
+expect_err_has "decode: rank 0: " "rank 0 says it, naming the program"
+expect_true "said once (the other ranks wait half as long again)" [ "$(grep -c "for its peers" "$ERR")" -eq 1 ]
+expect_true "no --kv-out file, nor its temporary file, left by the abort" \
+    [ -z "$(ls "$T"/stop.kvp* 2>/dev/null)" ]
 
 tag="tp-kill-$$"
 mpirun -np 3 decode -m "$M" -p "Count to one thousand:" -n 4000 --ignore-eos --tp 3 -t 1 \
