@@ -34,7 +34,9 @@ void kvp_stopsig_catch(void);
  * stops the job when it has the signal too, as a scheduler's stop (srun,
  * scancel, mpirun's forwarding) gives every rank: it finishes the step,
  * writes what finished and tells the ranks to end.  Dying of the signal,
- * a follower aborted the whole job and rank 0's outputs with it. */
+ * a follower aborted the whole job and rank 0's outputs with it.  (One
+ * that had the signal alone ends the job after a grace: comm_mpi.c's
+ * follower_stop_check.) */
 void kvp_stopsig_defer(void);
 /* The flag the handlers set (the signal's number; 0 while none came), for
  * a loop that checks it between steps (kvp_batch_opts.stop). */

@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "cli.h"
 #include "io.h"
+#include "stopsig.h"
 
 #include <mpi.h>
 
@@ -139,6 +140,34 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Seconds a rank past 0 that has SIGINT or SIGTERM (kvp_stopsig_defer)
+ * waits for rank 0 to end the job: a scheduler's stop gives every rank the
+ * signal and rank 0 ends it in order within a step; one given this rank
+ * alone (kill of one task) would otherwise be dropped while the job ran
+ * to its end and exited 0. */
+#define KVP_FOLLOWER_STOP_S 30.0
+
+/* A rank past 0 that has had a stop signal rank 0 has not acted on for
+ * KVP_FOLLOWER_STOP_S: it says so and aborts the job. */
+static void follower_stop_check(int world_rank)
+{
+    static double seen;
+    int sig = world_rank != 0 ? kvp_stopsig_caught() : 0;
+    if (!sig)
+        return;
+    double now = now_s();
+    if (!seen)
+        seen = now;
+    if (now - seen < KVP_FOLLOWER_STOP_S)
+        return;
+    fprintf(stderr, "%s: rank %d: stopped by %s, which rank 0 has not had for %.0f s: aborting the job (a signal to "
+            "mpirun or to rank 0 ends it in order)\n", kvp_cli_prog(), world_rank, strsignal(sig), now - seen);
+    fflush(stderr);
+    kvp_tmp_remove_all();
+    MPI_Abort(MPI_COMM_WORLD, 128 + sig);
+    exit(128 + sig);
+}
+
 /* Poll until done; past the deadline (forever: no deadline) abort the job.
  * World rank 0 waits --timeout, the others half as long again: when a peer
  * hangs every rank waiting on it would say so, and the job's one message
@@ -149,6 +178,7 @@ static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forev
     int world_rank = world ? world->rank : c->rank;
     double t0 = now_s(), deadline = t0 + timeout_s * (world_rank == 0 ? 1.0 : 1.5);
     long nap_ns = 1000;
+    follower_stop_check(world_rank);
     for (unsigned spin = 0;; spin++) {
         int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS)
@@ -157,6 +187,8 @@ static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forev
             return 0;
         if (spin < 2000)
             continue;
+        if (spin % 4096 == 0)
+            follower_stop_check(world_rank);
         if (!forever && now_s() > deadline) {
             fprintf(stderr, "%s: rank %d: %s waited %.0f s for its peers (a rank died or hangs; --timeout); "
                     "aborting the job\n", kvp_cli_prog(), world_rank, what, now_s() - t0);

@@ -304,4 +304,24 @@ last=$(tail -c 1 "$T/term.out" | od -An -tx1 | tr -d ' \n')
 expect_true "whole lines only (last byte ${last:-none})" [ -z "$last" -o "$last" = 0a ]
 expect_true "no rank is left behind" [ -z "$(pgrep -f "$tag")" ]
 
+# SIGTERM to one rank past 0 alone (kill of one task): rank 0 never has
+# it, so after 30 s that rank says so and ends the job (before, the signal
+# was dropped and the job ran to its end, exit 0)
+tag="tp-one-$$"
+mpirun -np 3 decode -m "$M" -p "Count to one thousand:" -n 40000 --ignore-eos --tp 3 -t 1 \
+    --chat --system "$tag" >"$T/one.out" 2>"$T/one.err" &
+job=$!
+p=$(await_rank 1 "$tag")
+sleep 1
+[ -n "$p" ] && kill -TERM "$p"
+start=$(date +%s)
+end_job "$job" "$tag" 90
+took=$(($(date +%s) - start))
+cp "$T/one.err" "$ERR"
+LAST_CMD="mpirun -np 3 decode --tp 3, SIGTERM to rank 1 alone"
+expect_true "the job ends with a failure (got $status, rank pid ${p:-none})" [ -n "$p" ] && [ "$status" -ne 0 ]
+expect_true "about 30 s after the signal ($took s)" [ "$took" -ge 25 ] && [ "$took" -le 80 ]
+expect_err_has "decode: rank 1: stopped by Terminated, which rank 0 has not had for 30 s" "rank 1 says why"
+expect_true "no rank is left behind" [ -z "$(pgrep -f "$tag")" ]
+
 done_testing
