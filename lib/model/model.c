@@ -594,7 +594,9 @@ int kvp_model_check_tensors(const kvp_config *c, const kvp_tensor_rec *recs, siz
     return rc;
 }
 
-int kvp_model_load(kvp_model **out, const char *path, kvp_err *err)
+/* A model of path with its file's metadata read (open_source), no tensor
+ * bound yet: *out, or NULL and a negative code. */
+static int open_model(kvp_model **out, const char *path, kvp_err *err)
 {
     *out = NULL;
     kvp_model *m = calloc(1, sizeof *m);
@@ -604,8 +606,21 @@ int kvp_model_load(kvp_model **out, const char *path, kvp_err *err)
     }
     kvp_meta_init(&m->tok_meta);
     int rc = open_source(m, err);
+    if (rc < 0) {
+        kvp_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+int kvp_model_load(kvp_model **out, const char *path, kvp_err *err)
+{
+    kvp_model *m;
+    int rc = open_model(&m, path, err);
+    *out = NULL;
     if (rc < 0)
-        goto fail;
+        return rc;
     if (m->cfg.rope_dim == 0)
         m->cfg.rope_dim = m->cfg.head_dim;
     if ((rc = kvp_model_check(&m->cfg, kvp_model_tok_meta(m), m->path, err)) < 0 || (rc = check_supported(m, err)) < 0 ||
@@ -629,17 +644,12 @@ int kvp_model_load_vocab(kvp_model **out, kvp_tokenizer **tok, const char *path,
 {
     *out = NULL;
     *tok = NULL;
-    kvp_model *m = calloc(1, sizeof *m);
-    if (!m || !(m->path = strdup(path))) {
-        free(m);
-        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
-    }
-    kvp_meta_init(&m->tok_meta);
+    kvp_model *m;
     /* the metadata only: no tensor is bound (a vocabulary file has none) */
-    int rc = open_source(m, err);
-    if (rc == 0)
-        rc = load_tokenizer_any(m, tok, err);
-    if (rc < 0) {
+    int rc = open_model(&m, path, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = load_tokenizer_any(m, tok, err)) < 0) {
         kvp_model_free(m);
         return rc;
     }
