@@ -240,16 +240,29 @@ end_job() {
     wait "$1"
     status=$?
 }
-tag="tp-stop-$$"
-mpirun -np 3 decode -m "$M" -p "Count to one thousand:" -n 4000 --ignore-eos --tp 3 --timeout 3 -t 1 \
-    --chat --system "$tag" --kv-out "$T/stop.kvp" >"$T/stop.out" 2>"$T/stop.err" &
-job=$!
-p=$(await_rank 1 "$tag")
-sleep 1
-[ -n "$p" ] && kill -STOP "$p"
-start=$(date +%s)
-end_job "$job" "$tag" 30
-took=$(($(date +%s) - start))
+# the counting job NAME of $2 tokens (more options after) on 3 ranks, in
+# the background: $job its pid, $tag the --system that tags its ranks,
+# $T/NAME.out and .err its outputs
+count_job() {
+    tag="tp-$1-$$" name=$1 n=$2
+    shift 2
+    mpirun -np 3 decode -m "$M" -p "Count to one thousand:" -n "$n" --ignore-eos --tp 3 -t 1 --chat \
+        --system "$tag" "$@" >"$T/$name.out" 2>"$T/$name.err" &
+    job=$!
+}
+# signal rank $1 of the job $job tagged $tag with $2 a second after it is
+# up, then wait for the job's end ($3 seconds at most): $p the rank's pid,
+# $took the seconds from the signal, $status the job's exit status
+hit_rank() {
+    p=$(await_rank "$1" "$tag")
+    sleep 1
+    [ -n "$p" ] && kill -"$2" "$p"
+    start=$(date +%s)
+    end_job "$job" "$tag" "$3"
+    took=$(($(date +%s) - start))
+}
+count_job stop 4000 --timeout 3 --kv-out "$T/stop.kvp"
+hit_rank 1 STOP 30
 [ -n "$p" ] && kill -CONT "$p" 2>/dev/null
 cp "$T/stop.err" "$ERR"
 LAST_CMD="mpirun -np 3 decode --tp 3 --timeout 3, rank 1 stopped"
@@ -261,14 +274,8 @@ expect_true "said once (the other ranks wait half as long again)" [ "$(grep -c "
 expect_true "no --kv-out file, nor its temporary file, left by the abort" \
     [ -z "$(ls "$T"/stop.kvp* 2>/dev/null)" ]
 
-tag="tp-kill-$$"
-mpirun -np 3 decode -m "$M" -p "Count to one thousand:" -n 4000 --ignore-eos --tp 3 -t 1 \
-    --chat --system "$tag" >"$T/kill.out" 2>"$T/kill.err" &
-job=$!
-p=$(await_rank 2 "$tag")
-sleep 1
-[ -n "$p" ] && kill -9 "$p"
-end_job "$job" "$tag" 30
+count_job kill 4000
+hit_rank 2 KILL 30
 cp "$T/kill.err" "$ERR"
 LAST_CMD="mpirun -np 3 decode --tp 3, rank 2 killed"
 expect_true "a killed rank ends the job with a failure (rank pid ${p:-none})" [ -n "$p" ] && [ "$status" -ne 0 ]
@@ -307,16 +314,8 @@ expect_true "no rank is left behind" [ -z "$(pgrep -f "$tag")" ]
 # SIGTERM to one rank past 0 alone (kill of one task): rank 0 never has
 # it, so after 30 s that rank says so and ends the job (before, the signal
 # was dropped and the job ran to its end, exit 0)
-tag="tp-one-$$"
-mpirun -np 3 decode -m "$M" -p "Count to one thousand:" -n 40000 --ignore-eos --tp 3 -t 1 \
-    --chat --system "$tag" >"$T/one.out" 2>"$T/one.err" &
-job=$!
-p=$(await_rank 1 "$tag")
-sleep 1
-[ -n "$p" ] && kill -TERM "$p"
-start=$(date +%s)
-end_job "$job" "$tag" 90
-took=$(($(date +%s) - start))
+count_job one 40000
+hit_rank 1 TERM 90
 cp "$T/one.err" "$ERR"
 LAST_CMD="mpirun -np 3 decode --tp 3, SIGTERM to rank 1 alone"
 expect_true "the job ends with a failure (got $status, rank pid ${p:-none})" [ -n "$p" ] && [ "$status" -ne 0 ]
