@@ -81,11 +81,16 @@ static int shard_of(const kvp_model *m, const kvp_parallel *d, kvp_model **out, 
 static int agree_parts(const kvp_parallel *d, int my_rc, int *ok0, int *failed, kvp_err *err)
 {
     int rank = kvp_comm_rank(d->world);
-    float x[2] = {rank == 0 && my_rc < 0 ? 1.0f : 0.0f, rank != 0 && my_rc < 0 ? 1.0f : 0.0f};
-    int rc = kvp_comm_allreduce_f32(d->world, x, 2, err);
+    /* rank 0's word first, waited for as long as it takes (it may read a
+     * --compare prompts pipe before its model), then the others' count */
+    uint8_t bad0 = rank == 0 && my_rc < 0;
+    float n = rank != 0 && my_rc < 0 ? 1.0f : 0.0f;
+    int rc = kvp_comm_bcast_idle(d->world, &bad0, 1, 0, err);
+    if (rc == 0)
+        rc = kvp_comm_allreduce_f32(d->world, &n, 1, err);
     if (rc < 0)
         return rc;
-    *ok0 = x[0] == 0.0f, *failed = (int)x[1];
+    *ok0 = !bad0, *failed = (int)n;
     return 0;
 }
 
