@@ -19,6 +19,7 @@ typedef struct pending {
     uint32_t *ids;
     uint32_t n_ids;
     uint64_t line;             /* in the prompts file */
+    double read_at;            /* when it was read (monotonic seconds) */
 } pending;
 
 struct kvp_jobsrc {
@@ -47,6 +48,7 @@ struct kvp_jobsrc {
     double rate, shape;
     uint64_t rng[2];
     double next_arrival;     /* monotonic seconds; 0 until the first request */
+    double pend_read_at;     /* when the held sequence (pend) was read */
     double t_open;           /* when the job started: without --rate, every request of a
                               * prompts file (or -p) arrived then, all at once */
     int all_at_open;
@@ -165,7 +167,11 @@ static void sleep_until(double t)
 
 /* 1 when the next request has arrived (its arrival time in *t), else 0;
  * with block, waits for it first. */
-static int arrived(kvp_jobsrc *js, int block, double *t)
+/* --rate: whether the request read at read_at is due; *t its arrival, the
+ * later of its time in the schedule and the time it was read (a line a
+ * pipe gave late did not exist at its scheduled time: TTFT counts from
+ * when it could have been served).  The schedule itself never moves. */
+static int arrived(kvp_jobsrc *js, int block, double read_at, double *t)
 {
     *t = 0;
     if (js->rate <= 0)
@@ -176,7 +182,7 @@ static int arrived(kvp_jobsrc *js, int block, double *t)
         sleep_until(js->next_arrival);
     if (kvp_gen_now() < js->next_arrival)
         return 0;
-    *t = js->next_arrival;
+    *t = js->next_arrival > read_at ? js->next_arrival : read_at;
     js->next_arrival += gamma_draw(js->rng, js->shape) / (js->rate * js->shape);
     return 1;
 }
@@ -232,6 +238,7 @@ static int read_prompt(kvp_jobsrc *js, kvp_err *err)
         return got;
     }
     q->line = kvp_prompts_reader_line(js->pr);
+    q->read_at = kvp_gen_now();
     js->n_pp++;
     js->n++;
     return 1;
@@ -307,7 +314,7 @@ static int prompt_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
             continue;
         }
         double t_arrival;
-        if (!arrived(js, block, &t_arrival))
+        if (!arrived(js, block, js->pp[0].read_at, &t_arrival))
             return 0;
         if (t_arrival == 0) /* a pipe's line arrives as it is read */
             t_arrival = js->all_at_open ? js->t_open : kvp_gen_now();
@@ -342,7 +349,9 @@ static int stream_read(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err
         js->n_pend = 0;
         return 1;
     }
-    return read_one(js, q, tok, err);
+    int got = read_one(js, q, tok, err);
+    js->pend_read_at = kvp_gen_now(); /* q's, kept with it if it is held */
+    return got;
 }
 
 /* A stream sequence's stop strings (the reader hands them over) are the
@@ -427,7 +436,7 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
             return kvp_err_prefix(err, "%s", js->in.name);
         }
         double t_arrival;
-        if (!arrived(js, block, &t_arrival)) {
+        if (!arrived(js, block, js->pend_read_at, &t_arrival)) {
             /* not yet due: kept until it is (stream_read just took the one held) */
             js->pend[0] = q;
             js->pend_tok[0] = tok;
@@ -577,6 +586,7 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
          * No more: on a pipe the next may be a while coming. */
         if (rc == 0) {
             int got = read_one(js, &js->pend[0], &js->pend_tok[0], err);
+            js->pend_read_at = kvp_gen_now();
             if (got < 0)
                 rc = got;
             js->n_pend = got > 0;

@@ -317,6 +317,14 @@ else fail "--cache-salt stopped sharing within its tenant"; fi
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 2 --rate 50 --burstiness 0.5 --seed 3 --stats --json
 expect_status 0 "requests released at a rate"
 if [ "$(grep -c '"finish_reason"' "$OUT")" = 10 ]; then pass "all 10 answered"; else fail "not all answered"; fi
+# a line a pipe gives after its time in the schedule arrives when it is
+# read: its TTFT does not count the seconds before it was written (it
+# counted the pipe's 2 s pause)
+run_sh "(printf '{\"prompt\":\"Hi\"}\\n'; sleep 2; printf '{\"prompt\":\"Yo\"}\\n') | decode -m '$M' -t 2 -f - -n 2 --rate 100 --json"
+expect_status 0 "--rate with a late line on a pipe"
+late=$(sed -n '2s/.*"ttft_ms":\([0-9.]*\).*/\1/p' "$OUT")
+expect_true "the late line's TTFT counts from when it was read (${late:-none} ms)" \
+    awk -v t="${late:-99999}" 'BEGIN { exit !(t < 1000) }'
 run decode -m x.gguf -p hi --rate 0
 expect_status 2 "--rate 0 is a usage error"
 
