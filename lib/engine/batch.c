@@ -310,6 +310,9 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
     r->g.rec.state = KVP_SEQ_FINISHED;
     int failed = r->g.rec.finish_reason == KVP_FINISH_KV_MEMORY; /* the only way a finished request fails */
     if (r->holder >= 0) { /* never ran: the stream's sequence is its KV (kept as kv_release keeps) */
+        /* its prompt came from the stream's blocks, as an admitted one's
+         * does (kv_start): the hit rate counts it alike */
+        r->n_cached = r->n_prompt;
         if (b->keep && r->g.handle < 0 && !failed)
             r->g.handle = r->holder;
         else

@@ -245,6 +245,11 @@ expect_true "with --cache-salt on an unsalted stream too (got $(cached "$T/st.js
 # its requests' own prompts, computed by prefill: still used
 run decode -m "$M" -t 1 -n 3 --no-prefix-cache --stats="$T/st.json" "$T/one-salted.kvp"
 expect_true "--no-prefix-cache still starts on the stream's blocks (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 49
+# a request that ends straight from the stream (a budget of 0, or an end
+# token prefill drew) never runs: its prompt came from the stream all the
+# same (it counted none, so the hit rate moved with the answers)
+run decode -m "$M" -t 1 -n 0 --stats="$T/st.json" "$T/one-salted.kvp"
+expect_true "-n 0: the stream's 49 tokens counted as cached (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 49
 peak() { sed -n 's/.*"peak_kv_blocks":\([0-9]*\).*/\1/p' "$1"; }
 for pair in same:98 other:98; do
     f=$T/${pair%:*}.jsonl want=${pair#*:}
