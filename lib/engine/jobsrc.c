@@ -165,12 +165,11 @@ static void sleep_until(double t)
     nanosleep(&ts, NULL); /* a signal cuts it short: the caller looks again */
 }
 
-/* 1 when the next request has arrived (its arrival time in *t), else 0;
- * with block, waits for it first. */
-/* --rate: whether the request read at read_at is due; *t its arrival, the
- * later of its time in the schedule and the time it was read (a line a
- * pipe gave late did not exist at its scheduled time: TTFT counts from
- * when it could have been served).  The schedule itself never moves. */
+/* 1 when the next request, read at read_at, has arrived, else 0; with
+ * block, waits for it first.  Under --rate *t is its arrival: the later of
+ * its time in the schedule and the time it was read (a line a pipe gave
+ * late did not exist at its scheduled time: TTFT counts from when it could
+ * have been served); the schedule itself never moves.  Else *t is 0. */
 static int arrived(kvp_jobsrc *js, int block, double read_at, double *t)
 {
     *t = 0;

@@ -895,6 +895,12 @@ static int meta_once(kvp_reader *r, const kvp_record *rec, kvp_err *err)
                        (unsigned long long)(*first - 1));
 }
 
+/* The records a stream holds one of: a tensor a name, a config, a tokenizer. */
+static int record_unique(kvp_reader *r, const kvp_record *rec, kvp_err *err)
+{
+    return rec->kind == KVP_KIND_TENSOR ? tensor_unique(r, rec, err) : meta_once(r, rec, err);
+}
+
 /* kvp(5)'s raw payload: the meta part, zero bytes to a multiple of 64, then
  * the data part, which may be empty (the padding too, then).  Sets
  * rec->data; 0, 1 when the payload ends inside the padding, or 2 + the
@@ -1021,7 +1027,7 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
                                    (unsigned long long)(in->pos - npad + i));
     }
     if (skim) {
-        int rc = rec->kind == KVP_KIND_TENSOR ? tensor_unique(r, rec, err) : meta_once(r, rec, err);
+        int rc = record_unique(r, rec, err);
         if (rc)
             return rc;
         r->index++;
@@ -1048,11 +1054,9 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
                            (unsigned long long)r->index, kname, (unsigned long long)off,
                            bad == 1 ? "the payload ends inside the meta part's padding" : "nonzero meta padding",
                            (unsigned long long)(bad == 1 ? rec->raw_size : (uint64_t)(bad - 2)));
-    if (rec->kind == KVP_KIND_TENSOR || rec->kind == KVP_KIND_CONFIG || rec->kind == KVP_KIND_TOKENIZER) {
-        int rc = rec->kind == KVP_KIND_TENSOR ? tensor_unique(r, rec, err) : meta_once(r, rec, err);
-        if (rc)
-            return rc;
-    }
+    int uniq = record_unique(r, rec, err);
+    if (uniq)
+        return uniq;
     if (rec->kind == KVP_KIND_END) {
         int rc = check_end(r, rec, err);
         if (rc)
