@@ -506,6 +506,7 @@ int main(int argc, char **argv)
     if (optind < argc && !*argv[optind]) /* no file has it: a usage error, not "No such file" */
         kvp_cli_usage_error("INPUT: an empty file name");
     const char *path = optind < argc ? argv[optind] : "-";
+    kvp_cli_refuse_stdout_input(path, "input");
     if (d.extract && isatty(1))
         kvp_cli_usage_error("--extract writes binary data; redirect standard output to a file or pipe");
 

@@ -675,6 +675,9 @@ int main(int argc, char **argv)
      * mpirun's goes: `mpirun ... prefill --tp 3 > kv.kvp` was refused) */
     if (!tokenize && strcmp(output, "-") == 0 && isatty(STDOUT_FILENO) && !kvp_comm_mpi_launched())
         kvp_cli_usage_error("the KV stream is binary: give -o FILE, or redirect standard output to a file or pipe");
+    kvp_cli_refuse_stdout_input(o.file, "prompts file");
+    kvp_cli_refuse_stdout_input(o.model, "model");
+    kvp_cli_refuse_stdout_input(resume, "KV stream resumed");
     /* the stream would replace the prompts it is made from (a --resume
      * stream continued into itself is read whole first: no such loss) */
     if (!tokenize) {

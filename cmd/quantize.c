@@ -652,6 +652,7 @@ int main(int argc, char **argv)
         kvp_cli_usage_error("INPUT: an empty file name");
     if (o.kv != -1) {
         const char *input = optind < argc ? argv[optind] : "-";
+        kvp_cli_refuse_stdout_input(input, "input");
         if (!o.output)
             o.output = "-";
         check_output(&o, strcmp(input, "-") ? input : NULL);
@@ -661,6 +662,7 @@ int main(int argc, char **argv)
     if (optind >= argc)
         kvp_cli_usage_error("no INPUT model given");
     const char *input = argv[optind]; /* "-": standard input (a GGUF; kvp_convert_open refuses the others) */
+    kvp_cli_refuse_stdout_input(input, "input");
     if (!o.dry_run) {
         if (!o.output)
             kvp_cli_usage_error("no output: give -o OUTPUT (or --dry-run)");

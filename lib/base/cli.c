@@ -4,6 +4,7 @@
 #include "io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <getopt.h>
 #include <math.h>
@@ -23,8 +24,28 @@ static void (*before_message)(void);
 
 void kvp_cli_before_message(void (*fn)(void)) { before_message = fn; }
 
+/* A standard descriptor the caller closed (`2>&-`, `<&-`) is held on the
+ * null device, opened the other way round so that writing to it (or
+ * reading it) still fails with EBADF as on a closed one: left free, the
+ * next file opened took its number, and decode's messages went into the
+ * --resume results file opened as descriptor 2, or the model was read as
+ * the prompts of `-f -`. */
+static void hold_closed_std_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        int h = open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);
+        if (h >= 0 && h != fd) { /* the lowest free number is fd's: only if another thread took it */
+            dup2(h, fd);
+            close(h);
+        }
+    }
+}
+
 void kvp_cli_init(const char *argv0)
 {
+    hold_closed_std_fds();
     if (argv0 && *argv0) {
         const char *slash = strrchr(argv0, '/');
         prog_name = slash ? slash + 1 : argv0;
@@ -391,16 +412,22 @@ int kvp_cli_same_file(const char *out, const char *in)
 }
 
 /* path's canonical name (its folder's real path and its own name), for
- * paths that may not exist yet; NULL when its folder cannot be resolved. */
+ * paths that may not exist yet, through a last symlink as the writers go
+ * through it (a --stats link dangling at the -o file to be made is that
+ * file); NULL when its folder cannot be resolved. */
 static char *canonical_name(const char *path)
 {
-    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
-    char *dir = kvp_path_dir(path), *real = dir ? realpath(dir, NULL) : NULL, *name = NULL;
+    char *end = kvp_path_link_end(path);
+    if (!end)
+        return NULL;
+    const char *slash = strrchr(end, '/'), *base = slash ? slash + 1 : end;
+    char *dir = kvp_path_dir(end), *real = dir ? realpath(dir, NULL) : NULL, *name = NULL;
     size_t n = real ? strlen(real) + strlen(base) + 2 : 0;
     if (real && (name = malloc(n)) != NULL)
         snprintf(name, n, "%s/%s", real, base);
     free(real);
     free(dir);
+    free(end);
     return name;
 }
 
@@ -431,6 +458,12 @@ void kvp_cli_refuse_same(const char *opt, const char *out, const char *in, const
 {
     if (out && in && strcmp(out, "-") != 0 && kvp_cli_same_file(out, in))
         kvp_cli_usage_error("%s%s is the %s: write it to another file", opt, out, what);
+}
+
+void kvp_cli_refuse_stdout_input(const char *in, const char *what)
+{
+    if (in && strcmp(in, "-") != 0 && kvp_cli_is_stdout(in))
+        kvp_cli_usage_error("standard output is %s, the %s: redirect it to another file", in, what);
 }
 
 int kvp_cli_close_stdout(void)

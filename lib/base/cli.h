@@ -116,6 +116,11 @@ int kvp_cli_is_stdout(const char *path);
  * would destroy the input.  NULL out or in, or out "-" (standard output):
  * nothing to compare. */
 void kvp_cli_refuse_same(const char *opt, const char *out, const char *in, const char *what);
+/* Usage error (exit 2) when standard output writes to the input in (a
+ * file, not "-"), described as what: `decode -f p.jsonl >> p.jsonl`
+ * appended the results to the prompts it was reading, `quantize --kv
+ * kv.kvp -o - >> kv.kvp` spoiled its input. */
+void kvp_cli_refuse_stdout_input(const char *in, const char *what);
 
 /* Flush and close stdout, exit 1 on a write error (a full disk), exit 0
  * quietly when the reader went away.  Call before returning from main. */

@@ -617,11 +617,9 @@ static mode_t current_umask(void)
     return m;
 }
 
-/* The end of the chain of symlinks at path: the file a shell's `>` writes
- * through the link, existing or the name it creates through a dangling
- * link.  A relative link is relative to its own folder.  NULL with errno
- * set (ELOOP after as many links as the kernel follows). */
-static char *link_chain_end(const char *path)
+/* A relative link is relative to its own folder; 40 links are as many as
+ * the kernel follows. */
+char *kvp_path_link_end(const char *path)
 {
     char *cur = strdup(path);
     for (int hops = 0; cur && hops < 40; hops++) {
@@ -661,7 +659,7 @@ static int out_follow_link(kvp_out *out)
     struct stat lst;
     if (lstat(out->path, &lst) != 0 || !S_ISLNK(lst.st_mode))
         return 0;
-    out->target = link_chain_end(out->path);
+    out->target = kvp_path_link_end(out->path);
     return out->target ? 0 : -1;
 }
 

@@ -94,6 +94,11 @@ int kvp_in_open_kind(kvp_in *in, const char *path, int *kind, kvp_err *err);
 /* The folder path names its file in ("." for a bare name, "/" at the
  * root), allocated; NULL when out of memory. */
 char *kvp_path_dir(const char *path);
+/* The end of the chain of symlinks at path, allocated: the file a shell's
+ * `>` writes through the link (a dangling link's target, which it would
+ * create), or path itself when it is no link.  NULL with errno set (ELOOP
+ * past 40 links, ENOMEM). */
+char *kvp_path_link_end(const char *path);
 
 typedef struct kvp_out {
     int fd;

@@ -252,18 +252,39 @@ static void format_line(const out_ctx *c, const kvp_gen_seq *s, char **buf, size
         kvp_cli_die("out of memory");
 }
 
+/* Where a line that fails part-written is cut back to: the --resume
+ * file's end (the job holds its lock: no other writer), or a regular file
+ * standard output was opened on by `>` (appended to, it may be shared:
+ * left as it is); -1 where nothing is cut. */
+static off_t line_start(const out_ctx *c)
+{
+    if (c->resume)
+        return lseek(c->fd, 0, SEEK_END);
+    struct stat st;
+    int fl = fcntl(c->fd, F_GETFL);
+    if (fl < 0 || (fl & O_APPEND) || fstat(c->fd, &st) != 0 || !S_ISREG(st.st_mode))
+        return -1;
+    return lseek(c->fd, 0, SEEK_CUR);
+}
+
 /* One result line.  Written with one write() so a job killed at any moment
- * leaves whole lines and at most one cut-off last line (--resume drops it). */
+ * leaves whole lines and at most one cut-off last line (--resume drops it);
+ * a write that fails (a full disk) takes its part back, so the file ends
+ * in whole lines. */
 static void put_line(out_ctx *c, const char *buf, size_t len)
 {
+    off_t start = line_start(c);
     for (size_t off = 0; off < len;) {
         ssize_t w = write(c->fd, buf + off, len - off);
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0) {
-            if (errno == EPIPE)
+            int e = errno;
+            if (e == EPIPE)
                 exit(KVP_EXIT_OK); /* the reader went away: a quiet end, like head */
-            kvp_cli_die("%s: %s", c->out_name, strerror(errno));
+            if (off && start >= 0 && ftruncate(c->fd, start) != 0)
+                kvp_cli_warn("%s: cannot cut off the part-written line: %s", c->out_name, strerror(errno));
+            kvp_cli_die("%s: %s", c->out_name, strerror(e));
         }
         off += (size_t)w;
     }
@@ -698,6 +719,8 @@ static int train_heads(kvp_runopts *o, heads_cli *h)
     if (kvp_cli_same_path(h->job.out, h->job.prompts) || kvp_cli_same_path(h->job.out, o->model))
         kvp_cli_usage_error("-o %s is the %s: write the heads to another file", h->job.out,
                             kvp_cli_same_path(h->job.out, o->model) ? "model" : "prompts file");
+    kvp_cli_refuse_stdout_input(h->job.prompts, "prompts file");
+    kvp_cli_refuse_stdout_input(o->model, "model");
     if (o->prompt || o->file || o->tokens)
         kvp_cli_usage_error("--train-heads FILE is the prompts: no -p, -f or --tokens beside it");
     if (o->sampling.temperature > 0)
@@ -1203,8 +1226,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
         if (from_prompts)
             kvp_cli_refuse_same("--kv-out ", o.kv_out, input, what);
     }
+    kvp_cli_refuse_stdout_input(input, what);
     const char *ins[][2] = {{o.model, "model"}, {draft_path, "draft model"}, {hc.path, "heads file"}};
     for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
+        kvp_cli_refuse_stdout_input(ins[i][0], ins[i][1]);
         kvp_cli_refuse_same("--resume ", resume, ins[i][0], ins[i][1]);
         kvp_cli_refuse_same("--stats=", o.stats_file, ins[i][0], ins[i][1]);
         kvp_cli_refuse_same("--kv-out ", o.kv_out, ins[i][0], ins[i][1]);

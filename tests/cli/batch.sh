@@ -147,6 +147,26 @@ before=$(wc -l <"$T/out.jsonl")
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 --resume "$T/out.jsonl"
 expect_status 0 "resuming a finished job"
 if [ "$(wc -l <"$T/out.jsonl")" = "$before" ]; then pass "adds nothing"; else fail "a finished job grew"; fi
+# A closed standard descriptor is no free number for the files opened
+# after it: standard error closed, the field's note and the --stats
+# summary went into the --resume file (descriptor 2); standard input
+# closed, `-f -` read the model; standard output closed, prefill -o failed
+printf '{"id":"n1","prompt":"Hi","max_token":3}\n' >"$T/note.jsonl"
+run_sh "decode -m '$M' -t 2 -f '$T/note.jsonl' -n 2 --resume '$T/closed.jsonl' --stats 2>&-"
+expect_status 0 "--resume with standard error closed"
+if [ "$(wc -l <"$T/closed.jsonl")" = 1 ] && grep -q '^{"id":"n1",' "$T/closed.jsonl"; then
+    pass "the results file holds the result line alone"
+else
+    fail "the results file holds more than the result: $(head -c 200 "$T/closed.jsonl")"
+fi
+run_sh "decode -m '$M' -t 2 -f - -n 1 <&-"
+expect_status 1 "-f - with standard input closed fails"
+expect_err_has "<stdin>: read at offset 0: Bad file descriptor" "reading it, not the model"
+run_sh "decode -m '$M' -t 2 -f '$T/note.jsonl' -n 1 >&-"
+expect_status 1 "results to a closed standard output fail"
+expect_err_has "write error: Bad file descriptor" "says so"
+run_sh "prefill -m '$M' -t 2 -f '$T/note.jsonl' -o '$T/closed.kvp' >&-"
+expect_status 0 "prefill -o FILE with standard output closed"
 printf 'not json\n' >"$T/bad.jsonl"
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --resume "$T/bad.jsonl"
 expect_status 1 "a results file with a broken line is refused"
@@ -548,7 +568,24 @@ expect_status 2 "--stats=FILE naming the file standard input reads is a usage er
 run prefill -m x.gguf -f "$T/keep.jsonl" -o "$T/keep-link.jsonl"
 expect_status 2 "prefill -o naming the prompts file is a usage error"
 expect_err_has "-o $T/keep-link.jsonl is the prompts file" "names the option and file"
+# ... nor standard output (`>>` onto the prompts: decode read its own
+# results back as prompts), nor a --stats symlink dangling at the output
+run_sh "decode -m x.gguf -f '$T/keep.jsonl' >> '$T/keep.jsonl'"
+expect_status 2 "decode appending its results to its prompts file is a usage error"
+expect_err_has "standard output is $T/keep.jsonl, the prompts file" "says which file"
+run_sh "prefill -m x.gguf -f '$T/keep.jsonl' >> '$T/keep.jsonl'"
+expect_status 2 "prefill appending its stream to its prompts file is a usage error"
+run_sh "decode -m '$T/keep.jsonl' -p hi >> '$T/keep.jsonl'"
+expect_status 2 "decode appending to its model file is a usage error"
+expect_err_has "the model" "names the model"
 if cmp -s "$T/p.jsonl" "$T/keep.jsonl"; then pass "the prompts file is untouched"; else fail "the prompts file changed"; fi
+ln -sf "$T/r-new.jsonl" "$T/stats-link.json"
+run decode -m x.gguf -f "$T/keep.jsonl" --resume "$T/r-new.jsonl" --stats="$T/stats-link.json"
+expect_status 2 "--stats through a symlink dangling at the --resume file is a usage error"
+expect_err_has "is the --resume results file" "says why"
+run prefill -m x.gguf -f "$T/keep.jsonl" -o "$T/r-new.jsonl" --stats="$T/stats-link.json"
+expect_status 2 "prefill --stats through a symlink dangling at -o is a usage error"
+expect_true "nothing was written through the link" test ! -e "$T/r-new.jsonl"
 # a line's empty stop string is refused at its line, as --stop '' is
 printf '{"id":"a","prompt":"hi","stop":["x",""]}\n' >"$T/stop0.jsonl"
 run decode -m "$M" -t 2 -f "$T/stop0.jsonl" -n 2

@@ -304,6 +304,24 @@ nothing_left pf.kvp "prefill -o onto a full file system"
 run_sh "trap '' XFSZ; ulimit -f 100; exec decode -m '$M' -t 2 -f '$T/p.jsonl' -n 2 --kv-out '$W/dk.kvp'"
 truncated decode "--kv-out onto a full file system" ""
 nothing_left dk.kvp "decode --kv-out onto a full file system"
+# a result line that does not fit is taken back: --resume's file, and a
+# file standard output was opened on with `>`, end in whole lines (the
+# file stops 10 bytes short of the size limit, so the next line is cut)
+unit=$(sh -c "trap '' XFSZ; ulimit -f 1; head -c 2000 /dev/zero >'$T/unit' 2>/dev/null; wc -c <'$T/unit'")
+printf '{"id":"pad","text":"%s"}\n' "$(head -c $((4 * unit - 38)) /dev/zero | tr '\0' x)" >"$W/r.jsonl"
+cp "$W/r.jsonl" "$T/r0.jsonl"
+run_sh "trap '' XFSZ; ulimit -f 4; exec decode -m '$M' -t 2 -f '$T/p.jsonl' -n 2 --resume '$W/r.jsonl'"
+expect_status 1 "decode --resume onto a full file system fails"
+expect_err_has "r.jsonl: File too large" "it names the results file"
+if cmp -s "$W/r.jsonl" "$T/r0.jsonl"; then pass "the part-written line is cut off: the results file is as it was"; else
+    fail "the results file ends in a part-written line ($(wc -c <"$W/r.jsonl") bytes, wanted $(wc -c <"$T/r0.jsonl"))"; fi
+LAST_CMD="(cat r.jsonl; exec decode ...) > s.jsonl, 4 blocks at most"
+sh -c "trap '' XFSZ; ulimit -f 4; cat '$T/r0.jsonl'; exec decode -m '$M' -t 2 -f '$T/p.jsonl' -n 2" >"$W/s.jsonl" 2>"$ERR"
+status=$?
+expect_status 1 "decode > FILE onto a full file system fails"
+if cmp -s "$W/s.jsonl" "$T/r0.jsonl"; then pass "standard output's file ends in whole lines"; else
+    fail "standard output's file ends in a part-written line"; fi
+rm -f "$W/r.jsonl" "$W/s.jsonl"
 run_sh "ulimit -f 100; exec prefill -m '$M' -t 2 -f '$T/p.jsonl' -o '$W/pfx.kvp'"
 expect_status 153 "prefill: killed by SIGXFSZ mid-write"
 nothing_left pfx.kvp "prefill: killed by SIGXFSZ mid-write"
