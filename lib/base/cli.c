@@ -173,31 +173,54 @@ void kvp_cli_version(void)
     exit(kvp_cli_close_stdout());
 }
 
+/* round(f * m / d) for f < d < 2^62 and m < 2^62, exactly: m's bits from
+ * the top, value = q + r / d doubled and f / d added a bit that is set. */
+static uint64_t frac_times(uint64_t f, uint64_t m, uint64_t d)
+{
+    uint64_t q = 0, r = 0;
+    for (int bit = 63; bit >= 0; bit--) {
+        q <<= 1, r <<= 1;
+        if (m >> bit & 1)
+            r += f;
+        while (r >= d)
+            r -= d, q++;
+    }
+    return q + (r >= d - r); /* half a byte or more rounds up */
+}
+
 int kvp_cli_parse_size(const char *s, uint64_t *out)
 {
     /* Decimal digits and an optional fraction, as documented ("1.5G"):
-     * strtod alone would also take a sign, leading space, an exponent and
-     * hex ("0x50G" was 80 GB). */
+     * strtod would also take a sign, leading space, an exponent and hex
+     * ("0x50G" was 80 GB), and its binary product is not the decimal one
+     * ("16.4GB" came out 16399999999.999998 and was refused). */
     if (!s)
         return -1;
     size_t n = strspn(s, "0123456789");
-    if (n && s[n] == '.' && s[n + 1] >= '0' && s[n + 1] <= '9')
-        n += 1 + strspn(s + n + 1, "0123456789");
     if (!n)
         return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end != s + n || errno || !isfinite(v))
-        return -1;
-    double mult = 1;
-    const char *p = end;
+    uint64_t whole = 0, frac = 0, den = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (whole > (UINT64_MAX - 9) / 10)
+            return -1;
+        whole = whole * 10 + (uint64_t)(s[i] - '0');
+    }
+    const char *p = s + n;
+    if (*p == '.' && p[1] >= '0' && p[1] <= '9') {
+        size_t nf = strspn(++p, "0123456789");
+        /* 18 places at most count (10^18 < 2^62): the rest is below a
+         * byte in any unit here */
+        for (size_t i = 0; i < nf && i < 18; i++)
+            frac = frac * 10 + (uint64_t)(p[i] - '0'), den *= 10;
+        p += nf;
+    }
+    uint64_t mult = 1;
     static const char units[] = "KMGTP";
     const char *u = *p ? strchr(units, *p >= 'a' ? *p - 32 : *p) : NULL;
     if (u && *p) {
         int power = (int)(u - units) + 1;
         p++;
-        double base = 1000;
+        uint64_t base = 1000;
         if (*p == 'i' || *p == 'I') { /* any case, as the prefix: "80gib" is no other size */
             base = 1024;
             p++;
@@ -209,13 +232,14 @@ int kvp_cli_parse_size(const char *s, uint64_t *out)
         p++;
     if (*p)
         return -1;
-    double r = v * mult;
-    if (r >= 18446744073709551616.0)
+    /* A fraction of a byte given as bytes ("1.5") is no size; in a unit
+     * (79.65GiB, as --list-gpus prints) it rounds to the nearest byte. */
+    if (mult == 1 && frac)
         return -1;
-    /* A fractional result ("1.5" bytes) is not a size. */
-    if (r != floor(r))
+    uint64_t part = frac ? frac_times(frac, mult, den) : 0;
+    if (whole > (UINT64_MAX - part) / mult)
         return -1;
-    *out = (uint64_t)r;
+    *out = whole * mult + part;
     return 0;
 }
 

@@ -59,9 +59,11 @@ _Noreturn void kvp_cli_bad_option(char *const argv[], const char *optstring);
 /* Print "prog VERSION" on stdout and exit 0. */
 _Noreturn void kvp_cli_version(void);
 
-/* Parse a size with optional suffix K M G T (powers of 1000) or Ki Mi Gi Ti
- * (powers of 1024), an optional trailing B ("4GiB", "512M", "1.5G").
- * Returns 0 or -1 on a malformed or overflowing value. */
+/* Parse a size with optional suffix K M G T P (powers of 1000) or Ki Mi Gi
+ * Ti Pi (powers of 1024), an optional trailing B ("4GiB", "512M", "1.5G"),
+ * in exact decimal: a fraction in a unit rounds to the nearest byte
+ * ("79.65GiB"), a fraction of a byte with no unit is refused.  Returns 0
+ * or -1 on a malformed or overflowing value. */
 int kvp_cli_parse_size(const char *s, uint64_t *out);
 /* Whole number in [min, max], decimal digits with an optional '-' (no
  * space, '+' or hex); 0 or -1. */

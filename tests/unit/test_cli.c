@@ -112,6 +112,32 @@ static void test_size(void)
     CHECK(kvp_cli_parse_size("80GIB", &v) == 0 && v == 80ull << 30);
     CHECK(kvp_cli_parse_size("80Gbb", &v) == -1);
     CHECK(kvp_cli_parse_size("80ib", &v) == -1); /* no prefix, no i */
+    /* decimal fractions exactly: strtod's 16.4 * 1e9 was 16399999999.999998,
+     * refused as a fraction of a byte, as 37 of 0.1G .. 99.9G were */
+    char buf[32];
+    int bad = 0;
+    for (unsigned t = 1; t < 1000; t++) {
+        snprintf(buf, sizeof buf, "%u.%uG", t / 10, t % 10);
+        if (kvp_cli_parse_size(buf, &v) != 0 || v != (uint64_t)t * 100000000ull)
+            bad++;
+    }
+    CHECK(bad == 0);
+    CHECK(kvp_cli_parse_size("16.4GB", &v) == 0 && v == 16400000000ull);
+    CHECK(kvp_cli_parse_size("2.039T", &v) == 0 && v == 2039000000000ull);
+    CHECK(kvp_cli_parse_size("4.1M", &v) == 0 && v == 4100000);
+    /* a fraction of a byte in a unit rounds to the nearest: 79.65 * 2^30 is
+     * 85523536281.6; 0.5 KiB is 512 exactly; 1.0005K is 1000.5, up */
+    CHECK(kvp_cli_parse_size("79.65GiB", &v) == 0 && v == 85523536282ull);
+    CHECK(kvp_cli_parse_size("0.5KiB", &v) == 0 && v == 512);
+    CHECK(kvp_cli_parse_size("1.0005K", &v) == 0 && v == 1001);
+    CHECK(kvp_cli_parse_size("0.0001K", &v) == 0 && v == 0);
+    CHECK(kvp_cli_parse_size("1.500", &v) == -1);
+    CHECK(kvp_cli_parse_size("1.000", &v) == 0 && v == 1); /* a whole number of bytes */
+    CHECK(kvp_cli_parse_size("1.", &v) == -1);
+    CHECK(kvp_cli_parse_size(".5G", &v) == -1);
+    CHECK(kvp_cli_parse_size("18446744073709551615", &v) == -1 || v == UINT64_MAX);
+    CHECK(kvp_cli_parse_size("16383.999PiB", &v) == 0 && v == 18446742947809644773ull);
+    CHECK(kvp_cli_parse_size("16384PiB", &v) == -1); /* 2^64 */
 }
 
 int main(void)
