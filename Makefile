@@ -12,7 +12,9 @@ CC      ?= cc
 PREFIX  ?= /usr/local
 DESTDIR ?=
 O       ?= build
-BINDIR  ?= bin
+# An out-of-tree build (O=DIR) links its programs into DIR/bin: into the
+# shared bin/ they replaced the default build's, which make did not see.
+BINDIR  ?= $(if $(filter build,$(O)),bin,$(O)/bin)
 V       ?= 0
 
 # Strict warnings (STYLE.md); -Werror so nothing slips in.
@@ -24,9 +26,13 @@ OPT      ?= -O2 -g
 # <sched.h> is the system's, not lib/engine/sched.h.
 LIB_DIRS := $(sort $(patsubst %/,%,$(dir $(wildcard lib/*/*.c lib/*/*.h))))
 LIB_INC  := $(addprefix -iquote,$(LIB_DIRS))
-CPPFLAGS += $(LIB_INC) -D_GNU_SOURCE
-CFLAGS   += -std=c11 $(OPT) $(WARN) -pthread -MMD -MP
-LDLIBS   += -lzstd -lm -pthread
+# `override`: a CPPFLAGS or CFLAGS given on the command line (make
+# CFLAGS=-O3, as distributions' build tools do) is added to, not put in
+# their place (it had dropped -std=c11, the warnings and the include path);
+# the caller's CFLAGS come last, so its -O3 wins over OPT's -O2.
+override CPPFLAGS += $(LIB_INC) -D_GNU_SOURCE
+override CFLAGS   := -std=c11 $(OPT) $(WARN) -pthread -MMD -MP $(CFLAGS)
+override LDLIBS   += -lzstd -lm -pthread
 
 # ---- CUDA plumbing (CUDA=auto|0|1).  The CPU build never needs nvcc. ----
 # kernels/*.cu go into the library with lib/.  The CUDA runtime is linked
@@ -47,14 +53,14 @@ else
   USE_CUDA := $(CUDA)
 endif
 # kernels/backend_cuda.h, the C side's one header of the CUDA backend
-CPPFLAGS += -iquote kernels
+override CPPFLAGS += -iquote kernels
 ifeq ($(USE_CUDA),1)
   ifeq ($(NVCC),)
     $(error CUDA=1 but nvcc was not found (set CUDA_HOME or PATH))
   endif
-  CPPFLAGS += -DKVP_HAVE_CUDA=1
+  override CPPFLAGS += -DKVP_HAVE_CUDA=1
   CU_OBJ   := $(CU_SRC:%.cu=$(O)/%.o)
-  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
+  override LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 # The architectures, as backend_cuda.cu names them when a device has no code here: "sm_90".
 comma      := ,
@@ -80,17 +86,26 @@ ifeq ($(MPI)$(HAVE_MPI),1)
   $(error MPI=1 but no MPI was found (Debian: apt-get install libopenmpi-dev openmpi-bin))
 endif
 ifeq ($(HAVE_MPI),1)
-  CPPFLAGS += -DKVP_HAVE_MPI=1 $(MPI_CFLAGS)
-  LDLIBS   += $(MPI_LIBS)
+  override CPPFLAGS += -DKVP_HAVE_MPI=1 $(MPI_CFLAGS)
+  override LDLIBS   += $(MPI_LIBS)
 endif
 
 # ---- NCCL (NCCL=auto|0|1): tpbench's GPU backend, in lib/comm/*nccl*.c. ----
-# Headers and libraries from the CUDA toolkit; only tpbench links them (with
-# an rpath), so no other program needs CUDA's libraries to start.
+# Headers and libraries from the CUDA toolkit, in the CUDA build only; only
+# tpbench links them (dynamically, with an rpath), so no other program needs
+# CUDA's libraries to start, and a CPU build's tpbench none either (NCCL=0
+# makes a CUDA build's tpbench start without them too).
 NCCL ?= auto
+# auto, 0 or 1: another word (CUDA=yes) had built without it, silently
+$(foreach v,CUDA MPI NCCL,$(if $(filter-out auto 0 1,$($(v))),$(error $(v)=$($(v)): give auto, 0 or 1)))
+ifeq ($(NCCL)$(USE_CUDA),10)
+  $(error NCCL=1 needs the CUDA build: nvcc, or CUDA=1)
+endif
+ifneq ($(NCCL)$(USE_CUDA),auto0)
 ifneq ($(NCCL),0)
   HAVE_NCCL := $(shell test -f $(CUDA_HOME)/include/nccl.h && test -f $(CUDA_HOME)/include/cuda_runtime.h && \
                  ls $(CUDA_HOME)/lib64/libnccl.so >/dev/null 2>&1 && echo 1)
+endif
 endif
 ifeq ($(NCCL)$(HAVE_NCCL),1)
   $(error NCCL=1 but nccl.h or libnccl.so is not under CUDA_HOME=$(CUDA_HOME))
@@ -130,6 +145,13 @@ MAN5     := $(sort $(wildcard man/*.5))
 ## all          build lib/libkvpipe.a and every program into bin/ (default)
 all: $(LIB) $(PROGS)
 
+# Every test build has lib/base/debug.h's assertions on (KVP_DEBUG=1) and
+# its own folder, so `make` (bin/, build/) never carries them (set before
+# BUILD_FLAGS, which records it).
+KVP_DEBUG ?= 0
+ifeq ($(KVP_DEBUG),1)
+  override CPPFLAGS += -DKVP_DEBUG=1
+endif
 # Every object and program depends on the flags it was built with,
 # $(O)/build-flags, rewritten only when they change: MPI installed after a
 # first build (scripts/deps), or another OPT or CUDA, rebuilds what they
@@ -159,8 +181,8 @@ $(O)/tests/unit/%.o: tests/unit/%.cu $(wildcard kernels/*.cuh) lib/plan/gpuplan.
 	@mkdir -p $(@D)
 	$(Q)$(NVCC) $(NVCC_FLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2>$(@:.o=.ptxas) || { cat $(@:.o=.ptxas) >&2; exit 1; }
 
-$(O)/lib/comm/%nccl.o $(O)/lib/comm/%nccl_impl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
-$(BINDIR)/tpbench: LDLIBS += $(NCCL_LIBS)
+$(O)/lib/comm/%nccl.o $(O)/lib/comm/%nccl_impl.o: override CPPFLAGS += $(NCCL_CPPFLAGS)
+$(BINDIR)/tpbench: override LDLIBS += $(NCCL_LIBS)
 
 $(LIB): $(LIB_OBJ)
 	$(call say,AR,$@)
@@ -179,7 +201,7 @@ $(O)/tests/test_%: $(O)/tests/unit/test_%.o $(LIB) $(O)/build-flags
 
 # test_io checks the fsync protocol of lib/base/io.c, and that it reads the
 # umask without setting it, through wrappers.
-$(O)/tests/test_io: LDFLAGS += -Wl,--wrap=fsync -Wl,--wrap=umask
+$(O)/tests/test_io: override LDFLAGS += -Wl,--wrap=fsync -Wl,--wrap=umask
 
 # Corpus replays: each fuzz harness linked with a plain main() that runs every
 # file of tests/fuzz/corpus/NAME/ (seeds and past crashes) and of
@@ -193,12 +215,6 @@ $(O)/tests/test_fuzz_%: $(O)/tests/fuzz/fuzz_%.o $(O)/tests/fuzz/replay.o $(LIB)
 deps:
 	@scripts/deps
 
-# Every test build has lib/base/debug.h's assertions on (KVP_DEBUG=1) and
-# its own folder, so `make` (bin/, build/) never carries them.
-KVP_DEBUG ?= 0
-ifeq ($(KVP_DEBUG),1)
-  CPPFLAGS += -DKVP_DEBUG=1
-endif
 CHECK_VARS := O=build/check BINDIR=build/check/bin KVP_DEBUG=1
 
 ## check        install deps, fetch the test model if possible, run every test (build/check: assertions on)
@@ -309,7 +325,8 @@ uninstall:
 clean:
 	rm -rf $(O) build $(BINDIR) lib/libkvpipe.a tests/tmp
 
-## help         list the targets (V=1 shows commands; CUDA=auto|0|1, CUDA_HOME, NVCC_GENCODE)
+## help         list the targets (V=1 shows commands; CUDA=, MPI=, NCCL=auto|0|1, CUDA_HOME, NVCC_GENCODE;
+##              O=DIR builds out of tree into DIR/bin; OPT=-O2 -g; CFLAGS/CPPFLAGS add to the build's own)
 help:
 	@sed -n 's/^## /  /p' $(MAKEFILE_LIST)
 

@@ -1358,7 +1358,7 @@ int main(int argc, char **argv)
                 sweeps[opt - OPT_SWEEP_BASE].spec = optarg;
                 break;
             }
-            kvp_cli_bad_option(argv, "m:g:s:b:hV");
+            kvp_cli_bad_option(argv, "m:g:s:b:hV", longopts);
         }
     }
     if (optind < argc)

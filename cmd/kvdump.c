@@ -496,7 +496,7 @@ int main(int argc, char **argv)
             usage(stdout);
             return kvp_cli_close_stdout();
         case 'V': kvp_cli_version();
-        default: kvp_cli_bad_option(argv, "csx:jhV");
+        default: kvp_cli_bad_option(argv, "csx:jhV", opts);
         }
     }
     if (d.check + d.summary + (d.extract != NULL) > 1)

@@ -621,7 +621,7 @@ int main(int argc, char **argv)
         }
         if (c == KVP_OPT_VERSION)
             kvp_cli_version();
-        kvp_cli_bad_option(argv, KVP_RUNOPTS_SHORT "ho:");
+        kvp_cli_bad_option(argv, KVP_RUNOPTS_SHORT "ho:", longopts);
     }
     kvp_progress_bare_check(progress == 0, argc, argv, optind);
     if (!o.model)

@@ -169,7 +169,7 @@ static void parse(int argc, char **argv, options *o)
             usage(stdout);
             exit(kvp_cli_close_stdout());
         case 'V': kvp_cli_version();
-        default: kvp_cli_bad_option(argv, "t:s:g:e:i:x:o:fnr:z::hV");
+        default: kvp_cli_bad_option(argv, "t:s:g:e:i:x:o:fnr:z::hV", lopts);
         }
     }
     if (o->eval_chunks && !o->eval)

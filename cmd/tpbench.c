@@ -177,7 +177,7 @@ static void parse_opts(int argc, char **argv, opts *o)
             usage(stdout);
             exit(kvp_cli_close_stdout());
         case 'V': kvp_cli_version();
-        default: kvp_cli_bad_option(argv, SHORTOPTS);
+        default: kvp_cli_bad_option(argv, SHORTOPTS, longs);
         }
     }
     if (cb->max_bytes < cb->min_bytes)

@@ -56,7 +56,7 @@ void kvp_cli_init(const char *argv0)
 
 const char *kvp_cli_prog(void) { return prog_name; }
 
-static void vmsg(const char *fmt, va_list ap)
+__attribute__((format(printf, 1, 0))) static void vmsg(const char *fmt, va_list ap)
 {
     fflush(stdout);
     if (before_message)
@@ -142,7 +142,22 @@ const char *kvp_cli_operand_hint(int argc, char *const argv[], int first)
     return "";
 }
 
-void kvp_cli_bad_option(char *const argv[], const char *optstring)
+/* The long options name (n bytes, no dashes) begins, when two or more:
+ * "--top-k, --top-p" into buf; 0 when fewer. */
+static int ambiguous_matches(const struct option *longopts, const char *name, size_t n, char *buf, size_t cap)
+{
+    int k = 0;
+    size_t at = 0;
+    buf[0] = '\0';
+    for (const struct option *o = longopts; o && o->name; o++)
+        if (strncmp(o->name, name, n) == 0 && at + strlen(o->name) + 5 < cap) {
+            at += (size_t)snprintf(buf + at, cap - at, "%s--%s", k ? ", " : "", o->name);
+            k++;
+        }
+    return k >= 2 ? k : 0;
+}
+
+void kvp_cli_bad_option(char *const argv[], const char *optstring, const struct option *longopts)
 {
     int c = optopt;
     /* An unknown short option; argv[optind - 1] may not hold it (getopt
@@ -158,6 +173,9 @@ void kvp_cli_bad_option(char *const argv[], const char *optstring)
     int is_long = strncmp(arg, "--", 2) == 0 && arg[2];
     const char *eq = is_long ? strchr(arg, '=') : NULL;
     int name_len = eq ? (int)(eq - arg) : (int)strlen(arg);
+    char matches[512];
+    if (c == 0 && is_long && ambiguous_matches(longopts, arg + 2, (size_t)name_len - 2, matches, sizeof matches))
+        kvp_cli_usage_error("option '%.*s' is ambiguous: %s", name_len, arg, matches);
     if (c == 0)
         kvp_cli_usage_error("unknown option '%.*s'", name_len, arg);
     if (!is_long)

@@ -51,11 +51,14 @@ void kvp_cli_note_optional_values(int argc, char *const argv[], const struct opt
  * value is given as --stats=VALUE)". */
 const char *kvp_cli_operand_hint(int argc, char *const argv[], int first);
 
+struct option;
 /* The usage error for getopt_long's '?' (or ':'): names the option that was
- * unknown, lacks its value or takes none.  optstring is the one given to
- * getopt_long (it tells an unknown short option from one missing its value);
- * a long option whose val is a character must have it in optstring. */
-_Noreturn void kvp_cli_bad_option(char *const argv[], const char *optstring);
+ * unknown, ambiguous (a prefix of two or more of longopts: getopt tells
+ * neither apart), lacks its value or takes none.  optstring and longopts
+ * are the ones given to getopt_long (optstring tells an unknown short
+ * option from one missing its value); a long option whose val is a
+ * character must have it in optstring. */
+_Noreturn void kvp_cli_bad_option(char *const argv[], const char *optstring, const struct option *longopts);
 /* Print "prog VERSION" on stdout and exit 0. */
 _Noreturn void kvp_cli_version(void);
 

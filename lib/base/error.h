@@ -48,7 +48,7 @@ int kvp_err_set(kvp_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-int kvp_err_vset(kvp_err *err, int code, const char *fmt, va_list ap);
+__attribute__((format(printf, 3, 0))) int kvp_err_vset(kvp_err *err, int code, const char *fmt, va_list ap);
 
 /* Put "prefix: " in front of the message already in err (adds the context an
  * outer layer knows, such as the file name).  Returns err->code. */

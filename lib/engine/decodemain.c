@@ -1092,7 +1092,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         }
         if (c == KVP_OPT_VERSION)
             kvp_cli_version();
-        kvp_cli_bad_option(argv, spec ? KVP_RUNOPTS_SHORT "ho:" : KVP_RUNOPTS_SHORT "h");
+        kvp_cli_bad_option(argv, spec ? KVP_RUNOPTS_SHORT "ho:" : KVP_RUNOPTS_SHORT "h", longopts);
     }
     kvp_progress_bare_check(progress == 0, argc, argv, optind);
     kvp_runopts_set_budget(&o);

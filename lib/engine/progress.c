@@ -225,11 +225,11 @@ uint64_t kvp_progress_shard_count(uint64_t n, uint32_t k, uint32_t m)
 
 double kvp_progress_opt(const char *arg) { return arg ? kvp_cli_opt_f64("--progress", arg, 0.001, 86400) : 0; }
 
-void kvp_progress_bare_check(int given_bare, int argc, char *const argv[], int optind)
+void kvp_progress_bare_check(int given_bare, int argc, char *const argv[], int next)
 {
-    if (!given_bare || optind >= argc)
+    if (!given_bare || next >= argc)
         return;
-    const char *a = argv[optind];
+    const char *a = argv[next];
     double v;
     if (kvp_cli_parse_f64(a, 0, 1e300, &v) == 0 && access(a, F_OK) != 0)
         kvp_cli_usage_error("--progress takes its seconds after '=': --progress=%s", a);

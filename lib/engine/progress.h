@@ -86,6 +86,6 @@ uint64_t kvp_progress_shard_count(uint64_t n, uint32_t k, uint32_t m);
 /* getopt leaves "--progress 5" as --progress and an argument "5" (an
  * optional value goes after '='): a usage error saying so when given_bare
  * and argv[optind] is a number that names no file. */
-void kvp_progress_bare_check(int given_bare, int argc, char *const argv[], int optind);
+void kvp_progress_bare_check(int given_bare, int argc, char *const argv[], int next);
 
 #endif

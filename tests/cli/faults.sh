@@ -21,6 +21,9 @@ usage_case kvdump "unknown option" "unknown option '--bogus'" kvdump --bogus
 usage_case kvdump "unknown short option" "unknown option '-q'" kvdump -q "$T/s.kvp"
 usage_case kvdump "an unknown option in a cluster" "unknown option '-q'" kvdump --json -cq "$T/s.kvp"
 usage_case kvdump "an unknown abbreviation" "unknown option '--bog'" kvdump --bog=1 "$T/s.kvp"
+# a prefix of two options is ambiguous, not unknown (getopt says '?' for both)
+usage_case decode "an ambiguous abbreviation" "option '--top' is ambiguous: --top-k, --top-p" decode -m x.gguf --top 5 -p hi
+usage_case kvcalc "an ambiguous abbreviation with a value" "option '--he' is ambiguous: --help, --heads, --head-dim" kvcalc --he=3
 usage_case kvdump "--extract without its value" "option '--extract' needs a value" kvdump --extract
 usage_case kvdump "-x without its value" "option '-x' needs a value" kvdump -x
 usage_case kvdump "--check=3" "option '--check' takes no value" kvdump --check=3 "$T/s.kvp"

@@ -68,7 +68,7 @@ static inline int tv_gpt2(kvp_meta *m, const char *pre)
     for (int b = 0; b < 256; b++)
         tv_add(&l, s, kvp_unicode_encode(tv_byte_cp(b), s), 1, 0);
     /* "\xc4\xa0" is U+0120, the byte-level space */
-    static const char *const merged[] = {"\xc4\xa0t", "he", "\xc4\xa0the", "in", "\xc4\xa0" "a", "12", "\xc4\xa0\xc4\xa0"};
+    static const char *const merged[] = {"\xc4\xa0t", "he", "\xc4\xa0the", "in", "\xc4\xa0\x61" /* a: a hex escape takes every hex digit */, "12", "\xc4\xa0\xc4\xa0"};
     static const char *const merges[] = {"\xc4\xa0 t", "h e", "\xc4\xa0t he", "i n", "\xc4\xa0 a", "1 2",
                                          "\xc4\xa0 \xc4\xa0"};
     for (size_t i = 0; i < sizeof merged / sizeof merged[0]; i++)

@@ -182,6 +182,7 @@ static void test_stats(void)
         kvp_kldstats_add(&s, &c, 1.5, &err);
     }
     CHECK(kvp_kldstats_summary(&s, &o, &err) == 0);
+    CHECK_NEAR(o.kld_mean, sum / 101, 1e-12);
     CHECK_NEAR(o.kld_mean, 0.5, 1e-12);
     double var = sum2 / 101 - 0.25;
     CHECK_NEAR(o.kld_err, sqrt(var / 100), 1e-12);
