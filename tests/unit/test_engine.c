@@ -2195,8 +2195,65 @@ static void test_attention_split(int kv_dtype, unsigned flags)
     be->ops->destroy(be);
 }
 
+/* A NaN in a cached K row makes its score NaN: the outputs of every query
+ * that sees it must be NaN too (the engine's check then ends the
+ * sequence), never finite.  The SIMD exp clamped its input with a max that
+ * returns its other operand for a NaN, so the key got weight ~1e-38 and
+ * decode ran on as if nothing were wrong; the portable expf carried it.
+ * Each kernel set (flags), a decode step (one token) and a verify step of
+ * six (the 512-bit queries' path), heads 64 wide as SmolLM2's. */
+static void test_attention_nan(int kv_dtype, uint32_t n_tok, unsigned flags)
+{
+    enum { HD = 64, BS = 16, NB = 2, NP = 20, NREP = 3, BAD = 3 };
+    size_t es = kv_dtype == KVP_DTYPE_F32 ? 4 : 2;
+    kvp_err err = {0};
+    kvp_backend *be = rig_backend(flags);
+    if (!be)
+        return;
+    kvp_kv_pool kv = {.dtype = kv_dtype, .n_blocks = NB, .block_size = BS, .n_layer = 1, .n_head_kv = 1,
+                      .head_dim = HD, .block_bytes = (uint64_t)2 * BS * HD * es};
+    kv.base = be->ops->alloc(be, NB * kv.block_bytes);
+    float kr[HD], vr[HD], q[8 * NREP * HD], out[8 * NREP * HD];
+    int32_t pos[8];
+    uint32_t seq[8] = {0}, flat[NB] = {0, 1};
+    uint64_t rng = 0x4e614e;
+    CHECK(kv.base && n_tok <= 8);
+    for (uint32_t p = 0; kv.base && p < NP; p++) {
+        for (uint32_t i = 0; i < HD; i++)
+            kr[i] = unit_frand(&rng), vr[i] = unit_frand(&rng);
+        if (p == BAD)
+            kr[HD / 2] = NAN;
+        uint32_t slot = p;
+        CHECK(be->ops->kv_store(be, &kv, 0, kr, vr, 1, &slot, &err) == 0);
+    }
+    for (uint32_t i = 0; i < n_tok * NREP * HD; i++)
+        q[i] = unit_frand(&rng);
+    for (uint32_t t = 0; t < n_tok; t++)
+        pos[t] = (int32_t)(NP - n_tok + t);
+    rig_reserve(be, n_tok, 0, NREP, NP, &kv);
+    kvp_attn_args a = rig_attn_args(q, out, n_tok, NREP, 0, 0.125f, pos, seq, flat, 1, NB, &kv);
+    CHECK_MSG(kv.base && be->ops->attention(be, &a, &err) == 0, "%s", err.msg);
+    uint32_t finite_rows = 0;
+    for (uint32_t r = 0; kv.base && r < n_tok * NREP; r++) {
+        int bad = 0;
+        for (uint32_t i = 0; i < HD; i++)
+            bad |= !isfinite(out[r * HD + i]);
+        finite_rows += !bad;
+    }
+    CHECK_MSG(finite_rows == 0, "kv dtype %d, %u tokens, flags %u (%s): %u of %u query rows finite past a NaN key",
+              kv_dtype, n_tok, flags, kvp_backend_cpu_isa(be), finite_rows, n_tok * NREP);
+    if (kv.base)
+        be->ops->release(be, kv.base);
+    kvp_backend_free(be);
+}
+
 static void test_attention(void)
 {
+    for (unsigned fl = 0; fl <= KVP_CPU_NO_VNNI; fl++)
+        for (uint32_t nt = 1; nt <= 6; nt += 5) {
+            test_attention_nan(KVP_DTYPE_F32, nt, fl);
+            test_attention_nan(KVP_DTYPE_F16, nt, fl);
+        }
     const int dts[] = {KVP_DTYPE_F32, KVP_DTYPE_F16};
     const uint32_t reps[] = {1, 3, 9};
     for (int d = 0; d < 2; d++)
