@@ -305,15 +305,7 @@ int kvp_runopts_request_sampling(const kvp_runopts *o, const kvp_prompt_params *
 static int keep_default_system(kvp_run *r, kvp_err *err)
 {
     const kvp_meta *m = kvp_model_tok_meta(r->model);
-    size_t n = 0;
-    const char *s = m ? kvp_chat_default_system(m, &n) : NULL;
-    if (!s)
-        return 0;
-    if (!(r->default_system = malloc(n + 1)))
-        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
-    memcpy(r->default_system, s, n);
-    r->default_system[n] = '\0';
-    return 0;
+    return m ? kvp_chat_default_system(m, &r->default_system, err) : 0;
 }
 
 int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
@@ -353,7 +345,7 @@ int kvp_run_open_tokenizer(kvp_run *r, const kvp_runopts *o, kvp_err *err)
 
 kvp_chat_format kvp_run_chat_format(const kvp_run *r)
 {
-    kvp_chat_format f = KVP_CHAT_CHATML;
+    kvp_chat_format f = KVP_CHAT_NONE;
     kvp_err ignored;
     kvp_chat_detect(r->tok, &f, &ignored);
     return f;

@@ -209,8 +209,9 @@ int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_s
  * 0 or a code (KVP_EINVAL for an empty turn). */
 int kvp_run_turn_ids(const kvp_run *r, const kvp_runopts *o, const kvp_gen_seq *s, uint32_t **ids, uint32_t *n,
                      kvp_err *err);
-/* The chat format the model's vocabulary speaks (ChatML when it names
- * neither). */
+/* The chat format the model's vocabulary speaks; KVP_CHAT_NONE when it
+ * has neither ChatML's nor Llama-3's markers (rendering a conversation then
+ * fails, saying so: ChatML typed out as plain text was no chat). */
 kvp_chat_format kvp_run_chat_format(const kvp_run *r);
 /* A KVP stream of sequences written as each is ready (prefill writes each
  * prompt's KV as soon as it is computed, so decode at the other end of a

@@ -22,8 +22,16 @@ const char *kvp_chat_format_name(kvp_chat_format f)
     switch (f) {
     case KVP_CHAT_CHATML: return "chatml";
     case KVP_CHAT_LLAMA3: return "llama3";
+    case KVP_CHAT_NONE: return "none";
     }
     return "?";
+}
+
+static int no_format(kvp_err *err)
+{
+    return kvp_err_set(err, KVP_EUNSUPPORTED,
+                       "the model's vocabulary has neither <|im_start|> (ChatML) nor <|start_header_id|> (Llama-3): "
+                       "it has no chat format to render a conversation in (give plain prompts)");
 }
 
 int kvp_chat_detect(const kvp_tokenizer *t, kvp_chat_format *f, kvp_err *err)
@@ -36,27 +44,58 @@ int kvp_chat_detect(const kvp_tokenizer *t, kvp_chat_format *f, kvp_err *err)
         *f = KVP_CHAT_CHATML;
         return 0;
     }
-    return kvp_err_set(err, KVP_ENOTFOUND,
-                       "the vocabulary has neither <|im_start|> (chatml) nor <|start_header_id|> (llama3): "
-                       "pick a chat format");
+    return no_format(err);
 }
 
-const char *kvp_chat_default_system(const kvp_meta *m, size_t *len)
+/* The text of a Jinja string literal from s to e, its escapes (\n \t \\
+ * \' \") undone, into out (e - s + 1 bytes); 0 when it is no plain
+ * literal: it holds a quote, brace, '+' or '%' (template logic: the
+ * message is built from variables, not ours to guess) or another escape. */
+static int literal_text(const char *s, const char *e, char *out)
 {
-    static const char open[] = "<|im_start|>system\n";
+    size_t n = 0;
+    for (; s < e; s++) {
+        char c = *s;
+        if (c == '\\') {
+            if (++s == e)
+                return 0;
+            c = *s == 'n' ? '\n' : *s == 't' ? '\t' : *s;
+            if (!strchr("\n\t\\'\"", c))
+                return 0;
+        } else if (strchr("{}'\"+%", c)) {
+            return 0;
+        }
+        out[n++] = c;
+    }
+    out[n] = '\0';
+    return n > 0;
+}
+
+int kvp_chat_default_system(const kvp_meta *m, char **out, kvp_err *err)
+{
+    static const char open[] = "<|im_start|>system";
+    *out = NULL;
     const char *tpl = kvp_meta_get_str(m, "tokenizer.chat_template");
-    if (!tpl)
-        return NULL;
-    const char *s = strstr(tpl, open);
-    if (!s)
-        return NULL;
-    s += sizeof open - 1;
-    const char *e = strstr(s, "<|im_end|>");
-    /* Only a literal message: one built from template variables is not ours to guess. */
-    if (!e || e == s || memchr(s, '{', (size_t)(e - s)) || memchr(s, '\'', (size_t)(e - s)))
-        return NULL;
-    *len = (size_t)(e - s);
-    return s;
+    /* Each system turn the template writes, in order, until one holds a
+     * literal message: Qwen2.5's first two are built from variables (its
+     * tools branch, a given system message), its third is the default.
+     * The newline after the role is real, or the literal's escape. */
+    for (const char *s = tpl ? strstr(tpl, open) : NULL; s; s = strstr(s + 1, open)) {
+        const char *b = s + sizeof open - 1;
+        b += *b == '\n' ? 1 : b[0] == '\\' && b[1] == 'n' ? 2 : 0;
+        const char *e = b == s + sizeof open - 1 ? NULL : strstr(b, "<|im_end|>");
+        if (!e)
+            continue;
+        char *text = malloc((size_t)(e - b) + 1);
+        if (!text)
+            return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+        if (literal_text(b, e, text)) {
+            *out = text;
+            return 0;
+        }
+        free(text);
+    }
+    return 0;
 }
 
 void kvp_chat_marks_free(kvp_chat_marks *m)
@@ -121,6 +160,8 @@ static int chat_done(chat_out *o, kvp_err *err)
 int kvp_chat_render(kvp_chat_format f, const kvp_chat_msg *msgs, size_t n, int add_generation, kvp_buf *out,
                     kvp_chat_marks *marks, kvp_err *err)
 {
+    if (f == KVP_CHAT_NONE)
+        return no_format(err);
     if (f != KVP_CHAT_CHATML && f != KVP_CHAT_LLAMA3)
         return kvp_err_set(err, KVP_EINVAL, "chat: format %d is not chatml or llama3", (int)f);
     chat_out o = {out, marks, 0};
@@ -171,6 +212,8 @@ int kvp_chat_prompt(kvp_chat_format f, const char *system, const char *user, kvp
 
 int kvp_chat_close_turn(kvp_chat_format f, kvp_buf *out, kvp_chat_marks *marks, kvp_err *err)
 {
+    if (f == KVP_CHAT_NONE)
+        return no_format(err);
     if (f != KVP_CHAT_CHATML && f != KVP_CHAT_LLAMA3)
         return kvp_err_set(err, KVP_EINVAL, "chat: format %d is not chatml or llama3", (int)f);
     chat_out o = {out, marks, 0};

@@ -26,6 +26,7 @@
 #include <stddef.h>
 
 typedef enum kvp_chat_format {
+    KVP_CHAT_NONE = 0, /* the vocabulary has no chat markers: nothing renders */
     KVP_CHAT_CHATML = 1,
     KVP_CHAT_LLAMA3 = 2,
 } kvp_chat_format;
@@ -42,9 +43,12 @@ const char *kvp_chat_format_name(kvp_chat_format f);
  * ChatML when it has <|im_start|>; KVP_ENOTFOUND when neither. */
 int kvp_chat_detect(const kvp_tokenizer *t, kvp_chat_format *f, kvp_err *err);
 /* The system message a model's chat template inserts when the conversation
- * has none (SmolLM2: "You are a helpful AI assistant named SmolLM, ..."),
- * read from tokenizer.chat_template; NULL when it has no literal one. */
-const char *kvp_chat_default_system(const kvp_meta *m, size_t *len);
+ * has none (SmolLM2: "You are a helpful AI assistant named SmolLM, ...";
+ * Qwen2.5: "You are Qwen, created by Alibaba Cloud. ..."), read from
+ * tokenizer.chat_template: the first ChatML system turn whose message is a
+ * string literal, its escapes undone, into *out (allocated); *out NULL
+ * when the template has none.  0, or KVP_ENOMEM. */
+int kvp_chat_default_system(const kvp_meta *m, char **out, kvp_err *err);
 
 /* Where the template's markers lie in a rendered text: byte ranges of out,
  * sorted, for kvp_tokenizer_encode_spans.  Zero-initialize; free with

@@ -354,6 +354,10 @@ static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, 
     if (!msgs || msgs->type != KVP_JSON_ARRAY || msgs->n == 0)
         return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": needs a \"prompt\" string or a non-empty \"messages\" array",
                            path, line);
+    if (ps->format == KVP_CHAT_NONE)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s:%" PRIu64 ": \"messages\": the model's vocabulary has no chat "
+                           "markers (neither <|im_start|> nor <|start_header_id|>) to render them in: give a \"prompt\"",
+                           path, line);
     kvp_chat_msg *m = calloc(msgs->n + 1, sizeof *m);
     size_t k = 0;
     if (!m)

@@ -491,6 +491,38 @@ static void expect_format_errors(const char *const (*bad)[2], size_t n)
     }
 }
 
+/* A vocabulary with neither chat's markers has no format: a conversation
+ * (a "messages" line, or --chat's user turn) is refused, the line named,
+ * where ChatML's markers had been typed out as plain text. */
+static void test_no_chat_format(void)
+{
+    kvp_err err = {0};
+    kvp_buf b;
+    kvp_chat_marks marks = {0};
+    kvp_buf_init(&b);
+    const kvp_chat_msg msgs[] = {{"user", "Hi"}};
+    CHECK(kvp_chat_render(KVP_CHAT_NONE, msgs, 1, 1, &b, &marks, &err) == KVP_EUNSUPPORTED &&
+          strstr(err.msg, "no chat format") && b.len == 0);
+    CHECK(kvp_chat_close_turn(KVP_CHAT_NONE, &b, &marks, &err) == KVP_EUNSUPPORTED && b.len == 0);
+    kvp_buf_free(&b);
+    kvp_chat_marks_free(&marks);
+    kvp_prompts ps;
+    const char *path = write_tmp("{\"prompt\":\"plain\"}\n{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n");
+    kvp_prompts_init(&ps);
+    ps.format = KVP_CHAT_NONE;
+    int rc = path ? kvp_prompts_read_file(&ps, path, &err) : -1000;
+    CHECK_MSG(rc == KVP_EUNSUPPORTED && strstr(err.msg, ":2: \"messages\": the model's vocabulary has no chat markers"),
+              "%s", rc < 0 ? err.msg : "accepted");
+    if (path)
+        unlink(path);
+    kvp_prompts_free(&ps);
+    kvp_prompts_init(&ps);
+    ps.format = KVP_CHAT_NONE;
+    ps.chat = 1;
+    CHECK(kvp_prompts_add_text(&ps, "", "Hi", 2, &err) == KVP_EUNSUPPORTED && ps.n == 0);
+    kvp_prompts_free(&ps);
+}
+
 /* Ids are keys compared as text (a string, an integer's digits, else the
  * line's index), as decode --resume compares them: a key an earlier
  * request has is an error naming the id and both lines, after the
@@ -754,6 +786,7 @@ int main(void)
         kvp_tokenizer_free(t);
     }
     test_llama3_marks();
+    test_no_chat_format();
     test_params();
     test_id_lengths();
     test_reader_pipe();

@@ -889,11 +889,12 @@ static void test_chat_model(const kvp_tokenizer *t, const kvp_meta *m, kvp_chat_
     kvp_buf b;
     CHECK(kvp_chat_detect(t, &f, &err) == 0 && f == want);
     kvp_buf_init(&b);
-    size_t dl = 0;
-    const char *def = kvp_chat_default_system(m, &dl);
+    char *def = NULL;
+    CHECK(kvp_chat_default_system(m, &def, &err) == 0);
     if (want == KVP_CHAT_CHATML) {
-        CHECK(def && dl == 68 && memcmp(def, "You are a helpful AI assistant named SmolLM, trained by Hugging Face", dl) == 0);
+        CHECK(def && strcmp(def, "You are a helpful AI assistant named SmolLM, trained by Hugging Face") == 0);
     }
+    free(def);
     kvp_chat_prompt(f, "Be brief.", "What is 2+2?", &b, NULL, &err);
     int32_t *ids;
     size_t n;
@@ -937,8 +938,44 @@ static void test_vocab_diff(void)
         kvp_tokenizer_free(t[i]);
 }
 
+/* The default system message from chat templates as they are written:
+ * Qwen2.5's (a tools branch and a given system message first, both built
+ * from variables; the default as a literal with \\n escapes, as its
+ * tokenizer_config.json holds it), a real newline, an escaped quote; none
+ * where every system turn is built from variables. */
+static void test_default_system(void)
+{
+    static const char *const cases[][2] = {
+        {"{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}"
+         "{{- messages[0]['content'] }}{%- else %}{{- 'You are Qwen.' }}{%- endif %}{{- '<|im_end|>\\n' }}"
+         "{%- else %}{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
+         "'<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a "
+         "helpful assistant.<|im_end|>\\n' }}{%- endif %}{%- endif %}",
+         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."},
+        {"{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM<|im_end|>\n' }}",
+         "You are a helpful AI assistant named SmolLM"},
+        {"{{ '<|im_start|>system\\nIt\\'s me.\\nTwo lines.<|im_end|>\\n' }}", "It's me.\nTwo lines."},
+        {"{{ '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}", NULL},
+        {"{{ '<|im_start|>system<|im_end|>' }}", NULL},
+        {"{{ '<|im_start|>systemX\\nY<|im_end|>' }}", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvp_meta m;
+        kvp_err err = {0};
+        char *def = NULL;
+        kvp_meta_init(&m);
+        CHECK(kvp_meta_set_str(&m, "tokenizer.chat_template", cases[i][0], strlen(cases[i][0])) == 0);
+        CHECK(kvp_chat_default_system(&m, &def, &err) == 0);
+        CHECK_MSG(cases[i][1] ? def && strcmp(def, cases[i][1]) == 0 : def == NULL, "case %zu: '%s'", i,
+                  def ? def : "(none)");
+        free(def);
+        kvp_meta_free(&m);
+    }
+}
+
 int main(void)
 {
+    test_default_system();
     test_vocab_diff();
     test_chat_render();
     test_tiny_bpe();
