@@ -66,7 +66,7 @@ static const gg_type gg_types[] = {
     [30] = {"bf16", 1, 2, KVP_DTYPE_BF16},
     [34] = {"tq1_0", 256, 54, -1},
     [35] = {"tq2_0", 256, 66, -1},
-    [39] = {"mxfp4", 32, 17, -1},
+    [39] = {"mxfp4", 32, 17, KVP_DTYPE_MXFP4}, /* block_mxfp4: kvp(5)'s mxfp4 byte for byte */
 };
 #define GG_NTYPES (sizeof gg_types / sizeof gg_types[0])
 

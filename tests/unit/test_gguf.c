@@ -236,6 +236,17 @@ static void check_good(const kvp_gguf *g, uint32_t version, const layout *L)
     CHECK(kvp_gguf_find(g, "nope") == NULL);
     CHECK_STR(kvp_gguf_type_name(14), "q6_k");
     CHECK_EQ_I64(kvp_gguf_type_to_dtype(30), KVP_DTYPE_BF16);
+    /* GGUF's MXFP4 is kvp(5)'s mxfp4 block (it had been refused as "not
+     * supported for inference"): e 128 scales by 2, code 1 is 0.5, 7 is 6 */
+    CHECK_EQ_I64(kvp_gguf_type_to_dtype(39), KVP_DTYPE_MXFP4);
+    const kvp_dtype_traits *tr = kvp_dtype_get(KVP_DTYPE_MXFP4);
+    uint8_t blk[17] = {128, 0x71};
+    float y[32];
+    CHECK(tr && tr->block_size == 32 && tr->block_bytes == 17);
+    if (tr) {
+        tr->to_f32(blk, y, 32);
+        CHECK(y[0] == 1.0f && y[16] == 12.0f && y[1] == 0.0f);
+    }
 }
 
 static int open_bytes(const uint8_t *p, size_t n, kvp_err *err)
