@@ -55,6 +55,15 @@ expect_err_has "scores 1 position: the uncertainty (and --kld) need at least 2" 
 expect_true "no base saved" test ! -e "$T/one.base"
 run $P --perplexity "$T/one.txt" --ctx 4 --chunks 2
 expect_status 0 "two windows of 4: two positions"
+# a model that states no context length (the key renamed in a copy): decode
+# takes it as unknown, and so does the window (0 refused every --ctx)
+cp "$M" "$T/noctx.gguf"
+at=$(grep -obUa 'llama.context_length' "$T/noctx.gguf" | head -n 1 | cut -d: -f1)
+printf X | dd of="$T/noctx.gguf" bs=1 seek=$((at + 19)) conv=notrunc 2>/dev/null
+run prefill -m "$T/noctx.gguf" -t $THREADS --perplexity "$T/one.txt" --ctx 8 --chunks 2
+expect_status 0 "a model without a context length scores windows of --ctx"
+expect_out_has "PPL" "prints the perplexity"
+rm -f "$T/noctx.gguf"
 printf 'hello \377 world and more words here' >"$T/latin1.txt"
 run $P --perplexity "$T/latin1.txt" --ctx 4
 expect_status 1 "a text that is not UTF-8 (its byte was dropped, the rest scored)"
