@@ -33,6 +33,7 @@ static void usage(FILE *f)
             "  -m, --model NAME|PATH     preset (--list-models), GGUF, KVP model, HF config.json or folder\n"
             "      --layers N  --hidden N  --heads N  --kv-heads N  --head-dim N  --vocab N  --ffn N\n"
             "      --experts N  --experts-used N  --window N  --params N[K|M|G|B|T]   override the model\n"
+            "                            (without -m: --layers --hidden --heads --ffn --vocab describe one)\n"
             "      --weight-dtype T      f16 bf16 f32 fp8 int8 int4 int4-gN nvfp4 mxfp4 q4_0..q8_0 q2_k..q6_k\n"
             "      --embed-dtype T       embeddings, lm_head, norms (default: as weights if 16/32-bit, else bf16)\n"
             "      --kv-dtype T          f16 bf16 f32 fp8 fp8-e5m2 int8 int4 fp4 (default f16)\n"
@@ -1414,8 +1415,23 @@ int main(int argc, char **argv)
     kvp_cap_params *p = &R.base;
     if (model)
         load_model(&R, model);
-    else if (!sweeps[SW_LAYERS].spec || !sweeps[SW_HIDDEN].spec || !sweeps[SW_HEADS].spec)
-        kvp_cli_usage_error("give --model, or at least --layers, --hidden and --heads");
+    else {
+        /* a model from options alone: every dimension a model file must
+         * have (kvp_config_check), or the FFN and vocabulary were planned
+         * as 0 and the weights undercounted */
+        static const int need[] = {SW_LAYERS, SW_HIDDEN, SW_HEADS, SW_FFN, SW_VOCAB};
+        char missing[128];
+        size_t o = 0;
+        missing[0] = '\0';
+        for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+            if (!sweeps[need[i]].spec)
+                o += (size_t)snprintf(missing + o, sizeof missing - o, "%s--%s", o ? ", " : "",
+                                      sweeps[need[i]].name);
+        if (o)
+            kvp_cli_usage_error("give --model, or a model from options: --layers, --hidden, --heads, --ffn and "
+                                "--vocab (missing %s)",
+                                missing);
+    }
     if (!model && !sweeps[SW_KV_HEADS].spec) /* a model from options alone: MHA unless told */
         p->cfg.n_head_kv = (uint32_t)sweeps[SW_HEADS].vals[0];
     if (weight_dtype) {

@@ -457,6 +457,24 @@ fi
 run kvcalc --layers 200000 --hidden 4096 --heads 32
 expect_status 2 "--layers 200000 on the command line stays a usage error"
 
+# ---- a model from options alone has every dimension a model file must
+# (kvp_config_check): no FFN or vocabulary was planned as 0, with weights
+# a third of the model's and "vocab 0" in the report ----
+run kvcalc --layers 32 --hidden 4096 --heads 32 --gpu h100
+expect_status 2 "a model of options without --ffn and --vocab exits 2"
+expect_err_has "kvcalc: give --model, or a model from options: --layers, --hidden, --heads, --ffn and --vocab (missing --ffn, --vocab)" \
+    "naming what is missing"
+expect_out_empty "nothing planned without them"
+run kvcalc --layers 32 --hidden 4096 --heads 32 --ffn 14336 --gpu h100
+expect_status 2 "... and without --vocab alone"
+expect_err_has "(missing --vocab)" "naming --vocab"
+run kvcalc --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128256 --json
+expect_status 0 "Llama-3-8B's shape from options plans"
+run kvcalc -m llama-3-8b --json
+want=$(jf n_params)
+run kvcalc --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128256 --json
+expect_field n_params "$want" "with the preset's parameter count"
+
 # ---- shapes the loader refuses are refused from options too (exit 2) ----
 run kvcalc -m llama-3-8b --experts 8 --experts-used 9 --gpu h200
 expect_status 2 "--experts-used 9 of --experts 8 exits 2"
@@ -465,12 +483,12 @@ expect_err_has "Llama-3-8B with --experts 8 --experts-used 9: config: 9 experts 
 run kvcalc -m llama-3-8b --kv-heads 7
 expect_status 2 "32 heads over --kv-heads 7 exits 2"
 expect_err_has "config: 32 heads are not a multiple of 7 KV heads" "the loader's words for a config.json"
-run kvcalc --layers 2 --hidden 64 --heads 4 --kv-heads 3
+run kvcalc --layers 2 --hidden 64 --heads 4 --kv-heads 3 --ffn 128 --vocab 256
 expect_status 2 "--heads 4 --kv-heads 3 exits 2"
-run kvcalc --layers 2 --hidden 64 --heads 3
+run kvcalc --layers 2 --hidden 64 --heads 3 --ffn 128 --vocab 256
 expect_status 2 "--hidden 64 over --heads 3 with no --head-dim exits 2"
 expect_err_has "hidden size 64 is not a multiple of 3 heads" "says the heads do not divide the hidden size"
-run kvcalc --layers 2 --hidden 64 --heads 3 --head-dim 16 --json
+run kvcalc --layers 2 --hidden 64 --heads 3 --head-dim 16 --ffn 128 --vocab 256 --json
 expect_status 0 "with --head-dim it plans"
 run kvcalc -m llama-3-8b --kv-heads 4:8:2
 expect_status 2 "a sweep with one bad point exits 2 before printing"
@@ -527,7 +545,7 @@ expect_err_has "kvcalc: --lengths: an empty spec (a file of lengths, uniform:A:B
 run kvcalc -m llama-3-8b --ffn 0
 expect_status 2 "--ffn 0 exits 2"
 expect_err_has "kvcalc: --ffn: 0 is out of range (1..4194304)" "and names the option"
-run kvcalc --layers 2 --hidden 64 --heads 4 --ffn 0:256:128 --tsv
+run kvcalc --layers 2 --hidden 64 --heads 4 --ffn 0:256:128 --vocab 256 --tsv
 expect_status 2 "a --ffn sweep from 0 exits 2"
 expect_out_empty "nothing printed"
 run kvcalc -m llama-3-8b --ffn 1 --json
@@ -584,10 +602,10 @@ expect_status 2 "a --layers sweep past 4096 exits 2"
 expect_err_has "kvcalc: --layers: 4500 is out of range (1..4096)" "naming the first value past it"
 expect_out_empty "nothing printed"
 # a head dim that --hidden and --heads imply is held to the head dim's ceiling
-run kvcalc --layers 2 --hidden 65536 --heads 2
+run kvcalc --layers 2 --hidden 65536 --heads 2 --ffn 128 --vocab 256
 expect_status 2 "--hidden 65536 --heads 2 (a head dim of 32768) exits 2"
-expect_err_has "kvcalc: --layers 2 --heads 2 --hidden 65536: config: hidden size 65536 over 2 heads is a head dim of 32768 (want 1..1024)" "naming the options and the range"
-run kvcalc --layers 2 --hidden 65536 --heads 64 --json
+expect_err_has "kvcalc: --layers 2 --heads 2 --hidden 65536 --vocab 256 --ffn 128: config: hidden size 65536 over 2 heads is a head dim of 32768 (want 1..1024)" "naming the options and the range"
+run kvcalc --layers 2 --hidden 65536 --heads 64 --ffn 128 --vocab 256 --json
 expect_status 0 "--hidden 65536 --heads 64 (a head dim of 1024) plans"
 expect_field head_dim 1024 "with a head dim of 1024"
 
@@ -601,7 +619,7 @@ expect_field n_params 7241732096 "Mixtral made dense has Mistral-7B's 7,241,732,
 expect_field n_params_active 7241732096 "every one of them active"
 run kvcalc -m mistral-7b --json
 expect_field n_params 7241732096 "(Mistral-7B's count, from its preset)"
-run kvcalc --layers 2 --hidden 64 --heads 4 --experts 0 --experts-used 0 --json
+run kvcalc --layers 2 --hidden 64 --heads 4 --ffn 128 --vocab 256 --experts 0 --experts-used 0 --json
 expect_status 0 "a model of options alone takes --experts-used 0"
 run kvcalc -m mixtral-8x7b --experts 0:8:8 --experts-used 0 --tsv
 expect_status 2 "--experts-used 0 beside an --experts sweep to 8: 8 experts no token uses exits 2"
