@@ -311,8 +311,8 @@ static void walk_attention(walk *w, int st)
     add_col(w, st, f, nh * hd, e, 1, 1);
     add(w, st, f, nkv * hd, e, kv_gpu * hd, e, 2, 2, 0); /* k, v */
     add_row(w, st, f, e, nh * hd, 1, 1);
-    if (c->attn_bias) {
-        add_col(w, st, sm, 1, nh * hd, 1, 1);
+    if (c->attn_bias) { /* one row each, split with the heads they add to, as decode's shards cut them */
+        add(w, st, sm, 1, nh * hd, 1, div_up(nh, w->tp) * hd, 1, 1, 0);
         add(w, st, sm, 1, nkv * hd, 1, kv_gpu * hd, 2, 2, 0);
     }
 }

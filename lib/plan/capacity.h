@@ -56,8 +56,9 @@ int kvp_cap_fmt_is_float(const kvp_cap_fmt *f);
 /* A model's weights by where they go and how they split: the layers'
  * matrices (a stage holds its own, tensor parallelism splits them), the
  * token embeddings (the first stage), the output head (the last; a tied
- * model's copy of the table is the embeddings'), vectors (norms, biases:
- * every rank keeps them whole), the rest (matrices no layer names). */
+ * model's copy of the table is the embeddings'), vectors (norms, which
+ * every rank keeps whole, and attention biases, split with their heads),
+ * the rest (matrices no layer names). */
 enum { KVP_CAP_W_LAYERS, KVP_CAP_W_EMBD, KVP_CAP_W_OUT, KVP_CAP_W_VECTORS, KVP_CAP_W_REST, KVP_CAP_W_CLASSES };
 
 /* ---- the calculation ---- */

@@ -281,6 +281,17 @@ static void test_tp_pp(void)
     r = compute(&p);
     uint64_t want = 2 * (80ull * (855638016ull / 2 + 16384) + 2 * 1050673152ull / 2 + 8192);
     CHECK_EQ_U64(r.stage[0].weight_bytes, want);
+    /* Qwen2.5-7B's biases at tp 2 split with their heads as decode's
+     * shards cut them (lib/model/shard.c): q's 3584 by the 28 query heads,
+     * k's and v's 512 by the 4 KV heads; norms whole.  Per layer
+     * 3584^2 x 2 + 2 x 512 x 3584 + 3 x 18944 x 3584 matrix params halve;
+     * embed and lm_head halve (untied); final norm whole.  bq whole on every
+     * rank was 28 x 1792 x 2 = 100,352 B more. */
+    kvp_cap_params q = preset("qwen2.5-7b");
+    q.tp = q.gpus = 2;
+    uint64_t mat = 2ull * 3584 * 3584 + 2ull * 512 * 3584 + 3ull * 18944 * 3584;
+    CHECK_EQ_U64(compute(&q).stage[0].weight_bytes,
+                 2 * (28 * (mat / 2 + 2 * 3584 + 3584 / 2 + 2 * 512 / 2) + 152064ull * 3584 + 3584));
     /* pp 2: 40 layers a stage; embeddings on stage 0, lm_head + norm on stage 1 */
     p.tp = 1;
     p.pp = p.gpus = 2;
