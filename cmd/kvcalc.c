@@ -650,11 +650,13 @@ static void print_human(const run *R, const kvp_cap_params *p, const kvp_cap_res
     if (r->replicas > 1)
         printf(" per replica, %" PRIu64 " over %u replicas", r->max_seqs_total, r->replicas);
     printf("\n");
+    /* every length up to it fits (a windowed model's longer one may where a shorter does not) */
+    printf("  longest context for %" PRIu64 " sequence%s: ", p->batch, p->batch == 1 ? "" : "s");
     if (r->max_context < 0)
-        printf("  longest context for %" PRIu64 " sequences: unbounded (sliding windows)\n", p->batch);
+        printf("unbounded (sliding windows on every layer: memory stops growing)\n");
     else
-        printf("  longest context for %" PRIu64 " sequence%s: %" PRId64 " tokens%s\n", p->batch,
-               p->batch == 1 ? "" : "s", r->max_context,
+        printf("%s%" PRId64 " tokens%s\n", (uint64_t)r->max_context == KVP_CAP_MAX_SEQ_LEN ? "at least " : "",
+               r->max_context,
                c->n_ctx && (uint64_t)r->max_context > c->n_ctx ? " (beyond the trained context)" : "");
     if (!r->batch_fits && r->fits)
         printf("  a batch of %" PRIu64 " does not fit\n", p->batch);

@@ -460,7 +460,7 @@ static int check_params(const kvp_cap_params *p, kvp_err *err)
                            p->tp * p->pp);
     if (p->block_size == 0 || (p->block_size & (p->block_size - 1)) || p->block_size > 65536)
         return kvp_err_set(err, KVP_EINVAL, "block-size: %u is not a power of two in 1..65536", p->block_size);
-    if (p->seq_len == 0 || p->seq_len > (1ull << 32))
+    if (p->seq_len == 0 || p->seq_len > KVP_CAP_MAX_SEQ_LEN)
         return kvp_err_set(err, KVP_EINVAL, "seq-len: %llu is out of range (1..2^32)",
                            (unsigned long long)p->seq_len);
     if (p->batch == 0 || p->batch > (1ull << 32))
@@ -511,7 +511,7 @@ static uint64_t sat_muladd(uint64_t a, uint64_t b, uint64_t c)
 
 /* Exact and paged bytes of one sequence over layers [b, e): UINT64_MAX
  * where they pass 64 bits (a sequence that cannot fit, never a wrapped
- * small one: max_context asks lengths up to 2^32). */
+ * small one). */
 static void seq_bytes(const kvp_cap_params *p, const kvshape *k, uint32_t b, uint32_t e, uint64_t len,
                       uint64_t *exact, uint64_t *alloc)
 {
@@ -558,34 +558,90 @@ static uint64_t activation_bytes(const kvp_cap_params *p, int last)
     return bytes;
 }
 
-/* Do `batch` sequences of len tokens fit on every stage? */
-static int context_fits(const kvp_cap_params *p, const kvp_cap_result *r, const kvshape *k, uint64_t len)
+/* The most blocks a windowed layer holds for any length 1..len: the
+ * blocks the window spans grow to ceil(window / bs) at len = window, then
+ * depend only on where the window starts within a block (len - window mod
+ * bs), the most when it starts at a block's last token; so what a length
+ * holds is not monotone in it (Mistral's 4096 tokens at block 16: 256
+ * blocks at 4112, 257 at 4097).  len: any 64-bit count. */
+static uint64_t layer_blocks_upto(uint64_t len, uint32_t bs, uint32_t window)
 {
+    if (!window || len <= window)
+        return kvp_cap_layer_blocks(len, bs, window);
+    uint64_t r = len - window < bs - 1 ? len - window : bs - 1; /* the latest start within a block */
+    uint64_t most = (r + window - 1) / bs + 1;
+    uint64_t at_window = div_up(window, bs);
+    return most > at_window ? most : at_window;
+}
+
+/* Paged bytes of one sequence on stage st: full_blocks in each of its
+ * full-attention layers, slide_blocks in each windowed one (UINT64_MAX past
+ * 64 bits). */
+static uint64_t stage_alloc(const kvp_cap_stage *st, const kvshape *k, uint64_t full_blocks, uint64_t slide_blocks)
+{
+    return sat_muladd(sat_muladd(st->n_full, full_blocks, sat_muladd(st->n_sliding, slide_blocks, 0)),
+                      k->block_bytes, 0);
+}
+
+/* Do `batch` sequences of len tokens fit on every stage?  upto: of every
+ * length 1..len (the most any of them holds), else of len itself. */
+static int context_fits(const kvp_cap_params *p, const kvp_cap_result *r, const kvshape *k, uint64_t len, int upto)
+{
+    uint32_t bs = p->block_size, w = p->cfg.sliding_window;
+    uint64_t full = kvp_cap_layer_blocks(len, bs, 0);
+    uint64_t slide = upto ? layer_blocks_upto(len, bs, w) : kvp_cap_layer_blocks(len, bs, w);
     for (uint32_t s = 0; s < r->n_stages; s++) {
         const kvp_cap_stage *st = &r->stage[s];
-        uint64_t alloc;
-        seq_bytes(p, k, st->layer_begin, st->layer_end, len, NULL, &alloc);
-        if (st->kv_free_bytes <= 0 || alloc > (uint64_t)st->kv_free_bytes / p->batch)
+        if (st->kv_free_bytes <= 0 || stage_alloc(st, k, full, slide) > (uint64_t)st->kv_free_bytes / p->batch)
             return 0;
     }
     return 1;
 }
 
-/* Longest len such that batch sequences fit; -1 when 2^32 tokens fit
- * (only sliding-window layers: memory stops growing). */
+/* The largest L such that batch sequences of every length 1..L fit: a
+ * windowed layer's blocks are not monotone in the length (a longer
+ * sequence may fit where a shorter one does not), so not merely the
+ * longest that fits.  -1 when every length fits (only windowed layers, at
+ * their most blocks: memory stops growing); KVP_CAP_MAX_SEQ_LEN when every
+ * length up to it does (more may). */
 static int64_t max_context(const kvp_cap_params *p, const kvp_cap_result *r, const kvshape *k)
 {
-    uint64_t lo = 0, hi = 1ull << 32;
-    if (context_fits(p, r, k, hi))
+    int windows_only = 1;
+    for (uint32_t s = 0; s < r->n_stages; s++)
+        windows_only &= r->stage[s].n_full == 0;
+    /* a block past the window, a windowed layer holds its most */
+    if (windows_only && context_fits(p, r, k, (uint64_t)p->cfg.sliding_window + p->block_size, 1))
         return -1;
+    /* the most of 1..len is monotone in len: search it */
+    uint64_t lo = 0, hi = KVP_CAP_MAX_SEQ_LEN + 1;
     while (hi - lo > 1) {
         uint64_t mid = lo + (hi - lo) / 2;
-        if (context_fits(p, r, k, mid))
+        if (context_fits(p, r, k, mid, 1))
             lo = mid;
         else
             hi = mid;
     }
-    return (int64_t)lo;
+    if (lo == KVP_CAP_MAX_SEQ_LEN)
+        return (int64_t)lo;
+    uint32_t bs = p->block_size;
+    uint64_t w = p->cfg.sliding_window;
+    if (!w || lo < w) /* no windowed layer holds fewer blocks than at a shorter length */
+        return (int64_t)lo;
+    /* lo + 1 holds more than fits at some length up to it: the full
+     * layers' blocks at lo + 1 and the windowed layers' most, which recurs
+     * every block once past the window.  So a length within a block of
+     * lo + 1 does not fit, and the first that does not is lo + 1 or one
+     * that holds more than the length before it: where a new block starts
+     * (len = 1 mod bs), the first past the window, or where the window's
+     * start within its block spans one block more ((len - w) mod bs = r0). */
+    uint64_t last = lo + bs < KVP_CAP_MAX_SEQ_LEN ? lo + bs : KVP_CAP_MAX_SEQ_LEN;
+    uint64_t r0 = (bs - (w - 1) % bs) % bs, past = lo + 1 > w + 1 ? lo + 1 : w + 1;
+    uint64_t at[4] = {lo + 1, lo + 1 + (bs - lo % bs) % bs, w + 1, past + (r0 + bs - (past - w) % bs) % bs};
+    uint64_t first = UINT64_MAX;
+    for (int i = 0; i < 4; i++)
+        if (at[i] > lo && at[i] <= last && at[i] < first && !context_fits(p, r, k, at[i], 0))
+            first = at[i];
+    return first == UINT64_MAX ? (int64_t)last : (int64_t)first - 1;
 }
 
 static double experts_touched(const kvp_config *c, uint64_t batch)

@@ -63,6 +63,8 @@ enum { KVP_CAP_W_LAYERS, KVP_CAP_W_EMBD, KVP_CAP_W_OUT, KVP_CAP_W_VECTORS, KVP_C
 
 /* ---- the calculation ---- */
 
+#define KVP_CAP_MAX_SEQ_LEN (1ull << 32) /* the longest seq_len planned, and max_context searched */
+
 typedef struct kvp_cap_params {
     kvp_config cfg;               /* the model */
     uint32_t q_lora_rank;         /* MLA query low rank (0: direct q projection) */
@@ -131,7 +133,11 @@ typedef struct kvp_cap_result {
     int fits;                           /* weights + allowance fit, and one seq_len sequence */
     int batch_fits;                     /* batch x seq_len fits */
     uint64_t max_seqs;                  /* per replica, at seq_len */
-    int64_t max_context;                /* longest seq_len with `batch` sequences; -1: unbounded (windows) */
+    /* the largest L such that `batch` sequences of every length 1..L fit
+     * (windows make a longer one fit where a shorter does not); -1: every
+     * length fits (windowed layers only: memory stops growing);
+     * KVP_CAP_MAX_SEQ_LEN: every length up to it fits, and perhaps more */
+    int64_t max_context;
     uint32_t replicas;
     uint64_t max_seqs_total;            /* x replicas */
     uint64_t decode_bytes_per_step;     /* bytes all stages read for one step of `batch` */

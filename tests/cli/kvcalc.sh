@@ -128,6 +128,28 @@ expect_field kv_bytes_per_token 16384 "MQA: 2 x 1 x 128 x 2 x 32"
 run kvcalc -m mistral-7b -s 8192 --gpu h100 --json
 expect_field kv_bytes_per_seq 536870912 "Mistral-7B at 8192 tokens holds 4096: 131,072 x 4096"
 expect_field max_context null "a sliding-only model's context is unbounded"
+# ... for one sequence; 113 do not fit at 4097 tokens (their windows span
+# 257 blocks, 256 at 4096), so theirs is not ("unbounded" sat above "a
+# batch of 113 does not fit")
+run kvcalc -m mistral-7b -g h100 -s 4097 -b 113
+expect_out_has "longest context for 113 sequences: 4096 tokens" "113 of Mistral-7B: every length to 4096 fits"
+expect_out_has "a batch of 113 does not fit" "... and 4097 does not"
+expect_out_lacks "unbounded" "no unbounded context for a batch that does not fit"
+# Gemma-2-9B fits 1 at 323,888 and 323,904 tokens, none between: the
+# longest context is the one every shorter length fits (it said 323,904)
+for s in 323888 323889 323903 323904; do
+    run kvcalc -m gemma-2-9b -g h100 -s $s --json
+    expect_field max_context 323888 "Gemma-2-9B at $s tokens: the longest context is 323,888"
+done
+# a model with no windows in memory for more than 2^32 tokens: every
+# length planned fits, which is not unbounded, nor windows
+run kvcalc -m smollm2-135m --gpu-mem 200TB
+expect_out_has "longest context for 1 sequence: at least 4294967296 tokens" "SmolLM2 in 200 TB: at least 2^32 tokens"
+expect_out_lacks "sliding windows" "and no windows named"
+run kvcalc -m smollm2-135m --gpu-mem 200TB --json
+expect_field max_context 4294967296 "its JSON max_context is 2^32, not null"
+run kvcalc -m mistral-7b -g h100 -b 1
+expect_out_has "longest context for 1 sequence: unbounded (sliding windows on every layer" "one sequence, not 'sequences'"
 run kvcalc -m gemma-2-9b -s 8192 --json
 expect_field kv_bytes_per_seq 2113929216 "Gemma-2-9B: 21 x 8192 x 8192 + 21 x 8192 x 4096"
 # MoE: all experts' weights, attention-only KV

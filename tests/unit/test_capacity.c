@@ -241,6 +241,103 @@ static void test_sliding(void)
     CHECK_EQ_U64(compute(&p).kv_bytes_per_seq, 42 * per_layer_tok * 2048);
 }
 
+/* The longest context is the largest L such that every length 1..L fits:
+ * a windowed layer's blocks are not monotone in the length, so a longer
+ * sequence can fit where a shorter one does not, and the answer is not
+ * merely a length that fits. */
+static int64_t brute_context(kvp_cap_params p, uint64_t upto)
+{
+    for (uint64_t len = 1; len <= upto; len++) {
+        p.seq_len = len;
+        if (compute(&p).max_seqs < p.batch)
+            return (int64_t)len - 1;
+    }
+    return -2; /* all fit */
+}
+
+static void test_max_context(void)
+{
+    /* Gemma-2 (alternate layers windowed) with small windows, and memory
+     * for 47 blocks a pair of layers after the weights and allowance of
+     * the stage that has the most (at window 50, block 16: 672 tokens fit,
+     * 673 do not, 680 do): every length checked, on one stage and on two
+     * (each its own layers and free memory) */
+    const uint32_t windows[] = {50, 48, 1, 17, 33, 65, 100};
+    const uint32_t sizes[] = {16, 8, 1, 32, 16, 64, 4};
+    for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
+        for (uint32_t pp = 1; pp <= 2; pp++) {
+            kvp_cap_params p = preset("gemma-2-9b");
+            p.cfg.sliding_window = windows[i];
+            p.block_size = sizes[i];
+            p.pp = p.gpus = pp;
+            p.gpu_util = 1.0;
+            p.gpu_mem_bytes = 0;
+            kvp_cap_result r = compute(&p);
+            uint64_t fixed = 0;
+            for (uint32_t s = 0; s < pp; s++) {
+                uint64_t f = r.stage[s].weight_bytes + p.overhead_bytes + r.stage[s].activation_bytes;
+                fixed = f > fixed ? f : fixed;
+            }
+            uint64_t layer_block = r.stage[0].block_bytes / (42 / pp);
+            p.gpu_mem_bytes = fixed + 21 / pp * 47 * layer_block;
+            for (p.batch = 1; p.batch <= 3; p.batch++) {
+                int64_t want = brute_context(p, 4000);
+                r = compute(&p);
+                CHECK_MSG(want >= 0 && r.max_context == want,
+                          "window %u block %u pp %u batch %" PRIu64 ": %lld, every length to %lld fits", windows[i],
+                          sizes[i], pp, p.batch, (long long)r.max_context, (long long)want);
+            }
+        }
+    }
+    /* every layer windowed (Mistral, window 50, block 16): memory for 4
+     * blocks a layer holds every length to 64; at 65 the window (tokens
+     * 15..64) spans 5 blocks; with 5 blocks every length fits */
+    {
+        kvp_cap_params p = preset("mistral-7b");
+        p.cfg.sliding_window = 50;
+        p.gpu_util = 1.0;
+        p.gpu_mem_bytes = 0;
+        kvp_cap_result r = compute(&p);
+        uint64_t fixed = r.stage[0].weight_bytes + p.overhead_bytes + r.stage[0].activation_bytes;
+        p.gpu_mem_bytes = fixed + 4 * r.stage[0].block_bytes;
+        CHECK_EQ_I64(compute(&p).max_context, 64);
+        CHECK_EQ_I64(brute_context(p, 4000), 64);
+        p.gpu_mem_bytes = fixed + 5 * r.stage[0].block_bytes;
+        CHECK_EQ_I64(compute(&p).max_context, -1);
+        CHECK_EQ_I64(brute_context(p, 4000), -2);
+    }
+    /* the review's Gemma-2-9B on an H100: 323,888 tokens fit, 323,889 to
+     * 323,903 do not (their windowed layers hold one block more), 323,904
+     * does; the answer was 323,904 */
+    kvp_cap_params p = preset("gemma-2-9b");
+    p.gpu_mem_bytes = kvp_preset_gpu_find("h100")->mem_bytes;
+    const uint64_t lens[] = {323888, 323889, 323903, 323904};
+    const uint64_t seqs[] = {1, 0, 0, 1};
+    for (size_t i = 0; i < 4; i++) {
+        p.seq_len = lens[i];
+        kvp_cap_result r = compute(&p);
+        CHECK_EQ_U64(r.max_seqs, seqs[i]);
+        CHECK_EQ_I64(r.max_context, 323888);
+    }
+    /* Mistral-7B (every layer windowed), 113 sequences: at 4097 tokens
+     * they do not fit, so memory that stops growing is no unbounded
+     * context (it said "unbounded" above "a batch of 113 does not fit") */
+    p = preset("mistral-7b");
+    p.gpu_mem_bytes = kvp_preset_gpu_find("h100")->mem_bytes;
+    p.seq_len = 4097;
+    p.batch = 113;
+    kvp_cap_result r = compute(&p);
+    CHECK(!r.batch_fits);
+    CHECK_EQ_I64(r.max_context, 4096);
+    p.batch = 1;
+    CHECK_EQ_I64(compute(&p).max_context, -1); /* one sequence fits at every length */
+    /* memory for more than 2^32 tokens of a model with no windows: every
+     * length planned fits, which is not unbounded */
+    p = preset("smollm2-135m");
+    p.gpu_mem_bytes = 200000000000000ull;
+    CHECK_EQ_I64(compute(&p).max_context, (int64_t)KVP_CAP_MAX_SEQ_LEN);
+}
+
 static void test_mla_moe(void)
 {
     kvp_cap_params p = preset("deepseek-v3");
@@ -917,6 +1014,7 @@ int main(void)
     test_kv_dtypes();
     test_weight_formats();
     test_sliding();
+    test_max_context();
     test_mla_moe();
     test_tp_pp();
     test_blocks_capacity();
