@@ -492,10 +492,14 @@ static int simulate(const run *R, const kvp_cap_params *p, const kvp_cap_result 
                     size_t *n_rows, uint32_t *sizes)
 {
     const kvp_cap_stage *st = &r->stage[r->binding];
+    uint32_t nl = st->layer_end - st->layer_begin; /* the stage's figures are its layers' sums */
     kvp_cap_sim_opts o = {
         .kv_bytes = st->kv_free_bytes > 0 ? (uint64_t)st->kv_free_bytes : 0,
-        .bytes_per_token = st->kv_bytes_per_token,
-        .scale_bytes_per_block = st->block_bytes - p->block_size * st->kv_bytes_per_token,
+        .bytes_per_token = st->kv_bytes_per_token / nl,
+        .scale_bytes_per_block = (st->block_bytes - p->block_size * st->kv_bytes_per_token) / nl,
+        .n_full = st->n_full,
+        .n_sliding = st->n_sliding,
+        .window = p->cfg.sliding_window,
         .max_len = p->seq_len,
         .shared_prefix = R->shared_prefix,
         .seed = R->seed,

@@ -238,11 +238,19 @@ uint64_t kvp_cap_lengths_draw(const kvp_cap_lengths *d, kvp_cap_rng *r, uint64_t
  * uniform, the list's largest, max_len for a normal or log-normal spread. */
 uint64_t kvp_cap_lengths_max(const kvp_cap_lengths *d, uint64_t max_len);
 
+/* The GPU's layers are charged as the plan charges them (kvp_cap_compute):
+ * a full-attention layer every token, a windowed one the tokens of its
+ * window (whole blocks: kvp_cap_layer_blocks), so for lengths all equal to
+ * max_len the paged scheme at the plan's block size admits the plan's
+ * max_seqs. */
 typedef struct kvp_cap_sim_opts {
     uint64_t kv_bytes;              /* KV memory on the GPU */
-    uint64_t bytes_per_token;       /* KV data per token on the GPU */
-    uint64_t scale_bytes_per_block; /* per block on the GPU (scaled KV formats) */
-    uint64_t max_len;               /* reservation per sequence for the contiguous scheme */
+    uint64_t bytes_per_token;       /* KV data per token in one layer on the GPU */
+    uint64_t scale_bytes_per_block; /* per block in one layer on the GPU (scaled KV formats) */
+    uint32_t n_full, n_sliding;     /* the GPU's full-attention and windowed layers (at least one) */
+    uint32_t window;                /* tokens a windowed layer keeps (above 0 where n_sliding is) */
+    uint64_t max_len;               /* reservation per sequence for the contiguous scheme (a windowed
+                                       layer's: its window, where shorter) */
     uint64_t shared_prefix;         /* tokens every sequence shares (0: none) */
     uint64_t seed;
 } kvp_cap_sim_opts;
@@ -252,14 +260,17 @@ typedef struct kvp_cap_sim_row {
     uint64_t seqs;                  /* admitted (first come first served, until one does not fit) */
     uint64_t tokens;                /* their total length */
     uint64_t alloc_bytes;           /* reserved for them */
-    uint64_t waste_bytes;           /* reserved token slots left empty */
+    uint64_t waste_bytes;           /* reserved token slots left empty (a windowed layer's slots past its window
+                                       are not reserved) */
     uint64_t seqs_shared;           /* admitted when full prefix blocks are shared */
     uint64_t saved_bytes;           /* bytes the sharing saved on those */
 } kvp_cap_sim_row;
 
 #define KVP_CAP_SIM_MAX_SEQS 100000000u
 /* Simulate admission: row 0 the contiguous scheme, then one row per block
- * size.  Every scheme sees the same length stream (same seed). */
+ * size.  Every scheme sees the same length stream (same seed).  A shared
+ * prefix's whole blocks are stored once; a windowed layer shares those of
+ * them still inside its window. */
 int kvp_cap_simulate(const kvp_cap_sim_opts *o, const kvp_cap_lengths *d, const uint32_t *block_sizes,
                      size_t n_block_sizes, kvp_cap_sim_row *rows, kvp_err *err);
 

@@ -206,28 +206,39 @@ uint64_t kvp_cap_lengths_max(const kvp_cap_lengths *d, uint64_t max_len)
 
 /* ---- admission ---- */
 
-/* One scheme: bs 0 is contiguous reservation of max_len; shared counts full
- * prefix blocks once (a sequence always keeps at least one block of its own). */
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* One scheme: bs 0 is contiguous reservation of max_len (a windowed layer
+ * reserves its window where that is shorter: a ring); shared counts full
+ * prefix blocks once (a sequence always keeps at least one block of its
+ * own).  Memory is counted in one layer's units, a block or (contiguous) a
+ * token, as the plan counts a sequence's blocks layer by layer. */
 static void admit(const kvp_cap_sim_opts *o, const kvp_cap_lengths *d, uint32_t bs, int shared, uint64_t *seqs,
                   uint64_t *tokens, uint64_t *alloc, uint64_t *waste, uint64_t *saved)
 {
     kvp_cap_rng rng;
     kvp_cap_rng_seed(&rng, o->seed);
-    uint64_t unit = bs ? bs * o->bytes_per_token + o->scale_bytes_per_block : o->max_len * o->bytes_per_token;
-    uint64_t budget = unit ? o->kv_bytes / unit : 0; /* blocks, or reservations */
+    uint64_t nf = o->n_full, ns = o->n_sliding, w = o->n_sliding ? o->window : 0;
+    uint64_t unit = bs ? bs * o->bytes_per_token + o->scale_bytes_per_block : o->bytes_per_token;
+    uint64_t budget = unit ? o->kv_bytes / unit : 0; /* layers' blocks, or layers' token slots */
     uint64_t used = 0;
-    uint64_t prefix_blocks = bs ? o->shared_prefix / bs : 0;
+    /* contiguous: every sequence reserves the same slots */
+    uint64_t reserve = nf * o->max_len + ns * (w && w < o->max_len ? w : o->max_len);
     *seqs = *tokens = *alloc = *waste = *saved = 0;
     for (uint64_t i = 0; i < KVP_CAP_SIM_MAX_SEQS; i++) {
         uint64_t len = kvp_cap_lengths_draw(d, &rng, i, o->max_len);
-        uint64_t need = bs ? (len + bs - 1) / bs : 1;
-        uint64_t share = 0;
-        if (shared && bs && i > 0) {
-            share = prefix_blocks < need - 1 ? prefix_blocks : need - 1;
-            /* the prefix is only as long as the sequence */
-            uint64_t own_prefix = (len < o->shared_prefix ? len : o->shared_prefix) / bs;
-            if (share > own_prefix)
-                share = own_prefix;
+        uint64_t held = nf * len + ns * (w && w < len ? w : len); /* tokens the layers hold */
+        uint64_t need = reserve, share = 0;
+        if (bs) {
+            need = nf * kvp_cap_layer_blocks(len, bs, 0) + ns * kvp_cap_layer_blocks(len, bs, w);
+            if (shared && i > 0) {
+                /* the prefix's whole blocks, only as long as the sequence,
+                 * bar its last block; a windowed layer holds blocks first..
+                 * of them */
+                uint64_t pre = min_u64(min_u64(len, o->shared_prefix) / bs, (len - 1) / bs);
+                uint64_t first = w && len > w ? (len - w) / bs : 0;
+                share = nf * pre + ns * (pre > first ? pre - first : 0);
+            }
         }
         if (used + need - share > budget)
             break;
@@ -235,7 +246,7 @@ static void admit(const kvp_cap_sim_opts *o, const kvp_cap_lengths *d, uint32_t 
         *saved += share * unit;
         (*seqs)++;
         *tokens += len;
-        *waste += ((bs ? need * bs : o->max_len) - len) * o->bytes_per_token;
+        *waste += ((bs ? need * bs : reserve) - held) * o->bytes_per_token;
     }
     *alloc = used * unit;
 }
@@ -245,6 +256,8 @@ int kvp_cap_simulate(const kvp_cap_sim_opts *o, const kvp_cap_lengths *d, const 
 {
     if (o->max_len == 0 || o->bytes_per_token == 0)
         return kvp_err_set(err, KVP_EINVAL, "simulation: max length and bytes per token must be above 0");
+    if (o->n_full + (uint64_t)o->n_sliding == 0 || (o->n_sliding && !o->window))
+        return kvp_err_set(err, KVP_EINVAL, "simulation: no layers, or windowed layers with no window");
     if (d->kind == KVP_CAP_DIST_LIST && !d->n_list)
         return kvp_err_set(err, KVP_EINVAL, "simulation: no lengths");
     for (size_t i = 0; i <= n_block_sizes; i++) {

@@ -262,6 +262,24 @@ paged=$(sed -n 's/.*"scheme":"paged","block_size":16,"seqs":\([0-9]*\).*/\1/p' "
 contig=$(sed -n 's/.*"scheme":"contiguous","block_size":0,"seqs":\([0-9]*\).*/\1/p' "$OUT")
 if [ -n "$blocks" ] && [ "$paged" = "$((blocks / 63))" ]; then pass "equal lengths: paged seqs = blocks / 63"; else fail "paged $paged vs blocks $blocks / 63"; fi
 if [ -n "$maxs" ] && [ "$contig" = "$maxs" ]; then pass "contiguous reservation = max_seqs at 4096"; else fail "contiguous $contig vs $maxs"; fi
+# windows are charged as the plan charges them: lengths all of --seq-len
+# admit the Answer's sequences at its block size, and contiguous reserves a
+# windowed layer's window (every token in every layer: Mistral-7B 14 of
+# the plan's 113, Gemma-2-9B 10 of 16)
+for c in "mistral-7b -s 32768" "mistral-7b -s 32768 --tp 2" "gemma-2-9b -s 16384" "gemma-2-9b -s 16384 --pp 2" \
+    "gemma-2-9b -s 16384 --block-size 64 --kv-dtype int4"; do
+    len=${c#*-s }
+    len=${len%% *}
+    bs=$(echo "$c" | sed -n 's/.*--block-size \([0-9]*\).*/\1/p')
+    run kvcalc -m $c -g h100 --lengths "uniform:$len:$len" --json
+    maxs=$(jf max_seqs)
+    paged=$(sed -n 's/.*"scheme":"paged","block_size":'"${bs:-16}"',"seqs":\([0-9]*\).*/\1/p' "$OUT")
+    if [ -n "$maxs" ] && [ "$paged" = "$maxs" ]; then pass "$c: the simulation admits the plan's $maxs"
+    else fail "$c: the simulation admits $paged, the plan $maxs"; fi
+done
+run kvcalc -m mistral-7b -g h100 --lengths uniform:32768:32768 --json
+contig=$(sed -n 's/.*"scheme":"contiguous","block_size":0,"seqs":\([0-9]*\).*/\1/p' "$OUT")
+expect_true "Mistral-7B: a contiguous reservation of its 4096-token window, 113 ($contig)" [ "$contig" = 113 ]
 run kvcalc -m llama-3-8b --gpu h100 -s 4096 --lengths lognormal:6:1 --seed 7 --json
 cp "$OUT" "$T/a"
 run kvcalc -m llama-3-8b --gpu h100 -s 4096 --lengths lognormal:6:1 --seed 7 --json

@@ -638,7 +638,7 @@ static void test_sim(void)
     /* every length 1000: contiguous reservation of 4096 fits floor(M / 4096);
      * block B fits floor(floor(M / B) / ceil(1000 / B)) */
     CHECK(kvp_cap_lengths_parse(&d, "uniform:1000:1000", &err) == 0);
-    kvp_cap_sim_opts o = {.kv_bytes = 1000000, .bytes_per_token = 10, .max_len = 4096, .seed = 1};
+    kvp_cap_sim_opts o = {.kv_bytes = 1000000, .bytes_per_token = 10, .n_full = 1, .max_len = 4096, .seed = 1};
     CHECK(kvp_cap_simulate(&o, &d, bs, 3, rows, &err) == 0);
     CHECK_EQ_U64(rows[0].seqs, 100000 / 4096);             /* 24 */
     CHECK_EQ_U64(rows[0].waste_bytes, 24ull * 3096 * 10);
@@ -656,6 +656,39 @@ static void test_sim(void)
     CHECK_EQ_U64(rows[1].seqs_shared, 1 + (6250 - 63) / 31);
     CHECK_EQ_U64(rows[1].saved_bytes, (rows[1].seqs_shared - 1) * 32 * 160);
     o.shared_prefix = 0;
+
+    /* windows, charged as the plan charges them: one full layer and one of
+     * a 100-token window, 1 B a token in each, 16,000 B.  Contiguous
+     * reserves 4096 + 100 (a ring for the window): 3, each leaving 4196 -
+     * (1000 + 100) slots empty.  Blocks of 16: 63 + the 7 the window's
+     * tokens 900..999 span (blocks 56..62) = 70 of 1000: 14, 1120 - 1100
+     * slots empty each (every token in every layer was 126: 7) */
+    o = (kvp_cap_sim_opts){.kv_bytes = 16000, .bytes_per_token = 1, .n_full = 1, .n_sliding = 1, .window = 100,
+                           .max_len = 4096, .seed = 1};
+    CHECK(kvp_cap_simulate(&o, &d, bs, 1, rows, &err) == 0);
+    CHECK_EQ_U64(rows[0].seqs, 3);
+    CHECK_EQ_U64(rows[0].waste_bytes, 3 * 3096);
+    CHECK_EQ_U64(rows[1].seqs, 14);
+    CHECK_EQ_U64(rows[1].alloc_bytes, 14 * 70 * 16);
+    CHECK_EQ_U64(rows[1].waste_bytes, 14 * 20);
+    /* a shared prefix of 512 tokens (blocks 0..31): the full layer shares
+     * all 32, the window (blocks 56..62) none: 1 + (1000 - 70) / 38 = 25 */
+    o.shared_prefix = 512;
+    CHECK(kvp_cap_simulate(&o, &d, bs, 1, rows, &err) == 0);
+    CHECK_EQ_U64(rows[1].seqs_shared, 25);
+    CHECK_EQ_U64(rows[1].saved_bytes, 24 * 32 * 16);
+    /* a window of 600 (tokens 400..999, blocks 25..62: 38) keeps blocks
+     * 25..31 of the prefix: 39 shared, 101 - 39 = 62 own: 1 + 899 / 62 = 15 */
+    o.window = 600;
+    CHECK(kvp_cap_simulate(&o, &d, bs, 1, rows, &err) == 0);
+    CHECK_EQ_U64(rows[1].seqs, 1000 / 101);
+    CHECK_EQ_U64(rows[1].seqs_shared, 15);
+    CHECK_EQ_U64(rows[1].saved_bytes, 14 * 39 * 16);
+    o.n_full = 0, o.n_sliding = 1, o.window = 0;
+    CHECK(kvp_cap_simulate(&o, &d, bs, 1, rows, &err) == KVP_EINVAL);
+    o.n_sliding = 0;
+    CHECK(kvp_cap_simulate(&o, &d, bs, 1, rows, &err) == KVP_EINVAL);
+    o = (kvp_cap_sim_opts){.kv_bytes = 1000000, .bytes_per_token = 10, .n_full = 1, .max_len = 4096, .seed = 1};
 
     /* uniform 1..1024 with block 16: waste per sequence is uniform over
      * 0..15 slots, mean 7.5 tokens; mean length 512.5 */
@@ -686,7 +719,7 @@ static void test_sim(void)
     fprintf(f, "# two lengths\n16\n48\n");
     fclose(f);
     CHECK(kvp_cap_lengths_parse(&d, path, &err) == 0 && d.n_list == 2);
-    o = (kvp_cap_sim_opts){.kv_bytes = 16 * 8, .bytes_per_token = 1, .max_len = 64, .seed = 1};
+    o = (kvp_cap_sim_opts){.kv_bytes = 16 * 8, .bytes_per_token = 1, .n_full = 1, .max_len = 64, .seed = 1};
     CHECK(kvp_cap_simulate(&o, &d, bs, 1, rows, &err) == 0);
     CHECK_EQ_U64(rows[1].seqs, 4); /* 1 + 3 + 1 + 3 = all 8 blocks; the fifth finds none */
     CHECK_EQ_U64(rows[1].tokens, 128);
