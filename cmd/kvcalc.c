@@ -35,7 +35,8 @@ static void usage(FILE *f)
             "      --experts N  --experts-used N  --window N  --params N[K|M|G|B|T]   override the model\n"
             "                            (without -m: --layers --hidden --heads --ffn --vocab describe one)\n"
             "      --weight-dtype T      f16 bf16 f32 fp8 int8 int4 int4-gN nvfp4 mxfp4 q4_0..q8_0 q2_k..q6_k\n"
-            "      --embed-dtype T       embeddings, lm_head, norms (default: as weights if 16/32-bit, else bf16)\n"
+            "      --embed-dtype T       embeddings, lm_head, norms (default: as weights if 16/32-bit, else bf16;\n"
+            "                            a GGUF or KVP file's tensors count as stored: give --weight-dtype too)\n"
             "      --kv-dtype T          f16 bf16 f32 fp8 fp8-e5m2 int8 int4 fp4 (default f16)\n"
             "GPU:\n"
             "  -g, --gpu NAME            preset (--list-gpus)\n"
@@ -1440,6 +1441,10 @@ int main(int argc, char **argv)
     }
     if (!model && !sweeps[SW_KV_HEADS].spec) /* a model from options alone: MHA unless told */
         p->cfg.n_head_kv = (uint32_t)sweeps[SW_HEADS].vals[0];
+    /* a changed shape invalidates a file's exact weight bytes */
+    for (int i = SW_LAYERS; i <= SW_PARAMS; i++)
+        if (sweeps[i].spec && i != SW_WINDOW)
+            p->weight_bytes_override = 0;
     if (weight_dtype) {
         if (kvp_cap_weight_fmt(weight_dtype, &p->weight_fmt, &err))
             kvp_cli_usage_error("--weight-dtype: %s", err.msg);
@@ -1449,14 +1454,17 @@ int main(int argc, char **argv)
         else
             kvp_cap_weight_fmt("bf16", &p->embed_fmt, NULL);
     }
+    /* a file's tensors are counted at their own bytes, whatever format the
+     * embeddings are said to be in: the label would claim what the bytes
+     * are not */
+    if (embed_dtype && p->weight_bytes_override)
+        kvp_cli_usage_error("--embed-dtype: %s's weights are its tensors' own bytes (embeddings %s): give "
+                            "--weight-dtype too, to plan the model in other formats",
+                            model, p->embed_fmt.name);
     if (embed_dtype && kvp_cap_weight_fmt(embed_dtype, &p->embed_fmt, &err))
         kvp_cli_usage_error("--embed-dtype: %s", err.msg);
     if (kv_dtype && kvp_cap_kv_fmt(kv_dtype, &p->kv_fmt, &err))
         kvp_cli_usage_error("--kv-dtype: %s", err.msg);
-    /* a changed shape invalidates a file's exact weight bytes */
-    for (int i = SW_LAYERS; i <= SW_PARAMS; i++)
-        if (sweeps[i].spec && i != SW_WINDOW)
-            p->weight_bytes_override = 0;
     if (p->cfg.n_ctx)
         p->seq_len = p->cfg.n_ctx;
 

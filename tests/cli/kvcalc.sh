@@ -73,6 +73,19 @@ expect_status 0 "a tiny KVP model file to read"
 run kvcalc -m "$T/tiny.kvp" --json
 expect_status 0 "a KVP model file reads"
 expect_field source '"kvp"' "the KVP file is named as the source"
+# its weights are its tensors' own bytes: an embedding format given alone
+# would change the label, not the bytes ("embeddings f32" at the file's)
+run kvcalc -m "$T/tiny.kvp" --embed-dtype f32
+expect_status 2 "--embed-dtype on a KVP file's own tensors exits 2"
+expect_err_has "--embed-dtype: $T/tiny.kvp's weights are its tensors' own bytes (embeddings f32): give --weight-dtype too" \
+    "and says why and what to give"
+expect_out_empty "nothing planned"
+run kvcalc -m "$T/tiny.kvp" --weight-dtype f32 --json
+w32=$(jf weight_bytes)
+run kvcalc -m "$T/tiny.kvp" --weight-dtype f32 --embed-dtype f16 --json
+expect_status 0 "with --weight-dtype it plans"
+w8=$(jf weight_bytes)
+expect_true "and the embeddings' format changes the bytes ($w32 then $w8)" sh -c '[ -n "$1" ] && [ "$1" -lt "$2" ]' _ "$w8" "$w32"
 size=$(wc -c <"$T/tiny.kvp")
 for cut in 1000 $((size / 2)) $((size - 64)); do
     head -c "$cut" "$T/tiny.kvp" >"$T/cut.kvp"
