@@ -44,9 +44,9 @@ typedef struct kvp_cap_fmt {
  * Returns 0 or KVP_EINVAL with a message listing the choices. */
 int kvp_cap_weight_fmt(const char *name, kvp_cap_fmt *f, kvp_err *err);
 /* KV formats: f32 f16 bf16, fp8 (E4M3) and int8 (an f32 scale per head per
- * token, as decode's cache holds them), int4 (an f32 scale per head per
- * block, kvp(5)), fp8-e5m2 (a per-layer scale, not counted), fp4 (NVFP4
- * blocks). */
+ * token, as decode's cache holds them); for other engines' caches, which
+ * decode has none of, int4 (an f32 scale per head per block), fp8-e5m2 (a
+ * per-layer scale, not counted), fp4 (NVFP4 blocks). */
 int kvp_cap_kv_fmt(const char *name, kvp_cap_fmt *f, kvp_err *err);
 /* Bytes of a rows x cols tensor in format f (scales included). */
 uint64_t kvp_cap_fmt_bytes(const kvp_cap_fmt *f, uint64_t rows, uint64_t cols);

@@ -5,7 +5,9 @@
 
 #include "io.h"
 #include "json.h"
+#include "kvscale.h"
 #include "shard.h"
+#include "tensor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,15 +143,17 @@ int kvp_cap_run_parse(kvp_cap_run *out, const char *text, size_t len, const char
 
     /* the strings' values, and fields that must agree with each other */
     const char *bad = NULL;
-    kvp_cap_fmt fmt;
+    int kv_dt = kvp_dtype_from_name(r->kv_dtype);
     if (strlen(r->fingerprint) != 32 || strspn(r->fingerprint, "0123456789abcdef") != 32)
         bad = "model_fingerprint: not 32 lowercase hex digits";
     else if (one_of(r->input, inputs, 2) < 0)
         bad = "input: not \"prompts\" or \"kvp\"";
     else if ((r->pool = one_of(pool, pool_names, 3)) < 0)
         bad = "kv_pool_sized_by: not \"kv-mem\", \"kv-blocks\" or \"context\"";
-    else if (kvp_cap_kv_fmt(r->kv_dtype, &fmt, NULL) != 0)
-        bad = "kv_dtype: not a KV format kvcalc knows (f32 f16 bf16 fp8 fp8-e5m2 int8 int4 fp4)";
+    /* only what decode's cache holds (as kvp(5) KV blocks): int4 or fp4
+     * KV is a plan for other engines' caches, which no run of decode has */
+    else if (kv_dt != KVP_DTYPE_F32 && kv_dt != KVP_DTYPE_F16 && kv_dt != KVP_DTYPE_BF16 && !kvp_kvscale_dtype(kv_dt))
+        bad = "kv_dtype: not a dtype decode's KV cache holds (f32 f16 bf16 fp8_e4m3 i8)";
     else if (bs & (bs - 1))
         bad = "block_size: not a power of two";
     else if ((r->pool == KVP_CAP_POOL_MEM) != r->has_kv_mem)

@@ -583,6 +583,25 @@ expect_status 2 "--lengths with --tsv exits 2"
 run kvcalc --help
 expect_out_has "not --tsv" "--help says --lengths does not go with --tsv"
 
+# ---- --check: a stats file names a KV dtype decode's cache holds; int4 KV
+# is a plan for other engines' caches, which no decode run wrote ----
+cat >"$T/int4.json" <<'EOF'
+{"requests":10,"kv_memory":0,"output_tokens":240,"prompt_tokens":150,"preemptions":0,"peak_kv_blocks":5,
+ "kv_blocks":5,"block_size":16,"max_num_seqs":64,"model":"",
+ "model_fingerprint":"1d9ba74afb3032449c2bb4394c0ac691","input":"prompts","kv_dtype":"int4",
+ "kv_block_bytes":368640,"kv_pool_bytes":1843200,"kv_pool_sized_by":"kv-mem","kv_mem":2097152,
+ "kv_out":false,"stopped":false,"peak_running":3,"max_seq_len":41}
+EOF
+run kvcalc --check "$T/int4.json" -m smollm2-135m
+expect_status 1 "--check: a stats file with kv_dtype int4 exits 1"
+expect_err_has "kvcalc: $T/int4.json: kv_dtype: not a dtype decode's KV cache holds (f32 f16 bf16 fp8_e4m3 i8)" \
+    "naming the file and the field"
+sed 's/"kv_dtype":"int4"/"kv_dtype":"f16"/' "$T/int4.json" >"$T/f16.json"
+run kvcalc --check "$T/f16.json" -m smollm2-135m
+expect_status 0 "the same run in f16 checks, and agrees"
+run kvcalc --help
+expect_out_has "other engines' caches, not decode's" "--help says which KV dtypes decode has none of"
+
 # ---- an empty name is a usage error that says so, as kvp_cli_opt_path's are ----
 run kvcalc -m '' -g h200
 expect_status 2 "-m '' exits 2"

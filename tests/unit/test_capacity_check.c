@@ -98,7 +98,20 @@ static void test_parse(void)
     refused(edit("\"max_num_seqs\":64", "\"max_num_seqs\":0"), "max_num_seqs");
     refused(edit("\"max_seq_len\":41", "\"max_seq_len\":4294967297"), "max_seq_len");
     refused(edit("\"kv_out\":false", "\"kv_out\":0"), "kv_out: not true or false");
-    refused(edit("\"kv_dtype\":\"f16\"", "\"kv_dtype\":\"q4_1\""), "kv_dtype: not a KV format");
+    refused(edit("\"kv_dtype\":\"f16\"", "\"kv_dtype\":\"q4_1\""), "kv_dtype: not a dtype decode's KV cache holds");
+    /* kvcalc plans int4, fp4 and E5M2 KV for other engines; decode's cache
+     * holds none of them, so no run of it wrote one */
+    refused(edit("\"kv_dtype\":\"f16\"", "\"kv_dtype\":\"int4\""), "s.json: kv_dtype: not a dtype decode's KV cache holds");
+    refused(edit("\"kv_dtype\":\"f16\"", "\"kv_dtype\":\"fp4\""), "kv_dtype");
+    refused(edit("\"kv_dtype\":\"f16\"", "\"kv_dtype\":\"fp8-e5m2\""), "kv_dtype");
+    {
+        static const char *const held[] = {"f32", "bf16", "fp8_e4m3", "i8"}; /* as decode names them */
+        for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
+            char want[32];
+            snprintf(want, sizeof want, "\"kv_dtype\":\"%s\"", held[i]);
+            CHECK_MSG(parse(edit("\"kv_dtype\":\"f16\"", want), &r, &err) == 0, "%s: %s", held[i], err.msg);
+        }
+    }
     refused(edit("\"kv_dtype\":\"f16\"", "\"kv_dtype\":16"), "kv_dtype: a number, not a string");
     refused(edit("\"input\":\"prompts\"", "\"input\":\"socket\""), "input");
     refused(edit("\"kv_pool_sized_by\":\"kv-mem\"", "\"kv_pool_sized_by\":\"magic\""), "kv_pool_sized_by");
