@@ -64,7 +64,8 @@ static void usage(FILE *f)
             "      --json                one JSON object (JSON Lines for a sweep)\n"
             "      --tsv                 header and rows\n"
             "  -h, --help  -V, --version\n"
-            "Numeric options take START:END:STEP or START:END:xFACTOR for a sweep (at most 100000 points).\n");
+            "Numeric options take START:END:STEP or START:END:xFACTOR for a sweep (at most 100000 points),\n"
+            "all but --seed, --shared-prefix and --kv-mem.\n");
 }
 
 /* ---- options that sweep ---- */
@@ -232,9 +233,12 @@ static void expand_sweep(sweep_opt *o)
     }
 }
 
-/* --seed, --shared-prefix: digits only, like every count. */
+/* --seed, --shared-prefix: digits only, like every count; one value, as
+ * the simulation has one stream of lengths. */
 static uint64_t opt_whole(const char *opt, const char *s, uint64_t max)
 {
+    if (strchr(s, ':'))
+        kvp_cli_usage_error("%s: '%s': one value, not a sweep (--seed and --shared-prefix do not sweep)", opt, s);
     size_t n = decimal_len(s, 0);
     unsigned long long v = 0;
     if (n && !s[n]) {
@@ -1090,6 +1094,8 @@ static int check_run(run *R, const char *stats, const char *model, const char *k
     }
     uint64_t mem = 0;
     if (kv_mem) {
+        if (strchr(kv_mem, ':')) /* one pool is checked */
+            kvp_cli_usage_error("--kv-mem: '%s': one value, not a sweep", kv_mem);
         mem = kvp_cli_opt_size("--kv-mem", kv_mem);
         if (mem == 0)
             kvp_cli_usage_error("--kv-mem: 0 bytes holds no block");

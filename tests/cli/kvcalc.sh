@@ -602,6 +602,21 @@ expect_status 0 "the same run in f16 checks, and agrees"
 run kvcalc --help
 expect_out_has "other engines' caches, not decode's" "--help says which KV dtypes decode has none of"
 
+# ---- --seed, --shared-prefix and --kv-mem take one value (kvcalc(1) Sweeps
+# names them), and a sweep of one says so ----
+run kvcalc -m llama-3-8b -g h100 --lengths uniform:1:100 --seed 1:3:1
+expect_status 2 "--seed 1:3:1 exits 2"
+expect_err_has "kvcalc: --seed: '1:3:1': one value, not a sweep (--seed and --shared-prefix do not sweep)" \
+    "and says --seed does not sweep"
+run kvcalc -m llama-3-8b -g h100 --lengths uniform:1:100 --shared-prefix 16:64:16
+expect_status 2 "--shared-prefix 16:64:16 exits 2"
+expect_err_has "kvcalc: --shared-prefix: '16:64:16': one value, not a sweep" "and says --shared-prefix does not sweep"
+run kvcalc --check "$T/f16.json" -m smollm2-135m --kv-mem 1MiB:2MiB:1MiB
+expect_status 2 "--kv-mem 1MiB:2MiB:1MiB exits 2"
+expect_err_has "kvcalc: --kv-mem: '1MiB:2MiB:1MiB': one value, not a sweep" "and says --kv-mem does not sweep"
+run kvcalc --help
+expect_out_has "all but --seed, --shared-prefix and --kv-mem" "--help names the options that do not sweep"
+
 # ---- an empty name is a usage error that says so, as kvp_cli_opt_path's are ----
 run kvcalc -m '' -g h200
 expect_status 2 "-m '' exits 2"
