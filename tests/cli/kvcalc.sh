@@ -617,6 +617,18 @@ expect_err_has "kvcalc: --kv-mem: '1MiB:2MiB:1MiB': one value, not a sweep" "and
 run kvcalc --help
 expect_out_has "all but --seed, --shared-prefix and --kv-mem" "--help names the options that do not sweep"
 
+# ---- a lengths file: 1..4294967295 each, a 0 refused naming the line (exit
+# 1), a length past --seq-len clamped to it (kvcalc(1) --lengths) ----
+printf '100\n0\n' >"$T/len0"
+run kvcalc -m llama-3-8b -g h100 -s 4096 --lengths "$T/len0"
+expect_status 1 "a lengths file with a 0 exits 1"
+expect_err_has "kvcalc: $T/len0: line 2: not a length (a whole number 1..4294967295)" "naming the file and line"
+printf '5000\n' >"$T/len5000"
+run kvcalc -m llama-3-8b -g h100 -s 4096 --lengths "$T/len5000" --json
+expect_status 0 "a length past --seq-len"
+expect_out_has '"scheme":"contiguous","block_size":0,"seqs":' "simulates"
+expect_true "clamped to 4096: no waste in a 4096-token reservation" grep -q '"scheme":"contiguous","block_size":0,"seqs":[0-9]*,"tokens":[0-9]*,"alloc_bytes":[0-9]*,"waste_bytes":0,' "$OUT"
+
 # ---- an empty name is a usage error that says so, as kvp_cli_opt_path's are ----
 run kvcalc -m '' -g h200
 expect_status 2 "-m '' exits 2"
