@@ -34,7 +34,8 @@ static void usage(FILE *f)
             "      --layers N  --hidden N  --heads N  --kv-heads N  --head-dim N  --vocab N  --ffn N\n"
             "      --experts N  --experts-used N  --window N  --params N[K|M|G|B|T]   override the model\n"
             "                            (without -m: --layers --hidden --heads --ffn --vocab describe one)\n"
-            "      --weight-dtype T      f16 bf16 f32 fp8 int8 int4 int4-gN nvfp4 mxfp4 q4_0..q8_0 q2_k..q6_k\n"
+            "      --weight-dtype T      f16 bf16 f32 fp8 fp8-e5m2 int8 int4 int4-gN fp4-gN nvfp4 mxfp4\n"
+            "                            q4_0..q8_0 q2_k..q6_k (any case)\n"
             "      --embed-dtype T       embeddings, lm_head, norms (default: as weights if 16/32-bit, else bf16;\n"
             "                            a GGUF or KVP file's tensors count as stored: give --weight-dtype too)\n"
             "      --kv-dtype T          f16 bf16 f32 fp8 fp8-e5m2 int8 int4 fp4 (default f16; int4, fp4,\n"
@@ -806,15 +807,21 @@ static void emit(run *R, const kvp_cap_params *p)
         char lead[1024];
         if (!R->tsv_header_done) {
             printf("%s%-10s %-8s %-5s %-4s %-4s %16s %18s %16s %10s %12s\n", sweep_lead(lead, sizeof lead, NULL, 0),
-                   "seq_len", "batch", "tp", "pp", "block", "kv_bytes", "weights/gpu", "kv_free/gpu", "max_seqs",
-                   "max_context");
+                   "seq_len", "batch", "tp", "pp", "block", "kv_bytes (B)", "weights/gpu (B)", "kv_free/gpu (B)",
+                   "max_seqs", "max_context");
             R->tsv_header_done = 1;
         }
         const kvp_cap_stage *st = &r.stage[r.binding];
+        char ctx[32]; /* as the report says it: unbounded, or at least 2^32 */
+        if (r.max_context < 0)
+            snprintf(ctx, sizeof ctx, "unbounded");
+        else
+            snprintf(ctx, sizeof ctx, "%s%" PRId64, (uint64_t)r.max_context == KVP_CAP_MAX_SEQ_LEN ? ">=" : "",
+                     r.max_context);
         printf("%s%-10" PRIu64 " %-8" PRIu64 " %-5u %-4u %-4u %16" PRIu64 " %18" PRIu64 " %16" PRId64 " %10" PRIu64
-               " %12" PRId64 "\n",
+               " %12s\n",
                sweep_lead(lead, sizeof lead, R->point, 0), p->seq_len, p->batch, p->tp, p->pp, p->block_size,
-               r.kv_bytes, st->weight_bytes, st->kv_free_bytes, r.max_seqs, r.max_context);
+               r.kv_bytes, st->weight_bytes, st->kv_free_bytes, r.max_seqs, ctx);
         if (n_sim)
             keep_sim(R, sim, n_sim);
     } else {
@@ -1397,6 +1404,8 @@ int main(int argc, char **argv)
         return check_run(&R, check, model, kv_dtype, kv_mem);
     }
     if (list_m || list_g) {
+        if (R.tsv) /* the tables have no TSV form */
+            kvp_cli_usage_error("--tsv: --list-models and --list-gpus print a table, or JSON Lines with --json");
         if (list_m)
             list_models(R.json);
         if (list_g)

@@ -629,6 +629,26 @@ expect_status 0 "a length past --seq-len"
 expect_out_has '"scheme":"contiguous","block_size":0,"seqs":' "simulates"
 expect_true "clamped to 4096: no waste in a 4096-token reservation" grep -q '"scheme":"contiguous","block_size":0,"seqs":[0-9]*,"tokens":[0-9]*,"alloc_bytes":[0-9]*,"waste_bytes":0,' "$OUT"
 
+# ---- small things a review found ----
+# the preset tables have no TSV form: --tsv is refused, not ignored
+for l in --list-models --list-gpus; do
+    run kvcalc $l --tsv
+    expect_status 2 "$l --tsv exits 2"
+    expect_err_has "kvcalc: --tsv: --list-models and --list-gpus print a table, or JSON Lines with --json" "and says why"
+    expect_out_empty "$l --tsv: no text table"
+done
+# --help names every weight format the parser takes, which take any case
+run kvcalc --help
+expect_out_has "f16 bf16 f32 fp8 fp8-e5m2 int8 int4 int4-gN fp4-gN nvfp4 mxfp4" "--help lists fp8-e5m2 and fp4-gN"
+run kvcalc -m llama-3-8b --weight-dtype INT4-G64 --json
+expect_status 0 "INT4-G64 is int4-g64, as Q4_K is q4_k"
+expect_field weight_dtype '"int4-g64"' "named int4-g64"
+# a sweep's text table says its unit, and the longest context as the report does
+run kvcalc -m mistral-7b -g h100 -s 4096:8192:4096 -b 1:113:112
+expect_out_has "kv_bytes (B)    weights/gpu (B)  kv_free/gpu (B)" "the byte columns say B"
+expect_true "one sequence of Mistral-7B: unbounded, not -1" grep -q '^4096  *1  .* unbounded$' "$OUT"
+expect_true "113: every length to 4096" grep -q '^4096  *113  .* 4096$' "$OUT"
+
 # ---- an empty name is a usage error that says so, as kvp_cli_opt_path's are ----
 run kvcalc -m '' -g h200
 expect_status 2 "-m '' exits 2"

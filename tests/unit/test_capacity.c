@@ -198,6 +198,26 @@ static void test_weight_formats(void)
     CHECK_EQ_U64(kvp_cap_fmt_bytes(&f, 4096, 4096), 4096ull * 128 * 17);
     CHECK(kvp_cap_weight_fmt("bf16", &f, &err) == 0 && kvp_cap_fmt_is_float(&f));
     CHECK(kvp_cap_weight_fmt("int3", &f, &err) == KVP_EINVAL);
+    /* names in any case, each (INT4-G64 was refused beside Q4_K); a group
+     * in digits only */
+    static const char *const upper[][2] = {{"F16", "f16"}, {"BF16", "bf16"}, {"FP8", "fp8"}, {"FP8-E5M2", "fp8-e5m2"},
+                                           {"INT8", "int8"}, {"INT4", "int4-g128"}, {"INT4-G64", "int4-g64"},
+                                           {"Fp4-G32", "fp4-g32"}, {"NVFP4", "nvfp4"}, {"MXFP4", "mxfp4"},
+                                           {"Q4_1", "q4_1"}, {"Q6_K", "q6_k"}};
+    for (size_t i = 0; i < sizeof upper / sizeof upper[0]; i++) {
+        int rc = kvp_cap_weight_fmt(upper[i][0], &f, &err);
+        CHECK_MSG(rc == 0 && strcmp(f.name, upper[i][1]) == 0, "%s: %d %s", upper[i][0], rc, rc ? err.msg : f.name);
+    }
+    CHECK(kvp_cap_weight_fmt("int4-g+64", &f, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_weight_fmt("int4-g 64", &f, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_weight_fmt("int4-g64x", &f, &err) == KVP_EINVAL);
+    CHECK(kvp_cap_weight_fmt("int4-g", &f, &err) == KVP_EINVAL);
+    static const char *const kv_upper[][2] = {{"F16", "f16"}, {"FP8", "fp8"}, {"FP8-E5M2", "fp8-e5m2"},
+                                              {"INT8", "int8"}, {"INT4", "int4"}, {"FP4", "fp4"}};
+    for (size_t i = 0; i < sizeof kv_upper / sizeof kv_upper[0]; i++) {
+        int rc = kvp_cap_kv_fmt(kv_upper[i][0], &f, &err);
+        CHECK_MSG(rc == 0 && strcmp(f.name, kv_upper[i][1]) == 0, "%s: %d", kv_upper[i][0], rc);
+    }
 
     /* SmolLM2 in Q4_1 matrices, Q8_0 embeddings, f32 norms: the real GGUF's
      * layout; 30 x (2 x 576^2 + 2 x 576 x 192 + 3 x 576 x 1536) Q4_1 weights */
