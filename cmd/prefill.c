@@ -577,6 +577,11 @@ int main(int argc, char **argv)
         if (kvp_runopts_is_sched(c)) /* accepted and ignored would mislead */
             kvp_cli_usage_error("--%s is decode's: prefill computes one prompt at a time (--chunk sets its "
                                 "tokens a step)", longopts[li].name);
+        if (c == KVP_OPT_KV_OUT) /* shared with decode's table, as the two below */
+            kvp_cli_usage_error("--kv-out is decode's (a generated sequence's cache): prefill's KV stream is its "
+                                "output, -o FILE or standard output");
+        if (c == KVP_OPT_IGNORE_EOS)
+            kvp_cli_usage_error("--ignore-eos is decode's: give it to the decode that continues the stream");
         if (kvp_runopts_parse(&o, c, optarg))
             continue;
         if (c == 'o') {

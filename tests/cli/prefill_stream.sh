@@ -388,9 +388,10 @@ run_sh "prefill -m '$M' -t 1 -f '$T/only.jsonl' | decode -m '$M' -t 1 -n 2 --jso
 expect_status 0 "a stream of sequences is still read"
 expect_out_has '"id":"only"' "and answered"
 
-# decode's scheduler options would do nothing here (one prompt at a time):
-# refused, not ignored, and not in prefill's help.
-for o in "--max-num-seqs 2" "--max-batched-tokens 64" "--static"; do
+# decode's scheduler options would do nothing here (one prompt at a time),
+# nor its --kv-out (prefill's stream is its output) and --ignore-eos (it
+# generates nothing): refused, not ignored, and not in prefill's help.
+for o in "--max-num-seqs 2" "--max-batched-tokens 64" "--static" "--kv-out $T/k.kvp" "--ignore-eos"; do
     run prefill -m "$M" -t 1 -p hi $o -o "$T/sched.kvp"
     expect_status 2 "prefill $o is a usage error"
     expect_err_has "${o%% *} is decode's" "says whose option ${o%% *} is"
@@ -398,6 +399,7 @@ for o in "--max-num-seqs 2" "--max-batched-tokens 64" "--static"; do
 done
 run prefill --help
 expect_true "prefill --help leaves decode's scheduler options out" sh -c "! grep -q -- '--max-num-seqs' '$OUT'"
+expect_true "nor --kv-out and --ignore-eos as options" sh -c "! grep -qE -- '^ +--(kv-out|ignore-eos) ' '$OUT'"
 
 # Records of kinds decode does not know are skipped among a sequence's KV
 # blocks too (kvp(5)), read directly or through quantize --kv; a sequence
