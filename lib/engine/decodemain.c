@@ -975,6 +975,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     double progress = -1; /* --progress: seconds between lines (0: the default); -1 off */
     double rate = 0, burstiness = 1;
     int burst_set = 0, method_set = 0, auto_given = 0; /* auto_given: --draft-len auto said (it is the default) */
+    int ngram_set = 0;
     int no_prefix_cache = 0;
     uint64_t cache_salt = 0;
     int c;
@@ -1080,6 +1081,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         if (c == OPT_NGRAM_MIN || c == OPT_NGRAM_MAX) {
             uint32_t v = (uint32_t)kvp_cli_opt_i64(c == OPT_NGRAM_MIN ? "--ngram-min" : "--ngram-max", optarg, 1, 64);
             *(c == OPT_NGRAM_MIN ? &ngram.min_n : &ngram.max_n) = v;
+            ngram_set = 1;
             continue;
         }
         if (c == OPT_SHARD) {
@@ -1106,11 +1108,22 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (hc.job.prompts) {
         if (optind < argc)
             kvp_cli_usage_error("--train-heads takes no KV stream");
-        if (method_set || draft_path || compare || profile || o.kv_out || resume || hc.branches || po.n_k ||
-            rate > 0 || shard_n || greedy_drafts || draft_layers || o.stats || progress >= 0)
-            kvp_cli_usage_error("--train-heads trains and exits: no --method, --draft, --compare, --profile, "
-                                "--kv-out, --resume, --branches, --draft-len, --rate, --shard, --greedy-drafts, "
-                                "--draft-layers, --stats or --progress beside it");
+        /* a generating run's options, which training would ignore */
+        const struct {
+            int given;
+            const char *name;
+        } run_opts[] = {{method_set, "--method"}, {draft_path != NULL, "--draft"}, {hc.path != NULL, "--heads"},
+                        {compare, "--compare"}, {profile != NULL, "--profile"}, {o.kv_out != NULL, "--kv-out"},
+                        {resume != NULL, "--resume"}, {hc.branches != 0, "--branches"},
+                        {po.n_k || auto_given, "--draft-len"}, {ngram_set, "--ngram-min/--ngram-max"},
+                        {rate > 0, "--rate"}, {burst_set, "--burstiness"}, {shard_n != 0, "--shard"},
+                        {greedy_drafts, "--greedy-drafts"}, {draft_layers != 0, "--draft-layers"},
+                        {o.stats, "--stats"}, {progress >= 0, "--progress"}, {slo_ttft > 0, "--slo-ttft"},
+                        {slo_tpot > 0, "--slo-tpot"}, {min_goodput >= 0, "--min-goodput"}};
+        for (size_t i = 0; i < sizeof run_opts / sizeof run_opts[0]; i++)
+            if (run_opts[i].given)
+                kvp_cli_usage_error("--train-heads trains and exits: %s is a generating run's option, which it "
+                                    "would ignore", run_opts[i].name);
         return train_heads(&o, &hc);
     }
     if (hc.job.out || hc.tuned)

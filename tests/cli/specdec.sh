@@ -40,6 +40,13 @@ run specdec -m x.gguf --train-heads p.jsonl -o h.kvp --compare
 expect_status 2 "--train-heads with --compare"
 run specdec -m x.gguf --train-heads p.jsonl -o h.kvp --progress
 expect_status 2 "--train-heads with --progress"
+# every generating run's option, which training would ignore, by its name
+for o in "--draft-len auto" "--heads h0.kvp" "--ngram-max 4" "--burstiness 2" "--slo-ttft 5" "--slo-tpot 5" \
+    "--min-goodput 0.5"; do
+    run specdec -m x.gguf --train-heads p.jsonl -o h.kvp $o
+    expect_status 2 "--train-heads with $o"
+    expect_err_has "${o%% *} is a generating run's option" "names ${o%% *}"
+done
 run specdec -m x.gguf --profile p.jsonl --progress=5
 expect_status 2 "--profile with --progress"
 run specdec -m x.gguf --profile p.jsonl --method ngram
