@@ -77,7 +77,8 @@ _Static_assert(sizeof kvp_runopts_long / sizeof kvp_runopts_long[0] == KVP_RUNOP
     "      --block-size N      tokens per KV block (16)\n" \
     "      --kv-mem SIZE       KV cache size (e.g. 512MiB), or --kv-blocks N\n" \
     "      --kv-dtype TYPE     f16 (default), bf16, f32, or fp8 / int8 (a scale per token and head)\n" \
-    "      --chunk N           prompt tokens per forward step (512)\n"
+    "      --chunk N           prompt tokens per forward step (512; in decode and specdec it is\n" \
+    "                          --max-batched-tokens, 2048 on a GPU backend)\n"
 #define HELP_SCHED \
     "      --max-num-seqs N    sequences running at once (64)\n" \
     "      --max-batched-tokens N  tokens per forward step, decode and prompt chunks together\n" \
