@@ -733,8 +733,14 @@ int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
         else if (rd->one.system && rd->one.system[0] && !rd->one.chat)
             rc = kvp_err_set(&rd->e, KVP_EFORMAT, "%s: a plain-text prompt has no system turn for --system: give "
                              "--chat too", rd->path);
-        else if ((rc = text_utf8(rd)) == 0)
-            rc = kvp_prompts_add_text(&rd->one, "", rd->buf + rd->beg, rd->end - rd->beg, &rd->e);
+        else if ((rc = text_utf8(rd)) == 0) {
+            /* a text file's last newline (`echo ... > p.txt`, an editor's)
+             * ends the file, not the prompt, as llama.cpp's -f takes it */
+            size_t n = rd->end - rd->beg;
+            if (n && rd->buf[rd->beg + n - 1] == '\n')
+                n -= n > 1 && rd->buf[rd->beg + n - 2] == '\r' ? 2 : 1;
+            rc = kvp_prompts_add_text(&rd->one, "", rd->buf + rd->beg, n, &rd->e);
+        }
         rd->line = 1;
         rd->beg = rd->scan = rd->end;
         if (rc == 0)

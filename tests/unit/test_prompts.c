@@ -733,8 +733,20 @@ static void test_bom(void)
     kvp_prompts_free(&ps);
     rc = read_all("\xef\xbb\xbfOnce upon a time\n", &ps, &err);
     CHECK_MSG(rc == 0 && ps.n == 1, "%s", err.msg);
-    if (ps.n == 1)
-        CHECK_STR(ps.p[0].text, "Once upon a time\n");
+    if (ps.n == 1) /* the file's last newline is no part of the prompt */
+        CHECK_STR(ps.p[0].text, "Once upon a time");
+    kvp_prompts_free(&ps);
+    /* one newline (or CRLF) ends the file; a blank line before it is text */
+    static const char *const ends[][2] = {{"a\r\n", "a"}, {"a\n\n", "a\n"}, {"a\r\n\r\n", "a\r\n"}, {"a", "a"},
+                                          {"a\r", "a\r"}};
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        rc = read_all(ends[i][0], &ps, &err);
+        CHECK_MSG(rc == 0 && ps.n == 1 && strcmp(ps.p[0].text, ends[i][1]) == 0, "case %zu: %s", i,
+                  rc ? err.msg : ps.n ? ps.p[0].text : "none");
+        kvp_prompts_free(&ps);
+    }
+    rc = read_all("\n", &ps, &err); /* a newline alone: blank, no prompt */
+    CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, "no prompt in the file"), "%s", rc < 0 ? err.msg : "accepted");
     kvp_prompts_free(&ps);
     rc = read_all("\xef\xbb\xbf", &ps, &err); /* nothing after it */
     CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, "no prompt in the file"), "%s", rc < 0 ? err.msg : "accepted");
