@@ -536,6 +536,28 @@ static int open_source(kvp_model *m, kvp_err *err)
                                                                                              : open_hf(m, &in, err);
 }
 
+/* A layer's tensor past the config's layer count (block_count 1 beside
+ * blk.1.*): the file and its config disagree on the model, and running
+ * the first layers alone would be silently another model (llama.cpp
+ * refuses such a file too). */
+static int no_layer_past(const kvp_model *m, kvp_err *err)
+{
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const char *name = m->tensors[i].rec.name;
+        unsigned long l;
+        int at = 0;
+        if (sscanf(name, "blk.%lu.%n", &l, &at) == 1 && at > 0 && l >= m->cfg.n_layer)
+            ;
+        else if (at = 0, sscanf(name, "model.layers.%lu.%n", &l, &at) == 1 && at > 0 && l >= m->cfg.n_layer)
+            ;
+        else
+            continue;
+        return kvp_err_set(err, KVP_EFORMAT, "%s: tensor %s belongs to layer %lu, but the model has %u layers (its "
+                           "block_count or num_hidden_layers)", m->path, name, l, m->cfg.n_layer);
+    }
+    return 0;
+}
+
 static int bind_all(kvp_model *m, kvp_err *err)
 {
     const kvp_config *c = &m->cfg;
@@ -561,6 +583,8 @@ static int bind_all(kvp_model *m, kvp_err *err)
     for (uint32_t i = 0; i < c->n_layer; i++)
         if ((rc = bind_layer(m, i, err)) < 0)
             return rc;
+    if ((rc = no_layer_past(m, err)) < 0)
+        return rc;
     m->cfg.attn_bias = m->layers[0].bq.dtype >= 0;
     return 0;
 }

@@ -30,6 +30,17 @@ expect_out_has " Paris." "the right answer"
 expect_err_empty "no stderr"
 cp "$OUT" "$T/direct.txt"
 
+# a file whose block_count says fewer layers than its tensors hold (30 ->
+# 29 in a copy): refused, naming the first stray tensor, not run as the
+# first 29 layers of another model
+cp "$M" "$T/bc.gguf"
+at=$(grep -obUa 'llama.block_count' "$T/bc.gguf" | head -n 1 | cut -d: -f1)
+printf '\035' | dd of="$T/bc.gguf" bs=1 seek=$((at + 17 + 4)) conv=notrunc 2>/dev/null
+run decode -m "$T/bc.gguf" -t $THREADS -p hi -n 2
+expect_status 1 "a model with tensors past its block_count is refused"
+expect_err_has "tensor blk.29.attn_norm.weight belongs to layer 29, but the model has 29 layers" "names the tensor"
+rm -f "$T/bc.gguf"
+
 run decode -m "$M" -t $THREADS --backend cpu -p "The capital of France is" -n 8
 expect_status 0 "--backend cpu"
 expect_out_file "$T/direct.txt" "--backend cpu is the default backend"
