@@ -166,8 +166,9 @@ typedef struct kvp_detok {
 } kvp_detok;
 
 void kvp_detok_init(kvp_detok *d, const kvp_tokenizer *t, int flags);
-/* Append to out the bytes that are ready after token id.  0, or KVP_EINVAL
- * for an id out of range, KVP_ENOMEM. */
+/* Append to out the bytes that are ready after token id (an id past the
+ * tokenizer's tokens, a padded embedding row, adds none).  0, or KVP_EINVAL
+ * for a negative id, KVP_ENOMEM. */
 int kvp_detok_push(kvp_detok *d, int32_t id, kvp_buf *out, kvp_err *err);
 /* Take up a text whose tokens ids[0..n) an earlier detokenizer (of d's
  * flags) has shown: d holds back the unfinished character they end in, as

@@ -545,6 +545,15 @@ static void test_tiny_bpe(void)
         encode_expect(t, "abab", 0, 0, e2, 2);
         const int32_t e3[] = {0, 1, 8};
         encode_expect(t, "a a", 0, 1, e3, 3);
+        /* An id past the tokens (a model's padded embedding row) has no
+         * text, as HF's decode skips it; a negative one is an error. */
+        kvp_buf pb;
+        kvp_buf_init(&pb);
+        const int32_t pad[] = {1, 10, 4000, 2};
+        CHECK(kvp_tokenizer_decode(t, pad, 4, 0, &pb, &err) == 0 && pb.len == 2 && memcmp(pb.data, "ab", 2) == 0);
+        const int32_t neg[] = {1, -1};
+        CHECK(kvp_tokenizer_decode(t, neg, 2, 0, &pb, &err) == KVP_EINVAL);
+        kvp_buf_free(&pb);
         /* Control tokens only with parse_special; user-defined always. */
         const int32_t e4[] = {1, 0, 2, 9, 3};
         encode_expect(t, "a<s>b<x>c", 1, 0, e4, 5);
@@ -560,7 +569,7 @@ static void test_tiny_bpe(void)
         kvp_buf b;
         kvp_buf_init(&b);
         kvp_detok_init(&d, t, 0);
-        CHECK(kvp_detok_push(&d, 12345, &b, &err) == KVP_EINVAL);
+        CHECK(kvp_detok_push(&d, 12345, &b, &err) == 0 && b.len == 0); /* past the tokens: no text */
         CHECK(kvp_detok_push(&d, 0, &b, &err) == 0 && b.len == 0); /* control: silent */
         kvp_detok_init(&d, t, KVP_DETOK_SPECIAL);
         CHECK(kvp_detok_push(&d, 0, &b, &err) == 0 && b.len == 3);
