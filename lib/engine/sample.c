@@ -115,6 +115,31 @@ static void select_first(cand *c, uint32_t n, uint32_t k)
     }
 }
 
+/* Top-p: the smallest prefix of c[0..n) in cand_cmp's order whose share of
+ * mass reaches p, sorted; its length.  The first 256, 1024, ... are
+ * selected and sorted until their sum reaches p: the prefix is nearly
+ * always short, and sorting the whole vocabulary for it had cost more
+ * than the model's step (SmolLM2's 49,152 candidates a token).  The first
+ * k of the order are the first k of a whole sort, summed in that order:
+ * the same prefix, the same bits. */
+static uint32_t top_p_prefix(cand *c, uint32_t n, float mx, double mass, float p)
+{
+    for (uint32_t k = 256;; k *= 4) {
+        uint32_t m = k < n ? k : n;
+        if (m < n)
+            select_first(c, n, m);
+        qsort(c, m, sizeof *c, cand_cmp);
+        double cum = 0;
+        for (uint32_t i = 0; i < m; i++) {
+            cum += exp((double)c[i].logit - mx) / mass;
+            if (cum >= p)
+                return i + 1;
+        }
+        if (m == n)
+            return n;
+    }
+}
+
 /* The tokens the filters keep, in the order a draw walks them: c[0..*n)
  * (malloc'd) and the largest logit *mx.  Top-k by partial selection, then
  * min-p as a threshold against the top; whatever a filter kept is sorted
@@ -149,17 +174,10 @@ static int warp(const kvp_sampling *s, const float *logits, uint32_t n_vocab, ca
                 c[keep++] = c[i];
         n = keep;
     }
-    if (s->top_k > 0 || s->top_p < 1 || s->min_p > 0)
+    if (s->top_p < 1) {
+        n = top_p_prefix(c, n, mx, mass, s->top_p);
+    } else if (s->top_k > 0 || s->min_p > 0) {
         qsort(c, n, sizeof *c, cand_cmp);
-    if (s->top_p < 1) { /* the smallest sorted prefix holding top_p of the mass */
-        double cum = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            cum += exp((double)c[i].logit - mx) / mass;
-            if (cum >= s->top_p) {
-                n = i + 1;
-                break;
-            }
-        }
     }
     *out = c, *n_out = n, *mx_out = mx;
     return 0;

@@ -3,10 +3,79 @@
 #include "sample.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+static const float *ref_logits;
+static int ref_cmp(const void *a, const void *b) /* logit down, id up */
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    if (ref_logits[x] != ref_logits[y])
+        return ref_logits[x] > ref_logits[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* Top-p keeps the smallest prefix of the whole vocabulary sorted (logit
+ * down, id up) whose share reaches p: the same set whether the sampler
+ * sorts everything or selects and sorts the first 256, 1024, ... until
+ * the sum reaches p.  Logits of few values (many ties), a flat row (the
+ * prefix past the first rounds), one peak. */
+static void test_top_p_prefix(void)
+{
+    enum { N = 5000 };
+    static float lg[N], tmp[N], pr[N];
+    static uint32_t idx[N];
+    uint64_t rng = 7;
+    const float ps[] = {0.01f, 0.3f, 0.9f, 0.999f, 0.9999999f};
+    int wrong = 0;
+    for (int shape = 0; shape < 3; shape++) {
+        for (uint32_t i = 0; i < N; i++) {
+            float u = unit_frand(&rng);
+            lg[i] = shape == 0 ? floorf(u * 8) : shape == 1 ? u * 0.01f : (i == 17 ? 30.0f : u);
+            idx[i] = i;
+        }
+        ref_logits = lg;
+        qsort(idx, N, sizeof *idx, ref_cmp);
+        float mx = lg[idx[0]];
+        double mass = 0;
+        for (uint32_t i = 0; i < N; i++)
+            mass += exp((double)lg[i] - mx);
+        for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+            uint32_t keep = N;
+            double cum = 0;
+            for (uint32_t i = 0; i < N; i++) {
+                cum += exp((double)lg[idx[i]] - mx) / mass;
+                if (cum >= ps[k]) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            kvp_sampling s;
+            kvp_err err = {0};
+            kvp_sample_defaults(&s);
+            s.temperature = 1;
+            s.top_p = ps[k];
+            memcpy(tmp, lg, sizeof lg);
+            if (kvp_sample_probs(&s, tmp, N, NULL, 0, pr, &err) < 0) {
+                wrong++;
+                continue;
+            }
+            uint32_t nz = 0;
+            for (uint32_t i = 0; i < N; i++)
+                nz += pr[i] > 0;
+            int same = nz == keep;
+            for (uint32_t i = 0; same && i < keep; i++)
+                same = pr[idx[i]] > 0;
+            wrong += !same;
+            CHECK_MSG(same, "shape %d, top-p %g: %u kept, the sorted prefix is %u", shape, ps[k], nz, keep);
+        }
+    }
+    CHECK(wrong == 0);
+}
 
 int main(void)
 {
+    test_top_p_prefix();
     kvp_err err = {0};
     kvp_sampling s;
     kvp_sample_defaults(&s);
