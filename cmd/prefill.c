@@ -306,7 +306,7 @@ static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t
     /* past the trained context the positions were never learned: refuse,
      * as decode does, rather than write K/V nobody should use */
     uint32_t have = s->handle >= 0 ? kvp_kvcache_seq_len(r->kc, s->handle) : 0;
-    uint32_t n_ctx = kvp_run_loaded(r)->cfg.n_ctx;
+    uint32_t n_ctx = kvp_config_ctx_limit(&kvp_run_loaded(r)->cfg); /* a sliding window, else the context */
     if (n_ctx && (uint64_t)have + len > n_ctx) {
         if (have)
             kvp_err_set(&err, KVP_EINVAL, "%u tokens after the sequence's %u are more than the model's context of %u",

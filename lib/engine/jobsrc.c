@@ -559,10 +559,15 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
     js->o = o;
     js->tok = r->tok;
-    js->n_ctx = kvp_run_loaded(r)->cfg.n_ctx;
+    const kvp_config *cfg = &kvp_run_loaded(r)->cfg;
+    js->n_ctx = kvp_config_ctx_limit(cfg);
     if (o->max_model_len && js->n_ctx && o->max_model_len > js->n_ctx) {
         uint32_t n_ctx = js->n_ctx;
         free(js);
+        if (n_ctx != cfg->n_ctx)
+            return kvp_err_set(err, KVP_EINVAL, "--max-model-len %u is above %s's sliding window of %u tokens, "
+                               "which the engine does not apply (it attends over every position)",
+                               o->max_model_len, o->model, n_ctx);
         return kvp_err_set(err, KVP_EINVAL, "--max-model-len %u is above %s's trained context of %u tokens",
                            o->max_model_len, o->model, n_ctx);
     }

@@ -61,11 +61,11 @@ int kvp_perplexity_run(const kvp_runopts *o, const char *text_path, kvp_ppl_opts
         return rc;
     /* 512 by default, or the model's context where it is shorter; a model
      * that states no context (0: decode's 4096 by default) takes any */
-    uint32_t n_ctx = r.model->cfg.n_ctx;
+    uint32_t n_ctx = kvp_config_ctx_limit(&r.model->cfg); /* a sliding window the engine does not apply holds it */
     uint32_t ctx = po->ctx ? po->ctx : n_ctx && n_ctx < 512 ? n_ctx : 512;
     if (n_ctx && ctx > n_ctx) {
-        rc = kvp_err_set(err, KVP_EINVAL, "--ctx %u is beyond %s's context length of %u tokens", ctx, o->model,
-                         r.model->cfg.n_ctx);
+        rc = kvp_err_set(err, KVP_EINVAL, "--ctx %u is beyond %s's %s of %u tokens", ctx, o->model,
+                         n_ctx < r.model->cfg.n_ctx ? "sliding window (not applied here)" : "context length", n_ctx);
         goto out;
     }
     kvp_runopts ro = *o;

@@ -309,12 +309,25 @@ static int keep_default_system(kvp_run *r, kvp_err *err)
     return m ? kvp_chat_default_system(m, &r->default_system, err) : 0;
 }
 
+/* A sliding window the engine does not apply (it attends over every
+ * position): sequences are held to it, said once, so a longer one's
+ * "length" end or refusal is not a mystery (Mistral-7B-v0.1: 4,096 of its
+ * 32,768 tokens of context). */
+static void note_window(const kvp_model *m, const char *path)
+{
+    const kvp_config *c = &m->cfg;
+    if (c->sliding_window && kvp_config_ctx_limit(c) == c->sliding_window && c->sliding_window != c->n_ctx)
+        kvp_cli_warn("note: %s attends over a sliding window of %u tokens, which this engine does not apply: "
+                     "sequences are held to %u tokens", path, c->sliding_window, c->sliding_window);
+}
+
 int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
 {
     memset(r, 0, sizeof *r);
     int rc;
     if ((rc = kvp_model_load(&r->model, o->model, err)) < 0)
         return rc;
+    note_window(r->model, o->model);
     if ((rc = kvp_model_load_tokenizer(r->model, &r->tok, err)) < 0 || (rc = keep_default_system(r, err)) < 0)
         return rc;
     if ((o->tp > 1 || o->pp > 1) && (rc = kvp_run_tp_open(r, o, err)) < 0)

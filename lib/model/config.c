@@ -409,6 +409,13 @@ int kvp_config_check(const kvp_config *c, const char *source, kvp_err *err)
     return rc ? rc : kvp_config_check_shape(c, source, err);
 }
 
+uint32_t kvp_config_ctx_limit(const kvp_config *c)
+{
+    if (c->sliding_window && (!c->n_ctx || c->sliding_window < c->n_ctx))
+        return c->sliding_window;
+    return c->n_ctx;
+}
+
 int kvp_config_check_shape(const kvp_config *c, const char *source, kvp_err *err)
 {
     const char *src = source ? source : "?";

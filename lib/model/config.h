@@ -120,6 +120,11 @@ int kvp_config_check_shape(const kvp_config *c, const char *source, kvp_err *err
  * (want a finite number above 1)". */
 int kvp_config_check_reals(const kvp_config *c, const char *source, const char *eps_key, const char *base_key,
                            kvp_err *err);
+/* The longest sequence the engine runs as the model was trained to: its
+ * context, or a sliding window below it (Mistral-7B-v0.1's 4,096 of
+ * 32,768; the engine attends over every position, which is the window's
+ * attention only while a sequence fits in it); 0 when neither is known. */
+uint32_t kvp_config_ctx_limit(const kvp_config *c);
 /* KV elements per token per layer for full attention (2 x n_head_kv x head_dim,
  * or kv_lora_rank + rope_head_dim_mla for MLA). */
 uint64_t kvp_config_kv_elems_per_token_layer(const kvp_config *c);

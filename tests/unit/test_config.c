@@ -393,8 +393,26 @@ static void test_reals(void)
     }
 }
 
+/* The engine attends over every position: a sliding window below the
+ * context holds sequences to it (Mistral-7B-v0.1: 4,096 of 32,768, where
+ * full attention past the window gave other tokens than HF's). */
+static void test_ctx_limit(void)
+{
+    kvp_config c = {0};
+    CHECK_EQ_U64(kvp_config_ctx_limit(&c), 0); /* neither known */
+    c.n_ctx = 32768;
+    CHECK_EQ_U64(kvp_config_ctx_limit(&c), 32768);
+    c.sliding_window = 4096;
+    CHECK_EQ_U64(kvp_config_ctx_limit(&c), 4096);
+    c.sliding_window = 65536; /* a window past the context changes nothing */
+    CHECK_EQ_U64(kvp_config_ctx_limit(&c), 32768);
+    c.n_ctx = 0; /* no context stated: the window */
+    CHECK_EQ_U64(kvp_config_ctx_limit(&c), 65536);
+}
+
 int main(void)
 {
+    test_ctx_limit();
     test_reals();
     test_from_meta();
     test_check();
