@@ -138,6 +138,9 @@ static int read_rope(cfg_ctx *x, kvp_config *c)
     else
         c->rope_type = arch_is_neox(c->arch) ? KVP_ROPE_NEOX : KVP_ROPE_NORM;
 
+    const char *act = kvp_meta_get_str(x->m, "kvpipe.hidden_act"); /* what config_to_meta wrote */
+    if (act && *act)
+        snprintf(c->hidden_act, sizeof c->hidden_act, "%.15s", act);
     const char *st = get_arch_str(x, ".rope.scaling.type");
     if (st && strcmp(st, "linear") == 0)
         c->rope_scaling = KVP_ROPE_SCALING_LINEAR;
@@ -320,6 +323,8 @@ int kvp_config_to_meta(const kvp_config *c, kvp_meta *m)
             rc = rc ? rc : put_f(m, a, ".rope.scaling.high_freq_factor", c->rope_high_freq_factor);
         }
     }
+    if (!rc && c->hidden_act[0]) /* another activation than SiLU, by its name: a loader refuses it */
+        rc = kvp_meta_set_str(m, "kvpipe.hidden_act", c->hidden_act, strlen(c->hidden_act));
     if (!rc && c->sliding_window) {
         rc = put_u(m, a, ".attention.sliding_window", c->sliding_window);
         rc = rc ? rc : put_u(m, a, ".attention.sliding_window_pattern", c->sliding_period);

@@ -44,6 +44,7 @@ typedef struct kvp_config {
     double rope_low_freq_factor, rope_high_freq_factor;
     uint32_t rope_orig_ctx;
     char rope_scaling_name[16]; /* KVP_ROPE_SCALING_OTHER: the config's rope_type, for messages */
+    char hidden_act[16];      /* an HF config's hidden_act, when it names one other than silu ("gelu"); else "" */
     uint32_t sliding_window;  /* 0: none; else window for sliding layers */
     uint32_t sliding_period;  /* 0: every layer slides (Mistral); 2: every 2nd layer is global (Gemma-2) */
     uint32_t n_expert;        /* MoE: experts per layer, 0 for dense */

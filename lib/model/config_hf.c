@@ -226,6 +226,10 @@ static int hf_fill(const hf_ctx *x, kvp_config *c)
         (rc = hf_moe_mla(x, c)) < 0)
         return rc;
 
+    /* the activation the loader must refuse unless SiLU (kvcalc plans any) */
+    const char *act = kvp_json_get_str(x->j, "hidden_act");
+    if (act && strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)
+        snprintf(c->hidden_act, sizeof c->hidden_act, "%.15s", act);
     int use_sw = 1;
     if ((rc = hf_bool(x, "use_sliding_window", &use_sw)) < 0 || (rc = hf_uint(x, "sliding_window", &c->sliding_window)) < 0)
         return rc;

@@ -502,6 +502,13 @@ int kvp_model_check(const kvp_config *c, const kvp_meta *tok, const char *source
     int rc = c ? kvp_config_check(c, source, err) : 0;
     if (rc == 0 && has_tokenizer_keys(tok))
         rc = kvp_tokenizer_check_meta(tok, source, err);
+    /* kvp_model_load_tokenizer's rule, so quantize writes no model the
+     * loader then refuses (a tokenizer.json of 128,256 tokens beside a
+     * vocabulary of 49,152) */
+    const kvp_meta_entry *toks = rc == 0 && c && tok && c->n_vocab ? kvp_meta_find(tok, "tokenizer.ggml.tokens") : NULL;
+    if (toks && toks->n > c->n_vocab)
+        rc = kvp_err_set(err, KVP_EFORMAT, "%s: the tokenizer has %llu tokens, the model's vocabulary %u (ids past it "
+                         "have no embedding row)", source, (unsigned long long)toks->n, c->n_vocab);
     return rc;
 }
 
@@ -520,6 +527,9 @@ static int check_supported(const kvp_model *m, kvp_err *err)
     if (c->rope_scaling == KVP_ROPE_SCALING_OTHER)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: RoPE scaling \"%s\" is not supported (none, linear, llama3)",
                            m->path, c->rope_scaling_name);
+    if (c->hidden_act[0]) /* run as SiLU, it would be another model */
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: the activation (hidden_act) \"%s\" is not supported (silu)", m->path,
+                           c->hidden_act);
     return 0;
 }
 
@@ -536,14 +546,34 @@ static int open_source(kvp_model *m, kvp_err *err)
                                                                                              : open_hf(m, &in, err);
 }
 
+/* A bias the engine applies: the q, k and v projections' (Qwen2's); an
+ * output projection's or a feed-forward's (HF's attention_bias and
+ * mlp_bias) would be left out, the result another model's. */
+static int applied_bias(const char *name)
+{
+    static const char *const ends[] = {".attn_q.bias", ".attn_k.bias", ".attn_v.bias", ".q_proj.bias", ".k_proj.bias",
+                                       ".v_proj.bias"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        size_t k = strlen(ends[i]);
+        if (n >= k && strcmp(name + n - k, ends[i]) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* A layer's tensor past the config's layer count (block_count 1 beside
  * blk.1.*): the file and its config disagree on the model, and running
  * the first layers alone would be silently another model (llama.cpp
- * refuses such a file too). */
+ * refuses such a file too); a bias the engine does not apply likewise. */
 static int no_layer_past(const kvp_model *m, kvp_err *err)
 {
     for (size_t i = 0; i < m->n_tensors; i++) {
         const char *name = m->tensors[i].rec.name;
+        size_t n = strlen(name);
+        if (n > 5 && strcmp(name + n - 5, ".bias") == 0 && !applied_bias(name))
+            return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: a bias this engine does not apply (only the "
+                               "q, k and v projections' are)", m->path, name);
         unsigned long l;
         int at = 0;
         if (sscanf(name, "blk.%lu.%n", &l, &at) == 1 && at > 0 && l >= m->cfg.n_layer)
@@ -580,11 +610,11 @@ static int bind_all(kvp_model *m, kvp_err *err)
     m->layers = calloc(c->n_layer, sizeof *m->layers);
     if (!m->layers)
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
+    if ((rc = no_layer_past(m, err)) < 0) /* before a layer's own checks: the stray tensor is the cause */
+        return rc;
     for (uint32_t i = 0; i < c->n_layer; i++)
         if ((rc = bind_layer(m, i, err)) < 0)
             return rc;
-    if ((rc = no_layer_past(m, err)) < 0)
-        return rc;
     m->cfg.attn_bias = m->layers[0].bq.dtype >= 0;
     return 0;
 }

@@ -3,6 +3,7 @@
  * when the cache holds it. */
 #include "config.h"
 #include "gguf.h"
+#include "model.h"
 #include "unit.h"
 
 #include <math.h>
@@ -410,9 +411,31 @@ static void test_ctx_limit(void)
     CHECK_EQ_U64(kvp_config_ctx_limit(&c), 65536);
 }
 
+/* kvp_model_check, which quantize runs, refuses a tokenizer of more tokens
+ * than the vocabulary as the loader does (quantize wrote such a model and
+ * decode refused it). */
+static void test_check_vocab(void)
+{
+    kvp_meta m;
+    kvp_config c;
+    kvp_err err = {0};
+    smollm_meta(&m);
+    kvp_meta_set_str(&m, "tokenizer.ggml.model", "llama", 5);
+    CHECK_MSG(kvp_config_from_meta(&c, &m, "m.gguf", &err) == 0, "%s", err.msg);
+    CHECK_MSG(kvp_model_check(&c, &m, "m.gguf", &err) == 0, "%s", err.msg);
+    c.n_vocab = 3;
+    int rc = kvp_model_check(&c, &m, "m.gguf", &err);
+    CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, "m.gguf: the tokenizer has 4 tokens, the model's vocabulary 3"), "%s",
+              rc ? err.msg : "accepted");
+    c.n_vocab = 5; /* a padded embedding is a model's own */
+    CHECK_MSG(kvp_model_check(&c, &m, "m.gguf", &err) == 0, "%s", err.msg);
+    kvp_meta_free(&m);
+}
+
 int main(void)
 {
     test_ctx_limit();
+    test_check_vocab();
     test_reals();
     test_from_meta();
     test_check();

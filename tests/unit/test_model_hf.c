@@ -307,6 +307,75 @@ static void test_paths(const char *tmpdir)
     CHECK_MSG(strstr(err.msg, tmpdir) != NULL, "%s", err.msg);
 }
 
+/* The golden folder name copied to tmpdir/out, the first `from` of its
+ * file `edit` replaced by `to` (of the same length in the safetensors, whose
+ * header offsets stay). */
+static int copy_edited(const char *name, const char *out, const char *edit, const char *from, const char *to,
+                       const char *tmpdir, char *dst, size_t cap)
+{
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    snprintf(dst, cap, "%s/%s", tmpdir, out);
+    if (mkdir(dst, 0700) != 0)
+        return -1;
+    for (size_t i = 0; i < 2; i++) {
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s/%s", golden, name, files[i]);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            return -1;
+        static char buf[1 << 22];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        if (strcmp(files[i], edit) == 0) {
+            char *at = memmem(buf, n, from, strlen(from));
+            size_t lf = strlen(from), lt = strlen(to);
+            if (!at || n - lf + lt > sizeof buf)
+                return -1;
+            memmove(at + lt, at + lf, n - (size_t)(at - buf) - lf);
+            memcpy(at, to, lt);
+            n = n - lf + lt;
+        }
+        snprintf(path, sizeof path, "%s/%s", dst, files[i]);
+        if (!(f = fopen(path, "wb")) || fwrite(buf, 1, n, f) != n || fclose(f) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void remove_copy(const char *dir)
+{
+    char path[1400];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* What the engine does not compute is refused, not left out: another
+ * activation than SiLU, a bias other than q/k/v's (HF's attention_bias on
+ * o_proj, mlp_bias), which had run as if absent. */
+static void test_unsupported(const char *tmpdir)
+{
+    char dir[1200];
+    kvp_err err = {0};
+    kvp_model *m = NULL;
+    CHECK(copy_edited("qwen2_bias_tied", "gelu", "config.json", "\"silu\"", "\"gelu\"", tmpdir, dir, sizeof dir) == 0);
+    int rc = kvp_model_load(&m, dir, &err);
+    CHECK_MSG(rc == KVP_EUNSUPPORTED && strstr(err.msg, "the activation (hidden_act) \"gelu\" is not supported"), "%s",
+              rc ? err.msg : "loaded");
+    kvp_model_free(m);
+    remove_copy(dir);
+    m = NULL;
+    CHECK(copy_edited("qwen2_bias_tied", "obias", "model.safetensors", "model.layers.0.self_attn.v_proj.bias",
+                      "model.layers.0.self_attn.o_proj.bias", tmpdir, dir, sizeof dir) == 0);
+    rc = kvp_model_load(&m, dir, &err);
+    CHECK_MSG(rc == KVP_EUNSUPPORTED && strstr(err.msg, "tensor model.layers.0.self_attn.o_proj.bias: a bias this engine "
+                                                        "does not apply"), "%s", rc ? err.msg : "loaded");
+    kvp_model_free(m);
+    remove_copy(dir);
+}
+
 int main(void)
 {
     const char *t = getenv("KVP_TESTS");
@@ -327,6 +396,7 @@ int main(void)
     test_one("gqa3_hd80_llama3", 0, 0, 1, tmp);
     test_one("qwen2_bias_tied", 1, 1, 0, tmp);
     test_paths(tmp);
+    test_unsupported(tmp);
     /* i4 and i8 kernels round activations to 8 bits (as for Q4_0/Q8_0):
      * their bound is that rounding's; fp8 and f32 rows compute in f32 */
     test_quantized("ct_w4a16_g32", KVP_DTYPE_I4, 5e-2, 1e-5, 1, tmp);
