@@ -330,17 +330,13 @@ static int load_hf_tokenizer(kvp_convert *cv, const char *dir, kvp_err *err)
     free(text);
     if (rc < 0)
         return kvp_err_set(err, rc, "%s: out of memory", path);
-    /* The chat template lives in tokenizer_config.json; optional. */
-    if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) < sizeof path && stat(path, &sb) == 0 &&
-        kvp_json_parse_file(&root, path, TOKENIZER_JSON_MAX, &e2) == 0) {
-        const char *tpl = kvp_json_get_str(root, "chat_template");
-        if (tpl)
-            rc = kvp_meta_set_str(&cv->tok_meta, "tokenizer.chat_template", tpl, strlen(tpl));
-        kvp_json_free(root);
-        if (rc < 0)
-            return kvp_err_set(err, rc, "%s: out of memory", path);
-    }
-    return 0;
+    /* The chat template: chat_template.jinja or tokenizer_config.json's; optional. */
+    char *tpl = NULL;
+    if ((rc = kvp_hf_chat_template(dir, &tpl, err)) < 0)
+        return rc;
+    rc = tpl ? kvp_meta_set_str(&cv->tok_meta, "tokenizer.chat_template", tpl, strlen(tpl)) : 0;
+    free(tpl);
+    return rc < 0 ? kvp_err_set(err, rc, "%s: out of memory", dir) : 0;
 }
 
 /* A quantized checkpoint's layers (quantization_config in config.json):

@@ -76,6 +76,12 @@ int kvp_config_from_meta(kvp_config *c, const kvp_meta *m, const char *source, k
 int kvp_config_to_meta(const kvp_config *c, kvp_meta *m);
 /* From an HF config.json (a file path, or a folder holding config.json). */
 int kvp_config_from_hf(kvp_config *c, const char *path, kvp_err *err);
+/* An HF folder's chat template, allocated into *out (NULL when it has
+ * none): chat_template.jinja, where transformers saves it now, else
+ * tokenizer_config.json's "chat_template" (a string, or a list of
+ * {"name", "template"} whose "default" one).  A file that does not parse
+ * is no template.  0, or KVP_ENOMEM / KVP_EIO. */
+int kvp_hf_chat_template(const char *dir, char **out, kvp_err *err);
 /* The same from a config.json already parsed (lib/json.h); name is used in
  * messages.  Lets callers (and the fuzz harness) work from memory. */
 struct kvp_json;

@@ -3,9 +3,11 @@
  * HF checkpoints keep Q/K rows unpermuted, so RoPE is NeoX-style (rotate
  * (i, i + d/2)) whatever the architecture; see FACTS.md "RoPE". */
 #include "config.h"
+#include "io.h"
 #include "json.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -280,4 +282,55 @@ int kvp_config_from_hf(kvp_config *c, const char *path, kvp_err *err)
     rc = kvp_config_from_hf_json(c, j, file, err);
     kvp_json_free(j);
     return rc;
+}
+
+/* tokenizer_config.json's "chat_template": a string, or the "default" of a
+ * list of named templates. */
+static const char *named_template(const kvp_json *root)
+{
+    const kvp_json *t = kvp_json_get(root, "chat_template");
+    if (t && t->type == KVP_JSON_STRING)
+        return t->str;
+    for (size_t i = 0; t && t->type == KVP_JSON_ARRAY && i < t->n; i++) {
+        const char *name = kvp_json_get_str(kvp_json_at(t, i), "name");
+        if (name && strcmp(name, "default") == 0)
+            return kvp_json_get_str(kvp_json_at(t, i), "template");
+    }
+    return NULL;
+}
+
+int kvp_hf_chat_template(const char *dir, char **out, kvp_err *err)
+{
+    const uint64_t TEMPLATE_MAX = UINT64_C(256) << 20; /* as tokenizer.json: a config may list every added token */
+    char path[4200];
+    struct stat sb;
+    *out = NULL;
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        uint8_t *text;
+        size_t len;
+        int rc = kvp_read_file(path, TEMPLATE_MAX, &text, &len, err);
+        if (rc < 0)
+            return rc;
+        char *s = realloc(text, len + 1);
+        if (!s) {
+            free(text);
+            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
+        }
+        s[len] = '\0';
+        *out = s;
+        return 0;
+    }
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    kvp_json *root = NULL;
+    kvp_err ignored = {0};
+    if (stat(path, &sb) != 0 || kvp_json_parse_file(&root, path, TEMPLATE_MAX, &ignored) < 0)
+        return 0;
+    const char *tpl = named_template(root);
+    if (tpl && !(*out = strdup(tpl))) {
+        kvp_json_free(root);
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
+    }
+    kvp_json_free(root);
+    return 0;
 }

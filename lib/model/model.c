@@ -195,6 +195,15 @@ static int open_hf(kvp_model *m, kvp_in *in, kvp_err *err)
     m->open_st = 1;
     if ((rc = kvp_config_from_hf(&m->cfg, m->st.dir, err)) < 0)
         return rc;
+    /* its chat template, for --chat's default system message (the
+     * tokenizer itself comes from tokenizer.json) */
+    char *tpl = NULL;
+    if ((rc = kvp_hf_chat_template(m->st.dir, &tpl, err)) < 0)
+        return rc;
+    rc = tpl ? kvp_meta_set_str(&m->tok_meta, "tokenizer.chat_template", tpl, strlen(tpl)) : 0;
+    free(tpl);
+    if (rc < 0)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
     size_t n = strlen(m->st.dir) + sizeof "/config.json";
     char *cfg_path = malloc(n);
     if (!cfg_path)
@@ -783,6 +792,8 @@ void kvp_model_fingerprint_hex(const kvp_model *m, char buf[33]) { kvp_fingerpri
 
 const kvp_meta *kvp_model_tok_meta(const kvp_model *m)
 {
+    if (m->format == KVP_MODEL_HF) /* its chat template alone, when it has one */
+        return m->tok_meta.n ? &m->tok_meta : NULL;
     return m->format == KVP_MODEL_GGUF ? &m->gguf.meta : m->has_tok_meta ? &m->tok_meta : NULL;
 }
 

@@ -5,7 +5,10 @@
 #include "json.h"
 #include "unit.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static int from_text(kvp_config *c, const char *text, kvp_err *err)
 {
@@ -132,8 +135,49 @@ static void test_rope_parameters(void)
     CHECK_MSG(strstr(err.msg, "rope_parameters.factor: must be positive") != NULL, "%s", err.msg);
 }
 
+static void put(const char *dir, const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+/* An HF folder's chat template: chat_template.jinja (transformers saves
+ * it there now; a folder had its --chat without the template's default
+ * system message, and its KVP file with it), else tokenizer_config.json's
+ * string or named "default"; none in a folder with neither. */
+static void test_chat_template(void)
+{
+    char dir[] = "/tmp/kvp-test-hf-tpl.XXXXXX", path[600];
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return;
+    }
+    kvp_err err = {0};
+    char *t = NULL;
+    CHECK(kvp_hf_chat_template(dir, &t, &err) == 0 && t == NULL);
+    put(dir, "tokenizer_config.json", "{\"chat_template\":[{\"name\":\"tool_use\",\"template\":\"T\"},"
+                                      "{\"name\":\"default\",\"template\":\"D\"}]}");
+    CHECK(kvp_hf_chat_template(dir, &t, &err) == 0 && t && strcmp(t, "D") == 0);
+    free(t);
+    put(dir, "tokenizer_config.json", "{\"chat_template\":\"S\"}");
+    CHECK(kvp_hf_chat_template(dir, &t, &err) == 0 && t && strcmp(t, "S") == 0);
+    free(t);
+    put(dir, "chat_template.jinja", "{{ '<|im_start|>system\\nJ<|im_end|>' }}");
+    CHECK(kvp_hf_chat_template(dir, &t, &err) == 0 && t && strcmp(t, "{{ '<|im_start|>system\\nJ<|im_end|>' }}") == 0);
+    free(t);
+    const char *names[] = {"chat_template.jinja", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 int main(void)
 {
+    test_chat_template();
     test_same_as_path();
     test_not_object();
     test_fuzz_regressions();
