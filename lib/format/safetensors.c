@@ -344,7 +344,8 @@ static int open_index(kvp_safetensors *st, const char *index_path, kvp_err *err)
     const char **shards = NULL;
     size_t n_shards = 0;
     if (!wm || wm->type != KVP_JSON_OBJECT) {
-        rc = kvp_err_set(err, KVP_EFORMAT, "%s: weight_map: missing or not an object", index_path);
+        rc = kvp_err_set(err, KVP_EFORMAT, "%s: weight_map: missing or not an object (no safetensors index: give "
+                         "the model's folder or its .safetensors file)", index_path);
         goto done;
     }
     shards = malloc((wm->n ? wm->n : 1) * sizeof *shards);

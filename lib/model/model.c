@@ -195,6 +195,12 @@ static int open_hf(kvp_model *m, kvp_in *in, kvp_err *err)
     m->open_st = 1;
     if ((rc = kvp_config_from_hf(&m->cfg, m->st.dir, err)) < 0)
         return rc;
+    /* the keys a model to run needs, named as config.json spells them
+     * (kvp_model_check would say "config: 0 vocabulary"; kvcalc's reading
+     * of a config.json may leave them out) */
+    if (!m->cfg.n_vocab || (!m->cfg.n_ff && !m->cfg.n_expert))
+        return kvp_err_set(err, KVP_ENOTFOUND, "%s/config.json: %s: required key missing (or 0)", m->st.dir,
+                           !m->cfg.n_vocab ? "vocab_size" : "intermediate_size");
     /* its chat template, for --chat's default system message (the
      * tokenizer itself comes from tokenizer.json) */
     char *tpl = NULL;
@@ -773,7 +779,8 @@ static int load_tokenizer_any(const kvp_model *m, kvp_tokenizer **t, kvp_err *er
         return kvp_tokenizer_load_meta(t, &m->gguf.meta, m->path, err);
     case KVP_MODEL_KVP:
         if (!m->has_tok_meta)
-            return kvp_err_set(err, KVP_ENOTFOUND, "%s: no TOKENIZER record (use --tokens)", m->path);
+            return kvp_err_set(err, KVP_ENOTFOUND, "%s: no TOKENIZER record: the programs that run a model need "
+                               "its tokenizer (quantize copies it from a source that has one)", m->path);
         return kvp_tokenizer_load_meta(t, &m->tok_meta, m->path, err);
     default: {
         size_t n = strlen(m->st.dir) + sizeof "/tokenizer.json";

@@ -374,6 +374,15 @@ static void test_unsupported(const char *tmpdir)
                                                         "does not apply"), "%s", rc ? err.msg : "loaded");
     kvp_model_free(m);
     remove_copy(dir);
+    /* a key the model needs, missing: named as config.json spells it */
+    m = NULL;
+    CHECK(copy_edited("qwen2_bias_tied", "novocab", "config.json", "\"vocab_size\"", "\"vocab_sizX\"", tmpdir, dir,
+                      sizeof dir) == 0);
+    rc = kvp_model_load(&m, dir, &err);
+    CHECK_MSG(rc == KVP_ENOTFOUND && strstr(err.msg, "config.json: vocab_size: required key missing"), "%s",
+              rc ? err.msg : "loaded");
+    kvp_model_free(m);
+    remove_copy(dir);
 }
 
 int main(void)
