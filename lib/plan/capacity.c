@@ -103,8 +103,11 @@ int kvp_cap_weight_fmt(const char *name, kvp_cap_fmt *f, kvp_err *err)
     } grouped[] = {{"int4-g", 2}, {"fp4-g", 4}};
     for (size_t i = 0; i < sizeof grouped / sizeof grouped[0]; i++) {
         /* any case, as every other name (INT4-G64 as Q4_K); N in digits */
-        size_t n = strlen(grouped[i].prefix), nd = strspn(name + n, "0123456789");
-        if (!strncasecmp(name, grouped[i].prefix, n) && nd >= 1 && nd <= 5 && !name[n + nd] &&
+        size_t n = strlen(grouped[i].prefix);
+        if (strncasecmp(name, grouped[i].prefix, n) != 0) /* first: a shorter name ends before name + n */
+            continue;
+        size_t nd = strspn(name + n, "0123456789");
+        if (nd >= 1 && nd <= 5 && !name[n + nd] &&
             sscanf(name + n, "%u%c", &g, &tail) == 1 && g >= 2 && g <= 65536 && g % 2 == 0) {
             char buf[24];
             snprintf(buf, sizeof buf, "%s%u", grouped[i].prefix, g);
