@@ -127,16 +127,19 @@ wait_catching() {
     fi
 }
 
-# wait_exit PID DESC: PID's exit status into $status; still running 10 s
+# wait_exit PID DESC: PID's exit status into $status; still running WAIT_S s
 # from now: a failure (DESC) and SIGKILL.
+# A sanitizer build computes ~10x slower (ASan: a 512-token prompt chunk
+# takes 11 s on one thread, past the 10 s a stop at the next chunk had)
+case ${KVP_CFLAGS:-} in *sanitize*) WAIT_S=60 ;; *) WAIT_S=10 ;; esac
 wait_exit() {
     _i=0
-    while kill -0 "$1" 2>/dev/null && [ $_i -lt 100 ]; do
+    while kill -0 "$1" 2>/dev/null && [ $_i -lt $((WAIT_S * 10)) ]; do
         sleep 0.1
         _i=$((_i + 1))
     done
     if kill -0 "$1" 2>/dev/null; then
-        fail "$2: still running 10 s later"
+        fail "$2: still running $WAIT_S s later"
         kill -KILL "$1"
     fi
     wait "$1"
