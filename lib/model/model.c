@@ -512,6 +512,14 @@ static int has_tokenizer_keys(const kvp_meta *m)
     return 0;
 }
 
+/* A tokenizer of more tokens than the vocabulary: ids past it have no
+ * embedding row (the loader's rule and quantize's, one message). */
+static int vocab_too_small(const char *source, uint64_t n_tok, uint32_t n_vocab, kvp_err *err)
+{
+    return kvp_err_set(err, KVP_EFORMAT, "%s: the tokenizer has %llu tokens, the model's vocabulary %u (ids past it "
+                       "have no embedding row)", source, (unsigned long long)n_tok, n_vocab);
+}
+
 int kvp_model_check(const kvp_config *c, const kvp_meta *tok, const char *source, kvp_err *err)
 {
     int rc = c ? kvp_config_check(c, source, err) : 0;
@@ -522,8 +530,7 @@ int kvp_model_check(const kvp_config *c, const kvp_meta *tok, const char *source
      * vocabulary of 49,152) */
     const kvp_meta_entry *toks = rc == 0 && c && tok && c->n_vocab ? kvp_meta_find(tok, "tokenizer.ggml.tokens") : NULL;
     if (toks && toks->n > c->n_vocab)
-        rc = kvp_err_set(err, KVP_EFORMAT, "%s: the tokenizer has %llu tokens, the model's vocabulary %u (ids past it "
-                         "have no embedding row)", source, (unsigned long long)toks->n, c->n_vocab);
+        rc = vocab_too_small(source, toks->n, c->n_vocab, err);
     return rc;
 }
 
@@ -581,7 +588,7 @@ static int applied_bias(const char *name)
  * blk.1.*): the file and its config disagree on the model, and running
  * the first layers alone would be silently another model (llama.cpp
  * refuses such a file too); a bias the engine does not apply likewise. */
-static int no_layer_past(const kvp_model *m, kvp_err *err)
+static int no_stray_tensor(const kvp_model *m, kvp_err *err)
 {
     for (size_t i = 0; i < m->n_tensors; i++) {
         const char *name = m->tensors[i].rec.name;
@@ -625,7 +632,7 @@ static int bind_all(kvp_model *m, kvp_err *err)
     m->layers = calloc(c->n_layer, sizeof *m->layers);
     if (!m->layers)
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);
-    if ((rc = no_layer_past(m, err)) < 0) /* before a layer's own checks: the stray tensor is the cause */
+    if ((rc = no_stray_tensor(m, err)) < 0) /* before a layer's own checks: the stray tensor is the cause */
         return rc;
     for (uint32_t i = 0; i < c->n_layer; i++)
         if ((rc = bind_layer(m, i, err)) < 0)
@@ -767,8 +774,7 @@ int kvp_model_load_tokenizer(const kvp_model *m, kvp_tokenizer **t, kvp_err *err
     size_t n = kvp_tokenizer_n_vocab(*t);
     kvp_tokenizer_free(*t);
     *t = NULL;
-    return kvp_err_set(err, KVP_EFORMAT, "%s: the tokenizer has %zu tokens, the model's vocabulary %u (ids past it "
-                       "have no embedding row)", m->path, n, m->cfg.n_vocab);
+    return vocab_too_small(m->path, n, m->cfg.n_vocab, err);
 }
 
 static int load_tokenizer_any(const kvp_model *m, kvp_tokenizer **t, kvp_err *err)
