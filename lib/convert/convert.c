@@ -298,7 +298,10 @@ static int open_gguf(kvp_convert *cv, kvp_in *in, kvp_err *err)
 /* ---- safetensors ---- */
 
 /* tokenizer.json next to the checkpoint: the derived tokenizer.ggml.* keys
- * and the whole text.  A tokenizer we cannot translate is kept as text. */
+ * and the whole text.  A well-formed tokenizer we cannot translate (another
+ * algorithm, an unknown pre-tokenizer) is kept as text, as other models the
+ * engine cannot run are converted; a malformed one (not JSON, a vocabulary
+ * or merges of the wrong shape) is refused, since no reader could use it. */
 static int load_hf_tokenizer(kvp_convert *cv, const char *dir, kvp_err *err)
 {
     char path[4096];
@@ -318,6 +321,10 @@ static int load_hf_tokenizer(kvp_convert *cv, const char *dir, kvp_err *err)
     if (rc == 0)
         rc = kvp_tokenizer_meta_from_json(&cv->tok_meta, root, path, &e2);
     kvp_json_free(root);
+    if (rc < 0 && rc != KVP_EUNSUPPORTED) {
+        free(text);
+        return kvp_err_set(err, rc, "%s", e2.msg);
+    }
     if (rc < 0) {
         kvp_meta_free(&cv->tok_meta);
         kvp_meta_init(&cv->tok_meta);
