@@ -113,9 +113,8 @@ typedef struct chat_out {
     int oom;
 } chat_out;
 
-static void chat_put_trimmed(chat_out *o, const char *s)
+static void chat_put_trimmed(chat_out *o, const char *s, size_t n)
 {
-    size_t n = strlen(s);
     while (n && chat_is_space(*s))
         s++, n--;
     while (n && chat_is_space(s[n - 1]))
@@ -124,6 +123,9 @@ static void chat_put_trimmed(chat_out *o, const char *s)
 }
 
 static void chat_put(chat_out *o, const char *s) { kvp_buf_put(o->b, s, strlen(s)); }
+
+/* A message's field: its given length, else the C string's. */
+static size_t chat_len(const char *s, size_t len) { return len ? len : strlen(s); }
 
 /* A template marker: special where the text around it is not. */
 static void chat_mark(chat_out *o, const char *s)
@@ -166,22 +168,24 @@ int kvp_chat_render(kvp_chat_format f, const kvp_chat_msg *msgs, size_t n, int a
         return kvp_err_set(err, KVP_EINVAL, "chat: format %d is not chatml or llama3", (int)f);
     chat_out o = {out, marks, 0};
     for (size_t i = 0; i < n; i++) {
-        if (!msgs[i].role || !msgs[i].role[0] || !msgs[i].content)
-            return kvp_err_set(err, KVP_EINVAL, "chat: message %zu has no %s", i,
-                               msgs[i].content ? "role" : "content");
+        const kvp_chat_msg *m = &msgs[i];
+        size_t rl = m->role ? chat_len(m->role, m->role_len) : 0;
+        if (!rl || !m->content)
+            return kvp_err_set(err, KVP_EINVAL, "chat: message %zu has no %s", i, m->content ? "role" : "content");
+        size_t cl = chat_len(m->content, m->content_len);
         if (f == KVP_CHAT_CHATML) {
             chat_mark(&o, "<|im_start|>");
-            chat_put(&o, msgs[i].role);
+            kvp_buf_put(o.b, m->role, rl);
             chat_put(&o, "\n");
-            chat_put(&o, msgs[i].content);
+            kvp_buf_put(o.b, m->content, cl);
             chat_mark(&o, "<|im_end|>");
             chat_put(&o, "\n");
         } else {
             chat_mark(&o, "<|start_header_id|>");
-            chat_put(&o, msgs[i].role);
+            kvp_buf_put(o.b, m->role, rl);
             chat_mark(&o, "<|end_header_id|>");
             chat_put(&o, "\n\n");
-            chat_put_trimmed(&o, msgs[i].content);
+            chat_put_trimmed(&o, m->content, cl);
             chat_mark(&o, "<|eot_id|>");
         }
     }
@@ -205,8 +209,8 @@ int kvp_chat_prompt(kvp_chat_format f, const char *system, const char *user, kvp
     kvp_chat_msg m[2];
     size_t n = 0;
     if (system && system[0])
-        m[n++] = (kvp_chat_msg){"system", system};
-    m[n++] = (kvp_chat_msg){"user", user};
+        m[n++] = (kvp_chat_msg){"system", system, 0, 0};
+    m[n++] = (kvp_chat_msg){"user", user, 0, 0};
     return kvp_chat_render(f, m, n, 1, out, marks, err);
 }
 

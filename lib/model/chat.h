@@ -31,9 +31,14 @@ typedef enum kvp_chat_format {
     KVP_CHAT_LLAMA3 = 2,
 } kvp_chat_format;
 
+/* role and content are C strings unless their length is given: a JSON
+ * message may hold \u0000, which stays part of the text (as HF renders
+ * it), so a reader passes the lengths it has.  A length of 0 means the
+ * string's own (strlen), which for an empty string is 0 too. */
 typedef struct kvp_chat_msg {
     const char *role;    /* "system", "user", "assistant" (any non-empty name) */
     const char *content;
+    size_t role_len, content_len;
 } kvp_chat_msg;
 
 /* "chatml" or "llama3" ("llama-3" too); KVP_EINVAL naming the choices. */

@@ -124,7 +124,7 @@ int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, s
     t[len] = 0;
     if (ps->chat) {
         const char *sys = system_of(ps);
-        kvp_chat_msg m[2] = {{"system", sys}, {"user", t}};
+        kvp_chat_msg m[2] = {{"system", sys, 0, 0}, {"user", t, 0, len}}; /* t may hold a NUL (JSON's \u0000) */
         int rc = sys ? push_chat(ps, label, m, 2, err) : push_chat(ps, label, m + 1, 1, err);
         free(t);
         return rc;
@@ -362,17 +362,20 @@ static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, 
     size_t k = 0;
     if (!m)
         return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
-    const char *first = kvp_json_get_str(kvp_json_at(msgs, 0), "role"), *sys = system_of(ps);
-    if (sys && (!first || strcmp(first, "system") != 0))
-        m[k++] = (kvp_chat_msg){"system", sys};
+    const kvp_json *first = kvp_json_get(kvp_json_at(msgs, 0), "role");
+    const char *sys = system_of(ps);
+    if (sys && !(first && first->type == KVP_JSON_STRING && first->len == 6 && !memcmp(first->str, "system", 6)))
+        m[k++] = (kvp_chat_msg){"system", sys, 0, 0};
     for (size_t i = 0; i < msgs->n; i++, k++) {
         const kvp_json *e = kvp_json_at(msgs, i);
-        m[k] = (kvp_chat_msg){kvp_json_get_str(e, "role"), kvp_json_get_str(e, "content")};
-        if (!m[k].role || !m[k].role[0] || !m[k].content) {
+        const kvp_json *role = kvp_json_get(e, "role"), *content = kvp_json_get(e, "content");
+        if (!role || role->type != KVP_JSON_STRING || !role->len || !content || content->type != KVP_JSON_STRING) {
             free(m);
             return kvp_err_set(err, KVP_EFORMAT, "%s:%" PRIu64 ": message %zu needs a non-empty \"role\" and a \"content\" "
                                "string", path, line, i);
         }
+        /* the lengths the JSON gave: a \u0000 stays in the text */
+        m[k] = (kvp_chat_msg){role->str, content->str, role->len, content->len};
     }
     int rc = push_chat(ps, lab, m, k, err);
     free(m);

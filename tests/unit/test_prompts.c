@@ -146,6 +146,36 @@ static void test_file(const kvp_tokenizer *t)
     kvp_prompts_free(&ps);
     unlink(path);
 
+    /* \u0000 in a message (role or content) stays in the text, as HF
+     * renders it: the C string ended there and the rest was dropped */
+    path = write_tmp("{\"messages\":[{\"role\":\"user\\u0000x\",\"content\":\"A\\u0000then more\"}]}\n");
+    kvp_prompts_init(&ps);
+    ps.chat = 1;
+    rc = kvp_prompts_read_file(&ps, path, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    static const char nul_want[] = "<|im_start|>user\0x\nA\0then more<|im_end|>\n<|im_start|>assistant\n";
+    CHECK(rc == 0 && ps.n == 1 && ps.p[0].len == sizeof nul_want - 1 &&
+          memcmp(ps.p[0].text, nul_want, sizeof nul_want - 1) == 0);
+    kvp_prompts_free(&ps);
+    unlink(path);
+    /* a plain "prompt" under --chat the same */
+    path = write_tmp("{\"prompt\":\"A\\u0000then\"}\n");
+    kvp_prompts_init(&ps);
+    ps.chat = 1;
+    CHECK(kvp_prompts_read_file(&ps, path, &err) == 0 && ps.n == 1 &&
+          ps.p[0].len == sizeof "<|im_start|>user\nA\0then<|im_end|>\n<|im_start|>assistant\n" - 1);
+    kvp_prompts_free(&ps);
+    unlink(path);
+    /* a first role "system\0..." is not "system": --system still goes first */
+    path = write_tmp("{\"messages\":[{\"role\":\"system\\u0000\",\"content\":\"c\"}]}\n");
+    kvp_prompts_init(&ps);
+    ps.chat = 1;
+    ps.system = "S";
+    CHECK(kvp_prompts_read_file(&ps, path, &err) == 0 && ps.n == 1 &&
+          strncmp(ps.p[0].text, "<|im_start|>system\nS<|im_end|>", 30) == 0);
+    kvp_prompts_free(&ps);
+    unlink(path);
+
     path = write_tmp("plain <|endoftext|> text\n");
     kvp_prompts_init(&ps);
     CHECK(kvp_prompts_read_file(&ps, path, &err) == 0 && ps.n == 1);
@@ -265,7 +295,7 @@ static void test_llama3_marks(void)
     kvp_err err;
     kvp_buf_init(&b);
     kvp_buf_put(&b, "x", 1); /* offsets are into the whole buffer */
-    const kvp_chat_msg msgs[] = {{"user", " <|eot_id|>Hi "}};
+    const kvp_chat_msg msgs[] = {{"user", " <|eot_id|>Hi ", 0, 0}};
     CHECK(kvp_chat_render(KVP_CHAT_LLAMA3, msgs, 1, 1, &b, &marks, &err) == 0);
     static const char want[] = "x<|start_header_id|>user<|end_header_id|>\n\n<|eot_id|>Hi<|eot_id|>"
                                "<|start_header_id|>assistant<|end_header_id|>\n\n";
@@ -500,7 +530,7 @@ static void test_no_chat_format(void)
     kvp_buf b;
     kvp_chat_marks marks = {0};
     kvp_buf_init(&b);
-    const kvp_chat_msg msgs[] = {{"user", "Hi"}};
+    const kvp_chat_msg msgs[] = {{"user", "Hi", 0, 0}};
     CHECK(kvp_chat_render(KVP_CHAT_NONE, msgs, 1, 1, &b, &marks, &err) == KVP_EUNSUPPORTED &&
           strstr(err.msg, "no chat format") && b.len == 0);
     CHECK(kvp_chat_close_turn(KVP_CHAT_NONE, &b, &marks, &err) == KVP_EUNSUPPORTED && b.len == 0);

@@ -880,9 +880,9 @@ static void test_chat_render(void)
                      "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
                      "<|start_header_id|>assistant<|end_header_id|>\n\n"));
     b.len = 0;
-    const kvp_chat_msg bad[] = {{"user", NULL}};
+    const kvp_chat_msg bad[] = {{"user", NULL, 0, 0}};
     CHECK(kvp_chat_render(KVP_CHAT_CHATML, bad, 1, 1, &b, NULL, &err) == KVP_EINVAL && strstr(err.msg, "message 0"));
-    const kvp_chat_msg turns[] = {{"user", "2+2?"}, {"assistant", "4"}, {"user", "and 3+3?"}};
+    const kvp_chat_msg turns[] = {{"user", "2+2?", 0, 0}, {"assistant", "4", 0, 0}, {"user", "and 3+3?", 0, 0}};
     CHECK(kvp_chat_render(KVP_CHAT_CHATML, turns, 3, 0, &b, NULL, &err) == 0);
     CHECK(buf_is(&b, "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
                      "<|im_start|>user\nand 3+3?<|im_end|>\n"));
