@@ -167,6 +167,11 @@ int kvp_gen_accept(kvp_gen_seq *s, const kvp_tokenizer *tok, const kvp_gen_opts 
     size_t hold = max_stop_len(o);
     hold = hold ? hold - 1 : 0;
     size_t ready = s->rec.finish_reason ? s->text.len : (s->text.len > hold ? s->text.len - hold : 0);
+    /* the text holds whole characters (the detokenizer keeps a partial one
+     * back), but the held-back bytes need not: a character is not split
+     * between two writes (a reader decoding each chunk, the emit contract) */
+    for (int k = 0; k < 3 && ready > s->emitted && ready < s->text.len && (s->text.data[ready] & 0xC0) == 0x80; k++)
+        ready--;
     if (ready > s->emitted && emit) {
         emit(ctx, s, (const char *)s->text.data + s->emitted, ready - s->emitted);
         s->emitted = ready;
