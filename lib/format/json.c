@@ -21,6 +21,7 @@ typedef struct jp {
     kvp_err *err;
     uint64_t line0;   /* > 0: the text is line line0 of the file name names (kvp_json_parse_line) */
     const char *key;  /* the object key whose value is being parsed: messages name the field */
+    size_t key_len;
 } jp;
 
 void kvp_json_linecol(const char *text, size_t len, size_t pos, int *line, int *col)
@@ -38,6 +39,29 @@ void kvp_json_linecol(const char *text, size_t len, size_t pos, int *line, int *
     *col = c;
 }
 
+void kvp_json_show(char *out, size_t cap, const char *s, size_t len)
+{
+    size_t o = 0, i = 0;
+    out[o++] = '"';
+    while (i < len) {
+        unsigned char c = (unsigned char)s[i];
+        /* a character's bytes go whole or not at all */
+        size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        n = i + n <= len ? n : 1;
+        int esc = c == '"' || c == '\\' || c < 0x20 || c == 0x7f;
+        if (o + (esc ? 6 : n) + 5 > cap) /* then "...", the quote and the NUL */
+            break;
+        if (c == '"' || c == '\\')
+            o += (size_t)snprintf(out + o, cap - o, "\\%c", c);
+        else if (esc)
+            o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
+        else
+            memcpy(out + o, s + i, n), o += n;
+        i += esc ? 1 : n;
+    }
+    snprintf(out + o, cap - o, "%s\"", i < len ? "..." : "");
+}
+
 static int jp_fail(jp *p, int code, size_t at, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
@@ -52,9 +76,11 @@ static int jp_fail(jp *p, int code, size_t at, const char *fmt, ...)
     va_end(ap);
     int line, col;
     kvp_json_linecol((const char *)p->s, p->n, at, &line, &col);
-    char field[80] = "";
-    if (p->key) /* "temperature": number out of range */
-        snprintf(field, sizeof field, "\"%.60s\": ", p->key);
+    char field[80] = "", shown[72];
+    if (p->key) { /* "temperature": number out of range */
+        kvp_json_show(shown, sizeof shown, p->key, p->key_len);
+        snprintf(field, sizeof field, "%s: ", shown);
+    }
     if (p->line0)
         return kvp_err_set(p->err, code, "%s:%llu:%d: %s%s", p->name,
                            (unsigned long long)(p->line0 + (uint64_t)line - 1), col, field, what);
@@ -140,7 +166,8 @@ static int parse_escape(jp *p, char *o, size_t *olen)
         return 0;
     }
     if (c != 'u')
-        return jp_fail(p, KVP_EFORMAT, at, "invalid escape \\%c", c >= 0x20 && c < 0x7f ? c : '?');
+        return c >= 0x20 && c < 0x7f ? jp_fail(p, KVP_EFORMAT, at, "invalid escape \\%c", c)
+                                     : jp_fail(p, KVP_EFORMAT, at, "invalid escape: a backslash before byte 0x%02x", c);
     uint32_t cp;
     int rc = hex4(p, p->i, &cp);
     if (rc)
@@ -353,9 +380,12 @@ static int index_object(jp *p, kvp_json *v, size_t start)
     int rc = 0;
     for (size_t k = 0; k < v->n; k++) {
         v->sorted[k] = r[k].idx;
-        if (!rc && k && key_ref_cmp(&r[k - 1], &r[k]) == 0)
+        if (!rc && k && key_ref_cmp(&r[k - 1], &r[k]) == 0) {
+            char shown[96];
+            kvp_json_show(shown, sizeof shown, r[k].key, r[k].len);
             rc = jp_fail(p, KVP_EFORMAT, v->items[r[k].idx > r[k - 1].idx ? r[k].idx : r[k - 1].idx].pos,
-                         "duplicate key \"%.80s\"", r[k].key);
+                         "duplicate key %s", shown);
+        }
     }
     free(r);
     return rc;
@@ -393,7 +423,7 @@ static int parse_object(jp *p, kvp_json *v)
         }
         p->i++;
         skip_ws(p);
-        p->key = v->keys[v->n];
+        p->key = v->keys[v->n], p->key_len = v->key_lens[v->n];
         rc = parse_value(p, child);
         v->n++;
         if (rc)
@@ -450,15 +480,16 @@ static int parse_value(jp *p, kvp_json *v)
     default:
         if (c == '-' || (c >= '0' && c <= '9'))
             return parse_number(p, v);
-        return jp_fail(p, KVP_EFORMAT, p->i, "unexpected character '%c', expected a value",
-                       c >= 0x20 && c < 0x7f ? c : '?');
+        if (c >= 0x20 && c < 0x7f)
+            return jp_fail(p, KVP_EFORMAT, p->i, "unexpected character '%c', expected a value", c);
+        return jp_fail(p, KVP_EFORMAT, p->i, "unexpected byte 0x%02x, expected a value", c); /* binary, a NUL */
     }
 }
 
 static int parse_text(kvp_json **out, const char *text, size_t len, const char *name, uint64_t line0, kvp_err *err)
 {
     *out = NULL;
-    jp p = {(const unsigned char *)text, len, 0, 0, name ? name : "<json>", err, line0, NULL};
+    jp p = {(const unsigned char *)text, len, 0, 0, name ? name : "<json>", err, line0, NULL, 0};
     if (len > KVP_JSON_MAX_SIZE)
         return kvp_err_set(err, KVP_ELIMIT, "%s: %zu bytes of JSON exceed the limit %llu", p.name, len,
                            (unsigned long long)KVP_JSON_MAX_SIZE);

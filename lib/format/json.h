@@ -58,6 +58,11 @@ void kvp_json_free(kvp_json *v);
 
 /* 1-based line and column of byte offset pos in text. */
 void kvp_json_linecol(const char *text, size_t len, size_t pos, int *line, int *col);
+/* s[0..len) as a quoted JSON string into out (cap bytes, at least 16),
+ * for messages: quotes, backslashes and control bytes escaped so the
+ * message stays one line and sends no terminal sequence; cut with "..."
+ * where out is full, never inside a UTF-8 character. */
+void kvp_json_show(char *out, size_t cap, const char *s, size_t len);
 /* "null", "bool", "number", "string", "array", "object". */
 const char *kvp_json_type_name(kvp_json_type t);
 

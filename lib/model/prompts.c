@@ -396,24 +396,6 @@ static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, 
  * it came to the key (ID_*), which its message shows. */
 static uint64_t id_value(uint64_t line, int kind) { return line << 2 | (uint64_t)kind; }
 
-/* key as a JSON string into out (quotes, backslashes and control bytes
- * escaped: the message stays one line), cut with "..." where out is full. */
-static void show_key(char *out, size_t cap, const char *key, size_t len)
-{
-    size_t o = 0, i = 0;
-    out[o++] = '"';
-    for (; i < len && o + 10 < cap; i++) { /* room for an escape (6), then "...", the quote and the NUL */
-        unsigned char c = (unsigned char)key[i];
-        if (c == '"' || c == '\\')
-            o += (size_t)snprintf(out + o, cap - o, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
-        else
-            out[o++] = (char)c;
-    }
-    snprintf(out + o, cap - o, "%s\"", i < len ? "..." : "");
-}
-
 /* The key of the request just parsed (label, else its index), refused when
  * an earlier request has it: 0 or a code naming both lines and the id. */
 static int id_once(kvp_strmap *s, const char *label, int kind, uint64_t index, const char *path, uint64_t line,
@@ -434,7 +416,7 @@ static int id_once(kvp_strmap *s, const char *label, int kind, uint64_t index, c
         return 0;
     /* how each line came to the key where they differ: 1 and "1" are one id */
     char shown[80], now[128], as[128] = "";
-    show_key(shown, sizeof shown, key, len);
+    kvp_json_show(shown, sizeof shown, key, len);
     if (kind == ID_INDEX)
         snprintf(now, sizeof now, "%s (this line's index: it has no \"id\")", key);
     else

@@ -125,6 +125,28 @@ static void test_errors(void)
     bad("{\"a\":1", KVP_EFORMAT, "unterminated object");
     bad("{", KVP_EFORMAT, "unterminated object");
     bad("{1:2}", KVP_EFORMAT, "string key");
+    /* a message shows the file's bytes escaped, on one line: keys with
+     * control characters (a terminal escape), a duplicate one, a byte
+     * that is no character, a long key cut between characters */
+    bad("{\"x\\ny\\u001b[31m\":\"a\x01\"}", KVP_EFORMAT, "t.json:1:21: \"x\\u000ay\\u001b[31m\": raw control character 0x01");
+    bad("{\"x\\ny\":1,\"x\\ny\":2}", KVP_EFORMAT, "duplicate key \"x\\u000ay\"");
+    bad("\x89KVP", KVP_EFORMAT, "t.json:1:1: unexpected byte 0x89, expected a value");
+    bad("[\"\\\x01\"]", KVP_EFORMAT, "invalid escape: a backslash before byte 0x01");
+    char lk[160] = "{\"";
+    for (int i = 0; i < 30; i++)
+        strcat(lk, "\xe6\x97\xa5"); /* U+65E5 */
+    strcat(lk, "\":[}");
+    kvp_json *j = NULL;
+    kvp_err err;
+    CHECK(parse(lk, &j, &err) == KVP_EFORMAT);
+    const char *q = strchr(err.msg, '"'), *e = q ? strstr(q, "...\"") : NULL;
+    CHECK_MSG(q && e && (e - q - 1) % 3 == 0 && e - q - 1 >= 30, "%s", err.msg); /* whole characters */
+    kvp_json_free(j);
+    char shown[16];
+    kvp_json_show(shown, sizeof shown, "a\"b", 3);
+    CHECK_STR(shown, "\"a\\\"b\"");
+    kvp_json_show(shown, sizeof shown, "\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5", 12);
+    CHECK_STR(shown, "\"\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5...\""); /* 15 bytes and the NUL */
 
     /* Depth: 128 levels parse, 129 do not. */
     char deep[300];
