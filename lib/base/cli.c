@@ -367,6 +367,29 @@ static size_t utf8_len(const unsigned char *s, size_t n)
     return len;
 }
 
+/* Bytes from s (not a valid character) that one U+FFFD replaces: the
+ * maximal subpart of an ill-formed sequence (Unicode 3.9, what Python's
+ * and HF's decode with errors="replace" do): the lead and the
+ * continuation bytes a valid sequence could have had after it, so a
+ * character cut short (E5 BA) is one U+FFFD, not one a byte. */
+static size_t utf8_bad_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0], lo = 0x80, hi = 0xbf;
+    size_t want;
+    if (c >= 0xc2 && c <= 0xdf)
+        want = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+        want = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4)
+        want = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    else
+        return 1;
+    size_t i = 1;
+    for (; i < want && i < n && s[i] >= lo && s[i] <= hi; i++)
+        lo = 0x80, hi = 0xbf;
+    return i;
+}
+
 void kvp_cli_json_str(FILE *f, const char *str, size_t n)
 {
     const unsigned char *s = (const unsigned char *)str;
@@ -395,7 +418,7 @@ void kvp_cli_json_str(FILE *f, const char *str, size_t n)
                 i += len;
             } else {
                 fputs("\\ufffd", f);
-                i++;
+                i += utf8_bad_len(s + i, n - i);
             }
         }
     }

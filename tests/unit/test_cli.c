@@ -1,6 +1,7 @@
 /* test_cli.c - the option number parsers of lib/base/cli.c: what every
  * program's whole-number, real and size options accept, and the typos they
- * refuse that strtoll/strtod alone would read as values. */
+ * refuse that strtoll/strtod alone would read as values; and the JSON
+ * strings the programs write (kvp_cli_json_str). */
 #include "unit.h"
 #include "cli.h"
 
@@ -140,8 +141,45 @@ static void test_size(void)
     CHECK(kvp_cli_parse_size("16384PiB", &v) == -1); /* 2^64 */
 }
 
+/* s[0..n) as kvp_cli_json_str writes it equals want. */
+static int json_str_is(const char *s, size_t n, const char *want)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return 0;
+    kvp_cli_json_str(f, s, n);
+    fclose(f);
+    int ok = len == strlen(want) && memcmp(buf, want, len) == 0;
+    if (!ok)
+        printf("# json_str: got %.*s want %s\n", (int)len, buf, want);
+    free(buf);
+    return ok;
+}
+
+/* Invalid UTF-8 (a byte token's piece of a character, cut by the end of
+ * generation) becomes U+FFFD once per maximal ill-formed subpart, as
+ * Python's and HF's decode(errors="replace") give it (the expected
+ * strings are theirs, non-ASCII kept raw). */
+static void test_json_str(void)
+{
+    CHECK(json_str_is("a\"\\\n\x01", 5, "\"a\\\"\\\\\\n\\u0001\""));
+    CHECK(json_str_is("Sac\xe5\xba", 5, "\"Sac\\ufffd\""));
+    CHECK(json_str_is("\xe5\xba" "A", 3, "\"\\ufffdA\""));
+    CHECK(json_str_is("\xf0\x9f\x98", 3, "\"\\ufffd\""));
+    CHECK(json_str_is("\xc0\xaf", 2, "\"\\ufffd\\ufffd\""));
+    CHECK(json_str_is("\xed\xa0\x80", 3, "\"\\ufffd\\ufffd\\ufffd\""));
+    CHECK(json_str_is("\xe0\x80\x80", 3, "\"\\ufffd\\ufffd\\ufffd\""));
+    CHECK(json_str_is("\xf4\x90\x80\x80", 4, "\"\\ufffd\\ufffd\\ufffd\\ufffd\""));
+    CHECK(json_str_is("\xf0\x90\x80" "A\x80", 5, "\"\\ufffdA\\ufffd\""));
+    CHECK(json_str_is("\xff\xfe", 2, "\"\\ufffd\\ufffd\""));
+    CHECK(json_str_is("a\xe2\x82\xac" "b\xe2\x82", 7, "\"a\xe2\x82\xac" "b\\ufffd\""));
+}
+
 int main(void)
 {
+    test_json_str();
     test_i64();
     test_f64();
     test_size();
