@@ -14,6 +14,7 @@
 #include "engine.h"
 #include "ggml_quants.h"
 #include "gguf.h"
+#include "minifloat.h"
 #include "seqio.h"
 #include "shard.h"
 #include "tensor.h"
@@ -1535,6 +1536,73 @@ static void test_seqio(const char *dir)
 
 /* ---- scaled schemes: matmul on stored bytes against dequantize + f32 ---- */
 
+/* A NaN in token 0's input makes all of token 0's outputs non-finite and
+ * leaves the other tokens' finite: the 8-bit activations' max dropped a
+ * NaN (a model's NaN norm weight), so decode printed text from it and
+ * exited 0 (the step's non-finite check saw nothing).  1 and 6 tokens (a
+ * decode step, a verify step's tiles). */
+static void check_nan_input(kvp_backend *be, const kvp_weight *w, const char *what)
+{
+    enum { NT = 6 };
+    uint32_t ni = w->n_in, no = w->n_out;
+    float *x = malloc(sizeof(float) * NT * ni), *y = malloc(sizeof(float) * NT * no);
+    kvp_err err = {0};
+    CHECK(x && y);
+    uint64_t rng = 0x6e616e;
+    for (uint32_t i = 0; x && i < NT * ni; i++)
+        x[i] = unit_frand(&rng);
+    if (x)
+        x[ni / 2 + 3] = NAN;
+    for (uint32_t nt = 1; x && y && nt <= NT; nt += NT - 1) {
+        rig_reserve(be, nt, ni, 0, 0, NULL);
+        CHECK_MSG(be->ops->matmul(be, w, x, y, nt, &err) == 0, "%s", err.msg);
+        uint32_t finite0 = 0, bad_rest = 0;
+        for (uint32_t r = 0; r < no; r++)
+            finite0 += isfinite(y[r]) != 0;
+        for (uint32_t i = no; i < nt * no; i++)
+            bad_rest += !isfinite(y[i]);
+        CHECK_MSG(finite0 == 0 && bad_rest == 0, "%s %s, %u tokens: %u of %u outputs finite past a NaN input, %u of "
+                  "the other tokens' not", kvp_backend_cpu_isa(be), what, nt, finite0, no, bad_rest);
+    }
+    free(x), free(y);
+}
+
+/* check_nan_input for GGUF's Q8_0 and Q4_1 (made here: a scale of 1/64,
+ * random quants) on every kernel set. */
+static void test_nan_input_ggml(void)
+{
+    enum { NO = 5, NI = 256, NB = NI / 32 };
+    static uint8_t q8[NO * NB * 34], q41[NO * NB * 20];
+    uint64_t rng = 0x71;
+    uint16_t d = kvp_f32_to_f16(1.0f / 64), m = kvp_f32_to_f16(-0.25f);
+    for (int b = 0; b < NO * NB; b++) {
+        memcpy(q8 + b * 34, &d, 2);
+        for (int j = 0; j < 32; j++)
+            q8[b * 34 + 2 + j] = (uint8_t)(int8_t)(unit_frand(&rng) * 100);
+        memcpy(q41 + b * 20, &d, 2), memcpy(q41 + b * 20 + 2, &m, 2);
+        for (int j = 0; j < 16; j++)
+            q41[b * 20 + 4 + j] = (uint8_t)((unit_frand(&rng) + 1) * 127.99f);
+    }
+    static const unsigned flags[] = {0, KVP_CPU_PORTABLE, KVP_CPU_NO_VNNI};
+    for (size_t f = 0; f < sizeof flags / sizeof *flags; f++) {
+        kvp_backend *be = rig_backend(flags[f]);
+        if (!be)
+            continue;
+        kvp_err err = {0};
+        kvp_weight w8 = {.name = "q8_0", .dtype = KVP_DTYPE_Q8_0, .n_in = NI, .n_out = NO, .row_bytes = NB * 34,
+                         .data = q8},
+                   w4 = {.name = "q4_1", .dtype = KVP_DTYPE_Q4_1, .n_in = NI, .n_out = NO, .row_bytes = NB * 20,
+                         .data = q41};
+        CHECK_MSG(be->ops->prepare_weight(be, &w8, &err) == 0 && be->ops->prepare_weight(be, &w4, &err) == 0,
+                  "prepare: %s", err.msg);
+        check_nan_input(be, &w8, "q8_0");
+        check_nan_input(be, &w4, "q4_1");
+        be->ops->release_weight(be, &w8);
+        be->ops->release_weight(be, &w4);
+        kvp_backend_free(be);
+    }
+}
+
 /* y[t][r] for a weight quantized by lib/quant.c with spec, through the
  * backend's matmul (portable or SIMD kernels), against the dequantized
  * weights times x in double. */
@@ -1587,6 +1655,7 @@ static void test_scaled_one(unsigned flags, const kvp_quant_spec *spec)
     double tol = rec.dtype == KVP_DTYPE_FP8_E4M3 ? 1e-5 : 4e-3;
     CHECK_MSG(worst < tol, "%s %s scheme %u group %u%s: max error %g of sum |w x|", kvp_backend_cpu_isa(be),
               kvp_dtype_name(rec.dtype), rec.scheme, rec.group, spec->asym ? " asym" : "", worst);
+    check_nan_input(be, &kw, kvp_dtype_name(rec.dtype));
     be->ops->release_weight(be, &kw);
     kvp_backend_free(be);
     free(data), free(sc), free(zp);
@@ -3168,6 +3237,7 @@ int main(void)
     RUN(test_first_layers, dir);
     RUN(test_seqio, dir);
     RUN(test_scaled);
+    RUN(test_nan_input_ggml);
     RUN(test_kvp_models, dir);
     RUN(test_q4k_repack);
     RUN(test_q5_0_repack);
