@@ -394,6 +394,29 @@ static uint64_t salted_hash(uint64_t hash, uint64_t sparent, const uint32_t *tok
     return sparent == 0 ? hash : kvp_kvblock_hash(sparent, tok, nt);
 }
 
+/* A block's filled rows hold no NaN or infinity: one would reach every
+ * score that reads it, and the step's check could only say that some
+ * hidden state went bad, not which file and record did it. */
+static int block_finite(const kvp_seqio_reader *sr, const kvp_record *rec, const kvp_kvblock_rec *b,
+                        const uint8_t *data, kvp_err *err)
+{
+    uint64_t slabs = (uint64_t)(b->layer_end - b->layer_begin) * 2 * b->n_head_kv;
+    uint64_t slab = (uint64_t)kvp_dtype_row_bytes(b->dtype, (int64_t)b->block_size * b->head_dim);
+    uint64_t filled = (uint64_t)b->n_tokens * b->head_dim;
+    for (uint64_t k = 0; k < slabs; k++) {
+        uint64_t i = kvp_kv_first_non_finite(b->dtype, data + k * slab, filled);
+        if (i < filled)
+            return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: KV block %u of sequence %llu: a non-finite %s "
+                               "value at token %llu of layer %llu, KV head %llu: the stream's KV cache is broken",
+                               sr->name, (unsigned long long)rec->index, b->block_index,
+                               (unsigned long long)b->seq_id, k / b->n_head_kv % 2 ? "V" : "K",
+                               (unsigned long long)(i / b->head_dim),
+                               (unsigned long long)(b->layer_begin + k / (2 * (uint64_t)b->n_head_kv)),
+                               (unsigned long long)(k % b->n_head_kv));
+    }
+    return 0;
+}
+
 /* Load one block record into seq (while *loading).  *parent chains the
  * stream's hashes (unsalted, as every stream's), *sparent the cache's (from
  * the sequence's salt): a full block is looked up in the cache by the
@@ -436,6 +459,8 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
         if ((rc = kvp_seq_block_check(s, sr->tokens, bi, *parent, rec->index, b.seq_id, b.block_index, b.n_tokens,
                                       b.hash, &b.block_size, tok_le, err)) < 0)
             return kvp_err_prefix(err, "%s", sr->name);
+        if ((rc = block_finite(sr, rec, &b, data, err)) < 0)
+            return rc;
         if (want_scales)
             data = stage_scaled(sr, &b, data, scales);
         nt = b.n_tokens;

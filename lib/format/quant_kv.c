@@ -65,6 +65,15 @@ static float get_f32(const uint8_t *p)
     return f;
 }
 
+/* Index of x's first NaN or infinity, or n. */
+static uint64_t first_non_finite(const float *x, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return n;
+}
+
 int kvp_quant_kv_convert(const kvp_kvblock_rec *src, const void *src_data, const void *src_scales,
                          const kvp_kvblock_rec *dst, void *dst_data, void *dst_scales, kvp_quant_stats *st,
                          kvp_err *err)
@@ -103,6 +112,20 @@ int kvp_quant_kv_convert(const kvp_kvblock_rec *src, const void *src_data, const
         ti->to_f32(in, x, (int64_t)n);
         for (uint64_t i = 0; src_has_scales && i < n; i++)
             x[i] *= get_f32((const uint8_t *)src_scales + 4 * (k * per + (per > 1 ? i / src->head_dim : 0)));
+        /* a NaN or infinity would come out finite (an int8 or fp8 scale's
+         * max drops it), a broken cache made to look whole: refused, as
+         * quantize refuses non-finite weights */
+        uint64_t bad = first_non_finite(x, n);
+        if (bad < n) {
+            rc = kvp_err_set(err, KVP_EFORMAT, "kv block %u of sequence %llu: %s value %s at token %llu of layer "
+                             "%u, KV head %llu: the KV cache holds non-finite values",
+                             src->block_index, (unsigned long long)src->seq_id,
+                             k / src->n_head_kv % 2 ? "V" : "K", isnan(x[bad]) ? "NaN" : "infinite",
+                             (unsigned long long)(bad / src->head_dim),
+                             src->layer_begin + (uint32_t)(k / (2 * (uint64_t)src->n_head_kv)),
+                             (unsigned long long)(k % src->n_head_kv));
+            break;
+        }
         memset(out, 0, sout);
         if (kv_scaled(dst->dtype)) {
             float s = kvp_kvscale_of((int)dst->dtype, kvp_kvscale_amax(x, (int64_t)n));
@@ -120,5 +143,5 @@ int kvp_quant_kv_convert(const kvp_kvblock_rec *src, const void *src_data, const
     }
     free(x);
     free(y);
-    return 0;
+    return rc;
 }

@@ -5,6 +5,7 @@
 #include "ggml_quants.h"
 #include "intcast.h"
 #include "minifloat.h"
+#include "wire.h"
 
 #include <string.h>
 #include <strings.h>
@@ -154,5 +155,34 @@ int64_t kvp_tensor_scale_count(const kvp_tensor_rec *t)
             return -1;
         return (int64_t)(numel / t->group);
     default: return -1;
+    }
+}
+
+/* First i < n whose bits (16-bit words) all have mask set, or n. */
+static uint64_t first_all16(const uint8_t *b, uint64_t n, uint16_t mask)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if ((kvp_le16(b + 2 * i) & mask) == mask)
+            return i;
+    return n;
+}
+
+uint64_t kvp_kv_first_non_finite(uint32_t dtype, const void *p, uint64_t n)
+{
+    const uint8_t *b = p;
+    switch (dtype) {
+    case KVP_DTYPE_F16: return first_all16(b, n, 0x7c00u);
+    case KVP_DTYPE_BF16: return first_all16(b, n, 0x7f80u);
+    case KVP_DTYPE_F32:
+        for (uint64_t i = 0; i < n; i++)
+            if ((kvp_le32(b + 4 * i) & 0x7f800000u) == 0x7f800000u)
+                return i;
+        return n;
+    case KVP_DTYPE_FP8_E4M3: /* NaN codes; E4M3 has no infinity */
+        for (uint64_t i = 0; i < n; i++)
+            if ((b[i] & 0x7f) == 0x7f)
+                return i;
+        return n;
+    default: return n; /* i8: every code is finite */
     }
 }

@@ -76,6 +76,10 @@ int kvp_dtype_from_name(const char *name);
 /* Bytes needed for n elements of t, or -1 when n is not a whole number of
  * blocks or t is unknown.  4-bit scalar types round up to whole bytes. */
 int64_t kvp_dtype_row_bytes(uint32_t t, int64_t n);
+/* Index of the first NaN or infinity among n elements of a KV cache dtype
+ * (f32, f16, bf16, fp8_e4m3: its NaN codes; i8 has none) at p, or n.
+ * For checking a stream's KV blocks without converting them. */
+uint64_t kvp_kv_first_non_finite(uint32_t dtype, const void *p, uint64_t n);
 
 /* ---- tensor descriptions ---- */
 

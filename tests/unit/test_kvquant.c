@@ -5,6 +5,7 @@
 #include "backend_cpu.h"
 #include "kvscale.h"
 #include "minifloat.h"
+#include "quant_kv.h"
 #include "rig.h"
 #include "seqio.h"
 #include "stream.h"
@@ -406,8 +407,116 @@ static void test_stream(int dtype)
     rig_close(&r);
 }
 
+/* A NaN or infinity in a KV block: quantize --kv refused nothing and wrote
+ * it as a finite code (a scale's max drops a NaN), and decode's reading
+ * of it ended later at a hidden-state check naming no file or record.
+ * Both name the block, K or V, token, layer and head now; the finiteness
+ * scan itself on each cache dtype's NaN and infinity bits. */
+static void test_non_finite(void)
+{
+    static const uint16_t h[4] = {0x3c00, 0xfc00, 0x7e00, 0x0000}; /* f16 1, -inf, NaN, 0 */
+    CHECK_EQ_U64(kvp_kv_first_non_finite(KVP_DTYPE_F16, h, 4), 1);
+    CHECK_EQ_U64(kvp_kv_first_non_finite(KVP_DTYPE_F16, h, 1), 1);
+    static const uint16_t bf[3] = {0x3f80, 0x7f7f, 0x7fc0}; /* bf16 1, max, NaN */
+    CHECK_EQ_U64(kvp_kv_first_non_finite(KVP_DTYPE_BF16, bf, 3), 2);
+    static const uint8_t e4[3] = {0x7e, 0xfe, 0xff}; /* 448, -448, NaN */
+    CHECK_EQ_U64(kvp_kv_first_non_finite(KVP_DTYPE_FP8_E4M3, e4, 3), 2);
+    float f[2] = {1e38f, INFINITY};
+    CHECK_EQ_U64(kvp_kv_first_non_finite(KVP_DTYPE_F32, f, 2), 1);
+    CHECK_EQ_U64(kvp_kv_first_non_finite(KVP_DTYPE_I8, e4, 3), 3);
+
+    /* one layer, 2 KV heads of 4, blocks of 2 slots, 1 filled: a NaN in
+     * V of head 1 */
+    kvp_kvblock_rec src = {.seq_id = 7, .block_index = 2, .block_size = 2, .n_tokens = 1, .layer_begin = 3,
+                           .layer_end = 4, .n_head_kv = 2, .head_dim = 4, .dtype = KVP_DTYPE_F16,
+                           .data_bytes = 4 * 2 * 4 * 2};
+    uint16_t data[4 * 2 * 4] = {0};
+    data[3 * 8 + 2] = 0x7e00; /* slab 3 (V, head 1), token 0, element 2 */
+    for (int d = 0; d < 2; d++) {
+        kvp_kvblock_rec dst;
+        kvp_err err = {0};
+        CHECK(kvp_quant_kv_plan(&src, (uint32_t)scaled[d], &dst, &err) == 0);
+        uint8_t out[64];
+        float sc[8];
+        CHECK_EQ_I64(kvp_quant_kv_convert(&src, data, NULL, &dst, out, sc, NULL, &err), KVP_EFORMAT);
+        CHECK_MSG(strstr(err.msg, "kv block 2 of sequence 7: V value NaN at token 0 of layer 3, KV head 1"), "%s",
+                  err.msg);
+    }
+    data[3 * 8 + 2] = 0;
+    data[3 * 8 + 4] = 0x7e00; /* token 1: past the filled slot, not read */
+    kvp_kvblock_rec dst;
+    kvp_err err = {0};
+    uint8_t out[64];
+    float sc[8];
+    CHECK(kvp_quant_kv_plan(&src, KVP_DTYPE_I8, &dst, &err) == 0);
+    CHECK_MSG(kvp_quant_kv_convert(&src, data, NULL, &dst, out, sc, NULL, &err) == 0, "%s", err.msg);
+}
+
+/* decode reading a stream whose block holds a NaN names file, record and
+ * place (SmolLM2 from the cache, f16). */
+static void test_stream_nan(void)
+{
+    static uint32_t prompt[1024];
+    const char *mpath;
+    if (golden_prompt(prompt, 1024, &mpath) < 20)
+        return;
+    rig r;
+    if (rig_open(&r, mpath, unit_threads(2), 0, KVP_DTYPE_F16, 8, 16) < 0) {
+        CHECK(0);
+        return;
+    }
+    kvp_err err = {0};
+    char path[] = "/tmp/test_kvquant_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0)
+        close(fd);
+    kvp_seqio_seq ss = {.rec = {.id = 5, .state = KVP_SEQ_PREFILLED, .sampling = {.top_p = 1, .repeat_penalty = 1}}};
+    ss.handle = kvp_kvcache_seq_new(r.kc, &err);
+    CHECK(kvp_engine_prefill(r.e, ss.handle, prompt, 20, 0, NULL, &err) == 0);
+    /* the second block's first bytes: layer 0's K, head 0, token 0 (16) */
+    uint32_t b1 = kvp_kvcache_seq_blocks(r.kc, ss.handle)[1];
+    const kvp_kv_pool *pool = kvp_kvcache_pool(r.kc);
+    uint8_t *blk = malloc(pool->block_bytes);
+    CHECK(blk && kvp_kvcache_block_read(r.kc, b1, blk, &err) == 0);
+    if (blk) {
+        blk[0] = 0x00, blk[1] = 0x7e;
+        CHECK(kvp_kvcache_block_write(r.kc, b1, blk, &err) == 0);
+    }
+    free(blk);
+    kvp_out out;
+    kvp_writer *w = NULL;
+    kvp_writer_opts wo = {.producer = "test_kvquant"};
+    memcpy(wo.fingerprint, r.m->fingerprint, KVP_FINGERPRINT_SIZE);
+    uint64_t nb = 0, nr = 0;
+    CHECK(kvp_out_open(&out, path, &err) == 0 && kvp_writer_open(&w, &out, &wo, &err) == 0 &&
+          kvp_seqio_write(w, r.kc, &ss, 1, &nb, &nr, &err) == 0 && kvp_writer_finish(w, &err) == 0 &&
+          kvp_out_commit(&out, &err) == 0);
+    kvp_writer_free(w);
+    kvp_in in;
+    kvp_reader *rd = NULL;
+    kvp_kvcache *kc = NULL;
+    kvp_seqio_seq *got = NULL;
+    uint32_t ng = 0;
+    kvp_kvcache_opts o;
+    kvp_kvcache_opts_init(&o);
+    o.n_blocks = 8;
+    CHECK(kvp_in_open(&in, path, &err) == 0 && kvp_reader_open(&rd, &in, &err) == 0);
+    CHECK_EQ_I64(kvp_seqio_read(rd, path, r.m, r.be, &o, &kc, &got, &ng, NULL, &err), KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "record 2: KV block 1 of sequence 5: a non-finite K value at token 0 of layer 0, "
+                              "KV head 0") && strstr(err.msg, path),
+              "%s", err.msg);
+    kvp_reader_free(rd);
+    kvp_in_close(&in);
+    kvp_seqio_seqs_free(got, ng);
+    kvp_kvcache_free(kc);
+    unlink(path);
+    rig_close(&r);
+}
+
 int main(void)
 {
+    test_non_finite();
+    test_stream_nan();
     for (int d = 0; d < 2; d++) {
         test_row(scaled[d]);
         for (unsigned fl = 0; fl < 2; fl++) {
