@@ -1316,7 +1316,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
         open_failed(&err, &jo);
     kvp_jobsrc_filter(js, shard_k, shard_n, resume ? &done : NULL);
     kvp_jobsrc_arrivals(js, rate, burstiness, o.sampling.seed);
-    if (o.json || resume || shard_n >= 2)
+    if (o.json || resume || shard_n) /* --shard 0/1 too: shards merge by id */
         oc.form = FORM_JSON;
     settle_from_input(&oc, js); /* -p, --tokens: one request, known at open */
     kvp_kvcache_get_stats(r.kc, &oc.kv);

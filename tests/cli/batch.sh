@@ -133,6 +133,12 @@ run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 1 --shard 1/4
 if [ "$(wc -l <"$OUT")" = 3 ]; then pass "shard 1/4 of 10 takes 3 (ids 1, 5, 9)"; else fail "shard 1/4: $(wc -l <"$OUT") lines"; fi
 run decode -m x.gguf -p hi --shard 3/3
 expect_status 2 "--shard 3/3 is a usage error"
+# a one-task job array's --shard 0/1 merges by id too: JSON Lines even for
+# a shard of one request (it printed that request as plain text, no id)
+printf '{"id":"solo","prompt":"Hi"}\n' >"$T/solo.jsonl"
+run decode -m "$M" -t 2 -f "$T/solo.jsonl" -n 2 --shard 0/1
+expect_status 0 "--shard 0/1 of one request"
+expect_out_has '{"id":"solo","text":' "its line carries the id (JSON Lines)"
 
 # --resume: a job cut off mid-line resumes to the same lines as one run.
 head -n 3 "$T/alone.raw" >"$T/out.jsonl"
