@@ -123,8 +123,8 @@ typedef struct kvp_parallel {
  * it is gone.  0 or a code. */
 int kvp_engine_tp_start(kvp_engine *e, const kvp_parallel *d, kvp_err *err);
 /* Any other rank: follow the driver's engines on shard and be until
- * kvp_engine_tp_end.  0, or a code naming this rank (a bad message, out of
- * memory); a driver that never comes is waited for. */
+ * kvp_engine_tp_end.  0, or a code (a bad message, out of memory; the
+ * caller names the rank); a driver that never comes is waited for. */
 int kvp_engine_tp_serve(const kvp_model *shard, kvp_backend *be, const kvp_parallel *d, kvp_err *err);
 /* The driver, after kvp_engine_tp_start on a cache that was read whole
  * from a KV stream and given its rank's pool (kvp_kvcache_repool): every

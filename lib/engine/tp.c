@@ -33,12 +33,12 @@ static int recv_msg(kvp_comm *tp, kvp_tpmsg_buf *b, kvp_err *err)
     if (rc < 0)
         return rc;
     if (head[0] != KVP_TPMSG_MAGIC || head[1] < 2 || head[1] > MAX_WORDS)
-        return kvp_err_set(err, KVP_EFORMAT, "tensor parallel: a message head %08x of %u words from rank 0",
+        return kvp_err_set(err, KVP_EFORMAT, "parallel job: a message head %08x of %u words from rank 0",
                            head[0], head[1]);
     if (head[1] > b->cap) {
         uint32_t *w = realloc(b->w, (size_t)head[1] * sizeof *w);
         if (!w)
-            return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a message of %u words",
+            return kvp_err_set(err, KVP_ENOMEM, "parallel job: out of memory for a message of %u words",
                                head[1]);
         b->w = w;
         b->cap = head[1];
@@ -135,7 +135,7 @@ static int read_whole(void *ctx, uint32_t b, void *host, kvp_err *err)
         return rc;
     uint8_t *buf = malloc(kvp_kvcache_pool(e->kc)->block_bytes); /* stage 0's part is the largest */
     if (!buf)
-        rc = kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
+        rc = kvp_err_set(err, KVP_ENOMEM, "parallel job: out of memory for a KV block");
     /* every rank answers (a failure here leaves the job unable to go on: the
      * caller's error ends it) */
     for (int q = 0; q < n && rc == 0; q++) {
@@ -162,7 +162,7 @@ static int write_whole(void *ctx, uint32_t b, const void *host, kvp_err *err)
         return rc;
     uint8_t *buf = malloc(kvp_kvcache_pool(e->kc)->block_bytes); /* stage 0's part is the largest */
     if (!buf)
-        return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
+        return kvp_err_set(err, KVP_ENOMEM, "parallel job: out of memory for a KV block");
     for (int q = 0; q < n && rc == 0; q++) {
         part p = part_of(e, w, q);
         copy_part(w, &p, (uint8_t *)(uintptr_t)host, buf, 0); /* only read from */
@@ -181,7 +181,7 @@ static int recv_part(kvp_engine *e, uint32_t b, kvp_err *err)
     const kvp_kv_pool *kv = kvp_kvcache_pool(e->kc);
     uint8_t *buf = malloc(kv->block_bytes);
     if (!buf)
-        return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
+        return kvp_err_set(err, KVP_ENOMEM, "parallel job: out of memory for a KV block");
     int rc = kvp_comm_recv(e->world, buf, kv->block_bytes, 0, KVP_TAG_KV, err);
     if (rc == 0)
         rc = kvp_kvcache_block_write(e->kc, b, buf, err);
@@ -193,7 +193,7 @@ int kvp_engine_tp_adopt(kvp_engine *e, const kvp_kv_pool *old, kvp_err *err)
 {
     uint8_t *buf = malloc(old->block_bytes);
     if (!buf)
-        return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
+        return kvp_err_set(err, KVP_ENOMEM, "parallel job: out of memory for a KV block");
     int rc = 0;
     for (uint32_t b = 0; b < old->n_blocks && rc == 0; b++) {
         if (!kvp_kvcache_block_refs(e->kc, b) && !kvp_kvcache_block_hash(e->kc, b))
@@ -228,7 +228,7 @@ static int send_part(kvp_engine *e, uint32_t b, kvp_err *err)
     const kvp_kv_pool *kv = kvp_kvcache_pool(e->kc);
     uint8_t *buf = malloc(kv->block_bytes);
     if (!buf)
-        return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a KV block");
+        return kvp_err_set(err, KVP_ENOMEM, "parallel job: out of memory for a KV block");
     int rc = kvp_kvcache_block_read(e->kc, b, buf, err);
     if (rc == 0)
         rc = kvp_comm_send(e->world, buf, kv->block_bytes, 0, KVP_TAG_KV, err);
@@ -239,9 +239,9 @@ static int send_part(kvp_engine *e, uint32_t b, kvp_err *err)
 int kvp_engine_tp_start(kvp_engine *e, const kvp_parallel *d, kvp_err *err)
 {
     if (e->cap_tok)
-        return kvp_err_set(err, KVP_EINVAL, "tensor parallel: the engine has run a step already");
+        return kvp_err_set(err, KVP_EINVAL, "parallel job: the engine has run a step already");
     if (kvp_comm_rank(d->world) != 0)
-        return kvp_err_set(err, KVP_EINVAL, "tensor parallel: rank %d is not the driver", kvp_comm_rank(d->world));
+        return kvp_err_set(err, KVP_EINVAL, "parallel job: rank %d is not the driver", kvp_comm_rank(d->world));
     set_group(e, d);
     kvp_kvcache_set_copy_hook(e->kc, note_copy, e);
     set_whole(e);
@@ -255,7 +255,7 @@ int kvp_engine_tp_start(kvp_engine *e, const kvp_parallel *d, kvp_err *err)
 int kvp_engine_tp_send_step(kvp_engine *e, uint32_t T, uint32_t R, uint32_t n_seqs, kvp_err *err)
 {
     if (e->copies_lost)
-        return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory recording a block copy");
+        return kvp_err_set(err, KVP_ENOMEM, "parallel job: out of memory recording a block copy");
     kvp_tpmsg_step s = {.n_tok = T, .n_rows = R, .n_seqs = n_seqs, .n_copies = e->n_copies, .tok = e->tok_ids,
                         .pos = e->pos, .slot = e->slot, .tok_seq = e->tok_seq, .rows = e->rows,
                         .n_table = e->n_table, .tables = e->tables, .copies = e->copies};
@@ -321,7 +321,7 @@ static int follow_engine(const kvp_model *shard, kvp_backend *be, const kvp_para
                          kvp_tpmsg_buf *b, kvp_err *err)
 {
     if (su->n_layer != whole_layers(shard) || su->n_vocab != shard->cfg.n_vocab)
-        return kvp_err_set(err, KVP_EMISMATCH, "tensor parallel: rank 0's model has %u layers and %u tokens, this "
+        return kvp_err_set(err, KVP_EMISMATCH, "parallel job: rank 0's model has %u layers and %u tokens, this "
                            "rank's %u and %u (every rank must load the same model)", su->n_layer, su->n_vocab,
                            whole_layers(shard), shard->cfg.n_vocab);
     kvp_kvcache_opts ko;
@@ -347,7 +347,7 @@ static int follow_engine(const kvp_model *shard, kvp_backend *be, const kvp_para
         rc = m.kind == KVP_TPMSG_STEP      ? follow_step(e, &m.step, err)
              : m.kind == KVP_TPMSG_KV_READ ? send_part(e, m.block, err)
              : m.kind == KVP_TPMSG_KV_WRITE ? recv_part(e, m.block, err)
-                                           : kvp_err_set(err, KVP_EFORMAT, "tensor parallel: message kind %u inside a "
+                                           : kvp_err_set(err, KVP_EFORMAT, "parallel job: message kind %u inside a "
                                                          "run", m.kind);
         kvp_tpmsg_free(&m);
     }
@@ -369,14 +369,12 @@ int kvp_engine_tp_serve(const kvp_model *shard, kvp_backend *be, const kvp_paral
         if (m.kind == KVP_TPMSG_END)
             break;
         rc = m.kind == KVP_TPMSG_SETUP ? follow_engine(shard, be, d, &m.setup, &b, err)
-                                       : kvp_err_set(err, KVP_EFORMAT, "tensor parallel: message kind %u before a "
+                                       : kvp_err_set(err, KVP_EFORMAT, "parallel job: message kind %u before a "
                                                      "setup", m.kind);
         kvp_tpmsg_free(&m);
         if (rc < 0)
             break;
     }
     kvp_tpmsg_buf_free(&b);
-    if (rc < 0)
-        kvp_err_prefix(err, "rank %d", kvp_comm_rank(d->world));
     return rc;
 }

@@ -19,7 +19,7 @@ static int reserve(kvp_tpmsg_buf *b, size_t more, kvp_err *err)
         cap *= 2;
     uint32_t *w = realloc(b->w, cap * sizeof *w);
     if (!w)
-        return kvp_err_set(err, KVP_ENOMEM, "tensor parallel: out of memory for a message of %zu words", cap);
+        return kvp_err_set(err, KVP_ENOMEM, "parallel job: out of memory for a message of %zu words", cap);
     b->w = w;
     b->cap = cap;
     return 0;
@@ -103,7 +103,7 @@ static const uint32_t *take(rd *r, size_t words)
 
 static int trunc_err(kvp_err *err, const char *what)
 {
-    return kvp_err_set(err, KVP_ETRUNC, "tensor parallel message: ends inside %s", what);
+    return kvp_err_set(err, KVP_ETRUNC, "rank 0's message: ends inside %s", what);
 }
 
 /* Every index of the step against the pool (lim). */
@@ -113,31 +113,31 @@ static int check_step(const kvp_tpmsg_step *s, const kvp_tpmsg_setup *lim, kvp_e
     for (uint32_t i = 0; i < s->n_seqs; i++)
         for (uint32_t j = 0; j < s->n_table[i]; j++)
             if (s->tables[i][j] >= lim->n_blocks)
-                return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: sequence %u's block %u is %u, "
+                return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: sequence %u's block %u is %u, "
                                    "past the pool's %u", i, j, s->tables[i][j], lim->n_blocks);
     for (uint32_t t = 0; t < s->n_tok; t++) {
         if (s->tok[t] < 0 || (uint32_t)s->tok[t] >= lim->n_vocab)
-            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: token %u is id %d, outside the "
+            return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: token %u is id %d, outside the "
                                "vocabulary of %u", t, s->tok[t], lim->n_vocab);
         if (s->tok_seq[t] >= s->n_seqs)
-            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: token %u names sequence %u of %u", t,
+            return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: token %u names sequence %u of %u", t,
                                s->tok_seq[t], s->n_seqs);
         uint32_t q = s->tok_seq[t];
         if (s->pos[t] < 0 || (uint32_t)s->pos[t] / bs >= s->n_table[q])
-            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: token %u at position %d is past its "
+            return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: token %u at position %d is past its "
                                "sequence's %u blocks", t, s->pos[t], s->n_table[q]);
         uint64_t want = (uint64_t)s->tables[q][(uint32_t)s->pos[t] / bs] * bs + (uint32_t)s->pos[t] % bs;
         if (s->slot[t] != want)
-            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: token %u's slot %u is not its "
+            return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: token %u's slot %u is not its "
                                "position's (%llu)", t, s->slot[t], (unsigned long long)want);
     }
     for (uint32_t i = 0; i < s->n_rows; i++)
         if (s->rows[i] >= s->n_tok || (i && s->rows[i] <= s->rows[i - 1]))
-            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: logits row %u is token %u (of %u, "
+            return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: logits row %u is token %u (of %u, "
                                "increasing)", i, s->rows[i], s->n_tok);
     for (uint32_t i = 0; i < 2 * s->n_copies; i++)
         if (s->copies[i] >= lim->n_blocks)
-            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: block copy %u names block %u of %u",
+            return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: block copy %u names block %u of %u",
                                i / 2, s->copies[i], lim->n_blocks);
     return 0;
 }
@@ -151,7 +151,7 @@ static int decode_step(kvp_tpmsg *m, rd *r, const kvp_tpmsg_setup *lim, kvp_err 
     s->n_tok = h[0], s->n_rows = h[1], s->n_seqs = h[2], s->n_copies = h[3];
     if (s->n_tok > KVP_TPMSG_MAX_TOK || s->n_rows > s->n_tok || s->n_seqs > s->n_tok ||
         s->n_copies > lim->n_blocks)
-        return kvp_err_set(err, KVP_ELIMIT, "tensor parallel message: %u tokens, %u rows, %u sequences, %u copies "
+        return kvp_err_set(err, KVP_ELIMIT, "rank 0's message: %u tokens, %u rows, %u sequences, %u copies "
                            "(at most %u tokens, rows and sequences at most the tokens, copies at most the %u blocks)",
                            s->n_tok, s->n_rows, s->n_seqs, s->n_copies, KVP_TPMSG_MAX_TOK, lim->n_blocks);
     const uint32_t *tok = take(r, s->n_tok), *pos = take(r, s->n_tok);
@@ -165,11 +165,11 @@ static int decode_step(kvp_tpmsg *m, rd *r, const kvp_tpmsg_setup *lim, kvp_err 
     s->pos = (const int32_t *)pos;
     m->tables_mem = calloc(s->n_seqs ? s->n_seqs : 1, sizeof *m->tables_mem);
     if (!m->tables_mem)
-        return kvp_err_set(err, KVP_ENOMEM, "tensor parallel message: out of memory");
+        return kvp_err_set(err, KVP_ENOMEM, "rank 0's message: out of memory");
     s->tables = m->tables_mem;
     for (uint32_t i = 0; i < s->n_seqs; i++) {
         if (s->n_table[i] > lim->n_blocks)
-            return kvp_err_set(err, KVP_ELIMIT, "tensor parallel message: sequence %u has %u blocks, the pool %u", i,
+            return kvp_err_set(err, KVP_ELIMIT, "rank 0's message: sequence %u has %u blocks, the pool %u", i,
                                s->n_table[i], lim->n_blocks);
         if (!(m->tables_mem[i] = take(r, s->n_table[i])))
             return trunc_err(err, "a block table");
@@ -187,7 +187,7 @@ int kvp_tpmsg_decode(kvp_tpmsg *m, const uint32_t *w, size_t n, const kvp_tpmsg_
     if (!h)
         return trunc_err(err, "its head");
     if (h[0] != KVP_TPMSG_MAGIC)
-        return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: magic %08x, not %08x", h[0], KVP_TPMSG_MAGIC);
+        return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: magic %08x, not %08x", h[0], KVP_TPMSG_MAGIC);
     m->kind = h[1];
     int rc = 0;
     switch (m->kind) {
@@ -197,7 +197,7 @@ int kvp_tpmsg_decode(kvp_tpmsg *m, const uint32_t *w, size_t n, const kvp_tpmsg_
             return trunc_err(err, "the setup");
         m->setup = (kvp_tpmsg_setup){s[0], s[1], s[2], s[3], s[4]};
         if (!m->setup.n_blocks || !m->setup.block_size)
-            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: a pool of %u blocks of %u tokens",
+            return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: a pool of %u blocks of %u tokens",
                                m->setup.n_blocks, m->setup.block_size);
         break;
     }
@@ -211,23 +211,23 @@ int kvp_tpmsg_decode(kvp_tpmsg *m, const uint32_t *w, size_t n, const kvp_tpmsg_
         if (!b)
             return trunc_err(err, m->kind == KVP_TPMSG_KV_READ ? "the block to read" : "the block to write");
         if (!lim)
-            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: a block %s before the setup", what);
+            return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: a block %s before the setup", what);
         if (*b >= lim->n_blocks)
-            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: %s of block %u of %u", what, *b,
+            return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: %s of block %u of %u", what, *b,
                                lim->n_blocks);
         m->block = *b;
         break;
     }
     case KVP_TPMSG_STEP:
         if (!lim)
-            return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: a step before the setup");
+            return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: a step before the setup");
         rc = decode_step(m, &r, lim, err);
         break;
     default:
-        return kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: unknown kind %u", m->kind);
+        return kvp_err_set(err, KVP_EFORMAT, "rank 0's message: unknown kind %u", m->kind);
     }
     if (rc == 0 && r.at != r.n)
-        rc = kvp_err_set(err, KVP_EFORMAT, "tensor parallel message: %zu words past its end", r.n - r.at);
+        rc = kvp_err_set(err, KVP_EFORMAT, "rank 0's message: %zu words past its end", r.n - r.at);
     if (rc < 0)
         kvp_tpmsg_free(m);
     return rc;

@@ -1,5 +1,6 @@
 # tp.sh - tensor and pipeline parallelism (decode, prefill and specdec
-# --tp N --pp M under mpirun): refusals always; with MPI and the real model, greedy output equal
+# --tp N --pp M under mpirun): refusals always (ranks given another model,
+# --tp or --pp than rank 0's among them); with MPI and the real model, greedy output equal
 # to one process's on an f16 copy (the int8-activation kernels of Q4_1/Q8_0
 # can round the last-bit differences of the all-reduce into a different
 # near-tie: test_tp.c measures that), prompts from a pipe, perplexity and
@@ -73,6 +74,40 @@ texts "$T/alone.jsonl" >"$T/a.txt"
 texts "$OUT" >"$T/b.txt"
 expect_true "the same text for every request as one process" cmp -s "$T/a.txt" "$T/b.txt"
 expect_true "four answers" [ "$(wc -l <"$T/b.txt")" -eq 4 ]
+
+# ---- ranks that disagree: refused before the job starts, nothing written ----
+# the same model in two formats (Q4_1, f16): every shape agrees, only the
+# fingerprint tells them apart; before, the job printed garbage and exit 0
+run timeout 60 mpirun -np 1 decode -m "$M" -p hi -n 4 --pp 2 -t 1 : -np 1 decode -m "$T/f16.kvp" -p hi -n 4 --pp 2 -t 1
+expect_status 1 "rank 1 with another model: exit 1"
+expect_out_empty "nothing written"
+expect_err_has "rank 1: $T/f16.kvp is not rank 0's model $M (fingerprint " "rank 1 names both models"
+expect_err_has "1 of the job's 2 ranks loaded another model than $M (fingerprint " "rank 0 counts it"
+expect_err_lacks "MPI_ABORT" "the ranks end together: no abort"
+# another split: before, garbage and a timeout blaming a hang (--tp 2 against
+# --pp 2 on a model both split), or a hang (a job of the right size for one
+# rank only)
+run timeout 60 mpirun -np 1 decode -m "$M" -p hi -n 4 --pp 2 -t 1 : -np 1 decode -m "$M" -p hi -n 4 --pp 3 -t 1
+expect_status 2 "rank 1 with another --pp: a usage error, no hang"
+expect_out_empty "nothing written"
+expect_err_has "decode: rank 1 was started with --tp 1 --pp 3, rank 0 with --tp 1 --pp 2 (1 of the job's 2 ranks differ)" \
+    "names both splits"
+expect_true "said once, by rank 0" [ "$(grep -c 'was started with' "$ERR")" -eq 1 ]
+run timeout 60 mpirun -np 1 prefill -m "$M" -p hi --tp 2 -t 1 -o "$T/split.kvp" : -np 1 prefill -m "$M" -p hi --pp 2 -t 1
+expect_status 2 "prefill: --tp 2 on rank 0, --pp 2 on rank 1: a usage error"
+expect_err_has "prefill: rank 1 was started with --tp 1 --pp 2, rank 0 with --tp 2 --pp 1" "names both splits"
+expect_true "no output file" [ -z "$(ls "$T"/split.kvp* 2>/dev/null)" ]
+# a rank's own failure inside the job names it once (it said "rank 1: rank 1:")
+case ${KVP_CFLAGS:-} in
+*sanitize*) echo "skip: under the sanitizers, a rank under ulimit -v" ;;
+*)
+    run timeout 60 mpirun -np 1 decode -m "$M" -p hi -n 4 --pp 2 -t 1 --kv-mem 1GiB : \
+        -np 1 sh -c "ulimit -v 600000; exec decode -m '$M' -p hi -n 4 --pp 2 -t 1"
+    expect_true "rank 1 out of memory for its KV pool: a failure" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+    expect_err_has "decode: rank 1: KV cache: cannot allocate" "said by rank 1"
+    expect_err_lacks "rank 1: rank 1:" "naming itself once"
+    ;;
+esac
 
 # --stats under --tp holds rank 0's pool and says the split: kvcalc --check
 # plans that rank and agrees (it read the pool as one process's)

@@ -288,6 +288,8 @@ static void test_messages(void)
     memcpy(longer, b.w, b.n * 4);
     longer[b.n] = 0;
     CHECK(kvp_tpmsg_decode(&m, longer, b.n + 1, &lim, &err) == KVP_EFORMAT && strstr(err.msg, "past its end"));
+    /* said by a rank of a pipeline-parallel job too: no "tensor parallel" */
+    CHECK_MSG(strncmp(err.msg, "rank 0's message: ", 18) == 0, "%s", err.msg);
     kvp_tpmsg_setup su = {.n_blocks = 8, .block_size = 4, .dtype = 1, .n_layer = 2, .n_vocab = 100};
     CHECK(kvp_tpmsg_put_setup(&b, &su, &err) == 0 && kvp_tpmsg_decode(&m, b.w, b.n, NULL, &err) == 0 &&
           m.kind == KVP_TPMSG_SETUP && m.setup.n_blocks == 8 && m.setup.n_vocab == 100);
