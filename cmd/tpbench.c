@@ -217,6 +217,7 @@ static void parse_opts(int argc, char **argv, opts *o)
 /* ---- the collectives table ---- */
 
 typedef struct printer {
+    FILE *f;                /* stdout, or the JSON document in memory (main) */
     const opts *o;
     int rank, n, rows;
     double busbw_sum;
@@ -224,37 +225,38 @@ typedef struct printer {
     int64_t wrong;
 } printer;
 
-static void print_cell(const kvp_cb_row *r, int mode)
+static void print_cell(FILE *f, const kvp_cb_row *r, int mode)
 {
     if (r->time_us[mode] < 0) {
-        printf("  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+        fprintf(f, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
         return;
     }
-    printf("  %7.2f  %6.2f  %6.2f", r->time_us[mode], r->algbw[mode], r->busbw[mode]);
+    fprintf(f, "  %7.2f  %6.2f  %6.2f", r->time_us[mode], r->algbw[mode], r->busbw[mode]);
     if (r->wrong[mode] < 0)
-        printf("  %6s", "N/A");
+        fprintf(f, "  %6s", "N/A");
     else
-        printf("  %6" PRId64, r->wrong[mode]);
+        fprintf(f, "  %6" PRId64, r->wrong[mode]);
 }
 
-static void json_cell(const kvp_cb_row *r, int mode)
+static void json_cell(FILE *f, const kvp_cb_row *r, int mode)
 {
     if (r->time_us[mode] < 0) {
-        printf("null");
+        fprintf(f, "null");
         return;
     }
     /* 9 significant digits: busbw recomputed from time_us agrees to 1e-8 */
-    printf("{\"time_us\":%.9g,\"algbw\":%.9g,\"busbw\":%.9g,\"wrong\":", r->time_us[mode], r->algbw[mode],
+    fprintf(f, "{\"time_us\":%.9g,\"algbw\":%.9g,\"busbw\":%.9g,\"wrong\":", r->time_us[mode], r->algbw[mode],
            r->busbw[mode]);
     if (r->wrong[mode] < 0)
-        printf("null}");
+        fprintf(f, "null}");
     else
-        printf("%" PRId64 "}", r->wrong[mode]);
+        fprintf(f, "%" PRId64 "}", r->wrong[mode]);
 }
 
 static void on_row(void *arg, const kvp_cb_row *r)
 {
     printer *p = arg;
+    FILE *f = p->f;
     const kvp_cb_opts *cb = &p->o->cb;
     for (int m = 0; m < 2; m++) {
         if (r->time_us[m] >= 0) {
@@ -269,25 +271,25 @@ static void on_row(void *arg, const kvp_cb_row *r)
     int root = kvp_cb_op_rooted(cb->op) ? cb->root : -1;
     const char *redop = kvp_cb_op_reduces(cb->op) ? kvp_cb_redop_name(cb->redop) : "none";
     if (p->o->json) {
-        printf("%s\n    {\"size\":%" PRIu64 ",\"count\":%zu,\"out_of_place\":", p->rows ? "," : "", r->bytes,
+        fprintf(f, "%s\n    {\"size\":%" PRIu64 ",\"count\":%zu,\"out_of_place\":", p->rows ? "," : "", r->bytes,
                r->count);
-        json_cell(r, 0);
-        printf(",\"in_place\":");
-        json_cell(r, 1);
-        printf("}");
+        json_cell(f, r, 0);
+        fprintf(f, ",\"in_place\":");
+        json_cell(f, r, 1);
+        fprintf(f, "}");
     } else {
-        printf("%12" PRIu64 "  %12zu  %8s  %6s  %6d", r->bytes, r->count, kvp_cb_dtype_name(cb->dtype), redop, root);
-        print_cell(r, 0);
-        print_cell(r, 1);
-        printf("\n");
+        fprintf(f, "%12" PRIu64 "  %12zu  %8s  %6s  %6d", r->bytes, r->count, kvp_cb_dtype_name(cb->dtype), redop, root);
+        print_cell(f, r, 0);
+        print_cell(f, r, 1);
+        fprintf(f, "\n");
     }
     p->rows++;
-    fflush(stdout);
+    fflush(f); /* the table, row by row (a JSON document is written whole, by main) */
 }
 
 /* "#  Rank  0 Pid  1234 on HOST" for every rank, as nccl-tests lists its
  * devices: where each rank ran is the first thing to check on many nodes. */
-static void print_ranks(kvp_comm *w, int json)
+static void print_ranks(FILE *f, kvp_comm *w, int json)
 {
     enum { HOST = 64 };
     struct { int32_t pid; char host[HOST]; } me, *all = NULL;
@@ -303,84 +305,84 @@ static void print_ranks(kvp_comm *w, int json)
     if (kvp_comm_rank(w) == 0) {
         for (int r = 0; r < n; r++) {
             if (json) {
-                printf("%s{\"rank\":%d,\"pid\":%d,\"host\":", r ? "," : "", r, (int)all[r].pid);
-                kvp_cli_json_str(stdout, all[r].host, strlen(all[r].host));
-                printf("}");
+                fprintf(f, "%s{\"rank\":%d,\"pid\":%d,\"host\":", r ? "," : "", r, (int)all[r].pid);
+                kvp_cli_json_str(f, all[r].host, strlen(all[r].host));
+                fprintf(f, "}");
             } else {
-                printf("#  Rank %2d Pid %7d on %s\n", r, (int)all[r].pid, all[r].host);
+                fprintf(f, "#  Rank %2d Pid %7d on %s\n", r, (int)all[r].pid, all[r].host);
             }
         }
     }
     free(all);
 }
 
-static void print_header(const opts *o, kvp_comm *w, const char *backend)
+static void print_header(FILE *f, const opts *o, kvp_comm *w, const char *backend)
 {
     const kvp_cb_opts *cb = &o->cb;
     int n = kvp_comm_size(w), rank = kvp_comm_rank(w);
     if (o->json) {
         if (rank == 0)
-            printf("{\"program\":\"tpbench\",\"version\":\"%s\",\"op\":\"%s\",\"backend\":\"%s\",\"ranks\":%d,"
+            fprintf(f, "{\"program\":\"tpbench\",\"version\":\"%s\",\"op\":\"%s\",\"backend\":\"%s\",\"ranks\":%d,"
                    "\"datatype\":\"%s\",\"redop\":\"%s\",\"root\":%d,\"iters\":%d,\"warmup_iters\":%d,"
                    "\"check\":%d,\"in_place_only\":%d,\"busbw_factor\":%.6f,\"rank_list\":[",
                    KVP_VERSION, kvp_cb_op_name(cb->op), backend, n, kvp_cb_dtype_name(cb->dtype),
                    kvp_cb_op_reduces(cb->op) ? kvp_cb_redop_name(cb->redop) : "none",
                    kvp_cb_op_rooted(cb->op) ? cb->root : -1, cb->iters, cb->warmup, cb->check, cb->in_place_only,
                    kvp_cb_busbw_factor(cb->op, n));
-        print_ranks(w, 1);
+        print_ranks(f, w, 1);
         if (rank == 0)
-            printf("],\n  \"rows\":[");
+            fprintf(f, "],\n  \"rows\":[");
         return;
     }
     if (rank == 0) {
         /* a build without MPI runs its "mpi" backend in one process */
         int alone = !kvp_comm_have_mpi() && strcmp(backend, "mpi") == 0;
-        printf("# tpbench %s: %d rank%s %s%s, minBytes %" PRIu64 " maxBytes %" PRIu64 " step: ",
+        fprintf(f, "# tpbench %s: %d rank%s %s%s, minBytes %" PRIu64 " maxBytes %" PRIu64 " step: ",
                kvp_cb_op_name(cb->op), n, n == 1 ? "" : "s", alone ? "in one process (this build has no MPI)" : "over ",
                alone ? "" : backend, cb->min_bytes, cb->max_bytes);
         if (cb->step_bytes)
-            printf("%" PRIu64 "(bytes)", cb->step_bytes);
+            fprintf(f, "%" PRIu64 "(bytes)", cb->step_bytes);
         else
-            printf("%g(factor)", cb->step_factor);
-        printf(" warmup iters: %d iters: %d validation: %d\n#\n", cb->warmup, cb->iters, cb->check);
+            fprintf(f, "%g(factor)", cb->step_factor);
+        fprintf(f, " warmup iters: %d iters: %d validation: %d\n#\n", cb->warmup, cb->iters, cb->check);
     }
-    print_ranks(w, 0);
+    print_ranks(f, w, 0);
     if (rank == 0)
-        printf("#\n"
+        fprintf(f, "#\n"
                "#                                                              out-of-place"
                "                       in-place\n"
                "#       size         count      type   redop    root     time   algbw   busbw  #wrong"
                "     time   algbw   busbw  #wrong\n"
                "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)        "
                "     (us)  (GB/s)  (GB/s)\n");
-    fflush(stdout); /* the rank list is out before the first row (tests find pids there) */
+    fflush(f); /* the rank list is out before the first row (tests find pids there) */
 }
 
-static void print_footer(const opts *o, const printer *p)
+static void print_footer(FILE *f, const opts *o, const printer *p)
 {
     double avg = p->busbw_n ? p->busbw_sum / p->busbw_n : 0;
     if (o->json) {
-        printf("\n  ],\n  \"avg_busbw\":%.9g,\"wrong\":", avg);
+        fprintf(f, "\n  ],\n  \"avg_busbw\":%.9g,\"wrong\":", avg);
         if (o->cb.check)
-            printf("%" PRId64 "}\n", p->wrong);
+            fprintf(f, "%" PRId64 "}\n", p->wrong);
         else
-            printf("null}\n");
+            fprintf(f, "null}\n");
         return;
     }
     if (o->cb.check)
-        printf("# Wrong elements     : %" PRId64 " %s\n", p->wrong, p->wrong ? "FAILED" : "OK");
-    printf("# Avg bus bandwidth  : %g\n#\n", avg);
+        fprintf(f, "# Wrong elements     : %" PRId64 " %s\n", p->wrong, p->wrong ? "FAILED" : "OK");
+    fprintf(f, "# Avg bus bandwidth  : %g\n#\n", avg);
 }
 
-static int run_collectives(const opts *o, kvp_comm *w, kvp_cb_backend *be, kvp_err *err)
+static int run_collectives(FILE *f, const opts *o, kvp_comm *w, kvp_cb_backend *be, kvp_err *err)
 {
-    printer p = {.o = o, .rank = kvp_comm_rank(w), .n = kvp_comm_size(w)};
-    print_header(o, w, be->name);
+    printer p = {.f = f, .o = o, .rank = kvp_comm_rank(w), .n = kvp_comm_size(w)};
+    print_header(f, o, w, be->name);
     int rc = kvp_cb_run(w, be, &o->cb, on_row, &p, err);
     if (rc < 0)
         return rc;
     if (p.rank == 0)
-        print_footer(o, &p);
+        print_footer(f, o, &p);
     return p.wrong ? 1 : 0;
 }
 
@@ -411,28 +413,28 @@ static int measure_step(const opts *o, kvp_comm *w, kvp_cb_backend *be, const kv
     return kvp_cb_time_phases(w, be, o->cb.dtype, ph, 2, o->cb.warmup, o->cb.iters, step_s, err);
 }
 
-static void print_measured(const opts *o, int n, const char *backend, const kvp_cb_phase *ph, double step_s)
+static void print_measured(FILE *f, const opts *o, int n, const char *backend, const kvp_cb_phase *ph, double step_s)
 {
     size_t es = kvp_cb_dtype_size(o->cb.dtype);
     if (o->json) {
-        printf(",\n  \"measured\":{\"source\":\"measured\",\"ranks\":%d,\"backend\":\"%s\",\"phases\":[", n, backend);
+        fprintf(f, ",\n  \"measured\":{\"source\":\"measured\",\"ranks\":%d,\"backend\":\"%s\",\"phases\":[", n, backend);
         for (int p = 0; p < 2; p++)
-            printf("%s{\"op\":\"%s\",\"calls\":%d,\"bytes\":%zu,\"us_each\":%.3f}", p ? "," : "",
+            fprintf(f, "%s{\"op\":\"%s\",\"calls\":%d,\"bytes\":%zu,\"us_each\":%.3f}", p ? "," : "",
                    kvp_cb_op_name(ph[p].op), ph[p].repeat, ph[p].count * es, ph[p].seconds * 1e6);
-        printf("],\"step_us\":%.3f,\"us_per_token\":%.3f}", step_s * 1e6, step_s * 1e6 / (double)o->batch);
+        fprintf(f, "],\"step_us\":%.3f,\"us_per_token\":%.3f}", step_s * 1e6, step_s * 1e6 / (double)o->batch);
         return;
     }
-    printf("#\n# measured here: %d ranks over %s, %d steps after %d warmup\n", n, backend, o->cb.iters,
+    fprintf(f, "#\n# measured here: %d ranks over %s, %d steps after %d warmup\n", n, backend, o->cb.iters,
            o->cb.warmup);
-    printf("#  source    collective    calls       bytes   us each   us/step\n");
+    fprintf(f, "#  source    collective    calls       bytes   us each   us/step\n");
     for (int p = 0; p < 2; p++)
-        printf("   measured  %-12s %6d  %10zu  %8.2f  %8.1f\n", kvp_cb_op_name(ph[p].op), ph[p].repeat,
+        fprintf(f, "   measured  %-12s %6d  %10zu  %8.2f  %8.1f\n", kvp_cb_op_name(ph[p].op), ph[p].repeat,
                ph[p].count * es, ph[p].seconds * 1e6, ph[p].seconds * 1e6 * ph[p].repeat);
-    printf("   measured  step          comm %.1f us a step, %.2f us a token (batch %" PRIu64 ")\n", step_s * 1e6,
+    fprintf(f, "   measured  step          comm %.1f us a step, %.2f us a token (batch %" PRIu64 ")\n", step_s * 1e6,
            step_s * 1e6 / (double)o->batch, o->batch);
 }
 
-static int print_modeled(const opts *o, kvp_err *err)
+static int print_modeled(FILE *f, const opts *o, kvp_err *err)
 {
     kvp_link links[16];
     int nl = 0;
@@ -440,12 +442,12 @@ static int print_modeled(const opts *o, kvp_err *err)
     kvp_tpcost_in in = {kvp_preset_model_find(o->model), kvp_preset_gpu_find(o->gpu), {0}, o->tp, o->batch,
                         o->seq_len, kvp_cb_dtype_size(o->cb.dtype)};
     if (!o->json)
-        printf("#\n# modeled: %s (%.2f TB/s), decode roofline (kvcalc: bf16 weights, f16 KV at %" PRIu64
+        fprintf(f, "#\n# modeled: %s (%.2f TB/s), decode roofline (kvcalc: bf16 weights, f16 KV at %" PRIu64
                " tokens), alpha-beta ring collectives, no overlap\n"
                "#  source   link       GB/s  alpha_us  comm_ms  compute_ms  step_ms  overhead  speedup  tokens/s\n",
                in.gpu->name, in.gpu->bw_bytes_per_s / 1e12, o->seq_len);
     else
-        printf(",\n  \"modeled\":[");
+        fprintf(f, ",\n  \"modeled\":[");
     for (int i = 0; i < nl; i++) {
         in.link = links[i];
         kvp_tpcost r;
@@ -454,24 +456,24 @@ static int print_modeled(const opts *o, kvp_err *err)
             return rc;
         double tps = (double)o->batch / r.step_s;
         if (o->json)
-            printf("%s\n    {\"source\":\"modeled\",\"link\":\"%s\",\"gbps\":%.3f,\"alpha_us\":%.3f,"
+            fprintf(f, "%s\n    {\"source\":\"modeled\",\"link\":\"%s\",\"gbps\":%.3f,\"alpha_us\":%.3f,"
                    "\"comm_ms\":%.6f,\"compute_ms\":%.6f,\"compute_tp1_ms\":%.6f,\"step_ms\":%.6f,"
                    "\"overhead\":%.6f,\"speedup\":%.6f,\"tokens_per_s\":%.3f}",
                    i ? "," : "", links[i].name, links[i].bw / 1e9, links[i].alpha * 1e6, r.comm_s * 1e3,
                    r.compute_s * 1e3, r.compute1_s * 1e3, r.step_s * 1e3, r.overhead, r.speedup, tps);
         else
-            printf("   modeled  %-9s %6.0f  %8.2f  %7.3f  %10.3f  %7.3f  %7.1f%%  %6.2fx  %8.0f\n", links[i].name,
+            fprintf(f, "   modeled  %-9s %6.0f  %8.2f  %7.3f  %10.3f  %7.3f  %7.1f%%  %6.2fx  %8.0f\n", links[i].name,
                    links[i].bw / 1e9, links[i].alpha * 1e6, r.comm_s * 1e3, r.compute_s * 1e3, r.step_s * 1e3,
                    100 * r.overhead, r.speedup, tps);
     }
     if (o->json)
-        printf("\n  ]}\n");
+        fprintf(f, "\n  ]}\n");
     else
-        printf("#  speedup: the tp 1 roofline step over this step (tp 1 may not fit in the GPU's memory)\n");
+        fprintf(f, "#  speedup: the tp 1 roofline step over this step (tp 1 may not fit in the GPU's memory)\n");
     return 0;
 }
 
-static int run_model(const opts *o, kvp_comm *w, kvp_cb_backend *be, kvp_err *err)
+static int run_model(FILE *f, const opts *o, kvp_comm *w, kvp_cb_backend *be, kvp_err *err)
 {
     const kvp_model_preset *m = kvp_preset_model_find(o->model);
     int n = kvp_comm_size(w), rank = kvp_comm_rank(w);
@@ -487,31 +489,31 @@ static int run_model(const opts *o, kvp_comm *w, kvp_cb_backend *be, kvp_err *er
     const char *dt = kvp_cb_dtype_name(o->cb.dtype);
     size_t es = kvp_cb_dtype_size(o->cb.dtype);
     if (o->json) {
-        printf("{\"program\":\"tpbench\",\"version\":\"%s\",\"model\":\"%s\",\"tp\":%u,\"batch\":%" PRIu64
+        fprintf(f, "{\"program\":\"tpbench\",\"version\":\"%s\",\"model\":\"%s\",\"tp\":%u,\"batch\":%" PRIu64
                ",\"seq_len\":%" PRIu64 ",\"datatype\":\"%s\",\"gpu\":\"%s\",\n  \"traffic\":{\"all_reduce\":%u,"
                "\"all_reduce_bytes\":%" PRIu64 ",\"all_gather\":%u,\"all_gather_bytes\":%" PRIu64 "}",
                KVP_VERSION, m->name, o->tp, o->batch, o->seq_len, dt, o->gpu, t.n_allreduce,
                t.allreduce_elems * es, t.n_allgather, t.allgather_elems * es);
     } else {
-        printf("# tpbench --model %s --tp %u --batch %" PRIu64 ": one decode step's collectives, %s\n"
+        fprintf(f, "# tpbench --model %s --tp %u --batch %" PRIu64 ": one decode step's collectives, %s\n"
                "#   %u all_reduce of %" PRIu64 " x %u (%" PRIu64 " B each), %u all_gather of the logits, %" PRIu64
                " x %u (%" PRIu64 " B)\n",
                m->name, o->tp, o->batch, dt, t.n_allreduce, o->batch, m->cfg.n_embd, t.allreduce_elems * es,
                t.n_allgather, o->batch, m->cfg.n_vocab, t.allgather_elems * es);
     }
     if (measured)
-        print_measured(o, n, be->name, ph, step_s);
+        print_measured(f, o, n, be->name, ph, step_s);
     else if (o->json)
-        printf(",\n  \"measured\":null");
+        fprintf(f, ",\n  \"measured\":null");
     else if (o->tp == 1)
-        printf("#\n# measured: nothing to measure (--tp 1 has no collectives)\n");
+        fprintf(f, "#\n# measured: nothing to measure (--tp 1 has no collectives)\n");
     else if (!kvp_comm_have_mpi())
-        printf("#\n# measured: not run (this build has no MPI: install one (Debian: libopenmpi-dev openmpi-bin), "
+        fprintf(f, "#\n# measured: not run (this build has no MPI: install one (Debian: libopenmpi-dev openmpi-bin), "
                "rebuild, and mpirun -np %u tpbench ... measures this machine's transport)\n", o->tp);
     else
-        printf("#\n# measured: not run (a job of one rank; mpirun -np %u tpbench ... measures this machine's "
+        fprintf(f, "#\n# measured: not run (a job of one rank; mpirun -np %u tpbench ... measures this machine's "
                "transport)\n", o->tp);
-    return print_modeled(o, err);
+    return print_modeled(f, o, err);
 }
 
 /* ---- main ---- */
@@ -615,7 +617,25 @@ int main(int argc, char **argv)
         kvp_comm_finalize();
         return KVP_EXIT_FAIL;
     }
-    int rc = o.model ? run_model(&o, w, measures ? &be : NULL, &err) : run_collectives(&o, w, &be, &err);
+    /* --json is one object (tpbench.1): rank 0 writes it into memory and
+     * out whole once the run is done, so a run that fails (out of memory,
+     * a rank killed) leaves nothing on stdout rather than half a document;
+     * the table goes out row by row */
+    char *doc = NULL;
+    size_t doc_len = 0;
+    FILE *f = stdout;
+    int rc = 0;
+    if (o.json && rank == 0 && !(f = open_memstream(&doc, &doc_len)))
+        f = stdout, rc = kvp_err_set(&err, KVP_ENOMEM, "out of memory for the JSON document");
+    if (rc == 0)
+        rc = o.model ? run_model(f, &o, w, measures ? &be : NULL, &err) : run_collectives(f, &o, w, &be, &err);
+    if (f != stdout) {
+        if (fclose(f) != 0 && rc >= 0)
+            rc = kvp_err_set(&err, KVP_ENOMEM, "out of memory for the JSON document");
+        if (rc >= 0)
+            fwrite(doc, 1, doc_len, stdout);
+        free(doc);
+    }
     if (rc < 0) {
         /* one rank's failure would leave the others waiting: end the job */
         kvp_cli_warn("rank %d: %s", rank, err.msg);

@@ -117,6 +117,18 @@ else
     echo "skip: no python3: JSON output not parsed"
 fi
 
+# --json is one object or nothing: a run that fails leaves no half document
+# (before, the settings, the rank list and "rows":[ were out)
+case ${KVP_CFLAGS:-} in
+*sanitize*) echo "skip: under the sanitizers, tpbench under ulimit -v" ;;
+*)
+    run_sh "ulimit -v 1500000; tpbench -b 512M -e 512M -n 1 -w 0 --json"
+    expect_status 1 "--json out of memory for its buffers: exit 1"
+    expect_err_has "out of memory for a 536870912-byte host buffer" "says why"
+    expect_out_empty "--json out of memory: nothing on stdout"
+    ;;
+esac
+
 if ! command -v mpirun >/dev/null 2>&1; then
     echo "skip: no mpirun (Debian: openmpi-bin): the multi-rank tpbench tests did not run"
     done_testing
@@ -184,6 +196,33 @@ if command -v python3 >/dev/null 2>&1; then
     expect_true "JSON: 3 ranks, 6 rows, nothing wrong, busbw = algbw x 2/3" json_ok "$OUT" \
         'j["ranks"] == 3 and len(j["rows"]) == 6 and j["wrong"] == 0 and len(j["rank_list"]) == 3 and all(abs(r["out_of_place"]["busbw"] - r["out_of_place"]["algbw"] * 2 / 3) < 1e-5 for r in j["rows"]) and all(abs(r["in_place"]["algbw"] - r["size"] / r["in_place"]["time_us"] / 1e3) < 1e-3 * r["in_place"]["algbw"] + 1e-5 for r in j["rows"])'
 fi
+
+# ... and a rank killed mid-run leaves nothing either (rank 1 found among
+# mpirun's children by its rank variable: the JSON lists no pids until the end)
+k=$T/kill-json
+mpirun -np 2 tpbench all_reduce -b 64K -e 64K -i 1 -n 2000000 -w 0 -c 0 --timeout 3 --json >"$k.out" 2>"$k.err" &
+job=$!
+pid=""
+i=0
+while [ $i -lt 300 ] && [ -z "$pid" ]; do
+    for c in $(pgrep -P $job); do
+        tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && pid=$c
+    done
+    sleep 0.1
+    i=$((i + 1))
+done
+sleep 1
+[ -n "$pid" ] && kill -KILL "$pid"
+( sleep 60 && kill -9 $job 2>/dev/null ) &
+dog=$!
+wait $job
+status=$?
+kill $dog 2>/dev/null
+LAST_CMD="mpirun -np 2 tpbench ... --json; kill -KILL rank 1 (${pid:-not found})"
+cp "$k.out" "$OUT"
+cp "$k.err" "$ERR"
+expect_true "--json, rank 1 killed: the job fails" [ -n "$pid" ] && [ "$status" -ne 0 ]
+expect_out_empty "--json, rank 1 killed: nothing on stdout"
 
 # ---- a wrong reduction is caught ----
 # A profiling-interface shim (PMPI, part of the MPI standard) preloaded into
