@@ -167,6 +167,16 @@ for op in all_reduce reduce_scatter reduce; do
         done
     done
 done
+# tpbench.1's rounding example: sizes of the operations that cut their
+# buffers a part a rank are whole elements a rank, the others' whole elements
+for op in all_gather all_reduce; do
+    run mpirun -np 3 tpbench $op -b 1K -e 64K -f 8 -n 1 -w 0 -c 0
+    awk '/^ / { printf "%s ", $1 }' "$OUT" >"$T/sizes"
+    want="8184 65532 "
+    [ $op = all_gather ] || want="1024 8192 65536 "
+    expect_true "$op -b 1K -e 64K -f 8 over 3 ranks: the rows $want($(cat "$T/sizes"))" \
+        [ "$(cat "$T/sizes")" = "$want" ]
+done
 run mpirun -np 4 tpbench alltoall -b 8 -e 1K -f 4 -d half -z -n 2 -w 0
 expect_status 0 "-z"
 if awk '/^ / && $6 != "N/A" { bad = 1 } END { exit bad }' "$OUT"; then pass "-z leaves out-of-place N/A"
