@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,12 +405,25 @@ static void model_links(const opts *o, kvp_link *out, int *n)
     }
 }
 
+/* One decode step's collectives of model m at batch sequences; tp 1 has none. */
+static void step_traffic(const kvp_model_preset *m, uint32_t tp, uint64_t batch, kvp_tp_traffic *t)
+{
+    kvp_tp_step_traffic(m->cfg.n_layer, m->cfg.n_embd, m->cfg.n_vocab, batch, t);
+    if (tp <= 1)
+        memset(t, 0, sizeof *t);
+}
+
+static void step_phases(const kvp_tp_traffic *t, kvp_cb_phase ph[2])
+{
+    ph[0] = (kvp_cb_phase){KVP_CB_OP_ALL_REDUCE, (size_t)t->allreduce_elems, (int)t->n_allreduce, 0};
+    ph[1] = (kvp_cb_phase){KVP_CB_OP_ALL_GATHER, (size_t)t->allgather_elems, (int)t->n_allgather, 0};
+}
+
 /* The measured half: this job's ranks run the step's collectives. */
 static int measure_step(const opts *o, kvp_comm *w, kvp_cb_backend *be, const kvp_tp_traffic *t,
                         kvp_cb_phase ph[2], double *step_s, kvp_err *err)
 {
-    ph[0] = (kvp_cb_phase){KVP_CB_OP_ALL_REDUCE, (size_t)t->allreduce_elems, (int)t->n_allreduce, 0};
-    ph[1] = (kvp_cb_phase){KVP_CB_OP_ALL_GATHER, (size_t)t->allgather_elems, (int)t->n_allgather, 0};
+    step_phases(t, ph);
     return kvp_cb_time_phases(w, be, o->cb.dtype, ph, 2, o->cb.warmup, o->cb.iters, step_s, err);
 }
 
@@ -478,7 +492,7 @@ static int run_model(FILE *f, const opts *o, kvp_comm *w, kvp_cb_backend *be, kv
     const kvp_model_preset *m = kvp_preset_model_find(o->model);
     int n = kvp_comm_size(w), rank = kvp_comm_rank(w);
     kvp_tp_traffic t;
-    kvp_tp_step_traffic(m->cfg.n_layer, m->cfg.n_embd, m->cfg.n_vocab, o->batch, &t);
+    step_traffic(m, o->tp, o->batch, &t);
     kvp_cb_phase ph[2];
     double step_s = 0;
     int measured = n > 1, rc;
@@ -494,6 +508,9 @@ static int run_model(FILE *f, const opts *o, kvp_comm *w, kvp_cb_backend *be, kv
                "\"all_reduce_bytes\":%" PRIu64 ",\"all_gather\":%u,\"all_gather_bytes\":%" PRIu64 "}",
                KVP_VERSION, m->name, o->tp, o->batch, o->seq_len, dt, o->gpu, t.n_allreduce,
                t.allreduce_elems * es, t.n_allgather, t.allgather_elems * es);
+    } else if (o->tp <= 1) {
+        fprintf(f, "# tpbench --model %s --tp 1 --batch %" PRIu64 ": one decode step's collectives, %s\n"
+                "#   none: one rank holds the whole model\n", m->name, o->batch, dt);
     } else {
         fprintf(f, "# tpbench --model %s --tp %u --batch %" PRIu64 ": one decode step's collectives, %s\n"
                "#   %u all_reduce of %" PRIu64 " x %u (%" PRIu64 " B each), %u all_gather of the logits, %" PRIu64
@@ -578,6 +595,37 @@ static void check_sizes(const kvp_cb_opts *cb, int rank, int n)
         usage_after_init(rank, err.msg);
 }
 
+/* The same for the collectives a measured --model step runs: one past the
+ * backend's counts is a usage error before any output, naming the
+ * collective and the largest --batch that fits. */
+static void check_step(const opts *o, int rank, int n)
+{
+    const kvp_model_preset *m = kvp_preset_model_find(o->model);
+    uint64_t lim = kvp_cb_backend_max_count(o->backend);
+    kvp_tp_traffic t;
+    kvp_cb_phase ph[2];
+    step_traffic(m, o->tp, o->batch, &t);
+    step_phases(&t, ph);
+    size_t count;
+    for (int p = 0; p < 2; p++) {
+        if (kvp_cb_phase_check(&ph[p], n, lim, &count, NULL) == 0)
+            continue;
+        /* the most sequences whose phase still fits: each adds per elements */
+        uint64_t per = ph[p].count / o->batch, fit = lim / per;
+        for (kvp_cb_phase q = ph[p]; fit > 0; fit--) {
+            size_t c;
+            q.count = (size_t)(fit * per);
+            if (kvp_cb_phase_check(&q, n, lim, &c, NULL) == 0)
+                break;
+        }
+        char msg[300];
+        snprintf(msg, sizeof msg, "--batch %" PRIu64 ": its %s of %zu elements is over the %s backend's %" PRIu64
+                 " a call%s: --batch %" PRIu64 " at most", o->batch, kvp_cb_op_name(ph[p].op), count, o->backend,
+                 lim, lim == INT_MAX ? " (MPI counts are int)" : "", fit);
+        usage_after_init(rank, msg);
+    }
+}
+
 int main(int argc, char **argv)
 {
     kvp_cli_init(argv[0]);
@@ -608,6 +656,8 @@ int main(int argc, char **argv)
                  "model only", o.tp, n, o.tp);
         usage_after_init(rank, msg);
     }
+    if (o.model && n > 1)
+        check_step(&o, rank, n);
     /* --model alone only models: no backend (a login node has no GPU for
      * --backend nccl, and needs none) */
     int measures = !o.model || n > 1;

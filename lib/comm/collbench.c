@@ -300,6 +300,18 @@ int kvp_cb_run(kvp_comm *cm, kvp_cb_backend *be, const kvp_cb_opts *o,
 
 #define MAX_PHASES 8
 
+int kvp_cb_phase_check(const kvp_cb_phase *ph, int n, uint64_t lim, size_t *count, kvp_err *err)
+{
+    size_t unit = kvp_cb_count_unit(ph->op, n);
+    *count = (ph->count + unit - 1) / unit * unit;
+    if (!lim)
+        lim = INT_MAX;
+    if (*count > lim)
+        return kvp_err_set(err, KVP_ELIMIT, "%s of %zu elements: over %llu a call%s", kvp_cb_op_name(ph->op), *count,
+                           (unsigned long long)lim, lim == INT_MAX ? " (MPI counts are int)" : "");
+    return 0;
+}
+
 /* One pass over the phases; adds each phase's seconds to acc[]. */
 static int step_once(kvp_cb_backend *be, kvp_cb_call *calls, const kvp_cb_phase *ph, int nph, double *acc,
                      kvp_err *err)
@@ -324,11 +336,9 @@ int kvp_cb_time_phases(kvp_comm *cm, kvp_cb_backend *be, int dtype, kvp_cb_phase
     kvp_cb_call calls[MAX_PHASES];
     double acc[MAX_PHASES + 1] = {0}, junk[MAX_PHASES] = {0};
     for (int p = 0; rc == 0 && p < nph; p++) {
-        size_t unit = kvp_cb_count_unit(ph[p].op, n), count = (ph[p].count + unit - 1) / unit * unit;
-        uint64_t lim = be->max_count ? be->max_count : INT_MAX;
-        if (count > lim)
-            rc = kvp_err_set(err, KVP_ELIMIT, "%zu elements: over the %s backend's %llu a call", count, be->name,
-                             (unsigned long long)lim);
+        size_t count;
+        if ((rc = kvp_cb_phase_check(&ph[p], n, be->max_count, &count, err)) < 0)
+            kvp_err_prefix(err, "the %s backend", be->name);
         else if ((rc = bufs_alloc(be, count * kvp_cb_dtype_size(dtype), &m[p], err)) == 0) {
             call_init(&calls[p], ph[p].op, dtype, KVP_CB_REDOP_SUM, 0, n, count);
             calls[p].send = m[p].a;

@@ -198,6 +198,13 @@ typedef struct kvp_cb_phase {
     double seconds;  /* out */
 } kvp_cb_phase;
 
+/* The elements phase ph's buffers hold over n ranks (*count: its count
+ * rounded up to whole elements a rank where the op cuts its buffer in
+ * parts), and whether one call of a backend whose calls take lim elements
+ * (0: MPI's INT_MAX) can take them: 0, or KVP_ELIMIT naming the operation,
+ * its elements and the limit. */
+int kvp_cb_phase_check(const kvp_cb_phase *ph, int n, uint64_t lim, size_t *count, kvp_err *err);
+
 /* 0 or a code; *step_seconds: one whole step, averaged over ranks. */
 int kvp_cb_time_phases(kvp_comm *c, kvp_cb_backend *b, int dtype, kvp_cb_phase *ph, int nph, int warmup,
                        int iters, double *step_seconds, kvp_err *err);

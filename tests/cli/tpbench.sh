@@ -96,6 +96,11 @@ expect_out_has "modeled" "and models"
 run tpbench --model llama-3-8b --tp 1
 expect_status 0 "--model --tp 1"
 expect_out_has "nothing to measure (--tp 1 has no collectives)" "--tp 1: no collectives, no mpirun hint"
+expect_out_has "#   none: one rank holds the whole model" "--tp 1: the traffic line claims no collectives"
+expect_out_lacks "all_reduce of" "nor lists any"
+run tpbench --model llama-3-8b --tp 1 --json
+expect_out_has '"traffic":{"all_reduce":0,"all_reduce_bytes":0,"all_gather":0,"all_gather_bytes":0}' \
+    "--tp 1 --json: no traffic"
 for o in "-b 1M" "-e 2M" "-f 3" "-i 8" "-z" "-o max" "-r 1" "-c 0"; do
     run tpbench --model llama-3-8b --tp 2 $o
     expect_status 2 "--model with the sweep's $o is a usage error"
@@ -268,6 +273,15 @@ expect_out_has "measured  all_reduce       64" "64 all-reduces measured"
 expect_out_has "modeled  nvlink4" "beside the model"
 run mpirun -np 2 tpbench --model llama-3-8b --tp 4
 expect_status 2 "--tp 4 in a job of 2"
+# a step past MPI's counts is a usage error before any output, as the sweep's
+# sizes are (before, the job started and MPI_ABORT ended it, naming neither
+# the collective nor --batch)
+run mpirun -np 2 tpbench --model llama-3-8b --tp 2 --batch 20000
+expect_status 2 "--batch whose logits pass MPI's counts: a usage error"
+expect_out_empty "before any output"
+expect_err_has "tpbench: --batch 20000: its all_gather of 2565120000 elements is over the mpi backend's 2147483647 a call (MPI counts are int): --batch 16743 at most" \
+    "names the collective, the limit and the largest --batch"
+expect_true "said once" [ "$(grep -c 'at most' "$ERR")" -eq 1 ]
 
 # ---- a rank that stops or dies ends the job ----
 # the rank's pid from the table's rank list

@@ -139,6 +139,24 @@ static void test_mpi_count(void)
           0 && k == INT_MAX);
 }
 
+/* A --model step's phase against a backend's counts: rounded up to whole
+ * elements a rank where the op cuts its buffer, refused by name past them
+ * (tpbench checks it before any output, kvp_cb_time_phases again). */
+static void test_phase_check(void)
+{
+    kvp_err err = {0};
+    size_t c = 0;
+    kvp_cb_phase ag = {KVP_CB_OP_ALL_GATHER, 10, 1, 0}, ar = {KVP_CB_OP_ALL_REDUCE, 10, 64, 0};
+    CHECK(kvp_cb_phase_check(&ag, 3, 12, &c, &err) == 0 && c == 12);
+    CHECK(kvp_cb_phase_check(&ag, 3, 11, &c, &err) == KVP_ELIMIT);
+    CHECK_MSG(strcmp(err.msg, "all_gather of 12 elements: over 11 a call") == 0, "%s", err.msg);
+    CHECK(kvp_cb_phase_check(&ar, 3, 10, &c, &err) == 0 && c == 10);
+    ag.count = (size_t)20000 * 128256; /* llama-3-8b's logits at --batch 20000 */
+    CHECK(kvp_cb_phase_check(&ag, 2, 0, &c, &err) == KVP_ELIMIT);
+    CHECK_MSG(strstr(err.msg, "all_gather of 2565120000 elements: over 2147483647 a call (MPI counts are int)"),
+              "%s", err.msg);
+}
+
 /* Every check value is exact in every dtype, float sums of them are exact
  * in any order, and products stay in half's range at any rank count. */
 static void test_check_values(void)
@@ -274,6 +292,7 @@ int main(void)
     test_busbw_factors();
     test_counts_and_sizes();
     test_mpi_count();
+    test_phase_check();
     test_check_values();
     test_reduce16();
     test_link_model();
