@@ -45,7 +45,7 @@ run timeout 60 mpirun -np 2 decode -m "$M" -p hi --tp 3
 expect_status 2 "--tp 3 over 2 ranks: a usage error"
 expect_err_has "--tp 3 --pp 1: 3 ranks, but the job has 2" "names both counts"
 run timeout 60 mpirun -np 2 decode -m "$M" -p hi --tp 2
-expect_true "9 heads over 2 ranks fails, no hang" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+expect_true "9 heads over 2 ranks fails, no hang" sh -c '[ "$1" -ne 0 ] && [ "$1" -ne 124 ]' _ "$status"
 expect_err_has "9 query heads do not split evenly (rank counts that split this model: 1, 3)" "names the heads and the splits"
 expect_true "the split error is said once, by rank 0" [ "$(grep -c "do not split evenly" "$ERR")" -eq 1 ]
 expect_err_lacks "rank 1:" "no rank past 0 repeats it"
@@ -103,7 +103,7 @@ case ${KVP_CFLAGS:-} in
 *)
     run timeout 60 mpirun -np 1 decode -m "$M" -p hi -n 4 --pp 2 -t 1 --kv-mem 1GiB : \
         -np 1 sh -c "ulimit -v 600000; exec decode -m '$M' -p hi -n 4 --pp 2 -t 1"
-    expect_true "rank 1 out of memory for its KV pool: a failure" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+    expect_true "rank 1 out of memory for its KV pool: a failure" sh -c '[ "$1" -ne 0 ] && [ "$1" -ne 124 ]' _ "$status"
     expect_err_has "decode: rank 1: KV cache: cannot allocate" "said by rank 1"
     expect_err_lacks "rank 1: rank 1:" "naming itself once"
     ;;
@@ -301,7 +301,7 @@ hit_rank 1 STOP 30
 [ -n "$p" ] && kill -CONT "$p" 2>/dev/null
 cp "$T/stop.err" "$ERR"
 LAST_CMD="mpirun -np 3 decode --tp 3 --timeout 3, rank 1 stopped"
-expect_true "a stopped rank ends the job with a failure (rank pid ${p:-none})" [ -n "$p" ] && [ "$status" -ne 0 ]
+expect_true "a stopped rank ends the job with a failure (rank pid ${p:-none})" sh -c '[ -n "$1" ] && [ "$2" -ne 0 ]' _ "$p" "$status"
 expect_true "within the timeout and some ($took s)" [ "$took" -le 20 ]
 expect_err_has "waited 3 s for its peers" "the waiting rank says why"
 expect_err_has "decode: rank 0: " "rank 0 says it, naming the program"
@@ -313,7 +313,7 @@ count_job kill 4000
 hit_rank 2 KILL 30
 cp "$T/kill.err" "$ERR"
 LAST_CMD="mpirun -np 3 decode --tp 3, rank 2 killed"
-expect_true "a killed rank ends the job with a failure (rank pid ${p:-none})" [ -n "$p" ] && [ "$status" -ne 0 ]
+expect_true "a killed rank ends the job with a failure (rank pid ${p:-none})" sh -c '[ -n "$1" ] && [ "$2" -ne 0 ]' _ "$p" "$status"
 expect_err_has "signal 9" "mpirun names the signal"
 expect_true "no rank is left behind" [ -z "$(pgrep -f "$tag")" ]
 
@@ -338,7 +338,7 @@ for r in 0 1 2; do pids="$pids $(rank_pid $r "$tag")"; done
 end_job "$job" "$tag" 60
 cp "$T/term.err" "$ERR"
 LAST_CMD="mpirun -np 3 decode --tp 3 --kv-out --stats=FILE, SIGTERM to every rank"
-expect_true "the job ends stopped, 143 (got $status; ranks:$pids)" [ -n "$p0" ] && [ "$status" -eq 143 ]
+expect_true "the job ends stopped, 143 (got $status; ranks:$pids)" sh -c '[ -n "$1" ] && [ "$2" -eq 143 ]' _ "$p0" "$status"
 expect_err_has "decode: stopped by Terminated:" "rank 0 says what it stopped"
 expect_true "no temporary file left ($(ls "$T/term"))" sh -c "! ls '$T/term' | grep -q tmp"
 expect_true "--stats written, stopped" grep -q '"stopped":true' "$T/term/s.json"
@@ -353,8 +353,8 @@ count_job one 40000
 hit_rank 1 TERM 90
 cp "$T/one.err" "$ERR"
 LAST_CMD="mpirun -np 3 decode --tp 3, SIGTERM to rank 1 alone"
-expect_true "the job ends with a failure (got $status, rank pid ${p:-none})" [ -n "$p" ] && [ "$status" -ne 0 ]
-expect_true "about 30 s after the signal ($took s)" [ "$took" -ge 25 ] && [ "$took" -le 80 ]
+expect_true "the job ends with a failure (got $status, rank pid ${p:-none})" sh -c '[ -n "$1" ] && [ "$2" -ne 0 ]' _ "$p" "$status"
+expect_true "about 30 s after the signal ($took s)" sh -c '[ "$1" -ge 25 ] && [ "$1" -le 80 ]' _ "$took"
 expect_err_has "decode: rank 1: stopped by Terminated, which rank 0 has not had for 30 s" "rank 1 says why"
 expect_true "no rank is left behind" [ -z "$(pgrep -f "$tag")" ]
 

@@ -236,7 +236,7 @@ kill $dog 2>/dev/null
 LAST_CMD="mpirun -np 2 tpbench ... --json; kill -KILL rank 1 (${pid:-not found})"
 cp "$k.out" "$OUT"
 cp "$k.err" "$ERR"
-expect_true "--json, rank 1 killed: the job fails" [ -n "$pid" ] && [ "$status" -ne 0 ]
+expect_true "--json, rank 1 killed: the job fails" sh -c '[ -n "$1" ] && [ "$2" -ne 0 ]' _ "$pid" "$status"
 expect_out_empty "--json, rank 1 killed: nothing on stdout"
 
 # ---- a wrong reduction is caught ----
