@@ -12,7 +12,9 @@
  * with "rank 1: all_reduce of 2304 floats waited 120 s for its peers" and
  * abort the whole job (MPI_Abort) instead of hanging a cron job forever.
  * Operations return 0 or a negative KVP_E* code with a message; a timeout
- * aborts and does not return.
+ * aborts and does not return, and so does a wait of world rank 0 that goes
+ * on half a second after a stop signal (stopsig.h): the job cannot stop in
+ * order, and its temporary outputs are removed before the launcher's kill.
  *
  * Threads: only the thread that called kvp_comm_world may call these.
  */

@@ -168,6 +168,37 @@ static void follower_stop_check(int world_rank)
     exit(128 + sig);
 }
 
+/* Seconds rank 0, asked to stop (SIGINT, SIGTERM), waits on its peers in
+ * one collective before it gives up stopping in order.  A live job answers
+ * far sooner (each wait is a layer's share of a step), but a peer that
+ * died or hangs never does: mpirun, which signals every rank when one
+ * dies, kills them one second later (odls_base_sigkill_timeout), and a
+ * stop given to rank 0 alone would wait out --timeout. */
+#define KVP_DRIVER_STOP_S 0.5
+
+/* Rank 0 with a stop signal, in a wait that has gone on KVP_DRIVER_STOP_S
+ * since the later of its start and the signal (*since: when this wait
+ * first saw it): it removes its temporary outputs, says so and aborts the
+ * job, before the launcher's kill leaves them behind. */
+static void driver_stop_check(int world_rank, double *since, const char *what)
+{
+    int sig = world_rank == 0 ? kvp_stopsig_caught() : 0;
+    if (!sig)
+        return;
+    double now = now_s();
+    if (!*since)
+        *since = now;
+    if (now - *since < KVP_DRIVER_STOP_S)
+        return;
+    fprintf(stderr, "%s: rank 0: stopped by %s while waiting %.1f s for its peers (%s): a rank died or hangs, so "
+            "the job cannot stop in order: temporary outputs removed, aborting it\n", kvp_cli_prog(), strsignal(sig),
+            now - *since, what);
+    fflush(stderr);
+    kvp_tmp_remove_all();
+    MPI_Abort(MPI_COMM_WORLD, 128 + sig);
+    exit(128 + sig);
+}
+
 /* Poll until done; past the deadline (forever: no deadline) abort the job.
  * World rank 0 waits --timeout, the others half as long again: when a peer
  * hangs every rank waiting on it would say so, and the job's one message
@@ -176,7 +207,7 @@ static void follower_stop_check(int world_rank)
 static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forever, kvp_err *err)
 {
     int world_rank = world ? world->rank : c->rank;
-    double t0 = now_s(), deadline = t0 + timeout_s * (world_rank == 0 ? 1.0 : 1.5);
+    double t0 = now_s(), deadline = t0 + timeout_s * (world_rank == 0 ? 1.0 : 1.5), stop_since = 0;
     long nap_ns = 1000;
     follower_stop_check(world_rank);
     for (unsigned spin = 0;; spin++) {
@@ -187,6 +218,7 @@ static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forev
             return 0;
         if (spin < 2000)
             continue;
+        driver_stop_check(world_rank, &stop_since, what); /* a flag read until a signal came */
         if (spin % 4096 == 0)
             follower_stop_check(world_rank);
         if (!forever && now_s() > deadline) {

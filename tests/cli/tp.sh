@@ -309,12 +309,43 @@ expect_true "said once (the other ranks wait half as long again)" [ "$(grep -c "
 expect_true "no --kv-out file, nor its temporary file, left by the abort" \
     [ -z "$(ls "$T"/stop.kvp* 2>/dev/null)" ]
 
-count_job kill 4000
+count_job kill 4000 --kv-out "$T/kill.kvp"
 hit_rank 2 KILL 30
 cp "$T/kill.err" "$ERR"
-LAST_CMD="mpirun -np 3 decode --tp 3, rank 2 killed"
+LAST_CMD="mpirun -np 3 decode --tp 3 --kv-out, rank 2 killed"
 expect_true "a killed rank ends the job with a failure (rank pid ${p:-none})" sh -c '[ -n "$1" ] && [ "$2" -ne 0 ]' _ "$p" "$status"
 expect_err_has "signal 9" "mpirun names the signal"
+expect_true "no rank is left behind" [ -z "$(pgrep -f "$tag")" ]
+# mpirun gives rank 0 SIGTERM and a second before SIGKILL; rank 0, waiting on
+# the dead rank, cannot stop in order, so it removes its temporary file and
+# aborts first (before, it waited on and the kill left k.kvp.tmp.XXXX)
+expect_true "no --kv-out file, nor its temporary file ($(ls "$T" | grep kill.kvp))" \
+    [ -z "$(ls "$T"/kill.kvp* 2>/dev/null)" ]
+expect_err_has "decode: rank 0: stopped by Terminated while waiting" "rank 0 says why it aborts"
+
+# SIGTERM to rank 0 alone while a peer hangs (stopped): rank 0 gives up on
+# stopping in order after half a second, removes its temporary file and
+# aborts, 143 (before, it waited out --timeout)
+tag="tp-hung-$$"
+mpirun -np 2 decode -m "$M" -p "Count to one thousand:" -n 4000 --ignore-eos --pp 2 -t 1 --chat --system "$tag" \
+    --timeout 120 --kv-out "$T/hung.kvp" >"$T/hung.out" 2>"$T/hung.err" &
+job=$!
+p0=$(await_rank 0 "$tag")
+p1=$(await_rank 1 "$tag")
+sleep 1
+[ -n "$p1" ] && kill -STOP "$p1"
+sleep 0.5
+[ -n "$p0" ] && kill -TERM "$p0"
+start=$(date +%s)
+end_job "$job" "$tag" 30
+took=$(($(date +%s) - start))
+[ -n "$p1" ] && kill -CONT "$p1" 2>/dev/null
+cp "$T/hung.err" "$ERR"
+LAST_CMD="mpirun -np 2 decode --pp 2 --kv-out, rank 1 stopped, SIGTERM to rank 0"
+expect_true "the job ends 143 (got $status; ranks $p0 $p1)" sh -c '[ -n "$1" ] && [ -n "$2" ] && [ "$3" -eq 143 ]' _ "$p0" "$p1" "$status"
+expect_true "within seconds of the signal ($took s), not --timeout's 120" [ "$took" -le 15 ]
+expect_err_has "decode: rank 0: stopped by Terminated while waiting 0.5 s for its peers" "rank 0 says why"
+expect_true "no --kv-out file, nor its temporary file" [ -z "$(ls "$T"/hung.kvp* 2>/dev/null)" ]
 expect_true "no rank is left behind" [ -z "$(pgrep -f "$tag")" ]
 
 # SIGTERM to every rank, as a scheduler stops a job (srun, scancel): rank
