@@ -33,7 +33,7 @@ static uint64_t steps_with_drafts(const kvp_spec_counts *c, uint32_t d)
 double kvp_spec_seconds(const kvp_spec_counts *c, const kvp_spec_costs *t)
 {
     KVP_ASSERT(c->k >= 1 && c->k <= KVP_DRAFT_MAX && c->steps >= c->verify_steps);
-    double s = (double)c->calls * t->call + (double)c->requests * t->prime;
+    double s = (double)c->calls * t->call + (double)c->primed * t->prime;
     s += (double)(c->steps - c->verify_steps) * t->step[1];
     for (uint32_t d = 1; d <= c->k; d++)
         s += (double)steps_with_drafts(c, d) * t->step[d + 1];

@@ -13,7 +13,7 @@
  *   a step that got d drafts (0..k) runs 1 + d tokens    t_step[1 + d]
  *   and yields 1 + the drafts kept (0..d)
  *
- *   T_spec  = calls t_call + requests t_prime + sum over steps of t_step[1 + d]
+ *   T_spec  = calls t_call + primed t_prime + sum over steps of t_step[1 + d]
  *   T_plain = tokens t_step[1]      (tokens = steps + drafts kept)
  *   speedup = T_plain / T_spec
  *
@@ -21,7 +21,9 @@
  * al.'s S = E / (k c + v(k)), E the expected tokens a step, c = t_call /
  * (k t_step[1]), v(k) = t_step[k + 1] / t_step[1]; here E, the steps
  * that got fewer drafts than asked (prompt lookup finds no match, or a
- * shorter one) and those that got none are counted, not assumed.
+ * shorter one) and those that got none are counted, not assumed; so are
+ * the requests that called the drafter at all (primed): one that never
+ * did (its budget ended at its first decode step) fed it no prompt.
  *
  * Pure functions, no clock: unit-tested in tests/unit/test_specmodel.c.
  */
@@ -35,7 +37,8 @@
 /* What a speculative run did, over its decode steps (all requests). */
 typedef struct kvp_spec_counts {
     uint32_t k;                          /* draft length asked (1..KVP_DRAFT_MAX) */
-    uint64_t requests;
+    uint64_t primed;                     /* requests that called the drafter at least once (each paid
+                                            a prime: its first call fed the prompt) */
     uint64_t steps;                      /* decode steps: 1 + drafts kept tokens each */
     uint64_t calls;                      /* of which asked the drafter (not at the token budget's end) */
     uint64_t verify_steps;               /* of which got at least one draft */

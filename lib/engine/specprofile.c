@@ -348,7 +348,10 @@ static void add_counts(row *w, const kvp_batch_stats *st, const counted *cd, con
     kvp_spec_counts *c = &w->c;
     uint64_t steps = out->gen_tokens > st->accepted ? out->gen_tokens - st->accepted : 0;
     c->k = w->k;
-    c->requests += st->requests;
+    /* a run is one request (run_request): it paid the drafter's prime
+     * when it called the drafter at all; one whose budget ended at its
+     * first decode step never did, and never fed it its prompt */
+    c->primed += cd->calls > 0;
     c->steps += steps > st->verify_steps ? steps : st->verify_steps;
     c->calls += cd->calls;
     c->verify_steps += st->verify_steps;

@@ -61,6 +61,19 @@ run_sh "head -c 70000000 /dev/zero | specdec -m '$M' -t $THREADS --profile - --d
 expect_status 1 "prompts over 64 MiB"
 expect_err_has "-: over 64 MiB of prompts" "are refused, naming the file"
 
+# -n 2: a request's only decode step is its token budget's last, so no
+# drafter is called (calls 0) and none is fed a prompt: every row costs
+# plain decoding's steps, predicted 1.00x, the draft model's prime (a
+# long prompt fed on a first call) charged to no one
+awk 'BEGIN { s = "Count:"; for (i = 0; i < 60; i++) s = s " one two"; printf "{\"prompt\":\"%s\"}\n", s }' \
+    >"$T/long.jsonl"
+run specdec -m "$M" -t $THREADS -n 2 --profile "$T/long.jsonl" --draft "$M" --draft-len 2 --json
+expect_status 0 "--profile -n 2: nothing drafted"
+n=$(grep -c '"calls":0,"verify_steps":0,' "$OUT")
+expect_true "no row called its drafter ($n of 3)" test "$n" -eq 3
+n=$(grep -c '"predicted_speedup":1.0000,' "$OUT")
+expect_true "every row predicted 1.00x: no prime charged to a request that never drafted ($n of 3)" test "$n" -eq 3
+
 spec_prompts "$T/p.jsonl"
 
 # ngram, the model drafting for itself (every draft kept: acceptance 1, no

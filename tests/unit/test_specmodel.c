@@ -10,7 +10,7 @@
 /* k drafts on every one of n steps, draft j kept on accepted_at[j] of them. */
 static kvp_spec_counts full_drafts(uint32_t k, uint64_t n, const uint64_t *accepted_at)
 {
-    kvp_spec_counts c = {.k = k, .requests = 1, .steps = n, .calls = n, .verify_steps = n};
+    kvp_spec_counts c = {.k = k, .primed = 1, .steps = n, .calls = n, .verify_steps = n};
     for (uint32_t j = 0; j < k; j++) {
         c.drafted_at[j] = n;
         c.accepted_at[j] = accepted_at[j];
@@ -63,23 +63,29 @@ static void test_predict(void)
     /* on a CPU the verify step costs v(k) steps: S = E / (k c + v) */
     t.step[5] = 2.5;
     CHECK_NEAR(kvp_spec_predict_speedup(&c, &t), 3.3616 / (0.2 + 2.5), 1e-12);
-    /* a request's first call feeds the prompt: once a request */
-    c.requests = 4;
+    /* a request's first call feeds the prompt: once a request that drafted */
+    c.primed = 4;
     t.prime = 10;
     CHECK_NEAR(kvp_spec_seconds(&c, &t), 10000 * 2.7 + 40, 1e-9);
     CHECK_NEAR(kvp_spec_plain_seconds(&c, &t), 33616, 1e-9);
 
     /* a drafter that never guesses: each step pays its call for nothing */
-    kvp_spec_counts none = {.k = 4, .requests = 1, .steps = 50, .calls = 50};
+    kvp_spec_counts none = {.k = 4, .primed = 1, .steps = 50, .calls = 50};
     kvp_spec_costs u = {.step = {0, 0.010, 0.012, 0.013, 0.014, 0.015}, .call = 0.001};
     CHECK_NEAR(kvp_spec_predict_speedup(&none, &u), 0.010 / 0.011, 1e-12);
     /* prompt lookup: 10 steps got nothing, 6 got 4 drafts, 4 got 2; the
      * budget's last step asked for none */
-    kvp_spec_counts pl = {.k = 4, .requests = 1, .steps = 21, .calls = 20, .verify_steps = 10,
+    kvp_spec_counts pl = {.k = 4, .primed = 1, .steps = 21, .calls = 20, .verify_steps = 10,
                           .drafted_at = {10, 10, 6, 6}, .accepted_at = {8, 5, 2, 1}, .accepted = 16};
     double want = 20 * 0.001 + 11 * 0.010 + 4 * 0.013 + 6 * 0.015;
     CHECK_NEAR(kvp_spec_seconds(&pl, &u), want, 1e-12);
     CHECK_NEAR(kvp_spec_predict_speedup(&pl, &u), 37 * 0.010 / want, 1e-12);
+    /* requests whose budget ended at their first decode step: the drafter
+     * never called, no prompt fed, nothing paid but plain steps */
+    kvp_spec_counts never = {.k = 2, .steps = 3};
+    kvp_spec_costs dear = {.step = {0, 0.010, 0.012, 0.013}, .call = 0.004, .prime = 0.050};
+    CHECK_NEAR(kvp_spec_seconds(&never, &dear), 3 * 0.010, 1e-12);
+    CHECK_NEAR(kvp_spec_predict_speedup(&never, &dear), 1, 1e-12);
     /* nothing to predict from */
     kvp_spec_counts empty = {.k = 2};
     CHECK(kvp_spec_predict_speedup(&empty, &u) == 0);
