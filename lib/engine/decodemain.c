@@ -709,6 +709,21 @@ static void stdin_once(const char *const *paths, const char *const *names, size_
     }
 }
 
+/* An option a job refuses: whether it was given, and its name. */
+typedef struct given_opt {
+    int given;
+    const char *name;
+} given_opt;
+
+/* The name of the first of opts[n] given, or NULL. */
+static const char *first_given(const given_opt *opts, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (opts[i].given)
+            return opts[i].name;
+    return NULL;
+}
+
 /* --train-heads: the whole job, then exit. */
 static int train_heads(kvp_runopts *o, heads_cli *h)
 {
@@ -1109,21 +1124,18 @@ int kvp_decode_main(int argc, char **argv, int spec)
         if (optind < argc)
             kvp_cli_usage_error("--train-heads takes no KV stream");
         /* a generating run's options, which training would ignore */
-        const struct {
-            int given;
-            const char *name;
-        } run_opts[] = {{method_set, "--method"}, {draft_path != NULL, "--draft"}, {hc.path != NULL, "--heads"},
-                        {compare, "--compare"}, {profile != NULL, "--profile"}, {o.kv_out != NULL, "--kv-out"},
-                        {resume != NULL, "--resume"}, {hc.branches != 0, "--branches"},
-                        {po.n_k || auto_given, "--draft-len"}, {ngram_set, "--ngram-min/--ngram-max"},
-                        {rate > 0, "--rate"}, {burst_set, "--burstiness"}, {shard_n != 0, "--shard"},
-                        {greedy_drafts, "--greedy-drafts"}, {draft_layers != 0, "--draft-layers"},
-                        {o.stats, "--stats"}, {progress >= 0, "--progress"}, {slo_ttft > 0, "--slo-ttft"},
-                        {slo_tpot > 0, "--slo-tpot"}, {min_goodput >= 0, "--min-goodput"}};
-        for (size_t i = 0; i < sizeof run_opts / sizeof run_opts[0]; i++)
-            if (run_opts[i].given)
-                kvp_cli_usage_error("--train-heads trains and exits: %s is a generating run's option, which it "
-                                    "would ignore", run_opts[i].name);
+        const given_opt run_opts[] = {
+            {method_set, "--method"}, {draft_path != NULL, "--draft"}, {hc.path != NULL, "--heads"},
+            {compare, "--compare"}, {profile != NULL, "--profile"}, {o.kv_out != NULL, "--kv-out"},
+            {resume != NULL, "--resume"}, {hc.branches != 0, "--branches"}, {po.n_k || auto_given, "--draft-len"},
+            {ngram_set, "--ngram-min/--ngram-max"}, {rate > 0, "--rate"}, {burst_set, "--burstiness"},
+            {shard_n != 0, "--shard"}, {greedy_drafts, "--greedy-drafts"}, {draft_layers != 0, "--draft-layers"},
+            {o.stats, "--stats"}, {progress >= 0, "--progress"}, {slo_ttft > 0, "--slo-ttft"},
+            {slo_tpot > 0, "--slo-tpot"}, {min_goodput >= 0, "--min-goodput"}};
+        const char *bad = first_given(run_opts, sizeof run_opts / sizeof run_opts[0]);
+        if (bad)
+            kvp_cli_usage_error("--train-heads trains and exits: %s is a generating run's option, which it would "
+                                "ignore", bad);
         return train_heads(&o, &hc);
     }
     if (hc.job.out || hc.tuned)
@@ -1149,11 +1161,20 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("--draft-len: a list of lengths goes with --profile");
     int from_prompts = o.prompt || o.file || o.tokens;
     if (profile) {
-        if (from_prompts || optind < argc || compare || resume || o.kv_out || rate > 0 || shard_n || o.tp > 1 ||
-            o.pp > 1 || progress >= 0 || o.stats)
-            kvp_cli_usage_error("--profile FILE runs the prompts of FILE alone, in one process: no -p, -f, --tokens, "
-                                "KV stream, --compare, --resume, --kv-out, --rate, --shard, --progress, --stats, "
-                                "--tp or --pp");
+        /* a job of its own: the prompts of FILE alone, one request at a
+         * time as they come (no arrivals, no SLOs: no goodput to gate), in
+         * one process, its table the report */
+        const given_opt job_opts[] = {
+            {o.prompt != NULL, "-p"}, {o.file != NULL, "-f"}, {o.tokens != NULL, "--tokens"},
+            {optind < argc, "KV stream"}, {compare, "--compare"}, {resume != NULL, "--resume"},
+            {o.kv_out != NULL, "--kv-out"}, {rate > 0, "--rate"}, {burst_set, "--burstiness"},
+            {shard_n != 0, "--shard"}, {progress >= 0, "--progress"}, {o.stats, "--stats"},
+            {slo_ttft > 0, "--slo-ttft"}, {slo_tpot > 0, "--slo-tpot"}, {min_goodput >= 0, "--min-goodput"},
+            {o.tp > 1, "--tp"}, {o.pp > 1, "--pp"}};
+        const char *bad = first_given(job_opts, sizeof job_opts / sizeof job_opts[0]);
+        if (bad)
+            kvp_cli_usage_error("--profile FILE runs the prompts of FILE alone, one request at a time, in one "
+                                "process, its table the report: no %s", bad);
         /* it runs every method it can, each at fixed lengths */
         if (method_set)
             kvp_cli_usage_error("--profile runs every method it can (ngram, layerskip, and draft or heads when "

@@ -21,6 +21,17 @@ expect_status 2 "a list of draft lengths without --profile"
 expect_err_has "goes with --profile" "says so"
 run specdec -m x.gguf -p hi --profile p.jsonl
 expect_status 2 "--profile with -p"
+# a run's options the profile would ignore (its own arrivals, SLOs and
+# report), each refused by its name
+for o in "--min-goodput 0.5" "--slo-ttft 5" "--slo-tpot 5" "--burstiness 2" "--rate 2" "--stats" "--progress" \
+    "--shard 1/2" "--compare" "-f q.jsonl"; do
+    run specdec -m x.gguf --profile p.jsonl $o
+    expect_status 2 "--profile with $o"
+    expect_err_has "its table the report: no ${o%% *}" "names ${o%% *}"
+done
+run specdec -m x.gguf --profile p.jsonl kv.kvp
+expect_status 2 "--profile with a KV stream"
+expect_err_has "no KV stream" "names it"
 run specdec -m x.gguf --profile p.jsonl --profile-reps 0
 expect_status 2 "--profile-reps 0"
 run specdec --help
