@@ -1147,6 +1147,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
                                       : "--heads FILE goes with --method heads");
     if (ngram.min_n > ngram.max_n)
         kvp_cli_usage_error("--ngram-min %u is above --ngram-max %u", ngram.min_n, ngram.max_n);
+    /* prompt lookup's lengths: another drafter would ignore them */
+    if (ngram_set && sp.method && strcmp(sp.method, "ngram") && !profile)
+        kvp_cli_usage_error("--ngram-min/--ngram-max goes with --method ngram or --profile (not --method %s)",
+                            sp.method);
     int use_draft = sp.method && strcmp(sp.method, "draft") == 0;
     if (use_draft && !draft_path)
         kvp_cli_usage_error("--method draft needs --draft MODEL");

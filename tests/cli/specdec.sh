@@ -17,6 +17,14 @@ expect_status 2 "--draft-len beyond the maximum"
 run specdec -m x.gguf -p hi --ngram-min 4 --ngram-max 2
 expect_status 2 "--ngram-min above --ngram-max"
 expect_err_has "--ngram-min 4 is above --ngram-max 2" "says so"
+# prompt lookup's lengths with another drafter, which would ignore them
+for m in "layerskip" "draft --draft y.gguf" "heads --heads h.kvp"; do
+    for o in "--ngram-min 1" "--ngram-max 4"; do
+        run specdec -m x.gguf -p hi --method $m $o
+        expect_status 2 "$o with --method ${m%% *}"
+        expect_err_has "goes with --method ngram or --profile (not --method ${m%% *})" "says so ($o, ${m%% *})"
+    done
+done
 run specdec -m x.gguf -p hi --method draft
 expect_status 2 "--method draft without --draft"
 expect_err_has "needs --draft MODEL" "says what it needs"
