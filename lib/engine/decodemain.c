@@ -1123,7 +1123,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (hc.job.prompts) {
         if (optind < argc)
             kvp_cli_usage_error("--train-heads takes no KV stream");
-        /* a generating run's options, which training would ignore */
+        /* a generating run's options, which training would ignore (its
+         * report is text on standard error: --json too) */
         const given_opt run_opts[] = {
             {method_set, "--method"}, {draft_path != NULL, "--draft"}, {hc.path != NULL, "--heads"},
             {compare, "--compare"}, {profile != NULL, "--profile"}, {o.kv_out != NULL, "--kv-out"},
@@ -1131,7 +1132,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
             {ngram_set, "--ngram-min/--ngram-max"}, {rate > 0, "--rate"}, {burst_set, "--burstiness"},
             {shard_n != 0, "--shard"}, {greedy_drafts, "--greedy-drafts"}, {draft_layers != 0, "--draft-layers"},
             {o.stats, "--stats"}, {progress >= 0, "--progress"}, {slo_ttft > 0, "--slo-ttft"},
-            {slo_tpot > 0, "--slo-tpot"}, {min_goodput >= 0, "--min-goodput"}};
+            {slo_tpot > 0, "--slo-tpot"}, {min_goodput >= 0, "--min-goodput"}, {o.json, "--json"}};
         const char *bad = first_given(run_opts, sizeof run_opts / sizeof run_opts[0]);
         if (bad)
             kvp_cli_usage_error("--train-heads trains and exits: %s is a generating run's option, which it would "

@@ -181,14 +181,44 @@ static void show_epoch(void *ctx, uint32_t epoch, double loss, double seconds)
         fprintf(ctx, "  epoch %u: loss %.4f (%.1f s)\n", epoch, loss, seconds);
 }
 
-static void report_eval(FILE *f, const char *what, const kvp_heads_eval *ev, uint32_t K)
+/* A row of the accuracy table: a head with no sample labelled for it has
+ * no accuracy, "-" (as --stats shows a position never drafted), not 0%.
+ * 1 when a head had none. */
+static int report_eval(FILE *f, const char *what, const kvp_heads_eval *ev, uint32_t K)
 {
-    if (!f)
-        return;
+    int unlabelled = 0;
     fprintf(f, "  %-26s", what);
-    for (uint32_t k = 0; k < K; k++)
-        fprintf(f, " %5.1f%%", 100 * ev->acc[k]);
+    for (uint32_t k = 0; k < K; k++) {
+        if (ev->n[k])
+            fprintf(f, " %5.1f%%", 100 * ev->acc[k]);
+        else
+            fprintf(f, " %6s", "-");
+        unlabelled |= !ev->n[k];
+    }
     fprintf(f, "   loss %.4f\n", ev->weighted);
+    return unlabelled;
+}
+
+/* The accuracy table: held out (when any) before and after training, and
+ * the training samples. */
+static void report_accuracy(FILE *f, const kvp_heads_eval *before, const kvp_heads_eval *after,
+                            const kvp_heads_eval *fit, uint32_t K)
+{
+    fprintf(f, "  top-1 accuracy, head      ");
+    for (uint32_t k = 0; k < K; k++)
+        fprintf(f, " %6u", k + 1);
+    fprintf(f, "\n");
+    int unlabelled = 0;
+    if (before) {
+        unlabelled |= report_eval(f, "held out, untrained", before, K);
+        unlabelled |= report_eval(f, "held out, trained", after, K);
+    }
+    unlabelled |= report_eval(f, "training samples", fit, K);
+    /* head k at an answer position guesses the token k + 1 places on, so
+     * only an answer of k + 1 tokens or more labels it (kvp_heads_collect) */
+    if (unlabelled)
+        fprintf(f, "  -: no sample for that head (an answer labels head k when it has k + 1 tokens or more): "
+                   "raise -n\n");
 }
 
 /* What the file says of its training. */
@@ -202,6 +232,8 @@ static int record_info(kvp_heads *h, const kvp_heads_job *job, uint32_t n_answer
     rc = rc ? rc : kvp_meta_set_f64(&h->info, "medusa.train.lr", job->train.lr);
     rc = rc ? rc : kvp_meta_set_f64(&h->info, "medusa.train.seconds", seconds);
     for (uint32_t k = 0; rc == 0 && after && k < h->n_heads; k++) {
+        if (!after->n[k])
+            continue; /* no held-out sample for head k: no accuracy, not 0 */
         snprintf(key, sizeof key, "medusa.%u.heldout_top1", k + 1);
         rc = kvp_meta_set_f64(&h->info, key, after->acc[k]);
     }
@@ -253,17 +285,8 @@ int kvp_heads_train_run(kvp_run *r, kvp_runopts *o, const kvp_heads_job *job, FI
         rc = kvp_heads_evaluate(&h, &v, &sh, jb.train.batch, &after, err);
     if (rc == 0)
         rc = kvp_heads_evaluate(&h, &v, &st, jb.train.batch, &fit, err);
-    if (rc == 0 && rep) {
-        fprintf(rep, "  top-1 accuracy, head      ");
-        for (uint32_t k = 0; k < K; k++)
-            fprintf(rep, " %6u", k + 1);
-        fprintf(rep, "\n");
-        if (sh.n) {
-            report_eval(rep, "held out, untrained", &before, K);
-            report_eval(rep, "held out, trained", &after, K);
-        }
-        report_eval(rep, "training samples", &fit, K);
-    }
+    if (rc == 0 && rep)
+        report_accuracy(rep, sh.n ? &before : NULL, &after, &fit, K);
     if (rc == 0 && record_info(&h, &jb, a.count, tr.n, sh.n ? &after : NULL, kvp_gen_now() - t0) < 0)
         rc = kvp_err_set(err, KVP_ENOMEM, "heads training: out of memory");
     if (rc == 0)

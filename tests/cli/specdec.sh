@@ -50,7 +50,7 @@ run specdec -m x.gguf --train-heads p.jsonl -o h.kvp --progress
 expect_status 2 "--train-heads with --progress"
 # every generating run's option, which training would ignore, by its name
 for o in "--draft-len auto" "--heads h0.kvp" "--ngram-max 4" "--burstiness 2" "--slo-ttft 5" "--slo-tpot 5" \
-    "--min-goodput 0.5"; do
+    "--min-goodput 0.5" "--json"; do
     run specdec -m x.gguf --train-heads p.jsonl -o h.kvp $o
     expect_status 2 "--train-heads with $o"
     expect_err_has "${o%% *} is a generating run's option" "names ${o%% *}"
@@ -389,6 +389,19 @@ expect_status 2 "--method heads without --heads"
 expect_err_has "--train-heads makes one" "says where heads come from"
 run $S --heads "$T/h.kvp"
 expect_status 2 "--heads without --method heads"
+# answers of 3 tokens (-n 3) label heads 1 and 2 alone: head 3 has no
+# accuracy to show ("-", not 0%), nor to record in the file
+awk 'BEGIN { for (i = 0; i < 10; i++) printf "{\"prompt\":\"Count: one two three %d\"}\n", i }' >"$T/short.jsonl"
+run specdec -m "$M" -t $THREADS --train-heads "$T/short.jsonl" -n 3 --epochs 1 --n-heads 3 -o "$T/h3.kvp"
+expect_status 0 "--train-heads -n 3 --n-heads 3"
+expect_true "held out and training rows show - for head 3 ($(grep -c '%      -   loss' "$ERR") of 3)" \
+    test "$(grep -c '%      -   loss' "$ERR")" -eq 3
+expect_err_lacks "%      -      -" "and for head 3 alone"
+expect_err_has "-: no sample for that head" "says what - means"
+expect_err_has "raise -n" "and what to do"
+expect_true "the file records heads 1 and 2's held-out accuracy" grep -aq "medusa.2.heldout_top1" "$T/h3.kvp"
+expect_true "and not head 3's" sh -c "! grep -aq 'medusa.3.heldout_top1' '$T/h3.kvp'"
+rm -f "$T/h3.kvp"
 run specdec -m "$M" --train-heads "$T/p.jsonl"
 expect_status 2 "--train-heads without -o"
 run specdec -m "$M" --train-heads "$T/p.jsonl" -o "$T/no/such/dir/h.kvp"
