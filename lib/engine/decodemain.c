@@ -1373,6 +1373,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
             kvp_heads_drafter_init(&hd, &heads, r.engine, &err) < 0)
             kvp_cli_die_err(&err);
         drafter = (kvp_drafter){.ctx = &hd, .draft_hidden = kvp_heads_draft};
+        /* a head guesses one position: past the file's heads no draft can
+         * be made, so none is asked for, nor reported (--stats) */
+        if (sp.draft_len > heads.n_heads)
+            sp.draft_len = heads.n_heads;
     }
     kvp_batch_opts bo = {.sched = o.sched, .keep_finished = o.kv_out != NULL, .no_prefix_cache = no_prefix_cache,
                          .metrics = &metrics, .stop = kvp_stopsig_flag(), .drafter = spec ? &drafter : NULL,

@@ -352,6 +352,15 @@ expect_err_has '"spec":{"method":"heads"' "the stats name the method"
 expect_err_has "\"model_fingerprint\":\"$fp\"" "the heads file carries the model's fingerprint ($fp)"
 dr=$(sed -n 's/.*"spec":.*"drafted":\([0-9]*\),.*/\1/p' "$ERR")
 expect_true "the heads drafted ($dr tokens)" test "${dr:-0}" -gt 20
+# 3 heads draft 3 positions at most: the draft length, auto's or given,
+# is cut to them, and so are the positions reported
+run specdec -m "$M" -t $THREADS -p "Count: one two three" -n 8 --method heads --heads "$T/h.kvp" --stats
+expect_err_has "heads drafts (auto, up to 3)" "auto's bound is the file's 3 heads"
+run specdec -m "$M" -t $THREADS -p "Count: one two three" -n 8 --method heads --heads "$T/h.kvp" --draft-len 6 \
+    --stats --json
+expect_err_has '"draft_len":3,' "--draft-len 6 with 3 heads: 3"
+at=$(sed -n 's/.*"acceptance_at":\[\([^]]*\)\].*/\1/p' "$ERR" | awk -F, '{ print NF }')
+expect_true "acceptance_at has 3 positions ($at)" test "$at" = 3
 run $S --method heads --heads "$T/h.kvp" --max-num-seqs 1 --draft-len 2
 same "heads, greedy, one at a time, --draft-len 2" "$T/d.jl" "$OUT"
 run $S --method heads --heads "$T/h.kvp" --kv-blocks 12
