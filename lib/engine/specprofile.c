@@ -444,6 +444,16 @@ static uint64_t drafted(const kvp_spec_counts *c)
 
 static double ratio(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0; }
 
+/* ,"key":a/b as JSON, null where b is 0 (nothing drafted, nothing
+ * verified: no rate, as --stats' JSON says it) */
+static void json_ratio(const char *key, uint64_t a, uint64_t b)
+{
+    if (b)
+        printf(",\"%s\":%.4f", key, (double)a / (double)b);
+    else
+        printf(",\"%s\":null", key);
+}
+
 static void print_json_row(const profile *p, const row *w)
 {
     if (!w->m) {
@@ -458,10 +468,12 @@ static void print_json_row(const profile *p, const row *w)
     uint64_t h[KVP_DRAFT_MAX + 1];
     kvp_spec_histogram(c, h);
     printf("{\"method\":\"%s\",\"draft_len\":%u,\"steps\":%llu,\"calls\":%llu,\"verify_steps\":%llu,\"drafted\":%llu,"
-           "\"accepted\":%llu,\"acceptance\":%.4f,\"mean_accepted\":%.4f,\"tokens_per_step\":%.4f,\"histogram\":[",
+           "\"accepted\":%llu",
            w->m->name, w->k, (unsigned long long)c->steps, (unsigned long long)c->calls,
-           (unsigned long long)c->verify_steps, (unsigned long long)drafted(c), (unsigned long long)c->accepted,
-           ratio(c->accepted, drafted(c)), ratio(c->accepted, c->verify_steps), kvp_spec_tokens_per_step(c));
+           (unsigned long long)c->verify_steps, (unsigned long long)drafted(c), (unsigned long long)c->accepted);
+    json_ratio("acceptance", c->accepted, drafted(c));
+    json_ratio("mean_accepted", c->accepted, c->verify_steps);
+    printf(",\"tokens_per_step\":%.4f,\"histogram\":[", kvp_spec_tokens_per_step(c));
     for (uint32_t m = 0; m <= c->k; m++)
         printf("%s%llu", m ? "," : "", (unsigned long long)h[m]);
     printf("],\"t_step_ms\":[");

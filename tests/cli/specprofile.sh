@@ -84,6 +84,8 @@ n=$(grep -c '"calls":0,"verify_steps":0,' "$OUT")
 expect_true "no row called its drafter ($n of 3)" test "$n" -eq 3
 n=$(grep -c '"predicted_speedup":1.0000,' "$OUT")
 expect_true "every row predicted 1.00x: no prime charged to a request that never drafted ($n of 3)" test "$n" -eq 3
+n=$(grep -c '"acceptance":null,"mean_accepted":null,' "$OUT")
+expect_true "nothing drafted: acceptance and mean kept null, as --stats says ($n of 3)" test "$n" -eq 3
 
 spec_prompts "$T/p.jsonl"
 
