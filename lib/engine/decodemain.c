@@ -1141,6 +1141,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
     }
     if (hc.job.out || hc.tuned)
         kvp_cli_usage_error("-o, --n-heads, --epochs, --lr and --train-samples go with --train-heads");
+    if (hc.branches && profile) /* not --method heads, which --profile refuses */
+        kvp_cli_usage_error("--profile runs --heads as a chain (a guess of one token a head): no --branches");
     if (hc.branches && !use_heads)
         kvp_cli_usage_error("--branches goes with --method heads");
     if (use_heads != (hc.path != NULL) && !profile)
@@ -1158,6 +1160,9 @@ int kvp_decode_main(int argc, char **argv, int spec)
     if (draft_path && !use_draft && !profile)
         kvp_cli_usage_error("--draft MODEL goes with --method draft or --profile");
     int use_skip = sp.method && strcmp(sp.method, "layerskip") == 0;
+    if (greedy_drafts && profile)
+        kvp_cli_usage_error("--profile drafts greedily already (every run's text is plain decoding's): no "
+                            "--greedy-drafts");
     if (greedy_drafts && !use_draft && !use_skip)
         kvp_cli_usage_error("--greedy-drafts goes with --method draft or layerskip");
     if (draft_layers && !use_skip && !profile)

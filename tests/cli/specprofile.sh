@@ -29,6 +29,16 @@ for o in "--min-goodput 0.5" "--slo-ttft 5" "--slo-tpot 5" "--burstiness 2" "--r
     expect_status 2 "--profile with $o"
     expect_err_has "its table the report: no ${o%% *}" "names ${o%% *}"
 done
+# what the profile does instead of a method's options it refuses (not
+# advice to use --method, which it refuses too)
+run specdec -m x.gguf --profile p.jsonl --greedy-drafts
+expect_status 2 "--profile with --greedy-drafts"
+expect_err_has "--profile drafts greedily already" "says it drafts greedily"
+expect_err_lacks "--method" "and sends nobody to --method"
+run specdec -m x.gguf --profile p.jsonl --heads h.kvp --branches 2
+expect_status 2 "--profile with --branches"
+expect_err_has "--profile runs --heads as a chain" "says it runs heads as a chain"
+expect_err_lacks "--method" "and sends nobody to --method"
 run specdec -m x.gguf --profile p.jsonl kv.kvp
 expect_status 2 "--profile with a KV stream"
 expect_err_has "no KV stream" "names it"
