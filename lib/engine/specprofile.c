@@ -42,7 +42,11 @@ uint32_t kvp_spec_profile_parse_lens(const char *arg, uint32_t ks[KVP_DRAFT_MAX]
             kvp_cli_usage_error("--draft-len: more than %d lengths in '%s'", KVP_DRAFT_MAX, arg);
         memcpy(one, s, len);
         one[len] = 0;
-        ks[(*n)++] = (uint32_t)kvp_cli_opt_i64("--draft-len", one, 1, KVP_DRAFT_MAX);
+        uint32_t k = (uint32_t)kvp_cli_opt_i64("--draft-len", one, 1, KVP_DRAFT_MAX);
+        for (uint32_t i = 0; i < *n; i++) /* a length twice would be profiled twice, a row each */
+            if (ks[i] == k)
+                kvp_cli_usage_error("--draft-len: %u twice in '%s' (each length is profiled once)", k, arg);
+        ks[(*n)++] = k;
         if (!s[len])
             break;
         s += len + 1;

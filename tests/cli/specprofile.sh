@@ -16,6 +16,9 @@ expect_status 2 "a draft length beyond the maximum in the list"
 expect_err_has "'17' is not a whole number from 1 to 16" "names it"
 run specdec -m x.gguf --profile p.jsonl --draft-len 2,,4
 expect_status 2 "an empty length in the list"
+run specdec -m x.gguf --profile p.jsonl --draft-len 4,2,4
+expect_status 2 "a length twice in the list (it would be profiled twice)"
+expect_err_has "--draft-len: 4 twice in '4,2,4'" "names it"
 run specdec -m x.gguf -p hi --draft-len 2,4
 expect_status 2 "a list of draft lengths without --profile"
 expect_err_has "goes with --profile" "says so"
