@@ -450,6 +450,36 @@ void kvp_cli_c_escaped(FILE *f, const char *str, size_t n, int quote)
     }
 }
 
+char *kvp_cli_sh_quote(const char *s)
+{
+    size_t n = strlen(s), quotes = 0;
+    int plain = n > 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        quotes += c == '\'';
+        plain &= (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 (c && strchr("@%+=:,./_-", c));
+    }
+    if (plain)
+        return strdup(s);
+    /* 'text', each ' closing the quotes, escaped, and opening them again */
+    char *q = malloc(n + 3 * quotes + 3), *o = q;
+    if (!q)
+        return NULL;
+    *o++ = '\'';
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\'') {
+            memcpy(o, "'\\''", 4);
+            o += 4;
+        } else {
+            *o++ = s[i];
+        }
+    }
+    *o++ = '\'';
+    *o = 0;
+    return q;
+}
+
 void kvp_cli_c_str(FILE *f, const char *str, size_t n)
 {
     fputc('\'', f);

@@ -94,6 +94,11 @@ void kvp_cli_c_str(FILE *f, const char *s, size_t n);
 /* kvp_cli_c_str's escapes without the quotes; quote (0: none) is the one
  * quote character escaped besides the backslash. */
 void kvp_cli_c_escaped(FILE *f, const char *s, size_t n, int quote);
+/* s as one word for a POSIX shell, to paste into a command line: as it is
+ * when every byte is one a shell takes literally (letters, digits and
+ * @%+=:,./_-), else in single quotes, each ' in it as '\''.  Malloc'd;
+ * NULL when out of memory. */
+char *kvp_cli_sh_quote(const char *s);
 
 /* Write data[n] to path as a whole: a temporary file renamed into place
  * (lib/base/io.h), so a reader never sees half of it.  0 or a code. */

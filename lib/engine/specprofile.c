@@ -458,6 +458,17 @@ static void json_ratio(const char *key, uint64_t a, uint64_t b)
         printf(",\"%s\":null", key);
 }
 
+/* The specdec options that run what row w profiled: its method's (a path
+ * in them quoted for a shell) and its length, for pasting into a command
+ * line, however long the path.  Malloc'd. */
+static char *row_options(const row *w)
+{
+    char *s;
+    if (asprintf(&s, "%s --draft-len %u", w->m->options, w->k) < 0)
+        kvp_cli_die("out of memory");
+    return s;
+}
+
 static void print_json_row(const profile *p, const row *w)
 {
     if (!w->m) {
@@ -485,11 +496,16 @@ static void print_json_row(const profile *p, const row *w)
         printf("%s%.4f", j > 1 ? "," : "", w->t.step[j] * 1e3);
     printf("],\"t_decode_ms\":%.4f,\"t_verify_ms\":%.4f,\"t_draft_ms\":%.4f,\"t_prime_ms\":%.4f,"
            "\"t_draft_in_run_ms\":%.4f,\"model_seconds\":%.4f,\"gen_seconds\":%.4f,\"predicted_speedup\":%.4f,"
-           "\"measured_speedup\":%.4f,\"e2e_speedup\":%.4f,\"same\":%llu,\"differ\":%llu}\n",
+           "\"measured_speedup\":%.4f,\"e2e_speedup\":%.4f,\"same\":%llu,\"differ\":%llu,\"options\":",
            w->t.step[1] * 1e3, w->t.step[c->k + 1] * 1e3, w->t.call * 1e3, w->t.prime * 1e3,
            c->calls ? w->call_seconds / (double)c->calls * 1e3 : 0,
            kvp_spec_seconds(c, &w->t), w->gen_seconds, w->predicted, w->measured, w->e2e, (unsigned long long)w->same,
            (unsigned long long)w->differ);
+    /* any row runs from its options, not the recommended one alone */
+    char *opts = row_options(w);
+    kvp_cli_json_str(stdout, opts, strlen(opts));
+    free(opts);
+    printf("}\n");
 }
 
 static void print_text(const profile *p)
@@ -535,9 +551,7 @@ static void print_recommendation(const profile *p, int json)
         return;
     }
     const row *w = &p->rows[best];
-    /* the options that run what was profiled: the method's and its length */
-    char opts[600];
-    snprintf(opts, sizeof opts, "%s --draft-len %u", w->m->options, w->k);
+    char *opts = row_options(w);
     if (json) {
         printf("{\"recommendation\":\"%s\",\"draft_len\":%u,\"predicted_speedup\":%.4f,\"measured_speedup\":%.4f,"
                "\"options\":", w->m->name, w->k, w->predicted, w->measured);
@@ -546,6 +560,7 @@ static void print_recommendation(const profile *p, int json)
     } else {
         printf("recommendation: specdec %s (predicted %.2fx, measured %.2fx)\n", opts, w->predicted, w->measured);
     }
+    free(opts);
 }
 
 /* ---- the methods ---- */
@@ -684,6 +699,16 @@ __attribute__((format(printf, 3, 4))) static kvp_spec_method *add_method(method_
     return m;
 }
 
+/* A path as one shell word (kvp_cli_sh_quote): the options name it so
+ * they can be pasted into a command line whatever its characters. */
+static char *sh_quote(const char *path)
+{
+    char *q = kvp_cli_sh_quote(path);
+    if (!q)
+        kvp_cli_die("out of memory");
+    return q;
+}
+
 /* A model drafter on dr, as specdec's --method draft and layerskip make it. */
 static void set_model_drafter(kvp_spec_method *m, kvp_run *dr, kvp_draft_model *dm, uint32_t chunk)
 {
@@ -707,8 +732,10 @@ static void open_methods(method_set *ms, const kvp_run *r, const kvp_runopts *o,
     if (po->draft) {
         if (kvp_run_open_draft(&ms->draft_run, r, &dro, po->draft, &err) < 0)
             kvp_cli_die_err(&err);
-        set_model_drafter(add_method(ms, "draft", "--method draft --draft %s", po->draft), &ms->draft_run,
+        char *path = sh_quote(po->draft);
+        set_model_drafter(add_method(ms, "draft", "--method draft --draft %s", path), &ms->draft_run,
                           &ms->draft_dm, o->chunk);
+        free(path);
     }
     uint32_t nl = kvp_run_loaded(r)->cfg.n_layer, keep = po->draft_layers ? po->draft_layers : (nl + 1) / 2;
     if (keep > nl)
@@ -727,7 +754,9 @@ static void open_methods(method_set *ms, const kvp_run *r, const kvp_runopts *o,
         if (kvp_heads_read(&ms->heads.h, po->heads, &err) < 0 ||
             kvp_heads_check_model(&ms->heads.h, po->heads, tm->fingerprint, tm->cfg.n_embd, &err) < 0)
             kvp_cli_die_err(&err);
-        kvp_spec_method *m = add_method(ms, "heads", "--method heads --heads %s", po->heads);
+        char *path = sh_quote(po->heads);
+        kvp_spec_method *m = add_method(ms, "heads", "--method heads --heads %s", path);
+        free(path);
         m->drafter = (kvp_drafter){.ctx = &ms->heads.d, .draft_hidden = kvp_heads_draft};
         m->time_draft = time_heads;
         m->time_ctx = &ms->heads;

@@ -42,7 +42,8 @@ typedef int kvp_spec_time_fn(const kvp_spec_method *m, const uint32_t *tokens, u
                              uint32_t k, uint32_t reps, kvp_spec_costs *t, kvp_err *err);
 struct kvp_spec_method {
     const char *name;
-    const char *options;          /* specdec's options that pick it ("--method ngram") */
+    const char *options;          /* specdec's options that pick it ("--method ngram"; a path in them
+                                     quoted for a shell, kvp_cli_sh_quote) */
     kvp_drafter drafter;          /* its draft (greedy) callback; draft_sampled is not used */
     kvp_spec_time_fn *time_draft; /* NULL: kvp_spec_time_drafter */
     void *time_ctx;               /* time_draft's and bind's own */

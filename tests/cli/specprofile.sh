@@ -91,8 +91,19 @@ expect_err_has "-: over 64 MiB of prompts" "are refused, naming the file"
 # long prompt fed on a first call) charged to no one
 awk 'BEGIN { s = "Count:"; for (i = 0; i < 60; i++) s = s " one two"; printf "{\"prompt\":\"%s\"}\n", s }' \
     >"$T/long.jsonl"
-run specdec -m "$M" -t $THREADS -n 2 --profile "$T/long.jsonl" --draft "$M" --draft-len 2 --json
+# (the draft model by a path of over 600 bytes with a space and a quote:
+# each row's options, which the recommendation prints, quote it for a
+# shell, whole)
+a=$(printf '%0250d' 0 | tr 0 a)
+dd="$T/$a/$(echo "$a" | tr a b)/$(printf '%0100d' 0 | tr 0 c)"
+mkdir -p "$dd"
+ln -s "$M" "$dd/it's a draft.gguf"
+run specdec -m "$M" -t $THREADS -n 2 --profile "$T/long.jsonl" --draft "$dd/it's a draft.gguf" --draft-len 2 --json
 expect_status 0 "--profile -n 2: nothing drafted"
+opts=$(sed -n 's/.*"method":"draft",.*"options":"\(.*\)"}$/\1/p' "$OUT" | sed 's/\\\\/\\/g')
+eval "set -- $opts"
+expect_true "the draft row's options run it: --draft's path one shell word, whole, then --draft-len ($#: $opts)" \
+    test "$#" -eq 6 -a "${3-}" = "--draft" -a "${4-}" = "$dd/it's a draft.gguf" -a "${5-}" = "--draft-len" -a "${6-}" = 2
 n=$(grep -c '"calls":0,"verify_steps":0,' "$OUT")
 expect_true "no row called its drafter ($n of 3)" test "$n" -eq 3
 n=$(grep -c '"predicted_speedup":1.0000,' "$OUT")
@@ -151,7 +162,7 @@ expect_true "the recommendation ($rec) is the best predicted row ($best)" test "
 case $rec in
 plain) ;;
 *) expect_true "the recommended options carry --draft-len ${rec#* }" \
-    grep -q "\"options\":\"[^\"]* --draft-len ${rec#* }\"" "$T/prof.jl" ;;
+    sh -c "grep '\"recommendation\"' '$T/prof.jl' | grep -q '\"options\":\"[^\"]* --draft-len ${rec#* }\"'" ;;
 esac
 
 # predicted against measured: within 50% here (scripts/check-profile: 25%);

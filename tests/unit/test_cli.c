@@ -177,9 +177,34 @@ static void test_json_str(void)
     CHECK(json_str_is("a\xe2\x82\xac" "b\xe2\x82", 7, "\"a\xe2\x82\xac" "b\\ufffd\""));
 }
 
+/* s quoted for a shell is want. */
+static int sh_quote_is(const char *s, const char *want)
+{
+    char *q = kvp_cli_sh_quote(s);
+    int ok = q && strcmp(q, want) == 0;
+    if (!ok)
+        printf("# sh_quote: got %s want %s\n", q ? q : "(null)", want);
+    free(q);
+    return ok;
+}
+
+static void test_sh_quote(void)
+{
+    CHECK(sh_quote_is("q4_0.kvp", "q4_0.kvp"));
+    CHECK(sh_quote_is("/models/draft-1,b@x=%+:.kvp", "/models/draft-1,b@x=%+:.kvp"));
+    CHECK(sh_quote_is("my draft.kvp", "'my draft.kvp'"));
+    CHECK(sh_quote_is("it's", "'it'\\''s'"));
+    CHECK(sh_quote_is("''", "''\\'''\\'''"));
+    CHECK(sh_quote_is("", "''"));
+    CHECK(sh_quote_is("$HOME/*.kvp;rm", "'$HOME/*.kvp;rm'"));
+    CHECK(sh_quote_is("a\nb\\c\"d", "'a\nb\\c\"d'"));
+    CHECK(sh_quote_is("caf\xc3\xa9", "'caf\xc3\xa9'"));
+}
+
 int main(void)
 {
     test_json_str();
+    test_sh_quote();
     test_i64();
     test_f64();
     test_size();
