@@ -3,6 +3,7 @@
 #include "strmap.h"
 
 #include "hash.h"
+#include "kvscale.h"
 #include "tensor.h"
 #include "unicode.h"
 #include "wire.h"
@@ -557,6 +558,34 @@ int kvp_kvblock_scales_per_slot(const kvp_kvblock_rec *b)
     return (int64_t)b->scales_bytes == kvblock_scale_bytes(b, 1) ? 1 : -1;
 }
 
+/* kvp(5): fp8_e4m3 and i8 elements are codes that mean nothing without
+ * their f32 scales (one a head, or one a slot); f32, f16 and bf16 elements
+ * are values and carry none (scale dtype 0).  What is wrong with b's scale
+ * fields, in what[n], or NULL.  Read without them, a scaled block is its
+ * codes taken as values (quantize --kv wrote such KV, exit 0). */
+static const char *kvblock_scales_fault(const kvp_kvblock_rec *b, char *what, size_t n)
+{
+    int scaled = kvp_kvscale_dtype((int)b->dtype);
+    uint64_t heads = ((uint64_t)b->layer_end - b->layer_begin) * 2 * b->n_head_kv;
+    const char *dt = kvp_dtype_name(b->dtype);
+    if (scaled && b->scale_dtype != KVP_DTYPE_F32)
+        snprintf(what, n, "scale dtype %u (%s): the scales of %s elements are f32 (scale dtype %u)", b->scale_dtype,
+                 kvp_dtype_name(b->scale_dtype), dt, KVP_DTYPE_F32);
+    else if (!scaled && b->scale_dtype != 0)
+        snprintf(what, n, "scale dtype %u (%s) on a %s block, which carries no scales (want 0)", b->scale_dtype,
+                 kvp_dtype_name(b->scale_dtype), dt);
+    else if (!scaled && b->scales_bytes)
+        snprintf(what, n, "scales_bytes %llu on a %s block, which carries no scales (want 0)",
+                 (unsigned long long)b->scales_bytes, dt);
+    else if (scaled && kvp_kvblock_scales_per_slot(b) < 0)
+        snprintf(what, n, "scales_bytes %llu: %s elements need their f32 scales, %llu bytes (one a head) or %llu "
+                 "(one a slot)", (unsigned long long)b->scales_bytes, dt, (unsigned long long)(heads * 4),
+                 (unsigned long long)(heads * 4 * b->block_size));
+    else
+        return NULL;
+    return what;
+}
+
 int kvp_write_kvblock(kvp_writer *w, const kvp_kvblock_rec *bl, const uint32_t *tokens, const void *data,
                       const void *scales, kvp_err *err)
 {
@@ -564,9 +593,10 @@ int kvp_write_kvblock(kvp_writer *w, const kvp_kvblock_rec *bl, const uint32_t *
     if (want < 0 || (uint64_t)want != bl->data_bytes || bl->n_tokens == 0 || bl->n_tokens > bl->block_size)
         return kvp_err_set(err, KVP_EINVAL, "KV block %u of sequence %llu: sizes do not match its shape",
                            bl->block_index, (unsigned long long)bl->seq_id);
-    if (bl->scales_bytes && kvp_kvblock_scales_per_slot(bl) < 0)
-        return kvp_err_set(err, KVP_EINVAL, "KV block %u of sequence %llu: scales_bytes does not match its heads",
-                           bl->block_index, (unsigned long long)bl->seq_id);
+    char what[KVP_ERR_MSG_MAX];
+    if (kvblock_scales_fault(bl, what, sizeof what))
+        return kvp_err_set(err, KVP_EINVAL, "KV block %u of sequence %llu: %s", bl->block_index,
+                           (unsigned long long)bl->seq_id, what);
     kvp_buf b;
     kvp_buf_init(&b);
     kvp_buf_u64(&b, bl->seq_id);
@@ -1375,8 +1405,9 @@ int kvp_kvblock_decode(const kvp_record *rec, kvp_kvblock_rec *b, const uint8_t 
     int64_t want = kvblock_data_bytes(b);
     if (want < 0 || (uint64_t)want != b->data_bytes)
         return bad_field(rec, err, "data_bytes does not match layers, heads, block size and dtype");
-    if (b->scales_bytes && kvp_kvblock_scales_per_slot(b) < 0)
-        return bad_field(rec, err, "scales_bytes does not match layers and heads (one scale a head, or a slot)");
+    char what[KVP_ERR_MSG_MAX];
+    if (kvblock_scales_fault(b, what, sizeof what))
+        return bad_field(rec, err, what);
     uint64_t soff = kvp_align_up(b->data_bytes, KVP_ALIGN);
     uint64_t end = b->scales_bytes ? soff + b->scales_bytes : b->data_bytes;
     if (end != rec->data_size)

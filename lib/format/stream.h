@@ -128,12 +128,12 @@ typedef struct kvp_kvblock_rec {
     uint32_t layer_begin, layer_end; /* layers [begin, end) */
     uint32_t n_head_kv, head_dim;
     uint32_t dtype;            /* KV element dtype */
-    uint32_t scale_dtype;      /* f32 when per-head scales are present, else 0 */
+    uint32_t scale_dtype;      /* 0: f32, the scales' dtype (fp8_e4m3, i8), or none (f32, f16, bf16) */
     uint64_t parent_hash;      /* hash of the previous block of the sequence, 0 for the first */
     uint64_t hash;             /* kvp_kvblock_hash(parent_hash, tokens) */
     uint64_t data_bytes;       /* layers x 2 (K,V) x n_head_kv x block_size x head_dim elements */
-    uint64_t scales_bytes;     /* layers x 2 x n_head_kv scales (one a head), that x block_size (one a
-                                * slot: a running cache's), or 0 */
+    uint64_t scales_bytes;     /* fp8_e4m3, i8: layers x 2 x n_head_kv f32 scales (one a head), or that
+                                * x block_size (one a slot: a running cache's); 0 for f32, f16, bf16 */
     /* meta also carries the block's n_tokens token ids (kvp_kvblock_decode gives them) */
 } kvp_kvblock_rec;
 

@@ -10,7 +10,7 @@ expect_out_has "OFFSET  KIND" "table header"
 expect_out_has "version 1.0, producer \"test_stream\"" "stream header line"
 expect_out_has "f32 [6, 8] scale channel/f16" "tensor dtype, shape and scheme"
 expect_out_has "tokens 37 (prompt 36) next 42" "sequence fields"
-expect_out_has "tokens 16/16 layers 0-1 3x8 f16 hash" "KV block fields"
+expect_out_has "tokens 16/16 layers 0-1 3x16 i8 hash" "KV block fields"
 expect_out_has "kind 100 skipped" "unknown record kinds are skipped"
 expect_out_has "7 records, 4418 payload bytes" "end record counts"
 expect_err_empty "no stderr on success"
@@ -102,6 +102,28 @@ expect_err_has "quantize: $T/bad.kvp: record 0 (sequence) at offset 64: block si
 expect_true "no output left" test ! -e "$T/bad8.kvp"
 run_sh "quantize --kv fp8 - < '$T/bad.kvp' > '$T/bad8.kvp'"
 expect_err_has "quantize: <stdin>: record 0 (sequence)" "standard input named as such"
+
+# kvp(5): fp8_e4m3 and i8 KV elements carry f32 scales, f32, f16 and bf16
+# none.  The sample's i8 block without its scales passed --check, and
+# quantize --kv f16 turned its codes into values (exit 0); an f16 block
+# with a scale dtype was refused naming scales_bytes.
+"$mk" --rewrite "$T/s.kvp" "$T/nosc.kvp" noscales@5 || { status=1; fail "could not drop the KV block's scales"; }
+run kvdump --check "$T/nosc.kvp"
+expect_status 1 "--check refuses an i8 KV block without scales"
+expect_err_has "kvdump: $T/nosc.kvp: record 5 (kv_block) at offset 1728: scales_bytes 0: i8 elements need their f32 \
+scales, 48 bytes (one a head) or 768 (one a slot)" "names the file, the record and the field"
+run quantize --kv f16 "$T/nosc.kvp" -o "$T/nosc16.kvp"
+expect_status 1 "quantize --kv f16 refuses it"
+expect_err_has "quantize: $T/nosc.kvp: record 5 (kv_block) at offset 1728: scales_bytes 0" "names the field"
+expect_true "no output left" test ! -e "$T/nosc16.kvp"
+"$mk" --rewrite "$T/kv.kvp" "$T/sd7.kvp" kv-u32@40=7 || { status=1; fail "could not set the scale dtype"; }
+run kvdump --check "$T/sd7.kvp"
+expect_status 1 "--check refuses an f16 KV block with a scale dtype"
+expect_err_has "$T/sd7.kvp: record 1 (kv_block) at offset 448: scale dtype 7 (i8) on a f16 block, which carries no \
+scales (want 0)" "names the scale dtype, not scales_bytes"
+run quantize --kv fp8 "$T/sd7.kvp" -o "$T/sd7-8.kvp"
+expect_status 1 "quantize --kv refuses it"
+expect_err_has "$T/sd7.kvp: record 1 (kv_block) at offset 448: scale dtype 7 (i8)" "naming the scale dtype"
 
 name=$(kvdump --json "$T/s.kvp" | sed -n 's/.*"kind":"tensor".*"name":"\([^"]*\)".*/\1/p')
 run_sh "kvdump --extract '$name' '$T/s.kvp' > '$T/x.bin'"

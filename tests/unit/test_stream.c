@@ -20,6 +20,9 @@ static char tmpdir[] = "/tmp/kvp-test-stream.XXXXXX";
  * state and sampling parameters a run would accept. */
 #define SEQ_VALID .state = KVP_SEQ_PREFILLED, .sampling = {.top_p = 1, .repeat_penalty = 1}
 
+/* Byte offsets in a KV block record's meta part (kvp(5)). */
+enum { KV_DTYPE = 36, KV_SCALE_DTYPE = 40, KV_DATA_BYTES = 60, KV_SCALES_BYTES = 68 };
+
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
 {
@@ -46,7 +49,7 @@ typedef struct sample {
     uint32_t stokens[37];
     kvp_kvblock_rec b;
     uint32_t btokens[16];
-    uint16_t bdata[2 * 2 * 3 * 16 * 8];
+    int8_t bdata[2 * 2 * 3 * 16 * 16]; /* the bytes of the f16 block it was (the CLI tests' offsets) */
     float bscales[2 * 2 * 3];
     kvp_blockref_rec ref;
 } sample;
@@ -93,16 +96,16 @@ static void make_sample(sample *x)
     x->b.layer_begin = 0;
     x->b.layer_end = 2;
     x->b.n_head_kv = 3;
-    x->b.head_dim = 8;
-    x->b.dtype = KVP_DTYPE_F16;
+    x->b.head_dim = 16;
+    x->b.dtype = KVP_DTYPE_I8; /* a scaled dtype: its f32 scales, one a head */
     x->b.scale_dtype = KVP_DTYPE_F32;
     x->b.data_bytes = sizeof x->bdata;
     x->b.scales_bytes = sizeof x->bscales;
     memcpy(x->btokens, x->stokens + 16, sizeof x->btokens);
     x->b.parent_hash = kvp_kvblock_hash(0, x->stokens, 16);
     x->b.hash = kvp_kvblock_hash(x->b.parent_hash, x->btokens, 16);
-    for (size_t i = 0; i < sizeof x->bdata / 2; i++)
-        x->bdata[i] = (uint16_t)rnd();
+    for (size_t i = 0; i < sizeof x->bdata; i++)
+        x->bdata[i] = (int8_t)rnd();
     for (size_t i = 0; i < 12; i++)
         x->bscales[i] = (float)(rnd() % 1000 + 1) / 100.0f; /* positive (kvp(5)) */
 
@@ -455,6 +458,118 @@ static void test_kvblock_dtype(void)
                   "dtype %u: rc %d, %s", bad[i], rc, err.msg);
     }
     free(buf);
+}
+
+/* A stream of one KV block record whose meta part is b's, written as
+ * kvp(5) lays it out but past the writer's checks (which refuse what the
+ * reader does), its data part data_bytes of zeros, then scales_bytes of
+ * scales 1.0f. */
+static int write_raw_kvblock(const char *path, const kvp_kvblock_rec *b, kvp_err *err)
+{
+    uint32_t tok[16] = {0};
+    uint8_t meta[76 + sizeof tok];
+    kvp_put64(meta, b->seq_id);
+    const uint32_t u[] = {b->block_index, b->block_size, b->n_tokens, b->layer_begin, b->layer_end,
+                          b->n_head_kv,   b->head_dim,   b->dtype,    b->scale_dtype};
+    for (int i = 0; i < 9; i++)
+        kvp_put32(meta + 8 + 4 * i, u[i]);
+    kvp_put64(meta + 44, b->parent_hash);
+    kvp_put64(meta + 52, kvp_kvblock_hash(b->parent_hash, tok, b->n_tokens));
+    kvp_put64(meta + KV_DATA_BYTES, b->data_bytes);
+    kvp_put64(meta + KV_SCALES_BYTES, b->scales_bytes);
+    memset(meta + 76, 0, sizeof tok);
+    static uint8_t data[4096];
+    static float scales[1024];
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++)
+        scales[i] = 1.0f;
+    kvp_piece pieces[2] = {{data, b->data_bytes}, {scales, b->scales_bytes}};
+    kvp_out out;
+    kvp_writer *w = NULL;
+    int rc = kvp_out_open(&out, path, err);
+    if (rc == 0 && (rc = kvp_writer_open(&w, &out, NULL, err)) == 0 &&
+        (rc = kvp_writer_record(w, KVP_KIND_KV_BLOCK, meta, 76 + 4 * b->n_tokens, pieces, b->scales_bytes ? 2 : 1, 1,
+                                err)) == 0)
+        rc = kvp_writer_finish(w, err);
+    kvp_writer_free(w);
+    if (rc == 0)
+        rc = kvp_out_commit(&out, err);
+    return rc;
+}
+
+/* Decode every KV block of path: 0, or the code with err set. */
+static int decode_kvblocks(const char *path, kvp_err *err)
+{
+    kvp_in in;
+    kvp_reader *r;
+    kvp_record rec;
+    int rc = kvp_in_open(&in, path, err);
+    if (rc)
+        return rc;
+    if ((rc = kvp_reader_open(&r, &in, err)) == 0) {
+        while ((rc = kvp_reader_next(r, &rec, err)) > 0) {
+            kvp_kvblock_rec b;
+            if (rec.kind == KVP_KIND_KV_BLOCK && (rc = kvp_kvblock_decode(&rec, &b, NULL, NULL, NULL, err)) < 0)
+                break;
+        }
+        kvp_reader_free(r);
+    }
+    kvp_in_close(&in);
+    return rc;
+}
+
+/* kvp(5): fp8_e4m3 and i8 KV elements carry f32 scales (one a head, or one
+ * a slot), f32, f16 and bf16 none.  An i8 block without scales passed
+ * kvdump -c and quantize --kv f16 turned its codes into values; an f16
+ * block with a scale dtype was refused naming scales_bytes.  The decoder
+ * refuses each naming the field, and the writer will not write it. */
+static void test_kvblock_scale_fields(void)
+{
+    enum { HEADS = 2 * 1 * 2, SLOT = 4 * 8 }; /* layers x K/V x heads; block size x head dim */
+    static const struct {
+        uint32_t dtype, scale_dtype;
+        uint64_t scales_bytes;
+        const char *want; /* NULL: good */
+    } cases[] = {
+        {KVP_DTYPE_I8, KVP_DTYPE_F32, 0, "scales_bytes 0: i8 elements need their f32 scales, 16 bytes (one a head) "
+                                         "or 64 (one a slot)"},
+        {KVP_DTYPE_FP8_E4M3, KVP_DTYPE_F32, 0, "scales_bytes 0: fp8_e4m3 elements need their f32 scales"},
+        {KVP_DTYPE_I8, KVP_DTYPE_F32, 20, "scales_bytes 20: i8 elements need"},
+        {KVP_DTYPE_I8, KVP_DTYPE_F16, 8, "scale dtype 1 (f16): the scales of i8 elements are f32 (scale dtype 0)"},
+        {KVP_DTYPE_F16, KVP_DTYPE_I8, 0, "scale dtype 7 (i8) on a f16 block, which carries no scales (want 0)"},
+        {KVP_DTYPE_BF16, KVP_DTYPE_F32, 16, "scales_bytes 16 on a bf16 block, which carries no scales (want 0)"},
+        {KVP_DTYPE_I8, KVP_DTYPE_F32, 16, NULL},
+        {KVP_DTYPE_FP8_E4M3, KVP_DTYPE_F32, 64, NULL},
+        {KVP_DTYPE_F16, KVP_DTYPE_F32, 0, NULL},
+    };
+    const char *p = path_in_tmp("kvscales.kvp");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvp_kvblock_rec b = {.block_size = 4, .n_tokens = 3, .layer_end = 1, .n_head_kv = 2, .head_dim = 8,
+                             .dtype = cases[i].dtype, .scale_dtype = cases[i].scale_dtype,
+                             .scales_bytes = cases[i].scales_bytes};
+        b.data_bytes = (uint64_t)HEADS * SLOT * (uint64_t)kvp_dtype_row_bytes(b.dtype, 1);
+        kvp_err err = {0};
+        CHECK_MSG(write_raw_kvblock(p, &b, &err) == 0, "%s", err.msg);
+        int rc = decode_kvblocks(p, &err);
+        if (!cases[i].want) {
+            CHECK_MSG(rc == 0, "case %zu: %s", i, err.msg);
+            continue;
+        }
+        CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, "record 0 (kv_block) at offset 64: ") &&
+                      strstr(err.msg, cases[i].want),
+                  "case %zu: rc %d, %s", i, rc, err.msg);
+        /* the writer refuses it as the reader does */
+        kvp_out out;
+        kvp_writer *w = NULL;
+        static uint8_t data[4096];
+        static float sc[64];
+        uint32_t tok[4] = {0};
+        b.hash = kvp_kvblock_hash(0, tok, 3);
+        CHECK(kvp_out_open(&out, p, &err) == 0 && kvp_writer_open(&w, &out, NULL, &err) == 0);
+        rc = kvp_write_kvblock(w, &b, tok, data, sc, &err);
+        CHECK_MSG(rc == KVP_EINVAL && strstr(err.msg, cases[i].want), "case %zu: writer rc %d, %s", i, rc, err.msg);
+        kvp_writer_free(w);
+        kvp_out_abort(&out);
+    }
 }
 
 static void test_truncation(int zstd)
@@ -1585,7 +1700,11 @@ static void test_meta_padding(void)
  *   seq-u32@OFF=V  the first sequence record's u32 at OFF from its state
  *   seq-f32@OFF=V  likewise an f32 (OFF: 0 state, 4 finish reason,
  *                  16 next token, 24 temperature, 32 top-p)
- *   dup@N          record N written twice */
+ *   dup@N          record N written twice
+ *   noscales@N     KV block record N without its scales (scales_bytes 0,
+ *                  the data part cut after the data)
+ *   kv-u32@OFF=V   the first KV block record's meta u32 at OFF (KV_DTYPE,
+ *                  KV_SCALE_DTYPE) */
 static int rewrite(const char *in_path, const char *out_path, const char *edit)
 {
     kvp_err err = {0};
@@ -1600,7 +1719,8 @@ static int rewrite(const char *in_path, const char *out_path, const char *edit)
     int u32 = sscanf(edit, "seq-u32@%u=%lf", &off, &v) == 2, f32 = sscanf(edit, "seq-f32@%u=%lf", &off, &v) == 2;
     int unknown = sscanf(edit, "unknown@%llu", &at) == 1, dup = sscanf(edit, "dup@%llu", &at) == 1, patched = 0;
     int nan = sscanf(edit, "nan@%llu", &at) == 1; /* a record's data all 0xff: NaN as f32, f16, bf16 or e4m3 */
-    if (!u32 && !f32 && !unknown && !dup && !nan) {
+    int noscales = sscanf(edit, "noscales@%llu", &at) == 1, kv_u32 = sscanf(edit, "kv-u32@%u=%lf", &off, &v) == 2;
+    if (!u32 && !f32 && !unknown && !dup && !nan && !noscales && !kv_u32) {
         fprintf(stderr, "rewrite: unknown edit %s\n", edit);
         return 1;
     }
@@ -1619,6 +1739,12 @@ static int rewrite(const char *in_path, const char *out_path, const char *edit)
             rc = meta ? 0 : kvp_err_set(&err, KVP_ENOMEM, "out of memory");
             if (rc == 0)
                 memcpy(meta, rec.meta, rec.meta_size);
+            if (rc == 0 && noscales && rec.index == at && rec.kind == KVP_KIND_KV_BLOCK) {
+                kvp_put64(meta + KV_SCALES_BYTES, 0);
+                data.n = kvp_le64(meta + KV_DATA_BYTES);
+            }
+            if (rc == 0 && kv_u32 && rec.kind == KVP_KIND_KV_BLOCK && !patched++)
+                kvp_put32(meta + off, (uint32_t)(int64_t)v);
             if (rc == 0 && (u32 || f32) && rec.kind == KVP_KIND_SEQUENCE && !patched++) {
                 float f = (float)v;
                 uint8_t *at_field = meta + seq_state_off(meta) + off;
@@ -1628,7 +1754,7 @@ static int rewrite(const char *in_path, const char *out_path, const char *edit)
                     memcpy(at_field, &f, 4);
             }
             for (int k = 0; rc == 0 && k <= (dup && rec.index == at); k++)
-                rc = kvp_writer_record(w, rec.kind, meta, rec.meta_size, &data, rec.data_size ? 1 : 0, 0, &err);
+                rc = kvp_writer_record(w, rec.kind, meta, rec.meta_size, &data, data.n ? 1 : 0, 0, &err);
             if (rc == 0 && unknown && rec.index == at)
                 rc = kvp_writer_record(w, 20, "abcd", 4, NULL, 0, 0, &err);
             free(meta);
@@ -1678,6 +1804,7 @@ int main(int argc, char **argv)
     test_random_round_trips();
     test_kvblock_scales();
     test_kvblock_dtype();
+    test_kvblock_scale_fields();
     test_global_scale();
     test_truncation(0);
     test_truncation(3);
