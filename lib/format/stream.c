@@ -1,6 +1,7 @@
 /* stream.c - KVP stream writer and reader (see stream.h and kvp(5)). */
 #include "stream.h"
 #include "strmap.h"
+#include "u64map.h"
 
 #include "hash.h"
 #include "kvscale.h"
@@ -682,6 +683,7 @@ struct kvp_reader {
     uint64_t index;           /* next expected record index */
     uint64_t raw_bytes;
     uint64_t count[KVP_KIND_COUNT];
+    kvp_u64map more;          /* records of each kind past KVP_KIND_COUNT, by kind */
     int ended;                /* END seen */
     int at_eof;               /* clean end reported */
     uint32_t skim;            /* kinds whose payload is skipped on mapped input (bit per kind) */
@@ -767,6 +769,7 @@ void kvp_reader_free(kvp_reader *r)
     free(r->raw);
     ZSTD_freeDCtx(r->dctx);
     kvp_strmap_free(&r->names);
+    kvp_u64map_free(&r->more);
     free(r);
 }
 
@@ -836,34 +839,57 @@ static int decompress(kvp_reader *r, const uint8_t *src, uint64_t n, uint64_t ra
     return 0;
 }
 
+/* Records of kind k the stream had before END. */
+static uint64_t kind_count(const kvp_reader *r, uint32_t k)
+{
+    if (k < KVP_KIND_COUNT)
+        return r->count[k];
+    int64_t v = kvp_u64map_get(&r->more, k);
+    return v < 0 ? 0 : (uint64_t)v;
+}
+
+/* Every counter of the END record against what was read: its kinds 0..15
+ * (0 and 15 are no record's before END: both 0), and any a later minor
+ * version adds for its kinds, which this reader skipped but counted. */
 static int check_end(kvp_reader *r, const kvp_record *rec, kvp_err *err)
 {
     kvp_end_rec e;
     int rc = kvp_end_decode(rec, &e, err);
     if (rc)
-        return rc;
+        return kvp_err_prefix(err, "%s", r->in->name);
     if (e.n_records != r->index || e.raw_bytes != r->raw_bytes)
         return kvp_err_set(err, KVP_EFORMAT,
                            "%s: end record at offset %llu counts %llu records / %llu bytes, stream had %llu / %llu",
                            r->in->name, (unsigned long long)rec->offset, (unsigned long long)e.n_records,
                            (unsigned long long)e.raw_bytes, (unsigned long long)r->index,
                            (unsigned long long)r->raw_bytes);
-    for (int k = 0; k < KVP_KIND_COUNT; k++)
-        if (k != KVP_KIND_END && e.count[k] != r->count[k])
-            return kvp_err_set(err, KVP_EFORMAT, "%s: end record counts %llu %s records, stream had %llu",
-                               r->in->name, (unsigned long long)e.count[k], kvp_kind_name((uint32_t)k),
-                               (unsigned long long)r->count[k]);
+    for (uint32_t k = 0; k < e.n_counts; k++) {
+        uint64_t said = kvp_le64(e.counts_le + 8 * (size_t)k), had = kind_count(r, k);
+        if (said != had)
+            return kvp_err_set(err, KVP_EFORMAT,
+                               "%s: end record at offset %llu counts %llu records of kind %u (%s)%s, the stream "
+                               "had %llu",
+                               r->in->name, (unsigned long long)rec->offset, (unsigned long long)said, k,
+                               k == KVP_KIND_HEADER ? "header" : kvp_kind_name(k),
+                               k == KVP_KIND_END ? " before it" : "", (unsigned long long)had);
+    }
     return 0;
 }
 
-/* A record before END, read or skimmed, toward the END record's totals.
- * Kinds past KVP_KIND_COUNT (unknown to this version, skimmable up to 31)
- * count as records and bytes but not by kind, as the writer counts them. */
-static void tally(kvp_reader *r, const kvp_record *rec)
+/* A record before END, read or skimmed, toward the END record's totals:
+ * its bytes, and its kind's count, kinds past KVP_KIND_COUNT (unknown to
+ * this version, skimmable up to 31) too, for an END that counts them. */
+static int tally(kvp_reader *r, const kvp_record *rec, kvp_err *err)
 {
     r->raw_bytes += rec->raw_size;
-    if (rec->kind < KVP_KIND_COUNT)
+    if (rec->kind < KVP_KIND_COUNT) {
         r->count[rec->kind]++;
+        return 0;
+    }
+    /* a later minor version's END may count this kind (kvp(5), End) */
+    if (kvp_u64map_put(&r->more, rec->kind, (int64_t)kind_count(r, rec->kind) + 1) < 0)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", r->in->name);
+    return 0;
 }
 
 /* A tensor record's name, from its meta part (in the mapping when the
@@ -1061,8 +1087,7 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
         if (rc)
             return rc;
         r->index++;
-        tally(r, rec);
-        return 1;
+        return (rc = tally(r, rec, err)) < 0 ? rc : 1;
     }
     uint32_t pcrc = kvp_crc32c(0, stored, (size_t)rec->stored_size), pstored = kvp_le32(h + RH_PCRC);
     if (CRC_BAD(pcrc, pstored))
@@ -1094,8 +1119,8 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
         r->ended = 1;
     }
     r->index++;
-    if (rec->kind != KVP_KIND_END)
-        tally(r, rec);
+    if (rec->kind != KVP_KIND_END && (uniq = tally(r, rec, err)) < 0)
+        return uniq;
     return 1;
 }
 
@@ -1473,14 +1498,29 @@ int kvp_end_decode(const kvp_record *rec, kvp_end_rec *e, kvp_err *err)
     e->n_records = kvp_cur_u64(&c);
     e->raw_bytes = kvp_cur_u64(&c);
     uint32_t nk = kvp_cur_u32(&c);
-    if (c.bad || nk > 65536)
-        return bad_field(rec, err, "end record cut short");
+    char what[160];
+    if (c.bad)
+        return bad_field(rec, err, "end record cut short before its counter count");
+    /* kvp(5): one counter a kind, 16 in this version; a later minor
+     * version may add its kinds' (a reader checks those it is given), but
+     * no stream leaves out one of kinds 0..15 */
+    if (nk < KVP_KIND_COUNT || nk > KVP_END_COUNTS_MAX) {
+        snprintf(what, sizeof what, "%u kind counters (kvp(5): 16, one for each of kinds 0..15, or more from a "
+                 "later version, at most %u)", nk, KVP_END_COUNTS_MAX);
+        return bad_field(rec, err, what);
+    }
+    e->n_counts = nk;
+    e->counts_le = rec->meta + 20;
     for (uint32_t k = 0; k < nk; k++) {
         uint64_t v = kvp_cur_u64(&c);
         if (k < KVP_KIND_COUNT)
             e->count[k] = v;
     }
-    if (c.bad || c.left || rec->data_size)
-        return bad_field(rec, err, "end record has the wrong size");
+    if (c.bad || c.left || rec->data_size) {
+        snprintf(what, sizeof what, "end record has the wrong size (meta %u bytes, data %llu; %u counters make "
+                 "meta %llu, data 0)", rec->meta_size, (unsigned long long)rec->data_size, nk,
+                 20 + 8 * (unsigned long long)nk);
+        return bad_field(rec, err, what);
+    }
     return 0;
 }

@@ -157,10 +157,17 @@ typedef struct kvp_stop_rec {
     uint64_t left;    /* sequences read and not finished */
 } kvp_stop_rec;
 
+/* Kind counters an END record holds at most: one a kind (kinds are u16). */
+#define KVP_END_COUNTS_MAX 65536u
+
 typedef struct kvp_end_rec {
     uint64_t n_records;                 /* records before END */
-    uint64_t count[KVP_KIND_COUNT];     /* by kind (unknown kinds >= 16 are not counted) */
+    uint64_t count[KVP_KIND_COUNT];     /* by kind, 0..15 */
     uint64_t raw_bytes;                 /* sum of raw payload sizes before END */
+    uint32_t n_counts;                  /* the counters it holds: 16 (this version's writer), or more from a later
+                                         * minor version, counter k the records of kind k; a record of a kind at or
+                                         * past n_counts is counted in n_records and raw_bytes only */
+    const uint8_t *counts_le;           /* all n_counts counters, u64 LE, in the record (valid as rec->meta) */
 } kvp_end_rec;
 
 /* Whether a KV block's scales are one a slot (1) or one a head (0); -1 when
@@ -274,6 +281,9 @@ int kvp_kvblock_decode(const kvp_record *rec, kvp_kvblock_rec *b, const uint8_t 
                        const uint8_t **scales, kvp_err *err);
 int kvp_blockref_decode(const kvp_record *rec, kvp_blockref_rec *r, kvp_err *err);
 int kvp_stop_decode(const kvp_record *rec, kvp_stop_rec *s, kvp_err *err);
+/* Fewer than KVP_KIND_COUNT counters (or more than KVP_END_COUNTS_MAX), or
+ * a size other than they make, is KVP_EFORMAT; the reader compares the
+ * counts with the stream (kvp_reader_next). */
 int kvp_end_decode(const kvp_record *rec, kvp_end_rec *e, kvp_err *err);
 int kvp_meta_record_decode(const kvp_record *rec, kvp_meta *m, kvp_err *err);
 

@@ -125,6 +125,23 @@ run quantize --kv fp8 "$T/sd7.kvp" -o "$T/sd7-8.kvp"
 expect_status 1 "quantize --kv refuses it"
 expect_err_has "$T/sd7.kvp: record 1 (kv_block) at offset 448: scale dtype 7 (i8)" "naming the scale dtype"
 
+# kvp(5), End: 16 kind counters (fewer is a damaged record), or more from a
+# later version (each checked); a fault in it names the file.
+"$mk" --rewrite "$T/s.kvp" "$T/end15.kvp" end-counters@15 || { status=1; fail "could not write 15 counters"; }
+run kvdump "$T/end15.kvp"
+expect_status 1 "an end record of 15 counters is refused"
+expect_err_has "kvdump: $T/end15.kvp: record 7 (end) at offset 5248: " "names the file and the record"
+expect_err_has ": 15 kind counters (kvp(5): 16, one for each of kinds 0..15" "and what is wrong"
+"$mk" --rewrite "$T/s.kvp" "$T/end17.kvp" end-counters@17 || { status=1; fail "could not write 17 counters"; }
+run kvdump "$T/end17.kvp"
+expect_status 0 "a later version's 17 counters are read"
+"$mk" --rewrite "$T/s.kvp" "$T/end21.kvp" unknown@4 || { status=1; fail "could not insert a record"; }
+"$mk" --rewrite "$T/end21.kvp" "$T/end21b.kvp" end-counters@21 || { status=1; fail "could not write 21 counters"; }
+run kvdump --summary "$T/end21b.kvp"
+expect_status 0 "a counter for kind 20, one record of it"
+expect_out_has "9 records" "--summary counts every record"
+expect_out_has "unknown    2 (skipped)" "the unknown kinds among them"
+
 name=$(kvdump --json "$T/s.kvp" | sed -n 's/.*"kind":"tensor".*"name":"\([^"]*\)".*/\1/p')
 run_sh "kvdump --extract '$name' '$T/s.kvp' > '$T/x.bin'"
 expect_status 0 "--extract a tensor"

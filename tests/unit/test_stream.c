@@ -1692,6 +1692,96 @@ static void test_meta_padding(void)
     free(buf);
 }
 
+/* Replace the END record of the stream at path (the writer's, 16 counters:
+ * its last 256 bytes) by one of n_counts counters, count[k] for kind k,
+ * then extra zero bytes; its record and byte totals kept.  0, or -1. */
+static int set_end_counts(const char *path, const uint64_t *count, uint32_t n_counts, uint32_t extra)
+{
+    size_t n;
+    uint8_t *buf = slurp(path, &n);
+    if (!buf || n < 64 + 256 || memcmp(buf + n - 256, "KVPR", 4) || kvp_le16(buf + n - 256 + 4) != KVP_KIND_END) {
+        free(buf);
+        return -1;
+    }
+    size_t end = n - 256;
+    uint32_t meta = 20 + 8 * n_counts + extra;
+    size_t padded = (meta + 63) / 64 * 64;
+    uint8_t *out = calloc(end + 64 + padded, 1);
+    if (!out) {
+        free(buf);
+        return -1;
+    }
+    memcpy(out, buf, end + 64 + 16); /* the stream before END, END's header, its two totals */
+    uint8_t *h = out + end, *p = h + 64;
+    kvp_put32(p + 16, n_counts);
+    for (uint32_t k = 0; k < n_counts; k++)
+        kvp_put64(p + 20 + 8 * k, count[k]);
+    kvp_put64(h + 16, meta);
+    kvp_put64(h + 24, meta);
+    kvp_put32(h + 32, meta);
+    kvp_put32(h + 36, kvp_crc32c(0, p, meta));
+    kvp_put32(h + 60, kvp_crc32c(0, h, 60));
+    spit(path, out, end + 64 + padded);
+    free(out);
+    free(buf);
+    return 0;
+}
+
+/* kvp(5), End: one counter a kind, 16 in this version (a stream of 15 was
+ * read), every one checked, kind 0's and END's own (no record before END
+ * is of either) too; a later minor version's extra counters, for its kinds
+ * from 16 up, are read and checked against the records this reader
+ * skipped, and a kind past the last counter counts in the totals only.
+ * The END's faults name the file (they did not). */
+static void test_end_counters(void)
+{
+    const char *p = path_in_tmp("end.kvp");
+    static const struct {
+        uint32_t n_counts, extra;
+        int kind;     /* a counter set one off, -1 none */
+        int64_t step; /* by this much */
+        const char *want; /* NULL: good */
+    } cases[] = {
+        {16, 0, -1, 0, NULL},
+        {17, 0, -1, 0, NULL},
+        {21, 0, -1, 0, NULL},
+        {15, 0, -1, 0, "record 2 (end) at offset 448: 15 kind counters (kvp(5): 16, one for each of kinds 0..15"},
+        {16, 0, KVP_KIND_END, 1, "end record at offset 448 counts 1 records of kind 15 (end) before it, the stream "
+                                 "had 0"},
+        {16, 0, KVP_KIND_HEADER, 1, "counts 1 records of kind 0 (header), the stream had 0"},
+        {16, 0, KVP_KIND_TENSOR, 1, "counts 2 records of kind 3 (tensor), the stream had 1"},
+        {21, 0, 20, -1, "counts 0 records of kind 20 (unknown), the stream had 1"},
+        {17, 0, 16, 1, "counts 1 records of kind 16 (unknown), the stream had 0"},
+        {16, 8, -1, 0, "record 2 (end) at offset 448: end record has the wrong size (meta 156 bytes, data 0; 16 "
+                       "counters make meta 148, data 0)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvp_err err = {0};
+        kvp_out out;
+        kvp_writer *w = NULL;
+        CHECK(kvp_out_open(&out, p, &err) == 0 && kvp_writer_open(&w, &out, NULL, &err) == 0);
+        CHECK(put_tensor(w, "w", 1.0f, &err) == 0);
+        CHECK(kvp_writer_record(w, 20, "abcd", 4, NULL, 0, 0, &err) == 0); /* a later version's kind */
+        CHECK(kvp_writer_finish(w, &err) == 0 && kvp_out_commit(&out, &err) == 0);
+        kvp_writer_free(w);
+        uint64_t count[32] = {0};
+        count[KVP_KIND_TENSOR] = 1;
+        count[20] = 1;
+        if (cases[i].kind >= 0)
+            count[cases[i].kind] += (uint64_t)cases[i].step;
+        CHECK(set_end_counts(p, count, cases[i].n_counts, cases[i].extra) == 0);
+        for (int skim = 0; skim <= 1; skim++) { /* the kind-20 record read, or skimmed: counted alike */
+            int rc = read_all(p, skim ? 1u << 20 : 0, &err);
+            if (!cases[i].want) {
+                CHECK_MSG(rc == 0, "case %zu skim %d: %s", i, skim, err.msg);
+                continue;
+            }
+            CHECK_MSG(rc == KVP_EFORMAT && strncmp(err.msg, p, strlen(p)) == 0 && strstr(err.msg, cases[i].want),
+                      "case %zu skim %d: rc %d, %s", i, skim, rc, err.msg);
+        }
+    }
+}
+
 /* `test_stream --rewrite IN OUT EDIT`: IN copied record by record to OUT
  * (END recounted), with one edit, for the CLI tests' damaged and extended
  * streams:
@@ -1704,7 +1794,8 @@ static void test_meta_padding(void)
  *   noscales@N     KV block record N without its scales (scales_bytes 0,
  *                  the data part cut after the data)
  *   kv-u32@OFF=V   the first KV block record's meta u32 at OFF (KV_DTYPE,
- *                  KV_SCALE_DTYPE) */
+ *                  KV_SCALE_DTYPE)
+ *   end-counters@N an END of N kind counters (at most 64), each right */
 static int rewrite(const char *in_path, const char *out_path, const char *edit)
 {
     kvp_err err = {0};
@@ -1720,7 +1811,10 @@ static int rewrite(const char *in_path, const char *out_path, const char *edit)
     int unknown = sscanf(edit, "unknown@%llu", &at) == 1, dup = sscanf(edit, "dup@%llu", &at) == 1, patched = 0;
     int nan = sscanf(edit, "nan@%llu", &at) == 1; /* a record's data all 0xff: NaN as f32, f16, bf16 or e4m3 */
     int noscales = sscanf(edit, "noscales@%llu", &at) == 1, kv_u32 = sscanf(edit, "kv-u32@%u=%lf", &off, &v) == 2;
-    if (!u32 && !f32 && !unknown && !dup && !nan && !noscales && !kv_u32) {
+    unsigned n_counts = 0;
+    int counters = sscanf(edit, "end-counters@%u", &n_counts) == 1 && n_counts <= 64;
+    uint64_t count[64] = {0};
+    if (!u32 && !f32 && !unknown && !dup && !nan && !noscales && !kv_u32 && !counters) {
         fprintf(stderr, "rewrite: unknown edit %s\n", edit);
         return 1;
     }
@@ -1753,16 +1847,23 @@ static int rewrite(const char *in_path, const char *out_path, const char *edit)
                 else
                     memcpy(at_field, &f, 4);
             }
-            for (int k = 0; rc == 0 && k <= (dup && rec.index == at); k++)
+            for (int k = 0; rc == 0 && k <= (dup && rec.index == at); k++) {
                 rc = kvp_writer_record(w, rec.kind, meta, rec.meta_size, &data, data.n ? 1 : 0, 0, &err);
-            if (rc == 0 && unknown && rec.index == at)
+                if (rec.kind < 64)
+                    count[rec.kind]++;
+            }
+            if (rc == 0 && unknown && rec.index == at) {
                 rc = kvp_writer_record(w, 20, "abcd", 4, NULL, 0, 0, &err);
+                count[20]++;
+            }
             free(meta);
             free(nan_data);
         }
         if (rc >= 0)
             rc = kvp_writer_finish(w, &err);
         rc = rc == 0 ? kvp_out_commit(&out, &err) : (kvp_out_abort(&out), rc);
+        if (rc == 0 && counters && set_end_counts(out_path, count, n_counts, 0) < 0)
+            rc = kvp_err_set(&err, KVP_EIO, "%s: cannot set its end record's counters", out_path);
     }
     kvp_writer_free(w);
     kvp_reader_free(r);
@@ -1825,6 +1926,7 @@ int main(int argc, char **argv)
     test_dup_tensor_names();
     test_meta_once();
     test_meta_padding();
+    test_end_counters();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
