@@ -457,7 +457,7 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
                                (unsigned long long)rec->index, b.layer_begin, b.layer_end, b.n_head_kv, b.head_dim,
                                b.block_size, pool->n_layer, pool->n_head_kv, pool->head_dim, pool->block_size);
         if ((rc = kvp_seq_block_check(s, sr->tokens, bi, *parent, rec->index, b.seq_id, b.block_index, b.n_tokens,
-                                      b.hash, &b.block_size, tok_le, err)) < 0)
+                                      b.parent_hash, b.hash, &b.block_size, tok_le, err)) < 0)
             return kvp_err_prefix(err, "%s", sr->name);
         if ((rc = block_finite(sr, rec, &b, data, err)) < 0)
             return rc;
@@ -474,7 +474,7 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
         if ((rc = kvp_blockref_decode(rec, &r, err)) < 0)
             return kvp_err_prefix(err, "%s", sr->name);
         if ((rc = kvp_seq_block_check(s, sr->tokens, bi, *parent, rec->index, r.seq_id, r.block_index, r.n_tokens,
-                                      r.hash, NULL, NULL, err)) < 0)
+                                      r.parent_hash, r.hash, NULL, NULL, err)) < 0)
             return kvp_err_prefix(err, "%s", sr->name);
         nt = r.n_tokens;
         hash = r.hash;

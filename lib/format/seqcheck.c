@@ -6,8 +6,8 @@
 #include <stdlib.h>
 
 int kvp_seq_block_check(const kvp_seq_rec *s, const uint32_t *tokens, uint32_t bi, uint64_t parent, uint64_t rec,
-                        uint64_t seq_id, uint32_t idx, uint32_t nt, uint64_t hash, const uint32_t *block_size,
-                        const uint8_t *tokens_le, kvp_err *err)
+                        uint64_t seq_id, uint32_t idx, uint32_t nt, uint64_t rec_parent, uint64_t hash,
+                        const uint32_t *block_size, const uint8_t *tokens_le, kvp_err *err)
 {
     uint32_t bs = s->block_size;
     uint64_t start = (uint64_t)bi * bs;
@@ -24,6 +24,13 @@ int kvp_seq_block_check(const kvp_seq_rec *s, const uint32_t *tokens, uint32_t b
         if (kvp_le32(tokens_le + 4 * i) != tokens[start + i])
             return kvp_err_set(err, KVP_EFORMAT, "record %llu: block %u's tokens differ from its sequence's",
                                (unsigned long long)rec, bi);
+    /* the chain the record names: a reference's was never checked, and a
+     * block's hash is its parent's (a wrong one fails the hash below) */
+    if (rec_parent != parent)
+        return kvp_err_set(err, KVP_EFORMAT, "record %llu: block %u of sequence %llu names parent hash %016llx, "
+                           "where %s %016llx", (unsigned long long)rec, bi, (unsigned long long)seq_id,
+                           (unsigned long long)rec_parent, bi ? "the hash of its block before is" : "block 0's is",
+                           (unsigned long long)parent);
     if (kvp_kvblock_hash(parent, tokens + start, nt) != hash)
         return kvp_err_set(err, KVP_EFORMAT, "record %llu: block %u of sequence %llu: its hash does not match "
                            "the sequence's tokens", (unsigned long long)rec, bi, (unsigned long long)seq_id);
@@ -102,7 +109,7 @@ static int on_block(kvp_seqcheck *c, const kvp_record *rec, kvp_err *err)
         const uint8_t *tok_le;
         if ((rc = kvp_kvblock_decode(rec, &b, &tok_le, NULL, NULL, err)) < 0 ||
             (rc = kvp_seq_block_check(&c->s, c->tokens, c->bi, c->parent, rec->index, b.seq_id, b.block_index,
-                                      b.n_tokens, b.hash, &b.block_size, tok_le, err)) < 0)
+                                      b.n_tokens, b.parent_hash, b.hash, &b.block_size, tok_le, err)) < 0)
             return rc;
         hash = b.hash;
         if (kvp_u64map_put(&c->blocks, hash, 1) < 0)
@@ -111,7 +118,7 @@ static int on_block(kvp_seqcheck *c, const kvp_record *rec, kvp_err *err)
         kvp_blockref_rec r;
         if ((rc = kvp_blockref_decode(rec, &r, err)) < 0 ||
             (rc = kvp_seq_block_check(&c->s, c->tokens, c->bi, c->parent, rec->index, r.seq_id, r.block_index,
-                                      r.n_tokens, r.hash, NULL, NULL, err)) < 0)
+                                      r.n_tokens, r.parent_hash, r.hash, NULL, NULL, err)) < 0)
             return rc;
         if (kvp_u64map_get(&c->blocks, r.hash) < 0)
             return kvp_err_set(err, KVP_EFORMAT, "record %llu: refers to block %016llx, which no earlier record holds",

@@ -85,7 +85,13 @@ bad_kv skip "record 2: block 2 of sequence 7 (5 tokens) where block 1 of sequenc
     "a block left out"
 bad_kv ntok "record 5: block 0 of sequence 8 (3 tokens) where block 0 of sequence 8 (16 tokens) belongs" \
     "a reference of the wrong token count"
-bad_kv hash "record 2: block 1 of sequence 7: its hash does not match the sequence's tokens" "a block's hash"
+bad_kv hash "record 2: block 1 of sequence 7 names parent hash " "a block chained from another parent"
+expect_err_has ", where the hash of its block before is " "says which parent it should name"
+bad_kv refhash "record 5: block 0 of sequence 8: its hash does not match the sequence's tokens" \
+    "a reference whose hash is another block's"
+# a reference's parent hash was never checked (its own hash right)
+bad_kv parent "record 5: block 0 of sequence 8 names parent hash 0000000000001234, where block 0's is \
+0000000000000000" "a reference naming another parent"
 bad_kv tokens "record 2: block 1's tokens differ from its sequence's" "a block's tokens"
 bad_kv owed "sequence 8: the stream carries KV for 1 of its 2 blocks" "a sequence's last block missing at the end"
 bad_kv dangling "record 5: refers to block" "a reference to a block no record holds"

@@ -1374,10 +1374,12 @@ static int kv_block(kvp_writer *w, const kvp_seq_rec *s, const uint32_t *tokens,
  * reference to 7's block 0, then its own block 1 of 4).  FLAW puts one
  * thing wrong: noseq (7's first block before its sequence), dupid (8 named
  * 7), skip (7's block 1 left out), ntok (the reference says 3 tokens),
- * hash (7's block 1's hash off), tokens (its first token off), owed (8's
- * block 1 left out: the stream ends owing it), dangling (8's first 16
- * tokens its own: the reference names a block no record holds); or zstd
- * (no flaw, records compressed). */
+ * hash (7's block 1 chained from another parent), tokens (its first token
+ * off), owed (8's block 1 left out: the stream ends owing it), dangling
+ * (8's first 16 tokens its own: the reference names a block no record
+ * holds), parent (the reference names another parent hash, its hash
+ * right), refhash (the reference's hash another block's); or zstd (no
+ * flaw, records compressed). */
 static int write_kv(const char *path, const char *flaw)
 {
     kvp_out out;
@@ -1410,6 +1412,12 @@ static int write_kv(const char *path, const char *flaw)
         kvp_blockref_rec r = {.seq_id = b.id, .block_index = 0, .n_tokens = 3, .hash = kvp_kvblock_hash(0, t8, 3)};
         rc = kvp_write_blockref(w, &r, &err);
         pb = kvp_kvblock_hash(0, t8, 16);
+    } else if (rc == 0 && (!strcmp(flaw, "parent") || !strcmp(flaw, "refhash"))) {
+        int parent = !strcmp(flaw, "parent");
+        pb = kvp_kvblock_hash(0, t8, 16);
+        kvp_blockref_rec r = {.seq_id = b.id, .block_index = 0, .n_tokens = 16, .parent_hash = parent ? 0x1234 : 0,
+                              .hash = parent ? pb : kvp_kvblock_hash(pb, t7 + 16, 16)};
+        rc = kvp_write_blockref(w, &r, &err);
     } else if (rc == 0) {
         rc = kv_block(w, &b, t8, 0, &pb, 1, 0, 0, &err);
     }
