@@ -291,8 +291,9 @@ int kvp_writer_record(kvp_writer *w, uint32_t kind, const void *meta, uint32_t m
 {
     if (w->finished)
         return kvp_err_set(err, KVP_EINVAL, "%s: record written after the end record", kvp_out_name(w->out));
-    if (kind > KVP_KIND_MAX)
-        return kvp_err_set(err, KVP_EINVAL, "record kind %u out of range", kind);
+    if (kind == KVP_KIND_HEADER || kind > KVP_KIND_MAX)
+        return kvp_err_set(err, KVP_EINVAL, "record kind %u out of range (1..%u; 0 is the stream header's)", kind,
+                           KVP_KIND_MAX);
     seg_walk s = {meta, meta_len, pieces, n_pieces, align_pieces};
     uint64_t raw = 0;
     walk_segments(&s, seg_size, &raw, err);
@@ -1030,6 +1031,11 @@ int kvp_reader_next(kvp_reader *r, kvp_record *rec, kvp_err *err)
         return kvp_err_set(err, KVP_EFORMAT,
                            "%s: record at offset %llu has index %llu, expected %llu (records lost or reordered)", name,
                            (unsigned long long)off, (unsigned long long)rec->index, (unsigned long long)r->index);
+    /* kvp(5): 0 names the stream header, no record; a reader that skipped
+     * it as an unknown kind would list a second "header" mid-stream */
+    if (rec->kind == KVP_KIND_HEADER)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu at offset %llu: kind 0 is the stream header's number, "
+                           "no record's", name, (unsigned long long)r->index, (unsigned long long)off);
     if (rec->flags & ~(uint32_t)KVP_RECORD_ZSTD)
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: record %llu (%s) at offset %llu: unknown flags 0x%x", name,
                            (unsigned long long)r->index, kname, (unsigned long long)off, rec->flags);
@@ -1144,6 +1150,13 @@ int kvp_meta_record_decode(const kvp_record *rec, kvp_meta *m, kvp_err *err)
 {
     if (rec->kind != KVP_KIND_CONFIG && rec->kind != KVP_KIND_TOKENIZER)
         return expect_kind(rec, KVP_KIND_CONFIG, err);
+    if (rec->data_size) { /* kvp(5): the metadata list is all of it */
+        char what[96];
+        snprintf(what, sizeof what, "a data part of %llu bytes (a %s record's is empty)",
+                 (unsigned long long)rec->data_size, kvp_kind_name(rec->kind));
+        kvp_meta_init(m);
+        return bad_field(rec, err, what);
+    }
     int rc = kvp_meta_decode(m, rec->meta, rec->meta_size, err);
     if (rc)
         kvp_err_prefix(err, "record %llu (%s) at offset %llu", (unsigned long long)rec->index,
@@ -1195,8 +1208,11 @@ int kvp_tensor_decode(const kvp_record *rec, kvp_tensor_rec *t, const uint8_t **
     t->zeros_bytes = kvp_cur_u64(&c);
     const char *why = NULL;
     int64_t want = kvp_tensor_data_bytes(t), nsc = kvp_tensor_scale_count(t);
+    char left[64];
     if (c.bad)
         why = "meta cut short";
+    else if (c.left) /* kvp(5) defines no field after the sizes */
+        why = (snprintf(left, sizeof left, "%zu bytes after the meta part's last field", c.left), left);
     else if (!kvp_dtype_get(t->dtype))
         why = "unknown dtype";
     else if (want < 0)

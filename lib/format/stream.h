@@ -31,7 +31,7 @@
 #define KVP_PRODUCER_MAX 20
 
 typedef enum kvp_kind {
-    KVP_KIND_HEADER = 0,     /* the stream header (not a record; kvdump shows it) */
+    KVP_KIND_HEADER = 0,     /* the stream header (no record's kind: refused; kvdump shows the header by it) */
     KVP_KIND_CONFIG = 1,     /* model configuration: metadata list */
     KVP_KIND_TOKENIZER = 2,  /* tokenizer vocabulary, merges, special ids: metadata list */
     KVP_KIND_TENSOR = 3,
@@ -52,7 +52,8 @@ typedef enum kvp_kind {
 /* Name of a kind ("tensor"); "unknown" for ids we do not know. */
 const char *kvp_kind_name(uint32_t kind);
 /* Whether this version defines a record kind (1..9, 15): kvp(5) has readers
- * skip any other, 0 included (the stream header's number, no record's). */
+ * skip any other but 0 (the stream header's number, no record's), which
+ * kvp_reader_next refuses. */
 int kvp_kind_known(uint32_t kind);
 
 /* ---- typed records ---- */

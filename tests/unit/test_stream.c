@@ -1790,6 +1790,112 @@ static void test_end_counters(void)
     }
 }
 
+/* kvp(5): kind 0 is the stream header's number, no record's.  A record of
+ * kind 0 was skipped as unknown, listed mid-stream as a "header" and left
+ * out of kvdump -s's kinds; the reader refuses it, the writer will not
+ * write it. */
+static void test_kind_zero(void)
+{
+    kvp_err err = {0};
+    size_t n;
+    uint8_t *buf = sample_bytes(0, "kind0.kvp", &n);
+    if (!buf)
+        return;
+    kvp_put16(buf + 64 + 4, 0); /* the config record's kind, its header checksum again */
+    kvp_put32(buf + 64 + 60, kvp_crc32c(0, buf + 64, 60));
+    CHECK(read_mem(buf, n, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "<mem>: record 0 at offset 64: kind 0 is the stream header's number, no record's"),
+              "%s", err.msg);
+    free(buf);
+    kvp_out out;
+    kvp_writer *w = NULL;
+    const char *p = path_in_tmp("kind0w.kvp");
+    CHECK(kvp_out_open(&out, p, &err) == 0 && kvp_writer_open(&w, &out, NULL, &err) == 0);
+    CHECK(kvp_writer_record(w, KVP_KIND_HEADER, "abcd", 4, NULL, 0, 0, &err) == KVP_EINVAL);
+    CHECK_MSG(strstr(err.msg, "record kind 0 out of range"), "%s", err.msg);
+    kvp_writer_free(w);
+    kvp_out_abort(&out);
+}
+
+/* A stream of one record of kind, its meta part meta[meta_len] and data
+ * part data[data_len], past the writer's checks; read back, the record
+ * decoded by its kind's decoder.  0, or the code with err set. */
+static int one_record(uint32_t kind, const void *meta, uint32_t meta_len, const void *data, uint64_t data_len,
+                      kvp_err *err)
+{
+    const char *p = path_in_tmp("one.kvp");
+    kvp_out out;
+    kvp_writer *w = NULL;
+    kvp_piece piece = {data, data_len};
+    int rc = kvp_out_open(&out, p, err);
+    if (rc == 0 && (rc = kvp_writer_open(&w, &out, NULL, err)) == 0 &&
+        (rc = kvp_writer_record(w, kind, meta, meta_len, &piece, data_len ? 1 : 0, 0, err)) == 0)
+        rc = kvp_writer_finish(w, err);
+    kvp_writer_free(w);
+    if (rc)
+        return rc;
+    if ((rc = kvp_out_commit(&out, err)) < 0)
+        return rc;
+    kvp_in in;
+    kvp_reader *r = NULL;
+    kvp_record rec;
+    if ((rc = kvp_in_open(&in, p, err)) < 0)
+        return rc;
+    if ((rc = kvp_reader_open(&r, &in, err)) == 0 && (rc = kvp_reader_next(r, &rec, err)) == 1) {
+        kvp_meta m;
+        kvp_tensor_rec t;
+        kvp_seq_rec s;
+        const uint32_t *tok;
+        if (kind == KVP_KIND_CONFIG) {
+            rc = kvp_meta_record_decode(&rec, &m, err);
+            kvp_meta_free(&m);
+        } else if (kind == KVP_KIND_TENSOR) {
+            rc = kvp_tensor_decode(&rec, &t, NULL, NULL, NULL, err);
+        } else {
+            rc = kvp_seq_decode(&rec, &s, &tok, err);
+        }
+        while (rc == 0 && (rc = kvp_reader_next(r, &rec, err)) == 1)
+            rc = 0;
+    }
+    kvp_reader_free(r);
+    kvp_in_close(&in);
+    return rc;
+}
+
+/* kvp(5): a config record's data part is empty, and a tensor's meta part
+ * ends with its sizes; either with more was read as if it had none. */
+static void test_record_extra_bytes(void)
+{
+    kvp_err err = {0};
+    kvp_meta m;
+    kvp_buf b;
+    make_meta(&m);
+    kvp_buf_init(&b);
+    CHECK(kvp_meta_encode(&m, &b) == 0);
+    kvp_meta_free(&m);
+    CHECK_MSG(one_record(KVP_KIND_CONFIG, b.data, (uint32_t)b.len, NULL, 0, &err) == 0, "%s", err.msg);
+    CHECK(one_record(KVP_KIND_CONFIG, b.data, (uint32_t)b.len, "abcd", 4, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "record 0 (config) at offset 64: a data part of 4 bytes (a config record's is empty)"),
+              "%s", err.msg);
+    kvp_buf_free(&b);
+    /* an f32[4] tensor's meta (name "w"), then 4 bytes more */
+    uint8_t meta[80] = {0};
+    uint32_t at = 0;
+    kvp_put32(meta, 1), meta[4] = 'w', at = 5;
+    kvp_put32(meta + at, KVP_DTYPE_F32), at += 4;
+    kvp_put32(meta + at, 1), at += 4;
+    kvp_put64(meta + at, 4), at += 8;
+    at += 4 * 4; /* scheme, group, scale dtype, flags */
+    float one = 1.0f;
+    memcpy(meta + at, &one, 4), at += 4;
+    kvp_put64(meta + at, 16), at += 8 + 16; /* data bytes, scales and zeros bytes 0 */
+    float data[4] = {1, 2, 3, 4};
+    CHECK_MSG(one_record(KVP_KIND_TENSOR, meta, at, data, sizeof data, &err) == 0, "%s", err.msg);
+    CHECK(one_record(KVP_KIND_TENSOR, meta, at + 4, data, sizeof data, &err) == KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "record 0 (tensor w) at offset 64: 4 bytes after the meta part's last field"), "%s",
+              err.msg);
+}
+
 /* `test_stream --rewrite IN OUT EDIT`: IN copied record by record to OUT
  * (END recounted), with one edit, for the CLI tests' damaged and extended
  * streams:
@@ -1935,6 +2041,8 @@ int main(int argc, char **argv)
     test_meta_once();
     test_meta_padding();
     test_end_counters();
+    test_kind_zero();
+    test_record_extra_bytes();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
