@@ -111,6 +111,25 @@ int kvp_in_kind(kvp_in *in, int *kind, kvp_err *err)
     return 0;
 }
 
+/* Every model file is 8 bytes at least (a safetensors header's length; a
+ * GGUF or KVP header is longer): a shorter one is named as what it is, not
+ * as a safetensors file whose header length is cut short (the reader any
+ * file of neither magic goes to). */
+static int model_long_enough(kvp_in *in, kvp_err *err)
+{
+    uint8_t head[8];
+    int64_t n = kvp_in_peek(in, head, sizeof head, err);
+    if (n < 0)
+        return (int)n;
+    if (n == 0)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: the file is empty, not a model (GGUF, KVP or safetensors)",
+                           in->name);
+    if (n < (int64_t)sizeof head)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: %lld byte%s, too short to be a model (GGUF, KVP or safetensors)",
+                           in->name, (long long)n, n == 1 ? "" : "s");
+    return 0;
+}
+
 int kvp_in_open_kind(kvp_in *in, const char *path, int *kind, kvp_err *err)
 {
     memset(in, 0, sizeof *in);
@@ -123,7 +142,9 @@ int kvp_in_open_kind(kvp_in *in, const char *path, int *kind, kvp_err *err)
         return 0;
     }
     int rc = kvp_in_open(in, path, err);
-    if (rc == 0 && (rc = kvp_in_kind(in, kind, err)) < 0)
+    if (rc == 0 && (rc = kvp_in_kind(in, kind, err)) == 0)
+        rc = model_long_enough(in, err);
+    if (rc < 0)
         kvp_in_close(in);
     return rc;
 }

@@ -88,7 +88,9 @@ int kvp_in_kind(kvp_in *in, int *kind, kvp_err *err);
 /* Open path ("-": stdin) and set *kind from its first bytes, which stay in
  * *in for the reader that takes it: a pipe or FIFO opened a second time
  * would lose them.  A folder is KVP_FILE_SAFETENSORS with *in closed (fd
- * -1).  0, or a negative code naming the path; *in is closed on error. */
+ * -1).  0, or a negative code naming the path; *in is closed on error.  A
+ * file shorter than 8 bytes, which no model is, is KVP_EFORMAT ("the file
+ * is empty, not a model", "3 bytes, too short to be a model"). */
 int kvp_in_open_kind(kvp_in *in, const char *path, int *kind, kvp_err *err);
 
 /* The folder path names its file in ("." for a bare name, "/" at the

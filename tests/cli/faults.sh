@@ -13,7 +13,9 @@
 mkdir "$T/dir"
 : >"$T/empty"
 : >"$T/empty.gguf"
+printf 'G' >"$T/one.gguf"
 "$KVP_UNIT_DIR/test_stream" --write-sample "$T/s.kvp" || { status=1; fail "could not write the sample stream"; }
+head -c 7 "$T/s.kvp" >"$T/seven.kvp"
 "$KVP_UNIT_DIR/test_convert" --write-gguf "$T/tiny.gguf" || { status=1; fail "could not write the tiny GGUF"; }
 
 # ---- kvdump ----
@@ -106,7 +108,12 @@ usage_case quantize "two inputs" "one input" quantize "$T/tiny.gguf" "$T/tiny.gg
 usage_case quantize "an empty INPUT name" "INPUT: an empty file name" quantize --to f16 '' -o "$T/u.kvp"
 usage_case quantize "an empty INPUT name with --kv" "INPUT: an empty file name" quantize --kv fp8 '' -o "$T/u.kvp"
 usage_case quantize "an empty --eval name" "--eval: an empty file name" quantize --to f16 "$T/tiny.gguf" -o "$T/u.kvp" --eval ''
-runtime_case quantize "an empty GGUF" "empty.gguf" quantize --to int8 "$T/empty.gguf" -o "$T/u.kvp"
+# an empty or 1-byte file is named as no model, not as a safetensors file
+# whose header length is cut short (the reader a file of neither magic meets)
+runtime_case quantize "an empty GGUF" "$T/empty.gguf: the file is empty, not a model (GGUF, KVP or safetensors)" \
+    quantize --to int8 "$T/empty.gguf" -o "$T/u.kvp"
+runtime_case quantize "a 1-byte model" "$T/one.gguf: 1 byte, too short to be a model (GGUF, KVP or safetensors)" \
+    quantize --to int8 "$T/one.gguf" -o "$T/u.kvp"
 runtime_case quantize "a folder without a model" "dir" quantize --to int8 "$T/dir" -o "$T/u.kvp"
 runtime_case quantize "a missing input" "missing.gguf" quantize --to int8 "$T/missing.gguf" -o "$T/u.kvp"
 runtime_case quantize "a directory as -o" "is a directory" quantize --to f32 --drop weird "$T/tiny.gguf" -o "$T/dir"
@@ -140,7 +147,11 @@ for p in prefill decode; do
     run $p -m "$T/missing.gguf" -p a --block-size 24
     expect_true "$p --block-size 24 (not a power of two) is a usage error" test "$status" -eq 2
     expect_err_has "--block-size: 24 is not a power of two" "$p names the bad block size"
-    runtime_case $p "an empty model file" "empty.gguf" $p -m "$T/empty.gguf" -p a
+    runtime_case $p "an empty model file" "$T/empty.gguf: the file is empty, not a model (GGUF, KVP or safetensors)" \
+        $p -m "$T/empty.gguf" -p a
+    runtime_case $p "a 1-byte model file" "$T/one.gguf: 1 byte, too short to be a model (GGUF, KVP or safetensors)" \
+        $p -m "$T/one.gguf" -p a
+    runtime_case $p "a 7-byte model file" "$T/seven.kvp: 7 bytes, too short to be a model" $p -m "$T/seven.kvp" -p a
     runtime_case $p "a directory as the model" "dir" $p -m "$T/dir" -p a
     runtime_case $p "a missing model" "missing.gguf" $p -m "$T/missing.gguf" -p a
     printf '{"id":"a","prompt":"hi"}\n' >"$T/prompts-as-model.jsonl"
