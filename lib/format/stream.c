@@ -1323,17 +1323,29 @@ static int seq_parse(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **tok
     sp->rng[1] = kvp_cur_u64(&c);
     if (c.bad)
         return bad_field(rec, err, "sequence meta cut short or label longer than 255 bytes");
+    /* kvp(5): the fields that came later come whole or not at all (a
+     * record that ends inside one was cut, and what it held is lost) */
+    char what[KVP_ERR_MSG_MAX];
+    if (c.left && c.left < 16) {
+        snprintf(what, sizeof what, "sequence meta ends %zu bytes into its times (arrival, first token: 16 bytes)",
+                 c.left);
+        return bad_field(rec, err, what);
+    }
     if (c.left >= 16) { /* the times came later: older streams end before them */
         s->arrival_ns = kvp_cur_u64(&c);
         s->first_ns = kvp_cur_u64(&c);
     }
-    char what[KVP_ERR_MSG_MAX];
     if (seq_bad_fields(s, what, sizeof what))
         return bad_field(rec, err, what);
     if (s->n_prompt > s->n_tokens)
         return bad_field(rec, err, "n_prompt exceeds n_tokens");
     if (rec->data_size != (uint64_t)s->n_tokens * 4)
         return bad_field(rec, err, "token data does not match n_tokens");
+    if (c.left && c.left < 12) {
+        snprintf(what, sizeof what, "sequence meta ends %zu bytes into its cache salt and stop count (12 bytes)",
+                 c.left);
+        return bad_field(rec, err, what);
+    }
     if (c.left >= 12) { /* then the request's salt and stop strings */
         s->cache_salt = kvp_cur_u64(&c);
         s->n_stop = kvp_cur_u32(&c);
@@ -1341,6 +1353,11 @@ static int seq_parse(const kvp_record *rec, kvp_seq_rec *s, const uint32_t **tok
             return rc;
         if (c.left >= 4) /* then the flags, which bring the salt and stops part with them */
             s->flags = kvp_cur_u32(&c);
+        else if (c.left) {
+            snprintf(what, sizeof what, "sequence meta ends %zu bytes into its flags (4 bytes)", c.left);
+            rc = bad_field(rec, err, what);
+        }
+        /* bytes after the flags are a later version's fields: ignored */
     }
     /* a stream is untrusted: an integer id is printed bare, so its label
      * must be digits, and a flag we do not know is not ours to ignore */

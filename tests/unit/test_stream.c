@@ -1896,6 +1896,59 @@ static void test_record_extra_bytes(void)
               err.msg);
 }
 
+/* kvp(5): a sequence record's later fields (the times; the salt and stop
+ * count, then the stop strings; the flags) come whole or not at all: a
+ * meta part that ends inside one is refused (3 bytes of a salt were read
+ * as no salt and no flags); bytes after the flags are a later version's
+ * fields, ignored. */
+static void test_seq_tail(void)
+{
+    kvp_err err = {0};
+    kvp_seq_rec s = {SEQ_VALID, .id = 5, .n_tokens = 2, .n_prompt = 2, .block_size = 16, .next_token = -1,
+                     .cache_salt = 9, .flags = KVP_SEQ_OWN_MAX_TOKENS};
+    uint32_t tokens[2] = {11, 12};
+    const char *p = path_in_tmp("seqtail.kvp");
+    kvp_out out;
+    kvp_writer *w = NULL;
+    CHECK(kvp_out_open(&out, p, &err) == 0 && kvp_writer_open(&w, &out, NULL, &err) == 0);
+    CHECK(kvp_write_sequence(w, &s, tokens, NULL, 0, &err) == 0);
+    CHECK(kvp_writer_finish(w, &err) == 0 && kvp_out_commit(&out, &err) == 0);
+    kvp_writer_free(w);
+    kvp_in in;
+    kvp_reader *r = NULL;
+    kvp_record rec;
+    uint8_t meta[256] = {0};
+    uint32_t full = 0;
+    CHECK(kvp_in_open(&in, p, &err) == 0 && kvp_reader_open(&r, &in, &err) == 0);
+    if (r && kvp_reader_next(r, &rec, &err) == 1 && rec.meta_size + 8 <= sizeof meta) {
+        full = rec.meta_size;
+        memcpy(meta, rec.meta, full);
+    }
+    kvp_reader_free(r);
+    kvp_in_close(&in);
+    CHECK(full > 32);
+    if (full <= 32)
+        return;
+    uint32_t base = full - 32; /* before the times (16), salt and stop count (12), flags (4) */
+    for (uint32_t len = base; len <= full + 8; len++) {
+        int rc = one_record(KVP_KIND_SEQUENCE, meta, len, tokens, sizeof tokens, &err);
+        const char *field = len > base && len < base + 16        ? "its times"
+                            : len > base + 16 && len < base + 28 ? "its cache salt and stop count"
+                            : len > base + 28 && len < full      ? "its flags"
+                                                                 : NULL;
+        uint32_t into = len < base + 16 ? len - base : len < base + 28 ? len - base - 16 : len - base - 28;
+        char text[96];
+        if (!field) {
+            CHECK_MSG(rc == 0, "meta of %u bytes: %s", len, err.msg);
+            continue;
+        }
+        snprintf(text, sizeof text, "ends %u bytes into %s", into, field);
+        CHECK_MSG(rc == KVP_EFORMAT && strstr(err.msg, "record 0 (sequence) at offset 64: sequence meta") &&
+                      strstr(err.msg, text),
+                  "meta of %u bytes: rc %d, %s", len, rc, err.msg);
+    }
+}
+
 /* `test_stream --rewrite IN OUT EDIT`: IN copied record by record to OUT
  * (END recounted), with one edit, for the CLI tests' damaged and extended
  * streams:
@@ -2043,6 +2096,7 @@ int main(int argc, char **argv)
     test_end_counters();
     test_kind_zero();
     test_record_extra_bytes();
+    test_seq_tail();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
