@@ -107,10 +107,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 kvp_seq_stops_free(stop, n_stop);
             }
             break;
-        case KVP_KIND_KV_BLOCK: kvp_kvblock_decode(&rec, &b, &p1, &p2, &p3, &err); break;
+        case KVP_KIND_KV_BLOCK:
+            if (kvp_kvblock_decode(&rec, &b, &p1, &p2, &p3, &err) == 0) {
+                /* kvp(5): fp8_e4m3 and i8 come with their f32 scales, the others with none */
+                int scaled = b.dtype == KVP_DTYPE_FP8_E4M3 || b.dtype == KVP_DTYPE_I8;
+                if (scaled != (p3 != NULL) || (scaled && (b.scale_dtype != KVP_DTYPE_F32 || b.scales_bytes < 4)))
+                    __builtin_trap();
+                if (p3)
+                    (void)*(volatile const uint8_t *)(p3 + b.scales_bytes - 1); /* in bounds */
+            }
+            break;
         case KVP_KIND_BLOCK_REF: kvp_blockref_decode(&rec, &br, &err); break;
         case KVP_KIND_STOP: kvp_stop_decode(&rec, &st, &err); break;
-        case KVP_KIND_END: kvp_end_decode(&rec, &e, &err); break;
+        case KVP_KIND_END:
+            /* kvp(5): 16 counters at least, all of them in the record */
+            if (kvp_end_decode(&rec, &e, &err) == 0) {
+                if (e.n_counts < KVP_KIND_COUNT)
+                    __builtin_trap();
+                (void)*(volatile const uint8_t *)(e.counts_le + 8 * (size_t)e.n_counts - 1);
+            }
+            break;
         default: break;
         }
     }

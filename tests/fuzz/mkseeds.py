@@ -56,14 +56,20 @@ fuzzer starts from deep inside the formats:
                       a stream whose producer was stopped (a STOP record
                       before END):
                         build/tests/test_stream --write-stop tests/fuzz/corpus/kvp/stopped.kvp
-                      and three rewrites of the sample (test_stream --rewrite):
+                      and five rewrites of the sample (test_stream --rewrite):
                       a record of an unknown kind after the sequence record, a
-                      tensor written twice and a config record written twice
-                      (both refused):
+                      tensor written twice, a config record written twice, an
+                      i8 KV block without its scales (the three refused) and
+                      an END of 17 kind counters (a later version's, read):
                         build/tests/test_stream --write-sample s.kvp
                         build/tests/test_stream --rewrite s.kvp tests/fuzz/corpus/kvp/unknown-among-blocks.kvp unknown@4
                         build/tests/test_stream --rewrite s.kvp tests/fuzz/corpus/kvp/bad-dup-tensor.kvp dup@2
                         build/tests/test_stream --rewrite s.kvp tests/fuzz/corpus/kvp/bad-two-configs.kvp dup@0
+                        build/tests/test_stream --rewrite s.kvp tests/fuzz/corpus/kvp/bad-kv-no-scales.kvp noscales@5
+                        build/tests/test_stream --rewrite s.kvp tests/fuzz/corpus/kvp/end-17-counters.kvp end-counters@17
+                      and a KV stream whose block reference names another
+                      parent hash (refused by the sequences' check):
+                        build/tests/test_stream --write-kv tests/fuzz/corpus/kvp/bad-ref-parent.kvp parent
   corpus/heads/       Medusa heads files (specdec --train-heads) for fuzz_heads:
                       not written here but by the C writer, valid (two heads,
                       one head) and damaged (a NaN weight, another arch, a file
