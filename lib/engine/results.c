@@ -1,17 +1,15 @@
 /* results.c - ids already written to a results file (see results.h). */
 #include "results.h"
-#include "io.h"
 #include "json.h"
 #include "wire.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-
-#define RESULTS_MAX_BYTES (UINT64_C(1) << 36) /* 64 GiB of results: far beyond any job */
+#include <unistd.h>
 
 void kvp_idset_init(kvp_idset *s) { kvp_strmap_init(s); }
 
@@ -51,11 +49,12 @@ static const char *id_key(const kvp_json *id, char num[32], const char **key, si
     return NULL;
 }
 
-/* The id of one whole line into done. */
+/* The id of one whole line into done: the line checked whole, its "id"
+ * alone kept (a result's text is not copied). */
 static int line_id(const char *path, uint64_t line, const char *p, size_t n, kvp_idset *done, kvp_err *err)
 {
     kvp_json *v = NULL;
-    int rc = kvp_json_parse_line(&v, p, n, path, line, err);
+    int rc = kvp_json_parse_line_member(&v, p, n, path, line, "id", err);
     if (rc < 0)
         return rc;
     char num[32];
@@ -71,39 +70,86 @@ static int line_id(const char *path, uint64_t line, const char *p, size_t n, kvp
     return rc < 0 ? kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for its ids", path) : 0;
 }
 
+/* The scan's state: the bytes of the line in hand (and what follows it of
+ * the last read) in buf, grown only for a line longer than it. */
+typedef struct scan {
+    const char *path;
+    int fd;
+    char *buf;
+    size_t cap, len;   /* buf[0..len): the current line's start onward */
+    uint64_t at;       /* the file offset of buf[0] */
+    uint64_t line;     /* whole lines taken */
+} scan;
+
+/* More bytes after buf[0..len), the buffer doubled when the line fills it:
+ * the count read (0 at the end), or a code naming the file. */
+static int scan_fill(scan *sc, kvp_err *err)
+{
+    if (sc->len == sc->cap) {
+        if (sc->cap > KVP_JSON_MAX_SIZE)
+            return kvp_err_set(err, KVP_ELIMIT, "%s:%" PRIu64 ": a line of over %llu bytes: not a result line",
+                               sc->path, sc->line + 1, (unsigned long long)KVP_JSON_MAX_SIZE);
+        char *b = realloc(sc->buf, sc->cap * 2);
+        if (!b)
+            return kvp_err_set(err, KVP_ENOMEM, "%s:%" PRIu64 ": out of memory for a line of %zu bytes", sc->path,
+                               sc->line + 1, sc->len);
+        sc->buf = b;
+        sc->cap *= 2;
+    }
+    ssize_t n;
+    while ((n = read(sc->fd, sc->buf + sc->len, sc->cap - sc->len)) < 0 && errno == EINTR)
+        ;
+    if (n < 0)
+        return kvp_err_set(err, KVP_EIO, "%s: %s", sc->path, strerror(errno));
+    /* a KV stream, a model: no line of it is a result */
+    const char *nul = memchr(sc->buf + sc->len, 0, (size_t)n);
+    if (nul)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: byte %" PRIu64 " is NUL: a binary file, not results (JSON Lines)",
+                           sc->path, sc->at + (uint64_t)(nul - sc->buf));
+    sc->len += (size_t)n;
+    return (int)(n > 0);
+}
+
 int kvp_results_scan(const char *path, kvp_idset *done, uint64_t *whole, kvp_err *err)
 {
     *whole = 0;
-    struct stat st;
-    if (stat(path, &st) != 0 && errno == ENOENT)
+    scan sc = {.path = path, .cap = 1 << 16};
+    while ((sc.fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 && errno == EINTR)
+        ;
+    if (sc.fd < 0 && errno == ENOENT)
         return 0; /* nothing written yet */
-    uint8_t *data = NULL;
-    size_t len = 0;
-    int rc = kvp_read_file(path, RESULTS_MAX_BYTES, &data, &len, err);
-    if (rc < 0)
-        return rc;
-    const char *p = (const char *)data;
-    const char *nul = memchr(p, 0, len);
-    if (nul) { /* a KV stream, a model: no line of it is a result */
-        size_t at = (size_t)(nul - p);
-        free(data);
-        return kvp_err_set(err, KVP_EFORMAT, "%s: byte %zu is NUL: a binary file, not results (JSON Lines)", path, at);
+    if (sc.fd < 0)
+        return kvp_err_set(err, KVP_EIO, "%s: %s", path, strerror(errno));
+    if (!(sc.buf = malloc(sc.cap))) {
+        close(sc.fd);
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", path);
     }
-    size_t start = 0;
-    uint64_t line = 0;
-    for (size_t i = 0; i < len && rc == 0; i++) {
-        if (p[i] != '\n')
-            continue;
-        line++;
-        size_t b = start;
-        while (b < i && (p[b] == ' ' || p[b] == '\t' || p[b] == '\r'))
-            b++;
-        if (b < i)
-            rc = line_id(path, line, p + start, i - start, done, err);
-        start = i + 1;
-        if (rc == 0)
-            *whole = start;
+    /* A line at a time: the memory of the longest line, whatever the
+     * file's length.  What follows the last newline is a killed run's
+     * cut-off line (or nothing): left out, *whole ending before it. */
+    size_t scanned = 0; /* buf[0..scanned) holds no newline */
+    int rc;
+    while ((rc = scan_fill(&sc, err)) > 0) {
+        size_t start = 0;
+        for (char *nl; (nl = memchr(sc.buf + scanned, '\n', sc.len - scanned)) != NULL && rc >= 0;) {
+            size_t i = (size_t)(nl - sc.buf), b = start;
+            sc.line++;
+            while (b < i && (sc.buf[b] == ' ' || sc.buf[b] == '\t' || sc.buf[b] == '\r'))
+                b++;
+            if (b < i)
+                rc = line_id(path, sc.line, sc.buf + start, i - start, done, err);
+            start = scanned = i + 1;
+            if (rc >= 0)
+                *whole = sc.at + start;
+        }
+        if (rc < 0)
+            break;
+        memmove(sc.buf, sc.buf + start, sc.len - start);
+        sc.len -= start;
+        sc.at += start;
+        scanned = sc.len;
     }
-    free(data);
-    return rc;
+    free(sc.buf);
+    close(sc.fd);
+    return rc < 0 ? rc : 0;
 }

@@ -11,7 +11,9 @@
  * is not a JSON object with such an id (an empty string, a NUL in it, an
  * integer past int64 or a fraction are not) is an error naming the file
  * and line: a results file someone edited by hand should not be silently
- * half-trusted.
+ * half-trusted.  The file is read a line at a time, each whole line checked
+ * as strictly as a parse but only its id kept: a night's results of any
+ * length take the memory of the longest line (at most 1 GiB) and the ids.
  */
 #ifndef KVP_RESULTS_H
 #define KVP_RESULTS_H

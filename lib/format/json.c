@@ -22,6 +22,8 @@ typedef struct jp {
     uint64_t line0;   /* > 0: the text is line line0 of the file name names (kvp_json_parse_line) */
     const char *key;  /* the object key whose value is being parsed: messages name the field */
     size_t key_len;
+    const char *only; /* kvp_json_parse_line_member: the root member whose value is kept (NULL: all) */
+    int skim;         /* > 0 inside a value that is checked and dropped: its strings are not copied */
 } jp;
 
 void kvp_json_linecol(const char *text, size_t len, size_t pos, int *line, int *col)
@@ -190,24 +192,58 @@ static int parse_escape(jp *p, char *o, size_t *olen)
     return 0;
 }
 
+/* How many of s[0..n) from the start are ASCII that a string holds as it
+ * is (no control byte, quote or backslash): eight at a time, since a
+ * result line is mostly such text. */
+static size_t plain_ascii(const unsigned char *s, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t w, q, b;
+        memcpy(&w, s + k, 8);
+        q = w ^ (ones * '"');
+        b = w ^ (ones * '\\');
+        /* a byte with its high bit set, below 0x20, or zero after the xor */
+        if ((w | ((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((b - ones) & ~b)) & highs)
+            break;
+    }
+    while (k < n && s[k] >= 0x20 && s[k] < 0x80 && s[k] != '"' && s[k] != '\\')
+        k++;
+    return k;
+}
+
 /* A string starting at the quote p->s[p->i]. The decoded text is never
- * longer than the source, so one allocation of the source span suffices. */
+ * longer than the source, so one allocation of the source span suffices.
+ * Skimming (p->skim) checks it alike and copies nothing: *out NULL. */
 static int parse_string(jp *p, char **out, size_t *outlen)
 {
     size_t start = p->i++;
     size_t end = p->i;
-    while (end < p->n && p->s[end] != '"') /* find the closing quote, skipping escapes */
-        end += p->s[end] == '\\' ? 2 : 1;
+    while (end < p->n) { /* find the closing quote, skipping escapes */
+        end += plain_ascii(p->s + end, p->n - end);
+        if (end >= p->n || p->s[end] == '"')
+            break;
+        end += p->s[end] == '\\' ? 2 : 1; /* an escape's byte is no quote (and may be past the end) */
+    }
     if (end >= p->n)
         return jp_fail(p, KVP_EFORMAT, start, "unterminated string");
-    char *o = malloc(end - start);
+    char scratch[8]; /* skimming: one character at a time, dropped */
+    char *o = p->skim ? scratch : malloc(end - start);
     if (!o)
         return jp_fail(p, KVP_ENOMEM, start, "out of memory for a string of %zu bytes", end - start);
     size_t olen = 0;
     while (p->i < end) {
         unsigned char c = p->s[p->i];
         int rc = 0;
-        if (c == '\\') {
+        if (p->skim)
+            olen = 0;
+        size_t run = plain_ascii(p->s + p->i, end - p->i); /* valid as it is */
+        if (run) {
+            if (!p->skim)
+                memcpy(o + olen, p->s + p->i, run), olen += run;
+            p->i += run;
+        } else if (c == '\\') {
             p->i++;
             rc = parse_escape(p, o, &olen);
         } else if (c < 0x20) {
@@ -224,11 +260,17 @@ static int parse_string(jp *p, char **out, size_t *outlen)
             }
         }
         if (rc) {
-            free(o);
+            if (!p->skim)
+                free(o);
             return rc;
         }
     }
     p->i = end + 1;
+    if (p->skim) {
+        *out = NULL;
+        *outlen = 0;
+        return 0;
+    }
     o[olen] = '\0';
     *out = o;
     *outlen = olen;
@@ -413,7 +455,10 @@ static int parse_object(jp *p, kvp_json *v)
         kvp_json *child = &v->items[v->n];
         memset(child, 0, sizeof *child);
         v->keys[v->n] = NULL;
+        int skim = p->skim;
+        p->skim = 0; /* keys are kept even in a value skimmed: a duplicate is an error there too */
         int rc = parse_string(p, &v->keys[v->n], &v->key_lens[v->n]);
+        p->skim = skim;
         if (rc)
             return rc;
         skip_ws(p);
@@ -424,7 +469,18 @@ static int parse_object(jp *p, kvp_json *v)
         p->i++;
         skip_ws(p);
         p->key = v->keys[v->n], p->key_len = v->key_lens[v->n];
+        /* kvp_json_parse_line_member: a root member but the one asked for
+         * is checked, then dropped (null, where it was: its key stays) */
+        int drop = p->only && p->depth == 1 &&
+                   (strlen(p->only) != p->key_len || memcmp(p->only, p->key, p->key_len) != 0);
+        p->skim += drop;
         rc = parse_value(p, child);
+        p->skim -= drop;
+        if (drop) {
+            size_t pos = child->pos; /* a duplicate key's message points at it */
+            json_clear(child);
+            child->pos = pos;
+        }
         v->n++;
         if (rc)
             return rc;
@@ -486,10 +542,11 @@ static int parse_value(jp *p, kvp_json *v)
     }
 }
 
-static int parse_text(kvp_json **out, const char *text, size_t len, const char *name, uint64_t line0, kvp_err *err)
+static int parse_text(kvp_json **out, const char *text, size_t len, const char *name, uint64_t line0,
+                      const char *only, kvp_err *err)
 {
     *out = NULL;
-    jp p = {(const unsigned char *)text, len, 0, 0, name ? name : "<json>", err, line0, NULL, 0};
+    jp p = {(const unsigned char *)text, len, 0, 0, name ? name : "<json>", err, line0, NULL, 0, only, 0};
     if (len > KVP_JSON_MAX_SIZE)
         return kvp_err_set(err, KVP_ELIMIT, "%s: %zu bytes of JSON exceed the limit %llu", p.name, len,
                            (unsigned long long)KVP_JSON_MAX_SIZE);
@@ -515,12 +572,18 @@ static int parse_text(kvp_json **out, const char *text, size_t len, const char *
 
 int kvp_json_parse(kvp_json **out, const char *text, size_t len, const char *name, kvp_err *err)
 {
-    return parse_text(out, text, len, name, 0, err);
+    return parse_text(out, text, len, name, 0, NULL, err);
 }
 
 int kvp_json_parse_line(kvp_json **out, const char *text, size_t len, const char *path, uint64_t line, kvp_err *err)
 {
-    return parse_text(out, text, len, path, line ? line : 1, err);
+    return parse_text(out, text, len, path, line ? line : 1, NULL, err);
+}
+
+int kvp_json_parse_line_member(kvp_json **out, const char *text, size_t len, const char *path, uint64_t line,
+                               const char *key, kvp_err *err)
+{
+    return parse_text(out, text, len, path, line ? line : 1, key, err);
 }
 
 int kvp_json_parse_file(kvp_json **out, const char *path, uint64_t max, kvp_err *err)

@@ -52,6 +52,14 @@ int kvp_json_parse(kvp_json **out, const char *text, size_t len, const char *nam
 /* The same for line `line` of a JSON Lines file at path: messages say
  * "path:LINE:COL: what", the file's line and the column in it. */
 int kvp_json_parse_line(kvp_json **out, const char *text, size_t len, const char *path, uint64_t line, kvp_err *err);
+/* The same, the line checked as strictly (the same codes and messages),
+ * but the tree keeps the value of the root object's member key alone: the
+ * other members' values are checked, not copied, and left null (their keys
+ * stay, so a duplicate is still an error).  For a JSON Lines file read for
+ * one field of each line (decode --resume reads its results for their
+ * ids): a line of long strings costs no copy of them. */
+int kvp_json_parse_line_member(kvp_json **out, const char *text, size_t len, const char *path, uint64_t line,
+                               const char *key, kvp_err *err);
 /* Read path ("-" for stdin, at most max bytes) and parse it. */
 int kvp_json_parse_file(kvp_json **out, const char *path, uint64_t max, kvp_err *err);
 void kvp_json_free(kvp_json *v);

@@ -1,6 +1,7 @@
 /* fuzz_json.c - libFuzzer harness: the strict JSON parser on arbitrary
  * bytes, then a walk of the whole tree through the lookup functions (every
- * key found again by name, every integer conversion). */
+ * key found again by name, every integer conversion); the parse for one
+ * member against the whole one. */
 #include "json.h"
 
 #include <stdint.h>
@@ -53,10 +54,36 @@ static void walk(const kvp_json *v, int depth)
     }
 }
 
+/* The line parsed for its "id" alone is checked as strictly: the same
+ * verdict and message as the whole parse, the same id, the rest null. */
+static void same_member(const uint8_t *data, size_t size)
+{
+    kvp_json *a = NULL, *b = NULL;
+    kvp_err ea = {0}, eb = {0};
+    int ra = kvp_json_parse_line(&a, (const char *)data, size, "<fuzz>", 1, &ea);
+    int rb = kvp_json_parse_line_member(&b, (const char *)data, size, "<fuzz>", 1, "id", &eb);
+    if (ra != rb || (ra < 0 && strcmp(ea.msg, eb.msg) != 0) || (ra == 0) != (b != NULL))
+        abort();
+    if (ra == 0) {
+        const kvp_json *ia = kvp_json_get(a, "id"), *ib = kvp_json_get(b, "id");
+        if ((ia == NULL) != (ib == NULL) || a->type != b->type || a->n != b->n)
+            abort();
+        if (ia && (ia->type != ib->type || ia->len != ib->len || (ia->str && memcmp(ia->str, ib->str, ia->len)) ||
+                   (ia->type == KVP_JSON_NUMBER && ia->num != ib->num)))
+            abort();
+        for (size_t k = 0; b->type == KVP_JSON_OBJECT && k < b->n; k++)
+            if (&b->items[k] != ib && b->items[k].type != KVP_JSON_NULL)
+                abort();
+    }
+    kvp_json_free(a);
+    kvp_json_free(b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     kvp_json *root;
     kvp_err err = {0};
+    same_member(data, size);
     if (kvp_json_parse(&root, (const char *)data, size, "<fuzz>", &err) != 0) {
         if (err.code >= 0 || !err.msg[0] || root)
             abort();

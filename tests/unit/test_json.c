@@ -1,6 +1,7 @@
 /* test_json.c - the strict JSON parser: values, escapes, UTF-8, limits,
  * error positions, lookups, and hostile inputs (truncation at every offset,
- * bit flips) that must fail with a message and never crash. */
+ * bit flips) that must fail with a message and never crash; a line parsed
+ * for one member checked as strictly as a whole one. */
 #include "json.h"
 #include "unit.h"
 
@@ -308,9 +309,138 @@ static void test_parse_line(void)
     kvp_json_free(j);
 }
 
+/* Strings are taken eight plain bytes at a time: a control byte, quote,
+ * backslash or UTF-8 sequence at any offset of a long run is still seen
+ * where it is (its column), and text decodes the same. */
+static void test_string_runs(void)
+{
+    for (size_t at = 0; at < 27; at++) {
+        char doc[80], want[32];
+        kvp_json *j = NULL;
+        kvp_err err = {0};
+        memset(want, 'a', 26);
+        want[26] = 0;
+        snprintf(doc, sizeof doc, "\"%s\"", want);
+        doc[1 + at] = 0x1f; /* at 26: in place of the closing quote */
+        char col[32];
+        snprintf(col, sizeof col, "t.json:1:%zu: raw control", at + 2);
+        CHECK_MSG(parse(doc, &j, &err) == KVP_EFORMAT && strstr(err.msg, at < 26 ? col : "unterminated"), "%zu: %s",
+                  at, err.msg);
+        kvp_json_free(j);
+        /* the text ends in a backslash after the run: its escape would be
+         * past the end (read there once, under ASan a fault) */
+        char cut[40];
+        snprintf(cut, sizeof cut, "\"%.*s\\", (int)at, want);
+        CHECK_MSG(kvp_json_parse(&j, cut, strlen(cut), "t.json", &err) == KVP_EFORMAT && strstr(err.msg, "unterminated"),
+                  "%zu: %s", at, err.msg);
+        kvp_json_free(j);
+        if (at >= 25)
+            continue;
+        memcpy(doc + 1 + at, "\\n", 2); /* an escape */
+        want[at] = '\n';
+        memmove(want + at + 1, want + at + 2, 26 - at - 1);
+        CHECK_MSG(parse(doc, &j, &err) == 0 && j->len == 25 && memcmp(j->str, want, 25) == 0, "%zu: %s", at,
+                  err.msg);
+        kvp_json_free(j);
+        memcpy(doc + 1 + at, "\xc3\xa9", 2); /* a character past ASCII */
+        CHECK_MSG(parse(doc, &j, &err) == 0 && j->len == 26 && memcmp(j->str + at, "\xc3\xa9", 2) == 0, "%zu: %s",
+                  at, err.msg);
+        kvp_json_free(j);
+        doc[1 + at] = '\xff'; /* not UTF-8 */
+        snprintf(col, sizeof col, "t.json:1:%zu: invalid UTF-8", at + 2);
+        CHECK_MSG(parse(doc, &j, &err) == KVP_EFORMAT && strstr(err.msg, col), "%zu: %s", at, err.msg);
+        kvp_json_free(j);
+    }
+}
+
+/* kvp_json_parse_line_member: the line as strictly checked as by
+ * kvp_json_parse_line (every fault, with the same message), only the one
+ * root member kept; the others null, their keys still there. */
+static void same_as_parse_line(const char *text, size_t n, int *same, int *parsed)
+{
+    kvp_json *a = NULL, *b = NULL;
+    kvp_err ea = {0}, eb = {0};
+    int ra = kvp_json_parse_line(&a, text, n, "r.jsonl", 3, &ea);
+    int rb = kvp_json_parse_line_member(&b, text, n, "r.jsonl", 3, "id", &eb);
+    if (ra != rb || (ra < 0 && strcmp(ea.msg, eb.msg) != 0) || (ra == 0) != (b != NULL))
+        *same = 0;
+    if (ra == 0 && b) {
+        *parsed += 1;
+        const kvp_json *ia = kvp_json_get(a, "id"), *ib = kvp_json_get(b, "id");
+        if ((ia == NULL) != (ib == NULL) || (ia && (ia->type != ib->type || ia->num != ib->num ||
+                                                    ia->len != ib->len || (ia->str && memcmp(ia->str, ib->str, ia->len)))))
+            *same = 0;
+        for (size_t k = 0; b->type == KVP_JSON_OBJECT && k < b->n; k++)
+            if (strcmp(b->keys[k], "id") != 0 && (b->items[k].type != KVP_JSON_NULL || b->items[k].str))
+                *same = 0;
+        if (a->type != b->type || a->n != b->n)
+            *same = 0;
+    }
+    kvp_json_free(a);
+    kvp_json_free(b);
+}
+
+static void test_parse_line_member(void)
+{
+    kvp_json *j = NULL;
+    kvp_err err = {0};
+    static const char line[] = "{\"text\":\"Once upon a time, \\\"x\\\" \xc3\xa9\",\"id\":\"r7\",\"n\":[1,{\"a\":2}]}";
+    CHECK_MSG(kvp_json_parse_line_member(&j, line, sizeof line - 1, "r.jsonl", 1, "id", &err) == 0, "%s", err.msg);
+    if (j) {
+        CHECK_STR(kvp_json_get_str(j, "id"), "r7");
+        CHECK(kvp_json_get(j, "text") && kvp_json_get(j, "text")->type == KVP_JSON_NULL);
+        CHECK(kvp_json_get(j, "n") && kvp_json_get(j, "n")->type == KVP_JSON_NULL);
+    }
+    kvp_json_free(j);
+    /* faults in the members dropped are faults still, said alike */
+    static const char *const faults[] = {
+        "{\"id\":1,\"text\":\"a\",\"text\":\"b\"}",          /* a duplicate key dropped */
+        "{\"id\":1,\"text\":\"ab\xff\"}",                    /* not UTF-8 */
+        "{\"id\":1,\"text\":\"a\x01\"}",                     /* a control byte */
+        "{\"id\":1,\"text\":\"\\ud800\"}",                   /* a lone surrogate */
+        "{\"id\":1,\"m\":{\"a\":1,\"a\":2}}",                /* a duplicate inside */
+        "{\"id\":1,\"text\":\"a\",\"id\":2}",                /* the kept key twice */
+        "{\"id\":1,\"text\":\"a\"} x",                       /* trailing bytes */
+        "{\"id\":1,\"text\":\"a",                            /* cut off */
+        "{\"id\":1,\"t\":1e999}",                            /* a number out of range */
+    };
+    int same = 1, parsed = 0;
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
+        int before = same;
+        same_as_parse_line(faults[i], strlen(faults[i]), &same, &parsed);
+        CHECK_MSG(same == before, "fault %zu said otherwise", i);
+    }
+    CHECK_EQ_I64(parsed, 0);
+    /* and every mutation of a result line: the same verdict, message, id */
+    const char *doc = "{\"id\":\"q12\",\"text\":\"The river number 1 is \\u00e9 \xc3\xa9 a \\\"long\\\" one\","
+                      "\"tokens\":16,\"finish_reason\":\"length\",\"m\":{\"a\":[1,2]},\"ttft_ms\":1.5}";
+    const char alphabet[] = "{}[]:,\"\\u0123456789eE+-.tfnrl \n\x80\xc3\xff\x01id";
+    size_t len = strlen(doc);
+    uint64_t seed = 0x2545f4914f6cdd1dull;
+    char buf[256];
+    for (int iter = 0; iter < 20000; iter++) {
+        memcpy(buf, doc, len);
+        size_t n = len;
+        for (int e = 0; e < 1 + iter % 3; e++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (size_t)(seed >> 33) % n;
+            char ch = alphabet[(seed >> 20) % (sizeof alphabet - 1)];
+            if ((seed >> 10) % 2)
+                buf[at] = ch;
+            else if (n > 1)
+                memmove(buf + at, buf + at + 1, n - at - 1), n--;
+        }
+        same_as_parse_line(buf, n, &same, &parsed);
+    }
+    CHECK(same);
+    CHECK(parsed > 0);
+}
+
 int main(void)
 {
     test_parse_line();
+    test_string_runs();
+    test_parse_line_member();
     test_values();
     test_errors();
     test_many_keys();

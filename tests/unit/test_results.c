@@ -1,10 +1,11 @@
 /* test_results.c - the ids a results file already holds (decode --resume):
  * whole lines only, string and integer ids (7 and "7" one key), the cut-off
  * last line left out, a broken whole line or a bad id an error naming file
- * and line; the id set itself. */
+ * and line; the id set itself; the file read a line at a time. */
 #include "results.h"
 #include "unit.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/kvp-results-XXXXXX";
@@ -121,6 +122,71 @@ static void test_keys(void)
     }
 }
 
+/* The scan streams the file a line at a time: a results file far larger
+ * than its longest line takes the memory of that line, not its own length
+ * (decode --resume on a night's 300 MB of results held them all, and a
+ * copy of every text); lines across reads and a line longer than the
+ * buffer are whole lines still, a NUL anywhere named at its offset. */
+static void test_stream(void)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/big.jsonl", dir);
+    FILE *f = fopen(path, "wb");
+    /* few long lines: what the scan allocates a line (and a sanitizer's
+     * quarantine keeps of it) stays far below the file's length */
+    static char text[32768];
+    memset(text, 'x', sizeof text - 1);
+    enum { LINES = 1024 };
+    for (int i = 0; i < LINES; i++)
+        fprintf(f, "{\"id\":\"r%d\",\"text\":\"%s\",\"tokens\":700}\n", i, text);
+    fputs("{\"id\":\"long\",\"text\":\"", f); /* past the first buffer's 64 KiB */
+    for (int i = 0; i < 6; i++)
+        fputs(text, f);
+    fputs("\"}\n{\"id\":\"cut\",\"text\":\"xx", f);
+    long size = ftell(f);
+    fclose(f);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    long before = ru.ru_maxrss; /* KiB */
+    kvp_idset s;
+    kvp_err err = {0};
+    uint64_t whole = 0;
+    kvp_idset_init(&s);
+    CHECK_MSG(kvp_results_scan(path, &s, &whole, &err) == 0, "%s", err.msg);
+    getrusage(RUSAGE_SELF, &ru);
+    CHECK_EQ_U64(s.n, LINES + 1);
+    CHECK(kvp_idset_has(&s, "r1023", 5) && kvp_idset_has(&s, "long", 4) && !kvp_idset_has(&s, "cut", 3));
+    CHECK_EQ_U64(whole, (uint64_t)size - strlen("{\"id\":\"cut\",\"text\":\"xx"));
+    CHECK_MSG(ru.ru_maxrss - before < 8192, "the scan of %ld MiB grew the peak memory by %ld KiB", size >> 20,
+              ru.ru_maxrss - before);
+    kvp_idset_free(&s);
+
+    /* a NUL in a later read, named at its offset in the file */
+    f = fopen(path, "wb");
+    for (int i = 0; i < 5; i++)
+        fprintf(f, "{\"id\":\"r%d\",\"text\":\"%s\"}\n", i, text);
+    long at = ftell(f) + 3;
+    fputs("{\"i", f);
+    fputc(0, f);
+    fputs("d\":1}\n", f);
+    fclose(f);
+    kvp_idset_init(&s);
+    char want[64];
+    snprintf(want, sizeof want, "big.jsonl: byte %ld is NUL: a binary file", at);
+    CHECK_MSG(kvp_results_scan(path, &s, &whole, &err) == KVP_EFORMAT && strstr(err.msg, want), "%s", err.msg);
+    kvp_idset_free(&s);
+    /* a broken line after the first read names its line */
+    f = fopen(path, "wb");
+    for (int i = 0; i < 5; i++)
+        fprintf(f, "{\"id\":\"r%d\",\"text\":\"%s\"}\n", i, text);
+    fputs("{\"id\":\"r5\",\"text\":\"a\"\n{\"id\":\"r6\"}\n", f);
+    fclose(f);
+    kvp_idset_init(&s);
+    CHECK_MSG(kvp_results_scan(path, &s, &whole, &err) == KVP_EFORMAT && strstr(err.msg, "big.jsonl:6:"), "%s",
+              err.msg);
+    kvp_idset_free(&s);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir))
@@ -128,6 +194,7 @@ int main(void)
     test_idset();
     test_scan();
     test_keys();
+    test_stream();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
