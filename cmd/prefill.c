@@ -136,6 +136,8 @@ static void list_file_tokens(kvp_run *r, const kvp_runopts *o)
         kvp_cli_die_err(&err);
     kvp_prompt cur, next;
     int have = kvp_prompts_reader_next(rd, &cur, &err), several = -1;
+    if (have == 0)
+        kvp_cli_warn("note: %s: no prompt in the file: no tokens to list", o->file);
     for (size_t i = 0; have > 0; i++) {
         uint64_t line = kvp_prompts_reader_line(rd);
         int more = kvp_prompts_reader_next(rd, &next, &err);
@@ -419,6 +421,8 @@ static void prefill_file(pf_job *j, const char *output)
             fail(j, &err, NULL);
         if (got == 0) {
             j->read_all = 1;
+            if (i == 0) /* a stream of no sequences, as a job of no request gives (decode reads it so) */
+                kvp_cli_warn("note: %s: no prompt in the file: a stream of no sequences", o->file);
             break;
         }
         uint64_t arrival = kvp_gen_wall_ns();

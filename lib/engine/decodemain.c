@@ -1331,6 +1331,9 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_batch_source src0 = kvp_jobsrc_source(js);
         if (kvp_batch_run(r.engine, r.kc, r.tok, &bo0, &src0, compare_collect, &cmp, &cmp.st, &err) < 0)
             die_job(&err, &once);
+        /* a measurement of no request would print a speedup of nothing */
+        if (o.file && kvp_jobsrc_read_all(js) && kvp_jobsrc_total(js) == 0)
+            kvp_cli_die("%s: no prompt in the file: nothing to compare", once.fd >= 0 ? once.file : o.file);
         qsort(cmp.v, cmp.n, sizeof *cmp.v, ref_cmp);
         kvp_metrics_free(&m0);
         kvp_jobsrc_free(js);
@@ -1418,6 +1421,10 @@ int kvp_decode_main(int argc, char **argv, int spec)
         die_job(&err, &once);
     if (hd.failed) /* the run finished without drafts; what broke them is still a fault */
         kvp_cli_die_err(&hd.err);
+    /* an empty prompts file or pipe is a job of no request (a cron night
+     * with nothing to do), as a shard given none is: said, not failed */
+    if (o.file && kvp_jobsrc_read_all(js) && kvp_jobsrc_total(js) == 0)
+        kvp_cli_warn("note: %s: no prompt in the file: no request to run", once.fd >= 0 ? once.file : o.file);
     /* a KV stream whose producer (prefill) was stopped: whole, yet not all
      * that was asked for; said below, the status says the job is not done,
      * and --kv-out's stream says so too */

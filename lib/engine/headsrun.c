@@ -153,6 +153,10 @@ static int answer_pass(kvp_run *r, kvp_runopts *o, answers *a, kvp_err *err)
     kvp_batch_source src = kvp_jobsrc_source(js);
     kvp_batch_stats st;
     rc = kvp_batch_run(r->engine, r->kc, r->tok, &bo, &src, take_answer, a, &st, err);
+    /* heads learn from answers: no prompt gives nothing to train, and
+     * writing untrained heads would pass for a result */
+    if (rc == 0 && kvp_jobsrc_read_all(js) && kvp_jobsrc_total(js) == 0)
+        rc = kvp_err_set(err, KVP_EFORMAT, "%s: no prompt in the file: nothing to train the heads on", o->file);
     kvp_jobsrc_free(js);
     if (rc == 0 && a->oom)
         rc = kvp_err_set(err, KVP_ENOMEM, "heads training: out of memory for the answers");

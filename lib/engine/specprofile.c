@@ -325,7 +325,7 @@ static void run_reference(profile *p)
     run_prompts(p, NULL, NULL, 0, UINT32_MAX, o, &st);
     close_engine(p);
     if (!o->n)
-        kvp_cli_die("%s: no prompts", p->o->file);
+        kvp_cli_die("%s: no prompt in the file: nothing to profile", p->o->file);
     if (o->n > UINT32_MAX - 1)
         kvp_cli_die("%s: more than %u prompts", p->o->file, UINT32_MAX - 1);
     if (!o->gen_tokens)

@@ -705,8 +705,7 @@ int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err)
     }
     int rc = 0;
     if (rd->mode == MODE_UNKNOWN) {
-        if (rd->n == 0) /* nothing but blanks */
-            rc = kvp_err_set(&rd->e, KVP_EFORMAT, "%s: no prompt in the file", rd->path);
+        return 0; /* nothing but blanks: no prompt, which each program judges (a night with nothing to do) */
     } else if (rd->mode == MODE_TEXT) {
         if (rd->text_done)
             return 0;

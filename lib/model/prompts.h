@@ -98,8 +98,9 @@ void kvp_prompts_free(kvp_prompts *ps);
  * longer than KVP_NAME_MAX bytes is KVP_EINVAL. */
 int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, size_t len, kvp_err *err);
 /* Add the prompts of a file ("-" is stdin), all of them (a
- * kvp_prompts_reader to the end); an "id" longer than KVP_NAME_MAX bytes (a
- * sequence record's label) is KVP_EFORMAT naming the line. */
+ * kvp_prompts_reader to the end: none from an empty one); an "id" longer
+ * than KVP_NAME_MAX bytes (a sequence record's label) is KVP_EFORMAT naming
+ * the line. */
 int kvp_prompts_read_file(kvp_prompts *ps, const char *path, kvp_err *err);
 /* How many requests the prompts file at path holds, by the reader's rules
  * (a byte order mark skipped; a file whose first non-blank byte is not '{'
@@ -128,9 +129,11 @@ int kvp_prompts_reader_open(kvp_prompts_reader **rd, const char *path, const kvp
 void kvp_prompts_reader_free(kvp_prompts_reader *rd);
 /* The next prompt into *p (the caller's: kvp_prompt_free), reading only up
  * to the end of its line (on a pipe, waiting for it): 1, or 0 at the end
- * of the input, or a code naming the file and line (an empty input is
- * KVP_EFORMAT "no prompt in the file"; a repeated id KVP_EFORMAT naming the
- * id and both lines).  After a failure every later call fails the same way. */
+ * of the input, or a code naming the file and line (a repeated id
+ * KVP_EFORMAT naming the id and both lines).  After a failure every later
+ * call fails the same way.  An input of no prompt (empty, blank lines, a
+ * byte order mark alone) ends at once, no error: a batch job's night with
+ * nothing to do; a caller that needs a prompt says so. */
 int kvp_prompts_reader_next(kvp_prompts_reader *rd, kvp_prompt *p, kvp_err *err);
 /* 1 when kvp_prompts_reader_next would not wait for input (a file; a
  * whole line, the end or a failure at hand), 0 when it would wait on a

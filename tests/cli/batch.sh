@@ -153,6 +153,30 @@ before=$(wc -l <"$T/out.jsonl")
 run decode -m "$M" -t 2 -f "$T/p.jsonl" -n 8 --max-num-seqs 1 --resume "$T/out.jsonl"
 expect_status 0 "resuming a finished job"
 if [ "$(wc -l <"$T/out.jsonl")" = "$before" ]; then pass "adds nothing"; else fail "a finished job grew"; fi
+# A night with nothing to do (`gen | decode -f - --resume OUT` from cron):
+# an empty input is a job of no request, as a shard given none is: exit 0,
+# a note, the statistics; OUT keeps its lines (it was an error, and --stats
+# was not written)
+cp "$T/out.jsonl" "$T/night.jsonl"
+run_sh "printf '' | decode -m '$M' -t 2 -f - -n 8 --resume '$T/night.jsonl' --stats='$T/night.json'"
+expect_status 0 "an empty pipe with --resume: no request, exit 0"
+expect_err_has "decode: note: -: no prompt in the file: no request to run" "a note says so"
+expect_true "the results file is as it was" cmp -s "$T/out.jsonl" "$T/night.jsonl"
+expect_true "--stats=FILE is written, of no request" grep -q '^{"requests":0,"kv_memory":0,' "$T/night.json"
+printf '\n  \n' >"$T/blank.jsonl"
+run decode -m "$M" -t 2 -f "$T/blank.jsonl" -n 8 --resume "$T/new.jsonl" --stats
+expect_status 0 "blank lines alone, a new --resume file: exit 0"
+expect_err_has "note: $T/blank.jsonl: no prompt in the file" "the note names the file"
+expect_err_has "decode: 0 sequences, 0 tokens" "--stats says what ran: nothing"
+expect_true "the new results file is there, empty" sh -c "test -f '$T/new.jsonl' && ! test -s '$T/new.jsonl'"
+run decode -m "$M" -t 2 -f "$T/blank.jsonl" -n 8
+expect_status 0 "blank lines alone to standard output: exit 0"
+expect_out_empty "no result line"
+# prefill's stream of an empty input holds no sequence; decode runs none
+run_sh "printf '' | prefill -m '$M' -t 2 -f - | decode -m '$M' -t 2 -n 2 --stats"
+expect_status 0 "prefill -f of an empty pipe into decode: exit 0"
+expect_err_has "prefill: note: -: no prompt in the file: a stream of no sequences" "prefill says so"
+expect_err_has "decode: 0 sequences, 0 tokens" "decode runs no request"
 # A closed standard descriptor is no free number for the files opened
 # after it: standard error closed, the field's note and the --stats
 # summary went into the --resume file (descriptor 2); standard input

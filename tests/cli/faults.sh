@@ -213,7 +213,10 @@ fi
 long=$(awk 'BEGIN { for (i = 0; i < 9000; i++) printf "word "; }')
 for p in prefill decode; do
     runtime_case $p "a prompt past the model's context" "the model's context" $p -m "$M" -t 2 -p "$long"
-    runtime_case $p "an empty prompts file" "no prompt" $p -m "$M" -t 2 -f "$T/empty"
+    # no prompt is no request: a batch job with nothing to do (batch.sh)
+    run $p -m "$M" -t 2 -f "$T/empty" </dev/null
+    expect_status 0 "$p: an empty prompts file: no request, exit 0"
+    expect_err_has "$p: note: $T/empty: no prompt in the file" "$p: an empty prompts file: a note says so"
     runtime_case $p "a directory as the prompts file" "is a directory" $p -m "$M" -t 2 -f "$T/dir"
     runtime_case $p "a missing prompts file" "missing.jsonl" $p -m "$M" -t 2 -f "$T/missing.jsonl"
     # the command line's own prompt is checked before the model loads: a

@@ -147,6 +147,18 @@ printf '{"id":"x","prompt":"hi","top_p":"q"}\n' >"$T/badc.jsonl"
 run_sh "cat '$T/badc.jsonl' | specdec -m '$M' -t $THREADS -f - -n 2 --compare"
 expect_status 1 "--compare on standard input: a bad line"
 expect_err_has '-:1: "top_p" must be' "is named by the user's file name, not the copy's"
+# a comparison of no request would print a speedup of nothing: refused
+run_sh "printf '\\n' | specdec -m '$M' -t $THREADS -f - -n 2 --compare"
+expect_status 1 "--compare on an empty pipe"
+expect_err_has "specdec: -: no prompt in the file: nothing to compare" "says why"
+: >"$T/none.jsonl"
+run specdec -m "$M" -t $THREADS -f "$T/none.jsonl" -n 2
+expect_status 0 "specdec -f of an empty file: no request, exit 0 (as decode)"
+expect_err_has "note: $T/none.jsonl: no prompt in the file" "with a note"
+run specdec -m "$M" -t $THREADS --train-heads "$T/none.jsonl" -n 2 -o "$T/none-heads.kvp"
+expect_status 1 "--train-heads on an empty file"
+expect_err_has "none.jsonl: no prompt in the file: nothing to train the heads on" "says why"
+expect_true "writes no heads" test ! -e "$T/none-heads.kvp"
 # drafts count against --max-batched-tokens: a step of one token has no
 # room for any (and a position never drafted has no rate: null)
 run $S --max-batched-tokens 1 --draft-len 4 --stats --json

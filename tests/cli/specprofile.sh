@@ -62,6 +62,7 @@ expect_err_has "bad.jsonl:2:" "names the file and line"
 : >"$T/empty.jsonl"
 run specdec -m "$M" -t $THREADS --profile "$T/empty.jsonl" --draft-len 1
 expect_status 1 "no prompts"
+expect_err_has "empty.jsonl: no prompt in the file: nothing to profile" "a profile of nothing is refused, saying why"
 
 # A pipe gives its bytes once, yet every run reads the prompts from their
 # start: they are read once, and a pipe profiles as the file does.
