@@ -1211,6 +1211,13 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("a KV stream and prompts at once%s", kvp_cli_operand_hint(argc, argv, optind));
     if (optind + 1 < argc)
         kvp_cli_usage_error("more than one KV stream%s", kvp_cli_operand_hint(argc, argv, optind));
+    /* "--stats FILE" (or --progress S) with a space: getopt takes the
+     * value for the KV stream, which then fails on its first bytes, or as
+     * missing, with no word of why; a stream written there is ambiguous
+     * too, so it goes before the option or on standard input */
+    if (optind < argc && *kvp_cli_operand_hint(argc, argv, optind))
+        kvp_cli_usage_error("'%s' is taken for the KV stream%s; a stream of that name goes before the option, or "
+                            "on standard input", argv[optind], kvp_cli_operand_hint(argc, argv, optind));
     const char *kv_in = optind < argc ? argv[optind] : "-";
     if (!from_prompts && !strcmp(o.model, "-") && !strcmp(kv_in, "-"))
         kvp_cli_usage_error("-m -: the model is read from standard input, so the KV stream cannot be (give it as a "

@@ -175,6 +175,21 @@ usage_case decode "--stats FILE with prompts" \
     decode -m "$T/x.gguf" -p a --stats "$T/st.json"
 usage_case decode "--stats FILE after a KV stream" "more than one KV stream ('$T/st.json' follows --stats" \
     decode -m "$T/x.gguf" "$T/s.kvp" --stats "$T/st.json"
+# ... and as the one operand, the KV stream (`prefill | decode --stats FILE`):
+# it was opened as the stream ("No such file", or "not a KVP stream")
+for p in decode specdec; do
+    usage_case $p "--stats FILE as the KV stream" \
+        "'$T/st.json' is taken for the KV stream ('$T/st.json' follows --stats, whose value is given as --stats=VALUE)" \
+        $p -m "$T/x.gguf" -n 4 --stats "$T/st.json"
+    usage_case $p "--progress FILE as the KV stream" "'$T/p.kvp' is taken for the KV stream ('$T/p.kvp' follows --progress" \
+        $p -m "$T/x.gguf" -n 4 --progress "$T/p.kvp"
+done
+echo '{"requests":1}' >"$T/st-old.json"
+usage_case decode "--stats FILE, an old statistics file, as the KV stream" \
+    "'$T/st-old.json' is taken for the KV stream" decode -m "$T/x.gguf" --stats "$T/st-old.json"
+run decode -m "$T/x.gguf" "$T/s.kvp" --stats
+expect_status 1 "a KV stream before --stats is the stream (the model is missing: exit 1)"
+expect_err_lacks "follows" "decode: no hint for a stream before --stats"
 usage_case prefill "--stats FILE" "unexpected argument '$T/st.json' ('$T/st.json' follows --stats" \
     prefill -m "$T/x.gguf" -p a --stats "$T/st.json"
 usage_case quantize "--zstd LEVEL" "one input at a time (got 2) ('19' follows --zstd" \
