@@ -341,9 +341,10 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
     r->g.emitted = r->g.text.len;
     if (b->emit)
         b->emit(b->ctx, &r->g, NULL, 0);
-    /* E2E is arrival to the end, whether or not a token came (an answer of
-     * none ends when the request does) */
-    double t_end = r->g.t_last > 0 || failed ? r->g.t_last : kvp_gen_now();
+    /* E2E is arrival to the end, whether or not a token came: its last
+     * token, else when it was ended (max_tokens 0, or kv_memory before its
+     * first token: a client waited that long for its answer of none) */
+    double t_end = r->g.t_last > 0 ? r->g.t_last : kvp_gen_now();
     int rc = b->metrics ? kvp_metrics_add_request(b->metrics, r->g.t_start, r->g.t_first, t_end, r->g.n_gen, failed, err)
                         : 0;
     if (!b->keep)

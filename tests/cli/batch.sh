@@ -471,6 +471,11 @@ expect_out_has '"id":"short1"' "the one before it completes"
 expect_out_has '"id":"short2"' "the one after it completes"
 expect_err_has "sequence long: KV cache out of blocks" "the message names the sequence"
 expect_err_has "1 of 3 sequences did not fit" "and says how many"
+# its E2E counts, arrival to when it was ended (e2e_ms left it out: n 2)
+run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 4 --kv-blocks 6 --block-size 8 --stats="$T/mix.json"
+expect_status 1 "kv_memory with --stats=FILE"
+expect_true "e2e_ms counts all 3 requests, ttft_ms the 2 that answered" \
+    grep -q '"requests":3,"kv_memory":1,.*"ttft_ms":{"n":2,.*"e2e_ms":{"n":3,' "$T/mix.json"
 # A request that cannot fit alone has no KV to keep: left out, the others kept
 run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 4 --kv-blocks 6 --block-size 8 --kv-out "$T/mix.kvp"
 expect_status 1 "--kv-out with a sequence that cannot fit: a failure of the job"
