@@ -406,8 +406,9 @@ static int block_finite(const kvp_seqio_reader *sr, const kvp_record *rec, const
     for (uint64_t k = 0; k < slabs; k++) {
         uint64_t i = kvp_kv_first_non_finite(b->dtype, data + k * slab, filled);
         if (i < filled)
-            return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: KV block %u of sequence %llu: a non-finite %s "
-                               "value at token %llu of layer %llu, KV head %llu: the stream's KV cache is broken",
+            return kvp_err_set(err, KVP_EFORMAT, "%s: record %llu: KV block %u of sequence %llu: the %s value at "
+                               "token %llu of layer %llu, KV head %llu is NaN or infinity: the stream's KV cache is "
+                               "broken",
                                sr->name, (unsigned long long)rec->index, b->block_index,
                                (unsigned long long)b->seq_id, k / b->n_head_kv % 2 ? "V" : "K",
                                (unsigned long long)(i / b->head_dim),

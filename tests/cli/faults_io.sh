@@ -451,6 +451,7 @@ if [ $have_model = 1 ]; then
     run decode -m "$M" -t 2 -n 4 "$T/nankv.kvp"
     expect_status 1 "decode of a KV stream whose block is NaN: refused"
     expect_err_has "NaN or infinity" "names the cause"
+    expect_err_has "nankv.kvp: record " "and the file and record, as it is read"
 fi
 
 done_testing
