@@ -446,18 +446,42 @@ void kvp_quantize_row_q5_1(const float *x, void *dst, int64_t n)
     }
 }
 
-/* floor(log2(a)) for finite a > 0, f32 subnormals included. */
-static int ilog2f(float a)
+/* E2M1's magnitudes doubled, as ggml's kvalues_mxfp4 holds them (its scale
+ * is halved to match): whole numbers, so k * d below is exact. */
+static const float mxfp4_mag2[8] = {0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 6.0f, 8.0f, 12.0f};
+
+/* ggml's shared exponent floor(log2(amax)) - 2 + 127, with log2 rounded to
+ * f32 before the floor: an amax a few ulps below a power of two takes the
+ * exponent above (just below 8 gives 128, not 127).  log2 in double rounded
+ * to f32 is the correctly rounded f32 log2, the integer glibc's log2f and
+ * numpy's float32 log2 give on every float near a power of two.  Below
+ * 2^-125 ggml's cast to uint8_t is undefined (gguf-py wraps to 0xff, a NaN
+ * scale); we clamp to 0 there. */
+static uint8_t mxfp4_exponent(float amax)
 {
-    uint32_t u;
-    memcpy(&u, &a, sizeof u);
-    int e = (int)(u >> 23);
-    if (e)
-        return e - 127;
-    int k = -127;
-    for (uint32_t m = u & 0x7fffffu; !(m & 0x400000u); m <<= 1)
-        k--;
-    return k;
+    int e = (int)floorf((float)log2((double)amax)) - 2 + 127;
+    return (uint8_t)(e < 0 ? 0 : e);
+}
+
+/* ggml's best_index_mxfp4 over x's magnitude a: the first code of the
+ * doubled table whose error |k d - a|, rounded to f32, is least, so a value
+ * halfway between two codes takes the smaller magnitude (7 -> 6, 1.5 -> 1
+ * at d = 1), not the even one.  ggml scans all 16 codes against x; a code
+ * of the other sign is never closer (its exact error is no smaller, and
+ * rounding keeps that order), and of the two zeros the first (+0) wins, so
+ * the sign goes on afterwards. */
+static uint8_t mxfp4_code(float x, float d)
+{
+    float a = fabsf(x), best_err = a;
+    int best = 0;
+    for (int k = 1; k < 8; k++) {
+        float err = fabsf(mxfp4_mag2[k] * d - a);
+        if (err < best_err) {
+            best = k;
+            best_err = err;
+        }
+    }
+    return (uint8_t)(best && x < 0.0f ? best | 8 : best);
 }
 
 int64_t kvp_quantize_row_mxfp4(const float *x, void *dst, int64_t n)
@@ -478,15 +502,11 @@ int64_t kvp_quantize_row_mxfp4(const float *x, void *dst, int64_t n)
         }
         if (amax == 0.0f)
             continue;
-        int e = ilog2f(amax) - 2 + 127; /* shared exponent: amax / scale in [4, 8) */
-        e = e < 0 ? 0 : e;
-        b[0] = (uint8_t)e;
-        float inv = ldexpf(1.0f, 127 - e); /* exact power of two */
+        b[0] = mxfp4_exponent(amax);
+        float d = ldexpf(1.0f, b[0] - 128); /* 2^(e - 127) halved, for the doubled table; exact */
         for (int j = 0; j < QK; j++) {
-            float v = x[j] * inv;
-            clipped += fabsf(v) >= 7.0f;
-            uint8_t c = kvp_f32_to_e2m1(v) & 15;
-            c = c == 8 ? 0 : c; /* -0 stored as +0, as ggml does */
+            clipped += fabsf(x[j]) > 14.0f * d; /* nearer 8 than 6: beyond the table */
+            uint8_t c = mxfp4_code(x[j], d);
             b[1 + j % 16] |= (uint8_t)(j < 16 ? c : c << 4);
         }
     }

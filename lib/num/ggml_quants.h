@@ -88,10 +88,14 @@ void kvp_quantize_row_q4_1(const float *x, void *dst, int64_t n);
 void kvp_quantize_row_q5_0(const float *x, void *dst, int64_t n);
 void kvp_quantize_row_q5_1(const float *x, void *dst, int64_t n);
 void kvp_quantize_row_q8_0(const float *x, void *dst, int64_t n);
-/* MXFP4 (OCP MX v1.0): shared exponent floor(log2(amax)) - 2 (E2M1's emax),
- * elements cast round-to-nearest-even and clamped to +-6.  An all-zero block
- * gets exponent 0 (y = 0); a block with inf/NaN gets the NaN scale 0xff.
- * Returns the count of elements clamped. */
+/* MXFP4 (OCP MX v1.0) as ggml's quantize_row_mxfp4_ref writes it, byte for
+ * byte: shared exponent floor(log2f(amax)) - 2 (E2M1's emax), each element
+ * the nearest E2M1 value, a tie to the smaller magnitude (ggml keeps the
+ * first of two equally close codes; not round-to-nearest-even), clamped to
+ * +-6.  An all-zero block gets exponent 0 (y = 0), as does an amax below
+ * 2^-125 (where ggml's exponent is undefined); a block with inf/NaN gets the
+ * NaN scale 0xff.  Returns the count of elements clamped (|x| beyond 7
+ * times the scale). */
 int64_t kvp_quantize_row_mxfp4(const float *x, void *dst, int64_t n);
 /* NVFP4: block scale e4m3_sat(amax / (6 * global)), elements
  * e2m1(x / (scale * global)).  global > 0 (1 for the trait).  Returns the

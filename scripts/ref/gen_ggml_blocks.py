@@ -11,6 +11,10 @@ ggml_deq_<type>.bin: u32 element count N, the blocks (random bytes with sane
   so adding them left the others as they were).
 ggml_q_<type>.bin: u32 N, N f32 inputs (random normal with outliers), then
   the bytes of gguf.quants.quantize.  Types: q8_0 q4_0 q4_1 q5_0 q5_1 mxfp4.
+  mxfp4's inputs go on with mxfp4_ties(): values exactly halfway between two
+  E2M1 codes (random normals never are; ggml keeps the smaller code there,
+  not the even one) and block maxima just below a power of two (ggml's
+  log2f rounds up to the next exponent there).
 """
 import os
 import sys
@@ -56,6 +60,30 @@ def random_blocks(rng, name, n):
     return b, bs
 
 
+def mxfp4_ties():
+    """Blocks of 32 whose values sit exactly between two E2M1 codes once
+    divided by the block's scale 2^(e-127), with both signs, at scales from
+    2^-120 to 2^100 (above 2^-125, where ggml's exponent is undefined); then
+    blocks whose maximum is 1..90 ulps below a power of two."""
+    rng = np.random.default_rng(21)
+    mids = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0])  # between 0 0.5 1 1.5 2 3 4 6 (8)
+    blocks = []
+    for k in (-120, -30, -3, 0, 1, 7, 100):
+        for _ in range(3):
+            b = rng.choice(mids, 32) * rng.choice([-1.0, 1.0], 32)
+            b[rng.integers(0, 32)] = rng.choice([4.0, 6.0, 7.0, 7.5]) * rng.choice([-1.0, 1.0])  # amax / scale in [4, 8)
+            blocks.append(b * 2.0 ** k)
+    for k in (-100, -1, 3, 4, 20, 127):
+        for m in (1, 2, 5, 44, 90):
+            a = np.float32(2.0 ** k)
+            for _ in range(m):
+                a = np.nextafter(a, np.float32(0))
+            b = np.clip(rng.standard_normal(32) / 4, -0.9, 0.9) * float(a)
+            b[rng.integers(0, 32)] = -float(a) if m % 2 else float(a)
+            blocks.append(b)
+    return np.concatenate(blocks).astype(np.float32)
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -75,6 +103,9 @@ def main():
         x[rng.integers(0, n, 8)] *= 20.0
         x[64:96] = 0.0  # an all-zero block
         x[96:128] = np.abs(x[96:128]) + 1.0  # an all-positive block
+        if name == "mxfp4":
+            x = np.concatenate([x, mxfp4_ties()])
+            n = x.size
         q = quantize(x, t)
         with open(os.path.join(out, "ggml_q_%s.bin" % name), "wb") as f:
             f.write(np.uint32(n).tobytes())
