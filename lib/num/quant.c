@@ -130,8 +130,8 @@ static uint64_t unit_len(const kvp_tensor_rec *t)
     switch (t->scheme) {
     case KVP_SCHEME_TENSOR:
         return rec_numel(t);
-    case KVP_SCHEME_CHANNEL:
-        return t->shape[0] ? rec_numel(t) / t->shape[0] : 0;
+    case KVP_SCHEME_CHANNEL: /* a row of the last dimension: [E, out, in] has E x out */
+        return t->n_dim >= 1 && t->n_dim <= KVP_MAX_DIMS ? t->shape[t->n_dim - 1] : 0;
     case KVP_SCHEME_GROUP:
         return t->group;
     default:

@@ -24,9 +24,9 @@
  *    y = e2m1(q) * e4m3(s) * global_scale (the record's f32 tensor scale).
  *  - Scales of the TENSOR/CHANNEL/GROUP schemes: one value per "scale unit",
  *    a contiguous run of elements in storage order: the whole tensor
- *    (TENSOR), numel/shape[0] elements (CHANNEL: one per output row of a
- *    [out, in] weight), or `group` elements along the last dimension (GROUP;
- *    group divides shape[n_dim-1]).  Scales are f32 (or f16/bf16 when
+ *    (TENSOR), a row of shape[n_dim-1] elements (CHANNEL: one per output row
+ *    of an [out, in] weight, E x out of a stacked [E, out, in]), or `group`
+ *    elements along the last dimension (GROUP; group divides shape[n_dim-1]).  Scales are f32 (or f16/bf16 when
  *    scale_dtype says so), little-endian, in unit order.
  *  - Zero points (flag KVP_TENSOR_ASYM, integer dtypes only): the same count
  *    and dtype as the scales, each an integer value within the q range, so

@@ -149,7 +149,7 @@ int64_t kvp_tensor_scale_count(const kvp_tensor_rec *t)
     switch (t->scheme) {
     case KVP_SCHEME_NONE: return 0;
     case KVP_SCHEME_TENSOR: return 1;
-    case KVP_SCHEME_CHANNEL: return (int64_t)t->shape[0];
+    case KVP_SCHEME_CHANNEL: return (int64_t)(numel / t->shape[t->n_dim - 1]); /* one per row */
     case KVP_SCHEME_GROUP:
         if (t->group == 0 || t->shape[t->n_dim - 1] % t->group)
             return -1;

@@ -86,7 +86,7 @@ uint64_t kvp_kv_first_non_finite(uint32_t dtype, const void *p, uint64_t n);
 typedef enum kvp_scheme {
     KVP_SCHEME_NONE = 0,    /* plain dtype, or block-quantized with internal scales */
     KVP_SCHEME_TENSOR = 1,  /* one scale for the tensor */
-    KVP_SCHEME_CHANNEL = 2, /* one scale per output row (shape[0]) */
+    KVP_SCHEME_CHANNEL = 2, /* one scale per row of the last dim: numel / shape[n_dim-1] */
     KVP_SCHEME_GROUP = 3,   /* one scale per `group` elements along the last dim */
 } kvp_scheme;
 

@@ -169,6 +169,29 @@ worst=$(paste -d ' ' "$T/got.txt" "$T/want.txt" | awk '{ h = NF / 2; for (i = 1;
     d = $i - $(i + h); if (d < 0) d = -d; if (d > m) m = d } } END { print m + 0 }')
 if awk -v w="$worst" 'BEGIN { exit !(w <= 2 / 254) }'; then pass "int8 round trip within 2/254 (worst $worst)"; else
     fail "int8 round trip error $worst"; fi
+# per channel on a stacked [2 experts, 2 rows, 8] weight: one scale per row
+# (4), not one per expert; each expert's second row is 1024 times smaller
+# than its first, so a scale per expert would round it to zeros
+hdr3='{"experts":{"dtype":"F32","shape":[2,2,8],"data_offsets":[0,128]}}'
+small=$(for w in $f32s; do printf '0x%08x ' $((w - 0x05000000)); done)
+{
+    put_le 8 ${#hdr3}
+    printf '%s' "$hdr3"
+    put_le 4 $f32s $small $f32s $small
+} >"$T/experts.safetensors"
+run quantize --to int8 --scheme channel "$T/experts.safetensors" -o "$T/experts8.kvp"
+expect_status 0 "a 3-D tensor to int8 per channel"
+run kvdump --json "$T/experts8.kvp"
+expect_out_has '"shape":[2,2,8],"scheme":"channel","group":0,"data_bytes":32,"scales_bytes":16' \
+    "per channel on [2, 2, 8]: four f32 scales, one a row"
+run quantize --to f32 "$T/experts8.kvp" -o "$T/experts32.kvp"
+expect_status 0 "and back to f32"
+kvdump --extract experts "$T/experts32.kvp" | od -An -v -tf4 | tr -s ' ' '\n' | grep . >"$T/got.txt"
+tail -c 128 "$T/experts.safetensors" | od -An -v -tf4 | tr -s ' ' '\n' | grep . >"$T/want.txt"
+worst=$(paste -d ' ' "$T/got.txt" "$T/want.txt" | awk '{ a = $2 < 0 ? -$2 : $2; d = $1 - $2; if (d < 0) d = -d
+    if (a > m) m = a; if (d > e) e = d } NR % 8 == 0 { if (e / m > w) w = e / m; m = 0; e = 0 } END { print w + 0 }')
+if awk -v w="$worst" 'BEGIN { exit !(w <= 1.001 / 254) }'; then pass "every row within its own max / 254 (worst $worst)"; else
+    fail "3-D per channel round trip: a row's error is $worst of its max"; fi
 run quantize -n --to int4 "$T/bare.safetensors"
 expect_status 0 "--dry-run on a bare file"
 size=$(sed -n 's/.*file \([0-9]*\) bytes$/\1/p' "$OUT")

@@ -453,6 +453,57 @@ static void test_int_spans(void)
     kvp_threadpool_free(pool);
 }
 
+/* Per channel is one scale per row of the last dimension, whatever the
+ * rank: a stacked [E, out, in] weight gets E x out scales, each its row's
+ * own (rows here a thousandfold apart, so a scale shared across an expert
+ * would round the small rows to zero), and a 1-D tensor gets one. */
+static void test_channel_rows(void)
+{
+    enum { E = 3, OUT = 4, IN = 32, ROWS = E * OUT };
+    static const uint32_t types[] = {KVP_DTYPE_I8, KVP_DTYPE_I4, KVP_DTYPE_FP8_E4M3, KVP_DTYPE_FP4_E2M1};
+    float x[ROWS * IN], y[ROWS * IN];
+    uint64_t s = 5;
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < IN; c++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            x[r * IN + c] = ((float)((s >> 40) & 0xffffff) / 16777216.0f - 0.5f) * powf(10.0f, (float)(r % 4) * 3 - 6);
+        }
+    kvp_err err = {0};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        kvp_tensor_rec rec;
+        memset(&rec, 0, sizeof rec);
+        snprintf(rec.name, sizeof rec.name, "experts.%s", kvp_dtype_name(types[k]));
+        rec.n_dim = 3, rec.shape[0] = E, rec.shape[1] = OUT, rec.shape[2] = IN;
+        kvp_quant_spec spec = {types[k], KVP_SCHEME_CHANNEL, 0, 0, 0};
+        CHECK_EQ_I64(kvp_quant_plan(&rec, &spec, &err), 0);
+        CHECK_EQ_I64(kvp_tensor_scale_count(&rec), ROWS);
+        CHECK_EQ_U64(rec.scales_bytes, 4 * ROWS);
+        uint8_t data[ROWS * IN], scales[4 * ROWS];
+        CHECK_EQ_I64(kvp_quant_tensor(&rec, x, data, scales, NULL, NULL, NULL, &err), 0);
+        CHECK_EQ_I64(kvp_dequant_tensor(&rec, data, scales, NULL, y, NULL, &err), 0);
+        int bad = 0;
+        for (int r = 0; r < ROWS; r++) {
+            float amax = 0, worst = 0;
+            for (int c = 0; c < IN; c++) {
+                amax = fmaxf(amax, fabsf(x[r * IN + c]));
+                worst = fmaxf(worst, fabsf(x[r * IN + c] - y[r * IN + c]));
+            }
+            float tol = types[k] == KVP_DTYPE_I8 ? 0.5f / 127 : types[k] == KVP_DTYPE_FP8_E4M3 ? 1.0f / 16 : 0.25f;
+            if (!(worst <= tol * amax * 1.001f) && bad++ < 3)
+                printf("%s row %d: worst error %g of a row max %g\n", rec.name, r, (double)worst, (double)amax);
+        }
+        CHECK_MSG(bad == 0, "%s: %d rows not scaled by their own max", rec.name, bad);
+    }
+    kvp_tensor_rec v;
+    memset(&v, 0, sizeof v);
+    snprintf(v.name, sizeof v.name, "vector");
+    v.n_dim = 1, v.shape[0] = 64;
+    kvp_quant_spec spec = {KVP_DTYPE_I8, KVP_SCHEME_CHANNEL, 0, 0, 0};
+    CHECK_EQ_I64(kvp_quant_plan(&v, &spec, &err), 0);
+    CHECK_EQ_I64(kvp_tensor_scale_count(&v), 1);
+    CHECK_EQ_U64(v.scales_bytes, 4);
+}
+
 static void test_plan_errors(void)
 {
     kvp_tensor_rec rec;
@@ -639,5 +690,6 @@ int main(void)
     test_plan_errors();
     test_scaled();
     test_int_spans();
+    test_channel_rows();
     return unit_done();
 }
