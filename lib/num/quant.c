@@ -360,12 +360,25 @@ typedef struct qctx {
     float *y;              /* dequantization output */
 } qctx;
 
+/* The multiplier of a unit's elements, 1/s (0 for an all-zero unit's s of
+ * 0).  For s below 2^-128 (a unit whose largest value is under 1.3e-36
+ * for fp8 E4M3, 1.7e-34 for E5M2, 3.7e-37 for int8) 1/s overflows to inf:
+ * 0 x inf was NaN (a false "beyond the range of fp8" refusal) and every
+ * other element the format's largest code.  Such a unit keeps inv = inf
+ * as its mark and its elements are divided by s instead; every other unit
+ * multiplies by the reciprocal as before, byte for byte. */
+static float unit_inv(float s) { return s != 0.0f ? 1.0f / s : 0.0f; }
+
+/* Element x of a unit with scale s and multiplier inv (unit_inv(s)). */
+static inline float unit_elem(float x, float s, float inv) { return isinf(inv) ? x / s : x * inv; }
+
 /* q = clamp(rne(x s^-1) + z) for integer targets; returns the clipped count. */
-static int64_t int_kernel_c(const float *x, int64_t n, float inv, float z, int lo, int hi, int8_t *q)
+static int64_t int_kernel_c(const float *x, int64_t n, float s, float z, int lo, int hi, int8_t *q)
 {
     int64_t clipped = 0;
+    float inv = unit_inv(s);
     for (int64_t i = 0; i < n; i++) {
-        float v = x[i] * inv;
+        float v = unit_elem(x[i], s, inv);
         if (!(v == v))
             v = 0.0f;
         v = kvp_rne(v) + z;
@@ -419,13 +432,14 @@ KVP_AVX2 static inline __m128i pack_i4_avx2(__m256i q)
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(b, 0x08));
 }
 
-/* Elements [0, n) of one unit (scale inverse inv, zero point z) into i8
- * (i4 0) or packed i4 (i4 1) at element pos of data: the blocks of 32 in
- * vectors, the rest through int_kernel_c.  pos is even for i4. */
-KVP_AVX2 static int64_t int_span_avx2(const float *x, int64_t n, float inv, float z, int i4, uint8_t *data,
+/* Elements [0, n) of one unit (scale s with a finite inverse, zero point
+ * z) into i8 (i4 0) or packed i4 (i4 1) at element pos of data: the blocks
+ * of 32 in vectors, the rest through int_kernel_c.  pos is even for i4. */
+KVP_AVX2 static int64_t int_span_avx2(const float *x, int64_t n, float s, float z, int i4, uint8_t *data,
                                       uint64_t pos)
 {
     int lo = i4 ? -8 : -128, hi = i4 ? 7 : 127;
+    float inv = unit_inv(s);
     const __m256 vinv = _mm256_set1_ps(inv), vz = _mm256_set1_ps(z);
     const __m256 vlo = _mm256_set1_ps((float)lo), vhi = _mm256_set1_ps((float)hi);
     int64_t clipped = 0, i = 0;
@@ -438,7 +452,7 @@ KVP_AVX2 static int64_t int_span_avx2(const float *x, int64_t n, float inv, floa
     }
     if (i < n) {
         int8_t q[32];
-        clipped += int_kernel_c(x + i, n - i, inv, z, lo, hi, i4 ? q : (int8_t *)data + pos + i);
+        clipped += int_kernel_c(x + i, n - i, s, z, lo, hi, i4 ? q : (int8_t *)data + pos + i);
         if (i4)
             pack_i4(data, (int64_t)pos + i, q, n - i);
     }
@@ -455,10 +469,10 @@ static int64_t quant_int_span(const qctx *c, uint64_t a, uint64_t b)
     int64_t clipped = 0;
     for (uint64_t pos = a, u = a / c->len; pos < b; u++) {
         uint64_t end = (u + 1) * c->len < b ? (u + 1) * c->len : b;
-        float s = c->s[u], inv = s != 0.0f ? 1.0f / s : 0.0f;
+        float s = c->s[u];
 #if KVP_X86_SIMD
-        if (kvp_use_simd(c->impl)) {
-            clipped += int_span_avx2(c->x + pos, (int64_t)(end - pos), inv, c->z[u], i4, c->data, pos);
+        if (kvp_use_simd(c->impl) && !isinf(unit_inv(s))) { /* a tiny unit's division: int_kernel_c */
+            clipped += int_span_avx2(c->x + pos, (int64_t)(end - pos), s, c->z[u], i4, c->data, pos);
             pos = end;
             continue;
         }
@@ -466,7 +480,7 @@ static int64_t quant_int_span(const qctx *c, uint64_t a, uint64_t b)
         while (pos < end) { /* a piece at a time through a buffer */
             uint64_t e = end - pos > PIECE ? pos + PIECE : end;
             int8_t q[PIECE];
-            clipped += int_kernel_c(c->x + pos, (int64_t)(e - pos), inv, c->z[u], i4 ? -8 : -128, i4 ? 7 : 127,
+            clipped += int_kernel_c(c->x + pos, (int64_t)(e - pos), s, c->z[u], i4 ? -8 : -128, i4 ? 7 : 127,
                                     i4 ? q : (int8_t *)c->data + pos);
             if (i4)
                 pack_i4(c->data, (int64_t)pos, q, (int64_t)(e - pos));
@@ -482,15 +496,19 @@ static int64_t quant_piece(const qctx *c, uint64_t pos, int64_t n, uint64_t u)
 {
     const kvp_tensor_rec *t = c->t;
     const float *x = c->x + pos;
-    float s = c->s[u], inv = s != 0.0f ? 1.0f / s : 0.0f;
+    float s = c->s[u], inv = unit_inv(s);
     if (c->kind == QK_INT)
         return quant_int_span(c, pos, pos + (uint64_t)n);
     float v[PIECE];
     int64_t clipped = 0;
-    for (int64_t i = 0; i < n; i++) {
-        v[i] = x[i] * inv;
+    if (isinf(inv))
+        for (int64_t i = 0; i < n; i++)
+            v[i] = x[i] / s;
+    else
+        for (int64_t i = 0; i < n; i++)
+            v[i] = x[i] * inv;
+    for (int64_t i = 0; i < n; i++)
         clipped += fp_clips(t->dtype, fabsf(v[i]));
-    }
     if (t->dtype == KVP_DTYPE_FP4_E2M1)
         kvp_quantize_row_e2m1(v, c->data + pos / 2, n);
     else

@@ -263,6 +263,25 @@ for to in f16 q4_0; do
 done
 run quantize --to bf16 "$T/e30.safetensors" -o "$T/wide.kvp"
 expect_status 0 "bf16 holds 1e30"
+# a row whose max is tiny (2^-123: its fp8 or int8 scale is below 2^-128,
+# whose f32 reciprocal is inf) keeps its zeros and its sizes: 0 x inf was
+# NaN, a false "beyond the range" refusal, and the others came back +-max
+mk_st "$T/tiny.safetensors" "$whdr" $(i=0; while [ $i -lt 32 ]; do printf '0x3f800000 '; i=$((i + 1)); done) \
+    0x02000000 0x81800000 0x01000000 $(i=0; while [ $i -lt 29 ]; do printf '0 '; i=$((i + 1)); done)
+for to in "fp8 --scheme channel" "fp8-e5m2 --scheme channel" "int8 --scheme channel"; do
+    run quantize -f --to $to "$T/tiny.safetensors" -o "$T/tiny.kvp"
+    expect_status 0 "--to $to: a row of tiny values and zeros"
+    run quantize -f --to f32 "$T/tiny.kvp" -o "$T/tiny32.kvp"
+    got=$(kvdump --extract w "$T/tiny32.kvp" | tail -c 128 | od -An -v -tf4 | tr -s ' \n' '  ' | sed 's/^ //;s/ $//')
+    # 2^-123, -2^-124, 2^-125 within an eighth of 2^-123, then 29 zeros
+    if printf '%s\n' "$got" | awk '{ split("9.4039548e-38 -4.7019774e-38 2.3509887e-38", w, " ")
+        for (i = 1; i <= 3; i++) { d = $i - w[i]; if (d < 0) d = -d; if (d > w[1] / 8) exit 1 }
+        for (i = 4; i <= 32; i++) if ($i != 0) exit 1; exit NF != 32 }'; then
+        pass "--to $to: the tiny row comes back near its values, zeros as zeros"
+    else
+        fail "--to $to: the tiny row came back as $got"
+    fi
+done
 # a tensor KVP cannot hold: no elements (say so, not "unsupported type")
 mk_st "$T/empty.safetensors" '{"w":{"dtype":"F32","shape":[2,0],"data_offsets":[0,0]},"v":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}' 0x3f800000
 run quantize --to f16 "$T/empty.safetensors" -o "$T/empty.kvp"

@@ -504,6 +504,49 @@ static void test_channel_rows(void)
     CHECK_EQ_U64(v.scales_bytes, 4);
 }
 
+/* A unit whose max is so small that its scale is below 2^-128 (1/s is
+ * inf in f32): its zeros stay zeros (0 x inf was NaN, read as values
+ * beyond fp8's range) and its other values keep their size (x x inf made
+ * each one +-max), through the vector and the portable paths alike.  A
+ * row of ones beside it keeps its bytes. */
+static void test_tiny_units(void)
+{
+    static const uint32_t types[] = {KVP_DTYPE_FP8_E4M3, KVP_DTYPE_FP8_E5M2, KVP_DTYPE_I8, KVP_DTYPE_I4};
+    enum { N = 64 };
+    float x[2 * N], y[2 * N];
+    for (int i = 0; i < N; i++) {
+        x[i] = 1.0f;
+        x[N + i] = 0.0f;
+    }
+    x[N + 3] = ldexpf(1.0f, -123), x[N + 4] = -ldexpf(1.0f, -124), x[N + 40] = ldexpf(1.0f, -125);
+    x[N + 41] = 3e-39f; /* subnormal */
+    kvp_err err = {0};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
+        for (int impl = 0; impl < 2; impl++) {
+            kvp_tensor_rec rec;
+            memset(&rec, 0, sizeof rec);
+            snprintf(rec.name, sizeof rec.name, "tiny.%s.%s", kvp_dtype_name(types[k]), impl ? "portable" : "auto");
+            rec.n_dim = 2, rec.shape[0] = 2, rec.shape[1] = N;
+            kvp_quant_spec spec = {types[k], KVP_SCHEME_CHANNEL, 0, 0, 0};
+            CHECK_EQ_I64(kvp_quant_plan(&rec, &spec, &err), 0);
+            uint8_t data[2 * N], scales[8];
+            kvp_quant_stats st = {0};
+            CHECK_EQ_I64(kvp_quant_tensor_impl(impl ? KVP_IMPL_PORTABLE : KVP_IMPL_AUTO, &rec, x, data, scales, NULL,
+                                               &st, NULL, &err),
+                         0);
+            CHECK_EQ_I64(kvp_dequant_tensor(&rec, data, scales, NULL, y, NULL, &err), 0);
+            float tol = types[k] == KVP_DTYPE_I4 ? 0.5f / 7 : types[k] == KVP_DTYPE_I8 ? 0.5f / 127 : 0.125f;
+            int bad = 0;
+            for (int i = 0; i < 2 * N; i++) {
+                float amax = i < N ? 1.0f : ldexpf(1.0f, -123);
+                if (!(fabsf(y[i] - x[i]) <= tol * amax) && bad++ < 3)
+                    printf("%s element %d: %g came back as %g\n", rec.name, i, (double)x[i], (double)y[i]);
+            }
+            CHECK_MSG(bad == 0, "%s: %d elements off", rec.name, bad);
+            CHECK_EQ_U64(st.n_clipped, 0);
+        }
+}
+
 static void test_plan_errors(void)
 {
     kvp_tensor_rec rec;
@@ -691,5 +734,6 @@ int main(void)
     test_scaled();
     test_int_spans();
     test_channel_rows();
+    test_tiny_units();
     return unit_done();
 }
