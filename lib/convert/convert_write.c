@@ -55,6 +55,19 @@ static int aligned_src(wbuf *b, const void *p, uint64_t n, const uint8_t **out)
     return 0;
 }
 
+/* Element i's coordinates in t (outermost first), as "1, 30". */
+static void coords(const kvp_tensor_rec *t, uint64_t i, char *at, size_t n)
+{
+    size_t used = 0;
+    uint64_t rest = i, stride = kvp_tensor_numel(t);
+    at[0] = '\0';
+    for (uint32_t d = 0; d < t->n_dim && used < n; d++) {
+        stride /= t->shape[d];
+        used += (size_t)snprintf(at + used, n - used, "%s%llu", d ? ", " : "", (unsigned long long)(rest / stride));
+        rest %= stride;
+    }
+}
+
 /* Refuse a tensor holding a NaN or an infinity, naming the first one by its
  * index in storage order and its coordinates (outermost first): quantized,
  * such a value becomes a code of 0, a clipped maximum or a NaN scale that no
@@ -67,16 +80,45 @@ static int check_finite(const char *path, const kvp_tensor_rec *t, const float *
     if (i == numel)
         return 0;
     char at[160];
-    size_t used = 0;
-    uint64_t rest = i, stride = numel;
-    for (uint32_t d = 0; d < t->n_dim && used < sizeof at; d++) {
-        stride /= t->shape[d];
-        used += (size_t)snprintf(at + used, sizeof at - used, "%s%llu", d ? ", " : "",
-                                 (unsigned long long)(rest / stride));
-        rest %= stride;
-    }
+    coords(t, i, at, sizeof at);
     return kvp_err_set(err, KVP_EFORMAT, "%s: tensor %s: element %llu [%s] is %s (weights must be finite numbers)",
                        path, t->name, (unsigned long long)i, at, isnan(x[i]) ? "NaN" : x[i] > 0 ? "+inf" : "-inf");
+}
+
+/* Refuse a quantized tensor whose reconstruction came back infinite or
+ * NaN: finite values the output cannot hold (f16 past 65504, a q4_0 block
+ * whose scale passes f16's).  The element named is the largest of the
+ * first bad element's block (the dtype's block: the element itself for
+ * plain and scaled types), the value that overflowed rather than a 0 its
+ * block's infinite scale made NaN; without the memory to find it, the
+ * tensor alone. */
+static int refuse_overflow(const char *path, const kvp_tensor_rec *t, const float *x, const uint8_t *data,
+                           const uint8_t *scales, const uint8_t *zeros, kvp_threadpool *pool, kvp_err *err)
+{
+    const kvp_dtype_traits *tr = kvp_dtype_get(t->dtype);
+    uint64_t numel = kvp_tensor_numel(t), i = 0;
+    float *y = numel <= SIZE_MAX / sizeof *y ? malloc((size_t)numel * sizeof *y) : NULL;
+    kvp_err e2 = {0};
+    if (y && kvp_dequant_tensor(t, data, scales, zeros, y, pool, &e2) == 0)
+        while (i < numel && isfinite(y[i]))
+            i++;
+    else
+        i = numel;
+    free(y);
+    if (i == numel)
+        return kvp_err_set(err, KVP_EUNSUPPORTED,
+                           "%s: tensor %s: values beyond the range of %s (they would be written as infinities): "
+                           "keep it in a wider type (--exclude '%s', or --to f32 or bf16)",
+                           path, t->name, kvp_dtype_name(t->dtype), t->name);
+    uint64_t blk = tr && tr->is_quantized ? (uint64_t)tr->block_size : 1, a = i / blk * blk;
+    for (uint64_t j = a; j < a + blk && j < numel; j++)
+        i = fabsf(x[j]) > fabsf(x[i]) ? j : i;
+    char at[160];
+    coords(t, i, at, sizeof at);
+    return kvp_err_set(err, KVP_EUNSUPPORTED,
+                       "%s: tensor %s: element %llu [%s] (%g) is beyond the range of %s (it would be written as an "
+                       "infinity or NaN): keep it in a wider type (--exclude '%s', or --to f32 or bf16)",
+                       path, t->name, (unsigned long long)i, at, (double)x[i], kvp_dtype_name(t->dtype), t->name);
 }
 
 /* The source's values as f32 in b->x, checked finite. */
@@ -110,10 +152,7 @@ static int quant_one(const char *path, kvp_convert_item *it, const src_view *sv,
      * past its f16) come back infinite: refused, as a source's infinity
      * is, rather than written (the stats measure the reconstruction) */
     if (!isfinite(it->stats.max_abs_err) || !isfinite(it->stats.sum_sq_err))
-        return kvp_err_set(err, KVP_EUNSUPPORTED,
-                           "%s: tensor %s: values beyond the range of %s (they would be written as infinities): "
-                           "keep it in a wider type (--exclude '%s', or --to f32 or bf16)",
-                           path, it->src.name, kvp_dtype_name((uint32_t)it->out.dtype), it->src.name);
+        return refuse_overflow(path, &it->out, b->x, b->q, scales, zeros, pool, err);
     return kvp_write_tensor(w, &it->out, b->q, scales, zeros, err);
 }
 

@@ -258,7 +258,9 @@ mk_st "$T/e30.safetensors" "$whdr" $ones 0x7149f2ca 0x3f800000
 for to in f16 q4_0; do
     run quantize --to $to "$T/e30.safetensors" -o "$T/wide.kvp" -r "$T/wide.tsv"
     expect_status 1 "a weight past $to's range refused"
-    expect_err_has "e30.safetensors: tensor w: values beyond the range of $to" "--to $to: the tensor and type named"
+    expect_err_has "e30.safetensors: tensor w: element 62 [1, 30] (1e+30) is beyond the range of $to" \
+        "--to $to: the tensor, the element and the type named"
+    expect_err_one_line "past $to's range: one error line"
     expect_true "past $to's range: no output, no report" test ! -e "$T/wide.kvp" -a ! -e "$T/wide.tsv"
 done
 run quantize --to bf16 "$T/e30.safetensors" -o "$T/wide.kvp"
