@@ -70,6 +70,10 @@ fuzzer starts from deep inside the formats:
                       and a KV stream whose block reference names another
                       parent hash (refused by the sequences' check):
                         build/tests/test_stream --write-kv tests/fuzz/corpus/kvp/bad-ref-parent.kvp parent
+                      and a stacked [2, 2, 16] i8 tensor per channel (one
+                      scale a row: four), from a bare safetensors file of one
+                      F32 tensor "experts" of that shape:
+                        quantize --to int8 --scheme channel experts.safetensors -o tests/fuzz/corpus/kvp/tensor-3d-channel.kvp
   corpus/heads/       Medusa heads files (specdec --train-heads) for fuzz_heads:
                       not written here but by the C writer, valid (two heads,
                       one head) and damaged (a NaN weight, another arch, a file
