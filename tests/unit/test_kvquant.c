@@ -316,6 +316,24 @@ static void test_smollm2(void)
     free(f32);
 }
 
+/* Sequence ss of r's cache as a KVP stream at path; its KV blocks written
+ * (0 after a failed check). */
+static uint64_t write_seq(rig *r, const kvp_seqio_seq *ss, const char *path)
+{
+    kvp_err err = {0};
+    kvp_out out;
+    kvp_writer *w = NULL;
+    kvp_writer_opts wo = {.producer = "test_kvquant"};
+    memcpy(wo.fingerprint, r->m->fingerprint, KVP_FINGERPRINT_SIZE);
+    uint64_t nb = 0, nr = 0;
+    CHECK_MSG(kvp_out_open(&out, path, &err) == 0 && kvp_writer_open(&w, &out, &wo, &err) == 0 &&
+                  kvp_seqio_write(w, r->kc, ss, 1, &nb, &nr, &err) == 0 && kvp_writer_finish(w, &err) == 0 &&
+                  kvp_out_commit(&out, &err) == 0,
+              "%s", err.msg);
+    kvp_writer_free(w);
+    return nb;
+}
+
 /* A scaled cache written to a KVP stream and read back (its dtype taken
  * from the stream) holds the same bytes and gives the same next logits. */
 static void test_stream(int dtype)
@@ -342,16 +360,7 @@ static void test_stream(int dtype)
     ss.handle = kvp_kvcache_seq_new(r.kc, &err);
     float *l0 = malloc(sizeof(float) * V), *l1 = malloc(sizeof(float) * V);
     CHECK(kvp_engine_prefill(r.e, ss.handle, prompt, 40, 0, l0, &err) == 0);
-    kvp_out out;
-    kvp_writer *w = NULL;
-    kvp_writer_opts wo = {.producer = "test_kvquant"};
-    memcpy(wo.fingerprint, r.m->fingerprint, KVP_FINGERPRINT_SIZE);
-    uint64_t nb = 0, nr = 0;
-    CHECK(kvp_out_open(&out, path, &err) == 0 && kvp_writer_open(&w, &out, &wo, &err) == 0 &&
-          kvp_seqio_write(w, r.kc, &ss, 1, &nb, &nr, &err) == 0 && kvp_writer_finish(w, &err) == 0 &&
-          kvp_out_commit(&out, &err) == 0);
-    kvp_writer_free(w);
-    CHECK_EQ_U64(nb, 3);
+    CHECK_EQ_U64(write_seq(&r, &ss, path), 3);
     kvp_in in;
     kvp_reader *rd = NULL;
     kvp_kvcache *kc = NULL;
@@ -483,15 +492,7 @@ static void test_stream_nan(void)
         CHECK(kvp_kvcache_block_write(r.kc, b1, blk, &err) == 0);
     }
     free(blk);
-    kvp_out out;
-    kvp_writer *w = NULL;
-    kvp_writer_opts wo = {.producer = "test_kvquant"};
-    memcpy(wo.fingerprint, r.m->fingerprint, KVP_FINGERPRINT_SIZE);
-    uint64_t nb = 0, nr = 0;
-    CHECK(kvp_out_open(&out, path, &err) == 0 && kvp_writer_open(&w, &out, &wo, &err) == 0 &&
-          kvp_seqio_write(w, r.kc, &ss, 1, &nb, &nr, &err) == 0 && kvp_writer_finish(w, &err) == 0 &&
-          kvp_out_commit(&out, &err) == 0);
-    kvp_writer_free(w);
+    write_seq(&r, &ss, path);
     kvp_in in;
     kvp_reader *rd = NULL;
     kvp_kvcache *kc = NULL;
