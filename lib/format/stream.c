@@ -397,6 +397,9 @@ int kvp_write_tensor(kvp_writer *w, const kvp_tensor_rec *t, const void *data, c
     if ((t->flags & KVP_TENSOR_ASYM) ? t->zeros_bytes != t->scales_bytes : t->zeros_bytes != 0)
         return kvp_err_set(err, KVP_EINVAL, "tensor %s: zeros_bytes must equal scales_bytes when asymmetric, else 0",
                            t->name);
+    if ((t->flags & KVP_TENSOR_ASYM) && t->dtype != KVP_DTYPE_I8 && t->dtype != KVP_DTYPE_I4)
+        return kvp_err_set(err, KVP_EINVAL, "tensor %s: asymmetric %s (only i8 and i4 take zero points)", t->name,
+                           kvp_dtype_name(t->dtype));
     kvp_buf b;
     kvp_buf_init(&b);
     kvp_buf_str32(&b, t->name, name_len);
@@ -1229,6 +1232,8 @@ int kvp_tensor_decode(const kvp_record *rec, kvp_tensor_rec *t, const uint8_t **
         why = "zeros_bytes inconsistent with the asymmetric flag";
     else if (t->flags & ~(uint32_t)KVP_TENSOR_ASYM)
         why = "unknown flags";
+    else if ((t->flags & KVP_TENSOR_ASYM) && t->dtype != KVP_DTYPE_I8 && t->dtype != KVP_DTYPE_I4)
+        why = "the asymmetric flag on a dtype other than i8 and i4 (kvp(5): only they have zero points)";
     else if (!(t->global_scale > 0.0f && t->global_scale <= 3.4028235e38f))
         why = "global scale is not a positive finite number";
     else if (t->dtype != KVP_DTYPE_NVFP4 && t->global_scale != 1.0f)

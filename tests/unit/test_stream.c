@@ -971,6 +971,36 @@ static void test_writer_validation(void)
     kvp_reader_free(r);
     kvp_in_close(&in);
     unlink(p);
+    /* the asymmetric flag on a dtype without zero points: the writer and
+     * the reader refuse it (only i8 and i4 take one, kvp(5)) */
+    kvp_tensor_rec fa = {.dtype = KVP_DTYPE_F32, .n_dim = 1, .shape = {1}, .flags = KVP_TENSOR_ASYM,
+                         .global_scale = 1.0f, .data_bytes = 4};
+    strcpy(fa.name, "fa");
+    CHECK(kvp_out_open(&out, p, &err) == 0 && kvp_writer_open(&w, &out, NULL, &err) == 0);
+    CHECK_EQ_I64(kvp_write_tensor(w, &fa, d, NULL, NULL, &err), KVP_EINVAL);
+    CHECK_MSG(strstr(err.msg, "tensor fa: asymmetric f32 (only i8 and i4 take zero points)"), "%s", err.msg);
+    kvp_buf_init(&m);
+    kvp_buf_str32(&m, "fa", 2);
+    kvp_buf_u32(&m, KVP_DTYPE_F32), kvp_buf_u32(&m, 1), kvp_buf_u64(&m, 1);
+    kvp_buf_u32(&m, 0), kvp_buf_u32(&m, 0), kvp_buf_u32(&m, 0), kvp_buf_u32(&m, KVP_TENSOR_ASYM), kvp_buf_f32(&m, 1);
+    kvp_buf_u64(&m, 4), kvp_buf_u64(&m, 0), kvp_buf_u64(&m, 0);
+    CHECK(kvp_writer_record(w, KVP_KIND_TENSOR, m.data, (uint32_t)m.len, &one, 1, 0, &err) == 0);
+    CHECK(kvp_writer_finish(w, &err) == 0 && kvp_out_commit(&out, &err) == 0);
+    kvp_writer_free(w);
+    kvp_buf_free(&m);
+    r = NULL;
+    rc = kvp_in_open(&in, p, &err);
+    if (rc == 0 && (rc = kvp_reader_open(&r, &in, &err)) == 0 && (rc = kvp_reader_next(r, &rec, &err)) == 1) {
+        kvp_tensor_rec tr;
+        const uint8_t *td, *ts;
+        rc = kvp_tensor_decode(&rec, &tr, &td, &ts, NULL, &err);
+    }
+    CHECK_EQ_I64(rc, KVP_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "(tensor fa) at offset 64: the asymmetric flag on a dtype other than i8 and i4"), "%s",
+              err.msg);
+    kvp_reader_free(r);
+    kvp_in_close(&in);
+    unlink(p);
     /* Sizes implied by shapes. */
     t.dtype = KVP_DTYPE_Q4_1;
     t.n_dim = 2;
