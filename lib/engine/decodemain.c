@@ -1180,7 +1180,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
             {o.kv_out != NULL, "--kv-out"}, {rate > 0, "--rate"}, {burst_set, "--burstiness"},
             {shard_n != 0, "--shard"}, {progress >= 0, "--progress"}, {o.stats, "--stats"},
             {slo_ttft > 0, "--slo-ttft"}, {slo_tpot > 0, "--slo-tpot"}, {min_goodput >= 0, "--min-goodput"},
-            {o.tp > 1, "--tp"}, {o.pp > 1, "--pp"}};
+            {o.tp > 1, "--tp"}, {o.pp > 1, "--pp"}, {cache_salt != 0, "--cache-salt"}};
         const char *bad = first_given(job_opts, sizeof job_opts / sizeof job_opts[0]);
         if (bad)
             kvp_cli_usage_error("--profile FILE runs the prompts of FILE alone, one request at a time, in one "

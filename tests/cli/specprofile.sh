@@ -27,7 +27,7 @@ expect_status 2 "--profile with -p"
 # a run's options the profile would ignore (its own arrivals, SLOs and
 # report), each refused by its name
 for o in "--min-goodput 0.5" "--slo-ttft 5" "--slo-tpot 5" "--burstiness 2" "--rate 2" "--stats" "--progress" \
-    "--shard 1/2" "--compare" "-f q.jsonl"; do
+    "--shard 1/2" "--compare" "-f q.jsonl" "--cache-salt t1"; do
     run specdec -m x.gguf --profile p.jsonl $o
     expect_status 2 "--profile with $o"
     expect_err_has "its table the report: no ${o%% *}" "names ${o%% *}"
