@@ -478,10 +478,14 @@ static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
                 (unsigned long long)st->tree_steps);
     if (sp->cmp) {
         double a = tokens_per_s(&sp->cmp->st), b = tokens_per_s(st);
-        fprintf(f, ",\"compare\":{\"decode_output_throughput\":%.2f,\"decode_seconds\":%.3f,\"speedup\":%.3f,"
-                "\"same\":%llu,\"differ\":%llu,\"unchecked\":%llu}", a, sp->cmp->st.seconds, a > 0 ? b / a : 0.0,
-                (unsigned long long)sp->cmp->same, (unsigned long long)sp->cmp->differ,
-                (unsigned long long)sp->cmp->unchecked);
+        fprintf(f, ",\"compare\":{\"decode_output_throughput\":%.2f,\"decode_seconds\":%.3f,\"speedup\":", a,
+                sp->cmp->st.seconds);
+        if (a > 0)
+            fprintf(f, "%.3f", b / a);
+        else
+            fputs("null", f); /* no token generated: no speedup, not 0 */
+        fprintf(f, ",\"same\":%llu,\"differ\":%llu,\"unchecked\":%llu}", (unsigned long long)sp->cmp->same,
+                (unsigned long long)sp->cmp->differ, (unsigned long long)sp->cmp->unchecked);
     }
     fputs("}", f);
 }
@@ -565,8 +569,12 @@ static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
 static void compare_line(FILE *f, const char *prog, const kvp_batch_stats *st, const compare_ctx *cmp)
 {
     double a = tokens_per_s(&cmp->st), b = tokens_per_s(st);
-    fprintf(f, "%s: compare: decode %.2f tokens/s, %s %.2f tokens/s: %.2fx; the same output for %llu of %llu sequences",
-            prog, a, prog, b, a > 0 ? b / a : 0.0, (unsigned long long)cmp->same,
+    if (a > 0)
+        fprintf(f, "%s: compare: decode %.2f tokens/s, %s %.2f tokens/s: %.2fx", prog, a, prog, b, b / a);
+    else /* a shard of no request, or none with a token to make: a speedup of nothing is none */
+        fprintf(f, "%s: compare: no token generated (no request here, or none with a token to make): no speeds "
+                "to compare", prog);
+    fprintf(f, "; the same output for %llu of %llu sequences", (unsigned long long)cmp->same,
             (unsigned long long)(cmp->same + cmp->differ));
     if (cmp->unchecked)
         fprintf(f, " (%llu sampled with sampled drafts not compared: they follow decode's distribution, not its "

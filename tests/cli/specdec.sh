@@ -138,6 +138,13 @@ run $S --compare
 expect_status 0 "--compare without --stats"
 expect_err_has "compare: decode " "still says what it found"
 expect_err_has "the same output for 8 of 8 sequences" "with the count"
+# a shard given no request: no speedup of nothing (it printed 0.00x)
+run $S --compare --shard 9/10 --stats --json
+expect_status 0 "--compare on a shard of no request"
+expect_err_has '"speedup":null,"same":0,"differ":0' "its speedup is null"
+run $S --compare --shard 9/10
+expect_err_has "compare: no token generated" "and its line says there is nothing to compare"
+expect_err_lacks "0.00x" "with no 0.00x"
 # prompts from a pipe are held for the second run (decode's first used them)
 run_sh "cat '$T/p.jsonl' | specdec -m '$M' -t $THREADS -f - -n 48 --compare"
 expect_status 0 "--compare on standard input"
