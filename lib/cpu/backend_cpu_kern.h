@@ -20,8 +20,10 @@
 #include "backend.h"
 #include "tensor.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define KVP_QK 32      /* elements per quantization block */
 #define KVP_MM_TILE 8  /* most tokens a group holds (tile_tok) */
@@ -33,6 +35,16 @@ typedef struct kvp_q8blk {
     int32_t sum;
     int8_t q[KVP_QK];
 } kvp_q8blk;
+
+/* An activation block holding a NaN or an infinity: all-zero quants under
+ * a NaN scale, so every product with it is NaN (a max drops a NaN, and the
+ * step's non-finite check then never saw the NaN a weight had put there).
+ * Every kernel set's quant_q8 writes these bytes. */
+static inline void kvp_q8_nan_block(kvp_q8blk *y)
+{
+    memset(y->q, 0, sizeof y->q);
+    y->d = NAN, y->sum = 0, y->s = NAN;
+}
 
 /* Stored weight blocks (GGUF layouts; FACTS.md). */
 typedef struct kvp_blk_q4_0 {

@@ -8,15 +8,6 @@
 #include <math.h>
 #include <string.h>
 
-/* A block with a NaN or an infinity: all-zero quants under a NaN scale,
- * so every product with it is NaN (a max drops a NaN, and the step's
- * non-finite check then never saw the NaN a weight had put there). */
-static void q8_nan_block(kvp_q8blk *y)
-{
-    memset(y->q, 0, sizeof y->q);
-    y->d = NAN, y->sum = 0, y->s = NAN;
-}
-
 static void quant_q8(const float *x, kvp_q8blk *y, uint32_t n)
 {
     for (uint32_t b = 0; b < n / KVP_QK; b++, x += KVP_QK) {
@@ -26,7 +17,7 @@ static void quant_q8(const float *x, kvp_q8blk *y, uint32_t n)
             probe += x[j] - x[j]; /* NaN for a NaN or an infinity, else 0 */
         }
         if (isnan(probe)) {
-            q8_nan_block(&y[b]);
+            kvp_q8_nan_block(&y[b]);
             continue;
         }
         float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
