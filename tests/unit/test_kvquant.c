@@ -334,6 +334,23 @@ static uint64_t write_seq(rig *r, const kvp_seqio_seq *ss, const char *path)
     return nb;
 }
 
+/* The stream at path read into a new cache (o) for r's model: what
+ * kvp_seqio_read returns, with *kc, *got and *ng as it leaves them. */
+static int read_seqs(rig *r, const char *path, const kvp_kvcache_opts *o, kvp_kvcache **kc, kvp_seqio_seq **got,
+                     uint32_t *ng, kvp_err *err)
+{
+    kvp_in in;
+    kvp_reader *rd = NULL;
+    int rc = kvp_in_open(&in, path, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = kvp_reader_open(&rd, &in, err)) == 0)
+        rc = kvp_seqio_read(rd, path, r->m, r->be, o, kc, got, ng, NULL, err);
+    kvp_reader_free(rd);
+    kvp_in_close(&in);
+    return rc;
+}
+
 /* A scaled cache written to a KVP stream and read back (its dtype taken
  * from the stream) holds the same bytes and gives the same next logits. */
 static void test_stream(int dtype)
@@ -361,8 +378,6 @@ static void test_stream(int dtype)
     float *l0 = malloc(sizeof(float) * V), *l1 = malloc(sizeof(float) * V);
     CHECK(kvp_engine_prefill(r.e, ss.handle, prompt, 40, 0, l0, &err) == 0);
     CHECK_EQ_U64(write_seq(&r, &ss, path), 3);
-    kvp_in in;
-    kvp_reader *rd = NULL;
     kvp_kvcache *kc = NULL;
     kvp_seqio_seq *got = NULL;
     uint32_t ng = 0;
@@ -370,10 +385,7 @@ static void test_stream(int dtype)
     kvp_kvcache_opts_init(&o); /* f16, unless the stream says otherwise: */
     o.dtype_from_stream = 1;
     o.n_blocks = 8;
-    CHECK(kvp_in_open(&in, path, &err) == 0 && kvp_reader_open(&rd, &in, &err) == 0);
-    CHECK_MSG(kvp_seqio_read(rd, path, r.m, r.be, &o, &kc, &got, &ng, NULL, &err) == 0, "%s", err.msg);
-    kvp_reader_free(rd);
-    kvp_in_close(&in);
+    CHECK_MSG(read_seqs(&r, path, &o, &kc, &got, &ng, &err) == 0, "%s", err.msg);
     CHECK_EQ_U64(ng, 1);
     if (ng == 1 && kc) {
         const kvp_kv_pool *a = kvp_kvcache_pool(r.kc), *b = kvp_kvcache_pool(kc);
@@ -404,11 +416,8 @@ static void test_stream(int dtype)
     o.dtype_from_stream = 0;
     kvp_kvcache *kc2 = NULL;
     kvp_seqio_seq *got2 = NULL;
-    CHECK(kvp_in_open(&in, path, &err) == 0 && kvp_reader_open(&rd, &in, &err) == 0);
-    CHECK_EQ_I64(kvp_seqio_read(rd, path, r.m, r.be, &o, &kc2, &got2, &ng, NULL, &err), KVP_EMISMATCH);
+    CHECK_EQ_I64(read_seqs(&r, path, &o, &kc2, &got2, &ng, &err), KVP_EMISMATCH);
     CHECK(strstr(err.msg, kvp_dtype_name((uint32_t)dtype)) && strstr(err.msg, "f16"));
-    kvp_reader_free(rd);
-    kvp_in_close(&in);
     kvp_kvcache_free(kc);
     free(l0);
     free(l1);
@@ -493,21 +502,16 @@ static void test_stream_nan(void)
     }
     free(blk);
     write_seq(&r, &ss, path);
-    kvp_in in;
-    kvp_reader *rd = NULL;
     kvp_kvcache *kc = NULL;
     kvp_seqio_seq *got = NULL;
     uint32_t ng = 0;
     kvp_kvcache_opts o;
     kvp_kvcache_opts_init(&o);
     o.n_blocks = 8;
-    CHECK(kvp_in_open(&in, path, &err) == 0 && kvp_reader_open(&rd, &in, &err) == 0);
-    CHECK_EQ_I64(kvp_seqio_read(rd, path, r.m, r.be, &o, &kc, &got, &ng, NULL, &err), KVP_EFORMAT);
+    CHECK_EQ_I64(read_seqs(&r, path, &o, &kc, &got, &ng, &err), KVP_EFORMAT);
     CHECK_MSG(strstr(err.msg, "record 2: KV block 1 of sequence 5: the K value at token 0 of layer 0, KV head 0 "
                               "is NaN or infinity") && strstr(err.msg, path),
               "%s", err.msg);
-    kvp_reader_free(rd);
-    kvp_in_close(&in);
     kvp_seqio_seqs_free(got, ng);
     kvp_kvcache_free(kc);
     unlink(path);
