@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(STORE_THREADS)
         m = fmaxf(m, wmax[i]);
     float scale = cu_kv_row_scale(kv.dtype, m), inv = 1.0f / scale;
     for (uint32_t i = threadIdx.x; i < hd; i += STORE_THREADS)
-        dst[i] = cu_kv_encode(kv.dtype, src[i], inv);
+        dst[i] = cu_kv_encode(kv.dtype, src[i], scale, inv);
     if (threadIdx.x == 0)
         ((float *)(base + kv.scales_off))[cu_kv_scale(kv, layer, which, h, s)] = scale;
 }

@@ -204,10 +204,13 @@ CU_HD float cu_kv_row_scale(int dtype, float amax)
     return m == 0.5f ? s : ldexpf(1.0f, e);
 }
 
-/* One element of a scaled KV row: encode(x * inv), inv = 1 / scale. */
-CU_HD uint8_t cu_kv_encode(int dtype, float x, float inv)
+/* One element of a scaled KV row: encode(x / scale) computed as x * inv,
+ * inv = 1 / scale, unless a scale below 2^-128 made inv infinite (0 * inf
+ * is NaN): then x / scale, as kvp_kvscale_encode does on the CPU. */
+CU_HD uint8_t cu_kv_encode(int dtype, float x, float scale, float inv)
 {
-    return dtype == KVP_DTYPE_I8 ? (uint8_t)cu_to_i8(x * inv) : cu_to_e4m3_sat(x * inv);
+    float u = isfinite(inv) ? x * inv : x / scale;
+    return dtype == KVP_DTYPE_I8 ? (uint8_t)cu_to_i8(u) : cu_to_e4m3_sat(u);
 }
 
 /* ---- weights: 8 consecutive elements i0 .. i0 + 7 of row r as f32 ----

@@ -24,16 +24,22 @@ float kvp_kvscale_amax(const float *x, int64_t n)
     return m;
 }
 
+/* x / scale as the encoders compute it: times 1 / scale, except for a
+ * scale below 2^-128 whose reciprocal is infinite (a row of tiny values),
+ * where 0 * inf would be NaN and every other element +-max; the CUDA store
+ * (cu_kv_encode) does the same so both write the same bytes. */
+static float unscale(float x, float scale, float inv) { return isfinite(inv) ? x * inv : x / scale; }
+
 void kvp_kvscale_encode(int dtype, const float *x, float scale, void *dst, int64_t n)
 {
     float inv = 1.0f / scale;
     uint8_t *d = dst;
     if (dtype == KVP_DTYPE_I8)
         for (int64_t i = 0; i < n; i++)
-            d[i] = (uint8_t)kvp_f32_to_i8(x[i] * inv);
+            d[i] = (uint8_t)kvp_f32_to_i8(unscale(x[i], scale, inv));
     else
         for (int64_t i = 0; i < n; i++)
-            d[i] = kvp_f32_to_e4m3_sat(x[i] * inv);
+            d[i] = kvp_f32_to_e4m3_sat(unscale(x[i], scale, inv));
 }
 
 void kvp_kvscale_decode(int dtype, const void *src, float scale, float *y, int64_t n)

@@ -101,7 +101,9 @@ static void test_kv_rows(void)
     for (int di = 0; di < 2; di++)
         for (int r = 0; r < 3000; r++, n_rows++) {
             uint32_t n = 1 + rnd_u32(&st) % 256;
-            float range = ldexpf(1.0f, (int)(rnd_u32(&st) % 60) - 30), x[256];
+            /* every 13th row tiny: a scale below 2^-128, 1 / scale infinite */
+            int lg = r % 13 == 5 ? -140 + (int)(rnd_u32(&st) % 12) : (int)(rnd_u32(&st) % 60) - 30;
+            float range = ldexpf(1.0f, lg), x[256];
             for (uint32_t i = 0; i < n; i++)
                 x[i] = unit_frand(&st) * range;
             if (r % 7 == 0)
@@ -115,7 +117,7 @@ static void test_kv_rows(void)
                 amax = fabsf(x[i]) > amax && isfinite(x[i]) ? fabsf(x[i]) : amax;
             float gs = cu_kv_row_scale(dts[di], amax), inv = 1.0f / gs;
             for (uint32_t i = 0; i < n; i++)
-                got[i] = cu_kv_encode(dts[di], x[i], inv);
+                got[i] = cu_kv_encode(dts[di], x[i], gs, inv);
             bad += cu_fbits(gs) != cu_fbits(ws) || memcmp(got, want, n) != 0;
         }
     CHECK_MSG(bad == 0, "%d of %d scaled KV rows differ", bad, n_rows);

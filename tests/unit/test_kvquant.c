@@ -22,6 +22,27 @@ static float frand(void) { return unit_frand(&rng_state); } /* uniform in [-1, 1
 
 static const int scaled[2] = {KVP_DTYPE_FP8_E4M3, KVP_DTYPE_I8};
 
+/* A row of tiny values (amax 2^-120 to 2^-132) gets a scale below 2^-128
+ * whose reciprocal is infinite: its zeros must still read back 0 (not NaN)
+ * and its values within a step, not all at +-max. */
+static void test_tiny_row(int dtype)
+{
+    enum { N = 16 };
+    float x[N], back[N];
+    uint8_t q[N];
+    for (int lg = -120; lg >= -132; lg -= 3) { /* below, the scale keeps too few bits */
+        for (int i = 0; i < N; i++)
+            x[i] = i % 4 == 0 ? 0.0f : ldexpf((float)(i % 3) - 1.0f, lg) * (float)(i % 5 + 1) / 5.0f;
+        float scale = kvp_kvscale_row(dtype, x, N, q);
+        kvp_kvscale_decode(dtype, q, scale, back, N);
+        int bad = 0;
+        for (int i = 0; i < N; i++)
+            bad += !(fabsf(back[i] - x[i]) <= scale * (dtype == KVP_DTYPE_I8 ? 0.5f : 32.0f));
+        CHECK_MSG(bad == 0, "%s amax 2^%d (scale %g): %d elements read back wrong (x[0] %g -> %g)",
+                  kvp_dtype_name((uint32_t)dtype), lg, scale, bad, x[0], back[0]);
+    }
+}
+
 /* One token's head rows with their own scales: int8's is amax / 127, fp8's
  * the power of two with amax in its top octave; every element reads back
  * within half a step (int8) or half an ulp (fp8, 3 mantissa bits; steps of
@@ -58,6 +79,7 @@ static void test_row(int dtype)
     }
     memset(x, 0, sizeof x);
     CHECK_NEAR(kvp_kvscale_row(dtype, x, N, q), 1.0f, 0);
+    test_tiny_row(dtype);
 }
 
 /* A scaled pool as kvcache.c lays it out. */
