@@ -113,20 +113,37 @@ void kvp_cli_usage_error(const char *fmt, ...)
     exit(KVP_EXIT_USAGE);
 }
 
-/* The operand that followed an optional-value option, and that option. */
+/* The operand that followed an optional-value option, and that option
+ * (its long form, and the short one when it was written short). */
 static const char *split_word, *split_opt;
+static char split_short[3];
+
+/* Whether word names optional-value option o: "--name", or "-c" for its
+ * short letter. */
+static int names_optional(const char *word, const struct option *o)
+{
+    if (o->has_arg != optional_argument)
+        return 0;
+    if (strncmp(word, "--", 2) == 0)
+        return strcmp(word + 2, o->name) == 0;
+    return !o->flag && o->val > ' ' && o->val < 127 && word[0] == '-' && word[1] == o->val && !word[2];
+}
 
 void kvp_cli_note_optional_values(int argc, char *const argv[], const struct option *longopts)
 {
     split_word = split_opt = NULL;
+    split_short[0] = '\0';
     for (int i = 1; i + 1 < argc && !split_word; i++) {
         if (strcmp(argv[i], "--") == 0)
             return;
-        if (strncmp(argv[i], "--", 2) != 0 || strchr(argv[i], '=') || argv[i + 1][0] == '-')
+        if (argv[i][0] != '-' || strchr(argv[i], '=') || argv[i + 1][0] == '-')
             continue;
-        for (const struct option *o = longopts; o->name; o++)
-            if (o->has_arg == optional_argument && strcmp(argv[i] + 2, o->name) == 0)
-                split_opt = argv[i], split_word = argv[i + 1];
+        for (const struct option *o = longopts; o->name && !split_word; o++)
+            if (names_optional(argv[i], o)) {
+                split_opt = o->name, split_word = argv[i + 1];
+                if (argv[i][1] != '-')
+                    snprintf(split_short, sizeof split_short, "%s", argv[i]);
+            }
     }
 }
 
@@ -135,8 +152,13 @@ const char *kvp_cli_operand_hint(int argc, char *const argv[], int first)
     static char hint[512];
     for (int i = first; split_word && i < argc; i++)
         if (argv[i] == split_word) { /* the same word, wherever getopt moved it */
-            snprintf(hint, sizeof hint, " ('%.200s' follows %.100s, whose value is given as %.100s=VALUE)",
-                     split_word, split_opt, split_opt);
+            if (split_short[0])
+                snprintf(hint, sizeof hint,
+                         " ('%.200s' follows %s, whose value is given as %sVALUE or --%.100s=VALUE)", split_word,
+                         split_short, split_short, split_opt);
+            else
+                snprintf(hint, sizeof hint, " ('%.200s' follows --%.100s, whose value is given as --%.100s=VALUE)",
+                         split_word, split_opt, split_opt);
             return hint;
         }
     return "";

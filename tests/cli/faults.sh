@@ -194,6 +194,8 @@ usage_case prefill "--stats FILE" "unexpected argument '$T/st.json' ('$T/st.json
     prefill -m "$T/x.gguf" -p a --stats "$T/st.json"
 usage_case quantize "--zstd LEVEL" "one input at a time (got 2) ('19' follows --zstd" \
     quantize --zstd 19 "$T/tiny.gguf" -o "$T/u.kvp"
+usage_case quantize "-z LEVEL" "one input at a time (got 2) ('19' follows -z, whose value is given as -zVALUE or --zstd=VALUE)" \
+    quantize -z 19 "$T/tiny.gguf" -o "$T/u.kvp"
 usage_case decode "an operand not after --stats" "at once" decode -m "$T/x.gguf" --stats -p a b.kvp
 expect_err_lacks "follows" "decode: no hint for an operand that did not follow --stats"
 usage_case decode "an empty model name" "-m: an empty file name" decode -m '' -p a
