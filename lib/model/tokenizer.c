@@ -46,6 +46,7 @@ struct kvp_tokenizer {
     int32_t eog[TOK_MAX_EOG];
     size_t n_eog;
     int add_bos;
+    int add_eos;            /* EOS after the text (add_eos_token), as llama.cpp's add_special */
     int add_space_prefix;   /* SentencePiece dummy prefix */
     int ignore_merges;      /* Llama-3: a word that is a token is taken whole */
     int32_t byte_tok[256];  /* byte-level: token of byte b's code point; SPM: <0xNN> */
@@ -271,6 +272,7 @@ int kvp_tokenizer_check_meta(const kvp_meta *m, const char *source, kvp_err *err
         if ((rc = tok_load_id(m, tok_special_names[i], n_vocab, &id, src, err)) < 0)
             return rc;
     if ((rc = tok_load_bool(m, "tokenizer.ggml.add_bos_token", 0, &flag, src, err)) < 0 ||
+        (rc = tok_load_bool(m, "tokenizer.ggml.add_eos_token", 0, &flag, src, err)) < 0 ||
         (rc = tok_load_bool(m, "tokenizer.ggml.add_space_prefix", 0, &flag, src, err)) < 0)
         return rc;
     return 0;
@@ -539,6 +541,7 @@ static int tok_load(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_er
      * kvp_tokenizer_check_meta checked both keys: these cannot fail. */
     int bos_dflt = spm || t->pre == KVP_TOK_PRE_LLAMA3;
     (void)tok_load_bool(m, "tokenizer.ggml.add_bos_token", bos_dflt, &t->add_bos, src, err);
+    (void)tok_load_bool(m, "tokenizer.ggml.add_eos_token", 0, &t->add_eos, src, err);
     (void)tok_load_bool(m, "tokenizer.ggml.add_space_prefix", spm, &t->add_space_prefix, src, err);
     if (!spm)
         t->add_space_prefix = 0; /* byte-level BPE has no dummy prefix */
@@ -1211,6 +1214,7 @@ int kvp_tokenizer_encode_spans(const kvp_tokenizer *t, const char *text, size_t 
     tok_cut *cut = NULL;
     size_t n_cut = 0;
     int rc = tok_find_cuts(t, s, len, special, n_special, &cut, &n_cut, err);
+    int vocab_choice = add_bos < 0;
     if (add_bos < 0)
         add_bos = t->add_bos;
     if (rc == 0 && add_bos && t->bos >= 0)
@@ -1226,6 +1230,8 @@ int kvp_tokenizer_encode_spans(const kvp_tokenizer *t, const char *text, size_t 
     }
     if (rc == 0)
         rc = tok_encode_raw(&w, s + raw, len - raw);
+    if (rc == 0 && vocab_choice && t->add_eos && t->eos >= 0)
+        rc = tok_emit(&w, t->eos);
     free(cut);
     tok_work_free(&w);
     if (rc < 0) {

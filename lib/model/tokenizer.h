@@ -99,8 +99,9 @@ int kvp_tokenizer_copy_meta(kvp_meta *dst, const kvp_meta *src, kvp_err *err);
  * as llama.cpp's llama_tokenize(parse_special = true) and HF's encode do;
  * 0 takes them as plain text (user-defined tokens are cut out either way).
  * add_bos: 1 prepend BOS, 0 not, -1 as the vocabulary says
- * (tokenizer.ggml.add_bos_token).  *ids is malloc'd (free it) and holds *n
- * ids.  0 or a negative code. */
+ * (tokenizer.ggml.add_bos_token, and then EOS after the text when
+ * tokenizer.ggml.add_eos_token is set: llama_tokenize's add_special).
+ * *ids is malloc'd (free it) and holds *n ids.  0 or a negative code. */
 int kvp_tokenizer_encode(const kvp_tokenizer *t, const char *text, size_t len, int parse_special,
                          int add_bos, int32_t **ids, size_t *n, kvp_err *err);
 

@@ -625,6 +625,22 @@ static void test_tiny_spm(void)
         kvp_buf_free(&b);
         kvp_tokenizer_free(t);
     }
+    /* add_eos_token: the vocabulary's choice (-1) ends the text with EOS, as
+     * llama.cpp's llama_tokenize(add_special) does ([1, 15043, 3186, 2] for
+     * "Hello world" with its llama-spm vocabulary and the key set); an
+     * explicit BOS choice adds no EOS. */
+    kvp_meta_set_bool(&m, "tokenizer.ggml.add_eos_token", 1);
+    rc = kvp_tokenizer_load_meta(&t, &m, "tiny-spm", &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc == 0) {
+        const int32_t e3[] = {1, 10, 2}, e4[] = {1, 10}, e5[] = {10};
+        encode_expect(t, "ab", 0, -1, e3, 3);
+        encode_expect(t, "ab", 0, 1, e4, 2);
+        encode_expect(t, "ab", 0, 0, e5, 1);
+        kvp_tokenizer_free(t);
+    }
+    kvp_meta_set_str(&m, "tokenizer.ggml.add_eos_token", "yes", 3);
+    CHECK(kvp_tokenizer_check_meta(&m, "bad.gguf", &err) == KVP_EFORMAT && strstr(err.msg, "add_eos_token"));
     kvp_meta_free(&m);
 }
 
