@@ -155,7 +155,10 @@ static int warp(const kvp_sampling *s, const float *logits, uint32_t n_vocab, ca
     for (uint32_t i = 0; i < n_vocab; i++)
         c[i] = (cand){logits[i], i};
     uint32_t n = n_vocab;
-    if (s->top_k > 0 && (uint32_t)s->top_k < n) {
+    /* a top-k at or past the vocabulary keeps everything: no filter (and
+     * no sort of the whole vocabulary for it) */
+    int top_k = s->top_k > 0 && (uint32_t)s->top_k < n;
+    if (top_k) {
         select_first(c, n, (uint32_t)s->top_k);
         n = (uint32_t)s->top_k;
     }
@@ -176,7 +179,7 @@ static int warp(const kvp_sampling *s, const float *logits, uint32_t n_vocab, ca
     }
     if (s->top_p < 1) {
         n = top_p_prefix(c, n, mx, mass, s->top_p);
-    } else if (s->top_k > 0 || s->min_p > 0) {
+    } else if (top_k || s->min_p > 0) {
         qsort(c, n, sizeof *c, cand_cmp);
     }
     *out = c, *n_out = n, *mx_out = mx;

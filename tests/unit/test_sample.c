@@ -102,6 +102,25 @@ int main(void)
         memcpy(tmp, lg, sizeof lg);
         CHECK_EQ_I64(kvp_sample_next(&s, tmp, 6, NULL, 0, &err), 1);
     }
+    /* top-k at or past the vocabulary keeps everything: no filter, the
+     * same draws as top-k 0 from the same seed (it had sorted the whole
+     * vocabulary each token, walking it in another order) */
+    for (int k = 6; k <= 7; k++) {
+        kvp_sampling a, b;
+        kvp_sample_defaults(&a);
+        a.temperature = b.temperature = 1;
+        kvp_sample_seed(&a, 3);
+        b = a;
+        b.top_k = k;
+        int differ = 0;
+        for (int i = 0; i < 50; i++) {
+            memcpy(tmp, lg, sizeof lg);
+            int x = kvp_sample_next(&a, tmp, 6, NULL, 0, &err);
+            memcpy(tmp, lg, sizeof lg);
+            differ += x != kvp_sample_next(&b, tmp, 6, NULL, 0, &err);
+        }
+        CHECK_MSG(differ == 0, "top-k %d: %d of 50 draws differ from top-k 0", k, differ);
+    }
     /* top-p: only tokens inside the nucleus are ever drawn */
     float peaked[4] = {10, 9.5f, 0, -5};
     kvp_sample_defaults(&s);
