@@ -156,13 +156,20 @@ endif
 # $(O)/build-flags, rewritten only when they change: MPI installed after a
 # first build (scripts/deps), or another OPT or CUDA, rebuilds what they
 # change, where make would otherwise link the old objects (a build with
-# MPI whose ranks said "this build has no MPI").
+# MPI whose ranks said "this build has no MPI").  The file is compared and
+# rewritten as the Makefile is read, not by a rule that always runs, so
+# `make -q` and `make -n` tell the truth about what is out of date.
 BUILD_FLAGS := $(CC) | $(CPPFLAGS) | $(CFLAGS) | $(LDFLAGS) | $(LDLIBS) | $(USE_CUDA) $(NVCC) $(NVCC_FLAGS) | $(NCCL_LIBS)
-.PHONY: FORCE
-$(O)/build-flags: FORCE
-	@mkdir -p $(@D)
-	@printf '%s\n' '$(subst ','\'',$(BUILD_FLAGS))' >$@.tmp; \
-	    if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+write_build_flags = mkdir -p $(O) && printf '%s\n' '$(subst ','\'',$(BUILD_FLAGS))' >$(O)/build-flags
+ifneq ($(strip $(shell cat $(O)/build-flags 2>/dev/null)),$(strip $(BUILD_FLAGS)))
+  ifneq ($(findstring n,$(firstword -$(MAKEFLAGS)))$(findstring q,$(firstword -$(MAKEFLAGS))),)
+    .PHONY: $(O)/build-flags # -n, -q: everything is out of date, and nothing is written
+  else
+    $(shell $(write_build_flags))
+  endif
+endif
+$(O)/build-flags:
+	@$(write_build_flags)
 
 $(O)/%.o: %.c $(O)/build-flags
 	$(call say,CC,$<)

@@ -17,6 +17,14 @@ fi
 
 run make -s --no-print-directory -C "$root" install O="$o" BINDIR="$KVP_BIN" DESTDIR="$dest" PREFIX="$prefix"
 expect_status 0 "make install DESTDIR=... succeeds"
+# make -q tells the truth: a built program is up to date, and other flags
+# make it out of date without rewriting the flags file
+flags_before=$(cat "$o/build-flags")
+run make -q -C "$root" O="$o" BINDIR="$KVP_BIN" "$KVP_BIN/kvdump"
+expect_status 0 "make -q: a built program is up to date"
+run make -q -C "$root" O="$o" BINDIR="$KVP_BIN" OPT=-O0 "$KVP_BIN/kvdump"
+expect_status 1 "make -q: other flags make it out of date"
+expect_true "make -q wrote no flags" test "$(cat "$o/build-flags")" = "$flags_before"
 inc=$dest$prefix/include/kvpipe
 expect_true "kvpipe.h installed" test -f "$inc/kvpipe.h"
 expect_true "stream.h installed beside it" test -f "$inc/stream.h"
