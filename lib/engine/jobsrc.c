@@ -26,6 +26,7 @@ struct kvp_jobsrc {
     const kvp_runopts *o;
     const kvp_tokenizer *tok;
     uint32_t n_ctx;            /* the model's trained context (0: not known) */
+    const char *n_ctx_from;    /* what set n_ctx, for messages */
     /* prompts: -p and --tokens given, -f read as the queue drains */
     int from_prompts;
     kvp_prompts_reader *pr;
@@ -219,9 +220,9 @@ static int too_long(const kvp_jobsrc *js, const char *what, uint64_t i, const ch
     int seq = strcmp(what, "sequence") == 0;
     if (seq)
         snprintf(which, sizeof which, " %" PRIu64, i);
-    kvp_err_set(err, KVP_EINVAL, "%s%s%s%s%s%s%s is %u tokens, more than a sequence may hold (%u: the "
-                "model's context, or --max-model-len)", !seq && !js->o->file ? "the " : "", what, which,
-                label[0] ? " " : "", seq && label[0] ? "\"" : "", label, seq && label[0] ? "\"" : "", n, js->n_ctx);
+    kvp_err_set(err, KVP_EINVAL, "%s%s%s%s%s%s%s is %u tokens, more than a sequence may hold (%u: %s)",
+                !seq && !js->o->file ? "the " : "", what, which, label[0] ? " " : "", seq && label[0] ? "\"" : "",
+                label, seq && label[0] ? "\"" : "", n, js->n_ctx, js->n_ctx_from);
     return 1;
 }
 
@@ -571,8 +572,10 @@ int kvp_jobsrc_open(kvp_jobsrc **out, kvp_run *r, const kvp_runopts *o, const ch
         return kvp_err_set(err, KVP_EINVAL, "--max-model-len %u is above %s's trained context of %u tokens",
                            o->max_model_len, o->model, n_ctx);
     }
+    js->n_ctx_from = js->n_ctx != cfg->n_ctx ? "the model's sliding window, which the engine does not apply"
+                                             : "the model's trained context";
     if (o->max_model_len)
-        js->n_ctx = o->max_model_len;
+        js->n_ctx = o->max_model_len, js->n_ctx_from = "--max-model-len";
     js->salt = salt;
     js->from_prompts = o->prompt || o->file || o->tokens;
     int rc;

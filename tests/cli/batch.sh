@@ -561,6 +561,24 @@ expect_err_has "ctx.kvp: sequence 1 \"b\" is 7 tokens, more than a sequence may 
 run decode -m "$M" -t 2 -p hi --max-model-len 100000
 expect_status 1 "--max-model-len above the trained context"
 expect_err_has "trained context of 8192 tokens" "says the model's"
+run decode -m "$M" -t 2 -p "The capital of France is a city" -n 4 --max-model-len 5
+expect_err_has "(5: --max-model-len)" "a prompt over --max-model-len names it as the limit"
+# a sliding window shorter than the context (Mistral's kind; the engine
+# attends over every position): sequences are held to the window, said
+# once; a prompt over it is refused naming the window
+"$KVP_UNIT_DIR/test_convert" --write-gguf "$T/window.gguf" window || fail "could not write the windowed GGUF"
+run decode -m "$T/window.gguf" -p abab -n 20 --json
+expect_status 0 "a windowed model runs"
+expect_out_has '"tokens":2,"finish_reason":"length"' "4 prompt tokens and 2 more fill the window of 6"
+expect_err_has "attends over a sliding window of 6 tokens, which this engine does not apply: sequences are held to 6" \
+    "the window is noted"
+run decode -m "$T/window.gguf" -p abababab -n 4
+expect_status 1 "a prompt over the window"
+expect_err_has "the prompt is 8 tokens, more than a sequence may hold (6: the model's sliding window" \
+    "the window is named as the limit"
+run decode -m "$T/window.gguf" -p ab --max-model-len 7
+expect_status 1 "--max-model-len past the window"
+expect_err_has "above $T/window.gguf's sliding window of 6 tokens" "names the window"
 
 # Usage errors for options that would otherwise be silently lenient or ignored
 for bad in 0/-1 1/4294967298 0/4294967297 0/99999999999999999999 " 1/3" "1/ 3" +1/3 1/3x 0x1/3 /3 1/; do

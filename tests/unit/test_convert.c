@@ -195,6 +195,10 @@ static int write_gguf(const char *path, int n_tensors, const char *variant)
     g_str(&kv, "a b");
     if (strcmp(f, "bos") == 0)
         KV(g_kv_u32(&kv, "tokenizer.ggml.bos_token_id", 4));
+    if (strcmp(f, "window") == 0) { /* Mistral's kind: every layer slides, window shorter than the context */
+        KV(g_kv_u32(&kv, ARCH("context_length"), 64));
+        KV(g_kv_u32(&kv, ARCH("attention.sliding_window"), 6));
+    }
     if (strcmp(f, "token-type") == 0) {
         KV(g_str(&kv, "tokenizer.ggml.token_type"));
         kvp_buf_u32(&kv, 9);
