@@ -319,15 +319,22 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
             kvp_kvcache_seq_free(b->kc, r->holder);
         r->holder = -1;
     }
-    /* a kept state ends where the shown text does: the next turn (prefill
-     * --resume) must not see the stop string, in the cache or pending */
-    if (b->keep && r->g.rec.finish_reason == KVP_FINISH_STOP_STRING && r->g.handle >= 0) {
-        uint32_t len = kvp_kvcache_seq_len(b->kc, r->g.handle), hide = r->g.n_hidden;
-        int rc = hide && hide <= len ? kvp_kvcache_seq_truncate(b->kc, r->g.handle, len - hide, err) : 0;
+    /* a kept state ends where its tokens do (a verify step's kept drafts
+     * past the one it finished at are dropped), and where the shown text
+     * does: the next turn (prefill --resume) must not see the stop string,
+     * in the cache or pending */
+    if (b->keep && r->g.handle >= 0) {
+        uint32_t len = kvp_kvcache_seq_len(b->kc, r->g.handle), want = len - (r->kv_ahead < len ? r->kv_ahead : len);
+        int stop = r->g.rec.finish_reason == KVP_FINISH_STOP_STRING;
+        if (stop && r->g.n_hidden <= want)
+            want -= r->g.n_hidden;
+        int rc = want < len ? kvp_kvcache_seq_truncate(b->kc, r->g.handle, want, err) : 0;
         if (rc < 0)
             return rc;
-        r->g.rec.next_token = -1;
+        if (stop)
+            r->g.rec.next_token = -1;
     }
+    r->kv_ahead = 0;
     kvp_batch_stats *st = b->st;
     st->requests++;
     st->kv_memory += failed;
@@ -967,23 +974,23 @@ static int advance_spec(batch *b, kvp_sched *s, kvp_request *r, float *rows, con
     r->n_accepted += m;
     if (b->o->draft_adaptive)
         adapt(b, r, m, nd);
-    int handle = r->g.handle, keep = b->keep;
+    int handle = r->g.handle;
     uint32_t valid = r->sr.n_computed + m; /* the last token, then m kept drafts */
     int rc = kvp_kvcache_seq_truncate(b->kc, handle, valid, err);
     for (uint32_t j = 0; rc == 0 && j <= m; j++) {
         r->g.rec.next_token = (int32_t)drawn[j];
         r->g.rec.sampling = after[j];
-        if ((rc = take_token(b, s, r, err)) == 1) {
-            /* finished at a kept draft: a kept request's cache ends where
-             * its tokens do (a freed one's blocks are right for their
-             * tokens, whatever they were) */
-            if (keep && j < m)
-                rc = kvp_kvcache_seq_truncate(b->kc, handle, valid - (m - j), err);
-            return rc < 0 ? rc : 1;
-        }
+        /* finishing at a kept draft, a kept request's cache must end where
+         * its tokens do (finish drops the m - j drafts after it, then a
+         * stop string's tokens; a freed one's blocks are right for their
+         * tokens, whatever they were) */
+        r->kv_ahead = m - j;
+        if ((rc = take_token(b, s, r, err)) == 1)
+            return 1;
         if (rc == 0 && j < m)
             r->sr.n_computed++; /* the draft token's K/V, computed in the step, stands */
     }
+    r->kv_ahead = 0;
     return rc;
 }
 

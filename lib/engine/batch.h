@@ -69,6 +69,8 @@ typedef struct kvp_request {
     int32_t node_par[1 + KVP_DRAFT_BRANCHES * KVP_DRAFT_MAX];
     uint32_t node_of[KVP_DRAFT_BRANCHES][KVP_DRAFT_MAX + 1];
     uint32_t n_drafted, n_accepted, n_verify; /* draft tokens proposed, accepted; verify steps */
+    uint32_t kv_ahead;       /* K/V in its cache past the token being taken: the kept drafts after
+                              * it, while a verify step's tokens are taken (finish drops them) */
     int holder;              /* the cache sequence (read from a stream) holding its KV, or -1: its start
                               * runs it in that sequence (g.handle), and a start the scheduler takes
                               * back (not admitted) leaves it the holder; -1 once it has run */

@@ -209,10 +209,16 @@ expect_status 0 "decode resumes specdec's state"
 same "and continues it as it continues decode's" "$T/d2.jl" "$OUT"
 # a stop string met inside a verify step's kept guesses: the state saved
 # is the one decode saves (the tokens holding it left out, none pending)
+# (on the plain letters, the stop's tokens outnumber the guesses after the
+# one it ended at, or not: the job failed "truncate sequence 0 to 22 of 21
+# tokens", or saved the stop's tokens)
 P="Repeat exactly: The prime I am referring to is two, the prime I am referring to is two."
-for st in " referring" " is 2"; do
-    run decode -m "$M" -t $THREADS --chat -p "$P" -n 64 --stop "$st" --kv-out "$T/dst.kvp"
-    run specdec -m "$M" -t $THREADS --chat -p "$P" -n 64 --stop "$st" --kv-out "$T/sst.kvp" --draft-len 6
+L="a b c d e f a b c d e f a b c d e f"
+for st in " referring" " is 2" "L:c d e" "L:b c" "L:d e f a"; do
+    chat=--chat p=$P
+    case $st in L:*) st=${st#L:} chat= p=$L ;; esac
+    run decode -m "$M" -t $THREADS $chat -p "$p" -n 64 --stop "$st" --kv-out "$T/dst.kvp"
+    run specdec -m "$M" -t $THREADS $chat -p "$p" -n 64 --stop "$st" --kv-out "$T/sst.kvp" --draft-len 6
     expect_status 0 "specdec --stop '$st' --kv-out"
     run kvdump --json "$T/dst.kvp"
     grep -o '"token_ids":\[[0-9,]*\]\|"next_token":[-0-9]*' "$OUT" >"$T/dst.ids"
