@@ -408,8 +408,8 @@ static int read_one(kvp_jobsrc *js, kvp_seqio_seq *q, uint32_t **tok, kvp_err *e
 
 /* A stream's sequence becomes a request whose tokens are the stream's; the
  * blocks the stream carried sit in a cache sequence (its holder) until the
- * request starts and shares them.  Its arrival, when the stream tells it,
- * is the request's (so TTFT counts prefill too). */
+ * request starts and shares them.  Through a pipe, its arrival, when the
+ * stream tells it, is the request's (so TTFT counts prefill too). */
 static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *err)
 {
     for (;;) {
@@ -444,8 +444,14 @@ static int stream_next(kvp_jobsrc *js, int block, kvp_request **out, kvp_err *er
             js->next--;
             return 0;
         }
+        /* through a pipe, the request arrived when prefill took it (TTFT
+         * counts the prefill, as disaggregated serving does); a stored
+         * file's requests arrive when the job starts, as a prompts file's
+         * (a file prefilled last night is not a request waiting since) */
         if (t_arrival == 0)
-            t_arrival = q.rec.arrival_ns ? kvp_gen_mono_of_wall(q.rec.arrival_ns) : kvp_gen_now();
+            t_arrival = js->in.size_known    ? js->t_open
+                        : q.rec.arrival_ns ? kvp_gen_mono_of_wall(q.rec.arrival_ns)
+                                           : kvp_gen_now();
         kvp_request *r = kvp_request_new(js->tok, q.rec.id, q.rec.label, tok, q.rec.n_tokens, &q.rec.sampling);
         free(tok);
         if (!r) {

@@ -638,4 +638,18 @@ expect_true "and says so" grep -q "^prefill: stopped by Terminated: 0 sequences 
 run kvdump --check "$T/none.kvp"
 expect_status 0 "-o FILE holds a whole stream of no sequences"
 
+# TTFT of a stream's request: through a pipe from the prefill's arrival (the
+# stream records it), from a stored file as of the job's start (a file
+# prefilled long ago is not a request that waited all that time)
+run prefill -m "$M" -t 1 -p "Once upon a time" -o "$T/aged.kvp"
+sleep 2
+ttft() { sed -n 's/.*"ttft_ms":\([0-9.]*\).*/\1/p' "$OUT"; }
+run decode -m "$M" -t 1 -n 2 --json "$T/aged.kvp"
+t=$(ttft)
+expect_true "a stored stream's TTFT is this job's ($t ms)" awk -v t="$t" 'BEGIN { exit !(t != "" && t < 1500) }'
+run_sh "cat '$T/aged.kvp' | decode -m '$M' -t 1 -n 2 --json"
+t=$(ttft)
+expect_true "a piped stream's TTFT counts from its arrival in prefill ($t ms)" \
+    awk -v t="$t" 'BEGIN { exit !(t != "" && t >= 2000) }'
+
 done_testing
