@@ -61,7 +61,23 @@ void kvp_request_free(kvp_request *r)
     free(r->tokens);
     free(r->q);
     free(r->hidden);
+    free(r->itl);
     free(r);
+}
+
+/* One more gap between two of r's tokens, kept until it finishes. */
+static int request_push_itl(kvp_request *r, double gap)
+{
+    if (r->n_itl == r->cap_itl) {
+        uint32_t cap = r->cap_itl ? r->cap_itl * 2 : 64;
+        float *v = realloc(r->itl, (size_t)cap * sizeof *v);
+        if (!v)
+            return -1;
+        r->itl = v;
+        r->cap_itl = cap;
+    }
+    r->itl[r->n_itl++] = (float)gap;
+    return 0;
 }
 
 static int request_push(kvp_request *r, uint32_t t)
@@ -354,6 +370,11 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
     double t_end = r->g.t_last > 0 ? r->g.t_last : kvp_gen_now();
     int rc = b->metrics ? kvp_metrics_add_request(b->metrics, r->g.t_start, r->g.t_first, t_end, r->g.n_gen, failed, err)
                         : 0;
+    for (uint32_t i = 0; b->metrics && i < r->n_itl; i++)
+        kvp_metrics_add_itl(b->metrics, r->itl[i]);
+    free(r->itl);
+    r->itl = NULL;
+    r->n_itl = r->cap_itl = 0;
     if (!b->keep)
         kvp_request_free(r);
     return rc;
@@ -374,8 +395,9 @@ static int take_token(batch *b, kvp_sched *s, kvp_request *r, kvp_err *err)
         double gap = r->g.t_last - before;
         if (gap > r->itl_max)
             r->itl_max = gap;
-        if (b->metrics)
-            kvp_metrics_add_itl(b->metrics, gap);
+        if (b->metrics && request_push_itl(r, gap) < 0)
+            return kvp_err_set(err, KVP_ENOMEM, "request %llu: out of memory for its token gaps",
+                               (unsigned long long)r->g.rec.id);
     }
     if (rc) {
         kvp_sched_finish(s, &r->sr);

@@ -76,6 +76,10 @@ typedef struct kvp_request {
                               * back (not admitted) leaves it the holder; -1 once it has run */
     double t_end;
     double itl_max;          /* longest gap between two tokens, seconds */
+    float *itl;              /* [n_itl] its gaps so far, seconds: the statistics take them when it
+                              * finishes, as its TTFT and E2E (a stopped job's unfinished requests
+                              * count in none) */
+    uint32_t n_itl, cap_itl;
     struct kvp_request *held_next; /* finished and kept (keep_finished): the caller's list link */
     int unshown;             /* ended with a budget of 0 before its stream's pending token (prefill's
                               * first) was shown: saved as prefilled, so a continuation shows it */

@@ -311,7 +311,7 @@ rm -f "$T/term.jsonl"
 # (long enough at any speed: 200 tokens each, one at a time; the signal
 # comes once the first has been written)
 decode -m "$M" -t 2 -f "$T/p.jsonl" -n 200 --ignore-eos --max-num-seqs 1 --resume "$T/term.jsonl" \
-    >/dev/null 2>"$T/term.err" &
+    --stats="$T/term.json" >/dev/null 2>"$T/term.err" &
 pid=$!
 i=0
 while [ ! -s "$T/term.jsonl" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
@@ -326,6 +326,12 @@ else fail "SIGTERM message: $(cat "$T/term.err")"; fi
 if [ ! -s "$T/term.jsonl" ] || [ "$(tail -c 1 "$T/term.jsonl" | od -An -c | tr -d ' ')" = '\n' ]; then
     pass "only whole lines were written"
 else fail "a half line after SIGTERM"; fi
+# the statistics count the finished requests alone, their gaps (ITL) too:
+# the one cut off by the signal counts in none
+nreq=$(sed -n 's/.*"requests":\([0-9]*\).*/\1/p' "$T/term.json")
+nitl=$(sed -n 's/.*"itl_ms":{"n":\([0-9]*\).*/\1/p' "$T/term.json")
+expect_true "a stopped job's ITL holds its $nreq finished requests' 199 gaps each (n $nitl)" \
+    test -n "$nreq" -a "$nreq" -ge 1 -a "$nitl" = "$((nreq * 199))"
 
 # prefill | decode: decode takes each sequence as it arrives; the text is
 # what decode alone gives, and the stream carries each request's arrival and
