@@ -367,9 +367,9 @@ static const uint8_t *stage_scaled(kvp_seqio_reader *sr, const kvp_kvblock_rec *
     return sr->stage;
 }
 
-/* A reference, from a salted sequence, to a block the stream sent for
- * another salt's (the writer sends equal blocks once, whatever their
- * salts): the block's bytes, copied into sr->copy, for a block of this
+/* A reference to a block the stream sent for a sequence of another salt
+ * (the writer sends equal blocks once, whatever their salts; no salt is
+ * one too): the block's bytes, copied into sr->copy, for a block of this
  * sequence's own, since tenants never share one; NULL when it is no
  * longer loaded (then computed again, as any block not loaded). */
 static const uint8_t *copied_block(kvp_seqio_reader *sr, uint64_t hash)
@@ -484,7 +484,10 @@ static int on_block(kvp_seqio_reader *sr, const kvp_record *rec, const kvp_seq_r
          * equal prompt) where it was loaded, if still there.  One that has
          * left the cache is computed again from the tokens. */
         from = nt == pool->block_size ? kvp_kvcache_find_hash(sr->kc, shash) : partial_block(sr, hash);
-        if (from < 0 && *sparent && *loading) /* salted: the block as sent for another salt, copied */
+        /* a block the stream sent for another salt (or for a salted
+         * sequence, to an unsalted one): registered under that salt, so
+         * not found by this one's hash; copied, never shared */
+        if (from < 0 && *loading)
             data = copied_block(sr, hash);
         if (from < 0 && !data)
             *loading = 0;

@@ -251,7 +251,10 @@ expect_true "--no-prefix-cache still starts on the stream's blocks (got $(cached
 run decode -m "$M" -t 1 -n 0 --stats="$T/st.json" "$T/one-salted.kvp"
 expect_true "-n 0: the stream's 49 tokens counted as cached (got $(cached "$T/st.json"))" test "$(cached "$T/st.json")" = 49
 peak() { sed -n 's/.*"peak_kv_blocks":\([0-9]*\).*/\1/p' "$1"; }
-for pair in same:98 other:98; do
+# (and a salted request's blocks copied for an unsalted one after it: it
+# had computed its whole prompt again, 49 of 98 from the cache)
+printf '{"id":"t1","prompt":"%s","cache_salt":"a"}\n{"id":"t2","prompt":"%s"}\n' "$long" "$long" >"$T/mixed.jsonl"
+for pair in same:98 other:98 mixed:98; do
     f=$T/${pair%:*}.jsonl want=${pair#*:}
     prefill -m "$M" -t 1 -f "$f" -o "$T/pair.kvp" 2>/dev/null
     run decode -m "$M" -t 1 -n 3 --stats="$T/st.json" "$T/pair.kvp"
