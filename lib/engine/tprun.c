@@ -212,13 +212,16 @@ void kvp_run_tp_close(kvp_run *r)
 
 int kvp_run_tp_follow(const kvp_runopts *o)
 {
-    int launched = kvp_comm_mpi_launched_size();
+    /* mpirun's ranks, or srun's tasks of a job step (a batch script's own
+     * commands see the job's task count but no step: not counted) */
+    int launched = kvp_comm_launched_size();
+    const char *how = kvp_comm_mpi_launched_size() > 1 ? "mpirun -np" : "srun -n";
     /* every rank would run the whole job: its outputs twice, its files
      * written by each (the programs leave usage errors to rank 0) */
     if (o->tp <= 1 && o->pp <= 1 && launched > 1)
-        kvp_cli_usage_error("started as one of %d ranks (mpirun -np %d), but without --tp or --pp each rank would "
+        kvp_cli_usage_error("started as one of %d ranks (%s %d), but without --tp or --pp each rank would "
                             "run the whole job: give --tp and --pp whose product is %d, or start one process",
-                            launched, launched, launched);
+                            launched, how, launched, launched);
     if (o->tp <= 1 && o->pp <= 1)
         return -1;
     kvp_err err = {0};

@@ -194,6 +194,16 @@ usage_case prefill "--stats FILE" "unexpected argument '$T/st.json' ('$T/st.json
     prefill -m "$T/x.gguf" -p a --stats "$T/st.json"
 usage_case quantize "--zstd LEVEL" "one input at a time (got 2) ('19' follows --zstd" \
     quantize --zstd 19 "$T/tiny.gguf" -o "$T/u.kvp"
+# srun's tasks of a job step, like mpirun's ranks, each run the whole job
+# without --tp/--pp: refused, said by task 0 alone; a batch script's own
+# commands (no step) run as one process
+usage_case decode "2 srun tasks without --tp or --pp" "started as one of 2 ranks (srun -n 2), but without --tp or --pp" \
+    env SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_PROCID=0 decode -m "$T/x.gguf" -p hi
+run env SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_PROCID=1 decode -m "$T/x.gguf" -p hi
+expect_status 2 "srun task 1 of 2 without --tp or --pp: a usage error too"
+expect_err_empty "said by task 0 alone"
+run env SLURM_NTASKS=2 SLURM_PROCID=0 decode -m "$T/x.gguf" -p hi
+expect_err_lacks "started as one of" "a batch script's command (a job's task count, no step) is one process"
 usage_case quantize "-z LEVEL" "one input at a time (got 2) ('19' follows -z, whose value is given as -zVALUE or --zstd=VALUE)" \
     quantize -z 19 "$T/tiny.gguf" -o "$T/u.kvp"
 usage_case decode "an operand not after --stats" "at once" decode -m "$T/x.gguf" --stats -p a b.kvp
@@ -229,7 +239,9 @@ if [ ! -f "$M" ]; then
 fi
 long=$(awk 'BEGIN { for (i = 0; i < 9000; i++) printf "word "; }')
 for p in prefill decode; do
-    runtime_case $p "a prompt past the model's context" "the model's context" $p -m "$M" -t 2 -p "$long"
+    want="(8192: the model's trained context)"
+    [ $p = decode ] || want="more than the model's context of 8192"
+    runtime_case $p "a prompt past the model's context" "$want" $p -m "$M" -t 2 -p "$long"
     # no prompt is no request: a batch job with nothing to do (batch.sh)
     run $p -m "$M" -t 2 -f "$T/empty" </dev/null
     expect_status 0 "$p: an empty prompts file: no request, exit 0"
