@@ -431,6 +431,10 @@ static void check_output(const options *o, const char *input)
         kvp_cli_usage_error("--report %s and -o %s would both write to standard output", o->report, o->output);
     if (o->report && strcmp(o->report, "-") != 0 && kvp_cli_same_path(o->report, o->output))
         kvp_cli_usage_error("--report %s: the report would replace the output", o->report);
+    /* the text --eval scores is an input too: -o or --report renamed over
+     * it when the job ends would destroy it */
+    kvp_cli_refuse_same("-o ", o->output, o->eval, "text scored");
+    kvp_cli_refuse_same("--report ", o->report, o->eval, "text scored");
     check_target(o->output, "-o", input, o->force);
     if (o->report) /* a report replaces an earlier one: it is a log, not a model */
         check_target(o->report, "--report", input, 1);
