@@ -41,7 +41,7 @@ static void usage(FILE *f)
             "      --perplexity TEXT   score TEXT (a file, - for stdin) in windows instead, as llama.cpp's\n"
             "                          perplexity tool does, and print PPL (first half of each window is\n"
             "                          context only)\n"
-            "      --ctx N             tokens a window (default 512)\n"
+            "      --ctx N             tokens a window (default 512, or the model's context where shorter)\n"
             "      --chunks N          score at most N windows (default: all)\n"
             "      --save-logits FILE  save the model's next-token distributions as a BASE for --kld\n"
             "      --save-top K        save the top K log-probs and the rest's mass (default 32)\n"
@@ -569,7 +569,7 @@ int main(int argc, char **argv)
         {"kld", required_argument, NULL, OPT_KLD},
     };
     const char *ppl_text = NULL;
-    kvp_ppl_opts po = {.ctx = 512, .save_k = 32, .bos = -1, .producer = "prefill " KVP_VERSION};
+    kvp_ppl_opts po = {.save_k = 32, .bos = -1, .producer = "prefill " KVP_VERSION};
     int windows_set = 0; /* --ctx or --chunks: --perplexity's windows */
     int save_top_set = 0, full = 0;
     struct option longopts[KVP_RUNOPTS_N_LONG + sizeof own / sizeof own[0] + 1];

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #define TEXT_MAX (1ull << 30) /* a text of more than 1 GiB is surely a mistake */
+#define PPL_CTX_DEFAULT 512   /* tokens a window, as llama.cpp's perplexity */
 
 int kvp_perplexity_tokens(const kvp_run *r, const char *path, uint32_t **ids, uint64_t *n, kvp_err *err)
 {
@@ -59,10 +60,13 @@ int kvp_perplexity_run(const kvp_runopts *o, const char *text_path, kvp_ppl_opts
     int rc = kvp_run_open(&r, o, err);
     if (rc < 0)
         return rc;
-    /* 512 by default, or the model's context where it is shorter; a model
-     * that states no context (0: decode's 4096 by default) takes any */
+    /* The window is decided here alone, for the KV pool and the run both
+     * (a pool sized for the model's short context ran windows of 512 out
+     * of blocks): po->ctx, else 512, or the model's context where it is
+     * shorter; a model that states no context (0: decode's 4096 by
+     * default) takes any. */
     uint32_t n_ctx = kvp_config_ctx_limit(&r.model->cfg); /* a sliding window the engine does not apply holds it */
-    uint32_t ctx = po->ctx ? po->ctx : n_ctx && n_ctx < 512 ? n_ctx : 512;
+    uint32_t ctx = po->ctx ? po->ctx : n_ctx && n_ctx < PPL_CTX_DEFAULT ? n_ctx : PPL_CTX_DEFAULT;
     if (n_ctx && ctx > n_ctx) {
         rc = kvp_err_set(err, KVP_EINVAL, "--ctx %u is beyond %s's %s of %u tokens", ctx, o->model,
                          n_ctx < r.model->cfg.n_ctx ? "sliding window (not applied here)" : "context length", n_ctx);
@@ -79,7 +83,9 @@ int kvp_perplexity_run(const kvp_runopts *o, const char *text_path, kvp_ppl_opts
     po->fingerprint = r.model->fingerprint;
     if (!po->text_name)
         po->text_name = text_path;
-    rc = kvp_ppl_run(r.engine, r.kc, ids, n, po, res, err);
+    kvp_ppl_opts wo = *po; /* the caller's ctx left as given: 0 is decided again for the next model */
+    wo.ctx = ctx;
+    rc = kvp_ppl_run(r.engine, r.kc, ids, n, &wo, res, err);
 out:
     free(ids);
     kvp_run_close(&r);

@@ -20,8 +20,10 @@
 int kvp_perplexity_tokens(const kvp_run *r, const char *path, uint32_t **ids, uint64_t *n, kvp_err *err);
 
 /* Open the model the options name (o->model), tokenize text_path and score
- * it; po->bos, fingerprint and text_name are filled in from the model and
- * path.  The KV cache holds one window unless the options size it. */
+ * it in windows of po->ctx tokens (0: 512, or the model's context where it
+ * is shorter; a po->ctx beyond the model's context is an error); po->bos,
+ * fingerprint and text_name are filled in from the model and path.  The KV
+ * cache holds one window unless the options size it. */
 int kvp_perplexity_run(const kvp_runopts *o, const char *text_path, kvp_ppl_opts *po, kvp_ppl_result *res,
                        kvp_err *err);
 

@@ -207,7 +207,7 @@ out:
 int kvp_ppl_run(kvp_engine *e, kvp_kvcache *kc, const uint32_t *tokens, uint64_t n, const kvp_ppl_opts *o,
                 kvp_ppl_result *r, kvp_err *err)
 {
-    uint32_t ctx = o->ctx ? o->ctx : 512, chunk = o->chunk ? o->chunk : 512;
+    uint32_t ctx = o->ctx, chunk = o->chunk ? o->chunk : 512;
     uint32_t nv = kvp_engine_n_vocab(e);
     if (ctx < 4)
         return kvp_err_set(err, KVP_EINVAL, "--ctx %u: a window needs at least 4 tokens", ctx);

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 typedef struct kvp_ppl_opts {
-    uint32_t ctx;          /* tokens a window (0: 512) */
+    uint32_t ctx;          /* tokens a window, at least 4 (kvp_perplexity_run decides it) */
     uint32_t max_windows;  /* 0: every whole window of the text */
     uint32_t chunk;        /* tokens a step (0: 512; scored steps take at most 256) */
     int32_t bos;           /* put at each window's position 0, or -1 */

@@ -24,6 +24,18 @@ expect_status 2 "--ctx below 4"
 run prefill -m x.gguf --perplexity x.txt --save-logits b.kvp --save-top 8 --full
 expect_status 2 "--save-top with --full"
 
+# ---- a model whose context is shorter than the default window of 512 ----
+# (the unit tests' tiny GGUF, its vocabulary a-d, with a context of 16):
+# the window is that context; 512 was taken, beyond it, as if given
+"$KVP_UNIT_DIR/test_convert" --write-gguf "$T/ctx16.gguf" ctx || { status=1; fail "could not write the tiny GGUF"; }
+printf 'abcdabcdbadcabcdacbdabcdddabcabdcabdcbadbcadbcabcda' >"$T/abcd.txt"
+run prefill -m "$T/ctx16.gguf" -t $THREADS --perplexity "$T/abcd.txt" --json
+expect_status 0 "a model with a context of 16 tokens, no --ctx"
+expect_out_has '"ctx":16,"windows":3,"scored":21' "scores windows of 16 (7 positions each)"
+run prefill -m "$T/ctx16.gguf" -t $THREADS --perplexity "$T/abcd.txt" --ctx 17
+expect_status 1 "an explicit --ctx beyond that context"
+expect_err_has "--ctx 17 is beyond $T/ctx16.gguf's context length of 16 tokens" "stays an error"
+
 need_model
 P="prefill -m $M -t $THREADS"
 
@@ -215,6 +227,16 @@ expect_status 1 "--eval on a missing text"
 expect_err_has "missing.txt" "names the text"
 expect_true "an earlier output stays as it was" grep -qx "the earlier model" "$T/q8old.kvp"
 expect_true "and no temporary file is left" sh -c "! ls '$T'/q8old.kvp.tmp.* 2>/dev/null | grep -q ."
+
+# a model whose context (256, in a copy) is shorter than the window of 512:
+# the KV pool was sized for 256 tokens and windows of 512 run in it
+cp "$M" "$T/ctx256.gguf"
+at=$(grep -obUa 'llama.context_length' "$T/ctx256.gguf" | head -n 1 | cut -d: -f1)
+printf '\000\001\000\000' | dd of="$T/ctx256.gguf" bs=1 seek=$((at + 24)) conv=notrunc 2>/dev/null
+run quantize --to q8_0 "$T/ctx256.gguf" -o "$T/q8c.kvp" --eval "$TXT" --eval-chunks 1 -r "$T/rc.tsv" --threads $THREADS
+expect_status 0 "quantize --eval on a model with a context of 256 tokens"
+expect_true "scores one window of 256 (127 positions)" grep -q "^$TXT	[0-9]*	256	1	127	" "$T/rc.tsv"
+rm -f "$T/ctx256.gguf" "$T/q8c.kvp"
 
 # ---- the references, on the GPL-3 text ----
 GPL=/usr/share/common-licenses/GPL-3

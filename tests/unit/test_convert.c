@@ -161,7 +161,8 @@ static void make_tensors(void)
  * vocabulary, "layers" 2^31 layers, "token-type" a token_type array of 1 for
  * the 4 tokens, "layers2" 2 layers declared and 1 present, "vocab" a
  * vocabulary of 5 and an embedding of 4 rows; or "gemma2", well formed but
- * an architecture decode does not run. */
+ * an architecture decode does not run; or well formed with a context
+ * length: "window" 64 with a sliding window of 6, "ctx" 16 alone. */
 static int write_gguf(const char *path, int n_tensors, const char *variant)
 {
     const char *f = variant ? variant : "";
@@ -199,6 +200,8 @@ static int write_gguf(const char *path, int n_tensors, const char *variant)
         KV(g_kv_u32(&kv, ARCH("context_length"), 64));
         KV(g_kv_u32(&kv, ARCH("attention.sliding_window"), 6));
     }
+    if (strcmp(f, "ctx") == 0) /* a context shorter than a default window of 512 */
+        KV(g_kv_u32(&kv, ARCH("context_length"), 16));
     if (strcmp(f, "token-type") == 0) {
         KV(g_str(&kv, "tokenizer.ggml.token_type"));
         kvp_buf_u32(&kv, 9);
