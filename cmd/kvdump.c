@@ -490,7 +490,11 @@ int main(int argc, char **argv)
         switch (c) {
         case 'c': d.check = 1; break;
         case 's': d.summary = 1; break;
-        case 'x': d.extract = optarg; break;
+        case 'x': /* the raw bytes of one tensor: two would run together on stdout */
+            if (d.extract && strcmp(d.extract, optarg) != 0)
+                kvp_cli_usage_error("--extract: one tensor at a time (got '%s' and '%s')", d.extract, optarg);
+            d.extract = optarg;
+            break;
         case 'j': d.json = 1; break;
         case 'h':
             usage(stdout);

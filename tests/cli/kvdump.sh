@@ -153,6 +153,9 @@ run_sh "kvdump --extract '$name' '$T/s.kvp' > '$T/x.bin'"
 expect_status 0 "--extract a tensor"
 size=$(wc -c <"$T/x.bin")
 if [ "$size" -eq 192 ]; then pass "--extract writes the 192 data bytes"; else fail "--extract wrote $size bytes"; fi
+run_sh "kvdump -x '$name' -x other '$T/s.kvp' > /dev/null"
+expect_status 2 "two --extract names: a usage error (their bytes would run together)"
+expect_err_has "--extract: one tensor at a time (got '$name' and 'other')" "naming both"
 run_sh "kvdump --extract nosuch '$T/s.kvp' > /dev/null"
 expect_status 1 "--extract of a missing tensor fails"
 expect_err_has "no tensor named 'nosuch'" "names the missing tensor"
