@@ -95,4 +95,12 @@ int kvp_comm_mpi_error(kvp_err *err, int rc, const char *what);
  * aborts the job.  Only with MPI. */
 int kvp_comm_wait(kvp_comm *c, void *request, const char *what, kvp_err *err);
 
+/* Seconds rank 0, asked to stop (SIGINT, SIGTERM), waits in one collective
+ * before it takes a peer for dead and aborts the job: half a second (a
+ * live job answers within a layer's share of a step; mpirun kills every
+ * rank one second after one dies), or twice the longest wait on its peers
+ * it has seen complete (longest_s: a pipeline's later stages taking their
+ * share of a long step), whichever is more. */
+double kvp_comm_stop_grace(double longest_s);
+
 #endif

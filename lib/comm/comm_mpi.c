@@ -168,18 +168,17 @@ static void follower_stop_check(int world_rank)
     exit(128 + sig);
 }
 
-/* Seconds rank 0, asked to stop (SIGINT, SIGTERM), waits on its peers in
- * one collective before it gives up stopping in order.  A live job answers
- * far sooner (each wait is a layer's share of a step), but a peer that
- * died or hangs never does: mpirun, which signals every rank when one
- * dies, kills them one second later (odls_base_sigkill_timeout), and a
- * stop given to rank 0 alone would wait out --timeout. */
-#define KVP_DRIVER_STOP_S 0.5
+/* The longest wait on its peers this process has seen complete: a stop's
+ * grace (kvp_comm_stop_grace) grows with it.  A peer that died or hangs
+ * never answers: mpirun, which signals every rank when one dies, kills
+ * them one second later (odls_base_sigkill_timeout), and a stop given to
+ * rank 0 alone would wait out --timeout. */
+static double longest_wait_s;
 
-/* Rank 0 with a stop signal, in a wait that has gone on KVP_DRIVER_STOP_S
- * since the later of its start and the signal (*since: when this wait
- * first saw it): it removes its temporary outputs, says so and aborts the
- * job, before the launcher's kill leaves them behind. */
+/* Rank 0 with a stop signal, in a wait that has gone on for the stop's
+ * grace since the later of its start and the signal (*since: when this
+ * wait first saw it): it removes its temporary outputs, says so and
+ * aborts the job, before the launcher's kill leaves them behind. */
 static void driver_stop_check(int world_rank, double *since, const char *what)
 {
     int sig = world_rank == 0 ? kvp_stopsig_caught() : 0;
@@ -188,7 +187,7 @@ static void driver_stop_check(int world_rank, double *since, const char *what)
     double now = now_s();
     if (!*since)
         *since = now;
-    if (now - *since < KVP_DRIVER_STOP_S)
+    if (now - *since < kvp_comm_stop_grace(longest_wait_s))
         return;
     fprintf(stderr, "%s: rank 0: stopped by %s while waiting %.1f s for its peers (%s): a rank died or hangs, so "
             "the job cannot stop in order: temporary outputs removed, aborting it\n", kvp_cli_prog(), strsignal(sig),
@@ -204,7 +203,7 @@ static void driver_stop_check(int world_rank, double *since, const char *what)
  * hangs every rank waiting on it would say so, and the job's one message
  * comes from rank 0 (it aborts the others first) unless rank 0 is the one
  * that hangs. */
-static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forever, kvp_err *err)
+static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forever, int step, kvp_err *err)
 {
     int world_rank = world ? world->rank : c->rank;
     double t0 = now_s(), deadline = t0 + timeout_s * (world_rank == 0 ? 1.0 : 1.5), stop_since = 0;
@@ -214,8 +213,14 @@ static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forev
         int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS)
             return kvp_comm_mpi_error(err, rc, what);
-        if (done)
+        if (done && spin < 2000)
             return 0;
+        if (done) { /* a wait long enough to be timed: a step's sets the grace */
+            double took = now_s() - t0;
+            if (step && took > longest_wait_s)
+                longest_wait_s = took;
+            return 0;
+        }
         if (spin < 2000)
             continue;
         driver_stop_check(world_rank, &stop_since, what); /* a flag read until a signal came */
@@ -238,7 +243,16 @@ static int wait_until(kvp_comm *c, MPI_Request *req, const char *what, int forev
 
 int kvp_comm_wait(kvp_comm *c, void *request, const char *what, kvp_err *err)
 {
-    return wait_until(c, request, what, 0, err);
+    return wait_until(c, request, what, 0, 0, err);
+}
+
+/* A wait inside a model step (a layer's all_reduce, a pipeline stage's
+ * activations): the longest one sets a stop's grace, where one at the
+ * start (peers still loading the model) or an idle one would not say how
+ * long a live step takes. */
+static int wait_step(kvp_comm *c, MPI_Request *req, const char *what, kvp_err *err)
+{
+    return wait_until(c, req, what, 0, 1, err);
 }
 
 /* MPI counts are int: larger buffers go in pieces of at most 1 GiB. */
@@ -256,7 +270,7 @@ int kvp_comm_allreduce_f32(kvp_comm *c, float *x, size_t n, kvp_err *err)
             return kvp_comm_mpi_error(err, rc, "all_reduce");
         char what[64];
         snprintf(what, sizeof what, "all_reduce of %zu floats", k);
-        if ((rc = kvp_comm_wait(c, &r, what, err)) < 0)
+        if ((rc = wait_step(c, &r, what, err)) < 0)
             return rc;
         at += k;
     }
@@ -289,7 +303,7 @@ static int bcast(kvp_comm *c, void *buf, size_t bytes, int root, int forever, kv
         int rc = MPI_Ibcast((char *)buf + at, (int)k, MPI_BYTE, root, c->mc, &r);
         if (rc != MPI_SUCCESS)
             return kvp_comm_mpi_error(err, rc, "broadcast");
-        if ((rc = wait_until(c, &r, "broadcast", forever, err)) < 0)
+        if ((rc = wait_until(c, &r, "broadcast", forever, 0, err)) < 0)
             return rc;
         at += k;
     }
@@ -323,7 +337,7 @@ static int p2p(kvp_comm *c, void *buf, size_t bytes, int peer, int tag, int send
                          : MPI_Irecv((char *)buf + at, (int)k, MPI_BYTE, peer, tag, c->mc, &r);
         if (rc != MPI_SUCCESS)
             return kvp_comm_mpi_error(err, rc, verb);
-        if ((rc = kvp_comm_wait(c, &r, what, err)) < 0)
+        if ((rc = wait_step(c, &r, what, err)) < 0)
             return rc;
         at += k;
     } while (at < bytes);

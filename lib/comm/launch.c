@@ -1,4 +1,5 @@
-/* launch.c - how many ranks the launcher started, before MPI is initialized. */
+/* launch.c - how many ranks the launcher started, before MPI is initialized,
+ * and how long a stop waits on them. */
 #include "comm.h"
 
 #include <stdlib.h>
@@ -26,4 +27,10 @@ int kvp_comm_launched_size(void)
     if (step && n && atoi(n) > 0)
         return atoi(n);
     return 1;
+}
+
+double kvp_comm_stop_grace(double longest_s)
+{
+    double grace = 2 * longest_s;
+    return grace > 0.5 ? grace : 0.5;
 }

@@ -94,6 +94,17 @@ static void test_three_ranks(const char *self)
     unit_mpirun(self, 3, "", "mpirun");
 }
 
+/* Rank 0's wait for its peers after a stop signal: half a second, or twice
+ * the longest wait it has seen complete (a pipeline stage's share of a
+ * long step must not read as a dead peer). */
+static void test_stop_grace(void)
+{
+    CHECK_NEAR(kvp_comm_stop_grace(0), 0.5, 0);
+    CHECK_NEAR(kvp_comm_stop_grace(0.2), 0.5, 0);
+    CHECK_NEAR(kvp_comm_stop_grace(0.25), 0.5, 0);
+    CHECK_NEAR(kvp_comm_stop_grace(1.5), 3.0, 1e-12);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -113,6 +124,7 @@ int main(int argc, char **argv)
         return unit_failed ? 1 : 0;
     }
     test_world_of_one();
+    test_stop_grace();
     test_three_ranks(argv[0]);
     kvp_comm_finalize();
     return unit_done();
