@@ -176,7 +176,9 @@ static int open_kvp(kvp_model *m, kvp_in *in, kvp_err *err)
     kvp_config_init(&m->cfg);
     rc = kvp_config_from_meta(&m->cfg, &cfg, m->path, err);
 out:
-    if (rc < 0 && r && !strstr(err->msg, m->path))
+    /* the reader names the file (standard input as <stdin>, where the
+     * model's path is "-"): once is enough */
+    if (rc < 0 && r && !strstr(err->msg, m->path) && !(m->in.name && strstr(err->msg, m->in.name)))
         kvp_err_prefix(err, "%s", m->path);
     kvp_reader_free(r);
     kvp_meta_free(&cfg);

@@ -97,6 +97,12 @@ quantize --to int8 --drop weird - -o "$T/u.kvp" <"$T/tiny.gguf" >"$OUT" 2>"$ERR"
 status=$?
 if [ "$status" -eq 0 ] && [ -s "$T/u.kvp" ]; then pass "quantize: a GGUF on standard input (-)"; else
     fail "quantize: a GGUF on standard input (-): exit $status, $(cat "$ERR")"; fi
+# a KVP model cut short on standard input: named once, as <stdin>
+head -c $(($(wc -c <"$T/u.kvp") / 2)) "$T/u.kvp" >"$T/ucut.kvp"
+run_sh "decode -m - -p a < '$T/ucut.kvp'"
+expect_status 1 "a KVP model cut short on standard input"
+expect_err_has "decode: <stdin>: record " "names standard input once"
+expect_err_lacks "-: <stdin>" "not as '-' and '<stdin>' both"
 rm -f "$T/u.kvp"
 LAST_CMD="quantize --to int8 - -o u.kvp < s.kvp"
 quantize --to int8 - -o "$T/u.kvp" <"$T/s.kvp" >"$OUT" 2>"$ERR"
