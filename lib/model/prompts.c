@@ -614,8 +614,14 @@ static int at_hand(kvp_prompts_reader *rd)
         }
         rd->mode = rd->buf[i] == '{' ? MODE_JSON : MODE_TEXT;
     }
-    if (rd->mode == MODE_TEXT)
+    if (rd->mode == MODE_TEXT) {
+        /* a NUL is at hand at once: a binary file (a model, /dev/zero) is
+         * refused without reading it all (up to the 1 GiB ceiling) */
+        if (rd->scan < rd->end && memchr(rd->buf + rd->scan, 0, rd->end - rd->scan))
+            return 1;
+        rd->scan = rd->end;
         return rd->eof;
+    }
     size_t eol;
     while (whole_line(rd, &eol)) {
         size_t a = rd->beg;

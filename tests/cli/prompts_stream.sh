@@ -115,6 +115,10 @@ printf 'GGUF\003\000\000\000 weights' >"$T/bin.txt"
 run decode -m "$M" -t 2 -f "$T/bin.txt" -n 1
 expect_status 1 "a binary file as a text prompt fails"
 expect_err_has "bin.txt: byte 5 is NUL: a binary file, not a text prompt" "the error names the NUL's offset"
+# ... at once, not after reading a gigabyte of it (/dev/zero has no end)
+run timeout 60 prefill -m "$M" -t 2 -f /dev/zero -o "$T/z.kvp"
+expect_status 1 "/dev/zero as the prompts fails"
+expect_err_has "/dev/zero: byte 0 is NUL: a binary file, not a text prompt" "at its first NUL, not at the 1 GiB ceiling"
 
 # Plain text must be UTF-8, as a JSON prompt's strings are: a bad byte is
 # refused (it used to vanish in the tokenizer), in a text prompts file with
