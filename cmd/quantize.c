@@ -401,18 +401,21 @@ static int inside_folder(const char *path, const char *input)
 }
 
 /* The checks of one file quantize writes (what: "-o" or "--report"):
- * never the input or a file of the input folder, never a directory, an
- * existing file only under --force. */
+ * never the input (input "-": the file standard input reads, named as
+ * /dev/stdin, /proc/self/fd/0 or its own name) or a file of the input
+ * folder, never a directory, an existing file only under --force. */
 static void check_target(const char *path, const char *what, const char *input, int force)
 {
     if (!*path)
         kvp_cli_usage_error("%s: an empty file name", what);
     if (strcmp(path, "-") == 0)
         return;
-    int same = input && kvp_cli_same_path(path, input);
-    if (same || inside_folder(path, input))
+    int from_stdin = strcmp(input, "-") == 0;
+    int same = from_stdin ? kvp_cli_same_file(path, input) : kvp_cli_same_path(path, input);
+    if (same || (!from_stdin && inside_folder(path, input)))
         kvp_cli_usage_error("%s %s: the %s would replace %s", what, path, strcmp(what, "--report") ? "output" : "report",
-                            same ? "the input" : "a file of the input folder");
+                            !same ? "a file of the input folder"
+                            : from_stdin ? "the input (standard input)" : "the input");
     struct stat so;
     if (stat(path, &so) != 0)
         return;
@@ -659,7 +662,7 @@ int main(int argc, char **argv)
         kvp_cli_refuse_stdout_input(input, "input");
         if (!o.output)
             o.output = "-";
-        check_output(&o, strcmp(input, "-") ? input : NULL);
+        check_output(&o, input);
         free(o.include); /* --kv takes no -i, -x or --drop */
         return run_kv(&o, input);
     }

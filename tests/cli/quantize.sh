@@ -562,6 +562,36 @@ run quantize --to int8 "$T/kv.kvp" -o "$T/kvq.kvp"
 expect_status 1 "a KV stream is not a model"
 expect_err_has "use --kv" "the error points at --kv"
 
+# ---- the input on standard input, named again as an output: /dev/stdin,
+# /proc/self/fd/0 or a symlink to its file were replaced (the report, or
+# under --force the output, renamed over the file being read; exit 0) ----
+cp "$T/tiny.gguf" "$T/sin.gguf"
+ln -s sin.gguf "$T/sin-link.gguf"
+for r in /dev/stdin "$T/sin-link.gguf"; do
+    run_sh "quantize --to int8 --drop weird - -o '$T/sin.kvp' -r '$r' <'$T/sin.gguf'"
+    expect_status 2 "a model from standard input, --report $r its file"
+    expect_err_has "--report $r: the report would replace the input (standard input)" "says why ($r)"
+done
+for o in /dev/stdin /proc/self/fd/0; do
+    [ -e "$o" ] || continue
+    run_sh "quantize --to int8 --drop weird -f - -o '$o' <'$T/sin.gguf'"
+    expect_status 2 "a model from standard input, -f -o $o its file"
+    expect_err_has "-o $o: the output would replace the input (standard input)" "says why (-o $o)"
+done
+expect_true "the model read from standard input is intact" cmp -s "$T/tiny.gguf" "$T/sin.gguf"
+expect_true "and nothing was written" test ! -e "$T/sin.kvp"
+cp "$T/kv.kvp" "$T/kvin.kvp"
+run_sh "quantize --kv fp8 - -o '$T/kvin8.kvp' -r /dev/stdin <'$T/kvin.kvp'"
+expect_status 2 "--kv from standard input, --report /dev/stdin"
+expect_err_has "the report would replace the input (standard input)" "says why (--kv --report)"
+run_sh "quantize --kv fp8 -f -o /dev/stdin <'$T/kvin.kvp'"
+expect_status 2 "--kv from standard input, -f -o /dev/stdin"
+expect_err_has "the output would replace the input (standard input)" "says why (--kv -o)"
+expect_true "the KV stream read from standard input is intact" cmp -s "$T/kv.kvp" "$T/kvin.kvp"
+expect_true "and nothing was written (--kv)" test ! -e "$T/kvin8.kvp"
+run_sh "cat '$T/kv.kvp' | quantize --kv fp8 -o '$T/kvpipe8.kvp' -r - >/dev/null"
+expect_status 0 "--kv through a pipe with --report - still runs"
+
 # ---- --drop repeats: each adds a pattern, a tensor any of them matches is
 # dropped (the last one alone was kept: step, I64, then stopped the run) ----
 # dropped_rows: the names a dry-run plan lists as dropped, sorted, on one line
