@@ -212,7 +212,17 @@ static void parse(int argc, char **argv, options *o)
  * renamed into place only when the conversion succeeded, so a failed run
  * leaves no half report (and an earlier report where it was).  A report
  * to standard output (-r -) is held until then too: a reader of the pipe
- * gets the whole report or none of it. */
+ * gets the whole report or none of it.
+ *
+ * The order at the end of a run: the report's last line, report_finish
+ * (the held lines out, or the temporary file written and synced), then
+ * the output's commit, then report_commit.  A report that cannot be
+ * written (a full disk) so fails the run before the output is renamed
+ * into place; what report_commit has left to do after it (close and
+ * rename a synced file in a folder it created it in) fails only when
+ * something else changes that folder meanwhile.  Standard output cannot
+ * be taken back: a report there is out before the output's commit, which
+ * may still fail (exit 1 after a whole report). */
 typedef struct reporter {
     kvp_out out;         /* the --report target, when on */
     int on;
@@ -245,12 +255,33 @@ static int report_put(reporter *r, kvp_err *err)
     return r->held.oom ? kvp_err_set(err, KVP_ENOMEM, "the report: out of memory") : 0;
 }
 
-static void report_commit(reporter *r)
+/* Everything of the report but its rename, before the output's: the held
+ * lines written to standard output, a temporary file's data on disk (a
+ * full disk or a quota said here, where it can still fail the whole run). */
+static int report_finish(reporter *r, kvp_err *err)
+{
+    if (!r->on)
+        return 0;
+    if (r->hold) {
+        int rc = kvp_out_write(&r->out, r->held.data, r->held.len, err);
+        kvp_buf_free(&r->held);
+        r->hold = 0;
+        return rc;
+    }
+    if (!r->out.is_stdout && !r->out.direct && kvp_fsync(r->out.fd) != 0)
+        return kvp_err_set(err, KVP_EIO, "%s: cannot flush to disk: %s", r->out.path, strerror(errno));
+    return 0;
+}
+
+/* Rename the finished report into place, after the output (-o's value)
+ * was: a failure now cannot take the output back, so the message says it
+ * is there. */
+static void report_commit(reporter *r, const char *output)
 {
     kvp_err err = {0};
-    if (r->on && ((r->hold && kvp_out_write(&r->out, r->held.data, r->held.len, &err) < 0) ||
-                  kvp_out_commit(&r->out, &err) < 0))
-        kvp_cli_die_err(&err);
+    if (r->on && kvp_out_commit(&r->out, &err) < 0)
+        kvp_cli_die("%s (%s was written; the report was not)", err.msg,
+                    strcmp(output, "-") ? output : "standard output");
     kvp_buf_free(&r->held);
     r->on = 0;
 }
@@ -584,21 +615,23 @@ static int run_model(const options *o, const char *input)
          * place: a text it cannot score fails the run with no output */
         if (rc == 0 && o->eval)
             rc = eval_models(o, input, out.direct ? o->output : out.tmp_path, &r.line, &err);
+        /* the whole report before the output's rename: a report that
+         * cannot be written leaves the output as it was */
+        if (rc == 0 && (rc = report_put(&r, &err)) == 0)
+            rc = report_finish(&r, &err);
         if (rc == 0)
             rc = kvp_out_commit(&out, &err);
         else
             kvp_out_abort(&out);
     }
     kvp_threadpool_free(pool);
-    if (rc == 0)
-        rc = report_put(&r, &err);
     if (rc < 0) {
         report_abort(&r);
         if (r.tty)
             fputc('\n', stderr);
         kvp_cli_die_err(&err);
     }
-    report_commit(&r);
+    report_commit(&r, o->output);
     if (r.tty)
         print_table(cv, &t);
     note_fallbacks(cv, &t);
@@ -622,29 +655,32 @@ static int run_kv(const options *o, const char *input)
         kvp_cli_die("%s: a %s file, not a KVP stream: --kv converts the KV blocks a model computed, which need the "
                     "model's config (convert its tensors without --kv)", input,
                     kind == KVP_FILE_GGUF ? "GGUF" : "safetensors");
+    /* the report is created before any work, as in a model conversion (a
+     * folder that is not there fails now), and finished before the
+     * output's commit: see reporter */
+    reporter r = {.json = o->json};
+    kvp_buf_init(&r.line);
+    report_open(&r, o->report);
     int rc = kvp_out_open(&out, o->output, &err);
     if (rc == 0) {
         rc = kvp_convert_kv_stream(&in, &out, (uint32_t)o->kv, o->zstd, PRODUCER, &st, &err);
+        if (rc == 0 && r.on) {
+            kvp_convert_report_kv(&r.line, (uint32_t)o->kv, &st, o->json);
+            if ((rc = report_put(&r, &err)) == 0)
+                rc = report_finish(&r, &err);
+        }
         if (rc == 0)
             rc = kvp_out_commit(&out, &err);
         else
             kvp_out_abort(&out);
     }
     kvp_in_close(&in);
-    if (rc < 0)
+    if (rc < 0) {
+        report_abort(&r);
         kvp_cli_die_err(&err);
-    if (o->report) {
-        reporter r = {0};
-        kvp_buf_init(&r.line);
-        kvp_convert_report_kv(&r.line, (uint32_t)o->kv, &st, o->json);
-        report_open(&r, o->report);
-        if (report_put(&r, &err) < 0) {
-            report_abort(&r);
-            kvp_cli_die_err(&err);
-        }
-        report_commit(&r);
-        kvp_buf_free(&r.line);
     }
+    report_commit(&r, o->output);
+    kvp_buf_free(&r.line);
     return kvp_cli_close_stdout();
 }
 

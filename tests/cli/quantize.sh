@@ -592,6 +592,38 @@ expect_true "and nothing was written (--kv)" test ! -e "$T/kvin8.kvp"
 run_sh "cat '$T/kv.kvp' | quantize --kv fp8 -o '$T/kvpipe8.kvp' -r - >/dev/null"
 expect_status 0 "--kv through a pipe with --report - still runs"
 
+# ---- a report that cannot be written fails the run before the output is
+# renamed into place (it was renamed first: exit 1 with OUTPUT replaced;
+# under --kv the report was not even created until then) ----
+no_tmp() { ! ls "$T"/side-* 2>/dev/null | grep -q '\.tmp\.'; }
+echo "the earlier model" >"$T/side-old.kvp"
+run_sh "quantize --to int8 --drop weird -f '$T/tiny.gguf' -o '$T/side-old.kvp' -r - >/dev/full"
+expect_status 1 "--report - on a full disk"
+expect_err_has "write failed" "says the report's write failed"
+expect_true "the earlier output is kept" grep -qx "the earlier model" "$T/side-old.kvp"
+run_sh "quantize --to int8 --drop weird '$T/tiny.gguf' -o '$T/side-new.kvp' -r - >/dev/full"
+expect_status 1 "--report - on a full disk, a new output"
+expect_true "no output" test ! -e "$T/side-new.kvp"
+run quantize --to int8 --drop weird "$T/tiny.gguf" -o "$T/side-dev.kvp" -r /dev/full
+expect_status 1 "--report /dev/full (a device: written in place)"
+expect_true "no output (--report /dev/full)" test ! -e "$T/side-dev.kvp"
+echo "the earlier stream" >"$T/side-old8.kvp"
+run_sh "quantize --kv fp8 -f '$T/kv.kvp' -o '$T/side-old8.kvp' -r - >/dev/full"
+expect_status 1 "--kv, --report - on a full disk"
+expect_true "the earlier --kv output is kept" grep -qx "the earlier stream" "$T/side-old8.kvp"
+run quantize --kv fp8 "$T/kv.kvp" -o "$T/side-new8.kvp" -r /dev/full
+expect_status 1 "--kv, --report /dev/full"
+expect_true "no --kv output (--report /dev/full)" test ! -e "$T/side-new8.kvp"
+run quantize --kv fp8 "$T/kv.kvp" -o "$T/side-nodir8.kvp" -r "$T/no-such-dir/r.tsv"
+expect_status 1 "--kv, a report in a folder that is not there"
+expect_err_has "no-such-dir/r.tsv: cannot create" "says which report"
+expect_err_one_line "one line"
+expect_true "no --kv output (a report that cannot be created)" test ! -e "$T/side-nodir8.kvp"
+expect_true "no temporary files left" no_tmp
+run quantize --kv fp8 "$T/kv.kvp" -o "$T/side-ok8.kvp" -r "$T/side-ok8.tsv"
+expect_status 0 "--kv with a report file"
+expect_true "both written" sh -c "test -s '$T/side-ok8.kvp' && grep -q ^fp8_e4m3 '$T/side-ok8.tsv'"
+
 # ---- --drop repeats: each adds a pattern, a tensor any of them matches is
 # dropped (the last one alone was kept: step, I64, then stopped the run) ----
 # dropped_rows: the names a dry-run plan lists as dropped, sorted, on one line
