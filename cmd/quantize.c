@@ -457,6 +457,32 @@ static void check_target(const char *path, const char *what, const char *input, 
         kvp_cli_die("%s: exists (--force overwrites it)", path);
 }
 
+/* Whether path can be read a second time from its start: a file or a
+ * folder (standard input when it is redirected from a file); one that
+ * does not exist passes, for the reader's own message. */
+static int rereadable(const char *path)
+{
+    struct stat st;
+    if (strcmp(path, "-") == 0)
+        return fstat(STDIN_FILENO, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(path, &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode);
+}
+
+/* --eval scores the text with the input model, then with the output: both
+ * are read twice, which a pipe cannot give (it failed after the whole
+ * conversion, the second read finding the pipe empty). */
+static void check_eval_inputs(const options *o, const char *input)
+{
+    if (strcmp(input, "-") == 0 && strcmp(o->eval, "-") == 0)
+        kvp_cli_usage_error("INPUT - and --eval - both read standard input: give one of them as a file");
+    if (!rereadable(input))
+        kvp_cli_usage_error("--eval reads INPUT %s again to score the text with it: give a file, not a pipe",
+                            input);
+    if (!rereadable(o->eval))
+        kvp_cli_usage_error("--eval %s is read twice (scored by the input and by the output model): give a file, "
+                            "not a pipe", o->eval);
+}
+
 static void check_output(const options *o, const char *input)
 {
     if (strcmp(o->output, "-") == 0 && isatty(1))
@@ -716,6 +742,8 @@ int main(int argc, char **argv)
                                 "device or a pipe");
         check_output(&o, input);
     }
+    if (o.eval)
+        check_eval_inputs(&o, input);
     int rc = run_model(&o, input);
     free(o.include);
     return rc;

@@ -200,6 +200,19 @@ usage_case prefill "--stats FILE" "unexpected argument '$T/st.json' ('$T/st.json
     prefill -m "$T/x.gguf" -p a --stats "$T/st.json"
 usage_case quantize "--zstd LEVEL" "one input at a time (got 2) ('19' follows --zstd" \
     quantize --zstd 19 "$T/tiny.gguf" -o "$T/u.kvp"
+# --eval reads INPUT and the text twice (a run with each model): a pipe for
+# either is refused before the conversion (it failed after it, the second
+# read finding the pipe empty)
+printf 'a b c d\n' >"$T/ev.txt"
+usage_case quantize "--eval - from a pipe" "--eval - is read twice (scored by the input and by the output model)" \
+    quantize --to q8_0 "$T/tiny.gguf" -o "$T/ev.kvp" --eval -
+run_sh "cat '$T/tiny.gguf' | quantize --to q8_0 - -o '$T/ev.kvp' --eval '$T/ev.txt'"
+expect_status 2 "--eval with INPUT from a pipe: a usage error"
+expect_err_has "--eval reads INPUT - again to score the text with it: give a file, not a pipe" "says why"
+run_sh "quantize --to q8_0 - -o '$T/ev.kvp' --eval - < '$T/tiny.gguf'"
+expect_status 2 "INPUT - and --eval -: a usage error"
+expect_err_has "INPUT - and --eval - both read standard input" "says why"
+expect_true "nothing written" test ! -e "$T/ev.kvp"
 # srun's tasks of a job step, like mpirun's ranks, each run the whole job
 # without --tp/--pp: refused, said by task 0 alone; a batch script's own
 # commands (no step) run as one process
