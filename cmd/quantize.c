@@ -51,8 +51,9 @@ static void usage(FILE *f)
             "  -z, --zstd[=LEVEL]    compress records with zstd (default level 3)\n"
             "      --threads N       worker threads (default: all cores)\n"
             "      --eval TEXT       then score TEXT with the input and the output model: PPL of each,\n"
-            "                        KL divergence and top-token agreement (in windows of 512, as\n"
-            "                        prefill --perplexity), printed and added to the report\n"
+            "                        KL divergence and top-token agreement (in windows of 512, or\n"
+            "                        the model's context where shorter, as prefill --perplexity),\n"
+            "                        printed and added to the report\n"
             "      --eval-chunks N   score at most N windows of TEXT\n"
             "      --kv TYPE         convert KV blocks to f32, f16, bf16, fp8 or int8\n"
             "  -h, --help            show this help and exit\n"
@@ -473,8 +474,12 @@ static int rereadable(const char *path)
  * conversion, the second read finding the pipe empty). */
 static void check_eval_inputs(const options *o, const char *input)
 {
-    if (strcmp(input, "-") == 0 && strcmp(o->eval, "-") == 0)
-        kvp_cli_usage_error("INPUT - and --eval - both read standard input: give one of them as a file");
+    /* by any name: /dev/stdin or /proc/self/fd/0 is standard input too */
+    int in_stdin = strcmp(input, "-") == 0 || kvp_cli_same_file(input, "-");
+    int eval_stdin = strcmp(o->eval, "-") == 0 || kvp_cli_same_file(o->eval, "-");
+    if (in_stdin && eval_stdin)
+        kvp_cli_usage_error("INPUT %s and --eval %s both read standard input: give one of them as a file", input,
+                            o->eval);
     if (!rereadable(input))
         kvp_cli_usage_error("--eval reads INPUT %s again to score the text with it: give a file, not a pipe",
                             input);

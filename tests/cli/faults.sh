@@ -212,6 +212,9 @@ expect_err_has "--eval reads INPUT - again to score the text with it: give a fil
 run_sh "quantize --to q8_0 - -o '$T/ev.kvp' --eval - < '$T/tiny.gguf'"
 expect_status 2 "INPUT - and --eval -: a usage error"
 expect_err_has "INPUT - and --eval - both read standard input" "says why"
+run_sh "quantize --to q8_0 - -o '$T/ev.kvp' --eval /dev/stdin < '$T/tiny.gguf'"
+expect_status 2 "INPUT - and --eval /dev/stdin: a usage error too (standard input by another name)"
+expect_err_has "INPUT - and --eval /dev/stdin both read standard input" "naming both"
 expect_true "nothing written" test ! -e "$T/ev.kvp"
 # srun's tasks of a job step, like mpirun's ranks, each run the whole job
 # without --tp/--pp: refused, said by task 0 alone; a batch script's own
