@@ -11,24 +11,89 @@
 #define TEXT_MAX (1ull << 30) /* a text of more than 1 GiB is surely a mistake */
 #define PPL_CTX_DEFAULT 512   /* tokens a window, as llama.cpp's perplexity */
 
+/* A binary file (a model, a saved base: arguments swapped) would be
+ * scored as bytes and give a perplexity that means nothing: refused at
+ * byte at, its first NUL. */
+static int binary_text(const char *path, size_t at, kvp_err *err)
+{
+    return kvp_err_set(err, KVP_EFORMAT, "%s: byte %zu is NUL: a binary file, not a text to score", path, at);
+}
+
+/* Read what is left of a stream (a pipe, /dev/zero) a piece at a time into
+ * *text, refusing its first NUL as soon as it comes, not after up to
+ * TEXT_MAX bytes of it. */
+static int read_stream_text(kvp_in *in, const char *path, uint8_t **text, size_t *len, kvp_err *err)
+{
+    size_t cap = 65536, n = 0;
+    uint8_t *buf = malloc(cap + 1);
+    int64_t got = 1;
+    while (buf && got > 0) {
+        if (n == cap) {
+            uint8_t *nb = cap < TEXT_MAX ? realloc(buf, cap * 2 + 1) : NULL;
+            if (!nb) {
+                free(buf);
+                return cap < TEXT_MAX ? kvp_err_set(err, KVP_ENOMEM, "%s: out of memory reading the text", path)
+                                      : kvp_err_set(err, KVP_ELIMIT, "%s: input exceeds %llu bytes", path,
+                                                    (unsigned long long)TEXT_MAX);
+            }
+            buf = nb, cap *= 2;
+        }
+        if ((got = kvp_in_read_some(in, buf + n, cap - n, err)) < 0) {
+            free(buf);
+            return (int)got;
+        }
+        const uint8_t *nul = memchr(buf + n, 0, (size_t)got);
+        if (nul) {
+            size_t at = (size_t)(nul - buf);
+            free(buf);
+            return binary_text(path, at, err);
+        }
+        n += (size_t)got;
+    }
+    if (!buf)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory reading the text", path);
+    buf[n] = 0;
+    *text = buf, *len = n;
+    return 0;
+}
+
+/* The whole text at path, NUL-free: a file is looked at in place (a
+ * gigabyte model given as the text is refused at its first NUL, without a
+ * copy), a stream as it comes. */
+static int read_text(const char *path, uint8_t **text, size_t *len, kvp_err *err)
+{
+    kvp_in in;
+    int rc = kvp_in_open(&in, path, err);
+    if (rc < 0)
+        return rc;
+    const uint8_t *nul = in.map ? memchr(in.map, 0, (size_t)in.size) : NULL;
+    if (nul)
+        rc = binary_text(path, (size_t)(nul - in.map), err);
+    else if (in.map || in.size_known)
+        rc = kvp_in_read_all(&in, TEXT_MAX, text, len, err);
+    else
+        rc = read_stream_text(&in, path, text, len, err);
+    kvp_in_close(&in);
+    return rc;
+}
+
 int kvp_perplexity_tokens(const kvp_run *r, const char *path, uint32_t **ids, uint64_t *n, kvp_err *err)
 {
-    uint8_t *text;
-    size_t len;
-    int rc = kvp_read_file(path, TEXT_MAX, &text, &len, err);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    int rc = read_text(path, &text, &len, err);
     if (rc < 0)
         return rc;
     if (len == 0) {
         free(text);
         return kvp_err_set(err, KVP_EINVAL, "%s: empty text", path);
     }
-    /* a binary file (a model, a saved base: arguments swapped) would be
-     * scored as bytes and give a perplexity that means nothing */
+    /* a regular file that is not mapped (kvp_in_read_all) was not looked at yet */
     const uint8_t *nul = memchr(text, 0, len);
     if (nul) {
         size_t at = (size_t)(nul - text);
         free(text);
-        return kvp_err_set(err, KVP_EFORMAT, "%s: byte %zu is NUL: a binary file, not a text to score", path, at);
+        return binary_text(path, at, err);
     }
     /* the tokenizer drops bytes that are not UTF-8: a Latin-1 text would be
      * scored with them missing (and a --kld base of it taken for another

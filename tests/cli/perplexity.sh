@@ -58,6 +58,14 @@ expect_err_has "context length" "says so"
 run $P --perplexity "$M" --ctx 64 --chunks 1
 expect_status 1 "a binary file as the text (the arguments swapped)"
 expect_err_has "is NUL: a binary file, not a text to score" "says so"
+# ... as soon as its first NUL is read: /dev/zero has no end (it read a
+# gigabyte, 2 GB of memory, then said 'input exceeds 1073741824 bytes')
+run $P --perplexity /dev/zero
+expect_status 1 "/dev/zero as the text"
+expect_err_has "/dev/zero: byte 0 is NUL: a binary file, not a text to score" "refused at its first byte"
+run_sh "printf 'ab\\000cd' | $P --perplexity -"
+expect_status 1 "a NUL through a pipe"
+expect_err_has "-: byte 2 is NUL" "named at its offset"
 # one window of 4 tokens scores one position: no spread, no uncertainty, no
 # base a --kld could use (it printed +/- 0 and saved such a base)
 printf 'The capital of France is Paris, and the capital of Spain is Madrid.' >"$T/one.txt"
