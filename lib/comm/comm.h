@@ -102,5 +102,9 @@ int kvp_comm_wait(kvp_comm *c, void *request, const char *what, kvp_err *err);
  * it has seen complete (longest_s: a pipeline's later stages taking their
  * share of a long step), whichever is more. */
 double kvp_comm_stop_grace(double longest_s);
+/* The job's setup is over (its ranks agreed on the model after loading
+ * it): the waits timed so far, a slower rank's model load, say nothing of
+ * a step and are forgotten. */
+void kvp_comm_setup_done(void);
 
 #endif

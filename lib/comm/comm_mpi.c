@@ -175,6 +175,8 @@ static void follower_stop_check(int world_rank)
  * rank 0 alone would wait out --timeout. */
 static double longest_wait_s;
 
+void kvp_comm_setup_done(void) { longest_wait_s = 0; }
+
 /* Rank 0 with a stop signal, in a wait that has gone on for the stop's
  * grace since the later of its start and the signal (*since: when this
  * wait first saw it): it removes its temporary outputs, says so and

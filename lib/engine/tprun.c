@@ -181,6 +181,7 @@ int kvp_run_tp_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
     kvp_err aerr = {0};
     if (agree_parts(&r->dist, r->whole, &rc, err, &a, &aerr) < 0)
         return rc < 0 ? rc : kvp_err_set(err, aerr.code, "%s", aerr.msg);
+    kvp_comm_setup_done(); /* a stop's grace follows the steps from here, not the loads */
     int n = kvp_comm_size(r->dist.world);
     if (rc == 0 && a.other) {
         char fp[2 * KVP_FINGERPRINT_SIZE + 1];
