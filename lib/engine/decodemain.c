@@ -739,9 +739,11 @@ static int train_heads(kvp_runopts *o, heads_cli *h)
         kvp_cli_usage_error("--train-heads needs -o HEADS.kvp (the file to write)");
     if (!*h->job.out)
         kvp_cli_usage_error("-o: an empty file name");
-    if (kvp_cli_same_path(h->job.out, h->job.prompts) || kvp_cli_same_path(h->job.out, o->model))
-        kvp_cli_usage_error("-o %s is the %s: write the heads to another file", h->job.out,
-                            kvp_cli_same_path(h->job.out, o->model) ? "model" : "prompts file");
+    /* "-" is standard input here, which -o may name too (/dev/stdin, or
+     * the file it was redirected from): an existing file is compared by
+     * inode, standard input by fstat */
+    kvp_cli_refuse_same("-o ", h->job.out, o->model, "model");
+    kvp_cli_refuse_same("-o ", h->job.out, h->job.prompts, "prompts file");
     kvp_cli_refuse_stdout_input(h->job.prompts, "prompts file");
     kvp_cli_refuse_stdout_input(o->model, "model");
     if (o->prompt || o->file || o->tokens)

@@ -442,6 +442,26 @@ run specdec -m "$M" --train-heads "$T/p.jsonl" -o "$T/no/such/dir/h.kvp"
 expect_status 1 "an output that cannot be written"
 expect_err_has "no/such/dir/h.kvp" "is named at once"
 expect_err_one_line "before any answer is computed: one line"
+# -o naming an input that comes on standard input: the model (-m -) or the
+# prompts (--train-heads -), through /dev/stdin, /proc/self/fd/0 or a
+# symlink to the file redirected: refused before anything is read (the
+# heads had been written over it, exit 0)
+cp "$M" "$T/m-in.gguf"
+run_sh "specdec -m - -t $THREADS --train-heads '$T/p.jsonl' -o /dev/stdin -n 8 --epochs 1 --n-heads 2 < '$T/m-in.gguf'"
+expect_status 2 "-o /dev/stdin with the model on standard input: a usage error"
+expect_err_has "-o /dev/stdin is the model" "says so"
+expect_true "the model is kept" cmp -s "$M" "$T/m-in.gguf"
+rm -f "$T/m-in.gguf"
+cp "$T/p.jsonl" "$T/p-in.jsonl"
+ln -s "$T/p-in.jsonl" "$T/p-in.sym"
+for o in "$T/p-in.sym" /proc/self/fd/0; do
+    [ "$o" = /proc/self/fd/0 ] && [ ! -e /proc/self/fd/0 ] && continue
+    run_sh "specdec -m '$M' -t $THREADS --train-heads - -o $o -n 8 --epochs 1 --n-heads 2 < '$T/p-in.jsonl'"
+    expect_status 2 "-o $o with the prompts on standard input: a usage error"
+    expect_err_has "is the prompts file" "says so ($o)"
+    expect_true "the prompts are kept ($o)" cmp -s "$T/p.jsonl" "$T/p-in.jsonl"
+done
+rm -f "$T/p-in.jsonl" "$T/p-in.sym"
 run specdec -m "$M" --train-heads "$T/absent.jsonl" -o "$T/x.kvp"
 expect_status 1 "a prompts file that is not there"
 expect_err_has "absent.jsonl" "is named"
