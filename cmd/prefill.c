@@ -698,6 +698,7 @@ int main(int argc, char **argv)
         if (o.stats_file && (kvp_cli_same_path(o.stats_file, output) ||
                              (kvp_cli_is_stdout(o.stats_file) && kvp_cli_is_stdout(output))))
             kvp_cli_usage_error("--stats=%s is the -o stream: write the statistics to another file", o.stats_file);
+        kvp_cli_check_output("--stats=", o.stats_file); /* written when the job ends: a bad name fails now */
     }
     kvp_err err = {0};
     if (kvp_sample_check(&o.sampling, &err) < 0)

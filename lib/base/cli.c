@@ -611,3 +611,29 @@ int kvp_cli_write_atomic(const char *path, const void *data, size_t n, kvp_err *
     kvp_out_abort(&out);
     return rc;
 }
+
+void kvp_cli_check_output(const char *opt, const char *path)
+{
+    if (!path || !strcmp(path, "-"))
+        return;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        kvp_cli_die("%s%s: is a directory", opt, path);
+    if (kvp_out_in_place(path)) {
+        if (access(path, W_OK) != 0)
+            kvp_cli_die("%s%s: cannot write: %s", opt, path, strerror(errno));
+        return;
+    }
+    /* a link (dangling or not) is written through: its file's folder is
+     * where the temporary file is made and renamed */
+    char *end = kvp_path_link_end(path);
+    if (!end)
+        kvp_cli_die("%s%s: cannot follow the symlink: %s", opt, path, strerror(errno));
+    char *dir = kvp_path_dir(end);
+    if (!dir)
+        kvp_cli_die("out of memory");
+    if (access(dir, W_OK | X_OK) != 0)
+        kvp_cli_die("%s%s: cannot write into %s: %s", opt, path, dir, strerror(errno));
+    free(dir);
+    free(end);
+}

@@ -104,6 +104,14 @@ char *kvp_cli_sh_quote(const char *s);
  * (lib/base/io.h), so a reader never sees half of it.  0 or a code. */
 int kvp_cli_write_atomic(const char *path, const void *data, size_t n, kvp_err *err);
 
+/* An output written when the job ends (--stats=FILE), opt its option and
+ * separator ("--stats="): one that could not be made then fails now,
+ * before the work, with "prog: OPT PATH: what", exit 1: a directory, a
+ * device or FIFO not open for writing, or a folder that is missing or not
+ * writable: the folder of the file a symlink ends at, where kvp_out_open
+ * makes it.  NULL and "-": nothing to check. */
+void kvp_cli_check_output(const char *opt, const char *path);
+
 /* An output named out would replace the input named in: both name one
  * existing file (st_dev and st_ino, so through a symlink or another path
  * too); in "-" is standard input, which may be that file redirected.

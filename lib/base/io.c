@@ -684,6 +684,13 @@ static int out_follow_link(kvp_out *out)
     return out->target ? 0 : -1;
 }
 
+int kvp_out_in_place(const char *path)
+{
+    struct stat st;
+    return strcmp(path, "-") != 0 && stat(path, &st) == 0 && !S_ISDIR(st.st_mode) &&
+           (!S_ISREG(st.st_mode) || std_stream_of(&st) > 0);
+}
+
 int kvp_out_open(kvp_out *out, const char *path, kvp_err *err)
 {
     memset(out, 0, sizeof *out);

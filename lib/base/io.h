@@ -101,6 +101,11 @@ char *kvp_path_dir(const char *path);
  * create), or path itself when it is no link.  NULL with errno set (ELOOP
  * past 40 links, ENOMEM). */
 char *kvp_path_link_end(const char *path);
+/* 1 when kvp_out_open writes path in place: an existing device or FIFO,
+ * or the regular file standard output or error writes to; 0 when it is
+ * written under a temporary name in the folder of the file it ends at
+ * (kvp_path_link_end) and renamed there, which that folder must allow. */
+int kvp_out_in_place(const char *path);
 
 typedef struct kvp_out {
     int fd;

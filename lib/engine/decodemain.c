@@ -890,22 +890,6 @@ static void parse_shard(const char *arg, uint32_t *k, uint32_t *n)
         kvp_cli_usage_error("--shard: '%s' is not K/N with 0 <= K < N", arg);
 }
 
-/* --stats=FILE is written when the job ends: a name that cannot be written
- * there fails now, before the work (its folder missing or not writable, or
- * a directory by that name). */
-static void check_stats_file(const char *path)
-{
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        kvp_cli_die("--stats=%s: is a directory", path);
-    char *dir = kvp_path_dir(path);
-    if (!dir)
-        kvp_cli_die("out of memory");
-    if (access(dir, W_OK | X_OK) != 0)
-        kvp_cli_die("--stats=%s: cannot write into %s: %s", path, dir, strerror(errno));
-    free(dir);
-}
-
 /* --progress: the clock started and the job's total, where the input says
  * it up front (a prompts file, or one prompt; a stream or standard input
  * is counted as it comes). */
@@ -1297,8 +1281,7 @@ int kvp_decode_main(int argc, char **argv, int spec)
     }
     if (burst_set && rate <= 0)
         kvp_cli_usage_error("--burstiness shapes --rate's arrivals: give --rate too");
-    if (o.stats_file)
-        check_stats_file(o.stats_file);
+    kvp_cli_check_output("--stats=", o.stats_file); /* written when the job ends: a bad name fails now */
     if (compare && (!from_prompts || resume || o.kv_out || rate > 0))
         kvp_cli_usage_error("--compare runs the requests twice: it takes prompts (-p, -f, --tokens), not a KV "
                             "stream, --resume, --kv-out or --rate");

@@ -417,6 +417,39 @@ else
     nothing_left lim.kvp "quantize under ulimit -v"
 fi
 
+# ---- --stats=FILE that cannot be made: refused before the work ----
+# (a folder missing, a folder by that name, a symlink dangling into a
+# missing folder: the folder that counts is the one the link leads to), in
+# prefill as in decode and specdec: no answer or stream is written first
+if [ $have_model = 1 ]; then
+    mkdir "$T/side-dir"
+    ln -s "$T/nodir/s.json" "$T/side-dangling"
+    for st in "$T/nodir/s.json" "$T/side-dir" "$T/side-dangling"; do
+        run prefill -m "$M" -t 2 -f "$T/p.jsonl" --stats="$st"
+        expect_status 1 "prefill --stats=${st##*/} that cannot be made: exit 1"
+        expect_out_empty "prefill --stats=${st##*/}: refused before the stream is written"
+        run prefill -m "$M" -t 2 -f "$T/p.jsonl" -o "$W/side-pre.kvp" --stats="$st"
+        expect_status 1 "prefill -o --stats=${st##*/}: exit 1"
+        nothing_left side-pre.kvp "prefill -o --stats=${st##*/}"
+        for p in decode specdec; do
+            run $p -m "$M" -t 2 -n 2 -f "$T/p.jsonl" --stats="$st"
+            expect_status 1 "$p --stats=${st##*/} that cannot be made: exit 1"
+            expect_out_empty "$p --stats=${st##*/}: refused before any answer"
+        done
+    done
+    expect_err_has "cannot write into $T/nodir" "the message names the folder the link leads to"
+    # a link dangling into a folder that is there makes its file
+    ln -s "$W/side-made.json" "$T/side-link"
+    for job in "decode -n 2" "prefill -o $W/side-made.kvp"; do
+        run ${job%% *} -m "$M" -t 2 -f "$T/p.jsonl" --stats="$T/side-link" ${job#* }
+        expect_status 0 "${job%% *} --stats through a link dangling into a folder that is there"
+        expect_true "${job%% *}: the statistics are written where it leads" grep -q '"seconds"' "$W/side-made.json"
+        rm -f "$W/side-made.json" "$W/side-made.kvp"
+    done
+    run decode -m "$M" -t 2 -n 2 -f "$T/p.jsonl" --stats=/dev/null
+    expect_status 0 "decode --stats=/dev/null: written in place, not refused"
+fi
+
 # ---- NaN in the weights or in a KV stream's blocks ----
 # (test_stream --rewrite nan@N: record N's data all 0xff, NaN in every
 # float kind, its checksums right): every program that chooses a token or

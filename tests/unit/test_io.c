@@ -116,6 +116,24 @@ static void test_commit_syncs_before_rename(const char *dir)
     unlink(path);
 }
 
+/* Which outputs are written in place (no folder needed) and which are
+ * renamed into their file's folder. */
+static void test_in_place(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/plain.bin", dir);
+    CHECK(kvp_out_in_place("/dev/null") == 1);
+    CHECK(kvp_out_in_place("-") == 0);
+    CHECK(kvp_out_in_place(path) == 0); /* not there yet */
+    CHECK(kvp_out_in_place(dir) == 0);  /* a folder: refused by kvp_out_open, not written in place */
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+    CHECK(kvp_out_in_place(path) == 0);
+    unlink(path);
+}
+
 /* fsync failing with e: a real failure (EIO) is an error naming the
  * output that leaves neither name; a file system that cannot sync (EINVAL,
  * as some FUSE ones say) is not a failed write, the output goes into place. */
@@ -426,6 +444,7 @@ int main(void)
         return 1;
     }
     test_commit_syncs_before_rename(dir);
+    test_in_place(dir);
     fsync_fails_with(dir, EIO);
     fsync_fails_with(dir, EINVAL);
     test_modes(dir);
