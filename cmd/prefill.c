@@ -2,6 +2,7 @@
  * sampled token and sampling state as a KVP stream for decode. */
 #include "cli.h"
 #include "comm.h"
+#include "io.h"
 #include "launchrank.h"
 #include "perplexity.h"
 #include "progress.h"
@@ -224,11 +225,18 @@ static int perplexity_mode(kvp_runopts *o, const char *text, kvp_ppl_opts *po, i
     if (full)
         po->save_k = 0;
     po->chunk = o->chunk;
+    /* the base renamed into place once the report is out: one lost to a
+     * full disk or a closed standard output leaves no base either */
+    kvp_lpfile_writer *saved = NULL;
+    po->saved = &saved;
     kvp_ppl_result res;
     kvp_err err = {0};
     if (kvp_perplexity_run(o, text, po, &res, &err) < 0)
         kvp_cli_die_err(&err);
     kvp_perplexity_print(stdout, &res, strcmp(text, "-") ? text : "<stdin>", o->json);
+    kvp_cli_check_stdout();
+    if (saved && kvp_lpfile_commit(saved, &err) < 0)
+        kvp_cli_die_err(&err);
     kvp_runopts_free(o);
     return kvp_cli_close_stdout();
 }
@@ -529,8 +537,9 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
 /* --stats=FILE: the job's summary as one JSON object, FILE written whole
  * (as decode's): sequences written, prompt tokens (those computed; the rest
  * came from shared blocks), seconds, KV blocks written and shared by
- * reference, and whether a signal stopped the job. */
-static void write_stats_file(const char *path, const pf_job *j, uint64_t nb, uint64_t nr)
+ * reference, and whether a signal stopped the job.  Sealed under a
+ * temporary name in *out, for kvp_out_commit after the stream's. */
+static void seal_stats_file(const char *path, const pf_job *j, uint64_t nb, uint64_t nr, kvp_out *out)
 {
     char buf[512];
     int n = snprintf(buf, sizeof buf,
@@ -540,7 +549,7 @@ static void write_stats_file(const char *path, const pf_job *j, uint64_t nb, uin
                      kvp_gen_now() - j->t_all, (unsigned long long)nb, (unsigned long long)nr,
                      j->stopped ? "true" : "false");
     kvp_err err = {0};
-    if (kvp_cli_write_atomic(path, buf, (size_t)n, &err) < 0)
+    if (kvp_cli_write_sealed(out, path, buf, (size_t)n, &err) < 0)
         kvp_cli_die_err(&err);
 }
 
@@ -747,13 +756,22 @@ int main(int argc, char **argv)
                               .left = j.in_stop.left};
     if ((j.stopped || in_cut) && kvp_run_save_stopped(&j.sv, &stop, &err) < 0)
         kvp_cli_die_err(&err);
-    if (kvp_run_save_finish(&j.sv, &nb, &nr, &err) < 0)
+    /* Both outputs whole before either is renamed into place, the
+     * statistics first (a stream on standard output then ends without its
+     * END record when they fail, so its reader fails too), then the two
+     * renames back to back: a --stats=FILE on a full disk had failed the
+     * job after -o's stream was in place. */
+    kvp_run_save_counts(&j.sv, &nb, &nr);
+    kvp_out stats_out = {.fd = -1};
+    if (o.stats_file)
+        seal_stats_file(o.stats_file, &j, nb, nr, &stats_out);
+    if (kvp_run_save_seal(&j.sv, &err) < 0 || kvp_run_save_commit(&j.sv, &err) < 0)
+        kvp_cli_die_err(&err);
+    if (o.stats_file && kvp_out_commit(&stats_out, &err) < 0)
         kvp_cli_die_err(&err);
     if (j.pg)
         kvp_progress_prompts(j.pg, j.n, j.computed, 1);
-    if (o.stats_file)
-        write_stats_file(o.stats_file, &j, nb, nr);
-    else if (o.stats && !o.json)
+    if (o.stats && !o.stats_file && !o.json)
         fprintf(stderr, "prefill: %llu sequences, %llu prompt tokens in %.3f s; %llu KV blocks written, %llu shared "
                 "by reference\n", (unsigned long long)j.n, (unsigned long long)j.total, kvp_gen_now() - j.t_all,
                 (unsigned long long)nb, (unsigned long long)nr);

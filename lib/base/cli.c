@@ -583,6 +583,16 @@ void kvp_cli_refuse_stdout_input(const char *in, const char *what)
         kvp_cli_usage_error("standard output is %s, the %s: redirect it to another file", in, what);
 }
 
+/* What a failure of stdout (errno e) makes of the job: a reader gone, a
+ * quiet KVP_EXIT_OK (like head); else said, KVP_EXIT_FAIL. */
+static int stdout_failed(int e)
+{
+    if (e == EPIPE)
+        return KVP_EXIT_OK;
+    fprintf(stderr, "%s: <stdout>: write error: %s\n", prog_name, strerror(e));
+    return KVP_EXIT_FAIL;
+}
+
 int kvp_cli_close_stdout(void)
 {
     int bad = fflush(stdout) != 0 || ferror(stdout);
@@ -591,24 +601,30 @@ int kvp_cli_close_stdout(void)
         bad = 1;
         e = errno;
     }
-    if (bad) {
-        if (e == EPIPE)
-            return KVP_EXIT_OK;
-        fprintf(stderr, "%s: <stdout>: write error: %s\n", prog_name, strerror(e));
-        return KVP_EXIT_FAIL;
-    }
-    return KVP_EXIT_OK;
+    return bad ? stdout_failed(e) : KVP_EXIT_OK;
+}
+
+void kvp_cli_check_stdout(void)
+{
+    if (fflush(stdout) != 0 || ferror(stdout))
+        exit(stdout_failed(errno)); /* the files not committed yet are removed at exit */
 }
 
 int kvp_cli_write_atomic(const char *path, const void *data, size_t n, kvp_err *err)
 {
     kvp_out out;
-    int rc = kvp_out_open(&out, path, err);
+    int rc = kvp_cli_write_sealed(&out, path, data, n, err);
+    return rc < 0 ? rc : kvp_out_commit(&out, err);
+}
+
+int kvp_cli_write_sealed(kvp_out *out, const char *path, const void *data, size_t n, kvp_err *err)
+{
+    int rc = kvp_out_open(out, path, err);
     if (rc < 0)
         return rc;
-    if ((rc = kvp_out_write(&out, data, n, err)) == 0 && (rc = kvp_out_commit(&out, err)) == 0)
+    if ((rc = kvp_out_write(out, data, n, err)) == 0 && (rc = kvp_out_seal(out, err)) == 0)
         return 0;
-    kvp_out_abort(&out);
+    kvp_out_abort(out);
     return rc;
 }
 

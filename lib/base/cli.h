@@ -103,6 +103,11 @@ char *kvp_cli_sh_quote(const char *s);
 /* Write data[n] to path as a whole: a temporary file renamed into place
  * (lib/base/io.h), so a reader never sees half of it.  0 or a code. */
 int kvp_cli_write_atomic(const char *path, const void *data, size_t n, kvp_err *err);
+/* kvp_cli_write_atomic but the rename: data[n] written to *out opened on
+ * path and sealed (kvp_out_seal), for kvp_out_commit once the job's other
+ * outputs are ready too.  0, or a code with nothing left behind. */
+struct kvp_out;
+int kvp_cli_write_sealed(struct kvp_out *out, const char *path, const void *data, size_t n, kvp_err *err);
 
 /* An output written when the job ends (--stats=FILE), opt its option and
  * separator ("--stats="): one that could not be made then fails now,
@@ -143,5 +148,10 @@ void kvp_cli_refuse_stdout_input(const char *in, const char *what);
 /* Flush and close stdout, exit 1 on a write error (a full disk), exit 0
  * quietly when the reader went away.  Call before returning from main. */
 int kvp_cli_close_stdout(void);
+/* Flush stdout and exit as kvp_cli_close_stdout does on a failure, else
+ * return with it open: before a job renames its files into place, so that
+ * a job whose printed results were lost (a full disk, a closed
+ * descriptor) exits 1 leaving none of them either. */
+void kvp_cli_check_stdout(void);
 
 #endif

@@ -800,13 +800,9 @@ static void sync_dir(const char *path)
     free(dir);
 }
 
-int kvp_out_commit(kvp_out *out, kvp_err *err)
+int kvp_out_seal(kvp_out *out, kvp_err *err)
 {
-    if (out->is_stdout) {
-        out->fd = -1;
-        return 0;
-    }
-    if (out->fd < 0)
+    if (out->is_stdout || out->sealed || out->fd < 0)
         return 0;
     int rc = 0;
     /* The data reach the disk before the name does: without it, a crash or
@@ -818,14 +814,34 @@ int kvp_out_commit(kvp_out *out, kvp_err *err)
     if (close(out->fd) != 0 && !rc) /* NFS and friends report a full disk here */
         rc = kvp_err_set(err, KVP_EIO, "%s: close failed: %s", out->path, strerror(errno));
     out->fd = -1;
+    if (rc) {
+        kvp_out_abort(out);
+        return rc;
+    }
+    out->sealed = 1;
+    return 0;
+}
+
+int kvp_out_commit(kvp_out *out, kvp_err *err)
+{
+    if (out->is_stdout) {
+        out->fd = -1;
+        return 0;
+    }
+    if (!out->sealed && out->fd < 0) /* committed or aborted already */
+        return 0;
+    int rc = kvp_out_seal(out, err);
+    if (rc < 0)
+        return rc;
+    out->sealed = 0;
     if (!out->direct) {
         const char *dest = out->target ? out->target : out->path;
-        if (!rc && rename(out->tmp_path, dest) != 0)
+        if (rename(out->tmp_path, dest) != 0) {
             rc = kvp_err_set(err, KVP_EIO, "%s: cannot rename into place: %s", out->path, strerror(errno));
-        if (rc)
             unlink(out->tmp_path);
-        else
+        } else {
             sync_dir(dest);
+        }
     }
     out_release(out);
     return rc;
@@ -836,6 +852,7 @@ void kvp_out_abort(kvp_out *out)
     if (!out->is_stdout && out->fd >= 0)
         close(out->fd);
     out->fd = -1;
+    out->sealed = 0;
     if (out->tmp_path && !out->direct)
         unlink(out->tmp_path);
     out_release(out);

@@ -111,6 +111,7 @@ typedef struct kvp_out {
     int fd;
     int is_stdout;
     int direct;      /* path is a device or FIFO: written in place, no rename */
+    int sealed;      /* kvp_out_seal done: closed, only the rename is left */
     int sig_slot;    /* 1 + slot of tmp_path in the signal cleanup table; 0: none */
     char *path;      /* final name (NULL for stdout) */
     char *target;    /* where path's symlink points: renamed there (NULL: path itself) */
@@ -142,8 +143,18 @@ int kvp_fsync(int fd);
 /* Write all n bytes (retries on EINTR).  KVP_EPIPE when the reader is gone. */
 int kvp_out_write(kvp_out *out, const void *p, size_t n, kvp_err *err);
 /* fsync the temporary file, rename it into place and fsync its folder;
- * closes.  A failed fsync or close is KVP_EIO and leaves no file. */
+ * closes.  A failed fsync or close is KVP_EIO and leaves no file.  After
+ * kvp_out_seal, only the rename and the folder's fsync are left to do. */
 int kvp_out_commit(kvp_out *out, kvp_err *err);
+/* kvp_out_commit's first half: the temporary file synced and closed, so
+ * every failure a commit can have but the rename's has happened; the file
+ * stays under its temporary name (removed by kvp_out_abort, a fatal signal
+ * or exit()) until kvp_out_commit renames it.  A job of several outputs
+ * (decode's --kv-out and --stats=FILE) seals them all before it renames
+ * any, so that one failing leaves none of the others behind it.  0, or
+ * KVP_EIO with the file removed (as a failed commit); standard output and
+ * an output sealed already: 0, nothing done. */
+int kvp_out_seal(kvp_out *out, kvp_err *err);
 /* Remove the temporary file; closes.  Safe after commit (does nothing). */
 void kvp_out_abort(kvp_out *out);
 /* A scratch file or folder of the program's own (not an output: a

@@ -640,6 +640,20 @@ static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
         compare_line(f, prog, st, sp->cmp);
 }
 
+/* --stats=FILE's JSON in *buf[*len] (malloc'd). */
+static void stats_json(const kvp_runopts *o, const kvp_batch_stats *st, kvp_metrics *m, const run_info *ri,
+                       const spec_info *sp, char **buf, size_t *len)
+{
+    *buf = NULL;
+    *len = 0;
+    FILE *f = open_memstream(buf, len);
+    if (!f)
+        kvp_cli_die("--stats=%s: out of memory", o->stats_file);
+    summary_json(f, st, m, o, ri, sp);
+    if (fclose(f) != 0)
+        kvp_cli_die("--stats=%s: out of memory", o->stats_file);
+}
+
 /* --stats: on stderr (text, or JSON with --json), or JSON into FILE. */
 static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_metrics *m, const run_info *ri,
                         const spec_info *sp)
@@ -651,15 +665,25 @@ static void write_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_met
             summary_text(stderr, st, m, sp);
         return;
     }
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f)
-        kvp_cli_die("--stats=%s: out of memory", o->stats_file);
-    summary_json(f, st, m, o, ri, sp);
-    fclose(f);
+    char *buf;
+    size_t len;
+    stats_json(o, st, m, ri, sp, &buf, &len);
     kvp_err err = {0};
     if (kvp_cli_write_atomic(o->stats_file, buf, len, &err) < 0)
+        kvp_cli_die_err(&err);
+    free(buf);
+}
+
+/* --stats=FILE written whole under a temporary name (kvp_cli_write_sealed),
+ * for kvp_out_commit once the job's other outputs are ready too. */
+static void seal_stats(const kvp_runopts *o, const kvp_batch_stats *st, kvp_metrics *m, const run_info *ri,
+                       const spec_info *sp, kvp_out *out)
+{
+    char *buf;
+    size_t len;
+    stats_json(o, st, m, ri, sp, &buf, &len);
+    kvp_err err = {0};
+    if (kvp_cli_write_sealed(out, o->stats_file, buf, len, &err) < 0)
         kvp_cli_die_err(&err);
     free(buf);
 }
@@ -1430,23 +1454,27 @@ int kvp_decode_main(int argc, char **argv, int spec)
      * and --kv-out's stream says so too */
     kvp_stop_rec in_stop;
     int in_stopped = !st.stopped && kvp_jobsrc_input_stopped(js, &in_stop);
-    if (oc.ko && kvp_kvout_finish(oc.ko, in_stopped ? &in_stop : NULL, &err) < 0)
-        kvp_cli_die_err(&err);
-    if (o.stats) {
-        run_info ri = {.model = o.model, .input = jo.input, .kv = oc.kv,
-                       .block_size = kvp_kvcache_pool(r.kc)->block_size,
-                       .kv_dtype = kvp_kvcache_pool(r.kc)->dtype};
-        kvp_model_fingerprint_hex(r.model, ri.fingerprint);
-        write_stats(&o, &st, &metrics, &ri, &sp);
-    } else if (compare) { /* --compare says what it found even without --stats */
-        compare_line(stderr, kvp_cli_prog(), &st, &cmp);
-    }
-    /* requests read so far: the whole input unless the run stopped early */
-    uint64_t n_asked = kvp_jobsrc_total(js) - kvp_jobsrc_skipped(js);
     if (st.stopped && oc.mid_line) /* the streamed text ends its line, as when it finishes */
         fputc('\n', stdout);
-    if (st.stopped)
-        kvp_stopsig_say(st.requests, n_asked - st.requests, kvp_jobsrc_read_all(js), resume);
+    /* Every output whole before any is renamed into place: --stats=FILE
+     * and the --kv-out stream sealed under their temporary names, the
+     * results printed (standard output flushed, --resume's lines on disk),
+     * then the two renames back to back, so that a failure on the way (a
+     * full disk under the statistics, a closed standard output) leaves
+     * neither file, not a stream in place beside a failed job. */
+    run_info ri = {.model = o.model, .input = jo.input, .kv = oc.kv};
+    kvp_out stats_out = {.fd = -1};
+    if (o.stats) {
+        ri.block_size = kvp_kvcache_pool(r.kc)->block_size;
+        ri.kv_dtype = kvp_kvcache_pool(r.kc)->dtype;
+        kvp_model_fingerprint_hex(r.model, ri.fingerprint);
+    }
+    if (o.stats_file)
+        seal_stats(&o, &st, &metrics, &ri, &sp, &stats_out);
+    if (oc.ko && kvp_kvout_seal(oc.ko, in_stopped ? &in_stop : NULL, &err) < 0)
+        kvp_cli_die_err(&err);
+    if (oc.ko || o.stats_file)
+        kvp_cli_check_stdout();
     /* The job's lines on disk before it says it is done: a cron job that
      * then moves on must not lose them to a crash (a line lost earlier is
      * only run again; --resume keeps the file's whole lines). */
@@ -1454,6 +1482,18 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_die("%s: cannot flush to disk: %s", resume, strerror(errno));
     if (resume && close(oc.fd) != 0)
         kvp_cli_die("%s: %s", resume, strerror(errno));
+    if (oc.ko && kvp_kvout_commit(oc.ko, &err) < 0)
+        kvp_cli_die_err(&err);
+    if (o.stats_file && kvp_out_commit(&stats_out, &err) < 0)
+        kvp_cli_die_err(&err);
+    if (o.stats && !o.stats_file)
+        write_stats(&o, &st, &metrics, &ri, &sp);
+    else if (!o.stats && compare) /* --compare says what it found even without --stats */
+        compare_line(stderr, kvp_cli_prog(), &st, &cmp);
+    /* requests read so far: the whole input unless the run stopped early */
+    uint64_t n_asked = kvp_jobsrc_total(js) - kvp_jobsrc_skipped(js);
+    if (st.stopped)
+        kvp_stopsig_say(st.requests, n_asked - st.requests, kvp_jobsrc_read_all(js), resume);
     kvp_idset_free(&done);
     kvp_jobsrc_free(js);
     if (use_draft || use_skip) {

@@ -58,7 +58,7 @@ void kvp_kvout_flush(kvp_kvout *ko)
     ko->held = ko->held_last = NULL;
 }
 
-int kvp_kvout_finish(kvp_kvout *ko, const kvp_stop_rec *stop, kvp_err *err)
+int kvp_kvout_seal(kvp_kvout *ko, const kvp_stop_rec *stop, kvp_err *err)
 {
     kvp_kvout_flush(ko);
     if (ko->failed) {
@@ -73,8 +73,10 @@ int kvp_kvout_finish(kvp_kvout *ko, const kvp_stop_rec *stop, kvp_err *err)
         if (rc < 0)
             return rc; /* the saver has aborted the file */
     }
-    return kvp_run_save_finish(&ko->sv, NULL, NULL, err);
+    return kvp_run_save_seal(&ko->sv, err);
 }
+
+int kvp_kvout_commit(kvp_kvout *ko, kvp_err *err) { return kvp_run_save_commit(&ko->sv, err); }
 
 void kvp_kvout_abort(kvp_kvout *ko)
 {

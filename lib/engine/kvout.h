@@ -12,7 +12,7 @@
  * token), then written and its blocks freed: the stream needs no more of
  * the cache than the job itself.  A request that ended "kv_memory" has no
  * KV to write: it is counted and left out.  The stream appears whole, at
- * its path, on kvp_kvout_finish; a stopped or failed job leaves none.
+ * its path, on kvp_kvout_commit; a stopped or failed job leaves none.
  */
 #ifndef KVP_KVOUT_H
 #define KVP_KVOUT_H
@@ -44,13 +44,19 @@ void kvp_kvout_hold(kvp_kvout *ko, kvp_request *r);
  * failed write fails the stream (ko->failed, ko->err); later requests are
  * only freed. */
 void kvp_kvout_flush(kvp_kvout *ko);
-/* The held ones flushed, then the END record, and the file renamed into
- * place.  0, or a code with err set (the stream's first failure, if any). */
-/* stop (NULL: none): the job's input was cut short by its producer's
+/* The held ones flushed, then the END record, and the file synced and
+ * closed under its temporary name (kvp_run_save_seal): every failure but
+ * the rename's.  0, or a code with err set (the stream's first failure, if
+ * any) and the stream gone.
+ * stop (NULL: none): the job's input was cut short by its producer's
  * signal (jobsrc: its STOP record); the stream says so in a STOP record of
  * its own, the producer's signal and flags, its own count written, so a
  * program that reads it learns it is not all that was asked for. */
-int kvp_kvout_finish(kvp_kvout *ko, const kvp_stop_rec *stop, kvp_err *err);
+int kvp_kvout_seal(kvp_kvout *ko, const kvp_stop_rec *stop, kvp_err *err);
+/* After seal, once the job's other outputs are ready too (its --stats
+ * file, its results printed): the stream renamed into place.  0 or a
+ * code. */
+int kvp_kvout_commit(kvp_kvout *ko, kvp_err *err);
 /* No stream (a stopped or failed job): the temporary file removed, the
  * held requests freed.  Safe after finish. */
 void kvp_kvout_abort(kvp_kvout *ko);

@@ -251,8 +251,11 @@ int kvp_ppl_run(kvp_engine *e, kvp_kvcache *kc, const uint32_t *tokens, uint64_t
             o->progress(o->progress_ctx, w, (uint32_t)nw, kvp_pplsum_ppl(&st.sum, &perr));
         }
     }
+    kvp_lpfile_writer *sealed = NULL;
     if (rc >= 0 && st.save) {
-        rc = kvp_lpfile_finish(st.save, err);
+        rc = o->saved ? kvp_lpfile_seal(st.save, err) : kvp_lpfile_finish(st.save, err);
+        if (rc >= 0 && o->saved)
+            sealed = st.save;
         st.save = NULL;
     }
     /* the base's windows past this run's read to its END record: a base
@@ -272,5 +275,11 @@ int kvp_ppl_run(kvp_engine *e, kvp_kvcache *kc, const uint32_t *tokens, uint64_t
         }
     }
     state_free(&st);
-    return rc < 0 ? rc : 0;
+    if (rc < 0) {
+        kvp_lpfile_abort(sealed);
+        return rc;
+    }
+    if (sealed)
+        *o->saved = sealed;
+    return 0;
 }

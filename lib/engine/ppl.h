@@ -34,6 +34,11 @@ typedef struct kvp_ppl_opts {
     const char *text_name;
     const uint8_t *fingerprint;
     const char *producer;
+    /* NULL: the base is renamed into place when the run ends; else it is
+     * left whole under its temporary name (kvp_lpfile_seal) in *saved, for
+     * the caller to kvp_lpfile_commit once its own output is out (a report
+     * lost to a full disk then leaves no base either) */
+    kvp_lpfile_writer **saved;
     /* compare with a saved base (not with save_path) */
     const char *base_path;
     /* after each window: its index, the windows in all, the running result */

@@ -669,22 +669,43 @@ int kvp_run_save_stopped(kvp_run_saver *sv, const kvp_stop_rec *s, kvp_err *err)
     return rc;
 }
 
-int kvp_run_save_finish(kvp_run_saver *sv, uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err)
+void kvp_run_save_counts(const kvp_run_saver *sv, uint64_t *n_blocks, uint64_t *n_refs)
 {
     kvp_seqio_writer_counts(sv->sw, n_blocks, n_refs);
+}
+
+int kvp_run_save_seal(kvp_run_saver *sv, kvp_err *err)
+{
     int rc = kvp_writer_finish(sv->w, err);
     if (rc == 0)
-        rc = kvp_out_commit(&sv->out, err);
+        rc = kvp_out_seal(&sv->out, err);
     if (rc < 0) {
         kvp_run_save_abort(sv);
         return rc;
     }
-    sv->open = 0;
     kvp_seqio_writer_free(sv->sw);
     kvp_writer_free(sv->w);
     sv->sw = NULL;
     sv->w = NULL;
     return 0;
+}
+
+int kvp_run_save_commit(kvp_run_saver *sv, kvp_err *err)
+{
+    int rc = kvp_out_commit(&sv->out, err);
+    if (rc < 0) {
+        kvp_run_save_abort(sv);
+        return rc;
+    }
+    sv->open = 0;
+    return 0;
+}
+
+int kvp_run_save_finish(kvp_run_saver *sv, uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err)
+{
+    kvp_run_save_counts(sv, n_blocks, n_refs);
+    int rc = kvp_run_save_seal(sv, err);
+    return rc < 0 ? rc : kvp_run_save_commit(sv, err);
 }
 
 void kvp_run_save_abort(kvp_run_saver *sv)

@@ -236,6 +236,14 @@ int kvp_run_save_stopped(kvp_run_saver *sv, const kvp_stop_rec *s, kvp_err *err)
  * STOP record s, then tail ("" or more words), on standard error. */
 void kvp_run_say_input_cut(const char *path, const kvp_stop_rec *s, const char *tail);
 int kvp_run_save_finish(kvp_run_saver *sv, uint64_t *n_blocks, uint64_t *n_refs, kvp_err *err);
+/* finish in two steps, for a job with another output to make whole first
+ * (prefill's --stats=FILE): seal writes the END record and syncs and closes
+ * the file (kvp_out_seal), commit renames it into place.  A failure of
+ * either aborts the output.  counts: the blocks and references written so
+ * far, which finish and seal report (NULL: not wanted). */
+void kvp_run_save_counts(const kvp_run_saver *sv, uint64_t *n_blocks, uint64_t *n_refs);
+int kvp_run_save_seal(kvp_run_saver *sv, kvp_err *err);
+int kvp_run_save_commit(kvp_run_saver *sv, kvp_err *err);
 void kvp_run_save_abort(kvp_run_saver *sv);
 
 #endif

@@ -453,7 +453,7 @@ int kvp_lpfile_put(kvp_lpfile_writer *fw, const kvp_logprobs_view *v, kvp_err *e
     return 0;
 }
 
-int kvp_lpfile_finish(kvp_lpfile_writer *fw, kvp_err *err)
+int kvp_lpfile_seal(kvp_lpfile_writer *fw, kvp_err *err)
 {
     const char *name = kvp_out_name(&fw->out);
     int rc = 0;
@@ -465,9 +465,23 @@ int kvp_lpfile_finish(kvp_lpfile_writer *fw, kvp_err *err)
     if (!rc)
         rc = kvp_writer_finish(fw->w, err);
     if (!rc)
-        rc = kvp_out_commit(&fw->out, err);
+        rc = kvp_out_seal(&fw->out, err);
+    if (rc)
+        kvp_lpfile_abort(fw);
+    return rc;
+}
+
+int kvp_lpfile_commit(kvp_lpfile_writer *fw, kvp_err *err)
+{
+    int rc = kvp_out_commit(&fw->out, err);
     kvp_lpfile_abort(fw); /* after a commit: frees only */
     return rc;
+}
+
+int kvp_lpfile_finish(kvp_lpfile_writer *fw, kvp_err *err)
+{
+    int rc = kvp_lpfile_seal(fw, err);
+    return rc ? rc : kvp_lpfile_commit(fw, err);
 }
 
 void kvp_lpfile_abort(kvp_lpfile_writer *fw)

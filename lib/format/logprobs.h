@@ -87,6 +87,13 @@ int kvp_lpfile_create(kvp_lpfile_writer **fw, const char *path, const uint8_t fi
                       const char *producer, const kvp_scores_rec *s, kvp_err *err);
 int kvp_lpfile_put(kvp_lpfile_writer *fw, const kvp_logprobs_view *v, kvp_err *err);
 int kvp_lpfile_finish(kvp_lpfile_writer *fw, kvp_err *err);
+/* finish in two steps, for a program with another output to get out
+ * first (prefill --perplexity's report): seal does all of finish but the
+ * rename (the file whole and closed under its temporary name, kvp_out_seal)
+ * and frees fw only when it fails; commit renames it into place and frees
+ * fw whatever it returns (abort instead: nothing appears). */
+int kvp_lpfile_seal(kvp_lpfile_writer *fw, kvp_err *err);
+int kvp_lpfile_commit(kvp_lpfile_writer *fw, kvp_err *err);
 /* Abandon (removes the temporary file) and free; NULL is fine. */
 void kvp_lpfile_abort(kvp_lpfile_writer *fw);
 

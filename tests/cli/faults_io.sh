@@ -417,6 +417,50 @@ else
     nothing_left lim.kvp "quantize under ulimit -v"
 fi
 
+# ---- a job's outputs together: one failing leaves none of the others ----
+# --stats=/dev/full (a device: written in place, so its write fails as a
+# full disk's would) fails the job with the --kv-out or -o stream not in
+# place, and an older one under that name kept; so does a standard output
+# whose last flush fails (a full disk, a closed descriptor)
+if [ $have_model = 1 ] && [ -c /dev/full ]; then
+    for p in decode specdec; do
+        run $p -m "$M" -t 2 -n 2 -f "$T/p.jsonl" --kv-out "$W/side-$p.kvp" --stats=/dev/full
+        expect_status 1 "$p --kv-out, --stats on a full disk: exit 1"
+        expect_err_has "/dev/full" "$p: names the statistics file"
+        nothing_left "side-$p.kvp" "$p --kv-out, --stats on a full disk"
+    done
+    printf 'old\n' >"$W/side-old.kvp"
+    run decode -m "$M" -t 2 -n 2 -f "$T/p.jsonl" --kv-out "$W/side-old.kvp" --stats=/dev/full
+    expect_status 1 "decode --kv-out over a file, --stats on a full disk: exit 1"
+    expect_true "the file under --kv-out's name is the old one" test "$(cat "$W/side-old.kvp")" = old
+    rm -f "$W/side-old.kvp"
+    nothing_left side-old.kvp "decode --kv-out over a file, --stats on a full disk"
+    run prefill -m "$M" -t 2 -f "$T/p.jsonl" -o "$W/side-pf.kvp" --stats=/dev/full
+    expect_status 1 "prefill -o, --stats on a full disk: exit 1"
+    nothing_left side-pf.kvp "prefill -o, --stats on a full disk"
+    run prefill -m "$M" -t 2 -f "$T/p.jsonl" --stats=/dev/full
+    expect_status 1 "prefill to standard output, --stats on a full disk: exit 1"
+    cp "$OUT" "$T/side-cut.kvp"
+    run kvdump --check "$T/side-cut.kvp"
+    expect_status 1 "the stream on standard output has no END record: its reader fails too"
+    # standard output failing at its last flush (one text answer, held by stdio)
+    run_sh "decode -m '$M' -t 2 -n 4 -p hi --kv-out '$W/side-full.kvp' --stats='$W/side-full.json' >/dev/full"
+    expect_status 1 "decode --kv-out --stats=FILE, standard output on a full disk: exit 1"
+    expect_err_has "<stdout>: write error" "decode: says so"
+    nothing_left side-full "decode --kv-out --stats=FILE, standard output on a full disk"
+    run_sh "decode -m '$M' -t 2 -n 4 -p hi --kv-out '$W/side-closed.kvp' >&-"
+    expect_status 1 "decode --kv-out, standard output closed: exit 1"
+    nothing_left side-closed.kvp "decode --kv-out, standard output closed"
+    printf 'The capital of France is Paris, and it is large and old. It lies on the Seine.' >"$T/side.txt"
+    run_sh "prefill -m '$M' -t 2 --perplexity '$T/side.txt' --ctx 8 --chunks 2 --save-logits '$W/side-base.kvp' >/dev/full"
+    expect_status 1 "prefill --perplexity --save-logits, the report on a full disk: exit 1"
+    nothing_left side-base.kvp "prefill --save-logits, the report on a full disk"
+    run prefill -m "$M" -t 2 --perplexity "$T/side.txt" --ctx 8 --chunks 2 --save-logits "$W/side-base.kvp"
+    expect_status 0 "prefill --perplexity --save-logits"
+    expect_true "the base is saved" test -s "$W/side-base.kvp"
+    rm -f "$W/side-base.kvp"
+fi
+
 # ---- --stats=FILE that cannot be made: refused before the work ----
 # (a folder missing, a folder by that name, a symlink dangling into a
 # missing folder: the folder that counts is the one the link leads to), in

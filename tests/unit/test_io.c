@@ -1,7 +1,8 @@
 /* test_io.c - lib/base/io.c's output protocol: an output reaches the disk
  * (fsync of the temporary file) before its final name exists, the folder is
  * synced after the rename, and a failed fsync leaves neither the final name
- * nor the temporary file; a process that exits with an output open leaves
+ * nor the temporary file; an output sealed and committed later (kvp_out_seal)
+ * is synced once, before its rename; a process that exits with an output open leaves
  * no temporary file; plus kvp_path_dir and the bytes kvp_in_peek keeps for
  * the reads after it on a pipe.
  *
@@ -114,6 +115,52 @@ static void test_commit_syncs_before_rename(const char *dir)
     CHECK(stat(path, &st) == 0 && st.st_size == 5);
     CHECK_EQ_I64(entries(dir), 1);
     unlink(path);
+}
+
+/* Sealed: synced and closed under the temporary name, nothing under the
+ * final one; the commit after it renames without a second sync.  A sealed
+ * output aborted, or left at exit (a job failing between seal and
+ * commit), leaves no file at all. */
+static void test_seal_then_commit(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/sealed.bin", dir);
+    reset(path);
+    kvp_err err = {0};
+    kvp_out out;
+    CHECK(kvp_out_open(&out, path, &err) == 0);
+    CHECK(kvp_out_write(&out, "hello", 5, &err) == 0);
+    CHECK_MSG(kvp_out_seal(&out, &err) == 0, "%s", err.msg);
+    CHECK_EQ_I64(fs.file_calls, 1);
+    CHECK(out.fd < 0);
+    CHECK(access(path, F_OK) != 0);
+    CHECK_EQ_I64(entries(dir), 1); /* the temporary file */
+    CHECK(kvp_out_seal(&out, &err) == 0); /* a second seal does nothing */
+    CHECK_MSG(kvp_out_commit(&out, &err) == 0, "%s", err.msg);
+    CHECK_EQ_I64(fs.file_calls, 1);
+    CHECK_EQ_I64(fs.dir_calls, 1);
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && st.st_size == 5);
+    CHECK_EQ_I64(entries(dir), 1);
+    unlink(path);
+
+    CHECK(kvp_out_open(&out, path, &err) == 0 && kvp_out_write(&out, "x", 1, &err) == 0);
+    CHECK(kvp_out_seal(&out, &err) == 0);
+    kvp_out_abort(&out);
+    CHECK_EQ_I64(entries(dir), 0);
+
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (kvp_out_open(&out, path, &err) != 0 || kvp_out_write(&out, "x", 1, &err) != 0 ||
+            kvp_out_seal(&out, &err) != 0)
+            _exit(2);
+        exit(1); /* sealed, never committed */
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    CHECK_EQ_I64(entries(dir), 0);
 }
 
 /* Which outputs are written in place (no folder needed) and which are
@@ -444,6 +491,7 @@ int main(void)
         return 1;
     }
     test_commit_syncs_before_rename(dir);
+    test_seal_then_commit(dir);
     test_in_place(dir);
     fsync_fails_with(dir, EIO);
     fsync_fails_with(dir, EINVAL);
