@@ -316,13 +316,15 @@ static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t
     /* past the trained context the positions were never learned: refuse,
      * as decode does, rather than write K/V nobody should use */
     uint32_t have = s->handle >= 0 ? kvp_kvcache_seq_len(r->kc, s->handle) : 0;
-    uint32_t n_ctx = kvp_config_ctx_limit(&kvp_run_loaded(r)->cfg); /* a sliding window, else the context */
+    const kvp_config *cfg = &kvp_run_loaded(r)->cfg;
+    uint32_t n_ctx = kvp_config_ctx_limit(cfg); /* a sliding window, else the context */
     if (n_ctx && (uint64_t)have + len > n_ctx) {
+        const char *limit = n_ctx != cfg->n_ctx ? "sliding window (which the engine does not apply)" : "context";
         if (have)
-            kvp_err_set(&err, KVP_EINVAL, "%u tokens after the sequence's %u are more than the model's context of %u",
-                        len, have, n_ctx);
+            kvp_err_set(&err, KVP_EINVAL, "%u tokens after the sequence's %u are more than the model's %s of %u", len,
+                        have, limit, n_ctx);
         else
-            kvp_err_set(&err, KVP_EINVAL, "%u tokens are more than the model's context of %u", len, n_ctx);
+            kvp_err_set(&err, KVP_EINVAL, "%u tokens are more than the model's %s of %u", len, limit, n_ctx);
         fail(j, &err, where);
     }
     /* a stop signal ends the prompt at its next chunk: dropped, counted

@@ -582,6 +582,10 @@ run decode -m "$T/window.gguf" -p abababab -n 4
 expect_status 1 "a prompt over the window"
 expect_err_has "the prompt is 8 tokens, more than a sequence may hold (6: the model's sliding window" \
     "the window is named as the limit"
+run prefill -m "$T/window.gguf" -p abababab -o "$T/w.kvp"
+expect_status 1 "prefill: a prompt over the window"
+expect_err_has "8 tokens are more than the model's sliding window (which the engine does not apply) of 6" \
+    "prefill names the window too"
 run decode -m "$T/window.gguf" -p ab --max-model-len 7
 expect_status 1 "--max-model-len past the window"
 expect_err_has "above $T/window.gguf's sliding window of 6 tokens" "names the window"
