@@ -767,9 +767,9 @@ int main(int argc, char **argv)
     kvp_out stats_out = {.fd = -1};
     if (o.stats_file)
         seal_stats_file(o.stats_file, &j, nb, nr, &stats_out);
-    if (kvp_run_save_seal(&j.sv, &err) < 0 || kvp_run_save_commit(&j.sv, &err) < 0)
-        kvp_cli_die_err(&err);
-    if (o.stats_file && kvp_out_commit(&stats_out, &err) < 0)
+    kvp_out *outs[2] = {&j.sv.out, &stats_out};
+    if (kvp_run_save_seal(&j.sv, &err) < 0 || kvp_out_commit_all(outs, o.stats_file ? 2 : 1, &err) < 0 ||
+        kvp_run_save_commit(&j.sv, &err) < 0)
         kvp_cli_die_err(&err);
     if (j.pg)
         kvp_progress_prompts(j.pg, j.n, j.computed, 1);

@@ -215,15 +215,15 @@ static void parse(int argc, char **argv, options *o)
  * to standard output (-r -) is held until then too: a reader of the pipe
  * gets the whole report or none of it.
  *
- * The order at the end of a run: the report's last line, report_finish
- * (the held lines out, or the temporary file written and synced), then
- * the output's commit, then report_commit.  A report that cannot be
- * written (a full disk) so fails the run before the output is renamed
- * into place; what report_commit has left to do after it (close and
- * rename a synced file in a folder it created it in) fails only when
- * something else changes that folder meanwhile.  Standard output cannot
- * be taken back: a report there is out before the output's commit, which
- * may still fail (exit 1 after a whole report). */
+ * The order at the end of a run (commit_with_report): the report's last
+ * line, the report file synced and closed, the output synced and closed,
+ * the held lines printed, then both renamed back to back with a signal
+ * held off (kvp_out_commit_all).  A report or output that cannot be
+ * written (a full disk, a quota) so fails the run before either is
+ * renamed into place; what is left after that (two renames in folders
+ * they were created in) fails only when something else changes a folder
+ * meanwhile, and then says which file is in place.  Standard output
+ * cannot be taken back: a report there is out before the renames. */
 typedef struct reporter {
     kvp_out out;         /* the --report target, when on */
     int on;
@@ -256,35 +256,39 @@ static int report_put(reporter *r, kvp_err *err)
     return r->held.oom ? kvp_err_set(err, KVP_ENOMEM, "the report: out of memory") : 0;
 }
 
-/* Everything of the report but its rename, before the output's: the held
- * lines written to standard output, a temporary file's data on disk (a
- * full disk or a quota said here, where it can still fail the whole run). */
-static int report_finish(reporter *r, kvp_err *err)
+/* A report file's data on disk and closed (a full disk or a quota said
+ * here, where it can still fail the whole run), only its rename left. */
+static int report_seal(reporter *r, kvp_err *err) { return r->on && !r->hold ? kvp_out_seal(&r->out, err) : 0; }
+
+/* The held lines of a report to standard output, written once the output
+ * is sealed too: what is left to fail after them is the renames. */
+static int report_flush_held(reporter *r, kvp_err *err)
 {
-    if (!r->on)
+    if (!r->on || !r->hold)
         return 0;
-    if (r->hold) {
-        int rc = kvp_out_write(&r->out, r->held.data, r->held.len, err);
-        kvp_buf_free(&r->held);
-        r->hold = 0;
-        return rc;
-    }
-    if (!r->out.is_stdout && !r->out.direct && kvp_fsync(r->out.fd) != 0)
-        return kvp_err_set(err, KVP_EIO, "%s: cannot flush to disk: %s", r->out.path, strerror(errno));
-    return 0;
+    int rc = kvp_out_write(&r->out, r->held.data, r->held.len, err);
+    kvp_buf_free(&r->held);
+    r->hold = 0;
+    return rc;
 }
 
-/* Rename the finished report into place, after the output (-o's value)
- * was: a failure now cannot take the output back, so the message says it
- * is there. */
-static void report_commit(reporter *r, const char *output)
+/* The end of a run that succeeded so far: the report sealed, the output
+ * sealed, a held report printed, then the output and the report renamed
+ * together (kvp_out_commit_all: a signal waits for both renames). */
+static int commit_with_report(reporter *r, kvp_out *out, kvp_err *err)
 {
-    kvp_err err = {0};
-    if (r->on && kvp_out_commit(&r->out, &err) < 0)
-        kvp_cli_die("%s (%s was written; the report was not)", err.msg,
-                    strcmp(output, "-") ? output : "standard output");
+    int rc = report_seal(r, err);
+    if (rc == 0 && (rc = kvp_out_seal(out, err)) == 0)
+        rc = report_flush_held(r, err);
+    if (rc < 0) {
+        kvp_out_abort(out);
+        return rc;
+    }
+    kvp_out *both[2] = {out, &r->out};
+    rc = kvp_out_commit_all(both, r->on ? 2 : 1, err);
     kvp_buf_free(&r->held);
     r->on = 0;
+    return rc;
 }
 
 static void report_abort(reporter *r)
@@ -649,9 +653,7 @@ static int run_model(const options *o, const char *input)
         /* the whole report before the output's rename: a report that
          * cannot be written leaves the output as it was */
         if (rc == 0 && (rc = report_put(&r, &err)) == 0)
-            rc = report_finish(&r, &err);
-        if (rc == 0)
-            rc = kvp_out_commit(&out, &err);
+            rc = commit_with_report(&r, &out, &err);
         else
             kvp_out_abort(&out);
     }
@@ -662,7 +664,6 @@ static int run_model(const options *o, const char *input)
             fputc('\n', stderr);
         kvp_cli_die_err(&err);
     }
-    report_commit(&r, o->output);
     if (r.tty)
         print_table(cv, &t);
     note_fallbacks(cv, &t);
@@ -697,11 +698,10 @@ static int run_kv(const options *o, const char *input)
         rc = kvp_convert_kv_stream(&in, &out, (uint32_t)o->kv, o->zstd, PRODUCER, &st, &err);
         if (rc == 0 && r.on) {
             kvp_convert_report_kv(&r.line, (uint32_t)o->kv, &st, o->json);
-            if ((rc = report_put(&r, &err)) == 0)
-                rc = report_finish(&r, &err);
+            rc = report_put(&r, &err);
         }
         if (rc == 0)
-            rc = kvp_out_commit(&out, &err);
+            rc = commit_with_report(&r, &out, &err);
         else
             kvp_out_abort(&out);
     }
@@ -710,7 +710,6 @@ static int run_kv(const options *o, const char *input)
         report_abort(&r);
         kvp_cli_die_err(&err);
     }
-    report_commit(&r, o->output);
     kvp_buf_free(&r.line);
     return kvp_cli_close_stdout();
 }

@@ -433,8 +433,25 @@ static void remove_tmp_files(void)
 
 void kvp_tmp_remove_all(void) { remove_tmp_files(); }
 
+/* While kvp_out_commit_all renames a job's outputs into place, a fatal
+ * signal (in whichever thread it lands) waits for the renames to end:
+ * removing the temporary files between two renames would leave the first
+ * output in place beside the second missing.  A fault is never held. */
+static atomic_int committing, deferred_sig;
+
+static int held_off(int sig)
+{
+    if (!atomic_load(&committing) || sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL ||
+        sig == SIGABRT || sig == SIGSYS)
+        return 0;
+    atomic_store(&deferred_sig, sig);
+    return 1;
+}
+
 static void on_fatal_signal(int sig)
 {
+    if (held_off(sig))
+        return; /* SA_RESETHAND put back the default action: kvp_out_commit_all raises it */
     remove_tmp_files();
     /* SA_RESETHAND put back the default action: die of the same signal, so
      * the parent sees exactly what it would have without us. */
@@ -820,6 +837,61 @@ int kvp_out_seal(kvp_out *out, kvp_err *err)
     }
     out->sealed = 1;
     return 0;
+}
+
+/* Rename a sealed out into place (its folder not yet synced): 0, or
+ * KVP_EIO with its temporary file removed. */
+static int out_rename(kvp_out *out, kvp_err *err)
+{
+    if (out->direct || rename(out->tmp_path, out->target ? out->target : out->path) == 0)
+        return 0;
+    int rc = kvp_err_set(err, KVP_EIO, "%s: cannot rename into place: %s", out->path, strerror(errno));
+    unlink(out->tmp_path);
+    return rc;
+}
+
+int kvp_out_commit_all(kvp_out *const *outs, size_t n, kvp_err *err)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = kvp_out_seal(outs[i], err);
+    if (rc < 0) {
+        for (size_t i = 0; i < n; i++)
+            kvp_out_abort(outs[i]);
+        return rc;
+    }
+    atomic_store(&committing, 1);
+    const char *renamed = NULL; /* the last one in place, for a later one's failure */
+    for (size_t i = 0; i < n; i++) {
+        kvp_out *o = outs[i];
+        if (o->is_stdout || !o->sealed) /* standard output, or committed already */
+            continue;
+        o->sealed = 0;
+        if (rc < 0) {
+            kvp_out_abort(o);
+        } else if ((rc = out_rename(o, err)) < 0) {
+            if (renamed) { /* it cannot be taken back: say so */
+                char why[sizeof err->msg];
+                snprintf(why, sizeof why, "%s", err->msg);
+                kvp_err_set(err, KVP_EIO, "%s (%s was written; this was not)", why, renamed);
+            }
+        } else if (!o->direct) {
+            renamed = o->path;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (outs[i]->path && !outs[i]->direct && outs[i]->tmp_path && rc == 0)
+            sync_dir(outs[i]->target ? outs[i]->target : outs[i]->path);
+        if (!outs[i]->is_stdout)
+            out_release(outs[i]);
+    }
+    atomic_store(&committing, 0);
+    int sig = atomic_exchange(&deferred_sig, 0);
+    if (sig) { /* a signal came during the renames: the outputs are whole, it takes its course now */
+        remove_tmp_files();
+        raise(sig);
+    }
+    return rc;
 }
 
 int kvp_out_commit(kvp_out *out, kvp_err *err)

@@ -155,6 +155,15 @@ int kvp_out_commit(kvp_out *out, kvp_err *err);
  * KVP_EIO with the file removed (as a failed commit); standard output and
  * an output sealed already: 0, nothing done. */
 int kvp_out_seal(kvp_out *out, kvp_err *err);
+/* A job's outputs committed together: each sealed (the first failure
+ * removes every one), then all renamed into place back to back, with a
+ * fatal signal held off until the last rename is done (so a signal never
+ * leaves one renamed and another's temporary file removed), then their
+ * folders synced.  A rename that fails after another succeeded (a folder
+ * changed meanwhile) says which is in place: "X: cannot rename into place:
+ * ... (Y was written; this was not)".  Standard output and outputs
+ * committed already are passed over. */
+int kvp_out_commit_all(kvp_out *const *outs, size_t n, kvp_err *err);
 /* Remove the temporary file; closes.  Safe after commit (does nothing). */
 void kvp_out_abort(kvp_out *out);
 /* A scratch file or folder of the program's own (not an output: a

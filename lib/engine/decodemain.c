@@ -1482,9 +1482,13 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_die("%s: cannot flush to disk: %s", resume, strerror(errno));
     if (resume && close(oc.fd) != 0)
         kvp_cli_die("%s: %s", resume, strerror(errno));
-    if (oc.ko && kvp_kvout_commit(oc.ko, &err) < 0)
-        kvp_cli_die_err(&err);
-    if (o.stats_file && kvp_out_commit(&stats_out, &err) < 0)
+    kvp_out *outs[2];
+    size_t n_outs = 0;
+    if (oc.ko)
+        outs[n_outs++] = &oc.ko->sv.out;
+    if (o.stats_file)
+        outs[n_outs++] = &stats_out;
+    if (kvp_out_commit_all(outs, n_outs, &err) < 0 || (oc.ko && kvp_kvout_commit(oc.ko, &err) < 0))
         kvp_cli_die_err(&err);
     if (o.stats && !o.stats_file)
         write_stats(&o, &st, &metrics, &ri, &sp);

@@ -461,6 +461,31 @@ if [ $have_model = 1 ] && [ -c /dev/full ]; then
     rm -f "$W/side-base.kvp"
 fi
 
+# ---- a signal between a job's two renames waits for the second ----
+# (strace delivers SIGHUP right after the first rename: the job dies of it
+# once both outputs are in place, not with the stream renamed and the
+# statistics' temporary file removed, which left last run's beside it)
+if [ $have_model = 1 ] && command -v strace >/dev/null 2>&1 && strace -o /dev/null true 2>/dev/null; then
+    hup_after_rename() { strace -f -o /dev/null -e trace=rename -e inject=rename:signal=SIGHUP:when=1 "$@"; }
+    for p in decode prefill quantize; do
+        printf 'old\n' >"$W/pair-$p.2"
+        case $p in
+        decode) run hup_after_rename decode -m "$M" -t 2 -n 2 -f "$T/p.jsonl" --kv-out "$W/pair-$p.1" \
+            --stats="$W/pair-$p.2" ;;
+        prefill) run hup_after_rename prefill -m "$M" -t 2 -f "$T/p.jsonl" -o "$W/pair-$p.1" --stats="$W/pair-$p.2" ;;
+        quantize) prefill -m "$M" -t 2 -p "The capital" -o "$T/pair-in.kvp" 2>/dev/null
+            run hup_after_rename quantize --kv fp8 "$T/pair-in.kvp" -o "$W/pair-$p.1" -r "$W/pair-$p.2" ;;
+        esac
+        expect_status 129 "$p: SIGHUP after the first rename ends the job (of that signal)"
+        expect_true "$p: ... after the second: both outputs in place" \
+            sh -c '[ -s "$1" ] && [ "$(cat "$2")" != old ]' _ "$W/pair-$p.1" "$W/pair-$p.2"
+        rm -f "$W/pair-$p.1" "$W/pair-$p.2"
+        nothing_left "pair-$p" "$p: a signal between the renames"
+    done
+else
+    echo "note: no strace (or no ptrace here): the signal between two renames is not tested"
+fi
+
 # ---- --stats=FILE that cannot be made: refused before the work ----
 # (a folder missing, a folder by that name, a symlink dangling into a
 # missing folder: the folder that counts is the one the link leads to), in

@@ -163,6 +163,38 @@ static void test_seal_then_commit(const char *dir)
     CHECK_EQ_I64(entries(dir), 0);
 }
 
+/* Two outputs committed together: both in place, nothing else left; a
+ * second rename that fails (its name taken by a folder meanwhile) removes
+ * its temporary file and says the first is in place. */
+static void test_commit_all(const char *dir)
+{
+    char a[4096], b[4096], inner[4200];
+    snprintf(a, sizeof a, "%s/pair-a.bin", dir);
+    snprintf(b, sizeof b, "%s/pair-b.bin", dir);
+    kvp_err err = {0};
+    kvp_out oa, ob;
+    kvp_out *both[2] = {&oa, &ob};
+    CHECK(kvp_out_open(&oa, a, &err) == 0 && kvp_out_write(&oa, "aa", 2, &err) == 0);
+    CHECK(kvp_out_open(&ob, b, &err) == 0 && kvp_out_write(&ob, "b", 1, &err) == 0);
+    CHECK_MSG(kvp_out_commit_all(both, 2, &err) == 0, "%s", err.msg);
+    struct stat st;
+    CHECK(stat(a, &st) == 0 && st.st_size == 2 && stat(b, &st) == 0 && st.st_size == 1);
+    CHECK_EQ_I64(entries(dir), 2);
+    unlink(a), unlink(b);
+
+    CHECK(kvp_out_open(&oa, a, &err) == 0 && kvp_out_write(&oa, "aa", 2, &err) == 0);
+    CHECK(kvp_out_open(&ob, b, &err) == 0 && kvp_out_write(&ob, "b", 1, &err) == 0);
+    snprintf(inner, sizeof inner, "%s/x", b);
+    CHECK(mkdir(b, 0700) == 0 && close(open(inner, O_CREAT | O_WRONLY, 0600)) == 0); /* a folder, not empty */
+    CHECK(kvp_out_commit_all(both, 2, &err) == KVP_EIO);
+    char want[8400];
+    snprintf(want, sizeof want, "(%s was written; this was not)", a);
+    CHECK_MSG(strstr(err.msg, "cannot rename into place") && strstr(err.msg, want), "%s", err.msg);
+    CHECK(stat(a, &st) == 0 && st.st_size == 2);
+    CHECK_EQ_I64(entries(dir), 2); /* a and the folder: no temporary file */
+    unlink(inner), rmdir(b), unlink(a);
+}
+
 /* Which outputs are written in place (no folder needed) and which are
  * renamed into their file's folder. */
 static void test_in_place(const char *dir)
@@ -492,6 +524,7 @@ int main(void)
     }
     test_commit_syncs_before_rename(dir);
     test_seal_then_commit(dir);
+    test_commit_all(dir);
     test_in_place(dir);
     fsync_fails_with(dir, EIO);
     fsync_fails_with(dir, EINVAL);
