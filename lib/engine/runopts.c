@@ -806,7 +806,11 @@ int kvp_run_turn_ids(const kvp_run *r, const kvp_runopts *o, const kvp_gen_seq *
         tv = (uint32_t *)t; /* ids are < n_vocab: same bits */
         tn = (uint32_t)k;
     }
-    int pend = s->rec.next_token >= 0;
+    /* the pending token goes first when someone saw it: a sequence that
+     * generated (decode's) showed it; a prefilled one's (prefill's sample,
+     * never shown) is dropped, or "The capital of France is" resumed with
+     * " Paris" read "... is Paris Paris" */
+    int pend = s->rec.next_token >= 0 && s->rec.state != KVP_SEQ_PREFILLED;
     if (tn == 0) {
         free(tv);
         return kvp_err_set(err, KVP_EINVAL, "the next turn is empty");

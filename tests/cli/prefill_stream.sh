@@ -134,6 +134,12 @@ expect_status 0 "prefill --resume extends the saved sequence"
 run kvdump --json "$T/st2.kvp"
 expect_true "the next turn keeps its stop strings and salt" \
     grep -q '"label":"st".*"cache_salt":"[0-9a-f]*","stop":\[".","!"\]' "$OUT"
+got=$(grep -o '"token_ids":\[[0-9,]*\]' "$OUT" | sed 's/"token_ids"://')
+# ... and is the prompt and the turn alone: prefill's own sample, pending
+# and never shown, is not fed (it read "Once upon a time, there was")
+run prefill --tokenize --json -m "$M" -p "Once upon a time there was"
+want=$(grep -o '"ids":\[[0-9,]*\]' "$OUT" | sed 's/"ids"://')
+expect_true "a prefilled sequence resumed: its unshown pending token left out ($got)" test -n "$want" -a "$got" = "$want"
 run decode -m "$M" -t 1 --json "$T/st2.kvp"
 expect_true "decode of the extended sequence stops at them" grep -q '"id":"st".*"finish_reason":"stop_string"' "$OUT"
 # a turn that ended on a stop string is saved as shown: the next turn
