@@ -1229,6 +1229,12 @@ int kvp_decode_main(int argc, char **argv, int spec)
         kvp_cli_usage_error("a KV stream and prompts at once%s", kvp_cli_operand_hint(argc, argv, optind));
     if (optind + 1 < argc)
         kvp_cli_usage_error("more than one KV stream%s", kvp_cli_operand_hint(argc, argv, optind));
+    /* a KV stream's prompts were rendered and tokenized by prefill: an
+     * option that renders or tokenizes prompts would be ignored */
+    if (!from_prompts && (o.chat || o.system || o.no_special))
+        kvp_cli_usage_error("%s renders prompts, and a KV stream's were rendered by prefill: give it there (prefill "
+                            "--resume --chat for a conversation's next turn)",
+                            o.chat ? "--chat" : o.system ? "--system" : "--no-special");
     /* "--stats FILE" (or --progress S) with a space: getopt takes the
      * value for the KV stream, which then fails on its first bytes, or as
      * missing, with no word of why; a stream written there is ambiguous

@@ -175,6 +175,14 @@ usage_case prefill "--resume with --system" "whose system turn came with its fir
     prefill -m "$T/x.gguf" --resume r.kvp --chat --system s -p q -o o.kvp
 usage_case decode "two KV streams" "more than one" decode -m "$T/x.gguf" a.kvp b.kvp
 usage_case decode "a KV stream with prompts" "at once" decode -m "$T/x.gguf" -p a "$T/s.kvp"
+# options that render prompts have none to render in a KV stream (they were
+# ignored: exit 0 as if given)
+for p in decode specdec; do
+    for opt in --chat "--system=Be terse." --no-special; do
+        usage_case $p "$opt with a KV stream" "${opt%%=*} renders prompts, and a KV stream's were rendered by prefill" \
+            $p -m "$T/x.gguf" "$opt" "$T/s.kvp"
+    done
+done
 # getopt takes "--stats FILE" as --stats and an operand: the error says so
 usage_case decode "--stats FILE with prompts" \
     "at once ('$T/st.json' follows --stats, whose value is given as --stats=VALUE)" \
