@@ -98,15 +98,22 @@ static int put(const char *path, const char *text, kvp_err *err)
     return rc;
 }
 
+/* An output of dir/name holding "hello", the sync counters reset. */
+static void open_hello(const char *dir, const char *name, char *path, size_t cap, kvp_out *out)
+{
+    kvp_err err = {0};
+    snprintf(path, cap, "%s/%s", dir, name);
+    reset(path);
+    CHECK(kvp_out_open(out, path, &err) == 0);
+    CHECK(kvp_out_write(out, "hello", 5, &err) == 0);
+}
+
 static void test_commit_syncs_before_rename(const char *dir)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/out.bin", dir);
-    reset(path);
     kvp_err err = {0};
     kvp_out out;
-    CHECK(kvp_out_open(&out, path, &err) == 0);
-    CHECK(kvp_out_write(&out, "hello", 5, &err) == 0);
+    open_hello(dir, "out.bin", path, sizeof path, &out);
     CHECK(kvp_out_commit(&out, &err) == 0);
     CHECK_EQ_I64(fs.file_calls, 1);
     CHECK_EQ_I64(fs.final_existed, 0); /* synced under its temporary name */
@@ -124,12 +131,9 @@ static void test_commit_syncs_before_rename(const char *dir)
 static void test_seal_then_commit(const char *dir)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/sealed.bin", dir);
-    reset(path);
     kvp_err err = {0};
     kvp_out out;
-    CHECK(kvp_out_open(&out, path, &err) == 0);
-    CHECK(kvp_out_write(&out, "hello", 5, &err) == 0);
+    open_hello(dir, "sealed.bin", path, sizeof path, &out);
     CHECK_MSG(kvp_out_seal(&out, &err) == 0, "%s", err.msg);
     CHECK_EQ_I64(fs.file_calls, 1);
     CHECK(out.fd < 0);
