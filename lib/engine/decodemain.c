@@ -1364,7 +1364,8 @@ int kvp_decode_main(int argc, char **argv, int spec)
         /* a measurement of no request would print a speedup of nothing */
         if (o.file && kvp_jobsrc_read_all(js) && kvp_jobsrc_total(js) == 0)
             kvp_cli_die("%s: no prompt in the file: nothing to compare", once.fd >= 0 ? once.file : o.file);
-        qsort(cmp.v, cmp.n, sizeof *cmp.v, ref_cmp);
+        if (cmp.n) /* a shard of no request has no array: qsort wants one all the same */
+            qsort(cmp.v, cmp.n, sizeof *cmp.v, ref_cmp);
         kvp_metrics_free(&m0);
         kvp_jobsrc_free(js);
         kvp_engine_free(r.engine);
