@@ -906,15 +906,8 @@ int kvp_out_commit(kvp_out *out, kvp_err *err)
     if (rc < 0)
         return rc;
     out->sealed = 0;
-    if (!out->direct) {
-        const char *dest = out->target ? out->target : out->path;
-        if (rename(out->tmp_path, dest) != 0) {
-            rc = kvp_err_set(err, KVP_EIO, "%s: cannot rename into place: %s", out->path, strerror(errno));
-            unlink(out->tmp_path);
-        } else {
-            sync_dir(dest);
-        }
-    }
+    if ((rc = out_rename(out, err)) == 0 && !out->direct)
+        sync_dir(out->target ? out->target : out->path);
     out_release(out);
     return rc;
 }
