@@ -530,8 +530,9 @@ static void note_fallbacks(const kvp_convert *cv, const kvp_convert_totals *t)
 /* ---- --eval ---- */
 
 /* Score the text with the source model, saving its top 32 as the base (in
- * a temporary folder), then the written output (at path output, its
- * temporary name) against it; one report line. */
+ * a temporary folder; kvp_ppl_run saves whole rows of a vocabulary of 32
+ * or fewer), then the written output (at path output, its temporary name)
+ * against it; one report line. */
 static int eval_models(const options *o, const char *input, const char *output, kvp_buf *line, kvp_err *err)
 {
     char dir[4096], base[4200];

@@ -216,10 +216,12 @@ int kvp_ppl_run(kvp_engine *e, kvp_kvcache *kc, const uint32_t *tokens, uint64_t
                            o->text_name ? o->text_name : "text", (unsigned long long)n, ctx);
     if (o->save_path && o->base_path)
         return kvp_err_set(err, KVP_EINVAL, "saving a base and comparing with one are separate runs");
-    if (o->save_path && o->save_k >= nv)
-        return kvp_err_set(err, KVP_EINVAL, "top %u of a vocabulary of %u: save full rows instead", o->save_k, nv);
     if (o->save_path && o->save_k > KVP_LOGPROBS_MAX_K)
         return kvp_err_set(err, KVP_EINVAL, "top %u: at most %u (or full rows)", o->save_k, KVP_LOGPROBS_MAX_K);
+    /* the top k of a vocabulary of k tokens or fewer is all of it (and the
+     * rest's mass nothing): full rows say the same, exactly, in no more room;
+     * a caller's default k (quantize --eval's 32) then fits any model */
+    uint32_t save_k = o->save_k < nv ? o->save_k : 0;
     uint64_t nw = n / ctx;
     if (o->max_windows && nw > o->max_windows)
         nw = o->max_windows;
@@ -233,9 +235,9 @@ int kvp_ppl_run(kvp_engine *e, kvp_kvcache *kc, const uint32_t *tokens, uint64_t
                            "--kld) need at least 2 (more windows, or a larger --ctx)",
                            o->text_name ? o->text_name : "text", (unsigned long long)nw, ctx,
                            (unsigned long long)scored);
-    ppl_state st = {.o = o, .n_vocab = nv, .k = o->save_k};
+    ppl_state st = {.o = o, .n_vocab = nv, .k = save_k};
     st.binding = (kvp_scores_rec){.tokens_hash = kvp_ppl_tokens_hash(tokens, n), .n_tokens = n, .ctx = ctx,
-                                  .first = ctx / 2, .n_windows = (uint32_t)nw, .n_vocab = nv, .top_k = o->save_k,
+                                  .first = ctx / 2, .n_windows = (uint32_t)nw, .n_vocab = nv, .top_k = save_k,
                                   .bos = o->bos >= 0 ? (uint32_t)o->bos : KVP_SCORES_NO_BOS};
     snprintf(st.binding.text, sizeof st.binding.text, "%s", o->text_name ? o->text_name : "");
     st.n_pos = kvp_scores_n_pos(&st.binding);

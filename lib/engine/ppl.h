@@ -27,8 +27,9 @@ typedef struct kvp_ppl_opts {
     uint32_t max_windows;  /* 0: every whole window of the text */
     uint32_t chunk;        /* tokens a step (0: 512; scored steps take at most 256) */
     int32_t bos;           /* put at each window's position 0, or -1 */
-    /* save the distributions: path, top k (0: full rows), the text's name,
-     * the model's fingerprint and the producer for the stream header */
+    /* save the distributions: path, top k (0, or k at least the
+     * vocabulary's size: full rows), the text's name, the model's
+     * fingerprint and the producer for the stream header */
     const char *save_path;
     uint32_t save_k;
     const char *text_name;

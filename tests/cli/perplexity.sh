@@ -35,6 +35,25 @@ expect_out_has '"ctx":16,"windows":3,"scored":21' "scores windows of 16 (7 posit
 run prefill -m "$T/ctx16.gguf" -t $THREADS --perplexity "$T/abcd.txt" --ctx 17
 expect_status 1 "an explicit --ctx beyond that context"
 expect_err_has "--ctx 17 is beyond $T/ctx16.gguf's context length of 16 tokens" "stays an error"
+# a base of its 4-token vocabulary: the default top 32 (and any --save-top
+# of 4 or more) is every token, saved as full rows; compared with itself,
+# a KL divergence of 0
+run prefill -m "$T/ctx16.gguf" -t $THREADS --perplexity "$T/abcd.txt" --save-logits "$T/b4.kvp"
+expect_status 0 "--save-logits on a vocabulary of 4 (top 32 by default)"
+expect_err_lacks "full rows" "no error asking for full rows"
+run kvdump "$T/b4.kvp"
+expect_out_has "ctx 16 first 8 windows 3 vocab 4 k full" "saved as full rows"
+run prefill -m "$T/ctx16.gguf" -t $THREADS --perplexity "$T/abcd.txt" --save-logits "$T/b4k.kvp" --save-top 4
+expect_status 0 "--save-top 4 on a vocabulary of 4"
+run kvdump "$T/b4k.kvp"
+expect_out_has "vocab 4 k full" "full rows too"
+run prefill -m "$T/ctx16.gguf" -t $THREADS --perplexity "$T/abcd.txt" --save-logits "$T/b3.kvp" --save-top 3
+expect_status 0 "--save-top 3 on a vocabulary of 4"
+run kvdump "$T/b3.kvp"
+expect_out_has "vocab 4 k 3" "the top 3 of 4"
+run prefill -m "$T/ctx16.gguf" -t $THREADS --perplexity "$T/abcd.txt" --kld "$T/b4.kvp" --json
+expect_status 0 "--kld against the full-row base"
+expect_out_has '"kld":0,"kld_err":0,' "the model against itself: KLD 0"
 
 need_model
 P="prefill -m $M -t $THREADS"

@@ -375,6 +375,20 @@ expect_status 1 "a write error fails the conversion"
 left=$(ls "$T" | grep -c '^big\.kvp')
 if [ "$left" -eq 0 ]; then pass "nothing left under the output name (nor a temporary)"; else fail "left: $(ls "$T" | grep big)"; fi
 
+# ---- --eval on a model of a vocabulary smaller than the 32 saved ----
+# (the tiny GGUF of 4 tokens, its context 16): its next-token distributions
+# are saved whole, and the text scored with both models
+"$mk" --write-gguf "$T/ctx16.gguf" ctx || { status=1; fail "could not write the tiny GGUF (ctx 16)"; }
+printf 'abcdabcdbadcabcdacbdabcdddabcabdcabdcbadbcadbcabcda' >"$T/abcd.txt"
+run quantize --to f16 --drop weird "$T/ctx16.gguf" -o "$T/ev4.kvp" --eval "$T/abcd.txt" -r "$T/ev4.tsv" \
+    --threads $THREADS
+expect_status 0 "--eval on a vocabulary of 4 tokens"
+expect_err_lacks "full rows" "no advice quantize's user cannot follow"
+expect_err_has "abcd.txt: PPL " "the evaluation line"
+expect_true "the model is written" test -s "$T/ev4.kvp"
+expect_true "the report has the eval row (3 windows of 16, 21 scored)" \
+    grep -q "^$T/abcd.txt	51	16	3	21	" "$T/ev4.tsv"
+
 # ---- quantize refuses what decode refuses, with decode's message ----
 
 for fault in bos layers token-type layers2 vocab; do
