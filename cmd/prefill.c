@@ -511,27 +511,36 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
     j->read_all = !j->stopped;
     if (j->pg)
         j->pg->total = n;
+    /* every sequence's turn first: one that cannot take it (--chat on a
+     * sequence with no open assistant turn) fails the job before any of
+     * the stream is out, standard output included */
+    uint32_t **ids = calloc(n ? n : 1, sizeof *ids), *lens = calloc(n ? n : 1, sizeof *lens);
+    if (!ids || !lens)
+        kvp_cli_die("out of memory");
+    for (uint32_t i = 0; i < n; i++)
+        if (kvp_run_turn_ids(j->r, j->o, &seqs[i], &ids[i], &lens[i], &err) < 0)
+            fail(j, &err, resume);
     open_stream(j, output);
     uint64_t arrival = kvp_gen_wall_ns();
     for (uint32_t i = 0; i < n; i++) {
         if (stop_now(j)) { /* its saved blocks are freed with the cache */
             j->left++;
+            free(ids[i]);
             kvp_gen_seq_free(&seqs[i]);
             continue;
         }
-        uint32_t *ids, len;
-        if (kvp_run_turn_ids(j->r, j->o, &seqs[i], &ids, &len, &err) < 0)
-            fail(j, &err, resume);
         seqs[i].rec.arrival_ns = arrival;
         /* --stop replaces the record's stop strings but those its request
          * set itself, as the sampling options replace its other values */
         int keep = (seqs[i].rec.flags & KVP_SEQ_OWN_STOP) || !j->o->n_stop;
         char where[KVP_NAME_MAX + 16];
-        prefill_one(j, &seqs[i], ids, len, NULL, keep ? saved[i].stop : j->o->stop,
+        prefill_one(j, &seqs[i], ids[i], lens[i], NULL, keep ? saved[i].stop : j->o->stop,
                     keep ? saved[i].n_stop : j->o->n_stop, label_where(where, sizeof where, seqs[i].rec.label));
-        free(ids);
+        free(ids[i]);
         kvp_gen_seq_free(&seqs[i]);
     }
+    free(ids);
+    free(lens);
     kvp_seqio_seqs_free(saved, n);
     free(seqs);
 }

@@ -781,6 +781,29 @@ static int turn_text(const kvp_run *r, const kvp_runopts *o, kvp_buf *b, kvp_cha
     return b->oom ? kvp_err_set(err, KVP_ENOMEM, "out of memory") : 0;
 }
 
+/* --chat closes the assistant's turn s ends in (its cache, then its
+ * pending token when fed): one that holds no such turn (a plain text, a
+ * closed turn, the user's) would get a stray end marker and a conversation
+ * the model never saw, so it is refused, saying what s ends in. */
+static int check_open_turn(const kvp_run *r, const kvp_gen_seq *s, int pend, kvp_err *err)
+{
+    uint32_t n = s->rec.n_tokens;
+    uint32_t *v = malloc(((size_t)n + 1) * sizeof *v);
+    if (!v)
+        return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    if (n)
+        memcpy(v, kvp_kvcache_seq_tokens(r->kc, s->handle), (size_t)n * sizeof *v);
+    if (pend)
+        v[n++] = (uint32_t)s->rec.next_token;
+    kvp_err why = {0};
+    int rc = kvp_chat_check_open(kvp_run_chat_format(r), r->tok, v, n, &why);
+    free(v);
+    if (rc < 0)
+        return kvp_err_set(err, rc, "sequence %llu: --chat continues the assistant's open turn, but %s; "
+                           "without --chat the text goes in as it is", (unsigned long long)s->rec.id, why.msg);
+    return 0;
+}
+
 int kvp_run_turn_ids(const kvp_run *r, const kvp_runopts *o, const kvp_gen_seq *s, uint32_t **ids, uint32_t *n,
                      kvp_err *err)
 {
@@ -788,6 +811,11 @@ int kvp_run_turn_ids(const kvp_run *r, const kvp_runopts *o, const kvp_gen_seq *
     *n = 0;
     uint32_t *tv = NULL, tn = 0;
     int rc = 0;
+    /* the pending token goes first when someone saw it: a sequence that
+     * generated (decode's) showed it; a prefilled one's (prefill's sample,
+     * never shown) is dropped, or "The capital of France is" resumed with
+     * " Paris" read "... is Paris Paris" */
+    int pend = s->rec.next_token >= 0 && s->rec.state != KVP_SEQ_PREFILLED;
     if (o->tokens) {
         if ((rc = parse_ids(o->tokens, r->model->cfg.n_vocab, &tv, &tn, err)) < 0)
             return rc;
@@ -797,6 +825,8 @@ int kvp_run_turn_ids(const kvp_run *r, const kvp_runopts *o, const kvp_gen_seq *
         kvp_buf_init(&b);
         int32_t *t = NULL;
         size_t k = 0;
+        if (o->chat && (rc = check_open_turn(r, s, pend, err)) < 0)
+            return rc;
         if ((rc = turn_text(r, o, &b, &marks, err)) == 0)
             rc = kvp_tokenizer_encode_spans(r->tok, (const char *)b.data, b.len, marks.v, marks.n, 0, &t, &k, err);
         kvp_buf_free(&b);
@@ -806,11 +836,6 @@ int kvp_run_turn_ids(const kvp_run *r, const kvp_runopts *o, const kvp_gen_seq *
         tv = (uint32_t *)t; /* ids are < n_vocab: same bits */
         tn = (uint32_t)k;
     }
-    /* the pending token goes first when someone saw it: a sequence that
-     * generated (decode's) showed it; a prefilled one's (prefill's sample,
-     * never shown) is dropped, or "The capital of France is" resumed with
-     * " Paris" read "... is Paris Paris" */
-    int pend = s->rec.next_token >= 0 && s->rec.state != KVP_SEQ_PREFILLED;
     if (tn == 0) {
         free(tv);
         return kvp_err_set(err, KVP_EINVAL, "the next turn is empty");

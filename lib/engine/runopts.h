@@ -206,7 +206,9 @@ int kvp_run_resume(kvp_run *r, const kvp_runopts *o, const char *path, kvp_gen_s
  * assistant's turn closed first, a new one opened after; the message
  * literal), else it is parsed for special tokens unless --no-special.
  * *ids malloc'd.
- * 0 or a code (KVP_EINVAL for an empty turn). */
+ * 0 or a code (KVP_EINVAL for an empty turn, or with o->chat for s not
+ * ending in the assistant's open turn: kvp_chat_check_open, the message
+ * naming the sequence). */
 int kvp_run_turn_ids(const kvp_run *r, const kvp_runopts *o, const kvp_gen_seq *s, uint32_t **ids, uint32_t *n,
                      kvp_err *err);
 /* The chat format the model's vocabulary speaks; KVP_CHAT_NONE when it

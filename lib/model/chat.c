@@ -229,3 +229,57 @@ int kvp_chat_close_turn(kvp_chat_format f, kvp_buf *out, kvp_chat_marks *marks, 
     }
     return chat_done(&o, err);
 }
+
+/* c as it may stand in a one-line message: a control byte as '?'. */
+static char chat_printable(char c) { return (unsigned char)c < 0x20 || c == 0x7f ? '?' : c; }
+
+int kvp_chat_check_open(kvp_chat_format f, const kvp_tokenizer *t, const uint32_t *ids, size_t n, kvp_err *err)
+{
+    if (f == KVP_CHAT_NONE)
+        return no_format(err);
+    if (f != KVP_CHAT_CHATML && f != KVP_CHAT_LLAMA3)
+        return kvp_err_set(err, KVP_EINVAL, "chat: format %d is not chatml or llama3", (int)f);
+    int llama3 = f == KVP_CHAT_LLAMA3;
+    const char *open = llama3 ? "<|start_header_id|>" : "<|im_start|>";
+    int32_t id_open = kvp_tokenizer_find(t, open, strlen(open));
+    int32_t id_role_end = llama3 ? kvp_tokenizer_find(t, "<|end_header_id|>", 17) : -1;
+    size_t s = n; /* the first token after the last turn's opening marker */
+    while (s > 0 && (int64_t)ids[s - 1] != id_open)
+        s--;
+    if (id_open < 0 || s == 0)
+        return kvp_err_set(err, KVP_EINVAL, "it holds no %s turn (%s)", llama3 ? "Llama-3" : "ChatML", open);
+    /* the role: the text up to the header's end (ChatML: a newline;
+     * Llama-3: <|end_header_id|>); a turn is closed by any end of
+     * generation after its marker (<|im_end|>, <|eot_id|>, EOS) */
+    char role[48];
+    size_t rl = 0, i = s;
+    int whole = 0;
+    for (; i < n && !whole && !kvp_tokenizer_is_eog(t, (int32_t)ids[i]); i++) {
+        if ((int64_t)ids[i] == id_role_end) {
+            whole = 1;
+            break;
+        }
+        size_t len = 0;
+        const char *p = kvp_tokenizer_piece(t, (int32_t)ids[i], &len);
+        for (size_t k = 0; p && k < len && !whole; k++) {
+            if (!llama3 && p[k] == '\n')
+                whole = 1;
+            else if (rl < sizeof role - 1)
+                role[rl++] = chat_printable(p[k]);
+        }
+    }
+    role[rl] = '\0';
+    for (size_t j = s; j < n; j++) {
+        if (kvp_tokenizer_is_eog(t, (int32_t)ids[j])) {
+            size_t len = 0;
+            const char *p = kvp_tokenizer_piece(t, (int32_t)ids[j], &len);
+            return kvp_err_set(err, KVP_EINVAL, "its last turn (role \"%s\") is closed by %.*s", role,
+                               p ? (int)len : 0, p ? p : "");
+        }
+    }
+    if (!whole)
+        return kvp_err_set(err, KVP_EINVAL, "its last turn's header is cut short (%s%s)", open, role);
+    if (strcmp(role, "assistant") != 0)
+        return kvp_err_set(err, KVP_EINVAL, "its last turn's role is \"%s\", not \"assistant\"", role);
+    return 0;
+}

@@ -77,5 +77,13 @@ int kvp_chat_prompt(kvp_chat_format f, const char *system, const char *user, kvp
  * saved conversation (decode/prefill --resume --chat) before the user's
  * message, rendered with kvp_chat_render.  Marks as above. */
 int kvp_chat_close_turn(kvp_chat_format f, kvp_buf *out, kvp_chat_marks *marks, kvp_err *err);
+/* Whether a saved conversation's tokens ids[n] end inside an open
+ * assistant turn of format f, the one kvp_chat_close_turn closes: its last
+ * opening marker followed by the role "assistant" and the header's end
+ * (ChatML: a newline; Llama-3: <|end_header_id|>), and no end of
+ * generation (<|im_end|>, <|eot_id|>, EOS) after it.  0, or KVP_EINVAL
+ * saying what they end in instead: no turn of f, a closed turn, a header
+ * cut short, another role's turn. */
+int kvp_chat_check_open(kvp_chat_format f, const kvp_tokenizer *t, const uint32_t *ids, size_t n, kvp_err *err);
 
 #endif

@@ -158,6 +158,40 @@ run prefill --tokenize --json -m "$M" -f "$T/conv.jsonl"
 want=$(grep -o '"ids":\[[0-9,]*\]' "$OUT" | sed 's/"ids"://')
 expect_true "the resumed turn's ids are the whole conversation's, as shown ('$shown')" test -n "$want" -a "$got" = "$want"
 
+# --resume --chat closes the assistant's open turn: a sequence that holds
+# none (a plain text, a closed turn, the user's turn) is refused, naming
+# the file and the sequence, before any of the stream is out (a stray
+# <|im_end|> after a plain text made a conversation no one had)
+run prefill -m "$M" -t 1 -p "Once upon a time" -o "$T/plain.kvp"
+run prefill -m "$M" -t 1 --resume "$T/plain.kvp" --chat -p "Hi" -o "$T/plain2.kvp"
+expect_status 1 "--resume --chat of a plain prefill stream"
+expect_err_has "prefill: $T/plain.kvp: sequence 0: --chat continues the assistant's open turn, but it holds no ChatML turn (<|im_start|>); without --chat the text goes in as it is" \
+    "naming the file, the sequence and what it holds"
+expect_err_one_line "one line"
+expect_true "nothing written" test ! -e "$T/plain2.kvp"
+run prefill -m "$M" -t 1 -p "$(printf '<|im_start|>user\nHi<|im_end|>\n')" -o "$T/closed.kvp"
+run prefill -m "$M" -t 1 --resume "$T/closed.kvp" --chat -p "And?" -o "$T/closed2.kvp"
+expect_status 1 "--resume --chat of a stream whose last turn is closed"
+expect_err_has "sequence 0: --chat continues the assistant's open turn, but its last turn (role \"user\") is closed by <|im_end|>" \
+    "says which turn and how it was closed"
+run prefill -m "$M" -t 1 -p "$(printf '<|im_start|>user\nHi')" -o "$T/user.kvp"
+run prefill -m "$M" -t 1 --resume "$T/user.kvp" --chat -p "And?" -o "$T/user2.kvp"
+expect_status 1 "--resume --chat of a stream ending in the user's open turn"
+expect_err_has "its last turn's role is \"user\", not \"assistant\"" "says whose turn it is"
+# the second of two sequences has no turn: the job fails before the first
+# is written, standard output included
+printf '%s\n' '{"messages":[{"role":"user","content":"Hi"}]}' '{"prompt":"Once upon a time"}' >"$T/mixed.jsonl"
+run prefill -m "$M" -t 1 -f "$T/mixed.jsonl" -o "$T/mixed.kvp"
+run_sh "'$KVP_BIN/prefill' -m '$M' -t 1 --resume '$T/mixed.kvp' --chat -p 'And?' > '$T/mixed2.kvp'"
+expect_status 1 "--resume --chat of a stream whose second sequence is plain"
+expect_err_has "mixed.kvp: sequence 1: --chat continues the assistant's open turn, but it holds no ChatML turn" \
+    "names that sequence"
+expect_true "nothing on standard output" test ! -s "$T/mixed2.kvp"
+# a chat prefill opened the assistant's turn (nothing said in it yet): open
+run prefill -m "$M" -t 1 --chat -p "Name a prime." -o "$T/pc.kvp"
+run prefill -m "$M" -t 1 --resume "$T/pc.kvp" --chat -p "And another?" -o "$T/pc2.kvp"
+expect_status 0 "--resume --chat of a chat prefill stream"
+
 # the same prompt for two tenants: the stream sends its blocks once (a
 # salted sequence's block_refs to the other's); read back whole, the
 # salted one gets copies of its own, not shared ones and not "no room"

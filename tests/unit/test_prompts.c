@@ -322,6 +322,89 @@ static void test_llama3_marks(void)
     kvp_prompts_free(&ps);
 }
 
+/* kvp_chat_check_open on text: 0, or the code with the message holding
+ * want. */
+static void check_open(kvp_chat_format f, const kvp_tokenizer *t, const char *text, const char *want)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    kvp_err err = {0};
+    CHECK_MSG(kvp_tokenizer_encode(t, text, strlen(text), 1, 0, &ids, &n, &err) == 0, "%s", err.msg);
+    int rc = kvp_chat_check_open(f, t, (const uint32_t *)ids, n, &err);
+    if (want)
+        CHECK_MSG(rc == KVP_EINVAL && strstr(err.msg, want), "'%s': %s", text, rc ? err.msg : "accepted");
+    else
+        CHECK_MSG(rc == 0, "'%s': %s", text, err.msg);
+    free(ids);
+}
+
+/* A resumed conversation (prefill --resume --chat) must end inside the
+ * assistant's open turn: that is what kvp_chat_close_turn closes. */
+static void test_check_open(const kvp_tokenizer *t)
+{
+    static const char q[] = "<|im_start|>user\nHi<|im_end|>\n";
+    char s[256];
+    check_open(KVP_CHAT_CHATML, t, "", "it holds no ChatML turn (<|im_start|>)");
+    check_open(KVP_CHAT_CHATML, t, "Once upon a time", "it holds no ChatML turn");
+    snprintf(s, sizeof s, "%s<|im_start|>assistant\n", q);
+    check_open(KVP_CHAT_CHATML, t, s, NULL); /* opened, nothing said yet */
+    snprintf(s, sizeof s, "%s<|im_start|>assistant\nHello\nthere", q);
+    check_open(KVP_CHAT_CHATML, t, s, NULL);
+    snprintf(s, sizeof s, "%s<|im_start|>assistant\nHello<|im_end|>", q);
+    check_open(KVP_CHAT_CHATML, t, s, "its last turn (role \"assistant\") is closed by <|im_end|>");
+    snprintf(s, sizeof s, "%s<|im_start|>assistant\nHello<|endoftext|>", q);
+    check_open(KVP_CHAT_CHATML, t, s, "is closed by <|endoftext|>");
+    check_open(KVP_CHAT_CHATML, t, q, "its last turn (role \"user\") is closed by <|im_end|>");
+    check_open(KVP_CHAT_CHATML, t, "<|im_start|>user\nHi", "its last turn's role is \"user\", not \"assistant\"");
+    check_open(KVP_CHAT_CHATML, t, "<|im_start|>assistant", "its last turn's header is cut short "
+                                                          "(<|im_start|>assistant)");
+    check_open(KVP_CHAT_CHATML, t, "<|im_start|>assistant\tx\n", "role is \"assistant?x\"");
+    kvp_err err;
+    CHECK(kvp_chat_check_open(KVP_CHAT_NONE, t, NULL, 0, &err) == KVP_EUNSUPPORTED);
+}
+
+/* The same on a Llama-3 vocabulary: the role ends at <|end_header_id|>. */
+static void test_check_open_llama3(void)
+{
+    static tv_list l;
+    static const char *const ctl[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+    char c[8];
+    l.n = 0;
+    for (int i = 0; i < 4; i++)
+        tv_add(&l, ctl[i], strlen(ctl[i]), 3, 0);
+    for (int b = 0; b < 256; b++)
+        tv_add(&l, c, kvp_unicode_encode(tv_byte_cp(b), c), 1, 0);
+    kvp_meta m;
+    kvp_meta_init(&m);
+    static const char *const merges[] = {"a b"};
+    size_t ml = 3;
+    int rc = kvp_meta_set_str(&m, "tokenizer.ggml.model", "gpt2", 4);
+    rc = rc ? rc : kvp_meta_set_str(&m, "tokenizer.ggml.pre", "llama-bpe", 9);
+    rc = rc ? rc : tv_finish(&m, &l);
+    rc = rc ? rc : kvp_meta_set_strarr(&m, "tokenizer.ggml.merges", merges, &ml, 1);
+    rc = rc ? rc : kvp_meta_set_u64(&m, "tokenizer.ggml.bos_token_id", 0);
+    CHECK(rc == 0);
+    kvp_tokenizer *t = NULL;
+    kvp_err err;
+    CHECK_MSG(kvp_tokenizer_load_meta(&t, &m, "llama3", &err) == 0, "%s", err.msg);
+    kvp_meta_free(&m);
+    if (!t)
+        return;
+    kvp_chat_format f = KVP_CHAT_NONE;
+    CHECK(kvp_chat_detect(t, &f, &err) == 0 && f == KVP_CHAT_LLAMA3);
+    static const char q[] = "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>";
+    char s[256];
+    snprintf(s, sizeof s, "<|begin_of_text|>%s<|start_header_id|>assistant<|end_header_id|>\n\nHello", q);
+    check_open(f, t, s, NULL);
+    snprintf(s, sizeof s, "<|begin_of_text|>%s<|start_header_id|>assistant<|end_header_id|>\n\n", q);
+    check_open(f, t, s, NULL);
+    check_open(f, t, q, "its last turn (role \"user\") is closed by <|eot_id|>");
+    check_open(f, t, "<|start_header_id|>assistant", "header is cut short (<|start_header_id|>assistant)");
+    check_open(f, t, "<|start_header_id|>user<|end_header_id|>\n\nHi", "role is \"user\", not \"assistant\"");
+    check_open(f, t, "<|im_start|>assistant\n", "it holds no Llama-3 turn (<|start_header_id|>)");
+    kvp_tokenizer_free(t);
+}
+
 /* Prompt ids from a JSON Lines file: kept whole up to KVP_NAME_MAX bytes (a
  * sequence record's label), refused past it with the line, never cut. */
 static int read_ids(const char *path, const char *id0, const char *id1, kvp_prompts *ps, kvp_err *err)
@@ -843,9 +926,11 @@ int main(void)
         test_plain(t);
         test_chat_forgery(t);
         test_file(t);
+        test_check_open(t);
         kvp_tokenizer_free(t);
     }
     test_llama3_marks();
+    test_check_open_llama3();
     test_no_chat_format();
     test_params();
     test_id_lengths();
