@@ -1,6 +1,7 @@
 # Special tokens in prompts and seeing the tokens: prefill --tokenize,
-# --no-special, --chat's literal messages, kvdump's token ids; on the real
-# model (SmolLM2-135M-Instruct Q4_1) where cached.
+# --no-special, --chat's literal messages, kvdump's token ids; --chat on a
+# tiny safetensors folder with its HF chat template; on the real model
+# (SmolLM2-135M-Instruct Q4_1) where cached.
 . "$KVP_TESTS/cli/lib.sh"
 
 run prefill --tokenize -p hi
@@ -26,6 +27,75 @@ expect_out_has "--no-special" "decode --help lists --no-special"
 run prefill --tokenize -m "$T/missing.gguf" -p hi
 expect_status 1 "a missing model is a runtime error"
 expect_err_one_line "one line of error"
+
+# ---- --chat on a safetensors folder: the chat template of its
+# tokenizer_config.json (its default system turn) end to end ----
+# The folder: engine_hf's tiny Llama (a vocabulary of 256) with a byte-level
+# tokenizer.json of <|endoftext|> <|im_start|> <|im_end|> (ids 0-2) and one
+# token a byte for bytes 3-255, no merges: a byte's id is its value, so the
+# ids of a rendered conversation are worked out here from its bytes alone.
+# (HF transformers 5.25 loads this folder and its apply_chat_template gives
+# the same ids, here and for the chat_template.jinja below.)
+hf="$T/hf"
+mkdir "$hf" && cp "$KVP_TESTS/golden/engine_hf/gqa1_hd32_tied/config.json" \
+    "$KVP_TESTS/golden/engine_hf/gqa1_hd32_tied/model.safetensors" "$hf/"
+{
+    printf '{"version":"1.0","added_tokens":['
+    id=0
+    for tok in '<|endoftext|>' '<|im_start|>' '<|im_end|>'; do
+        printf '%s{"id":%d,"content":"%s","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}' \
+            "$([ $id = 0 ] || echo ,)" $id "$tok"
+        id=$((id + 1))
+    done
+    bl='{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}'
+    printf '],"pre_tokenizer":%s,"decoder":%s,\n"model":{"type":"BPE","merges":[],"vocab":{' "$bl" "$bl"
+    printf '"<|endoftext|>":0,"<|im_start|>":1,"<|im_end|>":2'
+    # GPT-2's byte -> code point map: printable bytes are themselves, the
+    # rest 256, 257, ... in byte order
+    awk 'BEGIN { n = 0; for (b = 0; b < 256; b++) {
+        if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) cp = b; else cp = 256 + n++
+        if (b >= 3) printf ",\"\\u%04x\":%d", cp, b } }'
+    printf '}}}\n'
+} >"$hf/tokenizer.json"
+# SmolLM2's template, its default system message changed (real newlines in
+# the JSON string's Jinja literals, as SmolLM2's tokenizer_config.json has)
+q="'"
+template() { # DEFAULT NEWLINE: the template with that default system message and newline
+    printf '%s' "{% for message in messages %}{% if loop.first and messages[0][${q}role${q}] != ${q}system${q} %}{{ ${q}<|im_start|>system$2$1<|im_end|>$2${q} }}{% endif %}{{${q}<|im_start|>${q} + message[${q}role${q}] + ${q}$2${q} + message[${q}content${q}] + ${q}<|im_end|>${q} + ${q}$2${q}}}{% endfor %}{% if add_generation_prompt %}{{ ${q}<|im_start|>assistant$2${q} }}{% endif %}"
+}
+printf '{"chat_template":"%s"}\n' "$(template 'You are a tiny test model.' '\n')" >"$hf/tokenizer_config.json"
+# byte_ids TEXT: its bytes' values, comma separated
+byte_ids() { printf '%s' "$1" | od -An -v -tu1 | tr -s ' \n' '  ' | sed 's/^ *//; s/ *$//; s/ /,/g'; }
+# <|im_start|>system\nDEFAULT<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n
+turns="1,$(byte_ids user),10,$(byte_ids Hi),2,10,1,$(byte_ids assistant),10"
+want="1,$(byte_ids system),10,$(byte_ids 'You are a tiny test model.'),2,10,$turns"
+run prefill --tokenize --json --chat -m "$hf" -p Hi
+expect_status 0 "--tokenize --chat on a safetensors folder"
+expect_out_has "{\"ids\":[$want]," "the template's default system turn, as HF renders it"
+run prefill -m "$hf" -t $THREADS --chat -p Hi -o "$T/hf.kvp"
+expect_status 0 "prefill --chat on the folder"
+run kvdump --json "$T/hf.kvp"
+expect_out_has "\"token_ids\":[$want]" "the prefilled sequence holds those ids"
+run decode -m "$hf" -t $THREADS --chat -p Hi -n 2 --kv-out "$T/hfd.kvp"
+expect_status 0 "decode --chat on the folder"
+run kvdump --json "$T/hfd.kvp"
+expect_out_has "\"token_ids\":[$want," "its saved conversation starts with them"
+run prefill --tokenize --json --chat --system "Be brief." -m "$hf" -p Hi
+expect_out_has "{\"ids\":[1,$(byte_ids system),10,$(byte_ids 'Be brief.'),2,10,$turns]," \
+    "--system replaces the default"
+run prefill --tokenize --json --chat --system "" -m "$hf" -p Hi
+expect_out_has "{\"ids\":[$turns]," "--system \"\": no system turn"
+# the KVP model quantize writes keeps the template
+run quantize --to f16 "$hf" -o "$T/hfm.kvp"
+expect_status 0 "quantize the folder"
+run prefill --tokenize --json --chat -m "$T/hfm.kvp" -p Hi
+expect_out_has "{\"ids\":[$want]," "its KVP model renders the same default system turn"
+# chat_template.jinja, where transformers saves it now, comes first (a
+# Jinja escape for the newline this time)
+template 'From the jinja file.' '\n' >"$hf/chat_template.jinja"
+run prefill --tokenize --json --chat -m "$hf" -p Hi
+expect_out_has "{\"ids\":[1,$(byte_ids system),10,$(byte_ids 'From the jinja file.'),2,10,$turns]," \
+    "chat_template.jinja before tokenizer_config.json"
 
 need_model
 nl='
