@@ -323,9 +323,14 @@ int kvp_hf_chat_template(const char *dir, char **out, kvp_err *err)
     }
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     kvp_json *root = NULL;
-    kvp_err ignored = {0};
-    if (stat(path, &sb) != 0 || kvp_json_parse_file(&root, path, TEMPLATE_MAX, &ignored) < 0)
+    if (stat(path, &sb) != 0)
         return 0;
+    /* one that is there but broken is refused, as transformers refuses
+     * it: read as no template, --chat would drop the model's default
+     * system turn without a word */
+    int rc = kvp_json_parse_file(&root, path, TEMPLATE_MAX, err);
+    if (rc < 0)
+        return rc;
     const char *tpl = named_template(root);
     if (tpl && !(*out = strdup(tpl))) {
         kvp_json_free(root);

@@ -96,6 +96,14 @@ template 'From the jinja file.' '\n' >"$hf/chat_template.jinja"
 run prefill --tokenize --json --chat -m "$hf" -p Hi
 expect_out_has "{\"ids\":[1,$(byte_ids system),10,$(byte_ids 'From the jinja file.'),2,10,$turns]," \
     "chat_template.jinja before tokenizer_config.json"
+# a tokenizer_config.json cut short is refused (transformers refuses it),
+# not read as no template, which would drop the default system turn
+rm "$hf/chat_template.jinja"
+printf '{"chat_template":"x' >"$hf/tokenizer_config.json"
+run prefill --tokenize --json --chat -m "$hf" -p Hi
+expect_status 1 "a broken tokenizer_config.json is refused"
+expect_err_has "$hf/tokenizer_config.json" "the message names it"
+expect_out_empty "no ids from a half-read folder"
 
 need_model
 nl='
