@@ -509,12 +509,36 @@ static void check_output(const options *o, const char *input)
         check_target(o->report, "--report", input, 1);
 }
 
+/* int8/int4 groups the CPU's int kernels cannot take (their activations
+ * come in blocks of 32): such a model runs, its rows turned into f32 as
+ * they are used, about ten times slower, which nothing else would say. */
+static void note_slow_groups(const kvp_convert *cv)
+{
+    uint64_t n = 0;
+    const kvp_convert_item *first = NULL;
+    for (size_t i = 0; i < kvp_convert_count(cv); i++) {
+        const kvp_convert_item *it = kvp_convert_item_at(cv, i);
+        const kvp_tensor_rec *r = &it->out;
+        if (it->action == KVP_CONVERT_DROP || (r->dtype != KVP_DTYPE_I8 && r->dtype != KVP_DTYPE_I4) ||
+            r->scheme != KVP_SCHEME_GROUP || r->group % 32 == 0)
+            continue;
+        first = first ? first : it;
+        n++;
+    }
+    if (n)
+        kvp_cli_warn("note: %" PRIu64 " int tensor%s in groups that are not a multiple of 32 (first: %s, group %u): "
+                     "the CPU engine has no int kernel for them and turns their rows into f32 as it uses them, "
+                     "several times slower than groups of 32, 64 or 128",
+                     n, n == 1 ? "" : "s", first->out.name, first->out.group);
+}
+
 static void note_fallbacks(const kvp_convert *cv, const kvp_convert_totals *t)
 {
     const char *const *notes;
     size_t nn = kvp_convert_notes(cv, &notes);
     for (size_t i = 0; i < nn; i++)
         kvp_cli_warn("note: %s", notes[i]);
+    note_slow_groups(cv);
     if (!t->n_fallback)
         return;
     for (size_t i = 0; i < kvp_convert_count(cv); i++) {
