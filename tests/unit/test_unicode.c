@@ -98,6 +98,19 @@ static void test_classes(void)
     CHECK(kvp_unicode_is_space(0x2028));
     CHECK(!kvp_unicode_is_space(0x1C));    /* isspace() in Python, not White_Space */
     CHECK(!kvp_unicode_is_space(0x200B));  /* zero width space is Cf */
+    /* Unicode 15.0 and 15.1, as llama.cpp's tables (Python 3.11's 14.0 had
+     * them unassigned, so punctuation to the pre-tokenizer). */
+    CHECK(kvp_unicode_is_letter(0x31350));  /* CJK Ext-H (15.0) */
+    CHECK(kvp_unicode_is_letter(0x323AF));
+    CHECK(kvp_unicode_is_letter(0x2EBF0));  /* CJK Ext-I (15.1) */
+    CHECK(kvp_unicode_is_letter(0x11F04));  /* Kawi letter A */
+    CHECK(kvp_unicode_is_number(0x11F50));  /* Kawi digit zero */
+    CHECK(kvp_unicode_is_number(0x1D2C0));  /* Kaktovik numeral zero (No) */
+    CHECK(kvp_unicode_is_letter(0x1E4D0));  /* Nag Mundari */
+    CHECK(kvp_unicode_is_number(0x1E4F0));
+    CHECK(kvp_unicode_is_letter(0x1E030));  /* Cyrillic Ext-D (Lm) */
+    CHECK(kvp_unicode_is_letter(0x1DF25));  /* Latin Ext-G, 15.0's additions */
+    CHECK_EQ_U64(kvp_unicode_class_of(0x323B0), 0); /* past Ext-H: unassigned */
     CHECK_EQ_U64(kvp_unicode_class_of('!'), 0);
     CHECK_EQ_U64(kvp_unicode_class_of(0x1F600), 0); /* emoji */
     CHECK_EQ_U64(kvp_unicode_class_of(KVP_UNICODE_BAD), 0);
