@@ -1,4 +1,5 @@
-/* unicode.h - UTF-8 decoding and the character classes tokenizers need.
+/* unicode.h - UTF-8 decoding, the character classes tokenizers need, and
+ * NFC normalization (for the tokenizers whose normalizer asks for it).
  *
  * The classes are those of the pre-tokenizer regexes: \p{L} (letters), \p{N}
  * (numbers) and \s (White_Space).  Their ranges live in unicode_tables.c,
@@ -9,6 +10,8 @@
  */
 #ifndef KVP_UNICODE_H
 #define KVP_UNICODE_H
+
+#include "error.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -48,6 +51,55 @@ size_t kvp_unicode_encode(uint32_t cp, char out[4]);
 /* Bytes of s[0..n) that form whole characters: n, less the tail of a valid
  * but unfinished sequence (at most 3 bytes) that more input could complete. */
 size_t kvp_unicode_complete_prefix(const char *s, size_t n);
+
+/* ---- NFC (UAX #15), on Unicode 15.1.0 as the classes ---- */
+
+/* Code points of the longest full canonical decomposition (U+1F82 and
+ * others: a letter and three marks); the generator checks it. */
+#define KVP_UNICODE_DECOMP_MAX 4
+
+/* A run [lo, hi] of code points of one nonzero canonical combining class. */
+typedef struct kvp_unicode_ccc_range {
+    uint32_t lo, hi;
+    uint8_t ccc;
+} kvp_unicode_ccc_range;
+
+/* One step of a canonical decomposition: cp -> first second (second 0 for
+ * a singleton such as U+212B ANGSTROM SIGN -> U+00C5).  Hangul syllables are
+ * not listed: they decompose by arithmetic. */
+typedef struct kvp_unicode_decomp {
+    uint32_t cp, first, second;
+} kvp_unicode_decomp;
+
+/* A primary composite: first second -> composite (the composition
+ * exclusions, singletons and non-starter decompositions left out). */
+typedef struct kvp_unicode_pair {
+    uint32_t first, second, composite;
+} kvp_unicode_pair;
+
+/* Generated tables: ccc runs and decompositions sorted by code point,
+ * pairs by (first, second). */
+extern const kvp_unicode_ccc_range kvp_unicode_ccc_ranges[];
+extern const size_t kvp_unicode_ccc_range_count;
+extern const kvp_unicode_decomp kvp_unicode_decomps[];
+extern const size_t kvp_unicode_decomp_count;
+extern const kvp_unicode_pair kvp_unicode_pairs[];
+extern const size_t kvp_unicode_pair_count;
+
+/* The canonical combining class of cp (0..254; 0 for a starter, for an
+ * unassigned code point and for KVP_UNICODE_BAD). */
+int kvp_unicode_ccc(uint32_t cp);
+
+/* The NFC form of s[0..n): full canonical decomposition (Hangul syllables
+ * by arithmetic), canonical ordering of each run of non-starters by
+ * combining class, then canonical composition (Hangul too), as
+ * unicodedata.normalize("NFC", ...) of Unicode 15.1.0.  A byte that is not
+ * valid UTF-8 (by kvp_unicode_decode's rules) is copied as it is and acts
+ * as a starter that composes with nothing, so no text is refused.
+ * *out is malloc'd (free it), *out_n bytes long plus a NUL not counted;
+ * returns 0, or KVP_ENOMEM / KVP_ELIMIT (n too large to index) with
+ * *out NULL and a message in err. */
+int kvp_unicode_nfc(const char *s, size_t n, char **out, size_t *out_n, kvp_err *err);
 
 /* The KVP_UNICODE_* classes of cp (0 for KVP_UNICODE_BAD). */
 int kvp_unicode_class_of(uint32_t cp);
