@@ -366,43 +366,23 @@ static void print_table(const kvp_convert *cv, const kvp_convert_totals *t)
 
 /* ---- the plan (--dry-run) ---- */
 
+/* The plan on standard output: a header (TSV), one line a tensor, the
+ * total (whose byte columns are the sums of the rows, dropped ones too). */
 static void print_plan(const kvp_convert *cv, int json)
 {
+    kvp_buf b;
+    kvp_buf_init(&b);
     if (!json)
-        printf("name\tshape\tfrom\tto\tscheme\tbytes_in\tbytes_out\tnote\n");
-    for (size_t i = 0; i < kvp_convert_count(cv); i++) {
-        const kvp_convert_item *it = kvp_convert_item_at(cv, i);
-        char shape[96], scheme[32];
-        kvp_convert_shape_str(&it->src, shape, sizeof shape);
-        kvp_convert_scheme_str(&it->out, scheme, sizeof scheme);
-        const char *to = to_name(it);
-        uint64_t in = it->src.data_bytes + it->src.scales_bytes + it->src.zeros_bytes;
-        uint64_t out = it->action == KVP_CONVERT_DROP ? 0 : it->out.data_bytes + it->out.scales_bytes + it->out.zeros_bytes;
-        if (json) {
-            printf("{\"name\":");
-            kvp_cli_json_str(stdout, it->src.name, strlen(it->src.name));
-            printf(",\"shape\":\"%s\",\"from\":", shape);
-            kvp_cli_json_str(stdout, it->src_type, strlen(it->src_type));
-            printf(",\"to\":\"%s\",\"scheme\":\"%s\",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"note\":", to,
-                   scheme, in, out);
-            kvp_cli_json_str(stdout, it->note, strlen(it->note));
-            printf("}\n");
-        } else {
-            printf("%s\t%s\t%s\t%s\t%s\t%" PRIu64 "\t%" PRIu64 "\t%s\n", it->src.name, shape, it->src_type, to, scheme,
-                   in, out, it->note[0] ? it->note : "-");
-        }
-    }
+        kvp_convert_plan_header(&b);
+    for (size_t i = 0; i < kvp_convert_count(cv); i++)
+        kvp_convert_plan_row(&b, kvp_convert_item_at(cv, i), json);
     kvp_convert_totals t;
     kvp_convert_totals_get(cv, &t);
-    /* bytes in and out are the sums of the rows above, dropped rows too */
-    if (json)
-        printf("{\"summary\":true,\"read\":%" PRIu64 ",\"tensors\":%" PRIu64 ",\"quantized\":%" PRIu64
-               ",\"dropped\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"file_bytes\":%" PRIu64
-               "}\n", t.n_read, t.n_tensors, t.n_quantized, t.n_dropped, t.bytes_in, t.bytes_out, t.file_bytes);
-    else
-        printf("total: %" PRIu64 " tensors read: %" PRIu64 " written (%" PRIu64 " converted), %" PRIu64
-               " dropped; %" PRIu64 " bytes in, %" PRIu64 " bytes out; file %" PRIu64 " bytes\n",
-               t.n_read, t.n_tensors, t.n_quantized, t.n_dropped, t.bytes_in, t.bytes_out, t.file_bytes);
+    kvp_convert_plan_summary(&b, &t, json);
+    if (b.oom)
+        kvp_cli_die("the plan: out of memory");
+    fwrite(b.data, 1, b.len, stdout);
+    kvp_buf_free(&b);
 }
 
 /* ---- the two modes ---- */

@@ -222,6 +222,23 @@ void kvp_convert_report_row(kvp_buf *b, const kvp_convert_item *it, int json);
  * error merged over the converted tensors (the SNR weighted by each
  * tensor's energy). */
 void kvp_convert_report_summary(kvp_buf *b, const kvp_convert_totals *t, int json);
+/* s as a TSV cell: each tab, CR and LF a space, so that a name or path
+ * read from a file keeps its row one line of the header's columns. */
+void kvp_convert_tsv_cell(kvp_buf *b, const char *s);
+
+/* ---- the plan (quantize --dry-run), text into b as the report ---- */
+
+/* TSV header line: name shape from to scheme bytes_in bytes_out note. */
+void kvp_convert_plan_header(kvp_buf *b);
+/* One tensor of the plan: the report row's first seven columns and the
+ * fallback note ("-" when none) in TSV, or a JSON object line. */
+void kvp_convert_plan_row(kvp_buf *b, const kvp_convert_item *it, int json);
+/* The plan's closing line: TSV, a TOTAL row in the header's columns (the
+ * report's TOTAL row to bytes_out, then "file N bytes", the size of the
+ * output written without zstd, as its note); JSON, {"summary":true,...}
+ * with "file_bytes". */
+void kvp_convert_plan_summary(kvp_buf *b, const kvp_convert_totals *t, int json);
+
 /* "4x8" style shape text (outermost first) into buf. */
 void kvp_convert_shape_str(const kvp_tensor_rec *t, char *buf, size_t n);
 /* "group64", "channel", "tensor", "-" for a record's scheme. */

@@ -37,8 +37,7 @@ static void put_json_str(kvp_buf *b, const char *s)
     kvp_buf_u8(b, '"');
 }
 
-/* TSV cells may not hold tabs or newlines. */
-static void put_tsv_str(kvp_buf *b, const char *s)
+void kvp_convert_tsv_cell(kvp_buf *b, const char *s)
 {
     for (; *s; s++)
         kvp_buf_u8(b, (*s == '\t' || *s == '\n' || *s == '\r') ? ' ' : (uint8_t)*s);
@@ -136,9 +135,9 @@ void kvp_convert_report_row(kvp_buf *b, const kvp_convert_item *it, int json)
         putf(b, "}\n");
         return;
     }
-    put_tsv_str(b, it->src.name);
+    kvp_convert_tsv_cell(b, it->src.name);
     putf(b, "\t%s\t", shape);
-    put_tsv_str(b, it->src_type);
+    kvp_convert_tsv_cell(b, it->src_type);
     putf(b, "\t%s\t%s\t%" PRIu64 "\t%" PRIu64 "\t", to, scheme, in, out);
     put_errors(b, st, 0);
     putf(b, "\n");
@@ -162,6 +161,48 @@ void kvp_convert_report_summary(kvp_buf *b, const kvp_convert_totals *t, int jso
          t->n_read, t->n_tensors, t->n_quantized, t->n_dropped, t->bytes_in, t->bytes_out);
     put_errors(b, &t->stats, 0);
     putf(b, "\n");
+}
+
+/* ---- the plan (a dry run) ---- */
+
+void kvp_convert_plan_header(kvp_buf *b) { putf(b, "name\tshape\tfrom\tto\tscheme\tbytes_in\tbytes_out\tnote\n"); }
+
+void kvp_convert_plan_row(kvp_buf *b, const kvp_convert_item *it, int json)
+{
+    char shape[96], scheme[32];
+    kvp_convert_shape_str(&it->src, shape, sizeof shape);
+    kvp_convert_scheme_str(&it->out, scheme, sizeof scheme);
+    const char *to = it->action == KVP_CONVERT_DROP ? "dropped" : kvp_dtype_name(it->out.dtype);
+    uint64_t in = kvp_convert_rec_bytes(&it->src), out = it->action == KVP_CONVERT_DROP ? 0 : kvp_convert_rec_bytes(&it->out);
+    if (json) {
+        putf(b, "{\"name\":");
+        put_json_str(b, it->src.name);
+        putf(b, ",\"shape\":\"%s\",\"from\":", shape);
+        put_json_str(b, it->src_type);
+        putf(b, ",\"to\":\"%s\",\"scheme\":\"%s\",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"note\":", to,
+             scheme, in, out);
+        put_json_str(b, it->note);
+        putf(b, "}\n");
+        return;
+    }
+    kvp_convert_tsv_cell(b, it->src.name);
+    putf(b, "\t%s\t", shape);
+    kvp_convert_tsv_cell(b, it->src_type);
+    putf(b, "\t%s\t%s\t%" PRIu64 "\t%" PRIu64 "\t", to, scheme, in, out);
+    kvp_convert_tsv_cell(b, it->note[0] ? it->note : "-");
+    putf(b, "\n");
+}
+
+void kvp_convert_plan_summary(kvp_buf *b, const kvp_convert_totals *t, int json)
+{
+    if (json)
+        putf(b, "{\"summary\":true,\"read\":%" PRIu64 ",\"tensors\":%" PRIu64 ",\"quantized\":%" PRIu64
+             ",\"dropped\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"file_bytes\":%" PRIu64
+             "}\n", t->n_read, t->n_tensors, t->n_quantized, t->n_dropped, t->bytes_in, t->bytes_out, t->file_bytes);
+    else /* the report's TOTAL row in the plan's columns: the file's size is its note */
+        putf(b, "TOTAL\t%" PRIu64 " tensors read: %" PRIu64 " written (%" PRIu64 " converted), %" PRIu64
+             " dropped\t-\t-\t-\t%" PRIu64 "\t%" PRIu64 "\tfile %" PRIu64 " bytes\n",
+             t->n_read, t->n_tensors, t->n_quantized, t->n_dropped, t->bytes_in, t->bytes_out, t->file_bytes);
 }
 
 void kvp_convert_report_kv(kvp_buf *b, uint32_t dtype, const kvp_convert_kv_stats *st, int json)

@@ -336,9 +336,8 @@ expect_out_has "token_embd.weight	4x64	q8_0	bf16" "--to bf16 widens them to bf16
 run quantize -n --to q8_0 --drop weird "$T/tiny.gguf"
 expect_status 0 "--dry-run"
 expect_out_has "blk.0.ffn_down.weight	64x48	f16	f16	-	6144	6144	f16: " "dry run shows the f16 fallback"
-expect_out_has "total: 12 tensors read: 11 written (6 converted), 1 dropped; " "dry run total line: every count named"
-sums=$(awk -F'\t' 'NR > 1 && !/^total: / { i += $6; o += $7 }
-    /^total: / { split($0, w, /[;,] /); for (k in w) { if (w[k] ~ / bytes in$/) ti = w[k] + 0; if (w[k] ~ / bytes out$/) to = w[k] + 0 } }
+expect_out_has "TOTAL	12 tensors read: 11 written (6 converted), 1 dropped	-	-	-	" "dry run TOTAL row: every count named"
+sums=$(awk -F'\t' 'NR > 1 && $1 != "TOTAL" { i += $6; o += $7 } $1 == "TOTAL" { ti = $6; to = $7 }
     END { print (i == ti && o == to) ? "ok" : i " " o " vs " ti " " to }' "$OUT")
 if [ "$sums" = ok ]; then pass "dry run: the rows (the dropped one too) add up to the total"; else fail "dry-run sums: $sums"; fi
 size=$(sed -n 's/.*file \([0-9]*\) bytes$/\1/p' "$OUT")
@@ -347,6 +346,21 @@ real=$(wc -c <"$T/g8.kvp" | tr -d ' ')
 if [ -n "$size" ] && [ "$size" = "$real" ]; then pass "dry-run file size is exact ($real)"; else fail "dry-run size '$size' vs $real"; fi
 run quantize -n --to q8_0 --drop weird "$T/tiny.gguf" -o "$T/dry.kvp"
 expect_true "--dry-run writes nothing" test ! -e "$T/dry.kvp"
+# every row of the plan in the header's 8 columns: the TOTAL row too (it
+# was a line of free text), and a name holding a tab or a newline (a cell
+# of its own, a row cut in two) with them as spaces, as in the report
+mk_st "$T/odd.safetensors" '{"w\tab":{"dtype":"F32","shape":[2,32],"data_offsets":[0,256]},"nl\nx":{"dtype":"F32","shape":[2,32],"data_offsets":[256,512]}}' $ones 0 0 $ones 0 0
+# fields_per_row: each line's field count, sorted and counted ("4 8": 4 rows of 8)
+fields_per_row() { awk -F'\t' '{ print NF }' "$OUT" | sort | uniq -c | awk '{ printf "%s %s;", $1, $2 }'; }
+run quantize -n --to int8 --drop weird "$T/tiny.gguf"
+got=$(fields_per_row)
+if [ "$got" = "14 8;" ]; then pass "dry run: header, 12 rows and TOTAL, 8 fields each"; else fail "dry-run fields: $got"; fi
+run quantize -n --to f16 --drop . "$T/odd.safetensors"
+expect_status 0 "a dry run lists dropped tensors of any name"
+got=$(fields_per_row)
+if [ "$got" = "4 8;" ]; then pass "dry run: a tab or newline in a name keeps its row whole"; else fail "odd-name fields: $got"; fi
+expect_out_has "w ab	2x32	F32	dropped	" "the tab shown as a space"
+expect_out_has "nl x	2x32	F32	dropped	" "the newline too"
 
 run_sh "quantize --to fp8 --zstd=5 --drop weird '$T/tiny.gguf' -o - | kvdump --check -"
 expect_status 0 "-o - and --zstd into kvdump --check"
@@ -661,8 +675,8 @@ for order in "^step\$ norm" "norm ^step\$"; do
     got=$(dropped_rows)
     if [ "$got" = "$want_dropped" ]; then pass "--drop '$1' --drop '$2': step and the three norms dropped"; else
         fail "--drop '$1' --drop '$2' dropped '$got', wanted '$want_dropped'"; fi
-    expect_out_has "total: 12 tensors read: 8 written (" "--drop '$1' --drop '$2': 8 written"
-    expect_out_has ", 4 dropped; " "--drop '$1' --drop '$2': 4 dropped"
+    expect_out_has "TOTAL	12 tensors read: 8 written (" "--drop '$1' --drop '$2': 8 written"
+    expect_out_has ", 4 dropped	" "--drop '$1' --drop '$2': 4 dropped"
     expect_err_lacks "matched no tensor" "--drop '$1' --drop '$2': each matched, no note"
 done
 # a tensor two patterns match is dropped once; the written file lacks all four
@@ -680,12 +694,12 @@ expect_out_has "repeatable" "--help says --drop repeats"
 run quantize -n --to f16 --drop '^w33$' "$T/bare.safetensors"
 expect_status 0 "one --drop that matches nothing: exit 0"
 expect_err_has "quantize: note: --drop '^w33\$' matched no tensor" "a note names it"
-expect_out_has ", 0 dropped; " "and nothing is dropped"
+expect_out_has ", 0 dropped	" "and nothing is dropped"
 run quantize -n --to f16 --drop weird --drop 'blk\.0\.wierd' "$T/tiny.gguf"
 expect_status 0 "a --drop that matches nothing: still exit 0 (dry run)"
 expect_err_has "quantize: note: --drop 'blk\.0\.wierd' matched no tensor" "the dry run names the pattern"
 expect_err_lacks "--drop 'weird'" "only the pattern that matched nothing is noted"
-expect_out_has ", 1 dropped; " "the other pattern still drops its tensor"
+expect_out_has ", 1 dropped	" "the other pattern still drops its tensor"
 run quantize --to f16 --drop weird --drop lora_ "$T/tiny.gguf" -o "$T/nomatch.kvp"
 expect_status 0 "a --drop that matches nothing: still exit 0 (conversion)"
 expect_err_has "quantize: note: --drop 'lora_' matched no tensor" "the conversion names the pattern"
@@ -712,7 +726,7 @@ for order in "q_proj k_proj" "k_proj q_proj"; do
     run quantize -n --to int8 --drop '^step$' -i "$1" --include "$2" "$L"
     expect_status 0 "-i '$1' --include '$2'"
     expect_converted "$a.k_proj.weight $a.q_proj.weight " "-i '$1' --include '$2': both converted"
-    expect_out_has "total: 12 tensors read: 11 written (2 converted), 1 dropped; " "-i '$1' --include '$2': 2 converted"
+    expect_out_has "TOTAL	12 tensors read: 11 written (2 converted), 1 dropped	" "-i '$1' --include '$2': 2 converted"
     expect_err_lacks "matched no tensor" "-i '$1' --include '$2': each matched, no note"
 done
 for order in "mlp q_proj" "q_proj mlp"; do
