@@ -5,6 +5,7 @@
 #include "fingerprint.h"
 #include "json.h"
 #include "tokenizer.h"
+#include "unicode.h"
 
 #include <errno.h>
 #include <regex.h>
@@ -193,15 +194,48 @@ static int note_squeezed(kvp_convert *cv, const char *name, uint32_t n_dims, con
                     "left out, the bytes are the same)", cv->path, name, from, to, KVP_MAX_DIMS);
 }
 
+/* name for a message, C-escaped between quotes (\t \n \r \" \\, \xNN for
+ * another control byte or one that is not UTF-8) so that the message stays
+ * one line; cut with "..." where out (at least 16 bytes) is full. */
+static void show_name(char *out, size_t cap, const char *name)
+{
+    size_t o = 0, n = strlen(name);
+    out[o++] = '"';
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t k = kvp_unicode_decode(name + i, n - i, &cp);
+        char esc[8] = "";
+        unsigned char c = (unsigned char)name[i];
+        if (c == '\t' || c == '\n' || c == '\r')
+            snprintf(esc, sizeof esc, "\\%c", c == '\t' ? 't' : c == '\n' ? 'n' : 'r');
+        else if (c == '"' || c == '\\')
+            snprintf(esc, sizeof esc, "\\%c", c);
+        else if (cp == KVP_UNICODE_BAD || c < 0x20 || c == 0x7f)
+            snprintf(esc, sizeof esc, "\\x%02x", c);
+        size_t len = esc[0] ? strlen(esc) : k;
+        if (o + len + 5 > cap) { /* then "...", the quote and the NUL */
+            snprintf(out + o, cap - o, "...\"");
+            return;
+        }
+        memcpy(out + o, esc[0] ? esc : name + i, len);
+        o += len;
+        i += esc[0] ? 1 : k;
+    }
+    snprintf(out + o, cap - o, "\"");
+}
+
 /* Fill item i's name and source record from a shape given outermost first. */
 static int set_src(kvp_convert *cv, size_t i, const char *name, int dtype, const char *type_name, uint32_t n_dims,
                    const uint64_t *shape, uint64_t nbytes, kvp_err *err)
 {
     kvp_convert_item *it = &cv->items[i];
     size_t len = strlen(name);
-    if (len == 0 || len > KVP_NAME_MAX)
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %.64s...: name of %zu bytes (KVP allows 1..%d)",
-                           cv->path, name, len, KVP_NAME_MAX);
+    if (len == 0 || len > KVP_NAME_MAX) {
+        char shown[80];
+        show_name(shown, sizeof shown, name);
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: name of %zu bytes (KVP allows 1..%d)", cv->path,
+                           shown, len, KVP_NAME_MAX);
+    }
     memcpy(it->src.name, name, len + 1);
     snprintf(it->src_type, sizeof it->src_type, "%s", type_name);
     cv->src_ndim[i] = n_dims;
@@ -772,6 +806,28 @@ static int src_refused(const kvp_convert *cv, size_t i, kvp_err *err)
                        cv->path, it->src.name, (unsigned long long)it->src.data_bytes, it->src_type, shape);
 }
 
+/* kvp(5)'s rule for a name written (UTF-8, no control character: one line
+ * of a listing, a JSON string, an --include pattern's subject), which the
+ * stream writer applies too: checked in the plan, so that a dry run refuses
+ * what the conversion would, before any work, naming the file and the
+ * tensor.  A dropped tensor's name is never written. */
+static int check_name(const kvp_convert *cv, const kvp_convert_item *it, kvp_err *err)
+{
+    const char *name = it->src.name, *why = NULL;
+    size_t n = strlen(name);
+    if (kvp_unicode_valid_prefix(name, n) != n)
+        why = "is not UTF-8";
+    for (size_t i = 0; !why && i < n; i++)
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+            why = "holds a control character";
+    if (!why)
+        return 0;
+    char shown[160];
+    show_name(shown, sizeof shown, name);
+    return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tensor %s: the name %s (KVP names are printable UTF-8; --drop "
+                       "leaves it out)", cv->path, shown, why);
+}
+
 static int plan_one(kvp_convert *cv, const plan_ctx *p, size_t i, kvp_err *err)
 {
     kvp_convert_item *it = &cv->items[i];
@@ -786,6 +842,9 @@ static int plan_one(kvp_convert *cv, const plan_ctx *p, size_t i, kvp_err *err)
         it->out = it->src;
         return 0;
     }
+    int rc = check_name(cv, it, err);
+    if (rc < 0)
+        return rc;
     if (!it->src_ok)
         return src_refused(cv, i, err);
     int dtype = choose_dtype(p, it, (p->list[KVP_CONVERT_PATTERNS_INCLUDE].n && !included) || excluded);

@@ -171,7 +171,9 @@ size_t kvp_convert_notes(const kvp_convert *cv, const char *const **notes);
 /* Plan every tensor (may be called again with other options; one that fails
  * leaves no plan, and kvp_convert_write refuses until one succeeds).  Fails with
  * KVP_EUNSUPPORTED naming the tensor for a source tensor we cannot read (its
- * type, no elements, more than 4 dimensions) that is not dropped, KVP_EINVAL
+ * type, no elements, more than 4 dimensions) or whose name kvp(5) does not
+ * allow (a control character, not UTF-8: shown escaped) that is not
+ * dropped, KVP_EINVAL
  * for a bad regex (or a NULL one in a pattern list) or impossible option
  * set, and with the loader's code and message when the planned tensors fail
  * kvp_model_check_tensors (lib/model.h: a weight missing, dropped, or of the

@@ -361,6 +361,32 @@ got=$(fields_per_row)
 if [ "$got" = "4 8;" ]; then pass "dry run: a tab or newline in a name keeps its row whole"; else fail "odd-name fields: $got"; fi
 expect_out_has "w ab	2x32	F32	dropped	" "the tab shown as a space"
 expect_out_has "nl x	2x32	F32	dropped	" "the newline too"
+# written, such a name is refused (kvp(5): a name is printable UTF-8): by the
+# plan, so the dry run refuses what the conversion would, with one message
+# naming the file and the tensor (it said "tensor name holds a control
+# character", the dry run planned "2 written")
+run quantize -n --to int8 "$T/odd.safetensors"
+expect_status 1 "a dry run refuses a name with a tab"
+expect_err_has "quantize: $T/odd.safetensors: tensor \"w\\tab\": the name holds a control character (KVP names are printable UTF-8; --drop leaves it out)" \
+    "naming the file and the tensor, escaped"
+expect_err_one_line "a bad name: one error line"
+dry_err=$(cat "$ERR")
+run quantize --to int8 "$T/odd.safetensors" -o "$T/odd.kvp"
+expect_status 1 "so does the conversion"
+expect_true "with the dry run's message" [ "$(cat "$ERR")" = "$dry_err" ]
+expect_true "and writes nothing" test ! -e "$T/odd.kvp"
+run quantize --to int8 --drop '^w' "$T/odd.safetensors" -o "$T/odd.kvp"
+expect_status 1 "the other bad name"
+expect_err_has "tensor \"nl\\nx\": the name holds" "named escaped: the message stays one line"
+expect_err_one_line "one line"
+run quantize --to int8 --drop '^w' --drop '^nl' "$T/odd.safetensors" -o "$T/odd.kvp"
+expect_status 0 "both dropped: nothing left to refuse"
+long=$(printf '%0256d' 0 | tr 0 a)
+mk_st "$T/long.safetensors" '{"'"$long"'":{"dtype":"F32","shape":[2,32],"data_offsets":[0,256]}}' $ones 0 0
+run quantize -n --to int8 "$T/long.safetensors"
+expect_status 1 "a name of 256 bytes"
+expect_err_has "long.safetensors: tensor \"aaaaaaaa" "named, quoted"
+expect_err_has "...\": name of 256 bytes (KVP allows 1..255)" "cut short, with its length"
 
 run_sh "quantize --to fp8 --zstd=5 --drop weird '$T/tiny.gguf' -o - | kvdump --check -"
 expect_status 0 "-o - and --zstd into kvdump --check"

@@ -592,6 +592,42 @@ static void test_fallbacks(void)
     kvp_convert_free(cv);
 }
 
+/* A name kvp(5) refuses (a control character, bytes that are not UTF-8) is
+ * refused by the plan, as the writer would refuse it, naming the file and
+ * the tensor escaped on one line; --drop leaves it out.  The IQ2_XXS
+ * tensor stands in: its name is checked before its type. */
+static void test_bad_names(void)
+{
+    static const struct {
+        const char *name, *shown, *drop; /* drop: a pattern that matches it */
+    } cases[] = {
+        {"blk.0.we\tird\n.weight", "tensor \"blk.0.we\\tird\\n.weight\": the name holds a control character", "ird"},
+        {"blk.0.\x1b[31mweird", "tensor \"blk.0.\\x1b[31mweird\": the name holds a control character", "weird"},
+        {"blk.0.w\xff" "eird", "tensor \"blk.0.w\\xffeird\": the name is not UTF-8", "eird$"},
+    };
+    const char *saved = gt[NT - 1].name, *path = tmp_path("badname.gguf");
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        gt[NT - 1].name = cases[k].name;
+        CHECK(write_gguf(path, NT, NULL) == 0);
+        kvp_err err = {0};
+        kvp_convert_opts o;
+        kvp_convert_opts_init(&o);
+        o.to = KVP_DTYPE_I8;
+        kvp_convert *cv;
+        CHECK_MSG(kvp_convert_open(&cv, path, &err) == 0, "%s", err.msg);
+        if (!cv)
+            continue;
+        int rc = kvp_convert_plan(cv, &o, &err);
+        CHECK_MSG(rc == KVP_EUNSUPPORTED && strncmp(err.msg, path, strlen(path)) == 0 &&
+                  strstr(err.msg, cases[k].shown) && strstr(err.msg, "--drop leaves it out") &&
+                  !strpbrk(err.msg, "\t\n\x1b"), "%d: %s", rc, err.msg);
+        o.drop = &cases[k].drop, o.n_drop = 1;
+        CHECK_MSG(kvp_convert_plan(cv, &o, &err) == 0, "%s", err.msg);
+        kvp_convert_free(cv);
+    }
+    gt[NT - 1].name = saved;
+}
+
 /* --include and --exclude repeat as --drop does: a tensor any include
  * pattern matches is selected, one any exclude pattern matches is kept; every
  * pattern of every list is counted on every tensor read. */
@@ -1152,6 +1188,7 @@ int main(int argc, char **argv)
     test_fallbacks();
     test_failed_replan();
     test_pattern_lists();
+    test_bad_names();
     test_kvp_input();
     test_safetensors();
     test_bare();
