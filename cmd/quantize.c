@@ -569,11 +569,20 @@ static int eval_models(const options *o, const char *input, const char *output, 
     if (rc < 0)
         return kvp_err_prefix(err, "--eval"), rc;
     const kvp_kld_summary *k = &out.kld;
+    /* the text's path is a TSV cell as a tensor's name is (a tab or a
+     * newline in it would add a column or cut the row), and one line on
+     * standard error */
+    kvp_buf text;
+    kvp_buf_init(&text);
+    kvp_convert_tsv_cell(&text, o->eval);
+    kvp_buf_u8(&text, 0);
     char *mem = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&mem, &len);
-    if (!f)
+    FILE *f = text.oom ? NULL : open_memstream(&mem, &len);
+    if (!f) {
+        kvp_buf_free(&text);
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");
+    }
     if (o->json) {
         fputs("{\"eval\":true,\"text\":", f);
         kvp_cli_json_str(f, o->eval, strlen(o->eval));
@@ -588,14 +597,16 @@ static int eval_models(const options *o, const char *input, const char *output, 
                 "kld\tkld_err\tkld_p99\tkld_max\tsame_top\tdp_rms\n"
                 "%s\t%" PRIu64 "\t%u\t%u\t%" PRIu64 "\t%.6f\t%.6f\t%.6f\t%.6f\t%.6f\t%.6g\t%.6g\t%.6g\t%.6g\t"
                 "%.6f\t%.6g\n",
-                o->eval, out.n_tokens, out.ctx, out.n_windows, out.sum.n, src.ppl, src.ppl_err, out.ppl,
-                out.ppl_err, k->ratio, k->kld_mean, k->kld_err, k->kld_pct[1], k->kld_max, k->same_top, k->dp_rms);
+                (const char *)text.data, out.n_tokens, out.ctx, out.n_windows, out.sum.n, src.ppl,
+                src.ppl_err, out.ppl, out.ppl_err, k->ratio, k->kld_mean, k->kld_err, k->kld_pct[1], k->kld_max,
+                k->same_top, k->dp_rms);
     }
     fclose(f);
     kvp_buf_put(line, mem, len);
     free(mem);
     fprintf(stderr, "%s: %s: PPL %.4f -> %.4f (x%.4f), mean KLD %.6f, 99%% KLD %.6f, same top token %.2f%%\n",
-            kvp_cli_prog(), o->eval, src.ppl, out.ppl, k->ratio, k->kld_mean, k->kld_pct[1], 100 * k->same_top);
+            kvp_cli_prog(), (const char *)text.data, src.ppl, out.ppl, k->ratio, k->kld_mean, k->kld_pct[1], 100 * k->same_top);
+    kvp_buf_free(&text);
     return 0;
 }
 

@@ -381,6 +381,18 @@ expect_err_has "tensor \"nl\\nx\": the name holds" "named escaped: the message s
 expect_err_one_line "one line"
 run quantize --to int8 --drop '^w' --drop '^nl' "$T/odd.safetensors" -o "$T/odd.kvp"
 expect_status 0 "both dropped: nothing left to refuse"
+
+# ---- --eval's row in the report: its text's path is a cell as a name is
+# (a tab in it added a column, a newline cut the row in two) ----
+"$mk" --write-gguf "$T/ctx16.gguf" ctx || fail "could not write the GGUF of a context of 16"
+ev=$(printf '%s/ev\tal\nx.txt' "$T")
+awk 'BEGIN { for (i = 0; i < 600; i++) printf "abcd" }' >"$ev"
+run quantize --to f16 --drop weird "$T/ctx16.gguf" -o "$T/ev16.kvp" --eval "$ev" -r -
+expect_status 0 "--eval on a text whose path holds a tab and a newline"
+got=$(fields_per_row)
+if [ "$got" = "14 12;2 16;" ]; then pass "--eval: its header and row have 16 fields each"; else fail "--eval fields: $got"; fi
+expect_true "the path's tab and newline as spaces" grep -q "^$T/ev al x.txt	2400	16	" "$OUT"
+expect_err_has "quantize: $T/ev al x.txt: PPL " "and on standard error, one line"
 long=$(printf '%0256d' 0 | tr 0 a)
 mk_st "$T/long.safetensors" '{"'"$long"'":{"dtype":"F32","shape":[2,32],"data_offsets":[0,256]}}' $ones 0 0
 run quantize -n --to int8 "$T/long.safetensors"
