@@ -593,13 +593,14 @@ static int eval_models(const options *o, const char *input, const char *output, 
                 out.n_tokens, out.ctx, out.n_windows, out.sum.n, src.ppl, src.ppl_err, out.ppl, out.ppl_err,
                 k->ratio, k->ratio_err, k->kld_mean, k->kld_err, k->kld_pct[1], k->kld_max, k->same_top, k->dp_rms);
     } else {
+        /* the JSON object's fields in its order, each in a column */
         fprintf(f, "eval\ttokens\tctx\twindows\tscored\tsource_ppl\tsource_ppl_err\tppl\tppl_err\tppl_ratio\t"
-                "kld\tkld_err\tkld_p99\tkld_max\tsame_top\tdp_rms\n"
-                "%s\t%" PRIu64 "\t%u\t%u\t%" PRIu64 "\t%.6f\t%.6f\t%.6f\t%.6f\t%.6f\t%.6g\t%.6g\t%.6g\t%.6g\t"
-                "%.6f\t%.6g\n",
+                "ppl_ratio_err\tkld\tkld_err\tkld_p99\tkld_max\tsame_top\tdp_rms\n"
+                "%s\t%" PRIu64 "\t%u\t%u\t%" PRIu64 "\t%.6f\t%.6f\t%.6f\t%.6f\t%.6f\t%.6f\t%.6g\t%.6g\t%.6g\t"
+                "%.6g\t%.6f\t%.6g\n",
                 (const char *)text.data, out.n_tokens, out.ctx, out.n_windows, out.sum.n, src.ppl,
-                src.ppl_err, out.ppl, out.ppl_err, k->ratio, k->kld_mean, k->kld_err, k->kld_pct[1], k->kld_max,
-                k->same_top, k->dp_rms);
+                src.ppl_err, out.ppl, out.ppl_err, k->ratio, k->ratio_err, k->kld_mean, k->kld_err, k->kld_pct[1],
+                k->kld_max, k->same_top, k->dp_rms);
     }
     fclose(f);
     kvp_buf_put(line, mem, len);

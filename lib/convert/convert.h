@@ -213,14 +213,18 @@ int kvp_convert_write(kvp_convert *cv, kvp_out *out, int zstd_level, const char 
 /* TSV header line: name shape from to scheme bytes_in bytes_out rmse rel_err
  * snr_db max_abs_err clipped. */
 void kvp_convert_report_header(kvp_buf *b);
-/* One tensor: a TSV line, or a JSON object line (json != 0).  Copied tensors
+/* One tensor: a TSV line, or a JSON object line (json != 0): the columns as
+ * members, "shape" an array, "scheme" spelled as kvdump --json does ("none",
+ * "tensor", "channel", "group") beside "group" and "asymmetric":true when
+ * asymmetric, "note" only when there is one.  Copied tensors
  * show zero error; an exact conversion's SNR is "inf" (TSV) or null (JSON).
  * Errors that cannot be measured (a non-finite value) are "nan" / null,
  * never figures that read as exact. */
 void kvp_convert_report_row(kvp_buf *b, const kvp_convert_item *it, int json);
 /* The closing line: name "TOTAL" (TSV: "N tensors read: W written (C
  * converted), D dropped") or {"summary":true,...} (JSON: "read", "tensors"
- * written, "quantized" converted, "dropped"), the byte columns' sums, and the
+ * written, "quantized" converted, "fallback" written with a note,
+ * "dropped", "file_bytes"), the byte columns' sums, and the
  * error merged over the converted tensors (the SNR weighted by each
  * tensor's energy). */
 void kvp_convert_report_summary(kvp_buf *b, const kvp_convert_totals *t, int json);
@@ -233,12 +237,13 @@ void kvp_convert_tsv_cell(kvp_buf *b, const char *s);
 /* TSV header line: name shape from to scheme bytes_in bytes_out note. */
 void kvp_convert_plan_header(kvp_buf *b);
 /* One tensor of the plan: the report row's first seven columns and the
- * fallback note ("-" when none) in TSV, or a JSON object line. */
+ * fallback note ("-" when none) in TSV, or a JSON object line: the report
+ * row's without the errors. */
 void kvp_convert_plan_row(kvp_buf *b, const kvp_convert_item *it, int json);
 /* The plan's closing line: TSV, a TOTAL row in the header's columns (the
  * report's TOTAL row to bytes_out, then "file N bytes", the size of the
- * output written without zstd, as its note); JSON, {"summary":true,...}
- * with "file_bytes". */
+ * output written without zstd, as its note); JSON, the report's summary
+ * without the errors. */
 void kvp_convert_plan_summary(kvp_buf *b, const kvp_convert_totals *t, int json);
 
 /* "4x8" style shape text (outermost first) into buf. */

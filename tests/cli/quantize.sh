@@ -390,9 +390,41 @@ awk 'BEGIN { for (i = 0; i < 600; i++) printf "abcd" }' >"$ev"
 run quantize --to f16 --drop weird "$T/ctx16.gguf" -o "$T/ev16.kvp" --eval "$ev" -r -
 expect_status 0 "--eval on a text whose path holds a tab and a newline"
 got=$(fields_per_row)
-if [ "$got" = "14 12;2 16;" ]; then pass "--eval: its header and row have 16 fields each"; else fail "--eval fields: $got"; fi
+if [ "$got" = "14 12;2 17;" ]; then pass "--eval: its header and row have 17 fields each"; else fail "--eval fields: $got"; fi
 expect_true "the path's tab and newline as spaces" grep -q "^$T/ev al x.txt	2400	16	" "$OUT"
 expect_err_has "quantize: $T/ev al x.txt: PPL " "and on standard error, one line"
+# the TSV row has the JSON object's fields (ppl_ratio_err was JSON's alone),
+# in its order: the header's names after "eval" are its keys after "text"
+tsv_keys=$(grep '^eval	' "$OUT" | cut -f 2- | tr '\t' ' ')
+run quantize --to f16 --drop weird "$T/ctx16.gguf" -o "$T/ev16.kvp" -f --eval "$ev" -r - --json
+json_keys=$(tail -n 1 "$OUT" | grep -o '"[a-z_0-9]*":' | tr -d '":' | tail -n +3 | tr '\n' ' ')
+if [ "$tsv_keys " = "$json_keys" ]; then pass "--eval: the TSV columns are the JSON fields"; else
+    fail "--eval: TSV '$tsv_keys' vs JSON '$json_keys'"; fi
+expect_true "the JSON keeps the path whole" grep -qF '{"eval":true,"text":"'"$T"'/ev\tal\nx.txt",' "$OUT"
+
+# ---- the plan's JSON is the report's without the errors: the same fields
+# of the same types (its shape was "8x64", a note always there, its summary
+# without "fallback"), a scheme as kvdump --json spells it ----
+run quantize -n --json --to int4 --asym --drop weird "$T/tiny.gguf"
+expect_status 0 "--dry-run --json"
+cp "$OUT" "$T/plan.jsonl"
+run quantize --json --to int4 --asym --drop weird "$T/tiny.gguf" -o "$T/j4.kvp" -r -
+expect_status 0 "--report - --json"
+sed 's/,"rmse":[^,]*,"rel_err":[^,]*,"snr_db":[^,]*,"max_abs_err":[^,]*,"clipped":[^,}]*//' "$OUT" >"$T/report-less.jsonl"
+expect_true "the report less its errors is the plan, line for line" cmp -s "$T/plan.jsonl" "$T/report-less.jsonl"
+expect_true "a fallback's row" grep -qF '{"name":"blk.0.attn_q.weight","shape":[8,64],"from":"q4_1","to":"i4","scheme":"group","group":64,"asymmetric":true,"bytes_in":320,"bytes_out":320,"note":"smaller group: ' "$T/plan.jsonl"
+expect_true "a plain tensor's: scheme none, no note" grep -qF '{"name":"blk.0.attn_norm.weight","shape":[64],"from":"f32","to":"f32","scheme":"none","group":0,"bytes_in":256,"bytes_out":256}' "$T/plan.jsonl"
+expect_true "the summary counts the fallbacks" grep -q '^{"summary":true,"read":12,"tensors":11,"quantized":7,"fallback":[1-9][0-9]*,"dropped":1,' "$T/plan.jsonl"
+# name, shape, scheme and group of every tensor written, as kvdump --json says them
+nssg() { sed -n 's/^.*"name":"\([^"]*\)".*"shape":\(\[[0-9,]*\]\).*"scheme":"\([a-z]*\)","group":\([0-9]*\)[,}].*$/\1 \2 \3 \4/p' "$1" | sort; }
+run kvdump --json "$T/j4.kvp"
+grep '"kind":"tensor"' "$OUT" >"$T/dump.jsonl"
+grep -v '"to":"dropped"' "$T/plan.jsonl" >"$T/written.jsonl"
+if [ "$(nssg "$T/dump.jsonl")" = "$(nssg "$T/written.jsonl")" ] && [ "$(nssg "$T/dump.jsonl" | wc -l)" -eq 11 ]; then
+    pass "quantize --json and kvdump --json: each tensor's shape, scheme and group alike"
+else
+    fail "quantize vs kvdump: $(nssg "$T/written.jsonl" | head -3) / $(nssg "$T/dump.jsonl" | head -3)"
+fi
 long=$(printf '%0256d' 0 | tr 0 a)
 mk_st "$T/long.safetensors" '{"'"$long"'":{"dtype":"F32","shape":[2,32],"data_offsets":[0,256]}}' $ones 0 0
 run quantize -n --to int8 "$T/long.safetensors"

@@ -14,6 +14,7 @@
 #include "fingerprint.h"
 #include "gguf.h"
 #include "io.h"
+#include "json.h"
 #include "meta.h"
 #include "model.h"
 #include "quant.h"
@@ -623,6 +624,29 @@ static void test_bad_names(void)
                   !strpbrk(err.msg, "\t\n\x1b"), "%d: %s", rc, err.msg);
         o.drop = &cases[k].drop, o.n_drop = 1;
         CHECK_MSG(kvp_convert_plan(cv, &o, &err) == 0, "%s", err.msg);
+        /* dropped, it is still a row of the plan and the report: one line
+         * of 8 TSV cells, a JSON line that is JSON (a byte that is not
+         * UTF-8 as U+FFFD) */
+        const kvp_convert_item *it = item_named(cv, cases[k].name);
+        kvp_buf b;
+        kvp_buf_init(&b);
+        kvp_convert_plan_row(&b, it, 0);
+        size_t tabs = 0, lines = 0;
+        for (size_t j = 0; j < b.len; j++)
+            tabs += b.data[j] == '\t', lines += b.data[j] == '\n';
+        CHECK_MSG(tabs == 7 && lines == 1, "%.*s", (int)b.len, (const char *)b.data);
+        for (int json = 0; json < 2; json++) {
+            b.len = 0;
+            if (json)
+                kvp_convert_plan_row(&b, it, 1);
+            else
+                kvp_convert_report_row(&b, it, 1);
+            kvp_json *v = NULL;
+            CHECK_MSG(b.len && kvp_json_parse(&v, (const char *)b.data, b.len - 1, "row", &err) == 0, "%s", err.msg);
+            CHECK(kvp_json_get_str(v, "name") != NULL);
+            kvp_json_free(v);
+        }
+        kvp_buf_free(&b);
         kvp_convert_free(cv);
     }
     gt[NT - 1].name = saved;
