@@ -48,10 +48,23 @@ struct kvp_tokenizer {
     int add_bos;
     int add_eos;            /* EOS after the text (add_eos_token), as llama.cpp's add_special */
     int add_space_prefix;   /* SentencePiece dummy prefix */
+    int prefix;             /* tok_prefix: which texts get that prefix */
+    int split_words;        /* SentencePiece: BPE on each U+2581-led word apart (HF Metaspace split) */
+    uint32_t strip_leading; /* KVP_DETOK_STRIP_SPACE: leading spaces dropped (HF Strip decoder) */
+    int strip_first_token;  /* KVP_DETOK_STRIP_SPACE: every U+2581 of the first token dropped (HF Metaspace decoder) */
     int ignore_merges;      /* Llama-3: a word that is a token is taken whole */
     int32_t byte_tok[256];  /* byte-level: token of byte b's code point; SPM: <0xNN> */
     uint16_t byte_cp[256];  /* byte-level: the code point byte b stands for */
 };
+
+/* Which texts between special tokens a SentencePiece tokenizer starts with
+ * U+2581 (tok_spm_wants_prefix). */
+typedef enum tok_prefix {
+    TOK_PREFIX_EVERY = 0, /* each (llama.cpp's add_space_prefix; HF's Prepend normalizer) */
+    TOK_PREFIX_ALWAYS,    /* each that does not already start with one (HF Metaspace "always") */
+    TOK_PREFIX_FIRST,     /* that, only for the text at offset 0 (HF Metaspace "first") */
+    TOK_PREFIX_NEVER,     /* none (HF Metaspace "never"; add_space_prefix false) */
+} tok_prefix;
 
 /* ------------------------------------------------------------------ */
 /* vocabulary                                                          */
@@ -255,6 +268,44 @@ static int tok_check_merges(const kvp_meta *m, const char *src, kvp_err *err)
     return 0;
 }
 
+static const char *const tok_prefix_names[] = {"always", "first", "never"};
+
+/* tokenizer.kvpipe.prepend_scheme: -1 when absent, else TOK_PREFIX_ALWAYS..NEVER;
+ * KVP_EFORMAT for another value or type. */
+static int tok_load_prepend_scheme(const kvp_meta *m, int *prefix, const char *src, kvp_err *err)
+{
+    const kvp_meta_entry *e = kvp_meta_find(m, "tokenizer.kvpipe.prepend_scheme");
+    *prefix = -1;
+    if (!e)
+        return 0;
+    for (int i = 0; e->type == KVP_META_STR && i < 3; i++)
+        if (e->n == strlen(tok_prefix_names[i]) && memcmp(e->str, tok_prefix_names[i], e->n) == 0) {
+            *prefix = TOK_PREFIX_ALWAYS + i;
+            return 0;
+        }
+    if (e->type != KVP_META_STR)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.kvpipe.prepend_scheme: is %s, want str", src,
+                           kvp_meta_type_name(e->type));
+    return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.kvpipe.prepend_scheme: \"%.*s\" is not always, first or never",
+                       src, (int)(e->n > 40 ? 40 : e->n), e->str);
+}
+
+/* The keys kvp_tokenizer_meta_from_json adds for HF's SentencePiece-style
+ * rules (GGUF has none: their absence is llama.cpp's behaviour). */
+static int tok_check_hf_rules(const kvp_meta *m, const char *src, kvp_err *err)
+{
+    int prefix, flag, rc;
+    uint64_t v;
+    if ((rc = tok_load_prepend_scheme(m, &prefix, src, err)) < 0 ||
+        (rc = tok_load_bool(m, "tokenizer.kvpipe.metaspace_split", 0, &flag, src, err)) < 0 ||
+        (rc = tok_load_bool(m, "tokenizer.kvpipe.decode_metaspace", 0, &flag, src, err)) < 0)
+        return rc;
+    rc = kvp_meta_get_u64(m, "tokenizer.kvpipe.decode_strip", &v);
+    if (rc == KVP_EFORMAT || (rc == 0 && v > 64))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.kvpipe.decode_strip: not a count of 0 to 64 spaces", src);
+    return 0;
+}
+
 int kvp_tokenizer_check_meta(const kvp_meta *m, const char *source, kvp_err *err)
 {
     const char *src = source ? source : "tokenizer";
@@ -275,7 +326,7 @@ int kvp_tokenizer_check_meta(const kvp_meta *m, const char *source, kvp_err *err
         (rc = tok_load_bool(m, "tokenizer.ggml.add_eos_token", 0, &flag, src, err)) < 0 ||
         (rc = tok_load_bool(m, "tokenizer.ggml.add_space_prefix", 0, &flag, src, err)) < 0)
         return rc;
-    return 0;
+    return tok_check_hf_rules(m, src, err);
 }
 
 /* ---- building, from metadata kvp_tokenizer_check_meta accepted ---- */
@@ -511,6 +562,29 @@ static int tok_load_bytes(kvp_tokenizer *t)
     return 0;
 }
 
+/* Where the SentencePiece prefix goes and what decoding strips: llama.cpp's
+ * rules (add_space_prefix) unless the tokenizer.kvpipe.* keys of an HF
+ * tokenizer.json say HF's.  kvp_tokenizer_check_meta checked the keys. */
+static void tok_load_spm_rules(kvp_tokenizer *t, const kvp_meta *m)
+{
+    int prefix, flag;
+    uint64_t v;
+    kvp_err ignored;
+    (void)tok_load_prepend_scheme(m, &prefix, "", &ignored);
+    t->prefix = prefix >= 0 ? prefix : t->add_space_prefix ? TOK_PREFIX_EVERY : TOK_PREFIX_NEVER;
+    (void)tok_load_bool(m, "tokenizer.kvpipe.metaspace_split", 0, &t->split_words, "", &ignored);
+    (void)tok_load_bool(m, "tokenizer.kvpipe.decode_metaspace", 0, &flag, "", &ignored);
+    t->strip_first_token = flag;
+    /* llama.cpp drops the one space its prefix put in front */
+    t->strip_leading = kvp_meta_get_u64(m, "tokenizer.kvpipe.decode_strip", &v) == 0 ? (uint32_t)v
+                                                                                      : (uint32_t)t->add_space_prefix;
+    if (t->model != KVP_TOK_MODEL_SPM) {
+        t->prefix = TOK_PREFIX_NEVER;
+        t->split_words = t->strip_first_token = 0;
+        t->strip_leading = 0;
+    }
+}
+
 static int tok_load(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_err *err)
 {
     int rc = kvp_tokenizer_check_meta(m, src, err);
@@ -545,6 +619,7 @@ static int tok_load(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_er
     (void)tok_load_bool(m, "tokenizer.ggml.add_space_prefix", spm, &t->add_space_prefix, src, err);
     if (!spm)
         t->add_space_prefix = 0; /* byte-level BPE has no dummy prefix */
+    tok_load_spm_rules(t, m);
     tok_load_bytes(t);
     if (tok_load_specials(t) < 0 || tok_make_pieces(t) < 0)
         return kvp_err_set(err, KVP_ENOMEM, "%s: tokenizer: out of memory", src);
@@ -1037,14 +1112,60 @@ static int tok_spm_emit_symbol(tok_work *w, int32_t s)
     return 0;
 }
 
-static int tok_encode_spm(tok_work *w, const uint8_t *text, size_t len)
+/* BPE over the symbols [lo, hi) of w->buf as one word, then emit it. */
+static int tok_spm_word(tok_work *w, int32_t lo, int32_t hi)
+{
+    for (int32_t i = lo; i < hi; i++) {
+        w->sym_prev[i] = i > lo ? i - 1 : -1;
+        w->sym_next[i] = i + 1 < hi ? i + 1 : -1;
+    }
+    w->n_heap = 0;
+    for (int32_t i = lo; i + 1 < hi; i++)
+        tok_spm_try_pair(w, i);
+    while (w->n_heap) {
+        tok_heap_item it = tok_heap_pop(w);
+        int32_t l = it.l, r = it.r;
+        if (w->sym_next[l] != r || (int32_t)w->sym_len[l] != it.a || (int32_t)w->sym_len[r] != it.b)
+            continue;
+        w->sym_len[l] += w->sym_len[r];
+        w->sym_len[r] = 0;
+        w->sym_next[l] = w->sym_next[r];
+        w->sym_next[r] = -1;
+        if (w->sym_next[l] >= 0)
+            w->sym_prev[w->sym_next[l]] = l;
+        tok_spm_try_pair(w, w->sym_prev[l]);
+        tok_spm_try_pair(w, l);
+    }
+    int rc = 0;
+    for (int32_t s = lo < hi ? lo : -1; s >= 0 && rc == 0; s = w->sym_next[s])
+        rc = tok_spm_emit_symbol(w, s);
+    return rc;
+}
+
+static int tok_is_metaspace(const void *p) { return memcmp(p, "\xE2\x96\x81", 3) == 0; }
+
+/* Whether the text (len > 0 bytes, between special tokens; at_start: it
+ * begins the whole text) gets a leading U+2581.  HF's Metaspace checks for
+ * one after spaces became U+2581, so " lead" gets no second. */
+static int tok_spm_wants_prefix(const kvp_tokenizer *t, const uint8_t *text, size_t len, int at_start)
+{
+    int has = text[0] == ' ' || (len >= 3 && tok_is_metaspace(text));
+    switch (t->prefix) {
+    case TOK_PREFIX_EVERY: return 1;
+    case TOK_PREFIX_ALWAYS: return !has;
+    case TOK_PREFIX_FIRST: return at_start && !has;
+    default: return 0;
+    }
+}
+
+static int tok_encode_spm(tok_work *w, const uint8_t *text, size_t len, int at_start)
 {
     /* Every input byte is at most one symbol; a space grows to 3 bytes. */
     int rc = tok_reserve_word(w, len + 1, 3 * len + 3);
     if (rc < 0)
         return rc;
     size_t at = 0;
-    if (w->t->add_space_prefix) {
+    if (tok_spm_wants_prefix(w->t, text, len, at_start)) {
         memcpy(w->buf, "\xE2\x96\x81", 3);
         at = 3;
     }
@@ -1062,42 +1183,29 @@ static int tok_encode_spm(tok_work *w, const uint8_t *text, size_t len)
         size_t k = kvp_unicode_decode(w->buf + i, at - i, &cp);
         w->sym_at[n] = (uint32_t)i;
         w->sym_len[n] = (uint32_t)k;
-        w->sym_prev[n] = n - 1;
-        w->sym_next[n] = i + k < at ? n + 1 : -1;
         i += k;
     }
-    w->n_heap = 0;
-    for (int32_t i = 0; i + 1 < n; i++)
-        tok_spm_try_pair(w, i);
-    while (w->n_heap) {
-        tok_heap_item it = tok_heap_pop(w);
-        int32_t l = it.l, r = it.r;
-        if (w->sym_next[l] != r || (int32_t)w->sym_len[l] != it.a || (int32_t)w->sym_len[r] != it.b)
-            continue;
-        w->sym_len[l] += w->sym_len[r];
-        w->sym_len[r] = 0;
-        w->sym_next[l] = w->sym_next[r];
-        w->sym_next[r] = -1;
-        if (w->sym_next[l] >= 0)
-            w->sym_prev[w->sym_next[l]] = l;
-        tok_spm_try_pair(w, w->sym_prev[l]);
-        tok_spm_try_pair(w, l);
-    }
-    for (int32_t s = n ? 0 : -1; s >= 0; s = w->sym_next[s])
-        if ((rc = tok_spm_emit_symbol(w, s)) < 0)
-            return rc;
-    return 0;
+    /* HF's Metaspace with split: each U+2581 starts a word (it goes with
+     * what follows), and no merge crosses from one word to the next. */
+    int32_t lo = 0;
+    for (int32_t i = 1; i <= n && rc == 0; i++)
+        if (i == n || (w->t->split_words && w->sym_len[i] == 3 && tok_is_metaspace(w->buf + w->sym_at[i]))) {
+            rc = tok_spm_word(w, lo, i);
+            lo = i;
+        }
+    return rc;
 }
 
 /* ------------------------------------------------------------------ */
 /* encode                                                              */
 
-static int tok_encode_raw(tok_work *w, const uint8_t *text, size_t len)
+/* A text between special tokens; at_start: it begins the whole text. */
+static int tok_encode_raw(tok_work *w, const uint8_t *text, size_t len, int at_start)
 {
     if (len == 0)
         return 0;
     if (w->t->model == KVP_TOK_MODEL_SPM)
-        return tok_encode_spm(w, text, len);
+        return tok_encode_spm(w, text, len, at_start);
     return tok_encode_gpt2(w, text, len);
 }
 
@@ -1224,12 +1332,12 @@ int kvp_tokenizer_encode_spans(const kvp_tokenizer *t, const char *text, size_t 
         int32_t id = (int32_t)(uint32_t)cut[i].key;
         size_t l;
         tok_text(t, id, &l);
-        if ((rc = tok_encode_raw(&w, s + raw, cut[i].at - raw)) == 0)
+        if ((rc = tok_encode_raw(&w, s + raw, cut[i].at - raw, raw == 0)) == 0)
             rc = tok_emit(&w, id);
         raw = cut[i].at + l;
     }
     if (rc == 0)
-        rc = tok_encode_raw(&w, s + raw, len - raw);
+        rc = tok_encode_raw(&w, s + raw, len - raw, raw == 0);
     if (rc == 0 && vocab_choice && t->add_eos && t->eos >= 0)
         rc = tok_emit(&w, t->eos);
     free(cut);
@@ -1258,6 +1366,27 @@ void kvp_detok_init(kvp_detok *d, const kvp_tokenizer *t, int flags)
     memset(d, 0, sizeof *d);
     d->t = t;
     d->flags = flags;
+    d->strip_left = flags & KVP_DETOK_STRIP_SPACE ? t->strip_leading : 0;
+}
+
+/* Append the first token's piece without the spaces its U+2581 became
+ * (HF's Metaspace decoder drops them all from the first token). */
+static void tok_put_without_spaces(kvp_buf *out, const char *p, size_t len)
+{
+    for (size_t i = 0; i < len;) {
+        size_t k = i;
+        while (k < len && p[k] != ' ')
+            k++;
+        kvp_buf_put(out, p + i, k - i);
+        i = k + 1;
+    }
+}
+
+static int tok_all_spaces(const char *p, size_t len)
+{
+    while (len && *p == ' ')
+        p++, len--;
+    return len == 0;
 }
 
 int kvp_detok_push(kvp_detok *d, int32_t id, kvp_buf *out, kvp_err *err)
@@ -1277,12 +1406,22 @@ int kvp_detok_push(kvp_detok *d, int32_t id, kvp_buf *out, kvp_err *err)
         return 0;
     if (len == 0)
         return 0;
-    if (!d->started && (d->flags & KVP_DETOK_STRIP_SPACE) && t->add_space_prefix && p[0] == ' ')
-        p++, len--;
+    int drop_spaces = !d->started && (d->flags & KVP_DETOK_STRIP_SPACE) && t->strip_first_token &&
+                      t->type[id] == KVP_TOKEN_NORMAL;
     d->started = 1;
+    /* HF's Strip decoder: up to strip_leading spaces off the start of the
+     * whole text, however many tokens they take (after the Metaspace
+     * decoder's, which leaves no space in the first token) */
+    while (!drop_spaces && d->strip_left && len && p[0] == ' ')
+        p++, len--, d->strip_left--;
+    if (len && !(drop_spaces && tok_all_spaces(p, len)))
+        d->strip_left = 0;
     size_t start = out->len;
     kvp_buf_put(out, d->pend, d->n_pend);
-    kvp_buf_put(out, p, len);
+    if (drop_spaces)
+        tok_put_without_spaces(out, p, len);
+    else
+        kvp_buf_put(out, p, len);
     if (out->oom)
         return kvp_err_set(err, KVP_ENOMEM, "detokenize: out of memory");
     if (out->len == start)

@@ -12,7 +12,13 @@
  *           U+2581, a leading one is added (add_space_prefix), and adjacent
  *           pieces whose concatenation is in the vocabulary merge, highest
  *           tokenizer.ggml.scores first; characters outside the vocabulary
- *           fall back to <0xNN> byte tokens.
+ *           fall back to <0xNN> byte tokens.  Where the leading U+2581 goes
+ *           follows llama.cpp (every text between special tokens gets one)
+ *           unless the tokenizer.kvpipe.* keys that kvp_tokenizer_meta_from_json
+ *           writes for an HF folder say HF's rules (kvp(5)): its Metaspace
+ *           prepend_scheme ("always": a text not starting with U+2581 or a
+ *           space; "first": only the text at the start; "never"), its split
+ *           (BPE on each U+2581-led word apart) and what its decoder strips.
  * Control, unknown and user-defined tokens (token_type 3, 2, 4) are cut out
  * of the text before either runs, as llama.cpp does (longest token first,
  * each taking its occurrences left to right; HF tokenizers' leftmost-longest
@@ -82,7 +88,9 @@ void kvp_tokenizer_free(kvp_tokenizer *t);
 
 /* HF tokenizer.json (BPE models: byte-level, or SentencePiece-style with
  * byte fallback) translated into the tokenizer.ggml.* keys a GGUF converter
- * writes, added to m.  BOS comes from the post-processor's template (and is
+ * writes, added to m, and for SentencePiece the tokenizer.kvpipe.* keys of
+ * HF's own rules around the BPE (Metaspace prepend_scheme and split, the
+ * decoder's stripping; see kvp(5)).  BOS comes from the post-processor's template (and is
  * then added); EOS is the first of </s>, <|end_of_text|>, <|endoftext|>,
  * <|im_end|>.  SentencePiece scores are minus the rank of the merge that
  * makes each token.  0 or a negative code naming the field. */
@@ -152,7 +160,11 @@ enum kvp_detok_flags {
     KVP_DETOK_SPECIAL = 1,     /* print control tokens' text (else nothing) */
     KVP_DETOK_STRIP_SPACE = 2, /* drop the space the SentencePiece dummy prefix
                                   put before the first token (decoding a text
-                                  from its start, not continuing a prompt) */
+                                  from its start, not continuing a prompt):
+                                  llama.cpp's one space, or what an HF
+                                  folder's decoder drops (a Strip decoder's
+                                  leading spaces, a Metaspace decoder's every
+                                  U+2581 of the first token) */
 };
 
 /* A streaming detokenizer: push ids as they are generated and print what it
@@ -162,6 +174,7 @@ typedef struct kvp_detok {
     const kvp_tokenizer *t;
     int flags;
     int started;       /* a non-empty piece has been seen */
+    uint32_t strip_left; /* KVP_DETOK_STRIP_SPACE: leading spaces still to drop */
     uint8_t pend[4];   /* start of an unfinished character */
     size_t n_pend;
 } kvp_detok;

@@ -195,6 +195,73 @@ static int tj_pre(const kvp_json *root, const char **pre, const char *src, kvp_e
     return 0;
 }
 
+/* HF's Metaspace component (pre-tokenizer or decoder) v: its prepend
+ * scheme ("always", "first", "never") and split, as tokenizers reads it:
+ * a file older than prepend_scheme has add_prefix_space, true meaning
+ * "always" and false "never". */
+static int tj_metaspace(const kvp_json *v, const char *field, const char **scheme, int *split, const char *src,
+                        kvp_err *err)
+{
+    const char *rep = kvp_json_get_str(v, "replacement");
+    if (rep && strcmp(rep, "\xE2\x96\x81") != 0)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: %s: Metaspace replacement \"%.20s\" is not supported "
+                           "(U+2581)", src, field, rep);
+    const char *ps = kvp_json_get_str(v, "prepend_scheme");
+    int aps = 1, has_aps = kvp_json_get_bool(v, "add_prefix_space", &aps) == 0;
+    if (ps && strcmp(ps, "always") && strcmp(ps, "first") && strcmp(ps, "never"))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: %s: Metaspace prepend_scheme \"%.20s\" is not always, first or "
+                           "never", src, field, ps);
+    if (has_aps && !aps && ps && strcmp(ps, "never"))
+        return kvp_err_set(err, KVP_EFORMAT, "%s: %s: Metaspace add_prefix_space false contradicts prepend_scheme "
+                           "\"%s\"", src, field, ps);
+    *scheme = ps ? ps : aps ? "always" : "never";
+    *split = 1;
+    kvp_json_get_bool(v, "split", split);
+    return 0;
+}
+
+/* The SentencePiece-style rules HF applies around the BPE, as
+ * tokenizer.kvpipe.* keys (kvp(5)); without them a reader follows
+ * llama.cpp's add_space_prefix rules, which differ:
+ *   a Prepend normalizer puts U+2581 before every text between special
+ *   tokens, as llama.cpp does (add_space_prefix, no scheme key);
+ *   a Metaspace pre-tokenizer puts it only where its prepend_scheme says
+ *   and the text does not start with one already, and with split BPE runs
+ *   on each U+2581-led word apart;
+ *   decoding a text from its start drops the spaces the decoder drops: a
+ *   Strip decoder's leading ones, a Metaspace decoder's of the first token. */
+static int tj_spm_rules(kvp_meta *m, const kvp_json *root, const char *src, kvp_err *err)
+{
+    const kvp_json *ms = tj_find_type(kvp_json_get(root, "pre_tokenizer"), "Metaspace");
+    int prepend = tj_find_type(kvp_json_get(root, "normalizer"), "Prepend") != NULL;
+    const char *scheme = "never";
+    int split = 0, rc;
+    if (ms && (rc = tj_metaspace(ms, "pre_tokenizer", &scheme, &split, src, err)) < 0)
+        return rc;
+    const kvp_json *dec = kvp_json_get(root, "decoder");
+    const kvp_json *dms = tj_find_type(dec, "Metaspace"), *strip = tj_find_type(dec, "Strip");
+    const char *dec_scheme = "never";
+    int dec_split;
+    if (dms && (rc = tj_metaspace(dms, "decoder", &dec_scheme, &dec_split, src, err)) < 0)
+        return rc;
+    uint64_t n_strip = 0;
+    const char *content = kvp_json_get_str(strip, "content");
+    if (content && !strcmp(content, " ") && kvp_json_get_u64(strip, "start", &n_strip) == 0 && n_strip > 64)
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: decoder: Strip start %llu is over 64", src,
+                           (unsigned long long)n_strip);
+    if (!content || strcmp(content, " "))
+        n_strip = 0;
+    /* A Prepend normalizer has put U+2581 in front of every text before the
+     * Metaspace looks (so it adds none): llama.cpp's rule. */
+    if (kvp_meta_set_bool(m, "tokenizer.ggml.add_space_prefix", prepend || (ms && strcmp(scheme, "never"))) < 0 ||
+        (ms && !prepend && kvp_meta_set_str(m, "tokenizer.kvpipe.prepend_scheme", scheme, strlen(scheme)) < 0) ||
+        (ms && kvp_meta_set_bool(m, "tokenizer.kvpipe.metaspace_split", split) < 0) ||
+        kvp_meta_set_u64(m, "tokenizer.kvpipe.decode_strip", n_strip) < 0 ||
+        kvp_meta_set_bool(m, "tokenizer.kvpipe.decode_metaspace", dms && strcmp(dec_scheme, "never")) < 0)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", src);
+    return 0;
+}
+
 /* SentencePiece priority from the merge list: a token made by merge r
  * scores -r, so the scores replay HF's ranks; tokens no merge makes never
  * win a pair.  A provisional tokenizer gives the text -> id lookups. */
@@ -320,9 +387,8 @@ static int tj_fill(kvp_meta *m, const kvp_json *root, const char *src, tj_vocab 
             return rc;
         if (kvp_meta_set_str(m, "tokenizer.ggml.pre", pre, strlen(pre)) < 0)
             return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", src);
-    } else {
-        if (kvp_meta_set_bool(m, "tokenizer.ggml.add_space_prefix", prepend || metaspace) < 0)
-            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", src);
+    } else if ((rc = tj_spm_rules(m, root, src, err)) < 0) {
+        return rc;
     }
     static const char *const bos_names[] = {"<s>", "<|begin_of_text|>", NULL};
     static const char *const eos_names[] = {"</s>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>", NULL};

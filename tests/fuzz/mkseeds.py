@@ -371,6 +371,16 @@ def tok_seeds():
         ("tokenizer.ggml.token_type", M_AI32, [2, 3, 3] + [6] * 256 + [1] * len(pieces)),
         ("tokenizer.ggml.bos_token_id", M_U64, 1), ("tokenizer.ggml.eos_token_id", M_U64, 2),
         ("tokenizer.ggml.unknown_token_id", M_U64, 0), ("tokenizer.ggml.add_bos_token", M_BOOL, 1)]))
+    # an HF folder's SentencePiece rules (Metaspace "first", split; strip on decode)
+    write("tokvocab", "spm-metaspace.meta", m_list([
+        ("tokenizer.ggml.model", M_STR, "llama"), ("tokenizer.ggml.tokens", M_ASTR, stoks + pieces),
+        ("tokenizer.ggml.scores", M_AF32, [0.0] * len(stoks) + [-float(i) for i in range(len(pieces))]),
+        ("tokenizer.ggml.token_type", M_AI32, [2, 3, 3] + [6] * 256 + [1] * len(pieces)),
+        ("tokenizer.ggml.bos_token_id", M_U64, 1), ("tokenizer.ggml.eos_token_id", M_U64, 2),
+        ("tokenizer.ggml.unknown_token_id", M_U64, 0), ("tokenizer.ggml.add_bos_token", M_BOOL, 1),
+        ("tokenizer.ggml.add_space_prefix", M_BOOL, 1), ("tokenizer.kvpipe.prepend_scheme", M_STR, "first"),
+        ("tokenizer.kvpipe.metaspace_split", M_BOOL, 1), ("tokenizer.kvpipe.decode_strip", M_U64, 1),
+        ("tokenizer.kvpipe.decode_metaspace", M_BOOL, 1)]))
     vocab = {t: i for i, t in enumerate(toks)}
     write("tokjson", "bytelevel.json", json.dumps({
         "version": "1.0",
@@ -395,6 +405,19 @@ def tok_seeds():
                                                             "content": sm}]},
         "pre_tokenizer": None,
         "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
+        "model": {"type": "BPE", "unk_token": "<unk>", "byte_fallback": True, "vocab": svocab,
+                  "merges": [sm + " t", "h e", sm + "t he", sm + " " + sm]}}, indent=1))
+    write("tokjson", "metaspace.json", json.dumps({
+        "added_tokens": [{"id": 0, "content": "<unk>", "special": True},
+                         {"id": 1, "content": "<s>", "special": True},
+                         {"id": 2, "content": "</s>", "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Metaspace", "replacement": sm, "prepend_scheme": "first", "split": True},
+        "post_processor": {"type": "TemplateProcessing", "single": [
+            {"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Metaspace", "replacement": sm, "prepend_scheme": "first", "split": True},
+            {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
         "model": {"type": "BPE", "unk_token": "<unk>", "byte_fallback": True, "vocab": svocab,
                   "merges": [sm + " t", "h e", sm + "t he", sm + " " + sm]}}, indent=1))
     shutil.copyfile(os.path.join(ROOT, "json", "tokenizer.json"), os.path.join(ROOT, "tokjson", "small.json"))

@@ -867,6 +867,245 @@ static void test_json_goldens(void)
     }
 }
 
+/* ---- HF's SentencePiece-style rules (tok_metaspace.txt) ---- */
+
+/* A variant's {"normalizer", "pre_tokenizer", "decoder"} around a tiny BPE
+ * model: kvp_tokenizer_meta_from_json's rule keys for those components
+ * (add_space_prefix and tokenizer.kvpipe.*) into *rules. */
+static int variant_rules(kvp_meta *rules, const char *comp, size_t len, kvp_err *err)
+{
+    static const char model[] =
+        ",\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true},"
+        "{\"id\":1,\"content\":\"<s>\",\"special\":true}],\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\","
+        "\"byte_fallback\":true,\"vocab\":{\"<unk>\":0,\"<s>\":1,\"\\u2581\":2,\"a\":3},\"merges\":[]}}";
+    kvp_json *root = NULL;
+    char *j = malloc(len + sizeof model);
+    int rc = len > 1 && comp[len - 1] == '}' ? 0 : KVP_EFORMAT;
+    if (rc == 0) {
+        memcpy(j, comp, len - 1);
+        memcpy(j + len - 1, model, sizeof model);
+        rc = kvp_json_parse(&root, j, strlen(j), "variant", err);
+    }
+    kvp_meta_init(rules);
+    if (rc == 0)
+        rc = kvp_tokenizer_meta_from_json(rules, root, "variant", err);
+    kvp_json_free(root);
+    free(j);
+    return rc;
+}
+
+/* The committed Llama-2 vocabulary's keys with a variant's rule keys on top:
+ * what kvp_tokenizer_meta_from_json gives for that vocabulary's tokenizer.json
+ * under those components (its scores rank merges as the GGUF's do: the two
+ * pass tok_llama_spm.txt alike). */
+static kvp_tokenizer *variant_tokenizer(const kvp_meta *vocab, const char *comp, size_t len)
+{
+    kvp_meta rules, m;
+    kvp_err err;
+    kvp_tokenizer *t = NULL;
+    int rc = variant_rules(&rules, comp, len, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    kvp_meta_init(&m);
+    CHECK(kvp_tokenizer_copy_meta(&m, vocab, &err) > 0);
+    for (size_t i = 0; rc == 0 && i < rules.n; i++) {
+        const kvp_meta_entry *e = &rules.e[i];
+        if (strncmp(e->key, "tokenizer.kvpipe.", 17) && strcmp(e->key, "tokenizer.ggml.add_space_prefix"))
+            continue;
+        if (e->type == KVP_META_STR)
+            kvp_meta_set_str(&m, e->key, e->str, (size_t)e->n);
+        else if (e->type == KVP_META_BOOL)
+            kvp_meta_set_bool(&m, e->key, e->v.u != 0);
+        else
+            kvp_meta_set_u64(&m, e->key, e->v.u);
+    }
+    if (rc == 0) {
+        rc = kvp_tokenizer_load_meta(&t, &m, "variant", &err);
+        CHECK_MSG(rc == 0, "%s", err.msg);
+    }
+    kvp_meta_free(&rules);
+    kvp_meta_free(&m);
+    return t;
+}
+
+static size_t unhex(const char *h, const char *end, char *out)
+{
+    size_t n = 0;
+    for (; h + 1 < end; h += 2)
+        out[n++] = (char)(hexval(h[0]) << 4 | hexval(h[1]));
+    return n;
+}
+
+/* Decode ids with flags and compare with want[0..nw). */
+static int decodes_to(const kvp_tokenizer *t, const int32_t *ids, size_t n, int flags, const char *want, size_t nw)
+{
+    kvp_buf b;
+    kvp_err err;
+    kvp_buf_init(&b);
+    int ok = kvp_tokenizer_decode(t, ids, n, flags, &b, &err) == 0 && b.len == nw &&
+             (nw == 0 || memcmp(b.data, want, nw) == 0);
+    ok = ok && stream_ok(t, ids, n, flags, &b);
+    kvp_buf_free(&b);
+    return ok;
+}
+
+/* Per variant of gen_tokenizer_metaspace.py: HF's ids, and its decoded text
+ * with special tokens skipped and kept (KVP_DETOK_STRIP_SPACE: a text
+ * decoded from its start, as HF's decode takes it). */
+static void test_metaspace_goldens(void)
+{
+    char path[1200];
+    kvp_gguf g;
+    kvp_err err;
+    uint8_t *data;
+    size_t len;
+    snprintf(path, sizeof path, "%s/tok_llama_spm_vocab.bin", golden_dir());
+    if (kvp_gguf_open(&g, path, &err) < 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/tok_metaspace.txt", golden_dir());
+    if (kvp_read_file(path, 16u << 20, &data, &len, &err) < 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        kvp_gguf_close(&g);
+        return;
+    }
+    char *text = malloc(len + 1), *dec = malloc(len + 1);
+    int32_t *want = malloc((len + 1) * sizeof *want);
+    kvp_tokenizer *t = NULL;
+    char name[64] = "";
+    size_t variants = 0, cases = 0, bad[3] = {0, 0, 0};
+    for (char *line = (char *)data; line && *line;) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        if (!strncmp(line, "# variant ", 10)) {
+            const char *sp = strchr(line + 10, ' ');
+            kvp_tokenizer_free(t);
+            t = sp ? variant_tokenizer(&g.meta, sp + 1, strlen(sp + 1)) : NULL;
+            snprintf(name, sizeof name, "%.*s", sp ? (int)(sp - line - 10) : 0, line + 10);
+            variants += t != NULL;
+        }
+        char *c[4] = {line, strchr(line, '\t'), NULL, NULL};
+        for (int k = 2; k < 4 && c[k - 1]; k++)
+            c[k] = strchr(c[k - 1] + 1, '\t');
+        if (line[0] == '#' || !t || !c[3]) {
+            CHECK_MSG(line[0] == '#', "tok_metaspace.txt: a line without four columns");
+            line = next;
+            continue;
+        }
+        size_t tl = unhex(line, c[1], text), nw = parse_ids_into(c[1] + 1, c[2], want);
+        int32_t *ids;
+        size_t n;
+        int rc = kvp_tokenizer_encode(t, text, tl, 1, -1, &ids, &n, &err);
+        cases++;
+        if (rc < 0 || !ids_equal(ids, n, want, nw)) {
+            if (bad[0]++ < 8) {
+                printf("tok_metaspace.txt: %s: \"%.*s\"\n", name, (int)tl, text);
+                print_ids("want", want, nw);
+                print_ids("got ", rc < 0 ? NULL : ids, rc < 0 ? 0 : n);
+            }
+        } else {
+            for (int k = 0; k < 2; k++) {
+                size_t dl = unhex(c[2 + k] + 1, k ? c[2 + k] + strlen(c[2 + k]) : c[3], dec);
+                int flags = KVP_DETOK_STRIP_SPACE | (k ? KVP_DETOK_SPECIAL : 0);
+                if (!decodes_to(t, ids, n, flags, dec, dl) && bad[1 + k]++ < 8)
+                    printf("tok_metaspace.txt: %s: \"%.*s\" does not decode (special tokens %s) to \"%.*s\"\n",
+                           name, (int)tl, text, k ? "kept" : "skipped", (int)dl, dec);
+            }
+        }
+        free(ids);
+        line = next;
+    }
+    printf("ok tok_metaspace.txt: %zu variants, %zu cases; %zu differ from HF's ids, %zu from its decode, %zu with "
+           "special tokens kept\n", variants, cases, bad[0], bad[1], bad[2]);
+    CHECK_EQ_U64(variants, 8);
+    CHECK(cases >= 8 * 100);
+    CHECK_EQ_U64(bad[0], 0);
+    CHECK_EQ_U64(bad[1], 0);
+    CHECK_EQ_U64(bad[2], 0);
+    kvp_tokenizer_free(t);
+    free(want);
+    free(dec);
+    free(text);
+    free(data);
+    kvp_gguf_close(&g);
+}
+
+/* The rule keys themselves: HF's defaults and legacy spellings, and what
+ * tokenizers refuses. */
+static void test_metaspace_keys(void)
+{
+    static const struct {
+        const char *comp, *scheme; /* scheme NULL: no key */
+        int split, prefix;
+        uint64_t strip;
+        int dec_ms;
+    } ok[] = {
+        {"{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\"}}", "always", 1, 1, 0, 0},
+        {"{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"add_prefix_space\":false}}", "never", 1, 0, 0, 0},
+        {"{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"add_prefix_space\":false,\"prepend_scheme\":\"never\","
+         "\"split\":false},\"decoder\":{\"type\":\"Metaspace\",\"prepend_scheme\":\"never\"}}", "never", 0, 0, 0, 0},
+        {"{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"prepend_scheme\":\"first\",\"split\":false},"
+         "\"decoder\":{\"type\":\"Metaspace\",\"add_prefix_space\":true}}", "first", 0, 1, 0, 1},
+        /* the normalizer's Prepend already put it there: llama.cpp's rule */
+        {"{\"normalizer\":{\"type\":\"Prepend\",\"prepend\":\"\\u2581\"},\"pre_tokenizer\":{\"type\":\"Metaspace\","
+         "\"prepend_scheme\":\"first\"},\"decoder\":{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}}",
+         NULL, 1, 1, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        kvp_meta m;
+        kvp_err err;
+        uint64_t v = 99;
+        int rc = variant_rules(&m, ok[i].comp, strlen(ok[i].comp), &err);
+        CHECK_MSG(rc == 0, "case %zu: %s", i, err.msg);
+        const char *scheme = kvp_meta_get_str(&m, "tokenizer.kvpipe.prepend_scheme");
+        CHECK_MSG(ok[i].scheme ? scheme && !strcmp(scheme, ok[i].scheme) : !scheme, "case %zu: %s", i,
+                  scheme ? scheme : "(none)");
+        CHECK(kvp_meta_get_u64(&m, "tokenizer.kvpipe.metaspace_split", &v) == 0 && v == (uint64_t)ok[i].split);
+        CHECK(kvp_meta_get_u64(&m, "tokenizer.ggml.add_space_prefix", &v) == 0 && v == (uint64_t)ok[i].prefix);
+        CHECK(kvp_meta_get_u64(&m, "tokenizer.kvpipe.decode_strip", &v) == 0 && v == ok[i].strip);
+        CHECK(kvp_meta_get_u64(&m, "tokenizer.kvpipe.decode_metaspace", &v) == 0 && v == (uint64_t)ok[i].dec_ms);
+        kvp_meta_free(&m);
+    }
+    static const struct {
+        const char *comp, *needle;
+        int code;
+    } bad[] = {
+        {"{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"prepend_scheme\":\"sometimes\"}}", "sometimes", KVP_EFORMAT},
+        {"{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"add_prefix_space\":false,\"prepend_scheme\":\"first\"}}",
+         "contradicts", KVP_EFORMAT},
+        {"{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"_\"}}", "replacement", KVP_EUNSUPPORTED},
+        {"{\"decoder\":{\"type\":\"Metaspace\",\"prepend_scheme\":\"x\"}}", "decoder", KVP_EFORMAT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kvp_meta m;
+        kvp_err err = {0};
+        int rc = variant_rules(&m, bad[i].comp, strlen(bad[i].comp), &err);
+        CHECK_MSG(rc == bad[i].code && strstr(err.msg, "variant: ") && strstr(err.msg, bad[i].needle), "bad %zu: %d %s",
+                  i, rc, err.msg);
+        kvp_meta_free(&m);
+    }
+    /* a record carrying the keys is checked like the rest */
+    kvp_meta m;
+    kvp_err err;
+    static const char *const tok[] = {"<s>", "a"};
+    kvp_meta_init(&m);
+    kvp_meta_set_str(&m, "tokenizer.ggml.model", "llama", 5);
+    set_tokens(&m, tok, 2);
+    kvp_meta_set_str(&m, "tokenizer.kvpipe.prepend_scheme", "sometimes", 9);
+    CHECK(kvp_tokenizer_check_meta(&m, "bad.kvp", &err) == KVP_EFORMAT &&
+          !strcmp(err.msg, "bad.kvp: tokenizer.kvpipe.prepend_scheme: \"sometimes\" is not always, first or never"));
+    kvp_meta_set_str(&m, "tokenizer.kvpipe.prepend_scheme", "first", 5);
+    kvp_meta_set_str(&m, "tokenizer.kvpipe.metaspace_split", "yes", 3);
+    CHECK(kvp_tokenizer_check_meta(&m, "bad.kvp", &err) == KVP_EFORMAT && strstr(err.msg, "metaspace_split"));
+    kvp_meta_set_bool(&m, "tokenizer.kvpipe.metaspace_split", 1);
+    kvp_meta_set_u64(&m, "tokenizer.kvpipe.decode_strip", 1000);
+    CHECK(kvp_tokenizer_check_meta(&m, "bad.kvp", &err) == KVP_EFORMAT && strstr(err.msg, "decode_strip"));
+    kvp_meta_set_u64(&m, "tokenizer.kvpipe.decode_strip", 1);
+    CHECK_MSG(kvp_tokenizer_check_meta(&m, "ok.kvp", &err) == 0, "%s", err.msg);
+    kvp_meta_free(&m);
+}
+
 /* ---- chat formats ---- */
 
 static int buf_is(const kvp_buf *b, const char *s)
@@ -1013,5 +1252,7 @@ int main(void)
     test_llama3();
     test_json_tiny();
     test_json_goldens();
+    test_metaspace_keys();
+    test_metaspace_goldens();
     return unit_done();
 }
