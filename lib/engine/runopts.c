@@ -299,6 +299,15 @@ int kvp_runopts_request_sampling(const kvp_runopts *o, const kvp_prompt_params *
     return kvp_sample_check(smp, err);
 }
 
+/* What the tokenizer's loading has to say (a BPE vocabulary without a
+ * pre-tokenizer: which one is assumed), once per load. */
+static void note_tokenizer(const kvp_run *r)
+{
+    const char *note = kvp_tokenizer_note(r->tok);
+    if (note)
+        kvp_cli_warn("note: %s", note);
+}
+
 /* The model's own default system message, as its chat template adds it
  * where a conversation has none (SmolLM2's "You are a helpful AI
  * assistant named SmolLM, ..."), so --chat renders what HF's
@@ -328,7 +337,10 @@ int kvp_run_open(kvp_run *r, const kvp_runopts *o, kvp_err *err)
     if ((rc = kvp_model_load(&r->model, o->model, err)) < 0)
         return rc;
     note_window(r->model, o->model);
-    if ((rc = kvp_model_load_tokenizer(r->model, &r->tok, err)) < 0 || (rc = keep_default_system(r, err)) < 0)
+    if ((rc = kvp_model_load_tokenizer(r->model, &r->tok, err)) < 0)
+        return rc;
+    note_tokenizer(r);
+    if ((rc = keep_default_system(r, err)) < 0)
         return rc;
     if ((o->tp > 1 || o->pp > 1) && (rc = kvp_run_tp_open(r, o, err)) < 0)
         return rc;
@@ -347,6 +359,7 @@ int kvp_run_open_vocab(kvp_run *r, const kvp_runopts *o, kvp_err *err)
     int rc = kvp_model_load(&r->model, o->model, err);
     if (rc < 0 || (rc = kvp_model_load_tokenizer(r->model, &r->tok, err)) < 0)
         return rc;
+    note_tokenizer(r);
     return keep_default_system(r, err);
 }
 
@@ -354,7 +367,10 @@ int kvp_run_open_tokenizer(kvp_run *r, const kvp_runopts *o, kvp_err *err)
 {
     memset(r, 0, sizeof *r);
     int rc = kvp_model_load_vocab(&r->model, &r->tok, o->model, err);
-    return rc < 0 ? rc : keep_default_system(r, err);
+    if (rc < 0)
+        return rc;
+    note_tokenizer(r);
+    return keep_default_system(r, err);
 }
 
 kvp_chat_format kvp_run_chat_format(const kvp_run *r)

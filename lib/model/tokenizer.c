@@ -53,6 +53,7 @@ struct kvp_tokenizer {
     uint32_t strip_leading; /* KVP_DETOK_STRIP_SPACE: leading spaces dropped (HF Strip decoder) */
     int strip_first_token;  /* KVP_DETOK_STRIP_SPACE: every U+2581 of the first token dropped (HF Metaspace decoder) */
     int ignore_merges;      /* Llama-3: a word that is a token is taken whole */
+    char *note;             /* kvp_tokenizer_note, or NULL */
     int32_t byte_tok[256];  /* byte-level: token of byte b's code point; SPM: <0xNN> */
     uint16_t byte_cp[256];  /* byte-level: the code point byte b stands for */
 };
@@ -523,6 +524,23 @@ static void tok_find_eog(kvp_tokenizer *t)
     }
 }
 
+/* A byte-level vocabulary that names no pre-tokenizer: llama.cpp's
+ * 'default' one, as llama.cpp takes it (with a warning to regenerate the
+ * file); the note says so, for the program to show. */
+static int tok_assume_default_pre(kvp_tokenizer *t, const char *src, kvp_err *err)
+{
+    static const char fmt[] = "%s: no tokenizer.ggml.pre: tokenized with llama.cpp's 'default' pre-tokenizer, as "
+                              "llama.cpp does (it warns that generation quality will be degraded: regenerate the "
+                              "GGUF with a current converter)";
+    int n = snprintf(NULL, 0, fmt, src);
+    t->note = n > 0 ? malloc((size_t)n + 1) : NULL;
+    if (!t->note)
+        return kvp_err_set(err, KVP_ENOMEM, "%s: tokenizer: out of memory", src);
+    snprintf(t->note, (size_t)n + 1, fmt, src);
+    t->pre = KVP_TOK_PRE_DEFAULT;
+    return 0;
+}
+
 static int tok_load_pre(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_err *err)
 {
     const char *pre = kvp_meta_get_str(m, "tokenizer.ggml.pre");
@@ -530,7 +548,16 @@ static int tok_load_pre(kvp_tokenizer *t, const kvp_meta *m, const char *src, kv
         t->pre = KVP_TOK_PRE_NONE;
         return 0;
     }
-    if (!pre || !strcmp(pre, "default") || !strcmp(pre, "gpt2") || !strcmp(pre, "gpt-2"))
+    if (!kvp_meta_find(m, "tokenizer.ggml.pre") || (pre && !*pre)) /* llama.cpp: empty is missing */
+        return tok_assume_default_pre(t, src, err);
+    if (!pre)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.ggml.pre: not a string", src);
+    /* "gpt2" is no name llama.cpp knows (it refuses the file), but it is
+     * the one kvp_tokenizer_meta_from_json wrote into KVP files for a
+     * byte-level tokenizer.json before it wrote "gpt-2" */
+    if (!strcmp(pre, "default"))
+        t->pre = KVP_TOK_PRE_DEFAULT;
+    else if (!strcmp(pre, "gpt-2") || !strcmp(pre, "gpt2"))
         t->pre = KVP_TOK_PRE_GPT2;
     else if (!strcmp(pre, "smollm"))
         t->pre = KVP_TOK_PRE_SMOLLM;
@@ -539,8 +566,8 @@ static int tok_load_pre(kvp_tokenizer *t, const kvp_meta *m, const char *src, kv
     else if (!strcmp(pre, "qwen2"))
         t->pre = KVP_TOK_PRE_QWEN2;
     else
-        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tokenizer.ggml.pre: \"%s\" is not a pre-tokenizer we know "
-                           "(default, gpt2, smollm, llama-bpe, qwen2)", src, pre);
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: tokenizer.ggml.pre: \"%.64s\" is not a pre-tokenizer we know "
+                           "(default, gpt-2, smollm, llama-bpe, qwen2)", src, pre);
     t->ignore_merges = t->pre == KVP_TOK_PRE_LLAMA3;
     return 0;
 }
@@ -657,6 +684,7 @@ void kvp_tokenizer_free(kvp_tokenizer *t)
     free(t->vocab_slot);
     free(t->merge_slot);
     free(t->special);
+    free(t->note);
     free(t);
 }
 
@@ -669,6 +697,7 @@ kvp_tok_pre kvp_tokenizer_pre(const kvp_tokenizer *t) { return t->pre; }
 int32_t kvp_tokenizer_bos(const kvp_tokenizer *t) { return t->bos; }
 int32_t kvp_tokenizer_eos(const kvp_tokenizer *t) { return t->eos; }
 int kvp_tokenizer_add_bos(const kvp_tokenizer *t) { return t->add_bos && t->bos >= 0; }
+const char *kvp_tokenizer_note(const kvp_tokenizer *t) { return t->note; }
 
 const int32_t *kvp_tokenizer_eog(const kvp_tokenizer *t, size_t *n)
 {
@@ -1017,6 +1046,141 @@ static size_t tok_match_llama3(const uint32_t *cp, const uint8_t *cls, size_t i,
     return 1;
 }
 
+/* Unicode 14.0's general category P (Pc Pd Ps Pe Pi Pf Po) above U+007F,
+ * from Python's unicodedata as scripts/gen-unicode-tables makes the other
+ * classes (lib/base/unicode.h has no \p{P}: only llama.cpp's 'default'
+ * pre-tokenizer needs it; with the other tables when they change version). */
+static const kvp_unicode_range tok_punct[] = {
+    {0x000A1, 0x000A1}, {0x000A7, 0x000A7}, {0x000AB, 0x000AB}, {0x000B6, 0x000B7},
+    {0x000BB, 0x000BB}, {0x000BF, 0x000BF}, {0x0037E, 0x0037E}, {0x00387, 0x00387},
+    {0x0055A, 0x0055F}, {0x00589, 0x0058A}, {0x005BE, 0x005BE}, {0x005C0, 0x005C0},
+    {0x005C3, 0x005C3}, {0x005C6, 0x005C6}, {0x005F3, 0x005F4}, {0x00609, 0x0060A},
+    {0x0060C, 0x0060D}, {0x0061B, 0x0061B}, {0x0061D, 0x0061F}, {0x0066A, 0x0066D},
+    {0x006D4, 0x006D4}, {0x00700, 0x0070D}, {0x007F7, 0x007F9}, {0x00830, 0x0083E},
+    {0x0085E, 0x0085E}, {0x00964, 0x00965}, {0x00970, 0x00970}, {0x009FD, 0x009FD},
+    {0x00A76, 0x00A76}, {0x00AF0, 0x00AF0}, {0x00C77, 0x00C77}, {0x00C84, 0x00C84},
+    {0x00DF4, 0x00DF4}, {0x00E4F, 0x00E4F}, {0x00E5A, 0x00E5B}, {0x00F04, 0x00F12},
+    {0x00F14, 0x00F14}, {0x00F3A, 0x00F3D}, {0x00F85, 0x00F85}, {0x00FD0, 0x00FD4},
+    {0x00FD9, 0x00FDA}, {0x0104A, 0x0104F}, {0x010FB, 0x010FB}, {0x01360, 0x01368},
+    {0x01400, 0x01400}, {0x0166E, 0x0166E}, {0x0169B, 0x0169C}, {0x016EB, 0x016ED},
+    {0x01735, 0x01736}, {0x017D4, 0x017D6}, {0x017D8, 0x017DA}, {0x01800, 0x0180A},
+    {0x01944, 0x01945}, {0x01A1E, 0x01A1F}, {0x01AA0, 0x01AA6}, {0x01AA8, 0x01AAD},
+    {0x01B5A, 0x01B60}, {0x01B7D, 0x01B7E}, {0x01BFC, 0x01BFF}, {0x01C3B, 0x01C3F},
+    {0x01C7E, 0x01C7F}, {0x01CC0, 0x01CC7}, {0x01CD3, 0x01CD3}, {0x02010, 0x02027},
+    {0x02030, 0x02043}, {0x02045, 0x02051}, {0x02053, 0x0205E}, {0x0207D, 0x0207E},
+    {0x0208D, 0x0208E}, {0x02308, 0x0230B}, {0x02329, 0x0232A}, {0x02768, 0x02775},
+    {0x027C5, 0x027C6}, {0x027E6, 0x027EF}, {0x02983, 0x02998}, {0x029D8, 0x029DB},
+    {0x029FC, 0x029FD}, {0x02CF9, 0x02CFC}, {0x02CFE, 0x02CFF}, {0x02D70, 0x02D70},
+    {0x02E00, 0x02E2E}, {0x02E30, 0x02E4F}, {0x02E52, 0x02E5D}, {0x03001, 0x03003},
+    {0x03008, 0x03011}, {0x03014, 0x0301F}, {0x03030, 0x03030}, {0x0303D, 0x0303D},
+    {0x030A0, 0x030A0}, {0x030FB, 0x030FB}, {0x0A4FE, 0x0A4FF}, {0x0A60D, 0x0A60F},
+    {0x0A673, 0x0A673}, {0x0A67E, 0x0A67E}, {0x0A6F2, 0x0A6F7}, {0x0A874, 0x0A877},
+    {0x0A8CE, 0x0A8CF}, {0x0A8F8, 0x0A8FA}, {0x0A8FC, 0x0A8FC}, {0x0A92E, 0x0A92F},
+    {0x0A95F, 0x0A95F}, {0x0A9C1, 0x0A9CD}, {0x0A9DE, 0x0A9DF}, {0x0AA5C, 0x0AA5F},
+    {0x0AADE, 0x0AADF}, {0x0AAF0, 0x0AAF1}, {0x0ABEB, 0x0ABEB}, {0x0FD3E, 0x0FD3F},
+    {0x0FE10, 0x0FE19}, {0x0FE30, 0x0FE52}, {0x0FE54, 0x0FE61}, {0x0FE63, 0x0FE63},
+    {0x0FE68, 0x0FE68}, {0x0FE6A, 0x0FE6B}, {0x0FF01, 0x0FF03}, {0x0FF05, 0x0FF0A},
+    {0x0FF0C, 0x0FF0F}, {0x0FF1A, 0x0FF1B}, {0x0FF1F, 0x0FF20}, {0x0FF3B, 0x0FF3D},
+    {0x0FF3F, 0x0FF3F}, {0x0FF5B, 0x0FF5B}, {0x0FF5D, 0x0FF5D}, {0x0FF5F, 0x0FF65},
+    {0x10100, 0x10102}, {0x1039F, 0x1039F}, {0x103D0, 0x103D0}, {0x1056F, 0x1056F},
+    {0x10857, 0x10857}, {0x1091F, 0x1091F}, {0x1093F, 0x1093F}, {0x10A50, 0x10A58},
+    {0x10A7F, 0x10A7F}, {0x10AF0, 0x10AF6}, {0x10B39, 0x10B3F}, {0x10B99, 0x10B9C},
+    {0x10EAD, 0x10EAD}, {0x10F55, 0x10F59}, {0x10F86, 0x10F89}, {0x11047, 0x1104D},
+    {0x110BB, 0x110BC}, {0x110BE, 0x110C1}, {0x11140, 0x11143}, {0x11174, 0x11175},
+    {0x111C5, 0x111C8}, {0x111CD, 0x111CD}, {0x111DB, 0x111DB}, {0x111DD, 0x111DF},
+    {0x11238, 0x1123D}, {0x112A9, 0x112A9}, {0x1144B, 0x1144F}, {0x1145A, 0x1145B},
+    {0x1145D, 0x1145D}, {0x114C6, 0x114C6}, {0x115C1, 0x115D7}, {0x11641, 0x11643},
+    {0x11660, 0x1166C}, {0x116B9, 0x116B9}, {0x1173C, 0x1173E}, {0x1183B, 0x1183B},
+    {0x11944, 0x11946}, {0x119E2, 0x119E2}, {0x11A3F, 0x11A46}, {0x11A9A, 0x11A9C},
+    {0x11A9E, 0x11AA2}, {0x11C41, 0x11C45}, {0x11C70, 0x11C71}, {0x11EF7, 0x11EF8},
+    {0x11FFF, 0x11FFF}, {0x12470, 0x12474}, {0x12FF1, 0x12FF2}, {0x16A6E, 0x16A6F},
+    {0x16AF5, 0x16AF5}, {0x16B37, 0x16B3B}, {0x16B44, 0x16B44}, {0x16E97, 0x16E9A},
+    {0x16FE2, 0x16FE2}, {0x1BC9F, 0x1BC9F}, {0x1DA87, 0x1DA8B}, {0x1E95E, 0x1E95F},
+};
+
+/* \p{P} or one of $ + < = > ^ ~ | : the first of llama.cpp's 'default'
+ * regexes.  In ASCII that is every symbol but the backtick (\p{Sk}, and not
+ * in the list). */
+static int tok_is_default_punct(uint32_t c)
+{
+    if (c < 0x80)
+        return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x5F) ||
+               (c >= 0x7B && c <= 0x7E);
+    size_t lo = 0, hi = sizeof tok_punct / sizeof *tok_punct;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c > tok_punct[mid].hi)
+            lo = mid + 1;
+        else if (c < tok_punct[mid].lo)
+            hi = mid;
+        else
+            return 1;
+    }
+    return 0;
+}
+
+static int tok_is_ascii_digit(uint32_t c) { return c >= '0' && c <= '9'; }
+
+static int tok_three_digits(const uint32_t *cp)
+{
+    return tok_is_ascii_digit(cp[0]) && tok_is_ascii_digit(cp[1]) && tok_is_ascii_digit(cp[2]);
+}
+
+/* The last two of llama.cpp's 'default' regexes on the word [lo, hi):
+ * \p{N}+ cuts its runs of numbers out, then [0-9][0-9][0-9] three ASCII
+ * digits at a time, leftmost first; the text between matches stays a piece
+ * of its own (llama.cpp's unicode_regex_split keeps it). */
+static int tok_split_numbers(tok_work *w, const uint8_t *text, size_t lo, size_t hi)
+{
+    int rc = 0;
+    for (size_t i = lo; i < hi && rc == 0;) {
+        int num = (w->cls[i] & N) != 0;
+        size_t j = i;
+        while (j < hi && ((w->cls[j] & N) != 0) == num)
+            j++;
+        size_t from = i;
+        for (size_t k = i; num && k + 3 <= j && rc == 0;) {
+            if (!tok_three_digits(w->cp + k)) {
+                k++;
+                continue;
+            }
+            if (k > from)
+                rc = tok_gpt2_word(w, text + w->boff[from], w->boff[k] - w->boff[from]);
+            if (rc == 0)
+                rc = tok_gpt2_word(w, text + w->boff[k], w->boff[k + 3] - w->boff[k]);
+            from = k += 3;
+        }
+        if (rc == 0 && from < j)
+            rc = tok_gpt2_word(w, text + w->boff[from], w->boff[j] - w->boff[from]);
+        i = j;
+    }
+    return rc;
+}
+
+/* llama.cpp's pre-tokenizer for a BPE vocabulary that names none
+ * (LLAMA_VOCAB_PRE_TYPE_DEFAULT): four regexes, each cutting the pieces
+ * the one before left, matches and the text between them alike:
+ *   [\p{P}\$\+<=>\^~\|]+   runs of punctuation
+ *   the GPT-2 pattern
+ *   \p{N}+, [0-9][0-9][0-9]  (tok_split_numbers) */
+static int tok_split_default(tok_work *w, const uint8_t *text, size_t lo, size_t hi)
+{
+    int rc = 0;
+    for (size_t i = lo; i < hi && rc == 0;) {
+        int punct = tok_is_default_punct(w->cp[i]);
+        size_t j = i;
+        while (j < hi && tok_is_default_punct(w->cp[j]) == punct)
+            j++;
+        for (size_t a = i; a < j && rc == 0;) {
+            size_t k = tok_match_gpt2(w->cp, w->cls, a, j);
+            rc = tok_split_numbers(w, text, a, a + k);
+            a += k;
+        }
+        i = j;
+    }
+    return rc;
+}
+
 #undef L
 #undef N
 #undef S
@@ -1051,6 +1215,8 @@ static int tok_encode_gpt2(tok_work *w, const uint8_t *text, size_t len)
         w->cls[n] = (uint8_t)kvp_unicode_class_of(w->cp[n]);
     }
     w->boff[n] = len;
+    if (w->t->pre == KVP_TOK_PRE_DEFAULT)
+        return tok_split_default(w, text, 0, n);
     if (w->t->pre != KVP_TOK_PRE_SMOLLM)
         return tok_split_pattern(w, text, 0, n);
     /* SmolLM: every \p{N} is a word of its own; the pattern runs between. */

@@ -2,10 +2,12 @@
  *
  * Two algorithms, chosen by tokenizer.ggml.model:
  *   "gpt2"  byte-level BPE (SmolLM/SmolLM2, Llama-3, Qwen2): text is cut into
- *           words by a pre-tokenizer (tokenizer.ggml.pre: "default"/"gpt2",
- *           "smollm", "llama-bpe", "qwen2"), each byte maps to one printable
- *           code point, and ranked merges (tokenizer.ggml.merges) join pairs,
- *           lowest rank first, leftmost on ties.  A byte whose code point is
+ *           words by a pre-tokenizer (tokenizer.ggml.pre: "gpt-2", "smollm",
+ *           "llama-bpe", "qwen2", or "default": llama.cpp's, which it also
+ *           takes, with a warning, when the key is missing; kvp_tokenizer_note
+ *           then says so), each byte maps to one printable code point,
+ *           and ranked merges (tokenizer.ggml.merges) join pairs, lowest
+ *           rank first, leftmost on ties.  A byte whose code point is
  *           not in the vocabulary (SmolLM2 lacks a few control bytes) is
  *           dropped, as HF tokenizers and llama.cpp do.
  *   "llama" SentencePiece BPE (Llama-2, TinyLlama, Mistral): spaces become
@@ -54,6 +56,7 @@ typedef enum kvp_tok_pre {
     KVP_TOK_PRE_SMOLLM = 2, /* every \p{N} alone, then the GPT-2 pattern */
     KVP_TOK_PRE_LLAMA3 = 3, /* the Llama-3 pattern (digits in runs of 1-3) */
     KVP_TOK_PRE_QWEN2 = 4,  /* the Llama-3 pattern with single digits */
+    KVP_TOK_PRE_DEFAULT = 5, /* llama.cpp's 'default': punctuation runs apart, GPT-2, digits by 3 */
 } kvp_tok_pre;
 
 /* GGUF token types (tokenizer.ggml.token_type). */
@@ -139,6 +142,10 @@ int32_t kvp_tokenizer_bos(const kvp_tokenizer *t);
 int32_t kvp_tokenizer_eos(const kvp_tokenizer *t);
 /* Whether the vocabulary asks for BOS in front of a prompt. */
 int kvp_tokenizer_add_bos(const kvp_tokenizer *t);
+/* What a program should tell its user once about how this vocabulary was
+ * read ("FILE: no tokenizer.ggml.pre: ..."), or NULL: the library prints
+ * nothing itself. */
+const char *kvp_tokenizer_note(const kvp_tokenizer *t);
 /* End-of-generation ids: eos, eot, eom and the control tokens that end a turn
  * (<|im_end|>, <|eot_id|>, <|endoftext|>, ...).  *n gets the count. */
 const int32_t *kvp_tokenizer_eog(const kvp_tokenizer *t, size_t *n);

@@ -191,7 +191,7 @@ static int tj_pre(const kvp_json *root, const char **pre, const char *src, kvp_e
         return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: pre_tokenizer: Split pattern \"%.80s\" is not one we know", src,
                            re ? re : "(not a regex)");
     }
-    *pre = "gpt2";
+    *pre = "gpt-2"; /* llama.cpp's name for it */
     return 0;
 }
 

@@ -105,6 +105,21 @@ expect_status 1 "a broken tokenizer_config.json is refused"
 expect_err_has "$hf/tokenizer_config.json" "the message names it"
 expect_out_empty "no ids from a half-read folder"
 
+# ---- a BPE GGUF that names no pre-tokenizer (tokenizer.ggml.pre missing):
+# llama.cpp's 'default' one, as llama.cpp takes it, and one note saying so.
+# The vocabulary of scripts/ref/gen_tokenizer_default.py, whose pair merges
+# show the cuts: llama.cpp gives these ids (tok_default.txt), where GPT-2's
+# pattern keeps "1234" and "'s" whole ----
+nopre="$KVP_TESTS/golden/tok_default_vocab.bin"
+printf '%s\n' '{"prompt":"1234"}' "{\"prompt\":\"it's 2024... ok?\"}" >"$T/nopre.jsonl"
+run prefill --tokenize --json -m "$nopre" -f "$T/nopre.jsonl"
+expect_status 0 "--tokenize a vocabulary without tokenizer.ggml.pre"
+expect_out_has '"ids":[304,51,52],' "1234 as 123 and 4, as llama.cpp cuts it"
+expect_out_has '"ids":[1140,39,115,32,50,810,52,1353,46,2414,107,63],' "it's 2024... ok? as llama.cpp cuts it"
+expect_err_has "prefill: note: $nopre: no tokenizer.ggml.pre: tokenized with llama.cpp's 'default' pre-tokenizer" \
+    "a note names the file and the pre-tokenizer assumed"
+expect_err_one_line "said once for the load, not once a prompt"
+
 need_model
 nl='
 '

@@ -362,6 +362,11 @@ def tok_seeds():
             ("tokenizer.ggml.tokens", M_ASTR, toks), ("tokenizer.ggml.token_type", M_AI32, types),
             ("tokenizer.ggml.merges", M_ASTR, merges), ("tokenizer.ggml.bos_token_id", M_U64, 1),
             ("tokenizer.ggml.eos_token_id", M_U64, 2)]))
+    # no pre-tokenizer named: llama.cpp's 'default' one
+    write("tokvocab", "gpt2-nopre.meta", m_list([
+        ("tokenizer.ggml.model", M_STR, "gpt2"), ("tokenizer.ggml.tokens", M_ASTR, toks),
+        ("tokenizer.ggml.token_type", M_AI32, types), ("tokenizer.ggml.merges", M_ASTR, merges),
+        ("tokenizer.ggml.bos_token_id", M_U64, 1), ("tokenizer.ggml.eos_token_id", M_U64, 2)]))
     sm = "\u2581"
     stoks = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
     pieces = [sm, "t", "h", "e", "a", sm + "t", "he", sm + "the", "\u00e9", sm + sm]

@@ -500,6 +500,77 @@ static void test_llama_spm(void)
     kvp_gguf_close(&g);
 }
 
+/* ---- a BPE vocabulary that names no pre-tokenizer ---- */
+
+/* llama.cpp's 'default' pre-tokenizer where tokenizer.ggml.pre is missing
+ * (with a note for the program to show) or "default": the committed
+ * vocabulary of gen_tokenizer_default.py, whose merges show nearly every
+ * word boundary, and Llama-3's (cached) with the key hidden; the names
+ * llama.cpp gives GPT-2's pattern. */
+static void test_default_pre(void)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tok_default_vocab.bin", golden_dir());
+    kvp_gguf g;
+    kvp_tokenizer *t = load_gguf(path, &g, NULL);
+    CHECK_MSG(t != NULL, "%s: cannot load the committed vocabulary", path);
+    if (!t)
+        return;
+    CHECK_EQ_U64(kvp_tokenizer_pre(t), KVP_TOK_PRE_DEFAULT);
+    const char *note = kvp_tokenizer_note(t);
+    CHECK_MSG(note && strstr(note, path) && strstr(note, "no tokenizer.ggml.pre") && strstr(note, "'default'"), "%s",
+              note ? note : "(no note)");
+    const int32_t split[] = {304, 51, 52}; /* "12" "3", "4": three digits apart (GPT-2: one word) */
+    encode_expect(t, "1234", 1, -1, split, 3);
+    run_special_golden(t, "tok_default.txt", 250);
+    kvp_tokenizer_free(t);
+    static const struct {
+        const char *pre;
+        kvp_tok_pre want;
+        int note;
+    } names[] = {{"default", KVP_TOK_PRE_DEFAULT, 0}, {"", KVP_TOK_PRE_DEFAULT, 1}, {"gpt-2", KVP_TOK_PRE_GPT2, 0},
+                 {"gpt2", KVP_TOK_PRE_GPT2, 0}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        kvp_err err;
+        kvp_meta_set_str(&g.meta, "tokenizer.ggml.pre", names[i].pre, strlen(names[i].pre));
+        t = NULL;
+        CHECK_MSG(kvp_tokenizer_load_meta(&t, &g.meta, path, &err) == 0, "%s", err.msg);
+        if (!t)
+            continue;
+        CHECK_MSG(kvp_tokenizer_pre(t) == names[i].want && !kvp_tokenizer_note(t) == !names[i].note, "pre \"%s\"",
+                  names[i].pre);
+        if (names[i].want == KVP_TOK_PRE_DEFAULT)
+            run_special_golden(t, "tok_default.txt", 250);
+        kvp_tokenizer_free(t);
+    }
+    kvp_gguf_close(&g);
+
+    path_in(path, sizeof path, "KVPIPE_CACHE", ".cache/kvpipe", "vocab/ggml-vocab-llama-bpe.gguf");
+    t = load_gguf(path, &g, NULL);
+    if (!t) {
+        printf("skip: %s absent (scripts/ref/gen_tokenizer.py caches it): tok_default_llama3.txt not run\n", path);
+        return;
+    }
+    kvp_tokenizer_free(t);
+    /* the meta is ours: hide the key by renaming it */
+    kvp_meta_entry *e = (kvp_meta_entry *)kvp_meta_find(&g.meta, "tokenizer.ggml.pre");
+    CHECK(e != NULL);
+    if (e)
+        e->key[0] = 'x';
+    t = NULL;
+    kvp_err err;
+    CHECK_MSG(kvp_tokenizer_load_meta(&t, &g.meta, path, &err) == 0, "%s", err.msg);
+    if (t) {
+        CHECK(kvp_tokenizer_pre(t) == KVP_TOK_PRE_DEFAULT && kvp_tokenizer_note(t) != NULL);
+        const int32_t v1[] = {4513, 19}, v2[] = {275, 6, 82, 220, 2366, 19, 1131, 5509, 30};
+        encode_expect(t, "1234", 1, -1, v1, 2);
+        encode_expect(t, "it's 2024... ok?", 1, -1, v2, 9);
+        run_special_golden(t, "tok_default_llama3.txt", 250);
+        kvp_tokenizer_free(t);
+    }
+    kvp_gguf_close(&g);
+}
+
 /* ---- small hand-made vocabularies ---- */
 
 static void set_tokens(kvp_meta *m, const char *const *tok, size_t n)
@@ -684,7 +755,8 @@ static void test_errors(void)
     kvp_meta_set_arr(&m, "tokenizer.ggml.token_type", KVP_META_ARR_I32, ty2, 2);
     kvp_meta_set_u64(&m, "tokenizer.ggml.add_bos_token", 1);
     kvp_meta_set_str(&m, "tokenizer.ggml.pre", "klingon", 7);
-    expect_load_error(&m, KVP_EUNSUPPORTED, "klingon");
+    /* as llama.cpp refuses a name it does not know (it knows more) */
+    expect_load_error(&m, KVP_EUNSUPPORTED, "bad.gguf: tokenizer.ggml.pre: \"klingon\" is not a pre-tokenizer we know");
     /* well formed, but nothing we run: the check passes, loading refuses */
     kvp_err err;
     CHECK_MSG(kvp_tokenizer_check_meta(&m, "ok", &err) == 0, "%s", err.msg);
@@ -1250,6 +1322,7 @@ int main(void)
     test_llama_spm();
     test_smollm2();
     test_llama3();
+    test_default_pre();
     test_json_tiny();
     test_json_goldens();
     test_metaspace_keys();
