@@ -503,10 +503,14 @@ static int run_model(FILE *f, const opts *o, kvp_comm *w, kvp_cb_backend *be, kv
     const char *dt = kvp_cb_dtype_name(o->cb.dtype);
     size_t es = kvp_cb_dtype_size(o->cb.dtype);
     if (o->json) {
+        /* the presets found, named as kvcalc --json names them (the model's
+         * own name, the GPU's canonical one), not as --model and --gpu were
+         * spelled (h_1.0-0 is h100-sxm): the two programs' outputs join */
+        const kvp_gpu_preset *g = kvp_preset_gpu_find(o->gpu);
         fprintf(f, "{\"program\":\"tpbench\",\"version\":\"%s\",\"model\":\"%s\",\"tp\":%u,\"batch\":%" PRIu64
                ",\"seq_len\":%" PRIu64 ",\"datatype\":\"%s\",\"gpu\":\"%s\",\n  \"traffic\":{\"all_reduce\":%u,"
                "\"all_reduce_bytes\":%" PRIu64 ",\"all_gather\":%u,\"all_gather_bytes\":%" PRIu64 "}",
-               KVP_VERSION, m->name, o->tp, o->batch, o->seq_len, dt, o->gpu, t.n_allreduce,
+               KVP_VERSION, m->cfg.name, o->tp, o->batch, o->seq_len, dt, g->name, t.n_allreduce,
                t.allreduce_elems * es, t.n_allgather, t.allgather_elems * es);
     } else if (o->tp <= 1) {
         fprintf(f, "# tpbench --model %s --tp 1 --batch %" PRIu64 ": one decode step's collectives, %s\n"

@@ -122,6 +122,18 @@ else
     echo "skip: no python3: JSON output not parsed"
 fi
 
+# the presets found, named as kvcalc --json names them, however --model
+# and --gpu were spelled (the JSON of both joins on them)
+run tpbench --model LLAMA_3-8B --gpu 'H_1.0-0' --tp 1 --json
+expect_status 0 "--model and --gpu spelled loosely"
+expect_out_has '"model":"Llama-3-8B",' "the model preset's name, as kvcalc prints it"
+expect_out_has '"gpu":"h100-sxm",' "the GPU preset's canonical name, not the spelling given"
+run kvcalc --model LLAMA_3-8B --gpu 'H_1.0-0' --json
+expect_out_has '"model":"Llama-3-8B",' "kvcalc names the model so"
+expect_out_has '"gpu":"h100-sxm",' "and the GPU"
+run tpbench --model llama-3-8b --tp 1 --json
+expect_out_has '"gpu":"h100-sxm",' "the default GPU by its preset's name too"
+
 # --json is one object or nothing: a run that fails leaves no half document
 # (before, the settings, the rank list and "rows":[ were out)
 case ${KVP_CFLAGS:-} in
