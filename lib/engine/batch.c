@@ -355,6 +355,7 @@ static int finish(batch *b, kvp_request *r, kvp_err *err)
     st->requests++;
     st->kv_memory += failed;
     st->prompt_tokens += r->n_prompt;
+    st->ran_prompt_tokens += r->ran ? r->n_prompt : 0;
     st->cached_tokens += r->n_cached;
     st->generated += r->g.n_gen;
     if ((uint64_t)r->n_prompt + r->g.n_gen > st->max_seq_len)
@@ -1238,8 +1239,9 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
         rc = 0;
         st->steps++;
         for (uint32_t i = 0; i < p.n_items; i++) { /* prompt work done: all but the decode tokens */
-            const kvp_request *r = p.items[i].r->user;
+            kvp_request *r = p.items[i].r->user;
             uint32_t from = r->sr.n_computed, n = p.items[i].n;
+            r->ran = 1;
             st->computed_prompt += n == 1 && from + 1 == r->sr.n_tokens && from >= r->n_prompt ? 0 : n;
         }
         double t_took = timed || timed_len ? kvp_gen_now() - t_begin : 0;

@@ -69,6 +69,7 @@ typedef struct kvp_request {
     int32_t node_par[1 + KVP_DRAFT_BRANCHES * KVP_DRAFT_MAX];
     uint32_t node_of[KVP_DRAFT_BRANCHES][KVP_DRAFT_MAX + 1];
     uint32_t n_drafted, n_accepted, n_verify; /* draft tokens proposed, accepted; verify steps */
+    int ran;                 /* it was in a step: its prompt was computed (or its stream's KV used) */
     uint32_t kv_ahead;       /* K/V in its cache past the token being taken: the kept drafts after
                               * it, while a verify step's tokens are taken (finish drops them) */
     int holder;              /* the cache sequence (read from a stream) holding its KV, or -1: its start
@@ -136,6 +137,10 @@ typedef struct kvp_batch_opts {
 struct kvp_batch_stats {
     uint64_t requests, kv_memory;      /* finished; of which ended for lack of KV memory */
     uint64_t prompt_tokens, cached_tokens, generated;
+    /* of prompt_tokens: those of the requests that were in a step (one
+     * over before its first, max_tokens 0 or a stream's ended sequence,
+     * had nothing computed) */
+    uint64_t ran_prompt_tokens;
     uint64_t steps, preemptions;
     /* as the run goes (--progress): tokens generated, the unfinished
      * requests' too; prompt tokens computed, a preempted request's again */

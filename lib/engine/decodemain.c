@@ -454,6 +454,23 @@ static void json_rate(FILE *f, const char *key, unsigned long long n, unsigned l
         fprintf(f, ",\"%s\":null", key);
 }
 
+/* Whether the run timed work to give rates over: a step ran.  Without
+ * one (no request, or each over before its first step: max_tokens 0, a
+ * stream's ended sequence) its seconds are reading and bookkeeping, and n
+ * over them (2 requests in 80 us: 25000 a second) would be no rate the
+ * engine reached. */
+static int has_rates(const kvp_batch_stats *st) { return st->steps > 0 && st->seconds > 0; }
+
+/* n a second of the run as JSON, key first (no comma): null without
+ * work timed (has_rates). */
+static void json_per_s(FILE *f, const char *key, const kvp_batch_stats *st, double n, int digits)
+{
+    if (has_rates(st))
+        fprintf(f, "\"%s\":%.*f", key, digits, n / st->seconds);
+    else
+        fprintf(f, "\"%s\":null", key);
+}
+
 static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
 {
     fprintf(f, ",\"spec\":{\"method\":\"%s\",\"draft_len\":%u,\"adaptive\":%s,\"verify_steps\":%llu,"
@@ -464,8 +481,8 @@ static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
      * request ended at its first token) has no acceptance to report */
     json_rate(f, "acceptance", st->accepted, st->drafted, 4);
     json_rate(f, "mean_accepted", st->accepted, st->verify_steps, 3);
-    fprintf(f, ",\"tokens_per_step\":%.3f,\"acceptance_at\":[",
-            st->steps ? (double)st->generated / (double)st->steps : 0.0);
+    json_rate(f, "tokens_per_step", st->generated, st->steps, 3);
+    fputs(",\"acceptance_at\":[", f);
     /* a position never drafted has no rate: null, not a rate of 0 */
     for (uint32_t j = 0; j < sp->draft_len && j < KVP_DRAFT_MAX; j++)
         if (st->drafted_at[j])
@@ -502,20 +519,24 @@ static void json_ms_or_null(FILE *f, double s)
 static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, const kvp_runopts *o,
                          const run_info *ri, const spec_info *sp)
 {
-    double dt = st->seconds > 0 ? st->seconds : 1e-9;
     kvp_dist d;
-    fprintf(f, "{\"requests\":%llu,\"kv_memory\":%llu,\"seconds\":%.3f,\"request_throughput\":%.3f,"
-            "\"output_tokens\":%llu,\"output_throughput\":%.2f,\"prompt_tokens\":%llu,\"cached_prompt_tokens\":%llu,"
-            "\"prefix_hit_rate\":%.4f,\"total_token_throughput\":%.2f,\"steps\":%llu,\"preemptions\":%llu,"
-            "\"peak_kv_blocks\":%u,\"kv_blocks\":%u,\"block_size\":%u,\"max_num_seqs\":%u,\"max_batched_tokens\":%u,"
-            "\"static\":%s,",
-            (unsigned long long)st->requests, (unsigned long long)st->kv_memory, st->seconds,
-            (double)st->requests / dt, (unsigned long long)st->generated, (double)st->generated / dt,
-            (unsigned long long)st->prompt_tokens, (unsigned long long)st->cached_tokens,
-            st->prompt_tokens ? (double)st->cached_tokens / (double)st->prompt_tokens : 0.0,
-            (double)(st->generated + st->prompt_tokens) / dt, (unsigned long long)st->steps,
-            (unsigned long long)st->preemptions, st->peak_blocks, st->total_blocks, ri->block_size,
-            o->sched.max_num_seqs, o->sched.max_batched_tokens, o->sched.static_batch ? "true" : "false");
+    fprintf(f, "{\"requests\":%llu,\"kv_memory\":%llu,\"seconds\":%.3f,", (unsigned long long)st->requests,
+            (unsigned long long)st->kv_memory, st->seconds);
+    json_per_s(f, "request_throughput", st, (double)st->requests, 3);
+    fprintf(f, ",\"output_tokens\":%llu,", (unsigned long long)st->generated);
+    json_per_s(f, "output_throughput", st, (double)st->generated, 2);
+    fprintf(f, ",\"prompt_tokens\":%llu,\"cached_prompt_tokens\":%llu", (unsigned long long)st->prompt_tokens,
+            (unsigned long long)st->cached_tokens);
+    json_rate(f, "prefix_hit_rate", st->cached_tokens, st->prompt_tokens, 4);
+    fputc(',', f);
+    /* the prompts of the requests that ran: one over before its first step
+     * had none computed */
+    json_per_s(f, "total_token_throughput", st, (double)(st->generated + st->ran_prompt_tokens), 2);
+    fprintf(f, ",\"steps\":%llu,\"preemptions\":%llu,\"peak_kv_blocks\":%u,\"kv_blocks\":%u,\"block_size\":%u,"
+            "\"max_num_seqs\":%u,\"max_batched_tokens\":%u,\"static\":%s,",
+            (unsigned long long)st->steps, (unsigned long long)st->preemptions, st->peak_blocks, st->total_blocks,
+            ri->block_size, o->sched.max_num_seqs, o->sched.max_batched_tokens,
+            o->sched.static_batch ? "true" : "false");
     /* the plan kvcalc --check reproduces, and what the run measured against it */
     fputs("\"model\":", f);
     kvp_cli_json_str(f, ri->model, strlen(ri->model));
@@ -532,11 +553,11 @@ static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
      * kvcalc --check plans that rank from these */
     fprintf(f, ",\"tp\":%u,\"pp\":%u", o->tp > 1 ? o->tp : 1, o->pp > 1 ? o->pp : 1);
     fprintf(f, ",\"forward_seconds\":%.3f,\"sample_seconds\":%.3f", st->forward_seconds, st->sample_seconds);
-    fprintf(f, ",\"kv_out\":%s,\"stopped\":%s,\"peak_running\":%u,\"mean_prompt_tokens\":%.2f,"
-            "\"mean_output_tokens\":%.2f,\"max_seq_len\":%llu,",
-            o->kv_out ? "true" : "false", st->stopped ? "true" : "false", st->peak_running,
-            st->requests ? (double)st->prompt_tokens / (double)st->requests : 0.0,
-            st->requests ? (double)st->generated / (double)st->requests : 0.0, (unsigned long long)st->max_seq_len);
+    fprintf(f, ",\"kv_out\":%s,\"stopped\":%s,\"peak_running\":%u", o->kv_out ? "true" : "false",
+            st->stopped ? "true" : "false", st->peak_running);
+    json_rate(f, "mean_prompt_tokens", st->prompt_tokens, st->requests, 2); /* no request: no mean */
+    json_rate(f, "mean_output_tokens", st->generated, st->requests, 2);
+    fprintf(f, ",\"max_seq_len\":%llu,", (unsigned long long)st->max_seq_len);
     kvp_metrics_ttft(m, &d);
     kvp_dist_json(f, "ttft_ms", &d);
     fputc(',', f);
@@ -559,7 +580,8 @@ static void summary_json(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
         fprintf(f, "%.4f", gp);
     else
         fputs("null", f); /* no request: a share of nothing */
-    fprintf(f, ",\"goodput_rps\":%.3f", (double)m->good / dt);
+    fputc(',', f);
+    json_per_s(f, "goodput_rps", st, (double)m->good, 3);
     if (sp->method)
         spec_json(f, st, sp);
     fputs("}\n", f);
@@ -582,19 +604,31 @@ static void compare_line(FILE *f, const char *prog, const kvp_batch_stats *st, c
     fputc('\n', f);
 }
 
+/* n / d with digits decimals into buf, or "-" where d is 0. */
+static void text_ratio(char *buf, size_t size, int digits, double n, double d)
+{
+    if (d > 0)
+        snprintf(buf, size, "%.*f", digits, n / d);
+    else
+        snprintf(buf, size, "-");
+}
+
 static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, const spec_info *sp)
 {
     const char *prog = kvp_cli_prog();
-    double dt = st->seconds > 0 ? st->seconds : 1e-9;
     kvp_dist t, p, i, e;
     kvp_metrics_ttft(m, &t);
     kvp_metrics_tpot(m, &p);
     kvp_metrics_itl(m, &i);
     kvp_metrics_e2e(m, &e);
-    fprintf(f, "%s: %llu sequences, %llu tokens in %.3f s (%.2f tokens/s, %.3f requests/s); %llu steps, %llu "
+    char rates[80] = "no step ran: no rates"; /* as the JSON's nulls (has_rates) */
+    if (has_rates(st))
+        snprintf(rates, sizeof rates, "%.2f tokens/s, %.3f requests/s", (double)st->generated / st->seconds,
+                 (double)st->requests / st->seconds);
+    fprintf(f, "%s: %llu sequences, %llu tokens in %.3f s (%s); %llu steps, %llu "
             "preemptions, peak %u of %u KV blocks; prompt tokens from the prefix cache %llu of %llu\n",
-            prog, (unsigned long long)st->requests, (unsigned long long)st->generated, st->seconds,
-            (double)st->generated / dt, (double)st->requests / dt, (unsigned long long)st->steps,
+            prog, (unsigned long long)st->requests, (unsigned long long)st->generated, st->seconds, rates,
+            (unsigned long long)st->steps,
             (unsigned long long)st->preemptions, st->peak_blocks, st->total_blocks,
             (unsigned long long)st->cached_tokens, (unsigned long long)st->prompt_tokens);
     double rest = st->seconds - st->forward_seconds - st->sample_seconds;
@@ -622,13 +656,15 @@ static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
                 (unsigned long long)m->n, slo);
     }
     if (sp->method) {
-        fprintf(f, "%s: %s drafts (%s%u): %llu verify steps, %llu of %llu draft tokens accepted (%.1f%%), %.2f "
-                "accepted a step, %.2f tokens a step; accepted at each position:", prog, sp->method,
+        /* a ratio of nothing is "-", as the JSON's null */
+        char acc[16], kept[16], per[16];
+        text_ratio(acc, sizeof acc, 1, 100.0 * (double)st->accepted, (double)st->drafted);
+        text_ratio(kept, sizeof kept, 2, (double)st->accepted, (double)st->verify_steps);
+        text_ratio(per, sizeof per, 2, (double)st->generated, (double)st->steps);
+        fprintf(f, "%s: %s drafts (%s%u): %llu verify steps, %llu of %llu draft tokens accepted (%s%s), %s "
+                "accepted a step, %s tokens a step; accepted at each position:", prog, sp->method,
                 sp->adaptive ? "auto, up to " : "", sp->draft_len, (unsigned long long)st->verify_steps,
-                (unsigned long long)st->accepted, (unsigned long long)st->drafted,
-                st->drafted ? 100.0 * (double)st->accepted / (double)st->drafted : 0.0,
-                st->verify_steps ? (double)st->accepted / (double)st->verify_steps : 0.0,
-                st->steps ? (double)st->generated / (double)st->steps : 0.0);
+                (unsigned long long)st->accepted, (unsigned long long)st->drafted, acc, st->drafted ? "%" : "", kept, per);
         for (uint32_t j = 0; j < sp->draft_len && j < KVP_DRAFT_MAX; j++)
             if (st->drafted_at[j])
                 fprintf(f, " %.0f%%", 100.0 * (double)st->accepted_at[j] / (double)st->drafted_at[j]);

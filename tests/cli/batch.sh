@@ -55,6 +55,35 @@ run decode -m "$M" -t 2 -f "$T/zero.jsonl" -n 3 --stats="$T/zero.json"
 expect_status 0 "a request of max_tokens 0 with another"
 expect_true "e2e_ms counts both, ttft_ms the one with a token" grep -q '"ttft_ms":{"n":1,.*"e2e_ms":{"n":2' \
     "$T/zero.json"
+# a prompt never computed (max_tokens 0: over before its first step) is
+# in prompt_tokens, not in the token throughput: output and the prompt of
+# the request that ran, (3 + 1) / 3 of the output's, not (3 + 2) / 3
+run decode -m "$M" -t 2 -f "$T/zero.jsonl" -n 3 --ignore-eos --stats="$T/zero.json"
+expect_status 0 "max_tokens 0 beside a request of 3 tokens"
+expect_true "prompt_tokens counts both prompts, total_token_throughput the one computed" python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+r = j["total_token_throughput"] / j["output_throughput"]
+sys.exit(0 if j["prompt_tokens"] == 2 and j["output_tokens"] == 3 and abs(r - 4 / 3) < 0.01 else 1)' "$T/zero.json"
+# no step ran (no request; every request over before its first): no work
+# was timed, so no rate (2 requests in 80 us read as 25000 a second), and
+# no mean or hit rate of nothing: null, "no step ran" in the text, not 0
+: >"$T/empty.jsonl"
+printf '{"id":"a","prompt":"hi","max_tokens":0}\n{"id":"b","prompt":"yo","max_tokens":0}\n' >"$T/zeros.jsonl"
+for f in empty zeros; do
+    run decode -m "$M" -t 2 -f "$T/$f.jsonl" --stats --json
+    expect_status 0 "$f: --stats --json"
+    for k in request_throughput output_throughput total_token_throughput goodput_rps; do
+        expect_err_has "\"$k\":null" "$f: $k null, no step ran"
+    done
+    run decode -m "$M" -t 2 -f "$T/$f.jsonl" --stats
+    expect_err_has "tokens in 0.000 s (no step ran: no rates); 0 steps" "$f: the text says there are no rates"
+done
+run decode -m "$M" -t 2 -f "$T/empty.jsonl" --stats --json
+expect_err_has '"prompt_tokens":0,"cached_prompt_tokens":0,"prefix_hit_rate":null,' "no prompt token: hit rate null"
+expect_err_has '"mean_prompt_tokens":null,"mean_output_tokens":null,' "no request: means null"
+run decode -m "$M" -t 2 -f "$T/zeros.jsonl" --stats --json
+expect_err_has '"mean_prompt_tokens":1.00,"mean_output_tokens":0.00,' "two requests of no output: means given"
 # where the time went: forward steps and sampling, both above 0 and
 # together within the run's seconds
 num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$T/stats.json"; }

@@ -273,6 +273,14 @@ expect_true "batched, only two requests explore a costly drafter ($nd of 8 never
 run specdec -m "$M" -t "$THREADS" -p hi -n 1 --stats --json
 expect_status 0 "one token, nothing to draft"
 expect_err_has '"drafted":0,"accepted":0,"acceptance":null,"mean_accepted":null,' "no drafts: acceptance null"
+printf '{"id":"a","prompt":"hi","max_tokens":0}\n{"id":"b","prompt":"yo","max_tokens":0}\n' >"$T/zeros.jsonl"
+run specdec -m "$M" -t "$THREADS" -f "$T/zeros.jsonl" --stats --json
+expect_status 0 "max_tokens 0 twice: no step"
+expect_err_has '"acceptance":null,"mean_accepted":null,"tokens_per_step":null,' "no step: no tokens a step"
+run specdec -m "$M" -t "$THREADS" -f "$T/zeros.jsonl" --stats
+expect_err_has "0 of 0 draft tokens accepted (-), - accepted a step, - tokens a step;" \
+    "the text line's ratios of nothing read -"
+expect_err_has "(no step ran: no rates)" "and its rates"
 run $D --temperature 0.7 --seed 11
 cp "$OUT" "$T/d.jl"
 run $S --method draft --draft "$T/q4.kvp" --temperature 0.7 --seed 11 --greedy-drafts
