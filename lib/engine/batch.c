@@ -1289,6 +1289,7 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
                                  r->sr.n_tokens);
                 goto out;
             }
+            st->decode_steps += r->g.n_gen > 0; /* a token after its first (its first is its prompt's) */
             rc = nd ? advance_spec(&b, s, r, lr, h, err) : advance(&b, s, r, lr, h, err);
             if (rc < 0)
                 goto out;

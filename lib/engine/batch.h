@@ -161,6 +161,9 @@ struct kvp_batch_stats {
     /* speculation: verify steps (a request's step that carried drafts),
      * draft tokens proposed and accepted, and both by position in the draft */
     uint64_t verify_steps, drafted, accepted;
+    /* steps a request took a token after its first in (verify steps among
+     * them), summed over requests: each gave it 1 + the drafts it kept */
+    uint64_t decode_steps;
     uint64_t branch_rows;              /* rows of draft-tree branches past the first */
     uint64_t tree_steps;               /* verify steps of a tree in one sequence (kvp_step_seq.parent) */
     uint64_t drafted_at[KVP_DRAFT_MAX], accepted_at[KVP_DRAFT_MAX];

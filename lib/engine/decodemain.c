@@ -471,6 +471,15 @@ static void json_per_s(FILE *f, const char *key, const kvp_batch_stats *st, doub
         fprintf(f, "\"%s\":null", key);
 }
 
+/* The tokens a request got a step past its first token (1 + the drafts
+ * it kept; 1: speculation gained nothing), over all requests: specdec
+ * --profile's tokens_per_step, (steps + accepted) / steps; 0 (no such
+ * step) when none had one. */
+static unsigned long long decode_tokens(const kvp_batch_stats *st)
+{
+    return (unsigned long long)(st->decode_steps + st->accepted);
+}
+
 static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
 {
     fprintf(f, ",\"spec\":{\"method\":\"%s\",\"draft_len\":%u,\"adaptive\":%s,\"verify_steps\":%llu,"
@@ -481,7 +490,10 @@ static void spec_json(FILE *f, const kvp_batch_stats *st, const spec_info *sp)
      * request ended at its first token) has no acceptance to report */
     json_rate(f, "acceptance", st->accepted, st->drafted, 4);
     json_rate(f, "mean_accepted", st->accepted, st->verify_steps, 3);
-    json_rate(f, "tokens_per_step", st->generated, st->steps, 3);
+    /* a request's own steps, not the batch's: 8 requests in a step of
+     * plain decoding gain 1 token each, not 8 */
+    fprintf(f, ",\"decode_steps\":%llu", (unsigned long long)st->decode_steps);
+    json_rate(f, "tokens_per_step", decode_tokens(st), st->decode_steps, 3);
     fputs(",\"acceptance_at\":[", f);
     /* a position never drafted has no rate: null, not a rate of 0 */
     for (uint32_t j = 0; j < sp->draft_len && j < KVP_DRAFT_MAX; j++)
@@ -660,9 +672,9 @@ static void summary_text(FILE *f, const kvp_batch_stats *st, kvp_metrics *m, con
         char acc[16], kept[16], per[16];
         text_ratio(acc, sizeof acc, 1, 100.0 * (double)st->accepted, (double)st->drafted);
         text_ratio(kept, sizeof kept, 2, (double)st->accepted, (double)st->verify_steps);
-        text_ratio(per, sizeof per, 2, (double)st->generated, (double)st->steps);
+        text_ratio(per, sizeof per, 2, (double)decode_tokens(st), (double)st->decode_steps);
         fprintf(f, "%s: %s drafts (%s%u): %llu verify steps, %llu of %llu draft tokens accepted (%s%s), %s "
-                "accepted a step, %s tokens a step; accepted at each position:", prog, sp->method,
+                "accepted a verify step, %s tokens a request's step; accepted at each position:", prog, sp->method,
                 sp->adaptive ? "auto, up to " : "", sp->draft_len, (unsigned long long)st->verify_steps,
                 (unsigned long long)st->accepted, (unsigned long long)st->drafted, acc, st->drafted ? "%" : "", kept, per);
         for (uint32_t j = 0; j < sp->draft_len && j < KVP_DRAFT_MAX; j++)

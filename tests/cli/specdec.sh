@@ -129,6 +129,20 @@ expect_status 0 "specdec, greedy, batched, 4 guesses a step"
 same "greedy, batched, 4 guesses: the same tokens as decode" "$T/d.jl" "$OUT"
 acc=$(sed -n 's/.*"spec":.*"accepted":\([0-9]*\),.*/\1/p' "$ERR")
 expect_true "drafts were accepted ($acc)" test "${acc:-0}" -gt 20
+# tokens_per_step is a request's, as --profile's: (decode_steps +
+# accepted) / decode_steps, each of its steps after its first token giving
+# it 1 + the drafts it kept; with --ignore-eos those are every token past
+# the first.  The batch's tokens over its steps (8 requests a step) were
+# past 1 + draft_len.
+run specdec -m "$M" -t $THREADS -f "$T/p.jsonl" -n 24 --ignore-eos --draft-len 4 --stats="$T/tps.json"
+expect_status 0 "specdec --draft-len 4 --ignore-eos --stats=FILE"
+expect_true "tokens_per_step: a request's tokens a step" python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+s = j["spec"]
+d, a = s["decode_steps"], s["accepted"]
+sys.exit(0 if a > 0 and d + a == j["output_tokens"] - j["requests"] and abs(s["tokens_per_step"] - (d + a) / d) < 1e-3
+         and s["tokens_per_step"] <= 5 else 1)' "$T/tps.json"
 run $S --compare --stats --json
 expect_status 0 "--compare"
 expect_err_has '"same":8,"differ":0,"unchecked":0}' "decode's and specdec's outputs are the same for all 8"
@@ -273,12 +287,13 @@ expect_true "batched, only two requests explore a costly drafter ($nd of 8 never
 run specdec -m "$M" -t "$THREADS" -p hi -n 1 --stats --json
 expect_status 0 "one token, nothing to draft"
 expect_err_has '"drafted":0,"accepted":0,"acceptance":null,"mean_accepted":null,' "no drafts: acceptance null"
+expect_err_has '"decode_steps":0,"tokens_per_step":null,' "no step after a first token: tokens_per_step null"
 printf '{"id":"a","prompt":"hi","max_tokens":0}\n{"id":"b","prompt":"yo","max_tokens":0}\n' >"$T/zeros.jsonl"
 run specdec -m "$M" -t "$THREADS" -f "$T/zeros.jsonl" --stats --json
 expect_status 0 "max_tokens 0 twice: no step"
-expect_err_has '"acceptance":null,"mean_accepted":null,"tokens_per_step":null,' "no step: no tokens a step"
+expect_err_has '"mean_accepted":null,"decode_steps":0,"tokens_per_step":null,' "no step: no tokens a step"
 run specdec -m "$M" -t "$THREADS" -f "$T/zeros.jsonl" --stats
-expect_err_has "0 of 0 draft tokens accepted (-), - accepted a step, - tokens a step;" \
+expect_err_has "0 of 0 draft tokens accepted (-), - accepted a verify step, - tokens a request's step;" \
     "the text line's ratios of nothing read -"
 expect_err_has "(no step ran: no rates)" "and its rates"
 run $D --temperature 0.7 --seed 11
