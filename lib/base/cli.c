@@ -449,26 +449,11 @@ void kvp_cli_json_str(FILE *f, const char *str, size_t n)
 
 void kvp_cli_c_escaped(FILE *f, const char *str, size_t n, int quote)
 {
-    const unsigned char *s = (const unsigned char *)str;
     for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        size_t len = c >= 0x80 ? utf8_len(s + i, n - i) : 1;
-        if ((quote && c == (unsigned)quote) || c == '\\') {
-            fputc('\\', f);
-            fputc((int)c, f);
-        } else if (c == '\n') {
-            fputs("\\n", f);
-        } else if (c == '\t') {
-            fputs("\\t", f);
-        } else if (c == '\r') {
-            fputs("\\r", f);
-        } else if (c < 0x20 || c == 0x7f || len == 0) {
-            fprintf(f, "\\x%02x", c);
-            len = 1;
-        } else {
-            fwrite(s + i, 1, len, f);
-        }
-        i += len;
+        char e[KVP_ERR_ESCAPE_MAX];
+        size_t len;
+        i += kvp_err_escape_char(str + i, n - i, quote, e, &len);
+        fwrite(e, 1, len, f);
     }
 }
 

@@ -1,5 +1,6 @@
 /* error.c - error codes and messages (see error.h). */
 #include "error.h"
+#include "unicode.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -74,4 +75,48 @@ void kvp_err_clear(kvp_err *err)
         err->code = 0;
         err->msg[0] = '\0';
     }
+}
+
+size_t kvp_err_escape_char(const char *s, size_t n, int quote, char out[KVP_ERR_ESCAPE_MAX], size_t *out_len)
+{
+    unsigned c = (unsigned char)s[0];
+    uint32_t cp;
+    size_t len = kvp_unicode_decode(s, n, &cp);
+    if (cp == KVP_UNICODE_BAD || c < 0x20 || c == 0x7f) {
+        static const char hex[] = "0123456789abcdef";
+        const char *named = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : NULL;
+        if (named) {
+            memcpy(out, named, 2);
+            *out_len = 2;
+        } else {
+            out[0] = '\\', out[1] = 'x', out[2] = hex[c >> 4], out[3] = hex[c & 15];
+            *out_len = 4;
+        }
+        return 1;
+    }
+    if (c == '\\' || (quote && c == (unsigned)quote)) {
+        out[0] = '\\', out[1] = (char)c;
+        *out_len = 2;
+        return 1;
+    }
+    memcpy(out, s, len); /* a character of 1 to 4 bytes */
+    *out_len = len;
+    return len;
+}
+
+const char *kvp_err_escape(char *buf, size_t size, const char *s, int quote)
+{
+    size_t n = strlen(s), o = 0;
+    for (size_t i = 0; i < n;) {
+        char e[KVP_ERR_ESCAPE_MAX];
+        size_t el;
+        size_t took = kvp_err_escape_char(s + i, n - i, quote, e, &el);
+        if (o + el >= size)
+            break;
+        memcpy(buf + o, e, el);
+        o += el;
+        i += took;
+    }
+    buf[o] = 0;
+    return buf;
 }

@@ -187,7 +187,7 @@ static void compare_check(compare_ctx *c, const kvp_gen_seq *s)
         c->same++;
         return;
     }
-    char idb[32];
+    char idb[KVP_REQUEST_ID_SIZE];
     c->differ++;
     kvp_cli_warn("--compare: sequence %s: not what decode wrote", kvp_request_id((kvp_gen_seq *)s, idb));
 }
@@ -374,7 +374,7 @@ static void emit(void *cp, kvp_gen_seq *s, const char *bytes, size_t n)
 {
     out_ctx *c = cp;
     if (n == 0 && s->rec.finish_reason == KVP_FINISH_KV_MEMORY) {
-        char idb[32];
+        char idb[KVP_REQUEST_ID_SIZE];
         c->n_kv_memory++;
         kvp_cli_warn("sequence %s: KV cache out of blocks: it needs more than all %u blocks of %llu bytes; "
                      "raise --kv-mem or --kv-blocks%s", kvp_request_id(s, idb), c->kv.n_blocks,

@@ -60,11 +60,11 @@ struct kvp_jobsrc {
     uint64_t skipped;
 };
 
-const char *kvp_request_id(const kvp_gen_seq *s, char buf[32])
+const char *kvp_request_id(const kvp_gen_seq *s, char buf[KVP_REQUEST_ID_SIZE])
 {
     if (s->rec.label[0])
-        return s->rec.label;
-    snprintf(buf, 32, "%" PRIu64, s->rec.id);
+        return kvp_err_escape(buf, KVP_REQUEST_ID_SIZE, s->rec.label, 0);
+    snprintf(buf, KVP_REQUEST_ID_SIZE, "%" PRIu64, s->rec.id);
     return buf;
 }
 
@@ -216,13 +216,14 @@ static int too_long(const kvp_jobsrc *js, const char *what, uint64_t i, const ch
      * stream's sequence by its number in the stream and its id quoted, as
      * kvdump lists it (seq 1 "b") and the stream reader names it; -p or
      * --tokens, one prompt, as "the prompt" (its id, 0, is no count) */
-    char which[48] = "";
+    char which[48] = "", id[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX)];
     int seq = strcmp(what, "sequence") == 0;
     if (seq)
         snprintf(which, sizeof which, " %" PRIu64, i);
     kvp_err_set(err, KVP_EINVAL, "%s%s%s%s%s%s%s is %u tokens, more than a sequence may hold (%u: %s)",
                 !seq && !js->o->file ? "the " : "", what, which, label[0] ? " " : "", seq && label[0] ? "\"" : "",
-                label, seq && label[0] ? "\"" : "", n, js->n_ctx, js->n_ctx_from);
+                kvp_err_escape(id, sizeof id, label, seq ? '"' : 0), seq && label[0] ? "\"" : "", n, js->n_ctx,
+                js->n_ctx_from);
     return 1;
 }
 
@@ -256,6 +257,8 @@ static void pop_prompt(kvp_jobsrc *js)
 static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **out, kvp_err *err)
 {
     const char *label = q->p.label;
+    char id[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX)]; /* label as a message shows it */
+    kvp_err_escape(id, sizeof id, label, 0);
     if (!q->ids) {
         int32_t *t;
         size_t n;
@@ -266,7 +269,7 @@ static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **
         if (n == 0 || n > UINT32_MAX)
             /* the line says where; the id, not a count, says which (as prefill's) */
             return kvp_err_set(err, KVP_EINVAL, "%s:%" PRIu64 ": %s%s is %s", js->o->file, q->line,
-                               label[0] ? "prompt " : "the prompt", label, n ? "too long" : "empty");
+                               label[0] ? "prompt " : "the prompt", id, n ? "too long" : "empty");
         q->n_ids = (uint32_t)n;
     }
     if (too_long(js, "prompt", i, label, q->n_ids, err))
@@ -274,7 +277,7 @@ static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **
     const kvp_prompt_params *pp = &q->p.params;
     kvp_sampling smp;
     if (kvp_runopts_request_sampling(js->o, pp, i, &smp, err) < 0)
-        return kvp_err_prefix(err, "request %s", label);
+        return kvp_err_prefix(err, "request %s", id);
     kvp_request *r = kvp_request_new(js->tok, i, label, q->ids, q->n_ids, &smp);
     if (!r)
         return kvp_err_set(err, KVP_ENOMEM, "out of memory");

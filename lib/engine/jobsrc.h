@@ -65,7 +65,10 @@ int kvp_jobsrc_input_stopped(const kvp_jobsrc *js, kvp_stop_rec *s);
 int kvp_jobsrc_count_pending(const char *path, uint32_t shard_k, uint32_t shard_n, const kvp_idset *done,
                              uint64_t *n_kept);
 
-/* The id of a request as printed: label, else the decimal index, into buf. */
-const char *kvp_request_id(const kvp_gen_seq *s, char buf[32]);
+/* The id of a request as a message prints it: its label escaped
+ * (kvp_err_escape: a message stays one line whatever the id holds), else
+ * the decimal index; into buf, returned. */
+#define KVP_REQUEST_ID_SIZE KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX)
+const char *kvp_request_id(const kvp_gen_seq *s, char buf[KVP_REQUEST_ID_SIZE]);
 
 #endif

@@ -506,6 +506,17 @@ expect_out_has '"id":"short1"' "the one before it completes"
 expect_out_has '"id":"short2"' "the one after it completes"
 expect_err_has "sequence long: KV cache out of blocks" "the message names the sequence"
 expect_err_has "1 of 3 sequences did not fit" "and says how many"
+# an id is escaped in a message: a newline in it split the message in two
+python3 -c 'import json; print(json.dumps({"id": "a\nb", "prompt": "word " * 100}))' >"$T/nl.jsonl"
+run decode -m "$M" -t 2 -f "$T/nl.jsonl" -n 2 --kv-blocks 2
+expect_status 1 "kv_memory, an id with a newline"
+expect_err_has 'decode: sequence a\nb: KV cache out of blocks' "the message escapes the id"
+expect_true "and stays one line" sh -c '! grep -q "^b: KV cache" "$1"' _ "$ERR"
+printf '{"id":"a\\nb","prompt":""}\n' >"$T/nl-empty.jsonl"
+run decode -m "$M" -t 2 -f "$T/nl-empty.jsonl"
+expect_status 1 "an empty prompt whose id holds a newline"
+expect_err_one_line "its error is one line"
+expect_err_has 'nl-empty.jsonl:1: prompt a\nb is empty' "the id escaped in it"
 # its E2E counts, arrival to when it was ended (e2e_ms left it out: n 2)
 run decode -m "$M" -t 2 -f "$T/mix.jsonl" -n 4 --kv-blocks 6 --block-size 8 --stats="$T/mix.json"
 expect_status 1 "kv_memory with --stats=FILE"

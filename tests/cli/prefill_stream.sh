@@ -340,6 +340,18 @@ printf '{"id":"q\\"x","prompt":"Hi"}\n' >"$T/quote.jsonl"
 run prefill -m "$M" -t 1 -f "$T/quote.jsonl" --stats --json -o "$T/quote.kvp"
 expect_status 0 "an id with a quote"
 expect_err_has '{"id":"q\"x","prompt_tokens":1,' "is escaped in the stats line"
+# the text line, one a sequence, escapes it as --tokenize's "# ID" does: a
+# newline in an id forged a line of its own ("prefill: sequence 9 forged")
+printf '{"id":"a\\nprefill: sequence 9 forged","prompt":"hi"}\n' >"$T/nl.jsonl"
+run prefill -m "$M" -t 1 -f "$T/nl.jsonl" --stats -o "$T/nl.kvp"
+expect_status 0 "an id with a newline, --stats"
+expect_err_has 'prefill: sequence 0 a\nprefill: sequence 9 forged: 1 prompt tokens' "the text stats line escapes it"
+expect_true "no line of stderr starts with the forged one" sh -c '! grep -q "^prefill: sequence 9" "$1"' _ "$ERR"
+printf '{"id":"a\\nb\\u001b[2J","prompt":""}\n' >"$T/nl-empty.jsonl"
+run prefill -m "$M" -t 1 -f "$T/nl-empty.jsonl" -o "$T/nl-empty.kvp"
+expect_status 1 "an empty prompt whose id holds a newline"
+expect_err_one_line "its error is one line"
+expect_err_has 'nl-empty.jsonl:1: prompt a\nb\x1b[2J is empty' "the id escaped in it"
 
 # An id keeps its kind through the stream (the sequence record's LABEL_INT
 # flag, kvp(5)): prefill | decode prints 7 as 7, "8" as "8" and a line

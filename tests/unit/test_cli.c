@@ -1,7 +1,8 @@
 /* test_cli.c - the option number parsers of lib/base/cli.c: what every
  * program's whole-number, real and size options accept, and the typos they
  * refuse that strtoll/strtod alone would read as values; and the JSON
- * strings the programs write (kvp_cli_json_str). */
+ * strings the programs write (kvp_cli_json_str), and the escapes of a
+ * string inside a one-line message (kvp_err_escape, kvp_cli_c_escaped). */
 #include "unit.h"
 #include "cli.h"
 
@@ -177,6 +178,46 @@ static void test_json_str(void)
     CHECK(json_str_is("a\xe2\x82\xac" "b\xe2\x82", 7, "\"a\xe2\x82\xac" "b\\ufffd\""));
 }
 
+/* s escaped into a buffer of size bytes (kvp_err_escape), quote the
+ * message's, is want; and kvp_cli_c_escaped writes it the same when it
+ * fits whole. */
+static int escape_is(const char *s, size_t size, int quote, const char *want)
+{
+    char buf[80], *f = NULL; /* size <= 64: what is past it stays untouched */
+    size_t n = 0;
+    memset(buf, '#', sizeof buf);
+    const char *got = kvp_err_escape(buf, size, s, quote);
+    int ok = got == buf && strcmp(buf, want) == 0 && buf[size] == '#';
+    FILE *m = open_memstream(&f, &n);
+    if (m) {
+        kvp_cli_c_escaped(m, s, strlen(s), quote);
+        fclose(m);
+    }
+    ok &= f != NULL && (strlen(want) < strlen(f) || strcmp(f, want) == 0);
+    if (!ok)
+        printf("# escape: got %s (file: %s) want %s\n", buf, f ? f : "(null)", want);
+    free(f);
+    return ok;
+}
+
+/* A request id in a message (one line whatever the id holds): the
+ * newline that would forge a second message line, a terminal's escape,
+ * a backslash, invalid UTF-8 as \xNN a byte; valid UTF-8 as it is. */
+static void test_escape(void)
+{
+    CHECK(escape_is("a\nprefill: sequence 9 forged", 64, 0, "a\\nprefill: sequence 9 forged"));
+    CHECK(escape_is("a\tb\rc\\d", 64, 0, "a\\tb\\rc\\\\d"));
+    CHECK(escape_is("\x1b[31mred\x7f", 64, 0, "\\x1b[31mred\\x7f"));
+    CHECK(escape_is("caf\xc3\xa9 \xe5\xba", 64, 0, "caf\xc3\xa9 \\xe5\\xba"));
+    CHECK(escape_is("say \"hi\"", 64, '"', "say \\\"hi\\\""));
+    CHECK(escape_is("say \"hi\"", 64, 0, "say \"hi\""));
+    CHECK(escape_is("", 1, 0, ""));
+    /* cut at a whole escape: never half of \n, nor past the buffer */
+    CHECK(escape_is("ab\ncd", 4, 0, "ab"));
+    CHECK(escape_is("ab\ncd", 5, 0, "ab\\n"));
+    CHECK(escape_is("\xc3\xa9\xc3\xa9", 4, 0, "\xc3\xa9"));
+}
+
 /* s quoted for a shell is want. */
 static int sh_quote_is(const char *s, const char *want)
 {
@@ -204,6 +245,7 @@ static void test_sh_quote(void)
 int main(void)
 {
     test_json_str();
+    test_escape();
     test_sh_quote();
     test_i64();
     test_f64();
