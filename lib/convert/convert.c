@@ -375,6 +375,10 @@ static int load_hf_tokenizer(kvp_convert *cv, const char *dir, kvp_err *err)
     char *tpl = NULL;
     if ((rc = kvp_hf_chat_template(dir, &tpl, err)) < 0)
         return rc;
+    if (rc == 1) /* the output has no template: said, as a missing tokenizer.json is */
+        return add_note(cv, "%s (the output has no chat template)", err->msg) < 0
+                   ? kvp_err_set(err, KVP_ENOMEM, "out of memory")
+                   : 0;
     rc = tpl ? kvp_meta_set_str(&cv->tok_meta, "tokenizer.chat_template", tpl, strlen(tpl)) : 0;
     free(tpl);
     return rc < 0 ? kvp_err_set(err, rc, "%s: out of memory", dir) : 0;

@@ -315,6 +315,9 @@ static void note_tokenizer(const kvp_run *r)
 static int keep_default_system(kvp_run *r, kvp_err *err)
 {
     const kvp_meta *m = kvp_model_tok_meta(r->model);
+    const char *why = m ? kvp_meta_get_str(m, KVP_CHAT_TEMPLATE_ERROR) : NULL;
+    if (why) /* unknown, not none: said where a conversation needs it (prompts.c) */
+        return (r->default_system_error = strdup(why)) ? 0 : kvp_err_set(err, KVP_ENOMEM, "out of memory");
     return m ? kvp_chat_default_system(m, &r->default_system, err) : 0;
 }
 
@@ -477,6 +480,7 @@ void kvp_run_close(kvp_run *r)
     kvp_model_free(r->model);
     kvp_model_free(r->whole);
     free(r->default_system);
+    free(r->default_system_error);
     memset(r, 0, sizeof *r);
 }
 
@@ -595,6 +599,7 @@ void kvp_run_prompt_settings(const kvp_run *r, const kvp_runopts *o, kvp_prompts
     ps->literal = o->no_special;
     ps->system = o->system;
     ps->default_system = r->default_system;
+    ps->default_system_error = r->default_system_error;
     ps->on_unknown = note_unknown_field;
 }
 

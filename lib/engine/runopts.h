@@ -130,6 +130,8 @@ typedef struct kvp_run {
     int kc_borrowed;            /* kc is another run's (layerskip on the target's cache): not freed here */
     char *default_system;       /* the system message the model's chat template puts in a
                                    conversation without one (kvp_chat_default_system), or NULL */
+    char *default_system_error; /* why that message is unknown (the template could not be read),
+                                   or NULL */
 } kvp_run;
 
 /* Load model + tokenizer and start the backend (no cache yet). */

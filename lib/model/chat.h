@@ -54,6 +54,10 @@ int kvp_chat_detect(const kvp_tokenizer *t, kvp_chat_format *f, kvp_err *err);
  * string literal, its escapes undone, into *out (allocated); *out NULL
  * when the template has none.  0, or KVP_ENOMEM. */
 int kvp_chat_default_system(const kvp_meta *m, char **out, kvp_err *err);
+/* The tokenizer metadata key (in memory only, never written) an HF
+ * folder's loader sets to why its tokenizer_config.json could not be read:
+ * its default system message is then unknown, not none. */
+#define KVP_CHAT_TEMPLATE_ERROR "kvpipe.chat_template_error"
 
 /* Where the template's markers lie in a rendered text: byte ranges of out,
  * sorted, for kvp_tokenizer_encode_spans.  Zero-initialize; free with

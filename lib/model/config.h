@@ -79,9 +79,10 @@ int kvp_config_from_hf(kvp_config *c, const char *path, kvp_err *err);
 /* An HF folder's chat template, allocated into *out (NULL when it has
  * none): chat_template.jinja, where transformers saves it now, else
  * tokenizer_config.json's "chat_template" (a string, or a list of
- * {"name", "template"} whose "default" one).  A tokenizer_config.json
- * that does not parse is an error (as in transformers), not "no
- * template".  0, or KVP_ENOMEM / KVP_EIO / the JSON parser's code. */
+ * {"name", "template"} whose "default" one).  0; 1 when
+ * tokenizer_config.json is there but does not parse (err says why, *out
+ * NULL: the caller says so where the template is needed); or KVP_ENOMEM /
+ * KVP_EIO. */
 int kvp_hf_chat_template(const char *dir, char **out, kvp_err *err);
 /* The same from a config.json already parsed (lib/json.h); name is used in
  * messages.  Lets callers (and the fuzz harness) work from memory. */

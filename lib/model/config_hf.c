@@ -325,12 +325,19 @@ int kvp_hf_chat_template(const char *dir, char **out, kvp_err *err)
     kvp_json *root = NULL;
     if (stat(path, &sb) != 0)
         return 0;
-    /* one that is there but broken is refused, as transformers refuses
-     * it: read as no template, --chat would drop the model's default
-     * system turn without a word */
-    int rc = kvp_json_parse_file(&root, path, TEMPLATE_MAX, err);
-    if (rc < 0)
-        return rc;
+    /* one that is there but does not parse here is said (1, err), not
+     * taken for "no template": --chat would drop the model's default
+     * system turn without a word.  Not refused outright: Python's json,
+     * and so transformers, reads some files this parser does not (NaN,
+     * a key given twice), and a run without --chat needs no template. */
+    kvp_err why = {0};
+    int rc = kvp_json_parse_file(&root, path, TEMPLATE_MAX, &why);
+    if (rc == KVP_ENOMEM)
+        return kvp_err_set(err, rc, "%s", why.msg);
+    if (rc < 0) {
+        kvp_err_set(err, KVP_EFORMAT, "%s", why.msg);
+        return 1;
+    }
     const char *tpl = named_template(root);
     if (tpl && !(*out = strdup(tpl))) {
         kvp_json_free(root);

@@ -1,6 +1,7 @@
 /* model.c - load a Llama-family model (GGUF, KVP model file or HF folder)
  * into weight descriptors over the mapping (model.h). */
 #include "model.h"
+#include "chat.h"
 #include "fingerprint.h"
 #include "tensor.h"
 #include "wire.h"
@@ -208,7 +209,10 @@ static int open_hf(kvp_model *m, kvp_in *in, kvp_err *err)
     char *tpl = NULL;
     if ((rc = kvp_hf_chat_template(m->st.dir, &tpl, err)) < 0)
         return rc;
-    rc = tpl ? kvp_meta_set_str(&m->tok_meta, "tokenizer.chat_template", tpl, strlen(tpl)) : 0;
+    if (rc == 1) /* unreadable: a conversation needing its default system message says why */
+        rc = kvp_meta_set_str(&m->tok_meta, KVP_CHAT_TEMPLATE_ERROR, err->msg, strlen(err->msg));
+    else
+        rc = tpl ? kvp_meta_set_str(&m->tok_meta, "tokenizer.chat_template", tpl, strlen(tpl)) : 0;
     free(tpl);
     if (rc < 0)
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", m->path);

@@ -87,12 +87,17 @@ oom:
     return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
 }
 
-/* The system message of a conversation without one: --system's ("": none),
- * else the model's default, or NULL. */
-static const char *system_of(const kvp_prompts *ps)
+/* The system message of a conversation without one into *sys: --system's
+ * ("": none), else the model's default, or NULL.  0, or KVP_EFORMAT when
+ * the model's default is needed and unknown (where names the prompt). */
+static int system_of(const kvp_prompts *ps, const char *where, const char **sys, kvp_err *err)
 {
+    if (!ps->system && ps->default_system_error)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: %s: the chat template's default system message is unknown "
+                           "(give --system, \"\" for none)", where, ps->default_system_error);
     const char *s = ps->system ? ps->system : ps->default_system;
-    return s && s[0] ? s : NULL;
+    *sys = s && s[0] ? s : NULL;
+    return 0;
 }
 
 /* Render msgs and push them: only the markers are special. */
@@ -123,7 +128,11 @@ int kvp_prompts_add_text(kvp_prompts *ps, const char *label, const char *text, s
     memcpy(t, text, len);
     t[len] = 0;
     if (ps->chat) {
-        const char *sys = system_of(ps);
+        const char *sys = NULL;
+        if (system_of(ps, "--chat", &sys, err) < 0) {
+            free(t);
+            return KVP_EFORMAT;
+        }
         kvp_chat_msg m[2] = {{"system", sys, 0, 0}, {"user", t, 0, len}}; /* t may hold a NUL (JSON's \u0000) */
         int rc = sys ? push_chat(ps, label, m, 2, err) : push_chat(ps, label, m + 1, 1, err);
         free(t);
@@ -363,9 +372,17 @@ static int add_json_prompt(kvp_prompts *ps, const kvp_json *o, const char *lab, 
     if (!m)
         return kvp_err_set(err, KVP_ENOMEM, "prompts: out of memory");
     const kvp_json *first = kvp_json_get(kvp_json_at(msgs, 0), "role");
-    const char *sys = system_of(ps);
-    if (sys && !(first && first->type == KVP_JSON_STRING && first->len == 6 && !memcmp(first->str, "system", 6)))
-        m[k++] = (kvp_chat_msg){"system", sys, 0, 0};
+    if (!(first && first->type == KVP_JSON_STRING && first->len == 6 && !memcmp(first->str, "system", 6))) {
+        char where[4200];
+        const char *sys = NULL;
+        snprintf(where, sizeof where, "%s:%" PRIu64, path, line);
+        if (system_of(ps, where, &sys, err) < 0) {
+            free(m);
+            return KVP_EFORMAT;
+        }
+        if (sys)
+            m[k++] = (kvp_chat_msg){"system", sys, 0, 0};
+    }
     for (size_t i = 0; i < msgs->n; i++, k++) {
         const kvp_json *e = kvp_json_at(msgs, i);
         const kvp_json *role = kvp_json_get(e, "role"), *content = kvp_json_get(e, "content");
@@ -473,6 +490,7 @@ int kvp_prompts_reader_open(kvp_prompts_reader **out, const char *path, const kv
     rd->one.literal = ps->literal;
     rd->one.system = ps->system;
     rd->one.default_system = ps->default_system;
+    rd->one.default_system_error = ps->default_system_error;
     rd->on_unknown = ps->on_unknown;
     rd->on_unknown_ctx = ps->on_unknown_ctx;
     int rc = kvp_in_open(&rd->in, path, err);

@@ -84,6 +84,9 @@ typedef struct kvp_prompts {
     const char *system;     /* system message for rendered prompts ("": none), or NULL */
     const char *default_system; /* where system is NULL: the model's own (its chat template's
                                    default), or NULL */
+    const char *default_system_error; /* why the model's default is unknown (its template
+                                         could not be read), or NULL: a conversation that
+                                         needs it fails with this */
     /* a reader's JSON line with a field no request has ("max_token" for
      * "max_tokens"): called once per name, at its first line (NULL: none) */
     void (*on_unknown)(void *ctx, const char *path, uint64_t line, const char *field);

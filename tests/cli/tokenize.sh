@@ -96,14 +96,32 @@ template 'From the jinja file.' '\n' >"$hf/chat_template.jinja"
 run prefill --tokenize --json --chat -m "$hf" -p Hi
 expect_out_has "{\"ids\":[1,$(byte_ids system),10,$(byte_ids 'From the jinja file.'),2,10,$turns]," \
     "chat_template.jinja before tokenizer_config.json"
-# a tokenizer_config.json cut short is refused (transformers refuses it),
-# not read as no template, which would drop the default system turn
+# a tokenizer_config.json that does not parse here is not read as no
+# template (that would drop the default system turn without a word): a
+# conversation that needs its default system message fails, naming it;
+# what needs no template runs (transformers reads some JSON this parser
+# does not: NaN, a key given twice)
 rm "$hf/chat_template.jinja"
 printf '{"chat_template":"x' >"$hf/tokenizer_config.json"
 run prefill --tokenize --json --chat -m "$hf" -p Hi
-expect_status 1 "a broken tokenizer_config.json is refused"
-expect_err_has "$hf/tokenizer_config.json" "the message names it"
+expect_status 1 "--chat with an unreadable tokenizer_config.json fails"
+expect_err_has "$hf/tokenizer_config.json:1:" "the message names it and where"
+expect_err_has "default system message is unknown (give --system" "and what to do"
 expect_out_empty "no ids from a half-read folder"
+printf '{"messages":[{"role":"system","content":"S"},{"role":"user","content":"Hi"}]}\n{"messages":[{"role":"user","content":"Hi"}]}\n' >"$T/hfmsg.jsonl"
+run prefill --tokenize --json -m "$hf" -f "$T/hfmsg.jsonl"
+expect_status 1 "a conversation without a system message fails too"
+expect_err_has "$T/hfmsg.jsonl:2: $hf/tokenizer_config.json" "naming its line"
+expect_out_has "{\"id\":0,\"ids\":[1,$(byte_ids system),10,83,2,10,$turns]" "the one with its own system message is rendered"
+run prefill --tokenize --json --chat --system "" -m "$hf" -p Hi
+expect_status 0 "--system gives what the template would have"
+expect_out_has "{\"ids\":[$turns]," "and renders as it says"
+run prefill --tokenize --json -m "$hf" -p Hi
+expect_status 0 "a plain prompt needs no template"
+run quantize --to f16 "$hf" -o "$T/hfbad.kvp"
+expect_status 0 "quantize converts the folder"
+expect_err_has "note: $hf/tokenizer_config.json:1:" "with a note naming the file"
+expect_err_has "(the output has no chat template)" "and what it means"
 
 # ---- a BPE GGUF that names no pre-tokenizer (tokenizer.ggml.pre missing):
 # llama.cpp's 'default' one, as llama.cpp takes it, and one note saying so.
