@@ -106,16 +106,28 @@ size_t kvp_err_escape_char(const char *s, size_t n, int quote, char out[KVP_ERR_
 
 const char *kvp_err_escape(char *buf, size_t size, const char *s, int quote)
 {
-    size_t n = strlen(s), o = 0;
-    for (size_t i = 0; i < n;) {
+    /* a message's room is KVP_ERR_MSG_MAX: an id of 255 newlines (1,020
+     * bytes escaped) would push out what the message is there to say */
+    size_t n = strlen(s), o = 0, room = size - 1 < KVP_ERR_SHOWN_MAX ? size - 1 : KVP_ERR_SHOWN_MAX;
+    size_t cut = room >= 4 ? room - 3 : room; /* where "..." goes when it does not all fit */
+    size_t at_cut = 0, i = 0;
+    while (i < n) {
         char e[KVP_ERR_ESCAPE_MAX];
         size_t el;
         size_t took = kvp_err_escape_char(s + i, n - i, quote, e, &el);
-        if (o + el >= size)
+        if (o + el > room)
             break;
         memcpy(buf + o, e, el);
         o += el;
         i += took;
+        if (o <= cut)
+            at_cut = o;
+    }
+    if (i < n && room >= 4) { /* cut short: said, at a whole escape */
+        memcpy(buf + at_cut, "...", 3);
+        o = at_cut + 3;
+    } else if (i < n) {
+        o = at_cut;
     }
     buf[o] = 0;
     return buf;

@@ -179,9 +179,9 @@ static void test_json_str(void)
 }
 
 /* s escaped into a buffer of size bytes (kvp_err_escape), quote the
- * message's, is want; and kvp_cli_c_escaped writes it the same when it
- * fits whole. */
-static int escape_is(const char *s, size_t size, int quote, const char *want)
+ * message's, is want; and kvp_cli_c_escaped writes whole (s escaped, not
+ * cut: NULL when it is want). */
+static int escape_is_cut(const char *s, size_t size, int quote, const char *want, const char *whole)
 {
     char buf[80], *f = NULL; /* size <= 64: what is past it stays untouched */
     size_t n = 0;
@@ -193,11 +193,16 @@ static int escape_is(const char *s, size_t size, int quote, const char *want)
         kvp_cli_c_escaped(m, s, strlen(s), quote);
         fclose(m);
     }
-    ok &= f != NULL && (strlen(want) < strlen(f) || strcmp(f, want) == 0);
+    ok &= f != NULL && strcmp(f, whole ? whole : want) == 0;
     if (!ok)
         printf("# escape: got %s (file: %s) want %s\n", buf, f ? f : "(null)", want);
     free(f);
     return ok;
+}
+
+static int escape_is(const char *s, size_t size, int quote, const char *want)
+{
+    return escape_is_cut(s, size, quote, want, NULL);
 }
 
 /* A request id in a message (one line whatever the id holds): the
@@ -212,10 +217,25 @@ static void test_escape(void)
     CHECK(escape_is("say \"hi\"", 64, '"', "say \\\"hi\\\""));
     CHECK(escape_is("say \"hi\"", 64, 0, "say \"hi\""));
     CHECK(escape_is("", 1, 0, ""));
-    /* cut at a whole escape: never half of \n, nor past the buffer */
-    CHECK(escape_is("ab\ncd", 4, 0, "ab"));
-    CHECK(escape_is("ab\ncd", 5, 0, "ab\\n"));
-    CHECK(escape_is("\xc3\xa9\xc3\xa9", 4, 0, "\xc3\xa9"));
+    /* cut at a whole escape: never half of \n, nor past the buffer; "..."
+     * says so where there is room for it */
+    CHECK(escape_is_cut("ab\ncd", 4, 0, "ab", "ab\\ncd"));
+    CHECK(escape_is_cut("ab\ncd", 5, 0, "a...", "ab\\ncd"));
+    CHECK(escape_is_cut("ab\ncd", 7, 0, "ab\\ncd", NULL));
+    CHECK(escape_is_cut("abc\nd", 7, 0, "abc\\nd", NULL));
+    CHECK(escape_is_cut("abcd\nef", 8, 0, "abcd...", "abcd\\nef"));
+    CHECK(escape_is_cut("\xc3\xa9\xc3\xa9", 4, 0, "\xc3\xa9", "\xc3\xa9\xc3\xa9"));
+    /* a long id leaves the message its reason: KVP_ERR_SHOWN_MAX at most */
+    char id[256], big[KVP_ERR_ESCAPED_SIZE(255)], whole[KVP_ERR_ESCAPED_SIZE(255)];
+    memset(id, '\n', 255);
+    id[255] = 0;
+    kvp_err_escape(big, sizeof big, id, 0);
+    CHECK(strlen(big) <= KVP_ERR_SHOWN_MAX && strlen(big) >= KVP_ERR_SHOWN_MAX - 4);
+    CHECK(strcmp(big + strlen(big) - 3, "...") == 0 && strncmp(big, "\\n\\n", 4) == 0);
+    for (size_t i = 0; i < 255; i++)
+        memcpy(whole + 2 * i, "\\n", 2);
+    whole[510] = 0;
+    CHECK(escape_is_cut(id, 64, 0, "\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n...", whole));
 }
 
 /* s quoted for a shell is want. */
