@@ -156,6 +156,9 @@ int kvp_unicode_class_of(uint32_t cp)
             return KVP_UNICODE_NUMBER;
         if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D))
             return KVP_UNICODE_SPACE;
+        /* the printable rest, less the symbols $ + < = > ^ ` | ~ */
+        if (cp > ' ' && cp < 0x7F && !strchr("$+<=>^`|~", (int)cp))
+            return KVP_UNICODE_PUNCT;
         return 0;
     }
     if (cp > 0x10FFFF)
@@ -166,6 +169,8 @@ int kvp_unicode_class_of(uint32_t cp)
         return KVP_UNICODE_NUMBER;
     if (unicode_in(kvp_unicode_space, kvp_unicode_space_count, cp))
         return KVP_UNICODE_SPACE;
+    if (unicode_in(kvp_unicode_punct, kvp_unicode_punct_count, cp))
+        return KVP_UNICODE_PUNCT;
     return 0;
 }
 

@@ -22,10 +22,14 @@ regexes, not GPT-2's:
                          not committed) with tokenizer.ggml.pre dropped: the
                          reported case
 
-The strings: digits (runs of three), punctuation runs (every Unicode 14
+The strings: digits (runs of three), punctuation runs (every Unicode 15.1
 punctuation character above U+007F after a space, and the characters around
 each punctuation range), contractions, the special token, then
-gen_tokenizer.py's fixed and random strings.  Golden format as
+gen_tokenizer.py's fixed and random strings.  The characters come from the
+PyPI package unicodedata2 pinned to Unicode 15.1.0, the version of
+lib/base/unicode_tables.c (scripts/gen-unicode-tables) and of llama.cpp's
+tables; the standard library's unicodedata is the running Python's (3.11:
+14.0), so any other version is refused.  Golden format as
 gen_tokenizer_special.py's:
     <hex of the UTF-8 text> TAB <ids, special=True> TAB <ids, special=False> (add_bos=True)
 """
@@ -33,7 +37,6 @@ import random
 import string
 import sys
 import tempfile
-import unicodedata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -42,6 +45,13 @@ import gen_tokenizer as gt  # noqa: E402  (vocabularies and test strings)
 import gen_tokenizer_special as gts  # noqa: E402  (llama.cpp, quietly)
 
 import gguf  # noqa: E402
+
+UNICODE_VERSION = "15.1.0"
+try:
+    import unicodedata2 as ucd  # noqa: E402
+except ImportError:
+    gt.die("no unicodedata2 module (need Unicode %s, as scripts/gen-unicode-tables); run it through "
+           "scripts/ref/run, or $(scripts/ref/venv unicodedata2==%s)" % (UNICODE_VERSION, UNICODE_VERSION))
 
 ROOT = HERE.parents[1]
 N_RANDOM = 120
@@ -126,14 +136,14 @@ def groups(chars, size):
 
 
 def punct_strings():
-    assigned = lambda c: unicodedata.category(chr(c)) not in ("Cn", "Cs")
-    p = [c for c in range(0x80, 0x110000) if unicodedata.category(chr(c)).startswith("P")]
+    assigned = lambda c: ucd.category(chr(c)) not in ("Cn", "Cs")
+    p = [c for c in range(0x80, 0x110000) if ucd.category(chr(c)).startswith("P")]
     edges = set()
     for c in p:
         for e in (c - 1, c + 1):
             if e >= 0x80 and e not in p and assigned(e):
                 edges.add(e)
-    others = [c for c in range(0x80, 0x30000, 29) if assigned(c) and unicodedata.category(chr(c))[0] in "SMC"]
+    others = [c for c in range(0x80, 0x30000, 29) if assigned(c) and ucd.category(chr(c))[0] in "SMC"]
     return groups([chr(c) for c in p], 24) + groups([chr(c) for c in sorted(edges)], 24) + \
         groups([chr(c) for c in others], 24)
 
@@ -146,9 +156,10 @@ def texts(special, seed):
 def main():
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "tests" / "golden"
     out.mkdir(parents=True, exist_ok=True)
-    if unicodedata.unidata_version != "14.0.0":
-        gt.die("Python's unicodedata is %s: the punctuation strings and lib/model/tokenizer.c's table are "
-               "Unicode 14.0.0" % unicodedata.unidata_version)
+    if ucd.unidata_version != UNICODE_VERSION:
+        gt.die("unicodedata2 is Unicode %s: the punctuation strings and lib/base/unicode_tables.c are Unicode %s; "
+               "run: $(scripts/ref/venv unicodedata2==%s) %s" % (ucd.unidata_version, UNICODE_VERSION,
+                                                               UNICODE_VERSION, sys.argv[0]))
 
     vocab = out / "tok_default_vocab.bin"
     build_vocab(vocab)

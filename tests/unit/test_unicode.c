@@ -111,9 +111,34 @@ static void test_classes(void)
     CHECK(kvp_unicode_is_letter(0x1E030));  /* Cyrillic Ext-D (Lm) */
     CHECK(kvp_unicode_is_letter(0x1DF25));  /* Latin Ext-G, 15.0's additions */
     CHECK_EQ_U64(kvp_unicode_class_of(0x323B0), 0); /* past Ext-H: unassigned */
-    CHECK_EQ_U64(kvp_unicode_class_of('!'), 0);
+    CHECK_EQ_U64(kvp_unicode_class_of('$'), 0);     /* Sc */
     CHECK_EQ_U64(kvp_unicode_class_of(0x1F600), 0); /* emoji */
+    CHECK_EQ_U64(kvp_unicode_class_of(0x0301), 0);  /* Mn */
     CHECK_EQ_U64(kvp_unicode_class_of(KVP_UNICODE_BAD), 0);
+    /* \p{P}: the seven P categories, not the symbols beside them */
+    CHECK_EQ_U64(kvp_unicode_class_of('!'), KVP_UNICODE_PUNCT);
+    CHECK(kvp_unicode_is_punct('_'));      /* Pc */
+    CHECK(kvp_unicode_is_punct('-'));      /* Pd */
+    CHECK(kvp_unicode_is_punct('('));      /* Ps */
+    CHECK(kvp_unicode_is_punct('}'));      /* Pe */
+    CHECK(kvp_unicode_is_punct(0xAB));     /* « Pi */
+    CHECK(kvp_unicode_is_punct(0x2019));   /* ’ Pf */
+    CHECK(kvp_unicode_is_punct(0x3002));   /* 。 Po */
+    CHECK(kvp_unicode_is_punct(0xFF01));   /* fullwidth ! */
+    CHECK(kvp_unicode_is_punct(0x2E5D));   /* the last of Unicode 14.0's */
+    for (const char *c = "$+<=>^`|~"; *c; c++)
+        CHECK_MSG(!kvp_unicode_is_punct((uint32_t)*c), "'%c' is a symbol", *c);
+    CHECK(!kvp_unicode_is_punct(0x2212));  /* minus sign: Sm */
+    CHECK(!kvp_unicode_is_punct(0xA9));    /* © So */
+    CHECK(!kvp_unicode_is_punct(0x00));
+    CHECK(!kvp_unicode_is_punct(0x7F));
+    /* added in 15.0: Devanagari Extended-A's and Kawi's punctuation
+     * (llama.cpp's tables have them) */
+    CHECK(kvp_unicode_is_punct(0x11B00));
+    CHECK(kvp_unicode_is_punct(0x11B09));
+    CHECK(kvp_unicode_is_punct(0x11F43));
+    CHECK(kvp_unicode_is_punct(0x11F4F));
+    CHECK(!kvp_unicode_is_punct(0x11F50)); /* Kawi digit zero */
     /* ASCII fast path agrees with the tables. */
     int bad = 0;
     for (uint32_t c = 0; c < 0x80; c++) {
@@ -124,6 +149,8 @@ static void test_classes(void)
             want |= c >= kvp_unicode_number[i].lo && c <= kvp_unicode_number[i].hi ? KVP_UNICODE_NUMBER : 0;
         for (size_t i = 0; i < kvp_unicode_space_count; i++)
             want |= c >= kvp_unicode_space[i].lo && c <= kvp_unicode_space[i].hi ? KVP_UNICODE_SPACE : 0;
+        for (size_t i = 0; i < kvp_unicode_punct_count; i++)
+            want |= c >= kvp_unicode_punct[i].lo && c <= kvp_unicode_punct[i].hi ? KVP_UNICODE_PUNCT : 0;
         bad += want != kvp_unicode_class_of(c);
     }
     CHECK_EQ_U64(bad, 0);
@@ -137,6 +164,14 @@ static void check_sorted(const kvp_unicode_range *r, size_t n)
     CHECK_EQ_U64(bad, 0);
 }
 
+static uint64_t count_points(const kvp_unicode_range *r, size_t n)
+{
+    uint64_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += r[i].hi - r[i].lo + 1;
+    return k;
+}
+
 int main(void)
 {
     test_roundtrip_all();
@@ -147,5 +182,8 @@ int main(void)
     check_sorted(kvp_unicode_letter, kvp_unicode_letter_count);
     check_sorted(kvp_unicode_number, kvp_unicode_number_count);
     check_sorted(kvp_unicode_space, kvp_unicode_space_count);
+    check_sorted(kvp_unicode_punct, kvp_unicode_punct_count);
+    /* Unicode 15.1.0 has 842 characters in P (unicodedata2 15.1.0; 819 in 14.0) */
+    CHECK_EQ_U64(count_points(kvp_unicode_punct, kvp_unicode_punct_count), 842);
     return unit_done();
 }
