@@ -53,6 +53,9 @@ struct kvp_tokenizer {
     uint32_t strip_leading; /* KVP_DETOK_STRIP_SPACE: leading spaces dropped (HF Strip decoder) */
     int strip_first_token;  /* KVP_DETOK_STRIP_SPACE: every U+2581 of the first token dropped (HF Metaspace decoder) */
     int ignore_merges;      /* Llama-3: a word that is a token is taken whole */
+    int nfc;                /* the text between special tokens in NFC first (HF NFC normalizer) */
+    uint8_t *normalized;    /* n_vocab, or NULL: 1 for a token cut out of the NFC text, not the raw */
+    int normalized_control; /* a control or unknown token among those */
     char *note;             /* kvp_tokenizer_note, or NULL */
     int32_t byte_tok[256];  /* byte-level: token of byte b's code point; SPM: <0xNN> */
     uint16_t byte_cp[256];  /* byte-level: the code point byte b stands for */
@@ -144,6 +147,11 @@ static int tok_is_mergeable(const kvp_tokenizer *t, int32_t id)
 {
     return t->type[id] == KVP_TOKEN_NORMAL || t->type[id] == KVP_TOKEN_USER_DEFINED ||
            t->type[id] == KVP_TOKEN_UNDEFINED;
+}
+
+static int tok_is_special_type(uint8_t ty)
+{
+    return ty == KVP_TOKEN_CONTROL || ty == KVP_TOKEN_USER_DEFINED || ty == KVP_TOKEN_UNKNOWN;
 }
 
 static int tok_is_control(const kvp_tokenizer *t, int32_t id)
@@ -291,13 +299,58 @@ static int tok_load_prepend_scheme(const kvp_meta *m, int *prefix, const char *s
                        src, (int)(e->n > 40 ? 40 : e->n), e->str);
 }
 
-/* The keys kvp_tokenizer_meta_from_json adds for HF's SentencePiece-style
- * rules (GGUF has none: their absence is llama.cpp's behaviour). */
-static int tok_check_hf_rules(const kvp_meta *m, const char *src, kvp_err *err)
+/* tokenizer.kvpipe.normalizer: *nfc 1 for "nfc", 0 when absent;
+ * KVP_EFORMAT for another value or type (a normalizer this version does not
+ * apply must not be skipped). */
+static int tok_load_normalizer(const kvp_meta *m, int *nfc, const char *src, kvp_err *err)
+{
+    const kvp_meta_entry *e = kvp_meta_find(m, "tokenizer.kvpipe.normalizer");
+    *nfc = 0;
+    if (!e)
+        return 0;
+    if (e->type != KVP_META_STR)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.kvpipe.normalizer: is %s, want str", src,
+                           kvp_meta_type_name(e->type));
+    if (e->n != 3 || memcmp(e->str, "nfc", 3) != 0)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.kvpipe.normalizer: \"%.*s\" is not one kvpipe applies (nfc)",
+                           src, (int)(e->n > 40 ? 40 : e->n), e->str);
+    *nfc = 1;
+    return 0;
+}
+
+/* tokenizer.kvpipe.normalized_tokens: ids of control, unknown or
+ * user-defined tokens (n_vocab tokens, types as in token_type, NULL when
+ * the key is absent) that are cut out of the normalized text. */
+static int tok_check_normalized_tokens(const kvp_meta *m, uint32_t n_vocab, const char *src, kvp_err *err)
+{
+    const kvp_meta_entry *e = kvp_meta_find(m, "tokenizer.kvpipe.normalized_tokens");
+    if (!e)
+        return 0;
+    if (e->type != KVP_META_ARR_I32)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.kvpipe.normalized_tokens: is %s, want arr[i32]", src,
+                           kvp_meta_type_name(e->type));
+    const kvp_meta_entry *te = kvp_meta_find(m, "tokenizer.ggml.token_type");
+    const int32_t *ids = e->arr, *ty = te ? te->arr : NULL;
+    for (uint64_t i = 0; i < e->n; i++) {
+        if (ids[i] < 0 || (uint32_t)ids[i] >= n_vocab)
+            return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.kvpipe.normalized_tokens[%llu]: %d is outside the "
+                               "vocabulary of %u", src, (unsigned long long)i, (int)ids[i], n_vocab);
+        if (!ty || !tok_is_special_type((uint8_t)ty[ids[i]]))
+            return kvp_err_set(err, KVP_EFORMAT, "%s: tokenizer.kvpipe.normalized_tokens[%llu]: token %d is not a "
+                               "control, unknown or user-defined token", src, (unsigned long long)i, (int)ids[i]);
+    }
+    return 0;
+}
+
+/* The keys kvp_tokenizer_meta_from_json adds for HF's rules around the BPE
+ * (GGUF has none: their absence is llama.cpp's behaviour). */
+static int tok_check_hf_rules(const kvp_meta *m, uint32_t n_vocab, const char *src, kvp_err *err)
 {
     int prefix, flag, rc;
     uint64_t v;
-    if ((rc = tok_load_prepend_scheme(m, &prefix, src, err)) < 0 ||
+    if ((rc = tok_load_normalizer(m, &flag, src, err)) < 0 ||
+        (rc = tok_check_normalized_tokens(m, n_vocab, src, err)) < 0 ||
+        (rc = tok_load_prepend_scheme(m, &prefix, src, err)) < 0 ||
         (rc = tok_load_bool(m, "tokenizer.kvpipe.metaspace_split", 0, &flag, src, err)) < 0 ||
         (rc = tok_load_bool(m, "tokenizer.kvpipe.decode_metaspace", 0, &flag, src, err)) < 0)
         return rc;
@@ -327,7 +380,7 @@ int kvp_tokenizer_check_meta(const kvp_meta *m, const char *source, kvp_err *err
         (rc = tok_load_bool(m, "tokenizer.ggml.add_eos_token", 0, &flag, src, err)) < 0 ||
         (rc = tok_load_bool(m, "tokenizer.ggml.add_space_prefix", 0, &flag, src, err)) < 0)
         return rc;
-    return tok_check_hf_rules(m, src, err);
+    return tok_check_hf_rules(m, n_vocab, src, err);
 }
 
 /* ---- building, from metadata kvp_tokenizer_check_meta accepted ---- */
@@ -408,11 +461,6 @@ static int tok_special_cmp(const void *pa, const void *pb)
     if (a->len != b->len)
         return a->len > b->len ? -1 : 1;
     return a->id < b->id ? -1 : a->id > b->id;
-}
-
-static int tok_is_special_type(uint8_t ty)
-{
-    return ty == KVP_TOKEN_CONTROL || ty == KVP_TOKEN_USER_DEFINED || ty == KVP_TOKEN_UNKNOWN;
 }
 
 static int tok_load_specials(kvp_tokenizer *t)
@@ -612,6 +660,26 @@ static void tok_load_spm_rules(kvp_tokenizer *t, const kvp_meta *m)
     }
 }
 
+/* HF's normalizer, as kvp_tokenizer_meta_from_json recorded it (checked):
+ * NFC, and the tokens matched in the NFC text rather than the raw. */
+static int tok_load_normalizer_rules(kvp_tokenizer *t, const kvp_meta *m)
+{
+    kvp_err ignored;
+    (void)tok_load_normalizer(m, &t->nfc, "", &ignored);
+    const kvp_meta_entry *e = kvp_meta_find(m, "tokenizer.kvpipe.normalized_tokens");
+    if (!t->nfc || !e || e->n == 0)
+        return 0;
+    t->normalized = calloc(t->n_vocab, 1);
+    if (!t->normalized)
+        return KVP_ENOMEM;
+    const int32_t *ids = e->arr;
+    for (uint64_t i = 0; i < e->n; i++) {
+        t->normalized[ids[i]] = 1;
+        t->normalized_control |= t->type[ids[i]] != KVP_TOKEN_USER_DEFINED;
+    }
+    return 0;
+}
+
 static int tok_load(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_err *err)
 {
     int rc = kvp_tokenizer_check_meta(m, src, err);
@@ -648,7 +716,7 @@ static int tok_load(kvp_tokenizer *t, const kvp_meta *m, const char *src, kvp_er
         t->add_space_prefix = 0; /* byte-level BPE has no dummy prefix */
     tok_load_spm_rules(t, m);
     tok_load_bytes(t);
-    if (tok_load_specials(t) < 0 || tok_make_pieces(t) < 0)
+    if (tok_load_normalizer_rules(t, m) < 0 || tok_load_specials(t) < 0 || tok_make_pieces(t) < 0)
         return kvp_err_set(err, KVP_ENOMEM, "%s: tokenizer: out of memory", src);
     tok_find_eog(t);
     return 0;
@@ -684,6 +752,7 @@ void kvp_tokenizer_free(kvp_tokenizer *t)
     free(t->vocab_slot);
     free(t->merge_slot);
     free(t->special);
+    free(t->normalized);
     free(t->note);
     free(t);
 }
@@ -1318,7 +1387,15 @@ static int tok_encode_raw(tok_work *w, const uint8_t *text, size_t len, int at_s
  * token has taken.  That differs from a leftmost-longest scan only where two
  * tokens overlap ("ab" + "bcd" in "abcd" gives a|bcd, not ab|cd).  A control
  * or unknown token is taken only inside a special span; a user-defined one
- * anywhere. */
+ * anywhere.  With an NFC normalizer, as HF's added vocabulary: the tokens
+ * tokenizer.kvpipe.normalized_tokens lists are cut out of the text between
+ * the others after that is normalized, the others out of the raw text. */
+typedef enum tok_cut_pass {
+    TOK_CUT_ALL,        /* every token (no normalizer) */
+    TOK_CUT_RAW,        /* those matched before normalization */
+    TOK_CUT_NORMALIZED, /* those matched after it */
+} tok_cut_pass;
+
 typedef struct tok_cut {
     uint64_t key;  /* ~len << 32 | id: the order tokens take their turn in */
     size_t at;     /* byte offset in the text */
@@ -1349,7 +1426,7 @@ static int tok_in_span(const kvp_tok_span *sp, size_t n_sp, size_t *k, size_t at
 
 /* The accepted cuts of text, sorted by offset, into *out (*n_out). */
 static int tok_find_cuts(const kvp_tokenizer *t, const uint8_t *s, size_t len, const kvp_tok_span *sp,
-                         size_t n_sp, tok_cut **out, size_t *n_out, kvp_err *err)
+                         size_t n_sp, tok_cut_pass pass, tok_cut **out, size_t *n_out, kvp_err *err)
 {
     tok_cut *c = NULL;
     size_t n = 0, cap = 0, k = 0;
@@ -1361,6 +1438,8 @@ static int tok_find_cuts(const kvp_tokenizer *t, const uint8_t *s, size_t len, c
             size_t l;
             const char *x = tok_text(t, id, &l);
             if (l > len - i || memcmp(x, s + i, l) != 0)
+                continue;
+            if (pass != TOK_CUT_ALL && (t->normalized && t->normalized[id]) != (pass == TOK_CUT_NORMALIZED))
                 continue;
             if (t->type[id] != KVP_TOKEN_USER_DEFINED && !tok_in_span(sp, n_sp, &k, i, l))
                 continue;
@@ -1405,6 +1484,83 @@ static int tok_find_cuts(const kvp_tokenizer *t, const uint8_t *s, size_t len, c
     return 0;
 }
 
+static int tok_encode_segment(tok_work *w, const uint8_t *text, size_t len, int at_start, int special);
+
+/* The raw text's [from, end), between the tokens cut from it, to
+ * tok_encode_segment: whole, as HF normalizes it, or, when control tokens
+ * are matched after normalization, in parts cut where the special spans
+ * begin and end, so that each part is special throughout or not at all
+ * (*k: the first span that may hold from). */
+static int tok_encode_segments(tok_work *w, const uint8_t *s, size_t from, size_t end, const kvp_tok_span *sp,
+                               size_t n_sp, size_t *k)
+{
+    if (!w->t->normalized_control)
+        return tok_encode_segment(w, s + from, end - from, from == 0, tok_in_span(sp, n_sp, k, from, end - from));
+    int rc = 0;
+    while (from < end && rc == 0) {
+        while (*k < n_sp && sp[*k].off + sp[*k].len <= from)
+            (*k)++;
+        int special = *k < n_sp && sp[*k].off <= from;
+        size_t stop = *k == n_sp ? end : special ? sp[*k].off + sp[*k].len : sp[*k].off;
+        stop = stop < end ? stop : end;
+        rc = tok_encode_segment(w, s + from, stop - from, from == 0, special);
+        from = stop;
+    }
+    return rc;
+}
+
+/* The text s[0..len) with its cuts (sorted by offset): each token's id, and
+ * the pieces between encoded, at_start telling whether s begins the whole
+ * text.  raw_text: s is the caller's text, sp its special spans, and each
+ * piece a segment to normalize (tok_encode_segment); else s is normalized. */
+static int tok_encode_cut(tok_work *w, const uint8_t *s, size_t len, const tok_cut *cut, size_t n_cut, int at_start,
+                          int raw_text, const kvp_tok_span *sp, size_t n_sp)
+{
+    size_t from = 0, k = 0;
+    int rc = 0;
+    for (size_t i = 0; i <= n_cut && rc == 0; i++) {
+        size_t end = i < n_cut ? cut[i].at : len;
+        if (!raw_text)
+            rc = tok_encode_raw(w, s + from, end - from, at_start && from == 0);
+        else if (end > from)
+            rc = tok_encode_segments(w, s, from, end, sp, n_sp, &k);
+        if (rc < 0 || i == n_cut)
+            break;
+        int32_t id = (int32_t)(uint32_t)cut[i].key;
+        size_t l;
+        tok_text(w->t, id, &l);
+        rc = tok_emit(w, id);
+        from = cut[i].at + l;
+    }
+    return rc;
+}
+
+/* A text between the tokens cut from the raw text (special: it lies in
+ * one special span).  With an NFC normalizer it is encoded as HF encodes
+ * it: in NFC, with the tokens matched after normalization cut out of that
+ * (control ones only where special). */
+static int tok_encode_segment(tok_work *w, const uint8_t *text, size_t len, int at_start, int special)
+{
+    const kvp_tokenizer *t = w->t;
+    if (!t->nfc)
+        return tok_encode_raw(w, text, len, at_start);
+    char *norm;
+    size_t nl, n_cut = 0;
+    tok_cut *cut = NULL;
+    int rc = kvp_unicode_nfc((const char *)text, len, &norm, &nl, w->err);
+    if (rc < 0)
+        return rc;
+    kvp_tok_span all = {0, nl};
+    if (t->normalized)
+        rc = tok_find_cuts(t, (const uint8_t *)norm, nl, &all, special ? 1 : 0, TOK_CUT_NORMALIZED, &cut, &n_cut,
+                           w->err);
+    if (rc == 0)
+        rc = tok_encode_cut(w, (const uint8_t *)norm, nl, cut, n_cut, at_start, 0, NULL, 0);
+    free(cut);
+    free(norm);
+    return rc;
+}
+
 int kvp_tokenizer_encode_spans(const kvp_tokenizer *t, const char *text, size_t len, const kvp_tok_span *special,
                                size_t n_special, int add_bos, int32_t **ids, size_t *n, kvp_err *err)
 {
@@ -1424,23 +1580,14 @@ int kvp_tokenizer_encode_spans(const kvp_tokenizer *t, const char *text, size_t 
     const uint8_t *s = (const uint8_t *)text;
     tok_cut *cut = NULL;
     size_t n_cut = 0;
-    int rc = tok_find_cuts(t, s, len, special, n_special, &cut, &n_cut, err);
+    int rc = tok_find_cuts(t, s, len, special, n_special, t->nfc ? TOK_CUT_RAW : TOK_CUT_ALL, &cut, &n_cut, err);
     int vocab_choice = add_bos < 0;
     if (add_bos < 0)
         add_bos = t->add_bos;
     if (rc == 0 && add_bos && t->bos >= 0)
         rc = tok_emit(&w, t->bos);
-    size_t raw = 0;
-    for (size_t i = 0; i < n_cut && rc == 0; i++) {
-        int32_t id = (int32_t)(uint32_t)cut[i].key;
-        size_t l;
-        tok_text(t, id, &l);
-        if ((rc = tok_encode_raw(&w, s + raw, cut[i].at - raw, raw == 0)) == 0)
-            rc = tok_emit(&w, id);
-        raw = cut[i].at + l;
-    }
     if (rc == 0)
-        rc = tok_encode_raw(&w, s + raw, len - raw, raw == 0);
+        rc = tok_encode_cut(&w, s, len, cut, n_cut, 1, 1, special, n_special);
     if (rc == 0 && vocab_choice && t->add_eos && t->eos >= 0)
         rc = tok_emit(&w, t->eos);
     free(cut);

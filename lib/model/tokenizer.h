@@ -27,6 +27,11 @@
  * scan gives the same ids unless two special tokens overlap in the text).
  * Control and unknown tokens only where the caller asks (parse_special, or
  * spans of the text); user-defined ones always, as in both references.
+ * An HF tokenizer.json's NFC normalizer (tokenizer.kvpipe.normalizer) puts
+ * each text between the tokens so cut in NFC first, and the tokens HF
+ * matches in normalized text (tokenizer.kvpipe.normalized_tokens) are cut
+ * out of that, as HF's added vocabulary does; GGUF files have neither key
+ * (llama.cpp does not normalize).
  *
  * The vocabulary comes from GGUF-style metadata (lib/meta.h), which both a
  * GGUF header and a KVP TOKENIZER record give.  A loaded tokenizer is
@@ -91,9 +96,12 @@ void kvp_tokenizer_free(kvp_tokenizer *t);
 
 /* HF tokenizer.json (BPE models: byte-level, or SentencePiece-style with
  * byte fallback) translated into the tokenizer.ggml.* keys a GGUF converter
- * writes, added to m, and for SentencePiece the tokenizer.kvpipe.* keys of
- * HF's own rules around the BPE (Metaspace prepend_scheme and split, the
- * decoder's stripping; see kvp(5)).  BOS comes from the post-processor's template (and is
+ * writes, added to m, and the tokenizer.kvpipe.* keys of HF's own rules
+ * around the BPE (an NFC normalizer and the added tokens matched after it;
+ * for SentencePiece, Metaspace prepend_scheme and split, the decoder's
+ * stripping; see kvp(5)).  A normalizer kvpipe does not apply (anything but
+ * NFC, and for SentencePiece a Prepend or a Replace of U+2581) is refused
+ * with KVP_EUNSUPPORTED naming it: skipping it would change the ids.  BOS comes from the post-processor's template (and is
  * then added); EOS is the first of </s>, <|end_of_text|>, <|endoftext|>,
  * <|im_end|>.  SentencePiece scores are minus the rank of the merge that
  * makes each token.  0 or a negative code naming the field. */

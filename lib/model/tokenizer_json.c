@@ -9,6 +9,7 @@
  */
 #include "json.h"
 #include "tokenizer.h"
+#include "unicode.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ typedef struct tj_vocab {
     size_t *len;
     int32_t *type;
     float *score;
+    uint8_t *normalized; /* an added token HF matches in the normalized text */
 } tj_vocab;
 
 static void tj_vocab_free(tj_vocab *v)
@@ -31,7 +33,14 @@ static void tj_vocab_free(tj_vocab *v)
     free(v->len);
     free(v->type);
     free(v->score);
+    free(v->normalized);
 }
+
+/* What tokenizer.json's normalizer does, of what kvpipe can do too. */
+typedef struct tj_norm {
+    int nfc;     /* NFC */
+    int prepend; /* Prepend "\u2581" (SentencePiece-style) */
+} tj_norm;
 
 /* Does the component v (or any member of a Sequence) have "type": name? */
 static const kvp_json *tj_find_type(const kvp_json *v, const char *name)
@@ -56,6 +65,98 @@ static const kvp_json *tj_find_type(const kvp_json *v, const char *name)
             return hit;
     }
     return NULL;
+}
+
+/* HF's normalizer v (null, one, or a Sequence of them, nested or not) into
+ * *out.  kvpipe does NFC, and for a SentencePiece-style vocabulary
+ * (!byte_level) a Prepend of U+2581 (llama.cpp's add_space_prefix) and a
+ * Replace of " " with U+2581 (what its encoder does anyway); in any order,
+ * as these commute.  Any other normalizer (NFD, NFKC, NFKD, Lowercase,
+ * Strip, StripAccents, BertNormalizer, Precompiled, another Prepend or
+ * Replace, ...) would change HF's ids and is refused, not skipped. */
+static int tj_normalizer(const kvp_json *v, int byte_level, tj_norm *out, const char *src, kvp_err *err)
+{
+    if (!v || v->type == KVP_JSON_NULL)
+        return 0;
+    const char *ty = kvp_json_get_str(v, "type");
+    char show[64];
+    if (!ty)
+        return kvp_err_set(err, KVP_EFORMAT, "%s: normalizer: not an object with a \"type\"", src);
+    if (!strcmp(ty, "Sequence")) {
+        const kvp_json *list = kvp_json_get(v, "normalizers");
+        if (!list || list->type != KVP_JSON_ARRAY)
+            return kvp_err_set(err, KVP_EFORMAT, "%s: normalizer: a Sequence without a \"normalizers\" array", src);
+        for (size_t i = 0; i < list->n; i++) {
+            int rc = tj_normalizer(&list->items[i], byte_level, out, src, err);
+            if (rc < 0)
+                return rc;
+        }
+        return 0;
+    }
+    if (!strcmp(ty, "NFC")) {
+        out->nfc = 1;
+        return 0;
+    }
+    int spm = !byte_level && (!strcmp(ty, "Prepend") || !strcmp(ty, "Replace"));
+    if (spm && !strcmp(ty, "Prepend")) {
+        const kvp_json *p = kvp_json_get(v, "prepend");
+        if (p && p->type == KVP_JSON_STRING && !strcmp(p->str, "\xE2\x96\x81")) {
+            out->prepend = 1;
+            return 0;
+        }
+        int str = p && p->type == KVP_JSON_STRING;
+        kvp_json_show(show, sizeof show, str ? p->str : "", str ? p->len : 0);
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: normalizer: Prepend %s is not supported (U+2581 only)", src,
+                           show);
+    }
+    if (spm) {
+        const kvp_json *from = kvp_json_get(kvp_json_get(v, "pattern"), "String");
+        const kvp_json *to = kvp_json_get(v, "content");
+        if (from && from->type == KVP_JSON_STRING && !strcmp(from->str, " ") && to && to->type == KVP_JSON_STRING &&
+            !strcmp(to->str, "\xE2\x96\x81"))
+            return 0;
+        return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: normalizer: a Replace other than \" \" with U+2581 is not "
+                           "supported", src);
+    }
+    kvp_json_show(show, sizeof show, ty, strlen(ty));
+    return kvp_err_set(err, KVP_EUNSUPPORTED, "%s: normalizer: %s is not supported (kvpipe applies NFC%s): the ids "
+                       "would differ from HF's", src, show,
+                       byte_level ? "" : ", and Prepend and Replace of U+2581 for a SentencePiece-style vocabulary");
+}
+
+/* With an NFC normalizer, the added tokens HF matches in the normalized
+ * text (normalized: true, the default of one that is not special), as
+ * tokenizer.kvpipe.normalized_tokens; the others it matches before.  Such
+ * a token whose own text NFC changes would match only its NFC form, and a
+ * SentencePiece-style vocabulary puts U+2581 in front before they are
+ * matched: kvpipe does neither, and refuses them. */
+static int tj_normalized_tokens(kvp_meta *m, const tj_vocab *v, int byte_level, const char *src, kvp_err *err)
+{
+    int32_t *ids = malloc(v->n * sizeof *ids);
+    uint64_t n = 0;
+    int rc = ids ? 0 : kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", src);
+    for (uint64_t i = 0; rc == 0 && i < v->n; i++) {
+        if (!v->normalized[i])
+            continue;
+        char show[64], *nfc = NULL;
+        size_t nl;
+        kvp_json_show(show, sizeof show, v->text[i], v->len[i]);
+        if (!byte_level)
+            rc = kvp_err_set(err, KVP_EUNSUPPORTED, "%s: added token %llu %s: matched after the NFC normalizer "
+                             "(normalized: true) in a SentencePiece-style vocabulary: not supported", src,
+                             (unsigned long long)i, show);
+        else if ((rc = kvp_unicode_nfc(v->text[i], v->len[i], &nfc, &nl, err)) == 0 &&
+                 (nl != v->len[i] || memcmp(nfc, v->text[i], nl) != 0))
+            rc = kvp_err_set(err, KVP_EUNSUPPORTED, "%s: added token %llu %s: not in NFC, and matched after the "
+                             "NFC normalizer (normalized: true): not supported", src, (unsigned long long)i, show);
+        free(nfc);
+        if (rc == 0)
+            ids[n++] = (int32_t)i;
+    }
+    if (rc == 0 && n && kvp_meta_set_arr(m, "tokenizer.kvpipe.normalized_tokens", KVP_META_ARR_I32, ids, n) < 0)
+        rc = kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", src);
+    free(ids);
+    return rc;
 }
 
 static int32_t tj_lookup(const tj_vocab *v, const char *s)
@@ -94,7 +195,8 @@ static int tj_read_vocab(tj_vocab *v, const kvp_json *root, const kvp_json *mode
     v->len = calloc(n, sizeof *v->len);
     v->type = calloc(n, sizeof *v->type);
     v->score = calloc(n, sizeof *v->score);
-    if (!v->text || !v->len || !v->type || !v->score)
+    v->normalized = calloc(n, 1);
+    if (!v->text || !v->len || !v->type || !v->score || !v->normalized)
         return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory for %llu tokens", src, (unsigned long long)n);
     for (size_t i = 0; i < vocab->n; i++) {
         kvp_json_to_u64(&vocab->items[i], &id);
@@ -107,13 +209,16 @@ static int tj_read_vocab(tj_vocab *v, const kvp_json *root, const kvp_json *mode
     }
     for (size_t i = 0; added && i < added->n; i++) {
         const kvp_json *a = &added->items[i];
-        int special = 0;
+        int special = 0, normalized;
         kvp_json_get_u64(a, "id", &id);
         kvp_json_get_bool(a, "special", &special);
+        normalized = !special; /* tokenizers' default for an added token */
+        kvp_json_get_bool(a, "normalized", &normalized);
         const kvp_json *c = kvp_json_get(a, "content");
         v->text[id] = c->str;
         v->len[id] = c->len;
         v->type[id] = special ? KVP_TOKEN_CONTROL : KVP_TOKEN_USER_DEFINED;
+        v->normalized[id] = normalized != 0;
     }
     return 0;
 }
@@ -230,10 +335,9 @@ static int tj_metaspace(const kvp_json *v, const char *field, const char **schem
  *   on each U+2581-led word apart;
  *   decoding a text from its start drops the spaces the decoder drops: a
  *   Strip decoder's leading ones, a Metaspace decoder's of the first token. */
-static int tj_spm_rules(kvp_meta *m, const kvp_json *root, const char *src, kvp_err *err)
+static int tj_spm_rules(kvp_meta *m, const kvp_json *root, int prepend, const char *src, kvp_err *err)
 {
     const kvp_json *ms = tj_find_type(kvp_json_get(root, "pre_tokenizer"), "Metaspace");
-    int prepend = tj_find_type(kvp_json_get(root, "normalizer"), "Prepend") != NULL;
     const char *scheme = "never";
     int split = 0, rc;
     if (ms && (rc = tj_metaspace(ms, "pre_tokenizer", &scheme, &split, src, err)) < 0)
@@ -336,12 +440,15 @@ static int tj_fill(kvp_meta *m, const kvp_json *root, const char *src, tj_vocab 
     int byte_fallback = 0;
     kvp_json_get_bool(model, "byte_fallback", &byte_fallback);
     int metaspace = tj_find_type(kvp_json_get(root, "pre_tokenizer"), "Metaspace") != NULL;
-    int prepend = tj_find_type(kvp_json_get(root, "normalizer"), "Prepend") != NULL;
-    if (!byte_level && !byte_fallback && !metaspace && !prepend)
+    tj_norm norm = {0, 0};
+    int rc = tj_normalizer(kvp_json_get(root, "normalizer"), byte_level, &norm, src, err);
+    if (rc < 0)
+        return rc;
+    if (!byte_level && !byte_fallback && !metaspace && !norm.prepend)
         return kvp_err_set(err, KVP_EUNSUPPORTED,
                            "%s: a BPE that is neither byte-level nor SentencePiece-style (no ByteLevel, "
                            "byte_fallback, Metaspace or Prepend)", src);
-    int rc = tj_read_vocab(v, root, model, src, err);
+    rc = tj_read_vocab(v, root, model, src, err);
     if (rc < 0)
         return rc;
     if ((rc = tj_merges(m, model, src, err)) < 0)
@@ -387,8 +494,15 @@ static int tj_fill(kvp_meta *m, const kvp_json *root, const char *src, tj_vocab 
             return rc;
         if (kvp_meta_set_str(m, "tokenizer.ggml.pre", pre, strlen(pre)) < 0)
             return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", src);
-    } else if ((rc = tj_spm_rules(m, root, src, err)) < 0) {
+    } else if ((rc = tj_spm_rules(m, root, norm.prepend, src, err)) < 0) {
         return rc;
+    }
+    /* HF normalizes the text between the added tokens it matches first */
+    if (norm.nfc) {
+        if (kvp_meta_set_str(m, "tokenizer.kvpipe.normalizer", "nfc", 3) < 0)
+            return kvp_err_set(err, KVP_ENOMEM, "%s: out of memory", src);
+        if ((rc = tj_normalized_tokens(m, v, byte_level, src, err)) < 0)
+            return rc;
     }
     static const char *const bos_names[] = {"<s>", "<|begin_of_text|>", NULL};
     static const char *const eos_names[] = {"</s>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>", NULL};

@@ -138,6 +138,31 @@ expect_err_has "prefill: note: $nopre: no tokenizer.ggml.pre: tokenized with lla
     "a note names the file and the pre-tokenizer assumed"
 expect_err_one_line "said once for the load, not once a prompt"
 
+# ---- an HF folder whose tokenizer.json normalizes to NFC (Qwen2's,
+# GPT-NeoX's): the text between the added tokens HF matches first is put in
+# NFC before it is cut into words. The small byte-level tokenizer.json of
+# scripts/ref/gen_tokenizer_nfc.py, whose one-token precomposed letters and
+# combining marks show it; HF tokenizers gives these ids (tok_nfc.txt's kind):
+# "e" U+0301 twice is "é" twice (999), "cafe" U+0301 the added token "café"
+# (1139, matched after NFC), <|endoftext|> (1134, matched before) keeps the
+# U+0301 after it apart (1023). Any other normalizer is refused, naming it ----
+nfc="$T/nfc"
+mkdir "$nfc" && cp "$KVP_TESTS/golden/engine_hf/gqa1_hd32_tied/config.json" \
+    "$KVP_TESTS/golden/engine_hf/gqa1_hd32_tied/model.safetensors" "$nfc/"
+cp "$KVP_TESTS/golden/tok_nfc_tokenizer.json" "$nfc/tokenizer.json"
+printf '%s\n' '{"prompt":"e\u0301e\u0301 cafe\u0301<|endoftext|>\u0301"}' >"$T/nfc.jsonl"
+run prefill --tokenize --json -m "$nfc" -f "$T/nfc.jsonl"
+expect_status 0 "--tokenize with an NFC normalizer"
+expect_out_has '"ids":[999,999,32,1139,1134,1023],' "decomposed text gets HF's ids: NFC between the added tokens"
+expect_err_empty "no note: NFC is applied, nothing is left out"
+for ty in NFKC NFD Lowercase StripAccents; do
+    sed "s/\"type\":\"NFC\"/\"type\":\"$ty\"/" "$KVP_TESTS/golden/tok_nfc_tokenizer.json" >"$nfc/tokenizer.json"
+    run prefill --tokenize --json -m "$nfc" -f "$T/nfc.jsonl"
+    expect_status 1 "a $ty normalizer is refused, not skipped"
+    expect_err_has "prefill: $nfc/tokenizer.json: normalizer: \"$ty\" is not supported" "the message names the file and $ty"
+    expect_out_empty "no ids for $ty"
+done
+
 need_model
 nl='
 '

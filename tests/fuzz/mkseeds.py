@@ -17,6 +17,9 @@ fuzzer starts from deep inside the formats:
   corpus/tokenizer/   texts; the first byte picks fuzz_tokenizer's vocabulary
   corpus/tokvocab/    tokenizer.ggml.* metadata lists (byte-level BPE, SentencePiece)
   corpus/tokjson/     HF tokenizer.json files
+  corpus/nfc/         texts for fuzz_nfc (kvp_unicode_nfc): decomposed Latin,
+                      Vietnamese, Hangul jamo, singletons, a long run of marks,
+                      and invalid UTF-8 among them
   corpus/model/       complete tiny Llama GGUF models for fuzz_model (f32, the
                       32-block kinds, the K-quants on rows of 256)
   corpus/kvstats/     decode --stats=FILE summaries for fuzz_kvstats (kvcalc --check):
@@ -345,6 +348,10 @@ def byte_cp(b):
     return b if keep(b) else 0x100 + sum(1 for k in range(b) if not keep(k))
 
 
+QWEN2_RE = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+            "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
 def tok_seeds():
     texts = [b"\x00The capital of France is", b"\x01Hello world! 123", b"\x12<|im_start|>user\nhi<|im_end|>",
              "\x03 the th\u00e9\u00e2tre \u65e5\u672c\u8a9e ".encode() + b"\xff\xfe", b"\x04  12345 what's up\n\n\t",
@@ -367,6 +374,13 @@ def tok_seeds():
         ("tokenizer.ggml.model", M_STR, "gpt2"), ("tokenizer.ggml.tokens", M_ASTR, toks),
         ("tokenizer.ggml.token_type", M_AI32, types), ("tokenizer.ggml.merges", M_ASTR, merges),
         ("tokenizer.ggml.bos_token_id", M_U64, 1), ("tokenizer.ggml.eos_token_id", M_U64, 2)]))
+    # an HF folder's NFC normalizer: <|im_start|> matched in the normalized text
+    write("tokvocab", "gpt2-nfc.meta", m_list([
+        ("tokenizer.ggml.model", M_STR, "gpt2"), ("tokenizer.ggml.pre", M_STR, "qwen2"),
+        ("tokenizer.ggml.tokens", M_ASTR, toks), ("tokenizer.ggml.token_type", M_AI32, types),
+        ("tokenizer.ggml.merges", M_ASTR, merges), ("tokenizer.ggml.bos_token_id", M_U64, 1),
+        ("tokenizer.ggml.eos_token_id", M_U64, 2), ("tokenizer.kvpipe.normalizer", M_STR, "nfc"),
+        ("tokenizer.kvpipe.normalized_tokens", M_AI32, [1])]))
     sm = "\u2581"
     stoks = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
     pieces = [sm, "t", "h", "e", "a", sm + "t", "he", sm + "the", "\u00e9", sm + sm]
@@ -400,6 +414,19 @@ def tok_seeds():
             {"SpecialToken": {"id": "<|im_start|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]},
         "decoder": {"type": "ByteLevel"},
         "model": {"type": "BPE", "vocab": vocab, "merges": merges}}, indent=1))
+    # Qwen2's: an NFC normalizer (in a Sequence here), Split + ByteLevel; one
+    # added token matched after it (normalized: true)
+    write("tokjson", "nfc.json", json.dumps({
+        "version": "1.0",
+        "added_tokens": [{"id": 0, "content": "<|endoftext|>", "special": True, "normalized": False},
+                         {"id": 1, "content": "<|im_start|>", "special": True, "normalized": True},
+                         {"id": 2, "content": "<|im_end|>", "special": True, "normalized": False}],
+        "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}]},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": QWEN2_RE}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
+        "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "vocab": vocab, "merges": merges}}, indent=1))
     svocab = {t: i for i, t in enumerate(stoks + pieces)}
     write("tokjson", "spm.json", json.dumps({
         "added_tokens": [{"id": 0, "content": "<unk>", "special": True},
@@ -426,6 +453,18 @@ def tok_seeds():
         "model": {"type": "BPE", "unk_token": "<unk>", "byte_fallback": True, "vocab": svocab,
                   "merges": [sm + " t", "h e", sm + "t he", sm + " " + sm]}}, indent=1))
     shutil.copyfile(os.path.join(ROOT, "json", "tokenizer.json"), os.path.join(ROOT, "tokjson", "small.json"))
+
+
+def nfc_seeds():
+    # texts NFC changes: decomposed and out-of-order marks, Hangul jamo,
+    # singletons and exclusions, a long run of marks; and bytes that are not
+    # UTF-8 among them
+    texts = ["cafe\u0301 Vie\u0302\u0323t \u1100\u1161\u11a8 \uac00\u11a8 \u212b\u2126\u212a \u0958",
+             "a\u0323\u0301 o\u0308\u0304 \u1f00\u0345 \u03b1\u0313\u0345 \u0915\u093c \u2adc",
+             "e" + "\u0316\u0301" * 40 + "x" + "\u0301" * 300]
+    for i, t in enumerate(texts):
+        write("nfc", "text%d" % i, t.encode())
+    write("nfc", "bad", b"e\xcc\x81\xff\xcc\x81\xe1\x84\x80\xe1\x85\xed\xa0\x80\xe1\x84\x80\xe1\x85\xa1\xc3")
 
 
 def convert_seeds():
@@ -537,6 +576,7 @@ if __name__ == "__main__":
     hf_seeds()
     st_seeds()
     tok_seeds()
+    nfc_seeds()
     convert_seeds()
     kvstats_seeds()
     lengths_seeds()

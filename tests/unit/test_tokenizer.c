@@ -1178,6 +1178,337 @@ static void test_metaspace_keys(void)
     kvp_meta_free(&m);
 }
 
+/* ---- an NFC normalizer (tok_nfc.txt) ---- */
+
+/* s[0..*n) with its first from replaced by to, malloc'd (*n updated); NULL
+ * when s has no from. */
+static char *replace_once(const char *s, size_t *n, const char *from, const char *to)
+{
+    size_t lf = strlen(from), lt = strlen(to);
+    for (size_t i = 0; i + lf <= *n; i++) {
+        if (memcmp(s + i, from, lf) != 0)
+            continue;
+        char *o = malloc(*n - lf + lt + 1);
+        memcpy(o, s, i);
+        memcpy(o + i, to, lt);
+        memcpy(o + i + lt, s + i + lf, *n - i - lf);
+        *n = *n - lf + lt;
+        o[*n] = '\0';
+        return o;
+    }
+    return NULL;
+}
+
+/* The cache's llama-bpe.tokenizer.json as gen_tokenizer_nfc.py changes it:
+ * an NFC normalizer, Qwen2's Split regex (single digits), no ignore_merges.
+ * NULL, with a skip note, when the cache lacks it. */
+static kvp_tokenizer *nfc_llama_bpe(void)
+{
+    static const char *const edit[][2] = {{"\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}"},
+                                          {"\\\\p{N}{1,3}", "\\\\p{N}"},
+                                          {"\"ignore_merges\": true", "\"ignore_merges\": false"}};
+    char path[1200];
+    uint8_t *data;
+    size_t len;
+    kvp_err err;
+    path_in(path, sizeof path, "KVPIPE_CACHE", ".cache/kvpipe", "vocab/llama-bpe.tokenizer.json");
+    if (kvp_read_file(path, 64u << 20, &data, &len, &err) < 0) {
+        printf("skip: %s absent (scripts/ref/gen_tokenizer.py writes it): tok_nfc.txt's llama-bpe not run\n", path);
+        return NULL;
+    }
+    char *text = (char *)data;
+    for (size_t i = 0; text && i < 3; i++) {
+        char *next = replace_once(text, &len, edit[i][0], edit[i][1]);
+        CHECK_MSG(next != NULL, "%s: no %s to change", path, edit[i][0]);
+        free(text);
+        text = next;
+    }
+    kvp_json *root = NULL;
+    kvp_meta m;
+    kvp_tokenizer *t = NULL;
+    kvp_meta_init(&m);
+    int rc = text ? kvp_json_parse(&root, text, len, path, &err) : KVP_EFORMAT;
+    if (rc == 0)
+        rc = kvp_tokenizer_meta_from_json(&m, root, path, &err);
+    if (rc == 0) {
+        CHECK_STR(kvp_meta_get_str(&m, "tokenizer.ggml.pre"), "qwen2");
+        CHECK_STR(kvp_meta_get_str(&m, "tokenizer.kvpipe.normalizer"), "nfc");
+        rc = kvp_tokenizer_load_meta(&t, &m, path, &err);
+    }
+    CHECK_MSG(rc == 0, "%s", text ? err.msg : "not edited");
+    kvp_meta_free(&m);
+    kvp_json_free(root);
+    free(text);
+    return t;
+}
+
+/* The tokenizer of a "# variant NAME ARG" line of tok_nfc.txt (NULL when
+ * it cannot be had; a check fails unless its file is a cache's). */
+static kvp_tokenizer *nfc_variant(const char *name, const char *arg, const kvp_meta *spm)
+{
+    kvp_tokenizer *t = NULL;
+    kvp_err err;
+    if (!strcmp(name, "llama-bpe"))
+        return nfc_llama_bpe();
+    if (!strncmp(name, "spm-", 4))
+        return variant_tokenizer(spm, arg, strlen(arg));
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", golden_dir(), arg);
+    CHECK_MSG(kvp_tokenizer_load_json(&t, path, &err) == 0, "%s", err.msg);
+    return t;
+}
+
+/* Per variant of gen_tokenizer_nfc.py: HF's ids for text that NFC changes
+ * (decomposed, out of canonical order, Hangul jamo, singletons) and for
+ * added tokens next to it, those matched before normalization and after. */
+static void test_nfc_goldens(void)
+{
+    char path[1200];
+    kvp_gguf g;
+    kvp_err err;
+    uint8_t *data;
+    size_t len;
+    snprintf(path, sizeof path, "%s/tok_llama_spm_vocab.bin", golden_dir());
+    if (kvp_gguf_open(&g, path, &err) < 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/tok_nfc.txt", golden_dir());
+    if (kvp_read_file(path, 16u << 20, &data, &len, &err) < 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        kvp_gguf_close(&g);
+        return;
+    }
+    char *text = malloc(len + 1);
+    int32_t *want = malloc((len + 1) * sizeof *want);
+    kvp_tokenizer *t = NULL;
+    char name[64] = "";
+    size_t variants = 0, cases = 0, bad = 0, in_variant = 0;
+    for (char *line = (char *)data; line && *line;) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        if (!strncmp(line, "# variant ", 10)) {
+            const char *sp = strchr(line + 10, ' ');
+            CHECK_MSG(!t || in_variant >= 100, "tok_nfc.txt: %s: %zu cases", name, in_variant);
+            kvp_tokenizer_free(t);
+            snprintf(name, sizeof name, "%.*s", sp ? (int)(sp - line - 10) : 0, line + 10);
+            t = sp ? nfc_variant(name, sp + 1, &g.meta) : NULL;
+            variants += t != NULL;
+            in_variant = 0;
+        }
+        char *tab = strchr(line, '\t');
+        if (line[0] == '#' || !t || !tab) {
+            CHECK_MSG(line[0] == '#' || !strcmp(name, "llama-bpe"), "tok_nfc.txt: a line without two columns");
+            line = next;
+            continue;
+        }
+        size_t tl = unhex(line, tab, text), nw = parse_ids_into(tab + 1, tab + strlen(tab), want);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        int rc = kvp_tokenizer_encode(t, text, tl, 1, -1, &ids, &n, &err);
+        cases++;
+        in_variant++;
+        if (rc < 0 || !ids_equal(ids, n, want, nw)) {
+            if (bad++ < 8) {
+                printf("tok_nfc.txt: %s: \"%.*s\"\n", name, (int)tl, text);
+                print_ids("want", want, nw);
+                print_ids("got ", ids, n);
+            }
+        }
+        free(ids);
+        line = next;
+    }
+    CHECK_MSG(!t || in_variant >= 100, "tok_nfc.txt: %s: %zu cases", name, in_variant);
+    printf("ok tok_nfc.txt: %zu variants, %zu cases; %zu differ from HF's ids\n", variants, cases, bad);
+    CHECK(variants >= 3); /* the committed vocabularies: the small byte-level one and Llama-2's twice */
+    CHECK_EQ_U64(bad, 0);
+    kvp_tokenizer_free(t);
+    free(want);
+    free(text);
+    free(data);
+    kvp_gguf_close(&g);
+}
+
+/* kvp_tokenizer_meta_from_json of the text j (named name) into *m. */
+static int json_rules(kvp_meta *m, const char *j, const char *name, kvp_err *err)
+{
+    kvp_json *root = NULL;
+    kvp_meta_init(m);
+    int rc = kvp_json_parse(&root, j, strlen(j), name, err);
+    if (rc == 0)
+        rc = kvp_tokenizer_meta_from_json(m, root, name, err);
+    kvp_json_free(root);
+    return rc;
+}
+
+/* json_rules of a tokenizer.json around a tiny byte-level BPE with its
+ * normalizer and one more added token (NULL: none), named byte.json. */
+static int byte_level_rules(kvp_meta *m, const char *normalizer, const char *added, kvp_err *err)
+{
+    char j[2048];
+    snprintf(j, sizeof j,
+             "{\"normalizer\":%s,\"added_tokens\":[{\"id\":0,\"content\":\"<s>\",\"special\":true,\"normalized\":"
+             "false}%s%s],\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"<s>\":0,"
+             "\"a\":1,\"b\":2},\"merges\":[]}}", normalizer, added ? "," : "", added ? added : "");
+    return json_rules(m, j, "byte.json", err);
+}
+
+/* The normalizer as keys: NFC recorded, and the added tokens HF matches
+ * after it; every normalizer kvpipe does not apply refused, naming it. */
+static void test_nfc_keys(void)
+{
+    kvp_tokenizer *t = NULL;
+    kvp_err err;
+    kvp_meta m;
+    char path[1200];
+    /* the committed small tokenizer.json: NFC inside a Sequence; <n> (special),
+     * <t> and café (not special) are normalized: true, the rest false */
+    snprintf(path, sizeof path, "%s/tok_nfc_tokenizer.json", golden_dir());
+    kvp_json *root = NULL;
+    kvp_meta_init(&m);
+    int rc = kvp_json_parse_file(&root, path, 1u << 24, &err);
+    if (rc == 0)
+        rc = kvp_tokenizer_meta_from_json(&m, root, path, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc == 0 && kvp_tokenizer_load_meta(&t, &m, path, &err) == 0) {
+        CHECK_STR(kvp_meta_get_str(&m, "tokenizer.kvpipe.normalizer"), "nfc");
+        const kvp_meta_entry *e = kvp_meta_find(&m, "tokenizer.kvpipe.normalized_tokens");
+        const char *want[] = {"<n>", "<t>", "caf\xC3\xA9"};
+        CHECK(e && e->type == KVP_META_ARR_I32 && e->n == 3);
+        for (size_t i = 0; e && i < 3 && i < e->n; i++)
+            CHECK_MSG(((const int32_t *)e->arr)[i] == kvp_tokenizer_find(t, want[i], strlen(want[i])), "%s", want[i]);
+        CHECK_EQ_U64(kvp_tokenizer_token_type(t, kvp_tokenizer_find(t, "<n>", 3)), KVP_TOKEN_CONTROL);
+        /* café after NFC, not in the raw text; <u> in the raw text, not after
+         * NFC made its '>' and U+0338 one character */
+        int32_t cafe = kvp_tokenizer_find(t, "caf\xC3\xA9", 5), u = kvp_tokenizer_find(t, "<u>", 3);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK(kvp_tokenizer_encode(t, "cafe\xCC\x81", 6, 1, -1, &ids, &n, &err) == 0 && n == 1 && ids[0] == cafe);
+        free(ids);
+        CHECK(kvp_tokenizer_encode(t, "<u>\xCC\xB8", 5, 1, -1, &ids, &n, &err) == 0 && n >= 2 && ids[0] == u);
+        free(ids);
+        /* a control token matched after NFC is cut only where special tokens
+         * are: in a special span, the text cut where spans begin and end */
+        int32_t nt = kvp_tokenizer_find(t, "<n>", 3);
+        CHECK(kvp_tokenizer_encode(t, "<n>", 3, 0, -1, &ids, &n, &err) == 0 && n == 3);
+        free(ids);
+        const kvp_tok_span first = {0, 3}, whole = {0, 7};
+        const int32_t w1[] = {nt, 'x', '<', 'n', '>'}, w2[] = {nt, 'x', nt};
+        CHECK(kvp_tokenizer_encode_spans(t, "<n>x<n>", 7, &first, 1, -1, &ids, &n, &err) == 0 &&
+              ids_equal(ids, n, w1, 5));
+        free(ids);
+        CHECK(kvp_tokenizer_encode_spans(t, "<n>x<n>", 7, &whole, 1, -1, &ids, &n, &err) == 0 &&
+              ids_equal(ids, n, w2, 3));
+        free(ids);
+        /* no spans at all: NFC still */
+        int32_t e_acute = kvp_tokenizer_find(t, "\xC3\x83\xC2\xA9", 4); /* bytes C3 A9 byte-level */
+        CHECK(e_acute >= 0 && kvp_tokenizer_encode_spans(t, "e\xCC\x81", 3, NULL, 0, -1, &ids, &n, &err) == 0 &&
+              n == 1 && ids[0] == e_acute);
+        free(ids);
+        kvp_tokenizer_free(t);
+    } else {
+        CHECK_MSG(0, "%s", err.msg);
+    }
+    kvp_meta_free(&m);
+    kvp_json_free(root);
+
+    /* Sequences, nested or empty; SentencePiece-style ones with Prepend and Replace */
+    static const char *const ok[] = {
+        "null", "{\"type\":\"NFC\"}", "{\"type\":\"Sequence\",\"normalizers\":[]}",
+        "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFC\"}]}]}"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        rc = byte_level_rules(&m, ok[i], NULL, &err);
+        CHECK_MSG(rc == 0, "%s: %s", ok[i], err.msg);
+        CHECK_MSG(!kvp_meta_get_str(&m, "tokenizer.kvpipe.normalizer") == (i == 0 || i == 2), "%s", ok[i]);
+        kvp_meta_free(&m);
+    }
+    static const char spm_ok[] =
+        "{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},"
+        "\"content\":\"\\u2581\"},{\"type\":\"NFC\"},{\"type\":\"Prepend\",\"prepend\":\"\\u2581\"}]}}";
+    rc = variant_rules(&m, spm_ok, strlen(spm_ok), &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    CHECK_STR(kvp_meta_get_str(&m, "tokenizer.kvpipe.normalizer"), "nfc");
+    CHECK(!kvp_meta_get_str(&m, "tokenizer.kvpipe.prepend_scheme")); /* the Prepend: llama.cpp's rule */
+    kvp_meta_free(&m);
+
+    /* what kvpipe does not do: refused with the file and the type named */
+    static const char *const bad[][2] = {
+        {"{\"type\":\"NFKC\"}", "\"NFKC\""},
+        {"{\"type\":\"NFD\"}", "\"NFD\""},
+        {"{\"type\":\"NFKD\"}", "\"NFKD\""},
+        {"{\"type\":\"Lowercase\"}", "\"Lowercase\""},
+        {"{\"type\":\"Strip\",\"strip_left\":true,\"strip_right\":true}", "\"Strip\""},
+        {"{\"type\":\"StripAccents\"}", "\"StripAccents\""},
+        {"{\"type\":\"BertNormalizer\",\"lowercase\":true}", "\"BertNormalizer\""},
+        {"{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"\"}", "\"Precompiled\""},
+        {"{\"type\":\"ByteLevel\"}", "\"ByteLevel\""},
+        {"{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFC\"},{\"type\":\"NFKC\"}]}", "\"NFKC\""},
+        {"{\"type\":\"Prepend\",\"prepend\":\"\\u2581\"}", "\"Prepend\""}, /* byte-level: not SentencePiece */
+        {"{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\\u2581\"}", "\"Replace\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err.msg[0] = '\0';
+        rc = byte_level_rules(&m, bad[i][0], NULL, &err);
+        CHECK_MSG(rc == KVP_EUNSUPPORTED && !strncmp(err.msg, "byte.json: normalizer: ", 23) &&
+                      strstr(err.msg, bad[i][1]) && strstr(err.msg, "not supported"), "%s: %d %s", bad[i][0], rc,
+                  err.msg);
+        kvp_meta_free(&m);
+    }
+    static const char *const spm_bad[][2] = {
+        {"{\"normalizer\":{\"type\":\"Prepend\",\"prepend\":\"x\"}}", "Prepend \"x\""},
+        {"{\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\"a\"},\"content\":\"b\"}}", "Replace"},
+        {"{\"normalizer\":{\"type\":\"Lowercase\"}}", "\"Lowercase\""},
+        {"{\"normalizer\":{\"type\":\"Sequence\"}}", "Sequence without"},
+        {"{\"normalizer\":{\"lowercase\":true}}", "\"type\""},
+    };
+    for (size_t i = 0; i < sizeof spm_bad / sizeof spm_bad[0]; i++) {
+        err.msg[0] = '\0';
+        rc = variant_rules(&m, spm_bad[i][0], strlen(spm_bad[i][0]), &err);
+        CHECK_MSG(rc < 0 && !strncmp(err.msg, "variant: normalizer: ", 21) && strstr(err.msg, spm_bad[i][1]),
+                  "%s: %d %s", spm_bad[i][0], rc, err.msg);
+        kvp_meta_free(&m);
+    }
+    /* an added token matched after NFC: its text must be NFC, and not in a
+     * SentencePiece-style vocabulary (HF's Prepend comes before the match) */
+    rc = byte_level_rules(&m, "{\"type\":\"NFC\"}", "{\"id\":3,\"content\":\"e\\u0301\",\"special\":false}", &err);
+    CHECK_MSG(rc == KVP_EUNSUPPORTED && strstr(err.msg, "added token 3") && strstr(err.msg, "not in NFC"), "%s",
+              err.msg);
+    kvp_meta_free(&m);
+    rc = byte_level_rules(&m, "{\"type\":\"NFC\"}", "{\"id\":3,\"content\":\"\\u00e9\",\"special\":false}", &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    kvp_meta_free(&m);
+    static const char spm_norm[] =
+        "{\"normalizer\":{\"type\":\"NFC\"},\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true},"
+        "{\"id\":3,\"content\":\"a\",\"special\":false}],\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,"
+        "\"vocab\":{\"<unk>\":0,\"\\u2581\":1,\"b\":2},\"merges\":[]}}";
+    rc = json_rules(&m, spm_norm, "spm.json", &err);
+    CHECK_MSG(rc == KVP_EUNSUPPORTED && strstr(err.msg, "SentencePiece"), "%s", err.msg);
+    kvp_meta_free(&m);
+
+    /* the keys in a record are checked like the rest */
+    static const char *const tok[] = {"<s>", "a"};
+    static const int32_t types[] = {KVP_TOKEN_CONTROL, KVP_TOKEN_NORMAL};
+    kvp_meta_init(&m);
+    kvp_meta_set_str(&m, "tokenizer.ggml.model", "llama", 5);
+    set_tokens(&m, tok, 2);
+    kvp_meta_set_arr(&m, "tokenizer.ggml.token_type", KVP_META_ARR_I32, types, 2);
+    kvp_meta_set_str(&m, "tokenizer.kvpipe.normalizer", "nfkc", 4);
+    CHECK(kvp_tokenizer_check_meta(&m, "bad.kvp", &err) == KVP_EFORMAT &&
+          !strcmp(err.msg, "bad.kvp: tokenizer.kvpipe.normalizer: \"nfkc\" is not one kvpipe applies (nfc)"));
+    kvp_meta_set_bool(&m, "tokenizer.kvpipe.normalizer", 1);
+    CHECK(kvp_tokenizer_check_meta(&m, "bad.kvp", &err) == KVP_EFORMAT && strstr(err.msg, "want str"));
+    kvp_meta_set_str(&m, "tokenizer.kvpipe.normalizer", "nfc", 3);
+    const int32_t far[] = {2}, normal[] = {1}, first[] = {0};
+    kvp_meta_set_arr(&m, "tokenizer.kvpipe.normalized_tokens", KVP_META_ARR_I32, far, 1);
+    CHECK(kvp_tokenizer_check_meta(&m, "bad.kvp", &err) == KVP_EFORMAT && strstr(err.msg, "outside the vocabulary"));
+    kvp_meta_set_arr(&m, "tokenizer.kvpipe.normalized_tokens", KVP_META_ARR_I32, normal, 1);
+    CHECK(kvp_tokenizer_check_meta(&m, "bad.kvp", &err) == KVP_EFORMAT && strstr(err.msg, "not a control"));
+    kvp_meta_set_arr(&m, "tokenizer.kvpipe.normalized_tokens", KVP_META_ARR_I32, first, 1);
+    CHECK_MSG(kvp_tokenizer_check_meta(&m, "ok.kvp", &err) == 0, "%s", err.msg);
+    kvp_meta_free(&m);
+}
+
 /* ---- chat formats ---- */
 
 static int buf_is(const kvp_buf *b, const char *s)
@@ -1327,5 +1658,7 @@ int main(void)
     test_json_goldens();
     test_metaspace_keys();
     test_metaspace_goldens();
+    test_nfc_keys();
+    test_nfc_goldens();
     return unit_done();
 }
