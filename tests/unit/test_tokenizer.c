@@ -1020,27 +1020,38 @@ static int decodes_to(const kvp_tokenizer *t, const int32_t *ids, size_t n, int 
     return ok;
 }
 
+/* The committed Llama-2 vocabulary (tok_llama_spm_vocab.bin) into *g and
+ * the golden file name into *data, *len: 0, or -1 (said) with nothing
+ * left open. */
+static int open_spm_golden(const char *name, kvp_gguf *g, uint8_t **data, size_t *len)
+{
+    char path[1200];
+    kvp_err err;
+    snprintf(path, sizeof path, "%s/tok_llama_spm_vocab.bin", golden_dir());
+    if (kvp_gguf_open(g, path, &err) < 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/%s", golden_dir(), name);
+    if (kvp_read_file(path, 16u << 20, data, len, &err) < 0) {
+        CHECK_MSG(0, "%s", err.msg);
+        kvp_gguf_close(g);
+        return -1;
+    }
+    return 0;
+}
+
 /* Per variant of gen_tokenizer_metaspace.py: HF's ids, and its decoded text
  * with special tokens skipped and kept (KVP_DETOK_STRIP_SPACE: a text
  * decoded from its start, as HF's decode takes it). */
 static void test_metaspace_goldens(void)
 {
-    char path[1200];
     kvp_gguf g;
     kvp_err err;
     uint8_t *data;
     size_t len;
-    snprintf(path, sizeof path, "%s/tok_llama_spm_vocab.bin", golden_dir());
-    if (kvp_gguf_open(&g, path, &err) < 0) {
-        CHECK_MSG(0, "%s", err.msg);
+    if (open_spm_golden("tok_metaspace.txt", &g, &data, &len) < 0)
         return;
-    }
-    snprintf(path, sizeof path, "%s/tok_metaspace.txt", golden_dir());
-    if (kvp_read_file(path, 16u << 20, &data, &len, &err) < 0) {
-        CHECK_MSG(0, "%s", err.msg);
-        kvp_gguf_close(&g);
-        return;
-    }
     char *text = malloc(len + 1), *dec = malloc(len + 1);
     int32_t *want = malloc((len + 1) * sizeof *want);
     kvp_tokenizer *t = NULL;
@@ -1263,22 +1274,12 @@ static kvp_tokenizer *nfc_variant(const char *name, const char *arg, const kvp_m
  * added tokens next to it, those matched before normalization and after. */
 static void test_nfc_goldens(void)
 {
-    char path[1200];
     kvp_gguf g;
     kvp_err err;
     uint8_t *data;
     size_t len;
-    snprintf(path, sizeof path, "%s/tok_llama_spm_vocab.bin", golden_dir());
-    if (kvp_gguf_open(&g, path, &err) < 0) {
-        CHECK_MSG(0, "%s", err.msg);
+    if (open_spm_golden("tok_nfc.txt", &g, &data, &len) < 0)
         return;
-    }
-    snprintf(path, sizeof path, "%s/tok_nfc.txt", golden_dir());
-    if (kvp_read_file(path, 16u << 20, &data, &len, &err) < 0) {
-        CHECK_MSG(0, "%s", err.msg);
-        kvp_gguf_close(&g);
-        return;
-    }
     char *text = malloc(len + 1);
     int32_t *want = malloc((len + 1) * sizeof *want);
     kvp_tokenizer *t = NULL;
