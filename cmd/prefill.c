@@ -10,6 +10,7 @@
 #include "runopts.h"
 #include "sample.h"
 #include "stopsig.h"
+#include "unicode.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -63,8 +64,8 @@ static void usage(FILE *f)
 static int file_prompt_ids(const kvp_run *r, const kvp_prompt *p, const char *file, uint64_t line, int32_t **t,
                            size_t *n, kvp_err *err)
 {
-    char id[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX)];
-    kvp_err_escape(id, sizeof id, p->label, 0);
+    char id[KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX)];
+    kvp_unicode_escape(id, sizeof id, p->label, 0);
     if (kvp_prompt_encode(p, r->tok, t, n, err) < 0)
         return kvp_err_prefix(err, "%s:%llu%s%s", file, (unsigned long long)line, id[0] ? ": prompt " : "", id);
     if (*n == 0 || *n > UINT32_MAX) {
@@ -296,8 +297,8 @@ static void fail(pf_job *j, kvp_err *err, const char *where)
  * when the prompt has no label. */
 static const char *label_where(char *where, size_t size, const char *label)
 {
-    char id[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX)];
-    snprintf(where, size, "%s%s", label[0] ? "prompt " : "", kvp_err_escape(id, sizeof id, label, 0));
+    char id[KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX)];
+    snprintf(where, size, "%s%s", label[0] ? "prompt " : "", kvp_unicode_escape(id, sizeof id, label, 0));
     return where;
 }
 
@@ -374,10 +375,10 @@ static void prefill_one(pf_job *j, kvp_gen_seq *s, const uint32_t *ids, uint32_t
         fprintf(stderr, ",\"prompt_tokens\":%u,\"computed\":%u,\"ttft_ms\":%.2f,\"tokens_per_s\":%.2f}\n", len,
                 s->n_prefill, dt * 1e3, dt > 0 ? s->n_prefill / dt : 0);
     } else {
-        char id[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX)]; /* a line a sequence: its id escaped */
+        char id[KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX)]; /* a line a sequence: its id escaped */
         fprintf(stderr, "prefill: sequence %llu%s%s: %u prompt tokens (%u computed), first token after %.1f ms, "
                 "%.1f tokens/s\n", (unsigned long long)s->rec.id, label[0] ? " " : "",
-                kvp_err_escape(id, sizeof id, label, 0), len, s->n_prefill, dt * 1e3, dt > 0 ? s->n_prefill / dt : 0);
+                kvp_unicode_escape(id, sizeof id, label, 0), len, s->n_prefill, dt * 1e3, dt > 0 ? s->n_prefill / dt : 0);
     }
 }
 
@@ -441,9 +442,9 @@ static void prefill_file(pf_job *j, const char *output)
             break;
         }
         uint64_t arrival = kvp_gen_wall_ns();
-        char where[4096 + KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX) + 64], id[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX)];
+        char where[4096 + KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX) + 64], id[KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX)];
         snprintf(where, sizeof where, "%s:%llu%s%s", o->file, (unsigned long long)kvp_prompts_reader_line(rd),
-                 p.label[0] ? ": prompt " : "", kvp_err_escape(id, sizeof id, p.label, 0));
+                 p.label[0] ? ": prompt " : "", kvp_unicode_escape(id, sizeof id, p.label, 0));
         int32_t *t = NULL;
         size_t n = 0;
         kvp_sampling smp;
@@ -486,7 +487,7 @@ static void prefill_given(pf_job *j, const char *output)
         kvp_sample_seed(&smp, i);
         kvp_gen_seq s;
         seq_start(&s, j->r, i, &ps.p[i], &smp, arrival);
-        char where[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX) + 16];
+        char where[KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX) + 16];
         prefill_one(j, &s, ids[i], lens[i], NULL, j->o->stop, j->o->n_stop,
                     label_where(where, sizeof where, ps.p[i].label));
         kvp_gen_seq_free(&s);
@@ -538,7 +539,7 @@ static void prefill_resumed(pf_job *j, const char *resume, const char *output)
         /* --stop replaces the record's stop strings but those its request
          * set itself, as the sampling options replace its other values */
         int keep = (seqs[i].rec.flags & KVP_SEQ_OWN_STOP) || !j->o->n_stop;
-        char where[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX) + 16];
+        char where[KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX) + 16];
         prefill_one(j, &seqs[i], ids[i], lens[i], NULL, keep ? saved[i].stop : j->o->stop,
                     keep ? saved[i].n_stop : j->o->n_stop, label_where(where, sizeof where, seqs[i].rec.label));
         free(ids[i]);

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 #include "io.h"
+#include "unicode.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -450,9 +451,9 @@ void kvp_cli_json_str(FILE *f, const char *str, size_t n)
 void kvp_cli_c_escaped(FILE *f, const char *str, size_t n, int quote)
 {
     for (size_t i = 0; i < n;) {
-        char e[KVP_ERR_ESCAPE_MAX];
+        char e[KVP_UNICODE_ESCAPE_MAX];
         size_t len;
-        i += kvp_err_escape_char(str + i, n - i, quote, e, &len);
+        i += kvp_unicode_escape_char(str + i, n - i, quote, e, &len);
         fwrite(e, 1, len, f);
     }
 }

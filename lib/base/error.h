@@ -61,22 +61,4 @@ int kvp_err_prefix(kvp_err *err, const char *fmt, ...)
 
 void kvp_err_clear(kvp_err *err);
 
-/* A message is one line, so a string from the user inside it (a request
- * id, which may hold any character) goes in escaped: \n \t \r \\, the
- * quote character (0: none) after a backslash, \xNN for another control
- * byte and for each byte that is not part of valid UTF-8, else as it is.
- *
- * kvp_err_escape_char: the escape of the character at s[0..n) (n >= 1)
- * into out (no NUL), its length in *out_len; returns the bytes of s it
- * took.  kvp_err_escape: all of s so into buf[size] (size >= 1), cut short
- * at a whole escape, "..." after it (size >= 4), when it does not fit in
- * size - 1 or KVP_ERR_SHOWN_MAX bytes; returns buf (quote: for a
- * string the message puts in those quotes).  kvp_cli_c_escaped writes
- * the same to a stream (prefill --tokenize's pieces and "# ID" lines). */
-#define KVP_ERR_ESCAPE_MAX 4 /* bytes of one escape: \xNN */
-#define KVP_ERR_SHOWN_MAX 120 /* kvp_err_escape writes at most this, "..." ending what it cut */
-#define KVP_ERR_ESCAPED_SIZE(n) ((n) * KVP_ERR_ESCAPE_MAX + 1) /* a buffer that holds n bytes escaped */
-size_t kvp_err_escape_char(const char *s, size_t n, int quote, char out[KVP_ERR_ESCAPE_MAX], size_t *out_len);
-const char *kvp_err_escape(char *buf, size_t size, const char *s, int quote);
-
 #endif

@@ -414,3 +414,59 @@ int kvp_unicode_nfc(const char *s, size_t n, char **out, size_t *out_n, kvp_err 
     *out_n = len;
     return 0;
 }
+
+size_t kvp_unicode_escape_char(const char *s, size_t n, int quote, char out[KVP_UNICODE_ESCAPE_MAX], size_t *out_len)
+{
+    unsigned c = (unsigned char)s[0];
+    uint32_t cp;
+    size_t len = kvp_unicode_decode(s, n, &cp);
+    if (cp == KVP_UNICODE_BAD || c < 0x20 || c == 0x7f) {
+        static const char hex[] = "0123456789abcdef";
+        const char *named = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : NULL;
+        if (named) {
+            memcpy(out, named, 2);
+            *out_len = 2;
+        } else {
+            out[0] = '\\', out[1] = 'x', out[2] = hex[c >> 4], out[3] = hex[c & 15];
+            *out_len = 4;
+        }
+        return 1;
+    }
+    if (c == '\\' || (quote && c == (unsigned)quote)) {
+        out[0] = '\\', out[1] = (char)c;
+        *out_len = 2;
+        return 1;
+    }
+    memcpy(out, s, len); /* a character of 1 to 4 bytes */
+    *out_len = len;
+    return len;
+}
+
+const char *kvp_unicode_escape(char *buf, size_t size, const char *s, int quote)
+{
+    /* a message's room is KVP_ERR_MSG_MAX: an id of 255 newlines (1,020
+     * bytes escaped) would push out what the message is there to say */
+    size_t n = strlen(s), o = 0, room = size - 1 < KVP_UNICODE_SHOWN_MAX ? size - 1 : KVP_UNICODE_SHOWN_MAX;
+    size_t cut = room >= 4 ? room - 3 : room; /* where "..." goes when it does not all fit */
+    size_t at_cut = 0, i = 0;
+    while (i < n) {
+        char e[KVP_UNICODE_ESCAPE_MAX];
+        size_t el;
+        size_t took = kvp_unicode_escape_char(s + i, n - i, quote, e, &el);
+        if (o + el > room)
+            break;
+        memcpy(buf + o, e, el);
+        o += el;
+        i += took;
+        if (o <= cut)
+            at_cut = o;
+    }
+    if (i < n && room >= 4) { /* cut short: said, at a whole escape */
+        memcpy(buf + at_cut, "...", 3);
+        o = at_cut + 3;
+    } else if (i < n) {
+        o = at_cut;
+    }
+    buf[o] = 0;
+    return buf;
+}

@@ -113,4 +113,22 @@ static inline int kvp_unicode_is_number(uint32_t cp) { return kvp_unicode_class_
 static inline int kvp_unicode_is_space(uint32_t cp) { return kvp_unicode_class_of(cp) & KVP_UNICODE_SPACE; }
 static inline int kvp_unicode_is_punct(uint32_t cp) { return kvp_unicode_class_of(cp) & KVP_UNICODE_PUNCT; }
 
+/* A message is one line, so a string from the user inside it (a request
+ * id, which may hold any character) goes in escaped: \n \t \r \\, the
+ * quote character (0: none) after a backslash, \xNN for another control
+ * byte and for each byte that is not part of valid UTF-8, else as it is.
+ *
+ * kvp_unicode_escape_char: the escape of the character at s[0..n) (n >= 1)
+ * into out (no NUL), its length in *out_len; returns the bytes of s it
+ * took.  kvp_unicode_escape: all of s so into buf[size] (size >= 1), cut short
+ * at a whole escape, "..." after it (size >= 4), when it does not fit in
+ * size - 1 or KVP_UNICODE_SHOWN_MAX bytes; returns buf (quote: for a
+ * string the message puts in those quotes).  kvp_cli_c_escaped writes
+ * the same to a stream (prefill --tokenize's pieces and "# ID" lines). */
+#define KVP_UNICODE_ESCAPE_MAX 4 /* bytes of one escape: \xNN */
+#define KVP_UNICODE_SHOWN_MAX 120 /* kvp_unicode_escape writes at most this, "..." ending what it cut */
+#define KVP_UNICODE_ESCAPED_SIZE(n) ((n) * KVP_UNICODE_ESCAPE_MAX + 1) /* a buffer that holds n bytes escaped */
+size_t kvp_unicode_escape_char(const char *s, size_t n, int quote, char out[KVP_UNICODE_ESCAPE_MAX], size_t *out_len);
+const char *kvp_unicode_escape(char *buf, size_t size, const char *s, int quote);
+
 #endif

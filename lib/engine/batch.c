@@ -10,6 +10,7 @@
 #include "draftlen.h"
 #include "sample.h"
 #include "specverify.h"
+#include "unicode.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -1279,9 +1280,9 @@ int kvp_batch_run(kvp_engine *e, kvp_kvcache *kc, const kvp_tokenizer *tok, cons
             /* a NaN in the weights or in a KV stream's blocks reaches every
              * logit of the rows it touches: no token is chosen from them */
             if (lr && kvp_first_nonfinite_f32(lr, (size_t)used * V) < (size_t)used * V) {
-                char who[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX) + 2], id[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX)];
+                char who[KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX) + 2], id[KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX)];
                 if (r->g.rec.label[0])
-                    snprintf(who, sizeof who, "\"%s\"", kvp_err_escape(id, sizeof id, r->g.rec.label, '"'));
+                    snprintf(who, sizeof who, "\"%s\"", kvp_unicode_escape(id, sizeof id, r->g.rec.label, '"'));
                 else
                     snprintf(who, sizeof who, "%llu", (unsigned long long)r->g.rec.id);
                 rc = kvp_err_set(err, KVP_EFORMAT, "request %s: its logits hold NaN or infinity after %u tokens: "

@@ -63,7 +63,7 @@ struct kvp_jobsrc {
 const char *kvp_request_id(const kvp_gen_seq *s, char buf[KVP_REQUEST_ID_SIZE])
 {
     if (s->rec.label[0])
-        return kvp_err_escape(buf, KVP_REQUEST_ID_SIZE, s->rec.label, 0);
+        return kvp_unicode_escape(buf, KVP_REQUEST_ID_SIZE, s->rec.label, 0);
     snprintf(buf, KVP_REQUEST_ID_SIZE, "%" PRIu64, s->rec.id);
     return buf;
 }
@@ -216,13 +216,13 @@ static int too_long(const kvp_jobsrc *js, const char *what, uint64_t i, const ch
      * stream's sequence by its number in the stream and its id quoted, as
      * kvdump lists it (seq 1 "b") and the stream reader names it; -p or
      * --tokens, one prompt, as "the prompt" (its id, 0, is no count) */
-    char which[48] = "", id[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX)];
+    char which[48] = "", id[KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX)];
     int seq = strcmp(what, "sequence") == 0;
     if (seq)
         snprintf(which, sizeof which, " %" PRIu64, i);
     kvp_err_set(err, KVP_EINVAL, "%s%s%s%s%s%s%s is %u tokens, more than a sequence may hold (%u: %s)",
                 !seq && !js->o->file ? "the " : "", what, which, label[0] ? " " : "", seq && label[0] ? "\"" : "",
-                kvp_err_escape(id, sizeof id, label, seq ? '"' : 0), seq && label[0] ? "\"" : "", n, js->n_ctx,
+                kvp_unicode_escape(id, sizeof id, label, seq ? '"' : 0), seq && label[0] ? "\"" : "", n, js->n_ctx,
                 js->n_ctx_from);
     return 1;
 }
@@ -257,8 +257,8 @@ static void pop_prompt(kvp_jobsrc *js)
 static int prompt_request(kvp_jobsrc *js, pending *q, uint64_t i, kvp_request **out, kvp_err *err)
 {
     const char *label = q->p.label;
-    char id[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX)]; /* label as a message shows it */
-    kvp_err_escape(id, sizeof id, label, 0);
+    char id[KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX)]; /* label as a message shows it */
+    kvp_unicode_escape(id, sizeof id, label, 0);
     if (!q->ids) {
         int32_t *t;
         size_t n;

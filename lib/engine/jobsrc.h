@@ -21,6 +21,7 @@
 #include "batch.h"
 #include "error.h"
 #include "results.h"
+#include "unicode.h"
 #include "runopts.h"
 
 #include <stdint.h>
@@ -66,9 +67,9 @@ int kvp_jobsrc_count_pending(const char *path, uint32_t shard_k, uint32_t shard_
                              uint64_t *n_kept);
 
 /* The id of a request as a message prints it: its label escaped
- * (kvp_err_escape: a message stays one line whatever the id holds), else
+ * (kvp_unicode_escape: a message stays one line whatever the id holds), else
  * the decimal index; into buf, returned. */
-#define KVP_REQUEST_ID_SIZE KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX)
+#define KVP_REQUEST_ID_SIZE KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX)
 const char *kvp_request_id(const kvp_gen_seq *s, char buf[KVP_REQUEST_ID_SIZE]);
 
 #endif

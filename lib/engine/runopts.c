@@ -639,10 +639,10 @@ int kvp_run_prompts(const kvp_run *r, const kvp_runopts *o, kvp_prompts *ps, uin
         if ((rc = kvp_prompts_encode(ps, i, r->tok, &t, &n, err)) < 0)
             return rc;
         if (n == 0) {
-            char id[KVP_ERR_ESCAPED_SIZE(KVP_NAME_MAX)];
+            char id[KVP_UNICODE_ESCAPED_SIZE(KVP_NAME_MAX)];
             free(t);
             return kvp_err_set(err, KVP_EINVAL, "prompt %zu%s%s is empty", i + 1, ps->p[i].label[0] ? " " : "",
-                               kvp_err_escape(id, sizeof id, ps->p[i].label, 0));
+                               kvp_unicode_escape(id, sizeof id, ps->p[i].label, 0));
         }
         (*ids)[i] = (uint32_t *)t; /* ids are < n_vocab: same bits */
         (*lens)[i] = (uint32_t)n;

@@ -2,9 +2,10 @@
  * program's whole-number, real and size options accept, and the typos they
  * refuse that strtoll/strtod alone would read as values; and the JSON
  * strings the programs write (kvp_cli_json_str), and the escapes of a
- * string inside a one-line message (kvp_err_escape, kvp_cli_c_escaped). */
+ * string inside a one-line message (kvp_unicode_escape, kvp_cli_c_escaped). */
 #include "unit.h"
 #include "cli.h"
+#include "unicode.h"
 
 #include <float.h>
 
@@ -178,7 +179,7 @@ static void test_json_str(void)
     CHECK(json_str_is("a\xe2\x82\xac" "b\xe2\x82", 7, "\"a\xe2\x82\xac" "b\\ufffd\""));
 }
 
-/* s escaped into a buffer of size bytes (kvp_err_escape), quote the
+/* s escaped into a buffer of size bytes (kvp_unicode_escape), quote the
  * message's, is want; and kvp_cli_c_escaped writes whole (s escaped, not
  * cut: NULL when it is want). */
 static int escape_is_cut(const char *s, size_t size, int quote, const char *want, const char *whole)
@@ -186,7 +187,7 @@ static int escape_is_cut(const char *s, size_t size, int quote, const char *want
     char buf[80], *f = NULL; /* size <= 64: what is past it stays untouched */
     size_t n = 0;
     memset(buf, '#', sizeof buf);
-    const char *got = kvp_err_escape(buf, size, s, quote);
+    const char *got = kvp_unicode_escape(buf, size, s, quote);
     int ok = got == buf && strcmp(buf, want) == 0 && buf[size] == '#';
     FILE *m = open_memstream(&f, &n);
     if (m) {
@@ -225,12 +226,12 @@ static void test_escape(void)
     CHECK(escape_is_cut("abc\nd", 7, 0, "abc\\nd", NULL));
     CHECK(escape_is_cut("abcd\nef", 8, 0, "abcd...", "abcd\\nef"));
     CHECK(escape_is_cut("\xc3\xa9\xc3\xa9", 4, 0, "\xc3\xa9", "\xc3\xa9\xc3\xa9"));
-    /* a long id leaves the message its reason: KVP_ERR_SHOWN_MAX at most */
-    char id[256], big[KVP_ERR_ESCAPED_SIZE(255)], whole[KVP_ERR_ESCAPED_SIZE(255)];
+    /* a long id leaves the message its reason: KVP_UNICODE_SHOWN_MAX at most */
+    char id[256], big[KVP_UNICODE_ESCAPED_SIZE(255)], whole[KVP_UNICODE_ESCAPED_SIZE(255)];
     memset(id, '\n', 255);
     id[255] = 0;
-    kvp_err_escape(big, sizeof big, id, 0);
-    CHECK(strlen(big) <= KVP_ERR_SHOWN_MAX && strlen(big) >= KVP_ERR_SHOWN_MAX - 4);
+    kvp_unicode_escape(big, sizeof big, id, 0);
+    CHECK(strlen(big) <= KVP_UNICODE_SHOWN_MAX && strlen(big) >= KVP_UNICODE_SHOWN_MAX - 4);
     CHECK(strcmp(big + strlen(big) - 3, "...") == 0 && strncmp(big, "\\n\\n", 4) == 0);
     for (size_t i = 0; i < 255; i++)
         memcpy(whole + 2 * i, "\\n", 2);
